@@ -1,0 +1,12 @@
+/* handlers.h — the REST handlers of jailboxd, one group per file under api/. Each has the
+ * jb_http_handler signature (server/http.h) and receives the struct jb_app as `app`. */
+#ifndef JB_HANDLERS_H
+#define JB_HANDLERS_H
+
+#include "server/app.h"
+#include "server/http.h"
+
+void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+#endif

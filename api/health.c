@@ -1,0 +1,37 @@
+/* health.c — GET /healthz (the process answers) and GET /readyz (the database is reachable,
+ * every migration is applied and the instance is not draining). */
+#include <jansson.h>
+
+#include "api/handlers.h"
+#include "db/migrate.h"
+
+void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  jb_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+void jb_api_readyz(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  if (atomic_load(&app->draining)) {
+    jb_resp_error(resp, 503, "draining", "instance is shutting down");
+    return;
+  }
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) {
+    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    return;
+  }
+  long pending = 0;
+  int rc = jb_migrations_pending(c, jb_migrations, jb_migrations_count, &pending, &err);
+  jb_db_release(app->db, c);
+  if (rc < 0) {
+    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    return;
+  }
+  if (pending > 0) {
+    jb_resp_error(resp, 503, "migrations_pending", "%ld migration(s) not applied", pending);
+    return;
+  }
+  jb_resp_json(resp, 200, json_pack("{s:s,s:I}", "status", "ready", "migrations",
+                                    (json_int_t)jb_migrations_count));
+}

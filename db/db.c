@@ -1,0 +1,137 @@
+/* db.c — a fixed-size pool of libpq connections shared by the HTTP threads (see db.h). */
+#include "db/db.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct jb_db {
+  pthread_mutex_t lock;
+  pthread_cond_t freed;
+  char *conninfo;
+  char timeout[16];
+  int size;       /* most connections at once */
+  int opened;     /* connections that exist (idle + lent) */
+  int n_idle;
+  PGconn **idle;  /* stack of idle connections, `size` slots */
+};
+
+/* First non-empty line of a libpq message, with "FATAL:  " style prefixes kept. */
+static void first_line(const char *m, char *out, size_t len) {
+  while (*m == '\n' || *m == ' ') m++;
+  size_t n = strcspn(m, "\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, m, n);
+  out[n] = '\0';
+}
+
+int jb_db_fail(jb_error *err, PGconn *conn, const char *what) {
+  char line[400];
+  first_line(conn ? PQerrorMessage(conn) : "out of memory", line, sizeof line);
+  return jb_fail(err, EIO, "%s: %s", what, line);
+}
+
+int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what) {
+  const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+  const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+  char line[400];
+  first_line(msg ? msg : (res ? PQresultErrorMessage(res) : "no result"), line, sizeof line);
+  return jb_fail(err, EIO, "%s: %s%s%s%s", what, line, state ? " (SQLSTATE " : "",
+                 state ? state : "", state ? ")" : "");
+}
+
+static PGconn *connect_one(struct jb_db *db, jb_error *err) {
+  const char *const keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+  const char *const vals[] = {db->conninfo, db->timeout, "jailboxd", NULL};
+  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  if (!c || PQstatus(c) != CONNECTION_OK) {
+    jb_db_fail(err, c, "cannot connect to PostgreSQL");
+    PQfinish(c);
+    return NULL;
+  }
+  return c;
+}
+
+int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_timeout_s,
+               jb_error *err) {
+  struct jb_db *db = calloc(1, sizeof *db);
+  if (!db) return jb_fail(err, ENOMEM, "out of memory");
+  db->conninfo = strdup(conninfo);
+  db->idle = calloc((size_t)size, sizeof *db->idle);
+  if (!db->conninfo || !db->idle) {
+    jb_db_close(db);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  db->size = size;
+  snprintf(db->timeout, sizeof db->timeout, "%d", connect_timeout_s);
+  pthread_mutex_init(&db->lock, NULL);
+  pthread_cond_init(&db->freed, NULL);
+  PGconn *c = connect_one(db, err);
+  if (!c) {
+    jb_db_close(db);
+    return -1;
+  }
+  db->idle[db->n_idle++] = c;
+  db->opened = 1;
+  *out = db;
+  return 0;
+}
+
+PGconn *jb_db_acquire(struct jb_db *db, jb_error *err) {
+  pthread_mutex_lock(&db->lock);
+  while (db->n_idle == 0 && db->opened >= db->size) pthread_cond_wait(&db->freed, &db->lock);
+  PGconn *c = NULL;
+  if (db->n_idle > 0) {
+    c = db->idle[--db->n_idle];
+  } else {
+    db->opened++; /* reserve the slot, connect outside the lock */
+  }
+  pthread_mutex_unlock(&db->lock);
+
+  if (c && PQstatus(c) != CONNECTION_OK) {
+    PQreset(c);
+    if (PQstatus(c) == CONNECTION_OK) return c;
+    jb_db_fail(err, c, "cannot connect to PostgreSQL");
+    PQfinish(c);
+    c = NULL;
+    goto give_back_slot;
+  }
+  if (c) return c;
+  c = connect_one(db, err);
+  if (c) return c;
+give_back_slot:
+  pthread_mutex_lock(&db->lock);
+  db->opened--;
+  pthread_cond_signal(&db->freed);
+  pthread_mutex_unlock(&db->lock);
+  return NULL;
+}
+
+void jb_db_release(struct jb_db *db, PGconn *conn) {
+  if (!conn) return;
+  if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
+    PQclear(PQexec(conn, "ROLLBACK"));
+  pthread_mutex_lock(&db->lock);
+  if (PQstatus(conn) == CONNECTION_OK) {
+    db->idle[db->n_idle++] = conn;
+  } else {
+    PQfinish(conn);
+    db->opened--;
+  }
+  pthread_cond_signal(&db->freed);
+  pthread_mutex_unlock(&db->lock);
+}
+
+void jb_db_close(struct jb_db *db) {
+  if (!db) return;
+  for (int i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
+  free(db->idle);
+  free(db->conninfo);
+  if (db->size) {
+    pthread_mutex_destroy(&db->lock);
+    pthread_cond_destroy(&db->freed);
+  }
+  free(db);
+}

@@ -1,0 +1,35 @@
+/* db.h — the PostgreSQL connection pool. All SQL of the project lives under db/. */
+#ifndef JB_DB_H
+#define JB_DB_H
+
+#include <libpq-fe.h>
+
+#include "server/err.h"
+
+struct jb_db;
+
+/* Opens a pool of up to `size` connections to `conninfo` (a libpq URL or key=value string),
+ * waiting at most `connect_timeout_s` seconds per connection. One connection is made at once
+ * so that a bad or unreachable database is reported here. On success *out is a new pool
+ * (free with jb_db_close). Returns 0, or -1 with `err` holding one line naming the problem. */
+int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_timeout_s,
+               jb_error *err);
+
+/* Borrows a healthy connection, reconnecting a broken one; blocks while all `size` are out.
+ * Returns a borrowed PGconn (give it back with jb_db_release), or NULL with `err` set when
+ * the database cannot be reached. */
+PGconn *jb_db_acquire(struct jb_db *db, jb_error *err);
+
+/* Gives `conn` back to the pool. A connection left inside a transaction is rolled back. */
+void jb_db_release(struct jb_db *db, PGconn *conn);
+
+/* Closes every connection and frees the pool. NULL is allowed. */
+void jb_db_close(struct jb_db *db);
+
+/* Copies the first line of libpq's error for `conn` into `err` after `what`. Returns -1. */
+int jb_db_fail(jb_error *err, PGconn *conn, const char *what);
+
+/* As jb_db_fail for a failed result `res` (uses its SQLSTATE and primary message). */
+int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what);
+
+#endif

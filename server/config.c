@@ -1,0 +1,170 @@
+/* config.c — the settings table of jailboxd and its parser (see config.h). */
+#include "server/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum kind { K_STR, K_INT };
+
+struct setting {
+  const char *flag;   /* command-line name, without "--" */
+  const char *env;    /* environment variable */
+  enum kind kind;
+  size_t off;         /* offset in struct jb_config */
+  const char *def;    /* default, as text */
+  long min, max;      /* accepted range for K_INT */
+  const char *help;
+};
+
+#define S(f) offsetof(struct jb_config, f)
+static const struct setting settings[] = {
+  {"listen", "JAILBOX_LISTEN", K_STR, S(listen), "127.0.0.1:8080", 0, 0,
+   "HTTP address host:port (port 0: any free port, logged at start)"},
+  {"state-dir", "JAILBOX_STATE_DIR", K_STR, S(state_dir), "./var", 0, 0,
+   "state directory: embedded PostgreSQL cluster, signing keys"},
+  {"database-url", "JAILBOX_DATABASE_URL", K_STR, S(database_url), "", 0, 0,
+   "PostgreSQL URL or conninfo; empty: run an embedded cluster under the state directory"},
+  {"pg-bindir", "JAILBOX_PG_BINDIR", K_STR, S(pg_bindir), "", 0, 0,
+   "directory holding initdb and pg_ctl; empty: newest /usr/lib/postgresql/*/bin, then PATH"},
+  {"db-user", "JAILBOX_DB_USER", K_STR, S(db_user), "jailbox", 0, 0,
+   "unprivileged OS user that runs the embedded cluster when jailboxd runs as root"},
+  {"workspace-root", "JAILBOX_WORKSPACE_ROOT", K_STR, S(workspace_root), "./workspaces", 0, 0,
+   "session workspaces must resolve below this directory"},
+  {"log-level", "JAILBOX_LOG_LEVEL", K_STR, S(log_level), "info", 0, 0,
+   "least severe level logged: debug, info, warn, error"},
+  {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", K_INT, S(max_body_bytes), "1048576", 1, 1L << 30,
+   "largest accepted request body, bytes (larger: 413)"},
+  {"http-threads", "JAILBOX_HTTP_THREADS", K_INT, S(http_threads), "4", 1, 256,
+   "HTTP worker threads"},
+  {"db-pool-size", "JAILBOX_DB_POOL_SIZE", K_INT, S(db_pool_size), "8", 1, 1024,
+   "PostgreSQL connections kept open"},
+  {"db-connect-timeout", "JAILBOX_DB_CONNECT_TIMEOUT", K_INT, S(db_connect_timeout_s), "5", 1, 600,
+   "seconds to wait for a PostgreSQL connection"},
+  {"shutdown-grace-ms", "JAILBOX_SHUTDOWN_GRACE_MS", K_INT, S(shutdown_grace_ms), "10000", 0, 600000,
+   "after SIGTERM/SIGINT, how long in-flight requests may finish, ms"},
+};
+#undef S
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+static int set_value(struct jb_config *cfg, const struct setting *s, const char *val,
+                     const char *origin, jb_error *err) {
+  char *base = (char *)cfg;
+  if (strlen(val) > 4096)
+    return jb_fail(err, EINVAL, "%s: value longer than 4096 bytes (from %s)", s->env, origin);
+  if (s->kind == K_STR) {
+    char **slot = (char **)(base + s->off);
+    char *dup = strdup(val);
+    if (!dup) return jb_fail_errno(err, ENOMEM, "%s", s->env);
+    free(*slot);
+    *slot = dup;
+    return 0;
+  }
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(val, &end, 10);
+  if (errno || end == val || *end != '\0')
+    return jb_fail(err, EINVAL, "%s: '%s' is not a whole number (from %s)", s->env, val, origin);
+  if (v < s->min || v > s->max)
+    return jb_fail(err, ERANGE, "%s: %ld is outside %ld..%ld (from %s)", s->env, v, s->min,
+                   s->max, origin);
+  *(long *)(base + s->off) = v;
+  return 0;
+}
+
+static const struct setting *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    if (strlen(settings[i].flag) == len && memcmp(settings[i].flag, name, len) == 0)
+      return &settings[i];
+  return NULL;
+}
+
+int jb_config_load(struct jb_config *cfg, int argc, char **argv,
+                   const char *(*get_env)(const char *name), jb_error *err) {
+  memset(cfg, 0, sizeof *cfg);
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    if (set_value(cfg, &settings[i], settings[i].def, "default", err) < 0) return -1;
+  if (get_env)
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+      const char *v = get_env(settings[i].env);
+      if (v && set_value(cfg, &settings[i], v, "environment", err) < 0) return -1;
+    }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0)
+      return jb_fail(err, EINVAL, "unexpected argument '%s' (see --help)", a);
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    const struct setting *s = find_flag(name, len);
+    if (!s) return jb_fail(err, EINVAL, "unknown flag '%.*s' (see --help)", (int)len + 2, a);
+    const char *val = eq ? eq + 1 : NULL;
+    if (!val) {
+      if (i + 1 >= argc) return jb_fail(err, EINVAL, "flag --%s needs a value", s->flag);
+      val = argv[++i];
+    }
+    if (set_value(cfg, s, val, "command line", err) < 0) return -1;
+  }
+  const char *lv = cfg->log_level;
+  if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error"))
+    return jb_fail(err, EINVAL, "JAILBOX_LOG_LEVEL: '%s' is not one of debug, info, warn, error", lv);
+  char host[256];
+  int port;
+  if (jb_parse_listen(cfg->listen, host, sizeof host, &port, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_LISTEN");
+  return 0;
+}
+
+void jb_config_print_help(FILE *out, const char *prog) {
+  fprintf(out,
+          "Usage: %s [--flag=value ...]\n\n"
+          "jailboxd, the jailbox control-plane server. Every setting is read from its\n"
+          "environment variable and may be overridden by its flag.\n\n",
+          prog);
+  for (size_t i = 0; i < N_SETTINGS; i++) {
+    const struct setting *s = &settings[i];
+    fprintf(out, "  --%-20s %-28s default: %s\n      %s\n", s->flag, s->env,
+            s->def[0] ? s->def : "(empty)", s->help);
+  }
+  fprintf(out, "\n  --help                 show this text\n");
+}
+
+void jb_config_free(struct jb_config *cfg) {
+  char *base = (char *)cfg;
+  for (size_t i = 0; i < N_SETTINGS; i++)
+    if (settings[i].kind == K_STR) {
+      char **slot = (char **)(base + settings[i].off);
+      free(*slot);
+      *slot = NULL;
+    }
+}
+
+int jb_parse_listen(const char *addr, char *host, size_t host_len, int *port, jb_error *err) {
+  const char *colon;
+  const char *h = addr;
+  size_t hl;
+  if (addr[0] == '[') {
+    const char *rb = strchr(addr, ']');
+    if (!rb || rb[1] != ':') return jb_fail(err, EINVAL, "'%s' is not [ipv6]:port", addr);
+    h = addr + 1;
+    hl = (size_t)(rb - h);
+    colon = rb + 1;
+  } else {
+    colon = strrchr(addr, ':');
+    if (!colon) return jb_fail(err, EINVAL, "'%s' is not host:port", addr);
+    hl = (size_t)(colon - addr);
+  }
+  if (hl == 0 || hl >= host_len) return jb_fail(err, EINVAL, "'%s': bad host part", addr);
+  char *end = NULL;
+  errno = 0;
+  long p = strtol(colon + 1, &end, 10);
+  if (errno || end == colon + 1 || *end || p < 0 || p > 65535)
+    return jb_fail(err, EINVAL, "'%s': port must be 0..65535", addr);
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (int)p;
+  return 0;
+}

@@ -1,0 +1,44 @@
+/* config.h — jailboxd's settings: one table, read from JAILBOX_* environment variables and
+ * overridden by matching command-line flags (--name=value or --name value). */
+#ifndef JB_CONFIG_H
+#define JB_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "server/err.h"
+
+struct jb_config {
+  char *listen;             /* HTTP listen address "host:port"; port 0 picks a free one */
+  char *state_dir;          /* state directory (embedded database, keys) */
+  char *database_url;       /* libpq URL or conninfo; NULL or "" = embedded PostgreSQL */
+  char *pg_bindir;          /* directory of initdb/pg_ctl for the embedded cluster; "" = search */
+  char *db_user;            /* unprivileged OS user that runs the embedded cluster when root */
+  char *workspace_root;     /* every session workspace must resolve below this directory */
+  char *log_level;          /* debug | info | warn | error */
+  long max_body_bytes;      /* request body limit, bytes */
+  long http_threads;        /* HTTP worker threads */
+  long db_pool_size;        /* PostgreSQL connections kept open */
+  long db_connect_timeout_s;/* seconds libpq waits for a connection */
+  long shutdown_grace_ms;   /* how long in-flight requests may run after SIGTERM, ms */
+};
+
+/* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally
+ * getenv), then `argv` flags. Strings in `cfg` are new allocations; free with
+ * jb_config_free(). Returns 0 on success, 1 when --help was asked for (nothing else is
+ * parsed), -1 on a bad value or unknown flag with `err` naming the setting. */
+int jb_config_load(struct jb_config *cfg, int argc, char **argv,
+                   const char *(*get_env)(const char *name), jb_error *err);
+
+/* Writes every setting with its flag, environment variable, default and meaning. */
+void jb_config_print_help(FILE *out, const char *prog);
+
+/* Releases the strings held by `cfg` (not `cfg` itself). */
+void jb_config_free(struct jb_config *cfg);
+
+/* Splits "host:port" or "[v6]:port" into `host` (size `host_len` bytes) and `port`.
+ * Returns 0, or -1 with `err` set when the form or the port (0..65535) is wrong. */
+int jb_parse_listen(const char *addr, char *host, size_t host_len, int *port, jb_error *err);
+
+#endif

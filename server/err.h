@@ -1,0 +1,35 @@
+/* err.h — the project's error value: an errno-style code plus a message a person reads.
+ *
+ * Pattern (after crun's libcrun_error_t): every fallible function takes a `jb_error *err`,
+ * returns a negative value on failure and fills `err`; callers add context with
+ * jb_error_wrap() instead of printing. A NULL `err` is allowed and discards the message. */
+#ifndef JB_ERR_H
+#define JB_ERR_H
+
+#include <stddef.h>
+
+#define JB_ERROR_MSG_MAX 512
+
+typedef struct jb_error {
+  int code;                       /* errno value, or 0 when none applies */
+  char msg[JB_ERROR_MSG_MAX];     /* NUL-terminated, one line, no trailing newline */
+} jb_error;
+
+/* Fills `err` with `code` (an errno value or 0) and a printf-style message.
+ * Returns -1 always, so that `return jb_fail(err, ...)` reads naturally. */
+int jb_fail(jb_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* As jb_fail, with ": strerror(code)" appended to the message. Returns -1. */
+int jb_fail_errno(jb_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Prefixes the message already in `err` with printf-style context and ": ".
+ * Returns -1. The code is kept. */
+int jb_error_wrap(jb_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Cleanup helpers (bubblewrap/crun style): release on every return path. */
+void jb_freep(void *p);
+void jb_closep(int *fd);
+#define cleanup_free __attribute__((cleanup(jb_freep)))
+#define cleanup_close __attribute__((cleanup(jb_closep)))
+
+#endif

@@ -1,0 +1,86 @@
+/* http.h — the HTTP front (libmicrohttpd): routing by method and path pattern, request body
+ * limit, smuggling refusal, the JSON error shape, request logging and graceful drain. */
+#ifndef JB_HTTP_H
+#define JB_HTTP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/err.h"
+
+#define JB_HTTP_MAX_PARAMS 4
+#define JB_HTTP_MAX_HEADERS 100        /* more request headers: 431 */
+#define JB_HTTP_MAX_HEADER_BYTES 8192  /* a longer name+value: 431 */
+
+struct MHD_Connection;
+
+struct jb_http_req {
+  struct MHD_Connection *conn;            /* for header and query lookups */
+  const char *method;                     /* "GET", "POST", … */
+  const char *path;                       /* the URL path, without the query */
+  const char *body;                       /* NUL-terminated; NULL when there is none */
+  size_t body_len;                        /* bytes, at most the configured limit */
+  const char *params[JB_HTTP_MAX_PARAMS]; /* values of ":name" segments, in pattern order */
+  int n_params;
+};
+
+struct jb_http_resp {
+  int status;                /* HTTP status code */
+  char *body;                /* new allocation, freed by the server; NULL = empty */
+  const char *content_type;  /* static string; default application/json */
+  char allow[64];            /* Allow header value for 405, "" when none */
+  bool close;                /* send Connection: close */
+};
+
+/* A handler fills `resp`; it runs on an HTTP worker thread and may block (database). */
+typedef void (*jb_http_handler)(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+struct jb_route {
+  const char *method;   /* "GET", … */
+  const char *pattern;  /* "/v1/jailbox/:jobId", literal segments and ":name" segments */
+  jb_http_handler fn;
+};
+
+struct jb_http_server;
+
+/* Binds `listen` ("host:port", port 0 for any), and serves `routes` (`n` items, kept
+ * borrowed) with `threads` worker threads, passing `app` to handlers. Bodies over
+ * `max_body` bytes get 413. On success *out is a new server. Returns 0, or -1 with `err`.
+ * HTTP/1.1 per RFC 9110/9112; requests with two Content-Length headers or Content-Length
+ * together with Transfer-Encoding are refused with 400 and the connection closed
+ * (RFC 9112 §6.3, request smuggling). */
+int jb_http_start(struct jb_http_server **out, const char *listen, const struct jb_route *routes,
+                  size_t n, void *app, long max_body, int threads, jb_error *err);
+
+/* The TCP port actually bound (useful with port 0). */
+int jb_http_port(const struct jb_http_server *srv);
+
+/* Stops accepting connections, lets requests in flight finish for at most `grace_ms`
+ * milliseconds, then closes every connection and frees `srv`. */
+void jb_http_drain(struct jb_http_server *srv, long grace_ms);
+
+/* Matches `path` against `pattern` ("/a/:x/b"). On a match returns true and stores pointers
+ * to NUL-terminated copies of the ":name" segment values in `params` (within `buf` of
+ * `buflen` bytes), their count in *n. Segments must be non-empty; a trailing slash does not
+ * match. */
+bool jb_route_match(const char *pattern, const char *path, char *buf, size_t buflen,
+                    const char *params[JB_HTTP_MAX_PARAMS], int *n);
+
+/* Returns a new string {"error":{"code":code,"message":message}} (free it), NULL on OOM. */
+char *jb_error_body(const char *code, const char *message);
+
+/* Sets `resp` to `status` with the JSON error shape; `fmt` is printf-style. */
+void jb_resp_error(struct jb_http_resp *resp, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Sets `resp` to `status` with `body` serialized (a *stolen* reference). */
+void jb_resp_json(struct jb_http_resp *resp, int status, json_t *body);
+
+/* The value of request header `name` (case-insensitive), or NULL. Borrowed. */
+const char *jb_http_header(const struct jb_http_req *req, const char *name);
+
+/* The value of query argument `name`, or NULL. Borrowed. */
+const char *jb_http_query(const struct jb_http_req *req, const char *name);
+
+#endif
