@@ -1,6 +1,8 @@
 /* db.c — a fixed-size pool of libpq connections shared by the HTTP threads (see db.h). */
 #include "db/db.h"
 
+#include "server/log.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,6 +44,13 @@ int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what) {
                  state ? state : "", state ? ")" : "");
 }
 
+/* Server notices (e.g. "already exists, skipping") go to the log, never raw to stderr. */
+static void on_notice(void *arg, const char *message) {
+  char line[400];
+  first_line(message, line, sizeof line);
+  jb_log(JB_LOG_DEBUG, "postgres notice", "detail", line, NULL);
+}
+
 static PGconn *connect_one(struct jb_db *db, jb_error *err) {
   const char *const keys[] = {"dbname", "connect_timeout", "application_name", NULL};
   const char *const vals[] = {db->conninfo, db->timeout, "jailboxd", NULL};
@@ -51,6 +60,7 @@ static PGconn *connect_one(struct jb_db *db, jb_error *err) {
     PQfinish(c);
     return NULL;
   }
+  PQsetNoticeProcessor(c, on_notice, NULL);
   return c;
 }
 

@@ -141,7 +141,8 @@ static int create_database(struct jb_pgembed *pg, jb_error *err) {
   char qs[1200], ci[1400];
   if (jb_conninfo_quote(pg->sockdir, qs, sizeof qs) < 0)
     return jb_fail(err, ENAMETOOLONG, "socket directory path too long");
-  snprintf(ci, sizeof ci, "host=%s dbname=postgres user=jailbox connect_timeout=10", qs);
+  snprintf(ci, sizeof ci,
+           "host=%s dbname=postgres user=jailbox connect_timeout=10 options='-c client_min_messages=warning'", qs);
   PGconn *c = PQconnectdb(ci);
   if (PQstatus(c) != CONNECTION_OK) {
     jb_db_fail(err, c, "embedded PostgreSQL");

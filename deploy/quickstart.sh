@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Quickstart: on a fresh Debian 12 machine, as root — installs what is missing, builds,
+# starts jailboxd with its embedded defaults (its own PostgreSQL under the state directory)
+# and prints where it listens. jailboxd keeps running; the last lines say how to stop it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+./deploy/install-deps.sh
+echo "== building"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$(nproc)" >/dev/null
+
+# The embedded cluster runs as the unprivileged user 'jailbox', which must reach the state
+# directory; a checkout under a private home (e.g. /root) falls back to /var/lib/jailbox.
+STATE=${JAILBOX_STATE_DIR:-$ROOT/var}
+if [ -z "${JAILBOX_STATE_DIR:-}" ] && ! su -s /bin/sh jailbox -c "test -x '$ROOT'" 2>/dev/null; then
+  STATE=/var/lib/jailbox
+fi
+mkdir -p "$STATE"
+LISTEN=${JAILBOX_LISTEN:-127.0.0.1:8080}
+LOG="$STATE/jailboxd.log"
+PIDFILE="$STATE/jailboxd.pid"
+
+if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+  echo "== stopping the jailboxd started earlier (pid $(cat "$PIDFILE"))"
+  kill -TERM "$(cat "$PIDFILE")"
+  for _ in $(seq 1 150); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
+fi
+
+[ -f "$LOG" ] && mv -f "$LOG" "$LOG.1"
+echo "== starting jailboxd (state: $STATE, log: $LOG)"
+JAILBOX_STATE_DIR="$STATE" JAILBOX_LISTEN="$LISTEN" setsid "$ROOT/build/jailboxd" >>"$LOG" 2>&1 < /dev/null &
+echo $! > "$PIDFILE"
+
+URL=""
+for _ in $(seq 1 300); do
+  if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+    echo "jailboxd exited; the end of its log:" >&2
+    tail -5 "$LOG" >&2
+    exit 1
+  fi
+  URL=$(grep -o '"msg":"listening","addr":"[^"]*","url":"[^"]*' "$LOG" | tail -1 | sed 's/.*"url":"//' || true)
+  if [ -n "$URL" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200 ]; then break; fi
+  sleep 0.1
+done
+[ -n "$URL" ] || { echo "jailboxd did not become ready; see $LOG" >&2; exit 1; }
+
+echo
+echo "jailboxd is listening on $URL (pid $(cat "$PIDFILE"))"
+echo "  readiness: curl $URL/readyz  ->  $(curl -s "$URL/readyz")"
+echo "  log:       $LOG"
+echo "  stop:      kill -TERM \$(cat $PIDFILE)   (stops its embedded PostgreSQL too)"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds both configurations (gcc release and
+# clang with AddressSanitizer + UndefinedBehaviorSanitizer), and runs every test in each.
+# Integration tests start the servers they need themselves (PostgreSQL clusters of their own).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+./deploy/install-deps.sh
+
+JOBS=$(nproc)
+echo "== build (gcc, release)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc >/dev/null
+cmake --build build -j "$JOBS"
+echo "== build (clang, ASan + UBSan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DJB_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$JOBS"
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
+
+status=0
+echo "== tests (release build)"
+ctest --test-dir build --output-on-failure || status=1
+echo "== tests (sanitizer build)"
+ctest --test-dir build-asan --output-on-failure || status=1
+exit $status
