@@ -1,4 +1,5 @@
-/* app.h — the state a jailboxd process shares with its request handlers. */
+/* app.h — the state a jailboxd process shares with its request handlers. Nothing here is
+ * state another instance needs: sessions, ops, chains and jobs live in PostgreSQL. */
 #ifndef JB_APP_H
 #define JB_APP_H
 
@@ -6,12 +7,17 @@
 #include <stddef.h>
 
 #include "db/db.h"
+#include "server/bus.h"
 #include "server/config.h"
 #include "server/http.h"
+
+struct jb_keyring;  /* audit signing keys (server/keys.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
   struct jb_db *db;             /* connection pool */
+  struct jb_bus *bus;           /* session events */
+  struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
 };
 

@@ -1,0 +1,31 @@
+/* auth.h — bearer tokens and roles. Three roles: service (the platform dashboard), buyer and
+ * agent (one of each minted per session). A token is 32 random bytes (libsodium), given out
+ * once as "jbt_" + base64url, and stored only as its SHA-256. */
+#ifndef JB_AUTH_H
+#define JB_AUTH_H
+
+#include <libpq-fe.h>
+
+#include "server/app.h"
+#include "server/http.h"
+
+enum jb_role { JB_ROLE_SERVICE = 1u, JB_ROLE_BUYER = 2u, JB_ROLE_AGENT = 4u };
+
+struct jb_principal {
+  enum jb_role role;
+  char job_id[129];  /* the token's session; "" for service tokens */
+};
+
+#define JB_TOKEN_TEXT_LEN 48  /* "jbt_" + 43 base64url chars + NUL */
+
+/* Checks the request's "Authorization: Bearer <token>" against the tokens table on `conn`.
+ * `roles` is a mask of the accepted jb_role values; when `job_id` is non-NULL a buyer or
+ * agent token must belong to that session (service tokens reach every session).
+ * Returns 0 and fills *who; or -1 with `resp` set: 401 for a missing, malformed, unknown or
+ * revoked token, 403 for a valid token of the wrong role or another session, 503 when the
+ * database fails. RFC 6750 (Bearer). */
+int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
+                    const char *job_id, unsigned roles, struct jb_principal *who,
+                    struct jb_http_resp *resp);
+
+#endif

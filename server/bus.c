@@ -1,0 +1,50 @@
+/* bus.c — in-process event bus (see bus.h). */
+#include "server/bus.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define MAX_SUBS 16
+
+struct jb_bus {
+  pthread_rwlock_t lock;
+  int n;
+  struct {
+    jb_bus_fn fn;
+    void *ctx;
+  } subs[MAX_SUBS];
+};
+
+struct jb_bus *jb_bus_new(void) {
+  struct jb_bus *b = calloc(1, sizeof *b);
+  if (b) pthread_rwlock_init(&b->lock, NULL);
+  return b;
+}
+
+void jb_bus_free(struct jb_bus *bus) {
+  if (!bus) return;
+  pthread_rwlock_destroy(&bus->lock);
+  free(bus);
+}
+
+int jb_bus_subscribe(struct jb_bus *bus, jb_bus_fn fn, void *ctx) {
+  pthread_rwlock_wrlock(&bus->lock);
+  int rc = -1;
+  if (bus->n < MAX_SUBS) {
+    bus->subs[bus->n].fn = fn;
+    bus->subs[bus->n].ctx = ctx;
+    bus->n++;
+    rc = 0;
+  }
+  pthread_rwlock_unlock(&bus->lock);
+  return rc;
+}
+
+void jb_bus_publish(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload) {
+  if (bus) {
+    pthread_rwlock_rdlock(&bus->lock);
+    for (int i = 0; i < bus->n; i++) bus->subs[i].fn(bus->subs[i].ctx, job_id, event, payload);
+    pthread_rwlock_unlock(&bus->lock);
+  }
+  json_decref(payload);
+}
