@@ -5,6 +5,7 @@
 #define JB_AUTH_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 
 #include "server/app.h"
 #include "server/http.h"
@@ -27,5 +28,18 @@ struct jb_principal {
 int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp);
+
+/* Mints a new token: 32 random bytes from libsodium, written as "jbt_" + base64url without
+ * padding into `text` (JB_TOKEN_TEXT_LEN bytes), and its SHA-256 into `hash`. */
+void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]);
+
+/* Parses token text into its SHA-256 `hash`. Returns 0, or -1 when `text` is not a token of
+ * the form jb_token_mint writes. */
+int jb_token_hash(const char *text, unsigned char hash[32]);
+
+/* Registers the bootstrap service token: read from `path` when it exists, else (only when
+ * `create` is true) minted and written there (mode 0600, never overwritten). Returns 0, or -1
+ * with `err` set. */
+int jb_service_token_bootstrap(PGconn *conn, const char *path, bool create, jb_error *err);
 
 #endif

@@ -9,4 +9,16 @@
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
+void jb_api_session_open(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_patch(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_ops_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_agent_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
 #endif

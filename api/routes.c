@@ -5,6 +5,17 @@
 static const struct jb_route routes[] = {
     {"GET", "/healthz", jb_api_healthz},
     {"GET", "/readyz", jb_api_readyz},
+    {"POST", "/v1/jailbox", jb_api_session_open},
+    {"GET", "/v1/jailbox/:jobId", jb_api_session_get},
+    {"PATCH", "/v1/jailbox/:jobId", jb_api_session_patch},
+    {"GET", "/v1/jailbox/:jobId/ops", jb_api_ops_list},
+    {"POST", "/v1/jailbox/:jobId/approve/:opId", jb_api_op_approve},
+    {"POST", "/v1/jailbox/:jobId/reject/:opId", jb_api_op_reject},
+    {"POST", "/v1/jailbox/:jobId/abort", jb_api_session_abort},
+    {"POST", "/v1/jailbox/:jobId/pause", jb_api_session_pause},
+    {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume},
+    {"POST", "/v1/jailbox/:jobId/accept", jb_api_session_accept},
+    {"GET", "/v1/agents/:agentId", jb_api_agent_get},
 };
 
 const struct jb_route *jb_api_routes(size_t *n) {

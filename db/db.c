@@ -145,3 +145,33 @@ void jb_db_close(struct jb_db *db) {
   }
   free(db);
 }
+
+PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *params,
+                     ExecStatusType want, char *sqlstate, jb_error *err, const char *what) {
+  PGresult *r = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+  if (PQresultStatus(r) == want) return r;
+  if (sqlstate) {
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(sqlstate, 6, "%s", st ? st : "");
+  }
+  if (r) jb_db_fail_res(err, r, what);
+  else jb_db_fail(err, conn, what);
+  PQclear(r);
+  return NULL;
+}
+
+int jb_db_begin(PGconn *conn, jb_error *err) {
+  PGresult *r = jb_db_exec(conn, "BEGIN", 0, NULL, PGRES_COMMAND_OK, NULL, err, "begin");
+  PQclear(r);
+  return r ? 0 : -1;
+}
+
+int jb_db_commit(PGconn *conn, jb_error *err) {
+  PGresult *r = jb_db_exec(conn, "COMMIT", 0, NULL, PGRES_COMMAND_OK, NULL, err, "commit");
+  PQclear(r);
+  return r ? 0 : -1;
+}
+
+void jb_db_rollback(PGconn *conn) {
+  if (PQtransactionStatus(conn) != PQTRANS_IDLE) PQclear(PQexec(conn, "ROLLBACK"));
+}

@@ -32,4 +32,15 @@ int jb_db_fail(jb_error *err, PGconn *conn, const char *what);
 /* As jb_db_fail for a failed result `res` (uses its SQLSTATE and primary message). */
 int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what);
 
+/* Runs `sql` with `n` text parameters (NULL entries are SQL NULL) and expects status `want`.
+ * Returns the result (PQclear it), or NULL with `err` set to "`what`: <server message>"; the
+ * failed result's SQLSTATE is copied to `sqlstate` (6 bytes) when that is non-NULL. */
+PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *params,
+                     ExecStatusType want, char *sqlstate, jb_error *err, const char *what);
+
+/* BEGIN / COMMIT / ROLLBACK. The first two return 0 or -1 with `err` set. */
+int jb_db_begin(PGconn *conn, jb_error *err);
+int jb_db_commit(PGconn *conn, jb_error *err);
+void jb_db_rollback(PGconn *conn);
+
 #endif

@@ -32,6 +32,8 @@ static const struct setting settings[] = {
    "unprivileged OS user that runs the embedded cluster when jailboxd runs as root"},
   {"workspace-root", "JAILBOX_WORKSPACE_ROOT", K_STR, S(workspace_root), "./workspaces", 0, 0,
    "session workspaces must resolve below this directory"},
+  {"service-token-file", "JAILBOX_SERVICE_TOKEN_FILE", K_STR, S(service_token_file), "", 0, 0,
+   "file holding the bootstrap service token; empty: <state-dir>/service.token, created if missing"},
   {"log-level", "JAILBOX_LOG_LEVEL", K_STR, S(log_level), "info", 0, 0,
    "least severe level logged: debug, info, warn, error"},
   {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", K_INT, S(max_body_bytes), "1048576", 1, 1L << 30,

@@ -16,6 +16,7 @@ struct jb_config {
   char *pg_bindir;          /* directory of initdb/pg_ctl for the embedded cluster; "" = search */
   char *db_user;            /* unprivileged OS user that runs the embedded cluster when root */
   char *workspace_root;     /* every session workspace must resolve below this directory */
+  char *service_token_file; /* bootstrap service token; "" = <state_dir>/service.token */
   char *log_level;          /* debug | info | warn | error */
   long max_body_bytes;      /* request body limit, bytes */
   long http_threads;        /* HTTP worker threads */

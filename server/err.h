@@ -10,6 +10,16 @@
 
 #define JB_ERROR_MSG_MAX 512
 
+/* Results of operations on stored things (sessions, ops, tokens) that a caller must tell
+ * apart; every other failure is JB_ERR_FAIL with the detail in a jb_error. */
+enum jb_err {
+  JB_OK = 0,
+  JB_ERR_FAIL = -1,       /* database or system failure */
+  JB_ERR_NOT_FOUND = -2,  /* no such session / op / agent */
+  JB_ERR_CONFLICT = -3,   /* the thing is not in a state that allows this */
+  JB_ERR_EXISTS = -4,     /* a thing with that id exists already */
+};
+
 typedef struct jb_error {
   int code;                       /* errno value, or 0 when none applies */
   char msg[JB_ERROR_MSG_MAX];     /* NUL-terminated, one line, no trailing newline */

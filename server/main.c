@@ -1,12 +1,16 @@
 /* main.c — jailboxd: reads its settings, brings up the database (embedded or given),
  * applies migrations, serves HTTP, and shuts down cleanly on SIGTERM/SIGINT. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
+#include <sodium.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "api/auth.h"
 #include "db/db.h"
 #include "db/migrate.h"
 #include "db/pgembed.h"
@@ -45,6 +49,16 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
+  if (sodium_init() < 0) {
+    jb_fail(&err, EIO, "libsodium failed to initialise");
+    jb_config_free(&cfg);
+    return fatal("start", &err);
+  }
+  if (mkdir(cfg.state_dir, 0711) < 0 && errno != EEXIST) {
+    jb_fail_errno(&err, errno, "create state directory %s", cfg.state_dir);
+    jb_config_free(&cfg);
+    return fatal("start", &err);
+  }
 
   struct jb_pgembed pg = {0};
   const char *conninfo = cfg.database_url;
@@ -56,7 +70,7 @@ int main(int argc, char **argv) {
     conninfo = pg.conninfo;
   }
 
-  struct jb_app app = {.cfg = &cfg};
+  struct jb_app app = {.cfg = &cfg, .bus = jb_bus_new()};
   atomic_init(&app.draining, false);
   int exit_code = 0;
   struct jb_http_server *srv = NULL;
@@ -71,7 +85,20 @@ int main(int argc, char **argv) {
     exit_code = fatal("migrations", &err);
     goto out;
   }
+  char tokpath[1200];
+  if (cfg.service_token_file[0]) snprintf(tokpath, sizeof tokpath, "%s", cfg.service_token_file);
+  else snprintf(tokpath, sizeof tokpath, "%s/service.token", cfg.state_dir);
+  if (jb_service_token_bootstrap(c, tokpath, cfg.service_token_file[0] == '\0', &err) < 0) {
+    jb_db_release(app.db, c);
+    exit_code = fatal("service token", &err);
+    goto out;
+  }
   jb_db_release(app.db, c);
+  if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
+    jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
+    exit_code = fatal("workspace root", &err);
+    goto out;
+  }
   char na[16], nt[16];
   snprintf(na, sizeof na, "%d", applied);
   snprintf(nt, sizeof nt, "%zu", jb_migrations_count);
@@ -101,6 +128,7 @@ int main(int argc, char **argv) {
 
 out:
   jb_db_close(app.db);
+  jb_bus_free(app.bus);
   if (jb_pgembed_stop(&pg, &err) < 0) {
     jb_log(JB_LOG_ERROR, err.msg, "phase", "shutdown", NULL);
     if (!exit_code) exit_code = 1;

@@ -1,0 +1,125 @@
+/* auth.c — bearer tokens: minting, hashing, the bootstrap service token, and the role and
+ * session checks every handler starts with (see auth.h). */
+#include "api/auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "db/tokens.h"
+#include "server/log.h"
+
+#define TOKEN_PREFIX "jbt_"
+#define TOKEN_RAW 32
+
+void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]) {
+  unsigned char raw[TOKEN_RAW];
+  randombytes_buf(raw, sizeof raw);
+  memcpy(text, TOKEN_PREFIX, 4);
+  sodium_bin2base64(text + 4, JB_TOKEN_TEXT_LEN - 4, raw, sizeof raw,
+                    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  crypto_hash_sha256(hash, raw, sizeof raw);
+  sodium_memzero(raw, sizeof raw);
+}
+
+int jb_token_hash(const char *text, unsigned char hash[32]) {
+  size_t n = strlen(text);
+  if (n != JB_TOKEN_TEXT_LEN - 1 || memcmp(text, TOKEN_PREFIX, 4) != 0) return -1;
+  unsigned char raw[TOKEN_RAW];
+  size_t got = 0;
+  const char *end = NULL;
+  if (sodium_base642bin(raw, sizeof raw, text + 4, n - 4, NULL, &got, &end,
+                        sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
+      got != TOKEN_RAW || end != text + n)
+    return -1;
+  crypto_hash_sha256(hash, raw, sizeof raw);
+  sodium_memzero(raw, sizeof raw);
+  return 0;
+}
+
+static const char *role_name(enum jb_role r) {
+  return r == JB_ROLE_SERVICE ? "service" : r == JB_ROLE_BUYER ? "buyer" : "agent";
+}
+
+int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
+                    const char *job_id, unsigned roles, struct jb_principal *who,
+                    struct jb_http_resp *resp) {
+  (void)app;
+  const char *h = jb_http_header(req, "Authorization");
+  if (!h) {
+    jb_resp_error(resp, 401, "unauthorized", "missing bearer token");
+    return -1;
+  }
+  if (strncasecmp(h, "Bearer ", 7) != 0) {
+    jb_resp_error(resp, 401, "unauthorized", "Authorization must use the Bearer scheme");
+    return -1;
+  }
+  const char *tok = h + 7;
+  while (*tok == ' ') tok++;
+  unsigned char hash[32], stored[32];
+  if (jb_token_hash(tok, hash) < 0) {
+    jb_resp_error(resp, 401, "unauthorized", "malformed token");
+    return -1;
+  }
+  char role[16], job[129];
+  jb_error err = {0};
+  int rc = jb_db_token_lookup(conn, hash, role, job, stored, &err);
+  if (rc == JB_ERR_FAIL) {
+    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    return -1;
+  }
+  if (rc == JB_ERR_NOT_FOUND || sodium_memcmp(hash, stored, 32) != 0) {
+    jb_resp_error(resp, 401, "unauthorized", "unknown or revoked token");
+    return -1;
+  }
+  enum jb_role r = strcmp(role, "service") == 0 ? JB_ROLE_SERVICE
+                   : strcmp(role, "buyer") == 0 ? JB_ROLE_BUYER
+                                                : JB_ROLE_AGENT;
+  if (!(roles & r)) {
+    jb_resp_error(resp, 403, "forbidden", "a %s token may not do this", role_name(r));
+    return -1;
+  }
+  if (job_id && r != JB_ROLE_SERVICE && strcmp(job, job_id) != 0) {
+    jb_resp_error(resp, 403, "forbidden", "the token belongs to another session");
+    return -1;
+  }
+  who->role = r;
+  snprintf(who->job_id, sizeof who->job_id, "%s", job);
+  return 0;
+}
+
+int jb_service_token_bootstrap(PGconn *conn, const char *path, bool create, jb_error *err) {
+  char text[JB_TOKEN_TEXT_LEN + 8];
+  unsigned char hash[32];
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < 0) return jb_fail_errno(err, errno, "read %s", path);
+    text[n] = '\0';
+    text[strcspn(text, "\r\n \t")] = '\0';
+    if (jb_token_hash(text, hash) < 0)
+      return jb_fail(err, EINVAL, "%s does not hold a jailbox token (jbt_ + 43 base64url chars)", path);
+  } else if (errno == ENOENT && create) {
+    jb_token_mint(text, hash);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return jb_fail_errno(err, errno, "create %s", path);
+    size_t len = strlen(text);
+    text[len] = '\n';
+    ssize_t w = write(fd, text, len + 1);
+    int e = errno;
+    close(fd);
+    if (w != (ssize_t)len + 1) return jb_fail_errno(err, e, "write %s", path);
+    jb_log(JB_LOG_INFO, "service token created", "file", path, NULL);
+  } else {
+    return jb_fail_errno(err, errno, "service token file %s", path);
+  }
+  sodium_memzero(text, sizeof text);
+  if (jb_db_token_insert(conn, hash, "service", NULL, "bootstrap", err) != JB_OK) return -1;
+  return 0;
+}

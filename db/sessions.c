@@ -1,0 +1,267 @@
+/* sessions.c — SQL for sessions, ops and agents (see sessions.h). */
+#include "db/sessions.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/db.h"
+#include "db/tokens.h"
+
+static const char *const live_states[] = {JB_LIVE_STATES, NULL};
+static const char *const end_states[] = {"accepted", "aborted", "failed", NULL};
+
+static bool in_list(const char *const list[], const char *s) {
+  for (size_t i = 0; list[i]; i++)
+    if (strcmp(list[i], s) == 0) return true;
+  return false;
+}
+
+bool jb_state_is_live(const char *state) { return in_list(live_states, state); }
+bool jb_state_is_known(const char *state) {
+  return in_list(live_states, state) || in_list(end_states, state);
+}
+
+/* Copies column 0 of row 0 into a new string. */
+static char *dup_value(PGresult *r) {
+  return strndup(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+}
+
+int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *err) {
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  char st[6] = "";
+  const char *p1[1] = {s->agent_id};
+  PGresult *r = jb_db_exec(c, "INSERT INTO agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                           1, p1, PGRES_COMMAND_OK, st, err, "create agent");
+  if (!r) goto fail;
+  PQclear(r);
+  const char *p2[6] = {s->job_id, s->agent_id, s->workspace, s->mode, s->exclude_json, s->limits_json};
+  r = jb_db_exec(c,
+                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits)"
+                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb)",
+                 6, p2, PGRES_COMMAND_OK, st, err, "create session");
+  if (!r) {
+    jb_db_rollback(c);
+    return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
+  }
+  PQclear(r);
+  if (jb_db_token_insert(c, s->buyer_hash, "buyer", s->job_id, NULL, err) != JB_OK ||
+      jb_db_token_insert(c, s->agent_hash, "agent", s->job_id, NULL, err) != JB_OK)
+    goto fail;
+  const char *p3[1] = {s->job_id};
+  r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'launch')", 1, p3,
+                 PGRES_COMMAND_OK, NULL, err, "queue launch");
+  if (!r) goto fail;
+  PQclear(r);
+  if (jb_db_commit(c, err) < 0) goto fail;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
+}
+
+#define SESSION_JSON                                                                        \
+  "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"  \
+  " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude," \
+  " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"\
+  " 'endedAt', jb_ts(s.ended_at),"                                                          \
+  " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending'),"\
+  " 'auditHead', json_build_object('seq', s.audit_head_seq, 'hash', encode(s.audit_head_hash, 'hex')),"\
+  " 'walls', s.walls)::text"
+
+int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c, "SELECT " SESSION_JSON " FROM sessions s WHERE s.job_id = $1", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "read session");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  *json_out = dup_value(r);
+  PQclear(r);
+  return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+}
+
+/* "{a,b,c}" array literal of the NULL-terminated `list` (state names need no quoting). */
+static void array_literal(const char *const list[], char *out, size_t len) {
+  size_t o = (size_t)snprintf(out, len, "{");
+  for (size_t i = 0; list[i] && o < len; i++)
+    o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "," : "", list[i]);
+  if (o < len) snprintf(out + o, len - o, "}");
+}
+
+/* JB_ERR_NOT_FOUND or JB_ERR_CONFLICT (current state into `state`) for a session whose
+ * conditional update matched nothing. */
+static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "read session state");
+  if (!r) return JB_ERR_FAIL;
+  int rc = JB_ERR_NOT_FOUND;
+  if (PQntuples(r) == 1) {
+    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    rc = JB_ERR_CONFLICT;
+  }
+  PQclear(r);
+  return rc;
+}
+
+int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             const char *const from[], const char *to, const char *reason,
+                             const char *actor, struct jb_transition *out, jb_error *err) {
+  memset(out, 0, sizeof *out);
+  char from_lit[256];
+  array_literal(from, from_lit, sizeof from_lit);
+  bool ending = in_list(end_states, to);
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  const char *p[4] = {job_id, to, reason, from_lit};
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH old AS (SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE)"
+      " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
+      "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
+      " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
+      " RETURNING old.state",
+      4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
+  if (!r) goto fail;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    int rc = why_not(c, job_id, out->state, err);
+    jb_db_rollback(c);
+    return rc;
+  }
+  snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
+  snprintf(out->state, sizeof out->state, "%s", to);
+  PQclear(r);
+
+  if (ending) {
+    const char *pe[2] = {job_id, to};
+    r = jb_db_exec(c,
+                   "UPDATE ops SET state = 'rejected', decision = 'rejected',"
+                   " reason = 'session ' || $2, decided_at = now()"
+                   " WHERE job_id = $1 AND state = 'pending'",
+                   2, pe, PGRES_COMMAND_OK, NULL, err, "reject pending ops");
+    if (!r) goto fail;
+    out->rejected_ops = strtol(PQcmdTuples(r), NULL, 10);
+    PQclear(r);
+    r = jb_db_exec(c, "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
+                   1, pe, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
+    if (!r) goto fail;
+    PQclear(r);
+    r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown')", 1, pe,
+                   PGRES_COMMAND_OK, NULL, err, "queue teardown");
+    if (!r) goto fail;
+    PQclear(r);
+  }
+  (void)keys;
+  (void)actor;
+  if (jb_db_commit(c, err) < 0) goto fail;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
+}
+
+int jb_db_session_set_mode(PGconn *c, const char *job_id, const char *mode, char state[20],
+                           jb_error *err) {
+  const char *p[2] = {job_id, mode};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE sessions SET mode = $2, updated_at = now() WHERE job_id = $1"
+                           " AND state IN ('created', 'prescanning', 'awaiting_agent', 'active',"
+                           " 'paused', 'done') RETURNING state",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "set mode");
+  if (!r) return JB_ERR_FAIL;
+  int n = PQntuples(r);
+  PQclear(r);
+  return n == 1 ? JB_OK : why_not(c, job_id, state, err);
+}
+
+#define OP_JSON                                                                              \
+  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"   \
+  " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"          \
+  " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
+  " 'completedAt', jb_ts(o.completed_at))"
+
+int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
+                   char **json_out, jb_error *err) {
+  char a[24], l[16];
+  snprintf(a, sizeof a, "%lld", after);
+  snprintf(l, sizeof l, "%d", limit);
+  const char *p[4] = {job_id, state, a, l};
+  /* one more row than asked tells whether a next page exists */
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text IS NULL OR o.state = $2)"
+      "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
+      " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
+      " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON " ORDER BY o.op_id)"
+      "   FROM shown o), '[]'::json),"
+      "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
+      "   THEN (SELECT max(op_id) FROM shown) END)::text",
+      4, p, PGRES_TUPLES_OK, NULL, err, "list ops");
+  if (!r) return JB_ERR_FAIL;
+  *json_out = dup_value(r);
+  PQclear(r);
+  return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+}
+
+int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                    long long op_id, bool approve, const char *reason, char **json_out,
+                    char state[20], jb_error *err) {
+  (void)keys;
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[4] = {id, job_id, approve ? "approved" : "rejected", reason};
+  PGresult *r = jb_db_exec(
+      c,
+      "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now()"
+      " FROM sessions s WHERE o.op_id = $1::bigint AND o.job_id = $2 AND o.state = 'pending'"
+      "   AND s.job_id = o.job_id"
+      "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
+      " RETURNING " OP_JSON "::text",
+      4, p, PGRES_TUPLES_OK, NULL, err, "decide op");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1) {
+    *json_out = dup_value(r);
+    PQclear(r);
+    return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+  }
+  PQclear(r);
+  r = jb_db_exec(c,
+                 "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
+                 " WHERE o.op_id = $1::bigint AND o.job_id = $2",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
+  if (!r) return JB_ERR_FAIL;
+  int rc = JB_ERR_NOT_FOUND;
+  if (PQntuples(r) == 1) {
+    /* pending but not decidable: the session ended */
+    const char *ops = PQgetvalue(r, 0, 0);
+    snprintf(state, 20, "%s", strcmp(ops, "pending") == 0 ? PQgetvalue(r, 0, 1) : ops);
+    rc = JB_ERR_CONFLICT;
+  }
+  PQclear(r);
+  return rc;
+}
+
+int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err) {
+  const char *p[1] = {agent_id};
+  PGresult *r = jb_db_exec(
+      c,
+      "SELECT json_build_object('agentId', a.agent_id, 'trustScore', a.trust_score,"
+      " 'createdAt', jb_ts(a.created_at), 'updatedAt', jb_ts(a.updated_at),"
+      " 'sessions', (SELECT count(*) FROM sessions s WHERE s.agent_id = a.agent_id),"
+      " 'history', coalesce((SELECT json_agg(json_build_object('kind', e.kind, 'jobId', e.job_id,"
+      "   'scoreDelta', e.score_delta, 'detail', e.detail, 'at', jb_ts(e.created_at)) ORDER BY e.id)"
+      "   FROM agent_events e WHERE e.agent_id = a.agent_id), '[]'::json))::text"
+      " FROM agents a WHERE a.agent_id = $1",
+      1, p, PGRES_TUPLES_OK, NULL, err, "read agent");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  *json_out = dup_value(r);
+  PQclear(r);
+  return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+}

@@ -1,0 +1,73 @@
+/* sessions.h — storage of sessions, their ops and agents; the session state machine is
+ * enforced here, in the database: a transition is one UPDATE … WHERE state = ANY(from). */
+#ifndef JB_DB_SESSIONS_H
+#define JB_DB_SESSIONS_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "server/err.h"
+
+struct jb_keyring;
+
+/* States of design.md's lifecycle, as stored. */
+#define JB_LIVE_STATES "created", "prescanning", "awaiting_agent", "active", "paused", "done"
+bool jb_state_is_live(const char *state);
+bool jb_state_is_known(const char *state);
+
+struct jb_session_new {
+  const char *job_id, *agent_id, *workspace, *mode;
+  const char *exclude_json;                   /* JSON array text */
+  const char *limits_json;                    /* JSON object text */
+  const unsigned char *buyer_hash, *agent_hash; /* SHA-256 of the two tokens, 32 bytes each */
+};
+
+/* Creates the session (state created), its agent row when new, its buyer and agent tokens,
+ * and a queued launch job, in one transaction. JB_OK, JB_ERR_EXISTS when job_id is taken,
+ * JB_ERR_FAIL with `err`. */
+int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *err);
+
+/* The API view of a session as JSON text (new allocation, free it): jobId, agentId,
+ * workspace, mode, state, stateReason, exclude, limits, createdAt, updatedAt, endedAt,
+ * pendingOps, auditHead {seq, hash}, walls. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
+int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err);
+
+struct jb_transition {
+  char previous[20];  /* the state before */
+  char state[20];     /* the state after; on JB_ERR_CONFLICT the current state */
+  long rejected_ops;  /* pending ops rejected because the session ended */
+};
+
+/* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
+ * (nullable) and `actor` ("buyer", "service", "agent", "system") recorded. Entering an end
+ * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
+ * session's tokens and queues a teardown job — all in the same transaction.
+ * JB_OK; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with out->state = the current state; JB_ERR_FAIL. */
+int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             const char *const from[], const char *to, const char *reason,
+                             const char *actor, struct jb_transition *out, jb_error *err);
+
+/* Sets the mode of a live session. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_CONFLICT (ended; `state`
+ * of 20 bytes receives it), JB_ERR_FAIL. */
+int jb_db_session_set_mode(PGconn *c, const char *job_id, const char *mode, char state[20],
+                           jb_error *err);
+
+/* A page of ops as JSON text {"ops":[…],"next":opId|null} (new allocation): ops of `job_id`
+ * with op_id > `after`, in op_id order, at most `limit`, only `state` when non-NULL.
+ * JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
+                   char **json_out, jb_error *err);
+
+/* Decides a pending op: approve (true) or reject, with `reason` (nullable). Exactly one of
+ * two concurrent decisions succeeds. On JB_OK *json_out is the op as JSON text (new).
+ * JB_ERR_NOT_FOUND (no such op in that session); JB_ERR_CONFLICT (op not pending, or the
+ * session ended; `state` of 20 bytes receives the op's state); JB_ERR_FAIL. */
+int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                    long long op_id, bool approve, const char *reason, char **json_out,
+                    char state[20], jb_error *err);
+
+/* The agent's trust score and history as JSON text (new). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
+int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err);
+
+#endif
