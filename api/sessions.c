@@ -140,12 +140,16 @@ static int read_exclude(const json_t *body, char **out, jb_error *err) {
 void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   jb_error err = {0};
-  /* parse and check the body before the database is touched */
-  json_t *body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  json_t *body = NULL;
+  char *exclude = NULL;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) goto out;
+  body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   static const char *const allowed[] = {"jobId", "agentId", "workspace", "mode", "exclude", "limits", NULL};
   const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised";
   char limits[160], wsabs[PATH_MAX], gen[32];
-  char *exclude = NULL;
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
       jb_json_get_string(body, "jobId", 1, 128, true, &job, &err) < 0 ||
       jb_json_get_string(body, "agentId", 1, 200, true, &agent, &err) < 0 ||
@@ -175,15 +179,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     job = gen;
   }
 
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) goto out;
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) {
-    jb_db_release(app->db, c);
-    goto out;
-  }
   if (resolve_workspace(app->cfg->workspace_root, ws, wsabs, &err) < 0) {
-    jb_db_release(app->db, c);
     jb_resp_error(resp, 400, "bad_workspace", "%s", err.msg);
     goto out;
   }
@@ -195,7 +191,6 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
                              .exclude_json = exclude, .limits_json = limits,
                              .buyer_hash = bh, .agent_hash = ah};
   int rc = jb_db_session_create(c, &s, &err);
-  jb_db_release(app->db, c);
   if (rc == JB_ERR_EXISTS) {
     jb_resp_error(resp, 409, "exists", "a session with jobId '%s' exists", job);
   } else if (rc != JB_OK) {
@@ -211,6 +206,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   sodium_memzero(buyer, sizeof buyer);
   sodium_memzero(agent_tok, sizeof agent_tok);
 out:
+  jb_db_release(app->db, c);
   free(exclude);
   json_decref(body);
 }
@@ -290,13 +286,13 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
 static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
                    bool approve) {
   const char *job = req->params[0], *ops = req->params[1];
-  json_t *doc;
+  json_t *doc = NULL;
   const char *reason;
-  if (optional_reason(req, &doc, &reason, resp) < 0) return;
   PGconn *c = conn_or_503(app, resp);
-  if (!c) goto out;
+  if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0) {
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
     char *end;
     errno = 0;
     long long op = strtoll(ops, &end, 10);
@@ -320,7 +316,6 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
     }
   }
   jb_db_release(app->db, c);
-out:
   json_decref(doc);
 }
 
@@ -336,13 +331,13 @@ void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_r
 static void transition(struct jb_app *app, const struct jb_http_req *req,
                        struct jb_http_resp *resp, const char *const from[], const char *to) {
   const char *job = req->params[0];
-  json_t *doc;
+  json_t *doc = NULL;
   const char *reason;
-  if (optional_reason(req, &doc, &reason, resp) < 0) return;
   PGconn *c = conn_or_503(app, resp);
-  if (!c) goto out;
+  if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0) {
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
     struct jb_transition t;
     jb_error err = {0};
     int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
@@ -365,7 +360,6 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
     }
   }
   jb_db_release(app->db, c);
-out:
   json_decref(doc);
 }
 
@@ -394,37 +388,35 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   jb_error err = {0};
   static const char *const allowed[] = {"mode", NULL};
   const char *mode = NULL;
-  json_t *body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  json_t *body = NULL;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) < 0) goto out;
+  body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
       jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0) {
     jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
-    json_decref(body);
-    return;
+    goto out;
   }
   if (!mode || (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0)) {
     jb_resp_error(resp, 400, "bad_request", "field 'mode' must be 'supervised' or 'unsupervised'");
-    json_decref(body);
-    return;
+    goto out;
   }
-  PGconn *c = conn_or_503(app, resp);
-  if (c) {
-    struct jb_principal who;
-    if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0) {
-      char state[20] = "", *json = NULL;
-      int rc = jb_db_session_set_mode(c, job, mode, state, &err);
-      if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
-        send_text(resp, 200, json);
-        jb_bus_publish(app->bus, job, "jailbox:mode", json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
-      } else if (rc == JB_ERR_NOT_FOUND) {
-        jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-      } else if (rc == JB_ERR_CONFLICT) {
-        conflict(resp, "cannot change mode", state);
-      } else {
-        db_failed(resp, &err);
-      }
-    }
-    jb_db_release(app->db, c);
+  char state[20] = "", *json = NULL;
+  int rc = jb_db_session_set_mode(c, job, mode, state, &err);
+  if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
+    send_text(resp, 200, json);
+    jb_bus_publish(app->bus, job, "jailbox:mode", json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
+  } else if (rc == JB_ERR_NOT_FOUND) {
+    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+  } else if (rc == JB_ERR_CONFLICT) {
+    conflict(resp, "cannot change mode", state);
+  } else {
+    db_failed(resp, &err);
   }
+out:
+  jb_db_release(app->db, c);
   json_decref(body);
 }
 

@@ -31,12 +31,17 @@ struct jb_http_server {
   atomic_long inflight; /* requests between first callback and completion */
 };
 
+/* A body over the limit is read and dropped up to this many times the limit before the
+ * answer (so that clients still sending see the 413); past it the connection is closed. */
+#define DISCARD_FACTOR 8
+
 /* Per-request state, kept in MHD's con_cls. */
 struct req_ctx {
   struct timespec start;
   char *body;
   size_t len, cap;
-  bool too_large;
+  bool too_large;      /* over the limit: the rest is dropped, then 413 */
+  size_t discarded;    /* bytes dropped so far */
   bool answered;
   int status;
   char method[16];
@@ -182,11 +187,14 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
     unsigned long long v = strtoull(cl, &end, 10);
     if (errno || end == cl || *end) /* MHD refuses these itself; be safe */
       return send_error(conn, ctx, 400, "bad_request", "bad Content-Length", true);
-    if (v > (unsigned long long)srv->max_body) {
+    if (v > (unsigned long long)srv->max_body * DISCARD_FACTOR) {
       char m[96];
       snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->max_body);
       return send_error(conn, ctx, 413, "payload_too_large", m, true);
     }
+    /* a moderate excess is read and dropped, so that the client sees the 413 instead of a
+     * reset connection */
+    if (v > (unsigned long long)srv->max_body) ctx->too_large = true;
   }
   return MHD_YES;
 }
@@ -246,7 +254,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (ctx->too_large) return MHD_YES;
+    if (ctx->too_large) {
+      ctx->discarded += n;
+      if (ctx->discarded > (size_t)srv->max_body * DISCARD_FACTOR) {
+        char m[96];
+        snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->max_body);
+        return send_error(conn, ctx, 413, "payload_too_large", m, true);
+      }
+      return MHD_YES;
+    }
     if (ctx->len + n > (size_t)srv->max_body) {
       ctx->too_large = true;
       free(ctx->body);

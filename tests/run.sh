@@ -8,6 +8,9 @@ ROOT=$(pwd)
 
 ./deploy/install-deps.sh
 
+echo "== node packages for the client tests"
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+
 JOBS=$(nproc)
 echo "== build (gcc, release)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc >/dev/null

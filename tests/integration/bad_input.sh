@@ -35,6 +35,9 @@ R=$(raw 'POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Lengt
 check "two Content-Length headers 400" "HTTP/1.1 400 Bad Request" "$R"
 check_match "connection closed after it" 'Connection: close' "$(cat "$T/raw")"
 check "only one answer on that connection" 1 "$(grep -c '^HTTP/1.1' "$T/raw")"
+R=$(raw 'POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc')
+check "huge declared body refused before reading it" "HTTP/1.1 413 Content Too Large" "$R"
+check_match "and the connection closed" 'Connection: close' "$(cat "$T/raw")"
 # headers first: the refusal comes before any body byte is read; then the smuggled request
 exec 3<>"/dev/tcp/127.0.0.1/$JB_PORT"
 printf 'POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n' >&3
