@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <libpq-events.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,8 @@ int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what) {
                  state ? state : "", state ? ")" : "");
 }
 
+static void track_prepared(PGconn *c);
+
 /* Server notices (e.g. "already exists, skipping") go to the log, never raw to stderr. */
 static void on_notice(void *arg, const char *message) {
   char line[400];
@@ -61,6 +65,7 @@ static PGconn *connect_one(struct jb_db *db, jb_error *err) {
     return NULL;
   }
   PQsetNoticeProcessor(c, on_notice, NULL);
+  track_prepared(c);
   return c;
 }
 
@@ -146,16 +151,94 @@ void jb_db_close(struct jb_db *db) {
   free(db);
 }
 
-PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *params,
-                     ExecStatusType want, char *sqlstate, jb_error *err, const char *what) {
-  PGresult *r = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
-  if (PQresultStatus(r) == want) return r;
+/* ---------- prepared statements, remembered per connection ---------- */
+
+/* The statements prepared on one connection: kept as libpq instance data of an event
+ * procedure, so that a reset connection (which loses them) starts empty again. */
+struct prepared_set {
+  size_t n, cap;
+  const char **sql;  /* the static SQL strings prepared so far */
+};
+
+static int on_conn_event(PGEventId id, void *info, void *passthrough) {
+  (void)passthrough;
+  if (id == PGEVT_CONNRESET || id == PGEVT_CONNDESTROY) {
+    PGconn *c = id == PGEVT_CONNRESET ? ((PGEventConnReset *)info)->conn
+                                      : ((PGEventConnDestroy *)info)->conn;
+    struct prepared_set *ps = PQinstanceData(c, on_conn_event);
+    if (ps) {
+      free(ps->sql);
+      free(ps);
+      PQsetInstanceData(c, on_conn_event, NULL);
+    }
+  }
+  return 1;
+}
+
+/* Registers the event procedure on a new connection (idempotent). */
+static void track_prepared(PGconn *c) { PQregisterEventProc(c, on_conn_event, "jailbox", NULL); }
+
+static bool is_prepared(PGconn *c, const char *sql) {
+  struct prepared_set *ps = PQinstanceData(c, on_conn_event);
+  for (size_t i = 0; ps && i < ps->n; i++)
+    if (ps->sql[i] == sql) return true;
+  return false;
+}
+
+static void mark_prepared(PGconn *c, const char *sql) {
+  struct prepared_set *ps = PQinstanceData(c, on_conn_event);
+  if (!ps) {
+    ps = calloc(1, sizeof *ps);
+    if (!ps || !PQsetInstanceData(c, on_conn_event, ps)) {
+      free(ps);
+      return; /* not remembered: it is prepared again next time, under the same name */
+    }
+  }
+  if (ps->n == ps->cap) {
+    size_t cap = ps->cap ? ps->cap * 2 : 16;
+    const char **nv = realloc(ps->sql, cap * sizeof *nv);
+    if (!nv) return;
+    ps->sql = nv;
+    ps->cap = cap;
+  }
+  ps->sql[ps->n++] = sql;
+}
+
+PGresult *jb_db_prepared(PGconn *conn, const char *sql, int n, const char *const *params,
+                         const int *lengths, const int *formats, int result_format,
+                         char *sqlstate, jb_error *err, const char *what) {
+  char name[32];
+  snprintf(name, sizeof name, "jb_%p", (const void *)sql);
+  PGresult *r = NULL;
+  if (!is_prepared(conn, sql)) {
+    r = PQprepare(conn, name, sql, n, NULL);
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    /* 42P05 duplicate_prepared_statement: prepared before but not remembered */
+    if (PQresultStatus(r) == PGRES_COMMAND_OK || (st && strcmp(st, "42P05") == 0)) {
+      mark_prepared(conn, sql);
+      PQclear(r);
+      r = NULL;
+    }
+  }
+  if (!r) r = PQexecPrepared(conn, name, n, params, lengths, formats, result_format);
+  ExecStatusType got = PQresultStatus(r);
+  if (got == PGRES_COMMAND_OK || got == PGRES_TUPLES_OK) return r;
   if (sqlstate) {
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     snprintf(sqlstate, 6, "%s", st ? st : "");
   }
   if (r) jb_db_fail_res(err, r, what);
   else jb_db_fail(err, conn, what);
+  PQclear(r);
+  return NULL;
+}
+
+PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *params,
+                     ExecStatusType want, char *sqlstate, jb_error *err, const char *what) {
+  PGresult *r = jb_db_prepared(conn, sql, n, params, NULL, NULL, 0, sqlstate, err, what);
+  if (!r) return NULL;
+  if (PQresultStatus(r) == want) return r;
+  jb_fail(err, EIO, "%s: unexpected result %s", what, PQresStatus(PQresultStatus(r)));
   PQclear(r);
   return NULL;
 }

@@ -32,7 +32,19 @@ int jb_db_fail(jb_error *err, PGconn *conn, const char *what);
 /* As jb_db_fail for a failed result `res` (uses its SQLSTATE and primary message). */
 int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what);
 
+/* Runs `sql` as a prepared statement of `conn` (prepared on its first use on each connection,
+ * named after the address of `sql`, which must therefore have static storage: a string
+ * literal) with `n` parameters: `params` values, `lengths`/`formats` as for PQexecPrepared
+ * (NULL: all text). Result columns come back in `result_format` (0 text, 1 binary).
+ * Returns the result when its status is PGRES_COMMAND_OK or PGRES_TUPLES_OK, else NULL with
+ * `err` set to "`what`: <server message>" and the SQLSTATE copied to `sqlstate` (6 bytes,
+ * may be NULL). */
+PGresult *jb_db_prepared(PGconn *conn, const char *sql, int n, const char *const *params,
+                         const int *lengths, const int *formats, int result_format,
+                         char *sqlstate, jb_error *err, const char *what);
+
 /* Runs `sql` with `n` text parameters (NULL entries are SQL NULL) and expects status `want`.
+ * Static SQL (a literal) only: it is prepared once per connection (see jb_db_prepared).
  * Returns the result (PQclear it), or NULL with `err` set to "`what`: <server message>"; the
  * failed result's SQLSTATE is copied to `sqlstate` (6 bytes) when that is non-NULL. */
 PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *params,
