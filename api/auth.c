@@ -46,6 +46,14 @@ static const char *role_name(enum jb_role r) {
   return r == JB_ROLE_SERVICE ? "service" : r == JB_ROLE_BUYER ? "buyer" : "agent";
 }
 
+int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]) {
+  const char *h = jb_http_header(req, "Authorization");
+  if (!h || strncasecmp(h, "Bearer ", 7) != 0) return -1;
+  const char *tok = h + 7;
+  while (*tok == ' ') tok++;
+  return jb_token_hash(tok, hash);
+}
+
 int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp) {

@@ -29,6 +29,10 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp);
 
+/* The SHA-256 of the request's well-formed bearer token into `hash`. Returns 0, or -1 when
+ * there is none or it is malformed (no database access). */
+int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]);
+
 /* Mints a new token: 32 random bytes from libsodium, written as "jbt_" + base64url without
  * padding into `text` (JB_TOKEN_TEXT_LEN bytes), and its SHA-256 into `hash`. */
 void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]);

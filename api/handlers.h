@@ -21,4 +21,9 @@ void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_h
 void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_agent_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
+/* api/audit.c */
+void jb_api_audit_export(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_audit_verify(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_audit_keys(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
 #endif

@@ -16,6 +16,9 @@ static const struct jb_route routes[] = {
     {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume},
     {"POST", "/v1/jailbox/:jobId/accept", jb_api_session_accept},
     {"GET", "/v1/agents/:agentId", jb_api_agent_get},
+    {"GET", "/v1/jailbox/:jobId/audit", jb_api_audit_export},
+    {"GET", "/v1/jailbox/:jobId/audit/verify", jb_api_audit_verify},
+    {"GET", "/v1/audit/keys", jb_api_audit_keys},
 };
 
 const struct jb_route *jb_api_routes(size_t *n) {

@@ -14,6 +14,7 @@
 #include "api/handlers.h"
 #include "api/json.h"
 #include "db/sessions.h"
+#include "server/cache.h"
 #include "server/log.h"
 
 /* ---------- shared steps ---------- */
@@ -213,19 +214,49 @@ out:
 
 /* ---------- GET /v1/jailbox/:jobId ---------- */
 
+/* Loads the service token set into the cache when it is not there. */
+static void warm_service_set(struct jb_app *app, PGconn *c) {
+  if (!app->cache || jb_cache_has_service_set(app->cache)) return;
+  uint64_t stamp = jb_cache_stamp(app->cache);
+  unsigned char *h = NULL;
+  size_t n = 0;
+  if (jb_db_service_token_hashes(c, &h, &n, NULL) == JB_OK) jb_cache_put_service_set(app->cache, stamp, h, n);
+  free(h);
+}
+
 void jb_api_session_get(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   const char *job = req->params[0];
+  unsigned char th[32];
+  if (app->cache && jb_auth_bearer_hash(req, th) == 0) {
+    char *hit = jb_cache_get_session(app->cache, job, th);
+    if (hit) {
+      send_text(resp, 200, hit);
+      return;
+    }
+  }
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
   jb_error err = {0};
   char *json = NULL;
   if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
-    int rc = jb_db_session_get(c, job, &json, &err);
-    if (rc == JB_OK) send_text(resp, 200, json);
-    else if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-    else db_failed(resp, &err);
+    uint64_t stamp = app->cache ? jb_cache_stamp(app->cache) : 0;
+    unsigned char *readers = NULL;
+    size_t n_readers = 0;
+    int rc = jb_db_session_get_with_readers(c, job, &json, &readers, &n_readers, &err);
+    if (rc == JB_OK) {
+      if (app->cache) {
+        jb_cache_put_session(app->cache, stamp, job, json, readers, n_readers);
+        warm_service_set(app, c);
+      }
+      send_text(resp, 200, json);
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    } else {
+      db_failed(resp, &err);
+    }
+    free(readers);
   }
   jb_db_release(app->db, c);
 }
@@ -303,6 +334,7 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
       char *json = NULL, state[20] = "";
       int rc = jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &err);
       if (rc == JB_OK) {
+        if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
         json_t *ev = json_loads(json, 0, NULL);
         send_text(resp, 200, json);
         jb_bus_publish(app->bus, job, "jailbox:op", ev);
@@ -342,6 +374,7 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
     jb_error err = {0};
     int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
     if (rc == JB_OK) {
+      if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
       jb_resp_json(resp, 200, json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state,
                                         "previous", t.previous, "rejectedOps",
                                         (json_int_t)t.rejected_ops));
@@ -405,6 +438,7 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   }
   char state[20] = "", *json = NULL;
   int rc = jb_db_session_set_mode(c, job, mode, state, &err);
+  if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
   if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
     send_text(resp, 200, json);
     jb_bus_publish(app->bus, job, "jailbox:mode", json_pack("{s:s,s:s}", "jobId", job, "mode", mode));

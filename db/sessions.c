@@ -1,6 +1,7 @@
 /* sessions.c — SQL for sessions, ops and agents (see sessions.h). */
 #include "db/sessions.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,65 @@ int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *
   *json_out = dup_value(r);
   PQclear(r);
   return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+}
+
+/* Decodes a comma-separated list of 64-hex-digit hashes into a new array. */
+static int hex_list(const char *txt, unsigned char **out, size_t *n, jb_error *err) {
+  *out = NULL;
+  *n = 0;
+  size_t len = strlen(txt);
+  if (len == 0) return JB_OK;
+  size_t count = (len + 1) / 65;
+  unsigned char *v = malloc(count * 32);
+  if (!v) return jb_fail(err, 12, "out of memory");
+  for (size_t i = 0; i < count; i++) {
+    size_t bin = 0;
+    if (sodium_hex2bin(v + i * 32, 32, txt + i * 65, 64, NULL, &bin, NULL) != 0 || bin != 32) {
+      free(v);
+      return jb_fail(err, 22, "bad token hash from the database");
+    }
+  }
+  *out = v;
+  *n = count;
+  return JB_OK;
+}
+
+int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
+                                   unsigned char **readers, size_t *n_readers, jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(
+      c,
+      "SELECT " SESSION_JSON ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
+      "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND t.revoked_at IS NULL), '')"
+      " FROM sessions s WHERE s.job_id = $1",
+      1, p, PGRES_TUPLES_OK, NULL, err, "read session");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  int rc = hex_list(PQgetvalue(r, 0, 1), readers, n_readers, err);
+  if (rc == JB_OK) {
+    *json_out = dup_value(r);
+    if (!*json_out) {
+      free(*readers);
+      *readers = NULL;
+      rc = jb_fail(err, 12, "out of memory");
+    }
+  }
+  PQclear(r);
+  return rc;
+}
+
+int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_error *err) {
+  PGresult *r = jb_db_exec(c,
+                           "SELECT coalesce(string_agg(encode(token_hash, 'hex'), ','), '')"
+                           " FROM tokens WHERE role = 'service' AND revoked_at IS NULL",
+                           0, NULL, PGRES_TUPLES_OK, NULL, err, "read service tokens");
+  if (!r) return JB_ERR_FAIL;
+  int rc = hex_list(PQgetvalue(r, 0, 0), out, n, err);
+  PQclear(r);
+  return rc;
 }
 
 /* "{a,b,c}" array literal of the NULL-terminated `list` (state names need no quoting). */

@@ -33,6 +33,16 @@ int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *er
  * pendingOps, auditHead {seq, hash}, walls. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err);
 
+/* As jb_db_session_get, and also the SHA-256 hashes of the session's unrevoked buyer tokens
+ * (new array of *n_readers * 32 bytes in *readers, NULL when none; free it), for the read
+ * cache. */
+int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
+                                   unsigned char **readers, size_t *n_readers, jb_error *err);
+
+/* The SHA-256 hashes of all unrevoked service tokens: new array of *n * 32 bytes in *out
+ * (NULL when none). JB_OK or JB_ERR_FAIL. */
+int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_error *err);
+
 struct jb_transition {
   char previous[20];  /* the state before */
   char state[20];     /* the state after; on JB_ERR_CONFLICT the current state */

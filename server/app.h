@@ -11,12 +11,14 @@
 #include "server/config.h"
 #include "server/http.h"
 
+struct jb_cache;    /* session read cache (server/cache.h) */
 struct jb_keyring;  /* audit signing keys (server/keys.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
   struct jb_db *db;             /* connection pool */
   struct jb_bus *bus;           /* session events */
+  struct jb_cache *cache;       /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
   struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
 };

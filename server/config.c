@@ -34,6 +34,8 @@ static const struct setting settings[] = {
    "session workspaces must resolve below this directory"},
   {"service-token-file", "JAILBOX_SERVICE_TOKEN_FILE", K_STR, S(service_token_file), "", 0, 0,
    "file holding the bootstrap service token; empty: <state-dir>/service.token, created if missing"},
+  {"signing-key-file", "JAILBOX_SIGNING_KEY_FILE", K_STR, S(signing_key_file), "", 0, 0,
+   "audit signing key (Ed25519 seed, mode 0600); empty: <state-dir>/audit-signing.key, created if missing"},
   {"log-level", "JAILBOX_LOG_LEVEL", K_STR, S(log_level), "info", 0, 0,
    "least severe level logged: debug, info, warn, error"},
   {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", K_INT, S(max_body_bytes), "1048576", 1, 1L << 30,
@@ -132,6 +134,7 @@ void jb_config_print_help(FILE *out, const char *prog) {
             s->def[0] ? s->def : "(empty)", s->help);
   }
   fprintf(out, "\n  --help                 show this text\n");
+  fprintf(out, "  --routes               print the served routes, METHOD PATTERN per line, and exit\n");
 }
 
 void jb_config_free(struct jb_config *cfg) {

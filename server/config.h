@@ -17,6 +17,7 @@ struct jb_config {
   char *db_user;            /* unprivileged OS user that runs the embedded cluster when root */
   char *workspace_root;     /* every session workspace must resolve below this directory */
   char *service_token_file; /* bootstrap service token; "" = <state_dir>/service.token */
+  char *signing_key_file;   /* audit signing key (Ed25519 seed); "" = <state_dir>/audit-signing.key */
   char *log_level;          /* debug | info | warn | error */
   long max_body_bytes;      /* request body limit, bytes */
   long http_threads;        /* HTTP worker threads */

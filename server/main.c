@@ -12,14 +12,21 @@
 
 #include "api/auth.h"
 #include "db/db.h"
+#include "db/listen.h"
 #include "db/migrate.h"
 #include "db/pgembed.h"
 #include "server/app.h"
+#include "server/cache.h"
 #include "server/config.h"
 #include "server/http.h"
+#include "server/keys.h"
 #include "server/log.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
+
+/* LISTEN jb_change callbacks: drop what changed; trust the cache only while listening. */
+static void on_change(void *cache, const char *job_id) { jb_cache_invalidate(cache, job_id); }
+static void on_listen_up(void *cache, bool up) { jb_cache_set_enabled(cache, up); }
 
 static int fatal(const char *what, const jb_error *err) {
   jb_log(JB_LOG_FATAL, err->msg, "phase", what, NULL);
@@ -27,6 +34,16 @@ static int fatal(const char *what, const jb_error *err) {
 }
 
 int main(int argc, char **argv) {
+  /* --routes: print the route table ("METHOD PATTERN" per line) and exit, before any
+   * setting is read (tests/node/openapi.test.mjs compares it with api/openapi.yaml) */
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--routes") == 0) {
+      size_t n;
+      const struct jb_route *r = jb_api_routes(&n);
+      for (size_t k = 0; k < n; k++) printf("%s %s\n", r[k].method, r[k].pattern);
+      return fflush(stdout) == 0 ? 0 : 1;
+    }
+
   /* signals are taken synchronously by this thread; every thread started later inherits
    * the mask, so SIGTERM never interrupts a worker */
   sigset_t sigs;
@@ -74,6 +91,7 @@ int main(int argc, char **argv) {
   atomic_init(&app.draining, false);
   int exit_code = 0;
   struct jb_http_server *srv = NULL;
+  struct jb_listener *listener = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
     goto out;
@@ -93,6 +111,14 @@ int main(int argc, char **argv) {
     exit_code = fatal("service token", &err);
     goto out;
   }
+  /* the audit signing key: loaded (or generated on first start) and its public half published */
+  if (jb_keyring_load(&app.keys, cfg.state_dir, cfg.signing_key_file, &err) < 0 ||
+      jb_keyring_publish(app.keys, c, &err) < 0) {
+    jb_db_release(app.db, c);
+    exit_code = fatal("audit signing key", &err);
+    goto out;
+  }
+  jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path, NULL);
   jb_db_release(app.db, c);
   if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
     jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
@@ -103,6 +129,13 @@ int main(int argc, char **argv) {
   snprintf(na, sizeof na, "%d", applied);
   snprintf(nt, sizeof nt, "%zu", jb_migrations_count);
   jb_log(JB_LOG_INFO, "migrations up to date", "applied_now", na, "known", nt, NULL);
+
+  /* the read cache trusts only what a live LISTEN connection keeps fresh */
+  app.cache = jb_cache_new(10000);
+  if (app.cache && jb_listener_start(&listener, conninfo, on_change, on_listen_up, app.cache, &err) < 0) {
+    exit_code = fatal("change listener", &err);
+    goto out;
+  }
 
   size_t n_routes;
   const struct jb_route *routes = jb_api_routes(&n_routes);
@@ -127,7 +160,10 @@ int main(int argc, char **argv) {
   jb_http_drain(srv, cfg.shutdown_grace_ms);
 
 out:
+  jb_listener_stop(listener);
+  jb_cache_free(app.cache);
   jb_db_close(app.db);
+  jb_keyring_free(app.keys);
   jb_bus_free(app.bus);
   if (jb_pgembed_stop(&pg, &err) < 0) {
     jb_log(JB_LOG_ERROR, err.msg, "phase", "shutdown", NULL);

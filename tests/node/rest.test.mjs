@@ -364,3 +364,47 @@ test('bad input: header limits 431, smuggling 400 with the connection closed', a
   r = await rawRequest(`GET /healthz HTTP/1.1\r\nHost: x\r\n${hdrs}Connection: close\r\n\r\n`);
   assert.match(r.got, /^HTTP\/1\.1 200/);
 });
+
+// waits (2 s at most) until fn() is true
+async function eventually(fn, what) {
+  for (let i = 0; i < 200; i++) { if (await fn()) return; await new Promise((r) => setTimeout(r, 10)); }
+  assert.fail('not within 2 s: ' + what);
+}
+
+test('read cache: a change made elsewhere reaches GET, also after the listener reconnects', async () => {
+  const s = await srv.open({ jobId: 'cache-1' });
+  const get = () => srv.req('GET', '/v1/jailbox/cache-1', { token: s.buyerToken });
+  assert.equal((await get()).json.state, 'created');
+  assert.equal((await get()).json.state, 'created'); // now served from the cache
+  // another writer (a worker, another instance) changes the row
+  await srv.db.query("UPDATE sessions SET state = 'active' WHERE job_id = 'cache-1'");
+  await eventually(async () => (await get()).json.state === 'active', 'state change seen');
+  await srv.pendingOp('cache-1');
+  await eventually(async () => (await get()).json.pendingOps === 1, 'new op counted');
+  // cut the listener's connection: the cache must not serve stale data across the gap
+  const killed = await srv.db.query(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'jailboxd-listen'");
+  assert.equal(killed.rows.length, 1);
+  await eventually(async () => (await srv.db.query(
+    "SELECT count(*)::int n FROM pg_stat_activity WHERE application_name = 'jailboxd-listen'")).rows[0].n === 1,
+    'listener reconnected');
+  assert.equal((await get()).json.pendingOps, 1);
+  await srv.db.query("UPDATE sessions SET mode = 'unsupervised' WHERE job_id = 'cache-1'");
+  await eventually(async () => (await get()).json.mode === 'unsupervised', 'change after reconnect seen');
+  // a revoked token stops working at once on this instance
+  assert.equal((await srv.req('POST', '/v1/jailbox/cache-1/abort', { token: s.buyerToken })).status, 200);
+  assert.equal((await get()).status, 401);
+  // a token revoked by another writer stops working too
+  const s2 = await srv.open({ jobId: 'cache-2' });
+  assert.equal((await srv.req('GET', '/v1/jailbox/cache-2', { token: s2.buyerToken })).status, 200);
+  await srv.db.query("UPDATE tokens SET revoked_at = now() WHERE job_id = 'cache-2'");
+  await eventually(async () => (await srv.req('GET', '/v1/jailbox/cache-2', { token: s2.buyerToken })).status === 401,
+    'revocation seen');
+  // the agent token of a cached session is still refused
+  const s3 = await srv.open({ jobId: 'cache-3' });
+  await srv.req('GET', '/v1/jailbox/cache-3', { token: s3.buyerToken });
+  assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: s3.agentToken })).status, 403);
+  assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: s2.buyerToken })).status, 401);
+  assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: s.agentToken })).status, 401);
+  assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: srv.serviceToken })).status, 200);
+});

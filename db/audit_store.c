@@ -1,0 +1,360 @@
+/* audit_store.c — SQL of the audit chain: append under a per-session row lock, seal, load,
+ * published keys (see audit_store.h). */
+#include "db/audit_store.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/db.h"
+#include "server/keys.h"
+
+/* Runs `sql` with `n` parameters; `bin` marks binary ones (bytea) with their lengths.
+ * Returns the result when its status is `want`, else NULL with `err` set. */
+static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals,
+                      const int *lens, const int *fmts, ExecStatusType want, jb_error *err,
+                      const char *what) {
+  PGresult *r = PQexecParams(c, sql, n, NULL, vals, lens, fmts, 0);
+  if (PQresultStatus(r) == want) return r;
+  if (r) jb_db_fail_res(err, r, what);
+  else jb_db_fail(err, c, what);
+  PQclear(r);
+  return NULL;
+}
+
+/* Decodes a hex text column of exactly `n` bytes. */
+static int col_hex(const PGresult *r, int row, int col, unsigned char *out, size_t n) {
+  size_t got = 0;
+  const char *end = NULL;
+  if (PQgetisnull(r, row, col) || (size_t)PQgetlength(r, row, col) != 2 * n) return -1;
+  if (sodium_hex2bin(out, n, PQgetvalue(r, row, col), 2 * n, NULL, &got, &end) != 0 || got != n)
+    return -1;
+  return 0;
+}
+
+/* BEGIN when the connection is idle; *own tells whether this call owns the transaction. */
+static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) {
+  switch (PQtransactionStatus(c)) {
+  case PQTRANS_IDLE: {
+    *own = true;
+    PGresult *r = exec(c, begin_sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "begin");
+    PQclear(r);
+    return r ? 0 : -1;
+  }
+  case PQTRANS_INTRANS:
+    *own = false;
+    return 0;
+  case PQTRANS_INERROR:
+    return jb_fail(err, EINVAL, "the caller's transaction has already failed");
+  default:
+    return jb_fail(err, EIO, "database connection is busy or broken");
+  }
+}
+
+/* --- append ---------------------------------------------------------------------------------- */
+
+static const char sql_lock_head[] =
+    "SELECT s.audit_head_seq, encode(s.audit_head_hash, 'hex'),"
+    "       coalesce(e.operation = 'seal', false), jb_ts(clock_timestamp())"
+    "  FROM sessions s"
+    "  LEFT JOIN audit_entries e ON e.job_id = s.job_id AND e.seq = s.audit_head_seq"
+    " WHERE s.job_id = $1"
+    "   FOR UPDATE OF s";
+
+static const char sql_insert[] =
+    "WITH ins AS ("
+    "  INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
+    "                             prev_hash, hash, signature, key_id)"
+    "  VALUES ($1, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11)"
+    "  RETURNING job_id)"
+    " UPDATE sessions s SET audit_head_seq = $2, audit_head_hash = $9"
+    "   FROM ins WHERE s.job_id = ins.job_id";
+
+/* The body of an append, inside a transaction: lock the session row, read the head, build
+ * and sign the entry, insert it, move the head. `seal` builds the seal's details. */
+static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                         const char *operation, const char *path, json_t *details, bool seal,
+                         struct jb_audit_head *out, jb_error *err) {
+  const char *p1[1] = {job_id};
+  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    jb_fail(err, ENOENT, "no session %.128s", job_id);
+    return JB_ERR_NOT_FOUND;
+  }
+  long long head = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  unsigned char prev[JB_AUDIT_HASH_LEN] = {0};
+  if (head > 0 && col_hex(r, 0, 1, prev, sizeof prev) < 0) {
+    PQclear(r);
+    jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
+    return JB_ERR_FAIL;
+  }
+  bool sealed = PQgetvalue(r, 0, 2)[0] == 't';
+  char ts[JB_AUDIT_TS_LEN + 1];
+  snprintf(ts, sizeof ts, "%s", PQgetvalue(r, 0, 3));
+  PQclear(r);
+  if (sealed) {
+    jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
+    return JB_ERR_CONFLICT;
+  }
+
+  json_t *seal_details = NULL;
+  if (seal) {
+    char hex[2 * JB_AUDIT_HASH_LEN + 1];
+    jb_audit_hex(prev, sizeof prev, hex);
+    seal_details = json_pack("{s:I,s:s}", "entries", (json_int_t)head, "head", hex);
+    if (!seal_details) {
+      jb_fail(err, ENOMEM, "out of memory");
+      return JB_ERR_FAIL;
+    }
+    details = seal_details;
+  }
+  struct jb_audit_entry e;
+  int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
+                               keys->sk, keys->pk, err);
+  json_decref(seal_details);
+  if (rc < 0) return JB_ERR_FAIL;
+
+  char seqs[24];
+  snprintf(seqs, sizeof seqs, "%lld", e.seq);
+  char *djson = json_dumps(e.details, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!djson) {
+    jb_audit_entry_clear(&e);
+    jb_fail(err, ENOMEM, "out of memory");
+    return JB_ERR_FAIL;
+  }
+  const char *vals[11] = {job_id, seqs, operation, path, ts, djson,
+                          (const char *)e.canonical, (const char *)e.prev_hash,
+                          (const char *)e.hash, (const char *)e.signature, keys->key_id};
+  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
+                        JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
+  const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+  r = exec(c, sql_insert, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
+  free(djson);
+  rc = JB_OK;
+  if (!r) {
+    rc = JB_ERR_FAIL;
+  } else if (strcmp(PQcmdTuples(r), "1") != 0) {
+    jb_fail(err, EIO, "audit append: session head not moved");
+    rc = JB_ERR_FAIL;
+  }
+  PQclear(r);
+  if (rc == JB_OK && out) {
+    out->seq = e.seq;
+    memcpy(out->hash, e.hash, JB_AUDIT_HASH_LEN);
+    memcpy(out->signature, e.signature, JB_AUDIT_SIG_LEN);
+    memcpy(out->key_id, e.key_id, sizeof out->key_id);
+  }
+  jb_audit_entry_clear(&e);
+  return rc;
+}
+
+static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                  const char *operation, const char *path, json_t *details, bool seal,
+                  struct jb_audit_head *out, jb_error *err) {
+  if (!keys) return jb_fail(err, EINVAL, "no signing key loaded");
+  if (details && jb_audit_details_check(details, err) < 0) return JB_ERR_FAIL;
+  bool own = false;
+  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  int rc = append_locked(c, keys, job_id, operation, path, details, seal, out, err);
+  if (!own) return rc;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
+  PQclear(r);
+  return r ? JB_OK : JB_ERR_FAIL;
+}
+
+int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                    const char *operation, const char *path, json_t *details,
+                    struct jb_audit_head *out, jb_error *err) {
+  if (operation && strcmp(operation, "seal") == 0)
+    return jb_fail(err, EINVAL, "a seal is written with jb_audit_seal");
+  return append(c, keys, job_id, operation, path, details, false, out, err);
+}
+
+int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                  struct jb_audit_head *out, jb_error *err) {
+  return append(c, keys, job_id, "seal", NULL, NULL, true, out, err);
+}
+
+/* --- load ---------------------------------------------------------------------------------- */
+
+static const char sql_session[] =
+    "SELECT state, audit_head_seq, encode(audit_head_hash, 'hex')"
+    "  FROM sessions WHERE job_id = $1";
+
+static const char sql_entries[] =
+    "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"
+    "       encode(prev_hash, 'hex'), encode(hash, 'hex'), encode(signature, 'hex'), key_id"
+    "  FROM audit_entries WHERE job_id = $1 ORDER BY seq";
+
+static void row_malformed(struct jb_audit_entry *e, const char *why) {
+  long long seq = e->seq;
+  jb_audit_entry_clear(e);
+  e->seq = seq;
+  e->malformed = true;
+  snprintf(e->error, sizeof e->error, "stored entry: %s", why);
+}
+
+/* Fills `e` from row `i` of `r` (the columns of sql_entries) for session `job_id`. */
+static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audit_entry *e) {
+  memset(e, 0, sizeof *e);
+  e->seq = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  e->session = strdup(job_id);
+  e->operation = strdup(PQgetvalue(r, i, 1));
+  e->path = PQgetisnull(r, i, 2) ? NULL : strdup(PQgetvalue(r, i, 2));
+  e->timestamp = strdup(PQgetvalue(r, i, 3));
+  if (!e->session || !e->operation || (!e->path && !PQgetisnull(r, i, 2)) || !e->timestamp)
+    return -1;
+  e->details = json_loadb(PQgetvalue(r, i, 4), (size_t)PQgetlength(r, i, 4),
+                          JSON_REJECT_DUPLICATES, NULL);
+  if (!json_is_object(e->details)) {
+    row_malformed(e, "details are not a JSON object");
+    return 0;
+  }
+  size_t clen = (size_t)PQgetlength(r, i, 5) / 2;
+  if (clen > JB_AUDIT_MAX_CANONICAL) {
+    row_malformed(e, "canonical bytes too long");
+    return 0;
+  }
+  e->canonical = malloc(clen + 1);
+  if (!e->canonical) return -1;
+  e->canonical_len = clen;
+  e->canonical[clen] = '\0';
+  if (col_hex(r, i, 5, e->canonical, clen) < 0 || col_hex(r, i, 6, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 7, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 8, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
+      PQgetlength(r, i, 9) != JB_AUDIT_KEY_ID_LEN) {
+    row_malformed(e, "a hash, signature or key id column has the wrong size");
+    return 0;
+  }
+  memcpy(e->key_id, PQgetvalue(r, i, 9), JB_AUDIT_KEY_ID_LEN + 1);
+  return 0;
+}
+
+static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
+  const char *p1[1] = {job_id};
+  PGresult *r = exec(c, sql_session, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit session");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    jb_fail(err, ENOENT, "no session %.128s", job_id);
+    return JB_ERR_NOT_FOUND;
+  }
+  snprintf(out->state, sizeof out->state, "%s", PQgetvalue(r, 0, 0));
+  out->ended = strcmp(out->state, "accepted") == 0 || strcmp(out->state, "aborted") == 0 ||
+               strcmp(out->state, "failed") == 0;
+  out->stored.seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+  if (out->stored.seq > 0 && col_hex(r, 0, 2, out->stored.hash, JB_AUDIT_HASH_LEN) < 0)
+    memset(out->stored.hash, 0xff, JB_AUDIT_HASH_LEN); /* matches no entry: head mismatch */
+  PQclear(r);
+
+  r = exec(c, sql_entries, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
+  if (!r) return JB_ERR_FAIL;
+  int rows = PQntuples(r);
+  out->entries = calloc(rows ? (size_t)rows : 1, sizeof *out->entries);
+  if (!out->entries) {
+    PQclear(r);
+    jb_fail(err, ENOMEM, "out of memory");
+    return JB_ERR_FAIL;
+  }
+  for (int i = 0; i < rows; i++) {
+    out->n = (size_t)i + 1;
+    if (read_row(r, i, job_id, &out->entries[i]) < 0) {
+      PQclear(r);
+      jb_fail(err, ENOMEM, "out of memory");
+      return JB_ERR_FAIL;
+    }
+  }
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                        jb_error *err) {
+  memset(out, 0, sizeof *out);
+  bool own = false;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0)
+    return JB_ERR_FAIL;
+  int rc = load_locked(c, job_id, out, err);
+  if (own) jb_db_rollback(c); /* read only: nothing to keep */
+  if (rc != JB_OK) jb_audit_chain_free(out);
+  return rc;
+}
+
+void jb_audit_chain_free(struct jb_audit_chain *ch) {
+  if (!ch) return;
+  jb_audit_entries_free(ch->entries, ch->n);
+  memset(ch, 0, sizeof *ch);
+}
+
+/* --- keys ------------------------------------------------------------------------------------ */
+
+int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err) {
+  PGresult *r = exec(c,
+                     "SELECT key_id, encode(public_key, 'hex'), jb_ts(created_at),"
+                     "       coalesce(jb_ts(retired_at), '')"
+                     "  FROM audit_signing_keys ORDER BY created_at, key_id",
+                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "audit keys");
+  if (!r) return JB_ERR_FAIL;
+  int rows = PQntuples(r);
+  struct jb_audit_key_row *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
+  if (!v) {
+    PQclear(r);
+    jb_fail(err, ENOMEM, "out of memory");
+    return JB_ERR_FAIL;
+  }
+  int k = 0;
+  for (int i = 0; i < rows; i++) {
+    if (PQgetlength(r, i, 0) != JB_AUDIT_KEY_ID_LEN ||
+        col_hex(r, i, 1, v[k].key.public_key, JB_AUDIT_PK_LEN) < 0)
+      continue; /* cannot be a key of ours; never publish it */
+    memcpy(v[k].key.key_id, PQgetvalue(r, i, 0), JB_AUDIT_KEY_ID_LEN + 1);
+    snprintf(v[k].created_at, sizeof v[k].created_at, "%s", PQgetvalue(r, i, 2));
+    snprintf(v[k].retired_at, sizeof v[k].retired_at, "%s", PQgetvalue(r, i, 3));
+    k++;
+  }
+  PQclear(r);
+  *out = v;
+  *n = (size_t)k;
+  return JB_OK;
+}
+
+int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                         jb_error *err) {
+  bool own = false;
+  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  const char *vals[2] = {key_id, (const char *)pk};
+  const int lens[2] = {0, JB_AUDIT_PK_LEN}, fmts[2] = {0, 1};
+  PGresult *r = exec(c,
+                     "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)"
+                     " ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL"
+                     " RETURNING public_key = $2",
+                     2, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+  int rc = JB_ERR_FAIL;
+  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
+    PQclear(r);
+    r = exec(c,
+             "UPDATE audit_signing_keys SET retired_at = now()"
+             " WHERE key_id <> $1 AND retired_at IS NULL",
+             1, vals, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
+    if (r) rc = JB_OK;
+  } else if (r) {
+    jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
+  }
+  PQclear(r);
+  if (!own) return rc;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "commit");
+  PQclear(r);
+  return r ? JB_OK : JB_ERR_FAIL;
+}

@@ -1,0 +1,78 @@
+/* audit_store.h — storage of the audit chain: appending signed entries (serialized per
+ * session by a row lock on the session), sealing, loading a chain for export and
+ * verification, and the published signing keys. The entry format is server/audit.h. */
+#ifndef JB_DB_AUDIT_STORE_H
+#define JB_DB_AUDIT_STORE_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "server/audit.h"
+#include "server/err.h"
+
+struct jb_keyring;
+
+/* Appends an entry to the chain of session `job_id`, signed with the keyring's active key.
+ * `operation` matches [a-z_]{1,32} and is not "seal" (use jb_audit_seal); `path` may be NULL;
+ * `details` (borrowed; NULL = {}) follows the rules of jb_audit_canonical (integers only, no
+ * reals). The timestamp is the database's clock_timestamp().
+ *
+ * Transactions: inside the caller's open transaction (PQTRANS_INTRANS) the entry becomes
+ * part of it — committed or rolled back with the caller's work, and the session row stays
+ * locked until then; otherwise the call runs and commits a transaction of its own.
+ * Appends to one session are serialized by SELECT … FOR UPDATE on its sessions row;
+ * different sessions never wait for each other.
+ *
+ * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
+ * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
+ * Returns JB_OK; JB_ERR_NOT_FOUND when there is no such session; JB_ERR_CONFLICT when the
+ * chain is sealed; JB_ERR_FAIL with `err` (bad arguments, database failure — inside a
+ * caller's transaction that transaction is then aborted and must be rolled back). */
+int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                    const char *operation, const char *path, json_t *details,
+                    struct jb_audit_head *out, jb_error *err);
+
+/* Appends the final `seal` entry, details {"entries": N, "head": hex}: N entries before
+ * it, `head` the hash of the last of them (64 zeros when N = 0). Nothing can be appended
+ * after it. Same transaction rules and results as jb_audit_append (JB_ERR_CONFLICT when
+ * already sealed). */
+int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                  struct jb_audit_head *out, jb_error *err);
+
+/* A session's stored chain. */
+struct jb_audit_chain {
+  char state[20];               /* sessions.state */
+  bool ended;                   /* state is accepted, aborted or failed */
+  struct jb_audit_head stored;  /* sessions.audit_head_seq / audit_head_hash */
+  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column,
+                                      canonical bytes verbatim */
+  size_t n;
+};
+
+/* Reads the session row and every audit entry of `job_id` from one snapshot (a REPEATABLE
+ * READ transaction of its own when the connection is idle). Entries whose columns cannot be
+ * read become malformed entries (the verifier reports them). Fills *out (release with
+ * jb_audit_chain_free). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                        jb_error *err);
+
+void jb_audit_chain_free(struct jb_audit_chain *ch);
+
+/* A published key as stored. */
+struct jb_audit_key_row {
+  struct jb_audit_pubkey key;
+  char created_at[32];   /* ISO 8601 UTC, ms */
+  char retired_at[32];   /* "" while the key is active */
+};
+
+/* Every published key, oldest first. *out is new (free it), *n its length.
+ * JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
+
+/* Publishes `pk` as the active key `key_id` (un-retiring it when it was retired) and retires
+ * every other active key, in one transaction. JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                         jb_error *err);
+
+#endif

@@ -1,0 +1,745 @@
+/* audit.c — canonical bytes, hashing, signing, export lines and verification of audit
+ * entries (see audit.h and api/audit.md). Pure: no database, no files. */
+#include "server/audit.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const unsigned char zero_hash[JB_AUDIT_HASH_LEN];
+
+static const char *const reason_names[] = {
+    [JB_AUDIT_OK] = "ok",
+    [JB_AUDIT_MALFORMED] = "malformed",
+    [JB_AUDIT_CONTENT_CHANGED] = "content changed",
+    [JB_AUDIT_BAD_SIGNATURE] = "bad signature",
+    [JB_AUDIT_UNKNOWN_KEY] = "unknown key",
+    [JB_AUDIT_BROKEN_LINK] = "broken link",
+    [JB_AUDIT_GAP] = "gap",
+    [JB_AUDIT_REORDERED] = "reordered",
+    [JB_AUDIT_TRUNCATED] = "truncated",
+    [JB_AUDIT_UNSEALED] = "unsealed",
+    [JB_AUDIT_HEAD_MISMATCH] = "head mismatch",
+    [JB_AUDIT_AFTER_SEAL] = "entry after seal",
+    [JB_AUDIT_WRONG_SESSION] = "wrong session",
+};
+
+const char *jb_audit_reason_name(enum jb_audit_reason r) {
+  if ((size_t)r >= sizeof reason_names / sizeof reason_names[0]) return "unknown";
+  return reason_names[r];
+}
+
+void jb_audit_hex(const unsigned char *in, size_t n, char *out) {
+  sodium_bin2hex(out, 2 * n + 1, in, n);
+}
+
+/* Decodes exactly `n` bytes of hex (either case) from the NUL-terminated `s`. */
+static int unhex(const char *s, unsigned char *out, size_t n) {
+  size_t got = 0;
+  const char *end = NULL;
+  if (strlen(s) != 2 * n) return -1;
+  if (sodium_hex2bin(out, n, s, 2 * n, NULL, &got, &end) != 0 || got != n || *end) return -1;
+  return 0;
+}
+
+/* Decodes padded standard base64 of at most `max` bytes; *n receives the length. */
+static int unbase64(const char *s, size_t slen, unsigned char *out, size_t max, size_t *n) {
+  const char *end = NULL;
+  if (sodium_base642bin(out, max, s, slen, NULL, n, &end, sodium_base64_VARIANT_ORIGINAL) != 0)
+    return -1;
+  return end == s + slen ? 0 : -1;
+}
+
+/* New NUL-terminated base64 (standard alphabet, padded) of `n` bytes, NULL on OOM. */
+static char *base64(const unsigned char *in, size_t n) {
+  size_t len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  char *out = malloc(len);
+  if (out) sodium_bin2base64(out, len, in, n, sodium_base64_VARIANT_ORIGINAL);
+  return out;
+}
+
+/* --- canonical form ------------------------------------------------------------------------ */
+
+static int check_value(const json_t *v, int depth, jb_error *err) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT: {
+    if (depth >= JB_AUDIT_MAX_DEPTH)
+      return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
+    const char *k;
+    size_t klen;
+    json_t *m;
+    json_object_keylen_foreach((json_t *)v, k, klen, m) {
+      if (memchr(k, '\0', klen)) return jb_fail(err, EINVAL, "details: a key holds NUL");
+      if (check_value(m, depth + 1, err) < 0) return -1;
+    }
+    return 0;
+  }
+  case JSON_ARRAY: {
+    if (depth >= JB_AUDIT_MAX_DEPTH)
+      return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
+    size_t i;
+    json_t *m;
+    json_array_foreach((json_t *)v, i, m) if (check_value(m, depth + 1, err) < 0) return -1;
+    return 0;
+  }
+  case JSON_STRING:
+    if (memchr(json_string_value(v), '\0', json_string_length(v)))
+      return jb_fail(err, EINVAL, "details: a string holds NUL");
+    return 0;
+  case JSON_REAL:
+    return jb_fail(err, EINVAL, "details: real numbers are not allowed (integers only)");
+  default:
+    return 0;
+  }
+}
+
+int jb_audit_details_check(const json_t *details, jb_error *err) {
+  if (!json_is_object(details)) return jb_fail(err, EINVAL, "details must be a JSON object");
+  return check_value(details, 0, err);
+}
+
+static bool is_digits(const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
+/* YYYY-MM-DDTHH:MM:SS.mmmZ with plausible field ranges. */
+static bool timestamp_ok(const char *t) {
+  if (strlen(t) != JB_AUDIT_TS_LEN) return false;
+  if (t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' || t[16] != ':' ||
+      t[19] != '.' || t[23] != 'Z')
+    return false;
+  if (!is_digits(t, 4) || !is_digits(t + 5, 2) || !is_digits(t + 8, 2) ||
+      !is_digits(t + 11, 2) || !is_digits(t + 14, 2) || !is_digits(t + 17, 2) ||
+      !is_digits(t + 20, 3))
+    return false;
+  int mo = (t[5] - '0') * 10 + (t[6] - '0'), d = (t[8] - '0') * 10 + (t[9] - '0');
+  int h = (t[11] - '0') * 10 + (t[12] - '0'), mi = (t[14] - '0') * 10 + (t[15] - '0');
+  int s = (t[17] - '0') * 10 + (t[18] - '0');
+  return mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h <= 23 && mi <= 59 && s <= 60;
+}
+
+static bool operation_ok(const char *op) {
+  size_t n = strlen(op);
+  if (n < 1 || n > JB_AUDIT_MAX_OPERATION) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((op[i] >= 'a' && op[i] <= 'z') || op[i] == '_')) return false;
+  return true;
+}
+
+static bool session_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > JB_AUDIT_MAX_SESSION) return false;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) return false;
+  return true;
+}
+
+char *jb_audit_canonical(long long seq, const char *session, const char *operation,
+                         const char *path, const char *timestamp, const json_t *details,
+                         size_t *len, jb_error *err) {
+  if (seq < 1) {
+    jb_fail(err, EINVAL, "seq must be at least 1");
+    return NULL;
+  }
+  if (!session || !session_ok(session)) {
+    jb_fail(err, EINVAL, "session id must be 1..%d printable bytes", JB_AUDIT_MAX_SESSION);
+    return NULL;
+  }
+  if (!operation || !operation_ok(operation)) {
+    jb_fail(err, EINVAL, "operation must match [a-z_]{1,%d}", JB_AUDIT_MAX_OPERATION);
+    return NULL;
+  }
+  if (path && strlen(path) > JB_AUDIT_MAX_PATH) {
+    jb_fail(err, EINVAL, "path longer than %d bytes", JB_AUDIT_MAX_PATH);
+    return NULL;
+  }
+  if (!timestamp || !timestamp_ok(timestamp)) {
+    jb_fail(err, EINVAL, "timestamp must be YYYY-MM-DDTHH:MM:SS.mmmZ");
+    return NULL;
+  }
+  json_t *d = details ? json_incref((json_t *)details) : json_object();
+  if (!d) {
+    jb_fail(err, ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (jb_audit_details_check(d, err) < 0) {
+    json_decref(d);
+    return NULL;
+  }
+  json_t *o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:o}", "seq", (json_int_t)seq, "session", session,
+                        "operation", operation, "path", path, "timestamp", timestamp,
+                        "details", d);
+  if (!o) {
+    jb_fail(err, EINVAL, "entry cannot be represented (invalid UTF-8 in a string?)");
+    return NULL;
+  }
+  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  if (!s) {
+    jb_fail(err, ENOMEM, "out of memory");
+    return NULL;
+  }
+  size_t n = strlen(s);
+  if (n > JB_AUDIT_MAX_CANONICAL) {
+    free(s);
+    jb_fail(err, E2BIG, "entry is %zu bytes, more than %d", n, JB_AUDIT_MAX_CANONICAL);
+    return NULL;
+  }
+  *len = n;
+  return s;
+}
+
+void jb_audit_hash(const unsigned char *canonical, size_t len,
+                   const unsigned char prev[JB_AUDIT_HASH_LEN],
+                   unsigned char out[JB_AUDIT_HASH_LEN]) {
+  crypto_hash_sha256_state st;
+  crypto_hash_sha256_init(&st);
+  crypto_hash_sha256_update(&st, canonical, len);
+  crypto_hash_sha256_update(&st, prev, JB_AUDIT_HASH_LEN);
+  crypto_hash_sha256_final(&st, out);
+}
+
+void jb_audit_key_id(const unsigned char pk[JB_AUDIT_PK_LEN], char out[JB_AUDIT_KEY_ID_LEN + 1]) {
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(h, pk, JB_AUDIT_PK_LEN);
+  jb_audit_hex(h, JB_AUDIT_KEY_ID_LEN / 2, out);
+}
+
+static char *dup_or_null(const char *s, bool *oom) {
+  if (!s) return NULL;
+  char *d = strdup(s);
+  if (!d) *oom = true;
+  return d;
+}
+
+int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *session,
+                        const char *operation, const char *path, const char *timestamp,
+                        const json_t *details, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                        const unsigned char sk[JB_AUDIT_SK_LEN],
+                        const unsigned char pk[JB_AUDIT_PK_LEN], jb_error *err) {
+  memset(e, 0, sizeof *e);
+  if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
+  size_t len = 0;
+  char *c = jb_audit_canonical(seq, session, operation, path, timestamp, details, &len, err);
+  if (!c) return -1;
+  e->canonical = (unsigned char *)c;
+  e->canonical_len = len;
+  bool oom = false;
+  e->seq = seq;
+  e->session = dup_or_null(session, &oom);
+  e->operation = dup_or_null(operation, &oom);
+  e->path = dup_or_null(path, &oom);
+  e->timestamp = dup_or_null(timestamp, &oom);
+  e->details = details ? json_deep_copy(details) : json_object();
+  if (oom || !e->details) {
+    jb_audit_entry_clear(e);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  memcpy(e->prev_hash, prev ? prev : zero_hash, JB_AUDIT_HASH_LEN);
+  jb_audit_hash(e->canonical, e->canonical_len, e->prev_hash, e->hash);
+  crypto_sign_detached(e->signature, NULL, e->hash, JB_AUDIT_HASH_LEN, sk);
+  jb_audit_key_id(pk, e->key_id);
+  return 0;
+}
+
+void jb_audit_entry_clear(struct jb_audit_entry *e) {
+  if (!e) return;
+  free(e->session);
+  free(e->operation);
+  free(e->path);
+  free(e->timestamp);
+  json_decref(e->details);
+  free(e->canonical);
+  memset(e, 0, sizeof *e);
+}
+
+void jb_audit_entries_free(struct jb_audit_entry *v, size_t n) {
+  if (!v) return;
+  for (size_t i = 0; i < n; i++) jb_audit_entry_clear(&v[i]);
+  free(v);
+}
+
+/* --- export lines ------------------------------------------------------------------------- */
+
+char *jb_audit_entry_line(const struct jb_audit_entry *e) {
+  char prev[2 * JB_AUDIT_HASH_LEN + 1], hash[2 * JB_AUDIT_HASH_LEN + 1];
+  jb_audit_hex(e->prev_hash, JB_AUDIT_HASH_LEN, prev);
+  jb_audit_hex(e->hash, JB_AUDIT_HASH_LEN, hash);
+  char *sig = base64(e->signature, JB_AUDIT_SIG_LEN);
+  char *canon = base64(e->canonical, e->canonical_len);
+  json_t *o = NULL;
+  if (sig && canon)
+    o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:O,s:s,s:s,s:s,s:s,s:s}", "seq", (json_int_t)e->seq,
+                  "session", e->session ? e->session : "", "operation",
+                  e->operation ? e->operation : "", "path", e->path, "timestamp",
+                  e->timestamp ? e->timestamp : "", "details", e->details, "prevHash", prev,
+                  "hash", hash, "signature", sig, "keyId", e->key_id, "canonical", canon);
+  free(sig);
+  free(canon);
+  if (!o) return NULL;
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!s) return NULL;
+  size_t n = strlen(s);
+  char *line = realloc(s, n + 2);
+  if (!line) {
+    free(s);
+    return NULL;
+  }
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  return line;
+}
+
+static const char *const line_members[] = {"seq",      "session", "operation", "path",
+                                           "timestamp", "details", "prevHash",  "hash",
+                                           "signature", "keyId",   "canonical", NULL};
+
+static int line_fail(struct jb_audit_entry *e, jb_error *err, const char *msg) {
+  e->malformed = true;
+  snprintf(e->error, sizeof e->error, "%s", msg);
+  return jb_fail(err, EINVAL, "%s", msg);
+}
+
+static const char *member_str(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t len,
+                              jb_error *err) {
+  memset(e, 0, sizeof *e);
+  if (len > JB_AUDIT_MAX_LINE) return line_fail(e, err, "line longer than the limit");
+  json_error_t je;
+  json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+  if (!o) {
+    char m[160];
+    snprintf(m, sizeof m, "not JSON: %s", je.text);
+    return line_fail(e, err, m);
+  }
+  int rc = -1;
+  if (!json_is_object(o)) {
+    line_fail(e, err, "line is not a JSON object");
+    goto out;
+  }
+  json_t *seq = json_object_get(o, "seq");
+  if (json_is_integer(seq)) e->seq = json_integer_value(seq);
+  const char *k;
+  json_t *v;
+  json_object_foreach(o, k, v) {
+    bool known = false;
+    for (size_t i = 0; line_members[i]; i++)
+      if (strcmp(k, line_members[i]) == 0) known = true;
+    if (!known) {
+      char m[160];
+      snprintf(m, sizeof m, "unknown member '%.64s'", k);
+      line_fail(e, err, m);
+      goto out;
+    }
+  }
+  json_t *path = json_object_get(o, "path"), *details = json_object_get(o, "details");
+  const char *session = member_str(o, "session"), *op = member_str(o, "operation"),
+             *ts = member_str(o, "timestamp"), *prev = member_str(o, "prevHash"),
+             *hash = member_str(o, "hash"), *sig = member_str(o, "signature"),
+             *kid = member_str(o, "keyId"), *canon = member_str(o, "canonical");
+  if (!json_is_integer(seq) || !session || !op || !ts || !prev || !hash || !sig || !kid ||
+      !canon || !path || !(json_is_string(path) || json_is_null(path)) ||
+      !json_is_object(details)) {
+    line_fail(e, err, "a member is missing or has the wrong type");
+    goto out;
+  }
+  if (unhex(prev, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+      unhex(hash, e->hash, JB_AUDIT_HASH_LEN) < 0) {
+    line_fail(e, err, "prevHash/hash must be 64 hex characters");
+    goto out;
+  }
+  size_t n = 0;
+  if (unbase64(sig, strlen(sig), e->signature, JB_AUDIT_SIG_LEN, &n) < 0 ||
+      n != JB_AUDIT_SIG_LEN) {
+    line_fail(e, err, "signature must be base64 of 64 bytes");
+    goto out;
+  }
+  if (strlen(kid) != JB_AUDIT_KEY_ID_LEN) {
+    line_fail(e, err, "keyId must be 16 characters");
+    goto out;
+  }
+  memcpy(e->key_id, kid, JB_AUDIT_KEY_ID_LEN + 1);
+  size_t clen = json_string_length(json_object_get(o, "canonical"));
+  e->canonical = malloc(clen / 4 * 3 + 4);
+  if (!e->canonical) {
+    line_fail(e, err, "out of memory");
+    goto out;
+  }
+  if (unbase64(canon, clen, e->canonical, clen / 4 * 3 + 3, &n) < 0 ||
+      n > JB_AUDIT_MAX_CANONICAL) {
+    line_fail(e, err, "canonical must be base64 of at most 64 KiB");
+    goto out;
+  }
+  e->canonical[n] = '\0';
+  e->canonical_len = n;
+  bool oom = false;
+  e->session = dup_or_null(session, &oom);
+  e->operation = dup_or_null(op, &oom);
+  e->path = json_is_string(path) ? dup_or_null(json_string_value(path), &oom) : NULL;
+  e->timestamp = dup_or_null(ts, &oom);
+  e->details = json_incref(details);
+  if (oom) {
+    line_fail(e, err, "out of memory");
+    goto out;
+  }
+  rc = 0;
+out:
+  json_decref(o);
+  if (rc < 0) {
+    /* keep only what the verifier needs to place the line: seq and the reason */
+    long long s = e->seq;
+    char why[sizeof e->error];
+    memcpy(why, e->error, sizeof why);
+    jb_audit_entry_clear(e);
+    e->seq = s;
+    e->malformed = true;
+    memcpy(e->error, why, sizeof why);
+  }
+  return rc;
+}
+
+int jb_audit_parse_lines(const char *buf, size_t len, size_t max_entries,
+                         struct jb_audit_entry **out, size_t *n, jb_error *err) {
+  size_t cap = 0, cnt = 0;
+  struct jb_audit_entry *v = NULL;
+  size_t pos = 0;
+  while (pos < len) {
+    const char *start = buf + pos;
+    const char *nl = memchr(start, '\n', len - pos);
+    size_t l = nl ? (size_t)(nl - start) : len - pos;
+    pos += l + (nl ? 1 : 0);
+    if (l > 0 && start[l - 1] == '\r') l--;
+    bool blank = true;
+    for (size_t i = 0; i < l; i++)
+      if (start[i] != ' ' && start[i] != '\t') blank = false;
+    if (blank) continue;
+    if (cnt == max_entries) {
+      jb_audit_entries_free(v, cnt);
+      return jb_fail(err, E2BIG, "more than %zu entries", max_entries);
+    }
+    if (cnt == cap) {
+      size_t nc = cap ? cap * 2 : 64;
+      struct jb_audit_entry *nv = realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        jb_audit_entries_free(v, cnt);
+        return jb_fail(err, ENOMEM, "out of memory");
+      }
+      v = nv;
+      cap = nc;
+    }
+    jb_audit_entry_parse_line(&v[cnt], start, l, NULL);
+    cnt++;
+  }
+  *out = v;
+  *n = cnt;
+  return 0;
+}
+
+/* --- keys ------------------------------------------------------------------------------------ */
+
+int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **out, size_t *n,
+                        jb_error *err) {
+  if (len > (1u << 20)) return jb_fail(err, E2BIG, "keys document larger than 1 MiB");
+  json_error_t je;
+  json_t *o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+  if (!o) return jb_fail(err, EINVAL, "keys document is not JSON: %s", je.text);
+  json_t *arr = json_object_get(o, "keys");
+  if (!json_is_array(arr)) {
+    json_decref(o);
+    return jb_fail(err, EINVAL, "keys document has no \"keys\" array");
+  }
+  size_t cnt = json_array_size(arr);
+  struct jb_audit_pubkey *v = calloc(cnt ? cnt : 1, sizeof *v);
+  if (!v) {
+    json_decref(o);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  size_t i;
+  json_t *k;
+  json_array_foreach(arr, i, k) {
+    const char *kid = member_str(k, "keyId"), *alg = member_str(k, "algorithm"),
+               *pk = member_str(k, "publicKey");
+    size_t got = 0;
+    if (!kid || !alg || !pk || strcmp(alg, "ed25519") != 0 ||
+        unbase64(pk, strlen(pk), v[i].public_key, JB_AUDIT_PK_LEN, &got) < 0 ||
+        got != JB_AUDIT_PK_LEN) {
+      free(v);
+      json_decref(o);
+      return jb_fail(err, EINVAL, "keys[%zu]: needs keyId, algorithm \"ed25519\" and a base64 "
+                     "32-byte publicKey", i);
+    }
+    jb_audit_key_id(v[i].public_key, v[i].key_id);
+    if (strcmp(kid, v[i].key_id) != 0) {
+      jb_fail(err, EINVAL, "keys[%zu]: keyId %.32s is not the id of its public key", i, kid);
+      free(v);
+      json_decref(o);
+      return -1;
+    }
+  }
+  json_decref(o);
+  *out = v;
+  *n = cnt;
+  return 0;
+}
+
+/* --- verification ---------------------------------------------------------------------------- */
+
+/* The six members of a canonical entry, borrowed from the parsed object. */
+struct canon {
+  json_t *root;
+  long long seq;
+  const char *session, *operation, *path, *timestamp;
+  json_t *details;
+};
+
+static int canon_parse(const struct jb_audit_entry *e, struct canon *c) {
+  memset(c, 0, sizeof *c);
+  if (!e->canonical) return -1;
+  c->root = json_loadb((const char *)e->canonical, e->canonical_len, JSON_REJECT_DUPLICATES, NULL);
+  if (!json_is_object(c->root) || json_object_size(c->root) != 6) goto bad;
+  json_t *seq = json_object_get(c->root, "seq"), *path = json_object_get(c->root, "path");
+  c->session = member_str(c->root, "session");
+  c->operation = member_str(c->root, "operation");
+  c->timestamp = member_str(c->root, "timestamp");
+  c->details = json_object_get(c->root, "details");
+  if (!json_is_integer(seq) || !c->session || !c->operation || !c->timestamp || !path ||
+      !(json_is_string(path) || json_is_null(path)) || !json_is_object(c->details))
+    goto bad;
+  c->seq = json_integer_value(seq);
+  c->path = json_is_string(path) ? json_string_value(path) : NULL;
+  return 0;
+bad:
+  json_decref(c->root);
+  c->root = NULL;
+  return -1;
+}
+
+/* The canonical seq of `e`, or -1 when unreadable. */
+static long long canon_seq(const struct jb_audit_entry *e) {
+  if (e->malformed) return -1;
+  struct canon c;
+  if (canon_parse(e, &c) < 0) return -1;
+  long long s = c.seq;
+  json_decref(c.root);
+  return s;
+}
+
+static bool str_eq(const char *a, const char *b) {
+  if (!a || !b) return a == b;
+  return strcmp(a, b) == 0;
+}
+
+static int fail_at(struct jb_audit_result *r, long long seq, enum jb_audit_reason why,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int fail_at(struct jb_audit_result *r, long long seq, enum jb_audit_reason why,
+                   const char *fmt, ...) {
+  r->ok = false;
+  r->first_bad_seq = seq;
+  r->reason = why;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+  va_end(ap);
+  return 1;
+}
+
+static const struct jb_audit_pubkey *find_key(const struct jb_audit_pubkey *keys, size_t n,
+                                              const char *id) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(keys[i].key_id, id) == 0) return &keys[i];
+  return NULL;
+}
+
+/* Checks one entry already known to be authentic and in place against what it states. */
+static int check_fields(const struct jb_audit_entry *e, const struct canon *c,
+                        struct jb_audit_result *r, long long pos) {
+  const char *field = NULL;
+  if (e->seq != c->seq) field = "seq";
+  else if (!str_eq(e->session, c->session)) field = "session";
+  else if (!str_eq(e->operation, c->operation)) field = "operation";
+  else if (!str_eq(e->path, c->path)) field = "path";
+  else if (!str_eq(e->timestamp, c->timestamp)) field = "timestamp";
+  else if (!e->details || !json_equal(e->details, c->details)) field = "details";
+  if (field)
+    return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
+                   "stated %s differs from the signed canonical bytes", field);
+  return 0;
+}
+
+/* A seal's details must be {"entries": seq - 1, "head": hex(prevHash)}. */
+static int check_seal(const struct jb_audit_entry *e, const struct canon *c,
+                      struct jb_audit_result *r, long long pos) {
+  json_t *cnt = json_object_get(c->details, "entries");
+  const char *head = member_str(c->details, "head");
+  char want[2 * JB_AUDIT_HASH_LEN + 1];
+  jb_audit_hex(e->prev_hash, JB_AUDIT_HASH_LEN, want);
+  if (!json_is_integer(cnt) || json_integer_value(cnt) != c->seq - 1 || !head ||
+      strcmp(head, want) != 0)
+    return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
+                   "seal does not state the entry count and head it seals");
+  return 0;
+}
+
+/* Checks that the authentic entry i (canonical members `c`) stands in its place: seq,
+ * session, link to `prev`, stated fields, nothing after a seal, a seal's own details. */
+static int check_place(const struct jb_audit_entry *entries, size_t n, size_t i,
+                       const struct canon *c, const unsigned char *prev, long long seal_seq,
+                       struct jb_audit_result *r) {
+  const struct jb_audit_entry *e = &entries[i];
+  long long pos = (long long)i + 1;
+  if (c->seq != pos) {
+    bool later = false;
+    for (size_t j = i + 1; j < n && !later && c->seq > pos; j++)
+      if (canon_seq(&entries[j]) == pos) later = true;
+    if (c->seq < pos || later)
+      return fail_at(r, pos, JB_AUDIT_REORDERED, "entry %lld stands at position %lld", c->seq,
+                     pos);
+    return fail_at(r, pos, JB_AUDIT_GAP, "entries %lld..%lld are missing", pos, c->seq - 1);
+  }
+  if (strcmp(c->session, r->session) != 0)
+    return fail_at(r, pos, JB_AUDIT_WRONG_SESSION, "entry of session %.64s in a chain of %.64s",
+                   c->session, r->session);
+  if (sodium_memcmp(e->prev_hash, prev, JB_AUDIT_HASH_LEN) != 0)
+    return fail_at(r, pos, JB_AUDIT_BROKEN_LINK, "prevHash is not the hash of entry %lld",
+                   pos - 1);
+  if (check_fields(e, c, r, pos)) return 1;
+  if (seal_seq) return fail_at(r, pos, JB_AUDIT_AFTER_SEAL, "entry after the seal at %lld", seal_seq);
+  if (strcmp(c->operation, "seal") == 0) return check_seal(e, c, r, pos);
+  return 0;
+}
+
+int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
+                    const struct jb_audit_pubkey *keys, size_t nkeys,
+                    const struct jb_audit_verify_opts *opts, struct jb_audit_result *r) {
+  static const struct jb_audit_verify_opts none = {0};
+  if (!opts) opts = &none;
+  memset(r, 0, sizeof *r);
+  if (sodium_init() < 0) {
+    snprintf(r->detail, sizeof r->detail, "libsodium cannot initialise");
+    return -1;
+  }
+  r->entries = (long long)n;
+  if (opts->session) snprintf(r->session, sizeof r->session, "%s", opts->session);
+  const unsigned char *prev = zero_hash;
+  unsigned char calc[JB_AUDIT_HASH_LEN];
+  long long seal_seq = 0;
+
+  for (size_t i = 0; i < n; i++) {
+    const struct jb_audit_entry *e = &entries[i];
+    long long pos = (long long)i + 1;
+    if (e->malformed) return fail_at(r, pos, JB_AUDIT_MALFORMED, "%s", e->error);
+    jb_audit_hash(e->canonical, e->canonical_len, e->prev_hash, calc);
+    if (sodium_memcmp(calc, e->hash, JB_AUDIT_HASH_LEN) != 0)
+      return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
+                     "hash is not SHA-256 of the canonical bytes and prevHash");
+    const struct jb_audit_pubkey *k = find_key(keys, nkeys, e->key_id);
+    if (!k) return fail_at(r, pos, JB_AUDIT_UNKNOWN_KEY, "key %.16s is not published", e->key_id);
+    if (crypto_sign_verify_detached(e->signature, e->hash, JB_AUDIT_HASH_LEN, k->public_key) != 0)
+      return fail_at(r, pos, JB_AUDIT_BAD_SIGNATURE, "signature does not verify with key %s",
+                     k->key_id);
+    struct canon c;
+    if (canon_parse(e, &c) < 0)
+      return fail_at(r, pos, JB_AUDIT_MALFORMED, "signed canonical bytes are not an entry");
+    if (i == 0 && !opts->session) snprintf(r->session, sizeof r->session, "%s", c.session);
+    int rc = check_place(entries, n, i, &c, prev, seal_seq, r);
+    if (rc == 0 && strcmp(c.operation, "seal") == 0) seal_seq = pos;
+    json_decref(c.root);
+    if (rc) return rc;
+    prev = e->hash;
+    r->head.seq = pos;
+    memcpy(r->head.hash, e->hash, JB_AUDIT_HASH_LEN);
+    memcpy(r->head.signature, e->signature, JB_AUDIT_SIG_LEN);
+    memcpy(r->head.key_id, e->key_id, sizeof r->head.key_id);
+  }
+  r->sealed = seal_seq != 0;
+  long long len = (long long)n;
+  const struct jb_audit_head *kh = opts->known_head;
+  if (kh && kh->seq > 0) {
+    if (kh->seq > len)
+      return fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
+                     "chain ends at %lld, before the given head %lld", len, kh->seq);
+    if (sodium_memcmp(entries[kh->seq - 1].hash, kh->hash, JB_AUDIT_HASH_LEN) != 0)
+      return fail_at(r, kh->seq, JB_AUDIT_HEAD_MISMATCH,
+                     "entry %lld does not have the given head's hash", kh->seq);
+  }
+  const struct jb_audit_head *sh = opts->stored_head;
+  if (sh) {
+    if (sh->seq > len)
+      return fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
+                     "chain ends at %lld, before the session's stored head %lld", len, sh->seq);
+    if (sh->seq < len)
+      return fail_at(r, sh->seq + 1, JB_AUDIT_HEAD_MISMATCH,
+                     "entries past the session's stored head %lld", sh->seq);
+    if (len > 0 && sodium_memcmp(entries[len - 1].hash, sh->hash, JB_AUDIT_HASH_LEN) != 0)
+      return fail_at(r, len, JB_AUDIT_HEAD_MISMATCH,
+                     "last entry does not have the session's stored head hash");
+  }
+  if (opts->require_seal && !seal_seq)
+    return fail_at(r, len + 1, JB_AUDIT_UNSEALED, "the session has ended but its chain has no seal");
+  r->ok = true;
+  return 0;
+}
+
+json_t *jb_audit_head_json(const struct jb_audit_head *h) {
+  char hex[2 * JB_AUDIT_HASH_LEN + 1];
+  jb_audit_hex(h->hash, JB_AUDIT_HASH_LEN, hex);
+  json_t *o = json_pack("{s:I,s:s}", "seq", (json_int_t)h->seq, "hash", hex);
+  if (o && h->key_id[0]) {
+    char *sig = base64(h->signature, JB_AUDIT_SIG_LEN);
+    if (!sig || json_object_set_new(o, "signature", json_string(sig)) < 0 ||
+        json_object_set_new(o, "keyId", json_string(h->key_id)) < 0) {
+      json_decref(o);
+      o = NULL;
+    }
+    free(sig);
+  }
+  return o;
+}
+
+json_t *jb_audit_result_json(const struct jb_audit_result *r) {
+  json_t *head = json_null();
+  if (r->head.seq > 0) {
+    char hex[2 * JB_AUDIT_HASH_LEN + 1];
+    jb_audit_hex(r->head.hash, JB_AUDIT_HASH_LEN, hex);
+    head = json_pack("{s:I,s:s}", "seq", (json_int_t)r->head.seq, "hash", hex);
+  }
+  json_t *o = json_pack("{s:b,s:I,s:o,s:b,s:s}", "ok", r->ok, "entries", (json_int_t)r->entries,
+                        "head", head, "sealed", r->sealed, "session", r->session);
+  if (!o) return NULL;
+  int bad = 0;
+  if (r->ok) {
+    bad |= json_object_set_new(o, "firstBadSeq", json_null());
+    bad |= json_object_set_new(o, "reason", json_null());
+    bad |= json_object_set_new(o, "detail", json_null());
+  } else {
+    bad |= json_object_set_new(o, "firstBadSeq", json_integer(r->first_bad_seq));
+    bad |= json_object_set_new(o, "reason", json_string(jb_audit_reason_name(r->reason)));
+    bad |= json_object_set_new(o, "detail", json_string(r->detail));
+  }
+  if (bad) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+int jb_audit_head_parse(const char *s, struct jb_audit_head *h, jb_error *err) {
+  memset(h, 0, sizeof *h);
+  const char *colon = strchr(s, ':');
+  if (!colon || colon == s || colon - s > 18 || !is_digits(s, (size_t)(colon - s)))
+    return jb_fail(err, EINVAL, "head must be SEQ:HASH (decimal seq, 64 hex characters)");
+  h->seq = strtoll(s, NULL, 10);
+  if (h->seq < 1 || unhex(colon + 1, h->hash, JB_AUDIT_HASH_LEN) < 0)
+    return jb_fail(err, EINVAL, "head must be SEQ:HASH (seq >= 1, 64 hex characters)");
+  return 0;
+}

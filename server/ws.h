@@ -1,0 +1,100 @@
+/* ws.h — the Socket.IO endpoint's transport: a libwebsockets listener (raw-socket role) that
+ * speaks the WebSocket handshake and framing (RFC 6455), Engine.IO v4 over the websocket
+ * transport only, and Socket.IO v5 packets on the main namespace. It owns connections,
+ * rooms (one per session), heartbeats, per-connection bounded send queues, the locked
+ * queue other threads hand messages through, and the worker threads that run the
+ * application's CONNECT and EVENT handlers (which may block on the database).
+ *
+ * Threads: libwebsockets runs on one service thread that alone touches connections. Every
+ * jb_ws_* function below except start/stop is thread-safe: it serialises on the caller's
+ * thread, appends to a locked queue and wakes the service thread with lws_cancel_service();
+ * the queue is drained in LWS_CALLBACK_EVENT_WAIT_CANCELLED.
+ *
+ * Why the framing is ours and not lws's ws role: Debian's libwebsockets 4.1.6 accepts
+ * unmasked client frames (RFC 6455 §5.1 says a server MUST close on them; upstream only added
+ * the check much later) and offers no API that reveals the mask bit, and it drops
+ * oversize control frames without a close frame. So lws carries the bytes (listen, accept,
+ * poll, timers, writeable callbacks) and this file parses frames, closing with the exact
+ * RFC 6455 §7.4.1 codes. */
+#ifndef JB_WS_H
+#define JB_WS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/err.h"
+
+struct jb_ws;
+
+struct jb_ws_settings {
+  const char *listen;            /* "host:port"; port 0 picks a free port (jb_ws_port) */
+  size_t max_payload;            /* largest WebSocket message, bytes; larger: close 1009 */
+  long ping_interval_ms;         /* Engine.IO pingInterval, ms */
+  long ping_timeout_ms;          /* Engine.IO pingTimeout: pong must arrive within, ms */
+  long handshake_timeout_ms;     /* upgrade + Socket.IO CONNECT must finish within, ms */
+  long max_per_ip;               /* open connections from one address; more: HTTP 429 */
+  size_t send_queue_bytes;       /* queued outgoing bytes per connection; more: close 1008 */
+  long workers;                  /* threads running the CONNECT/EVENT handlers */
+};
+
+/* Who is on the other end of a connection, as the handlers see it. */
+struct jb_ws_peer {
+  uint64_t conn;                 /* connection id, unique for the process lifetime */
+  unsigned role;                 /* set by the connect handler (0 before) */
+  char room[129];                /* session the connection belongs to ("" before) */
+  char addr[64];                 /* peer IP address */
+};
+
+/* The connect handler's decision. */
+struct jb_ws_connect_result {
+  bool ok;
+  unsigned role;                 /* ok: a bit mask the application chooses */
+  char room[129];                /* ok: the room (session) to join */
+  char message[256];             /* !ok: CONNECT_ERROR {message} shown to the client */
+};
+
+struct jb_ws_handlers {
+  void *ctx;
+  /* Worker thread. Decides a Socket.IO CONNECT; `auth` is the borrowed auth payload object,
+   * or NULL when the client sent none. Fills *res (zeroed on entry). */
+  void (*connect)(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
+                  struct jb_ws_connect_result *res);
+  /* Worker thread, optional. Runs after an accepted CONNECT was queued: messages sent from
+   * here (jb_ws_emit) reach the client after the CONNECT answer. */
+  void (*connected)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer);
+  /* Worker thread. An EVENT `name` with its arguments `args` (borrowed array, the name
+   * removed). Returns the acknowledgement's arguments as a new array reference, sent as the
+   * ACK when the client asked for one (`wants_ack`); NULL means an empty ACK. */
+  json_t *(*event)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
+                   json_t *args, bool wants_ack);
+};
+
+/* Binds the listener (errors such as a taken port are reported here), starts the service
+ * thread and `s->workers` handler threads. `h` is copied. On success *out is the server
+ * (stop it with jb_ws_stop). Returns 0, or -1 with `err` set. */
+int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct jb_ws_handlers *h,
+                jb_error *err);
+
+/* The bound TCP port. */
+int jb_ws_port(const struct jb_ws *ws);
+
+/* Closes every connection (close 1001, so Socket.IO clients reconnect elsewhere), waits at
+ * most 1 s for the close frames to go out, stops the threads and frees `ws`. Handlers have
+ * returned when this returns. NULL is allowed. */
+void jb_ws_stop(struct jb_ws *ws);
+
+/* Sends Socket.IO EVENT [event, payload] to one connection. `payload` is stolen (NULL: the
+ * event has no argument). Returns 0, or -1 when it could not be queued (OOM, stopping). */
+int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload);
+
+/* Sends EVENT [event, payload] to every connected socket of `room` whose role has a bit in
+ * `roles`. The frame is built once and shared. `payload` is stolen. Returns 0 or -1. */
+int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
+                    json_t *payload);
+
+/* Counters for logs and metrics: open connections and connected Socket.IO clients. */
+void jb_ws_counts(struct jb_ws *ws, long *open, long *connected);
+
+#endif

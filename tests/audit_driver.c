@@ -1,0 +1,400 @@
+/* audit_driver.c — drives the audit store against a real PostgreSQL for
+ * tests/integration/audit_chain.sh: writes chains, runs the concurrency checks, and forges
+ * entries the way an attacker with database access (or with the exported file) would.
+ *
+ *   audit_driver append CONNINFO KEYFILE JOB COUNT         appends COUNT entries; prints SEQ:HASH
+ *   audit_driver seal CONNINFO KEYFILE JOB                 seals; prints SEQ:HASH
+ *   audit_driver concurrent CONNINFO KEYFILE JOB CONNS PER CONNS connections × PER appends at once
+ *   audit_driver noblock CONNINFO KEYFILE JOB_A JOB_B      a held append on A blocks A, not B
+ *   audit_driver txn CONNINFO KEYFILE JOB                  appends inside a caller's transaction
+ *   audit_driver verify CONNINFO JOB                       verifies as the server does; prints JSON
+ *   audit_driver forge CONNINFO JOB SEQ                    alters entry SEQ in the database and
+ *                                                          re-signs it with a fresh, published key
+ *   audit_driver forge-line FILE SEQ                       the same on an exported file (stdout)
+ * Exit status 0 on success, 1 when a check fails, 2 on usage or setup errors. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/audit_store.h"
+#include "server/keys.h"
+
+static const char *conninfo;
+static struct jb_keyring *keys;
+
+static PGconn *connect_or_die(void) {
+  PGconn *c = PQconnectdb(conninfo);
+  if (PQstatus(c) != CONNECTION_OK) {
+    fprintf(stderr, "connect: %s", PQerrorMessage(c));
+    exit(2);
+  }
+  return c;
+}
+
+static void load_keys(const char *file) {
+  jb_error err = {0};
+  if (jb_keyring_load(&keys, NULL, file, &err) < 0) {
+    fprintf(stderr, "key: %s\n", err.msg);
+    exit(2);
+  }
+}
+
+static void print_head(const struct jb_audit_head *h) {
+  char hex[65];
+  jb_audit_hex(h->hash, 32, hex);
+  printf("%lld:%s\n", h->seq, hex);
+}
+
+/* A plausible entry number i: the operations a session records. */
+static int append_one(PGconn *c, const char *job, long i, struct jb_audit_head *h, jb_error *err) {
+  static const char *const ops[] = {"read", "write", "list", "write", "state", "pause", "resume"};
+  const char *op = ops[i % 7];
+  char path[64];
+  snprintf(path, sizeof path, "/workspace/src/file%ld.c", i);
+  json_t *d;
+  if (strcmp(op, "write") == 0)
+    d = json_pack("{s:I,s:s,s:s,s:b}", "size", (json_int_t)(100 + i), "sha256",
+                  "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "decision",
+                  i % 2 ? "approved" : "auto", "ok", 1);
+  else if (strcmp(op, "read") == 0)
+    d = json_pack("{s:I,s:b}", "size", (json_int_t)i, "ok", 1);
+  else if (strcmp(op, "list") == 0)
+    d = json_pack("{s:I}", "entries", (json_int_t)(i % 13));
+  else if (strcmp(op, "state") == 0)
+    d = json_pack("{s:s,s:s,s:s}", "from", "active", "to", "active", "actor", "system");
+  else
+    d = json_pack("{s:s}", "actor", "buyer");
+  bool has_path = strcmp(op, "read") == 0 || strcmp(op, "write") == 0 || strcmp(op, "list") == 0;
+  int rc = jb_audit_append(c, keys, job, op, has_path ? path : NULL, d, h, err);
+  json_decref(d);
+  return rc;
+}
+
+static int cmd_append(const char *job, long count) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_head h = {0};
+  jb_error err = {0};
+  for (long i = 0; i < count; i++) {
+    int rc = append_one(c, job, i, &h, &err);
+    if (rc != JB_OK) {
+      fprintf(stderr, "append: %d %s\n", rc, err.msg);
+      PQfinish(c);
+      return 1;
+    }
+  }
+  print_head(&h);
+  PQfinish(c);
+  return 0;
+}
+
+static int cmd_seal(const char *job) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_head h = {0};
+  jb_error err = {0};
+  int rc = jb_audit_seal(c, keys, job, &h, &err);
+  if (rc == JB_OK) print_head(&h);
+  else fprintf(stderr, "seal: %d %s\n", rc, err.msg);
+  PQfinish(c);
+  return rc == JB_OK ? 0 : 1;
+}
+
+struct worker {
+  pthread_t t;
+  const char *job;
+  long per;
+  long done;
+  char error[600];
+};
+
+static pthread_barrier_t start_line;
+
+static void *work(void *arg) {
+  struct worker *w = arg;
+  PGconn *c = PQconnectdb(conninfo);
+  pthread_barrier_wait(&start_line);
+  if (PQstatus(c) != CONNECTION_OK) {
+    snprintf(w->error, sizeof w->error, "connect: %s", PQerrorMessage(c));
+    PQfinish(c);
+    return NULL;
+  }
+  jb_error err = {0};
+  for (long i = 0; i < w->per; i++) {
+    int rc = append_one(c, w->job, i, NULL, &err);
+    if (rc != JB_OK) {
+      snprintf(w->error, sizeof w->error, "append: %d %s", rc, err.msg);
+      break;
+    }
+    w->done++;
+  }
+  PQfinish(c);
+  return NULL;
+}
+
+static int verify_db(PGconn *c, const char *job, struct jb_audit_result *res) {
+  struct jb_audit_chain ch;
+  jb_error err = {0};
+  if (jb_audit_chain_load(c, job, &ch, &err) != JB_OK) {
+    fprintf(stderr, "load: %s\n", err.msg);
+    return -1;
+  }
+  struct jb_audit_key_row *rows = NULL;
+  size_t nk = 0;
+  if (jb_audit_keys_load(c, &rows, &nk, &err) != JB_OK) {
+    fprintf(stderr, "keys: %s\n", err.msg);
+    jb_audit_chain_free(&ch);
+    return -1;
+  }
+  struct jb_audit_pubkey *pk = calloc(nk + 1, sizeof *pk);
+  for (size_t i = 0; i < nk; i++) pk[i] = rows[i].key;
+  free(rows);
+  struct jb_audit_verify_opts o = {.session = job, .stored_head = &ch.stored,
+                                   .require_seal = ch.ended};
+  int rc = jb_audit_verify(ch.entries, ch.n, pk, nk, &o, res);
+  free(pk);
+  jb_audit_chain_free(&ch);
+  return rc;
+}
+
+static int cmd_concurrent(const char *job, int conns, long per) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_result before;
+  if (verify_db(c, job, &before) != 0) {
+    fprintf(stderr, "chain not intact before the run\n");
+    return 1;
+  }
+  struct worker *w = calloc((size_t)conns, sizeof *w);
+  pthread_barrier_init(&start_line, NULL, (unsigned)conns);
+  for (int i = 0; i < conns; i++) {
+    w[i].job = job;
+    w[i].per = per;
+    pthread_create(&w[i].t, NULL, work, &w[i]);
+  }
+  long total = 0;
+  int failed = 0;
+  for (int i = 0; i < conns; i++) {
+    pthread_join(w[i].t, NULL);
+    total += w[i].done;
+    if (w[i].error[0]) {
+      fprintf(stderr, "worker %d: %s\n", i, w[i].error);
+      failed = 1;
+    }
+  }
+  pthread_barrier_destroy(&start_line);
+  free(w);
+  struct jb_audit_result after;
+  int rc = verify_db(c, job, &after);
+  PQfinish(c);
+  printf("appended %ld, chain %lld -> %lld entries, verify %s%s%s\n", total, before.entries,
+         after.entries, rc == 0 ? "ok" : "FAILED ", rc == 0 ? "" : jb_audit_reason_name(after.reason),
+         rc == 0 ? "" : after.detail);
+  if (failed || rc != 0 || total != conns * per || after.entries != before.entries + total)
+    return 1;
+  return 0;
+}
+
+/* Holds the lock of JOB_A (an append inside an open transaction), then: an append to JOB_B
+ * from another connection must finish at once; one to JOB_A must wait (lock_timeout hits). */
+static int cmd_noblock(const char *a, const char *b) {
+  PGconn *holder = connect_or_die(), *other = connect_or_die();
+  jb_error err = {0};
+  PQclear(PQexec(holder, "BEGIN"));
+  if (jb_audit_append(holder, keys, a, "pause", NULL, NULL, NULL, &err) != JB_OK) {
+    fprintf(stderr, "held append: %s\n", err.msg);
+    return 2;
+  }
+  PQclear(PQexec(other, "SET lock_timeout = '2s'"));
+  int rc_b = jb_audit_append(other, keys, b, "resume", NULL, NULL, NULL, &err);
+  if (rc_b != JB_OK) fprintf(stderr, "append to the other session blocked or failed: %s\n", err.msg);
+  PQclear(PQexec(other, "SET lock_timeout = '300ms'"));
+  int rc_a = jb_audit_append(other, keys, a, "resume", NULL, NULL, NULL, &err);
+  bool waited = rc_a == JB_ERR_FAIL && strstr(err.msg, "55P03");
+  if (!waited) fprintf(stderr, "append to the locked session did not wait: %d %s\n", rc_a, err.msg);
+  PQclear(PQexec(holder, "COMMIT"));
+  PQfinish(holder);
+  PQfinish(other);
+  printf("other session not blocked: %s; same session serialized: %s\n",
+         rc_b == JB_OK ? "yes" : "NO", waited ? "yes" : "NO");
+  return rc_b == JB_OK && waited ? 0 : 1;
+}
+
+static long long head_seq(PGconn *c, const char *job) {
+  const char *p[1] = {job};
+  PGresult *r = PQexecParams(c, "SELECT audit_head_seq FROM sessions WHERE job_id = $1", 1, NULL,
+                             p, NULL, NULL, 0);
+  long long s = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
+  PQclear(r);
+  return s;
+}
+
+/* Inside a caller's transaction: rolled back with it, committed with it. */
+static int cmd_txn(const char *job) {
+  PGconn *c = connect_or_die();
+  jb_error err = {0};
+  long long s0 = head_seq(c, job);
+  PQclear(PQexec(c, "BEGIN"));
+  struct jb_audit_head h;
+  int rc = jb_audit_append(c, keys, job, "pause", NULL, NULL, &h, &err);
+  bool in_tx = PQtransactionStatus(c) == PQTRANS_INTRANS;
+  PQclear(PQexec(c, "ROLLBACK"));
+  long long s1 = head_seq(c, job);
+  PQclear(PQexec(c, "BEGIN"));
+  int rc2 = jb_audit_append(c, keys, job, "pause", NULL, NULL, &h, &err);
+  PQclear(PQexec(c, "COMMIT"));
+  long long s2 = head_seq(c, job);
+  /* an append outside any transaction commits by itself */
+  int rc3 = jb_audit_append(c, keys, job, "resume", NULL, NULL, &h, &err);
+  bool idle = PQtransactionStatus(c) == PQTRANS_IDLE;
+  long long s3 = head_seq(c, job);
+  /* bad input never reaches the database */
+  json_t *bad = json_pack("{s:f}", "x", 0.5);
+  int rc4 = jb_audit_append(c, keys, job, "read", "/x", bad, NULL, &err);
+  json_decref(bad);
+  int rc5 = jb_audit_append(c, keys, "no-such-session", "read", "/x", NULL, NULL, &err);
+  PQfinish(c);
+  bool ok = rc == JB_OK && in_tx && s1 == s0 && rc2 == JB_OK && s2 == s0 + 1 && rc3 == JB_OK &&
+            idle && s3 == s0 + 2 && rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND;
+  printf("rollback keeps head %lld: %s; commit moves it: %s; own transaction: %s; "
+         "refusals: %s\n", s0, s1 == s0 ? "yes" : "NO", s2 == s0 + 1 ? "yes" : "NO",
+         s3 == s0 + 2 && idle ? "yes" : "NO", rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND ? "yes" : "NO");
+  return ok ? 0 : 1;
+}
+
+static int cmd_verify(const char *job) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_result res;
+  int rc = verify_db(c, job, &res);
+  PQfinish(c);
+  if (rc < 0) return 2;
+  json_t *j = jb_audit_result_json(&res);
+  char *s = json_dumps(j, JSON_COMPACT);
+  puts(s);
+  free(s);
+  json_decref(j);
+  return rc;
+}
+
+/* Re-makes entry `e` with its details altered, signed with a fresh random key. */
+static int forge_entry(const struct jb_audit_entry *e, struct jb_keyring **fresh,
+                       struct jb_audit_entry *out) {
+  json_t *canon = json_loadb((const char *)e->canonical, e->canonical_len, 0, NULL);
+  if (!canon) return -1;
+  json_t *d = json_deep_copy(json_object_get(canon, "details"));
+  json_object_set_new(d, "forged", json_true());
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  *fresh = jb_keyring_from_seed(seed);
+  json_t *path = json_object_get(canon, "path");
+  jb_error err = {0};
+  int rc = jb_audit_entry_make(out, json_integer_value(json_object_get(canon, "seq")),
+                               json_string_value(json_object_get(canon, "session")),
+                               json_string_value(json_object_get(canon, "operation")),
+                               json_is_string(path) ? json_string_value(path) : NULL,
+                               json_string_value(json_object_get(canon, "timestamp")), d,
+                               e->prev_hash, (*fresh)->sk, (*fresh)->pk, &err);
+  json_decref(d);
+  json_decref(canon);
+  if (rc < 0) fprintf(stderr, "forge: %s\n", err.msg);
+  return rc;
+}
+
+static int cmd_forge(const char *job, long long seq) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_chain ch;
+  jb_error err = {0};
+  if (jb_audit_chain_load(c, job, &ch, &err) != JB_OK || seq < 1 || (size_t)seq > ch.n) {
+    fprintf(stderr, "forge: no entry %lld (%s)\n", seq, err.msg);
+    return 2;
+  }
+  struct jb_keyring *fresh = NULL;
+  struct jb_audit_entry f;
+  if (forge_entry(&ch.entries[seq - 1], &fresh, &f) < 0) return 2;
+  char seqs[24];
+  snprintf(seqs, sizeof seqs, "%lld", seq);
+  char *dj = json_dumps(f.details, JSON_COMPACT);
+  const char *kv[2] = {fresh->key_id, (const char *)fresh->pk};
+  const int kl[2] = {0, 32}, kf[2] = {0, 1};
+  PGresult *r = PQexecParams(c, "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)",
+                             2, NULL, kv, kl, kf, 0);
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  PQclear(r);
+  const char *v[7] = {job, seqs, (const char *)f.canonical, (const char *)f.hash,
+                      (const char *)f.signature, fresh->key_id, dj};
+  const int l[7] = {0, 0, (int)f.canonical_len, 32, 64, 0, 0}, fm[7] = {0, 0, 1, 1, 1, 0, 0};
+  r = PQexecParams(c,
+                   "UPDATE audit_entries SET canonical = $3, hash = $4, signature = $5,"
+                   " key_id = $6, details = $7::jsonb WHERE job_id = $1 AND seq = $2",
+                   7, NULL, v, l, fm, 0);
+  ok = ok && PQresultStatus(r) == PGRES_COMMAND_OK && strcmp(PQcmdTuples(r), "1") == 0;
+  if (!ok) fprintf(stderr, "forge: %s", PQerrorMessage(c));
+  PQclear(r);
+  free(dj);
+  printf("%s\n", fresh->key_id);
+  jb_audit_entry_clear(&f);
+  jb_keyring_free(fresh);
+  jb_audit_chain_free(&ch);
+  PQfinish(c);
+  return ok ? 0 : 2;
+}
+
+static int cmd_forge_line(const char *file, long long seq) {
+  FILE *in = fopen(file, "re");
+  if (!in) {
+    perror(file);
+    return 2;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  long long n = 0;
+  int rc = 0;
+  while ((len = getline(&line, &cap, in)) > 0) {
+    if (++n != seq) {
+      fputs(line, stdout);
+      continue;
+    }
+    struct jb_audit_entry e, f;
+    struct jb_keyring *fresh = NULL;
+    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0 || forge_entry(&e, &fresh, &f) < 0) {
+      rc = 2;
+      break;
+    }
+    char *out = jb_audit_entry_line(&f);
+    fputs(out, stdout);
+    free(out);
+    jb_audit_entry_clear(&e);
+    jb_audit_entry_clear(&f);
+    jb_keyring_free(fresh);
+  }
+  free(line);
+  fclose(in);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (sodium_init() < 0) return 2;
+  const char *cmd = argc > 1 ? argv[1] : "";
+  if (strcmp(cmd, "forge-line") == 0 && argc == 4) return cmd_forge_line(argv[2], atoll(argv[3]));
+  if (argc < 4) goto usage;
+  conninfo = argv[2];
+  if (strcmp(cmd, "verify") == 0 && argc == 4) return cmd_verify(argv[3]);
+  if (strcmp(cmd, "forge") == 0 && argc == 5) return cmd_forge(argv[3], atoll(argv[4]));
+  if (argc < 5) goto usage;
+  load_keys(argv[3]);
+  int rc = 2;
+  if (strcmp(cmd, "append") == 0 && argc == 6) rc = cmd_append(argv[4], atol(argv[5]));
+  else if (strcmp(cmd, "seal") == 0 && argc == 5) rc = cmd_seal(argv[4]);
+  else if (strcmp(cmd, "concurrent") == 0 && argc == 7)
+    rc = cmd_concurrent(argv[4], atoi(argv[5]), atol(argv[6]));
+  else if (strcmp(cmd, "noblock") == 0 && argc == 6) rc = cmd_noblock(argv[4], argv[5]);
+  else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
+  else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
+  jb_keyring_free(keys);
+  return rc;
+usage:
+  fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
+  return 2;
+}
