@@ -78,7 +78,8 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
   jb_error err = {0};
   int rc = jb_db_token_lookup(conn, hash, role, job, stored, &err);
   if (rc == JB_ERR_FAIL) {
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_log(JB_LOG_ERROR, "database error", "detail", err.msg, NULL);
+    jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
     return -1;
   }
   if (rc == JB_ERR_NOT_FOUND || sodium_memcmp(hash, stored, 32) != 0) {

@@ -20,10 +20,12 @@
 /* ---------- shared steps ---------- */
 
 /* Borrows a connection or answers 503. */
+static void db_failed(struct jb_http_resp *resp, const jb_error *err);
+
 static PGconn *conn_or_503(struct jb_app *app, struct jb_http_resp *resp) {
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+  if (!c) db_failed(resp, &err);
   return c;
 }
 
@@ -35,9 +37,10 @@ static void send_text(struct jb_http_resp *resp, int status, char *json) {
   resp->content_type = "application/json";
 }
 
+/* 503 without the server's own words (they stay in the log). */
 static void db_failed(struct jb_http_resp *resp, const jb_error *err) {
   jb_log(JB_LOG_ERROR, "database error", "detail", err->msg, NULL);
-  jb_resp_error(resp, 503, "database_unavailable", "%s", err->msg);
+  jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
 }
 
 /* 409 with the current state inside the error object. */
@@ -132,7 +135,8 @@ static int read_exclude(const json_t *body, char **out, jb_error *err) {
     if (n == 0 || n > 1024 || strlen(s) != n)
       return jb_fail(err, EINVAL, "exclude[%zu] must be 1 to 1024 bytes without NUL", i);
     for (size_t k = 0; k < n; k++)
-      if ((unsigned char)s[k] < 0x20) return jb_fail(err, EINVAL, "exclude[%zu] has a control character", i);
+      if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f)
+        return jb_fail(err, EINVAL, "exclude[%zu] has a control character", i);
   }
   *out = json_dumps(e, JSON_COMPACT);
   return *out ? 0 : jb_fail(err, ENOMEM, "out of memory");
@@ -285,21 +289,22 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   const char *job = req->params[0];
   const char *state = jb_http_query(req, "state");
   long long limit = 50, after = 0;
-  if (state && strcmp(state, "pending") && strcmp(state, "approved") && strcmp(state, "rejected") &&
-      strcmp(state, "done") && strcmp(state, "failed")) {
-    jb_resp_error(resp, 400, "bad_request",
-                  "query 'state' must be pending, approved, rejected, done or failed");
-    return;
-  }
-  if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
-      query_int(req, "after", 0, LLONG_MAX, &after, resp) < 0)
-    return;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
   jb_error err = {0};
   char *json = NULL;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
+  if (state && strcmp(state, "pending") && strcmp(state, "approved") && strcmp(state, "rejected") &&
+      strcmp(state, "done") && strcmp(state, "failed")) {
+    jb_resp_error(resp, 400, "bad_request",
+                  "query 'state' must be pending, approved, rejected, done or failed");
+    goto out;
+  }
+  if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
+      query_int(req, "after", 0, LLONG_MAX, &after, resp) < 0)
+    goto out;
+  {
     char *sess = NULL;
     int rc = jb_db_session_get(c, job, &sess, &err); /* 404 for an unknown session */
     free(sess);
@@ -309,6 +314,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
       send_text(resp, 200, json);
     else db_failed(resp, &err);
   }
+out:
   jb_db_release(app->db, c);
 }
 

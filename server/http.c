@@ -136,6 +136,8 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct req_ctx *ct
   MHD_add_response_header(m, "Cache-Control", "no-store");
   MHD_add_response_header(m, "X-Content-Type-Options", "nosniff");
   if (r->allow[0]) MHD_add_response_header(m, MHD_HTTP_HEADER_ALLOW, r->allow);
+  if (r->status == 401) /* RFC 6750 §3 */
+    MHD_add_response_header(m, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"jailbox\"");
   if (r->close) MHD_add_response_header(m, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, m);
   MHD_destroy_response(m);

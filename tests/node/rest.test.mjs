@@ -87,6 +87,14 @@ test('auth: missing, malformed, unknown tokens are 401', async () => {
     const r = await srv.req('GET', `/v1/jailbox/${s.jobId}`, { headers });
     assert.equal(r.status, 401, String(h));
     assert.equal(r.json.error.code, 'unauthorized');
+    assert.match(r.headers.get('www-authenticate') || '', /^Bearer /);
+  }
+  // the token is checked before anything in the request is: bad input without a token is 401
+  for (const [m, p, raw] of [['POST', '/v1/jailbox', '{bad'], ['PATCH', `/v1/jailbox/${s.jobId}`, '{bad'],
+                             ['POST', `/v1/jailbox/${s.jobId}/abort`, '{bad'], ['GET', `/v1/jailbox/${s.jobId}/ops?limit=x`, undefined],
+                             ['POST', `/v1/jailbox/${s.jobId}/approve/1`, '{bad']]) {
+    const r = await srv.req(m, p, { raw });
+    assert.equal(r.status, 401, `${m} ${p}`);
   }
 });
 
