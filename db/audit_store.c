@@ -3,23 +3,26 @@
 #include "db/audit_store.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sodium.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "db/db.h"
 #include "server/keys.h"
+#include "server/log.h"
 
-/* Runs `sql` with `n` parameters; `bin` marks binary ones (bytea) with their lengths.
- * Returns the result when its status is `want`, else NULL with `err` set. */
+/* Runs the static SQL `sql` (a prepared statement of the connection, see jb_db_prepared)
+ * with `n` parameters; `fmts` marks binary ones (bytea) with their `lens`. Returns the result
+ * when its status is `want`, else NULL with `err` set. */
 static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals,
                       const int *lens, const int *fmts, ExecStatusType want, jb_error *err,
                       const char *what) {
-  PGresult *r = PQexecParams(c, sql, n, NULL, vals, lens, fmts, 0);
-  if (PQresultStatus(r) == want) return r;
-  if (r) jb_db_fail_res(err, r, what);
-  else jb_db_fail(err, c, what);
+  PGresult *r = jb_db_prepared(c, sql, n, vals, lens, fmts, 0, NULL, err, what);
+  if (!r || PQresultStatus(r) == want) return r;
+  jb_fail(err, EIO, "%s: unexpected result %s", what, PQresStatus(PQresultStatus(r)));
   PQclear(r);
   return NULL;
 }
@@ -55,25 +58,129 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
 
 /* --- append ---------------------------------------------------------------------------------- */
 
+/* Locks the session row and reads its head: the slow path, when this process does not know
+ * the head (first append here, another writer was faster, another instance wrote). Nothing
+ * else is read in this statement: under READ COMMITTED a row updated meanwhile is re-read at
+ * its newest version, but other tables would still be seen at the statement's older
+ * snapshot. */
 static const char sql_lock_head[] =
-    "SELECT s.audit_head_seq, encode(s.audit_head_hash, 'hex'),"
-    "       coalesce(e.operation = 'seal', false), jb_ts(clock_timestamp())"
-    "  FROM sessions s"
-    "  LEFT JOIN audit_entries e ON e.job_id = s.job_id AND e.seq = s.audit_head_seq"
-    " WHERE s.job_id = $1"
-    "   FOR UPDATE OF s";
+    "SELECT audit_head_seq, encode(audit_head_hash, 'hex') FROM sessions WHERE job_id = $1"
+    "   FOR UPDATE";
 
-static const char sql_insert[] =
-    "WITH ins AS ("
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8: locks the
+ * session row (FOR UPDATE: concurrent appends to the session queue here and the loser sees
+ * the moved head when it gets the lock), refuses to follow a seal, inserts the entry and
+ * moves the head — one statement, so that with a known head an append outside a caller's
+ * transaction costs one round trip and one commit. Updates no row when the head moved or the
+ * chain is sealed. */
+static const char sql_append[] =
+    "WITH head AS ("
+    "  SELECT job_id FROM sessions"
+    "   WHERE job_id = $1 AND audit_head_seq = $2::bigint - 1"
+    "     AND (audit_head_seq = 0 OR audit_head_hash = $8)"
+    "     FOR UPDATE),"
+    " ins AS ("
     "  INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
     "                             prev_hash, hash, signature, key_id)"
-    "  VALUES ($1, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11)"
+    "  SELECT $1, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM head"
+    "   WHERE NOT EXISTS (SELECT 1 FROM audit_entries p"
+    "                      WHERE p.job_id = $1 AND p.seq = $2::bigint - 1 AND p.operation = 'seal')"
     "  RETURNING job_id)"
     " UPDATE sessions s SET audit_head_seq = $2, audit_head_hash = $9"
     "   FROM ins WHERE s.job_id = ins.job_id";
 
-/* The body of an append, inside a transaction: lock the session row, read the head, build
- * and sign the entry, insert it, move the head. `seal` builds the seal's details. */
+/* The heads this process wrote last, by session: a direct-mapped table (a collision evicts).
+ * A stale head costs one statement that changes nothing, then the slow path. */
+#define HEAD_CACHE_SLOTS 1024
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    char job_id[JB_AUDIT_MAX_SESSION + 1];
+    long long seq;
+    unsigned char hash[JB_AUDIT_HASH_LEN];
+  } slot[HEAD_CACHE_SLOTS];
+} heads = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t head_slot(const char *job_id) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  return (size_t)(h % HEAD_CACHE_SLOTS);
+}
+
+static bool head_get(const char *job_id, long long *seq, unsigned char hash[JB_AUDIT_HASH_LEN]) {
+  size_t i = head_slot(job_id);
+  pthread_mutex_lock(&heads.lock);
+  bool hit = strcmp(heads.slot[i].job_id, job_id) == 0;
+  if (hit) {
+    *seq = heads.slot[i].seq;
+    memcpy(hash, heads.slot[i].hash, JB_AUDIT_HASH_LEN);
+  }
+  pthread_mutex_unlock(&heads.lock);
+  return hit;
+}
+
+static void head_put(const char *job_id, long long seq, const unsigned char hash[JB_AUDIT_HASH_LEN]) {
+  size_t i = head_slot(job_id);
+  pthread_mutex_lock(&heads.lock);
+  if (hash) {
+    snprintf(heads.slot[i].job_id, sizeof heads.slot[i].job_id, "%s", job_id);
+    heads.slot[i].seq = seq;
+    memcpy(heads.slot[i].hash, hash, JB_AUDIT_HASH_LEN);
+  } else if (strcmp(heads.slot[i].job_id, job_id) == 0) {
+    heads.slot[i].job_id[0] = '\0';
+  }
+  pthread_mutex_unlock(&heads.lock);
+}
+
+/* Builds entry head+1 on `prev` and runs sql_append. Returns JB_OK with `out` filled, 1 when
+ * no row changed (head moved, or sealed), JB_ERR_FAIL with `err`. */
+static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                      const char *operation, const char *path, json_t *details, bool seal,
+                      long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                      struct jb_audit_head *out, jb_error *err) {
+  json_t *seal_details = NULL;
+  if (seal) {
+    char hex[2 * JB_AUDIT_HASH_LEN + 1];
+    jb_audit_hex(prev, JB_AUDIT_HASH_LEN, hex);
+    seal_details = json_pack("{s:I,s:s}", "entries", (json_int_t)head, "head", hex);
+    if (!seal_details) return jb_fail(err, ENOMEM, "out of memory");
+    details = seal_details;
+  }
+  char ts[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_now(ts, sizeof ts);
+  struct jb_audit_entry e;
+  int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
+                               keys->sk, keys->pk, err);
+  json_decref(seal_details);
+  if (rc < 0) return JB_ERR_FAIL;
+  char seqs[24];
+  snprintf(seqs, sizeof seqs, "%lld", e.seq);
+  char *djson = json_dumps(e.details, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!djson) {
+    jb_audit_entry_clear(&e);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  const char *vals[11] = {job_id, seqs, operation, path, ts, djson,
+                          (const char *)e.canonical, (const char *)e.prev_hash,
+                          (const char *)e.hash, (const char *)e.signature, keys->key_id};
+  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
+                        JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
+  const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+  PGresult *r = exec(c, sql_append, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
+  free(djson);
+  rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
+  PQclear(r);
+  if (rc == JB_OK && out) {
+    out->seq = e.seq;
+    memcpy(out->hash, e.hash, JB_AUDIT_HASH_LEN);
+    memcpy(out->signature, e.signature, JB_AUDIT_SIG_LEN);
+    memcpy(out->key_id, e.key_id, sizeof out->key_id);
+  }
+  jb_audit_entry_clear(&e);
+  return rc;
+}
+
+/* The slow path, inside a transaction: lock the session row, read the head, append. */
 static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *operation, const char *path, json_t *details, bool seal,
                          struct jb_audit_head *out, jb_error *err) {
@@ -92,63 +199,13 @@ static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *j
     jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
     return JB_ERR_FAIL;
   }
-  bool sealed = PQgetvalue(r, 0, 2)[0] == 't';
-  char ts[JB_AUDIT_TS_LEN + 1];
-  snprintf(ts, sizeof ts, "%s", PQgetvalue(r, 0, 3));
   PQclear(r);
-  if (sealed) {
+  /* the row is locked: the head cannot have moved, so no row changed means sealed */
+  int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
+  if (rc == 1) {
     jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
     return JB_ERR_CONFLICT;
   }
-
-  json_t *seal_details = NULL;
-  if (seal) {
-    char hex[2 * JB_AUDIT_HASH_LEN + 1];
-    jb_audit_hex(prev, sizeof prev, hex);
-    seal_details = json_pack("{s:I,s:s}", "entries", (json_int_t)head, "head", hex);
-    if (!seal_details) {
-      jb_fail(err, ENOMEM, "out of memory");
-      return JB_ERR_FAIL;
-    }
-    details = seal_details;
-  }
-  struct jb_audit_entry e;
-  int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
-                               keys->sk, keys->pk, err);
-  json_decref(seal_details);
-  if (rc < 0) return JB_ERR_FAIL;
-
-  char seqs[24];
-  snprintf(seqs, sizeof seqs, "%lld", e.seq);
-  char *djson = json_dumps(e.details, JSON_COMPACT | JSON_SORT_KEYS);
-  if (!djson) {
-    jb_audit_entry_clear(&e);
-    jb_fail(err, ENOMEM, "out of memory");
-    return JB_ERR_FAIL;
-  }
-  const char *vals[11] = {job_id, seqs, operation, path, ts, djson,
-                          (const char *)e.canonical, (const char *)e.prev_hash,
-                          (const char *)e.hash, (const char *)e.signature, keys->key_id};
-  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
-                        JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
-  const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
-  r = exec(c, sql_insert, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
-  free(djson);
-  rc = JB_OK;
-  if (!r) {
-    rc = JB_ERR_FAIL;
-  } else if (strcmp(PQcmdTuples(r), "1") != 0) {
-    jb_fail(err, EIO, "audit append: session head not moved");
-    rc = JB_ERR_FAIL;
-  }
-  PQclear(r);
-  if (rc == JB_OK && out) {
-    out->seq = e.seq;
-    memcpy(out->hash, e.hash, JB_AUDIT_HASH_LEN);
-    memcpy(out->signature, e.signature, JB_AUDIT_SIG_LEN);
-    memcpy(out->key_id, e.key_id, sizeof out->key_id);
-  }
-  jb_audit_entry_clear(&e);
   return rc;
 }
 
@@ -157,17 +214,37 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                   struct jb_audit_head *out, jb_error *err) {
   if (!keys) return jb_fail(err, EINVAL, "no signing key loaded");
   if (details && jb_audit_details_check(details, err) < 0) return JB_ERR_FAIL;
+  PGTransactionStatusType ts = PQtransactionStatus(c);
+  if (ts == PQTRANS_INERROR) return jb_fail(err, EINVAL, "the caller's transaction has already failed");
+  if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)
+    return jb_fail(err, EIO, "database connection is busy or broken");
+  struct jb_audit_head h;
+  struct jb_audit_head *res = out ? out : &h;
+
+  /* fast path: the head this process wrote last is still the head */
+  long long head;
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  if (head_get(job_id, &head, prev)) {
+    int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, res, err);
+    if (rc == JB_OK) {
+      head_put(job_id, res->seq, res->hash);
+      return JB_OK;
+    }
+    head_put(job_id, 0, NULL);
+    if (rc != 1) return rc;
+  }
+
   bool own = false;
   if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
-  int rc = append_locked(c, keys, job_id, operation, path, details, seal, out, err);
-  if (!own) return rc;
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
+  int rc = append_locked(c, keys, job_id, operation, path, details, seal, res, err);
+  if (own && rc != JB_OK) jb_db_rollback(c);
+  if (own && rc == JB_OK) {
+    PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
+    PQclear(r);
+    if (!r) rc = JB_ERR_FAIL;
   }
-  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
-  PQclear(r);
-  return r ? JB_OK : JB_ERR_FAIL;
+  if (rc == JB_OK) head_put(job_id, res->seq, res->hash);
+  return rc;
 }
 
 int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,

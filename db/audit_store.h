@@ -16,13 +16,16 @@ struct jb_keyring;
 /* Appends an entry to the chain of session `job_id`, signed with the keyring's active key.
  * `operation` matches [a-z_]{1,32} and is not "seal" (use jb_audit_seal); `path` may be NULL;
  * `details` (borrowed; NULL = {}) follows the rules of jb_audit_canonical (integers only, no
- * reals). The timestamp is the database's clock_timestamp().
+ * reals). The timestamp is this process's clock (UTC, ms) when the entry is made.
  *
  * Transactions: inside the caller's open transaction (PQTRANS_INTRANS) the entry becomes
  * part of it — committed or rolled back with the caller's work, and the session row stays
  * locked until then; otherwise the call runs and commits a transaction of its own.
- * Appends to one session are serialized by SELECT … FOR UPDATE on its sessions row;
- * different sessions never wait for each other.
+ * Appends to one session are serialized by a FOR UPDATE lock on its sessions row; different
+ * sessions never wait for each other. The head this process wrote last is remembered, so
+ * that the next append to that session is one statement (which checks the head is still
+ * that one: compare-and-set); when it is not, the head is read under the lock and the
+ * append made again.
  *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
  * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.

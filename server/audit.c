@@ -296,9 +296,10 @@ char *jb_audit_entry_line(const struct jb_audit_entry *e) {
   return line;
 }
 
-static const char *const line_members[] = {"seq",      "session", "operation", "path",
-                                           "timestamp", "details", "prevHash",  "hash",
-                                           "signature", "keyId",   "canonical", NULL};
+#define LINE_MEMBERS 11
+static const char *const line_members[LINE_MEMBERS] = {
+    "seq", "session", "operation", "path", "timestamp", "details",
+    "prevHash", "hash", "signature", "keyId", "canonical"};
 
 static int line_fail(struct jb_audit_entry *e, jb_error *err, const char *msg) {
   e->malformed = true;
@@ -329,17 +330,20 @@ int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t
   }
   json_t *seq = json_object_get(o, "seq");
   if (json_is_integer(seq)) e->seq = json_integer_value(seq);
-  const char *k;
-  json_t *v;
-  json_object_foreach(o, k, v) {
-    bool known = false;
-    for (size_t i = 0; line_members[i]; i++)
-      if (strcmp(k, line_members[i]) == 0) known = true;
-    if (!known) {
-      char m[160];
-      snprintf(m, sizeof m, "unknown member '%.64s'", k);
-      line_fail(e, err, m);
-      goto out;
+  /* every member below is required; with exactly as many members there is no other one */
+  if (json_object_size(o) != LINE_MEMBERS) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+      bool known = false;
+      for (size_t i = 0; i < LINE_MEMBERS; i++)
+        if (strcmp(k, line_members[i]) == 0) known = true;
+      if (!known) {
+        char m[160];
+        snprintf(m, sizeof m, "unknown member '%.64s'", k);
+        line_fail(e, err, m);
+        goto out;
+      }
     }
   }
   json_t *path = json_object_get(o, "path"), *details = json_object_get(o, "details");
@@ -604,6 +608,7 @@ static int check_place(const struct jb_audit_entry *entries, size_t n, size_t i,
     if (c->seq < pos || later)
       return fail_at(r, pos, JB_AUDIT_REORDERED, "entry %lld stands at position %lld", c->seq,
                      pos);
+    if (c->seq == pos + 1) return fail_at(r, pos, JB_AUDIT_GAP, "entry %lld is missing", pos);
     return fail_at(r, pos, JB_AUDIT_GAP, "entries %lld..%lld are missing", pos, c->seq - 1);
   }
   if (strcmp(c->session, r->session) != 0)

@@ -48,6 +48,23 @@ static const struct setting settings[] = {
    "seconds to wait for a PostgreSQL connection"},
   {"shutdown-grace-ms", "JAILBOX_SHUTDOWN_GRACE_MS", K_INT, S(shutdown_grace_ms), "10000", 0, 600000,
    "after SIGTERM/SIGINT, how long in-flight requests may finish, ms"},
+  {"ws-listen", "JAILBOX_WS_LISTEN", K_STR, S(ws_listen), "127.0.0.1:8081", 0, 0,
+   "Socket.IO (WebSocket) address host:port, path /socket.io/ (port 0: any free port, logged;"
+   " unset while the HTTP port is 0: the HTTP host with port 0)"},
+  {"ws-max-payload", "JAILBOX_WS_MAX_PAYLOAD", K_INT, S(ws_max_payload), "1048576", 1024, 1L << 26,
+   "largest WebSocket message, bytes (Engine.IO maxPayload; larger: close 1009)"},
+  {"ws-ping-interval-ms", "JAILBOX_WS_PING_INTERVAL_MS", K_INT, S(ws_ping_interval_ms), "25000", 50, 3600000,
+   "Engine.IO pingInterval: the server pings every socket this often, ms"},
+  {"ws-ping-timeout-ms", "JAILBOX_WS_PING_TIMEOUT_MS", K_INT, S(ws_ping_timeout_ms), "20000", 50, 3600000,
+   "Engine.IO pingTimeout: a socket that does not answer a ping within it is dropped, ms"},
+  {"ws-handshake-timeout-ms", "JAILBOX_WS_HANDSHAKE_TIMEOUT_MS", K_INT, S(ws_handshake_timeout_ms), "10000", 50, 600000,
+   "WebSocket upgrade plus Socket.IO CONNECT must complete within, ms"},
+  {"ws-max-per-ip", "JAILBOX_WS_MAX_PER_IP", K_INT, S(ws_max_per_ip), "64", 1, 1000000,
+   "open WebSocket connections from one client address (more: HTTP 429)"},
+  {"ws-send-queue-bytes", "JAILBOX_WS_SEND_QUEUE_BYTES", K_INT, S(ws_send_queue_bytes), "4194304", 4096, 1L << 30,
+   "outgoing bytes queued for one socket; a slower client is dropped (close 1008)"},
+  {"ws-workers", "JAILBOX_WS_WORKERS", K_INT, S(ws_workers), "4", 1, 256,
+   "threads running Socket.IO handlers (authentication, session controls, MCP)"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
@@ -119,6 +136,22 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
   int port;
   if (jb_parse_listen(cfg->listen, host, sizeof host, &port, err) < 0)
     return jb_error_wrap(err, "JAILBOX_LISTEN");
+  /* A free HTTP port (port 0, as tests and parallel instances use) takes a free WebSocket
+   * port on the same host too, unless JAILBOX_WS_LISTEN / --ws-listen was given: the fixed
+   * default would make two such instances collide. */
+  bool ws_given = get_env && get_env("JAILBOX_WS_LISTEN");
+  for (int i = 1; i < argc; i++)
+    if (strncmp(argv[i], "--ws-listen", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '=')) ws_given = true;
+  if (port == 0 && !ws_given) {
+    char ws[300];
+    snprintf(ws, sizeof ws, strchr(host, ':') ? "[%s]:0" : "%s:0", host);
+    char *dup = strdup(ws);
+    if (!dup) return jb_fail_errno(err, ENOMEM, "JAILBOX_WS_LISTEN");
+    free(cfg->ws_listen);
+    cfg->ws_listen = dup;
+  }
+  if (jb_parse_listen(cfg->ws_listen, host, sizeof host, &port, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_WS_LISTEN");
   return 0;
 }
 

@@ -24,6 +24,14 @@ struct jb_config {
   long db_pool_size;        /* PostgreSQL connections kept open */
   long db_connect_timeout_s;/* seconds libpq waits for a connection */
   long shutdown_grace_ms;   /* how long in-flight requests may run after SIGTERM, ms */
+  char *ws_listen;          /* Socket.IO (WebSocket) address host:port; port 0 picks a free one */
+  long ws_max_payload;      /* largest WebSocket message, bytes (close 1009 above) */
+  long ws_ping_interval_ms; /* Engine.IO pingInterval, ms */
+  long ws_ping_timeout_ms;  /* Engine.IO pingTimeout: a silent client is dropped after it, ms */
+  long ws_handshake_timeout_ms; /* upgrade + Socket.IO CONNECT must finish within, ms */
+  long ws_max_per_ip;       /* open WebSocket connections per client address */
+  long ws_send_queue_bytes; /* outgoing bytes queued per socket; more: the socket is dropped */
+  long ws_workers;          /* threads running socket handlers (database work) */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/socket.h"
 #include "db/db.h"
 #include "db/listen.h"
 #include "db/migrate.h"
@@ -91,6 +92,7 @@ int main(int argc, char **argv) {
   atomic_init(&app.draining, false);
   int exit_code = 0;
   struct jb_http_server *srv = NULL;
+  struct jb_socket *sock = NULL;
   struct jb_listener *listener = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
@@ -144,6 +146,11 @@ int main(int argc, char **argv) {
     exit_code = fatal("http", &err);
     goto out;
   }
+  if (jb_socket_start(&app, &sock, &err) < 0) { /* logs "ws listening" */
+    exit_code = fatal("websocket", &err);
+    jb_http_drain(srv, 0);
+    goto out;
+  }
   char host[256], addr[300], url[320];
   int port;
   jb_parse_listen(cfg.listen, host, sizeof host, &port, NULL);
@@ -160,6 +167,7 @@ int main(int argc, char **argv) {
   jb_http_drain(srv, cfg.shutdown_grace_ms);
 
 out:
+  jb_socket_stop(sock); /* its handlers use the database */
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
   jb_db_close(app.db);

@@ -21,19 +21,28 @@
 #include <unistd.h>
 
 #include "db/audit_store.h"
+#include "db/db.h"
 #include "server/keys.h"
 
 static const char *conninfo;
 static struct jb_keyring *keys;
+static struct jb_db *pool;  /* connections as jailboxd has them (prepared statements kept) */
 
 static PGconn *connect_or_die(void) {
-  PGconn *c = PQconnectdb(conninfo);
-  if (PQstatus(c) != CONNECTION_OK) {
-    fprintf(stderr, "connect: %s", PQerrorMessage(c));
+  jb_error err = {0};
+  if (!pool && jb_db_open(&pool, conninfo, 64, 10, &err) < 0) {
+    fprintf(stderr, "connect: %s\n", err.msg);
+    exit(2);
+  }
+  PGconn *c = jb_db_acquire(pool, &err);
+  if (!c) {
+    fprintf(stderr, "connect: %s\n", err.msg);
     exit(2);
   }
   return c;
 }
+
+static void done_with(PGconn *c) { jb_db_release(pool, c); }
 
 static void load_keys(const char *file) {
   jb_error err = {0};
@@ -82,12 +91,12 @@ static int cmd_append(const char *job, long count) {
     int rc = append_one(c, job, i, &h, &err);
     if (rc != JB_OK) {
       fprintf(stderr, "append: %d %s\n", rc, err.msg);
-      PQfinish(c);
+      done_with(c);
       return 1;
     }
   }
   print_head(&h);
-  PQfinish(c);
+  done_with(c);
   return 0;
 }
 
@@ -98,7 +107,7 @@ static int cmd_seal(const char *job) {
   int rc = jb_audit_seal(c, keys, job, &h, &err);
   if (rc == JB_OK) print_head(&h);
   else fprintf(stderr, "seal: %d %s\n", rc, err.msg);
-  PQfinish(c);
+  done_with(c);
   return rc == JB_OK ? 0 : 1;
 }
 
@@ -114,14 +123,13 @@ static pthread_barrier_t start_line;
 
 static void *work(void *arg) {
   struct worker *w = arg;
-  PGconn *c = PQconnectdb(conninfo);
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
   pthread_barrier_wait(&start_line);
-  if (PQstatus(c) != CONNECTION_OK) {
-    snprintf(w->error, sizeof w->error, "connect: %s", PQerrorMessage(c));
-    PQfinish(c);
+  if (!c) {
+    snprintf(w->error, sizeof w->error, "connect: %s", err.msg);
     return NULL;
   }
-  jb_error err = {0};
   for (long i = 0; i < w->per; i++) {
     int rc = append_one(c, w->job, i, NULL, &err);
     if (rc != JB_OK) {
@@ -130,7 +138,7 @@ static void *work(void *arg) {
     }
     w->done++;
   }
-  PQfinish(c);
+  done_with(c);
   return NULL;
 }
 
@@ -187,7 +195,7 @@ static int cmd_concurrent(const char *job, int conns, long per) {
   free(w);
   struct jb_audit_result after;
   int rc = verify_db(c, job, &after);
-  PQfinish(c);
+  done_with(c);
   printf("appended %ld, chain %lld -> %lld entries, verify %s%s%s\n", total, before.entries,
          after.entries, rc == 0 ? "ok" : "FAILED ", rc == 0 ? "" : jb_audit_reason_name(after.reason),
          rc == 0 ? "" : after.detail);
@@ -214,8 +222,8 @@ static int cmd_noblock(const char *a, const char *b) {
   bool waited = rc_a == JB_ERR_FAIL && strstr(err.msg, "55P03");
   if (!waited) fprintf(stderr, "append to the locked session did not wait: %d %s\n", rc_a, err.msg);
   PQclear(PQexec(holder, "COMMIT"));
-  PQfinish(holder);
-  PQfinish(other);
+  done_with(holder);
+  done_with(other);
   printf("other session not blocked: %s; same session serialized: %s\n",
          rc_b == JB_OK ? "yes" : "NO", waited ? "yes" : "NO");
   return rc_b == JB_OK && waited ? 0 : 1;
@@ -254,7 +262,7 @@ static int cmd_txn(const char *job) {
   int rc4 = jb_audit_append(c, keys, job, "read", "/x", bad, NULL, &err);
   json_decref(bad);
   int rc5 = jb_audit_append(c, keys, "no-such-session", "read", "/x", NULL, NULL, &err);
-  PQfinish(c);
+  done_with(c);
   bool ok = rc == JB_OK && in_tx && s1 == s0 && rc2 == JB_OK && s2 == s0 + 1 && rc3 == JB_OK &&
             idle && s3 == s0 + 2 && rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND;
   printf("rollback keeps head %lld: %s; commit moves it: %s; own transaction: %s; "
@@ -267,7 +275,7 @@ static int cmd_verify(const char *job) {
   PGconn *c = connect_or_die();
   struct jb_audit_result res;
   int rc = verify_db(c, job, &res);
-  PQfinish(c);
+  done_with(c);
   if (rc < 0) return 2;
   json_t *j = jb_audit_result_json(&res);
   char *s = json_dumps(j, JSON_COMPACT);
@@ -336,7 +344,7 @@ static int cmd_forge(const char *job, long long seq) {
   jb_audit_entry_clear(&f);
   jb_keyring_free(fresh);
   jb_audit_chain_free(&ch);
-  PQfinish(c);
+  done_with(c);
   return ok ? 0 : 2;
 }
 
@@ -380,8 +388,11 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "forge-line") == 0 && argc == 4) return cmd_forge_line(argv[2], atoll(argv[3]));
   if (argc < 4) goto usage;
   conninfo = argv[2];
-  if (strcmp(cmd, "verify") == 0 && argc == 4) return cmd_verify(argv[3]);
-  if (strcmp(cmd, "forge") == 0 && argc == 5) return cmd_forge(argv[3], atoll(argv[4]));
+  if ((strcmp(cmd, "verify") == 0 && argc == 4) || (strcmp(cmd, "forge") == 0 && argc == 5)) {
+    int rc = argc == 4 ? cmd_verify(argv[3]) : cmd_forge(argv[3], atoll(argv[4]));
+    jb_db_close(pool);
+    return rc;
+  }
   if (argc < 5) goto usage;
   load_keys(argv[3]);
   int rc = 2;
@@ -393,6 +404,7 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
   else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
   jb_keyring_free(keys);
+  jb_db_close(pool);
   return rc;
 usage:
   fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");

@@ -23,7 +23,24 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_stri
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
 
+echo "== build (clang, libFuzzer harnesses)"
+cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DJB_SANITIZE=ON -DJB_FUZZ=ON >/dev/null
+cmake --build build-fuzz -j "$JOBS" --target fuzz_json fuzz_http
+
 status=0
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+for f in json http; do
+  echo "== fuzz $f (${FUZZ_SECONDS}s from tests/fuzz/corpus/$f)"
+  corpus=$(mktemp -d /tmp/jbfuzz.XXXXXX)
+  cp tests/fuzz/corpus/$f/* "$corpus/"
+  if ! "build-fuzz/tests/fuzz_$f" -max_total_time="$FUZZ_SECONDS" -max_len=8192 "$corpus" > "$corpus.log" 2>&1; then
+    tail -40 "$corpus.log"; status=1
+  else
+    tail -1 "$corpus.log"
+  fi
+  rm -rf "$corpus" "$corpus.log"
+done
+
 echo "== tests (release build)"
 ctest --test-dir build --output-on-failure || status=1
 echo "== tests (sanitizer build)"

@@ -1,0 +1,46 @@
+/* socket.h — the Socket.IO half of the session contract (api/events.md): who may connect
+ * (buyer and agent tokens), which room a socket joins, the buyer's session controls, the
+ * agent's MCP channel, and the fan-out of bus events to the sockets of their session.
+ * The transport is server/ws.h. */
+#ifndef JB_API_SOCKET_H
+#define JB_API_SOCKET_H
+
+#include <jansson.h>
+
+#include "server/app.h"
+#include "server/err.h"
+
+struct jb_socket;
+
+/* A JSON-RPC error produced by a tool handler. `data` is stolen (may be NULL). */
+struct jb_mcp_error {
+  int code;            /* JSON-RPC error code */
+  char message[256];
+  json_t *data;
+};
+
+/* The op handler seam: runs an MCP tools/call for session `job_id` on a socket worker
+ * thread. `tool` is one of read, write, list, done; `arguments` is the borrowed arguments
+ * object. Returns the MCP CallToolResult object (new reference), or NULL with *e filled.
+ * The file-operation issue provides the real one; until then every call answers the
+ * JSON-RPC error -32001 "not implemented yet". */
+typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job_id,
+                                  const char *tool, json_t *arguments, struct jb_mcp_error *e);
+
+/* Starts the Socket.IO listener on app->cfg->ws_listen (logging a "ws listening" line with
+ * "addr"), and subscribes to app->bus so that every published event reaches the sockets of
+ * its session. One per process. Returns 0 with *out set, or -1 with `err`. */
+int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err);
+
+/* Replaces the op handler (NULL restores the "not implemented yet" one). */
+void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ctx);
+
+/* The bound port. */
+int jb_socket_port(const struct jb_socket *s);
+
+/* Closes every socket (close 1001), waits for the handler threads and stops the listener.
+ * Events published afterwards are dropped. Call it before the database pool closes.
+ * NULL is allowed. */
+void jb_socket_stop(struct jb_socket *s);
+
+#endif

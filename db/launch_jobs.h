@@ -1,0 +1,49 @@
+/* launch_jobs.h — SQL of jailbox-worker: claiming launch and teardown jobs from the queue
+ * (SELECT … FOR UPDATE SKIP LOCKED, so any number of workers on any number of hosts share
+ * one database), finishing them, and writing a session's walls (the session contract).
+ * State changes of sessions themselves go through jb_db_session_transition (sessions.h). */
+#ifndef JB_DB_LAUNCH_JOBS_H
+#define JB_DB_LAUNCH_JOBS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+#include "server/err.h"
+
+struct jb_launch_job {
+  long long id;
+  char job_id[129];     /* the session */
+  char kind[16];        /* "launch" or "teardown" */
+  int attempts;         /* including this claim */
+  /* the session, read in the same transaction */
+  char state[20];
+  char *workspace;      /* new allocation (jb_launch_job_free) */
+  char *limits_json;    /* new allocation: {"memoryMiB":…,"cpus":…,"pids":…,"timeoutSec":…} */
+};
+
+void jb_launch_job_free(struct jb_launch_job *j);
+
+/* Claims the oldest queued job this worker may take: any launch job, and a teardown job
+ * unless another worker holds that session's launch. Marks it claimed by `worker_id`.
+ * JB_OK with `out` filled; JB_ERR_NOT_FOUND when the queue has nothing for us; JB_ERR_FAIL. */
+int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out, jb_error *err);
+
+/* Ends job `id` as "done" or "failed" with `error` (nullable) and merges `result_json` (a
+ * JSON object as text, nullable) into its payload. JB_OK or JB_ERR_FAIL. */
+int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error,
+                     const char *result_json, jb_error *err);
+
+/* Stores the session contract `walls_json` (JSON text) of `job_id`. JB_OK, JB_ERR_NOT_FOUND,
+ * JB_ERR_FAIL. */
+int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_json, jb_error *err);
+
+/* The state of session `job_id` into `state` (20 bytes). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
+int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err);
+
+/* At worker start: fails the jobs `worker_id` had claimed but not finished (it died in the
+ * middle), with `reason`. The job ids of those that were launches are returned as a new
+ * JSON array text in *launch_sessions (free it). JB_OK or JB_ERR_FAIL. */
+int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
+                       char **launch_sessions, jb_error *err);
+
+#endif

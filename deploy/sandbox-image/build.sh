@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the jailbox sandbox image offline from this host's own files and imports it into the
+# local Docker daemon through the Engine API (no registry, no docker CLI needed):
+#   /usr/bin/bwrap, /usr/bin/setpriv      from the host's bubblewrap and util-linux packages
+#   their shared libraries (found with ldd) and the dynamic loader
+#   /opt/jailbox/bin/jailbox-shim         the static shim (--shim, default build/sandbox/…)
+#   /etc/passwd, /etc/group               root and nobody only
+#   /etc/jailbox/manifest                 SHA-256 of every file above
+#   empty mount points /workspace /tmp /proc /sys /dev
+# The tar stream is deterministic (sorted names, numeric owners, fixed times), so the
+# manifest digest names the content. Usage:
+#   build.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--rootfs DIR (keep it there)]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SHIM="$ROOT/build/sandbox/jailbox-shim"
+TAG=jailbox-sandbox:latest
+SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
+KEEP=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --shim) SHIM=$2; shift 2 ;;
+    --tag) TAG=$2; shift 2 ;;
+    --socket) SOCK=$2; shift 2 ;;
+    --rootfs) KEEP=$2; shift 2 ;;
+    *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -x "$SHIM" ] || { echo "build.sh: no shim at $SHIM (build it first)" >&2; exit 1; }
+if ldd "$SHIM" >/dev/null 2>&1; then
+  echo "build.sh: $SHIM is dynamically linked; the image expects the static shim" >&2; exit 1
+fi
+BWRAP=$(command -v bwrap) || { echo "build.sh: bubblewrap not installed" >&2; exit 1; }
+SETPRIV=$(command -v setpriv) || { echo "build.sh: setpriv (util-linux) not installed" >&2; exit 1; }
+
+WORK=$(mktemp -d /tmp/jailbox-image.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+R="$WORK/rootfs"
+mkdir -p "$R"/{usr/bin,opt/jailbox/bin,etc/jailbox,workspace,tmp,proc,sys,dev}
+
+# copy FILE to the same path under the rootfs, following symlinks (the loader's and the
+# libraries' paths are kept as ldd prints them, so the binaries find them unchanged)
+put() {
+  local src=$1 dst=${2:-$1}
+  mkdir -p "$R$(dirname "$dst")"
+  cp -L --preserve=mode "$src" "$R$dst"
+}
+put "$BWRAP" /usr/bin/bwrap
+put "$SETPRIV" /usr/bin/setpriv
+for bin in "$BWRAP" "$SETPRIV"; do
+  for lib in $(ldd "$bin" | grep -o '/[^ )]*'); do
+    [ -e "$R$lib" ] || put "$lib"
+  done
+done
+install -m 0755 "$SHIM" "$R/opt/jailbox/bin/jailbox-shim"
+printf 'root:x:0:0:root:/:/nonexistent\nnobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n' > "$R/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
+chmod 0644 "$R/etc/passwd" "$R/etc/group"
+chmod 1777 "$R/tmp"
+(cd "$R" && find . -type f ! -path ./etc/jailbox/manifest -print0 | sort -z | xargs -0 sha256sum) > "$R/etc/jailbox/manifest"
+DIGEST=$(sha256sum < "$R/etc/jailbox/manifest" | cut -d' ' -f1)
+SHIM_SHA=$(sha256sum < "$SHIM" | cut -d' ' -f1)
+
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$R" -cf "$WORK/rootfs.tar" .
+[ -z "$KEEP" ] || { rm -rf "$KEEP"; cp -a "$R" "$KEEP"; }
+
+repo=${TAG%:*}; tag=${TAG##*:}
+[ "$repo" != "$TAG" ] || tag=latest
+# image metadata the worker reads back: the content digest and the shim's hash
+changes=$(printf '%s' "LABEL jailbox.image.digest=$DIGEST jailbox.shim.sha256=$SHIM_SHA" | jq -sRr @uri)
+out=$(curl -sS --fail-with-body --unix-socket "$SOCK" -X POST -H 'Content-Type: application/x-tar' \
+  --data-binary @"$WORK/rootfs.tar" \
+  "http://localhost/images/create?fromSrc=-&repo=$repo&tag=$tag&changes=$changes") || {
+  echo "build.sh: import failed: $out" >&2; exit 1; }
+id=$(curl -sS --unix-socket "$SOCK" "http://localhost/images/$repo:$tag/json" | jq -r .Id)
+echo "build.sh: imported $repo:$tag ($id), content digest $DIGEST, $(wc -l < "$R/etc/jailbox/manifest") files"

@@ -1,0 +1,272 @@
+/* shimconn.c — framed stdio channel to jailbox-shim over a Docker attach stream (see
+ * shimconn.h). Frame format: Docker Engine API, "Attach to a container" (stream format). */
+#define _GNU_SOURCE
+#include "sandbox/shimconn.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/json.h"
+#include "sandbox/shim_proto.h"
+
+static long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+int jb_shimconn_init(struct jb_shimconn *c, const struct jb_docker_stream *stream, jb_error *err) {
+  memset(c, 0, sizeof *c);
+  c->stream = *stream;
+  c->next_id = 1;
+  c->line_cap = 64 * 1024;
+  c->line = malloc(c->line_cap);
+  c->rbuf = malloc(JB_SHIMCONN_RBUF);
+  if (!c->line || !c->rbuf) {
+    free(c->line);
+    free(c->rbuf);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&c->lock, NULL);
+  return 0;
+}
+
+void jb_shimconn_close(struct jb_shimconn *c) {
+  jb_docker_stream_close(&c->stream);
+  free(c->line);
+  free(c->rbuf);
+  c->line = NULL;
+  c->rbuf = NULL;
+  pthread_mutex_destroy(&c->lock);
+}
+
+static void kill_conn(struct jb_shimconn *c, const char *why) {
+  if (c->dead) return;
+  c->dead = true;
+  snprintf(c->dead_reason, sizeof c->dead_reason, "%s", why);
+}
+
+void jb_shimconn_stderr(struct jb_shimconn *c, char *out, size_t len) {
+  size_t n = c->err_len < len - 1 ? c->err_len : len - 1;
+  /* the end is the most telling part */
+  memcpy(out, c->err_tail + (c->err_len - n), n);
+  out[n] = '\0';
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)out[i] < 0x20) out[i] = ' ';
+  /* trim trailing blanks */
+  while (n > 0 && out[n - 1] == ' ') out[--n] = '\0';
+}
+
+static void keep_stderr(struct jb_shimconn *c, const char *p, size_t n) {
+  if (n >= JB_SHIMCONN_STDERR_TAIL) {
+    memcpy(c->err_tail, p + n - JB_SHIMCONN_STDERR_TAIL, JB_SHIMCONN_STDERR_TAIL);
+    c->err_len = JB_SHIMCONN_STDERR_TAIL;
+  } else {
+    if (c->err_len + n > JB_SHIMCONN_STDERR_TAIL) {
+      size_t drop = c->err_len + n - JB_SHIMCONN_STDERR_TAIL;
+      memmove(c->err_tail, c->err_tail + drop, c->err_len - drop);
+      c->err_len -= drop;
+    }
+    memcpy(c->err_tail + c->err_len, p, n);
+    c->err_len += n;
+  }
+  c->err_tail[c->err_len] = '\0';
+}
+
+/* Appends stdout bytes to the line buffer; returns how many bytes of `p` were consumed up to
+ * and including the first newline (the line is then complete), or n when none. */
+static size_t take_stdout(struct jb_shimconn *c, const char *p, size_t n, bool *complete) {
+  const char *nl = memchr(p, '\n', n);
+  size_t upto = nl ? (size_t)(nl - p) : n;
+  if (!c->line_overflow) {
+    if (c->line_len + upto > JB_SHIM_MAX_LINE) c->line_overflow = true;
+    else {
+      if (c->line_len + upto + 1 > c->line_cap) {
+        size_t cap = c->line_cap;
+        while (cap < c->line_len + upto + 1) cap *= 2;
+        char *nb = realloc(c->line, cap);
+        if (!nb) {
+          c->line_overflow = true; /* reported as too large: no memory to hold it */
+        } else {
+          c->line = nb;
+          c->line_cap = cap;
+        }
+      }
+      if (!c->line_overflow) {
+        memcpy(c->line + c->line_len, p, upto);
+        c->line_len += upto;
+      }
+    }
+  }
+  *complete = nl != NULL;
+  return nl ? upto + 1 : n;
+}
+
+/* Reads from the stream into the frame parser until a stdout line is complete. Returns 1
+ * with the line in c->line (NUL-terminated, c->line_len bytes), 0 on timeout, -1 on end of
+ * stream or a framing error (c->dead set). Unparsed bytes stay in c->rbuf for the next call. */
+static int pump(struct jb_shimconn *c, long deadline) {
+  for (;;) {
+    if (c->roff == c->rlen) {
+      c->roff = c->rlen = 0;
+      if (c->stream.pre_off < c->stream.pre_len) {
+        size_t n = c->stream.pre_len - c->stream.pre_off;
+        memcpy(c->rbuf, c->stream.pre + c->stream.pre_off, n);
+        c->stream.pre_off += n;
+        c->rlen = n;
+      } else {
+        long left = deadline - now_ms();
+        if (left <= 0) return 0;
+        struct pollfd pf = {.fd = c->stream.fd, .events = POLLIN};
+        int pr = poll(&pf, 1, (int)(left > 1000000 ? 1000000 : left));
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0) return 0;
+        ssize_t r = recv(c->stream.fd, c->rbuf, JB_SHIMCONN_RBUF, 0);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (r <= 0) {
+          kill_conn(c, "the container's output ended");
+          return -1;
+        }
+        c->rlen = (size_t)r;
+      }
+    }
+    while (c->roff < c->rlen) {
+      const unsigned char *buf = c->rbuf + c->roff;
+      size_t n = c->rlen - c->roff;
+      if (c->fleft == 0) {
+        size_t want = 8 - c->fhead_len, have = n < want ? n : want;
+        memcpy(c->fhead + c->fhead_len, buf, have);
+        c->fhead_len += have;
+        c->roff += have;
+        if (c->fhead_len < 8) break;
+        c->fhead_len = 0;
+        c->ftype = c->fhead[0];
+        c->fleft = ((size_t)c->fhead[4] << 24) | ((size_t)c->fhead[5] << 16) |
+                   ((size_t)c->fhead[6] << 8) | c->fhead[7];
+        if ((c->ftype != 1 && c->ftype != 2) || c->fhead[1] || c->fhead[2] || c->fhead[3]) {
+          kill_conn(c, "bad frame header on the attach stream");
+          return -1;
+        }
+        continue;
+      }
+      size_t take = n < c->fleft ? n : c->fleft;
+      if (c->ftype == 2) {
+        keep_stderr(c, (const char *)buf, take);
+        c->roff += take;
+        c->fleft -= take;
+        continue;
+      }
+      bool complete = false;
+      size_t used = take_stdout(c, (const char *)buf, take, &complete);
+      c->roff += used;
+      c->fleft -= used;
+      if (complete) {
+        c->line[c->line_len] = '\0';
+        return 1;
+      }
+    }
+  }
+}
+
+json_t *jb_shimconn_read(struct jb_shimconn *c, long timeout_ms, jb_error *err) {
+  if (c->dead) {
+    char tail[512];
+    jb_shimconn_stderr(c, tail, sizeof tail);
+    jb_fail(err, EPIPE, "%s%s%s", c->dead_reason, tail[0] ? ": " : "", tail);
+    return NULL;
+  }
+  long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int r = pump(c, deadline);
+    if (r == 0) {
+      jb_fail(err, ETIMEDOUT, "no answer from the shim within %ld ms", timeout_ms);
+      return NULL;
+    }
+    if (r < 0) return jb_shimconn_read(c, 0, err); /* reports the reason */
+    bool over = c->line_overflow;
+    size_t len = c->line_len;
+    c->line_len = 0;
+    c->line_overflow = false;
+    if (over) {
+      kill_conn(c, "the shim sent a line over the limit");
+      jb_fail(err, EMSGSIZE, "the shim sent a line over %d bytes", JB_SHIM_MAX_LINE);
+      return NULL;
+    }
+    if (len == 0) continue;
+    jb_error perr = {0};
+    json_t *o = jb_json_parse_object(c->line, len, JB_SHIM_MAX_DEPTH, &perr);
+    if (!o) {
+      kill_conn(c, "the shim sent a malformed line");
+      jb_fail(err, EPROTO, "malformed line from the shim: %s", perr.msg);
+      return NULL;
+    }
+    return o;
+  }
+}
+
+int jb_shimconn_send_raw(struct jb_shimconn *c, const void *buf, size_t len, long timeout_ms,
+                         jb_error *err) {
+  const char *p = buf;
+  long deadline = now_ms() + timeout_ms;
+  while (len > 0) {
+    ssize_t w = send(c->stream.fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+      long left = deadline - now_ms();
+      if (left <= 0) return jb_fail(err, ETIMEDOUT, "writing to the shim timed out");
+      struct pollfd pf = {.fd = c->stream.fd, .events = POLLOUT};
+      poll(&pf, 1, (int)left);
+      continue;
+    }
+    if (w < 0) {
+      kill_conn(c, "the container's input closed");
+      return jb_fail_errno(err, errno, "writing to the shim");
+    }
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+json_t *jb_shimconn_call(struct jb_shimconn *c, json_t *req, long timeout_ms, jb_error *err) {
+  pthread_mutex_lock(&c->lock);
+  json_t *answer = NULL;
+  long long id = c->next_id++;
+  json_object_set_new(req, "id", json_integer(id));
+  char *s = json_dumps(req, JSON_COMPACT);
+  if (!s) {
+    jb_fail(err, ENOMEM, "cannot encode the request");
+    goto out;
+  }
+  size_t n = strlen(s);
+  if (n > JB_SHIM_MAX_LINE) {
+    free(s);
+    jb_fail(err, EMSGSIZE, "request over %d bytes", JB_SHIM_MAX_LINE);
+    goto out;
+  }
+  s[n] = '\n'; /* json_dumps leaves room for the NUL, used here for the newline */
+  int rc = jb_shimconn_send_raw(c, s, n + 1, timeout_ms, err);
+  free(s);
+  if (rc < 0) goto out;
+  long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    long left = deadline - now_ms();
+    json_t *o = jb_shimconn_read(c, left > 0 ? left : 0, err);
+    if (!o) goto out;
+    json_t *rid = json_object_get(o, "id");
+    if (json_is_integer(rid) && json_integer_value(rid) == id) {
+      answer = o;
+      break;
+    }
+    /* answers to earlier requests that timed out, or events: not ours */
+    json_decref(o);
+  }
+out:
+  pthread_mutex_unlock(&c->lock);
+  return answer;
+}

@@ -1,0 +1,1504 @@
+/* ws.c — the Socket.IO transport (see ws.h): WebSocket handshake and framing (RFC 6455),
+ * Engine.IO v4 (websocket transport only), Socket.IO v5 packets, rooms, heartbeats, bounded
+ * send queues, the cross-thread queue and the handler worker threads, on a libwebsockets
+ * raw-socket listener serviced by one thread. */
+#define _GNU_SOURCE
+#include "server/ws.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libwebsockets.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/json.h"
+#include "server/config.h"
+#include "server/log.h"
+
+/* ---------- limits that are not settings ---------- */
+
+#define HTTP_HEAD_MAX 8192        /* upgrade request head, bytes (431 above) */
+#define MAX_FRAGMENTS 128         /* frames in one message (close 1008 above) */
+#define MAX_INFLIGHT 64           /* handler calls outstanding per connection */
+#define MAX_JOBS 8192             /* handler calls queued in all */
+#define MAX_ITEMS 200000          /* cross-thread messages waiting for the service thread */
+#define MAX_EVENT_NAME 64         /* bytes */
+#define MAX_NSP 64                /* namespace bytes echoed in a CONNECT_ERROR */
+#define JSON_DEPTH 32             /* nesting of Socket.IO payloads */
+#define LINGER_MS 2000            /* after our close frame: wait for the peer to close */
+#define ACK_ID_MAX 9007199254740991LL /* 2^53 - 1: the largest id a JS client can hold */
+
+#define ID_BUCKETS 4096
+#define ROOM_BUCKETS 1024
+#define IP_BUCKETS 256
+
+/* RFC 6455 §7.4.1 close codes */
+#define WS_NORMAL 1000
+#define WS_GOING_AWAY 1001
+#define WS_PROTOCOL 1002
+#define WS_UNSUPPORTED 1003
+#define WS_BAD_DATA 1007
+#define WS_POLICY 1008
+#define WS_TOO_BIG 1009
+
+/* ---------- outgoing frames: built once, shared by reference (service thread only) ---------- */
+
+struct frame {
+  int refs;
+  size_t len;           /* bytes at data */
+  unsigned char *data;  /* mem + LWS_PRE */
+  unsigned char mem[];
+};
+
+/* A frame of `opcode` whose payload is a ‖ b; opcode 0xff means raw bytes (HTTP). */
+static struct frame *frame_build(unsigned opcode, const void *a, size_t alen, const void *b,
+                                 size_t blen) {
+  size_t plen = alen + blen;
+  size_t hl = opcode == 0xff ? 0 : plen < 126 ? 2 : plen < 65536 ? 4 : 10;
+  struct frame *f = malloc(sizeof *f + LWS_PRE + hl + plen);
+  if (!f) return NULL;
+  f->refs = 1;
+  f->data = f->mem + LWS_PRE;
+  f->len = hl + plen;
+  unsigned char *d = f->data;
+  if (hl) {
+    d[0] = (unsigned char)(0x80 | opcode);
+    if (hl == 2) {
+      d[1] = (unsigned char)plen;
+    } else if (hl == 4) {
+      d[1] = 126;
+      d[2] = (unsigned char)(plen >> 8);
+      d[3] = (unsigned char)plen;
+    } else {
+      d[1] = 127;
+      for (int i = 0; i < 8; i++) d[2 + i] = (unsigned char)((uint64_t)plen >> (56 - 8 * i));
+    }
+  }
+  if (alen) memcpy(d + hl, a, alen);
+  if (blen) memcpy(d + hl + alen, b, blen);
+  return f;
+}
+
+static struct frame *frame_text(const char *a, const char *b) {
+  return frame_build(0x1, a, strlen(a), b, b ? strlen(b) : 0);
+}
+
+static void frame_unref(struct frame *f) {
+  if (f && --f->refs == 0) free(f);
+}
+
+/* "42" + [event, payload] as a text frame; payload is stolen. */
+static struct frame *frame_event(const char *event, json_t *payload) {
+  json_t *arr = json_array();
+  if (!arr || json_array_append_new(arr, json_string(event)) < 0 ||
+      (payload && json_array_append(arr, payload) < 0)) {
+    json_decref(arr);
+    json_decref(payload);
+    return NULL;
+  }
+  json_decref(payload);
+  char *s = json_dumps(arr, JSON_COMPACT);
+  json_decref(arr);
+  if (!s) return NULL;
+  struct frame *f = frame_text("42", s);
+  free(s);
+  return f;
+}
+
+/* ---------- cross-thread messages (any thread → service thread) ---------- */
+
+enum item_kind {
+  IT_SEND,    /* frame to one connected socket */
+  IT_ROOM,    /* frame to the room's sockets whose role matches */
+  IT_ACCEPT,  /* CONNECT accepted: join room, answer 40{sid} */
+  IT_REFUSE,  /* CONNECT refused: send the CONNECT_ERROR frame */
+  IT_DONE,    /* a handler call finished; optional ACK frame */
+};
+
+struct item {
+  struct item *next;
+  enum item_kind kind;
+  uint64_t conn;
+  unsigned roles;
+  struct frame *f;
+  char room[129];
+};
+
+/* ---------- handler jobs (service thread → workers) ---------- */
+
+enum job_kind { J_CONNECT, J_EVENT };
+
+struct job {
+  struct job *next;
+  enum job_kind kind;
+  struct jb_ws_peer peer;
+  json_t *data;          /* auth object or NULL / event args array */
+  long long ack;         /* -1: none */
+  char name[MAX_EVENT_NAME + 1];
+};
+
+/* ---------- connections (service thread only) ---------- */
+
+enum cstate {
+  CS_HTTP,     /* reading the upgrade request */
+  CS_EIO,      /* Engine.IO open; waiting for Socket.IO CONNECT */
+  CS_SIO,      /* Socket.IO connected */
+  CS_CLOSING,  /* close frame / refusal queued; no more input is read */
+  CS_LINGER,   /* our side shut down; discard input until the peer closes */
+};
+
+enum fstate { F_HDR, F_PAYLOAD };
+
+struct qnode {
+  struct qnode *next;
+  struct frame *f;
+};
+
+struct room;
+
+struct conn {
+  struct jb_ws *ws;
+  struct lws *wsi;
+  uint64_t id;
+  struct conn *id_next;
+  struct room *room;
+  struct conn *r_prev, *r_next;
+  struct ipcount *ip;
+  enum cstate st;
+  unsigned role;
+  bool connect_pending, awaiting_pong, counted_connected;
+  int inflight;
+  char sid[24];
+  char addr[64];
+  /* upgrade request */
+  char *hbuf;
+  size_t hlen;
+  /* frame parser */
+  enum fstate fs;
+  unsigned char hdr[14];
+  unsigned hhave, hneed;
+  unsigned opcode;
+  bool fin;
+  unsigned char mask[4];
+  uint64_t left;          /* payload bytes of the current frame still to read */
+  uint64_t flen;          /* payload length of the current frame */
+  /* message being assembled */
+  bool in_msg;
+  unsigned frags;
+  unsigned char *msg;
+  size_t msg_len;
+  unsigned char u8need, u8lo, u8hi;  /* UTF-8 validator state */
+  unsigned char ctl[125];
+  size_t ctl_len;
+  /* send queue */
+  struct qnode *qhead, *qtail;
+  size_t qbytes;
+  /* timers */
+  lws_sorted_usec_list_t sul_hs;    /* handshake timeout, then linger/kill */
+  lws_sorted_usec_list_t sul_ping;  /* ping interval / pong timeout */
+};
+
+struct room {
+  struct room *next;
+  struct conn *head;
+  char name[129];
+};
+
+struct ipcount {
+  struct ipcount *next;
+  long n;
+  char addr[64];
+};
+
+struct jb_ws {
+  struct jb_ws_settings s;
+  struct jb_ws_handlers h;
+  struct lws_context *ctx;
+  struct lws_vhost *vh;
+  int port;
+  pthread_t service;
+  bool service_started;
+  bool drained;                 /* service thread: close frames sent to all on stop */
+  atomic_bool stop, draining;
+  atomic_long n_open, n_connected;
+  uint64_t next_id;
+  /* service-thread tables */
+  struct conn *ids[ID_BUCKETS];
+  struct room *rooms[ROOM_BUCKETS];
+  struct ipcount *ips[IP_BUCKETS];
+  /* cross-thread queue */
+  pthread_mutex_t qlock;
+  struct item *qhead, *qtail;
+  long qlen;
+  long dropped;
+  /* workers */
+  pthread_mutex_t jlock;
+  pthread_cond_t jcond;
+  struct job *jhead, *jtail;
+  long jlen;
+  bool jstop;
+  pthread_t *workers;
+  long n_workers;
+};
+
+static uint32_t hash_str(const char *s) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+/* ---------- connection table, rooms, address counts ---------- */
+
+static struct conn *conn_find(struct jb_ws *ws, uint64_t id) {
+  for (struct conn *c = ws->ids[id & (ID_BUCKETS - 1)]; c; c = c->id_next)
+    if (c->id == id) return c;
+  return NULL;
+}
+
+static void conn_unlink_id(struct conn *c) {
+  struct conn **pp = &c->ws->ids[c->id & (ID_BUCKETS - 1)];
+  for (; *pp; pp = &(*pp)->id_next)
+    if (*pp == c) {
+      *pp = c->id_next;
+      return;
+    }
+}
+
+static int room_join(struct conn *c, const char *name) {
+  struct jb_ws *ws = c->ws;
+  struct room **slot = &ws->rooms[hash_str(name) & (ROOM_BUCKETS - 1)], *r;
+  for (r = *slot; r; r = r->next)
+    if (strcmp(r->name, name) == 0) break;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return -1;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->next = *slot;
+    *slot = r;
+  }
+  c->room = r;
+  c->r_prev = NULL;
+  c->r_next = r->head;
+  if (r->head) r->head->r_prev = c;
+  r->head = c;
+  return 0;
+}
+
+static void room_leave(struct conn *c) {
+  struct room *r = c->room;
+  if (!r) return;
+  if (c->r_prev) c->r_prev->r_next = c->r_next;
+  else r->head = c->r_next;
+  if (c->r_next) c->r_next->r_prev = c->r_prev;
+  c->room = NULL;
+  c->r_prev = c->r_next = NULL;
+  if (!r->head) {
+    struct room **pp = &c->ws->rooms[hash_str(r->name) & (ROOM_BUCKETS - 1)];
+    for (; *pp; pp = &(*pp)->next)
+      if (*pp == r) {
+        *pp = r->next;
+        break;
+      }
+    free(r);
+  }
+}
+
+static struct room *room_find(struct jb_ws *ws, const char *name) {
+  for (struct room *r = ws->rooms[hash_str(name) & (ROOM_BUCKETS - 1)]; r; r = r->next)
+    if (strcmp(r->name, name) == 0) return r;
+  return NULL;
+}
+
+/* Counts `c` against its address; returns the count including it, or -1 on OOM. */
+static long ip_add(struct conn *c) {
+  struct ipcount **slot = &c->ws->ips[hash_str(c->addr) & (IP_BUCKETS - 1)], *p;
+  for (p = *slot; p; p = p->next)
+    if (strcmp(p->addr, c->addr) == 0) break;
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    snprintf(p->addr, sizeof p->addr, "%s", c->addr);
+    p->next = *slot;
+    *slot = p;
+  }
+  c->ip = p;
+  return ++p->n;
+}
+
+static void ip_remove(struct conn *c) {
+  struct ipcount *p = c->ip;
+  if (!p) return;
+  c->ip = NULL;
+  if (--p->n > 0) return;
+  struct ipcount **pp = &c->ws->ips[hash_str(p->addr) & (IP_BUCKETS - 1)];
+  for (; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  free(p);
+}
+
+/* ---------- sending (service thread) ---------- */
+
+static void queue_clear(struct conn *c) {
+  while (c->qhead) {
+    struct qnode *n = c->qhead;
+    c->qhead = n->next;
+    frame_unref(n->f);
+    free(n);
+  }
+  c->qtail = NULL;
+  c->qbytes = 0;
+}
+
+static void conn_fail(struct conn *c, unsigned code, const char *reason);
+
+/* Appends a reference to `f` to the send queue (the caller keeps its own reference).
+ * `force` skips the size cap (close frames). Over the cap the connection is closed 1008; a
+ * frame larger than the cap still goes out when the queue is empty. */
+static void conn_send(struct conn *c, struct frame *f, bool force) {
+  if (!f || c->st >= CS_CLOSING) return;
+  if (!force && c->qhead && c->qbytes + f->len > c->ws->s.send_queue_bytes) {
+    conn_fail(c, WS_POLICY, "send queue overflow");
+    return;
+  }
+  struct qnode *n = malloc(sizeof *n);
+  if (!n) {
+    conn_fail(c, WS_POLICY, "out of memory");
+    return;
+  }
+  f->refs++;
+  n->f = f;
+  n->next = NULL;
+  if (c->qtail) c->qtail->next = n;
+  else c->qhead = n;
+  c->qtail = n;
+  c->qbytes += f->len;
+  lws_callback_on_writable(c->wsi);
+}
+
+static void conn_send_text(struct conn *c, const char *a, const char *b) {
+  struct frame *f = frame_text(a, b);
+  if (!f) {
+    conn_fail(c, WS_POLICY, "out of memory");
+    return;
+  }
+  conn_send(c, f, false);
+  frame_unref(f);
+}
+
+static void kill_cb(lws_sorted_usec_list_t *sul) {
+  struct conn *c = lws_container_of(sul, struct conn, sul_hs);
+  lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+}
+
+/* Queues `f` (raw bytes or a close frame) as the last thing this connection sends. */
+static void conn_finish(struct conn *c, struct frame *f) {
+  if (c->st >= CS_CLOSING) {
+    frame_unref(f);
+    return;
+  }
+  queue_clear(c);
+  room_leave(c);
+  lws_sul_cancel(&c->sul_ping);
+  if (f) conn_send(c, f, true);
+  frame_unref(f);
+  c->st = CS_CLOSING;
+  lws_callback_on_writable(c->wsi);
+  lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, kill_cb, (lws_usec_t)LINGER_MS * 1000);
+}
+
+/* Closes the WebSocket with `code` and a short `reason` (RFC 6455 §5.5.1). */
+static void conn_fail(struct conn *c, unsigned code, const char *reason) {
+  unsigned char p[2] = {(unsigned char)(code >> 8), (unsigned char)code};
+  size_t rl = reason ? strnlen(reason, 120) : 0;
+  if (c->st == CS_HTTP) {  /* no WebSocket yet: just drop */
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    c->st = CS_CLOSING;
+    return;
+  }
+  if (c->st < CS_CLOSING && code != WS_NORMAL && reason) {
+    char cs[8];
+    snprintf(cs, sizeof cs, "%u", code);
+    jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", cs, "reason",
+           reason ? reason : "", NULL);
+  }
+  conn_finish(c, frame_build(0x8, p, code ? 2 : 0, reason, code ? rl : 0));
+}
+
+/* An HTTP error answer to the upgrade request, then close. */
+static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
+                        const char *message) {
+  static const struct { int s; const char *t; } texts[] = {
+      {400, "Bad Request"}, {404, "Not Found"}, {426, "Upgrade Required"},
+      {429, "Too Many Requests"}, {431, "Request Header Fields Too Large"},
+      {503, "Service Unavailable"}};
+  const char *text = "Error";
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+    if (texts[i].s == status) text = texts[i].t;
+  json_t *o = json_pack("{s:i,s:s}", "code", eio_code, "message", message);
+  char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  char head[512];
+  int hl = snprintf(head, sizeof head,
+                    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                    "Access-Control-Allow-Origin: *\r\nConnection: close\r\n%s\r\n",
+                    status, text, body ? strlen(body) : 0, extra_headers ? extra_headers : "");
+  struct frame *f = frame_build(0xff, head, (size_t)hl, body, body ? strlen(body) : 0);
+  free(body);
+  if (!f) {
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    c->st = CS_CLOSING;
+    return;
+  }
+  conn_finish(c, f);
+}
+
+/* ---------- cross-thread queue ---------- */
+
+static int post(struct jb_ws *ws, struct item *it, bool droppable) {
+  pthread_mutex_lock(&ws->qlock);
+  if (droppable && ws->qlen >= MAX_ITEMS) {
+    long d = ++ws->dropped;
+    pthread_mutex_unlock(&ws->qlock);
+    if ((d & (d - 1)) == 0) jb_log(JB_LOG_WARN, "socket message queue full: message dropped", NULL);
+    frame_unref(it->f);
+    free(it);
+    return -1;
+  }
+  it->next = NULL;
+  if (ws->qtail) ws->qtail->next = it;
+  else ws->qhead = it;
+  ws->qtail = it;
+  ws->qlen++;
+  pthread_mutex_unlock(&ws->qlock);
+  lws_cancel_service(ws->ctx);
+  return 0;
+}
+
+static int post_frame(struct jb_ws *ws, enum item_kind kind, uint64_t conn, const char *room,
+                      unsigned roles, struct frame *f) {
+  struct item *it = calloc(1, sizeof *it);
+  if (!it) {
+    frame_unref(f);
+    return -1;
+  }
+  it->kind = kind;
+  it->conn = conn;
+  it->roles = roles;
+  it->f = f;
+  if (room) snprintf(it->room, sizeof it->room, "%s", room);
+  return post(ws, it, kind == IT_SEND || kind == IT_ROOM);
+}
+
+int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload) {
+  struct frame *f = frame_event(event, payload);
+  if (!f) return -1;
+  return post_frame(ws, IT_SEND, conn, NULL, 0, f);
+}
+
+int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
+                    json_t *payload) {
+  struct frame *f = frame_event(event, payload);
+  if (!f) return -1;
+  return post_frame(ws, IT_ROOM, 0, room, roles, f);
+}
+
+void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
+  *open = atomic_load(&ws->n_open);
+  *connected = atomic_load(&ws->n_connected);
+}
+
+static void ping_cb(lws_sorted_usec_list_t *sul);
+
+static void handle_item(struct jb_ws *ws, struct item *it) {
+  if (it->kind == IT_ROOM) {
+    struct room *r = room_find(ws, it->room);
+    for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
+      next = c->r_next; /* conn_send may close c and unlink it */
+      if (c->st == CS_SIO && (c->role & it->roles)) conn_send(c, it->f, false);
+    }
+    return;
+  }
+  struct conn *c = conn_find(ws, it->conn);
+  if (!c) return;
+  switch (it->kind) {
+  case IT_SEND:
+    if (c->st == CS_SIO) conn_send(c, it->f, false);
+    break;
+  case IT_ACCEPT: {
+    c->connect_pending = false;
+    if (c->st != CS_EIO) break;
+    if (room_join(c, it->room) < 0) {
+      conn_fail(c, WS_POLICY, "out of memory");
+      break;
+    }
+    c->role = it->roles;
+    c->st = CS_SIO;
+    c->counted_connected = true;
+    atomic_fetch_add(&ws->n_connected, 1);
+    lws_sul_cancel(&c->sul_hs);
+    char ans[48];
+    snprintf(ans, sizeof ans, "40{\"sid\":\"%s\"}", c->sid);
+    conn_send_text(c, ans, NULL);
+    break;
+  }
+  case IT_REFUSE:
+    c->connect_pending = false;
+    if (c->st == CS_EIO) conn_send(c, it->f, false);
+    break;
+  case IT_DONE:
+    if (c->inflight > 0) c->inflight--;
+    if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
+    break;
+  default:
+    break;
+  }
+}
+
+static void drain_items(struct jb_ws *ws) {
+  pthread_mutex_lock(&ws->qlock);
+  struct item *it = ws->qhead;
+  ws->qhead = ws->qtail = NULL;
+  ws->qlen = 0;
+  pthread_mutex_unlock(&ws->qlock);
+  while (it) {
+    struct item *next = it->next;
+    handle_item(ws, it);
+    frame_unref(it->f);
+    free(it);
+    it = next;
+  }
+}
+
+/* ---------- workers ---------- */
+
+static int submit(struct jb_ws *ws, struct job *j) {
+  pthread_mutex_lock(&ws->jlock);
+  if (ws->jlen >= MAX_JOBS || ws->jstop) {
+    pthread_mutex_unlock(&ws->jlock);
+    return -1;
+  }
+  j->next = NULL;
+  if (ws->jtail) ws->jtail->next = j;
+  else ws->jhead = j;
+  ws->jtail = j;
+  ws->jlen++;
+  pthread_cond_signal(&ws->jcond);
+  pthread_mutex_unlock(&ws->jlock);
+  return 0;
+}
+
+static void run_job(struct jb_ws *ws, struct job *j) {
+  if (j->kind == J_CONNECT) {
+    struct jb_ws_connect_result res;
+    memset(&res, 0, sizeof res);
+    ws->h.connect(ws->h.ctx, &j->peer, j->data, &res);
+    if (res.ok) {
+      struct item *it = calloc(1, sizeof *it);
+      if (it) {
+        it->kind = IT_ACCEPT;
+        it->conn = j->peer.conn;
+        it->roles = res.role;
+        snprintf(it->room, sizeof it->room, "%s", res.room);
+        post(ws, it, false);
+        j->peer.role = res.role;
+        snprintf(j->peer.room, sizeof j->peer.room, "%s", res.room);
+        if (ws->h.connected) ws->h.connected(ws->h.ctx, ws, &j->peer);
+      }
+    } else {
+      json_t *o = json_pack("{s:s}", "message", res.message[0] ? res.message : "refused");
+      char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+      json_decref(o);
+      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_text("44", s));
+      free(s);
+    }
+    post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL);
+    return;
+  }
+  json_t *reply = ws->h.event(ws->h.ctx, ws, &j->peer, j->name, j->data, j->ack >= 0);
+  struct frame *f = NULL;
+  if (j->ack >= 0) {
+    char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    char head[32];
+    snprintf(head, sizeof head, "43%lld", j->ack);
+    f = frame_text(head, s && json_is_array(reply) ? s : "[]");
+    free(s);
+  }
+  json_decref(reply);
+  post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f);
+}
+
+static void *worker_main(void *arg) {
+  struct jb_ws *ws = arg;
+  for (;;) {
+    pthread_mutex_lock(&ws->jlock);
+    while (!ws->jhead && !ws->jstop) pthread_cond_wait(&ws->jcond, &ws->jlock);
+    if (ws->jstop) {
+      pthread_mutex_unlock(&ws->jlock);
+      return NULL;
+    }
+    struct job *j = ws->jhead;
+    ws->jhead = j->next;
+    if (!ws->jhead) ws->jtail = NULL;
+    ws->jlen--;
+    pthread_mutex_unlock(&ws->jlock);
+    run_job(ws, j);
+    json_decref(j->data);
+    free(j);
+  }
+}
+
+/* ---------- Socket.IO v5 packets (https://socket.io/docs/v4/socket-io-protocol/) ---------- */
+
+static void peer_of(const struct conn *c, struct jb_ws_peer *p) {
+  memset(p, 0, sizeof *p);
+  p->conn = c->id;
+  p->role = c->role;
+  snprintf(p->room, sizeof p->room, "%s", c->room ? c->room->name : "");
+  snprintf(p->addr, sizeof p->addr, "%s", c->addr);
+}
+
+/* Parses Socket.IO JSON data: depth-limited, duplicate keys refused. New reference or NULL. */
+static json_t *parse_data(const char *p, size_t n) {
+  if (jb_json_depth(p, n, JSON_DEPTH) > JSON_DEPTH) return NULL;
+  return json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
+}
+
+static void sio_connect(struct conn *c, const char *nsp, const char *data, size_t dlen) {
+  if (c->st == CS_SIO || c->connect_pending) {
+    conn_fail(c, WS_POLICY, "CONNECT sent twice");
+    return;
+  }
+  if (strcmp(nsp, "/") != 0) {
+    char head[MAX_NSP + 8];
+    snprintf(head, sizeof head, "44%s,", nsp);
+    conn_send_text(c, head, "{\"message\":\"Invalid namespace\"}");
+    return;
+  }
+  json_t *auth = NULL;
+  if (dlen) {
+    auth = parse_data(data, dlen);
+    if (!json_is_object(auth)) {
+      json_decref(auth);
+      conn_send_text(c, "44", "{\"message\":\"the auth payload must be a JSON object\"}");
+      return;
+    }
+  }
+  struct job *j = calloc(1, sizeof *j);
+  if (!j) {
+    json_decref(auth);
+    conn_fail(c, WS_POLICY, "out of memory");
+    return;
+  }
+  j->kind = J_CONNECT;
+  j->data = auth;
+  j->ack = -1;
+  peer_of(c, &j->peer);
+  if (submit(c->ws, j) < 0) {
+    json_decref(auth);
+    free(j);
+    conn_send_text(c, "44", "{\"message\":\"server busy, try again\"}");
+    return;
+  }
+  c->connect_pending = true;
+  c->inflight++;
+}
+
+static void sio_event(struct conn *c, long long ack, const char *data, size_t dlen) {
+  json_t *arr = dlen ? parse_data(data, dlen) : NULL;
+  json_t *name = json_array_get(arr, 0);
+  if (!json_is_array(arr) || !json_is_string(name) || json_string_length(name) == 0 ||
+      json_string_length(name) > MAX_EVENT_NAME ||
+      strlen(json_string_value(name)) != json_string_length(name)) {
+    json_decref(arr);
+    conn_fail(c, WS_POLICY, "EVENT payload must be a non-empty array starting with the event name");
+    return;
+  }
+  if (c->inflight >= MAX_INFLIGHT) {
+    json_decref(arr);
+    if (ack >= 0) {
+      char head[32];
+      snprintf(head, sizeof head, "43%lld", ack);
+      conn_send_text(c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
+    }
+    return;
+  }
+  struct job *j = calloc(1, sizeof *j);
+  if (!j) {
+    json_decref(arr);
+    conn_fail(c, WS_POLICY, "out of memory");
+    return;
+  }
+  j->kind = J_EVENT;
+  j->ack = ack;
+  snprintf(j->name, sizeof j->name, "%s", json_string_value(name));
+  json_array_remove(arr, 0);
+  j->data = arr;
+  peer_of(c, &j->peer);
+  if (submit(c->ws, j) < 0) {
+    json_decref(arr);
+    free(j);
+    if (ack >= 0) {
+      char head[32];
+      snprintf(head, sizeof head, "43%lld", ack);
+      conn_send_text(c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
+    }
+    return;
+  }
+  c->inflight++;
+}
+
+/* One Socket.IO packet (the Engine.IO "4" prefix removed), NUL-terminated. */
+static void sio_packet(struct conn *c, char *p, size_t n) {
+  if (n == 0 || p[0] < '0' || p[0] > '6') {
+    conn_fail(c, WS_POLICY, "bad Socket.IO packet type");
+    return;
+  }
+  int type = p[0] - '0';
+  if (type == 5 || type == 6) {
+    conn_fail(c, WS_UNSUPPORTED, "binary Socket.IO packets are not supported");
+    return;
+  }
+  if (type == 4) {
+    conn_fail(c, WS_POLICY, "CONNECT_ERROR is a server packet");
+    return;
+  }
+  if (c->st != CS_SIO && type != 0) {
+    conn_fail(c, WS_POLICY, "packet before CONNECT");
+    return;
+  }
+  size_t i = 1;
+  char nsp[MAX_NSP + 1] = "/";
+  if (i < n && p[i] == '/') {
+    size_t start = i;
+    while (i < n && p[i] != ',') i++;
+    size_t len = i - start;
+    if (len > MAX_NSP) {
+      conn_fail(c, WS_POLICY, "namespace too long");
+      return;
+    }
+    for (size_t k = start; k < i; k++)
+      if ((unsigned char)p[k] < 0x21 || p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] > 0x7e) {
+        conn_fail(c, WS_POLICY, "bad namespace");
+        return;
+      }
+    memcpy(nsp, p + start, len);
+    nsp[len] = '\0';
+    if (i < n) i++; /* the ',' */
+  }
+  long long ack = -1;
+  if (type == 2 || type == 3) {
+    size_t digits = 0;
+    long long v = 0;
+    while (i < n && p[i] >= '0' && p[i] <= '9') {
+      if (++digits > 16) break;
+      v = v * 10 + (p[i] - '0');
+      i++;
+    }
+    if (digits > 16 || v > ACK_ID_MAX) {
+      conn_fail(c, WS_POLICY, "ack id too large");
+      return;
+    }
+    if (digits) ack = v;
+  }
+  if (type != 0 && strcmp(nsp, "/") != 0) {
+    conn_fail(c, WS_POLICY, "unknown namespace");
+    return;
+  }
+  switch (type) {
+  case 0:
+    sio_connect(c, nsp, p + i, n - i);
+    break;
+  case 1:
+    conn_fail(c, WS_NORMAL, "client disconnected");
+    break;
+  case 2:
+    sio_event(c, ack, p + i, n - i);
+    break;
+  default: /* 3: ACK — the server asks for none; ignored */
+    break;
+  }
+}
+
+/* ---------- Engine.IO v4 (https://socket.io/docs/v4/engine-io-protocol/) ---------- */
+
+static void schedule_ping(struct conn *c, long ms) {
+  lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_ping, ping_cb, (lws_usec_t)ms * 1000);
+}
+
+static void ping_cb(lws_sorted_usec_list_t *sul) {
+  struct conn *c = lws_container_of(sul, struct conn, sul_ping);
+  if (c->st != CS_EIO && c->st != CS_SIO) return;
+  if (c->awaiting_pong) {
+    conn_fail(c, WS_POLICY, "ping timeout");
+    return;
+  }
+  c->awaiting_pong = true;
+  conn_send_text(c, "2", NULL);
+  if (c->st == CS_EIO || c->st == CS_SIO) schedule_ping(c, c->ws->s.ping_timeout_ms);
+}
+
+static void eio_message(struct conn *c, char *m, size_t n) {
+  if (n == 0) {
+    conn_fail(c, WS_POLICY, "empty Engine.IO packet");
+    return;
+  }
+  switch (m[0]) {
+  case '2':
+    if (n == 1) conn_send_text(c, "3", NULL);
+    else if (strcmp(m, "2probe") == 0) conn_send_text(c, "3probe", NULL);
+    else conn_fail(c, WS_POLICY, "bad Engine.IO ping");
+    return;
+  case '3':
+    if (n == 1 && c->awaiting_pong) {
+      c->awaiting_pong = false;
+      schedule_ping(c, c->ws->s.ping_interval_ms);
+    }
+    return;
+  case '4':
+    sio_packet(c, m + 1, n - 1);
+    return;
+  case '1':
+    conn_fail(c, WS_NORMAL, "client closed");
+    return;
+  case '6':
+    return; /* noop */
+  default:
+    conn_fail(c, WS_POLICY, "bad Engine.IO packet type");
+    return;
+  }
+}
+
+/* ---------- RFC 6455 framing ---------- */
+
+/* Incremental UTF-8 check (RFC 3629: no overlongs, no surrogates, at most U+10FFFF).
+ * Returns false on the first bad byte. */
+static bool utf8_feed(struct conn *c, const unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char b = p[i];
+    if (c->u8need) {
+      if (b < c->u8lo || b > c->u8hi) return false;
+      c->u8need--;
+      c->u8lo = 0x80;
+      c->u8hi = 0xBF;
+      continue;
+    }
+    if (b < 0x80) continue;
+    c->u8lo = 0x80;
+    c->u8hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) c->u8need = 1;
+    else if (b == 0xE0) c->u8need = 2, c->u8lo = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) c->u8need = 2;
+    else if (b == 0xED) c->u8need = 2, c->u8hi = 0x9F;
+    else if (b == 0xF0) c->u8need = 3, c->u8lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) c->u8need = 3;
+    else if (b == 0xF4) c->u8need = 3, c->u8hi = 0x8F;
+    else return false;
+  }
+  return true;
+}
+
+static void msg_reset(struct conn *c) {
+  free(c->msg);
+  c->msg = NULL;
+  c->msg_len = 0;
+  c->in_msg = false;
+  c->frags = 0;
+  c->u8need = 0;
+}
+
+/* Called when the 2-byte base header is in: checks what can be checked before the length. */
+static bool frame_head_ok(struct conn *c) {
+  unsigned b0 = c->hdr[0], b1 = c->hdr[1];
+  unsigned op = b0 & 0x0f;
+  c->fin = b0 & 0x80;
+  c->opcode = op;
+  if (b0 & 0x70) return conn_fail(c, WS_PROTOCOL, "reserved bits set"), false;
+  if (!(b1 & 0x80)) return conn_fail(c, WS_PROTOCOL, "client frames must be masked"), false;
+  if (op >= 0x8) {
+    if (op > 0xA) return conn_fail(c, WS_PROTOCOL, "unknown opcode"), false;
+    if (!c->fin) return conn_fail(c, WS_PROTOCOL, "fragmented control frame"), false;
+    if ((b1 & 0x7f) > 125) return conn_fail(c, WS_PROTOCOL, "control frame over 125 bytes"), false;
+    return true;
+  }
+  if (op == 0x2) return conn_fail(c, WS_UNSUPPORTED, "binary frames are not supported"), false;
+  if (op != 0x0 && op != 0x1) return conn_fail(c, WS_PROTOCOL, "unknown opcode"), false;
+  if (op == 0x0 && !c->in_msg) return conn_fail(c, WS_PROTOCOL, "continuation without a message"), false;
+  if (op == 0x1 && c->in_msg) return conn_fail(c, WS_PROTOCOL, "new message inside a fragmented one"), false;
+  if (++c->frags > MAX_FRAGMENTS) return conn_fail(c, WS_POLICY, "too many fragments"), false;
+  return true;
+}
+
+/* The full header is in: length and mask. Allocates nothing before the size check. */
+static bool frame_len_ok(struct conn *c) {
+  unsigned l7 = c->hdr[1] & 0x7f;
+  uint64_t len = l7;
+  unsigned off = 2;
+  if (l7 == 126) {
+    len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
+    off = 4;
+  } else if (l7 == 127) {
+    if (c->hdr[2] & 0x80) return conn_fail(c, WS_PROTOCOL, "64-bit length with the top bit set"), false;
+    len = 0;
+    for (int i = 0; i < 8; i++) len = (len << 8) | c->hdr[2 + i];
+    off = 10;
+  }
+  memcpy(c->mask, c->hdr + off, 4);
+  c->flen = c->left = len;
+  if (c->opcode >= 0x8) {
+    c->ctl_len = 0;
+    return true;
+  }
+  size_t max = c->ws->s.max_payload;
+  if (len > max || c->msg_len + len > max)
+    return conn_fail(c, WS_TOO_BIG, "message over maxPayload"), false;
+  if (len) {
+    unsigned char *m = realloc(c->msg, c->msg_len + (size_t)len + 1);
+    if (!m) return conn_fail(c, WS_POLICY, "out of memory"), false;
+    c->msg = m;
+  }
+  c->in_msg = true;
+  return true;
+}
+
+static bool close_code_ok(unsigned code) {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1011) ||
+         (code >= 3000 && code <= 4999);
+}
+
+static void control_frame(struct conn *c) {
+  if (c->opcode == 0x9) { /* ping → pong with the same payload */
+    struct frame *f = frame_build(0xA, c->ctl, c->ctl_len, NULL, 0);
+    if (f) conn_send(c, f, false);
+    frame_unref(f);
+  } else if (c->opcode == 0x8) {
+    if (c->ctl_len == 1) {
+      conn_fail(c, WS_PROTOCOL, "close frame of one byte");
+      return;
+    }
+    if (c->ctl_len >= 2) {
+      unsigned code = ((unsigned)c->ctl[0] << 8) | c->ctl[1];
+      unsigned char save[3] = {c->u8need, c->u8lo, c->u8hi};
+      c->u8need = 0;
+      bool ok = utf8_feed(c, c->ctl + 2, c->ctl_len - 2) && c->u8need == 0;
+      c->u8need = save[0], c->u8lo = save[1], c->u8hi = save[2];
+      if (!close_code_ok(code)) {
+        conn_fail(c, WS_PROTOCOL, "bad close code");
+        return;
+      }
+      if (!ok) {
+        conn_fail(c, WS_BAD_DATA, "close reason is not UTF-8");
+        return;
+      }
+      conn_fail(c, code, NULL); /* echo the code (RFC 6455 §5.5.1) */
+      return;
+    }
+    conn_finish(c, frame_build(0x8, NULL, 0, NULL, 0));
+  }
+  /* pong: nothing to do (Engine.IO has its own heartbeat) */
+}
+
+static void message_done(struct conn *c) {
+  if (c->u8need) {
+    conn_fail(c, WS_BAD_DATA, "text is not valid UTF-8");
+    return;
+  }
+  char *m = (char *)c->msg;
+  size_t n = c->msg_len;
+  c->msg = NULL;
+  msg_reset(c);
+  if (!m) m = strdup("");
+  if (!m) {
+    conn_fail(c, WS_POLICY, "out of memory");
+    return;
+  }
+  m[n] = '\0';
+  if (strlen(m) != n) conn_fail(c, WS_POLICY, "NUL in a text message");
+  else eio_message(c, m, n);
+  free(m);
+}
+
+/* Feeds received bytes through the frame parser. */
+static void frames_rx(struct conn *c, const unsigned char *p, size_t n) {
+  while ((c->st == CS_EIO || c->st == CS_SIO) && (n || (c->fs == F_PAYLOAD && c->left == 0))) {
+    if (c->fs == F_HDR) {
+      if (c->hhave < 2) {
+        c->hdr[c->hhave++] = *p++;
+        n--;
+        if (c->hhave == 2) {
+          if (!frame_head_ok(c)) return;
+          unsigned l7 = c->hdr[1] & 0x7f;
+          c->hneed = 2 + (l7 == 126 ? 2 : l7 == 127 ? 8 : 0) + 4;
+        }
+        continue;
+      }
+      size_t take = c->hneed - c->hhave;
+      if (take > n) take = n;
+      memcpy(c->hdr + c->hhave, p, take);
+      c->hhave += (unsigned)take;
+      p += take;
+      n -= take;
+      if (c->hhave < c->hneed) return;
+      if (!frame_len_ok(c)) return;
+      c->fs = F_PAYLOAD;
+      c->hhave = 0;
+      continue;
+    }
+    /* payload */
+    size_t take = c->left < n ? (size_t)c->left : n;
+    size_t done = (size_t)(c->flen - c->left);
+    if (take) {
+      unsigned char *dst = c->opcode >= 0x8 ? c->ctl + c->ctl_len : c->msg + c->msg_len;
+      for (size_t i = 0; i < take; i++) dst[i] = p[i] ^ c->mask[(done + i) & 3];
+      if (c->opcode < 0x8 && !utf8_feed(c, dst, take)) {
+        conn_fail(c, WS_BAD_DATA, "text is not valid UTF-8");
+        return;
+      }
+    }
+    if (c->opcode >= 0x8) c->ctl_len += take;
+    else c->msg_len += take;
+    c->left -= take;
+    p += take;
+    n -= take;
+    if (c->left) return;
+    c->fs = F_HDR;
+    if (c->opcode >= 0x8) control_frame(c);
+    else if (c->fin) message_done(c);
+  }
+}
+
+/* ---------- the upgrade request (RFC 6455 §4.2, Engine.IO query) ---------- */
+
+/* Whether the comma-separated header value `v` holds `token` (case-insensitive). */
+static bool has_token(const char *v, const char *token) {
+  size_t tl = strlen(token);
+  while (*v) {
+    while (*v == ' ' || *v == '\t' || *v == ',') v++;
+    const char *s = v;
+    while (*v && *v != ',') v++;
+    const char *e = v;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    if ((size_t)(e - s) == tl && strncasecmp(s, token, tl) == 0) return true;
+  }
+  return false;
+}
+
+/* Value of query parameter `key` in `q` (no '?'), copied into out; false when absent. */
+static bool query_get(const char *q, const char *key, char *out, size_t outlen) {
+  size_t kl = strlen(key);
+  while (q && *q) {
+    const char *amp = strchr(q, '&');
+    size_t len = amp ? (size_t)(amp - q) : strlen(q);
+    if (len > kl && strncmp(q, key, kl) == 0 && q[kl] == '=') {
+      snprintf(out, outlen, "%.*s", (int)(len - kl - 1), q + kl + 1);
+      return true;
+    }
+    q = amp ? amp + 1 : NULL;
+  }
+  return false;
+}
+
+static void upgrade(struct conn *c, const char *key) {
+  char src[128];
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned dl = 0;
+  int sl = snprintf(src, sizeof src, "%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11", key);
+  char accept[64];
+  if (!EVP_Digest(src, (size_t)sl, digest, &dl, EVP_sha1(), NULL) || dl != 20) {
+    http_refuse(c, 503, NULL, 3, "handshake failed");
+    return;
+  }
+  sodium_bin2base64(accept, sizeof accept, digest, 20, sodium_base64_VARIANT_ORIGINAL);
+  char resp[256];
+  snprintf(resp, sizeof resp,
+           "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
+  c->st = CS_EIO;
+  struct frame *f = frame_build(0xff, resp, strlen(resp), NULL, 0);
+  if (f) conn_send(c, f, true);
+  frame_unref(f);
+  unsigned char rnd[15];
+  randombytes_buf(rnd, sizeof rnd);
+  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  char open[256];
+  snprintf(open, sizeof open,
+           "0{\"sid\":\"%s\",\"upgrades\":[],\"pingInterval\":%ld,\"pingTimeout\":%ld,"
+           "\"maxPayload\":%zu}", c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms,
+           c->ws->s.max_payload);
+  conn_send_text(c, open, NULL);
+  schedule_ping(c, c->ws->s.ping_interval_ms);
+}
+
+/* Parses the request head in c->hbuf (`hl` bytes up to and including the blank line).
+ * Answers with an upgrade or an HTTP error. */
+static void http_request(struct conn *c, char *h, size_t hl) {
+  h[hl - 2] = '\0'; /* cut the final CRLF: lines end in "\r\n" */
+  char *save = NULL;
+  char *line = strtok_r(h, "\n", &save);
+  if (!line) { http_refuse(c, 400, NULL, 3, "bad request line"); return; }
+  size_t ll = strlen(line);
+  if (ll && line[ll - 1] == '\r') line[--ll] = '\0';
+  char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+  if (!sp1 || !sp2 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+    { http_refuse(c, 400, NULL, 3, "bad request line"); return; }
+  *sp1 = *sp2 = '\0';
+  const char *method = line, *target = sp1 + 1;
+  const char *q = strchr(target, '?');
+  size_t pl = q ? (size_t)(q - target) : strlen(target);
+  if (!((pl == 11 && strncmp(target, "/socket.io/", 11) == 0) ||
+        (pl == 10 && strncmp(target, "/socket.io", 10) == 0)))
+    { http_refuse(c, 404, NULL, 3, "not found: Socket.IO is served at /socket.io/"); return; }
+  const char *upg = NULL, *connection = NULL, *version = NULL, *key = NULL;
+  int n_key = 0, n_upg = 0, n_ver = 0;
+  for (char *l; (l = strtok_r(NULL, "\n", &save));) {
+    size_t n = strlen(l);
+    if (n && l[n - 1] == '\r') l[--n] = '\0';
+    if (l[0] == ' ' || l[0] == '\t') { http_refuse(c, 400, NULL, 3, "folded header lines are refused"); return; }
+    char *colon = strchr(l, ':');
+    if (!colon || colon == l) { http_refuse(c, 400, NULL, 3, "bad header line"); return; }
+    *colon = '\0';
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    if (strcasecmp(l, "Upgrade") == 0) upg = v, n_upg++;
+    else if (strcasecmp(l, "Connection") == 0) connection = v;
+    else if (strcasecmp(l, "Sec-WebSocket-Version") == 0) version = v, n_ver++;
+    else if (strcasecmp(l, "Sec-WebSocket-Key") == 0) key = v, n_key++;
+  }
+  char eio[8] = "", transport[16] = "", sid[8];
+  const char *query = q ? q + 1 : "";
+  query_get(query, "EIO", eio, sizeof eio);
+  query_get(query, "transport", transport, sizeof transport);
+  if (strcmp(transport, "websocket") != 0 || strcmp(method, "GET") != 0)
+  {
+    http_refuse(c, 400, NULL, 0,
+                "Transport unknown: this server speaks only the websocket transport; "
+                "connect with transports: ['websocket']");
+    return;
+  }
+  if (strcmp(eio, "4") != 0) { http_refuse(c, 400, NULL, 5, "Unsupported protocol version: EIO=4 only"); return; }
+  if (query_get(query, "sid", sid, sizeof sid))
+    { http_refuse(c, 400, NULL, 1, "Session ID unknown: there is no polling session to upgrade"); return; }
+  if (n_upg != 1 || n_key != 1 || n_ver > 1 || !has_token(upg, "websocket") || !connection ||
+      !has_token(connection, "upgrade"))
+    { http_refuse(c, 400, NULL, 3, "a WebSocket upgrade request is required"); return; }
+  if (!version || strcmp(version, "13") != 0)
+    { http_refuse(c, 426, "Sec-WebSocket-Version: 13\r\n", 3, "WebSocket version 13 is required"); return; }
+  unsigned char raw[20];
+  size_t got = 0;
+  const char *end = NULL;
+  if (strlen(key) != 24 ||
+      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      got != 16)
+    { http_refuse(c, 400, NULL, 3, "bad Sec-WebSocket-Key"); return; }
+  upgrade(c, key);
+}
+
+static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
+  if (!c->hbuf) {
+    c->hbuf = malloc(HTTP_HEAD_MAX + 1);
+    if (!c->hbuf) {
+      conn_fail(c, WS_POLICY, "out of memory");
+      return;
+    }
+  }
+  size_t room = HTTP_HEAD_MAX - c->hlen, take = n < room ? n : room;
+  size_t old = c->hlen;
+  memcpy(c->hbuf + c->hlen, p, take);
+  c->hlen += take;
+  c->hbuf[c->hlen] = '\0';
+  size_t from = old >= 3 ? old - 3 : 0;
+  char *end = memmem(c->hbuf + from, c->hlen - from, "\r\n\r\n", 4);
+  if (!end) {
+    if (c->hlen == HTTP_HEAD_MAX) http_refuse(c, 431, NULL, 3, "request head too large");
+    return;
+  }
+  size_t hl = (size_t)(end - c->hbuf) + 4;
+  if (memchr(c->hbuf, '\0', hl)) { http_refuse(c, 400, NULL, 3, "NUL in the request head"); return; }
+  char *buf = c->hbuf;
+  c->hbuf = NULL;
+  c->hlen = 0;
+  http_request(c, buf, hl);
+  /* bytes after the head (frames sent without waiting for the 101) */
+  size_t used = hl - old;
+  if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);
+  free(buf);
+}
+
+/* ---------- the lws callback ---------- */
+
+static void hs_timeout_cb(lws_sorted_usec_list_t *sul) {
+  struct conn *c = lws_container_of(sul, struct conn, sul_hs);
+  if (c->st == CS_HTTP) {
+    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    c->st = CS_CLOSING;
+  } else if (c->st == CS_EIO) {
+    conn_fail(c, WS_POLICY, "no Socket.IO CONNECT in time");
+  }
+}
+
+static void conn_adopt(struct jb_ws *ws, struct conn *c, struct lws *wsi) {
+  memset(c, 0, sizeof *c);
+  c->ws = ws;
+  c->wsi = wsi;
+  c->id = ++ws->next_id;
+  c->st = CS_HTTP;
+  c->fs = F_HDR;
+  c->id_next = ws->ids[c->id & (ID_BUCKETS - 1)];
+  ws->ids[c->id & (ID_BUCKETS - 1)] = c;
+  atomic_fetch_add(&ws->n_open, 1);
+  if (!lws_get_peer_simple(wsi, c->addr, sizeof c->addr)) snprintf(c->addr, sizeof c->addr, "?");
+  long n = ip_add(c);
+  lws_sul_schedule(lws_get_context(wsi), 0, &c->sul_hs, hs_timeout_cb,
+                   (lws_usec_t)ws->s.handshake_timeout_ms * 1000);
+  if (atomic_load(&ws->draining)) http_refuse(c, 503, NULL, 3, "server shutting down");
+  else if (n < 0 || n > ws->s.max_per_ip) {
+    jb_log(JB_LOG_WARN, "socket refused: too many connections from one address", "addr", c->addr, NULL);
+    http_refuse(c, 429, "Retry-After: 5\r\n", 3, "too many connections from this address");
+  }
+}
+
+static void conn_closed(struct conn *c) {
+  if (!c->ws) return;
+  lws_sul_cancel(&c->sul_hs);
+  lws_sul_cancel(&c->sul_ping);
+  conn_unlink_id(c);
+  room_leave(c);
+  ip_remove(c);
+  queue_clear(c);
+  free(c->hbuf);
+  c->hbuf = NULL;
+  msg_reset(c);
+  atomic_fetch_sub(&c->ws->n_open, 1);
+  if (c->counted_connected) atomic_fetch_sub(&c->ws->n_connected, 1);
+  c->ws = NULL;
+}
+
+static void drain_all(struct jb_ws *ws) {
+  for (size_t b = 0; b < ID_BUCKETS; b++)
+    for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
+      if (c->st == CS_HTTP) http_refuse(c, 503, NULL, 3, "server shutting down");
+      else conn_fail(c, WS_GOING_AWAY, "server shutting down");
+    }
+}
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len) {
+  struct lws_context *lctx = lws_get_context(wsi);
+  struct jb_ws *ws = lctx ? lws_context_user(lctx) : NULL;
+  struct conn *c = user;
+  switch (reason) {
+  case LWS_CALLBACK_RAW_ADOPT:
+    conn_adopt(ws, c, wsi);
+    break;
+  case LWS_CALLBACK_RAW_RX:
+    if (!c || !c->ws) return -1;
+    if (c->st == CS_HTTP) http_rx(c, in, len);
+    else if (c->st == CS_EIO || c->st == CS_SIO) frames_rx(c, in, len);
+    /* CLOSING / LINGER: input is discarded */
+    break;
+  case LWS_CALLBACK_RAW_WRITEABLE: {
+    if (!c || !c->ws) return -1;
+    struct qnode *q = c->qhead;
+    if (q) {
+      c->qhead = q->next;
+      if (!c->qhead) c->qtail = NULL;
+      c->qbytes -= q->f->len;
+      int w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
+      frame_unref(q->f);
+      free(q);
+      if (w < 0) return -1;
+      if (c->qhead || c->st == CS_CLOSING) lws_callback_on_writable(wsi);
+    } else if (c->st == CS_CLOSING) {
+      /* all sent: half-close and let the peer read our close frame before we go */
+      shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+      c->st = CS_LINGER;
+    }
+    break;
+  }
+  case LWS_CALLBACK_RAW_CLOSE:
+    if (c) conn_closed(c);
+    break;
+  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+    if (ws) {
+      drain_items(ws);
+      if (atomic_load(&ws->draining) && !atomic_load(&ws->stop)) {
+        if (!ws->drained) drain_all(ws);
+        ws->drained = true;
+      }
+    }
+    break;
+  default:
+    break;
+  }
+  return 0;
+}
+
+static const struct lws_protocols protocols[] = {
+    {"jailbox-socketio", callback, sizeof(struct conn), 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void lws_log_emit(int level, const char *line) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", line);
+  size_t n = strlen(buf);
+  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
+  jb_log(level == LLL_ERR ? JB_LOG_ERROR : JB_LOG_WARN, buf, "source", "libwebsockets", NULL);
+}
+
+static void *service_main(void *arg) {
+  struct jb_ws *ws = arg;
+  while (!atomic_load(&ws->stop))
+    if (lws_service(ws->ctx, 0) < 0) break;
+  return NULL;
+}
+
+/* ---------- start / stop ---------- */
+
+static void free_all(struct jb_ws *ws) {
+  for (struct item *it = ws->qhead, *n; it; it = n) {
+    n = it->next;
+    frame_unref(it->f);
+    free(it);
+  }
+  for (struct job *j = ws->jhead, *n; j; j = n) {
+    n = j->next;
+    json_decref(j->data);
+    free(j);
+  }
+  for (size_t b = 0; b < ROOM_BUCKETS; b++)
+    for (struct room *r = ws->rooms[b], *n; r; r = n) {
+      n = r->next;
+      free(r);
+    }
+  for (size_t b = 0; b < IP_BUCKETS; b++)
+    for (struct ipcount *p = ws->ips[b], *n; p; p = n) {
+      n = p->next;
+      free(p);
+    }
+  pthread_mutex_destroy(&ws->qlock);
+  pthread_mutex_destroy(&ws->jlock);
+  pthread_cond_destroy(&ws->jcond);
+  free(ws->workers);
+  free(ws);
+}
+
+static void stop_workers(struct jb_ws *ws) {
+  pthread_mutex_lock(&ws->jlock);
+  ws->jstop = true;
+  pthread_cond_broadcast(&ws->jcond);
+  pthread_mutex_unlock(&ws->jlock);
+  for (long i = 0; i < ws->n_workers; i++) pthread_join(ws->workers[i], NULL);
+  ws->n_workers = 0;
+}
+
+int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct jb_ws_handlers *h,
+                jb_error *err) {
+  char host[256];
+  int port;
+  if (jb_parse_listen(s->listen, host, sizeof host, &port, err) < 0)
+    return jb_error_wrap(err, "websocket listen address");
+  struct jb_ws *ws = calloc(1, sizeof *ws);
+  if (!ws) return jb_fail(err, ENOMEM, "out of memory");
+  ws->s = *s;
+  ws->h = *h;
+  atomic_init(&ws->stop, false);
+  atomic_init(&ws->draining, false);
+  atomic_init(&ws->n_open, 0);
+  atomic_init(&ws->n_connected, 0);
+  pthread_mutex_init(&ws->qlock, NULL);
+  pthread_mutex_init(&ws->jlock, NULL);
+  pthread_cond_init(&ws->jcond, NULL);
+
+  lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
+  info.user = ws;
+  info.port = CONTEXT_PORT_NO_LISTEN;
+  ws->ctx = lws_create_context(&info);
+  if (!ws->ctx) {
+    free_all(ws);
+    return jb_fail(err, EIO, "libwebsockets: cannot create a context");
+  }
+  /* The host must be an IP literal. lws binds an IPv4 literal on an IPv6 socket to the
+   * wildcard address (every interface), so IPv4 listeners get an IPv4-only vhost. */
+  unsigned char a[16];
+  bool v6 = inet_pton(AF_INET6, host, a) == 1;
+  if (!v6 && inet_pton(AF_INET, host, a) != 1) {
+    lws_context_destroy(ws->ctx);
+    free_all(ws);
+    return jb_fail(err, EINVAL, "websocket listen address '%s': the host must be an IP address",
+                   s->listen);
+  }
+  memset(&info, 0, sizeof info);
+  info.options = LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG |
+                 (v6 ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6);
+  info.listen_accept_role = "raw-skt";
+  info.listen_accept_protocol = protocols[0].name;
+  info.protocols = protocols;
+  info.vhost_name = "jailbox-socketio";
+  info.iface = host;
+  info.port = port;
+  ws->vh = lws_create_vhost(ws->ctx, &info);
+  if (!ws->vh) {
+    lws_context_destroy(ws->ctx);
+    free_all(ws);
+    return jb_fail(err, EADDRINUSE, "websocket listener: cannot listen on %s", s->listen);
+  }
+  ws->port = lws_get_vhost_listen_port(ws->vh);
+
+  ws->workers = calloc((size_t)s->workers, sizeof *ws->workers);
+  if (!ws->workers) {
+    lws_context_destroy(ws->ctx);
+    free_all(ws);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  for (long i = 0; i < s->workers; i++) {
+    int rc = pthread_create(&ws->workers[i], NULL, worker_main, ws);
+    if (rc) {
+      stop_workers(ws);
+      lws_context_destroy(ws->ctx);
+      free_all(ws);
+      return jb_fail_errno(err, rc, "start socket worker thread");
+    }
+    ws->n_workers = i + 1;
+  }
+  int rc = pthread_create(&ws->service, NULL, service_main, ws);
+  if (rc) {
+    stop_workers(ws);
+    lws_context_destroy(ws->ctx);
+    free_all(ws);
+    return jb_fail_errno(err, rc, "start websocket service thread");
+  }
+  ws->service_started = true;
+  *out = ws;
+  return 0;
+}
+
+int jb_ws_port(const struct jb_ws *ws) { return ws->port; }
+
+void jb_ws_stop(struct jb_ws *ws) {
+  if (!ws) return;
+  atomic_store(&ws->draining, true);
+  lws_cancel_service(ws->ctx);
+  struct timespec ts = {0, 10 * 1000 * 1000};
+  for (int i = 0; i < 100 && atomic_load(&ws->n_open) > 0; i++) nanosleep(&ts, NULL);
+  atomic_store(&ws->stop, true);
+  lws_cancel_service(ws->ctx);
+  if (ws->service_started) pthread_join(ws->service, NULL);
+  stop_workers(ws);
+  lws_context_destroy(ws->ctx);
+  free_all(ws);
+}
