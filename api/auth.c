@@ -2,6 +2,7 @@
  * session checks every handler starts with (see auth.h). */
 #include "api/auth.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
@@ -46,11 +47,39 @@ static const char *role_name(enum jb_role r) {
   return r == JB_ROLE_SERVICE ? "service" : r == JB_ROLE_BUYER ? "buyer" : "agent";
 }
 
-int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]) {
-  const char *h = jb_http_header(req, "Authorization");
+bool jb_valid_job_id(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 128 || s[0] == '.') return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-') return false;
+  return true;
+}
+
+bool jb_valid_agent_id(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 200 || s[0] == '.') return false;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)s[i]) && !strchr("._:@+-", s[i])) return false;
+  return true;
+}
+
+/* Copies the token of "Bearer <token>" (RFC 6750 §2.1; surrounding whitespace dropped,
+ * RFC 9110 §5.5) into `out` (`len` bytes). Returns 0, or -1 when malformed or too long. */
+static int bearer_token(const char *h, char *out, size_t len) {
   if (!h || strncasecmp(h, "Bearer ", 7) != 0) return -1;
   const char *tok = h + 7;
-  while (*tok == ' ') tok++;
+  while (*tok == ' ' || *tok == '\t') tok++;
+  size_t n = strlen(tok);
+  while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t')) n--;
+  if (n == 0 || n >= len) return -1;
+  memcpy(out, tok, n);
+  out[n] = '\0';
+  return 0;
+}
+
+int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]) {
+  char tok[JB_TOKEN_TEXT_LEN + 1];
+  if (bearer_token(jb_http_header(req, "Authorization"), tok, sizeof tok) < 0) return -1;
   return jb_token_hash(tok, hash);
 }
 
@@ -67,11 +96,14 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
     jb_resp_error(resp, 401, "unauthorized", "Authorization must use the Bearer scheme");
     return -1;
   }
-  const char *tok = h + 7;
-  while (*tok == ' ') tok++;
+  char tok[JB_TOKEN_TEXT_LEN + 1];
   unsigned char hash[32], stored[32];
-  if (jb_token_hash(tok, hash) < 0) {
+  if (bearer_token(h, tok, sizeof tok) < 0 || jb_token_hash(tok, hash) < 0) {
     jb_resp_error(resp, 401, "unauthorized", "malformed token");
+    return -1;
+  }
+  if (job_id && !jb_valid_job_id(job_id)) { /* never reaches SQL: 404 like any unknown id */
+    jb_resp_error(resp, 404, "not_found", "no such session");
     return -1;
   }
   char role[16], job[129];

@@ -23,11 +23,17 @@ struct jb_principal {
  * `roles` is a mask of the accepted jb_role values; when `job_id` is non-NULL a buyer or
  * agent token must belong to that session (service tokens reach every session).
  * Returns 0 and fills *who; or -1 with `resp` set: 401 for a missing, malformed, unknown or
- * revoked token, 403 for a valid token of the wrong role or another session, 503 when the
- * database fails. RFC 6750 (Bearer). */
+ * revoked token, 403 for a valid token of the wrong role or another session, 404 when
+ * `job_id` is not a well-formed job id (checked before any SQL), 503 when the database fails. RFC 6750 (Bearer). */
 int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp);
+
+/* Job ids: 1-128 bytes of [A-Za-z0-9._-], not starting with '.'. */
+bool jb_valid_job_id(const char *s);
+
+/* Agent ids: 1-200 bytes of [A-Za-z0-9._:@+-], not starting with '.'. */
+bool jb_valid_agent_id(const char *s);
 
 /* The SHA-256 of the request's well-formed bearer token into `hash`. Returns 0, or -1 when
  * there is none or it is malformed (no database access). */

@@ -13,6 +13,7 @@
 #include "api/auth.h"
 #include "api/handlers.h"
 #include "api/json.h"
+#include "db/audit_store.h"
 #include "db/sessions.h"
 #include "server/cache.h"
 #include "server/log.h"
@@ -48,15 +49,6 @@ static void conflict(struct jb_http_resp *resp, const char *what, const char *st
   json_t *o = json_pack("{s:{s:s,s:s++,s:s}}", "error", "code", "invalid_state", "message", what,
                         " in state ", state, "state", state);
   jb_resp_json(resp, 409, o);
-}
-
-/* A job id is 1-128 bytes of [A-Za-z0-9._-], not starting with '.'. */
-static bool valid_job_id(const char *s) {
-  size_t n = strlen(s);
-  if (n == 0 || n > 128 || s[0] == '.') return false;
-  for (size_t i = 0; i < n; i++)
-    if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-') return false;
-  return true;
 }
 
 /* Parses an optional body that may hold only {reason}. Returns 0 (reason NULL or borrowed
@@ -113,8 +105,16 @@ static int read_limits(const json_t *body, char *out, size_t len, jb_error *err)
         jb_json_get_int(l, "timeoutSec", 10, 604800, &timeout, err) < 0)
       return jb_error_wrap(err, "limits");
   }
-  snprintf(out, len, "{\"memoryMiB\":%lld,\"cpus\":%g,\"pids\":%lld,\"timeoutSec\":%lld}", mem,
-           cpus, pids, timeout);
+  json_t *o = json_pack("{s:I,s:f,s:I,s:I}", "memoryMiB", (json_int_t)mem, "cpus", cpus, "pids",
+                        (json_int_t)pids, "timeoutSec", (json_int_t)timeout);
+  char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(o);
+  if (!txt || strlen(txt) >= len) {
+    free(txt);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  snprintf(out, len, "%s", txt);
+  free(txt);
   return 0;
 }
 
@@ -168,11 +168,15 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     jb_resp_error(resp, 400, "bad_request", "fields 'agentId' and 'workspace' are required");
     goto out;
   }
+  if (!jb_valid_agent_id(agent)) {
+    jb_resp_error(resp, 400, "bad_request", "field 'agentId' must be [A-Za-z0-9._:@+-], not starting with '.'");
+    goto out;
+  }
   if (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0) {
     jb_resp_error(resp, 400, "bad_request", "field 'mode' must be 'supervised' or 'unsupervised'");
     goto out;
   }
-  if (job && !valid_job_id(job)) {
+  if (job && !jb_valid_job_id(job)) {
     jb_resp_error(resp, 400, "bad_request", "field 'jobId' must be [A-Za-z0-9._-], not starting with '.'");
     goto out;
   }
@@ -195,9 +199,12 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   struct jb_session_new s = {.job_id = job, .agent_id = agent, .workspace = wsabs, .mode = mode,
                              .exclude_json = exclude, .limits_json = limits,
                              .buyer_hash = bh, .agent_hash = ah};
-  int rc = jb_db_session_create(c, &s, &err);
+  struct jb_audit_head head;
+  int rc = jb_db_session_create(c, app->keys, &s, &head, &err);
   if (rc == JB_ERR_EXISTS) {
     jb_resp_error(resp, 409, "exists", "a session with jobId '%s' exists", job);
+  } else if (rc == JB_ERR_CONFLICT) {
+    jb_resp_error(resp, 409, "workspace_in_use", "%s", err.msg);
   } else if (rc != JB_OK) {
     db_failed(resp, &err);
   } else {
@@ -206,6 +213,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     jb_bus_publish(app->bus, job, "jailbox:state",
                    json_pack("{s:s,s:s,s:n,s:s}", "jobId", job, "state", "created", "previous",
                              "actor", "service"));
+    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
     jb_log(JB_LOG_INFO, "session opened", "jobId", job, "agentId", agent, "mode", mode, NULL);
   }
   sodium_memzero(buyer, sizeof buyer);
@@ -338,12 +346,14 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
     } else {
       jb_error err = {0};
       char *json = NULL, state[20] = "";
-      int rc = jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &err);
+      struct jb_audit_head head;
+      int rc = jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
       if (rc == JB_OK) {
         if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
         json_t *ev = json_loads(json, 0, NULL);
         send_text(resp, 200, json);
         jb_bus_publish(app->bus, job, "jailbox:op", ev);
+        if (head.seq > 0) jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
       } else if (rc == JB_ERR_NOT_FOUND) {
         jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
       } else if (rc == JB_ERR_CONFLICT) {
@@ -387,6 +397,7 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
       jb_bus_publish(app->bus, job, "jailbox:state",
                      json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state,
                                "previous", t.previous, "reason", reason, "actor", "buyer"));
+      jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
       jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, NULL);
     } else if (rc == JB_ERR_NOT_FOUND) {
       jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
@@ -467,12 +478,13 @@ void jb_api_agent_get(void *appv, const struct jb_http_req *req, struct jb_http_
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
+  const char *agent = req->params[0];
   if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) == 0) {
     jb_error err = {0};
     char *json = NULL;
-    int rc = jb_db_agent_get(c, req->params[0], &json, &err);
+    int rc = jb_valid_agent_id(agent) ? jb_db_agent_get(c, agent, &json, &err) : JB_ERR_NOT_FOUND;
     if (rc == JB_OK) send_text(resp, 200, json);
-    else if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no agent '%s'", req->params[0]);
+    else if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no such agent");
     else db_failed(resp, &err);
   }
   jb_db_release(app->db, c);

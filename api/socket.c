@@ -23,13 +23,13 @@
 #include "server/log.h"
 #include "server/ws.h"
 
-#define PENDING_ON_CONNECT 500  /* pending approvals sent to a buyer that (re)connects */
+#define PENDING_ON_CONNECT 500 /* pending approvals sent to a buyer that (re)connects */
 #define MCP_NOT_IMPLEMENTED (-32001)
 
 struct jb_socket {
   struct jb_app *app;
   struct jb_ws *ws;
-  pthread_rwlock_t lock;  /* guards ws against bus publishes during stop */
+  pthread_rwlock_t lock; /* guards ws against bus publishes during stop */
   jb_mcp_tool_fn tool;
   void *tool_ctx;
   bool started;
@@ -69,7 +69,8 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   struct jb_socket *s = ctx;
   const char *tok = json_string_value(json_object_get(auth, "token"));
   if (!tok) {
-    snprintf(res->message, sizeof res->message, "authentication required: connect with auth {token}");
+    snprintf(res->message, sizeof res->message,
+             "authentication required: connect with auth {token}");
     return;
   }
   unsigned char hash[32], stored[32];
@@ -116,13 +117,13 @@ static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *p
   char *text = NULL;
   if (jb_db_session_get(c, peer->room, &text, &err) == JB_OK) {
     json_t *sess = json_loads(text, 0, NULL);
-    json_t *ev = sess ? json_pack("{s:s,s:O,s:O,s:O,s:O,s:n,s:s,s:b}", "jobId", peer->room,
-                                  "state", json_object_get(sess, "state"),
-                                  "mode", json_object_get(sess, "mode"),
-                                  "pendingOps", json_object_get(sess, "pendingOps"),
-                                  "auditHead", json_object_get(sess, "auditHead"),
-                                  "previous", "actor", "system", "snapshot", 1)
-                      : NULL;
+    json_t *ev =
+        sess ? json_pack("{s:s,s:O,s:O,s:O,s:O,s:n,s:s,s:b}", "jobId", peer->room, "state",
+                         json_object_get(sess, "state"), "mode", json_object_get(sess, "mode"),
+                         "pendingOps", json_object_get(sess, "pendingOps"), "auditHead",
+                         json_object_get(sess, "auditHead"), "previous", "actor", "system",
+                         "snapshot", 1)
+             : NULL;
     if (ev) jb_ws_emit(ws, peer->conn, "jailbox:state", ev);
     json_decref(sess);
   }
@@ -134,7 +135,7 @@ static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *p
     size_t i;
     json_t *op;
     json_array_foreach(json_object_get(page, "ops"), i, op)
-      jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
+        jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
     json_decref(page);
   }
   free(text);
@@ -184,8 +185,8 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
                              t.previous, "reason", reason, "actor", "buyer"));
     jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, "via",
            "socket", NULL);
-    return json_pack("[{s:b,s:s,s:s,s:s,s:I}]", "ok", 1, "jobId", job, "state", t.state,
-                     "previous", t.previous, "rejectedOps", (json_int_t)t.rejected_ops);
+    return json_pack("[{s:b,s:s,s:s,s:s,s:I}]", "ok", 1, "jobId", job, "state", t.state, "previous",
+                     t.previous, "rejectedOps", (json_int_t)t.rejected_ops);
   }
   if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
   if (rc == JB_ERR_CONFLICT) {
@@ -222,7 +223,7 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return fail("database_unavailable", "%s", err.msg);
   char *json = NULL, state[20] = "";
-  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &err);
+  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, NULL, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);
@@ -241,7 +242,8 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   json_t *arg, *reply = NULL;
   if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
   json_t *ex = json_object_get(arg, "exclude");
-  if (ex && !json_is_array(ex)) return fail("bad_request", "field 'exclude' must be an array of globs");
+  if (ex && !json_is_array(ex))
+    return fail("bad_request", "field 'exclude' must be an array of globs");
   if (json_array_size(ex) > 256) return fail("bad_request", "field 'exclude' has over 256 globs");
   size_t i;
   json_t *g;
@@ -251,7 +253,8 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
     if (!v || n == 0 || n > 1024 || strlen(v) != n)
       return fail("bad_request", "exclude[%zu] must be a string of 1 to 1024 bytes without NUL", i);
     for (size_t k = 0; k < n; k++)
-      if ((unsigned char)v[k] < 0x20) return fail("bad_request", "exclude[%zu] has a control character", i);
+      if ((unsigned char)v[k] < 0x20)
+        return fail("bad_request", "exclude[%zu] has a control character", i);
   }
   jb_error err = {0};
   char state[20] = "";
@@ -297,9 +300,9 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
 
 static json_t *tool_schema(const char *name, const char *title, const char *desc, json_t *props,
                            json_t *required) {
-  return json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o,s:b}}", "name", name, "title", title,
-                   "description", desc, "inputSchema", "type", "object", "properties", props,
-                   "required", required, "additionalProperties", 0);
+  return json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o,s:b}}", "name", name, "title", title, "description",
+                   desc, "inputSchema", "type", "object", "properties", props, "required", required,
+                   "additionalProperties", 0);
 }
 
 /* The tools of issue 7 with JSON Schemas of their arguments. New reference. */
@@ -313,11 +316,12 @@ static json_t *tools_list(void) {
                   json_pack("{s:O,s:{s:s,s:i},s:{s:s,s:i}}", "path", path, "offset", "type",
                             "integer", "minimum", 0, "length", "type", "integer", "minimum", 0),
                   json_pack("[s]", "path")),
-      tool_schema("write", "Write a file",
-                  "Write a whole file of the workspace; in supervised mode the buyer approves it first.",
-                  json_pack("{s:O,s:{s:s},s:{s:s,s:[s,s]}}", "path", path, "content", "type",
-                            "string", "encoding", "type", "string", "enum", "utf-8", "base64"),
-                  json_pack("[s,s]", "path", "content")),
+      tool_schema(
+          "write", "Write a file",
+          "Write a whole file of the workspace; in supervised mode the buyer approves it first.",
+          json_pack("{s:O,s:{s:s},s:{s:s,s:[s,s]}}", "path", path, "content", "type", "string",
+                    "encoding", "type", "string", "enum", "utf-8", "base64"),
+          json_pack("[s,s]", "path", "content")),
       tool_schema("list", "List a directory",
                   "List a directory of the workspace: name, type (file, dir, symlink) and size.",
                   json_pack("{s:O,s:{s:s}}", "path", path, "recursive", "type", "boolean"),
@@ -333,8 +337,10 @@ static json_t *tools_list(void) {
 
 static json_t *rpc_error(json_t *id, int code, const char *msg, json_t *data) {
   json_t *e = json_pack("{s:i,s:s}", "code", code, "message", msg);
-  if (e && data) json_object_set_new(e, "data", data);
-  else json_decref(data);
+  if (e && data)
+    json_object_set_new(e, "data", data);
+  else
+    json_decref(data);
   return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", e);
 }
 
@@ -362,7 +368,9 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
   if (!json_is_string(json_object_get(msg, "jsonrpc")) ||
       strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 || !method ||
       (params && !json_is_object(params)))
-    return rpc_error(id, -32600, "Invalid Request: jsonrpc '2.0', a method and object params are required", NULL);
+    return rpc_error(id, -32600,
+                     "Invalid Request: jsonrpc '2.0', a method and object params are required",
+                     NULL);
   if (!id) return NULL; /* a notification (notifications/initialized, …): no response */
 
   if (strcmp(method, "initialize") == 0) {
@@ -372,19 +380,21 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
     for (size_t i = 0; want && versions[i]; i++)
       if (strcmp(want, versions[i]) == 0) v = versions[i];
     return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s},s:s}", "protocolVersion", v,
-                                    "capabilities", "tools", "listChanged", 0, "serverInfo",
-                                    "name", "jailbox", "version", "0.1.0", "instructions",
+                                    "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                                    "jailbox", "version", "0.1.0", "instructions",
                                     "Work on the buyer's workspace with the read, write, list "
                                     "and done tools; paths are relative to the workspace root."));
   }
   if (strcmp(method, "ping") == 0) return rpc_result(id, json_object());
-  if (strcmp(method, "tools/list") == 0) return rpc_result(id, json_pack("{s:o}", "tools", tools_list()));
+  if (strcmp(method, "tools/list") == 0)
+    return rpc_result(id, json_pack("{s:o}", "tools", tools_list()));
   if (strcmp(method, "tools/call") == 0) {
     const char *tool = json_string_value(json_object_get(params, "name"));
     json_t *arguments = json_object_get(params, "arguments");
     if (!tool || (strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") &&
                   strcmp(tool, "done")))
-      return rpc_error(id, -32602, "Invalid params: 'name' must be one of read, write, list, done", NULL);
+      return rpc_error(id, -32602, "Invalid params: 'name' must be one of read, write, list, done",
+                       NULL);
     if (arguments && !json_is_object(arguments))
       return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object", NULL);
     json_t *empty = arguments ? NULL : json_object();
@@ -396,7 +406,8 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
     json_t *result = fn(fctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
     json_decref(empty);
     if (result) return rpc_result(id, result);
-    return rpc_error(id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed", e.data);
+    return rpc_error(id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed",
+                     e.data);
   }
   return rpc_error(id, -32601, "Method not found", json_pack("{s:s}", "method", method));
 }
@@ -447,8 +458,8 @@ int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
       .send_queue_bytes = (size_t)cfg->ws_send_queue_bytes,
       .workers = cfg->ws_workers,
   };
-  struct jb_ws_handlers h = {.ctx = s, .connect = on_connect, .connected = on_connected,
-                             .event = on_event};
+  struct jb_ws_handlers h = {
+      .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event};
   s->app = app;
   struct jb_ws *ws;
   if (jb_ws_start(&ws, &set, &h, err) < 0) return -1;

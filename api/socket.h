@@ -14,7 +14,7 @@ struct jb_socket;
 
 /* A JSON-RPC error produced by a tool handler. `data` is stolen (may be NULL). */
 struct jb_mcp_error {
-  int code;            /* JSON-RPC error code */
+  int code; /* JSON-RPC error code */
   char message[256];
   json_t *data;
 };

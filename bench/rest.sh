@@ -29,14 +29,14 @@ trap cleanup EXIT
 # --- jailboxd with its embedded database
 mkdir -p "$T/ws/bench"
 JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$T/state" JAILBOX_WORKSPACE_ROOT="$T/ws" \
-  JAILBOX_LOG_LEVEL=warn JAILBOX_HTTP_THREADS=${JB_HTTP_THREADS:-8} JAILBOX_DB_POOL_SIZE=${JB_DB_POOL:-16} \
+  JAILBOX_LOG_LEVEL=info JAILBOX_WS_LISTEN=127.0.0.1:0 JAILBOX_HTTP_THREADS=${JB_HTTP_THREADS:-8} JAILBOX_DB_POOL_SIZE=${JB_DB_POOL:-16} \
   "$ROOT/build/jailboxd" 2>"$T/jb.log" &
 JB_PID=$!
-for _ in $(seq 1 300); do grep -q '"msg":"listening"' "$T/jb.log" 2>/dev/null && break; sleep 0.1; done
-# the listening line is logged at info; find the port from the socket instead
-PORT=$(ss -ltnpH "( sport > :1024 )" 2>/dev/null | grep "pid=$JB_PID," | grep -o '127.0.0.1:[0-9]*' | head -1 | cut -d: -f2)
-for _ in $(seq 1 100); do [ -n "$PORT" ] && break; sleep 0.1
-  PORT=$(ss -ltnpH 2>/dev/null | grep "pid=$JB_PID," | grep -o '127.0.0.1:[0-9]*' | head -1 | cut -d: -f2); done
+PORT=""
+for _ in $(seq 1 300); do
+  PORT=$(grep -o '"msg":"listening","addr":"127.0.0.1:[0-9]*' "$T/jb.log" 2>/dev/null | head -1 | sed 's/.*://' || true)
+  [ -n "$PORT" ] && break; sleep 0.1
+done
 URL="http://127.0.0.1:$PORT"
 for _ in $(seq 1 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200 ] && break; sleep 0.1; done
 SVC=$(cat "$T/state/service.token")
@@ -51,7 +51,7 @@ curl -s "$URL/v1/jailbox/bench-1" -H "Authorization: Bearer $BUYER" > "$T/sessio
 SIZE=$(stat -c %s "$T/session.json")
 mkdir -p "$T/ngx/html" "$T/ngx/tmp"
 cp "$T/session.json" "$T/ngx/html/session.json"
-NPORT=$((PORT + 1))
+NPORT=$((PORT + 1)); while ss -ltnH | grep -q ":$NPORT "; do NPORT=$((NPORT + 1)); done
 cat > "$T/ngx/nginx.conf" <<NGX
 worker_processes 2;
 pid $T/ngx/nginx.pid;

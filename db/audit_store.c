@@ -67,27 +67,25 @@ static const char sql_lock_head[] =
     "SELECT audit_head_seq, encode(audit_head_hash, 'hex') FROM sessions WHERE job_id = $1"
     "   FOR UPDATE";
 
-/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8: locks the
- * session row (FOR UPDATE: concurrent appends to the session queue here and the loser sees
- * the moved head when it gets the lock), refuses to follow a seal, inserts the entry and
- * moves the head — one statement, so that with a known head an append outside a caller's
- * transaction costs one round trip and one commit. Updates no row when the head moved or the
- * chain is sealed. */
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8 and that entry
+ * is not a seal: the UPDATE of the head is the compare-and-set (under READ COMMITTED a
+ * concurrent append to the session makes it wait for the row, then re-check the condition
+ * on the moved head and update nothing), and the entry is inserted only when the head moved.
+ * One statement, so that with a known head an append outside a caller's transaction costs
+ * one round trip and one commit. Changes no row when the head moved or the chain is sealed.
+ * The seal check reads at the statement's snapshot: a seal committed after it moved the head,
+ * which the re-check sees. */
 static const char sql_append[] =
-    "WITH head AS ("
-    "  SELECT job_id FROM sessions"
+    "WITH moved AS ("
+    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9"
     "   WHERE job_id = $1 AND audit_head_seq = $2::bigint - 1"
     "     AND (audit_head_seq = 0 OR audit_head_hash = $8)"
-    "     FOR UPDATE),"
-    " ins AS ("
-    "  INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
-    "                             prev_hash, hash, signature, key_id)"
-    "  SELECT $1, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM head"
-    "   WHERE NOT EXISTS (SELECT 1 FROM audit_entries p"
+    "     AND NOT EXISTS (SELECT 1 FROM audit_entries p"
     "                      WHERE p.job_id = $1 AND p.seq = $2::bigint - 1 AND p.operation = 'seal')"
     "  RETURNING job_id)"
-    " UPDATE sessions s SET audit_head_seq = $2, audit_head_hash = $9"
-    "   FROM ins WHERE s.job_id = ins.job_id";
+    " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
+    "                            prev_hash, hash, signature, key_id)"
+    " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved";
 
 /* The heads this process wrote last, by session: a direct-mapped table (a collision evicts).
  * A stale head costs one statement that changes nothing, then the slow path. */

@@ -106,3 +106,17 @@ int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
   PQclear(r);
   return *launch_sessions ? JB_OK : jb_fail(err, 12, "out of memory");
 }
+
+int jb_db_deployment_name(PGconn *c, char *out, size_t len, jb_error *err) {
+  PGresult *r = jb_db_exec(c, "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()",
+                           0, NULL, PGRES_TUPLES_OK, NULL, err, "deployment name");
+  if (!r) {
+    r = jb_db_exec(c, "SELECT coalesce(host(inet_server_addr()), 'local') || ':' ||"
+                      " coalesce(inet_server_port()::text, '') || '/' || current_database()",
+                   0, NULL, PGRES_TUPLES_OK, NULL, err, "deployment name");
+    if (!r) return JB_ERR_FAIL;
+  }
+  snprintf(out, len, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "unknown");
+  PQclear(r);
+  return JB_OK;
+}

@@ -46,4 +46,11 @@ int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error 
 int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
                        char **launch_sessions, jb_error *err);
 
+/* A name for the database this worker serves, stable across restarts: the cluster's system
+ * identifier and the database name (or, where pg_control_system() is not allowed, the
+ * server's address and the database name), as text into `out` (`len` bytes). Containers are
+ * labelled with it, so that workers of different deployments sharing one Docker daemon never
+ * touch each other's. JB_OK or JB_ERR_FAIL. */
+int jb_db_deployment_name(PGconn *c, char *out, size_t len, jb_error *err);
+
 #endif

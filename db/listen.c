@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/log.h"
@@ -21,6 +22,15 @@ struct jb_listener {
   jb_listen_up_fn on_up;
   void *ctx;
 };
+
+#define HEARTBEAT_MS 1000
+#define HUNG_MS 2000
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Waits `ms` or until stopped; true when stopped. */
 static bool wait_or_stop(struct jb_listener *l, int ms) {
@@ -49,15 +59,38 @@ static void *run(void *arg) {
     l->on_up(l->ctx, true);
     jb_log(JB_LOG_DEBUG, "listening for changes", NULL);
     bool stopped = false;
+    /* heartbeat: a query every HEARTBEAT_MS; no answer within HUNG_MS means the connection
+     * (or the server behind it) hangs, and notifications may be missing */
+    bool pending = false;
+    long long sent_at = 0, last_ok = now_ms();
     while (!stopped) {
+      long long t = now_ms();
+      if (!pending && t - last_ok >= HEARTBEAT_MS) {
+        if (!PQsendQuery(c, "SELECT 1")) break;
+        pending = true;
+        sent_at = t;
+      }
+      if (pending && t - sent_at > HUNG_MS) {
+        jb_log(JB_LOG_WARN, "change listener got no answer in time; reconnecting", NULL);
+        break;
+      }
       struct pollfd p[2] = {{.fd = PQsocket(c), .events = POLLIN}, {.fd = l->stop_fd, .events = POLLIN}};
-      int n = poll(p, 2, 10000);
+      int n = poll(p, 2, 250);
       if (n < 0 && errno != EINTR) break;
       if (p[1].revents) {
         stopped = true;
         break;
       }
       if (!PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK) break;
+      while (pending && !PQisBusy(c)) {
+        PGresult *hr = PQgetResult(c);
+        if (!hr) {
+          pending = false;
+          last_ok = now_ms();
+          break;
+        }
+        PQclear(hr);
+      }
       PGnotify *nt;
       while ((nt = PQnotifies(c)) != NULL) {
         l->on_notify(l->ctx, nt->extra ? nt->extra : "");

@@ -1,11 +1,13 @@
 /* sessions.c — SQL for sessions, ops and agents (see sessions.h). */
 #include "db/sessions.h"
 
+#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/audit_store.h"
 #include "db/db.h"
 #include "db/tokens.h"
 
@@ -28,7 +30,8 @@ static char *dup_value(PGresult *r) {
   return strndup(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
 }
 
-int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *err) {
+int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct jb_session_new *s,
+                         struct jb_audit_head *head, jb_error *err) {
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   char st[6] = "";
   const char *p1[1] = {s->agent_id};
@@ -46,6 +49,26 @@ int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *er
     return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
   }
   PQclear(r);
+  /* opens are serialized here so that two of them cannot both find a workspace free */
+  r = jb_db_exec(c, "SELECT pg_advisory_xact_lock(7665523954990151714)", 0, NULL,
+                 PGRES_TUPLES_OK, NULL, err, "lock workspaces");
+  if (!r) goto fail;
+  PQclear(r);
+  const char *pw[2] = {s->workspace, s->job_id};
+  r = jb_db_exec(c,
+                 "SELECT job_id FROM sessions WHERE state IN ('created', 'prescanning',"
+                 " 'awaiting_agent', 'active', 'paused', 'done') AND (workspace = $1"
+                 " OR starts_with($1, workspace || '/') OR starts_with(workspace, $1 || '/'))"
+                 " AND job_id <> $2 LIMIT 1",
+                 2, pw, PGRES_TUPLES_OK, NULL, err, "check workspace");
+  if (!r) goto fail;
+  if (PQntuples(r) > 0) {
+    jb_fail(err, EBUSY, "workspace overlaps the one of live session '%s'", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_CONFLICT;
+  }
+  PQclear(r);
   if (jb_db_token_insert(c, s->buyer_hash, "buyer", s->job_id, NULL, err) != JB_OK ||
       jb_db_token_insert(c, s->agent_hash, "agent", s->job_id, NULL, err) != JB_OK)
     goto fail;
@@ -54,6 +77,10 @@ int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *er
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
   if (!r) goto fail;
   PQclear(r);
+  json_t *d = json_pack("{s:n,s:s,s:s,s:s}", "from", "to", "created", "actor", "service", "mode", s->mode);
+  int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
+  json_decref(d);
+  if (arc != JB_OK) goto fail;
   if (jb_db_commit(c, err) < 0) goto fail;
   return JB_OK;
 fail:
@@ -214,8 +241,25 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
     if (!r) goto fail;
     PQclear(r);
   }
-  (void)keys;
-  (void)actor;
+  const char *op = strcmp(to, "paused") == 0 ? "pause"
+                   : strcmp(to, "aborted") == 0 ? "abort"
+                   : strcmp(to, "accepted") == 0 ? "accept"
+                   : (strcmp(to, "active") == 0 && strcmp(out->previous, "paused") == 0) ? "resume"
+                                                                                   : "state";
+  json_t *d = json_pack("{s:s,s:s,s:s,s:s?}", "from", out->previous, "to", to, "actor",
+                        actor ? actor : "system", "reason", reason);
+  if (d && ending && out->rejected_ops > 0)
+    json_object_set_new(d, "rejectedOps", json_integer(out->rejected_ops));
+  if (!keys) { /* every state change is an audit entry: a caller without keys is a bug */
+    json_decref(d);
+    jb_fail(err, EINVAL, "session transition without audit signing keys");
+    goto fail;
+  }
+  int arc = d ? jb_audit_append(c, keys, job_id, op, NULL, d, &out->head, err)
+              : jb_fail(err, ENOMEM, "out of memory");
+  json_decref(d);
+  if (arc != JB_OK) goto fail;
+  if (ending && jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
   if (jb_db_commit(c, err) < 0) goto fail;
   return JB_OK;
 fail:
@@ -266,13 +310,43 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
   return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
 }
 
+/* The audit entry of a rejected op, inside the open transaction; fills *head. */
+static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const char *op_json, struct jb_audit_head *head, jb_error *err) {
+  json_t *op = json_loads(op_json, 0, NULL);
+  if (!op) return jb_fail(err, ENOMEM, "out of memory");
+  json_t *d = json_pack("{s:I,s:s,s:b}", "opId", json_integer_value(json_object_get(op, "opId")),
+                        "decision", "rejected", "ok", 0);
+  const char *tool = json_string_value(json_object_get(op, "tool"));
+  const char *path = json_string_value(json_object_get(op, "path"));
+  /* what the agent said of its content (size, SHA-256), never the content */
+  json_t *args = json_object_get(op, "args");
+  json_t *size = json_object_get(args, "size"), *sha = json_object_get(args, "sha256");
+  if (json_is_integer(size)) json_object_set(d, "size", size);
+  if (json_is_string(sha)) json_object_set(d, "sha256", sha);
+  int rc = d ? jb_audit_append(c, keys, job_id, tool ? tool : "op", path, d, head, err)
+             : jb_fail(err, ENOMEM, "out of memory");
+  json_decref(d);
+  json_decref(op);
+  return rc;
+}
+
 int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     long long op_id, bool approve, const char *reason, char **json_out,
-                    char state[20], jb_error *err) {
-  (void)keys;
+                    char state[20], struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op_id);
   const char *p[4] = {id, job_id, approve ? "approved" : "rejected", reason};
+  if (head) memset(head, 0, sizeof *head);
+  /* a rejection writes to the chain: take the session row first (the lock order of every
+   * chain writer), then the op */
+  if (!approve) {
+    if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+    PGresult *lk = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
+                              PGRES_TUPLES_OK, NULL, err, "lock session");
+    if (!lk) goto fail;
+    PQclear(lk);
+  }
   PGresult *r = jb_db_exec(
       c,
       "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now()"
@@ -281,13 +355,27 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
       "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
       " RETURNING " OP_JSON "::text",
       4, p, PGRES_TUPLES_OK, NULL, err, "decide op");
-  if (!r) return JB_ERR_FAIL;
+  if (!r) goto fail;
   if (PQntuples(r) == 1) {
     *json_out = dup_value(r);
     PQclear(r);
-    return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+    if (!*json_out) {
+      jb_fail(err, ENOMEM, "out of memory");
+      goto fail;
+    }
+    if (!approve) {
+      struct jb_audit_head h;
+      if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK || jb_db_commit(c, err) < 0) {
+        free(*json_out);
+        *json_out = NULL;
+        goto fail;
+      }
+      if (head) *head = h;
+    }
+    return JB_OK;
   }
   PQclear(r);
+  if (!approve) jb_db_rollback(c);
   r = jb_db_exec(c,
                  "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
                  " WHERE o.op_id = $1::bigint AND o.job_id = $2",
@@ -302,6 +390,9 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   PQclear(r);
   return rc;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
 }
 
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err) {

@@ -7,6 +7,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "server/audit.h"
 #include "server/err.h"
 
 struct jb_keyring;
@@ -24,9 +25,13 @@ struct jb_session_new {
 };
 
 /* Creates the session (state created), its agent row when new, its buyer and agent tokens,
- * and a queued launch job, in one transaction. JB_OK, JB_ERR_EXISTS when job_id is taken,
+ * a queued launch job and the first audit entry (operation "state", to created), in one
+ * transaction. A live session whose workspace is the same directory, or one above or below
+ * it, makes the open fail with JB_ERR_CONFLICT (one agent per tree at a time).
+ * JB_OK (*head: the chain head), JB_ERR_EXISTS when job_id is taken, JB_ERR_CONFLICT,
  * JB_ERR_FAIL with `err`. */
-int jb_db_session_create(PGconn *c, const struct jb_session_new *s, jb_error *err);
+int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct jb_session_new *s,
+                         struct jb_audit_head *head, jb_error *err);
 
 /* The API view of a session as JSON text (new allocation, free it): jobId, agentId,
  * workspace, mode, state, stateReason, exclude, limits, createdAt, updatedAt, endedAt,
@@ -47,12 +52,16 @@ struct jb_transition {
   char previous[20];  /* the state before */
   char state[20];     /* the state after; on JB_ERR_CONFLICT the current state */
   long rejected_ops;  /* pending ops rejected because the session ended */
+  struct jb_audit_head head;  /* the audit chain head after it (the seal when it ended) */
 };
 
 /* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
  * (nullable) and `actor` ("buyer", "service", "agent", "system") recorded. Entering an end
  * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
- * session's tokens and queues a teardown job — all in the same transaction.
+ * session's tokens, queues a teardown job and seals the audit chain. The change itself is an
+ * audit entry — operation "pause", "resume", "abort", "accept" for those changes, "state"
+ * for the others; details {from, to, actor, reason} — all in the same transaction. `keys`
+ * must not be NULL.
  * JB_OK; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with out->state = the current state; JB_ERR_FAIL. */
 int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                              const char *const from[], const char *to, const char *reason,
@@ -70,12 +79,15 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
                    char **json_out, jb_error *err);
 
 /* Decides a pending op: approve (true) or reject, with `reason` (nullable). Exactly one of
- * two concurrent decisions succeeds. On JB_OK *json_out is the op as JSON text (new).
+ * two concurrent decisions succeeds. An approval is one committed UPDATE (the op's audit
+ * entry is written when it executes); a rejection also appends its audit entry (the op's
+ * tool, path and {decision: "rejected", ok: false}) in the same transaction, with the session
+ * row locked first; *head (may be NULL) receives the new head, seq 0 when none was written. On JB_OK *json_out is the op as JSON text (new).
  * JB_ERR_NOT_FOUND (no such op in that session); JB_ERR_CONFLICT (op not pending, or the
  * session ended; `state` of 20 bytes receives the op's state); JB_ERR_FAIL. */
 int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     long long op_id, bool approve, const char *reason, char **json_out,
-                    char state[20], jb_error *err);
+                    char state[20], struct jb_audit_head *head, jb_error *err);
 
 /* The agent's trust score and history as JSON text (new). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err);

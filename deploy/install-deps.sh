@@ -16,7 +16,7 @@ PKGS=(
   libmicrohttpd-dev libwebsockets-dev libsodium-dev libpq-dev libjansson-dev
   libhiredis-dev libseccomp-dev libcmocka-dev libcurl4-openssl-dev
   postgresql-15 postgresql-client-15 redis-server
-  docker.io bubblewrap util-linux iproute2 procps
+  docker.io bubblewrap util-linux iproute2 procps jq
   nodejs npm
 )
 # Packages taken from bookworm-backports.
@@ -62,4 +62,6 @@ fi
 if ! id jailbox >/dev/null 2>&1; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin jailbox
 fi
+# gVisor as Docker runtime "runsc" (--network=none, --oci-seccomp), other daemon.json keys kept
+"$(dirname "$0")/register-runsc.sh"
 echo "install-deps.sh: all dependencies present"

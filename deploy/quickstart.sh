@@ -10,6 +10,9 @@ ROOT=$(pwd)
 echo "== building"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null
+echo "== Docker and the sandbox image (the walls)"
+./deploy/start-dockerd.sh
+./deploy/sandbox-image/build.sh --shim "$ROOT/build/jailbox-shim"
 
 # The embedded cluster runs as the unprivileged user 'jailbox', which must reach the state
 # directory; a checkout under a private home (e.g. /root) falls back to /var/lib/jailbox.

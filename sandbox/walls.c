@@ -215,6 +215,9 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
     free(bpf);
   }
 
+  if (!p->up[JB_WALL_GVISOR] && p->up[JB_WALL_BWRAP])
+    down(p, JB_WALL_BWRAP, "not built: Wall 3 is built only under gVisor, which is unavailable");
+
   /* a real container with every wall that is still up, checked from inside */
   char ws[] = "/tmp/jailbox-probe.XXXXXX";
   if (!mkdtemp(ws)) {
@@ -324,7 +327,8 @@ static void read_limits(const json_t *l, bool gvisor, struct limits *out) {
 static json_t *create_body(const struct jb_walls_config *cfg, const char *workspace,
                            const json_t *labels, bool gvisor, bool bwrap, bool apparmor,
                            const struct limits *lim) {
-  json_t *lab = json_pack("{s:s}", "jailbox.worker", cfg->worker_id);
+  json_t *lab = json_pack("{s:s, s:s}", "jailbox.worker", cfg->worker_id, "jailbox.deployment",
+                          cfg->deployment);
   if (labels) json_object_update(lab, (json_t *)labels);
   json_t *secopt = json_array();
   json_array_append_new(secopt, json_string("no-new-privileges:true"));
@@ -503,6 +507,8 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
 
 /* Which wall a failure at a given step points at. */
 static enum jb_wall blame_start(const char *msg, bool gvisor) {
+  /* the image lacks a program the command names */
+  if (strstr(msg, "no such file or directory") || strstr(msg, "not found")) return JB_WALL_DOCKER;
   if (strstr(msg, "runtime") || strstr(msg, "runsc") || strstr(msg, "gvisor")) return JB_WALL_GVISOR;
   return gvisor ? JB_WALL_GVISOR : JB_WALL_DOCKER;
 }
@@ -534,7 +540,8 @@ static json_t *timings_json(const long t[], const char *const names[], size_t n)
   return o;
 }
 
-json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up[JB_WALL_COUNT]) {
+json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up[JB_WALL_COUNT],
+                                bool apparmor) {
   json_t *r = json_array();
 #define RISK(s) json_array_append_new(r, json_string(s))
   if (up[JB_WALL_GVISOR])
@@ -557,9 +564,11 @@ json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up
        "quota, and timing side channels between sessions on one host are not addressed.");
   RISK("jailbox-worker holds the Docker socket, which is root on this host: a flaw in the worker "
        "is a flaw in every wall.");
-  RISK("AppArmor: not applied on this host when reported unavailable; where applied, gVisor "
-       "enforces its own checks inside the sandbox and AppArmor confines only the runtime's "
-       "host processes.");
+  if (apparmor)
+    RISK("AppArmor's docker-default profile is requested; whether runsc applies it to anything "
+         "but its own host processes was not verified (the test hosts have no AppArmor).");
+  else
+    RISK("No AppArmor: the host kernel has none, so Wall 2 has no mandatory access control layer.");
   if (cfg->override)
     RISK("Development override: JAILBOX_REQUIRE_WALLS is narrower than gvisor,docker,bwrap, so "
          "sessions may run with fewer walls than the product promises.");
@@ -579,44 +588,45 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   long t[T_N] = {0};
   t[T_START] = now_ms();
 
+  json_t *body = NULL, *created = NULL, *status = NULL, *settings = NULL;
+  struct check chk;
+  for (int w = 0; w < JB_WALL_COUNT; w++) chk.problems[w] = json_array();
+  int ret = -1;
+  unsigned char *bpf = NULL;
+  size_t bpf_len = 0;
+  struct jb_filter_info fi = {0};
+  char bpf_sha[65] = "";
+  struct limits lim;
+
   /* which walls can be built here, and whether that is allowed */
   bool use[JB_WALL_COUNT];
   for (int w = 0; w < JB_WALL_COUNT; w++) use[w] = probe ? probe->up[w] : true;
-  if (!use[JB_WALL_DOCKER])
-    return fail_wall(failed, JB_WALL_DOCKER, err, "unavailable: %s",
-                     probe ? probe->reason[JB_WALL_DOCKER] : "?");
   /* Wall 3 is built with gVisor's capabilities; without gVisor it is not offered here (bwrap
    * under runc would need unprivileged user namespaces and an unmasked /proc). */
-  if (!use[JB_WALL_GVISOR] && use[JB_WALL_BWRAP]) {
-    use[JB_WALL_BWRAP] = false;
+  if (!use[JB_WALL_GVISOR]) use[JB_WALL_BWRAP] = false;
+  bool gvisor = use[JB_WALL_GVISOR], bwrap = use[JB_WALL_BWRAP];
+  bool apparmor = probe && probe->apparmor_host;
+  read_limits(limits, gvisor, &lim);
+  if (!use[JB_WALL_DOCKER]) {
+    fail_wall(failed, JB_WALL_DOCKER, err, "unavailable: %s", probe ? probe->reason[JB_WALL_DOCKER] : "?");
+    goto out;
   }
   for (int w = 0; w < JB_WALL_COUNT; w++)
     if (cfg->require[w] && !use[w]) {
       const char *why = probe && !probe->up[w] ? probe->reason[w]
                         : w == JB_WALL_BWRAP   ? "Wall 3 is built only under gVisor, which is unavailable"
                                                : "unavailable";
-      return fail_wall(failed, (enum jb_wall)w, err, "required but unavailable: %s", why);
+      fail_wall(failed, (enum jb_wall)w, err, "required but unavailable: %s", why);
+      goto out;
     }
-  bool gvisor = use[JB_WALL_GVISOR], bwrap = use[JB_WALL_BWRAP];
-  bool apparmor = probe && probe->apparmor_host;
-
-  unsigned char *bpf = NULL;
-  size_t bpf_len = 0;
-  struct jb_filter_info fi = {0};
-  char bpf_sha[65] = "";
   if (bwrap) {
-    if (jb_filter_compile(&bpf, &bpf_len, &fi, err) < 0)
-      return fail_wall(failed, JB_WALL_BWRAP, err, "syscall filter: %s", err->msg);
+    if (jb_filter_compile(&bpf, &bpf_len, &fi, err) < 0) {
+      fail_wall(failed, JB_WALL_BWRAP, err, "syscall filter: %s", err->msg);
+      goto out;
+    }
     sha256_hex(bpf, bpf_len, bpf_sha);
   }
-
-  struct limits lim;
-  read_limits(limits, gvisor, &lim);
-  json_t *body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim);
-  json_t *created = NULL, *status = NULL, *settings = NULL;
-  struct check chk;
-  for (int w = 0; w < JB_WALL_COUNT; w++) chk.problems[w] = json_array();
-  int ret = -1;
+  body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim);
   if (!body) {
     fail_wall(failed, JB_WALL_DOCKER, err, "cannot build the container request");
     goto out;
@@ -832,7 +842,7 @@ out:;
                       : json_null(),
       "walls", "gvisor", w1, "docker", w2, "bwrap", w3, "jailSeenFromInside", jail,
       "problems", problems, "timingsMs", timings_json(t, tnames, T_N),
-      "residualRisks", jb_walls_residual_risks(cfg, sb->walls_up));
+      "residualRisks", jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
   if (sb->contract && probe && probe->done) json_object_set_new(sb->contract, "probe", jb_probe_json(probe));
   if (ret < 0) {
     json_object_set_new(sb->contract, "failure", json_string(err ? err->msg : "?"));

@@ -37,7 +37,8 @@ extern const char *const jb_wall_names[JB_WALL_COUNT]; /* "gvisor", "docker", "b
 
 struct jb_walls_config {
   struct jb_docker docker;
-  char worker_id[128];
+  char worker_id[512];
+  char deployment[17];        /* label jailbox.deployment: names the database (see launch_jobs.h) */
   char image[256];            /* sandbox image, e.g. jailbox-sandbox:latest */
   char runtime[64];           /* the gVisor runtime's name in Docker, e.g. runsc */
   bool require[JB_WALL_COUNT];
@@ -105,7 +106,9 @@ int jb_container_remove(const struct jb_walls_config *cfg, const char *id, jb_er
 /* The probe as JSON (new reference) for logs and the contract. */
 json_t *jb_probe_json(const struct jb_probe *p);
 
-/* Residual risks that remain with the walls in `up` (new reference: array of strings). */
-json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up[JB_WALL_COUNT]);
+/* Residual risks that remain with the walls in `up`, AppArmor applied or not (new reference:
+ * array of strings). */
+json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up[JB_WALL_COUNT],
+                                bool apparmor);
 
 #endif

@@ -28,9 +28,16 @@ struct walk {
   jb_error *err;
 };
 
+/* Hashes regular file `name` of `dirfd` into `out`. Returns 1 when it is no longer a regular
+ * file (swapped meanwhile: never block on a fifo put in its place), 0, or -1 with `err`. */
 static int hash_file(int dirfd, const char *name, char out[65], jb_error *err) {
-  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return jb_fail_errno(err, errno, "pre-scan: open %s", name);
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return errno == ELOOP || errno == ENXIO || errno == ENOENT ? 1 : jb_fail_errno(err, errno, "pre-scan: open %s", name);
+  struct stat sb;
+  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return 1;
+  }
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
   unsigned char buf[65536];
@@ -100,10 +107,12 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       w->out->files++;
       w->out->bytes += st.st_size;
       char hex[65];
-      if (hash_file(dirfd(d), de->d_name, hex, w->err) < 0) {
+      int hr = hash_file(dirfd(d), de->d_name, hex, w->err);
+      if (hr < 0) {
         ret = -1;
         break;
       }
+      if (hr == 1) snprintf(hex, sizeof hex, "changed-during-scan");
       if (!(e->detail = strdup(hex))) {
         ret = jb_fail(w->err, ENOMEM, "out of memory");
         break;
@@ -141,7 +150,7 @@ int jb_workspace_scan(const char *root, long max_entries, struct jb_scan_result 
   struct walk w = {.max = max_entries, .out = out, .err = err};
   int ret = walk_dir(&w, fd, "");
   if (ret == 0) {
-    qsort(w.v, w.n, sizeof *w.v, by_path);
+    if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
     crypto_hash_sha256_state st;
     crypto_hash_sha256_init(&st);
     for (size_t i = 0; i < w.n; i++) {

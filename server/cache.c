@@ -5,11 +5,22 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BUCKETS 4096
 
+/* An entry is trusted this long at most, even while the listener looks healthy. */
+#define TTL_MS 2000
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 struct entry {
   struct entry *next;
+  long long expires;  /* monotonic ms */
   char *job_id;
   char *json;
   unsigned char *readers;  /* n_readers * 32 bytes */
@@ -124,6 +135,7 @@ char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigne
   if (c->enabled) {
     for (struct entry *e = c->buckets[bucket_of(job_id)]; e; e = e->next) {
       if (strcmp(e->job_id, job_id) != 0) continue;
+      if (e->expires < now_ms()) break;
       if (hash_in(e->readers, e->n_readers, token_hash) ||
           (c->service_loaded && hash_in(c->service, c->n_service, token_hash)))
         out = strdup(e->json);
@@ -170,6 +182,7 @@ void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id
     clear_locked(c);
     c->service = sv, c->n_service = ns, c->service_loaded = svc;
   }
+  e->expires = now_ms() + TTL_MS;
   e->next = c->buckets[b];
   c->buckets[b] = e;
   c->count++;

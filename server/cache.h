@@ -2,7 +2,9 @@
  * hashes of the tokens allowed to read it (its buyer tokens), plus the service token hashes.
  * PostgreSQL stays the source of truth: every change to a session, its ops or its tokens is
  * announced with NOTIFY jb_change (migration 004) and drops the entry on every instance.
- * While the listener is not connected the cache is off (every lookup misses). */
+ * While the listener is not connected (or its heartbeat goes unanswered for 2 s) the cache is
+ * off, and no entry is trusted for more than 2 s: a change made elsewhere shows within that
+ * bound even when notifications are lost, and normally within a few milliseconds. */
 #ifndef JB_CACHE_H
 #define JB_CACHE_H
 

@@ -42,6 +42,12 @@ static const struct setting settings[] = {
    "largest accepted request body, bytes (larger: 413)"},
   {"http-threads", "JAILBOX_HTTP_THREADS", K_INT, S(http_threads), "4", 1, 256,
    "HTTP worker threads"},
+  {"http-conns-per-ip", "JAILBOX_HTTP_CONNS_PER_IP", K_INT, S(http_conns_per_ip), "128", 1, 65536,
+   "HTTP connections one client address may hold (behind a load balancer: raise it)"},
+  {"http-body-budget", "JAILBOX_HTTP_BODY_BUDGET", K_INT, S(http_body_budget), "67108864", 1024, 1L << 40,
+   "request body bytes held in memory at once over all connections (past it: 503), bytes"},
+  {"http-timeout", "JAILBOX_HTTP_TIMEOUT", K_INT, S(http_timeout_s), "30", 1, 3600,
+   "idle HTTP connection timeout, s; a request body must arrive within twice it"},
   {"db-pool-size", "JAILBOX_DB_POOL_SIZE", K_INT, S(db_pool_size), "8", 1, 1024,
    "PostgreSQL connections kept open"},
   {"db-connect-timeout", "JAILBOX_DB_CONNECT_TIMEOUT", K_INT, S(db_connect_timeout_s), "5", 1, 600,
@@ -65,6 +71,10 @@ static const struct setting settings[] = {
    "outgoing bytes queued for one socket; a slower client is dropped (close 1008)"},
   {"ws-workers", "JAILBOX_WS_WORKERS", K_INT, S(ws_workers), "4", 1, 256,
    "threads running Socket.IO handlers (authentication, session controls, MCP)"},
+  {"workers", "JAILBOX_WORKERS", K_INT, S(workers), "1", 0, 64,
+   "jailbox-worker processes started and supervised by jailboxd (0: none; workers run elsewhere)"},
+  {"worker-bin", "JAILBOX_WORKER_BIN", K_STR, S(worker_bin), "", 0, 0,
+   "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])

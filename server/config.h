@@ -21,6 +21,9 @@ struct jb_config {
   char *log_level;          /* debug | info | warn | error */
   long max_body_bytes;      /* request body limit, bytes */
   long http_threads;        /* HTTP worker threads */
+  long http_conns_per_ip;   /* HTTP connections one client address may hold */
+  long http_body_budget;    /* request body bytes held in memory at once, all connections */
+  long http_timeout_s;      /* idle HTTP connection timeout, s */
   long db_pool_size;        /* PostgreSQL connections kept open */
   long db_connect_timeout_s;/* seconds libpq waits for a connection */
   long shutdown_grace_ms;   /* how long in-flight requests may run after SIGTERM, ms */
@@ -32,6 +35,8 @@ struct jb_config {
   long ws_max_per_ip;       /* open WebSocket connections per client address */
   long ws_send_queue_bytes; /* outgoing bytes queued per socket; more: the socket is dropped */
   long ws_workers;          /* threads running socket handlers (database work) */
+  long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
+  char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

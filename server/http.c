@@ -3,6 +3,7 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -27,8 +28,9 @@ struct jb_http_server {
   const struct jb_route *routes;
   size_t n_routes;
   void *app;
-  long max_body;
+  struct jb_http_opts opts;
   atomic_long inflight; /* requests between first callback and completion */
+  atomic_long buffered; /* request body bytes held in memory, all connections */
 };
 
 /* A body over the limit is read and dropped up to this many times the limit before the
@@ -45,7 +47,9 @@ struct req_ctx {
   bool answered;
   int status;
   char method[16];
-  char path[160]; /* for the log line, cut */
+  char path[160];      /* for the log line: cut, non-ASCII bytes as '?' */
+  char *raw_uri;       /* the request target as sent, before percent-decoding */
+  size_t held;         /* bytes of `body` counted in srv->buffered */
 };
 
 /* ---------- JSON error shape and responses ---------- */
@@ -153,51 +157,131 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, struct req_ctx *c
   return send_resp(conn, ctx, &r);
 }
 
-struct header_counts {
-  int total, content_length, transfer_encoding;
+/* RFC 9110 §5.6.2 token characters. */
+static bool is_tchar(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+struct header_scan {
+  int total, content_length, transfer_encoding, host, authorization, content_type;
   size_t longest;
+  bool bad_name;      /* a name that is not a token (whitespace before ':', folding, controls) */
+  bool framing_like;  /* a name that starts like a framing header but is another one */
+  const char *te;     /* the Transfer-Encoding value */
+  const char *cl;     /* the Content-Length value */
 };
 
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value) {
-  struct header_counts *c = cls;
+static bool starts_with_ci(const char *s, const char *prefix) {
+  return strncasecmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  struct header_scan *c = cls;
   c->total++;
   size_t l = strlen(key) + (value ? strlen(value) : 0);
   if (l > c->longest) c->longest = l;
-  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) c->content_length++;
-  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) c->transfer_encoding++;
+  if (!key[0]) c->bad_name = true;
+  for (const char *k = key; *k; k++)
+    if (!is_tchar((unsigned char)*k)) c->bad_name = true;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+    c->content_length++;
+    c->cl = value;
+  } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    c->transfer_encoding++;
+    c->te = value;
+  } else if (starts_with_ci(key, "content-length") || starts_with_ci(key, "transfer-encoding")) {
+    c->framing_like = true;
+  }
+  if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) c->host++;
+  if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0) c->authorization++;
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0) c->content_type++;
   return MHD_YES;
 }
 
-/* Checks done once the headers are in and before any body byte is read. Returns MHD_YES
- * with ctx->answered set when it answered, MHD_YES otherwise. */
+/* Is `te` exactly the chunked coding (case-insensitive, optional surrounding whitespace)? */
+static bool te_is_chunked(const char *te) {
+  while (*te == ' ' || *te == '\t') te++;
+  if (strncasecmp(te, "chunked", 7) != 0) return false;
+  for (te += 7; *te; te++)
+    if (*te != ' ' && *te != '\t') return false;
+  return true;
+}
+
+/* A request target whose path holds an encoded '/', '\' or control byte is refused: routing
+ * happens on the decoded path, and a segment must never split or end early after decoding. */
+static bool raw_path_ok(const char *uri) {
+  for (const char *p = uri; *p && *p != '?'; p++) {
+    if ((unsigned char)*p < 0x21 || (unsigned char)*p == 0x7f) return false;
+    if (*p != '%') continue;
+    if (!isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2])) return false;
+    char hex[3] = {p[1], p[2], 0};
+    unsigned v = (unsigned)strtoul(hex, NULL, 16);
+    if (v < 0x20 || v == 0x7f || v == '/' || v == '\\') return false;
+  }
+  return true;
+}
+
+/* A well-formed "Bearer <token>" header, syntax only (the database decides the rest). */
+static bool bearer_syntax_ok(struct MHD_Connection *conn) {
+  const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+  h += 7;
+  while (*h == ' ') h++;
+  size_t n = strcspn(h, " \t");
+  return n == 47 && strncmp(h, "jbt_", 4) == 0;
+}
+
+/* Checks done once the headers are in and before any body byte is read (RFC 9112 §6: message
+ * framing; §3.2: Host). Answers and sets ctx->answered when the request is refused. */
 static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Connection *conn,
-                                     struct req_ctx *ctx) {
-  struct header_counts c = {0};
-  MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &c);
+                                     struct req_ctx *ctx, const char *url, const char *version) {
+  struct header_scan c = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &c);
+  bool http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+  if (c.bad_name || c.framing_like)
+    return send_error(conn, ctx, 400, "bad_request", "malformed header name", true);
   if (c.content_length > 1 || (c.content_length && c.transfer_encoding) || c.transfer_encoding > 1)
     return send_error(conn, ctx, 400, "bad_request",
                       "conflicting Content-Length / Transfer-Encoding headers", true);
+  if (c.content_length && (!c.cl || !c.cl[0]))
+    return send_error(conn, ctx, 400, "bad_request", "empty Content-Length", true);
+  if (c.transfer_encoding && http10)
+    return send_error(conn, ctx, 400, "bad_request", "Transfer-Encoding in an HTTP/1.0 request", true);
+  if (c.transfer_encoding && !te_is_chunked(c.te ? c.te : ""))
+    return send_error(conn, ctx, 501, "not_implemented", "only the chunked transfer coding is supported", true);
+  if ((!http10 && c.host != 1) || c.host > 1)
+    return send_error(conn, ctx, 400, "bad_request", "exactly one Host header is required", true);
+  if (c.authorization > 1 || c.content_type > 1)
+    return send_error(conn, ctx, 400, "bad_request", "a single-valued header appears twice", true);
   if (c.total > JB_HTTP_MAX_HEADERS)
     return send_error(conn, ctx, 431, "headers_too_large", "more than 100 request headers", true);
   if (c.longest > JB_HTTP_MAX_HEADER_BYTES)
     return send_error(conn, ctx, 431, "headers_too_large", "a request header is over 8 KiB", true);
-  const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-  if (cl) {
+  if (ctx->raw_uri && !raw_path_ok(ctx->raw_uri))
+    return send_error(conn, ctx, 400, "bad_request",
+                      "the path holds an encoded '/', '\\\\' or control character", true);
+  bool has_body = c.transfer_encoding > 0;
+  if (c.cl) {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(cl, &end, 10);
-    if (errno || end == cl || *end) /* MHD refuses these itself; be safe */
+    unsigned long long v = strtoull(c.cl, &end, 10);
+    if (errno || end == c.cl || *end) /* MHD refuses these itself; be safe */
       return send_error(conn, ctx, 400, "bad_request", "bad Content-Length", true);
-    if (v > (unsigned long long)srv->max_body * DISCARD_FACTOR) {
+    if (v > (unsigned long long)srv->opts.max_body * DISCARD_FACTOR) {
       char m[96];
-      snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->max_body);
+      snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->opts.max_body);
       return send_error(conn, ctx, 413, "payload_too_large", m, true);
     }
     /* a moderate excess is read and dropped, so that the client sees the 413 instead of a
      * reset connection */
-    if (v > (unsigned long long)srv->max_body) ctx->too_large = true;
+    if (v > (unsigned long long)srv->opts.max_body) ctx->too_large = true;
+    has_body = v > 0;
   }
+  /* no body is buffered for an API request that cannot be authorized */
+  if (has_body && strncmp(url, "/v1/", 4) == 0 && !bearer_syntax_ok(conn))
+    return send_error(conn, ctx, 401, "unauthorized", "missing or malformed bearer token", true);
   return MHD_YES;
 }
 
@@ -239,15 +323,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls) {
   struct jb_http_server *srv = cls;
   struct req_ctx *ctx = *con_cls;
-  if (!ctx) {
-    ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return MHD_NO;
-    clock_gettime(CLOCK_MONOTONIC, &ctx->start);
+  if (!ctx) return MHD_NO; /* the URI callback could not allocate it */
+  if (!ctx->method[0]) {   /* first call: headers complete, no body byte read yet */
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
-    snprintf(ctx->path, sizeof ctx->path, "%s", url);
-    *con_cls = ctx;
-    atomic_fetch_add(&srv->inflight, 1);
-    return check_headers(srv, conn, ctx);
+    size_t i = 0;
+    for (; url[i] && i + 1 < sizeof ctx->path; i++)
+      ctx->path[i] = ((unsigned char)url[i] < 0x20 || (unsigned char)url[i] > 0x7e) ? '?' : url[i];
+    ctx->path[i] = '\0';
+    return check_headers(srv, conn, ctx, url, version);
   }
   if (ctx->answered) {
     *upload_data_size = 0; /* discard the rest of a refused body */
@@ -258,25 +341,40 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_data_size = 0;
     if (ctx->too_large) {
       ctx->discarded += n;
-      if (ctx->discarded > (size_t)srv->max_body * DISCARD_FACTOR) {
+      if (ctx->discarded > (size_t)srv->opts.max_body * DISCARD_FACTOR) {
         char m[96];
-        snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->max_body);
+        snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->opts.max_body);
         return send_error(conn, ctx, 413, "payload_too_large", m, true);
       }
       return MHD_YES;
     }
-    if (ctx->len + n > (size_t)srv->max_body) {
+    if (ctx->len + n > (size_t)srv->opts.max_body) {
       ctx->too_large = true;
       free(ctx->body);
+      atomic_fetch_sub(&srv->buffered, (long)ctx->held);
+      ctx->held = 0;
       ctx->body = NULL;
-      ctx->len = 0;
+      ctx->len = ctx->cap = 0;
       return MHD_YES;
     }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - ctx->start.tv_sec > srv->opts.timeout_s * 2)
+      return send_error(conn, ctx, 408, "request_timeout", "the request body took too long", true);
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 1024;
       while (cap < ctx->len + n + 1) cap *= 2;
+      long grow = (long)(cap - ctx->held);
+      if (atomic_fetch_add(&srv->buffered, grow) + grow > srv->opts.body_budget) {
+        atomic_fetch_sub(&srv->buffered, grow);
+        return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again", true);
+      }
       char *nb = realloc(ctx->body, cap);
-      if (!nb) return MHD_NO;
+      if (!nb) {
+        atomic_fetch_sub(&srv->buffered, grow);
+        return MHD_NO;
+      }
+      ctx->held = cap;
       ctx->body = nb;
       ctx->cap = cap;
     }
@@ -287,7 +385,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   if (ctx->too_large) {
     char m[96];
-    snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->max_body);
+    snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->opts.max_body);
     return send_error(conn, ctx, 413, "payload_too_large", m, true);
   }
   struct jb_http_resp resp = {.status = 500};
@@ -309,10 +407,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         "path", ctx->path, strlen(ctx->path), "status", ctx->status, "ms", ms,
                         "completed", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   jb_log_json(JB_LOG_DEBUG, "request", f);
+  atomic_fetch_sub(&srv->buffered, (long)ctx->held);
   free(ctx->body);
+  free(ctx->raw_uri);
   free(ctx);
   *con_cls = NULL;
   atomic_fetch_sub(&srv->inflight, 1);
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: runs first for every request, with the request target as
+ * sent. Its return value becomes the request's context. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  struct jb_http_server *srv = cls;
+  struct req_ctx *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return NULL;
+  clock_gettime(CLOCK_MONOTONIC, &ctx->start);
+  ctx->raw_uri = strndup(uri ? uri : "", 8192);
+  atomic_fetch_add(&srv->inflight, 1);
+  return ctx;
 }
 
 __attribute__((format(printf, 2, 0)))
@@ -357,15 +469,16 @@ static int bind_listen(const char *listen_addr, int *port_out, jb_error *err) {
 }
 
 int jb_http_start(struct jb_http_server **out, const char *listen_addr,
-                  const struct jb_route *routes, size_t n, void *app, long max_body, int threads,
-                  jb_error *err) {
+                  const struct jb_route *routes, size_t n, void *app,
+                  const struct jb_http_opts *opts, jb_error *err) {
   struct jb_http_server *srv = calloc(1, sizeof *srv);
   if (!srv) return jb_fail(err, ENOMEM, "out of memory");
   srv->routes = routes;
   srv->n_routes = n;
   srv->app = app;
-  srv->max_body = max_body;
+  srv->opts = *opts;
   atomic_init(&srv->inflight, 0);
+  atomic_init(&srv->buffered, 0);
   srv->listen_fd = bind_listen(listen_addr, &srv->port, err);
   if (srv->listen_fd < 0) {
     free(srv);
@@ -376,9 +489,11 @@ int jb_http_start(struct jb_http_server **out, const char *listen_addr,
       flags, 0, NULL, NULL, on_request, srv,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
       MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)threads,
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->threads,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_conns_per_ip,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opts->timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
       MHD_OPTION_END);

@@ -44,14 +44,27 @@ struct jb_route {
 
 struct jb_http_server;
 
+struct jb_http_opts {
+  long max_body;          /* request body limit, bytes: larger gets 413 */
+  int threads;            /* worker threads */
+  long max_conns_per_ip;  /* connections one client address may hold */
+  long body_budget;       /* request body bytes held at once, all connections: past it 503 */
+  long timeout_s;         /* idle connection timeout, s; a body must arrive within twice it */
+};
+
 /* Binds `listen` ("host:port", port 0 for any), and serves `routes` (`n` items, kept
- * borrowed) with `threads` worker threads, passing `app` to handlers. Bodies over
- * `max_body` bytes get 413. On success *out is a new server. Returns 0, or -1 with `err`.
+ * borrowed) with the limits of `opts`, passing `app` to handlers. On success *out is a new
+ * server. Returns 0, or -1 with `err`.
  * HTTP/1.1 per RFC 9110/9112; requests with two Content-Length headers or Content-Length
  * together with Transfer-Encoding are refused with 400 and the connection closed
- * (RFC 9112 §6.3, request smuggling). */
+ * (RFC 9112 §6.3, request smuggling); so are header names that are not tokens, a
+ * missing or repeated Host, repeated Authorization or Content-Type, transfer codings other
+ * than chunked (501), and paths with encoded '/', '\' or control bytes. An API request
+ * (/v1/…) with a body and no well-formed bearer token is refused (401) before the body is
+ * read. Residual (libmicrohttpd 0.9.75): obs-folded lines and NUL bytes inside header values
+ * are handled by the library before this code sees them; put a strict proxy in front. */
 int jb_http_start(struct jb_http_server **out, const char *listen, const struct jb_route *routes,
-                  size_t n, void *app, long max_body, int threads, jb_error *err);
+                  size_t n, void *app, const struct jb_http_opts *opts, jb_error *err);
 
 /* The TCP port actually bound (useful with port 0). */
 int jb_http_port(const struct jb_http_server *srv);

@@ -22,12 +22,18 @@
 #include "server/http.h"
 #include "server/keys.h"
 #include "server/log.h"
+#include "sandbox/supervise.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
 /* LISTEN jb_change callbacks: drop what changed; trust the cache only while listening. */
 static void on_change(void *cache, const char *job_id) { jb_cache_invalidate(cache, job_id); }
 static void on_listen_up(void *cache, bool up) { jb_cache_set_enabled(cache, up); }
+/* Any event of a session published in this process means its cached view may be old. */
+static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
+  (void)event, (void)payload;
+  if (job_id && job_id[0]) jb_cache_invalidate(cache, job_id);
+}
 
 static int fatal(const char *what, const jb_error *err) {
   jb_log(JB_LOG_FATAL, err->msg, "phase", what, NULL);
@@ -94,6 +100,7 @@ int main(int argc, char **argv) {
   struct jb_http_server *srv = NULL;
   struct jb_socket *sock = NULL;
   struct jb_listener *listener = NULL;
+  struct jb_workers *workers = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
     goto out;
@@ -138,11 +145,15 @@ int main(int argc, char **argv) {
     exit_code = fatal("change listener", &err);
     goto out;
   }
+  if (app.cache && app.bus) jb_bus_subscribe(app.bus, on_bus_event, app.cache);
 
   size_t n_routes;
   const struct jb_route *routes = jb_api_routes(&n_routes);
-  if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, cfg.max_body_bytes,
-                    (int)cfg.http_threads, &err) < 0) {
+  const struct jb_http_opts hopts = {
+      .max_body = cfg.max_body_bytes, .threads = (int)cfg.http_threads,
+      .max_conns_per_ip = cfg.http_conns_per_ip, .body_budget = cfg.http_body_budget,
+      .timeout_s = cfg.http_timeout_s};
+  if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, &hopts, &err) < 0) {
     exit_code = fatal("http", &err);
     goto out;
   }
@@ -151,6 +162,11 @@ int main(int argc, char **argv) {
     jb_http_drain(srv, 0);
     goto out;
   }
+  /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
+  if (cfg.workers > 0 &&
+      jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
+                       app.keys ? app.keys->path : "", &err) < 0)
+    jb_log(JB_LOG_ERROR, err.msg, "phase", "workers", NULL);
   char host[256], addr[300], url[320];
   int port;
   jb_parse_listen(cfg.listen, host, sizeof host, &port, NULL);
@@ -167,6 +183,7 @@ int main(int argc, char **argv) {
   jb_http_drain(srv, cfg.shutdown_grace_ms);
 
 out:
+  jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
   jb_socket_stop(sock); /* its handlers use the database */
   jb_listener_stop(listener);
   jb_cache_free(app.cache);

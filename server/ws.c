@@ -26,17 +26,18 @@
 
 /* ---------- limits that are not settings ---------- */
 
-#define HTTP_HEAD_MAX 8192        /* upgrade request head, bytes (431 above) */
-#define MAX_FRAGMENTS 128         /* frames in one message (close 1008 above) */
-#define MAX_INFLIGHT 64           /* handler calls outstanding per connection */
-#define MAX_JOBS 8192             /* handler calls queued in all */
-#define MAX_ITEMS 200000          /* cross-thread messages waiting for the service thread */
-#define MAX_EVENT_NAME 64         /* bytes */
-#define MAX_NSP 64                /* namespace bytes echoed in a CONNECT_ERROR */
-#define JSON_DEPTH 32             /* nesting of Socket.IO payloads */
-#define LINGER_MS 2000            /* after our close frame: wait for the peer to close */
+#define HTTP_HEAD_MAX 8192            /* upgrade request head, bytes (431 above) */
+#define MAX_FRAGMENTS 128             /* frames in one message (close 1008 above) */
+#define MAX_INFLIGHT 64               /* handler calls outstanding per connection */
+#define MAX_JOBS 8192                 /* handler calls queued in all */
+#define MAX_ITEMS 200000              /* cross-thread messages waiting for the service thread */
+#define MAX_EVENT_NAME 64             /* bytes */
+#define MAX_NSP 64                    /* namespace bytes echoed in a CONNECT_ERROR */
+#define JSON_DEPTH 32                 /* nesting of Socket.IO payloads */
+#define LINGER_MS 2000                /* after our close frame: wait for the peer to close */
 #define ACK_ID_MAX 9007199254740991LL /* 2^53 - 1: the largest id a JS client can hold */
 
+#define SCRATCH 65536             /* queued frames gathered into one write, bytes */
 #define ID_BUCKETS 4096
 #define ROOM_BUCKETS 1024
 #define IP_BUCKETS 256
@@ -54,8 +55,8 @@
 
 struct frame {
   int refs;
-  size_t len;           /* bytes at data */
-  unsigned char *data;  /* mem + LWS_PRE */
+  size_t len;          /* bytes at data */
+  unsigned char *data; /* mem + LWS_PRE */
   unsigned char mem[];
 };
 
@@ -117,11 +118,11 @@ static struct frame *frame_event(const char *event, json_t *payload) {
 /* ---------- cross-thread messages (any thread → service thread) ---------- */
 
 enum item_kind {
-  IT_SEND,    /* frame to one connected socket */
-  IT_ROOM,    /* frame to the room's sockets whose role matches */
-  IT_ACCEPT,  /* CONNECT accepted: join room, answer 40{sid} */
-  IT_REFUSE,  /* CONNECT refused: send the CONNECT_ERROR frame */
-  IT_DONE,    /* a handler call finished; optional ACK frame */
+  IT_SEND,   /* frame to one connected socket */
+  IT_ROOM,   /* frame to the room's sockets whose role matches */
+  IT_ACCEPT, /* CONNECT accepted: join room, answer 40{sid} */
+  IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
+  IT_DONE,   /* a handler call finished; optional ACK frame */
 };
 
 struct item {
@@ -141,19 +142,19 @@ struct job {
   struct job *next;
   enum job_kind kind;
   struct jb_ws_peer peer;
-  json_t *data;          /* auth object or NULL / event args array */
-  long long ack;         /* -1: none */
+  json_t *data;  /* auth object or NULL / event args array */
+  long long ack; /* -1: none */
   char name[MAX_EVENT_NAME + 1];
 };
 
 /* ---------- connections (service thread only) ---------- */
 
 enum cstate {
-  CS_HTTP,     /* reading the upgrade request */
-  CS_EIO,      /* Engine.IO open; waiting for Socket.IO CONNECT */
-  CS_SIO,      /* Socket.IO connected */
-  CS_CLOSING,  /* close frame / refusal queued; no more input is read */
-  CS_LINGER,   /* our side shut down; discard input until the peer closes */
+  CS_HTTP,    /* reading the upgrade request */
+  CS_EIO,     /* Engine.IO open; waiting for Socket.IO CONNECT */
+  CS_SIO,     /* Socket.IO connected */
+  CS_CLOSING, /* close frame / refusal queued; no more input is read */
+  CS_LINGER,  /* our side shut down; discard input until the peer closes */
 };
 
 enum fstate { F_HDR, F_PAYLOAD };
@@ -189,22 +190,22 @@ struct conn {
   unsigned opcode;
   bool fin;
   unsigned char mask[4];
-  uint64_t left;          /* payload bytes of the current frame still to read */
-  uint64_t flen;          /* payload length of the current frame */
+  uint64_t left; /* payload bytes of the current frame still to read */
+  uint64_t flen; /* payload length of the current frame */
   /* message being assembled */
   bool in_msg;
   unsigned frags;
   unsigned char *msg;
   size_t msg_len;
-  unsigned char u8need, u8lo, u8hi;  /* UTF-8 validator state */
+  unsigned char u8need, u8lo, u8hi; /* UTF-8 validator state */
   unsigned char ctl[125];
   size_t ctl_len;
   /* send queue */
   struct qnode *qhead, *qtail;
   size_t qbytes;
   /* timers */
-  lws_sorted_usec_list_t sul_hs;    /* handshake timeout, then linger/kill */
-  lws_sorted_usec_list_t sul_ping;  /* ping interval / pong timeout */
+  lws_sorted_usec_list_t sul_hs;   /* handshake timeout, then linger/kill */
+  lws_sorted_usec_list_t sul_ping; /* ping interval / pong timeout */
 };
 
 struct room {
@@ -227,7 +228,8 @@ struct jb_ws {
   int port;
   pthread_t service;
   bool service_started;
-  bool drained;                 /* service thread: close frames sent to all on stop */
+  bool drained;
+  unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames */ /* service thread: close frames sent to all on stop */
   atomic_bool stop, draining;
   atomic_long n_open, n_connected;
   uint64_t next_id;
@@ -296,8 +298,10 @@ static int room_join(struct conn *c, const char *name) {
 static void room_leave(struct conn *c) {
   struct room *r = c->room;
   if (!r) return;
-  if (c->r_prev) c->r_prev->r_next = c->r_next;
-  else r->head = c->r_next;
+  if (c->r_prev)
+    c->r_prev->r_next = c->r_next;
+  else
+    r->head = c->r_next;
   if (c->r_next) c->r_next->r_prev = c->r_prev;
   c->room = NULL;
   c->r_prev = c->r_next = NULL;
@@ -380,8 +384,10 @@ static void conn_send(struct conn *c, struct frame *f, bool force) {
   f->refs++;
   n->f = f;
   n->next = NULL;
-  if (c->qtail) c->qtail->next = n;
-  else c->qhead = n;
+  if (c->qtail)
+    c->qtail->next = n;
+  else
+    c->qhead = n;
   c->qtail = n;
   c->qbytes += f->len;
   lws_callback_on_writable(c->wsi);
@@ -422,7 +428,7 @@ static void conn_finish(struct conn *c, struct frame *f) {
 static void conn_fail(struct conn *c, unsigned code, const char *reason) {
   unsigned char p[2] = {(unsigned char)(code >> 8), (unsigned char)code};
   size_t rl = reason ? strnlen(reason, 120) : 0;
-  if (c->st == CS_HTTP) {  /* no WebSocket yet: just drop */
+  if (c->st == CS_HTTP) { /* no WebSocket yet: just drop */
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     c->st = CS_CLOSING;
     return;
@@ -439,10 +445,15 @@ static void conn_fail(struct conn *c, unsigned code, const char *reason) {
 /* An HTTP error answer to the upgrade request, then close. */
 static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
                         const char *message) {
-  static const struct { int s; const char *t; } texts[] = {
-      {400, "Bad Request"}, {404, "Not Found"}, {426, "Upgrade Required"},
-      {429, "Too Many Requests"}, {431, "Request Header Fields Too Large"},
-      {503, "Service Unavailable"}};
+  static const struct {
+    int s;
+    const char *t;
+  } texts[] = {{400, "Bad Request"},
+               {404, "Not Found"},
+               {426, "Upgrade Required"},
+               {429, "Too Many Requests"},
+               {431, "Request Header Fields Too Large"},
+               {503, "Service Unavailable"}};
   const char *text = "Error";
   for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
     if (texts[i].s == status) text = texts[i].t;
@@ -477,8 +488,10 @@ static int post(struct jb_ws *ws, struct item *it, bool droppable) {
     return -1;
   }
   it->next = NULL;
-  if (ws->qtail) ws->qtail->next = it;
-  else ws->qhead = it;
+  if (ws->qtail)
+    ws->qtail->next = it;
+  else
+    ws->qhead = it;
   ws->qtail = it;
   ws->qlen++;
   pthread_mutex_unlock(&ws->qlock);
@@ -590,8 +603,10 @@ static int submit(struct jb_ws *ws, struct job *j) {
     return -1;
   }
   j->next = NULL;
-  if (ws->jtail) ws->jtail->next = j;
-  else ws->jhead = j;
+  if (ws->jtail)
+    ws->jtail->next = j;
+  else
+    ws->jhead = j;
   ws->jtail = j;
   ws->jlen++;
   pthread_cond_signal(&ws->jcond);
@@ -730,7 +745,8 @@ static void sio_event(struct conn *c, long long ack, const char *data, size_t dl
     if (ack >= 0) {
       char head[32];
       snprintf(head, sizeof head, "43%lld", ack);
-      conn_send_text(c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
+      conn_send_text(
+          c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
     }
     return;
   }
@@ -752,7 +768,8 @@ static void sio_event(struct conn *c, long long ack, const char *data, size_t dl
     if (ack >= 0) {
       char head[32];
       snprintf(head, sizeof head, "43%lld", ack);
-      conn_send_text(c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
+      conn_send_text(c, head,
+                     "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
     }
     return;
   }
@@ -856,9 +873,12 @@ static void eio_message(struct conn *c, char *m, size_t n) {
   }
   switch (m[0]) {
   case '2':
-    if (n == 1) conn_send_text(c, "3", NULL);
-    else if (strcmp(m, "2probe") == 0) conn_send_text(c, "3probe", NULL);
-    else conn_fail(c, WS_POLICY, "bad Engine.IO ping");
+    if (n == 1)
+      conn_send_text(c, "3", NULL);
+    else if (strcmp(m, "2probe") == 0)
+      conn_send_text(c, "3probe", NULL);
+    else
+      conn_fail(c, WS_POLICY, "bad Engine.IO ping");
     return;
   case '3':
     if (n == 1 && c->awaiting_pong) {
@@ -897,14 +917,22 @@ static bool utf8_feed(struct conn *c, const unsigned char *p, size_t n) {
     if (b < 0x80) continue;
     c->u8lo = 0x80;
     c->u8hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) c->u8need = 1;
-    else if (b == 0xE0) c->u8need = 2, c->u8lo = 0xA0;
-    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) c->u8need = 2;
-    else if (b == 0xED) c->u8need = 2, c->u8hi = 0x9F;
-    else if (b == 0xF0) c->u8need = 3, c->u8lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) c->u8need = 3;
-    else if (b == 0xF4) c->u8need = 3, c->u8hi = 0x8F;
-    else return false;
+    if (b >= 0xC2 && b <= 0xDF)
+      c->u8need = 1;
+    else if (b == 0xE0)
+      c->u8need = 2, c->u8lo = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+      c->u8need = 2;
+    else if (b == 0xED)
+      c->u8need = 2, c->u8hi = 0x9F;
+    else if (b == 0xF0)
+      c->u8need = 3, c->u8lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      c->u8need = 3;
+    else if (b == 0xF4)
+      c->u8need = 3, c->u8hi = 0x8F;
+    else
+      return false;
   }
   return true;
 }
@@ -934,8 +962,10 @@ static bool frame_head_ok(struct conn *c) {
   }
   if (op == 0x2) return conn_fail(c, WS_UNSUPPORTED, "binary frames are not supported"), false;
   if (op != 0x0 && op != 0x1) return conn_fail(c, WS_PROTOCOL, "unknown opcode"), false;
-  if (op == 0x0 && !c->in_msg) return conn_fail(c, WS_PROTOCOL, "continuation without a message"), false;
-  if (op == 0x1 && c->in_msg) return conn_fail(c, WS_PROTOCOL, "new message inside a fragmented one"), false;
+  if (op == 0x0 && !c->in_msg)
+    return conn_fail(c, WS_PROTOCOL, "continuation without a message"), false;
+  if (op == 0x1 && c->in_msg)
+    return conn_fail(c, WS_PROTOCOL, "new message inside a fragmented one"), false;
   if (++c->frags > MAX_FRAGMENTS) return conn_fail(c, WS_POLICY, "too many fragments"), false;
   return true;
 }
@@ -949,7 +979,8 @@ static bool frame_len_ok(struct conn *c) {
     len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
     off = 4;
   } else if (l7 == 127) {
-    if (c->hdr[2] & 0x80) return conn_fail(c, WS_PROTOCOL, "64-bit length with the top bit set"), false;
+    if (c->hdr[2] & 0x80)
+      return conn_fail(c, WS_PROTOCOL, "64-bit length with the top bit set"), false;
     len = 0;
     for (int i = 0; i < 8; i++) len = (len << 8) | c->hdr[2 + i];
     off = 10;
@@ -1024,8 +1055,10 @@ static void message_done(struct conn *c) {
     return;
   }
   m[n] = '\0';
-  if (strlen(m) != n) conn_fail(c, WS_POLICY, "NUL in a text message");
-  else eio_message(c, m, n);
+  if (strlen(m) != n)
+    conn_fail(c, WS_POLICY, "NUL in a text message");
+  else
+    eio_message(c, m, n);
   free(m);
 }
 
@@ -1066,15 +1099,19 @@ static void frames_rx(struct conn *c, const unsigned char *p, size_t n) {
         return;
       }
     }
-    if (c->opcode >= 0x8) c->ctl_len += take;
-    else c->msg_len += take;
+    if (c->opcode >= 0x8)
+      c->ctl_len += take;
+    else
+      c->msg_len += take;
     c->left -= take;
     p += take;
     n -= take;
     if (c->left) return;
     c->fs = F_HDR;
-    if (c->opcode >= 0x8) control_frame(c);
-    else if (c->fin) message_done(c);
+    if (c->opcode >= 0x8)
+      control_frame(c);
+    else if (c->fin)
+      message_done(c);
   }
 }
 
@@ -1123,84 +1160,127 @@ static void upgrade(struct conn *c, const char *key) {
   char resp[256];
   snprintf(resp, sizeof resp,
            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-           "Sec-WebSocket-Accept: %s\r\n\r\n", accept);
+           "Sec-WebSocket-Accept: %s\r\n\r\n",
+           accept);
   c->st = CS_EIO;
   struct frame *f = frame_build(0xff, resp, strlen(resp), NULL, 0);
   if (f) conn_send(c, f, true);
   frame_unref(f);
   unsigned char rnd[15];
   randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd,
+                    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
   char open[256];
   snprintf(open, sizeof open,
            "0{\"sid\":\"%s\",\"upgrades\":[],\"pingInterval\":%ld,\"pingTimeout\":%ld,"
-           "\"maxPayload\":%zu}", c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms,
-           c->ws->s.max_payload);
+           "\"maxPayload\":%zu}",
+           c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms, c->ws->s.max_payload);
   conn_send_text(c, open, NULL);
   schedule_ping(c, c->ws->s.ping_interval_ms);
+}
+
+/* Cuts the next line ("\n" or "\r\n" ended, or the rest) off *cur; NULL at the end. */
+static char *next_line(char **cur) {
+  char *l = *cur;
+  if (!l || !*l) return NULL;
+  char *nl = strchr(l, '\n');
+  if (nl) {
+    *nl = '\0';
+    *cur = nl + 1;
+  } else {
+    *cur = NULL;
+  }
+  size_t n = strlen(l);
+  if (n && l[n - 1] == '\r') l[n - 1] = '\0';
+  return l;
 }
 
 /* Parses the request head in c->hbuf (`hl` bytes up to and including the blank line).
  * Answers with an upgrade or an HTTP error. */
 static void http_request(struct conn *c, char *h, size_t hl) {
   h[hl - 2] = '\0'; /* cut the final CRLF: lines end in "\r\n" */
-  char *save = NULL;
-  char *line = strtok_r(h, "\n", &save);
-  if (!line) { http_refuse(c, 400, NULL, 3, "bad request line"); return; }
-  size_t ll = strlen(line);
-  if (ll && line[ll - 1] == '\r') line[--ll] = '\0';
+  char *save = h;
+  char *line = next_line(&save);
+  if (!line) {
+    http_refuse(c, 400, NULL, 3, "bad request line");
+    return;
+  }
   char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-  if (!sp1 || !sp2 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
-    { http_refuse(c, 400, NULL, 3, "bad request line"); return; }
+  if (!sp1 || !sp2 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
+    http_refuse(c, 400, NULL, 3, "bad request line");
+    return;
+  }
   *sp1 = *sp2 = '\0';
   const char *method = line, *target = sp1 + 1;
   const char *q = strchr(target, '?');
   size_t pl = q ? (size_t)(q - target) : strlen(target);
   if (!((pl == 11 && strncmp(target, "/socket.io/", 11) == 0) ||
-        (pl == 10 && strncmp(target, "/socket.io", 10) == 0)))
-    { http_refuse(c, 404, NULL, 3, "not found: Socket.IO is served at /socket.io/"); return; }
+        (pl == 10 && strncmp(target, "/socket.io", 10) == 0))) {
+    http_refuse(c, 404, NULL, 3, "not found: Socket.IO is served at /socket.io/");
+    return;
+  }
   const char *upg = NULL, *connection = NULL, *version = NULL, *key = NULL;
   int n_key = 0, n_upg = 0, n_ver = 0;
-  for (char *l; (l = strtok_r(NULL, "\n", &save));) {
-    size_t n = strlen(l);
-    if (n && l[n - 1] == '\r') l[--n] = '\0';
-    if (l[0] == ' ' || l[0] == '\t') { http_refuse(c, 400, NULL, 3, "folded header lines are refused"); return; }
+  for (char *l; (l = next_line(&save));) {
+    if (l[0] == ' ' || l[0] == '\t') {
+      http_refuse(c, 400, NULL, 3, "folded header lines are refused");
+      return;
+    }
     char *colon = strchr(l, ':');
-    if (!colon || colon == l) { http_refuse(c, 400, NULL, 3, "bad header line"); return; }
+    if (!colon || colon == l) {
+      http_refuse(c, 400, NULL, 3, "bad header line");
+      return;
+    }
     *colon = '\0';
     char *v = colon + 1;
     while (*v == ' ' || *v == '\t') v++;
-    if (strcasecmp(l, "Upgrade") == 0) upg = v, n_upg++;
-    else if (strcasecmp(l, "Connection") == 0) connection = v;
-    else if (strcasecmp(l, "Sec-WebSocket-Version") == 0) version = v, n_ver++;
-    else if (strcasecmp(l, "Sec-WebSocket-Key") == 0) key = v, n_key++;
+    for (size_t e = strlen(v); e && (v[e - 1] == ' ' || v[e - 1] == '\t'); e--) v[e - 1] = '\0';
+    if (strcasecmp(l, "Upgrade") == 0)
+      upg = v, n_upg++;
+    else if (strcasecmp(l, "Connection") == 0)
+      connection = v;
+    else if (strcasecmp(l, "Sec-WebSocket-Version") == 0)
+      version = v, n_ver++;
+    else if (strcasecmp(l, "Sec-WebSocket-Key") == 0)
+      key = v, n_key++;
   }
   char eio[8] = "", transport[16] = "", sid[8];
   const char *query = q ? q + 1 : "";
   query_get(query, "EIO", eio, sizeof eio);
   query_get(query, "transport", transport, sizeof transport);
-  if (strcmp(transport, "websocket") != 0 || strcmp(method, "GET") != 0)
-  {
+  if (strcmp(transport, "websocket") != 0 || strcmp(method, "GET") != 0) {
     http_refuse(c, 400, NULL, 0,
                 "Transport unknown: this server speaks only the websocket transport; "
                 "connect with transports: ['websocket']");
     return;
   }
-  if (strcmp(eio, "4") != 0) { http_refuse(c, 400, NULL, 5, "Unsupported protocol version: EIO=4 only"); return; }
-  if (query_get(query, "sid", sid, sizeof sid))
-    { http_refuse(c, 400, NULL, 1, "Session ID unknown: there is no polling session to upgrade"); return; }
+  if (strcmp(eio, "4") != 0) {
+    http_refuse(c, 400, NULL, 5, "Unsupported protocol version: EIO=4 only");
+    return;
+  }
+  if (query_get(query, "sid", sid, sizeof sid)) {
+    http_refuse(c, 400, NULL, 1, "Session ID unknown: there is no polling session to upgrade");
+    return;
+  }
   if (n_upg != 1 || n_key != 1 || n_ver > 1 || !has_token(upg, "websocket") || !connection ||
-      !has_token(connection, "upgrade"))
-    { http_refuse(c, 400, NULL, 3, "a WebSocket upgrade request is required"); return; }
-  if (!version || strcmp(version, "13") != 0)
-    { http_refuse(c, 426, "Sec-WebSocket-Version: 13\r\n", 3, "WebSocket version 13 is required"); return; }
+      !has_token(connection, "upgrade")) {
+    http_refuse(c, 400, NULL, 3, "a WebSocket upgrade request is required");
+    return;
+  }
+  if (!version || strcmp(version, "13") != 0) {
+    http_refuse(c, 426, "Sec-WebSocket-Version: 13\r\n", 3, "WebSocket version 13 is required");
+    return;
+  }
   unsigned char raw[20];
   size_t got = 0;
   const char *end = NULL;
   if (strlen(key) != 24 ||
-      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
-      got != 16)
-    { http_refuse(c, 400, NULL, 3, "bad Sec-WebSocket-Key"); return; }
+      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end,
+                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      got != 16) {
+    http_refuse(c, 400, NULL, 3, "bad Sec-WebSocket-Key");
+    return;
+  }
   upgrade(c, key);
 }
 
@@ -1224,7 +1304,10 @@ static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
     return;
   }
   size_t hl = (size_t)(end - c->hbuf) + 4;
-  if (memchr(c->hbuf, '\0', hl)) { http_refuse(c, 400, NULL, 3, "NUL in the request head"); return; }
+  if (memchr(c->hbuf, '\0', hl)) {
+    http_refuse(c, 400, NULL, 3, "NUL in the request head");
+    return;
+  }
   char *buf = c->hbuf;
   c->hbuf = NULL;
   c->hlen = 0;
@@ -1261,9 +1344,11 @@ static void conn_adopt(struct jb_ws *ws, struct conn *c, struct lws *wsi) {
   long n = ip_add(c);
   lws_sul_schedule(lws_get_context(wsi), 0, &c->sul_hs, hs_timeout_cb,
                    (lws_usec_t)ws->s.handshake_timeout_ms * 1000);
-  if (atomic_load(&ws->draining)) http_refuse(c, 503, NULL, 3, "server shutting down");
+  if (atomic_load(&ws->draining))
+    http_refuse(c, 503, NULL, 3, "server shutting down");
   else if (n < 0 || n > ws->s.max_per_ip) {
-    jb_log(JB_LOG_WARN, "socket refused: too many connections from one address", "addr", c->addr, NULL);
+    jb_log(JB_LOG_WARN, "socket refused: too many connections from one address", "addr", c->addr,
+           NULL);
     http_refuse(c, 429, "Retry-After: 5\r\n", 3, "too many connections from this address");
   }
 }
@@ -1287,8 +1372,10 @@ static void conn_closed(struct conn *c) {
 static void drain_all(struct jb_ws *ws) {
   for (size_t b = 0; b < ID_BUCKETS; b++)
     for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
-      if (c->st == CS_HTTP) http_refuse(c, 503, NULL, 3, "server shutting down");
-      else conn_fail(c, WS_GOING_AWAY, "server shutting down");
+      if (c->st == CS_HTTP)
+        http_refuse(c, 503, NULL, 3, "server shutting down");
+      else
+        conn_fail(c, WS_GOING_AWAY, "server shutting down");
     }
 }
 
@@ -1303,20 +1390,38 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     break;
   case LWS_CALLBACK_RAW_RX:
     if (!c || !c->ws) return -1;
-    if (c->st == CS_HTTP) http_rx(c, in, len);
-    else if (c->st == CS_EIO || c->st == CS_SIO) frames_rx(c, in, len);
+    if (c->st == CS_HTTP)
+      http_rx(c, in, len);
+    else if (c->st == CS_EIO || c->st == CS_SIO)
+      frames_rx(c, in, len);
     /* CLOSING / LINGER: input is discarded */
     break;
   case LWS_CALLBACK_RAW_WRITEABLE: {
     if (!c || !c->ws) return -1;
-    struct qnode *q = c->qhead;
-    if (q) {
-      c->qhead = q->next;
+    if (c->qhead) {
+      /* one lws_write per callback: the first frame alone, or the frames at the head of the
+       * queue gathered into the scratch buffer (lws copies what a partial write leaves) */
+      struct qnode *q = c->qhead;
+      int w;
+      if (!q->next || q->f->len >= SCRATCH) {
+        c->qhead = q->next;
+        c->qbytes -= q->f->len;
+        w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
+        frame_unref(q->f);
+        free(q);
+      } else {
+        size_t n = 0;
+        while ((q = c->qhead) && n + q->f->len <= SCRATCH) {
+          memcpy(ws->scratch + LWS_PRE + n, q->f->data, q->f->len);
+          n += q->f->len;
+          c->qhead = q->next;
+          c->qbytes -= q->f->len;
+          frame_unref(q->f);
+          free(q);
+        }
+        w = lws_write(wsi, ws->scratch + LWS_PRE, n, LWS_WRITE_RAW);
+      }
       if (!c->qhead) c->qtail = NULL;
-      c->qbytes -= q->f->len;
-      int w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
-      frame_unref(q->f);
-      free(q);
       if (w < 0) return -1;
       if (c->qhead || c->st == CS_CLOSING) lws_callback_on_writable(wsi);
     } else if (c->st == CS_CLOSING) {

@@ -29,30 +29,30 @@
 struct jb_ws;
 
 struct jb_ws_settings {
-  const char *listen;            /* "host:port"; port 0 picks a free port (jb_ws_port) */
-  size_t max_payload;            /* largest WebSocket message, bytes; larger: close 1009 */
-  long ping_interval_ms;         /* Engine.IO pingInterval, ms */
-  long ping_timeout_ms;          /* Engine.IO pingTimeout: pong must arrive within, ms */
-  long handshake_timeout_ms;     /* upgrade + Socket.IO CONNECT must finish within, ms */
-  long max_per_ip;               /* open connections from one address; more: HTTP 429 */
-  size_t send_queue_bytes;       /* queued outgoing bytes per connection; more: close 1008 */
-  long workers;                  /* threads running the CONNECT/EVENT handlers */
+  const char *listen;        /* "host:port"; port 0 picks a free port (jb_ws_port) */
+  size_t max_payload;        /* largest WebSocket message, bytes; larger: close 1009 */
+  long ping_interval_ms;     /* Engine.IO pingInterval, ms */
+  long ping_timeout_ms;      /* Engine.IO pingTimeout: pong must arrive within, ms */
+  long handshake_timeout_ms; /* upgrade + Socket.IO CONNECT must finish within, ms */
+  long max_per_ip;           /* open connections from one address; more: HTTP 429 */
+  size_t send_queue_bytes;   /* queued outgoing bytes per connection; more: close 1008 */
+  long workers;              /* threads running the CONNECT/EVENT handlers */
 };
 
 /* Who is on the other end of a connection, as the handlers see it. */
 struct jb_ws_peer {
-  uint64_t conn;                 /* connection id, unique for the process lifetime */
-  unsigned role;                 /* set by the connect handler (0 before) */
-  char room[129];                /* session the connection belongs to ("" before) */
-  char addr[64];                 /* peer IP address */
+  uint64_t conn;  /* connection id, unique for the process lifetime */
+  unsigned role;  /* set by the connect handler (0 before) */
+  char room[129]; /* session the connection belongs to ("" before) */
+  char addr[64];  /* peer IP address */
 };
 
 /* The connect handler's decision. */
 struct jb_ws_connect_result {
   bool ok;
-  unsigned role;                 /* ok: a bit mask the application chooses */
-  char room[129];                /* ok: the room (session) to join */
-  char message[256];             /* !ok: CONNECT_ERROR {message} shown to the client */
+  unsigned role;     /* ok: a bit mask the application chooses */
+  char room[129];    /* ok: the room (session) to join */
+  char message[256]; /* !ok: CONNECT_ERROR {message} shown to the client */
 };
 
 struct jb_ws_handlers {

@@ -41,6 +41,7 @@ for f in json http; do
   rm -rf "$corpus" "$corpus.log"
 done
 
+./deploy/start-dockerd.sh  # the walls tests need a Docker daemon (no systemd here)
 echo "== tests (release build)"
 ctest --test-dir build --output-on-failure || status=1
 echo "== tests (sanitizer build)"

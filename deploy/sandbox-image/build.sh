@@ -3,7 +3,7 @@
 # local Docker daemon through the Engine API (no registry, no docker CLI needed):
 #   /usr/bin/bwrap, /usr/bin/setpriv      from the host's bubblewrap and util-linux packages
 #   their shared libraries (found with ldd) and the dynamic loader
-#   /opt/jailbox/bin/jailbox-shim         the static shim (--shim, default build/sandbox/…)
+#   /opt/jailbox/bin/jailbox-shim         the static shim (--shim, default build/jailbox-shim)
 #   /etc/passwd, /etc/group               root and nobody only
 #   /etc/jailbox/manifest                 SHA-256 of every file above
 #   empty mount points /workspace /tmp /proc /sys /dev
@@ -12,7 +12,7 @@
 #   build.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--rootfs DIR (keep it there)]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-SHIM="$ROOT/build/sandbox/jailbox-shim"
+SHIM="$ROOT/build/jailbox-shim"
 TAG=jailbox-sandbox:latest
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 KEEP=""
@@ -59,6 +59,7 @@ chmod 1777 "$R/tmp"
 (cd "$R" && find . -type f ! -path ./etc/jailbox/manifest -print0 | sort -z | xargs -0 sha256sum) > "$R/etc/jailbox/manifest"
 DIGEST=$(sha256sum < "$R/etc/jailbox/manifest" | cut -d' ' -f1)
 SHIM_SHA=$(sha256sum < "$SHIM" | cut -d' ' -f1)
+BWRAP_VERSION=$("$BWRAP" --version | head -1)
 
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$R" -cf "$WORK/rootfs.tar" .
 [ -z "$KEEP" ] || { rm -rf "$KEEP"; cp -a "$R" "$KEEP"; }
@@ -66,7 +67,8 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$R" -cf "$WOR
 repo=${TAG%:*}; tag=${TAG##*:}
 [ "$repo" != "$TAG" ] || tag=latest
 # image metadata the worker reads back: the content digest and the shim's hash
-changes=$(printf '%s' "LABEL jailbox.image.digest=$DIGEST jailbox.shim.sha256=$SHIM_SHA" | jq -sRr @uri)
+changes=$(printf 'LABEL jailbox.image.digest=%s jailbox.shim.sha256=%s jailbox.bwrap.version="%s"' \
+  "$DIGEST" "$SHIM_SHA" "$BWRAP_VERSION" | jq -sRr @uri)
 out=$(curl -sS --fail-with-body --unix-socket "$SOCK" -X POST -H 'Content-Type: application/x-tar' \
   --data-binary @"$WORK/rootfs.tar" \
   "http://localhost/images/create?fromSrc=-&repo=$repo&tag=$tag&changes=$changes") || {

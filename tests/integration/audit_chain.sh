@@ -81,7 +81,7 @@ check "export lines carry every member" \
   "canonical,details,hash,keyId,operation,path,prevHash,seq,session,signature,timestamp" \
   "$(head -1 "$T/a.jsonl" | jq -r 'keys | join(",")')"
 check "first prevHash is 64 zeros" "$(printf '0%.0s' $(seq 64))" "$(head -1 "$T/a.jsonl" | jq -r .prevHash)"
-check "canonical bytes are the signed entry" "$((BASE + 1))" "$(head -1 "$T/a.jsonl" | jq -r .canonical | base64 -d | jq .seq)"
+check "canonical bytes are the signed entry" 1 "$(head -1 "$T/a.jsonl" | jq -r .canonical | base64 -d | jq .seq)"
 check "last line is the seal" "seal $((N - 1))" "$(tail -1 "$T/a.jsonl" | jq -r '"\(.operation) \(.details.entries)"')"
 check "API verify: intact" "ok null" "$(verify_api job-a)"
 check "API verify body" "true $N $N true job-a" \
@@ -178,7 +178,14 @@ check_match "forged with a fresh key" '^[0-9a-f]{16}$' "$FRESH"
 check "db: re-signed with a fresh published key (API: the next link breaks)" "broken link $((K + 1))" "$(verify_api job-a)"
 get /v1/jailbox/job-a/audit "$SVC" > "$T/t.jsonl"
 check "db: re-signed with a fresh key (offline, keys saved before)" "1 unknown key $K" "$(verify_file "$T/t.jsonl" --sealed)"
-"${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a'; DELETE FROM audit_signing_keys WHERE key_id = '$FRESH'"
+check_match "published keys cannot be deleted" 'never deleted' \
+  "$("${PSQL[@]}" -c "DELETE FROM audit_signing_keys WHERE key_id = '$FRESH'" 2>&1)"
+check_match "… nor truncated" 'never deleted' "$("${PSQL[@]}" -c "TRUNCATE audit_signing_keys CASCADE" 2>&1)"
+# (an attacker with the database can still disable the trigger, as the clean-up here does)
+"${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
+                 ALTER TABLE audit_signing_keys DISABLE TRIGGER audit_signing_keys_kept;
+                 DELETE FROM audit_signing_keys WHERE key_id = '$FRESH';
+                 ALTER TABLE audit_signing_keys ENABLE TRIGGER audit_signing_keys_kept"
 restore
 
 # --- tampering in an exported file --------------------------------------------------------------

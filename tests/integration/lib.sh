@@ -43,7 +43,8 @@ start_jb() {
   local state=$1; shift
   local log="$state.log"
   : > "$log"
-  env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$state" "$@" "$JAILBOXD" 2>>"$log" &
+  # no jailbox-worker unless a test asks for one (JAILBOX_WORKERS=1 among its arguments)
+  env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_WORKERS=0 JAILBOX_STATE_DIR="$state" "$@" "$JAILBOXD" 2>>"$log" &
   JB_PID=$!
   JB_PORT=""
   for _ in $(seq 1 300); do

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { symlinkSync } from 'node:fs';
+import { symlinkSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 
@@ -71,12 +71,58 @@ test('open: workspace must resolve under the root', async () => {
     assert.equal(r.json.error.code, 'bad_workspace', `workspace ${ws}`);
   }
   // absolute path inside the root is fine
-  const s = await srv.open({ workspace: 'inside' });
+  mkdirSync(join(srv.wsroot, 'inside-abs'));
   const r = await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken,
-    body: { agentId: 'a', workspace: join(srv.wsroot, 'inside') } });
+    body: { agentId: 'a', workspace: join(srv.wsroot, 'inside-abs') } });
   assert.equal(r.status, 201);
-  assert.equal(await countSessions(), n + 2);
-  assert.ok(s.jobId);
+  assert.equal(await countSessions(), n + 1);
+});
+
+test('open: one live session per tree — same, parent or child workspace is 409 until it ends', async () => {
+  const s = await srv.open({ workspace: 'tree/a' });
+  mkdirSync(join(srv.wsroot, 'tree/a/b'), { recursive: true });
+  const n = await countSessions();
+  for (const ws of ['tree/a', 'tree', 'tree/a/b', join(srv.wsroot, 'tree/a')]) {
+    const r = await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken, body: { agentId: 'a', workspace: ws } });
+    assert.equal(r.status, 409, ws);
+    assert.equal(r.json.error.code, 'workspace_in_use', ws);
+  }
+  mkdirSync(join(srv.wsroot, 'tree/ab'), { recursive: true }); // a sibling sharing a prefix is free
+  assert.equal((await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken, body: { agentId: 'a', workspace: 'tree/ab' } })).status, 201);
+  assert.equal(await countSessions(), n + 1);
+  await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+  assert.equal((await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken, body: { agentId: 'a', workspace: 'tree/a/b' } })).status, 201);
+});
+
+test('audit: opening, every transition and every rejection is a chain entry; an end seals it', async () => {
+  const s = await srv.open({ jobId: 'aud-1' });
+  const ops = async () => (await srv.db.query(
+    "SELECT seq, operation, path, details FROM audit_entries WHERE job_id = 'aud-1' ORDER BY seq")).rows;
+  let rows = await ops();
+  assert.deepEqual(rows.map((r) => r.operation), ['state']);
+  assert.equal(rows[0].details.to, 'created');
+  await srv.setState('aud-1', 'active');
+  const tok = { token: s.buyerToken };
+  await srv.req('POST', '/v1/jailbox/aud-1/pause', tok);
+  await srv.req('POST', '/v1/jailbox/aud-1/resume', tok);
+  const op = await srv.pendingOp('aud-1', 'src/x.c');
+  await srv.req('POST', `/v1/jailbox/aud-1/reject/${op}`, { ...tok, body: { reason: 'no' } });
+  const op2 = await srv.pendingOp('aud-1', 'src/y.c');
+  await srv.req('POST', `/v1/jailbox/aud-1/approve/${op2}`, tok); // written to the chain when it runs
+  await srv.pendingOp('aud-1', 'src/z.c');
+  await srv.req('POST', '/v1/jailbox/aud-1/abort', { ...tok, body: { reason: 'enough' } });
+  rows = await ops();
+  assert.deepEqual(rows.map((r) => r.operation), ['state', 'pause', 'resume', 'write', 'abort', 'seal']);
+  assert.deepEqual(rows.map((r) => r.seq), [1, 2, 3, 4, 5, 6].map(String));
+  assert.deepEqual([rows[3].path, rows[3].details.decision, rows[3].details.ok], ['src/x.c', 'rejected', false]);
+  assert.deepEqual([rows[4].details.actor, rows[4].details.reason, rows[4].details.rejectedOps], ['buyer', 'enough', 1]);
+  assert.equal(rows[5].details.entries, 5);
+  const v = await srv.req('GET', '/v1/jailbox/aud-1/audit/verify', { token: srv.serviceToken });
+  assert.equal(v.status, 200);
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  assert.equal(v.json.entries, 6);
+  const g = await srv.req('GET', '/v1/jailbox/aud-1', { token: srv.serviceToken });
+  assert.equal(g.json.auditHead.seq, 6);
 });
 
 test('auth: missing, malformed, unknown tokens are 401', async () => {

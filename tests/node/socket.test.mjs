@@ -620,23 +620,40 @@ test('bad input: more than N connections from one address get 429', async () => 
 });
 
 test('slow consumer: a socket that does not read is dropped when its send queue overflows', async () => {
-  const s = await srv.open();
-  await srv.setState(s.jobId, 'active');
-  // 480 pending ops with 40 kB paths: ~19 MB of approval requests on connect, more than the
-  // socket buffers of both ends hold
-  await srv.db.query(
-    "INSERT INTO ops (job_id, tool, path, args, state) SELECT $1, 'write', repeat('p', 40000) || g, '{}', 'pending' FROM generate_series(1, 480) g",
-    [s.jobId]);
-  const c = await raw();
-  await c.nextText((t) => t.startsWith('0'));
-  c.sock.pause();                        // stop reading
-  c.send(text('40' + JSON.stringify({ token: s.buyerToken })));
-  await sleep(2000);                     // the server fills the socket buffers, then its queue
-  c.sock.resume();
-  assert.equal(await c.closed(10000), 1008);
-  assert.match(srv.log(), /"code":"1008","reason":"send queue overflow"/);
-  c.sock.destroy();
-  await healthy();
+  // its own server: a long ping interval, so that only the queue can end the connection
+  const own = await startServer({ JAILBOX_WS_LISTEN: '127.0.0.1:0', JAILBOX_WS_PING_INTERVAL_MS: '60000',
+    JAILBOX_WS_SEND_QUEUE_BYTES: String(SEND_QUEUE) });
+  const ownPort = Number(own.log().match(/"msg":"ws listening","addr":"[^"]+:(\d+)"/)[1]);
+  const savedPort = port;
+  port = ownPort;
+  try {
+    const s = await own.open();
+    await own.setState(s.jobId, 'active');
+    // 480 pending ops with 40 kB paths: ~19 MB of approval requests on connect, more than the
+    // socket buffers of both ends hold
+    await own.db.query(
+      "INSERT INTO ops (job_id, tool, path, args, state) SELECT $1, 'write', repeat('p', 40000) || g, '{}', 'pending' FROM generate_series(1, 480) g",
+      [s.jobId]);
+    const c = await raw();
+    await c.nextText((t) => t.startsWith('0'));
+    c.sock.pause();                      // stop reading
+    c.send(text('40' + JSON.stringify({ token: s.buyerToken })));
+    const t0 = Date.now();
+    while (!/"reason":"send queue overflow"/.test(own.log()) && Date.now() - t0 < 15000) await sleep(50);
+    assert.match(own.log(), /"code":"1008","reason":"send queue overflow"/);
+    c.sock.resume();
+    assert.equal(await c.closed(15000), 1008);
+    c.sock.destroy();
+    // another client of the same server is fine
+    const b = await own.open();
+    const w = io(`http://127.0.0.1:${ownPort}`, { transports: ['websocket'], auth: { token: b.buyerToken }, reconnection: false });
+    await connected(w);
+    w.close();
+  } finally {
+    port = savedPort;
+    const r = await own.stop();
+    assert.equal(r.code, 0);
+  }
 });
 
 test('a WebSocket port in use stops jailboxd at start with a clear error', async () => {

@@ -18,7 +18,8 @@ export async function startServer(env = {}) {
   const wsroot = join(dir, 'workspaces');
   mkdirSync(wsroot);
   const child = spawn(JAILBOXD, [], {
-    env: { ...process.env, JAILBOX_LISTEN: '127.0.0.1:0', JAILBOX_STATE_DIR: state,
+    // no jailbox-worker unless a test passes JAILBOX_WORKERS
+    env: { ...process.env, JAILBOX_LISTEN: '127.0.0.1:0', JAILBOX_WORKERS: '0', JAILBOX_STATE_DIR: state,
            JAILBOX_WORKSPACE_ROOT: wsroot, JAILBOX_LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

@@ -1,0 +1,989 @@
+/* worker.c — jailbox-worker: the only process that talks to Docker. It claims launch and
+ * teardown jobs from PostgreSQL (FOR UPDATE SKIP LOCKED, so workers on many hosts share one
+ * queue), pre-scans the workspace, builds the three walls for each session (walls.c), writes
+ * the session contract, moves the session on, watches the sandbox until the session ends,
+ * and removes it. At start it probes the host's walls and clears what a previous run of the
+ * same worker id left behind.
+ *
+ * Settings are environment variables (the worker is normally started by jailboxd, which
+ * passes the database); `jailbox-worker --help` lists them. `--probe` runs the probe, prints
+ * it as JSON and exits (0 when every required wall is up). */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/json.h"
+#include "db/db.h"
+#include "db/launch_jobs.h"
+#include "db/sessions.h"
+#include "sandbox/shim_proto.h"
+#include "sandbox/walls.h"
+#include "sandbox/workspace_scan.h"
+#include "server/keys.h"
+#include "server/log.h"
+
+/* deploy/seccomp/jailbox.json, embedded at build time (sandbox/embed_file.cmake) */
+extern const unsigned char jb_seccomp_profile[];
+extern const size_t jb_seccomp_profile_len;
+
+struct setting {
+  const char *env, *def, *help;
+};
+static const struct setting settings[] = {
+  {"JAILBOX_DATABASE_URL", "", "PostgreSQL URL or conninfo (required; jailboxd passes its own)"},
+  {"JAILBOX_SIGNING_KEY_FILE", "", "audit signing key (required: every session transition is a signed audit entry; jailboxd passes its own)"},
+  {"JAILBOX_WORKER_ID", "", "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
+  {"JAILBOX_DOCKER_SOCKET", "/var/run/docker.sock", "Docker Engine API socket"},
+  {"JAILBOX_SANDBOX_IMAGE", "jailbox-sandbox:latest", "sandbox image (deploy/sandbox-image/build.sh)"},
+  {"JAILBOX_RUNTIME", "runsc", "name of the gVisor runtime registered with Docker"},
+  {"JAILBOX_REQUIRE_WALLS", JB_WALLS_DEFAULT_REQUIRE,
+   "walls a session must have, comma-separated; anything narrower is a development override"},
+  {"JAILBOX_SECCOMP_PROFILE", "", "Wall 2 seccomp profile file; empty: the copy of deploy/seccomp/jailbox.json built in"},
+  {"JAILBOX_CONTAINER_TMP_MIB", "16", "size of the container's /tmp tmpfs, MiB"},
+  {"JAILBOX_JAIL_TMP_MIB", "16", "size of the jail's own /tmp tmpfs, MiB"},
+  {"JAILBOX_START_TIMEOUT_MS", "30000", "container start to shim ready, ms"},
+  {"JAILBOX_CALL_TIMEOUT_MS", "30000", "one call to the shim, ms"},
+  {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
+  {"JAILBOX_WORKER_PIDFILE", "", "pid file, locked while the worker runs; empty: none"},
+  {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+  {"JAILBOX_WORKER_MAX_SESSIONS", "64", "sessions this worker runs at once"},
+  {"JAILBOX_LOG_LEVEL", "info", "debug, info, warn, error"},
+};
+
+static const char *env_or(const char *name) {
+  const char *v = getenv(name);
+  if (v) return v;
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+    if (strcmp(settings[i].env, name) == 0) return settings[i].def;
+  return "";
+}
+
+static long env_long(const char *name, long min, long max, jb_error *err, bool *bad) {
+  const char *v = env_or(name);
+  char *end = NULL;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < min || n > max) {
+    jb_fail(err, EINVAL, "%s: '%s' is not a whole number in %ld..%ld", name, v, min, max);
+    *bad = true;
+  }
+  return n;
+}
+
+/* ---- worker state --------------------------------------------------------------------- */
+
+struct session {
+  char job_id[129];
+  long long launch_job;
+  char *workspace;
+  json_t *limits;
+  pthread_t thread;
+  atomic_bool teardown;      /* the session ended elsewhere: remove the sandbox */
+  atomic_bool finished;      /* the thread is done; join and free */
+  pthread_mutex_t lock;      /* guards sb while the control socket uses it */
+  struct jb_sandbox sb;
+  bool sb_ready;
+};
+
+static struct {
+  struct jb_walls_config walls;
+  char *profile_buf;
+  struct jb_db *db;
+  struct jb_keyring *keys;   /* signs the audit entries of the transitions the worker makes */
+  char conninfo[4096];
+  bool prescan_hold;
+  long max_sessions;
+  pthread_mutex_t lock;      /* sessions, probe */
+  struct session *sessions[1024];
+  size_t n_sessions;
+  struct jb_probe probe;
+  atomic_bool stopping;
+} W;
+
+/* Logs about one session: the job id always, and the development override when active, so
+ * that no line about such a session can be read without seeing it. */
+static void slog(enum jb_log_level lvl, const char *job, const char *msg, ...) __attribute__((sentinel));
+static void slog(enum jb_log_level lvl, const char *job, const char *msg, ...) {
+  json_t *f = json_object();
+  json_object_set_new(f, "worker", json_string(W.walls.worker_id));
+  if (job) json_object_set_new(f, "jobId", json_string(job));
+  if (W.walls.override) json_object_set_new(f, "devOverride", json_string(W.walls.require_text));
+  va_list ap;
+  va_start(ap, msg);
+  for (;;) {
+    const char *k = va_arg(ap, const char *);
+    if (!k) break;
+    const char *v = va_arg(ap, const char *);
+    json_object_set_new(f, k, json_string(v ? v : ""));
+  }
+  va_end(ap);
+  jb_log_json(lvl, msg, f);
+}
+
+static void slog_json(enum jb_log_level lvl, const char *job, const char *msg, const char *key,
+                      json_t *val /* stolen */) {
+  json_t *f = json_object();
+  json_object_set_new(f, "worker", json_string(W.walls.worker_id));
+  if (job) json_object_set_new(f, "jobId", json_string(job));
+  if (W.walls.override) json_object_set_new(f, "devOverride", json_string(W.walls.require_text));
+  json_object_set_new(f, key, val ? val : json_null());
+  jb_log_json(lvl, msg, f);
+}
+
+static struct jb_probe probe_snapshot(void) {
+  pthread_mutex_lock(&W.lock);
+  struct jb_probe p = W.probe;
+  pthread_mutex_unlock(&W.lock);
+  return p;
+}
+
+/* ---- database steps ------------------------------------------------------------------- */
+
+static int with_conn(int (*fn)(PGconn *, void *, jb_error *), void *arg, jb_error *err) {
+  PGconn *c = jb_db_acquire(W.db, err);
+  if (!c) return JB_ERR_FAIL;
+  int rc = fn(c, arg, err);
+  jb_db_release(W.db, c);
+  return rc;
+}
+
+struct tr_args {
+  const char *job;
+  const char *const *from;
+  const char *to, *reason;
+  struct jb_transition out;
+};
+static int tr_fn(PGconn *c, void *a, jb_error *err) {
+  struct tr_args *t = a;
+  return jb_db_session_transition(c, W.keys, t->job, t->from, t->to, t->reason, "system", &t->out, err);
+}
+static int transition(const char *job, const char *const from[], const char *to, const char *reason,
+                      jb_error *err) {
+  struct tr_args t = {.job = job, .from = from, .to = to, .reason = reason};
+  int rc = with_conn(tr_fn, &t, err);
+  if (rc == JB_OK)
+    slog(JB_LOG_INFO, job, "session state", "from", t.out.previous, "to", to, "reason", reason ? reason : "", NULL);
+  else if (rc == JB_ERR_CONFLICT)
+    slog(JB_LOG_INFO, job, "session state unchanged", "wanted", to, "current", t.out.state, NULL);
+  return rc;
+}
+
+static const char *const live_states[] = {JB_LIVE_STATES, NULL};
+
+/* Fails a live session with `reason`; quiet when it has ended already. */
+static void fail_session(const char *job, const char *reason) {
+  jb_error err = {0};
+  int rc = transition(job, live_states, "failed", reason, &err);
+  if (rc == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "fail session", NULL);
+}
+
+struct walls_args {
+  const char *job;
+  const char *json;
+};
+static int walls_fn(PGconn *c, void *a, jb_error *err) {
+  struct walls_args *w = a;
+  return jb_db_session_set_walls(c, w->job, w->json, err);
+}
+static void store_walls(const char *job, json_t *contract) {
+  if (!contract) return;
+  char *s = json_dumps(contract, JSON_COMPACT);
+  if (!s) return;
+  struct walls_args a = {job, s};
+  jb_error err = {0};
+  if (with_conn(walls_fn, &a, &err) == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "store walls", NULL);
+  free(s);
+}
+
+struct finish_args {
+  long long id;
+  bool ok;
+  const char *error, *result;
+};
+static int finish_fn(PGconn *c, void *a, jb_error *err) {
+  struct finish_args *f = a;
+  return jb_db_job_finish(c, f->id, f->ok, f->error, f->result, err);
+}
+static void finish_job(const char *job, long long id, bool ok, const char *error, json_t *result) {
+  char *r = result ? json_dumps(result, JSON_COMPACT) : NULL;
+  struct finish_args a = {id, ok, error, r};
+  jb_error err = {0};
+  if (with_conn(finish_fn, &a, &err) == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "finish job", NULL);
+  free(r);
+}
+
+struct state_args {
+  const char *job;
+  char state[20];
+};
+static int state_fn(PGconn *c, void *a, jb_error *err) {
+  struct state_args *s = a;
+  return jb_db_session_state(c, s->job, s->state, err);
+}
+
+/* ---- one session ---------------------------------------------------------------------- */
+
+/* Why the sandbox ended, from Docker's view of the container. */
+static void exit_reason(const char *id, char *out, size_t len) {
+  char path[128];
+  snprintf(path, sizeof path, "/containers/%s/json", id);
+  json_t *in = NULL;
+  jb_error err = {0};
+  if (jb_docker_expect(&W.walls.docker, "GET", path, NULL, 10000, &in, &err) < 0) {
+    snprintf(out, len, "the sandbox is gone (%s)", err.msg);
+    return;
+  }
+  json_t *st = json_object_get(in, "State");
+  json_int_t code = json_integer_value(json_object_get(st, "ExitCode"));
+  if (json_is_true(json_object_get(st, "OOMKilled"))) {
+    json_int_t mem = json_integer_value(json_object_get(json_object_get(in, "HostConfig"), "Memory"));
+    snprintf(out, len, "out of memory: the sandbox went over its limit of %lld MiB and was killed",
+             (long long)(mem / (1024 * 1024)));
+  } else {
+    snprintf(out, len, "the sandbox ended unexpectedly (exit code %lld)", (long long)code);
+  }
+  json_decref(in);
+}
+
+static void *session_main(void *arg) {
+  struct session *s = arg;
+  const char *job = s->job_id;
+  jb_error err = {0};
+  slog(JB_LOG_INFO, job, "launch claimed", "workspace", s->workspace, NULL);
+
+  static const char *const from_created[] = {"created", NULL};
+  int rc = transition(job, from_created, "prescanning", NULL, &err);
+  if (rc != JB_OK) {
+    finish_job(job, s->launch_job, rc == JB_ERR_CONFLICT, rc == JB_ERR_CONFLICT ? "session no longer in created" : err.msg, NULL);
+    goto end;
+  }
+
+  /* the pre-scan (minimal for now: counts and a directory hash) */
+  struct jb_scan_result scan;
+  if (jb_workspace_scan(s->workspace, 100000, &scan, &err) < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "pre-scan failed: %s", err.msg);
+    fail_session(job, reason);
+    finish_job(job, s->launch_job, false, reason, NULL);
+    goto end;
+  }
+  json_t *scan_json = jb_scan_json(&scan);
+  slog_json(JB_LOG_INFO, job, "pre-scan", "prescan", json_incref(scan_json));
+
+  struct jb_probe probe = probe_snapshot();
+  json_t *labels = json_pack("{s:s}", "jailbox.session", job);
+  enum jb_wall failed;
+  struct jb_sandbox sb;
+  rc = jb_sandbox_launch(&W.walls, &probe, job, s->workspace, s->limits, labels, &sb, &failed, &err);
+  json_decref(labels);
+  if (rc < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "wall %s", err.msg);
+    if (sb.contract) {
+      json_object_set(sb.contract, "prescan", scan_json);
+      store_walls(job, sb.contract);
+      json_decref(sb.contract);
+    }
+    slog(JB_LOG_WARN, job, "walls failed", "wall", failed < JB_WALL_COUNT ? jb_wall_names[failed] : "?",
+         "reason", reason, NULL);
+    fail_session(job, reason);
+    json_t *res = json_pack("{s:O}", "prescan", scan_json);
+    finish_job(job, s->launch_job, false, reason, res);
+    json_decref(res);
+    json_decref(scan_json);
+    goto end;
+  }
+  json_object_set(sb.contract, "prescan", scan_json);
+  store_walls(job, sb.contract);
+  pthread_mutex_lock(&s->lock);
+  s->sb = sb;
+  s->sb_ready = true;
+  pthread_mutex_unlock(&s->lock);
+  char ready[32];
+  snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
+  slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, NULL);
+
+  if (!W.prescan_hold && !atomic_load(&s->teardown)) {
+    static const char *const from_pre[] = {"prescanning", NULL};
+    rc = transition(job, from_pre, "awaiting_agent", NULL, &err);
+    if (rc == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "awaiting_agent", NULL);
+  }
+  json_t *res = json_pack("{s:s, s:I, s:O}", "containerId", sb.container_id, "readyMs",
+                          (json_int_t)sb.ready_ms, "prescan", scan_json);
+  finish_job(job, s->launch_job, true, NULL, res);
+  json_decref(res);
+  json_decref(scan_json);
+
+  /* watch the sandbox until it ends: removal by a teardown, or death */
+  while (!atomic_load(&s->teardown) && !atomic_load(&W.stopping)) {
+    char path[160];
+    snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", sb.container_id);
+    long status = 0;
+    json_t *w = NULL;
+    if (jb_docker_call(&W.walls.docker, "POST", path, NULL, 0, &status, &w, &err) < 0) {
+      json_decref(w);
+      slog(JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
+      sleep(1);
+      continue;
+    }
+    json_decref(w);
+    if (atomic_load(&s->teardown) || atomic_load(&W.stopping)) break;
+    char why[300];
+    exit_reason(sb.container_id, why, sizeof why);
+    char tail[300];
+    pthread_mutex_lock(&s->lock);
+    jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
+    pthread_mutex_unlock(&s->lock);
+    slog(JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
+    fail_session(job, why);
+    break;
+  }
+  pthread_mutex_lock(&s->lock);
+  s->sb_ready = false;
+  jb_sandbox_destroy(&W.walls, &s->sb);
+  pthread_mutex_unlock(&s->lock);
+  slog(JB_LOG_INFO, job, "sandbox removed", NULL);
+end:
+  atomic_store(&s->finished, true);
+  return NULL;
+}
+
+static void session_free(struct session *s) {
+  free(s->workspace);
+  json_decref(s->limits);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+/* Joins finished session threads. */
+static void reap_sessions(void) {
+  pthread_mutex_lock(&W.lock);
+  for (size_t i = 0; i < W.n_sessions;) {
+    struct session *s = W.sessions[i];
+    if (atomic_load(&s->finished)) {
+      pthread_join(s->thread, NULL);
+      session_free(s);
+      W.sessions[i] = W.sessions[--W.n_sessions];
+    } else {
+      i++;
+    }
+  }
+  pthread_mutex_unlock(&W.lock);
+}
+
+static struct session *find_session(const char *job) {
+  for (size_t i = 0; i < W.n_sessions; i++)
+    if (strcmp(W.sessions[i]->job_id, job) == 0) return W.sessions[i];
+  return NULL;
+}
+
+/* Removes every container of this Docker daemon labelled with session `job`. */
+static void remove_containers_of(const char *job) {
+  char l1[200], l2[64], enc[800], path[900];
+  snprintf(l1, sizeof l1, "jailbox.session=%s", job);
+  snprintf(l2, sizeof l2, "jailbox.deployment=%s", W.walls.deployment);
+  json_t *f = json_pack("{s:[s,s]}", "label", l1, l2);
+  char *filt = f ? json_dumps(f, JSON_COMPACT) : NULL;
+  json_decref(f);
+  if (!filt || jb_docker_urlencode(filt, enc, sizeof enc) < 0) {
+    free(filt);
+    return;
+  }
+  free(filt);
+  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
+  json_t *list = NULL;
+  jb_error err = {0};
+  if (jb_docker_expect(&W.walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+    slog(JB_LOG_WARN, job, "listing containers failed", "error", err.msg, NULL);
+    return;
+  }
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *id = json_string_value(json_object_get(c, "Id"));
+    if (id && jb_container_remove(&W.walls, id, &err) == 0)
+      slog(JB_LOG_INFO, job, "container removed", "container", id, NULL);
+  }
+  json_decref(list);
+}
+
+static void handle_job(struct jb_launch_job *j) {
+  if (strcmp(j->kind, "teardown") == 0) {
+    pthread_mutex_lock(&W.lock);
+    struct session *s = find_session(j->job_id);
+    char cid[80] = "";
+    if (s) {
+      atomic_store(&s->teardown, true);
+      pthread_mutex_lock(&s->lock);
+      if (s->sb_ready) snprintf(cid, sizeof cid, "%s", s->sb.container_id);
+      pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&W.lock);
+    jb_error err = {0};
+    /* removing the container ends the session thread's wait */
+    if (cid[0] && jb_container_remove(&W.walls, cid, &err) < 0)
+      slog(JB_LOG_WARN, j->job_id, "teardown: remove failed", "error", err.msg, NULL);
+    remove_containers_of(j->job_id);
+    slog(JB_LOG_INFO, j->job_id, "teardown", "state", j->state, NULL);
+    finish_job(j->job_id, j->id, true, NULL, NULL);
+    return;
+  }
+  /* launch */
+  if (strcmp(j->state, "created") != 0) {
+    slog(JB_LOG_INFO, j->job_id, "launch skipped", "state", j->state, NULL);
+    finish_job(j->job_id, j->id, true, "session not in created", NULL);
+    return;
+  }
+  struct session *s = calloc(1, sizeof *s);
+  json_t *limits = json_loads(j->limits_json, 0, NULL);
+  if (!s || !limits) {
+    free(s);
+    json_decref(limits);
+    fail_session(j->job_id, "worker: out of memory");
+    finish_job(j->job_id, j->id, false, "out of memory", NULL);
+    return;
+  }
+  snprintf(s->job_id, sizeof s->job_id, "%s", j->job_id);
+  s->launch_job = j->id;
+  s->workspace = j->workspace;
+  j->workspace = NULL;
+  s->limits = limits;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_lock(&W.lock);
+  bool room = W.n_sessions < (size_t)W.max_sessions && W.n_sessions < sizeof W.sessions / sizeof W.sessions[0];
+  if (room) W.sessions[W.n_sessions++] = s;
+  pthread_mutex_unlock(&W.lock);
+  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
+    if (room) {
+      pthread_mutex_lock(&W.lock);
+      W.n_sessions--;
+      pthread_mutex_unlock(&W.lock);
+    }
+    fail_session(j->job_id, room ? "worker: cannot start a thread" : "worker: at its session limit");
+    finish_job(j->job_id, j->id, false, "no capacity", NULL);
+    session_free(s);
+  }
+}
+
+struct claim_args {
+  struct jb_launch_job *job;
+};
+static int claim_fn(PGconn *c, void *a, jb_error *err) {
+  return jb_db_job_claim(c, W.walls.worker_id, ((struct claim_args *)a)->job, err);
+}
+
+/* Claims and starts every job available now. */
+static void drain_queue(void) {
+  for (;;) {
+    pthread_mutex_lock(&W.lock);
+    bool full = W.n_sessions >= (size_t)W.max_sessions;
+    pthread_mutex_unlock(&W.lock);
+    if (full || atomic_load(&W.stopping)) return;
+    struct jb_launch_job j;
+    struct claim_args a = {&j};
+    jb_error err = {0};
+    int rc = with_conn(claim_fn, &a, &err);
+    if (rc == JB_ERR_NOT_FOUND) return;
+    if (rc != JB_OK) {
+      slog(JB_LOG_ERROR, NULL, err.msg, "step", "claim", NULL);
+      return;
+    }
+    handle_job(&j);
+    jb_launch_job_free(&j);
+  }
+}
+
+/* ---- start-up cleanup ----------------------------------------------------------------- */
+
+struct abandon_args {
+  char *list;
+};
+static int abandon_fn(PGconn *c, void *a, jb_error *err) {
+  return jb_db_jobs_abandon(c, W.walls.worker_id, "worker restarted while the job ran",
+                            &((struct abandon_args *)a)->list, err);
+}
+
+static void startup_cleanup(void) {
+  jb_error err = {0};
+  struct abandon_args a = {0};
+  if (with_conn(abandon_fn, &a, &err) != JB_OK) {
+    slog(JB_LOG_ERROR, NULL, err.msg, "step", "abandon jobs", NULL);
+  } else {
+    json_t *jobs = json_loads(a.list, 0, NULL);
+    size_t i;
+    json_t *j;
+    json_array_foreach(jobs, i, j)
+      fail_session(json_string_value(j), "worker restarted during the launch; the sandbox was lost");
+    json_decref(jobs);
+    free(a.list);
+  }
+  /* containers on this daemon: ours from before the restart, and any whose session ended */
+  char filt[100], enc[200], path[300];
+  snprintf(filt, sizeof filt, "{\"label\":[\"jailbox.deployment=%s\"]}", W.walls.deployment);
+  jb_docker_urlencode(filt, enc, sizeof enc);
+  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
+  json_t *list = NULL;
+  if (jb_docker_expect(&W.walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+    slog(JB_LOG_WARN, NULL, "cannot list containers at start", "error", err.msg, NULL);
+    return;
+  }
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *id = json_string_value(json_object_get(c, "Id"));
+    json_t *labels = json_object_get(c, "Labels");
+    const char *job = json_string_value(json_object_get(labels, "jailbox.session"));
+    const char *owner = json_string_value(json_object_get(labels, "jailbox.worker"));
+    bool mine = owner && strcmp(owner, W.walls.worker_id) == 0;
+    bool remove = false;
+    const char *why = "";
+    if (!job) {
+      remove = mine; /* a probe container of ours */
+      why = "probe left behind";
+    } else {
+      struct state_args sa = {.job = job};
+      int rc = with_conn(state_fn, &sa, &err);
+      bool live = rc == JB_OK && jb_state_is_live(sa.state);
+      if (rc == JB_ERR_FAIL) continue; /* cannot tell: leave it */
+      if (mine && live) {
+        fail_session(job, "worker restarted; the sandbox was lost");
+        remove = true;
+        why = "session lost by the restart";
+      } else if (!live) {
+        remove = true;
+        why = "session no longer live";
+      }
+    }
+    if (remove && id && jb_container_remove(&W.walls, id, &err) == 0)
+      slog(JB_LOG_INFO, job, "stale container removed", "container", id, "why", why, NULL);
+  }
+  json_decref(list);
+}
+
+/* ---- control socket ------------------------------------------------------------------- */
+
+static int control_fd = -1;
+
+static void control_answer(int fd, json_t *ans /* stolen */) {
+  char *s = json_dumps(ans, JSON_COMPACT);
+  json_decref(ans);
+  if (!s) return;
+  size_t n = strlen(s);
+  s[n] = '\n';
+  const char *p = s;
+  size_t left = n + 1;
+  while (left > 0) {
+    ssize_t w = send(fd, p, left, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    p += w;
+    left -= (size_t)w;
+  }
+  free(s);
+}
+
+static json_t *control_request(const json_t *req) {
+  const char *op = json_string_value(json_object_get(req, "op"));
+  if (op && strcmp(op, "probe") == 0) {
+    struct jb_probe p = probe_snapshot();
+    return json_pack("{s:b, s:o}", "ok", 1, "probe", jb_probe_json(&p));
+  }
+  if (op && strcmp(op, "sessions") == 0) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&W.lock);
+    for (size_t i = 0; i < W.n_sessions; i++) {
+      struct session *s = W.sessions[i];
+      pthread_mutex_lock(&s->lock);
+      json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "jobId", s->job_id, "container",
+                                         s->sb_ready ? s->sb.container_id : "", "ready", s->sb_ready));
+      pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&W.lock);
+    return json_pack("{s:b, s:o}", "ok", 1, "sessions", a);
+  }
+  const char *job = json_string_value(json_object_get(req, "jobId"));
+  json_t *shimreq = json_object_get(req, "request");
+  if (!job || !json_is_object(shimreq))
+    return json_pack("{s:b, s:s}", "ok", 0, "error", "want {op:probe|sessions} or {jobId, request}");
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) pthread_mutex_lock(&s->lock);
+  pthread_mutex_unlock(&W.lock);
+  if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
+  json_t *out;
+  if (!s->sb_ready) {
+    out = json_pack("{s:b, s:s}", "ok", 0, "error", "the session's sandbox is not up");
+  } else {
+    json_t *copy = json_deep_copy(shimreq);
+    jb_error err = {0};
+    json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
+    json_t *ans = jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : W.walls.call_timeout_ms, &err);
+    json_decref(copy);
+    out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
+              : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return out;
+}
+
+static void *control_main(void *arg) {
+  (void)arg;
+  char *buf = malloc(JB_SHIM_MAX_LINE + 8192);
+  if (!buf) return NULL;
+  while (!atomic_load(&W.stopping)) {
+    struct pollfd pf = {.fd = control_fd, .events = POLLIN};
+    if (poll(&pf, 1, 500) <= 0) continue;
+    int fd = accept4(control_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    size_t len = 0;
+    for (;;) {
+      char *nl = memchr(buf, '\n', len);
+      if (!nl) {
+        if (len >= JB_SHIM_MAX_LINE + 8192) break;
+        struct pollfd cf = {.fd = fd, .events = POLLIN};
+        if (poll(&cf, 1, 1000) == 0) {
+          if (atomic_load(&W.stopping)) break;
+          continue;
+        }
+        ssize_t r = recv(fd, buf + len, JB_SHIM_MAX_LINE + 8192 - len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+        continue;
+      }
+      size_t n = (size_t)(nl - buf);
+      jb_error err = {0};
+      json_t *req = jb_json_parse_object(buf, n, JB_SHIM_MAX_DEPTH, &err);
+      control_answer(fd, req ? control_request(req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
+      json_decref(req);
+      memmove(buf, nl + 1, len - n - 1);
+      len -= n + 1;
+    }
+    close(fd);
+  }
+  free(buf);
+  return NULL;
+}
+
+static int control_open(const char *path, jb_error *err) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, ENAMETOOLONG, "JAILBOX_WORKER_CONTROL: path too long");
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return jb_fail_errno(err, errno, "control socket");
+  unlink(path);
+  mode_t old = umask(0077);
+  int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+  umask(old);
+  if (rc < 0 || listen(fd, 8) < 0) {
+    int e = errno;
+    close(fd);
+    return jb_fail_errno(err, e, "control socket %s", path);
+  }
+  control_fd = fd;
+  return 0;
+}
+
+/* ---- main ----------------------------------------------------------------------------- */
+
+static void print_help(const char *prog) {
+  printf("Usage: %s [--probe]\n\njailbox-worker: builds the walls of jailbox sessions. Settings:\n\n", prog);
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+    printf("  %-28s default: %s\n      %s\n", settings[i].env, settings[i].def[0] ? settings[i].def : "(empty)",
+           settings[i].help);
+  printf("\n  --probe   probe the walls, print the result as JSON, exit 0 when every required wall is up\n");
+}
+
+static int load_profile(jb_error *err) {
+  const char *file = env_or("JAILBOX_SECCOMP_PROFILE");
+  const char *text;
+  size_t len;
+  if (file[0]) {
+    FILE *f = fopen(file, "re");
+    if (!f) return jb_fail_errno(err, errno, "JAILBOX_SECCOMP_PROFILE %s", file);
+    W.profile_buf = malloc(1 << 20);
+    len = W.profile_buf ? fread(W.profile_buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!W.profile_buf || len == 0) return jb_fail(err, EINVAL, "JAILBOX_SECCOMP_PROFILE %s: empty or unreadable", file);
+    W.profile_buf[len] = '\0';
+    text = W.profile_buf;
+    snprintf(W.walls.profile_source, sizeof W.walls.profile_source, "file %s", file);
+  } else {
+    text = (const char *)jb_seccomp_profile;
+    len = jb_seccomp_profile_len;
+    snprintf(W.walls.profile_source, sizeof W.walls.profile_source, "built into jailbox-worker");
+  }
+  json_error_t je;
+  json_t *p = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  if (!json_is_object(p) || !json_is_array(json_object_get(p, "syscalls"))) {
+    json_decref(p);
+    return jb_fail(err, EINVAL, "seccomp profile (%s) is not a Docker profile: %s", W.walls.profile_source, je.text);
+  }
+  json_decref(p);
+  W.walls.profile = text;
+  W.walls.profile_len = len;
+  unsigned char h[32];
+  crypto_hash_sha256(h, (const unsigned char *)text, len);
+  sodium_bin2hex(W.walls.profile_sha256, sizeof W.walls.profile_sha256, h, sizeof h);
+  return 0;
+}
+
+static int load_config(jb_error *err) {
+  struct jb_walls_config *c = &W.walls;
+  bool bad = false;
+  snprintf(W.conninfo, sizeof W.conninfo, "%s", env_or("JAILBOX_DATABASE_URL"));
+  const char *id = env_or("JAILBOX_WORKER_ID");
+  if (id[0]) snprintf(c->worker_id, sizeof c->worker_id, "%s", id);
+  else if (gethostname(c->worker_id, sizeof c->worker_id - 1) < 0) snprintf(c->worker_id, sizeof c->worker_id, "worker");
+  snprintf(c->docker.socket, sizeof c->docker.socket, "%s", env_or("JAILBOX_DOCKER_SOCKET"));
+  snprintf(c->image, sizeof c->image, "%s", env_or("JAILBOX_SANDBOX_IMAGE"));
+  snprintf(c->runtime, sizeof c->runtime, "%s", env_or("JAILBOX_RUNTIME"));
+  snprintf(c->require_text, sizeof c->require_text, "%s", env_or("JAILBOX_REQUIRE_WALLS"));
+  char req[128];
+  snprintf(req, sizeof req, "%s", c->require_text);
+  char *save = NULL;
+  for (char *t = strtok_r(req, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+    int w;
+    for (w = 0; w < JB_WALL_COUNT; w++)
+      if (strcmp(t, jb_wall_names[w]) == 0) break;
+    if (w == JB_WALL_COUNT)
+      return jb_fail(err, EINVAL, "JAILBOX_REQUIRE_WALLS: unknown wall '%s' (gvisor, docker, bwrap)", t);
+    c->require[w] = true;
+  }
+  c->override = !(c->require[JB_WALL_GVISOR] && c->require[JB_WALL_DOCKER] && c->require[JB_WALL_BWRAP]);
+  c->container_tmp_mib = env_long("JAILBOX_CONTAINER_TMP_MIB", 1, 4096, err, &bad);
+  c->jail_tmp_mib = env_long("JAILBOX_JAIL_TMP_MIB", 1, 4096, err, &bad);
+  c->start_timeout_ms = env_long("JAILBOX_START_TIMEOUT_MS", 1000, 600000, err, &bad);
+  c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
+  W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
+  W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);
+  if (bad) return -1;
+  return load_profile(err);
+}
+
+/* Locks the pid file so that jailboxd (and a second worker with the same id) can tell this
+ * one runs. */
+static int take_pidfile(const char *path, jb_error *err) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return jb_fail_errno(err, errno, "pid file %s", path);
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    close(fd);
+    return jb_fail(err, EEXIST, "pid file %s is locked: a worker with this id runs already", path);
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    close(fd);
+    return jb_fail_errno(err, errno, "pid file %s", path);
+  }
+  return fd; /* kept open (and locked) for the life of the process */
+}
+
+static bool probe_ok(const struct jb_probe *p) {
+  for (int w = 0; w < JB_WALL_COUNT; w++)
+    if (W.walls.require[w] && !p->up[w]) return false;
+  return true;
+}
+
+static void log_probe(const struct jb_probe *p) {
+  for (int w = 0; w < JB_WALL_COUNT; w++)
+    slog(p->up[w] ? JB_LOG_INFO : (W.walls.require[w] ? JB_LOG_ERROR : JB_LOG_WARN), NULL, "wall probe",
+         "wall", jb_wall_names[w], "up", p->up[w] ? "true" : "false", "required",
+         W.walls.require[w] ? "true" : "false", "reason", p->reason[w], NULL);
+}
+
+int main(int argc, char **argv) {
+  bool probe_only = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      print_help(argv[0]);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--probe")) probe_only = true;
+    else {
+      fprintf(stderr, "jailbox-worker: unknown argument '%s' (see --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  jb_log_set_level(env_or("JAILBOX_LOG_LEVEL"));
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+
+  jb_error err = {0};
+  if (sodium_init() < 0 || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    fprintf(stderr, "jailbox-worker: library initialisation failed\n");
+    return 1;
+  }
+  pthread_mutex_init(&W.lock, NULL);
+  if (load_config(&err) < 0) {
+    fprintf(stderr, "jailbox-worker: %s\n", err.msg);
+    return 2;
+  }
+  if (probe_only) {
+    jb_walls_probe(&W.walls, &W.probe);
+    json_t *j = jb_probe_json(&W.probe);
+    json_object_set_new(j, "required", json_string(W.walls.require_text));
+    json_object_set_new(j, "seccompProfileSha256", json_string(W.walls.profile_sha256));
+    char *s = json_dumps(j, JSON_INDENT(2));
+    printf("%s\n", s ? s : "{}");
+    free(s);
+    json_decref(j);
+    return probe_ok(&W.probe) ? 0 : 1;
+  }
+  if (!W.conninfo[0]) {
+    fprintf(stderr, "jailbox-worker: JAILBOX_DATABASE_URL is required\n");
+    return 2;
+  }
+  const char *keyfile = env_or("JAILBOX_SIGNING_KEY_FILE");
+  if (!keyfile[0]) {
+    fprintf(stderr, "jailbox-worker: JAILBOX_SIGNING_KEY_FILE is required (the audit signing key)\n");
+    return 2;
+  }
+  if (jb_keyring_load(&W.keys, "/nonexistent", keyfile, &err) < 0) {
+    fprintf(stderr, "jailbox-worker: %s\n", err.msg);
+    return 2;
+  }
+  const char *pidfile = env_or("JAILBOX_WORKER_PIDFILE");
+  if (pidfile[0] && take_pidfile(pidfile, &err) < 0) {
+    jb_log(JB_LOG_FATAL, err.msg, "worker", W.walls.worker_id, NULL);
+    return 1;
+  }
+  slog(JB_LOG_INFO, NULL, "worker starting", "require", W.walls.require_text, "image", W.walls.image,
+       "runtime", W.walls.runtime, "seccompProfileSha256", W.walls.profile_sha256, NULL);
+  if (W.walls.override)
+    slog(JB_LOG_WARN, NULL, "development override: sessions may run with fewer walls", "require",
+         W.walls.require_text, NULL);
+  if (jb_db_open(&W.db, W.conninfo, 4, 10, &err) < 0) {
+    slog(JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
+    return 1;
+  }
+  {
+    char name[300];
+    PGconn *c = jb_db_acquire(W.db, &err);
+    if (!c || jb_db_deployment_name(c, name, sizeof name, &err) != JB_OK) {
+      jb_db_release(W.db, c);
+      slog(JB_LOG_FATAL, NULL, err.msg, "phase", "deployment name", NULL);
+      return 1;
+    }
+    jb_db_release(W.db, c);
+    unsigned char h[32];
+    crypto_hash_sha256(h, (const unsigned char *)name, strlen(name));
+    sodium_bin2hex(W.walls.deployment, sizeof W.walls.deployment, h, 8);
+    slog(JB_LOG_INFO, NULL, "deployment", "name", name, "label", W.walls.deployment, NULL);
+  }
+  startup_cleanup();
+  jb_walls_probe(&W.walls, &W.probe);
+  log_probe(&W.probe);
+  pthread_t control_thread;
+  bool control = false;
+  const char *cpath = env_or("JAILBOX_WORKER_CONTROL");
+  if (cpath[0]) {
+    if (control_open(cpath, &err) < 0) slog(JB_LOG_ERROR, NULL, err.msg, "phase", "control socket", NULL);
+    else control = pthread_create(&control_thread, NULL, control_main, NULL) == 0;
+  }
+  slog(JB_LOG_INFO, NULL, "worker ready", "control", control ? cpath : "", NULL);
+
+  /* wake-ups: a change notification (sessions and their launch jobs are inserted together),
+   * a signal, or once a second to catch anything missed */
+  PGconn *listen = NULL;
+  long long last_probe = W.probe.at_ms;
+  while (!atomic_load(&W.stopping)) {
+    if (!listen || PQstatus(listen) != CONNECTION_OK) {
+      if (listen) PQfinish(listen);
+      listen = PQconnectdb(W.conninfo);
+      PGresult *r = PQstatus(listen) == CONNECTION_OK ? PQexec(listen, "LISTEN jb_change") : NULL;
+      if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+        PQfinish(listen);
+        listen = NULL;
+      }
+      PQclear(r);
+    }
+    drain_queue();
+    reap_sessions();
+    /* a wall that was down may have been fixed: probe again now and then */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    struct jb_probe snap = probe_snapshot();
+    if (!probe_ok(&snap) && now - last_probe > 30000) {
+      struct jb_probe p;
+      jb_walls_probe(&W.walls, &p);
+      pthread_mutex_lock(&W.lock);
+      W.probe = p;
+      pthread_mutex_unlock(&W.lock);
+      last_probe = now;
+      log_probe(&p);
+    }
+    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
+    int pr = poll(pf, 2, 1000);
+    if (pr > 0 && (pf[0].revents & POLLIN)) {
+      struct signalfd_siginfo si;
+      if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        slog(JB_LOG_INFO, NULL, "worker stopping", "signal", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+        atomic_store(&W.stopping, true);
+      }
+    }
+    if (listen && pr > 0 && (pf[1].revents & POLLIN)) {
+      PQconsumeInput(listen);
+      PGnotify *n;
+      while ((n = PQnotifies(listen))) PQfreemem(n);
+    }
+  }
+
+  /* stop: every session of this worker ends with it (its container would not outlive the
+   * attach connection anyway: the shim's stdin closes) */
+  pthread_mutex_lock(&W.lock);
+  size_t n = W.n_sessions;
+  struct session *list[1024];
+  memcpy(list, W.sessions, n * sizeof list[0]);
+  pthread_mutex_unlock(&W.lock);
+  for (size_t i = 0; i < n; i++) {
+    struct session *s = list[i];
+    atomic_store(&s->teardown, true);
+    pthread_mutex_lock(&s->lock);
+    char cid[80] = "";
+    if (s->sb_ready) snprintf(cid, sizeof cid, "%s", s->sb.container_id);
+    pthread_mutex_unlock(&s->lock);
+    fail_session(s->job_id, "worker stopped");
+    if (cid[0]) jb_container_remove(&W.walls, cid, &err);
+  }
+  for (size_t i = 0; i < n; i++) pthread_join(list[i]->thread, NULL);
+  for (size_t i = 0; i < n; i++) session_free(list[i]);
+  W.n_sessions = 0;
+  if (control) pthread_join(control_thread, NULL);
+  if (control_fd >= 0) {
+    close(control_fd);
+    unlink(cpath);
+  }
+  if (listen) PQfinish(listen);
+  jb_db_close(W.db);
+  jb_keyring_free(W.keys);
+  free(W.profile_buf);
+  curl_global_cleanup();
+  slog(JB_LOG_INFO, NULL, "worker stopped", NULL);
+  return 0;
+}

@@ -1,0 +1,357 @@
+// walls.test.mjs — the three walls, tested with real dockerd + runsc + bwrap (nothing mocked):
+// a real jailboxd starts a real jailbox-worker, sessions get real containers, and the tests
+// attack the jail from inside through the test build of the shim (jailbox-shim-test, in the
+// image jailbox-sandbox:test), reached over the worker's control socket.
+// Needs root, Docker with runsc registered (deploy/install-deps.sh, deploy/start-dockerd.sh).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { readFileSync, readdirSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startServer, JAILBOXD } from './lib/server.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(here, '../..');
+const SHIM_TEST = process.env.JAILBOX_SHIM_TEST || join(dirname(JAILBOXD), 'jailbox-shim-test');
+const IMAGE = 'jailbox-sandbox:test';
+const DOCKER_SOCK = '/var/run/docker.sock';
+
+// ---- helpers ----------------------------------------------------------------------------
+
+function docker(method, path, body) {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const req = http.request({ socketPath: DOCKER_SOCK, method, path: '/v1.41' + path,
+      headers: payload ? { 'content-type': 'application/json' } : {} }, (res) => {
+      let data = '';
+      res.on('data', (d) => { data += d; });
+      res.on('end', () => {
+        let json;
+        try { json = JSON.parse(data); } catch { json = undefined; }
+        resolve({ status: res.statusCode, json });
+      });
+    });
+    req.on('error', reject);
+    if (payload) req.write(payload);
+    req.end();
+  });
+}
+
+// one request over the worker's control socket: {jobId, request} -> the shim's answer
+function control(sock, msg, timeoutMs = 60000) {
+  return new Promise((resolve, reject) => {
+    const c = net.createConnection(sock);
+    let buf = '';
+    const t = setTimeout(() => { c.destroy(); reject(new Error('control: timeout')); }, timeoutMs);
+    c.on('connect', () => c.write(JSON.stringify(msg) + '\n'));
+    c.on('data', (d) => {
+      buf += d;
+      const k = buf.indexOf('\n');
+      if (k >= 0) { clearTimeout(t); c.end(); resolve(JSON.parse(buf.slice(0, k))); }
+    });
+    c.on('error', (e) => { clearTimeout(t); reject(e); });
+  });
+}
+
+async function shim(srv, jobId, request, timeoutMs) {
+  const r = await control(srv.ctl, { jobId, request, timeoutMs }, (timeoutMs || 30000) + 5000);
+  if (!r.ok) throw new Error('control: ' + r.error);
+  assert.equal(r.answer.ok, true, JSON.stringify(r.answer));
+  return r.answer.result;
+}
+
+async function waitFor(what, fn, timeoutMs = 60000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('timed out waiting for ' + what);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function session(srv, jobId) {
+  const r = await srv.req('GET', '/v1/jailbox/' + jobId, { token: srv.serviceToken });
+  assert.equal(r.status, 200, r.text);
+  return r.json;
+}
+
+async function waitState(srv, jobId, states, timeoutMs = 60000) {
+  return waitFor(`${jobId} in ${states}`, async () => {
+    const s = await session(srv, jobId);
+    return states.includes(s.state) ? s : null;
+  }, timeoutMs);
+}
+
+async function start(env = {}) {
+  const ctl = join(tmpdir(), 'jbctl-' + Math.random().toString(36).slice(2) + '.sock');
+  const srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_WORKER_CONTROL: ctl,
+                                  JAILBOX_SANDBOX_IMAGE: IMAGE, ...env });
+  srv.ctl = ctl;
+  await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()), 60000);
+  return srv;
+}
+
+// processes on this host whose command line names `needle` (e.g. a container id)
+function processesNaming(needle) {
+  const found = [];
+  for (const p of readdirSync('/proc')) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8');
+      if (cmd.includes(needle)) found.push(`${p}: ${cmd.replace(/\0/g, ' ').slice(0, 120)}`);
+    } catch { /* gone */ }
+  }
+  return found;
+}
+
+const ERRNO = { EPERM: 1, EACCES: 13, EROFS: 30, EAGAIN: 11 };
+
+// ---- setup ------------------------------------------------------------------------------
+
+let srv; // the default configuration: every wall required
+let job; // one session shared by the read-only probes
+let contract;
+const servers = [];
+
+before(async () => {
+  execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
+  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', SHIM_TEST, '--tag', IMAGE],
+    { stdio: 'inherit' });
+  srv = await start();
+  servers.push(srv);
+  job = (await srv.open({ limits: { memoryMiB: 256, pids: 64 } })).jobId;
+  const s = await waitState(srv, job, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', `session failed: ${s.stateReason}\n${srv.log()}`);
+  contract = s.walls;
+});
+
+after(async () => {
+  const jobs = [];
+  for (const s of servers) {
+    const r = await s.db.query('SELECT job_id FROM sessions');
+    jobs.push(...r.rows.map((x) => x.job_id));
+    await s.stop();
+    // the worker's stderr is jailboxd's: a sanitizer report of either shows here
+    assert.doesNotMatch(s.log(), /ERROR: (Address|Leak)Sanitizer|runtime error:/, s.log());
+  }
+  // no test leaves a container behind
+  const list = await docker('GET', '/containers/json?all=1&filters=' +
+    encodeURIComponent(JSON.stringify({ label: ['jailbox.session'] })));
+  const left = list.json.filter((c) => jobs.includes(c.Labels['jailbox.session']));
+  assert.deepEqual(left.map((c) => c.Id), [], 'containers left behind');
+});
+
+// ---- the contract -----------------------------------------------------------------------
+
+test('session contract: every wall up, with its settings and residual risks', () => {
+  assert.equal(contract.status, 'up');
+  assert.deepEqual(contract.required, ['gvisor', 'docker', 'bwrap']);
+  assert.equal(contract.override, null);
+  for (const w of ['gvisor', 'docker', 'bwrap']) assert.equal(contract.walls[w].up, true, w);
+  assert.equal(contract.walls.gvisor.runtime, 'runsc');
+  assert.match(contract.walls.gvisor.version, /runsc version/);
+  assert.deepEqual(contract.walls.gvisor.runtimeArgs, ['--network=none', '--oci-seccomp']);
+  const profile = readFileSync(join(ROOT, 'deploy/seccomp/jailbox.json'));
+  assert.equal(contract.walls.docker.seccomp.sha256, createHash('sha256').update(profile).digest('hex'));
+  assert.deepEqual(contract.walls.docker.capabilities.drop, ['ALL']);
+  assert.deepEqual(contract.walls.docker.capabilities.add, ['SYS_ADMIN', 'SETPCAP', 'SETUID', 'SETGID']);
+  assert.equal(contract.walls.docker.network, 'none');
+  assert.equal(contract.walls.docker.readOnlyRootfs, true);
+  assert.equal(contract.walls.docker.limits.memoryBytes, 256 * 1024 * 1024);
+  assert.equal(contract.walls.docker.limits.pids, 64);
+  assert.match(contract.walls.docker.apparmor, /unavailable|docker-default/);
+  assert.ok(contract.walls.bwrap.seccomp.syscalls >= 40, 'filtered syscalls');
+  assert.match(contract.walls.bwrap.seccomp.bpfSha256, /^[0-9a-f]{64}$/);
+  assert.ok(contract.residualRisks.length >= 5);
+  assert.equal(contract.jailSeenFromInside.uid.effective, 65534);
+  assert.equal(typeof contract.prescan.dirHash, 'string');
+});
+
+test('the container runs under runsc, labelled with its session', async () => {
+  const r = await docker('GET', `/containers/${contract.walls.docker.containerId}/json`);
+  assert.equal(r.status, 200);
+  assert.equal(r.json.HostConfig.Runtime, 'runsc');
+  assert.equal(r.json.Config.Labels['jailbox.session'], job);
+  assert.equal(r.json.HostConfig.NetworkMode, 'none');
+  assert.equal(r.json.HostConfig.ReadonlyRootfs, true);
+  assert.ok(r.json.HostConfig.SecurityOpt.some((o) => o.startsWith('no-new-privileges')));
+});
+
+// ---- from inside the jail ---------------------------------------------------------------
+
+test('jailed process: uid 65534, CapEff/CapPrm/CapBnd 0, NoNewPrivs 1, seccomp filter on', async () => {
+  const st = await shim(srv, job, { op: 'status' });
+  assert.equal(st.uid.effective, 65534);
+  assert.equal(st.uid.real, 65534);
+  assert.equal(st.gid.effective, 65534);
+  assert.deepEqual(st.groups, []);
+  for (const k of ['effective', 'permitted', 'bounding', 'inheritable', 'effectiveCapget'])
+    assert.equal(st.capabilities[k], '0000000000000000', k);
+  assert.equal(st.noNewPrivs, 1);
+  assert.equal(st.seccomp, 2);
+  assert.equal(typeof st.openat2.available, 'boolean'); // false under gVisor 2024-07
+});
+
+test('network: only lo, and a listener on the host loopback cannot be reached', async () => {
+  const st = await shim(srv, job, { op: 'status' });
+  assert.deepEqual(st.netdevs, ['lo']);
+  let connections = 0;
+  const server = net.createServer((c) => { connections++; c.destroy(); });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const port = server.address().port;
+  try {
+    const r = await shim(srv, job, { op: 'test.connect', host: '127.0.0.1', port, timeoutMs: 2000 });
+    assert.equal(r.connected, false, JSON.stringify(r));
+    assert.ok(r.errno > 0);
+  } finally {
+    await new Promise((r) => server.close(r));
+  }
+  assert.equal(connections, 0, 'the host listener saw a connection');
+});
+
+test('writing to / fails; the jail root is mounted read-only', async () => {
+  const r = await shim(srv, job, { op: 'test.write', path: '/jbprobe' });
+  assert.equal(r.written, false);
+  // gVisor checks permission before the read-only mount (EACCES); Linux would say EROFS
+  assert.ok([ERRNO.EROFS, ERRNO.EACCES].includes(r.errno), JSON.stringify(r));
+  const st = await shim(srv, job, { op: 'status' });
+  const root = st.mounts.find((m) => m.path === '/');
+  assert.match(root.options, /^ro(,|$)/);
+  for (const p of ['/lib', '/lib64', '/usr/bin/setpriv', '/opt/jailbox/bin/jailbox-shim'])
+    assert.match(st.mounts.find((m) => m.path === p).options, /^ro(,|$)/, p);
+  // the jail's own /tmp is writable
+  assert.equal((await shim(srv, job, { op: 'test.write', path: '/tmp/x' })).written, true);
+});
+
+test('escape-shaped syscalls are killed by the Wall 3 filter (SIGSYS)', async () => {
+  const names = ['mount', 'umount2', 'pivot_root', 'chroot', 'unshare', 'unshare_user', 'setns',
+    'clone_newuser', 'ptrace', 'kexec_load', 'bpf', 'keyctl', 'add_key', 'init_module', 'reboot',
+    'perf_event_open', 'userfaultfd', 'open_by_handle_at', 'io_uring_setup'];
+  for (const name of names) {
+    const r = await shim(srv, job, { op: 'test.syscall', name });
+    assert.equal(r.outcome, 'killed', `${name}: ${JSON.stringify(r)}`);
+    assert.equal(r.signalName, 'SYS', name);
+  }
+  // and ordinary calls still work
+  for (const name of ['getpid', 'fork', 'ioctl_fionread'])
+    assert.equal((await shim(srv, job, { op: 'test.syscall', name })).outcome, 'allowed', name);
+  assert.equal((await shim(srv, job, { op: 'ping' })).pong, true);
+});
+
+test('ioctl(TIOCSTI) is killed, also with high bits set in the request (CVE-2017-5226)', async () => {
+  for (const name of ['ioctl_tiocsti', 'ioctl_tiocsti_high']) {
+    const r = await shim(srv, job, { op: 'test.syscall', name });
+    assert.equal(r.outcome, 'killed', `${name}: ${JSON.stringify(r)}`);
+    assert.equal(r.signalName, 'SYS');
+  }
+});
+
+test('/proc shows only the jail\'s processes; /sys is absent', async () => {
+  const st = await shim(srv, job, { op: 'status' });
+  assert.equal(st.sysPresent, false);
+  assert.ok(st.pids.length <= 2, `visible pids ${st.pids}`);
+  assert.ok(st.pids.includes(st.pid));
+  assert.ok(st.pid <= 2, `shim pid ${st.pid} in a new pid namespace`);
+  assert.equal(st.hostname, 'jailbox');
+});
+
+test('only stdin, stdout and stderr are open in the jail (no leaked descriptors)', async () => {
+  const st = await shim(srv, job, { op: 'status' });
+  assert.deepEqual(st.fds.map((f) => f.fd), [0, 1, 2], JSON.stringify(st.fds));
+});
+
+// ---- limits -------------------------------------------------------------------------------
+
+test('a fork bomb stops at the pids limit and the jail survives', async () => {
+  const j = (await srv.open({ limits: { memoryMiB: 512, pids: 32 } })).jobId;
+  const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  const r = await shim(srv, j, { op: 'test.forkbomb', max: 5000 }, 60000);
+  assert.equal(r.stopped, true, JSON.stringify(r));
+  assert.equal(r.errno, ERRNO.EAGAIN);
+  assert.ok(r.forked <= 32, `forked ${r.forked}`);
+  assert.equal((await shim(srv, j, { op: 'ping' })).pong, true);
+  assert.equal((await session(srv, j)).state, 'awaiting_agent');
+});
+
+test('a memory hog is OOM-killed and the session goes to failed', async () => {
+  const j = (await srv.open({ limits: { memoryMiB: 128, pids: 64 } })).jobId;
+  const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  const cid = s.walls.walls.docker.containerId;
+  await control(srv.ctl, { jobId: j, request: { op: 'test.memhog', mib: 2048 }, timeoutMs: 60000 }, 70000)
+    .catch(() => {});
+  const f = await waitState(srv, j, ['failed'], 60000);
+  assert.match(f.stateReason, /out of memory/);
+  await waitFor('container removed', async () => (await docker('GET', `/containers/${cid}/json`)).status === 404);
+});
+
+// ---- crash safety ---------------------------------------------------------------------------
+
+test('killing the worker leaves no live sandbox processes after the next start', async () => {
+  const j = (await srv.open({})).jobId;
+  const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  const cid = s.walls.walls.docker.containerId;
+  assert.ok(processesNaming(cid).length > 0, 'the sandbox runs');
+  const pidfile = join(srv.state, 'worker-0.pid');
+  const pid = Number(readFileSync(pidfile, 'utf8'));
+  const readyBefore = (srv.log().match(/"msg":"worker ready"/g) || []).length;
+  process.kill(pid, 'SIGKILL');
+  await waitFor('worker restarted', () => (srv.log().match(/"msg":"worker ready"/g) || []).length > readyBefore);
+  const f = await waitState(srv, j, ['failed']);
+  assert.match(f.stateReason, /worker restarted/);
+  assert.equal((await docker('GET', `/containers/${cid}/json`)).status, 404);
+  await waitFor('no sandbox process', () => processesNaming(cid).length === 0, 20000);
+  // the restarted worker still launches sessions
+  const j2 = (await srv.open({})).jobId;
+  assert.equal((await waitState(srv, j2, ['awaiting_agent', 'failed'])).state, 'awaiting_agent');
+});
+
+test('teardown: an aborted session loses its container', async () => {
+  const o = await srv.open({});
+  const s = await waitState(srv, o.jobId, ['awaiting_agent', 'failed']);
+  const cid = s.walls.walls.docker.containerId;
+  const r = await srv.req('POST', `/v1/jailbox/${o.jobId}/abort`, { token: o.buyerToken });
+  assert.equal(r.status, 200, r.text);
+  await waitFor('container removed', async () => (await docker('GET', `/containers/${cid}/json`)).status === 404, 10000);
+});
+
+// ---- fail closed, and the development override ----------------------------------------------
+
+test('fail closed: a required wall that cannot be built fails the session, naming it', async () => {
+  const bad = await start({ JAILBOX_RUNTIME: 'runsc-not-registered' });
+  servers.push(bad);
+  const j = (await bad.open({})).jobId;
+  const s = await waitState(bad, j, ['failed', 'awaiting_agent']);
+  assert.equal(s.state, 'failed');
+  assert.match(s.stateReason, /^wall gvisor/);
+  assert.match(s.stateReason, /not registered/);
+  assert.equal(s.walls.status, 'failed');
+  assert.equal(s.walls.walls.gvisor.up, false);
+});
+
+test('development override: fewer walls, shown in the contract and every log line of the session', async () => {
+  const dev = await start({ JAILBOX_RUNTIME: 'runsc-not-registered', JAILBOX_REQUIRE_WALLS: 'docker' });
+  servers.push(dev);
+  const j = (await dev.open({})).jobId;
+  const s = await waitState(dev, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  assert.deepEqual(s.walls.override.requireWalls, 'docker');
+  assert.equal(s.walls.walls.gvisor.up, false);
+  assert.equal(s.walls.walls.bwrap.up, false);
+  assert.equal(s.walls.walls.docker.up, true);
+  assert.ok(s.walls.residualRisks.some((r) => /Development override/.test(r)));
+  const st = await shim(dev, j, { op: 'status' });
+  assert.equal(st.uid.effective, 65534);
+  assert.equal(st.capabilities.bounding, '0000000000000000');
+  const lines = dev.log().split('\n').filter((l) => l.includes(j) && l.includes('"worker"'));
+  assert.ok(lines.length >= 3);
+  for (const l of lines) assert.match(l, /"devOverride":"docker"/, l);
+});
