@@ -200,14 +200,9 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
   return MHD_YES;
 }
 
-/* Is `te` exactly the chunked coding (case-insensitive, optional surrounding whitespace)? */
-static bool te_is_chunked(const char *te) {
-  while (*te == ' ' || *te == '\t') te++;
-  if (strncasecmp(te, "chunked", 7) != 0) return false;
-  for (te += 7; *te; te++)
-    if (*te != ' ' && *te != '\t') return false;
-  return true;
-}
+/* Is `te` exactly the chunked coding? Only that spelling (any case) is framed as chunked
+ * by libmicrohttpd; anything else ("chunked " included) would be read as no body at all. */
+static bool te_is_chunked(const char *te) { return strcasecmp(te, "chunked") == 0; }
 
 /* A request target whose path holds an encoded '/', '\' or control byte is refused: routing
  * happens on the decoded path, and a segment must never split or end early after decoding. */
