@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/ctl.h"
 #include "server/audit.h"
 #include "server/keys.h"
 
@@ -39,7 +40,10 @@ static void usage(FILE *out) {
         "      (both read JAILBOX_URL, default http://127.0.0.1:8080, and JAILBOX_TOKEN)\n"
         "  jailboxctl keys rotate [--key-file FILE | --state-dir DIR]\n"
         "      replace the signing key file with a new key (JAILBOX_SIGNING_KEY_FILE, else\n"
-        "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n",
+        "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n"
+        "  jailboxctl token create --role service [--label L] [--database-url URL | --state-dir DIR]\n"
+        "      mint a service token (printed once; only its SHA-256 is stored) in the database\n"
+        "      of JAILBOX_DATABASE_URL, else the embedded one of JAILBOX_STATE_DIR (./var)\n",
         out);
 }
 
@@ -273,6 +277,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "export") == 0) return audit_export(argc - 3, argv + 3);
     if (strcmp(argv[2], "keys") == 0 && argc == 3) return http_get("/v1/audit/keys", false);
   }
+  if (argc >= 3 && strcmp(argv[1], "token") == 0 && strcmp(argv[2], "create") == 0)
+    return jb_ctl_token_create(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "keys") == 0 && strcmp(argv[2], "rotate") == 0)
     return keys_rotate(argc - 3, argv + 3);
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

@@ -168,6 +168,12 @@ async function main() {
   stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   jb.stderr.on('data', (d) => { log += d; if (log.length > 1 << 20) log = log.slice(-65536); });
+  let stopping = false;
+  jb.on('exit', (code, sig) => {
+    if (stopping) return;
+    console.error(`jailboxd died: code ${code} signal ${sig}\n` + log.slice(-4000));
+    process.exit(1);
+  });
   const nodeSrv = [];
   try {
     for (let i = 0; i < 600 && !/"msg":"listening"/.test(log); i++) await sleep(100);
@@ -211,6 +217,7 @@ async function main() {
     console.log(JSON.stringify({ ratio, targets: { bytesPerConn: '<= 20480', memory: '<= 0.2', deliveredPerSec: '>= 3' } }));
   } finally {
     for (const p of nodeSrv) p.kill();
+    stopping = true;
     jb.kill('SIGTERM');
     await new Promise((res) => jb.once('exit', res));
     rmSync(dir, { recursive: true, force: true });

@@ -462,3 +462,20 @@ test('read cache: a change made elsewhere reaches GET, also after the listener r
   assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: s.agentToken })).status, 401);
   assert.equal((await srv.req('GET', '/v1/jailbox/cache-3', { token: srv.serviceToken })).status, 200);
 });
+
+test('jailboxctl token create --role service: a working service token, stored only as a hash', async () => {
+  const { execFileSync, spawnSync } = await import('node:child_process');
+  const ctl = (process.env.JAILBOXD || '../../build/jailboxd').replace(/jailboxd$/, 'jailboxctl');
+  const out = execFileSync(ctl, ['token', 'create', '--role', 'service', '--label', 'dash', '--state-dir', srv.state]).toString().trim();
+  assert.match(out, /^jbt_[A-Za-z0-9_-]{43}$/);
+  const s = await srv.open({ agentId: 'via-new-token' });
+  const r = await srv.req('GET', `/v1/jailbox/${s.jobId}`, { token: out });
+  assert.equal(r.status, 200);
+  const rows = await srv.db.query("SELECT role, label FROM tokens WHERE label = 'dash'");
+  assert.deepEqual(rows.rows, [{ role: 'service', label: 'dash' }]);
+  const bad = spawnSync(ctl, ['token', 'create', '--role', 'buyer', '--state-dir', srv.state]);
+  assert.equal(bad.status, 2);
+  const none = spawnSync(ctl, ['token', 'create', '--role', 'service', '--state-dir', '/nonexistent']);
+  assert.equal(none.status, 3);
+  assert.match(none.stderr.toString(), /jailboxctl token create: .*PostgreSQL/);
+});
