@@ -6,7 +6,7 @@
 //     latency p50/p99 (request sent → event received).
 // Clients are raw `ws` sockets speaking Engine.IO v4 / Socket.IO v5 (open → 40{token},
 // answer pings), spread over worker threads. Usage: node bench.mjs (env: JAILBOXD, N, F, C,
-// SECONDS, WORKERS). Run through ./run.sh.
+// SECONDS, WORKERS, RATE = offered events/s, 0 = as fast as answered). Run through ./run.sh.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -112,8 +112,16 @@ async function fire(port, pathOf, ids, c, seconds, headers, cl) {
     cl.sent(id, performance.timeOrigin + performance.now());
     req.end();
   });
+  const rate = Number(process.env.RATE || 0); // events/s offered in all; 0: as fast as answered
+  const start = Date.now();
   await Promise.all(Array.from({ length: c }, async () => {
-    while (Date.now() < end && next < ids.length) await oneReq(ids[next++]);
+    while (Date.now() < end && next < ids.length) {
+      if (rate) {
+        const due = start + (next * 1000) / rate;
+        if (due > Date.now()) { await sleep(due - Date.now()); if (Date.now() >= end) break; }
+      }
+      await oneReq(ids[next++]);
+    }
   }));
   agent.destroy();
   return ok;
@@ -135,6 +143,7 @@ async function measure(name, pid, url, token, trigger, opts) {
   // fan-out
   const fan = await clients(url, token, F, WORKERS, Math.min(F, 200));
   await sleep(500);
+  if (trigger.prepare) await trigger.prepare();
   fan.reset();
   const t0 = performance.now();
   const ok = await fire(trigger.port, trigger.path, trigger.ids, C, SECONDS, trigger.headers, fan);
@@ -187,25 +196,30 @@ async function main() {
     const psql = (sql) => execFileSync('psql', ['-X', '-q', '-t', '-A', '-h', join(dir, 'state/pg/run'),
       '-U', 'jailbox', '-d', 'jailbox', '-c', sql], { encoding: 'utf8' });
     psql("UPDATE sessions SET state = 'active' WHERE job_id = 'bench'");
+    // the pending ops to approve are inserted once the clients are connected (a buyer that
+    // connects is sent the pending approvals: that is not what the idle run measures)
     const total = C * SECONDS * 2000;
-    psql(`INSERT INTO ops (job_id, tool, path, args, state) SELECT 'bench', 'write', 'src/file-' || g || '.c', '{}', 'pending' FROM generate_series(1, ${total}) g`);
-    const [lo, hi] = psql("SELECT min(op_id) || ' ' || max(op_id) FROM ops WHERE job_id = 'bench'").trim().split(' ').map(Number);
-    const ids = Array.from({ length: hi - lo + 1 }, (_, i) => lo + i);
+    const ids = [];
+    const prepare = async () => {
+      psql(`INSERT INTO ops (job_id, tool, path, args, state) SELECT 'bench', 'write', 'src/file-' || g || '.c', '{}', 'pending' FROM generate_series(1, ${total}) g`);
+      const [lo, hi] = psql("SELECT min(op_id) || ' ' || max(op_id) FROM ops WHERE job_id = 'bench' AND state = 'pending'").trim().split(' ').map(Number);
+      for (let i = lo; i <= hi; i++) ids.push(i);
+    };
     // a decided op as the Node server's event template (same size on the wire)
-    const tmpl = await (await fetch(`http://127.0.0.1:${httpPort}/v1/jailbox/bench/approve/${ids[0]}`, { method: 'POST',
+    const one = psql("INSERT INTO ops (job_id, tool, path, args, state) VALUES ('bench', 'write', 'src/file-0.c', '{}', 'pending') RETURNING op_id").trim();
+    const tmpl = await (await fetch(`http://127.0.0.1:${httpPort}/v1/jailbox/bench/approve/${one}`, { method: 'POST',
       headers: { authorization: 'Bearer ' + buyerToken } })).json();
-    ids.shift();
 
     console.log(JSON.stringify({ setup: { N, F, C, SECONDS, WORKERS, cpus: (await import('node:os')).cpus().length } }));
     const jbRes = await measure('jailboxd', jb.pid, `ws://127.0.0.1:${wsPort}/socket.io/?EIO=4&transport=websocket`,
-      buyerToken, { port: httpPort, path: (id) => `/v1/jailbox/bench/approve/${id}`, ids,
+      buyerToken, { port: httpPort, path: (id) => `/v1/jailbox/bench/approve/${id}`, ids, prepare,
         headers: { authorization: 'Bearer ' + buyerToken } }, opts);
 
     const ns = spawn(process.execPath, [join(here, 'node_server.mjs')], { env: { ...process.env, TOKEN: buyerToken,
       OP_TEMPLATE: JSON.stringify(tmpl) }, stdio: ['ignore', 'pipe', 'inherit'] });
     nodeSrv.push(ns);
     const nport = await new Promise((res) => ns.stdout.once('data', (d) => res(JSON.parse(String(d)).port)));
-    const nodeIds = Array.from({ length: ids.length }, (_, i) => i + 1);
+    const nodeIds = Array.from({ length: total }, (_, i) => i + 1);
     const nRes = await measure('node socket.io', ns.pid, `ws://127.0.0.1:${nport}/socket.io/?EIO=4&transport=websocket`,
       buyerToken, { port: nport, path: (id) => `/approve/${id}`, ids: nodeIds, headers: {} }, opts);
 
