@@ -17,6 +17,7 @@
 
 #include "api/auth.h"
 #include "api/json.h"
+#include "db/audit_store.h"
 #include "db/prescan.h"
 #include "db/sessions.h"
 #include "db/tokens.h"
@@ -59,7 +60,7 @@ static json_t *conflict(const char *what, const char *state) {
 
 static json_t *db_failed(const jb_error *err) {
   jb_log(JB_LOG_ERROR, "database error", "detail", err->msg, NULL);
-  return fail("database_unavailable", "%s", err->msg);
+  return fail("database_unavailable", "the database is unavailable; try again");
 }
 
 /* ---------- CONNECT ---------- */
@@ -107,7 +108,7 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   jb_log(JB_LOG_INFO, "socket connected", "jobId", job, "role", role, "addr", peer->addr, NULL);
 }
 
-/* After CONNECT: the current state, and for buyers the pending approvals, so that a client
+/* After CONNECT: the current state, and for buyers the pre-scan and the pending approvals, so that a client
  * that reconnects (to this or another instance) has everything it may have missed. */
 static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
   struct jb_socket *s = ctx;
@@ -125,6 +126,11 @@ static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *p
                          "snapshot", 1)
              : NULL;
     if (ev) jb_ws_emit(ws, peer->conn, "jailbox:state", ev);
+    /* the pre-scan, once the worker has made it (it is part of the session contract) */
+    json_t *pre = json_object_get(json_object_get(sess, "walls"), "prescan");
+    if (peer->role == JB_ROLE_BUYER && json_is_object(pre))
+      jb_ws_emit(ws, peer->conn, "jailbox:pre_scan",
+                 json_pack("{s:s,s:O,s:b}", "jobId", peer->room, "prescan", pre, "snapshot", 1));
     json_decref(sess);
   }
   free(text);
@@ -175,7 +181,7 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
     return fail("bad_request", "%s", err.msg);
   PGconn *c = jb_db_acquire(s->app->db, &err);
-  if (!c) return fail("database_unavailable", "%s", err.msg);
+  if (!c) return db_failed(&err);
   struct jb_transition t;
   int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
   jb_db_release(s->app->db, c);
@@ -183,6 +189,7 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
     jb_bus_publish(s->app->bus, job, "jailbox:state",
                    json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
                              t.previous, "reason", reason, "actor", "buyer"));
+    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
     jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, "via",
            "socket", NULL);
     return json_pack("[{s:b,s:s,s:s,s:s,s:I}]", "ok", 1, "jobId", job, "state", t.state, "previous",
@@ -221,7 +228,7 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
     return fail("bad_request", "%s", err.msg);
   PGconn *c = jb_db_acquire(s->app->db, &err);
-  if (!c) return fail("database_unavailable", "%s", err.msg);
+  if (!c) return db_failed(&err);
   char *json = NULL, state[20] = "";
   int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, NULL, &err);
   jb_db_release(s->app->db, c);
@@ -264,7 +271,7 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
     PGconn *c = jb_db_acquire(s->app->db, &err);
     if (!c) {
       free(text);
-      return fail("database_unavailable", "%s", err.msg);
+      return db_failed(&err);
     }
     int rc = jb_db_session_add_exclusions(c, job, text, state, &err);
     jb_db_release(s->app->db, c);
@@ -277,6 +284,13 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   json_t *none = json_array();
   json_t *r = transition(s, job, none, from, "awaiting_agent");
   json_decref(none);
+  /* the worker moves on by itself unless told to hold (JAILBOX_PRESCAN_HOLD): exclusions
+   * given before the agent connects are still taken, and the answer says so */
+  const char *cur = json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "state"));
+  if (cur && strcmp(cur, "awaiting_agent") == 0) {
+    json_decref(r);
+    r = json_pack("[{s:b,s:s,s:s}]", "ok", 1, "jobId", job, "state", "awaiting_agent");
+  }
   return r;
 }
 

@@ -46,7 +46,7 @@ static void *run(void *arg) {
     const char *const vals[] = {l->conninfo, "5", "jailboxd-listen", NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     PGresult *r = NULL;
-    if (PQstatus(c) == CONNECTION_OK) r = PQexec(c, "LISTEN jb_change");
+    if (PQstatus(c) == CONNECTION_OK) r = PQexec(c, "LISTEN jb_change; LISTEN jb_event");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       PQclear(r);
       PQfinish(c);
@@ -93,7 +93,7 @@ static void *run(void *arg) {
       }
       PGnotify *nt;
       while ((nt = PQnotifies(c)) != NULL) {
-        l->on_notify(l->ctx, nt->extra ? nt->extra : "");
+        l->on_notify(l->ctx, nt->relname, nt->extra ? nt->extra : "");
         PQfreemem(nt);
       }
     }

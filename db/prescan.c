@@ -16,7 +16,7 @@ int jb_db_session_add_exclusions(PGconn *c, const char *job_id, const char *excl
       "      UNION ALL SELECT g, n + 1000000 FROM jsonb_array_elements($2::jsonb)"
       "      WITH ORDINALITY AS b(g, n)) u GROUP BY g) d),"
       "   updated_at = now()"
-      " WHERE s.job_id = $1 AND s.state = 'prescanning' RETURNING s.state",
+      " WHERE s.job_id = $1 AND s.state IN ('prescanning', 'awaiting_agent') RETURNING s.state",
       2, p, PGRES_TUPLES_OK, NULL, err, "add exclusions");
   if (!r) return JB_ERR_FAIL;
   int n = PQntuples(r);

@@ -9,7 +9,7 @@
 #include "server/err.h"
 
 /* Appends the globs of `exclude_json` (JSON array text of strings) to the exclusions of
- * `job_id`, keeping each glob once, only while the session is in `prescanning`.
+ * `job_id`, keeping each glob once, while the session is in `prescanning` or `awaiting_agent` (before the agent connects).
  * JB_OK; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with `state` (20 bytes) = the current state;
  * JB_ERR_FAIL with `err`. */
 int jb_db_session_add_exclusions(PGconn *c, const char *job_id, const char *exclude_json,

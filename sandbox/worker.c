@@ -7,7 +7,8 @@
  *
  * Settings are environment variables (the worker is normally started by jailboxd, which
  * passes the database); `jailbox-worker --help` lists them. `--probe` runs the probe, prints
- * it as JSON and exits (0 when every required wall is up). */
+ * it as JSON and exits (0 when every required wall is up); `--explain` reads a session (or its
+ * contract) as JSON on stdin and prints the contract for a person. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <errno.h>
@@ -35,8 +36,11 @@
 #include "db/db.h"
 #include "db/launch_jobs.h"
 #include "db/sessions.h"
+#include "sandbox/explain.h"
 #include "sandbox/shim_proto.h"
 #include "sandbox/walls.h"
+#include "db/audit_store.h"
+#include "db/events.h"
 #include "sandbox/workspace_scan.h"
 #include "server/keys.h"
 #include "server/log.h"
@@ -174,7 +178,51 @@ struct tr_args {
 };
 static int tr_fn(PGconn *c, void *a, jb_error *err) {
   struct tr_args *t = a;
-  return jb_db_session_transition(c, W.keys, t->job, t->from, t->to, t->reason, "system", &t->out, err);
+  int rc = jb_db_session_transition(c, W.keys, t->job, t->from, t->to, t->reason, "system", &t->out, err);
+  if (rc != JB_OK) return rc;
+  /* the buyer's sockets live in jailboxd: tell it (best effort, the change is committed) */
+  json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", t->job, "state", t->to, "previous",
+                         t->out.previous, "reason", t->reason, "actor", "system");
+  json_t *head = jb_audit_head_json(&t->out.head);
+  jb_error nerr = {0};
+  if (jb_db_notify_event(c, t->job, "jailbox:state", ev, &nerr) != JB_OK ||
+      jb_db_notify_event(c, t->job, "jailbox:audit_head", head, &nerr) != JB_OK)
+    slog(JB_LOG_WARN, t->job, nerr.msg, "step", "notify event", NULL);
+  json_decref(ev);
+  json_decref(head);
+  return rc;
+}
+
+/* The pre-scan's audit entry and its jailbox:pre_scan event. */
+struct prescan_args {
+  const char *job;
+  json_t *scan;
+};
+static int prescan_fn(PGconn *c, void *a, jb_error *err) {
+  struct prescan_args *p = a;
+  struct jb_audit_head h;
+  int rc = jb_audit_append(c, W.keys, p->job, "pre_scan", NULL, p->scan, &h, err);
+  if (rc != JB_OK) return rc;
+  /* the contract shows the pre-scan at once (the walls join it once they are up), so that a
+   * buyer who connects later is sent it too */
+  json_t *pre = json_pack("{s:O}", "prescan", p->scan);
+  char *text = pre ? json_dumps(pre, JSON_COMPACT) : NULL;
+  json_decref(pre);
+  if (text) {
+    jb_error werr = {0};
+    if (jb_db_session_set_walls(c, p->job, text, &werr) == JB_ERR_FAIL)
+      slog(JB_LOG_WARN, p->job, werr.msg, "step", "store pre-scan", NULL);
+    free(text);
+  }
+  json_t *ev = json_pack("{s:s,s:O}", "jobId", p->job, "prescan", p->scan);
+  json_t *head = jb_audit_head_json(&h);
+  jb_error nerr = {0};
+  if (jb_db_notify_event(c, p->job, "jailbox:pre_scan", ev, &nerr) != JB_OK ||
+      jb_db_notify_event(c, p->job, "jailbox:audit_head", head, &nerr) != JB_OK)
+    slog(JB_LOG_WARN, p->job, nerr.msg, "step", "notify event", NULL);
+  json_decref(ev);
+  json_decref(head);
+  return JB_OK;
 }
 static int transition(const char *job, const char *const from[], const char *to, const char *reason,
                       jb_error *err) {
@@ -288,6 +336,15 @@ static void *session_main(void *arg) {
   }
   json_t *scan_json = jb_scan_json(&scan);
   slog_json(JB_LOG_INFO, job, "pre-scan", "prescan", json_incref(scan_json));
+  struct prescan_args pa = {job, scan_json};
+  if (with_conn(prescan_fn, &pa, &err) != JB_OK) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "pre-scan could not be recorded: %s", err.msg);
+    json_decref(scan_json);
+    fail_session(job, reason);
+    finish_job(job, s->launch_job, false, reason, NULL);
+    goto end;
+  }
 
   struct jb_probe probe = probe_snapshot();
   json_t *labels = json_pack("{s:s}", "jailbox.session", job);
@@ -711,6 +768,7 @@ static void print_help(const char *prog) {
     printf("  %-28s default: %s\n      %s\n", settings[i].env, settings[i].def[0] ? settings[i].def : "(empty)",
            settings[i].help);
   printf("\n  --probe   probe the walls, print the result as JSON, exit 0 when every required wall is up\n");
+  printf("  --explain read GET /v1/jailbox/:jobId (or its walls) on stdin, print the session contract for a person\n");
 }
 
 static int load_profile(jb_error *err) {
@@ -817,6 +875,14 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       print_help(argv[0]);
       return 0;
+    }
+    if (!strcmp(argv[i], "--explain")) {
+      json_error_t je;
+      json_t *c = json_loadf(stdin, JSON_REJECT_DUPLICATES, &je);
+      int rc = c ? jb_contract_explain(c, stdout) : -1;
+      json_decref(c);
+      if (rc < 0) fprintf(stderr, "jailbox-worker: stdin is not a session contract\n");
+      return rc < 0 ? 1 : 0;
     }
     if (!strcmp(argv[i], "--probe")) probe_only = true;
     else {

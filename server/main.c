@@ -13,6 +13,7 @@
 #include "api/auth.h"
 #include "api/socket.h"
 #include "db/db.h"
+#include "db/events.h"
 #include "db/listen.h"
 #include "db/migrate.h"
 #include "db/pgembed.h"
@@ -26,9 +27,23 @@
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
-/* LISTEN jb_change callbacks: drop what changed; trust the cache only while listening. */
-static void on_change(void *cache, const char *job_id) { jb_cache_invalidate(cache, job_id); }
-static void on_listen_up(void *cache, bool up) { jb_cache_set_enabled(cache, up); }
+/* LISTEN callbacks. jb_change: drop what changed from the cache; jb_event: an event of
+ * another process (the worker), delivered on this process's bus. The cache is trusted only
+ * while listening. */
+static void on_change(void *appv, const char *channel, const char *payload) {
+  struct jb_app *app = appv;
+  if (strcmp(channel, "jb_change") == 0) {
+    jb_cache_invalidate(app->cache, payload);
+    return;
+  }
+  json_t *doc, *ev;
+  const char *job, *event;
+  if (jb_event_parse(payload, &doc, &job, &event, &ev) == 0) {
+    jb_bus_publish(app->bus, job, event, json_incref(ev));
+    json_decref(doc);
+  }
+}
+static void on_listen_up(void *appv, bool up) { jb_cache_set_enabled(((struct jb_app *)appv)->cache, up); }
 /* Any event of a session published in this process means its cached view may be old. */
 static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
   (void)event, (void)payload;
@@ -141,7 +156,7 @@ int main(int argc, char **argv) {
 
   /* the read cache trusts only what a live LISTEN connection keeps fresh */
   app.cache = jb_cache_new(10000);
-  if (app.cache && jb_listener_start(&listener, conninfo, on_change, on_listen_up, app.cache, &err) < 0) {
+  if (app.cache && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
     exit_code = fatal("change listener", &err);
     goto out;
   }

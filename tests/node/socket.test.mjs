@@ -382,7 +382,7 @@ test('abort reaches the agent; pending ops are rejected; accept after done', asy
   b2.close();
 });
 
-test('pre_scan_done adds exclusions and moves prescanning → awaiting_agent', async () => {
+test('pre_scan_done adds exclusions and moves prescanning → awaiting_agent; more are taken until the agent connects', async () => {
   const s = await srv.open({ exclude: ['*.pem'] });
   const b = await connect(s.buyerToken);
   let e = await b.timeout(5000).emitWithAck('jailbox:pre_scan_done', { exclude: ['x'] });
@@ -397,8 +397,14 @@ test('pre_scan_done adds exclusions and moves prescanning → awaiting_agent', a
   const row = await srv.db.query('SELECT state, exclude FROM sessions WHERE job_id = $1', [s.jobId]);
   assert.deepEqual(row.rows[0], { state: 'awaiting_agent', exclude: ['*.pem', '.env', 'secrets/**'] });
   await waitEvent(b, 'jailbox:state', (p) => p.state === 'awaiting_agent');
-  e = await b.timeout(5000).emitWithAck('jailbox:pre_scan_done', {});
-  assert.deepEqual([e.error.code, e.error.state], ['invalid_state', 'awaiting_agent']);
+  // until the agent connects more exclusions are taken (the worker may have moved on already)
+  e = await b.timeout(5000).emitWithAck('jailbox:pre_scan_done', { exclude: ['build/**'] });
+  assert.deepEqual([e.ok, e.state], [true, 'awaiting_agent']);
+  const row2 = await srv.db.query('SELECT exclude FROM sessions WHERE job_id = $1', [s.jobId]);
+  assert.deepEqual(row2.rows[0].exclude, ['*.pem', '.env', 'secrets/**', 'build/**']);
+  await srv.setState(s.jobId, 'active');
+  e = await b.timeout(5000).emitWithAck('jailbox:pre_scan_done', { exclude: ['late'] });
+  assert.deepEqual([e.error.code, e.error.state], ['invalid_state', 'active']);
   b.close();
 });
 

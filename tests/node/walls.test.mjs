@@ -65,12 +65,13 @@ async function shim(srv, jobId, request, timeoutMs) {
   return r.answer.result;
 }
 
+let logOf = () => ''; // the server whose log a timeout shows
 async function waitFor(what, fn, timeoutMs = 60000) {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > end) throw new Error('timed out waiting for ' + what);
+    if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + logOf().slice(-6000));
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -93,6 +94,7 @@ async function start(env = {}) {
   const srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_WORKER_CONTROL: ctl,
                                   JAILBOX_SANDBOX_IMAGE: IMAGE, ...env });
   srv.ctl = ctl;
+  logOf = () => srv.log();
   await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()), 60000);
   return srv;
 }
@@ -111,6 +113,17 @@ function processesNaming(needle) {
 }
 
 const ERRNO = { EPERM: 1, EACCES: 13, EROFS: 30, EAGAIN: 11 };
+
+// stops a server, killing it when it does not exit in time (a hang must not hang the file)
+async function stopWithin(s, ms) {
+  let timer;
+  const killer = new Promise((resolve) => {
+    timer = setTimeout(() => { s.child.kill('SIGKILL'); resolve('killed'); }, ms);
+  });
+  const how = await Promise.race([s.stop().then(() => 'stopped'), killer]);
+  clearTimeout(timer);
+  assert.equal(how, 'stopped', 'jailboxd did not stop within ' + ms + ' ms:\n' + s.log().slice(-4000));
+}
 
 // ---- setup ------------------------------------------------------------------------------
 
@@ -136,7 +149,17 @@ after(async () => {
   for (const s of servers) {
     const r = await s.db.query('SELECT job_id FROM sessions');
     jobs.push(...r.rows.map((x) => x.job_id));
-    await s.stop();
+    try {
+      await stopWithin(s, 60000);
+    } finally {
+      // a worker whose jailboxd had to be killed is orphaned: end it too
+      try {
+        const pid = Number(readFileSync(join(s.state, 'worker-0.pid'), 'utf8'));
+        const env = readFileSync(`/proc/${pid}/environ`, 'utf8');
+        if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('jailbox-worker') && env.includes(s.state))
+          process.kill(pid, 'SIGKILL');
+      } catch { /* gone */ }
+    }
     // the worker's stderr is jailboxd's: a sanitizer report of either shows here
     assert.doesNotMatch(s.log(), /ERROR: (Address|Leak)Sanitizer|runtime error:/, s.log());
   }
@@ -144,12 +167,14 @@ after(async () => {
   const list = await docker('GET', '/containers/json?all=1&filters=' +
     encodeURIComponent(JSON.stringify({ label: ['jailbox.session'] })));
   const left = list.json.filter((c) => jobs.includes(c.Labels['jailbox.session']));
+  // remove them anyway (a failed run must not leave them either), then report
+  for (const c of left) await docker('DELETE', `/containers/${c.Id}?force=1`);
   assert.deepEqual(left.map((c) => c.Id), [], 'containers left behind');
 });
 
 // ---- the contract -----------------------------------------------------------------------
 
-test('session contract: every wall up, with its settings and residual risks', () => {
+test('session contract: every wall up, with its settings and residual risks', { timeout: 180000 }, () => {
   assert.equal(contract.status, 'up');
   assert.deepEqual(contract.required, ['gvisor', 'docker', 'bwrap']);
   assert.equal(contract.override, null);
@@ -173,7 +198,15 @@ test('session contract: every wall up, with its settings and residual risks', ()
   assert.equal(typeof contract.prescan.dirHash, 'string');
 });
 
-test('the container runs under runsc, labelled with its session', async () => {
+test('explain mode: the contract printed for a person', { timeout: 180000 }, async () => {
+  const text = execFileSync(join(dirname(JAILBOXD), 'jailbox-worker'), ['--explain'],
+    { input: JSON.stringify(await session(srv, job)) }).toString();
+  assert.match(text, /all walls in place/);
+  for (const w of ['Wall 1 — gVisor', 'Wall 2 — hardened container', 'Wall 3 — bubblewrap']) assert.match(text, new RegExp(w + '.*: UP'));
+  assert.match(text, /residual risks:\n  - /);
+});
+
+test('the container runs under runsc, labelled with its session', { timeout: 180000 }, async () => {
   const r = await docker('GET', `/containers/${contract.walls.docker.containerId}/json`);
   assert.equal(r.status, 200);
   assert.equal(r.json.HostConfig.Runtime, 'runsc');
@@ -185,7 +218,7 @@ test('the container runs under runsc, labelled with its session', async () => {
 
 // ---- from inside the jail ---------------------------------------------------------------
 
-test('jailed process: uid 65534, CapEff/CapPrm/CapBnd 0, NoNewPrivs 1, seccomp filter on', async () => {
+test('jailed process: uid 65534, CapEff/CapPrm/CapBnd 0, NoNewPrivs 1, seccomp filter on', { timeout: 180000 }, async () => {
   const st = await shim(srv, job, { op: 'status' });
   assert.equal(st.uid.effective, 65534);
   assert.equal(st.uid.real, 65534);
@@ -198,7 +231,7 @@ test('jailed process: uid 65534, CapEff/CapPrm/CapBnd 0, NoNewPrivs 1, seccomp f
   assert.equal(typeof st.openat2.available, 'boolean'); // false under gVisor 2024-07
 });
 
-test('network: only lo, and a listener on the host loopback cannot be reached', async () => {
+test('network: only lo, and a listener on the host loopback cannot be reached', { timeout: 180000 }, async () => {
   const st = await shim(srv, job, { op: 'status' });
   assert.deepEqual(st.netdevs, ['lo']);
   let connections = 0;
@@ -215,7 +248,7 @@ test('network: only lo, and a listener on the host loopback cannot be reached', 
   assert.equal(connections, 0, 'the host listener saw a connection');
 });
 
-test('writing to / fails; the jail root is mounted read-only', async () => {
+test('writing to / fails; the jail root is mounted read-only', { timeout: 180000 }, async () => {
   const r = await shim(srv, job, { op: 'test.write', path: '/jbprobe' });
   assert.equal(r.written, false);
   // gVisor checks permission before the read-only mount (EACCES); Linux would say EROFS
@@ -229,7 +262,7 @@ test('writing to / fails; the jail root is mounted read-only', async () => {
   assert.equal((await shim(srv, job, { op: 'test.write', path: '/tmp/x' })).written, true);
 });
 
-test('escape-shaped syscalls are killed by the Wall 3 filter (SIGSYS)', async () => {
+test('escape-shaped syscalls are killed by the Wall 3 filter (SIGSYS)', { timeout: 180000 }, async () => {
   const names = ['mount', 'umount2', 'pivot_root', 'chroot', 'unshare', 'unshare_user', 'setns',
     'clone_newuser', 'ptrace', 'kexec_load', 'bpf', 'keyctl', 'add_key', 'init_module', 'reboot',
     'perf_event_open', 'userfaultfd', 'open_by_handle_at', 'io_uring_setup'];
@@ -244,7 +277,7 @@ test('escape-shaped syscalls are killed by the Wall 3 filter (SIGSYS)', async ()
   assert.equal((await shim(srv, job, { op: 'ping' })).pong, true);
 });
 
-test('ioctl(TIOCSTI) is killed, also with high bits set in the request (CVE-2017-5226)', async () => {
+test('ioctl(TIOCSTI) is killed, also with high bits set in the request (CVE-2017-5226)', { timeout: 180000 }, async () => {
   for (const name of ['ioctl_tiocsti', 'ioctl_tiocsti_high']) {
     const r = await shim(srv, job, { op: 'test.syscall', name });
     assert.equal(r.outcome, 'killed', `${name}: ${JSON.stringify(r)}`);
@@ -252,7 +285,7 @@ test('ioctl(TIOCSTI) is killed, also with high bits set in the request (CVE-2017
   }
 });
 
-test('/proc shows only the jail\'s processes; /sys is absent', async () => {
+test('/proc shows only the jail\'s processes; /sys is absent', { timeout: 180000 }, async () => {
   const st = await shim(srv, job, { op: 'status' });
   assert.equal(st.sysPresent, false);
   assert.ok(st.pids.length <= 2, `visible pids ${st.pids}`);
@@ -261,14 +294,14 @@ test('/proc shows only the jail\'s processes; /sys is absent', async () => {
   assert.equal(st.hostname, 'jailbox');
 });
 
-test('only stdin, stdout and stderr are open in the jail (no leaked descriptors)', async () => {
+test('only stdin, stdout and stderr are open in the jail (no leaked descriptors)', { timeout: 180000 }, async () => {
   const st = await shim(srv, job, { op: 'status' });
   assert.deepEqual(st.fds.map((f) => f.fd), [0, 1, 2], JSON.stringify(st.fds));
 });
 
 // ---- limits -------------------------------------------------------------------------------
 
-test('a fork bomb stops at the pids limit and the jail survives', async () => {
+test('a fork bomb stops at the pids limit and the jail survives', { timeout: 180000 }, async () => {
   const j = (await srv.open({ limits: { memoryMiB: 512, pids: 32 } })).jobId;
   const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
@@ -280,7 +313,7 @@ test('a fork bomb stops at the pids limit and the jail survives', async () => {
   assert.equal((await session(srv, j)).state, 'awaiting_agent');
 });
 
-test('a memory hog is OOM-killed and the session goes to failed', async () => {
+test('a memory hog is OOM-killed and the session goes to failed', { timeout: 180000 }, async () => {
   const j = (await srv.open({ limits: { memoryMiB: 128, pids: 64 } })).jobId;
   const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
@@ -294,7 +327,7 @@ test('a memory hog is OOM-killed and the session goes to failed', async () => {
 
 // ---- crash safety ---------------------------------------------------------------------------
 
-test('killing the worker leaves no live sandbox processes after the next start', async () => {
+test('killing the worker leaves no live sandbox processes after the next start', { timeout: 180000 }, async () => {
   const j = (await srv.open({})).jobId;
   const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
@@ -314,7 +347,7 @@ test('killing the worker leaves no live sandbox processes after the next start',
   assert.equal((await waitState(srv, j2, ['awaiting_agent', 'failed'])).state, 'awaiting_agent');
 });
 
-test('teardown: an aborted session loses its container', async () => {
+test('teardown: an aborted session loses its container', { timeout: 180000 }, async () => {
   const o = await srv.open({});
   const s = await waitState(srv, o.jobId, ['awaiting_agent', 'failed']);
   const cid = s.walls.walls.docker.containerId;
@@ -325,7 +358,7 @@ test('teardown: an aborted session loses its container', async () => {
 
 // ---- fail closed, and the development override ----------------------------------------------
 
-test('fail closed: a required wall that cannot be built fails the session, naming it', async () => {
+test('fail closed: a required wall that cannot be built fails the session, naming it', { timeout: 180000 }, async () => {
   const bad = await start({ JAILBOX_RUNTIME: 'runsc-not-registered' });
   servers.push(bad);
   const j = (await bad.open({})).jobId;
@@ -337,7 +370,7 @@ test('fail closed: a required wall that cannot be built fails the session, namin
   assert.equal(s.walls.walls.gvisor.up, false);
 });
 
-test('development override: fewer walls, shown in the contract and every log line of the session', async () => {
+test('development override: fewer walls, shown in the contract and every log line of the session', { timeout: 180000 }, async () => {
   const dev = await start({ JAILBOX_RUNTIME: 'runsc-not-registered', JAILBOX_REQUIRE_WALLS: 'docker' });
   servers.push(dev);
   const j = (await dev.open({})).jobId;
@@ -354,4 +387,27 @@ test('development override: fewer walls, shown in the contract and every log lin
   const lines = dev.log().split('\n').filter((l) => l.includes(j) && l.includes('"worker"'));
   assert.ok(lines.length >= 3);
   for (const l of lines) assert.match(l, /"devOverride":"docker"/, l);
+});
+
+test('the worker\'s changes reach the buyer\'s socket, and the pre-scan is in the audit chain', { timeout: 180000 }, async () => {
+  const { io } = await import('socket.io-client');
+  const s = await srv.open({ limits: { memoryMiB: 256, pids: 64 } });
+  const m = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/);
+  assert.ok(m, 'ws listening line');
+  const sock = io('http://' + m[1], { transports: ['websocket'], auth: { token: s.buyerToken }, reconnection: false });
+  const seen = [];
+  sock.onAny((name, payload) => seen.push([name, payload]));
+  await new Promise((res, rej) => { sock.on('connect', res); sock.on('connect_error', rej); });
+  await waitFor('awaiting_agent event', () => seen.some(([n, p]) => n === 'jailbox:state' && p.state === 'awaiting_agent'));
+  const pre = seen.find(([n]) => n === 'jailbox:pre_scan');
+  assert.ok(pre, 'jailbox:pre_scan event: ' + JSON.stringify(seen.map(([n]) => n)));
+  assert.match(pre[1].prescan.dirHash || pre[1].prescan.dir_hash || JSON.stringify(pre[1].prescan), /[0-9a-f]{64}/);
+  assert.ok(seen.some(([n, p]) => n === 'jailbox:audit_head' && p.seq >= 3), 'audit heads published');
+  sock.close();
+  const rows = (await srv.db.query('SELECT operation, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [s.jobId])).rows;
+  assert.deepEqual(rows.map((r) => r.operation).slice(0, 4), ['state', 'state', 'pre_scan', 'state']);
+  assert.deepEqual([rows[1].details.to, rows[3].details.to], ['prescanning', 'awaiting_agent']);
+  const v = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
 });

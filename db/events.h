@@ -1,0 +1,23 @@
+/* events.h — session events that cross processes through PostgreSQL: a process without the
+ * sockets (jailbox-worker) announces an event with NOTIFY on channel jb_event; every
+ * jailboxd LISTENs there (db/listen.h) and delivers it on its own bus to the session's
+ * sockets. Payload: {"job": id, "event": wire name, "payload": object}, at most 7,900 bytes
+ * (PostgreSQL's NOTIFY limit is 8,000). */
+#ifndef JB_DB_EVENTS_H
+#define JB_DB_EVENTS_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "server/err.h"
+
+/* Announces (`job_id`, `event`, `payload` borrowed) on jb_event. Inside an open transaction
+ * it is delivered when that commits (and never if it rolls back). An event too large for one
+ * notification is sent with {"truncated": true} as its payload. JB_OK or JB_ERR_FAIL. */
+int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err);
+
+/* Parses a jb_event payload. Returns 0 with *job (borrowed from *doc), *event (borrowed) and
+ * *payload (borrowed) set and *doc a new reference to release, or -1 when malformed. */
+int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload);
+
+#endif
