@@ -9,6 +9,7 @@
 
 #include "api/auth.h"
 #include "api/handlers.h"
+#include "server/log.h"
 #include "db/audit_store.h"
 #include "server/log.h"
 
@@ -20,7 +21,7 @@ static PGconn *load_chain(struct jb_app *app, const struct jb_http_req *req,
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) {
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_db_unavailable(resp, &err);
     return NULL;
   }
   const char *job = req->params[0];
@@ -36,7 +37,7 @@ static PGconn *load_chain(struct jb_app *app, const struct jb_http_req *req,
     jb_resp_error(resp, 404, "not_found", "no session %.128s", job);
   } else {
     jb_log(JB_LOG_ERROR, "audit load failed", "job_id", job, "detail", err.msg, NULL);
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_db_unavailable(resp, &err);
   }
   return NULL;
 }
@@ -109,7 +110,7 @@ void jb_api_audit_verify(void *appv, const struct jb_http_req *req, struct jb_ht
   jb_db_release(app->db, c);
   if (krc < 0) {
     jb_audit_chain_free(&chain);
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_db_unavailable(resp, &err);
     return;
   }
   struct jb_audit_verify_opts opts = {.session = req->params[0],
@@ -141,7 +142,7 @@ void jb_api_audit_keys(void *appv, const struct jb_http_req *req, struct jb_http
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) {
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_db_unavailable(resp, &err);
     return;
   }
   struct jb_audit_key_row *rows = NULL;
@@ -149,7 +150,7 @@ void jb_api_audit_keys(void *appv, const struct jb_http_req *req, struct jb_http
   int rc = jb_audit_keys_load(c, &rows, &n, &err);
   jb_db_release(app->db, c);
   if (rc != JB_OK) {
-    jb_resp_error(resp, 503, "database_unavailable", "%s", err.msg);
+    jb_db_unavailable(resp, &err);
     return;
   }
   json_t *arr = json_array();

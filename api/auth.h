@@ -39,6 +39,10 @@ bool jb_valid_agent_id(const char *s);
  * there is none or it is malformed (no database access). */
 int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]);
 
+/* For jb_http_opts.authorize_body: true when `authorization` ("Bearer <token>") names an
+ * unrevoked token of any role (`app` is the struct jb_app; one database lookup). */
+bool jb_auth_token_known(void *app, const char *authorization);
+
 /* Mints a new token: 32 random bytes from libsodium, written as "jbt_" + base64url without
  * padding into `text` (JB_TOKEN_TEXT_LEN bytes), and its SHA-256 into `hash`. */
 void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]);

@@ -6,6 +6,10 @@
 #include "server/app.h"
 #include "server/http.h"
 
+/* Answers 503 database_unavailable with a fixed message; the detail (`err`, which may name
+ * sockets, hosts or SQL) goes to the log only. */
+void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
+
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 

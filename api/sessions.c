@@ -38,11 +38,7 @@ static void send_text(struct jb_http_resp *resp, int status, char *json) {
   resp->content_type = "application/json";
 }
 
-/* 503 without the server's own words (they stay in the log). */
-static void db_failed(struct jb_http_resp *resp, const jb_error *err) {
-  jb_log(JB_LOG_ERROR, "database error", "detail", err->msg, NULL);
-  jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
-}
+static void db_failed(struct jb_http_resp *resp, const jb_error *err) { jb_db_unavailable(resp, err); }
 
 /* 409 with the current state inside the error object. */
 static void conflict(struct jb_http_resp *resp, const char *what, const char *state) {
@@ -454,7 +450,10 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
     goto out;
   }
   char state[20] = "", *json = NULL;
-  int rc = jb_db_session_set_mode(c, job, mode, state, &err);
+  struct jb_audit_head head = {0};
+  int rc = jb_db_session_set_mode(c, app->keys, job, mode, state, &head, &err);
+  if (rc == JB_OK && head.seq > 0)
+    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
   if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
   if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
     send_text(resp, 200, json);

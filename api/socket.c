@@ -230,7 +230,10 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   char *json = NULL, state[20] = "";
-  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, NULL, &err);
+  struct jb_audit_head head = {0};
+  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
+  if (rc == JB_OK && head.seq > 0)
+    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);

@@ -147,6 +147,10 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
   char ts[JB_AUDIT_TS_LEN + 8];
   jb_iso8601_now(ts, sizeof ts);
   struct jb_audit_entry e;
+  if (head < 0 || head >= INT64_MAX - 1) {
+    json_decref(seal_details);
+    return jb_fail(err, ERANGE, "session %s has a corrupt audit head (%lld)", job_id, head);
+  }
   int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
                                keys->sk, keys->pk, err);
   json_decref(seal_details);
@@ -387,9 +391,12 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
   }
   int k = 0;
   for (int i = 0; i < rows; i++) {
+    char id[JB_AUDIT_KEY_ID_LEN + 1];
     if (PQgetlength(r, i, 0) != JB_AUDIT_KEY_ID_LEN ||
         col_hex(r, i, 1, v[k].key.public_key, JB_AUDIT_PK_LEN) < 0)
       continue; /* cannot be a key of ours; never publish it */
+    jb_audit_key_id(v[k].key.public_key, id);
+    if (strcmp(id, PQgetvalue(r, i, 0)) != 0) continue; /* id and key disagree: a forged row */
     memcpy(v[k].key.key_id, PQgetvalue(r, i, 0), JB_AUDIT_KEY_ID_LEN + 1);
     snprintf(v[k].created_at, sizeof v[k].created_at, "%s", PQgetvalue(r, i, 2));
     snprintf(v[k].retired_at, sizeof v[k].retired_at, "%s", PQgetvalue(r, i, 3));

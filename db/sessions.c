@@ -267,18 +267,40 @@ fail:
   return JB_ERR_FAIL;
 }
 
-int jb_db_session_set_mode(PGconn *c, const char *job_id, const char *mode, char state[20],
+int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const char *mode, char state[20], struct jb_audit_head *head,
                            jb_error *err) {
+  memset(head, 0, sizeof *head);
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   const char *p[2] = {job_id, mode};
   PGresult *r = jb_db_exec(c,
-                           "UPDATE sessions SET mode = $2, updated_at = now() WHERE job_id = $1"
-                           " AND state IN ('created', 'prescanning', 'awaiting_agent', 'active',"
-                           " 'paused', 'done') RETURNING state",
+                           "WITH old AS (SELECT mode FROM sessions WHERE job_id = $1 FOR UPDATE)"
+                           " UPDATE sessions s SET mode = $2, updated_at = now() FROM old"
+                           " WHERE s.job_id = $1 AND s.state IN ('created', 'prescanning',"
+                           " 'awaiting_agent', 'active', 'paused', 'done') RETURNING old.mode",
                            2, p, PGRES_TUPLES_OK, NULL, err, "set mode");
-  if (!r) return JB_ERR_FAIL;
-  int n = PQntuples(r);
+  if (!r) goto fail;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    int rc = why_not(c, job_id, state, err);
+    jb_db_rollback(c);
+    return rc;
+  }
+  char from[16];
+  snprintf(from, sizeof from, "%s", PQgetvalue(r, 0, 0));
   PQclear(r);
-  return n == 1 ? JB_OK : why_not(c, job_id, state, err);
+  if (strcmp(from, mode) != 0) {
+    json_t *d = json_pack("{s:s,s:s,s:s}", "from", from, "to", mode, "actor", "buyer");
+    int arc = d ? jb_audit_append(c, keys, job_id, "mode", NULL, d, head, err)
+                : jb_fail(err, ENOMEM, "out of memory");
+    json_decref(d);
+    if (arc != JB_OK) goto fail;
+  }
+  if (jb_db_commit(c, err) < 0) goto fail;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
 }
 
 #define OP_JSON                                                                              \
@@ -319,11 +341,25 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
                         "decision", "rejected", "ok", 0);
   const char *tool = json_string_value(json_object_get(op, "tool"));
   const char *path = json_string_value(json_object_get(op, "path"));
+  /* a rejection must always be recordable: fields that could not be are left out, a path
+   * that is too long is recorded by its SHA-256 */
+  char path_note[80];
+  if (path && strlen(path) > 4096) {
+    unsigned char h[32];
+    char hex[65];
+    crypto_hash_sha256(h, (const unsigned char *)path, strlen(path));
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    snprintf(path_note, sizeof path_note, "sha256:%s", hex);
+    path = path_note;
+  }
   /* what the agent said of its content (size, SHA-256), never the content */
   json_t *args = json_object_get(op, "args");
   json_t *size = json_object_get(args, "size"), *sha = json_object_get(args, "sha256");
-  if (json_is_integer(size)) json_object_set(d, "size", size);
-  if (json_is_string(sha)) json_object_set(d, "sha256", sha);
+  if (json_is_integer(size) && json_integer_value(size) >= 0) json_object_set(d, "size", size);
+  const char *shs = json_string_value(sha);
+  if (shs && strlen(shs) == 64 && strspn(shs, "0123456789abcdef") == 64) json_object_set(d, "sha256", sha);
+  if (tool && strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") && strcmp(tool, "done"))
+    tool = "op";
   int rc = d ? jb_audit_append(c, keys, job_id, tool ? tool : "op", path, d, head, err)
              : jb_fail(err, ENOMEM, "out of memory");
   json_decref(d);

@@ -67,9 +67,13 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
                              const char *const from[], const char *to, const char *reason,
                              const char *actor, struct jb_transition *out, jb_error *err);
 
-/* Sets the mode of a live session. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_CONFLICT (ended; `state`
- * of 20 bytes receives it), JB_ERR_FAIL. */
-int jb_db_session_set_mode(PGconn *c, const char *job_id, const char *mode, char state[20],
+/* Sets the mode of a live session and records the change in the audit chain (operation
+ * "mode", details {from, to, actor: "buyer"}; nothing is written when the mode is already
+ * `mode`) in one transaction. *head receives the new head (seq 0 when nothing was written).
+ * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_CONFLICT (ended; `state` of 20 bytes receives it),
+ * JB_ERR_FAIL. */
+int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const char *mode, char state[20], struct jb_audit_head *head,
                            jb_error *err);
 
 /* A page of ops as JSON text {"ops":[…],"next":opId|null} (new allocation): ops of `job_id`

@@ -11,6 +11,10 @@
 
 /* An entry is trusted this long at most, even while the listener looks healthy. */
 #define TTL_MS 2000
+/* Memory bounds: a session view larger than this is never cached, and all entries together
+ * stay under MAX_BYTES (past it the cache starts over). */
+#define MAX_ENTRY_BYTES (64 * 1024)
+#define MAX_BYTES (64L * 1024 * 1024)
 
 static long long now_ms(void) {
   struct timespec ts;
@@ -32,6 +36,7 @@ struct jb_cache {
   bool enabled;
   uint64_t stamp;           /* bumped by every invalidation and every enable/disable */
   size_t count, max;
+  size_t bytes;             /* JSON and reader hashes held by all entries */
   struct entry *buckets[BUCKETS];
   bool service_loaded;
   unsigned char *service;   /* n_service * 32 bytes */
@@ -43,6 +48,10 @@ static size_t bucket_of(const char *s) {
   uint64_t h = 1469598103934665603ULL;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
   return (size_t)(h % BUCKETS);
+}
+
+static size_t entry_bytes(const struct entry *e) {
+  return sizeof *e + strlen(e->job_id) + strlen(e->json) + e->n_readers * 32;
 }
 
 static void free_entry(struct entry *e) {
@@ -63,6 +72,7 @@ static void clear_locked(struct jb_cache *c) {
     c->buckets[i] = NULL;
   }
   c->count = 0;
+  c->bytes = 0;
   free(c->service);
   c->service = NULL;
   c->n_service = 0;
@@ -113,6 +123,7 @@ void jb_cache_invalidate(struct jb_cache *c, const char *job_id) {
       if (strcmp((*pp)->job_id, job_id) == 0) {
         struct entry *e = *pp;
         *pp = e->next;
+        c->bytes -= entry_bytes(e);
         free_entry(e);
         c->count--;
         break;
@@ -133,9 +144,16 @@ char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigne
   char *out = NULL;
   pthread_mutex_lock(&c->lock);
   if (c->enabled) {
-    for (struct entry *e = c->buckets[bucket_of(job_id)]; e; e = e->next) {
+    for (struct entry **pp = &c->buckets[bucket_of(job_id)]; *pp; pp = &(*pp)->next) {
+      struct entry *e = *pp;
       if (strcmp(e->job_id, job_id) != 0) continue;
-      if (e->expires < now_ms()) break;
+      if (e->expires < now_ms()) { /* expired: drop it now */
+        *pp = e->next;
+        c->bytes -= entry_bytes(e);
+        free_entry(e);
+        c->count--;
+        break;
+      }
       if (hash_in(e->readers, e->n_readers, token_hash) ||
           (c->service_loaded && hash_in(c->service, c->n_service, token_hash)))
         out = strdup(e->json);
@@ -148,6 +166,7 @@ char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigne
 
 void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id, const char *json,
                           const unsigned char *readers, size_t n_readers) {
+  if (strlen(json) > MAX_ENTRY_BYTES) return;
   struct entry *e = calloc(1, sizeof *e);
   if (!e) return;
   e->job_id = strdup(job_id);
@@ -170,11 +189,12 @@ void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id
     if (strcmp((*pp)->job_id, job_id) == 0) {
       struct entry *old = *pp;
       *pp = old->next;
+      c->bytes -= entry_bytes(old);
       free_entry(old);
       c->count--;
       break;
     }
-  if (c->count >= c->max) { /* full: start over rather than track recency */
+  if (c->count >= c->max || c->bytes + entry_bytes(e) > MAX_BYTES) { /* full: start over */
     bool svc = c->service_loaded;
     unsigned char *sv = c->service;
     size_t ns = c->n_service;
@@ -183,6 +203,7 @@ void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id
     c->service = sv, c->n_service = ns, c->service_loaded = svc;
   }
   e->expires = now_ms() + TTL_MS;
+  c->bytes += entry_bytes(e);
   e->next = c->buckets[b];
   c->buckets[b] = e;
   c->count++;

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@
 #include "server/config.h"
 #include "server/log.h"
 
+/* Client addresses are hashed into this many slots for their share of the body budget. */
+#define ADDR_SLOTS 4096
+
 struct jb_http_server {
   struct MHD_Daemon *mhd;
   int listen_fd;
@@ -31,6 +35,7 @@ struct jb_http_server {
   struct jb_http_opts opts;
   atomic_long inflight; /* requests between first callback and completion */
   atomic_long buffered; /* request body bytes held in memory, all connections */
+  atomic_long share[ADDR_SLOTS]; /* the same per client address (hashed; a collision shares) */
 };
 
 /* A body over the limit is read and dropped up to this many times the limit before the
@@ -49,7 +54,9 @@ struct req_ctx {
   char method[16];
   char path[160];      /* for the log line: cut, non-ASCII bytes as '?' */
   char *raw_uri;       /* the request target as sent, before percent-decoding */
-  size_t held;         /* bytes of `body` counted in srv->buffered */
+  size_t held;         /* bytes of `body` counted in srv->buffered and in its address share */
+  size_t declared;     /* Content-Length, when given */
+  unsigned slot;       /* the client address's slot in srv->share */
 };
 
 /* ---------- JSON error shape and responses ---------- */
@@ -228,6 +235,49 @@ static bool bearer_syntax_ok(struct MHD_Connection *conn) {
   return n == 47 && strncmp(h, "jbt_", 4) == 0;
 }
 
+static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, const char *url,
+                     const char *method, struct req_ctx *ctx, struct jb_http_resp *resp);
+
+/* FNV-1a of the client's IP address (port excluded), as a slot of srv->share. */
+static unsigned addr_slot(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+  const unsigned char *b = NULL;
+  size_t n = 0;
+  if (sa && sa->sa_family == AF_INET) {
+    b = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+    n = 4;
+  } else if (sa && sa->sa_family == AF_INET6) {
+    b = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    n = 16;
+  }
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+  return h % ADDR_SLOTS;
+}
+
+/* Reserves `grow` more body bytes for `ctx`: within the global budget and within a quarter
+ * of it per client address. Returns false (nothing reserved) when either is exhausted. */
+static bool reserve(struct jb_http_server *srv, struct req_ctx *ctx, long grow) {
+  long per_addr = srv->opts.body_budget / 4;
+  if (atomic_fetch_add(&srv->share[ctx->slot], grow) + grow > per_addr) {
+    atomic_fetch_sub(&srv->share[ctx->slot], grow);
+    return false;
+  }
+  if (atomic_fetch_add(&srv->buffered, grow) + grow > srv->opts.body_budget) {
+    atomic_fetch_sub(&srv->buffered, grow);
+    atomic_fetch_sub(&srv->share[ctx->slot], grow);
+    return false;
+  }
+  return true;
+}
+
+static void release(struct jb_http_server *srv, struct req_ctx *ctx) {
+  atomic_fetch_sub(&srv->buffered, (long)ctx->held);
+  atomic_fetch_sub(&srv->share[ctx->slot], (long)ctx->held);
+  ctx->held = 0;
+}
+
 /* Checks done once the headers are in and before any body byte is read (RFC 9112 §6: message
  * framing; §3.2: Host). Answers and sets ctx->answered when the request is refused. */
 static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Connection *conn,
@@ -273,10 +323,20 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
      * reset connection */
     if (v > (unsigned long long)srv->opts.max_body) ctx->too_large = true;
     has_body = v > 0;
+    ctx->declared = (size_t)v;
   }
-  /* no body is buffered for an API request that cannot be authorized */
-  if (has_body && strncmp(url, "/v1/", 4) == 0 && !bearer_syntax_ok(conn))
-    return send_error(conn, ctx, 401, "unauthorized", "missing or malformed bearer token", true);
+  if (!has_body) return MHD_YES;
+  /* Only API requests take bodies, and only from a client whose token the application
+   * accepts (a database lookup): nothing is buffered for anybody else. */
+  if (strncmp(url, "/v1/", 4) != 0) {
+    struct jb_http_resp resp = {.status = 500, .close = true};
+    dispatch(srv, conn, url, ctx->method, ctx, &resp); /* 404 / 405, without reading the body */
+    resp.close = true;
+    return send_resp(conn, ctx, &resp);
+  }
+  if (!bearer_syntax_ok(conn) || (srv->opts.authorize_body && !srv->opts.authorize_body(
+          srv->app, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))))
+    return send_error(conn, ctx, 401, "unauthorized", "missing, malformed or unknown bearer token", true);
   return MHD_YES;
 }
 
@@ -321,6 +381,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!ctx) return MHD_NO; /* the URI callback could not allocate it */
   if (!ctx->method[0]) {   /* first call: headers complete, no body byte read yet */
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
+    ctx->slot = addr_slot(conn);
     size_t i = 0;
     for (; url[i] && i + 1 < sizeof ctx->path; i++)
       ctx->path[i] = ((unsigned char)url[i] < 0x20 || (unsigned char)url[i] > 0x7e) ? '?' : url[i];
@@ -346,8 +407,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (ctx->len + n > (size_t)srv->opts.max_body) {
       ctx->too_large = true;
       free(ctx->body);
-      atomic_fetch_sub(&srv->buffered, (long)ctx->held);
-      ctx->held = 0;
+      release(srv, ctx);
       ctx->body = NULL;
       ctx->len = ctx->cap = 0;
       return MHD_YES;
@@ -359,14 +419,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 1024;
       while (cap < ctx->len + n + 1) cap *= 2;
+      if (ctx->declared && ctx->declared + 1 >= ctx->len + n + 1) cap = ctx->declared + 1; /* exact */
+      if (cap > (size_t)srv->opts.max_body + 1) cap = (size_t)srv->opts.max_body + 1;
       long grow = (long)(cap - ctx->held);
-      if (atomic_fetch_add(&srv->buffered, grow) + grow > srv->opts.body_budget) {
-        atomic_fetch_sub(&srv->buffered, grow);
+      if (!reserve(srv, ctx, grow))
         return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again", true);
-      }
       char *nb = realloc(ctx->body, cap);
       if (!nb) {
         atomic_fetch_sub(&srv->buffered, grow);
+        atomic_fetch_sub(&srv->share[ctx->slot], grow);
         return MHD_NO;
       }
       ctx->held = cap;
@@ -402,7 +463,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         "path", ctx->path, strlen(ctx->path), "status", ctx->status, "ms", ms,
                         "completed", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   jb_log_json(JB_LOG_DEBUG, "request", f);
-  atomic_fetch_sub(&srv->buffered, (long)ctx->held);
+  release(srv, ctx);
   free(ctx->body);
   free(ctx->raw_uri);
   free(ctx);
@@ -474,6 +535,7 @@ int jb_http_start(struct jb_http_server **out, const char *listen_addr,
   srv->opts = *opts;
   atomic_init(&srv->inflight, 0);
   atomic_init(&srv->buffered, 0);
+  for (size_t i = 0; i < ADDR_SLOTS; i++) atomic_init(&srv->share[i], 0);
   srv->listen_fd = bind_listen(listen_addr, &srv->port, err);
   if (srv->listen_fd < 0) {
     free(srv);

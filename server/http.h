@@ -48,8 +48,13 @@ struct jb_http_opts {
   long max_body;          /* request body limit, bytes: larger gets 413 */
   int threads;            /* worker threads */
   long max_conns_per_ip;  /* connections one client address may hold */
-  long body_budget;       /* request body bytes held at once, all connections: past it 503 */
+  long body_budget;       /* request body bytes held at once, all connections (one client
+                           * address at most a quarter of it): past it 503 */
   long timeout_s;         /* idle connection timeout, s; a body must arrive within twice it */
+  /* Called before any body byte of an API request (/v1/…) is read, with its Authorization
+   * header: true when the token is one the application knows (it may ask the database).
+   * NULL: the syntax check alone. A body is read only when it answers true. */
+  bool (*authorize_body)(void *app, const char *authorization);
 };
 
 /* Binds `listen` ("host:port", port 0 for any), and serves `routes` (`n` items, kept

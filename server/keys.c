@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "server/keys.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -44,11 +45,15 @@ void jb_keyring_sign(const struct jb_keyring *k, const unsigned char hash[JB_AUD
 
 /* Reads the seed of the key file `path` into `seed`. */
 static int read_seed(const char *path, unsigned char seed[SEED_LEN], jb_error *err) {
-  cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO planted at the path must not hang the start */
+  cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return jb_fail_errno(err, errno, "signing key %s", path);
   struct stat st;
   if (fstat(fd, &st) < 0) return jb_fail_errno(err, errno, "signing key %s", path);
   if (!S_ISREG(st.st_mode)) return jb_fail(err, EINVAL, "signing key %s is not a regular file", path);
+  if (st.st_uid != geteuid())
+    return jb_fail(err, EPERM, "signing key %s is owned by uid %u, not by this process's user",
+                   path, (unsigned)st.st_uid);
   if (st.st_mode & 077)
     return jb_fail(err, EPERM, "signing key %s is accessible to group or others (mode %04o); "
                    "chmod 600 it", path, (unsigned)(st.st_mode & 07777));
@@ -64,7 +69,13 @@ static int read_seed(const char *path, unsigned char seed[SEED_LEN], jb_error *e
   int rc = 0;
   size_t got = 0;
   const char *end = NULL;
-  if (n == SEED_LEN) {
+  size_t hexish = 0;
+  for (size_t i = 0; i < n && i < SEED_LEN; i++) hexish += isxdigit(buf[i]) != 0;
+  if (n == SEED_LEN && hexish == SEED_LEN) {
+    /* 32 hex digits are half a hex seed, not 32 random bytes (chance of a real seed: ~2^-113) */
+    rc = jb_fail(err, EINVAL, "signing key %s: 32 hex characters; expected 64 hex characters "
+                 "(an Ed25519 seed) or 32 raw bytes", path);
+  } else if (n == SEED_LEN) {
     memcpy(seed, buf, SEED_LEN);
   } else if ((n == 2 * SEED_LEN || (n == 2 * SEED_LEN + 1 && buf[n - 1] == '\n')) &&
              sodium_hex2bin(seed, SEED_LEN, (const char *)buf, 2 * SEED_LEN, NULL, &got, &end) == 0 &&

@@ -167,7 +167,7 @@ int main(int argc, char **argv) {
   const struct jb_http_opts hopts = {
       .max_body = cfg.max_body_bytes, .threads = (int)cfg.http_threads,
       .max_conns_per_ip = cfg.http_conns_per_ip, .body_budget = cfg.http_body_budget,
-      .timeout_s = cfg.http_timeout_s};
+      .timeout_s = cfg.http_timeout_s, .authorize_body = jb_auth_token_known};
   if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, &hopts, &err) < 0) {
     exit_code = fatal("http", &err);
     goto out;

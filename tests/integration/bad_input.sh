@@ -15,13 +15,17 @@ check_match "wrong method 405" '^HTTP/1.1 405' "$R"
 check_match "405 names Allow" 'Allow: GET' "$R"
 check_match "405 JSON body" '"code":"method_not_allowed"' "$R"
 
+SVC=$(cat "$S/service.token")
 head -c 2048 /dev/zero > "$T/big"
 check_match "declared body over limit 413 JSON" '^413 \{"error":\{"code":"payload_too_large"' \
-  "$(http POST /healthz --data-binary @"$T/big" -H 'Content-Type: application/octet-stream')"
+  "$(http POST /v1/jailbox --data-binary @"$T/big" -H "Authorization: Bearer $SVC" -H 'Content-Type: application/octet-stream')"
 check_match "chunked body over limit 413 JSON" '^413 \{"error":\{"code":"payload_too_large"' \
-  "$(http POST /healthz --data-binary @"$T/big" -H 'Transfer-Encoding: chunked')"
+  "$(http POST /v1/jailbox --data-binary @"$T/big" -H "Authorization: Bearer $SVC" -H 'Transfer-Encoding: chunked')"
 head -c 1000 /dev/zero > "$T/small"
-check_match "body under the limit reaches routing" '^405 ' "$(http POST /healthz --data-binary @"$T/small")"
+check_match "body under the limit reaches the handler" '^400 .*malformed JSON' "$(http POST /v1/jailbox -H "Authorization: Bearer $SVC" --data-binary @"$T/small")"
+check_match "a body off the API is answered without being read" '^405 ' "$(http POST /healthz --data-binary @"$T/small")"
+check_match "an API body with an unknown token is refused before it is read" '^401 ' \
+  "$(http POST /v1/jailbox -H "Authorization: Bearer jbt_$(printf 'A%.0s' $(seq 43))" --data-binary @"$T/small")"
 
 # raw requests over /dev/tcp: STATUS LINE of the first answer, and whether the server closed
 raw() {
@@ -53,16 +57,16 @@ check_match "431 JSON body" '"code":"headers_too_large"' "$(cat "$T/raw")"
 
 # a request in flight when SIGTERM arrives still gets its answer
 exec 4<>"/dev/tcp/127.0.0.1/$JB_PORT"
-printf 'POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n12345' >&4
+printf "POST /v1/jailbox HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $SVC\r\nContent-Length: 12\r\nConnection: close\r\n\r\n{\"a\":" >&4
 sleep 0.3
 kill -TERM "$JB_PID"
 sleep 0.5
 check "still running while a request is in flight" yes "$(kill -0 "$JB_PID" 2>/dev/null && echo yes || echo no)"
 check "no new connections while draining" 000 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$JB_PORT/healthz")"
-printf '67890' >&4
+printf '"bcde"}' >&4
 R=$(timeout 5 head -1 <&4 | tr -d '\r')
 exec 4<&-
-check "in-flight request answered after SIGTERM" "HTTP/1.1 405 Method Not Allowed" "$R"
+check "in-flight request answered after SIGTERM" "HTTP/1.1 400 Bad Request" "$R"
 stop_jb TERM; check "exit 0 after drain" 0 "$JB_RC"
 
 # an unreachable database URL: non-zero exit, one clear line

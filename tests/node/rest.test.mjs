@@ -479,3 +479,39 @@ test('jailboxctl token create --role service: a working service token, stored on
   assert.equal(none.status, 3);
   assert.match(none.stderr.toString(), /jailboxctl token create: .*PostgreSQL/);
 });
+
+test('audit review: rejections are always recordable, a corrupt head fails safe, forged key rows do not verify, mode changes are entries', async () => {
+  const s = await srv.open({ jobId: 'aud-2' });
+  await srv.setState('aud-2', 'active');
+  const tok = { token: s.buyerToken };
+  // an op whose path could not go into an entry as it is: recorded by its hash
+  const longPath = 'd/'.repeat(2600) + 'f';
+  const op = await srv.pendingOp('aud-2', longPath);
+  await srv.db.query("UPDATE ops SET args = jsonb_build_object('sha256', repeat('z', 70000), 'size', -1) WHERE op_id = $1", [op]);
+  let r = await srv.req('POST', `/v1/jailbox/aud-2/reject/${op}`, tok);
+  assert.equal(r.status, 200, r.text);
+  const e = (await srv.db.query("SELECT path, details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'write'")).rows[0];
+  assert.match(e.path, /^sha256:[0-9a-f]{64}$/);
+  assert.equal(e.details.sha256, undefined);
+  assert.equal(e.details.size, undefined);
+  // turning supervision off is an audit entry
+  r = await srv.req('PATCH', '/v1/jailbox/aud-2', { ...tok, body: { mode: 'unsupervised' } });
+  assert.equal(r.status, 200);
+  const m = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'mode'")).rows;
+  assert.deepEqual(m.map((x) => [x.details.from, x.details.to]), [['supervised', 'unsupervised']]);
+  let v = await srv.req('GET', '/v1/jailbox/aud-2/audit/verify', { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  // a key row whose public key is not the one its id names is no key
+  const keys = await srv.db.query('SELECT key_id, public_key FROM audit_signing_keys');
+  await srv.db.query("UPDATE audit_signing_keys SET public_key = decode(repeat('ab', 32), 'hex')");
+  v = await srv.req('GET', '/v1/jailbox/aud-2/audit/verify', { token: srv.serviceToken });
+  assert.equal(v.json.ok, false);
+  assert.equal(v.json.reason, 'unknown key');
+  for (const k of keys.rows) await srv.db.query('UPDATE audit_signing_keys SET public_key = $2 WHERE key_id = $1', [k.key_id, k.public_key]);
+  // a corrupt stored head: the transition fails (503), the server stays up
+  const s3 = await srv.open({ jobId: 'aud-3' });
+  await srv.db.query("UPDATE sessions SET audit_head_seq = 9223372036854775807 WHERE job_id = 'aud-3'");
+  r = await srv.req('POST', '/v1/jailbox/aud-3/abort', { token: s3.buyerToken });
+  assert.equal(r.status, 503);
+  assert.equal((await srv.req('GET', '/healthz')).status, 200);
+});

@@ -318,8 +318,13 @@ test('buyer receives the pending approval on connect and approves it over the so
   }
   // reject with a reason over the socket
   const op2 = await srv.pendingOp(s.jobId, 'b.txt');
+  const headSeen = waitEvent(b, 'jailbox:audit_head', (h) => h.seq >= 2);
   const rj = await b.timeout(5000).emitWithAck('jailbox:reject', { opId: op2, reason: 'no thanks' });
   assert.deepEqual([rj.ok, rj.op.state, rj.op.reason], [true, 'rejected', 'no thanks']);
+  // the rejection is an audit entry, and its head reaches the buyer (truncation evidence)
+  const head = await headSeen;
+  const hrow = await srv.db.query('SELECT audit_head_seq::int seq, encode(audit_head_hash, \'hex\') hash FROM sessions WHERE job_id = $1', [s.jobId]);
+  assert.deepEqual([head.seq, head.hash], [hrow.rows[0].seq, hrow.rows[0].hash]);
   b.close();
 });
 

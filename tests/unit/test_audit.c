@@ -757,6 +757,28 @@ static void key_file(void **state) {
   snprintf(link_path, sizeof link_path, "%s/missing.key", dir);
   assert_int_equal(jb_keyring_load(&k2, state_dir, link_path, &err), -1);
 
+  /* 32 hex characters are half a hex seed, not a raw seed */
+  fd = open(given, O_WRONLY | O_TRUNC | O_CLOEXEC);
+  assert_int_equal(write(fd, "0123456789abcdef0123456789abcdef", 32), 32);
+  close(fd);
+  assert_int_equal(jb_keyring_load(&k2, "/nonexistent", given, &err), -1);
+  assert_non_null(strstr(err.msg, "32 hex characters"));
+  /* a key file another user owns is not ours to trust */
+  fd = open(given, O_WRONLY | O_TRUNC | O_CLOEXEC);
+  assert_int_equal(write(fd, seed, 32), 32);
+  close(fd);
+  if (geteuid() == 0) {
+    assert_int_equal(chown(given, 65534, 65534), 0);
+    assert_int_equal(jb_keyring_load(&k2, "/nonexistent", given, &err), -1);
+    assert_non_null(strstr(err.msg, "owned by uid 65534"));
+  }
+  /* a FIFO at the key path is refused at once, never waited on */
+  char fifo[128];
+  snprintf(fifo, sizeof fifo, "%s/fifo.key", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(jb_keyring_load(&k2, "/nonexistent", fifo, &err), -1);
+  assert_non_null(strstr(err.msg, "not a regular file"));
+
   jb_keyring_free(k1);
   char cmd[160];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -1,0 +1,90 @@
+/* scan.c — exclusion globs and the content scanner of writes (see scan.h). */
+#define _GNU_SOURCE
+#include "api/scan.h"
+
+#include <fnmatch.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool jb_path_excluded(const char *path, const json_t *globs, const char **which) {
+  size_t i;
+  json_t *g;
+  size_t len = strlen(path);
+  char *prefix = malloc(len + 1);
+  if (!prefix) return true; /* fail closed */
+  bool hit = false;
+  json_array_foreach(globs, i, g) {
+    const char *glob = json_string_value(g);
+    if (!glob || !glob[0]) continue;
+    /* the path itself, then each leading directory: "a/b/c" → "a", "a/b" */
+    if (fnmatch(glob, path, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
+    for (size_t k = 0; !hit && k < len; k++) {
+      if (path[k] != '/') continue;
+      memcpy(prefix, path, k);
+      prefix[k] = '\0';
+      if (fnmatch(glob, prefix, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
+    }
+    if (hit) {
+      if (which) *which = glob;
+      break;
+    }
+  }
+  free(prefix);
+  return hit;
+}
+
+struct rule {
+  const char *id, *pattern;
+  regex_t re;
+};
+
+static struct rule rules[] = {
+    {"private_key", "-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----", {0}},
+    {"aws_access_key_id", "(^|[^A-Z0-9])(AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}([^A-Z0-9]|$)", {0}},
+    {"github_token", "(gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{50,})", {0}},
+    {"slack_token", "xox[abprs]-[A-Za-z0-9-]{10,}", {0}},
+    {"gitlab_token", "glpat-[A-Za-z0-9_-]{20}", {0}},
+    {"google_api_key", "AIza[0-9A-Za-z_-]{35}", {0}},
+    {"download_and_execute", "(curl|wget)[^|\n]*\\|[[:space:]]*(sudo[[:space:]]+)?(ba|da|z|k)?sh([[:space:]]|$)", {0}},
+};
+#define N_RULES (sizeof rules / sizeof rules[0])
+static pthread_once_t rules_once = PTHREAD_ONCE_INIT;
+static bool rules_ok;
+
+static void compile_rules(void) {
+  rules_ok = true;
+  for (size_t i = 0; i < N_RULES; i++)
+    if (regcomp(&rules[i].re, rules[i].pattern, REG_EXTENDED | REG_NOSUB) != 0) rules_ok = false;
+}
+
+#define BINARY_THRESHOLD 8192
+
+json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len) {
+  pthread_once(&rules_once, compile_rules);
+  json_t *hits = json_array();
+  if (!hits) return NULL;
+  if (!rules_ok) { /* fail closed: an unusable rule set flags everything */
+    json_array_append_new(hits, json_string("scanner_unavailable"));
+    return hits;
+  }
+  if (strncmp(path, ".git/hooks/", 11) == 0 || strstr(path, "/.git/hooks/"))
+    json_array_append_new(hits, json_string("git_hooks"));
+  char *text = malloc(len + 1);
+  if (!text) {
+    json_decref(hits);
+    return NULL;
+  }
+  bool has_nul = false;
+  for (size_t i = 0; i < len; i++) {
+    text[i] = data[i] ? (char)data[i] : ' ';
+    if (!data[i]) has_nul = true;
+  }
+  text[len] = '\0';
+  if (has_nul && len > BINARY_THRESHOLD) json_array_append_new(hits, json_string("binary_content"));
+  for (size_t i = 0; i < N_RULES; i++)
+    if (regexec(&rules[i].re, text, 0, NULL, 0) == 0) json_array_append_new(hits, json_string(rules[i].id));
+  free(text);
+  return hits;
+}
