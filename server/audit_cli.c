@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sandbox/explain.h"
 #include "server/ctl.h"
 #include "server/audit.h"
 #include "server/keys.h"
@@ -41,6 +42,9 @@ static void usage(FILE *out) {
         "  jailboxctl keys rotate [--key-file FILE | --state-dir DIR]\n"
         "      replace the signing key file with a new key (JAILBOX_SIGNING_KEY_FILE, else\n"
         "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n"
+        "  jailboxctl explain JOB [--json]\n"
+        "      the session contract of JOB: which walls stand, their settings, what was checked\n"
+        "      from inside, and the residual risks (JAILBOX_URL, JAILBOX_TOKEN: service or buyer)\n"
         "  jailboxctl token create --role service [--label L] [--database-url URL | --state-dir DIR]\n"
         "      mint a service token (printed once; only its SHA-256 is stored) in the database\n"
         "      of JAILBOX_DATABASE_URL, else the embedded one of JAILBOX_STATE_DIR (./var)\n",
@@ -178,13 +182,18 @@ static int audit_verify(int argc, char **argv) {
   return res.ok ? 0 : 1;
 }
 
-static size_t to_stdout(char *p, size_t size, size_t n, void *ctx) {
-  return fwrite(p, size, n, stdout) * size;
+static size_t to_file(char *p, size_t size, size_t n, void *ctx) {
+  return fwrite(p, size, n, ctx) * size;
 }
+
+static int http_get_to(const char *path, bool auth, FILE *out);
 
 /* GET JAILBOX_URL + `path`, body to stdout. 0, 1 when the server answered an error, 2 when
  * it could not be reached. */
-static int http_get(const char *path, bool auth) {
+static int http_get(const char *path, bool auth) { return http_get_to(path, auth, stdout); }
+
+/* As http_get, the body written to `out`. */
+static int http_get_to(const char *path, bool auth, FILE *out) {
   const char *base = getenv("JAILBOX_URL");
   const char *token = getenv("JAILBOX_TOKEN");
   if (!base || !base[0]) base = "http://127.0.0.1:8080";
@@ -206,7 +215,8 @@ static int http_get(const char *path, bool auth) {
   char errbuf[CURL_ERROR_SIZE] = "";
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_stdout);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_file);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -218,7 +228,7 @@ static int http_get(const char *path, bool auth) {
   } else if (cc != CURLE_OK) {
     fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
   } else {
-    rc = fflush(stdout) == 0 ? 0 : 2;
+    rc = fflush(out) == 0 ? 0 : 2;
   }
 out:
   curl_slist_free_all(headers);
@@ -271,7 +281,45 @@ static int keys_rotate(int argc, char **argv) {
   return 0;
 }
 
+/* explain JOB [--json]: the session contract of JOB (GET /v1/jailbox/JOB) for a person, or
+ * its `walls` JSON as it is with --json. */
+static int explain(int argc, char **argv) {
+  bool as_json = argc == 2 && strcmp(argv[1], "--json") == 0;
+  if (argc < 1 || argc > 2 || (argc == 2 && !as_json)) {
+    usage(stderr);
+    return 2;
+  }
+  CURL *esc_h = curl_easy_init();
+  char *esc = esc_h ? curl_easy_escape(esc_h, argv[0], 0) : NULL;
+  char *path = NULL, *body = NULL;
+  size_t len = 0;
+  int rc = 2;
+  FILE *mem = open_memstream(&body, &len);
+  if (esc && mem && asprintf(&path, "/v1/jailbox/%s", esc) >= 0) rc = http_get_to(path, true, mem);
+  if (mem) fclose(mem);
+  if (rc == 0) {
+    json_t *sess = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *walls = json_object_get(sess, "walls");
+    if (!json_is_object(walls)) {
+      fprintf(stderr, "jailboxctl explain: session %s has no contract yet (state %s)\n", argv[0],
+              json_string_value(json_object_get(sess, "state")) ? json_string_value(json_object_get(sess, "state")) : "?");
+      rc = 1;
+    } else if (as_json) {
+      rc = json_dumpf(walls, stdout, JSON_INDENT(2)) == 0 && puts("") >= 0 ? 0 : 2;
+    } else {
+      rc = jb_contract_explain(sess, stdout) == 0 ? 0 : 1;
+    }
+    json_decref(sess);
+  }
+  free(body);
+  free(path);
+  curl_free(esc);
+  if (esc_h) curl_easy_cleanup(esc_h);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "explain") == 0) return explain(argc - 2, argv + 2);
   if (argc >= 3 && strcmp(argv[1], "audit") == 0) {
     if (strcmp(argv[2], "verify") == 0) return audit_verify(argc - 3, argv + 3);
     if (strcmp(argv[2], "export") == 0) return audit_export(argc - 3, argv + 3);

@@ -411,3 +411,20 @@ test('the worker\'s changes reach the buyer\'s socket, and the pre-scan is in th
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
   await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
 });
+
+test('jailboxctl explain JOB prints the contract for a person; --json gives it as it is', { timeout: 180000 }, async () => {
+  const { spawnSync } = await import('node:child_process');
+  const ctl = join(dirname(JAILBOXD), 'jailboxctl');
+  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: srv.serviceToken };
+  const r = spawnSync(ctl, ['explain', job], { env });
+  assert.equal(r.status, 0, r.stderr.toString());
+  const text = r.stdout.toString();
+  for (const want of [/Wall 1 — gVisor.*UP/, /Wall 2 — hardened container: UP/, /Wall 3 — bubblewrap \+ seccomp.*UP/,
+                      /residual risks:/, /uid 65534/])
+    assert.match(text, want);
+  const j = spawnSync(ctl, ['explain', job, '--json'], { env });
+  assert.equal(j.status, 0);
+  assert.deepEqual(JSON.parse(j.stdout.toString()), contract);
+  const missing = spawnSync(ctl, ['explain', 'no-such-job'], { env });
+  assert.equal(missing.status, 1);
+});
