@@ -76,20 +76,6 @@ int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_jso
   return n == 1 ? JB_OK : JB_ERR_NOT_FOUND;
 }
 
-int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err) {
-  const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, p,
-                           PGRES_TUPLES_OK, NULL, err, "read session state");
-  if (!r) return JB_ERR_FAIL;
-  int rc = JB_ERR_NOT_FOUND;
-  if (PQntuples(r) == 1) {
-    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
-    rc = JB_OK;
-  }
-  PQclear(r);
-  return rc;
-}
-
 int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
                        char **launch_sessions, jb_error *err) {
   *launch_sessions = NULL;

@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db/sessions.h"  /* jb_db_session_state */
 #include "server/err.h"
 
 struct jb_launch_job {
@@ -37,8 +38,6 @@ int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error,
  * JB_ERR_FAIL. */
 int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_json, jb_error *err);
 
-/* The state of session `job_id` into `state` (20 bytes). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
-int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err);
 
 /* At worker start: fails the jobs `worker_id` had claimed but not finished (it died in the
  * middle), with `reason`. The job ids of those that were launches are returned as a new

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "db/db.h"
+#include "db/sessions.h"
 
 int jb_db_session_add_exclusions(PGconn *c, const char *job_id, const char *exclude_json,
                                  char state[20], jb_error *err) {
@@ -22,15 +23,6 @@ int jb_db_session_add_exclusions(PGconn *c, const char *job_id, const char *excl
   int n = PQntuples(r);
   PQclear(r);
   if (n == 1) return JB_OK;
-  const char *q[1] = {job_id};
-  r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, q, PGRES_TUPLES_OK, NULL,
-                 err, "read session state");
-  if (!r) return JB_ERR_FAIL;
-  int rc = JB_ERR_NOT_FOUND;
-  if (PQntuples(r) == 1) {
-    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
-    rc = JB_ERR_CONFLICT;
-  }
-  PQclear(r);
-  return rc;
+  int rc = jb_db_session_state(c, job_id, state, err);
+  return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }

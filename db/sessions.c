@@ -178,9 +178,7 @@ static void array_literal(const char *const list[], char *out, size_t len) {
   if (o < len) snprintf(out + o, len - o, "}");
 }
 
-/* JB_ERR_NOT_FOUND or JB_ERR_CONFLICT (current state into `state`) for a session whose
- * conditional update matched nothing. */
-static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err) {
+int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err) {
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "read session state");
@@ -188,10 +186,17 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   int rc = JB_ERR_NOT_FOUND;
   if (PQntuples(r) == 1) {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
-    rc = JB_ERR_CONFLICT;
+    rc = JB_OK;
   }
   PQclear(r);
   return rc;
+}
+
+/* JB_ERR_NOT_FOUND or JB_ERR_CONFLICT (current state into `state`) for a session whose
+ * conditional update matched nothing. */
+static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err) {
+  int rc = jb_db_session_state(c, job_id, state, err);
+  return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
 int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,

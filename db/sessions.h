@@ -48,6 +48,9 @@ int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_ou
  * (NULL when none). JB_OK or JB_ERR_FAIL. */
 int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_error *err);
 
+/* The state of session `job_id` into `state` (20 bytes). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
+int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err);
+
 struct jb_transition {
   char previous[20];  /* the state before */
   char state[20];     /* the state after; on JB_ERR_CONFLICT the current state */
