@@ -2,38 +2,10 @@
 #define _GNU_SOURCE
 #include "api/scan.h"
 
-#include <fnmatch.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
-
-bool jb_path_excluded(const char *path, const json_t *globs, const char **which) {
-  size_t i;
-  json_t *g;
-  size_t len = strlen(path);
-  char *prefix = malloc(len + 1);
-  if (!prefix) return true; /* fail closed */
-  bool hit = false;
-  json_array_foreach(globs, i, g) {
-    const char *glob = json_string_value(g);
-    if (!glob || !glob[0]) continue;
-    /* the path itself, then each leading directory: "a/b/c" → "a", "a/b" */
-    if (fnmatch(glob, path, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
-    for (size_t k = 0; !hit && k < len; k++) {
-      if (path[k] != '/') continue;
-      memcpy(prefix, path, k);
-      prefix[k] = '\0';
-      if (fnmatch(glob, prefix, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
-    }
-    if (hit) {
-      if (which) *which = glob;
-      break;
-    }
-  }
-  free(prefix);
-  return hit;
-}
 
 struct rule {
   const char *id, *pattern;

@@ -7,12 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Whether workspace path `path` is excluded by a glob of `globs` (JSON array of strings,
- * borrowed; NULL or empty: nothing is). Each glob is matched with fnmatch(3)
- * FNM_PATHNAME | FNM_PERIOD against the path and against each of its leading directories, so
- * that excluding "secrets" or ".git" also hides everything below them. *which (may be NULL)
- * receives the matching glob (borrowed from `globs`). */
-bool jb_path_excluded(const char *path, const json_t *globs, const char **which);
+#include "sandbox/pathcheck.h" /* jb_path_excluded */
 
 /* The verdict of the content scanner on a proposed write of `len` bytes at `data` to `path`:
  * a new JSON array of the ids of the rules that matched (empty: clean). Built-in rules:

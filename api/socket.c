@@ -17,6 +17,7 @@
 
 #include "api/auth.h"
 #include "api/json.h"
+#include "api/ops.h"
 #include "db/audit_store.h"
 #include "db/prescan.h"
 #include "db/sessions.h"
@@ -115,6 +116,7 @@ static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *p
   jb_error err = {0};
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return;
+  if (peer->role == JB_ROLE_AGENT) jb_op_agent_arrived(c, s->app, peer->room); /* api/ops.c */
   char *text = NULL;
   if (jb_db_session_get(c, peer->room, &text, &err) == JB_OK) {
     json_t *sess = json_loads(text, 0, NULL);

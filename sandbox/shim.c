@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "api/json.h"
+#include "sandbox/fileops.h"
 #include "sandbox/shim_proto.h"
 
 #ifdef JB_SHIM_TEST_OPS
@@ -405,6 +406,13 @@ static json_t *dispatch(json_t *req) {
                                   (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
   }
   if (strcmp(op, "status") == 0) return ok_reply(id, op_status());
+  if (strcmp(op, "read") == 0 || strcmp(op, "write") == 0 || strcmp(op, "list") == 0 ||
+      strcmp(op, "stat") == 0) {
+    struct jb_fileop_error fe = {0};
+    json_t *r = jb_fileop(op, req, &fe);
+    if (!r) return error_reply(id, fe.code ? fe.code : "internal", fe.errnum, "%s", fe.message);
+    return ok_reply(id, r);
+  }
 #ifdef JB_SHIM_TEST_OPS
   if (strncmp(op, "test.", 5) == 0) {
     jb_error err = {0};

@@ -41,6 +41,8 @@
 #include "sandbox/walls.h"
 #include "db/audit_store.h"
 #include "db/events.h"
+#include "db/ops.h"
+#include "sandbox/workspace_access.h"
 #include "sandbox/workspace_scan.h"
 #include "server/keys.h"
 #include "server/log.h"
@@ -346,6 +348,10 @@ static void *session_main(void *arg) {
     goto end;
   }
 
+  /* the jailed shim runs as 65534:65534: give that group access to the workspace */
+  if (jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0)
+    slog(JB_LOG_WARN, job, "workspace access not granted", "error", err.msg, NULL);
+
   struct jb_probe probe = probe_snapshot();
   json_t *labels = json_pack("{s:s}", "jailbox.session", job);
   enum jb_wall failed;
@@ -634,6 +640,163 @@ static void startup_cleanup(void) {
       slog(JB_LOG_INFO, job, "stale container removed", "container", id, "why", why, NULL);
   }
   json_decref(list);
+}
+
+/* ---- file operations ------------------------------------------------------------------ */
+
+/* The audit details of an executed op (issue 7): read {size, ok}, write {size, sha256,
+ * decision, ok}, list {entries, recursive, ok}; a failure adds {error: code}. */
+static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json_t *answer) {
+  bool ok = json_is_true(json_object_get(answer, "ok"));
+  json_t *res = json_object_get(answer, "result");
+  json_t *d = json_object();
+  if (strcmp(op->tool, "read") == 0) {
+    json_object_set_new(d, "size", json_integer(ok ? json_integer_value(json_object_get(res, "length")) : 0));
+    if (ok) json_object_set(d, "fileSize", json_object_get(res, "size"));
+    if (json_object_get(args, "offset")) json_object_set(d, "offset", json_object_get(args, "offset"));
+  } else if (strcmp(op->tool, "write") == 0) {
+    json_object_set(d, "size", json_object_get(args, "size"));
+    json_object_set(d, "sha256", json_object_get(args, "sha256"));
+    json_object_set_new(d, "decision", json_string(op->decision));
+  } else if (strcmp(op->tool, "stat") == 0) {
+    json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
+    if (json_object_get(res, "sha256")) json_object_set(d, "sha256", json_object_get(res, "sha256"));
+  } else if (strcmp(op->tool, "list") == 0) {
+    json_object_set_new(d, "entries", json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
+    json_object_set_new(d, "recursive", json_boolean(json_is_true(json_object_get(args, "recursive"))));
+  }
+  json_object_set_new(d, "ok", json_boolean(ok));
+  if (!ok) {
+    const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
+    json_object_set_new(d, "error", json_string(code ? code : "internal"));
+  }
+  return d;
+}
+
+/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
+ * error:{code, message}}. */
+static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args) {
+  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
+  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
+                                     "expectSha256", NULL};
+  for (size_t i = 0; pass[i]; i++)
+    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) pthread_mutex_lock(&s->lock);
+  pthread_mutex_unlock(&W.lock);
+  json_t *ans = NULL;
+  jb_error err = {0};
+  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
+  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  if (s) pthread_mutex_unlock(&s->lock);
+  json_decref(req);
+  if (!ans) {
+    slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
+  }
+  json_t *out = json_is_true(json_object_get(ans, "ok"))
+                    ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
+                    : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
+  json_decref(ans);
+  return out;
+}
+
+struct opclaim_args {
+  const char *job;
+  int ran;
+};
+static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
+  struct opclaim_args *oa = a;
+  struct jb_op_claim op;
+  int rc = jb_db_op_claim(c, oa->job, &op, err);
+  if (rc != JB_OK) return rc;
+  json_t *args = json_loads(op.args_json, 0, NULL);
+  json_t *ans = op_run(oa->job, &op, args);
+  json_t *details = op_audit_details(&op, args, ans);
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  char *text = json_dumps(ans, JSON_COMPACT);
+  struct jb_audit_head head;
+  rc = text ? jb_db_op_complete(c, W.keys, oa->job, &op, ok, text, details, &head, err)
+            : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  if (rc == JB_OK) {
+    oa->ran++;
+    json_t *hj = jb_audit_head_json(&head);
+    jb_error nerr = {0};
+    jb_db_notify_event(c, oa->job, "jailbox:audit_head", hj, &nerr);
+    json_decref(hj);
+  }
+  free(text);
+  json_decref(details);
+  json_decref(ans);
+  json_decref(args);
+  jb_op_claim_free(&op);
+  return rc;
+}
+
+/* Runs every queued op of the sessions whose sandbox is up (only of `only` when not NULL). */
+static void run_queued_ops(const char *only) {
+  static char jobs[sizeof W.sessions / sizeof W.sessions[0]][129]; /* the op thread's own */
+  size_t n = 0;
+  pthread_mutex_lock(&W.lock);
+  for (size_t i = 0; i < W.n_sessions; i++) {
+    struct session *s = W.sessions[i];
+    pthread_mutex_lock(&s->lock);
+    if (s->sb_ready && (!only || strcmp(only, s->job_id) == 0))
+      snprintf(jobs[n++], sizeof jobs[0], "%s", s->job_id);
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&W.lock);
+  for (size_t i = 0; i < n; i++) {
+    for (int k = 0; k < 1000; k++) {
+      struct opclaim_args a = {jobs[i], 0};
+      jb_error err = {0};
+      int rc = with_conn(opclaim_fn, &a, &err);
+      if (rc == JB_ERR_NOT_FOUND) break;
+      if (rc != JB_OK) {
+        slog(JB_LOG_ERROR, jobs[i], err.msg, "step", "run op", NULL);
+        break;
+      }
+    }
+  }
+}
+
+/* The op thread: woken by jb_change (an op stored or decided; the payload names the
+ * session), and a sweep of every session once a second for anything missed. */
+static void *ops_main(void *arg) {
+  (void)arg;
+  PGconn *listen = NULL;
+  long long last_sweep = 0;
+  while (!atomic_load(&W.stopping)) {
+    if (!listen || PQstatus(listen) != CONNECTION_OK) {
+      if (listen) PQfinish(listen);
+      listen = PQconnectdb(W.conninfo);
+      PGresult *r = PQstatus(listen) == CONNECTION_OK ? PQexec(listen, "LISTEN jb_change") : NULL;
+      if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+        PQfinish(listen);
+        listen = NULL;
+      }
+      PQclear(r);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (now - last_sweep >= 1000) {
+      run_queued_ops(NULL);
+      last_sweep = now;
+    }
+    struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
+    if (poll(&pf, 1, 250) > 0 && listen) {
+      PQconsumeInput(listen);
+      PGnotify *nt;
+      while ((nt = PQnotifies(listen))) {
+        if (nt->extra && nt->extra[0]) run_queued_ops(nt->extra);
+        PQfreemem(nt);
+      }
+    }
+  }
+  if (listen) PQfinish(listen);
+  return NULL;
 }
 
 /* ---- control socket ------------------------------------------------------------------- */
@@ -947,6 +1110,17 @@ int main(int argc, char **argv) {
     slog(JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
     return 1;
   }
+  /* never sign with a key verifiers cannot find: publish it first (after a rotation the
+   * worker may hold a newer key than the jailboxd that started it) */
+  {
+    PGconn *kc = jb_db_acquire(W.db, &err);
+    int krc = kc ? jb_keyring_publish(W.keys, kc, &err) : -1;
+    jb_db_release(W.db, kc);
+    if (krc < 0) {
+      slog(JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);
+      return 1;
+    }
+  }
   {
     char name[300];
     PGconn *c = jb_db_acquire(W.db, &err);
@@ -971,6 +1145,8 @@ int main(int argc, char **argv) {
     if (control_open(cpath, &err) < 0) slog(JB_LOG_ERROR, NULL, err.msg, "phase", "control socket", NULL);
     else control = pthread_create(&control_thread, NULL, control_main, NULL) == 0;
   }
+  pthread_t ops_thread;
+  bool ops = pthread_create(&ops_thread, NULL, ops_main, NULL) == 0;
   slog(JB_LOG_INFO, NULL, "worker ready", "control", control ? cpath : "", NULL);
 
   /* wake-ups: a change notification (sessions and their launch jobs are inserted together),
@@ -1041,6 +1217,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) session_free(list[i]);
   W.n_sessions = 0;
   if (control) pthread_join(control_thread, NULL);
+  if (ops) pthread_join(ops_thread, NULL);
   if (control_fd >= 0) {
     close(control_fd);
     unlink(cpath);

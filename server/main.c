@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/ops.h"
 #include "api/socket.h"
 #include "db/db.h"
 #include "db/events.h"
@@ -177,6 +178,7 @@ int main(int argc, char **argv) {
     jb_http_drain(srv, 0);
     goto out;
   }
+  jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,

