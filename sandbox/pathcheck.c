@@ -49,13 +49,24 @@ bool jb_path_excluded(const char *path, const json_t *globs, const char **which)
   json_array_foreach(globs, i, g) {
     const char *glob = json_string_value(g);
     if (!glob || !glob[0]) continue;
-    /* the path itself, then each leading directory: "a/b/c" → "a", "a/b" */
-    if (fnmatch(glob, path, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
+    /* Excluding errs on the side of hiding: a leading dot is not special ("secrets/ *" without the space hides
+     * "secrets/.env"), the path and each leading directory are tried ("a/b/c" → "a", "a/b"),
+     * and a glob without '/' is tried on every component's name, as .gitignore does
+     * ("*.pem" hides "sub/key.pem"). */
+    bool basename_glob = strchr(glob, '/') == NULL;
+    if (fnmatch(glob, path, FNM_PATHNAME) == 0) hit = true;
     for (size_t k = 0; !hit && k < len; k++) {
       if (path[k] != '/') continue;
       memcpy(prefix, path, k);
       prefix[k] = '\0';
-      if (fnmatch(glob, prefix, FNM_PATHNAME | FNM_PERIOD) == 0) hit = true;
+      if (fnmatch(glob, prefix, FNM_PATHNAME) == 0) hit = true;
+    }
+    for (size_t k = 0, start = 0; !hit && basename_glob && k <= len; k++) {
+      if (path[k] != '/' && path[k] != '\0') continue;
+      memcpy(prefix, path + start, k - start);
+      prefix[k - start] = '\0';
+      if (fnmatch(glob, prefix, 0) == 0) hit = true;
+      start = k + 1;
     }
     if (hit) {
       if (which) *which = glob;

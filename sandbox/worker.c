@@ -162,6 +162,51 @@ static struct jb_probe probe_snapshot(void) {
   return p;
 }
 
+/* ---- the workspace ---------------------------------------------------------------------- */
+
+/* Walks the absolute `path` from "/" one component at a time without following any symbolic
+ * link (O_PATH|O_NOFOLLOW), and stats the directory it names into *st. Returns 0, or -1 with
+ * `err` when a component is missing, is a symbolic link or is not a directory. */
+static int pin_workspace(const char *path, struct stat *st, jb_error *err) {
+  if (path[0] != '/') return jb_fail(err, EINVAL, "path %s is not absolute", path);
+  int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return jb_fail_errno(err, errno, "open /");
+  const char *p = path;
+  while (*p) {
+    while (*p == '/') p++;
+    size_t n = strcspn(p, "/");
+    if (n == 0) break;
+    char name[256];
+    if (n >= sizeof name) {
+      close(fd);
+      return jb_fail(err, ENAMETOOLONG, "a component of %s is too long", path);
+    }
+    memcpy(name, p, n);
+    name[n] = '\0';
+    int next = openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    close(fd);
+    if (next < 0)
+      return jb_fail_errno(err, e, "%s changed since the session was opened ('%s' is no longer a "
+                           "plain directory)", path, name);
+    fd = next;
+    p += n;
+  }
+  int rc = fstat(fd, st);
+  int e = errno;
+  close(fd);
+  return rc < 0 ? jb_fail_errno(err, e, "stat %s", path) : 0;
+}
+
+/* Pins `path` again and checks it is the directory of `first`. */
+static int same_workspace(const char *path, const struct stat *first, jb_error *err) {
+  struct stat now;
+  if (pin_workspace(path, &now, err) < 0) return -1;
+  if (now.st_dev != first->st_dev || now.st_ino != first->st_ino)
+    return jb_fail(err, EXDEV, "%s was replaced by another directory during the launch", path);
+  return 0;
+}
+
 /* ---- database steps ------------------------------------------------------------------- */
 
 static int with_conn(int (*fn)(PGconn *, void *, jb_error *), void *arg, jb_error *err) {
@@ -327,6 +372,17 @@ static void *session_main(void *arg) {
     goto end;
   }
 
+  /* the workspace was resolved when the session was opened; pin what that path names now
+   * (no symbolic link on the way, the same directory at every step below) */
+  struct stat pinned;
+  if (pin_workspace(s->workspace, &pinned, &err) < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "workspace: %s", err.msg);
+    fail_session(job, reason);
+    finish_job(job, s->launch_job, false, reason, NULL);
+    goto end;
+  }
+
   /* the pre-scan (minimal for now: counts and a directory hash) */
   struct jb_scan_result scan;
   if (jb_workspace_scan(s->workspace, 100000, &scan, &err) < 0) {
@@ -348,9 +404,17 @@ static void *session_main(void *arg) {
     goto end;
   }
 
-  /* the jailed shim runs as 65534:65534: give that group access to the workspace */
-  if (jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0)
-    slog(JB_LOG_WARN, job, "workspace access not granted", "error", err.msg, NULL);
+  /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
+   * to the directory pinned above, and a launch without it does not go ahead */
+  if (same_workspace(s->workspace, &pinned, &err) < 0 ||
+      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "workspace: %s", err.msg);
+    json_decref(scan_json);
+    fail_session(job, reason);
+    finish_job(job, s->launch_job, false, reason, NULL);
+    goto end;
+  }
 
   struct jb_probe probe = probe_snapshot();
   json_t *labels = json_pack("{s:s}", "jailbox.session", job);
@@ -373,6 +437,18 @@ static void *session_main(void *arg) {
     finish_job(job, s->launch_job, false, reason, res);
     json_decref(res);
     json_decref(scan_json);
+    goto end;
+  }
+  /* what was mounted must still be the pinned directory: a swap during the launch fails the
+   * session (its teardown removes the container) */
+  if (same_workspace(s->workspace, &pinned, &err) < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "workspace: %s", err.msg);
+    json_decref(sb.contract);
+    json_decref(scan_json);
+    jb_sandbox_destroy(&W.walls, &sb);
+    fail_session(job, reason);
+    finish_job(job, s->launch_job, false, reason, NULL);
     goto end;
   }
   json_object_set(sb.contract, "prescan", scan_json);
@@ -650,17 +726,23 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   bool ok = json_is_true(json_object_get(answer, "ok"));
   json_t *res = json_object_get(answer, "result");
   json_t *d = json_object();
+  /* only values of the expected type go into an entry: anything else would make the entry
+   * unrecordable and the op stuck (an agent controls the arguments) */
+#define SET_INT(key, v) do { json_t *v_ = (v); if (json_is_integer(v_)) json_object_set(d, key, v_); } while (0)
+#define SET_HEX64(key, v) do { const char *h_ = json_string_value(v); \
+    if (h_ && strlen(h_) == 64 && strspn(h_, "0123456789abcdef") == 64) json_object_set_new(d, key, json_string(h_)); } while (0)
   if (strcmp(op->tool, "read") == 0) {
-    json_object_set_new(d, "size", json_integer(ok ? json_integer_value(json_object_get(res, "length")) : 0));
-    if (ok) json_object_set(d, "fileSize", json_object_get(res, "size"));
-    if (json_object_get(args, "offset")) json_object_set(d, "offset", json_object_get(args, "offset"));
+    json_t *len = json_object_get(res, "length");
+    json_object_set_new(d, "size", json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
+    if (ok) SET_INT("fileSize", json_object_get(res, "size"));
+    SET_INT("offset", json_object_get(args, "offset"));
   } else if (strcmp(op->tool, "write") == 0) {
-    json_object_set(d, "size", json_object_get(args, "size"));
-    json_object_set(d, "sha256", json_object_get(args, "sha256"));
+    SET_INT("size", json_object_get(args, "size"));
+    SET_HEX64("sha256", json_object_get(args, "sha256"));
     json_object_set_new(d, "decision", json_string(op->decision));
   } else if (strcmp(op->tool, "stat") == 0) {
     json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
-    if (json_object_get(res, "sha256")) json_object_set(d, "sha256", json_object_get(res, "sha256"));
+    SET_HEX64("sha256", json_object_get(res, "sha256"));
   } else if (strcmp(op->tool, "list") == 0) {
     json_object_set_new(d, "entries", json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
     json_object_set_new(d, "recursive", json_boolean(json_is_true(json_object_get(args, "recursive"))));
@@ -668,8 +750,11 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) {
     const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
-    json_object_set_new(d, "error", json_string(code ? code : "internal"));
+    bool plain = code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
+    json_object_set_new(d, "error", json_string(plain ? code : "internal"));
   }
+#undef SET_INT
+#undef SET_HEX64
   return d;
 }
 

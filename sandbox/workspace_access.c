@@ -17,8 +17,9 @@ static int grant_fd(int fd, unsigned gid) {
   if (fstat(fd, &st) < 0) return 0;
   mode_t want;
   if (S_ISDIR(st.st_mode)) want = st.st_mode | S_IRGRP | S_IWGRP | S_IXGRP | S_ISGID;
-  else if (S_ISREG(st.st_mode) && st.st_nlink == 1) want = st.st_mode | S_IRGRP | S_IWGRP;
-  else return 0;
+  else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && !(st.st_mode & (S_ISUID | S_ISGID)))
+    want = st.st_mode | S_IRGRP | S_IWGRP;
+  else return 0; /* set-user/group-ID files are never opened up: they stay unwritable */
   int changed = 0;
   if (st.st_gid != gid && fchown(fd, (uid_t)-1, gid) == 0) changed = 1;
   if ((st.st_mode & 07777) != (want & 07777) && fchmod(fd, want & 07777) == 0) changed = 1;

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync, chmodSync, renameSync } from 'node:fs';
 import http from 'node:http';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -427,4 +427,85 @@ test('the audit chain of the unsupervised session verifies and records reads, wr
   assert.ok(rows.some((x) => x.operation === 'write' && x.path === 'id_rsa' && x.details.error === 'flagged'));
   assert.ok(rows.some((x) => x.operation === 'read' && x.path === 'secrets/key.txt' && x.details.error === 'excluded'));
   assert.ok(rows.some((x) => x.operation === 'read' && x.path === 'hardlink' && x.details.ok === false));
+});
+
+test('review: a malformed argument cannot wedge the session; later ops still run', { timeout: 120000 }, async () => {
+  const W = await openSession((d) => writeFileSync(join(d, 'a.txt'), 'abc\n'), { mode: 'unsupervised' });
+  const agent = await connect(W.agentToken);
+  const t0 = Date.now();
+  const r = await call(agent, 'read', { path: 'a.txt', offset: 1.5 }, 30000);
+  assert.ok(r.error, JSON.stringify(r));
+  assert.ok(Date.now() - t0 < 20000, 'answered, not stuck');
+  assert.equal((await ok(agent, 'read', { path: 'a.txt' })).content, 'abc\n');
+  const v = await srv.req('GET', `/v1/jailbox/${W.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
+test('review: approve racing abort — a write on disk is always in the audit chain', { timeout: 240000 }, async () => {
+  for (let round = 0; round < 3; round++) {
+    const R = await openSession(() => {});
+    const buyer = await connect(R.buyerToken);
+    const agent = await connect(R.agentToken);
+    const pending = call(agent, 'write', { path: 'race.txt', content: 'raced\n' }, 60000).catch((e) => ({ closed: e.message }));
+    const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'race.txt');
+    await Promise.all([
+      buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId }),
+      buyer.timeout(10000).emitWithAck('jailbox:abort', { reason: 'race' }),
+    ]);
+    const answer = await pending;
+    await waitFor('session ended', async () => (await sessionOf(R.jobId)).state === 'aborted');
+    const onDisk = existsSync(join(R.dir, 'race.txt'));
+    const rows = (await srv.db.query(
+      "SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 'race.txt'", [R.jobId])).rows;
+    const written = rows.some((x) => x.details.ok === true);
+    assert.equal(written, onDisk, `round ${round}: on disk ${onDisk}, audited ${JSON.stringify(rows)}`);
+    if (onDisk) assert.ok(answer.result, `round ${round}: the agent was told it did not run: ${JSON.stringify(answer)}`);
+    const v = await srv.req('GET', `/v1/jailbox/${R.jobId}/audit/verify`, { token: srv.serviceToken });
+    assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  }
+});
+
+test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
+  const E = await openSession((d) => {
+    mkdirSync(join(d, 'secrets'));
+    writeFileSync(join(d, 'secrets/.env'), 'TOKEN=1\n');
+    mkdirSync(join(d, 'sub'));
+    writeFileSync(join(d, 'sub/key.pem'), 'pem\n');
+    writeFileSync(join(d, 'tool'), '#!/bin/sh\n');
+    chmodSync(join(d, 'tool'), 0o4755);
+  }, { mode: 'unsupervised', exclude: ['secrets/*', '*.pem'] });
+  const agent = await connect(E.agentToken);
+  await refused(agent, 'read', { path: 'secrets/.env' }, 'excluded');
+  await refused(agent, 'write', { path: 'sub/key.pem', content: 'x' }, 'excluded');
+  await refused(agent, 'write', { path: 'sub/new.pem', content: 'x' }, 'excluded');
+  const l = await ok(agent, 'list', { recursive: true });
+  const names = JSON.stringify(l);
+  assert.ok(!names.includes('.env') && !names.includes('key.pem'), names);
+  const st = statSync(join(E.dir, 'tool'));
+  assert.equal(st.mode & 0o7777, 0o4755, 'set-user-ID file left as it was');
+  assert.equal(readFileSync(join(E.dir, 'sub/key.pem'), 'utf8'), 'pem\n');
+});
+
+test('review: a workspace swapped for a link to elsewhere while the session starts is never mounted', { timeout: 240000 }, async () => {
+  const victim = join(srv.dir, 'victim');
+  mkdirSync(join(victim, 'proj'), { recursive: true });
+  writeFileSync(join(victim, 'proj/secret.txt'), 'host secret\n');
+  chmodSync(join(victim, 'proj/secret.txt'), 0o600);
+  const base = join(srv.wsroot, 'swap-' + Math.random().toString(36).slice(2));
+  mkdirSync(join(base, 'proj'), { recursive: true });
+  // a large sparse file keeps the pre-scan busy long enough to swap under it
+  execFileSync('truncate', ['-s', '3G', join(base, 'proj/sparse.bin')]);
+  const s = await srv.open({ workspace: base.slice(srv.wsroot.length + 1) + '/proj', mode: 'unsupervised' });
+  await waitFor('prescanning', async () => ['prescanning', 'awaiting_agent', 'failed'].includes((await sessionOf(s.jobId)).state), 60000);
+  renameSync(base, base + '.aside');
+  symlinkSync(victim, base);
+  const end = await waitFor('launch decided', async () => {
+    const x = await sessionOf(s.jobId);
+    return ['awaiting_agent', 'failed'].includes(x.state) ? x : null;
+  }, 180000);
+  assert.equal(end.state, 'failed', 'the launch went ahead on a swapped workspace');
+  assert.match(end.stateReason, /^workspace: /);
+  const st = statSync(join(victim, 'proj/secret.txt'));
+  assert.equal(st.mode & 0o777, 0o600, 'files outside the root untouched');
+  assert.equal(st.gid, 0);
 });

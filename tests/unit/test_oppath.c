@@ -69,12 +69,18 @@ static void exclusions(void **state) {
   assert_string_equal(which, "secrets");
   assert_true(jb_path_excluded("secrets/a/b.txt", g, NULL));
   assert_true(jb_path_excluded("key.pem", g, NULL));
-  assert_false(jb_path_excluded("dir/key.pem", g, NULL)); /* FNM_PATHNAME: '*' stops at '/' */
+  assert_true(jb_path_excluded("dir/key.pem", g, NULL)); /* a glob without '/' names any component */
+  assert_true(jb_path_excluded("dir/.git/hooks/x", g, NULL));
+  json_t *g3 = json_pack("[s]", "secrets/*");
+  assert_true(jb_path_excluded("secrets/.env", g3, NULL)); /* a leading dot is not special */
+  assert_true(jb_path_excluded("secrets/a/.env", g3, NULL));
+  assert_false(jb_path_excluded("other/.env", g3, NULL));
+  json_decref(g3);
   assert_true(jb_path_excluded(".git/config", g, NULL));
   assert_false(jb_path_excluded("src/main.c", g, NULL));
   assert_false(jb_path_excluded("notsecrets", g, NULL));
   json_t *g2 = json_pack("[s]", "*");
-  assert_false(jb_path_excluded(".env", g2, NULL)); /* FNM_PERIOD: '*' does not match a leading '.' */
+  assert_true(jb_path_excluded(".env", g2, NULL)); /* excluding errs on the side of hiding */
   assert_true(jb_path_excluded("a/b", g2, NULL));
   assert_false(jb_path_excluded("x", NULL, NULL));
   json_decref(g);
