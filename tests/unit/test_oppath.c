@@ -140,11 +140,11 @@ static void scanner(void **state) {
   unsigned char u16[128];
   size_t n = 0;
   for (const char *c = key; *c; c++) u16[n++] = (unsigned char)*c, u16[n++] = 0;
-  json_t *h = jb_scan_content("k.txt", u16, n);
-  assert_non_null(h);
-  assert_true(json_array_size(h) >= 1);
-  assert_string_equal(json_string_value(json_array_get(h, 0)), "private_key");
-  json_decref(h);
+  json_t *hu = jb_scan_content("k.txt", u16, n);
+  assert_non_null(hu);
+  assert_true(json_array_size(hu) >= 1);
+  assert_string_equal(json_string_value(json_array_get(hu, 0)), "private_key");
+  json_decref(hu);
   unsigned char *bin = calloc(1, 9000);
   json_t *h = jb_scan_content("a.bin", bin, 9000);
   assert_string_equal(json_string_value(json_array_get(h, 0)), "binary_content");
