@@ -270,6 +270,21 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
   return 0;
 }
 
+/* resolve() and then the exclusion check on the path actually reached (a symlink must not
+ * lead into an excluded file); that path goes to `canon` (JB_PATH_MAX + 1 bytes). 0 with `w`
+ * open, or -1 with `e` filled and nothing open. */
+static int resolve_allowed(const char *path, bool follow, struct walk *w,
+                           char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e) {
+  if (resolve(path, follow, w, last, e) < 0) return -1;
+  if (final_canon(w, last, canon) < 0 || canon_excluded(canon)) {
+    walk_close(w);
+    fail(e, "excluded", EPERM, follow ? "%s leads to a path excluded from this session"
+                                      : "%s is excluded from this session", path);
+    return -1;
+  }
+  return 0;
+}
+
 static const char *type_name(mode_t m) {
   if (S_ISREG(m)) return "file";
   if (S_ISDIR(m)) return "dir";
@@ -342,13 +357,8 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
   }
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
-  if (resolve(path, true, &w, last, e) < 0) return NULL;
   char canon[JB_PATH_MAX + 1];
-  if (final_canon(&w, last, canon) < 0 || canon_excluded(canon)) {
-    walk_close(&w);
-    fail(e, "excluded", EPERM, "%s leads to a path excluded from this session", path);
-    return NULL;
-  }
+  if (resolve_allowed(path, true, &w, last, canon, e) < 0) return NULL;
   /* O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer */
   int fd = openat(walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   int en = errno;
@@ -454,13 +464,8 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   if (!path) return NULL;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
-  if (resolve(path, false, &w, last, e) < 0) return NULL;
   char canon[JB_PATH_MAX + 1];
-  if (final_canon(&w, last, canon) < 0 || canon_excluded(canon)) {
-    walk_close(&w);
-    fail(e, "excluded", EPERM, "%s is excluded from this session", path);
-    return NULL;
-  }
+  if (resolve_allowed(path, false, &w, last, canon, e) < 0) return NULL;
   json_t *o = stat_name(walk_dir(&w), last, path, e);
   walk_close(&w);
   return o;
@@ -501,15 +506,9 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   }
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
-  if (resolve(path, false, &w, last, e) < 0) {
-    free(data);
-    return NULL;
-  }
   char canon[JB_PATH_MAX + 1];
-  if (final_canon(&w, last, canon) < 0 || canon_excluded(canon)) {
-    walk_close(&w);
+  if (resolve_allowed(path, false, &w, last, canon, e) < 0) {
     free(data);
-    fail(e, "excluded", EPERM, "%s is excluded from this session", path);
     return NULL;
   }
   int dir = walk_dir(&w);
@@ -681,13 +680,8 @@ static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
   }
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
-  if (resolve(path, true, &w, last, e) < 0) return NULL;
   char canon[JB_PATH_MAX + 1];
-  if (final_canon(&w, last, canon) < 0 || canon_excluded(canon)) {
-    walk_close(&w);
-    fail(e, "excluded", EPERM, "%s leads to a path excluded from this session", path);
-    return NULL;
-  }
+  if (resolve_allowed(path, true, &w, last, canon, e) < 0) return NULL;
   int fd = openat(walk_dir(&w), last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   int en = errno;
   walk_close(&w);

@@ -846,6 +846,20 @@ static void run_queued_ops(const char *only) {
   }
 }
 
+/* (Re)connects *listen and LISTENs on jb_change when it is not connected; leaves it NULL
+ * when the database cannot be reached (the caller's loop tries again). */
+static void ensure_listening(PGconn **listen) {
+  if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
+  if (*listen) PQfinish(*listen);
+  *listen = PQconnectdb(W.conninfo);
+  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, "LISTEN jb_change") : NULL;
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+    PQfinish(*listen);
+    *listen = NULL;
+  }
+  PQclear(r);
+}
+
 /* The op thread: woken by jb_change (an op stored or decided; the payload names the
  * session), and a sweep of every session once a second for anything missed. */
 static void *ops_main(void *arg) {
@@ -853,16 +867,7 @@ static void *ops_main(void *arg) {
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&W.stopping)) {
-    if (!listen || PQstatus(listen) != CONNECTION_OK) {
-      if (listen) PQfinish(listen);
-      listen = PQconnectdb(W.conninfo);
-      PGresult *r = PQstatus(listen) == CONNECTION_OK ? PQexec(listen, "LISTEN jb_change") : NULL;
-      if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-        PQfinish(listen);
-        listen = NULL;
-      }
-      PQclear(r);
-    }
+    ensure_listening(&listen);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -1239,16 +1244,7 @@ int main(int argc, char **argv) {
   PGconn *listen = NULL;
   long long last_probe = W.probe.at_ms;
   while (!atomic_load(&W.stopping)) {
-    if (!listen || PQstatus(listen) != CONNECTION_OK) {
-      if (listen) PQfinish(listen);
-      listen = PQconnectdb(W.conninfo);
-      PGresult *r = PQstatus(listen) == CONNECTION_OK ? PQexec(listen, "LISTEN jb_change") : NULL;
-      if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-        PQfinish(listen);
-        listen = NULL;
-      }
-      PQclear(r);
-    }
+    ensure_listening(&listen);
     drain_queue();
     reap_sessions();
     /* a wall that was down may have been fixed: probe again now and then */
