@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/escape.h"
 #include "api/scan.h"
 #include "db/audit_store.h"
 #include "db/db.h"
@@ -92,6 +93,7 @@ static json_t *shim_error(struct jb_mcp_error *e, json_t *error) {
   if (!strcmp(code, "changed")) return err_out(e, JB_MCP_CHANGED, "changed", "%s", msg);
   if (!strcmp(code, "too_large")) return err_out(e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
   if (!strcmp(code, "bad_request")) return err_out(e, JB_MCP_INVALID, "invalid", "%s", msg);
+  if (!strcmp(code, "aborted")) return err_out(e, JB_MCP_DENIED, "aborted", "%s", msg);
   return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
 }
 
@@ -278,12 +280,21 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     audit_refusal(c, app, job, tool, NULL,
                   json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(pv)));
     result = err_out(e, JB_MCP_DENIED, "denied", "%s", jb_path_verdict_text(pv));
+    /* a path that tries to leave the workspace is an escape signal (issue 8) */
+    if (pv == JB_PATH_ABSOLUTE || pv == JB_PATH_DOTDOT) {
+      char detail[400];
+      snprintf(detail, sizeof detail, "%s: %.300s", jb_path_verdict_text(pv), path);
+      jb_escape_signal(app, job, pv == JB_PATH_ABSOLUTE ? JB_SIG_ABSOLUTE_PATH : JB_SIG_PATH_TRAVERSAL, detail);
+    }
     goto out;
   }
   const char *glob = NULL;
   if (strcmp(path, ".") && jb_path_excluded(path, exclude, &glob)) {
     audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "excluded", "glob", glob));
     result = err_out(e, JB_MCP_EXCLUDED, "excluded", "%s is excluded from this session", path);
+    char detail[400];
+    snprintf(detail, sizeof detail, "%s %.300s (excluded by %.60s)", tool, path, glob ? glob : "?");
+    jb_escape_signal(app, job, JB_SIG_EXCLUDED_PATH, detail);
     goto out;
   }
 
@@ -410,6 +421,18 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     if (!cur) { /* exists but is no single-link regular file: the write would be refused */
       json_decref(sargs);
       result = err_out(e, JB_MCP_DENIED, "denied", "%s is not a regular file with a single link", path);
+      json_t *links = json_object_get(current, "links");
+      if (json_is_integer(links) && json_integer_value(links) > 1 &&
+          !strcmp(json_string_value(json_object_get(current, "type")) ?: "", "file")) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "write onto %.300s, a file with %lld hard links", path,
+                 (long long)json_integer_value(links));
+        jb_escape_signal(app, job, JB_SIG_HARD_LINK, detail);
+      } else if (json_is_true(json_object_get(current, "leadsOut"))) {
+        char detail[400];
+        snprintf(detail, sizeof detail, "write onto %.300s, a symlink that leads out of the workspace", path);
+        jb_escape_signal(app, job, JB_SIG_SYMLINK_ESCAPE, detail);
+      }
       goto out;
     }
     json_object_set_new(sargs, "expectSha256", json_string(cur));

@@ -1,5 +1,6 @@
 /* routes.c — the route table of jailboxd: every path it serves, kept in step with
  * api/openapi.yaml. */
+#include "api/escape.h"
 #include "api/handlers.h"
 
 static const struct jb_route routes[] = {
@@ -19,6 +20,8 @@ static const struct jb_route routes[] = {
     {"GET", "/v1/jailbox/:jobId/audit", jb_api_audit_export},
     {"GET", "/v1/jailbox/:jobId/audit/verify", jb_api_audit_verify},
     {"GET", "/v1/audit/keys", jb_api_audit_keys},
+    {"GET", "/v1/jailbox/:jobId/alerts", jb_api_alerts_list},
+    {"GET", "/v1/jailbox/:jobId/changes", jb_api_changes_list},
 };
 
 const struct jb_route *jb_api_routes(size_t *n) {

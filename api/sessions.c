@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "api/auth.h"
+#include "api/escape.h"
 #include "api/handlers.h"
 #include "api/json.h"
 #include "db/audit_store.h"
@@ -85,24 +86,28 @@ static int resolve_workspace(const char *root, const char *ws, char *out, jb_err
   return 0;
 }
 
-/* Checks {memoryMiB, cpus, pids, timeoutSec} and writes the full limits object, defaults
- * filled in, as JSON text into `out` (`len` bytes). */
-static int read_limits(const json_t *body, char *out, size_t len, jb_error *err) {
-  long long mem = 1024, pids = 256, timeout = 3600;
+/* Checks {memoryMiB, cpus, pids, timeoutSec, idleTimeoutSec} and writes the full limits
+ * object, defaults filled in (the two timeouts from the settings JAILBOX_SESSION_LIFETIME_S
+ * and JAILBOX_IDLE_TIMEOUT_S), as JSON text into `out` (`len` bytes). */
+static int read_limits(const struct jb_config *cfg, const json_t *body, char *out, size_t len,
+                       jb_error *err) {
+  long long mem = 1024, pids = 256, timeout = cfg->session_lifetime_s, idle = cfg->idle_timeout_s;
   double cpus = 1.0;
   json_t *l = json_object_get(body, "limits");
   if (l) {
-    static const char *const allowed[] = {"memoryMiB", "cpus", "pids", "timeoutSec", NULL};
+    static const char *const allowed[] = {"memoryMiB", "cpus", "pids", "timeoutSec", "idleTimeoutSec", NULL};
     if (!json_is_object(l)) return jb_fail(err, EINVAL, "field 'limits' must be an object");
     if (jb_json_only_keys(l, allowed, err) < 0 ||
         jb_json_get_int(l, "memoryMiB", 64, 65536, &mem, err) < 0 ||
         jb_json_get_number(l, "cpus", 0.1, 64, &cpus, err) < 0 ||
         jb_json_get_int(l, "pids", 16, 65536, &pids, err) < 0 ||
-        jb_json_get_int(l, "timeoutSec", 10, 604800, &timeout, err) < 0)
+        jb_json_get_int(l, "timeoutSec", 1, 604800, &timeout, err) < 0 ||
+        jb_json_get_int(l, "idleTimeoutSec", 1, 604800, &idle, err) < 0)
       return jb_error_wrap(err, "limits");
   }
-  json_t *o = json_pack("{s:I,s:f,s:I,s:I}", "memoryMiB", (json_int_t)mem, "cpus", cpus, "pids",
-                        (json_int_t)pids, "timeoutSec", (json_int_t)timeout);
+  json_t *o = json_pack("{s:I,s:f,s:I,s:I,s:I}", "memoryMiB", (json_int_t)mem, "cpus", cpus, "pids",
+                        (json_int_t)pids, "timeoutSec", (json_int_t)timeout, "idleTimeoutSec",
+                        (json_int_t)idle);
   char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
   json_decref(o);
   if (!txt || strlen(txt) >= len) {
@@ -150,13 +155,13 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   static const char *const allowed[] = {"jobId", "agentId", "workspace", "mode", "exclude", "limits", NULL};
   const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised";
-  char limits[160], wsabs[PATH_MAX], gen[32];
+  char limits[200], wsabs[PATH_MAX], gen[32];
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
       jb_json_get_string(body, "jobId", 1, 128, true, &job, &err) < 0 ||
       jb_json_get_string(body, "agentId", 1, 200, true, &agent, &err) < 0 ||
       jb_json_get_string(body, "workspace", 1, 4096, true, &ws, &err) < 0 ||
       jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0 ||
-      read_limits(body, limits, sizeof limits, &err) < 0 || read_exclude(body, &exclude, &err) < 0) {
+      read_limits(app->cfg, body, limits, sizeof limits, &err) < 0 || read_exclude(body, &exclude, &err) < 0) {
     jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
     goto out;
   }
@@ -384,6 +389,7 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
       optional_reason(req, &doc, &reason, resp) == 0) {
     struct jb_transition t;
     jb_error err = {0};
+    if (strcmp(to, "aborted") == 0) jb_escape_release_session(app, c, job); /* an op in flight */
     int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
     if (rc == JB_OK) {
       if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "api/auth.h"
+#include "api/escape.h"
 #include "api/json.h"
 #include "api/ops.h"
 #include "db/audit_store.h"
@@ -185,6 +186,7 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   struct jb_transition t;
+  if (strcmp(to, "aborted") == 0) jb_escape_release_session(s->app, c, job); /* an op in flight */
   int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
@@ -457,6 +459,10 @@ static void on_bus(void *ctx, const char *job_id, const char *event, json_t *pay
                       json_pack("{s:s,s:O?,s:O?}", "jobId", job_id, "reason",
                                 json_object_get(payload, "reason"), "actor",
                                 json_object_get(payload, "actor")));
+    /* an ended session has no more use for its agent's socket (its token is revoked) */
+    if (strcmp(event, "jailbox:state") == 0 && st &&
+        (!strcmp(st, "aborted") || !strcmp(st, "accepted") || !strcmp(st, "failed")))
+      jb_ws_disconnect_room(s->ws, job_id, JB_ROLE_AGENT);
   }
   pthread_rwlock_unlock(&s->lock);
 }

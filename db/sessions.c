@@ -199,6 +199,30 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
+int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *rejected,
+                          long *failed, jb_error *err) {
+  const char *p[2] = {job_id, to};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE ops SET state = 'rejected', decision = 'rejected',"
+                           " reason = 'session ' || $2, decided_at = now()"
+                           " WHERE job_id = $1 AND state = 'pending'",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "reject pending ops");
+  if (!r) return JB_ERR_FAIL;
+  if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
+  /* approved but not run: the agent waiting on one is told the session ended */
+  r = jb_db_exec(c,
+                 "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
+                 " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
+                 "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
+                 " WHERE job_id = $1 AND state = 'approved'",
+                 2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
+  if (!r) return JB_ERR_FAIL;
+  if (failed) *failed = strtol(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
+  return JB_OK;
+}
+
 int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                              const char *const from[], const char *to, const char *reason,
                              const char *actor, struct jb_transition *out, jb_error *err) {
@@ -229,14 +253,7 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
 
   if (ending) {
     const char *pe[2] = {job_id, to};
-    r = jb_db_exec(c,
-                   "UPDATE ops SET state = 'rejected', decision = 'rejected',"
-                   " reason = 'session ' || $2, decided_at = now()"
-                   " WHERE job_id = $1 AND state = 'pending'",
-                   2, pe, PGRES_COMMAND_OK, NULL, err, "reject pending ops");
-    if (!r) goto fail;
-    out->rejected_ops = strtol(PQcmdTuples(r), NULL, 10);
-    PQclear(r);
+    if (jb_db_session_end_ops(c, job_id, to, &out->rejected_ops, NULL, err) != JB_OK) goto fail;
     r = jb_db_exec(c, "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
                    1, pe, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
     if (!r) goto fail;

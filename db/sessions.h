@@ -70,6 +70,13 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
                              const char *const from[], const char *to, const char *reason,
                              const char *actor, struct jb_transition *out, jb_error *err);
 
+/* For a session that is ending (to = "accepted", "aborted" or "failed"), inside the caller's
+ * transaction with the session row locked: rejects its pending ops (reason "session <to>")
+ * and fails its approved ops that have not run with result {ok:false, error:{code:"aborted"}}.
+ * *rejected and *failed (each may be NULL) receive the counts. JB_OK or JB_ERR_FAIL. */
+int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *rejected,
+                          long *failed, jb_error *err);
+
 /* Sets the mode of a live session and records the change in the audit chain (operation
  * "mode", details {from, to, actor: "buyer"}; nothing is written when the mode is already
  * `mode`) in one transaction. *head receives the new head (seq 0 when nothing was written).

@@ -46,6 +46,7 @@ static int fail(struct jb_fileop_error *e, const char *code, int errnum, const c
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   va_end(ap);
   e->code = code;
+  e->escape = NULL;
   e->errnum = errnum;
   return -1;
 }
@@ -129,6 +130,25 @@ static void walk_close(struct walk *w) {
 
 static int walk_dir(const struct walk *w) { return w->fds[w->depth]; }
 
+static int resolve(const char *path, bool follow, struct walk *w, char last[JB_PATH_NAME_MAX + 1],
+                   struct jb_fileop_error *e);
+
+/* Whether the symlink `name` in the walk's current directory leads out of the workspace when
+ * followed (its target resolved the way reads resolve it: an absolute target, or ".." above
+ * the root). Refusing a write through or onto such a link is an escape signal; one through a
+ * link that stays inside is only a denial. */
+static bool link_leads_out(const struct walk *w, const char *name) {
+  char rel[JB_PATH_MAX + 1];
+  int n = snprintf(rel, sizeof rel, "%s%s%s", w->canon, w->canon[0] ? "/" : "", name);
+  if (n < 0 || n > JB_PATH_MAX) return false;
+  struct walk w2;
+  char last[JB_PATH_NAME_MAX + 1];
+  struct jb_fileop_error e2 = {0};
+  if (resolve(rel, true, &w2, last, &e2) < 0) return e2.escape != NULL;
+  walk_close(&w2);
+  return false;
+}
+
 /* Resolves `path` (already syntactically checked) down to its last component: on success the
  * walk holds the directory that contains it and `last` (of JB_PATH_NAME_MAX + 1 bytes)
  * receives the name, or "." when the path names a directory reached by ".." or the root.
@@ -180,7 +200,9 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
       if (w->depth == 0) {
         free(rem);
         walk_close(w);
-        return fail(e, "denied", EXDEV, "a symlink on the path leads out of the workspace");
+        fail(e, "denied", EXDEV, "a symlink on the path leads out of the workspace");
+        e->escape = "symlink_escape";
+        return -1;
       }
       close(w->fds[w->depth--]);
       char *slash = strrchr(w->canon, '/');
@@ -225,9 +247,13 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
     }
     /* a symlink */
     if (!follow) {
+      bool out = link_leads_out(w, name);
       free(rem);
       walk_close(w);
-      return fail(e, "denied", ELOOP, "'%s' is a symlink: writes never pass a symlink", name);
+      fail(e, "denied", ELOOP, "'%s' is a symlink%s: writes never pass a symlink", name,
+           out ? " that leads out of the workspace" : "");
+      if (out) e->escape = "symlink_escape";
+      return -1;
     }
     if (++links > MAX_LINKS) {
       free(rem);
@@ -248,7 +274,9 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
     if (tl == 0 || target[0] == '/') {
       free(rem);
       walk_close(w);
-      return fail(e, "denied", EXDEV, "'%s' is a symlink that leads out of the workspace", name);
+      fail(e, "denied", EXDEV, "'%s' is a symlink that leads out of the workspace", name);
+      e->escape = "symlink_escape";
+      return -1;
     }
     /* rem = target + "/" + the rest */
     size_t rest = strlen(rem + pos);
@@ -298,9 +326,12 @@ static int check_regular(const struct stat *st, const char *path, struct jb_file
   if (S_ISLNK(st->st_mode)) return fail(e, "denied", ELOOP, "%s is a symlink", path);
   if (!S_ISREG(st->st_mode))
     return fail(e, "denied", EPERM, "%s is not a regular file (fifo, socket or device)", path);
-  if (st->st_nlink > 1)
-    return fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused",
-                path, (unsigned long)st->st_nlink);
+  if (st->st_nlink > 1) {
+    fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused",
+         path, (unsigned long)st->st_nlink);
+    e->escape = "hard_link";
+    return -1;
+  }
   return 0;
 }
 
@@ -315,6 +346,7 @@ static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error
   enum jb_path_verdict v = jb_path_check(s, json_string_length(p), def != NULL);
   if (v != JB_PATH_OK) {
     fail(e, "denied", EINVAL, "%s", jb_path_verdict_text(v));
+    e->escape = v == JB_PATH_ABSOLUTE ? "absolute_path" : v == JB_PATH_DOTDOT ? "path_traversal" : NULL;
     return NULL;
   }
   return s;
@@ -467,6 +499,9 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   char canon[JB_PATH_MAX + 1];
   if (resolve_allowed(path, false, &w, last, canon, e) < 0) return NULL;
   json_t *o = stat_name(walk_dir(&w), last, path, e);
+  /* a write onto a symlink is refused; onto one that leads out it is an escape signal */
+  if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
+    json_object_set_new(o, "leadsOut", json_boolean(link_leads_out(&w, last)));
   walk_close(&w);
   return o;
 }
@@ -516,6 +551,11 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   struct stat st;
   if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (check_regular(&st, path, e) < 0) {
+      if (S_ISLNK(st.st_mode) && link_leads_out(&w, last)) {
+        fail(e, "denied", ELOOP, "%s is a symlink that leads out of the workspace: writes never"
+             " replace a symlink", path);
+        e->escape = "symlink_escape";
+      }
       walk_close(&w);
       free(data);
       return NULL;
@@ -530,20 +570,25 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   }
   /* expectSha256: the file as it was when the write was requested ("" = it did not exist) */
   const char *expect = json_string_value(json_object_get(req, "expectSha256"));
-  if (expect) {
-    json_t *now = stat_name(dir, last, path, e);
-    const char *have = json_is_true(json_object_get(now, "exists"))
-                           ? (json_string_value(json_object_get(now, "sha256")) ?: "?")
-                           : "";
-    bool same = now && strcmp(have, expect) == 0;
-    json_decref(now);
-    if (!same) {
-      walk_close(&w);
-      free(data);
-      fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
-      return NULL;
-    }
+  /* the file as it is now: checked against expectSha256, and its hash reported as
+   * previousSha256 (null: it did not exist) for the session's change summary */
+  json_t *now = stat_name(dir, last, path, e);
+  const char *have = json_is_true(json_object_get(now, "exists"))
+                         ? (json_string_value(json_object_get(now, "sha256")) ?: "?")
+                         : "";
+  char previous[65];
+  snprintf(previous, sizeof previous, "%s", have);
+  json_decref(now);
+  if (!now || (expect && strcmp(have, expect) != 0)) {
+    walk_close(&w);
+    free(data);
+    if (now) fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
+    return NULL;
   }
+  unsigned char after[32];
+  char after_hex[65];
+  crypto_hash_sha256(after, bytes, dlen);
+  sodium_bin2hex(after_hex, sizeof after_hex, after, sizeof after);
   /* temp file + rename: the name is replaced, never written through (a link swapped in after
    * the check above is replaced, not followed) */
   unsigned char rnd[8];
@@ -582,7 +627,10 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
     return NULL;
   }
   walk_close(&w);
-  return json_pack("{s:I}", "written", (json_int_t)dlen);
+  json_t *prev = previous[0] == '\0' ? json_null() : strcmp(previous, "?") ? json_string(previous) : NULL;
+  json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
+  if (o && prev) json_object_set_new(o, "previousSha256", prev);
+  return o;
 }
 
 /* Whether `rel` (a path relative to the root) resolves, following symlinks, to something

@@ -12,6 +12,9 @@
  * internal), an errno value and a message. */
 struct jb_fileop_error {
   const char *code;
+  const char *escape; /* the escape signal kind (server/escape_policy.h) when the refused path
+                         tried to leave the workspace: "symlink_escape", "hard_link",
+                         "path_traversal", "absolute_path"; NULL otherwise */
   int errnum;
   char message[256];
 };

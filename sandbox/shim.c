@@ -410,8 +410,10 @@ static json_t *dispatch(json_t *req) {
       strcmp(op, "stat") == 0) {
     struct jb_fileop_error fe = {0};
     json_t *r = jb_fileop(op, req, &fe);
-    if (!r) return error_reply(id, fe.code ? fe.code : "internal", fe.errnum, "%s", fe.message);
-    return ok_reply(id, r);
+    if (r) return ok_reply(id, r);
+    json_t *rep = error_reply(id, fe.code ? fe.code : "internal", fe.errnum, "%s", fe.message);
+    if (rep && fe.escape) json_object_set_new(json_object_get(rep, "error"), "escape", json_string(fe.escape));
+    return rep;
   }
 #ifdef JB_SHIM_TEST_OPS
   if (strncmp(op, "test.", 5) == 0) {

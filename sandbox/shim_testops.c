@@ -186,7 +186,56 @@ static json_t *op_memhog(const json_t *req, jb_error *err) {
   return json_pack("{s:I}", "allocatedMiB", got); /* the memory is kept: a hog holds on */
 }
 
+/* The shim itself misbehaving, for the escape signals of issue 8 (not in a child: the point
+ * is that the shim ends or its channel breaks). how: "sigsys" (a call the Wall 3 filter
+ * kills, made by the shim), "exit" (status `code`); emit: "malformed" (a line that is not
+ * JSON), "oversized" (a line over JB_SHIM_MAX_LINE) written straight to stdout. */
+static json_t *op_die(const json_t *req, jb_error *err) {
+  const char *how = json_string_value(json_object_get(req, "how"));
+  if (how && !strcmp(how, "sigsys")) {
+    ptrace(PTRACE_TRACEME, 0, NULL, NULL);
+    jb_fail(err, EPERM, "ptrace was not killed by the filter");
+    return NULL;
+  }
+  if (how && !strcmp(how, "exit")) _exit((int)json_integer_value(json_object_get(req, "code")));
+  jb_fail(err, EINVAL, "'how' must be sigsys or exit");
+  return NULL;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static json_t *op_emit(const json_t *req, jb_error *err) {
+  const char *what = json_string_value(json_object_get(req, "what"));
+  if (what && !strcmp(what, "malformed")) {
+    static const char bad[] = "{\"id\": 1, \"ok\": tru\n";
+    write_all(1, bad, sizeof bad - 1);
+  } else if (what && !strcmp(what, "oversized")) {
+    size_t n = 2 * 1024 * 1024 + 64;
+    char *big = malloc(n + 1);
+    if (!big) return jb_fail(err, ENOMEM, "out of memory"), NULL;
+    memset(big, 'x', n);
+    big[n] = '\n';
+    write_all(1, big, n + 1);
+    free(big);
+  } else {
+    jb_fail(err, EINVAL, "'what' must be malformed or oversized");
+    return NULL;
+  }
+  return json_pack("{s:b}", "emitted", 1);
+}
+
 json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err) {
+  if (!strcmp(name, "die")) return op_die(req, err);
+  if (!strcmp(name, "emit")) return op_emit(req, err);
   if (!strcmp(name, "syscall")) return op_syscall(req, err);
   if (!strcmp(name, "write")) return op_write(req, err);
   if (!strcmp(name, "connect")) return op_connect(req, err);

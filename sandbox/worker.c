@@ -40,10 +40,12 @@
 #include "sandbox/shim_proto.h"
 #include "sandbox/walls.h"
 #include "db/audit_store.h"
+#include "db/escape.h"
 #include "db/events.h"
 #include "db/ops.h"
 #include "sandbox/workspace_access.h"
 #include "sandbox/workspace_scan.h"
+#include "server/escape_policy.h"
 #include "server/keys.h"
 #include "server/log.h"
 
@@ -73,6 +75,9 @@ static const struct setting settings[] = {
   {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
   {"JAILBOX_WORKER_MAX_SESSIONS", "64", "sessions this worker runs at once"},
   {"JAILBOX_LOG_LEVEL", "info", "debug, info, warn, error"},
+  {"JAILBOX_ESCAPE_ABORT", JB_ESCAPE_KINDS_TEXT, "signal kinds that abort a session at once (jailboxd passes its own)"},
+  {"JAILBOX_ALERT_AFTER", JB_ALERT_AFTER_DEFAULT, "kind:N,...: signals that alert every N occurrences (jailboxd passes its own)"},
+  {"JAILBOX_TRUST_PENALTY", "20", "trust score points an agent loses per escape abort (jailboxd passes its own)"},
 };
 
 static const char *env_or(const char *name) {
@@ -108,6 +113,9 @@ struct session {
   pthread_mutex_t lock;      /* guards sb while the control socket uses it */
   struct jb_sandbox sb;
   bool sb_ready;
+  char cid[80];              /* the container, once up (guarded by W.lock, not lock: an op in
+                                flight holds lock for the whole call) */
+  atomic_bool killing;       /* killed for an abort: an op in flight fails with "aborted" */
 };
 
 static struct {
@@ -123,6 +131,7 @@ static struct {
   size_t n_sessions;
   struct jb_probe probe;
   atomic_bool stopping;
+  struct jb_escape_policy policy;
 } W;
 
 /* Logs about one session: the job id always, and the development override when active, so
@@ -291,6 +300,92 @@ static void fail_session(const char *job, const char *reason) {
   if (rc == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "fail session", NULL);
 }
 
+/* ---- escape signals (issue 8) ---------------------------------------------------------- */
+
+static void remove_containers_of(const char *job);
+static struct session *find_session(const char *job);
+
+struct escape_args {
+  const char *job, *kind, *detail;
+  struct jb_escape_out out;
+  struct jb_finish_out fin;
+  struct jb_count_out count;
+  long every;
+};
+static int escape_abort_fn(PGconn *c, void *a, jb_error *err) {
+  struct escape_args *e = a;
+  return jb_db_escape_abort(c, W.keys, e->job, e->kind, e->detail, W.policy.trust_penalty, &e->out, err);
+}
+static int escape_finish_fn(PGconn *c, void *a, jb_error *err) {
+  struct escape_args *e = a;
+  return jb_db_session_finish(c, W.keys, e->job, e->out.previous, &e->fin, err);
+}
+static int signal_count_fn(PGconn *c, void *a, jb_error *err) {
+  struct escape_args *e = a;
+  return jb_db_signal_count(c, W.keys, e->job, e->kind, e->detail, e->every, &e->count, err);
+}
+
+/* Acts on signal `kind` of session `job` by the policy. Aborting, in order: the session
+ * aborted (escape_detected; alert, trust score), its container killed and removed, pending
+ * ops rejected and the chain sealed with the events announced (db/escape.h). Otherwise the
+ * signal is counted and alerts every N-th time. Call without holding a connection or a
+ * session's lock. */
+static void raise_signal(const char *job, enum jb_signal kind, const char *detail) {
+  const char *name = jb_signal_name(kind);
+  jb_error err = {0};
+  struct escape_args e = {.job = job, .kind = name, .detail = detail, .every = W.policy.alert_after[kind]};
+  if (!W.policy.abort[kind]) {
+    if (e.every <= 0) return;
+    int rc = with_conn(signal_count_fn, &e, &err);
+    if (rc == JB_OK && e.count.alerted)
+      slog(JB_LOG_WARN, job, "security alert", "kind", name, "detail", detail, NULL);
+    else if (rc == JB_ERR_FAIL)
+      slog(JB_LOG_ERROR, job, err.msg, "step", "count signal", "kind", name, NULL);
+    return;
+  }
+  /* the container's end is no longer news to the session's watcher */
+  char cid[80] = "";
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) {
+    atomic_store(&s->teardown, true);
+    snprintf(cid, sizeof cid, "%s", s->cid);
+  }
+  pthread_mutex_unlock(&W.lock);
+  int rc = with_conn(escape_abort_fn, &e, &err);
+  if (rc != JB_OK) {
+    if (rc == JB_ERR_FAIL) slog(JB_LOG_ERROR, job, err.msg, "step", "escape abort", "kind", name, NULL);
+    return;
+  }
+  slog(JB_LOG_WARN, job, "escape detected: session aborted", "kind", name, "detail", detail, "from",
+       e.out.previous, NULL);
+  if (cid[0] && jb_container_remove(&W.walls, cid, &err) < 0)
+    slog(JB_LOG_WARN, job, "escape: container remove failed", "error", err.msg, NULL);
+  remove_containers_of(job);
+  if (with_conn(escape_finish_fn, &e, &err) != JB_OK)
+    slog(JB_LOG_ERROR, job, err.msg, "step", "escape seal (jailboxd's sweeper retries)", NULL);
+}
+
+/* jb_kill: an abort waits for an op this worker runs; kill the session's container so the op
+ * fails ("aborted") now. */
+static void kill_for_abort(const char *job) {
+  char cid[80] = "";
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) {
+    atomic_store(&s->killing, true);
+    atomic_store(&s->teardown, true);
+    snprintf(cid, sizeof cid, "%s", s->cid);
+  }
+  pthread_mutex_unlock(&W.lock);
+  if (!cid[0]) return;
+  jb_error err = {0};
+  if (jb_container_remove(&W.walls, cid, &err) < 0)
+    slog(JB_LOG_WARN, job, "abort: container remove failed", "error", err.msg, NULL);
+  else
+    slog(JB_LOG_INFO, job, "abort: container killed under a running op", "container", cid, NULL);
+}
+
 struct walls_args {
   const char *job;
   const char *json;
@@ -337,8 +432,11 @@ static int state_fn(PGconn *c, void *a, jb_error *err) {
 
 /* ---- one session ---------------------------------------------------------------------- */
 
-/* Why the sandbox ended, from Docker's view of the container. */
-static void exit_reason(const char *id, char *out, size_t len) {
+/* Why the sandbox ended, from Docker's view of the container; *code receives its exit code
+ * (-1 when it cannot be read), *oom whether it was killed for memory. */
+static void exit_reason(const char *id, char *out, size_t len, long long *code_out, bool *oom) {
+  *code_out = -1;
+  *oom = false;
   char path[128];
   snprintf(path, sizeof path, "/containers/%s/json", id);
   json_t *in = NULL;
@@ -349,7 +447,9 @@ static void exit_reason(const char *id, char *out, size_t len) {
   }
   json_t *st = json_object_get(in, "State");
   json_int_t code = json_integer_value(json_object_get(st, "ExitCode"));
-  if (json_is_true(json_object_get(st, "OOMKilled"))) {
+  *code_out = code;
+  *oom = json_is_true(json_object_get(st, "OOMKilled"));
+  if (*oom) {
     json_int_t mem = json_integer_value(json_object_get(json_object_get(in, "HostConfig"), "Memory"));
     snprintf(out, len, "out of memory: the sandbox went over its limit of %lld MiB and was killed",
              (long long)(mem / (1024 * 1024)));
@@ -457,6 +557,9 @@ static void *session_main(void *arg) {
   s->sb = sb;
   s->sb_ready = true;
   pthread_mutex_unlock(&s->lock);
+  pthread_mutex_lock(&W.lock);
+  snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
+  pthread_mutex_unlock(&W.lock);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
   slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, NULL);
@@ -487,13 +590,26 @@ static void *session_main(void *arg) {
     json_decref(w);
     if (atomic_load(&s->teardown) || atomic_load(&W.stopping)) break;
     char why[300];
-    exit_reason(sb.container_id, why, sizeof why);
+    long long code;
+    bool oom;
+    exit_reason(sb.container_id, why, sizeof why, &code, &oom);
     char tail[300];
     pthread_mutex_lock(&s->lock);
     jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
     pthread_mutex_unlock(&s->lock);
     slog(JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
-    fail_session(job, why);
+    if (atomic_load(&s->teardown) || atomic_load(&W.stopping)) break;
+    /* an out-of-memory kill is the limit doing its work; any other end of the shim is an
+     * escape signal: killed by the syscall filter (bwrap reports 128 + SIGSYS), killed from
+     * outside (128 + SIGKILL, or the container vanished), or exited by itself */
+    if (!oom) {
+      char detail[700];
+      snprintf(detail, sizeof detail, "%s%s%s", why, tail[0] ? "; stderr: " : "", tail);
+      raise_signal(job, code == 128 + SIGSYS ? JB_SIG_SECCOMP_KILL
+                        : (code == 128 + SIGKILL || code < 0) ? JB_SIG_SANDBOX_DIED : JB_SIG_SHIM_EXIT,
+                   detail);
+    }
+    fail_session(job, why); /* quiet when the signal ended it already */
     break;
   }
   pthread_mutex_lock(&s->lock);
@@ -572,9 +688,7 @@ static void handle_job(struct jb_launch_job *j) {
     char cid[80] = "";
     if (s) {
       atomic_store(&s->teardown, true);
-      pthread_mutex_lock(&s->lock);
-      if (s->sb_ready) snprintf(cid, sizeof cid, "%s", s->sb.container_id);
-      pthread_mutex_unlock(&s->lock);
+      snprintf(cid, sizeof cid, "%s", s->cid);
     }
     pthread_mutex_unlock(&W.lock);
     jb_error err = {0};
@@ -760,7 +874,7 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
 
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
-static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args) {
+static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args, bool *violation) {
   json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
   static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
                                      "expectSha256", NULL};
@@ -774,8 +888,14 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
   jb_error err = {0};
   if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
   else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  bool killed = s && atomic_load(&s->killing);
   if (s) pthread_mutex_unlock(&s->lock);
   json_decref(req);
+  if (!ans && killed)
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session was aborted while the op ran");
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  *violation = !ans && (err.code == EPROTO || err.code == EMSGSIZE);
   if (!ans) {
     slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
     return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
@@ -790,6 +910,8 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
 struct opclaim_args {
   const char *job;
   int ran;
+  int signal;          /* a signal the op raised (enum jb_signal), -1 none */
+  char detail[400];
 };
 static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
   struct opclaim_args *oa = a;
@@ -797,7 +919,22 @@ static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
   int rc = jb_db_op_claim(c, oa->job, &op, err);
   if (rc != JB_OK) return rc;
   json_t *args = json_loads(op.args_json, 0, NULL);
-  json_t *ans = op_run(oa->job, &op, args);
+  bool violation = false;
+  json_t *ans = op_run(oa->job, &op, args, &violation);
+  /* what the op tells of the agent (acted on once the op is committed) */
+  json_t *ej = json_object_get(ans, "error");
+  const char *escape = json_string_value(json_object_get(ej, "escape"));
+  const char *code = json_string_value(json_object_get(ej, "code"));
+  int sig = violation ? JB_SIG_PROTOCOL_VIOLATION : escape ? jb_signal_from_name(escape) : -1;
+  if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
+    sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
+          : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+  if (sig >= 0) {
+    oa->signal = sig;
+    const char *msg = json_string_value(json_object_get(ej, "message"));
+    snprintf(oa->detail, sizeof oa->detail, "%s %.300s: %.80s", op.tool, op.path,
+             msg ? msg : "refused");
+  }
   json_t *details = op_audit_details(&op, args, ans);
   bool ok = json_is_true(json_object_get(ans, "ok"));
   char *text = json_dumps(ans, JSON_COMPACT);
@@ -834,9 +971,10 @@ static void run_queued_ops(const char *only) {
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
     for (int k = 0; k < 1000; k++) {
-      struct opclaim_args a = {jobs[i], 0};
+      struct opclaim_args a = {jobs[i], 0, -1, ""};
       jb_error err = {0};
       int rc = with_conn(opclaim_fn, &a, &err);
+      if (a.signal >= 0) raise_signal(jobs[i], (enum jb_signal)a.signal, a.detail);
       if (rc == JB_ERR_NOT_FOUND) break;
       if (rc != JB_OK) {
         slog(JB_LOG_ERROR, jobs[i], err.msg, "step", "run op", NULL);
@@ -856,6 +994,19 @@ static void ensure_listening(PGconn **listen) {
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
     PQfinish(*listen);
     *listen = NULL;
+  }
+  PQclear(r);
+}
+
+/* (Re)connects *conn LISTENing on jb_kill (aborts waiting for an op this worker runs). */
+static void ensure_kill_listening(PGconn **conn) {
+  if (*conn && PQstatus(*conn) == CONNECTION_OK) return;
+  if (*conn) PQfinish(*conn);
+  *conn = PQconnectdb(W.conninfo);
+  PGresult *r = PQstatus(*conn) == CONNECTION_OK ? PQexec(*conn, "LISTEN jb_kill") : NULL;
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+    PQfinish(*conn);
+    *conn = NULL;
   }
   PQclear(r);
 }
@@ -940,11 +1091,11 @@ static json_t *control_request(const json_t *req) {
   pthread_mutex_unlock(&W.lock);
   if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
   json_t *out;
+  jb_error err = {0};
   if (!s->sb_ready) {
     out = json_pack("{s:b, s:s}", "ok", 0, "error", "the session's sandbox is not up");
   } else {
     json_t *copy = json_deep_copy(shimreq);
-    jb_error err = {0};
     json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
     json_t *ans = jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : W.walls.call_timeout_ms, &err);
     json_decref(copy);
@@ -952,6 +1103,12 @@ static json_t *control_request(const json_t *req) {
               : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
   }
   pthread_mutex_unlock(&s->lock);
+  /* the shim broke the protocol: an escape signal, whoever asked */
+  if (err.code == EPROTO || err.code == EMSGSIZE) {
+    char job_id[129];
+    snprintf(job_id, sizeof job_id, "%s", job);
+    raise_signal(job_id, JB_SIG_PROTOCOL_VIOLATION, err.msg);
+  }
   return out;
 }
 
@@ -1087,7 +1244,11 @@ static int load_config(jb_error *err) {
   c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
   W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
   W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);
+  long penalty = env_long("JAILBOX_TRUST_PENALTY", 0, 1000, err, &bad);
   if (bad) return -1;
+  if (jb_escape_policy_parse(&W.policy, env_or("JAILBOX_ESCAPE_ABORT"), env_or("JAILBOX_ALERT_AFTER"),
+                             penalty, err) < 0)
+    return -1;
   return load_profile(err);
 }
 
@@ -1241,10 +1402,11 @@ int main(int argc, char **argv) {
 
   /* wake-ups: a change notification (sessions and their launch jobs are inserted together),
    * a signal, or once a second to catch anything missed */
-  PGconn *listen = NULL;
+  PGconn *listen = NULL, *kill_listen = NULL;
   long long last_probe = W.probe.at_ms;
   while (!atomic_load(&W.stopping)) {
     ensure_listening(&listen);
+    ensure_kill_listening(&kill_listen);
     drain_queue();
     reap_sessions();
     /* a wall that was down may have been fixed: probe again now and then */
@@ -1261,8 +1423,17 @@ int main(int argc, char **argv) {
       last_probe = now;
       log_probe(&p);
     }
-    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
-    int pr = poll(pf, 2, 1000);
+    struct pollfd pf[3] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN},
+                           {.fd = kill_listen ? PQsocket(kill_listen) : -1, .events = POLLIN}};
+    int pr = poll(pf, 3, 1000);
+    if (kill_listen && pr > 0 && (pf[2].revents & POLLIN)) {
+      PQconsumeInput(kill_listen);
+      PGnotify *kn;
+      while ((kn = PQnotifies(kill_listen))) {
+        if (kn->extra && kn->extra[0]) kill_for_abort(kn->extra);
+        PQfreemem(kn);
+      }
+    }
     if (pr > 0 && (pf[0].revents & POLLIN)) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -1304,6 +1475,7 @@ int main(int argc, char **argv) {
     unlink(cpath);
   }
   if (listen) PQfinish(listen);
+  if (kill_listen) PQfinish(kill_listen);
   jb_db_close(W.db);
   jb_keyring_free(W.keys);
   free(W.profile_buf);

@@ -1,6 +1,8 @@
 /* config.c — the settings table of jailboxd and its parser (see config.h). */
 #include "server/config.h"
 
+#include "server/escape_policy.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -75,6 +77,18 @@ static const struct setting settings[] = {
    "jailbox-worker processes started and supervised by jailboxd (0: none; workers run elsewhere)"},
   {"worker-bin", "JAILBOX_WORKER_BIN", K_STR, S(worker_bin), "", 0, 0,
    "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
+  {"escape-abort", "JAILBOX_ESCAPE_ABORT", K_STR, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
+   "signal kinds that abort a session at once (comma-separated; 'none'); the others alert"},
+  {"alert-after", "JAILBOX_ALERT_AFTER", K_STR, S(alert_after), JB_ALERT_AFTER_DEFAULT, 0, 0,
+   "kind:N,...: a security alert at every N-th such signal of a session (escape kinds not"
+   " aborting: every one)"},
+  {"trust-penalty", "JAILBOX_TRUST_PENALTY", K_INT, S(trust_penalty), "20", 0, 1000,
+   "trust score points an agent loses when an escape signal aborts its session"},
+  {"session-lifetime", "JAILBOX_SESSION_LIFETIME_S", K_INT, S(session_lifetime_s), "3600", 1, 604800,
+   "default maximum lifetime of a session (limits.timeoutSec), s; then it is aborted"},
+  {"idle-timeout", "JAILBOX_IDLE_TIMEOUT_S", K_INT, S(idle_timeout_s), "900", 1, 604800,
+   "default idle timeout (limits.idleTimeoutSec): an active or awaited agent doing nothing"
+   " that long is aborted, s"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
@@ -142,6 +156,9 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
   const char *lv = cfg->log_level;
   if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error"))
     return jb_fail(err, EINVAL, "JAILBOX_LOG_LEVEL: '%s' is not one of debug, info, warn, error", lv);
+  struct jb_escape_policy pol;
+  if (jb_escape_policy_parse(&pol, cfg->escape_abort, cfg->alert_after, cfg->trust_penalty, err) < 0)
+    return -1;
   char host[256];
   int port;
   if (jb_parse_listen(cfg->listen, host, sizeof host, &port, err) < 0)

@@ -37,6 +37,11 @@ struct jb_config {
   long ws_workers;          /* threads running socket handlers (database work) */
   long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
+  char *escape_abort;       /* signal kinds that abort a session at once (server/escape_policy.h) */
+  char *alert_after;        /* "kind:N,…": signals that raise an alert every N occurrences */
+  long trust_penalty;       /* trust score points an agent loses per escape abort */
+  long session_lifetime_s;  /* default limits.timeoutSec: a session's maximum lifetime, s */
+  long idle_timeout_s;      /* default limits.idleTimeoutSec: agent inactivity before abort, s */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/escape.h"
 #include "api/ops.h"
 #include "api/socket.h"
 #include "db/db.h"
@@ -117,6 +118,7 @@ int main(int argc, char **argv) {
   struct jb_socket *sock = NULL;
   struct jb_listener *listener = NULL;
   struct jb_workers *workers = NULL;
+  struct jb_sweeper *sweeper = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
     goto out;
@@ -179,6 +181,23 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
+  /* escape policy (issue 8): the workers inherit it through the environment */
+  if (jb_escape_init(&app, &err) < 0) {
+    exit_code = fatal("escape policy", &err);
+    jb_http_drain(srv, 0);
+    goto out;
+  }
+  char pen[24];
+  snprintf(pen, sizeof pen, "%ld", cfg.trust_penalty);
+  setenv("JAILBOX_ESCAPE_ABORT", cfg.escape_abort, 1);
+  setenv("JAILBOX_ALERT_AFTER", cfg.alert_after, 1);
+  setenv("JAILBOX_TRUST_PENALTY", pen, 1);
+  /* lifetime and idle expiry, chains a crash left unsealed */
+  if (jb_sweeper_start(&app, &sweeper, &err) < 0) {
+    exit_code = fatal("sweeper", &err);
+    jb_http_drain(srv, 0);
+    goto out;
+  }
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
@@ -200,6 +219,7 @@ int main(int argc, char **argv) {
   jb_http_drain(srv, cfg.shutdown_grace_ms);
 
 out:
+  jb_sweeper_stop(sweeper);
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
   jb_socket_stop(sock); /* its handlers use the database */
   jb_listener_stop(listener);

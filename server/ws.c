@@ -123,6 +123,7 @@ enum item_kind {
   IT_ACCEPT, /* CONNECT accepted: join room, answer 40{sid} */
   IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
   IT_DONE,   /* a handler call finished; optional ACK frame */
+  IT_ROOM_END, /* the room's matching sockets: DISCONNECT, then close */
 };
 
 struct item {
@@ -527,6 +528,18 @@ int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const ch
   return post_frame(ws, IT_ROOM, 0, room, roles, f);
 }
 
+int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles) {
+  struct frame *f = frame_text("41", NULL); /* Engine.IO message, Socket.IO DISCONNECT */
+  if (!f) return -1;
+  return post_frame(ws, IT_ROOM_END, 0, room, roles, f);
+}
+
+/* After a server DISCONNECT: close once the client had time to read it. */
+static void end_cb(lws_sorted_usec_list_t *sul) {
+  struct conn *c = lws_container_of(sul, struct conn, sul_hs);
+  conn_fail(c, WS_NORMAL, NULL);
+}
+
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
   *open = atomic_load(&ws->n_open);
   *connected = atomic_load(&ws->n_connected);
@@ -535,6 +548,17 @@ void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
 static void ping_cb(lws_sorted_usec_list_t *sul);
 
 static void handle_item(struct jb_ws *ws, struct item *it) {
+  if (it->kind == IT_ROOM_END) {
+    struct room *r = room_find(ws, it->room);
+    for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
+      next = c->r_next;
+      if (c->st != CS_SIO || !(c->role & it->roles)) continue;
+      conn_send(c, it->f, false);
+      c->role = 0; /* no more events of the room */
+      lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
+    }
+    return;
+  }
   if (it->kind == IT_ROOM) {
     struct room *r = room_find(ws, it->room);
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {

@@ -94,6 +94,11 @@ int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *paylo
 int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
                     json_t *payload);
 
+/* Ends the Socket.IO session of every socket of `room` whose role has a bit in `roles`: a
+ * DISCONNECT packet (the client does not reconnect by itself), then close 1000. Queued after
+ * what was sent to them before, so they get it first. Returns 0 or -1. */
+int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles);
+
 /* Counters for logs and metrics: open connections and connected Socket.IO clients. */
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected);
 
