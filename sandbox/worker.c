@@ -325,6 +325,25 @@ static int signal_count_fn(PGconn *c, void *a, jb_error *err) {
   return jb_db_signal_count(c, W.keys, e->job, e->kind, e->detail, e->every, &e->count, err);
 }
 
+/* Waits at most `ms` for container `cid` to be gone (a removal by the teardown job may be
+ * running at the same time: the second DELETE answers 409 before the first is done).
+ * Returns whether it is gone. */
+static bool container_gone(const char *cid, long ms) {
+  char path[160];
+  snprintf(path, sizeof path, "/containers/%s/json", cid);
+  for (long waited = 0;; waited += 20) {
+    long status = 0;
+    json_t *in = NULL;
+    jb_error err = {0};
+    int rc = jb_docker_call(&W.walls.docker, "GET", path, NULL, 5000, &status, &in, &err);
+    json_decref(in);
+    if (rc == 0 && status == 404) return true;
+    if (waited >= ms) return false;
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Acts on signal `kind` of session `job` by the policy. Aborting, in order: the session
  * aborted (escape_detected; alert, trust score), its container killed and removed, pending
  * ops rejected and the chain sealed with the events announced (db/escape.h). Otherwise the
@@ -362,6 +381,8 @@ static void raise_signal(const char *job, enum jb_signal kind, const char *detai
   if (cid[0] && jb_container_remove(&W.walls, cid, &err) < 0)
     slog(JB_LOG_WARN, job, "escape: container remove failed", "error", err.msg, NULL);
   remove_containers_of(job);
+  if (cid[0] && !container_gone(cid, 1500))
+    slog(JB_LOG_WARN, job, "escape: the container is still there; sealing anyway", "container", cid, NULL);
   if (with_conn(escape_finish_fn, &e, &err) != JB_OK)
     slog(JB_LOG_ERROR, job, err.msg, "step", "escape seal (jailboxd's sweeper retries)", NULL);
 }
@@ -696,6 +717,9 @@ static void handle_job(struct jb_launch_job *j) {
     if (cid[0] && jb_container_remove(&W.walls, cid, &err) < 0)
       slog(JB_LOG_WARN, j->job_id, "teardown: remove failed", "error", err.msg, NULL);
     remove_containers_of(j->job_id);
+    /* the job is done when the container is gone (an escape seals after it) */
+    if (cid[0] && !container_gone(cid, 1500))
+      slog(JB_LOG_WARN, j->job_id, "teardown: the container is still there", "container", cid, NULL);
     slog(JB_LOG_INFO, j->job_id, "teardown", "state", j->state, NULL);
     finish_job(j->job_id, j->id, true, NULL, NULL);
     return;

@@ -179,6 +179,7 @@ struct conn {
   unsigned role;
   bool connect_pending, awaiting_pong, counted_connected;
   int inflight;
+  bool end_pending; /* jb_ws_disconnect_room: DISCONNECT once no handler call is in flight */
   char sid[24];
   char addr[64];
   /* upgrade request */
@@ -529,15 +530,34 @@ int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const ch
 }
 
 int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles) {
-  struct frame *f = frame_text("41", NULL); /* Engine.IO message, Socket.IO DISCONNECT */
-  if (!f) return -1;
-  return post_frame(ws, IT_ROOM_END, 0, room, roles, f);
+  struct item *it = calloc(1, sizeof *it);
+  if (!it) return -1;
+  it->kind = IT_ROOM_END;
+  it->roles = roles;
+  snprintf(it->room, sizeof it->room, "%s", room);
+  return post(ws, it, false);
 }
 
 /* After a server DISCONNECT: close once the client had time to read it. */
 static void end_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_hs);
+  if (c->end_pending) { /* a handler call did not finish in time: end anyway */
+    c->end_pending = false;
+    conn_send_text(c, "41", NULL);
+    lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
+    return;
+  }
   conn_fail(c, WS_NORMAL, NULL);
+}
+
+/* Sends the DISCONNECT and closes soon, or waits for the answers of calls in flight (an op that
+ * ran must be answered) for at most 5 s. */
+static void conn_end(struct conn *c) {
+  c->role = 0; /* no more events of the room */
+  c->end_pending = c->inflight > 0;
+  if (!c->end_pending) conn_send_text(c, "41", NULL);
+  lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb,
+                   (lws_usec_t)(c->end_pending ? 5000 : 500) * 1000);
 }
 
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
@@ -553,9 +573,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
       next = c->r_next;
       if (c->st != CS_SIO || !(c->role & it->roles)) continue;
-      conn_send(c, it->f, false);
-      c->role = 0; /* no more events of the room */
-      lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
+      conn_end(c);
     }
     return;
   }
@@ -597,6 +615,11 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
   case IT_DONE:
     if (c->inflight > 0) c->inflight--;
     if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
+    if (c->end_pending && c->inflight == 0 && c->st == CS_SIO) {
+      c->end_pending = false;
+      conn_send_text(c, "41", NULL);
+      lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
+    }
     break;
   default:
     break;

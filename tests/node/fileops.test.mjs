@@ -97,7 +97,9 @@ let buyerA;
 before(async () => {
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', SHIM, '--tag', IMAGE], { stdio: 'inherit' });
-  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE });
+  // these tests probe every refusal on long-lived sessions: escape signals only alert here
+  // (their aborts are tests/node/escape.test.mjs)
+  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE, JAILBOX_ESCAPE_ABORT: 'none' });
   await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
   wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
   outside = join(srv.dir, 'outside');

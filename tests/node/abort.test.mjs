@@ -1,0 +1,244 @@
+// abort.test.mjs — how a session ends (issue 8), with real processes: the buyer's abort from
+// every live state (REST and socket), an abort while an op runs in the shim, accept only from
+// done with the change summary kept, and the lifetime and idle timeouts. Worker-backed
+// sessions run in gVisor + Docker + bwrap. Needs root, dockerd with runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { startServer } from './lib/server.mjs';
+import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
+  containersOf, closeAll } from './lib/jail.mjs';
+
+let srv;   // worker-backed; sessions held in prescanning until the buyer's pre_scan_done
+let bare;  // no worker: sessions stay in created
+const sha = (s) => createHash('sha256').update(s).digest('hex');
+
+before(async () => {
+  srv = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_PRESCAN_HOLD: '1' } });
+  bare = await startServer({});
+});
+
+after(async () => {
+  await closeAll(srv);
+  const jobs = (await srv.db.query('SELECT job_id FROM sessions')).rows.map((r) => r.job_id);
+  const log = srv.log();
+  await srv.stop();
+  await bare.stop();
+  assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+});
+
+// a session brought to `state` with its buyer (and, from active on, its agent) connected
+async function sessionIn(state, extra = {}) {
+  const s = await openSession(srv, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), extra, 'prescanning');
+  s.buyer = await connect(srv, s.buyerToken);
+  await waitFor(srv, 'walls up', async () => (await sessionOf(srv, s.jobId)).walls?.walls?.docker?.containerId);
+  if (state === 'prescanning') return s;
+  const ack = await s.buyer.timeout(10000).emitWithAck('jailbox:pre_scan_done', {});
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  await waitState(srv, s.jobId, ['awaiting_agent']);
+  if (state === 'awaiting_agent') return s;
+  s.agent = await connect(srv, s.agentToken);
+  await waitState(srv, s.jobId, ['active']);
+  if (state === 'active') return s;
+  if (state === 'paused') {
+    const p = await s.buyer.timeout(10000).emitWithAck('jailbox:pause', {});
+    assert.equal(p.ok, true, JSON.stringify(p));
+    return s;
+  }
+  const d = await call(s.agent, 'done', { summary: 'finished' });
+  assert.ok(d.result, JSON.stringify(d));
+  await waitState(srv, s.jobId, ['done']);
+  return s;
+}
+
+async function assertEndedAndSealed(server, jobId, state) {
+  const st = await sessionOf(server, jobId);
+  assert.equal(st.state, state);
+  assert.equal(st.pendingOps, 0);
+  const audit = await server.req('GET', `/v1/jailbox/${jobId}/audit`, { token: server.serviceToken });
+  const entries = audit.text.trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(entries[entries.length - 1].operation, 'seal');
+  const v = await server.req('GET', `/v1/jailbox/${jobId}/audit/verify`, { token: server.serviceToken });
+  assert.equal(v.json.ok, true, v.text);
+  return entries;
+}
+
+const gone = {};
+after(() => console.log('# buyer abort → container gone, ms:', JSON.stringify(gone)));
+
+for (const [i, state] of ['prescanning', 'awaiting_agent', 'active', 'paused', 'done'].entries()) {
+  const via = i % 2 ? 'socket' : 'REST';
+  test(`buyer abort from ${state} (${via}): pending ops rejected, container gone within 2 s, chain sealed`, { timeout: 180000 }, async () => {
+    const s = await sessionIn(state, { mode: 'supervised' });
+    const cid = (await sessionOf(srv, s.jobId)).walls.walls.docker.containerId;
+    // a pending approval: a real supervised write where the agent can make one, else stored
+    let held;
+    if (state === 'active') {
+      held = call(s.agent, 'write', { path: 'new.txt', content: 'held\n' }).catch((e) => ({ cut: e.message }));
+      await waitEvent(s.buyer, 'jailbox:approval_request');
+    } else {
+      await srv.pendingOp(s.jobId);
+    }
+    const t0 = Date.now();
+    if (via === 'REST') {
+      const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken, body: { reason: 'changed my mind' } });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.rejectedOps, 1);
+    } else {
+      const r = await s.buyer.timeout(10000).emitWithAck('jailbox:abort', { reason: 'changed my mind' });
+      assert.equal(r.ok, true, JSON.stringify(r));
+      assert.equal(r.rejectedOps, 1);
+    }
+    await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 2000);
+    gone[state] = Date.now() - t0;
+    const entries = await assertEndedAndSealed(srv, s.jobId, 'aborted');
+    const ab = entries.find((e) => e.operation === 'abort');
+    assert.equal(ab.details.actor, 'buyer');
+    assert.equal(ab.details.from, state);
+    await waitEvent(s.buyer, 'jailbox:abort');
+    if (s.agent) {
+      await waitEvent(s.agent, 'jailbox:abort');
+      await waitFor(srv, 'agent disconnected', () => s.agent.disconnectReason, 5000);
+      assert.equal(s.agent.disconnectReason, 'io server disconnect');
+    }
+    if (held) {
+      const h = await held;
+      assert.ok(h.cut || h.error, JSON.stringify(h));
+      assert.ok(!existsSync(join(s.dir, 'new.txt')));
+    }
+    assert.ok(cid);
+  });
+}
+
+test('buyer abort from created (no worker has it yet)', { timeout: 60000 }, async () => {
+  const s = await bare.open({});
+  await bare.pendingOp(s.jobId);
+  const r = await bare.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.previous, 'created');
+  await assertEndedAndSealed(bare, s.jobId, 'aborted');
+  // ended: a second abort and an accept are refused
+  const again = await bare.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: bare.serviceToken });
+  assert.ok([401, 403, 409].includes(again.status), again.text);
+});
+
+test('abort while an op runs in the shim: the op fails with "aborted", the container goes at once', { timeout: 240000 }, async () => {
+  // a supervised write first has the shim hash the file it replaces: big enough to take a while
+  const s = await sessionIn('active', { mode: 'supervised' });
+  const big = join(s.dir, 'big.bin');
+  writeFileSync(big, Buffer.alloc(250 * 1024 * 1024, 7));
+  const pending = call(s.agent, 'write', { path: 'big.bin', content: 'small\n' }).catch((e) => ({ cut: e.message }));
+  // the stat op is claimed: the session row is held by the worker
+  await waitFor(srv, 'stat claimed', async () => {
+    const r = await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId]);
+    return r.rows.length === 1;
+  }, 10000);
+  await new Promise((r) => setTimeout(r, 100));
+  const t0 = Date.now();
+  const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+  const took = Date.now() - t0;
+  assert.equal(r.status, 200, r.text);
+  await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 2000);
+  gone.inflight = Date.now() - t0;
+  const op = (await srv.db.query("SELECT state, result FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId])).rows[0];
+  const h = await pending;
+  if (/container killed under a running op/.test(srv.log())) {
+    console.log('# an op was in flight: killed, failed with "aborted"; abort answered in', took, 'ms');
+    assert.equal(op.state, 'failed', JSON.stringify(op));
+    assert.equal(op.result.error.code, 'aborted');
+    assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+  } else {
+    // the hash finished before the abort reached the worker: nothing was in flight
+    assert.ok(['done', 'failed'].includes(op.state));
+    console.log('# the op finished before the abort (no op was in flight); took', took, 'ms');
+  }
+  assert.ok(took < 2000, `abort took ${took} ms`);
+  assert.equal(readFileSync(big).length, 250 * 1024 * 1024, 'the big file was not replaced');
+  await assertEndedAndSealed(srv, s.jobId, 'aborted');
+});
+
+test('accept only from done (409 otherwise); sealed, container removed, change summary kept', { timeout: 180000 }, async () => {
+  const s = await sessionIn('active', { mode: 'unsupervised' });
+  for (const who of [s.buyerToken]) {
+    const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/accept`, { token: who });
+    assert.equal(r.status, 409, r.text);
+    assert.equal(r.json.error.state, 'active');
+  }
+  const ack = await s.buyer.timeout(10000).emitWithAck('jailbox:accept', {});
+  assert.equal(ack.error.code, 'invalid_state');
+  let w = await call(s.agent, 'write', { path: 'new.c', content: 'int main(void) { return 0; }\n' });
+  assert.ok(w.result, JSON.stringify(w));
+  w = await call(s.agent, 'write', { path: 'a.txt', content: 'changed\n' });
+  assert.ok(w.result, JSON.stringify(w));
+  const d = await call(s.agent, 'done', { summary: 'two files' });
+  assert.ok(d.result, JSON.stringify(d));
+  await waitState(srv, s.jobId, ['done']);
+  const t0 = Date.now();
+  const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/accept`, { token: s.buyerToken });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.state, 'accepted');
+  await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 2000);
+  gone.accept = Date.now() - t0;
+  await assertEndedAndSealed(srv, s.jobId, 'accepted');
+  const again = await srv.req('POST', `/v1/jailbox/${s.jobId}/accept`, { token: srv.serviceToken });
+  assert.equal(again.status, 403, again.text);
+  // the change summary outlives the session (the buyer's token is revoked: the service reads it)
+  const c = await srv.req('GET', `/v1/jailbox/${s.jobId}/changes`, { token: srv.serviceToken });
+  assert.equal(c.status, 200, c.text);
+  assert.deepEqual(Object.keys(c.json).sort(), ['changes', 'jobId']);
+  assert.equal(c.json.jobId, s.jobId);
+  assert.equal(c.json.changes.length, 2);
+  const [a, b] = c.json.changes;
+  for (const x of [a, b]) {
+    assert.deepEqual(Object.keys(x).sort(), ['at', 'opId', 'path', 'sha256After', 'sha256Before', 'size']);
+    assert.match(x.at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    assert.equal(typeof x.opId, 'number');
+  }
+  assert.deepEqual([a.path, a.sha256Before, a.sha256After, a.size],
+    ['new.c', null, sha('int main(void) { return 0; }\n'), 29]);
+  assert.deepEqual([b.path, b.sha256Before, b.sha256After, b.size], ['a.txt', sha('hello\n'), sha('changed\n'), 8]);
+  assert.ok(a.opId < b.opId);
+  assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'changed\n');
+  const unk = await srv.req('GET', '/v1/jailbox/no-such-job/changes', { token: srv.serviceToken });
+  assert.equal(unk.status, 404);
+});
+
+test('maximum lifetime (limits.timeoutSec): the session is aborted with lifetime_exceeded', { timeout: 120000 }, async () => {
+  const s = await openSession(srv, () => {}, { limits: { timeoutSec: 3 } }, 'prescanning');
+  const opened = Date.now();
+  const st = await waitState(srv, s.jobId, ['aborted'], 15000);
+  const after = Date.now() - opened;
+  assert.equal(st.stateReason, 'lifetime_exceeded');
+  assert.ok(after >= 2000, `aborted after only ${after} ms`);
+  await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 5000);
+  const entries = await assertEndedAndSealed(srv, s.jobId, 'aborted');
+  assert.equal(entries.find((e) => e.operation === 'abort').details.reason, 'lifetime_exceeded');
+});
+
+test('idle timeout (limits.idleTimeoutSec): activity keeps the session, silence aborts it with idle_timeout', { timeout: 120000 }, async () => {
+  const s = await sessionIn('active', { mode: 'unsupervised', limits: { idleTimeoutSec: 2, timeoutSec: 600 } });
+  // an agent working every 500 ms for 4 s is never idle
+  for (let i = 0; i < 8; i++) {
+    const r = await call(s.agent, 'read', { path: 'a.txt' });
+    assert.ok(r.result, JSON.stringify(r));
+    await new Promise((res) => setTimeout(res, 500));
+  }
+  assert.equal((await sessionOf(srv, s.jobId)).state, 'active');
+  const quiet = Date.now();
+  const st = await waitState(srv, s.jobId, ['aborted'], 15000);
+  assert.equal(st.stateReason, 'idle_timeout');
+  assert.ok(Date.now() - quiet >= 1500);
+  const ab = await waitEvent(s.agent, 'jailbox:abort');
+  assert.equal(ab.reason, 'idle_timeout');
+  await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 5000);
+  await assertEndedAndSealed(srv, s.jobId, 'aborted');
+});
+
+test('idle timeout of a session whose agent never came', { timeout: 120000 }, async () => {
+  const s = await sessionIn('awaiting_agent', { limits: { idleTimeoutSec: 2 } });
+  const st = await waitState(srv, s.jobId, ['aborted'], 15000);
+  assert.equal(st.stateReason, 'idle_timeout');
+});

@@ -1,0 +1,231 @@
+// escape.test.mjs — escape detection (issue 8) through the whole real stack: jailboxd, a
+// jailbox-worker, sessions in gVisor + Docker + bwrap (the test shim, so the tests can make
+// the shim itself misbehave), the agent and the buyer on the stock socket.io-client. One test
+// per signal: the session is aborted with reason escape_detected, the container is gone, the
+// chain ends in a verified seal, the buyer gets jailbox:security_alert {kind, detail, seq}
+// (also listed over REST) after jailbox:abort, the agent gets jailbox:abort and is
+// disconnected, and its trust score drops by JAILBOX_TRUST_PENALTY with the event in its
+// history. Then the policy: signals that only alert, after N. Needs root, dockerd with runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call, control,
+  docker, containersOf, closeAll } from './lib/jail.mjs';
+
+const PENALTY = 15;
+let srv;
+let outside;
+
+before(async () => {
+  srv = await startJail({ image: 'jailbox-sandbox:escape',
+    env: { JAILBOX_TRUST_PENALTY: String(PENALTY), JAILBOX_ALERT_AFTER: 'excluded_path:3' } });
+  outside = join(srv.dir, 'outside');
+  mkdirSync(outside);
+  writeFileSync(join(outside, 'secret.txt'), 'outside secret\n');
+});
+
+after(async () => {
+  await closeAll(srv);
+  const log = srv.log();
+  const jobs = (await srv.db.query('SELECT job_id FROM sessions')).rows.map((r) => r.job_id);
+  await srv.stop();
+  assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+});
+
+let agentNo = 0;
+// a session with its agent and buyer connected (the agent's arrival makes it active)
+async function live(build = () => {}, extra = {}) {
+  const agentId = `agent-esc-${++agentNo}`;
+  const s = await openSession(srv, (d) => {
+    writeFileSync(join(d, 'a.txt'), 'hello\n');
+    build(d);
+  }, { agentId, mode: 'unsupervised', ...extra });
+  const buyer = await connect(srv, s.buyerToken);
+  const agent = await connect(srv, s.agentToken);
+  await waitState(srv, s.jobId, ['active']);
+  const before = await srv.req('GET', '/v1/agents/' + agentId, { token: srv.serviceToken });
+  return { ...s, agentId, buyer, agent, score: before.json.trustScore };
+}
+
+// everything an escape must leave behind; `t0` is when the signal was given
+async function assertEscaped(S, kind, t0) {
+  const alert = await waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === kind && p.escape === true, 30000);
+  const alertAt = Date.now();
+  // the container is gone before the buyer hears of it
+  assert.deepEqual(await containersOf(S.jobId), [], "container still there when the alert came\n" + srv.log().split("\n").filter((l) => l.includes(S.jobId)).join("\n"));
+  assert.equal(typeof alert.detail, 'string');
+  assert.ok(alert.detail.length > 0);
+  assert.equal(typeof alert.seq, 'number');
+  const abortEv = await waitEvent(S.buyer, 'jailbox:abort');
+  assert.equal(abortEv.reason, 'escape_detected');
+  const agentAbort = await waitEvent(S.agent, 'jailbox:abort');
+  assert.equal(agentAbort.reason, 'escape_detected');
+  // order: abort to the agent, then the alert to the buyer
+  const iAbort = S.buyer.events.findIndex((e) => e.event === 'jailbox:abort');
+  const iAlert = S.buyer.events.findIndex((e) => e.event === 'jailbox:security_alert' && e.payload.escape);
+  assert.ok(iAbort >= 0 && iAbort < iAlert, 'jailbox:abort comes before the alert');
+  // the agent's socket is closed by the server
+  await waitFor(srv, 'agent disconnected', () => S.agent.disconnectReason, 5000);
+  assert.equal(S.agent.disconnectReason, 'io server disconnect');
+  const st = await sessionOf(srv, S.jobId);
+  assert.equal(st.state, 'aborted');
+  assert.equal(st.stateReason, 'escape_detected');
+  assert.equal(st.pendingOps, 0);
+  // the chain: the abort entry names the signal, the seal ends it, and it verifies
+  const audit = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: srv.serviceToken });
+  const entries = audit.text.trim().split('\n').map((l) => JSON.parse(l));
+  const last = entries[entries.length - 1];
+  assert.equal(last.operation, 'seal');
+  const abortEntry = entries.find((e) => e.seq === alert.seq);
+  assert.equal(abortEntry.operation, 'abort');
+  assert.equal(abortEntry.details.kind, kind);
+  assert.equal(abortEntry.details.reason, 'escape_detected');
+  const v = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, v.text);
+  // visible over REST
+  const al = await srv.req('GET', `/v1/jailbox/${S.jobId}/alerts`, { token: srv.serviceToken });
+  assert.equal(al.status, 200, al.text);
+  const a = al.json.alerts.find((x) => x.kind === kind && x.escape);
+  assert.ok(a, al.text);
+  assert.equal(a.seq, alert.seq);
+  // the trust score paid, and the history says why
+  const ag = await srv.req('GET', '/v1/agents/' + S.agentId, { token: srv.serviceToken });
+  assert.equal(ag.json.trustScore, S.score - PENALTY);
+  const h = ag.json.history.filter((e) => e.kind === 'escape_detected');
+  assert.equal(h.length, 1, JSON.stringify(ag.json.history));
+  assert.equal(h[0].scoreDelta, -PENALTY);
+  assert.equal(h[0].jobId, S.jobId);
+  assert.equal(h[0].detail.kind, kind);
+  assert.equal(h[0].detail.seq, alert.seq);
+  return { alert, ms: alertAt - t0 };
+}
+
+const timings = {};
+after(() => console.log('# escape signal → alert with the container gone, ms:', JSON.stringify(timings)));
+
+test('path traversal (jailboxd syntax check): aborted, pending ops rejected, sealed, alerted, score lowered', { timeout: 180000 }, async () => {
+  const S = await live(() => {}, { mode: 'supervised' });
+  // a pending supervised write, then the escape
+  const pending = call(S.agent, 'write', { path: 'new.txt', content: 'held\n' });
+  await waitEvent(S.buyer, 'jailbox:approval_request');
+  const t0 = Date.now();
+  // refused, or cut off: the session may end before the answer goes out
+  const r = await call(S.agent, 'read', { path: '../outside/secret.txt' }).catch((e) => ({ cut: e.message }));
+  assert.ok(r.cut || r.error.data.reason === 'denied', JSON.stringify(r));
+  const { ms } = await assertEscaped(S, 'path_traversal', t0);
+  timings.path_traversal = ms;
+  assert.ok(ms < 1000, `took ${ms} ms`);
+  const held = await pending.catch((e) => ({ gone: e.message }));
+  assert.ok(held.gone || held.error, JSON.stringify(held));
+  const ops = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops`, { token: srv.serviceToken });
+  const w = ops.json.ops.find((o) => o.tool === 'write');
+  assert.equal(w.state, 'rejected');
+});
+
+test('absolute path (jailboxd syntax check)', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  await call(S.agent, 'write', { path: '/etc/passwd', content: 'x' }).catch(() => {});
+  const { ms } = await assertEscaped(S, 'absolute_path', t0);
+  timings.absolute_path = ms;
+  assert.ok(ms < 1000, `took ${ms} ms`);
+});
+
+test('through a symlink that leaves the workspace (reported by the shim)', { timeout: 180000 }, async () => {
+  const S = await live((d) => symlinkSync(outside, join(d, 'out')));
+  const t0 = Date.now();
+  const r = await call(S.agent, 'read', { path: 'out/secret.txt' }).catch((e) => ({ cut: e.message }));
+  assert.ok(r.cut || r.error.data.reason === 'denied', JSON.stringify(r));
+  const { ms } = await assertEscaped(S, 'symlink_escape', t0);
+  timings.symlink_escape = ms;
+  assert.ok(ms < 1000, `took ${ms} ms`);
+});
+
+test('onto a symlink that leaves the workspace (unsupervised write, reported by the shim)', { timeout: 180000 }, async () => {
+  const S = await live((d) => symlinkSync(join(outside, 'secret.txt'), join(d, 'onto')));
+  const t0 = Date.now();
+  await call(S.agent, 'write', { path: 'onto', content: 'overwrite\n' }).catch(() => {});
+  await assertEscaped(S, 'symlink_escape', t0);
+  assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
+});
+
+test('a hard link (reported by the shim)', { timeout: 180000 }, async () => {
+  const S = await live((d) => linkSync(join(outside, 'secret.txt'), join(d, 'hard')));
+  const t0 = Date.now();
+  await call(S.agent, 'read', { path: 'hard' }).catch(() => {});
+  const { ms } = await assertEscaped(S, 'hard_link', t0);
+  timings.hard_link = ms;
+});
+
+test('the shim killed by the syscall filter (SIGSYS)', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.die', how: 'sigsys' }, timeoutMs: 10000 }, 20000).catch(() => {});
+  const { alert, ms } = await assertEscaped(S, 'seccomp_kill', t0);
+  assert.match(alert.detail, /exit code 159/);
+  timings.seccomp_kill = ms;
+});
+
+test('the shim exiting by itself', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.die', how: 'exit', code: 3 }, timeoutMs: 10000 }, 20000).catch(() => {});
+  const { alert, ms } = await assertEscaped(S, 'shim_exit', t0);
+  assert.match(alert.detail, /exit code 3/);
+  timings.shim_exit = ms;
+});
+
+test('the container killed from outside', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  const k = await docker('POST', `/containers/${S.containerId}/kill`);
+  assert.equal(k.status, 204);
+  const { ms } = await assertEscaped(S, 'sandbox_died', t0);
+  timings.sandbox_died = ms;
+});
+
+test('a malformed line from the shim', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  const r = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.emit', what: 'malformed' }, timeoutMs: 10000 }, 20000);
+  assert.equal(r.ok, false);
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_malformed = ms;
+});
+
+test('an oversized line from the shim', { timeout: 180000 }, async () => {
+  const S = await live();
+  const t0 = Date.now();
+  const r = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.emit', what: 'oversized' }, timeoutMs: 20000 }, 30000);
+  assert.equal(r.ok, false);
+  assert.match(r.error, /over/);
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_oversized = ms;
+});
+
+test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without aborting or scoring', { timeout: 180000 }, async () => {
+  const S = await live((d) => writeFileSync(join(d, 'secret.key'), 'k\n'), { exclude: ['*.key'] });
+  for (let i = 1; i <= 7; i++) {
+    const r = await call(S.agent, 'read', { path: 'secret.key' });
+    assert.equal(r.error.data.reason, 'excluded');
+  }
+  const alerts = await waitFor(srv, 'two alerts', async () => {
+    const al = await srv.req('GET', `/v1/jailbox/${S.jobId}/alerts`, { token: srv.serviceToken });
+    return al.json.alerts.length >= 2 ? al.json.alerts : null;
+  });
+  assert.deepEqual(alerts.map((a) => [a.kind, a.escape]), [['excluded_path', false], ['excluded_path', false]]);
+  const ev = await waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'excluded_path' && p.count === 6);
+  assert.equal(ev.escape, false);
+  assert.equal((await sessionOf(srv, S.jobId)).state, 'active');
+  const ag = await srv.req('GET', '/v1/agents/' + S.agentId, { token: srv.serviceToken });
+  assert.equal(ag.json.trustScore, S.score);
+  assert.equal(ag.json.history.filter((e) => e.kind === 'security_alert').length, 2);
+  // the work goes on
+  const ok = await call(S.agent, 'read', { path: 'a.txt' });
+  assert.equal(ok.result.structuredContent.content, 'hello\n');
+  const audit = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: srv.serviceToken });
+  const ops = audit.text.trim().split('\n').map((l) => JSON.parse(l).operation);
+  assert.equal(ops.filter((o) => o === 'security_alert').length, 2);
+});
