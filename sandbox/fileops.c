@@ -578,8 +578,8 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
                          : "";
   char previous[65];
   snprintf(previous, sizeof previous, "%s", have);
-  json_decref(now);
-  if (!now || (expect && strcmp(have, expect) != 0)) {
+  json_decref(now); /* `have` is not used past here */
+  if (!now || (expect && strcmp(previous, expect) != 0)) {
     walk_close(&w);
     free(data);
     if (now) fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);

@@ -11,12 +11,13 @@ import pg from 'pg';
 const here = dirname(fileURLToPath(import.meta.url));
 export const JAILBOXD = process.env.JAILBOXD || join(here, '../../../build/jailboxd');
 
-export async function startServer(env = {}) {
-  const dir = mkdtempSync(join(tmpdir(), 'jbnode-'));
+// `opts.dir`: start again on the directory of an earlier server (its state and workspaces)
+export async function startServer(env = {}, opts = {}) {
+  const dir = opts.dir || mkdtempSync(join(tmpdir(), 'jbnode-'));
   chmodSync(dir, 0o711);
   const state = join(dir, 'state');
   const wsroot = join(dir, 'workspaces');
-  mkdirSync(wsroot);
+  if (!opts.dir) mkdirSync(wsroot);
   const child = spawn(JAILBOXD, [], {
     // no jailbox-worker unless a test passes JAILBOX_WORKERS
     env: { ...process.env, JAILBOX_LISTEN: '127.0.0.1:0', JAILBOX_WORKERS: '0', JAILBOX_STATE_DIR: state,
