@@ -29,7 +29,7 @@ test('open a session: 201 with tokens, defaults filled in', async () => {
   assert.equal(g.json.state, 'created');
   assert.equal(g.json.mode, 'supervised');
   assert.equal(g.json.pendingOps, 0);
-  assert.deepEqual(g.json.limits, { memoryMiB: 1024, cpus: 1, pids: 256, timeoutSec: 3600 });
+  assert.deepEqual(g.json.limits, { memoryMiB: 1024, cpus: 1, pids: 256, timeoutSec: 3600, idleTimeoutSec: 900 });
   assert.match(g.json.createdAt, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   assert.deepEqual(g.json.auditHead.seq >= 0, true);
   // tokens are stored only as hashes
@@ -48,7 +48,7 @@ test('open: generated jobId, unsupervised mode, limits and exclusions kept', asy
   const g = await srv.req('GET', `/v1/jailbox/${s.jobId}`, { token: srv.serviceToken });
   assert.equal(g.json.mode, 'unsupervised');
   assert.deepEqual(g.json.exclude, ['*.pem', '.env']);
-  assert.deepEqual(g.json.limits, { memoryMiB: 512, cpus: 0.5, pids: 64, timeoutSec: 60 });
+  assert.deepEqual(g.json.limits, { memoryMiB: 512, cpus: 0.5, pids: 64, timeoutSec: 60, idleTimeoutSec: 900 });
 });
 
 test('open: duplicate jobId 409, nothing changed', async () => {
