@@ -183,3 +183,25 @@ test('PostgreSQL restarted under load: 503 in between (never a wrong answer), re
   }
   await verify(srv, s.jobId);
 });
+
+test('a crash between an escape\'s abort and its seal: the sweeper seals the chain and announces it', { timeout: 120000 }, async () => {
+  const srv = await startServer({});
+  servers.push(srv);
+  const s = await srv.open({});
+  await srv.setState(s.jobId, 'active');
+  await srv.pendingOp(s.jobId);
+  // what step 1 of an escape leaves when the process dies right after it: the session ended,
+  // an alert recorded, no seal, a pending op (a fixture: SQL as db/escape.c writes it)
+  await srv.db.query("UPDATE sessions SET state = 'aborted', state_reason = 'escape_detected', ended_at = now() WHERE job_id = $1", [s.jobId]);
+  await srv.db.query("INSERT INTO security_alerts (job_id, kind, escape, detail, seq) VALUES ($1, 'path_traversal', true, 'fixture', 1)", [s.jobId]);
+  const st = await waitFor(srv, 'sealed by the sweeper', async () => {
+    const r = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit`, { token: srv.serviceToken });
+    const e = r.text.trim().split('\n').map((l) => JSON.parse(l));
+    return e[e.length - 1].operation === 'seal' ? e : null;
+  }, 15000);
+  assert.ok(st.length >= 2);
+  const g = await sessionOf(srv, s.jobId);
+  assert.equal(g.pendingOps, 0, 'the pending op was rejected');
+  await verify(srv, s.jobId);
+  assert.match(srv.log(), /sweeper: sealed a chain a crash left open/);
+});
