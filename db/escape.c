@@ -94,8 +94,10 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
                  1, p, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
   if (!r) goto fail;
   PQclear(r);
-  r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown')", 1, p,
-                 PGRES_COMMAND_OK, NULL, err, "queue teardown");
+  r = jb_db_exec(c,
+                 "WITH t AS (INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown'))"
+                 " INSERT INTO seals_pending (job_id) VALUES ($1) ON CONFLICT DO NOTHING",
+                 1, p, PGRES_COMMAND_OK, NULL, err, "queue teardown");
   if (!r) goto fail;
   PQclear(r);
   json_t *det = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "from", out->previous, "to", "aborted",
@@ -147,8 +149,14 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
     jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
-  if (sealed) {
-    jb_db_rollback(c);
+  /* only a chain an escape left to be sealed is ever sealed here */
+  r = jb_db_exec(c, "DELETE FROM seals_pending WHERE job_id = $1", 1, p, PGRES_COMMAND_OK, NULL, err,
+                 "take pending seal");
+  if (!r) goto fail;
+  bool pending = strcmp(PQcmdTuples(r), "1") == 0;
+  PQclear(r);
+  if (sealed || !pending) {
+    if (jb_db_commit(c, err) < 0) goto fail;
     return JB_OK;
   }
   if (jb_db_session_end_ops(c, job_id, state, &out->rejected_ops, &out->failed_ops, err) != JB_OK)
@@ -305,12 +313,10 @@ int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_
   const char *p[2] = {g, w};
   PGresult *r = jb_db_exec(
       c,
-      "SELECT coalesce(json_agg(job_id), '[]')::text FROM (SELECT s.job_id FROM sessions s"
-      " WHERE s.ended_at IS NOT NULL AND s.ended_at <= now() - make_interval(secs => $1::bigint)"
-      "   AND ($2::bigint = 0 OR s.ended_at > now() - make_interval(secs => $2::bigint))"
-      "   AND NOT EXISTS (SELECT 1 FROM audit_entries a WHERE a.job_id = s.job_id"
-      "     AND a.seq = s.audit_head_seq AND a.operation = 'seal')"
-      " LIMIT 100) u",
+      "SELECT coalesce(json_agg(job_id), '[]')::text FROM (SELECT job_id FROM seals_pending"
+      " WHERE since <= now() - make_interval(secs => $1::bigint)"
+      "   AND ($2::bigint = 0 OR since > now() - make_interval(secs => $2::bigint))"
+      " ORDER BY since LIMIT 100) u",
       2, p, PGRES_TUPLES_OK, NULL, err, "find unsealed sessions");
   if (!r) return JB_ERR_FAIL;
   *json_out = first_text(r);

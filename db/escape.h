@@ -28,7 +28,8 @@ struct jb_escape_out {
  * audit entry (operation "abort", details {from, to, actor: "system", reason, kind, detail}),
  * records the security alert (escape = true, seq of that entry), lowers the agent's trust
  * score by `penalty` (not below 0) and adds {kind: "escape_detected", scoreDelta: -penalty,
- * detail: {kind, detail, seq}} to its history. Pending ops are left for step 2
+ * detail: {kind, detail, seq}} to its history, and marks the chain as waiting for its seal
+ * (seals_pending). Pending ops are left for step 2
  * (jb_db_session_finish), after the container is gone; nothing can decide or run them
  * meanwhile (the session is no longer live). `detail` is cut to JB_ALERT_DETAIL_MAX bytes.
  * JB_OK; JB_ERR_CONFLICT (the session had ended already: nothing recorded; out->previous =
@@ -43,8 +44,10 @@ struct jb_finish_out {
   struct jb_audit_head head;  /* the seal */
 };
 
-/* Step 2, one transaction, for a session in an end state: rejects its pending ops, fails its
- * queued ones ("aborted"), seals the chain when it is not sealed, and announces on jb_event,
+/* Step 2, one transaction, for a session step 1 ended (its seals_pending row, taken here;
+ * without one nothing is done: a chain is never sealed after the fact otherwise — a deleted
+ * seal is tampering for the verifier to find): rejects its pending ops, fails its queued
+ * ones ("aborted"), seals the chain when it is not sealed, and announces on jb_event,
  * in this order: jailbox:state (the end state and reason; `previous` may be NULL),
  * jailbox:security_alert {jobId, kind, detail, seq, escape} for each escape alert of the
  * session, and jailbox:audit_head. JB_OK (also when already sealed: then nothing is
@@ -79,8 +82,9 @@ int jb_db_alerts_list(PGconn *c, const char *job_id, char **json_out, jb_error *
  * JB_OK or JB_ERR_FAIL. */
 int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_out, jb_error *err);
 
-/* Sessions that ended at least `grace_s` seconds ago (and within `window_s`; 0: any time)
- * whose chain has no seal: a new JSON text array of job ids, at most 100. JB_OK or FAIL. */
+/* Sessions an escape ended at least `grace_s` seconds ago (and within `window_s`; 0: any
+ * time) still waiting for step 2 (a crash came between): a new JSON text array of job ids,
+ * at most 100. JB_OK or FAIL. */
 int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_out, jb_error *err);
 
 /* Whether another transaction holds the row of session `job_id` (an op running in the shim

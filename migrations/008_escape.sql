@@ -19,6 +19,11 @@ CREATE TABLE signal_counts (
   PRIMARY KEY (job_id, kind)
 );
 
--- the sweeper looks for ended sessions whose chain has no seal yet (a crash between an
--- escape's abort and its seal) among those that ended recently
-CREATE INDEX sessions_ended ON sessions (ended_at) WHERE ended_at IS NOT NULL;
+-- sessions an escape ended whose chain is not sealed yet: the abort commits first, the seal
+-- after the container is gone; a crash in between leaves the row for jailboxd's sweeper.
+-- Only these are ever sealed after the fact: a chain whose seal was deleted is tampering,
+-- for the verifier to report, never for the sweeper to cover up.
+CREATE TABLE seals_pending (
+  job_id  text PRIMARY KEY REFERENCES sessions(job_id),
+  since   timestamptz NOT NULL DEFAULT now()
+);

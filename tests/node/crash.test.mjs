@@ -194,6 +194,12 @@ test('a crash between an escape\'s abort and its seal: the sweeper seals the cha
   // an alert recorded, no seal, a pending op (a fixture: SQL as db/escape.c writes it)
   await srv.db.query("UPDATE sessions SET state = 'aborted', state_reason = 'escape_detected', ended_at = now() WHERE job_id = $1", [s.jobId]);
   await srv.db.query("INSERT INTO security_alerts (job_id, kind, escape, detail, seq) VALUES ($1, 'path_traversal', true, 'fixture', 1)", [s.jobId]);
+  await srv.db.query('INSERT INTO seals_pending (job_id) VALUES ($1)', [s.jobId]);
+  // a session whose seal was deleted (tampering) is not "repaired"
+  const t = await srv.open({});
+  const tr = await srv.req('POST', `/v1/jailbox/${t.jobId}/abort`, { token: t.buyerToken });
+  assert.equal(tr.status, 200);
+  await srv.db.query("DELETE FROM audit_entries WHERE job_id = $1 AND operation = 'seal'", [t.jobId]);
   const st = await waitFor(srv, 'sealed by the sweeper', async () => {
     const r = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit`, { token: srv.serviceToken });
     const e = r.text.trim().split('\n').map((l) => JSON.parse(l));
@@ -204,4 +210,7 @@ test('a crash between an escape\'s abort and its seal: the sweeper seals the cha
   assert.equal(g.pendingOps, 0, 'the pending op was rejected');
   await verify(srv, s.jobId);
   assert.match(srv.log(), /sweeper: sealed a chain a crash left open/);
+  await new Promise((r) => setTimeout(r, 4500));
+  const tv = await srv.req('GET', `/v1/jailbox/${t.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(tv.json.ok, false, 'a deleted seal stays missing: ' + tv.text);
 });
