@@ -242,3 +242,24 @@ test('idle timeout of a session whose agent never came', { timeout: 120000 }, as
   const st = await waitState(srv, s.jobId, ['aborted'], 15000);
   assert.equal(st.stateReason, 'idle_timeout');
 });
+
+test('alerts and changes: roles and bad input (no worker)', { timeout: 60000 }, async () => {
+  const a = await bare.open({});
+  const b = await bare.open({});
+  for (const path of ['alerts', 'changes']) {
+    const url = `/v1/jailbox/${a.jobId}/${path}`;
+    assert.equal((await bare.req('GET', url)).status, 401);
+    assert.equal((await bare.req('GET', url, { token: a.agentToken })).status, 403);
+    assert.equal((await bare.req('GET', url, { token: b.buyerToken })).status, 403);
+    const own = await bare.req('GET', url, { token: a.buyerToken });
+    assert.equal(own.status, 200, own.text);
+    assert.deepEqual(own.json, { jobId: a.jobId, [path]: [] });
+    assert.equal((await bare.req('GET', `/v1/jailbox/.bad/${path}`, { token: bare.serviceToken })).status, 404);
+    assert.equal((await bare.req('GET', `/v1/jailbox/nope/${path}`, { token: bare.serviceToken })).status, 404);
+  }
+  for (const limits of [{ idleTimeoutSec: 0 }, { timeoutSec: 0 }, { idleTimeoutSec: 604801 }, { idleTimeoutSec: 'x' }]) {
+    const r = await bare.req('POST', '/v1/jailbox', { token: bare.serviceToken, body: { agentId: 'agent-x', workspace: 'w-' + Math.random(), limits } });
+    assert.equal(r.status, 400, JSON.stringify(limits) + r.text);
+    assert.match(r.json.error.message, /limits/, r.text);
+  }
+});
