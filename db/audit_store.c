@@ -64,28 +64,35 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
  * its newest version, but other tables would still be seen at the statement's older
  * snapshot. */
 static const char sql_lock_head[] =
-    "SELECT audit_head_seq, encode(audit_head_hash, 'hex') FROM sessions WHERE job_id = $1"
-    "   FOR UPDATE";
+    "SELECT audit_head_seq, encode(audit_head_hash, 'hex'), audit_sealed FROM sessions"
+    " WHERE job_id = $1 FOR UPDATE";
 
-/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8 and that entry
- * is not a seal: the UPDATE of the head is the compare-and-set (under READ COMMITTED a
- * concurrent append to the session makes it wait for the row, then re-check the condition
- * on the moved head and update nothing), and the entry is inserted only when the head moved.
- * One statement, so that with a known head an append outside a caller's transaction costs
- * one round trip and one commit. Changes no row when the head moved or the chain is sealed.
- * The seal check reads at the statement's snapshot: a seal committed after it moved the head,
- * which the re-check sees. */
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8, the chain is
+ * not sealed, and the signing key $11 is published and was not retired at the entry's
+ * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
+ * retiredAt fails as "retired key"). The UPDATE of the head is the compare-and-set (under
+ * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
+ * the condition on the moved head and update nothing), and the entry is inserted only FROM
+ * the updated row: so the session exists and stays locked (migration 012). Everything else it
+ * checks is on that row (audit_sealed, set by the seal's own UPDATE), except the key: one
+ * primary-key probe of audit_signing_keys. One statement, so that with a known head an
+ * append outside a caller's transaction costs one round trip and one commit. Changes no row
+ * when the head moved, the chain is sealed or the key is retired. */
 static const char sql_append[] =
     "WITH moved AS ("
-    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9"
+    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9, audit_sealed = $3 = 'seal'"
     "   WHERE job_id = $1 AND audit_head_seq = $2::bigint - 1"
-    "     AND (audit_head_seq = 0 OR audit_head_hash = $8)"
-    "     AND NOT EXISTS (SELECT 1 FROM audit_entries p"
-    "                      WHERE p.job_id = $1 AND p.seq = $2::bigint - 1 AND p.operation = 'seal')"
+    "     AND (audit_head_seq = 0 OR audit_head_hash = $8) AND NOT audit_sealed"
+    "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
+    "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
     "  RETURNING job_id)"
     " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
     "                            prev_hash, hash, signature, key_id)"
     " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved";
+
+/* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
+static const char sql_key_state[] =
+    "SELECT coalesce(jb_ts(retired_at), 'now') FROM audit_signing_keys WHERE key_id = $1";
 
 /* The heads this process wrote last, by session: a direct-mapped table (a collision evicts).
  * A stale head costs one statement that changes nothing, then the slow path. */
@@ -201,14 +208,26 @@ static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *j
     jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
     return JB_ERR_FAIL;
   }
+  bool sealed = PQgetvalue(r, 0, 2)[0] == 't';
   PQclear(r);
-  /* the row is locked: the head cannot have moved, so no row changed means sealed */
-  int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
-  if (rc == 1) {
+  if (sealed) {
     jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
     return JB_ERR_CONFLICT;
   }
-  return rc;
+  /* the row is locked and not sealed: no row changed means the key may not sign */
+  int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
+  if (rc != 1) return rc;
+  const char *p2[1] = {keys->key_id};
+  r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1)
+    jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
+            "entries (restart jailboxd with the current key file)", keys->key_id,
+            PQgetvalue(r, 0, 0));
+  else
+    jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
+  PQclear(r);
+  return JB_ERR_FAIL;
 }
 
 static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
@@ -400,6 +419,7 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
     memcpy(v[k].key.key_id, PQgetvalue(r, i, 0), JB_AUDIT_KEY_ID_LEN + 1);
     snprintf(v[k].created_at, sizeof v[k].created_at, "%s", PQgetvalue(r, i, 2));
     snprintf(v[k].retired_at, sizeof v[k].retired_at, "%s", PQgetvalue(r, i, 3));
+    snprintf(v[k].key.retired_at, sizeof v[k].key.retired_at, "%s", PQgetvalue(r, i, 3));
     k++;
   }
   PQclear(r);
@@ -409,23 +429,31 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 }
 
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         jb_error *err) {
+                         const char *now, bool retire_others, jb_error *err) {
   bool own = false;
   if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
-  const char *vals[2] = {key_id, (const char *)pk};
-  const int lens[2] = {0, JB_AUDIT_PK_LEN}, fmts[2] = {0, 1};
+  const char *vals[3] = {key_id, (const char *)pk, now};
+  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
+  /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */
   PGresult *r = exec(c,
-                     "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)"
-                     " ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL"
-                     " RETURNING public_key = $2",
-                     2, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+                     "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                     " VALUES ($1, $2, $3::timestamptz)"
+                     " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+                     " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+                     3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
   int rc = JB_ERR_FAIL;
-  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
+  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
+    jb_fail(err, EKEYREVOKED, "key %s was retired at %s and never signs again: rotate to a new "
+            "key (jailboxctl keys rotate)", key_id, PQgetvalue(r, 0, 1));
+  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && !retire_others) {
+    rc = JB_OK;
+  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
     PQclear(r);
+    const char *rv[2] = {key_id, now};
     r = exec(c,
-             "UPDATE audit_signing_keys SET retired_at = now()"
+             "UPDATE audit_signing_keys SET retired_at = $2::timestamptz"
              " WHERE key_id <> $1 AND retired_at IS NULL",
-             1, vals, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
+             2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
     if (r) rc = JB_OK;
   } else if (r) {
     jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);

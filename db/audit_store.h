@@ -29,9 +29,13 @@ struct jb_keyring;
  *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
  * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
+ * The keyring's key must be published and not retired at the entry's timestamp (the
+ * verifier refuses such an entry as "retired key"): otherwise nothing is appended.
+ *
  * Returns JB_OK; JB_ERR_NOT_FOUND when there is no such session; JB_ERR_CONFLICT when the
- * chain is sealed; JB_ERR_FAIL with `err` (bad arguments, database failure — inside a
- * caller's transaction that transaction is then aborted and must be rolled back). */
+ * chain is sealed; JB_ERR_FAIL with `err` (bad arguments, a retired or unpublished key
+ * (EKEYREVOKED, ENOKEY), database failure — inside a caller's transaction that transaction
+ * is then aborted and must be rolled back). */
 int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     const char *operation, const char *path, json_t *details,
                     struct jb_audit_head *out, jb_error *err);
@@ -73,9 +77,12 @@ struct jb_audit_key_row {
  * JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
 
-/* Publishes `pk` as the active key `key_id` (un-retiring it when it was retired) and retires
- * every other active key, in one transaction. JB_OK or JB_ERR_FAIL with `err`. */
+/* Publishes `pk` as the active key `key_id` and, when `retire_others`, retires every other
+ * active key at `now` (ISO 8601 UTC with ms, this process's clock — the clock entries are
+ * stamped with), in one transaction. Publishing a key that is already active changes nothing. A retired key is
+ * never made active again: its entries are valid only before its retiredAt (api/audit.md),
+ * so it is refused with EKEYREVOKED. JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         jb_error *err);
+                         const char *now, bool retire_others, jb_error *err);
 
 #endif

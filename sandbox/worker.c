@@ -1204,7 +1204,7 @@ int main(int argc, char **argv) {
    * worker may hold a newer key than the jailboxd that started it) */
   {
     PGconn *kc = jb_db_acquire(W.db, &err);
-    int krc = kc ? jb_keyring_publish(W.keys, kc, &err) : -1;
+    int krc = kc ? jb_keyring_publish_keep_others(W.keys, kc, &err) : -1;
     jb_db_release(W.db, kc);
     if (krc < 0) {
       slog(JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);

@@ -190,7 +190,7 @@ static void hash_sign_golden(void **state) {
 
   /* the chain of both verifies, sealed */
   struct jb_audit_entry chain[2] = {e, s};
-  struct jb_audit_pubkey k;
+  struct jb_audit_pubkey k = {0};
   memcpy(k.public_key, key_a->pk, 32);
   jb_audit_key_id(k.public_key, k.key_id);
   struct jb_audit_result r;
@@ -250,6 +250,7 @@ static void chain_build(struct chain *c, bool seal) {
     c->lines[c->n++] = make_line(key_a, N, "job-7", "seal", NULL, d, prev, NULL);
     json_decref(d);
   }
+  memset(c->keys, 0, sizeof c->keys);
   memcpy(c->keys[0].public_key, key_a->pk, 32);
   memcpy(c->keys[0].key_id, key_a->key_id, 17);
   c->nkeys = 1;
@@ -490,6 +491,17 @@ static void tamper_signature_and_keys(void **state) {
   assert_int_equal(verify(&c, NULL, &r), 0);
   c.nkeys = 1;  /* without the new key published */
   EXPECT_BAD(&c, NULL, N, JB_AUDIT_UNKNOWN_KEY);
+  /* key_a retired when entry N was made (entry N - 1 is before, at 03:04:09.009Z): intact */
+  c.nkeys = 2;
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:10.010Z");
+  assert_int_equal(verify(&c, NULL, &r), 0);
+  /* retired one millisecond after entry 3 was signed: entry 4 on was signed after it */
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:03.004Z");
+  EXPECT_BAD(&c, NULL, 4, JB_AUDIT_RETIRED_KEY);
+  /* retired exactly at entry 3's timestamp: entry 3 is already too late */
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:03.003Z");
+  EXPECT_BAD(&c, NULL, 3, JB_AUDIT_RETIRED_KEY);
+  assert_string_equal(jb_audit_reason_name(JB_AUDIT_RETIRED_KEY), "retired key");
   chain_free(&c);
 }
 
@@ -679,7 +691,22 @@ static void keys_document(void **state) {
   assert_int_equal(n, 1);
   assert_string_equal(k[0].key_id, key_a->key_id);
   assert_memory_equal(k[0].public_key, key_a->pk, 32);
+  assert_string_equal(k[0].retired_at, "");
   free(k);
+  /* retiredAt is read; it must be null or a timestamp of the entries' form */
+  snprintf(doc, sizeof doc,
+           "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
+           "\"retiredAt\":\"2026-03-04T05:06:07.089Z\"}]}", key_a->key_id, b64);
+  assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), 0);
+  assert_string_equal(k[0].retired_at, "2026-03-04T05:06:07.089Z");
+  free(k);
+  const char *bad_retired[] = {"\"yesterday\"", "1", "true", "\"2026-03-04T05:06:07Z\""};
+  for (size_t i = 0; i < 4; i++) {
+    snprintf(doc, sizeof doc,
+             "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
+             "\"retiredAt\":%s}]}", key_a->key_id, b64, bad_retired[i]);
+    assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), -1);
+  }
   /* a key published under another key's id is refused */
   snprintf(doc, sizeof doc,
            "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\"}]}",
