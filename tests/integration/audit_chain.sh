@@ -3,8 +3,8 @@
 # server's own signing key, exported and verified through the REST API and offline with
 # jailboxctl; then every tamper class, once directly in PostgreSQL (seen by
 # GET …/audit/verify and by an offline check of a fresh export) and once in an exported
-# file; the 16 × 50 concurrent-append race; lock isolation between sessions; roles; and key
-# rotation with old keys staying published.
+# file; the 16 × 50 concurrent-append race; lock isolation between sessions; roles; key
+# rotation with old keys staying published; and retired keys valid only before retiredAt.
 # Needs: JAILBOXD, JAILBOXCTL, AUDIT_DRIVER (set by CTest), curl, psql, jq.
 . "$(dirname "$0")/lib.sh"
 : "${JAILBOXCTL:?JAILBOXCTL must name the jailboxctl binary}"
@@ -251,6 +251,7 @@ check "appends join the caller's transaction, or commit their own" "0" "$("$D" t
 OLD_ID=$(jq -r '.keys[0].keyId' "$T/keys.json")
 "$D" append "$CI" "$KEY" job-d 3 >/dev/null
 stop_jb TERM; check "stopped" 0 "$JB_RC"
+cp -p "$KEY" "$T/old.key"   # the old secret key, as someone who kept (or stole) it would
 OUT=$("$C" keys rotate --state-dir "$S")
 check_match "jailboxctl keys rotate" "new key [0-9a-f]{16}, replaced $OLD_ID" "$OUT"
 NEW_ID=$(printf '%s' "$OUT" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
@@ -265,12 +266,42 @@ get /v1/jailbox/job-d/audit "$SVC" > "$T/d.jsonl"
 check "… and offline" "0 ok" "$(verify_file "$T/d.jsonl")"
 check "… entries carry both key ids" "$OLD_ID $NEW_ID" "$(jq -r .keyId "$T/d.jsonl" | uniq | tr '\n' ' ' | sed 's/ $//')"
 check "the old sealed chain still verifies" "ok null" "$(verify_api job-a)"
+
+# retired keys: valid for what they signed before their retirement, never after it
+DN=$(head_seq job-d)
+check_match "keys.json states when the old key was retired" '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$' \
+  "$(jq -r --arg k "$OLD_ID" '.keys[] | select(.keyId == $k) | .retiredAt' "$T/keys.json")"
+OUT=$("$D" append "$CI" "$T/old.key" job-d 1 2>&1); RC=$?
+check "an append signed with the retired key is refused" "1" "$RC"
+check_match "… saying the key is retired" "signing key $OLD_ID was retired at" "$OUT"
+check "… and the chain does not move" "$DN" "$(head_seq job-d)"
+"$D" resign "$CI" "$T/old.key" job-d "$DN" || fail "re-sign in the database"
+check "db: the last entry re-signed with the retired key (API)" "retired key $DN" "$(verify_api job-d)"
+get /v1/jailbox/job-d/audit "$SVC" > "$T/t.jsonl"
+check "db: … (offline, keys.json with retiredAt)" "1 retired key $DN" "$(verify_file "$T/t.jsonl")"
+check_match "db: … (offline, text)" "^TAMPERED at seq $DN: retired key \\(signed at .* with key $OLD_ID, retired at " \
+  "$("$C" audit verify "$T/t.jsonl" --keys "$T/keys.json")"
+"$D" resign "$CI" "$KEY" job-d "$DN" || fail "re-sign back with the current key"
+check "re-signed back with the current key: intact" "ok null" "$(verify_api job-d)"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" "$DN" > "$T/t.jsonl"
+check "file: the last entry re-signed with the retired key" "1 retired key $DN" "$(verify_file "$T/t.jsonl")"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" 2 > "$T/t.jsonl"
+check "file: an entry the retired key signed before its retirement, re-signed by it: intact" "0 ok" \
+  "$(verify_file "$T/t.jsonl")"
+jq -c '.keys |= map(del(.retiredAt))' "$T/keys.json" > "$T/keys-undated.json"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" "$DN" > "$T/t.jsonl"
+check "file: the same with retiredAt stripped from keys.json: not seen (the interval is in keys.json)" "0" \
+  "$("$C" audit verify "$T/t.jsonl" --keys "$T/keys-undated.json" >/dev/null; echo $?)"
 jq -c '.keys |= map(select(.keyId != "'"$OLD_ID"'"))' "$T/keys.json" > "$T/keys-new-only.json"
 cp "$T/keys-new-only.json" "$T/keys.json"
 check "without the old public key: unknown key" "1 unknown key 1" "$(verify_file "$T/a.jsonl")"
 
 # JAILBOX_SIGNING_KEY_FILE: a key file of the operator's, loaded as it is
 stop_jb TERM
+env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_WORKSPACE_ROOT="$WS" \
+  JAILBOX_SIGNING_KEY_FILE="$T/old.key" "$JAILBOXD" 2> "$T/retired.log"
+check_match "a retired key is never made active again" "key $OLD_ID was retired at .* never signs again" \
+  "$(cat "$T/retired.log")"
 OP_ID=$("$C" keys rotate --key-file "$T/operator.key" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
 chmod 0644 "$T/operator.key"
 env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_SIGNING_KEY_FILE="$T/operator.key" "$JAILBOXD" 2> "$T/loose.log"
