@@ -290,7 +290,7 @@ static const char sql_session[] =
 static const char sql_entries[] =
     "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"
     "       encode(prev_hash, 'hex'), encode(hash, 'hex'), encode(signature, 'hex'), key_id"
-    "  FROM audit_entries WHERE job_id = $1 ORDER BY seq";
+    "  FROM audit_entries WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
 static void row_malformed(struct jb_audit_entry *e, const char *why) {
   long long seq = e->seq;
@@ -336,7 +336,8 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   return 0;
 }
 
-static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
+int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                          jb_error *err) {
   const char *p1[1] = {job_id};
   PGresult *r = exec(c, sql_session, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit session");
   if (!r) return JB_ERR_FAIL;
@@ -352,26 +353,83 @@ static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out
   if (out->stored.seq > 0 && col_hex(r, 0, 2, out->stored.hash, JB_AUDIT_HASH_LEN) < 0)
     memset(out->stored.hash, 0xff, JB_AUDIT_HASH_LEN); /* matches no entry: head mismatch */
   PQclear(r);
+  return JB_OK;
+}
 
-  r = exec(c, sql_entries, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
+int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, int limit,
+                          struct jb_audit_entry **out, size_t *n, jb_error *err) {
+  *out = NULL;
+  *n = 0;
+  char after[24], lim[16];
+  snprintf(after, sizeof after, "%lld", after_seq);
+  snprintf(lim, sizeof lim, "%d", limit);
+  const char *p3[3] = {job_id, after, lim};
+  PGresult *r = exec(c, sql_entries, 3, p3, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
   if (!r) return JB_ERR_FAIL;
   int rows = PQntuples(r);
-  out->entries = calloc(rows ? (size_t)rows : 1, sizeof *out->entries);
-  if (!out->entries) {
+  struct jb_audit_entry *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
+  if (!v) {
     PQclear(r);
     jb_fail(err, ENOMEM, "out of memory");
     return JB_ERR_FAIL;
   }
   for (int i = 0; i < rows; i++) {
-    out->n = (size_t)i + 1;
-    if (read_row(r, i, job_id, &out->entries[i]) < 0) {
+    if (read_row(r, i, job_id, &v[i]) < 0) {
+      jb_audit_entries_free(v, (size_t)i + 1);
       PQclear(r);
       jb_fail(err, ENOMEM, "out of memory");
       return JB_ERR_FAIL;
     }
   }
   PQclear(r);
+  *out = v;
+  *n = (size_t)rows;
   return JB_OK;
+}
+
+#define LOAD_PAGE 4096 /* entries per statement when a whole chain is loaded */
+
+static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
+  int rc = jb_audit_session_read(c, job_id, out, err);
+  if (rc != JB_OK) return rc;
+  size_t cap = 0;
+  for (;;) {
+    struct jb_audit_entry *page = NULL;
+    size_t got = 0;
+    long long after = out->n ? out->entries[out->n - 1].seq : 0;
+    if (jb_audit_entries_page(c, job_id, after, LOAD_PAGE, &page, &got, err) != JB_OK)
+      return JB_ERR_FAIL;
+    if (got == 0) {
+      free(page);
+      break;
+    }
+    if (out->n + got > cap) {
+      size_t nc = cap ? cap * 2 : got;
+      while (nc < out->n + got) nc *= 2;
+      struct jb_audit_entry *nv = realloc(out->entries, nc * sizeof *nv);
+      if (!nv) {
+        jb_audit_entries_free(page, got);
+        jb_fail(err, ENOMEM, "out of memory");
+        return JB_ERR_FAIL;
+      }
+      out->entries = nv;
+      cap = nc;
+    }
+    memcpy(out->entries + out->n, page, got * sizeof *page);
+    out->n += got;
+    free(page); /* the entries' contents moved to out->entries */
+    if (got < LOAD_PAGE) break;
+  }
+  return JB_OK;
+}
+
+int jb_audit_snapshot_begin(PGconn *c, jb_error *err) {
+  bool own = false;
+  if (PQtransactionStatus(c) != PQTRANS_IDLE)
+    return jb_fail(err, EINVAL, "a snapshot needs an idle connection");
+  return enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0
+             ? JB_ERR_FAIL
+             : JB_OK;
 }
 
 int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,

@@ -66,6 +66,26 @@ int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *ou
 
 void jb_audit_chain_free(struct jb_audit_chain *ch);
 
+/* Starts a read-only REPEATABLE READ transaction on the idle connection `c`, so that the
+ * session row and every page read next come from one snapshot; end it with jb_db_rollback.
+ * JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_snapshot_begin(PGconn *c, jb_error *err);
+
+/* Reads the session row of `job_id` into `out` (state, ended, stored head; no entries).
+ * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                          jb_error *err);
+
+/* One page of a chain, for reading it in bounded memory: at most `limit` entries of
+ * `job_id` with seq > `after_seq`, in seq order, every field from its own column and the
+ * canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
+ * seq). One statement, inside the caller's transaction when there is one (REPEATABLE READ
+ * gives one snapshot across pages); without one, each page sees the chain as it is then.
+ * *out is a new array of *n entries (jb_audit_entries_free; *n = 0: nothing after
+ * after_seq). JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, int limit,
+                          struct jb_audit_entry **out, size_t *n, jb_error *err);
+
 /* A published key as stored. */
 struct jb_audit_key_row {
   struct jb_audit_pubkey key;

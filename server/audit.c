@@ -785,6 +785,58 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
   return jb_audit_verifier_finish(&v, r);
 }
 
+/* Reads one line of `in` (without its "\n") into buf, keeping at most `cap` bytes: *len is
+ * what was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
+ * error. Memory is `cap`, whatever the line's length. */
+static int read_line(FILE *in, char *buf, size_t cap, size_t *len, bool *too_long) {
+  size_t n = 0;
+  int ch = EOF;
+  *too_long = false;
+  while ((ch = getc_unlocked(in)) != EOF && ch != '\n') {
+    if (n < cap) buf[n++] = (char)ch;
+    else *too_long = true;
+  }
+  if (ch == EOF && ferror(in)) return -2;
+  if (ch == EOF && n == 0 && !*too_long) return -1;
+  *len = n;
+  return 0;
+}
+
+int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
+                         const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
+                         jb_error *err) {
+  char *buf = malloc(JB_AUDIT_MAX_LINE);
+  if (!buf) return jb_fail(err, ENOMEM, "out of memory");
+  struct jb_audit_verifier v;
+  jb_audit_verifier_init(&v, keys, nkeys, opts);
+  bool settled = false, too_long = false;
+  size_t len = 0;
+  int rc;
+  while ((rc = read_line(in, buf, JB_AUDIT_MAX_LINE, &len, &too_long)) == 0) {
+    if (len > 0 && buf[len - 1] == '\r') len--;
+    bool blank = !too_long;
+    for (size_t i = 0; i < len && blank; i++)
+      if (buf[i] != ' ' && buf[i] != '\t') blank = false;
+    if (blank) continue;
+    if (settled) {
+      jb_audit_verifier_add(&v, NULL); /* counted, not read */
+      continue;
+    }
+    struct jb_audit_entry e;
+    if (too_long) {
+      memset(&e, 0, sizeof e);
+      line_fail(&e, NULL, "line longer than the limit");
+    } else {
+      jb_audit_entry_parse_line(&e, buf, len, NULL);
+    }
+    settled = jb_audit_verifier_add(&v, &e) != 0;
+    jb_audit_entry_clear(&e);
+  }
+  free(buf);
+  if (rc == -2) return jb_fail(err, EIO, "read error: %s", strerror(errno));
+  return jb_audit_verifier_finish(&v, res);
+}
+
 json_t *jb_audit_head_json(const struct jb_audit_head *h) {
   char hex[2 * JB_AUDIT_HASH_LEN + 1];
   jb_audit_hex(h->hash, JB_AUDIT_HASH_LEN, hex);

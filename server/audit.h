@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "server/err.h"
 
@@ -234,6 +235,16 @@ int jb_audit_verifier_finish(struct jb_audit_verifier *v, struct jb_audit_result
 int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
                     const struct jb_audit_pubkey *keys, size_t nkeys,
                     const struct jb_audit_verify_opts *opts, struct jb_audit_result *res);
+
+/* Verifies the JSON Lines export read from `in` (to its end) as jb_audit_verify does, one
+ * line at a time: memory stays bounded by one line (JB_AUDIT_MAX_LINE bytes) and one entry,
+ * whatever the length of the chain. Blank lines are skipped; a line that cannot be read, or
+ * longer than JB_AUDIT_MAX_LINE, is a malformed entry at its position. Once the verdict is
+ * settled the remaining lines are only counted (res->entries). Returns 0 intact, 1 not
+ * intact, -1 with `err` on a read error or OOM. */
+int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
+                         const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
+                         jb_error *err);
 
 /* The verification result as {ok, entries, head:{seq,hash}|null, firstBadSeq|null,
  * reason|null, detail|null, sealed, session}. New reference, NULL on OOM. */
