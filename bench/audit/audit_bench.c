@@ -82,10 +82,14 @@ static void *writer_run(void *arg) {
   return NULL;
 }
 
-static int verify_stored(const char *conninfo, const char *job) {
-  PGconn *c = PQconnectdb(conninfo);
-  struct jb_audit_chain ch;
+static int verify_stored(struct jb_db *pool, const char *job) {
   jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err); /* pooled: its prepared statements are remembered */
+  if (!c) {
+    fprintf(stderr, "%s: %s\n", job, err.msg);
+    return 0;
+  }
+  struct jb_audit_chain ch;
   int ok = 0;
   struct jb_audit_key_row *rows = NULL;
   size_t nk = 0;
@@ -102,7 +106,8 @@ static int verify_stored(const char *conninfo, const char *job) {
     }
     jb_audit_chain_free(&ch);
   }
-  PQfinish(c);
+  if (err.msg[0]) fprintf(stderr, "%s: %s\n", job, err.msg);
+  jb_db_release(pool, c);
   return ok;
 }
 
@@ -149,7 +154,7 @@ static int bench_append(const char *conninfo, const char *keyfile, double secs, 
   for (int s = 0; s < sessions && !bad; s++) {
     char job[64];
     snprintf(job, sizeof job, "%s%d", prefix, s);
-    if (!verify_stored(conninfo, job)) bad = 1;
+    if (!verify_stored(pool, job)) bad = 1;
   }
   free(w);
   jb_db_close(pool);
