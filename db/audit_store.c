@@ -487,9 +487,25 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 }
 
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         const char *now, bool retire_others, jb_error *err) {
+                         bool retire_others, jb_error *err) {
   bool own = false;
   if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  if (retire_others) {
+    /* Appends read this table (sql_append), holding ACCESS SHARE until they commit: the
+     * exclusive lock waits for the appends under way and holds back new ones until the
+     * retirement commits, and the retirement time is read only once it is held. So an append
+     * stamped before it stays valid, and one stamped at or after it runs after the commit,
+     * sees the key retired and is refused: none slips between. */
+    PGresult *l = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL,
+                       NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
+    PQclear(l);
+    if (!l) {
+      if (own) jb_db_rollback(c);
+      return JB_ERR_FAIL;
+    }
+  }
+  char now[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_now(now, sizeof now);
   const char *vals[3] = {key_id, (const char *)pk, now};
   const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
   /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */

@@ -98,11 +98,12 @@ struct jb_audit_key_row {
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
 
 /* Publishes `pk` as the active key `key_id` and, when `retire_others`, retires every other
- * active key at `now` (ISO 8601 UTC with ms, this process's clock — the clock entries are
- * stamped with), in one transaction. Publishing a key that is already active changes nothing. A retired key is
+ * active key as of now (this process's clock, ms — the clock entries are stamped with, read
+ * under an exclusive lock of audit_signing_keys so that no append races the retirement), in
+ * one transaction. Publishing a key that is already active changes nothing. A retired key is
  * never made active again: its entries are valid only before its retiredAt (api/audit.md),
  * so it is refused with EKEYREVOKED. JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         const char *now, bool retire_others, jb_error *err);
+                         bool retire_others, jb_error *err);
 
 #endif

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "db/audit_store.h"
-#include "server/log.h"
 
 #define SEED_LEN crypto_sign_SEEDBYTES
 
@@ -199,9 +198,7 @@ int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
 }
 
 static int publish(const struct jb_keyring *k, PGconn *c, bool retire_others, jb_error *err) {
-  char now[JB_AUDIT_TS_LEN + 8];
-  jb_iso8601_now(now, sizeof now);
-  if (jb_audit_key_publish(c, k->key_id, k->pk, now, retire_others, err) != JB_OK)
+  if (jb_audit_key_publish(c, k->key_id, k->pk, retire_others, err) != JB_OK)
     return jb_error_wrap(err, "publishing signing key %s", k->key_id);
   return 0;
 }
