@@ -5,8 +5,9 @@
  * scanned (flagged: refused, security alert, audit entry); then the op is stored — pending
  * for the buyer when the session is supervised and the op is a write, queued otherwise — and
  * the worker that holds the session runs it in the shim and writes its audit entry
- * (db/ops.h). This thread waits for the outcome by reading the op row: 1 ms at first, up to
- * 50 ms between reads, without limit while the op waits for the buyer or a paused session. */
+ * (db/ops.h). This thread waits for the outcome, without limit while the op waits for the
+ * buyer or a paused session: it sleeps until the jb_op notification of the op's commit wakes
+ * it (server/opwait.h), and reads the op row again then (and once a second regardless). */
 #define _GNU_SOURCE
 #include "api/ops.h"
 
@@ -28,10 +29,13 @@
 #include "server/bus.h"
 #include "server/config.h"
 #include "server/log.h"
+#include "server/opwait.h"
 
 #define FILE_MAX (1024 * 1024)   /* bytes of one write (the shim's JB_FILE_MAX) */
 #define PREVIEW_MAX 2000         /* characters of a write shown in the approval request */
 #define RUN_TIMEOUT_MS 120000    /* a queued op of an active session must run within this */
+#define SAFETY_NET_MS 1000       /* a waiting call re-reads its op at least this often */
+#define FALLBACK_MS 20           /* ... and this often while no notification can arrive */
 
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
@@ -169,53 +173,87 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
   }
 }
 
-/* Waits for op `op_id` of `job` to finish: reads the row at 1 ms, doubling to 50 ms, releasing
- * the connection in between (*cp is replaced; NULL when it could not be had again). Pending
- * ops and the ops of a paused session wait without limit; a queued op of an active session
- * must run within RUN_TIMEOUT_MS. Returns the stored answer {ok, result | error} (new), or
- * NULL with *e (rejected, session ended, unavailable). */
+/* Starts the wait for an op of `job` that is about to be stored: registers `t` before the
+ * insert, so that the notification of its outcome cannot come before anyone listens. */
+static void wait_begin(struct jb_app *app, struct jb_opwait_ticket *t, const char *job) {
+  if (app->opwait) jb_opwait_register(app->opwait, t, job, -1);
+}
+static void wait_end(struct jb_app *app, struct jb_opwait_ticket *t) {
+  if (app->opwait) jb_opwait_unregister(app->opwait, t);
+}
+
+/* Waits for op `op_id` of `job`, just stored with ticket `t` registered (wait_begin), to
+ * finish: sleeps until a jb_op notification names the op or the session (server/opwait.h),
+ * or SAFETY_NET_MS have passed (FALLBACK_MS while the LISTEN connection is down), then reads
+ * the op's row; the connection is released while asleep (*cp is replaced; NULL when it could
+ * not be had again). Pending ops and the ops of a paused session wait without limit; a
+ * queued op of an active session must run within RUN_TIMEOUT_MS. Ends the wait (`t` is
+ * unregistered). Returns the stored answer {ok, result | error} (new), or NULL with *e
+ * (rejected, session ended, unavailable). */
 static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long long op_id,
-                        struct jb_mcp_error *e) {
-  long delay = 1;
+                        struct jb_opwait_ticket *t, struct jb_mcp_error *e) {
   long long started = now_ms();
   jb_error err = {0};
+  if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
+  bool asleep_first = app->opwait != NULL; /* it has not run yet: no read before a wake-up */
+  if (asleep_first) jb_db_release(app->db, *cp);
+  json_t *out = NULL;
   for (;;) {
+    if (asleep_first) {
+      jb_opwait_wait(app->opwait, t, SAFETY_NET_MS, FALLBACK_MS);
+      asleep_first = false;
+      *cp = jb_db_acquire(app->db, &err);
+      if (!*cp) {
+        unavailable(e, &err);
+        break;
+      }
+    }
     char ost[20], sst[20];
     char *res = NULL, *reason = NULL;
     int rc = jb_db_op_poll(*cp, job, op_id, ost, sst, &res, &reason, &err);
     if (rc != JB_OK) {
       free(res);
       free(reason);
-      return rc == JB_ERR_FAIL ? unavailable(e, &err)
-                               : err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+      out = rc == JB_ERR_FAIL ? unavailable(e, &err)
+                              : err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+      break;
     }
     if (!strcmp(ost, "rejected")) {
       err_out(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
               reason ? reason : "");
       free(res);
       free(reason);
-      return NULL;
+      break;
     }
     if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
-      json_t *ans = res ? json_loads(res, 0, NULL) : NULL;
+      out = res ? json_loads(res, 0, NULL) : NULL;
       free(res);
       free(reason);
-      if (!ans) return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
-      return ans;
+      if (!out) err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
+      break;
     }
     free(res);
     free(reason);
-    if (!jb_state_is_live(sst) || !strcmp(sst, "done"))
-      return err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
-    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS)
-      return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+    if (!jb_state_is_live(sst) || !strcmp(sst, "done")) {
+      err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
+      break;
+    }
+    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS) {
+      err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+      break;
+    }
     if (strcmp(ost, "approved") || strcmp(sst, "active")) started = now_ms();
     jb_db_release(app->db, *cp);
-    sleep_ms(delay);
-    if (delay < 50) delay *= 2;
+    if (app->opwait) jb_opwait_wait(app->opwait, t, SAFETY_NET_MS, FALLBACK_MS);
+    else sleep_ms(FALLBACK_MS);
     *cp = jb_db_acquire(app->db, &err);
-    if (!*cp) return unavailable(e, &err);
+    if (!*cp) {
+      unavailable(e, &err);
+      break;
+    }
   }
+  wait_end(app, t);
+  return out;
 }
 
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
@@ -387,9 +425,13 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
     char *stext = json_dumps(stargs, JSON_COMPACT);
     json_decref(stargs);
+    struct jb_opwait_ticket sticket;
+    wait_begin(app, &sticket, job);
     rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, &op_id, st, &err) : JB_ERR_FAIL;
     free(stext);
-    json_t *sa = rc == JB_OK ? await_op(app, &c, job, op_id, e) : NULL;
+    json_t *sa = NULL;
+    if (rc == JB_OK) sa = await_op(app, &c, job, op_id, &sticket, e);
+    else wait_end(app, &sticket);
     if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
       result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     } else if (rc != JB_OK) {
@@ -422,7 +464,10 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
 
   /* store it: pending for the buyer, or queued for the worker */
+  struct jb_opwait_ticket ticket;
+  wait_begin(app, &ticket, job);
   rc = jb_db_op_create(c, job, tool, path, args_text, pending, &op_id, st, &err);
+  if (rc != JB_OK) wait_end(app, &ticket);
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
     result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     goto out;
@@ -447,13 +492,12 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
 
   /* wait for the outcome */
-  json_t *ans = await_op(app, &c, job, op_id, e);
+  json_t *ans = await_op(app, &c, job, op_id, &ticket, e);
   if (ans) {
     if (json_is_true(json_object_get(ans, "ok"))) {
       json_t *r = json_object_get(ans, "result");
       if (is_list) filter_list(r, path, exclude);
       result = tool_result(tool, r);
-      if (!strcmp(tool, "read") && c) jb_db_op_forget_content(c, op_id, &err);
     } else {
       result = shim_error(e, json_object_get(ans, "error"));
     }

@@ -14,13 +14,19 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                     const char *args_json, bool pending, long long *op_id, char state[20],
                     jb_error *err) {
   const char *p[5] = {job_id, tool, path, args_json, pending ? "pending" : "approved"};
+  /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
+   * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
+   * to and past this insert before anyone is told the op ran; a pending op is announced to
+   * the buyer, so it is flushed first */
   PGresult *r = jb_db_exec(
       c,
-      "WITH s AS (SELECT state FROM sessions WHERE job_id = $1),"
+      "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"
+      "   THEN set_config('synchronous_commit', 'off', true) END AS v),"
+      " s AS (SELECT state FROM sessions WHERE job_id = $1),"
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"
       "         CASE WHEN $5 = 'approved' THEN now() END"
-      "  FROM s WHERE s.state IN ('active', 'paused') RETURNING op_id)"
+      "  FROM s, cfg WHERE s.state IN ('active', 'paused') RETURNING op_id)"
       " SELECT (SELECT state FROM s), (SELECT op_id FROM ins)",
       5, p, PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
@@ -45,9 +51,19 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   const char *p[2] = {id, job_id};
   *result_json = NULL;
   *reason = NULL;
+  /* one round trip: the row as it is, and a finished read's content dropped from it (the
+   * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
+   * it is lost in a crash the content stays stored, nothing is misreported. */
   PGresult *r = jb_db_exec(c,
-                           "SELECT o.state, s.state, o.result::text, o.reason FROM ops o"
-                           " JOIN sessions s USING (job_id) WHERE o.op_id = $1::bigint AND o.job_id = $2",
+                           "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
+                           "   FROM ops o JOIN sessions s USING (job_id)"
+                           "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
+                           " f AS (UPDATE ops SET result = result #- '{result,content}'"
+                           "   WHERE op_id = $1::bigint AND job_id = $2 AND tool = 'read'"
+                           "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
+                           "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
+                           " SELECT o.state, o.session_state, o.result::text, o.reason,"
+                           "  (SELECT count(*) FROM f) FROM o",
                            2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
@@ -58,19 +74,6 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   snprintf(sess_state, 20, "%s", PQgetvalue(r, 0, 1));
   if (!PQgetisnull(r, 0, 2)) *result_json = strdup(PQgetvalue(r, 0, 2));
   if (!PQgetisnull(r, 0, 3)) *reason = strdup(PQgetvalue(r, 0, 3));
-  PQclear(r);
-  return JB_OK;
-}
-
-int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err) {
-  char id[24];
-  snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[1] = {id};
-  PGresult *r = jb_db_exec(c,
-                           "UPDATE ops SET result = result #- '{result,content}'"
-                           " WHERE op_id = $1::bigint AND tool = 'read' AND result IS NOT NULL",
-                           1, p, PGRES_COMMAND_OK, NULL, err, "forget read content");
-  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   return JB_OK;
 }
@@ -141,4 +144,19 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     return JB_ERR_FAIL;
   }
   return JB_OK;
+}
+
+int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job) {
+  char *end;
+  errno = 0;
+  long long id = strtoll(payload, &end, 10);
+  if (errno || end == payload || *end != ' ' || id < 0) return -1;
+  const char *st = end + 1;
+  const char *sp = strchr(st, ' ');
+  if (!sp || sp == st || sp - st >= 20 || !sp[1]) return -1;
+  memcpy(state, st, (size_t)(sp - st));
+  state[sp - st] = '\0';
+  *op_id = id;
+  *job = sp + 1;
+  return 0;
 }

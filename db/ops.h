@@ -3,8 +3,12 @@
  * holds the session claims queued ops (FOR UPDATE SKIP LOCKED), runs them in the shim and
  * completes them with their audit entry in the same transaction; jailboxd reads the outcome.
  * The row is the hand-over between processes, so any jailboxd instance can take the agent's
- * call and any worker host can hold the session; the change notification on jb_change
- * (migration 004) wakes the worker. */
+ * call and any worker host can hold the session. Wake-ups ride on the same commits: channel
+ * jb_op (migration 009) carries "<op id> <state> <job id>" when an op is queued (approved)
+ * or finished (done, failed, rejected), and "0 <state> <job id>" when its session changes
+ * state — the worker wakes on the first kind, the waiting call (server/opwait.h) on the
+ * second. A notification is sent only if its transaction commits, so it never announces a
+ * row that is not there; a lost one only delays (both sides re-read on a slow timer). */
 #ifndef JB_DB_OPS_H
 #define JB_DB_OPS_H
 
@@ -28,14 +32,12 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                     jb_error *err);
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
- * its result (JSON text, new, NULL while none) and reason (new, NULL when none). JB_OK,
- * JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
+ * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
+ * read's file content is dropped from the stored result by the same statement (it is
+ * delivered from this answer; the audit chain keeps its size). JB_OK, JB_ERR_NOT_FOUND,
+ * JB_ERR_FAIL. */
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
-
-/* Drops the file content from a finished read's stored result (it was delivered; the audit
- * chain keeps its size). JB_OK or JB_ERR_FAIL. */
-int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err);
 
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {
@@ -59,5 +61,10 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const struct jb_op_claim *op, bool ok, const char *result_json,
                       json_t *details, struct jb_audit_head *head, jb_error *err);
+
+/* Parses a jb_op notification payload "<op id> <state> <job id>" (migration 009): *op_id
+ * (0: the session's state changed to `state`), `state` (20 bytes), *job (points into
+ * `payload`). Returns 0, or -1 when malformed. */
+int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job);
 
 #endif

@@ -846,13 +846,13 @@ static void run_queued_ops(const char *only) {
   }
 }
 
-/* (Re)connects *listen and LISTENs on jb_change when it is not connected; leaves it NULL
- * when the database cannot be reached (the caller's loop tries again). */
-static void ensure_listening(PGconn **listen) {
+/* (Re)connects *listen and runs `listen_sql` ("LISTEN channel") when it is not connected;
+ * leaves it NULL when the database cannot be reached (the caller's loop tries again). */
+static void ensure_listening(PGconn **listen, const char *listen_sql) {
   if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
   if (*listen) PQfinish(*listen);
   *listen = PQconnectdb(W.conninfo);
-  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, "LISTEN jb_change") : NULL;
+  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, listen_sql) : NULL;
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
     PQfinish(*listen);
     *listen = NULL;
@@ -860,14 +860,15 @@ static void ensure_listening(PGconn **listen) {
   PQclear(r);
 }
 
-/* The op thread: woken by jb_change (an op stored or decided; the payload names the
- * session), and a sweep of every session once a second for anything missed. */
+/* The op thread: woken by jb_op (migration 009: an op queued, or its session back to
+ * active; the payload names the session), and a sweep of every session once a second for
+ * anything missed. */
 static void *ops_main(void *arg) {
   (void)arg;
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
+    ensure_listening(&listen, "LISTEN jb_op");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -880,7 +881,12 @@ static void *ops_main(void *arg) {
       PQconsumeInput(listen);
       PGnotify *nt;
       while ((nt = PQnotifies(listen))) {
-        if (nt->extra && nt->extra[0]) run_queued_ops(nt->extra);
+        long long op_id;
+        char st[20];
+        const char *job;
+        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0 &&
+            (strcmp(st, "approved") == 0 || (op_id == 0 && strcmp(st, "active") == 0)))
+          run_queued_ops(job);
         PQfreemem(nt);
       }
     }
@@ -1244,7 +1250,7 @@ int main(int argc, char **argv) {
   PGconn *listen = NULL;
   long long last_probe = W.probe.at_ms;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
+    ensure_listening(&listen, "LISTEN jb_change");
     drain_queue();
     reap_sessions();
     /* a wall that was down may have been fixed: probe again now and then */
