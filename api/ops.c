@@ -113,8 +113,24 @@ static json_t *tool_result(const char *tool, json_t *result) {
                    "structuredContent", result, "isError", 0);
 }
 
-/* Filters excluded names out of a list result (in place). */
-static void filter_list(json_t *result, const char *dir, const json_t *globs) {
+/* The kind of the pre-scan's flagged entry (sandbox/workspace_scan.h) that `path` is or
+ * passes through; NULL when none (too_large is a notice, not a refusal). `flagged` is the
+ * pre-scan's [{path, kind}] list. */
+static const char *flagged_kind(const char *path, const json_t *flagged) {
+  size_t i;
+  json_t *f;
+  json_array_foreach(flagged, i, f) {
+    const char *fp = json_string_value(json_object_get(f, "path"));
+    const char *kind = json_string_value(json_object_get(f, "kind"));
+    if (!fp || !kind || !strcmp(kind, "too_large")) continue;
+    size_t n = strlen(fp);
+    if (n && !strncmp(path, fp, n) && (path[n] == '\0' || path[n] == '/')) return kind;
+  }
+  return NULL;
+}
+
+/* Filters excluded and flagged names out of a list result (in place). */
+static void filter_list(json_t *result, const char *dir, const json_t *globs, const json_t *flagged) {
   json_t *entries = json_object_get(result, "entries");
   size_t i = 0;
   long removed = 0;
@@ -123,7 +139,7 @@ static void filter_list(json_t *result, const char *dir, const json_t *globs) {
     char full[8200];
     snprintf(full, sizeof full, "%s%s%s", strcmp(dir, ".") ? dir : "", strcmp(dir, ".") ? "/" : "",
              name ? name : "");
-    if (name && jb_path_excluded(full, globs, NULL)) {
+    if (name && (jb_path_excluded(full, globs, NULL) || flagged_kind(full, flagged))) {
       json_array_remove(entries, i);
       removed++;
     } else {
@@ -192,7 +208,9 @@ static void wait_end(struct jb_app *app, struct jb_opwait_ticket *t) {
  * (rejected, session ended, unavailable). */
 static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long long op_id,
                         struct jb_opwait_ticket *t, struct jb_mcp_error *e) {
-  long long started = now_ms();
+  long long started = now_ms(), stored = started;
+  long long approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0;
+  long nap = SAFETY_NET_MS;
   jb_error err = {0};
   if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
   bool asleep_first = app->opwait != NULL; /* it has not run yet: no read before a wake-up */
@@ -243,9 +261,29 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
       break;
     }
     if (strcmp(ost, "approved") || strcmp(sst, "active")) started = now_ms();
+    nap = SAFETY_NET_MS;
+    if (!strcmp(ost, "pending") && approval_ms > 0) { /* JAILBOX_APPROVAL_TIMEOUT */
+      long long left = stored + approval_ms - now_ms();
+      if (left <= 0) {
+        struct jb_audit_head h;
+        int xr = jb_db_op_expire(*cp, app->keys, job, op_id, (long)(approval_ms / 1000), &h, &err);
+        if (xr == JB_OK) {
+          jb_error nerr = {0};
+          json_t *hj = jb_audit_head_json(&h);
+          jb_db_notify_event(*cp, job, "jailbox:audit_head", hj, &nerr);
+          json_decref(hj);
+          err_out(e, JB_MCP_TIMEOUT, "timeout", "the buyer did not decide on the write within %lld s",
+                  approval_ms / 1000);
+          break;
+        }
+        if (xr == JB_ERR_FAIL) jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", job, "detail", err.msg, NULL);
+        left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
+      }
+      if (left < nap) nap = (long)left;
+    }
     jb_db_release(app->db, *cp);
-    if (app->opwait) jb_opwait_wait(app->opwait, t, SAFETY_NET_MS, FALLBACK_MS);
-    else sleep_ms(FALLBACK_MS);
+    if (app->opwait) jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
+    else sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
     *cp = jb_db_acquire(app->db, &err);
     if (!*cp) {
       unavailable(e, &err);
@@ -309,6 +347,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
   bool supervised = !strcmp(json_string_value(json_object_get(sess, "mode")) ?: "supervised", "supervised");
   json_t *exclude = json_object_get(sess, "exclude");
+  json_t *flagged = json_object_get(json_object_get(json_object_get(sess, "walls"), "prescan"), "flagged");
 
   /* the path: syntax, then exclusions */
   enum jb_path_verdict pv = jb_path_check(path, plen, is_list);
@@ -322,6 +361,12 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   if (strcmp(path, ".") && jb_path_excluded(path, exclude, &glob)) {
     audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "excluded", "glob", glob));
     result = err_out(e, JB_MCP_EXCLUDED, "excluded", "%s is excluded from this session", path);
+    goto out;
+  }
+  const char *fkind = strcmp(path, ".") ? flagged_kind(path, flagged) : NULL;
+  if (fkind) {
+    audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "flagged", "kind", fkind));
+    result = err_out(e, JB_MCP_FLAGGED, "flagged", "%s was flagged by the pre-scan (%s)", path, fkind);
     goto out;
   }
 
@@ -496,7 +541,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   if (ans) {
     if (json_is_true(json_object_get(ans, "ok"))) {
       json_t *r = json_object_get(ans, "result");
-      if (is_list) filter_list(r, path, exclude);
+      if (is_list) filter_list(r, path, exclude, flagged);
       result = tool_result(tool, r);
     } else {
       result = shim_error(e, json_object_get(ans, "error"));

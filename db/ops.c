@@ -160,3 +160,54 @@ int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], co
   *job = sp + 1;
   return 0;
 }
+
+int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                    long timeout_s, struct jb_audit_head *head, jb_error *err) {
+  char id[24], secs[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  snprintf(secs, sizeof secs, "%ld", timeout_s);
+  const char *p[3] = {id, job_id, secs};
+  /* the lock order of every chain writer: the session row, then the op */
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
+                           PGRES_TUPLES_OK, NULL, err, "lock session");
+  if (!r) goto fail;
+  PQclear(r);
+  r = jb_db_exec(c,
+                 "UPDATE ops SET state = 'failed', reason = 'no decision within the approval timeout',"
+                 "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'timeout',"
+                 "    'message', 'no decision within the approval timeout')),"
+                 "  completed_at = now()"
+                 " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
+                 "   AND created_at <= now() - make_interval(secs => $3::int)"
+                 " RETURNING path, args->'size', args->>'sha256'",
+                 3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
+  if (!r) goto fail;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_CONFLICT;
+  }
+  char *path = strdup(PQgetvalue(r, 0, 0));
+  json_t *details = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
+  json_t *size = PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
+  if (json_is_integer(size)) json_object_set(details, "size", size);
+  json_decref(size);
+  const char *sha = PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2);
+  if (strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64)
+    json_object_set_new(details, "sha256", json_string(sha));
+  PQclear(r);
+  int rc = path && details ? jb_audit_append(c, keys, job_id, "write", path, details, head, err)
+                           : jb_fail(err, ENOMEM, "out of memory");
+  free(path);
+  json_decref(details);
+  if (rc != JB_OK) { /* JB_ERR_CONFLICT: the chain is sealed, the session has ended */
+    jb_db_rollback(c);
+    return rc;
+  }
+  if (jb_db_commit(c, err) < 0) goto fail;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
+}

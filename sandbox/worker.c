@@ -71,6 +71,8 @@ static const struct setting settings[] = {
   {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
   {"JAILBOX_WORKER_PIDFILE", "", "pid file, locked while the worker runs; empty: none"},
   {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+  {"JAILBOX_PRESCAN_HASH_MAX_MIB", "1024",
+   "pre-scan: regular files over this many MiB are not read, only flagged too_large (sandbox/WALLS.md)"},
   {"JAILBOX_WORKER_MAX_SESSIONS", "64", "sessions this worker runs at once"},
   {"JAILBOX_LOG_LEVEL", "info", "debug, info, warn, error"},
 };
@@ -117,6 +119,7 @@ static struct {
   struct jb_keyring *keys;   /* signs the audit entries of the transitions the worker makes */
   char conninfo[4096];
   bool prescan_hold;
+  long long prescan_hash_max; /* bytes */
   long max_sessions;
   pthread_mutex_t lock;      /* sessions, probe */
   struct session *sessions[1024];
@@ -383,9 +386,9 @@ static void *session_main(void *arg) {
     goto end;
   }
 
-  /* the pre-scan (minimal for now: counts and a directory hash) */
+  /* the pre-scan: counts, flagged entries, a directory hash */
   struct jb_scan_result scan;
-  if (jb_workspace_scan(s->workspace, 100000, &scan, &err) < 0) {
+  if (jb_workspace_scan(s->workspace, 100000, W.prescan_hash_max, &scan, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "pre-scan failed: %s", err.msg);
     fail_session(job, reason);
@@ -393,6 +396,7 @@ static void *session_main(void *arg) {
     goto end;
   }
   json_t *scan_json = jb_scan_json(&scan);
+  jb_scan_result_free(&scan);
   slog_json(JB_LOG_INFO, job, "pre-scan", "prescan", json_incref(scan_json));
   struct prescan_args pa = {job, scan_json};
   if (with_conn(prescan_fn, &pa, &err) != JB_OK) {
@@ -1092,6 +1096,7 @@ static int load_config(jb_error *err) {
   c->start_timeout_ms = env_long("JAILBOX_START_TIMEOUT_MS", 1000, 600000, err, &bad);
   c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
   W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
+  W.prescan_hash_max = (long long)env_long("JAILBOX_PRESCAN_HASH_MAX_MIB", 0, 1L << 30, err, &bad) << 20;
   W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);
   if (bad) return -1;
   return load_profile(err);
