@@ -110,6 +110,7 @@ struct session {
   pthread_mutex_t lock;      /* guards sb while the control socket uses it */
   struct jb_sandbox sb;
   bool sb_ready;
+  struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
 };
 
 static struct {
@@ -411,7 +412,7 @@ static void *session_main(void *arg) {
   /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
    * to the directory pinned above, and a launch without it does not go ahead */
   if (same_workspace(s->workspace, &pinned, &err) < 0 ||
-      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0) {
+      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "workspace: %s", err.msg);
     json_decref(scan_json);
@@ -506,6 +507,15 @@ static void *session_main(void *arg) {
   pthread_mutex_unlock(&s->lock);
   slog(JB_LOG_INFO, job, "sandbox removed", NULL);
 end:
+  /* the jail can no longer write: give the workspace back its groups and modes */
+  if (s->grant.valid) {
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err);
+    char nb[24];
+    snprintf(nb, sizeof nb, "%ld", n);
+    if (n < 0) slog(JB_LOG_WARN, job, "workspace access not restored", "error", err.msg, NULL);
+    else slog(JB_LOG_INFO, job, "workspace access restored", "entries", nb, NULL);
+  }
+  jb_workspace_grant_free(&s->grant);
   atomic_store(&s->finished, true);
   return NULL;
 }

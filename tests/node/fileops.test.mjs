@@ -586,3 +586,31 @@ test('JAILBOX_APPROVAL_TIMEOUT: a pending write without a decision fails with ti
   const v = await srv.req('GET', `/v1/jailbox/${T.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
 });
+
+test('the workspace group grant is undone when the session ends: original groups and modes come back', { timeout: 180000 }, async () => {
+  const G = await openSession((d) => {
+    mkdirSync(join(d, 'private'), { mode: 0o700 });
+    writeFileSync(join(d, 'private/notes.txt'), 'mine\n', { mode: 0o600 });
+    writeFileSync(join(d, 'shared.txt'), 'shared\n', { mode: 0o640 });
+    execFileSync('chown', ['0:4', join(d, 'shared.txt')]);
+  }, { mode: 'unsupervised' });
+  const mode = (p) => statSync(join(G.dir, p)).mode & 0o7777;
+  const gid = (p) => statSync(join(G.dir, p)).gid;
+  // while the session runs, the jail's group may write
+  assert.deepEqual([gid('private'), mode('private')], [65534, 0o2770]);
+  assert.deepEqual([gid('private/notes.txt'), mode('private/notes.txt')], [65534, 0o660]);
+  assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [65534, 0o660]);
+  const agent = await connect(G.agentToken);
+  await ok(agent, 'write', { path: 'private/new.txt', content: 'by the agent\n' });
+  // the buyer changes a mode meanwhile: that change is kept
+  chmodSync(join(G.dir, 'shared.txt'), 0o664);
+  const buyer = await connect(G.buyerToken);
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:abort', { reason: 'done with it' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  await waitFor('workspace access restored', () => new RegExp(`"jobId":"${G.jobId}"[^\\n]*"msg":"workspace access restored"|"msg":"workspace access restored"[^\\n]*"jobId":"${G.jobId}"`).test(srv.log()), 60000);
+  assert.deepEqual([gid('.'), gid('private'), mode('private')], [0, 0, 0o700]);
+  assert.deepEqual([gid('private/notes.txt'), mode('private/notes.txt')], [0, 0o600]);
+  assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [4, 0o644]);
+  // what the agent wrote stays, as it was written
+  assert.equal(readFileSync(join(G.dir, 'private/new.txt'), 'utf8'), 'by the agent\n');
+});
