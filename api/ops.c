@@ -13,7 +13,9 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,10 +296,66 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
   return out;
 }
 
+/* The sessions whose ops this process handled last, as read from the database (JSON text):
+ * a copy to decide on without a round trip. Never trusted alone: the op's insert checks that
+ * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
+ * `expect_json`), and the call starts over with a fresh read when they are not. Only sessions
+ * read in active or paused are kept, whose exclusions and flags no longer change. */
+#define SESS_SLOTS 64
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    char job[129];
+    char *json;
+  } slot[SESS_SLOTS];
+} sess_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t sess_slot(const char *job) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)job; *p; p++) h = (h ^ *p) * 16777619u;
+  return h % SESS_SLOTS;
+}
+
+/* A copy of the cached session JSON of `job` (new), or NULL. */
+static char *sess_cache_get(const char *job) {
+  size_t i = sess_slot(job);
+  pthread_mutex_lock(&sess_cache.lock);
+  char *t = !strcmp(sess_cache.slot[i].job, job) && sess_cache.slot[i].json ? strdup(sess_cache.slot[i].json) : NULL;
+  pthread_mutex_unlock(&sess_cache.lock);
+  return t;
+}
+
+/* Keeps `json` for `job` (NULL: forgets it). */
+static void sess_cache_put(const char *job, const char *json) {
+  size_t i = sess_slot(job);
+  char *t = json ? strdup(json) : NULL;
+  pthread_mutex_lock(&sess_cache.lock);
+  if (t || !strcmp(sess_cache.slot[i].job, job)) {
+    free(sess_cache.slot[i].json);
+    sess_cache.slot[i].json = t;
+    snprintf(sess_cache.slot[i].job, sizeof sess_cache.slot[i].job, "%s", t ? job : "");
+  }
+  pthread_mutex_unlock(&sess_cache.lock);
+}
+
+/* One tool call; `fresh`: read the session from the database, not from sess_cache. *stale is
+ * set (and nothing done) when the cached copy no longer held at the insert. */
+static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, json_t *args,
+                       struct jb_mcp_error *e, bool fresh, bool *stale);
+
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
                    json_t *args, struct jb_mcp_error *e) {
   (void)ctx;
   if (!strcmp(tool, "done")) return tool_done(app, job, args, e);
+  bool stale = false;
+  json_t *r = op_tool(app, job, tool, args, e, false, &stale);
+  if (stale) r = op_tool(app, job, tool, args, e, true, &stale);
+  return r;
+}
+
+static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, json_t *args,
+                       struct jb_mcp_error *e, bool fresh, bool *stale) {
+  *stale = false;
 
   /* arguments */
   bool is_write = !strcmp(tool, "write"), is_list = !strcmp(tool, "list");
@@ -330,12 +388,15 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   json_t *current = NULL; /* a supervised write's target as it is now (stat through the shim) */
 
   /* the session */
-  if (jb_db_session_get(c, job, &text, &err) != JB_OK) {
+  text = fresh ? NULL : sess_cache_get(job);
+  bool cached = text != NULL;
+  if (!text && jb_db_session_get(c, job, &text, &err) != JB_OK) {
     result = unavailable(e, &err);
     goto out;
   }
   sess = json_loads(text, 0, NULL);
   const char *state = json_string_value(json_object_get(sess, "state"));
+  if (!cached && state && (!strcmp(state, "active") || !strcmp(state, "paused"))) sess_cache_put(job, text);
   if (state && !strcmp(state, "awaiting_agent")) {
     jb_op_agent_arrived(c, app, job);
     state = "active";
@@ -472,7 +533,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     json_decref(stargs);
     struct jb_opwait_ticket sticket;
     wait_begin(app, &sticket, job);
-    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, &op_id, st, &err) : JB_ERR_FAIL;
+    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, NULL, &op_id, st, &err) : JB_ERR_FAIL;
     free(stext);
     json_t *sa = NULL;
     if (rc == JB_OK) sa = await_op(app, &c, job, op_id, &sticket, e);
@@ -511,8 +572,22 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   /* store it: pending for the buyer, or queued for the worker */
   struct jb_opwait_ticket ticket;
   wait_begin(app, &ticket, job);
-  rc = jb_db_op_create(c, job, tool, path, args_text, pending, &op_id, st, &err);
+  char *expect = NULL;
+  if (cached) { /* decided on a copy: the insert checks it still holds */
+    json_t *x = json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                          "flagged", flagged ? json_incref(flagged) : json_array());
+    expect = x ? json_dumps(x, JSON_COMPACT) : NULL;
+    json_decref(x);
+  }
+  rc = cached && !expect ? JB_ERR_FAIL
+                         : jb_db_op_create(c, job, tool, path, args_text, pending, expect, &op_id, st, &err);
+  free(expect);
   if (rc != JB_OK) wait_end(app, &ticket);
+  if (rc == JB_ERR_CONFLICT && cached && !st[0]) { /* the copy was stale: start over, fresh */
+    sess_cache_put(job, NULL);
+    *stale = true;
+    goto out;
+  }
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
     result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     goto out;

@@ -11,9 +11,9 @@
 #include "db/db.h"
 
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
-                    const char *args_json, bool pending, long long *op_id, char state[20],
-                    jb_error *err) {
-  const char *p[5] = {job_id, tool, path, args_json, pending ? "pending" : "approved"};
+                    const char *args_json, bool pending, const char *expect_json, long long *op_id,
+                    char state[20], jb_error *err) {
+  const char *p[6] = {job_id, tool, path, args_json, pending ? "pending" : "approved", expect_json};
   /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
@@ -22,17 +22,22 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
       c,
       "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"
       "   THEN set_config('synchronous_commit', 'off', true) END AS v),"
-      " s AS (SELECT state FROM sessions WHERE job_id = $1),"
+      " s AS (SELECT state, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
+      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $6::jsonb) AS fresh"
+      "   FROM sessions WHERE job_id = $1),"
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"
       "         CASE WHEN $5 = 'approved' THEN now() END"
-      "  FROM s, cfg WHERE s.state IN ('active', 'paused') RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins)",
-      5, p, PGRES_TUPLES_OK, NULL, err, "store op");
+      "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh RETURNING op_id)"
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
+      6, p, PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {
     rc = JB_ERR_NOT_FOUND;
+  } else if (PQgetisnull(r, 0, 1) && strcmp(PQgetvalue(r, 0, 2), "f") == 0) {
+    state[0] = '\0';
+    rc = JB_ERR_CONFLICT; /* the session's mode, exclusions or flags are not `expect_json` */
   } else if (PQgetisnull(r, 0, 1)) {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
     rc = JB_ERR_CONFLICT;

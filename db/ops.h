@@ -24,12 +24,15 @@ struct jb_keyring;
 /* Stores an op of session `job_id`: `tool` (read, write, list), `path`, `args_json` (JSON
  * object text: the shim's arguments plus, for writes, "size" and "sha256"). With `pending`
  * the op waits for the buyer (state pending); without, it is queued at once (state approved,
- * decision auto). Only while the session is active or paused (a paused session's ops wait).
- * JB_OK with *op_id; JB_ERR_CONFLICT with `state` (20 bytes) = the session's state;
- * JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * decision auto). Only while the session is active or paused (a paused session's ops wait),
+ * and, with `expect_json` (JSON object text {mode, exclude, flagged}; NULL: no check), only
+ * while the session's mode, exclusions and pre-scan flags are those (the caller decided on a
+ * copy of the session; this makes the decision and the insert one atomic step).
+ * JB_OK with *op_id; JB_ERR_CONFLICT with `state` (20 bytes) = the session's state, or ""
+ * when `expect_json` no longer holds (read the session again); JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
-                    const char *args_json, bool pending, long long *op_id, char state[20],
-                    jb_error *err);
+                    const char *args_json, bool pending, const char *expect_json, long long *op_id,
+                    char state[20], jb_error *err);
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished

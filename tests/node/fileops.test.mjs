@@ -614,3 +614,22 @@ test('the workspace group grant is undone when the session ends: original groups
   // what the agent wrote stays, as it was written
   assert.equal(readFileSync(join(G.dir, 'private/new.txt'), 'utf8'), 'by the agent\n');
 });
+
+test('review: a session decided on from this process\'s copy is checked at the insert — a mode changed meanwhile holds the write', { timeout: 120000 }, async () => {
+  const M = await openSession((d) => writeFileSync(join(d, 'm.txt'), 'm\n'), { mode: 'unsupervised' });
+  const agent = await connect(M.agentToken);
+  const buyer = await connect(M.buyerToken);
+  assert.equal((await ok(agent, 'read', { path: 'm.txt' })).content, 'm\n'); // the copy is taken
+  // the mode changes behind jailboxd's back (as a mode switch on another instance would)
+  await srv.db.query("UPDATE sessions SET mode = 'supervised' WHERE job_id = $1", [M.jobId]);
+  let settled = false;
+  const pending = call(agent, 'write', { path: 'm.txt', content: 'held\n' }, 60000).then((r) => { settled = true; return r; });
+  const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'm.txt');
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(settled, false, 'the write ran without the buyer');
+  assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req.opId, reason: 'no' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  assert.equal((await pending).error?.data?.reason, 'rejected');
+  assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
+});
