@@ -833,8 +833,9 @@ static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
   return rc;
 }
 
-/* Runs every queued op of the sessions whose sandbox is up (only of `only` when not NULL). */
-static void run_queued_ops(const char *only) {
+/* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
+ * most `max` per session. */
+static void run_queued_ops(const char *only, int max) {
   static char jobs[sizeof W.sessions / sizeof W.sessions[0]][129]; /* the op thread's own */
   size_t n = 0;
   pthread_mutex_lock(&W.lock);
@@ -847,7 +848,7 @@ static void run_queued_ops(const char *only) {
   }
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
-    for (int k = 0; k < 1000; k++) {
+    for (int k = 0; k < max; k++) {
       struct opclaim_args a = {jobs[i], 0};
       jb_error err = {0};
       int rc = with_conn(opclaim_fn, &a, &err);
@@ -887,7 +888,7 @@ static void *ops_main(void *arg) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (now - last_sweep >= 1000) {
-      run_queued_ops(NULL);
+      run_queued_ops(NULL, 1000);
       last_sweep = now;
     }
     struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
@@ -898,9 +899,12 @@ static void *ops_main(void *arg) {
         long long op_id;
         char st[20];
         const char *job;
-        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0 &&
-            (strcmp(st, "approved") == 0 || (op_id == 0 && strcmp(st, "active") == 0)))
-          run_queued_ops(job);
+        /* one notification per queued op: one claim each (no empty claim after it); a
+         * session back to active may have many waiting */
+        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
+          if (op_id != 0 && strcmp(st, "approved") == 0) run_queued_ops(job, 1);
+          else if (op_id == 0 && strcmp(st, "active") == 0) run_queued_ops(job, 1000);
+        }
         PQfreemem(nt);
       }
     }
