@@ -633,3 +633,23 @@ test('review: a session decided on from this process\'s copy is checked at the i
   assert.equal((await pending).error?.data?.reason, 'rejected');
   assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
 });
+
+test('review: wake-ups lost with the LISTEN connections delay ops, never hang them', { timeout: 120000 }, async () => {
+  const L = await openSession((d) => writeFileSync(join(d, 'l.txt'), 'l\n'), { mode: 'unsupervised' });
+  const agent = await connect(L.agentToken);
+  assert.equal((await ok(agent, 'read', { path: 'l.txt' })).content, 'l\n');
+  for (let round = 0; round < 3; round++) {
+    // drop jailboxd's LISTEN connection and the worker's (their notifications are lost)
+    const killed = (await srv.db.query(
+      "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity WHERE pid <> pg_backend_pid()" +
+      " AND (application_name = 'jailboxd-listen' OR query ILIKE 'LISTEN%')")).rows.length;
+    assert.ok(killed >= 2, `${killed} LISTEN connections found`);
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      assert.equal((await ok(agent, 'read', { path: 'l.txt' })).content, 'l\n');
+      const w = await ok(agent, 'write', { path: `w${round}${i}.txt`, content: 'x' });
+      assert.equal(w.written, 1);
+      assert.ok(Date.now() - t0 < 8000, `round ${round}: ${Date.now() - t0} ms`);
+    }
+  }
+});
