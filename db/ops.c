@@ -99,7 +99,10 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
                            " coalesce(o.decision, 'auto')"
                            " FROM ops o JOIN sessions s USING (job_id)"
                            " WHERE o.job_id = $1 AND o.state = 'approved' AND s.state = 'active'"
-                           " ORDER BY o.op_id LIMIT 1 FOR UPDATE OF o, s SKIP LOCKED",
+                           /* an op another claim holds is skipped; the session row is waited
+                            * for (a chain append holds it for a moment): skipping it would
+                            * leave the op to the next sweep, a second later */
+                           " ORDER BY o.op_id LIMIT 1 FOR UPDATE OF o SKIP LOCKED FOR UPDATE OF s",
                            1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
   if (!r) {
     jb_db_rollback(c);
