@@ -268,12 +268,15 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
       long long left = stored + approval_ms - now_ms();
       if (left <= 0) {
         struct jb_audit_head h;
-        int xr = jb_db_op_expire(*cp, app->keys, job, op_id, (long)(approval_ms / 1000), &h, &err);
-        if (xr == JB_OK) {
+        json_t *opj = NULL;
+        int xr = jb_db_op_expire(*cp, app->keys, job, op_id, (long)(approval_ms / 1000), &h, &opj, &err);
+        if (xr == JB_OK) { /* the buyer's pending request is over: say so, on every instance */
           jb_error nerr = {0};
           json_t *hj = jb_audit_head_json(&h);
+          if (opj) jb_db_notify_event(*cp, job, "jailbox:op", opj, &nerr);
           jb_db_notify_event(*cp, job, "jailbox:audit_head", hj, &nerr);
           json_decref(hj);
+          json_decref(opj);
           err_out(e, JB_MCP_TIMEOUT, "timeout", "the buyer did not decide on the write within %lld s",
                   approval_ms / 1000);
           break;

@@ -170,7 +170,8 @@ int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], co
 }
 
 int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    long timeout_s, struct jb_audit_head *head, jb_error *err) {
+                    long timeout_s, struct jb_audit_head *head, json_t **op_out, jb_error *err) {
+  *op_out = NULL;
   char id[24], secs[24];
   snprintf(id, sizeof id, "%lld", op_id);
   snprintf(secs, sizeof secs, "%ld", timeout_s);
@@ -188,7 +189,9 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
                  "  completed_at = now()"
                  " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
                  "   AND created_at <= now() - make_interval(secs => $3::int)"
-                 " RETURNING path, args->'size', args->>'sha256'",
+                 " RETURNING path, args->'size', args->>'sha256',"
+                 "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
+                 "   'state', state, 'reason', reason, 'result', result)::text",
                  3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
   if (!r) goto fail;
   if (PQntuples(r) != 1) {
@@ -197,6 +200,7 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
     return JB_ERR_CONFLICT;
   }
   char *path = strdup(PQgetvalue(r, 0, 0));
+  json_t *op_json = json_loads(PQgetvalue(r, 0, 3), 0, NULL);
   json_t *details = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
   json_t *size = PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
   if (json_is_integer(size)) json_object_set(details, "size", size);
@@ -210,10 +214,15 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   free(path);
   json_decref(details);
   if (rc != JB_OK) { /* JB_ERR_CONFLICT: the chain is sealed, the session has ended */
+    json_decref(op_json);
     jb_db_rollback(c);
     return rc;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_db_commit(c, err) < 0) {
+    json_decref(op_json);
+    goto fail;
+  }
+  *op_out = op_json;
   return JB_OK;
 fail:
   jb_db_rollback(c);

@@ -70,10 +70,11 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
  * the buyer (JAILBOX_APPROVAL_TIMEOUT): state failed, result {ok:false, error:{code:
  * "timeout"}}, and its audit entry write {ok:false, error:"timeout", decision:"timeout",
  * size, sha256} in the same transaction (session row locked first, as every chain writer).
- * JB_OK with *head the new audit head; JB_ERR_CONFLICT when the op is no longer pending or
- * not that old (decided meanwhile: nothing changed); JB_ERR_FAIL with `err`. */
+ * JB_OK with *head the new audit head and *op_out the op as it is now {opId, jobId, tool,
+ * path, state, reason, result} (new; NULL on OOM); JB_ERR_CONFLICT when the op is no longer
+ * pending or not that old (decided meanwhile: nothing changed); JB_ERR_FAIL with `err`. */
 int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    long timeout_s, struct jb_audit_head *head, jb_error *err);
+                    long timeout_s, struct jb_audit_head *head, json_t **op_out, jb_error *err);
 
 /* Parses a jb_op notification payload "<op id> <state> <job id>" (migration 009): *op_id
  * (0: the session's state changed to `state`), `state` (20 bytes), *job (points into

@@ -572,6 +572,8 @@ test('JAILBOX_APPROVAL_TIMEOUT: a pending write without a decision fails with ti
   assert.equal(r.error?.data?.reason, 'timeout', JSON.stringify(r));
   assert.ok(took >= 2900 && took < 12000, `answered after ${took} ms (timeout 3 s)`);
   const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 't.txt');
+  const over = await waitEvent(buyer, 'jailbox:op', (p) => p.opId === req.opId);
+  assert.deepEqual([over.state, over.result.error.code], ['failed', 'timeout']);
   assert.equal(readFileSync(join(T.dir, 't.txt'), 'utf8'), 'before\n');
   const op = (await srv.db.query('SELECT state, result FROM ops WHERE op_id = $1', [req.opId])).rows[0];
   assert.deepEqual([op.state, op.result.error.code], ['failed', 'timeout']);
