@@ -98,6 +98,7 @@ static json_t *shim_error(struct jb_mcp_error *e, json_t *error) {
   if (!strcmp(code, "changed")) return err_out(e, JB_MCP_CHANGED, "changed", "%s", msg);
   if (!strcmp(code, "too_large")) return err_out(e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
   if (!strcmp(code, "bad_request")) return err_out(e, JB_MCP_INVALID, "invalid", "%s", msg);
+  if (!strcmp(code, "timeout")) return err_out(e, JB_MCP_TIMEOUT, "timeout", "%s", msg); /* jb_db_op_expire */
   return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
 }
 
