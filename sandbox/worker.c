@@ -73,6 +73,8 @@ static const struct setting settings[] = {
   {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
   {"JAILBOX_WORKER_PIDFILE", "", "pid file, locked while the worker runs; empty: none"},
   {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+  {"JAILBOX_PRESCAN_HASH_MAX_MIB", "1024",
+   "pre-scan: regular files over this many MiB are not read, only flagged too_large (sandbox/WALLS.md)"},
   {"JAILBOX_WORKER_MAX_SESSIONS", "64", "sessions this worker runs at once"},
   {"JAILBOX_LOG_LEVEL", "info", "debug, info, warn, error"},
   {"JAILBOX_ESCAPE_ABORT", JB_ESCAPE_KINDS_TEXT, "signal kinds that abort a session at once (jailboxd passes its own)"},
@@ -113,6 +115,7 @@ struct session {
   pthread_mutex_t lock;      /* guards sb while the control socket uses it */
   struct jb_sandbox sb;
   bool sb_ready;
+  struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
   char cid[80];              /* the container, once up (guarded by W.lock, not lock: an op in
                                 flight holds lock for the whole call) */
   atomic_bool killing;       /* killed for an abort: an op in flight fails with "aborted" */
@@ -125,6 +128,7 @@ static struct {
   struct jb_keyring *keys;   /* signs the audit entries of the transitions the worker makes */
   char conninfo[4096];
   bool prescan_hold;
+  long long prescan_hash_max; /* bytes */
   long max_sessions;
   pthread_mutex_t lock;      /* sessions, probe */
   struct session *sessions[1024];
@@ -504,9 +508,9 @@ static void *session_main(void *arg) {
     goto end;
   }
 
-  /* the pre-scan (minimal for now: counts and a directory hash) */
+  /* the pre-scan: counts, flagged entries, a directory hash */
   struct jb_scan_result scan;
-  if (jb_workspace_scan(s->workspace, 100000, &scan, &err) < 0) {
+  if (jb_workspace_scan(s->workspace, 100000, W.prescan_hash_max, &scan, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "pre-scan failed: %s", err.msg);
     fail_session(job, reason);
@@ -514,6 +518,7 @@ static void *session_main(void *arg) {
     goto end;
   }
   json_t *scan_json = jb_scan_json(&scan);
+  jb_scan_result_free(&scan);
   slog_json(JB_LOG_INFO, job, "pre-scan", "prescan", json_incref(scan_json));
   struct prescan_args pa = {job, scan_json};
   if (with_conn(prescan_fn, &pa, &err) != JB_OK) {
@@ -528,7 +533,7 @@ static void *session_main(void *arg) {
   /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
    * to the directory pinned above, and a launch without it does not go ahead */
   if (same_workspace(s->workspace, &pinned, &err) < 0 ||
-      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0) {
+      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "workspace: %s", err.msg);
     json_decref(scan_json);
@@ -639,6 +644,15 @@ static void *session_main(void *arg) {
   pthread_mutex_unlock(&s->lock);
   slog(JB_LOG_INFO, job, "sandbox removed", NULL);
 end:
+  /* the jail can no longer write: give the workspace back its groups and modes */
+  if (s->grant.valid) {
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err);
+    char nb[24];
+    snprintf(nb, sizeof nb, "%ld", n);
+    if (n < 0) slog(JB_LOG_WARN, job, "workspace access not restored", "error", err.msg, NULL);
+    else slog(JB_LOG_INFO, job, "workspace access restored", "entries", nb, NULL);
+  }
+  jb_workspace_grant_free(&s->grant);
   atomic_store(&s->finished, true);
   return NULL;
 }
@@ -980,8 +994,9 @@ static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
   return rc;
 }
 
-/* Runs every queued op of the sessions whose sandbox is up (only of `only` when not NULL). */
-static void run_queued_ops(const char *only) {
+/* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
+ * most `max` per session. */
+static void run_queued_ops(const char *only, int max) {
   static char jobs[sizeof W.sessions / sizeof W.sessions[0]][129]; /* the op thread's own */
   size_t n = 0;
   pthread_mutex_lock(&W.lock);
@@ -994,7 +1009,7 @@ static void run_queued_ops(const char *only) {
   }
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
-    for (int k = 0; k < 1000; k++) {
+    for (int k = 0; k < max; k++) {
       struct opclaim_args a = {jobs[i], 0, -1, ""};
       jb_error err = {0};
       int rc = with_conn(opclaim_fn, &a, &err);
@@ -1008,13 +1023,13 @@ static void run_queued_ops(const char *only) {
   }
 }
 
-/* (Re)connects *listen and LISTENs on jb_change when it is not connected; leaves it NULL
- * when the database cannot be reached (the caller's loop tries again). */
-static void ensure_listening(PGconn **listen) {
+/* (Re)connects *listen and runs `listen_sql` ("LISTEN channel") when it is not connected;
+ * leaves it NULL when the database cannot be reached (the caller's loop tries again). */
+static void ensure_listening(PGconn **listen, const char *listen_sql) {
   if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
   if (*listen) PQfinish(*listen);
   *listen = PQconnectdb(W.conninfo);
-  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, "LISTEN jb_change") : NULL;
+  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, listen_sql) : NULL;
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
     PQfinish(*listen);
     *listen = NULL;
@@ -1022,32 +1037,20 @@ static void ensure_listening(PGconn **listen) {
   PQclear(r);
 }
 
-/* (Re)connects *conn LISTENing on jb_kill (aborts waiting for an op this worker runs). */
-static void ensure_kill_listening(PGconn **conn) {
-  if (*conn && PQstatus(*conn) == CONNECTION_OK) return;
-  if (*conn) PQfinish(*conn);
-  *conn = PQconnectdb(W.conninfo);
-  PGresult *r = PQstatus(*conn) == CONNECTION_OK ? PQexec(*conn, "LISTEN jb_kill") : NULL;
-  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-    PQfinish(*conn);
-    *conn = NULL;
-  }
-  PQclear(r);
-}
-
-/* The op thread: woken by jb_change (an op stored or decided; the payload names the
- * session), and a sweep of every session once a second for anything missed. */
+/* The op thread: woken by jb_op (migration 009: an op queued, or its session back to
+ * active; the payload names the session), and a sweep of every session once a second for
+ * anything missed. */
 static void *ops_main(void *arg) {
   (void)arg;
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
+    ensure_listening(&listen, "LISTEN jb_op");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (now - last_sweep >= 1000) {
-      run_queued_ops(NULL);
+      run_queued_ops(NULL, 1000);
       last_sweep = now;
     }
     struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
@@ -1055,7 +1058,15 @@ static void *ops_main(void *arg) {
       PQconsumeInput(listen);
       PGnotify *nt;
       while ((nt = PQnotifies(listen))) {
-        if (nt->extra && nt->extra[0]) run_queued_ops(nt->extra);
+        long long op_id;
+        char st[20];
+        const char *job;
+        /* one notification per queued op: one claim each (no empty claim after it); a
+         * session back to active may have many waiting */
+        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
+          if (op_id != 0 && strcmp(st, "approved") == 0) run_queued_ops(job, 1);
+          else if (op_id == 0 && strcmp(st, "active") == 0) run_queued_ops(job, 1000);
+        }
         PQfreemem(nt);
       }
     }
@@ -1267,6 +1278,7 @@ static int load_config(jb_error *err) {
   c->start_timeout_ms = env_long("JAILBOX_START_TIMEOUT_MS", 1000, 600000, err, &bad);
   c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
   W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
+  W.prescan_hash_max = (long long)env_long("JAILBOX_PRESCAN_HASH_MAX_MIB", 0, 1L << 30, err, &bad) << 20;
   W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);
   long penalty = env_long("JAILBOX_TRUST_PENALTY", 0, 1000, err, &bad);
   if (bad) return -1;
@@ -1389,7 +1401,7 @@ int main(int argc, char **argv) {
    * worker may hold a newer key than the jailboxd that started it) */
   {
     PGconn *kc = jb_db_acquire(W.db, &err);
-    int krc = kc ? jb_keyring_publish(W.keys, kc, &err) : -1;
+    int krc = kc ? jb_keyring_publish_keep_others(W.keys, kc, &err) : -1;
     jb_db_release(W.db, kc);
     if (krc < 0) {
       slog(JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);
@@ -1426,11 +1438,11 @@ int main(int argc, char **argv) {
 
   /* wake-ups: a change notification (sessions and their launch jobs are inserted together),
    * a signal, or once a second to catch anything missed */
-  PGconn *listen = NULL, *kill_listen = NULL;
+  PGconn *listen = NULL;
   long long last_probe = W.probe.at_ms;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
-    ensure_kill_listening(&kill_listen);
+    /* jb_kill: an abort waits for an op this worker runs (api/escape.h) */
+    ensure_listening(&listen, "LISTEN jb_change; LISTEN jb_kill");
     drain_queue();
     reap_sessions();
     /* a wall that was down may have been fixed: probe again now and then */
@@ -1447,17 +1459,8 @@ int main(int argc, char **argv) {
       last_probe = now;
       log_probe(&p);
     }
-    struct pollfd pf[3] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN},
-                           {.fd = kill_listen ? PQsocket(kill_listen) : -1, .events = POLLIN}};
-    int pr = poll(pf, 3, 1000);
-    if (kill_listen && pr > 0 && (pf[2].revents & POLLIN)) {
-      PQconsumeInput(kill_listen);
-      PGnotify *kn;
-      while ((kn = PQnotifies(kill_listen))) {
-        if (kn->extra && kn->extra[0]) kill_for_abort(kn->extra);
-        PQfreemem(kn);
-      }
-    }
+    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
+    int pr = poll(pf, 2, 1000);
     if (pr > 0 && (pf[0].revents & POLLIN)) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -1468,7 +1471,10 @@ int main(int argc, char **argv) {
     if (listen && pr > 0 && (pf[1].revents & POLLIN)) {
       PQconsumeInput(listen);
       PGnotify *n;
-      while ((n = PQnotifies(listen))) PQfreemem(n);
+      while ((n = PQnotifies(listen))) {
+        if (!strcmp(n->relname, "jb_kill") && n->extra && n->extra[0]) kill_for_abort(n->extra);
+        PQfreemem(n);
+      }
     }
   }
 
@@ -1499,7 +1505,6 @@ int main(int argc, char **argv) {
     unlink(cpath);
   }
   if (listen) PQfinish(listen);
-  if (kill_listen) PQfinish(kill_listen);
   jb_db_close(W.db);
   jb_keyring_free(W.keys);
   free(W.profile_buf);
