@@ -134,17 +134,17 @@ test('absolute path (jailboxd syntax check)', { timeout: 180000 }, async () => {
   assert.ok(ms < 1000, `took ${ms} ms`);
 });
 
-test('through a symlink that leaves the workspace (reported by the shim)', { timeout: 180000 }, async () => {
+test('through a symlink that leaves the workspace (flagged by the pre-scan)', { timeout: 180000 }, async () => {
   const S = await live((d) => symlinkSync(outside, join(d, 'out')));
   const t0 = Date.now();
   const r = await call(S.agent, 'read', { path: 'out/secret.txt' }).catch((e) => ({ cut: e.message }));
-  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  assert.equal(r.error?.data?.reason, 'flagged', JSON.stringify(r));
   const { ms } = await assertEscaped(S, 'symlink_escape', t0);
   timings.symlink_escape = ms;
   assert.ok(ms < 1000, `took ${ms} ms`);
 });
 
-test('onto a symlink that leaves the workspace (unsupervised write, reported by the shim)', { timeout: 180000 }, async () => {
+test('onto a symlink that leaves the workspace (flagged by the pre-scan)', { timeout: 180000 }, async () => {
   const S = await live((d) => symlinkSync(join(outside, 'secret.txt'), join(d, 'onto')));
   const t0 = Date.now();
   await call(S.agent, 'write', { path: 'onto', content: 'overwrite\n' }).catch(() => {});
@@ -152,7 +152,26 @@ test('onto a symlink that leaves the workspace (unsupervised write, reported by 
   assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
 });
 
-test('a hard link (reported by the shim)', { timeout: 180000 }, async () => {
+test('a symlink leaving the workspace made after the pre-scan (caught at open time by the shim)', { timeout: 180000 }, async () => {
+  const S = await live();
+  symlinkSync(outside, join(S.dir, 'late'));
+  const t0 = Date.now();
+  const r = await call(S.agent, 'read', { path: 'late/secret.txt' }).catch((e) => ({ cut: e.message }));
+  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  const { alert } = await assertEscaped(S, 'symlink_escape', t0);
+  assert.match(alert.detail, /leads out of the workspace/);
+});
+
+test('a hard link made after the pre-scan (caught at open time by the shim)', { timeout: 180000 }, async () => {
+  const S = await live();
+  linkSync(join(outside, 'secret.txt'), join(S.dir, 'late-hard'));
+  const t0 = Date.now();
+  await call(S.agent, 'read', { path: 'late-hard' }).catch(() => {});
+  const { alert } = await assertEscaped(S, 'hard_link', t0);
+  assert.match(alert.detail, /hard links/);
+});
+
+test('a hard link (flagged by the pre-scan)', { timeout: 180000 }, async () => {
   const S = await live((d) => linkSync(join(outside, 'secret.txt'), join(d, 'hard')));
   const t0 = Date.now();
   await call(S.agent, 'read', { path: 'hard' }).catch(() => {});
