@@ -221,13 +221,14 @@ test('maximum lifetime (limits.timeoutSec): the session is aborted with lifetime
 test('idle timeout (limits.idleTimeoutSec): activity keeps the session, silence aborts it with idle_timeout', { timeout: 120000 }, async () => {
   const s = await sessionIn('active', { mode: 'unsupervised', limits: { idleTimeoutSec: 2, timeoutSec: 600 } });
   // an agent working every 500 ms for 4 s is never idle
+  let quiet = 0; // when the agent last did something
   for (let i = 0; i < 8; i++) {
     const r = await call(s.agent, 'read', { path: 'a.txt' });
     assert.ok(r.result, JSON.stringify(r));
+    quiet = Date.now();
     await new Promise((res) => setTimeout(res, 500));
   }
   assert.equal((await sessionOf(srv, s.jobId)).state, 'active');
-  const quiet = Date.now();
   const st = await waitState(srv, s.jobId, ['aborted'], 15000);
   assert.equal(st.stateReason, 'idle_timeout');
   assert.ok(Date.now() - quiet >= 1500);
