@@ -86,10 +86,11 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
 
 void jb_escape_release_session(struct jb_app *app, PGconn *c, const char *job) {
   (void)app;
+  /* always, not only when the session row is held now: an op claimed between a check and
+   * the abort's transaction would hold it for its whole run */
   jb_error err = {0};
-  if (jb_db_session_busy(c, job, &err) == 1 && jb_db_kill_notice(c, job, &err) == JB_OK)
-    jb_log(JB_LOG_INFO, "abort: an op holds the session; its container is being killed", "jobId",
-           job, NULL);
+  if (jb_db_kill_notice(c, job, &err) != JB_OK)
+    jb_log(JB_LOG_WARN, "abort: kill notice not sent", "jobId", job, "detail", err.msg, NULL);
 }
 
 /* ---------- the sweeper ---------- */

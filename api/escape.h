@@ -25,9 +25,11 @@ int jb_escape_init(struct jb_app *app, jb_error *err);
  * which are logged: the caller refuses the op either way). */
 int jb_escape_signal(struct jb_app *app, const char *job_id, enum jb_signal kind, const char *detail);
 
-/* Before an abort of `job_id`: when an op holds the session row (it is running in the shim),
- * asks the worker holding the session to kill its container (NOTIFY jb_kill), so the op fails
- * with "aborted" at once and the abort does not wait for it. `c` is idle. */
+/* Before an abort of live session `job_id`: asks the worker holding the session to kill its
+ * container now (NOTIFY jb_kill), so that an op running in the shim — which holds the session
+ * row until it completes — fails with "aborted" at once and the abort does not wait for it.
+ * Should the abort then fail (database), the session is left without its sandbox until it is
+ * aborted again or expires. `c` is idle. */
 void jb_escape_release_session(struct jb_app *app, PGconn *c, const char *job_id);
 
 /* The sweeper thread: every 500 ms aborts expired sessions (reason lifetime_exceeded or

@@ -324,20 +324,6 @@ int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_
   return *json_out ? JB_OK : jb_fail(err, ENOMEM, "out of memory");
 }
 
-int jb_db_session_busy(PGconn *c, const char *job_id, jb_error *err) {
-  if (jb_db_begin(c, err) < 0) return -1;
-  const char *p[1] = {job_id};
-  char st[6] = "";
-  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE NOWAIT", 1, p,
-                           PGRES_TUPLES_OK, st, err, "probe session lock");
-  jb_db_rollback(c);
-  if (r) {
-    PQclear(r);
-    return 0;
-  }
-  return strcmp(st, "55P03") == 0 ? 1 : -1; /* lock_not_available */
-}
-
 int jb_db_kill_notice(PGconn *c, const char *job_id, jb_error *err) {
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c, "SELECT pg_notify('jb_kill', $1)", 1, p, PGRES_TUPLES_OK, NULL, err,

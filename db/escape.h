@@ -87,11 +87,6 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
  * at most 100. JB_OK or FAIL. */
 int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_out, jb_error *err);
 
-/* Whether another transaction holds the row of session `job_id` (an op running in the shim
- * holds it until it completes): 1 yes, 0 no, -1 on a database error (`err`). `c` must be
- * idle; it is idle again after. */
-int jb_db_session_busy(PGconn *c, const char *job_id, jb_error *err);
-
 /* NOTIFY jb_kill with `job_id`: the worker holding the session kills its container now.
  * JB_OK or JB_ERR_FAIL. */
 int jb_db_kill_notice(PGconn *c, const char *job_id, jb_error *err);

@@ -391,8 +391,8 @@ static void raise_signal(const char *job, enum jb_signal kind, const char *detai
     slog(JB_LOG_ERROR, job, err.msg, "step", "escape seal (jailboxd's sweeper retries)", NULL);
 }
 
-/* jb_kill: an abort waits for an op this worker runs; kill the session's container so the op
- * fails ("aborted") now. */
+/* jb_kill: the session is being aborted; kill its container now, so that an op running in
+ * the shim (holding the session row the abort needs) fails with "aborted" at once. */
 static void kill_for_abort(const char *job) {
   char cid[80] = "";
   pthread_mutex_lock(&W.lock);
@@ -408,7 +408,7 @@ static void kill_for_abort(const char *job) {
   if (jb_container_remove(&W.walls, cid, &err) < 0)
     slog(JB_LOG_WARN, job, "abort: container remove failed", "error", err.msg, NULL);
   else
-    slog(JB_LOG_INFO, job, "abort: container killed under a running op", "container", cid, NULL);
+    slog(JB_LOG_INFO, job, "abort: container killed", "container", cid, NULL);
 }
 
 struct walls_args {

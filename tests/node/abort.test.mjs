@@ -145,14 +145,13 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
   gone.inflight = Date.now() - t0;
   const op = (await srv.db.query("SELECT state, result FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId])).rows[0];
   const h = await pending;
-  if (/container killed under a running op/.test(srv.log())) {
-    console.log('# an op was in flight: killed, failed with "aborted"; abort answered in', took, 'ms');
-    assert.equal(op.state, 'failed', JSON.stringify(op));
-    assert.equal(op.result.error.code, 'aborted');
+  if (op.state === 'failed') {
+    assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
     assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+    console.log('# the op:', op.result.error.message, '; abort answered in', took, 'ms');
   } else {
     // the hash finished before the abort reached the worker: nothing was in flight
-    assert.ok(['done', 'failed'].includes(op.state));
+    assert.equal(op.state, 'done');
     console.log('# the op finished before the abort (no op was in flight); took', took, 'ms');
   }
   assert.ok(took < 2000, `abort took ${took} ms`);
