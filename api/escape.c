@@ -20,7 +20,7 @@
 #include "server/cache.h"
 #include "server/log.h"
 
-#define TEARDOWN_WAIT_MS 800 /* an escape waits this long for the worker to remove the container */
+#define TEARDOWN_WAIT_MS 1500 /* an escape waits this long for the worker to remove the container */
 
 static struct jb_escape_policy policy;
 
@@ -58,7 +58,12 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
       if (app->cache) jb_cache_invalidate(app->cache, job);
       jb_log(JB_LOG_WARN, "escape detected: session aborted", "jobId", job, "kind", name, "detail",
              detail, "from", eo.previous, NULL);
-      /* the container goes before the chain is sealed: wait for the worker's teardown */
+      /* the container goes before the chain is sealed: the worker kills it on the notice at
+       * once (the teardown job queued with the abort may wait behind others), then the
+       * teardown job confirms it is gone */
+      jb_error kerr = {0};
+      if (jb_db_kill_notice(c, job, &kerr) != JB_OK)
+        jb_log(JB_LOG_WARN, "escape: kill notice not sent", "jobId", job, "detail", kerr.msg, NULL);
       long long until = now_ms() + TEARDOWN_WAIT_MS;
       int pending;
       while ((pending = jb_db_teardown_pending(c, job, &err)) == 1 && now_ms() < until) sleep_ms(10);

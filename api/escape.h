@@ -18,7 +18,7 @@ int jb_escape_init(struct jb_app *app, jb_error *err);
 /* Acts on signal `kind` of session `job_id` with `detail` (a person's words, any length):
  * when the policy aborts on it, in order — session aborted with reason escape_detected (its
  * audit entry, the alert, the agent's trust score lowered), the container killed and removed
- * (the worker's teardown job, waited for at most 800 ms), pending ops rejected and queued ones
+ * (NOTIFY jb_kill to the worker holding it, then its teardown job, waited for at most 1.5 s), pending ops rejected and queued ones
  * failed, the chain sealed, then jailbox:state/abort, jailbox:security_alert and
  * jailbox:audit_head announced (db/escape.h); otherwise counted, alerting every N-th.
  * Returns 1 when the session was aborted by this call, 0 otherwise (also on database errors,
