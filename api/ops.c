@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/diff.h"
 #include "api/scan.h"
 #include "db/audit_store.h"
 #include "db/db.h"
@@ -218,6 +219,33 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
   }
 }
 
+/* The diff preview (new; JSON null for binary content, or when the current content did not
+ * come with the stat: over 1 MiB, or previews switched off) of a supervised write replacing
+ * `current` (the stat op's result) by `data`. */
+static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
+                          const unsigned char *data, size_t dlen) {
+  bool exists = json_is_true(json_object_get(current, "exists"));
+  json_t *jc = json_object_get(current, "content");
+  const char *enc = json_string_value(json_object_get(current, "encoding"));
+  if (!app->cfg || app->cfg->diff_preview_max <= 0 || (exists && (!json_is_string(jc) || !enc)))
+    return json_null();
+  const unsigned char *old = NULL;
+  size_t olen = 0;
+  if (exists && !strcmp(enc, "utf-8")) {
+    old = (const unsigned char *)json_string_value(jc);
+    olen = json_string_length(jc);
+  } else if (exists) { /* base64: not text; no diff */
+    return json_null();
+  }
+  json_t *out = NULL;
+  jb_error err = {0};
+  if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out, &err) < 0) {
+    jb_log(JB_LOG_WARN, "no diff preview", "path", path, "detail", err.msg, NULL);
+    out = json_null();
+  }
+  return out;
+}
+
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
                    json_t *args, struct jb_mcp_error *e) {
   (void)ctx;
@@ -252,6 +280,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   char *args_text = NULL;
   bool counted = false;
   json_t *current = NULL; /* a supervised write's target as it is now (stat through the shim) */
+  json_t *diff = NULL;    /* its diff preview (api/diff.h) */
 
   /* the session */
   if (jb_db_session_get(c, job, &text, &err) != JB_OK) {
@@ -335,16 +364,24 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     unsigned char h[32];
     crypto_hash_sha256(h, data, dlen);
     sodium_bin2hex(sha_hex, sizeof sha_hex, h, sizeof h);
-    json_t *hits = jb_scan_content(path, data, dlen);
+    json_t *findings = jb_scan_content(path, data, dlen);
+    json_t *hits = findings ? jb_scan_rule_ids(findings) : NULL;
     if (!hits || json_array_size(hits) > 0) {
       json_decref(sargs);
-      if (!hits) hits = json_pack("[s]", "scanner_unavailable");
+      if (!hits) {
+        json_decref(findings);
+        hits = json_pack("[s]", "scanner_unavailable");
+        findings = json_pack("[{s:s,s:s,s:s}]", "rule", "scanner_unavailable", "severity", "critical",
+                             "error", "out of memory");
+      }
       audit_refusal(c, app, job, tool, path,
-                    json_pack("{s:s,s:I,s:s,s:s,s:O}", "error", "flagged", "size", (json_int_t)dlen,
-                              "sha256", sha_hex, "decision", "flagged", "rules", hits));
+                    json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size", (json_int_t)dlen,
+                              "sha256", sha_hex, "decision", "flagged", "rules", hits, "findings", findings));
       jb_error nerr = {0};
-      json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O}", "jobId", job, "kind", "flagged_write",
-                             "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits);
+      json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
+                             "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits,
+                             "findings", findings);
+      json_decref(findings);
       jb_db_notify_event(c, job, "jailbox:security_alert", ev, &nerr);
       json_decref(ev);
       char rl[200] = "";
@@ -359,6 +396,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
       goto out;
     }
     json_decref(hits);
+    json_decref(findings);
     json_object_set_new(sargs, "size", json_integer((json_int_t)dlen));
     json_object_set_new(sargs, "sha256", json_string(sha_hex));
   }
@@ -385,6 +423,8 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   if (pending) {
     json_t *stargs = json_object();
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
+    if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
+      json_object_set_new(stargs, "withContent", json_true());
     char *stext = json_dumps(stargs, JSON_COMPACT);
     json_decref(stargs);
     rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, &op_id, st, &err) : JB_ERR_FAIL;
@@ -413,6 +453,8 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
       goto out;
     }
     json_object_set_new(sargs, "expectSha256", json_string(cur));
+    diff = write_diff(app, path, current, data, dlen);
+    if (json_object_get(current, "content")) jb_db_op_forget_content(c, op_id, &err);
   }
   args_text = json_dumps(sargs, JSON_COMPACT);
   json_decref(sargs);
@@ -432,6 +474,8 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     goto out;
   }
   if (pending) {
+    if (jb_db_op_set_diff(c, op_id, diff, &err) != JB_OK)
+      jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
     bool text_ok = !memchr(data, '\0', dlen);
     json_t *preview = text_ok ? json_stringn((const char *)data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX) : NULL;
     const char *cur = json_string_value(json_object_get(current, "sha256"));
@@ -440,6 +484,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                            "sha256", sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
                            "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
                            json_is_true(json_object_get(current, "exists")));
+    json_object_set(ev, "diff", diff ? diff : json_null());
     jb_error nerr = {0};
     if (jb_db_notify_event(c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
       jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);
@@ -463,6 +508,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
 out:
   if (counted) atomic_fetch_sub(&waiting, 1);
   json_decref(current);
+  json_decref(diff);
   jb_db_release(app->db, c);
   json_decref(sess);
   free(text);

@@ -68,7 +68,7 @@ int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err) {
   const char *p[1] = {id};
   PGresult *r = jb_db_exec(c,
                            "UPDATE ops SET result = result #- '{result,content}'"
-                           " WHERE op_id = $1::bigint AND tool = 'read' AND result IS NOT NULL",
+                           " WHERE op_id = $1::bigint AND tool IN ('read', 'stat') AND result IS NOT NULL",
                            1, p, PGRES_COMMAND_OK, NULL, err, "forget read content");
   if (!r) return JB_ERR_FAIL;
   PQclear(r);
@@ -140,5 +140,19 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     jb_db_rollback(c);
     return JB_ERR_FAIL;
   }
+  return JB_OK;
+}
+
+int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  char *text = diff && !json_is_null(diff) ? json_dumps(diff, JSON_COMPACT) : NULL;
+  if (diff && !json_is_null(diff) && !text) return jb_fail(err, ENOMEM, "out of memory");
+  const char *p[2] = {id, text};
+  PGresult *r = jb_db_exec(c, "UPDATE ops SET diff = $2::jsonb WHERE op_id = $1::bigint", 2, p,
+                           PGRES_COMMAND_OK, NULL, err, "store diff preview");
+  free(text);
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
   return JB_OK;
 }

@@ -33,9 +33,13 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
 
-/* Drops the file content from a finished read's stored result (it was delivered; the audit
- * chain keeps its size). JB_OK or JB_ERR_FAIL. */
+/* Drops the file content from a finished read's or stat's stored result (it was delivered;
+ * the audit chain keeps its size or hash). JB_OK or JB_ERR_FAIL. */
 int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err);
+
+/* Stores the diff preview of op `op_id` (api/diff.h; borrowed; NULL or JSON null: none) —
+ * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
+int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {

@@ -37,6 +37,8 @@ struct jb_config {
   long ws_workers;          /* threads running socket handlers (database work) */
   long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
+  char *scan_rules;         /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
+  long diff_preview_max;    /* bytes of a supervised write's diff preview at most; 0: none */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -12,6 +12,7 @@
 
 #include "api/auth.h"
 #include "api/ops.h"
+#include "api/scan.h"
 #include "api/socket.h"
 #include "db/db.h"
 #include "db/events.h"
@@ -89,6 +90,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
+  struct jb_scan_rules *scan_rules = NULL; /* a bad rules file stops the start, naming file:line */
+  if (jb_scan_rules_load(cfg.scan_rules, &scan_rules, &err) < 0) {
+    fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
+  jb_scan_use(scan_rules);
+  jb_log(JB_LOG_INFO, "scan rules", "file", cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
   if (sodium_init() < 0) {
     jb_fail(&err, EIO, "libsodium failed to initialise");
     jb_config_free(&cfg);
