@@ -21,6 +21,32 @@ static bool is_text(const unsigned char *s, size_t len) {
   return j != NULL;
 }
 
+/* The length to keep of `len` bytes of UTF-8 text at `s` so that it is at most `max`: after
+ * the last line end that fits, or, with none, at the last character boundary. */
+static size_t cut_len(const char *s, size_t len, size_t max) {
+  if (len <= max) return len;
+  const char *nl = memrchr(s, '\n', max);
+  if (nl) return (size_t)(nl - s) + 1;
+  size_t keep = max;
+  while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
+  return keep;
+}
+
+json_t *jb_diff_shorten(const json_t *diff, size_t max) {
+  json_t *jt = json_object_get(diff, "text");
+  if (!json_is_string(jt)) return json_null();
+  size_t len = json_string_length(jt), keep = cut_len(json_string_value(jt), len, max);
+  json_t *out = json_copy((json_t *)diff);
+  if (!out) return NULL;
+  if (keep < len &&
+      (json_object_set_new(out, "text", json_stringn(json_string_value(jt), keep)) < 0 ||
+       json_object_set_new(out, "truncated", json_true()) < 0)) {
+    json_decref(out);
+    return NULL;
+  }
+  return out;
+}
+
 int jb_diff_preview(const char *path, const unsigned char *old, size_t old_len, bool old_exists,
                     const unsigned char *new_data, size_t new_len, size_t max, json_t **out,
                     jb_error *err) {
@@ -48,14 +74,7 @@ int jb_diff_preview(const char *path, const unsigned char *old, size_t old_len, 
     git_buf_dispose(&buf);
     return jb_fail(err, EIO, "diff preview: %s", ge && ge->message ? ge->message : "libgit2 failed");
   }
-  size_t len = buf.size, keep = len;
-  if (len > max) {
-    keep = max;
-    const char *nl = memrchr(buf.ptr, '\n', max);
-    if (nl) keep = (size_t)(nl - buf.ptr) + 1;
-    else
-      while (keep > 0 && ((unsigned char)buf.ptr[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
-  }
+  size_t len = buf.size, keep = cut_len(buf.ptr, len, max);
   json_t *text = json_stringn(buf.ptr ? buf.ptr : "", keep);
   git_buf_dispose(&buf);
   if (!text) return jb_fail(err, ENOMEM, "diff preview: out of memory or not UTF-8");

@@ -21,4 +21,9 @@ int jb_diff_preview(const char *path, const unsigned char *old, size_t old_len, 
                     const unsigned char *new_data, size_t new_len, size_t max, json_t **out,
                     jb_error *err);
 
+/* A copy (new) of the preview `diff` (borrowed, from jb_diff_preview) whose text is at most
+ * `max` bytes, cut as jb_diff_preview cuts; "truncated" is true when it is shorter than the
+ * whole diff. JSON null when `diff` is not a preview; NULL on allocation failure. */
+json_t *jb_diff_shorten(const json_t *diff, size_t max);
+
 #endif

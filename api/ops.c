@@ -246,6 +246,24 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   return out;
 }
 
+/* Puts `diff` (borrowed; NULL: none) into the approval request `ev`, cut shorter (truncated)
+ * where the event would not fit one notification (JB_EVENT_MAX_BYTES); the op row keeps it
+ * whole. */
+static void fit_diff(const char *job, json_t *ev, json_t *diff) {
+  json_t *d = json_incref(diff ? diff : json_null());
+  for (;;) {
+    json_object_set_new(ev, "diff", d);
+    size_t size = jb_db_event_size(job, "jailbox:approval_request", ev);
+    size_t tl = json_string_length(json_object_get(d, "text"));
+    if (size && size <= JB_EVENT_MAX_BYTES) return;
+    if (!size || tl == 0 || !json_is_object(d)) break;
+    size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
+    d = jb_diff_shorten(d, tl > over ? tl - over : 0);
+    if (!d) break;
+  }
+  json_object_set_new(ev, "diff", json_null());
+}
+
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
                    json_t *args, struct jb_mcp_error *e) {
   (void)ctx;
@@ -484,7 +502,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                            "sha256", sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
                            "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
                            json_is_true(json_object_get(current, "exists")));
-    json_object_set(ev, "diff", diff ? diff : json_null());
+    fit_diff(job, ev, diff);
     jb_error nerr = {0};
     if (jb_db_notify_event(c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
       jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);

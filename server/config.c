@@ -77,8 +77,8 @@ static const struct setting settings[] = {
    "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
   {"scan-rules", "JAILBOX_SCAN_RULES", K_STR, S(scan_rules), "", 0, 0,
    "the content scanner's rules file (grammar in deploy/scan-rules); empty: the rules built in"},
-  {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", K_INT, S(diff_preview_max), "65536", 0, 4194304,
-   "bytes of a supervised write's unified diff preview at most (longer: cut, truncated=true); 0: none"},
+  {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", K_INT, S(diff_preview_max), "65536", 0, 1048576,
+   "bytes of a supervised write's unified diff preview stored with the op (longer: cut, truncated=true; the approval request event may carry less); 0: none"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { startSandboxServer, agentKit } from './lib/agent.mjs';
 import { startServer, JAILBOXD } from './lib/server.mjs';
 
-const DIFF_MAX = 4096;
+const DIFF_MAX = 16384; // over what one event carries (db/events.h: 7,900 bytes)
 let K; // the kit of a server with a worker (lib/agent.mjs)
 let S; // a supervised session
 let agent, buyer;
@@ -158,11 +158,21 @@ test('diff preview: a new file diffs against /dev/null, a big change is truncate
   await decide(req, answer, 'reject');
 
   [req, answer] = await pendingWrite({ path: 'big.txt', content: bigText('new') });
+  // stored with the op: cut at JAILBOX_DIFF_PREVIEW_MAX, after a whole line
+  const ops = await K.srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: K.srv.serviceToken });
+  const whole = ops.json.ops.find((o) => o.opId === req.opId).diff;
+  assert.equal(whole.truncated, true);
+  const n = Buffer.byteLength(whole.text);
+  assert.ok(n <= DIFF_MAX && n > DIFF_MAX - 40, String(n));
+  assert.ok(whole.bytes > DIFF_MAX);
+  assert.ok(whole.text.endsWith('\n'), 'cut inside a line');
+  assert.match(whole.text, /^@@ -1,2000 \+1,2000 @@\n-old line 0\n-old line 1\n/m);
+  // the event carries as much of it as fits in one event, and everything else
   assert.equal(req.diff.truncated, true);
-  assert.ok(Buffer.byteLength(req.diff.text) <= DIFF_MAX, String(Buffer.byteLength(req.diff.text)));
-  assert.ok(req.diff.bytes > DIFF_MAX);
-  assert.ok(req.diff.text.endsWith('\n'), 'cut inside a line');
-  assert.match(req.diff.text, /^@@ -1,2000 \+1,2000 @@\n-old line 0\n-old line 1\n/m);
+  assert.equal(req.diff.bytes, whole.bytes);
+  assert.ok(req.diff.text.length > 1000 && whole.text.startsWith(req.diff.text), String(req.diff.text.length));
+  assert.ok(req.diff.text.endsWith('\n'));
+  assert.equal(req.size, Buffer.byteLength(bigText('new')));
   await decide(req, answer, 'reject');
   assert.equal(readFileSync(join(S.dir, 'big.txt'), 'utf8'), bigText('old'));
 

@@ -374,6 +374,22 @@ static void diff_preview(void **state) {
   assert_true(strlen(t) <= 1000 && strlen(t) > 900);
   assert_int_equal(t[strlen(t) - 1], '\n');
   assert_true(json_integer_value(json_object_get(d, "bytes")) > (json_int_t)n);
+  /* shortened further (for an event): a prefix, at a line end, still truncated */
+  json_t *s2 = jb_diff_shorten(d, 300);
+  const char *t2 = json_string_value(json_object_get(s2, "text"));
+  assert_true(strlen(t2) <= 300 && strlen(t2) > 250 && t2[strlen(t2) - 1] == '\n');
+  assert_int_equal(strncmp(t, t2, strlen(t2)), 0);
+  assert_true(json_is_true(json_object_get(s2, "truncated")));
+  assert_int_equal(json_integer_value(json_object_get(s2, "bytes")), json_integer_value(json_object_get(d, "bytes")));
+  json_decref(s2);
+  s2 = jb_diff_shorten(json_null(), 10);
+  assert_true(json_is_null(s2));
+  json_decref(d);
+  /* a short diff is not cut by shortening to more than its length */
+  assert_int_equal(jb_diff_preview("a", (const unsigned char *)"x\n", 2, true, (const unsigned char *)"y\n", 2, 65536, &d, &err), 0);
+  s2 = jb_diff_shorten(d, 65536);
+  assert_true(json_equal(s2, d));
+  json_decref(s2);
   json_decref(d);
   /* one long line of multi-byte characters: cut on a character boundary */
   n = 0;
