@@ -237,6 +237,16 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   } else if (exists) { /* base64: not text; no diff */
     return json_null();
   }
+  if (exists) { /* the shim is not trusted: the text shown must be the one the write replaces */
+    unsigned char h[32];
+    char hex[65];
+    crypto_hash_sha256(h, old, olen);
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    if (strcmp(hex, json_string_value(json_object_get(current, "sha256")) ?: "")) {
+      jb_log(JB_LOG_WARN, "no diff preview: the stat's content does not match its sha256", "path", path, NULL);
+      return json_null();
+    }
+  }
   json_t *out = NULL;
   jb_error err = {0};
   if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out, &err) < 0) {
@@ -492,7 +502,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     goto out;
   }
   if (pending) {
-    if (jb_db_op_set_diff(c, op_id, diff, &err) != JB_OK)
+    if (json_is_object(diff) && jb_db_op_set_diff(c, op_id, diff, &err) != JB_OK)
       jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
     bool text_ok = !memchr(data, '\0', dlen);
     json_t *preview = text_ok ? json_stringn((const char *)data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX) : NULL;

@@ -29,6 +29,7 @@ before(async () => {
     writeFileSync(join(d, 'notes.txt'), 'one\ntwo\nthree\n');
     writeFileSync(join(d, 'big.txt'), bigText('old'));
     writeFileSync(join(d, 'blob.bin'), Buffer.from([0, 1, 2, 3, 0, 0, 255]));
+    writeFileSync(join(d, 'ctrl.txt'), Buffer.alloc(1024 * 1024, 1)); // valid UTF-8: 6 MiB as JSON escapes
     // the directories the path rules are about exist, so that only the scanner stops a write
     for (const sub of ['.git/hooks', '.github/workflows', 'hooks', 'docs']) mkdirSync(join(d, sub), { recursive: true });
   });
@@ -183,6 +184,18 @@ test('diff preview: a new file diffs against /dev/null, a big change is truncate
   [req, answer] = await pendingWrite({ path: 'notes.txt', content: b64(Buffer.from([0, 1, 2, 0])), encoding: 'base64' });
   assert.equal(req.diff, null);
   await decide(req, answer, 'reject');
+});
+
+test('review: a 1 MiB file of control characters (6 MiB as JSON escapes) still fits one shim line, in a read and in the stat of a supervised write', { timeout: 120000 }, async () => {
+  const r = await K.ok(agent, 'read', { path: 'ctrl.txt' });
+  assert.equal(r.encoding, 'base64');
+  assert.ok(Buffer.from(r.content, 'base64').equals(Buffer.alloc(1024 * 1024, 1)));
+  const [req, answer] = await pendingWrite({ path: 'ctrl.txt', content: 'plain\n' });
+  assert.equal(req.exists, true);
+  assert.equal(req.diff, null); // the current content came as base64: not previewed as text
+  await decide(req, answer, 'reject');
+  // the session still works
+  assert.equal((await K.ok(agent, 'read', { path: 'notes.txt' })).encoding, 'utf-8');
 });
 
 test('JAILBOX_SCAN_RULES: a custom rules file is used; a bad one stops jailboxd with file:line', { timeout: 120000 }, async () => {
