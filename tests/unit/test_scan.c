@@ -219,7 +219,12 @@ static const struct sample samples[] = {
     {"git_hooks", true, ".git/hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"git_hooks", true, "sub/.git/hooks/post-checkout", "#!/bin/sh\n", NULL},
     {"git_hooks", true, ".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", NULL}, /* a submodule's */
-    {"git_hooks", false, ".git/config", "[core]\n", NULL},
+    {"git_hooks", false, ".git/HEAD", "ref: refs/heads/main\n", NULL},
+    {"git_config", true, ".git/config", "[core]\n\thooksPath = scripts\n", NULL},
+    {"git_config", true, "sub/.git/config", "[core]\n\tfsmonitor = ./x\n", NULL},
+    {"git_config", true, ".git/modules/m/config", "[core]\n", NULL},
+    {"git_config", false, "config", "[core]\n", NULL},
+    {"git_config", false, ".git/config.d/notes", "x\n", NULL},
     {"git_hooks", false, "hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"ci_definition", true, ".github/workflows/ci.yml", "on: push\n", NULL},
     {"ci_definition", true, "sub/.github/workflows/x.yaml", "on: push\n", NULL},
@@ -320,16 +325,20 @@ static void match_limit(void **state) {
   assert_null(json_object_get(json_array_get(f, 0), "error"));
   json_decref(f);
   jb_scan_rules_free(r);
-  /* the default rules on 1 MiB of a line that nearly matches download_and_execute stay clean */
+  /* the default rules on 1 MiB of a run of words that nearly match stay clean (no limit) */
   struct jb_scan_rules *d = NULL;
   jb_error err = {0};
   assert_int_equal(jb_scan_rules_load(NULL, &d, &err), 0);
   size_t n = 1024 * 1024;
   char *big = malloc(n);
-  for (size_t i = 0; i + 5 <= n; i += 5) memcpy(big + i, "curl ", 5);
-  f = jb_scan_run(d, "x", (const unsigned char *)big, n - n % 5);
-  assert_int_equal(json_array_size(f), 0);
-  json_decref(f);
+  static const char *const nearly[] = {"curl ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox", NULL};
+  for (size_t k = 0; nearly[k]; k++) {
+    size_t w = strlen(nearly[k]), m = n - n % w;
+    for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
+    f = jb_scan_run(d, "x", (const unsigned char *)big, m);
+    if (json_array_size(f) != 0) fail_msg("1 MiB of '%s' flagged: %s", nearly[k], json_dumps(f, 0));
+    json_decref(f);
+  }
   free(big);
   jb_scan_rules_free(d);
 }
