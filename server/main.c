@@ -97,7 +97,6 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_scan_use(scan_rules);
-  jb_log(JB_LOG_INFO, "scan rules", "file", cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
   if (sodium_init() < 0) {
     jb_fail(&err, EIO, "libsodium failed to initialise");
     jb_config_free(&cfg);
@@ -153,6 +152,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path, NULL);
+  jb_log(JB_LOG_INFO, "scan rules", "file", cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
   jb_db_release(app.db, c);
   if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
     jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
