@@ -256,22 +256,33 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   return out;
 }
 
-/* Puts `diff` (borrowed; NULL: none) into the approval request `ev`, cut shorter (truncated)
- * where the event would not fit one notification (JB_EVENT_MAX_BYTES); the op row keeps it
- * whole. */
-static void fit_diff(const char *job, json_t *ev, json_t *diff) {
+/* Puts `diff` (borrowed; NULL: none) into the approval request `ev` so that the event fits
+ * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
+ * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
+ * of control characters takes six bytes a byte escaped. */
+static void fit_event(const char *job, json_t *ev, json_t *diff) {
   json_t *d = json_incref(diff ? diff : json_null());
   for (;;) {
     json_object_set_new(ev, "diff", d);
     size_t size = jb_db_event_size(job, "jailbox:approval_request", ev);
-    size_t tl = json_string_length(json_object_get(d, "text"));
-    if (size && size <= JB_EVENT_MAX_BYTES) return;
-    if (!size || tl == 0 || !json_is_object(d)) break;
+    if (!size || size <= JB_EVENT_MAX_BYTES) return;
     size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
-    d = jb_diff_shorten(d, tl > over ? tl - over : 0);
-    if (!d) break;
+    size_t tl = json_string_length(json_object_get(d, "text"));
+    if (json_is_object(d) && tl > 0) {
+      d = jb_diff_shorten(d, tl > over ? tl - over : 0);
+      if (d) continue;
+    }
+    d = json_null();
+    json_object_set_new(ev, "diff", json_incref(d));
+    json_t *pv = json_object_get(ev, "preview");
+    size_t pl = json_string_length(pv);
+    if (!json_is_string(pv) || pl == 0) return; /* nothing left to cut: jb_db_notify_event says truncated */
+    const char *p = json_string_value(pv);
+    size_t keep = pl > over ? pl - over : 0;
+    while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
+    json_object_set_new(ev, "preview", json_stringn(p, keep));
+    json_object_set_new(ev, "previewTruncated", json_true());
   }
-  json_object_set_new(ev, "diff", json_null());
 }
 
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
@@ -512,7 +523,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                            "sha256", sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
                            "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
                            json_is_true(json_object_get(current, "exists")));
-    fit_diff(job, ev, diff);
+    fit_event(job, ev, diff);
     jb_error nerr = {0};
     if (jb_db_notify_event(c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
       jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);

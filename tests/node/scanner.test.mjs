@@ -186,7 +186,7 @@ test('diff preview: a new file diffs against /dev/null, a big change is truncate
   await decide(req, answer, 'reject');
 });
 
-test('review: a 1 MiB file of control characters (6 MiB as JSON escapes) still fits one shim line, in a read and in the stat of a supervised write', { timeout: 120000 }, async () => {
+test('review: control characters (6 bytes a byte as JSON): a 1 MiB file still fits one shim line (read, stat), an approval request one event', { timeout: 120000 }, async () => {
   const r = await K.ok(agent, 'read', { path: 'ctrl.txt' });
   assert.equal(r.encoding, 'base64');
   assert.ok(Buffer.from(r.content, 'base64').equals(Buffer.alloc(1024 * 1024, 1)));
@@ -194,6 +194,18 @@ test('review: a 1 MiB file of control characters (6 MiB as JSON escapes) still f
   assert.equal(req.exists, true);
   assert.equal(req.diff, null); // the current content came as base64: not previewed as text
   await decide(req, answer, 'reject');
+  // a write of control characters: its preview and diff (6 bytes a byte as JSON) are cut so
+  // that the approval request still fits one event (else it would arrive as {truncated:true})
+  const ctrl = '\x01'.repeat(1990) + 'tail\n';
+  const [req2, answer2] = await pendingWrite({ path: 'ctrl2.txt', content: ctrl });
+  assert.equal(typeof req2.opId, 'number', JSON.stringify(req2).slice(0, 300));
+  assert.equal(req2.size, 1995);
+  assert.equal(req2.previewTruncated, true);
+  assert.ok(ctrl.startsWith(req2.preview) && req2.preview.length < 1995, String(req2.preview.length));
+  const ops = await K.srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: K.srv.serviceToken });
+  const whole = ops.json.ops.find((o) => o.opId === req2.opId).diff;
+  assert.match(whole.text, /^\+\x01+tail$/m); // the op keeps the whole preview
+  await decide(req2, answer2, 'reject');
   // the session still works
   assert.equal((await K.ok(agent, 'read', { path: 'notes.txt' })).encoding, 'utf-8');
 });
