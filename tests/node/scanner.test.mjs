@@ -10,6 +10,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,6 +31,7 @@ before(async () => {
     writeFileSync(join(d, 'big.txt'), bigText('old'));
     writeFileSync(join(d, 'blob.bin'), Buffer.from([0, 1, 2, 3, 0, 0, 255]));
     writeFileSync(join(d, 'ctrl.txt'), Buffer.alloc(1024 * 1024, 1)); // valid UTF-8: 6 MiB as JSON escapes
+    writeFileSync(join(d, 'huge.txt'), 'x'.repeat(1024 * 1024 + 1)); // over what a stat brings along
     // the directories the path rules are about exist, so that only the scanner stops a write
     for (const sub of ['.git/hooks', '.github/workflows', 'hooks', 'docs']) mkdirSync(join(d, sub), { recursive: true });
   });
@@ -183,6 +185,11 @@ test('diff preview: a new file diffs against /dev/null, a big change is truncate
   await decide(req, answer, 'reject');
   [req, answer] = await pendingWrite({ path: 'notes.txt', content: b64(Buffer.from([0, 1, 2, 0])), encoding: 'base64' });
   assert.equal(req.diff, null);
+  await decide(req, answer, 'reject');
+  // a current file over 1 MiB: no preview (its SHA-256 is still taken)
+  [req, answer] = await pendingWrite({ path: 'huge.txt', content: 'short now\n' });
+  assert.deepEqual([req.exists, req.diff], [true, null]);
+  assert.equal(req.currentSha256, createHash('sha256').update('x'.repeat(1024 * 1024 + 1)).digest('hex'));
   await decide(req, answer, 'reject');
 });
 
