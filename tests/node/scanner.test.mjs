@@ -2,10 +2,10 @@
 // supervised writes (libgit2) through the whole real stack: socket.io-client agent →
 // jailboxd → ops row → jailbox-worker → jailbox-shim in gVisor + Docker + bwrap. A flagged
 // write is refused with `flagged`, never reaches the disk, alerts the buyer and is in the
-// audit chain; its clean neighbour becomes a pending approval — for rules of each check
-// (content pattern, path, builtin:binary) — every rule of deploy/scan-rules. The approval request and GET …/ops carry a
-// unified diff of the file as it is against the proposed content (truncated past
-// JAILBOX_DIFF_PREVIEW_MAX). Also: a custom JAILBOX_SCAN_RULES file, and a bad one stopping
+// audit chain; its clean neighbour becomes a pending approval — for every rule of
+// deploy/scan-rules, of each kind of check (content pattern, path, builtin:binary). The
+// approval request and GET …/ops carry a unified diff of the file as it is against the
+// proposed content (truncated past JAILBOX_DIFF_PREVIEW_MAX). Also: a custom JAILBOX_SCAN_RULES file, and a bad one stopping
 // the start. Needs root, Docker with runsc (as fileops.test.mjs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
