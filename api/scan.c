@@ -39,7 +39,7 @@ void jb_scan_rules_free(struct jb_scan_rules *r) {
 
 size_t jb_scan_rules_count(const struct jb_scan_rules *r) { return r ? r->n : 0; }
 const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].id : NULL; }
-enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i) { return r->rules[i].check; }
+enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].check : JB_SCAN_CONTENT; }
 const char *jb_scan_rule_severity(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].severity : NULL; }
 
 static bool is_blank(char c) { return c == ' ' || c == '\t'; }
@@ -104,9 +104,8 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   for (size_t i = 0; severities[i] && !out->severity; i++)
     if (strlen(severities[i]) == n && !memcmp(severities[i], w, n)) out->severity = severities[i];
   if (!out->severity) {
-    snprintf(msg, msglen, n ? "unknown severity '%.*s' (low, medium, high, critical)"
-                            : "%.*sseverity missing (low, medium, high, critical)",
-             (int)(n > 64 ? 64 : n), w);
+    if (n) snprintf(msg, msglen, "unknown severity '%.*s' (low, medium, high, critical)", (int)(n > 64 ? 64 : n), w);
+    else snprintf(msg, msglen, "severity missing (low, medium, high, critical)");
     return -1;
   }
   n = next_word(&p, end, &w);
@@ -117,9 +116,8 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   } else if (n == 14 && !memcmp(w, "builtin:binary", 14)) {
     out->check = JB_SCAN_BINARY;
   } else {
-    snprintf(msg, msglen, n ? "unknown check '%.*s' (content, path, builtin:binary)"
-                            : "%.*scheck missing (content, path, builtin:binary)",
-             (int)(n > 64 ? 64 : n), w);
+    if (n) snprintf(msg, msglen, "unknown check '%.*s' (content, path, builtin:binary)", (int)(n > 64 ? 64 : n), w);
+    else snprintf(msg, msglen, "check missing (content, path, builtin:binary)");
     return -1;
   }
   while (p < end && is_blank(*p)) p++;

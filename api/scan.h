@@ -45,7 +45,8 @@ int jb_scan_rules_load(const char *path, struct jb_scan_rules **out, jb_error *e
 
 void jb_scan_rules_free(struct jb_scan_rules *r);
 
-/* The number of rules, and rule i's id (borrowed), check and severity (borrowed). */
+/* The number of rules, and rule i's id (borrowed), check and severity (borrowed); for i past
+ * the last rule: NULL, JB_SCAN_CONTENT, NULL. */
 size_t jb_scan_rules_count(const struct jb_scan_rules *r);
 const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i);
 enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i);
