@@ -338,6 +338,20 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   return out;
 }
 
+/* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) —
+ * a path of control characters takes up to six bytes a byte as JSON — its "path" is replaced
+ * by "sha256:HEX" of the path, as audit entries record over-long paths. */
+static void fit_path(const char *job, const char *name, json_t *ev) {
+  const char *path = json_string_value(json_object_get(ev, "path"));
+  size_t size = jb_db_event_size(job, name, ev);
+  if (!path || !size || size <= JB_EVENT_MAX_BYTES) return;
+  unsigned char h[32];
+  char note[80] = "sha256:";
+  crypto_hash_sha256(h, (const unsigned char *)path, strlen(path));
+  sodium_bin2hex(note + 7, sizeof note - 7, h, sizeof h);
+  json_object_set_new(ev, "path", json_string(note));
+}
+
 /* Puts `diff` (borrowed; NULL: none) into the approval request `ev` so that the event fits
  * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
  * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
@@ -358,7 +372,10 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     json_object_set_new(ev, "diff", json_incref(d));
     json_t *pv = json_object_get(ev, "preview");
     size_t pl = json_string_length(pv);
-    if (!json_is_string(pv) || pl == 0) return; /* nothing left to cut: jb_db_notify_event says truncated */
+    if (!json_is_string(pv) || pl == 0) { /* last: the path */
+      fit_path(job, "jailbox:approval_request", ev);
+      return;
+    }
     const char *p = json_string_value(pv);
     size_t keep = pl > over ? pl - over : 0;
     while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
@@ -569,6 +586,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
                              "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits,
                              "findings", findings);
       json_decref(findings);
+      fit_path(job, "jailbox:security_alert", ev);
       jb_db_notify_event(c, job, "jailbox:security_alert", ev, &nerr);
       json_decref(ev);
       char rl[200] = "";

@@ -241,6 +241,13 @@ test('review: control characters (6 bytes a byte as JSON): a 1 MiB file still fi
   const whole = ops.json.ops.find((o) => o.opId === req2.opId).diff;
   assert.match(whole.text, /^\+\x01+tail$/m); // the op keeps the whole preview
   await decide(req2, answer2, 'reject');
+  // a flagged write to a path of control characters (3,765 bytes, 22 KiB as JSON): the alert
+  // still arrives whole, naming the path by its SHA-256
+  const cpath = Array.from({ length: 15 }, () => '\x01'.repeat(250)).join('/');
+  await K.refused(agent, 'write', { path: cpath, content: '-----BEGIN EC PRIVATE KEY-----\n' }, 'flagged');
+  const sum = 'sha256:' + createHash('sha256').update(cpath).digest('hex');
+  const alert = await K.waitEvent(buyer, 'jailbox:security_alert', (p) => p.path === sum);
+  assert.deepEqual(alert.rules, ['private_key']);
   // the session still works
   assert.equal((await K.ok(agent, 'read', { path: 'notes.txt' })).encoding, 'utf-8');
 });
