@@ -680,12 +680,17 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
 }
 
 /* Whether `rel` (a path relative to the root) resolves, following symlinks, to something
- * inside the workspace that is not excluded. */
-static bool resolves_inside(const char *rel) {
+ * inside the workspace that is not excluded. *out (may be NULL) is set when it leads out of
+ * the workspace (an escape, as link_leads_out judges it). */
+static bool resolves_inside(const char *rel, bool *out) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   struct jb_fileop_error e = {0};
-  if (resolve(rel, true, &w, last, &e) < 0) return false;
+  if (out) *out = false;
+  if (resolve(rel, true, &w, last, &e) < 0) {
+    if (out) *out = e.escape != NULL;
+    return false;
+  }
   struct stat st;
   char canon[JB_PATH_MAX + 1];
   bool ok = (strcmp(last, ".") == 0 || fstatat(walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
@@ -702,7 +707,11 @@ struct lister {
 
 /* Lists the directory `fd` (owned, closed here) whose root-relative, symlink-free path is
  * `rel` ("" for the root) and whose names appear as `prefix` + name. Excluded entries are left
- * out. */
+ * out, and so is everything the pre-scan would flag as refused (workspace_scan.h): regular
+ * files with more than one link, fifos, sockets, devices and symlinks that lead out of the
+ * workspace — judged here, on what is there now, so that they stay invisible however they
+ * are reached (through a symlinked directory, past the pre-scan's first 1,000 flags, or made
+ * after it). */
 static void list_dir(struct lister *l, int fd, const char *rel, const char *prefix, bool recursive,
                      int depth) {
   DIR *d = fdopendir(fd);
@@ -735,10 +744,17 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       free(relp);
       continue;
     }
+    bool inside = false, leads_out = false;
+    if (S_ISLNK(st.st_mode)) inside = strlen(relp) <= JB_PATH_MAX && resolves_inside(relp, &leads_out);
+    if ((S_ISREG(st.st_mode) && st.st_nlink > 1) || leads_out ||
+        !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
+      free(name);
+      free(relp);
+      continue;
+    }
     json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", type_name(st.st_mode), "size",
                             (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
-    if (S_ISREG(st.st_mode) && st.st_nlink > 1) json_object_set_new(ent, "links", json_integer((json_int_t)st.st_nlink));
-    if (S_ISLNK(st.st_mode) && strlen(relp) <= JB_PATH_MAX && resolves_inside(relp)) {
+    if (inside) {
       char target[JB_PATH_MAX + 1];
       ssize_t tl = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
       if (tl > 0) json_object_set_new(ent, "target", json_stringn(target, (size_t)tl));

@@ -1,0 +1,73 @@
+// adversarial.test.mjs — faults a reviewer found by attacking the op path (issues 7 and 8),
+// each held by a test through the whole real stack: socket.io-client agent → jailboxd →
+// jailbox-worker → jailbox-shim inside gVisor + Docker + bwrap. Needs root, Docker with runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startSandboxServer } from './lib/agent.mjs';
+
+const IMAGE = 'jailbox-sandbox:adversarial';
+
+let K;
+let outside;
+
+before(async () => {
+  // escape signals only alert here: the tests look at what the agent sees, on one session
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' });
+  outside = join(K.srv.dir, 'outside');
+  mkdirSync(outside);
+  writeFileSync(join(outside, 'secret.txt'), 'outside secret\n');
+});
+
+after(async () => {
+  if (K) {
+    K.closeSockets();
+    const log = K.srv.log();
+    await K.srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+// Fault: flagged entries were hidden from list only by jailboxd comparing the requested
+// path with the pre-scan's list — so they showed through a symlinked directory, past the
+// list's first 1,000 entries, and when made after the pre-scan.
+test('entries the pre-scan would flag stay invisible to list however they are reached', { timeout: 240000 }, async () => {
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, 'sub'));
+    writeFileSync(join(d, 'sub/ok.txt'), 'fine\n');
+    linkSync(join(outside, 'secret.txt'), join(d, 'sub/hl'));
+    execFileSync('mkfifo', [join(d, 'sub/pipe')]);
+    symlinkSync('/etc', join(d, 'sub/abs-out'));
+    symlinkSync('../../outside', join(d, 'sub/rel-out'));
+    symlinkSync('ok.txt', join(d, 'sub/in'));
+    symlinkSync('sub', join(d, 'via'));
+    // more flags than the pre-scan's list keeps (1,000): hard links to one inside file
+    mkdirSync(join(d, 'many'));
+    writeFileSync(join(d, 'many/base'), 'shared\n');
+    for (let i = 0; i < 1100; i++) linkSync(join(d, 'many/base'), join(d, 'many/h' + String(i).padStart(4, '0')));
+  }, { mode: 'unsupervised' });
+  const agent = await K.connect(S.agentToken);
+  const flagged = (await K.sessionOf(S.jobId)).walls.prescan;
+  assert.equal(flagged.flaggedCount, 4 + 1101, JSON.stringify(flagged).slice(0, 300));
+  assert.equal(flagged.flagged.length, 1000);
+  // late: made by someone else after the pre-scan
+  linkSync(join(outside, 'secret.txt'), join(S.dir, 'sub/late-hl'));
+  symlinkSync('/', join(S.dir, 'sub/late-root'));
+  execFileSync('mkfifo', [join(S.dir, 'sub/late-pipe')]);
+  const want = ['in', 'ok.txt'];
+  assert.deepEqual((await K.ok(agent, 'list', { path: 'sub' })).entries.map((e) => e.name).sort(), want);
+  const via = await K.ok(agent, 'list', { path: 'via' });
+  assert.deepEqual(via.entries.map((e) => e.name).sort(), want, JSON.stringify(via.entries));
+  assert.equal(via.count, 2);
+  const rec = await K.ok(agent, 'list', { recursive: true });
+  const names = rec.entries.map((e) => e.name).sort();
+  assert.deepEqual(names, ['many', 'sub', 'sub/in', 'sub/ok.txt', 'via'], JSON.stringify(names.slice(0, 20)));
+  assert.equal(rec.count, names.length);
+  // and still refused, whichever way
+  for (const path of ['via/hl', 'via/pipe', 'sub/late-hl', 'sub/late-pipe', 'many/h1099', 'many/base'])
+    await K.refused(agent, 'read', { path });
+  await K.refused(agent, 'list', { path: 'sub/late-root' });
+  assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
+});
