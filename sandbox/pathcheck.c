@@ -2,6 +2,7 @@
 #include "sandbox/pathcheck.h"
 
 #include <fnmatch.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,40 +40,94 @@ const char *jb_path_verdict_text(enum jb_path_verdict v) {
   return "invalid path";
 }
 
+/* Splits the NUL-terminated `s` (modified: '/' become NUL) into its non-empty components:
+ * pointers into `s` from v[*n]; `v` has room for `cap`. With `lead` and `trail`, "**" is put
+ * before and after them. */
+static void split_components(char *s, const char **v, size_t *n, bool lead, bool trail) {
+  static const char any[] = "**";
+  *n = 0;
+  if (lead) v[(*n)++] = any;
+  for (char *c = s;;) {
+    char *e = strchr(c, '/');
+    if (e) *e = '\0';
+    if (*c) v[(*n)++] = c;
+    if (!e) break;
+    c = e + 1;
+  }
+  if (trail) v[(*n)++] = any;
+}
+
+/* Whether the glob components g[0..ng) match the path components p[0..np) entirely: "**"
+ * matches any number of components (none included), any other component matches exactly one
+ * by fnmatch(3) without flags (a leading dot is not special). The greedy two-pointer match
+ * with backtracking to the last "**" (each other glob component takes exactly one path
+ * component, so this is exact): at most ng * np fnmatch calls. */
+static bool components_match(const char *const *g, size_t ng, const char *const *p, size_t np) {
+  size_t gi = 0, pi = 0, star = (size_t)-1, mark = 0;
+  while (pi < np) {
+    if (gi < ng && !strcmp(g[gi], "**")) {
+      star = gi++;
+      mark = pi;
+    } else if (gi < ng && fnmatch(g[gi], p[pi], 0) == 0) {
+      gi++;
+      pi++;
+    } else if (star != (size_t)-1) {
+      gi = star + 1;
+      pi = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (gi < ng && !strcmp(g[gi], "**")) gi++;
+  return gi == ng;
+}
+
 bool jb_path_excluded(const char *path, const json_t *globs, const char **which) {
   size_t i;
   json_t *g;
+  if (json_array_size(globs) == 0) return false;
   size_t len = strlen(path);
-  char *prefix = malloc(len + 1);
-  if (!prefix) return true; /* fail closed */
+  char *pbuf = strdup(path);
+  const char **pv = malloc((len / 2 + 2) * sizeof *pv);
+  char *gbuf = NULL;
+  const char **gv = NULL;
   bool hit = false;
+  if (!pbuf || !pv) {
+    hit = true; /* fail closed */
+    goto out;
+  }
+  size_t np;
+  split_components(pbuf, pv, &np, false, false);
   json_array_foreach(globs, i, g) {
     const char *glob = json_string_value(g);
     if (!glob || !glob[0]) continue;
-    /* Excluding errs on the side of hiding: a leading dot is not special ("secrets/ *" without the space hides
-     * "secrets/.env"), the path and each leading directory are tried ("a/b/c" → "a", "a/b"),
-     * and a glob without '/' is tried on every component's name, as .gitignore does
-     * ("*.pem" hides "sub/key.pem"). */
-    bool basename_glob = strchr(glob, '/') == NULL;
-    if (fnmatch(glob, path, FNM_PATHNAME) == 0) hit = true;
-    for (size_t k = 0; !hit && k < len; k++) {
-      if (path[k] != '/') continue;
-      memcpy(prefix, path, k);
-      prefix[k] = '\0';
-      if (fnmatch(glob, prefix, FNM_PATHNAME) == 0) hit = true;
+    /* Excluding errs on the side of hiding, as .gitignore matches: a leading dot is not
+     * special ("secrets/ *" without the space hides "secrets/.env"); a glob names the path
+     * and everything below it (as if it ended in "/ **"); "**" stands for any number of
+     * directories, none included ("** /.env" hides ".env" and "a/b/.env"); and a glob without
+     * '/' is tried on every component's name ("*.pem" hides "sub/key.pem"). */
+    size_t gl = strlen(glob);
+    free(gbuf);
+    free(gv);
+    gbuf = strdup(glob);
+    gv = malloc((gl / 2 + 4) * sizeof *gv);
+    if (!gbuf || !gv) {
+      hit = true;
+      break;
     }
-    for (size_t k = 0, start = 0; !hit && basename_glob && k <= len; k++) {
-      if (path[k] != '/' && path[k] != '\0') continue;
-      memcpy(prefix, path + start, k - start);
-      prefix[k - start] = '\0';
-      if (fnmatch(glob, prefix, 0) == 0) hit = true;
-      start = k + 1;
-    }
+    size_t ng;
+    split_components(gbuf, gv, &ng, strchr(glob, '/') == NULL, true);
+    if (ng <= 1) continue; /* only '/': names nothing */
+    if (components_match(gv, ng, pv, np)) hit = true;
     if (hit) {
       if (which) *which = glob;
       break;
     }
   }
-  free(prefix);
+out:
+  free(pbuf);
+  free(pv);
+  free(gbuf);
+  free(gv);
   return hit;
 }

@@ -36,9 +36,12 @@ enum jb_path_verdict jb_path_check(const char *path, size_t len, int allow_root)
 const char *jb_path_verdict_text(enum jb_path_verdict v);
 
 /* Whether workspace path `path` is excluded by a glob of `globs` (JSON array of strings,
- * borrowed; NULL or empty: nothing is). Each glob is matched with fnmatch(3)
- * FNM_PATHNAME | FNM_PERIOD against the path and against each of its leading directories, so
- * that excluding "secrets" or ".git" also hides everything below them. Used by jailboxd on
+ * borrowed; NULL or empty: nothing is). A glob is matched component by component, as
+ * .gitignore patterns are: each component with fnmatch(3) without flags (a leading dot is not
+ * special), "**" standing for any number of directories (none included: "** /x" — without the
+ * space — hides "x" and "a/b/x"); it hides the path and everything below it (excluding
+ * "secrets" or ".git" hides their contents); a glob without '/' is tried on every component's
+ * name ("*.pem" hides "sub/key.pem"). Out of memory counts as excluded. Used by jailboxd on
  * the requested path and by the shim on the symlink-free path it resolved (so that a symlink
  * cannot lead around an exclusion). *which (may be NULL) receives the matching glob (borrowed
  * from `globs`). */

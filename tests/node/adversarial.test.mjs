@@ -71,3 +71,25 @@ test('entries the pre-scan would flag stay invisible to list however they are re
   await K.refused(agent, 'list', { path: 'sub/late-root' });
   assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
 });
+
+// Fault: exclusion globs were matched with fnmatch(FNM_PATHNAME), whose "**" is one
+// component's "*": the buyer's "**/.env" hid "x/.env" only, not ".env" nor "a/b/.env".
+test('"**" in an exclusion stands for any number of directories, none included', { timeout: 240000 }, async () => {
+  const S = await K.openSession((d) => {
+    writeFileSync(join(d, '.env'), 'TOP=1\n');
+    mkdirSync(join(d, 'a/b'), { recursive: true });
+    writeFileSync(join(d, 'a/b/.env'), 'DEEP=1\n');
+    writeFileSync(join(d, 'a/b/ok.txt'), 'fine\n');
+    symlinkSync('a/b/.env', join(d, 'env-link'));
+  }, { mode: 'unsupervised', exclude: ['**/.env'] });
+  const agent = await K.connect(S.agentToken);
+  for (const path of ['.env', 'a/b/.env']) {
+    await K.refused(agent, 'read', { path }, 'excluded');
+    await K.refused(agent, 'write', { path, content: 'x' }, 'excluded');
+  }
+  await K.refused(agent, 'read', { path: 'env-link' }, 'excluded'); // the shim, on the resolved path
+  const names = (await K.ok(agent, 'list', { recursive: true })).entries.map((e) => e.name).sort();
+  assert.deepEqual(names, ['a', 'a/b', 'a/b/ok.txt', 'env-link']);
+  assert.equal(readFileSync(join(S.dir, '.env'), 'utf8'), 'TOP=1\n');
+  assert.equal(readFileSync(join(S.dir, 'a/b/.env'), 'utf8'), 'DEEP=1\n');
+});

@@ -78,6 +78,41 @@ static void exclusions(void **state) {
   assert_true(jb_path_excluded(".git/config", g, NULL));
   assert_false(jb_path_excluded("src/main.c", g, NULL));
   assert_false(jb_path_excluded("notsecrets", g, NULL));
+  /* "**" is any number of directories, none included (a review found "** /.env" hiding only
+   * "x/.env": fnmatch's "**" is one component's "*") */
+  json_t *g4 = json_pack("[s,s,s,s]", "**/.env", "secrets/**", "conf/**/*.key", "/top");
+  assert_true(jb_path_excluded(".env", g4, &which));
+  assert_string_equal(which, "**/.env");
+  assert_true(jb_path_excluded("a/.env", g4, NULL));
+  assert_true(jb_path_excluded("a/b/c/.env", g4, NULL));
+  assert_true(jb_path_excluded("a/b/.env/inside", g4, NULL));
+  assert_false(jb_path_excluded("a/b/x.env", g4, NULL));
+  assert_true(jb_path_excluded("secrets", g4, NULL));
+  assert_true(jb_path_excluded("secrets/.git-credentials", g4, NULL));
+  assert_true(jb_path_excluded("secrets/a/b/.env2", g4, NULL));
+  assert_true(jb_path_excluded("conf/a.key", g4, NULL));
+  assert_true(jb_path_excluded("conf/x/y/.a.key", g4, NULL));
+  assert_false(jb_path_excluded("conf/x/y/a.pem", g4, NULL));
+  assert_false(jb_path_excluded("x/conf/a.key", g4, NULL));
+  assert_true(jb_path_excluded("top/a", g4, NULL)); /* a leading '/' anchors at the root */
+  assert_false(jb_path_excluded("x/top", g4, NULL));
+  json_decref(g4);
+  json_t *g5 = json_pack("[s,s]", "/", "a/**/**/**/**/**/**/**/**/**/**/**/**/**/**/**/**/z");
+  assert_false(jb_path_excluded("a/b", g5, NULL)); /* "/" names nothing */
+  char *deep = malloc(4100);
+  assert_non_null(deep);
+  size_t k = 0;
+  deep[k++] = 'a';
+  while (k + 2 < 4096) {
+    deep[k++] = '/';
+    deep[k++] = 'b';
+  }
+  deep[k] = '\0';
+  assert_false(jb_path_excluded(deep, g5, NULL)); /* many "**" on a deep path: no blow-up */
+  deep[k - 1] = 'z';
+  assert_true(jb_path_excluded(deep, g5, NULL));
+  free(deep);
+  json_decref(g5);
   json_t *g2 = json_pack("[s]", "*");
   assert_true(jb_path_excluded(".env", g2, NULL)); /* excluding errs on the side of hiding */
   assert_true(jb_path_excluded("a/b", g2, NULL));
