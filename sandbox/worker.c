@@ -646,7 +646,7 @@ static void *session_main(void *arg) {
 end:
   /* the jail can no longer write: give the workspace back its groups and modes */
   if (s->grant.valid) {
-    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err);
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, &s->grant, &err);
     char nb[24];
     snprintf(nb, sizeof nb, "%ld", n);
     if (n < 0) slog(JB_LOG_WARN, job, "workspace access not restored", "error", err.msg, NULL);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -130,8 +131,10 @@ static int by_inode(const void *a, const void *b) {
 
 struct restore_ctx {
   unsigned gid;
-  const struct jb_workspace_grant *rec;
+  struct jb_workspace_grant *rec;
   long restored;
+  size_t seen;   /* recorded inodes met so far */
+  long *left;    /* the walk's budget: set to 0 once every recorded inode has been met */
 };
 
 /* Undoes on `fd` what the grant recorded for its inode: the group back when it is still the
@@ -141,8 +144,12 @@ static void restore_fd(int fd, void *ctx) {
   struct stat st;
   if (fstat(fd, &st) < 0) return;
   struct jb_grant_entry key = {.dev = st.st_dev, .ino = st.st_ino};
-  const struct jb_grant_entry *e = bsearch(&key, r->rec->v, r->rec->n, sizeof key, by_inode);
+  struct jb_grant_entry *e = bsearch(&key, r->rec->v, r->rec->n, sizeof key, by_inode);
   if (!e) return;
+  if (!e->seen) {
+    e->seen = true;
+    if (++r->seen == r->rec->n) *r->left = 0; /* nothing more to undo: the walk may stop */
+  }
   bool done = false;
   mode_t mode = st.st_mode & 07777;
   if (e->chowned && st.st_gid == r->gid && fchown(fd, (uid_t)-1, e->gid) == 0) done = true;
@@ -150,8 +157,7 @@ static void restore_fd(int fd, void *ctx) {
   r->restored += done;
 }
 
-long jb_workspace_restore(const char *root, unsigned gid, long max_entries, struct jb_workspace_grant *rec,
-                          jb_error *err) {
+long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec, jb_error *err) {
   if (!rec->valid) return jb_fail(err, EINVAL, "no complete record of the workspace grant");
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return jb_fail_errno(err, errno, "workspace %s", root);
@@ -161,8 +167,12 @@ long jb_workspace_restore(const char *root, unsigned gid, long max_entries, stru
     return jb_fail(err, ESTALE, "workspace %s is no longer the directory the grant was made on", root);
   }
   if (rec->n > 1) qsort(rec->v, rec->n, sizeof rec->v[0], by_inode);
-  long left = max_entries;
-  struct restore_ctx r = {.gid = gid, .rec = rec};
+  for (size_t i = 0; i < rec->n; i++) rec->v[i].seen = false;
+  /* No budget of entries: the agent creates entries (one a write), and a budget it could use
+   * up before the walk reaches the buyer's files would leave them open to the jail's group.
+   * The walk ends as soon as every recorded inode has been met (at once when none was). */
+  long left = rec->n ? LONG_MAX : 0;
+  struct restore_ctx r = {.gid = gid, .rec = rec, .left = &left};
   walk(fd, restore_fd, &r, &left, 0);
   return r.restored;
 }

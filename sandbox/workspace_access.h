@@ -20,6 +20,7 @@ struct jb_grant_entry {
   gid_t gid;      /* the group before the grant */
   bool chowned;   /* the grant set the group */
   mode_t added;   /* mode bits (07777) the grant added */
+  bool seen;      /* met by the restore's walk */
 };
 
 /* What a grant changed (owned; jb_workspace_grant_free). */
@@ -48,10 +49,11 @@ long jb_workspace_grant(const char *root, unsigned gid, long max_entries, struct
  * and regular file whose inode the grant changed, gives back the original group when the
  * group is still `gid`, and clears the mode bits the grant added (other changes made during
  * the session stay). Files the session created are not in the record and are left as they
- * are. Refuses (-1, ESTALE) when `root` is no longer the directory the grant was made on.
- * Returns the number of entries restored, or -1 with `err`. Sorts `rec`. */
-long jb_workspace_restore(const char *root, unsigned gid, long max_entries, struct jb_workspace_grant *rec,
-                          jb_error *err);
+ * are. The walk has no entry budget (entries the session added must not use it up before
+ * the recorded ones are met) and ends once every recorded inode has been met. Refuses (-1,
+ * ESTALE) when `root` is no longer the directory the grant was made on. Returns the number of
+ * entries restored, or -1 with `err`. Sorts `rec`. */
+long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec, jb_error *err);
 void jb_workspace_grant_free(struct jb_workspace_grant *rec);
 
 #endif
