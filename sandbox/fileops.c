@@ -631,6 +631,13 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
     if (now) fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
     return NULL;
   }
+  if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
+    walk_close(&w);
+    free(data);
+    fail(e, "too_large", EFBIG, "%s is over %lld bytes: a write may not replace a file whose SHA-256"
+         " the session's change summary cannot record", path, HASH_MAX);
+    return NULL;
+  }
   unsigned char after[32];
   char after_hex[65];
   crypto_hash_sha256(after, bytes, dlen);
@@ -673,7 +680,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
     return NULL;
   }
   walk_close(&w);
-  json_t *prev = previous[0] == '\0' ? json_null() : strcmp(previous, "?") ? json_string(previous) : NULL;
+  json_t *prev = previous[0] == '\0' ? json_null() : json_string(previous);
   json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
   if (o && prev) json_object_set_new(o, "previousSha256", prev);
   return o;

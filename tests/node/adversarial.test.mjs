@@ -4,7 +4,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
 
@@ -92,4 +93,25 @@ test('"**" in an exclusion stands for any number of directories, none included',
   assert.deepEqual(names, ['a', 'a/b', 'a/b/ok.txt', 'env-link']);
   assert.equal(readFileSync(join(S.dir, '.env'), 'utf8'), 'TOP=1\n');
   assert.equal(readFileSync(join(S.dir, 'a/b/.env'), 'utf8'), 'DEEP=1\n');
+});
+
+// Fault: an unsupervised write over a file too large for the shim to hash (256 MiB) went
+// ahead and was kept in the change summary with sha256Before null — "a new file".
+test('a write never replaces a file whose SHA-256 the change summary cannot record', { timeout: 240000 }, async () => {
+  const S = await K.openSession((d) => {
+    execFileSync('truncate', ['-s', String(300 * 1024 * 1024), join(d, 'huge.bin')]);
+    writeFileSync(join(d, 'small.txt'), 'before\n');
+  }, { mode: 'unsupervised' });
+  const agent = await K.connect(S.agentToken);
+  await K.refused(agent, 'write', { path: 'huge.bin', content: 'tiny\n' }, 'too_large');
+  assert.equal(statSync(join(S.dir, 'huge.bin')).size, 300 * 1024 * 1024);
+  await K.ok(agent, 'write', { path: 'small.txt', content: 'after\n' });
+  await K.ok(agent, 'write', { path: 'new.txt', content: 'new\n' });
+  const r = await K.srv.req('GET', `/v1/jailbox/${S.jobId}/changes`, { token: K.srv.serviceToken });
+  assert.equal(r.status, 200, r.text);
+  const by = Object.fromEntries(r.json.changes.map((c) => [c.path, c]));
+  assert.deepEqual(Object.keys(by).sort(), ['new.txt', 'small.txt']);
+  const sha = (s) => createHash('sha256').update(s).digest('hex');
+  assert.deepEqual([by['small.txt'].sha256Before, by['small.txt'].sha256After], [sha('before\n'), sha('after\n')]);
+  assert.equal(by['new.txt'].sha256Before, null);
 });
