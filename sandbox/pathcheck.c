@@ -1,4 +1,5 @@
 /* pathcheck.c — the syntactic rules of a workspace path (see pathcheck.h). */
+#define _GNU_SOURCE /* FNM_CASEFOLD */
 #include "sandbox/pathcheck.h"
 
 #include <fnmatch.h>
@@ -59,7 +60,9 @@ static void split_components(char *s, const char **v, size_t *n, bool lead, bool
 
 /* Whether the glob components g[0..ng) match the path components p[0..np) entirely: "**"
  * matches any number of components (none included), any other component matches exactly one
- * by fnmatch(3) without flags (a leading dot is not special). The greedy two-pointer match
+ * by fnmatch(3) FNM_CASEFOLD (a leading dot is not special; case is ignored, as a
+ * case-insensitive workspace file system — vfat, exFAT, ext4 casefold — would open
+ * "SECRETS/KEY" for "secrets/key"). The greedy two-pointer match
  * with backtracking to the last "**" (each other glob component takes exactly one path
  * component, so this is exact): at most ng * np fnmatch calls. */
 static bool components_match(const char *const *g, size_t ng, const char *const *p, size_t np) {
@@ -68,7 +71,7 @@ static bool components_match(const char *const *g, size_t ng, const char *const 
     if (gi < ng && !strcmp(g[gi], "**")) {
       star = gi++;
       mark = pi;
-    } else if (gi < ng && fnmatch(g[gi], p[pi], 0) == 0) {
+    } else if (gi < ng && fnmatch(g[gi], p[pi], FNM_CASEFOLD) == 0) {
       gi++;
       pi++;
     } else if (star != (size_t)-1) {
@@ -105,7 +108,8 @@ bool jb_path_excluded(const char *path, const json_t *globs, const char **which)
      * special ("secrets/ *" without the space hides "secrets/.env"); a glob names the path
      * and everything below it (as if it ended in "/ **"); "**" stands for any number of
      * directories, none included ("** /.env" hides ".env" and "a/b/.env"); and a glob without
-     * '/' is tried on every component's name ("*.pem" hides "sub/key.pem"). */
+     * '/' is tried on every component's name ("*.pem" hides "sub/key.pem"); and case is
+     * ignored ("secrets" hides "Secrets", which a case-insensitive file system opens). */
     size_t gl = strlen(glob);
     free(gbuf);
     free(gv);

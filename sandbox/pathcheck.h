@@ -37,8 +37,9 @@ const char *jb_path_verdict_text(enum jb_path_verdict v);
 
 /* Whether workspace path `path` is excluded by a glob of `globs` (JSON array of strings,
  * borrowed; NULL or empty: nothing is). A glob is matched component by component, as
- * .gitignore patterns are: each component with fnmatch(3) without flags (a leading dot is not
- * special), "**" standing for any number of directories (none included: "** /x" — without the
+ * .gitignore patterns are: each component with fnmatch(3) FNM_CASEFOLD (a leading dot is not
+ * special; case is ignored, since a case-insensitive workspace file system opens "SECRETS"
+ * for "secrets"), "**" standing for any number of directories (none included: "** /x" — without the
  * space — hides "x" and "a/b/x"); it hides the path and everything below it (excluding
  * "secrets" or ".git" hides their contents); a glob without '/' is tried on every component's
  * name ("*.pem" hides "sub/key.pem"). Out of memory counts as excluded. Used by jailboxd on

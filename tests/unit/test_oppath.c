@@ -113,6 +113,11 @@ static void exclusions(void **state) {
   assert_true(jb_path_excluded(deep, g5, NULL));
   free(deep);
   json_decref(g5);
+  /* case is ignored: on a case-insensitive file system (vfat, exFAT, ext4 casefold)
+   * "SECRETS/key.txt" opens secrets/key.txt */
+  assert_true(jb_path_excluded("SECRETS/key.txt", g, NULL));
+  assert_true(jb_path_excluded("Dir/KEY.PEM", g, NULL));
+  assert_true(jb_path_excluded(".GIT/config", g, NULL));
   json_t *g2 = json_pack("[s]", "*");
   assert_true(jb_path_excluded(".env", g2, NULL)); /* excluding errs on the side of hiding */
   assert_true(jb_path_excluded("a/b", g2, NULL));
