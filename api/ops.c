@@ -488,7 +488,8 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   sess = json_loads(text, 0, NULL);
   const char *state = json_string_value(json_object_get(sess, "state"));
   if (!cached && state && (!strcmp(state, "active") || !strcmp(state, "paused"))) sess_cache_put(job, text);
-  if (state && !strcmp(state, "awaiting_agent")) {
+  bool arrived = state && !strcmp(state, "awaiting_agent");
+  if (arrived) {
     jb_op_agent_arrived(c, app, job);
     state = "active";
   }
@@ -704,19 +705,26 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   struct jb_opwait_ticket ticket;
   wait_begin(app, &ticket, job);
   char *expect = NULL;
-  if (cached) { /* decided on a copy: the insert checks it still holds */
+  /* decided on a copy, or on a read made before the session became active (the buyer may
+   * still add exclusions in awaiting_agent): the insert checks it still holds */
+  bool check = cached || arrived;
+  if (check) {
     json_t *x = json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
                           "flagged", flagged ? json_incref(flagged) : json_array());
     expect = x ? json_dumps(x, JSON_COMPACT) : NULL;
     json_decref(x);
   }
-  rc = cached && !expect ? JB_ERR_FAIL
+  rc = check && !expect ? JB_ERR_FAIL
                          : jb_db_op_create(c, job, tool, path, args_text, pending, expect, &op_id, st, &err);
   free(expect);
   if (rc != JB_OK) wait_end(app, &ticket);
-  if (rc == JB_ERR_CONFLICT && cached && !st[0]) { /* the copy was stale: start over, fresh */
+  if (rc == JB_ERR_CONFLICT && !fresh && !st[0]) { /* the copy was stale: start over, fresh */
     sess_cache_put(job, NULL);
     *stale = true;
+    goto out;
+  }
+  if (rc == JB_ERR_CONFLICT && !st[0]) {
+    result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's settings changed meanwhile; try again");
     goto out;
   }
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
