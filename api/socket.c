@@ -510,6 +510,24 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
 
 int jb_socket_port(const struct jb_socket *s) { return s->ws ? jb_ws_port(s->ws) : 0; }
 
+void jb_socket_drain(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain(s->ws);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents) {
+  *buyers = *agents = 0;
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) {
+    *buyers = jb_ws_count_role(s->ws, JB_ROLE_BUYER);
+    *agents = jb_ws_count_role(s->ws, JB_ROLE_AGENT);
+  }
+  pthread_rwlock_unlock(&s->lock);
+}
+
 void jb_socket_stop(struct jb_socket *s) {
   if (!s) return;
   pthread_rwlock_wrlock(&s->lock);

@@ -38,6 +38,13 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);
 
+/* Closes every socket (WebSocket close 1001: socket.io-client reconnects elsewhere) and
+ * refuses new ones, without waiting for handlers (server/ws.h jb_ws_drain). */
+void jb_socket_drain(struct jb_socket *s);
+
+/* Connected sockets of this instance by role (buyers, agents). NULL `s` counts none. */
+void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents);
+
 /* Closes every socket (close 1001), waits for the handler threads and stops the listener.
  * Events published afterwards are dropped. Call it before the database pool closes.
  * NULL is allowed. */

@@ -13,6 +13,8 @@
 
 struct jb_cache;    /* session read cache (server/cache.h) */
 struct jb_keyring;  /* audit signing keys (server/keys.h) */
+struct jb_socket;   /* the Socket.IO endpoint (api/socket.h) */
+struct jb_fanout;   /* Redis fan-out of events (server/fanout.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
@@ -21,6 +23,8 @@ struct jb_app {
   struct jb_cache *cache;       /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
   struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
+  struct jb_socket *sock;       /* for /metrics; NULL until started */
+  struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
 };
 
 /* The route table served by jailboxd (api/routes.c); *n receives its length. */

@@ -75,6 +75,12 @@ static const struct setting settings[] = {
    "jailbox-worker processes started and supervised by jailboxd (0: none; workers run elsewhere)"},
   {"worker-bin", "JAILBOX_WORKER_BIN", K_STR, S(worker_bin), "", 0, 0,
    "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
+  {"redis-url", "JAILBOX_REDIS_URL", K_STR, S(redis_url), "", 0, 0,
+   "Redis for cross-instance socket events: redis://[[user]:password@]host[:port] or"
+   " unix:///path; empty: one instance, in-process events"},
+  {"drain-delay-ms", "JAILBOX_DRAIN_DELAY_MS", K_INT, S(drain_delay_ms), "0", 0, 600000,
+   "after SIGTERM, how long /readyz answers 503 while everything is still served (so that a"
+   " load balancer stops routing here) before the drain starts, ms"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])

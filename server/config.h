@@ -37,6 +37,8 @@ struct jb_config {
   long ws_workers;          /* threads running socket handlers (database work) */
   long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
+  char *redis_url;          /* Redis for cross-instance events (server/fanout.h); "" = in-process */
+  long drain_delay_ms;      /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

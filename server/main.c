@@ -21,6 +21,7 @@
 #include "server/app.h"
 #include "server/cache.h"
 #include "server/config.h"
+#include "server/fanout.h"
 #include "server/http.h"
 #include "server/keys.h"
 #include "server/log.h"
@@ -39,8 +40,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
   }
   json_t *doc, *ev;
   const char *job, *event;
+  /* delivered here only, never republished: every instance LISTENs, so each hands the
+   * event to its own sockets and no socket gets it twice */
   if (jb_event_parse(payload, &doc, &job, &event, &ev) == 0) {
-    jb_bus_publish(app->bus, job, event, json_incref(ev));
+    jb_bus_deliver(app->bus, job, event, json_incref(ev));
     json_decref(doc);
   }
 }
@@ -49,6 +52,20 @@ static void on_listen_up(void *appv, bool up) { jb_cache_set_enabled(((struct jb
 static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
   (void)event, (void)payload;
   if (job_id && job_id[0]) jb_cache_invalidate(cache, job_id);
+}
+
+/* The fan-out's fallback while Redis is down: NOTIFY jb_event on a connection of its own
+ * (a publisher may hold a pool connection, so borrowing another from the same pool could
+ * wait forever). Every instance delivers what arrives there once (on_change). */
+static struct jb_db *notify_db;
+static int notify_fallback(void *ctx, const char *job_id, const char *event, json_t *payload) {
+  (void)ctx;
+  jb_error err = {0};
+  PGconn *c = notify_db ? jb_db_acquire(notify_db, &err) : NULL;
+  if (!c) return -1;
+  int rc = jb_db_notify_event(c, job_id, event, payload, &err);
+  jb_db_release(notify_db, c);
+  return rc == JB_OK ? 0 : -1;
 }
 
 static int fatal(const char *what, const jb_error *err) {
@@ -117,6 +134,7 @@ int main(int argc, char **argv) {
   struct jb_socket *sock = NULL;
   struct jb_listener *listener = NULL;
   struct jb_workers *workers = NULL;
+  struct jb_fanout *fanout = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
     goto out;
@@ -162,6 +180,15 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (app.cache && app.bus) jb_bus_subscribe(app.bus, on_bus_event, app.cache);
+  /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
+  if (cfg.redis_url && cfg.redis_url[0]) {
+    if (jb_db_open(&notify_db, conninfo, 1, (int)cfg.db_connect_timeout_s, &err) < 0 ||
+        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, NULL, &err) < 0) {
+      exit_code = fatal("redis fan-out", &err);
+      goto out;
+    }
+    app.fanout = fanout;
+  }
 
   size_t n_routes;
   const struct jb_route *routes = jb_api_routes(&n_routes);
@@ -179,6 +206,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
+  app.sock = sock;
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
@@ -196,12 +224,23 @@ int main(int argc, char **argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   jb_log(JB_LOG_INFO, "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+  /* the drain: /readyz answers 503 at once; everything is still served for drain-delay-ms
+   * (a load balancer's health check notices; a second signal cuts it short); then no new
+   * connections, requests in flight finish within the grace, and every socket is closed with
+   * 1001 so that socket.io-client reconnects through the load balancer elsewhere */
   atomic_store(&app.draining, true);
+  if (cfg.drain_delay_ms > 0) {
+    struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
+    sigtimedwait(&sigs, NULL, &d);
+  }
+  jb_socket_drain(sock);
   jb_http_drain(srv, cfg.shutdown_grace_ms);
 
 out:
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
   jb_socket_stop(sock); /* its handlers use the database */
+  jb_fanout_stop(fanout);
+  jb_db_close(notify_db);
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
   jb_db_close(app.db);

@@ -232,6 +232,7 @@ struct jb_ws {
   unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames */ /* service thread: close frames sent to all on stop */
   atomic_bool stop, draining;
   atomic_long n_open, n_connected;
+  atomic_long n_by_role[JB_WS_ROLE_BITS]; /* connected sockets per role bit */
   uint64_t next_id;
   /* service-thread tables */
   struct conn *ids[ID_BUCKETS];
@@ -532,6 +533,13 @@ void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
   *connected = atomic_load(&ws->n_connected);
 }
 
+long jb_ws_count_role(struct jb_ws *ws, unsigned role_bit) {
+  long n = 0;
+  for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+    if (role_bit & (1u << b)) n += atomic_load(&ws->n_by_role[b]);
+  return n;
+}
+
 static void ping_cb(lws_sorted_usec_list_t *sul);
 
 static void handle_item(struct jb_ws *ws, struct item *it) {
@@ -560,6 +568,8 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     c->st = CS_SIO;
     c->counted_connected = true;
     atomic_fetch_add(&ws->n_connected, 1);
+    for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+      if (c->role & (1u << b)) atomic_fetch_add(&ws->n_by_role[b], 1);
     lws_sul_cancel(&c->sul_hs);
     char ans[48];
     snprintf(ans, sizeof ans, "40{\"sid\":\"%s\"}", c->sid);
@@ -1365,7 +1375,11 @@ static void conn_closed(struct conn *c) {
   c->hbuf = NULL;
   msg_reset(c);
   atomic_fetch_sub(&c->ws->n_open, 1);
-  if (c->counted_connected) atomic_fetch_sub(&c->ws->n_connected, 1);
+  if (c->counted_connected) {
+    atomic_fetch_sub(&c->ws->n_connected, 1);
+    for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+      if (c->role & (1u << b)) atomic_fetch_sub(&c->ws->n_by_role[b], 1);
+  }
   c->ws = NULL;
 }
 
@@ -1522,6 +1536,7 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
   atomic_init(&ws->draining, false);
   atomic_init(&ws->n_open, 0);
   atomic_init(&ws->n_connected, 0);
+  for (int b = 0; b < JB_WS_ROLE_BITS; b++) atomic_init(&ws->n_by_role[b], 0);
   pthread_mutex_init(&ws->qlock, NULL);
   pthread_mutex_init(&ws->jlock, NULL);
   pthread_cond_init(&ws->jcond, NULL);
@@ -1593,6 +1608,12 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 }
 
 int jb_ws_port(const struct jb_ws *ws) { return ws->port; }
+
+void jb_ws_drain(struct jb_ws *ws) {
+  if (!ws) return;
+  atomic_store(&ws->draining, true);
+  lws_cancel_service(ws->ctx);
+}
 
 void jb_ws_stop(struct jb_ws *ws) {
   if (!ws) return;

@@ -80,6 +80,12 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 /* The bound TCP port. */
 int jb_ws_port(const struct jb_ws *ws);
 
+/* Starts the drain without waiting: every connection is closed with 1001 (going away), so
+ * that Socket.IO clients reconnect, through the load balancer, to another instance, and new
+ * ones are refused with HTTP 503. Handlers still running go on (their answers are dropped);
+ * jb_ws_stop waits for them. Thread-safe; NULL is allowed. */
+void jb_ws_drain(struct jb_ws *ws);
+
 /* Closes every connection (close 1001, so Socket.IO clients reconnect elsewhere), waits at
  * most 1 s for the close frames to go out, stops the threads and frees `ws`. Handlers have
  * returned when this returns. NULL is allowed. */
@@ -96,5 +102,10 @@ int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const ch
 
 /* Counters for logs and metrics: open connections and connected Socket.IO clients. */
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected);
+
+#define JB_WS_ROLE_BITS 8 /* role masks use the low 8 bits */
+
+/* Connected Socket.IO clients whose role has any of the bits of `role_bit`. Thread-safe. */
+long jb_ws_count_role(struct jb_ws *ws, unsigned role_bit);
 
 #endif
