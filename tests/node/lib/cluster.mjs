@@ -180,7 +180,7 @@ export function parseMetrics(text) {
 export async function startWorker(name, dir, { pg, secrets, wsroot, env = {} }) {
   const child = spawn(WORKER, [], {
     env: { ...process.env, JAILBOX_DATABASE_URL: pg.url, JAILBOX_WORKER_ID: name,
-           JAILBOX_SIGNING_KEY_FILE: secrets.keyFile, JAILBOX_WORKSPACE_ROOT: wsroot, ...env },
+           JAILBOX_SIGNING_KEY_FILE: secrets.keyFile, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let log = '';
