@@ -76,7 +76,7 @@ static void cluster(FILE *out, json_t *m) {
 
 static void instance(FILE *out, struct jb_app *app) {
   long buyers, agents;
-  jb_socket_counts(app->sock, &buyers, &agents);
+  jb_socket_counts(__atomic_load_n(&app->sock, __ATOMIC_ACQUIRE), &buyers, &agents);
   jb_prom_header(out, "jailbox_sockets", "gauge", "Connected Socket.IO clients of this instance by role.");
   jb_prom_sample(out, "jailbox_sockets", (double)buyers, "role", "buyer", NULL);
   jb_prom_sample(out, "jailbox_sockets", (double)agents, "role", "agent", NULL);

@@ -42,6 +42,10 @@ int jb_socket_port(const struct jb_socket *s);
  * refuses new ones, without waiting for handlers (server/ws.h jb_ws_drain). */
 void jb_socket_drain(struct jb_socket *s);
 
+/* Sends every connected socket the current state (and a buyer its pending approvals)
+ * again, as on connect; for when events may have been missed (a Redis outage). */
+void jb_socket_resync(struct jb_socket *s);
+
 /* Connected sockets of this instance by role (buyers, agents). NULL `s` counts none. */
 void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents);
 

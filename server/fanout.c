@@ -32,6 +32,7 @@ struct jb_fanout {
   struct jb_bus *bus;
   struct jb_redis_addr addr;
   jb_bus_transport_fn fallback;
+  void (*on_subscribed)(void *ctx);
   void *fallback_ctx;
   pthread_t thread;
   int stop_fd; /* eventfd: written once to stop */
@@ -239,6 +240,7 @@ static bool subscribed(struct jb_fanout *f, redisContext *c) {
         atomic_store(&f->sub_up, true);
         atomic_fetch_add(&f->connects, 1);
         jb_log(JB_LOG_INFO, "Redis fan-out subscribed", "pattern", PATTERN, NULL);
+        if (f->on_subscribed) f->on_subscribed(f->fallback_ctx);
       } else if (k == 2) {
         ping_out = false;
       }
@@ -331,7 +333,8 @@ refuse:
 /* ---------- start / stop ---------- */
 
 int jb_fanout_start(struct jb_fanout **out, const char *url, struct jb_bus *bus,
-                    jb_bus_transport_fn fallback, void *fallback_ctx, jb_error *err) {
+                    jb_bus_transport_fn fallback, void (*on_subscribed)(void *ctx), void *ctx,
+                    jb_error *err) {
   struct jb_fanout *f = calloc(1, sizeof *f);
   if (!f) return jb_fail(err, ENOMEM, "out of memory");
   if (jb_redis_url_parse(url, &f->addr, err) < 0) {
@@ -340,7 +343,8 @@ int jb_fanout_start(struct jb_fanout **out, const char *url, struct jb_bus *bus,
   }
   f->bus = bus;
   f->fallback = fallback;
-  f->fallback_ctx = fallback_ctx;
+  f->on_subscribed = on_subscribed;
+  f->fallback_ctx = ctx;
   atomic_init(&f->sub_up, false);
   atomic_init(&f->published, 0);
   atomic_init(&f->received, 0);

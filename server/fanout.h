@@ -13,9 +13,13 @@
  * down, is refused (-1) and the bus falls back (main.c: NOTIFY jb_event, which every instance
  * also delivers exactly once). Both connections reconnect by themselves with backoff
  * (100 ms doubling to 2 s); the subscription is checked with a PING every second and
- * redone when no answer comes within 2 s. Nothing here is a source of truth: sessions,
- * ops and decisions are in PostgreSQL, and a (re)connecting socket is sent the current
- * state and pending approvals from there (api/socket.c).
+ * redone when no answer comes within 2 s; each time it is made, `on_subscribed` runs (main.c
+ * resends every socket of the instance its state and pending approvals, which covers what
+ * other instances published on Redis before this one was subscribed again). Nothing here is
+ * a source of truth: sessions, ops and decisions are in PostgreSQL, and a (re)connecting
+ * socket is sent the current state and pending approvals from there (api/socket.c).
+ * Delivery is at most once per socket except in one case: a PUBLISH whose reply is lost
+ * after Redis took it is carried again by the fallback (at least once, then).
  *
  * Redis protocol: RESP2 (https://redis.io/docs/reference/protocol-spec/), PUBLISH /
  * PSUBSCRIBE / PING / AUTH. */
@@ -47,11 +51,14 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
 /* Starts the fan-out for `bus` to the Redis at `url`: parses the URL (errors come back
  * here), starts the subscriber thread (which connects in the background: Redis need not be
  * up yet) and installs the transport on `bus`. While Redis refuses an event it goes to
- * `fallback` (called with `fallback_ctx`; same contract as a transport: 0 means every
- * instance will deliver it; NULL: this process only). On success *out is the fan-out (jb_fanout_stop).
- * Returns 0, or -1 with `err` set. */
+ * `fallback` (same contract as a transport: 0 means every instance will deliver it; NULL:
+ * this process only). `on_subscribed` (may be NULL) runs on the subscriber thread each time
+ * the subscription is (re)made — events published while it was down may have been missed by
+ * this instance's sockets, so it is the moment to resend them the state. Both get `ctx`.
+ * On success *out is the fan-out (jb_fanout_stop). Returns 0, or -1 with `err` set. */
 int jb_fanout_start(struct jb_fanout **out, const char *url, struct jb_bus *bus,
-                    jb_bus_transport_fn fallback, void *fallback_ctx, jb_error *err);
+                    jb_bus_transport_fn fallback, void (*on_subscribed)(void *ctx), void *ctx,
+                    jb_error *err);
 
 /* True while this instance's subscription is live (events published now reach its sockets
  * through Redis). Thread-safe. */

@@ -68,6 +68,14 @@ static int notify_fallback(void *ctx, const char *job_id, const char *event, jso
   return rc == JB_OK ? 0 : -1;
 }
 
+/* The Redis subscription is (re)made: this instance's sockets may have missed events
+ * published meanwhile, so each is sent the state and pending approvals again. */
+static void on_subscribed(void *appv) {
+  struct jb_app *app = appv;
+  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  if (sock) jb_socket_resync(sock);
+}
+
 static int fatal(const char *what, const jb_error *err) {
   jb_log(JB_LOG_FATAL, err->msg, "phase", what, NULL);
   return 1;
@@ -183,7 +191,7 @@ int main(int argc, char **argv) {
   /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
   if (cfg.redis_url && cfg.redis_url[0]) {
     if (jb_db_open(&notify_db, conninfo, 1, (int)cfg.db_connect_timeout_s, &err) < 0 ||
-        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, NULL, &err) < 0) {
+        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, on_subscribed, &app, &err) < 0) {
       exit_code = fatal("redis fan-out", &err);
       goto out;
     }
@@ -206,7 +214,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
-  app.sock = sock;
+  __atomic_store_n(&app.sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,

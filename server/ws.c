@@ -123,6 +123,7 @@ enum item_kind {
   IT_ACCEPT, /* CONNECT accepted: join room, answer 40{sid} */
   IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
   IT_DONE,   /* a handler call finished; optional ACK frame */
+  IT_RESYNC, /* run the resync handler for every connected socket */
 };
 
 struct item {
@@ -136,7 +137,7 @@ struct item {
 
 /* ---------- handler jobs (service thread → workers) ---------- */
 
-enum job_kind { J_CONNECT, J_EVENT };
+enum job_kind { J_CONNECT, J_EVENT, J_RESYNC };
 
 struct job {
   struct job *next;
@@ -542,7 +543,42 @@ long jb_ws_count_role(struct jb_ws *ws, unsigned role_bit) {
 
 static void ping_cb(lws_sorted_usec_list_t *sul);
 
+static int submit(struct jb_ws *ws, struct job *j);
+static void peer_of(const struct conn *c, struct jb_ws_peer *p);
+
+/* Service thread: one J_RESYNC job per Socket.IO-connected socket (as many as the job queue
+ * takes; the rest are counted and logged). */
+static void resync_all(struct jb_ws *ws) {
+  long queued = 0, dropped = 0;
+  for (size_t b = 0; b < ID_BUCKETS; b++)
+    for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
+      if (c->st != CS_SIO) continue;
+      struct job *j = calloc(1, sizeof *j);
+      if (j) {
+        j->kind = J_RESYNC;
+        j->ack = -1;
+        peer_of(c, &j->peer);
+      }
+      if (!j || submit(ws, j) < 0) {
+        free(j);
+        dropped++;
+      } else {
+        queued++;
+      }
+    }
+  if (queued || dropped) {
+    char q[24], d[24];
+    snprintf(q, sizeof q, "%ld", queued);
+    snprintf(d, sizeof d, "%ld", dropped);
+    jb_log(dropped ? JB_LOG_WARN : JB_LOG_INFO, "sockets resynchronised", "queued", q, "dropped", d, NULL);
+  }
+}
+
 static void handle_item(struct jb_ws *ws, struct item *it) {
+  if (it->kind == IT_RESYNC) {
+    resync_all(ws);
+    return;
+  }
   if (it->kind == IT_ROOM) {
     struct room *r = room_find(ws, it->room);
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
@@ -625,6 +661,10 @@ static int submit(struct jb_ws *ws, struct job *j) {
 }
 
 static void run_job(struct jb_ws *ws, struct job *j) {
+  if (j->kind == J_RESYNC) { /* no ACK and no IT_DONE: the socket has no call in flight for it */
+    if (ws->h.resync) ws->h.resync(ws->h.ctx, ws, &j->peer);
+    return;
+  }
   if (j->kind == J_CONNECT) {
     struct jb_ws_connect_result res;
     memset(&res, 0, sizeof res);
@@ -1608,6 +1648,14 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 }
 
 int jb_ws_port(const struct jb_ws *ws) { return ws->port; }
+
+int jb_ws_resync(struct jb_ws *ws) {
+  if (!ws || !ws->h.resync) return -1;
+  struct item *it = calloc(1, sizeof *it);
+  if (!it) return -1;
+  it->kind = IT_RESYNC;
+  return post(ws, it, false);
+}
 
 void jb_ws_drain(struct jb_ws *ws) {
   if (!ws) return;

@@ -69,6 +69,9 @@ struct jb_ws_handlers {
    * ACK when the client asked for one (`wants_ack`); NULL means an empty ACK. */
   json_t *(*event)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
                    json_t *args, bool wants_ack);
+  /* Worker thread, optional. Called for every connected socket after jb_ws_resync: sends
+   * (jb_ws_emit) what a socket may have missed. */
+  void (*resync)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer);
 };
 
 /* Binds the listener (errors such as a taken port are reported here), starts the service
@@ -79,6 +82,11 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 
 /* The bound TCP port. */
 int jb_ws_port(const struct jb_ws *ws);
+
+/* Asks for the resync handler to run once for every socket connected now (on the handler
+ * threads, as far as their queue takes them), e.g. after events may have been missed.
+ * Returns 0, or -1 without a resync handler or on OOM. Thread-safe. */
+int jb_ws_resync(struct jb_ws *ws);
 
 /* Starts the drain without waiting: every connection is closed with 1001 (going away), so
  * that Socket.IO clients reconnect, through the load balancer, to another instance, and new

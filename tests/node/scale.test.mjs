@@ -188,8 +188,13 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
   await waitEvent(buyerA, 'jailbox:op', (p) => p.opId === during && p.state === 'approved');
   assert.ok((await metric(B, 'jailbox_redis_refused_total')) > refusedB, 'B fell back while Redis was down');
 
+  const snapshots = (s) => s.events.filter((e) => e.event === 'jailbox:state' && e.payload.snapshot === true).length;
+  const snap0 = [buyerA, buyerB, agentA].map(snapshots);
   await redis.restart();
   for (const i of [A, B]) await waitFor(i.name + ' back on Redis', async () => (await metric(i, 'jailbox_redis_up')) === 1, 20000, i.log);
+  // once subscribed again, every instance sends its sockets the state (and the buyers their
+  // pending approvals) again: whatever was published while it was not subscribed is covered
+  await waitFor('state resent after the outage', () => [buyerA, buyerB, agentA].every((s, k) => snapshots(s) > snap0[k]), 10000, logs);
   const pubA = await metric(A, 'jailbox_redis_published_total');
   const recB = await metric(B, 'jailbox_redis_received_total');
   w = await supervisedWrite(agentA, buyerA, 'v4\n');
