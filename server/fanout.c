@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/json.h"
 #include "db/events.h"
 #include "server/log.h"
 
@@ -183,22 +184,36 @@ static int on_reply(struct jb_fanout *f, redisReply *r) {
     return 0;
   const char *channel = r->element[2]->str;
   redisReply *m = r->element[3];
-  if (m->len > MAX_MESSAGE || strlen(m->str) != m->len) return 0; /* oversized or NUL inside */
   json_t *doc, *payload;
   const char *job, *event;
-  if (jb_event_parse(m->str, &doc, &job, &event, &payload) < 0) {
-    jb_log(JB_LOG_WARN, "malformed event on Redis ignored", "channel", channel, NULL);
+  if (jb_fanout_accept(channel, m->str, m->len, &doc, &job, &event, &payload) < 0) {
+    jb_log(JB_LOG_WARN, "event on Redis ignored (malformed, oversized or on the wrong channel)",
+           "channel", channel, NULL);
     return 0;
   }
-  /* the channel names the session: an envelope for another session is not delivered */
-  if (strncmp(channel, CHANNEL_PREFIX, strlen(CHANNEL_PREFIX)) == 0 &&
-      strcmp(channel + strlen(CHANNEL_PREFIX), job) == 0) {
-    atomic_fetch_add(&f->received, 1);
-    jb_bus_deliver(f->bus, job, event, json_incref(payload));
-  } else {
-    jb_log(JB_LOG_WARN, "event on the wrong Redis channel ignored", "channel", channel, NULL);
-  }
+  atomic_fetch_add(&f->received, 1);
+  jb_bus_deliver(f->bus, job, event, json_incref(payload));
   json_decref(doc);
+  return 0;
+}
+
+int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **doc,
+                     const char **job, const char **event, json_t **payload) {
+  size_t plen = strlen(CHANNEL_PREFIX);
+  if (!channel || strncmp(channel, CHANNEL_PREFIX, plen) != 0) return -1;
+  if (len > MAX_MESSAGE || memchr(msg, '\0', len)) return -1;
+  if (jb_json_depth(msg, len, JB_JSON_MAX_DEPTH) > JB_JSON_MAX_DEPTH) return -1;
+  char *text = strndup(msg, len);
+  if (!text) return -1;
+  int rc = jb_event_parse(text, doc, job, event, payload);
+  free(text);
+  if (rc < 0) return -1;
+  /* the channel names the session: an envelope for another session is not delivered */
+  if (strcmp(channel + plen, *job) != 0) {
+    json_decref(*doc);
+    *doc = NULL;
+    return -1;
+  }
   return 0;
 }
 

@@ -26,7 +26,9 @@
 #ifndef JB_FANOUT_H
 #define JB_FANOUT_H
 
+#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "server/bus.h"
 #include "server/err.h"
@@ -59,6 +61,15 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
 int jb_fanout_start(struct jb_fanout **out, const char *url, struct jb_bus *bus,
                     jb_bus_transport_fn fallback, void (*on_subscribed)(void *ctx), void *ctx,
                     jb_error *err);
+
+/* Checks one message received on Redis: `channel` must be "jailbox:session:<jobId>" and
+ * `msg` (`len` bytes, untrusted: whoever can publish on the Redis server can send it) an
+ * envelope of db/events.h for that same job: at most 4 MiB, no NUL byte, JSON nested at most
+ * JB_JSON_MAX_DEPTH deep, no duplicate key, an event named "jailbox:…", an object payload.
+ * Returns 0 with *doc a new reference to release and *job, *event, *payload borrowed from it,
+ * or -1 (nothing to release). */
+int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **doc,
+                     const char **job, const char **event, json_t **payload);
 
 /* True while this instance's subscription is live (events published now reach its sockets
  * through Redis). Thread-safe. */
