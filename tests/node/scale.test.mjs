@@ -303,4 +303,12 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.ok(all.every((o) => o.state === 'done'), JSON.stringify(all));
   const v = await Y.req('GET', `/v1/jailbox/${S.jobId}/audit/verify`);
   assert.equal(v.json.ok, true, v.text);
+  // the cluster figures on /metrics agree with the database
+  const m = await Y.metrics();
+  assert.equal(m['jailbox_ops{tool="write",state="done"}'], 5);
+  const decided = Number((await Y.req('GET', `/v1/jailbox/${S.jobId}/ops`)).json.ops.filter((o) => o.decidedAt).length);
+  assert.equal(m['jailbox_approval_wait_seconds_count'], decided);
+  assert.ok(m['jailbox_approval_wait_seconds_sum'] > 0);
+  assert.ok(m['jailbox_audit_append_seconds_count'] > 0, 'this instance appended audit entries');
+  assert.equal(m['jailbox_sessions{state="active"}'], 1);
 });
