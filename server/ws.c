@@ -411,14 +411,21 @@ static void kill_cb(lws_sorted_usec_list_t *sul) {
 }
 
 /* Queues `f` (raw bytes or a close frame) as the last thing this connection sends. */
-static void conn_finish(struct conn *c, struct frame *f) {
+static void conn_finish_after(struct conn *c, struct frame *last, struct frame *f);
+static void conn_finish(struct conn *c, struct frame *f) { conn_finish_after(c, NULL, f); }
+
+/* As conn_finish, with the frame `last` (stolen, may be NULL) sent just before `f`. */
+static void conn_finish_after(struct conn *c, struct frame *last, struct frame *f) {
   if (c->st >= CS_CLOSING) {
+    frame_unref(last);
     frame_unref(f);
     return;
   }
   queue_clear(c);
   room_leave(c);
   lws_sul_cancel(&c->sul_ping);
+  if (last) conn_send(c, last, true);
+  frame_unref(last);
   if (f) conn_send(c, f, true);
   frame_unref(f);
   c->st = CS_CLOSING;
@@ -1423,13 +1430,22 @@ static void conn_closed(struct conn *c) {
   c->ws = NULL;
 }
 
+/* The drain: an upgrade still in progress gets 503; an open socket gets the Engine.IO close
+ * packet ("1", Engine.IO v4 protocol) and then the WebSocket close 1001 (going away). Neither
+ * is a Socket.IO DISCONNECT, so socket.io-client reconnects (through the load balancer, to
+ * another instance). */
 static void drain_all(struct jb_ws *ws) {
+  static const char reason[] = "server shutting down";
+  const unsigned char code[2] = {WS_GOING_AWAY >> 8, WS_GOING_AWAY & 0xff};
   for (size_t b = 0; b < ID_BUCKETS; b++)
-    for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
-      if (c->st == CS_HTTP)
-        http_refuse(c, 503, NULL, 3, "server shutting down");
-      else
-        conn_fail(c, WS_GOING_AWAY, "server shutting down");
+    for (struct conn *c = ws->ids[b], *next; c; c = next) {
+      next = c->id_next;
+      if (c->st == CS_HTTP) {
+        http_refuse(c, 503, NULL, 3, reason);
+      } else if (c->st == CS_EIO || c->st == CS_SIO) {
+        jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason, NULL);
+        conn_finish_after(c, frame_text("1", NULL), frame_build(0x8, code, 2, reason, sizeof reason - 1));
+      }
     }
 }
 

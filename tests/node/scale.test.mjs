@@ -242,7 +242,7 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
 });
 
 test('SIGTERM to the instance holding both sockets: clients reconnect through nginx, the session goes on', { timeout: 240000 }, async () => {
-  for (const s of [agentA, buyerA, buyerB]) s.close();
+  for (const s of [agentA, buyerA, buyerB]) s?.close();
   await waitFor('old sockets gone', async () => {
     const [a, b] = [await A.metrics(), await B.metrics()];
     return a['jailbox_sockets{role="agent"}'] + b['jailbox_sockets{role="agent"}'] + a['jailbox_sockets{role="buyer"}'] + b['jailbox_sockets{role="buyer"}'] === 0;
@@ -265,6 +265,11 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   const Y = X === A ? B : A;
   let reconnects = 0;
   for (const s of [agent, buyer]) s.io.on('reconnect', () => { reconnects++; });
+  // the drain closes each socket with the Engine.IO close packet, then WebSocket close 1001
+  const eioCloses = [0, 0];
+  [agent, buyer].forEach((s, k) => s.io.engine.on('packet', (p) => { if (p.type === 'close') eioCloses[k]++; }));
+  const wsCodes = [];
+  for (const s of [agent, buyer]) s.io.engine.transport.ws.addEventListener('close', (e) => wsCodes.push(e.code));
 
   // a write waits for the buyer when the instance is told to stop
   const w = await supervisedWrite(agent, buyer, 'v5\n');
@@ -276,6 +281,8 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.equal(rz.json.error.code, 'draining');
   // both clients come back through nginx on the other instance
   await waitFor('both reconnected', () => reconnects >= 2 && agent.connected && buyer.connected, 30000, logs);
+  assert.deepEqual(eioCloses, [1, 1], 'Engine.IO close packet to both');
+  assert.deepEqual(wsCodes, [1001, 1001]);
   assert.equal(await metric(Y, 'jailbox_sockets{role="agent"}'), 1);
   assert.equal(await metric(Y, 'jailbox_sockets{role="buyer"}'), 1);
   // the buyer is sent the state and the approval still pending, from the database
