@@ -62,6 +62,60 @@ static void redis_urls(void **state) {
   assert_int_equal(jb_redis_url_parse(longhost, &a, &err), -1);
 }
 
+/* ---- messages from Redis ---- */
+
+static int accepted(const char *channel, const char *msg, size_t len) {
+  json_t *doc = NULL, *payload;
+  const char *job, *event;
+  int rc = jb_fanout_accept(channel, msg, len, &doc, &job, &event, &payload);
+  if (rc == 0) {
+    assert_string_equal(channel + strlen("jailbox:session:"), job);
+    json_decref(doc);
+  } else {
+    assert_null(doc);
+  }
+  return rc;
+}
+
+static void redis_messages(void **state) {
+  const char *ok = "{\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":{\"opId\":1}}";
+  assert_int_equal(accepted("jailbox:session:j1", ok, strlen(ok)), 0);
+  assert_int_equal(accepted("jailbox:session:j2", ok, strlen(ok)), -1);  /* another session's channel */
+  assert_int_equal(accepted("jailbox:sessions:j1", ok, strlen(ok)), -1); /* not our prefix */
+  assert_int_equal(accepted("jailbox:session:j1", ok, strlen(ok) - 1), -1); /* cut short */
+  const char *dup = "{\"job\":\"j1\",\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":{}}";
+  assert_int_equal(accepted("jailbox:session:j1", dup, strlen(dup)), -1);
+  const char *notours = "{\"job\":\"j1\",\"event\":\"connect\",\"payload\":{}}";
+  assert_int_equal(accepted("jailbox:session:j1", notours, strlen(notours)), -1);
+  const char *arr = "{\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":[1]}";
+  assert_int_equal(accepted("jailbox:session:j1", arr, strlen(arr)), -1);
+  /* a NUL byte inside: refused, not cut there */
+  char nul[128];
+  size_t n = (size_t)snprintf(nul, sizeof nul, "%s", ok);
+  nul[n] = '\0';
+  memcpy(nul + n + 1, "xx", 2);
+  assert_int_equal(accepted("jailbox:session:j1", nul, n + 3), -1);
+  /* an object payload nested 60 deep is taken; 70 deep (over JB_JSON_MAX_DEPTH, 64) is not */
+  for (int levels = 60; levels <= 70; levels += 10) {
+    char deep[1024];
+    int k = snprintf(deep, sizeof deep, "{\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":");
+    for (int i = 0; i < levels; i++) k += snprintf(deep + k, sizeof deep - (size_t)k, "{\"a\":");
+    k += snprintf(deep + k, sizeof deep - (size_t)k, "{}");
+    for (int i = 0; i < levels + 1; i++) deep[k++] = '}';
+    assert_int_equal(accepted("jailbox:session:j1", deep, (size_t)k), levels == 60 ? 0 : -1);
+  }
+  /* over 4 MiB: refused before parsing */
+  size_t big = 4 * 1024 * 1024 + 2;
+  char *b = malloc(big);
+  assert_non_null(b);
+  memset(b, ' ', big);
+  memcpy(b, ok, strlen(ok));
+  assert_int_equal(accepted("jailbox:session:j1", b, big), -1);
+  assert_int_equal(accepted("jailbox:session:j1", b, strlen(ok) + 10), 0); /* trailing spaces are fine */
+  free(b);
+  assert_int_equal(accepted(NULL, ok, strlen(ok)), -1);
+}
+
 /* ---- the bus ---- */
 
 static int delivered;
@@ -147,6 +201,7 @@ static void prom_text(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(redis_urls),
+      cmocka_unit_test(redis_messages),
       cmocka_unit_test(bus_transport),
       cmocka_unit_test(prom_text),
   };
