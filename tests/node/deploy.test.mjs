@@ -163,6 +163,7 @@ test('offline image: jailboxd runs from it against PostgreSQL and drains on dock
     assert.match(logs, /"msg":"stopped"/);
   } finally {
     spawnSync('docker', ['rm', '-f', name]);
+    spawnSync('docker', ['rmi', 'jailbox:deploytest']);
     pg.stop();
     await sleep(100);
     cleanup(dir);
