@@ -542,6 +542,13 @@ void jb_socket_drain(struct jb_socket *s) {
   pthread_rwlock_unlock(&s->lock);
 }
 
+void jb_socket_drain_wait(struct jb_socket *s, long grace_ms) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain_wait(s->ws, grace_ms);
+  pthread_rwlock_unlock(&s->lock);
+}
+
 void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents) {
   *buyers = *agents = 0;
   if (!s) return;

@@ -38,9 +38,14 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);
 
-/* Closes every socket (WebSocket close 1001: socket.io-client reconnects elsewhere) and
- * refuses new ones, without waiting for handlers (server/ws.h jb_ws_drain). */
+/* Starts closing every socket (Engine.IO close + WebSocket close 1001: socket.io-client
+ * reconnects elsewhere) once its calls in flight have answered, and refuses new sockets and
+ * new events; does not wait (server/ws.h jb_ws_drain). */
 void jb_socket_drain(struct jb_socket *s);
+
+/* Waits at most `grace_ms` ms for the drain, then closes the sockets still open
+ * (server/ws.h jb_ws_drain_wait). */
+void jb_socket_drain_wait(struct jb_socket *s, long grace_ms);
 
 /* Sends every connected socket the current state (and a buyer its pending approvals)
  * again, as on connect; for when events may have been missed (a Redis outage). */

@@ -24,6 +24,7 @@
 #include "server/fanout.h"
 #include "server/http.h"
 #include "server/keys.h"
+#include "server/metrics.h"
 #include "server/log.h"
 #include "sandbox/supervise.h"
 
@@ -234,15 +235,19 @@ int main(int argc, char **argv) {
   jb_log(JB_LOG_INFO, "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
   /* the drain: /readyz answers 503 at once; everything is still served for drain-delay-ms
    * (a load balancer's health check notices; a second signal cuts it short); then no new
-   * connections, requests in flight finish within the grace, and every socket is closed with
-   * 1001 so that socket.io-client reconnects through the load balancer elsewhere */
+   * connections or socket events, and requests and socket calls in flight finish within the
+   * grace; each socket is closed (Engine.IO close, WebSocket 1001) once its calls have
+   * answered, so that socket.io-client reconnects through the load balancer elsewhere */
   atomic_store(&app.draining, true);
   if (cfg.drain_delay_ms > 0) {
     struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
     sigtimedwait(&sigs, NULL, &d);
   }
   jb_socket_drain(sock);
+  long long drain_start = jb_metrics_now_ns();
   jb_http_drain(srv, cfg.shutdown_grace_ms);
+  long left_ms = cfg.shutdown_grace_ms - (long)((jb_metrics_now_ns() - drain_start) / 1000000);
+  jb_socket_drain_wait(sock, left_ms > 0 ? left_ms : 0);
 
 out:
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */

@@ -88,11 +88,17 @@ int jb_ws_port(const struct jb_ws *ws);
  * Returns 0, or -1 without a resync handler or on OOM. Thread-safe. */
 int jb_ws_resync(struct jb_ws *ws);
 
-/* Starts the drain without waiting: every connection is closed with 1001 (going away), so
- * that Socket.IO clients reconnect, through the load balancer, to another instance, and new
- * ones are refused with HTTP 503. Handlers still running go on (their answers are dropped);
- * jb_ws_stop waits for them. Thread-safe; NULL is allowed. */
+/* Starts the drain without waiting: new connections are refused with HTTP 503, new events get
+ * the ACK error {code:"draining"}, and every socket is closed — the Engine.IO close packet,
+ * then WebSocket close 1001 (going away), so that Socket.IO clients reconnect, through the
+ * load balancer, to another instance — at once when none of its handler calls is in flight,
+ * else as soon as the last one has sent its ACK. Thread-safe; NULL is allowed. */
 void jb_ws_drain(struct jb_ws *ws);
+
+/* jb_ws_drain, then waits until every connection is closed or `grace_ms` ms have passed;
+ * sockets whose calls are still in flight then are closed anyway (their ACKs are lost; the
+ * handlers go on, and jb_ws_stop waits for them). NULL is allowed. */
+void jb_ws_drain_wait(struct jb_ws *ws, long grace_ms);
 
 /* Closes every connection (close 1001, so Socket.IO clients reconnect elsewhere), waits at
  * most 1 s for the close frames to go out, stops the threads and frees `ws`. Handlers have
