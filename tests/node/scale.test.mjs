@@ -284,8 +284,11 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.equal(await metric(Y, 'jailbox_sockets{role="buyer"}'), 1);
   await waitEvent(buyer, 'jailbox:approval_request', (p) => p.opId === w.opId && buyer.events.filter((e) => e.event === 'jailbox:approval_request' && e.payload.opId === w.opId).length >= 2);
   assert.ok(buyer.events.some((e) => e.event === 'jailbox:state' && e.payload.snapshot === true && e.payload.state === 'active'));
-  // the agent's socket stays open while its call is in flight on the draining instance
+  // the agent's socket stays open while its call is in flight on the draining instance, and
+  // takes no new work there
   assert.ok(agent.connected);
+  const refusedNew = await agent.timeout(10000).emitWithAck('mcp', { jsonrpc: '2.0', id: ++rpcId, method: 'ping' });
+  assert.equal(refusedNew.error?.code, 'draining', JSON.stringify(refusedNew));
   const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: w.opId });
   assert.equal(ack.ok, true, JSON.stringify(ack));
   // the call finishes on the draining instance and its answer reaches the agent: nothing lost
