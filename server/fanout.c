@@ -4,6 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <hiredis/hiredis.h>
 #include <poll.h>
 #include <pthread.h>
@@ -55,6 +60,21 @@ static long long now_ms(void) {
 
 /* ---------- URL ---------- */
 
+/* "[user]:password" or "password" between `p` and `at` into out->user, out->password. */
+static int creds(const char *p, const char *at, struct jb_redis_addr *out, jb_error *err) {
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  size_t ulen = colon ? (size_t)(colon - p) : 0;
+  const char *pw = colon ? colon + 1 : p;
+  size_t plen = (size_t)(at - pw);
+  if (ulen >= sizeof out->user || plen >= sizeof out->password)
+    return jb_fail(err, EINVAL, "Redis URL credentials too long");
+  memcpy(out->user, p, ulen);
+  out->user[ulen] = '\0';
+  memcpy(out->password, pw, plen);
+  out->password[plen] = '\0';
+  return 0;
+}
+
 int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err) {
   memset(out, 0, sizeof *out);
   out->port = 6379;
@@ -65,6 +85,10 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
       return jb_fail(err, EINVAL, "Redis URL has a space or control character");
   if (strncmp(url, "unix://", 7) == 0) {
     const char *path = url + 7;
+    const char *slash = strchr(path, '/');
+    const char *at = path[0] != '/' && slash ? memrchr(path, '@', (size_t)(slash - path)) : NULL;
+    if (at && creds(path, at, out, err) < 0) return -1;
+    if (at) path = at + 1;
     if (path[0] != '/') return jb_fail(err, EINVAL, "unix:// Redis URL needs an absolute path");
     if (strlen(path) >= sizeof out->path) return jb_fail(err, EINVAL, "Redis socket path too long");
     snprintf(out->path, sizeof out->path, "%s", path);
@@ -76,18 +100,7 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
   const char *end = p + strcspn(p, "/?#"); /* authority ends here */
   const char *at = memrchr(p, '@', (size_t)(end - p));
   if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    size_t ulen = colon ? (size_t)(colon - p) : 0;
-    const char *pw = colon ? colon + 1 : p;
-    size_t plen = (size_t)(at - pw);
-    if (ulen >= sizeof out->user || plen >= sizeof out->password)
-      return jb_fail(err, EINVAL, "Redis URL credentials too long");
-    memcpy(out->user, p, ulen);
-    memcpy(out->password, pw, plen);
-    if (!colon) { /* redis://password@host: the single field is the password */
-      memcpy(out->password, p, (size_t)(at - p));
-      out->user[0] = '\0';
-    }
+    if (creds(p, at, out, err) < 0) return -1;
     p = at + 1;
   }
   const char *hend;
@@ -126,20 +139,62 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
 
 /* ---------- connections ---------- */
 
-/* Connects and authenticates; NULL on failure (logged at debug: the caller retries). The fd
- * gets FD_CLOEXEC (hiredis 0.14 opens it without). */
+/* A connected stream socket to `a`, opened SOCK_CLOEXEC (hiredis 0.14 opens its own without
+ * it, and jailboxd forks workers), within `timeout_ms`; blocking mode on return. The fd, or
+ * -1 with `why` set. */
+static int connect_cloexec(const struct jb_redis_addr *a, int timeout_ms, char *why, size_t whylen) {
+  struct addrinfo *res = NULL, *ai;
+  struct sockaddr_un sun = {.sun_family = AF_UNIX};
+  struct addrinfo unix_ai = {.ai_family = AF_UNIX, .ai_socktype = SOCK_STREAM,
+                             .ai_addr = (struct sockaddr *)&sun, .ai_addrlen = sizeof sun};
+  if (a->path[0]) {
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", a->path);
+    res = &unix_ai;
+  } else {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    char port[8];
+    snprintf(port, sizeof port, "%d", a->port);
+    int rc = getaddrinfo(a->host, port, &hints, &res);
+    if (rc) {
+      snprintf(why, whylen, "%s: %s", a->host, gai_strerror(rc));
+      return -1;
+    }
+  }
+  int fd = -1;
+  for (ai = res; ai; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc < 0 && (errno == EINPROGRESS || errno == EAGAIN)) {
+      struct pollfd p = {.fd = fd, .events = POLLOUT};
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      rc = poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0 ? 0 : -1;
+      if (rc < 0) errno = soerr ? soerr : ETIMEDOUT;
+    }
+    if (rc == 0) break;
+    snprintf(why, whylen, "connect: %s", strerror(errno));
+    close(fd);
+    fd = -1;
+  }
+  if (res != &unix_ai) freeaddrinfo(res);
+  if (fd >= 0) {
+    int one = 1;
+    if (!a->path[0]) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
+  return fd;
+}
+
+/* Connects and authenticates; NULL on failure, with `why` (the caller retries). */
 static redisContext *redis_connect(const struct jb_redis_addr *a, char *why, size_t whylen) {
-  struct timeval tv = {CONNECT_TIMEOUT_MS / 1000, (CONNECT_TIMEOUT_MS % 1000) * 1000};
-  redisContext *c = a->path[0] ? redisConnectUnixWithTimeout(a->path, tv)
-                               : redisConnectWithTimeout(a->host, a->port, tv);
+  int fd = connect_cloexec(a, CONNECT_TIMEOUT_MS, why, whylen);
+  if (fd < 0) return NULL;
+  redisContext *c = redisConnectFd(fd);
   if (!c || c->err) {
     snprintf(why, whylen, "%s", c ? c->errstr : "out of memory");
-    if (c) redisFree(c);
-    return NULL;
-  }
-  if (fcntl(c->fd, F_SETFD, FD_CLOEXEC) < 0) {
-    snprintf(why, whylen, "fcntl: %s", strerror(errno));
-    redisFree(c);
+    if (c) redisFree(c); /* closes fd */
+    else close(fd);
     return NULL;
   }
   struct timeval ct = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};

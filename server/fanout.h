@@ -45,7 +45,7 @@ struct jb_redis_addr {
 };
 
 /* Parses `url`: redis://[[user]:password@]host[:port][/db] (host may be [v6]), or
- * unix:///path/to/redis.sock. Percent-escapes are not decoded; the /db part is accepted and
+ * unix://[[user]:password@]/path/to/redis.sock. The last '@' ends the credentials. Percent-escapes are not decoded; the /db part is accepted and
  * ignored (pub/sub channels are global to a Redis server). Returns 0, or -1 with `err`
  * naming what is wrong. */
 int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err);

@@ -84,7 +84,7 @@ before(async () => {
   secrets = sharedSecrets(dir);
   const common = { pg, redis, secrets, wsroot, env: { JAILBOX_DRAIN_DELAY_MS: '700', JAILBOX_SHUTDOWN_GRACE_MS: '15000' } };
   A = await startInstance('a', dir, common);
-  B = await startInstance('b', dir, common);
+  B = await startInstance('b', dir, { ...common, redisUrl: redis.unixUrl }); // A over TCP, B over the Unix socket
   W = await startWorker('worker-1', dir, { pg, secrets, wsroot, env: { JAILBOX_SANDBOX_IMAGE: IMAGE } });
   lb = await startNginx(dir, [A, B]);
   for (const i of [A, B]) await waitFor(i.name + ' subscribed to Redis', async () => (await metric(i, 'jailbox_redis_up')) === 1, 20000, i.log);
@@ -134,6 +134,20 @@ test('/metrics: service token only; Prometheus text with the cluster and instanc
   for (const w of ['gvisor', 'docker', 'bwrap']) assert.equal(m[`jailbox_wall_probe_up{wall="${w}"}`], 1, w + ':\n' + r.text);
   // the load balancer does not route /metrics
   assert.equal((await fetch(lb.url + '/metrics', { headers: { authorization: 'Bearer ' + secrets.token } })).status, 404);
+});
+
+test('a wrong Redis password: the instance serves, its fan-out stays down and the log says why', async () => {
+  const C = await startInstance('c', dir, { pg, redis, redisUrl: `redis://:not-the-pass-7f3a@127.0.0.1:${redis.port}`, secrets, wsroot });
+  try {
+    await waitFor('AUTH refused in the log', () => /Redis unreachable.*AUTH/.test(C.log()), 10000, C.log);
+    const m = await C.metrics();
+    assert.equal(m.jailbox_redis_configured, 1);
+    assert.equal(m.jailbox_redis_up, 0);
+    assert.equal((await C.req('GET', '/v1/jailbox/' + S.jobId)).status, 200);
+    assert.doesNotMatch(C.log(), /not-the-pass-7f3a/, 'the password is never logged');
+  } finally {
+    assert.deepEqual(await C.stop(), { code: 0, sig: null });
+  }
 });
 
 let agentA, buyerA, buyerB;
@@ -215,7 +229,7 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
   }
   // what arrives on Redis is checked: an envelope on another session's channel, malformed
   // JSON, an event outside jailbox:*, a duplicate key or a NUL byte is never delivered
-  const cli = (...a) => execFileSync('redis-cli', ['-p', String(redis.port), ...a], { encoding: 'utf8' });
+  const cli = redis.cli;
   const mark = (k) => ({ jobId: S.jobId, state: 'forged-' + k });
   cli('PUBLISH', 'jailbox:session:job-other', JSON.stringify({ job: S.jobId, event: 'jailbox:state', payload: mark(1) }));
   cli('PUBLISH', 'jailbox:session:' + S.jobId, '{"job":');

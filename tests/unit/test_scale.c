@@ -43,10 +43,18 @@ static void redis_urls(void **state) {
   assert_int_equal(jb_redis_url_parse("unix:///run/redis/redis.sock", &a, &err), 0);
   assert_string_equal(a.path, "/run/redis/redis.sock");
   assert_string_equal(a.host, "");
+  assert_string_equal(a.password, "");
+  assert_int_equal(jb_redis_url_parse("unix://u:p@w@/run/r.sock", &a, &err), 0);
+  assert_string_equal(a.user, "u");
+  assert_string_equal(a.password, "p@w");
+  assert_string_equal(a.path, "/run/r.sock");
+  assert_int_equal(jb_redis_url_parse("unix://pw@/run/r.sock", &a, &err), 0);
+  assert_string_equal(a.user, "");
+  assert_string_equal(a.password, "pw");
 
   const char *bad[] = {"", "http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:12x",
                        "redis://h:", "redis://[::1", "redis://[]:1", "redis://h/db1", "redis://h?x=1",
-                       "redis://h x", "redis://h\n", "unix://relative.sock", "redis://h#f", NULL};
+                       "redis://h x", "redis://h\n", "unix://relative.sock", "redis://h#f", "unix://pw@relative.sock", "unix://", NULL};
   for (int i = 0; bad[i]; i++) {
     memset(&err, 0, sizeof err);
     assert_int_equal(jb_redis_url_parse(bad[i], &a, &err), -1);

@@ -73,14 +73,19 @@ export async function startPostgres(dir) {
   };
 }
 
-// redis-server on `port` (0: a free one), no persistence. restart() starts it again on the
-// same port, as an operator bringing Redis back would.
+// redis-server on `port` (0: a free one) and a Unix socket, with a password (AUTH), no
+// persistence. restart() starts it again on the same port and socket, as an operator
+// bringing Redis back would. .url is the TCP form, .unixUrl the socket form; .cli(...args)
+// runs redis-cli against it.
 export async function startRedis(dir, port = 0) {
   if (!port) port = await freePort();
+  const password = randomBytes(12).toString('hex');
+  const sock = join(dir, 'redis.sock');
   let child;
   const start = async () => {
     child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-      '--dir', dir, '--protected-mode', 'yes'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      '--dir', dir, '--protected-mode', 'yes', '--requirepass', password, '--unixsocket', sock, '--unixsocketperm', '700'],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (d) => { out += d; });
     await waitFor('redis-server ready', () => /Ready to accept connections/.test(out), 10000, () => out);
@@ -88,8 +93,10 @@ export async function startRedis(dir, port = 0) {
   await start();
   const r = {
     port,
-    url: `redis://127.0.0.1:${port}`,
+    url: `redis://:${password}@127.0.0.1:${port}`,
+    unixUrl: `unix://:${password}@${sock}`,
     get pid() { return child.pid; },
+    cli: (...a) => execFileSync('redis-cli', ['-p', String(port), '--no-auth-warning', '-a', password, ...a], { encoding: 'utf8' }),
     async stop() {
       if (!child || child.exitCode !== null) return;
       const done = new Promise((res) => child.once('exit', res));
@@ -113,7 +120,7 @@ export function sharedSecrets(dir) {
 }
 
 // One jailboxd on the shared database. Resolves once it listens; .url (REST) and .wsAddr.
-export async function startInstance(name, dir, { pg, redis, secrets, wsroot, env = {} }) {
+export async function startInstance(name, dir, { pg, redis, redisUrl, secrets, wsroot, env = {} }) {
   const state = join(dir, name);
   const child = spawn(JAILBOXD, [], {
     env: {
@@ -121,7 +128,7 @@ export async function startInstance(name, dir, { pg, redis, secrets, wsroot, env
       JAILBOX_STATE_DIR: state, JAILBOX_WORKSPACE_ROOT: wsroot, JAILBOX_DATABASE_URL: pg.url,
       JAILBOX_SERVICE_TOKEN_FILE: secrets.tokenFile, JAILBOX_SIGNING_KEY_FILE: secrets.keyFile,
       JAILBOX_LOG_LEVEL: 'info', JAILBOX_WS_WORKERS: '8',
-      ...(redis ? { JAILBOX_REDIS_URL: redis.url } : {}), ...env,
+      ...(redis ? { JAILBOX_REDIS_URL: redisUrl || redis.url } : {}), ...env,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
