@@ -68,10 +68,12 @@ test('compose file: PostgreSQL, Redis, two jailboxd, a worker and nginx; setting
     const s = c.services[n];
     assert.equal(s.image, 'jailbox:latest');
     assertSettings(s.environment, SERVER, n);
-    assert.match(s.environment.JAILBOX_REDIS_URL, /^redis:\/\/redis:/);
+    assert.match(s.environment.JAILBOX_REDIS_URL, /^redis:\/\/:\$\{REDIS_PASSWORD[^}]*\}@redis:6379$/);
     assert.match(s.environment.JAILBOX_DATABASE_URL, /@postgres:5432\//);
   }
   assertSettings(c.services.worker.environment, WORKER_SET, 'worker');
+  assert.ok(c.services.redis.command.includes('--requirepass'), 'Redis has a password');
+  assert.equal(c.services.redis.ports, undefined, 'Redis is not published');
   // compose's nginx site is deploy/nginx/jailbox.conf with the service names as upstreams
   const norm = (t) => t.split('\n').filter((l) => !/^\s*server \S+ max_fails|^\s*listen |^#/.test(l)).join('\n');
   assert.equal(norm(readFileSync(join(D, 'compose/nginx.conf'), 'utf8')), norm(readFileSync(join(D, 'nginx/jailbox.conf'), 'utf8')));
