@@ -26,6 +26,7 @@
 #include "server/keys.h"
 #include "server/metrics.h"
 #include "server/log.h"
+#include "server/opwait.h"
 #include "sandbox/supervise.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
@@ -39,6 +40,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     jb_cache_invalidate(app->cache, payload);
     return;
   }
+  if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/ops.c) */
+    jb_opwait_notify_payload(app->opwait, payload);
+    return;
+  }
   json_t *doc, *ev;
   const char *job, *event;
   /* delivered here only, never republished: every instance LISTENs, so each hands the
@@ -48,7 +53,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     json_decref(doc);
   }
 }
-static void on_listen_up(void *appv, bool up) { jb_cache_set_enabled(((struct jb_app *)appv)->cache, up); }
+static void on_listen_up(void *appv, bool up) {
+  jb_cache_set_enabled(((struct jb_app *)appv)->cache, up);
+  jb_opwait_set_up(((struct jb_app *)appv)->opwait, up);
+}
 /* Any event of a session published in this process means its cached view may be old. */
 static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
   (void)event, (void)payload;
@@ -184,7 +192,8 @@ int main(int argc, char **argv) {
 
   /* the read cache trusts only what a live LISTEN connection keeps fresh */
   app.cache = jb_cache_new(10000);
-  if (app.cache && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
+  app.opwait = jb_opwait_new();
+  if ((app.cache || app.opwait) && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
     exit_code = fatal("change listener", &err);
     goto out;
   }
@@ -256,6 +265,7 @@ out:
   jb_db_close(notify_db);
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
+  jb_opwait_free(app.opwait);
   jb_db_close(app.db);
   jb_keyring_free(app.keys);
   jb_bus_free(app.bus);

@@ -10,6 +10,8 @@
 # The tar stream is deterministic (sorted names, numeric owners, fixed times), so the
 # manifest digest names the content. Usage:
 #   build.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--rootfs DIR (keep it there)]
+#            [--extra /HOST/BINARY[:/IMAGE/PATH] ...]  (extra host binaries with their
+#            libraries, e.g. /usr/bin/cat for a benchmark image; never in the production image)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/deploy/lib/rootfs.sh"
@@ -17,12 +19,14 @@ SHIM="$ROOT/build/jailbox-shim"
 TAG=jailbox-sandbox:latest
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 KEEP=""
+EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --shim) SHIM=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --socket) SOCK=$2; shift 2 ;;
     --rootfs) KEEP=$2; shift 2 ;;
+    --extra) EXTRA+=("$2"); shift 2 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +45,9 @@ mkdir -p "$R"/{usr/bin,opt/jailbox/bin,etc/jailbox,workspace,tmp,proc,sys,dev}
 # the binaries and their libraries at the paths ldd prints (deploy/lib/rootfs.sh)
 rootfs_put_bin "$BWRAP" /usr/bin/bwrap
 rootfs_put_bin "$SETPRIV" /usr/bin/setpriv
+for x in "${EXTRA[@]}"; do
+  rootfs_put_bin "${x%%:*}" "${x#*:}"
+done
 install -m 0755 "$SHIM" "$R/opt/jailbox/bin/jailbox-shim"
 printf 'root:x:0:0:root:/:/nonexistent\nnobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n' > "$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
