@@ -7,7 +7,14 @@
 
 #include "db/db.h"
 
-#define MAX_PAYLOAD 7900
+#define MAX_PAYLOAD JB_EVENT_MAX_BYTES
+
+size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload) {
+  char *text = jb_event_encode(job_id, event, payload);
+  size_t n = text ? strlen(text) : 0;
+  free(text);
+  return n;
+}
 
 char *jb_event_encode(const char *job_id, const char *event, json_t *payload) {
   json_t *pl = payload ? json_incref(payload) : json_object();
