@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandbox/explain.h"
 #include "server/ctl.h"
 #include "server/audit.h"
 #include "server/keys.h"
@@ -281,45 +280,9 @@ static int keys_rotate(int argc, char **argv) {
   return 0;
 }
 
-/* explain JOB [--json]: the session contract of JOB (GET /v1/jailbox/JOB) for a person, or
- * its `walls` JSON as it is with --json. */
-static int explain(int argc, char **argv) {
-  bool as_json = argc == 2 && strcmp(argv[1], "--json") == 0;
-  if (argc < 1 || argc > 2 || (argc == 2 && !as_json)) {
-    usage(stderr);
-    return 2;
-  }
-  CURL *esc_h = curl_easy_init();
-  char *esc = esc_h ? curl_easy_escape(esc_h, argv[0], 0) : NULL;
-  char *path = NULL, *body = NULL;
-  size_t len = 0;
-  int rc = 2;
-  FILE *mem = open_memstream(&body, &len);
-  if (esc && mem && asprintf(&path, "/v1/jailbox/%s", esc) >= 0) rc = http_get_to(path, true, mem);
-  if (mem) fclose(mem);
-  if (rc == 0) {
-    json_t *sess = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-    json_t *walls = json_object_get(sess, "walls");
-    if (!json_is_object(walls)) {
-      fprintf(stderr, "jailboxctl explain: session %s has no contract yet (state %s)\n", argv[0],
-              json_string_value(json_object_get(sess, "state")) ? json_string_value(json_object_get(sess, "state")) : "?");
-      rc = 1;
-    } else if (as_json) {
-      rc = json_dumpf(walls, stdout, JSON_INDENT(2)) == 0 && puts("") >= 0 ? 0 : 2;
-    } else {
-      rc = jb_contract_explain(sess, stdout) == 0 ? 0 : 1;
-    }
-    json_decref(sess);
-  }
-  free(body);
-  free(path);
-  curl_free(esc);
-  if (esc_h) curl_easy_cleanup(esc_h);
-  return rc;
-}
-
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "explain") == 0) return explain(argc - 2, argv + 2);
+  int ctl_rc;
+  if (jb_ctl_dispatch(&argc, argv, &ctl_rc)) return ctl_rc; /* server/ctl_rest.c: the other verbs */
   if (argc >= 3 && strcmp(argv[1], "audit") == 0) {
     if (strcmp(argv[2], "verify") == 0) return audit_verify(argc - 3, argv + 3);
     if (strcmp(argv[2], "export") == 0) return audit_export(argc - 3, argv + 3);

@@ -1,10 +1,74 @@
-/* ctl.h — verbs of jailboxctl implemented outside its main file. Each takes the arguments
- * after the verb and returns the process exit code: 0 done, 1 refused/failed check, 2 usage
- * error, 3 failure (server or database unreachable). */
+/* ctl.h — the parts of jailboxctl shared between its files: the exit codes, the options every
+ * server verb takes, the REST client (libcurl) and the verbs implemented outside the main file
+ * (server/audit_cli.c). Each verb takes the arguments after its name and returns the process
+ * exit code. */
 #ifndef JB_CTL_H
 #define JB_CTL_H
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Exit codes of every verb. */
+enum {
+  JB_CTL_OK = 0,      /* done */
+  JB_CTL_REFUSED = 1, /* the server refused (HTTP 4xx, connect_error), or a check failed */
+  JB_CTL_USAGE = 2,   /* usage error: unknown verb or option, missing argument */
+  JB_CTL_FAILED = 3,  /* failure: server unreachable, HTTP 5xx, malformed answer, I/O */
+};
+
+/* Where the server is and who we are: JAILBOX_URL / JAILBOX_TOKEN / JAILBOX_WS_URL, overridden
+ * by --url / --token / --ws-url; --json asks for machine output. Strings are borrowed from the
+ * environment or argv. */
+struct jb_ctl {
+  const char *verb;   /* for messages: "jailboxctl approve" */
+  const char *url;    /* REST base, default http://127.0.0.1:8080 */
+  const char *token;  /* bearer token (service or buyer; agent for mcp-bridge) */
+  const char *ws_url; /* Socket.IO base; NULL: the host of `url`, port + 1 (the defaults' pair) */
+  bool json;
+  long quiet_status; /* an HTTP status the caller reports itself (jb_ctl_http prints nothing) */
+};
+
+/* One HTTP answer: status and body (NUL-terminated; free it). */
+struct jb_ctl_reply {
+  long status;
+  char *body;
+  size_t len;
+};
+
+/* Sends `method` `url`+`path` with the bearer token (when set) and `body` (borrowed; NULL: no
+ * body) as JSON; the answer, at most 64 MiB, goes to *r. Returns JB_CTL_OK for 2xx,
+ * JB_CTL_REFUSED for 4xx (the server's {error:{code,message}} printed to stderr), JB_CTL_FAILED
+ * when the server cannot be reached, answers 5xx or more than the limit (printed). *r is
+ * filled whenever the server answered; release it with jb_ctl_reply_free. */
+int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
+                struct jb_ctl_reply *r);
+void jb_ctl_reply_free(struct jb_ctl_reply *r);
+
+/* Parses the body of `r` as a JSON object (duplicate keys and nesting deeper than 64 refused).
+ * New reference, or NULL with a message printed. */
+json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
+
+/* Percent-encodes `s` for one path segment (RFC 3986 unreserved kept). New string or NULL. */
+char *jb_ctl_escape(const char *s);
+
+/* The Socket.IO base URL ("ws://host:port") of `o`, in `buf`. Returns 0, -1 when it cannot be
+ * derived (message printed). */
+int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
+
+/* Runs the verb of argv[1...] when it is one of the files outside audit_cli.c (or its --help),
+ * setting *rc; returns true then. Returns false for the verbs audit_cli.c handles itself, after
+ * taking --url/--token out of argv (into JAILBOX_URL / JAILBOX_TOKEN) for those that reach the
+ * server. */
+bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
+
 /* token create --role service [--label L] [--database-url URL | --state-dir DIR] */
 int jb_ctl_token_create(int argc, char **argv);
+
+/* watch JOB [--poll] [--interval MS] [--until-end]: live events (server/ctl_watch.c) */
+int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv);
+
+/* mcp-bridge --job JOB: MCP stdio server relaying to the session (server/ctl_bridge.c) */
+int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv);
 
 #endif

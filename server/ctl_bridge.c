@@ -1,0 +1,305 @@
+/* ctl_bridge.c — `jailboxctl mcp-bridge --job JOB`: a standard MCP server on stdio (MCP
+ * 2025-06-18 stdio transport: JSON-RPC 2.0 messages, one per line, UTF-8, on stdin/stdout;
+ * logs on stderr) that relays every message to the session's agent Socket.IO channel (the
+ * `mcp` event, answered through the ack; api/events.md) and writes the answers back. Any
+ * MCP client that can spawn a stdio server can so work inside a jailbox.
+ *
+ * Checks on the client's side of the bridge: a line over --max-message bytes is answered
+ * with a JSON-RPC error and skipped (never buffered whole); each line must be one strict JSON
+ * object (duplicate keys and nesting deeper than 32 refused) with jsonrpc "2.0"; batches are
+ * refused (MCP 2025-06-18 removed them). On the server's side: messages are size-limited by
+ * the Socket.IO client, and an ack that is not one JSON-RPC response to the request it
+ * answers becomes an internal error for that request. When the session's socket ends, every
+ * request still open gets an error and the bridge exits (status 1 when the server refused
+ * the token, 3 otherwise); at the end of stdin it waits for the open requests, then exits 0. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/json.h"
+#include "server/ctl.h"
+#include "server/sio_client.h"
+
+#define JSON_DEPTH 32
+#define MAX_OPEN 256 /* requests awaiting their answer */
+
+/* JSON-RPC 2.0 error codes (https://www.jsonrpc.org/specification §5.1) */
+#define RPC_PARSE (-32700)
+#define RPC_INVALID (-32600)
+#define RPC_INTERNAL (-32603)
+#define RPC_UNAVAILABLE (-32017) /* api/events.md: unavailable, try again */
+
+struct open_req {
+  uint64_t ack;
+  json_t *id;
+};
+
+struct bridge {
+  struct jb_ctl *o;
+  const char *job;
+  size_t max_message;
+  struct jb_sio *sio;
+  pthread_mutex_t lock; /* guards the fields below and stdout */
+  struct open_req open[MAX_OPEN];
+  size_t nopen;
+  bool eof;     /* stdin ended */
+  bool gone;    /* the socket ended */
+  bool refused; /* … because the server refused the token */
+};
+
+/* Writes one message line to stdout; caller holds b->lock. `msg` borrowed. */
+static void write_line(const json_t *msg) {
+  char *t = json_dumps(msg, JSON_COMPACT);
+  if (!t) return;
+  /* JSON_COMPACT escapes control characters: the line holds no raw newline */
+  fputs(t, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+  free(t);
+}
+
+static void write_error(json_t *id, int code, const char *msg, const char *reason) {
+  json_t *e = json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
+                        "error", "code", code, "message", msg);
+  if (e && reason) json_object_set_new(json_object_get(e, "error"), "data", json_pack("{s:s}", "reason", reason));
+  if (e) write_line(e);
+  json_decref(e);
+}
+
+/* ---------- socket side (service thread) ---------- */
+
+static void on_ack(void *ctx, struct jb_sio *s, uint64_t ack, json_t *args) {
+  struct bridge *b = ctx;
+  pthread_mutex_lock(&b->lock);
+  size_t i;
+  for (i = 0; i < b->nopen && b->open[i].ack != ack; i++) {}
+  if (i == b->nopen) { /* not ours (a notification's, or a duplicate): dropped */
+    pthread_mutex_unlock(&b->lock);
+    return;
+  }
+  json_t *id = b->open[i].id;
+  b->open[i] = b->open[--b->nopen];
+  json_t *resp = json_array_get(args, 0);
+  json_t *rid = json_object_get(resp, "id");
+  if (json_array_size(args) == 1 && json_is_object(resp) && rid && json_equal(rid, id) &&
+      (json_object_get(resp, "result") != NULL) != (json_object_get(resp, "error") != NULL))
+    write_line(resp);
+  else
+    write_error(id, RPC_INTERNAL, "jailbox answered with something that is not a JSON-RPC response", NULL);
+  json_decref(id);
+  bool done = b->eof && b->nopen == 0;
+  pthread_mutex_unlock(&b->lock);
+  if (done) jb_sio_stop(s);
+}
+
+static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack) {
+  struct bridge *b = ctx;
+  json_t *d = json_array_get(args, 0);
+  const char *job = json_string_value(json_object_get(d, "jobId"));
+  if (job && strcmp(job, b->job) != 0) {
+    fprintf(stderr, "jailboxctl mcp-bridge: the agent token belongs to session %s, not %s\n", job,
+            b->job);
+    pthread_mutex_lock(&b->lock);
+    b->refused = true;
+    pthread_mutex_unlock(&b->lock);
+    jb_sio_stop(s);
+    return;
+  }
+  /* the session's state for the log; MCP has no standard notification for it */
+  if (strcmp(name, "jailbox:state") == 0)
+    fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", b->job,
+            json_string_value(json_object_get(d, "state")) ? json_string_value(json_object_get(d, "state")) : "?");
+  else if (strcmp(name, "jailbox:abort") == 0)
+    fprintf(stderr, "jailboxctl mcp-bridge: session %s was aborted\n", b->job);
+}
+
+static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
+  struct bridge *b = ctx;
+  fprintf(stderr, "jailboxctl mcp-bridge: connected to session %s\n", b->job);
+}
+
+static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
+  struct bridge *b = ctx;
+  pthread_mutex_lock(&b->lock);
+  b->gone = true;
+  b->refused |= refused;
+  if (!(b->eof && b->nopen == 0) && strcmp(why, "stopped") != 0)
+    fprintf(stderr, "jailboxctl mcp-bridge: %s%s\n", refused ? "refused by the server: " : "", why);
+  char msg[600];
+  snprintf(msg, sizeof msg, "the jailbox session is not reachable: %s", why);
+  for (size_t i = 0; i < b->nopen; i++) {
+    write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
+    json_decref(b->open[i].id);
+  }
+  b->nopen = 0;
+  pthread_mutex_unlock(&b->lock);
+}
+
+/* ---------- client side (stdin thread) ---------- */
+
+/* One complete line from the client. */
+static void client_line(struct bridge *b, const char *line, size_t n) {
+  while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
+  if (n == 0) return; /* blank lines are not messages */
+  if (jb_json_depth(line, n, JSON_DEPTH) > JSON_DEPTH) {
+    pthread_mutex_lock(&b->lock);
+    write_error(NULL, RPC_PARSE, "Parse error: JSON nested deeper than 32", NULL);
+    pthread_mutex_unlock(&b->lock);
+    return;
+  }
+  json_error_t je;
+  json_t *msg = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+  const char *bad = NULL;
+  int code = RPC_INVALID;
+  json_t *id = json_object_get(msg, "id");
+  const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
+  if (!msg) bad = je.text, code = RPC_PARSE;
+  else if (json_is_array(msg)) bad = "Invalid Request: batches are not supported (MCP 2025-06-18)";
+  else if (!json_is_object(msg)) bad = "Invalid Request: a message is a JSON object";
+  else if (!ver || strcmp(ver, "2.0") != 0) bad = "Invalid Request: jsonrpc must be \"2.0\"";
+  else if (id && !json_is_string(id) && !json_is_integer(id))
+    bad = "Invalid Request: id must be a string or an integer";
+  if (!bad && !json_object_get(msg, "method")) { /* a response: jailbox sends no requests */
+    json_decref(msg);
+    return;
+  }
+  pthread_mutex_lock(&b->lock);
+  if (!bad && b->gone) bad = "the jailbox session is not reachable", code = RPC_UNAVAILABLE;
+  if (!bad && id && b->nopen == MAX_OPEN) bad = "too many requests awaiting an answer", code = RPC_UNAVAILABLE;
+  if (bad) {
+    char m[300];
+    snprintf(m, sizeof m, "%s%s", code == RPC_PARSE ? "Parse error: " : "", bad);
+    if (id) write_error(id, code, m, code == RPC_UNAVAILABLE ? "unavailable" : NULL);
+    else if (code != RPC_UNAVAILABLE || !json_object_get(msg, "method")) write_error(NULL, code, m, NULL);
+    pthread_mutex_unlock(&b->lock);
+    json_decref(msg);
+    return;
+  }
+  uint64_t ack = 0;
+  json_t *keep = id ? json_incref(id) : NULL;
+  if (jb_sio_emit(b->sio, "mcp", msg, id != NULL, &ack) < 0) {
+    if (keep) write_error(keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
+    json_decref(keep);
+  } else if (keep) {
+    b->open[b->nopen++] = (struct open_req){.ack = ack, .id = keep};
+  }
+  pthread_mutex_unlock(&b->lock);
+}
+
+static void *stdin_thread(void *arg) {
+  struct bridge *b = arg;
+  size_t cap = 65536, len = 0;
+  char *buf = malloc(cap);
+  bool skipping = false; /* inside a line that was too long */
+  char chunk[65536];
+  for (;;) {
+    ssize_t r = buf ? read(STDIN_FILENO, chunk, sizeof chunk) : 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r;) {
+      char *nl = memchr(chunk + i, '\n', (size_t)(r - i));
+      size_t take = nl ? (size_t)(nl - (chunk + i)) : (size_t)(r - i);
+      if (!skipping && len + take > b->max_message) {
+        skipping = true;
+        len = 0;
+        pthread_mutex_lock(&b->lock);
+        char m[128];
+        snprintf(m, sizeof m, "Invalid Request: message over %zu bytes", b->max_message);
+        write_error(NULL, RPC_INVALID, m, "too_large");
+        pthread_mutex_unlock(&b->lock);
+      }
+      if (!skipping) {
+        if (len + take > cap) {
+          size_t nc = cap;
+          while (nc < len + take) nc *= 2;
+          char *nb = realloc(buf, nc);
+          if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+          }
+          buf = nb;
+          cap = nc;
+        }
+        memcpy(buf + len, chunk + i, take);
+        len += take;
+      }
+      i += (ssize_t)take;
+      if (nl) {
+        if (!skipping) client_line(b, buf, len);
+        skipping = false;
+        len = 0;
+        i++;
+      }
+    }
+    if (!buf) break;
+  }
+  if (buf && len && !skipping) client_line(b, buf, len); /* a last line without newline */
+  free(buf);
+  pthread_mutex_lock(&b->lock);
+  b->eof = true;
+  bool done = b->nopen == 0;
+  pthread_mutex_unlock(&b->lock);
+  if (done) jb_sio_stop(b->sio);
+  return NULL;
+}
+
+int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
+  struct bridge b = {.o = o, .max_message = 4u << 20};
+  const char *tok = getenv("JAILBOX_AGENT_TOKEN");
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) b.job = argv[++i];
+    else if (strcmp(argv[i], "--max-message") == 0 && i + 1 < argc) {
+      char *end;
+      errno = 0;
+      long long v = strtoll(argv[++i], &end, 10);
+      if (errno || *end || v < 1024 || v > (64LL << 20)) {
+        fprintf(stderr, "%s: --max-message takes 1024 to 67108864 bytes\n", o->verb);
+        return JB_CTL_USAGE;
+      }
+      b.max_message = (size_t)v;
+    } else {
+      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb, argv[i]);
+      return JB_CTL_USAGE;
+    }
+  }
+  if (!tok || !tok[0]) tok = o->token;
+  if (!b.job || !tok || !tok[0]) {
+    fprintf(stderr, "%s: --job JOB and the agent token (JAILBOX_AGENT_TOKEN) are required\n", o->verb);
+    return JB_CTL_USAGE;
+  }
+  char base[512];
+  if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
+  pthread_mutex_init(&b.lock, NULL);
+  struct jb_sio_settings set = {.base_url = base, .token = tok,
+                                .max_message = b.max_message + 4096, .connect_timeout_ms = 10000};
+  struct jb_sio_handlers h = {.ctx = &b, .connected = on_connected, .event = on_event,
+                              .ack = on_ack, .closed = on_closed};
+  jb_error err = {0};
+  if (jb_sio_open(&b.sio, &set, &h, &err) < 0) {
+    fprintf(stderr, "%s: %s\n", o->verb, err.msg);
+    return JB_CTL_USAGE;
+  }
+  pthread_t t;
+  if (pthread_create(&t, NULL, stdin_thread, &b) != 0) {
+    jb_sio_free(b.sio);
+    return JB_CTL_FAILED;
+  }
+  jb_sio_run(b.sio);
+  pthread_mutex_lock(&b.lock);
+  bool eof = b.eof, refused = b.refused;
+  pthread_mutex_unlock(&b.lock);
+  if (!eof) {
+    /* the socket ended first: the stdin thread may sit in read(); answers were sent */
+    fflush(stdout);
+    _exit(refused ? JB_CTL_REFUSED : JB_CTL_FAILED);
+  }
+  pthread_join(t, NULL);
+  jb_sio_free(b.sio);
+  pthread_mutex_destroy(&b.lock);
+  return refused ? JB_CTL_REFUSED : JB_CTL_OK;
+}

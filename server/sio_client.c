@@ -1,0 +1,486 @@
+/* sio_client.c — the Socket.IO v5 / Engine.IO v4 websocket client of jailboxctl (see
+ * sio_client.h): libwebsockets' client role for the WebSocket, our own Engine.IO and
+ * Socket.IO packet handling on top, the cross-thread send queue, size limits and strict JSON.
+ * Protocols: https://socket.io/docs/v4/engine-io-protocol/ (v4),
+ * https://socket.io/docs/v4/socket-io-protocol/ (v5), RFC 6455. */
+#define _GNU_SOURCE
+#include "server/sio_client.h"
+
+#include <errno.h>
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/json.h"
+
+#define JSON_DEPTH 32
+#define ACK_ID_MAX 9007199254740991ULL /* 2^53 - 1 (what a JS peer can hold) */
+
+struct msg {
+  struct msg *next;
+  size_t len;
+  unsigned char buf[]; /* LWS_PRE bytes, then the text */
+};
+
+enum st { ST_CONNECTING, ST_EIO, ST_SIO, ST_CLOSED };
+
+struct jb_sio {
+  struct jb_sio_handlers h;
+  struct lws_context *ctx;
+  struct lws *wsi;
+  char *host, *path, *token;
+  int port;
+  bool tls;
+  size_t max_message;
+  long connect_timeout_ms;
+  long ping_window_ms; /* pingInterval + pingTimeout from the open packet */
+  enum st st;
+  bool ended;       /* `closed` handler called: the loop stops */
+  char *rx;         /* the message being reassembled */
+  size_t rx_len, rx_cap;
+  struct msg *out, **out_tail; /* service thread: ready for the wire */
+
+  pthread_mutex_t lock; /* guards everything below */
+  struct msg *q, **q_tail;
+  uint64_t next_ack;
+  bool stopping;
+};
+
+/* ---------- queue ---------- */
+
+static struct msg *msg_new(const char *a, size_t alen, const char *b, size_t blen) {
+  struct msg *m = malloc(sizeof *m + LWS_PRE + alen + blen);
+  if (!m) return NULL;
+  m->next = NULL;
+  m->len = alen + blen;
+  memcpy(m->buf + LWS_PRE, a, alen);
+  if (blen) memcpy(m->buf + LWS_PRE + alen, b, blen);
+  return m;
+}
+
+static void msgs_free(struct msg *m) {
+  while (m) {
+    struct msg *n = m->next;
+    free(m);
+    m = n;
+  }
+}
+
+/* Service thread: a message straight to the wire queue. */
+static void send_now(struct jb_sio *s, const char *text) {
+  struct msg *m = msg_new(text, strlen(text), NULL, 0);
+  if (!m || !s->wsi) {
+    free(m);
+    return;
+  }
+  *s->out_tail = m;
+  s->out_tail = &m->next;
+  lws_callback_on_writable(s->wsi);
+}
+
+static void end(struct jb_sio *s, bool refused, const char *why) {
+  if (s->ended) return;
+  s->ended = true;
+  s->st = ST_CLOSED;
+  if (s->h.closed) s->h.closed(s->h.ctx, s, refused, why);
+}
+
+int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id) {
+  json_t *pkt = json_pack("[s]", name);
+  if (pkt && arg) json_array_append(pkt, arg);
+  json_decref(arg);
+  char *body = pkt ? json_dumps(pkt, JSON_COMPACT) : NULL;
+  json_decref(pkt);
+  if (!body) return -1;
+  int rc = -1;
+  pthread_mutex_lock(&s->lock);
+  if (!s->stopping) {
+    char head[32];
+    uint64_t id = want_ack ? ++s->next_ack : 0;
+    if (want_ack) snprintf(head, sizeof head, "42%llu", (unsigned long long)id);
+    else snprintf(head, sizeof head, "42");
+    struct msg *m = msg_new(head, strlen(head), body, strlen(body));
+    if (m) {
+      *s->q_tail = m;
+      s->q_tail = &m->next;
+      if (ack_id) *ack_id = id;
+      rc = 0;
+    }
+  }
+  pthread_mutex_unlock(&s->lock);
+  free(body);
+  if (rc == 0) lws_cancel_service(s->ctx);
+  return rc;
+}
+
+void jb_sio_stop(struct jb_sio *s) {
+  pthread_mutex_lock(&s->lock);
+  s->stopping = true;
+  pthread_mutex_unlock(&s->lock);
+  lws_cancel_service(s->ctx);
+}
+
+/* ---------- incoming ---------- */
+
+static json_t *parse_array(const char *p, size_t n) {
+  if (jb_json_depth(p, n, JSON_DEPTH) > JSON_DEPTH) return NULL;
+  json_t *v = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
+  if (v && !json_is_array(v)) {
+    json_decref(v);
+    return NULL;
+  }
+  return v;
+}
+
+/* Leading decimal ack id of an EVENT/ACK; 0 when absent. Returns -1 when it is too large. */
+static int read_id(const char **p, const char *e, uint64_t *id) {
+  *id = 0;
+  while (*p < e && **p >= '0' && **p <= '9') {
+    *id = *id * 10 + (uint64_t)(**p - '0');
+    if (*id > ACK_ID_MAX) return -1;
+    (*p)++;
+  }
+  return 0;
+}
+
+/* One Socket.IO packet (the Engine.IO message's data). Returns -1 to close (protocol). */
+static int sio_packet(struct jb_sio *s, const char *p, size_t n) {
+  const char *e = p + n;
+  if (n == 0) return -1;
+  char type = *p++;
+  if (p < e && *p == '/') return -1; /* only the main namespace exists */
+  switch (type) {
+  case '0': { /* CONNECT {sid} */
+    if (s->st != ST_EIO) return -1;
+    json_t *o = jb_json_parse_object(p, (size_t)(e - p), JSON_DEPTH, &(jb_error){0});
+    const char *sid = json_string_value(json_object_get(o, "sid"));
+    s->st = ST_SIO;
+    lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
+    if (s->h.connected) s->h.connected(s->h.ctx, s, sid ? sid : "");
+    json_decref(o);
+    lws_cancel_service(s->ctx); /* drain what was emitted before CONNECT */
+    return 0;
+  }
+  case '4': { /* CONNECT_ERROR {message} */
+    json_t *o = jb_json_parse_object(p, (size_t)(e - p), JSON_DEPTH, &(jb_error){0});
+    const char *m = json_string_value(json_object_get(o, "message"));
+    char why[512];
+    snprintf(why, sizeof why, "%s", m ? m : "connection refused");
+    json_decref(o);
+    end(s, true, why);
+    return -1;
+  }
+  case '1': /* DISCONNECT */
+    end(s, false, "the server disconnected the socket");
+    return -1;
+  case '2':   /* EVENT [id][name, …] */
+  case '3': { /* ACK id[…] */
+    if (s->st != ST_SIO) return -1;
+    uint64_t id;
+    if (read_id(&p, e, &id) < 0) return -1;
+    json_t *a = parse_array(p, (size_t)(e - p));
+    if (!a) return -1;
+    if (type == '3') {
+      if (id == 0) {
+        json_decref(a);
+        return -1;
+      }
+      if (s->h.ack) s->h.ack(s->h.ctx, s, id, a);
+    } else {
+      const char *name = json_string_value(json_array_get(a, 0));
+      if (!name) {
+        json_decref(a);
+        return -1;
+      }
+      json_t *args = json_array();
+      for (size_t i = 1; args && i < json_array_size(a); i++) json_array_append(args, json_array_get(a, i));
+      if (args && s->h.event) s->h.event(s->h.ctx, s, name, args, id);
+      json_decref(args);
+    }
+    json_decref(a);
+    return 0;
+  }
+  default: /* binary packets (5, 6) and anything else */
+    return -1;
+  }
+}
+
+/* One Engine.IO packet. Returns -1 to close. */
+static int eio_packet(struct jb_sio *s, const char *p, size_t n) {
+  if (n == 0) return -1;
+  switch (p[0]) {
+  case '0': { /* open {sid, upgrades, pingInterval, pingTimeout, maxPayload} */
+    if (s->st != ST_CONNECTING) return -1;
+    json_t *o = jb_json_parse_object(p + 1, n - 1, JSON_DEPTH, &(jb_error){0});
+    json_int_t pi = json_integer_value(json_object_get(o, "pingInterval"));
+    json_int_t pt = json_integer_value(json_object_get(o, "pingTimeout"));
+    json_int_t mp = json_integer_value(json_object_get(o, "maxPayload"));
+    json_decref(o);
+    if (pi <= 0 || pt <= 0) return -1;
+    s->ping_window_ms = (long)(pi + pt);
+    /* the server never sends more than its own maxPayload per message (plus framing) */
+    if (mp > 0 && (size_t)mp * 2 + 64 < s->max_message) s->max_message = (size_t)mp * 2 + 64;
+    s->st = ST_EIO;
+    json_t *auth = json_pack("{s:s}", "token", s->token);
+    char *a = auth ? json_dumps(auth, JSON_COMPACT) : NULL;
+    json_decref(auth);
+    if (!a) return -1;
+    struct msg *m = msg_new("40", 2, a, strlen(a));
+    free(a);
+    if (!m) return -1;
+    *s->out_tail = m; /* CONNECT goes before anything emitted */
+    s->out_tail = &m->next;
+    lws_callback_on_writable(s->wsi);
+    return 0;
+  }
+  case '2': /* ping → pong; the server is alive */
+    send_now(s, "3");
+    if (s->ping_window_ms) lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
+    return 0;
+  case '1': /* close */
+    end(s, false, "the server closed the connection");
+    return -1;
+  case '4':
+    return sio_packet(s, p + 1, n - 1);
+  case '6': /* noop */
+    return 0;
+  default:
+    return -1;
+  }
+}
+
+/* ---------- libwebsockets ---------- */
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len) {
+  struct jb_sio *s = lws_context_user(lws_get_context(wsi));
+  if (!s) return 0;
+  char why[300];
+  switch (reason) {
+  case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+    snprintf(why, sizeof why, "cannot connect: %s", in ? (const char *)in : "connection failed");
+    s->wsi = NULL;
+    end(s, false, why);
+    return 0;
+  case LWS_CALLBACK_CLIENT_ESTABLISHED:
+    lws_set_timer_usecs(wsi, (lws_usec_t)s->connect_timeout_ms * 1000);
+    return 0;
+  case LWS_CALLBACK_CLIENT_RECEIVE: {
+    if (lws_frame_is_binary(wsi)) {
+      lws_close_reason(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, NULL, 0);
+      end(s, false, "protocol error: binary frame");
+      return -1;
+    }
+    if (lws_is_first_fragment(wsi)) s->rx_len = 0;
+    if (s->rx_len + len > s->max_message) {
+      lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, NULL, 0);
+      snprintf(why, sizeof why, "the server sent a message over %zu bytes", s->max_message);
+      end(s, false, why);
+      return -1;
+    }
+    if (s->rx_len + len + 1 > s->rx_cap) {
+      size_t cap = s->rx_cap ? s->rx_cap : 4096;
+      while (cap < s->rx_len + len + 1) cap *= 2;
+      char *nb = realloc(s->rx, cap);
+      if (!nb) {
+        end(s, false, "out of memory");
+        return -1;
+      }
+      s->rx = nb;
+      s->rx_cap = cap;
+    }
+    memcpy(s->rx + s->rx_len, in, len);
+    s->rx_len += len;
+    if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
+    if (eio_packet(s, s->rx, s->rx_len) < 0) {
+      if (!s->ended) {
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, NULL, 0);
+        end(s, false, "protocol error: unexpected or malformed packet from the server");
+      }
+      return -1;
+    }
+    return 0;
+  }
+  case LWS_CALLBACK_CLIENT_WRITEABLE: {
+    struct msg *m = s->out;
+    if (!m) {
+      if (s->st == ST_CLOSED) return -1;
+      return 0;
+    }
+    s->out = m->next;
+    if (!s->out) s->out_tail = &s->out;
+    int w = lws_write(wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
+    free(m);
+    if (w < 0) {
+      end(s, false, "write failed");
+      return -1;
+    }
+    if (s->out || s->st == ST_CLOSED) lws_callback_on_writable(wsi);
+    return 0;
+  }
+  case LWS_CALLBACK_TIMER:
+    end(s, false, s->st == ST_SIO ? "no ping from the server in time" : "connect timed out");
+    return -1;
+  case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
+    pthread_mutex_lock(&s->lock);
+    bool stop = s->stopping;
+    struct msg *q = NULL;
+    if (s->st == ST_SIO || stop) {
+      q = s->q;
+      s->q = NULL;
+      s->q_tail = &s->q;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (stop) {
+      msgs_free(q);
+      if (s->wsi && s->st == ST_SIO) {
+        send_now(s, "41"); /* Socket.IO DISCONNECT, then the close frame */
+        end(s, false, "stopped");
+      } else {
+        end(s, false, "stopped");
+      }
+      return 0;
+    }
+    if (q && s->wsi) {
+      *s->out_tail = q;
+      while (q->next) q = q->next;
+      s->out_tail = &q->next;
+      lws_callback_on_writable(s->wsi);
+    } else {
+      msgs_free(q);
+    }
+    return 0;
+  }
+  case LWS_CALLBACK_CLIENT_CLOSED:
+    s->wsi = NULL;
+    end(s, false, "the connection closed");
+    return 0;
+  case LWS_CALLBACK_WSI_DESTROY:
+    if (wsi == s->wsi) {
+      s->wsi = NULL;
+      end(s, false, "the connection closed");
+    }
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+static const struct lws_protocols protocols[] = {
+    {"jailbox-sio-client", callback, 0, 65536, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* ---------- life cycle ---------- */
+
+static int parse_url(struct jb_sio *s, const char *url, jb_error *err) {
+  const char *p;
+  if (strncmp(url, "ws://", 5) == 0) p = url + 5;
+  else if (strncmp(url, "wss://", 6) == 0) p = url + 6, s->tls = true;
+  else if (strncmp(url, "http://", 7) == 0) p = url + 7;
+  else if (strncmp(url, "https://", 8) == 0) p = url + 8, s->tls = true;
+  else return jb_fail(err, EINVAL, "Socket.IO URL '%s': use ws:// or wss://", url);
+  const char *slash = strchr(p, '/');
+  size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+  char hostport[300];
+  if (hl == 0 || hl >= sizeof hostport) return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad host", url);
+  memcpy(hostport, p, hl);
+  hostport[hl] = '\0';
+  s->port = s->tls ? 443 : 80;
+  char *colon = strrchr(hostport, ':');
+  char *rb = strrchr(hostport, ']');
+  if (colon && (!rb || colon > rb)) {
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (*end || v <= 0 || v > 65535) return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad port", url);
+    s->port = (int)v;
+    *colon = '\0';
+  }
+  char *h = hostport;
+  if (h[0] == '[') {
+    h++;
+    char *r = strchr(h, ']');
+    if (r) *r = '\0';
+  }
+  const char *prefix = slash ? slash : "";
+  size_t pl = strlen(prefix);
+  while (pl > 0 && prefix[pl - 1] == '/') pl--;
+  s->host = strdup(h);
+  if (!s->host || asprintf(&s->path, "%.*s/socket.io/?EIO=4&transport=websocket", (int)pl, prefix) < 0) {
+    s->path = NULL;
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
+                const struct jb_sio_handlers *h, jb_error *err) {
+  struct jb_sio *s = calloc(1, sizeof *s);
+  if (!s) return jb_fail(err, ENOMEM, "out of memory");
+  pthread_mutex_init(&s->lock, NULL);
+  s->h = *h;
+  s->q_tail = &s->q;
+  s->out_tail = &s->out;
+  s->max_message = set->max_message ? set->max_message : (16u << 20);
+  s->connect_timeout_ms = set->connect_timeout_ms > 0 ? set->connect_timeout_ms : 10000;
+  s->token = strdup(set->token ? set->token : "");
+  if (!s->token || parse_url(s, set->base_url, err) < 0) {
+    if (!s->token) jb_fail(err, ENOMEM, "out of memory");
+    jb_sio_free(s);
+    return -1;
+  }
+  lws_set_log_level(LLL_ERR, NULL);
+  struct lws_context_creation_info info;
+  memset(&info, 0, sizeof info);
+  info.port = CONTEXT_PORT_NO_LISTEN;
+  info.protocols = protocols;
+  info.user = s;
+  info.options = s->tls ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0;
+  info.fd_limit_per_thread = 16;
+  s->ctx = lws_create_context(&info);
+  if (!s->ctx) {
+    jb_sio_free(s);
+    return jb_fail(err, EIO, "libwebsockets: cannot create a client context");
+  }
+  struct lws_client_connect_info cc;
+  memset(&cc, 0, sizeof cc);
+  cc.context = s->ctx;
+  cc.address = s->host;
+  cc.port = s->port;
+  cc.path = s->path;
+  cc.host = s->host;
+  cc.origin = s->host;
+  cc.ssl_connection = s->tls ? LCCSCF_USE_SSL : 0;
+  cc.local_protocol_name = protocols[0].name;
+  cc.pwsi = &s->wsi;
+  if (!lws_client_connect_via_info(&cc) && !s->ended) {
+    jb_sio_free(s);
+    return jb_fail(err, ECONNREFUSED, "cannot start connecting to %s:%d", cc.address, cc.port);
+  }
+  *out = s;
+  return 0;
+}
+
+int jb_sio_run(struct jb_sio *s) {
+  while (!s->ended)
+    if (lws_service(s->ctx, 0) < 0) end(s, false, "service loop failed");
+  /* let the DISCONNECT and the close frame go out (bounded) */
+  for (int i = 0; i < 20 && s->wsi && s->out; i++) lws_service(s->ctx, 0);
+  return 0;
+}
+
+void jb_sio_free(struct jb_sio *s) {
+  if (!s) return;
+  if (s->ctx) lws_context_destroy(s->ctx);
+  msgs_free(s->q);
+  msgs_free(s->out);
+  free(s->rx);
+  free(s->host);
+  free(s->path);
+  if (s->token) explicit_bzero(s->token, strlen(s->token));
+  free(s->token);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}

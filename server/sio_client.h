@@ -1,0 +1,69 @@
+/* sio_client.h — a Socket.IO v5 client over Engine.IO v4 on the websocket transport only,
+ * the client side of what server/ws.c serves (api/events.md). libwebsockets' client carries
+ * the WebSocket (RFC 6455) handshake and frames; this file owns the Engine.IO packets (open,
+ * ping/pong, message, close), the Socket.IO packets of the main namespace (CONNECT with auth
+ * {token}, CONNECT_ERROR, EVENT with and without an ack id, ACK, DISCONNECT), message size
+ * limits and strict JSON.
+ *
+ * Threads: jb_sio_run runs the libwebsockets service loop on the calling thread, and every
+ * handler is called there. jb_sio_emit and jb_sio_stop may be called from any thread: they
+ * serialise on the caller's thread, append to a locked queue and wake the loop with
+ * lws_cancel_service(); the queue is drained in LWS_CALLBACK_EVENT_WAIT_CANCELLED, and only
+ * once the Socket.IO CONNECT has been accepted (messages emitted earlier wait for it). */
+#ifndef JB_SIO_CLIENT_H
+#define JB_SIO_CLIENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/err.h"
+
+struct jb_sio;
+
+struct jb_sio_handlers {
+  void *ctx;
+  /* The server accepted CONNECT; `sid` is the Socket.IO session id. Optional. */
+  void (*connected)(void *ctx, struct jb_sio *s, const char *sid);
+  /* An EVENT `name` with `args` (borrowed array without the name). `ack_id` is the id the
+   * server wants acknowledged, or 0 (this client never acknowledges: jailboxd sends none). */
+  void (*event)(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack_id);
+  /* The ACK of the emit that got `id` (borrowed array of its arguments). */
+  void (*ack)(void *ctx, struct jb_sio *s, uint64_t id, json_t *args);
+  /* The connection ended: `refused` when the server answered CONNECT_ERROR (`why` is its
+   * message), else `why` says what happened (closed by the server, network, protocol). Called
+   * once; jb_sio_run returns after it. */
+  void (*closed)(void *ctx, struct jb_sio *s, bool refused, const char *why);
+};
+
+struct jb_sio_settings {
+  const char *base_url;  /* "ws://host:port" (or wss://, or with a path prefix) */
+  const char *token;     /* sent as the CONNECT auth {token} */
+  size_t max_message;    /* largest message accepted from the server, bytes (also capped by
+                            twice the server's maxPayload); larger: close 1009 */
+  long connect_timeout_ms; /* the WebSocket upgrade and the Socket.IO CONNECT within, ms */
+};
+
+/* Creates the client and starts connecting (nothing runs until jb_sio_run). `set` strings are
+ * copied. Returns 0 with *out set, or -1 with `err` (bad URL, out of memory). */
+int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
+                const struct jb_sio_handlers *h, jb_error *err);
+
+/* Runs the service loop until the connection has ended (the `closed` handler has been
+ * called). Returns 0. */
+int jb_sio_run(struct jb_sio *s);
+
+/* Sends EVENT [name, arg] (`arg` stolen; NULL: no argument). With `want_ack`, *ack_id gets
+ * the id the ACK will carry (1, 2, …). Thread-safe. Returns 0, or -1 when the client is
+ * closing or out of memory (`arg` released either way). */
+int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id);
+
+/* Closes the connection (WebSocket close 1000 after a Socket.IO DISCONNECT) and makes
+ * jb_sio_run return. Thread-safe; idempotent. */
+void jb_sio_stop(struct jb_sio *s);
+
+/* Frees the client after jb_sio_run returned. NULL is allowed. */
+void jb_sio_free(struct jb_sio *s);
+
+#endif
