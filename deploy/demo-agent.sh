@@ -11,6 +11,9 @@ CTL=${JAILBOXCTL:-jailboxctl}
 say() { printf '  agent %s\n' "$*"; }
 
 coproc BRIDGE { exec "$CTL" mcp-bridge --job "$JOB" 2> >(sed 's/^/  bridge: /' >&2); }
+BPID=$BRIDGE_PID # bash unsets BRIDGE_PID once the coprocess has ended
+trap 'kill "$BPID" 2>/dev/null || true' EXIT
+trap 'exit 1' TERM INT
 IN=${BRIDGE[1]}
 OUT=${BRIDGE[0]}
 ID=0
@@ -76,4 +79,4 @@ call done '{"summary":"Added a build note to ReadMe.md."}'
 must_ok done
 say "done -> $(jq -c '.result.structuredContent' <<<"$REPLY_JSON" | cut -c1-120)"
 exec {IN}>&-
-wait "$BRIDGE_PID"
+wait "$BPID"

@@ -78,7 +78,8 @@ step "the agent works; the buyer watches (jailboxctl watch) and decides"
 WATCH_LOG=$(mktemp)
 "$CTL" watch "$JOB" --until-end > >(tee "$WATCH_LOG" | sed 's/^/  buyer sees: /') 2>/dev/null &
 WATCH_PID=$!
-trap 'kill $WATCH_PID 2>/dev/null || true; rm -f "$WATCH_LOG"' EXIT
+AGENT_PID=""
+trap 'kill $WATCH_PID $AGENT_PID 2>/dev/null || true; rm -f "$WATCH_LOG"' EXIT
 JAILBOX_AGENT_TOKEN=$AGENT "$HERE/demo-agent.sh" "$JOB" &
 AGENT_PID=$!
 
