@@ -10,7 +10,7 @@ JOB=$1
 CTL=${JAILBOXCTL:-jailboxctl}
 say() { printf '  agent %s\n' "$*"; }
 
-coproc BRIDGE { exec "$CTL" mcp-bridge --job "$JOB" 2> >(sed 's/^/  bridge: /' >&2); }
+coproc BRIDGE { exec "$CTL" mcp-bridge --job "$JOB" 2> >(sed -u 's/^/  bridge: /' >&2); }
 BPID=$BRIDGE_PID # bash unsets BRIDGE_PID once the coprocess has ended
 trap 'kill "$BPID" 2>/dev/null || true' EXIT
 trap 'exit 1' TERM INT

@@ -76,7 +76,7 @@ step "the session contract (jailboxctl explain $JOB)"
 # ---- the buyer watches live; the agent works ----
 step "the agent works; the buyer watches (jailboxctl watch) and decides"
 WATCH_LOG=$(mktemp)
-"$CTL" watch "$JOB" --until-end > >(tee "$WATCH_LOG" | sed 's/^/  buyer sees: /') 2>/dev/null &
+"$CTL" watch "$JOB" --until-end > >(tee "$WATCH_LOG" | sed -u 's/^/  buyer sees: /') 2>/dev/null &
 WATCH_PID=$!
 AGENT_PID=""
 trap 'kill $WATCH_PID $AGENT_PID 2>/dev/null || true; rm -f "$WATCH_LOG"' EXIT
