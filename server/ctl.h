@@ -49,6 +49,12 @@ void jb_ctl_reply_free(struct jb_ctl_reply *r);
  * New reference, or NULL with a message printed. */
 json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
 
+/* `s` made safe for a terminal: C0 and C1 control characters and DEL (which could move the
+ * cursor, retitle the window or hide text: strings from the server may come from the agent)
+ * become '?', and more than 512 bytes are cut with "…". A string of a rotating pool of 16
+ * (borrowed; valid until 16 more calls; not thread-safe). NULL gives "-". */
+const char *jb_ctl_text(const char *s);
+
 /* Percent-encodes `s` for one path segment (RFC 3986 unreserved kept). New string or NULL. */
 char *jb_ctl_escape(const char *s);
 

@@ -101,8 +101,8 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   json_t *d = json_array_get(args, 0);
   const char *job = json_string_value(json_object_get(d, "jobId"));
   if (job && strcmp(job, b->job) != 0) {
-    fprintf(stderr, "jailboxctl mcp-bridge: the agent token belongs to session %s, not %s\n", job,
-            b->job);
+    fprintf(stderr, "jailboxctl mcp-bridge: the agent token belongs to session %s, not %s\n",
+            jb_ctl_text(job), jb_ctl_text(b->job));
     pthread_mutex_lock(&b->lock);
     b->refused = true;
     pthread_mutex_unlock(&b->lock);
@@ -111,15 +111,15 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   }
   /* the session's state for the log; MCP has no standard notification for it */
   if (strcmp(name, "jailbox:state") == 0)
-    fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", b->job,
-            json_string_value(json_object_get(d, "state")) ? json_string_value(json_object_get(d, "state")) : "?");
+    fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", jb_ctl_text(b->job),
+            jb_ctl_text(json_string_value(json_object_get(d, "state"))));
   else if (strcmp(name, "jailbox:abort") == 0)
-    fprintf(stderr, "jailboxctl mcp-bridge: session %s was aborted\n", b->job);
+    fprintf(stderr, "jailboxctl mcp-bridge: session %s was aborted\n", jb_ctl_text(b->job));
 }
 
 static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
   struct bridge *b = ctx;
-  fprintf(stderr, "jailboxctl mcp-bridge: connected to session %s\n", b->job);
+  fprintf(stderr, "jailboxctl mcp-bridge: connected to session %s\n", jb_ctl_text(b->job));
 }
 
 static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
@@ -128,7 +128,8 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
   b->gone = true;
   b->refused |= refused;
   if (!(b->eof && b->nopen == 0) && strcmp(why, "stopped") != 0)
-    fprintf(stderr, "jailboxctl mcp-bridge: %s%s\n", refused ? "refused by the server: " : "", why);
+    fprintf(stderr, "jailboxctl mcp-bridge: %s%s\n", refused ? "refused by the server: " : "",
+            jb_ctl_text(why));
   char msg[600];
   snprintf(msg, sizeof msg, "the jailbox session is not reachable: %s", why);
   for (size_t i = 0; i < b->nopen; i++) {

@@ -76,7 +76,8 @@ static void print_refusal(const struct jb_ctl *o, const struct jb_ctl_reply *r) 
   const char *msg = json_string_value(json_object_get(e, "message"));
   if (code)
     fprintf(stderr, "%s: %s by the server (HTTP %ld %s): %s\n", o->verb,
-            r->status >= 500 ? "failed" : "refused", r->status, code, msg ? msg : "");
+            r->status >= 500 ? "failed" : "refused", r->status, jb_ctl_text(code),
+            jb_ctl_text(msg ? msg : ""));
   else
     fprintf(stderr, "%s: the server answered HTTP %ld\n", o->verb, r->status);
   json_decref(doc);
@@ -194,9 +195,31 @@ static int print_json(const json_t *v) {
   return ok ? JB_CTL_OK : JB_CTL_FAILED;
 }
 
+const char *jb_ctl_text(const char *s) {
+  static char pool[16][520];
+  static unsigned next;
+  if (!s) return "-";
+  char *out = pool[next++ % 16];
+  size_t w = 0;
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (w >= 512) {
+      memcpy(out + w, "\xe2\x80\xa6", 3); /* … */
+      w += 3;
+      break;
+    }
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* U+0080..U+009F (C1) */
+      out[w++] = '?';
+      p++;
+    } else {
+      out[w++] = (*p < 0x20 || *p == 0x7f) ? '?' : (char)*p;
+    }
+  }
+  out[w] = '\0';
+  return out;
+}
+
 static const char *str(const json_t *o, const char *k) {
-  const char *v = json_string_value(json_object_get(o, k));
-  return v ? v : "-";
+  return jb_ctl_text(json_string_value(json_object_get(o, k)));
 }
 
 static void print_session(const json_t *s) {
@@ -532,7 +555,7 @@ static int verb_explain(struct jb_ctl *o, int argc, char **argv) {
   if (!sess) return JB_CTL_FAILED;
   json_t *walls = json_object_get(sess, "walls");
   if (!json_is_object(walls)) {
-    fprintf(stderr, "%s: session %s has no contract yet (state %s)\n", o->verb, argv[0],
+    fprintf(stderr, "%s: session %s has no contract yet (state %s)\n", o->verb, jb_ctl_text(argv[0]),
             str(sess, "state"));
     rc = JB_CTL_REFUSED;
   } else if (o->json) {

@@ -25,8 +25,7 @@ struct watch {
 };
 
 static const char *s_(const json_t *o, const char *k) {
-  const char *v = json_string_value(json_object_get(o, k));
-  return v ? v : "-";
+  return jb_ctl_text(json_string_value(json_object_get(o, k)));
 }
 
 static bool final_state(const char *st) {
@@ -49,7 +48,9 @@ static void print_block(const char *title, const char *text) {
   for (const char *p = text; *p && lines < 40; lines++) {
     const char *nl = strchr(p, '\n');
     int n = nl ? (int)(nl - p) : (int)strlen(p);
-    printf("    | %.*s\n", n, p);
+    char line[520];
+    snprintf(line, sizeof line, "%.*s", n < 512 ? n : 512, p);
+    printf("    | %s\n", jb_ctl_text(line)); /* the agent wrote this: no control characters */
     p = nl ? nl + 1 : p + n;
     if (lines == 39 && *p) printf("    | …\n");
   }
@@ -91,8 +92,7 @@ static void print_event(const char *name, const json_t *d) {
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(d, "rules"), i, r) {
-      const char *id = json_is_string(r) ? json_string_value(r) : s_(r, "id");
-      printf(" %s", id);
+      printf(" %s", json_is_string(r) ? jb_ctl_text(json_string_value(r)) : s_(r, "id"));
     }
     putchar('\n');
   } else if (strcmp(name, "jailbox:audit_head") == 0) {
@@ -129,7 +129,7 @@ static void emit_line(struct watch *w, const char *name, json_t *data, bool poll
 static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
   struct watch *w = ctx;
   w->connected = true;
-  if (!w->o->json) fprintf(stderr, "%s: connected (Socket.IO sid %s)\n", w->o->verb, sid);
+  if (!w->o->json) fprintf(stderr, "%s: connected (Socket.IO sid %s)\n", w->o->verb, jb_ctl_text(sid));
 }
 
 static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack) {
@@ -137,7 +137,8 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   json_t *d = json_array_get(args, 0);
   const char *job = json_string_value(json_object_get(d, "jobId"));
   if (job && strcmp(job, w->job) != 0) {
-    fprintf(stderr, "%s: the token belongs to session %s, not %s\n", w->o->verb, job, w->job);
+    fprintf(stderr, "%s: the token belongs to session %s, not %s\n", w->o->verb, jb_ctl_text(job),
+            jb_ctl_text(w->job));
     w->refused = true;
     jb_sio_stop(s);
     return;
@@ -149,7 +150,7 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
 static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
   struct watch *w = ctx;
   if (refused) w->refused = true;
-  snprintf(w->why, sizeof w->why, "%s", why);
+  snprintf(w->why, sizeof w->why, "%s", jb_ctl_text(why));
 }
 
 /* ---------- polling ---------- */

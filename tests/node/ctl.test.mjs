@@ -366,6 +366,52 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.equal(gone.code, 1, gone.stderr);
 });
 
+test('the bridge carries large answers (a 900 KB read, many WebSocket fragments) unchanged', async () => {
+  const S = await openSession('unsupervised');
+  let big = '';
+  for (let i = 0; big.length < 900 * 1024; i++) big += `/* line ${i}: ${'x'.repeat(60)} */\n`;
+  writeFileSync(join(S.dir, 'src/big.c'), big);
+  const { client } = await mcpClient(S.jobId, S.agentToken);
+  try {
+    const r = await client.callTool({ name: 'read', arguments: { path: 'src/big.c' } });
+    assert.equal(r.content[0].text.length, big.length);
+    assert.ok(r.content[0].text === big);
+  } finally {
+    await client.close();
+  }
+});
+
+test('watch prints what the agent wrote without terminal control sequences', async () => {
+  const S = await openSession('supervised');
+  const c = spawn(CTL, ['watch', S.jobId], {
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: wsUrl, JAILBOX_TOKEN: S.buyerToken },
+  });
+  children.push(c);
+  let out = '';
+  c.stdout.on('data', (d) => { out += d; });
+  await waitFor('watch connected', () => out.includes('state awaiting_agent'));
+  const { client } = await mcpClient(S.jobId, S.agentToken);
+  try {
+    const evil = 'ok line\n\x1b]0;pwned\x07\x1b[2J\u009b31m\x7fend\n';
+    const writing = client.callTool({ name: 'write', arguments: { path: 'src/evil.c', content: evil } },
+      undefined, { timeout: 60000 });
+    writing.catch(() => {}); // awaited below
+    await waitFor('the approval request', () => out.includes('APPROVAL REQUESTED') && out.includes('end'));
+    assert.doesNotMatch(out, /[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]/);
+    assert.match(out, /\| \?\]0;pwned\?\?\[2J\?31m\?end/);
+    const op = JSON.parse((await ctl(['ops', S.jobId, '--state', 'pending', '--json'], { token: S.buyerToken })).stdout).ops[0].opId;
+    let r = await ctl(['reject', S.jobId, String(op), '--reason', 'no\x1b[31m'], { token: S.buyerToken });
+    assert.equal(r.code, 1, r.stderr); // the server refuses control characters in a reason
+    r = await ctl(['reject', S.jobId, String(op), '--reason', 'no escapes, please'], { token: S.buyerToken });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /rejected/);
+    await assert.rejects(writing, (e) => e.code === -32014);
+  } finally {
+    await client.close();
+    c.kill();
+  }
+});
+
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
