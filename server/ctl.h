@@ -74,6 +74,16 @@ int jb_ctl_token_create(int argc, char **argv);
 /* watch JOB [--poll] [--interval MS] [--until-end]: live events (server/ctl_watch.c) */
 int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv);
 
+/* Checks one line an MCP client sent on stdin (MCP stdio transport: one JSON-RPC 2.0 message
+ * per line; `n` bytes, no newline): strict JSON (duplicate keys and nesting deeper than 32
+ * refused), one object (batches refused, as MCP 2025-06-18 removed them), jsonrpc "2.0", an
+ * id that is a string or an integer. Returns 1 with *msg (new reference) for a request or a
+ * notification to relay; 0 for nothing to do (a blank line, or a response: jailbox sends no
+ * requests); -1 for a refusal: *code the JSON-RPC error code (-32700 or -32600), `why` the
+ * message and *id (new reference or NULL) the id to answer. */
+int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code,
+                       char *why, size_t why_size);
+
 /* mcp-bridge --job JOB: MCP stdio server relaying to the session (server/ctl_bridge.c) */
 int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv);
 

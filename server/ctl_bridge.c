@@ -49,7 +49,15 @@ struct bridge {
   bool eof;     /* stdin ended */
   bool gone;    /* the socket ended */
   bool refused; /* … because the server refused the token */
+  bool failed;  /* … for any other reason than our stop */
+  bool stop_requested;
 };
+
+/* Ends the connection once nothing is left to relay; caller holds b->lock. */
+static void stop_locked(struct bridge *b) {
+  b->stop_requested = true;
+  jb_sio_stop(b->sio);
+}
 
 /* Writes one message line to stdout; caller holds b->lock. `msg` borrowed. */
 static void write_line(const json_t *msg) {
@@ -91,9 +99,8 @@ static void on_ack(void *ctx, struct jb_sio *s, uint64_t ack, json_t *args) {
   else
     write_error(id, RPC_INTERNAL, "jailbox answered with something that is not a JSON-RPC response", NULL);
   json_decref(id);
-  bool done = b->eof && b->nopen == 0;
+  if (b->eof && b->nopen == 0) stop_locked(b);
   pthread_mutex_unlock(&b->lock);
-  if (done) jb_sio_stop(s);
 }
 
 static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack) {
@@ -105,8 +112,8 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
             jb_ctl_text(job), jb_ctl_text(b->job));
     pthread_mutex_lock(&b->lock);
     b->refused = true;
+    stop_locked(b);
     pthread_mutex_unlock(&b->lock);
-    jb_sio_stop(s);
     return;
   }
   /* the session's state for the log; MCP has no standard notification for it */
@@ -127,7 +134,8 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
   pthread_mutex_lock(&b->lock);
   b->gone = true;
   b->refused |= refused;
-  if (!(b->eof && b->nopen == 0) && strcmp(why, "stopped") != 0)
+  b->failed |= !refused && !b->stop_requested;
+  if (!b->stop_requested || refused)
     fprintf(stderr, "jailboxctl mcp-bridge: %s%s\n", refused ? "refused by the server: " : "",
             jb_ctl_text(why));
   char msg[600];
@@ -142,40 +150,68 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
 
 /* ---------- client side (stdin thread) ---------- */
 
-/* One complete line from the client. */
-static void client_line(struct bridge *b, const char *line, size_t n) {
+int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code,
+                       char *why, size_t why_size) {
+  *msg = *id = NULL;
+  *code = 0;
   while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
-  if (n == 0) return; /* blank lines are not messages */
+  if (n == 0) return 0; /* blank lines are not messages */
   if (jb_json_depth(line, n, JSON_DEPTH) > JSON_DEPTH) {
-    pthread_mutex_lock(&b->lock);
-    write_error(NULL, RPC_PARSE, "Parse error: JSON nested deeper than 32", NULL);
-    pthread_mutex_unlock(&b->lock);
-    return;
+    *code = RPC_PARSE;
+    snprintf(why, why_size, "Parse error: JSON nested deeper than %d", JSON_DEPTH);
+    return -1;
   }
   json_error_t je;
-  json_t *msg = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+  json_t *m = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+  if (!m) {
+    *code = RPC_PARSE;
+    snprintf(why, why_size, "Parse error: %s", je.text);
+    return -1;
+  }
+  json_t *mid = json_object_get(m, "id");
+  const char *ver = json_string_value(json_object_get(m, "jsonrpc"));
   const char *bad = NULL;
-  int code = RPC_INVALID;
-  json_t *id = json_object_get(msg, "id");
-  const char *ver = json_string_value(json_object_get(msg, "jsonrpc"));
-  if (!msg) bad = je.text, code = RPC_PARSE;
-  else if (json_is_array(msg)) bad = "Invalid Request: batches are not supported (MCP 2025-06-18)";
-  else if (!json_is_object(msg)) bad = "Invalid Request: a message is a JSON object";
-  else if (!ver || strcmp(ver, "2.0") != 0) bad = "Invalid Request: jsonrpc must be \"2.0\"";
-  else if (id && !json_is_string(id) && !json_is_integer(id))
-    bad = "Invalid Request: id must be a string or an integer";
-  if (!bad && !json_object_get(msg, "method")) { /* a response: jailbox sends no requests */
-    json_decref(msg);
+  if (json_is_array(m)) bad = "batches are not supported (MCP 2025-06-18)";
+  else if (!json_is_object(m)) bad = "a message is a JSON object";
+  else if (!ver || strcmp(ver, "2.0") != 0) bad = "jsonrpc must be \"2.0\"";
+  else if (mid && !json_is_string(mid) && !json_is_integer(mid)) bad = "id must be a string or an integer";
+  else if (json_object_get(m, "method") && !json_is_string(json_object_get(m, "method")))
+    bad = "method must be a string";
+  if (bad) {
+    *code = RPC_INVALID;
+    snprintf(why, why_size, "Invalid Request: %s", bad);
+    if (json_is_string(mid) || json_is_integer(mid)) *id = json_incref(mid);
+    json_decref(m);
+    return -1;
+  }
+  if (!json_object_get(m, "method")) { /* a response: jailbox sends no requests */
+    json_decref(m);
+    return 0;
+  }
+  *msg = m;
+  return 1;
+}
+
+/* One complete line from the client. */
+static void client_line(struct bridge *b, const char *line, size_t n) {
+  json_t *msg, *id;
+  int code;
+  char why[300];
+  int r = jb_mcp_stdio_check(line, n, &msg, &id, &code, why, sizeof why);
+  if (r == 0) return;
+  pthread_mutex_lock(&b->lock);
+  if (r < 0) {
+    write_error(id, code, why, NULL);
+    pthread_mutex_unlock(&b->lock);
+    json_decref(id);
     return;
   }
-  pthread_mutex_lock(&b->lock);
-  if (!bad && b->gone) bad = "the jailbox session is not reachable", code = RPC_UNAVAILABLE;
-  if (!bad && id && b->nopen == MAX_OPEN) bad = "too many requests awaiting an answer", code = RPC_UNAVAILABLE;
+  id = json_object_get(msg, "id");
+  const char *bad = NULL;
+  if (b->gone) bad = "the jailbox session is not reachable";
+  else if (id && b->nopen == MAX_OPEN) bad = "too many requests awaiting an answer";
   if (bad) {
-    char m[300];
-    snprintf(m, sizeof m, "%s%s", code == RPC_PARSE ? "Parse error: " : "", bad);
-    if (id) write_error(id, code, m, code == RPC_UNAVAILABLE ? "unavailable" : NULL);
-    else if (code != RPC_UNAVAILABLE || !json_object_get(msg, "method")) write_error(NULL, code, m, NULL);
+    if (id) write_error(id, RPC_UNAVAILABLE, bad, "unavailable"); /* a notification is dropped */
     pthread_mutex_unlock(&b->lock);
     json_decref(msg);
     return;
@@ -243,9 +279,8 @@ static void *stdin_thread(void *arg) {
   free(buf);
   pthread_mutex_lock(&b->lock);
   b->eof = true;
-  bool done = b->nopen == 0;
+  if (b->nopen == 0) stop_locked(b);
   pthread_mutex_unlock(&b->lock);
-  if (done) jb_sio_stop(b->sio);
   return NULL;
 }
 
@@ -292,15 +327,16 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
   }
   jb_sio_run(b.sio);
   pthread_mutex_lock(&b.lock);
-  bool eof = b.eof, refused = b.refused;
+  bool eof = b.eof;
+  int rc = b.refused ? JB_CTL_REFUSED : b.failed ? JB_CTL_FAILED : JB_CTL_OK;
   pthread_mutex_unlock(&b.lock);
   if (!eof) {
     /* the socket ended first: the stdin thread may sit in read(); answers were sent */
     fflush(stdout);
-    _exit(refused ? JB_CTL_REFUSED : JB_CTL_FAILED);
+    _exit(rc == JB_CTL_OK ? JB_CTL_FAILED : rc);
   }
   pthread_join(t, NULL);
   jb_sio_free(b.sio);
   pthread_mutex_destroy(&b.lock);
-  return refused ? JB_CTL_REFUSED : JB_CTL_OK;
+  return rc;
 }

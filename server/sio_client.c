@@ -124,131 +124,139 @@ void jb_sio_stop(struct jb_sio *s) {
 
 /* ---------- incoming ---------- */
 
-static json_t *parse_array(const char *p, size_t n) {
-  if (jb_json_depth(p, n, JSON_DEPTH) > JSON_DEPTH) return NULL;
-  json_t *v = json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
-  if (v && !json_is_array(v)) {
-    json_decref(v);
-    return NULL;
-  }
-  return v;
+/* The JSON after a packet type: an object (or nothing, when `optional`). */
+static int decode_object(const char *p, const char *e, bool optional, json_t **out) {
+  *out = NULL;
+  if (p == e) return optional ? 0 : -1;
+  jb_error err = {0};
+  *out = jb_json_parse_object(p, (size_t)(e - p), JSON_DEPTH, &err);
+  return *out ? 0 : -1;
 }
 
-/* Leading decimal ack id of an EVENT/ACK; 0 when absent. Returns -1 when it is too large. */
-static int read_id(const char **p, const char *e, uint64_t *id) {
-  *id = 0;
-  while (*p < e && **p >= '0' && **p <= '9') {
-    *id = *id * 10 + (uint64_t)(**p - '0');
-    if (*id > ACK_ID_MAX) return -1;
-    (*p)++;
-  }
-  return 0;
-}
-
-/* One Socket.IO packet (the Engine.IO message's data). Returns -1 to close (protocol). */
-static int sio_packet(struct jb_sio *s, const char *p, size_t n) {
+int jb_sio_decode(const char *p, size_t n, struct jb_sio_packet *out) {
+  memset(out, 0, sizeof *out);
   const char *e = p + n;
   if (n == 0) return -1;
-  char type = *p++;
-  if (p < e && *p == '/') return -1; /* only the main namespace exists */
-  switch (type) {
-  case '0': { /* CONNECT {sid} */
-    if (s->st != ST_EIO) return -1;
-    json_t *o = jb_json_parse_object(p, (size_t)(e - p), JSON_DEPTH, &(jb_error){0});
-    const char *sid = json_string_value(json_object_get(o, "sid"));
-    s->st = ST_SIO;
-    lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
-    if (s->h.connected) s->h.connected(s->h.ctx, s, sid ? sid : "");
-    json_decref(o);
-    lws_cancel_service(s->ctx); /* drain what was emitted before CONNECT */
-    return 0;
-  }
-  case '4': { /* CONNECT_ERROR {message} */
-    json_t *o = jb_json_parse_object(p, (size_t)(e - p), JSON_DEPTH, &(jb_error){0});
-    const char *m = json_string_value(json_object_get(o, "message"));
-    char why[512];
-    snprintf(why, sizeof why, "%s", m ? m : "connection refused");
-    json_decref(o);
-    end(s, true, why);
-    return -1;
-  }
-  case '1': /* DISCONNECT */
-    end(s, false, "the server disconnected the socket");
-    return -1;
-  case '2':   /* EVENT [id][name, …] */
-  case '3': { /* ACK id[…] */
-    if (s->st != ST_SIO) return -1;
-    uint64_t id;
-    if (read_id(&p, e, &id) < 0) return -1;
-    json_t *a = parse_array(p, (size_t)(e - p));
-    if (!a) return -1;
-    if (type == '3') {
-      if (id == 0) {
-        json_decref(a);
-        return -1;
-      }
-      if (s->h.ack) s->h.ack(s->h.ctx, s, id, a);
-    } else {
-      const char *name = json_string_value(json_array_get(a, 0));
-      if (!name) {
-        json_decref(a);
-        return -1;
-      }
-      json_t *args = json_array();
-      for (size_t i = 1; args && i < json_array_size(a); i++) json_array_append(args, json_array_get(a, i));
-      if (args && s->h.event) s->h.event(s->h.ctx, s, name, args, id);
-      json_decref(args);
-    }
-    json_decref(a);
-    return 0;
-  }
-  default: /* binary packets (5, 6) and anything else */
-    return -1;
-  }
-}
-
-/* One Engine.IO packet. Returns -1 to close. */
-static int eio_packet(struct jb_sio *s, const char *p, size_t n) {
-  if (n == 0) return -1;
-  switch (p[0]) {
-  case '0': { /* open {sid, upgrades, pingInterval, pingTimeout, maxPayload} */
-    if (s->st != ST_CONNECTING) return -1;
-    json_t *o = jb_json_parse_object(p + 1, n - 1, JSON_DEPTH, &(jb_error){0});
-    json_int_t pi = json_integer_value(json_object_get(o, "pingInterval"));
-    json_int_t pt = json_integer_value(json_object_get(o, "pingTimeout"));
-    json_int_t mp = json_integer_value(json_object_get(o, "maxPayload"));
-    json_decref(o);
-    if (pi <= 0 || pt <= 0) return -1;
-    s->ping_window_ms = (long)(pi + pt);
-    /* the server never sends more than its own maxPayload per message (plus framing) */
-    if (mp > 0 && (size_t)mp * 2 + 64 < s->max_message) s->max_message = (size_t)mp * 2 + 64;
-    s->st = ST_EIO;
-    json_t *auth = json_pack("{s:s}", "token", s->token);
-    char *a = auth ? json_dumps(auth, JSON_COMPACT) : NULL;
-    json_decref(auth);
-    if (!a) return -1;
-    struct msg *m = msg_new("40", 2, a, strlen(a));
-    free(a);
-    if (!m) return -1;
-    *s->out_tail = m; /* CONNECT goes before anything emitted */
-    s->out_tail = &m->next;
-    lws_callback_on_writable(s->wsi);
-    return 0;
-  }
-  case '2': /* ping → pong; the server is alive */
-    send_now(s, "3");
-    if (s->ping_window_ms) lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
-    return 0;
-  case '1': /* close */
-    end(s, false, "the server closed the connection");
-    return -1;
+  out->eio = *p++;
+  switch (out->eio) {
+  case '0': /* open {sid, upgrades, pingInterval, pingTimeout, maxPayload} */
+    return decode_object(p, e, false, &out->data);
+  case '1':
+  case '2':
+  case '3':
+  case '6':
+    return p == e ? 0 : -1; /* no payload: a probe ("2probe") is for the polling upgrade */
   case '4':
-    return sio_packet(s, p + 1, n - 1);
-  case '6': /* noop */
-    return 0;
+    break;
   default:
     return -1;
   }
+  if (p == e) return -1;
+  out->sio = *p++;
+  if (p < e && *p == '/') return -1; /* only the main namespace exists */
+  switch (out->sio) {
+  case '0': /* CONNECT {sid} */
+  case '4': /* CONNECT_ERROR {message} */
+    return decode_object(p, e, out->sio == '0', &out->data);
+  case '1': /* DISCONNECT */
+    return p == e ? 0 : -1;
+  case '2':   /* EVENT [id][name, …] */
+  case '3': { /* ACK id[…] */
+    while (p < e && *p >= '0' && *p <= '9') {
+      out->id = out->id * 10 + (uint64_t)(*p++ - '0');
+      if (out->id > ACK_ID_MAX) return -1;
+    }
+    if (out->sio == '3' && out->id == 0) return -1;
+    size_t len = (size_t)(e - p);
+    if (jb_json_depth(p, len, JSON_DEPTH) > JSON_DEPTH) return -1;
+    json_t *a = json_loadb(p, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_array(a) || (out->sio == '2' && !json_is_string(json_array_get(a, 0)))) {
+      json_decref(a);
+      return -1;
+    }
+    out->data = a;
+    return 0;
+  }
+  default: /* binary EVENT/ACK (5, 6) and anything else */
+    return -1;
+  }
+}
+
+/* Sends the Socket.IO CONNECT with the token, ahead of anything emitted. */
+static int send_connect(struct jb_sio *s) {
+  json_t *auth = json_pack("{s:s}", "token", s->token);
+  char *a = auth ? json_dumps(auth, JSON_COMPACT) : NULL;
+  json_decref(auth);
+  if (!a) return -1;
+  struct msg *m = msg_new("40", 2, a, strlen(a));
+  explicit_bzero(a, strlen(a));
+  free(a);
+  if (!m) return -1;
+  *s->out_tail = m;
+  s->out_tail = &m->next;
+  lws_callback_on_writable(s->wsi);
+  return 0;
+}
+
+/* One message from the server, through the client's state machine. Returns -1 to close. */
+static int on_message(struct jb_sio *s, const char *p, size_t n) {
+  struct jb_sio_packet pk;
+  if (jb_sio_decode(p, n, &pk) < 0) return -1;
+  int rc = 0;
+  json_t *d = pk.data;
+  if (pk.eio == '0') {
+    json_int_t pi = json_integer_value(json_object_get(d, "pingInterval"));
+    json_int_t pt = json_integer_value(json_object_get(d, "pingTimeout"));
+    json_int_t mp = json_integer_value(json_object_get(d, "maxPayload"));
+    if (s->st != ST_CONNECTING || pi <= 0 || pt <= 0 || pi > 3600000 || pt > 3600000) {
+      rc = -1;
+    } else {
+      s->ping_window_ms = (long)(pi + pt);
+      /* the server never sends more than its own maxPayload per message (plus framing) */
+      if (mp > 0 && (size_t)mp * 2 + 64 < s->max_message) s->max_message = (size_t)mp * 2 + 64;
+      s->st = ST_EIO;
+      rc = send_connect(s);
+    }
+  } else if (pk.eio == '2') { /* ping → pong; the server is alive */
+    send_now(s, "3");
+    if (s->ping_window_ms) lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
+  } else if (pk.eio == '1') {
+    end(s, false, "the server closed the connection");
+    rc = -1;
+  } else if (pk.eio == '3' || pk.eio == '6') {
+    /* pong to a ping we never send, noop: ignored */
+  } else if (pk.sio == '0') {
+    if (s->st != ST_EIO) {
+      rc = -1;
+    } else {
+      const char *sid = json_string_value(json_object_get(d, "sid"));
+      s->st = ST_SIO;
+      lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
+      if (s->h.connected) s->h.connected(s->h.ctx, s, sid ? sid : "");
+      lws_cancel_service(s->ctx); /* drain what was emitted before CONNECT */
+    }
+  } else if (pk.sio == '4') {
+    const char *m = json_string_value(json_object_get(d, "message"));
+    char why[512];
+    snprintf(why, sizeof why, "%s", m ? m : "connection refused");
+    end(s, true, why);
+    rc = -1;
+  } else if (pk.sio == '1') {
+    end(s, false, "the server disconnected the socket");
+    rc = -1;
+  } else if (s->st != ST_SIO) {
+    rc = -1;
+  } else if (pk.sio == '3') {
+    if (s->h.ack) s->h.ack(s->h.ctx, s, pk.id, d);
+  } else { /* EVENT */
+    json_t *args = json_array();
+    for (size_t i = 1; args && i < json_array_size(d); i++) json_array_append(args, json_array_get(d, i));
+    if (!args) rc = -1;
+    else if (s->h.event) s->h.event(s->h.ctx, s, json_string_value(json_array_get(d, 0)), args, pk.id);
+    json_decref(args);
+  }
+  json_decref(d);
+  return rc;
 }
 
 /* ---------- libwebsockets ---------- */
@@ -294,7 +302,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     memcpy(s->rx + s->rx_len, in, len);
     s->rx_len += len;
     if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
-    if (eio_packet(s, s->rx, s->rx_len) < 0) {
+    if (on_message(s, s->rx, s->rx_len) < 0) {
       if (!s->ended) {
         lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, NULL, 0);
         end(s, false, "protocol error: unexpected or malformed packet from the server");

@@ -45,6 +45,22 @@ struct jb_sio_settings {
   long connect_timeout_ms; /* the WebSocket upgrade and the Socket.IO CONNECT within, ms */
 };
 
+/* One message from a Socket.IO server, decoded (Engine.IO v4 text packet; for a MESSAGE, the
+ * Socket.IO v5 packet it carries on the main namespace). */
+struct jb_sio_packet {
+  char eio;      /* Engine.IO type: '0' open, '1' close, '2' ping, '3' pong, '4' message, '6' noop */
+  char sio;      /* eio '4': Socket.IO type '0' CONNECT … '3' ACK, '4' CONNECT_ERROR; else 0 */
+  uint64_t id;   /* EVENT/ACK: the ack id (at most 2^53 - 1), 0 when absent */
+  json_t *data;  /* new reference, or NULL: the open packet's and CONNECT/CONNECT_ERROR's object
+                    (NULL when absent), EVENT's array (a name first), ACK's array */
+};
+
+/* Decodes `n` bytes of one WebSocket text message. Strict: JSON nested deeper than 32 or with
+ * duplicate keys, other namespaces, binary packets (5, 6 of Socket.IO; 'b' of Engine.IO),
+ * an EVENT without a name, an ACK without an id and unknown types are refused. Returns 0
+ * with *out filled (release out->data), or -1 (nothing to release). */
+int jb_sio_decode(const char *p, size_t n, struct jb_sio_packet *out);
+
 /* Creates the client and starts connecting (nothing runs until jb_sio_run). `set` strings are
  * copied. Returns 0 with *out set, or -1 with `err` (bad URL, out of memory). */
 int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,

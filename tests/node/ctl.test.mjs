@@ -23,6 +23,8 @@ const IMAGE = 'jailbox-sandbox:ctl';
 let srv;
 let wsUrl;
 const children = [];
+const sanitizerReports = []; // jailboxctl's stderr under ASan/UBSan (checked in after())
+const SANITIZER = /ERROR: (Address|Leak)Sanitizer|runtime error:/;
 
 async function waitFor(what, fn, timeoutMs = 60000) {
   const end = Date.now() + timeoutMs;
@@ -44,7 +46,10 @@ function ctl(args, { token, env = {}, input, url } = {}) {
     let stdout = '', stderr = '';
     c.stdout.on('data', (d) => { stdout += d; });
     c.stderr.on('data', (d) => { stderr += d; });
-    c.on('close', (code) => resolve({ code, stdout, stderr }));
+    c.on('close', (code) => {
+      if (SANITIZER.test(stderr)) sanitizerReports.push(args.join(' ') + ':\n' + stderr);
+      resolve({ code, stdout, stderr });
+    });
     if (input !== undefined) c.stdin.end(input);
     else c.stdin.end();
   });
@@ -106,7 +111,10 @@ function rawBridge(job, agentToken, extraArgs = []) {
     }
   });
   c.stderr.on('data', (d) => { stderr += d; });
-  const exited = new Promise((res) => c.on('close', (code) => res(code)));
+  const exited = new Promise((res) => c.on('close', (code) => {
+    if (SANITIZER.test(stderr)) sanitizerReports.push('mcp-bridge:\n' + stderr);
+    res(code);
+  }));
   return {
     send: (s) => c.stdin.write(s),
     end: () => c.stdin.end(),
@@ -130,6 +138,7 @@ before(async () => {
 
 after(async () => {
   for (const c of children) c.kill('SIGKILL');
+  assert.deepEqual(sanitizerReports, []);
   if (srv) {
     const log = srv.log();
     await srv.stop();
@@ -350,6 +359,7 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.equal(await wj.code, 0, wj.err());
   assert.equal(await wh.code, 0, wh.err());
   assert.equal(await wp.code, 0, wp.err());
+  for (const w of [wj, wh, wp]) assert.doesNotMatch(w.err(), SANITIZER);
   const events = wj.out().trim().split('\n').map((l) => JSON.parse(l));
   const states = events.filter((e) => e.event === 'jailbox:state').map((e) => e.data.state);
   assert.deepEqual(states, ['awaiting_agent', 'active', 'done', 'accepted']);
