@@ -61,8 +61,12 @@ char *jb_ctl_escape(const char *s) {
     if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
         c == '_' || c == '.' || c == '~')
       *w++ = (char)c;
-    else
-      w += sprintf(w, "%%%02X", c);
+    else {
+      static const char hex[] = "0123456789ABCDEF";
+      *w++ = '%';
+      *w++ = hex[c >> 4];
+      *w++ = hex[c & 15];
+    }
   }
   *w = '\0';
   return out;
@@ -593,7 +597,8 @@ static const struct verb verbs[] = {
      verb_status},
     {"watch", "JOB [--poll] [--interval MS] [--until-end]",
      "print the session's events as they happen, over the buyer's Socket.IO connection (buyer "
-     "token); --poll, or when the socket cannot be reached, polls the REST API instead; "
+     "token); --poll, or when the socket cannot be reached or refuses the token (a service "
+     "token), polls the REST API instead; "
      "--until-end stops when the session ends (accepted, aborted, failed)",
      jb_ctl_watch},
     {"ops", "JOB [--state pending|running|done|failed|rejected] [--limit N] [--after OP]",

@@ -65,7 +65,9 @@ static void print_event(const char *name, const json_t *d) {
              (long long)json_integer_value(json_object_get(d, "pendingOps")),
              (long long)json_integer_value(json_object_get(json_object_get(d, "auditHead"), "seq")));
     else
-      printf("state %s -> %s by %s%s%s\n", s_(d, "previous"), s_(d, "state"), s_(d, "actor"),
+      printf("state %s -> %s%s%s%s%s\n", s_(d, "previous"), s_(d, "state"),
+             json_is_string(json_object_get(d, "actor")) ? " by " : "",
+             json_is_string(json_object_get(d, "actor")) ? s_(d, "actor") : "",
              json_is_string(json_object_get(d, "reason")) ? ": " : "",
              json_is_string(json_object_get(d, "reason")) ? s_(d, "reason") : "");
   } else if (strcmp(name, "jailbox:op") == 0) {
@@ -280,6 +282,26 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
     }
     jb_sio_run(s);
     jb_sio_free(s);
+    if (w.refused && !w.connected) {
+      /* a token the socket refuses but the REST API accepts (a service token): poll */
+      json_t *probe = NULL;
+      char *e = jb_ctl_escape(w.job), *sp = NULL;
+      if (e && asprintf(&sp, "/v1/jailbox/%s", e) < 0) sp = NULL;
+      free(e);
+      long quiet = o->quiet_status;
+      o->quiet_status = 401;
+      int prc = sp ? get_json(o, sp, &probe) : JB_CTL_FAILED;
+      o->quiet_status = quiet;
+      free(sp);
+      json_decref(probe);
+      if (prc != JB_CTL_OK) {
+        fprintf(stderr, "%s: refused by the server: %s\n", o->verb, w.why);
+        return JB_CTL_REFUSED;
+      }
+      fprintf(stderr, "%s: the socket refused this token (%s); polling the REST API instead\n",
+              o->verb, w.why);
+      return poll_loop(&w, (long)interval);
+    }
     if (w.refused) {
       fprintf(stderr, "%s: refused by the server: %s\n", o->verb, w.why);
       return JB_CTL_REFUSED;

@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -199,6 +200,19 @@ test('the official MCP SDK client works through jailboxctl mcp-bridge: initializ
     const acc = await ctl(['accept', S.jobId, '--json'], { token: S.buyerToken });
     assert.equal(acc.code, 0, acc.stderr);
     assert.equal(JSON.parse(acc.stdout).state, 'accepted');
+    // the change summary (GET …/changes): the approved write, or a clear 404 where the
+    // server does not have the route yet — never a made-up summary
+    const ch = await ctl(['changes', S.jobId, '--json'], { token: srv.serviceToken });
+    if (ch.code === 0) {
+      const c = JSON.parse(ch.stdout).changes.find((x) => x.path === 'src/a.c');
+      assert.ok(c, ch.stdout);
+      assert.equal(c.sha256After, createHash('sha256').update(content).digest('hex'));
+      const hum = await ctl(['changes', S.jobId], { token: srv.serviceToken });
+      assert.match(hum.stdout, /^changes of job-[0-9a-f]+: \d+ files?\n\s+M src\/a\.c/);
+    } else {
+      assert.equal(ch.code, 1, ch.stderr);
+      assert.match(ch.stderr, /HTTP 404/);
+    }
   } finally {
     await client.close();
   }
@@ -346,8 +360,10 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   };
   const wj = spawnWatch(['--json']);
   const wh = spawnWatch([]);
-  // polling with the service token: the buyer's is revoked the moment the session ends
-  const wp = spawnWatch(['--poll', '--interval', '100', '--json'], srv.serviceToken);
+  // the service token: the socket refuses it, REST accepts it, so watch polls (and it reads
+  // on after the end, when the buyer's token is revoked)
+  const wp = spawnWatch(['--interval', '100', '--json'], srv.serviceToken);
+  const wpoll = spawnWatch(['--poll', '--interval', '100'], S.buyerToken);
   await waitFor('watchers connected', () => wj.out().includes('"snapshot":true') && wh.out().includes('state awaiting_agent') && wp.out().includes('awaiting_agent'));
   const { client } = await mcpClient(S.jobId, S.agentToken);
   await client.callTool({ name: 'write', arguments: { path: 'new.txt', content: 'hello\n' } });
@@ -359,7 +375,12 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.equal(await wj.code, 0, wj.err());
   assert.equal(await wh.code, 0, wh.err());
   assert.equal(await wp.code, 0, wp.err());
-  for (const w of [wj, wh, wp]) assert.doesNotMatch(w.err(), SANITIZER);
+  assert.match(wp.err(), /the socket refused this token .*polling the REST API instead/);
+  // --poll with the buyer's token: it sees what it polls until its token is revoked at the end
+  assert.equal(await wpoll.code, 1, wpoll.err());
+  assert.match(wpoll.out(), /state awaiting_agent \(mode unsupervised/);
+  assert.match(wpoll.err(), /401 unauthorized/);
+  for (const w of [wj, wh, wp, wpoll]) assert.doesNotMatch(w.err(), SANITIZER);
   const events = wj.out().trim().split('\n').map((l) => JSON.parse(l));
   const states = events.filter((e) => e.event === 'jailbox:state').map((e) => e.data.state);
   assert.deepEqual(states, ['awaiting_agent', 'active', 'done', 'accepted']);
