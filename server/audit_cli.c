@@ -8,7 +8,8 @@
  *   jailboxctl keys rotate [--key-file FILE | --state-dir DIR]
  *
  * Exit status: 0 intact / done; 1 tampered (verify) or the server refused (export, keys);
- * 2 usage error or an input that cannot be read. */
+ * 2 usage error or an input that cannot be read; 3 the server unreachable or failing.
+ * main() hands every other verb to server/ctl_rest.c (jb_ctl_dispatch). */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <errno.h>
@@ -187,8 +188,8 @@ static size_t to_file(char *p, size_t size, size_t n, void *ctx) {
 
 static int http_get_to(const char *path, bool auth, FILE *out);
 
-/* GET JAILBOX_URL + `path`, body to stdout. 0, 1 when the server answered an error, 2 when
- * it could not be reached. */
+/* GET JAILBOX_URL + `path`, body to stdout. 0, 1 when the server refused (4xx), 3 when it
+ * could not be reached or failed (5xx) — the exit codes of server/ctl.h. */
 static int http_get(const char *path, bool auth) { return http_get_to(path, auth, stdout); }
 
 /* As http_get, the body written to `out`. */
@@ -204,7 +205,7 @@ static int http_get_to(const char *path, bool auth, FILE *out) {
   CURL *h = curl_easy_init();
   char *url = NULL, *hdr = NULL;
   struct curl_slist *headers = NULL;
-  int rc = 2;
+  int rc = JB_CTL_FAILED;
   if (!h || asprintf(&url, "%s%s", base, path) < 0) goto out;
   if (auth) {
     if (asprintf(&hdr, "Authorization: Bearer %s", token) < 0) goto out;
@@ -222,8 +223,10 @@ static int http_get_to(const char *path, bool auth, FILE *out) {
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
   CURLcode cc = curl_easy_perform(h);
   if (cc == CURLE_HTTP_RETURNED_ERROR) {
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf);
-    rc = 1;
+    rc = status >= 500 ? JB_CTL_FAILED : JB_CTL_REFUSED;
   } else if (cc != CURLE_OK) {
     fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
   } else {

@@ -84,10 +84,14 @@ static void print_event(const char *name, const json_t *d) {
            (long long)json_integer_value(json_object_get(d, "opId")), s_(d, "tool"), s_(d, "path"),
            (long long)json_integer_value(json_object_get(d, "size")), s_(d, "sha256"),
            json_is_true(json_object_get(d, "exists")) ? "replaces a file" : "new file");
-    const char *diff = json_string_value(json_object_get(d, "diff"));
+    /* the diff preview {format:"unified", text, truncated, bytes} (api/events.md), else the
+     * first bytes of the content */
+    json_t *diff = json_object_get(d, "diff");
+    const char *dt = json_is_string(diff) ? json_string_value(diff)
+                                          : json_string_value(json_object_get(diff, "text"));
     const char *prev = json_string_value(json_object_get(d, "preview"));
-    if (diff) print_block("diff", diff);
-    else if (prev) print_block("content", prev);
+    if (dt) print_block(json_is_true(json_object_get(diff, "truncated")) ? "diff (cut short)" : "diff", dt);
+    else if (prev) print_block("content (no diff preview)", prev);
   } else if (strcmp(name, "jailbox:security_alert") == 0) {
     printf("SECURITY ALERT %s: %s (%lld bytes) refused, rules:", s_(d, "kind"), s_(d, "path"),
            (long long)json_integer_value(json_object_get(d, "size")));

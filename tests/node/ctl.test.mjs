@@ -327,7 +327,9 @@ test('buyer verbs: status, pause, resume, ops, agents, explain, keys; exit codes
     r = await ctl(['status', S.jobId], { token: S.buyerToken, url: 'http://127.0.0.1:1' });
     assert.equal(r.code, 3, r.stderr);
     r = await ctl(['audit', 'export', S.jobId, '--url', 'http://127.0.0.1:1'], { token: S.buyerToken });
-    assert.notEqual(r.code, 0);
+    assert.equal(r.code, 3, r.stderr);
+    r = await ctl(['audit', 'export', S.jobId, '--token', 'jb_' + 'C'.repeat(43)]);
+    assert.equal(r.code, 1, r.stderr);
     r = await ctl(['audit', 'export', S.jobId, '--url', srv.url, '--token', S.buyerToken]);
     assert.equal(r.code, 0, r.stderr);
     assert.ok(r.stdout.trim().split('\n').length >= 3);
@@ -429,7 +431,7 @@ test('watch prints what the agent wrote without terminal control sequences', asy
     writing.catch(() => {}); // awaited below
     await waitFor('the approval request', () => out.includes('APPROVAL REQUESTED') && out.includes('end'));
     assert.doesNotMatch(out, /[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]/);
-    assert.match(out, /\| \?\]0;pwned\?\?\[2J\?31m\?end/);
+    assert.match(out, /\| \+?\?\]0;pwned\?\?\[2J\?31m\?end/); // as content, or as a diff's added line
     const op = JSON.parse((await ctl(['ops', S.jobId, '--state', 'pending', '--json'], { token: S.buyerToken })).stdout).ops[0].opId;
     let r = await ctl(['reject', S.jobId, String(op), '--reason', 'no\x1b[31m'], { token: S.buyerToken });
     assert.equal(r.code, 1, r.stderr); // the server refuses control characters in a reason
