@@ -129,6 +129,24 @@ static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
   fprintf(stderr, "jailboxctl mcp-bridge: connected to session %s\n", jb_ctl_text(b->job));
 }
 
+/* The connection broke and the client reconnects: the open requests will get no answer. */
+static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
+  struct bridge *b = ctx;
+  pthread_mutex_lock(&b->lock);
+  jb_sio_discard_queued(s); /* what is in the table below must not be sent later */
+  fprintf(stderr, "jailboxctl mcp-bridge: connection lost (%s); reconnecting\n", jb_ctl_text(why));
+  char msg[600];
+  snprintf(msg, sizeof msg, "the connection to jailbox was lost (%s); the call may or may not "
+                            "have been carried out", why);
+  for (size_t i = 0; i < b->nopen; i++) {
+    write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
+    json_decref(b->open[i].id);
+  }
+  b->nopen = 0;
+  if (b->eof) stop_locked(b);
+  pthread_mutex_unlock(&b->lock);
+}
+
 static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
   struct bridge *b = ctx;
   pthread_mutex_lock(&b->lock);
@@ -312,9 +330,10 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
   if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
   pthread_mutex_init(&b.lock, NULL);
   struct jb_sio_settings set = {.base_url = base, .token = tok,
-                                .max_message = b.max_message + 4096, .connect_timeout_ms = 10000};
+                                .max_message = b.max_message + 4096, .connect_timeout_ms = 10000,
+                                .reconnect_max = 8};
   struct jb_sio_handlers h = {.ctx = &b, .connected = on_connected, .event = on_event,
-                              .ack = on_ack, .closed = on_closed};
+                              .ack = on_ack, .closed = on_closed, .lost = on_lost};
   jb_error err = {0};
   if (jb_sio_open(&b.sio, &set, &h, &err) < 0) {
     fprintf(stderr, "%s: %s\n", o->verb, err.msg);

@@ -153,6 +153,11 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   if (w->ended && w->until_end) jb_sio_stop(s);
 }
 
+static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
+  struct watch *w = ctx;
+  fprintf(stderr, "%s: connection lost (%s); reconnecting\n", w->o->verb, jb_ctl_text(why));
+}
+
 static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
   struct watch *w = ctx;
   if (refused) w->refused = true;
@@ -275,9 +280,9 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
     char base[512];
     if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
     struct jb_sio_settings set = {.base_url = base, .token = o->token, .max_message = 8u << 20,
-                                  .connect_timeout_ms = 10000};
+                                  .connect_timeout_ms = 10000, .reconnect_max = 8};
     struct jb_sio_handlers h = {.ctx = &w, .connected = on_connected, .event = on_event,
-                                .closed = on_closed};
+                                .closed = on_closed, .lost = on_lost};
     struct jb_sio *s;
     jb_error err = {0};
     if (jb_sio_open(&s, &set, &h, &err) < 0) {

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <libwebsockets.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,10 @@ struct msg {
   unsigned char buf[]; /* LWS_PRE bytes, then the text */
 };
 
-enum st { ST_CONNECTING, ST_EIO, ST_SIO, ST_CLOSED };
+enum st { ST_CONNECTING, ST_EIO, ST_SIO, ST_LOST, ST_CLOSED };
+
+#define BACKOFF_FIRST_MS 250
+#define BACKOFF_MAX_MS 5000
 
 struct jb_sio {
   struct jb_sio_handlers h;
@@ -38,6 +42,10 @@ struct jb_sio {
   long ping_window_ms; /* pingInterval + pingTimeout from the open packet */
   enum st st;
   bool ended;       /* `closed` handler called: the loop stops */
+  uintptr_t gen;    /* connection attempt number; a wsi of an older one is stale */
+  bool ever_connected;
+  int reconnect_max, reconnects_left;
+  long backoff_ms;
   char *rx;         /* the message being reassembled */
   size_t rx_len, rx_cap;
   struct msg *out, **out_tail; /* service thread: ready for the wire */
@@ -85,6 +93,35 @@ static void end(struct jb_sio *s, bool refused, const char *why) {
   s->ended = true;
   s->st = ST_CLOSED;
   if (s->h.closed) s->h.closed(s->h.ctx, s, refused, why);
+}
+
+/* The connection broke (not refused): reconnect when allowed, else end. The old wsi is left
+ * to libwebsockets to close; its later callbacks are ignored (stale generation). */
+static void lost(struct jb_sio *s, const char *why) {
+  if (s->ended || s->st == ST_LOST) return;
+  pthread_mutex_lock(&s->lock);
+  bool stopping = s->stopping;
+  pthread_mutex_unlock(&s->lock);
+  if (stopping || !s->ever_connected || s->reconnects_left <= 0) {
+    end(s, false, why);
+    return;
+  }
+  s->reconnects_left--;
+  s->st = ST_LOST;
+  s->wsi = NULL;
+  msgs_free(s->out); /* written for the old connection */
+  s->out = NULL;
+  s->out_tail = &s->out;
+  s->rx_len = 0;
+  if (s->h.lost) s->h.lost(s->h.ctx, s, why);
+}
+
+void jb_sio_discard_queued(struct jb_sio *s) {
+  pthread_mutex_lock(&s->lock);
+  msgs_free(s->q);
+  s->q = NULL;
+  s->q_tail = &s->q;
+  pthread_mutex_unlock(&s->lock);
 }
 
 int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id) {
@@ -231,6 +268,9 @@ static int on_message(struct jb_sio *s, const char *p, size_t n) {
     } else {
       const char *sid = json_string_value(json_object_get(d, "sid"));
       s->st = ST_SIO;
+      s->ever_connected = true;
+      s->reconnects_left = s->reconnect_max; /* a working connection restores the budget */
+      s->backoff_ms = BACKOFF_FIRST_MS;
       lws_set_timer_usecs(s->wsi, (lws_usec_t)s->ping_window_ms * 1000);
       if (s->h.connected) s->h.connected(s->h.ctx, s, sid ? sid : "");
       lws_cancel_service(s->ctx); /* drain what was emitted before CONNECT */
@@ -261,18 +301,73 @@ static int on_message(struct jb_sio *s, const char *p, size_t n) {
 
 /* ---------- libwebsockets ---------- */
 
+static bool conn_reason(enum lws_callback_reasons r) {
+  return r == LWS_CALLBACK_CLIENT_CONNECTION_ERROR || r == LWS_CALLBACK_CLIENT_ESTABLISHED ||
+         r == LWS_CALLBACK_CLIENT_RECEIVE || r == LWS_CALLBACK_CLIENT_WRITEABLE ||
+         r == LWS_CALLBACK_TIMER || r == LWS_CALLBACK_CLIENT_CLOSED || r == LWS_CALLBACK_WSI_DESTROY;
+}
+
+/* Moves what other threads emitted to the wire queue (once CONNECT is accepted), or ends
+ * the client when jb_sio_stop was called. */
+static void drain(struct jb_sio *s) {
+  pthread_mutex_lock(&s->lock);
+  bool stop = s->stopping;
+  struct msg *q = NULL;
+  if (s->st == ST_SIO || stop) {
+    q = s->q;
+    s->q = NULL;
+    s->q_tail = &s->q;
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (stop) {
+    msgs_free(q);
+    if (s->wsi && s->st == ST_SIO) send_now(s, "41"); /* Socket.IO DISCONNECT, then close */
+    end(s, false, "stopped");
+    return;
+  }
+  if (q && s->wsi) {
+    *s->out_tail = q;
+    while (q->next) q = q->next;
+    s->out_tail = &q->next;
+    lws_callback_on_writable(s->wsi);
+  } else {
+    msgs_free(q);
+  }
+}
+
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                     size_t len) {
   struct jb_sio *s = lws_context_user(lws_get_context(wsi));
   if (!s) return 0;
+  if (reason == LWS_CALLBACK_EVENT_WAIT_CANCELLED) {
+    drain(s);
+    return 0;
+  }
+  if (!conn_reason(reason)) return 0;
+  bool io = reason == LWS_CALLBACK_CLIENT_RECEIVE || reason == LWS_CALLBACK_CLIENT_WRITEABLE ||
+            reason == LWS_CALLBACK_TIMER;
+  /* a connection that is no longer ours (replaced by a reconnection): close it */
+  if ((uintptr_t)lws_get_opaque_user_data(wsi) != s->gen || s->st == ST_LOST) return io ? -1 : 0;
+  if (s->ended) { /* flush what is left (the DISCONNECT after a stop), then close */
+    if (reason != LWS_CALLBACK_CLIENT_WRITEABLE) return io ? -1 : 0;
+    struct msg *m = s->out;
+    if (!m) return -1;
+    s->out = m->next;
+    if (!s->out) s->out_tail = &s->out;
+    int w = lws_write(wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
+    free(m);
+    if (w < 0) return -1;
+    lws_callback_on_writable(wsi);
+    return 0;
+  }
   char why[300];
   switch (reason) {
   case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
     snprintf(why, sizeof why, "cannot connect: %s", in ? (const char *)in : "connection failed");
-    s->wsi = NULL;
-    end(s, false, why);
+    lost(s, why);
     return 0;
   case LWS_CALLBACK_CLIENT_ESTABLISHED:
+    s->wsi = wsi;
     lws_set_timer_usecs(wsi, (lws_usec_t)s->connect_timeout_ms * 1000);
     return 0;
   case LWS_CALLBACK_CLIENT_RECEIVE: {
@@ -313,63 +408,24 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   }
   case LWS_CALLBACK_CLIENT_WRITEABLE: {
     struct msg *m = s->out;
-    if (!m) {
-      if (s->st == ST_CLOSED) return -1;
-      return 0;
-    }
+    if (!m) return 0;
     s->out = m->next;
     if (!s->out) s->out_tail = &s->out;
     int w = lws_write(wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
     free(m);
     if (w < 0) {
-      end(s, false, "write failed");
+      lost(s, "write failed");
       return -1;
     }
-    if (s->out || s->st == ST_CLOSED) lws_callback_on_writable(wsi);
+    if (s->out) lws_callback_on_writable(wsi);
     return 0;
   }
   case LWS_CALLBACK_TIMER:
-    end(s, false, s->st == ST_SIO ? "no ping from the server in time" : "connect timed out");
+    lost(s, s->st == ST_SIO ? "no ping from the server in time" : "connect timed out");
     return -1;
-  case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
-    pthread_mutex_lock(&s->lock);
-    bool stop = s->stopping;
-    struct msg *q = NULL;
-    if (s->st == ST_SIO || stop) {
-      q = s->q;
-      s->q = NULL;
-      s->q_tail = &s->q;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (stop) {
-      msgs_free(q);
-      if (s->wsi && s->st == ST_SIO) {
-        send_now(s, "41"); /* Socket.IO DISCONNECT, then the close frame */
-        end(s, false, "stopped");
-      } else {
-        end(s, false, "stopped");
-      }
-      return 0;
-    }
-    if (q && s->wsi) {
-      *s->out_tail = q;
-      while (q->next) q = q->next;
-      s->out_tail = &q->next;
-      lws_callback_on_writable(s->wsi);
-    } else {
-      msgs_free(q);
-    }
-    return 0;
-  }
   case LWS_CALLBACK_CLIENT_CLOSED:
-    s->wsi = NULL;
-    end(s, false, "the connection closed");
-    return 0;
   case LWS_CALLBACK_WSI_DESTROY:
-    if (wsi == s->wsi) {
-      s->wsi = NULL;
-      end(s, false, "the connection closed");
-    }
+    lost(s, "the connection closed");
     return 0;
   default:
     return 0;
@@ -423,6 +479,27 @@ static int parse_url(struct jb_sio *s, const char *url, jb_error *err) {
   return 0;
 }
 
+/* Starts connection attempt number ++gen. Returns 0, or -1 when it failed at once. */
+static int connect_now(struct jb_sio *s) {
+  struct lws_client_connect_info cc;
+  memset(&cc, 0, sizeof cc);
+  cc.context = s->ctx;
+  cc.address = s->host;
+  cc.port = s->port;
+  cc.path = s->path;
+  cc.host = s->host;
+  cc.origin = s->host;
+  cc.ssl_connection = s->tls ? LCCSCF_USE_SSL : 0;
+  cc.local_protocol_name = protocols[0].name;
+  cc.opaque_user_data = (void *)++s->gen;
+  s->st = ST_CONNECTING;
+  s->wsi = NULL;
+  struct lws *w = lws_client_connect_via_info(&cc);
+  if (!w) return -1;
+  if (s->st == ST_CONNECTING && !s->ended) s->wsi = w;
+  return 0;
+}
+
 int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
                 const struct jb_sio_handlers *h, jb_error *err) {
   struct jb_sio *s = calloc(1, sizeof *s);
@@ -433,6 +510,8 @@ int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
   s->out_tail = &s->out;
   s->max_message = set->max_message ? set->max_message : (16u << 20);
   s->connect_timeout_ms = set->connect_timeout_ms > 0 ? set->connect_timeout_ms : 10000;
+  s->reconnect_max = s->reconnects_left = set->reconnect_max > 0 ? set->reconnect_max : 0;
+  s->backoff_ms = BACKOFF_FIRST_MS;
   s->token = strdup(set->token ? set->token : "");
   if (!s->token || parse_url(s, set->base_url, err) < 0) {
     if (!s->token) jb_fail(err, ENOMEM, "out of memory");
@@ -452,30 +531,47 @@ int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
     jb_sio_free(s);
     return jb_fail(err, EIO, "libwebsockets: cannot create a client context");
   }
-  struct lws_client_connect_info cc;
-  memset(&cc, 0, sizeof cc);
-  cc.context = s->ctx;
-  cc.address = s->host;
-  cc.port = s->port;
-  cc.path = s->path;
-  cc.host = s->host;
-  cc.origin = s->host;
-  cc.ssl_connection = s->tls ? LCCSCF_USE_SSL : 0;
-  cc.local_protocol_name = protocols[0].name;
-  cc.pwsi = &s->wsi;
-  if (!lws_client_connect_via_info(&cc) && !s->ended) {
+  if (connect_now(s) < 0 && !s->ended) {
     jb_sio_free(s);
-    return jb_fail(err, ECONNREFUSED, "cannot start connecting to %s:%d", cc.address, cc.port);
+    return jb_fail(err, ECONNREFUSED, "cannot start connecting to %s:%d", s->host, s->port);
   }
   *out = s;
   return 0;
 }
 
+/* Sleeps `ms` in slices, returning early (true) when jb_sio_stop was called. */
+static bool backoff_sleep(struct jb_sio *s, long ms) {
+  for (long left = ms; left > 0; left -= 50) {
+    pthread_mutex_lock(&s->lock);
+    bool stop = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    if (stop) return true;
+    struct timespec ts = {0, (left < 50 ? left : 50) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
 int jb_sio_run(struct jb_sio *s) {
-  while (!s->ended)
+  while (!s->ended) {
+    if (s->st == ST_LOST) {
+      lws_cancel_service(s->ctx); /* so that this service call does not wait */
+      lws_service(s->ctx, 0);     /* let libwebsockets close the old connection */
+      if (backoff_sleep(s, s->backoff_ms)) {
+        end(s, false, "stopped");
+        break;
+      }
+      s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
+      if (connect_now(s) < 0 && s->st == ST_CONNECTING) lost(s, "cannot start connecting");
+      continue;
+    }
     if (lws_service(s->ctx, 0) < 0) end(s, false, "service loop failed");
+  }
   /* let the DISCONNECT and the close frame go out (bounded) */
-  for (int i = 0; i < 20 && s->wsi && s->out; i++) lws_service(s->ctx, 0);
+  for (int i = 0; i < 20 && s->wsi && s->out; i++) {
+    lws_callback_on_writable(s->wsi);
+    lws_service(s->ctx, 0);
+  }
   return 0;
 }
 

@@ -35,6 +35,12 @@ struct jb_sio_handlers {
    * message), else `why` says what happened (closed by the server, network, protocol). Called
    * once; jb_sio_run returns after it. */
   void (*closed)(void *ctx, struct jb_sio *s, bool refused, const char *why);
+  /* Optional. A working connection broke (network, missed pings, the server going away with
+   * close 1001) and the client will connect again, with backoff, as allowed by
+   * `reconnect_max`. ACKs of what was sent before will never come. Messages emitted but not
+   * yet sent stay queued for the next connection unless this handler calls
+   * jb_sio_discard_queued. `connected` is called again once the new CONNECT is accepted. */
+  void (*lost)(void *ctx, struct jb_sio *s, const char *why);
 };
 
 struct jb_sio_settings {
@@ -43,6 +49,10 @@ struct jb_sio_settings {
   size_t max_message;    /* largest message accepted from the server, bytes (also capped by
                             twice the server's maxPayload); larger: close 1009 */
   long connect_timeout_ms; /* the WebSocket upgrade and the Socket.IO CONNECT within, ms */
+  int reconnect_max;       /* attempts to reconnect after a working connection broke, with
+                              backoff 0.25 s doubling to 5 s; a connection that gets as far as
+                              CONNECT restores them; 0: never (the first connection's failure
+                              and a refusal always end the client) */
 };
 
 /* One message from a Socket.IO server, decoded (Engine.IO v4 text packet; for a MESSAGE, the
@@ -74,6 +84,9 @@ int jb_sio_run(struct jb_sio *s);
  * the id the ACK will carry (1, 2, …). Thread-safe. Returns 0, or -1 when the client is
  * closing or out of memory (`arg` released either way). */
 int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id);
+
+/* Drops what was emitted and not yet sent (for a `lost` handler). Thread-safe. */
+void jb_sio_discard_queued(struct jb_sio *s);
 
 /* Closes the connection (WebSocket close 1000 after a Socket.IO DISCONNECT) and makes
  * jb_sio_run return. Thread-safe; idempotent. */

@@ -8,6 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import net from 'node:net';
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -443,6 +444,77 @@ test('watch prints what the agent wrote without terminal control sequences', asy
     await client.close();
     c.kill();
   }
+});
+
+// a TCP proxy in front of the Socket.IO port whose connections the test can cut
+async function cuttableProxy() {
+  const [host, port] = wsUrl.replace('ws://', '').split(':');
+  const conns = new Set();
+  const server = net.createServer((c) => {
+    const up = net.connect(Number(port), host);
+    conns.add(c);
+    conns.add(up);
+    c.pipe(up);
+    up.pipe(c);
+    const drop = () => { c.destroy(); up.destroy(); conns.delete(c); conns.delete(up); };
+    c.on('error', drop); up.on('error', drop); c.on('close', drop); up.on('close', drop);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: 'ws://127.0.0.1:' + server.address().port,
+    cut: () => { for (const c of conns) c.destroy(); conns.clear(); },
+    close: () => new Promise((r) => { for (const c of conns) c.destroy(); server.close(r); }),
+  };
+}
+
+test('the bridge and watch reconnect after the connection is cut, and carry on', async () => {
+  const S = await openSession('unsupervised');
+  const proxy = await cuttableProxy();
+  const transport = new StdioClientTransport({
+    command: CTL, args: ['mcp-bridge', '--job', S.jobId],
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: proxy.url, JAILBOX_AGENT_TOKEN: S.agentToken },
+    stderr: 'pipe',
+  });
+  let bridgeErr = '';
+  transport.stderr.on('data', (d) => { bridgeErr += d; });
+  const client = new Client({ name: 'jailbox-ctl-test', version: '1.0.0' });
+  await client.connect(transport);
+  const w = spawn(CTL, ['watch', S.jobId], {
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: proxy.url, JAILBOX_TOKEN: S.buyerToken },
+  });
+  children.push(w);
+  let wout = '', werr = '';
+  w.stdout.on('data', (d) => { wout += d; });
+  w.stderr.on('data', (d) => { werr += d; });
+  try {
+    await waitFor('watch connected', () => /state active/.test(wout) || /state awaiting_agent/.test(wout));
+    let r = await client.callTool({ name: 'read', arguments: { path: 'README' } });
+    assert.equal(r.content[0].text, 'a tiny C project\n');
+    proxy.cut();
+    await waitFor('the bridge reconnected', () => (bridgeErr.match(/connected to session/g) || []).length >= 2, 20000);
+    await waitFor('watch reconnected', () => (wout.match(/\(mode unsupervised/g) || []).length >= 2, 20000);
+    assert.match(bridgeErr, /connection lost \(.*\); reconnecting/);
+    assert.match(werr, /connection lost \(.*\); reconnecting/);
+    r = await client.callTool({ name: 'read', arguments: { path: 'src/a.c' } });
+    assert.equal(r.content[0].text, 'int main(void) { return 0; }\n');
+    // a call held open (the session is paused) when the connection breaks gets an error,
+    // never silence
+    assert.equal((await ctl(['pause', S.jobId], { token: S.buyerToken })).code, 0);
+    const held = client.callTool({ name: 'read', arguments: { path: 'README' } }, undefined, { timeout: 60000 });
+    held.catch(() => {});
+    await new Promise((res) => setTimeout(res, 300));
+    proxy.cut();
+    await assert.rejects(held, (e) => e.code === -32017 && /may or may not/.test(e.message));
+    await waitFor('the bridge reconnected again', () => (bridgeErr.match(/connected to session/g) || []).length >= 3, 20000);
+    assert.equal((await ctl(['resume', S.jobId], { token: S.buyerToken })).code, 0);
+    r = await client.callTool({ name: 'read', arguments: { path: 'README' } });
+    assert.equal(r.content[0].text, 'a tiny C project\n');
+  } finally {
+    await client.close();
+    w.kill();
+    await proxy.close();
+  }
+  assert.doesNotMatch(bridgeErr + werr, SANITIZER);
 });
 
 test('--help for every verb, exit 0; the overview lists them all', async () => {
