@@ -108,6 +108,10 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   json_t *d = json_array_get(args, 0);
   const char *job = json_string_value(json_object_get(d, "jobId"));
   if (job && strcmp(job, b->job) != 0) {
+    pthread_mutex_lock(&b->lock);
+    bool said = b->refused;
+    pthread_mutex_unlock(&b->lock);
+    if (said) return;
     fprintf(stderr, "jailboxctl mcp-bridge: the agent token belongs to session %s, not %s\n",
             jb_ctl_text(job), jb_ctl_text(b->job));
     pthread_mutex_lock(&b->lock);

@@ -349,6 +349,9 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   /* a connection that is no longer ours (replaced by a reconnection): close it */
   if ((uintptr_t)lws_get_opaque_user_data(wsi) != s->gen || s->st == ST_LOST) return io ? -1 : 0;
   if (s->ended) { /* flush what is left (the DISCONNECT after a stop), then close */
+    if (reason == LWS_CALLBACK_CLIENT_CLOSED || reason == LWS_CALLBACK_WSI_DESTROY ||
+        reason == LWS_CALLBACK_CLIENT_CONNECTION_ERROR)
+      s->wsi = NULL;
     if (reason != LWS_CALLBACK_CLIENT_WRITEABLE) return io ? -1 : 0;
     struct msg *m = s->out;
     if (!m) return -1;
@@ -567,9 +570,11 @@ int jb_sio_run(struct jb_sio *s) {
     }
     if (lws_service(s->ctx, 0) < 0) end(s, false, "service loop failed");
   }
-  /* let the DISCONNECT and the close frame go out (bounded) */
+  /* let the DISCONNECT and the close frame go out: at most 20 rounds, none of them waiting
+   * (lws_service would otherwise sleep until the next network event) */
   for (int i = 0; i < 20 && s->wsi && s->out; i++) {
     lws_callback_on_writable(s->wsi);
+    lws_cancel_service(s->ctx);
     lws_service(s->ctx, 0);
   }
   return 0;
