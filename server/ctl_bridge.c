@@ -184,7 +184,7 @@ int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, in
     return -1;
   }
   json_error_t je;
-  json_t *m = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+  json_t *m = json_loadb(line, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
   if (!m) {
     *code = RPC_PARSE;
     snprintf(why, why_size, "Parse error: %s", je.text);

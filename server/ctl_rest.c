@@ -617,7 +617,9 @@ static const struct verb verbs[] = {
      "the session contract: which walls stand with their settings, what was checked from "
      "inside, and the residual risks (--json: the contract object)",
      verb_explain},
-    {"keys", "", "print the published audit verification keys (GET /v1/audit/keys; no token)",
+    {"keys", "",
+     "print the published audit verification keys (GET /v1/audit/keys; no token): a table on a "
+     "terminal, else the JSON as served, which audit verify --keys reads",
      verb_keys},
     {"audit keys", "", "the same as keys", verb_keys},
     {"audit export", "JOB", "print the session's audit chain as JSON Lines", NULL},
