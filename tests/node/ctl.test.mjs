@@ -283,6 +283,7 @@ test('buyer verbs: status, pause, resume, ops, agents, explain, keys; exit codes
   const S = await openSession('supervised');
   const { client } = await mcpClient(S.jobId, S.agentToken); // the agent arrives: active
   try {
+    await waitFor('active', async () => (await stateOf(S.jobId)).state === 'active');
     let r = await ctl(['status', S.jobId], { token: S.buyerToken });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /state\s+active/);
