@@ -5,14 +5,17 @@
  * scanned (flagged: refused, security alert, audit entry); then the op is stored — pending
  * for the buyer when the session is supervised and the op is a write, queued otherwise — and
  * the worker that holds the session runs it in the shim and writes its audit entry
- * (db/ops.h). This thread waits for the outcome by reading the op row: 1 ms at first, up to
- * 50 ms between reads, without limit while the op waits for the buyer or a paused session. */
+ * (db/ops.h). This thread waits for the outcome, without limit while the op waits for the
+ * buyer or a paused session: it sleeps until the jb_op notification of the op's commit wakes
+ * it (server/opwait.h), and reads the op row again then (and once a second regardless). */
 #define _GNU_SOURCE
 #include "api/ops.h"
 
 #include <errno.h>
 #include <sodium.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,10 +31,13 @@
 #include "server/bus.h"
 #include "server/config.h"
 #include "server/log.h"
+#include "server/opwait.h"
 
 #define FILE_MAX (1024 * 1024)   /* bytes of one write (the shim's JB_FILE_MAX) */
 #define PREVIEW_MAX 2000         /* characters of a write shown in the approval request */
 #define RUN_TIMEOUT_MS 120000    /* a queued op of an active session must run within this */
+#define SAFETY_NET_MS 1000       /* a waiting call re-reads its op at least this often */
+#define FALLBACK_MS 20           /* ... and this often while no notification can arrive */
 
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
@@ -92,6 +98,7 @@ static json_t *shim_error(struct jb_mcp_error *e, json_t *error) {
   if (!strcmp(code, "changed")) return err_out(e, JB_MCP_CHANGED, "changed", "%s", msg);
   if (!strcmp(code, "too_large")) return err_out(e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
   if (!strcmp(code, "bad_request")) return err_out(e, JB_MCP_INVALID, "invalid", "%s", msg);
+  if (!strcmp(code, "timeout")) return err_out(e, JB_MCP_TIMEOUT, "timeout", "%s", msg); /* jb_db_op_expire */
   return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
 }
 
@@ -109,8 +116,24 @@ static json_t *tool_result(const char *tool, json_t *result) {
                    "structuredContent", result, "isError", 0);
 }
 
-/* Filters excluded names out of a list result (in place). */
-static void filter_list(json_t *result, const char *dir, const json_t *globs) {
+/* The kind of the pre-scan's flagged entry (sandbox/workspace_scan.h) that `path` is or
+ * passes through; NULL when none (too_large is a notice, not a refusal). `flagged` is the
+ * pre-scan's [{path, kind}] list. */
+static const char *flagged_kind(const char *path, const json_t *flagged) {
+  size_t i;
+  json_t *f;
+  json_array_foreach(flagged, i, f) {
+    const char *fp = json_string_value(json_object_get(f, "path"));
+    const char *kind = json_string_value(json_object_get(f, "kind"));
+    if (!fp || !kind || !strcmp(kind, "too_large")) continue;
+    size_t n = strlen(fp);
+    if (n && !strncmp(path, fp, n) && (path[n] == '\0' || path[n] == '/')) return kind;
+  }
+  return NULL;
+}
+
+/* Filters excluded and flagged names out of a list result (in place). */
+static void filter_list(json_t *result, const char *dir, const json_t *globs, const json_t *flagged) {
   json_t *entries = json_object_get(result, "entries");
   size_t i = 0;
   long removed = 0;
@@ -119,7 +142,7 @@ static void filter_list(json_t *result, const char *dir, const json_t *globs) {
     char full[8200];
     snprintf(full, sizeof full, "%s%s%s", strcmp(dir, ".") ? dir : "", strcmp(dir, ".") ? "/" : "",
              name ? name : "");
-    if (name && jb_path_excluded(full, globs, NULL)) {
+    if (name && (jb_path_excluded(full, globs, NULL) || flagged_kind(full, flagged))) {
       json_array_remove(entries, i);
       removed++;
     } else {
@@ -169,59 +192,174 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
   }
 }
 
-/* Waits for op `op_id` of `job` to finish: reads the row at 1 ms, doubling to 50 ms, releasing
- * the connection in between (*cp is replaced; NULL when it could not be had again). Pending
- * ops and the ops of a paused session wait without limit; a queued op of an active session
- * must run within RUN_TIMEOUT_MS. Returns the stored answer {ok, result | error} (new), or
- * NULL with *e (rejected, session ended, unavailable). */
+/* Starts the wait for an op of `job` that is about to be stored: registers `t` before the
+ * insert, so that the notification of its outcome cannot come before anyone listens. */
+static void wait_begin(struct jb_app *app, struct jb_opwait_ticket *t, const char *job) {
+  if (app->opwait) jb_opwait_register(app->opwait, t, job, -1);
+}
+static void wait_end(struct jb_app *app, struct jb_opwait_ticket *t) {
+  if (app->opwait) jb_opwait_unregister(app->opwait, t);
+}
+
+/* Waits for op `op_id` of `job`, just stored with ticket `t` registered (wait_begin), to
+ * finish: sleeps until a jb_op notification names the op or the session (server/opwait.h),
+ * or SAFETY_NET_MS have passed (FALLBACK_MS while the LISTEN connection is down), then reads
+ * the op's row; the connection is released while asleep (*cp is replaced; NULL when it could
+ * not be had again). Pending ops and the ops of a paused session wait without limit; a
+ * queued op of an active session must run within RUN_TIMEOUT_MS. Ends the wait (`t` is
+ * unregistered). Returns the stored answer {ok, result | error} (new), or NULL with *e
+ * (rejected, session ended, unavailable). */
 static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long long op_id,
-                        struct jb_mcp_error *e) {
-  long delay = 1;
-  long long started = now_ms();
+                        struct jb_opwait_ticket *t, struct jb_mcp_error *e) {
+  long long started = now_ms(), stored = started;
+  long long approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0;
+  long nap = SAFETY_NET_MS;
   jb_error err = {0};
+  if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
+  bool asleep_first = app->opwait != NULL; /* it has not run yet: no read before a wake-up */
+  if (asleep_first) jb_db_release(app->db, *cp);
+  json_t *out = NULL;
   for (;;) {
+    if (asleep_first) {
+      jb_opwait_wait(app->opwait, t, SAFETY_NET_MS, FALLBACK_MS);
+      asleep_first = false;
+      *cp = jb_db_acquire(app->db, &err);
+      if (!*cp) {
+        unavailable(e, &err);
+        break;
+      }
+    }
     char ost[20], sst[20];
     char *res = NULL, *reason = NULL;
     int rc = jb_db_op_poll(*cp, job, op_id, ost, sst, &res, &reason, &err);
     if (rc != JB_OK) {
       free(res);
       free(reason);
-      return rc == JB_ERR_FAIL ? unavailable(e, &err)
-                               : err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+      out = rc == JB_ERR_FAIL ? unavailable(e, &err)
+                              : err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+      break;
     }
     if (!strcmp(ost, "rejected")) {
       err_out(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
               reason ? reason : "");
       free(res);
       free(reason);
-      return NULL;
+      break;
     }
     if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
-      json_t *ans = res ? json_loads(res, 0, NULL) : NULL;
+      out = res ? json_loads(res, 0, NULL) : NULL;
       free(res);
       free(reason);
-      if (!ans) return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
-      return ans;
+      if (!out) err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
+      break;
     }
     free(res);
     free(reason);
-    if (!jb_state_is_live(sst) || !strcmp(sst, "done"))
-      return err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
-    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS)
-      return err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+    if (!jb_state_is_live(sst) || !strcmp(sst, "done")) {
+      err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
+      break;
+    }
+    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS) {
+      err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+      break;
+    }
     if (strcmp(ost, "approved") || strcmp(sst, "active")) started = now_ms();
+    nap = SAFETY_NET_MS;
+    if (!strcmp(ost, "pending") && approval_ms > 0) { /* JAILBOX_APPROVAL_TIMEOUT */
+      long long left = stored + approval_ms - now_ms();
+      if (left <= 0) {
+        struct jb_audit_head h;
+        json_t *opj = NULL;
+        int xr = jb_db_op_expire(*cp, app->keys, job, op_id, (long)(approval_ms / 1000), &h, &opj, &err);
+        if (xr == JB_OK) { /* the buyer's pending request is over: say so, on every instance */
+          jb_error nerr = {0};
+          json_t *hj = jb_audit_head_json(&h);
+          if (opj) jb_db_notify_event(*cp, job, "jailbox:op", opj, &nerr);
+          jb_db_notify_event(*cp, job, "jailbox:audit_head", hj, &nerr);
+          json_decref(hj);
+          json_decref(opj);
+          err_out(e, JB_MCP_TIMEOUT, "timeout", "the buyer did not decide on the write within %lld s",
+                  approval_ms / 1000);
+          break;
+        }
+        if (xr == JB_ERR_FAIL) jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", job, "detail", err.msg, NULL);
+        left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
+      }
+      if (left < nap) nap = (long)left;
+    }
     jb_db_release(app->db, *cp);
-    sleep_ms(delay);
-    if (delay < 50) delay *= 2;
+    if (app->opwait) jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
+    else sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
     *cp = jb_db_acquire(app->db, &err);
-    if (!*cp) return unavailable(e, &err);
+    if (!*cp) {
+      unavailable(e, &err);
+      break;
+    }
   }
+  wait_end(app, t);
+  return out;
 }
+
+/* The sessions whose ops this process handled last, as read from the database (JSON text):
+ * a copy to decide on without a round trip. Never trusted alone: the op's insert checks that
+ * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
+ * `expect_json`), and the call starts over with a fresh read when they are not. Only sessions
+ * read in active or paused are kept, whose exclusions and flags no longer change. */
+#define SESS_SLOTS 64
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    char job[129];
+    char *json;
+  } slot[SESS_SLOTS];
+} sess_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t sess_slot(const char *job) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)job; *p; p++) h = (h ^ *p) * 16777619u;
+  return h % SESS_SLOTS;
+}
+
+/* A copy of the cached session JSON of `job` (new), or NULL. */
+static char *sess_cache_get(const char *job) {
+  size_t i = sess_slot(job);
+  pthread_mutex_lock(&sess_cache.lock);
+  char *t = !strcmp(sess_cache.slot[i].job, job) && sess_cache.slot[i].json ? strdup(sess_cache.slot[i].json) : NULL;
+  pthread_mutex_unlock(&sess_cache.lock);
+  return t;
+}
+
+/* Keeps `json` for `job` (NULL: forgets it). */
+static void sess_cache_put(const char *job, const char *json) {
+  size_t i = sess_slot(job);
+  char *t = json ? strdup(json) : NULL;
+  pthread_mutex_lock(&sess_cache.lock);
+  if (t || !strcmp(sess_cache.slot[i].job, job)) {
+    free(sess_cache.slot[i].json);
+    sess_cache.slot[i].json = t;
+    snprintf(sess_cache.slot[i].job, sizeof sess_cache.slot[i].job, "%s", t ? job : "");
+  }
+  pthread_mutex_unlock(&sess_cache.lock);
+}
+
+/* One tool call; `fresh`: read the session from the database, not from sess_cache. *stale is
+ * set (and nothing done) when the cached copy no longer held at the insert. */
+static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, json_t *args,
+                       struct jb_mcp_error *e, bool fresh, bool *stale);
 
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
                    json_t *args, struct jb_mcp_error *e) {
   (void)ctx;
   if (!strcmp(tool, "done")) return tool_done(app, job, args, e);
+  bool stale = false;
+  json_t *r = op_tool(app, job, tool, args, e, false, &stale);
+  if (stale) r = op_tool(app, job, tool, args, e, true, &stale);
+  return r;
+}
+
+static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, json_t *args,
+                       struct jb_mcp_error *e, bool fresh, bool *stale) {
+  *stale = false;
 
   /* arguments */
   bool is_write = !strcmp(tool, "write"), is_list = !strcmp(tool, "list");
@@ -254,12 +392,15 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   json_t *current = NULL; /* a supervised write's target as it is now (stat through the shim) */
 
   /* the session */
-  if (jb_db_session_get(c, job, &text, &err) != JB_OK) {
+  text = fresh ? NULL : sess_cache_get(job);
+  bool cached = text != NULL;
+  if (!text && jb_db_session_get(c, job, &text, &err) != JB_OK) {
     result = unavailable(e, &err);
     goto out;
   }
   sess = json_loads(text, 0, NULL);
   const char *state = json_string_value(json_object_get(sess, "state"));
+  if (!cached && state && (!strcmp(state, "active") || !strcmp(state, "paused"))) sess_cache_put(job, text);
   if (state && !strcmp(state, "awaiting_agent")) {
     jb_op_agent_arrived(c, app, job);
     state = "active";
@@ -271,6 +412,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
   bool supervised = !strcmp(json_string_value(json_object_get(sess, "mode")) ?: "supervised", "supervised");
   json_t *exclude = json_object_get(sess, "exclude");
+  json_t *flagged = json_object_get(json_object_get(json_object_get(sess, "walls"), "prescan"), "flagged");
 
   /* the path: syntax, then exclusions */
   enum jb_path_verdict pv = jb_path_check(path, plen, is_list);
@@ -284,6 +426,12 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   if (strcmp(path, ".") && jb_path_excluded(path, exclude, &glob)) {
     audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "excluded", "glob", glob));
     result = err_out(e, JB_MCP_EXCLUDED, "excluded", "%s is excluded from this session", path);
+    goto out;
+  }
+  const char *fkind = strcmp(path, ".") ? flagged_kind(path, flagged) : NULL;
+  if (fkind) {
+    audit_refusal(c, app, job, tool, path, json_pack("{s:s,s:s}", "error", "flagged", "kind", fkind));
+    result = err_out(e, JB_MCP_FLAGGED, "flagged", "%s was flagged by the pre-scan (%s)", path, fkind);
     goto out;
   }
 
@@ -387,9 +535,13 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
     char *stext = json_dumps(stargs, JSON_COMPACT);
     json_decref(stargs);
-    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, &op_id, st, &err) : JB_ERR_FAIL;
+    struct jb_opwait_ticket sticket;
+    wait_begin(app, &sticket, job);
+    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, NULL, &op_id, st, &err) : JB_ERR_FAIL;
     free(stext);
-    json_t *sa = rc == JB_OK ? await_op(app, &c, job, op_id, e) : NULL;
+    json_t *sa = NULL;
+    if (rc == JB_OK) sa = await_op(app, &c, job, op_id, &sticket, e);
+    else wait_end(app, &sticket);
     if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
       result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     } else if (rc != JB_OK) {
@@ -422,7 +574,24 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
 
   /* store it: pending for the buyer, or queued for the worker */
-  rc = jb_db_op_create(c, job, tool, path, args_text, pending, &op_id, st, &err);
+  struct jb_opwait_ticket ticket;
+  wait_begin(app, &ticket, job);
+  char *expect = NULL;
+  if (cached) { /* decided on a copy: the insert checks it still holds */
+    json_t *x = json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                          "flagged", flagged ? json_incref(flagged) : json_array());
+    expect = x ? json_dumps(x, JSON_COMPACT) : NULL;
+    json_decref(x);
+  }
+  rc = cached && !expect ? JB_ERR_FAIL
+                         : jb_db_op_create(c, job, tool, path, args_text, pending, expect, &op_id, st, &err);
+  free(expect);
+  if (rc != JB_OK) wait_end(app, &ticket);
+  if (rc == JB_ERR_CONFLICT && cached && !st[0]) { /* the copy was stale: start over, fresh */
+    sess_cache_put(job, NULL);
+    *stale = true;
+    goto out;
+  }
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
     result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     goto out;
@@ -447,13 +616,12 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
 
   /* wait for the outcome */
-  json_t *ans = await_op(app, &c, job, op_id, e);
+  json_t *ans = await_op(app, &c, job, op_id, &ticket, e);
   if (ans) {
     if (json_is_true(json_object_get(ans, "ok"))) {
       json_t *r = json_object_get(ans, "result");
-      if (is_list) filter_list(r, path, exclude);
+      if (is_list) filter_list(r, path, exclude, flagged);
       result = tool_result(tool, r);
-      if (!strcmp(tool, "read") && c) jb_db_op_forget_content(c, op_id, &err);
     } else {
       result = shim_error(e, json_object_get(ans, "error"));
     }

@@ -21,6 +21,7 @@ enum {
   JB_MCP_INVALID = -32602,   /* bad arguments (JSON-RPC "Invalid params") */
   JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
   JB_MCP_CHANGED = -32018,   /* the file changed between the write's request and its approval */
+  JB_MCP_TIMEOUT = -32019,   /* no decision within JAILBOX_APPROVAL_TIMEOUT */
 };
 
 /* The tool handler installed with jb_socket_set_tool_handler (see jb_mcp_tool_fn): read,

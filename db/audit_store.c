@@ -64,28 +64,35 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
  * its newest version, but other tables would still be seen at the statement's older
  * snapshot. */
 static const char sql_lock_head[] =
-    "SELECT audit_head_seq, encode(audit_head_hash, 'hex') FROM sessions WHERE job_id = $1"
-    "   FOR UPDATE";
+    "SELECT audit_head_seq, encode(audit_head_hash, 'hex'), audit_sealed FROM sessions"
+    " WHERE job_id = $1 FOR UPDATE";
 
-/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8 and that entry
- * is not a seal: the UPDATE of the head is the compare-and-set (under READ COMMITTED a
- * concurrent append to the session makes it wait for the row, then re-check the condition
- * on the moved head and update nothing), and the entry is inserted only when the head moved.
- * One statement, so that with a known head an append outside a caller's transaction costs
- * one round trip and one commit. Changes no row when the head moved or the chain is sealed.
- * The seal check reads at the statement's snapshot: a seal committed after it moved the head,
- * which the re-check sees. */
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8, the chain is
+ * not sealed, and the signing key $11 is published and was not retired at the entry's
+ * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
+ * retiredAt fails as "retired key"). The UPDATE of the head is the compare-and-set (under
+ * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
+ * the condition on the moved head and update nothing), and the entry is inserted only FROM
+ * the updated row: so the session exists and stays locked (migration 012). Everything else it
+ * checks is on that row (audit_sealed, set by the seal's own UPDATE), except the key: one
+ * primary-key probe of audit_signing_keys. One statement, so that with a known head an
+ * append outside a caller's transaction costs one round trip and one commit. Changes no row
+ * when the head moved, the chain is sealed or the key is retired. */
 static const char sql_append[] =
     "WITH moved AS ("
-    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9"
+    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9, audit_sealed = $3 = 'seal'"
     "   WHERE job_id = $1 AND audit_head_seq = $2::bigint - 1"
-    "     AND (audit_head_seq = 0 OR audit_head_hash = $8)"
-    "     AND NOT EXISTS (SELECT 1 FROM audit_entries p"
-    "                      WHERE p.job_id = $1 AND p.seq = $2::bigint - 1 AND p.operation = 'seal')"
+    "     AND (audit_head_seq = 0 OR audit_head_hash = $8) AND NOT audit_sealed"
+    "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
+    "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
     "  RETURNING job_id)"
     " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
     "                            prev_hash, hash, signature, key_id)"
     " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved";
+
+/* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
+static const char sql_key_state[] =
+    "SELECT coalesce(jb_ts(retired_at), 'now') FROM audit_signing_keys WHERE key_id = $1";
 
 /* The heads this process wrote last, by session: a direct-mapped table (a collision evicts).
  * A stale head costs one statement that changes nothing, then the slow path. */
@@ -201,14 +208,26 @@ static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *j
     jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
     return JB_ERR_FAIL;
   }
+  bool sealed = PQgetvalue(r, 0, 2)[0] == 't';
   PQclear(r);
-  /* the row is locked: the head cannot have moved, so no row changed means sealed */
-  int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
-  if (rc == 1) {
+  if (sealed) {
     jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
     return JB_ERR_CONFLICT;
   }
-  return rc;
+  /* the row is locked and not sealed: no row changed means the key may not sign */
+  int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
+  if (rc != 1) return rc;
+  const char *p2[1] = {keys->key_id};
+  r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1)
+    jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
+            "entries (restart jailboxd with the current key file)", keys->key_id,
+            PQgetvalue(r, 0, 0));
+  else
+    jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
+  PQclear(r);
+  return JB_ERR_FAIL;
 }
 
 static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
@@ -271,7 +290,7 @@ static const char sql_session[] =
 static const char sql_entries[] =
     "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"
     "       encode(prev_hash, 'hex'), encode(hash, 'hex'), encode(signature, 'hex'), key_id"
-    "  FROM audit_entries WHERE job_id = $1 ORDER BY seq";
+    "  FROM audit_entries WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
 static void row_malformed(struct jb_audit_entry *e, const char *why) {
   long long seq = e->seq;
@@ -317,7 +336,8 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   return 0;
 }
 
-static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
+int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                          jb_error *err) {
   const char *p1[1] = {job_id};
   PGresult *r = exec(c, sql_session, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit session");
   if (!r) return JB_ERR_FAIL;
@@ -333,26 +353,83 @@ static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out
   if (out->stored.seq > 0 && col_hex(r, 0, 2, out->stored.hash, JB_AUDIT_HASH_LEN) < 0)
     memset(out->stored.hash, 0xff, JB_AUDIT_HASH_LEN); /* matches no entry: head mismatch */
   PQclear(r);
+  return JB_OK;
+}
 
-  r = exec(c, sql_entries, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
+int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, int limit,
+                          struct jb_audit_entry **out, size_t *n, jb_error *err) {
+  *out = NULL;
+  *n = 0;
+  char after[24], lim[16];
+  snprintf(after, sizeof after, "%lld", after_seq);
+  snprintf(lim, sizeof lim, "%d", limit);
+  const char *p3[3] = {job_id, after, lim};
+  PGresult *r = exec(c, sql_entries, 3, p3, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
   if (!r) return JB_ERR_FAIL;
   int rows = PQntuples(r);
-  out->entries = calloc(rows ? (size_t)rows : 1, sizeof *out->entries);
-  if (!out->entries) {
+  struct jb_audit_entry *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
+  if (!v) {
     PQclear(r);
     jb_fail(err, ENOMEM, "out of memory");
     return JB_ERR_FAIL;
   }
   for (int i = 0; i < rows; i++) {
-    out->n = (size_t)i + 1;
-    if (read_row(r, i, job_id, &out->entries[i]) < 0) {
+    if (read_row(r, i, job_id, &v[i]) < 0) {
+      jb_audit_entries_free(v, (size_t)i + 1);
       PQclear(r);
       jb_fail(err, ENOMEM, "out of memory");
       return JB_ERR_FAIL;
     }
   }
   PQclear(r);
+  *out = v;
+  *n = (size_t)rows;
   return JB_OK;
+}
+
+#define LOAD_PAGE 4096 /* entries per statement when a whole chain is loaded */
+
+static int load_locked(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
+  int rc = jb_audit_session_read(c, job_id, out, err);
+  if (rc != JB_OK) return rc;
+  size_t cap = 0;
+  for (;;) {
+    struct jb_audit_entry *page = NULL;
+    size_t got = 0;
+    long long after = out->n ? out->entries[out->n - 1].seq : 0;
+    if (jb_audit_entries_page(c, job_id, after, LOAD_PAGE, &page, &got, err) != JB_OK)
+      return JB_ERR_FAIL;
+    if (got == 0) {
+      free(page);
+      break;
+    }
+    if (out->n + got > cap) {
+      size_t nc = cap ? cap * 2 : got;
+      while (nc < out->n + got) nc *= 2;
+      struct jb_audit_entry *nv = realloc(out->entries, nc * sizeof *nv);
+      if (!nv) {
+        jb_audit_entries_free(page, got);
+        jb_fail(err, ENOMEM, "out of memory");
+        return JB_ERR_FAIL;
+      }
+      out->entries = nv;
+      cap = nc;
+    }
+    memcpy(out->entries + out->n, page, got * sizeof *page);
+    out->n += got;
+    free(page); /* the entries' contents moved to out->entries */
+    if (got < LOAD_PAGE) break;
+  }
+  return JB_OK;
+}
+
+int jb_audit_snapshot_begin(PGconn *c, jb_error *err) {
+  bool own = false;
+  if (PQtransactionStatus(c) != PQTRANS_IDLE)
+    return jb_fail(err, EINVAL, "a snapshot needs an idle connection");
+  return enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0
+             ? JB_ERR_FAIL
+             : JB_OK;
 }
 
 int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,
@@ -400,6 +477,7 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
     memcpy(v[k].key.key_id, PQgetvalue(r, i, 0), JB_AUDIT_KEY_ID_LEN + 1);
     snprintf(v[k].created_at, sizeof v[k].created_at, "%s", PQgetvalue(r, i, 2));
     snprintf(v[k].retired_at, sizeof v[k].retired_at, "%s", PQgetvalue(r, i, 3));
+    snprintf(v[k].key.retired_at, sizeof v[k].key.retired_at, "%s", PQgetvalue(r, i, 3));
     k++;
   }
   PQclear(r);
@@ -409,23 +487,47 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 }
 
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         jb_error *err) {
+                         bool retire_others, jb_error *err) {
   bool own = false;
   if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
-  const char *vals[2] = {key_id, (const char *)pk};
-  const int lens[2] = {0, JB_AUDIT_PK_LEN}, fmts[2] = {0, 1};
+  if (retire_others) {
+    /* Appends read this table (sql_append), holding ACCESS SHARE until they commit: the
+     * exclusive lock waits for the appends under way and holds back new ones until the
+     * retirement commits, and the retirement time is read only once it is held. So an append
+     * stamped before it stays valid, and one stamped at or after it runs after the commit,
+     * sees the key retired and is refused: none slips between. */
+    PGresult *l = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL,
+                       NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
+    PQclear(l);
+    if (!l) {
+      if (own) jb_db_rollback(c);
+      return JB_ERR_FAIL;
+    }
+  }
+  char now[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_now(now, sizeof now);
+  const char *vals[3] = {key_id, (const char *)pk, now};
+  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
+  /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */
   PGresult *r = exec(c,
-                     "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)"
-                     " ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL"
-                     " RETURNING public_key = $2",
-                     2, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+                     "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                     " VALUES ($1, $2, $3::timestamptz)"
+                     " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+                     " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+                     3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
   int rc = JB_ERR_FAIL;
-  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
+  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
+    jb_fail(err, EKEYREVOKED, "key %s was retired at %s and never signs again: rotate to a new "
+            "key (jailboxctl keys rotate)", key_id, PQgetvalue(r, 0, 1));
+  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && !retire_others) {
+    rc = JB_OK;
+  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
     PQclear(r);
+    const char *rv[2] = {key_id, now};
     r = exec(c,
-             "UPDATE audit_signing_keys SET retired_at = now()"
+             "UPDATE audit_signing_keys SET retired_at = $2::timestamptz"
              " WHERE key_id <> $1 AND retired_at IS NULL",
-             1, vals, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
+             2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
     if (r) rc = JB_OK;
   } else if (r) {
     jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);

@@ -29,9 +29,13 @@ struct jb_keyring;
  *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
  * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
+ * The keyring's key must be published and not retired at the entry's timestamp (the
+ * verifier refuses such an entry as "retired key"): otherwise nothing is appended.
+ *
  * Returns JB_OK; JB_ERR_NOT_FOUND when there is no such session; JB_ERR_CONFLICT when the
- * chain is sealed; JB_ERR_FAIL with `err` (bad arguments, database failure — inside a
- * caller's transaction that transaction is then aborted and must be rolled back). */
+ * chain is sealed; JB_ERR_FAIL with `err` (bad arguments, a retired or unpublished key
+ * (EKEYREVOKED, ENOKEY), database failure — inside a caller's transaction that transaction
+ * is then aborted and must be rolled back). */
 int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     const char *operation, const char *path, json_t *details,
                     struct jb_audit_head *out, jb_error *err);
@@ -62,6 +66,26 @@ int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *ou
 
 void jb_audit_chain_free(struct jb_audit_chain *ch);
 
+/* Starts a read-only REPEATABLE READ transaction on the idle connection `c`, so that the
+ * session row and every page read next come from one snapshot; end it with jb_db_rollback.
+ * JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_snapshot_begin(PGconn *c, jb_error *err);
+
+/* Reads the session row of `job_id` into `out` (state, ended, stored head; no entries).
+ * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
+                          jb_error *err);
+
+/* One page of a chain, for reading it in bounded memory: at most `limit` entries of
+ * `job_id` with seq > `after_seq`, in seq order, every field from its own column and the
+ * canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
+ * seq). One statement, inside the caller's transaction when there is one (REPEATABLE READ
+ * gives one snapshot across pages); without one, each page sees the chain as it is then.
+ * *out is a new array of *n entries (jb_audit_entries_free; *n = 0: nothing after
+ * after_seq). JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, int limit,
+                          struct jb_audit_entry **out, size_t *n, jb_error *err);
+
 /* A published key as stored. */
 struct jb_audit_key_row {
   struct jb_audit_pubkey key;
@@ -73,9 +97,13 @@ struct jb_audit_key_row {
  * JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
 
-/* Publishes `pk` as the active key `key_id` (un-retiring it when it was retired) and retires
- * every other active key, in one transaction. JB_OK or JB_ERR_FAIL with `err`. */
+/* Publishes `pk` as the active key `key_id` and, when `retire_others`, retires every other
+ * active key as of now (this process's clock, ms — the clock entries are stamped with, read
+ * under an exclusive lock of audit_signing_keys so that no append races the retirement), in
+ * one transaction. Publishing a key that is already active changes nothing. A retired key is
+ * never made active again: its entries are valid only before its retiredAt (api/audit.md),
+ * so it is refused with EKEYREVOKED. JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         jb_error *err);
+                         bool retire_others, jb_error *err);
 
 #endif

@@ -46,7 +46,7 @@ static void *run(void *arg) {
     const char *const vals[] = {l->conninfo, "5", "jailboxd-listen", NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     PGresult *r = NULL;
-    if (PQstatus(c) == CONNECTION_OK) r = PQexec(c, "LISTEN jb_change; LISTEN jb_event");
+    if (PQstatus(c) == CONNECTION_OK) r = PQexec(c, "LISTEN jb_change; LISTEN jb_event; LISTEN jb_op");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       PQclear(r);
       PQfinish(c);

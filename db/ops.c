@@ -11,22 +11,33 @@
 #include "db/db.h"
 
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
-                    const char *args_json, bool pending, long long *op_id, char state[20],
-                    jb_error *err) {
-  const char *p[5] = {job_id, tool, path, args_json, pending ? "pending" : "approved"};
+                    const char *args_json, bool pending, const char *expect_json, long long *op_id,
+                    char state[20], jb_error *err) {
+  const char *p[6] = {job_id, tool, path, args_json, pending ? "pending" : "approved", expect_json};
+  /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
+   * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
+   * to and past this insert before anyone is told the op ran; a pending op is announced to
+   * the buyer, so it is flushed first */
   PGresult *r = jb_db_exec(
       c,
-      "WITH s AS (SELECT state FROM sessions WHERE job_id = $1),"
+      "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"
+      "   THEN set_config('synchronous_commit', 'off', true) END AS v),"
+      " s AS (SELECT state, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
+      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $6::jsonb) AS fresh"
+      "   FROM sessions WHERE job_id = $1),"
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"
       "         CASE WHEN $5 = 'approved' THEN now() END"
-      "  FROM s WHERE s.state IN ('active', 'paused') RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins)",
-      5, p, PGRES_TUPLES_OK, NULL, err, "store op");
+      "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh RETURNING op_id)"
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
+      6, p, PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {
     rc = JB_ERR_NOT_FOUND;
+  } else if (PQgetisnull(r, 0, 1) && strcmp(PQgetvalue(r, 0, 2), "f") == 0) {
+    state[0] = '\0';
+    rc = JB_ERR_CONFLICT; /* the session's mode, exclusions or flags are not `expect_json` */
   } else if (PQgetisnull(r, 0, 1)) {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
     rc = JB_ERR_CONFLICT;
@@ -45,9 +56,19 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   const char *p[2] = {id, job_id};
   *result_json = NULL;
   *reason = NULL;
+  /* one round trip: the row as it is, and a finished read's content dropped from it (the
+   * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
+   * it is lost in a crash the content stays stored, nothing is misreported. */
   PGresult *r = jb_db_exec(c,
-                           "SELECT o.state, s.state, o.result::text, o.reason FROM ops o"
-                           " JOIN sessions s USING (job_id) WHERE o.op_id = $1::bigint AND o.job_id = $2",
+                           "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
+                           "   FROM ops o JOIN sessions s USING (job_id)"
+                           "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
+                           " f AS (UPDATE ops SET result = result #- '{result,content}'"
+                           "   WHERE op_id = $1::bigint AND job_id = $2 AND tool = 'read'"
+                           "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
+                           "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
+                           " SELECT o.state, o.session_state, o.result::text, o.reason,"
+                           "  (SELECT count(*) FROM f) FROM o",
                            2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
@@ -58,19 +79,6 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   snprintf(sess_state, 20, "%s", PQgetvalue(r, 0, 1));
   if (!PQgetisnull(r, 0, 2)) *result_json = strdup(PQgetvalue(r, 0, 2));
   if (!PQgetisnull(r, 0, 3)) *reason = strdup(PQgetvalue(r, 0, 3));
-  PQclear(r);
-  return JB_OK;
-}
-
-int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err) {
-  char id[24];
-  snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[1] = {id};
-  PGresult *r = jb_db_exec(c,
-                           "UPDATE ops SET result = result #- '{result,content}'"
-                           " WHERE op_id = $1::bigint AND tool = 'read' AND result IS NOT NULL",
-                           1, p, PGRES_COMMAND_OK, NULL, err, "forget read content");
-  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   return JB_OK;
 }
@@ -91,7 +99,10 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
                            " coalesce(o.decision, 'auto')"
                            " FROM ops o JOIN sessions s USING (job_id)"
                            " WHERE o.job_id = $1 AND o.state = 'approved' AND s.state = 'active'"
-                           " ORDER BY o.op_id LIMIT 1 FOR UPDATE OF o, s SKIP LOCKED",
+                           /* an op another claim holds is skipped; the session row is waited
+                            * for (a chain append holds it for a moment): skipping it would
+                            * leave the op to the next sweep, a second later */
+                           " ORDER BY o.op_id LIMIT 1 FOR UPDATE OF o SKIP LOCKED FOR UPDATE OF s",
                            1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
   if (!r) {
     jb_db_rollback(c);
@@ -141,4 +152,79 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     return JB_ERR_FAIL;
   }
   return JB_OK;
+}
+
+int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job) {
+  char *end;
+  errno = 0;
+  long long id = strtoll(payload, &end, 10);
+  if (errno || end == payload || *end != ' ' || id < 0) return -1;
+  const char *st = end + 1;
+  const char *sp = strchr(st, ' ');
+  if (!sp || sp == st || sp - st >= 20 || !sp[1]) return -1;
+  memcpy(state, st, (size_t)(sp - st));
+  state[sp - st] = '\0';
+  *op_id = id;
+  *job = sp + 1;
+  return 0;
+}
+
+int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                    long timeout_s, struct jb_audit_head *head, json_t **op_out, jb_error *err) {
+  *op_out = NULL;
+  char id[24], secs[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  snprintf(secs, sizeof secs, "%ld", timeout_s);
+  const char *p[3] = {id, job_id, secs};
+  /* the lock order of every chain writer: the session row, then the op */
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
+                           PGRES_TUPLES_OK, NULL, err, "lock session");
+  if (!r) goto fail;
+  PQclear(r);
+  r = jb_db_exec(c,
+                 "UPDATE ops SET state = 'failed', reason = 'no decision within the approval timeout',"
+                 "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'timeout',"
+                 "    'message', 'no decision within the approval timeout')),"
+                 "  completed_at = now()"
+                 " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
+                 "   AND created_at <= now() - make_interval(secs => $3::int)"
+                 " RETURNING path, args->'size', args->>'sha256',"
+                 "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
+                 "   'state', state, 'reason', reason, 'result', result)::text",
+                 3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
+  if (!r) goto fail;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_CONFLICT;
+  }
+  char *path = strdup(PQgetvalue(r, 0, 0));
+  json_t *op_json = json_loads(PQgetvalue(r, 0, 3), 0, NULL);
+  json_t *details = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
+  json_t *size = PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
+  if (json_is_integer(size)) json_object_set(details, "size", size);
+  json_decref(size);
+  const char *sha = PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2);
+  if (strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64)
+    json_object_set_new(details, "sha256", json_string(sha));
+  PQclear(r);
+  int rc = path && details ? jb_audit_append(c, keys, job_id, "write", path, details, head, err)
+                           : jb_fail(err, ENOMEM, "out of memory");
+  free(path);
+  json_decref(details);
+  if (rc != JB_OK) { /* JB_ERR_CONFLICT: the chain is sealed, the session has ended */
+    json_decref(op_json);
+    jb_db_rollback(c);
+    return rc;
+  }
+  if (jb_db_commit(c, err) < 0) {
+    json_decref(op_json);
+    goto fail;
+  }
+  *op_out = op_json;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
 }

@@ -3,8 +3,12 @@
  * holds the session claims queued ops (FOR UPDATE SKIP LOCKED), runs them in the shim and
  * completes them with their audit entry in the same transaction; jailboxd reads the outcome.
  * The row is the hand-over between processes, so any jailboxd instance can take the agent's
- * call and any worker host can hold the session; the change notification on jb_change
- * (migration 004) wakes the worker. */
+ * call and any worker host can hold the session. Wake-ups ride on the same commits: channel
+ * jb_op (migration 009) carries "<op id> <state> <job id>" when an op is queued (approved)
+ * or finished (done, failed, rejected), and "0 <state> <job id>" when its session changes
+ * state — the worker wakes on the first kind, the waiting call (server/opwait.h) on the
+ * second. A notification is sent only if its transaction commits, so it never announces a
+ * row that is not there; a lost one only delays (both sides re-read on a slow timer). */
 #ifndef JB_DB_OPS_H
 #define JB_DB_OPS_H
 
@@ -20,22 +24,23 @@ struct jb_keyring;
 /* Stores an op of session `job_id`: `tool` (read, write, list), `path`, `args_json` (JSON
  * object text: the shim's arguments plus, for writes, "size" and "sha256"). With `pending`
  * the op waits for the buyer (state pending); without, it is queued at once (state approved,
- * decision auto). Only while the session is active or paused (a paused session's ops wait).
- * JB_OK with *op_id; JB_ERR_CONFLICT with `state` (20 bytes) = the session's state;
- * JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * decision auto). Only while the session is active or paused (a paused session's ops wait),
+ * and, with `expect_json` (JSON object text {mode, exclude, flagged}; NULL: no check), only
+ * while the session's mode, exclusions and pre-scan flags are those (the caller decided on a
+ * copy of the session; this makes the decision and the insert one atomic step).
+ * JB_OK with *op_id; JB_ERR_CONFLICT with `state` (20 bytes) = the session's state, or ""
+ * when `expect_json` no longer holds (read the session again); JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
-                    const char *args_json, bool pending, long long *op_id, char state[20],
-                    jb_error *err);
+                    const char *args_json, bool pending, const char *expect_json, long long *op_id,
+                    char state[20], jb_error *err);
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
- * its result (JSON text, new, NULL while none) and reason (new, NULL when none). JB_OK,
- * JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
+ * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
+ * read's file content is dropped from the stored result by the same statement (it is
+ * delivered from this answer; the audit chain keeps its size). JB_OK, JB_ERR_NOT_FOUND,
+ * JB_ERR_FAIL. */
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
-
-/* Drops the file content from a finished read's stored result (it was delivered; the audit
- * chain keeps its size). JB_OK or JB_ERR_FAIL. */
-int jb_db_op_forget_content(PGconn *c, long long op_id, jb_error *err);
 
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {
@@ -48,8 +53,9 @@ struct jb_op_claim {
 void jb_op_claim_free(struct jb_op_claim *o);
 
 /* Worker: begins a transaction and locks the oldest queued op of `job_id` whose session is
- * active (FOR UPDATE SKIP LOCKED). JB_OK with *out filled and the transaction left open for
- * jb_db_op_complete; JB_ERR_NOT_FOUND (nothing to run; no transaction open); JB_ERR_FAIL. */
+ * active (the op FOR UPDATE SKIP LOCKED; the session row FOR UPDATE, waited for). JB_OK with
+ * *out filled and the transaction left open for jb_db_op_complete; JB_ERR_NOT_FOUND (nothing
+ * to run; no transaction open); JB_ERR_FAIL. */
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err);
 
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
@@ -59,5 +65,20 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const struct jb_op_claim *op, bool ok, const char *result_json,
                       json_t *details, struct jb_audit_head *head, jb_error *err);
+
+/* Fails pending op `op_id` of `job_id` when it has waited at least `timeout_s` seconds for
+ * the buyer (JAILBOX_APPROVAL_TIMEOUT): state failed, result {ok:false, error:{code:
+ * "timeout"}}, and its audit entry write {ok:false, error:"timeout", decision:"timeout",
+ * size, sha256} in the same transaction (session row locked first, as every chain writer).
+ * JB_OK with *head the new audit head and *op_out the op as it is now {opId, jobId, tool,
+ * path, state, reason, result} (new; NULL on OOM); JB_ERR_CONFLICT when the op is no longer
+ * pending or not that old (decided meanwhile: nothing changed); JB_ERR_FAIL with `err`. */
+int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                    long timeout_s, struct jb_audit_head *head, json_t **op_out, jb_error *err);
+
+/* Parses a jb_op notification payload "<op id> <state> <job id>" (migration 009): *op_id
+ * (0: the session's state changed to `state`), `state` (20 bytes), *job (points into
+ * `payload`). Returns 0, or -1 when malformed. */
+int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job);
 
 #endif

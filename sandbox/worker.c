@@ -71,6 +71,8 @@ static const struct setting settings[] = {
   {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
   {"JAILBOX_WORKER_PIDFILE", "", "pid file, locked while the worker runs; empty: none"},
   {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+  {"JAILBOX_PRESCAN_HASH_MAX_MIB", "1024",
+   "pre-scan: regular files over this many MiB are not read, only flagged too_large (sandbox/WALLS.md)"},
   {"JAILBOX_WORKER_MAX_SESSIONS", "64", "sessions this worker runs at once"},
   {"JAILBOX_LOG_LEVEL", "info", "debug, info, warn, error"},
 };
@@ -108,6 +110,7 @@ struct session {
   pthread_mutex_t lock;      /* guards sb while the control socket uses it */
   struct jb_sandbox sb;
   bool sb_ready;
+  struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
 };
 
 static struct {
@@ -117,6 +120,7 @@ static struct {
   struct jb_keyring *keys;   /* signs the audit entries of the transitions the worker makes */
   char conninfo[4096];
   bool prescan_hold;
+  long long prescan_hash_max; /* bytes */
   long max_sessions;
   pthread_mutex_t lock;      /* sessions, probe */
   struct session *sessions[1024];
@@ -383,9 +387,9 @@ static void *session_main(void *arg) {
     goto end;
   }
 
-  /* the pre-scan (minimal for now: counts and a directory hash) */
+  /* the pre-scan: counts, flagged entries, a directory hash */
   struct jb_scan_result scan;
-  if (jb_workspace_scan(s->workspace, 100000, &scan, &err) < 0) {
+  if (jb_workspace_scan(s->workspace, 100000, W.prescan_hash_max, &scan, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "pre-scan failed: %s", err.msg);
     fail_session(job, reason);
@@ -393,6 +397,7 @@ static void *session_main(void *arg) {
     goto end;
   }
   json_t *scan_json = jb_scan_json(&scan);
+  jb_scan_result_free(&scan);
   slog_json(JB_LOG_INFO, job, "pre-scan", "prescan", json_incref(scan_json));
   struct prescan_args pa = {job, scan_json};
   if (with_conn(prescan_fn, &pa, &err) != JB_OK) {
@@ -407,7 +412,7 @@ static void *session_main(void *arg) {
   /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
    * to the directory pinned above, and a launch without it does not go ahead */
   if (same_workspace(s->workspace, &pinned, &err) < 0 ||
-      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &err) < 0) {
+      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err) < 0) {
     char reason[700];
     snprintf(reason, sizeof reason, "workspace: %s", err.msg);
     json_decref(scan_json);
@@ -502,6 +507,15 @@ static void *session_main(void *arg) {
   pthread_mutex_unlock(&s->lock);
   slog(JB_LOG_INFO, job, "sandbox removed", NULL);
 end:
+  /* the jail can no longer write: give the workspace back its groups and modes */
+  if (s->grant.valid) {
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err);
+    char nb[24];
+    snprintf(nb, sizeof nb, "%ld", n);
+    if (n < 0) slog(JB_LOG_WARN, job, "workspace access not restored", "error", err.msg, NULL);
+    else slog(JB_LOG_INFO, job, "workspace access restored", "entries", nb, NULL);
+  }
+  jb_workspace_grant_free(&s->grant);
   atomic_store(&s->finished, true);
   return NULL;
 }
@@ -819,8 +833,9 @@ static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
   return rc;
 }
 
-/* Runs every queued op of the sessions whose sandbox is up (only of `only` when not NULL). */
-static void run_queued_ops(const char *only) {
+/* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
+ * most `max` per session. */
+static void run_queued_ops(const char *only, int max) {
   static char jobs[sizeof W.sessions / sizeof W.sessions[0]][129]; /* the op thread's own */
   size_t n = 0;
   pthread_mutex_lock(&W.lock);
@@ -833,7 +848,7 @@ static void run_queued_ops(const char *only) {
   }
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
-    for (int k = 0; k < 1000; k++) {
+    for (int k = 0; k < max; k++) {
       struct opclaim_args a = {jobs[i], 0};
       jb_error err = {0};
       int rc = with_conn(opclaim_fn, &a, &err);
@@ -846,13 +861,13 @@ static void run_queued_ops(const char *only) {
   }
 }
 
-/* (Re)connects *listen and LISTENs on jb_change when it is not connected; leaves it NULL
- * when the database cannot be reached (the caller's loop tries again). */
-static void ensure_listening(PGconn **listen) {
+/* (Re)connects *listen and runs `listen_sql` ("LISTEN channel") when it is not connected;
+ * leaves it NULL when the database cannot be reached (the caller's loop tries again). */
+static void ensure_listening(PGconn **listen, const char *listen_sql) {
   if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
   if (*listen) PQfinish(*listen);
   *listen = PQconnectdb(W.conninfo);
-  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, "LISTEN jb_change") : NULL;
+  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, listen_sql) : NULL;
   if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
     PQfinish(*listen);
     *listen = NULL;
@@ -860,19 +875,20 @@ static void ensure_listening(PGconn **listen) {
   PQclear(r);
 }
 
-/* The op thread: woken by jb_change (an op stored or decided; the payload names the
- * session), and a sweep of every session once a second for anything missed. */
+/* The op thread: woken by jb_op (migration 009: an op queued, or its session back to
+ * active; the payload names the session), and a sweep of every session once a second for
+ * anything missed. */
 static void *ops_main(void *arg) {
   (void)arg;
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
+    ensure_listening(&listen, "LISTEN jb_op");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (now - last_sweep >= 1000) {
-      run_queued_ops(NULL);
+      run_queued_ops(NULL, 1000);
       last_sweep = now;
     }
     struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
@@ -880,7 +896,15 @@ static void *ops_main(void *arg) {
       PQconsumeInput(listen);
       PGnotify *nt;
       while ((nt = PQnotifies(listen))) {
-        if (nt->extra && nt->extra[0]) run_queued_ops(nt->extra);
+        long long op_id;
+        char st[20];
+        const char *job;
+        /* one notification per queued op: one claim each (no empty claim after it); a
+         * session back to active may have many waiting */
+        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
+          if (op_id != 0 && strcmp(st, "approved") == 0) run_queued_ops(job, 1);
+          else if (op_id == 0 && strcmp(st, "active") == 0) run_queued_ops(job, 1000);
+        }
         PQfreemem(nt);
       }
     }
@@ -1086,6 +1110,7 @@ static int load_config(jb_error *err) {
   c->start_timeout_ms = env_long("JAILBOX_START_TIMEOUT_MS", 1000, 600000, err, &bad);
   c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
   W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
+  W.prescan_hash_max = (long long)env_long("JAILBOX_PRESCAN_HASH_MAX_MIB", 0, 1L << 30, err, &bad) << 20;
   W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);
   if (bad) return -1;
   return load_profile(err);
@@ -1204,7 +1229,7 @@ int main(int argc, char **argv) {
    * worker may hold a newer key than the jailboxd that started it) */
   {
     PGconn *kc = jb_db_acquire(W.db, &err);
-    int krc = kc ? jb_keyring_publish(W.keys, kc, &err) : -1;
+    int krc = kc ? jb_keyring_publish_keep_others(W.keys, kc, &err) : -1;
     jb_db_release(W.db, kc);
     if (krc < 0) {
       slog(JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);
@@ -1244,7 +1269,7 @@ int main(int argc, char **argv) {
   PGconn *listen = NULL;
   long long last_probe = W.probe.at_ms;
   while (!atomic_load(&W.stopping)) {
-    ensure_listening(&listen);
+    ensure_listening(&listen, "LISTEN jb_change");
     drain_queue();
     reap_sessions();
     /* a wall that was down may have been fixed: probe again now and then */

@@ -13,6 +13,7 @@
 
 struct jb_cache;    /* session read cache (server/cache.h) */
 struct jb_keyring;  /* audit signing keys (server/keys.h) */
+struct jb_opwait;   /* waiting op calls (server/opwait.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
@@ -20,6 +21,7 @@ struct jb_app {
   struct jb_bus *bus;           /* session events */
   struct jb_cache *cache;       /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
   struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
+  struct jb_opwait *opwait;     /* agent calls waiting on their op (server/opwait.h); may be NULL */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
 };
 

@@ -25,6 +25,7 @@ static const char *const reason_names[] = {
     [JB_AUDIT_HEAD_MISMATCH] = "head mismatch",
     [JB_AUDIT_AFTER_SEAL] = "entry after seal",
     [JB_AUDIT_WRONG_SESSION] = "wrong session",
+    [JB_AUDIT_RETIRED_KEY] = "retired key",
 };
 
 const char *jb_audit_reason_name(enum jb_audit_reason r) {
@@ -482,6 +483,15 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
       return jb_fail(err, EINVAL, "keys[%zu]: needs keyId, algorithm \"ed25519\" and a base64 "
                      "32-byte publicKey", i);
     }
+    json_t *ret = json_object_get(k, "retiredAt");
+    if (json_is_string(ret) && timestamp_ok(json_string_value(ret))) {
+      memcpy(v[i].retired_at, json_string_value(ret), JB_AUDIT_TS_LEN + 1);
+    } else if (ret && !json_is_null(ret)) {
+      free(v);
+      json_decref(o);
+      return jb_fail(err, EINVAL, "keys[%zu]: retiredAt must be null or "
+                     "YYYY-MM-DDTHH:MM:SS.mmmZ", i);
+    }
     jb_audit_key_id(v[i].public_key, v[i].key_id);
     if (strcmp(kid, v[i].key_id) != 0) {
       jb_fail(err, EINVAL, "keys[%zu]: keyId %.32s is not the id of its public key", i, kid);
@@ -517,7 +527,8 @@ static int canon_parse(const struct jb_audit_entry *e, struct canon *c) {
   c->timestamp = member_str(c->root, "timestamp");
   c->details = json_object_get(c->root, "details");
   if (!json_is_integer(seq) || !c->session || !c->operation || !c->timestamp || !path ||
-      !(json_is_string(path) || json_is_null(path)) || !json_is_object(c->details))
+      !(json_is_string(path) || json_is_null(path)) || !json_is_object(c->details) ||
+      !timestamp_ok(c->timestamp))
     goto bad;
   c->seq = json_integer_value(seq);
   c->path = json_is_string(path) ? json_string_value(path) : NULL;
@@ -526,6 +537,31 @@ bad:
   json_decref(c->root);
   c->root = NULL;
   return -1;
+}
+
+/* The canonical members of `e` without parsing its canonical bytes when they are exactly the
+ * canonical form of its stated fields (the usual case: one serialization and a memcmp instead
+ * of a parse and a comparison). Otherwise parses them (canon_parse). c->root is NULL in the
+ * first case; then every member is borrowed from `e`. */
+static int canon_of(const struct jb_audit_entry *e, struct canon *c) {
+  memset(c, 0, sizeof *c);
+  if (e->session && e->operation && e->timestamp && e->details) {
+    size_t len = 0;
+    char *mine = jb_audit_canonical(e->seq, e->session, e->operation, e->path, e->timestamp,
+                                    e->details, &len, NULL);
+    bool same = mine && len == e->canonical_len && memcmp(mine, e->canonical, len) == 0;
+    free(mine);
+    if (same) {
+      c->seq = e->seq;
+      c->session = e->session;
+      c->operation = e->operation;
+      c->path = e->path;
+      c->timestamp = e->timestamp;
+      c->details = e->details;
+      return 0;
+    }
+  }
+  return canon_parse(e, c);
 }
 
 /* The canonical seq of `e`, or -1 when unreadable. */
@@ -568,6 +604,7 @@ static const struct jb_audit_pubkey *find_key(const struct jb_audit_pubkey *keys
 static int check_fields(const struct jb_audit_entry *e, const struct canon *c,
                         struct jb_audit_result *r, long long pos) {
   const char *field = NULL;
+  if (!c->root) return 0; /* the canonical bytes were made from the stated fields */
   if (e->seq != c->seq) field = "seq";
   else if (!str_eq(e->session, c->session)) field = "session";
   else if (!str_eq(e->operation, c->operation)) field = "operation";
@@ -594,105 +631,210 @@ static int check_seal(const struct jb_audit_entry *e, const struct canon *c,
   return 0;
 }
 
-/* Checks that the authentic entry i (canonical members `c`) stands in its place: seq,
- * session, link to `prev`, stated fields, nothing after a seal, a seal's own details. */
-static int check_place(const struct jb_audit_entry *entries, size_t n, size_t i,
-                       const struct canon *c, const unsigned char *prev, long long seal_seq,
-                       struct jb_audit_result *r) {
-  const struct jb_audit_entry *e = &entries[i];
-  long long pos = (long long)i + 1;
-  if (c->seq != pos) {
-    bool later = false;
-    for (size_t j = i + 1; j < n && !later && c->seq > pos; j++)
-      if (canon_seq(&entries[j]) == pos) later = true;
-    if (c->seq < pos || later)
-      return fail_at(r, pos, JB_AUDIT_REORDERED, "entry %lld stands at position %lld", c->seq,
-                     pos);
-    if (c->seq == pos + 1) return fail_at(r, pos, JB_AUDIT_GAP, "entry %lld is missing", pos);
-    return fail_at(r, pos, JB_AUDIT_GAP, "entries %lld..%lld are missing", pos, c->seq - 1);
+void jb_audit_verifier_init(struct jb_audit_verifier *v, const struct jb_audit_pubkey *keys,
+                            size_t nkeys, const struct jb_audit_verify_opts *opts) {
+  memset(v, 0, sizeof *v);
+  if (sodium_init() < 0) {
+    v->failed = true;
+    fail_at(&v->r, 1, JB_AUDIT_MALFORMED, "libsodium cannot initialise");
+  }
+  v->keys = keys;
+  v->nkeys = nkeys;
+  if (opts) v->opts = *opts;
+  if (v->opts.session) snprintf(v->r.session, sizeof v->r.session, "%s", v->opts.session);
+}
+
+/* Entry p = v->pos is authentic (canonical members `c`): checks that it stands in its place. */
+static int check_place(struct jb_audit_verifier *v, const struct jb_audit_entry *e,
+                       const struct canon *c) {
+  struct jb_audit_result *r = &v->r;
+  long long pos = v->pos;
+  if (c->seq < pos)
+    return fail_at(r, pos, JB_AUDIT_REORDERED, "entry %lld stands at position %lld", c->seq, pos);
+  if (c->seq > pos) {
+    /* entry p is either later in the input (reordered) or nowhere (a gap): decided by the
+     * entries still to come (jb_audit_verifier_add) or at the end (finish) */
+    v->pending_seq = c->seq;
+    return fail_at(r, pos, JB_AUDIT_GAP, "entry %lld is missing", pos);
   }
   if (strcmp(c->session, r->session) != 0)
     return fail_at(r, pos, JB_AUDIT_WRONG_SESSION, "entry of session %.64s in a chain of %.64s",
                    c->session, r->session);
-  if (sodium_memcmp(e->prev_hash, prev, JB_AUDIT_HASH_LEN) != 0)
+  if (sodium_memcmp(e->prev_hash, v->prev, JB_AUDIT_HASH_LEN) != 0)
     return fail_at(r, pos, JB_AUDIT_BROKEN_LINK, "prevHash is not the hash of entry %lld",
                    pos - 1);
   if (check_fields(e, c, r, pos)) return 1;
-  if (seal_seq) return fail_at(r, pos, JB_AUDIT_AFTER_SEAL, "entry after the seal at %lld", seal_seq);
+  if (v->seal_seq)
+    return fail_at(r, pos, JB_AUDIT_AFTER_SEAL, "entry after the seal at %lld", v->seal_seq);
   if (strcmp(c->operation, "seal") == 0) return check_seal(e, c, r, pos);
   return 0;
+}
+
+/* Verifies entry v->pos (authenticity, then place). 0 intact, 1 failed (v->r says why). */
+static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry *e) {
+  struct jb_audit_result *r = &v->r;
+  long long pos = v->pos;
+  unsigned char calc[JB_AUDIT_HASH_LEN];
+  if (e->malformed) return fail_at(r, pos, JB_AUDIT_MALFORMED, "%s", e->error);
+  jb_audit_hash(e->canonical, e->canonical_len, e->prev_hash, calc);
+  if (sodium_memcmp(calc, e->hash, JB_AUDIT_HASH_LEN) != 0)
+    return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
+                   "hash is not SHA-256 of the canonical bytes and prevHash");
+  const struct jb_audit_pubkey *k = find_key(v->keys, v->nkeys, e->key_id);
+  if (!k) return fail_at(r, pos, JB_AUDIT_UNKNOWN_KEY, "key %.16s is not published", e->key_id);
+  if (crypto_sign_verify_detached(e->signature, e->hash, JB_AUDIT_HASH_LEN, k->public_key) != 0)
+    return fail_at(r, pos, JB_AUDIT_BAD_SIGNATURE, "signature does not verify with key %s",
+                   k->key_id);
+  struct canon c;
+  if (canon_of(e, &c) < 0)
+    return fail_at(r, pos, JB_AUDIT_MALFORMED, "signed canonical bytes are not an entry");
+  int rc = 0;
+  /* both fixed-width UTC, so byte order is time order */
+  if (k->retired_at[0] && strcmp(c.timestamp, k->retired_at) >= 0)
+    rc = fail_at(r, pos, JB_AUDIT_RETIRED_KEY, "signed at %s with key %s, retired at %s",
+                 c.timestamp, k->key_id, k->retired_at);
+  if (!rc && pos == 1 && !v->opts.session)
+    snprintf(r->session, sizeof r->session, "%s", c.session);
+  if (!rc) rc = check_place(v, e, &c);
+  if (!rc && strcmp(c.operation, "seal") == 0) v->seal_seq = pos;
+  json_decref(c.root);
+  return rc;
+}
+
+int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_entry *e) {
+  v->pos++;
+  v->r.entries = v->pos;
+  if (v->failed) {
+    if (!v->pending_seq) return 1;
+    /* looking for the missing entry further on: there, it was reordered */
+    if (!e) return 0;
+    if (canon_seq(e) == v->r.first_bad_seq) {
+      long long p = v->r.first_bad_seq, s = v->pending_seq;
+      v->pending_seq = 0;
+      fail_at(&v->r, p, JB_AUDIT_REORDERED, "entry %lld stands at position %lld", s, p);
+      return 1;
+    }
+    return 0;
+  }
+  if (!e) { /* a caller may pass NULL only once the verdict is settled */
+    v->failed = true;
+    fail_at(&v->r, v->pos, JB_AUDIT_MALFORMED, "entry was not read");
+    return 1;
+  }
+  if (check_entry(v, e)) {
+    v->failed = true;
+    if (v->pending_seq && v->pending_seq > v->pos + 1)
+      snprintf(v->r.detail, sizeof v->r.detail, "entries %lld..%lld are missing", v->pos,
+               v->pending_seq - 1);
+    return v->pending_seq ? 0 : 1;
+  }
+  memcpy(v->prev, e->hash, JB_AUDIT_HASH_LEN);
+  const struct jb_audit_head *kh = v->opts.known_head;
+  if (kh && kh->seq == v->pos) memcpy(v->known_hash, e->hash, JB_AUDIT_HASH_LEN);
+  v->r.head.seq = v->pos;
+  memcpy(v->r.head.hash, e->hash, JB_AUDIT_HASH_LEN);
+  memcpy(v->r.head.signature, e->signature, JB_AUDIT_SIG_LEN);
+  memcpy(v->r.head.key_id, e->key_id, sizeof v->r.head.key_id);
+  return 0;
+}
+
+int jb_audit_verifier_finish(struct jb_audit_verifier *v, struct jb_audit_result *res) {
+  struct jb_audit_result *r = &v->r;
+  r->sealed = v->seal_seq != 0;
+  if (!v->failed) {
+    long long len = v->pos;
+    const struct jb_audit_head *kh = v->opts.known_head, *sh = v->opts.stored_head;
+    if (kh && kh->seq > 0 && kh->seq > len)
+      fail_at(r, len + 1, JB_AUDIT_TRUNCATED, "chain ends at %lld, before the given head %lld",
+              len, kh->seq);
+    else if (kh && kh->seq > 0 && sodium_memcmp(v->known_hash, kh->hash, JB_AUDIT_HASH_LEN) != 0)
+      fail_at(r, kh->seq, JB_AUDIT_HEAD_MISMATCH,
+              "entry %lld does not have the given head's hash", kh->seq);
+    else if (sh && sh->seq > len)
+      fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
+              "chain ends at %lld, before the session's stored head %lld", len, sh->seq);
+    else if (sh && sh->seq < len)
+      fail_at(r, sh->seq + 1, JB_AUDIT_HEAD_MISMATCH, "entries past the session's stored head %lld",
+              sh->seq);
+    else if (sh && len > 0 && sodium_memcmp(v->prev, sh->hash, JB_AUDIT_HASH_LEN) != 0)
+      fail_at(r, len, JB_AUDIT_HEAD_MISMATCH,
+              "last entry does not have the session's stored head hash");
+    else if (v->opts.require_seal && !v->seal_seq)
+      fail_at(r, len + 1, JB_AUDIT_UNSEALED, "the session has ended but its chain has no seal");
+    else
+      r->ok = true;
+  }
+  v->failed = true; /* finished: later adds change nothing */
+  v->pending_seq = 0;
+  *res = *r;
+  return r->ok ? 0 : 1;
 }
 
 int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
                     const struct jb_audit_pubkey *keys, size_t nkeys,
                     const struct jb_audit_verify_opts *opts, struct jb_audit_result *r) {
-  static const struct jb_audit_verify_opts none = {0};
-  if (!opts) opts = &none;
-  memset(r, 0, sizeof *r);
   if (sodium_init() < 0) {
+    memset(r, 0, sizeof *r);
     snprintf(r->detail, sizeof r->detail, "libsodium cannot initialise");
     return -1;
   }
-  r->entries = (long long)n;
-  if (opts->session) snprintf(r->session, sizeof r->session, "%s", opts->session);
-  const unsigned char *prev = zero_hash;
-  unsigned char calc[JB_AUDIT_HASH_LEN];
-  long long seal_seq = 0;
+  struct jb_audit_verifier v;
+  jb_audit_verifier_init(&v, keys, nkeys, opts);
+  int done = 0;
+  for (size_t i = 0; i < n; i++) done = jb_audit_verifier_add(&v, done ? NULL : &entries[i]);
+  return jb_audit_verifier_finish(&v, r);
+}
 
-  for (size_t i = 0; i < n; i++) {
-    const struct jb_audit_entry *e = &entries[i];
-    long long pos = (long long)i + 1;
-    if (e->malformed) return fail_at(r, pos, JB_AUDIT_MALFORMED, "%s", e->error);
-    jb_audit_hash(e->canonical, e->canonical_len, e->prev_hash, calc);
-    if (sodium_memcmp(calc, e->hash, JB_AUDIT_HASH_LEN) != 0)
-      return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
-                     "hash is not SHA-256 of the canonical bytes and prevHash");
-    const struct jb_audit_pubkey *k = find_key(keys, nkeys, e->key_id);
-    if (!k) return fail_at(r, pos, JB_AUDIT_UNKNOWN_KEY, "key %.16s is not published", e->key_id);
-    if (crypto_sign_verify_detached(e->signature, e->hash, JB_AUDIT_HASH_LEN, k->public_key) != 0)
-      return fail_at(r, pos, JB_AUDIT_BAD_SIGNATURE, "signature does not verify with key %s",
-                     k->key_id);
-    struct canon c;
-    if (canon_parse(e, &c) < 0)
-      return fail_at(r, pos, JB_AUDIT_MALFORMED, "signed canonical bytes are not an entry");
-    if (i == 0 && !opts->session) snprintf(r->session, sizeof r->session, "%s", c.session);
-    int rc = check_place(entries, n, i, &c, prev, seal_seq, r);
-    if (rc == 0 && strcmp(c.operation, "seal") == 0) seal_seq = pos;
-    json_decref(c.root);
-    if (rc) return rc;
-    prev = e->hash;
-    r->head.seq = pos;
-    memcpy(r->head.hash, e->hash, JB_AUDIT_HASH_LEN);
-    memcpy(r->head.signature, e->signature, JB_AUDIT_SIG_LEN);
-    memcpy(r->head.key_id, e->key_id, sizeof r->head.key_id);
+/* Reads one line of `in` (without its "\n") into buf, keeping at most `cap` bytes: *len is
+ * what was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
+ * error. Memory is `cap`, whatever the line's length. */
+static int read_line(FILE *in, char *buf, size_t cap, size_t *len, bool *too_long) {
+  size_t n = 0;
+  int ch = EOF;
+  *too_long = false;
+  while ((ch = getc_unlocked(in)) != EOF && ch != '\n') {
+    if (n < cap) buf[n++] = (char)ch;
+    else *too_long = true;
   }
-  r->sealed = seal_seq != 0;
-  long long len = (long long)n;
-  const struct jb_audit_head *kh = opts->known_head;
-  if (kh && kh->seq > 0) {
-    if (kh->seq > len)
-      return fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
-                     "chain ends at %lld, before the given head %lld", len, kh->seq);
-    if (sodium_memcmp(entries[kh->seq - 1].hash, kh->hash, JB_AUDIT_HASH_LEN) != 0)
-      return fail_at(r, kh->seq, JB_AUDIT_HEAD_MISMATCH,
-                     "entry %lld does not have the given head's hash", kh->seq);
-  }
-  const struct jb_audit_head *sh = opts->stored_head;
-  if (sh) {
-    if (sh->seq > len)
-      return fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
-                     "chain ends at %lld, before the session's stored head %lld", len, sh->seq);
-    if (sh->seq < len)
-      return fail_at(r, sh->seq + 1, JB_AUDIT_HEAD_MISMATCH,
-                     "entries past the session's stored head %lld", sh->seq);
-    if (len > 0 && sodium_memcmp(entries[len - 1].hash, sh->hash, JB_AUDIT_HASH_LEN) != 0)
-      return fail_at(r, len, JB_AUDIT_HEAD_MISMATCH,
-                     "last entry does not have the session's stored head hash");
-  }
-  if (opts->require_seal && !seal_seq)
-    return fail_at(r, len + 1, JB_AUDIT_UNSEALED, "the session has ended but its chain has no seal");
-  r->ok = true;
+  if (ch == EOF && ferror(in)) return -2;
+  if (ch == EOF && n == 0 && !*too_long) return -1;
+  *len = n;
   return 0;
+}
+
+int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
+                         const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
+                         jb_error *err) {
+  char *buf = malloc(JB_AUDIT_MAX_LINE);
+  if (!buf) return jb_fail(err, ENOMEM, "out of memory");
+  struct jb_audit_verifier v;
+  jb_audit_verifier_init(&v, keys, nkeys, opts);
+  bool settled = false, too_long = false;
+  size_t len = 0;
+  int rc;
+  while ((rc = read_line(in, buf, JB_AUDIT_MAX_LINE, &len, &too_long)) == 0) {
+    if (len > 0 && buf[len - 1] == '\r') len--;
+    bool blank = !too_long;
+    for (size_t i = 0; i < len && blank; i++)
+      if (buf[i] != ' ' && buf[i] != '\t') blank = false;
+    if (blank) continue;
+    if (settled) {
+      jb_audit_verifier_add(&v, NULL); /* counted, not read */
+      continue;
+    }
+    struct jb_audit_entry e;
+    if (too_long) {
+      memset(&e, 0, sizeof e);
+      line_fail(&e, NULL, "line longer than the limit");
+    } else {
+      jb_audit_entry_parse_line(&e, buf, len, NULL);
+    }
+    settled = jb_audit_verifier_add(&v, &e) != 0;
+    jb_audit_entry_clear(&e);
+  }
+  free(buf);
+  if (rc == -2) return jb_fail(err, EIO, "read error: %s", strerror(errno));
+  return jb_audit_verifier_finish(&v, res);
 }
 
 json_t *jb_audit_head_json(const struct jb_audit_head *h) {

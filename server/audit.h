@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "server/err.h"
 
@@ -61,10 +62,12 @@ struct jb_audit_entry {
   char error[160];
 };
 
-/* A published verification key. */
+/* A published verification key. It is valid for entries whose canonical timestamp is
+ * before retired_at; "" = not retired (zero the struct before filling it). */
 struct jb_audit_pubkey {
   char key_id[JB_AUDIT_KEY_ID_LEN + 1];
   unsigned char public_key[JB_AUDIT_PK_LEN];
+  char retired_at[JB_AUDIT_TS_LEN + 1];   /* YYYY-MM-DDTHH:MM:SS.mmmZ, or "" */
 };
 
 /* Why a chain failed verification. The names (jb_audit_reason_name) are part of the API. */
@@ -84,6 +87,8 @@ enum jb_audit_reason {
                                 or the chain runs past the session's stored head */
   JB_AUDIT_AFTER_SEAL,       /* "entry after seal" */
   JB_AUDIT_WRONG_SESSION,    /* "wrong session": an entry of another session */
+  JB_AUDIT_RETIRED_KEY,      /* "retired key": signed (canonical timestamp) at or after its
+                                key's retiredAt */
 };
 
 /* The static name of `r` ("content changed", …; "ok" for JB_AUDIT_OK). */
@@ -187,17 +192,59 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
 
 /* --- verification ---------------------------------------------------------------------------- */
 
+/* A verifier fed one entry at a time, so that a chain of any length is verified in bounded
+ * memory (a streamed export, rows fetched in pages). Fields are private. Rules: see
+ * jb_audit_verify. `keys` and the pointers in `opts` are borrowed until finish. */
+struct jb_audit_verifier {
+  const struct jb_audit_pubkey *keys;
+  size_t nkeys;
+  struct jb_audit_verify_opts opts;
+  struct jb_audit_result r;
+  unsigned char prev[JB_AUDIT_HASH_LEN];   /* hash of the last intact entry */
+  unsigned char known_hash[JB_AUDIT_HASH_LEN]; /* hash seen at opts.known_head->seq */
+  long long pos;                           /* entries added */
+  long long seal_seq;
+  long long pending_seq;   /* a seq found where r.first_bad_seq was due: gap or reordered */
+  bool failed;
+};
+
+/* Starts verifying one session's chain against the published `keys` (`nkeys`). */
+void jb_audit_verifier_init(struct jb_audit_verifier *v, const struct jb_audit_pubkey *keys,
+                            size_t nkeys, const struct jb_audit_verify_opts *opts);
+
+/* Adds the next entry (borrowed; it may be released as soon as this returns). Returns 0 when
+ * the verifier wants the next entry read; 1 when the verdict on the entries is settled — the
+ * caller may then stop reading, or pass NULL for each further entry only to count it
+ * (res->entries). After a seq found ahead of its place the verifier keeps asking for entries
+ * (0) to tell a gap from an entry moved later. */
+int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_entry *e);
+
+/* Ends the input: checks the heads of `opts` and the seal requirement, fills `res`
+ * completely. Returns 0 when the chain is intact, 1 when it is not. */
+int jb_audit_verifier_finish(struct jb_audit_verifier *v, struct jb_audit_result *res);
+
 /* Verifies `n` entries, in the order given, as one session's chain, against the published
  * `keys` (`nkeys`). Per entry, in this order: readable; hash = SHA-256(canonical ‖ prevHash);
- * keyId known; Ed25519 signature of hash (RFC 8032); canonical seq = position (else gap or
- * reordered); prevHash = previous hash; session; every stated field equals the canonical
- * one (details compared as JSON values, so member order does not matter); a seal's details
- * match. Then the heads of `opts` and the seal requirement. Stops at the first failure.
- * Fills `res` completely. Returns 0 when the chain is intact, 1 when it is not, -1 on OOM
- * (res->detail says so). */
+ * keyId known; Ed25519 signature of hash (RFC 8032); the canonical timestamp before the
+ * key's retiredAt (else "retired key"); canonical seq = position (else gap or reordered);
+ * session; prevHash = previous hash; every stated field equals the canonical one (details
+ * compared as JSON values, so member order does not matter); a seal's details match. Then
+ * the heads of `opts` and the seal requirement. Stops at the first failure. Fills `res`
+ * completely. Returns 0 when the chain is intact, 1 when it is not, -1 when libsodium cannot
+ * initialise (res->detail says so). */
 int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
                     const struct jb_audit_pubkey *keys, size_t nkeys,
                     const struct jb_audit_verify_opts *opts, struct jb_audit_result *res);
+
+/* Verifies the JSON Lines export read from `in` (to its end) as jb_audit_verify does, one
+ * line at a time: memory stays bounded by one line (JB_AUDIT_MAX_LINE bytes) and one entry,
+ * whatever the length of the chain. Blank lines are skipped; a line that cannot be read, or
+ * longer than JB_AUDIT_MAX_LINE, is a malformed entry at its position. Once the verdict is
+ * settled the remaining lines are only counted (res->entries). Returns 0 intact, 1 not
+ * intact, -1 with `err` on a read error or OOM. */
+int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
+                         const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
+                         jb_error *err);
 
 /* The verification result as {ok, entries, head:{seq,hash}|null, firstBadSeq|null,
  * reason|null, detail|null, sealed, session}. New reference, NULL on OOM. */

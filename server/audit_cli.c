@@ -24,8 +24,6 @@
 #include "server/audit.h"
 #include "server/keys.h"
 
-#define MAX_CHAIN_BYTES (512L << 20)  /* an export file larger than this is refused */
-#define MAX_ENTRIES 10000000u
 #define MAX_KEYS_BYTES (1L << 20)
 
 static void usage(FILE *out) {
@@ -124,8 +122,8 @@ static int audit_verify(int argc, char **argv) {
     fprintf(stderr, "jailboxctl: --head: %s\n", err.msg);
     return 2;
   }
-  char *kbuf = NULL, *cbuf = NULL;
-  size_t klen = 0, clen = 0;
+  char *kbuf = NULL;
+  size_t klen = 0;
   if (slurp(keys_path, MAX_KEYS_BYTES, &kbuf, &klen) < 0) return 2;
   struct jb_audit_pubkey *keys = NULL;
   size_t nkeys = 0;
@@ -135,27 +133,21 @@ static int audit_verify(int argc, char **argv) {
     fprintf(stderr, "jailboxctl: %s: %s\n", keys_path, err.msg);
     return 2;
   }
-  if (slurp(file, MAX_CHAIN_BYTES, &cbuf, &clen) < 0) {
+  /* read line by line: memory stays one line and one entry, whatever the file's size */
+  FILE *in = strcmp(file, "-") == 0 ? stdin : fopen(file, "re");
+  if (!in) {
     free(keys);
-    return 2;
-  }
-  struct jb_audit_entry *entries = NULL;
-  size_t n = 0;
-  rc = jb_audit_parse_lines(cbuf, clen, MAX_ENTRIES, &entries, &n, &err);
-  free(cbuf);
-  if (rc < 0) {
-    free(keys);
-    fprintf(stderr, "jailboxctl: %s: %s\n", file, err.msg);
+    fprintf(stderr, "jailboxctl: %s: %s\n", file, strerror(errno));
     return 2;
   }
   struct jb_audit_verify_opts opts = {.session = session, .known_head = head ? &known : NULL,
                                       .require_seal = sealed};
   struct jb_audit_result res;
-  rc = jb_audit_verify(entries, n, keys, nkeys, &opts, &res);
-  jb_audit_entries_free(entries, n);
+  rc = jb_audit_verify_file(in, keys, nkeys, &opts, &res, &err);
+  if (in != stdin) fclose(in);
   free(keys);
   if (rc < 0) {
-    fprintf(stderr, "jailboxctl: %s\n", res.detail);
+    fprintf(stderr, "jailboxctl: %s: %s\n", file, err.msg);
     return 2;
   }
   char hex[2 * JB_AUDIT_HASH_LEN + 1];

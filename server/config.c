@@ -73,6 +73,8 @@ static const struct setting settings[] = {
    "threads running Socket.IO handlers (authentication, session controls, MCP)"},
   {"workers", "JAILBOX_WORKERS", K_INT, S(workers), "1", 0, 64,
    "jailbox-worker processes started and supervised by jailboxd (0: none; workers run elsewhere)"},
+  {"approval-timeout", "JAILBOX_APPROVAL_TIMEOUT", K_INT, S(approval_timeout_s), "0", 0, 31L * 24 * 3600,
+   "a supervised write waiting longer for the buyer fails with error `timeout`, s (0: it waits without limit)"},
   {"worker-bin", "JAILBOX_WORKER_BIN", K_STR, S(worker_bin), "", 0, 0,
    "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
 };

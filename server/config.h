@@ -36,6 +36,7 @@ struct jb_config {
   long ws_send_queue_bytes; /* outgoing bytes queued per socket; more: the socket is dropped */
   long ws_workers;          /* threads running socket handlers (database work) */
   long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
+  long approval_timeout_s;  /* a supervised write pending longer fails with `timeout`, s; 0: never */
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
 };
 

@@ -131,17 +131,49 @@ bool jb_route_match(const char *pattern, const char *path, char *buf, size_t buf
 
 /* ---------- request handling ---------- */
 
+/* libmicrohttpd's content reader over a jb_http_stream. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  struct jb_http_stream *st = cls;
+  long n = st->read(st->ctx, buf, max);
+  if (n > 0) return (ssize_t)n;
+  return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void stream_free(void *cls) {
+  struct jb_http_stream *st = cls;
+  if (st->free) st->free(st->ctx);
+  free(st);
+}
+
+#define STREAM_BLOCK (64 * 1024) /* bytes asked of a stream at a time */
+
 static enum MHD_Result send_resp(struct MHD_Connection *conn, struct req_ctx *ctx,
                                  struct jb_http_resp *r) {
   size_t len = r->body ? strlen(r->body) : 0;
-  struct MHD_Response *m =
-      MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
+  struct MHD_Response *m = NULL;
+  if (r->stream.read) {
+    free(r->body);
+    r->body = NULL;
+    struct jb_http_stream *st = malloc(sizeof *st);
+    if (st) *st = r->stream;
+    m = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, st,
+                                               stream_free)
+           : NULL;
+    if (!m) {
+      if (r->stream.free) r->stream.free(r->stream.ctx);
+      free(st);
+      return MHD_NO;
+    }
+  } else {
+    m = MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
+  }
   if (!m) {
     free(r->body);
     return MHD_NO;
   }
   r->body = NULL; /* owned by the response now */
-  if (len || r->content_type)
+  if (len || r->content_type || r->stream.read)
     MHD_add_response_header(m, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
   MHD_add_response_header(m, "Cache-Control", "no-store");

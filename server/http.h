@@ -25,9 +25,22 @@ struct jb_http_req {
   int n_params;
 };
 
+/* A response body made piece by piece, sent with chunked transfer coding (RFC 9112 §7.1), so
+ * that a large body never sits in memory whole. `read` runs on an HTTP worker thread (it may
+ * block, e.g. on the database) and fills at most `max` bytes of `buf`: it returns how many
+ * (> 0), 0 at the end of the body, or -1 on an error — the connection is then closed
+ * without the last chunk, so the client sees a cut-off transfer rather than a short body.
+ * `free` releases `ctx` once the response is done or abandoned (always called once). */
+struct jb_http_stream {
+  long (*read)(void *ctx, char *buf, size_t max);
+  void (*free)(void *ctx);
+  void *ctx;
+};
+
 struct jb_http_resp {
   int status;                /* HTTP status code */
   char *body;                /* new allocation, freed by the server; NULL = empty */
+  struct jb_http_stream stream; /* .read set: the body comes from it (chunked), not `body` */
   const char *content_type;  /* static string; default application/json */
   char allow[64];            /* Allow header value for 405, "" when none */
   bool close;                /* send Connection: close */

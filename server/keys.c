@@ -197,8 +197,16 @@ int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
   return 0;
 }
 
-int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err) {
-  if (jb_audit_key_publish(c, k->key_id, k->pk, err) != JB_OK)
+static int publish(const struct jb_keyring *k, PGconn *c, bool retire_others, jb_error *err) {
+  if (jb_audit_key_publish(c, k->key_id, k->pk, retire_others, err) != JB_OK)
     return jb_error_wrap(err, "publishing signing key %s", k->key_id);
   return 0;
+}
+
+int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err) {
+  return publish(k, c, true, err);
+}
+
+int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err) {
+  return publish(k, c, false, err);
 }

@@ -37,10 +37,21 @@ int jb_keyring_load(struct jb_keyring **out, const char *state_dir, const char *
 struct jb_keyring *jb_keyring_from_seed(const unsigned char seed[32]);
 
 /* Publishes the public key in audit_signing_keys and marks every other unretired key retired
- * (retired keys stay published). Run at start, after migrations. Deployments with several
- * instances share one key file; an instance with a key of its own retires the others' keys
- * on start, which changes nothing for verification. Returns 0 or -1 with `err`. */
+ * as of now (this process's clock; retired keys stay published). Run at start, after
+ * migrations. An entry signed with a key at or after its retirement fails verification
+ * ("retired key", api/audit.md), so appends with a retired key are refused: deployments with
+ * several instances share one key file and restart together after a rotation — an instance
+ * with a key of its own retires the others' keys, and their appends then fail until they
+ * restart with the new key file. A key that was retired is refused (EKEYREVOKED): it never
+ * signs again. Returns 0 or -1 with `err`. */
 int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err);
+
+/* Publishes the public key like jb_keyring_publish but retires no other key: for helper
+ * processes (jailbox-worker) that may start with a key file newer than the running
+ * jailboxd's, whose key must stay valid until jailboxd itself restarts with the new one.
+ * Entries signed at or after a key's retirement fail verification ("retired key"), and a
+ * retired key is refused here as there. Returns 0 or -1 with `err`. */
+int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err);
 
 /* Signs the 32-byte `hash` (Ed25519, RFC 8032) into `sig` (64 bytes). */
 void jb_keyring_sign(const struct jb_keyring *k, const unsigned char hash[JB_AUDIT_HASH_LEN],

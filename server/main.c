@@ -24,6 +24,7 @@
 #include "server/http.h"
 #include "server/keys.h"
 #include "server/log.h"
+#include "server/opwait.h"
 #include "sandbox/supervise.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
@@ -37,6 +38,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     jb_cache_invalidate(app->cache, payload);
     return;
   }
+  if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/ops.c) */
+    jb_opwait_notify_payload(app->opwait, payload);
+    return;
+  }
   json_t *doc, *ev;
   const char *job, *event;
   if (jb_event_parse(payload, &doc, &job, &event, &ev) == 0) {
@@ -44,7 +49,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     json_decref(doc);
   }
 }
-static void on_listen_up(void *appv, bool up) { jb_cache_set_enabled(((struct jb_app *)appv)->cache, up); }
+static void on_listen_up(void *appv, bool up) {
+  jb_cache_set_enabled(((struct jb_app *)appv)->cache, up);
+  jb_opwait_set_up(((struct jb_app *)appv)->opwait, up);
+}
 /* Any event of a session published in this process means its cached view may be old. */
 static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
   (void)event, (void)payload;
@@ -157,7 +165,8 @@ int main(int argc, char **argv) {
 
   /* the read cache trusts only what a live LISTEN connection keeps fresh */
   app.cache = jb_cache_new(10000);
-  if (app.cache && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
+  app.opwait = jb_opwait_new();
+  if ((app.cache || app.opwait) && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
     exit_code = fatal("change listener", &err);
     goto out;
   }
@@ -204,6 +213,7 @@ out:
   jb_socket_stop(sock); /* its handlers use the database */
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
+  jb_opwait_free(app.opwait);
   jb_db_close(app.db);
   jb_keyring_free(app.keys);
   jb_bus_free(app.bus);

@@ -11,6 +11,9 @@
  *   audit_driver forge CONNINFO JOB SEQ                    alters entry SEQ in the database and
  *                                                          re-signs it with a fresh, published key
  *   audit_driver forge-line FILE SEQ                       the same on an exported file (stdout)
+ *   audit_driver resign CONNINFO KEYFILE JOB SEQ           re-signs entry SEQ, content untouched,
+ *                                                          with KEYFILE's key (e.g. a retired one)
+ *   audit_driver resign-line KEYFILE FILE SEQ              the same on an exported file (stdout)
  * Exit status 0 on success, 1 when a check fails, 2 on usage or setup errors. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -382,10 +385,79 @@ static int cmd_forge_line(const char *file, long long seq) {
   return rc;
 }
 
+/* Signs e's hash (unchanged, so every link still holds) with the loaded key instead. */
+static void resign(struct jb_audit_entry *e) {
+  jb_keyring_sign(keys, e->hash, e->signature);
+  memcpy(e->key_id, keys->key_id, sizeof e->key_id);
+}
+
+static int cmd_resign(const char *job, long long seq) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_chain ch;
+  jb_error err = {0};
+  if (jb_audit_chain_load(c, job, &ch, &err) != JB_OK || seq < 1 || (size_t)seq > ch.n) {
+    fprintf(stderr, "resign: no entry %lld (%s)\n", seq, err.msg);
+    return 2;
+  }
+  resign(&ch.entries[seq - 1]);
+  char seqs[24];
+  snprintf(seqs, sizeof seqs, "%lld", seq);
+  const char *v[4] = {job, seqs, (const char *)ch.entries[seq - 1].signature, keys->key_id};
+  const int l[4] = {0, 0, 64, 0}, fm[4] = {0, 0, 1, 0};
+  PGresult *r = PQexecParams(c,
+                             "UPDATE audit_entries SET signature = $3, key_id = $4"
+                             " WHERE job_id = $1 AND seq = $2",
+                             4, NULL, v, l, fm, 0);
+  int ok = PQresultStatus(r) == PGRES_COMMAND_OK && strcmp(PQcmdTuples(r), "1") == 0;
+  if (!ok) fprintf(stderr, "resign: %s", PQerrorMessage(c));
+  PQclear(r);
+  jb_audit_chain_free(&ch);
+  done_with(c);
+  return ok ? 0 : 2;
+}
+
+static int cmd_resign_line(const char *file, long long seq) {
+  FILE *in = fopen(file, "re");
+  if (!in) {
+    perror(file);
+    return 2;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  long long n = 0;
+  int rc = 0;
+  while ((len = getline(&line, &cap, in)) > 0) {
+    if (++n != seq) {
+      fputs(line, stdout);
+      continue;
+    }
+    struct jb_audit_entry e;
+    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0) {
+      rc = 2;
+      break;
+    }
+    resign(&e);
+    char *out = jb_audit_entry_line(&e);
+    fputs(out, stdout);
+    free(out);
+    jb_audit_entry_clear(&e);
+  }
+  free(line);
+  fclose(in);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (sodium_init() < 0) return 2;
   const char *cmd = argc > 1 ? argv[1] : "";
   if (strcmp(cmd, "forge-line") == 0 && argc == 4) return cmd_forge_line(argv[2], atoll(argv[3]));
+  if (strcmp(cmd, "resign-line") == 0 && argc == 5) {
+    load_keys(argv[2]);
+    int rc = cmd_resign_line(argv[3], atoll(argv[4]));
+    jb_keyring_free(keys);
+    return rc;
+  }
   if (argc < 4) goto usage;
   conninfo = argv[2];
   if ((strcmp(cmd, "verify") == 0 && argc == 4) || (strcmp(cmd, "forge") == 0 && argc == 5)) {
@@ -402,6 +474,7 @@ int main(int argc, char **argv) {
     rc = cmd_concurrent(argv[4], atoi(argv[5]), atol(argv[6]));
   else if (strcmp(cmd, "noblock") == 0 && argc == 6) rc = cmd_noblock(argv[4], argv[5]);
   else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
+  else if (strcmp(cmd, "resign") == 0 && argc == 6) rc = cmd_resign(argv[4], atoll(argv[5]));
   else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
   jb_keyring_free(keys);
   jb_db_close(pool);

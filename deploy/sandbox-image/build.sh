@@ -10,18 +10,23 @@
 # The tar stream is deterministic (sorted names, numeric owners, fixed times), so the
 # manifest digest names the content. Usage:
 #   build.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--rootfs DIR (keep it there)]
+#            [--extra /HOST/BINARY[:/IMAGE/PATH] ...]  (extra host binaries with their
+#            libraries, e.g. /usr/bin/cat for a benchmark image; never in the production image)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SHIM="$ROOT/build/jailbox-shim"
 TAG=jailbox-sandbox:latest
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 KEEP=""
+EXTRA=()
+EXTRA_SRC=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --shim) SHIM=$2; shift 2 ;;
     --tag) TAG=$2; shift 2 ;;
     --socket) SOCK=$2; shift 2 ;;
     --rootfs) KEEP=$2; shift 2 ;;
+    --extra) EXTRA+=("$2"); shift 2 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +51,12 @@ put() {
 }
 put "$BWRAP" /usr/bin/bwrap
 put "$SETPRIV" /usr/bin/setpriv
-for bin in "$BWRAP" "$SETPRIV"; do
+for x in "${EXTRA[@]}"; do
+  src=${x%%:*}; dst=${x#*:}
+  put "$src" "$dst"
+  EXTRA_SRC+=("$src")
+done
+for bin in "$BWRAP" "$SETPRIV" "${EXTRA_SRC[@]}"; do
   for lib in $(ldd "$bin" | grep -o '/[^ )]*'); do
     [ -e "$R$lib" ] || put "$lib"
   done

@@ -3,8 +3,8 @@
 # server's own signing key, exported and verified through the REST API and offline with
 # jailboxctl; then every tamper class, once directly in PostgreSQL (seen by
 # GET …/audit/verify and by an offline check of a fresh export) and once in an exported
-# file; the 16 × 50 concurrent-append race; lock isolation between sessions; roles; and key
-# rotation with old keys staying published.
+# file; the 16 × 50 concurrent-append race; lock isolation between sessions; roles; key
+# rotation with old keys staying published; and retired keys valid only before retiredAt.
 # Needs: JAILBOXD, JAILBOXCTL, AUDIT_DRIVER (set by CTest), curl, psql, jq.
 . "$(dirname "$0")/lib.sh"
 : "${JAILBOXCTL:?JAILBOXCTL must name the jailboxctl binary}"
@@ -247,10 +247,34 @@ read -r _ _ < <(open_session job-d wd)
 check "a held append blocks its own session only" "0" "$("$D" noblock "$CI" "$KEY" job-c job-d >/dev/null; echo $?)"
 check "appends join the caller's transaction, or commit their own" "0" "$("$D" txn "$CI" "$KEY" job-d >/dev/null; echo $?)"
 
+# --- long chains: the export streams 512 rows a page, the server verifies 2048 a page -----------------
+mkdir -p "$WS/we"
+read -r _ _ < <(open_session job-e we)
+EB=$(head_seq job-e)
+"$D" append "$CI" "$KEY" job-e $((2100 - EB)) >/dev/null || fail "append 2100 entries"
+check "API verify across pages: intact" "true 2100" \
+  "$(get /v1/jailbox/job-e/audit/verify "$SVC" | jq -r '"\(.ok) \(.entries)"')"
+curl -s -D "$T/hdr" -o "$T/e.jsonl" -H "Authorization: Bearer $SVC" "$JAILBOX_URL/v1/jailbox/job-e/audit"
+check "streamed export: chunked" "1" "$(grep -ci '^transfer-encoding: chunked' "$T/hdr")"
+check "streamed export: every entry once, in order" "2100 1 2100 2100" \
+  "$(jq -s -r '"\(length) \(.[0].seq) \(.[-1].seq) \([.[].seq] | unique | length)"' "$T/e.jsonl")"
+check "streamed export verifies offline" "0 ok" "$(verify_file "$T/e.jsonl" --head "$(head_seq job-e):$(tail -1 "$T/e.jsonl" | jq -r .hash)")"
+JAILBOX_TOKEN="$SVC" "$C" audit export job-e > "$T/e2.jsonl"
+check "jailboxctl audit export of a long chain = GET …/audit" "" "$(cmp "$T/e.jsonl" "$T/e2.jsonl")"
+"${PSQL[@]}" -c "UPDATE audit_entries SET seq = 1000000 WHERE job_id = 'job-e' AND seq = 2047;
+                 UPDATE audit_entries SET seq = 2047 WHERE job_id = 'job-e' AND seq = 2050;
+                 UPDATE audit_entries SET seq = 2050 WHERE job_id = 'job-e' AND seq = 1000000"
+check "db: entries swapped across a verify page boundary (API)" "reordered 2047" "$(verify_api job-e)"
+"${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-e' AND seq = 1500"
+get /v1/jailbox/job-e/audit "$SVC" > "$T/t.jsonl"
+check "db: … and an entry deleted past the first export pages (offline)" "1 gap 1500" "$(verify_file "$T/t.jsonl")"
+check "db: … the export still has every remaining row" "2099" "$(wc -l < "$T/t.jsonl")"
+
 # --- rotation: a new key file, a restart; old keys stay published and verifiable --------------------
 OLD_ID=$(jq -r '.keys[0].keyId' "$T/keys.json")
 "$D" append "$CI" "$KEY" job-d 3 >/dev/null
 stop_jb TERM; check "stopped" 0 "$JB_RC"
+cp -p "$KEY" "$T/old.key"   # the old secret key, as someone who kept (or stole) it would
 OUT=$("$C" keys rotate --state-dir "$S")
 check_match "jailboxctl keys rotate" "new key [0-9a-f]{16}, replaced $OLD_ID" "$OUT"
 NEW_ID=$(printf '%s' "$OUT" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
@@ -265,12 +289,42 @@ get /v1/jailbox/job-d/audit "$SVC" > "$T/d.jsonl"
 check "… and offline" "0 ok" "$(verify_file "$T/d.jsonl")"
 check "… entries carry both key ids" "$OLD_ID $NEW_ID" "$(jq -r .keyId "$T/d.jsonl" | uniq | tr '\n' ' ' | sed 's/ $//')"
 check "the old sealed chain still verifies" "ok null" "$(verify_api job-a)"
+
+# retired keys: valid for what they signed before their retirement, never after it
+DN=$(head_seq job-d)
+check_match "keys.json states when the old key was retired" '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$' \
+  "$(jq -r --arg k "$OLD_ID" '.keys[] | select(.keyId == $k) | .retiredAt' "$T/keys.json")"
+OUT=$("$D" append "$CI" "$T/old.key" job-d 1 2>&1); RC=$?
+check "an append signed with the retired key is refused" "1" "$RC"
+check_match "… saying the key is retired" "signing key $OLD_ID was retired at" "$OUT"
+check "… and the chain does not move" "$DN" "$(head_seq job-d)"
+"$D" resign "$CI" "$T/old.key" job-d "$DN" || fail "re-sign in the database"
+check "db: the last entry re-signed with the retired key (API)" "retired key $DN" "$(verify_api job-d)"
+get /v1/jailbox/job-d/audit "$SVC" > "$T/t.jsonl"
+check "db: … (offline, keys.json with retiredAt)" "1 retired key $DN" "$(verify_file "$T/t.jsonl")"
+check_match "db: … (offline, text)" "^TAMPERED at seq $DN: retired key \\(signed at .* with key $OLD_ID, retired at " \
+  "$("$C" audit verify "$T/t.jsonl" --keys "$T/keys.json")"
+"$D" resign "$CI" "$KEY" job-d "$DN" || fail "re-sign back with the current key"
+check "re-signed back with the current key: intact" "ok null" "$(verify_api job-d)"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" "$DN" > "$T/t.jsonl"
+check "file: the last entry re-signed with the retired key" "1 retired key $DN" "$(verify_file "$T/t.jsonl")"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" 2 > "$T/t.jsonl"
+check "file: an entry the retired key signed before its retirement, re-signed by it: intact" "0 ok" \
+  "$(verify_file "$T/t.jsonl")"
+jq -c '.keys |= map(del(.retiredAt))' "$T/keys.json" > "$T/keys-undated.json"
+"$D" resign-line "$T/old.key" "$T/d.jsonl" "$DN" > "$T/t.jsonl"
+check "file: the same with retiredAt stripped from keys.json: not seen (the interval is in keys.json)" "0" \
+  "$("$C" audit verify "$T/t.jsonl" --keys "$T/keys-undated.json" >/dev/null; echo $?)"
 jq -c '.keys |= map(select(.keyId != "'"$OLD_ID"'"))' "$T/keys.json" > "$T/keys-new-only.json"
 cp "$T/keys-new-only.json" "$T/keys.json"
 check "without the old public key: unknown key" "1 unknown key 1" "$(verify_file "$T/a.jsonl")"
 
 # JAILBOX_SIGNING_KEY_FILE: a key file of the operator's, loaded as it is
 stop_jb TERM
+env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_WORKSPACE_ROOT="$WS" \
+  JAILBOX_SIGNING_KEY_FILE="$T/old.key" "$JAILBOXD" 2> "$T/retired.log"
+check_match "a retired key is never made active again" "key $OLD_ID was retired at .* never signs again" \
+  "$(cat "$T/retired.log")"
 OP_ID=$("$C" keys rotate --key-file "$T/operator.key" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
 chmod 0644 "$T/operator.key"
 env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_SIGNING_KEY_FILE="$T/operator.key" "$JAILBOXD" 2> "$T/loose.log"

@@ -97,7 +97,10 @@ let buyerA;
 before(async () => {
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', SHIM, '--tag', IMAGE], { stdio: 'inherit' });
-  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE });
+  // pre-scan: files over 4 GiB are not hashed (the swap test below needs a 3 GiB one that is)
+  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE, JAILBOX_PRESCAN_HASH_MAX_MIB: '4096',
+    // a supervised write undecided for 3 s fails (the tests that approve do so within ~1 s)
+    JAILBOX_APPROVAL_TIMEOUT: '3' });
   await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
   wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
   outside = join(srv.dir, 'outside');
@@ -159,8 +162,9 @@ test('an agent connecting moves the session to active; read, list and write thro
   assert.equal(by['sub/b.txt'].type, 'file');
   assert.equal(by['lnk-in'].type, 'symlink');
   assert.equal(by['lnk-in'].target, 'a.txt');
-  assert.equal(by['lnk-root'].target, undefined, 'the target of a link that leaves is not shown');
-  assert.equal(by['lnk-out'].target, undefined);
+  // entries the pre-scan flagged are not listed at all
+  for (const f of ['lnk-root', 'lnk-etc', 'lnk-out', 'lnk-rel-out', 'hardlink', 'fifo'])
+    assert.equal(by[f], undefined, f + ' was flagged by the pre-scan and must be invisible');
   assert.equal(by['secrets'], undefined, 'excluded names are invisible');
   assert.equal(by['secrets/key.txt'], undefined);
   assert.equal(l.count, l.entries.length);
@@ -200,14 +204,14 @@ test('path syntax: traversal, absolute, NUL, empty components, over-long forms a
 
 test('symlinks that leave, dangling links, loops, hard links, fifos, exclusions are refused', { timeout: 120000 }, async () => {
   for (const path of ['lnk-root/etc/passwd', 'lnk-etc/passwd', 'lnk-out/secret.txt', 'lnk-rel-out/secret.txt', 'lnk-root'])
-    await refused(agentA, 'read', { path }, 'denied');
-  await refused(agentA, 'list', { path: 'lnk-root' }, 'denied');
-  await refused(agentA, 'list', { path: 'lnk-etc' }, 'denied');
+    await refused(agentA, 'read', { path }, 'flagged');
+  await refused(agentA, 'list', { path: 'lnk-root' }, 'flagged');
+  await refused(agentA, 'list', { path: 'lnk-etc' }, 'flagged');
   await refused(agentA, 'read', { path: 'dangling' }, 'not_found');
   await refused(agentA, 'read', { path: 'dangling-dir' }, 'not_found');
   await refused(agentA, 'read', { path: 'loop1' }, 'denied');
-  await refused(agentA, 'read', { path: 'hardlink' }, 'denied');
-  await refused(agentA, 'read', { path: 'fifo' }, 'denied');
+  await refused(agentA, 'read', { path: 'hardlink' }, 'flagged');
+  await refused(agentA, 'read', { path: 'fifo' }, 'flagged');
   await refused(agentA, 'read', { path: 'sub' }, 'denied');
   await refused(agentA, 'read', { path: 'secrets/key.txt' }, 'excluded');
   await refused(agentA, 'list', { path: 'secrets' }, 'excluded');
@@ -226,12 +230,12 @@ test('symlinks that leave, dangling links, loops, hard links, fifos, exclusions 
   assert.equal(readFileSync(join(A.dir, 'a.txt'), 'utf8'), before);
   assert.equal(statSync(join(A.dir, 'lnk-in'), { throwIfNoEntry: false }) !== undefined, true);
   await refused(agentA, 'write', { path: 'sub/up', content: 'x' }, 'denied');
-  await refused(agentA, 'write', { path: 'lnk-out/secret.txt', content: 'pwned' }, 'denied');
-  await refused(agentA, 'write', { path: 'lnk-out/new.txt', content: 'pwned' }, 'denied');
-  await refused(agentA, 'write', { path: 'lnk-root/tmp/jailbox-escape', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'lnk-out/secret.txt', content: 'pwned' }, 'flagged');
+  await refused(agentA, 'write', { path: 'lnk-out/new.txt', content: 'pwned' }, 'flagged');
+  await refused(agentA, 'write', { path: 'lnk-root/tmp/jailbox-escape', content: 'pwned' }, 'flagged');
   await refused(agentA, 'write', { path: 'dangling', content: 'pwned' }, 'denied');
-  await refused(agentA, 'write', { path: 'hardlink', content: 'pwned' }, 'denied');
-  await refused(agentA, 'write', { path: 'fifo', content: 'pwned' }, 'denied');
+  await refused(agentA, 'write', { path: 'hardlink', content: 'pwned' }, 'flagged');
+  await refused(agentA, 'write', { path: 'fifo', content: 'pwned' }, 'flagged');
   await refused(agentA, 'write', { path: 'nodir/x.txt', content: 'x' }, 'not_found');
   assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
   // the worker's group grant (workspace_access.c) left the hard-linked outside file alone
@@ -508,4 +512,147 @@ test('review: a workspace swapped for a link to elsewhere while the session star
   const st = statSync(join(victim, 'proj/secret.txt'));
   assert.equal(st.mode & 0o777, 0o600, 'files outside the root untouched');
   assert.equal(st.gid, 0);
+});
+
+test('pre-scan flags: links that leave, hard links, fifos, sockets, devices are announced, invisible and refused; a 10 GB sparse file is not read', { timeout: 240000 }, async () => {
+  const F = await openSession((d) => {
+    writeFileSync(join(d, 'ok.txt'), 'fine\n');
+    mkdirSync(join(d, 'sub'));
+    symlinkSync('/etc', join(d, 'sub/abs-out'));
+    symlinkSync('../../elsewhere/x', join(d, 'sub/rel-out'));
+    symlinkSync('../ok.txt', join(d, 'sub/in'));
+    writeFileSync(join(d, 'h1'), 'linked\n');
+    linkSync(join(d, 'h1'), join(d, 'h2'));
+    execFileSync('mkfifo', [join(d, 'pipe')]);
+    // a Unix socket left behind by a process that exits while listening
+    execFileSync(process.execPath, ['-e', "require('net').createServer().listen(process.argv[1], () => process.exit(0))", join(d, 'sock')]);
+    execFileSync('mknod', [join(d, 'null-dev'), 'c', '1', '3']);
+    execFileSync('truncate', ['-s', '10G', join(d, 'huge.bin')]);
+  }, { mode: 'unsupervised' });
+  const want = { 'sub/abs-out': 'symlink_outside', 'sub/rel-out': 'symlink_outside', h1: 'hardlink', h2: 'hardlink',
+    pipe: 'fifo', sock: 'socket', 'null-dev': 'device', 'huge.bin': 'too_large' };
+  const buyer = await connect(F.buyerToken);
+  const ev = await waitEvent(buyer, 'jailbox:pre_scan');
+  const got = Object.fromEntries(ev.prescan.flagged.map((f) => [f.path, f.kind]));
+  assert.deepEqual(got, want, JSON.stringify(ev.prescan));
+  assert.equal(ev.prescan.flaggedCount, Object.keys(want).length);
+  // the same list is in the pre-scan's audit entry; the 10 GB file was not read: the pre-scan
+  // entry follows the move to prescanning within seconds
+  const rows = (await srv.db.query("SELECT operation, details, created_at FROM audit_entries WHERE job_id = $1 ORDER BY seq", [F.jobId])).rows;
+  const pre = rows.find((r) => r.operation === 'pre_scan');
+  assert.deepEqual(Object.fromEntries(pre.details.flagged.map((f) => [f.path, f.kind])), want);
+  const toPre = rows.find((r) => r.operation === 'state' && r.details.to === 'prescanning') || rows[0];
+  const scanMs = pre.created_at - toPre.created_at;
+  assert.ok(scanMs < 5000, `pre-scan took ${scanMs} ms with a 10 GB sparse file`);
+  const agent = await connect(F.agentToken);
+  const l = await ok(agent, 'list', { recursive: true });
+  const names = l.entries.map((e) => e.name).sort();
+  assert.deepEqual(names, ['huge.bin', 'ok.txt', 'sub', 'sub/in'], JSON.stringify(l.entries));
+  assert.deepEqual((await ok(agent, 'list', { path: 'sub' })).entries.map((e) => e.name), ['in']);
+  for (const path of Object.keys(want).filter((p) => want[p] !== 'too_large')) {
+    await refused(agent, 'read', { path }, 'flagged');
+    await refused(agent, 'write', { path, content: 'x' }, 'flagged');
+  }
+  await refused(agent, 'read', { path: 'sub/abs-out/passwd' }, 'flagged');
+  await refused(agent, 'list', { path: 'sub/abs-out' }, 'flagged');
+  // too_large is a notice: the file stays readable in ranges
+  assert.equal((await ok(agent, 'read', { path: 'huge.bin', offset: 5e9, length: 4 })).length, 4);
+  assert.equal((await ok(agent, 'read', { path: 'sub/in' })).content, 'fine\n');
+  assert.equal(readFileSync(join(F.dir, 'h1'), 'utf8'), 'linked\n');
+  const audit = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'read' AND path = 'pipe'", [F.jobId])).rows;
+  assert.deepEqual([audit[0].details.error, audit[0].details.kind], ['flagged', 'fifo']);
+});
+
+test('JAILBOX_APPROVAL_TIMEOUT: a pending write without a decision fails with timeout, recorded and audited', { timeout: 120000 }, async () => {
+  const T = await openSession((d) => writeFileSync(join(d, 't.txt'), 'before\n'));
+  const buyer = await connect(T.buyerToken);
+  const agent = await connect(T.agentToken);
+  const t0 = Date.now();
+  const r = await call(agent, 'write', { path: 't.txt', content: 'never approved\n' }, 30000);
+  const took = Date.now() - t0;
+  assert.equal(r.error?.data?.reason, 'timeout', JSON.stringify(r));
+  assert.ok(took >= 2900 && took < 12000, `answered after ${took} ms (timeout 3 s)`);
+  const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 't.txt');
+  const over = await waitEvent(buyer, 'jailbox:op', (p) => p.opId === req.opId);
+  assert.deepEqual([over.state, over.result.error.code], ['failed', 'timeout']);
+  assert.equal(readFileSync(join(T.dir, 't.txt'), 'utf8'), 'before\n');
+  const op = (await srv.db.query('SELECT state, result FROM ops WHERE op_id = $1', [req.opId])).rows[0];
+  assert.deepEqual([op.state, op.result.error.code], ['failed', 'timeout']);
+  // too late: the buyer's approval finds nothing pending, and nothing is written
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  assert.notEqual(ack.ok, true, JSON.stringify(ack));
+  await new Promise((res) => setTimeout(res, 500));
+  assert.equal(readFileSync(join(T.dir, 't.txt'), 'utf8'), 'before\n');
+  const rows = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 't.txt'", [T.jobId])).rows;
+  assert.equal(rows.length, 1, JSON.stringify(rows));
+  assert.deepEqual([rows[0].details.ok, rows[0].details.error, rows[0].details.decision], [false, 'timeout', 'timeout']);
+  const v = await srv.req('GET', `/v1/jailbox/${T.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
+test('the workspace group grant is undone when the session ends: original groups and modes come back', { timeout: 180000 }, async () => {
+  const G = await openSession((d) => {
+    mkdirSync(join(d, 'private'), { mode: 0o700 });
+    writeFileSync(join(d, 'private/notes.txt'), 'mine\n', { mode: 0o600 });
+    writeFileSync(join(d, 'shared.txt'), 'shared\n', { mode: 0o640 });
+    execFileSync('chown', ['0:4', join(d, 'shared.txt')]);
+  }, { mode: 'unsupervised' });
+  const mode = (p) => statSync(join(G.dir, p)).mode & 0o7777;
+  const gid = (p) => statSync(join(G.dir, p)).gid;
+  // while the session runs, the jail's group may write
+  assert.deepEqual([gid('private'), mode('private')], [65534, 0o2770]);
+  assert.deepEqual([gid('private/notes.txt'), mode('private/notes.txt')], [65534, 0o660]);
+  assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [65534, 0o660]);
+  const agent = await connect(G.agentToken);
+  await ok(agent, 'write', { path: 'private/new.txt', content: 'by the agent\n' });
+  // the buyer changes a mode meanwhile: that change is kept
+  chmodSync(join(G.dir, 'shared.txt'), 0o664);
+  const buyer = await connect(G.buyerToken);
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:abort', { reason: 'done with it' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  await waitFor('workspace access restored', () => new RegExp(`"jobId":"${G.jobId}"[^\\n]*"msg":"workspace access restored"|"msg":"workspace access restored"[^\\n]*"jobId":"${G.jobId}"`).test(srv.log()), 60000);
+  assert.deepEqual([gid('.'), gid('private'), mode('private')], [0, 0, 0o700]);
+  assert.deepEqual([gid('private/notes.txt'), mode('private/notes.txt')], [0, 0o600]);
+  assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [4, 0o644]);
+  // what the agent wrote stays, as it was written
+  assert.equal(readFileSync(join(G.dir, 'private/new.txt'), 'utf8'), 'by the agent\n');
+});
+
+test('review: a session decided on from this process\'s copy is checked at the insert — a mode changed meanwhile holds the write', { timeout: 120000 }, async () => {
+  const M = await openSession((d) => writeFileSync(join(d, 'm.txt'), 'm\n'), { mode: 'unsupervised' });
+  const agent = await connect(M.agentToken);
+  const buyer = await connect(M.buyerToken);
+  assert.equal((await ok(agent, 'read', { path: 'm.txt' })).content, 'm\n'); // the copy is taken
+  // the mode changes behind jailboxd's back (as a mode switch on another instance would)
+  await srv.db.query("UPDATE sessions SET mode = 'supervised' WHERE job_id = $1", [M.jobId]);
+  let settled = false;
+  const pending = call(agent, 'write', { path: 'm.txt', content: 'held\n' }, 60000).then((r) => { settled = true; return r; });
+  const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'm.txt');
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(settled, false, 'the write ran without the buyer');
+  assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req.opId, reason: 'no' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  assert.equal((await pending).error?.data?.reason, 'rejected');
+  assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
+});
+
+test('review: wake-ups lost with the LISTEN connections delay ops, never hang them', { timeout: 120000 }, async () => {
+  const L = await openSession((d) => writeFileSync(join(d, 'l.txt'), 'l\n'), { mode: 'unsupervised' });
+  const agent = await connect(L.agentToken);
+  assert.equal((await ok(agent, 'read', { path: 'l.txt' })).content, 'l\n');
+  for (let round = 0; round < 3; round++) {
+    // drop jailboxd's LISTEN connection and the worker's (their notifications are lost)
+    const killed = (await srv.db.query(
+      "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity WHERE pid <> pg_backend_pid()" +
+      " AND (application_name = 'jailboxd-listen' OR query ILIKE 'LISTEN%')")).rows.length;
+    assert.ok(killed >= 2, `${killed} LISTEN connections found`);
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      assert.equal((await ok(agent, 'read', { path: 'l.txt' })).content, 'l\n');
+      const w = await ok(agent, 'write', { path: `w${round}${i}.txt`, content: 'x' });
+      assert.equal(w.written, 1);
+      assert.ok(Date.now() - t0 < 8000, `round ${round}: ${Date.now() - t0} ms`);
+    }
+  }
 });

@@ -190,7 +190,7 @@ static void hash_sign_golden(void **state) {
 
   /* the chain of both verifies, sealed */
   struct jb_audit_entry chain[2] = {e, s};
-  struct jb_audit_pubkey k;
+  struct jb_audit_pubkey k = {0};
   memcpy(k.public_key, key_a->pk, 32);
   jb_audit_key_id(k.public_key, k.key_id);
   struct jb_audit_result r;
@@ -250,6 +250,7 @@ static void chain_build(struct chain *c, bool seal) {
     c->lines[c->n++] = make_line(key_a, N, "job-7", "seal", NULL, d, prev, NULL);
     json_decref(d);
   }
+  memset(c->keys, 0, sizeof c->keys);
   memcpy(c->keys[0].public_key, key_a->pk, 32);
   memcpy(c->keys[0].key_id, key_a->key_id, 17);
   c->nkeys = 1;
@@ -269,10 +270,91 @@ static int verify(const struct chain *c, const struct jb_audit_verify_opts *o,
   struct jb_audit_entry *v = NULL;
   size_t n = 0;
   assert_int_equal(jb_audit_parse_lines(buf, total, 1000, &v, &n, NULL), 0);
-  free(buf);
   int rc = jb_audit_verify(v, n, c->keys, c->nkeys, o, r);
   jb_audit_entries_free(v, n);
+  /* the streaming verifier (jailboxctl: one line at a time) comes to the same result */
+  FILE *in = fmemopen(buf, total ? total : 1, "r");
+  assert_non_null(in);
+  if (!total) getc(in); /* fmemopen needs a size of at least 1: an empty stream */
+  struct jb_audit_result fr;
+  assert_int_equal(jb_audit_verify_file(in, c->keys, c->nkeys, o, &fr, NULL), rc);
+  fclose(in);
+  free(buf);
+  assert_int_equal(fr.ok, r->ok);
+  assert_int_equal(fr.entries, r->entries);
+  assert_int_equal(fr.first_bad_seq, r->first_bad_seq);
+  assert_int_equal(fr.reason, r->reason);
+  assert_int_equal(fr.head.seq, r->head.seq);
+  assert_string_equal(fr.detail, r->detail);
   return rc;
+}
+
+/* Streams `text` (`len` bytes) through jb_audit_verify_file with the keys of `c`. */
+static int verify_text(const struct chain *c, const char *text, size_t len,
+                       struct jb_audit_result *r) {
+  FILE *in = fmemopen((void *)text, len, "r");
+  assert_non_null(in);
+  int rc = jb_audit_verify_file(in, c->keys, c->nkeys, NULL, r, NULL);
+  fclose(in);
+  return rc;
+}
+
+/* The streaming verifier's own cases: what only a file has (blank lines, CRLF, NUL bytes,
+ * a line over the limit) and the verdict settled early with the rest only counted. */
+static void stream_verify(void **state) {
+  (void)state;
+  struct chain c;
+  chain_build(&c, true);
+  size_t total = 0;
+  for (size_t i = 0; i < c.n; i++) total += strlen(c.lines[i]) + 8;
+  size_t cap = total + JB_AUDIT_MAX_LINE + 64;
+  char *buf = malloc(cap), *p = buf;
+  /* blank lines, spaces and CRLF endings are no entries */
+  for (size_t i = 0; i < c.n; i++) {
+    size_t l = strlen(c.lines[i]);
+    memcpy(p, c.lines[i], l - 1);
+    p += l - 1;
+    p = stpcpy(p, i % 2 ? "\r\n" : "\n  \t\n\n");
+  }
+  struct jb_audit_result r;
+  assert_int_equal(verify_text(&c, buf, (size_t)(p - buf), &r), 0);
+  assert_int_equal(r.entries, N);
+  assert_true(r.sealed);
+  /* the last line without its newline still counts */
+  p = buf;
+  for (size_t i = 0; i < c.n; i++) p = stpcpy(p, c.lines[i]);
+  assert_int_equal(verify_text(&c, buf, (size_t)(p - buf) - 1, &r), 0);
+  assert_int_equal(r.entries, N);
+  /* a NUL byte inside line 3: malformed there; the lines after it are still counted */
+  p = buf;
+  for (size_t i = 0; i < c.n; i++) p = stpcpy(p, c.lines[i]);
+  char *third = buf + strlen(c.lines[0]) + strlen(c.lines[1]);
+  third[10] = '\0';
+  assert_int_equal(verify_text(&c, buf, (size_t)(p - buf), &r), 1);
+  assert_int_equal(r.first_bad_seq, 3);
+  assert_int_equal(r.reason, JB_AUDIT_MALFORMED);
+  assert_int_equal(r.entries, N);
+  /* a line over JB_AUDIT_MAX_LINE at position 2: malformed, the rest of it skipped */
+  p = stpcpy(buf, c.lines[0]);
+  memset(p, 'x', JB_AUDIT_MAX_LINE + 10);
+  p += JB_AUDIT_MAX_LINE + 10;
+  *p++ = '\n';
+  for (size_t i = 1; i < c.n; i++) p = stpcpy(p, c.lines[i]);
+  assert_int_equal(verify_text(&c, buf, (size_t)(p - buf), &r), 1);
+  assert_int_equal(r.first_bad_seq, 2);
+  assert_int_equal(r.reason, JB_AUDIT_MALFORMED);
+  assert_non_null(strstr(r.detail, "longer than the limit"));
+  assert_int_equal(r.entries, N + 1);
+  /* entry 3 moved to the very end: told from a gap only by reading on to the last line */
+  p = buf;
+  for (size_t i = 0; i < c.n; i++)
+    if (i != 2) p = stpcpy(p, c.lines[i]);
+  p = stpcpy(p, c.lines[2]);
+  assert_int_equal(verify_text(&c, buf, (size_t)(p - buf), &r), 1);
+  assert_int_equal(r.first_bad_seq, 3);
+  assert_int_equal(r.reason, JB_AUDIT_REORDERED);
+  free(buf);
+  chain_free(&c);
 }
 
 #define EXPECT_BAD(c, opts, seq, why)                                   \
@@ -490,6 +572,17 @@ static void tamper_signature_and_keys(void **state) {
   assert_int_equal(verify(&c, NULL, &r), 0);
   c.nkeys = 1;  /* without the new key published */
   EXPECT_BAD(&c, NULL, N, JB_AUDIT_UNKNOWN_KEY);
+  /* key_a retired when entry N was made (entry N - 1 is before, at 03:04:09.009Z): intact */
+  c.nkeys = 2;
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:10.010Z");
+  assert_int_equal(verify(&c, NULL, &r), 0);
+  /* retired one millisecond after entry 3 was signed: entry 4 on was signed after it */
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:03.004Z");
+  EXPECT_BAD(&c, NULL, 4, JB_AUDIT_RETIRED_KEY);
+  /* retired exactly at entry 3's timestamp: entry 3 is already too late */
+  snprintf(c.keys[0].retired_at, sizeof c.keys[0].retired_at, "2026-01-02T03:04:03.003Z");
+  EXPECT_BAD(&c, NULL, 3, JB_AUDIT_RETIRED_KEY);
+  assert_string_equal(jb_audit_reason_name(JB_AUDIT_RETIRED_KEY), "retired key");
   chain_free(&c);
 }
 
@@ -679,7 +772,22 @@ static void keys_document(void **state) {
   assert_int_equal(n, 1);
   assert_string_equal(k[0].key_id, key_a->key_id);
   assert_memory_equal(k[0].public_key, key_a->pk, 32);
+  assert_string_equal(k[0].retired_at, "");
   free(k);
+  /* retiredAt is read; it must be null or a timestamp of the entries' form */
+  snprintf(doc, sizeof doc,
+           "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
+           "\"retiredAt\":\"2026-03-04T05:06:07.089Z\"}]}", key_a->key_id, b64);
+  assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), 0);
+  assert_string_equal(k[0].retired_at, "2026-03-04T05:06:07.089Z");
+  free(k);
+  const char *bad_retired[] = {"\"yesterday\"", "1", "true", "\"2026-03-04T05:06:07Z\""};
+  for (size_t i = 0; i < 4; i++) {
+    snprintf(doc, sizeof doc,
+             "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
+             "\"retiredAt\":%s}]}", key_a->key_id, b64, bad_retired[i]);
+    assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), -1);
+  }
   /* a key published under another key's id is refused */
   snprintf(doc, sizeof doc,
            "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\"}]}",
@@ -797,6 +905,7 @@ int main(void) {
       cmocka_unit_test(tamper_order),
       cmocka_unit_test(tamper_truncation),
       cmocka_unit_test(malformed_lines),
+      cmocka_unit_test(stream_verify),
       cmocka_unit_test(keys_document),
       cmocka_unit_test(key_file),
   };

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# bench/relay/run.sh — the op relay of issue 7: sequential MCP tools/call `read` of a 4 KiB
+# file and `write` of 1 MiB, agent (npm socket.io-client) → jailboxd → ops row + NOTIFY →
+# jailbox-worker → jailbox-shim inside gVisor + Docker + bwrap/seccomp → row + NOTIFY → ack,
+# in an unsupervised session; in the same run, against the same session container, the
+# docker CLI a user would otherwise reach for: `docker exec CONTAINER cat FILE` and
+# `docker exec -i CONTAINER sh -c 'cat > FILE'`. Prints ops/s, p50 and p99 of each and the
+# ratio of the rates. Targets (issue 7): 4 KiB read p50 <= 2 ms and >= 50x the docker exec
+# rate; the same figures are printed for the 1 MiB write.
+#
+#   bench/relay/run.sh            (env: N_READ=2000 N_WRITE=200 N_EXEC=40 BUILD=build)
+#
+# The session's image is built with /usr/bin/cat and /bin/sh added (--extra), so that the
+# baseline has a `cat` to run; the production image has neither. Needs root, Docker with
+# runsc and a built tree.
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(cd ../.. && pwd)
+BUILD=${BUILD:-$ROOT/build}
+IMAGE=${IMAGE:-jailbox-sandbox:bench-relay}
+[ -d node_modules/socket.io-client ] || npm ci --no-audit --no-fund >/dev/null
+"$ROOT/deploy/start-dockerd.sh" >/dev/null
+"$ROOT/deploy/sandbox-image/build.sh" --shim "$BUILD/jailbox-shim" --tag "$IMAGE" \
+  --extra /usr/bin/cat --extra "$(readlink -f /bin/sh):/bin/sh" >/dev/null
+JAILBOXD=$BUILD/jailboxd IMAGE=$IMAGE exec node bench.mjs
