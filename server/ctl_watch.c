@@ -101,6 +101,24 @@ static void print_event(const char *name, const json_t *d) {
       printf(" %s", json_is_string(r) ? jb_ctl_text(json_string_value(r)) : s_(r, "id"));
     }
     putchar('\n');
+  } else if (strcmp(name, "jailbox:pre_scan") == 0) {
+    json_t *p = json_object_get(d, "prescan");
+    printf("pre-scan: %lld files, %lld directories, %lld bytes, %lld symlinks, %lld flagged%s\n",
+           (long long)json_integer_value(json_object_get(p, "files")),
+           (long long)json_integer_value(json_object_get(p, "dirs")),
+           (long long)json_integer_value(json_object_get(p, "bytes")),
+           (long long)json_integer_value(json_object_get(p, "symlinks")),
+           (long long)json_integer_value(json_object_get(p, "flaggedCount")),
+           json_is_true(json_object_get(p, "truncated")) ? " (truncated)" : "");
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(p, "flagged"), i, f) {
+      if (i == 20) {
+        printf("    …\n");
+        break;
+      }
+      printf("    flagged %s: %s\n", s_(f, "path"), s_(f, "kind"));
+    }
   } else if (strcmp(name, "jailbox:audit_head") == 0) {
     printf("audit head %lld:%.16s…\n", (long long)json_integer_value(json_object_get(d, "seq")),
            s_(d, "hash"));

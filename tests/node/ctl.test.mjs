@@ -390,6 +390,7 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.deepEqual(states, ['awaiting_agent', 'active', 'done', 'accepted']);
   assert.ok(events.some((e) => e.event === 'jailbox:audit_head'));
   assert.ok(events.every((e) => e.polled === false));
+  assert.match(wh.out(), /pre-scan: 2 files, \d+ directories, \d+ bytes, 0 symlinks, 0 flagged/);
   assert.match(wh.out(), /state active -> done by agent: hi/);
   assert.match(wh.out(), /state done -> accepted by buyer/);
   const polled = wp.out().trim().split('\n').map((l) => JSON.parse(l));
