@@ -120,6 +120,10 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
     pthread_mutex_unlock(&b->lock);
     return;
   }
+  /* the state snapshot after CONNECT names the token's session: relaying starts once it is
+   * the one asked for (--job) */
+  if (strcmp(name, "jailbox:state") == 0 && job && json_is_true(json_object_get(d, "snapshot")))
+    jb_sio_hold(s, false);
   /* the session's state for the log; MCP has no standard notification for it */
   if (strcmp(name, "jailbox:state") == 0)
     fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", jb_ctl_text(b->job),
@@ -138,6 +142,7 @@ static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
   struct bridge *b = ctx;
   pthread_mutex_lock(&b->lock);
   jb_sio_discard_queued(s); /* what is in the table below must not be sent later */
+  jb_sio_hold(s, true);     /* until the new connection's snapshot names the session again */
   fprintf(stderr, "jailboxctl mcp-bridge: connection lost (%s); reconnecting\n", jb_ctl_text(why));
   char msg[600];
   snprintf(msg, sizeof msg, "the connection to jailbox was lost (%s); the call may or may not "
@@ -343,6 +348,7 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
     fprintf(stderr, "%s: %s\n", o->verb, err.msg);
     return JB_CTL_USAGE;
   }
+  jb_sio_hold(b.sio, true); /* nothing is relayed before the session is confirmed */
   pthread_t t;
   if (pthread_create(&t, NULL, stdin_thread, &b) != 0) {
     jb_sio_free(b.sio);

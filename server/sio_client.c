@@ -54,6 +54,7 @@ struct jb_sio {
   struct msg *q, **q_tail;
   uint64_t next_ack;
   bool stopping;
+  bool held; /* jb_sio_hold */
 };
 
 /* ---------- queue ---------- */
@@ -114,6 +115,13 @@ static void lost(struct jb_sio *s, const char *why) {
   s->out_tail = &s->out;
   s->rx_len = 0;
   if (s->h.lost) s->h.lost(s->h.ctx, s, why);
+}
+
+void jb_sio_hold(struct jb_sio *s, bool hold) {
+  pthread_mutex_lock(&s->lock);
+  s->held = hold;
+  pthread_mutex_unlock(&s->lock);
+  if (!hold) lws_cancel_service(s->ctx); /* drain what waited */
 }
 
 void jb_sio_discard_queued(struct jb_sio *s) {
@@ -313,7 +321,7 @@ static void drain(struct jb_sio *s) {
   pthread_mutex_lock(&s->lock);
   bool stop = s->stopping;
   struct msg *q = NULL;
-  if (s->st == ST_SIO || stop) {
+  if ((s->st == ST_SIO && !s->held) || stop) {
     q = s->q;
     s->q = NULL;
     s->q_tail = &s->q;

@@ -85,6 +85,11 @@ int jb_sio_run(struct jb_sio *s);
  * closing or out of memory (`arg` released either way). */
 int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id);
 
+/* Holds (true) or releases (false) what is emitted: held messages stay queued even once
+ * CONNECT is accepted, e.g. until the application has checked who it is talking to. A new
+ * client is not held. Thread-safe. */
+void jb_sio_hold(struct jb_sio *s, bool hold);
+
 /* Drops what was emitted and not yet sent (for a `lost` handler). Thread-safe. */
 void jb_sio_discard_queued(struct jb_sio *s);
 

@@ -264,8 +264,14 @@ test('mcp-bridge with a wrong token or another session\'s token exits 1; unreach
   assert.equal(await b.exited, 1);
   assert.match(b.stderr(), /refused by the server: (unknown or revoked token|malformed token)/);
   b = rawBridge(S.jobId, T.agentToken); // the other session's agent token
+  // sent at once: nothing may reach T before the bridge has checked whose session it is
+  b.send('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write","arguments":{"path":"x.txt","content":"not for T"}}}\n');
   assert.equal(await b.exited, 1);
   assert.match(b.stderr(), /belongs to session/);
+  await new Promise((res) => setTimeout(res, 2000)); // an op relayed anyway would land by now
+  assert.equal(existsSync(join(T.dir, 'x.txt')), false);
+  const tops = JSON.parse((await ctl(['ops', T.jobId, '--json'], { token: T.buyerToken })).stdout).ops;
+  assert.deepEqual(tops.filter((o) => o.tool === 'write'), []);
   b = rawBridge(S.jobId, S.buyerToken); // a buyer token cannot speak MCP
   b.send('{"jsonrpc":"2.0","id":1,"method":"ping"}\n');
   const r = await b.next();
