@@ -120,10 +120,9 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
     pthread_mutex_unlock(&b->lock);
     return;
   }
-  /* the state snapshot after CONNECT names the token's session: relaying starts once it is
-   * the one asked for (--job) */
-  if (strcmp(name, "jailbox:state") == 0 && job && json_is_true(json_object_get(d, "snapshot")))
-    jb_sio_hold(s, false);
+  /* the state snapshot right after CONNECT (or any later event) names the token's session:
+   * relaying starts once it is the one asked for (--job) */
+  if (job) jb_sio_hold(s, false);
   /* the session's state for the log; MCP has no standard notification for it */
   if (strcmp(name, "jailbox:state") == 0)
     fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", jb_ctl_text(b->job),
