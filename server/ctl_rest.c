@@ -524,8 +524,12 @@ static int verb_agents(struct jb_ctl *o, int argc, char **argv) {
 static void show_keys(const json_t *k) {
   size_t i;
   json_t *key;
-  json_array_foreach(json_object_get(k, "keys"), i, key)
-    printf("%s  %s  %s\n", str(key, "keyId"), str(key, "alg"), str(key, "publicKey"));
+  json_array_foreach(json_object_get(k, "keys"), i, key) {
+    printf("%s  %s  %s  since %s", str(key, "keyId"), str(key, "algorithm"), str(key, "publicKey"),
+           str(key, "createdAt"));
+    if (json_is_string(json_object_get(key, "retiredAt"))) printf("  retired %s", str(key, "retiredAt"));
+    putchar('\n');
+  }
 }
 
 static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
@@ -536,7 +540,11 @@ static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
   if (rc == JB_CTL_OK) {
     json_t *doc = jb_ctl_reply_json(o, &r);
     if (!doc) rc = JB_CTL_FAILED;
-    else if (o->json || !isatty(STDOUT_FILENO)) rc = fwrite(r.body, 1, r.len, stdout) == r.len ? 0 : 3;
+    else if (o->json || !isatty(STDOUT_FILENO))
+      rc = fwrite(r.body, 1, r.len, stdout) == r.len &&
+                   (r.len == 0 || r.body[r.len - 1] == '\n' || putchar('\n') != EOF)
+               ? JB_CTL_OK
+               : JB_CTL_FAILED;
     else show_keys(doc);
     json_decref(doc);
   }
@@ -639,8 +647,21 @@ static const struct verb verbs[] = {
 };
 #define NVERBS (sizeof verbs / sizeof verbs[0])
 
+/* "  jailboxctl VERB ARGS", then the help text word-wrapped at 96 columns, indented by 6. */
 static void print_verb(FILE *out, const struct verb *v) {
-  fprintf(out, "  jailboxctl %s%s%s\n      %s\n", v->name, v->args[0] ? " " : "", v->args, v->help);
+  fprintf(out, "  jailboxctl %s%s%s\n", v->name, v->args[0] ? " " : "", v->args);
+  const char *p = v->help;
+  while (*p) {
+    size_t n = strlen(p);
+    if (n > 90) {
+      n = 90;
+      while (n > 0 && p[n] != ' ') n--;
+      if (n == 0) n = strcspn(p, " ");
+    }
+    fprintf(out, "      %.*s\n", (int)n, p);
+    p += n;
+    while (*p == ' ') p++;
+  }
 }
 
 static void help_all(FILE *out) {
