@@ -32,6 +32,7 @@
 #define RPC_INVALID (-32600)
 #define RPC_INTERNAL (-32603)
 #define RPC_UNAVAILABLE (-32017) /* api/events.md: unavailable, try again */
+#define RPC_TOO_LARGE (-32016)   /* api/events.md: too_large */
 
 struct open_req {
   uint64_t ack;
@@ -244,7 +245,12 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   }
   uint64_t ack = 0;
   json_t *keep = id ? json_incref(id) : NULL;
-  if (jb_sio_emit(b->sio, "mcp", msg, id != NULL, &ack) < 0) {
+  int er = jb_sio_emit(b->sio, "mcp", msg, id != NULL, &ack);
+  if (er == -2) {
+    if (keep) write_error(keep, RPC_TOO_LARGE, "Invalid Request: the message is larger than the "
+                          "server accepts (Engine.IO maxPayload)", "too_large");
+    json_decref(keep);
+  } else if (er < 0) {
     if (keep) write_error(keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
     json_decref(keep);
   } else if (keep) {
@@ -337,8 +343,9 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
   char base[512];
   if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
   pthread_mutex_init(&b.lock, NULL);
+  /* answers can be far larger than requests: a 1 MiB read comes back JSON-escaped, twice */
   struct jb_sio_settings set = {.base_url = base, .token = tok,
-                                .max_message = b.max_message + 4096, .connect_timeout_ms = 10000,
+                                .max_message = 64u << 20, .connect_timeout_ms = 10000,
                                 .reconnect_max = 8};
   struct jb_sio_handlers h = {.ctx = &b, .connected = on_connected, .event = on_event,
                               .ack = on_ack, .closed = on_closed, .lost = on_lost};

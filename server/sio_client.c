@@ -54,7 +54,8 @@ struct jb_sio {
   struct msg *q, **q_tail;
   uint64_t next_ack;
   bool stopping;
-  bool held; /* jb_sio_hold */
+  bool held;       /* jb_sio_hold */
+  size_t peer_max; /* the server's maxPayload (0: not known yet) */
 };
 
 /* ---------- queue ---------- */
@@ -141,7 +142,9 @@ int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, 
   if (!body) return -1;
   int rc = -1;
   pthread_mutex_lock(&s->lock);
-  if (!s->stopping) {
+  if (s->peer_max && strlen(body) + 24 > s->peer_max) {
+    rc = -2; /* the server would close the connection (1009) on it */
+  } else if (!s->stopping) {
     char head[32];
     uint64_t id = want_ack ? ++s->next_ack : 0;
     if (want_ack) snprintf(head, sizeof head, "42%llu", (unsigned long long)id);
@@ -257,8 +260,11 @@ static int on_message(struct jb_sio *s, const char *p, size_t n) {
       rc = -1;
     } else {
       s->ping_window_ms = (long)(pi + pt);
-      /* the server never sends more than its own maxPayload per message (plus framing) */
-      if (mp > 0 && (size_t)mp * 2 + 64 < s->max_message) s->max_message = (size_t)mp * 2 + 64;
+      if (mp > 0) { /* what the server accepts; what it sends is bounded by max_message */
+        pthread_mutex_lock(&s->lock);
+        s->peer_max = (size_t)mp;
+        pthread_mutex_unlock(&s->lock);
+      }
       s->st = ST_EIO;
       rc = send_connect(s);
     }

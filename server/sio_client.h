@@ -46,8 +46,8 @@ struct jb_sio_handlers {
 struct jb_sio_settings {
   const char *base_url;  /* "ws://host:port" (or wss://, or with a path prefix) */
   const char *token;     /* sent as the CONNECT auth {token} */
-  size_t max_message;    /* largest message accepted from the server, bytes (also capped by
-                            twice the server's maxPayload); larger: close 1009 */
+  size_t max_message;    /* largest message accepted from the server, bytes; larger: close
+                            1009 (the server's maxPayload bounds only what it accepts) */
   long connect_timeout_ms; /* the WebSocket upgrade and the Socket.IO CONNECT within, ms */
   int reconnect_max;       /* attempts to reconnect after a working connection broke, with
                               backoff 0.25 s doubling to 5 s; a connection that gets as far as
@@ -81,8 +81,10 @@ int jb_sio_open(struct jb_sio **out, const struct jb_sio_settings *set,
 int jb_sio_run(struct jb_sio *s);
 
 /* Sends EVENT [name, arg] (`arg` stolen; NULL: no argument). With `want_ack`, *ack_id gets
- * the id the ACK will carry (1, 2, …). Thread-safe. Returns 0, or -1 when the client is
- * closing or out of memory (`arg` released either way). */
+ * the id the ACK will carry (1, 2, …). Thread-safe. Returns 0; -2 when the message is larger
+ * than the server's maxPayload (it would close the connection with 1009; known from the
+ * Engine.IO open packet on); -1 when the client is closing or out of memory (`arg` released
+ * in every case). */
 int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, uint64_t *ack_id);
 
 /* Holds (true) or releases (false) what is emitted: held messages stay queued even once

@@ -255,6 +255,20 @@ test('mcp-bridge refuses what its client must not send, and answers each with a 
   assert.equal((await b.next()).id, 'last');
   b.end();
   assert.equal(await b.exited, 0, b.stderr());
+  // a message over the server's maxPayload (1 MiB): refused by the bridge, the connection kept
+  const c = rawBridge(S.jobId, S.agentToken);
+  c.send('{"jsonrpc":"2.0","id":1,"method":"ping"}\n');
+  assert.equal((await c.next()).id, 1);
+  c.send('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"write","arguments":{"path":"big.txt","content":"' + 'y'.repeat(1100 * 1024) + '"}}}\n');
+  r = await c.next();
+  assert.equal(r.id, 2);
+  assert.equal(r.error.code, -32016);
+  assert.equal(r.error.data.reason, 'too_large');
+  c.send('{"jsonrpc":"2.0","id":3,"method":"ping"}\n');
+  assert.deepEqual(await c.next(), { jsonrpc: '2.0', id: 3, result: {} });
+  c.end();
+  assert.equal(await c.exited, 0, c.stderr());
+  assert.doesNotMatch(c.stderr(), /connection lost/);
 });
 
 test('mcp-bridge with a wrong token or another session\'s token exits 1; unreachable: 3; no job: 2', async () => {
