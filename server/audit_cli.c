@@ -1,17 +1,14 @@
-/* audit_cli.c — jailboxctl, the command line for buyers and operators. This file holds the
- * audit verbs: offline verification of an exported chain with the published keys (no server
- * needed), export and key download over HTTP (libcurl), and signing-key rotation.
+/* audit_cli.c — jailboxctl, the command line for buyers and operators: main() and the offline
+ * audit verbs — verification of an exported chain with the published keys (no server
+ * needed) and signing-key rotation. The verbs that talk to the server (audit export, keys,
+ * …) are in server/ctl_rest.c.
  *
  *   jailboxctl audit verify FILE --keys KEYS.json [--head SEQ:HASH] [--sealed] [--session JOB] [--json]
- *   jailboxctl audit export JOB          (JAILBOX_URL, JAILBOX_TOKEN)
- *   jailboxctl audit keys                (JAILBOX_URL)
  *   jailboxctl keys rotate [--key-file FILE | --state-dir DIR]
  *
- * Exit status: 0 intact / done; 1 tampered (verify) or the server refused (export, keys);
- * 2 usage error or an input that cannot be read; 3 the server unreachable or failing.
+ * Exit status: 0 intact / done; 1 tampered; 2 usage error or an input that cannot be read.
  * main() hands every other verb to server/ctl_rest.c (jb_ctl_dispatch). */
 #define _GNU_SOURCE
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -174,81 +171,6 @@ static int audit_verify(int argc, char **argv) {
   return res.ok ? 0 : 1;
 }
 
-static size_t to_file(char *p, size_t size, size_t n, void *ctx) {
-  return fwrite(p, size, n, ctx) * size;
-}
-
-static int http_get_to(const char *path, bool auth, FILE *out);
-
-/* GET JAILBOX_URL + `path`, body to stdout. 0, 1 when the server refused (4xx), 3 when it
- * could not be reached or failed (5xx) — the exit codes of server/ctl.h. */
-static int http_get(const char *path, bool auth) { return http_get_to(path, auth, stdout); }
-
-/* As http_get, the body written to `out`. */
-static int http_get_to(const char *path, bool auth, FILE *out) {
-  const char *base = getenv("JAILBOX_URL");
-  const char *token = getenv("JAILBOX_TOKEN");
-  if (!base || !base[0]) base = "http://127.0.0.1:8080";
-  if (auth && (!token || !token[0])) {
-    fprintf(stderr, "jailboxctl: JAILBOX_TOKEN is not set\n");
-    return 2;
-  }
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 2;
-  CURL *h = curl_easy_init();
-  char *url = NULL, *hdr = NULL;
-  struct curl_slist *headers = NULL;
-  int rc = JB_CTL_FAILED;
-  if (!h || asprintf(&url, "%s%s", base, path) < 0) goto out;
-  if (auth) {
-    if (asprintf(&hdr, "Authorization: Bearer %s", token) < 0) goto out;
-    headers = curl_slist_append(headers, hdr);
-    if (!headers) goto out;
-  }
-  char errbuf[CURL_ERROR_SIZE] = "";
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_file);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  CURLcode cc = curl_easy_perform(h);
-  if (cc == CURLE_HTTP_RETURNED_ERROR) {
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf);
-    rc = status >= 500 ? JB_CTL_FAILED : JB_CTL_REFUSED;
-  } else if (cc != CURLE_OK) {
-    fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
-  } else {
-    rc = fflush(out) == 0 ? 0 : 2;
-  }
-out:
-  curl_slist_free_all(headers);
-  if (h) curl_easy_cleanup(h);
-  free(url);
-  free(hdr);
-  curl_global_cleanup();
-  return rc;
-}
-
-static int audit_export(int argc, char **argv) {
-  if (argc != 1) {
-    usage(stderr);
-    return 2;
-  }
-  CURL *h = curl_easy_init();
-  char *esc = h ? curl_easy_escape(h, argv[0], 0) : NULL;
-  char *path = NULL;
-  int rc = 2;
-  if (esc && asprintf(&path, "/v1/jailbox/%s/audit", esc) > 0) rc = http_get(path, true);
-  free(path);
-  curl_free(esc);
-  if (h) curl_easy_cleanup(h);
-  return rc;
-}
-
 static int keys_rotate(int argc, char **argv) {
   const char *file = getenv("JAILBOX_SIGNING_KEY_FILE"), *dir = getenv("JAILBOX_STATE_DIR");
   for (int i = 0; i < argc; i++) {
@@ -278,11 +200,8 @@ static int keys_rotate(int argc, char **argv) {
 int main(int argc, char **argv) {
   int ctl_rc;
   if (jb_ctl_dispatch(&argc, argv, &ctl_rc)) return ctl_rc; /* server/ctl_rest.c: the other verbs */
-  if (argc >= 3 && strcmp(argv[1], "audit") == 0) {
-    if (strcmp(argv[2], "verify") == 0) return audit_verify(argc - 3, argv + 3);
-    if (strcmp(argv[2], "export") == 0) return audit_export(argc - 3, argv + 3);
-    if (strcmp(argv[2], "keys") == 0 && argc == 3) return http_get("/v1/audit/keys", false);
-  }
+  if (argc >= 3 && strcmp(argv[1], "audit") == 0 && strcmp(argv[2], "verify") == 0)
+    return audit_verify(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "token") == 0 && strcmp(argv[2], "create") == 0)
     return jb_ctl_token_create(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "keys") == 0 && strcmp(argv[2], "rotate") == 0)

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Exit codes of every verb. */
 enum {
@@ -45,6 +46,11 @@ int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, co
                 struct jb_ctl_reply *r);
 void jb_ctl_reply_free(struct jb_ctl_reply *r);
 
+/* GET `path` with the bearer token; a 2xx body is written to `out` as it arrives (no size
+ * limit: an audit export), an error answer is reported as jb_ctl_http does. Returns the
+ * exit code (JB_CTL_FAILED also when `out` cannot be written). */
+int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out);
+
 /* Parses the body of `r` as a JSON object (duplicate keys and nesting deeper than 64 refused).
  * New reference, or NULL with a message printed. */
 json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
@@ -62,10 +68,8 @@ char *jb_ctl_escape(const char *s);
  * derived (message printed). */
 int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
 
-/* Runs the verb of argv[1...] when it is one of the files outside audit_cli.c (or its --help),
- * setting *rc; returns true then. Returns false for the verbs audit_cli.c handles itself, after
- * taking --url/--token out of argv (into JAILBOX_URL / JAILBOX_TOKEN) for those that reach the
- * server. */
+/* Runs the verb of argv[1...] (or its --help) unless audit_cli.c handles it (the offline
+ * verbs: audit verify, keys rotate, token create), setting *rc; returns true then. */
 bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
 
 /* token create --role service [--label L] [--database-url URL | --state-dir DIR] */

@@ -23,11 +23,25 @@ struct sink {
   char *buf;
   size_t len, cap;
   bool over;
+  CURL *h;
+  FILE *out; /* a 2xx body goes here as it arrives (NULL: into buf) */
+  bool write_failed;
 };
 
 static size_t to_sink(char *p, size_t size, size_t n, void *ctx) {
   struct sink *s = ctx;
   size_t add = size * n;
+  if (s->out) {
+    long status = 0;
+    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300) {
+      if (fwrite(p, 1, add, s->out) != add) {
+        s->write_failed = true;
+        return 0;
+      }
+      return add;
+    }
+  }
   if (s->len + add + 1 > (size_t)MAX_REPLY_BYTES) {
     s->over = true;
     return 0; /* curl aborts the transfer */
@@ -87,14 +101,15 @@ static void print_refusal(const struct jb_ctl *o, const struct jb_ctl_reply *r) 
   json_decref(doc);
 }
 
-int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
-                struct jb_ctl_reply *r) {
+/* jb_ctl_http, a 2xx body written to `out` as it arrives when `out` is not NULL. */
+static int http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
+                FILE *out, struct jb_ctl_reply *r) {
   memset(r, 0, sizeof *r);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return JB_CTL_FAILED;
   CURL *h = curl_easy_init();
   char *url = NULL, *auth = NULL, *payload = NULL;
   struct curl_slist *hdrs = NULL;
-  struct sink sink = {0};
+  struct sink sink = {.h = h, .out = out};
   int rc = JB_CTL_FAILED;
   char errbuf[CURL_ERROR_SIZE] = "";
   if (!h || asprintf(&url, "%s%s", o->url, path) < 0) goto out;
@@ -124,7 +139,9 @@ int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, co
   CURLcode cc = curl_easy_perform(h);
   if (cc != CURLE_OK) {
     fprintf(stderr, "%s: %s: %s\n", o->verb, url,
-            sink.over ? "answer larger than 64 MiB" : errbuf[0] ? errbuf : curl_easy_strerror(cc));
+            sink.over ? "answer larger than 64 MiB"
+            : sink.write_failed ? strerror(errno)
+            : errbuf[0] ? errbuf : curl_easy_strerror(cc));
     goto out;
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
@@ -147,6 +164,22 @@ out:
   free(auth);
   free(payload);
   curl_global_cleanup();
+  return rc;
+}
+
+int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
+                struct jb_ctl_reply *r) {
+  return http(o, method, path, body, NULL, r);
+}
+
+int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out) {
+  struct jb_ctl_reply r;
+  int rc = http(o, "GET", path, NULL, out, &r);
+  jb_ctl_reply_free(&r);
+  if (rc == JB_CTL_OK && fflush(out) != 0) {
+    fprintf(stderr, "%s: %s\n", o->verb, strerror(errno));
+    rc = JB_CTL_FAILED;
+  }
   return rc;
 }
 
@@ -552,6 +585,15 @@ static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
   return rc == JB_CTL_OK && fflush(stdout) == 0 ? JB_CTL_OK : rc ? rc : JB_CTL_FAILED;
 }
 
+static int verb_audit_export(struct jb_ctl *o, int argc, char **argv) {
+  if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
+  if (!o->token || !o->token[0]) return usage_error(o, "%s", "a token is needed (JAILBOX_TOKEN or --token)");
+  char *path = job_path(argv[0], "/audit");
+  int rc = path ? jb_ctl_http_stream(o, path, stdout) : JB_CTL_FAILED;
+  free(path);
+  return rc;
+}
+
 static int verb_explain(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
   char *path = job_path(argv[0], "");
@@ -630,7 +672,10 @@ static const struct verb verbs[] = {
      "terminal, else the JSON as served, which audit verify --keys reads",
      verb_keys},
     {"audit keys", "", "the same as keys", verb_keys},
-    {"audit export", "JOB", "print the session's audit chain as JSON Lines", NULL},
+    {"audit export", "JOB",
+     "print the session's audit chain as JSON Lines, streamed as the server sends it (service "
+     "or buyer token)",
+     verb_audit_export},
     {"audit verify", "FILE --keys KEYS.json [--head SEQ:HASH] [--sealed] [--session JOB] [--json]",
      "verify an exported chain offline (no server): exit 0 intact, 1 tampered, 2 usage or "
      "unreadable input",
@@ -676,14 +721,14 @@ static void help_all(FILE *out) {
 }
 
 /* Takes --url/--token/--ws-url/--json (anywhere after the verb) out of argv into *o. */
-static void take_globals(struct jb_ctl *o, int *argc, char **argv, int from, bool keep_json) {
+static void take_globals(struct jb_ctl *o, int *argc, char **argv, int from) {
   int w = from;
   for (int i = from; i < *argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--url") == 0 && i + 1 < *argc) o->url = argv[++i];
     else if (strcmp(a, "--token") == 0 && i + 1 < *argc) o->token = argv[++i];
     else if (strcmp(a, "--ws-url") == 0 && i + 1 < *argc) o->ws_url = argv[++i];
-    else if (strcmp(a, "--json") == 0 && !keep_json) o->json = true;
+    else if (strcmp(a, "--json") == 0) o->json = true;
     else argv[w++] = argv[i];
   }
   *argc = w;
@@ -733,19 +778,8 @@ bool jb_ctl_dispatch(int *argc, char **argv, int *rc) {
                      .url = u && u[0] ? u : "http://127.0.0.1:8080",
                      .token = getenv("JAILBOX_TOKEN"),
                      .ws_url = getenv("JAILBOX_WS_URL")};
-  if (!v->run) {
-    /* audit_cli.c's verbs: the server ones take the flags through the environment */
-    if (strcmp(v->name, "audit export") == 0) {
-      take_globals(&o, argc, argv, 3, true);
-      if ((o.url && setenv("JAILBOX_URL", o.url, 1) < 0) ||
-          (o.token && setenv("JAILBOX_TOKEN", o.token, 1) < 0)) {
-        *rc = JB_CTL_FAILED;
-        return true;
-      }
-    }
-    return false;
-  }
-  take_globals(&o, argc, argv, 1 + words, false);
+  if (!v->run) return false; /* audit_cli.c's offline verbs */
+  take_globals(&o, argc, argv, 1 + words);
   *rc = v->run(&o, *argc - 1 - words, argv + 1 + words);
   return true;
 }
