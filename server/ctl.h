@@ -61,6 +61,10 @@ json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
  * (borrowed; valid until 16 more calls; not thread-safe). NULL gives "-". */
 const char *jb_ctl_text(const char *s);
 
+/* The path of a session resource: /v1/jailbox/<JOB percent-encoded><suffix>. New string
+ * (free it) or NULL (out of memory). */
+char *jb_ctl_job_path(const char *job, const char *suffix);
+
 /* Percent-encodes `s` for one path segment (RFC 3986 unreserved kept). New string or NULL. */
 char *jb_ctl_escape(const char *s);
 

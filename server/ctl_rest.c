@@ -283,8 +283,7 @@ static void print_op(const json_t *op) {
 
 /* ---------- verbs ---------- */
 
-/* A session path: /v1/jailbox/<job><suffix>. New string or NULL. */
-static char *job_path(const char *job, const char *suffix) {
+char *jb_ctl_job_path(const char *job, const char *suffix) {
   char *e = jb_ctl_escape(job), *p = NULL;
   if (e && asprintf(&p, "/v1/jailbox/%s%s", e, suffix) < 0) p = NULL;
   free(e);
@@ -396,7 +395,7 @@ fail:
 
 static int verb_status(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
-  return call(o, "GET", job_path(argv[0], ""), NULL, print_session);
+  return call(o, "GET", jb_ctl_job_path(argv[0], ""), NULL, print_session);
 }
 
 static void show_ops(const json_t *page) {
@@ -428,7 +427,7 @@ static int verb_ops(struct jb_ctl *o, int argc, char **argv) {
   snprintf(q, sizeof q, "/ops?limit=%lld&after=%lld%s%s", limit, after, st ? "&state=" : "",
            st ? st : "");
   free(st);
-  return call(o, "GET", job_path(job, q), NULL, show_ops);
+  return call(o, "GET", jb_ctl_job_path(job, q), NULL, show_ops);
 }
 
 /* Optional [--reason R] after the positional arguments; the body is {reason} or NULL. */
@@ -469,7 +468,7 @@ static int verb_decide(struct jb_ctl *o, int argc, char **argv, const char *what
   }
   char suffix[64];
   snprintf(suffix, sizeof suffix, "/%s/%lld", what, op);
-  return call(o, "POST", job_path(argv[0], suffix), body, show_decided);
+  return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_decided);
 }
 
 static void show_transition(const json_t *t) {
@@ -484,7 +483,7 @@ static void show_changes(const json_t *c);
 /* GET …/changes: 0 with the summary printed; 1 when the server has no such route yet or
  * refused. `quiet_404`: a missing route is reported as one line, not a refusal. */
 static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
-  char *path = job_path(job, "/changes");
+  char *path = jb_ctl_job_path(job, "/changes");
   struct jb_ctl_reply r;
   if (quiet_404) o->quiet_status = 404;
   int rc = path ? jb_ctl_http(o, "GET", path, NULL, &r) : JB_CTL_FAILED;
@@ -512,7 +511,7 @@ static int verb_transition(struct jb_ctl *o, int argc, char **argv, const char *
   if (rc) return rc;
   char suffix[32];
   snprintf(suffix, sizeof suffix, "/%s", what);
-  rc = call(o, "POST", job_path(argv[0], suffix), body, show_transition);
+  rc = call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_transition);
   if (rc == JB_CTL_OK && strcmp(what, "accept") == 0 && !o->json) {
     int c = changes(o, argv[0], true); /* what the buyer just accepted */
     if (c == JB_CTL_FAILED) rc = c;
@@ -588,7 +587,7 @@ static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
 static int verb_audit_export(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
   if (!o->token || !o->token[0]) return usage_error(o, "%s", "a token is needed (JAILBOX_TOKEN or --token)");
-  char *path = job_path(argv[0], "/audit");
+  char *path = jb_ctl_job_path(argv[0], "/audit");
   int rc = path ? jb_ctl_http_stream(o, path, stdout) : JB_CTL_FAILED;
   free(path);
   return rc;
@@ -596,7 +595,7 @@ static int verb_audit_export(struct jb_ctl *o, int argc, char **argv) {
 
 static int verb_explain(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
-  char *path = job_path(argv[0], "");
+  char *path = jb_ctl_job_path(argv[0], "");
   struct jb_ctl_reply r;
   int rc = path ? jb_ctl_http(o, "GET", path, NULL, &r) : JB_CTL_FAILED;
   free(path);

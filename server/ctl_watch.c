@@ -194,12 +194,8 @@ static int get_json(struct jb_ctl *o, const char *path, json_t **out) {
 }
 
 static int poll_loop(struct watch *w, long interval_ms) {
-  char *e = jb_ctl_escape(w->job), *sp = NULL;
-  if (!e || asprintf(&sp, "/v1/jailbox/%s", e) < 0) {
-    free(e);
-    return JB_CTL_FAILED;
-  }
-  free(e);
+  char *sp = jb_ctl_job_path(w->job, "");
+  if (!sp) return JB_CTL_FAILED;
   char state[32] = "", path[700];
   long long head = -1, last_op = 0;
   long long pending_seen[512];
@@ -312,9 +308,7 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
     if (w.refused && !w.connected) {
       /* a token the socket refuses but the REST API accepts (a service token): poll */
       json_t *probe = NULL;
-      char *e = jb_ctl_escape(w.job), *sp = NULL;
-      if (e && asprintf(&sp, "/v1/jailbox/%s", e) < 0) sp = NULL;
-      free(e);
+      char *sp = jb_ctl_job_path(w.job, "");
       long quiet = o->quiet_status;
       o->quiet_status = 401;
       int prc = sp ? get_json(o, sp, &probe) : JB_CTL_FAILED;
