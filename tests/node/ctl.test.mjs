@@ -388,7 +388,8 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   // on after the end, when the buyer's token is revoked)
   const wp = spawnWatch(['--interval', '100', '--json'], srv.serviceToken);
   const wpoll = spawnWatch(['--poll', '--interval', '100'], S.buyerToken);
-  await waitFor('watchers connected', () => wj.out().includes('"snapshot":true') && wh.out().includes('state awaiting_agent') && wp.out().includes('awaiting_agent'));
+  await waitFor('watchers connected', () => wj.out().includes('"snapshot":true') && wh.out().includes('state awaiting_agent') &&
+    wp.out().includes('awaiting_agent') && wpoll.out().includes('awaiting_agent'));
   const { client } = await mcpClient(S.jobId, S.agentToken);
   await client.callTool({ name: 'write', arguments: { path: 'new.txt', content: 'hello\n' } });
   await client.callTool({ name: 'done', arguments: { summary: 'hi' } });
