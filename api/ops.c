@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/diff.h"
 #include "api/scan.h"
 #include "db/audit_store.h"
 #include "db/db.h"
@@ -300,6 +301,89 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
   return out;
 }
 
+/* The diff preview (new; JSON null for binary content, or when the current content did not
+ * come with the stat: over 1 MiB, or previews switched off) of a supervised write replacing
+ * `current` (the stat op's result) by `data`. */
+static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
+                          const unsigned char *data, size_t dlen) {
+  bool exists = json_is_true(json_object_get(current, "exists"));
+  json_t *jc = json_object_get(current, "content");
+  const char *enc = json_string_value(json_object_get(current, "encoding"));
+  if (!app->cfg || app->cfg->diff_preview_max <= 0 || (exists && (!json_is_string(jc) || !enc)))
+    return json_null();
+  const unsigned char *old = NULL;
+  size_t olen = 0;
+  if (exists && !strcmp(enc, "utf-8")) {
+    old = (const unsigned char *)json_string_value(jc);
+    olen = json_string_length(jc);
+  } else if (exists) { /* base64: not text; no diff */
+    return json_null();
+  }
+  if (exists) { /* the shim is not trusted: the text shown must be the one the write replaces */
+    unsigned char h[32];
+    char hex[65];
+    crypto_hash_sha256(h, old, olen);
+    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+    if (strcmp(hex, json_string_value(json_object_get(current, "sha256")) ?: "")) {
+      jb_log(JB_LOG_WARN, "no diff preview: the stat's content does not match its sha256", "path", path, NULL);
+      return json_null();
+    }
+  }
+  json_t *out = NULL;
+  jb_error err = {0};
+  if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out, &err) < 0) {
+    jb_log(JB_LOG_WARN, "no diff preview", "path", path, "detail", err.msg, NULL);
+    out = json_null();
+  }
+  return out;
+}
+
+/* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) —
+ * a path of control characters takes up to six bytes a byte as JSON — its "path" is replaced
+ * by "sha256:HEX" of the path, as audit entries record over-long paths. */
+static void fit_path(const char *job, const char *name, json_t *ev) {
+  const char *path = json_string_value(json_object_get(ev, "path"));
+  size_t size = jb_db_event_size(job, name, ev);
+  if (!path || !size || size <= JB_EVENT_MAX_BYTES) return;
+  unsigned char h[32];
+  char note[80] = "sha256:";
+  crypto_hash_sha256(h, (const unsigned char *)path, strlen(path));
+  sodium_bin2hex(note + 7, sizeof note - 7, h, sizeof h);
+  json_object_set_new(ev, "path", json_string(note));
+}
+
+/* Puts `diff` (borrowed; NULL: none) into the approval request `ev` so that the event fits
+ * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
+ * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
+ * of control characters takes six bytes a byte escaped. */
+static void fit_event(const char *job, json_t *ev, json_t *diff) {
+  json_t *d = json_incref(diff ? diff : json_null());
+  for (;;) {
+    json_object_set_new(ev, "diff", d);
+    size_t size = jb_db_event_size(job, "jailbox:approval_request", ev);
+    if (!size || size <= JB_EVENT_MAX_BYTES) return;
+    size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
+    size_t tl = json_string_length(json_object_get(d, "text"));
+    if (json_is_object(d) && tl > 0) {
+      d = jb_diff_shorten(d, tl > over ? tl - over : 0);
+      if (d) continue;
+    }
+    d = json_null();
+    json_object_set_new(ev, "diff", json_incref(d));
+    json_t *pv = json_object_get(ev, "preview");
+    size_t pl = json_string_length(pv);
+    if (!json_is_string(pv) || pl == 0) { /* last: the path */
+      fit_path(job, "jailbox:approval_request", ev);
+      return;
+    }
+    const char *p = json_string_value(pv);
+    size_t keep = pl > over ? pl - over : 0;
+    while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
+    json_object_set_new(ev, "preview", json_stringn(p, keep));
+    json_object_set_new(ev, "previewTruncated", json_true());
+  }
+}
+
 /* The sessions whose ops this process handled last, as read from the database (JSON text):
  * a copy to decide on without a round trip. Never trusted alone: the op's insert checks that
  * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
@@ -390,6 +474,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   char *args_text = NULL;
   bool counted = false;
   json_t *current = NULL; /* a supervised write's target as it is now (stat through the shim) */
+  json_t *diff = NULL;    /* its diff preview (api/diff.h) */
 
   /* the session */
   text = fresh ? NULL : sess_cache_get(job);
@@ -483,16 +568,25 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     unsigned char h[32];
     crypto_hash_sha256(h, data, dlen);
     sodium_bin2hex(sha_hex, sizeof sha_hex, h, sizeof h);
-    json_t *hits = jb_scan_content(path, data, dlen);
+    json_t *findings = jb_scan_content(path, data, dlen);
+    json_t *hits = findings ? jb_scan_rule_ids(findings) : NULL;
     if (!hits || json_array_size(hits) > 0) {
       json_decref(sargs);
-      if (!hits) hits = json_pack("[s]", "scanner_unavailable");
+      if (!hits) {
+        json_decref(findings);
+        hits = json_pack("[s]", "scanner_unavailable");
+        findings = json_pack("[{s:s,s:s,s:s}]", "rule", "scanner_unavailable", "severity", "critical",
+                             "error", "out of memory");
+      }
       audit_refusal(c, app, job, tool, path,
-                    json_pack("{s:s,s:I,s:s,s:s,s:O}", "error", "flagged", "size", (json_int_t)dlen,
-                              "sha256", sha_hex, "decision", "flagged", "rules", hits));
+                    json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size", (json_int_t)dlen,
+                              "sha256", sha_hex, "decision", "flagged", "rules", hits, "findings", findings));
       jb_error nerr = {0};
-      json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O}", "jobId", job, "kind", "flagged_write",
-                             "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits);
+      json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
+                             "path", path, "size", (json_int_t)dlen, "sha256", sha_hex, "rules", hits,
+                             "findings", findings);
+      json_decref(findings);
+      fit_path(job, "jailbox:security_alert", ev);
       jb_db_notify_event(c, job, "jailbox:security_alert", ev, &nerr);
       json_decref(ev);
       char rl[200] = "";
@@ -507,6 +601,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
       goto out;
     }
     json_decref(hits);
+    json_decref(findings);
     json_object_set_new(sargs, "size", json_integer((json_int_t)dlen));
     json_object_set_new(sargs, "sha256", json_string(sha_hex));
   }
@@ -533,6 +628,8 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   if (pending) {
     json_t *stargs = json_object();
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
+    if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
+      json_object_set_new(stargs, "withContent", json_true());
     char *stext = json_dumps(stargs, JSON_COMPACT);
     json_decref(stargs);
     struct jb_opwait_ticket sticket;
@@ -565,6 +662,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
       goto out;
     }
     json_object_set_new(sargs, "expectSha256", json_string(cur));
+    diff = write_diff(app, path, current, data, dlen);
   }
   args_text = json_dumps(sargs, JSON_COMPACT);
   json_decref(sargs);
@@ -601,6 +699,8 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     goto out;
   }
   if (pending) {
+    if (json_is_object(diff) && jb_db_op_set_diff(c, op_id, diff, &err) != JB_OK)
+      jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
     bool text_ok = !memchr(data, '\0', dlen);
     json_t *preview = text_ok ? json_stringn((const char *)data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX) : NULL;
     const char *cur = json_string_value(json_object_get(current, "sha256"));
@@ -609,6 +709,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
                            "sha256", sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
                            "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
                            json_is_true(json_object_get(current, "exists")));
+    fit_event(job, ev, diff);
     jb_error nerr = {0};
     if (jb_db_notify_event(c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
       jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);
@@ -631,6 +732,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
 out:
   if (counted) atomic_fetch_sub(&waiting, 1);
   json_decref(current);
+  json_decref(diff);
   jb_db_release(app->db, c);
   json_decref(sess);
   free(text);

@@ -7,7 +7,16 @@
 
 #include "db/db.h"
 
-#define MAX_PAYLOAD 7900
+#define MAX_PAYLOAD JB_EVENT_MAX_BYTES
+
+size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload) {
+  json_t *o = json_pack("{s:s,s:s,s:O}", "job", job_id, "event", event, "payload", payload);
+  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  size_t n = text ? strlen(text) : 0;
+  free(text);
+  return n;
+}
 
 int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err) {
   json_t *pl = payload ? json_incref(payload) : json_object();

@@ -11,6 +11,12 @@
 
 #include "server/err.h"
 
+#define JB_EVENT_MAX_BYTES 7900 /* bytes of one serialized event at most */
+
+/* The bytes the event (`job_id`, `event`, `payload` borrowed) takes serialized for
+ * jb_db_notify_event, to be compared with JB_EVENT_MAX_BYTES; 0 on allocation failure. */
+size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload);
+
 /* Announces (`job_id`, `event`, `payload` borrowed) on jb_event. Inside an open transaction
  * it is delivered when that commits (and never if it rolls back). An event too large for one
  * notification is sent with {"truncated": true} as its payload. JB_OK or JB_ERR_FAIL. */

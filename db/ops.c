@@ -56,7 +56,7 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   const char *p[2] = {id, job_id};
   *result_json = NULL;
   *reason = NULL;
-  /* one round trip: the row as it is, and a finished read's content dropped from it (the
+  /* one round trip: the row as it is, and a finished read's or stat's content dropped from it (the
    * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
    * it is lost in a crash the content stays stored, nothing is misreported. */
   PGresult *r = jb_db_exec(c,
@@ -64,7 +64,7 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
                            "   FROM ops o JOIN sessions s USING (job_id)"
                            "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
                            " f AS (UPDATE ops SET result = result #- '{result,content}'"
-                           "   WHERE op_id = $1::bigint AND job_id = $2 AND tool = 'read'"
+                           "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat')"
                            "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
                            "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
                            " SELECT o.state, o.session_state, o.result::text, o.reason,"
@@ -227,4 +227,18 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
 fail:
   jb_db_rollback(c);
   return JB_ERR_FAIL;
+}
+
+int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  char *text = diff && !json_is_null(diff) ? json_dumps(diff, JSON_COMPACT) : NULL;
+  if (diff && !json_is_null(diff) && !text) return jb_fail(err, ENOMEM, "out of memory");
+  const char *p[2] = {id, text};
+  PGresult *r = jb_db_exec(c, "UPDATE ops SET diff = $2::jsonb WHERE op_id = $1::bigint", 2, p,
+                           PGRES_COMMAND_OK, NULL, err, "store diff preview");
+  free(text);
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
 }

@@ -36,11 +36,15 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
- * read's file content is dropped from the stored result by the same statement (it is
- * delivered from this answer; the audit chain keeps its size). JB_OK, JB_ERR_NOT_FOUND,
+ * read's or stat's file content is dropped from the stored result by the same statement (it
+ * is delivered from this answer; the audit chain keeps its size or hash). JB_OK, JB_ERR_NOT_FOUND,
  * JB_ERR_FAIL. */
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
+
+/* Stores the diff preview of op `op_id` (api/diff.h; borrowed; NULL or JSON null: none) —
+ * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
+int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {

@@ -312,7 +312,7 @@ fail:
   "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"   \
   " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"          \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
-  " 'completedAt', jb_ts(o.completed_at))"
+  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff)"
 
 int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
                    char **json_out, jb_error *err) {

@@ -320,9 +320,24 @@ static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error
   return s;
 }
 
-/* Text when valid UTF-8 without NUL (the line protocol refuses NUL in strings), else base64. */
+/* Bytes `n` bytes of text take as a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
+static size_t json_escaped_len(const unsigned char *buf, size_t n) {
+  size_t len = n;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = buf[i];
+    if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') len += 1;
+    else if (c < 0x20 || c == 0x7f) len += 5; /* \u00XX */
+  }
+  return len;
+}
+
+/* Text when valid UTF-8 without NUL (the line protocol refuses NUL in strings) whose JSON
+ * escapes take no more room than base64 would, else base64 — so that any answer of up to
+ * JB_FILE_MAX bytes fits in one protocol line (control characters take 6 bytes escaped). */
 static json_t *content_json(const unsigned char *buf, size_t n, json_t *o) {
-  json_t *s = memchr(buf, '\0', n) ? NULL : json_stringn((const char *)buf, n);
+  bool text = !memchr(buf, '\0', n) &&
+              json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  json_t *s = text ? json_stringn((const char *)buf, n) : NULL;
   if (s) {
     json_object_set_new(o, "content", s);
     json_object_set_new(o, "encoding", json_string("utf-8"));
@@ -412,33 +427,49 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
 
 #define HASH_MAX (256LL * 1024 * 1024) /* bytes hashed by stat and expectSha256 at most */
 
-/* SHA-256 (hex, 65 bytes) of the open regular file `fd`. 0 or -1 (errno; EFBIG over HASH_MAX). */
-static int hash_fd(int fd, char hex[65]) {
+/* SHA-256 (hex, 65 bytes) of the open regular file `fd`. With `keep`, also the bytes hashed
+ * (new, *keep_len of them) when there are at most JB_FILE_MAX, else *keep = NULL: the content
+ * and its hash come from one read. 0 or -1 (errno; EFBIG over HASH_MAX). */
+static int hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len) {
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
   unsigned char buf[65536];
   long long total = 0;
+  unsigned char *kept = keep ? malloc(JB_FILE_MAX) : NULL;
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -1;
-    if (n == 0) break;
-    total += n;
-    if (total > HASH_MAX) {
-      errno = EFBIG;
+    if (n < 0 || total + n > HASH_MAX) {
+      if (n >= 0) errno = EFBIG;
+      free(kept);
       return -1;
     }
+    if (n == 0) break;
+    if (kept && total + n <= JB_FILE_MAX) {
+      memcpy(kept + total, buf, (size_t)n);
+    } else {
+      free(kept);
+      kept = NULL;
+    }
+    total += n;
     crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
   }
   unsigned char h[32];
   crypto_hash_sha256_final(&st, h);
   sodium_bin2hex(hex, 65, h, sizeof h);
+  if (keep) {
+    *keep = kept;
+    *keep_len = kept ? (size_t)total : 0;
+  }
   return 0;
 }
 
 /* The name `last` in `dir` as a write would find it: {exists, type, size, links, sha256}
- * (sha256 for a regular single-link file only), never following a symlink. */
-static json_t *stat_name(int dir, const char *last, const char *path, struct jb_fileop_error *e) {
+ * (sha256 for a regular single-link file only), never following a symlink. With
+ * `with_content`, such a file of at most JB_FILE_MAX bytes also gets {content, encoding} (as
+ * read answers them), taken in the same read as the hash. */
+static json_t *stat_name(int dir, const char *last, const char *path, bool with_content,
+                         struct jb_fileop_error *e) {
   struct stat st;
   if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT) return json_pack("{s:b}", "exists", 0);
@@ -451,9 +482,19 @@ static json_t *stat_name(int dir, const char *last, const char *path, struct jb_
     int fd = openat(dir, last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     struct stat st2;
     char hex[65];
+    unsigned char *content = NULL;
+    size_t clen = 0;
     if (fd >= 0 && fstat(fd, &st2) == 0 && S_ISREG(st2.st_mode) && st2.st_ino == st.st_ino &&
-        hash_fd(fd, hex) == 0)
+        hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) == 0) {
       json_object_set_new(o, "sha256", json_string(hex));
+      if (content && !content_json(content, clen, o)) {
+        free(content);
+        close(fd);
+        fail(e, "internal", ENOMEM, "out of memory");
+        return NULL;
+      }
+    }
+    free(content);
     if (fd >= 0) close(fd);
   }
   return o;
@@ -465,8 +506,13 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
+  json_t *jw = json_object_get(req, "withContent");
+  if (jw && !json_is_boolean(jw)) {
+    fail(e, "bad_request", EINVAL, "'withContent' must be a boolean");
+    return NULL;
+  }
   if (resolve_allowed(path, false, &w, last, canon, e) < 0) return NULL;
-  json_t *o = stat_name(walk_dir(&w), last, path, e);
+  json_t *o = stat_name(walk_dir(&w), last, path, json_is_true(jw), e);
   walk_close(&w);
   return o;
 }
@@ -531,7 +577,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   /* expectSha256: the file as it was when the write was requested ("" = it did not exist) */
   const char *expect = json_string_value(json_object_get(req, "expectSha256"));
   if (expect) {
-    json_t *now = stat_name(dir, last, path, e);
+    json_t *now = stat_name(dir, last, path, false, e);
     const char *have = json_is_true(json_object_get(now, "exists"))
                            ? (json_string_value(json_object_get(now, "sha256")) ?: "?")
                            : "";

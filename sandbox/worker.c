@@ -777,7 +777,7 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
 static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args) {
   json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
   static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
-                                     "expectSha256", NULL};
+                                     "expectSha256", "withContent", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
   pthread_mutex_lock(&W.lock);

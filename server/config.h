@@ -38,6 +38,8 @@ struct jb_config {
   long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   long approval_timeout_s;  /* a supervised write pending longer fails with `timeout`, s; 0: never */
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
+  char *scan_rules;         /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
+  long diff_preview_max;    /* bytes of a supervised write's diff preview at most; 0: none */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -12,6 +12,7 @@
 
 #include "api/auth.h"
 #include "api/ops.h"
+#include "api/scan.h"
 #include "api/socket.h"
 #include "db/db.h"
 #include "db/events.h"
@@ -97,6 +98,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
+  struct jb_scan_rules *scan_rules = NULL; /* a bad rules file stops the start, naming file:line */
+  if (jb_scan_rules_load(cfg.scan_rules, &scan_rules, &err) < 0) {
+    fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
+  jb_scan_use(scan_rules);
   if (sodium_init() < 0) {
     jb_fail(&err, EIO, "libsodium failed to initialise");
     jb_config_free(&cfg);
@@ -152,6 +160,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path, NULL);
+  jb_log(JB_LOG_INFO, "scan rules", "file", cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
   jb_db_release(app.db, c);
   if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
     jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);

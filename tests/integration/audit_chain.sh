@@ -181,6 +181,9 @@ check "db: re-signed with a fresh key (offline, keys saved before)" "1 unknown k
 check_match "published keys cannot be deleted" 'never deleted' \
   "$("${PSQL[@]}" -c "DELETE FROM audit_signing_keys WHERE key_id = '$FRESH'" 2>&1)"
 check_match "… nor truncated" 'never deleted' "$("${PSQL[@]}" -c "TRUNCATE audit_signing_keys CASCADE" 2>&1)"
+check_match "a session with audit entries cannot be deleted (no foreign key since 012)" \
+  'session job-a has audit entries; it is never deleted' \
+  "$("${PSQL[@]}" -c "DELETE FROM tokens WHERE job_id = 'job-a'; DELETE FROM sessions WHERE job_id = 'job-a'" 2>&1)"
 # (an attacker with the database can still disable the trigger, as the clean-up here does)
 "${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
                  ALTER TABLE audit_signing_keys DISABLE TRIGGER audit_signing_keys_kept;

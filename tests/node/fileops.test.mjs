@@ -9,85 +9,14 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync, chmodSync, renameSync } from 'node:fs';
 import http from 'node:http';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { io } from 'socket.io-client';
-import { startServer, JAILBOXD } from './lib/server.mjs';
+import { join } from 'node:path';
+import { startSandboxServer } from './lib/agent.mjs';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(here, '../..');
-const SHIM = join(dirname(JAILBOXD), 'jailbox-shim');
 const IMAGE = 'jailbox-sandbox:fileops';
 
 let srv;
-let wsAddr;
-const sockets = [];
-
-async function waitFor(what, fn, timeoutMs = 60000) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + srv.log().slice(-6000));
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function sessionOf(jobId) {
-  const r = await srv.req('GET', '/v1/jailbox/' + jobId, { token: srv.serviceToken });
-  assert.equal(r.status, 200, r.text);
-  return r.json;
-}
-
-function connect(token) {
-  const s = io('http://' + wsAddr, { transports: ['websocket'], auth: { token }, reconnection: false, forceNew: true });
-  s.events = [];
-  s.onAny((event, payload) => s.events.push({ event, payload }));
-  sockets.push(s);
-  return new Promise((res, rej) => { s.once('connect', () => res(s)); s.once('connect_error', rej); });
-}
-
-function waitEvent(s, name, pred = () => true, ms = 20000) {
-  const have = s.events.find((e) => e.event === name && pred(e.payload));
-  if (have) return Promise.resolve(have.payload);
-  return new Promise((res, rej) => {
-    const t = setTimeout(() => { s.offAny(f); rej(new Error(`no ${name} within ${ms} ms; got ${JSON.stringify(s.events).slice(0, 2000)}`)); }, ms);
-    const f = (event, payload) => { if (event === name && pred(payload)) { clearTimeout(t); s.offAny(f); res(payload); } };
-    s.onAny(f);
-  });
-}
-
-let rpcId = 0;
-async function call(agent, name, args, ms = 60000) {
-  const r = await agent.timeout(ms).emitWithAck('mcp', { jsonrpc: '2.0', id: ++rpcId, method: 'tools/call', params: { name, arguments: args } });
-  return r;
-}
-async function ok(agent, name, args) {
-  const r = await call(agent, name, args);
-  assert.ok(r.result, `${name} ${JSON.stringify(args).slice(0, 200)}: ${JSON.stringify(r.error)}`);
-  return r.result.structuredContent;
-}
-async function refused(agent, name, args, reason) {
-  const r = await call(agent, name, args);
-  assert.ok(r.error, `${name} ${JSON.stringify(args).slice(0, 200)} was not refused: ${String(JSON.stringify(r)).slice(0, 300)}`);
-  if (reason) assert.equal(r.error.data?.reason, reason, `${name} ${JSON.stringify(args).slice(0, 120)}: ${JSON.stringify(r.error)}`);
-  return r.error;
-}
-
-// opens a session on a workspace built by `build(dir)` and waits until its sandbox is up
-async function openSession(build, extra = {}) {
-  const name = 'ws-' + Math.random().toString(36).slice(2);
-  const dir = join(srv.wsroot, name);
-  mkdirSync(dir, { recursive: true });
-  build(dir);
-  const s = await srv.open({ workspace: name, ...extra });
-  const st = await waitFor('awaiting_agent', async () => {
-    const x = await sessionOf(s.jobId);
-    return ['awaiting_agent', 'failed'].includes(x.state) ? x : null;
-  }, 120000);
-  assert.equal(st.state, 'awaiting_agent', st.stateReason);
-  return { ...s, dir };
-}
+// the session helpers of lib/agent.mjs, bound to this file's server in before()
+let waitFor, sessionOf, connect, waitEvent, call, ok, refused, openSession, closeSockets;
 
 let outside; // a directory next to the workspaces that no op may touch
 let A; // an unsupervised session with a hostile tree
@@ -95,14 +24,12 @@ let agentA;
 let buyerA;
 
 before(async () => {
-  execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
-  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', SHIM, '--tag', IMAGE], { stdio: 'inherit' });
-  // pre-scan: files over 4 GiB are not hashed (the swap test below needs a 3 GiB one that is)
-  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE, JAILBOX_PRESCAN_HASH_MAX_MIB: '4096',
+  const K = await startSandboxServer(IMAGE, {
+    // pre-scan: files over 4 GiB are not hashed (the swap test below needs a 3 GiB one that is)
+    JAILBOX_PRESCAN_HASH_MAX_MIB: '4096',
     // a supervised write undecided for 3 s fails (the tests that approve do so within ~1 s)
     JAILBOX_APPROVAL_TIMEOUT: '3' });
-  await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
-  wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
+  ({ srv, waitFor, sessionOf, connect, waitEvent, call, ok, refused, openSession, closeSockets } = K);
   outside = join(srv.dir, 'outside');
   mkdirSync(outside);
   writeFileSync(join(outside, 'secret.txt'), 'outside secret\n');
@@ -135,7 +62,7 @@ before(async () => {
 });
 
 after(async () => {
-  for (const s of sockets) s.close();
+  if (closeSockets) closeSockets();
   if (srv) {
     const log = srv.log();
     await srv.stop();

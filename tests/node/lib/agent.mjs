@@ -1,0 +1,98 @@
+// agent.mjs — what a node test needs to drive sessions with real workers: a jailboxd with a
+// jailbox-worker and a sandbox image built from this build's shim, sessions on workspaces
+// built by the test, socket.io-client sockets for buyers and agents, and MCP tools/call
+// helpers (answer, refusal with its reason). Needs root, Docker with runsc.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { io } from 'socket.io-client';
+import { startServer, JAILBOXD } from './server.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../../..');
+
+// Starts dockerd (if needed), builds the sandbox image `image` from the shim next to
+// JAILBOXD, and a jailboxd with one worker and `env`. Returns the kit bound to that server.
+export async function startSandboxServer(image, env = {}) {
+  execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
+  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
+    ['--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', image], { stdio: 'inherit' });
+  const srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: image, ...env });
+  const kit = agentKit(srv);
+  await kit.waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
+  return kit;
+}
+
+// The helpers bound to a started server `srv` (lib/server.mjs).
+export function agentKit(srv) {
+  const wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
+  const sockets = [];
+  let rpcId = 0;
+  const kit = {
+    srv, wsAddr,
+    async waitFor(what, fn, timeoutMs = 60000) {
+      const end = Date.now() + timeoutMs;
+      for (;;) {
+        const v = await fn();
+        if (v) return v;
+        if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + srv.log().slice(-6000));
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    async sessionOf(jobId) {
+      const r = await srv.req('GET', '/v1/jailbox/' + jobId, { token: srv.serviceToken });
+      assert.equal(r.status, 200, r.text);
+      return r.json;
+    },
+    // a socket (buyer or agent by its token) that records every event it receives
+    connect(token) {
+      const s = io('http://' + wsAddr, { transports: ['websocket'], auth: { token }, reconnection: false, forceNew: true });
+      s.events = [];
+      s.onAny((event, payload) => s.events.push({ event, payload }));
+      sockets.push(s);
+      return new Promise((res, rej) => { s.once('connect', () => res(s)); s.once('connect_error', rej); });
+    },
+    // the first event `name` whose payload satisfies `pred`, received already or within `ms`
+    waitEvent(s, name, pred = () => true, ms = 20000) {
+      const have = s.events.find((e) => e.event === name && pred(e.payload));
+      if (have) return Promise.resolve(have.payload);
+      return new Promise((res, rej) => {
+        const t = setTimeout(() => { s.offAny(f); rej(new Error(`no ${name} within ${ms} ms; got ${JSON.stringify(s.events).slice(0, 2000)}`)); }, ms);
+        const f = (event, payload) => { if (event === name && pred(payload)) { clearTimeout(t); s.offAny(f); res(payload); } };
+        s.onAny(f);
+      });
+    },
+    // an MCP tools/call on the agent's `mcp` channel; the JSON-RPC answer
+    async call(agent, name, args, ms = 60000) {
+      return agent.timeout(ms).emitWithAck('mcp', { jsonrpc: '2.0', id: ++rpcId, method: 'tools/call', params: { name, arguments: args } });
+    },
+    async ok(agent, name, args) {
+      const r = await kit.call(agent, name, args);
+      assert.ok(r.result, `${name} ${JSON.stringify(args).slice(0, 200)}: ${JSON.stringify(r.error)}`);
+      return r.result.structuredContent;
+    },
+    async refused(agent, name, args, reason) {
+      const r = await kit.call(agent, name, args);
+      assert.ok(r.error, `${name} ${JSON.stringify(args).slice(0, 200)} was not refused: ${String(JSON.stringify(r)).slice(0, 300)}`);
+      if (reason) assert.equal(r.error.data?.reason, reason, `${name} ${JSON.stringify(args).slice(0, 120)}: ${JSON.stringify(r.error)}`);
+      return r.error;
+    },
+    // opens a session on a workspace built by `build(dir)` and waits until its sandbox is up
+    async openSession(build, extra = {}) {
+      const name = 'ws-' + Math.random().toString(36).slice(2);
+      const dir = join(srv.wsroot, name);
+      mkdirSync(dir, { recursive: true });
+      build(dir);
+      const s = await srv.open({ workspace: name, ...extra });
+      const st = await kit.waitFor('awaiting_agent', async () => {
+        const x = await kit.sessionOf(s.jobId);
+        return ['awaiting_agent', 'failed'].includes(x.state) ? x : null;
+      }, 120000);
+      assert.equal(st.state, 'awaiting_agent', st.stateReason);
+      return { ...s, dir };
+    },
+    closeSockets() { for (const s of sockets) s.close(); },
+  };
+  return kit;
+}
