@@ -52,6 +52,7 @@ function ctl(args, { token, env = {}, input, url } = {}) {
       if (SANITIZER.test(stderr)) sanitizerReports.push(args.join(' ') + ':\n' + stderr);
       resolve({ code, stdout, stderr });
     });
+    c.stdin.on('error', () => {}); // the program may exit before reading its input (EPIPE)
     if (input !== undefined) c.stdin.end(input);
     else c.stdin.end();
   });
@@ -100,6 +101,7 @@ function rawBridge(job, agentToken, extraArgs = []) {
     env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: wsUrl, JAILBOX_AGENT_TOKEN: agentToken },
   });
   children.push(c);
+  c.stdin.on('error', () => {}); // a bridge that has exited (EPIPE)
   const lines = [];
   let buf = '', stderr = '';
   const waiters = [];
