@@ -25,6 +25,7 @@ struct jb_app {
   struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
   struct jb_opwait *opwait;     /* agent calls waiting on their op (server/opwait.h); may be NULL */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
+  _Atomic long long drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
   struct jb_socket *sock;       /* for /metrics; NULL until started */
   struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
 };

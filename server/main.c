@@ -275,6 +275,12 @@ int main(int argc, char **argv) {
    * connections or socket events, and requests and socket calls in flight finish within the
    * grace; each socket is closed (Engine.IO close, WebSocket 1001) once its calls have
    * answered, so that socket.io-client reconnects through the load balancer elsewhere */
+  {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    atomic_store(&app.drain_deadline_ms, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+                                            cfg.drain_delay_ms + cfg.shutdown_grace_ms);
+  }
   atomic_store(&app.draining, true);
   if (cfg.drain_delay_ms > 0) {
     struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
