@@ -94,16 +94,29 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
   memset(out, 0, sizeof *out);
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(c,
-                           "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text,"
-                           " coalesce(o.decision, 'auto')"
-                           " FROM ops o JOIN sessions s USING (job_id)"
-                           " WHERE o.job_id = $1 AND o.state = 'approved' AND s.state = 'active'"
-                           /* an op another claim holds is skipped; the session row is waited
-                            * for (a chain append holds it for a moment): skipping it would
-                            * leave the op to the next sweep, a second later */
-                           " ORDER BY o.op_id LIMIT 1 FOR UPDATE OF o SKIP LOCKED FOR UPDATE OF s",
-                           1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
+  /* the lock order of every chain writer: the session row, then the op. Locking both in one
+   * statement took the op's row first, and a buyer's abort — holding the session row, then
+   * failing the session's queued ops — deadlocked with it; PostgreSQL then cancelled one of
+   * the two, sometimes the abort. The session row is waited for (a chain append holds it for
+   * a moment): skipping it would leave the op to the next sweep, a second later; after the
+   * wait the state is read again (an abort that committed meanwhile leaves no row). */
+  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 AND state = 'active' FOR UPDATE",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
+  if (!r) {
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
+  int live = PQntuples(r);
+  PQclear(r);
+  if (live == 0) {
+    jb_db_rollback(c);
+    return JB_ERR_NOT_FOUND;
+  }
+  r = jb_db_exec(c,
+                 "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto')"
+                 " FROM ops o WHERE o.job_id = $1 AND o.state = 'approved'"
+                 " ORDER BY o.op_id LIMIT 1 FOR UPDATE SKIP LOCKED", /* held by another claim: skipped */
+                 1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;

@@ -115,3 +115,66 @@ test('a write never replaces a file whose SHA-256 the change summary cannot reco
   assert.deepEqual([by['small.txt'].sha256Before, by['small.txt'].sha256After], [sha('before\n'), sha('after\n')]);
   assert.equal(by['new.txt'].sha256Before, null);
 });
+
+// Fault: the worker's claim locked the op's row, then the session's; an abort locks the
+// session's row, then fails the queued ops: the two deadlocked and PostgreSQL cancelled one —
+// sometimes the buyer's abort ("fail queued ops: deadlock detected"), which was then lost.
+test('an abort racing queued and approved ops always goes through', { timeout: 300000 }, async () => {
+  const abortNow = async (buyer) => {
+    const a = await buyer.timeout(15000).emitWithAck('jailbox:abort', { reason: 'race' });
+    assert.equal(a?.ok, true, 'the abort was lost: ' + JSON.stringify(a));
+  };
+  for (let round = 0; round < 4; round++) { // supervised: approve and abort at once
+    const R = await K.openSession(() => {});
+    const buyer = await K.connect(R.buyerToken);
+    const agent = await K.connect(R.agentToken);
+    const pending = K.call(agent, 'write', { path: 'race.txt', content: 'raced\n' }, 60000).catch((e) => ({ closed: e.message }));
+    const req = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'race.txt');
+    await Promise.all([buyer.timeout(15000).emitWithAck('jailbox:approve', { opId: req.opId }), abortNow(buyer)]);
+    await pending;
+    assert.equal((await K.sessionOf(R.jobId)).state, 'aborted', `round ${round}`);
+  }
+  for (let round = 0; round < 3; round++) { // unsupervised: a stream of queued writes
+    const R = await K.openSession(() => {}, { mode: 'unsupervised' });
+    const buyer = await K.connect(R.buyerToken);
+    const agent = await K.connect(R.agentToken);
+    await K.ok(agent, 'write', { path: 'first.txt', content: '1\n' });
+    const calls = [];
+    for (let i = 0; i < 6; i++)
+      calls.push(K.call(agent, 'write', { path: `f${i}.txt`, content: `${i}\n` }, 60000).catch((e) => ({ closed: e.message })));
+    await new Promise((r) => setTimeout(r, 5 * round));
+    await abortNow(buyer);
+    await Promise.all(calls);
+    assert.equal((await K.sessionOf(R.jobId)).state, 'aborted', `round ${round}`);
+  }
+});
+
+// The same fault made certain: a transaction that holds the session's row (as an abort does)
+// and then touches the session's queued op must not meet a claim holding that op's row.
+test('the worker claims an op in the lock order of every chain writer: the session row, then the op', { timeout: 120000 }, async () => {
+  const R = await K.openSession((d) => writeFileSync(join(d, 'x.txt'), 'x\n'), { mode: 'unsupervised' });
+  const agent = await K.connect(R.agentToken);
+  await K.ok(agent, 'read', { path: 'x.txt' }); // active, sandbox up
+  const tx = await K.srv.db.connect();
+  try {
+    await tx.query('BEGIN');
+    // FOR NO KEY UPDATE: the op's insert (its foreign key takes KEY SHARE) still goes in;
+    // the claim's FOR UPDATE waits
+    await tx.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR NO KEY UPDATE', [R.jobId]);
+    const call = K.call(agent, 'write', { path: 'w.txt', content: 'w\n' }, 60000);
+    // the op is queued; the worker's claim is now waiting for the session row
+    await K.waitFor('queued op', async () => (await K.srv.db.query(
+      "SELECT 1 FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'approved'", [R.jobId])).rowCount === 1);
+    await new Promise((r) => setTimeout(r, 500));
+    // as jb_db_session_end_ops does: it must neither wait for the claim nor deadlock with it
+    const t0 = Date.now();
+    await tx.query("UPDATE ops SET reason = reason WHERE job_id = $1 AND state = 'approved'", [R.jobId]);
+    assert.ok(Date.now() - t0 < 500, `the op's row was held by a claim waiting for the session row (${Date.now() - t0} ms)`);
+    await tx.query('ROLLBACK');
+    const r = await call;
+    assert.ok(r.result, JSON.stringify(r));
+  } finally {
+    tx.release();
+  }
+  assert.equal(readFileSync(join(R.dir, 'w.txt'), 'utf8'), 'w\n');
+});
