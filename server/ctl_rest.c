@@ -480,9 +480,10 @@ static void show_transition(const json_t *t) {
 
 static void show_changes(const json_t *c);
 
-/* GET …/changes: 0 with the summary printed; 1 when the server has no such route yet or
- * refused. `quiet_404`: a missing route is reported as one line, not a refusal. */
-static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
+/* GET …/changes: 0 with the summary printed (with `keep`: not printed, but put in *keep,
+ * new); 1 when the server has no such route yet or refused. `quiet_404`: a missing route is
+ * reported as one line, not a refusal. */
+static int changes(struct jb_ctl *o, const char *job, bool quiet_404, json_t **keep) {
   char *path = jb_ctl_job_path(job, "/changes");
   struct jb_ctl_reply r;
   if (quiet_404) o->quiet_status = 404;
@@ -497,6 +498,7 @@ static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
   if (rc == JB_CTL_OK) {
     json_t *doc = jb_ctl_reply_json(o, &r);
     if (!doc) rc = JB_CTL_FAILED;
+    else if (keep) *keep = json_incref(doc);
     else if (o->json) rc = print_json(doc);
     else show_changes(doc);
     json_decref(doc);
@@ -511,11 +513,17 @@ static int verb_transition(struct jb_ctl *o, int argc, char **argv, const char *
   if (rc) return rc;
   char suffix[32];
   snprintf(suffix, sizeof suffix, "/%s", what);
+  /* what the buyer accepts, read before the accept: the session is done, so no op runs any
+   * more, and the accept revokes the buyer's token (it could not read the summary after) */
+  bool accept = strcmp(what, "accept") == 0 && !o->json;
+  json_t *summary = NULL;
+  int c = accept ? changes(o, argv[0], true, &summary) : JB_CTL_OK;
   rc = call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_transition);
-  if (rc == JB_CTL_OK && strcmp(what, "accept") == 0 && !o->json) {
-    int c = changes(o, argv[0], true); /* what the buyer just accepted */
+  if (rc == JB_CTL_OK && accept) {
+    if (summary) show_changes(summary);
     if (c == JB_CTL_FAILED) rc = c;
   }
+  json_decref(summary);
   return rc;
 }
 
@@ -536,7 +544,7 @@ static void show_changes(const json_t *c) {
 
 static int verb_changes(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
-  return changes(o, argv[0], false);
+  return changes(o, argv[0], false, NULL);
 }
 
 static void show_agent(const json_t *a) {
