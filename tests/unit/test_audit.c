@@ -450,6 +450,23 @@ static void tamper_content(void **state) {
   EXPECT_BAD(&c, NULL, 5, JB_AUDIT_CONTENT_CHANGED);
   chain_free(&c);
 
+  /* a stated string that holds "\u0000" after its signed value: C strings would end at the
+   * NUL and see the signed value, a reader of the JSON sees more ("/workspace/f5\0/etc") */
+  const char *nul_fields[] = {"path", "operation", "session", "timestamp"};
+  for (size_t f = 0; f < 4; f++) {
+    chain_build(&c, true);
+    json_t *v = line_get(&c, 4, nul_fields[f]);
+    size_t vl = json_string_length(v);
+    char *grown = malloc(vl + 6);
+    memcpy(grown, json_string_value(v), vl);
+    memcpy(grown + vl, "\0/etc", 5);
+    line_set(&c, 4, nul_fields[f], json_stringn(grown, vl + 5));
+    free(grown);
+    json_decref(v);
+    EXPECT_BAD(&c, NULL, 5, JB_AUDIT_MALFORMED);
+    chain_free(&c);
+  }
+
   /* a details value changed, and one turned into a real with the same value */
   chain_build(&c, true);
   json_t *d = line_get(&c, 6, "details");
