@@ -250,6 +250,7 @@ static const struct sample samples[] = {
     {"git_hooks", true, ".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", NULL}, /* a submodule's */
     {"git_hooks", true, ".GIT/Hooks/pre-commit", "#!/bin/sh\n", NULL}, /* case-insensitive file systems */
     {"git_hooks", true, ".husky/pre-commit", "npm test\n", NULL},
+    {"git_hooks", true, ".githooks/pre-push", "#!/bin/sh\n", NULL},
     {"git_config", true, ".git/config.worktree", "[core]\n\tfsmonitor = ./x\n", NULL},
     {"git_config", true, ".git/worktrees/w/config.worktree", "[core]\n", NULL},
     {"git_config", true, "sub/.git", "gitdir: ../not-a-repo\n", NULL}, /* a gitdir pointer file */
@@ -376,7 +377,8 @@ static void match_limit(void **state) {
   size_t n = 1024 * 1024;
   char *big = malloc(n);
   static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox",
-                                       "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", NULL};
+                                       "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", "curl a|b",
+                                       "| sudo a b c d e f g h ", " /a/a/a", NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
@@ -384,6 +386,20 @@ static void match_limit(void **state) {
     if (json_array_size(f) != 0) fail_msg("1 MiB of '%s' flagged: %s", nearly[k], json_dumps(f, 0));
     json_decref(f);
   }
+  /* one line of 1 MiB after a curl, an eval or a shell with options: a pattern that keeps a
+   * backtracking point per character would stop at the JIT stack or match limit (flagged) */
+  static const char *const leads[] = {"curl ", "eval ", "sh ", "iwr ", NULL};
+  static const char fills[] = {'a', '-', ' ', '\\'};
+  for (size_t k = 0; leads[k]; k++)
+    for (size_t j = 0; j < sizeof fills; j++) {
+      size_t w = strlen(leads[k]);
+      memcpy(big, leads[k], w);
+      memset(big + w, fills[j], n - w);
+      f = jb_scan_run(d, "x", (const unsigned char *)big, n);
+      if (json_array_size(f) != 0)
+        fail_msg("'%s' and 1 MiB of '%c' flagged: %s", leads[k], fills[j], json_dumps(f, 0));
+      json_decref(f);
+    }
   free(big);
   jb_scan_rules_free(d);
 }
