@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/diff.h"
@@ -128,6 +129,16 @@ static void parser_files(void **state) {
   assert_non_null(strstr(err.msg, "/nonexistent/rules"));
   assert_int_equal(jb_scan_rules_load("/", &r, &err), -1);
   assert_non_null(strstr(err.msg, "not a regular file"));
+  /* a FIFO nobody writes to is refused at once, not waited on (the start must not hang) */
+  char fifo[] = "/tmp/jbscanfifo.XXXXXX";
+  assert_non_null(mkdtemp(fifo));
+  char fifo_path[64];
+  snprintf(fifo_path, sizeof fifo_path, "%s/rules", fifo);
+  assert_int_equal(mkfifo(fifo_path, 0600), 0);
+  assert_int_equal(jb_scan_rules_load(fifo_path, &r, &err), -1);
+  assert_non_null(strstr(err.msg, "not a regular file"));
+  unlink(fifo_path);
+  rmdir(fifo);
   char path[] = "/tmp/jbscan.XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
