@@ -201,6 +201,11 @@ static const struct sample samples[] = {
     {"private_key", true, "k", "-----BEGIN ENCRYPTED PRIVATE KEY-----\n", NULL},
     {"private_key", true, "k", "-----BEGIN OPENSSH PRIVATE\nKEY-----\n", NULL}, /* split across lines */
     {"private_key", true, "k.txt", NULL, utf16_key},                             /* UTF-16LE */
+    {"private_key", true, "kubeconfig", "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo=\n", NULL},
+    {"private_key", true, "s.yaml", "tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUU=\n", NULL},
+    {"private_key", true, "s.yaml", "k: LS0tLS1CRUdJTiBPUEVOU1NIIFBSSVZBVEUgS0VZLS0tLS0K\n", NULL},
+    {"private_key", false, "kubeconfig", "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=\n", NULL},
+    {"private_key", false, "k.b64", "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0K\n", NULL}, /* a public key */
     {"private_key", false, "k", "-----BEGIN PUBLIC KEY-----\n", NULL},
     {"private_key", false, "k", "a private key begins with BEGIN\n", NULL},
     {"aws_access_key_id", true, "c", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", NULL},
@@ -389,7 +394,7 @@ static void match_limit(void **state) {
   char *big = malloc(n);
   static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox",
                                        "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", "curl a|b",
-                                       "| sudo a b c d e f g h ", " /a/a/a", NULL};
+                                       "| sudo a b c d e f g h ", " /a/a/a", "LS0tLS1CRUdJTi", NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
