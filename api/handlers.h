@@ -12,6 +12,8 @@ void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
 
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* api/metrics.c */
+void jb_api_metrics(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
 void jb_api_session_open(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

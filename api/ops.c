@@ -39,6 +39,7 @@
 #define PREVIEW_MAX 2000         /* characters of a write shown in the approval request */
 #define RUN_TIMEOUT_MS 120000    /* a queued op of an active session must run within this */
 #define SAFETY_NET_MS 1000       /* a waiting call re-reads its op at least this often */
+#define DRAIN_ANSWER_MS 1000 /* draining: calls waiting on the buyer end this long before the grace */
 #define FALLBACK_MS 20           /* ... and this often while no notification can arrive */
 
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
@@ -287,6 +288,22 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
         }
         if (xr == JB_ERR_FAIL) jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", job, "detail", err.msg, NULL);
         left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
+      }
+      if (left < nap) nap = (long)left;
+    }
+    /* draining (SIGTERM): a call still waiting on the buyer or on a pause ends a second before
+     * the shutdown grace runs out, so that the instance can stop; the op stays in the database
+     * and another instance (or this one restarted) carries its outcome */
+    long long deadline = atomic_load(&app->drain_deadline_ms);
+    bool on_buyer = !strcmp(ost, "pending") || !strcmp(sst, "paused");
+    if (on_buyer && atomic_load(&app->draining) && deadline > 0) {
+      long long left = deadline - DRAIN_ANSWER_MS - now_ms();
+      if (left <= 0) {
+        err_out(e, JB_MCP_UNAVAILABLE, "unavailable",
+                "jailboxd is shutting down: op %lld is still %s and stays so; its outcome is in the"
+                " session's ops list",
+                op_id, !strcmp(ost, "pending") ? "waiting for the buyer" : "held by the pause");
+        break;
       }
       if (left < nap) nap = (long)left;
     }

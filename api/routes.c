@@ -6,6 +6,7 @@
 static const struct jb_route routes[] = {
     {"GET", "/healthz", jb_api_healthz},
     {"GET", "/readyz", jb_api_readyz},
+    {"GET", "/metrics", jb_api_metrics},
     {"POST", "/v1/jailbox", jb_api_session_open},
     {"GET", "/v1/jailbox/:jobId", jb_api_session_get},
     {"PATCH", "/v1/jailbox/:jobId", jb_api_session_patch},

@@ -110,14 +110,11 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   jb_log(JB_LOG_INFO, "socket connected", "jobId", job, "role", role, "addr", peer->addr, NULL);
 }
 
-/* After CONNECT: the current state, and for buyers the pre-scan and the pending approvals, so that a client
- * that reconnects (to this or another instance) has everything it may have missed. */
-static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
-  struct jb_socket *s = ctx;
+/* The current state, and for buyers the pre-scan and the pending approvals, so that a
+ * client that (re)connects — to this or another instance — or missed events meanwhile has
+ * everything. All from the database, the source of truth. */
+static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, const struct jb_ws_peer *peer) {
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(s->app->db, &err);
-  if (!c) return;
-  if (peer->role == JB_ROLE_AGENT) jb_op_agent_arrived(c, s->app, peer->room); /* api/ops.c */
   char *text = NULL;
   if (jb_db_session_get(c, peer->room, &text, &err) == JB_OK) {
     json_t *sess = json_loads(text, 0, NULL);
@@ -148,6 +145,26 @@ static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *p
     json_decref(page);
   }
   free(text);
+}
+
+/* After CONNECT: an agent's arrival (api/ops.c), then the snapshot. */
+static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+  struct jb_socket *s = ctx;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return;
+  if (peer->role == JB_ROLE_AGENT) jb_op_agent_arrived(c, s->app, peer->room); /* api/ops.c */
+  send_snapshot(s, c, ws, peer);
+  jb_db_release(s->app->db, c);
+}
+
+/* After jb_socket_resync: the snapshot alone. */
+static void on_resync(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+  struct jb_socket *s = ctx;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return;
+  send_snapshot(s, c, ws, peer);
   jb_db_release(s->app->db, c);
 }
 
@@ -484,7 +501,8 @@ int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
       .workers = cfg->ws_workers,
   };
   struct jb_ws_handlers h = {
-      .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event};
+      .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event,
+      .resync = on_resync};
   s->app = app;
   struct jb_ws *ws;
   if (jb_ws_start(&ws, &set, &h, err) < 0) return -1;
@@ -515,6 +533,38 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
 }
 
 int jb_socket_port(const struct jb_socket *s) { return s->ws ? jb_ws_port(s->ws) : 0; }
+
+void jb_socket_resync(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) jb_ws_resync(s->ws);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_drain(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain(s->ws);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_drain_wait(struct jb_socket *s, long grace_ms) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain_wait(s->ws, grace_ms);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents) {
+  *buyers = *agents = 0;
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) {
+    *buyers = jb_ws_count_role(s->ws, JB_ROLE_BUYER);
+    *agents = jb_ws_count_role(s->ws, JB_ROLE_AGENT);
+  }
+  pthread_rwlock_unlock(&s->lock);
+}
 
 void jb_socket_stop(struct jb_socket *s) {
   if (!s) return;

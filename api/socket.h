@@ -38,6 +38,22 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);
 
+/* Starts closing every socket (Engine.IO close + WebSocket close 1001: socket.io-client
+ * reconnects elsewhere) once its calls in flight have answered, and refuses new sockets and
+ * new events; does not wait (server/ws.h jb_ws_drain). */
+void jb_socket_drain(struct jb_socket *s);
+
+/* Waits at most `grace_ms` ms for the drain, then closes the sockets still open
+ * (server/ws.h jb_ws_drain_wait). */
+void jb_socket_drain_wait(struct jb_socket *s, long grace_ms);
+
+/* Sends every connected socket the current state (and a buyer its pending approvals)
+ * again, as on connect; for when events may have been missed (a Redis outage). */
+void jb_socket_resync(struct jb_socket *s);
+
+/* Connected sockets of this instance by role (buyers, agents). NULL `s` counts none. */
+void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents);
+
 /* Closes every socket (close 1001), waits for the handler threads and stops the listener.
  * Events published afterwards are dropped. Call it before the database pool closes.
  * NULL is allowed. */

@@ -13,6 +13,7 @@
 #include "db/db.h"
 #include "server/keys.h"
 #include "server/log.h"
+#include "server/metrics.h"
 
 /* Runs the static SQL `sql` (a prepared statement of the connection, see jb_db_prepared)
  * with `n` parameters; `fmts` marks binary ones (bytea) with their `lens`. Returns the result
@@ -273,12 +274,18 @@ int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id
                     struct jb_audit_head *out, jb_error *err) {
   if (operation && strcmp(operation, "seal") == 0)
     return jb_fail(err, EINVAL, "a seal is written with jb_audit_seal");
-  return append(c, keys, job_id, operation, path, details, false, out, err);
+  long long t0 = jb_metrics_now_ns();
+  int rc = append(c, keys, job_id, operation, path, details, false, out, err);
+  jb_histogram_observe(&jb_metric_audit_append, jb_metrics_now_ns() - t0);
+  return rc;
 }
 
 int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                   struct jb_audit_head *out, jb_error *err) {
-  return append(c, keys, job_id, "seal", NULL, NULL, true, out, err);
+  long long t0 = jb_metrics_now_ns();
+  int rc = append(c, keys, job_id, "seal", NULL, NULL, true, out, err);
+  jb_histogram_observe(&jb_metric_audit_append, jb_metrics_now_ns() - t0);
+  return rc;
 }
 
 /* --- load ---------------------------------------------------------------------------------- */

@@ -10,24 +10,28 @@
 #define MAX_PAYLOAD JB_EVENT_MAX_BYTES
 
 size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload) {
-  json_t *o = json_pack("{s:s,s:s,s:O}", "job", job_id, "event", event, "payload", payload);
-  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  json_decref(o);
+  char *text = jb_event_encode(job_id, event, payload);
   size_t n = text ? strlen(text) : 0;
   free(text);
   return n;
 }
 
-int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err) {
+char *jb_event_encode(const char *job_id, const char *event, json_t *payload) {
   json_t *pl = payload ? json_incref(payload) : json_object();
   json_t *o = json_pack("{s:s,s:s,s:o}", "job", job_id, "event", event, "payload", pl);
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  return text;
+}
+
+int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err) {
+  char *text = jb_event_encode(job_id, event, payload);
   if (text && strlen(text) > MAX_PAYLOAD) {
     free(text);
-    json_object_set_new(o, "payload", json_pack("{s:b}", "truncated", 1));
-    text = json_dumps(o, JSON_COMPACT);
+    json_t *cut = json_pack("{s:b}", "truncated", 1);
+    text = cut ? jb_event_encode(job_id, event, cut) : NULL;
+    json_decref(cut);
   }
-  json_decref(o);
   if (!text) return jb_fail(err, ENOMEM, "out of memory");
   const char *p[1] = {text};
   PGresult *r = jb_db_exec(c, "SELECT pg_notify('jb_event', $1)", 1, p, PGRES_TUPLES_OK, NULL, err,

@@ -11,6 +11,11 @@
 
 #include "server/err.h"
 
+/* The envelope {"job","event","payload"} of a session event as compact JSON text — the
+ * form both NOTIFY jb_event and the Redis fan-out (server/fanout.h) carry. `payload` is
+ * borrowed (NULL: {}). Returns a new string (free it), NULL on OOM. */
+char *jb_event_encode(const char *job_id, const char *event, json_t *payload);
+
 #define JB_EVENT_MAX_BYTES 7900 /* bytes of one serialized event at most */
 
 /* The bytes the event (`job_id`, `event`, `payload` borrowed) takes serialized for
@@ -22,7 +27,7 @@ size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload);
  * notification is sent with {"truncated": true} as its payload. JB_OK or JB_ERR_FAIL. */
 int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err);
 
-/* Parses a jb_event payload. Returns 0 with *job (borrowed from *doc), *event (borrowed) and
+/* Parses an event envelope (a jb_event payload or a Redis fan-out message). Returns 0 with *job (borrowed from *doc), *event (borrowed) and
  * *payload (borrowed) set and *doc a new reference to release, or -1 when malformed. */
 int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload);
 

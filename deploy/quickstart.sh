@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Quickstart: on a fresh Debian 12 machine, as root — installs what is missing, builds,
-# starts jailboxd with its embedded defaults (its own PostgreSQL under the state directory)
-# and prints where it listens. jailboxd keeps running; the last lines say how to stop it.
+# builds the sandbox image, starts dockerd with runsc, starts jailboxd with its embedded
+# defaults (its own PostgreSQL under the state directory, one worker), then runs one real
+# session (deploy/demo.sh): a scripted MCP agent works on the source of Debian's libyaml
+# through `jailboxctl mcp-bridge` while this script plays the buyer with jailboxctl.
+# jailboxd keeps running; the last lines say how to stop it. DEMO=0 skips the session.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+T_START=$(date +%s.%N)
 
 ./deploy/install-deps.sh
 echo "== building"
@@ -22,6 +26,8 @@ if [ -z "${JAILBOX_STATE_DIR:-}" ] && ! su -s /bin/sh jailbox -c "test -x '$ROOT
 fi
 mkdir -p "$STATE"
 LISTEN=${JAILBOX_LISTEN:-127.0.0.1:8080}
+WSROOT=${JAILBOX_WORKSPACE_ROOT:-$ROOT/workspaces}
+mkdir -p "$WSROOT"
 LOG="$STATE/jailboxd.log"
 PIDFILE="$STATE/jailboxd.pid"
 
@@ -33,7 +39,7 @@ fi
 
 [ -f "$LOG" ] && mv -f "$LOG" "$LOG.1"
 echo "== starting jailboxd (state: $STATE, log: $LOG)"
-JAILBOX_STATE_DIR="$STATE" JAILBOX_LISTEN="$LISTEN" setsid "$ROOT/build/jailboxd" >>"$LOG" 2>&1 < /dev/null &
+JAILBOX_STATE_DIR="$STATE" JAILBOX_LISTEN="$LISTEN" JAILBOX_WORKSPACE_ROOT="$WSROOT" setsid "$ROOT/build/jailboxd" >>"$LOG" 2>&1 < /dev/null &
 echo $! > "$PIDFILE"
 
 URL=""
@@ -48,9 +54,21 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ -n "$URL" ] || { echo "jailboxd did not become ready; see $LOG" >&2; exit 1; }
+WS_URL=ws://$(grep -o '"msg":"ws listening","addr":"[^"]*' "$LOG" | tail -1 | sed 's/.*"addr":"//')
+
+if [ "${DEMO:-1}" != 0 ]; then
+  echo
+  echo "== one real session: a scripted agent on Debian's libyaml source, you as the buyer"
+  JAILBOX_URL=$URL JAILBOX_WS_URL=$WS_URL JAILBOX_SERVICE_TOKEN=$(cat "$STATE/service.token") \
+    JAILBOX_WORKSPACE_ROOT="$WSROOT" JAILBOXCTL="$ROOT/build/jailboxctl" DEMO_CACHE="$STATE/demo-src" \
+    ./deploy/demo.sh
+fi
 
 echo
 echo "jailboxd is listening on $URL (pid $(cat "$PIDFILE"))"
 echo "  readiness: curl $URL/readyz  ->  $(curl -s "$URL/readyz")"
 echo "  log:       $LOG"
-echo "  stop:      kill -TERM \$(cat $PIDFILE)   (stops its embedded PostgreSQL too)"
+echo "  socket:    $WS_URL/socket.io/"
+echo "  service token: $STATE/service.token   (export JAILBOX_URL=$URL JAILBOX_TOKEN=\$(cat $STATE/service.token); $ROOT/build/jailboxctl --help)"
+echo "  stop:      kill -TERM \$(cat $PIDFILE)   (stops its embedded PostgreSQL and workers too)"
+printf '  quickstart took %s s\n' "$(awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"

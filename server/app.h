@@ -14,6 +14,8 @@
 struct jb_cache;    /* session read cache (server/cache.h) */
 struct jb_keyring;  /* audit signing keys (server/keys.h) */
 struct jb_opwait;   /* waiting op calls (server/opwait.h) */
+struct jb_socket;   /* the Socket.IO endpoint (api/socket.h) */
+struct jb_fanout;   /* Redis fan-out of events (server/fanout.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
@@ -23,6 +25,9 @@ struct jb_app {
   struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
   struct jb_opwait *opwait;     /* agent calls waiting on their op (server/opwait.h); may be NULL */
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
+  _Atomic long long drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
+  struct jb_socket *sock;       /* for /metrics; NULL until started */
+  struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
 };
 
 /* The route table served by jailboxd (api/routes.c); *n receives its length. */

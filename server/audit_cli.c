@@ -1,16 +1,14 @@
-/* audit_cli.c — jailboxctl, the command line for buyers and operators. This file holds the
- * audit verbs: offline verification of an exported chain with the published keys (no server
- * needed), export and key download over HTTP (libcurl), and signing-key rotation.
+/* audit_cli.c — jailboxctl, the command line for buyers and operators: main() and the offline
+ * audit verbs — verification of an exported chain with the published keys (no server
+ * needed) and signing-key rotation. The verbs that talk to the server (audit export, keys,
+ * …) are in server/ctl_rest.c.
  *
  *   jailboxctl audit verify FILE --keys KEYS.json [--head SEQ:HASH] [--sealed] [--session JOB] [--json]
- *   jailboxctl audit export JOB          (JAILBOX_URL, JAILBOX_TOKEN)
- *   jailboxctl audit keys                (JAILBOX_URL)
  *   jailboxctl keys rotate [--key-file FILE | --state-dir DIR]
  *
- * Exit status: 0 intact / done; 1 tampered (verify) or the server refused (export, keys);
- * 2 usage error or an input that cannot be read. */
+ * Exit status: 0 intact / done; 1 tampered; 2 usage error or an input that cannot be read.
+ * main() hands every other verb to server/ctl_rest.c (jb_ctl_dispatch). */
 #define _GNU_SOURCE
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandbox/explain.h"
 #include "server/ctl.h"
 #include "server/audit.h"
 #include "server/keys.h"
@@ -178,79 +175,6 @@ static int audit_verify(int argc, char **argv) {
   return res.ok ? 0 : 1;
 }
 
-static size_t to_file(char *p, size_t size, size_t n, void *ctx) {
-  return fwrite(p, size, n, ctx) * size;
-}
-
-static int http_get_to(const char *path, bool auth, FILE *out);
-
-/* GET JAILBOX_URL + `path`, body to stdout. 0, 1 when the server answered an error, 2 when
- * it could not be reached. */
-static int http_get(const char *path, bool auth) { return http_get_to(path, auth, stdout); }
-
-/* As http_get, the body written to `out`. */
-static int http_get_to(const char *path, bool auth, FILE *out) {
-  const char *base = getenv("JAILBOX_URL");
-  const char *token = getenv("JAILBOX_TOKEN");
-  if (!base || !base[0]) base = "http://127.0.0.1:8080";
-  if (auth && (!token || !token[0])) {
-    fprintf(stderr, "jailboxctl: JAILBOX_TOKEN is not set\n");
-    return 2;
-  }
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 2;
-  CURL *h = curl_easy_init();
-  char *url = NULL, *hdr = NULL;
-  struct curl_slist *headers = NULL;
-  int rc = 2;
-  if (!h || asprintf(&url, "%s%s", base, path) < 0) goto out;
-  if (auth) {
-    if (asprintf(&hdr, "Authorization: Bearer %s", token) < 0) goto out;
-    headers = curl_slist_append(headers, hdr);
-    if (!headers) goto out;
-  }
-  char errbuf[CURL_ERROR_SIZE] = "";
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_file);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  CURLcode cc = curl_easy_perform(h);
-  if (cc == CURLE_HTTP_RETURNED_ERROR) {
-    fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf);
-    rc = 1;
-  } else if (cc != CURLE_OK) {
-    fprintf(stderr, "jailboxctl: %s: %s\n", url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
-  } else {
-    rc = fflush(out) == 0 ? 0 : 2;
-  }
-out:
-  curl_slist_free_all(headers);
-  if (h) curl_easy_cleanup(h);
-  free(url);
-  free(hdr);
-  curl_global_cleanup();
-  return rc;
-}
-
-static int audit_export(int argc, char **argv) {
-  if (argc != 1) {
-    usage(stderr);
-    return 2;
-  }
-  CURL *h = curl_easy_init();
-  char *esc = h ? curl_easy_escape(h, argv[0], 0) : NULL;
-  char *path = NULL;
-  int rc = 2;
-  if (esc && asprintf(&path, "/v1/jailbox/%s/audit", esc) > 0) rc = http_get(path, true);
-  free(path);
-  curl_free(esc);
-  if (h) curl_easy_cleanup(h);
-  return rc;
-}
-
 static int keys_rotate(int argc, char **argv) {
   const char *file = getenv("JAILBOX_SIGNING_KEY_FILE"), *dir = getenv("JAILBOX_STATE_DIR");
   for (int i = 0; i < argc; i++) {
@@ -277,50 +201,11 @@ static int keys_rotate(int argc, char **argv) {
   return 0;
 }
 
-/* explain JOB [--json]: the session contract of JOB (GET /v1/jailbox/JOB) for a person, or
- * its `walls` JSON as it is with --json. */
-static int explain(int argc, char **argv) {
-  bool as_json = argc == 2 && strcmp(argv[1], "--json") == 0;
-  if (argc < 1 || argc > 2 || (argc == 2 && !as_json)) {
-    usage(stderr);
-    return 2;
-  }
-  CURL *esc_h = curl_easy_init();
-  char *esc = esc_h ? curl_easy_escape(esc_h, argv[0], 0) : NULL;
-  char *path = NULL, *body = NULL;
-  size_t len = 0;
-  int rc = 2;
-  FILE *mem = open_memstream(&body, &len);
-  if (esc && mem && asprintf(&path, "/v1/jailbox/%s", esc) >= 0) rc = http_get_to(path, true, mem);
-  if (mem) fclose(mem);
-  if (rc == 0) {
-    json_t *sess = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-    json_t *walls = json_object_get(sess, "walls");
-    if (!json_is_object(walls)) {
-      fprintf(stderr, "jailboxctl explain: session %s has no contract yet (state %s)\n", argv[0],
-              json_string_value(json_object_get(sess, "state")) ? json_string_value(json_object_get(sess, "state")) : "?");
-      rc = 1;
-    } else if (as_json) {
-      rc = json_dumpf(walls, stdout, JSON_INDENT(2)) == 0 && puts("") >= 0 ? 0 : 2;
-    } else {
-      rc = jb_contract_explain(sess, stdout) == 0 ? 0 : 1;
-    }
-    json_decref(sess);
-  }
-  free(body);
-  free(path);
-  curl_free(esc);
-  if (esc_h) curl_easy_cleanup(esc_h);
-  return rc;
-}
-
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "explain") == 0) return explain(argc - 2, argv + 2);
-  if (argc >= 3 && strcmp(argv[1], "audit") == 0) {
-    if (strcmp(argv[2], "verify") == 0) return audit_verify(argc - 3, argv + 3);
-    if (strcmp(argv[2], "export") == 0) return audit_export(argc - 3, argv + 3);
-    if (strcmp(argv[2], "keys") == 0 && argc == 3) return http_get("/v1/audit/keys", false);
-  }
+  int ctl_rc;
+  if (jb_ctl_dispatch(&argc, argv, &ctl_rc)) return ctl_rc; /* server/ctl_rest.c: the other verbs */
+  if (argc >= 3 && strcmp(argv[1], "audit") == 0 && strcmp(argv[2], "verify") == 0)
+    return audit_verify(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "token") == 0 && strcmp(argv[2], "create") == 0)
     return jb_ctl_token_create(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "keys") == 0 && strcmp(argv[2], "rotate") == 0)

@@ -1,4 +1,4 @@
-/* bus.c — in-process event bus (see bus.h). */
+/* bus.c — in-process event bus with an optional cross-instance transport (see bus.h). */
 #include "server/bus.h"
 
 #include <pthread.h>
@@ -13,6 +13,8 @@ struct jb_bus {
     jb_bus_fn fn;
     void *ctx;
   } subs[MAX_SUBS];
+  jb_bus_transport_fn transport;
+  void *transport_ctx;
 };
 
 struct jb_bus *jb_bus_new(void) {
@@ -40,11 +42,34 @@ int jb_bus_subscribe(struct jb_bus *bus, jb_bus_fn fn, void *ctx) {
   return rc;
 }
 
-void jb_bus_publish(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload) {
+void jb_bus_set_transport(struct jb_bus *bus, jb_bus_transport_fn fn, void *ctx) {
+  pthread_rwlock_wrlock(&bus->lock);
+  bus->transport = fn;
+  bus->transport_ctx = ctx;
+  pthread_rwlock_unlock(&bus->lock);
+}
+
+void jb_bus_deliver(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload) {
   if (bus) {
     pthread_rwlock_rdlock(&bus->lock);
     for (int i = 0; i < bus->n; i++) bus->subs[i].fn(bus->subs[i].ctx, job_id, event, payload);
     pthread_rwlock_unlock(&bus->lock);
   }
   json_decref(payload);
+}
+
+void jb_bus_publish(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload) {
+  if (!bus) {
+    json_decref(payload);
+    return;
+  }
+  /* the read lock is held through the transport call so that jb_bus_set_transport (write
+   * lock) cannot free the transport's context under it */
+  pthread_rwlock_rdlock(&bus->lock);
+  int taken = bus->transport && payload ? bus->transport(bus->transport_ctx, job_id, event, payload) : -1;
+  pthread_rwlock_unlock(&bus->lock);
+  if (taken == 0)
+    json_decref(payload);
+  else
+    jb_bus_deliver(bus, job_id, event, payload);
 }

@@ -95,6 +95,12 @@ static const struct setting settings[] = {
   {"idle-timeout", "JAILBOX_IDLE_TIMEOUT_S", K_INT, S(idle_timeout_s), "900", 1, 604800,
    "default idle timeout (limits.idleTimeoutSec): an active or awaited agent doing nothing"
    " that long is aborted, s"},
+  {"redis-url", "JAILBOX_REDIS_URL", K_STR, S(redis_url), "", 0, 0,
+   "Redis for cross-instance socket events: redis://[[user]:password@]host[:port] or"
+   " unix:///path; empty: one instance, in-process events"},
+  {"drain-delay-ms", "JAILBOX_DRAIN_DELAY_MS", K_INT, S(drain_delay_ms), "0", 0, 600000,
+   "after SIGTERM, how long /readyz answers 503 while everything is still served (so that a"
+   " load balancer stops routing here) before the drain starts, ms"},
 };
 #undef S
 #define N_SETTINGS (sizeof settings / sizeof settings[0])

@@ -45,6 +45,8 @@ struct jb_config {
   long trust_penalty;       /* trust score points an agent loses per escape abort */
   long session_lifetime_s;  /* default limits.timeoutSec: a session's maximum lifetime, s */
   long idle_timeout_s;      /* default limits.idleTimeoutSec: agent inactivity before abort, s */
+  char *redis_url;          /* Redis for cross-instance events (server/fanout.h); "" = in-process */
+  long drain_delay_ms;      /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -23,8 +23,10 @@
 #include "server/app.h"
 #include "server/cache.h"
 #include "server/config.h"
+#include "server/fanout.h"
 #include "server/http.h"
 #include "server/keys.h"
+#include "server/metrics.h"
 #include "server/log.h"
 #include "server/opwait.h"
 #include "sandbox/supervise.h"
@@ -46,8 +48,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
   }
   json_t *doc, *ev;
   const char *job, *event;
+  /* delivered here only, never republished: every instance LISTENs, so each hands the
+   * event to its own sockets and no socket gets it twice */
   if (jb_event_parse(payload, &doc, &job, &event, &ev) == 0) {
-    jb_bus_publish(app->bus, job, event, json_incref(ev));
+    jb_bus_deliver(app->bus, job, event, json_incref(ev));
     json_decref(doc);
   }
 }
@@ -59,6 +63,28 @@ static void on_listen_up(void *appv, bool up) {
 static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
   (void)event, (void)payload;
   if (job_id && job_id[0]) jb_cache_invalidate(cache, job_id);
+}
+
+/* The fan-out's fallback while Redis is down: NOTIFY jb_event on a connection of its own
+ * (a publisher may hold a pool connection, so borrowing another from the same pool could
+ * wait forever). Every instance delivers what arrives there once (on_change). */
+static struct jb_db *notify_db;
+static int notify_fallback(void *ctx, const char *job_id, const char *event, json_t *payload) {
+  (void)ctx;
+  jb_error err = {0};
+  PGconn *c = notify_db ? jb_db_acquire(notify_db, &err) : NULL;
+  if (!c) return -1;
+  int rc = jb_db_notify_event(c, job_id, event, payload, &err);
+  jb_db_release(notify_db, c);
+  return rc == JB_OK ? 0 : -1;
+}
+
+/* The Redis subscription is (re)made: this instance's sockets may have missed events
+ * published meanwhile, so each is sent the state and pending approvals again. */
+static void on_subscribed(void *appv) {
+  struct jb_app *app = appv;
+  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  if (sock) jb_socket_resync(sock);
 }
 
 static int fatal(const char *what, const jb_error *err) {
@@ -135,6 +161,7 @@ int main(int argc, char **argv) {
   struct jb_listener *listener = NULL;
   struct jb_workers *workers = NULL;
   struct jb_sweeper *sweeper = NULL;
+  struct jb_fanout *fanout = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
     goto out;
@@ -182,6 +209,15 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (app.cache && app.bus) jb_bus_subscribe(app.bus, on_bus_event, app.cache);
+  /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
+  if (cfg.redis_url && cfg.redis_url[0]) {
+    if (jb_db_open(&notify_db, conninfo, 1, (int)cfg.db_connect_timeout_s, &err) < 0 ||
+        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, on_subscribed, &app, &err) < 0) {
+      exit_code = fatal("redis fan-out", &err);
+      goto out;
+    }
+    app.fanout = fanout;
+  }
 
   size_t n_routes;
   const struct jb_route *routes = jb_api_routes(&n_routes);
@@ -216,6 +252,7 @@ int main(int argc, char **argv) {
     jb_http_drain(srv, 0);
     goto out;
   }
+  __atomic_store_n(&app.sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
@@ -233,13 +270,34 @@ int main(int argc, char **argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   jb_log(JB_LOG_INFO, "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+  /* the drain: /readyz answers 503 at once; everything is still served for drain-delay-ms
+   * (a load balancer's health check notices; a second signal cuts it short); then no new
+   * connections or socket events, and requests and socket calls in flight finish within the
+   * grace; each socket is closed (Engine.IO close, WebSocket 1001) once its calls have
+   * answered, so that socket.io-client reconnects through the load balancer elsewhere */
+  {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    atomic_store(&app.drain_deadline_ms, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+                                            cfg.drain_delay_ms + cfg.shutdown_grace_ms);
+  }
   atomic_store(&app.draining, true);
+  if (cfg.drain_delay_ms > 0) {
+    struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
+    sigtimedwait(&sigs, NULL, &d);
+  }
+  jb_socket_drain(sock);
+  long long drain_start = jb_metrics_now_ns();
   jb_http_drain(srv, cfg.shutdown_grace_ms);
+  long left_ms = cfg.shutdown_grace_ms - (long)((jb_metrics_now_ns() - drain_start) / 1000000);
+  jb_socket_drain_wait(sock, left_ms > 0 ? left_ms : 0);
 
 out:
   jb_sweeper_stop(sweeper);
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
   jb_socket_stop(sock); /* its handlers use the database */
+  jb_fanout_stop(fanout);
+  jb_db_close(notify_db);
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
   jb_opwait_free(app.opwait);

@@ -124,6 +124,7 @@ enum item_kind {
   IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
   IT_DONE,   /* a handler call finished; optional ACK frame */
   IT_ROOM_END, /* the room's matching sockets: DISCONNECT, then close */
+  IT_RESYNC, /* run the resync handler for every connected socket */
 };
 
 struct item {
@@ -137,7 +138,7 @@ struct item {
 
 /* ---------- handler jobs (service thread → workers) ---------- */
 
-enum job_kind { J_CONNECT, J_EVENT };
+enum job_kind { J_CONNECT, J_EVENT, J_RESYNC };
 
 struct job {
   struct job *next;
@@ -178,6 +179,7 @@ struct conn {
   enum cstate st;
   unsigned role;
   bool connect_pending, awaiting_pong, counted_connected;
+  bool drain_close; /* draining: close once the handler calls in flight have answered */
   int inflight;
   bool end_pending; /* jb_ws_disconnect_room: DISCONNECT once no handler call is in flight */
   char sid[24];
@@ -230,10 +232,12 @@ struct jb_ws {
   int port;
   pthread_t service;
   bool service_started;
-  bool drained;
+  bool drained, forced;
+  atomic_bool drain_force; /* the drain's grace is over: close every socket now */
   unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames */ /* service thread: close frames sent to all on stop */
   atomic_bool stop, draining;
   atomic_long n_open, n_connected;
+  atomic_long n_by_role[JB_WS_ROLE_BITS]; /* connected sockets per role bit */
   uint64_t next_id;
   /* service-thread tables */
   struct conn *ids[ID_BUCKETS];
@@ -411,14 +415,22 @@ static void kill_cb(lws_sorted_usec_list_t *sul) {
 }
 
 /* Queues `f` (raw bytes or a close frame) as the last thing this connection sends. */
-static void conn_finish(struct conn *c, struct frame *f) {
+static void conn_finish_after(struct conn *c, bool keep, struct frame *last, struct frame *f);
+static void conn_finish(struct conn *c, struct frame *f) { conn_finish_after(c, false, NULL, f); }
+
+/* As conn_finish, with the frame `last` (stolen, may be NULL) sent just before `f`; `keep`
+ * lets the frames already queued (an ACK, events) go out first instead of dropping them. */
+static void conn_finish_after(struct conn *c, bool keep, struct frame *last, struct frame *f) {
   if (c->st >= CS_CLOSING) {
+    frame_unref(last);
     frame_unref(f);
     return;
   }
-  queue_clear(c);
+  if (!keep) queue_clear(c);
   room_leave(c);
   lws_sul_cancel(&c->sul_ping);
+  if (last) conn_send(c, last, true);
+  frame_unref(last);
   if (f) conn_send(c, f, true);
   frame_unref(f);
   c->st = CS_CLOSING;
@@ -565,7 +577,46 @@ void jb_ws_counts(struct jb_ws *ws, long *open, long *connected) {
   *connected = atomic_load(&ws->n_connected);
 }
 
+long jb_ws_count_role(struct jb_ws *ws, unsigned role_bit) {
+  long n = 0;
+  for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+    if (role_bit & (1u << b)) n += atomic_load(&ws->n_by_role[b]);
+  return n;
+}
+
 static void ping_cb(lws_sorted_usec_list_t *sul);
+
+static int submit(struct jb_ws *ws, struct job *j);
+static void close_draining(struct conn *c);
+static void peer_of(const struct conn *c, struct jb_ws_peer *p);
+
+/* Service thread: one J_RESYNC job per Socket.IO-connected socket (as many as the job queue
+ * takes; the rest are counted and logged). */
+static void resync_all(struct jb_ws *ws) {
+  long queued = 0, dropped = 0;
+  for (size_t b = 0; b < ID_BUCKETS; b++)
+    for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
+      if (c->st != CS_SIO) continue;
+      struct job *j = calloc(1, sizeof *j);
+      if (j) {
+        j->kind = J_RESYNC;
+        j->ack = -1;
+        peer_of(c, &j->peer);
+      }
+      if (!j || submit(ws, j) < 0) {
+        free(j);
+        dropped++;
+      } else {
+        queued++;
+      }
+    }
+  if (queued || dropped) {
+    char q[24], d[24];
+    snprintf(q, sizeof q, "%ld", queued);
+    snprintf(d, sizeof d, "%ld", dropped);
+    jb_log(dropped ? JB_LOG_WARN : JB_LOG_INFO, "sockets resynchronised", "queued", q, "dropped", d, NULL);
+  }
+}
 
 static void handle_item(struct jb_ws *ws, struct item *it) {
   if (it->kind == IT_ROOM_END) {
@@ -575,6 +626,10 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
       if (c->st != CS_SIO || !(c->role & it->roles)) continue;
       conn_end(c);
     }
+    return;
+  }
+  if (it->kind == IT_RESYNC) {
+    resync_all(ws);
     return;
   }
   if (it->kind == IT_ROOM) {
@@ -602,6 +657,8 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     c->st = CS_SIO;
     c->counted_connected = true;
     atomic_fetch_add(&ws->n_connected, 1);
+    for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+      if (c->role & (1u << b)) atomic_fetch_add(&ws->n_by_role[b], 1);
     lws_sul_cancel(&c->sul_hs);
     char ans[48];
     snprintf(ans, sizeof ans, "40{\"sid\":\"%s\"}", c->sid);
@@ -620,6 +677,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
       conn_send_text(c, "41", NULL);
       lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
     }
+    if (c->drain_close && c->inflight == 0 && c->st < CS_CLOSING) close_draining(c); /* after its ACK */
     break;
   default:
     break;
@@ -662,6 +720,10 @@ static int submit(struct jb_ws *ws, struct job *j) {
 }
 
 static void run_job(struct jb_ws *ws, struct job *j) {
+  if (j->kind == J_RESYNC) { /* no ACK and no IT_DONE: the socket has no call in flight for it */
+    if (ws->h.resync) ws->h.resync(ws->h.ctx, ws, &j->peer);
+    return;
+  }
   if (j->kind == J_CONNECT) {
     struct jb_ws_connect_result res;
     memset(&res, 0, sizeof res);
@@ -785,6 +847,16 @@ static void sio_event(struct conn *c, long long ack, const char *data, size_t dl
       strlen(json_string_value(name)) != json_string_length(name)) {
     json_decref(arr);
     conn_fail(c, WS_POLICY, "EVENT payload must be a non-empty array starting with the event name");
+    return;
+  }
+  if (atomic_load(&c->ws->draining)) { /* no new work while the calls in flight finish */
+    json_decref(arr);
+    if (ack >= 0) {
+      char head[32];
+      snprintf(head, sizeof head, "43%lld", ack);
+      conn_send_text(c, head,
+                     "[{\"error\":{\"code\":\"draining\",\"message\":\"server shutting down; reconnect and retry\"}}]");
+    }
     return;
   }
   if (c->inflight >= MAX_INFLIGHT) {
@@ -1412,17 +1484,39 @@ static void conn_closed(struct conn *c) {
   c->hbuf = NULL;
   msg_reset(c);
   atomic_fetch_sub(&c->ws->n_open, 1);
-  if (c->counted_connected) atomic_fetch_sub(&c->ws->n_connected, 1);
+  if (c->counted_connected) {
+    atomic_fetch_sub(&c->ws->n_connected, 1);
+    for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+      if (c->role & (1u << b)) atomic_fetch_sub(&c->ws->n_by_role[b], 1);
+  }
   c->ws = NULL;
 }
 
-static void drain_all(struct jb_ws *ws) {
+/* Engine.IO close packet ("1", Engine.IO v4 protocol), then WebSocket close 1001 (going
+ * away). Neither is a Socket.IO DISCONNECT, so socket.io-client reconnects (through the load
+ * balancer, to another instance). */
+static void close_draining(struct conn *c) {
+  static const char reason[] = "server shutting down";
+  const unsigned char code[2] = {WS_GOING_AWAY >> 8, WS_GOING_AWAY & 0xff};
+  jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason, NULL);
+  conn_finish_after(c, true, frame_text("1", NULL), frame_build(0x8, code, 2, reason, sizeof reason - 1));
+}
+
+/* The drain: an upgrade still in progress gets 503; an open socket is closed (close_draining)
+ * at once when no handler call of it is in flight, else when its last one has answered (its
+ * ACK goes out first) or, with `force`, now. */
+static void drain_all(struct jb_ws *ws, bool force) {
   for (size_t b = 0; b < ID_BUCKETS; b++)
-    for (struct conn *c = ws->ids[b]; c; c = c->id_next) {
-      if (c->st == CS_HTTP)
+    for (struct conn *c = ws->ids[b], *next; c; c = next) {
+      next = c->id_next;
+      if (c->st == CS_HTTP) {
         http_refuse(c, 503, NULL, 3, "server shutting down");
-      else
-        conn_fail(c, WS_GOING_AWAY, "server shutting down");
+      } else if (c->st == CS_EIO || c->st == CS_SIO) {
+        if (force || c->inflight == 0)
+          close_draining(c);
+        else
+          c->drain_close = true;
+      }
     }
 }
 
@@ -1485,8 +1579,10 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
     if (ws) {
       drain_items(ws);
       if (atomic_load(&ws->draining) && !atomic_load(&ws->stop)) {
-        if (!ws->drained) drain_all(ws);
+        if (!ws->drained) drain_all(ws, false);
         ws->drained = true;
+        if (atomic_load(&ws->drain_force) && !ws->forced) drain_all(ws, true);
+        ws->forced = atomic_load(&ws->drain_force);
       }
     }
     break;
@@ -1567,8 +1663,10 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
   ws->h = *h;
   atomic_init(&ws->stop, false);
   atomic_init(&ws->draining, false);
+  atomic_init(&ws->drain_force, false);
   atomic_init(&ws->n_open, 0);
   atomic_init(&ws->n_connected, 0);
+  for (int b = 0; b < JB_WS_ROLE_BITS; b++) atomic_init(&ws->n_by_role[b], 0);
   pthread_mutex_init(&ws->qlock, NULL);
   pthread_mutex_init(&ws->jlock, NULL);
   pthread_cond_init(&ws->jcond, NULL);
@@ -1641,9 +1739,39 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 
 int jb_ws_port(const struct jb_ws *ws) { return ws->port; }
 
+int jb_ws_resync(struct jb_ws *ws) {
+  if (!ws || !ws->h.resync) return -1;
+  struct item *it = calloc(1, sizeof *it);
+  if (!it) return -1;
+  it->kind = IT_RESYNC;
+  return post(ws, it, false);
+}
+
+void jb_ws_drain(struct jb_ws *ws) {
+  if (!ws) return;
+  atomic_store(&ws->draining, true);
+  lws_cancel_service(ws->ctx);
+}
+
+void jb_ws_drain_wait(struct jb_ws *ws, long grace_ms) {
+  if (!ws) return;
+  jb_ws_drain(ws);
+  struct timespec ts = {0, 10 * 1000 * 1000};
+  for (long waited = 0; waited < grace_ms && atomic_load(&ws->n_open) > 0; waited += 10) nanosleep(&ts, NULL);
+  long left = atomic_load(&ws->n_open);
+  if (left > 0) {
+    char n[24];
+    snprintf(n, sizeof n, "%ld", left);
+    jb_log(JB_LOG_WARN, "shutdown grace over; closing sockets with calls in flight", "sockets", n, NULL);
+  }
+  atomic_store(&ws->drain_force, true);
+  lws_cancel_service(ws->ctx);
+}
+
 void jb_ws_stop(struct jb_ws *ws) {
   if (!ws) return;
   atomic_store(&ws->draining, true);
+  atomic_store(&ws->drain_force, true);
   lws_cancel_service(ws->ctx);
   struct timespec ts = {0, 10 * 1000 * 1000};
   for (int i = 0; i < 100 && atomic_load(&ws->n_open) > 0; i++) nanosleep(&ts, NULL);

@@ -69,6 +69,9 @@ struct jb_ws_handlers {
    * ACK when the client asked for one (`wants_ack`); NULL means an empty ACK. */
   json_t *(*event)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
                    json_t *args, bool wants_ack);
+  /* Worker thread, optional. Called for every connected socket after jb_ws_resync: sends
+   * (jb_ws_emit) what a socket may have missed. */
+  void (*resync)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer);
 };
 
 /* Binds the listener (errors such as a taken port are reported here), starts the service
@@ -79,6 +82,23 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
 
 /* The bound TCP port. */
 int jb_ws_port(const struct jb_ws *ws);
+
+/* Asks for the resync handler to run once for every socket connected now (on the handler
+ * threads, as far as their queue takes them), e.g. after events may have been missed.
+ * Returns 0, or -1 without a resync handler or on OOM. Thread-safe. */
+int jb_ws_resync(struct jb_ws *ws);
+
+/* Starts the drain without waiting: new connections are refused with HTTP 503, new events get
+ * the ACK error {code:"draining"}, and every socket is closed — the Engine.IO close packet,
+ * then WebSocket close 1001 (going away), so that Socket.IO clients reconnect, through the
+ * load balancer, to another instance — at once when none of its handler calls is in flight,
+ * else as soon as the last one has sent its ACK. Thread-safe; NULL is allowed. */
+void jb_ws_drain(struct jb_ws *ws);
+
+/* jb_ws_drain, then waits until every connection is closed or `grace_ms` ms have passed;
+ * sockets whose calls are still in flight then are closed anyway (their ACKs are lost; the
+ * handlers go on, and jb_ws_stop waits for them). NULL is allowed. */
+void jb_ws_drain_wait(struct jb_ws *ws, long grace_ms);
 
 /* Closes every connection (close 1001, so Socket.IO clients reconnect elsewhere), waits at
  * most 1 s for the close frames to go out, stops the threads and frees `ws`. Handlers have
@@ -101,5 +121,10 @@ int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles);
 
 /* Counters for logs and metrics: open connections and connected Socket.IO clients. */
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected);
+
+#define JB_WS_ROLE_BITS 8 /* role masks use the low 8 bits */
+
+/* Connected Socket.IO clients whose role has any of the bits of `role_bit`. Thread-safe. */
+long jb_ws_count_role(struct jb_ws *ws, unsigned role_bit);
 
 #endif

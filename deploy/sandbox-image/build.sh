@@ -14,12 +14,12 @@
 #            libraries, e.g. /usr/bin/cat for a benchmark image; never in the production image)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/deploy/lib/rootfs.sh"
 SHIM="$ROOT/build/jailbox-shim"
 TAG=jailbox-sandbox:latest
 SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
 KEEP=""
 EXTRA=()
-EXTRA_SRC=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --shim) SHIM=$2; shift 2 ;;
@@ -42,24 +42,11 @@ trap 'rm -rf "$WORK"' EXIT
 R="$WORK/rootfs"
 mkdir -p "$R"/{usr/bin,opt/jailbox/bin,etc/jailbox,workspace,tmp,proc,sys,dev}
 
-# copy FILE to the same path under the rootfs, following symlinks (the loader's and the
-# libraries' paths are kept as ldd prints them, so the binaries find them unchanged)
-put() {
-  local src=$1 dst=${2:-$1}
-  mkdir -p "$R$(dirname "$dst")"
-  cp -L --preserve=mode "$src" "$R$dst"
-}
-put "$BWRAP" /usr/bin/bwrap
-put "$SETPRIV" /usr/bin/setpriv
+# the binaries and their libraries at the paths ldd prints (deploy/lib/rootfs.sh)
+rootfs_put_bin "$BWRAP" /usr/bin/bwrap
+rootfs_put_bin "$SETPRIV" /usr/bin/setpriv
 for x in "${EXTRA[@]}"; do
-  src=${x%%:*}; dst=${x#*:}
-  put "$src" "$dst"
-  EXTRA_SRC+=("$src")
-done
-for bin in "$BWRAP" "$SETPRIV" "${EXTRA_SRC[@]}"; do
-  for lib in $(ldd "$bin" | grep -o '/[^ )]*'); do
-    [ -e "$R$lib" ] || put "$lib"
-  done
+  rootfs_put_bin "${x%%:*}" "${x#*:}"
 done
 install -m 0755 "$SHIM" "$R/opt/jailbox/bin/jailbox-shim"
 printf 'root:x:0:0:root:/:/nonexistent\nnobody:x:65534:65534:nobody:/nonexistent:/nonexistent\n' > "$R/etc/passwd"
@@ -71,17 +58,13 @@ DIGEST=$(sha256sum < "$R/etc/jailbox/manifest" | cut -d' ' -f1)
 SHIM_SHA=$(sha256sum < "$SHIM" | cut -d' ' -f1)
 BWRAP_VERSION=$("$BWRAP" --version | head -1)
 
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$R" -cf "$WORK/rootfs.tar" .
+rootfs_tar "$WORK/rootfs.tar"
 [ -z "$KEEP" ] || { rm -rf "$KEEP"; cp -a "$R" "$KEEP"; }
 
+# image metadata the worker reads back: the content digest and the shim's hash
+id=$(rootfs_import "$WORK/rootfs.tar" "$TAG" "$SOCK" \
+  "LABEL jailbox.image.digest=$DIGEST jailbox.shim.sha256=$SHIM_SHA jailbox.bwrap.version=\"$BWRAP_VERSION\"") || {
+  echo "build.sh: import failed" >&2; exit 1; }
 repo=${TAG%:*}; tag=${TAG##*:}
 [ "$repo" != "$TAG" ] || tag=latest
-# image metadata the worker reads back: the content digest and the shim's hash
-changes=$(printf 'LABEL jailbox.image.digest=%s jailbox.shim.sha256=%s jailbox.bwrap.version="%s"' \
-  "$DIGEST" "$SHIM_SHA" "$BWRAP_VERSION" | jq -sRr @uri)
-out=$(curl -sS --fail-with-body --unix-socket "$SOCK" -X POST -H 'Content-Type: application/x-tar' \
-  --data-binary @"$WORK/rootfs.tar" \
-  "http://localhost/images/create?fromSrc=-&repo=$repo&tag=$tag&changes=$changes") || {
-  echo "build.sh: import failed: $out" >&2; exit 1; }
-id=$(curl -sS --unix-socket "$SOCK" "http://localhost/images/$repo:$tag/json" | jq -r .Id)
 echo "build.sh: imported $repo:$tag ($id), content digest $DIGEST, $(wc -l < "$R/etc/jailbox/manifest") files"

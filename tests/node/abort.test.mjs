@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { writeFileSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
@@ -261,5 +261,38 @@ test('alerts and changes: roles and bad input (no worker)', { timeout: 60000 }, 
     const r = await bare.req('POST', '/v1/jailbox', { token: bare.serviceToken, body: { agentId: 'agent-x', workspace: 'w-' + Math.random(), limits } });
     assert.equal(r.status, 400, JSON.stringify(limits) + r.text);
     assert.match(r.json.error.message, /limits/, r.text);
+  }
+});
+
+test('SIGTERM while a write waits for the buyer: the call ends with unavailable before the grace runs out, nothing is written, the instance exits', { timeout: 180000 }, async () => {
+  const grace = 3000;
+  const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace) } });
+  let stopped = false;
+  try {
+    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'));
+    const agent = await connect(x, s.agentToken);
+    await waitState(x, s.jobId, ['active']);
+    const pending = call(agent, 'write', { path: 'a.txt', content: 'held\n' }, 60000);
+    await waitFor(x, 'write pending', async () =>
+      (await x.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND state = 'pending'", [s.jobId])).rows[0].n === 1);
+    await x.db.end();
+    const exited = new Promise((res) => x.child.on('exit', (code, sig) => res({ code, sig })));
+    const t0 = Date.now();
+    x.child.kill('SIGTERM');
+    const r = await pending;
+    const answeredMs = Date.now() - t0;
+    assert.equal(r.error?.data?.reason, 'unavailable', JSON.stringify(r));
+    assert.match(r.error.message, /shutting down/);
+    assert.ok(answeredMs < grace, `answered after ${answeredMs} ms`);
+    const ex = await exited;
+    stopped = true;
+    assert.deepEqual(ex, { code: 0, sig: null }, x.log().slice(-3000));
+    assert.ok(Date.now() - t0 < grace + 25000, `exit after ${Date.now() - t0} ms`);
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'hello\n', 'nothing written');
+    assert.deepEqual(await containersOf(s.jobId), [], 'container left behind');
+    agent.close();
+  } finally {
+    if (!stopped) x.child.kill('SIGKILL');
+    rmSync(x.dir, { recursive: true, force: true });
   }
 });

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# demo.sh — one real jailbox session, end to end, against a running jailboxd with a worker:
+# the workspace is the source tree of a real C library from Debian's archive (apt-get source
+# libyaml; kept in a cache for the next run); a scripted agent (demo-agent.sh) speaks MCP
+# through `jailboxctl mcp-bridge`; this script plays the buyer with jailboxctl: it shows the
+# session contract, watches the events live, approves the agent's change, sees the flagged
+# write refused, accepts, prints the change summary and verifies the audit chain offline.
+# Used by quickstart.sh and by the end-to-end test (tests/integration/quickstart_flow.sh).
+#
+# Environment: JAILBOXCTL (default build/jailboxctl), JAILBOX_URL, JAILBOX_WS_URL (optional),
+# JAILBOX_SERVICE_TOKEN, JAILBOX_WORKSPACE_ROOT (the server's), DEMO_CACHE (where the source
+# is kept), DEMO_PACKAGE (default libyaml), DEMO_FALLBACK_SRC (a local tree used, and
+# reported, when the archive cannot be reached). Exit status 0 only when every step worked.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+CTL=${JAILBOXCTL:-$HERE/../build/jailboxctl}
+export JAILBOXCTL=$CTL
+: "${JAILBOX_URL:?}" "${JAILBOX_SERVICE_TOKEN:?}" "${JAILBOX_WORKSPACE_ROOT:?}"
+PKG=${DEMO_PACKAGE:-libyaml}
+CACHE=${DEMO_CACHE:-/var/cache/jailbox-demo}
+T0=$(date +%s.%N)
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+step() { printf '\n== %s  (+%s s)\n' "$*" "$(elapsed)"; }
+fail() { echo "demo.sh: FAILED: $*" >&2; exit 1; }
+
+# ---- the workspace: a real project from Debian's archive ----
+step "workspace: the source of Debian's $PKG"
+mkdir -p "$CACHE"
+SRC=$(find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name "$PKG-*" 2>/dev/null | head -1)
+if [ -z "$SRC" ]; then
+  if ! apt-cache showsrc "$PKG" >/dev/null 2>&1 || [ -z "$(apt-cache showsrc "$PKG" 2>/dev/null)" ]; then
+    if [ "$(id -u)" = 0 ] && ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      echo "adding a deb-src line for bookworm (/etc/apt/sources.list.d/jailbox-deb-src.sources)"
+      printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        > /etc/apt/sources.list.d/jailbox-deb-src.sources
+    fi
+    [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 || true
+  fi
+  if (cd "$CACHE" && apt-get source -qq "$PKG" >/dev/null 2>&1); then
+    SRC=$(find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name "$PKG-*" | head -1)
+    echo "downloaded with apt-get source $PKG: $(du -sh "$CACHE" | cut -f1) in $CACHE"
+  elif [ -n "${DEMO_FALLBACK_SRC:-}" ]; then
+    SRC=$DEMO_FALLBACK_SRC
+    echo "FALLBACK: apt-get source $PKG failed (no archive?); using the local tree $SRC"
+  else
+    fail "apt-get source $PKG failed and no DEMO_FALLBACK_SRC was given"
+  fi
+else
+  echo "cached: $SRC"
+fi
+WS_NAME=demo-$PKG-$(date +%s)-$$
+WS=$JAILBOX_WORKSPACE_ROOT/$WS_NAME
+mkdir -p "$JAILBOX_WORKSPACE_ROOT"
+cp -a "$SRC" "$WS"
+echo "workspace $WS: $(find "$WS" -type f | wc -l) files, $(du -sh "$WS" | cut -f1)"
+
+# ---- open the session (service token) ----
+step "open a supervised session for agent demo-agent"
+OPENED=$(JAILBOX_TOKEN=$JAILBOX_SERVICE_TOKEN "$CTL" open --workspace "$WS_NAME" --agent demo-agent --mode supervised --json)
+JOB=$(jq -r .jobId <<<"$OPENED")
+BUYER=$(jq -r .buyerToken <<<"$OPENED")
+AGENT=$(jq -r .agentToken <<<"$OPENED")
+echo "job $JOB (buyer and agent tokens minted, shown once)"
+export JAILBOX_TOKEN=$BUYER
+
+for _ in $(seq 1 600); do
+  ST=$("$CTL" status "$JOB" --json | jq -r .state)
+  case "$ST" in awaiting_agent|active) break ;; failed|aborted) "$CTL" status "$JOB" >&2; fail "the session did not start ($ST)" ;; esac
+  sleep 0.1
+done
+[ "$ST" = awaiting_agent ] || fail "the sandbox was not ready in 60 s (state $ST)"
+
+step "the session contract (jailboxctl explain $JOB)"
+"$CTL" explain "$JOB"
+
+# ---- the buyer watches live; the agent works ----
+step "the agent works; the buyer watches (jailboxctl watch) and decides"
+WATCH_LOG=$(mktemp)
+"$CTL" watch "$JOB" --until-end > >(tee "$WATCH_LOG" | sed -u 's/^/  buyer sees: /') 2>/dev/null &
+WATCH_PID=$!
+AGENT_PID=""
+trap 'kill $WATCH_PID $AGENT_PID 2>/dev/null || true; rm -f "$WATCH_LOG"' EXIT
+JAILBOX_AGENT_TOKEN=$AGENT "$HERE/demo-agent.sh" "$JOB" &
+AGENT_PID=$!
+
+# approve the agent's change once it is pending (the buyer would read the diff first)
+OP=""
+for _ in $(seq 1 1200); do
+  OP=$("$CTL" ops "$JOB" --state pending --json | jq -r '.ops[0].opId // empty')
+  [ -n "$OP" ] && break
+  kill -0 $AGENT_PID 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$OP" ] || { wait $AGENT_PID || true; fail "no write awaited approval"; }
+"$CTL" ops "$JOB" --state pending | sed 's/^/  pending: /'
+echo "  buyer: jailboxctl approve $JOB $OP"
+"$CTL" approve "$JOB" "$OP" --reason "build note looks good" | sed 's/^/  buyer: /'
+wait $AGENT_PID || fail "the agent's script failed"
+
+for _ in $(seq 1 100); do
+  ST=$("$CTL" status "$JOB" --json | jq -r .state)
+  [ "$ST" = done ] && break
+  sleep 0.1
+done
+[ "$ST" = done ] || fail "the session is $ST, not done"
+grep -q 'SECURITY ALERT' "$WATCH_LOG" || sleep 1
+grep -q 'SECURITY ALERT' "$WATCH_LOG" || fail "the buyer saw no security alert for the flagged write"
+grep -q 'APPROVAL REQUESTED' "$WATCH_LOG" || fail "the buyer saw no approval request"
+
+step "the buyer accepts (jailboxctl accept) — and the change summary"
+set +e
+"$CTL" accept "$JOB" --reason "thanks"
+rc=$?
+set -e
+# exit 1 here only means the server has no change summary (GET …/changes) yet
+[ $rc = 0 ] || [ $rc = 1 ] || fail "accept failed ($rc)"
+# the session has ended: its buyer token is revoked; the operator's service token reads on
+export JAILBOX_TOKEN=$JAILBOX_SERVICE_TOKEN
+[ "$("$CTL" status "$JOB" --json | jq -r .state)" = accepted ] || fail "the session was not accepted"
+wait $WATCH_PID 2>/dev/null || true
+echo "on disk:"
+diff -u "$SRC/ReadMe.md" "$WS/ReadMe.md" | sed 's/^/  /' || true
+[ ! -e "$WS/tools/bootstrap-deps.sh" ] || fail "the flagged write reached the disk"
+grep -q 'Building in a jailbox' "$WS/ReadMe.md" || fail "the approved write is not on disk"
+
+step "the audit chain, verified offline (jailboxctl audit export + audit verify --keys)"
+OUT=$(mktemp -d)
+"$CTL" audit export "$JOB" > "$OUT/chain.jsonl"
+"$CTL" keys > "$OUT/keys.json"
+echo "exported $(wc -l < "$OUT/chain.jsonl") entries to $OUT/chain.jsonl; keys in $OUT/keys.json"
+jq -r '"  #\(.seq) \(.operation) \(.path // "") \(.details | tostring | .[0:90])"' "$OUT/chain.jsonl"
+SEALED=""
+for _ in $(seq 1 50); do
+  if "$CTL" audit verify "$OUT/chain.jsonl" --keys "$OUT/keys.json" --session "$JOB" --sealed >/dev/null 2>&1; then SEALED=1; break; fi
+  sleep 0.2
+  "$CTL" audit export "$JOB" > "$OUT/chain.jsonl"
+done
+echo "  \$ jailboxctl audit verify chain.jsonl --keys keys.json --session $JOB --sealed"
+"$CTL" audit verify "$OUT/chain.jsonl" --keys "$OUT/keys.json" --session "$JOB" ${SEALED:+--sealed} | sed 's/^/  /'
+[ -n "$SEALED" ] || fail "the chain did not verify as sealed"
+printf '\ndemo: session %s done in %s s\n' "$JOB" "$(elapsed)"

@@ -1,0 +1,48 @@
+/* fuzz_redis.c — libFuzzer harness for what jailboxd reads from Redis: the RESP stream of the
+ * subscription (hiredis' reader) and every pmessage in it through jb_fanout_accept (channel,
+ * size, depth and envelope checks). Any crash, leak or sanitizer report is a bug. */
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/fanout.h"
+
+static void check(const char *channel, const char *msg, size_t len) {
+  json_t *doc, *payload;
+  const char *job, *event;
+  if (jb_fanout_accept(channel, msg, len, &doc, &job, &event, &payload) == 0) {
+    /* an accepted message names a jailbox event for the channel's session */
+    if (strncmp(event, "jailbox:", 8) != 0 || !json_is_object(payload) ||
+        strcmp(channel + strlen("jailbox:session:"), job) != 0)
+      abort();
+    json_decref(doc);
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  /* 1. the bytes as one message on a fixed channel, and split "channel\nmessage" */
+  check("jailbox:session:job-1", (const char *)data, size);
+  const uint8_t *nl = memchr(data, '\n', size);
+  if (nl) {
+    char *ch = strndup((const char *)data, (size_t)(nl - data));
+    if (ch) check(ch, (const char *)nl + 1, size - (size_t)(nl - data) - 1);
+    free(ch);
+  }
+  /* 2. the bytes as a RESP stream: every pmessage reply goes through the same check */
+  redisReader *r = redisReaderCreate();
+  if (!r) return 0;
+  if (redisReaderFeed(r, (const char *)data, size) == REDIS_OK) {
+    void *reply;
+    while (redisReaderGetReply(r, &reply) == REDIS_OK && reply) {
+      redisReply *x = reply;
+      if (x->type == REDIS_REPLY_ARRAY && x->elements == 4 && x->element[2]->type == REDIS_REPLY_STRING &&
+          x->element[3]->type == REDIS_REPLY_STRING)
+        check(x->element[2]->str, x->element[3]->str, x->element[3]->len);
+      freeReplyObject(reply);
+    }
+  }
+  redisReaderFree(r);
+  return 0;
+}

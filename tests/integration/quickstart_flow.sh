@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# quickstart_flow.sh — the quickstart's session, end to end, as a test: a real jailboxd with a
+# real worker (dockerd + runsc + bwrap), the source of Debian's libyaml (apt-get source; a
+# small local tree with the same layout when the archive cannot be reached, reported as a
+# FALLBACK), the scripted MCP agent through `jailboxctl mcp-bridge`, the buyer's jailboxctl
+# verbs, and the offline audit verification (deploy/demo.sh). Then the same flow with a buyer
+# step that fails must fail. Needs root and Docker with runsc.
+# Env (CTest): JAILBOXD, JAILBOXCTL.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
+: "${JAILBOXCTL:?JAILBOXCTL must name the jailboxctl binary}"
+SHIM=$(dirname "$JAILBOXD")/jailbox-shim
+IMAGE=jailbox-sandbox:e2e
+
+"$ROOT/deploy/start-dockerd.sh" >/dev/null || { fail "dockerd"; finish; }
+"$ROOT/deploy/sandbox-image/build.sh" --shim "$SHIM" --tag "$IMAGE" >/dev/null || { fail "sandbox image"; finish; }
+
+WSROOT=$T/workspaces
+mkdir -p "$WSROOT"
+start_jb "$T/state" JAILBOX_WORKERS=1 JAILBOX_SANDBOX_IMAGE="$IMAGE" JAILBOX_WORKSPACE_ROOT="$WSROOT" || { fail "jailboxd starts"; finish; }
+for _ in $(seq 1 300); do grep -q '"msg":"worker ready"' "$T/state.log" && break; sleep 0.1; done
+WS_ADDR=$(grep -o '"msg":"ws listening","addr":"[^"]*' "$T/state.log" | sed 's/.*"addr":"//')
+
+# the fallback tree: the files the scripted agent works on, in libyaml's layout
+FB=$T/fallback/libyaml-local
+mkdir -p "$FB/src" "$FB/include"
+printf '## LibYAML (local stand-in)\n\nA C library for parsing and emitting YAML.\n' > "$FB/ReadMe.md"
+printf '#ifndef YAML_H\n#define YAML_H\nconst char *yaml_get_version_string(void);\n#endif\n' > "$FB/include/yaml.h"
+printf '#include "yaml.h"\nconst char *yaml_get_version_string(void) { return "0.2.5"; }\n' > "$FB/src/api.c"
+printf '#include "yaml.h"\nint yaml_writer_flush(void) { return 1; }\n' > "$FB/src/writer.c"
+
+export JAILBOX_URL=http://127.0.0.1:$JB_PORT JAILBOX_WS_URL=ws://$WS_ADDR
+export JAILBOX_SERVICE_TOKEN=$(cat "$T/state/service.token")
+export JAILBOX_WORKSPACE_ROOT=$WSROOT DEMO_CACHE=$T/cache DEMO_FALLBACK_SRC=$FB JAILBOXCTL
+
+OUT=$("$ROOT/deploy/demo.sh" 2>&1)
+rc=$?
+printf '%s\n' "$OUT" | sed 's/^/    | /'
+check "the demo session succeeds" 0 "$rc"
+if printf '%s' "$OUT" | grep -q '^FALLBACK'; then
+  echo "# NOTE: apt-get source libyaml was not reachable; the local fallback tree was used"
+else
+  check_match "the workspace is Debian's libyaml source" 'downloaded with apt-get source libyaml|cached: .*/libyaml-' "$OUT"
+fi
+check_match "the session contract is printed" 'Wall 1 .*gVisor' "$OUT"
+check_match "the agent initialized over MCP" 'agent initialize -> server jailbox' "$OUT"
+check_match "the agent listed the tree" 'agent list \. \(recursive\) -> [0-9]+ entries' "$OUT"
+check_match "the agent read files" 'agent read src/api.c -> [0-9]+ bytes' "$OUT"
+check_match "the buyer saw the approval request" 'buyer sees: .*APPROVAL REQUESTED op #[0-9]+: write ReadMe.md' "$OUT"
+check_match "the buyer approved with jailboxctl" 'buyer: op [0-9]+: approved' "$OUT"
+check_match "the approval shows its diff (or the content where the server has no diff preview)" 'buyer sees: +(diff|content \(no diff preview\)):' "$OUT"
+check_match "the flagged write was refused" 'write tools/bootstrap-deps.sh -> REFUSED \(-32015 flagged\)' "$OUT"
+check_match "the buyer saw the security alert" 'buyer sees: .*SECURITY ALERT flagged_write: tools/bootstrap-deps.sh' "$OUT"
+check_match "the buyer accepted" 'done -> accepted' "$OUT"
+check_match "the change summary is printed (or its absence reported)" 'changes of job-[0-9a-f]+: 1 file|  M ReadMe.md|no change summary from this server' "$OUT"
+check_match "the change is on disk" '\+## Building in a jailbox' "$OUT"
+check_match "the chain verifies offline, sealed" 'intact: [0-9]+ entries, sealed, session job-' "$OUT"
+JOB=$(printf '%s' "$OUT" | sed -n 's/^demo: session \(job-[0-9a-f]*\) done.*/\1/p')
+check_match "the session is named at the end" '^job-' "$JOB"
+if [ -n "$JOB" ]; then
+  check "the session is accepted" accepted "$(JAILBOX_TOKEN=$JAILBOX_SERVICE_TOKEN "$JAILBOXCTL" status "$JOB" --json | jq -r .state)"
+fi
+
+# a buyer step that fails makes the flow fail: approve answers 1 here
+cat > "$T/ctl-noapprove" <<EOF
+#!/bin/sh
+[ "\$1" = approve ] && { echo "approve refused (test)" >&2; exit 1; }
+exec "$JAILBOXCTL" "\$@"
+EOF
+chmod +x "$T/ctl-noapprove"
+OUT2=$(JAILBOXCTL=$T/ctl-noapprove timeout 300 "$ROOT/deploy/demo.sh" 2>&1)
+rc2=$?
+[ "$rc2" != 0 ] && ok "a failed approval fails the flow (exit $rc2)" || fail "a failed approval did not fail the flow: $(printf '%s' "$OUT2" | tail -5)"
+
+stop_jb TERM
+check "jailboxd stops cleanly" 0 "$JB_RC"
+if grep -Eq 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$T/state.log"; then fail "sanitizer report in the log"; fi
+finish

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# readme_config.sh — keeps the README's configuration reference true: every setting that
+# `jailboxd --help`, `jailbox-worker --help` and `jailboxctl --help` name must have a row in
+# README.md with its default, and every JAILBOX_* name in the README must be a real setting.
+#   readme_config.sh            check (the test; JAILBOXD, JAILBOX_WORKER, JAILBOXCTL from CTest)
+#   readme_config.sh --print    print the rows for jailboxd and the worker, to paste
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+README=$HERE/../../README.md
+: "${JAILBOXD:?}" "${JAILBOX_WORKER:?}" "${JAILBOXCTL:?}"
+
+# VAR<TAB>default<TAB>meaning, from jailboxd's help ("  --flag  VAR  default: X" + a line)
+server_rows() {
+  "$JAILBOXD" --help | awk '
+    /^  --[a-z-]+ +JAILBOX_[A-Z0-9_]+ +default: / {
+      var = $2; d = $0; sub(/.*default: /, "", d); getline m; sub(/^ +/, "", m)
+      print var "\t" d "\t" m }'
+}
+# the same from the worker's help ("  VAR  default: X" + a line)
+worker_rows() {
+  "$JAILBOX_WORKER" --help | awk '
+    /^  JAILBOX_[A-Z0-9_]+ +default: / {
+      var = $1; d = $0; sub(/.*default: /, "", d); getline m; sub(/^ +/, "", m)
+      print var "\t" d "\t" m }'
+}
+
+if [ "${1:-}" = --print ]; then
+  { server_rows; worker_rows; } | awk -F'\t' '!seen[$1]++ { printf "| `%s` | `%s` | %s |\n", $1, $2, $3 }'
+  exit 0
+fi
+
+PASSED=0
+FAILED=0
+ok() { PASSED=$((PASSED + 1)); }
+bad() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
+
+N=0
+while IFS=$'\t' read -r var def _; do
+  N=$((N + 1))
+  row=$(grep -F "| \`$var\` |" "$README" | head -1)
+  if [ -z "$row" ]; then bad "README has no row for $var"; continue; fi
+  if printf '%s' "$row" | grep -qF "\`$def\`"; then ok; else bad "README row of $var does not give its default \`$def\`: $row"; fi
+done < <({ server_rows; worker_rows; })
+[ "$N" -ge 30 ] && ok || bad "only $N settings parsed from the --help texts (the parser is out of step)"
+
+# jailboxctl's own environment
+for var in $("$JAILBOXCTL" --help | grep -o 'JAILBOX_[A-Z_]*' | sort -u); do
+  if grep -qF "| \`$var\` |" "$README"; then ok; else bad "README has no row for jailboxctl's $var"; fi
+done
+
+# nothing stale: every JAILBOX_* the README names is a setting of one of the three programs
+known=$({ "$JAILBOXD" --help; "$JAILBOX_WORKER" --help; "$JAILBOXCTL" --help; } | grep -o 'JAILBOX_[A-Z0-9_]*' | sort -u)
+for var in $(grep -o 'JAILBOX_[A-Z0-9_]*' "$README" | sort -u); do
+  if printf '%s\n' "$known" | grep -qx "$var"; then ok; else bad "README names $var, which no --help knows"; fi
+done
+
+echo "$PASSED passed, $FAILED failed ($N settings in the --help texts)"
+[ "$FAILED" = 0 ]
