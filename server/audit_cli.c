@@ -161,15 +161,12 @@ static int audit_verify(int argc, char **argv) {
     free(s);
   } else if (res.ok) {
     /* what came from the file reaches the terminal without control characters */
-    char q[4 * sizeof res.session + 1];
-    jb_audit_quote(q, sizeof q, res.session, sizeof res.session);
     printf("intact: %lld entries%s, session %s, head %lld:%s\n", res.entries,
-           res.sealed ? ", sealed" : "", q[0] ? q : "-", res.head.seq, res.head.seq ? hex : "-");
+           res.sealed ? ", sealed" : "", res.session[0] ? jb_ctl_text(res.session) : "-",
+           res.head.seq, res.head.seq ? hex : "-");
   } else {
-    char q[4 * sizeof res.detail + 1];
-    jb_audit_quote(q, sizeof q, res.detail, sizeof res.detail);
     printf("TAMPERED at seq %lld: %s (%s)\n", res.first_bad_seq,
-           jb_audit_reason_name(res.reason), q);
+           jb_audit_reason_name(res.reason), jb_ctl_text(res.detail));
   }
   if (fflush(stdout) != 0) return 2;
   return res.ok ? 0 : 1;
