@@ -755,7 +755,7 @@ static void malformed_lines(void **state) {
    * or cut inside a UTF-8 character must reach the detail as printable ASCII, and the result
    * must still serialise (jailboxctl --json) */
   const char *names[] = {"\x1b[2K\rintact: 9 entries, session s\x1b[8m",
-                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9", "\xc2\x9b" "31m"};
+                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9", "\xc2\x9b\x33\x31m"};
   for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
     chain_build(&c, true);
     line_set(&c, 2, names[k], json_integer(1));
