@@ -480,28 +480,35 @@ static void show_transition(const json_t *t) {
 
 static void show_changes(const json_t *c);
 
-/* GET …/changes: 0 with the summary printed; 1 when the server has no such route yet or
- * refused. `quiet_404`: a missing route is reported as one line, not a refusal. */
-static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
+/* GET …/changes into *doc (new reference; NULL unless JB_CTL_OK). A 404 (a server without
+ * the route) is reported as one line when `quiet_404`, not as a refusal. */
+static int fetch_changes(struct jb_ctl *o, const char *job, bool quiet_404, json_t **doc) {
+  *doc = NULL;
   char *path = jb_ctl_job_path(job, "/changes");
   struct jb_ctl_reply r;
   if (quiet_404) o->quiet_status = 404;
   int rc = path ? jb_ctl_http(o, "GET", path, NULL, &r) : JB_CTL_FAILED;
   o->quiet_status = 0;
   free(path);
-  if (rc == JB_CTL_REFUSED && r.status == 404 && quiet_404) {
+  if (rc == JB_CTL_REFUSED && r.status == 404 && quiet_404)
     fprintf(stderr, "%s: no change summary from this server (GET …/changes: 404)\n", o->verb);
-    jb_ctl_reply_free(&r);
-    return JB_CTL_REFUSED;
-  }
   if (rc == JB_CTL_OK) {
-    json_t *doc = jb_ctl_reply_json(o, &r);
-    if (!doc) rc = JB_CTL_FAILED;
-    else if (o->json) rc = print_json(doc);
-    else show_changes(doc);
-    json_decref(doc);
+    *doc = jb_ctl_reply_json(o, &r);
+    if (!*doc) rc = JB_CTL_FAILED;
   }
   jb_ctl_reply_free(&r);
+  return rc;
+}
+
+/* GET …/changes, printed: 0, or the error code. */
+static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
+  json_t *doc;
+  int rc = fetch_changes(o, job, quiet_404, &doc);
+  if (rc == JB_CTL_OK) {
+    if (o->json) rc = print_json(doc);
+    else show_changes(doc);
+  }
+  json_decref(doc);
   return rc;
 }
 
@@ -511,11 +518,17 @@ static int verb_transition(struct jb_ctl *o, int argc, char **argv, const char *
   if (rc) return rc;
   char suffix[32];
   snprintf(suffix, sizeof suffix, "/%s", what);
+  /* accept: the change summary is read first, while the buyer's token is still good (the
+   * server revokes it when the session ends); in `done` no write can change it any more */
+  bool summary = strcmp(what, "accept") == 0 && !o->json;
+  json_t *before = NULL;
+  int crc = summary ? fetch_changes(o, argv[0], true, &before) : JB_CTL_OK;
   rc = call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_transition);
-  if (rc == JB_CTL_OK && strcmp(what, "accept") == 0 && !o->json) {
-    int c = changes(o, argv[0], true); /* what the buyer just accepted */
-    if (c == JB_CTL_FAILED) rc = c;
+  if (rc == JB_CTL_OK && summary) {
+    if (before) show_changes(before);
+    else if (crc == JB_CTL_FAILED) rc = crc;
   }
+  json_decref(before);
   return rc;
 }
 

@@ -258,8 +258,10 @@ int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **
   if (!channel || strncmp(channel, CHANNEL_PREFIX, plen) != 0) return -1;
   if (len > MAX_MESSAGE || memchr(msg, '\0', len)) return -1;
   if (jb_json_depth(msg, len, JB_JSON_MAX_DEPTH) > JB_JSON_MAX_DEPTH) return -1;
-  char *text = strndup(msg, len);
+  char *text = malloc(len + 1); /* not strndup: msg need not be NUL-terminated at all */
   if (!text) return -1;
+  memcpy(text, msg, len);
+  text[len] = '\0';
   int rc = jb_event_parse(text, doc, job, event, payload);
   free(text);
   if (rc < 0) return -1;

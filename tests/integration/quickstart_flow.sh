@@ -54,7 +54,8 @@ check_match "the approval shows its diff (or the content where the server has no
 check_match "the flagged write was refused" 'write tools/bootstrap-deps.sh -> REFUSED \(-32015 flagged\)' "$OUT"
 check_match "the buyer saw the security alert" 'buyer sees: .*SECURITY ALERT flagged_write: tools/bootstrap-deps.sh' "$OUT"
 check_match "the buyer accepted" 'done -> accepted' "$OUT"
-check_match "the change summary is printed (or its absence reported)" 'changes of job-[0-9a-f]+: 1 file|  M ReadMe.md|no change summary from this server' "$OUT"
+check_match "the change summary is printed" 'changes of job-[0-9a-f]+: 1 file' "$OUT"
+check_match "the change summary names the approved write" '  M ReadMe.md ' "$OUT"
 check_match "the change is on disk" '\+## Building in a jailbox' "$OUT"
 check_match "the chain verifies offline, sealed" 'intact: [0-9]+ entries, sealed, session job-' "$OUT"
 JOB=$(printf '%s' "$OUT" | sed -n 's/^demo: session \(job-[0-9a-f]*\) done.*/\1/p')

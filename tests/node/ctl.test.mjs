@@ -203,19 +203,14 @@ test('the official MCP SDK client works through jailboxctl mcp-bridge: initializ
     const acc = await ctl(['accept', S.jobId, '--json'], { token: S.buyerToken });
     assert.equal(acc.code, 0, acc.stderr);
     assert.equal(JSON.parse(acc.stdout).state, 'accepted');
-    // the change summary (GET …/changes): the approved write, or a clear 404 where the
-    // server does not have the route yet — never a made-up summary
+    // the change summary (GET …/changes): the approved write with its SHA-256
     const ch = await ctl(['changes', S.jobId, '--json'], { token: srv.serviceToken });
-    if (ch.code === 0) {
-      const c = JSON.parse(ch.stdout).changes.find((x) => x.path === 'src/a.c');
-      assert.ok(c, ch.stdout);
-      assert.equal(c.sha256After, createHash('sha256').update(content).digest('hex'));
-      const hum = await ctl(['changes', S.jobId], { token: srv.serviceToken });
-      assert.match(hum.stdout, /^changes of job-[0-9a-f]+: \d+ files?\n\s+M src\/a\.c/);
-    } else {
-      assert.equal(ch.code, 1, ch.stderr);
-      assert.match(ch.stderr, /HTTP 404/);
-    }
+    assert.equal(ch.code, 0, ch.stderr);
+    const c = JSON.parse(ch.stdout).changes.find((x) => x.path === 'src/a.c');
+    assert.ok(c, ch.stdout);
+    assert.equal(c.sha256After, createHash('sha256').update(content).digest('hex'));
+    const hum = await ctl(['changes', S.jobId], { token: srv.serviceToken });
+    assert.match(hum.stdout, /^changes of job-[0-9a-f]+: \d+ files?\n\s+M src\/a\.c/);
   } finally {
     await client.close();
   }
@@ -248,7 +243,7 @@ test('mcp-bridge refuses what its client must not send, and answers each with a 
   r = await b.next();
   assert.equal(r.error.code, -32600);
   assert.equal(r.error.data.reason, 'too_large');
-  b.send('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read","arguments":{"path":"../../etc/passwd"}}}\n');
+  b.send('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read","arguments":{"path":"src//a.c"}}}\n');
   r = await b.next();
   assert.equal(r.id, 7);
   assert.equal(r.error.data.reason, 'denied');
