@@ -184,6 +184,11 @@ check_match "… nor truncated" 'never deleted' "$("${PSQL[@]}" -c "TRUNCATE aud
 check_match "a session with audit entries cannot be deleted (no foreign key since 012)" \
   'session job-a has audit entries; it is never deleted' \
   "$("${PSQL[@]}" -c "DELETE FROM tokens WHERE job_id = 'job-a'; DELETE FROM sessions WHERE job_id = 'job-a'" 2>&1)"
+check_match "… nor renamed away from its entries (014)" \
+  'session job-a has audit entries; its job id never changes' \
+  "$("${PSQL[@]}" -c "UPDATE sessions SET job_id = 'renamed' WHERE job_id = 'job-a'" 2>&1)"
+check_match "… nor truncated (014)" 'sessions have audit entries; they are never deleted' \
+  "$("${PSQL[@]}" -c "TRUNCATE sessions CASCADE" 2>&1)"
 # (an attacker with the database can still disable the trigger, as the clean-up here does)
 "${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
                  ALTER TABLE audit_signing_keys DISABLE TRIGGER audit_signing_keys_kept;
