@@ -243,7 +243,8 @@ int jb_scan_rules_load(const char *path, struct jb_scan_rules **out, jb_error *e
     return jb_scan_rules_parse((const char *)jb_scan_rules_default, jb_scan_rules_default_len,
                                "embedded deploy/scan-rules", out, err);
   *out = NULL;
-  cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO without a writer would block the open; it is refused below */
+  cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return jb_fail_errno(err, errno, "%s", path);
   struct stat st;
   if (fstat(fd, &st) < 0) return jb_fail_errno(err, errno, "%s", path);

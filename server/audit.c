@@ -33,6 +33,27 @@ const char *jb_audit_reason_name(enum jb_audit_reason r) {
   return reason_names[r];
 }
 
+void jb_audit_quote(char *dst, size_t cap, const char *src, size_t max) {
+  static const char hexd[] = "0123456789abcdef";
+  size_t o = 0;
+  if (cap == 0) return;
+  for (size_t i = 0; src && src[i] && i < max; i++) {
+    unsigned char ch = (unsigned char)src[i];
+    bool plain = ch >= 0x20 && ch < 0x7f;
+    size_t need = plain ? 1 : 4;
+    if (o + need >= cap) break;
+    if (plain) {
+      dst[o++] = (char)ch;
+    } else {
+      dst[o++] = '\\';
+      dst[o++] = 'x';
+      dst[o++] = hexd[ch >> 4];
+      dst[o++] = hexd[ch & 15];
+    }
+  }
+  dst[o] = '\0';
+}
+
 void jb_audit_hex(const unsigned char *in, size_t n, char *out) {
   sodium_bin2hex(out, 2 * n + 1, in, n);
 }
@@ -340,8 +361,9 @@ int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t
       for (size_t i = 0; i < LINE_MEMBERS; i++)
         if (strcmp(k, line_members[i]) == 0) known = true;
       if (!known) {
-        char m[160];
-        snprintf(m, sizeof m, "unknown member '%.64s'", k);
+        char m[160], q[4 * 32 + 1];
+        jb_audit_quote(q, sizeof q, k, 32);
+        snprintf(m, sizeof m, "unknown member '%s'", q);
         line_fail(e, err, m);
         goto out;
       }
@@ -499,6 +521,15 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
       json_decref(o);
       return -1;
     }
+    /* one key twice (say once with retiredAt and once without) would make the verdict
+     * depend on which copy is looked up first */
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(v[j].key_id, v[i].key_id) == 0) {
+        jb_fail(err, EINVAL, "keys[%zu]: key %s is listed twice (also keys[%zu])", i, v[i].key_id, j);
+        free(v);
+        json_decref(o);
+        return -1;
+      }
   }
   json_decref(o);
   *out = v;
@@ -657,9 +688,12 @@ static int check_place(struct jb_audit_verifier *v, const struct jb_audit_entry 
     v->pending_seq = c->seq;
     return fail_at(r, pos, JB_AUDIT_GAP, "entry %lld is missing", pos);
   }
-  if (strcmp(c->session, r->session) != 0)
-    return fail_at(r, pos, JB_AUDIT_WRONG_SESSION, "entry of session %.64s in a chain of %.64s",
-                   c->session, r->session);
+  if (strcmp(c->session, r->session) != 0) {
+    char a[4 * 24 + 1], b[4 * 24 + 1];
+    jb_audit_quote(a, sizeof a, c->session, 24);
+    jb_audit_quote(b, sizeof b, r->session, 24);
+    return fail_at(r, pos, JB_AUDIT_WRONG_SESSION, "entry of session %s in a chain of %s", a, b);
+  }
   if (sodium_memcmp(e->prev_hash, v->prev, JB_AUDIT_HASH_LEN) != 0)
     return fail_at(r, pos, JB_AUDIT_BROKEN_LINK, "prevHash is not the hash of entry %lld",
                    pos - 1);

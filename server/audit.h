@@ -91,6 +91,14 @@ enum jb_audit_reason {
                                 key's retiredAt */
 };
 
+/* Copies at most `max` bytes of the NUL-terminated `src` into `dst` (`cap` bytes, always
+ * NUL-terminated) as printable ASCII: bytes 0x20..0x7e stay, every other byte (control
+ * characters such as ESC and CR, DEL, each byte of a non-ASCII character) becomes "\xNN".
+ * For putting text that came from an untrusted file (a member name, a session id) into a
+ * result's detail or onto a terminal: it cannot carry terminal escape sequences (ECMA-48) and
+ * is always valid UTF-8, however it is cut. */
+void jb_audit_quote(char *dst, size_t cap, const char *src, size_t max);
+
 /* The static name of `r` ("content changed", …; "ok" for JB_AUDIT_OK). */
 const char *jb_audit_reason_name(enum jb_audit_reason r);
 
@@ -185,7 +193,7 @@ int jb_audit_parse_lines(const char *buf, size_t len, size_t max_entries,
 
 /* Reads the body of GET /v1/audit/keys ({"keys":[{"keyId","algorithm":"ed25519",
  * "publicKey":base64,…}]}), at most 1 MiB, duplicate keys refused. A key whose keyId is not
- * the id of its public key is refused. On success *out is a new array of *n keys (free it).
+ * the id of its public key is refused, and so is a key listed twice. On success *out is a new array of *n keys (free it).
  * Returns 0 or -1 with `err` set. */
 int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **out, size_t *n,
                         jb_error *err);

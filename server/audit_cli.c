@@ -160,12 +160,13 @@ static int audit_verify(int argc, char **argv) {
     puts(s);
     free(s);
   } else if (res.ok) {
+    /* what came from the file reaches the terminal without control characters */
     printf("intact: %lld entries%s, session %s, head %lld:%s\n", res.entries,
-           res.sealed ? ", sealed" : "", res.session[0] ? res.session : "-", res.head.seq,
-           res.head.seq ? hex : "-");
+           res.sealed ? ", sealed" : "", res.session[0] ? jb_ctl_text(res.session) : "-",
+           res.head.seq, res.head.seq ? hex : "-");
   } else {
     printf("TAMPERED at seq %lld: %s (%s)\n", res.first_bad_seq,
-           jb_audit_reason_name(res.reason), res.detail);
+           jb_audit_reason_name(res.reason), jb_ctl_text(res.detail));
   }
   if (fflush(stdout) != 0) return 2;
   return res.ok ? 0 : 1;

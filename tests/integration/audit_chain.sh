@@ -184,6 +184,11 @@ check_match "… nor truncated" 'never deleted' "$("${PSQL[@]}" -c "TRUNCATE aud
 check_match "a session with audit entries cannot be deleted (no foreign key since 012)" \
   'session job-a has audit entries; it is never deleted' \
   "$("${PSQL[@]}" -c "DELETE FROM tokens WHERE job_id = 'job-a'; DELETE FROM sessions WHERE job_id = 'job-a'" 2>&1)"
+check_match "… nor renamed away from its entries (014)" \
+  'session job-a has audit entries; its job id never changes' \
+  "$("${PSQL[@]}" -c "UPDATE sessions SET job_id = 'renamed' WHERE job_id = 'job-a'" 2>&1)"
+check_match "… nor truncated (014)" 'sessions have audit entries; they are never deleted' \
+  "$("${PSQL[@]}" -c "TRUNCATE sessions CASCADE" 2>&1)"
 # (an attacker with the database can still disable the trigger, as the clean-up here does)
 "${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
                  ALTER TABLE audit_signing_keys DISABLE TRIGGER audit_signing_keys_kept;
@@ -231,6 +236,16 @@ check "file: another session's chain" "1 wrong session 1" "$(verify_file "$F" --
 check "file: untouched chain verifies" "0 ok" "$(verify_file "$F" --sealed --head "$HN")"
 OUT=$("$C" audit verify "$T/t2.jsonl" --keys "$T/keys.json"); RC=$?
 check "tampered: exit 1, names seq and reason" "1 TAMPERED at seq $K: bad signature" "$RC ${OUT%% (*}"
+# a member of terminal escapes (erase the line, print a fake verdict, hide the rest) reaches the
+# terminal as printable text, and the exit status still says tampered
+edit_line "$F" "$K" '. + {"\u001b[2K\rintact: 99 entries, session job-a\u001b[8m": 1}' > "$T/t3.jsonl"
+OUT=$("$C" audit verify "$T/t3.jsonl" --keys "$T/keys.json"); RC=$?
+check "file: member of terminal escapes: exit 1, malformed" "1 TAMPERED at seq $K: malformed" "$RC ${OUT%% (*}"
+check "file: … printed without control characters" "0" "$(printf '%s' "$OUT" | LC_ALL=C grep -c $'[\x01-\x1f\x7f]')"
+check "file: … --json still answers" "1 malformed $K" "$(verify_file "$T/t3.jsonl")"
+# keys.json listing one key twice (once retired, once not) is refused, whatever the order
+jq '.keys += [.keys[0] | .retiredAt = "2020-01-01T00:00:00.000Z"]' "$T/keys.json" > "$T/keys2.json"
+check "keys.json with a key twice: exit 2" 2 "$("$C" audit verify "$F" --keys "$T/keys2.json" >/dev/null 2>&1; echo $?)"
 check "usage error: exit 2" 2 "$("$C" audit verify "$F" >/dev/null 2>&1; echo $?)"
 check "unreadable keys: exit 2" 2 "$("$C" audit verify "$F" --keys /nonexistent >/dev/null 2>&1; echo $?)"
 

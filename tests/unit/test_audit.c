@@ -450,6 +450,23 @@ static void tamper_content(void **state) {
   EXPECT_BAD(&c, NULL, 5, JB_AUDIT_CONTENT_CHANGED);
   chain_free(&c);
 
+  /* a stated string that holds "\u0000" after its signed value: C strings would end at the
+   * NUL and see the signed value, a reader of the JSON sees more ("/workspace/f5\0/etc") */
+  const char *nul_fields[] = {"path", "operation", "session", "timestamp"};
+  for (size_t f = 0; f < 4; f++) {
+    chain_build(&c, true);
+    json_t *v = line_get(&c, 4, nul_fields[f]);
+    size_t vl = json_string_length(v);
+    char *grown = malloc(vl + 6);
+    memcpy(grown, json_string_value(v), vl);
+    memcpy(grown + vl, "\0/etc", 5);
+    line_set(&c, 4, nul_fields[f], json_stringn(grown, vl + 5));
+    free(grown);
+    json_decref(v);
+    EXPECT_BAD(&c, NULL, 5, JB_AUDIT_MALFORMED);
+    chain_free(&c);
+  }
+
   /* a details value changed, and one turned into a real with the same value */
   chain_build(&c, true);
   json_t *d = line_get(&c, 6, "details");
@@ -734,6 +751,32 @@ static void malformed_lines(void **state) {
   EXPECT_BAD(&c, NULL, 3, JB_AUDIT_MALFORMED);
   chain_free(&c);
 
+  /* a member name of terminal escapes (ESC[2K, CR: "erase the line, print a fake verdict")
+   * or cut inside a UTF-8 character must reach the detail as printable ASCII, and the result
+   * must still serialise (jailboxctl --json) */
+  const char *names[] = {"\x1b[2K\rintact: 9 entries, session s\x1b[8m",
+                         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9", "\xc2\x9b\x33\x31m"};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    chain_build(&c, true);
+    line_set(&c, 2, names[k], json_integer(1));
+    struct jb_audit_result r;
+    assert_int_equal(verify(&c, NULL, &r), 1);
+    assert_int_equal(r.reason, JB_AUDIT_MALFORMED);
+    for (const char *q = r.detail; *q; q++)
+      if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f)
+        fail_msg("detail holds byte 0x%02x: %s", (unsigned char)*q, r.detail);
+    assert_non_null(strstr(r.detail, "unknown member"));
+    json_t *j = jb_audit_result_json(&r);
+    assert_non_null(j);
+    json_decref(j);
+    chain_free(&c);
+  }
+  char q[64];
+  jb_audit_quote(q, sizeof q, "a\x1b\x7f\xc3\xa9" "b", 100);
+  assert_string_equal(q, "a\\x1b\\x7f\\xc3\\xa9b");
+  jb_audit_quote(q, 6, "\x1b\x1b", 100); /* an escape that does not fit is left out whole */
+  assert_string_equal(q, "\\x1b");
+
   /* round trip keeps every field */
   chain_build(&c, true);
   struct jb_audit_entry e;
@@ -795,6 +838,17 @@ static void keys_document(void **state) {
   jb_error err = {0};
   assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, &err), -1);
   assert_non_null(strstr(err.msg, "not the id"));
+  /* one key listed twice (once retired, once not) is refused whatever the order: the
+   * verdict must not depend on which copy is found first */
+  const char *retired[2] = {"\"2026-03-04T05:06:07.089Z\"", "null"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(doc, sizeof doc,
+             "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\",\"retiredAt\":%s},"
+             "{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\",\"retiredAt\":%s}]}",
+             key_a->key_id, b64, retired[i], key_a->key_id, b64, retired[1 - i]);
+    assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, &err), -1);
+    assert_non_null(strstr(err.msg, "listed twice"));
+  }
   const char *bad[] = {"{\"keys\":{}}", "[]", "{\"keys\":[{\"keyId\":\"x\"}]}",
                        "{\"keys\":[],\"keys\":[]}"};
   for (size_t i = 0; i < 4; i++)
@@ -805,7 +859,11 @@ static void keys_document(void **state) {
   assert_int_equal(h.seq, 12);
   const char *bad_heads[] = {"12", ":ab", "0:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
                              "-1:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
-                             "3:b5ee", "3:zz", "1x:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde"};
+                             "3:b5ee", "3:zz",
+                             "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde0",
+                             "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde ",
+                             "3 :b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+                             "99999999999999999999:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde", "1x:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde"};
   for (size_t i = 0; i < sizeof bad_heads / sizeof bad_heads[0]; i++)
     assert_int_equal(jb_audit_head_parse(bad_heads[i], &h, NULL), -1);
 }

