@@ -8,55 +8,19 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
-import http from 'node:http';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startServer, JAILBOXD } from './lib/server.mjs';
+import { docker, control } from './lib/jail.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, '../..');
 const SHIM_TEST = process.env.JAILBOX_SHIM_TEST || join(dirname(JAILBOXD), 'jailbox-shim-test');
 const IMAGE = 'jailbox-sandbox:test';
-const DOCKER_SOCK = '/var/run/docker.sock';
 
 // ---- helpers ----------------------------------------------------------------------------
-
-function docker(method, path, body) {
-  return new Promise((resolve, reject) => {
-    const payload = body === undefined ? undefined : JSON.stringify(body);
-    const req = http.request({ socketPath: DOCKER_SOCK, method, path: '/v1.41' + path,
-      headers: payload ? { 'content-type': 'application/json' } : {} }, (res) => {
-      let data = '';
-      res.on('data', (d) => { data += d; });
-      res.on('end', () => {
-        let json;
-        try { json = JSON.parse(data); } catch { json = undefined; }
-        resolve({ status: res.statusCode, json });
-      });
-    });
-    req.on('error', reject);
-    if (payload) req.write(payload);
-    req.end();
-  });
-}
-
-// one request over the worker's control socket: {jobId, request} -> the shim's answer
-function control(sock, msg, timeoutMs = 60000) {
-  return new Promise((resolve, reject) => {
-    const c = net.createConnection(sock);
-    let buf = '';
-    const t = setTimeout(() => { c.destroy(); reject(new Error('control: timeout')); }, timeoutMs);
-    c.on('connect', () => c.write(JSON.stringify(msg) + '\n'));
-    c.on('data', (d) => {
-      buf += d;
-      const k = buf.indexOf('\n');
-      if (k >= 0) { clearTimeout(t); c.end(); resolve(JSON.parse(buf.slice(0, k))); }
-    });
-    c.on('error', (e) => { clearTimeout(t); reject(e); });
-  });
-}
 
 async function shim(srv, jobId, request, timeoutMs) {
   const r = await control(srv.ctl, { jobId, request, timeoutMs }, (timeoutMs || 30000) + 5000);

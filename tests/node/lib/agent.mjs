@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { io } from 'socket.io-client';
 import { startServer, JAILBOXD } from './server.mjs';
+import { waitEvent as waitEventOf } from './jail.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 
@@ -55,13 +56,7 @@ export function agentKit(srv) {
     },
     // the first event `name` whose payload satisfies `pred`, received already or within `ms`
     waitEvent(s, name, pred = () => true, ms = 20000) {
-      const have = s.events.find((e) => e.event === name && pred(e.payload));
-      if (have) return Promise.resolve(have.payload);
-      return new Promise((res, rej) => {
-        const t = setTimeout(() => { s.offAny(f); rej(new Error(`no ${name} within ${ms} ms; got ${JSON.stringify(s.events).slice(0, 2000)}`)); }, ms);
-        const f = (event, payload) => { if (event === name && pred(payload)) { clearTimeout(t); s.offAny(f); res(payload); } };
-        s.onAny(f);
-      });
+      return waitEventOf(s, name, pred, ms);
     },
     // an MCP tools/call on the agent's `mcp` channel; the JSON-RPC answer
     async call(agent, name, args, ms = 60000) {
