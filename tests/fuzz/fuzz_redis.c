@@ -26,8 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check("jailbox:session:job-1", (const char *)data, size);
   const uint8_t *nl = memchr(data, '\n', size);
   if (nl) {
-    char *ch = strndup((const char *)data, (size_t)(nl - data));
-    if (ch) check(ch, (const char *)nl + 1, size - (size_t)(nl - data) - 1);
+    size_t clen = (size_t)(nl - data);
+    char *ch = malloc(clen + 1); /* not strndup: the fuzzer's bytes carry no terminating NUL */
+    if (ch) {
+      memcpy(ch, data, clen);
+      ch[clen] = '\0';
+      check(ch, (const char *)nl + 1, size - clen - 1);
+    }
     free(ch);
   }
   /* 2. the bytes as a RESP stream: every pmessage reply goes through the same check */
