@@ -83,6 +83,11 @@ static void instance(FILE *out, struct jb_app *app) {
   jb_prom_histogram(out, "jailbox_audit_append_seconds",
                     "Time of one audit append (signing and its database transaction) on this instance.",
                     &jb_metric_audit_append);
+  jb_prom_header(out, "jailbox_ops_handled_total", "counter",
+                 "Agent tool calls this instance sent to a worker: path=direct (handed to a worker of this"
+                 " instance on its ops socket) or path=queued (stored as an op row for the worker holding the session).");
+  jb_prom_sample(out, "jailbox_ops_handled_total", (double)atomic_load(&jb_metric_ops_direct), "path", "direct", NULL);
+  jb_prom_sample(out, "jailbox_ops_handled_total", (double)atomic_load(&jb_metric_ops_queued), "path", "queued", NULL);
   jb_prom_header(out, "jailbox_draining", "gauge", "1 after SIGTERM while this instance drains.");
   jb_prom_sample(out, "jailbox_draining", atomic_load(&app->draining) ? 1 : 0, NULL);
   jb_prom_header(out, "jailbox_redis_configured", "gauge", "1 when JAILBOX_REDIS_URL is set.");

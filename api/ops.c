@@ -29,10 +29,13 @@
 #include "db/events.h"
 #include "db/ops.h"
 #include "db/sessions.h"
+#include "sandbox/direct.h"
 #include "sandbox/pathcheck.h"
+#include "sandbox/supervise.h"
 #include "server/bus.h"
 #include "server/config.h"
 #include "server/log.h"
+#include "server/metrics.h"
 #include "server/opwait.h"
 
 #define FILE_MAX (1024 * 1024)   /* bytes of one write (the shim's JB_FILE_MAX) */
@@ -403,6 +406,40 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
   }
 }
 
+/* Hands op `tool` on `path` with the shim's arguments `sargs` (borrowed) straight to the
+ * worker that holds `job` (its contract's "worker", `sess` borrowed) when that worker is one
+ * of this process's (sandbox/direct.h); `expect` (borrowed, NULL: none) is checked against the
+ * session as jb_db_op_create does. The worker stores, runs and completes the op with its
+ * audit entry in one transaction and answers on the socket. Returns the op's answer {ok,
+ * result | error} (new), or NULL when the op must take the queued path (no local worker, the
+ * session is not active — a paused session holds its ops —, the session changed, or the
+ * worker could not be reached: only ops that change nothing come here, so running one again
+ * there is harmless). */
+static json_t *try_direct(struct jb_app *app, const json_t *sess, const char *job, const char *tool,
+                          const char *path, json_t *sargs, json_t *expect) {
+  const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
+  const char *sock = jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
+  if (!sock) return NULL;
+  json_t *req = json_pack("{s:s,s:s,s:s,s:O,s:O?}", "jobId", job, "tool", tool, "path", path,
+                          "args", sargs, "expect", expect);
+  if (!req) return NULL;
+  jb_error err = {0};
+  json_t *ans = jb_direct_call(sock, req, RUN_TIMEOUT_MS, &err);
+  json_decref(req);
+  if (!ans) {
+    jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId", job,
+           "detail", err.msg, NULL);
+    return NULL;
+  }
+  json_t *out = NULL;
+  if (json_is_true(json_object_get(ans, "ran")) && json_is_object(json_object_get(ans, "answer"))) {
+    out = json_incref(json_object_get(ans, "answer"));
+    atomic_fetch_add(&jb_metric_ops_direct, 1);
+  }
+  json_decref(ans);
+  return out;
+}
+
 /* The sessions whose ops this process handled last, as read from the database (JSON text):
  * a copy to decide on without a round trip. Never trusted alone: the op's insert checks that
  * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
@@ -665,15 +702,19 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
     if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
       json_object_set_new(stargs, "withContent", json_true());
-    char *stext = json_dumps(stargs, JSON_COMPACT);
+    json_t *sa = try_direct(app, sess, job, "stat", path, stargs, NULL);
+    rc = JB_OK;
+    if (!sa) {
+      char *stext = json_dumps(stargs, JSON_COMPACT);
+      struct jb_opwait_ticket sticket;
+      wait_begin(app, &sticket, job);
+      rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, NULL, &op_id, st, &err) : JB_ERR_FAIL;
+      free(stext);
+      if (rc == JB_OK) atomic_fetch_add(&jb_metric_ops_queued, 1);
+      if (rc == JB_OK) sa = await_op(app, &c, job, op_id, &sticket, e);
+      else wait_end(app, &sticket);
+    }
     json_decref(stargs);
-    struct jb_opwait_ticket sticket;
-    wait_begin(app, &sticket, job);
-    rc = stext ? jb_db_op_create(c, job, "stat", path, stext, false, NULL, &op_id, st, &err) : JB_ERR_FAIL;
-    free(stext);
-    json_t *sa = NULL;
-    if (rc == JB_OK) sa = await_op(app, &c, job, op_id, &sticket, e);
-    else wait_end(app, &sticket);
     if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
       result = err_out(e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now", st[0] ? st : "gone");
     } else if (rc != JB_OK) {
@@ -711,6 +752,21 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     json_object_set_new(sargs, "expectSha256", json_string(cur));
     diff = write_diff(app, path, current, data, dlen);
   }
+  /* decided on a copy, or on a read made before the session became active (the buyer may
+   * still add exclusions in awaiting_agent): the insert checks it still holds */
+  bool check = cached || arrived;
+  json_t *ans = NULL;
+  if (!is_write) {
+    json_t *x = check ? json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                                  "flagged", flagged ? json_incref(flagged) : json_array())
+                      : NULL;
+    if (!check || x) ans = try_direct(app, sess, job, tool, path, sargs, x);
+    json_decref(x);
+  }
+  if (ans) {
+    json_decref(sargs);
+    goto answered;
+  }
   args_text = json_dumps(sargs, JSON_COMPACT);
   json_decref(sargs);
   if (!args_text) {
@@ -722,9 +778,6 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   struct jb_opwait_ticket ticket;
   wait_begin(app, &ticket, job);
   char *expect = NULL;
-  /* decided on a copy, or on a read made before the session became active (the buyer may
-   * still add exclusions in awaiting_agent): the insert checks it still holds */
-  bool check = cached || arrived;
   if (check) {
     json_t *x = json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
                           "flagged", flagged ? json_incref(flagged) : json_array());
@@ -735,6 +788,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
                          : jb_db_op_create(c, job, tool, path, args_text, pending, expect, &op_id, st, &err);
   free(expect);
   if (rc != JB_OK) wait_end(app, &ticket);
+  else atomic_fetch_add(&jb_metric_ops_queued, 1);
   if (rc == JB_ERR_CONFLICT && !fresh && !st[0]) { /* the copy was stale: start over, fresh */
     sess_cache_put(job, NULL);
     *stale = true;
@@ -771,7 +825,8 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   }
 
   /* wait for the outcome */
-  json_t *ans = await_op(app, &c, job, op_id, &ticket, e);
+  ans = await_op(app, &c, job, op_id, &ticket, e);
+answered:
   if (ans) {
     if (json_is_true(json_object_get(ans, "ok"))) {
       json_t *r = json_object_get(ans, "result");

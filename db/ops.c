@@ -9,6 +9,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
+#include "db/events.h"
 
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
@@ -148,13 +149,23 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     jb_db_rollback(c);
     return rc;
   }
+  /* the new head's event rides on this commit (in the same statement as the op's outcome): a
+   * notification of its own would be a transaction of its own, with a WAL flush of its own */
+  json_t *hj = jb_audit_head_json(head);
+  char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
+  json_decref(hj);
+  if (!ev) {
+    jb_db_rollback(c);
+    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
+  }
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[3] = {id, ok ? "done" : "failed", result_json};
+  const char *p[4] = {id, ok ? "done" : "failed", result_json, ev};
   PGresult *r = jb_db_exec(c,
                            "UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
-                           " WHERE op_id = $1::bigint",
-                           3, p, PGRES_COMMAND_OK, NULL, err, "complete op");
+                           " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
+                           4, p, PGRES_TUPLES_OK, NULL, err, "complete op");
+  free(ev);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
@@ -165,6 +176,45 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     return JB_ERR_FAIL;
   }
   return JB_OK;
+}
+
+int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
+                          const char *args_json, const char *expect_json, long long *op_id,
+                          char state[20], jb_error *err) {
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  const char *p[5] = {job_id, tool, path, args_json, expect_json};
+  /* the session row first (the lock order of every chain writer), then the op, inserted
+   * already claimed by this transaction: nobody else sees it until it is done. The setting
+   * tells the jb_op trigger (migration 016) that nobody waits for a wake-up about it. */
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
+      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh"
+      "   FROM sessions WHERE job_id = $1 FOR UPDATE),"
+      " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
+      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
+      "  SELECT $1, $2, $3, $4::jsonb, 'approved', 'auto', now()"
+      "  FROM s, cfg WHERE s.state = 'active' AND s.fresh RETURNING op_id)"
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
+      5, p, PGRES_TUPLES_OK, NULL, err, "store direct op");
+  if (!r) {
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
+  int rc = JB_OK;
+  state[0] = '\0';
+  if (PQgetisnull(r, 0, 0)) {
+    rc = JB_ERR_NOT_FOUND;
+  } else if (PQgetisnull(r, 0, 1)) {
+    if (strcmp(PQgetvalue(r, 0, 2), "f") != 0) snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    rc = JB_ERR_CONFLICT;
+  } else {
+    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    *op_id = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+  }
+  PQclear(r);
+  if (rc != JB_OK) jb_db_rollback(c);
+  return rc;
 }
 
 int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job) {

@@ -25,6 +25,7 @@
 struct slot {
   char id[512];
   char pidfile[PATH_MAX];
+  char ops_socket[108];  /* sandbox/direct.h; "" when the path would not fit a sockaddr_un */
   pid_t pid;          /* 0: not running */
   bool adopted;       /* not our child: watched through its pid file's lock */
   long long started_ms, next_start_ms;
@@ -80,6 +81,7 @@ static void spawn(struct jb_workers *w, struct slot *s) {
     setenv("JAILBOX_DATABASE_URL", w->conninfo, 1);
     setenv("JAILBOX_WORKER_ID", s->id, 1);
     setenv("JAILBOX_WORKER_PIDFILE", s->pidfile, 1);
+    setenv("JAILBOX_WORKER_OPS_SOCKET", s->ops_socket, 1);
     setenv("JAILBOX_SIGNING_KEY_FILE", w->key_file, 1);
     char *const argv[] = {w->bin, NULL};
     execv(w->bin, argv);
@@ -174,6 +176,11 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
     /* stable across restarts, distinct between jailboxd instances sharing a host or a database */
     snprintf(w->slots[i].id, sizeof w->slots[i].id, "%s:%s#%zu", host, abs_state, i);
     snprintf(w->slots[i].pidfile, sizeof w->slots[i].pidfile, "%s/worker-%zu.pid", abs_state, i);
+    char ops[PATH_MAX];
+    snprintf(ops, sizeof ops, "%s/worker-%zu.ops", abs_state, i);
+    if (strlen(ops) < sizeof w->slots[i].ops_socket) memcpy(w->slots[i].ops_socket, ops, strlen(ops) + 1);
+    else jb_log(JB_LOG_WARN, "state directory path too long for the worker's ops socket: ops take the queued path",
+                "worker", w->slots[i].id, NULL);
   }
   pthread_mutex_init(&w->lock, NULL);
   /* the first start happens here, so that the log shows it before "listening" */
@@ -230,4 +237,11 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
   pthread_mutex_destroy(&w->lock);
   free(w->slots);
   free(w);
+}
+
+const char *jb_workers_ops_socket(const struct jb_workers *w, const char *worker_id) {
+  if (!w || !worker_id) return NULL;
+  for (size_t i = 0; i < w->n; i++) /* ids and paths are fixed at start: no lock needed */
+    if (strcmp(w->slots[i].id, worker_id) == 0) return w->slots[i].ops_socket[0] ? w->slots[i].ops_socket : NULL;
+  return NULL;
 }

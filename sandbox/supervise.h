@@ -11,12 +11,18 @@ struct jb_workers;
 
 /* Starts `n` workers (n ≥ 1) running `bin` ("" = jailbox-worker in jailboxd's directory)
  * with JAILBOX_DATABASE_URL=`conninfo`, JAILBOX_SIGNING_KEY_FILE=`signing_key_file` (session
- * transitions are signed audit entries), ids "<host>:<state_dir>#<i>" and pid files
- * "<state_dir>/worker-<i>.pid"; everything else they read from the inherited environment.
+ * transitions are signed audit entries), ids "<host>:<state_dir>#<i>", pid files
+ * "<state_dir>/worker-<i>.pid" and ops sockets "<state_dir>/worker-<i>.ops"; everything else they read from the inherited environment.
  * On success *out is new (free with jb_workers_stop). Returns 0, or -1 with `err` set when the
  * binary is missing or the supervising thread cannot start. */
 int jb_workers_start(struct jb_workers **out, long n, const char *bin, const char *state_dir,
                      const char *conninfo, const char *signing_key_file, jb_error *err);
+
+/* The ops socket (sandbox/direct.h) of this process's worker `worker_id` — the id a session's
+ * contract names as its worker —, or NULL when that worker is not one of `w`'s (another
+ * instance's, or a worker run apart) or has none. `w` may be NULL. The string lives as long
+ * as `w`. Thread-safe. */
+const char *jb_workers_ops_socket(const struct jb_workers *w, const char *worker_id);
 
 /* Sends SIGTERM to every worker, waits up to `grace_ms` for each (a worker fails its live
  * sessions and removes their containers on the way out), then SIGKILL. NULL is allowed. */

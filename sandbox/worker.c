@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <sodium.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #include "db/db.h"
 #include "db/launch_jobs.h"
 #include "db/sessions.h"
+#include "sandbox/direct.h"
 #include "sandbox/explain.h"
 #include "sandbox/shim_proto.h"
 #include "sandbox/walls.h"
@@ -71,6 +73,8 @@ static const struct setting settings[] = {
   {"JAILBOX_START_TIMEOUT_MS", "30000", "container start to shim ready, ms"},
   {"JAILBOX_CALL_TIMEOUT_MS", "30000", "one call to the shim, ms"},
   {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
+  {"JAILBOX_WORKER_OPS_SOCKET", "",
+   "Unix socket (mode 0600) on which jailboxd hands reads, lists and stats straight to this worker (sandbox/direct.h); empty: none (jailboxd: <state dir>/worker-N.ops)"},
   {"JAILBOX_WORKER_PIDFILE", "", "pid file, locked while the worker runs; empty: none"},
   {"JAILBOX_PRESCAN_HOLD", "0", "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
   {"JAILBOX_PRESCAN_HASH_MAX_MIB", "1024",
@@ -945,20 +949,23 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
   return out;
 }
 
-struct opclaim_args {
-  const char *job;
-  int ran;
-  int signal;          /* a signal the op raised (enum jb_signal), -1 none */
+/* What running an op told of the agent: an escape or alert signal (enum jb_signal, -1 none)
+ * with its detail, raised once the op is committed. */
+struct op_signal {
+  int signal;
   char detail[400];
 };
-static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
-  struct opclaim_args *oa = a;
-  struct jb_op_claim op;
-  int rc = jb_db_op_claim(c, oa->job, &op, err);
-  if (rc != JB_OK) return rc;
-  json_t *args = json_loads(op.args_json, 0, NULL);
+
+/* Runs claimed op `op` of `job` (its transaction open: jb_db_op_claim or
+ * jb_db_op_direct_begin) in the shim and completes it with its audit entry (commit). With
+ * `strip_content` a read's or stat's file content is left out of the stored result (its
+ * answer is delivered directly, not read back from the row). *answer_out (when not NULL)
+ * receives the op's answer {ok, result | error} (new) when it was committed. */
+static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool strip_content,
+                     struct op_signal *sigout, json_t **answer_out, jb_error *err) {
+  json_t *args = json_loads(op->args_json, 0, NULL);
   bool violation = false;
-  json_t *ans = op_run(oa->job, &op, args, &violation);
+  json_t *ans = op_run(job, op, args, &violation);
   /* what the op tells of the agent (acted on once the op is committed) */
   json_t *ej = json_object_get(ans, "error");
   const char *escape = json_string_value(json_object_get(ej, "escape"));
@@ -968,28 +975,43 @@ static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
     sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
           : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
   if (sig >= 0) {
-    oa->signal = sig;
+    sigout->signal = sig;
     const char *msg = json_string_value(json_object_get(ej, "message"));
-    snprintf(oa->detail, sizeof oa->detail, "%s %.300s: %.80s", op.tool, op.path,
+    snprintf(sigout->detail, sizeof sigout->detail, "%s %.300s: %.80s", op->tool, op->path,
              msg ? msg : "refused");
   }
-  json_t *details = op_audit_details(&op, args, ans);
+  json_t *details = op_audit_details(op, args, ans);
   bool ok = json_is_true(json_object_get(ans, "ok"));
-  char *text = json_dumps(ans, JSON_COMPACT);
-  struct jb_audit_head head;
-  rc = text ? jb_db_op_complete(c, W.keys, oa->job, &op, ok, text, details, &head, err)
-            : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
-  if (rc == JB_OK) {
-    oa->ran++;
-    json_t *hj = jb_audit_head_json(&head);
-    jb_error nerr = {0};
-    jb_db_notify_event(c, oa->job, "jailbox:audit_head", hj, &nerr);
-    json_decref(hj);
+  json_t *stored = ans;
+  if (strip_content && ok && json_object_get(json_object_get(ans, "result"), "content")) {
+    stored = json_deep_copy(ans);
+    json_object_del(json_object_get(stored, "result"), "content");
   }
+  char *text = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
+  if (stored != ans) json_decref(stored);
+  struct jb_audit_head head;
+  int rc = text ? jb_db_op_complete(c, W.keys, job, op, ok, text, details, &head, err)
+                : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
-  json_decref(ans);
   json_decref(args);
+  if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
+  json_decref(ans);
+  return rc;
+}
+
+struct opclaim_args {
+  const char *job;
+  int ran;
+  struct op_signal sig;
+};
+static int opclaim_fn(PGconn *c, void *a, jb_error *err) {
+  struct opclaim_args *oa = a;
+  struct jb_op_claim op;
+  int rc = jb_db_op_claim(c, oa->job, &op, err);
+  if (rc != JB_OK) return rc;
+  rc = op_finish(c, oa->job, &op, false, &oa->sig, NULL, err);
+  if (rc == JB_OK) oa->ran++;
   jb_op_claim_free(&op);
   return rc;
 }
@@ -1010,10 +1032,10 @@ static void run_queued_ops(const char *only, int max) {
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
     for (int k = 0; k < max; k++) {
-      struct opclaim_args a = {jobs[i], 0, -1, ""};
+      struct opclaim_args a = {jobs[i], 0, {-1, ""}};
       jb_error err = {0};
       int rc = with_conn(opclaim_fn, &a, &err);
-      if (a.signal >= 0) raise_signal(jobs[i], (enum jb_signal)a.signal, a.detail);
+      if (a.sig.signal >= 0) raise_signal(jobs[i], (enum jb_signal)a.sig.signal, a.sig.detail);
       if (rc == JB_ERR_NOT_FOUND) break;
       if (rc != JB_OK) {
         slog(JB_LOG_ERROR, jobs[i], err.msg, "step", "run op", NULL);
@@ -1186,23 +1208,165 @@ static void *control_main(void *arg) {
   return NULL;
 }
 
-static int control_open(const char *path, jb_error *err) {
+/* A listening Unix socket at `path` (mode 0600): the fd, or -1 with `err`. */
+static int unix_listen(const char *path, const char *what, jb_error *err) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, ENAMETOOLONG, "JAILBOX_WORKER_CONTROL: path too long");
+  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, ENAMETOOLONG, "%s: path too long", what);
   snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return jb_fail_errno(err, errno, "control socket");
+  if (fd < 0) return jb_fail_errno(err, errno, "%s", what);
   unlink(path);
   mode_t old = umask(0077);
   int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   umask(old);
-  if (rc < 0 || listen(fd, 8) < 0) {
+  if (rc < 0 || listen(fd, 64) < 0) {
     int e = errno;
     close(fd);
-    return jb_fail_errno(err, e, "control socket %s", path);
+    return jb_fail_errno(err, e, "%s %s", what, path);
   }
-  control_fd = fd;
-  return 0;
+  return fd;
+}
+
+static int control_open(const char *path, jb_error *err) {
+  control_fd = unix_listen(path, "JAILBOX_WORKER_CONTROL", err);
+  return control_fd < 0 ? -1 : 0;
+}
+
+/* ---- direct ops (sandbox/direct.h) ------------------------------------------------------ */
+
+#define DIRECT_CONNS_MAX 64 /* connections served at once (jailboxd keeps one per handler thread) */
+static int ops_listen_fd = -1;
+static atomic_int direct_conns;
+
+struct direct_args {
+  const char *job, *tool, *path, *args_json, *expect_json;
+  long long op_id;
+  char state[20];
+  json_t *answer;
+  struct op_signal sig;
+};
+static int direct_fn(PGconn *c, void *a, jb_error *err) {
+  struct direct_args *d = a;
+  int rc = jb_db_op_direct_begin(c, d->job, d->tool, d->path, d->args_json, d->expect_json,
+                                 &d->op_id, d->state, err);
+  if (rc != JB_OK) return rc;
+  struct jb_op_claim op = {.op_id = d->op_id, .decision = "auto"};
+  snprintf(op.tool, sizeof op.tool, "%s", d->tool);
+  op.path = strdup(d->path);
+  op.args_json = strdup(d->args_json);
+  if (!op.path || !op.args_json) {
+    jb_op_claim_free(&op);
+    jb_db_rollback(c);
+    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
+  }
+  rc = op_finish(c, d->job, &op, true, &d->sig, &d->answer, err);
+  jb_op_claim_free(&op);
+  return rc;
+}
+
+static json_t *not_run(const char *state, const char *reason) {
+  return json_pack("{s:b, s:s, s:s}", "ran", 0, "state", state, "reason", reason);
+}
+
+/* One request of jailboxd: the answer object (new). */
+static json_t *direct_request(const json_t *req) {
+  const char *job = json_string_value(json_object_get(req, "jobId"));
+  const char *tool = json_string_value(json_object_get(req, "tool"));
+  const char *path = json_string_value(json_object_get(req, "path"));
+  json_t *args = json_object_get(req, "args"), *expect = json_object_get(req, "expect");
+  if (!job || !tool || !path || !json_is_object(args) || (expect && !json_is_object(expect) && !json_is_null(expect)))
+    return not_run("", "want {jobId, tool, path, args, expect}");
+  if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
+    return not_run("", "only read, list and stat are handed over directly");
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  bool here = false;
+  if (s) {
+    pthread_mutex_lock(&s->lock);
+    here = s->sb_ready;
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&W.lock);
+  if (!here) return not_run("", "the session's sandbox is not on this worker");
+  char *args_json = json_dumps(args, JSON_COMPACT);
+  char *expect_json = json_is_object(expect) ? json_dumps(expect, JSON_COMPACT) : NULL;
+  if (!args_json || (json_is_object(expect) && !expect_json)) {
+    free(args_json);
+    free(expect_json);
+    return not_run("", "out of memory");
+  }
+  struct direct_args d = {.job = job, .tool = tool, .path = path, .args_json = args_json,
+                          .expect_json = expect_json, .sig = {-1, ""}};
+  jb_error err = {0};
+  int rc = with_conn(direct_fn, &d, &err);
+  free(args_json);
+  free(expect_json);
+  if (d.sig.signal >= 0) raise_signal(job, (enum jb_signal)d.sig.signal, d.sig.detail);
+  if (rc == JB_OK && d.answer)
+    return json_pack("{s:b, s:I, s:o}", "ran", 1, "opId", (json_int_t)d.op_id, "answer", d.answer);
+  json_decref(d.answer);
+  if (rc == JB_ERR_CONFLICT) return not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
+  if (rc == JB_ERR_NOT_FOUND) return not_run("", "no such session");
+  if (rc != JB_OK) slog(JB_LOG_WARN, job, "direct op not run", "error", err.msg, NULL);
+  return not_run("", "the worker could not run the op");
+}
+
+static void *direct_conn_main(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  size_t cap = 65536, len = 0;
+  char *buf = malloc(cap);
+  while (buf && !atomic_load(&W.stopping)) {
+    char *nl = memchr(buf, '\n', len);
+    if (!nl) {
+      if (len == cap) {
+        if (cap >= JB_DIRECT_MAX_LINE) break; /* over the limit: the connection ends */
+        size_t ncap = cap * 4 > JB_DIRECT_MAX_LINE ? JB_DIRECT_MAX_LINE : cap * 4;
+        char *nb = realloc(buf, ncap);
+        if (!nb) break;
+        buf = nb;
+        cap = ncap;
+      }
+      struct pollfd pf = {.fd = fd, .events = POLLIN};
+      if (poll(&pf, 1, 1000) == 0) continue;
+      ssize_t r = recv(fd, buf + len, cap - len, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      len += (size_t)r;
+      continue;
+    }
+    size_t n = (size_t)(nl - buf);
+    jb_error err = {0};
+    json_t *req = jb_json_parse_object(buf, n, JB_DIRECT_MAX_DEPTH, &err);
+    control_answer(fd, req ? direct_request(req) : not_run("", err.msg));
+    json_decref(req);
+    memmove(buf, nl + 1, len - n - 1);
+    len -= n + 1;
+  }
+  free(buf);
+  close(fd);
+  atomic_fetch_sub(&direct_conns, 1);
+  return NULL;
+}
+
+static void *ops_listen_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&W.stopping)) {
+    struct pollfd pf = {.fd = ops_listen_fd, .events = POLLIN};
+    if (poll(&pf, 1, 500) <= 0) continue;
+    int fd = accept4(ops_listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (atomic_fetch_add(&direct_conns, 1) >= DIRECT_CONNS_MAX ||
+        pthread_create(&t, &at, direct_conn_main, (void *)(intptr_t)fd) != 0) {
+      atomic_fetch_sub(&direct_conns, 1);
+      close(fd); /* jailboxd takes the queued path */
+    }
+    pthread_attr_destroy(&at);
+  }
+  return NULL;
 }
 
 /* ---- main ----------------------------------------------------------------------------- */
@@ -1393,7 +1557,7 @@ int main(int argc, char **argv) {
   if (W.walls.override)
     slog(JB_LOG_WARN, NULL, "development override: sessions may run with fewer walls", "require",
          W.walls.require_text, NULL);
-  if (jb_db_open(&W.db, W.conninfo, 4, 10, &err) < 0) {
+  if (jb_db_open(&W.db, W.conninfo, 8, 10, &err) < 0) {
     slog(JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
     return 1;
   }
@@ -1434,6 +1598,14 @@ int main(int argc, char **argv) {
   }
   pthread_t ops_thread;
   bool ops = pthread_create(&ops_thread, NULL, ops_main, NULL) == 0;
+  pthread_t ops_listen_thread;
+  bool direct = false;
+  const char *opath = env_or("JAILBOX_WORKER_OPS_SOCKET");
+  if (opath[0]) {
+    ops_listen_fd = unix_listen(opath, "JAILBOX_WORKER_OPS_SOCKET", &err);
+    if (ops_listen_fd < 0) slog(JB_LOG_ERROR, NULL, err.msg, "phase", "ops socket", NULL);
+    else direct = pthread_create(&ops_listen_thread, NULL, ops_listen_main, NULL) == 0;
+  }
   slog(JB_LOG_INFO, NULL, "worker ready", "control", control ? cpath : "", NULL);
 
   /* wake-ups: a change notification (sessions and their launch jobs are inserted together),
@@ -1500,6 +1672,11 @@ int main(int argc, char **argv) {
   W.n_sessions = 0;
   if (control) pthread_join(control_thread, NULL);
   if (ops) pthread_join(ops_thread, NULL);
+  if (direct) pthread_join(ops_listen_thread, NULL);
+  if (ops_listen_fd >= 0) {
+    close(ops_listen_fd);
+    unlink(opath);
+  }
   if (control_fd >= 0) {
     close(control_fd);
     unlink(cpath);

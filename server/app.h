@@ -16,6 +16,7 @@ struct jb_keyring;  /* audit signing keys (server/keys.h) */
 struct jb_opwait;   /* waiting op calls (server/opwait.h) */
 struct jb_socket;   /* the Socket.IO endpoint (api/socket.h) */
 struct jb_fanout;   /* Redis fan-out of events (server/fanout.h) */
+struct jb_workers;  /* this process's jailbox-workers (sandbox/supervise.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
@@ -28,6 +29,8 @@ struct jb_app {
   _Atomic long long drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
   struct jb_socket *sock;       /* for /metrics; NULL until started */
   struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
+  struct jb_workers *workers;   /* for direct op hand-over (sandbox/direct.h); NULL until
+                                   started, or with JAILBOX_WORKERS=0; read with __atomic_load_n */
 };
 
 /* The route table served by jailboxd (api/routes.c); *n receives its length. */

@@ -258,6 +258,7 @@ int main(int argc, char **argv) {
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
                        app.keys ? app.keys->path : "", &err) < 0)
     jb_log(JB_LOG_ERROR, err.msg, "phase", "workers", NULL);
+  __atomic_store_n(&app.workers, workers, __ATOMIC_RELEASE); /* read by the op handlers */
   char host[256], addr[300], url[320];
   int port;
   jb_parse_listen(cfg.listen, host, sizeof host, &port, NULL);
@@ -294,8 +295,9 @@ int main(int argc, char **argv) {
 
 out:
   jb_sweeper_stop(sweeper);
+  jb_socket_stop(sock); /* its handlers use the database, and the workers (direct ops) */
+  __atomic_store_n(&app.workers, NULL, __ATOMIC_RELEASE);
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
-  jb_socket_stop(sock); /* its handlers use the database */
   jb_fanout_stop(fanout);
   jb_db_close(notify_db);
   jb_listener_stop(listener);

@@ -27,6 +27,10 @@ struct jb_histogram {
  * the database transaction included). */
 extern struct jb_histogram jb_metric_audit_append;
 
+/* Agent tool calls that reached a worker (api/ops.c), by the way they went: handed straight
+ * to a worker of this process (sandbox/direct.h), or stored as a queued/pending op row. */
+extern atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;
+
 /* CLOCK_MONOTONIC now, ns. */
 long long jb_metrics_now_ns(void);
 

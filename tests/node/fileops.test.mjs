@@ -9,6 +9,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync, chmodSync, renameSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
 
@@ -397,6 +398,92 @@ test('review: approve racing abort — a write on disk is always in the audit ch
     const v = await srv.req('GET', `/v1/jailbox/${R.jobId}/audit/verify`, { token: srv.serviceToken });
     assert.equal(v.json.ok, true, JSON.stringify(v.json));
   }
+});
+
+// the jailbox_ops_handled_total{path} counter of /metrics (api/metrics.c)
+async function handled(path) {
+  const r = await srv.req('GET', '/metrics', { token: srv.serviceToken });
+  assert.equal(r.status, 200);
+  const m = r.text.match(new RegExp(`^jailbox_ops_handled_total\\{path="${path}"\\} (\\d+)`, 'm'));
+  assert.ok(m, r.text.slice(0, 2000));
+  return Number(m[1]);
+}
+
+// one request line on the worker's ops socket (sandbox/direct.h), the answer line parsed
+function opsSocket(line, ms = 10000) {
+  return new Promise((resolve, reject) => {
+    const s = net.createConnection(join(srv.state, 'worker-0.ops'));
+    let buf = '';
+    const t = setTimeout(() => { s.destroy(); reject(new Error('no answer')); }, ms);
+    s.on('data', (d) => {
+      buf += d;
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) { clearTimeout(t); s.destroy(); resolve(JSON.parse(buf.slice(0, nl))); }
+    });
+    // the worker ending the connection while we still write: a reset, i.e. closed
+    s.on('error', (e) => { clearTimeout(t); if (['ECONNRESET', 'EPIPE'].includes(e.code)) resolve({ closed: true, buf }); else reject(e); });
+    s.on('close', () => { clearTimeout(t); resolve({ closed: true, buf }); });
+    s.write(line);
+  });
+}
+
+test('reads and lists go straight to the worker, stored and audited before they answer; writes and paused sessions take the queued path', { timeout: 120000 }, async () => {
+  const D = await openSession((d) => writeFileSync(join(d, 'd.txt'), 'direct\n'), { mode: 'unsupervised' });
+  const agent = await connect(D.agentToken);
+  const buyer = await connect(D.buyerToken);
+  const d0 = await handled('direct'), q0 = await handled('queued');
+  for (let i = 0; i < 5; i++) assert.equal((await ok(agent, 'read', { path: 'd.txt' })).content, 'direct\n');
+  assert.ok((await ok(agent, 'list', {})).entries.some((e) => e.name === 'd.txt'));
+  assert.equal((await ok(agent, 'write', { path: 'w.txt', content: 'queued\n' })).written, 7);
+  assert.equal(await handled('direct') - d0, 6);
+  assert.equal(await handled('queued') - q0, 1);
+  // every read is an op row, done, whose stored result keeps no file content, and an entry
+  const ops = (await srv.db.query("SELECT tool, state, result FROM ops WHERE job_id = $1 ORDER BY op_id", [D.jobId])).rows;
+  const reads = ops.filter((o) => o.tool === 'read');
+  assert.equal(reads.length, 5);
+  for (const o of reads) {
+    assert.equal(o.state, 'done');
+    assert.equal(o.result.ok, true);
+    assert.equal(o.result.result.content, undefined, JSON.stringify(o.result));
+    assert.equal(o.result.result.size, 7);
+  }
+  const entries = (await srv.db.query("SELECT operation, details FROM audit_entries WHERE job_id = $1 AND operation = 'read'", [D.jobId])).rows;
+  assert.equal(entries.length, 5);
+  assert.ok(entries.every((e) => e.details.ok === true && e.details.size === 7));
+  // paused: a read waits on the queued path until resume
+  let ack = await buyer.timeout(10000).emitWithAck('jailbox:pause', {});
+  assert.equal(ack.ok, true);
+  let settled = false;
+  const held = call(agent, 'read', { path: 'd.txt' }, 60000).then((r) => { settled = true; return r; });
+  await new Promise((r) => setTimeout(r, 800));
+  assert.equal(settled, false, 'a read ran in a paused session');
+  ack = await buyer.timeout(10000).emitWithAck('jailbox:resume', {});
+  assert.equal((await held).result.structuredContent.content, 'direct\n');
+  assert.equal(await handled('queued') - q0, 2);
+  const v = await srv.req('GET', `/v1/jailbox/${D.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
+test('the worker\'s ops socket: bad lines, writes, unknown sessions and oversized lines run nothing', { timeout: 60000 }, async () => {
+  const before = (await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n;
+  let r = await opsSocket('not json\n');
+  assert.equal(r.ran, false, JSON.stringify(r));
+  r = await opsSocket('{"jobId":"x","jobId":"y","tool":"read","path":"a","args":{}}\n'); // duplicate key
+  assert.equal(r.ran, false, JSON.stringify(r));
+  r = await opsSocket(JSON.stringify({ jobId: A.jobId, tool: 'write', path: 'evil.txt', args: { content: 'x' } }) + '\n');
+  assert.equal(r.ran, false, JSON.stringify(r));
+  assert.match(r.reason, /only read, list and stat/);
+  r = await opsSocket(JSON.stringify({ jobId: 'no-such-job', tool: 'read', path: 'a.txt', args: {} }) + '\n');
+  assert.equal(r.ran, false, JSON.stringify(r));
+  r = await opsSocket('[' + '['.repeat(100) + ']'.repeat(100) + ']\n'); // too deep
+  assert.equal(r.ran, false, JSON.stringify(r));
+  // over 8 MiB without a newline: the worker ends the connection, having parsed nothing
+  r = await opsSocket('{"jobId":"' + 'a'.repeat(9 * 1024 * 1024), 30000);
+  assert.equal(r.closed, true);
+  assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n, before);
+  assert.ok(!existsSync(join(A.dir, 'evil.txt')));
+  // and the worker still serves the agent (an earlier test replaced a.txt)
+  assert.equal((await ok(agentA, 'read', { path: 'sub/b.txt' })).content, 'bee\n');
 });
 
 test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
