@@ -243,6 +243,66 @@ PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *pa
   return NULL;
 }
 
+PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err) {
+  char names[16][32];
+  if (n_steps < 1 || n_steps > 16) return jb_fail(err, EINVAL, "pipeline of %d steps", n_steps), NULL;
+  for (int i = 0; i < n_steps; i++) { /* prepared beforehand, in the ordinary way */
+    snprintf(names[i], sizeof names[i], "jb_%p", (const void *)steps[i].sql);
+    if (is_prepared(conn, steps[i].sql)) continue;
+    PGresult *r = PQprepare(conn, names[i], steps[i].sql, steps[i].n, NULL);
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    bool done = PQresultStatus(r) == PGRES_COMMAND_OK || (st && strcmp(st, "42P05") == 0);
+    if (!done) {
+      if (r) jb_db_fail_res(err, r, steps[i].what);
+      else jb_db_fail(err, conn, steps[i].what);
+      PQclear(r);
+      return NULL;
+    }
+    mark_prepared(conn, steps[i].sql);
+    PQclear(r);
+  }
+  if (PQenterPipelineMode(conn) != 1) return jb_db_fail(err, conn, "pipeline"), NULL;
+  bool sent = true;
+  for (int i = 0; i < n_steps && sent; i++)
+    sent = PQsendQueryPrepared(conn, names[i], steps[i].n, steps[i].params, NULL, NULL, 0) == 1;
+  sent = sent && PQpipelineSync(conn) == 1;
+  PGresult *last = NULL;
+  bool failed = !sent;
+  if (!sent) jb_db_fail(err, conn, "pipeline: send");
+  /* every step's result (each followed by a NULL), then the Sync's */
+  for (int i = 0; sent && i < n_steps; i++) {
+    PGresult *r = PQgetResult(conn);
+    if (!r) {
+      if (!failed) jb_db_fail(err, conn, steps[i].what);
+      failed = true;
+      break;
+    }
+    ExecStatusType got = PQresultStatus(r);
+    if (!failed && got != steps[i].want) {
+      if (got == PGRES_FATAL_ERROR) jb_db_fail_res(err, r, steps[i].what);
+      else jb_fail(err, EIO, "%s: unexpected result %s", steps[i].what, PQresStatus(got));
+      failed = true;
+    }
+    if (i == n_steps - 1 && !failed) last = r;
+    else PQclear(r);
+    while ((r = PQgetResult(conn))) PQclear(r); /* the NULL that ends this step's results */
+  }
+  for (PGresult *r; sent && (r = PQgetResult(conn));) { /* the Sync */
+    ExecStatusType got = PQresultStatus(r);
+    PQclear(r);
+    if (got == PGRES_PIPELINE_SYNC) break;
+  }
+  if (PQexitPipelineMode(conn) != 1 && !failed) {
+    jb_db_fail(err, conn, "pipeline: exit");
+    failed = true;
+  }
+  if (failed) {
+    PQclear(last);
+    return NULL;
+  }
+  return last;
+}
+
 int jb_db_begin(PGconn *conn, jb_error *err) {
   PGresult *r = jb_db_exec(conn, "BEGIN", 0, NULL, PGRES_COMMAND_OK, NULL, err, "begin");
   PQclear(r);

@@ -51,6 +51,24 @@ PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *pa
                      ExecStatusType want, char *sqlstate, jb_error *err, const char *what);
 
 /* BEGIN / COMMIT / ROLLBACK. The first two return 0 or -1 with `err` set. */
+/* One statement of jb_db_pipeline: static SQL `sql` (prepared once per connection, as
+ * jb_db_exec) with `n` text parameters, expected to end with status `want`. */
+struct jb_db_step {
+  const char *sql;
+  int n;
+  const char *const *params;
+  ExecStatusType want;
+  const char *what;
+};
+
+/* Runs `steps` in order in one round trip (libpq pipeline mode, PostgreSQL protocol 3
+ * "extended query" messages ended by one Sync). A step that fails — an error, or a status
+ * other than its `want` — stops the rest: the server skips every later step of the pipeline
+ * (so a COMMIT after a failed statement never runs; a transaction the steps opened is then
+ * left failed, for the caller to roll back). Returns the last step's result (PQclear it), or
+ * NULL with `err` naming the first step that failed. */
+PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err);
+
 int jb_db_begin(PGconn *conn, jb_error *err);
 int jb_db_commit(PGconn *conn, jb_error *err);
 void jb_db_rollback(PGconn *conn);

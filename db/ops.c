@@ -161,33 +161,31 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
   const char *p[4] = {id, ok ? "done" : "failed", result_json, ev};
-  PGresult *r = jb_db_exec(c,
-                           "UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
-                           " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
-                           4, p, PGRES_TUPLES_OK, NULL, err, "complete op");
+  /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
+  const struct jb_db_step steps[2] = {
+      {"UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
+       " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
+       4, p, PGRES_TUPLES_OK, "complete op"},
+      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+  PGresult *r = jb_db_pipeline(c, steps, 2, err);
   free(ev);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
   }
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
   return JB_OK;
 }
 
 int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err) {
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   const char *p[5] = {job_id, tool, path, args_json, expect_json};
   /* the session row first (the lock order of every chain writer), then the op, inserted
    * already claimed by this transaction: nobody else sees it until it is done. The setting
-   * tells the jb_op trigger (migration 016) that nobody waits for a wake-up about it. */
-  PGresult *r = jb_db_exec(
-      c,
+   * tells the jb_op trigger (migration 016) that nobody waits for a wake-up about it. BEGIN
+   * and the statement go in one round trip. */
+  static const char sql[] =
       "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
       "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh"
       "   FROM sessions WHERE job_id = $1 FOR UPDATE),"
@@ -195,8 +193,10 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, 'approved', 'auto', now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
-      5, p, PGRES_TUPLES_OK, NULL, err, "store direct op");
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)";
+  const struct jb_db_step steps[2] = {{"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+                                      {sql, 5, p, PGRES_TUPLES_OK, "store direct op"}};
+  PGresult *r = jb_db_pipeline(c, steps, 2, err);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
