@@ -113,6 +113,9 @@ struct jb_audit_verify_opts {
                                              exactly there */
   bool require_seal;                      /* the session has ended: the last entry must be
                                              its seal */
+  bool full_parse;                        /* jb_audit_verify_file: read every line by the
+                                             full parse, never the fast path (the verdict
+                                             is the same; for tests that compare the two) */
 };
 
 struct jb_audit_result {
