@@ -67,8 +67,16 @@ static int unhex(const char *s, unsigned char *out, size_t n) {
   return 0;
 }
 
-/* Decodes padded standard base64 of at most `max` bytes; *n receives the length. */
+/* Decodes padded standard base64 (RFC 4648 §4) of at most `max` bytes; *n receives the
+ * length. Every character must be of the alphabet or '=': libsodium 1.0.18's decoder itself
+ * takes each byte 0x80..0xff for some digit. */
 static int unbase64(const char *s, size_t slen, unsigned char *out, size_t max, size_t *n) {
+  for (size_t i = 0; i < slen; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+          c == '+' || c == '/' || c == '='))
+      return -1;
+  }
   const char *end = NULL;
   if (sodium_base642bin(out, max, s, slen, NULL, n, &end, sodium_base64_VARIANT_ORIGINAL) != 0)
     return -1;
@@ -936,7 +944,8 @@ static bool take_plain(const char **at, const char *end, struct tok *t) {
 }
 
 /* Takes the bytes up to the next '"' (the body of a string token whose opening quote was
- * taken) and the quote. The body is checked by its decoder, which refuses '\\'. */
+ * taken) and the quote. The body is then checked by its decoder (unbase64), which takes
+ * only characters of the base64 alphabet: no '\\', no control or non-ASCII byte. */
 static bool take_body(const char **at, const char *end, struct tok *t) {
   const char *q = memchr(*at, '"', (size_t)(end - *at));
   if (!q) return false;
@@ -1006,7 +1015,6 @@ static bool read_fast(char *line, size_t len, unsigned char *canon, struct jb_au
   details = (struct tok){at, (size_t)je.position};
   at += je.position;
   size_t n = 0, clen = 0;
-  const char *stop = NULL;
   if (!TAKE(&at, end, ",\"prevHash\":\"") || !take_hash(&at, end, prev) ||
       !TAKE(&at, end, ",\"hash\":\"") || !take_hash(&at, end, hash) ||
       !TAKE(&at, end, ",\"signature\":\"") || !take_body(&at, end, &sig) ||
@@ -1014,9 +1022,7 @@ static bool read_fast(char *line, size_t len, unsigned char *canon, struct jb_au
       !TAKE(&at, end, ",\"keyId\":") || !take_plain(&at, end, &kid) ||
       kid.n != JB_AUDIT_KEY_ID_LEN + 2 || !TAKE(&at, end, ",\"canonical\":\"") ||
       !take_body(&at, end, &cb) || !TAKE(&at, end, "}") || at != end ||
-      sodium_base642bin(canon, JB_AUDIT_MAX_CANONICAL, cb.p, cb.n, NULL, &clen, &stop,
-                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
-      stop != cb.p + cb.n)
+      unbase64(cb.p, cb.n, canon, JB_AUDIT_MAX_CANONICAL, &clen) < 0)
     goto no;
   /* the canonical bytes must be the canonical object of these very tokens */
   const char *cp = (const char *)canon, *cend = cp + clen;

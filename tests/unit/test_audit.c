@@ -1034,6 +1034,15 @@ static void fast_path_edges(void **state) {
   x = strdup(l);
   x[can - l + 4] = '\\';
   expect_one(x, 1, JB_AUDIT_MALFORMED);
+  /* a non-ASCII character (valid UTF-8) for two base64 digits: libsodium 1.0.18 alone would
+   * take each of its bytes for a digit */
+  for (int f = 0; f < 2; f++) {
+    x = strdup(l);
+    char *at = x + ((f ? can : sig) - l) + 8;
+    at[0] = (char)0xc3;
+    at[1] = (char)0xa9;
+    expect_one(x, 1, JB_AUDIT_MALFORMED);
+  }
   x = strdup(l); /* keyId as escapes */
   line_replace(&x, "\"keyId\":\"", "\"keyId\":\"\\u0035");
   line_replace(&x, "\\u00355", "\\u0035");
@@ -1108,6 +1117,15 @@ static void keys_document(void **state) {
   assert_memory_equal(k[0].public_key, key_a->pk, 32);
   assert_string_equal(k[0].retired_at, "");
   free(k);
+  /* a publicKey with a character outside the base64 alphabet is refused */
+  char odd[64];
+  memcpy(odd, b64, sizeof odd);
+  odd[4] = (char)0xc3;
+  odd[5] = (char)0xa9;
+  snprintf(doc, sizeof doc,
+           "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\"}]}",
+           key_a->key_id, odd);
+  assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), -1);
   /* retiredAt is read; it must be null or a timestamp of the entries' form */
   snprintf(doc, sizeof doc,
            "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
