@@ -1043,6 +1043,19 @@ static void fast_path_edges(void **state) {
     at[1] = (char)0xa9;
     expect_one(x, 1, JB_AUDIT_MALFORMED);
   }
+  x = strdup(l); /* bits left over by the padding set: not the encoding of any bytes */
+  assert_memory_equal(x + (sig - l) + 86, "==", 2);
+  x[sig - l + 85] = 'B';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* another digit there, leftover bits clear: other bytes */
+  x[sig - l + 85] = x[sig - l + 85] == 'Q' ? 'g' : 'Q';
+  expect_one(x, 1, JB_AUDIT_BAD_SIGNATURE);
+  x = strdup(l); /* '=' inside, and padding missing */
+  x[sig - l + 40] = '=';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l);
+  line_replace(&x, "==\",\"keyId", "\",\"keyId");
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
   x = strdup(l); /* keyId as escapes */
   line_replace(&x, "\"keyId\":\"", "\"keyId\":\"\\u0035");
   line_replace(&x, "\\u00355", "\\u0035");
