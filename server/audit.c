@@ -909,7 +909,8 @@ static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len,
  * full parse). Equal tokens decode to equal values, so the stated fields are the canonical
  * ones; and such a line is one that jb_audit_entry_parse_line reads into the same entry and
  * canon_of into the same members (the tokens are plain, details pass
- * jb_audit_details_check, the timestamp is valid, seq has at most 18 digits). Any other line
+ * jb_audit_details_check, the timestamp is valid, seq has at most 18 digits, hex and base64
+ * decode as unhex and unbase64 decode them). Any other line
  * — whitespace, another member order, an escape, a non-ASCII byte, details in another order,
  * a canonical form that is not byte-equal — goes the full way (jb_audit_entry_parse_line,
  * canon_of), so the fast path decides no verdict of its own; hash, key, signature and every
