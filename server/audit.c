@@ -67,8 +67,16 @@ static int unhex(const char *s, unsigned char *out, size_t n) {
   return 0;
 }
 
-/* Decodes padded standard base64 of at most `max` bytes; *n receives the length. */
+/* Decodes padded standard base64 (RFC 4648 §4) of at most `max` bytes; *n receives the
+ * length. Every character must be of the alphabet or '=': libsodium 1.0.18's decoder itself
+ * takes each byte 0x80..0xff for some digit. */
 static int unbase64(const char *s, size_t slen, unsigned char *out, size_t max, size_t *n) {
+  for (size_t i = 0; i < slen; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+          c == '+' || c == '/' || c == '='))
+      return -1;
+  }
   const char *end = NULL;
   if (sodium_base642bin(out, max, s, slen, NULL, n, &end, sodium_base64_VARIANT_ORIGINAL) != 0)
     return -1;
@@ -288,19 +296,32 @@ void jb_audit_entries_free(struct jb_audit_entry *v, size_t n) {
 
 /* --- export lines ------------------------------------------------------------------------- */
 
+/* A copy of `details` whose members, at every depth, stand in ascending byte order of their
+ * keys, as in the canonical bytes (jansson keeps the order in which a text lists members).
+ * New reference; when it cannot be made (OOM, or a value jansson cannot write back), a new
+ * reference to `details` itself, whose order is then as given. */
+static json_t *details_sorted(const json_t *details) {
+  char *text = json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS);
+  json_t *sorted = text ? json_loads(text, JSON_ALLOW_NUL, NULL) : NULL;
+  free(text);
+  return sorted ? sorted : json_incref((json_t *)details);
+}
+
 char *jb_audit_entry_line(const struct jb_audit_entry *e) {
   char prev[2 * JB_AUDIT_HASH_LEN + 1], hash[2 * JB_AUDIT_HASH_LEN + 1];
   jb_audit_hex(e->prev_hash, JB_AUDIT_HASH_LEN, prev);
   jb_audit_hex(e->hash, JB_AUDIT_HASH_LEN, hash);
   char *sig = base64(e->signature, JB_AUDIT_SIG_LEN);
   char *canon = base64(e->canonical, e->canonical_len);
+  json_t *details = e->details ? details_sorted(e->details) : NULL;
   json_t *o = NULL;
   if (sig && canon)
     o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:O,s:s,s:s,s:s,s:s,s:s}", "seq", (json_int_t)e->seq,
                   "session", e->session ? e->session : "", "operation",
                   e->operation ? e->operation : "", "path", e->path, "timestamp",
-                  e->timestamp ? e->timestamp : "", "details", e->details, "prevHash", prev,
+                  e->timestamp ? e->timestamp : "", "details", details, "prevHash", prev,
                   "hash", hash, "signature", sig, "keyId", e->key_id, "canonical", canon);
+  json_decref(details);
   free(sig);
   free(canon);
   if (!o) return NULL;
@@ -704,8 +725,11 @@ static int check_place(struct jb_audit_verifier *v, const struct jb_audit_entry 
   return 0;
 }
 
-/* Verifies entry v->pos (authenticity, then place). 0 intact, 1 failed (v->r says why). */
-static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry *e) {
+/* Verifies entry v->pos (authenticity, then place). `known`: its canonical members when the
+ * caller has already established them (the fast path of jb_audit_verify_file), else NULL.
+ * 0 intact, 1 failed (v->r says why). */
+static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry *e,
+                       const struct canon *known) {
   struct jb_audit_result *r = &v->r;
   long long pos = v->pos;
   unsigned char calc[JB_AUDIT_HASH_LEN];
@@ -720,7 +744,9 @@ static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry 
     return fail_at(r, pos, JB_AUDIT_BAD_SIGNATURE, "signature does not verify with key %s",
                    k->key_id);
   struct canon c;
-  if (canon_of(e, &c) < 0)
+  if (known)
+    c = *known;
+  else if (canon_of(e, &c) < 0)
     return fail_at(r, pos, JB_AUDIT_MALFORMED, "signed canonical bytes are not an entry");
   int rc = 0;
   /* both fixed-width UTC, so byte order is time order */
@@ -735,7 +761,9 @@ static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry 
   return rc;
 }
 
-int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_entry *e) {
+/* jb_audit_verifier_add, with the canonical members of `e` when already known (check_entry). */
+static int verifier_add(struct jb_audit_verifier *v, const struct jb_audit_entry *e,
+                        const struct canon *known) {
   v->pos++;
   v->r.entries = v->pos;
   if (v->failed) {
@@ -755,7 +783,7 @@ int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_ent
     fail_at(&v->r, v->pos, JB_AUDIT_MALFORMED, "entry was not read");
     return 1;
   }
-  if (check_entry(v, e)) {
+  if (check_entry(v, e, known)) {
     v->failed = true;
     if (v->pending_seq && v->pending_seq > v->pos + 1)
       snprintf(v->r.detail, sizeof v->r.detail, "entries %lld..%lld are missing", v->pos,
@@ -770,6 +798,10 @@ int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_ent
   memcpy(v->r.head.signature, e->signature, JB_AUDIT_SIG_LEN);
   memcpy(v->r.head.key_id, e->key_id, sizeof v->r.head.key_id);
   return 0;
+}
+
+int jb_audit_verifier_add(struct jb_audit_verifier *v, const struct jb_audit_entry *e) {
+  return verifier_add(v, e, NULL);
 }
 
 int jb_audit_verifier_finish(struct jb_audit_verifier *v, struct jb_audit_result *res) {
@@ -819,34 +851,288 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
   return jb_audit_verifier_finish(&v, r);
 }
 
-/* Reads one line of `in` (without its "\n") into buf, keeping at most `cap` bytes: *len is
- * what was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
- * error. Memory is `cap`, whatever the line's length. */
-static int read_line(FILE *in, char *buf, size_t cap, size_t *len, bool *too_long) {
+/* --- reading an export file: lines, and the fast path for the exporter's own form ----------- */
+
+#define READ_CHUNK 65536 /* bytes read from the file at a time */
+
+/* Hands out the lines of a FILE read a chunk at a time (fread, then memchr for "\n"): memory
+ * is one chunk and the caller's line buffer, whatever a line's length; a NUL byte is an
+ * ordinary byte of its line. */
+struct line_reader {
+  FILE *in;
+  char *chunk;      /* READ_CHUNK bytes */
+  size_t len, off;  /* bytes in chunk; bytes of them handed out */
+  bool eof;         /* the file has nothing after chunk */
+};
+
+/* Reads the next line (without its "\n") into buf, keeping at most `cap` bytes: *len is what
+ * was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
+ * error. */
+static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len,
+                     bool *too_long) {
   size_t n = 0;
-  int ch = EOF;
+  bool any = false;
   *too_long = false;
-  while ((ch = getc_unlocked(in)) != EOF && ch != '\n') {
-    if (n < cap) buf[n++] = (char)ch;
-    else *too_long = true;
+  for (;;) {
+    if (lr->off == lr->len) {
+      if (lr->eof) break;
+      lr->off = 0;
+      lr->len = fread(lr->chunk, 1, READ_CHUNK, lr->in);
+      if (lr->len < READ_CHUNK) { /* fread returns short only at the end or on an error */
+        if (ferror(lr->in)) return -2;
+        lr->eof = true;
+      }
+      continue;
+    }
+    const char *start = lr->chunk + lr->off;
+    size_t avail = lr->len - lr->off;
+    const char *nl = memchr(start, '\n', avail);
+    size_t take = nl ? (size_t)(nl - start) : avail;
+    size_t keep = take < cap - n ? take : cap - n;
+    memcpy(buf + n, start, keep);
+    n += keep;
+    if (keep < take) *too_long = true;
+    lr->off += take + (nl ? 1 : 0);
+    any = true;
+    if (nl) break;
   }
-  if (ch == EOF && ferror(in)) return -2;
-  if (ch == EOF && n == 0 && !*too_long) return -1;
+  if (!any) return -1;
   *len = n;
   return 0;
+}
+
+/* The fast path. A line in exactly the form jb_audit_entry_line writes (members in its order,
+ * no whitespace, every string but details' of printable ASCII without escapes, details in
+ * canonical order) whose canonical bytes are, byte for byte, the canonical object built from
+ * the very tokens the line states, is read without a parse of the whole line and without a
+ * parse of the canonical bytes: jansson parses only `details` (JSON_REJECT_DUPLICATES, as the
+ * full parse). Equal tokens decode to equal values, so the stated fields are the canonical
+ * ones; and such a line is one that jb_audit_entry_parse_line reads into the same entry and
+ * canon_of into the same members (the tokens are plain, details pass
+ * jb_audit_details_check, the timestamp is valid, seq has at most 18 digits, hex and base64
+ * decode as unhex and unbase64 decode them). Any other line
+ * — whitespace, another member order, an escape, a non-ASCII byte, details in another order,
+ * a canonical form that is not byte-equal — goes the full way (jb_audit_entry_parse_line,
+ * canon_of), so the fast path decides no verdict of its own; hash, key, signature and every
+ * later check run on what it read exactly as on a fully parsed entry. */
+
+/* A token of a line: `n` bytes at `p` (a string token with its quotes). */
+struct tok {
+  const char *p;
+  size_t n;
+};
+
+/* Advances *at over the `n` bytes of `lit`; false when the line does not continue so. */
+static bool take_lit(const char **at, const char *end, const char *lit, size_t n) {
+  if ((size_t)(end - *at) < n || memcmp(*at, lit, n) != 0) return false;
+  *at += n;
+  return true;
+}
+#define TAKE(at, end, lit) take_lit(at, end, lit, sizeof lit - 1)
+
+/* Takes a string token whose value is its bytes: '"', printable ASCII other than '"' and
+ * '\\', '"'. */
+static bool take_plain(const char **at, const char *end, struct tok *t) {
+  const char *p = *at;
+  if (p == end || *p != '"') return false;
+  for (p++; p < end && *p != '"'; p++)
+    if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e || *p == '\\') return false;
+  if (p == end) return false;
+  t->p = *at;
+  t->n = (size_t)(p + 1 - *at);
+  *at = p + 1;
+  return true;
+}
+
+/* Takes the bytes up to the next '"' (the body of a string token whose opening quote was
+ * taken) and the quote. The body is then checked by its decoder (unbase64_table), which
+ * takes only characters of the base64 alphabet: no '\\', no control or non-ASCII byte. */
+static bool take_body(const char **at, const char *end, struct tok *t) {
+  const char *q = memchr(*at, '"', (size_t)(end - *at));
+  if (!q) return false;
+  t->p = *at;
+  t->n = (size_t)(q - *at);
+  *at = q + 1;
+  return true;
+}
+
+/* Takes 64 hex characters and the closing '"' into out (32 bytes), as unhex accepts them. */
+static bool take_hash(const char **at, const char *end, unsigned char out[JB_AUDIT_HASH_LEN]) {
+  size_t got = 0;
+  const char *stop = NULL;
+  if ((size_t)(end - *at) < 2 * JB_AUDIT_HASH_LEN + 1 || (*at)[2 * JB_AUDIT_HASH_LEN] != '"' ||
+      sodium_hex2bin(out, JB_AUDIT_HASH_LEN, *at, 2 * JB_AUDIT_HASH_LEN, NULL, &got, &stop) != 0 ||
+      got != JB_AUDIT_HASH_LEN || stop != *at + 2 * JB_AUDIT_HASH_LEN)
+    return false;
+  *at += 2 * JB_AUDIT_HASH_LEN + 1;
+  return true;
+}
+
+/* The value of each base64 digit (RFC 4648 §4, standard alphabet); 255: not a digit. */
+static const unsigned char b64_digit[256] = {
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,  62, 255, 255, 255,  63,
+     52,  53,  54,  55,  56,  57,  58,  59,  60,  61, 255, 255, 255, 255, 255, 255,
+    255,   0,   1,   2,   3,   4,   5,   6,   7,   8,   9,  10,  11,  12,  13,  14,
+     15,  16,  17,  18,  19,  20,  21,  22,  23,  24,  25, 255, 255, 255, 255, 255,
+    255,  26,  27,  28,  29,  30,  31,  32,  33,  34,  35,  36,  37,  38,  39,  40,
+     41,  42,  43,  44,  45,  46,  47,  48,  49,  50,  51, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+};
+
+/* Decodes padded standard base64 exactly as unbase64 does (the same strings accepted, the
+ * same bytes out: '=' only as the last one or two characters of a length that is a multiple
+ * of 4, the bits a padded group leaves over all zero, at most `max` bytes), by table instead
+ * of libsodium's constant-time decoder, which an offline check of public data does not need
+ * and which takes ~10 times as long. The fast path alone uses it; the differential check of
+ * tests/fuzz/fuzz_audit.c compares the two. 0, or -1. */
+static int unbase64_table(const char *s, size_t slen, unsigned char *out, size_t max,
+                          size_t *n) {
+  const unsigned char *in = (const unsigned char *)s;
+  if (slen % 4) return -1;
+  size_t pad = slen && in[slen - 1] == '=' ? (slen >= 2 && in[slen - 2] == '=' ? 2 : 1) : 0;
+  size_t len = slen / 4 * 3 - pad;
+  if (len > max) return -1;
+  size_t groups = (slen - pad) / 4, o = 0;
+  for (size_t g = 0; g < groups; g++, in += 4) {
+    unsigned a = b64_digit[in[0]], b = b64_digit[in[1]], c = b64_digit[in[2]],
+             d = b64_digit[in[3]];
+    if ((a | b | c | d) & 0x80) return -1;
+    unsigned v = a << 18 | b << 12 | c << 6 | d;
+    out[o++] = (unsigned char)(v >> 16);
+    out[o++] = (unsigned char)(v >> 8);
+    out[o++] = (unsigned char)v;
+  }
+  if (pad) {
+    unsigned a = b64_digit[in[0]], b = b64_digit[in[1]], c = pad == 1 ? b64_digit[in[2]] : 0;
+    if ((a | b | c) & 0x80 || (pad == 1 ? c & 3 : b & 15)) return -1;
+    unsigned v = a << 18 | b << 12 | c << 6;
+    out[o++] = (unsigned char)(v >> 16);
+    if (pad == 1) out[o++] = (unsigned char)(v >> 8);
+  }
+  *n = o;
+  return 0;
+}
+
+/* The value of the plain string token `t` of `line`, made a C string in place: its closing
+ * quote becomes NUL. */
+static char *plain_value(char *line, const struct tok *t) {
+  char *v = line + (t->p - line) + 1;
+  v[t->n - 2] = '\0';
+  return v;
+}
+
+/* Reads `line` (`len` bytes, writable) by the fast path into `e` and `c` (see above).
+ * `canon` (JB_AUDIT_MAX_CANONICAL + 1 bytes) receives the canonical bytes. Returns true with
+ * `e` and `c` filled: e->session, operation, path and timestamp then point into `line`
+ * (their closing quotes overwritten with NUL), e->canonical to `canon`, e->details and
+ * c->details to one new object (json_decref it; do not jb_audit_entry_clear `e`). Returns
+ * false with `line` untouched and nothing to release when the line is not in that form. */
+static bool read_fast(char *line, size_t len, unsigned char *canon, struct jb_audit_entry *e,
+                      struct canon *c) {
+  const char *at = line, *end = line + len;
+  struct tok seq, session, op, path = {"null", 4}, ts, details, sig, kid, cb;
+  unsigned char prev[JB_AUDIT_HASH_LEN], hash[JB_AUDIT_HASH_LEN], sigb[JB_AUDIT_SIG_LEN];
+  if (!TAKE(&at, end, "{\"seq\":") || at == end || *at < '1' || *at > '9') return false;
+  seq.p = at;
+  while (at < end && *at >= '0' && *at <= '9' && at - seq.p < 18) at++;
+  seq.n = (size_t)(at - seq.p);
+  if (!TAKE(&at, end, ",\"session\":") || !take_plain(&at, end, &session) ||
+      !TAKE(&at, end, ",\"operation\":") || !take_plain(&at, end, &op) ||
+      !TAKE(&at, end, ",\"path\":"))
+    return false;
+  bool path_null = TAKE(&at, end, "null");
+  if (!path_null && !take_plain(&at, end, &path)) return false;
+  if (!TAKE(&at, end, ",\"timestamp\":") || !take_plain(&at, end, &ts) ||
+      ts.n != JB_AUDIT_TS_LEN + 2 || !TAKE(&at, end, ",\"details\":") || at == end || *at != '{')
+    return false;
+  char tsv[JB_AUDIT_TS_LEN + 1];
+  memcpy(tsv, ts.p + 1, JB_AUDIT_TS_LEN);
+  tsv[JB_AUDIT_TS_LEN] = '\0';
+  if (!timestamp_ok(tsv)) return false;
+  /* details: one JSON object, parsed as the full parse would (duplicates refused); where it
+   * ends, the fixed members follow */
+  json_error_t je;
+  json_t *d = json_loadb(at, (size_t)(end - at), JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
+                         &je);
+  if (!d) return false;
+  if (!json_is_object(d) || je.position <= 0 || (size_t)je.position > (size_t)(end - at) ||
+      jb_audit_details_check(d, NULL) < 0)
+    goto no;
+  details = (struct tok){at, (size_t)je.position};
+  at += je.position;
+  size_t n = 0, clen = 0;
+  if (!TAKE(&at, end, ",\"prevHash\":\"") || !take_hash(&at, end, prev) ||
+      !TAKE(&at, end, ",\"hash\":\"") || !take_hash(&at, end, hash) ||
+      !TAKE(&at, end, ",\"signature\":\"") || !take_body(&at, end, &sig) ||
+      unbase64_table(sig.p, sig.n, sigb, JB_AUDIT_SIG_LEN, &n) < 0 || n != JB_AUDIT_SIG_LEN ||
+      !TAKE(&at, end, ",\"keyId\":") || !take_plain(&at, end, &kid) ||
+      kid.n != JB_AUDIT_KEY_ID_LEN + 2 || !TAKE(&at, end, ",\"canonical\":\"") ||
+      !take_body(&at, end, &cb) || !TAKE(&at, end, "}") || at != end ||
+      unbase64_table(cb.p, cb.n, canon, JB_AUDIT_MAX_CANONICAL, &clen) < 0)
+    goto no;
+  /* the canonical bytes must be the canonical object of these very tokens */
+  const char *cp = (const char *)canon, *cend = cp + clen;
+  if (!TAKE(&cp, cend, "{\"details\":") || !take_lit(&cp, cend, details.p, details.n) ||
+      !TAKE(&cp, cend, ",\"operation\":") || !take_lit(&cp, cend, op.p, op.n) ||
+      !TAKE(&cp, cend, ",\"path\":") || !take_lit(&cp, cend, path.p, path.n) ||
+      !TAKE(&cp, cend, ",\"seq\":") || !take_lit(&cp, cend, seq.p, seq.n) ||
+      !TAKE(&cp, cend, ",\"session\":") || !take_lit(&cp, cend, session.p, session.n) ||
+      !TAKE(&cp, cend, ",\"timestamp\":") || !take_lit(&cp, cend, ts.p, ts.n) ||
+      !TAKE(&cp, cend, "}") || cp != cend)
+    goto no;
+  /* accepted: from here on nothing fails */
+  memset(e, 0, sizeof *e);
+  for (size_t i = 0; i < seq.n; i++) e->seq = e->seq * 10 + (seq.p[i] - '0');
+  e->session = plain_value(line, &session);
+  e->operation = plain_value(line, &op);
+  e->path = path_null ? NULL : plain_value(line, &path);
+  e->timestamp = plain_value(line, &ts);
+  e->details = d;
+  canon[clen] = '\0';
+  e->canonical = canon;
+  e->canonical_len = clen;
+  memcpy(e->prev_hash, prev, JB_AUDIT_HASH_LEN);
+  memcpy(e->hash, hash, JB_AUDIT_HASH_LEN);
+  memcpy(e->signature, sigb, JB_AUDIT_SIG_LEN);
+  memcpy(e->key_id, kid.p + 1, JB_AUDIT_KEY_ID_LEN);
+  e->key_id[JB_AUDIT_KEY_ID_LEN] = '\0';
+  *c = (struct canon){.seq = e->seq, .session = e->session, .operation = e->operation,
+                      .path = e->path, .timestamp = e->timestamp, .details = d};
+  return true;
+no:
+  json_decref(d);
+  return false;
 }
 
 int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
                          const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
                          jb_error *err) {
   char *buf = malloc(JB_AUDIT_MAX_LINE);
-  if (!buf) return jb_fail(err, ENOMEM, "out of memory");
+  char *chunk = malloc(READ_CHUNK);
+  unsigned char *canon = malloc(JB_AUDIT_MAX_CANONICAL + 1);
+  if (!buf || !chunk || !canon) {
+    free(buf);
+    free(chunk);
+    free(canon);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  struct line_reader lr = {.in = in, .chunk = chunk};
+  bool fast = !(opts && opts->full_parse);
   struct jb_audit_verifier v;
   jb_audit_verifier_init(&v, keys, nkeys, opts);
   bool settled = false, too_long = false;
   size_t len = 0;
   int rc;
-  while ((rc = read_line(in, buf, JB_AUDIT_MAX_LINE, &len, &too_long)) == 0) {
+  while ((rc = read_line(&lr, buf, JB_AUDIT_MAX_LINE, &len, &too_long)) == 0) {
     if (len > 0 && buf[len - 1] == '\r') len--;
     bool blank = !too_long;
     for (size_t i = 0; i < len && blank; i++)
@@ -857,6 +1143,12 @@ int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nk
       continue;
     }
     struct jb_audit_entry e;
+    struct canon c;
+    if (fast && !too_long && read_fast(buf, len, canon, &e, &c)) {
+      settled = verifier_add(&v, &e, &c) != 0;
+      json_decref(e.details);
+      continue;
+    }
     if (too_long) {
       memset(&e, 0, sizeof e);
       line_fail(&e, NULL, "line longer than the limit");
@@ -867,6 +1159,8 @@ int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nk
     jb_audit_entry_clear(&e);
   }
   free(buf);
+  free(chunk);
+  free(canon);
   if (rc == -2) return jb_fail(err, EIO, "read error: %s", strerror(errno));
   return jb_audit_verifier_finish(&v, res);
 }

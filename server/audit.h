@@ -113,6 +113,9 @@ struct jb_audit_verify_opts {
                                              exactly there */
   bool require_seal;                      /* the session has ended: the last entry must be
                                              its seal */
+  bool full_parse;                        /* jb_audit_verify_file: read every line by the
+                                             full parse, never the fast path (the verdict
+                                             is the same; for tests that compare the two) */
 };
 
 struct jb_audit_result {
@@ -170,8 +173,10 @@ void jb_audit_entries_free(struct jb_audit_entry *v, size_t n);
 /* --- the export line (JSON Lines) ------------------------------------------------------------ */
 
 /* Returns the export line of `e`: one compact JSON object with seq, session, operation,
- * path, timestamp, details, prevHash, hash (lowercase hex), signature (base64, RFC 4648 §4,
- * padded), keyId, canonical (base64 of the verbatim canonical bytes), followed by "\n".
+ * path, timestamp, details (its members in ascending byte order of their keys at every
+ * depth, as in the canonical bytes), prevHash, hash (lowercase hex), signature (base64,
+ * RFC 4648 §4, padded), keyId, canonical (base64 of the verbatim canonical bytes), in this
+ * order, followed by "\n".
  * New string (free it), NULL on OOM. */
 char *jb_audit_entry_line(const struct jb_audit_entry *e);
 
@@ -245,8 +250,11 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
                     const struct jb_audit_verify_opts *opts, struct jb_audit_result *res);
 
 /* Verifies the JSON Lines export read from `in` (to its end) as jb_audit_verify does, one
- * line at a time: memory stays bounded by one line (JB_AUDIT_MAX_LINE bytes) and one entry,
- * whatever the length of the chain. Blank lines are skipped; a line that cannot be read, or
+ * line at a time: memory stays bounded by one line (JB_AUDIT_MAX_LINE bytes), one 64 KiB
+ * read buffer, one canonical buffer (JB_AUDIT_MAX_CANONICAL bytes) and one entry, whatever
+ * the length of the chain. A line in exactly the exporter's form is read by a fast path
+ * (api/audit.md, "Verification") that reaches the same verdict as the full parse;
+ * opts->full_parse turns it off. Blank lines are skipped; a line that cannot be read, or
  * longer than JB_AUDIT_MAX_LINE, is a malformed entry at its position. Once the verdict is
  * settled the remaining lines are only counted (res->entries). Returns 0 intact, 1 not
  * intact, -1 with `err` on a read error or OOM. */

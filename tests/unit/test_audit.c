@@ -279,23 +279,55 @@ static int verify(const struct chain *c, const struct jb_audit_verify_opts *o,
   struct jb_audit_result fr;
   assert_int_equal(jb_audit_verify_file(in, c->keys, c->nkeys, o, &fr, NULL), rc);
   fclose(in);
-  free(buf);
   assert_int_equal(fr.ok, r->ok);
   assert_int_equal(fr.entries, r->entries);
   assert_int_equal(fr.first_bad_seq, r->first_bad_seq);
   assert_int_equal(fr.reason, r->reason);
   assert_int_equal(fr.head.seq, r->head.seq);
   assert_string_equal(fr.detail, r->detail);
+  /* and so does the streaming verifier without its fast path */
+  struct jb_audit_verify_opts full = o ? *o : (struct jb_audit_verify_opts){0};
+  full.full_parse = true;
+  in = fmemopen(buf, total ? total : 1, "r");
+  assert_non_null(in);
+  if (!total) getc(in);
+  assert_int_equal(jb_audit_verify_file(in, c->keys, c->nkeys, &full, &fr, NULL), rc);
+  fclose(in);
+  free(buf);
+  assert_int_equal(fr.ok, r->ok);
+  assert_int_equal(fr.entries, r->entries);
+  assert_int_equal(fr.first_bad_seq, r->first_bad_seq);
+  assert_int_equal(fr.reason, r->reason);
+  assert_int_equal(fr.head.seq, r->head.seq);
+  assert_memory_equal(fr.head.hash, r->head.hash, 32);
+  assert_int_equal(fr.sealed, r->sealed);
+  assert_string_equal(fr.session, r->session);
+  assert_string_equal(fr.detail, r->detail);
   return rc;
 }
 
-/* Streams `text` (`len` bytes) through jb_audit_verify_file with the keys of `c`. */
+/* Streams `text` (`len` bytes) through jb_audit_verify_file with the keys of `c`, with and
+ * without its fast path: both must give the same result, which lands in `r`. */
 static int verify_text(const struct chain *c, const char *text, size_t len,
                        struct jb_audit_result *r) {
   FILE *in = fmemopen((void *)text, len, "r");
   assert_non_null(in);
   int rc = jb_audit_verify_file(in, c->keys, c->nkeys, NULL, r, NULL);
   fclose(in);
+  struct jb_audit_verify_opts full = {.full_parse = true};
+  struct jb_audit_result fr;
+  in = fmemopen((void *)text, len, "r");
+  assert_non_null(in);
+  assert_int_equal(jb_audit_verify_file(in, c->keys, c->nkeys, &full, &fr, NULL), rc);
+  fclose(in);
+  assert_int_equal(fr.ok, r->ok);
+  assert_int_equal(fr.entries, r->entries);
+  assert_int_equal(fr.first_bad_seq, r->first_bad_seq);
+  assert_int_equal(fr.reason, r->reason);
+  assert_int_equal(fr.head.seq, r->head.seq);
+  assert_int_equal(fr.sealed, r->sealed);
+  assert_string_equal(fr.session, r->session);
+  assert_string_equal(fr.detail, r->detail);
   return rc;
 }
 
@@ -802,6 +834,287 @@ static void malformed_lines(void **state) {
   chain_free(&c);
 }
 
+/* --- the streaming verifier's fast path ------------------------------------------------------ */
+
+/* A line stating `stated` (its members before prevHash, as text) whose canonical bytes are
+ * `canonical` verbatim, chained after `prev` and signed with key_a: for lines the exporter
+ * would not write. *hash_out (when given) receives its hash. New string. */
+static char *signed_line(const char *stated, const char *canonical, const unsigned char prev[32],
+                         unsigned char hash_out[32]) {
+  unsigned char h[32], sig[64];
+  size_t cl = strlen(canonical);
+  jb_audit_hash((const unsigned char *)canonical, cl, prev, h);
+  crypto_sign_detached(sig, NULL, h, 32, key_a->sk);
+  char ph[65], hh[65], sb[89], cb[4096];
+  jb_audit_hex(prev, 32, ph);
+  jb_audit_hex(h, 32, hh);
+  sodium_bin2base64(sb, sizeof sb, sig, 64, sodium_base64_VARIANT_ORIGINAL);
+  assert_true(sodium_base64_ENCODED_LEN(cl, sodium_base64_VARIANT_ORIGINAL) <= sizeof cb);
+  sodium_bin2base64(cb, sizeof cb, (const unsigned char *)canonical, cl,
+                    sodium_base64_VARIANT_ORIGINAL);
+  char *line;
+  assert_true(asprintf(&line, "{%s,\"prevHash\":\"%s\",\"hash\":\"%s\",\"signature\":\"%s\","
+                       "\"keyId\":\"%s\",\"canonical\":\"%s\"}\n",
+                       stated, ph, hh, sb, key_a->key_id, cb) > 0);
+  if (hash_out) memcpy(hash_out, h, 32);
+  return line;
+}
+
+/* A chain of key_a's key holding the `n` given lines (taken). */
+static void chain_of(struct chain *c, char **lines, size_t n) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < n; i++) c->lines[c->n++] = lines[i];
+  memcpy(c->keys[0].public_key, key_a->pk, 32);
+  memcpy(c->keys[0].key_id, key_a->key_id, 17);
+  c->nkeys = 1;
+}
+
+/* Replaces the first `from` in *line with `to`. */
+static void line_replace(char **line, const char *from, const char *to) {
+  char *at = strstr(*line, from);
+  assert_non_null(at);
+  char *n;
+  assert_true(asprintf(&n, "%.*s%s%s", (int)(at - *line), *line, to, at + strlen(from)) > 0);
+  free(*line);
+  *line = n;
+}
+
+#define TS "\"2026-01-02T03:04:05.678Z\""
+/* the stated members and canonical bytes of entry 1 as the exporter writes them */
+#define STATED_OK                                                                          \
+  "\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","     \
+  "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}"
+#define CANON_OK                                                                           \
+  "{\"details\":{\"ok\":true,\"size\":1},\"operation\":\"write\",\"path\":\"/workspace/a\"," \
+  "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}"
+
+/* Verifies the one-line chain `line` (taken) three ways (verify: the full parse, the streaming
+ * verifier, the streaming verifier without its fast path) and checks the shared verdict. */
+static void expect_one(char *line, int want_rc, enum jb_audit_reason want) {
+  struct chain c;
+  chain_of(&c, &line, 1);
+  struct jb_audit_result r;
+  int rc = verify(&c, NULL, &r);
+  if (rc != want_rc || r.reason != want)
+    fail_msg("line %s: got %d '%s' (%s), wanted %d '%s'", line, rc,
+             jb_audit_reason_name(r.reason), r.detail, want_rc, jb_audit_reason_name(want));
+  chain_free(&c);
+}
+
+/* Lines near the exporter's form: whatever the fast path takes or leaves, the verdict is the
+ * full parse's (verify compares them). */
+static void fast_path_edges(void **state) {
+  (void)state;
+  static const unsigned char zero[32];
+  static const struct {
+    const char *stated, *canonical;
+    int rc;
+    enum jb_audit_reason why;
+  } cases[] = {
+      /* the exporter's form */
+      {STATED_OK, CANON_OK, 0, JB_AUDIT_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,\"session\":\"job-7\","
+       "\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      /* escapes and non-ASCII in path and session, the same token on both sides */
+      {"\"seq\":1,\"session\":\"job \\\"7\\\"\",\"operation\":\"write\",\"path\":\"/w/a \\\"q\\\""
+       " \\\\ \\n \xc3\xa9\",\"timestamp\":" TS ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":\"/w/a \\\"q\\\" \\\\ \\n \xc3\xa9\","
+       "\"seq\":1,\"session\":\"job \\\"7\\\"\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      /* the same values written with other escapes than the canonical bytes' */
+      {"\"seq\":1,\"session\":\"job-\\u0037\",\"operation\":\"wr\\u0069te\",\"path\":"
+       "\"\\/workspace\\/a\",\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK, 0, JB_AUDIT_OK},
+      /* a stated value that differs only after an escape */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\\t\","
+       "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK, 1, JB_AUDIT_CONTENT_CHANGED},
+      /* reordered members, and whitespace between tokens */
+      {"\"session\":\"job-7\",\"seq\":1,\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK, 0, JB_AUDIT_OK},
+      {"\"seq\": 1, \"session\" :\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\": {\"ok\":true, \"size\":1}",
+       CANON_OK, 0, JB_AUDIT_OK},
+      /* details in JSONB's member order (an export before details were sorted) */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"size\":1,\"ok\":true}",
+       CANON_OK, 0, JB_AUDIT_OK},
+      /* canonical bytes not in canonical form, the line stating the very same tokens: whitespace
+       * inside details, details out of order, an operation outside [a-z_] */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"ok\": true,\"size\":1}",
+       "{\"details\":{\"ok\": true,\"size\":1},\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"size\":1,\"ok\":true}",
+       "{\"details\":{\"size\":1,\"ok\":true},\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"WRITE\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"WRITE\",\"path\":\"/workspace/a\",\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      /* details that hold the members' own text, a brace in a string, a real, a duplicate */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"prevHash\":\"}\",\"z\":\",\\\"prevHash\\\":\\\"\"}",
+       "{\"details\":{\"prevHash\":\"}\",\"z\":\",\\\"prevHash\\\":\\\"\"},\"operation\":\"write\","
+       "\"path\":null,\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"r\":1.5}",
+       "{\"details\":{\"r\":1.5},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}",
+       0, JB_AUDIT_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"a\":1,\"a\":1}",
+       "{\"details\":{\"a\":1,\"a\":1},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}",
+       1, JB_AUDIT_MALFORMED},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"a\":\"\\u0000\"}",
+       "{\"details\":{\"a\":\"\\u0000\"},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}",
+       1, JB_AUDIT_MALFORMED},
+      /* seq: a leading zero is no JSON; 19 digits fall to the full parse (a gap there) */
+      {"\"seq\":01,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":01,\"session\":\"job-7\","
+       "\"timestamp\":" TS "}",
+       1, JB_AUDIT_MALFORMED},
+      {"\"seq\":1000000000000000000,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,"
+       "\"timestamp\":" TS ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1000000000000000000,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}",
+       1, JB_AUDIT_GAP},
+      /* an impossible timestamp, the same on both sides */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":"
+       "\"2026-13-02T03:04:05.678Z\",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,\"session\":\"job-7\","
+       "\"timestamp\":\"2026-13-02T03:04:05.678Z\"}",
+       1, JB_AUDIT_MALFORMED},
+      /* an extra member, a missing one */
+      {STATED_OK ",\"x\":1", CANON_OK, 1, JB_AUDIT_MALFORMED},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"timestamp\":" TS
+       ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK, 1, JB_AUDIT_MALFORMED},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    expect_one(signed_line(cases[i].stated, cases[i].canonical, zero, NULL), cases[i].rc,
+               cases[i].why);
+
+  /* the encodings of the fixed members */
+  char *l = signed_line(STATED_OK, CANON_OK, zero, NULL);
+  char *hash = strstr(l, "\"hash\":\"") + 8, *sig = strstr(l, "\"signature\":\"") + 13;
+  char *can = strstr(l, "\"canonical\":\"") + 13;
+  char *x = strdup(l); /* uppercase hex */
+  for (char *p = x + (hash - l); p < x + (hash - l) + 64; p++)
+    if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 'a' + 'A');
+  expect_one(x, 0, JB_AUDIT_OK);
+  x = strdup(l); /* a base64 character written as an escape */
+  line_replace(&x, "\"canonical\":\"e", "\"canonical\":\"\\u0065");
+  expect_one(x, 0, JB_AUDIT_OK);
+  x = strdup(l);
+  x[sig - l] = '*';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* 87 characters */
+  memmove(x + (sig - l), x + (sig - l) + 1, strlen(x) - (size_t)(sig - l));
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* padding taken off */
+  line_replace(&x, "=\"}", "\"}");
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l);
+  x[can - l + 4] = ' ';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l);
+  x[can - l + 4] = '\\';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  /* a non-ASCII character (valid UTF-8) for two base64 digits: libsodium 1.0.18 alone would
+   * take each of its bytes for a digit */
+  for (int f = 0; f < 2; f++) {
+    x = strdup(l);
+    char *at = x + ((f ? can : sig) - l) + 8;
+    at[0] = (char)0xc3;
+    at[1] = (char)0xa9;
+    expect_one(x, 1, JB_AUDIT_MALFORMED);
+  }
+  x = strdup(l); /* bits left over by the padding set: not the encoding of any bytes */
+  assert_memory_equal(x + (sig - l) + 86, "==", 2);
+  x[sig - l + 85] = 'B';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* another digit there, leftover bits clear: other bytes */
+  x[sig - l + 85] = x[sig - l + 85] == 'Q' ? 'g' : 'Q';
+  expect_one(x, 1, JB_AUDIT_BAD_SIGNATURE);
+  x = strdup(l); /* '=' inside, and padding missing */
+  x[sig - l + 40] = '=';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l);
+  line_replace(&x, "==\",\"keyId", "\",\"keyId");
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* keyId as escapes */
+  line_replace(&x, "\"keyId\":\"", "\"keyId\":\"\\u0035");
+  line_replace(&x, "\\u00355", "\\u0035");
+  expect_one(x, 0, JB_AUDIT_OK);
+  x = strdup(l); /* cut short, then something after the object */
+  x[can - l + 10] = '\0';
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l);
+  line_replace(&x, "}\n", "}x\n");
+  expect_one(x, 1, JB_AUDIT_MALFORMED);
+  x = strdup(l); /* trailing whitespace is still JSON */
+  line_replace(&x, "}\n", "} \t\n");
+  expect_one(x, 0, JB_AUDIT_OK);
+  free(l);
+
+  /* seals: the exporter's form, details out of order (same tokens both sides), a wrong count */
+  static const struct {
+    int entries;
+    bool head_first;
+    int rc;
+  } seals[] = {{1, false, 0}, {1, true, 0}, {2, false, 1}};
+  for (size_t i = 0; i < 3; i++) {
+    unsigned char h1[32];
+    char *lines[2] = {signed_line(STATED_OK, CANON_OK, zero, h1), NULL};
+    char hex[65], *d, *st, *cn;
+    jb_audit_hex(h1, 32, hex);
+    if (seals[i].head_first)
+      assert_true(asprintf(&d, "{\"head\":\"%s\",\"entries\":%d}", hex, seals[i].entries) > 0);
+    else
+      assert_true(asprintf(&d, "{\"entries\":%d,\"head\":\"%s\"}", seals[i].entries, hex) > 0);
+    assert_true(asprintf(&st, "\"seq\":2,\"session\":\"job-7\",\"operation\":\"seal\",\"path\":null,"
+                         "\"timestamp\":" TS ",\"details\":%s", d) > 0);
+    assert_true(asprintf(&cn, "{\"details\":%s,\"operation\":\"seal\",\"path\":null,\"seq\":2,"
+                         "\"session\":\"job-7\",\"timestamp\":" TS "}", d) > 0);
+    lines[1] = signed_line(st, cn, h1, NULL);
+    free(d);
+    free(st);
+    free(cn);
+    struct chain c;
+    chain_of(&c, lines, 2);
+    struct jb_audit_verify_opts sealed = {.require_seal = true};
+    struct jb_audit_result r;
+    assert_int_equal(verify(&c, &sealed, &r), seals[i].rc);
+    if (seals[i].rc) {
+      assert_int_equal(r.reason, JB_AUDIT_CONTENT_CHANGED);
+      assert_int_equal(r.first_bad_seq, 2);
+    } else {
+      assert_true(r.sealed);
+    }
+    chain_free(&c);
+  }
+
+  /* the exporter states details in the canonical bytes' member order */
+  struct chain c;
+  chain_build(&c, true);
+  assert_non_null(strstr(c.lines[0], "\"details\":{\"decision\":\"auto\",\"ok\":true,\"size\":100}"));
+  chain_free(&c);
+}
+
 static void keys_document(void **state) {
   char b64[64], doc[512];
   sodium_bin2base64(b64, sizeof b64, key_a->pk, 32, sodium_base64_VARIANT_ORIGINAL);
@@ -817,6 +1130,15 @@ static void keys_document(void **state) {
   assert_memory_equal(k[0].public_key, key_a->pk, 32);
   assert_string_equal(k[0].retired_at, "");
   free(k);
+  /* a publicKey with a character outside the base64 alphabet is refused */
+  char odd[64];
+  memcpy(odd, b64, sizeof odd);
+  odd[4] = (char)0xc3;
+  odd[5] = (char)0xa9;
+  snprintf(doc, sizeof doc,
+           "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\"}]}",
+           key_a->key_id, odd);
+  assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), -1);
   /* retiredAt is read; it must be null or a timestamp of the entries' form */
   snprintf(doc, sizeof doc,
            "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
@@ -964,6 +1286,7 @@ int main(void) {
       cmocka_unit_test(tamper_truncation),
       cmocka_unit_test(malformed_lines),
       cmocka_unit_test(stream_verify),
+      cmocka_unit_test(fast_path_edges),
       cmocka_unit_test(keys_document),
       cmocka_unit_test(key_file),
   };
