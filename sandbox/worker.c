@@ -590,7 +590,9 @@ static void *session_main(void *arg) {
   pthread_mutex_unlock(&W.lock);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
-  slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, NULL);
+  const char *chan = json_string_value(json_object_get(json_object_get(sb.contract, "shimChannel"), "kind"));
+  slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, "shimChannel",
+       chan ? chan : "?", NULL);
 
   if (!W.prescan_hold && !atomic_load(&s->teardown)) {
     static const char *const from_pre[] = {"prescanning", NULL};
