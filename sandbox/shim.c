@@ -1,9 +1,9 @@
 /* shim.c — jailbox-shim, the one program inside Wall 3. Two modes:
  *
- *  jailbox-shim --launch [--socket PATH] -- PROGRAM ARGS…   (container entry point, before the jail)
+ *  jailbox-shim --launch -- PROGRAM ARGS…   (container entry point, runs before the jail)
  *      Reads the Wall 3 syscall filter from stdin (a "JBSECCOMP <bytes>\n" header, then that
- *      many bytes of classic BPF). With --socket, connects to the worker's per-session Unix
- *      socket PATH (a host socket bind-mounted into the container; needs runsc --host-uds=open)
+ *      many bytes of classic BPF). With JB_SHIM_SOCKET=PATH in its environment, connects to
+ *      the worker's per-session Unix socket PATH (a host socket bind-mounted into the container; needs runsc --host-uds=open)
  *      and puts the connection on stdin and stdout, so that the jailed shim speaks its line
  *      protocol there instead of over the Docker attach stream; it first tells the worker on
  *      the attach stream's stdout which channel the shim will use (one "channel" event line,
@@ -151,17 +151,15 @@ static int take_socket(const char *path) {
 }
 
 static int launch(int argc, char **argv) {
-  const char *sock = NULL;
-  int at = 2;
-  if (argc > at + 1 && strcmp(argv[at], "--socket") == 0) {
-    sock = argv[at + 1];
-    at += 2;
-  }
-  if (argc < at + 2 || strcmp(argv[at], "--") != 0) {
-    diag("jailbox-shim: usage: jailbox-shim --launch [--socket PATH] -- PROGRAM [ARGS...]");
+  if (argc < 4 || strcmp(argv[2], "--") != 0) {
+    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
     return 125;
   }
-  char **prog = &argv[at + 1];
+  char **prog = &argv[3];
+  /* an environment variable rather than an argument: an older launcher ignores it and the
+   * shim stays on the attach stream (the worker then says so in the contract) */
+  const char *sock = getenv(JB_SHIM_SOCKET_ENV);
+  if (sock && !sock[0]) sock = NULL;
   long size = read_filter_header();
   if (size < 0) {
     diag("jailbox-shim: launch: bad or missing %s header on stdin", JB_SHIM_FILTER_MAGIC);

@@ -268,7 +268,7 @@ static void add_args(json_t *cmd, const char *const list[]) {
 
 /* The container's command: the launcher, then bwrap with Wall 3, then setpriv, then the shim
  * (or, without Wall 3, setpriv and the shim directly). */
-static json_t *container_cmd(bool bwrap, long jail_tmp_mib, bool socket_channel) {
+static json_t *container_cmd(bool bwrap, long jail_tmp_mib) {
   json_t *cmd = json_array();
   static const char *const setpriv[] = {
       JB_IMAGE_SETPRIV, "--reuid", "65534", "--regid", "65534", "--clear-groups",
@@ -277,13 +277,8 @@ static json_t *container_cmd(bool bwrap, long jail_tmp_mib, bool socket_channel)
     add_args(cmd, setpriv);
     return cmd;
   }
-  static const char *const launcher[] = {JB_IMAGE_SHIM, "--launch", NULL};
-  static const char *const socket_arg[] = {
-      "--socket", JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, NULL};
-  add_args(cmd, launcher);
-  if (socket_channel) add_args(cmd, socket_arg);
   static const char *const head[] = {
-      "--", JB_IMAGE_BWRAP,
+      JB_IMAGE_SHIM, "--launch", "--", JB_IMAGE_BWRAP,
       /* directories bwrap would create 0700 (unreadable after the switch to uid 65534) */
       "--perms", "0755", "--dir", "/usr", "--perms", "0755", "--dir", "/usr/bin",
       "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/jailbox",
@@ -368,14 +363,17 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
       "Mounts", "Type", "bind", "Source", workspace, "Target", "/workspace", "ReadOnly", 0,
       "BindOptions", "Propagation", "rprivate", "IpcMode", "private", "LogConfig", "Type", "none",
       "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
+  json_t *env = json_array();
+  if (socket_dir)
+    json_array_append_new(env, json_string(JB_SHIM_SOCKET_ENV "=" JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME));
   if (host && socket_dir)
     json_array_append_new(json_object_get(host, "Mounts"),
                           json_pack("{s:s, s:s, s:s, s:b, s:{s:s}}", "Type", "bind", "Source",
                                     socket_dir, "Target", JB_IMAGE_SHIM_SOCKET_DIR, "ReadOnly", 1,
                                     "BindOptions", "Propagation", "rprivate"));
-  return json_pack("{s:s, s:o, s:n, s:[], s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
-                   "Image", cfg->image, "Cmd", container_cmd(bwrap, cfg->jail_tmp_mib, socket_dir != NULL),
-                   "Entrypoint", "Env", "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox",
+  return json_pack("{s:s, s:o, s:n, s:o, s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
+                   "Image", cfg->image, "Cmd", container_cmd(bwrap, cfg->jail_tmp_mib),
+                   "Entrypoint", "Env", env, "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox",
                    "OpenStdin", 1, "StdinOnce", 1, "AttachStdin", 1, "AttachStdout", 1,
                    "AttachStderr", 1, "Tty", 0, "NetworkDisabled", 1, "Labels", lab,
                    "HostConfig", host);
@@ -727,6 +725,12 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       }
       json_decref(ready);
       ready = NULL;
+    } else if (ready) {
+      channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                          "the launcher did not announce a channel: the image's jailbox-shim "
+                          "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
+      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
+             job_id, "reason", "the image's jailbox-shim predates the socket channel", NULL);
     }
     jb_shim_listener_close(&lsn);
   }
