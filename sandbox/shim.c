@@ -479,6 +479,7 @@ static json_t *dispatch(json_t *req) {
 struct reader {
   char *buf;
   size_t len, cap;
+  size_t scanned;  /* bytes of buf known to hold no newline: a long line is searched once */
   bool discarding; /* inside a line that went over the limit */
 };
 
@@ -490,9 +491,11 @@ static long next_line(struct reader *r, char **line, size_t *consumed) {
     memmove(r->buf, r->buf + *consumed, r->len - *consumed);
     r->len -= *consumed;
     *consumed = 0;
+    r->scanned = 0;
   }
   for (;;) {
-    char *nl = memchr(r->buf, '\n', r->len);
+    char *nl = memchr(r->buf + r->scanned, '\n', r->len - r->scanned);
+    r->scanned = nl ? 0 : r->len;
     if (nl) {
       size_t n = (size_t)(nl - r->buf);
       *consumed = n + 1;
@@ -507,6 +510,7 @@ static long next_line(struct reader *r, char **line, size_t *consumed) {
     if (r->len >= JB_SHIM_MAX_LINE) { /* no newline within the limit: drop what we have */
       r->discarding = true;
       r->len = 0;
+      r->scanned = 0;
     }
     ssize_t n = read(0, r->buf + r->len, r->cap - r->len);
     if (n < 0 && errno == EINTR) continue;

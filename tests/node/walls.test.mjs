@@ -174,6 +174,7 @@ test('explain mode: the contract printed for a person', { timeout: 180000 }, asy
   assert.match(text, /all walls in place/);
   for (const w of ['Wall 1 — gVisor', 'Wall 2 — hardened container', 'Wall 3 — bubblewrap']) assert.match(text, new RegExp(w + '.*: UP'));
   assert.match(text, /residual risks:\n  - /);
+  assert.match(text, /shim channel: per-session Unix socket \(\/run\/jailbox-shim\/shim\.sock\)/);
 });
 
 test('the container runs under runsc, labelled with its session', { timeout: 180000 }, async () => {
