@@ -368,6 +368,23 @@ test('fail closed: a required wall that cannot be built fails the session, namin
   assert.equal(s.walls.walls.gvisor.up, false);
 });
 
+test('JAILBOX_SHIM_SOCKET_DIR=none: the shim speaks over the attach stream, and the contract and log say so', { timeout: 180000 }, async () => {
+  const att = await start({ JAILBOX_SHIM_SOCKET_DIR: 'none' });
+  servers.push(att);
+  const j = (await att.open({})).jobId;
+  const s = await waitState(att, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  assert.equal(s.walls.status, 'up');
+  assert.equal(s.walls.shimChannel.kind, 'attach');
+  assert.match(s.walls.shimChannel.reason, /JAILBOX_SHIM_SOCKET_DIR=none/);
+  assert.match(att.log(), new RegExp(`"msg":"walls up".*"jobId":"${j}".*"shimChannel":"attach"`));
+  // the jail's stdin and stdout are the attach stream's pipes, not a socket, and it still answers
+  const st = await shim(att, j, { op: 'status' });
+  assert.deepEqual(st.fds.map((f) => f.fd), [0, 1, 2]);
+  for (const f of st.fds.slice(0, 2)) assert.doesNotMatch(f.target, /^socket:/, JSON.stringify(st.fds));
+  assert.equal((await shim(att, j, { op: 'ping' })).pong, true);
+});
+
 test('development override: fewer walls, shown in the contract and every log line of the session', { timeout: 180000 }, async () => {
   const dev = await start({ JAILBOX_RUNTIME: 'runsc-not-registered', JAILBOX_REQUIRE_WALLS: 'docker' });
   servers.push(dev);
