@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,8 +66,6 @@ int jb_shimconn_use_socket(struct jb_shimconn *c, int fd, jb_error *err) {
   pthread_mutex_unlock(&c->lock);
   return 0;
 }
-
-bool jb_shimconn_on_socket(const struct jb_shimconn *c) { return c->sock >= 0; }
 
 static void kill_conn(struct jb_shimconn *c, const char *why) {
   if (c->dead) return;

@@ -64,9 +64,6 @@ void jb_shimconn_close(struct jb_shimconn *c);
  * read and before any request. 0, or -1 (`err`: ENOMEM). */
 int jb_shimconn_use_socket(struct jb_shimconn *c, int fd, jb_error *err);
 
-/* Whether the lines travel over the socket channel. */
-bool jb_shimconn_on_socket(const struct jb_shimconn *c);
-
 /* Reads what the attach stream has for at most `timeout_ms` or until it ends, keeping its
  * stderr in the tail (with the socket channel nobody else reads it between calls). For a
  * stopped container, call it before jb_shimconn_stderr. */

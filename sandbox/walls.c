@@ -714,12 +714,12 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
                             JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, "note",
                             "per-session Unix socket of the worker, bind-mounted read-only into "
                             "the container and connected by the launcher before the jail; the "
-                            "jail's filter refuses socket and connect");
+                            "jail's filter refuses socket, socketpair and connect");
       } else {
         const char *why = json_string_value(json_object_get(ready, "error")) ?: "no reason given";
-        channel = json_pack("{s:s, s:s++}", "kind", "attach", "reason",
+        channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
                             "the launcher could not connect to the session's socket (does the "
-                            "runtime have --host-uds=open?): ", why, "");
+                            "runtime have --host-uds=open?): ", why);
         jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream",
                "job", job_id, "reason", why, NULL);
       }
