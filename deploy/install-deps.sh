@@ -62,6 +62,7 @@ fi
 if ! id jailbox >/dev/null 2>&1; then
   useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin jailbox
 fi
-# gVisor as Docker runtime "runsc" (--network=none, --oci-seccomp), other daemon.json keys kept
+# gVisor as Docker runtime "runsc" (--network=none, --oci-seccomp, --host-uds=open), other
+# daemon.json keys kept
 "$(dirname "$0")/register-runsc.sh"
 echo "install-deps.sh: all dependencies present"

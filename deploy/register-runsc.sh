@@ -3,6 +3,10 @@
 # arguments jailbox relies on, keeping every other key of an existing file:
 #   --network=none   runsc refuses NetworkMode "none" containers without it
 #   --oci-seccomp    gVisor enforces the container's seccomp profile as well
+#   --host-uds=open  a process in the sandbox may connect to a host Unix socket in its mounts:
+#                    jailbox-shim's launcher reaches the worker's per-session socket that way
+#                    (without it the shim speaks over the slower Docker attach stream); the
+#                    jailed shim itself cannot connect (Wall 3's filter; sandbox/WALLS.md)
 # Idempotent; a running dockerd is sent SIGHUP (runtimes are reloadable). Needs jq.
 set -euo pipefail
 
@@ -18,7 +22,7 @@ if [ -s "$CONF" ]; then
     echo "register-runsc.sh: $CONF is not a JSON object; not touching it" >&2; exit 1; }
 fi
 wanted=$(printf '%s' "$current" | jq --arg path "$RUNSC" \
-  '.runtimes.runsc = ((.runtimes.runsc // {}) + {path: $path, runtimeArgs: ["--network=none", "--oci-seccomp"]})')
+  '.runtimes.runsc = ((.runtimes.runsc // {}) + {path: $path, runtimeArgs: ["--network=none", "--oci-seccomp", "--host-uds=open"]})')
 if [ "$(printf '%s' "$current" | jq -S .)" = "$(printf '%s' "$wanted" | jq -S .)" ]; then
   echo "register-runsc.sh: runsc already registered in $CONF"
   exit 0

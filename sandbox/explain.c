@@ -90,6 +90,15 @@ int jb_contract_explain(const json_t *c, FILE *out) {
     list(out, json_object_get(in, "netdevs"));
     fprintf(out, ", %zu open descriptors\n", json_array_size(json_object_get(in, "fds")));
   }
+  const json_t *ch = json_object_get(c, "shimChannel");
+  if (json_is_object(ch)) {
+    const char *kind = str(ch, "kind");
+    if (strcmp(kind, "socket") == 0)
+      fprintf(out, "shim channel: per-session Unix socket (%s)\n", str(ch, "socket"));
+    else
+      fprintf(out, "shim channel: %s — %s\n", strcmp(kind, "attach") == 0 ? "Docker attach stream" : kind,
+              str(ch, "reason"));
+  }
   const char *k;
   json_t *v;
   json_object_foreach((json_t *)json_object_get(c, "problems"), k, v) {

@@ -56,6 +56,10 @@ static const struct rule rules[] = {
   {"open_by_handle_at", KILL, ARG_NONE}, {"name_to_handle_at", KILL, ARG_NONE},
   /* pushing input into a terminal (CVE-2017-5226) or driving the console */
   {"ioctl", KILL, ARG_IOCTL_TTY},
+  /* sockets: the shim speaks on the stdio it was given and needs none of its own. Under runsc
+   * --host-uds=open a connect() could reach a host Unix socket left in the workspace (the
+   * launcher connects the shim's own channel before this filter is in force) */
+  {"socket", EPERM_, ARG_NONE}, {"socketpair", EPERM_, ARG_NONE}, {"connect", EPERM_, ARG_NONE},
   /* privileged, but not escape-shaped: fail politely */
   {"acct", EPERM_, ARG_NONE}, {"quotactl", EPERM_, ARG_NONE}, {"quotactl_fd", EPERM_, ARG_NONE},
   {"settimeofday", EPERM_, ARG_NONE}, {"clock_settime", EPERM_, ARG_NONE},

@@ -2,8 +2,13 @@
  *
  *  jailbox-shim --launch -- PROGRAM ARGS…   (container entry point, runs before the jail)
  *      Reads the Wall 3 syscall filter from stdin (a "JBSECCOMP <bytes>\n" header, then that
- *      many bytes of classic BPF), places it in a memfd at descriptor 3, closes every other
- *      descriptor above 2, and executes PROGRAM (bwrap … --seccomp 3 … setpriv … jailbox-shim).
+ *      many bytes of classic BPF). With JB_SHIM_SOCKET=PATH in its environment, connects to
+ *      the worker's per-session Unix socket PATH (a host socket bind-mounted into the container; needs runsc --host-uds=open)
+ *      and puts the connection on stdin and stdout, so that the jailed shim speaks its line
+ *      protocol there instead of over the Docker attach stream; it first tells the worker on
+ *      the attach stream's stdout which channel the shim will use (one "channel" event line,
+ *      sandbox/PROTOCOL.md). Then places the filter in a memfd at descriptor 3, closes every
+ *      other descriptor above 2, and executes PROGRAM (bwrap … --seccomp 3 … setpriv … shim).
  *
  *  jailbox-shim                             (inside the jail)
  *      Serves the line protocol of sandbox/PROTOCOL.md on stdin/stdout: one JSON object per
@@ -30,7 +35,9 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -110,11 +117,49 @@ static long read_filter_header(void) {
   return v;
 }
 
+/* Connects to the Unix socket `path` and moves the connection onto stdin and stdout.
+ * Before that, one line on the current stdout (the attach stream) tells the worker which
+ * channel the shim will speak on: {"event":"channel","channel":"socket"} or, when the connect
+ * failed (a runtime without --host-uds=open refuses it), {"event":"channel","channel":
+ * "attach","error":"…"}: the shim then stays on the attach stream. Returns 0 either way, -1
+ * when stdout cannot be written or the descriptors cannot be moved. */
+static int take_socket(const char *path) {
+  char msg[400];
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int fd = -1, e = 0;
+  if (strlen(path) >= sizeof a.sun_path) {
+    e = ENAMETOOLONG;
+  } else {
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) e = errno;
+  }
+  if (e) {
+    if (fd >= 0) close(fd);
+    /* strerror's text is plain ASCII without quotes or backslashes: no JSON escaping needed */
+    int n = snprintf(msg, sizeof msg,
+                     "{\"event\":\"channel\",\"channel\":\"attach\",\"error\":\"connect %s: %s\"}\n",
+                     strchr(path, '"') || strchr(path, '\\') ? "(path)" : path, strerror(e));
+    return write_all(1, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0 ? -1 : 0;
+  }
+  static const char ok[] = "{\"event\":\"channel\",\"channel\":\"socket\"}\n";
+  if (write_all(1, ok, sizeof ok - 1) < 0) return -1;
+  /* dup2 leaves the new descriptors without FD_CLOEXEC: they are the shim's stdio */
+  if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) return -1;
+  close(fd);
+  return 0;
+}
+
 static int launch(int argc, char **argv) {
   if (argc < 4 || strcmp(argv[2], "--") != 0) {
-    diag("jailbox-shim: usage: jailbox-shim --launch -- PROGRAM [ARGS...]");
+    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
     return 125;
   }
+  char **prog = &argv[3];
+  /* an environment variable rather than an argument: an older launcher ignores it and the
+   * shim stays on the attach stream (the worker then says so in the contract) */
+  const char *sock = getenv(JB_SHIM_SOCKET_ENV);
+  if (sock && !sock[0]) sock = NULL;
   long size = read_filter_header();
   if (size < 0) {
     diag("jailbox-shim: launch: bad or missing %s header on stdin", JB_SHIM_FILTER_MAGIC);
@@ -123,6 +168,10 @@ static int launch(int argc, char **argv) {
   unsigned char *bpf = malloc((size_t)size);
   if (!bpf || read_exact(0, bpf, (size_t)size) < 0) {
     diag("jailbox-shim: launch: reading %ld bytes of filter: %s", size, strerror(errno));
+    return 125;
+  }
+  if (sock && take_socket(sock) < 0) {
+    diag("jailbox-shim: launch: shim channel %s: %s", sock, strerror(errno));
     return 125;
   }
   /* nothing but stdio may reach the jail: close what the runtime may have left open */
@@ -142,8 +191,8 @@ static int launch(int argc, char **argv) {
     }
     close(fd);
   }
-  execv(argv[3], &argv[3]);
-  diag("jailbox-shim: launch: exec %s: %s", argv[3], strerror(errno));
+  execv(prog[0], prog);
+  diag("jailbox-shim: launch: exec %s: %s", prog[0], strerror(errno));
   return 127;
 }
 
@@ -430,6 +479,7 @@ static json_t *dispatch(json_t *req) {
 struct reader {
   char *buf;
   size_t len, cap;
+  size_t scanned;  /* bytes of buf known to hold no newline: a long line is searched once */
   bool discarding; /* inside a line that went over the limit */
 };
 
@@ -441,9 +491,11 @@ static long next_line(struct reader *r, char **line, size_t *consumed) {
     memmove(r->buf, r->buf + *consumed, r->len - *consumed);
     r->len -= *consumed;
     *consumed = 0;
+    r->scanned = 0;
   }
   for (;;) {
-    char *nl = memchr(r->buf, '\n', r->len);
+    char *nl = memchr(r->buf + r->scanned, '\n', r->len - r->scanned);
+    r->scanned = nl ? 0 : r->len;
     if (nl) {
       size_t n = (size_t)(nl - r->buf);
       *consumed = n + 1;
@@ -458,6 +510,7 @@ static long next_line(struct reader *r, char **line, size_t *consumed) {
     if (r->len >= JB_SHIM_MAX_LINE) { /* no newline within the limit: drop what we have */
       r->discarding = true;
       r->len = 0;
+      r->scanned = 0;
     }
     ssize_t n = read(0, r->buf + r->len, r->cap - r->len);
     if (n < 0 && errno == EINTR) continue;

@@ -17,4 +17,8 @@
 #define JB_SHIM_FILTER_MAX (64 * 1024)
 #define JB_SHIM_FILTER_FD 3
 
+/* The launcher's environment variable naming the Unix socket to connect the shim's stdio to
+ * (sandbox/PROTOCOL.md, "Channel"). bwrap --clearenv keeps it out of the jail. */
+#define JB_SHIM_SOCKET_ENV "JB_SHIM_SOCKET"
+
 #endif

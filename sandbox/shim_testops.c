@@ -21,6 +21,7 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +73,24 @@ static long attempt(const char *what) {
   if (!strcmp(what, "ioctl_tiocsti_high"))
     return syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI | 0xdead00000000UL, "x");
   if (!strcmp(what, "ioctl_fionread")) { /* an ordinary ioctl: must pass the filter */
-    int n;
-    return syscall(SYS_ioctl, 0, (unsigned long)FIONREAD, &n);
+    /* on a pipe of its own: stdin may be a host socket (the shim channel), for which gVisor
+     * answers FIONREAD with an error of its own, not the filter's */
+    int n, p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) return -1;
+    long r = syscall(SYS_ioctl, p[0], (unsigned long)FIONREAD, &n);
+    close(p[0]);
+    close(p[1]);
+    return r;
+  }
+  if (!strcmp(what, "connect_stdin")) { /* connect(2) on a socket the jail already holds */
+    struct sockaddr_un a = {.sun_family = AF_UNIX, .sun_path = "/workspace/host.sock"};
+    return connect(0, (struct sockaddr *)&a, sizeof a);
+  }
+  if (!strcmp(what, "socketpair")) {
+    int sv[2];
+    long r = socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    if (r == 0) close(sv[0]), close(sv[1]);
+    return r;
   }
   if (!strcmp(what, "getpid")) return syscall(SYS_getpid);
   errno = ENOSYS;
@@ -117,7 +134,26 @@ static json_t *op_write(const json_t *req, jb_error *err) {
   return json_pack("{s:b, s:i, s:s}", "written", n == 1, "errno", e, "errnoName", e ? errname(e) : "");
 }
 
+/* connect(2) to the Unix socket `path`: a socket file a buyer left in the workspace, which
+ * runsc --host-uds=open would let a sandboxed process reach. */
+static json_t *connect_unix(const char *path, jb_error *err) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, EINVAL, "'path' is too long"), NULL;
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    int e = errno;
+    return json_pack("{s:b, s:s, s:i, s:s}", "connected", 0, "stage", "socket", "errno", e, "errnoName", errname(e));
+  }
+  int e = connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ? errno : 0;
+  close(fd);
+  return json_pack("{s:b, s:s, s:i, s:s}", "connected", e == 0, "stage", "connect", "errno", e,
+                   "errnoName", e ? errname(e) : "");
+}
+
 static json_t *op_connect(const json_t *req, jb_error *err) {
+  const char *upath = json_string_value(json_object_get(req, "path"));
+  if (upath) return connect_unix(upath, err);
   const char *host = json_string_value(json_object_get(req, "host"));
   json_int_t port = json_integer_value(json_object_get(req, "port"));
   json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));

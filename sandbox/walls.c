@@ -18,6 +18,7 @@
 
 #include "sandbox/filter.h"
 #include "sandbox/shim_proto.h"
+#include "server/log.h"
 
 extern char **environ;
 
@@ -324,9 +325,11 @@ static void read_limits(const json_t *l, bool gvisor, struct limits *out) {
   out->host_pids = gvisor ? 4 * pids + 256 : pids;
 }
 
+/* `socket_dir`: the session's shim socket directory on the host, bind-mounted read-only
+ * at JB_IMAGE_SHIM_SOCKET_DIR (NULL: no socket channel). */
 static json_t *create_body(const struct jb_walls_config *cfg, const char *workspace,
                            const json_t *labels, bool gvisor, bool bwrap, bool apparmor,
-                           const struct limits *lim) {
+                           const struct limits *lim, const char *socket_dir) {
   json_t *lab = json_pack("{s:s, s:s}", "jailbox.worker", cfg->worker_id, "jailbox.deployment",
                           cfg->deployment);
   if (labels) json_object_update(lab, (json_t *)labels);
@@ -360,9 +363,17 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
       "Mounts", "Type", "bind", "Source", workspace, "Target", "/workspace", "ReadOnly", 0,
       "BindOptions", "Propagation", "rprivate", "IpcMode", "private", "LogConfig", "Type", "none",
       "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
-  return json_pack("{s:s, s:o, s:n, s:[], s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
+  json_t *env = json_array();
+  if (socket_dir)
+    json_array_append_new(env, json_string(JB_SHIM_SOCKET_ENV "=" JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME));
+  if (host && socket_dir)
+    json_array_append_new(json_object_get(host, "Mounts"),
+                          json_pack("{s:s, s:s, s:s, s:b, s:{s:s}}", "Type", "bind", "Source",
+                                    socket_dir, "Target", JB_IMAGE_SHIM_SOCKET_DIR, "ReadOnly", 1,
+                                    "BindOptions", "Propagation", "rprivate"));
+  return json_pack("{s:s, s:o, s:n, s:o, s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
                    "Image", cfg->image, "Cmd", container_cmd(bwrap, cfg->jail_tmp_mib),
-                   "Entrypoint", "Env", "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox",
+                   "Entrypoint", "Env", env, "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox",
                    "OpenStdin", 1, "StdinOnce", 1, "AttachStdin", 1, "AttachStdout", 1,
                    "AttachStderr", 1, "Tty", 0, "NetworkDisabled", 1, "Labels", lab,
                    "HostConfig", host);
@@ -597,6 +608,9 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   struct jb_filter_info fi = {0};
   char bpf_sha[65] = "";
   struct limits lim;
+  /* the shim's channel: a per-session socket when the launcher runs (Wall 3) and it is on */
+  struct jb_shim_listener lsn = JB_SHIM_LISTENER_INIT;
+  json_t *channel = NULL;
 
   /* which walls can be built here, and whether that is allowed */
   bool use[JB_WALL_COUNT];
@@ -626,7 +640,20 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     }
     sha256_hex(bpf, bpf_len, bpf_sha);
   }
-  body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim);
+  if (!bwrap) {
+    channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                        "no launcher without Wall 3: setpriv starts the shim directly");
+  } else if (cfg->shim_socket_off) {
+    channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                        "socket channel turned off (JAILBOX_SHIM_SOCKET_DIR=none)");
+  } else {
+    jb_error lerr = {0};
+    if (jb_shim_listener_open(&lsn, cfg->shim_socket_dir, JB_SHIM_SOCKET_NAME, &lerr) < 0)
+      channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
+                          "cannot make the session's shim socket: ", lerr.msg);
+  }
+  body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim,
+                     lsn.fd >= 0 ? lsn.dir : NULL);
   if (!body) {
     fail_wall(failed, JB_WALL_DOCKER, err, "cannot build the container request");
     goto out;
@@ -666,7 +693,51 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       goto out;
     }
   }
-  json_t *ready = jb_shimconn_read(&sb->conn, cfg->start_timeout_ms, err);
+  long ready_deadline = now_ms() + cfg->start_timeout_ms;
+  json_t *ready = NULL;
+  if (lsn.fd >= 0) {
+    /* the launcher says on the attach stream where the shim will speak */
+    ready = jb_shimconn_read(&sb->conn, cfg->start_timeout_ms, err);
+    const char *ev = json_string_value(json_object_get(ready, "event")) ?: "";
+    if (ready && strcmp(ev, "channel") == 0) {
+      const char *kind = json_string_value(json_object_get(ready, "channel")) ?: "";
+      if (strcmp(kind, "socket") == 0) {
+        long left = ready_deadline - now_ms();
+        int fd = jb_shim_listener_accept(&lsn, left > 0 ? left : 0, err);
+        jb_shim_listener_close(&lsn); /* one connection: nothing else may connect */
+        if (fd < 0 || jb_shimconn_use_socket(&sb->conn, fd, err) < 0) {
+          json_decref(ready);
+          fail_wall(failed, JB_WALL_COUNT, err, "shim socket: %s", err->msg);
+          goto out;
+        }
+        channel = json_pack("{s:s, s:s, s:s}", "kind", "socket", "socket",
+                            JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, "note",
+                            "per-session Unix socket of the worker, bind-mounted read-only into "
+                            "the container and connected by the launcher before the jail; the "
+                            "jail's filter refuses socket, socketpair and connect");
+      } else {
+        const char *why = json_string_value(json_object_get(ready, "error")) ?: "no reason given";
+        channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
+                            "the launcher could not connect to the session's socket (does the "
+                            "runtime have --host-uds=open?): ", why);
+        jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream",
+               "job", job_id, "reason", why, NULL);
+      }
+      json_decref(ready);
+      ready = NULL;
+    } else if (ready) {
+      channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                          "the launcher did not announce a channel: the image's jailbox-shim "
+                          "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
+      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
+             job_id, "reason", "the image's jailbox-shim predates the socket channel", NULL);
+    }
+    jb_shim_listener_close(&lsn);
+  }
+  if (!ready) {
+    long left = ready_deadline - now_ms();
+    ready = jb_shimconn_read(&sb->conn, left > 0 ? left : 0, err);
+  }
   if (!ready || strcmp(json_string_value(json_object_get(ready, "event")) ?: "", "ready") != 0) {
     char tail[600];
     jb_shimconn_stderr(&sb->conn, tail, sizeof tail);
@@ -726,6 +797,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     }
 
 out:;
+  jb_shim_listener_close(&lsn);
+  if (!channel) channel = json_pack("{s:s, s:s}", "kind", "none", "reason", "the shim did not come up");
   /* the session contract: what stands, with its settings, and what remains */
   char at[40];
   iso8601(epoch_ms(), at, sizeof at);
@@ -843,6 +916,21 @@ out:;
       "walls", "gvisor", w1, "docker", w2, "bwrap", w3, "jailSeenFromInside", jail,
       "problems", problems, "timingsMs", timings_json(t, tnames, T_N),
       "residualRisks", jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
+  if (sb->contract) json_object_set(sb->contract, "shimChannel", channel);
+  if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
+    json_array_append_new(
+        json_object_get(sb->contract, "residualRisks"),
+        json_string(bwrap
+                        ? "runsc runs with --host-uds=open, so a process in the sandbox may "
+                          "connect to a host Unix socket visible in its mounts: the workspace "
+                          "(a socket file the buyer left there) and the session's shim socket "
+                          "directory. Only the launcher connects, as the container's root before "
+                          "the jail, once (the worker then removes the socket); the jailed shim "
+                          "sees no socket directory and Wall 3's filter refuses socket, "
+                          "socketpair and connect (EPERM)."
+                        : "runsc runs with --host-uds=open and Wall 3 is missing: the shim may "
+                          "connect to a host Unix socket left in the workspace; only Wall 2's "
+                          "profile and gVisor stand in the way."));
   if (sb->contract && probe && probe->done) json_object_set_new(sb->contract, "probe", jb_probe_json(probe));
   if (ret < 0) {
     json_object_set_new(sb->contract, "failure", json_string(err ? err->msg : "?"));
@@ -855,6 +943,7 @@ out:;
     }
   }
   for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(chk.problems[w]);
+  json_decref(channel);
   json_decref(status);
   json_decref(settings);
   json_decref(created);

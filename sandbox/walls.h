@@ -31,6 +31,10 @@
 #define JB_IMAGE_BWRAP "/usr/bin/bwrap"
 #define JB_IMAGE_SETPRIV "/usr/bin/setpriv"
 #define JB_JAIL_UID 65534
+/* Where the per-session shim socket directory appears inside the container (read-only), and
+ * the socket's name in it (sandbox/PROTOCOL.md, "Channel"). */
+#define JB_IMAGE_SHIM_SOCKET_DIR "/run/jailbox-shim"
+#define JB_SHIM_SOCKET_NAME "shim.sock"
 
 enum jb_wall { JB_WALL_GVISOR = 0, JB_WALL_DOCKER = 1, JB_WALL_BWRAP = 2, JB_WALL_COUNT = 3 };
 extern const char *const jb_wall_names[JB_WALL_COUNT]; /* "gvisor", "docker", "bwrap" */
@@ -52,6 +56,10 @@ struct jb_walls_config {
   long jail_tmp_mib;          /* the jail's own /tmp */
   long start_timeout_ms;      /* container start → shim ready */
   long call_timeout_ms;       /* one shim call */
+  /* directory for the per-session shim socket directories (absolute; "" with
+   * shim_socket_off): the shim's lines then travel over a Unix socket, not the attach stream */
+  char shim_socket_dir[256];
+  bool shim_socket_off;       /* JAILBOX_SHIM_SOCKET_DIR=none: the attach stream only */
 };
 
 /* What the worker found at start. Plain data, copied by value. */

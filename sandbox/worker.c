@@ -72,6 +72,8 @@ static const struct setting settings[] = {
   {"JAILBOX_JAIL_TMP_MIB", "16", "size of the jail's own /tmp tmpfs, MiB"},
   {"JAILBOX_START_TIMEOUT_MS", "30000", "container start to shim ready, ms"},
   {"JAILBOX_CALL_TIMEOUT_MS", "30000", "one call to the shim, ms"},
+  {"JAILBOX_SHIM_SOCKET_DIR", "",
+   "where each session's shim socket directory (mode 0700) is made; empty: the directory of JAILBOX_WORKER_PIDFILE (jailboxd's state dir), else $TMPDIR or /tmp; none: the Docker attach stream only"},
   {"JAILBOX_WORKER_CONTROL", "", "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
   {"JAILBOX_WORKER_OPS_SOCKET", "",
    "Unix socket (mode 0600) on which jailboxd hands reads, lists and stats straight to this worker (sandbox/direct.h); empty: none (jailboxd: <state dir>/worker-N.ops)"},
@@ -592,7 +594,9 @@ static void *session_main(void *arg) {
   pthread_mutex_unlock(&W.lock);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
-  slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, NULL);
+  const char *chan = json_string_value(json_object_get(json_object_get(sb.contract, "shimChannel"), "kind"));
+  slog(JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, "shimChannel",
+       chan ? chan : "?", NULL);
 
   if (!W.prescan_hold && !atomic_load(&s->teardown)) {
     static const char *const from_pre[] = {"prescanning", NULL};
@@ -625,6 +629,8 @@ static void *session_main(void *arg) {
     exit_reason(sb.container_id, why, sizeof why, &code, &oom);
     char tail[300];
     pthread_mutex_lock(&s->lock);
+    /* with the socket channel the attach stream (stderr) is read only during calls */
+    jb_shimconn_collect_stderr(&s->sb.conn, 500);
     jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
     pthread_mutex_unlock(&s->lock);
     slog(JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
@@ -1414,6 +1420,33 @@ static int load_profile(jb_error *err) {
   return 0;
 }
 
+/* JAILBOX_SHIM_SOCKET_DIR into cfg->shim_socket_dir (absolute, made if missing) or
+ * cfg->shim_socket_off. The default sits where a socket path fits (sockaddr_un: 108 bytes,
+ * of which "/jbshim-XXXXXX/shim.sock" takes 24). 0 or -1 with `err`. */
+static int shim_socket_dir(struct jb_walls_config *c, jb_error *err) {
+  const char *v = env_or("JAILBOX_SHIM_SOCKET_DIR");
+  const size_t fits = 107 - strlen("/jbshim-XXXXXX/" JB_SHIM_SOCKET_NAME);
+  char dir[PATH_MAX] = "";
+  c->shim_socket_off = strcmp(v, "none") == 0;
+  if (c->shim_socket_off) return 0;
+  if (v[0]) {
+    snprintf(dir, sizeof dir, "%s", v);
+  } else {
+    char pid[PATH_MAX], abs[PATH_MAX];
+    snprintf(pid, sizeof pid, "%s", env_or("JAILBOX_WORKER_PIDFILE"));
+    char *slash = strrchr(pid, '/');
+    const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
+    if (pid[0] && realpath(pdir, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
+    if (!dir[0]) snprintf(dir, sizeof dir, "%s", getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
+  }
+  if (dir[0] != '/') return jb_fail(err, EINVAL, "JAILBOX_SHIM_SOCKET_DIR must be an absolute path or none");
+  if (strlen(dir) > fits || strlen(dir) >= sizeof c->shim_socket_dir)
+    return jb_fail(err, ENAMETOOLONG, "JAILBOX_SHIM_SOCKET_DIR %s: at most %zu bytes (a socket path under it must fit 108)", dir, fits);
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST) return jb_fail_errno(err, errno, "JAILBOX_SHIM_SOCKET_DIR %s", dir);
+  snprintf(c->shim_socket_dir, sizeof c->shim_socket_dir, "%s", dir);
+  return 0;
+}
+
 static int load_config(jb_error *err) {
   struct jb_walls_config *c = &W.walls;
   bool bad = false;
@@ -1441,6 +1474,7 @@ static int load_config(jb_error *err) {
   c->jail_tmp_mib = env_long("JAILBOX_JAIL_TMP_MIB", 1, 4096, err, &bad);
   c->start_timeout_ms = env_long("JAILBOX_START_TIMEOUT_MS", 1000, 600000, err, &bad);
   c->call_timeout_ms = env_long("JAILBOX_CALL_TIMEOUT_MS", 100, 3600000, err, &bad);
+  if (shim_socket_dir(c, err) < 0) return -1;
   W.prescan_hold = env_long("JAILBOX_PRESCAN_HOLD", 0, 1, err, &bad) == 1;
   W.prescan_hash_max = (long long)env_long("JAILBOX_PRESCAN_HASH_MAX_MIB", 0, 1L << 30, err, &bad) << 20;
   W.max_sessions = env_long("JAILBOX_WORKER_MAX_SESSIONS", 1, 1024, err, &bad);

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, readdirSync } from 'node:fs';
+import { chmodSync, readFileSync, readdirSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -95,6 +95,7 @@ let srv; // the default configuration: every wall required
 let job; // one session shared by the read-only probes
 let contract;
 const servers = [];
+const WS = 'ws-walls-' + Math.random().toString(36).slice(2); // the shared session's workspace
 
 before(async () => {
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
@@ -102,7 +103,7 @@ before(async () => {
     { stdio: 'inherit' });
   srv = await start();
   servers.push(srv);
-  job = (await srv.open({ limits: { memoryMiB: 256, pids: 64 } })).jobId;
+  job = (await srv.open({ workspace: WS, limits: { memoryMiB: 256, pids: 64 } })).jobId;
   const s = await waitState(srv, job, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', `session failed: ${s.stateReason}\n${srv.log()}`);
   contract = s.walls;
@@ -145,7 +146,7 @@ test('session contract: every wall up, with its settings and residual risks', { 
   for (const w of ['gvisor', 'docker', 'bwrap']) assert.equal(contract.walls[w].up, true, w);
   assert.equal(contract.walls.gvisor.runtime, 'runsc');
   assert.match(contract.walls.gvisor.version, /runsc version/);
-  assert.deepEqual(contract.walls.gvisor.runtimeArgs, ['--network=none', '--oci-seccomp']);
+  assert.deepEqual(contract.walls.gvisor.runtimeArgs, ['--network=none', '--oci-seccomp', '--host-uds=open']);
   const profile = readFileSync(join(ROOT, 'deploy/seccomp/jailbox.json'));
   assert.equal(contract.walls.docker.seccomp.sha256, createHash('sha256').update(profile).digest('hex'));
   assert.deepEqual(contract.walls.docker.capabilities.drop, ['ALL']);
@@ -160,6 +161,11 @@ test('session contract: every wall up, with its settings and residual risks', { 
   assert.ok(contract.residualRisks.length >= 5);
   assert.equal(contract.jailSeenFromInside.uid.effective, 65534);
   assert.equal(typeof contract.prescan.dirHash, 'string');
+  // the shim's lines travel over the per-session socket (runsc --host-uds=open), and the
+  // contract names what that flag allows
+  assert.equal(contract.shimChannel.kind, 'socket', JSON.stringify(contract.shimChannel));
+  assert.equal(contract.shimChannel.socket, '/run/jailbox-shim/shim.sock');
+  assert.ok(contract.residualRisks.some((r) => /--host-uds=open/.test(r)));
 });
 
 test('explain mode: the contract printed for a person', { timeout: 180000 }, async () => {
@@ -168,6 +174,7 @@ test('explain mode: the contract printed for a person', { timeout: 180000 }, asy
   assert.match(text, /all walls in place/);
   for (const w of ['Wall 1 — gVisor', 'Wall 2 — hardened container', 'Wall 3 — bubblewrap']) assert.match(text, new RegExp(w + '.*: UP'));
   assert.match(text, /residual risks:\n  - /);
+  assert.match(text, /shim channel: per-session Unix socket \(\/run\/jailbox-shim\/shim\.sock\)/);
 });
 
 test('the container runs under runsc, labelled with its session', { timeout: 180000 }, async () => {
@@ -210,6 +217,31 @@ test('network: only lo, and a listener on the host loopback cannot be reached', 
     await new Promise((r) => server.close(r));
   }
   assert.equal(connections, 0, 'the host listener saw a connection');
+});
+
+test('a host Unix socket left in the workspace cannot be reached from the jail (socket, socketpair, connect refused)', { timeout: 180000 }, async () => {
+  // runsc --host-uds=open lets a sandboxed process connect to host sockets in its mounts;
+  // the workspace is one, and a buyer's workspace may hold a socket file
+  let connections = 0;
+  const path = join(srv.wsroot, WS, 'host.sock');
+  const server = net.createServer((c) => { connections++; c.destroy(); });
+  await new Promise((r) => server.listen(path, r));
+  try {
+    chmodSync(path, 0o777);
+    const r = await shim(srv, job, { op: 'test.connect', path: '/workspace/host.sock' });
+    assert.equal(r.connected, false, JSON.stringify(r));
+    assert.equal(r.errno, ERRNO.EPERM, JSON.stringify(r));
+    // each call on its own: connect on a socket the jail holds already (its stdin), socketpair
+    for (const name of ['connect_stdin', 'socketpair']) {
+      const c = await shim(srv, job, { op: 'test.syscall', name });
+      assert.equal(c.outcome, 'failed', `${name}: ${JSON.stringify(c)}`);
+      assert.equal(c.errno, ERRNO.EPERM, name);
+    }
+  } finally {
+    await new Promise((r) => server.close(r));
+  }
+  assert.equal(connections, 0, 'the host socket saw a connection from the jail');
+  assert.equal((await shim(srv, job, { op: 'ping' })).pong, true);
 });
 
 test('writing to / fails; the jail root is mounted read-only', { timeout: 180000 }, async () => {
@@ -261,6 +293,8 @@ test('/proc shows only the jail\'s processes; /sys is absent', { timeout: 180000
 test('only stdin, stdout and stderr are open in the jail (no leaked descriptors)', { timeout: 180000 }, async () => {
   const st = await shim(srv, job, { op: 'status' });
   assert.deepEqual(st.fds.map((f) => f.fd), [0, 1, 2], JSON.stringify(st.fds));
+  // stdin and stdout: the one connection to the worker's session socket
+  for (const f of st.fds.slice(0, 2)) assert.match(f.target, /^socket:/, JSON.stringify(st.fds));
 });
 
 // ---- limits -------------------------------------------------------------------------------
@@ -332,6 +366,23 @@ test('fail closed: a required wall that cannot be built fails the session, namin
   assert.match(s.stateReason, /not registered/);
   assert.equal(s.walls.status, 'failed');
   assert.equal(s.walls.walls.gvisor.up, false);
+});
+
+test('JAILBOX_SHIM_SOCKET_DIR=none: the shim speaks over the attach stream, and the contract and log say so', { timeout: 180000 }, async () => {
+  const att = await start({ JAILBOX_SHIM_SOCKET_DIR: 'none' });
+  servers.push(att);
+  const j = (await att.open({})).jobId;
+  const s = await waitState(att, j, ['awaiting_agent', 'failed']);
+  assert.equal(s.state, 'awaiting_agent', s.stateReason);
+  assert.equal(s.walls.status, 'up');
+  assert.equal(s.walls.shimChannel.kind, 'attach');
+  assert.match(s.walls.shimChannel.reason, /JAILBOX_SHIM_SOCKET_DIR=none/);
+  assert.match(att.log(), new RegExp(`"msg":"walls up".*"jobId":"${j}".*"shimChannel":"attach"`));
+  // the jail's stdin and stdout are the attach stream's pipes, not a socket, and it still answers
+  const st = await shim(att, j, { op: 'status' });
+  assert.deepEqual(st.fds.map((f) => f.fd), [0, 1, 2]);
+  for (const f of st.fds.slice(0, 2)) assert.doesNotMatch(f.target, /^socket:/, JSON.stringify(st.fds));
+  assert.equal((await shim(att, j, { op: 'ping' })).pong, true);
 });
 
 test('development override: fewer walls, shown in the contract and every log line of the session', { timeout: 180000 }, async () => {
