@@ -149,6 +149,11 @@ async function main() {
   line('1 MiB write, jailbox (agent tools/call write)', jw);
   line("1 MiB write, docker exec -i CONTAINER sh -c 'cat > FILE'", dw);
   console.log(`  1 MiB write: jailbox/docker-exec rate ratio ${(jw.opsPerS / dw.opsPerS).toFixed(1)}x`);
+  // which way the ops went (api/metrics.c), and the shim's channel (the session contract)
+  const m = await (await fetch('http://' + url + '/metrics', { headers: { authorization: 'Bearer ' + token } })).text();
+  const handled = (p) => (m.match(new RegExp(`^jailbox_ops_handled_total\\{path="${p}"\\} (\\d+)`, 'm')) || [])[1];
+  const walls = (await req('GET', '/v1/jailbox/' + s.jobId)).walls || {};
+  console.log(`  ops handed to the worker directly ${handled('direct')}, queued ${handled('queued')}; shim channel ${(walls.shimChannel || {}).kind}`);
   agent.close();
   await req('POST', `/v1/jailbox/${s.jobId}/abort`, {}, s.buyerToken);
 }
