@@ -14,7 +14,10 @@
 --   audit entries may still be deleted or renamed; one with entries may not, 012 / 014).
 --   An append's UPDATE never changes job_id, so the reference costs it no check;
 -- - the head row itself is never deleted, renamed or truncated while its session has audit
---   entries (BEFORE DELETE / UPDATE OF job_id / TRUNCATE triggers: none fires on an append);
+--   entries (triggers on DELETE, UPDATE OF job_id and TRUNCATE: none fires on an append). The
+--   one on UPDATE OF job_id runs AFTER the row changes: any BEFORE UPDATE row trigger, even
+--   one that never fires for the columns set, makes PostgreSQL lock the old row first (one
+--   more WAL record per append); an AFTER one refuses the same way;
 -- - moving the head still announces no change on jb_change (006): audit_heads has no
 --   notify trigger, and sessions_change_update loses its WHEN clause since no UPDATE of
 --   sessions moves the head any more.
@@ -45,13 +48,12 @@ BEGIN
     RAISE EXCEPTION 'session % has audit entries; its audit head is never deleted or moved',
       OLD.job_id USING ERRCODE = 'restrict_violation';
   END IF;
-  IF TG_OP = 'DELETE' THEN
-    RETURN OLD;
-  END IF;
-  RETURN NEW;
+  RETURN OLD;  -- a BEFORE DELETE goes on; an AFTER UPDATE's result is ignored
 END $$;
 
-CREATE TRIGGER audit_heads_kept BEFORE DELETE OR UPDATE OF job_id ON audit_heads
+CREATE TRIGGER audit_heads_kept BEFORE DELETE ON audit_heads
+  FOR EACH ROW EXECUTE FUNCTION jb_audit_head_kept();
+CREATE TRIGGER audit_heads_id_kept AFTER UPDATE OF job_id ON audit_heads
   FOR EACH ROW EXECUTE FUNCTION jb_audit_head_kept();
 
 CREATE FUNCTION jb_audit_heads_truncated() RETURNS trigger LANGUAGE plpgsql AS $$

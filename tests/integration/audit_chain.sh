@@ -192,9 +192,18 @@ check_match "… nor truncated (014)" 'sessions have audit entries; they are nev
 check_match "its audit head cannot be deleted (015)" \
   'session job-a has audit entries; its audit head is never deleted or moved' \
   "$("${PSQL[@]}" -c "DELETE FROM audit_heads WHERE job_id = 'job-a'" 2>&1)"
+# (the head's primary key and its reference to sessions refuse most moves already: the target
+# here is a session whose own head was deleted, allowed as it has no entries)
 check_match "… nor moved to another job id (015)" \
   'session job-a has audit entries; its audit head is never deleted or moved' \
-  "$("${PSQL[@]}" -c "UPDATE audit_heads SET job_id = 'job-b' WHERE job_id = 'job-a'" 2>&1)"
+  "$("${PSQL[@]}" -c "INSERT INTO sessions (job_id, agent_id, workspace) VALUES ('job-x', 'agent-audit', '/x');
+                      DELETE FROM audit_heads WHERE job_id = 'job-x';
+                      UPDATE audit_heads SET job_id = 'job-x' WHERE job_id = 'job-a'" 2>&1)"
+check "… and a session without entries goes with its head" "0 0" \
+  "$("${PSQL[@]}" -c "INSERT INTO sessions (job_id, agent_id, workspace) VALUES ('job-y', 'agent-audit', '/y');
+                      DELETE FROM sessions WHERE job_id = 'job-y';
+                      SELECT count(*), (SELECT count(*) FROM audit_heads WHERE job_id = 'job-y')
+                        FROM sessions WHERE job_id = 'job-y'" | tr '|' ' ')"
 check_match "… nor truncated (015)" 'sessions have audit entries; their audit heads are never deleted' \
   "$("${PSQL[@]}" -c "TRUNCATE audit_heads" 2>&1)"
 # (an attacker with the database can still disable the trigger, as the clean-up here does)
