@@ -75,8 +75,9 @@ static const char sql_lock_head[] =
  * the condition on the moved head and update nothing), and the entry is inserted only FROM
  * the updated row: so the session exists (the head row references it) and its head stays
  * locked (migrations 012, 015). Everything else it checks is on that row (sealed, set by the
- * seal's own UPDATE), except the key: one primary-key probe of audit_signing_keys. One statement, so that with a known head an
- * append outside a caller's transaction costs one round trip and one commit. Changes no row
+ * seal's own UPDATE), except the key: one primary-key probe of audit_signing_keys. One
+ * statement, so that with a known head an append outside a caller's transaction costs one
+ * round trip and one commit. Changes no row
  * when the head moved, the chain is sealed or the key is retired. */
 static const char sql_append[] =
     "WITH moved AS ("

@@ -3,9 +3,9 @@
 -- sessions that UPDATE paid for what the row carries besides: PostgreSQL reads each CHECK
 -- constraint and each trigger WHEN clause of the table back from its stored text on every
 -- statement (perf: pg_strtok / parseNodeString), sessions has three CHECKs and the WHEN of
--- sessions_change_update, and six foreign keys reference it. audit_heads has no CHECK, no
--- WHEN and no trigger on such an UPDATE (bench/audit, 16 sessions: about 1.5x the appends/s
--- of the same statement on sessions).
+-- sessions_change_update, and six foreign keys reference it. audit_heads has no CHECK and no
+-- WHEN, and none of its triggers fires on such an UPDATE (the append statement alone under
+-- pgbench, 16 clients: 6583/s with the head on sessions, 9971/s on a table like this one).
 --
 -- What the head guaranteed on sessions stays true:
 -- - every session has one head row, made by the INSERT of the session (trigger below), so the
