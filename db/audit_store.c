@@ -1,5 +1,5 @@
-/* audit_store.c — SQL of the audit chain: append under a per-session row lock, seal, load,
- * published keys (see audit_store.h). */
+/* audit_store.c — SQL of the audit chain: append under a per-session head-row lock, seal,
+ * load, published keys (see audit_store.h). */
 #include "db/audit_store.h"
 
 #include <errno.h>
@@ -59,31 +59,30 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
 
 /* --- append ---------------------------------------------------------------------------------- */
 
-/* Locks the session row and reads its head: the slow path, when this process does not know
- * the head (first append here, another writer was faster, another instance wrote). Nothing
- * else is read in this statement: under READ COMMITTED a row updated meanwhile is re-read at
- * its newest version, but other tables would still be seen at the statement's older
- * snapshot. */
+/* Locks the session's head row (audit_heads, migration 015: one per session, made with the
+ * session) and reads it: the slow path, when this process does not know the head (first
+ * append here, another writer was faster, another instance wrote). Nothing else is read in
+ * this statement: under READ COMMITTED a row updated meanwhile is re-read at its newest
+ * version, but other tables would still be seen at the statement's older snapshot. */
 static const char sql_lock_head[] =
-    "SELECT audit_head_seq, encode(audit_head_hash, 'hex'), audit_sealed FROM sessions"
-    " WHERE job_id = $1 FOR UPDATE";
+    "SELECT seq, encode(hash, 'hex'), sealed FROM audit_heads WHERE job_id = $1 FOR UPDATE";
 
 /* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8, the chain is
  * not sealed, and the signing key $11 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
- * retiredAt fails as "retired key"). The UPDATE of the head is the compare-and-set (under
+ * retiredAt fails as "retired key"). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
  * the condition on the moved head and update nothing), and the entry is inserted only FROM
- * the updated row: so the session exists and stays locked (migration 012). Everything else it
- * checks is on that row (audit_sealed, set by the seal's own UPDATE), except the key: one
- * primary-key probe of audit_signing_keys. One statement, so that with a known head an
- * append outside a caller's transaction costs one round trip and one commit. Changes no row
+ * the updated row: so the session exists (the head row references it) and its head stays
+ * locked (migrations 012, 015). Everything else it checks is on that row (sealed, set by the
+ * seal's own UPDATE), except the key: one primary-key probe of audit_signing_keys. One
+ * statement, so that with a known head an append outside a caller's transaction costs one
+ * round trip and one commit. Changes no row
  * when the head moved, the chain is sealed or the key is retired. */
 static const char sql_append[] =
     "WITH moved AS ("
-    "  UPDATE sessions SET audit_head_seq = $2, audit_head_hash = $9, audit_sealed = $3 = 'seal'"
-    "   WHERE job_id = $1 AND audit_head_seq = $2::bigint - 1"
-    "     AND (audit_head_seq = 0 OR audit_head_hash = $8) AND NOT audit_sealed"
+    "  UPDATE audit_heads SET seq = $2, hash = $9, sealed = $3 = 'seal'"
+    "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed"
     "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
     "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
     "  RETURNING job_id)"
@@ -190,7 +189,7 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
   return rc;
 }
 
-/* The slow path, inside a transaction: lock the session row, read the head, append. */
+/* The slow path, inside a transaction: lock the head row, read the head, append. */
 static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *operation, const char *path, json_t *details, bool seal,
                          struct jb_audit_head *out, jb_error *err) {
@@ -290,9 +289,10 @@ int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 
 /* --- load ---------------------------------------------------------------------------------- */
 
+/* A session without a head row (only by tampering) reads as head 0: any entry is past it. */
 static const char sql_session[] =
-    "SELECT state, audit_head_seq, encode(audit_head_hash, 'hex')"
-    "  FROM sessions WHERE job_id = $1";
+    "SELECT s.state, coalesce(h.seq, 0), encode(h.hash, 'hex')"
+    "  FROM sessions s LEFT JOIN audit_heads h ON h.job_id = s.job_id WHERE s.job_id = $1";
 
 static const char sql_entries[] =
     "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"

@@ -19,13 +19,15 @@ struct jb_keyring;
  * reals). The timestamp is this process's clock (UTC, ms) when the entry is made.
  *
  * Transactions: inside the caller's open transaction (PQTRANS_INTRANS) the entry becomes
- * part of it — committed or rolled back with the caller's work, and the session row stays
- * locked until then; otherwise the call runs and commits a transaction of its own.
- * Appends to one session are serialized by a FOR UPDATE lock on its sessions row; different
- * sessions never wait for each other. The head this process wrote last is remembered, so
- * that the next append to that session is one statement (which checks the head is still
- * that one: compare-and-set); when it is not, the head is read under the lock and the
- * append made again.
+ * part of it — committed or rolled back with the caller's work, and the session's head row
+ * (audit_heads) stays locked until then; otherwise the call runs and commits a transaction of
+ * its own. Appends to one session are serialized by the lock on its head row; different
+ * sessions never wait for each other. The sessions row itself is not locked: a caller that
+ * needs it locked takes it first (FOR UPDATE), before it appends — the lock order of every
+ * chain writer: session row, op row, head row. The head this process wrote last is
+ * remembered, so that the next append to that session is one statement (which checks the
+ * head is still that one: compare-and-set); when it is not, the head is read under the lock
+ * and the append made again.
  *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
  * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
@@ -51,7 +53,7 @@ int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 struct jb_audit_chain {
   char state[20];               /* sessions.state */
   bool ended;                   /* state is accepted, aborted or failed */
-  struct jb_audit_head stored;  /* sessions.audit_head_seq / audit_head_hash */
+  struct jb_audit_head stored;  /* audit_heads.seq / hash */
   struct jb_audit_entry *entries;  /* in seq order; every field read from its own column,
                                       canonical bytes verbatim */
   size_t n;
@@ -71,8 +73,8 @@ void jb_audit_chain_free(struct jb_audit_chain *ch);
  * JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_snapshot_begin(PGconn *c, jb_error *err);
 
-/* Reads the session row of `job_id` into `out` (state, ended, stored head; no entries).
- * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+/* Reads the session and head rows of `job_id` into `out` (state, ended, stored head; no
+ * entries). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
 int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
                           jb_error *err);
 

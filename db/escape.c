@@ -129,8 +129,9 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(
       c,
-      "SELECT s.state, s.state_reason, EXISTS (SELECT 1 FROM audit_entries a WHERE a.job_id = s.job_id"
-      "   AND a.seq = s.audit_head_seq AND a.operation = 'seal')"
+      "SELECT s.state, s.state_reason, EXISTS (SELECT 1 FROM audit_heads h"
+      "   JOIN audit_entries a ON a.job_id = h.job_id AND a.seq = h.seq"
+      "  WHERE h.job_id = s.job_id AND a.operation = 'seal')"
       " FROM sessions s WHERE s.job_id = $1 FOR UPDATE",
       1, p, PGRES_TUPLES_OK, NULL, err, "lock session");
   if (!r) goto fail;

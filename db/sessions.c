@@ -94,7 +94,8 @@ fail:
   " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"\
   " 'endedAt', jb_ts(s.ended_at),"                                                          \
   " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending'),"\
-  " 'auditHead', json_build_object('seq', s.audit_head_seq, 'hash', encode(s.audit_head_hash, 'hex')),"\
+  " 'auditHead', (SELECT json_build_object('seq', h.seq, 'hash', encode(h.hash, 'hex'))"        \
+  "   FROM audit_heads h WHERE h.job_id = s.job_id),"                                          \
   " 'walls', s.walls)::text"
 
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err) {

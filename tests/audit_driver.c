@@ -234,7 +234,7 @@ static int cmd_noblock(const char *a, const char *b) {
 
 static long long head_seq(PGconn *c, const char *job) {
   const char *p[1] = {job};
-  PGresult *r = PQexecParams(c, "SELECT audit_head_seq FROM sessions WHERE job_id = $1", 1, NULL,
+  PGresult *r = PQexecParams(c, "SELECT seq FROM audit_heads WHERE job_id = $1", 1, NULL,
                              p, NULL, NULL, 0);
   long long s = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
   PQclear(r);

@@ -38,7 +38,7 @@ open_session() {
     -d "{\"jobId\":\"$1\",\"agentId\":\"agent-audit\",\"workspace\":\"$2\"}" \
     "http://127.0.0.1:$JB_PORT/v1/jailbox" | jq -r '"\(.buyerToken) \(.agentToken)"'
 }
-head_seq() { "${PSQL[@]}" -c "SELECT audit_head_seq FROM sessions WHERE job_id = '$1'"; }
+head_seq() { "${PSQL[@]}" -c "SELECT seq FROM audit_heads WHERE job_id = '$1'"; }
 # verify_api JOB: "REASON FIRSTBADSEQ" from the server's verification ("ok null" when intact)
 verify_api() {
   get "/v1/jailbox/$1/audit/verify" "$SVC" | jq -r 'if .ok then "ok \(.firstBadSeq)" else "\(.reason) \(.firstBadSeq)" end'
@@ -115,12 +115,12 @@ check "?head beyond the chain: truncated" "truncated $((N + 1))" \
 
 # --- tampering in PostgreSQL -----------------------------------------------------------------
 "${PSQL[@]}" -c "CREATE TABLE bak AS SELECT * FROM audit_entries WHERE job_id = 'job-a';
-                 CREATE TABLE bak_head AS SELECT audit_head_seq, audit_head_hash FROM sessions WHERE job_id = 'job-a'"
+                 CREATE TABLE bak_head AS SELECT seq, hash, sealed FROM audit_heads WHERE job_id = 'job-a'"
 restore() {
   "${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
                    INSERT INTO audit_entries SELECT * FROM bak;
-                   UPDATE sessions s SET audit_head_seq = b.audit_head_seq, audit_head_hash = b.audit_head_hash
-                     FROM bak_head b WHERE s.job_id = 'job-a'"
+                   UPDATE audit_heads h SET seq = b.seq, hash = b.hash, sealed = b.sealed
+                     FROM bak_head b WHERE h.job_id = 'job-a'"
   check "restored chain verifies" "ok null" "$(verify_api job-a)"
 }
 # db_case NAME SQL EXPECTED-API [EXPECTED-OFFLINE]: tamper, verify via the API and offline on a
@@ -163,8 +163,8 @@ db_case "the last entries deleted" \
   "truncated $((N - 2))" "1 truncated $((N - 2))"
 db_case "the last entries deleted and the session head rolled back" \
   "DELETE FROM audit_entries WHERE job_id = 'job-a' AND seq > $((N - 3));
-   UPDATE sessions SET audit_head_seq = $((N - 3)),
-     audit_head_hash = (SELECT hash FROM audit_entries WHERE job_id = 'job-a' AND seq = $((N - 3)))
+   UPDATE audit_heads SET seq = $((N - 3)),
+     hash = (SELECT hash FROM audit_entries WHERE job_id = 'job-a' AND seq = $((N - 3)))
    WHERE job_id = 'job-a'" \
   "unsealed $((N - 2))" "1 truncated $((N - 2))"
 db_case "every entry deleted" \
@@ -172,7 +172,7 @@ db_case "every entry deleted" \
   "truncated 1" "1 truncated 1"
 db_case "every entry deleted and the head reset" \
   "DELETE FROM audit_entries WHERE job_id = 'job-a';
-   UPDATE sessions SET audit_head_seq = 0, audit_head_hash = NULL WHERE job_id = 'job-a'" \
+   UPDATE audit_heads SET seq = 0, hash = NULL WHERE job_id = 'job-a'" \
   "unsealed 1" "1 truncated 1"
 db_case "jsonb keys re-ordered (same values): not tampering" \
   "UPDATE audit_entries SET details = (SELECT jsonb_object_agg(k, v ORDER BY k DESC) FROM jsonb_each(details) AS e(k, v))
@@ -198,6 +198,23 @@ check_match "… nor renamed away from its entries (014)" \
   "$("${PSQL[@]}" -c "UPDATE sessions SET job_id = 'renamed' WHERE job_id = 'job-a'" 2>&1)"
 check_match "… nor truncated (014)" 'sessions have audit entries; they are never deleted' \
   "$("${PSQL[@]}" -c "TRUNCATE sessions CASCADE" 2>&1)"
+check_match "its audit head cannot be deleted (015)" \
+  'session job-a has audit entries; its audit head is never deleted or moved' \
+  "$("${PSQL[@]}" -c "DELETE FROM audit_heads WHERE job_id = 'job-a'" 2>&1)"
+# (the head's primary key and its reference to sessions refuse most moves already: the target
+# here is a session whose own head was deleted, allowed as it has no entries)
+check_match "… nor moved to another job id (015)" \
+  'session job-a has audit entries; its audit head is never deleted or moved' \
+  "$("${PSQL[@]}" -c "INSERT INTO sessions (job_id, agent_id, workspace) VALUES ('job-x', 'agent-audit', '/x');
+                      DELETE FROM audit_heads WHERE job_id = 'job-x';
+                      UPDATE audit_heads SET job_id = 'job-x' WHERE job_id = 'job-a'" 2>&1)"
+check "… and a session without entries goes with its head" "0 0" \
+  "$("${PSQL[@]}" -c "INSERT INTO sessions (job_id, agent_id, workspace) VALUES ('job-y', 'agent-audit', '/y');
+                      DELETE FROM sessions WHERE job_id = 'job-y';
+                      SELECT count(*), (SELECT count(*) FROM audit_heads WHERE job_id = 'job-y')
+                        FROM sessions WHERE job_id = 'job-y'" | tr '|' ' ')"
+check_match "… nor truncated (015)" 'sessions have audit entries; their audit heads are never deleted' \
+  "$("${PSQL[@]}" -c "TRUNCATE audit_heads" 2>&1)"
 # (an attacker with the database can still disable the trigger, as the clean-up here does)
 "${PSQL[@]}" -c "DELETE FROM audit_entries WHERE job_id = 'job-a';
                  ALTER TABLE audit_signing_keys DISABLE TRIGGER audit_signing_keys_kept;

@@ -510,7 +510,7 @@ test('audit review: rejections are always recordable, a corrupt head fails safe,
   for (const k of keys.rows) await srv.db.query('UPDATE audit_signing_keys SET public_key = $2 WHERE key_id = $1', [k.key_id, k.public_key]);
   // a corrupt stored head: the transition fails (503), the server stays up
   const s3 = await srv.open({ jobId: 'aud-3' });
-  await srv.db.query("UPDATE sessions SET audit_head_seq = 9223372036854775807 WHERE job_id = 'aud-3'");
+  await srv.db.query("UPDATE audit_heads SET seq = 9223372036854775807 WHERE job_id = 'aud-3'");
   r = await srv.req('POST', '/v1/jailbox/aud-3/abort', { token: s3.buyerToken });
   assert.equal(r.status, 503);
   assert.equal((await srv.req('GET', '/healthz')).status, 200);

@@ -323,7 +323,7 @@ test('buyer receives the pending approval on connect and approves it over the so
   assert.deepEqual([rj.ok, rj.op.state, rj.op.reason], [true, 'rejected', 'no thanks']);
   // the rejection is an audit entry, and its head reaches the buyer (truncation evidence)
   const head = await headSeen;
-  const hrow = await srv.db.query('SELECT audit_head_seq::int seq, encode(audit_head_hash, \'hex\') hash FROM sessions WHERE job_id = $1', [s.jobId]);
+  const hrow = await srv.db.query('SELECT seq::int seq, encode(hash, \'hex\') hash FROM audit_heads WHERE job_id = $1', [s.jobId]);
   assert.deepEqual([head.seq, head.hash], [hrow.rows[0].seq, hrow.rows[0].hash]);
   b.close();
 });
