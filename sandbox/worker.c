@@ -116,9 +116,11 @@ struct session {
   pthread_t thread;
   atomic_bool teardown;      /* the session ended elsewhere: remove the sandbox */
   atomic_bool finished;      /* the thread is done; join and free */
-  pthread_mutex_t lock;      /* guards sb while the control socket uses it */
+  pthread_mutex_t lock;      /* guards sb; an op in flight holds it for the whole call, so it
+                                is never waited for while W.lock is held */
   struct jb_sandbox sb;
-  bool sb_ready;
+  atomic_bool sb_ready;      /* written under lock; read without it as a hint (under it: sure) */
+  atomic_int users;          /* threads using the session outside W.lock: not reaped meanwhile */
   struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
   char cid[80];              /* the container, once up (guarded by W.lock, not lock: an op in
                                 flight holds lock for the whole call) */
@@ -673,7 +675,7 @@ static void reap_sessions(void) {
   pthread_mutex_lock(&W.lock);
   for (size_t i = 0; i < W.n_sessions;) {
     struct session *s = W.sessions[i];
-    if (atomic_load(&s->finished)) {
+    if (atomic_load(&s->finished) && atomic_load(&s->users) == 0) {
       pthread_join(s->thread, NULL);
       session_free(s);
       W.sessions[i] = W.sessions[--W.n_sessions];
@@ -688,6 +690,24 @@ static struct session *find_session(const char *job) {
   for (size_t i = 0; i < W.n_sessions; i++)
     if (strcmp(W.sessions[i]->job_id, job) == 0) return W.sessions[i];
   return NULL;
+}
+
+/* Session `job` with its lock held (NULL: none here), for a call into its shim. W.lock is not
+ * held while the session's lock is waited for — an op in flight holds that lock for the whole
+ * call, and the abort's kill, the op sweep and the other sessions' ops need W.lock meanwhile —;
+ * the session is pinned instead, so that it is not reaped before session_unlock. */
+static struct session *session_lock(const char *job) {
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) atomic_fetch_add(&s->users, 1);
+  pthread_mutex_unlock(&W.lock);
+  if (s) pthread_mutex_lock(&s->lock);
+  return s;
+}
+static void session_unlock(struct session *s) {
+  if (!s) return;
+  pthread_mutex_unlock(&s->lock);
+  atomic_fetch_sub(&s->users, 1);
 }
 
 /* Removes every container of this Docker daemon labelled with session `job`. */
@@ -922,16 +942,13 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
                                      "expectSha256", "withContent", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
-  pthread_mutex_lock(&W.lock);
-  struct session *s = find_session(job);
-  if (s) pthread_mutex_lock(&s->lock);
-  pthread_mutex_unlock(&W.lock);
+  struct session *s = session_lock(job);
   json_t *ans = NULL;
   jb_error err = {0};
   if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
   else jb_fail(&err, ESRCH, "the session's sandbox is not up");
   bool killed = s && atomic_load(&s->killing);
-  if (s) pthread_mutex_unlock(&s->lock);
+  session_unlock(s);
   json_decref(req);
   if (!ans && killed)
     return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
@@ -1024,10 +1041,8 @@ static void run_queued_ops(const char *only, int max) {
   pthread_mutex_lock(&W.lock);
   for (size_t i = 0; i < W.n_sessions; i++) {
     struct session *s = W.sessions[i];
-    pthread_mutex_lock(&s->lock);
-    if (s->sb_ready && (!only || strcmp(only, s->job_id) == 0))
+    if (atomic_load(&s->sb_ready) && (!only || strcmp(only, s->job_id) == 0))
       snprintf(jobs[n++], sizeof jobs[0], "%s", s->job_id);
-    pthread_mutex_unlock(&s->lock);
   }
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
@@ -1130,10 +1145,9 @@ static json_t *control_request(const json_t *req) {
     pthread_mutex_lock(&W.lock);
     for (size_t i = 0; i < W.n_sessions; i++) {
       struct session *s = W.sessions[i];
-      pthread_mutex_lock(&s->lock);
+      bool ready = atomic_load(&s->sb_ready);
       json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "jobId", s->job_id, "container",
-                                         s->sb_ready ? s->sb.container_id : "", "ready", s->sb_ready));
-      pthread_mutex_unlock(&s->lock);
+                                         ready ? s->cid : "", "ready", ready));
     }
     pthread_mutex_unlock(&W.lock);
     return json_pack("{s:b, s:o}", "ok", 1, "sessions", a);
@@ -1142,10 +1156,7 @@ static json_t *control_request(const json_t *req) {
   json_t *shimreq = json_object_get(req, "request");
   if (!job || !json_is_object(shimreq))
     return json_pack("{s:b, s:s}", "ok", 0, "error", "want {op:probe|sessions} or {jobId, request}");
-  pthread_mutex_lock(&W.lock);
-  struct session *s = find_session(job);
-  if (s) pthread_mutex_lock(&s->lock);
-  pthread_mutex_unlock(&W.lock);
+  struct session *s = session_lock(job);
   if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
   json_t *out;
   jb_error err = {0};
@@ -1159,7 +1170,7 @@ static json_t *control_request(const json_t *req) {
     out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
               : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
   }
-  pthread_mutex_unlock(&s->lock);
+  session_unlock(s);
   /* the shim broke the protocol: an escape signal, whoever asked */
   if (err.code == EPROTO || err.code == EMSGSIZE) {
     char job_id[129];
@@ -1278,14 +1289,11 @@ static json_t *direct_request(const json_t *req) {
     return not_run("", "want {jobId, tool, path, args, expect}");
   if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
     return not_run("", "only read, list and stat are handed over directly");
+  /* not s->lock: another op of the session may hold it for its whole call (op_run checks
+   * again under it) */
   pthread_mutex_lock(&W.lock);
   struct session *s = find_session(job);
-  bool here = false;
-  if (s) {
-    pthread_mutex_lock(&s->lock);
-    here = s->sb_ready;
-    pthread_mutex_unlock(&s->lock);
-  }
+  bool here = s && atomic_load(&s->sb_ready);
   pthread_mutex_unlock(&W.lock);
   if (!here) return not_run("", "the session's sandbox is not on this worker");
   char *args_json = json_dumps(args, JSON_COMPACT);
@@ -1668,11 +1676,17 @@ int main(int argc, char **argv) {
     if (cid[0]) jb_container_remove(&W.walls, cid, &err);
   }
   for (size_t i = 0; i < n; i++) pthread_join(list[i]->thread, NULL);
-  for (size_t i = 0; i < n; i++) session_free(list[i]);
-  W.n_sessions = 0;
+  /* the threads that may still hold a session or a connection end first: an op they run
+   * fails at once now that the containers are gone */
   if (control) pthread_join(control_thread, NULL);
   if (ops) pthread_join(ops_thread, NULL);
   if (direct) pthread_join(ops_listen_thread, NULL);
+  while (atomic_load(&direct_conns) > 0) { /* detached; each ends after its request */
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  for (size_t i = 0; i < n; i++) session_free(list[i]);
+  W.n_sessions = 0;
   if (ops_listen_fd >= 0) {
     close(ops_listen_fd);
     unlink(opath);
