@@ -1227,7 +1227,7 @@ static int unix_listen(const char *path, const char *what, jb_error *err) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return jb_fail_errno(err, errno, "%s", what);
   unlink(path);
-  mode_t old = umask(0077);
+  mode_t old = umask(0177); /* srw------- : 0777 & ~0177 */
   int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   umask(old);
   if (rc < 0 || listen(fd, 64) < 0) {

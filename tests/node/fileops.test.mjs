@@ -486,6 +486,48 @@ test('the worker\'s ops socket: bad lines, writes, unknown sessions and oversize
   assert.equal((await ok(agentA, 'read', { path: 'sub/b.txt' })).content, 'bee\n');
 });
 
+test('many agents reading at once, straight to the worker: every answer its own session\'s, one row and one entry each, nothing left waiting', { timeout: 180000 }, async () => {
+  const S = [];
+  for (let i = 0; i < 3; i++) {
+    const s = await openSession((d) => writeFileSync(join(d, 'mine.txt'), `session ${i}\n`), { mode: 'unsupervised' });
+    s.agents = [await connect(s.agentToken), await connect(s.agentToken)];
+    S.push(s);
+  }
+  const d0 = await handled('direct');
+  const N = 20; // per agent: 120 reads, interleaved across the sessions and agents
+  const todo = [];
+  for (let k = 0; k < N; k++)
+    for (const [i, s] of S.entries())
+      for (const a of s.agents) todo.push({ i, k, a });
+  // three at a time: with 4 handler threads (JAILBOX_WS_WORKERS) one is kept free, and a
+  // fourth call at once is refused as "too many calls are waiting" (api/ops.c)
+  const done = [];
+  await Promise.all([0, 1, 2].map(async () => {
+    for (let t; (t = todo.shift());) {
+      const r = await call(t.a, t.k % 5 === 4 ? 'list' : 'read', t.k % 5 === 4 ? {} : { path: 'mine.txt' }, 120000);
+      done.push({ i: t.i, k: t.k, r });
+    }
+  }));
+  assert.equal(done.length, S.length * 2 * N);
+  for (const { i, k, r } of done) {
+    assert.ok(r.result, JSON.stringify(r));
+    if (k % 5 === 4) assert.deepEqual(r.result.structuredContent.entries.map((e) => e.name), ['mine.txt']);
+    else assert.equal(r.result.structuredContent.content, `session ${i}\n`);
+  }
+  assert.equal(await handled('direct') - d0, S.length * 2 * N);
+  for (const s of S) {
+    const ops = (await srv.db.query('SELECT tool, state, result FROM ops WHERE job_id = $1', [s.jobId])).rows;
+    assert.equal(ops.length, 2 * N);
+    assert.ok(ops.every((o) => o.state === 'done' && o.result.ok === true && o.result.result.content === undefined), JSON.stringify(ops[0]));
+    const n = (await srv.db.query("SELECT count(*)::int AS n FROM audit_entries WHERE job_id = $1 AND operation IN ('read', 'list')", [s.jobId])).rows[0].n;
+    assert.equal(n, 2 * N);
+    const v = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit/verify`, { token: srv.serviceToken });
+    assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  }
+  // the ops socket is the owner's alone
+  assert.equal(statSync(join(srv.state, 'worker-0.ops')).mode & 0o777, 0o600);
+});
+
 test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
   const E = await openSession((d) => {
     mkdirSync(join(d, 'secrets'));
