@@ -482,6 +482,20 @@ test('the worker\'s ops socket: bad lines, writes, unknown sessions and oversize
   assert.equal(r.closed, true);
   assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n, before);
   assert.ok(!existsSync(join(A.dir, 'evil.txt')));
+  // the decision jailboxd made on its copy of the session is checked in the worker's
+  // transaction: a copy with other exclusions runs nothing; the session's own runs
+  const row = (await srv.db.query("SELECT mode, exclude, coalesce(walls->'prescan'->'flagged', '[]'::jsonb) AS flagged FROM sessions WHERE job_id = $1", [A.jobId])).rows[0];
+  const expect = { mode: row.mode, exclude: row.exclude, flagged: row.flagged };
+  r = await opsSocket(JSON.stringify({ jobId: A.jobId, tool: 'read', path: 'sub/b.txt', args: {}, expect: { ...expect, exclude: [...(row.exclude || []), 'sub/**'] } }) + '\n');
+  assert.equal(r.ran, false, JSON.stringify(r));
+  assert.equal(r.state, '', JSON.stringify(r));
+  assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n, before);
+  r = await opsSocket(JSON.stringify({ jobId: A.jobId, tool: 'stat', path: 'sub/b.txt', args: { withContent: true }, expect }) + '\n');
+  assert.equal(r.ran, true, JSON.stringify(r));
+  assert.equal(r.answer.result.content, 'bee\n', JSON.stringify(r));
+  const st = (await srv.db.query('SELECT tool, state, result FROM ops WHERE op_id = $1', [r.opId])).rows[0];
+  assert.equal(st.state, 'done');
+  assert.equal(st.result.result.content, undefined, 'file content stored: ' + JSON.stringify(st));
   // and the worker still serves the agent (an earlier test replaced a.txt)
   assert.equal((await ok(agentA, 'read', { path: 'sub/b.txt' })).content, 'bee\n');
 });
