@@ -100,8 +100,15 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
    * failing the session's queued ops — deadlocked with it; PostgreSQL then cancelled one of
    * the two, sometimes the abort. The session row is waited for (a chain append holds it for
    * a moment): skipping it would leave the op to the next sweep, a second later; after the
-   * wait the state is read again (an abort that committed meanwhile leaves no row). */
-  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 AND state = 'active' FOR UPDATE",
+   * wait the state is read again (an abort that committed meanwhile leaves no row). Only a
+   * session with a queued op is waited for: an op handed straight to the worker (sandbox/
+   * direct.h) holds its session row for its whole run in the shim, unseen until it commits,
+   * and the sweep of every session — one thread, the other sessions' queued ops after it —
+   * must not wait on a session that has nothing queued. */
+  PGresult *r = jb_db_exec(c,
+                           "SELECT 1 FROM sessions s WHERE s.job_id = $1 AND s.state = 'active'"
+                           " AND EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved')"
+                           " FOR UPDATE OF s",
                            1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
   if (!r) {
     jb_db_rollback(c);

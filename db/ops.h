@@ -58,7 +58,7 @@ void jb_op_claim_free(struct jb_op_claim *o);
 
 /* Worker: begins a transaction and locks the oldest queued op of `job_id` whose session is
  * active (first the session row FOR UPDATE, waited for — the lock order of every chain
- * writer — then the op FOR UPDATE SKIP LOCKED). JB_OK with
+ * writer — when the session has a queued op, then the op FOR UPDATE SKIP LOCKED). JB_OK with
  * *out filled and the transaction left open for jb_db_op_complete; JB_ERR_NOT_FOUND (nothing
  * to run; no transaction open); JB_ERR_FAIL. */
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err);

@@ -542,6 +542,29 @@ test('many agents reading at once, straight to the worker: every answer its own 
   assert.equal(statSync(join(srv.state, 'worker-0.ops')).mode & 0o777, 0o600);
 });
 
+test('ops handed straight to the worker hold up no other session\'s queued ops (the worker\'s op sweep does not wait on their session)', { timeout: 180000 }, async () => {
+  const X = await openSession((d) => {
+    writeFileSync(join(d, 'big1.bin'), Buffer.alloc(250 * 1024 * 1024, 1));
+    writeFileSync(join(d, 'big2.bin'), Buffer.alloc(250 * 1024 * 1024, 2));
+  }, { mode: 'supervised' });
+  const Y = await openSession(() => {}, { mode: 'unsupervised' });
+  const ax = await connect(X.agentToken);
+  const ay = await connect(Y.agentToken);
+  assert.equal((await ok(ay, 'write', { path: 'warm.txt', content: 'w\n' })).written, 2);
+  // two supervised writes in X: their stats hash 250 MiB each, one after the other, each in
+  // the worker's transaction that holds X's session row (the writes then time out undecided)
+  const xs = ['big1.bin', 'big2.bin'].map((p) => call(ax, 'write', { path: p, content: 'x\n' }, 60000).catch((e) => ({ cut: e.message })));
+  await new Promise((r) => setTimeout(r, 1200)); // the sweep (once a second) has come round
+  const xrows = (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat'", [X.jobId])).rows[0].n;
+  assert.ok(xrows < 2, 'the stats were done before the write was tried: nothing to measure');
+  const t0 = Date.now();
+  assert.equal((await ok(ay, 'write', { path: 'y.txt', content: 'queued\n' })).written, 7);
+  const took = Date.now() - t0;
+  console.log('# a queued write of another session beside two stats in flight took', took, 'ms');
+  assert.ok(took < 600, `a queued write of another session took ${took} ms behind the stats`);
+  await Promise.all(xs);
+});
+
 test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
   const E = await openSession((d) => {
     mkdirSync(join(d, 'secrets'));
