@@ -943,6 +943,12 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
   struct session *s = session_lock(job);
+  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
+    session_unlock(s);
+    json_decref(req);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session is ending: the op was not run");
+  }
   json_t *ans = NULL;
   jb_error err = {0};
   if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
@@ -991,6 +997,15 @@ static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool st
   if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
     sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
           : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+  /* a signal the policy aborts on ends the session: marked before this op commits, so that an
+   * op of the session waiting for its row (ops handed straight to the worker run in many
+   * threads) finds it ending and runs nothing, as on the one op thread */
+  if (sig >= 0 && W.policy.abort[sig]) {
+    pthread_mutex_lock(&W.lock);
+    struct session *s = find_session(job);
+    if (s) atomic_store(&s->teardown, true);
+    pthread_mutex_unlock(&W.lock);
+  }
   if (sig >= 0) {
     sigout->signal = sig;
     const char *msg = json_string_value(json_object_get(ej, "message"));
