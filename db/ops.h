@@ -66,11 +66,12 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 /* Worker, for an op jailboxd hands over directly (sandbox/direct.h) instead of queuing it:
  * begins a transaction, locks the session row, and inserts the op (`tool`, `path`,
  * `args_json` as jb_db_op_create) as already claimed by this transaction — only while the
- * session is active and, with `expect_json`, its mode, exclusions and flags are those. No
- * jb_op wake-up is sent for it (nobody waits on the row). JB_OK with *op_id and the
- * transaction left open for jb_db_op_complete; otherwise rolled back: JB_ERR_CONFLICT with
- * `state` (20 bytes) = the session's state (not active: paused, ended…), or "" when
- * `expect_json` no longer holds; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * session is active with no op queued before it (an op never overtakes one queued earlier in
+ * its session) and, with `expect_json`, its mode, exclusions and flags are those. No jb_op
+ * wake-up is sent for it (nobody waits on the row). JB_OK with *op_id and the transaction
+ * left open for jb_db_op_complete; otherwise rolled back: JB_ERR_CONFLICT with `state` (20
+ * bytes) = the session's state (not active: paused, ended…), "queued" when an op queued
+ * before it waits, or "" when `expect_json` no longer holds; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err);

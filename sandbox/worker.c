@@ -1328,6 +1328,8 @@ static json_t *direct_request(const json_t *req) {
   if (rc == JB_OK && d.answer)
     return json_pack("{s:b, s:I, s:o}", "ran", 1, "opId", (json_int_t)d.op_id, "answer", d.answer);
   json_decref(d.answer);
+  if (rc == JB_ERR_CONFLICT && !strcmp(d.state, "queued"))
+    return not_run("active", "an op queued before it goes first: the queued path, behind it");
   if (rc == JB_ERR_CONFLICT) return not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
   if (rc == JB_ERR_NOT_FOUND) return not_run("", "no such session");
   if (rc != JB_OK) slog(JB_LOG_WARN, job, "direct op not run", "error", err.msg, NULL);

@@ -565,6 +565,36 @@ test('ops handed straight to the worker hold up no other session\'s queued ops (
   await Promise.all(xs);
 });
 
+test('a read handed straight to the worker never overtakes an op queued before it in its session', { timeout: 180000 }, async () => {
+  const X = await openSession((d) => writeFileSync(join(d, 'f.txt'), 'old\n'), { mode: 'unsupervised' });
+  const Z = await openSession(() => {}, { mode: 'unsupervised' });
+  const ax = await connect(X.agentToken);
+  const az = await connect(Z.agentToken);
+  assert.equal((await ok(az, 'write', { path: 'warm.txt', content: 'w\n' })).written, 2);
+  // the worker's op thread kept busy: Z's row held here (as a claim takes it; an insert's key
+  // check still passes), with a write of Z queued
+  const hold = await srv.db.connect();
+  try {
+    await hold.query('BEGIN');
+    await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR NO KEY UPDATE', [Z.jobId]);
+    const zw = call(az, 'write', { path: 'z.txt', content: 'z\n' }, 60000);
+    await new Promise((r) => setTimeout(r, 500));
+    // X: a write, stored (queued) before the read is asked for
+    const xw = call(ax, 'write', { path: 'f.txt', content: 'new\n' }, 60000);
+    await waitFor('the write stored', async () => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'approved'", [X.jobId])).rows[0].n === 1, 10000);
+    const xr = call(ax, 'read', { path: 'f.txt' }, 60000);
+    await new Promise((r) => setTimeout(r, 500));
+    await hold.query('COMMIT');
+    const [w, r, z] = await Promise.all([xw, xr, zw]);
+    assert.equal(w.result?.structuredContent?.written, 4, JSON.stringify(w));
+    assert.ok(z.result, JSON.stringify(z));
+    assert.equal(r.result?.structuredContent?.content, 'new\n', 'the read overtook the write queued before it: ' + JSON.stringify(r));
+  } finally {
+    await hold.query('ROLLBACK').catch(() => {});
+    hold.release();
+  }
+});
+
 test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
   const E = await openSession((d) => {
     mkdirSync(join(d, 'secrets'));
