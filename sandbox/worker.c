@@ -1698,7 +1698,11 @@ int main(int argc, char **argv) {
   if (control) pthread_join(control_thread, NULL);
   if (ops) pthread_join(ops_thread, NULL);
   if (direct) pthread_join(ops_listen_thread, NULL);
-  while (atomic_load(&direct_conns) > 0) { /* detached; each ends after its request */
+  for (int waited = 0; atomic_load(&direct_conns) > 0; waited += 10) { /* detached; each ends after its request */
+    if (waited >= 10000) { /* one stuck on a peer that reads nothing: exit without freeing */
+      slog(JB_LOG_WARN, NULL, "worker stopped with an ops-socket connection still open", NULL);
+      return 0;
+    }
     struct timespec ts = {0, 10 * 1000000L};
     nanosleep(&ts, NULL);
   }
