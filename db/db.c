@@ -158,6 +158,7 @@ void jb_db_close(struct jb_db *db) {
 struct prepared_set {
   size_t n, cap;
   const char **sql;  /* the static SQL strings prepared so far */
+  signed char *rows; /* for each: whether it returns rows (1) or not (0), -1 not asked yet */
 };
 
 static int on_conn_event(PGEventId id, void *info, void *passthrough) {
@@ -168,6 +169,7 @@ static int on_conn_event(PGEventId id, void *info, void *passthrough) {
     struct prepared_set *ps = PQinstanceData(c, on_conn_event);
     if (ps) {
       free(ps->sql);
+      free(ps->rows);
       free(ps);
       PQsetInstanceData(c, on_conn_event, NULL);
     }
@@ -199,8 +201,12 @@ static void mark_prepared(PGconn *c, const char *sql) {
     const char **nv = realloc(ps->sql, cap * sizeof *nv);
     if (!nv) return;
     ps->sql = nv;
+    signed char *nr = realloc(ps->rows, cap * sizeof *nr);
+    if (!nr) return;
+    ps->rows = nr;
     ps->cap = cap;
   }
+  ps->rows[ps->n] = -1;
   ps->sql[ps->n++] = sql;
 }
 
@@ -243,6 +249,26 @@ PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *pa
   return NULL;
 }
 
+/* Whether prepared statement `name` (of static SQL `sql`) returns rows: 1 or 0, remembered
+ * per connection once asked (a Describe round trip); -1 with `err` when it cannot be told. */
+static int statement_rows(PGconn *conn, const char *sql, const char *name, jb_error *err) {
+  struct prepared_set *ps = PQinstanceData(conn, on_conn_event);
+  size_t i = 0;
+  while (ps && i < ps->n && ps->sql[i] != sql) i++;
+  if (ps && i < ps->n && ps->rows[i] >= 0) return ps->rows[i];
+  PGresult *d = PQdescribePrepared(conn, name);
+  if (PQresultStatus(d) != PGRES_COMMAND_OK) {
+    if (d) jb_db_fail_res(err, d, "describe");
+    else jb_db_fail(err, conn, "describe");
+    PQclear(d);
+    return -1;
+  }
+  int rows = PQnfields(d) > 0;
+  PQclear(d);
+  if (ps && i < ps->n) ps->rows[i] = (signed char)rows;
+  return rows;
+}
+
 PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err) {
   char names[16][32];
   if (n_steps < 1 || n_steps > 16) return jb_fail(err, EINVAL, "pipeline of %d steps", n_steps), NULL;
@@ -260,6 +286,18 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
     }
     mark_prepared(conn, steps[i].sql);
     PQclear(r);
+  }
+  /* A step that ends with another status than its `want` without an error would not stop
+   * the server from running the steps after it (a COMMIT among them): only an error does.
+   * So whether each statement returns rows is checked against `want` before anything is sent. */
+  for (int i = 0; i < n_steps; i++) {
+    int rows = statement_rows(conn, steps[i].sql, names[i], err);
+    if (rows < 0) return NULL;
+    bool fits = steps[i].want == PGRES_TUPLES_OK ? rows == 1 : steps[i].want == PGRES_COMMAND_OK && rows == 0;
+    if (!fits)
+      return jb_fail(err, EINVAL, "%s: the statement %s rows; want %s", steps[i].what,
+                     rows ? "returns" : "returns no", PQresStatus(steps[i].want)),
+             NULL;
   }
   if (PQenterPipelineMode(conn) != 1) return jb_db_fail(err, conn, "pipeline"), NULL;
   bool sent = true;

@@ -62,11 +62,14 @@ struct jb_db_step {
 };
 
 /* Runs `steps` in order in one round trip (libpq pipeline mode, PostgreSQL protocol 3
- * "extended query" messages ended by one Sync). A step that fails — an error, or a status
- * other than its `want` — stops the rest: the server skips every later step of the pipeline
- * (so a COMMIT after a failed statement never runs; a transaction the steps opened is then
- * left failed, for the caller to roll back). Returns the last step's result (PQclear it), or
- * NULL with `err` naming the first step that failed. */
+ * "extended query" messages ended by one Sync). A step that fails in the server stops the
+ * rest: the server skips every later step of the pipeline (so a COMMIT after a failed
+ * statement never runs; a transaction the steps opened is then left failed, for the caller
+ * to roll back). Only an error stops the server, so a step whose `want` does not fit its
+ * statement (PGRES_TUPLES_OK for one that returns rows, PGRES_COMMAND_OK for one that does
+ * not; told by a Describe, once per connection) is refused before anything is sent (EINVAL).
+ * Returns the last step's result (PQclear it), or NULL with `err` naming the first step that
+ * failed; the connection is out of pipeline mode either way. */
 PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err);
 
 int jb_db_begin(PGconn *conn, jb_error *err);

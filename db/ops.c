@@ -100,8 +100,15 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
    * failing the session's queued ops — deadlocked with it; PostgreSQL then cancelled one of
    * the two, sometimes the abort. The session row is waited for (a chain append holds it for
    * a moment): skipping it would leave the op to the next sweep, a second later; after the
-   * wait the state is read again (an abort that committed meanwhile leaves no row). */
-  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 AND state = 'active' FOR UPDATE",
+   * wait the state is read again (an abort that committed meanwhile leaves no row). Only a
+   * session with a queued op is waited for: an op handed straight to the worker (sandbox/
+   * direct.h) holds its session row for its whole run in the shim, unseen until it commits,
+   * and the sweep of every session — one thread, the other sessions' queued ops after it —
+   * must not wait on a session that has nothing queued. */
+  PGresult *r = jb_db_exec(c,
+                           "SELECT 1 FROM sessions s WHERE s.job_id = $1 AND s.state = 'active'"
+                           " AND EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved')"
+                           " FOR UPDATE OF s",
                            1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
   if (!r) {
     jb_db_rollback(c);
@@ -183,20 +190,27 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
   const char *p[5] = {job_id, tool, path, args_json, expect_json};
   /* the session row first (the lock order of every chain writer), then the op, inserted
    * already claimed by this transaction: nobody else sees it until it is done. The setting
-   * tells the jb_op trigger (migration 016) that nobody waits for a wake-up about it. BEGIN
-   * and the statement go in one round trip. */
+   * tells the jb_op trigger (migration 016) that nobody waits for a wake-up about it. An op
+   * queued before it in the session (approved, not yet run: the worker's op thread runs it)
+   * goes first: this one is not inserted, and takes the queued path behind it. The lock is
+   * its own statement, so that the insert's look for queued ops is made after the wait for
+   * the row (a statement sees what was committed when it began). BEGIN, the lock and the
+   * insert go in one round trip. */
   static const char sql[] =
       "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
-      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh"
+      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh,"
+      "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead"
       "   FROM sessions WHERE job_id = $1 FOR UPDATE),"
       " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, 'approved', 'auto', now()"
-      "  FROM s, cfg WHERE s.state = 'active' AND s.fresh RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)";
-  const struct jb_db_step steps[2] = {{"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-                                      {sql, 5, p, PGRES_TUPLES_OK, "store direct op"}};
-  PGresult *r = jb_db_pipeline(c, steps, 2, err);
+      "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s), (SELECT ahead FROM s)";
+  const struct jb_db_step steps[3] = {
+      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+      {"SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"},
+      {sql, 5, p, PGRES_TUPLES_OK, "store direct op"}};
+  PGresult *r = jb_db_pipeline(c, steps, 3, err);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
@@ -206,7 +220,10 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
   if (PQgetisnull(r, 0, 0)) {
     rc = JB_ERR_NOT_FOUND;
   } else if (PQgetisnull(r, 0, 1)) {
-    if (strcmp(PQgetvalue(r, 0, 2), "f") != 0) snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    bool fresh = strcmp(PQgetvalue(r, 0, 2), "f") != 0;
+    bool ahead = strcmp(PQgetvalue(r, 0, 3), "t") == 0;
+    if (fresh) /* "" when the session changed */
+      snprintf(state, 20, "%s", ahead && !strcmp(PQgetvalue(r, 0, 0), "active") ? "queued" : PQgetvalue(r, 0, 0));
     rc = JB_ERR_CONFLICT;
   } else {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));

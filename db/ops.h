@@ -58,7 +58,7 @@ void jb_op_claim_free(struct jb_op_claim *o);
 
 /* Worker: begins a transaction and locks the oldest queued op of `job_id` whose session is
  * active (first the session row FOR UPDATE, waited for — the lock order of every chain
- * writer — then the op FOR UPDATE SKIP LOCKED). JB_OK with
+ * writer — when the session has a queued op, then the op FOR UPDATE SKIP LOCKED). JB_OK with
  * *out filled and the transaction left open for jb_db_op_complete; JB_ERR_NOT_FOUND (nothing
  * to run; no transaction open); JB_ERR_FAIL. */
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err);
@@ -66,11 +66,12 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 /* Worker, for an op jailboxd hands over directly (sandbox/direct.h) instead of queuing it:
  * begins a transaction, locks the session row, and inserts the op (`tool`, `path`,
  * `args_json` as jb_db_op_create) as already claimed by this transaction — only while the
- * session is active and, with `expect_json`, its mode, exclusions and flags are those. No
- * jb_op wake-up is sent for it (nobody waits on the row). JB_OK with *op_id and the
- * transaction left open for jb_db_op_complete; otherwise rolled back: JB_ERR_CONFLICT with
- * `state` (20 bytes) = the session's state (not active: paused, ended…), or "" when
- * `expect_json` no longer holds; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * session is active with no op queued before it (an op never overtakes one queued earlier in
+ * its session) and, with `expect_json`, its mode, exclusions and flags are those. No jb_op
+ * wake-up is sent for it (nobody waits on the row). JB_OK with *op_id and the transaction
+ * left open for jb_db_op_complete; otherwise rolled back: JB_ERR_CONFLICT with `state` (20
+ * bytes) = the session's state (not active: paused, ended…), "queued" when an op queued
+ * before it waits, or "" when `expect_json` no longer holds; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err);

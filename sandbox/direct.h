@@ -14,8 +14,9 @@
  * With ran=true the op row was inserted, run in the shim and completed with its audit entry
  * in one committed transaction before the answer was sent: an answer never precedes its
  * durable record. ran=false means the caller takes the queued path instead (the session is
- * not active — a paused session's op must wait —, the expectation no longer holds, the
- * session is not on this worker, or the worker could not reach the database). Only ops that
+ * not active — a paused session's op must wait —, an op queued before it waits to run — it
+ * goes first —, the expectation no longer holds, the session is not on this worker, or the
+ * worker could not reach the database). Only ops that
  * change nothing go this way: if the worker dies before answering, running the op again on
  * the queued path is harmless. Lines are size-limited before parsing (JB_DIRECT_MAX_LINE). */
 #ifndef JB_SANDBOX_DIRECT_H

@@ -118,9 +118,11 @@ struct session {
   pthread_t thread;
   atomic_bool teardown;      /* the session ended elsewhere: remove the sandbox */
   atomic_bool finished;      /* the thread is done; join and free */
-  pthread_mutex_t lock;      /* guards sb while the control socket uses it */
+  pthread_mutex_t lock;      /* guards sb; an op in flight holds it for the whole call, so it
+                                is never waited for while W.lock is held */
   struct jb_sandbox sb;
-  bool sb_ready;
+  atomic_bool sb_ready;      /* written under lock; read without it as a hint (under it: sure) */
+  atomic_int users;          /* threads using the session outside W.lock: not reaped meanwhile */
   struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
   char cid[80];              /* the container, once up (guarded by W.lock, not lock: an op in
                                 flight holds lock for the whole call) */
@@ -679,7 +681,7 @@ static void reap_sessions(void) {
   pthread_mutex_lock(&W.lock);
   for (size_t i = 0; i < W.n_sessions;) {
     struct session *s = W.sessions[i];
-    if (atomic_load(&s->finished)) {
+    if (atomic_load(&s->finished) && atomic_load(&s->users) == 0) {
       pthread_join(s->thread, NULL);
       session_free(s);
       W.sessions[i] = W.sessions[--W.n_sessions];
@@ -694,6 +696,24 @@ static struct session *find_session(const char *job) {
   for (size_t i = 0; i < W.n_sessions; i++)
     if (strcmp(W.sessions[i]->job_id, job) == 0) return W.sessions[i];
   return NULL;
+}
+
+/* Session `job` with its lock held (NULL: none here), for a call into its shim. W.lock is not
+ * held while the session's lock is waited for — an op in flight holds that lock for the whole
+ * call, and the abort's kill, the op sweep and the other sessions' ops need W.lock meanwhile —;
+ * the session is pinned instead, so that it is not reaped before session_unlock. */
+static struct session *session_lock(const char *job) {
+  pthread_mutex_lock(&W.lock);
+  struct session *s = find_session(job);
+  if (s) atomic_fetch_add(&s->users, 1);
+  pthread_mutex_unlock(&W.lock);
+  if (s) pthread_mutex_lock(&s->lock);
+  return s;
+}
+static void session_unlock(struct session *s) {
+  if (!s) return;
+  pthread_mutex_unlock(&s->lock);
+  atomic_fetch_sub(&s->users, 1);
 }
 
 /* Removes every container of this Docker daemon labelled with session `job`. */
@@ -928,16 +948,19 @@ static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *arg
                                      "expectSha256", "withContent", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
-  pthread_mutex_lock(&W.lock);
-  struct session *s = find_session(job);
-  if (s) pthread_mutex_lock(&s->lock);
-  pthread_mutex_unlock(&W.lock);
+  struct session *s = session_lock(job);
+  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
+    session_unlock(s);
+    json_decref(req);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session is ending: the op was not run");
+  }
   json_t *ans = NULL;
   jb_error err = {0};
   if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
   else jb_fail(&err, ESRCH, "the session's sandbox is not up");
   bool killed = s && atomic_load(&s->killing);
-  if (s) pthread_mutex_unlock(&s->lock);
+  session_unlock(s);
   json_decref(req);
   if (!ans && killed)
     return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
@@ -980,6 +1003,15 @@ static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool st
   if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
     sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
           : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+  /* a signal the policy aborts on ends the session: marked before this op commits, so that an
+   * op of the session waiting for its row (ops handed straight to the worker run in many
+   * threads) finds it ending and runs nothing, as on the one op thread */
+  if (sig >= 0 && W.policy.abort[sig]) {
+    pthread_mutex_lock(&W.lock);
+    struct session *s = find_session(job);
+    if (s) atomic_store(&s->teardown, true);
+    pthread_mutex_unlock(&W.lock);
+  }
   if (sig >= 0) {
     sigout->signal = sig;
     const char *msg = json_string_value(json_object_get(ej, "message"));
@@ -1030,10 +1062,8 @@ static void run_queued_ops(const char *only, int max) {
   pthread_mutex_lock(&W.lock);
   for (size_t i = 0; i < W.n_sessions; i++) {
     struct session *s = W.sessions[i];
-    pthread_mutex_lock(&s->lock);
-    if (s->sb_ready && (!only || strcmp(only, s->job_id) == 0))
+    if (atomic_load(&s->sb_ready) && (!only || strcmp(only, s->job_id) == 0))
       snprintf(jobs[n++], sizeof jobs[0], "%s", s->job_id);
-    pthread_mutex_unlock(&s->lock);
   }
   pthread_mutex_unlock(&W.lock);
   for (size_t i = 0; i < n; i++) {
@@ -1136,10 +1166,9 @@ static json_t *control_request(const json_t *req) {
     pthread_mutex_lock(&W.lock);
     for (size_t i = 0; i < W.n_sessions; i++) {
       struct session *s = W.sessions[i];
-      pthread_mutex_lock(&s->lock);
+      bool ready = atomic_load(&s->sb_ready);
       json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "jobId", s->job_id, "container",
-                                         s->sb_ready ? s->sb.container_id : "", "ready", s->sb_ready));
-      pthread_mutex_unlock(&s->lock);
+                                         ready ? s->cid : "", "ready", ready));
     }
     pthread_mutex_unlock(&W.lock);
     return json_pack("{s:b, s:o}", "ok", 1, "sessions", a);
@@ -1148,10 +1177,7 @@ static json_t *control_request(const json_t *req) {
   json_t *shimreq = json_object_get(req, "request");
   if (!job || !json_is_object(shimreq))
     return json_pack("{s:b, s:s}", "ok", 0, "error", "want {op:probe|sessions} or {jobId, request}");
-  pthread_mutex_lock(&W.lock);
-  struct session *s = find_session(job);
-  if (s) pthread_mutex_lock(&s->lock);
-  pthread_mutex_unlock(&W.lock);
+  struct session *s = session_lock(job);
   if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
   json_t *out;
   jb_error err = {0};
@@ -1165,7 +1191,7 @@ static json_t *control_request(const json_t *req) {
     out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
               : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
   }
-  pthread_mutex_unlock(&s->lock);
+  session_unlock(s);
   /* the shim broke the protocol: an escape signal, whoever asked */
   if (err.code == EPROTO || err.code == EMSGSIZE) {
     char job_id[129];
@@ -1222,7 +1248,7 @@ static int unix_listen(const char *path, const char *what, jb_error *err) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return jb_fail_errno(err, errno, "%s", what);
   unlink(path);
-  mode_t old = umask(0077);
+  mode_t old = umask(0177); /* srw------- : 0777 & ~0177 */
   int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   umask(old);
   if (rc < 0 || listen(fd, 64) < 0) {
@@ -1284,14 +1310,11 @@ static json_t *direct_request(const json_t *req) {
     return not_run("", "want {jobId, tool, path, args, expect}");
   if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
     return not_run("", "only read, list and stat are handed over directly");
+  /* not s->lock: another op of the session may hold it for its whole call (op_run checks
+   * again under it) */
   pthread_mutex_lock(&W.lock);
   struct session *s = find_session(job);
-  bool here = false;
-  if (s) {
-    pthread_mutex_lock(&s->lock);
-    here = s->sb_ready;
-    pthread_mutex_unlock(&s->lock);
-  }
+  bool here = s && atomic_load(&s->sb_ready);
   pthread_mutex_unlock(&W.lock);
   if (!here) return not_run("", "the session's sandbox is not on this worker");
   char *args_json = json_dumps(args, JSON_COMPACT);
@@ -1311,6 +1334,8 @@ static json_t *direct_request(const json_t *req) {
   if (rc == JB_OK && d.answer)
     return json_pack("{s:b, s:I, s:o}", "ran", 1, "opId", (json_int_t)d.op_id, "answer", d.answer);
   json_decref(d.answer);
+  if (rc == JB_ERR_CONFLICT && !strcmp(d.state, "queued"))
+    return not_run("active", "an op queued before it goes first: the queued path, behind it");
   if (rc == JB_ERR_CONFLICT) return not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
   if (rc == JB_ERR_NOT_FOUND) return not_run("", "no such session");
   if (rc != JB_OK) slog(JB_LOG_WARN, job, "direct op not run", "error", err.msg, NULL);
@@ -1702,11 +1727,21 @@ int main(int argc, char **argv) {
     if (cid[0]) jb_container_remove(&W.walls, cid, &err);
   }
   for (size_t i = 0; i < n; i++) pthread_join(list[i]->thread, NULL);
-  for (size_t i = 0; i < n; i++) session_free(list[i]);
-  W.n_sessions = 0;
+  /* the threads that may still hold a session or a connection end first: an op they run
+   * fails at once now that the containers are gone */
   if (control) pthread_join(control_thread, NULL);
   if (ops) pthread_join(ops_thread, NULL);
   if (direct) pthread_join(ops_listen_thread, NULL);
+  for (int waited = 0; atomic_load(&direct_conns) > 0; waited += 10) { /* detached; each ends after its request */
+    if (waited >= 10000) { /* one stuck on a peer that reads nothing: exit without freeing */
+      slog(JB_LOG_WARN, NULL, "worker stopped with an ops-socket connection still open", NULL);
+      return 0;
+    }
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  for (size_t i = 0; i < n; i++) session_free(list[i]);
+  W.n_sessions = 0;
   if (ops_listen_fd >= 0) {
     close(ops_listen_fd);
     unlink(opath);

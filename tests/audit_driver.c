@@ -448,6 +448,108 @@ static int cmd_resign_line(const char *file, long long seq) {
   return rc;
 }
 
+/* ---- jb_db_pipeline (db/db.h) ---- */
+
+static long long pl_count(PGconn *c) {
+  jb_error err = {0};
+  PGresult *r = jb_db_exec(c, "SELECT count(*) FROM pl_t", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "count");
+  long long n = r ? atoll(PQgetvalue(r, 0, 0)) : -1;
+  PQclear(r);
+  return n;
+}
+
+/* Whether `c` is as the pool expects it: out of pipeline mode, no transaction, and able to
+ * run a prepared statement and another pipeline. */
+static bool pl_usable(PGconn *c) {
+  jb_error err = {0};
+  if (PQpipelineStatus(c) != PQ_PIPELINE_OFF || PQtransactionStatus(c) != PQTRANS_IDLE) return false;
+  PGresult *r = jb_db_exec(c, "SELECT 1", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "select");
+  bool ok = r != NULL;
+  PQclear(r);
+  const struct jb_db_step st[2] = {{"SELECT 2", 0, NULL, PGRES_TUPLES_OK, "two"},
+                                   {"SELECT 3", 0, NULL, PGRES_TUPLES_OK, "three"}};
+  r = jb_db_pipeline(c, st, 2, &err);
+  ok = ok && r && !strcmp(PQgetvalue(r, 0, 0), "3");
+  PQclear(r);
+  return ok;
+}
+
+static int cmd_pipeline(void) {
+  PGconn *c = connect_or_die();
+  jb_error err = {0};
+  PGresult *r = jb_db_exec(c, "CREATE TEMP TABLE pl_t (x int)", 0, NULL, PGRES_COMMAND_OK, NULL, &err, "create");
+  if (!r) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 2;
+  }
+  PQclear(r);
+  int bad = 0;
+  /* 1. the third step fails in the server: the COMMIT after it is skipped */
+  const struct jb_db_step fail_mid[4] = {
+      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+      {"INSERT INTO pl_t VALUES (1) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"},
+      {"SELECT 1 / 0", 0, NULL, PGRES_TUPLES_OK, "divide"},
+      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+  err = (jb_error){0};
+  r = jb_db_pipeline(c, fail_mid, 4, &err);
+  bool named = strstr(err.msg, "divide") != NULL;
+  jb_db_rollback(c);
+  long long n = pl_count(c);
+  printf("failed step: %s, named: %s, committed rows %lld, connection usable: %s\n", r ? "NOT REPORTED" : "reported",
+         named ? "yes" : "NO", n, pl_usable(c) ? "yes" : "NO");
+  bad += r != NULL || !named || n != 0 || !pl_usable(c);
+  PQclear(r);
+  /* 2. a step ending with another status than its `want`, without an error: reported, and
+   *    the COMMIT after it must not have committed what it guards */
+  const struct jb_db_step mismatch[3] = {
+      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+      {"INSERT INTO pl_t VALUES (2) RETURNING x", 0, NULL, PGRES_COMMAND_OK, "insert"},
+      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+  err = (jb_error){0};
+  r = jb_db_pipeline(c, mismatch, 3, &err);
+  named = strstr(err.msg, "insert") != NULL;
+  jb_db_rollback(c);
+  n = pl_count(c);
+  printf("unexpected status: %s, named: %s, committed rows %lld, connection usable: %s\n",
+         r ? "NOT REPORTED" : "reported", named ? "yes" : "NO", n, pl_usable(c) ? "yes" : "NO");
+  bad += r != NULL || !named || n != 0 || !pl_usable(c);
+  PQclear(r);
+  /* 3. all steps succeed: the last one's result, committed */
+  const struct jb_db_step good[3] = {
+      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+      {"INSERT INTO pl_t VALUES (3) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"},
+      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+  r = jb_db_pipeline(c, good, 3, &err);
+  n = pl_count(c);
+  printf("all steps: %s, committed rows %lld, connection usable: %s\n", r ? "ok" : err.msg, n,
+         pl_usable(c) ? "yes" : "NO");
+  bad += r == NULL || n != 1 || !pl_usable(c);
+  PQclear(r);
+  /* 4. the connection dropped under a pipeline: an error, not a hang; not given back as usable */
+  PGresult *pid = jb_db_exec(c, "SELECT pg_backend_pid()::text", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "pid");
+  const char *pp[1] = {pid ? PQgetvalue(pid, 0, 0) : "0"};
+  const struct jb_db_step killed[3] = {
+      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
+      {"SELECT pg_terminate_backend($1::int)", 1, pp, PGRES_TUPLES_OK, "terminate"},
+      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+  err = (jb_error){0};
+  r = jb_db_pipeline(c, killed, 3, &err);
+  jb_db_rollback(c);
+  bool dropped = PQstatus(c) != CONNECTION_OK;
+  printf("connection dropped: %s, %s\n", r ? "NOT REPORTED" : "reported", dropped ? "closed" : "still open");
+  bad += r != NULL;
+  PQclear(r);
+  PQclear(pid);
+  done_with(c);
+  /* the pool hands out a working connection afterwards */
+  c = connect_or_die();
+  bool after = pl_usable(c);
+  printf("pool afterwards: %s\n", after ? "usable" : "NOT USABLE");
+  bad += !after;
+  done_with(c);
+  return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (sodium_init() < 0) return 2;
   const char *cmd = argc > 1 ? argv[1] : "";
@@ -456,6 +558,12 @@ int main(int argc, char **argv) {
     load_keys(argv[2]);
     int rc = cmd_resign_line(argv[3], atoll(argv[4]));
     jb_keyring_free(keys);
+    return rc;
+  }
+  if (strcmp(cmd, "pipeline") == 0 && argc == 3) {
+    conninfo = argv[2];
+    int rc = cmd_pipeline();
+    jb_db_close(pool);
     return rc;
   }
   if (argc < 4) goto usage;

@@ -290,6 +290,12 @@ check "concurrent chain verifies (API)" "ok null" "$(verify_api job-c)"
 read -r _ _ < <(open_session job-d wd)
 check "a held append blocks its own session only" "0" "$("$D" noblock "$CI" "$KEY" job-c job-d >/dev/null; echo $?)"
 check "appends join the caller's transaction, or commit their own" "0" "$("$D" txn "$CI" "$KEY" job-d >/dev/null; echo $?)"
+# jb_db_pipeline (an op's outcome and its COMMIT in one round trip): a failing step — an
+# error, or a status its statement cannot give — never lets the COMMIT after it commit, and
+# the connection goes back to the pool usable
+check "pipeline: a failed step stops the COMMIT; the connection stays usable" "0" \
+  "$("$D" pipeline "$CI" > "$T/pipeline" 2>&1; echo $?)"
+[ "$(cat "$T/pipeline" | grep -c 'NO\|NOT')" = 0 ] || cat "$T/pipeline"
 
 # --- long chains: the export streams 512 rows a page, the server verifies 2048 a page -----------------
 mkdir -p "$WS/we"

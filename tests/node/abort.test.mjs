@@ -54,6 +54,12 @@ async function sessionIn(state, extra = {}) {
   return s;
 }
 
+// the last op id taken (the sequence moves when an op row is inserted, committed or not)
+async function opSeq() {
+  const r = await srv.db.query('SELECT last_value::bigint AS v, is_called FROM ops_op_id_seq');
+  return r.rows[0].is_called ? Number(r.rows[0].v) : 0;
+}
+
 async function assertEndedAndSealed(server, jobId, state) {
   const st = await sessionOf(server, jobId);
   assert.equal(st.state, state);
@@ -130,12 +136,11 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
   const s = await sessionIn('active', { mode: 'supervised' });
   const big = join(s.dir, 'big.bin');
   writeFileSync(big, Buffer.alloc(250 * 1024 * 1024, 7));
+  const seq0 = await opSeq();
   const pending = call(s.agent, 'write', { path: 'big.bin', content: 'small\n' }).catch((e) => ({ cut: e.message }));
-  // the stat op is claimed: the session row is held by the worker
-  await waitFor(srv, 'stat claimed', async () => {
-    const r = await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId]);
-    return r.rows.length === 1;
-  }, 10000);
+  // the stat op is in flight: its row is taken (handed straight to the worker, it is inserted
+  // in the transaction that runs it, unseen until that commits) and not yet done
+  await waitFor(srv, 'stat in flight', async () => (await opSeq()) > seq0, 10000);
   await new Promise((r) => setTimeout(r, 100));
   const t0 = Date.now();
   const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
@@ -145,18 +150,48 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
   gone.inflight = Date.now() - t0;
   const op = (await srv.db.query("SELECT state, result FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId])).rows[0];
   const h = await pending;
-  if (op.state === 'failed') {
-    assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
-    assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
-    console.log('# the op:', op.result.error.message, '; abort answered in', took, 'ms');
-  } else {
-    // the hash finished before the abort reached the worker: nothing was in flight
-    assert.equal(op.state, 'done');
-    console.log('# the op finished before the abort (no op was in flight); took', took, 'ms');
-  }
+  // hashing 250 MiB (the most stat hashes, about a second) outlasts the wait above: the op
+  // was in flight and the kill cut it short
+  assert.equal(op?.state, 'failed', JSON.stringify(op));
+  assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
+  assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+  console.log('# the op:', op.result.error.message, '; abort answered in', took, 'ms');
   assert.ok(took < 2000, `abort took ${took} ms`);
   assert.equal(readFileSync(big).length, 250 * 1024 * 1024, 'the big file was not replaced');
   await assertEndedAndSealed(srv, s.jobId, 'aborted');
+});
+
+test('an op in flight in one session holds up neither another session\'s read nor an abort (ops handed straight to the worker)', { timeout: 240000 }, async () => {
+  const x = await sessionIn('active', { mode: 'supervised' });
+  const y = await sessionIn('active', { mode: 'unsupervised' });
+  assert.equal((await call(y.agent, 'read', { path: 'a.txt' })).result?.structuredContent?.content, 'hello\n');
+  writeFileSync(join(x.dir, 'big.bin'), Buffer.alloc(250 * 1024 * 1024, 7));
+  const seq0 = await opSeq();
+  const slow = call(x.agent, 'write', { path: 'big.bin', content: 'small\n' }).catch((e) => ({ cut: e.message }));
+  await waitFor(srv, 'stat in flight', async () => (await opSeq()) > seq0, 10000);
+  const statId = await opSeq();
+  // a second op of the same session waits for the first (one at a time per session) …
+  const second = call(x.agent, 'read', { path: 'a.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 150));
+  // … but the other session's read answers while the stat (about a second of hashing) runs
+  const r = await call(y.agent, 'read', { path: 'a.txt' }, 20000);
+  assert.equal(r.result?.structuredContent?.content, 'hello\n', JSON.stringify(r));
+  const statRow = (await srv.db.query('SELECT state FROM ops WHERE op_id = $1', [statId])).rows;
+  assert.deepEqual(statRow, [], 'the other session\'s read waited for the stat to finish');
+  // and the abort kills the container at once: the stat fails with "aborted"
+  const ab = await srv.req('POST', `/v1/jailbox/${x.jobId}/abort`, { token: x.buyerToken });
+  assert.equal(ab.status, 200, ab.text);
+  await waitFor(srv, 'container gone', async () => (await containersOf(x.jobId)).length === 0, 2000);
+  const op = (await srv.db.query('SELECT state, result FROM ops WHERE op_id = $1', [statId])).rows[0];
+  assert.equal(op?.state, 'failed', JSON.stringify(op));
+  assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
+  const h = await slow;
+  assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+  const h2 = await second;
+  assert.ok(h2.cut || h2.error, 'a read answered in an aborted session: ' + JSON.stringify(h2));
+  await assertEndedAndSealed(srv, x.jobId, 'aborted');
+  const v = await srv.req('GET', `/v1/jailbox/${y.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
 });
 
 test('accept only from done (409 otherwise); sealed, container removed, change summary kept', { timeout: 180000 }, async () => {

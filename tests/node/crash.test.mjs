@@ -110,6 +110,62 @@ test('worker killed: its sessions are failed with a reason and no container is l
   assert.equal((await containersOf(c.jobId)).length, 1);
 });
 
+// the jailbox_ops_handled_total{path} counter of /metrics (api/metrics.c)
+async function handled(srv, path) {
+  const r = await srv.req('GET', '/metrics', { token: srv.serviceToken });
+  const m = r.text.match(new RegExp(`^jailbox_ops_handled_total\\{path="${path}"\\} (\\d+)`, 'm'));
+  assert.ok(m, r.text.slice(0, 2000));
+  return Number(m[1]);
+}
+
+test('worker killed while an op handed straight to it runs: the call ends, no row left waiting, chain intact; the new worker takes reads straight again', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim' });
+  servers.push(srv);
+  const a = await openSession(srv, (d) => {
+    writeFileSync(join(d, 'a.txt'), 'hello\n');
+    writeFileSync(join(d, 'big.bin'), Buffer.alloc(250 * 1024 * 1024, 7));
+  }, { mode: 'supervised' });
+  const agent = await connect(srv, a.agentToken);
+  const d0 = await handled(srv, 'direct');
+  // every handler thread keeps its connection to the worker's ops socket after this
+  for (let i = 0; i < 8; i++) assert.equal((await call(agent, 'read', { path: 'a.txt' })).result?.structuredContent?.content, 'hello\n');
+  assert.equal(await handled(srv, 'direct') - d0, 8);
+  const seq = async () => {
+    const r = await srv.db.query('SELECT last_value::bigint AS v, is_called FROM ops_op_id_seq');
+    return r.rows[0].is_called ? Number(r.rows[0].v) : 0;
+  };
+  const seq0 = await seq();
+  const t0 = Date.now();
+  // the supervised write's stat hashes 250 MiB in the shim, inside the worker's transaction
+  const w = call(agent, 'write', { path: 'big.bin', content: 'x\n' }, 180000).catch((e) => ({ cut: e.message }));
+  await waitFor(srv, 'stat in flight', async () => (await seq()) > seq0, 10000);
+  const readyBefore = (srv.log().match(/"msg":"worker ready"/g) || []).length;
+  process.kill(Number(readFileSync(join(srv.state, 'worker-0.pid'), 'utf8')), 'SIGKILL');
+  const r = await w;
+  const took = Date.now() - t0;
+  // an answer (no hang until the run timeout), and never a success: nothing was written
+  assert.ok(r.error || r.cut, JSON.stringify(r));
+  assert.ok(took < 60000, `the call took ${took} ms`);
+  assert.equal(readFileSync(join(a.dir, 'big.bin')).length, 250 * 1024 * 1024);
+  await waitFor(srv, 'worker restarted', () => (srv.log().match(/"msg":"worker ready"/g) || []).length > readyBefore, 60000);
+  await waitState(srv, a.jobId, ['failed'], 30000);
+  // the op of the killed transaction left no row; nothing of the session waits for a worker
+  const rows = (await srv.db.query('SELECT op_id, tool, state FROM ops WHERE job_id = $1 AND op_id > $2', [a.jobId, seq0])).rows;
+  assert.ok(rows.every((o) => o.op_id !== seq0 + 1), JSON.stringify(rows));
+  const waiting = (await srv.db.query("SELECT op_id, tool, state FROM ops WHERE job_id = $1 AND state IN ('approved', 'pending')", [a.jobId])).rows;
+  assert.deepEqual(waiting, [], 'ops left waiting in a failed session');
+  await verify(srv, a.jobId);
+  // the handler threads' connections to the dead worker are replaced: straight again
+  const c = await openSession(srv, (d) => writeFileSync(join(d, 'c.txt'), 'again\n'), { mode: 'unsupervised' });
+  const agentC = await connect(srv, c.agentToken);
+  const d1 = await handled(srv, 'direct');
+  const failedBefore = (srv.log().match(/direct op hand-over failed/g) || []).length;
+  for (let i = 0; i < 8; i++) assert.equal((await call(agentC, 'read', { path: 'c.txt' })).result?.structuredContent?.content, 'again\n');
+  assert.equal(await handled(srv, 'direct') - d1, 8);
+  assert.equal((srv.log().match(/direct op hand-over failed/g) || []).length, failedBefore);
+  await verify(srv, c.jobId);
+});
+
 test('PostgreSQL restarted under load: 503 in between (never a wrong answer), reconnect, nothing committed lost', { timeout: 300000 }, async () => {
   const srv = await startServer({ JAILBOX_DB_CONNECT_TIMEOUT: '2' });
   servers.push(srv);

@@ -162,6 +162,31 @@ test('a symlink leaving the workspace made after the pre-scan (caught at open ti
   assert.match(alert.detail, /leads out of the workspace/);
 });
 
+test('ops waiting behind an escape run nothing once it is caught (reads handed straight to the worker, one at a time per session)', { timeout: 180000 }, async () => {
+  const S = await live();
+  symlinkSync(outside, join(S.dir, 'late'));
+  // the session row held from here: the worker's transactions for the ops queue up behind it
+  // in the order they come — the escape first, then two plain reads
+  const hold = await srv.db.connect();
+  await hold.query('BEGIN');
+  await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [S.jobId]);
+  const t0 = Date.now();
+  const esc = call(S.agent, 'read', { path: 'late/secret.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 300));
+  const after = [0, 1].map(() => call(S.agent, 'read', { path: 'a.txt' }).catch((e) => ({ cut: e.message })));
+  await new Promise((r) => setTimeout(r, 300));
+  await hold.query('COMMIT');
+  hold.release();
+  const r = await esc;
+  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  for (const a of await Promise.all(after))
+    assert.ok(!a.result, 'a read ran after the escape was caught: ' + JSON.stringify(a).slice(0, 300));
+  await assertEscaped(S, 'symlink_escape', t0);
+  // nothing was read after the escape: its op is the last that ran in the shim
+  const ran = (await srv.db.query("SELECT op_id, path, result FROM ops WHERE job_id = $1 AND tool = 'read' ORDER BY op_id", [S.jobId])).rows;
+  assert.ok(ran.every((o) => o.result?.ok !== true), JSON.stringify(ran));
+});
+
 test('a hard link made after the pre-scan (caught at open time by the shim)', { timeout: 180000 }, async () => {
   const S = await live();
   linkSync(join(outside, 'secret.txt'), join(S.dir, 'late-hard'));

@@ -482,8 +482,117 @@ test('the worker\'s ops socket: bad lines, writes, unknown sessions and oversize
   assert.equal(r.closed, true);
   assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n, before);
   assert.ok(!existsSync(join(A.dir, 'evil.txt')));
+  // the decision jailboxd made on its copy of the session is checked in the worker's
+  // transaction: a copy with other exclusions runs nothing; the session's own runs
+  const row = (await srv.db.query("SELECT mode, exclude, coalesce(walls->'prescan'->'flagged', '[]'::jsonb) AS flagged FROM sessions WHERE job_id = $1", [A.jobId])).rows[0];
+  const expect = { mode: row.mode, exclude: row.exclude, flagged: row.flagged };
+  r = await opsSocket(JSON.stringify({ jobId: A.jobId, tool: 'read', path: 'sub/b.txt', args: {}, expect: { ...expect, exclude: [...(row.exclude || []), 'sub/**'] } }) + '\n');
+  assert.equal(r.ran, false, JSON.stringify(r));
+  assert.equal(r.state, '', JSON.stringify(r));
+  assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM ops')).rows[0].n, before);
+  r = await opsSocket(JSON.stringify({ jobId: A.jobId, tool: 'stat', path: 'sub/b.txt', args: { withContent: true }, expect }) + '\n');
+  assert.equal(r.ran, true, JSON.stringify(r));
+  assert.equal(r.answer.result.content, 'bee\n', JSON.stringify(r));
+  const st = (await srv.db.query('SELECT tool, state, result FROM ops WHERE op_id = $1', [r.opId])).rows[0];
+  assert.equal(st.state, 'done');
+  assert.equal(st.result.result.content, undefined, 'file content stored: ' + JSON.stringify(st));
   // and the worker still serves the agent (an earlier test replaced a.txt)
   assert.equal((await ok(agentA, 'read', { path: 'sub/b.txt' })).content, 'bee\n');
+});
+
+test('many agents reading at once, straight to the worker: every answer its own session\'s, one row and one entry each, nothing left waiting', { timeout: 180000 }, async () => {
+  const S = [];
+  for (let i = 0; i < 3; i++) {
+    const s = await openSession((d) => writeFileSync(join(d, 'mine.txt'), `session ${i}\n`), { mode: 'unsupervised' });
+    s.agents = [await connect(s.agentToken), await connect(s.agentToken)];
+    S.push(s);
+  }
+  const d0 = await handled('direct');
+  const N = 20; // per agent: 120 reads, interleaved across the sessions and agents
+  const todo = [];
+  for (let k = 0; k < N; k++)
+    for (const [i, s] of S.entries())
+      for (const a of s.agents) todo.push({ i, k, a });
+  // three at a time: with 4 handler threads (JAILBOX_WS_WORKERS) one is kept free, and a
+  // fourth call at once is refused as "too many calls are waiting" (api/ops.c)
+  const done = [];
+  await Promise.all([0, 1, 2].map(async () => {
+    for (let t; (t = todo.shift());) {
+      const r = await call(t.a, t.k % 5 === 4 ? 'list' : 'read', t.k % 5 === 4 ? {} : { path: 'mine.txt' }, 120000);
+      done.push({ i: t.i, k: t.k, r });
+    }
+  }));
+  assert.equal(done.length, S.length * 2 * N);
+  for (const { i, k, r } of done) {
+    assert.ok(r.result, JSON.stringify(r));
+    if (k % 5 === 4) assert.deepEqual(r.result.structuredContent.entries.map((e) => e.name), ['mine.txt']);
+    else assert.equal(r.result.structuredContent.content, `session ${i}\n`);
+  }
+  assert.equal(await handled('direct') - d0, S.length * 2 * N);
+  for (const s of S) {
+    const ops = (await srv.db.query('SELECT tool, state, result FROM ops WHERE job_id = $1', [s.jobId])).rows;
+    assert.equal(ops.length, 2 * N);
+    assert.ok(ops.every((o) => o.state === 'done' && o.result.ok === true && o.result.result.content === undefined), JSON.stringify(ops[0]));
+    const n = (await srv.db.query("SELECT count(*)::int AS n FROM audit_entries WHERE job_id = $1 AND operation IN ('read', 'list')", [s.jobId])).rows[0].n;
+    assert.equal(n, 2 * N);
+    const v = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit/verify`, { token: srv.serviceToken });
+    assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  }
+  // the ops socket is the owner's alone
+  assert.equal(statSync(join(srv.state, 'worker-0.ops')).mode & 0o777, 0o600);
+});
+
+test('ops handed straight to the worker hold up no other session\'s queued ops (the worker\'s op sweep does not wait on their session)', { timeout: 180000 }, async () => {
+  const X = await openSession((d) => {
+    writeFileSync(join(d, 'big1.bin'), Buffer.alloc(250 * 1024 * 1024, 1));
+    writeFileSync(join(d, 'big2.bin'), Buffer.alloc(250 * 1024 * 1024, 2));
+  }, { mode: 'supervised' });
+  const Y = await openSession(() => {}, { mode: 'unsupervised' });
+  const ax = await connect(X.agentToken);
+  const ay = await connect(Y.agentToken);
+  assert.equal((await ok(ay, 'write', { path: 'warm.txt', content: 'w\n' })).written, 2);
+  // two supervised writes in X: their stats hash 250 MiB each, one after the other, each in
+  // the worker's transaction that holds X's session row (the writes then time out undecided)
+  const xs = ['big1.bin', 'big2.bin'].map((p) => call(ax, 'write', { path: p, content: 'x\n' }, 60000).catch((e) => ({ cut: e.message })));
+  await new Promise((r) => setTimeout(r, 1200)); // the sweep (once a second) has come round
+  const xrows = (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat'", [X.jobId])).rows[0].n;
+  assert.ok(xrows < 2, 'the stats were done before the write was tried: nothing to measure');
+  const t0 = Date.now();
+  assert.equal((await ok(ay, 'write', { path: 'y.txt', content: 'queued\n' })).written, 7);
+  const took = Date.now() - t0;
+  console.log('# a queued write of another session beside two stats in flight took', took, 'ms');
+  assert.ok(took < 600, `a queued write of another session took ${took} ms behind the stats`);
+  await Promise.all(xs);
+});
+
+test('a read handed straight to the worker never overtakes an op queued before it in its session', { timeout: 180000 }, async () => {
+  const X = await openSession((d) => writeFileSync(join(d, 'f.txt'), 'old\n'), { mode: 'unsupervised' });
+  const Z = await openSession(() => {}, { mode: 'unsupervised' });
+  const ax = await connect(X.agentToken);
+  const az = await connect(Z.agentToken);
+  assert.equal((await ok(az, 'write', { path: 'warm.txt', content: 'w\n' })).written, 2);
+  // the worker's op thread kept busy: Z's row held here (as a claim takes it; an insert's key
+  // check still passes), with a write of Z queued
+  const hold = await srv.db.connect();
+  try {
+    await hold.query('BEGIN');
+    await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR NO KEY UPDATE', [Z.jobId]);
+    const zw = call(az, 'write', { path: 'z.txt', content: 'z\n' }, 60000);
+    await new Promise((r) => setTimeout(r, 500));
+    // X: a write, stored (queued) before the read is asked for
+    const xw = call(ax, 'write', { path: 'f.txt', content: 'new\n' }, 60000);
+    await waitFor('the write stored', async () => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'approved'", [X.jobId])).rows[0].n === 1, 10000);
+    const xr = call(ax, 'read', { path: 'f.txt' }, 60000);
+    await new Promise((r) => setTimeout(r, 500));
+    await hold.query('COMMIT');
+    const [w, r, z] = await Promise.all([xw, xr, zw]);
+    assert.equal(w.result?.structuredContent?.written, 4, JSON.stringify(w));
+    assert.ok(z.result, JSON.stringify(z));
+    assert.equal(r.result?.structuredContent?.content, 'new\n', 'the read overtook the write queued before it: ' + JSON.stringify(r));
+  } finally {
+    await hold.query('ROLLBACK').catch(() => {});
+    hold.release();
+  }
 });
 
 test('review: exclusions hide dotfiles and nested matches; set-user-ID files are never opened up', { timeout: 120000 }, async () => {
