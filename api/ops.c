@@ -415,8 +415,8 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
  * session is not active — a paused session holds its ops —, the session changed, or the
  * worker could not be reached: only ops that change nothing come here, so running one again
  * there is harmless). */
-static json_t *try_direct(struct jb_app *app, const json_t *sess, const char *job, const char *tool,
-                          const char *path, json_t *sargs, json_t *expect) {
+static json_t *try_direct(struct jb_app *app, PGconn **cp, const json_t *sess, const char *job,
+                          const char *tool, const char *path, json_t *sargs, json_t *expect) {
   const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
   const char *sock = jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
   if (!sock) return NULL;
@@ -424,8 +424,14 @@ static json_t *try_direct(struct jb_app *app, const json_t *sess, const char *jo
                           "args", sargs, "expect", expect);
   if (!req) return NULL;
   jb_error err = {0};
+  /* the database connection is not needed while the worker works: back to the pool, and
+   * taken again for the queued path (*cp NULL when it cannot be had) */
+  jb_db_release(app->db, *cp);
   json_t *ans = jb_direct_call(sock, req, RUN_TIMEOUT_MS, &err);
   json_decref(req);
+  jb_error aerr = {0};
+  *cp = jb_db_acquire(app->db, &aerr);
+  if (!*cp) jb_log(JB_LOG_ERROR, "op path: database error", "detail", aerr.msg, NULL);
   if (!ans) {
     jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId", job,
            "detail", err.msg, NULL);
@@ -677,6 +683,28 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     json_object_set_new(sargs, "size", json_integer((json_int_t)dlen));
     json_object_set_new(sargs, "sha256", json_string(sha_hex));
   }
+  /* decided on a copy, or on a read made before the session became active (the buyer may
+   * still add exclusions in awaiting_agent): the insert checks it still holds */
+  bool check = cached || arrived;
+  json_t *ans = NULL;
+  /* a read or list: straight to the worker when it is ours — no wait on a buyer or a pause,
+   * so it is not counted among the waiting calls below */
+  if (!is_write) {
+    json_t *x = check ? json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                                  "flagged", flagged ? json_incref(flagged) : json_array())
+                      : NULL;
+    if (!check || x) ans = try_direct(app, &c, sess, job, tool, path, sargs, x);
+    json_decref(x);
+    if (!c && !ans) {
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
+      goto out;
+    }
+  }
+  if (ans) {
+    json_decref(sargs);
+    goto answered;
+  }
   /* Each call waits on one of the socket's handler threads (JAILBOX_WS_WORKERS): at least
    * one must stay free for everything else — the buyer's approve among it — or the waits
    * would starve the very decision they wait for. */
@@ -702,8 +730,15 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
     if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
       json_object_set_new(stargs, "withContent", json_true());
-    json_t *sa = try_direct(app, sess, job, "stat", path, stargs, NULL);
+    json_t *sa = try_direct(app, &c, sess, job, "stat", path, stargs, NULL);
     rc = JB_OK;
+    if (!c) {
+      json_decref(sa);
+      json_decref(stargs);
+      json_decref(sargs);
+      result = err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
+      goto out;
+    }
     if (!sa) {
       char *stext = json_dumps(stargs, JSON_COMPACT);
       struct jb_opwait_ticket sticket;
@@ -751,21 +786,6 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     }
     json_object_set_new(sargs, "expectSha256", json_string(cur));
     diff = write_diff(app, path, current, data, dlen);
-  }
-  /* decided on a copy, or on a read made before the session became active (the buyer may
-   * still add exclusions in awaiting_agent): the insert checks it still holds */
-  bool check = cached || arrived;
-  json_t *ans = NULL;
-  if (!is_write) {
-    json_t *x = check ? json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
-                                  "flagged", flagged ? json_incref(flagged) : json_array())
-                      : NULL;
-    if (!check || x) ans = try_direct(app, sess, job, tool, path, sargs, x);
-    json_decref(x);
-  }
-  if (ans) {
-    json_decref(sargs);
-    goto answered;
   }
   args_text = json_dumps(sargs, JSON_COMPACT);
   json_decref(sargs);

@@ -18,7 +18,7 @@
 #define KEPT 4 /* connections kept per thread (one per worker it talked to) */
 
 static __thread struct kept {
-  int fd;
+  int fd; /* the socket + 1: 0 is an empty slot (thread-local storage starts zeroed) */
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 } kept[KEPT];
 
@@ -29,7 +29,7 @@ static long long now_ms(void) {
 }
 
 static void drop(struct kept *k) {
-  if (k->fd > 0) close(k->fd);
+  if (k->fd > 0) close(k->fd - 1);
   k->fd = 0;
   k->path[0] = '\0';
 }
@@ -65,7 +65,7 @@ static struct kept *conn_for(const char *path, bool *reused, jb_error *err) {
     close(fd);
     return NULL;
   }
-  k->fd = fd;
+  k->fd = fd + 1;
   snprintf(k->path, sizeof k->path, "%s", path);
   return k;
 }
@@ -153,7 +153,7 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
     bool reused = false, got_any = false;
     struct kept *k = conn_for(path, &reused, err);
     if (!k) break;
-    if (send_all(k->fd, line, n + 1, err) == 0) out = read_answer(k->fd, deadline, &got_any, err);
+    if (send_all(k->fd - 1, line, n + 1, err) == 0) out = read_answer(k->fd - 1, deadline, &got_any, err);
     if (!out) drop(k);
     /* a kept connection the worker closed meanwhile (it restarted): once more, new */
     if (out || !reused || got_any || err->code == ETIMEDOUT) break;

@@ -1266,7 +1266,8 @@ static int control_open(const char *path, jb_error *err) {
 
 /* ---- direct ops (sandbox/direct.h) ------------------------------------------------------ */
 
-#define DIRECT_CONNS_MAX 64 /* connections served at once (jailboxd keeps one per handler thread) */
+#define DIRECT_CONNS_MAX 1024 /* connections served at once (jailboxd keeps one per handler thread, JAILBOX_WS_WORKERS at most 256, per instance) */
+#define DIRECT_STACK (1024 * 1024) /* bytes of stack of a connection's thread */
 static int ops_listen_fd = -1;
 static atomic_int direct_conns;
 
@@ -1390,6 +1391,7 @@ static void *ops_listen_main(void *arg) {
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, DIRECT_STACK);
     if (atomic_fetch_add(&direct_conns, 1) >= DIRECT_CONNS_MAX ||
         pthread_create(&t, &at, direct_conn_main, (void *)(intptr_t)fd) != 0) {
       atomic_fetch_sub(&direct_conns, 1);
