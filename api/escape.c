@@ -19,6 +19,7 @@
 #include "db/sessions.h"
 #include "server/cache.h"
 #include "server/log.h"
+#include "server/metrics.h"
 
 #define TEARDOWN_WAIT_MS 1500 /* an escape waits this long for the worker to remove the container */
 
@@ -32,12 +33,6 @@ int jb_escape_init(struct jb_app *app, jb_error *err) {
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
-}
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, const char *detail) {
@@ -64,9 +59,9 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
       jb_error kerr = {0};
       if (jb_db_kill_notice(c, job, &kerr) != JB_OK)
         jb_log(JB_LOG_WARN, "escape: kill notice not sent", "jobId", job, "detail", kerr.msg, NULL);
-      long long until = now_ms() + TEARDOWN_WAIT_MS;
+      long long until = jb_now_ms() + TEARDOWN_WAIT_MS;
       int pending;
-      while ((pending = jb_db_teardown_pending(c, job, &err)) == 1 && now_ms() < until) sleep_ms(10);
+      while ((pending = jb_db_teardown_pending(c, job, &err)) == 1 && jb_now_ms() < until) sleep_ms(10);
       if (pending != 0)
         jb_log(JB_LOG_WARN, "escape: sealing before the teardown finished", "jobId", job, NULL);
       struct jb_finish_out fo;

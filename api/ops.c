@@ -86,12 +86,6 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The shim's error code as a JSON-RPC error. */
 static json_t *shim_error(struct jb_mcp_error *e, json_t *error) {
   const char *code = json_string_value(json_object_get(error, "code"));
@@ -218,7 +212,7 @@ static void wait_end(struct jb_app *app, struct jb_opwait_ticket *t) {
  * (rejected, session ended, unavailable). */
 static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long long op_id,
                         struct jb_opwait_ticket *t, struct jb_mcp_error *e) {
-  long long started = now_ms(), stored = started;
+  long long started = jb_now_ms(), stored = started;
   long long approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0;
   long nap = SAFETY_NET_MS;
   jb_error err = {0};
@@ -266,14 +260,14 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
       err_out(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
       break;
     }
-    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && now_ms() - started > RUN_TIMEOUT_MS) {
+    if (!strcmp(ost, "approved") && !strcmp(sst, "active") && jb_now_ms() - started > RUN_TIMEOUT_MS) {
       err_out(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
       break;
     }
-    if (strcmp(ost, "approved") || strcmp(sst, "active")) started = now_ms();
+    if (strcmp(ost, "approved") || strcmp(sst, "active")) started = jb_now_ms();
     nap = SAFETY_NET_MS;
     if (!strcmp(ost, "pending") && approval_ms > 0) { /* JAILBOX_APPROVAL_TIMEOUT */
-      long long left = stored + approval_ms - now_ms();
+      long long left = stored + approval_ms - jb_now_ms();
       if (left <= 0) {
         struct jb_audit_head h;
         json_t *opj = NULL;
@@ -300,7 +294,7 @@ static json_t *await_op(struct jb_app *app, PGconn **cp, const char *job, long l
     long long deadline = atomic_load(&app->drain_deadline_ms);
     bool on_buyer = !strcmp(ost, "pending") || !strcmp(sst, "paused");
     if (on_buyer && atomic_load(&app->draining) && deadline > 0) {
-      long long left = deadline - DRAIN_ANSWER_MS - now_ms();
+      long long left = deadline - DRAIN_ANSWER_MS - jb_now_ms();
       if (left <= 0) {
         err_out(e, JB_MCP_UNAVAILABLE, "unavailable",
                 "jailboxd is shutting down: op %lld is still %s and stays so; its outcome is in the"

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "server/log.h"
+#include "server/metrics.h"
 
 struct jb_listener {
   pthread_t thread;
@@ -25,12 +26,6 @@ struct jb_listener {
 
 #define HEARTBEAT_MS 1000
 #define HUNG_MS 2000
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Waits `ms` or until stopped; true when stopped. */
 static bool wait_or_stop(struct jb_listener *l, int ms) {
@@ -62,9 +57,9 @@ static void *run(void *arg) {
     /* heartbeat: a query every HEARTBEAT_MS; no answer within HUNG_MS means the connection
      * (or the server behind it) hangs, and notifications may be missing */
     bool pending = false;
-    long long sent_at = 0, last_ok = now_ms();
+    long long sent_at = 0, last_ok = jb_now_ms();
     while (!stopped) {
-      long long t = now_ms();
+      long long t = jb_now_ms();
       if (!pending && t - last_ok >= HEARTBEAT_MS) {
         if (!PQsendQuery(c, "SELECT 1")) break;
         pending = true;
@@ -86,7 +81,7 @@ static void *run(void *arg) {
         PGresult *hr = PQgetResult(c);
         if (!hr) {
           pending = false;
-          last_ok = now_ms();
+          last_ok = jb_now_ms();
           break;
         }
         PQclear(hr);

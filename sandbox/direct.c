@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/json.h"
+#include "server/metrics.h"
 
 #define KEPT 4 /* connections kept per thread (one per worker it talked to) */
 
@@ -21,12 +22,6 @@ static __thread struct kept {
   int fd; /* the socket + 1: 0 is an empty slot (thread-local storage starts zeroed) */
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 } kept[KEPT];
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void drop(struct kept *k) {
   if (k->fd > 0) close(k->fd - 1);
@@ -89,7 +84,7 @@ static json_t *read_answer(int fd, long long deadline, bool *got_any, jb_error *
   if (!buf) return jb_fail(err, ENOMEM, "out of memory"), NULL;
   json_t *out = NULL;
   for (;;) {
-    long long left = deadline - now_ms();
+    long long left = deadline - jb_now_ms();
     if (left <= 0) {
       jb_fail(err, ETIMEDOUT, "the worker did not answer in time");
       break;
@@ -147,7 +142,7 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
     return jb_fail(err, EMSGSIZE, "request over %d bytes", JB_DIRECT_MAX_LINE), NULL;
   }
   line[n] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
-  long long deadline = now_ms() + timeout_ms;
+  long long deadline = jb_now_ms() + timeout_ms;
   json_t *out = NULL;
   for (int attempt = 0; attempt < 2 && !out; attempt++) {
     bool reused = false, got_any = false;

@@ -16,12 +16,7 @@
 
 #include "api/json.h"
 #include "sandbox/shim_proto.h"
-
-static long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
+#include "server/metrics.h"
 
 int jb_shimconn_init(struct jb_shimconn *c, const struct jb_docker_stream *stream, jb_error *err) {
   memset(c, 0, sizeof *c);
@@ -204,7 +199,7 @@ static int pump_attach(struct jb_shimconn *c, long deadline) {
     int r = parse_attach(c);
     if (r != 0) return r;
     if (c->stream.pre_off >= c->stream.pre_len) {
-      long left = deadline - now_ms();
+      long left = deadline - jb_now_ms();
       if (left <= 0) return 0;
       struct pollfd pf = {.fd = c->stream.fd, .events = POLLIN};
       int pr = poll(&pf, 1, (int)(left > 1000000 ? 1000000 : left));
@@ -220,12 +215,12 @@ static int pump_attach(struct jb_shimconn *c, long deadline) {
 
 /* jb_shimconn_collect_stderr with c->lock held. */
 static void collect_stderr(struct jb_shimconn *c, long timeout_ms) {
-  long deadline = now_ms() + timeout_ms;
+  long deadline = jb_now_ms() + timeout_ms;
   /* on the attach channel stdout bytes belong to the next read: leave the stream alone */
   while (c->sock >= 0 && !c->attach_ended && c->stream.fd >= 0) {
     if (parse_attach(c) < 0) break;
     if (c->stream.pre_off >= c->stream.pre_len) {
-      long left = deadline - now_ms();
+      long left = deadline - jb_now_ms();
       if (left <= 0) break;
       struct pollfd pf = {.fd = c->stream.fd, .events = POLLIN};
       int pr = poll(&pf, 1, (int)left);
@@ -264,7 +259,7 @@ static int pump_socket(struct jb_shimconn *c, long deadline) {
         continue;
       }
     }
-    long left = deadline - now_ms();
+    long left = deadline - jb_now_ms();
     if (left <= 0) return 0;
     struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN},
                            {.fd = c->attach_ended ? -1 : c->stream.fd, .events = POLLIN}};
@@ -297,7 +292,7 @@ json_t *jb_shimconn_read(struct jb_shimconn *c, long timeout_ms, jb_error *err) 
     jb_fail(err, EPIPE, "%s%s%s", c->dead_reason, tail[0] ? ": " : "", tail);
     return NULL;
   }
-  long deadline = now_ms() + timeout_ms;
+  long deadline = jb_now_ms() + timeout_ms;
   for (;;) {
     int r = pump(c, deadline);
     if (r == 0) {
@@ -329,12 +324,12 @@ json_t *jb_shimconn_read(struct jb_shimconn *c, long timeout_ms, jb_error *err) 
 int jb_shimconn_send_raw(struct jb_shimconn *c, const void *buf, size_t len, long timeout_ms,
                          jb_error *err) {
   const char *p = buf;
-  long deadline = now_ms() + timeout_ms;
+  long deadline = jb_now_ms() + timeout_ms;
   int fd = c->sock >= 0 ? c->sock : c->stream.fd;
   while (len > 0) {
     ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-      long left = deadline - now_ms();
+      long left = deadline - jb_now_ms();
       if (left <= 0) return jb_fail(err, ETIMEDOUT, "writing to the shim timed out");
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
       poll(&pf, 1, (int)left);
@@ -370,9 +365,9 @@ json_t *jb_shimconn_call(struct jb_shimconn *c, json_t *req, long timeout_ms, jb
   int rc = jb_shimconn_send_raw(c, s, n + 1, timeout_ms, err);
   free(s);
   if (rc < 0) goto out;
-  long deadline = now_ms() + timeout_ms;
+  long deadline = jb_now_ms() + timeout_ms;
   for (;;) {
-    long left = deadline - now_ms();
+    long left = deadline - jb_now_ms();
     json_t *o = jb_shimconn_read(c, left > 0 ? left : 0, err);
     if (!o) goto out;
     json_t *rid = json_object_get(o, "id");
@@ -419,13 +414,13 @@ int jb_shim_listener_open(struct jb_shim_listener *l, const char *parent, const 
 }
 
 int jb_shim_listener_accept(struct jb_shim_listener *l, long timeout_ms, jb_error *err) {
-  long deadline = now_ms() + timeout_ms;
+  long deadline = jb_now_ms() + timeout_ms;
   for (;;) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) return fd;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
       return jb_fail_errno(err, errno, "accepting the shim's connection");
-    long left = deadline - now_ms();
+    long left = deadline - jb_now_ms();
     if (left <= 0)
       return jb_fail(err, ETIMEDOUT, "the launcher did not connect within %ld ms", timeout_ms);
     struct pollfd pf = {.fd = l->fd, .events = POLLIN};

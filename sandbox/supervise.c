@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "server/log.h"
+#include "server/metrics.h"
 
 struct slot {
   char id[512];
@@ -43,12 +44,6 @@ struct jb_workers {
   atomic_bool stopping;
   pthread_mutex_t lock;
 };
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The pid in a locked pid file, or 0 when no live worker holds it. */
 static pid_t locked_pid(const char *path) {
@@ -89,7 +84,7 @@ static void spawn(struct jb_workers *w, struct slot *s) {
   }
   s->pid = pid;
   s->adopted = false;
-  s->started_ms = now_ms();
+  s->started_ms = jb_now_ms();
   char p[16];
   snprintf(p, sizeof p, "%d", (int)pid);
   jb_log(JB_LOG_INFO, "worker started", "worker", s->id, "pid", p, "bin", w->bin, NULL);
@@ -112,19 +107,19 @@ static void *monitor(void *arg) {
         else if (WIFSIGNALED(st)) snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
         else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(st));
         /* a worker that ran a minute had a good run: start again at once */
-        if (now_ms() - s->started_ms > 60000) s->backoff_ms = 0;
+        if (jb_now_ms() - s->started_ms > 60000) s->backoff_ms = 0;
         s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
-        s->next_start_ms = now_ms() + s->backoff_ms;
+        s->next_start_ms = jb_now_ms() + s->backoff_ms;
         s->pid = 0;
         char b[24];
         snprintf(b, sizeof b, "%ld", s->backoff_ms);
         jb_log(JB_LOG_WARN, "worker exited; restarting", "worker", s->id, "how", how, "afterMs", b, NULL);
-      } else if (now_ms() >= s->next_start_ms) {
+      } else if (jb_now_ms() >= s->next_start_ms) {
         pid_t other = locked_pid(s->pidfile);
         if (other > 0) {
           s->pid = other;
           s->adopted = true;
-          s->started_ms = now_ms();
+          s->started_ms = jb_now_ms();
           continue;
         }
         spawn(w, s);
@@ -190,7 +185,7 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
     if (other > 0) {
       s->pid = other;
       s->adopted = true;
-      s->started_ms = now_ms();
+      s->started_ms = jb_now_ms();
       char p[16];
       snprintf(p, sizeof p, "%d", (int)other);
       jb_log(JB_LOG_INFO, "worker adopted (left running by an earlier jailboxd)", "worker", s->id, "pid", p, NULL);
@@ -213,7 +208,7 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
   if (w->thread_started) pthread_join(w->thread, NULL);
   for (size_t i = 0; i < w->n; i++)
     if (w->slots[i].pid > 0) kill(w->slots[i].pid, SIGTERM);
-  long long deadline = now_ms() + grace_ms;
+  long long deadline = jb_now_ms() + grace_ms;
   for (size_t i = 0; i < w->n; i++) {
     struct slot *s = &w->slots[i];
     while (s->pid > 0) {
@@ -222,7 +217,7 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
         s->pid = 0;
         break;
       }
-      if (now_ms() > deadline) {
+      if (jb_now_ms() > deadline) {
         jb_log(JB_LOG_WARN, "worker did not stop in time; killing it", "worker", s->id, NULL);
         kill(s->pid, SIGKILL);
         if (!s->adopted) waitpid(s->pid, NULL, 0);

@@ -19,6 +19,7 @@
 #include "sandbox/filter.h"
 #include "sandbox/shim_proto.h"
 #include "server/log.h"
+#include "server/metrics.h"
 
 extern char **environ;
 
@@ -31,12 +32,6 @@ const char *const jb_wall_names[JB_WALL_COUNT] = {"gvisor", "docker", "bwrap"};
 static const char *const gvisor_caps[] = {"SYS_ADMIN", "SETPCAP", "SETUID", "SETGID", NULL};
 /* Without bwrap only setpriv's three are needed. */
 static const char *const setpriv_caps[] = {"SETPCAP", "SETUID", "SETGID", NULL};
-
-static long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static long long epoch_ms(void) {
   struct timespec ts;
@@ -133,7 +128,7 @@ static bool host_has_apparmor(void) {
 
 void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   memset(p, 0, sizeof *p);
-  long t0 = now_ms();
+  long t0 = jb_now_ms();
   p->at_ms = epoch_ms();
   p->done = true;
   for (int w = 0; w < JB_WALL_COUNT; w++) p->up[w] = true;
@@ -245,7 +240,7 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   json_decref(lab);
   rmdir(ws);
 done:
-  p->duration_ms = now_ms() - t0;
+  p->duration_ms = jb_now_ms() - t0;
 }
 
 json_t *jb_probe_json(const struct jb_probe *p) {
@@ -597,7 +592,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   enum { T_START, T_CREATE, T_ATTACH, T_RUN, T_READY, T_STATUS, T_PING, T_N };
   static const char *const tnames[] = {"", "createMs", "attachMs", "startMs", "readyMs", "statusMs", "pingMs"};
   long t[T_N] = {0};
-  t[T_START] = now_ms();
+  t[T_START] = jb_now_ms();
 
   json_t *body = NULL, *created = NULL, *status = NULL, *settings = NULL;
   struct check chk;
@@ -664,7 +659,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   }
   snprintf(sb->container_id, sizeof sb->container_id, "%s",
            json_string_value(json_object_get(created, "Id")) ?: "");
-  t[T_CREATE] = now_ms();
+  t[T_CREATE] = jb_now_ms();
   struct jb_docker_stream st;
   if (jb_docker_attach(&cfg->docker, sb->container_id, &st, 10000, err) < 0) {
     fail_wall(failed, JB_WALL_DOCKER, err, "attach: %s", err->msg);
@@ -676,14 +671,14 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     goto out;
   }
   sb->conn_open = true;
-  t[T_ATTACH] = now_ms();
+  t[T_ATTACH] = jb_now_ms();
   char path[160];
   snprintf(path, sizeof path, "/containers/%s/start", sb->container_id);
   if (jb_docker_expect(&cfg->docker, "POST", path, NULL, 60000, NULL, err) < 0) {
     fail_wall(failed, blame_start(err->msg, gvisor), err, "start: %s", err->msg);
     goto out;
   }
-  t[T_RUN] = now_ms();
+  t[T_RUN] = jb_now_ms();
   if (bwrap) {
     char head[64];
     int hn = snprintf(head, sizeof head, JB_SHIM_FILTER_MAGIC " %zu\n", bpf_len);
@@ -693,7 +688,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       goto out;
     }
   }
-  long ready_deadline = now_ms() + cfg->start_timeout_ms;
+  long ready_deadline = jb_now_ms() + cfg->start_timeout_ms;
   json_t *ready = NULL;
   if (lsn.fd >= 0) {
     /* the launcher says on the attach stream where the shim will speak */
@@ -702,7 +697,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     if (ready && strcmp(ev, "channel") == 0) {
       const char *kind = json_string_value(json_object_get(ready, "channel")) ?: "";
       if (strcmp(kind, "socket") == 0) {
-        long left = ready_deadline - now_ms();
+        long left = ready_deadline - jb_now_ms();
         int fd = jb_shim_listener_accept(&lsn, left > 0 ? left : 0, err);
         jb_shim_listener_close(&lsn); /* one connection: nothing else may connect */
         if (fd < 0 || jb_shimconn_use_socket(&sb->conn, fd, err) < 0) {
@@ -735,7 +730,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     jb_shim_listener_close(&lsn);
   }
   if (!ready) {
-    long left = ready_deadline - now_ms();
+    long left = ready_deadline - jb_now_ms();
     ready = jb_shimconn_read(&sb->conn, left > 0 ? left : 0, err);
   }
   if (!ready || strcmp(json_string_value(json_object_get(ready, "event")) ?: "", "ready") != 0) {
@@ -753,7 +748,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     goto out;
   }
   json_decref(ready);
-  t[T_READY] = now_ms();
+  t[T_READY] = jb_now_ms();
   sb->ready_ms = t[T_READY] - t[T_START];
 
   json_t *req = json_pack("{s:s}", "op", "status");
@@ -766,7 +761,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   }
   status = json_incref(json_object_get(ans, "result"));
   json_decref(ans);
-  t[T_STATUS] = now_ms();
+  t[T_STATUS] = jb_now_ms();
   req = json_pack("{s:s}", "op", "ping");
   ans = jb_shimconn_call(&sb->conn, req, cfg->call_timeout_ms, err);
   json_decref(req);
@@ -776,7 +771,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     fail_wall(failed, JB_WALL_COUNT, err, "shim ping: %s", err->msg);
     goto out;
   }
-  t[T_PING] = now_ms();
+  t[T_PING] = jb_now_ms();
 
   check_status(status, gvisor, bwrap, &chk);
   settings = inspect_settings(cfg, sb->container_id, gvisor, &chk, err);

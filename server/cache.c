@@ -1,5 +1,6 @@
 /* cache.c — the session read cache (see cache.h): a chained hash table under one mutex. */
 #include "server/cache.h"
+#include "server/metrics.h"
 
 #include <pthread.h>
 #include <sodium.h>
@@ -15,12 +16,6 @@
  * stay under MAX_BYTES (past it the cache starts over). */
 #define MAX_ENTRY_BYTES (64 * 1024)
 #define MAX_BYTES (64L * 1024 * 1024)
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct entry {
   struct entry *next;
@@ -147,7 +142,7 @@ char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigne
     for (struct entry **pp = &c->buckets[bucket_of(job_id)]; *pp; pp = &(*pp)->next) {
       struct entry *e = *pp;
       if (strcmp(e->job_id, job_id) != 0) continue;
-      if (e->expires < now_ms()) { /* expired: drop it now */
+      if (e->expires < jb_now_ms()) { /* expired: drop it now */
         *pp = e->next;
         c->bytes -= entry_bytes(e);
         free_entry(e);
@@ -202,7 +197,7 @@ void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id
     clear_locked(c);
     c->service = sv, c->n_service = ns, c->service_loaded = svc;
   }
-  e->expires = now_ms() + TTL_MS;
+  e->expires = jb_now_ms() + TTL_MS;
   c->bytes += entry_bytes(e);
   e->next = c->buckets[b];
   c->buckets[b] = e;

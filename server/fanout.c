@@ -23,6 +23,7 @@
 #include "api/json.h"
 #include "db/events.h"
 #include "server/log.h"
+#include "server/metrics.h"
 
 #define CHANNEL_PREFIX "jailbox:session:"
 #define PATTERN CHANNEL_PREFIX "*"
@@ -51,12 +52,6 @@ struct jb_fanout {
   long long pub_retry_at;
   long pub_backoff;
 };
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---------- URL ---------- */
 
@@ -279,10 +274,10 @@ static bool subscribed(struct jb_fanout *f, redisContext *c) {
   redisAppendCommand(c, "PSUBSCRIBE %s", PATTERN);
   if (flush(c) < 0) return false;
   bool ping_out = false;
-  long long ping_at = now_ms(), asked = now_ms();
+  long long ping_at = jb_now_ms(), asked = jb_now_ms();
   bool confirmed = false;
   for (;;) {
-    long long t = now_ms();
+    long long t = jb_now_ms();
     if (!confirmed && t - asked > HUNG_MS) return false;
     if (confirmed && !ping_out && t - ping_at >= HEARTBEAT_MS) {
       redisAppendCommand(c, "PING");
@@ -308,7 +303,7 @@ static bool subscribed(struct jb_fanout *f, redisContext *c) {
       freeReplyObject(rv);
       if (k == 1 && !confirmed) {
         confirmed = true;
-        ping_at = now_ms();
+        ping_at = jb_now_ms();
         atomic_store(&f->sub_up, true);
         atomic_fetch_add(&f->connects, 1);
         jb_log(JB_LOG_INFO, "Redis fan-out subscribed", "pattern", PATTERN, NULL);
@@ -368,14 +363,14 @@ static int publish(void *ctx, const char *job_id, const char *event, json_t *pay
     f->pub = NULL;
     f->pub_retry_at = 0;
   }
-  if (!f->pub && now_ms() >= f->pub_retry_at) {
+  if (!f->pub && jb_now_ms() >= f->pub_retry_at) {
     char why[256];
     f->pub = redis_connect(&f->addr, why, sizeof why);
     f->pub_gen = gen;
     if (!f->pub) {
       f->pub_backoff = f->pub_backoff ? (f->pub_backoff * 2 < BACKOFF_MAX_MS ? f->pub_backoff * 2 : BACKOFF_MAX_MS)
                                       : BACKOFF_MIN_MS;
-      f->pub_retry_at = now_ms() + f->pub_backoff;
+      f->pub_retry_at = jb_now_ms() + f->pub_backoff;
     } else {
       f->pub_backoff = 0;
     }
@@ -387,7 +382,7 @@ static int publish(void *ctx, const char *job_id, const char *event, json_t *pay
     if (!r || r->type == REDIS_REPLY_ERROR || f->pub->err) {
       redisFree(f->pub);
       f->pub = NULL;
-      f->pub_retry_at = now_ms() + BACKOFF_MIN_MS;
+      f->pub_retry_at = jb_now_ms() + BACKOFF_MIN_MS;
     }
     if (r) freeReplyObject(r);
   }

@@ -17,6 +17,10 @@ long long jb_metrics_now_ns(void) {
   return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+long long jb_now_ms(void) {
+  return jb_metrics_now_ns() / 1000000;
+}
+
 void jb_histogram_observe(struct jb_histogram *h, long long ns) {
   if (ns < 0) ns = 0;
   double s = (double)ns / 1e9;

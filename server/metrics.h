@@ -34,6 +34,9 @@ extern atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;
 /* CLOCK_MONOTONIC now, ns. */
 long long jb_metrics_now_ns(void);
 
+/* CLOCK_MONOTONIC now, ms: the clock of every timeout and interval in the project. */
+long long jb_now_ms(void);
+
 /* Records one observation of `ns` nanoseconds. Thread-safe, lock-free. */
 void jb_histogram_observe(struct jb_histogram *h, long long ns);
 
