@@ -132,6 +132,32 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
   return 0;
 }
 
+/* ---------- the reply reader's limits ---------- */
+
+static redisReplyObjectFunctions limited_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+static pthread_once_t limited_once = PTHREAD_ONCE_INIT;
+
+static void *create_array_limited(const redisReadTask *task, int elements) {
+  if (task->parent || elements > JB_REDIS_MAX_ELEMENTS) return NULL; /* reader: error, nothing kept */
+  return hiredis_create_array(task, elements);
+}
+
+static void limited_init(void) {
+  /* hiredis keeps its own reply functions private: take them from a reader it made */
+  redisReader *t = redisReaderCreate();
+  if (!t) abort();
+  limited_fns = *t->fn;
+  redisReaderFree(t);
+  hiredis_create_array = limited_fns.createArray;
+  limited_fns.createArray = create_array_limited;
+}
+
+void jb_redis_reader_limit(struct redisReader *r) {
+  pthread_once(&limited_once, limited_init);
+  r->fn = &limited_fns;
+}
+
 /* ---------- connections ---------- */
 
 /* A connected stream socket to `a`, opened SOCK_CLOEXEC (hiredis 0.14 opens its own without
@@ -192,6 +218,7 @@ static redisContext *redis_connect(const struct jb_redis_addr *a, char *why, siz
     else close(fd);
     return NULL;
   }
+  jb_redis_reader_limit(c->reader);
   struct timeval ct = {COMMAND_TIMEOUT_MS / 1000, (COMMAND_TIMEOUT_MS % 1000) * 1000};
   redisSetTimeout(c, ct);
   if (a->password[0]) {
@@ -297,7 +324,10 @@ static bool subscribed(struct jb_fanout *f, redisContext *c) {
     if (redisBufferRead(c) != REDIS_OK) return false;
     void *rv;
     for (;;) {
-      if (redisGetReplyFromReader(c, &rv) != REDIS_OK) return false;
+      if (redisGetReplyFromReader(c, &rv) != REDIS_OK) {
+        jb_log(JB_LOG_WARN, "Redis reply refused; reconnecting", "detail", c->errstr, NULL);
+        return false;
+      }
       if (!rv) break;
       int k = on_reply(f, rv);
       freeReplyObject(rv);
@@ -311,6 +341,12 @@ static bool subscribed(struct jb_fanout *f, redisContext *c) {
       } else if (k == 2) {
         ping_out = false;
       }
+    }
+    /* what is left is one reply not yet whole: a message larger than any we accept is not
+     * buffered to its end (hiredis would grow its buffer as long as bytes come) */
+    if (c->reader->len - c->reader->pos > MAX_MESSAGE + 4096) {
+      jb_log(JB_LOG_WARN, "Redis sent a reply larger than any event; reconnecting", NULL);
+      return false;
     }
   }
 }

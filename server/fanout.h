@@ -81,6 +81,20 @@ bool jb_fanout_up(const struct jb_fanout *f);
 void jb_fanout_counts(const struct jb_fanout *f, long *published, long *received, long *refused,
                       long *connects);
 
+/* Largest array reply taken from Redis: a pmessage has 4 elements and no reply we ask for
+ * nests arrays. */
+#define JB_REDIS_MAX_ELEMENTS 8
+
+struct redisReader;
+
+/* Limits what hiredis' reply reader `r` allocates for bytes from Redis (which whoever can
+ * reach the Redis server controls): an array header stating more than JB_REDIS_MAX_ELEMENTS
+ * elements, or an array inside another array, makes the reader fail with a protocol error
+ * before anything is allocated for it. hiredis 0.14 (Debian 12) has no such limit of its own:
+ * it callocs whatever count the header states (RESP2 allows 2^31 - 1), 8 bytes an element.
+ * Call it once, right after the reader is made, before anything is fed. Thread-safe. */
+void jb_redis_reader_limit(struct redisReader *r);
+
 /* Removes the transport from the bus, stops the thread, closes both connections and frees
  * `f`. NULL is allowed. */
 void jb_fanout_stop(struct jb_fanout *f);

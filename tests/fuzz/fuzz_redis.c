@@ -1,6 +1,7 @@
 /* fuzz_redis.c — libFuzzer harness for what jailboxd reads from Redis: the RESP stream of the
  * subscription (hiredis' reader) and every pmessage in it through jb_fanout_accept (channel,
- * size, depth and envelope checks). Any crash, leak or sanitizer report is a bug. */
+ * size, depth and envelope checks). Any crash, leak, sanitizer report or allocation over
+ * libFuzzer's limit (an array header stating a huge count) is a bug. */
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* 2. the bytes as a RESP stream: every pmessage reply goes through the same check */
   redisReader *r = redisReaderCreate();
   if (!r) return 0;
+  jb_redis_reader_limit(r); /* as fanout.c's connections have it */
   if (redisReaderFeed(r, (const char *)data, size) == REDIS_OK) {
     void *reply;
     while (redisReaderGetReply(r, &reply) == REDIS_OK && reply) {

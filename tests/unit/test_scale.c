@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hiredis/hiredis.h>
+
 #include "server/bus.h"
 #include "server/fanout.h"
 #include "server/metrics.h"
@@ -128,6 +130,44 @@ static void redis_messages(void **state) {
 
 static int delivered;
 static char last_event[64];
+/* Feeds `bytes` to a limited reader; the number of whole replies, or -1 at a reader error. */
+static int read_replies(const char *bytes, size_t len) {
+  redisReader *r = redisReaderCreate();
+  assert_non_null(r);
+  jb_redis_reader_limit(r);
+  int n = 0;
+  assert_int_equal(redisReaderFeed(r, bytes, len), REDIS_OK);
+  void *reply;
+  for (;;) {
+    if (redisReaderGetReply(r, &reply) != REDIS_OK) {
+      n = -1;
+      break;
+    }
+    if (!reply) break;
+    freeReplyObject(reply);
+    n++;
+  }
+  redisReaderFree(r);
+  return n;
+}
+
+static void redis_reader_limits(void **state) {
+  (void)state;
+  const char pm[] = "*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$5\r\nchan1\r\n$2\r\n{}\r\n";
+  assert_int_equal(read_replies(pm, sizeof pm - 1), 1);
+  const char eight[] = "*8\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n:8\r\n";
+  assert_int_equal(read_replies(eight, sizeof eight - 1), 1);
+  const char nine[] = "*9\r\n";
+  assert_int_equal(read_replies(nine, sizeof nine - 1), -1);
+  /* would be a 4.4 GB calloc without the limit (found by fuzz_redis) */
+  const char huge[] = "*0\r\n*555555550\r\nme";
+  assert_int_equal(read_replies(huge, sizeof huge - 1), -1);
+  const char nested[] = "*2\r\n*1\r\n:1\r\n:2\r\n";
+  assert_int_equal(read_replies(nested, sizeof nested - 1), -1);
+  const char nil[] = "*-1\r\n";
+  assert_int_equal(read_replies(nil, sizeof nil - 1), 1);
+}
+
 static void sub(void *ctx, const char *job, const char *event, json_t *payload) {
   delivered++;
   snprintf(last_event, sizeof last_event, "%s", event);
@@ -210,6 +250,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(redis_urls),
       cmocka_unit_test(redis_messages),
+      cmocka_unit_test(redis_reader_limits),
       cmocka_unit_test(bus_transport),
       cmocka_unit_test(prom_text),
   };
