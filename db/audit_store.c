@@ -79,16 +79,23 @@ static const char sql_lock_head[] =
  * statement, so that with a known head an append outside a caller's transaction costs one
  * round trip and one commit. Changes no row
  * when the head moved, the chain is sealed or the key is retired. */
-static const char sql_append[] =
-    "WITH moved AS ("
-    "  UPDATE audit_heads SET seq = $2, hash = $9, sealed = $3 = 'seal'"
-    "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed"
-    "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
-    "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
-    "  RETURNING job_id)"
-    " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
-    "                            prev_hash, hash, signature, key_id)"
-    " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved";
+#define APPEND_MOVED \
+  "WITH moved AS (" \
+  "  UPDATE audit_heads SET seq = $2, hash = $9, sealed = $3 = 'seal'" \
+  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed" \
+  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11" \
+  "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))" \
+  "  RETURNING job_id)"
+#define APPEND_INSERT \
+  " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical," \
+  "                            prev_hash, hash, signature, key_id)" \
+  " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved"
+static const char sql_append[] = APPEND_MOVED APPEND_INSERT;
+/* The same append as a step of a pipeline (jb_audit_append_step): an error (migration 018)
+ * when it changes no row, so that nothing after it in the transaction commits. */
+static const char sql_append_or_refuse[] =
+    APPEND_MOVED ", ins AS (" APPEND_INSERT " RETURNING 1)"
+    " SELECT 1 WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the audit head moved, the chain is sealed or the key may not sign')";
 
 /* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
 static const char sql_key_state[] =
@@ -137,12 +144,18 @@ static void head_put(const char *job_id, long long seq, const unsigned char hash
   pthread_mutex_unlock(&heads.lock);
 }
 
-/* Builds entry head+1 on `prev` and runs sql_append. Returns JB_OK with `out` filled, 1 when
- * no row changed (head moved, or sealed), JB_ERR_FAIL with `err`. */
-static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                      const char *operation, const char *path, json_t *details, bool seal,
-                      long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
-                      struct jb_audit_head *out, jb_error *err) {
+bool jb_audit_head_peek(const char *job_id, long long *seq, unsigned char hash[JB_AUDIT_HASH_LEN]) {
+  return head_get(job_id, seq, hash);
+}
+
+/* jb_audit_append_step; `refuse`: the step errs when it changes no row (else it just
+ * changes none). */
+static int append_step(const struct jb_keyring *keys, const char *job_id, const char *operation,
+                       const char *path, json_t *details, long long head,
+                       const unsigned char prev[JB_AUDIT_HASH_LEN], bool refuse,
+                       struct jb_audit_pending *p, struct jb_db_step *step, jb_error *err) {
+  memset(p, 0, sizeof *p);
+  bool seal = operation && strcmp(operation, "seal") == 0;
   json_t *seal_details = NULL;
   if (seal) {
     char hex[2 * JB_AUDIT_HASH_LEN + 1];
@@ -153,39 +166,85 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
   }
   char ts[JB_AUDIT_TS_LEN + 8];
   jb_iso8601_now(ts, sizeof ts);
-  struct jb_audit_entry e;
   if (head < 0 || head >= INT64_MAX - 1) {
     json_decref(seal_details);
     return jb_fail(err, ERANGE, "session %s has a corrupt audit head (%lld)", job_id, head);
   }
-  int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
+  int rc = jb_audit_entry_make(&p->entry, head + 1, job_id, operation, path, ts, details, prev,
                                keys->sk, keys->pk, err);
   json_decref(seal_details);
-  if (rc < 0) return JB_ERR_FAIL;
-  char seqs[24];
-  snprintf(seqs, sizeof seqs, "%lld", e.seq);
-  char *djson = json_dumps(e.details, JSON_COMPACT | JSON_SORT_KEYS);
-  if (!djson) {
-    jb_audit_entry_clear(&e);
+  if (rc < 0) return -1;
+  snprintf(p->seq, sizeof p->seq, "%lld", p->entry.seq);
+  p->details_json = json_dumps(p->entry.details, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!p->details_json) {
+    jb_audit_entry_clear(&p->entry);
     return jb_fail(err, ENOMEM, "out of memory");
   }
-  const char *vals[11] = {job_id, seqs, operation, path, ts, djson,
-                          (const char *)e.canonical, (const char *)e.prev_hash,
-                          (const char *)e.hash, (const char *)e.signature, keys->key_id};
-  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
+  const struct jb_audit_entry *e = &p->entry;
+  const char *vals[11] = {job_id, p->seq, operation, path, e->timestamp, p->details_json,
+                          (const char *)e->canonical, (const char *)e->prev_hash,
+                          (const char *)e->hash, (const char *)e->signature, keys->key_id};
+  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e->canonical_len, JB_AUDIT_HASH_LEN,
                         JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
   const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
-  PGresult *r = exec(c, sql_append, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
-  free(djson);
-  rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
+  memcpy(p->vals, vals, sizeof vals);
+  memcpy(p->lens, lens, sizeof lens);
+  memcpy(p->fmts, fmts, sizeof fmts);
+  *step = (struct jb_db_step){.sql = refuse ? sql_append_or_refuse : sql_append, .n = 11,
+                              .params = p->vals, .want = refuse ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
+                              .what = "audit append", .lengths = p->lens, .formats = p->fmts};
+  return 0;
+}
+
+int jb_audit_append_step(const struct jb_keyring *keys, const char *job_id, const char *operation,
+                         const char *path, json_t *details, long long head,
+                         const unsigned char prev[JB_AUDIT_HASH_LEN], struct jb_audit_pending *p,
+                         struct jb_db_step *step, jb_error *err) {
+  return append_step(keys, job_id, operation, path, details, head, prev, true, p, step, err);
+}
+
+void jb_audit_append_settle(const char *job_id, struct jb_audit_pending *p, bool appended,
+                            struct jb_audit_head *out) {
+  if (appended) {
+    head_put(job_id, p->entry.seq, p->entry.hash);
+    if (out) {
+      out->seq = p->entry.seq;
+      memcpy(out->hash, p->entry.hash, JB_AUDIT_HASH_LEN);
+      memcpy(out->signature, p->entry.signature, JB_AUDIT_SIG_LEN);
+      memcpy(out->key_id, p->entry.key_id, sizeof out->key_id);
+    }
+  } else {
+    head_put(job_id, 0, NULL);
+  }
+  jb_audit_entry_clear(&p->entry);
+  free(p->details_json);
+  p->details_json = NULL;
+}
+
+/* Builds entry head+1 on `prev` and runs sql_append. Returns JB_OK with `out` filled, 1 when
+ * no row changed (head moved, or sealed), JB_ERR_FAIL with `err`. The head cache is left to
+ * the caller. */
+static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                      const char *operation, const char *path, json_t *details, bool seal,
+                      long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                      struct jb_audit_head *out, jb_error *err) {
+  (void)seal; /* told by `operation` */
+  struct jb_audit_pending p;
+  struct jb_db_step step;
+  if (append_step(keys, job_id, operation, path, details, head, prev, false, &p, &step, err) < 0)
+    return JB_ERR_FAIL;
+  PGresult *r = exec(c, step.sql, step.n, step.params, step.lengths, step.formats, PGRES_COMMAND_OK,
+                     err, step.what);
+  int rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
   PQclear(r);
   if (rc == JB_OK && out) {
-    out->seq = e.seq;
-    memcpy(out->hash, e.hash, JB_AUDIT_HASH_LEN);
-    memcpy(out->signature, e.signature, JB_AUDIT_SIG_LEN);
-    memcpy(out->key_id, e.key_id, sizeof out->key_id);
+    out->seq = p.entry.seq;
+    memcpy(out->hash, p.entry.hash, JB_AUDIT_HASH_LEN);
+    memcpy(out->signature, p.entry.signature, JB_AUDIT_SIG_LEN);
+    memcpy(out->key_id, p.entry.key_id, sizeof out->key_id);
   }
-  jb_audit_entry_clear(&e);
+  jb_audit_entry_clear(&p.entry);
+  free(p.details_json);
   return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db/db.h"
 #include "server/audit.h"
 #include "server/err.h"
 
@@ -48,6 +49,42 @@ int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id
  * already sealed). */
 int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                   struct jb_audit_head *out, jb_error *err);
+
+/* An append made as one step of a caller's pipeline (jb_db_pipeline), for a caller that
+ * knows the head it appends to: the entry, signed, and the parameters the step points at. */
+struct jb_audit_pending {
+  struct jb_audit_entry entry;
+  char seq[24];
+  char *details_json;
+  const char *vals[11];
+  int lens[11];
+  int fmts[11];
+};
+
+/* The head this process appended last to `job_id` (the cache jb_audit_append keeps): true with
+ * *seq and `hash` (32 bytes) when known. What it says may be stale (another process or thread
+ * appended since): an append built on it then changes nothing. Thread-safe. */
+bool jb_audit_head_peek(const char *job_id, long long *seq, unsigned char hash[JB_AUDIT_HASH_LEN]);
+
+/* Builds entry `head` + 1 of `job_id` on `prev` (the hash of entry `head`; anything when
+ * `head` is 0), signed with the keyring's active key, timestamped now, and fills *step with
+ * the append's statement — the compare-and-set of jb_audit_append, which fails (an error:
+ * the rest of the pipeline, its COMMIT too, is skipped) unless the session's head is still
+ * `head`/`prev`, the chain is not sealed and the key is published and not retired — pointing
+ * into *p. Run the step in the caller's transaction, after the session row is locked, before
+ * the COMMIT. Arguments as jb_audit_append
+ * (`operation` "seal" builds the seal entry). Returns 0 (then call jb_audit_append_settle
+ * exactly once), or -1 with `err`. */
+int jb_audit_append_step(const struct jb_keyring *keys, const char *job_id, const char *operation,
+                         const char *path, json_t *details, long long head,
+                         const unsigned char prev[JB_AUDIT_HASH_LEN], struct jb_audit_pending *p,
+                         struct jb_db_step *step, jb_error *err);
+
+/* Ends a pending append: with `appended` (its transaction committed) the head cache moves to
+ * the new entry and *out (may be NULL) receives it; otherwise the cached head of `job_id` is
+ * forgotten. Frees what *p holds. */
+void jb_audit_append_settle(const char *job_id, struct jb_audit_pending *p, bool appended,
+                            struct jb_audit_head *out);
 
 /* A session's stored chain. */
 struct jb_audit_chain {

@@ -302,11 +302,15 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
   if (PQenterPipelineMode(conn) != 1) return jb_db_fail(err, conn, "pipeline"), NULL;
   bool sent = true;
   for (int i = 0; i < n_steps && sent; i++)
-    sent = PQsendQueryPrepared(conn, names[i], steps[i].n, steps[i].params, NULL, NULL, 0) == 1;
+    sent = PQsendQueryPrepared(conn, names[i], steps[i].n, steps[i].params, steps[i].lengths,
+                               steps[i].formats, 0) == 1;
   sent = sent && PQpipelineSync(conn) == 1;
   PGresult *last = NULL;
   bool failed = !sent;
   if (!sent) jb_db_fail(err, conn, "pipeline: send");
+  PGresult *kept[16] = {0};
+  for (int i = 0; i < n_steps; i++)
+    if (steps[i].keep) *steps[i].keep = NULL;
   /* every step's result (each followed by a NULL), then the Sync's */
   for (int i = 0; sent && i < n_steps; i++) {
     PGresult *r = PQgetResult(conn);
@@ -322,6 +326,7 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
       failed = true;
     }
     if (i == n_steps - 1 && !failed) last = r;
+    else if (steps[i].keep && !failed) kept[i] = r;
     else PQclear(r);
     while ((r = PQgetResult(conn))) PQclear(r); /* the NULL that ends this step's results */
   }
@@ -336,8 +341,11 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
   }
   if (failed) {
     PQclear(last);
+    for (int i = 0; i < n_steps; i++) PQclear(kept[i]);
     return NULL;
   }
+  for (int i = 0; i < n_steps - 1; i++)
+    if (steps[i].keep) *steps[i].keep = kept[i];
   return last;
 }
 

@@ -52,14 +52,23 @@ PGresult *jb_db_exec(PGconn *conn, const char *sql, int n, const char *const *pa
 
 /* BEGIN / COMMIT / ROLLBACK. The first two return 0 or -1 with `err` set. */
 /* One statement of jb_db_pipeline: static SQL `sql` (prepared once per connection, as
- * jb_db_exec) with `n` text parameters, expected to end with status `want`. */
+ * jb_db_exec) with `n` parameters, expected to end with status `want`. Parameters are text
+ * unless `formats` (may be NULL) marks one binary (1), with its length in `lengths`. `keep`
+ * (may be NULL) receives this step's result when the whole pipeline succeeded (PQclear it). */
 struct jb_db_step {
   const char *sql;
   int n;
   const char *const *params;
   ExecStatusType want;
   const char *what;
+  const int *lengths;
+  const int *formats;
+  PGresult **keep;
 };
+
+/* A text-parameter step whose result is not kept. */
+#define JB_DB_STEP(sql_, n_, params_, want_, what_) \
+  { .sql = (sql_), .n = (n_), .params = (params_), .want = (want_), .what = (what_) }
 
 /* Runs `steps` in order in one round trip (libpq pipeline mode, PostgreSQL protocol 3
  * "extended query" messages ended by one Sync). A step that fails in the server stops the
@@ -69,7 +78,7 @@ struct jb_db_step {
  * statement (PGRES_TUPLES_OK for one that returns rows, PGRES_COMMAND_OK for one that does
  * not; told by a Describe, once per connection) is refused before anything is sent (EINVAL).
  * Returns the last step's result (PQclear it), or NULL with `err` naming the first step that
- * failed; the connection is out of pipeline mode either way. */
+ * failed (no step's `keep` is then set); the connection is out of pipeline mode either way. */
 PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err);
 
 int jb_db_begin(PGconn *conn, jb_error *err);

@@ -170,10 +170,10 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   const char *p[4] = {id, ok ? "done" : "failed", result_json, ev};
   /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
   const struct jb_db_step steps[2] = {
-      {"UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
+      JB_DB_STEP("UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
        " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
-       4, p, PGRES_TUPLES_OK, "complete op"},
-      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+       4, p, PGRES_TUPLES_OK, "complete op"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
   free(ev);
   if (!r) {
@@ -207,9 +207,9 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
       " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s), (SELECT ahead FROM s)";
   const struct jb_db_step steps[3] = {
-      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-      {"SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"},
-      {sql, 5, p, PGRES_TUPLES_OK, "store direct op"}};
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"),
+      JB_DB_STEP(sql, 5, p, PGRES_TUPLES_OK, "store direct op")};
   PGresult *r = jb_db_pipeline(c, steps, 3, err);
   if (!r) {
     jb_db_rollback(c);
@@ -232,6 +232,63 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
   PQclear(r);
   if (rc != JB_OK) jb_db_rollback(c);
   return rc;
+}
+
+int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                          const char *tool, const char *path, const char *args_json,
+                          const char *expect_json, bool ok, const char *result_json,
+                          json_t *details, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                          long long *op_id, struct jb_audit_head *out, jb_error *err) {
+  struct jb_audit_pending pend;
+  struct jb_db_step append;
+  if (jb_audit_append_step(keys, job_id, tool, path[0] ? path : NULL, details, head, prev, &pend,
+                           &append, err) < 0)
+    return JB_ERR_FAIL;
+  struct jb_audit_head h = {.seq = pend.entry.seq};
+  memcpy(h.hash, pend.entry.hash, sizeof h.hash);
+  memcpy(h.signature, pend.entry.signature, sizeof h.signature);
+  memcpy(h.key_id, pend.entry.key_id, sizeof h.key_id);
+  json_t *hj = jb_audit_head_json(&h);
+  char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
+  json_decref(hj);
+  if (!ev) {
+    jb_audit_append_settle(job_id, &pend, false, NULL);
+    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
+  }
+  const char *p[8] = {job_id, tool, path, args_json, expect_json, ok ? "done" : "failed", result_json, ev};
+  /* the op, stored already done: only while the session is active, unchanged, with no op
+   * queued before it (as jb_db_op_direct_begin; the session row is locked by the step before).
+   * The new head's event is delivered with the commit, if it comes. */
+  static const char sql_store[] =
+      "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
+      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh,"
+      "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead"
+      "   FROM sessions WHERE job_id = $1),"
+      " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
+      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at, result, completed_at)"
+      "  SELECT $1, $2, $3, $4::jsonb, $6, 'auto', now(), $7::jsonb, now()"
+      "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
+      " SELECT (SELECT op_id FROM ins), pg_notify('jb_event', $8)"
+      "  WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the session is not active, changed, or has an op queued')";
+  PGresult *stored = NULL;
+  const struct jb_db_step steps[5] = {
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"),
+      {.sql = sql_store, .n = 8, .params = p, .want = PGRES_TUPLES_OK, .what = "store direct op", .keep = &stored},
+      append,
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
+  PGresult *r = jb_db_pipeline(c, steps, 5, err);
+  free(ev);
+  if (!r) {
+    jb_db_rollback(c);
+    jb_audit_append_settle(job_id, &pend, false, NULL);
+    return JB_ERR_CONFLICT;
+  }
+  PQclear(r);
+  *op_id = stored && PQntuples(stored) == 1 ? strtoll(PQgetvalue(stored, 0, 0), NULL, 10) : 0;
+  PQclear(stored);
+  jb_audit_append_settle(job_id, &pend, true, out);
+  return JB_OK;
 }
 
 int jb_op_notice_parse(const char *payload, long long *op_id, char state[20], const char **job) {

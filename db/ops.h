@@ -76,6 +76,26 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err);
 
+/* Worker, for a read, list or stat handed over directly that has already run in the shim
+ * (such an op changes nothing), on the audit head `head`/`prev` (jb_audit_head_peek) this
+ * process knew before the op ran: in one round trip, locks the session row, stores the op
+ * done (`ok`) or failed with `result_json` (as jb_db_op_direct_begin would insert it, args
+ * `args_json`, checked against `expect_json`), appends its audit entry (operation = `tool`,
+ * `path` or none when "", `details` borrowed) on that head, announces the new head
+ * (jailbox:audit_head) and commits — only if at that moment the session is active, unchanged,
+ * has no op queued, and the head is still `head`. The head not having moved means no other
+ * op of the session was committed since the op ran, nor was one running then (ops that change
+ * files hold the session row from before they run until they commit): the chain's order is
+ * the order in which the ops saw the files. JB_OK with *op_id and *out (the new head);
+ * JB_ERR_CONFLICT when any condition failed or the database refused (`err` says which;
+ * nothing is stored, the transaction is rolled back: run the op again the locked way,
+ * jb_db_op_direct_begin); JB_ERR_FAIL (bad arguments, out of memory). */
+int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                          const char *tool, const char *path, const char *args_json,
+                          const char *expect_json, bool ok, const char *result_json,
+                          json_t *details, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                          long long *op_id, struct jb_audit_head *out, jb_error *err);
+
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
  * appends its audit entry (operation = the tool, `path`, `details` borrowed), announces the
  * new head (jailbox:audit_head, delivered with the commit) and commits.

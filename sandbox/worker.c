@@ -985,17 +985,9 @@ struct op_signal {
   char detail[400];
 };
 
-/* Runs claimed op `op` of `job` (its transaction open: jb_db_op_claim or
- * jb_db_op_direct_begin) in the shim and completes it with its audit entry (commit). With
- * `strip_content` a read's or stat's file content is left out of the stored result (its
- * answer is delivered directly, not read back from the row). *answer_out (when not NULL)
- * receives the op's answer {ok, result | error} (new) when it was committed. */
-static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool strip_content,
-                     struct op_signal *sigout, json_t **answer_out, jb_error *err) {
-  json_t *args = json_loads(op->args_json, 0, NULL);
-  bool violation = false;
-  json_t *ans = op_run(job, op, args, &violation);
-  /* what the op tells of the agent (acted on once the op is committed) */
+/* The signal op `op`'s answer `ans` tells of the agent (enum jb_signal; -1: none), with its
+ * detail in *sigout when there is one. `violation`: the shim's line was malformed or oversized. */
+static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation, struct op_signal *sigout) {
   json_t *ej = json_object_get(ans, "error");
   const char *escape = json_string_value(json_object_get(ej, "escape"));
   const char *code = json_string_value(json_object_get(ej, "code"));
@@ -1003,6 +995,39 @@ static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool st
   if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
     sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
           : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+  if (sig >= 0) {
+    sigout->signal = sig;
+    const char *msg = json_string_value(json_object_get(ej, "message"));
+    snprintf(sigout->detail, sizeof sigout->detail, "%s %.300s: %.80s", op->tool, op->path,
+             msg ? msg : "refused");
+  }
+  return sig;
+}
+
+/* The result of answer `ans` as stored in the op's row (JSON text, new): with `strip_content`
+ * a read's or stat's file content is left out (its answer is delivered directly, not read back
+ * from the row). NULL when out of memory. */
+static char *op_stored_text(json_t *ans, bool strip_content) {
+  json_t *stored = ans;
+  if (strip_content && json_is_true(json_object_get(ans, "ok")) &&
+      json_object_get(json_object_get(ans, "result"), "content")) {
+    stored = json_deep_copy(ans);
+    json_object_del(json_object_get(stored, "result"), "content");
+  }
+  char *text = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
+  if (stored != ans) json_decref(stored);
+  return text;
+}
+
+/* Completes claimed op `op` of `job` (its transaction open: jb_db_op_claim or
+ * jb_db_op_direct_begin) with answer `ans` (taken) of its run in the shim: acts on what it
+ * tells of the agent, stores its outcome and audit entry, commits. `args` is borrowed. With
+ * `strip_content` see op_stored_text. *answer_out (when not NULL) receives the op's answer
+ * {ok, result | error} (new) when it was committed. */
+static int op_settle(PGconn *c, const char *job, struct jb_op_claim *op, json_t *args, json_t *ans,
+                     bool violation, bool strip_content, struct op_signal *sigout,
+                     json_t **answer_out, jb_error *err) {
+  int sig = op_signal_of(op, ans, violation, sigout);
   /* a signal the policy aborts on ends the session: marked before this op commits, so that an
    * op of the session waiting for its row (ops handed straight to the worker run in many
    * threads) finds it ending and runs nothing, as on the one op thread */
@@ -1012,29 +1037,28 @@ static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool st
     if (s) atomic_store(&s->teardown, true);
     pthread_mutex_unlock(&W.lock);
   }
-  if (sig >= 0) {
-    sigout->signal = sig;
-    const char *msg = json_string_value(json_object_get(ej, "message"));
-    snprintf(sigout->detail, sizeof sigout->detail, "%s %.300s: %.80s", op->tool, op->path,
-             msg ? msg : "refused");
-  }
   json_t *details = op_audit_details(op, args, ans);
   bool ok = json_is_true(json_object_get(ans, "ok"));
-  json_t *stored = ans;
-  if (strip_content && ok && json_object_get(json_object_get(ans, "result"), "content")) {
-    stored = json_deep_copy(ans);
-    json_object_del(json_object_get(stored, "result"), "content");
-  }
-  char *text = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
-  if (stored != ans) json_decref(stored);
+  char *text = op_stored_text(ans, strip_content);
   struct jb_audit_head head;
   int rc = text ? jb_db_op_complete(c, W.keys, job, op, ok, text, details, &head, err)
                 : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
-  json_decref(args);
   if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
   json_decref(ans);
+  return rc;
+}
+
+/* Runs claimed op `op` of `job` (its transaction open) in the shim and completes it
+ * (op_settle). */
+static int op_finish(PGconn *c, const char *job, struct jb_op_claim *op, bool strip_content,
+                     struct op_signal *sigout, json_t **answer_out, jb_error *err) {
+  json_t *args = json_loads(op->args_json, 0, NULL);
+  bool violation = false;
+  json_t *ans = op_run(job, op, args, &violation);
+  int rc = op_settle(c, job, op, args, ans, violation, strip_content, sigout, answer_out, err);
+  json_decref(args);
   return rc;
 }
 
@@ -1273,28 +1297,77 @@ static atomic_int direct_conns;
 
 struct direct_args {
   const char *job, *tool, *path, *args_json, *expect_json;
+  json_t *args;
   long long op_id;
   char state[20];
   json_t *answer;
   struct op_signal sig;
 };
-static int direct_fn(PGconn *c, void *a, jb_error *err) {
-  struct direct_args *d = a;
+
+/* The locked way: the session row locked and the op inserted first (jb_db_op_direct_begin),
+ * then run, then completed. `ran` (taken; NULL: run it now) is an answer the op already got
+ * from the shim, with `violation`. */
+static int direct_locked(PGconn *c, struct direct_args *d, json_t *ran, bool violation, jb_error *err) {
   int rc = jb_db_op_direct_begin(c, d->job, d->tool, d->path, d->args_json, d->expect_json,
                                  &d->op_id, d->state, err);
-  if (rc != JB_OK) return rc;
+  if (rc != JB_OK) {
+    json_decref(ran);
+    return rc;
+  }
   struct jb_op_claim op = {.op_id = d->op_id, .decision = "auto"};
   snprintf(op.tool, sizeof op.tool, "%s", d->tool);
   op.path = strdup(d->path);
   op.args_json = strdup(d->args_json);
   if (!op.path || !op.args_json) {
     jb_op_claim_free(&op);
+    json_decref(ran);
     jb_db_rollback(c);
     return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
   }
-  rc = op_finish(c, d->job, &op, true, &d->sig, &d->answer, err);
+  if (ran) rc = op_settle(c, d->job, &op, d->args, ran, violation, true, &d->sig, &d->answer, err);
+  else rc = op_finish(c, d->job, &op, true, &d->sig, &d->answer, err);
   jb_op_claim_free(&op);
   return rc;
+}
+
+/* A direct op changes no file, so it may run before anything is stored: it runs first, on the
+ * audit head this process knows, and its row, outcome and audit entry go in one round trip
+ * after (jb_db_op_direct_store), which commits only if that head has not moved meanwhile —
+ * else the op runs again the locked way. An op that tells something of the agent (an escape
+ * or alert signal) is completed the locked way with the answer it got (its signal is not
+ * raised twice, and a shim it killed is not asked again). */
+static int direct_fn(PGconn *c, void *a, jb_error *err) {
+  struct direct_args *d = a;
+  long long head;
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  if (!jb_audit_head_peek(d->job, &head, prev)) return direct_locked(c, d, NULL, false, err);
+  struct jb_op_claim op = {.decision = "auto", .path = (char *)d->path};
+  snprintf(op.tool, sizeof op.tool, "%s", d->tool);
+  bool violation = false;
+  json_t *ans = op_run(d->job, &op, d->args, &violation);
+  struct op_signal probe = {-1, ""};
+  if (op_signal_of(&op, ans, violation, &probe) >= 0) return direct_locked(c, d, ans, violation, err);
+  json_t *details = op_audit_details(&op, d->args, ans);
+  char *text = op_stored_text(ans, true);
+  int rc = JB_ERR_FAIL;
+  if (details && text) {
+    struct jb_audit_head h;
+    jb_error serr = {0};
+    rc = jb_db_op_direct_store(c, W.keys, d->job, d->tool, d->path, d->args_json, d->expect_json,
+                               json_is_true(json_object_get(ans, "ok")), text, details, head, prev,
+                               &d->op_id, &h, &serr);
+    if (rc == JB_ERR_FAIL) *err = serr;
+  } else {
+    jb_fail(err, ENOMEM, "out of memory");
+  }
+  free(text);
+  json_decref(details);
+  if (rc == JB_OK) {
+    d->answer = ans;
+    return JB_OK;
+  }
+  json_decref(ans);
+  return rc == JB_ERR_CONFLICT ? direct_locked(c, d, NULL, false, err) : rc;
 }
 
 static json_t *not_run(const char *state, const char *reason) {
@@ -1326,7 +1399,7 @@ static json_t *direct_request(const json_t *req) {
     return not_run("", "out of memory");
   }
   struct direct_args d = {.job = job, .tool = tool, .path = path, .args_json = args_json,
-                          .expect_json = expect_json, .sig = {-1, ""}};
+                          .expect_json = expect_json, .args = args, .sig = {-1, ""}};
   jb_error err = {0};
   int rc = with_conn(direct_fn, &d, &err);
   free(args_json);

@@ -466,8 +466,8 @@ static bool pl_usable(PGconn *c) {
   PGresult *r = jb_db_exec(c, "SELECT 1", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "select");
   bool ok = r != NULL;
   PQclear(r);
-  const struct jb_db_step st[2] = {{"SELECT 2", 0, NULL, PGRES_TUPLES_OK, "two"},
-                                   {"SELECT 3", 0, NULL, PGRES_TUPLES_OK, "three"}};
+  const struct jb_db_step st[2] = {JB_DB_STEP("SELECT 2", 0, NULL, PGRES_TUPLES_OK, "two"),
+                                   JB_DB_STEP("SELECT 3", 0, NULL, PGRES_TUPLES_OK, "three")};
   r = jb_db_pipeline(c, st, 2, &err);
   ok = ok && r && !strcmp(PQgetvalue(r, 0, 0), "3");
   PQclear(r);
@@ -486,10 +486,10 @@ static int cmd_pipeline(void) {
   int bad = 0;
   /* 1. the third step fails in the server: the COMMIT after it is skipped */
   const struct jb_db_step fail_mid[4] = {
-      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-      {"INSERT INTO pl_t VALUES (1) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"},
-      {"SELECT 1 / 0", 0, NULL, PGRES_TUPLES_OK, "divide"},
-      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("INSERT INTO pl_t VALUES (1) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"),
+      JB_DB_STEP("SELECT 1 / 0", 0, NULL, PGRES_TUPLES_OK, "divide"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   err = (jb_error){0};
   r = jb_db_pipeline(c, fail_mid, 4, &err);
   bool named = strstr(err.msg, "divide") != NULL;
@@ -502,9 +502,9 @@ static int cmd_pipeline(void) {
   /* 2. a step ending with another status than its `want`, without an error: reported, and
    *    the COMMIT after it must not have committed what it guards */
   const struct jb_db_step mismatch[3] = {
-      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-      {"INSERT INTO pl_t VALUES (2) RETURNING x", 0, NULL, PGRES_COMMAND_OK, "insert"},
-      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("INSERT INTO pl_t VALUES (2) RETURNING x", 0, NULL, PGRES_COMMAND_OK, "insert"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   err = (jb_error){0};
   r = jb_db_pipeline(c, mismatch, 3, &err);
   named = strstr(err.msg, "insert") != NULL;
@@ -516,9 +516,9 @@ static int cmd_pipeline(void) {
   PQclear(r);
   /* 3. all steps succeed: the last one's result, committed */
   const struct jb_db_step good[3] = {
-      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-      {"INSERT INTO pl_t VALUES (3) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"},
-      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("INSERT INTO pl_t VALUES (3) RETURNING x", 0, NULL, PGRES_TUPLES_OK, "insert"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   r = jb_db_pipeline(c, good, 3, &err);
   n = pl_count(c);
   printf("all steps: %s, committed rows %lld, connection usable: %s\n", r ? "ok" : err.msg, n,
@@ -529,9 +529,9 @@ static int cmd_pipeline(void) {
   PGresult *pid = jb_db_exec(c, "SELECT pg_backend_pid()::text", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "pid");
   const char *pp[1] = {pid ? PQgetvalue(pid, 0, 0) : "0"};
   const struct jb_db_step killed[3] = {
-      {"BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"},
-      {"SELECT pg_terminate_backend($1::int)", 1, pp, PGRES_TUPLES_OK, "terminate"},
-      {"COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit"}};
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("SELECT pg_terminate_backend($1::int)", 1, pp, PGRES_TUPLES_OK, "terminate"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   err = (jb_error){0};
   r = jb_db_pipeline(c, killed, 3, &err);
   jb_db_rollback(c);
