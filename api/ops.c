@@ -440,8 +440,9 @@ static json_t *try_direct(struct jb_app *app, PGconn **cp, const json_t *sess, c
   return out;
 }
 
-/* The sessions whose ops this process handled last, as read from the database (JSON text):
- * a copy to decide on without a round trip. Never trusted alone: the op's insert checks that
+/* The sessions whose ops this process handled last, as read from the database (JSON text of
+ * what op_tool decides on: state, mode, exclude, walls.worker, walls.prescan.flagged): a copy
+ * to decide on without a round trip. Never trusted alone: the op's insert checks that
  * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
  * `expect_json`), and the call starts over with a fresh read when they are not. Only sessions
  * read in active or paused are kept, whose exclusions and flags no longer change. */
@@ -541,7 +542,19 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   }
   sess = json_loads(text, 0, NULL);
   const char *state = json_string_value(json_object_get(sess, "state"));
-  if (!cached && state && (!strcmp(state, "active") || !strcmp(state, "paused"))) sess_cache_put(job, text);
+  if (!cached && state && (!strcmp(state, "active") || !strcmp(state, "paused"))) {
+    /* the cache keeps what is decided on, not the whole session: its walls contract is most
+     * of its ~7 KB, and parsing that again was a quarter of this process's time per op */
+    json_t *walls = json_object_get(sess, "walls");
+    json_t *view = json_pack("{s:O*, s:O*, s:O*, s:{s:O*, s:{s:O*}}}", "state", json_object_get(sess, "state"),
+                             "mode", json_object_get(sess, "mode"), "exclude", json_object_get(sess, "exclude"),
+                             "walls", "worker", json_object_get(walls, "worker"), "prescan", "flagged",
+                             json_object_get(json_object_get(walls, "prescan"), "flagged"));
+    char *vt = view ? json_dumps(view, JSON_COMPACT) : NULL;
+    if (vt) sess_cache_put(job, vt);
+    free(vt);
+    json_decref(view);
+  }
   bool arrived = state && !strcmp(state, "awaiting_agent");
   if (arrived) {
     jb_op_agent_arrived(c, app, job);
@@ -682,8 +695,10 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   bool check = cached || arrived;
   json_t *ans = NULL;
   /* a read or list: straight to the worker when it is ours — no wait on a buyer or a pause,
-   * so it is not counted among the waiting calls below */
-  if (!is_write) {
+   * so it is not counted among the waiting calls below. Not in a pause the session was read
+   * in: the worker runs a direct op before it stores it (and refuses it then), and nothing
+   * should run in the sandbox while the buyer holds the session. */
+  if (!is_write && !strcmp(state, "active")) {
     json_t *x = check ? json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
                                   "flagged", flagged ? json_incref(flagged) : json_array())
                       : NULL;
@@ -724,7 +739,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
     if (json_array_size(exclude) > 0) json_object_set(stargs, "exclude", exclude);
     if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
       json_object_set_new(stargs, "withContent", json_true());
-    json_t *sa = try_direct(app, &c, sess, job, "stat", path, stargs, NULL);
+    json_t *sa = strcmp(state, "active") ? NULL : try_direct(app, &c, sess, job, "stat", path, stargs, NULL);
     rc = JB_OK;
     if (!c) {
       json_decref(sa);
