@@ -525,6 +525,35 @@ static int cmd_pipeline(void) {
          pl_usable(c) ? "yes" : "NO");
   bad += r == NULL || n != 1 || !pl_usable(c);
   PQclear(r);
+  /* 3b. a kept step's result and binary parameters: bytea 00 ff 0a and an int8 in network
+   *     order reach the server as those bytes; a later failure keeps nothing */
+  {
+    const unsigned char bytes[3] = {0x00, 0xff, 0x0a};
+    const unsigned char i8[8] = {0, 0, 0, 0, 0, 0, 0x01, 0x02}; /* 258 */
+    const char *bp[2] = {(const char *)bytes, (const char *)i8};
+    const int bl[2] = {3, 8}, bf[2] = {1, 1};
+    PGresult *kept = NULL;
+    const struct jb_db_step keep[2] = {
+        {.sql = "SELECT encode($1::bytea, 'hex') || ' ' || ($2::bigint)::text", .n = 2, .params = bp,
+         .want = PGRES_TUPLES_OK, .what = "binary", .lengths = bl, .formats = bf, .keep = &kept},
+        JB_DB_STEP("SELECT 4", 0, NULL, PGRES_TUPLES_OK, "four")};
+    r = jb_db_pipeline(c, keep, 2, &err);
+    const char *got = kept && PQntuples(kept) == 1 ? PQgetvalue(kept, 0, 0) : "(nothing kept)";
+    bool good_keep = r && !strcmp(PQgetvalue(r, 0, 0), "4") && !strcmp(got, "00ff0a 258");
+    printf("kept step: %s\n", got);
+    bad += !good_keep;
+    PQclear(r);
+    PQclear(kept);
+    kept = (PGresult *)&kept; /* must be reset to NULL by a failed pipeline */
+    const struct jb_db_step keep_fail[2] = {
+        {.sql = "SELECT 5", .n = 0, .want = PGRES_TUPLES_OK, .what = "five", .keep = &kept},
+        JB_DB_STEP("SELECT 1 / 0", 0, NULL, PGRES_TUPLES_OK, "divide")};
+    err = (jb_error){0};
+    r = jb_db_pipeline(c, keep_fail, 2, &err);
+    printf("kept step of a failed pipeline: %s\n", kept ? "KEPT" : "none");
+    bad += r != NULL || kept != NULL;
+    PQclear(r);
+  }
   /* 4. the connection dropped under a pipeline: an error, not a hang; not given back as usable */
   PGresult *pid = jb_db_exec(c, "SELECT pg_backend_pid()::text", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "pid");
   const char *pp[1] = {pid ? PQgetvalue(pid, 0, 0) : "0"};
