@@ -184,6 +184,17 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   return JB_OK;
 }
 
+/* The checks of a direct op's insert (session $1, `expect` $5), as CTEs `s` (state; fresh:
+ * mode, exclusions and flags are the expected ones; ahead: an op of the session is queued) and
+ * `cfg` (jailbox.direct_op set for the transaction: the jb_op trigger wakes nobody, migration
+ * 016). The session row is locked by the statement before. */
+#define DIRECT_OP_CHECKS \
+  "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude," \
+  "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh," \
+  "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead" \
+  "   FROM sessions WHERE job_id = $1)," \
+  " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
+
 int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err) {
@@ -197,11 +208,7 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
    * the row (a statement sees what was committed when it began). BEGIN, the lock and the
    * insert go in one round trip. */
   static const char sql[] =
-      "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
-      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh,"
-      "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead"
-      "   FROM sessions WHERE job_id = $1 FOR UPDATE),"
-      " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
+      DIRECT_OP_CHECKS
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, 'approved', 'auto', now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
@@ -260,11 +267,7 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
    * queued before it (as jb_db_op_direct_begin; the session row is locked by the step before).
    * The new head's event is delivered with the commit, if it comes. */
   static const char sql_store[] =
-      "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
-      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh,"
-      "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead"
-      "   FROM sessions WHERE job_id = $1),"
-      " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
+      DIRECT_OP_CHECKS
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at, result, completed_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $6, 'auto', now(), $7::jsonb, now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
