@@ -1335,7 +1335,8 @@ static int direct_locked(PGconn *c, struct direct_args *d, json_t *ran, bool vio
  * after (jb_db_op_direct_store), which commits only if that head has not moved meanwhile —
  * else the op runs again the locked way. An op that tells something of the agent (an escape
  * or alert signal) is completed the locked way with the answer it got (its signal is not
- * raised twice, and a shim it killed is not asked again). */
+ * raised twice, and a shim it killed is not asked again); its signal is raised even when the
+ * locked way refuses it. */
 static int direct_fn(PGconn *c, void *a, jb_error *err) {
   struct direct_args *d = a;
   long long head;
@@ -1346,7 +1347,16 @@ static int direct_fn(PGconn *c, void *a, jb_error *err) {
   bool violation = false;
   json_t *ans = op_run(d->job, &op, d->args, &violation);
   struct op_signal probe = {-1, ""};
-  if (op_signal_of(&op, ans, violation, &probe) >= 0) return direct_locked(c, d, ans, violation, err);
+  int sig = op_signal_of(&op, ans, violation, &probe);
+  if (sig >= 0) {
+    /* Raised even when the locked way then refuses the op (the session paused or changed, an
+     * op queued ahead: op_settle, which would raise it, is not reached) when running it again
+     * the queued way would not tell it again: a shim that broke the protocol is not asked
+     * again (its channel is dead), and a session the signal ends takes no op. A signal that
+     * only alerts is told again by that run (raising it here too would count it twice). */
+    if (violation || W.policy.abort[sig]) d->sig = probe;
+    return direct_locked(c, d, ans, violation, err);
+  }
   json_t *details = op_audit_details(&op, d->args, ans);
   char *text = op_stored_text(ans, true);
   int rc = JB_ERR_FAIL;

@@ -250,6 +250,28 @@ test('an oversized line from the shim', { timeout: 180000 }, async () => {
   timings.protocol_violation_oversized = ms;
 });
 
+// A read handed straight to the worker runs in the shim before it is stored (41e08a3). When
+// the shim answers it with a malformed line and the worker then may not store the op (here:
+// jailboxd decided on its cached copy of the session, read active, but the buyer paused it
+// since), the protocol violation must still be raised: the op is not run again (the shim's
+// channel is dead), so nothing else would tell it.
+test('a malformed answer to a direct read in a session paused meanwhile', { timeout: 180000 }, async () => {
+  const S = await live();
+  // jailboxd keeps the session as read now (active); the worker knows its audit head
+  const r0 = await call(S.agent, 'read', { path: 'a.txt' });
+  assert.ok(r0.result, JSON.stringify(r0));
+  const p = await S.buyer.timeout(10000).emitWithAck('jailbox:pause', {});
+  assert.equal(p.ok, true, JSON.stringify(p));
+  const armed = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.arm', what: 'malformed' }, timeoutMs: 10000 }, 20000);
+  assert.equal(armed.ok, true, JSON.stringify(armed));
+  const t0 = Date.now();
+  const read = call(S.agent, 'read', { path: 'a.txt' }).catch((e) => ({ cut: e.message }));
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_direct_read_refused = ms;
+  const r = await read;
+  assert.ok(!r.result, JSON.stringify(r));
+});
+
 test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without aborting or scoring', { timeout: 180000 }, async () => {
   const S = await live((d) => writeFileSync(join(d, 'secret.key'), 'k\n'), { exclude: ['*.key'] });
   for (let i = 1; i <= 7; i++) {
