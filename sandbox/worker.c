@@ -940,44 +940,6 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   return d;
 }
 
-/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
- * error:{code, message}}. */
-static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args, bool *violation) {
-  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
-  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
-                                     "expectSha256", "withContent", NULL};
-  for (size_t i = 0; pass[i]; i++)
-    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
-  struct session *s = session_lock(job);
-  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
-    session_unlock(s);
-    json_decref(req);
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
-                     "the session is ending: the op was not run");
-  }
-  json_t *ans = NULL;
-  jb_error err = {0};
-  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
-  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
-  bool killed = s && atomic_load(&s->killing);
-  session_unlock(s);
-  json_decref(req);
-  if (!ans && killed)
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
-                     "the session was aborted while the op ran");
-  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
-  *violation = !ans && (err.code == EPROTO || err.code == EMSGSIZE);
-  if (!ans) {
-    slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
-  }
-  json_t *out = json_is_true(json_object_get(ans, "ok"))
-                    ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
-                    : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
-  json_decref(ans);
-  return out;
-}
-
 /* What running an op told of the agent: an escape or alert signal (enum jb_signal, -1 none)
  * with its detail, raised once the op is committed. */
 struct op_signal {
@@ -1002,6 +964,54 @@ static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violatio
              msg ? msg : "refused");
   }
   return sig;
+}
+
+/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
+ * error:{code, message}}. */
+static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args, bool *violation) {
+  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
+  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
+                                     "expectSha256", "withContent", NULL};
+  for (size_t i = 0; pass[i]; i++)
+    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
+  struct session *s = session_lock(job);
+  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
+    session_unlock(s);
+    json_decref(req);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session is ending: the op was not run");
+  }
+  json_t *ans = NULL;
+  jb_error err = {0};
+  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
+  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  bool killed = s && atomic_load(&s->killing);
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
+  json_t *out;
+  if (!ans && killed) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                    "the session was aborted while the op ran");
+  } else if (!ans) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
+  } else {
+    out = json_is_true(json_object_get(ans, "ok"))
+              ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
+              : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
+  }
+  /* what the answer tells of the agent, when the policy ends the session on it: the session is
+   * marked ending before its lock is let go, so that no op of the session runs in the shim
+   * after it — an op handed straight to the worker runs before it waits for anything in the
+   * database (direct_fn), so the mark made when this op commits (op_settle) would come after
+   * the ops queued behind this one on the lock had run */
+  struct op_signal probe = {-1, ""};
+  int sig = op_signal_of(op, out, *violation, &probe);
+  if (s && sig >= 0 && W.policy.abort[sig]) atomic_store(&s->teardown, true);
+  session_unlock(s);
+  json_decref(req);
+  if (!ans && !killed) slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
+  json_decref(ans);
+  return out;
 }
 
 /* The result of answer `ans` as stored in the op's row (JSON text, new): with `strip_content`

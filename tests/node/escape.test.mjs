@@ -8,7 +8,7 @@
 // history. Then the policy: signals that only alert, after N. Needs root, dockerd with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call, control,
   docker, containersOf, closeAll } from './lib/jail.mjs';
@@ -185,6 +185,37 @@ test('ops waiting behind an escape run nothing once it is caught (reads handed s
   // nothing was read after the escape: its op is the last that ran in the shim
   const ran = (await srv.db.query("SELECT op_id, path, result FROM ops WHERE job_id = $1 AND tool = 'read' ORDER BY op_id", [S.jobId])).rows;
   assert.ok(ran.every((o) => o.result?.ok !== true), JSON.stringify(ran));
+});
+
+// The same, observed in the sandbox itself: a direct read runs in the shim before anything is
+// stored (41e08a3), so an escape caught by a direct read must end the session's shim use at
+// once — not when its op is committed. The reads that came after it wait for nothing in the
+// database before they run; had they run, the file they read would have a new access time
+// (set far in the past first, so that relatime updates it).
+test('a read that comes after an escape caught by a direct read does not run in the shim', { timeout: 180000 }, async (t) => {
+  const S = await live((d) => { writeFileSync(join(d, 'probe.txt'), 'probe\n'); writeFileSync(join(d, 'b.txt'), 'b\n'); });
+  symlinkSync(outside, join(S.dir, 'late'));
+  const old = new Date('2001-01-01T00:00:00Z');
+  const atime = (f) => statSync(join(S.dir, f)).atimeMs;
+  // the observer works: a read moves the access time
+  utimesSync(join(S.dir, 'probe.txt'), old, new Date());
+  assert.ok((await call(S.agent, 'read', { path: 'probe.txt' })).result);
+  if (atime('probe.txt') === old.getTime()) return t.skip('the workspace keeps no access times here');
+  utimesSync(join(S.dir, 'b.txt'), old, new Date());
+  const hold = await srv.db.connect();
+  await hold.query('BEGIN');
+  await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [S.jobId]);
+  const t0 = Date.now();
+  const esc = call(S.agent, 'read', { path: 'late/secret.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 300));
+  const later = call(S.agent, 'read', { path: 'b.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 300));
+  await hold.query('COMMIT');
+  hold.release();
+  assert.equal((await esc).error?.data?.reason, 'denied');
+  assert.ok(!(await later).result, JSON.stringify(await later));
+  await assertEscaped(S, 'symlink_escape', t0);
+  assert.equal(atime('b.txt'), old.getTime(), 'b.txt was read in the shim after the escape was caught');
 });
 
 test('a hard link made after the pre-scan (caught at open time by the shim)', { timeout: 180000 }, async () => {
