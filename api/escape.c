@@ -13,6 +13,7 @@
 
 #include "api/auth.h"
 #include "api/handlers.h"
+#include "api/ops.h"
 #include "db/audit_store.h"
 #include "db/changes.h"
 #include "db/escape.h"
@@ -115,6 +116,7 @@ static void expire(struct jb_app *app, PGconn *c, const char *job, const char *r
     return;
   }
   if (app->cache) jb_cache_invalidate(app->cache, job);
+  jb_op_session_changed(job);
   jb_bus_publish(app->bus, job, "jailbox:state",
                  json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous",
                            t.previous, "reason", reason, "actor", "system", "rejectedOps",

@@ -164,6 +164,7 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, stru
   struct jb_transition t;
   int rc = jb_db_session_transition(c, app->keys, job, from, "done", summary, "agent", &t, &err);
   if (rc == JB_OK) {
+    jb_op_session_changed(job);
     jb_error nerr = {0};
     json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
                            t.previous, "reason", summary, "actor", "agent");
@@ -445,13 +446,17 @@ static json_t *try_direct(struct jb_app *app, PGconn **cp, const json_t *sess, c
  * to decide on without a round trip. Never trusted alone: the op's insert checks that
  * the session's mode, exclusions and flags are still the ones decided on (jb_db_op_create's
  * `expect_json`), and the call starts over with a fresh read when they are not. Only sessions
- * read in active or paused are kept, whose exclusions and flags no longer change. */
+ * read in active or paused are kept, whose exclusions and flags no longer change. The state
+ * it keeps decides whether a read is handed straight to the worker, which runs it in the
+ * sandbox before anything checks the session: a copy is dropped when the session's state
+ * changes (jb_op_session_changed), so that a read after a pause does not run until the resume. */
 #define SESS_SLOTS 64
 static struct {
   pthread_mutex_t lock;
   struct {
     char job[129];
     char *json;
+    unsigned long gen; /* moves at every forget: a copy read before it is not kept after it */
   } slot[SESS_SLOTS];
 } sess_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -470,17 +475,36 @@ static char *sess_cache_get(const char *job) {
   return t;
 }
 
-/* Keeps `json` for `job` (NULL: forgets it). */
-static void sess_cache_put(const char *job, const char *json) {
+/* The generation of `job`'s slot: take it before reading the session from the database, and
+ * give it to sess_cache_put. */
+static unsigned long sess_cache_gen(const char *job) {
+  size_t i = sess_slot(job);
+  pthread_mutex_lock(&sess_cache.lock);
+  unsigned long g = sess_cache.slot[i].gen;
+  pthread_mutex_unlock(&sess_cache.lock);
+  return g;
+}
+
+/* Keeps `json` for `job`, read from the database after sess_cache_gen gave `gen` — unless the
+ * slot was forgotten since (the copy may predate the change that made it forget). NULL:
+ * forgets `job` (`gen` unused). */
+static void sess_cache_put(const char *job, const char *json, unsigned long gen) {
   size_t i = sess_slot(job);
   char *t = json ? strdup(json) : NULL;
   pthread_mutex_lock(&sess_cache.lock);
-  if (t || !strcmp(sess_cache.slot[i].job, job)) {
+  if (!json) sess_cache.slot[i].gen++;
+  if ((t && sess_cache.slot[i].gen == gen) || (!json && !strcmp(sess_cache.slot[i].job, job))) {
     free(sess_cache.slot[i].json);
     sess_cache.slot[i].json = t;
-    snprintf(sess_cache.slot[i].job, sizeof sess_cache.slot[i].job, "%s", t ? job : "");
+    t = NULL;
+    snprintf(sess_cache.slot[i].job, sizeof sess_cache.slot[i].job, "%s", json ? job : "");
   }
   pthread_mutex_unlock(&sess_cache.lock);
+  free(t);
+}
+
+void jb_op_session_changed(const char *job_id) {
+  if (job_id) sess_cache_put(job_id, NULL, 0);
 }
 
 /* One tool call; `fresh`: read the session from the database, not from sess_cache. *stale is
@@ -536,6 +560,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   /* the session */
   text = fresh ? NULL : sess_cache_get(job);
   bool cached = text != NULL;
+  unsigned long gen = sess_cache_gen(job);
   if (!text && jb_db_session_get(c, job, &text, &err) != JB_OK) {
     result = unavailable(e, &err);
     goto out;
@@ -551,7 +576,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
                              "walls", "worker", json_object_get(walls, "worker"), "prescan", "flagged",
                              json_object_get(json_object_get(walls, "prescan"), "flagged"));
     char *vt = view ? json_dumps(view, JSON_COMPACT) : NULL;
-    if (vt) sess_cache_put(job, vt);
+    if (vt) sess_cache_put(job, vt, gen);
     free(vt);
     json_decref(view);
   }
@@ -819,7 +844,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   if (rc != JB_OK) wait_end(app, &ticket);
   else atomic_fetch_add(&jb_metric_ops_queued, 1);
   if (rc == JB_ERR_CONFLICT && !fresh && !st[0]) { /* the copy was stale: start over, fresh */
-    sess_cache_put(job, NULL);
+    sess_cache_put(job, NULL, 0);
     *stale = true;
     goto out;
   }

@@ -34,4 +34,10 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char
  * and jailbox:state event; quiet when the session is in another state. */
 void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);
 
+/* Forgets this process's copy of session `job_id` that the op path decides on (its state
+ * changed: a pause, a resume, an end). Call it once the change is committed: in the process
+ * that made it before anyone is told, and in every process on the change's jb_op
+ * notification ("0 <state> <job id>", migration 009). Thread-safe. */
+void jb_op_session_changed(const char *job_id);
+
 #endif

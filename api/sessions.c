@@ -14,6 +14,7 @@
 #include "api/escape.h"
 #include "api/handlers.h"
 #include "api/json.h"
+#include "api/ops.h"
 #include "db/audit_store.h"
 #include "db/sessions.h"
 #include "server/cache.h"
@@ -393,6 +394,7 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
     int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
     if (rc == JB_OK) {
       if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
+      jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
       jb_resp_json(resp, 200, json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state,
                                         "previous", t.previous, "rejectedOps",
                                         (json_int_t)t.rejected_ops));

@@ -207,6 +207,7 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
+    jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
     jb_bus_publish(s->app->bus, job, "jailbox:state",
                    json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
                              t.previous, "reason", reason, "actor", "buyer"));

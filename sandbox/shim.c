@@ -551,6 +551,14 @@ static int serve(void) {
       respond(error_reply(NULL, "bad_request", EINVAL, "%s", err.msg));
       continue;
     }
+#ifdef JB_SHIM_TEST_OPS
+    if (jb_shim_test_malformed_now(json_string_value(json_object_get(req, "op")))) {
+      static const char bad[] = "{\"id\": 1, \"ok\": tru\n"; /* test.arm: not JSON */
+      (void)write_all(1, bad, sizeof bad - 1);
+      json_decref(req);
+      continue;
+    }
+#endif
     respond(dispatch(req));
     json_decref(req);
   }

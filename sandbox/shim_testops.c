@@ -269,9 +269,30 @@ static json_t *op_emit(const json_t *req, jb_error *err) {
   return json_pack("{s:b}", "emitted", 1);
 }
 
+/* test.arm: the next read, list or stat is answered with a malformed line (the shim serves
+ * one request at a time: no lock) */
+static bool armed_malformed;
+
+bool jb_shim_test_malformed_now(const char *op) {
+  if (!armed_malformed || !op || (strcmp(op, "read") && strcmp(op, "list") && strcmp(op, "stat"))) return false;
+  armed_malformed = false;
+  return true;
+}
+
+static json_t *op_arm(const json_t *req, jb_error *err) {
+  const char *what = json_string_value(json_object_get(req, "what"));
+  if (!what || strcmp(what, "malformed")) {
+    jb_fail(err, EINVAL, "'what' must be malformed");
+    return NULL;
+  }
+  armed_malformed = true;
+  return json_pack("{s:b}", "armed", 1);
+}
+
 json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err) {
   if (!strcmp(name, "die")) return op_die(req, err);
   if (!strcmp(name, "emit")) return op_emit(req, err);
+  if (!strcmp(name, "arm")) return op_arm(req, err);
   if (!strcmp(name, "syscall")) return op_syscall(req, err);
   if (!strcmp(name, "write")) return op_write(req, err);
   if (!strcmp(name, "connect")) return op_connect(req, err);

@@ -4,13 +4,18 @@
 #define JB_SANDBOX_SHIM_TESTOPS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "server/err.h"
 
 /* Runs test op `name` (the part after "test.") with the fields of `req`. Returns the result
  * object (new reference), or NULL with `err` set for an unknown op or bad arguments.
  * Ops: syscall {name}, write {path}, connect {host, port, timeoutMs} or {path} (Unix), forkbomb {max},
- * memhog {mib}. See sandbox/PROTOCOL.md. */
+ * memhog {mib}, arm {what: "malformed"}. See sandbox/PROTOCOL.md. */
 json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err);
+
+/* test.arm {what: "malformed"}: whether the answer to request `op` must be a malformed line
+ * instead (true once, for the first read, list or stat after the arming). */
+bool jb_shim_test_malformed_now(const char *op);
 
 #endif

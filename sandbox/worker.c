@@ -940,44 +940,6 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   return d;
 }
 
-/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
- * error:{code, message}}. */
-static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args, bool *violation) {
-  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
-  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
-                                     "expectSha256", "withContent", NULL};
-  for (size_t i = 0; pass[i]; i++)
-    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
-  struct session *s = session_lock(job);
-  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
-    session_unlock(s);
-    json_decref(req);
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
-                     "the session is ending: the op was not run");
-  }
-  json_t *ans = NULL;
-  jb_error err = {0};
-  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
-  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
-  bool killed = s && atomic_load(&s->killing);
-  session_unlock(s);
-  json_decref(req);
-  if (!ans && killed)
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
-                     "the session was aborted while the op ran");
-  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
-  *violation = !ans && (err.code == EPROTO || err.code == EMSGSIZE);
-  if (!ans) {
-    slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
-    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
-  }
-  json_t *out = json_is_true(json_object_get(ans, "ok"))
-                    ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
-                    : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
-  json_decref(ans);
-  return out;
-}
-
 /* What running an op told of the agent: an escape or alert signal (enum jb_signal, -1 none)
  * with its detail, raised once the op is committed. */
 struct op_signal {
@@ -1002,6 +964,54 @@ static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violatio
              msg ? msg : "refused");
   }
   return sig;
+}
+
+/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
+ * error:{code, message}}. */
+static json_t *op_run(const char *job, const struct jb_op_claim *op, json_t *args, bool *violation) {
+  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
+  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
+                                     "expectSha256", "withContent", NULL};
+  for (size_t i = 0; pass[i]; i++)
+    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
+  struct session *s = session_lock(job);
+  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
+    session_unlock(s);
+    json_decref(req);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session is ending: the op was not run");
+  }
+  json_t *ans = NULL;
+  jb_error err = {0};
+  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, W.walls.call_timeout_ms, &err);
+  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  bool killed = s && atomic_load(&s->killing);
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
+  json_t *out;
+  if (!ans && killed) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                    "the session was aborted while the op ran");
+  } else if (!ans) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
+  } else {
+    out = json_is_true(json_object_get(ans, "ok"))
+              ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
+              : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
+  }
+  /* what the answer tells of the agent, when the policy ends the session on it: the session is
+   * marked ending before its lock is let go, so that no op of the session runs in the shim
+   * after it — an op handed straight to the worker runs before it waits for anything in the
+   * database (direct_fn), so the mark made when this op commits (op_settle) would come after
+   * the ops queued behind this one on the lock had run */
+  struct op_signal probe = {-1, ""};
+  int sig = op_signal_of(op, out, *violation, &probe);
+  if (s && sig >= 0 && W.policy.abort[sig]) atomic_store(&s->teardown, true);
+  session_unlock(s);
+  json_decref(req);
+  if (!ans && !killed) slog(JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
+  json_decref(ans);
+  return out;
 }
 
 /* The result of answer `ans` as stored in the op's row (JSON text, new): with `strip_content`
@@ -1335,7 +1345,8 @@ static int direct_locked(PGconn *c, struct direct_args *d, json_t *ran, bool vio
  * after (jb_db_op_direct_store), which commits only if that head has not moved meanwhile —
  * else the op runs again the locked way. An op that tells something of the agent (an escape
  * or alert signal) is completed the locked way with the answer it got (its signal is not
- * raised twice, and a shim it killed is not asked again). */
+ * raised twice, and a shim it killed is not asked again); its signal is raised even when the
+ * locked way refuses it. */
 static int direct_fn(PGconn *c, void *a, jb_error *err) {
   struct direct_args *d = a;
   long long head;
@@ -1346,7 +1357,16 @@ static int direct_fn(PGconn *c, void *a, jb_error *err) {
   bool violation = false;
   json_t *ans = op_run(d->job, &op, d->args, &violation);
   struct op_signal probe = {-1, ""};
-  if (op_signal_of(&op, ans, violation, &probe) >= 0) return direct_locked(c, d, ans, violation, err);
+  int sig = op_signal_of(&op, ans, violation, &probe);
+  if (sig >= 0) {
+    /* Raised even when the locked way then refuses the op (the session paused or changed, an
+     * op queued ahead: op_settle, which would raise it, is not reached) when running it again
+     * the queued way would not tell it again: a shim that broke the protocol is not asked
+     * again (its channel is dead), and a session the signal ends takes no op. A signal that
+     * only alerts is told again by that run (raising it here too would count it twice). */
+    if (violation || W.policy.abort[sig]) d->sig = probe;
+    return direct_locked(c, d, ans, violation, err);
+  }
   json_t *details = op_audit_details(&op, d->args, ans);
   char *text = op_stored_text(ans, true);
   int rc = JB_ERR_FAIL;

@@ -19,6 +19,7 @@
 #include "db/events.h"
 #include "db/listen.h"
 #include "db/migrate.h"
+#include "db/ops.h"
 #include "db/pgembed.h"
 #include "server/app.h"
 #include "server/cache.h"
@@ -43,6 +44,11 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     return;
   }
   if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/ops.c) */
+    long long op_id;
+    char state[20];
+    const char *job;
+    /* a session's state changed (in any process): the op path's copy of it is old */
+    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0) jb_op_session_changed(job);
     jb_opwait_notify_payload(app->opwait, payload);
     return;
   }

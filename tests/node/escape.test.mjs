@@ -8,7 +8,7 @@
 // history. Then the policy: signals that only alert, after N. Needs root, dockerd with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call, control,
   docker, containersOf, closeAll } from './lib/jail.mjs';
@@ -187,6 +187,37 @@ test('ops waiting behind an escape run nothing once it is caught (reads handed s
   assert.ok(ran.every((o) => o.result?.ok !== true), JSON.stringify(ran));
 });
 
+// The same, observed in the sandbox itself: a direct read runs in the shim before anything is
+// stored (41e08a3), so an escape caught by a direct read must end the session's shim use at
+// once — not when its op is committed. The reads that came after it wait for nothing in the
+// database before they run; had they run, the file they read would have a new access time
+// (set far in the past first, so that relatime updates it).
+test('a read that comes after an escape caught by a direct read does not run in the shim', { timeout: 180000 }, async (t) => {
+  const S = await live((d) => { writeFileSync(join(d, 'probe.txt'), 'probe\n'); writeFileSync(join(d, 'b.txt'), 'b\n'); });
+  symlinkSync(outside, join(S.dir, 'late'));
+  const old = new Date('2001-01-01T00:00:00Z');
+  const atime = (f) => statSync(join(S.dir, f)).atimeMs;
+  // the observer works: a read moves the access time
+  utimesSync(join(S.dir, 'probe.txt'), old, new Date());
+  assert.ok((await call(S.agent, 'read', { path: 'probe.txt' })).result);
+  if (atime('probe.txt') === old.getTime()) return t.skip('the workspace keeps no access times here');
+  utimesSync(join(S.dir, 'b.txt'), old, new Date());
+  const hold = await srv.db.connect();
+  await hold.query('BEGIN');
+  await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [S.jobId]);
+  const t0 = Date.now();
+  const esc = call(S.agent, 'read', { path: 'late/secret.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 300));
+  const later = call(S.agent, 'read', { path: 'b.txt' }).catch((e) => ({ cut: e.message }));
+  await new Promise((r) => setTimeout(r, 300));
+  await hold.query('COMMIT');
+  hold.release();
+  assert.equal((await esc).error?.data?.reason, 'denied');
+  assert.ok(!(await later).result, JSON.stringify(await later));
+  await assertEscaped(S, 'symlink_escape', t0);
+  assert.equal(atime('b.txt'), old.getTime(), 'b.txt was read in the shim after the escape was caught');
+});
+
 test('a hard link made after the pre-scan (caught at open time by the shim)', { timeout: 180000 }, async () => {
   const S = await live();
   linkSync(join(outside, 'secret.txt'), join(S.dir, 'late-hard'));
@@ -248,6 +279,27 @@ test('an oversized line from the shim', { timeout: 180000 }, async () => {
   assert.match(r.error, /over/);
   const { ms } = await assertEscaped(S, 'protocol_violation', t0);
   timings.protocol_violation_oversized = ms;
+});
+
+// A read handed straight to the worker runs in the shim before it is stored (41e08a3). When
+// the shim answers it with a malformed line and the worker then may not store the op (here:
+// jailboxd decided on its copy of the session, and the session's mode changed since, as a
+// switch made on another instance would), the protocol violation must still be raised: the op
+// is not run again on that shim (its channel is dead), so nothing else would tell it.
+test('a malformed answer to a direct read the worker may not store', { timeout: 180000 }, async () => {
+  const S = await live();
+  // jailboxd keeps its copy of the session; the worker knows the session's audit head
+  const r0 = await call(S.agent, 'read', { path: 'a.txt' });
+  assert.ok(r0.result, JSON.stringify(r0));
+  await srv.db.query("UPDATE sessions SET mode = 'supervised' WHERE job_id = $1", [S.jobId]);
+  const armed = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.arm', what: 'malformed' }, timeoutMs: 10000 }, 20000);
+  assert.equal(armed.ok, true, JSON.stringify(armed));
+  const t0 = Date.now();
+  const read = call(S.agent, 'read', { path: 'a.txt' }).catch((e) => ({ cut: e.message }));
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_direct_read_refused = ms;
+  const r = await read;
+  assert.ok(!r.result, JSON.stringify(r));
 });
 
 test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without aborting or scoring', { timeout: 180000 }, async () => {

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, writeFileSync, chmodSync, renameSync } from 'node:fs';
+import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, symlinkSync, utimesSync, writeFileSync, chmodSync, renameSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
@@ -781,4 +781,73 @@ test('review: wake-ups lost with the LISTEN connections delay ops, never hang th
       assert.ok(Date.now() - t0 < 8000, `round ${round}: ${Date.now() - t0} ms`);
     }
   }
+});
+
+// A read handed straight to the worker runs in the shim before it is stored (41e08a3); jailboxd
+// hands one over only when the session is active. Decided on this process's copy of the
+// session, read while it was active, a read that came after the buyer's pause ran in the
+// sandbox while the buyer held the session (its answer was then refused and it waited for the
+// resume, but it had run). Seen by the file's access time (set far in the past first, so that
+// relatime moves it on a read).
+test('review: a read after the buyer paused the session does not run in the sandbox until the resume', { timeout: 120000 }, async (t) => {
+  const P = await openSession((d) => { writeFileSync(join(d, 'p.txt'), 'p\n'); writeFileSync(join(d, 'q.txt'), 'q\n'); }, { mode: 'unsupervised' });
+  const agent = await connect(P.agentToken);
+  const buyer = await connect(P.buyerToken);
+  const old = new Date('2001-01-01T00:00:00Z');
+  const atime = (f) => statSync(join(P.dir, f)).atimeMs;
+  utimesSync(join(P.dir, 'p.txt'), old, new Date());
+  assert.equal((await ok(agent, 'read', { path: 'p.txt' })).content, 'p\n'); // the copy is taken
+  if (atime('p.txt') === old.getTime()) return t.skip('the workspace keeps no access times here');
+  utimesSync(join(P.dir, 'q.txt'), old, new Date());
+  const p = await buyer.timeout(10000).emitWithAck('jailbox:pause', {});
+  assert.equal(p.ok, true, JSON.stringify(p));
+  let settled = false;
+  const read = call(agent, 'read', { path: 'q.txt' }, 60000).then((r) => { settled = true; return r; });
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(settled, false, 'answered while paused');
+  assert.equal(atime('q.txt'), old.getTime(), 'q.txt was read in the sandbox while the session was paused');
+  const r = await buyer.timeout(10000).emitWithAck('jailbox:resume', {});
+  assert.equal(r.ok, true, JSON.stringify(r));
+  assert.match(JSON.stringify(await read), /q\\n/);
+  // back to active: reads are handed straight to the worker again
+  assert.equal((await ok(agent, 'read', { path: 'p.txt' })).content, 'p\n');
+});
+
+// The direct path's claim (41e08a3): a read handed straight to the worker runs before it is
+// stored, and its audit entry is committed only if the chain's head did not move since before
+// it ran — so the chain's order is the order in which the ops saw the files. Checked on the
+// chain itself: writes of distinct sizes and reads of the same file, all in flight at once;
+// every read's entry must name the size the last write before it in the chain left (and the
+// agent must have got content of that size).
+test('review: reads racing writes: each read entry follows the write whose file it saw', { timeout: 180000 }, async () => {
+  const O = await openSession((d) => writeFileSync(join(d, 'o.txt'), 'x'), { mode: 'unsupervised' });
+  const agent = await connect(O.agentToken);
+  assert.equal((await ok(agent, 'read', { path: 'o.txt' })).content, 'x');
+  // rounds of a write and three reads in flight together (jailboxd holds only so many waiting
+  // calls at once: a call it turns away is not counted)
+  let answered = 0;
+  for (let i = 1; i <= 30; i++) {
+    const round = [call(agent, 'write', { path: 'o.txt', content: 'w'.repeat(1 + i) }, 120000)];
+    for (let k = 0; k < 3; k++) round.push(call(agent, 'read', { path: 'o.txt' }, 120000).then((r) => ({ read: r })));
+    for (const g of await Promise.all(round)) {
+      if (!g.read) continue;
+      if (g.read.error?.data?.reason === 'unavailable') continue;
+      assert.ok(g.read.result, JSON.stringify(g.read).slice(0, 300));
+      answered++;
+    }
+  }
+  const audit = await srv.req('GET', `/v1/jailbox/${O.jobId}/audit`, { token: srv.serviceToken });
+  const entries = audit.text.trim().split('\n').map((l) => JSON.parse(l));
+  let size = 1, reads = 0;
+  for (const e of entries) {
+    if (e.path !== 'o.txt') continue;
+    if (e.operation === 'write' && e.details.ok) size = e.details.size;
+    if (e.operation === 'read' && e.details.ok) {
+      reads++;
+      assert.equal(e.details.fileSize, size, `read at seq ${e.seq} saw a file of ${e.details.fileSize} bytes; the chain's last write before it left ${size}`);
+    }
+  }
+  assert.ok(reads >= answered + 1, `${reads} reads in the chain, ${answered} answered`);
+  const v = await srv.req('GET', `/v1/jailbox/${O.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, v.text);
 });
