@@ -2,6 +2,7 @@
  * load, published keys (see audit_store.h). */
 #include "db/audit_store.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db/db.h"
 #include "server/keys.h"
@@ -78,17 +80,20 @@ static const char sql_lock_head[] =
  * seal's own UPDATE), except the key: one primary-key probe of audit_signing_keys. One
  * statement, so that with a known head an append outside a caller's transaction costs one
  * round trip and one commit. Changes no row
- * when the head moved, the chain is sealed or the key is retired. */
+ * when the head moved, the chain is sealed or the key is retired. seq ($2) and the timestamp
+ * ($5) go in binary (int8, timestamptz), as do the bytea parameters: the server parses no
+ * text for them. */
 static const char sql_append[] =
     "WITH moved AS ("
-    "  UPDATE audit_heads SET seq = $2, hash = $9, sealed = $3 = 'seal'"
+    "  UPDATE audit_heads SET seq = $2::bigint, hash = $9, sealed = $3 = 'seal'"
     "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed"
     "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
     "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
     "  RETURNING job_id)"
     " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
     "                            prev_hash, hash, signature, key_id)"
-    " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved";
+    " SELECT job_id, $2::bigint, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11"
+    "   FROM moved";
 
 /* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
 static const char sql_key_state[] =
@@ -151,41 +156,49 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
     if (!seal_details) return jb_fail(err, ENOMEM, "out of memory");
     details = seal_details;
   }
-  char ts[JB_AUDIT_TS_LEN + 8];
-  jb_iso8601_now(ts, sizeof ts);
-  struct jb_audit_entry e;
   if (head < 0 || head >= INT64_MAX - 1) {
     json_decref(seal_details);
     return jb_fail(err, ERANGE, "session %s has a corrupt audit head (%lld)", job_id, head);
   }
-  int rc = jb_audit_entry_make(&e, head + 1, job_id, operation, path, ts, details, prev,
-                               keys->sk, keys->pk, err);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  char ts[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_at(&now, ts, sizeof ts);
+  struct jb_audit_signed e;
+  int rc = jb_audit_entry_sign(&e, head + 1, job_id, operation, path, ts, details, prev,
+                               keys->sk, err);
   json_decref(seal_details);
   if (rc < 0) return JB_ERR_FAIL;
-  char seqs[24];
-  snprintf(seqs, sizeof seqs, "%lld", e.seq);
-  char *djson = json_dumps(e.details, JSON_COMPACT | JSON_SORT_KEYS);
+  /* the details' JSON as the canonical bytes hold it, for the jsonb column (text parameters
+   * end with a NUL) */
+  char *djson = malloc(e.details_len + 1);
   if (!djson) {
-    jb_audit_entry_clear(&e);
+    free(e.canonical);
     return jb_fail(err, ENOMEM, "out of memory");
   }
-  const char *vals[11] = {job_id, seqs, operation, path, ts, djson,
-                          (const char *)e.canonical, (const char *)e.prev_hash,
+  memcpy(djson, e.canonical + JB_AUDIT_DETAILS_OFFSET, e.details_len);
+  djson[e.details_len] = '\0';
+  /* binary int8 and timestamptz (microseconds since 2000-01-01 UTC, the ms that ts states) */
+  uint64_t seq_be = htobe64((uint64_t)(head + 1));
+  int64_t us = ((int64_t)now.tv_sec - 946684800) * 1000000 + (now.tv_nsec / 1000000) * 1000;
+  uint64_t ts_be = htobe64((uint64_t)us);
+  const char *vals[11] = {job_id, (const char *)&seq_be, operation, path, (const char *)&ts_be,
+                          djson, (const char *)e.canonical, (const char *)prev,
                           (const char *)e.hash, (const char *)e.signature, keys->key_id};
-  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
+  const int lens[11] = {0, 8, 0, 0, 8, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
                         JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
-  const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+  const int fmts[11] = {0, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0};
   PGresult *r = exec(c, sql_append, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
   free(djson);
+  free(e.canonical);
   rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
   PQclear(r);
   if (rc == JB_OK && out) {
-    out->seq = e.seq;
+    out->seq = head + 1;
     memcpy(out->hash, e.hash, JB_AUDIT_HASH_LEN);
     memcpy(out->signature, e.signature, JB_AUDIT_SIG_LEN);
-    memcpy(out->key_id, e.key_id, sizeof out->key_id);
+    snprintf(out->key_id, sizeof out->key_id, "%s", keys->key_id);
   }
-  jb_audit_entry_clear(&e);
   return rc;
 }
 
