@@ -69,8 +69,8 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
 static const char sql_lock_head[] =
     "SELECT seq, encode(hash, 'hex'), sealed FROM audit_heads WHERE job_id = $1 FOR UPDATE";
 
-/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8, the chain is
- * not sealed, and the signing key $11 is published and was not retired at the entry's
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $7, the chain is
+ * not sealed, and the signing key $10 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
  * retiredAt fails as "retired key"). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
@@ -85,15 +85,14 @@ static const char sql_lock_head[] =
  * text for them. */
 static const char sql_append[] =
     "WITH moved AS ("
-    "  UPDATE audit_heads SET seq = $2::bigint, hash = $9, sealed = $3 = 'seal'"
-    "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed"
-    "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11"
+    "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"
+    "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed"
+    "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"
     "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"
     "  RETURNING job_id)"
-    " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical,"
-    "                            prev_hash, hash, signature, key_id)"
-    " SELECT job_id, $2::bigint, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11"
-    "   FROM moved";
+    " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical, prev_hash,"
+    "                            hash, signature, key_id)"
+    " SELECT job_id, $2::bigint, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10 FROM moved";
 
 /* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
 static const char sql_key_state[] =
@@ -169,27 +168,17 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
                                keys->sk, err);
   json_decref(seal_details);
   if (rc < 0) return JB_ERR_FAIL;
-  /* the details' JSON as the canonical bytes hold it, for the jsonb column (text parameters
-   * end with a NUL) */
-  char *djson = malloc(e.details_len + 1);
-  if (!djson) {
-    free(e.canonical);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
-  memcpy(djson, e.canonical + JB_AUDIT_DETAILS_OFFSET, e.details_len);
-  djson[e.details_len] = '\0';
   /* binary int8 and timestamptz (microseconds since 2000-01-01 UTC, the ms that ts states) */
   uint64_t seq_be = htobe64((uint64_t)(head + 1));
   int64_t us = ((int64_t)now.tv_sec - 946684800) * 1000000 + (now.tv_nsec / 1000000) * 1000;
   uint64_t ts_be = htobe64((uint64_t)us);
-  const char *vals[11] = {job_id, (const char *)&seq_be, operation, path, (const char *)&ts_be,
-                          djson, (const char *)e.canonical, (const char *)prev,
-                          (const char *)e.hash, (const char *)e.signature, keys->key_id};
-  const int lens[11] = {0, 8, 0, 0, 8, 0, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
+  const char *vals[10] = {job_id, (const char *)&seq_be, operation, path, (const char *)&ts_be,
+                          (const char *)e.canonical, (const char *)prev, (const char *)e.hash,
+                          (const char *)e.signature, keys->key_id};
+  const int lens[10] = {0, 8, 0, 0, 8, (int)e.canonical_len, JB_AUDIT_HASH_LEN,
                         JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
-  const int fmts[11] = {0, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0};
-  PGresult *r = exec(c, sql_append, 11, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
-  free(djson);
+  const int fmts[10] = {0, 1, 0, 0, 1, 1, 1, 1, 1, 0};
+  PGresult *r = exec(c, sql_append, 10, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append");
   free(e.canonical);
   rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
   PQclear(r);
@@ -308,7 +297,7 @@ static const char sql_session[] =
     "  FROM sessions s LEFT JOIN audit_heads h ON h.job_id = s.job_id WHERE s.job_id = $1";
 
 static const char sql_entries[] =
-    "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"
+    "SELECT seq, operation, path, jb_ts(created_at), encode(canonical, 'hex'),"
     "       encode(prev_hash, 'hex'), encode(hash, 'hex'), encode(signature, 'hex'), key_id"
     "  FROM audit_entries WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
@@ -330,13 +319,7 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   e->timestamp = strdup(PQgetvalue(r, i, 3));
   if (!e->session || !e->operation || (!e->path && !PQgetisnull(r, i, 2)) || !e->timestamp)
     return -1;
-  e->details = json_loadb(PQgetvalue(r, i, 4), (size_t)PQgetlength(r, i, 4),
-                          JSON_REJECT_DUPLICATES, NULL);
-  if (!json_is_object(e->details)) {
-    row_malformed(e, "details are not a JSON object");
-    return 0;
-  }
-  size_t clen = (size_t)PQgetlength(r, i, 5) / 2;
+  size_t clen = (size_t)PQgetlength(r, i, 4) / 2;
   if (clen > JB_AUDIT_MAX_CANONICAL) {
     row_malformed(e, "canonical bytes too long");
     return 0;
@@ -345,14 +328,17 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   if (!e->canonical) return -1;
   e->canonical_len = clen;
   e->canonical[clen] = '\0';
-  if (col_hex(r, i, 5, e->canonical, clen) < 0 || col_hex(r, i, 6, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 7, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 8, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
-      PQgetlength(r, i, 9) != JB_AUDIT_KEY_ID_LEN) {
+  if (col_hex(r, i, 4, e->canonical, clen) < 0 || col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 6, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 7, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
+      PQgetlength(r, i, 8) != JB_AUDIT_KEY_ID_LEN) {
     row_malformed(e, "a hash, signature or key id column has the wrong size");
     return 0;
   }
-  memcpy(e->key_id, PQgetvalue(r, i, 9), JB_AUDIT_KEY_ID_LEN + 1);
+  /* the details are those of the canonical bytes: no other copy is stored (migration 017) */
+  e->details = jb_audit_canonical_details(e->canonical, e->canonical_len);
+  if (!e->details) return -1;
+  memcpy(e->key_id, PQgetvalue(r, i, 8), JB_AUDIT_KEY_ID_LEN + 1);
   return 0;
 }
 

@@ -54,8 +54,9 @@ struct jb_audit_chain {
   char state[20];               /* sessions.state */
   bool ended;                   /* state is accepted, aborted or failed */
   struct jb_audit_head stored;  /* audit_heads.seq / hash */
-  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column,
-                                      canonical bytes verbatim */
+  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column
+                                      but details, which only the canonical bytes hold
+                                      (jb_audit_canonical_details); those verbatim */
   size_t n;
 };
 
@@ -79,8 +80,8 @@ int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *
                           jb_error *err);
 
 /* One page of a chain, for reading it in bounded memory: at most `limit` entries of
- * `job_id` with seq > `after_seq`, in seq order, every field from its own column and the
- * canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
+ * `job_id` with seq > `after_seq`, in seq order, every field from its own column (details
+ * from the canonical bytes, jb_audit_canonical_details) and the canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
  * seq). One statement, inside the caller's transaction when there is one (REPEATABLE READ
  * gives one snapshot across pages); without one, each page sees the chain as it is then.
  * *out is a new array of *n entries (jb_audit_entries_free; *n = 0: nothing after

@@ -238,6 +238,18 @@ char *jb_audit_canonical(long long seq, const char *session, const char *operati
   return canonical_build(seq, session, operation, path, timestamp, details, len, NULL, err);
 }
 
+json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len) {
+  static const char head[] = "{\"details\":";
+  json_t *d = NULL;
+  if (len > JB_AUDIT_DETAILS_OFFSET && memcmp(canonical, head, JB_AUDIT_DETAILS_OFFSET) == 0)
+    d = json_loadb((const char *)canonical + JB_AUDIT_DETAILS_OFFSET,
+                   len - JB_AUDIT_DETAILS_OFFSET, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
+                   NULL);
+  if (json_is_object(d)) return d;
+  json_decref(d);
+  return json_object();
+}
+
 void jb_audit_hash(const unsigned char *canonical, size_t len,
                    const unsigned char prev[JB_AUDIT_HASH_LEN],
                    unsigned char out[JB_AUDIT_HASH_LEN]) {

@@ -143,6 +143,12 @@ char *jb_audit_canonical(long long seq, const char *session, const char *operati
                          const char *path, const char *timestamp, const json_t *details,
                          size_t *len, jb_error *err);
 
+/* Returns the details that the canonical bytes `canonical` (`len` bytes) state: the object
+ * after their leading `{"details":`, parsed as far as it goes (JSON_REJECT_DUPLICATES). When
+ * they hold none, an empty object: such bytes are no entry's canonical form, which
+ * verification reports by the hash or by the fields. New reference; NULL only on OOM. */
+json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len);
+
 /* Checks the details object alone by the rules of jb_audit_canonical. 0 or -1 with `err`. */
 int jb_audit_details_check(const json_t *details, jb_error *err);
 
