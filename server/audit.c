@@ -169,14 +169,9 @@ static bool session_ok(const char *s) {
   return true;
 }
 
-/* The canonical bytes as jb_audit_canonical says; *details_len receives the length of the
- * details member's value, which starts at byte JB_AUDIT_DETAILS_OFFSET. Built as `{"details":`,
- * the details dumped alone, and the other members dumped as one object without its opening
- * brace: the same bytes as the whole object dumped with sorted keys ("details" sorts first),
- * with the details' JSON made once, for the caller to reuse. */
-static char *canonical_build(long long seq, const char *session, const char *operation,
-                             const char *path, const char *timestamp, const json_t *details,
-                             size_t *len, size_t *details_len, jb_error *err) {
+char *jb_audit_canonical(long long seq, const char *session, const char *operation,
+                         const char *path, const char *timestamp, const json_t *details,
+                         size_t *len, jb_error *err) {
   if (seq < 1) {
     jb_fail(err, EINVAL, "seq must be at least 1");
     return NULL;
@@ -197,45 +192,36 @@ static char *canonical_build(long long seq, const char *session, const char *ope
     jb_fail(err, EINVAL, "timestamp must be YYYY-MM-DDTHH:MM:SS.mmmZ");
     return NULL;
   }
-  if (details && jb_audit_details_check(details, err) < 0) return NULL;
-  char *ds = details ? json_dumps(details, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}");
-  json_t *o = json_pack("{s:I,s:s,s:s,s:s?,s:s}", "seq", (json_int_t)seq, "session", session,
-                        "operation", operation, "path", path, "timestamp", timestamp);
-  char *rest = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  json_decref(o);
-  if (!o || !ds || !rest) {
-    if (!o) jb_fail(err, EINVAL, "entry cannot be represented (invalid UTF-8 in a string?)");
-    else jb_fail(err, ENOMEM, "out of memory");
-    free(ds);
-    free(rest);
+  json_t *d = details ? json_incref((json_t *)details) : json_object();
+  if (!d) {
+    jb_fail(err, ENOMEM, "out of memory");
     return NULL;
   }
-  static const char head[] = "{\"details\":";
-  size_t dn = strlen(ds), rn = strlen(rest); /* rest: {"operation":...} */
-  size_t n = JB_AUDIT_DETAILS_OFFSET + dn + rn;  /* rest's '{' becomes the ',' */
-  char *s = n <= JB_AUDIT_MAX_CANONICAL ? malloc(n + 1) : NULL;
-  if (s) {
-    memcpy(s, head, JB_AUDIT_DETAILS_OFFSET);
-    memcpy(s + JB_AUDIT_DETAILS_OFFSET, ds, dn);
-    s[JB_AUDIT_DETAILS_OFFSET + dn] = ',';
-    memcpy(s + JB_AUDIT_DETAILS_OFFSET + dn + 1, rest + 1, rn); /* with its NUL */
-  } else if (n > JB_AUDIT_MAX_CANONICAL) {
-    jb_fail(err, E2BIG, "entry is %zu bytes, more than %d", n, JB_AUDIT_MAX_CANONICAL);
-  } else {
-    jb_fail(err, ENOMEM, "out of memory");
+  if (jb_audit_details_check(d, err) < 0) {
+    json_decref(d);
+    return NULL;
   }
-  free(ds);
-  free(rest);
-  if (!s) return NULL;
+  json_t *o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:o}", "seq", (json_int_t)seq, "session", session,
+                        "operation", operation, "path", path, "timestamp", timestamp,
+                        "details", d);
+  if (!o) {
+    jb_fail(err, EINVAL, "entry cannot be represented (invalid UTF-8 in a string?)");
+    return NULL;
+  }
+  char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(o);
+  if (!s) {
+    jb_fail(err, ENOMEM, "out of memory");
+    return NULL;
+  }
+  size_t n = strlen(s);
+  if (n > JB_AUDIT_MAX_CANONICAL) {
+    free(s);
+    jb_fail(err, E2BIG, "entry is %zu bytes, more than %d", n, JB_AUDIT_MAX_CANONICAL);
+    return NULL;
+  }
   *len = n;
-  if (details_len) *details_len = dn;
   return s;
-}
-
-char *jb_audit_canonical(long long seq, const char *session, const char *operation,
-                         const char *path, const char *timestamp, const json_t *details,
-                         size_t *len, jb_error *err) {
-  return canonical_build(seq, session, operation, path, timestamp, details, len, NULL, err);
 }
 
 json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len) {
@@ -279,8 +265,8 @@ int jb_audit_entry_sign(struct jb_audit_signed *out, long long seq, const char *
                         const unsigned char sk[JB_AUDIT_SK_LEN], jb_error *err) {
   memset(out, 0, sizeof *out);
   if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
-  char *c = canonical_build(seq, session, operation, path, timestamp, details,
-                            &out->canonical_len, &out->details_len, err);
+  char *c = jb_audit_canonical(seq, session, operation, path, timestamp, details,
+                               &out->canonical_len, err);
   if (!c) return -1;
   out->canonical = (unsigned char *)c;
   jb_audit_hash(out->canonical, out->canonical_len, prev ? prev : zero_hash, out->hash);

@@ -174,13 +174,12 @@ int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *ses
 struct jb_audit_signed {
   unsigned char *canonical;   /* canonical_len bytes and a NUL; owned (free) */
   size_t canonical_len;
-  size_t details_len;         /* the details' JSON: canonical + JB_AUDIT_DETAILS_OFFSET */
   unsigned char hash[JB_AUDIT_HASH_LEN];
   unsigned char signature[JB_AUDIT_SIG_LEN];
 };
 
 /* The canonical bytes start with `{"details":` (details is the first key in byte order), then
- * the details object: the JSON that jansson writes for it with JSON_COMPACT | JSON_SORT_KEYS. */
+ * the details object. */
 #define JB_AUDIT_DETAILS_OFFSET 11
 
 /* What jb_audit_entry_make computes and an append stores, without the copies of the fields
