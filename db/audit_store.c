@@ -2,6 +2,7 @@
  * load, published keys (see audit_store.h). */
 #include "db/audit_store.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db/db.h"
 #include "server/keys.h"
@@ -67,8 +69,8 @@ static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) 
 static const char sql_lock_head[] =
     "SELECT seq, encode(hash, 'hex'), sealed FROM audit_heads WHERE job_id = $1 FOR UPDATE";
 
-/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $8, the chain is
- * not sealed, and the signing key $11 is published and was not retired at the entry's
+/* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $7, the chain is
+ * not sealed, and the signing key $10 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
  * retiredAt fails as "retired key"). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
@@ -78,18 +80,20 @@ static const char sql_lock_head[] =
  * seal's own UPDATE), except the key: one primary-key probe of audit_signing_keys. One
  * statement, so that with a known head an append outside a caller's transaction costs one
  * round trip and one commit. Changes no row
- * when the head moved, the chain is sealed or the key is retired. */
+ * when the head moved, the chain is sealed or the key is retired. seq ($2) and the timestamp
+ * ($5) go in binary (int8, timestamptz), as do the bytea parameters: the server parses no
+ * text for them. */
 #define APPEND_MOVED \
   "WITH moved AS (" \
-  "  UPDATE audit_heads SET seq = $2, hash = $9, sealed = $3 = 'seal'" \
-  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $8) AND NOT sealed" \
-  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $11" \
+  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'" \
+  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed" \
+  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10" \
   "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))" \
   "  RETURNING job_id)"
 #define APPEND_INSERT \
-  " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, details, canonical," \
-  "                            prev_hash, hash, signature, key_id)" \
-  " SELECT job_id, $2, $3, $4, $5::timestamptz, $6::jsonb, $7, $8, $9, $10, $11 FROM moved"
+  " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical, prev_hash," \
+  "                            hash, signature, key_id)" \
+  " SELECT job_id, $2::bigint, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10 FROM moved"
 static const char sql_append[] = APPEND_MOVED APPEND_INSERT;
 /* The same append as a step of a pipeline (jb_audit_append_step): an error (migration 018)
  * when it changes no row, so that nothing after it in the transaction commits. */
@@ -164,33 +168,38 @@ static int append_step(const struct jb_keyring *keys, const char *job_id, const 
     if (!seal_details) return jb_fail(err, ENOMEM, "out of memory");
     details = seal_details;
   }
-  char ts[JB_AUDIT_TS_LEN + 8];
-  jb_iso8601_now(ts, sizeof ts);
   if (head < 0 || head >= INT64_MAX - 1) {
     json_decref(seal_details);
     return jb_fail(err, ERANGE, "session %s has a corrupt audit head (%lld)", job_id, head);
   }
-  int rc = jb_audit_entry_make(&p->entry, head + 1, job_id, operation, path, ts, details, prev,
-                               keys->sk, keys->pk, err);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  char ts[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_at(&now, ts, sizeof ts);
+  int rc = jb_audit_entry_sign(&p->sig, head + 1, job_id, operation, path, ts, details, prev,
+                               keys->sk, err);
   json_decref(seal_details);
   if (rc < 0) return -1;
-  snprintf(p->seq, sizeof p->seq, "%lld", p->entry.seq);
-  p->details_json = json_dumps(p->entry.details, JSON_COMPACT | JSON_SORT_KEYS);
-  if (!p->details_json) {
-    jb_audit_entry_clear(&p->entry);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
-  const struct jb_audit_entry *e = &p->entry;
-  const char *vals[11] = {job_id, p->seq, operation, path, e->timestamp, p->details_json,
-                          (const char *)e->canonical, (const char *)e->prev_hash,
-                          (const char *)e->hash, (const char *)e->signature, keys->key_id};
-  const int lens[11] = {0, 0, 0, 0, 0, 0, (int)e->canonical_len, JB_AUDIT_HASH_LEN,
+  p->head.seq = head + 1;
+  memcpy(p->head.hash, p->sig.hash, JB_AUDIT_HASH_LEN);
+  memcpy(p->head.signature, p->sig.signature, JB_AUDIT_SIG_LEN);
+  snprintf(p->head.key_id, sizeof p->head.key_id, "%s", keys->key_id);
+  memcpy(p->prev, prev, JB_AUDIT_HASH_LEN);
+  /* binary int8 and timestamptz (microseconds since 2000-01-01 UTC, the ms that ts states) */
+  p->seq_be = htobe64((uint64_t)(head + 1));
+  int64_t us = ((int64_t)now.tv_sec - 946684800) * 1000000 + (now.tv_nsec / 1000000) * 1000;
+  p->ts_be = htobe64((uint64_t)us);
+  const char *vals[10] = {job_id, (const char *)&p->seq_be, operation, path,
+                          (const char *)&p->ts_be, (const char *)p->sig.canonical,
+                          (const char *)p->prev, (const char *)p->sig.hash,
+                          (const char *)p->sig.signature, p->head.key_id};
+  const int lens[10] = {0, 8, 0, 0, 8, (int)p->sig.canonical_len, JB_AUDIT_HASH_LEN,
                         JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
-  const int fmts[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+  const int fmts[10] = {0, 1, 0, 0, 1, 1, 1, 1, 1, 0};
   memcpy(p->vals, vals, sizeof vals);
   memcpy(p->lens, lens, sizeof lens);
   memcpy(p->fmts, fmts, sizeof fmts);
-  *step = (struct jb_db_step){.sql = refuse ? sql_append_or_refuse : sql_append, .n = 11,
+  *step = (struct jb_db_step){.sql = refuse ? sql_append_or_refuse : sql_append, .n = 10,
                               .params = p->vals, .want = refuse ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
                               .what = "audit append", .lengths = p->lens, .formats = p->fmts};
   return 0;
@@ -206,19 +215,13 @@ int jb_audit_append_step(const struct jb_keyring *keys, const char *job_id, cons
 void jb_audit_append_settle(const char *job_id, struct jb_audit_pending *p, bool appended,
                             struct jb_audit_head *out) {
   if (appended) {
-    head_put(job_id, p->entry.seq, p->entry.hash);
-    if (out) {
-      out->seq = p->entry.seq;
-      memcpy(out->hash, p->entry.hash, JB_AUDIT_HASH_LEN);
-      memcpy(out->signature, p->entry.signature, JB_AUDIT_SIG_LEN);
-      memcpy(out->key_id, p->entry.key_id, sizeof out->key_id);
-    }
+    head_put(job_id, p->head.seq, p->head.hash);
+    if (out) *out = p->head;
   } else {
     head_put(job_id, 0, NULL);
   }
-  jb_audit_entry_clear(&p->entry);
-  free(p->details_json);
-  p->details_json = NULL;
+  free(p->sig.canonical);
+  p->sig.canonical = NULL;
 }
 
 /* Builds entry head+1 on `prev` and runs sql_append. Returns JB_OK with `out` filled, 1 when
@@ -237,14 +240,8 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
                      err, step.what);
   int rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
   PQclear(r);
-  if (rc == JB_OK && out) {
-    out->seq = p.entry.seq;
-    memcpy(out->hash, p.entry.hash, JB_AUDIT_HASH_LEN);
-    memcpy(out->signature, p.entry.signature, JB_AUDIT_SIG_LEN);
-    memcpy(out->key_id, p.entry.key_id, sizeof out->key_id);
-  }
-  jb_audit_entry_clear(&p.entry);
-  free(p.details_json);
+  if (rc == JB_OK && out) *out = p.head;
+  free(p.sig.canonical);
   return rc;
 }
 
@@ -354,7 +351,7 @@ static const char sql_session[] =
     "  FROM sessions s LEFT JOIN audit_heads h ON h.job_id = s.job_id WHERE s.job_id = $1";
 
 static const char sql_entries[] =
-    "SELECT seq, operation, path, jb_ts(created_at), details::text, encode(canonical, 'hex'),"
+    "SELECT seq, operation, path, jb_ts(created_at), encode(canonical, 'hex'),"
     "       encode(prev_hash, 'hex'), encode(hash, 'hex'), encode(signature, 'hex'), key_id"
     "  FROM audit_entries WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
@@ -376,13 +373,7 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   e->timestamp = strdup(PQgetvalue(r, i, 3));
   if (!e->session || !e->operation || (!e->path && !PQgetisnull(r, i, 2)) || !e->timestamp)
     return -1;
-  e->details = json_loadb(PQgetvalue(r, i, 4), (size_t)PQgetlength(r, i, 4),
-                          JSON_REJECT_DUPLICATES, NULL);
-  if (!json_is_object(e->details)) {
-    row_malformed(e, "details are not a JSON object");
-    return 0;
-  }
-  size_t clen = (size_t)PQgetlength(r, i, 5) / 2;
+  size_t clen = (size_t)PQgetlength(r, i, 4) / 2;
   if (clen > JB_AUDIT_MAX_CANONICAL) {
     row_malformed(e, "canonical bytes too long");
     return 0;
@@ -391,14 +382,17 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   if (!e->canonical) return -1;
   e->canonical_len = clen;
   e->canonical[clen] = '\0';
-  if (col_hex(r, i, 5, e->canonical, clen) < 0 || col_hex(r, i, 6, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 7, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 8, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
-      PQgetlength(r, i, 9) != JB_AUDIT_KEY_ID_LEN) {
+  if (col_hex(r, i, 4, e->canonical, clen) < 0 || col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 6, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
+      col_hex(r, i, 7, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
+      PQgetlength(r, i, 8) != JB_AUDIT_KEY_ID_LEN) {
     row_malformed(e, "a hash, signature or key id column has the wrong size");
     return 0;
   }
-  memcpy(e->key_id, PQgetvalue(r, i, 9), JB_AUDIT_KEY_ID_LEN + 1);
+  /* the details are those of the canonical bytes: no other copy is stored (migration 017) */
+  e->details = jb_audit_canonical_details(e->canonical, e->canonical_len);
+  if (!e->details) return -1;
+  memcpy(e->key_id, PQgetvalue(r, i, 8), JB_AUDIT_KEY_ID_LEN + 1);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "db/db.h"
 #include "server/audit.h"
@@ -53,12 +54,13 @@ int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 /* An append made as one step of a caller's pipeline (jb_db_pipeline), for a caller that
  * knows the head it appends to: the entry, signed, and the parameters the step points at. */
 struct jb_audit_pending {
-  struct jb_audit_entry entry;
-  char seq[24];
-  char *details_json;
-  const char *vals[11];
-  int lens[11];
-  int fmts[11];
+  struct jb_audit_signed sig;      /* canonical bytes (owned), hash, signature */
+  struct jb_audit_head head;       /* the head the append makes: seq, hash, signature, key id */
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  uint64_t seq_be, ts_be;          /* binary int8 / timestamptz parameters (big-endian) */
+  const char *vals[10];
+  int lens[10];
+  int fmts[10];
 };
 
 /* The head this process appended last to `job_id` (the cache jb_audit_append keeps): true with
@@ -91,8 +93,9 @@ struct jb_audit_chain {
   char state[20];               /* sessions.state */
   bool ended;                   /* state is accepted, aborted or failed */
   struct jb_audit_head stored;  /* audit_heads.seq / hash */
-  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column,
-                                      canonical bytes verbatim */
+  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column
+                                      but details, which only the canonical bytes hold
+                                      (jb_audit_canonical_details); those verbatim */
   size_t n;
 };
 
@@ -116,8 +119,8 @@ int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *
                           jb_error *err);
 
 /* One page of a chain, for reading it in bounded memory: at most `limit` entries of
- * `job_id` with seq > `after_seq`, in seq order, every field from its own column and the
- * canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
+ * `job_id` with seq > `after_seq`, in seq order, every field from its own column (details
+ * from the canonical bytes, jb_audit_canonical_details) and the canonical bytes verbatim (a row that cannot be read becomes a malformed entry, keeping its
  * seq). One statement, inside the caller's transaction when there is one (REPEATABLE READ
  * gives one snapshot across pages); without one, each page sees the chain as it is then.
  * *out is a new array of *n entries (jb_audit_entries_free; *n = 0: nothing after

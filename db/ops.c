@@ -251,11 +251,7 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
   if (jb_audit_append_step(keys, job_id, tool, path[0] ? path : NULL, details, head, prev, &pend,
                            &append, err) < 0)
     return JB_ERR_FAIL;
-  struct jb_audit_head h = {.seq = pend.entry.seq};
-  memcpy(h.hash, pend.entry.hash, sizeof h.hash);
-  memcpy(h.signature, pend.entry.signature, sizeof h.signature);
-  memcpy(h.key_id, pend.entry.key_id, sizeof h.key_id);
-  json_t *hj = jb_audit_head_json(&h);
+  json_t *hj = jb_audit_head_json(&pend.head);
   char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
   json_decref(hj);
   if (!ev) {

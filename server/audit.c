@@ -224,6 +224,18 @@ char *jb_audit_canonical(long long seq, const char *session, const char *operati
   return s;
 }
 
+json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len) {
+  static const char head[] = "{\"details\":";
+  json_t *d = NULL;
+  if (len > JB_AUDIT_DETAILS_OFFSET && memcmp(canonical, head, JB_AUDIT_DETAILS_OFFSET) == 0)
+    d = json_loadb((const char *)canonical + JB_AUDIT_DETAILS_OFFSET,
+                   len - JB_AUDIT_DETAILS_OFFSET, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
+                   NULL);
+  if (json_is_object(d)) return d;
+  json_decref(d);
+  return json_object();
+}
+
 void jb_audit_hash(const unsigned char *canonical, size_t len,
                    const unsigned char prev[JB_AUDIT_HASH_LEN],
                    unsigned char out[JB_AUDIT_HASH_LEN]) {
@@ -247,18 +259,33 @@ static char *dup_or_null(const char *s, bool *oom) {
   return d;
 }
 
+int jb_audit_entry_sign(struct jb_audit_signed *out, long long seq, const char *session,
+                        const char *operation, const char *path, const char *timestamp,
+                        const json_t *details, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                        const unsigned char sk[JB_AUDIT_SK_LEN], jb_error *err) {
+  memset(out, 0, sizeof *out);
+  if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
+  char *c = jb_audit_canonical(seq, session, operation, path, timestamp, details,
+                               &out->canonical_len, err);
+  if (!c) return -1;
+  out->canonical = (unsigned char *)c;
+  jb_audit_hash(out->canonical, out->canonical_len, prev ? prev : zero_hash, out->hash);
+  crypto_sign_detached(out->signature, NULL, out->hash, JB_AUDIT_HASH_LEN, sk);
+  return 0;
+}
+
 int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *session,
                         const char *operation, const char *path, const char *timestamp,
                         const json_t *details, const unsigned char prev[JB_AUDIT_HASH_LEN],
                         const unsigned char sk[JB_AUDIT_SK_LEN],
                         const unsigned char pk[JB_AUDIT_PK_LEN], jb_error *err) {
   memset(e, 0, sizeof *e);
-  if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
-  size_t len = 0;
-  char *c = jb_audit_canonical(seq, session, operation, path, timestamp, details, &len, err);
-  if (!c) return -1;
-  e->canonical = (unsigned char *)c;
-  e->canonical_len = len;
+  struct jb_audit_signed sg;
+  if (jb_audit_entry_sign(&sg, seq, session, operation, path, timestamp, details, prev, sk,
+                          err) < 0)
+    return -1;
+  e->canonical = sg.canonical;
+  e->canonical_len = sg.canonical_len;
   bool oom = false;
   e->seq = seq;
   e->session = dup_or_null(session, &oom);
@@ -271,8 +298,8 @@ int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *ses
     return jb_fail(err, ENOMEM, "out of memory");
   }
   memcpy(e->prev_hash, prev ? prev : zero_hash, JB_AUDIT_HASH_LEN);
-  jb_audit_hash(e->canonical, e->canonical_len, e->prev_hash, e->hash);
-  crypto_sign_detached(e->signature, NULL, e->hash, JB_AUDIT_HASH_LEN, sk);
+  memcpy(e->hash, sg.hash, JB_AUDIT_HASH_LEN);
+  memcpy(e->signature, sg.signature, JB_AUDIT_SIG_LEN);
   jb_audit_key_id(pk, e->key_id);
   return 0;
 }

@@ -143,6 +143,12 @@ char *jb_audit_canonical(long long seq, const char *session, const char *operati
                          const char *path, const char *timestamp, const json_t *details,
                          size_t *len, jb_error *err);
 
+/* Returns the details that the canonical bytes `canonical` (`len` bytes) state: the object
+ * after their leading `{"details":`, parsed as far as it goes (JSON_REJECT_DUPLICATES). When
+ * they hold none, an empty object: such bytes are no entry's canonical form, which
+ * verification reports by the hash or by the fields. New reference; NULL only on OOM. */
+json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len);
+
 /* Checks the details object alone by the rules of jb_audit_canonical. 0 or -1 with `err`. */
 int jb_audit_details_check(const json_t *details, jb_error *err);
 
@@ -163,6 +169,28 @@ int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *ses
                         const json_t *details, const unsigned char prev[JB_AUDIT_HASH_LEN],
                         const unsigned char sk[JB_AUDIT_SK_LEN],
                         const unsigned char pk[JB_AUDIT_PK_LEN], jb_error *err);
+
+/* The signed part of an entry, made by jb_audit_entry_sign. */
+struct jb_audit_signed {
+  unsigned char *canonical;   /* canonical_len bytes and a NUL; owned (free) */
+  size_t canonical_len;
+  unsigned char hash[JB_AUDIT_HASH_LEN];
+  unsigned char signature[JB_AUDIT_SIG_LEN];
+};
+
+/* The canonical bytes start with `{"details":` (details is the first key in byte order), then
+ * the details object. */
+#define JB_AUDIT_DETAILS_OFFSET 11
+
+/* What jb_audit_entry_make computes and an append stores, without the copies of the fields
+ * an entry keeps: the canonical bytes (jb_audit_canonical, same refusals), hash on `prev`
+ * (NULL: 32 zero bytes) and the Ed25519 signature of the hash with `sk` (RFC 8032).
+ * `details` is borrowed. Returns 0 with `out` filled (release out->canonical with free), or
+ * -1 with `err` set. */
+int jb_audit_entry_sign(struct jb_audit_signed *out, long long seq, const char *session,
+                        const char *operation, const char *path, const char *timestamp,
+                        const json_t *details, const unsigned char prev[JB_AUDIT_HASH_LEN],
+                        const unsigned char sk[JB_AUDIT_SK_LEN], jb_error *err);
 
 /* Releases what `e` owns and zeroes it. NULL is allowed. */
 void jb_audit_entry_clear(struct jb_audit_entry *e);

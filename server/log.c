@@ -20,14 +20,18 @@ void jb_log_set_level(const char *name) {
   min_level = JB_LOG_INFO;
 }
 
-void jb_iso8601_now(char *buf, size_t len) {
-  struct timespec ts;
+void jb_iso8601_at(const struct timespec *ts, char *buf, size_t len) {
   struct tm tm;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  gmtime_r(&ts.tv_sec, &tm);
+  gmtime_r(&ts->tv_sec, &tm);
   char base[32];
   strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(buf, len, "%s.%03ldZ", base, ts.tv_nsec / 1000000);
+  snprintf(buf, len, "%s.%03ldZ", base, ts->tv_nsec / 1000000);
+}
+
+void jb_iso8601_now(char *buf, size_t len) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  jb_iso8601_at(&ts, buf, len);
 }
 
 void jb_log_json(enum jb_log_level lvl, const char *msg, json_t *fields) {

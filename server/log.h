@@ -4,6 +4,7 @@
 #define JB_LOG_H
 
 #include <jansson.h>
+#include <time.h>
 
 enum jb_log_level { JB_LOG_DEBUG = 0, JB_LOG_INFO, JB_LOG_WARN, JB_LOG_ERROR, JB_LOG_FATAL };
 
@@ -21,5 +22,8 @@ void jb_log(enum jb_log_level lvl, const char *msg, ...) __attribute__((sentinel
 /* Writes the current time as ISO 8601 UTC with milliseconds ("2026-01-02T03:04:05.678Z")
  * into `buf` (at least 25 bytes). */
 void jb_iso8601_now(char *buf, size_t len);
+
+/* The same for the CLOCK_REALTIME time `ts` (milliseconds truncated). */
+void jb_iso8601_at(const struct timespec *ts, char *buf, size_t len);
 
 #endif

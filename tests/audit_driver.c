@@ -325,24 +325,22 @@ static int cmd_forge(const char *job, long long seq) {
   if (forge_entry(&ch.entries[seq - 1], &fresh, &f) < 0) return 2;
   char seqs[24];
   snprintf(seqs, sizeof seqs, "%lld", seq);
-  char *dj = json_dumps(f.details, JSON_COMPACT);
   const char *kv[2] = {fresh->key_id, (const char *)fresh->pk};
   const int kl[2] = {0, 32}, kf[2] = {0, 1};
   PGresult *r = PQexecParams(c, "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)",
                              2, NULL, kv, kl, kf, 0);
   int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
   PQclear(r);
-  const char *v[7] = {job, seqs, (const char *)f.canonical, (const char *)f.hash,
-                      (const char *)f.signature, fresh->key_id, dj};
-  const int l[7] = {0, 0, (int)f.canonical_len, 32, 64, 0, 0}, fm[7] = {0, 0, 1, 1, 1, 0, 0};
+  const char *v[6] = {job, seqs, (const char *)f.canonical, (const char *)f.hash,
+                      (const char *)f.signature, fresh->key_id};
+  const int l[6] = {0, 0, (int)f.canonical_len, 32, 64, 0}, fm[6] = {0, 0, 1, 1, 1, 0};
   r = PQexecParams(c,
                    "UPDATE audit_entries SET canonical = $3, hash = $4, signature = $5,"
-                   " key_id = $6, details = $7::jsonb WHERE job_id = $1 AND seq = $2",
-                   7, NULL, v, l, fm, 0);
+                   " key_id = $6 WHERE job_id = $1 AND seq = $2",
+                   6, NULL, v, l, fm, 0);
   ok = ok && PQresultStatus(r) == PGRES_COMMAND_OK && strcmp(PQcmdTuples(r), "1") == 0;
   if (!ok) fprintf(stderr, "forge: %s", PQerrorMessage(c));
   PQclear(r);
-  free(dj);
   printf("%s\n", fresh->key_id);
   jb_audit_entry_clear(&f);
   jb_keyring_free(fresh);

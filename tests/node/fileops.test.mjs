@@ -288,7 +288,7 @@ test('supervised: a write waits for the buyer; approve writes it, reject leaves 
   // the audit chain verifies and holds each op
   const v = await srv.req('GET', `/v1/jailbox/${B.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
-  const rows = (await srv.db.query('SELECT operation, path, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [B.jobId])).rows;
+  const rows = (await srv.db.query('SELECT operation, path, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [B.jobId])).rows;
   const ops = rows.filter((x) => ['read', 'write', 'list'].includes(x.operation));
   assert.deepEqual(ops.map((x) => [x.operation, x.path]), [['read', 'keep.txt'], ['write', 'out.txt'], ['write', 'keep.txt']]);
   assert.deepEqual([ops[0].details.size, ops[0].details.ok], [9, true]);
@@ -353,7 +353,7 @@ test('pause holds new ops until resume; abort fails a pending write, which never
 test('the audit chain of the unsupervised session verifies and records reads, writes, lists and refusals', { timeout: 60000 }, async () => {
   const v = await srv.req('GET', `/v1/jailbox/${A.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
-  const rows = (await srv.db.query('SELECT operation, path, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [A.jobId])).rows;
+  const rows = (await srv.db.query('SELECT operation, path, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [A.jobId])).rows;
   const list = rows.find((x) => x.operation === 'list' && x.details.ok);
   assert.ok(list.details.entries > 5);
   const w = rows.find((x) => x.operation === 'write' && x.path === 'sub/new.txt');
@@ -391,7 +391,7 @@ test('review: approve racing abort — a write on disk is always in the audit ch
     await waitFor('session ended', async () => (await sessionOf(R.jobId)).state === 'aborted');
     const onDisk = existsSync(join(R.dir, 'race.txt'));
     const rows = (await srv.db.query(
-      "SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 'race.txt'", [R.jobId])).rows;
+      "SELECT jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 'race.txt'", [R.jobId])).rows;
     const written = rows.some((x) => x.details.ok === true);
     assert.equal(written, onDisk, `round ${round}: on disk ${onDisk}, audited ${JSON.stringify(rows)}`);
     if (onDisk) assert.ok(answer.result, `round ${round}: the agent was told it did not run: ${JSON.stringify(answer)}`);
@@ -447,7 +447,7 @@ test('reads and lists go straight to the worker, stored and audited before they 
     assert.equal(o.result.result.content, undefined, JSON.stringify(o.result));
     assert.equal(o.result.result.size, 7);
   }
-  const entries = (await srv.db.query("SELECT operation, details FROM audit_entries WHERE job_id = $1 AND operation = 'read'", [D.jobId])).rows;
+  const entries = (await srv.db.query("SELECT operation, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'read'", [D.jobId])).rows;
   assert.equal(entries.length, 5);
   assert.ok(entries.every((e) => e.details.ok === true && e.details.size === 7));
   // paused: a read waits on the queued path until resume
@@ -664,7 +664,7 @@ test('pre-scan flags: links that leave, hard links, fifos, sockets, devices are 
   assert.equal(ev.prescan.flaggedCount, Object.keys(want).length);
   // the same list is in the pre-scan's audit entry; the 10 GB file was not read: the pre-scan
   // entry follows the move to prescanning within seconds
-  const rows = (await srv.db.query("SELECT operation, details, created_at FROM audit_entries WHERE job_id = $1 ORDER BY seq", [F.jobId])).rows;
+  const rows = (await srv.db.query("SELECT operation, jb_audit_details(canonical) AS details, created_at FROM audit_entries WHERE job_id = $1 ORDER BY seq", [F.jobId])).rows;
   const pre = rows.find((r) => r.operation === 'pre_scan');
   assert.deepEqual(Object.fromEntries(pre.details.flagged.map((f) => [f.path, f.kind])), want);
   const toPre = rows.find((r) => r.operation === 'state' && r.details.to === 'prescanning') || rows[0];
@@ -685,7 +685,7 @@ test('pre-scan flags: links that leave, hard links, fifos, sockets, devices are 
   assert.equal((await ok(agent, 'read', { path: 'huge.bin', offset: 5e9, length: 4 })).length, 4);
   assert.equal((await ok(agent, 'read', { path: 'sub/in' })).content, 'fine\n');
   assert.equal(readFileSync(join(F.dir, 'h1'), 'utf8'), 'linked\n');
-  const audit = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'read' AND path = 'pipe'", [F.jobId])).rows;
+  const audit = (await srv.db.query("SELECT jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'read' AND path = 'pipe'", [F.jobId])).rows;
   assert.deepEqual([audit[0].details.error, audit[0].details.kind], ['flagged', 'fifo']);
 });
 
@@ -709,7 +709,7 @@ test('JAILBOX_APPROVAL_TIMEOUT: a pending write without a decision fails with ti
   assert.notEqual(ack.ok, true, JSON.stringify(ack));
   await new Promise((res) => setTimeout(res, 500));
   assert.equal(readFileSync(join(T.dir, 't.txt'), 'utf8'), 'before\n');
-  const rows = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 't.txt'", [T.jobId])).rows;
+  const rows = (await srv.db.query("SELECT jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 't.txt'", [T.jobId])).rows;
   assert.equal(rows.length, 1, JSON.stringify(rows));
   assert.deepEqual([rows[0].details.ok, rows[0].details.error, rows[0].details.decision], [false, 'timeout', 'timeout']);
   const v = await srv.req('GET', `/v1/jailbox/${T.jobId}/audit/verify`, { token: srv.serviceToken });

@@ -97,7 +97,7 @@ test('open: one live session per tree — same, parent or child workspace is 409
 test('audit: opening, every transition and every rejection is a chain entry; an end seals it', async () => {
   const s = await srv.open({ jobId: 'aud-1' });
   const ops = async () => (await srv.db.query(
-    "SELECT seq, operation, path, details FROM audit_entries WHERE job_id = 'aud-1' ORDER BY seq")).rows;
+    "SELECT seq, operation, path, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = 'aud-1' ORDER BY seq")).rows;
   let rows = await ops();
   assert.deepEqual(rows.map((r) => r.operation), ['state']);
   assert.equal(rows[0].details.to, 'created');
@@ -490,14 +490,14 @@ test('audit review: rejections are always recordable, a corrupt head fails safe,
   await srv.db.query("UPDATE ops SET args = jsonb_build_object('sha256', repeat('z', 70000), 'size', -1) WHERE op_id = $1", [op]);
   let r = await srv.req('POST', `/v1/jailbox/aud-2/reject/${op}`, tok);
   assert.equal(r.status, 200, r.text);
-  const e = (await srv.db.query("SELECT path, details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'write'")).rows[0];
+  const e = (await srv.db.query("SELECT path, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'write'")).rows[0];
   assert.match(e.path, /^sha256:[0-9a-f]{64}$/);
   assert.equal(e.details.sha256, undefined);
   assert.equal(e.details.size, undefined);
   // turning supervision off is an audit entry
   r = await srv.req('PATCH', '/v1/jailbox/aud-2', { ...tok, body: { mode: 'unsupervised' } });
   assert.equal(r.status, 200);
-  const m = (await srv.db.query("SELECT details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'mode'")).rows;
+  const m = (await srv.db.query("SELECT jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = 'aud-2' AND operation = 'mode'")).rows;
   assert.deepEqual(m.map((x) => [x.details.from, x.details.to]), [['supervised', 'unsupervised']]);
   let v = await srv.req('GET', '/v1/jailbox/aud-2/audit/verify', { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));

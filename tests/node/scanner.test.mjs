@@ -116,7 +116,7 @@ test('flagged writes are refused, never reach the disk, alert the buyer and are 
     assert.ok(!existsSync(join(S.dir, f.path)), f.path + ' reached the disk');
     assert.ok(!buyer.events.some((x) => x.event === 'jailbox:approval_request' && x.payload.path === f.path));
   }
-  const rows = (await K.srv.db.query("SELECT path, details FROM audit_entries WHERE job_id = $1 AND operation = 'write'", [S.jobId])).rows;
+  const rows = (await K.srv.db.query("SELECT path, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'write'", [S.jobId])).rows;
   for (const f of flagged) {
     const row = rows.find((r) => r.path === f.path);
     assert.ok(row, 'no audit entry for ' + f.path);

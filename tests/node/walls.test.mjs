@@ -419,7 +419,7 @@ test('the worker\'s changes reach the buyer\'s socket, and the pre-scan is in th
   assert.match(pre[1].prescan.dirHash || pre[1].prescan.dir_hash || JSON.stringify(pre[1].prescan), /[0-9a-f]{64}/);
   assert.ok(seen.some(([n, p]) => n === 'jailbox:audit_head' && p.seq >= 3), 'audit heads published');
   sock.close();
-  const rows = (await srv.db.query('SELECT operation, details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [s.jobId])).rows;
+  const rows = (await srv.db.query('SELECT operation, jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 ORDER BY seq', [s.jobId])).rows;
   assert.deepEqual(rows.map((r) => r.operation).slice(0, 4), ['state', 'state', 'pre_scan', 'state']);
   assert.deepEqual([rows[1].details.to, rows[3].details.to], ['prescanning', 'awaiting_agent']);
   const v = await srv.req('GET', `/v1/jailbox/${s.jobId}/audit/verify`, { token: srv.serviceToken });

@@ -157,6 +157,39 @@ static void canonical_refuses(void **state) {
   json_decref(big);
 }
 
+/* jb_audit_entry_sign makes what jb_audit_entry_make does; jb_audit_canonical_details gives
+ * back the details of the canonical bytes, and {} for bytes that state none. */
+static void sign_and_details_of_canonical(void **state) {
+  (void)state;
+  json_t *d = golden_details();
+  struct jb_audit_entry e;
+  struct jb_audit_signed sg;
+  assert_int_equal(jb_audit_entry_make(&e, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
+                                       "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk,
+                                       key_a->pk, NULL),
+                   0);
+  assert_int_equal(jb_audit_entry_sign(&sg, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
+                                       "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk, NULL),
+                   0);
+  assert_int_equal(sg.canonical_len, e.canonical_len);
+  assert_memory_equal(sg.canonical, e.canonical, e.canonical_len);
+  assert_memory_equal(sg.hash, e.hash, 32);
+  assert_memory_equal(sg.signature, e.signature, 64);
+  json_t *back = jb_audit_canonical_details(sg.canonical, sg.canonical_len);
+  assert_true(json_equal(back, d));
+  json_decref(back);
+  static const char *const none[] = {"", "{\"details\":", "{\"details\":[1]}",
+                                     "{\"details\":{\"a\":1,\"a\":2}}", "{\"operation\":{}}"};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+    json_t *x = jb_audit_canonical_details((const unsigned char *)none[i], strlen(none[i]));
+    assert_true(json_is_object(x) && json_object_size(x) == 0);
+    json_decref(x);
+  }
+  free(sg.canonical);
+  jb_audit_entry_clear(&e);
+  json_decref(d);
+}
+
 static void hash_sign_golden(void **state) {
   char hex[129];
   hex_of(key_a->pk, 32, hex);
@@ -1278,6 +1311,7 @@ int main(void) {
       cmocka_unit_test(canonical_golden),
       cmocka_unit_test(canonical_refuses),
       cmocka_unit_test(hash_sign_golden),
+      cmocka_unit_test(sign_and_details_of_canonical),
       cmocka_unit_test(intact_chain),
       cmocka_unit_test(tamper_content),
       cmocka_unit_test(reordered_keys_still_verify),
