@@ -83,6 +83,13 @@ static void instance(FILE *out, struct jb_app *app) {
   jb_prom_histogram(out, "jailbox_audit_append_seconds",
                     "Time of one audit append (signing and its database transaction) on this instance.",
                     &jb_metric_audit_append);
+  jb_prom_header(out, "jailbox_audit_append_batches_total", "counter",
+                 "Group commits on this instance: concurrent audit appends of one session stored with one"
+                 " statement and one commit (batches of two or more).");
+  jb_prom_sample(out, "jailbox_audit_append_batches_total", (double)atomic_load(&jb_metric_audit_batches), NULL);
+  jb_prom_header(out, "jailbox_audit_append_batched_entries_total", "counter",
+                 "Audit entries stored in those batches.");
+  jb_prom_sample(out, "jailbox_audit_append_batched_entries_total", (double)atomic_load(&jb_metric_audit_batched), NULL);
   jb_prom_header(out, "jailbox_ops_handled_total", "counter",
                  "Agent tool calls this instance sent to a worker: path=direct (handed to a worker of this"
                  " instance on its ops socket) or path=queued (stored as an op row for the worker holding the session).");

@@ -324,13 +324,293 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
   return rc;
 }
 
+/* --- group commit ------------------------------------------------------------------------ */
+
+/* Appends of one session that arrive while another append of it, outside any caller's
+ * transaction, is on its way to the database wait for it and then go together: the first
+ * of them (the leader) signs them in their order of arrival, chained, and stores them with
+ * one statement and one commit — the way PostgreSQL itself gathers concurrent commits into one
+ * WAL flush (commit_delay). An append that finds nobody ahead of it goes alone at once, so a
+ * lone writer waits for nothing. Each call still returns only once its own entry is committed
+ * (or with the error that kept it out). A batch that fails as a whole (the head moved, the
+ * chain is sealed, the key may not sign, a database error) is failed as a whole: every call
+ * of it gets the same result, as it would have alone. */
+#define GC_MAX 32          /* entries per batch statement */
+#define GC_SLOTS 256       /* sessions batched at once (direct-mapped; a collision goes alone) */
+
+struct gc_req {
+  const char *operation, *path;
+  json_t *details;
+  struct jb_audit_head head;  /* the entry's head, on JB_OK */
+  jb_error err;
+  int rc;
+  bool done, lead;
+  bool refused;               /* its entry could not be made (bad arguments): rc, err set */
+  struct gc_req *next;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t moved;       /* a batch ended or a request was made leader */
+  struct {
+    char job_id[JB_AUDIT_MAX_SESSION + 1]; /* "" when free */
+    bool busy;                             /* a leader is at the database */
+    struct gc_req *first, *last;           /* waiting, in arrival order */
+  } slot[GC_SLOTS];
+} gc = {.lock = PTHREAD_MUTEX_INITIALIZER, .moved = PTHREAD_COND_INITIALIZER};
+
+/* The batch statement for k (1..GC_MAX) entries: sql_append's compare-and-set moving the head
+ * by k, then k rows. $1 session, $2 key id, $3 head (int8), $4 its hash, $5 the hash of the
+ * last entry, $6 the latest entry timestamp (timestamptz; before the key's retirement means
+ * every entry is), then per entry i (from 0) eight parameters from $(7 + 8i): seq (int8), operation,
+ * path, timestamp (timestamptz), canonical, prev_hash, hash, signature. */
+static char *gc_sql[GC_MAX + 1];
+static pthread_once_t gc_sql_once = PTHREAD_ONCE_INIT;
+
+static void gc_sql_build(void) {
+  for (int k = 1; k <= GC_MAX; k++) {
+    size_t cap = 1024 + (size_t)k * 160;
+    char *s = malloc(cap);
+    if (!s) continue; /* batches of k then go one by one */
+    int n = snprintf(s, cap,
+        "WITH moved AS ("
+        "  UPDATE audit_heads SET seq = $3::bigint + %d, hash = $5"
+        "   WHERE job_id = $1 AND seq = $3::bigint AND (seq = 0 OR hash = $4) AND NOT sealed"
+        "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $2"
+        "                    AND (k.retired_at IS NULL OR k.retired_at > $6::timestamptz))"
+        "  RETURNING job_id)"
+        " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical,"
+        "                            prev_hash, hash, signature, key_id)"
+        " SELECT m.job_id, v.seq, v.op, v.path, v.ts, v.canonical, v.prev, v.hash, v.sig, $2"
+        "   FROM moved m, (VALUES", k);
+    for (int i = 0; i < k; i++) {
+      int b = 6 + 8 * i;
+      n += snprintf(s + n, cap - (size_t)n,
+                    "%s($%d::bigint, $%d::text, $%d::text, $%d::timestamptz, $%d::bytea,"
+                    " $%d::bytea, $%d::bytea, $%d::bytea)",
+                    i ? ", " : " ", b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8);
+    }
+    snprintf(s + n, cap - (size_t)n, ") v(seq, op, path, ts, canonical, prev, hash, sig)");
+    gc_sql[k] = s;
+  }
+}
+
+/* Builds and runs the batch `reqs` (k of them) of `job_id` on head `head`/`prev`: a request
+ * whose entry cannot be made is refused alone (refused, rc, err) and the others chained
+ * without it. Returns JB_OK (each stored request's head filled), 1 when no row changed,
+ * JB_ERR_FAIL with `err`. */
+static int gc_try(PGconn *c, const struct jb_keyring *keys, const char *job_id, struct gc_req **reqs,
+                  int k, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN], jb_error *err) {
+  struct jb_audit_pending *p = calloc((size_t)k, sizeof *p);
+  struct gc_req **made = calloc((size_t)k, sizeof *made);
+  const char **vals = calloc(6 + 8 * (size_t)k, sizeof *vals);
+  int *lens = calloc(6 + 8 * (size_t)k, sizeof *lens), *fmts = calloc(6 + 8 * (size_t)k, sizeof *fmts);
+  int rc = JB_ERR_FAIL, n = 0;
+  if (!p || !made || !vals || !lens || !fmts) {
+    jb_fail(err, ENOMEM, "out of memory");
+    goto out;
+  }
+  const unsigned char *link = prev;
+  struct jb_db_step step;
+  for (int i = 0; i < k; i++) {
+    if (reqs[i]->refused) continue;
+    jb_error e1 = {0};
+    if (append_step(keys, job_id, reqs[i]->operation, reqs[i]->path, reqs[i]->details, head + n,
+                    link, false, &p[n], &step, &e1) < 0) {
+      reqs[i]->refused = true, reqs[i]->rc = JB_ERR_FAIL, reqs[i]->err = e1;
+      continue;
+    }
+    made[n] = reqs[i];
+    link = p[n].sig.hash;
+    for (int j = 0; j < 8; j++) { /* seq, operation, path, ts, canonical, prev, hash, signature */
+      vals[6 + 8 * n + j] = p[n].vals[1 + j];
+      lens[6 + 8 * n + j] = p[n].lens[1 + j];
+      fmts[6 + 8 * n + j] = p[n].fmts[1 + j];
+    }
+    n++;
+  }
+  if (n == 0) {
+    rc = JB_OK;
+    goto out;
+  }
+  uint64_t head_be = htobe64((uint64_t)head), ts_max = p[0].ts_be;
+  for (int i = 1; i < n; i++)
+    if (be64toh(p[i].ts_be) > be64toh(ts_max)) ts_max = p[i].ts_be;
+  vals[0] = job_id;
+  vals[1] = p[0].head.key_id;
+  vals[2] = (const char *)&head_be, lens[2] = 8, fmts[2] = 1;
+  vals[3] = (const char *)prev, lens[3] = JB_AUDIT_HASH_LEN, fmts[3] = 1;
+  vals[4] = (const char *)p[n - 1].sig.hash, lens[4] = JB_AUDIT_HASH_LEN, fmts[4] = 1;
+  vals[5] = (const char *)&ts_max, lens[5] = 8, fmts[5] = 1;
+  if (!gc_sql[n]) {
+    jb_fail(err, ENOMEM, "out of memory");
+    goto out;
+  }
+  PGresult *r = exec(c, gc_sql[n], 6 + 8 * n, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append (batch)");
+  if (!r) goto out;
+  long long changed = strtoll(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
+  if (changed == n) {
+    for (int i = 0; i < n; i++) made[i]->head = p[i].head;
+    rc = JB_OK;
+    if (n > 1) {
+      atomic_fetch_add(&jb_metric_audit_batches, 1);
+      atomic_fetch_add(&jb_metric_audit_batched, (unsigned long)n);
+    }
+  } else if (changed == 0) {
+    rc = 1;
+  } else {
+    jb_fail(err, EIO, "audit append (batch): %lld of %d rows", changed, n);
+  }
+out:
+  for (int i = 0; p && i < n; i++) free(p[i].sig.canonical);
+  free(p);
+  free(made);
+  free(vals);
+  free(lens);
+  free(fmts);
+  return rc;
+}
+
+/* The head cache moves to the last entry the batch stored. */
+static void gc_cache_last(const char *job_id, struct gc_req **reqs, int k) {
+  for (int i = k - 1; i >= 0; i--)
+    if (!reqs[i]->refused) {
+      head_put(job_id, reqs[i]->head.seq, reqs[i]->head.hash);
+      return;
+    }
+}
+
+/* Stores the batch `reqs` (k >= 2) of `job_id` on the idle connection `c`: on the cached head
+ * in one statement, else under the head row's lock in a transaction of its own. */
+static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id, struct gc_req **reqs,
+                    int k, jb_error *err) {
+  long long head;
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  if (head_get(job_id, &head, prev)) {
+    int rc = gc_try(c, keys, job_id, reqs, k, head, prev, err);
+    if (rc == JB_OK) {
+      gc_cache_last(job_id, reqs, k);
+      return JB_OK;
+    }
+    head_put(job_id, 0, NULL);
+    if (rc != 1) return rc;
+  }
+  bool own = false;
+  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  const char *p1[1] = {job_id};
+  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
+  int rc = JB_ERR_FAIL;
+  if (!r) goto end;
+  if (PQntuples(r) != 1) {
+    jb_fail(err, ENOENT, "no session %.128s", job_id);
+    rc = JB_ERR_NOT_FOUND;
+  } else if ((head = strtoll(PQgetvalue(r, 0, 0), NULL, 10)) > 0 &&
+             col_hex(r, 0, 1, prev, sizeof prev) < 0) {
+    jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
+  } else if (PQgetvalue(r, 0, 2)[0] == 't') {
+    jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
+    rc = JB_ERR_CONFLICT;
+  } else {
+    if (head == 0) memset(prev, 0, sizeof prev);
+    rc = gc_try(c, keys, job_id, reqs, k, head, prev, err);
+    if (rc == 1) { /* the row is locked and not sealed: the key may not sign */
+      jb_fail(err, EKEYREVOKED, "signing key %s is retired or not published: a retired key signs "
+              "no more entries (restart jailboxd with the current key file)", keys->key_id);
+      rc = JB_ERR_FAIL;
+    }
+  }
+  PQclear(r);
+end:
+  if (own && rc != JB_OK) jb_db_rollback(c);
+  if (own && rc == JB_OK) {
+    PGresult *cr = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
+    PQclear(cr);
+    if (!cr) rc = JB_ERR_FAIL;
+  }
+  if (rc == JB_OK) gc_cache_last(job_id, reqs, k);
+  return rc;
+}
+
+/* jb_audit_append on an idle connection, batched with the session's concurrent appends. */
+static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                          const char *operation, const char *path, json_t *details,
+                          struct jb_audit_head *out, jb_error *err) {
+  pthread_once(&gc_sql_once, gc_sql_build);
+  size_t si = head_slot(job_id) % GC_SLOTS;
+  struct gc_req me = {.operation = operation, .path = path, .details = details};
+  pthread_mutex_lock(&gc.lock);
+  if (gc.slot[si].job_id[0] && strcmp(gc.slot[si].job_id, job_id) != 0) {
+    pthread_mutex_unlock(&gc.lock); /* another session holds the slot: go alone */
+    return append(c, keys, job_id, operation, path, details, false, out, err);
+  }
+  snprintf(gc.slot[si].job_id, sizeof gc.slot[si].job_id, "%s", job_id);
+  if (gc.slot[si].last) gc.slot[si].last->next = &me;
+  else gc.slot[si].first = &me;
+  gc.slot[si].last = &me;
+  if (!gc.slot[si].busy) me.lead = true, gc.slot[si].busy = true;
+  while (!me.done && !me.lead) pthread_cond_wait(&gc.moved, &gc.lock);
+  if (me.done) {
+    pthread_mutex_unlock(&gc.lock);
+    if (me.rc == JB_OK && out) *out = me.head;
+    if (me.rc != JB_OK && err) *err = me.err;
+    return me.rc;
+  }
+  /* the leader: take what waits, in order, up to GC_MAX (this request is first) */
+  struct gc_req *batch[GC_MAX];
+  int k = 0;
+  while (gc.slot[si].first && k < GC_MAX) {
+    batch[k++] = gc.slot[si].first;
+    gc.slot[si].first = gc.slot[si].first->next;
+  }
+  if (!gc.slot[si].first) gc.slot[si].last = NULL;
+  pthread_mutex_unlock(&gc.lock);
+
+  jb_error berr = {0};
+  int rc;
+  if (k == 1 || !gc_sql[k]) { /* alone (or no statement for k): the one-entry way */
+    for (int i = 0; i < k; i++) {
+      jb_error e1 = {0};
+      batch[i]->rc = append(c, keys, job_id, batch[i]->operation, batch[i]->path,
+                            batch[i]->details, false, &batch[i]->head, &e1);
+      batch[i]->err = e1;
+    }
+  } else {
+    rc = gc_store(c, keys, job_id, batch, k, &berr);
+    for (int i = 0; i < k; i++) {
+      if (batch[i]->refused) continue;
+      batch[i]->rc = rc;
+      if (rc != JB_OK) batch[i]->err = berr;
+    }
+  }
+
+  pthread_mutex_lock(&gc.lock);
+  for (int i = 0; i < k; i++) batch[i]->done = true;
+  if (gc.slot[si].first) {
+    gc.slot[si].first->lead = true; /* busy stays: the next batch is led by its first */
+  } else {
+    gc.slot[si].busy = false;
+    gc.slot[si].job_id[0] = '\0';
+  }
+  pthread_cond_broadcast(&gc.moved);
+  pthread_mutex_unlock(&gc.lock);
+  if (me.rc == JB_OK && out) *out = me.head;
+  if (me.rc != JB_OK && err) *err = me.err;
+  return me.rc;
+}
+
 int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     const char *operation, const char *path, json_t *details,
                     struct jb_audit_head *out, jb_error *err) {
   if (operation && strcmp(operation, "seal") == 0)
     return jb_fail(err, EINVAL, "a seal is written with jb_audit_seal");
   long long t0 = jb_metrics_now_ns();
-  int rc = append(c, keys, job_id, operation, path, details, false, out, err);
+  int rc;
+  if (keys && PQtransactionStatus(c) == PQTRANS_IDLE &&
+      (!details || jb_audit_details_check(details, err) == 0))
+    rc = append_grouped(c, keys, job_id, operation, path, details, out, err);
+  else
+    rc = append(c, keys, job_id, operation, path, details, false, out, err);
   jb_histogram_observe(&jb_metric_audit_append, jb_metrics_now_ns() - t0);
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;
+atomic_ulong jb_metric_audit_batches, jb_metric_audit_batched;
 JB_HISTOGRAM(jb_metric_audit_append, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
              0.5, 1, 2.5);
 

@@ -27,6 +27,10 @@ struct jb_histogram {
  * the database transaction included). */
 extern struct jb_histogram jb_metric_audit_append;
 
+/* Audit appends of one session stored together, with one statement and one commit
+ * (db/audit_store.c, group commit): batches of two or more, and the entries in them. */
+extern atomic_ulong jb_metric_audit_batches, jb_metric_audit_batched;
+
 /* Agent tool calls that reached a worker (api/ops.c), by the way they went: handed straight
  * to a worker of this process (sandbox/direct.h), or stored as a queued/pending op row. */
 extern atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;

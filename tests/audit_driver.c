@@ -5,6 +5,8 @@
  *   audit_driver append CONNINFO KEYFILE JOB COUNT         appends COUNT entries; prints SEQ:HASH
  *   audit_driver seal CONNINFO KEYFILE JOB                 seals; prints SEQ:HASH
  *   audit_driver concurrent CONNINFO KEYFILE JOB CONNS PER CONNS connections × PER appends at once
+ *   audit_driver grouped-errors CONNINFO KEYFILE JOB CONNS PER  the same with every fifth append
+ *                                                          malformed (refused alone), then sealed
  *   audit_driver noblock CONNINFO KEYFILE JOB_A JOB_B      a held append on A blocks A, not B
  *   audit_driver txn CONNINFO KEYFILE JOB                  appends inside a caller's transaction
  *   audit_driver verify CONNINFO JOB                       verifies as the server does; prints JSON
@@ -16,6 +18,7 @@
  *   audit_driver resign-line KEYFILE FILE SEQ              the same on an exported file (stdout)
  * Exit status 0 on success, 1 when a check fails, 2 on usage or setup errors. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "server/keys.h"
+#include "server/metrics.h"
 
 static const char *conninfo;
 static struct jb_keyring *keys;
@@ -199,12 +203,100 @@ static int cmd_concurrent(const char *job, int conns, long per) {
   struct jb_audit_result after;
   int rc = verify_db(c, job, &after);
   done_with(c);
-  printf("appended %ld, chain %lld -> %lld entries, verify %s%s%s\n", total, before.entries,
-         after.entries, rc == 0 ? "ok" : "FAILED ", rc == 0 ? "" : jb_audit_reason_name(after.reason),
-         rc == 0 ? "" : after.detail);
+  printf("appended %ld, chain %lld -> %lld entries, verify %s%s%s; %lu group commits of %lu entries\n",
+         total, before.entries, after.entries, rc == 0 ? "ok" : "FAILED ",
+         rc == 0 ? "" : jb_audit_reason_name(after.reason), rc == 0 ? "" : after.detail,
+         atomic_load(&jb_metric_audit_batches), atomic_load(&jb_metric_audit_batched));
   if (failed || rc != 0 || total != conns * per || after.entries != before.entries + total)
     return 1;
   return 0;
+}
+
+/* Group commit with bad requests in it: CONNS threads × PER appends to JOB at once, every
+ * fifth with an operation name the entry format refuses. Each bad append must fail alone
+ * (EINVAL, nothing stored) while the good ones around it are stored, grouped (at least one
+ * group commit happened) and the chain verifies; then, with the chain sealed, CONNS appends
+ * at once must all get JB_ERR_CONFLICT and store nothing. */
+struct bad_worker {
+  pthread_t t;
+  const char *job;
+  long per, ok, refused, wrong;
+  int seal_rc;
+  bool after_seal;
+};
+
+static void *bad_work(void *arg) {
+  struct bad_worker *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  if (!c) {
+    w->wrong++;
+    return NULL;
+  }
+  for (long i = 0; i < w->per; i++) {
+    bool bad = !w->after_seal && i % 5 == 4;
+    memset(&err, 0, sizeof err);
+    int rc = jb_audit_append(c, keys, w->job, bad ? "Bad-Op" : "write", "/workspace/x", NULL, NULL, &err);
+    if (w->after_seal) w->seal_rc = rc;
+    else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
+    else if (!bad && rc == JB_OK) w->ok++;
+    else {
+      fprintf(stderr, "append %ld (%s): %d %s\n", i, bad ? "bad" : "good", rc, err.msg);
+      w->wrong++;
+    }
+  }
+  done_with(c);
+  return NULL;
+}
+
+static int run_bad_workers(const char *job, int conns, long per, bool after_seal, long *ok,
+                           long *refused, long *wrong, int *conflicts) {
+  struct bad_worker *w = calloc((size_t)conns, sizeof *w);
+  pthread_barrier_init(&start_line, NULL, (unsigned)conns);
+  for (int i = 0; i < conns; i++) {
+    w[i] = (struct bad_worker){.job = job, .per = per, .after_seal = after_seal};
+    pthread_create(&w[i].t, NULL, bad_work, &w[i]);
+  }
+  *ok = *refused = *wrong = 0, *conflicts = 0;
+  for (int i = 0; i < conns; i++) {
+    pthread_join(w[i].t, NULL);
+    *ok += w[i].ok, *refused += w[i].refused, *wrong += w[i].wrong;
+    *conflicts += w[i].seal_rc == JB_ERR_CONFLICT;
+  }
+  pthread_barrier_destroy(&start_line);
+  free(w);
+  return 0;
+}
+
+static int cmd_grouped_errors(const char *job, int conns, long per) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_result before, after;
+  if (verify_db(c, job, &before) != 0) return fprintf(stderr, "chain not intact before\n"), 1;
+  unsigned long b0 = atomic_load(&jb_metric_audit_batches);
+  long ok, refused, wrong;
+  int conflicts;
+  run_bad_workers(job, conns, per, false, &ok, &refused, &wrong, &conflicts);
+  unsigned long groups = atomic_load(&jb_metric_audit_batches) - b0;
+  int vrc = verify_db(c, job, &after);
+  long bad_each = per / 5;
+  bool first = wrong == 0 && ok == conns * (per - bad_each) && refused == conns * bad_each &&
+               vrc == 0 && after.entries == before.entries + ok && groups > 0;
+  printf("good stored %ld, bad refused alone %ld, wrong %ld, group commits %lu, chain %lld -> %lld %s\n",
+         ok, refused, wrong, groups, before.entries, after.entries, vrc == 0 ? "verifies" : "BROKEN");
+  jb_error err = {0};
+  if (jb_audit_seal(c, keys, job, NULL, &err) != JB_OK) {
+    fprintf(stderr, "seal: %s\n", err.msg);
+    done_with(c);
+    return 1;
+  }
+  run_bad_workers(job, conns, 1, true, &ok, &refused, &wrong, &conflicts);
+  struct jb_audit_result sealed;
+  int src = verify_db(c, job, &sealed);
+  done_with(c);
+  printf("after the seal: %d of %d concurrent appends refused as sealed, chain %lld entries %s\n",
+         conflicts, conns, sealed.entries, src == 0 ? "verifies" : "BROKEN");
+  return first && conflicts == conns && src == 0 && sealed.entries == after.entries + 1 ? 0 : 1;
 }
 
 /* Holds the lock of JOB_A (an append inside an open transaction), then: an append to JOB_B
@@ -607,6 +699,8 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "seal") == 0 && argc == 5) rc = cmd_seal(argv[4]);
   else if (strcmp(cmd, "concurrent") == 0 && argc == 7)
     rc = cmd_concurrent(argv[4], atoi(argv[5]), atol(argv[6]));
+  else if (strcmp(cmd, "grouped-errors") == 0 && argc == 7)
+    rc = cmd_grouped_errors(argv[4], atoi(argv[5]), atol(argv[6]));
   else if (strcmp(cmd, "noblock") == 0 && argc == 6) rc = cmd_noblock(argv[4], argv[5]);
   else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
   else if (strcmp(cmd, "resign") == 0 && argc == 6) rc = cmd_resign(argv[4], atoll(argv[5]));

@@ -12,7 +12,7 @@
 
 S="$T/state"
 WS="$T/workspaces"
-mkdir -p "$WS/wa" "$WS/wb" "$WS/wc" "$WS/wd"
+mkdir -p "$WS/wa" "$WS/wb" "$WS/wc" "$WS/wd" "$WS/wg"
 start_jb "$S" JAILBOX_WORKSPACE_ROOT="$WS" || { fail "jailboxd started"; finish; }
 wait_ready || { fail "ready"; finish; }
 CI="host=$S/pg/run user=jailbox dbname=jailbox"
@@ -286,6 +286,12 @@ check "every prevHash is the hash of the entry before" "0" \
   "$("${PSQL[@]}" -c "SELECT count(*) FROM audit_entries e JOIN audit_entries p ON p.job_id = e.job_id AND p.seq = e.seq - 1
                       WHERE e.job_id = 'job-c' AND e.prev_hash <> p.hash")"
 check "concurrent chain verifies (API)" "ok null" "$(verify_api job-c)"
+# group commit: concurrent appends of one session share a statement and a commit; a malformed
+# one among them fails alone, the chain stays whole, and a sealed chain refuses a whole group
+read -r _ _ < <(open_session job-g wg)
+OUT=$("$D" grouped-errors "$CI" "$KEY" job-g 8 20); RC=$?
+echo "# $OUT"
+check "group commit: bad appends refused alone, good ones grouped and verified, sealed refuses all" "0" "$RC"
 read -r _ _ < <(open_session job-d wd)
 check "a held append blocks its own session only" "0" "$("$D" noblock "$CI" "$KEY" job-c job-d >/dev/null; echo $?)"
 check "appends join the caller's transaction, or commit their own" "0" "$("$D" txn "$CI" "$KEY" job-d >/dev/null; echo $?)"
