@@ -16,6 +16,18 @@
  *   audit_driver resign CONNINFO KEYFILE JOB SEQ           re-signs entry SEQ, content untouched,
  *                                                          with KEYFILE's key (e.g. a retired one)
  *   audit_driver resign-line KEYFILE FILE SEQ              the same on an exported file (stdout)
+ * Group-commit break-it commands (branch wip-gcbreak; tests/gcbreak.sh runs them all):
+ *   audit_driver mixrace CONNINFO KEYFILE JOB SECONDS SEAL  grouped / bad-op / in-transaction /
+ *                                                          pipeline appends at once; SEAL=1 seals
+ *                                                          at SECONDS; every JB_OK head checked
+ *   audit_driver slotmate CONNINFO KEYFILE JOB             a "gcN" id in JOB's group slot
+ *   audit_driver collide CONNINFO KEYFILE JOB OTHER SECS   2 threads on JOB, 6 on OTHER at once
+ *   audit_driver timeouts CONNINFO KEYFILE JOB             lock_timeout of leader vs follower
+ *   audit_driver keyrace CONNINFO KEYFILE JOB ROUNDS       retirement racing appends (retires
+ *                                                          every other key, the file's too)
+ *   audit_driver twokeys CONNINFO KEYFILE JOB              a published and an unpublished keyring
+ *   audit_driver killer CONNINFO KEYFILE JOB SECONDS       backends terminated under appends
+ *   (GC_FRESH_KEY=1: sign with a new, published random key instead of KEYFILE's)
  * Exit status 0 on success, 1 when a check fails, 2 on usage or setup errors. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "db/audit_store.h"
@@ -669,6 +683,488 @@ static int cmd_pipeline(void) {
   return bad ? 1 : 0;
 }
 
+/* --- group-commit break-it commands (wip-gcbreak) ------------------------------------------- */
+
+static long long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* audit_store.c's slot function, copied: FNV-1a % 1024, then % 256 for the group slots */
+static size_t gc_slot_of(const char *job_id) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  return (size_t)(h % 1024) % 256;
+}
+
+/* Heads returned with JB_OK, to be found in the stored chain afterwards. */
+static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct jb_audit_head *rec;
+static size_t rec_n, rec_cap;
+static void record_head(const struct jb_audit_head *h) {
+  pthread_mutex_lock(&rec_lock);
+  if (rec_n == rec_cap) {
+    rec_cap = rec_cap ? rec_cap * 2 : 1024;
+    rec = realloc(rec, rec_cap * sizeof *rec);
+  }
+  rec[rec_n++] = *h;
+  pthread_mutex_unlock(&rec_lock);
+}
+
+/* Every recorded head is entry h.seq of the stored chain with that hash; no seq twice. */
+static long check_recorded(PGconn *c, const char *job, long long *entries) {
+  struct jb_audit_chain ch;
+  jb_error err = {0};
+  if (jb_audit_chain_load(c, job, &ch, &err) != JB_OK) {
+    fprintf(stderr, "load: %s\n", err.msg);
+    return -1;
+  }
+  long bad = 0;
+  char *seen = calloc(ch.n + 2, 1);
+  for (size_t i = 0; i < rec_n; i++) {
+    long long s = rec[i].seq;
+    if (s < 1 || (size_t)s > ch.n || ch.entries[s - 1].seq != s ||
+        memcmp(ch.entries[s - 1].hash, rec[i].hash, 32) != 0) {
+      fprintf(stderr, "returned head %lld is not the stored entry %lld\n", s, s);
+      bad++;
+    } else if (seen[s]++) {
+      fprintf(stderr, "head %lld returned to two callers\n", s);
+      bad++;
+    }
+  }
+  free(seen);
+  *entries = (long long)ch.n;
+  jb_audit_chain_free(&ch);
+  return bad;
+}
+
+/* mixrace JOB SECONDS SEAL(0/1): grouped appenders, bad-op appenders, appends inside a
+ * caller's transaction (committed or rolled back), jb_audit_append_step pipelines, all on JOB;
+ * with SEAL the chain is sealed at SECONDS while they run, and they go on for 300 ms more.
+ * Prints "ok N" (entries this process got JB_OK for, committed) and every wrong result. */
+enum { MIX_GROUPED, MIX_BAD, MIX_TXN, MIX_PIPE };
+struct mixw {
+  pthread_t t;
+  int kind;
+  const char *job;
+  long ok, wrong, conflicts, refused, moved;
+};
+static volatile int mix_stop, mix_sealed;
+
+static void *mix_work(void *arg) {
+  struct mixw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  if (!c) {
+    w->wrong++;
+    return NULL;
+  }
+  unsigned seed = (unsigned)(uintptr_t)w;
+  for (long i = 0; !mix_stop; i++) {
+    int sealed_before = mix_sealed;
+    struct jb_audit_head h = {0};
+    memset(&err, 0, sizeof err);
+    int rc;
+    if (w->kind == MIX_GROUPED) {
+      rc = append_one(c, w->job, i, &h, &err);
+      if (rc == JB_OK) w->ok++, record_head(&h);
+      else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
+      else w->wrong++, fprintf(stderr, "grouped: %d %s\n", rc, err.msg);
+    } else if (w->kind == MIX_BAD) {
+      bool bad = i % 2;
+      rc = jb_audit_append(c, keys, w->job, bad ? "Bad-Op" : "resume", NULL, NULL, &h, &err);
+      if (!bad && rc == JB_OK) w->ok++, record_head(&h);
+      else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
+      else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
+      else w->wrong++, fprintf(stderr, "bad-mix %s: %d %s\n", bad ? "bad" : "good", rc, err.msg);
+    } else if (w->kind == MIX_TXN) {
+      PQclear(PQexec(c, "BEGIN"));
+      rc = jb_audit_append(c, keys, w->job, "pause", NULL, NULL, &h, &err);
+      bool commit = rand_r(&seed) % 2;
+      if (rc == JB_OK && commit) {
+        PGresult *r = PQexec(c, "COMMIT");
+        bool committed = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (committed) w->ok++, record_head(&h);
+        else w->wrong++, fprintf(stderr, "txn commit failed\n");
+      } else {
+        PQclear(PQexec(c, "ROLLBACK"));
+        if (rc == JB_OK) continue;
+        if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
+        else w->wrong++, fprintf(stderr, "txn: %d %s\n", rc, err.msg);
+      }
+    } else { /* pipeline on the cached head, as db/ops.c's direct store */
+      long long head;
+      unsigned char prev[32];
+      if (!jb_audit_head_peek(w->job, &head, prev)) {
+        rc = jb_audit_append(c, keys, w->job, "list", "/p", NULL, &h, &err);
+        if (rc == JB_OK) w->ok++, record_head(&h);
+        else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
+        else w->wrong++, fprintf(stderr, "pipe-fallback: %d %s\n", rc, err.msg);
+        continue;
+      }
+      struct jb_audit_pending pend;
+      struct jb_db_step step;
+      if (jb_audit_append_step(keys, w->job, "write", "/p", NULL, head, prev, &pend, &step, &err) < 0) {
+        w->wrong++, fprintf(stderr, "step: %s\n", err.msg);
+        continue;
+      }
+      const char *p1[1] = {w->job};
+      const struct jb_db_step steps[4] = {
+          JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+          JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p1, PGRES_TUPLES_OK, "lock session"),
+          step, JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
+      PGresult *r = jb_db_pipeline(c, steps, 4, &err);
+      if (!r) jb_db_rollback(c);
+      PQclear(r);
+      jb_audit_append_settle(w->job, &pend, r != NULL, &h);
+      if (r) w->ok++, record_head(&h);
+      else if (strstr(err.msg, "head moved")) w->moved++;
+      else w->wrong++, fprintf(stderr, "pipe: %s\n", err.msg);
+    }
+    (void)sealed_before;
+  }
+  done_with(c);
+  return NULL;
+}
+
+static int cmd_mixrace(const char *job, double seconds, int seal) {
+  PGconn *c = connect_or_die();
+  int kinds[] = {MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED,
+                 MIX_GROUPED, MIX_GROUPED, MIX_BAD, MIX_BAD, MIX_TXN, MIX_TXN, MIX_PIPE, MIX_PIPE};
+  int n = (int)(sizeof kinds / sizeof *kinds);
+  struct mixw w[16] = {0};
+  pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
+  for (int i = 0; i < n; i++) {
+    w[i].kind = kinds[i], w[i].job = job;
+    pthread_create(&w[i].t, NULL, mix_work, &w[i]);
+  }
+  pthread_barrier_wait(&start_line);
+  usleep((useconds_t)(seconds * 1e6));
+  int seal_rc = -1;
+  if (seal) {
+    jb_error err = {0};
+    struct jb_audit_head sh;
+    mix_sealed = 1;
+    seal_rc = jb_audit_seal(c, keys, job, &sh, &err);
+    if (seal_rc == JB_OK) record_head(&sh);
+    else fprintf(stderr, "seal: %d %s\n", seal_rc, err.msg);
+    usleep(300000);
+  }
+  mix_stop = 1;
+  long ok = 0, wrong = 0, conf = 0, refused = 0, moved = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_join(w[i].t, NULL);
+    ok += w[i].ok, wrong += w[i].wrong, conf += w[i].conflicts, refused += w[i].refused, moved += w[i].moved;
+  }
+  long long entries = 0;
+  long bad = check_recorded(c, job, &entries);
+  struct jb_audit_result res;
+  int vrc = verify_db(c, job, &res);
+  done_with(c);
+  printf("ok %ld (+seal %s) wrong %ld conflicts-after-seal %ld refused %ld pipeline-moved %ld; "
+         "heads not in chain %ld; chain %lld entries, verify %s%s\n",
+         ok, seal_rc == JB_OK ? "1" : "0", wrong, conf, refused, moved, bad, entries,
+         vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
+  return wrong || bad || vrc ? 1 : 0;
+}
+
+/* slotmate JOB: prints the first "gcN" name in JOB's group-commit slot */
+static int cmd_slotmate(const char *job) {
+  for (int i = 0; i < 1000000; i++) {
+    char n[32];
+    snprintf(n, sizeof n, "gc%d", i);
+    if (strcmp(n, job) && gc_slot_of(n) == gc_slot_of(job)) return puts(n), 0;
+  }
+  return 1;
+}
+
+/* collide JOB OTHER SECONDS: threads appending to JOB and to OTHER (another id, e.g. "" or a
+ * session that does not exist) at once; JOB's appends must all succeed. */
+struct colw {
+  pthread_t t;
+  const char *job;
+  long ok, notfound, other;
+  char last[300];
+};
+static void *col_work(void *arg) {
+  struct colw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  for (long i = 0; c && !mix_stop; i++) {
+    memset(&err, 0, sizeof err);
+    int rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, NULL, &err);
+    if (rc == JB_OK) w->ok++;
+    else if (rc == JB_ERR_NOT_FOUND) w->notfound++;
+    else w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+  }
+  if (c) done_with(c);
+  return NULL;
+}
+static int cmd_collide(const char *job, const char *other, double seconds) {
+  done_with(connect_or_die()); /* opens the pool */
+  printf("slot of '%s' %zu, of '%s' %zu\n", job, gc_slot_of(job), other, gc_slot_of(other));
+  struct colw w[8] = {0};
+  pthread_barrier_init(&start_line, NULL, 9);
+  for (int i = 0; i < 8; i++) {
+    w[i].job = i % 4 == 1 ? job : other; /* 2 on JOB, 6 on OTHER */
+    pthread_create(&w[i].t, NULL, col_work, &w[i]);
+  }
+  pthread_barrier_wait(&start_line);
+  usleep((useconds_t)(seconds * 1e6));
+  mix_stop = 1;
+  long ok[2] = {0}, nf[2] = {0}, ot[2] = {0};
+  for (int i = 0; i < 8; i++) {
+    pthread_join(w[i].t, NULL);
+    ok[i % 4 == 1] += w[i].ok, nf[i % 4 == 1] += w[i].notfound, ot[i % 4 == 1] += w[i].other;
+    if (w[i].last[0]) fprintf(stderr, "%s: %s\n", w[i].job, w[i].last);
+  }
+  printf("'%s': ok %ld, not found %ld, other errors %ld\n", job, ok[1], nf[1], ot[1]);
+  printf("'%s': ok %ld, not found %ld, other errors %ld\n", other, ok[0], nf[0], ot[0]);
+  PGconn *c = connect_or_die();
+  struct jb_audit_result res;
+  int vrc = verify_db(c, job, &res);
+  done_with(c);
+  printf("chain of '%s': verify %s\n", job, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason));
+  return nf[1] || ot[1] || vrc ? 1 : 0;
+}
+
+/* timeouts JOB: a caller's transaction holds JOB's head (append inside it, not committed, 3 s);
+ * L appends (no lock_timeout) and waits for it; F, whose connection has lock_timeout 300ms,
+ * appends 200 ms later. Alone, F would fail with 55P03 after about 300 ms. Then the reverse:
+ * L with lock_timeout 300ms, F without one. */
+struct tow {
+  pthread_t t;
+  const char *job;
+  const char *lock_timeout; /* NULL: none */
+  int delay_ms;
+  int rc;
+  long long ms;
+  char msg[300];
+};
+static void *to_work(void *arg) {
+  struct tow *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  char set[64];
+  snprintf(set, sizeof set, "SET lock_timeout = '%s'", w->lock_timeout ? w->lock_timeout : "0");
+  PQclear(PQexec(c, set));
+  usleep((useconds_t)w->delay_ms * 1000);
+  long long t0 = now_ms();
+  w->rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, NULL, &err);
+  w->ms = now_ms() - t0;
+  snprintf(w->msg, sizeof w->msg, "%s", err.msg);
+  PQclear(PQexec(c, "SET lock_timeout = '0'"));
+  done_with(c);
+  return NULL;
+}
+static int timeouts_round(const char *job, const char *lt[3]) {
+  PGconn *holder = connect_or_die(); /* opens the pool */
+  jb_error err = {0};
+  PQclear(PQexec(holder, "BEGIN"));
+  if (jb_audit_append(holder, keys, job, "pause", NULL, NULL, NULL, &err) != JB_OK) {
+    fprintf(stderr, "held append: %s\n", err.msg);
+    return 2;
+  }
+  struct tow w[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = (struct tow){.job = job, .lock_timeout = lt[i], .delay_ms = 100 * i};
+    pthread_create(&w[i].t, NULL, to_work, &w[i]);
+  }
+  usleep(3000000);
+  PQclear(PQexec(holder, "COMMIT"));
+  bool fine = true;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(w[i].t, NULL);
+    printf("  append %d at +%d ms (lock_timeout %-5s): rc %d after %4lld ms %s\n", i, w[i].delay_ms,
+           lt[i] ? lt[i] : "none", w[i].rc, w[i].ms, w[i].rc ? w[i].msg : "");
+    fine = fine && (lt[i] ? w[i].rc != JB_OK && w[i].ms < 1500 : w[i].rc == JB_OK);
+  }
+  done_with(holder);
+  return fine ? 0 : 1;
+}
+/* timeouts JOB: a caller's transaction holds JOB's head for 3 s (an append inside it); three
+ * appends to JOB start 0, 100, 200 ms later on connections with or without lock_timeout 300ms.
+ * Alone (as before group commit) one with a timeout fails with 55P03 after ~300 ms and one
+ * without succeeds once the holder commits. */
+static int cmd_timeouts(const char *job) {
+  const char *r1[3] = {NULL, "300ms", NULL};
+  printf("a follower with lock_timeout behind a leader without:\n");
+  int a = timeouts_round(job, r1);
+  const char *r2[3] = {"300ms", "300ms", NULL};
+  printf("a follower without lock_timeout in a batch led by one with it:\n");
+  int b = timeouts_round(job, r2);
+  return a || b;
+}
+
+/* keyrace JOB ROUNDS: KEYRACE_WRITERS (default 8) writers append to JOB with a fresh published key K1; after 300 ms K2 is
+ * published retiring K1. Every entry stored must be stamped before K1's retiredAt (the chain
+ * verifies), and the writers must then get EKEYREVOKED. */
+static int cmd_keyrace(const char *job, int rounds) {
+  int nw = getenv("KEYRACE_WRITERS") ? atoi(getenv("KEYRACE_WRITERS")) : 8;
+  if (nw < 1 || nw > 8) nw = 8;
+  PGconn *c = connect_or_die();
+  int bad = 0;
+  for (int round = 0; round < rounds; round++) {
+    unsigned char seed[32];
+    randombytes_buf(seed, sizeof seed);
+    struct jb_keyring *k1 = jb_keyring_from_seed(seed);
+    randombytes_buf(seed, sizeof seed);
+    struct jb_keyring *k2 = jb_keyring_from_seed(seed);
+    jb_error err = {0};
+    if (jb_audit_key_publish(c, k1->key_id, k1->pk, false, &err) != JB_OK) {
+      fprintf(stderr, "publish k1: %s\n", err.msg);
+      return 2;
+    }
+    struct jb_keyring *saved = keys;
+    keys = k1;
+    mix_stop = 0;
+    struct colw w[8] = {0};
+    pthread_barrier_init(&start_line, NULL, (unsigned)nw + 1);
+    for (int i = 0; i < nw; i++) w[i].job = job, pthread_create(&w[i].t, NULL, col_work, &w[i]);
+    pthread_barrier_wait(&start_line);
+    usleep(300000);
+    if (jb_audit_key_publish(c, k2->key_id, k2->pk, true, &err) != JB_OK)
+      fprintf(stderr, "publish k2: %s\n", err.msg);
+    usleep(200000);
+    mix_stop = 1;
+    long ok = 0, other = 0;
+    for (int i = 0; i < nw; i++) {
+      pthread_join(w[i].t, NULL);
+      ok += w[i].ok, other += w[i].other;
+      if (w[i].last[0] && !strstr(w[i].last, "retired")) fprintf(stderr, "writer: %s\n", w[i].last), bad++;
+    }
+    pthread_barrier_destroy(&start_line);
+    keys = saved;
+    struct jb_audit_result res;
+    int vrc = verify_db(c, job, &res);
+    printf("round %d: stored %ld, refused %ld after the rotation; chain verify %s %s\n", round, ok,
+           other, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
+    bad += vrc != 0 || other == 0;
+    if (vrc != 0) break; /* the chain is broken from here on */
+    jb_keyring_free(k1);
+    jb_keyring_free(k2);
+  }
+  done_with(c);
+  return bad ? 1 : 0;
+}
+
+/* twokeys JOB: one thread signs with a published key, another with a key that is not
+ * published, both appending to JOB at once. Alone, the second gets ENOKEY every time and the
+ * first JB_OK every time. */
+struct kw {
+  pthread_t t;
+  const char *job;
+  const struct jb_keyring *k;
+  long ok, fail, enokey, ekeyrevoked;
+  char last[300];
+};
+static void *kw_work(void *arg) {
+  struct kw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  for (int i = 0; i < 200; i++) {
+    struct jb_audit_head h;
+    memset(&err, 0, sizeof err);
+    int rc = jb_audit_append(c, w->k, w->job, "resume", NULL, NULL, &h, &err);
+    if (rc == JB_OK) w->ok++, snprintf(w->last, sizeof w->last, "ok, head signed by key %s", h.key_id);
+    else w->fail++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+    w->enokey += rc != JB_OK && err.code == ENOKEY;
+    w->ekeyrevoked += rc != JB_OK && err.code == EKEYREVOKED;
+  }
+  done_with(c);
+  return NULL;
+}
+static int cmd_twokeys(const char *job) {
+  done_with(connect_or_die()); /* opens the pool */
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *un = jb_keyring_from_seed(seed);
+  struct kw w[4] = {{.job = job, .k = keys}, {.job = job, .k = un}, {.job = job, .k = keys}, {.job = job, .k = un}};
+  pthread_barrier_init(&start_line, NULL, 4);
+  for (int i = 0; i < 4; i++) pthread_create(&w[i].t, NULL, kw_work, &w[i]);
+  long okp = 0, failp = 0, oku = 0, failu = 0, enokey = 0, erev = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(w[i].t, NULL);
+    if (i % 2) oku += w[i].ok, failu += w[i].fail;
+    else okp += w[i].ok, failp += w[i].fail;
+    enokey += w[i].enokey, erev += w[i].ekeyrevoked;
+  }
+  printf("failures with ENOKEY %ld, with EKEYREVOKED %ld (no key is retired here)\n", enokey, erev);
+  printf("published key %s: ok %ld, failed %ld (%s)\n", keys->key_id, okp, failp, w[0].last);
+  printf("unpublished key %s: ok %ld, failed %ld (%s)\n", un->key_id, oku, failu, w[1].last);
+  jb_keyring_free(un);
+  return failp || oku ? 1 : 0;
+}
+
+/* killer JOB SECONDS: 12 grouped writers; every 20 ms one writer's backend is terminated.
+ * Every JB_OK head must be stored; no writer may hang. */
+static int kill_pids[16];
+struct klw {
+  pthread_t t;
+  int idx;
+  const char *job;
+  long ok, fail;
+};
+static void *kl_work(void *arg) {
+  struct klw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  for (long i = 0; !mix_stop; i++) {
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+      if (c) done_with(c);
+      c = jb_db_acquire(pool, &err);
+      if (!c) continue;
+    }
+    __atomic_store_n(&kill_pids[w->idx], PQbackendPID(c), __ATOMIC_SEQ_CST);
+    struct jb_audit_head h;
+    memset(&err, 0, sizeof err);
+    int rc = append_one(c, w->job, i, &h, &err);
+    if (rc == JB_OK) w->ok++, record_head(&h);
+    else w->fail++;
+  }
+  if (c) done_with(c);
+  return NULL;
+}
+static int cmd_killer(const char *job, double seconds) {
+  PGconn *c = connect_or_die();
+  struct jb_audit_result before;
+  verify_db(c, job, &before);
+  struct klw w[12] = {0};
+  pthread_barrier_init(&start_line, NULL, 13);
+  for (int i = 0; i < 12; i++) w[i].idx = i, w[i].job = job, pthread_create(&w[i].t, NULL, kl_work, &w[i]);
+  pthread_barrier_wait(&start_line);
+  long long end = now_ms() + (long long)(seconds * 1000);
+  int kills = 0;
+  unsigned seed = 7;
+  while (now_ms() < end) {
+    usleep(20000);
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", __atomic_load_n(&kill_pids[rand_r(&seed) % 12], __ATOMIC_SEQ_CST));
+    const char *p[1] = {pid};
+    PGresult *r = PQexecParams(c, "SELECT pg_terminate_backend($1::int)", 1, NULL, p, NULL, NULL, 0);
+    kills += PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+  }
+  mix_stop = 1;
+  long ok = 0, fail = 0;
+  for (int i = 0; i < 12; i++) pthread_join(w[i].t, NULL), ok += w[i].ok, fail += w[i].fail;
+  long long entries = 0;
+  long bad = check_recorded(c, job, &entries);
+  struct jb_audit_result res;
+  int vrc = verify_db(c, job, &res);
+  done_with(c);
+  printf("%d backends killed; ok %ld, failed %ld; heads not in chain %ld; chain %lld -> %lld entries "
+         "(%lld stored but reported failed); verify %s\n", kills, ok, fail, bad, before.entries, entries,
+         entries - before.entries - ok, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason));
+  return bad || vrc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (sodium_init() < 0) return 2;
   const char *cmd = argc > 1 ? argv[1] : "";
@@ -694,6 +1190,17 @@ int main(int argc, char **argv) {
   }
   if (argc < 5) goto usage;
   load_keys(argv[3]);
+  if (getenv("GC_FRESH_KEY")) { /* sign with a new published key (keyrace retires the file's) */
+    unsigned char seed[32];
+    randombytes_buf(seed, sizeof seed);
+    jb_keyring_free(keys);
+    keys = jb_keyring_from_seed(seed);
+    PGconn *c = connect_or_die();
+    jb_error err = {0};
+    if (jb_audit_key_publish(c, keys->key_id, keys->pk, false, &err) != JB_OK)
+      return fprintf(stderr, "publish: %s\n", err.msg), 2;
+    done_with(c);
+  }
   int rc = 2;
   if (strcmp(cmd, "append") == 0 && argc == 6) rc = cmd_append(argv[4], atol(argv[5]));
   else if (strcmp(cmd, "seal") == 0 && argc == 5) rc = cmd_seal(argv[4]);
@@ -704,6 +1211,13 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "noblock") == 0 && argc == 6) rc = cmd_noblock(argv[4], argv[5]);
   else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
   else if (strcmp(cmd, "resign") == 0 && argc == 6) rc = cmd_resign(argv[4], atoll(argv[5]));
+  else if (strcmp(cmd, "mixrace") == 0 && argc == 7) rc = cmd_mixrace(argv[4], atof(argv[5]), atoi(argv[6]));
+  else if (strcmp(cmd, "slotmate") == 0 && argc == 5) rc = cmd_slotmate(argv[4]);
+  else if (strcmp(cmd, "collide") == 0 && argc == 7) rc = cmd_collide(argv[4], argv[5], atof(argv[6]));
+  else if (strcmp(cmd, "timeouts") == 0 && argc == 5) rc = cmd_timeouts(argv[4]);
+  else if (strcmp(cmd, "keyrace") == 0 && argc == 6) rc = cmd_keyrace(argv[4], atoi(argv[5]));
+  else if (strcmp(cmd, "twokeys") == 0 && argc == 5) rc = cmd_twokeys(argv[4]);
+  else if (strcmp(cmd, "killer") == 0 && argc == 6) rc = cmd_killer(argv[4], atof(argv[5]));
   else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
   jb_keyring_free(keys);
   jb_db_close(pool);
