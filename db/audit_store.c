@@ -245,6 +245,22 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
   return rc;
 }
 
+/* Why an append on a locked, unsealed head row changed nothing: the key may not sign. Sets
+ * `err` (EKEYREVOKED with the retirement time, or ENOKEY) and returns JB_ERR_FAIL. */
+static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) {
+  const char *p2[1] = {keys->key_id};
+  PGresult *r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1)
+    jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
+            "entries (restart jailboxd with the current key file)", keys->key_id,
+            PQgetvalue(r, 0, 0));
+  else
+    jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
+  PQclear(r);
+  return JB_ERR_FAIL;
+}
+
 /* The slow path, inside a transaction: lock the head row, read the head, append. */
 static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *operation, const char *path, json_t *details, bool seal,
@@ -273,17 +289,7 @@ static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *j
   /* the row is locked and not sealed: no row changed means the key may not sign */
   int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
   if (rc != 1) return rc;
-  const char *p2[1] = {keys->key_id};
-  r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
-  if (!r) return JB_ERR_FAIL;
-  if (PQntuples(r) == 1)
-    jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
-            "entries (restart jailboxd with the current key file)", keys->key_id,
-            PQgetvalue(r, 0, 0));
-  else
-    jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
-  PQclear(r);
-  return JB_ERR_FAIL;
+  return key_refusal(c, keys, err);
 }
 
 static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
@@ -339,6 +345,7 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 #define GC_SLOTS 256       /* sessions batched at once (direct-mapped; a collision goes alone) */
 
 struct gc_req {
+  const struct jb_keyring *keys; /* a batch is signed with one keyring: its leader's */
   const char *operation, *path;
   json_t *details;
   struct jb_audit_head head;  /* the entry's head, on JB_OK */
@@ -353,8 +360,8 @@ static struct {
   pthread_mutex_t lock;
   pthread_cond_t moved;       /* a batch ended or a request was made leader */
   struct {
-    char job_id[JB_AUDIT_MAX_SESSION + 1]; /* "" when free */
-    bool busy;                             /* a leader is at the database */
+    char job_id[JB_AUDIT_MAX_SESSION + 1]; /* the session, while busy or first */
+    bool busy;                             /* a leader is at the database (free: neither) */
     struct gc_req *first, *last;           /* waiting, in arrival order */
   } slot[GC_SLOTS];
 } gc = {.lock = PTHREAD_MUTEX_INITIALIZER, .moved = PTHREAD_COND_INITIALIZER};
@@ -514,11 +521,7 @@ static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id
   } else {
     if (head == 0) memset(prev, 0, sizeof prev);
     rc = gc_try(c, keys, job_id, reqs, k, head, prev, err);
-    if (rc == 1) { /* the row is locked and not sealed: the key may not sign */
-      jb_fail(err, EKEYREVOKED, "signing key %s is retired or not published: a retired key signs "
-              "no more entries (restart jailboxd with the current key file)", keys->key_id);
-      rc = JB_ERR_FAIL;
-    }
+    if (rc == 1) rc = key_refusal(c, keys, err); /* the row is locked and not sealed */
   }
   PQclear(r);
 end:
@@ -537,14 +540,18 @@ static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *
                           const char *operation, const char *path, json_t *details,
                           struct jb_audit_head *out, jb_error *err) {
   pthread_once(&gc_sql_once, gc_sql_build);
+  size_t len = strnlen(job_id, JB_AUDIT_MAX_SESSION + 1);
+  if (len == 0 || len > JB_AUDIT_MAX_SESSION) /* refused by the entry format: alone */
+    return append(c, keys, job_id, operation, path, details, false, out, err);
   size_t si = head_slot(job_id) % GC_SLOTS;
-  struct gc_req me = {.operation = operation, .path = path, .details = details};
+  struct gc_req me = {.keys = keys, .operation = operation, .path = path, .details = details};
   pthread_mutex_lock(&gc.lock);
-  if (gc.slot[si].job_id[0] && strcmp(gc.slot[si].job_id, job_id) != 0) {
+  bool in_use = gc.slot[si].busy || gc.slot[si].first;
+  if (in_use && strcmp(gc.slot[si].job_id, job_id) != 0) {
     pthread_mutex_unlock(&gc.lock); /* another session holds the slot: go alone */
     return append(c, keys, job_id, operation, path, details, false, out, err);
   }
-  snprintf(gc.slot[si].job_id, sizeof gc.slot[si].job_id, "%s", job_id);
+  if (!in_use) memcpy(gc.slot[si].job_id, job_id, len + 1);
   if (gc.slot[si].last) gc.slot[si].last->next = &me;
   else gc.slot[si].first = &me;
   gc.slot[si].last = &me;
@@ -556,10 +563,11 @@ static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *
     if (me.rc != JB_OK && err) *err = me.err;
     return me.rc;
   }
-  /* the leader: take what waits, in order, up to GC_MAX (this request is first) */
+  /* the leader: take what waits, in order, up to GC_MAX (this request is first), as long as it
+   * is signed with this keyring (a request with another waits for the next batch) */
   struct gc_req *batch[GC_MAX];
   int k = 0;
-  while (gc.slot[si].first && k < GC_MAX) {
+  while (gc.slot[si].first && k < GC_MAX && gc.slot[si].first->keys == keys) {
     batch[k++] = gc.slot[si].first;
     gc.slot[si].first = gc.slot[si].first->next;
   }
@@ -589,8 +597,7 @@ static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *
   if (gc.slot[si].first) {
     gc.slot[si].first->lead = true; /* busy stays: the next batch is led by its first */
   } else {
-    gc.slot[si].busy = false;
-    gc.slot[si].job_id[0] = '\0';
+    gc.slot[si].busy = false; /* free */
   }
   pthread_cond_broadcast(&gc.moved);
   pthread_mutex_unlock(&gc.lock);
@@ -845,7 +852,21 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
     }
   }
   char now[JB_AUDIT_TS_LEN + 8];
-  jb_iso8601_now(now, sizeof now);
+  if (retire_others) {
+    /* An append that took its lock before ours may be stamped with this very millisecond
+     * (entries are stamped in ms): the retirement starts at the next one, so that every entry
+     * committed before it is stamped before it. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    do {
+      struct timespec nap = {0, 200000};
+      nanosleep(&nap, NULL);
+      clock_gettime(CLOCK_REALTIME, &t1);
+    } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
+    jb_iso8601_at(&t1, now, sizeof now);
+  } else {
+    jb_iso8601_now(now, sizeof now);
+  }
   const char *vals[3] = {key_id, (const char *)pk, now};
   const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
   /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */

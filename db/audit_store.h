@@ -31,6 +31,16 @@ struct jb_keyring;
  * head is still that one: compare-and-set); when it is not, the head is read under the lock
  * and the append made again.
  *
+ * Group commit: appends of one session made at once by threads of this process, each outside
+ * a transaction and with the same keyring, are stored together — the first to arrive signs
+ * them in arrival order and runs one statement and one commit on its own connection, while the
+ * others wait (db/audit_store.c, api/audit.md). Each still returns once its own entry is
+ * committed, with its own head; a malformed one fails alone; a failure of the statement fails
+ * each of them as it would have failed alone. Session settings made on one connection only
+ * (SET lock_timeout, statement_timeout) therefore bound only an append that goes alone or
+ * leads: a caller that needs its own bound appends inside its own transaction (BEGIN, append,
+ * COMMIT), which is never grouped.
+ *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
  * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
  * The keyring's key must be published and not retired at the entry's timestamp (the
