@@ -13,7 +13,7 @@
 #    CPU time of the thread, so that other processes on the machine do not skew the ratio.
 #    Target: >= 0.8 x raw.
 #
-# Usage: [ROUNDS=3] bench/audit/run.sh [seconds per measurement, default 10] [entries to verify, default 50000]
+# Usage: [ROUNDS=3] [SLICES=5] bench/audit/run.sh [seconds per measurement, default 10] [entries to verify, default 50000]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -55,23 +55,33 @@ INSERT INTO bench_rows (client, payload) VALUES (:client_id, repeat('x', 700));
 EOF
 
 rate_of() { sed -n 's/.*rate \([0-9]*\).*/\1/p'; }
-pgbench_tps() {  # CLIENTS
+pgbench_tps() {  # CLIENTS SECONDS
   "$PGBIN/pgbench" -n -h "$T/state/pg/run" -U jailbox -f "$T/insert.sql" -c "$1" -j "$(( $1 < 2 ? 1 : 2 ))" \
-    -T "$DUR" -M prepared jailbox 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | cut -d. -f1
+    -T "$2" -M prepared jailbox 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | cut -d. -f1
 }
 
 echo "== durable appends vs pgbench single-row inserts (committed rows/s)"
-# The machine is shared: each row is ROUNDS rounds of (appends, then pgbench) back to back,
-# and the row shows the round with the median ratio, so that both sides of a ratio saw the
-# same load.
+# The machine is shared and its disk's flush latency drifts by 2x within seconds: each round
+# alternates SLICES slices of DUR/SLICES seconds of appends and of pgbench, so that both
+# sides of a ratio see the same minutes; a round's figures are the means of its slices. Each
+# row is ROUNDS rounds and shows the round with the median ratio.
 ROUNDS=${ROUNDS:-3}
+SLICES=${SLICES:-5}
+SLICE=$(awk -v d="$DUR" -v s="$SLICES" 'BEGIN { x = d / s; if (x < 1) x = 1; printf "%d", x }')
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 # measure LABEL SESSIONS WRITERS PGCLIENTS PREFIX: one row
 measure() {
-  local label=$1 sessions=$2 writers=$3 clients=$4 prefix=$5 r a p rows=""
+  local label=$1 sessions=$2 writers=$3 clients=$4 prefix=$5 r s a p sa sp rows=""
   for r in $(seq 1 "$ROUNDS"); do
-    a=$("$ROOT/build/audit_bench" append "$CI" "$KEY" "$DUR" "$sessions" "$writers" "$prefix" | rate_of)
-    p=$(pgbench_tps "$clients")
+    sa=0; sp=0
+    for s in $(seq 1 "$SLICES"); do
+      a=$(AUDIT_BENCH_VERIFY=$([ "$s" = "$SLICES" ] && echo 1 || echo 0) \
+          "$ROOT/build/audit_bench" append "$CI" "$KEY" "$SLICE" "$sessions" "$writers" "$prefix" | rate_of)
+      [ -n "$a" ] || { echo "audit_bench append failed (or a chain did not verify)"; exit 1; }
+      p=$(pgbench_tps "$clients" "$SLICE")
+      sa=$((sa + a)); sp=$((sp + p))
+    done
+    a=$((sa / SLICES)); p=$((sp / SLICES))
     rows+="$(ratio "$a" "$p") $a $p"$'\n'
   done
   local all mid
