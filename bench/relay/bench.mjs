@@ -123,6 +123,29 @@ async function main() {
   line('4 KiB read, jailbox (agent tools/call read)', jr);
   line('4 KiB read, docker exec CONTAINER cat FILE', dr);
   console.log(`  4 KiB read: jailbox/docker-exec rate ratio ${(jr.opsPerS / dr.opsPerS).toFixed(1)}x   (targets: p50 <= 2 ms, ratio >= 50x)`);
+  // Two floors of the read, measured in the same minutes: an MCP ping over the same socket
+  // (client, Socket.IO, jailboxd's handler hop, no worker, no database), and one durable
+  // commit of a single-row insert on the same PostgreSQL (pgbench, one client): a read's
+  // record is committed, its WAL flushed, before the answer leaves the worker.
+  const pings = [];
+  for (let i = 0; i < Math.max(200, N_READ >> 2); i++) {
+    const t0 = process.hrtime.bigint();
+    const r = await agent.timeout(60000).emitWithAck('mcp', { jsonrpc: '2.0', id: ++id, method: 'ping' });
+    pings.push(ms(t0));
+    if (!r.result) throw new Error('ping: ' + JSON.stringify(r));
+  }
+  line('floor: MCP ping on the agent socket (no worker, no DB)', summary(pings));
+  const pgbin = (spawnSync('sh', ['-c', 'ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1']).stdout || '').toString().trim();
+  if (pgbin) {
+    const sql = join(dir, 'insert.sql');
+    writeFileSync(sql, "INSERT INTO bench_commit (payload) VALUES (repeat('x', 700));\n");
+    spawnSync('psql', ['-X', '-q', '-h', join(dir, 'state/pg/run'), '-U', 'jailbox', '-c',
+      'CREATE TABLE IF NOT EXISTS bench_commit (id bigserial PRIMARY KEY, payload text)', 'jailbox']);
+    const pb = spawnSync(join(pgbin, 'pgbench'), ['-n', '-h', join(dir, 'state/pg/run'), '-U', 'jailbox', '-f', sql,
+      '-c', '1', '-T', '3', '-M', 'prepared', 'jailbox']).stdout.toString();
+    const lat = (pb.match(/latency average = ([0-9.]+) ms/) || [])[1];
+    console.log(`  floor: one durable single-row commit on the same PostgreSQL (pgbench -c 1, 3 s): latency average ${lat} ms`);
+  }
 
   // 1 MiB write
   const big = Buffer.alloc(WRITE_SIZE);
