@@ -1175,6 +1175,336 @@ static int cmd_killer(const char *job, double seconds) {
   return bad || vrc ? 1 : 0;
 }
 
+/* --- group-commit break-it, second review (wip-gcbreak2) ------------------------------------- */
+
+/* burst JOB THREADS SECONDS: THREADS (<= 60) threads append to JOB at once, more than GC_MAX
+ * so that batches fill up; every third thread signs with a second published keyring (so the
+ * queue interleaves keyrings and the lead is handed to another keyring), every fifth append
+ * is malformed (BURST_ONEKEY=1: one keyring only, so that batches reach GC_MAX). Each JB_OK head must be signed by its caller's key, be in the chain once; each
+ * malformed one EINVAL; nothing else may fail; no thread may hang; every entry stored must be
+ * one some caller got JB_OK for. */
+struct bw {
+  pthread_t t;
+  int idx;
+  const char *job;
+  const struct jb_keyring *k;
+  long ok, refused, wrong, wrongkey;
+  char last[300];
+  volatile int finished;
+};
+static void *bw_work(void *arg) {
+  struct bw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  for (long i = 0; c && !mix_stop; i++) {
+    bool bad = (i + w->idx) % 5 == 0;
+    struct jb_audit_head h;
+    memset(&h, 0, sizeof h);
+    memset(&err, 0, sizeof err);
+    char path[32];
+    snprintf(path, sizeof path, "/t%d/%ld", w->idx, i);
+    int rc = jb_audit_append(c, w->k, w->job, bad ? "Bad-Op" : "resume", path, NULL, &h, &err);
+    if (bad) {
+      if (rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
+      else w->wrong++, snprintf(w->last, sizeof w->last, "malformed got %d %s", rc, err.msg);
+    } else if (rc == JB_OK) {
+      w->ok++;
+      record_head(&h);
+      if (strcmp(h.key_id, w->k->key_id) != 0)
+        w->wrongkey++, snprintf(w->last, sizeof w->last, "head signed by %s, caller's key %s", h.key_id, w->k->key_id);
+    } else {
+      w->wrong++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+    }
+  }
+  if (c) done_with(c);
+  w->finished = 1;
+  return NULL;
+}
+static int cmd_burst(const char *job, int n, double seconds) {
+  if (n < 1 || n > 60) n = 60;
+  PGconn *c = connect_or_die();
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k2 = jb_keyring_from_seed(seed);
+  jb_error err = {0};
+  if (jb_audit_key_publish(c, k2->key_id, k2->pk, false, &err) != JB_OK)
+    return fprintf(stderr, "publish: %s\n", err.msg), 2;
+  long long before = 0;
+  check_recorded(c, job, &before);
+  unsigned long b0 = atomic_load(&jb_metric_audit_batches), e0 = atomic_load(&jb_metric_audit_batched);
+  struct bw *w = calloc((size_t)n, sizeof *w);
+  pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
+  mix_stop = 0;
+  for (int i = 0; i < n; i++) {
+    w[i].idx = i, w[i].job = job, w[i].k = i % 3 == 2 && !getenv("BURST_ONEKEY") ? k2 : keys;
+    pthread_create(&w[i].t, NULL, bw_work, &w[i]);
+  }
+  pthread_barrier_wait(&start_line);
+  usleep((useconds_t)(seconds * 1e6));
+  mix_stop = 1;
+  long ok = 0, refused = 0, wrong = 0, wrongkey = 0, hung = 0;
+  for (int i = 0; i < n; i++) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 15;
+    if (pthread_timedjoin_np(w[i].t, NULL, &dl) != 0) {
+      hung++;
+      fprintf(stderr, "thread %d (key %s) never returned\n", i, w[i].k->key_id);
+      continue;
+    }
+    ok += w[i].ok, refused += w[i].refused, wrong += w[i].wrong, wrongkey += w[i].wrongkey;
+    if (w[i].last[0]) fprintf(stderr, "thread %d: %s\n", i, w[i].last);
+  }
+  if (hung) {
+    printf("HUNG %ld threads\n", hung);
+    fflush(stdout);
+    _exit(1);
+  }
+  long long entries = 0;
+  long bad = check_recorded(c, job, &entries);
+  struct jb_audit_result res;
+  int vrc = verify_db(c, job, &res);
+  unsigned long nb = atomic_load(&jb_metric_audit_batches) - b0, ne = atomic_load(&jb_metric_audit_batched) - e0;
+  printf("%d threads: ok %ld, malformed refused %ld, wrong %ld, signed by another key %ld; "
+         "%lu batches of %lu entries (avg %.1f); heads not in chain %ld; stored %lld (JB_OK %ld); "
+         "verify %s%s\n", n, ok, refused, wrong, wrongkey, nb, ne, nb ? (double)ne / nb : 0.0, bad,
+         entries - before, ok, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
+  done_with(c);
+  free(w);
+  jb_keyring_free(k2);
+  return wrong || wrongkey || bad || vrc || entries - before != ok ? 1 : 0;
+}
+
+/* Prints entry `seq`'s timestamp and key, the key's retiredAt, and the verdict. */
+static int show_verdict(PGconn *c, const char *job) {
+  struct jb_audit_result res;
+  int vrc = verify_db(c, job, &res);
+  printf("verify: %s%s%s (first bad seq %lld)\n", vrc == 0 ? "ok" : jb_audit_reason_name(res.reason),
+         vrc == 0 ? "" : ": ", vrc == 0 ? "" : res.detail, vrc == 0 ? 0LL : res.first_bad_seq);
+  return vrc;
+}
+
+/* stepback JOB: appends 3 entries with a fresh published key K1; then this process's clock
+ * steps back (run under tests/gcbreak2/clockshim.so with SHIM_TRIGGER=FILE and SHIM_OFFSET_MS
+ * negative: this command creates FILE) as an NTP step would, and K2 is published retiring K1.
+ * Every entry stored before the retirement must stay valid (stamped before K1's retiredAt). */
+static int cmd_stepback(const char *job) {
+  PGconn *c = connect_or_die();
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k1 = jb_keyring_from_seed(seed);
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k2 = jb_keyring_from_seed(seed);
+  jb_error err = {0};
+  if (jb_audit_key_publish(c, k1->key_id, k1->pk, false, &err) != JB_OK)
+    return fprintf(stderr, "publish k1: %s\n", err.msg), 2;
+  struct jb_audit_head h = {0};
+  for (int i = 0; i < 3; i++)
+    if (jb_audit_append(c, k1, job, "resume", NULL, NULL, &h, &err) != JB_OK)
+      return fprintf(stderr, "append: %s\n", err.msg), 2;
+  printf("appended up to seq %lld with K1 %s\n", h.seq, k1->key_id);
+  const char *trig = getenv("SHIM_TRIGGER");
+  if (trig) {
+    FILE *f = fopen(trig, "w");
+    if (f) fclose(f);
+    printf("clock stepped back by %s ms\n", getenv("SHIM_OFFSET_MS") ? getenv("SHIM_OFFSET_MS") : "0");
+  }
+  if (jb_audit_key_publish(c, k2->key_id, k2->pk, true, &err) != JB_OK)
+    return fprintf(stderr, "publish k2: %s\n", err.msg), 2;
+  if (trig) unlink(trig);
+  char sq[24];
+  snprintf(sq, sizeof sq, "%lld", h.seq);
+  const char *pv[3] = {job, sq, k1->key_id};
+  PGresult *r = PQexecParams(c,
+      "SELECT jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e, audit_signing_keys k"
+      " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3", 3, NULL, pv, NULL, NULL, 0);
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+    printf("entry %lld (stored before the retirement) stamped %s; K1 retiredAt %s\n", h.seq,
+           PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+  PQclear(r);
+  int vrc = show_verdict(c, job);
+  done_with(c);
+  jb_keyring_free(k1);
+  jb_keyring_free(k2);
+  return vrc ? 1 : 0;
+}
+
+/* retire CONNINFO KEYFILE X: publishes a fresh key retiring every other, as a jailboxd
+ * starting with a new key file does; prints the retirement time. */
+static int cmd_retire(void) {
+  PGconn *c = connect_or_die();
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k = jb_keyring_from_seed(seed);
+  jb_error err = {0};
+  int rc = jb_audit_key_publish(c, k->key_id, k->pk, true, &err);
+  if (rc != JB_OK) fprintf(stderr, "publish: %s\n", err.msg);
+  PGresult *r = PQexecParams(c, "SELECT jb_ts(created_at) FROM audit_signing_keys WHERE key_id = $1",
+                             1, NULL, (const char *const[]){k->key_id}, NULL, NULL, 0);
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+    printf("retired every other key at %s\n", PQgetvalue(r, 0, 0));
+  PQclear(r);
+  done_with(c);
+  jb_keyring_free(k);
+  return rc == JB_OK ? 0 : 1;
+}
+
+/* writers JOB SECONDS THREADS: grouped writers with KEYFILE's key (GC_FRESH_KEY=1: a fresh
+ * one) for SECONDS, refusals with EKEYREVOKED tolerated (a retirement runs beside them); then
+ * every JB_OK head must be in the chain and the chain must verify. */
+static int cmd_writers(const char *job, double seconds, int n) {
+  if (n < 1 || n > 8) n = 8;
+  PGconn *c = connect_or_die();
+  struct colw w[8] = {0};
+  mix_stop = 0;
+  pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
+  for (int i = 0; i < n; i++) w[i].job = job, pthread_create(&w[i].t, NULL, col_work, &w[i]);
+  pthread_barrier_wait(&start_line);
+  usleep((useconds_t)(seconds * 1e6));
+  mix_stop = 1;
+  long ok = 0, other = 0;
+  for (int i = 0; i < n; i++) {
+    pthread_join(w[i].t, NULL);
+    ok += w[i].ok, other += w[i].other;
+  }
+  printf("writers: stored %ld, refused %ld (%s)\n", ok, other, w[0].last);
+  const char *pv[1] = {job};
+  PGresult *r = PQexecParams(c,
+      "SELECT e.seq, jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e"
+      "  JOIN audit_signing_keys k USING (key_id)"
+      " WHERE e.job_id = $1 AND k.retired_at IS NOT NULL AND e.created_at >= k.retired_at"
+      " ORDER BY e.seq", 1, NULL, pv, NULL, NULL, 0);
+  for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++)
+    printf("stored entry %s stamped %s, its key retired at %s\n", PQgetvalue(r, i, 0),
+           PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
+  PQclear(r);
+  int vrc = show_verdict(c, job);
+  done_with(c);
+  return vrc ? 1 : 0;
+}
+
+/* commitfail JOB: a deferred constraint trigger (made here, in the throwaway database) fails
+ * the COMMIT of any transaction that inserted an entry of JOB while a flag row exists — so
+ * that gc_try succeeds and the commit (autocommit, or the slow path's COMMIT) then fails.
+ * 8 threads x 20 grouped appends must all fail then; the head cache must not be left on an
+ * entry never committed; once the flag is gone, 8 x 20 appends must all succeed, their heads
+ * be in the chain, and the chain verify. */
+static void *cf_work(void *arg) {
+  struct colw *w = arg;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(pool, &err);
+  pthread_barrier_wait(&start_line);
+  for (int i = 0; c && i < 20; i++) {
+    struct jb_audit_head h;
+    memset(&err, 0, sizeof err);
+    int rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, &h, &err);
+    if (rc == JB_OK) w->ok++, record_head(&h);
+    else w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+  }
+  if (c) done_with(c);
+  return NULL;
+}
+static void cf_round(const char *job, long *ok, long *fail, char *last, size_t lastn) {
+  struct colw w[8] = {0};
+  pthread_barrier_init(&start_line, NULL, 8);
+  for (int i = 0; i < 8; i++) w[i].job = job, pthread_create(&w[i].t, NULL, cf_work, &w[i]);
+  *ok = *fail = 0;
+  for (int i = 0; i < 8; i++) {
+    pthread_join(w[i].t, NULL);
+    *ok += w[i].ok, *fail += w[i].other;
+    if (w[i].last[0]) snprintf(last, lastn, "%s", w[i].last);
+  }
+  pthread_barrier_destroy(&start_line);
+}
+static int cmd_commitfail(const char *job) {
+  PGconn *c = connect_or_die();
+  PGresult *r = PQexec(c,
+      "CREATE TABLE IF NOT EXISTS gc2_fail (job_id text PRIMARY KEY);"
+      "CREATE OR REPLACE FUNCTION gc2_fail_fn() RETURNS trigger LANGUAGE plpgsql AS $$"
+      " BEGIN IF EXISTS (SELECT 1 FROM gc2_fail WHERE job_id = NEW.job_id) THEN"
+      "   RAISE EXCEPTION 'gc2: commit refused'; END IF; RETURN NULL; END $$;"
+      "DROP TRIGGER IF EXISTS gc2_fail_tr ON audit_entries;"
+      "CREATE CONSTRAINT TRIGGER gc2_fail_tr AFTER INSERT ON audit_entries"
+      " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gc2_fail_fn()");
+  if (PQresultStatus(r) != PGRES_COMMAND_OK) return fprintf(stderr, "setup: %s", PQerrorMessage(c)), 2;
+  PQclear(r);
+  jb_error err = {0};
+  struct jb_audit_head h;
+  if (jb_audit_append(c, keys, job, "resume", NULL, NULL, &h, &err) != JB_OK)
+    return fprintf(stderr, "append: %s\n", err.msg), 2;
+  record_head(&h);
+  const char *p1[1] = {job};
+  PQclear(PQexecParams(c, "INSERT INTO gc2_fail VALUES ($1) ON CONFLICT DO NOTHING", 1, NULL, p1, NULL, NULL, 0));
+  long ok1, f1, ok2, f2;
+  char last1[300] = "", last2[300] = "";
+  cf_round(job, &ok1, &f1, last1, sizeof last1);
+  long long cseq = 0, sseq = 0;
+  unsigned char chash[32];
+  bool cached = jb_audit_head_peek(job, &cseq, chash);
+  r = PQexecParams(c, "SELECT seq FROM audit_heads WHERE job_id = $1", 1, NULL, p1, NULL, NULL, 0);
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) sseq = atoll(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQclear(PQexecParams(c, "DELETE FROM gc2_fail WHERE job_id = $1", 1, NULL, p1, NULL, NULL, 0));
+  cf_round(job, &ok2, &f2, last2, sizeof last2);
+  printf("commit refused: ok %ld, failed %ld (%s)\n", ok1, f1, last1);
+  printf("head cache then: %s%lld; stored head %lld\n", cached ? "" : "none, ", cached ? cseq : 0, sseq);
+  printf("commit allowed again: ok %ld, failed %ld %s\n", ok2, f2, last2);
+  long long entries = 0;
+  long bad = check_recorded(c, job, &entries);
+  int vrc = show_verdict(c, job);
+  printf("heads not in chain %ld, chain %lld entries (JB_OK %zu)\n", bad, entries, rec_n);
+  PQclear(PQexec(c, "DROP TRIGGER gc2_fail_tr ON audit_entries"));
+  done_with(c);
+  return ok1 || f2 || bad || vrc || (cached && cseq != sseq) || entries != (long long)rec_n ? 1 : 0;
+}
+
+/* rrretire JOB: a caller's REPEATABLE READ transaction takes its snapshot (any statement),
+ * then K2 is published retiring K1 (on another connection, committed), then the caller
+ * appends with K1 inside its transaction and commits. The entry is stamped after K1's
+ * retiredAt: it must be refused (EKEYREVOKED), not stored. */
+static int cmd_rrretire(const char *job) {
+  PGconn *c = connect_or_die(), *r2 = connect_or_die();
+  unsigned char seed[32];
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k1 = jb_keyring_from_seed(seed);
+  randombytes_buf(seed, sizeof seed);
+  struct jb_keyring *k2 = jb_keyring_from_seed(seed);
+  jb_error err = {0};
+  if (jb_audit_key_publish(c, k1->key_id, k1->pk, false, &err) != JB_OK)
+    return fprintf(stderr, "publish k1: %s\n", err.msg), 2;
+  PQclear(PQexec(c, "BEGIN ISOLATION LEVEL REPEATABLE READ"));
+  PQclear(PQexec(c, "SELECT 1 FROM agents LIMIT 1")); /* the caller's own work: snapshot taken */
+  if (jb_audit_key_publish(r2, k2->key_id, k2->pk, true, &err) != JB_OK)
+    return fprintf(stderr, "publish k2: %s\n", err.msg), 2;
+  printf("K1 %s retired (committed on another connection)\n", k1->key_id);
+  struct jb_audit_head h = {0};
+  memset(&err, 0, sizeof err);
+  int rc = jb_audit_append(c, k1, job, "resume", NULL, NULL, &h, &err);
+  PGresult *r = PQexec(c, "COMMIT");
+  printf("append with K1 in the caller's REPEATABLE READ transaction: rc %d %s; COMMIT %s\n", rc,
+         rc == JB_OK ? "" : err.msg, PQresStatus(PQresultStatus(r)));
+  PQclear(r);
+  int vrc = 0;
+  if (rc == JB_OK) {
+    char sq[24];
+    snprintf(sq, sizeof sq, "%lld", h.seq);
+    const char *pv[3] = {job, sq, k1->key_id};
+    r = PQexecParams(c,
+        "SELECT jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e, audit_signing_keys k"
+        " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3", 3, NULL, pv, NULL, NULL, 0);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+      printf("stored entry %lld stamped %s; K1 retiredAt %s\n", h.seq, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+    PQclear(r);
+    vrc = show_verdict(c, job);
+  }
+  done_with(c);
+  done_with(r2);
+  jb_keyring_free(k1);
+  jb_keyring_free(k2);
+  return rc == JB_OK || vrc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (sodium_init() < 0) return 2;
   const char *cmd = argc > 1 ? argv[1] : "";
@@ -1228,6 +1558,12 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "keyrace") == 0 && argc == 6) rc = cmd_keyrace(argv[4], atoi(argv[5]));
   else if (strcmp(cmd, "twokeys") == 0 && argc == 5) rc = cmd_twokeys(argv[4]);
   else if (strcmp(cmd, "killer") == 0 && argc == 6) rc = cmd_killer(argv[4], atof(argv[5]));
+  else if (strcmp(cmd, "burst") == 0 && argc == 7) rc = cmd_burst(argv[4], atoi(argv[5]), atof(argv[6]));
+  else if (strcmp(cmd, "commitfail") == 0 && argc == 5) rc = cmd_commitfail(argv[4]);
+  else if (strcmp(cmd, "rrretire") == 0 && argc == 5) rc = cmd_rrretire(argv[4]);
+  else if (strcmp(cmd, "stepback") == 0 && argc == 5) rc = cmd_stepback(argv[4]);
+  else if (strcmp(cmd, "retire") == 0 && argc == 5) rc = cmd_retire();
+  else if (strcmp(cmd, "writers") == 0 && argc == 7) rc = cmd_writers(argv[4], atof(argv[5]), atoi(argv[6]));
   else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
   jb_keyring_free(keys);
   jb_db_close(pool);
