@@ -72,7 +72,9 @@ static const char sql_lock_head[] =
 /* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $7, the chain is
  * not sealed, and the signing key $10 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
- * retiredAt fails as "retired key"). The UPDATE of the head row is the compare-and-set (under
+ * retiredAt fails as "retired key"), read at this statement's snapshot — which is why the
+ * transaction must be READ COMMITTED (a REPEATABLE READ snapshot taken before a retirement
+ * would still see the key active). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
  * the condition on the moved head and update nothing), and the entry is inserted only FROM
  * the updated row: so the session exists (the head row references it) and its head stays
@@ -87,6 +89,7 @@ static const char sql_lock_head[] =
   "WITH moved AS (" \
   "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'" \
   "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed" \
+  "     AND current_setting('transaction_isolation') = 'read committed'" \
   "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10" \
   "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))" \
   "  RETURNING job_id)"
@@ -248,8 +251,18 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
 /* Why an append on a locked, unsealed head row changed nothing: the key may not sign. Sets
  * `err` (EKEYREVOKED with the retirement time, or ENOKEY) and returns JB_ERR_FAIL. */
 static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) {
+  PGresult *r = exec(c, "SELECT current_setting('transaction_isolation')", 0, NULL, NULL, NULL,
+                     PGRES_TUPLES_OK, err, "audit isolation");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "read committed") != 0) {
+    jb_fail(err, EINVAL, "an audit append runs only in a READ COMMITTED transaction (this one is %s): "
+            "a key's retirement must be seen by every statement", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return JB_ERR_FAIL;
+  }
+  PQclear(r);
   const char *p2[1] = {keys->key_id};
-  PGresult *r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
+  r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1)
     jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
@@ -318,7 +331,7 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
   }
 
   bool own = false;
-  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
   int rc = append_locked(c, keys, job_id, operation, path, details, seal, res, err);
   if (own && rc != JB_OK) jb_db_rollback(c);
   if (own && rc == JB_OK) {
@@ -383,6 +396,7 @@ static void gc_sql_build(void) {
         "WITH moved AS ("
         "  UPDATE audit_heads SET seq = $3::bigint + %d, hash = $5"
         "   WHERE job_id = $1 AND seq = $3::bigint AND (seq = 0 OR hash = $4) AND NOT sealed"
+        "     AND current_setting('transaction_isolation') = 'read committed'"
         "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $2"
         "                    AND (k.retired_at IS NULL OR k.retired_at > $6::timestamptz))"
         "  RETURNING job_id)"
@@ -504,7 +518,7 @@ static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id
     if (rc != 1) return rc;
   }
   bool own = false;
-  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
   const char *p1[1] = {job_id};
   PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
   int rc = JB_ERR_FAIL;
@@ -836,7 +850,7 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
                          bool retire_others, jb_error *err) {
   bool own = false;
-  if (enter_tx(c, "BEGIN", &own, err) < 0) return JB_ERR_FAIL;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
   if (retire_others) {
     /* Appends read this table (sql_append), holding ACCESS SHARE until they commit: the
      * exclusive lock waits for the appends under way and holds back new ones until the
@@ -885,8 +899,13 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
   } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
     PQclear(r);
     const char *rv[2] = {key_id, now};
+    /* Not before the newest entry stored: the entries committed before the lock are stamped
+     * by the clocks of the processes that made them, which may be ahead of this one or this
+     * one may have been stepped back. Each session's newest entry is its head row's. */
     r = exec(c,
-             "UPDATE audit_signing_keys SET retired_at = $2::timestamptz"
+             "UPDATE audit_signing_keys SET retired_at = greatest($2::timestamptz,"
+             "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
+             "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE e.key_id <> $1))"
              " WHERE key_id <> $1 AND retired_at IS NULL",
              2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
     if (r) rc = JB_OK;

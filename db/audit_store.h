@@ -20,7 +20,9 @@ struct jb_keyring;
  * `details` (borrowed; NULL = {}) follows the rules of jb_audit_canonical (integers only, no
  * reals). The timestamp is this process's clock (UTC, ms) when the entry is made.
  *
- * Transactions: inside the caller's open transaction (PQTRANS_INTRANS) the entry becomes
+ * Transactions: inside the caller's open transaction (PQTRANS_INTRANS; it must be READ
+ * COMMITTED, else the append is refused with EINVAL: the key's retirement is checked at the
+ * statement's snapshot) the entry becomes
  * part of it — committed or rolled back with the caller's work, and the session's head row
  * (audit_heads) stays locked until then; otherwise the call runs and commits a transaction of
  * its own. Appends to one session are serialized by the lock on its head row; different
@@ -150,9 +152,13 @@ struct jb_audit_key_row {
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
 
 /* Publishes `pk` as the active key `key_id` and, when `retire_others`, retires every other
- * active key as of now (this process's clock, ms — the clock entries are stamped with, read
- * under an exclusive lock of audit_signing_keys so that no append races the retirement), in
- * one transaction. Publishing a key that is already active changes nothing. A retired key is
+ * active key, in one transaction, under an exclusive lock of audit_signing_keys (which every
+ * append reads, so that no append races the retirement). The retirement time is the later of
+ * the next millisecond of this process's clock after the lock and 1 ms after the newest
+ * timestamp among the sessions' stored heads — so an entry committed before the retirement
+ * is stamped before it even when its writer's clock was ahead of this one or this one was
+ * stepped back. Residual: two writers of one session whose clocks differ, the earlier entry
+ * from the clock ahead, by more than the time between their appends. Publishing a key that is already active changes nothing. A retired key is
  * never made active again: its entries are valid only before its retiredAt (api/audit.md),
  * so it is refused with EKEYREVOKED. JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],

@@ -1,4 +1,4 @@
-/* clockshim.c — LD_PRELOAD shim for the gcbreak2 review: CLOCK_REALTIME is moved by
+/* clockshim.c — LD_PRELOAD shim for tests/integration/audit_group.sh: CLOCK_REALTIME is moved by
  * SHIM_OFFSET_MS milliseconds (may be negative), only while the file SHIM_TRIGGER exists when
  * that is set (so that a process can step its own clock back at a chosen moment).
  *   cc -shared -fPIC -O2 clockshim.c -o clockshim.so -ldl */
