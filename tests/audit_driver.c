@@ -142,11 +142,18 @@ struct worker {
 
 static pthread_barrier_t start_line;
 
+/* A racing thread's start: a pooled connection (NULL with `err` when none), then the wait at
+ * the start line, so that every thread begins at once whether it got one or not. */
+static PGconn *conn_at_start_line(jb_error *err) {
+  PGconn *c = jb_db_acquire(pool, err);
+  pthread_barrier_wait(&start_line);
+  return c;
+}
+
 static void *work(void *arg) {
   struct worker *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   if (!c) {
     snprintf(w->error, sizeof w->error, "connect: %s", err.msg);
     return NULL;
@@ -242,8 +249,7 @@ struct bad_worker {
 static void *bad_work(void *arg) {
   struct bad_worker *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   if (!c) {
     w->wrong++;
     return NULL;
@@ -755,8 +761,7 @@ static volatile int mix_stop, mix_sealed;
 static void *mix_work(void *arg) {
   struct mixw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   if (!c) {
     w->wrong++;
     return NULL;
@@ -892,8 +897,7 @@ struct colw {
 static void *col_work(void *arg) {
   struct colw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   for (long i = 0; c && !mix_stop; i++) {
     memset(&err, 0, sizeof err);
     int rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, NULL, &err);
@@ -1075,8 +1079,7 @@ struct kw {
 static void *kw_work(void *arg) {
   struct kw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   for (int i = 0; i < 200; i++) {
     struct jb_audit_head h;
     memset(&err, 0, sizeof err);
@@ -1123,8 +1126,7 @@ struct klw {
 static void *kl_work(void *arg) {
   struct klw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   for (long i = 0; !mix_stop; i++) {
     if (!c || PQstatus(c) != CONNECTION_OK) {
       if (c) done_with(c);
@@ -1195,8 +1197,7 @@ struct bw {
 static void *bw_work(void *arg) {
   struct bw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   for (long i = 0; c && !mix_stop; i++) {
     bool bad = (i + w->idx) % 5 == 0;
     struct jb_audit_head h;
@@ -1393,8 +1394,7 @@ static int cmd_writers(const char *job, double seconds, int n) {
 static void *cf_work(void *arg) {
   struct colw *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(pool, &err);
-  pthread_barrier_wait(&start_line);
+  PGconn *c = conn_at_start_line(&err);
   for (int i = 0; c && i < 20; i++) {
     struct jb_audit_head h;
     memset(&err, 0, sizeof err);
