@@ -351,9 +351,9 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
  * one statement and one commit — the way PostgreSQL itself gathers concurrent commits into one
  * WAL flush (commit_delay). An append that finds nobody ahead of it goes alone at once, so a
  * lone writer waits for nothing. Each call still returns only once its own entry is committed
- * (or with the error that kept it out). A batch that fails as a whole (the head moved, the
- * chain is sealed, the key may not sign, a database error) is failed as a whole: every call
- * of it gets the same result, as it would have alone. */
+ * (or with the error that kept it out). A batch built on a head that moved is made again on
+ * the head read under its row lock; one that then fails (the chain is sealed, the key may not
+ * sign, a database error) fails every call of it with the same result, as each would alone. */
 #define GC_MAX 32          /* entries per batch statement */
 #define GC_SLOTS 256       /* sessions batched at once (direct-mapped; a collision goes alone) */
 
