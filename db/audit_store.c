@@ -305,11 +305,11 @@ static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *j
   return key_refusal(c, keys, err);
 }
 
+/* One append, alone; `details` already checked (jb_audit_details_check) by the caller. */
 static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                   const char *operation, const char *path, json_t *details, bool seal,
                   struct jb_audit_head *out, jb_error *err) {
   if (!keys) return jb_fail(err, EINVAL, "no signing key loaded");
-  if (details && jb_audit_details_check(details, err) < 0) return JB_ERR_FAIL;
   PGTransactionStatusType ts = PQtransactionStatus(c);
   if (ts == PQTRANS_INERROR) return jb_fail(err, EINVAL, "the caller's transaction has already failed");
   if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)
@@ -625,10 +625,10 @@ int jb_audit_append(PGconn *c, const struct jb_keyring *keys, const char *job_id
                     struct jb_audit_head *out, jb_error *err) {
   if (operation && strcmp(operation, "seal") == 0)
     return jb_fail(err, EINVAL, "a seal is written with jb_audit_seal");
+  if (details && jb_audit_details_check(details, err) < 0) return JB_ERR_FAIL;
   long long t0 = jb_metrics_now_ns();
   int rc;
-  if (keys && PQtransactionStatus(c) == PQTRANS_IDLE &&
-      (!details || jb_audit_details_check(details, err) == 0))
+  if (keys && PQtransactionStatus(c) == PQTRANS_IDLE)
     rc = append_grouped(c, keys, job_id, operation, path, details, out, err);
   else
     rc = append(c, keys, job_id, operation, path, details, false, out, err);
