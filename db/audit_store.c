@@ -274,31 +274,51 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
   return JB_ERR_FAIL;
 }
 
+/* Locks the head row of `job_id` and reads the head (*head; `prev` its hash, zeros at 0).
+ * JB_OK; JB_ERR_NOT_FOUND (no session), JB_ERR_CONFLICT (sealed), JB_ERR_FAIL, with `err`. */
+static int lock_head(PGconn *c, const char *job_id, long long *head,
+                     unsigned char prev[JB_AUDIT_HASH_LEN], jb_error *err) {
+  const char *p1[1] = {job_id};
+  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
+  if (!r) return JB_ERR_FAIL;
+  int rc = JB_OK;
+  memset(prev, 0, JB_AUDIT_HASH_LEN);
+  if (PQntuples(r) != 1) {
+    jb_fail(err, ENOENT, "no session %.128s", job_id);
+    rc = JB_ERR_NOT_FOUND;
+  } else if ((*head = strtoll(PQgetvalue(r, 0, 0), NULL, 10)) > 0 &&
+             col_hex(r, 0, 1, prev, JB_AUDIT_HASH_LEN) < 0) {
+    jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, *head);
+    rc = JB_ERR_FAIL;
+  } else if (PQgetvalue(r, 0, 2)[0] == 't') {
+    jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
+    rc = JB_ERR_CONFLICT;
+  }
+  PQclear(r);
+  return rc;
+}
+
+/* Ends the transaction this file began (`own`) for an append: COMMIT after `rc` JB_OK, else
+ * ROLLBACK. Returns `rc`, or JB_ERR_FAIL with `err` when the COMMIT fails. */
+static int leave_tx(PGconn *c, bool own, int rc, jb_error *err) {
+  if (!own) return rc;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
+  PQclear(r);
+  return r ? JB_OK : JB_ERR_FAIL;
+}
+
 /* The slow path, inside a transaction: lock the head row, read the head, append. */
 static int append_locked(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *operation, const char *path, json_t *details, bool seal,
                          struct jb_audit_head *out, jb_error *err) {
-  const char *p1[1] = {job_id};
-  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
-  if (!r) return JB_ERR_FAIL;
-  if (PQntuples(r) != 1) {
-    PQclear(r);
-    jb_fail(err, ENOENT, "no session %.128s", job_id);
-    return JB_ERR_NOT_FOUND;
-  }
-  long long head = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-  unsigned char prev[JB_AUDIT_HASH_LEN] = {0};
-  if (head > 0 && col_hex(r, 0, 1, prev, sizeof prev) < 0) {
-    PQclear(r);
-    jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
-    return JB_ERR_FAIL;
-  }
-  bool sealed = PQgetvalue(r, 0, 2)[0] == 't';
-  PQclear(r);
-  if (sealed) {
-    jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
-    return JB_ERR_CONFLICT;
-  }
+  long long head = 0;
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  int lrc = lock_head(c, job_id, &head, prev, err);
+  if (lrc != JB_OK) return lrc;
   /* the row is locked and not sealed: no row changed means the key may not sign */
   int rc = try_append(c, keys, job_id, operation, path, details, seal, head, prev, out, err);
   if (rc != 1) return rc;
@@ -332,13 +352,7 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 
   bool own = false;
   if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  int rc = append_locked(c, keys, job_id, operation, path, details, seal, res, err);
-  if (own && rc != JB_OK) jb_db_rollback(c);
-  if (own && rc == JB_OK) {
-    PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
-    PQclear(r);
-    if (!r) rc = JB_ERR_FAIL;
-  }
+  int rc = leave_tx(c, own, append_locked(c, keys, job_id, operation, path, details, seal, res, err), err);
   if (rc == JB_OK) head_put(job_id, res->seq, res->hash);
   return rc;
 }
@@ -519,32 +533,12 @@ static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   bool own = false;
   if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  const char *p1[1] = {job_id};
-  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
-  int rc = JB_ERR_FAIL;
-  if (!r) goto end;
-  if (PQntuples(r) != 1) {
-    jb_fail(err, ENOENT, "no session %.128s", job_id);
-    rc = JB_ERR_NOT_FOUND;
-  } else if ((head = strtoll(PQgetvalue(r, 0, 0), NULL, 10)) > 0 &&
-             col_hex(r, 0, 1, prev, sizeof prev) < 0) {
-    jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, head);
-  } else if (PQgetvalue(r, 0, 2)[0] == 't') {
-    jb_fail(err, EPERM, "the audit chain of session %.128s is sealed", job_id);
-    rc = JB_ERR_CONFLICT;
-  } else {
-    if (head == 0) memset(prev, 0, sizeof prev);
+  int rc = lock_head(c, job_id, &head, prev, err);
+  if (rc == JB_OK) {
     rc = gc_try(c, keys, job_id, reqs, k, head, prev, err);
     if (rc == 1) rc = key_refusal(c, keys, err); /* the row is locked and not sealed */
   }
-  PQclear(r);
-end:
-  if (own && rc != JB_OK) jb_db_rollback(c);
-  if (own && rc == JB_OK) {
-    PGresult *cr = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
-    PQclear(cr);
-    if (!cr) rc = JB_ERR_FAIL;
-  }
+  rc = leave_tx(c, own, rc, err);
   if (rc == JB_OK) gc_cache_last(job_id, reqs, k);
   return rc;
 }
