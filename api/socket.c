@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,8 +466,40 @@ static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *pe
 
 /* Bus subscriber: buyers get every event of their session; agents get state changes (which
  * carry pause and resume) and jailbox:abort. An abort is also announced as jailbox:abort. */
+/* The newest audit head handed to each session's sockets, so that none is handed one older
+ * than it already has: heads reach this process from several writers over two transports
+ * (NOTIFY jb_event, Redis), and the worker announces the heads of direct reads a little after
+ * they commit (sandbox/worker.c), so one may arrive after a newer one. A session whose slot
+ * another took over is only unguarded against one late head. */
+#define HEAD_SEEN_SLOTS 1024
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    char job[129];
+    long long seq;
+  } slot[HEAD_SEEN_SLOTS];
+} head_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Whether head `seq` of `job` is newer than every head handed out for it (and now the newest). */
+static bool head_is_new(const char *job, long long seq) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)job; *p; p++) h = (h ^ *p) * 16777619u;
+  size_t i = h % HEAD_SEEN_SLOTS;
+  pthread_mutex_lock(&head_seen.lock);
+  bool same = strcmp(head_seen.slot[i].job, job) == 0, fresh = !same || seq > head_seen.slot[i].seq;
+  if (fresh) {
+    snprintf(head_seen.slot[i].job, sizeof head_seen.slot[i].job, "%s", job);
+    head_seen.slot[i].seq = seq;
+  }
+  pthread_mutex_unlock(&head_seen.lock);
+  return fresh;
+}
+
 static void on_bus(void *ctx, const char *job_id, const char *event, json_t *payload) {
   struct jb_socket *s = ctx;
+  if (strcmp(event, "jailbox:audit_head") == 0 && json_is_integer(json_object_get(payload, "seq")) &&
+      !head_is_new(job_id, json_integer_value(json_object_get(payload, "seq"))))
+    return;
   pthread_rwlock_rdlock(&s->lock);
   if (s->ws) {
     bool agent = strcmp(event, "jailbox:state") == 0 || strcmp(event, "jailbox:abort") == 0;

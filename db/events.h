@@ -31,4 +31,15 @@ int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t 
  * *payload (borrowed) set and *doc a new reference to release, or -1 when malformed. */
 int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload);
 
+/* Announces the newest audit head of session `job_id` as it is committed now —
+ * jailbox:audit_head {seq, hash, signature, keyId} (server/audit.h jb_audit_head_json) — on
+ * jb_event, when its seq is over `after`; for heads an op committed without announcing them
+ * (the worker's reads, lists and stats handed over directly, sandbox/direct.h). Outside any
+ * transaction (`c` idle): the event goes out at once. *seq receives the newest head's seq (0:
+ * no entry yet, or no such session); nothing is sent when it is not over `after`. Two
+ * statements: a head committed between them is announced by its own writer or by the next
+ * call, and may reach a listener before this one (the sockets keep heads in order,
+ * api/socket.c). JB_OK, or JB_ERR_FAIL with `err`. */
+int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq, jb_error *err);
+
 #endif

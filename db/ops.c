@@ -251,33 +251,27 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
   if (jb_audit_append_step(keys, job_id, tool, path[0] ? path : NULL, details, head, prev, &pend,
                            &append, err) < 0)
     return JB_ERR_FAIL;
-  json_t *hj = jb_audit_head_json(&pend.head);
-  char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
-  json_decref(hj);
-  if (!ev) {
-    jb_audit_append_settle(job_id, &pend, false, NULL);
-    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
-  }
-  const char *p[8] = {job_id, tool, path, args_json, expect_json, ok ? "done" : "failed", result_json, ev};
+  const char *p[7] = {job_id, tool, path, args_json, expect_json, ok ? "done" : "failed", result_json};
   /* the op, stored already done: only while the session is active, unchanged, with no op
    * queued before it (as jb_db_op_direct_begin; the session row is locked by the step before).
-   * The new head's event is delivered with the commit, if it comes. */
+   * No NOTIFY: one in the transaction made its commit wait on signalling every listening
+   * backend (about a third of a read's commit on a 2-core machine); the caller announces
+   * the new head after the answer (jb_db_announce_audit_head). */
   static const char sql_store[] =
       DIRECT_OP_CHECKS
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at, result, completed_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $6, 'auto', now(), $7::jsonb, now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
-      " SELECT (SELECT op_id FROM ins), pg_notify('jb_event', $8)"
+      " SELECT (SELECT op_id FROM ins)"
       "  WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the session is not active, changed, or has an op queued')";
   PGresult *stored = NULL;
   const struct jb_db_step steps[5] = {
       JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
       JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"),
-      {.sql = sql_store, .n = 8, .params = p, .want = PGRES_TUPLES_OK, .what = "store direct op", .keep = &stored},
+      {.sql = sql_store, .n = 7, .params = p, .want = PGRES_TUPLES_OK, .what = "store direct op", .keep = &stored},
       append,
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 5, err);
-  free(ev);
   if (!r) {
     jb_db_rollback(c);
     jb_audit_append_settle(job_id, &pend, false, NULL);

@@ -81,8 +81,9 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
  * process knew before the op ran: in one round trip, locks the session row, stores the op
  * done (`ok`) or failed with `result_json` (as jb_db_op_direct_begin would insert it, args
  * `args_json`, checked against `expect_json`), appends its audit entry (operation = `tool`,
- * `path` or none when "", `details` borrowed) on that head, announces the new head
- * (jailbox:audit_head) and commits — only if at that moment the session is active, unchanged,
+ * `path` or none when "", `details` borrowed) on that head and commits (the new head is not
+ * announced: the caller does that after answering, db/events.h jb_db_announce_audit_head) —
+ * only if at that moment the session is active, unchanged,
  * has no op queued, and the head is still `head`. The head not having moved means no other
  * op of the session was committed since the op ran, nor was one running then (ops that change
  * files hold the session row from before they run until they commit): the chain's order is

@@ -101,6 +101,23 @@ static int open_dir_component(int dir, const char *name) {
   return openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Opens the single component `name` under `dir` as a directory to read (O_RDONLY), never
+ * following a symlink. Not openat(O_RDONLY|O_DIRECTORY|O_NOFOLLOW): gVisor (2024-07) follows
+ * a final symlink when O_DIRECTORY is given to an open that is not O_PATH, whatever
+ * O_NOFOLLOW says (checked in runsc: such an open of a link to a directory returns that
+ * directory). The name is pinned with O_PATH|O_DIRECTORY|O_NOFOLLOW (ENOTDIR for a symlink,
+ * there as in Linux), then "." of it is opened. -1 with errno when it is no directory. */
+static void close_later(int fd);
+static int open_dir_readable(int dir, const char *name) {
+  int p = openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (p < 0) return -1;
+  int fd = openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int en = errno;
+  close_later(p);
+  errno = en;
+  return fd;
+}
+
 /* A walk in progress: the stack of directories from the root (fds[0], not owned) down. */
 struct walk {
   int fds[MAX_DEPTH + 1];
@@ -123,15 +140,37 @@ static int final_canon(const struct walk *w, const char *last, char *out) {
   return n < 0 || n > JB_PATH_MAX ? -1 : 0;
 }
 
+/* Descriptors whose close waits until the answer is out (jb_fileops_defer_closes): inside
+ * gVisor each system call of the shim is a trap into the Sentry, and a close changes nothing
+ * the answer depends on. */
+static bool defer_on;
+static int deferred[64]; /* more are closed at once: the jail's limit is 1,024 descriptors */
+static size_t n_deferred;
+
+static void close_later(int fd) {
+  if (fd < 0) return;
+  if (defer_on && n_deferred < sizeof deferred / sizeof deferred[0]) deferred[n_deferred++] = fd;
+  else close(fd);
+}
+
+void jb_fileops_defer_closes(bool on) {
+  jb_fileops_close_deferred();
+  defer_on = on;
+}
+
+void jb_fileops_close_deferred(void) {
+  while (n_deferred > 0) close(deferred[--n_deferred]);
+}
+
 static void walk_close(struct walk *w) {
-  for (int i = 1; i <= w->depth; i++) close(w->fds[i]);
+  for (int i = 1; i <= w->depth; i++) close_later(w->fds[i]);
   w->depth = 0;
 }
 
 static int walk_dir(const struct walk *w) { return w->fds[w->depth]; }
 
-static int resolve(const char *path, bool follow, struct walk *w, char last[JB_PATH_NAME_MAX + 1],
-                   struct jb_fileop_error *e);
+static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e);
 
 /* Whether the symlink `name` in the walk's current directory leads out of the workspace when
  * followed (its target resolved the way reads resolve it: an absolute target, or ".." above
@@ -144,7 +183,7 @@ static bool link_leads_out(const struct walk *w, const char *name) {
   struct walk w2;
   char last[JB_PATH_NAME_MAX + 1];
   struct jb_fileop_error e2 = {0};
-  if (resolve(rel, true, &w2, last, &e2) < 0) return e2.escape != NULL;
+  if (resolve(rel, true, true, &w2, last, &e2) < 0) return e2.escape != NULL;
   walk_close(&w2);
   return false;
 }
@@ -152,11 +191,17 @@ static bool link_leads_out(const struct walk *w, const char *name) {
 /* Resolves `path` (already syntactically checked) down to its last component: on success the
  * walk holds the directory that contains it and `last` (of JB_PATH_NAME_MAX + 1 bytes)
  * receives the name, or "." when the path names a directory reached by ".." or the root.
- * With `follow`, symlinks met on the way — the last component included — are followed while
- * their targets stay inside the workspace; without it any symlink before the last component
- * is refused (the last is the caller's to inspect). 0 or -1 with *e. */
-static int resolve(const char *path, bool follow, struct walk *w, char last[JB_PATH_NAME_MAX + 1],
-                   struct jb_fileop_error *e) {
+ * With `follow`, symlinks met on the way — the last component too when `probe_last` — are
+ * followed while their targets stay inside the workspace; without it any symlink before the
+ * last component is refused (the last is the caller's to inspect). With `follow` and not
+ * `probe_last` the last component is not looked at either: the caller opens it with
+ * O_NOFOLLOW and, when that fails with ELOOP (a symlink), resolves again with `probe_last`.
+ * A directory on the way is opened first (open_dir_component: O_PATH|O_DIRECTORY|O_NOFOLLOW
+ * opens no symlink, in gVisor too) and looked at only when that fails: one system call per
+ * component where nothing is a link.
+ * 0 or -1 with *e. */
+static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e) {
   w->fds[0] = root_fd;
   w->depth = 0;
   w->canon[0] = '\0';
@@ -214,20 +259,33 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
       }
       continue;
     }
-    struct stat st;
-    bool is_link = fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
-    if (is_last && (!follow || !is_link)) {
+    if (is_last && (!follow || !probe_last)) {
       memcpy(last, name, n + 1);
       break;
     }
-    if (!is_link) {
-      int fd = open_dir_component(walk_dir(w), name);
-      if (fd < 0) {
-        int en = errno;
+    struct stat st;
+    bool is_link;
+    int fd = -1;
+    if (is_last) {
+      is_link = fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      if (!is_link) {
+        memcpy(last, name, n + 1);
+        break;
+      }
+    } else {
+      fd = open_dir_component(walk_dir(w), name);
+      int en = errno;
+      /* not opened: a symlink (ENOTDIR from O_NOFOLLOW|O_DIRECTORY, ELOOP from
+       * RESOLVE_NO_SYMLINKS) is followed or refused below; anything else fails here */
+      is_link = fd < 0 && (en == ENOTDIR || en == ELOOP) &&
+                fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      if (fd < 0 && !is_link) {
         free(rem);
         walk_close(w);
         return fail_errno(e, en, path);
       }
+    }
+    if (!is_link) {
       if (w->depth == MAX_DEPTH) {
         close(fd);
         free(rem);
@@ -301,9 +359,9 @@ static int resolve(const char *path, bool follow, struct walk *w, char last[JB_P
 /* resolve() and then the exclusion check on the path actually reached (a symlink must not
  * lead into an excluded file); that path goes to `canon` (JB_PATH_MAX + 1 bytes). 0 with `w`
  * open, or -1 with `e` filled and nothing open. */
-static int resolve_allowed(const char *path, bool follow, struct walk *w,
+static int resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
                            char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e) {
-  if (resolve(path, follow, w, last, e) < 0) return -1;
+  if (resolve(path, follow, probe_last, w, last, e) < 0) return -1;
   if (final_canon(w, last, canon) < 0 || canon_excluded(canon)) {
     walk_close(w);
     fail(e, "excluded", EPERM, follow ? "%s leads to a path excluded from this session"
@@ -405,11 +463,17 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (resolve_allowed(path, true, &w, last, canon, e) < 0) return NULL;
-  /* O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer */
-  int fd = openat(walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  int en = errno;
-  walk_close(&w);
+  /* the last component is opened first; only when it is a symlink (ELOOP) is the path resolved
+   * again, that symlink followed (or refused) the way the walk follows the others */
+  int fd = -1, en = 0;
+  for (int probe = 0; probe < 2; probe++) {
+    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    /* O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer */
+    fd = openat(walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    en = errno;
+    walk_close(&w);
+    if (fd >= 0 || en != ELOOP) break;
+  }
   if (fd < 0) {
     fail_errno(e, en, path);
     return NULL;
@@ -444,7 +508,7 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
     if (r == 0) break;
     got += (size_t)r;
   }
-  close(fd);
+  close_later(fd);
   if (!buf) {
     fail(e, "internal", ENOMEM, "out of memory");
     return NULL;
@@ -543,7 +607,7 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
     fail(e, "bad_request", EINVAL, "'withContent' must be a boolean");
     return NULL;
   }
-  if (resolve_allowed(path, false, &w, last, canon, e) < 0) return NULL;
+  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
   json_t *o = stat_name(walk_dir(&w), last, path, json_is_true(jw), e);
   /* a write onto a symlink is refused; onto one that leads out it is an escape signal */
   if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
@@ -588,7 +652,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (resolve_allowed(path, false, &w, last, canon, e) < 0) {
+  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
     free(data);
     return NULL;
   }
@@ -694,7 +758,7 @@ static bool resolves_inside(const char *rel, bool *out) {
   char last[JB_PATH_NAME_MAX + 1];
   struct jb_fileop_error e = {0};
   if (out) *out = false;
-  if (resolve(rel, true, &w, last, &e) < 0) {
+  if (resolve(rel, true, true, &w, last, &e) < 0) {
     if (out) *out = e.escape != NULL;
     return false;
   }
@@ -769,7 +833,7 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
     json_array_append_new(l->entries, ent);
     l->count++;
     if (recursive && S_ISDIR(st.st_mode) && depth < LIST_DEPTH && strlen(relp) < JB_PATH_MAX) {
-      int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      int sub = open_dir_readable(dirfd(d), de->d_name);
       if (sub >= 0) {
         char *p2 = malloc(nl + 1);
         if (p2) {
@@ -798,10 +862,16 @@ static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (resolve_allowed(path, true, &w, last, canon, e) < 0) return NULL;
-  int fd = openat(walk_dir(&w), last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  int en = errno;
-  walk_close(&w);
+  /* as op_read: a symlink named last (ENOTDIR or ELOOP from the open) is looked at and
+   * followed only then */
+  int fd = -1, en = 0;
+  for (int probe = 0; probe < 2; probe++) {
+    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    fd = open_dir_readable(walk_dir(&w), last);
+    en = errno;
+    walk_close(&w);
+    if (fd >= 0 || (en != ELOOP && en != ENOTDIR)) break;
+  }
   if (fd < 0) {
     fail_errno(e, en, path);
     return NULL;

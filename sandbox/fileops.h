@@ -4,6 +4,7 @@
 #define JB_SANDBOX_FILEOPS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #define JB_FILE_MAX (1024 * 1024)   /* bytes of one read answer or one write */
 #define JB_LIST_MAX 10000           /* entries of one list answer */
@@ -27,6 +28,15 @@ int jb_fileops_init(const char *root);
 
 /* Whether openat2 is used (after jb_fileops_init). */
 int jb_fileops_have_openat2(void);
+
+/* With `on`, the descriptors an op is done with are closed by jb_fileops_close_deferred
+ * (after the answer is written: one system call less before it, per descriptor, each a trap
+ * into gVisor's Sentry) rather than at once; at most 64 wait, more are closed at once.
+ * Either way, what waits is closed first. */
+void jb_fileops_defer_closes(bool on);
+
+/* Closes the descriptors that wait (jb_fileops_defer_closes). */
+void jb_fileops_close_deferred(void);
 
 /* Runs op "read", "write" or "list" with the request `req` (borrowed). Returns the result
  * object (new reference), or NULL with *e filled. */

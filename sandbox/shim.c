@@ -535,6 +535,7 @@ static int serve(void) {
                     "testOps", 0
 #endif
                     ));
+  jb_fileops_defer_closes(true);
   size_t consumed = 0;
   for (;;) {
     char *line = NULL;
@@ -561,6 +562,7 @@ static int serve(void) {
 #endif
     respond(dispatch(req));
     json_decref(req);
+    jb_fileops_close_deferred(); /* the answer is out: now what the op opened */
   }
   free(r.buf);
   return 0;

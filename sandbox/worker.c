@@ -1298,6 +1298,125 @@ static int control_open(const char *path, jb_error *err) {
   return control_fd < 0 ? -1 : 0;
 }
 
+/* ---- audit heads of direct ops ---------------------------------------------------------- */
+
+/* A read, list or stat handed straight to this worker commits its audit entry without a
+ * NOTIFY (db/ops.h jb_db_op_direct_store): its head is announced here, on this thread's
+ * own time, after the answer has gone — at once when the session's head was last announced
+ * HEAD_ANNOUNCE_MS or more ago, else when that much time has passed, then the newest head
+ * committed by then. An agent reading in a loop thus costs its buyers one announcement per
+ * interval, not one per read; a head is never more than about an interval late, and the
+ * newest is always announced. What stops the worker is announced before it exits. */
+#define HEAD_ANNOUNCE_MS 100
+#define HEAD_SLOTS 1024 /* sessions remembered; the one announced longest ago makes room */
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  struct head_slot {
+    char job[129];
+    long long seq;       /* newest head committed here */
+    long long announced; /* newest head announced */
+    long long last_ms;   /* when it was last announced (monotonic) */
+    bool pending;
+  } slot[HEAD_SLOTS];
+  size_t n;
+  bool stop;
+} HA = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The slot of `job`, made when missing (HA.lock held); NULL when every slot waits. */
+static struct head_slot *head_slot(const char *job, bool make) {
+  for (size_t i = 0; i < HA.n; i++)
+    if (!strcmp(HA.slot[i].job, job)) return &HA.slot[i];
+  if (!make) return NULL;
+  struct head_slot *h = NULL;
+  if (HA.n < HEAD_SLOTS) {
+    h = &HA.slot[HA.n++];
+  } else {
+    for (size_t i = 0; i < HA.n; i++)
+      if (!HA.slot[i].pending && (!h || HA.slot[i].last_ms < h->last_ms)) h = &HA.slot[i];
+    if (!h) return NULL;
+  }
+  *h = (struct head_slot){.last_ms = mono_ms() - HEAD_ANNOUNCE_MS};
+  snprintf(h->job, sizeof h->job, "%s", job);
+  return h;
+}
+
+/* Head `seq` of `job` was committed without an announcement. */
+static void head_committed(const char *job, long long seq) {
+  pthread_mutex_lock(&HA.lock);
+  struct head_slot *h = head_slot(job, true);
+  if (h) {
+    if (seq > h->seq) h->seq = seq;
+    h->pending = true;
+    pthread_cond_signal(&HA.cond);
+  } else { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
+    slog(JB_LOG_WARN, job, "audit head not announced: too many sessions waiting", NULL);
+  }
+  pthread_mutex_unlock(&HA.lock);
+}
+
+struct announce_args {
+  const char *job;
+  long long after, seq;
+};
+static int announce_fn(PGconn *c, void *a, jb_error *err) {
+  struct announce_args *x = a;
+  return jb_db_announce_audit_head(c, x->job, x->after, &x->seq, err);
+}
+
+static void *head_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&HA.lock);
+  for (;;) {
+    long long now = mono_ms(), next = now + 1000;
+    struct head_slot *due = NULL;
+    for (size_t i = 0; i < HA.n && !due; i++) {
+      struct head_slot *h = &HA.slot[i];
+      if (!h->pending) continue;
+      if (HA.stop || h->last_ms + HEAD_ANNOUNCE_MS <= now) due = h;
+      else if (h->last_ms + HEAD_ANNOUNCE_MS < next) next = h->last_ms + HEAD_ANNOUNCE_MS;
+    }
+    if (!due) {
+      if (HA.stop) break;
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      long long wait = next - now;
+      ts.tv_sec += wait / 1000;
+      ts.tv_nsec += (wait % 1000) * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&HA.cond, &HA.lock, &ts);
+      continue;
+    }
+    char job[129];
+    snprintf(job, sizeof job, "%s", due->job);
+    struct announce_args x = {.job = job, .after = due->announced};
+    due->pending = false;
+    due->last_ms = now;
+    pthread_mutex_unlock(&HA.lock);
+    jb_error err = {0};
+    int rc = with_conn(announce_fn, &x, &err);
+    pthread_mutex_lock(&HA.lock);
+    struct head_slot *h = head_slot(job, false);
+    if (rc == JB_OK && h && x.seq > h->announced) h->announced = x.seq;
+    if (rc != JB_OK) {
+      slog(JB_LOG_WARN, job, "audit head not announced", "error", err.msg, NULL);
+      /* again after an interval; when stopping, given up (the head is in the database) */
+      if (h && !HA.stop) h->pending = true;
+    }
+  }
+  pthread_mutex_unlock(&HA.lock);
+  return NULL;
+}
+
 /* ---- direct ops (sandbox/direct.h) ------------------------------------------------------ */
 
 #define DIRECT_CONNS_MAX 1024 /* connections served at once (jailboxd keeps one per handler thread, JAILBOX_WS_WORKERS at most 256, per instance) */
@@ -1312,6 +1431,7 @@ struct direct_args {
   char state[20];
   json_t *answer;
   struct op_signal sig;
+  long long announce; /* the head it committed without announcing it; 0: none */
 };
 
 /* The locked way: the session row locked and the op inserted first (jb_db_op_direct_begin),
@@ -1376,6 +1496,7 @@ static int direct_fn(PGconn *c, void *a, jb_error *err) {
     rc = jb_db_op_direct_store(c, W.keys, d->job, d->tool, d->path, d->args_json, d->expect_json,
                                json_is_true(json_object_get(ans, "ok")), text, details, head, prev,
                                &d->op_id, &h, &serr);
+    if (rc == JB_OK) d->announce = h.seq;
     if (rc == JB_ERR_FAIL) *err = serr;
   } else {
     jb_fail(err, ENOMEM, "out of memory");
@@ -1394,8 +1515,9 @@ static json_t *not_run(const char *state, const char *reason) {
   return json_pack("{s:b, s:s, s:s}", "ran", 0, "state", state, "reason", reason);
 }
 
-/* One request of jailboxd: the answer object (new). */
-static json_t *direct_request(const json_t *req) {
+/* One request of jailboxd: the answer object (new). *head receives the audit head the op
+ * committed without announcing it (0: none). */
+static json_t *direct_request(const json_t *req, long long *head) {
   const char *job = json_string_value(json_object_get(req, "jobId"));
   const char *tool = json_string_value(json_object_get(req, "tool"));
   const char *path = json_string_value(json_object_get(req, "path"));
@@ -1425,6 +1547,7 @@ static json_t *direct_request(const json_t *req) {
   free(args_json);
   free(expect_json);
   if (d.sig.signal >= 0) raise_signal(job, (enum jb_signal)d.sig.signal, d.sig.detail);
+  if (rc == JB_OK) *head = d.announce;
   if (rc == JB_OK && d.answer)
     return json_pack("{s:b, s:I, s:o}", "ran", 1, "opId", (json_int_t)d.op_id, "answer", d.answer);
   json_decref(d.answer);
@@ -1462,7 +1585,11 @@ static void *direct_conn_main(void *arg) {
     size_t n = (size_t)(nl - buf);
     jb_error err = {0};
     json_t *req = jb_json_parse_object(buf, n, JB_DIRECT_MAX_DEPTH, &err);
-    control_answer(fd, req ? direct_request(req) : not_run("", err.msg));
+    long long head = 0;
+    json_t *da = req ? direct_request(req, &head) : not_run("", err.msg);
+    control_answer(fd, da);
+    /* the answer is out: now its head's announcement */
+    if (head > 0) head_committed(json_string_value(json_object_get(req, "jobId")), head);
     json_decref(req);
     memmove(buf, nl + 1, len - n - 1);
     len -= n + 1;
@@ -1752,6 +1879,13 @@ int main(int argc, char **argv) {
   }
   pthread_t ops_thread;
   bool ops = pthread_create(&ops_thread, NULL, ops_main, NULL) == 0;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&HA.cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_t head_thread;
+  bool heads = pthread_create(&head_thread, NULL, head_main, NULL) == 0;
   pthread_t ops_listen_thread;
   bool direct = false;
   const char *opath = env_or("JAILBOX_WORKER_OPS_SOCKET");
@@ -1835,6 +1969,12 @@ int main(int argc, char **argv) {
     struct timespec ts = {0, 10 * 1000000L};
     nanosleep(&ts, NULL);
   }
+  /* the heads the last direct ops committed, announced before the pool closes */
+  pthread_mutex_lock(&HA.lock);
+  HA.stop = true;
+  pthread_cond_signal(&HA.cond);
+  pthread_mutex_unlock(&HA.lock);
+  if (heads) pthread_join(head_thread, NULL);
   for (size_t i = 0; i < n; i++) session_free(list[i]);
   W.n_sessions = 0;
   if (ops_listen_fd >= 0) {

@@ -12,6 +12,7 @@ import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync, chmodSync,
 import { tmpdir, cpus } from 'node:os';
 import { join } from 'node:path';
 import { io } from 'socket.io-client';
+import { createConnection } from 'node:net';
 
 const env = process.env;
 const JAILBOXD = env.JAILBOXD;
@@ -135,6 +136,26 @@ async function main() {
     if (!r.result) throw new Error('ping: ' + JSON.stringify(r));
   }
   line('floor: MCP ping on the agent socket (no worker, no DB)', summary(pings));
+  // the worker alone: the same read handed straight to the worker on its ops socket
+  // (sandbox/direct.h) — shim through the walls + the op's durable record, no jailboxd
+  {
+    const sock = createConnection(join(dir, 'state/worker-0.ops'));
+    await new Promise((res, rej) => { sock.once('connect', res); sock.once('error', rej); });
+    let buf = '';
+    let waiter = null;
+    sock.on('data', (d) => { buf += d; const i = buf.indexOf('\n'); if (i >= 0 && waiter) { const l = buf.slice(0, i); buf = buf.slice(i + 1); const w = waiter; waiter = null; w(l); } });
+    const line1 = JSON.stringify({ jobId: s.jobId, tool: 'read', path: 'f4k.txt', args: {}, expect: null }) + '\n';
+    const directs = [];
+    for (let i = 0; i < Math.max(200, N_READ >> 2); i++) {
+      const t0 = process.hrtime.bigint();
+      const l = await new Promise((res) => { waiter = res; sock.write(line1); });
+      directs.push(ms(t0));
+      const a = JSON.parse(l);
+      if (!a.ran || !a.answer.ok) throw new Error('direct: ' + l.slice(0, 300));
+    }
+    line('floor: the worker alone (its ops socket: shim + record)', summary(directs));
+    sock.destroy();
+  }
   const pgbin = (spawnSync('sh', ['-c', 'ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1']).stdout || '').toString().trim();
   if (pgbin) {
     const sql = join(dir, 'insert.sql');

@@ -6,9 +6,11 @@
 # docker CLI a user would otherwise reach for: `docker exec CONTAINER cat FILE` and
 # `docker exec -i CONTAINER sh -c 'cat > FILE'`. Prints ops/s, p50 and p99 of each and the
 # ratio of the rates. Targets (issue 7): 4 KiB read p50 <= 2 ms and >= 50x the docker exec
-# rate; the same figures are printed for the 1 MiB write. Two floors of the read, measured in
-# the same minutes, say where its time goes: an MCP ping on the same agent socket (no worker,
-# no database) and one durable single-row commit on the same PostgreSQL (pgbench -c 1).
+# rate; the same figures are printed for the 1 MiB write. Three floors of the read, measured
+# in the same minutes, say where its time goes: an MCP ping on the same agent socket (no
+# worker, no database), the same read handed to the worker on its ops socket (shim through
+# the walls and the durable record, no jailboxd), and one durable single-row commit on the
+# same PostgreSQL (pgbench -c 1).
 #
 #   bench/relay/run.sh            (env: N_READ=2000 N_WRITE=200 N_EXEC=40 BUILD=build)
 #

@@ -238,6 +238,58 @@ print(n)
   console.log(`# race: ${swaps.trim()} swaps, ${reads} reads (${inside} inside), ${writes} writes`);
 });
 
+test('review: a directory swapped with a link to an excluded directory: reads and lists, recursive too, never show what it hides', { timeout: 300000 }, async () => {
+  // gVisor follows a final symlink on open(O_RDONLY|O_DIRECTORY|O_NOFOLLOW) (fileops.c
+  // open_dir_readable): a list that opened a directory so would list the link's target once
+  // the name had become a link — here an excluded directory of the same workspace, so the
+  // walls themselves would not stop it
+  const R = await openSession((d) => {
+    mkdirSync(join(d, 'swap'));
+    writeFileSync(join(d, 'swap/x'), 'inside\n');
+    mkdirSync(join(d, 'hidden'));
+    writeFileSync(join(d, 'hidden/hidden.txt'), 'HIDDEN\n');
+    symlinkSync('hidden', join(d, 'swaplink'));
+  }, { mode: 'unsupervised', exclude: ['hidden'] });
+  const agent = await connect(R.agentToken);
+  const swapper = spawn('python3', ['-c', `
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGTERM, lambda *a: (print(n, flush=True), os._exit(0)))
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+end = time.time() + 120
+n = 0
+while time.time() < end:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        sys.exit('renameat2: errno %d' % ctypes.get_errno())
+    n += 1
+print(n)
+`, join(R.dir, 'swap'), join(R.dir, 'swaplink')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let swaps = '';
+  swapper.stdout.on('data', (d) => { swaps += d; });
+  const exited = new Promise((r) => swapper.on('exit', r));
+  let ops = 0, seenInside = 0;
+  const end = Date.now() + 15000;
+  try {
+    for (let i = 0; Date.now() < end && i < 1500; i++) {
+      for (const [tool, args] of [['read', { path: 'swap/x' }], ['read', { path: 'swap/hidden.txt' }],
+                                  ['list', { path: 'swap' }], ['list', { recursive: true }]]) {
+        const r = await call(agent, tool, args);
+        ops++;
+        const text = JSON.stringify(r.result || null); // (an error repeats the path asked for)
+        assert.doesNotMatch(text, /HIDDEN|hidden\.txt/, `${tool} ${JSON.stringify(args)} showed the excluded directory: ${text.slice(0, 400)}`);
+        if (r.error) assert.ok(['denied', 'not_found', 'excluded'].includes(r.error.data.reason), JSON.stringify(r.error));
+        else if (tool === 'list' && r.result.structuredContent.entries.some((e) => e.name === 'x' || e.name === 'swap/x')) seenInside++;
+      }
+    }
+  } finally {
+    if (swapper.exitCode === null) swapper.kill('SIGTERM');
+  }
+  assert.equal(await exited, 0);
+  assert.ok(Number(swaps) > 100, 'the swapper ran: ' + swaps);
+  assert.ok(ops > 400 && seenInside > 10, `${ops} ops, ${seenInside} lists saw the directory`);
+  console.log(`# excluded-link race: ${swaps.trim()} swaps, ${ops} ops, ${seenInside} lists inside`);
+});
+
 test('the content scanner: a flagged write never reaches the disk and alerts the buyer', { timeout: 60000 }, async () => {
   const pem = '-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n';
   const e = await refused(agentA, 'write', { path: 'id_rsa', content: pem }, 'flagged');
@@ -462,6 +514,38 @@ test('reads and lists go straight to the worker, stored and audited before they 
   assert.equal(await handled('queued') - q0, 2);
   const v = await srv.req('GET', `/v1/jailbox/${D.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
+test('the heads of direct reads reach the buyer after the answers: the newest within about 100 ms, a few a second, never an older after a newer', { timeout: 120000 }, async () => {
+  const H = await openSession((d) => writeFileSync(join(d, 'h.txt'), 'head\n'), { mode: 'unsupervised' });
+  const agent = await connect(H.agentToken);
+  const buyer = await connect(H.buyerToken);
+  const heads = [];
+  buyer.on('jailbox:audit_head', (h) => heads.push({ seq: h.seq, at: Date.now(), h }));
+  await ok(agent, 'read', { path: 'h.txt' }); // the agent arrives: the session is active
+  await new Promise((r) => setTimeout(r, 300));
+  const n0 = heads.length;
+  const t0 = Date.now();
+  for (let i = 0; i < 60; i++) assert.equal((await ok(agent, 'read', { path: 'h.txt' })).content, 'head\n');
+  const tEnd = Date.now();
+  const dbHead = async () => (await srv.db.query("SELECT seq::int AS seq, encode(hash, 'hex') AS hash FROM audit_heads WHERE job_id = $1", [H.jobId])).rows[0];
+  const want = await dbHead();
+  await waitFor('the newest head announced', () => heads.some((x) => x.seq === want.seq), 5000);
+  const last = heads.find((x) => x.seq === want.seq);
+  assert.equal(last.h.hash, want.hash);
+  assert.ok(typeof last.h.signature === 'string' && last.h.signature.length === 88 && typeof last.h.keyId === 'string', JSON.stringify(last.h));
+  // the newest head came within about an interval of the last answer (slack for a slow machine)
+  assert.ok(last.at - tEnd < 1500, `the newest head came ${last.at - tEnd} ms after the last answer`);
+  // thinned: at most one an interval (plus the first), not one per read
+  const during = heads.length - n0;
+  assert.ok(during >= 1 && during <= Math.ceil((last.at - t0) / 100) + 2, `${during} heads for 60 reads in ${tEnd - t0} ms`);
+  for (let i = 1; i < heads.length; i++) assert.ok(heads[i].seq > heads[i - 1].seq, 'heads in order: ' + heads.map((x) => x.seq).join(','));
+  // every read is still its own entry, signed and chained: the chain verifies
+  const v = await srv.req('GET', `/v1/jailbox/${H.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+  assert.equal(v.json.entries, want.seq);
+  agent.close();
+  buyer.close();
 });
 
 test('the worker\'s ops socket: bad lines, writes, unknown sessions and oversized lines run nothing', { timeout: 60000 }, async () => {
