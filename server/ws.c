@@ -382,6 +382,17 @@ static void conn_send(struct conn *c, struct frame *f, bool force) {
     conn_fail(c, WS_POLICY, "send queue overflow");
     return;
   }
+  /* nothing waits before it (ours or lws's): out now, not one poll round later. This runs on
+   * the service thread; lws keeps what a partial write leaves and sends it before the
+   * writeable callback runs again (lws_send_pipe_choked stays true until then). */
+  if (!force && !c->qhead && (c->st == CS_EIO || c->st == CS_SIO) && !lws_send_pipe_choked(c->wsi)) {
+    if (lws_write(c->wsi, f->data, f->len, LWS_WRITE_RAW) < 0) { /* the peer is gone */
+      queue_clear(c);
+      c->st = CS_CLOSING;
+      lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+    }
+    return;
+  }
   struct qnode *n = malloc(sizeof *n);
   if (!n) {
     conn_fail(c, WS_POLICY, "out of memory");
