@@ -10,7 +10,8 @@
 # in the same minutes, say where its time goes: an MCP ping on the same agent socket (no
 # worker, no database), the same read handed to the worker on its ops socket (shim through
 # the walls and the durable record, no jailboxd), and one durable single-row commit on the
-# same PostgreSQL (pgbench -c 1).
+# same PostgreSQL (pgbench -c 1). Last, wake.c: what one hand-over between two processes
+# costs here when the receiver slept 0 to 2,500 µs.
 #
 #   bench/relay/run.sh            (env: N_READ=2000 N_WRITE=200 N_EXEC=40 BUILD=build)
 #
@@ -26,4 +27,9 @@ IMAGE=${IMAGE:-jailbox-sandbox:bench-relay}
 "$ROOT/deploy/start-dockerd.sh" >/dev/null
 "$ROOT/deploy/sandbox-image/build.sh" --shim "$BUILD/jailbox-shim" --tag "$IMAGE" \
   --extra /usr/bin/cat --extra "$(readlink -f /bin/sh):/bin/sh" >/dev/null
-JAILBOXD=$BUILD/jailboxd IMAGE=$IMAGE exec node bench.mjs
+JAILBOXD=$BUILD/jailboxd IMAGE=$IMAGE node bench.mjs
+# what the machine charges for waking a process that slept (wake.c): most of a read's
+# hand-overs wake one that slept for more than a few hundred µs
+WAKE=$(mktemp -d)
+trap 'rm -rf "$WAKE"' EXIT
+cc -O2 -o "$WAKE/wake" wake.c && "$WAKE/wake"
