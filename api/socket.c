@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +126,10 @@ static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, cons
                          json_object_get(sess, "auditHead"), "previous", "actor", "system",
                          "snapshot", 1)
              : NULL;
-    if (ev) jb_ws_emit(ws, peer->conn, "jailbox:state", ev);
+    /* its audit head counts as handed: no older jailbox:audit_head after it (on_bus) */
+    json_t *hs = json_object_get(json_object_get(sess, "auditHead"), "seq");
+    if (ev)
+      jb_ws_emit_seq(ws, peer->conn, "jailbox:state", ev, json_is_integer(hs) ? json_integer_value(hs) : 0);
     /* the pre-scan, once the worker has made it (it is part of the session contract) */
     json_t *pre = json_object_get(json_object_get(sess, "walls"), "prescan");
     if (peer->role == JB_ROLE_BUYER && json_is_object(pre))
@@ -466,45 +468,18 @@ static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *pe
 
 /* Bus subscriber: buyers get every event of their session; agents get state changes (which
  * carry pause and resume) and jailbox:abort. An abort is also announced as jailbox:abort. */
-/* The newest audit head handed to each session's sockets, so that none is handed one older
- * than it already has: heads reach this process from several writers over two transports
- * (NOTIFY jb_event, Redis), and the worker announces the heads of direct reads a little after
- * they commit (sandbox/worker.c), so one may arrive after a newer one. A session whose slot
- * another took over is only unguarded against one late head. */
-#define HEAD_SEEN_SLOTS 1024
-static struct {
-  pthread_mutex_t lock;
-  struct {
-    char job[129];
-    long long seq;
-  } slot[HEAD_SEEN_SLOTS];
-} head_seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* Whether head `seq` of `job` is newer than every head handed out for it (and now the newest). */
-static bool head_is_new(const char *job, long long seq) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)job; *p; p++) h = (h ^ *p) * 16777619u;
-  size_t i = h % HEAD_SEEN_SLOTS;
-  pthread_mutex_lock(&head_seen.lock);
-  bool same = strcmp(head_seen.slot[i].job, job) == 0, fresh = !same || seq > head_seen.slot[i].seq;
-  if (fresh) {
-    snprintf(head_seen.slot[i].job, sizeof head_seen.slot[i].job, "%s", job);
-    head_seen.slot[i].seq = seq;
-  }
-  pthread_mutex_unlock(&head_seen.lock);
-  return fresh;
-}
-
 static void on_bus(void *ctx, const char *job_id, const char *event, json_t *payload) {
   struct jb_socket *s = ctx;
-  if (strcmp(event, "jailbox:audit_head") == 0 && json_is_integer(json_object_get(payload, "seq")) &&
-      !head_is_new(job_id, json_integer_value(json_object_get(payload, "seq"))))
-    return;
   pthread_rwlock_rdlock(&s->lock);
   if (s->ws) {
     bool agent = strcmp(event, "jailbox:state") == 0 || strcmp(event, "jailbox:abort") == 0;
-    jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
-                    json_incref(payload));
+    /* audit heads reach this process from several writers over two transports, and the
+     * worker announces the heads of direct reads a little after they commit
+     * (sandbox/worker.c): numbered by seq, no socket is handed one older than it has
+     * (the snapshot's head counts, send_snapshot), nor one twice */
+    json_t *seq = strcmp(event, "jailbox:audit_head") == 0 ? json_object_get(payload, "seq") : NULL;
+    jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
+                        json_incref(payload), json_is_integer(seq) ? json_integer_value(seq) : 0);
     const char *st = json_string_value(json_object_get(payload, "state"));
     if (strcmp(event, "jailbox:state") == 0 && st && strcmp(st, "aborted") == 0)
       jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | JB_ROLE_AGENT, "jailbox:abort",

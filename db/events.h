@@ -38,8 +38,8 @@ int jb_event_parse(const char *text, json_t **doc, const char **job, const char 
  * transaction (`c` idle): the event goes out at once. *seq receives the newest head's seq (0:
  * no entry yet, or no such session); nothing is sent when it is not over `after`. Two
  * statements: a head committed between them is announced by its own writer or by the next
- * call, and may reach a listener before this one (the sockets keep heads in order,
- * api/socket.c). JB_OK, or JB_ERR_FAIL with `err`. */
+ * call, and may reach a listener before this one (each socket is handed heads in order,
+ * server/ws.h jb_ws_broadcast_seq). JB_OK, or JB_ERR_FAIL with `err`. */
 int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq, jb_error *err);
 
 #endif

@@ -132,6 +132,7 @@ struct item {
   enum item_kind kind;
   uint64_t conn;
   unsigned roles;
+  long long seq; /* IT_SEND, IT_ROOM: the number of a numbered event (jb_ws_broadcast_seq); 0: none */
   struct frame *f;
   char room[129];
 };
@@ -182,6 +183,7 @@ struct conn {
   bool drain_close; /* draining: close once the handler calls in flight have answered */
   int inflight;
   bool end_pending; /* jb_ws_disconnect_room: DISCONNECT once no handler call is in flight */
+  long long seq; /* the highest number of the numbered events handed to it (jb_ws_broadcast_seq) */
   char sid[24];
   char addr[64];
   /* upgrade request */
@@ -525,7 +527,7 @@ static int post(struct jb_ws *ws, struct item *it, bool droppable) {
 }
 
 static int post_frame(struct jb_ws *ws, enum item_kind kind, uint64_t conn, const char *room,
-                      unsigned roles, struct frame *f) {
+                      unsigned roles, struct frame *f, long long seq) {
   struct item *it = calloc(1, sizeof *it);
   if (!it) {
     frame_unref(f);
@@ -534,22 +536,32 @@ static int post_frame(struct jb_ws *ws, enum item_kind kind, uint64_t conn, cons
   it->kind = kind;
   it->conn = conn;
   it->roles = roles;
+  it->seq = seq > 0 ? seq : 0;
   it->f = f;
   if (room) snprintf(it->room, sizeof it->room, "%s", room);
   return post(ws, it, kind == IT_SEND || kind == IT_ROOM);
 }
 
 int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload) {
+  return jb_ws_emit_seq(ws, conn, event, payload, 0);
+}
+
+int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload, long long seq) {
   struct frame *f = frame_event(event, payload);
   if (!f) return -1;
-  return post_frame(ws, IT_SEND, conn, NULL, 0, f);
+  return post_frame(ws, IT_SEND, conn, NULL, 0, f, seq);
 }
 
 int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
                     json_t *payload) {
+  return jb_ws_broadcast_seq(ws, room, roles, event, payload, 0);
+}
+
+int jb_ws_broadcast_seq(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
+                        json_t *payload, long long seq) {
   struct frame *f = frame_event(event, payload);
   if (!f) return -1;
-  return post_frame(ws, IT_ROOM, 0, room, roles, f);
+  return post_frame(ws, IT_ROOM, 0, room, roles, f, seq);
 }
 
 int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles) {
@@ -647,7 +659,12 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     struct room *r = room_find(ws, it->room);
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
       next = c->r_next; /* conn_send may close c and unlink it */
-      if (c->st == CS_SIO && (c->role & it->roles)) conn_send(c, it->f, false);
+      if (c->st != CS_SIO || !(c->role & it->roles)) continue;
+      if (it->seq) { /* numbered: none at or below what the socket has */
+        if (it->seq <= c->seq) continue;
+        c->seq = it->seq;
+      }
+      conn_send(c, it->f, false);
     }
     return;
   }
@@ -655,7 +672,9 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
   if (!c) return;
   switch (it->kind) {
   case IT_SEND:
-    if (c->st == CS_SIO) conn_send(c, it->f, false);
+    if (c->st != CS_SIO) break;
+    if (it->seq - 1 > c->seq) c->seq = it->seq - 1; /* it tells seq: none below it after it */
+    conn_send(c, it->f, false);
     break;
   case IT_ACCEPT: {
     c->connect_pending = false;
@@ -755,10 +774,10 @@ static void run_job(struct jb_ws *ws, struct job *j) {
       json_t *o = json_pack("{s:s}", "message", res.message[0] ? res.message : "refused");
       char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
       json_decref(o);
-      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_text("44", s));
+      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_text("44", s), 0);
       free(s);
     }
-    post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL);
+    post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL, 0);
     return;
   }
   json_t *reply = ws->h.event(ws->h.ctx, ws, &j->peer, j->name, j->data, j->ack >= 0);
@@ -771,7 +790,7 @@ static void run_job(struct jb_ws *ws, struct job *j) {
     free(s);
   }
   json_decref(reply);
-  post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f);
+  post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f, 0);
 }
 
 static void *worker_main(void *arg) {

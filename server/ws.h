@@ -114,6 +114,21 @@ int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *paylo
 int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
                     json_t *payload);
 
+/* jb_ws_broadcast for one event of a numbered stream — at most one per connection, numbered
+ * `seq` (> 0) in the order its events were made, which may be published out of that order
+ * (several writers, threads, transports): a socket is handed none numbered at or below the
+ * highest it was already handed (jb_ws_emit_seq too), so never an older after a newer, nor
+ * one twice. Decided on the service thread in the order the calls queued their frames, per
+ * socket. seq <= 0: as jb_ws_broadcast. `payload` is stolen. Returns 0 or -1. */
+int jb_ws_broadcast_seq(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
+                        json_t *payload, long long seq);
+
+/* jb_ws_emit of an event that tells the connection where its numbered stream is (a snapshot
+ * that carries number `seq`): sent as jb_ws_emit, after which jb_ws_broadcast_seq hands the
+ * connection none numbered below `seq` (the event numbered `seq` itself still goes: it may
+ * carry more than the snapshot). seq <= 0: as jb_ws_emit. `payload` is stolen. 0 or -1. */
+int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload, long long seq);
+
 /* Ends the Socket.IO session of every socket of `room` whose role has a bit in `roles`: a
  * DISCONNECT packet (the client does not reconnect by itself), then close 1000. Queued after
  * what was sent to them before, so they get it first. Returns 0 or -1. */

@@ -328,6 +328,60 @@ test('buyer receives the pending approval on connect and approves it over the so
   b.close();
 });
 
+test('review: a late audit head is never handed after a newer one, whatever other sessions do (no shared slot lets one through)', async () => {
+  // jailboxd hands a buyer no head older than one it already has (api/audit.md): the worker
+  // announces the heads of direct reads late. The guard must hold per session, not per slot
+  // of a table shared with other sessions (a 1,024-slot FNV-1a table made a session whose
+  // slot another session's head had taken unguarded).
+  const fnv = (s) => {
+    let h = 0x811c9dc5;
+    for (const c of Buffer.from(s)) h = Math.imul(h ^ c, 16777619) >>> 0;
+    return h;
+  };
+  const a = 'heads-a-' + randomBytes(4).toString('hex');
+  let b = '';
+  for (let i = 0; !b; i++) if (fnv(`heads-b-${a}-${i}`) % 1024 === fnv(a) % 1024) b = `heads-b-${a}-${i}`;
+  const A = await srv.open({ jobId: a });
+  await srv.open({ jobId: b });
+  await srv.setState(a, 'active');
+  const buyer = await connect(A.buyerToken);
+  await waitEvent(buyer, 'jailbox:state', (p) => p.snapshot);
+  // heads as writers NOTIFY them (db/events.c), in this order: A's 1000, B's 1, A's late 999, A's 1001
+  const notify = (job, seq) => srv.db.query("SELECT pg_notify('jb_event', $1)", [JSON.stringify({
+    job, event: 'jailbox:audit_head', payload: { seq, hash: '00'.repeat(32), signature: 'AA==', keyId: 'k' } })]);
+  await notify(a, 1000);
+  await notify(b, 1);
+  await notify(a, 999);
+  await notify(a, 1001);
+  await waitEvent(buyer, 'jailbox:audit_head', (h) => h.seq === 1001);
+  const seqs = buyer.events.filter((e) => e.event === 'jailbox:audit_head').map((e) => e.payload.seq);
+  assert.deepEqual(seqs, [1000, 1001], 'heads handed to the buyer: ' + seqs.join(','));
+  buyer.close();
+  // the head of the snapshot a socket gets on connect counts too: no older one after it (the
+  // head itself may still come, signed)
+  const c = 'heads-c-' + randomBytes(4).toString('hex');
+  let d = '';
+  for (let i = 0; !d; i++) if (fnv(`heads-d-${c}-${i}`) % 1024 === fnv(c) % 1024) d = `heads-d-${c}-${i}`;
+  const C = await srv.open({ jobId: c });
+  await srv.open({ jobId: d });
+  await srv.setState(c, 'active');
+  for (const step of ['pause', 'resume'])
+    assert.equal((await srv.req('POST', `/v1/jailbox/${c}/${step}`, { token: C.buyerToken })).status, 200);
+  const n = (await srv.db.query('SELECT seq::int AS seq FROM audit_heads WHERE job_id = $1', [c])).rows[0].seq;
+  assert.ok(n >= 3, 'head ' + n);
+  await notify(d, 1);
+  const buyer2 = await connect(C.buyerToken);
+  const snap = await waitEvent(buyer2, 'jailbox:state', (p) => p.snapshot);
+  assert.equal(snap.auditHead.seq, n);
+  await notify(c, n - 1);
+  await notify(c, n);
+  await notify(c, n + 1);
+  await waitEvent(buyer2, 'jailbox:audit_head', (h) => h.seq === n + 1);
+  const seqs2 = buyer2.events.filter((e) => e.event === 'jailbox:audit_head').map((e) => e.payload.seq);
+  assert.deepEqual(seqs2, [n, n + 1], 'heads handed after a snapshot at ' + n + ': ' + seqs2.join(','));
+  buyer2.close();
+});
+
 test('pause and resume reach the agent; illegal transitions answer invalid_state', async () => {
   const s = await srv.open();
   const agent = await connect(s.agentToken);
