@@ -39,6 +39,7 @@
 #include "db/sessions.h"
 #include "sandbox/direct.h"
 #include "sandbox/explain.h"
+#include "sandbox/head_announce.h"
 #include "sandbox/shim_proto.h"
 #include "sandbox/walls.h"
 #include "db/audit_store.h"
@@ -1302,26 +1303,18 @@ static int control_open(const char *path, jb_error *err) {
 
 /* A read, list or stat handed straight to this worker commits its audit entry without a
  * NOTIFY (db/ops.h jb_db_op_direct_store): its head is announced here, on this thread's
- * own time, after the answer has gone — at once when the session's head was last announced
- * HEAD_ANNOUNCE_MS or more ago, else when that much time has passed, then the newest head
- * committed by then. An agent reading in a loop thus costs its buyers one announcement per
- * interval, not one per read; a head is never more than about an interval late, and the
+ * own time, after the answer has gone — at most one announcement per session every
+ * HEAD_ANNOUNCE_MS, the newest head, the session waiting longest first (head_announce.h). An
+ * agent reading in a loop thus costs its buyers one announcement per interval, not one per
+ * read; a head is never more than about an interval late while the thread keeps up, and the
  * newest is always announced. What stops the worker is announced before it exits. */
 #define HEAD_ANNOUNCE_MS 100
-#define HEAD_SLOTS 1024 /* sessions remembered; the one announced longest ago makes room */
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  struct head_slot {
-    char job[129];
-    long long seq;       /* newest head committed here */
-    long long announced; /* newest head announced */
-    long long last_ms;   /* when it was last announced (monotonic) */
-    bool pending;
-  } slot[HEAD_SLOTS];
-  size_t n;
+  struct jb_head_schedule sched;
   bool stop;
-} HA = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} HA = {.lock = PTHREAD_MUTEX_INITIALIZER, .sched = {.interval_ms = HEAD_ANNOUNCE_MS}};
 
 static long long mono_ms(void) {
   struct timespec ts;
@@ -1329,31 +1322,10 @@ static long long mono_ms(void) {
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The slot of `job`, made when missing (HA.lock held); NULL when every slot waits. */
-static struct head_slot *head_slot(const char *job, bool make) {
-  for (size_t i = 0; i < HA.n; i++)
-    if (!strcmp(HA.slot[i].job, job)) return &HA.slot[i];
-  if (!make) return NULL;
-  struct head_slot *h = NULL;
-  if (HA.n < HEAD_SLOTS) {
-    h = &HA.slot[HA.n++];
-  } else {
-    for (size_t i = 0; i < HA.n; i++)
-      if (!HA.slot[i].pending && (!h || HA.slot[i].last_ms < h->last_ms)) h = &HA.slot[i];
-    if (!h) return NULL;
-  }
-  *h = (struct head_slot){.last_ms = mono_ms() - HEAD_ANNOUNCE_MS};
-  snprintf(h->job, sizeof h->job, "%s", job);
-  return h;
-}
-
 /* Head `seq` of `job` was committed without an announcement. */
 static void head_committed(const char *job, long long seq) {
   pthread_mutex_lock(&HA.lock);
-  struct head_slot *h = head_slot(job, true);
-  if (h) {
-    if (seq > h->seq) h->seq = seq;
-    h->pending = true;
+  if (jb_head_committed(&HA.sched, job, seq, mono_ms()) == 0) {
     pthread_cond_signal(&HA.cond);
   } else { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
     slog(JB_LOG_WARN, job, "audit head not announced: too many sessions waiting", NULL);
@@ -1374,19 +1346,14 @@ static void *head_main(void *arg) {
   (void)arg;
   pthread_mutex_lock(&HA.lock);
   for (;;) {
-    long long now = mono_ms(), next = now + 1000;
-    struct head_slot *due = NULL;
-    for (size_t i = 0; i < HA.n && !due; i++) {
-      struct head_slot *h = &HA.slot[i];
-      if (!h->pending) continue;
-      if (HA.stop || h->last_ms + HEAD_ANNOUNCE_MS <= now) due = h;
-      else if (h->last_ms + HEAD_ANNOUNCE_MS < next) next = h->last_ms + HEAD_ANNOUNCE_MS;
-    }
-    if (!due) {
+    long long now = mono_ms(), wake;
+    char job[129];
+    struct announce_args x = {.job = job};
+    if (!jb_head_next(&HA.sched, now, HA.stop, job, &x.after, &wake)) {
       if (HA.stop) break;
       struct timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
-      long long wait = next - now;
+      long long wait = wake - now;
       ts.tv_sec += wait / 1000;
       ts.tv_nsec += (wait % 1000) * 1000000L;
       if (ts.tv_nsec >= 1000000000L) {
@@ -1396,22 +1363,16 @@ static void *head_main(void *arg) {
       pthread_cond_timedwait(&HA.cond, &HA.lock, &ts);
       continue;
     }
-    char job[129];
-    snprintf(job, sizeof job, "%s", due->job);
-    struct announce_args x = {.job = job, .after = due->announced};
-    due->pending = false;
-    due->last_ms = now;
     pthread_mutex_unlock(&HA.lock);
     jb_error err = {0};
     int rc = with_conn(announce_fn, &x, &err);
     pthread_mutex_lock(&HA.lock);
-    struct head_slot *h = head_slot(job, false);
-    if (rc == JB_OK && h && x.seq > h->announced) h->announced = x.seq;
-    if (rc != JB_OK) {
-      slog(JB_LOG_WARN, job, "audit head not announced", "error", err.msg, NULL);
-      /* again after an interval; when stopping, given up (the head is in the database) */
-      if (h && !HA.stop) h->pending = true;
-    }
+    if (rc != JB_OK)
+      slog(JB_LOG_WARN, job, HA.stop ? "audit head not announced: given up, the worker stops" : "audit head not announced",
+           "error", err.msg, NULL);
+    /* failed: again after an interval; when stopping, given up with the rest (the heads are
+     * in the database) */
+    jb_head_done(&HA.sched, job, rc == JB_OK, x.seq, HA.stop);
   }
   pthread_mutex_unlock(&HA.lock);
   return NULL;
