@@ -65,7 +65,7 @@ int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, lo
   *seq = 0;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c,
-                           "SELECT h.seq, encode(h.hash, 'hex'), encode(e.signature, 'hex'), e.key_id"
+                           "SELECT h.seq, encode(e.hash, 'hex'), encode(e.signature, 'hex'), e.key_id"
                            "  FROM audit_heads h JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
                            " WHERE h.job_id = $1",
                            1, p, PGRES_TUPLES_OK, NULL, err, "read audit head");

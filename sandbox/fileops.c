@@ -816,7 +816,20 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       continue;
     }
     bool inside = false, leads_out = false;
-    if (S_ISLNK(st.st_mode)) inside = strlen(relp) <= JB_PATH_MAX && resolves_inside(relp, &leads_out);
+    char target[JB_PATH_MAX + 1];
+    if (S_ISLNK(st.st_mode)) {
+      /* the target shown is the one judged: its text is read once, then resolved from this
+       * directory — a link swapped meanwhile for one into an excluded directory is judged
+       * on (and shows) what was read, never the newer text */
+      ssize_t tl = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
+      if (tl > 0) {
+        target[tl] = '\0';
+        char tp[2 * JB_PATH_MAX + 2];
+        int n = snprintf(tp, sizeof tp, "%s%s%s", rel, rel[0] ? "/" : "", target);
+        if (target[0] == '/') leads_out = true; /* absolute targets never stay inside */
+        else inside = n > 0 && n <= JB_PATH_MAX && resolves_inside(tp, &leads_out);
+      }
+    }
     if ((S_ISREG(st.st_mode) && st.st_nlink > 1) || leads_out ||
         !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
       free(name);
@@ -825,11 +838,7 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
     }
     json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", type_name(st.st_mode), "size",
                             (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
-    if (inside) {
-      char target[JB_PATH_MAX + 1];
-      ssize_t tl = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
-      if (tl > 0) json_object_set_new(ent, "target", json_stringn(target, (size_t)tl));
-    }
+    if (inside) json_object_set_new(ent, "target", json_string(target));
     json_array_append_new(l->entries, ent);
     l->count++;
     if (recursive && S_ISDIR(st.st_mode) && depth < LIST_DEPTH && strlen(relp) < JB_PATH_MAX) {

@@ -1847,10 +1847,13 @@ int main(int argc, char **argv) {
   pthread_condattr_destroy(&ca);
   pthread_t head_thread;
   bool heads = pthread_create(&head_thread, NULL, head_main, NULL) == 0;
+  /* without it the heads of direct reads would never be announced: no ops socket then, and
+   * jailboxd sends every op the queued way */
+  if (!heads) slog(JB_LOG_ERROR, NULL, "cannot start the audit-head thread: no ops socket", NULL);
   pthread_t ops_listen_thread;
   bool direct = false;
   const char *opath = env_or("JAILBOX_WORKER_OPS_SOCKET");
-  if (opath[0]) {
+  if (opath[0] && heads) {
     ops_listen_fd = unix_listen(opath, "JAILBOX_WORKER_OPS_SOCKET", &err);
     if (ops_listen_fd < 0) slog(JB_LOG_ERROR, NULL, err.msg, "phase", "ops socket", NULL);
     else direct = pthread_create(&ops_listen_thread, NULL, ops_listen_main, NULL) == 0;

@@ -279,6 +279,12 @@ print(n)
         assert.doesNotMatch(text, /HIDDEN|hidden\.txt/, `${tool} ${JSON.stringify(args)} showed the excluded directory: ${text.slice(0, 400)}`);
         if (r.error) assert.ok(['denied', 'not_found', 'excluded'].includes(r.error.data.reason), JSON.stringify(r.error));
         else if (tool === 'list' && r.result.structuredContent.entries.some((e) => e.name === 'x' || e.name === 'swap/x')) seenInside++;
+        // a link is shown with its target only when that target was judged inside and not
+        // excluded: never the text of a link into the excluded directory
+        if (tool === 'list' && r.result) {
+          const bad = r.result.structuredContent.entries.find((e) => typeof e.target === 'string' && /^hidden/.test(e.target));
+          assert.equal(bad, undefined, 'a listed link shows a target in the excluded directory: ' + JSON.stringify(bad));
+        }
       }
     }
   } finally {
