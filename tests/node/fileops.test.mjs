@@ -183,6 +183,31 @@ test('symlinks that leave, dangling links, loops, hard links, fifos, exclusions 
   assert.equal(part.eof, true);
 });
 
+// Exchanges the names `a` and `b` (renameat2 RENAME_EXCHANGE) from the host as fast as it can,
+// for at most 120 s: stop() ends it, `exited` gives its exit code, swaps() how many it made.
+function startSwapper(a, b) {
+  const p = spawn('python3', ['-c', `
+import ctypes, os, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGTERM, lambda *a: (print(n, flush=True), os._exit(0)))
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+end = time.time() + 120
+n = 0
+while time.time() < end:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        sys.exit('renameat2: errno %d' % ctypes.get_errno())
+    n += 1
+print(n)
+`, a, b], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  p.stdout.on('data', (d) => { out += d; });
+  return {
+    exited: new Promise((r) => p.on('exit', r)),
+    stop() { if (p.exitCode === null) p.kill('SIGTERM'); },
+    swaps: () => out.trim(),
+  };
+}
+
 test('a symlink-exchange race (cf. CVE-2018-15664): reads and writes through a name swapped with a link to outside never leave', { timeout: 300000 }, async () => {
   const race = join(srv.dir, 'race-outside');
   mkdirSync(race);
@@ -194,22 +219,7 @@ test('a symlink-exchange race (cf. CVE-2018-15664): reads and writes through a n
   }, { mode: 'unsupervised' });
   const agent = await connect(R.agentToken);
   // the host side: exchange the directory and the link as fast as it can
-  const swapper = spawn('python3', ['-c', `
-import ctypes, os, signal, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-signal.signal(signal.SIGTERM, lambda *a: (print(n, flush=True), os._exit(0)))
-a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
-end = time.time() + float(sys.argv[3])
-n = 0
-while time.time() < end:
-    if libc.renameat2(-100, a, -100, b, 2) != 0:
-        sys.exit('renameat2: errno %d' % ctypes.get_errno())
-    n += 1
-print(n)
-`, join(R.dir, 'swap'), join(R.dir, 'swaplink'), '120'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let swaps = '';
-  swapper.stdout.on('data', (d) => { swaps += d; });
-  const exited = new Promise((r) => swapper.on('exit', r));
+  const swapper = startSwapper(join(R.dir, 'swap'), join(R.dir, 'swaplink'));
   let reads = 0, writes = 0, inside = 0;
   const end = Date.now() + 15000;
   try {
@@ -227,9 +237,10 @@ print(n)
     if (w.error) assert.ok(['denied', 'not_found'].includes(w.error.data.reason), JSON.stringify(w.error));
   }
   } finally {
-    if (swapper.exitCode === null) swapper.kill('SIGTERM');
+    swapper.stop();
   }
-  assert.equal(await exited, 0);
+  assert.equal(await swapper.exited, 0);
+  const swaps = swapper.swaps();
   assert.ok(Number(swaps) > 100, 'the swapper ran: ' + swaps);
   assert.ok(reads > 100 && writes > 100, `${reads} reads, ${writes} writes`);
   // nothing outside was read (checked above), created or changed
@@ -251,22 +262,7 @@ test('review: a directory swapped with a link to an excluded directory: reads an
     symlinkSync('hidden', join(d, 'swaplink'));
   }, { mode: 'unsupervised', exclude: ['hidden'] });
   const agent = await connect(R.agentToken);
-  const swapper = spawn('python3', ['-c', `
-import ctypes, os, signal, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-signal.signal(signal.SIGTERM, lambda *a: (print(n, flush=True), os._exit(0)))
-a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
-end = time.time() + 120
-n = 0
-while time.time() < end:
-    if libc.renameat2(-100, a, -100, b, 2) != 0:
-        sys.exit('renameat2: errno %d' % ctypes.get_errno())
-    n += 1
-print(n)
-`, join(R.dir, 'swap'), join(R.dir, 'swaplink')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  let swaps = '';
-  swapper.stdout.on('data', (d) => { swaps += d; });
-  const exited = new Promise((r) => swapper.on('exit', r));
+  const swapper = startSwapper(join(R.dir, 'swap'), join(R.dir, 'swaplink'));
   let ops = 0, seenInside = 0;
   const end = Date.now() + 15000;
   try {
@@ -288,9 +284,10 @@ print(n)
       }
     }
   } finally {
-    if (swapper.exitCode === null) swapper.kill('SIGTERM');
+    swapper.stop();
   }
-  assert.equal(await exited, 0);
+  assert.equal(await swapper.exited, 0);
+  const swaps = swapper.swaps();
   assert.ok(Number(swaps) > 100, 'the swapper ran: ' + swaps);
   assert.ok(ops > 400 && seenInside > 10, `${ops} ops, ${seenInside} lists saw the directory`);
   console.log(`# excluded-link race: ${swaps.trim()} swaps, ${ops} ops, ${seenInside} lists inside`);
