@@ -31,6 +31,7 @@ int jb_head_committed(struct jb_head_schedule *s, const char *job, long long seq
     snprintf(h->job, sizeof h->job, "%s", job);
   }
   if (seq > h->seq) h->seq = seq;
+  if (h->pending) return 1;
   h->pending = true;
   return 0;
 }

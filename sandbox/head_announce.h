@@ -30,9 +30,11 @@ struct jb_head_schedule {
 /* Empties `s`; at most one announcement per session every `interval_ms` ms. */
 void jb_head_schedule_init(struct jb_head_schedule *s, long long interval_ms);
 
-/* Head `seq` of session `job` was committed without an announcement, at `now_ms`. 0, or -1
- * when every slot holds a session still waiting (nothing is recorded: the announcer is far
- * behind). */
+/* Head `seq` of session `job` was committed without an announcement, at `now_ms`. 0 when the
+ * session now waits and did not before (the announcer must be woken: the time it sleeps to
+ * does not count this session), 1 when it was already waiting (its time is counted: no wake —
+ * a read loop would otherwise wake the announcer at every read), or -1 when every slot holds
+ * a session still waiting (nothing is recorded: the announcer is far behind). */
 int jb_head_committed(struct jb_head_schedule *s, const char *job, long long seq, long long now_ms);
 
 /* The announcement to make at `now_ms`: true with `job` (129 bytes) and *after (the newest head

@@ -1325,9 +1325,10 @@ static long long mono_ms(void) {
 /* Head `seq` of `job` was committed without an announcement. */
 static void head_committed(const char *job, long long seq) {
   pthread_mutex_lock(&HA.lock);
-  if (jb_head_committed(&HA.sched, job, seq, mono_ms()) == 0) {
+  int rc = jb_head_committed(&HA.sched, job, seq, mono_ms());
+  if (rc == 0) {
     pthread_cond_signal(&HA.cond);
-  } else { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
+  } else if (rc < 0) { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
     slog(JB_LOG_WARN, job, "audit head not announced: too many sessions waiting", NULL);
   }
   pthread_mutex_unlock(&HA.lock);

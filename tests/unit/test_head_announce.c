@@ -35,7 +35,7 @@ static void once_an_interval_the_newest(void **state) {
   jb_head_done(s, "job-a", true, 5, false);
   /* more heads within the interval: one announcement when it is up, after head 5 */
   assert_int_equal(jb_head_committed(s, "job-a", 6, 10), 0);
-  assert_int_equal(jb_head_committed(s, "job-a", 7, 20), 0);
+  assert_int_equal(jb_head_committed(s, "job-a", 7, 20), 1); /* already waiting: no wake */
   assert_false(jb_head_next(s, 30, false, job, &after, &wake));
   assert_int_equal(wake, 100);
   assert_true(jb_head_next(s, 100, false, job, &after, &wake));
@@ -67,7 +67,7 @@ static void none_starves(void **state) {
     for (int i = 0; i < N; i++) { /* every session committed a head since the last turn */
       char name[16];
       snprintf(name, sizeof name, "job-%d", i);
-      assert_int_equal(jb_head_committed(s, name, ++seq, now), 0);
+      assert_in_range(jb_head_committed(s, name, ++seq, now), 0, 1);
     }
     long long after, wake;
     if (!jb_head_next(s, now, false, job, &after, &wake)) {
@@ -124,7 +124,7 @@ static void slots(void **state) {
     assert_int_equal(jb_head_committed(s, name, 1, i), 0);
   }
   assert_int_equal(jb_head_committed(s, "job-new", 1, 2000), -1);
-  assert_int_equal(jb_head_committed(s, "job-7", 2, 2000), 0); /* a known one still counts */
+  assert_int_equal(jb_head_committed(s, "job-7", 2, 2000), 1); /* a known one still counts */
   assert_true(jb_head_next(s, 2000, false, job, &after, &wake));
   assert_string_equal(job, "job-0"); /* made due first */
   jb_head_done(s, job, true, 1, false);
