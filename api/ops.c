@@ -401,6 +401,20 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
   }
 }
 
+/* The ops socket of the worker that holds session `sess` (its contract's "worker") when that
+ * worker is one of this process's (sandbox/supervise.h), else NULL. */
+static const char *worker_socket(struct jb_app *app, const json_t *sess) {
+  const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
+  return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
+}
+
+/* The direct hand-over's request (sandbox/direct.h; new): `sargs`, `expect` borrowed. */
+static json_t *direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
+                              json_t *expect) {
+  return json_pack("{s:s,s:s,s:s,s:O,s:O?}", "jobId", job, "tool", tool, "path", path, "args",
+                   sargs, "expect", expect);
+}
+
 /* Hands op `tool` on `path` with the shim's arguments `sargs` (borrowed) straight to the
  * worker that holds `job` (its contract's "worker", `sess` borrowed) when that worker is one
  * of this process's (sandbox/direct.h); `expect` (borrowed, NULL: none) is checked against the
@@ -412,11 +426,9 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
  * there is harmless). */
 static json_t *try_direct(struct jb_app *app, PGconn **cp, const json_t *sess, const char *job,
                           const char *tool, const char *path, json_t *sargs, json_t *expect) {
-  const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
-  const char *sock = jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
+  const char *sock = worker_socket(app, sess);
   if (!sock) return NULL;
-  json_t *req = json_pack("{s:s,s:s,s:s,s:O,s:O?}", "jobId", job, "tool", tool, "path", path,
-                          "args", sargs, "expect", expect);
+  json_t *req = direct_request(job, tool, path, sargs, expect);
   if (!req) return NULL;
   jb_error err = {0};
   /* the database connection is not needed while the worker works: back to the pool, and
@@ -507,6 +519,63 @@ void jb_op_session_changed(const char *job_id) {
   if (job_id) sess_cache_put(job_id, NULL, 0);
 }
 
+enum args_check { ARGS_OK, ARGS_PATH_TYPE, ARGS_PATH_MISSING, ARGS_UNKNOWN };
+
+/* Checks the names of a tool call's arguments and its path argument: *path (borrowed from
+ * `args`; "." when a list has none) and *plen its length in bytes; *bad_key the first unknown
+ * argument. */
+static enum args_check check_args(const char *tool, json_t *args, const char **path, size_t *plen,
+                                  const char **bad_key) {
+  bool is_write = !strcmp(tool, "write"), is_list = !strcmp(tool, "list");
+  json_t *jp = json_object_get(args, "path");
+  if (jp && !json_is_string(jp)) return ARGS_PATH_TYPE;
+  if (!jp && !is_list) return ARGS_PATH_MISSING;
+  *path = jp ? json_string_value(jp) : ".";
+  *plen = jp ? json_string_length(jp) : 1;
+  static const char *const allowed_read[] = {"path", "offset", "length", NULL};
+  static const char *const allowed_write[] = {"path", "content", "encoding", NULL};
+  static const char *const allowed_list[] = {"path", "recursive", NULL};
+  const char *const *allowed = is_write ? allowed_write : is_list ? allowed_list : allowed_read;
+  const char *key;
+  json_t *v;
+  json_object_foreach(args, key, v) {
+    bool ok = false;
+    for (size_t i = 0; allowed[i]; i++) ok = ok || !strcmp(key, allowed[i]);
+    if (!ok) {
+      *bad_key = key;
+      return ARGS_UNKNOWN;
+    }
+  }
+  return ARGS_OK;
+}
+
+/* The shim's arguments of a tool call (new): `args` without the path, and the session's
+ * exclusions (borrowed) when it has any — the shim checks them again on the path it resolves:
+ * a symlink must not lead around them. */
+static json_t *shim_args(json_t *args, json_t *exclude) {
+  json_t *sargs = json_deep_copy(args);
+  json_object_del(sargs, "path");
+  if (json_array_size(exclude) > 0) json_object_set(sargs, "exclude", exclude);
+  return sargs;
+}
+
+/* What a direct op is decided on, for the worker to check against the session (new). */
+static json_t *direct_expect(json_t *sess, json_t *exclude, json_t *flagged) {
+  return json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                   "flagged", flagged ? json_incref(flagged) : json_array());
+}
+
+/* The MCP result of a read or list that ran (`ans` {ok, result | error}, borrowed): new, or
+ * NULL with `e` set when the shim refused it. A list's entries are filtered by the session's
+ * exclusions and pre-scan flags (borrowed). */
+static json_t *answer_result(const char *tool, const char *path, json_t *ans, json_t *exclude,
+                             json_t *flagged, struct jb_mcp_error *e) {
+  if (!json_is_true(json_object_get(ans, "ok"))) return shim_error(e, json_object_get(ans, "error"));
+  json_t *r = json_object_get(ans, "result");
+  if (!strcmp(tool, "list")) filter_list(r, path, exclude, flagged);
+  return tool_result(tool, r);
+}
+
 /* One tool call; `fresh`: read the session from the database, not from sess_cache. *stale is
  * set (and nothing done) when the cached copy no longer held at the insert. */
 static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, json_t *args,
@@ -528,21 +597,17 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
 
   /* arguments */
   bool is_write = !strcmp(tool, "write"), is_list = !strcmp(tool, "list");
-  json_t *jp = json_object_get(args, "path");
-  if (jp && !json_is_string(jp)) return err_out(e, JB_MCP_INVALID, "invalid", "'path' must be a string");
-  if (!jp && !is_list) return err_out(e, JB_MCP_INVALID, "invalid", "'path' is required");
-  const char *path = jp ? json_string_value(jp) : ".";
-  size_t plen = jp ? json_string_length(jp) : 1;
-  static const char *const allowed_read[] = {"path", "offset", "length", NULL};
-  static const char *const allowed_write[] = {"path", "content", "encoding", NULL};
-  static const char *const allowed_list[] = {"path", "recursive", NULL};
-  const char *const *allowed = is_write ? allowed_write : is_list ? allowed_list : allowed_read;
-  const char *key;
-  json_t *v;
-  json_object_foreach(args, key, v) {
-    bool ok = false;
-    for (size_t i = 0; allowed[i]; i++) ok = ok || !strcmp(key, allowed[i]);
-    if (!ok) return err_out(e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key, tool);
+  const char *path, *key;
+  size_t plen;
+  switch (check_args(tool, args, &path, &plen, &key)) {
+  case ARGS_OK:
+    break;
+  case ARGS_PATH_TYPE:
+    return err_out(e, JB_MCP_INVALID, "invalid", "'path' must be a string");
+  case ARGS_PATH_MISSING:
+    return err_out(e, JB_MCP_INVALID, "invalid", "'path' is required");
+  case ARGS_UNKNOWN:
+    return err_out(e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key, tool);
   }
 
   jb_error err = {0};
@@ -631,10 +696,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   }
 
   /* the shim's arguments */
-  json_t *sargs = json_deep_copy(args);
-  json_object_del(sargs, "path");
-  /* the shim checks them again on the path it resolves: a symlink must not lead around them */
-  if (json_array_size(exclude) > 0) json_object_set(sargs, "exclude", exclude);
+  json_t *sargs = shim_args(args, exclude);
   char sha_hex[65] = "";
   size_t dlen = 0;
   if (is_write) {
@@ -724,9 +786,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
    * in: the worker runs a direct op before it stores it (and refuses it then), and nothing
    * should run in the sandbox while the buyer holds the session. */
   if (!is_write && !strcmp(state, "active")) {
-    json_t *x = check ? json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
-                                  "flagged", flagged ? json_incref(flagged) : json_array())
-                      : NULL;
+    json_t *x = check ? direct_expect(sess, exclude, flagged) : NULL;
     if (!check || x) ans = try_direct(app, &c, sess, job, tool, path, sargs, x);
     json_decref(x);
     if (!c && !ans) {
@@ -882,13 +942,7 @@ static json_t *op_tool(struct jb_app *app, const char *job, const char *tool, js
   ans = await_op(app, &c, job, op_id, &ticket, e);
 answered:
   if (ans) {
-    if (json_is_true(json_object_get(ans, "ok"))) {
-      json_t *r = json_object_get(ans, "result");
-      if (is_list) filter_list(r, path, exclude, flagged);
-      result = tool_result(tool, r);
-    } else {
-      result = shim_error(e, json_object_get(ans, "error"));
-    }
+    result = answer_result(tool, path, ans, exclude, flagged, e);
     json_decref(ans);
   }
 
@@ -902,4 +956,85 @@ out:
   free(data);
   free(args_text);
   return result;
+}
+
+/* ---- the direct path from the socket's service thread (api/socket.h) --------------------- */
+
+struct direct_plan {
+  char tool[8];
+  char *path;
+  json_t *exclude, *flagged; /* to filter a list's answer */
+};
+
+bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool, json_t *args,
+                       struct jb_mcp_direct *out) {
+  memset(out, 0, sizeof *out);
+  if (strcmp(tool, "read") && strcmp(tool, "list")) return false;
+  bool is_list = !strcmp(tool, "list");
+  const char *path, *key;
+  size_t plen;
+  if (check_args(tool, args, &path, &plen, &key) != ARGS_OK) return false;
+  char *text = sess_cache_get(job);
+  if (!text) return false;
+  json_t *sess = json_loads(text, 0, NULL);
+  free(text);
+  bool ok = false;
+  json_t *sargs = NULL, *x = NULL, *req = NULL;
+  char *line = NULL;
+  const char *state = json_string_value(json_object_get(sess, "state"));
+  if (!state || strcmp(state, "active")) goto out;
+  json_t *exclude = json_object_get(sess, "exclude");
+  json_t *flagged = json_object_get(json_object_get(json_object_get(sess, "walls"), "prescan"), "flagged");
+  /* anything op_tool would refuse (and audit, and signal) goes its way */
+  const char *glob = NULL;
+  if (jb_path_check(path, plen, is_list) != JB_PATH_OK) goto out;
+  if (strcmp(path, ".") && (jb_path_excluded(path, exclude, &glob) || flagged_kind(path, flagged))) goto out;
+  const char *sock = worker_socket(app, sess);
+  if (!sock || strlen(sock) >= sizeof out->sock) goto out;
+  sargs = shim_args(args, exclude);
+  x = sargs ? direct_expect(sess, exclude, flagged) : NULL;
+  req = x ? direct_request(job, tool, path, sargs, x) : NULL;
+  line = req ? json_dumps(req, JSON_COMPACT) : NULL;
+  if (!line) goto out;
+  size_t n = strlen(line);
+  struct direct_plan *dp = n + 1 <= JB_DIRECT_MAX_LINE ? calloc(1, sizeof *dp) : NULL;
+  if (!dp || !(dp->path = strdup(path))) {
+    free(dp);
+    goto out;
+  }
+  snprintf(dp->tool, sizeof dp->tool, "%s", tool);
+  dp->exclude = json_incref(exclude);
+  dp->flagged = json_incref(flagged);
+  line[n] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
+  snprintf(out->sock, sizeof out->sock, "%s", sock);
+  out->line = line;
+  out->len = n + 1;
+  out->ctx = dp;
+  line = NULL;
+  ok = true;
+out:
+  free(line);
+  json_decref(req);
+  json_decref(x);
+  json_decref(sargs);
+  json_decref(sess);
+  return ok;
+}
+
+json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran) {
+  struct direct_plan *dp = ctx;
+  json_t *a = json_object_get(answer, "answer");
+  *ran = json_is_true(json_object_get(answer, "ran")) && json_is_object(a);
+  if (!*ran) return NULL;
+  atomic_fetch_add(&jb_metric_ops_direct, 1);
+  return answer_result(dp->tool, dp->path, a, dp->exclude, dp->flagged, e);
+}
+
+void jb_op_direct_free(void *ctx) {
+  struct direct_plan *dp = ctx;
+  if (!dp) return;
+  free(dp->path);
+  json_decref(dp->exclude);
+  json_decref(dp->flagged);
+  free(dp);
 }

@@ -30,6 +30,18 @@ enum {
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
                    json_t *arguments, struct jb_mcp_error *e);
 
+/* The direct path of reads and lists from the socket's service thread (api/socket.h
+ * jb_mcp_direct_fns): plan decides on this process's copy of the session alone — an active
+ * session, valid arguments, a path that passes the syntax rules, exclusions and pre-scan flags,
+ * a worker of this process — with no database and no wait, and otherwise hands the call to
+ * jb_op_tool (which refuses and audits what must be). The worker checks the copy against the
+ * session under its lock before it runs anything (sandbox/direct.h "expect"), and the shim the
+ * path and exclusions again at open time. */
+bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool, json_t *arguments,
+                       struct jb_mcp_direct *out);
+json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
+void jb_op_direct_free(void *ctx);
+
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */
 void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);

@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "api/auth.h"
 #include "api/escape.h"
@@ -24,11 +27,14 @@
 #include "db/prescan.h"
 #include "db/sessions.h"
 #include "db/tokens.h"
+#include "sandbox/direct.h"
 #include "server/log.h"
 #include "server/ws.h"
 
 #define PENDING_ON_CONNECT 500 /* pending approvals sent to a buyer that (re)connects */
 #define MCP_NOT_IMPLEMENTED (-32001)
+
+struct relay_conn;
 
 struct jb_socket {
   struct jb_app *app;
@@ -36,7 +42,11 @@ struct jb_socket {
   pthread_rwlock_t lock; /* guards ws against bus publishes during stop */
   jb_mcp_tool_fn tool;
   void *tool_ctx;
+  struct jb_mcp_direct_fns direct; /* set before agents connect */
   bool started;
+  /* the direct path's connections to workers (service thread only) */
+  struct relay_conn *relay;
+  int n_relay;
 };
 
 /* One per process: the bus keeps a pointer to it for the process lifetime (the bus has no
@@ -455,6 +465,258 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
   return rpc_error(id, -32601, "Method not found", json_pack("{s:s}", "method", method));
 }
 
+/* ---------- the direct path of reads and lists (service thread) ----------
+ *
+ * An agent's tools/call of read or list that the planner (api/ops.h jb_op_direct_plan) finds
+ * it may decide on alone is written to the worker's ops socket from the service thread itself,
+ * and the worker's answer line is read there too (server/ws.h jb_ws_watch_fd): no handler
+ * thread, so two hand-overs between threads fewer per read. A call the worker did not run, or
+ * whose connection failed or timed out, goes to the handler threads after all, which take the
+ * ordinary path (a read or list changes nothing: running it there again is harmless). */
+
+#define RELAY_CONNS 64            /* connections to workers kept open */
+#define RELAY_TIMEOUT_MS 120000   /* an answer must come within this (ops.c RUN_TIMEOUT_MS) */
+#define RELAY_INLINE_MAX 65536    /* longer answers are made into results on a handler thread */
+
+struct relay_call {
+  struct jb_socket *s;
+  struct jb_ws *ws;
+  struct jb_ws_peer peer;
+  long long ack;
+  json_t *args; /* the event's arguments, for the ordinary path */
+  json_t *id;   /* the JSON-RPC id */
+  struct jb_mcp_direct d;
+  char *line;   /* the answer line (without its newline), when made into a result on a handler thread */
+  size_t line_len;
+};
+
+struct relay_conn {
+  struct relay_conn *next;
+  struct jb_socket *s;
+  struct jb_ws_watch *w;
+  char sock[108];
+  struct relay_call *call; /* the request in flight; NULL: idle */
+  char *buf;
+  size_t len, cap;
+};
+
+static void relay_call_free(struct relay_call *rc) {
+  if (!rc) return;
+  if (rc->s->direct.free) rc->s->direct.free(rc->d.ctx);
+  free(rc->d.line);
+  free(rc->line);
+  json_decref(rc->args);
+  json_decref(rc->id);
+  free(rc);
+}
+
+/* The call takes the ordinary path after all (service thread). */
+static void relay_fallback(struct relay_call *rc) {
+  jb_ws_event_requeue(rc->ws, &rc->peer, "mcp", rc->args, rc->ack);
+  relay_call_free(rc);
+}
+
+/* The worker's answer line of `rc` (without its newline) made into the call's ACK. Returns
+ * false when the worker ran nothing (or the line is not an answer): the ordinary path must
+ * take the call, nothing was sent. */
+static bool relay_answer(struct relay_call *rc, const char *line, size_t len) {
+  jb_error err = {0};
+  json_t *ans = jb_json_parse_object(line, len, JB_DIRECT_MAX_DEPTH, &err);
+  if (!ans) {
+    jb_log(JB_LOG_WARN, "direct op: the worker's answer is not JSON: the op takes the queued path",
+           "jobId", rc->peer.room, "detail", err.msg, NULL);
+    return false;
+  }
+  bool ran = false;
+  struct jb_mcp_error e = {0};
+  json_t *result = rc->s->direct.answer(rc->d.ctx, ans, &e, &ran);
+  json_decref(ans);
+  if (!ran) return false;
+  json_t *reply = result ? rpc_result(rc->id, result)
+                         : rpc_error(rc->id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed", e.data);
+  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, reply);
+  return true;
+}
+
+/* Handler thread: a long answer made into the ACK; or, when the worker ran nothing, the call
+ * on the ordinary path right here. */
+static void relay_answer_job(void *arg) {
+  struct relay_call *rc = arg;
+  if (!relay_answer(rc, rc->line, rc->line_len))
+    jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, mcp(rc->s, &rc->peer, rc->args));
+  relay_call_free(rc);
+}
+
+static void relay_close(struct relay_conn *c) {
+  jb_ws_watch_close(c->w); /* CLOSED, then (or at once) relay_watch's cleanup */
+}
+
+static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_watch_event ev) {
+  struct relay_conn *c = arg;
+  (void)w;
+  if (ev == JB_WS_WATCH_CLOSED) {
+    struct jb_socket *s = c->s;
+    for (struct relay_conn **p = &s->relay; *p; p = &(*p)->next)
+      if (*p == c) {
+        *p = c->next;
+        s->n_relay--;
+        break;
+      }
+    if (c->call) relay_fallback(c->call);
+    free(c->buf);
+    free(c);
+    return;
+  }
+  if (ev == JB_WS_WATCH_TIMEOUT) {
+    jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time: the op takes the queued path",
+           "jobId", c->call ? c->call->peer.room : "", NULL);
+    relay_close(c);
+    return;
+  }
+  for (;;) { /* READABLE */
+    if (c->len == c->cap) {
+      size_t ncap = c->cap ? c->cap * 4 : 65536;
+      if (ncap > JB_DIRECT_MAX_LINE) ncap = JB_DIRECT_MAX_LINE;
+      char *nb = c->len < ncap ? realloc(c->buf, ncap) : NULL;
+      if (!nb) { /* over the limit, or out of memory */
+        jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+        relay_close(c);
+        return;
+      }
+      c->buf = nb;
+      c->cap = ncap;
+    }
+    ssize_t r = recv(fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (r <= 0 || !c->call) { /* closed, failed, or talking out of turn */
+      relay_close(c);
+      return;
+    }
+    char *nl = memchr(c->buf + c->len, '\n', (size_t)r);
+    c->len += (size_t)r;
+    if (!nl) continue;
+    size_t n = (size_t)(nl - c->buf);
+    if (n + 1 != c->len) { /* one request in flight: nothing may follow its answer */
+      relay_close(c);
+      return;
+    }
+    struct relay_call *rc = c->call;
+    c->call = NULL;
+    c->len = 0;
+    jb_ws_watch_timeout(c->w, -1);
+    if (n > RELAY_INLINE_MAX) { /* the service thread serves every socket: parse it elsewhere */
+      rc->line = c->buf;
+      rc->line_len = n;
+      c->buf = NULL;
+      c->cap = 0;
+      if (jb_ws_run(rc->ws, relay_answer_job, rc) == 0) return;
+      c->buf = rc->line; /* cannot be queued: here after all */
+      c->cap = n + 1;
+      rc->line = NULL;
+    }
+    if (relay_answer(rc, c->buf, n)) relay_call_free(rc);
+    else relay_fallback(rc);
+    return;
+  }
+}
+
+/* Sends `rc`'s request on an idle connection to its worker, or a new one. 0, or -1 when it
+ * could not be sent (nothing of it went out on a connection kept open: the caller takes the
+ * ordinary path). */
+static int relay_send(struct jb_socket *s, struct relay_call *rc) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    struct relay_conn *c = NULL;
+    for (struct relay_conn *x = s->relay; x && attempt == 0; x = x->next)
+      if (!x->call && !strcmp(x->sock, rc->d.sock)) {
+        c = x;
+        break;
+      }
+    bool fresh = !c;
+    if (!c) {
+      if (s->n_relay >= RELAY_CONNS) return -1;
+      struct sockaddr_un a = {.sun_family = AF_UNIX};
+      if (strlen(rc->d.sock) >= sizeof a.sun_path) return -1;
+      memcpy(a.sun_path, rc->d.sock, strlen(rc->d.sock) + 1);
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return -1;
+      if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) { /* a Unix socket connects at once, or not */
+        close(fd);
+        return -1;
+      }
+      c = calloc(1, sizeof *c);
+      if (!c) {
+        close(fd);
+        return -1;
+      }
+      c->s = s;
+      snprintf(c->sock, sizeof c->sock, "%s", rc->d.sock);
+      c->w = jb_ws_watch_fd(rc->ws, fd, relay_watch, c); /* closes fd when it fails */
+      if (!c->w) {
+        free(c);
+        return -1;
+      }
+      c->next = s->relay;
+      s->relay = c;
+      s->n_relay++;
+    }
+    ssize_t w = send(jb_ws_watch_fd_of(c->w), rc->d.line, rc->d.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)rc->d.len) {
+      c->call = rc;
+      jb_ws_watch_timeout(c->w, RELAY_TIMEOUT_MS);
+      return 0;
+    }
+    relay_close(c); /* idle: no call to fall back; a part of a line dies with it */
+    /* a kept connection the worker closed meanwhile (it restarted): once more, new */
+    if (fresh || w > 0) return -1;
+  }
+  return -1;
+}
+
+/* ws event_direct handler: an agent's tools/call of read or list, when the planner allows. */
+static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
+                            const char *name, json_t *args, long long ack) {
+  struct jb_socket *s = ctx;
+  pthread_rwlock_rdlock(&s->lock);
+  bool planner = s->direct.plan != NULL;
+  pthread_rwlock_unlock(&s->lock);
+  if (peer->role != JB_ROLE_AGENT || strcmp(name, "mcp") || ack < 0 || !planner) return false;
+  /* only a well-formed call: every other message takes mcp()'s path, which answers it */
+  json_t *msg = json_array_get(args, 0);
+  if (!json_is_object(msg) || json_array_size(args) != 1) return false;
+  json_t *id = json_object_get(msg, "id");
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  const char *jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
+  json_t *params = json_object_get(msg, "params");
+  if (!id || (!json_is_string(id) && !json_is_integer(id)) || !jsonrpc || strcmp(jsonrpc, "2.0") ||
+      !method || strcmp(method, "tools/call") || !json_is_object(params))
+    return false;
+  const char *tool = json_string_value(json_object_get(params, "name"));
+  json_t *arguments = json_object_get(params, "arguments");
+  if (!tool || (strcmp(tool, "read") && strcmp(tool, "list")) || (arguments && !json_is_object(arguments)))
+    return false;
+  struct relay_call *rc = calloc(1, sizeof *rc);
+  if (!rc) return false;
+  json_t *empty = arguments ? NULL : json_object();
+  bool planned = s->direct.plan(s->app, peer->room, tool, arguments ? arguments : empty, &rc->d);
+  json_decref(empty);
+  if (!planned) {
+    free(rc);
+    return false;
+  }
+  rc->s = s;
+  rc->ws = ws;
+  rc->peer = *peer;
+  rc->ack = ack;
+  rc->args = json_incref(args);
+  rc->id = json_incref(id);
+  if (relay_send(s, rc) < 0) {
+    relay_call_free(rc);
+    return false;
+  }
+  return true;
+}
+
 /* ---------- events ---------- */
 
 static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
@@ -512,7 +774,7 @@ int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
   };
   struct jb_ws_handlers h = {
       .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event,
-      .resync = on_resync};
+      .resync = on_resync, .event_direct = on_event_direct};
   s->app = app;
   struct jb_ws *ws;
   if (jb_ws_start(&ws, &set, &h, err) < 0) return -1;
@@ -539,6 +801,13 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
   pthread_rwlock_wrlock(&s->lock);
   s->tool = fn;
   s->tool_ctx = ctx;
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_set_direct(struct jb_socket *s, const struct jb_mcp_direct_fns *fns) {
+  pthread_rwlock_wrlock(&s->lock);
+  if (fns) s->direct = *fns;
+  else memset(&s->direct, 0, sizeof s->direct);
   pthread_rwlock_unlock(&s->lock);
 }
 

@@ -6,6 +6,7 @@
 #define JB_API_SOCKET_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "server/app.h"
 #include "server/err.h"
@@ -34,6 +35,32 @@ int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err);
 
 /* Replaces the op handler (NULL restores the "not implemented yet" one). */
 void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ctx);
+
+/* A read or list that the socket's service thread hands straight to the worker holding its
+ * session (sandbox/direct.h), without a handler thread in between: two hand-overs between
+ * threads fewer. Made by a jb_mcp_plan_fn, which must not block. */
+struct jb_mcp_direct {
+  char sock[108]; /* the worker's ops socket */
+  char *line;     /* the request line, '\n'-terminated, `len` bytes (not NUL-terminated; new) */
+  size_t len;
+  void *ctx;      /* the planner's, given to the answer and free functions */
+};
+
+struct jb_mcp_direct_fns {
+  /* Service thread. Fills *out and returns true when tool call `tool` of session `job_id`
+   * with `arguments` (borrowed) may go straight to a worker; false when it must take the
+   * tool handler's path (anything to refuse, audit or wait for goes that way). */
+  bool (*plan)(struct jb_app *app, const char *job_id, const char *tool, json_t *arguments,
+               struct jb_mcp_direct *out);
+  /* The MCP result (new) of the worker's answer line `answer` (borrowed), or NULL with `e`
+   * set; *ran false (NULL returned) when the worker ran nothing and the call must take the
+   * tool handler's path after all. Any thread. */
+  json_t *(*answer)(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
+  void (*free)(void *ctx);
+};
+
+/* Installs the direct path's functions (`fns` copied; NULL: none). Call before agents connect. */
+void jb_socket_set_direct(struct jb_socket *s, const struct jb_mcp_direct_fns *fns);
 
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);

@@ -241,6 +241,8 @@ int main(int argc, char **argv) {
     goto out;
   }
   jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
+  /* reads and lists the socket's service thread hands straight to a local worker */
+  jb_socket_set_direct(sock, &(const struct jb_mcp_direct_fns){jb_op_direct_plan, jb_op_direct_answer, jb_op_direct_free});
   /* escape policy (issue 8): the workers inherit it through the environment */
   if (jb_escape_init(&app, &err) < 0) {
     exit_code = fatal("escape policy", &err);

@@ -139,11 +139,13 @@ struct item {
 
 /* ---------- handler jobs (service thread → workers) ---------- */
 
-enum job_kind { J_CONNECT, J_EVENT, J_RESYNC };
+enum job_kind { J_CONNECT, J_EVENT, J_RESYNC, J_CALL };
 
 struct job {
   struct job *next;
   enum job_kind kind;
+  void (*fn)(void *arg); /* J_CALL (jb_ws_run) */
+  void *arg;
   struct jb_ws_peer peer;
   json_t *data;  /* auth object or NULL / event args array */
   long long ack; /* -1: none */
@@ -574,6 +576,143 @@ int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles) {
 }
 
 /* After a server DISCONNECT: close once the client had time to read it. */
+/* ---------- events the event_direct handler took (service thread) ---------- */
+
+static bool on_service_thread(struct jb_ws *ws) {
+  return ws->service_started && pthread_equal(pthread_self(), ws->service);
+}
+
+static void handle_item(struct jb_ws *ws, struct item *it);
+static int submit(struct jb_ws *ws, struct job *j);
+
+int jb_ws_event_done(struct jb_ws *ws, uint64_t conn, long long ack, json_t *reply) {
+  if (atomic_load(&ws->stop)) { /* the connections are going or gone */
+    json_decref(reply);
+    return -1;
+  }
+  struct frame *f = NULL;
+  if (ack >= 0) {
+    char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    char head[32];
+    snprintf(head, sizeof head, "43%lld", ack);
+    f = frame_text(head, s && json_is_array(reply) ? s : "[]");
+    free(s);
+  }
+  json_decref(reply);
+  if (!on_service_thread(ws)) return post_frame(ws, IT_DONE, conn, NULL, 0, f, 0);
+  struct item it = {.kind = IT_DONE, .conn = conn, .f = f};
+  handle_item(ws, &it);
+  frame_unref(f);
+  return 0;
+}
+
+void jb_ws_event_requeue(struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
+                         json_t *args, long long ack) {
+  if (atomic_load(&ws->stop)) return;
+  struct job *j = calloc(1, sizeof *j);
+  if (j) {
+    j->kind = J_EVENT;
+    j->ack = ack;
+    j->peer = *peer;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    j->data = json_incref(args);
+    if (submit(ws, j) == 0) return;
+    json_decref(j->data);
+    free(j);
+  }
+  jb_ws_event_done(ws, peer->conn, ack,
+                   json_pack("[{s:{s:s,s:s}}]", "error", "code", "busy", "message", "server busy, try again"));
+}
+
+int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg), void *arg) {
+  struct job *j = calloc(1, sizeof *j);
+  if (!j) return -1;
+  j->kind = J_CALL;
+  j->fn = fn;
+  j->arg = arg;
+  if (submit(ws, j) == 0) return 0;
+  free(j);
+  return -1;
+}
+
+/* ---------- watched descriptors (service thread) ---------- */
+
+struct jb_ws_watch {
+  struct jb_ws *ws;
+  struct lws *wsi;
+  jb_ws_watch_fn fn;
+  void *arg;
+  int fd;
+  bool in_rx;   /* fn runs for READABLE: a close waits for it to return */
+  bool closing; /* jb_ws_watch_close was called in fn */
+  lws_sorted_usec_list_t sul;
+};
+
+static void watch_timeout_cb(lws_sorted_usec_list_t *sul) {
+  struct jb_ws_watch *w = lws_container_of(sul, struct jb_ws_watch, sul);
+  w->fn(w->arg, w, w->fd, JB_WS_WATCH_TIMEOUT);
+}
+
+static int watch_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                          size_t len) {
+  (void)user;
+  (void)in;
+  (void)len;
+  struct jb_ws_watch *w = lws_get_opaque_user_data(wsi);
+  if (!w) return 0;
+  switch (reason) {
+  case LWS_CALLBACK_RAW_RX_FILE:
+    w->in_rx = true;
+    w->fn(w->arg, w, w->fd, JB_WS_WATCH_READABLE);
+    w->in_rx = false;
+    return w->closing ? -1 : 0; /* -1: lws closes it, then RAW_CLOSE_FILE */
+  case LWS_CALLBACK_RAW_CLOSE_FILE:
+    lws_set_opaque_user_data(wsi, NULL);
+    lws_sul_cancel(&w->sul);
+    w->fn(w->arg, w, w->fd, JB_WS_WATCH_CLOSED);
+    free(w);
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+struct jb_ws_watch *jb_ws_watch_fd(struct jb_ws *ws, int fd, jb_ws_watch_fn fn, void *arg) {
+  struct jb_ws_watch *w = calloc(1, sizeof *w);
+  if (!w) {
+    close(fd);
+    return NULL;
+  }
+  *w = (struct jb_ws_watch){.ws = ws, .fn = fn, .arg = arg, .fd = fd};
+  lws_adopt_desc_t info = {.vh = ws->vh, .type = LWS_ADOPT_RAW_FILE_DESC, .fd = {.filefd = fd},
+                           .vh_prot_name = "jailbox-watch", .opaque = w};
+  w->wsi = lws_adopt_descriptor_vhost_via_info(&info); /* on failure lws closed fd */
+  if (!w->wsi) {
+    free(w);
+    return NULL;
+  }
+  return w;
+}
+
+int jb_ws_watch_fd_of(const struct jb_ws_watch *w) { return w->fd; }
+
+void jb_ws_watch_timeout(struct jb_ws_watch *w, long ms) {
+  if (ms < 0) {
+    lws_sul_cancel(&w->sul);
+    return;
+  }
+  lws_sul_schedule(lws_get_context(w->wsi), 0, &w->sul, watch_timeout_cb, (lws_usec_t)ms * 1000);
+}
+
+void jb_ws_watch_close(struct jb_ws_watch *w) {
+  if (w->in_rx) { /* inside its own READABLE: lws closes it when the callback returns */
+    w->closing = true;
+    lws_sul_cancel(&w->sul);
+    return;
+  }
+  lws_set_timeout(w->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
+}
+
 static void end_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_hs);
   if (c->end_pending) { /* a handler call did not finish in time: end anyway */
@@ -750,6 +889,10 @@ static int submit(struct jb_ws *ws, struct job *j) {
 }
 
 static void run_job(struct jb_ws *ws, struct job *j) {
+  if (j->kind == J_CALL) {
+    j->fn(j->arg);
+    return;
+  }
   if (j->kind == J_RESYNC) { /* no ACK and no IT_DONE: the socket has no call in flight for it */
     if (ws->h.resync) ws->h.resync(ws->h.ctx, ws, &j->peer);
     return;
@@ -899,6 +1042,18 @@ static void sio_event(struct conn *c, long long ack, const char *data, size_t dl
     }
     return;
   }
+  char ename[MAX_EVENT_NAME + 1];
+  snprintf(ename, sizeof ename, "%s", json_string_value(name));
+  json_array_remove(arr, 0);
+  if (c->ws->h.event_direct) {
+    struct jb_ws_peer peer;
+    peer_of(c, &peer);
+    if (c->ws->h.event_direct(c->ws->h.ctx, c->ws, &peer, ename, arr, ack)) {
+      json_decref(arr);
+      c->inflight++;
+      return;
+    }
+  }
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(arr);
@@ -907,8 +1062,7 @@ static void sio_event(struct conn *c, long long ack, const char *data, size_t dl
   }
   j->kind = J_EVENT;
   j->ack = ack;
-  snprintf(j->name, sizeof j->name, "%s", json_string_value(name));
-  json_array_remove(arr, 0);
+  snprintf(j->name, sizeof j->name, "%s", ename);
   j->data = arr;
   peer_of(c, &j->peer);
   if (submit(c->ws, j) < 0) {
@@ -1624,6 +1778,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 static const struct lws_protocols protocols[] = {
     {"jailbox-socketio", callback, sizeof(struct conn), 0, 0, NULL, 0},
+    {"jailbox-watch", watch_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 

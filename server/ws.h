@@ -72,6 +72,13 @@ struct jb_ws_handlers {
   /* Worker thread, optional. Called for every connected socket after jb_ws_resync: sends
    * (jb_ws_emit) what a socket may have missed. */
   void (*resync)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer);
+  /* Service thread, optional. Offered every EVENT of a connected socket before it is queued
+   * for the handler threads (`args` borrowed, as for `event`; `ack` -1 when the client asked
+   * for none). Returns true when it took the event: it then ends it exactly once, with
+   * jb_ws_event_done or jb_ws_event_requeue, and counts as a call in flight until then (the
+   * drain waits for it). It must not block: it runs on the thread that serves every socket. */
+  bool (*event_direct)(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
+                       json_t *args, long long ack);
 };
 
 /* Binds the listener (errors such as a taken port are reported here), starts the service
@@ -133,6 +140,49 @@ int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *p
  * DISCONNECT packet (the client does not reconnect by itself), then close 1000. Queued after
  * what was sent to them before, so they get it first. Returns 0 or -1. */
 int jb_ws_disconnect_room(struct jb_ws *ws, const char *room, unsigned roles);
+
+/* Ends an EVENT that the event_direct handler took: sends `reply` (stolen; an array, NULL:
+ * empty) as its ACK when `ack` >= 0 — at once on the service thread, else queued to it as the
+ * handler threads' answers are. Returns 0, or -1 (OOM, stopping: the ACK is lost, and the
+ * call still ends). */
+int jb_ws_event_done(struct jb_ws *ws, uint64_t conn, long long ack, json_t *reply);
+
+/* Hands an EVENT that the event_direct handler took to the handler threads after all, as if
+ * it had not been offered (`args` borrowed). Service thread only. A full queue answers the
+ * client with the busy ACK, as for any event. */
+void jb_ws_event_requeue(struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
+                         json_t *args, long long ack);
+
+/* Runs fn(arg) once on a handler thread (work too long for the service thread). Any thread.
+ * Returns 0, or -1 when it cannot be queued (OOM, queue full, stopping): fn is not called. */
+int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg), void *arg);
+
+/* A descriptor watched by the service thread (for answers of other processes to the
+ * event_direct handler's requests). */
+struct jb_ws_watch;
+enum jb_ws_watch_event {
+  JB_WS_WATCH_READABLE, /* input (or end of input) is waiting */
+  JB_WS_WATCH_TIMEOUT,  /* the time set with jb_ws_watch_timeout is up */
+  JB_WS_WATCH_CLOSED,   /* the watch ended: the descriptor is closed, `w` freed after this */
+};
+typedef void (*jb_ws_watch_fn)(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_watch_event ev);
+
+/* Service thread only. Watches `fd` (taken: non-blocking, closed when the watch ends):
+ * fn(arg, w, fd, ev) runs on the service thread for each event. Returns the watch, or NULL
+ * when it cannot be made (the descriptor is then closed). */
+struct jb_ws_watch *jb_ws_watch_fd(struct jb_ws *ws, int fd, jb_ws_watch_fn fn, void *arg);
+
+/* The watched descriptor. */
+int jb_ws_watch_fd_of(const struct jb_ws_watch *w);
+
+/* Service thread only. One JB_WS_WATCH_TIMEOUT `ms` ms from now, replacing the one set
+ * before; ms < 0 cancels. */
+void jb_ws_watch_timeout(struct jb_ws_watch *w, long ms);
+
+/* Service thread only. Ends the watch: fn gets JB_WS_WATCH_CLOSED before this returns — or,
+ * when called from fn's own JB_WS_WATCH_READABLE, as soon as that returns (no further event
+ * comes before it). `w` must not be used after the call. */
+void jb_ws_watch_close(struct jb_ws_watch *w);
 
 /* Counters for logs and metrics: open connections and connected Socket.IO clients. */
 void jb_ws_counts(struct jb_ws *ws, long *open, long *connected);
