@@ -482,6 +482,40 @@ function opsSocket(line, ms = 10000) {
   });
 }
 
+test('80 reads and lists in flight on two agent sockets of a session: each call gets its own answer (the service thread relays up to 64 at once, the rest go through the handler threads; answers over 64 KiB are made on a handler thread)', { timeout: 120000 }, async () => {
+  const big = Buffer.alloc(300 * 1024, 'q');
+  const D = await openSession((d) => {
+    for (let i = 0; i < 40; i++) writeFileSync(join(d, `f${i}.txt`), `file ${i}\n`);
+    writeFileSync(join(d, 'big.txt'), big);
+  }, { mode: 'unsupervised' });
+  const agents = [await connect(D.agentToken), await connect(D.agentToken)];
+  assert.equal((await ok(agents[0], 'read', { path: 'f0.txt' })).content, 'file 0\n'); // the session's copy is cached now
+  const d0 = await handled('direct');
+  const calls = [];
+  for (let k = 0; k < 2; k++)
+    for (let i = 0; i < 40; i++) {
+      const a = agents[k];
+      if (i % 10 === 9) calls.push(ok(a, 'read', { path: 'big.txt', offset: 1000 * i, length: 200 * 1024 }).then((r) => ({ kind: 'big', i, r })));
+      else if (i % 5 === 4) calls.push(ok(a, 'list', {}).then((r) => ({ kind: 'list', i, r })));
+      else calls.push(ok(a, 'read', { path: `f${i}.txt` }).then((r) => ({ kind: 'read', i, r })));
+    }
+  const got = await Promise.all(calls);
+  for (const { kind, i, r } of got) {
+    if (kind === 'read') assert.equal(r.content, `file ${i}\n`);
+    else if (kind === 'big') {
+      assert.equal(r.length, 200 * 1024);
+      assert.equal(r.offset, 1000 * i);
+      assert.equal(r.content, 'q'.repeat(200 * 1024));
+    } else assert.equal(r.entries.filter((e) => /^f\d+\.txt$/.test(e.name)).length, 40);
+  }
+  assert.equal(await handled('direct') - d0, 80);
+  // each call is one op row and one audit entry: none ran twice
+  const rows = (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1", [D.jobId])).rows[0].n;
+  assert.equal(rows, 81);
+  const v = await srv.req('GET', `/v1/jailbox/${D.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
 test('reads and lists go straight to the worker, stored and audited before they answer; writes and paused sessions take the queued path', { timeout: 120000 }, async () => {
   const D = await openSession((d) => writeFileSync(join(d, 'd.txt'), 'direct\n'), { mode: 'unsupervised' });
   const agent = await connect(D.agentToken);
