@@ -516,33 +516,38 @@ static void relay_fallback(struct relay_call *rc) {
   relay_call_free(rc);
 }
 
-/* The worker's answer line of `rc` (without its newline) made into the call's ACK. Returns
- * false when the worker ran nothing (or the line is not an answer): the ordinary path must
- * take the call, nothing was sent. */
-static bool relay_answer(struct relay_call *rc, const char *line, size_t len) {
+enum relay_outcome {
+  RELAY_ANSWERED,  /* the ACK is made */
+  RELAY_NOT_RAN,   /* the worker ran nothing: the ordinary path takes the call */
+  RELAY_MALFORMED, /* not an answer: the same, and the connection is not to be trusted again */
+};
+
+/* The worker's answer line of `rc` (without its newline) made into the call's ACK; with
+ * another outcome nothing was sent. */
+static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, size_t len) {
   jb_error err = {0};
   json_t *ans = jb_json_parse_object(line, len, JB_DIRECT_MAX_DEPTH, &err);
   if (!ans) {
     jb_log(JB_LOG_WARN, "direct op: the worker's answer is not JSON: the op takes the queued path",
            "jobId", rc->peer.room, "detail", err.msg, NULL);
-    return false;
+    return RELAY_MALFORMED;
   }
   bool ran = false;
   struct jb_mcp_error e = {0};
   json_t *result = rc->s->direct.answer(rc->d.ctx, ans, &e, &ran);
   json_decref(ans);
-  if (!ran) return false;
+  if (!ran) return RELAY_NOT_RAN;
   json_t *reply = result ? rpc_result(rc->id, result)
                          : rpc_error(rc->id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed", e.data);
   jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, reply);
-  return true;
+  return RELAY_ANSWERED;
 }
 
 /* Handler thread: a long answer made into the ACK; or, when the worker ran nothing, the call
  * on the ordinary path right here. */
 static void relay_answer_job(void *arg) {
   struct relay_call *rc = arg;
-  if (!relay_answer(rc, rc->line, rc->line_len))
+  if (relay_answer(rc, rc->line, rc->line_len) != RELAY_ANSWERED)
     jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, mcp(rc->s, &rc->peer, rc->args));
   relay_call_free(rc);
 }
@@ -605,18 +610,24 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     c->call = NULL;
     c->len = 0;
     jb_ws_watch_timeout(c->w, -1);
-    if (n > RELAY_INLINE_MAX) { /* the service thread serves every socket: parse it elsewhere */
+    if (n > RELAY_INLINE_MAX) {
+      /* the service thread serves every socket: parsed on a handler thread. The connection is
+       * not used again: whether the line was an answer is known only there */
       rc->line = c->buf;
       rc->line_len = n;
       c->buf = NULL;
       c->cap = 0;
+      relay_close(c);
       if (jb_ws_run(rc->ws, relay_answer_job, rc) == 0) return;
-      c->buf = rc->line; /* cannot be queued: here after all */
-      c->cap = n + 1;
-      rc->line = NULL;
+      enum relay_outcome o = relay_answer(rc, rc->line, n); /* cannot be queued: here after all */
+      if (o == RELAY_ANSWERED) relay_call_free(rc);
+      else relay_fallback(rc);
+      return;
     }
-    if (relay_answer(rc, c->buf, n)) relay_call_free(rc);
+    enum relay_outcome o = relay_answer(rc, c->buf, n);
+    if (o == RELAY_ANSWERED) relay_call_free(rc);
     else relay_fallback(rc);
+    if (o == RELAY_MALFORMED) relay_close(c); /* a line too many may follow: not again */
     return;
   }
 }
