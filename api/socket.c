@@ -47,6 +47,7 @@ struct jb_socket {
   /* the direct path's connections to workers (service thread only) */
   struct relay_conn *relay;
   int n_relay;
+  long long relay_seq; /* the "id" of the last request relayed (sandbox/direct.h) */
 };
 
 /* One per process: the bus keeps a pointer to it for the process lifetime (the bus has no
@@ -485,6 +486,7 @@ struct relay_call {
   long long ack;
   json_t *args; /* the event's arguments, for the ordinary path */
   json_t *id;   /* the JSON-RPC id */
+  long long seq; /* the request's "id" on the worker connection, echoed in its answer */
   struct jb_mcp_direct d;
   char *line;   /* the answer line (without its newline), when made into a result on a handler thread */
   size_t line_len;
@@ -530,6 +532,13 @@ static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, 
   if (!ans) {
     jb_log(JB_LOG_WARN, "direct op: the worker's answer is not JSON: the op takes the queued path",
            "jobId", rc->peer.room, "detail", err.msg, NULL);
+    return RELAY_MALFORMED;
+  }
+  json_t *aid = json_object_get(ans, "id");
+  if (!json_is_integer(aid) || json_integer_value(aid) != rc->seq) {
+    jb_log(JB_LOG_WARN, "direct op: the worker answered another request: the op takes the queued path",
+           "jobId", rc->peer.room, NULL);
+    json_decref(ans);
     return RELAY_MALFORMED;
   }
   bool ran = false;
@@ -715,6 +724,20 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
     free(rc);
     return false;
   }
+  /* the request's id: its object's last '}' becomes ,"id":N} */
+  char *line = rc->d.len >= 3 && rc->d.line[rc->d.len - 2] == '}' ? malloc(rc->d.len + 32) : NULL;
+  if (!line) {
+    if (s->direct.free) s->direct.free(rc->d.ctx);
+    free(rc->d.line);
+    free(rc);
+    return false;
+  }
+  rc->seq = ++s->relay_seq;
+  memcpy(line, rc->d.line, rc->d.len - 2);
+  int k = snprintf(line + rc->d.len - 2, 34, ",\"id\":%lld}\n", rc->seq);
+  free(rc->d.line);
+  rc->d.line = line;
+  rc->d.len = rc->d.len - 2 + (size_t)k;
   rc->s = s;
   rc->ws = ws;
   rc->peer = *peer;

@@ -7,9 +7,12 @@
  * connection:
  *
  *   request  {"jobId": J, "tool": "read"|"list"|"stat", "path": P, "args": {…shim arguments},
- *             "expect": {mode, exclude, flagged} | null}
- *   answer   {"ran": true, "opId": N, "answer": {ok, result | error}}
- *            {"ran": false, "state": S, "reason": R}   (nothing was stored or run)
+ *             "expect": {mode, exclude, flagged} | null, "id": I?}
+ *   answer   {"ran": true, "opId": N, "answer": {ok, result | error}, "id": I?}
+ *            {"ran": false, "state": S, "reason": R, "id": I?}   (nothing was stored or run)
+ *
+ * An integer "id" in a request is echoed in its answer, so that a caller that keeps a
+ * connection for many requests can tell its answer from a stray line.
  *
  * With ran=true the op row was inserted, run in the shim and completed with its audit entry
  * in one committed transaction before the answer was sent: an answer never precedes its

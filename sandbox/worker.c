@@ -1549,6 +1549,8 @@ static void *direct_conn_main(void *arg) {
     json_t *req = jb_json_parse_object(buf, n, JB_DIRECT_MAX_DEPTH, &err);
     long long head = 0;
     json_t *da = req ? direct_request(req, &head) : not_run("", err.msg);
+    json_t *rid = json_object_get(req, "id"); /* echoed: the caller matches answer to request */
+    if (da && json_is_integer(rid)) json_object_set(da, "id", rid);
     control_answer(fd, da);
     /* the answer is out: now its head's announcement */
     if (head > 0) head_committed(json_string_value(json_object_get(req, "jobId")), head);
