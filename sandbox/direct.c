@@ -133,8 +133,14 @@ static json_t *read_answer(int fd, long long deadline, bool *got_any, jb_error *
   return out;
 }
 
+static __thread long long last_id; /* the "id" of this thread's last request */
+
 json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_error *err) {
-  char *line = json_dumps(req, JSON_COMPACT);
+  json_t *r = json_deep_copy(req);
+  long long id = ++last_id;
+  /* numbered: an answer is taken only with its request's id (a stray line is never it) */
+  char *line = r && json_object_set_new(r, "id", json_integer(id)) == 0 ? json_dumps(r, JSON_COMPACT) : NULL;
+  json_decref(r);
   if (!line) return jb_fail(err, ENOMEM, "out of memory"), NULL;
   size_t n = strlen(line);
   if (n + 1 > JB_DIRECT_MAX_LINE) {
@@ -149,6 +155,12 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
     struct kept *k = conn_for(path, &reused, err);
     if (!k) break;
     if (send_all(k->fd - 1, line, n + 1, err) == 0) out = read_answer(k->fd - 1, deadline, &got_any, err);
+    json_t *aid = json_object_get(out, "id");
+    if (out && (!json_is_integer(aid) || json_integer_value(aid) != id)) {
+      json_decref(out);
+      out = NULL;
+      jb_fail(err, EPROTO, "the worker answered another request");
+    }
     if (!out) drop(k);
     /* a kept connection the worker closed meanwhile (it restarted): once more, new */
     if (out || !reused || got_any || err->code == ETIMEDOUT) break;

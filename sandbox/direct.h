@@ -37,7 +37,8 @@
  * its answer line. The calling thread keeps its connection to each path open for later calls
  * (a few per thread; O_CLOEXEC) and connects again once when a kept connection turns out
  * closed (the worker restarted). Returns the answer object (new), or NULL with `err` (ENOENT
- * or ECONNREFUSED: no worker there; ETIMEDOUT; EPROTO: a malformed answer; EMSGSIZE) — the
+ * or ECONNREFUSED: no worker there; ETIMEDOUT; EPROTO: a malformed answer, or one without the
+ * request's "id", which this function adds; EMSGSIZE) — the
  * op may then have run or not; the connection is dropped. */
 json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_error *err);
 

@@ -7,6 +7,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
@@ -164,6 +165,66 @@ test('worker killed while an op handed straight to it runs: the call ends, no ro
   assert.equal(await handled(srv, 'direct') - d1, 8);
   assert.equal((srv.log().match(/direct op hand-over failed/g) || []).length, failedBefore);
   await verify(srv, c.jobId);
+});
+
+test('a worker that sends a line too many (not JSON, or a refusal followed by the real answer): no call ever gets another call\'s answer', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim' });
+  servers.push(srv);
+  const N = 40;
+  const a = await openSession(srv, (d) => { for (let i = 0; i < N; i++) writeFileSync(join(d, `f${i}.txt`), `content-${i}\n`); }, { mode: 'unsupervised' });
+  const agent = await connect(srv, a.agentToken);
+  // a proxy in front of the worker's ops socket: every fifth request first gets a stray line,
+  // then, 20 ms later, the worker's real answer
+  const sock = join(srv.state, 'worker-0.ops');
+  const real = sock + '.real';
+  execFileSync('mv', [sock, real]);
+  let stray = 0;
+  const proxy = net.createServer((c) => {
+    let buf = '';
+    c.on('error', () => {});
+    c.on('data', (d) => {
+      buf += d;
+      for (let nl; (nl = buf.indexOf('\n')) >= 0;) {
+        const line = buf.slice(0, nl + 1);
+        buf = buf.slice(nl + 1);
+        const k = Number((JSON.parse(line).path.match(/^f(\d+)\.txt$/) || [0, -1])[1]);
+        const u = net.createConnection(real);
+        let ans = '';
+        u.on('error', () => c.destroy());
+        u.on('data', (x) => {
+          ans += x;
+          if (!ans.includes('\n')) return;
+          u.destroy();
+          if (k % 5 === 0) {
+            stray++;
+            c.write(k % 10 === 0 ? 'not json\n' : '{"ran":false,"state":"","reason":"stray"}\n');
+            setTimeout(() => { if (!c.destroyed) c.write(ans); }, 20);
+          } else c.write(ans);
+        });
+        u.write(line);
+      }
+    });
+  });
+  await new Promise((res) => proxy.listen(sock, res));
+  try {
+    for (let round = 0; round < 3; round++) {
+      const calls = [];
+      for (let i = 0; i < N; i++) calls.push(call(agent, 'read', { path: `f${i}.txt` }, 60000).then((r) => ({ i, r })));
+      // a call the proxy spoiled takes the queued path, where only a few may wait at once:
+      // its own content, or "unavailable, try again" — never another file's
+      for (const { i, r } of await Promise.all(calls)) {
+        if (r.error) assert.equal(r.error.code, -32017, `f${i}.txt: ${JSON.stringify(r).slice(0, 300)}`);
+        else assert.equal(r.result?.structuredContent?.content, `content-${i}\n`, `f${i}.txt: ${JSON.stringify(r).slice(0, 300)}`);
+      }
+      // and one at a time: each connection is used again right after its answer
+      for (let i = 0; i < N; i++) assert.equal((await call(agent, 'read', { path: `f${i}.txt` })).result?.structuredContent?.content, `content-${i}\n`, `f${i}.txt`);
+    }
+    assert.ok(stray >= 20, `${stray} stray lines`);
+  } finally {
+    proxy.close();
+    execFileSync('mv', ['-f', real, sock]);
+  }
+  await verify(srv, a.jobId);
 });
 
 test('PostgreSQL restarted under load: 503 in between (never a wrong answer), reconnect, nothing committed lost', { timeout: 300000 }, async () => {
