@@ -582,8 +582,17 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     return;
   }
   if (ev == JB_WS_WATCH_TIMEOUT) {
-    jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time: the op takes the queued path",
-           "jobId", c->call ? c->call->peer.room : "", NULL);
+    /* the worker holds it (it may have run): the call ends here, "try again" — the ordinary
+     * path would hand it to the same worker and wait as long again */
+    struct relay_call *rc = c->call;
+    c->call = NULL;
+    if (rc) {
+      jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time", "jobId", rc->peer.room, NULL);
+      jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack,
+                       rpc_error(rc->id, JB_MCP_UNAVAILABLE, "the worker did not answer in time; try again",
+                                 json_pack("{s:s}", "reason", "unavailable")));
+      relay_call_free(rc);
+    }
     relay_close(c);
     return;
   }
@@ -654,7 +663,13 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
       }
     bool fresh = !c;
     if (!c) {
-      if (s->n_relay >= RELAY_CONNS) return -1;
+      if (s->n_relay >= RELAY_CONNS) { /* full: an idle one (another worker's) makes room */
+        struct relay_conn *idle = NULL;
+        for (struct relay_conn *x = s->relay; x; x = x->next)
+          if (!x->call) idle = x;
+        if (!idle) return -1;
+        relay_close(idle); /* not in its own callback: closed, and unlinked, at once */
+      }
       struct sockaddr_un a = {.sun_family = AF_UNIX};
       if (strlen(rc->d.sock) >= sizeof a.sun_path) return -1;
       memcpy(a.sun_path, rc->d.sock, strlen(rc->d.sock) + 1);

@@ -233,6 +233,7 @@ struct jb_ws {
   struct jb_ws_handlers h;
   struct lws_context *ctx;
   struct lws_vhost *vh;
+  struct lws_vhost *vh_watch; /* jb_ws_watch_fd's descriptors */
   int port;
   pthread_t service;
   bool service_started;
@@ -684,10 +685,11 @@ struct jb_ws_watch *jb_ws_watch_fd(struct jb_ws *ws, int fd, jb_ws_watch_fn fn, 
     return NULL;
   }
   *w = (struct jb_ws_watch){.ws = ws, .fn = fn, .arg = arg, .fd = fd};
-  lws_adopt_desc_t info = {.vh = ws->vh, .type = LWS_ADOPT_RAW_FILE_DESC, .fd = {.filefd = fd},
+  lws_adopt_desc_t info = {.vh = ws->vh_watch, .type = LWS_ADOPT_RAW_FILE_DESC, .fd = {.filefd = fd},
                            .vh_prot_name = "jailbox-watch", .opaque = w};
-  w->wsi = lws_adopt_descriptor_vhost_via_info(&info); /* on failure lws closed fd */
-  if (!w->wsi) {
+  w->wsi = lws_adopt_descriptor_vhost_via_info(&info);
+  if (!w->wsi) { /* lws closes only sockets it failed to adopt (core-net/adopt.c), not files */
+    close(fd);
     free(w);
     return NULL;
   }
@@ -1778,6 +1780,11 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 
 static const struct lws_protocols protocols[] = {
     {"jailbox-socketio", callback, sizeof(struct conn), 0, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* The watched descriptors' vhost: no listener, so no listen-accept role is tried on them. */
+static const struct lws_protocols watch_protocols[] = {
     {"jailbox-watch", watch_callback, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
@@ -1893,6 +1900,16 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
     return jb_fail(err, EADDRINUSE, "websocket listener: cannot listen on %s", s->listen);
   }
   ws->port = lws_get_vhost_listen_port(ws->vh);
+  memset(&info, 0, sizeof info);
+  info.port = CONTEXT_PORT_NO_LISTEN_SERVER;
+  info.protocols = watch_protocols;
+  info.vhost_name = "jailbox-watch";
+  ws->vh_watch = lws_create_vhost(ws->ctx, &info);
+  if (!ws->vh_watch) {
+    lws_context_destroy(ws->ctx);
+    free_all(ws);
+    return jb_fail(err, EIO, "libwebsockets: cannot create the watch vhost");
+  }
 
   ws->workers = calloc((size_t)s->workers, sizeof *ws->workers);
   if (!ws->workers) {
