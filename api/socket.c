@@ -554,9 +554,9 @@ static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, 
 
 /* Handler thread: a long answer made into the ACK; or, when the worker ran nothing, the call
  * on the ordinary path right here. */
-static void relay_answer_job(void *arg) {
+static void relay_answer_job(void *arg, bool run) {
   struct relay_call *rc = arg;
-  if (relay_answer(rc, rc->line, rc->line_len) != RELAY_ANSWERED)
+  if (run && relay_answer(rc, rc->line, rc->line_len) != RELAY_ANSWERED)
     jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, mcp(rc->s, &rc->peer, rc->args));
   relay_call_free(rc);
 }

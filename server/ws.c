@@ -144,7 +144,7 @@ enum job_kind { J_CONNECT, J_EVENT, J_RESYNC, J_CALL };
 struct job {
   struct job *next;
   enum job_kind kind;
-  void (*fn)(void *arg); /* J_CALL (jb_ws_run) */
+  void (*fn)(void *arg, bool run); /* J_CALL (jb_ws_run) */
   void *arg;
   struct jb_ws_peer peer;
   json_t *data;  /* auth object or NULL / event args array */
@@ -625,7 +625,7 @@ void jb_ws_event_requeue(struct jb_ws *ws, const struct jb_ws_peer *peer, const 
                    json_pack("[{s:{s:s,s:s}}]", "error", "code", "busy", "message", "server busy, try again"));
 }
 
-int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg), void *arg) {
+int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg, bool run), void *arg) {
   struct job *j = calloc(1, sizeof *j);
   if (!j) return -1;
   j->kind = J_CALL;
@@ -892,7 +892,7 @@ static int submit(struct jb_ws *ws, struct job *j) {
 
 static void run_job(struct jb_ws *ws, struct job *j) {
   if (j->kind == J_CALL) {
-    j->fn(j->arg);
+    j->fn(j->arg, true);
     return;
   }
   if (j->kind == J_RESYNC) { /* no ACK and no IT_DONE: the socket has no call in flight for it */
@@ -1814,6 +1814,7 @@ static void free_all(struct jb_ws *ws) {
   }
   for (struct job *j = ws->jhead, *n; j; j = n) {
     n = j->next;
+    if (j->kind == J_CALL) j->fn(j->arg, false); /* not run: only its memory let go */
     json_decref(j->data);
     free(j);
   }

@@ -153,9 +153,11 @@ int jb_ws_event_done(struct jb_ws *ws, uint64_t conn, long long ack, json_t *rep
 void jb_ws_event_requeue(struct jb_ws *ws, const struct jb_ws_peer *peer, const char *name,
                          json_t *args, long long ack);
 
-/* Runs fn(arg) once on a handler thread (work too long for the service thread). Any thread.
- * Returns 0, or -1 when it cannot be queued (OOM, queue full, stopping): fn is not called. */
-int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg), void *arg);
+/* Runs fn(arg, true) once on a handler thread (work too long for the service thread). Any
+ * thread. Returns 0, or -1 when it cannot be queued (OOM, queue full, stopping): fn is not
+ * called. A call still queued when the server stops gets fn(arg, false) instead: free `arg`,
+ * do nothing else. */
+int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg, bool run), void *arg);
 
 /* A descriptor watched by the service thread (for answers of other processes to the
  * event_direct handler's requests). */
