@@ -980,7 +980,6 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool, js
   free(text);
   bool ok = false;
   json_t *sargs = NULL, *x = NULL, *req = NULL;
-  char *line = NULL;
   const char *state = json_string_value(json_object_get(sess, "state"));
   if (!state || strcmp(state, "active")) goto out;
   json_t *exclude = json_object_get(sess, "exclude");
@@ -994,10 +993,7 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool, js
   sargs = shim_args(args, exclude);
   x = sargs ? direct_expect(sess, exclude, flagged) : NULL;
   req = x ? direct_request(job, tool, path, sargs, x) : NULL;
-  line = req ? json_dumps(req, JSON_COMPACT) : NULL;
-  if (!line) goto out;
-  size_t n = strlen(line);
-  struct direct_plan *dp = n + 1 <= JB_DIRECT_MAX_LINE ? calloc(1, sizeof *dp) : NULL;
+  struct direct_plan *dp = req ? calloc(1, sizeof *dp) : NULL;
   if (!dp || !(dp->path = strdup(path))) {
     free(dp);
     goto out;
@@ -1005,15 +1001,12 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool, js
   snprintf(dp->tool, sizeof dp->tool, "%s", tool);
   dp->exclude = json_incref(exclude);
   dp->flagged = json_incref(flagged);
-  line[n] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
   snprintf(out->sock, sizeof out->sock, "%s", sock);
-  out->line = line;
-  out->len = n + 1;
+  out->req = req;
   out->ctx = dp;
-  line = NULL;
+  req = NULL;
   ok = true;
 out:
-  free(line);
   json_decref(req);
   json_decref(x);
   json_decref(sargs);

@@ -402,6 +402,12 @@ static json_t *rpc_result(json_t *id, json_t *result) {
   return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id, "result", result);
 }
 
+/* The JSON-RPC reply of a tool call: its result (stolen), or the error the tool set in `e`. */
+static json_t *tool_reply(json_t *id, json_t *result, struct jb_mcp_error *e) {
+  if (result) return rpc_result(id, result);
+  return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed", e->data);
+}
+
 static json_t *not_implemented(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
                                json_t *arguments, struct jb_mcp_error *e) {
   e->code = MCP_NOT_IMPLEMENTED;
@@ -459,9 +465,7 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
     pthread_rwlock_unlock(&s->lock);
     json_t *result = fn(fctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
     json_decref(empty);
-    if (result) return rpc_result(id, result);
-    return rpc_error(id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed",
-                     e.data);
+    return tool_reply(id, result, &e);
   }
   return rpc_error(id, -32601, "Method not found", json_pack("{s:s}", "method", method));
 }
@@ -488,6 +492,8 @@ struct relay_call {
   json_t *id;   /* the JSON-RPC id */
   long long seq; /* the request's "id" on the worker connection, echoed in its answer */
   struct jb_mcp_direct d;
+  char *req_line; /* d.req with its "id", '\n'-terminated, req_len bytes */
+  size_t req_len;
   char *line;   /* the answer line (without its newline), when made into a result on a handler thread */
   size_t line_len;
 };
@@ -505,7 +511,8 @@ struct relay_conn {
 static void relay_call_free(struct relay_call *rc) {
   if (!rc) return;
   if (rc->s->direct.free) rc->s->direct.free(rc->d.ctx);
-  free(rc->d.line);
+  json_decref(rc->d.req);
+  free(rc->req_line);
   free(rc->line);
   json_decref(rc->args);
   json_decref(rc->id);
@@ -546,9 +553,7 @@ static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, 
   json_t *result = rc->s->direct.answer(rc->d.ctx, ans, &e, &ran);
   json_decref(ans);
   if (!ran) return RELAY_NOT_RAN;
-  json_t *reply = result ? rpc_result(rc->id, result)
-                         : rpc_error(rc->id, e.code ? e.code : -32603, e.message[0] ? e.message : "tool failed", e.data);
-  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, reply);
+  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, tool_reply(rc->id, result, &e));
   return RELAY_ANSWERED;
 }
 
@@ -628,6 +633,7 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     c->call = NULL;
     c->len = 0;
     jb_ws_watch_timeout(c->w, -1);
+    const char *line = c->buf;
     if (n > RELAY_INLINE_MAX) {
       /* the service thread serves every socket: parsed on a handler thread. The connection is
        * not used again: whether the line was an answer is known only there */
@@ -637,15 +643,12 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
       c->cap = 0;
       relay_close(c);
       if (jb_ws_run(rc->ws, relay_answer_job, rc) == 0) return;
-      enum relay_outcome o = relay_answer(rc, rc->line, n); /* cannot be queued: here after all */
-      if (o == RELAY_ANSWERED) relay_call_free(rc);
-      else relay_fallback(rc);
-      return;
+      line = rc->line; /* cannot be queued: here after all */
     }
-    enum relay_outcome o = relay_answer(rc, c->buf, n);
+    enum relay_outcome o = relay_answer(rc, line, n);
+    if (o == RELAY_MALFORMED && n <= RELAY_INLINE_MAX) relay_close(c); /* a line too many may follow: not again */
     if (o == RELAY_ANSWERED) relay_call_free(rc);
     else relay_fallback(rc);
-    if (o == RELAY_MALFORMED) relay_close(c); /* a line too many may follow: not again */
     return;
   }
 }
@@ -695,8 +698,8 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
       s->relay = c;
       s->n_relay++;
     }
-    ssize_t w = send(jb_ws_watch_fd_of(c->w), rc->d.line, rc->d.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w == (ssize_t)rc->d.len) {
+    ssize_t w = send(jb_ws_watch_fd_of(c->w), rc->req_line, rc->req_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)rc->req_len) {
       c->call = rc;
       jb_ws_watch_timeout(c->w, RELAY_TIMEOUT_MS);
       return 0;
@@ -739,21 +742,17 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
     free(rc);
     return false;
   }
-  /* the request's id: its object's last '}' becomes ,"id":N} */
-  char *line = rc->d.len >= 3 && rc->d.line[rc->d.len - 2] == '}' ? malloc(rc->d.len + 32) : NULL;
-  if (!line) {
-    if (s->direct.free) s->direct.free(rc->d.ctx);
-    free(rc->d.line);
-    free(rc);
+  rc->s = s;
+  /* the request numbered: its answer must carry the same id (sandbox/direct.h) */
+  rc->seq = ++s->relay_seq;
+  if (json_object_set_new(rc->d.req, "id", json_integer(rc->seq)) == 0)
+    rc->req_line = json_dumps(rc->d.req, JSON_COMPACT);
+  rc->req_len = rc->req_line ? strlen(rc->req_line) + 1 : 0;
+  if (!rc->req_line || rc->req_len > JB_DIRECT_MAX_LINE) {
+    relay_call_free(rc);
     return false;
   }
-  rc->seq = ++s->relay_seq;
-  memcpy(line, rc->d.line, rc->d.len - 2);
-  int k = snprintf(line + rc->d.len - 2, 34, ",\"id\":%lld}\n", rc->seq);
-  free(rc->d.line);
-  rc->d.line = line;
-  rc->d.len = rc->d.len - 2 + (size_t)k;
-  rc->s = s;
+  rc->req_line[rc->req_len - 1] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
   rc->ws = ws;
   rc->peer = *peer;
   rc->ack = ack;

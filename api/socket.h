@@ -41,8 +41,7 @@ void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ct
  * threads fewer. Made by a jb_mcp_plan_fn, which must not block. */
 struct jb_mcp_direct {
   char sock[108]; /* the worker's ops socket */
-  char *line;     /* the request line, '\n'-terminated, `len` bytes (not NUL-terminated; new) */
-  size_t len;
+  json_t *req;    /* the request (sandbox/direct.h; new), its "id" left to the sender */
   void *ctx;      /* the planner's, given to the answer and free functions */
 };
 
