@@ -1,5 +1,5 @@
-/* auth.c — bearer tokens: minting, hashing, the bootstrap service token, and the role and
- * session checks every handler starts with (see auth.h). */
+/* auth.c — bearer tokens on requests: the bootstrap service token, and the role and
+ * session checks every handler starts with (see auth.h). Token text is lib/token.c's. */
 #include "api/auth.h"
 
 #include <ctype.h>
@@ -13,35 +13,8 @@
 #include <unistd.h>
 
 #include "db/tokens.h"
-#include "server/log.h"
+#include "lib/log.h"
 
-#define TOKEN_PREFIX "jbt_"
-#define TOKEN_RAW 32
-
-void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]) {
-  unsigned char raw[TOKEN_RAW];
-  randombytes_buf(raw, sizeof raw);
-  memcpy(text, TOKEN_PREFIX, 4);
-  sodium_bin2base64(text + 4, JB_TOKEN_TEXT_LEN - 4, raw, sizeof raw,
-                    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
-  crypto_hash_sha256(hash, raw, sizeof raw);
-  sodium_memzero(raw, sizeof raw);
-}
-
-int jb_token_hash(const char *text, unsigned char hash[32]) {
-  size_t n = strlen(text);
-  if (n != JB_TOKEN_TEXT_LEN - 1 || memcmp(text, TOKEN_PREFIX, 4) != 0) return -1;
-  unsigned char raw[TOKEN_RAW];
-  size_t got = 0;
-  const char *end = NULL;
-  if (sodium_base642bin(raw, sizeof raw, text + 4, n - 4, NULL, &got, &end,
-                        sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0 ||
-      got != TOKEN_RAW || end != text + n)
-    return -1;
-  crypto_hash_sha256(hash, raw, sizeof raw);
-  sodium_memzero(raw, sizeof raw);
-  return 0;
-}
 
 static const char *role_name(enum jb_role r) {
   return r == JB_ROLE_SERVICE ? "service" : r == JB_ROLE_BUYER ? "buyer" : "agent";

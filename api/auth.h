@@ -9,6 +9,7 @@
 
 #include "server/app.h"
 #include "server/http.h"
+#include "lib/token.h"
 
 enum jb_role { JB_ROLE_SERVICE = 1u, JB_ROLE_BUYER = 2u, JB_ROLE_AGENT = 4u };
 
@@ -16,8 +17,6 @@ struct jb_principal {
   enum jb_role role;
   char job_id[129];  /* the token's session; "" for service tokens */
 };
-
-#define JB_TOKEN_TEXT_LEN 48  /* "jbt_" + 43 base64url chars + NUL */
 
 /* Checks the request's "Authorization: Bearer <token>" against the tokens table on `conn`.
  * `roles` is a mask of the accepted jb_role values; when `job_id` is non-NULL a buyer or
@@ -42,14 +41,6 @@ int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]);
 /* For jb_http_opts.authorize_body: true when `authorization` ("Bearer <token>") names an
  * unrevoked token of any role (`app` is the struct jb_app; one database lookup). */
 bool jb_auth_token_known(void *app, const char *authorization);
-
-/* Mints a new token: 32 random bytes from libsodium, written as "jbt_" + base64url without
- * padding into `text` (JB_TOKEN_TEXT_LEN bytes), and its SHA-256 into `hash`. */
-void jb_token_mint(char text[JB_TOKEN_TEXT_LEN], unsigned char hash[32]);
-
-/* Parses token text into its SHA-256 `hash`. Returns 0, or -1 when `text` is not a token of
- * the form jb_token_mint writes. */
-int jb_token_hash(const char *text, unsigned char hash[32]);
 
 /* Registers the bootstrap service token: read from `path` when it exists, else (only when
  * `create` is true) minted and written there (mode 0600, never overwritten). Returns 0, or -1

@@ -13,9 +13,9 @@
 #include <time.h>
 
 #include "db/db.h"
-#include "server/keys.h"
-#include "server/log.h"
-#include "server/metrics.h"
+#include "lib/keyring.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
 
 /* Runs the static SQL `sql` (a prepared statement of the connection, see jb_db_prepared)
  * with `n` parameters; `fmts` marks binary ones (bytea) with their `lens`. Returns the result
@@ -915,4 +915,18 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
   r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "commit");
   PQclear(r);
   return r ? JB_OK : JB_ERR_FAIL;
+}
+
+static int publish(const struct jb_keyring *k, PGconn *c, bool retire_others, jb_error *err) {
+  if (jb_audit_key_publish(c, k->key_id, k->pk, retire_others, err) != JB_OK)
+    return jb_error_wrap(err, "publishing signing key %s", k->key_id);
+  return 0;
+}
+
+int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err) {
+  return publish(k, c, true, err);
+}
+
+int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err) {
+  return publish(k, c, false, err);
 }

@@ -1,6 +1,6 @@
 /* audit_store.h — storage of the audit chain: appending signed entries (serialized per
  * session by a row lock on the session), sealing, loading a chain for export and
- * verification, and the published signing keys. The entry format is server/audit.h. */
+ * verification, and the published signing keys. The entry format is lib/audit.h. */
 #ifndef JB_DB_AUDIT_STORE_H
 #define JB_DB_AUDIT_STORE_H
 
@@ -10,8 +10,9 @@
 #include <stdint.h>
 
 #include "db/db.h"
-#include "server/audit.h"
-#include "server/err.h"
+#include "lib/audit.h"
+#include "lib/keyring.h"
+#include "lib/err.h"
 
 struct jb_keyring;
 
@@ -163,5 +164,22 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
  * so it is refused with EKEYREVOKED. JB_OK or JB_ERR_FAIL with `err`. */
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
                          bool retire_others, jb_error *err);
+
+/* Publishes the public key in audit_signing_keys and marks every other unretired key retired
+ * as of now (this process's clock; retired keys stay published). Run at start, after
+ * migrations. An entry signed with a key at or after its retirement fails verification
+ * ("retired key", api/audit.md), so appends with a retired key are refused: deployments with
+ * several instances share one key file and restart together after a rotation — an instance
+ * with a key of its own retires the others' keys, and their appends then fail until they
+ * restart with the new key file. A key that was retired is refused (EKEYREVOKED): it never
+ * signs again. Returns 0 or -1 with `err`. */
+int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err);
+
+/* Publishes the public key like jb_keyring_publish but retires no other key: for helper
+ * processes (jailbox-worker) that may start with a key file newer than the running
+ * jailboxd's, whose key must stay valid until jailboxd itself restarts with the new one.
+ * Entries signed at or after a key's retirement fail verification ("retired key"), and a
+ * retired key is refused here as there. Returns 0 or -1 with `err`. */
+int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err);
 
 #endif

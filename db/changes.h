@@ -6,7 +6,7 @@
 
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 /* As JSON text (new): {"jobId", "changes": [{path, opId, sha256Before (hex, null for a new
  * file), sha256After (hex), size (bytes), at (ISO 8601 UTC, when it was written)}]} in op

@@ -1,7 +1,7 @@
 /* db.c — a fixed-size pool of libpq connections shared by the HTTP threads (see db.h). */
 #include "db/db.h"
 
-#include "server/log.h"
+#include "lib/log.h"
 
 #include <errno.h>
 #include <pthread.h>

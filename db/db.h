@@ -4,7 +4,7 @@
 
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_db;
 

@@ -9,8 +9,8 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
-#include "server/audit.h"
-#include "server/err.h"
+#include "lib/audit.h"
+#include "lib/err.h"
 
 struct jb_keyring;
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "db/db.h"
-#include "server/audit.h"
+#include "lib/audit.h"
 
 #define MAX_PAYLOAD JB_EVENT_MAX_BYTES
 

@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 /* The envelope {"job","event","payload"} of a session event as compact JSON text — the
  * form both NOTIFY jb_event and the Redis fan-out (server/fanout.h) carry. `payload` is
@@ -32,9 +32,9 @@ int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t 
 int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload);
 
 /* Announces the newest audit head of session `job_id` as it is committed now —
- * jailbox:audit_head {seq, hash, signature, keyId} (server/audit.h jb_audit_head_json) — on
+ * jailbox:audit_head {seq, hash, signature, keyId} (lib/audit.h jb_audit_head_json) — on
  * jb_event, when its seq is over `after`; for heads an op committed without announcing them
- * (the worker's reads, lists and stats handed over directly, sandbox/direct.h). Outside any
+ * (the worker's reads, lists and stats handed over directly, sandbox/proto/direct.h). Outside any
  * transaction (`c` idle): the event goes out at once. *seq receives the newest head's seq (0:
  * no entry yet, or no such session); nothing is sent when it is not over `after`. Two
  * statements: a head committed between them is announced by its own writer or by the next

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 
 #include "db/sessions.h"  /* jb_db_session_state */
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_launch_job {
   long long id;

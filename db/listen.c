@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/log.h"
-#include "server/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
 
 struct jb_listener {
   pthread_t thread;

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_listener;
 

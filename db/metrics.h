@@ -6,7 +6,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 /* Bucket upper bounds, seconds, of the two histograms computed here. */
 extern const double jb_db_approval_wait_bounds[];

@@ -6,7 +6,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_migration {
   const char *name;  /* file name, "NNN_description.sql" */

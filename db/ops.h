@@ -16,8 +16,8 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
-#include "server/audit.h"
-#include "server/err.h"
+#include "lib/audit.h"
+#include "lib/err.h"
 
 struct jb_keyring;
 
@@ -42,7 +42,7 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
 
-/* Stores the diff preview of op `op_id` (api/diff.h; borrowed; NULL or JSON null: none) —
+/* Stores the diff preview of op `op_id` (api/agent/diff.h; borrowed; NULL or JSON null: none) —
  * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
 int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
@@ -63,7 +63,7 @@ void jb_op_claim_free(struct jb_op_claim *o);
  * to run; no transaction open); JB_ERR_FAIL. */
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err);
 
-/* Worker, for an op jailboxd hands over directly (sandbox/direct.h) instead of queuing it:
+/* Worker, for an op jailboxd hands over directly (sandbox/proto/direct.h) instead of queuing it:
  * begins a transaction, locks the session row, and inserts the op (`tool`, `path`,
  * `args_json` as jb_db_op_create) as already claimed by this transaction — only while the
  * session is active with no op queued before it (an op never overtakes one queued earlier in

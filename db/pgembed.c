@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "db/db.h"
-#include "server/log.h"
+#include "lib/log.h"
 
 int jb_conninfo_quote(const char *in, char *out, size_t len) {
   size_t o = 0;

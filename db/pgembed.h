@@ -6,8 +6,8 @@
 
 #include <stdbool.h>
 
-#include "server/err.h"
-#include "server/proc.h"
+#include "lib/err.h"
+#include "lib/proc.h"
 
 struct jb_pgembed {
   char bindir[1024];    /* where initdb/pg_ctl/postgres live */

@@ -6,7 +6,7 @@
 
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 /* Appends the globs of `exclude_json` (JSON array text of strings) to the exclusions of
  * `job_id`, keeping each glob once, while the session is in `prescanning` or `awaiting_agent` (before the agent connects).

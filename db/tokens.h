@@ -4,7 +4,7 @@
 
 #include <libpq-fe.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 /* Finds an unrevoked token by its 32-byte SHA-256 `hash`. On JB_OK fills `role` (16 bytes:
  * "service", "buyer" or "agent"), `job_id` (129 bytes, "" for service) and `stored` (the

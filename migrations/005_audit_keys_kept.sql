@@ -3,7 +3,7 @@
 -- the active key, so concurrent appends (different sessions) each turned that row's lock
 -- into a new MultiXact: a write to one shared page per append (bench/audit: about 30% fewer
 -- appends per second with 16 sessions). What the key reference protected stays true: a
--- published key is never deleted (retired keys stay, see server/keys.h), and the verifier
+-- published key is never deleted (retired keys stay, see lib/keyring.h), and the verifier
 -- reports an entry whose keyId is not published as "unknown key".
 ALTER TABLE audit_entries DROP CONSTRAINT audit_entries_key_id_fkey;
 

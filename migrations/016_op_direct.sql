@@ -1,4 +1,4 @@
--- 016: ops that jailboxd hands straight to the worker holding the session (sandbox/direct.h)
+-- 016: ops that jailboxd hands straight to the worker holding the session (sandbox/proto/direct.h)
 -- are inserted, run and completed by the worker in one transaction, which sets
 -- jailbox.direct_op for itself: nobody waits for a jb_op wake-up about such an op (the
 -- answer goes back on the worker's socket), and the worker's own op thread must not be

@@ -12,11 +12,12 @@
 #include "server/http.h"
 
 struct jb_cache;    /* session read cache (server/cache.h) */
-struct jb_keyring;  /* audit signing keys (server/keys.h) */
+struct jb_keyring;  /* audit signing keys (lib/keyring.h) */
 struct jb_opwait;   /* waiting op calls (server/opwait.h) */
-struct jb_socket;   /* the Socket.IO endpoint (api/socket.h) */
+struct jb_socket;   /* the Socket.IO endpoint (api/agent/socket.h) */
+struct jb_sweeper;  /* expiry of sessions (api/agent/escape.h) */
 struct jb_fanout;   /* Redis fan-out of events (server/fanout.h) */
-struct jb_workers;  /* this process's jailbox-workers (sandbox/supervise.h) */
+struct jb_workers;  /* this process's jailbox-workers (server/workers.h) */
 
 struct jb_app {
   const struct jb_config *cfg;  /* borrowed, lives as long as the process */
@@ -28,12 +29,10 @@ struct jb_app {
   atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
   _Atomic long long drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
   struct jb_socket *sock;       /* for /metrics; NULL until started */
+  struct jb_sweeper *sweeper;   /* NULL until started */
   struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
-  struct jb_workers *workers;   /* for direct op hand-over (sandbox/direct.h); NULL until
+  struct jb_workers *workers;   /* for direct op hand-over (sandbox/proto/direct.h); NULL until
                                    started, or with JAILBOX_WORKERS=0; read with __atomic_load_n */
 };
-
-/* The route table served by jailboxd (api/routes.c); *n receives its length. */
-const struct jb_route *jb_api_routes(size_t *n);
 
 #endif

@@ -1,6 +1,6 @@
 /* cache.c — the session read cache (see cache.h): a chained hash table under one mutex. */
 #include "server/cache.h"
-#include "server/metrics.h"
+#include "lib/metrics.h"
 
 #include <pthread.h>
 #include <sodium.h>

@@ -1,7 +1,7 @@
 /* config.c — the settings table of jailboxd and its parser (see config.h). */
 #include "server/config.h"
 
-#include "server/escape_policy.h"
+#include "lib/escape_policy.h"
 
 #include <errno.h>
 #include <limits.h>

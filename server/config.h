@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_config {
   char *listen;             /* HTTP listen address "host:port"; port 0 picks a free one */
@@ -40,7 +40,7 @@ struct jb_config {
   char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
   char *scan_rules;         /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
   long diff_preview_max;    /* bytes of a supervised write's diff preview at most; 0: none */
-  char *escape_abort;       /* signal kinds that abort a session at once (server/escape_policy.h) */
+  char *escape_abort;       /* signal kinds that abort a session at once (lib/escape_policy.h) */
   char *alert_after;        /* "kind:N,…": signals that raise an alert every N occurrences */
   long trust_penalty;       /* trust score points an agent loses per escape abort */
   long session_lifetime_s;  /* default limits.timeoutSec: a session's maximum lifetime, s */

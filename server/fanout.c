@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/json.h"
+#include "lib/json.h"
 #include "db/events.h"
-#include "server/log.h"
-#include "server/metrics.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
 
 #define CHANNEL_PREFIX "jailbox:session:"
 #define PATTERN CHANNEL_PREFIX "*"

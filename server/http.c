@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "server/config.h"
-#include "server/log.h"
+#include "lib/log.h"
 
 /* Client addresses are hashed into this many slots for their share of the body budget. */
 #define ADDR_SLOTS 4096

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 #define JB_HTTP_MAX_PARAMS 4
 #define JB_HTTP_MAX_HEADERS 100        /* more request headers: 431 */

@@ -10,27 +10,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/auth.h"
-#include "api/escape.h"
-#include "api/ops.h"
-#include "api/scan.h"
-#include "api/socket.h"
+#include "db/audit_store.h"
 #include "db/db.h"
 #include "db/events.h"
 #include "db/listen.h"
 #include "db/migrate.h"
 #include "db/ops.h"
 #include "db/pgembed.h"
+#include "server/api.h"
 #include "server/app.h"
 #include "server/cache.h"
 #include "server/config.h"
 #include "server/fanout.h"
 #include "server/http.h"
-#include "server/keys.h"
-#include "server/metrics.h"
-#include "server/log.h"
+#include "lib/keyring.h"
+#include "lib/metrics.h"
+#include "lib/log.h"
 #include "server/opwait.h"
-#include "sandbox/supervise.h"
+#include "server/workers.h"
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
@@ -43,12 +40,12 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     jb_cache_invalidate(app->cache, payload);
     return;
   }
-  if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/ops.c) */
+  if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/agent/ops.c) */
     long long op_id;
     char state[20];
     const char *job;
     /* a session's state changed (in any process): the op path's copy of it is old */
-    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0) jb_op_session_changed(job);
+    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0) jb_api_session_changed(job);
     jb_opwait_notify_payload(app->opwait, payload);
     return;
   }
@@ -88,9 +85,7 @@ static int notify_fallback(void *ctx, const char *job_id, const char *event, jso
 /* The Redis subscription is (re)made: this instance's sockets may have missed events
  * published meanwhile, so each is sent the state and pending approvals again. */
 static void on_subscribed(void *appv) {
-  struct jb_app *app = appv;
-  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
-  if (sock) jb_socket_resync(sock);
+  jb_api_resync(appv);
 }
 
 static int fatal(const char *what, const jb_error *err) {
@@ -131,13 +126,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
-  struct jb_scan_rules *scan_rules = NULL; /* a bad rules file stops the start, naming file:line */
-  if (jb_scan_rules_load(cfg.scan_rules, &scan_rules, &err) < 0) {
+  /* a bad rules file stops the start, naming file:line */
+  if (jb_api_load_rules(&cfg, &err) < 0) {
     fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);
     jb_config_free(&cfg);
     return 2;
   }
-  jb_scan_use(scan_rules);
   if (sodium_init() < 0) {
     jb_fail(&err, EIO, "libsodium failed to initialise");
     jb_config_free(&cfg);
@@ -163,10 +157,8 @@ int main(int argc, char **argv) {
   atomic_init(&app.draining, false);
   int exit_code = 0;
   struct jb_http_server *srv = NULL;
-  struct jb_socket *sock = NULL;
   struct jb_listener *listener = NULL;
   struct jb_workers *workers = NULL;
-  struct jb_sweeper *sweeper = NULL;
   struct jb_fanout *fanout = NULL;
   if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
     exit_code = fatal("database", &err);
@@ -182,7 +174,7 @@ int main(int argc, char **argv) {
   char tokpath[1200];
   if (cfg.service_token_file[0]) snprintf(tokpath, sizeof tokpath, "%s", cfg.service_token_file);
   else snprintf(tokpath, sizeof tokpath, "%s/service.token", cfg.state_dir);
-  if (jb_service_token_bootstrap(c, tokpath, cfg.service_token_file[0] == '\0', &err) < 0) {
+  if (jb_api_bootstrap_token(c, tokpath, cfg.service_token_file[0] == '\0', &err) < 0) {
     jb_db_release(app.db, c);
     exit_code = fatal("service token", &err);
     goto out;
@@ -230,37 +222,16 @@ int main(int argc, char **argv) {
   const struct jb_http_opts hopts = {
       .max_body = cfg.max_body_bytes, .threads = (int)cfg.http_threads,
       .max_conns_per_ip = cfg.http_conns_per_ip, .body_budget = cfg.http_body_budget,
-      .timeout_s = cfg.http_timeout_s, .authorize_body = jb_auth_token_known};
+      .timeout_s = cfg.http_timeout_s, .authorize_body = jb_api_token_known};
   if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, &hopts, &err) < 0) {
     exit_code = fatal("http", &err);
     goto out;
   }
-  if (jb_socket_start(&app, &sock, &err) < 0) { /* logs "ws listening" */
-    exit_code = fatal("websocket", &err);
+  if (jb_api_start(&app, &err) < 0) {
+    exit_code = fatal("api", &err);
     jb_http_drain(srv, 0);
     goto out;
   }
-  jb_socket_set_tool_handler(sock, jb_op_tool, NULL); /* the file operations (api/ops.c) */
-  /* reads and lists the socket's service thread hands straight to a local worker */
-  jb_socket_set_direct(sock, &(const struct jb_mcp_direct_fns){jb_op_direct_plan, jb_op_direct_answer, jb_op_direct_free});
-  /* escape policy (issue 8): the workers inherit it through the environment */
-  if (jb_escape_init(&app, &err) < 0) {
-    exit_code = fatal("escape policy", &err);
-    jb_http_drain(srv, 0);
-    goto out;
-  }
-  char pen[24];
-  snprintf(pen, sizeof pen, "%ld", cfg.trust_penalty);
-  setenv("JAILBOX_ESCAPE_ABORT", cfg.escape_abort, 1);
-  setenv("JAILBOX_ALERT_AFTER", cfg.alert_after, 1);
-  setenv("JAILBOX_TRUST_PENALTY", pen, 1);
-  /* lifetime and idle expiry, chains a crash left unsealed */
-  if (jb_sweeper_start(&app, &sweeper, &err) < 0) {
-    exit_code = fatal("sweeper", &err);
-    jb_http_drain(srv, 0);
-    goto out;
-  }
-  __atomic_store_n(&app.sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 &&
       jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
@@ -295,15 +266,14 @@ int main(int argc, char **argv) {
     struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
     sigtimedwait(&sigs, NULL, &d);
   }
-  jb_socket_drain(sock);
+  jb_api_drain(&app);
   long long drain_start = jb_metrics_now_ns();
   jb_http_drain(srv, cfg.shutdown_grace_ms);
   long left_ms = cfg.shutdown_grace_ms - (long)((jb_metrics_now_ns() - drain_start) / 1000000);
-  jb_socket_drain_wait(sock, left_ms > 0 ? left_ms : 0);
+  jb_api_drain_wait(&app, left_ms > 0 ? left_ms : 0);
 
 out:
-  jb_sweeper_stop(sweeper);
-  jb_socket_stop(sock); /* its handlers use the database, and the workers (direct ops) */
+  jb_api_stop(&app); /* its handlers use the database, and the workers (direct ops) */
   __atomic_store_n(&app.workers, NULL, __ATOMIC_RELEASE);
   jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
   jb_fanout_stop(fanout);

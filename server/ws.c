@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/json.h"
+#include "lib/json.h"
 #include "server/config.h"
-#include "server/log.h"
+#include "lib/log.h"
 
 /* ---------- limits that are not settings ---------- */
 

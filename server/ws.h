@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/err.h"
+#include "lib/err.h"
 
 struct jb_ws;
 

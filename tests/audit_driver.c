@@ -42,8 +42,8 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
-#include "server/keys.h"
-#include "server/metrics.h"
+#include "lib/keyring.h"
+#include "lib/metrics.h"
 
 static const char *conninfo;
 static struct jb_keyring *keys;

@@ -8,6 +8,9 @@ ROOT=$(pwd)
 
 ./deploy/install-deps.sh
 
+echo "== layout (folder include rules)"
+./tests/layout.sh
+
 echo "== node packages for the client tests"
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 

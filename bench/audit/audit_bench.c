@@ -22,7 +22,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
-#include "server/keys.h"
+#include "lib/keyring.h"
 
 /* CPU time of the calling thread, s: what one-thread verification costs, unaffected by other
  * processes taking the cores (this machine is shared). */

@@ -137,7 +137,7 @@ async function main() {
   }
   line('floor: MCP ping on the agent socket (no worker, no DB)', summary(pings));
   // the worker alone: the same read handed straight to the worker on its ops socket
-  // (sandbox/direct.h) — shim through the walls + the op's durable record, no jailboxd
+  // (sandbox/proto/direct.h) — shim through the walls + the op's durable record, no jailboxd
   {
     const sock = createConnection(join(dir, 'state/worker-0.ops'));
     await new Promise((res, rej) => { sock.once('connect', res); sock.once('error', rej); });
@@ -193,7 +193,7 @@ async function main() {
   line('1 MiB write, jailbox (agent tools/call write)', jw);
   line("1 MiB write, docker exec -i CONTAINER sh -c 'cat > FILE'", dw);
   console.log(`  1 MiB write: jailbox/docker-exec rate ratio ${(jw.opsPerS / dw.opsPerS).toFixed(1)}x`);
-  // which way the ops went (api/metrics.c), and the shim's channel (the session contract)
+  // which way the ops went (api/rest/metrics.c), and the shim's channel (the session contract)
   const m = await (await fetch('http://' + url + '/metrics', { headers: { authorization: 'Bearer ' + token } })).text();
   const handled = (p) => (m.match(new RegExp(`^jailbox_ops_handled_total\\{path="${p}"\\} (\\d+)`, 'm')) || [])[1];
   const walls = (await req('GET', '/v1/jailbox/' + s.jobId)).walls || {};

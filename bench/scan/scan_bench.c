@@ -1,5 +1,5 @@
-/* scan_bench.c — what a write costs in jailboxd's content scanner (api/scan.c, the rules of
- * deploy/scan-rules as built in) and diff preview (api/diff.c), run on demand (not by CTest):
+/* scan_bench.c — what a write costs in jailboxd's content scanner (api/agent/scan.c, the rules of
+ * deploy/scan-rules as built in) and diff preview (api/agent/diff.c), run on demand (not by CTest):
  *
  *   build/scan_bench [REPS]
  *
@@ -16,8 +16,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/diff.h"
-#include "api/scan.h"
+#include "api/agent/diff.h"
+#include "api/agent/scan.h"
 
 #define SIZE (1024 * 1024)
 

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/audit.h"
+#include "lib/audit.h"
 
 /* The key the corpus chains are signed with: the all-zero seed's. */
 static unsigned char corpus_sk[JB_AUDIT_SK_LEN];

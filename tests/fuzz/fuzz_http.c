@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api/auth.h"
+#include "server/api.h"
 #include "server/app.h"
 #include "server/http.h"
 

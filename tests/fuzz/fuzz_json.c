@@ -1,11 +1,11 @@
 /* fuzz_json.c — libFuzzer harness for the request body parser: depth pre-scan, strict parse,
- * field checks (api/json.c). Any crash, leak or sanitizer report is a bug. */
+ * field checks (lib/json.c). Any crash, leak or sanitizer report is a bug. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/json.h"
+#include "lib/json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   jb_error err = {0};

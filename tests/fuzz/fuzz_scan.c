@@ -1,6 +1,6 @@
 /* fuzz_scan.c — libFuzzer harness for what a write's untrusted bytes go through in jailboxd:
- * the content scanner with the default rules (api/scan.c, deploy/scan-rules) and the diff
- * preview (api/diff.c). The input's first line is the path, the rest the content; the content
+ * the content scanner with the default rules (api/agent/scan.c, deploy/scan-rules) and the diff
+ * preview (api/agent/diff.c). The input's first line is the path, the rest the content; the content
  * is also split in two halves, diffed against each other. Any crash, leak, sanitizer report,
  * a finding that names no rule, a verdict that changes between two runs or a preview longer
  * than its limit is a bug. */
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/diff.h"
-#include "api/scan.h"
+#include "api/agent/diff.h"
+#include "api/agent/scan.h"
 
 static struct jb_scan_rules *rules;
 

@@ -1,14 +1,14 @@
 /* fuzz_sio.c — libFuzzer harness for what jailboxctl parses from others: a Socket.IO server's
- * messages (jb_sio_decode, server/sio_client.c) and an MCP client's stdin lines
- * (jb_mcp_stdio_check, server/ctl_bridge.c). Any crash, leak, sanitizer report or broken
+ * messages (jb_sio_decode, cli/sio_client.c) and an MCP client's stdin lines
+ * (jb_mcp_stdio_check, cli/bridge.c). Any crash, leak, sanitizer report or broken
  * promise of the decoders' contracts is a bug. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/ctl.h"
-#include "server/sio_client.h"
+#include "cli/ctl.h"
+#include "cli/sio_client.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct jb_sio_packet pk;

@@ -111,7 +111,7 @@ test('worker killed: its sessions are failed with a reason and no container is l
   assert.equal((await containersOf(c.jobId)).length, 1);
 });
 
-// the jailbox_ops_handled_total{path} counter of /metrics (api/metrics.c)
+// the jailbox_ops_handled_total{path} counter of /metrics (api/rest/metrics.c)
 async function handled(srv, path) {
   const r = await srv.req('GET', '/metrics', { token: srv.serviceToken });
   const m = r.text.match(new RegExp(`^jailbox_ops_handled_total\\{path="${path}"\\} (\\d+)`, 'm'));

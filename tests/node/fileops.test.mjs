@@ -455,7 +455,7 @@ test('review: approve racing abort — a write on disk is always in the audit ch
   }
 });
 
-// the jailbox_ops_handled_total{path} counter of /metrics (api/metrics.c)
+// the jailbox_ops_handled_total{path} counter of /metrics (api/rest/metrics.c)
 async function handled(path) {
   const r = await srv.req('GET', '/metrics', { token: srv.serviceToken });
   assert.equal(r.status, 200);
@@ -464,7 +464,7 @@ async function handled(path) {
   return Number(m[1]);
 }
 
-// one request line on the worker's ops socket (sandbox/direct.h), the answer line parsed
+// one request line on the worker's ops socket (sandbox/proto/direct.h), the answer line parsed
 function opsSocket(line, ms = 10000) {
   return new Promise((resolve, reject) => {
     const s = net.createConnection(join(srv.state, 'worker-0.ops'));
@@ -635,7 +635,7 @@ test('many agents reading at once, straight to the worker: every answer its own 
     for (const [i, s] of S.entries())
       for (const a of s.agents) todo.push({ i, k, a });
   // three at a time: with 4 handler threads (JAILBOX_WS_WORKERS) one is kept free, and a
-  // fourth call at once is refused as "too many calls are waiting" (api/ops.c)
+  // fourth call at once is refused as "too many calls are waiting" (api/agent/ops.c)
   const done = [];
   await Promise.all([0, 1, 2].map(async () => {
     for (let t; (t = todo.shift());) {

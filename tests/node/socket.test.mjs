@@ -540,7 +540,7 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   assert.deepEqual(tools.done.inputSchema.required, ['summary']);
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
-  // the op handler (api/ops.c): no sandbox here, the session is still 'created'
+  // the op handler (api/agent/ops.c): no sandbox here, the session is still 'created'
   assert.equal(r.error.code, -32010);
   assert.match(r.error.message, /the session is created/);
   assert.equal(r.error.data.reason, 'denied');

@@ -1,0 +1,55 @@
+/* ops.h — the path of an agent's MCP tool call through jailboxd (issue 7): session state,
+ * path syntax, exclusions, content scanning, supervision, audit of what is refused here, and
+ * the hand-over to the worker that holds the session (db/ops.h). */
+#ifndef JB_API_OPS_H
+#define JB_API_OPS_H
+
+#include <libpq-fe.h>
+
+#include "api/agent/socket.h"
+
+/* Stable JSON-RPC error codes of the file tools; each error's data carries {reason} with the
+ * name after JB_MCP_. */
+enum {
+  JB_MCP_DENIED = -32010,
+  JB_MCP_NOT_FOUND = -32011,
+  JB_MCP_EXCLUDED = -32012,
+  JB_MCP_PAUSED = -32013,
+  JB_MCP_REJECTED = -32014,
+  JB_MCP_FLAGGED = -32015,
+  JB_MCP_TOO_LARGE = -32016,
+  JB_MCP_INVALID = -32602,   /* bad arguments (JSON-RPC "Invalid params") */
+  JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
+  JB_MCP_CHANGED = -32018,   /* the file changed between the write's request and its approval */
+  JB_MCP_TIMEOUT = -32019,   /* no decision within JAILBOX_APPROVAL_TIMEOUT */
+};
+
+/* The tool handler installed with jb_socket_set_tool_handler (see jb_mcp_tool_fn): read,
+ * write, list and done for session `job_id`. Blocks its socket worker thread until the op has
+ * run — for a supervised write, until the buyer decides (or the session ends). */
+json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
+                   json_t *arguments, struct jb_mcp_error *e);
+
+/* The direct path of reads and lists from the socket's service thread (api/agent/socket.h
+ * jb_mcp_direct_fns): plan decides on this process's copy of the session alone — an active
+ * session, valid arguments, a path that passes the syntax rules, exclusions and pre-scan flags,
+ * a worker of this process — with no database and no wait, and otherwise hands the call to
+ * jb_op_tool (which refuses and audits what must be). The worker checks the copy against the
+ * session under its lock before it runs anything (sandbox/proto/direct.h "expect"), and the shim the
+ * path and exclusions again at open time. */
+bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool, json_t *arguments,
+                       struct jb_mcp_direct *out);
+json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
+void jb_op_direct_free(void *ctx);
+
+/* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
+ * and jailbox:state event; quiet when the session is in another state. */
+void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);
+
+/* Forgets this process's copy of session `job_id` that the op path decides on (its state
+ * changed: a pause, a resume, an end). Call it once the change is committed: in the process
+ * that made it before anyone is told, and in every process on the change's jb_op
+ * notification ("0 <state> <job id>", migration 009). Thread-safe. */
+void jb_op_session_changed(const char *job_id);
+
+#endif

@@ -1,0 +1,79 @@
+/* scan.h — the content scanner of writes (issue 7): a rule set read from a rules file
+ * (deploy/scan-rules, embedded at build time; JAILBOX_SCAN_RULES names another one), matched
+ * with PCRE2 (https://www.pcre.org/current/doc/html/pcre2api.html). The grammar of the file is
+ * described at its top. Paths are checked with lib/pathcheck.h first; exclusion globs are
+ * there too (jb_path_excluded). */
+#ifndef JB_API_SCAN_H
+#define JB_API_SCAN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/pathcheck.h" /* jb_path_excluded */
+#include "lib/err.h"
+
+#define JB_SCAN_RULES_FILE_MAX (1024 * 1024) /* bytes of a rules file at most */
+#define JB_SCAN_LINE_MAX 4096                /* bytes of one line at most */
+#define JB_SCAN_ID_MAX 64                    /* bytes of a rule id at most */
+#define JB_SCAN_MATCH_LIMIT 5000000          /* pcre2_set_match_limit of every match */
+#define JB_SCAN_DEPTH_LIMIT 10000            /* pcre2_set_depth_limit (interpreter only) */
+#define JB_SCAN_HEAP_LIMIT_KIB 20480         /* pcre2_set_heap_limit, KiB */
+
+enum jb_scan_check {
+  JB_SCAN_CONTENT, /* a PCRE2 pattern over the content (and the content without NUL bytes) */
+  JB_SCAN_PATH,    /* a PCRE2 pattern over the workspace-relative path */
+  JB_SCAN_BINARY,  /* builtin:binary — a NUL byte in content longer than a threshold */
+};
+
+struct jb_scan_rules; /* a parsed, compiled rule set; immutable, shared by threads */
+
+/* Parses and compiles the rules in `text` (`len` bytes; NUL bytes are refused). `origin`
+ * names the text in messages ("deploy/scan-rules", a file path). Returns 0 with *out (new,
+ * free with jb_scan_rules_free), or -1 with err->msg "ORIGIN:LINE: what is wrong" (ORIGIN:
+ * for a fault of the whole text: too large, no rules). Faults: an id that is not
+ * [a-z][a-z0-9_]* of at most 64 bytes or repeats, an unknown severity or check, a missing
+ * argument, a pattern PCRE2 refuses (its message and offset), a threshold that is no whole
+ * number in 0..2^30, text after a threshold, a line over 4096 bytes. */
+int jb_scan_rules_parse(const char *text, size_t len, const char *origin,
+                        struct jb_scan_rules **out, jb_error *err);
+
+/* Reads and parses the rules file `path` (at most 1 MiB, opened O_CLOEXEC); NULL or "" parses
+ * the embedded deploy/scan-rules instead. As jb_scan_rules_parse, with messages naming `path`
+ * (or "embedded deploy/scan-rules"). */
+int jb_scan_rules_load(const char *path, struct jb_scan_rules **out, jb_error *err);
+
+void jb_scan_rules_free(struct jb_scan_rules *r);
+
+/* The number of rules, and rule i's id (borrowed), check and severity (borrowed); for i past
+ * the last rule: NULL, JB_SCAN_CONTENT, NULL. */
+size_t jb_scan_rules_count(const struct jb_scan_rules *r);
+const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i);
+enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i);
+const char *jb_scan_rule_severity(const struct jb_scan_rules *r, size_t i);
+
+/* Scans a proposed write of `len` bytes at `data` to `path` (NUL-terminated) with `r`.
+ * Returns a new JSON array of findings, one per rule that matched, in rule order:
+ * {"rule": id, "severity": s} — empty when the write is clean. A pattern that stops at
+ * PCRE2's match, depth or heap limit, or fails otherwise, counts as matched (fail closed)
+ * and its finding carries "error": "match limit" (or PCRE2's message). NULL on allocation
+ * failure (callers treat that as flagged). Thread-safe. */
+json_t *jb_scan_run(const struct jb_scan_rules *r, const char *path, const unsigned char *data,
+                    size_t len);
+
+/* Makes `r` (owned from now on) the rule set jb_scan_content uses; call before threads that
+ * scan start. Without a call, jb_scan_content uses the embedded rules. */
+void jb_scan_use(struct jb_scan_rules *r);
+
+/* jb_scan_run with the rule set of jb_scan_use (or the embedded rules, parsed on first use).
+ * If even the embedded rules cannot be had, every write is flagged by "scanner_unavailable". */
+json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len);
+
+/* The rule ids of a findings array (new array of strings), NULL on allocation failure. */
+json_t *jb_scan_rule_ids(const json_t *findings);
+
+/* The embedded deploy/scan-rules (generated at build time; NUL-terminated). */
+extern const unsigned char jb_scan_rules_default[];
+extern const size_t jb_scan_rules_default_len;
+
+#endif

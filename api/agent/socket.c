@@ -1,0 +1,903 @@
+/* socket.c — Socket.IO roles and event handlers (see socket.h): CONNECT with auth {token};
+ * buyers join their session's room and send jailbox:pause/resume/abort/accept/
+ * pre_scan_done/approve/reject, answered through the ack with {ok:true,…} or
+ * {error:{code,message}} — the same rules, codes and state machine (db/sessions.h) as the
+ * REST forms in api/rest/sessions.c; agents are bound to their session and speak MCP (JSON-RPC
+ * 2.0) on the `mcp` event; bus events fan out to the sockets of their session. */
+#define _GNU_SOURCE
+#include "api/agent/socket.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api/auth.h"
+#include "api/agent/escape.h"
+#include "lib/json.h"
+#include "api/agent/ops.h"
+#include "db/audit_store.h"
+#include "db/prescan.h"
+#include "db/sessions.h"
+#include "db/tokens.h"
+#include "sandbox/proto/direct.h"
+#include "lib/log.h"
+#include "server/ws.h"
+
+#define PENDING_ON_CONNECT 500 /* pending approvals sent to a buyer that (re)connects */
+#define MCP_NOT_IMPLEMENTED (-32001)
+
+struct relay_conn;
+
+struct jb_socket {
+  struct jb_app *app;
+  struct jb_ws *ws;
+  pthread_rwlock_t lock; /* guards ws against bus publishes during stop */
+  jb_mcp_tool_fn tool;
+  void *tool_ctx;
+  struct jb_mcp_direct_fns direct; /* set before agents connect */
+  bool started;
+  /* the direct path's connections to workers (service thread only) */
+  struct relay_conn *relay;
+  int n_relay;
+  long long relay_seq; /* the "id" of the last request relayed (sandbox/proto/direct.h) */
+};
+
+/* One per process: the bus keeps a pointer to it for the process lifetime (the bus has no
+ * unsubscribe), so it is never freed. */
+static struct jb_socket the_socket = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+
+/* ---------- answers ---------- */
+
+/* [ {error:{code,message}} ] — a new reference. */
+static json_t *fail(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static json_t *fail(const char *code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return json_pack("[{s:{s:s,s:s}}]", "error", "code", code, "message", msg);
+}
+
+static json_t *conflict(const char *what, const char *state) {
+  return json_pack("[{s:{s:s,s:s++,s:s}}]", "error", "code", "invalid_state", "message", what,
+                   " in state ", state, "state", state);
+}
+
+static json_t *db_failed(const jb_error *err) {
+  jb_log(JB_LOG_ERROR, "database error", "detail", err->msg, NULL);
+  return fail("database_unavailable", "the database is unavailable; try again");
+}
+
+/* ---------- CONNECT ---------- */
+
+static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
+                       struct jb_ws_connect_result *res) {
+  struct jb_socket *s = ctx;
+  const char *tok = json_string_value(json_object_get(auth, "token"));
+  if (!tok) {
+    snprintf(res->message, sizeof res->message,
+             "authentication required: connect with auth {token}");
+    return;
+  }
+  unsigned char hash[32], stored[32];
+  if (jb_token_hash(tok, hash) < 0) {
+    snprintf(res->message, sizeof res->message, "malformed token");
+    return;
+  }
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) {
+    snprintf(res->message, sizeof res->message, "database unavailable, try again");
+    return;
+  }
+  char role[16], job[129];
+  int rc = jb_db_token_lookup(c, hash, role, job, stored, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_ERR_FAIL) {
+    jb_log(JB_LOG_ERROR, "database error", "detail", err.msg, NULL);
+    snprintf(res->message, sizeof res->message, "database unavailable, try again");
+    return;
+  }
+  if (rc != JB_OK || sodium_memcmp(hash, stored, 32) != 0) {
+    snprintf(res->message, sizeof res->message, "unknown or revoked token");
+    return;
+  }
+  if (strcmp(role, "buyer") != 0 && strcmp(role, "agent") != 0) {
+    snprintf(res->message, sizeof res->message,
+             "a %s token cannot open a socket: use the session's buyer or agent token", role);
+    return;
+  }
+  res->ok = true;
+  res->role = strcmp(role, "buyer") == 0 ? JB_ROLE_BUYER : JB_ROLE_AGENT;
+  snprintf(res->room, sizeof res->room, "%s", job);
+  jb_log(JB_LOG_INFO, "socket connected", "jobId", job, "role", role, "addr", peer->addr, NULL);
+}
+
+/* The current state, and for buyers the pre-scan and the pending approvals, so that a
+ * client that (re)connects — to this or another instance — or missed events meanwhile has
+ * everything. All from the database, the source of truth. */
+static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+  jb_error err = {0};
+  char *text = NULL;
+  if (jb_db_session_get(c, peer->room, &text, &err) == JB_OK) {
+    json_t *sess = json_loads(text, 0, NULL);
+    json_t *ev =
+        sess ? json_pack("{s:s,s:O,s:O,s:O,s:O,s:n,s:s,s:b}", "jobId", peer->room, "state",
+                         json_object_get(sess, "state"), "mode", json_object_get(sess, "mode"),
+                         "pendingOps", json_object_get(sess, "pendingOps"), "auditHead",
+                         json_object_get(sess, "auditHead"), "previous", "actor", "system",
+                         "snapshot", 1)
+             : NULL;
+    /* its audit head counts as handed: no older jailbox:audit_head after it (on_bus) */
+    json_t *hs = json_object_get(json_object_get(sess, "auditHead"), "seq");
+    if (ev)
+      jb_ws_emit_seq(ws, peer->conn, "jailbox:state", ev, json_is_integer(hs) ? json_integer_value(hs) : 0);
+    /* the pre-scan, once the worker has made it (it is part of the session contract) */
+    json_t *pre = json_object_get(json_object_get(sess, "walls"), "prescan");
+    if (peer->role == JB_ROLE_BUYER && json_is_object(pre))
+      jb_ws_emit(ws, peer->conn, "jailbox:pre_scan",
+                 json_pack("{s:s,s:O,s:b}", "jobId", peer->room, "prescan", pre, "snapshot", 1));
+    json_decref(sess);
+  }
+  free(text);
+  text = NULL;
+  if (peer->role == JB_ROLE_BUYER &&
+      jb_db_ops_list(c, peer->room, "pending", 0, PENDING_ON_CONNECT, &text, &err) == JB_OK) {
+    json_t *page = json_loads(text, 0, NULL);
+    size_t i;
+    json_t *op;
+    json_array_foreach(json_object_get(page, "ops"), i, op)
+        jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
+    json_decref(page);
+  }
+  free(text);
+}
+
+/* After CONNECT: an agent's arrival (api/agent/ops.c), then the snapshot. */
+static void on_connected(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+  struct jb_socket *s = ctx;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return;
+  if (peer->role == JB_ROLE_AGENT) jb_op_agent_arrived(c, s->app, peer->room); /* api/agent/ops.c */
+  send_snapshot(s, c, ws, peer);
+  jb_db_release(s->app->db, c);
+}
+
+/* After jb_socket_resync: the snapshot alone. */
+static void on_resync(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+  struct jb_socket *s = ctx;
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return;
+  send_snapshot(s, c, ws, peer);
+  jb_db_release(s->app->db, c);
+}
+
+/* ---------- buyer controls ---------- */
+
+/* The optional single argument of a control: an object whose keys are all in `allowed`.
+ * Returns 0 with *obj borrowed (NULL when absent), or -1 with *reply set. */
+static int control_arg(json_t *args, const char *const allowed[], json_t **obj, json_t **reply) {
+  *obj = json_array_get(args, 0);
+  jb_error err = {0};
+  if (json_array_size(args) > 1) {
+    *reply = fail("bad_request", "send at most one argument (an object) before the ack");
+    return -1;
+  }
+  if (*obj && json_is_null(*obj)) *obj = NULL;
+  if (*obj && !json_is_object(*obj)) {
+    *reply = fail("bad_request", "the argument must be an object");
+    return -1;
+  }
+  if (*obj && jb_json_only_keys(*obj, allowed, &err) < 0) {
+    *reply = fail("bad_request", "%s", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
+                          const char *const from[], const char *to) {
+  static const char *const allowed[] = {"reason", NULL};
+  json_t *arg, *reply = NULL;
+  const char *reason = NULL;
+  jb_error err = {0};
+  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
+  if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
+    return fail("bad_request", "%s", err.msg);
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  struct jb_transition t;
+  if (strcmp(to, "aborted") == 0) jb_escape_release_session(s->app, c, job); /* an op in flight */
+  int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_OK) {
+    jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
+    jb_bus_publish(s->app->bus, job, "jailbox:state",
+                   json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
+                             t.previous, "reason", reason, "actor", "buyer"));
+    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
+    jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, "via",
+           "socket", NULL);
+    return json_pack("[{s:b,s:s,s:s,s:s,s:I}]", "ok", 1, "jobId", job, "state", t.state, "previous",
+                     t.previous, "rejectedOps", (json_int_t)t.rejected_ops);
+  }
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
+  if (rc == JB_ERR_CONFLICT) {
+    char what[64];
+    snprintf(what, sizeof what, "cannot go to %s", to);
+    return conflict(what, t.state);
+  }
+  return db_failed(&err);
+}
+
+static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool approve) {
+  static const char *const allowed_approve[] = {"opId", NULL};
+  static const char *const allowed_reject[] = {"opId", "reason", NULL};
+  json_t *arg, *reply = NULL;
+  const char *reason = NULL;
+  jb_error err = {0};
+  if (control_arg(args, approve ? allowed_approve : allowed_reject, &arg, &reply) < 0) return reply;
+  json_t *id = json_object_get(arg, "opId");
+  long long op = 0;
+  if (json_is_integer(id)) {
+    op = json_integer_value(id);
+  } else if (json_is_string(id)) {
+    const char *v = json_string_value(id);
+    char *end;
+    errno = 0;
+    op = isdigit((unsigned char)v[0]) ? strtoll(v, &end, 10) : 0;
+    if (errno || !isdigit((unsigned char)v[0]) || *end) op = 0;
+  } else {
+    return fail("bad_request", "field 'opId' is required (a positive integer)");
+  }
+  if (op <= 0) return fail("bad_request", "field 'opId' must be a positive integer");
+  if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
+    return fail("bad_request", "%s", err.msg);
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  char *json = NULL, state[20] = "";
+  struct jb_audit_head head = {0};
+  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
+  if (rc == JB_OK && head.seq > 0)
+    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+  jb_db_release(s->app->db, c);
+  if (rc == JB_OK) {
+    json_t *o = json_loads(json, 0, NULL);
+    free(json);
+    if (!o) return fail("internal", "out of memory");
+    jb_bus_publish(s->app->bus, job, "jailbox:op", json_incref(o));
+    return json_pack("[{s:b,s:o}]", "ok", 1, "op", o);
+  }
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);
+  if (rc == JB_ERR_CONFLICT) return conflict("op is not pending, or its session ended:", state);
+  return db_failed(&err);
+}
+
+static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args) {
+  static const char *const allowed[] = {"exclude", NULL};
+  json_t *arg, *reply = NULL;
+  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
+  json_t *ex = json_object_get(arg, "exclude");
+  if (ex && !json_is_array(ex))
+    return fail("bad_request", "field 'exclude' must be an array of globs");
+  if (json_array_size(ex) > 256) return fail("bad_request", "field 'exclude' has over 256 globs");
+  size_t i;
+  json_t *g;
+  json_array_foreach(ex, i, g) {
+    const char *v = json_string_value(g);
+    size_t n = json_string_length(g);
+    if (!v || n == 0 || n > 1024 || strlen(v) != n)
+      return fail("bad_request", "exclude[%zu] must be a string of 1 to 1024 bytes without NUL", i);
+    for (size_t k = 0; k < n; k++)
+      if ((unsigned char)v[k] < 0x20)
+        return fail("bad_request", "exclude[%zu] has a control character", i);
+  }
+  jb_error err = {0};
+  char state[20] = "";
+  if (ex && json_array_size(ex) > 0) {
+    char *text = json_dumps(ex, JSON_COMPACT);
+    if (!text) return fail("internal", "out of memory");
+    PGconn *c = jb_db_acquire(s->app->db, &err);
+    if (!c) {
+      free(text);
+      return db_failed(&err);
+    }
+    int rc = jb_db_session_add_exclusions(c, job, text, state, &err);
+    jb_db_release(s->app->db, c);
+    free(text);
+    if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
+    if (rc == JB_ERR_CONFLICT) return conflict("cannot confirm the pre-scan", state);
+    if (rc != JB_OK) return db_failed(&err);
+  }
+  static const char *const from[] = {"prescanning", NULL};
+  json_t *none = json_array();
+  json_t *r = transition(s, job, none, from, "awaiting_agent");
+  json_decref(none);
+  /* the worker moves on by itself unless told to hold (JAILBOX_PRESCAN_HOLD): exclusions
+   * given before the agent connects are still taken, and the answer says so */
+  const char *cur = json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "state"));
+  if (cur && strcmp(cur, "awaiting_agent") == 0) {
+    json_decref(r);
+    r = json_pack("[{s:b,s:s,s:s}]", "ok", 1, "jobId", job, "state", "awaiting_agent");
+  }
+  return r;
+}
+
+static json_t *buyer_event(struct jb_socket *s, const char *job, const char *name, json_t *args) {
+  static const char *const live[] = {JB_LIVE_STATES, NULL};
+  static const char *const from_active[] = {"active", NULL};
+  static const char *const from_paused[] = {"paused", NULL};
+  static const char *const from_done[] = {"done", NULL};
+  if (strcmp(name, "jailbox:pause") == 0) return transition(s, job, args, from_active, "paused");
+  if (strcmp(name, "jailbox:resume") == 0) return transition(s, job, args, from_paused, "active");
+  if (strcmp(name, "jailbox:abort") == 0) return transition(s, job, args, live, "aborted");
+  if (strcmp(name, "jailbox:accept") == 0) return transition(s, job, args, from_done, "accepted");
+  if (strcmp(name, "jailbox:approve") == 0) return decide(s, job, args, true);
+  if (strcmp(name, "jailbox:reject") == 0) return decide(s, job, args, false);
+  if (strcmp(name, "jailbox:pre_scan_done") == 0) return pre_scan_done(s, job, args);
+  if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
+  return fail("unknown_event", "unknown event '%s'", name);
+}
+
+/* ---------- the agent's MCP channel (MCP 2025-06-18 over JSON-RPC 2.0) ---------- */
+
+static json_t *tool_schema(const char *name, const char *title, const char *desc, json_t *props,
+                           json_t *required) {
+  return json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o,s:b}}", "name", name, "title", title, "description",
+                   desc, "inputSchema", "type", "object", "properties", props, "required", required,
+                   "additionalProperties", 0);
+}
+
+/* The tools of issue 7 with JSON Schemas of their arguments. New reference. */
+static json_t *tools_list(void) {
+  json_t *path = json_pack("{s:s,s:i,s:i,s:s}", "type", "string", "minLength", 1, "maxLength", 4096,
+                           "description", "path relative to the workspace root");
+  json_t *tools = json_pack(
+      "[o,o,o,o]",
+      tool_schema("read", "Read a file",
+                  "Read a file of the workspace: UTF-8 text, or base64 with encoding 'base64'.",
+                  json_pack("{s:O,s:{s:s,s:i},s:{s:s,s:i}}", "path", path, "offset", "type",
+                            "integer", "minimum", 0, "length", "type", "integer", "minimum", 0),
+                  json_pack("[s]", "path")),
+      tool_schema(
+          "write", "Write a file",
+          "Write a whole file of the workspace; in supervised mode the buyer approves it first.",
+          json_pack("{s:O,s:{s:s},s:{s:s,s:[s,s]}}", "path", path, "content", "type", "string",
+                    "encoding", "type", "string", "enum", "utf-8", "base64"),
+          json_pack("[s,s]", "path", "content")),
+      tool_schema("list", "List a directory",
+                  "List a directory of the workspace: name, type (file, dir, symlink) and size.",
+                  json_pack("{s:O,s:{s:s}}", "path", path, "recursive", "type", "boolean"),
+                  json_pack("[s]", "path")),
+      tool_schema("done", "Finish the session",
+                  "Declare the work finished; the session goes to 'done' for the buyer to accept.",
+                  json_pack("{s:{s:s,s:i,s:i}}", "summary", "type", "string", "minLength", 1,
+                            "maxLength", 65536),
+                  json_pack("[s]", "summary")));
+  json_decref(path);
+  return tools;
+}
+
+static json_t *rpc_error(json_t *id, int code, const char *msg, json_t *data) {
+  json_t *e = json_pack("{s:i,s:s}", "code", code, "message", msg);
+  if (e && data)
+    json_object_set_new(e, "data", data);
+  else
+    json_decref(data);
+  return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", e);
+}
+
+static json_t *rpc_result(json_t *id, json_t *result) {
+  return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id, "result", result);
+}
+
+/* The JSON-RPC reply of a tool call: its result (stolen), or the error the tool set in `e`. */
+static json_t *tool_reply(json_t *id, json_t *result, struct jb_mcp_error *e) {
+  if (result) return rpc_result(id, result);
+  return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed", e->data);
+}
+
+static json_t *not_implemented(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
+                               json_t *arguments, struct jb_mcp_error *e) {
+  e->code = MCP_NOT_IMPLEMENTED;
+  snprintf(e->message, sizeof e->message, "not implemented yet: tool '%s' has no op handler", tool);
+  e->data = json_pack("{s:s,s:s}", "reason", "not_implemented", "tool", tool);
+  return NULL;
+}
+
+static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
+  json_t *msg = json_array_get(args, 0);
+  if (!json_is_object(msg) || json_array_size(args) != 1)
+    return rpc_error(NULL, -32600, "Invalid Request: send one JSON-RPC 2.0 object", NULL);
+  json_t *id = json_object_get(msg, "id");
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  json_t *params = json_object_get(msg, "params");
+  if (id && !json_is_string(id) && !json_is_integer(id))
+    return rpc_error(NULL, -32600, "Invalid Request: id must be a string or an integer", NULL);
+  if (!json_is_string(json_object_get(msg, "jsonrpc")) ||
+      strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 || !method ||
+      (params && !json_is_object(params)))
+    return rpc_error(id, -32600,
+                     "Invalid Request: jsonrpc '2.0', a method and object params are required",
+                     NULL);
+  if (!id) return NULL; /* a notification (notifications/initialized, …): no response */
+
+  if (strcmp(method, "initialize") == 0) {
+    static const char *const versions[] = {"2025-06-18", "2025-03-26", "2024-11-05", NULL};
+    const char *want = json_string_value(json_object_get(params, "protocolVersion"));
+    const char *v = versions[0];
+    for (size_t i = 0; want && versions[i]; i++)
+      if (strcmp(want, versions[i]) == 0) v = versions[i];
+    return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s},s:s}", "protocolVersion", v,
+                                    "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
+                                    "jailbox", "version", "0.1.0", "instructions",
+                                    "Work on the buyer's workspace with the read, write, list "
+                                    "and done tools; paths are relative to the workspace root."));
+  }
+  if (strcmp(method, "ping") == 0) return rpc_result(id, json_object());
+  if (strcmp(method, "tools/list") == 0)
+    return rpc_result(id, json_pack("{s:o}", "tools", tools_list()));
+  if (strcmp(method, "tools/call") == 0) {
+    const char *tool = json_string_value(json_object_get(params, "name"));
+    json_t *arguments = json_object_get(params, "arguments");
+    if (!tool || (strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") &&
+                  strcmp(tool, "done")))
+      return rpc_error(id, -32602, "Invalid params: 'name' must be one of read, write, list, done",
+                       NULL);
+    if (arguments && !json_is_object(arguments))
+      return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object", NULL);
+    json_t *empty = arguments ? NULL : json_object();
+    struct jb_mcp_error e = {0};
+    pthread_rwlock_rdlock(&s->lock);
+    jb_mcp_tool_fn fn = s->tool ? s->tool : not_implemented;
+    void *fctx = s->tool_ctx;
+    pthread_rwlock_unlock(&s->lock);
+    json_t *result = fn(fctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
+    json_decref(empty);
+    return tool_reply(id, result, &e);
+  }
+  return rpc_error(id, -32601, "Method not found", json_pack("{s:s}", "method", method));
+}
+
+/* ---------- the direct path of reads and lists (service thread) ----------
+ *
+ * An agent's tools/call of read or list that the planner (api/agent/ops.h jb_op_direct_plan) finds
+ * it may decide on alone is written to the worker's ops socket from the service thread itself,
+ * and the worker's answer line is read there too (server/ws.h jb_ws_watch_fd): no handler
+ * thread, so two hand-overs between threads fewer per read. A call the worker did not run, or
+ * whose connection failed or timed out, goes to the handler threads after all, which take the
+ * ordinary path (a read or list changes nothing: running it there again is harmless). */
+
+#define RELAY_CONNS 64            /* connections to workers kept open */
+#define RELAY_TIMEOUT_MS 120000   /* an answer must come within this (ops.c RUN_TIMEOUT_MS) */
+#define RELAY_INLINE_MAX 65536    /* longer answers are made into results on a handler thread */
+
+struct relay_call {
+  struct jb_socket *s;
+  struct jb_ws *ws;
+  struct jb_ws_peer peer;
+  long long ack;
+  json_t *args; /* the event's arguments, for the ordinary path */
+  json_t *id;   /* the JSON-RPC id */
+  long long seq; /* the request's "id" on the worker connection, echoed in its answer */
+  struct jb_mcp_direct d;
+  char *req_line; /* d.req with its "id", '\n'-terminated, req_len bytes */
+  size_t req_len;
+  char *line;   /* the answer line (without its newline), when made into a result on a handler thread */
+  size_t line_len;
+};
+
+struct relay_conn {
+  struct relay_conn *next;
+  struct jb_socket *s;
+  struct jb_ws_watch *w;
+  char sock[108];
+  struct relay_call *call; /* the request in flight; NULL: idle */
+  char *buf;
+  size_t len, cap;
+};
+
+static void relay_call_free(struct relay_call *rc) {
+  if (!rc) return;
+  if (rc->s->direct.free) rc->s->direct.free(rc->d.ctx);
+  json_decref(rc->d.req);
+  free(rc->req_line);
+  free(rc->line);
+  json_decref(rc->args);
+  json_decref(rc->id);
+  free(rc);
+}
+
+/* The call takes the ordinary path after all (service thread). */
+static void relay_fallback(struct relay_call *rc) {
+  jb_ws_event_requeue(rc->ws, &rc->peer, "mcp", rc->args, rc->ack);
+  relay_call_free(rc);
+}
+
+enum relay_outcome {
+  RELAY_ANSWERED,  /* the ACK is made */
+  RELAY_NOT_RAN,   /* the worker ran nothing: the ordinary path takes the call */
+  RELAY_MALFORMED, /* not an answer: the same, and the connection is not to be trusted again */
+};
+
+/* The worker's answer line of `rc` (without its newline) made into the call's ACK; with
+ * another outcome nothing was sent. */
+static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, size_t len) {
+  jb_error err = {0};
+  json_t *ans = jb_json_parse_object(line, len, JB_DIRECT_MAX_DEPTH, &err);
+  if (!ans) {
+    jb_log(JB_LOG_WARN, "direct op: the worker's answer is not JSON: the op takes the queued path",
+           "jobId", rc->peer.room, "detail", err.msg, NULL);
+    return RELAY_MALFORMED;
+  }
+  json_t *aid = json_object_get(ans, "id");
+  if (!json_is_integer(aid) || json_integer_value(aid) != rc->seq) {
+    jb_log(JB_LOG_WARN, "direct op: the worker answered another request: the op takes the queued path",
+           "jobId", rc->peer.room, NULL);
+    json_decref(ans);
+    return RELAY_MALFORMED;
+  }
+  bool ran = false;
+  struct jb_mcp_error e = {0};
+  json_t *result = rc->s->direct.answer(rc->d.ctx, ans, &e, &ran);
+  json_decref(ans);
+  if (!ran) return RELAY_NOT_RAN;
+  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, tool_reply(rc->id, result, &e));
+  return RELAY_ANSWERED;
+}
+
+/* Handler thread: a long answer made into the ACK; or, when the worker ran nothing, the call
+ * on the ordinary path right here. */
+static void relay_answer_job(void *arg, bool run) {
+  struct relay_call *rc = arg;
+  if (run && relay_answer(rc, rc->line, rc->line_len) != RELAY_ANSWERED)
+    jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, mcp(rc->s, &rc->peer, rc->args));
+  relay_call_free(rc);
+}
+
+static void relay_close(struct relay_conn *c) {
+  jb_ws_watch_close(c->w); /* CLOSED, then (or at once) relay_watch's cleanup */
+}
+
+static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_watch_event ev) {
+  struct relay_conn *c = arg;
+  (void)w;
+  if (ev == JB_WS_WATCH_CLOSED) {
+    struct jb_socket *s = c->s;
+    for (struct relay_conn **p = &s->relay; *p; p = &(*p)->next)
+      if (*p == c) {
+        *p = c->next;
+        s->n_relay--;
+        break;
+      }
+    if (c->call) relay_fallback(c->call);
+    free(c->buf);
+    free(c);
+    return;
+  }
+  if (ev == JB_WS_WATCH_TIMEOUT) {
+    /* the worker holds it (it may have run): the call ends here, "try again" — the ordinary
+     * path would hand it to the same worker and wait as long again */
+    struct relay_call *rc = c->call;
+    c->call = NULL;
+    if (rc) {
+      jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time", "jobId", rc->peer.room, NULL);
+      jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack,
+                       rpc_error(rc->id, JB_MCP_UNAVAILABLE, "the worker did not answer in time; try again",
+                                 json_pack("{s:s}", "reason", "unavailable")));
+      relay_call_free(rc);
+    }
+    relay_close(c);
+    return;
+  }
+  for (;;) { /* READABLE */
+    if (c->len == c->cap) {
+      size_t ncap = c->cap ? c->cap * 4 : 65536;
+      if (ncap > JB_DIRECT_MAX_LINE) ncap = JB_DIRECT_MAX_LINE;
+      char *nb = c->len < ncap ? realloc(c->buf, ncap) : NULL;
+      if (!nb) { /* over the limit, or out of memory */
+        jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+        relay_close(c);
+        return;
+      }
+      c->buf = nb;
+      c->cap = ncap;
+    }
+    ssize_t r = recv(fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (r <= 0 || !c->call) { /* closed, failed, or talking out of turn */
+      relay_close(c);
+      return;
+    }
+    char *nl = memchr(c->buf + c->len, '\n', (size_t)r);
+    c->len += (size_t)r;
+    if (!nl) continue;
+    size_t n = (size_t)(nl - c->buf);
+    if (n + 1 != c->len) { /* one request in flight: nothing may follow its answer */
+      relay_close(c);
+      return;
+    }
+    struct relay_call *rc = c->call;
+    c->call = NULL;
+    c->len = 0;
+    jb_ws_watch_timeout(c->w, -1);
+    const char *line = c->buf;
+    if (n > RELAY_INLINE_MAX) {
+      /* the service thread serves every socket: parsed on a handler thread. The connection is
+       * not used again: whether the line was an answer is known only there */
+      rc->line = c->buf;
+      rc->line_len = n;
+      c->buf = NULL;
+      c->cap = 0;
+      relay_close(c);
+      if (jb_ws_run(rc->ws, relay_answer_job, rc) == 0) return;
+      line = rc->line; /* cannot be queued: here after all */
+    }
+    enum relay_outcome o = relay_answer(rc, line, n);
+    if (o == RELAY_MALFORMED && n <= RELAY_INLINE_MAX) relay_close(c); /* a line too many may follow: not again */
+    if (o == RELAY_ANSWERED) relay_call_free(rc);
+    else relay_fallback(rc);
+    return;
+  }
+}
+
+/* Sends `rc`'s request on an idle connection to its worker, or a new one. 0, or -1 when it
+ * could not be sent (nothing of it went out on a connection kept open: the caller takes the
+ * ordinary path). */
+static int relay_send(struct jb_socket *s, struct relay_call *rc) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    struct relay_conn *c = NULL;
+    for (struct relay_conn *x = s->relay; x && attempt == 0; x = x->next)
+      if (!x->call && !strcmp(x->sock, rc->d.sock)) {
+        c = x;
+        break;
+      }
+    bool fresh = !c;
+    if (!c) {
+      if (s->n_relay >= RELAY_CONNS) { /* full: an idle one (another worker's) makes room */
+        struct relay_conn *idle = NULL;
+        for (struct relay_conn *x = s->relay; x; x = x->next)
+          if (!x->call) idle = x;
+        if (!idle) return -1;
+        relay_close(idle); /* not in its own callback: closed, and unlinked, at once */
+      }
+      struct sockaddr_un a = {.sun_family = AF_UNIX};
+      if (strlen(rc->d.sock) >= sizeof a.sun_path) return -1;
+      memcpy(a.sun_path, rc->d.sock, strlen(rc->d.sock) + 1);
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return -1;
+      if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) { /* a Unix socket connects at once, or not */
+        close(fd);
+        return -1;
+      }
+      c = calloc(1, sizeof *c);
+      if (!c) {
+        close(fd);
+        return -1;
+      }
+      c->s = s;
+      snprintf(c->sock, sizeof c->sock, "%s", rc->d.sock);
+      c->w = jb_ws_watch_fd(rc->ws, fd, relay_watch, c); /* closes fd when it fails */
+      if (!c->w) {
+        free(c);
+        return -1;
+      }
+      c->next = s->relay;
+      s->relay = c;
+      s->n_relay++;
+    }
+    ssize_t w = send(jb_ws_watch_fd_of(c->w), rc->req_line, rc->req_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w == (ssize_t)rc->req_len) {
+      c->call = rc;
+      jb_ws_watch_timeout(c->w, RELAY_TIMEOUT_MS);
+      return 0;
+    }
+    relay_close(c); /* idle: no call to fall back; a part of a line dies with it */
+    /* a kept connection the worker closed meanwhile (it restarted): once more, new */
+    if (fresh || w > 0) return -1;
+  }
+  return -1;
+}
+
+/* ws event_direct handler: an agent's tools/call of read or list, when the planner allows. */
+static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
+                            const char *name, json_t *args, long long ack) {
+  struct jb_socket *s = ctx;
+  pthread_rwlock_rdlock(&s->lock);
+  bool planner = s->direct.plan != NULL;
+  pthread_rwlock_unlock(&s->lock);
+  if (peer->role != JB_ROLE_AGENT || strcmp(name, "mcp") || ack < 0 || !planner) return false;
+  /* only a well-formed call: every other message takes mcp()'s path, which answers it */
+  json_t *msg = json_array_get(args, 0);
+  if (!json_is_object(msg) || json_array_size(args) != 1) return false;
+  json_t *id = json_object_get(msg, "id");
+  const char *method = json_string_value(json_object_get(msg, "method"));
+  const char *jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
+  json_t *params = json_object_get(msg, "params");
+  if (!id || (!json_is_string(id) && !json_is_integer(id)) || !jsonrpc || strcmp(jsonrpc, "2.0") ||
+      !method || strcmp(method, "tools/call") || !json_is_object(params))
+    return false;
+  const char *tool = json_string_value(json_object_get(params, "name"));
+  json_t *arguments = json_object_get(params, "arguments");
+  if (!tool || (strcmp(tool, "read") && strcmp(tool, "list")) || (arguments && !json_is_object(arguments)))
+    return false;
+  struct relay_call *rc = calloc(1, sizeof *rc);
+  if (!rc) return false;
+  json_t *empty = arguments ? NULL : json_object();
+  bool planned = s->direct.plan(s->app, peer->room, tool, arguments ? arguments : empty, &rc->d);
+  json_decref(empty);
+  if (!planned) {
+    free(rc);
+    return false;
+  }
+  rc->s = s;
+  /* the request numbered: its answer must carry the same id (sandbox/proto/direct.h) */
+  rc->seq = ++s->relay_seq;
+  if (json_object_set_new(rc->d.req, "id", json_integer(rc->seq)) == 0)
+    rc->req_line = json_dumps(rc->d.req, JSON_COMPACT);
+  rc->req_len = rc->req_line ? strlen(rc->req_line) + 1 : 0;
+  if (!rc->req_line || rc->req_len > JB_DIRECT_MAX_LINE) {
+    relay_call_free(rc);
+    return false;
+  }
+  rc->req_line[rc->req_len - 1] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
+  rc->ws = ws;
+  rc->peer = *peer;
+  rc->ack = ack;
+  rc->args = json_incref(args);
+  rc->id = json_incref(id);
+  if (relay_send(s, rc) < 0) {
+    relay_call_free(rc);
+    return false;
+  }
+  return true;
+}
+
+/* ---------- events ---------- */
+
+static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
+                        const char *name, json_t *args, bool wants_ack) {
+  struct jb_socket *s = ctx;
+  if (peer->role == JB_ROLE_BUYER) return buyer_event(s, peer->room, name, args);
+  if (strcmp(name, "mcp") == 0) return mcp(s, peer, args);
+  if (strncmp(name, "jailbox:", 8) == 0) return fail("forbidden", "an agent token may not do this");
+  return fail("unknown_event", "unknown event '%s'", name);
+}
+
+/* Bus subscriber: buyers get every event of their session; agents get state changes (which
+ * carry pause and resume) and jailbox:abort. An abort is also announced as jailbox:abort. */
+static void on_bus(void *ctx, const char *job_id, const char *event, json_t *payload) {
+  struct jb_socket *s = ctx;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) {
+    bool agent = strcmp(event, "jailbox:state") == 0 || strcmp(event, "jailbox:abort") == 0;
+    /* audit heads reach this process from several writers over two transports, and the
+     * worker announces the heads of direct reads a little after they commit
+     * (sandbox/worker/worker.c): numbered by seq, no socket is handed one older than it has
+     * (the snapshot's head counts, send_snapshot), nor one twice */
+    json_t *seq = strcmp(event, "jailbox:audit_head") == 0 ? json_object_get(payload, "seq") : NULL;
+    jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
+                        json_incref(payload), json_is_integer(seq) ? json_integer_value(seq) : 0);
+    const char *st = json_string_value(json_object_get(payload, "state"));
+    if (strcmp(event, "jailbox:state") == 0 && st && strcmp(st, "aborted") == 0)
+      jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | JB_ROLE_AGENT, "jailbox:abort",
+                      json_pack("{s:s,s:O?,s:O?}", "jobId", job_id, "reason",
+                                json_object_get(payload, "reason"), "actor",
+                                json_object_get(payload, "actor")));
+    /* an ended session has no more use for its agent's socket (its token is revoked) */
+    if (strcmp(event, "jailbox:state") == 0 && st &&
+        (!strcmp(st, "aborted") || !strcmp(st, "accepted") || !strcmp(st, "failed")))
+      jb_ws_disconnect_room(s->ws, job_id, JB_ROLE_AGENT);
+  }
+  pthread_rwlock_unlock(&s->lock);
+}
+
+/* ---------- start / stop ---------- */
+
+int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
+  struct jb_socket *s = &the_socket;
+  if (s->started) return jb_fail(err, EBUSY, "the Socket.IO endpoint is already running");
+  const struct jb_config *cfg = app->cfg;
+  struct jb_ws_settings set = {
+      .listen = cfg->ws_listen,
+      .max_payload = (size_t)cfg->ws_max_payload,
+      .ping_interval_ms = cfg->ws_ping_interval_ms,
+      .ping_timeout_ms = cfg->ws_ping_timeout_ms,
+      .handshake_timeout_ms = cfg->ws_handshake_timeout_ms,
+      .max_per_ip = cfg->ws_max_per_ip,
+      .send_queue_bytes = (size_t)cfg->ws_send_queue_bytes,
+      .workers = cfg->ws_workers,
+  };
+  struct jb_ws_handlers h = {
+      .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event,
+      .resync = on_resync, .event_direct = on_event_direct};
+  s->app = app;
+  struct jb_ws *ws;
+  if (jb_ws_start(&ws, &set, &h, err) < 0) return -1;
+  pthread_rwlock_wrlock(&s->lock);
+  s->ws = ws;
+  pthread_rwlock_unlock(&s->lock);
+  if (!s->started && jb_bus_subscribe(app->bus, on_bus, s) < 0) {
+    jb_ws_stop(ws);
+    s->ws = NULL;
+    return jb_fail(err, ENOMEM, "cannot subscribe to the event bus");
+  }
+  s->started = true;
+  char host[256], addr[300], url[340];
+  int port;
+  jb_parse_listen(cfg->ws_listen, host, sizeof host, &port, NULL);
+  snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, jb_ws_port(ws));
+  snprintf(url, sizeof url, "ws://%s/socket.io/", addr);
+  jb_log(JB_LOG_INFO, "ws listening", "addr", addr, "url", url, NULL);
+  *out = s;
+  return 0;
+}
+
+void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ctx) {
+  pthread_rwlock_wrlock(&s->lock);
+  s->tool = fn;
+  s->tool_ctx = ctx;
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_set_direct(struct jb_socket *s, const struct jb_mcp_direct_fns *fns) {
+  pthread_rwlock_wrlock(&s->lock);
+  if (fns) s->direct = *fns;
+  else memset(&s->direct, 0, sizeof s->direct);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+int jb_socket_port(const struct jb_socket *s) { return s->ws ? jb_ws_port(s->ws) : 0; }
+
+void jb_socket_resync(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) jb_ws_resync(s->ws);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_drain(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain(s->ws);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_drain_wait(struct jb_socket *s, long grace_ms) {
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  jb_ws_drain_wait(s->ws, grace_ms);
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_counts(struct jb_socket *s, long *buyers, long *agents) {
+  *buyers = *agents = 0;
+  if (!s) return;
+  pthread_rwlock_rdlock(&s->lock);
+  if (s->ws) {
+    *buyers = jb_ws_count_role(s->ws, JB_ROLE_BUYER);
+    *agents = jb_ws_count_role(s->ws, JB_ROLE_AGENT);
+  }
+  pthread_rwlock_unlock(&s->lock);
+}
+
+void jb_socket_stop(struct jb_socket *s) {
+  if (!s) return;
+  pthread_rwlock_wrlock(&s->lock);
+  struct jb_ws *ws = s->ws;
+  s->ws = NULL;
+  pthread_rwlock_unlock(&s->lock);
+  jb_ws_stop(ws);
+}

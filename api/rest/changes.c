@@ -1,0 +1,45 @@
+/* changes.c — GET /v1/jailbox/:jobId/changes (what the session changed in the workspace)
+ * and GET /v1/jailbox/:jobId/alerts (its security alerts): two read-only views of a session
+ * for its service or buyer token, rendered by PostgreSQL (db/changes.h, db/escape.h) and
+ * passed through unchanged. */
+#include <stdlib.h>
+
+#include "api/auth.h"
+#include "api/rest/handlers.h"
+#include "db/changes.h"
+#include "db/escape.h"
+
+static void read_route(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
+                       int (*fn)(PGconn *, const char *, char **, jb_error *)) {
+  const char *job = req->params[0];
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) {
+    jb_db_unavailable(resp, &err);
+    return;
+  }
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
+    char *json = NULL;
+    int rc = fn(c, job, &json, &err);
+    if (rc == JB_OK) {
+      free(resp->body);
+      resp->status = 200;
+      resp->body = json;
+      resp->content_type = "application/json";
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    } else {
+      jb_db_unavailable(resp, &err);
+    }
+  }
+  jb_db_release(app->db, c);
+}
+
+void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  read_route(app, req, resp, jb_db_alerts_list);
+}
+
+void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  read_route(app, req, resp, jb_db_changes_list);
+}

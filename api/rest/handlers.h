@@ -1,0 +1,40 @@
+/* handlers.h — the REST handlers of jailboxd, one group per file under api/. Each has the
+ * jb_http_handler signature (server/http.h) and receives the struct jb_app as `app`. */
+#ifndef JB_HANDLERS_H
+#define JB_HANDLERS_H
+
+#include "server/app.h"
+#include "server/http.h"
+
+/* Answers 503 database_unavailable with a fixed message; the detail (`err`, which may name
+ * sockets, hosts or SQL) goes to the log only. */
+void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
+
+void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* api/rest/metrics.c */
+void jb_api_metrics(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+void jb_api_session_open(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_patch(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_ops_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_agent_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+/* api/rest/audit.c */
+void jb_api_audit_export(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_audit_verify(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_audit_keys(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+/* GET /v1/jailbox/:jobId/alerts and GET /v1/jailbox/:jobId/changes (service or buyer;
+ * api/rest/changes.c). */
+void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
+#endif

@@ -1,0 +1,43 @@
+/* health.c — GET /healthz (the process answers) and GET /readyz (the database is reachable,
+ * every migration is applied and the instance is not draining). */
+#include <jansson.h>
+
+#include "api/rest/handlers.h"
+#include "lib/log.h"
+#include "db/migrate.h"
+
+void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err) {
+  jb_log(JB_LOG_ERROR, "database error", "detail", err ? err->msg : "", NULL);
+  jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
+}
+
+void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  jb_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+void jb_api_readyz(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  if (atomic_load(&app->draining)) {
+    jb_resp_error(resp, 503, "draining", "instance is shutting down");
+    return;
+  }
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) {
+    jb_db_unavailable(resp, &err);
+    return;
+  }
+  long pending = 0;
+  int rc = jb_migrations_pending(c, jb_migrations, jb_migrations_count, &pending, &err);
+  jb_db_release(app->db, c);
+  if (rc < 0) {
+    jb_db_unavailable(resp, &err);
+    return;
+  }
+  if (pending > 0) {
+    jb_resp_error(resp, 503, "migrations_pending", "%ld migration(s) not applied", pending);
+    return;
+  }
+  jb_resp_json(resp, 200, json_pack("{s:s,s:I}", "status", "ready", "migrations",
+                                    (json_int_t)jb_migrations_count));
+}

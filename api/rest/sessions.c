@@ -1,0 +1,498 @@
+/* sessions.c — the REST half of the session contract: open, inspect, list ops, approve and
+ * reject ops, abort / pause / resume / accept, change mode, and read an agent's trust score. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/auth.h"
+#include "api/agent/escape.h"
+#include "api/rest/handlers.h"
+#include "lib/json.h"
+#include "api/agent/ops.h"
+#include "db/audit_store.h"
+#include "db/sessions.h"
+#include "server/cache.h"
+#include "lib/log.h"
+
+/* ---------- shared steps ---------- */
+
+/* Borrows a connection or answers 503. */
+static void db_failed(struct jb_http_resp *resp, const jb_error *err);
+
+static PGconn *conn_or_503(struct jb_app *app, struct jb_http_resp *resp) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) db_failed(resp, &err);
+  return c;
+}
+
+/* Answers a JSON text made by the database (taken over). */
+static void send_text(struct jb_http_resp *resp, int status, char *json) {
+  free(resp->body);
+  resp->status = status;
+  resp->body = json;
+  resp->content_type = "application/json";
+}
+
+static void db_failed(struct jb_http_resp *resp, const jb_error *err) { jb_db_unavailable(resp, err); }
+
+/* 409 with the current state inside the error object. */
+static void conflict(struct jb_http_resp *resp, const char *what, const char *state) {
+  json_t *o = json_pack("{s:{s:s,s:s++,s:s}}", "error", "code", "invalid_state", "message", what,
+                        " in state ", state, "state", state);
+  jb_resp_json(resp, 409, o);
+}
+
+/* Parses an optional body that may hold only {reason}. Returns 0 (reason NULL or borrowed
+ * from *doc, which the caller releases) or -1 with a 400 answered. */
+static int optional_reason(const struct jb_http_req *req, json_t **doc, const char **reason,
+                           struct jb_http_resp *resp) {
+  *doc = NULL;
+  *reason = NULL;
+  if (req->body_len == 0) return 0;
+  jb_error err = {0};
+  static const char *const allowed[] = {"reason", NULL};
+  *doc = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  if (!*doc || jb_json_only_keys(*doc, allowed, &err) < 0 ||
+      jb_json_get_string(*doc, "reason", 0, 1024, true, reason, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---------- POST /v1/jailbox ---------- */
+
+/* Resolves `ws` (absolute, or relative to the workspace root) to an existing directory
+ * strictly below the root. Returns 0 with `out` (PATH_MAX bytes) or -1 with `err`. */
+static int resolve_workspace(const char *root, const char *ws, char *out, jb_error *err) {
+  char rroot[PATH_MAX], joined[PATH_MAX * 2];
+  if (!realpath(root, rroot)) return jb_fail_errno(err, errno, "workspace root %s", root);
+  if (ws[0] == '/') snprintf(joined, sizeof joined, "%s", ws);
+  else snprintf(joined, sizeof joined, "%s/%s", rroot, ws);
+  if (strlen(joined) >= PATH_MAX) return jb_fail(err, ENAMETOOLONG, "workspace path too long");
+  if (!realpath(joined, out)) return jb_fail_errno(err, errno, "workspace '%s'", ws);
+  size_t rl = strlen(rroot);
+  if (strncmp(out, rroot, rl) != 0 || out[rl] != '/' || out[rl + 1] == '\0')
+    return jb_fail(err, EPERM, "workspace '%s' does not resolve under the workspace root", ws);
+  struct stat st;
+  if (stat(out, &st) < 0 || !S_ISDIR(st.st_mode))
+    return jb_fail(err, ENOTDIR, "workspace '%s' is not a directory", ws);
+  return 0;
+}
+
+/* Checks {memoryMiB, cpus, pids, timeoutSec, idleTimeoutSec} and writes the full limits
+ * object, defaults filled in (the two timeouts from the settings JAILBOX_SESSION_LIFETIME_S
+ * and JAILBOX_IDLE_TIMEOUT_S), as JSON text into `out` (`len` bytes). */
+static int read_limits(const struct jb_config *cfg, const json_t *body, char *out, size_t len,
+                       jb_error *err) {
+  long long mem = 1024, pids = 256, timeout = cfg->session_lifetime_s, idle = cfg->idle_timeout_s;
+  double cpus = 1.0;
+  json_t *l = json_object_get(body, "limits");
+  if (l) {
+    static const char *const allowed[] = {"memoryMiB", "cpus", "pids", "timeoutSec", "idleTimeoutSec", NULL};
+    if (!json_is_object(l)) return jb_fail(err, EINVAL, "field 'limits' must be an object");
+    if (jb_json_only_keys(l, allowed, err) < 0 ||
+        jb_json_get_int(l, "memoryMiB", 64, 65536, &mem, err) < 0 ||
+        jb_json_get_number(l, "cpus", 0.1, 64, &cpus, err) < 0 ||
+        jb_json_get_int(l, "pids", 16, 65536, &pids, err) < 0 ||
+        jb_json_get_int(l, "timeoutSec", 1, 604800, &timeout, err) < 0 ||
+        jb_json_get_int(l, "idleTimeoutSec", 1, 604800, &idle, err) < 0)
+      return jb_error_wrap(err, "limits");
+  }
+  json_t *o = json_pack("{s:I,s:f,s:I,s:I,s:I}", "memoryMiB", (json_int_t)mem, "cpus", cpus, "pids",
+                        (json_int_t)pids, "timeoutSec", (json_int_t)timeout, "idleTimeoutSec",
+                        (json_int_t)idle);
+  char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  json_decref(o);
+  if (!txt || strlen(txt) >= len) {
+    free(txt);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  snprintf(out, len, "%s", txt);
+  free(txt);
+  return 0;
+}
+
+static int read_exclude(const json_t *body, char **out, jb_error *err) {
+  json_t *e = json_object_get(body, "exclude");
+  if (!e) {
+    *out = strdup("[]");
+    return *out ? 0 : jb_fail(err, ENOMEM, "out of memory");
+  }
+  if (!json_is_array(e)) return jb_fail(err, EINVAL, "field 'exclude' must be an array of globs");
+  if (json_array_size(e) > 256) return jb_fail(err, EINVAL, "field 'exclude' has over 256 globs");
+  size_t i;
+  json_t *g;
+  json_array_foreach(e, i, g) {
+    if (!json_is_string(g)) return jb_fail(err, EINVAL, "exclude[%zu] must be a string", i);
+    const char *s = json_string_value(g);
+    size_t n = json_string_length(g);
+    if (n == 0 || n > 1024 || strlen(s) != n)
+      return jb_fail(err, EINVAL, "exclude[%zu] must be 1 to 1024 bytes without NUL", i);
+    for (size_t k = 0; k < n; k++)
+      if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f)
+        return jb_fail(err, EINVAL, "exclude[%zu] has a control character", i);
+  }
+  *out = json_dumps(e, JSON_COMPACT);
+  return *out ? 0 : jb_fail(err, ENOMEM, "out of memory");
+}
+
+void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  jb_error err = {0};
+  json_t *body = NULL;
+  char *exclude = NULL;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) goto out;
+  body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  static const char *const allowed[] = {"jobId", "agentId", "workspace", "mode", "exclude", "limits", NULL};
+  const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised";
+  char limits[200], wsabs[PATH_MAX], gen[32];
+  if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
+      jb_json_get_string(body, "jobId", 1, 128, true, &job, &err) < 0 ||
+      jb_json_get_string(body, "agentId", 1, 200, true, &agent, &err) < 0 ||
+      jb_json_get_string(body, "workspace", 1, 4096, true, &ws, &err) < 0 ||
+      jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0 ||
+      read_limits(app->cfg, body, limits, sizeof limits, &err) < 0 || read_exclude(body, &exclude, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+    goto out;
+  }
+  if (!agent || !ws) {
+    jb_resp_error(resp, 400, "bad_request", "fields 'agentId' and 'workspace' are required");
+    goto out;
+  }
+  if (!jb_valid_agent_id(agent)) {
+    jb_resp_error(resp, 400, "bad_request", "field 'agentId' must be [A-Za-z0-9._:@+-], not starting with '.'");
+    goto out;
+  }
+  if (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0) {
+    jb_resp_error(resp, 400, "bad_request", "field 'mode' must be 'supervised' or 'unsupervised'");
+    goto out;
+  }
+  if (job && !jb_valid_job_id(job)) {
+    jb_resp_error(resp, 400, "bad_request", "field 'jobId' must be [A-Za-z0-9._-], not starting with '.'");
+    goto out;
+  }
+  if (!job) {
+    unsigned char rnd[12];
+    randombytes_buf(rnd, sizeof rnd);
+    memcpy(gen, "job-", 4);
+    sodium_bin2hex(gen + 4, sizeof gen - 4, rnd, sizeof rnd);
+    job = gen;
+  }
+
+  if (resolve_workspace(app->cfg->workspace_root, ws, wsabs, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_workspace", "%s", err.msg);
+    goto out;
+  }
+  char buyer[JB_TOKEN_TEXT_LEN], agent_tok[JB_TOKEN_TEXT_LEN];
+  unsigned char bh[32], ah[32];
+  jb_token_mint(buyer, bh);
+  jb_token_mint(agent_tok, ah);
+  struct jb_session_new s = {.job_id = job, .agent_id = agent, .workspace = wsabs, .mode = mode,
+                             .exclude_json = exclude, .limits_json = limits,
+                             .buyer_hash = bh, .agent_hash = ah};
+  struct jb_audit_head head;
+  int rc = jb_db_session_create(c, app->keys, &s, &head, &err);
+  if (rc == JB_ERR_EXISTS) {
+    jb_resp_error(resp, 409, "exists", "a session with jobId '%s' exists", job);
+  } else if (rc == JB_ERR_CONFLICT) {
+    jb_resp_error(resp, 409, "workspace_in_use", "%s", err.msg);
+  } else if (rc != JB_OK) {
+    db_failed(resp, &err);
+  } else {
+    jb_resp_json(resp, 201, json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created",
+                                      "mode", mode, "buyerToken", buyer, "agentToken", agent_tok));
+    jb_bus_publish(app->bus, job, "jailbox:state",
+                   json_pack("{s:s,s:s,s:n,s:s}", "jobId", job, "state", "created", "previous",
+                             "actor", "service"));
+    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+    jb_log(JB_LOG_INFO, "session opened", "jobId", job, "agentId", agent, "mode", mode, NULL);
+  }
+  sodium_memzero(buyer, sizeof buyer);
+  sodium_memzero(agent_tok, sizeof agent_tok);
+out:
+  jb_db_release(app->db, c);
+  free(exclude);
+  json_decref(body);
+}
+
+/* ---------- GET /v1/jailbox/:jobId ---------- */
+
+/* Loads the service token set into the cache when it is not there. */
+static void warm_service_set(struct jb_app *app, PGconn *c) {
+  if (!app->cache || jb_cache_has_service_set(app->cache)) return;
+  uint64_t stamp = jb_cache_stamp(app->cache);
+  unsigned char *h = NULL;
+  size_t n = 0;
+  if (jb_db_service_token_hashes(c, &h, &n, NULL) == JB_OK) jb_cache_put_service_set(app->cache, stamp, h, n);
+  free(h);
+}
+
+void jb_api_session_get(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0];
+  unsigned char th[32];
+  if (app->cache && jb_auth_bearer_hash(req, th) == 0) {
+    char *hit = jb_cache_get_session(app->cache, job, th);
+    if (hit) {
+      send_text(resp, 200, hit);
+      return;
+    }
+  }
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  jb_error err = {0};
+  char *json = NULL;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
+    uint64_t stamp = app->cache ? jb_cache_stamp(app->cache) : 0;
+    unsigned char *readers = NULL;
+    size_t n_readers = 0;
+    int rc = jb_db_session_get_with_readers(c, job, &json, &readers, &n_readers, &err);
+    if (rc == JB_OK) {
+      if (app->cache) {
+        jb_cache_put_session(app->cache, stamp, job, json, readers, n_readers);
+        warm_service_set(app, c);
+      }
+      send_text(resp, 200, json);
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    } else {
+      db_failed(resp, &err);
+    }
+    free(readers);
+  }
+  jb_db_release(app->db, c);
+}
+
+/* ---------- GET /v1/jailbox/:jobId/ops ---------- */
+
+/* Reads a non-negative integer query argument; absent leaves *out. */
+static int query_int(const struct jb_http_req *req, const char *name, long long min,
+                     long long max, long long *out, struct jb_http_resp *resp) {
+  const char *v = jb_http_query(req, name);
+  if (!v) return 0;
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!*v || *end || errno || x < min || x > max || !isdigit((unsigned char)v[0])) {
+    jb_resp_error(resp, 400, "bad_request", "query '%s' must be an integer from %lld to %lld",
+                  name, min, max);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0];
+  const char *state = jb_http_query(req, "state");
+  long long limit = 50, after = 0;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  jb_error err = {0};
+  char *json = NULL;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
+  if (state && strcmp(state, "pending") && strcmp(state, "approved") && strcmp(state, "rejected") &&
+      strcmp(state, "done") && strcmp(state, "failed")) {
+    jb_resp_error(resp, 400, "bad_request",
+                  "query 'state' must be pending, approved, rejected, done or failed");
+    goto out;
+  }
+  if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
+      query_int(req, "after", 0, LLONG_MAX, &after, resp) < 0)
+    goto out;
+  {
+    char *sess = NULL;
+    int rc = jb_db_session_get(c, job, &sess, &err); /* 404 for an unknown session */
+    free(sess);
+    if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    else if (rc != JB_OK) db_failed(resp, &err);
+    else if (jb_db_ops_list(c, job, state, after, (int)limit, &json, &err) == JB_OK)
+      send_text(resp, 200, json);
+    else db_failed(resp, &err);
+  }
+out:
+  jb_db_release(app->db, c);
+}
+
+/* ---------- POST /v1/jailbox/:jobId/{approve,reject}/:opId ---------- */
+
+static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
+                   bool approve) {
+  const char *job = req->params[0], *ops = req->params[1];
+  json_t *doc = NULL;
+  const char *reason;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
+    char *end;
+    errno = 0;
+    long long op = strtoll(ops, &end, 10);
+    if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
+      jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
+    } else {
+      jb_error err = {0};
+      char *json = NULL, state[20] = "";
+      struct jb_audit_head head;
+      int rc = jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
+      if (rc == JB_OK) {
+        if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
+        json_t *ev = json_loads(json, 0, NULL);
+        send_text(resp, 200, json);
+        jb_bus_publish(app->bus, job, "jailbox:op", ev);
+        if (head.seq > 0) jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+      } else if (rc == JB_ERR_NOT_FOUND) {
+        jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
+      } else if (rc == JB_ERR_CONFLICT) {
+        conflict(resp, "op is not pending, or its session ended:", state);
+      } else {
+        db_failed(resp, &err);
+      }
+    }
+  }
+  jb_db_release(app->db, c);
+  json_decref(doc);
+}
+
+void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  decide(app, req, resp, true);
+}
+void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  decide(app, req, resp, false);
+}
+
+/* ---------- state changes ---------- */
+
+static void transition(struct jb_app *app, const struct jb_http_req *req,
+                       struct jb_http_resp *resp, const char *const from[], const char *to) {
+  const char *job = req->params[0];
+  json_t *doc = NULL;
+  const char *reason;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
+    struct jb_transition t;
+    jb_error err = {0};
+    if (strcmp(to, "aborted") == 0) jb_escape_release_session(app, c, job); /* an op in flight */
+    int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
+    if (rc == JB_OK) {
+      if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
+      jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
+      jb_resp_json(resp, 200, json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state,
+                                        "previous", t.previous, "rejectedOps",
+                                        (json_int_t)t.rejected_ops));
+      jb_bus_publish(app->bus, job, "jailbox:state",
+                     json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state,
+                               "previous", t.previous, "reason", reason, "actor", "buyer"));
+      jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
+      jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, NULL);
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    } else if (rc == JB_ERR_CONFLICT) {
+      char what[64];
+      snprintf(what, sizeof what, "cannot go to %s", to);
+      conflict(resp, what, t.state);
+    } else {
+      db_failed(resp, &err);
+    }
+  }
+  jb_db_release(app->db, c);
+  json_decref(doc);
+}
+
+void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  static const char *const from[] = {JB_LIVE_STATES, NULL};
+  transition(app, req, resp, from, "aborted");
+}
+void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  static const char *const from[] = {"active", NULL};
+  transition(app, req, resp, from, "paused");
+}
+void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  static const char *const from[] = {"paused", NULL};
+  transition(app, req, resp, from, "active");
+}
+void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  static const char *const from[] = {"done", NULL};
+  transition(app, req, resp, from, "accepted");
+}
+
+/* ---------- PATCH /v1/jailbox/:jobId ---------- */
+
+void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0];
+  jb_error err = {0};
+  static const char *const allowed[] = {"mode", NULL};
+  const char *mode = NULL;
+  json_t *body = NULL;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) < 0) goto out;
+  body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
+      jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+    goto out;
+  }
+  if (!mode || (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0)) {
+    jb_resp_error(resp, 400, "bad_request", "field 'mode' must be 'supervised' or 'unsupervised'");
+    goto out;
+  }
+  char state[20] = "", *json = NULL;
+  struct jb_audit_head head = {0};
+  int rc = jb_db_session_set_mode(c, app->keys, job, mode, state, &head, &err);
+  if (rc == JB_OK && head.seq > 0)
+    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+  if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
+  if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
+    send_text(resp, 200, json);
+    jb_bus_publish(app->bus, job, "jailbox:mode", json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
+  } else if (rc == JB_ERR_NOT_FOUND) {
+    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+  } else if (rc == JB_ERR_CONFLICT) {
+    conflict(resp, "cannot change mode", state);
+  } else {
+    db_failed(resp, &err);
+  }
+out:
+  jb_db_release(app->db, c);
+  json_decref(body);
+}
+
+/* ---------- GET /v1/agents/:agentId ---------- */
+
+void jb_api_agent_get(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  const char *agent = req->params[0];
+  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) == 0) {
+    jb_error err = {0};
+    char *json = NULL;
+    int rc = jb_valid_agent_id(agent) ? jb_db_agent_get(c, agent, &json, &err) : JB_ERR_NOT_FOUND;
+    if (rc == JB_OK) send_text(resp, 200, json);
+    else if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no such agent");
+    else db_failed(resp, &err);
+  }
+  jb_db_release(app->db, c);
+}

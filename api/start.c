@@ -1,0 +1,70 @@
+/* start.c — the calls jailboxd's process makes into api/ (declared in server/api.h): loading
+ * the scan rules, the bootstrap token, starting and stopping the Socket.IO endpoint with its
+ * op handlers, the escape policy and the sweeper. */
+#define _GNU_SOURCE
+#include "server/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "api/agent/escape.h"
+#include "api/agent/ops.h"
+#include "api/agent/scan.h"
+#include "api/agent/socket.h"
+#include "api/auth.h"
+#include "server/app.h"
+#include "server/config.h"
+
+int jb_api_load_rules(const struct jb_config *cfg, jb_error *err) {
+  struct jb_scan_rules *rules = NULL;
+  if (jb_scan_rules_load(cfg->scan_rules, &rules, err) < 0) return -1;
+  jb_scan_use(rules);
+  return 0;
+}
+
+int jb_api_bootstrap_token(PGconn *c, const char *path, bool create, jb_error *err) {
+  return jb_service_token_bootstrap(c, path, create, err);
+}
+
+bool jb_api_token_known(void *app, const char *authorization) {
+  return jb_auth_token_known(app, authorization);
+}
+
+int jb_api_start(struct jb_app *app, jb_error *err) {
+  struct jb_socket *sock = NULL;
+  if (jb_socket_start(app, &sock, err) < 0) /* logs "ws listening" */
+    return jb_error_wrap(err, "websocket");
+  __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
+  jb_socket_set_tool_handler(sock, jb_op_tool, NULL);  /* the file operations (api/agent/ops.c) */
+  /* reads and lists the socket's service thread hands straight to a local worker */
+  jb_socket_set_direct(sock, &(const struct jb_mcp_direct_fns){jb_op_direct_plan, jb_op_direct_answer,
+                                                              jb_op_direct_free});
+  if (jb_escape_init(app, err) < 0) return jb_error_wrap(err, "escape policy");
+  /* the workers inherit the escape policy through the environment */
+  char pen[24];
+  snprintf(pen, sizeof pen, "%ld", app->cfg->trust_penalty);
+  setenv("JAILBOX_ESCAPE_ABORT", app->cfg->escape_abort, 1);
+  setenv("JAILBOX_ALERT_AFTER", app->cfg->alert_after, 1);
+  setenv("JAILBOX_TRUST_PENALTY", pen, 1);
+  /* lifetime and idle expiry, chains a crash left unsealed */
+  if (jb_sweeper_start(app, &app->sweeper, err) < 0) return jb_error_wrap(err, "sweeper");
+  return 0;
+}
+
+void jb_api_drain(struct jb_app *app) { jb_socket_drain(app->sock); }
+
+void jb_api_drain_wait(struct jb_app *app, long ms) { jb_socket_drain_wait(app->sock, ms); }
+
+void jb_api_stop(struct jb_app *app) {
+  jb_sweeper_stop(app->sweeper);
+  app->sweeper = NULL;
+  struct jb_socket *sock = __atomic_exchange_n(&app->sock, NULL, __ATOMIC_ACQ_REL);
+  jb_socket_stop(sock); /* its handlers use the database, and the workers (direct ops) */
+}
+
+void jb_api_resync(struct jb_app *app) {
+  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  if (sock) jb_socket_resync(sock);
+}
+
+void jb_api_session_changed(const char *job_id) { jb_op_session_changed(job_id); }

@@ -1,0 +1,338 @@
+/* ctl_watch.c — `jailboxctl watch JOB`: the session's events as they happen, over the buyer's
+ * Socket.IO connection (cli/sio_client.c; events in api/events.md), one line per event for
+ * a person or one JSON object per line with --json. When the socket cannot be reached (or
+ * with --poll) it polls the REST API instead and reports state changes, new ops and pending
+ * approvals. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/ctl.h"
+#include "cli/sio_client.h"
+
+struct watch {
+  struct jb_ctl *o;
+  const char *job;
+  bool until_end;
+  bool ended;      /* the session reached a final state */
+  bool connected;  /* the socket got as far as CONNECT */
+  bool refused;
+  char why[512];
+};
+
+static const char *s_(const json_t *o, const char *k) {
+  return jb_ctl_text(json_string_value(json_object_get(o, k)));
+}
+
+static bool final_state(const char *st) {
+  return st && (strcmp(st, "accepted") == 0 || strcmp(st, "aborted") == 0 ||
+                strcmp(st, "failed") == 0);
+}
+
+static void stamp(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm;
+  gmtime_r(&ts.tv_sec, &tm);
+  printf("%02d:%02d:%02d.%03ld ", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+/* Prints a preview or diff text indented, at most 40 lines. */
+static void print_block(const char *title, const char *text) {
+  printf("    %s:\n", title);
+  int lines = 0;
+  for (const char *p = text; *p && lines < 40; lines++) {
+    const char *nl = strchr(p, '\n');
+    int n = nl ? (int)(nl - p) : (int)strlen(p);
+    char line[520];
+    snprintf(line, sizeof line, "%.*s", n < 512 ? n : 512, p);
+    printf("    | %s\n", jb_ctl_text(line)); /* the agent wrote this: no control characters */
+    p = nl ? nl + 1 : p + n;
+    if (lines == 39 && *p) printf("    | …\n");
+  }
+}
+
+/* One event for a person. `payload` borrowed. */
+static void print_event(const char *name, const json_t *d) {
+  stamp();
+  if (strcmp(name, "jailbox:state") == 0) {
+    if (json_is_true(json_object_get(d, "snapshot")))
+      printf("state %s (mode %s, %lld pending, audit head %lld)\n", s_(d, "state"), s_(d, "mode"),
+             (long long)json_integer_value(json_object_get(d, "pendingOps")),
+             (long long)json_integer_value(json_object_get(json_object_get(d, "auditHead"), "seq")));
+    else
+      printf("state %s -> %s%s%s%s%s\n", s_(d, "previous"), s_(d, "state"),
+             json_is_string(json_object_get(d, "actor")) ? " by " : "",
+             json_is_string(json_object_get(d, "actor")) ? s_(d, "actor") : "",
+             json_is_string(json_object_get(d, "reason")) ? ": " : "",
+             json_is_string(json_object_get(d, "reason")) ? s_(d, "reason") : "");
+  } else if (strcmp(name, "jailbox:op") == 0) {
+    json_t *res = json_object_get(d, "result");
+    printf("op #%lld %s %s: %s", (long long)json_integer_value(json_object_get(d, "opId")),
+           s_(d, "tool"), s_(d, "path"), s_(d, "state"));
+    if (json_is_string(json_object_get(d, "decision"))) printf(" (%s)", s_(d, "decision"));
+    if (json_is_string(json_object_get(d, "reason"))) printf(" — %s", s_(d, "reason"));
+    if (json_is_object(res) && json_is_string(json_object_get(res, "error")))
+      printf(" — %s", s_(res, "error"));
+    putchar('\n');
+  } else if (strcmp(name, "jailbox:approval_request") == 0) {
+    printf("APPROVAL REQUESTED op #%lld: %s %s (%lld bytes, sha256 %.16s…, %s)\n",
+           (long long)json_integer_value(json_object_get(d, "opId")), s_(d, "tool"), s_(d, "path"),
+           (long long)json_integer_value(json_object_get(d, "size")), s_(d, "sha256"),
+           json_is_true(json_object_get(d, "exists")) ? "replaces a file" : "new file");
+    /* the diff preview {format:"unified", text, truncated, bytes} (api/events.md), else the
+     * first bytes of the content */
+    json_t *diff = json_object_get(d, "diff");
+    const char *dt = json_is_string(diff) ? json_string_value(diff)
+                                          : json_string_value(json_object_get(diff, "text"));
+    const char *prev = json_string_value(json_object_get(d, "preview"));
+    if (dt) print_block(json_is_true(json_object_get(diff, "truncated")) ? "diff (cut short)" : "diff", dt);
+    else if (prev) print_block("content (no diff preview)", prev);
+  } else if (strcmp(name, "jailbox:security_alert") == 0) {
+    printf("SECURITY ALERT %s: %s (%lld bytes) refused, rules:", s_(d, "kind"), s_(d, "path"),
+           (long long)json_integer_value(json_object_get(d, "size")));
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rules"), i, r) {
+      printf(" %s", json_is_string(r) ? jb_ctl_text(json_string_value(r)) : s_(r, "id"));
+    }
+    putchar('\n');
+  } else if (strcmp(name, "jailbox:pre_scan") == 0) {
+    json_t *p = json_object_get(d, "prescan");
+    printf("pre-scan: %lld files, %lld directories, %lld bytes, %lld symlinks, %lld flagged%s\n",
+           (long long)json_integer_value(json_object_get(p, "files")),
+           (long long)json_integer_value(json_object_get(p, "dirs")),
+           (long long)json_integer_value(json_object_get(p, "bytes")),
+           (long long)json_integer_value(json_object_get(p, "symlinks")),
+           (long long)json_integer_value(json_object_get(p, "flaggedCount")),
+           json_is_true(json_object_get(p, "truncated")) ? " (truncated)" : "");
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(p, "flagged"), i, f) {
+      if (i == 20) {
+        printf("    …\n");
+        break;
+      }
+      printf("    flagged %s: %s\n", s_(f, "path"), s_(f, "kind"));
+    }
+  } else if (strcmp(name, "jailbox:audit_head") == 0) {
+    printf("audit head %lld:%.16s…\n", (long long)json_integer_value(json_object_get(d, "seq")),
+           s_(d, "hash"));
+  } else if (strcmp(name, "jailbox:abort") == 0) {
+    printf("ABORTED by %s%s%s\n", s_(d, "actor"), json_is_string(json_object_get(d, "reason")) ? ": " : "",
+           json_is_string(json_object_get(d, "reason")) ? s_(d, "reason") : "");
+  } else {
+    char *t = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("%s %s\n", name, t ? t : "");
+    free(t);
+  }
+}
+
+static void emit_line(struct watch *w, const char *name, json_t *data, bool polled) {
+  if (w->o->json) {
+    json_t *l = json_pack("{s:s,s:O,s:b}", "event", name, "data", data ? data : json_null(),
+                          "polled", polled);
+    char *t = l ? json_dumps(l, JSON_COMPACT) : NULL;
+    if (t) puts(t);
+    free(t);
+    json_decref(l);
+  } else {
+    print_event(name, data);
+  }
+  fflush(stdout);
+  if (strcmp(name, "jailbox:state") == 0 && final_state(json_string_value(json_object_get(data, "state"))))
+    w->ended = true;
+}
+
+/* ---------- over the socket ---------- */
+
+static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
+  struct watch *w = ctx;
+  w->connected = true;
+  if (!w->o->json) fprintf(stderr, "%s: connected (Socket.IO sid %s)\n", w->o->verb, jb_ctl_text(sid));
+}
+
+static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack) {
+  struct watch *w = ctx;
+  json_t *d = json_array_get(args, 0);
+  const char *job = json_string_value(json_object_get(d, "jobId"));
+  if (job && strcmp(job, w->job) != 0) {
+    fprintf(stderr, "%s: the token belongs to session %s, not %s\n", w->o->verb, jb_ctl_text(job),
+            jb_ctl_text(w->job));
+    w->refused = true;
+    jb_sio_stop(s);
+    return;
+  }
+  emit_line(w, name, d, false);
+  if (w->ended && w->until_end) jb_sio_stop(s);
+}
+
+static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
+  struct watch *w = ctx;
+  fprintf(stderr, "%s: connection lost (%s); reconnecting\n", w->o->verb, jb_ctl_text(why));
+}
+
+static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why) {
+  struct watch *w = ctx;
+  if (refused) w->refused = true;
+  snprintf(w->why, sizeof w->why, "%s", jb_ctl_text(why));
+}
+
+/* ---------- polling ---------- */
+
+static int get_json(struct jb_ctl *o, const char *path, json_t **out) {
+  struct jb_ctl_reply r;
+  int rc = jb_ctl_http(o, "GET", path, NULL, &r);
+  *out = NULL;
+  if (rc == JB_CTL_OK && !(*out = jb_ctl_reply_json(o, &r))) rc = JB_CTL_FAILED;
+  jb_ctl_reply_free(&r);
+  return rc;
+}
+
+static int poll_loop(struct watch *w, long interval_ms) {
+  char *sp = jb_ctl_job_path(w->job, "");
+  if (!sp) return JB_CTL_FAILED;
+  char state[32] = "", path[700];
+  long long head = -1, last_op = 0;
+  long long pending_seen[512];
+  size_t npend = 0;
+  int rc = JB_CTL_OK;
+  for (bool first = true;; first = false) {
+    json_t *sess;
+    if ((rc = get_json(w->o, sp, &sess)) != JB_CTL_OK) break;
+    const char *st = json_string_value(json_object_get(sess, "state"));
+    if (st && strcmp(st, state) != 0) {
+      json_t *d = json_pack("{s:s,s:s?,s:O?,s:O?,s:O?,s:b}", "jobId", w->job, "state", st,
+                            "mode", json_object_get(sess, "mode"), "pendingOps",
+                            json_object_get(sess, "pendingOps"), "auditHead",
+                            json_object_get(sess, "auditHead"), "snapshot", 1);
+      if (!first && d) json_object_set_new(d, "previous", json_string(state));
+      if (!first && d) json_object_del(d, "snapshot");
+      if (d) emit_line(w, "jailbox:state", d, true);
+      json_decref(d);
+      snprintf(state, sizeof state, "%s", st);
+    }
+    json_t *ah = json_object_get(sess, "auditHead");
+    long long seq = json_integer_value(json_object_get(ah, "seq"));
+    if (!first && seq != head) emit_line(w, "jailbox:audit_head", ah, true);
+    head = seq;
+    json_decref(sess);
+    /* new ops since the last poll */
+    for (;;) {
+      json_t *page;
+      snprintf(path, sizeof path, "%s/ops?limit=500&after=%lld", sp, last_op);
+      if ((rc = get_json(w->o, path, &page)) != JB_CTL_OK) break;
+      size_t i;
+      json_t *op;
+      json_array_foreach(json_object_get(page, "ops"), i, op) {
+        emit_line(w, "jailbox:op", op, true);
+        last_op = json_integer_value(json_object_get(op, "opId"));
+      }
+      bool more = json_is_integer(json_object_get(page, "next"));
+      json_decref(page);
+      if (!more) break;
+    }
+    if (rc != JB_CTL_OK) break;
+    /* pending ops: a new one is an approval request */
+    json_t *pend;
+    snprintf(path, sizeof path, "%s/ops?state=pending&limit=500", sp);
+    if ((rc = get_json(w->o, path, &pend)) != JB_CTL_OK) break;
+    size_t i, n = 0;
+    json_t *op;
+    long long now[512];
+    json_array_foreach(json_object_get(pend, "ops"), i, op) {
+      long long id = json_integer_value(json_object_get(op, "opId"));
+      bool seen = false;
+      for (size_t k = 0; k < npend; k++) seen |= pending_seen[k] == id;
+      if (!seen) emit_line(w, "jailbox:approval_request", op, true);
+      if (n < 512) now[n++] = id;
+    }
+    memcpy(pending_seen, now, n * sizeof now[0]);
+    npend = n;
+    json_decref(pend);
+    if (w->ended && w->until_end) break;
+    usleep((useconds_t)interval_ms * 1000);
+  }
+  free(sp);
+  return rc;
+}
+
+int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
+  struct watch w = {.o = o};
+  bool poll = false;
+  long long interval = 1000;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--poll") == 0) poll = true;
+    else if (strcmp(argv[i], "--until-end") == 0) w.until_end = true;
+    else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+      char *end;
+      errno = 0;
+      interval = strtoll(argv[++i], &end, 10);
+      if (errno || *end || interval < 50 || interval > 3600000) {
+        fprintf(stderr, "%s: --interval takes 50 to 3600000 ms\n", o->verb);
+        return JB_CTL_USAGE;
+      }
+    } else if (argv[i][0] != '-' && !w.job) w.job = argv[i];
+    else {
+      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb, argv[i]);
+      return JB_CTL_USAGE;
+    }
+  }
+  if (!w.job) {
+    fprintf(stderr, "%s: JOB is required (see --help)\n", o->verb);
+    return JB_CTL_USAGE;
+  }
+  if (!o->token || !o->token[0]) {
+    fprintf(stderr, "%s: a buyer token is needed (JAILBOX_TOKEN or --token)\n", o->verb);
+    return JB_CTL_USAGE;
+  }
+  if (!poll) {
+    char base[512];
+    if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
+    struct jb_sio_settings set = {.base_url = base, .token = o->token, .max_message = 8u << 20,
+                                  .connect_timeout_ms = 10000, .reconnect_max = 8};
+    struct jb_sio_handlers h = {.ctx = &w, .connected = on_connected, .event = on_event,
+                                .closed = on_closed, .lost = on_lost};
+    struct jb_sio *s;
+    jb_error err = {0};
+    if (jb_sio_open(&s, &set, &h, &err) < 0) {
+      fprintf(stderr, "%s: %s\n", o->verb, err.msg);
+      return JB_CTL_USAGE;
+    }
+    jb_sio_run(s);
+    jb_sio_free(s);
+    if (w.refused && !w.connected) {
+      /* a token the socket refuses but the REST API accepts (a service token): poll */
+      json_t *probe = NULL;
+      char *sp = jb_ctl_job_path(w.job, "");
+      long quiet = o->quiet_status;
+      o->quiet_status = 401;
+      int prc = sp ? get_json(o, sp, &probe) : JB_CTL_FAILED;
+      o->quiet_status = quiet;
+      free(sp);
+      json_decref(probe);
+      if (prc != JB_CTL_OK) {
+        fprintf(stderr, "%s: refused by the server: %s\n", o->verb, w.why);
+        return JB_CTL_REFUSED;
+      }
+      fprintf(stderr, "%s: the socket refused this token (%s); polling the REST API instead\n",
+              o->verb, w.why);
+      return poll_loop(&w, (long)interval);
+    }
+    if (w.refused) {
+      fprintf(stderr, "%s: refused by the server: %s\n", o->verb, w.why);
+      return JB_CTL_REFUSED;
+    }
+    if (w.ended && w.until_end) return JB_CTL_OK;
+    if (w.connected) {
+      fprintf(stderr, "%s: %s\n", o->verb, w.why);
+      return w.ended ? JB_CTL_OK : JB_CTL_FAILED;
+    }
+    fprintf(stderr, "%s: Socket.IO at %s: %s; polling the REST API instead\n", o->verb, base, w.why);
+  }
+  return poll_loop(&w, (long)interval);
+}

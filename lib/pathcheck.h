@@ -1,0 +1,51 @@
+/* pathcheck.h — the syntactic rules of a workspace path (issue 7), shared by jailboxd (first
+ * check, before an op is stored or relayed) and jailbox-shim (second check, before the open).
+ * The open-time rules — no symlink escapes, no hard links, no special files — are the shim's
+ * (sandbox/shim/fileops.c); these only look at the bytes. */
+#ifndef JB_SANDBOX_PATHCHECK_H
+#define JB_SANDBOX_PATHCHECK_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define JB_PATH_MAX 4096     /* bytes of a whole path, without a terminating NUL */
+#define JB_PATH_NAME_MAX 255 /* bytes of one component */
+
+/* Why a path was refused. */
+enum jb_path_verdict {
+  JB_PATH_OK = 0,
+  JB_PATH_EMPTY,        /* no bytes */
+  JB_PATH_NUL,          /* a NUL byte inside */
+  JB_PATH_ABSOLUTE,     /* begins with '/' */
+  JB_PATH_TOO_LONG,     /* over JB_PATH_MAX bytes */
+  JB_PATH_NAME_TOO_LONG,/* a component over JB_PATH_NAME_MAX bytes */
+  JB_PATH_EMPTY_NAME,   /* "a//b", a trailing '/' */
+  JB_PATH_DOT,          /* a "." component (only the whole path "." is allowed, as the root) */
+  JB_PATH_DOTDOT,       /* a ".." component */
+};
+
+/* Checks `len` bytes at `path` (not necessarily NUL-terminated) against the rules: relative to
+ * the workspace root; no NUL; no empty, "." or ".." component; at most JB_PATH_MAX bytes and
+ * JB_PATH_NAME_MAX per component. The whole path "." names the root itself when `allow_root`
+ * is non-zero (list). Nothing is decoded: backslashes, '%' and any other Unicode are ordinary
+ * bytes. Returns JB_PATH_OK or the first rule broken. */
+enum jb_path_verdict jb_path_check(const char *path, size_t len, int allow_root);
+
+/* A short English reason for a verdict ("absolute paths are refused", …); static storage. */
+const char *jb_path_verdict_text(enum jb_path_verdict v);
+
+/* Whether workspace path `path` is excluded by a glob of `globs` (JSON array of strings,
+ * borrowed; NULL or empty: nothing is). A glob is matched component by component, as
+ * .gitignore patterns are: each component with fnmatch(3) FNM_CASEFOLD (a leading dot is not
+ * special; case is ignored, since a case-insensitive workspace file system opens "SECRETS"
+ * for "secrets"), "**" standing for any number of directories (none included: "** /x" — without the
+ * space — hides "x" and "a/b/x"); it hides the path and everything below it (excluding
+ * "secrets" or ".git" hides their contents); a glob without '/' is tried on every component's
+ * name ("*.pem" hides "sub/key.pem"). Out of memory counts as excluded. Used by jailboxd on
+ * the requested path and by the shim on the symlink-free path it resolved (so that a symlink
+ * cannot lead around an exclusion). *which (may be NULL) receives the matching glob (borrowed
+ * from `globs`). */
+bool jb_path_excluded(const char *path, const json_t *globs, const char **which);
+
+#endif

@@ -1,0 +1,45 @@
+/* direct.h — the hand-over of an op from jailboxd straight to the jailbox-worker that holds
+ * its session, on the same host, without the queued ops row and its two wake-ups (db/ops.h).
+ *
+ * The worker listens on a Unix stream socket (JAILBOX_WORKER_OPS_SOCKET, mode 0600; jailboxd
+ * gives each worker it starts "<state dir>/worker-<i>.ops", server/workers.h). Each side
+ * sends one JSON object per line (UTF-8, '\n'-terminated), one request in flight per
+ * connection:
+ *
+ *   request  {"jobId": J, "tool": "read"|"list"|"stat", "path": P, "args": {…shim arguments},
+ *             "expect": {mode, exclude, flagged} | null, "id": I?}
+ *   answer   {"ran": true, "opId": N, "answer": {ok, result | error}, "id": I?}
+ *            {"ran": false, "state": S, "reason": R, "id": I?}   (nothing was stored or run)
+ *
+ * An integer "id" in a request is echoed in its answer, so that a caller that keeps a
+ * connection for many requests can tell its answer from a stray line.
+ *
+ * With ran=true the op row was inserted, run in the shim and completed with its audit entry
+ * in one committed transaction before the answer was sent: an answer never precedes its
+ * durable record. ran=false means the caller takes the queued path instead (the session is
+ * not active — a paused session's op must wait —, an op queued before it waits to run — it
+ * goes first —, the expectation no longer holds, the session is not on this worker, or the
+ * worker could not reach the database). Only ops that
+ * change nothing go this way: if the worker dies before answering, running the op again on
+ * the queued path is harmless. Lines are size-limited before parsing (JB_DIRECT_MAX_LINE). */
+#ifndef JB_SANDBOX_DIRECT_H
+#define JB_SANDBOX_DIRECT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "lib/err.h"
+
+#define JB_DIRECT_MAX_LINE (8 * 1024 * 1024) /* bytes of one line, either way */
+#define JB_DIRECT_MAX_DEPTH 32               /* JSON nesting of one line */
+
+/* Sends `req` (borrowed) to the worker listening on `path` and waits at most `timeout_ms` for
+ * its answer line. The calling thread keeps its connection to each path open for later calls
+ * (a few per thread; O_CLOEXEC) and connects again once when a kept connection turns out
+ * closed (the worker restarted). Returns the answer object (new), or NULL with `err` (ENOENT
+ * or ECONNREFUSED: no worker there; ETIMEDOUT; EPROTO: a malformed answer, or one without the
+ * request's "id", which this function adds; EMSGSIZE) — the
+ * op may then have run or not; the connection is dropped. */
+json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_error *err);
+
+#endif

@@ -1,0 +1,912 @@
+/* fileops.c — the shim's file operations (read, write, list) inside /workspace, and the
+ * resolver they share. Nothing here trusts the tree: the workspace may change under the shim
+ * at any moment (the buyer's own tools, a racing rename), so every path is resolved from the
+ * descriptor of the root, one component at a time, with O_NOFOLLOW on every open (or openat2
+ * with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS per component where the
+ * kernel has it; gVisor 2024-07 does not), and a name that turns out to be a symlink is never
+ * handed to the kernel to follow. ".." is never opened: it pops the walk's own stack of
+ * directory descriptors, so a directory moved out of the workspace mid-walk cannot lead
+ * above the root. Checks are made on the opened descriptor (fstat), never check-then-open.
+ *
+ * Rules (issue 7): a read or list may pass a symlink only when its target, resolved the same
+ * way, stays inside the workspace (absolute targets never do); a write never passes or
+ * replaces a symlink; regular files with more than one hard link, fifos, sockets and devices
+ * are refused; a write goes to a temporary file in the same directory, then rename(2). */
+#define _GNU_SOURCE
+#include "sandbox/shim/fileops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lib/pathcheck.h"
+
+#define MAX_DEPTH 256    /* directories deep one walk may go */
+#define MAX_LINKS 40     /* symlinks one walk may pass (as the kernel's ELOOP limit) */
+#define LIST_DEPTH 64    /* recursion of a recursive list */
+
+static int root_fd = -1;
+static bool have_openat2;
+
+static int fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  e->code = code;
+  e->escape = NULL;
+  e->errnum = errnum;
+  return -1;
+}
+
+/* An errno from an open or stat, as a protocol error. */
+static int fail_errno(struct jb_fileop_error *e, int errnum, const char *what) {
+  switch (errnum) {
+  case ENOENT:
+  case ENOTDIR:
+    return fail(e, "not_found", errnum, "%s: no such file or directory", what);
+  case ELOOP:
+  case EXDEV:
+    return fail(e, "denied", errnum, "%s: a symlink is in the way", what);
+  case EACCES:
+  case EPERM:
+  case EROFS:
+    return fail(e, "denied", errnum, "%s: permission denied", what);
+  case ENAMETOOLONG:
+    return fail(e, "bad_request", errnum, "%s: name too long", what);
+  case ENOSPC:
+  case EDQUOT:
+  case EFBIG:
+    return fail(e, "too_large", errnum, "%s: no space left", what);
+  default:
+    return fail(e, "internal", errnum, "%s: %s", what, strerror(errnum));
+  }
+}
+
+int jb_fileops_init(const char *root) {
+  root_fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) return -1;
+  struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, root_fd, ".", &how, sizeof how);
+  /* ENOSYS (gVisor), or EPERM from a seccomp profile naming it: missing, not a denial */
+  have_openat2 = fd >= 0;
+  if (fd >= 0) close((int)fd);
+  return 0;
+}
+
+int jb_fileops_have_openat2(void) { return have_openat2; }
+
+/* Opens the single component `name` under `dir` as a directory (O_PATH), never following a
+ * symlink. */
+static int open_dir_component(int dir, const char *name) {
+  if (have_openat2) {
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    long fd = syscall(SYS_openat2, dir, name, &how, sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return (int)fd;
+  }
+  return openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* Opens the single component `name` under `dir` as a directory to read (O_RDONLY), never
+ * following a symlink. Not openat(O_RDONLY|O_DIRECTORY|O_NOFOLLOW): gVisor (2024-07) follows
+ * a final symlink when O_DIRECTORY is given to an open that is not O_PATH, whatever
+ * O_NOFOLLOW says (checked in runsc: such an open of a link to a directory returns that
+ * directory). The name is pinned with O_PATH|O_DIRECTORY|O_NOFOLLOW (ENOTDIR for a symlink,
+ * there as in Linux), then "." of it is opened. -1 with errno when it is no directory. */
+static void close_later(int fd);
+static int open_dir_readable(int dir, const char *name) {
+  int p = openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (p < 0) return -1;
+  int fd = openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int en = errno;
+  close_later(p);
+  errno = en;
+  return fd;
+}
+
+/* A walk in progress: the stack of directories from the root (fds[0], not owned) down. */
+struct walk {
+  int fds[MAX_DEPTH + 1];
+  int depth;
+  char canon[JB_PATH_MAX + 1]; /* the directories' own names from the root: "a/b" ("" at the root) */
+};
+
+/* The exclusion globs of the current request (borrowed, NULL when none). */
+static const json_t *exclude;
+
+/* Whether root-relative, symlink-free `canon` is excluded (the whole path "" never is). */
+static bool canon_excluded(const char *canon) {
+  return canon[0] && exclude && jb_path_excluded(canon, exclude, NULL);
+}
+
+/* The symlink-free path of `last` in the walk's directory into `out` (JB_PATH_MAX + 1). */
+static int final_canon(const struct walk *w, const char *last, char *out) {
+  int n = strcmp(last, ".") == 0 ? snprintf(out, JB_PATH_MAX + 1, "%s", w->canon)
+                                 : snprintf(out, JB_PATH_MAX + 1, "%s%s%s", w->canon, w->canon[0] ? "/" : "", last);
+  return n < 0 || n > JB_PATH_MAX ? -1 : 0;
+}
+
+/* Descriptors whose close waits until the answer is out (jb_fileops_defer_closes): inside
+ * gVisor each system call of the shim is a trap into the Sentry, and a close changes nothing
+ * the answer depends on. */
+static bool defer_on;
+static int deferred[64]; /* more are closed at once: the jail's limit is 1,024 descriptors */
+static size_t n_deferred;
+
+static void close_later(int fd) {
+  if (fd < 0) return;
+  if (defer_on && n_deferred < sizeof deferred / sizeof deferred[0]) deferred[n_deferred++] = fd;
+  else close(fd);
+}
+
+void jb_fileops_defer_closes(bool on) {
+  jb_fileops_close_deferred();
+  defer_on = on;
+}
+
+void jb_fileops_close_deferred(void) {
+  while (n_deferred > 0) close(deferred[--n_deferred]);
+}
+
+static void walk_close(struct walk *w) {
+  for (int i = 1; i <= w->depth; i++) close_later(w->fds[i]);
+  w->depth = 0;
+}
+
+static int walk_dir(const struct walk *w) { return w->fds[w->depth]; }
+
+static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e);
+
+/* Whether the symlink `name` in the walk's current directory leads out of the workspace when
+ * followed (its target resolved the way reads resolve it: an absolute target, or ".." above
+ * the root). Refusing a write through or onto such a link is an escape signal; one through a
+ * link that stays inside is only a denial. */
+static bool link_leads_out(const struct walk *w, const char *name) {
+  char rel[JB_PATH_MAX + 1];
+  int n = snprintf(rel, sizeof rel, "%s%s%s", w->canon, w->canon[0] ? "/" : "", name);
+  if (n < 0 || n > JB_PATH_MAX) return false;
+  struct walk w2;
+  char last[JB_PATH_NAME_MAX + 1];
+  struct jb_fileop_error e2 = {0};
+  if (resolve(rel, true, true, &w2, last, &e2) < 0) return e2.escape != NULL;
+  walk_close(&w2);
+  return false;
+}
+
+/* Resolves `path` (already syntactically checked) down to its last component: on success the
+ * walk holds the directory that contains it and `last` (of JB_PATH_NAME_MAX + 1 bytes)
+ * receives the name, or "." when the path names a directory reached by ".." or the root.
+ * With `follow`, symlinks met on the way — the last component too when `probe_last` — are
+ * followed while their targets stay inside the workspace; without it any symlink before the
+ * last component is refused (the last is the caller's to inspect). With `follow` and not
+ * `probe_last` the last component is not looked at either: the caller opens it with
+ * O_NOFOLLOW and, when that fails with ELOOP (a symlink), resolves again with `probe_last`.
+ * A directory on the way is opened first (open_dir_component: O_PATH|O_DIRECTORY|O_NOFOLLOW
+ * opens no symlink, in gVisor too) and looked at only when that fails: one system call per
+ * component where nothing is a link.
+ * 0 or -1 with *e. */
+static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e) {
+  w->fds[0] = root_fd;
+  w->depth = 0;
+  w->canon[0] = '\0';
+  size_t cap = JB_PATH_MAX * 2 + 2;
+  char *rem = malloc(cap);
+  if (!rem) return fail(e, "internal", ENOMEM, "out of memory");
+  if (strcmp(path, ".") == 0) {
+    strcpy(last, ".");
+    free(rem);
+    return 0;
+  }
+  snprintf(rem, cap, "%s", path);
+  int links = 0;
+  size_t pos = 0;
+  for (;;) {
+    /* next component of rem[pos…]; targets may hold empty and "." components: skip them */
+    while (rem[pos] == '/') pos++;
+    if (!rem[pos]) { /* the path ended in "/", "." or ".." after a symlink: the directory */
+      strcpy(last, ".");
+      break;
+    }
+    size_t n = strcspn(rem + pos, "/");
+    if (n > JB_PATH_NAME_MAX) {
+      free(rem);
+      walk_close(w);
+      return fail(e, "bad_request", ENAMETOOLONG, "a path component is over %d bytes", JB_PATH_NAME_MAX);
+    }
+    char name[JB_PATH_NAME_MAX + 1];
+    memcpy(name, rem + pos, n);
+    name[n] = '\0';
+    pos += n;
+    bool is_last = rem[pos] == '\0';
+    if (strcmp(name, ".") == 0) {
+      if (is_last) {
+        strcpy(last, ".");
+        break;
+      }
+      continue;
+    }
+    if (strcmp(name, "..") == 0) { /* only ever from a symlink target */
+      if (w->depth == 0) {
+        free(rem);
+        walk_close(w);
+        fail(e, "denied", EXDEV, "a symlink on the path leads out of the workspace");
+        e->escape = "symlink_escape";
+        return -1;
+      }
+      close(w->fds[w->depth--]);
+      char *slash = strrchr(w->canon, '/');
+      if (slash) *slash = '\0';
+      else w->canon[0] = '\0';
+      if (is_last) {
+        strcpy(last, ".");
+        break;
+      }
+      continue;
+    }
+    if (is_last && (!follow || !probe_last)) {
+      memcpy(last, name, n + 1);
+      break;
+    }
+    struct stat st;
+    bool is_link;
+    int fd = -1;
+    if (is_last) {
+      is_link = fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      if (!is_link) {
+        memcpy(last, name, n + 1);
+        break;
+      }
+    } else {
+      fd = open_dir_component(walk_dir(w), name);
+      int en = errno;
+      /* not opened: a symlink (ENOTDIR from O_NOFOLLOW|O_DIRECTORY, ELOOP from
+       * RESOLVE_NO_SYMLINKS) is followed or refused below; anything else fails here */
+      is_link = fd < 0 && (en == ENOTDIR || en == ELOOP) &&
+                fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      if (fd < 0 && !is_link) {
+        free(rem);
+        walk_close(w);
+        return fail_errno(e, en, path);
+      }
+    }
+    if (!is_link) {
+      if (w->depth == MAX_DEPTH) {
+        close(fd);
+        free(rem);
+        walk_close(w);
+        return fail(e, "denied", ELOOP, "the path is over %d directories deep", MAX_DEPTH);
+      }
+      size_t cl = strlen(w->canon);
+      if (cl + 1 + n > JB_PATH_MAX) {
+        close(fd);
+        free(rem);
+        walk_close(w);
+        return fail(e, "denied", ENAMETOOLONG, "the resolved path is over %d bytes", JB_PATH_MAX);
+      }
+      snprintf(w->canon + cl, sizeof w->canon - cl, "%s%s", cl ? "/" : "", name);
+      w->fds[++w->depth] = fd;
+      continue;
+    }
+    /* a symlink */
+    if (!follow) {
+      bool out = link_leads_out(w, name);
+      free(rem);
+      walk_close(w);
+      fail(e, "denied", ELOOP, "'%s' is a symlink%s: writes never pass a symlink", name,
+           out ? " that leads out of the workspace" : "");
+      if (out) e->escape = "symlink_escape";
+      return -1;
+    }
+    if (++links > MAX_LINKS) {
+      free(rem);
+      walk_close(w);
+      return fail(e, "denied", ELOOP, "too many symlinks (a loop?)");
+    }
+    char target[JB_PATH_MAX + 1];
+    ssize_t tl = readlinkat(walk_dir(w), name, target, sizeof target);
+    if (tl < 0 || tl > JB_PATH_MAX) {
+      int en = tl < 0 ? errno : ENAMETOOLONG;
+      free(rem);
+      walk_close(w);
+      /* EINVAL: no longer a symlink — the tree changed under the walk */
+      if (en == EINVAL) return fail(e, "denied", EAGAIN, "%s changed during the walk", path);
+      return fail_errno(e, en, path);
+    }
+    target[tl] = '\0';
+    if (tl == 0 || target[0] == '/') {
+      free(rem);
+      walk_close(w);
+      fail(e, "denied", EXDEV, "'%s' is a symlink that leads out of the workspace", name);
+      e->escape = "symlink_escape";
+      return -1;
+    }
+    /* rem = target + "/" + the rest */
+    size_t rest = strlen(rem + pos);
+    if ((size_t)tl + 1 + rest + 1 > cap) {
+      free(rem);
+      walk_close(w);
+      return fail(e, "denied", ENAMETOOLONG, "symlink targets make the path too long");
+    }
+    if (rest) {
+      memmove(rem + tl + 1, rem + pos, rest + 1);
+      rem[tl] = '/';
+    } else {
+      rem[tl] = '\0';
+    }
+    memcpy(rem, target, (size_t)tl);
+    pos = 0;
+  }
+  free(rem);
+  return 0;
+}
+
+/* resolve() and then the exclusion check on the path actually reached (a symlink must not
+ * lead into an excluded file); that path goes to `canon` (JB_PATH_MAX + 1 bytes). 0 with `w`
+ * open, or -1 with `e` filled and nothing open. */
+static int resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
+                           char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e) {
+  if (resolve(path, follow, probe_last, w, last, e) < 0) return -1;
+  if (final_canon(w, last, canon) < 0 || canon_excluded(canon)) {
+    walk_close(w);
+    fail(e, "excluded", EPERM, follow ? "%s leads to a path excluded from this session"
+                                      : "%s is excluded from this session", path);
+    return -1;
+  }
+  return 0;
+}
+
+static const char *type_name(mode_t m) {
+  if (S_ISREG(m)) return "file";
+  if (S_ISDIR(m)) return "dir";
+  if (S_ISLNK(m)) return "symlink";
+  return "other";
+}
+
+/* Refuses what is not a regular file with a single link. */
+static int check_regular(const struct stat *st, const char *path, struct jb_fileop_error *e) {
+  if (S_ISDIR(st->st_mode)) return fail(e, "denied", EISDIR, "%s is a directory", path);
+  if (S_ISLNK(st->st_mode)) return fail(e, "denied", ELOOP, "%s is a symlink", path);
+  if (!S_ISREG(st->st_mode))
+    return fail(e, "denied", EPERM, "%s is not a regular file (fifo, socket or device)", path);
+  if (st->st_nlink > 1) {
+    fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused",
+         path, (unsigned long)st->st_nlink);
+    e->escape = "hard_link";
+    return -1;
+  }
+  return 0;
+}
+
+static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error *e) {
+  json_t *p = json_object_get(req, "path");
+  if (!p && def) return def;
+  const char *s = json_string_value(p);
+  if (!s) {
+    fail(e, "bad_request", EINVAL, "'path' must be a string");
+    return NULL;
+  }
+  enum jb_path_verdict v = jb_path_check(s, json_string_length(p), def != NULL);
+  if (v != JB_PATH_OK) {
+    fail(e, "denied", EINVAL, "%s", jb_path_verdict_text(v));
+    e->escape = v == JB_PATH_ABSOLUTE ? "absolute_path" : v == JB_PATH_DOTDOT ? "path_traversal" : NULL;
+    return NULL;
+  }
+  return s;
+}
+
+/* Bytes `n` bytes of text take as a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
+static size_t json_escaped_len(const unsigned char *buf, size_t n) {
+  size_t len = n;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = buf[i];
+    if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') len += 1;
+    else if (c < 0x20 || c == 0x7f) len += 5; /* \u00XX */
+  }
+  return len;
+}
+
+/* Text when valid UTF-8 without NUL (the line protocol refuses NUL in strings) whose JSON
+ * escapes take no more room than base64 would, else base64 — so that any answer of up to
+ * JB_FILE_MAX bytes fits in one protocol line (control characters take 6 bytes escaped). */
+static json_t *content_json(const unsigned char *buf, size_t n, json_t *o) {
+  bool text = !memchr(buf, '\0', n) &&
+              json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  json_t *s = text ? json_stringn((const char *)buf, n) : NULL;
+  if (s) {
+    json_object_set_new(o, "content", s);
+    json_object_set_new(o, "encoding", json_string("utf-8"));
+    return o;
+  }
+  size_t b64len = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  char *b64 = malloc(b64len);
+  if (!b64) {
+    json_decref(o);
+    return NULL;
+  }
+  sodium_bin2base64(b64, b64len, buf, n, sodium_base64_VARIANT_ORIGINAL);
+  json_object_set_new(o, "content", json_string(b64));
+  json_object_set_new(o, "encoding", json_string("base64"));
+  free(b64);
+  return o;
+}
+
+static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
+  const char *path = arg_path(req, NULL, e);
+  if (!path) return NULL;
+  json_t *jo = json_object_get(req, "offset"), *jl = json_object_get(req, "length");
+  if ((jo && (!json_is_integer(jo) || json_integer_value(jo) < 0)) ||
+      (jl && (!json_is_integer(jl) || json_integer_value(jl) < 0))) {
+    fail(e, "bad_request", EINVAL, "'offset' and 'length' must be non-negative integers");
+    return NULL;
+  }
+  long long off = jo ? json_integer_value(jo) : 0;
+  if (jl && json_integer_value(jl) > JB_FILE_MAX) {
+    fail(e, "too_large", EFBIG, "'length' over %d bytes", JB_FILE_MAX);
+    return NULL;
+  }
+  struct walk w;
+  char last[JB_PATH_NAME_MAX + 1];
+  char canon[JB_PATH_MAX + 1];
+  /* the last component is opened first; only when it is a symlink (ELOOP) is the path resolved
+   * again, that symlink followed (or refused) the way the walk follows the others */
+  int fd = -1, en = 0;
+  for (int probe = 0; probe < 2; probe++) {
+    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    /* O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer */
+    fd = openat(walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    en = errno;
+    walk_close(&w);
+    if (fd >= 0 || en != ELOOP) break;
+  }
+  if (fd < 0) {
+    fail_errno(e, en, path);
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0 || check_regular(&st, path, e) < 0) {
+    if (!e->code) fail_errno(e, errno, path);
+    close(fd);
+    return NULL;
+  }
+  long long avail = st.st_size > off ? st.st_size - off : 0;
+  long long want = jl ? json_integer_value(jl) : avail;
+  if (!jl && avail > JB_FILE_MAX) {
+    close(fd);
+    fail(e, "too_large", EFBIG, "%s is %lld bytes: read it in parts of at most %d with offset and length",
+         path, (long long)st.st_size, JB_FILE_MAX);
+    return NULL;
+  }
+  if (want > avail) want = avail;
+  unsigned char *buf = malloc(want > 0 ? (size_t)want : 1);
+  size_t got = 0;
+  while (buf && got < (size_t)want) {
+    ssize_t r = pread(fd, buf + got, (size_t)want - got, off + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      en = errno;
+      free(buf);
+      close(fd);
+      fail_errno(e, en, path);
+      return NULL;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  close_later(fd);
+  if (!buf) {
+    fail(e, "internal", ENOMEM, "out of memory");
+    return NULL;
+  }
+  json_t *o = json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)st.st_size, "offset", (json_int_t)off,
+                        "length", (json_int_t)got, "eof", off + (long long)got >= st.st_size);
+  o = content_json(buf, got, o);
+  free(buf);
+  if (!o) fail(e, "internal", ENOMEM, "out of memory");
+  return o;
+}
+
+#define HASH_MAX (256LL * 1024 * 1024) /* bytes hashed by stat and expectSha256 at most */
+
+/* SHA-256 (hex, 65 bytes) of the open regular file `fd`. With `keep`, also the bytes hashed
+ * (new, *keep_len of them) when there are at most JB_FILE_MAX, else *keep = NULL: the content
+ * and its hash come from one read. 0 or -1 (errno; EFBIG over HASH_MAX). */
+static int hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len) {
+  crypto_hash_sha256_state st;
+  crypto_hash_sha256_init(&st);
+  unsigned char buf[65536];
+  long long total = 0;
+  unsigned char *kept = keep ? malloc(JB_FILE_MAX) : NULL;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || total + n > HASH_MAX) {
+      if (n >= 0) errno = EFBIG;
+      free(kept);
+      return -1;
+    }
+    if (n == 0) break;
+    if (kept && total + n <= JB_FILE_MAX) {
+      memcpy(kept + total, buf, (size_t)n);
+    } else {
+      free(kept);
+      kept = NULL;
+    }
+    total += n;
+    crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+  }
+  unsigned char h[32];
+  crypto_hash_sha256_final(&st, h);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+  if (keep) {
+    *keep = kept;
+    *keep_len = kept ? (size_t)total : 0;
+  }
+  return 0;
+}
+
+/* The name `last` in `dir` as a write would find it: {exists, type, size, links, sha256}
+ * (sha256 for a regular single-link file only), never following a symlink. With
+ * `with_content`, such a file of at most JB_FILE_MAX bytes also gets {content, encoding} (as
+ * read answers them), taken in the same read as the hash. */
+static json_t *stat_name(int dir, const char *last, const char *path, bool with_content,
+                         struct jb_fileop_error *e) {
+  struct stat st;
+  if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno == ENOENT) return json_pack("{s:b}", "exists", 0);
+    fail_errno(e, errno, path);
+    return NULL;
+  }
+  json_t *o = json_pack("{s:b, s:s, s:I, s:I}", "exists", 1, "type", type_name(st.st_mode), "size",
+                        (json_int_t)st.st_size, "links", (json_int_t)st.st_nlink);
+  if (S_ISREG(st.st_mode) && st.st_nlink == 1) {
+    int fd = openat(dir, last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st2;
+    char hex[65];
+    unsigned char *content = NULL;
+    size_t clen = 0;
+    if (fd >= 0 && fstat(fd, &st2) == 0 && S_ISREG(st2.st_mode) && st2.st_ino == st.st_ino &&
+        hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) == 0) {
+      json_object_set_new(o, "sha256", json_string(hex));
+      if (content && !content_json(content, clen, o)) {
+        free(content);
+        close(fd);
+        fail(e, "internal", ENOMEM, "out of memory");
+        return NULL;
+      }
+    }
+    free(content);
+    if (fd >= 0) close(fd);
+  }
+  return o;
+}
+
+static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
+  const char *path = arg_path(req, NULL, e);
+  if (!path) return NULL;
+  struct walk w;
+  char last[JB_PATH_NAME_MAX + 1];
+  char canon[JB_PATH_MAX + 1];
+  json_t *jw = json_object_get(req, "withContent");
+  if (jw && !json_is_boolean(jw)) {
+    fail(e, "bad_request", EINVAL, "'withContent' must be a boolean");
+    return NULL;
+  }
+  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
+  json_t *o = stat_name(walk_dir(&w), last, path, json_is_true(jw), e);
+  /* a write onto a symlink is refused; onto one that leads out it is an escape signal */
+  if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
+    json_object_set_new(o, "leadsOut", json_boolean(link_leads_out(&w, last)));
+  walk_close(&w);
+  return o;
+}
+
+static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
+  const char *path = arg_path(req, NULL, e);
+  if (!path) return NULL;
+  json_t *jc = json_object_get(req, "content");
+  const char *enc = json_string_value(json_object_get(req, "encoding"));
+  if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
+      (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
+    fail(e, "bad_request", EINVAL, "'content' must be a string and 'encoding' utf-8 or base64");
+    return NULL;
+  }
+  const char *text = json_string_value(jc);
+  size_t tlen = json_string_length(jc);
+  unsigned char *data = NULL;
+  size_t dlen = tlen;
+  if (enc && strcmp(enc, "base64") == 0) {
+    if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8) {
+      fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
+      return NULL;
+    }
+    data = malloc(tlen / 4 * 3 + 4);
+    if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, &dlen, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
+      free(data);
+      fail(e, "bad_request", EINVAL, "'content' is not valid base64");
+      return NULL;
+    }
+  }
+  const unsigned char *bytes = data ? data : (const unsigned char *)text;
+  if (dlen > JB_FILE_MAX) {
+    free(data);
+    fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", dlen, JB_FILE_MAX);
+    return NULL;
+  }
+  struct walk w;
+  char last[JB_PATH_NAME_MAX + 1];
+  char canon[JB_PATH_MAX + 1];
+  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
+    free(data);
+    return NULL;
+  }
+  int dir = walk_dir(&w);
+  mode_t mode = 0644;
+  struct stat st;
+  if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (check_regular(&st, path, e) < 0) {
+      if (S_ISLNK(st.st_mode) && link_leads_out(&w, last)) {
+        fail(e, "denied", ELOOP, "%s is a symlink that leads out of the workspace: writes never"
+             " replace a symlink", path);
+        e->escape = "symlink_escape";
+      }
+      walk_close(&w);
+      free(data);
+      return NULL;
+    }
+    mode = st.st_mode & 0777;
+  } else if (errno != ENOENT) {
+    int en = errno;
+    walk_close(&w);
+    free(data);
+    fail_errno(e, en, path);
+    return NULL;
+  }
+  /* expectSha256: the file as it was when the write was requested ("" = it did not exist) */
+  const char *expect = json_string_value(json_object_get(req, "expectSha256"));
+  /* the file as it is now: checked against expectSha256, and its hash reported as
+   * previousSha256 (null: it did not exist) for the session's change summary */
+  json_t *now = stat_name(dir, last, path, false, e);
+  const char *have = json_is_true(json_object_get(now, "exists"))
+                         ? (json_string_value(json_object_get(now, "sha256")) ?: "?")
+                         : "";
+  char previous[65];
+  snprintf(previous, sizeof previous, "%s", have);
+  json_decref(now); /* `have` is not used past here */
+  if (!now || (expect && strcmp(previous, expect) != 0)) {
+    walk_close(&w);
+    free(data);
+    if (now) fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
+    return NULL;
+  }
+  if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
+    walk_close(&w);
+    free(data);
+    fail(e, "too_large", EFBIG, "%s is over %lld bytes: a write may not replace a file whose SHA-256"
+         " the session's change summary cannot record", path, HASH_MAX);
+    return NULL;
+  }
+  unsigned char after[32];
+  char after_hex[65];
+  crypto_hash_sha256(after, bytes, dlen);
+  sodium_bin2hex(after_hex, sizeof after_hex, after, sizeof after);
+  /* temp file + rename: the name is replaced, never written through (a link swapped in after
+   * the check above is replaced, not followed) */
+  unsigned char rnd[8];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 0, sizeof rnd);
+  char tmp[64];
+  snprintf(tmp, sizeof tmp, ".jailbox-%02x%02x%02x%02x%02x%02x%02x%02x.tmp", rnd[0], rnd[1], rnd[2],
+           rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+  int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    int en = errno;
+    walk_close(&w);
+    free(data);
+    fail_errno(e, en, path);
+    return NULL;
+  }
+  size_t done = 0;
+  int en = 0;
+  while (done < dlen) {
+    ssize_t n = write(fd, bytes + done, dlen - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      en = errno;
+      break;
+    }
+    done += (size_t)n;
+  }
+  free(data);
+  if (!en && fchmod(fd, mode) < 0) en = errno;
+  if (!en && fsync(fd) < 0) en = errno;
+  close(fd);
+  if (!en && renameat(dir, tmp, dir, last) < 0) en = errno;
+  if (en) {
+    unlinkat(dir, tmp, 0);
+    walk_close(&w);
+    fail_errno(e, en, path);
+    return NULL;
+  }
+  walk_close(&w);
+  json_t *prev = previous[0] == '\0' ? json_null() : json_string(previous);
+  json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
+  if (o && prev) json_object_set_new(o, "previousSha256", prev);
+  return o;
+}
+
+/* Whether `rel` (a path relative to the root) resolves, following symlinks, to something
+ * inside the workspace that is not excluded. *out (may be NULL) is set when it leads out of
+ * the workspace (an escape, as link_leads_out judges it). */
+static bool resolves_inside(const char *rel, bool *out) {
+  struct walk w;
+  char last[JB_PATH_NAME_MAX + 1];
+  struct jb_fileop_error e = {0};
+  if (out) *out = false;
+  if (resolve(rel, true, true, &w, last, &e) < 0) {
+    if (out) *out = e.escape != NULL;
+    return false;
+  }
+  struct stat st;
+  char canon[JB_PATH_MAX + 1];
+  bool ok = (strcmp(last, ".") == 0 || fstatat(walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
+            final_canon(&w, last, canon) == 0 && !canon_excluded(canon);
+  walk_close(&w);
+  return ok;
+}
+
+struct lister {
+  json_t *entries;
+  size_t count;
+  bool truncated;
+};
+
+/* Lists the directory `fd` (owned, closed here) whose root-relative, symlink-free path is
+ * `rel` ("" for the root) and whose names appear as `prefix` + name. Excluded entries are left
+ * out, and so is everything the pre-scan would flag as refused (workspace_scan.h): regular
+ * files with more than one link, fifos, sockets, devices and symlinks that lead out of the
+ * workspace — judged here, on what is there now, so that they stay invisible however they
+ * are reached (through a symlinked directory, past the pre-scan's first 1,000 flags, or made
+ * after it). */
+static void list_dir(struct lister *l, int fd, const char *rel, const char *prefix, bool recursive,
+                     int depth) {
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (l->count >= JB_LIST_MAX) {
+      l->truncated = true;
+      break;
+    }
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+    size_t nl = strlen(prefix) + strlen(de->d_name) + 2;
+    size_t rl = strlen(rel) + strlen(de->d_name) + 2;
+    char *name = malloc(nl), *relp = malloc(rl);
+    if (!name || !relp) {
+      free(name);
+      free(relp);
+      l->truncated = true;
+      break;
+    }
+    snprintf(name, nl, "%s%s", prefix, de->d_name);
+    snprintf(relp, rl, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
+    if (canon_excluded(relp)) { /* invisible, and not descended into */
+      free(name);
+      free(relp);
+      continue;
+    }
+    bool inside = false, leads_out = false;
+    char target[JB_PATH_MAX + 1];
+    if (S_ISLNK(st.st_mode)) {
+      /* the target shown is the one judged: its text is read once, then resolved from this
+       * directory — a link swapped meanwhile for one into an excluded directory is judged
+       * on (and shows) what was read, never the newer text */
+      ssize_t tl = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
+      if (tl > 0) {
+        target[tl] = '\0';
+        char tp[2 * JB_PATH_MAX + 2];
+        int n = snprintf(tp, sizeof tp, "%s%s%s", rel, rel[0] ? "/" : "", target);
+        if (target[0] == '/') leads_out = true; /* absolute targets never stay inside */
+        else inside = n > 0 && n <= JB_PATH_MAX && resolves_inside(tp, &leads_out);
+      }
+    }
+    if ((S_ISREG(st.st_mode) && st.st_nlink > 1) || leads_out ||
+        !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
+      free(name);
+      free(relp);
+      continue;
+    }
+    json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", type_name(st.st_mode), "size",
+                            (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
+    if (inside) json_object_set_new(ent, "target", json_string(target));
+    json_array_append_new(l->entries, ent);
+    l->count++;
+    if (recursive && S_ISDIR(st.st_mode) && depth < LIST_DEPTH && strlen(relp) < JB_PATH_MAX) {
+      int sub = open_dir_readable(dirfd(d), de->d_name);
+      if (sub >= 0) {
+        char *p2 = malloc(nl + 1);
+        if (p2) {
+          snprintf(p2, nl + 1, "%s/", name);
+          list_dir(l, sub, relp, p2, true, depth + 1);
+          free(p2);
+        } else {
+          close(sub);
+        }
+      }
+    }
+    free(name);
+    free(relp);
+  }
+  closedir(d);
+}
+
+static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
+  const char *path = arg_path(req, ".", e);
+  if (!path) return NULL;
+  json_t *jr = json_object_get(req, "recursive");
+  if (jr && !json_is_boolean(jr)) {
+    fail(e, "bad_request", EINVAL, "'recursive' must be a boolean");
+    return NULL;
+  }
+  struct walk w;
+  char last[JB_PATH_NAME_MAX + 1];
+  char canon[JB_PATH_MAX + 1];
+  /* as op_read: a symlink named last (ENOTDIR or ELOOP from the open) is looked at and
+   * followed only then */
+  int fd = -1, en = 0;
+  for (int probe = 0; probe < 2; probe++) {
+    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    fd = open_dir_readable(walk_dir(&w), last);
+    en = errno;
+    walk_close(&w);
+    if (fd >= 0 || (en != ELOOP && en != ENOTDIR)) break;
+  }
+  if (fd < 0) {
+    fail_errno(e, en, path);
+    return NULL;
+  }
+  struct lister l = {.entries = json_array()};
+  list_dir(&l, fd, canon, "", json_is_true(jr), 0);
+  return json_pack("{s:s, s:o, s:I, s:b}", "path", path, "entries", l.entries, "count",
+                   (json_int_t)l.count, "truncated", l.truncated);
+}
+
+json_t *jb_fileop(const char *op, json_t *req, struct jb_fileop_error *e) {
+  /* opened on the first op, not at start: the wall checks made right after launch expect
+   * no descriptor but 0-2 */
+  if (root_fd < 0 && jb_fileops_init("/workspace") < 0) {
+    fail(e, "internal", errno, "the workspace cannot be opened: %s", strerror(errno));
+    return NULL;
+  }
+  exclude = json_object_get(req, "exclude");
+  if (exclude && !json_is_array(exclude)) {
+    fail(e, "bad_request", EINVAL, "'exclude' must be an array of globs");
+    return NULL;
+  }
+  if (strcmp(op, "read") == 0) return op_read(req, e);
+  if (strcmp(op, "write") == 0) return op_write(req, e);
+  if (strcmp(op, "list") == 0) return op_list(req, e);
+  if (strcmp(op, "stat") == 0) return op_stat(req, e);
+  fail(e, "unknown_op", ENOSYS, "unknown op '%.64s'", op);
+  return NULL;
+}

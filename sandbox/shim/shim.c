@@ -1,0 +1,588 @@
+/* shim.c — jailbox-shim, the one program inside Wall 3. Two modes:
+ *
+ *  jailbox-shim --launch -- PROGRAM ARGS…   (container entry point, runs before the jail)
+ *      Reads the Wall 3 syscall filter from stdin (a "JBSECCOMP <bytes>\n" header, then that
+ *      many bytes of classic BPF). With JB_SHIM_SOCKET=PATH in its environment, connects to
+ *      the worker's per-session Unix socket PATH (a host socket bind-mounted into the container; needs runsc --host-uds=open)
+ *      and puts the connection on stdin and stdout, so that the jailed shim speaks its line
+ *      protocol there instead of over the Docker attach stream; it first tells the worker on
+ *      the attach stream's stdout which channel the shim will use (one "channel" event line,
+ *      sandbox/proto/PROTOCOL.md). Then places the filter in a memfd at descriptor 3, closes every
+ *      other descriptor above 2, and executes PROGRAM (bwrap … --seccomp 3 … setpriv … shim).
+ *
+ *  jailbox-shim                             (inside the jail)
+ *      Serves the line protocol of sandbox/proto/PROTOCOL.md on stdin/stdout: one JSON object per
+ *      line, requests answered in order. Announces itself with a "ready" event.
+ *
+ * Linked statically (libc, jansson) so that the jail needs no library for it. Built a second
+ * time as jailbox-shim-test with JB_SHIM_TEST_OPS, which adds the "test.*" ops the wall tests
+ * use to attack the jail from inside; the production binary has none of them. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/capability.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/json.h"
+#include "sandbox/shim/fileops.h"
+#include "sandbox/proto/shim.h"
+
+#ifdef JB_SHIM_TEST_OPS
+#include "sandbox/shim/testops.h"
+#endif
+
+/* ---- I/O helpers ---------------------------------------------------------------------- */
+
+static int write_all(int fd, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, buf, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    buf += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void diag(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof buf - 2) n = sizeof buf - 2;
+  buf[n++] = '\n';
+  (void)write_all(2, buf, (size_t)n);
+}
+
+/* Reads exactly `len` bytes from `fd`. 0, or -1 (errno; EPIPE on early end of input). */
+static int read_exact(int fd, void *buf, size_t len) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = read(fd, p, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EPIPE;
+      return -1;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* ---- launch mode ---------------------------------------------------------------------- */
+
+/* Reads the filter header byte by byte (nothing past it may be consumed: what follows on
+ * stdin belongs to the jailed shim). Returns the announced size, or -1. */
+static long read_filter_header(void) {
+  char line[64];
+  size_t n = 0;
+  for (;;) {
+    if (n == sizeof line - 1) return -1;
+    if (read_exact(0, &line[n], 1) < 0) return -1;
+    if (line[n] == '\n') break;
+    n++;
+  }
+  line[n] = '\0';
+  const char *prefix = JB_SHIM_FILTER_MAGIC " ";
+  if (strncmp(line, prefix, strlen(prefix)) != 0) return -1;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(line + strlen(prefix), &end, 10);
+  if (errno || *end || v <= 0 || v > JB_SHIM_FILTER_MAX || v % 8 != 0) return -1;
+  return v;
+}
+
+/* Connects to the Unix socket `path` and moves the connection onto stdin and stdout.
+ * Before that, one line on the current stdout (the attach stream) tells the worker which
+ * channel the shim will speak on: {"event":"channel","channel":"socket"} or, when the connect
+ * failed (a runtime without --host-uds=open refuses it), {"event":"channel","channel":
+ * "attach","error":"…"}: the shim then stays on the attach stream. Returns 0 either way, -1
+ * when stdout cannot be written or the descriptors cannot be moved. */
+static int take_socket(const char *path) {
+  char msg[400];
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  int fd = -1, e = 0;
+  if (strlen(path) >= sizeof a.sun_path) {
+    e = ENAMETOOLONG;
+  } else {
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) e = errno;
+  }
+  if (e) {
+    if (fd >= 0) close(fd);
+    /* strerror's text is plain ASCII without quotes or backslashes: no JSON escaping needed */
+    int n = snprintf(msg, sizeof msg,
+                     "{\"event\":\"channel\",\"channel\":\"attach\",\"error\":\"connect %s: %s\"}\n",
+                     strchr(path, '"') || strchr(path, '\\') ? "(path)" : path, strerror(e));
+    return write_all(1, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0 ? -1 : 0;
+  }
+  static const char ok[] = "{\"event\":\"channel\",\"channel\":\"socket\"}\n";
+  if (write_all(1, ok, sizeof ok - 1) < 0) return -1;
+  /* dup2 leaves the new descriptors without FD_CLOEXEC: they are the shim's stdio */
+  if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) return -1;
+  close(fd);
+  return 0;
+}
+
+static int launch(int argc, char **argv) {
+  if (argc < 4 || strcmp(argv[2], "--") != 0) {
+    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
+    return 125;
+  }
+  char **prog = &argv[3];
+  /* an environment variable rather than an argument: an older launcher ignores it and the
+   * shim stays on the attach stream (the worker then says so in the contract) */
+  const char *sock = getenv(JB_SHIM_SOCKET_ENV);
+  if (sock && !sock[0]) sock = NULL;
+  long size = read_filter_header();
+  if (size < 0) {
+    diag("jailbox-shim: launch: bad or missing %s header on stdin", JB_SHIM_FILTER_MAGIC);
+    return 125;
+  }
+  unsigned char *bpf = malloc((size_t)size);
+  if (!bpf || read_exact(0, bpf, (size_t)size) < 0) {
+    diag("jailbox-shim: launch: reading %ld bytes of filter: %s", size, strerror(errno));
+    return 125;
+  }
+  if (sock && take_socket(sock) < 0) {
+    diag("jailbox-shim: launch: shim channel %s: %s", sock, strerror(errno));
+    return 125;
+  }
+  /* nothing but stdio may reach the jail: close what the runtime may have left open */
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0) {
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+  }
+  int fd = memfd_create("jailbox-wall3-filter", 0); /* no CLOEXEC: bwrap reads it */
+  if (fd < 0 || write_all(fd, (const char *)bpf, (size_t)size) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+    diag("jailbox-shim: launch: filter memfd: %s", strerror(errno));
+    return 125;
+  }
+  free(bpf);
+  if (fd != JB_SHIM_FILTER_FD) {
+    if (dup2(fd, JB_SHIM_FILTER_FD) < 0) {
+      diag("jailbox-shim: launch: dup2: %s", strerror(errno));
+      return 125;
+    }
+    close(fd);
+  }
+  execv(prog[0], prog);
+  diag("jailbox-shim: launch: exec %s: %s", prog[0], strerror(errno));
+  return 127;
+}
+
+/* ---- status --------------------------------------------------------------------------- */
+
+/* Copies the value of "Key:\t…" from /proc/self/status into `out`; false when absent. */
+static bool proc_status_field(const char *text, const char *key, char *out, size_t len) {
+  size_t kl = strlen(key);
+  for (const char *p = text; p && *p;) {
+    if (strncmp(p, key, kl) == 0 && p[kl] == ':') {
+      const char *v = p + kl + 1;
+      while (*v == ' ' || *v == '\t') v++;
+      size_t n = strcspn(v, "\n");
+      if (n >= len) n = len - 1;
+      memcpy(out, v, n);
+      out[n] = '\0';
+      return true;
+    }
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  return false;
+}
+
+/* Reads a small file (≤ `max` bytes) into a new NUL-terminated buffer, or NULL. */
+static char *slurp(const char *path, size_t max) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  char *buf = malloc(max + 1);
+  size_t n = 0;
+  while (buf && n < max) {
+    ssize_t r = read(fd, buf + n, max - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  close(fd);
+  if (buf) buf[n] = '\0';
+  return buf;
+}
+
+static json_t *status_caps(const char *st) {
+  static const char *const keys[][2] = {{"CapInh", "inheritable"}, {"CapPrm", "permitted"},
+                                        {"CapEff", "effective"},   {"CapBnd", "bounding"},
+                                        {"CapAmb", "ambient"}};
+  json_t *o = json_object();
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char v[64];
+    if (st && proc_status_field(st, keys[i][0], v, sizeof v)) json_object_set_new(o, keys[i][1], json_string(v));
+    else json_object_set_new(o, keys[i][1], json_null());
+  }
+  /* the kernel's own answer as well, in case /proc is not what it seems */
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[2];
+  memset(d, 0, sizeof d);
+  if (syscall(SYS_capget, &h, d) == 0) {
+    char v[32];
+    snprintf(v, sizeof v, "%08x%08x", d[1].effective, d[0].effective);
+    json_object_set_new(o, "effectiveCapget", json_string(v));
+    snprintf(v, sizeof v, "%08x%08x", d[1].permitted, d[0].permitted);
+    json_object_set_new(o, "permittedCapget", json_string(v));
+  }
+  return o;
+}
+
+static json_t *status_namespaces(void) {
+  static const char *const ns[] = {"cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"};
+  json_t *o = json_object();
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    char path[64], target[128];
+    snprintf(path, sizeof path, "/proc/self/ns/%s", ns[i]);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    /* "ipc:[4026531839]" -> 4026531839 */
+    char *lb = strchr(target, '[');
+    json_object_set_new(o, ns[i], lb ? json_integer(strtoll(lb + 1, NULL, 10)) : json_string(target));
+  }
+  return o;
+}
+
+static json_t *status_fds(void) {
+  json_t *a = json_array();
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return a;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    int fd = atoi(e->d_name);
+    if (fd == self) continue;
+    char target[PATH_MAX];
+    ssize_t n = readlinkat(self, e->d_name, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    json_array_append_new(a, json_pack("{s:i, s:s}", "fd", fd, "target", target));
+  }
+  closedir(d);
+  return a;
+}
+
+static json_t *status_pids(void) {
+  json_t *a = json_array();
+  DIR *d = opendir("/proc");
+  if (!d) return a;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] >= '1' && e->d_name[0] <= '9') json_array_append_new(a, json_integer(atoll(e->d_name)));
+  closedir(d);
+  return a;
+}
+
+static json_t *status_netdevs(void) {
+  json_t *a = json_array();
+  char *t = slurp("/proc/net/dev", 65536);
+  if (!t) return a;
+  /* two header lines, then "  name: counters…" */
+  char *line = t;
+  for (int i = 0; line && *line; i++) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    char *colon = strchr(line, ':');
+    if (i >= 2 && colon) {
+      *colon = '\0';
+      while (*line == ' ') line++;
+      json_array_append_new(a, json_string(line));
+    }
+    line = next;
+  }
+  free(t);
+  return a;
+}
+
+/* Mount points with their per-mount options ("ro"/"rw", …) and filesystem type. */
+static json_t *status_mounts(void) {
+  json_t *a = json_array();
+  char *t = slurp("/proc/self/mountinfo", 1 << 20);
+  if (!t) return a;
+  for (char *line = t; line && *line;) {
+    char *next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    /* id parent major:minor root mountpoint options [optional…] - fstype source superopts */
+    char *tok[32];
+    int nt = 0;
+    char *save = NULL;
+    for (char *x = strtok_r(line, " ", &save); x && nt < 32; x = strtok_r(NULL, " ", &save)) tok[nt++] = x;
+    const char *fstype = "?";
+    for (int i = 6; i + 1 < nt; i++)
+      if (strcmp(tok[i], "-") == 0) {
+        fstype = tok[i + 1];
+        break;
+      }
+    if (nt >= 6)
+      json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "path", tok[4], "options", tok[5],
+                                         "type", fstype));
+    line = next;
+  }
+  free(t);
+  return a;
+}
+
+/* Whether openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) works here.
+ * gVisor (2024-07) does not implement it (ENOSYS), and its seccomp layer answers EPERM for a
+ * profile entry naming it; the file operations then walk paths component by component with
+ * O_NOFOLLOW instead. */
+static json_t *status_openat2(void) {
+  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, AT_FDCWD, ".", &how, sizeof how);
+  int e = fd < 0 ? errno : 0;
+  if (fd >= 0) close((int)fd);
+  return json_pack("{s:b, s:i}", "available", fd >= 0, "errno", e);
+}
+
+static json_t *op_status(void) {
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  getresuid(&ru, &eu, &su);
+  getresgid(&rg, &eg, &sg);
+  gid_t groups[64];
+  int ng = getgroups(64, groups);
+  json_t *g = json_array();
+  for (int i = 0; i < ng; i++) json_array_append_new(g, json_integer(groups[i]));
+  char *st = slurp("/proc/self/status", 65536);
+  char v[64];
+  json_t *nnp_proc = st && proc_status_field(st, "NoNewPrivs", v, sizeof v) ? json_integer(atoi(v)) : json_null();
+  json_t *sc_proc = st && proc_status_field(st, "Seccomp", v, sizeof v) ? json_integer(atoi(v)) : json_null();
+  struct utsname u;
+  uname(&u);
+  struct stat sb;
+  json_t *o = json_pack(
+      "{s:{s:i, s:i, s:i}, s:{s:i, s:i, s:i}, s:o, s:o, s:i, s:o, s:i, s:o, s:o, s:i, s:i,"
+      " s:o, s:o, s:o, s:o, s:s, s:s, s:b, s:b}",
+      "uid", "real", (int)ru, "effective", (int)eu, "saved", (int)su,
+      "gid", "real", (int)rg, "effective", (int)eg, "saved", (int)sg,
+      "groups", g, "capabilities", status_caps(st),
+      "noNewPrivs", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), "noNewPrivsProc", nnp_proc,
+      "seccomp", prctl(PR_GET_SECCOMP, 0, 0, 0, 0), "seccompProc", sc_proc,
+      "namespaces", status_namespaces(), "pid", (int)getpid(), "ppid", (int)getppid(),
+      "fds", status_fds(), "pids", status_pids(), "netdevs", status_netdevs(),
+      "mounts", status_mounts(), "hostname", u.nodename, "kernel", u.release,
+      "sysPresent", stat("/sys", &sb) == 0, "workspacePresent", stat("/workspace", &sb) == 0);
+  json_object_set_new(o, "openat2", status_openat2());
+  free(st);
+  return o;
+}
+
+/* ---- serve mode ----------------------------------------------------------------------- */
+
+static void respond(json_t *resp) {
+  char *s = json_dumps(resp, JSON_COMPACT);
+  json_decref(resp);
+  if (!s) {
+    static const char oom[] = "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
+    (void)write_all(1, oom, sizeof oom - 1);
+    return;
+  }
+  size_t n = strlen(s);
+  /* the answer and its newline in one write where possible */
+  char *line = realloc(s, n + 2);
+  if (!line) {
+    free(s);
+    return;
+  }
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  if (write_all(1, line, n + 1) < 0) {
+    free(line);
+    _exit(0); /* the worker is gone */
+  }
+  free(line);
+}
+
+static json_t *error_reply(json_t *id, const char *code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static json_t *error_reply(json_t *id, const char *code, int errnum, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  json_t *e = json_pack("{s:s, s:s}", "code", code, "message", msg);
+  if (errnum) json_object_set_new(e, "errno", json_integer(errnum));
+  return json_pack("{s:O, s:b, s:o}", "id", id ? id : json_null(), "ok", 0, "error", e);
+}
+
+static json_t *ok_reply(json_t *id, json_t *result) {
+  return json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", result ? result : json_object());
+}
+
+static json_t *dispatch(json_t *req) {
+  json_t *id = json_object_get(req, "id");
+  if (!json_is_integer(id) || json_integer_value(id) < 0)
+    return error_reply(NULL, "bad_request", EINVAL, "field 'id' must be a non-negative integer");
+  const char *op = json_string_value(json_object_get(req, "op"));
+  if (!op) return error_reply(id, "bad_request", EINVAL, "field 'op' must be a string");
+  if (strcmp(op, "ping") == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ok_reply(id, json_pack("{s:b, s:I}", "pong", 1, "monotonicNs",
+                                  (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
+  }
+  if (strcmp(op, "status") == 0) return ok_reply(id, op_status());
+  if (strcmp(op, "read") == 0 || strcmp(op, "write") == 0 || strcmp(op, "list") == 0 ||
+      strcmp(op, "stat") == 0) {
+    struct jb_fileop_error fe = {0};
+    json_t *r = jb_fileop(op, req, &fe);
+    if (r) return ok_reply(id, r);
+    json_t *rep = error_reply(id, fe.code ? fe.code : "internal", fe.errnum, "%s", fe.message);
+    if (rep && fe.escape) json_object_set_new(json_object_get(rep, "error"), "escape", json_string(fe.escape));
+    return rep;
+  }
+#ifdef JB_SHIM_TEST_OPS
+  if (strncmp(op, "test.", 5) == 0) {
+    jb_error err = {0};
+    json_t *r = jb_shim_test_op(op + 5, req, &err);
+    if (!r) return error_reply(id, "test_failed", err.code, "%s", err.msg);
+    return ok_reply(id, r);
+  }
+#endif
+  return error_reply(id, "unknown_op", ENOSYS, "unknown op '%.64s'", op);
+}
+
+/* Buffered line reader over fd 0 with a hard line limit. */
+struct reader {
+  char *buf;
+  size_t len, cap;
+  size_t scanned;  /* bytes of buf known to hold no newline: a long line is searched once */
+  bool discarding; /* inside a line that went over the limit */
+};
+
+/* Next complete line (without '\n', NUL-terminated, valid until the next call) into *line;
+ * returns its length, -2 for a line that was over the limit (dropped whole), -1 at the end of
+ * input. */
+static long next_line(struct reader *r, char **line, size_t *consumed) {
+  if (*consumed) {
+    memmove(r->buf, r->buf + *consumed, r->len - *consumed);
+    r->len -= *consumed;
+    *consumed = 0;
+    r->scanned = 0;
+  }
+  for (;;) {
+    char *nl = memchr(r->buf + r->scanned, '\n', r->len - r->scanned);
+    r->scanned = nl ? 0 : r->len;
+    if (nl) {
+      size_t n = (size_t)(nl - r->buf);
+      *consumed = n + 1;
+      if (r->discarding) {
+        r->discarding = false;
+        return -2;
+      }
+      *nl = '\0';
+      *line = r->buf;
+      return (long)n;
+    }
+    if (r->len >= JB_SHIM_MAX_LINE) { /* no newline within the limit: drop what we have */
+      r->discarding = true;
+      r->len = 0;
+      r->scanned = 0;
+    }
+    ssize_t n = read(0, r->buf + r->len, r->cap - r->len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    r->len += (size_t)n;
+  }
+}
+
+static int serve(void) {
+  signal(SIGPIPE, SIG_IGN);
+  struct reader r = {.cap = JB_SHIM_MAX_LINE + 4096};
+  r.buf = malloc(r.cap);
+  if (!r.buf) {
+    diag("jailbox-shim: out of memory");
+    return 1;
+  }
+  respond(json_pack("{s:s, s:i, s:i, s:b}", "event", "ready", "protocol", JB_SHIM_PROTOCOL,
+                    "pid", (int)getpid(),
+#ifdef JB_SHIM_TEST_OPS
+                    "testOps", 1
+#else
+                    "testOps", 0
+#endif
+                    ));
+  jb_fileops_defer_closes(true);
+  size_t consumed = 0;
+  for (;;) {
+    char *line = NULL;
+    long n = next_line(&r, &line, &consumed);
+    if (n == -1) break;
+    if (n == -2) {
+      respond(error_reply(NULL, "too_large", EMSGSIZE, "request line over %d bytes", JB_SHIM_MAX_LINE));
+      continue;
+    }
+    if (n == 0) continue;
+    jb_error err = {0};
+    json_t *req = jb_json_parse_object(line, (size_t)n, JB_SHIM_MAX_DEPTH, &err);
+    if (!req) {
+      respond(error_reply(NULL, "bad_request", EINVAL, "%s", err.msg));
+      continue;
+    }
+#ifdef JB_SHIM_TEST_OPS
+    if (jb_shim_test_malformed_now(json_string_value(json_object_get(req, "op")))) {
+      static const char bad[] = "{\"id\": 1, \"ok\": tru\n"; /* test.arm: not JSON */
+      (void)write_all(1, bad, sizeof bad - 1);
+      json_decref(req);
+      continue;
+    }
+#endif
+    respond(dispatch(req));
+    json_decref(req);
+    jb_fileops_close_deferred(); /* the answer is out: now what the op opened */
+  }
+  free(r.buf);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--launch") == 0) return launch(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+    printf("jailbox-shim protocol %d%s\n", JB_SHIM_PROTOCOL,
+#ifdef JB_SHIM_TEST_OPS
+           " (test ops)"
+#else
+           ""
+#endif
+    );
+    return 0;
+  }
+  if (argc != 1) {
+    diag("jailbox-shim: unexpected arguments (see sandbox/proto/PROTOCOL.md)");
+    return 2;
+  }
+  return serve();
+}

@@ -1,0 +1,270 @@
+/* workspace_scan.c — the pre-scan: counts, flagged entries and a directory hash (see
+ * workspace_scan.h). */
+#define _GNU_SOURCE
+#include "sandbox/worker/workspace_scan.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct entry {
+  char type;
+  char *path;
+  long long size;
+  char *detail; /* content hash (files) or link target (symlinks); NULL: empty */
+};
+
+struct walk {
+  struct entry *v;
+  size_t n, cap;
+  long max;
+  long long hash_max;
+  struct jb_scan_result *out;
+  jb_error *err;
+};
+
+/* Hashes regular file `name` of `dirfd` into `out`, reading at most `max` bytes. Returns 1
+ * when it is no longer a single-link regular file (swapped meanwhile: never block on a fifo
+ * put in its place), 2 when it grew over `max` bytes meanwhile, 0, or -1 with `err`. */
+static int hash_file(int dirfd, const char *name, long long max, char out[65], jb_error *err) {
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return errno == ELOOP || errno == ENXIO || errno == ENOENT ? 1 : jb_fail_errno(err, errno, "pre-scan: open %s", name);
+  struct stat sb;
+  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_nlink > 1) {
+    close(fd);
+    return 1;
+  }
+  long long total = 0;
+  crypto_hash_sha256_state st;
+  crypto_hash_sha256_init(&st);
+  unsigned char buf[65536];
+  for (;;) {
+    ssize_t r = read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      return jb_fail_errno(err, e, "pre-scan: read %s", name);
+    }
+    if (r == 0) break;
+    if ((total += r) > max) {
+      close(fd);
+      return 2;
+    }
+    crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+  }
+  close(fd);
+  unsigned char h[32];
+  crypto_hash_sha256_final(&st, h);
+  sodium_bin2hex(out, 65, h, sizeof h);
+  return 0;
+}
+
+/* Records flagged entry `path` of `kind`. */
+static int flag(struct walk *w, const char *path, const char *kind) {
+  w->out->n_flagged++;
+  if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
+  if (json_array_append_new(w->out->flagged, json_pack("{s:s, s:s}", "path", path, "kind", kind)) < 0)
+    return jb_fail(w->err, ENOMEM, "out of memory");
+  return 0;
+}
+
+/* Whether symbolic link `path` (relative to the root) with `target` leaves the root, judged
+ * lexically: an absolute target does; a relative one does when its ".." climb above the root
+ * from the link's directory. (A target that is inside lexically but passes another link is
+ * judged by that link's own flag; the shim refuses any path through a link at open time.) */
+static bool link_leaves(const char *path, const char *target) {
+  if (target[0] == '/' || target[0] == '\0') return true;
+  long depth = 0;
+  for (const char *p = path; *p; p++)
+    if (*p == '/') depth++; /* the link's directory is `depth` levels below the root */
+  const char *c = target;
+  while (*c) {
+    const char *e = strchr(c, '/');
+    size_t len = e ? (size_t)(e - c) : strlen(c);
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      if (--depth < 0) return true;
+    } else if (len > 0 && !(len == 1 && c[0] == '.')) {
+      depth++;
+    }
+    c += len;
+    if (*c == '/') c++;
+  }
+  return false;
+}
+
+static int push(struct walk *w, char type, const char *path, long long size) {
+  if (w->n == w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 256;
+    struct entry *nv = realloc(w->v, cap * sizeof *nv);
+    if (!nv) return jb_fail(w->err, ENOMEM, "out of memory");
+    w->v = nv;
+    w->cap = cap;
+  }
+  struct entry *e = &w->v[w->n];
+  e->type = type;
+  e->size = size;
+  e->detail = NULL;
+  e->path = strdup(path);
+  if (!e->path) return jb_fail(w->err, ENOMEM, "out of memory");
+  w->n++;
+  return 0;
+}
+
+static int walk_dir(struct walk *w, int dfd, const char *rel) {
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    int e = errno;
+    close(dfd);
+    return jb_fail_errno(w->err, e, "pre-scan: read directory %s", rel[0] ? rel : ".");
+  }
+  int ret = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if ((long)w->n >= w->max) {
+      w->out->truncated = true;
+      break;
+    }
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >= sizeof path)
+      continue; /* deeper than PATH_MAX: counted as other below */
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue; /* vanished */
+    char type = S_ISREG(st.st_mode) ? 'f' : S_ISDIR(st.st_mode) ? 'd' : S_ISLNK(st.st_mode) ? 'l' : 'o';
+    if (push(w, type, path, S_ISREG(st.st_mode) ? (long long)st.st_size : 0) < 0) {
+      ret = -1;
+      break;
+    }
+    struct entry *e = &w->v[w->n - 1];
+    if (type == 'f' && st.st_nlink > 1) {
+      w->out->files++;
+      w->out->bytes += st.st_size;
+      if (flag(w, path, "hardlink") < 0 || !(e->detail = strdup("hardlink"))) {
+        ret = -1;
+        break;
+      }
+    } else if (type == 'f' && st.st_size > w->hash_max) {
+      w->out->files++;
+      w->out->bytes += st.st_size;
+      if (flag(w, path, "too_large") < 0 || !(e->detail = strdup("too-large"))) {
+        ret = -1;
+        break;
+      }
+    } else if (type == 'f') {
+      w->out->files++;
+      w->out->bytes += st.st_size;
+      char hex[65];
+      int hr = hash_file(dirfd(d), de->d_name, w->hash_max, hex, w->err);
+      if (hr < 0) {
+        ret = -1;
+        break;
+      }
+      if (hr == 1) snprintf(hex, sizeof hex, "changed-during-scan");
+      if (hr == 2) {
+        snprintf(hex, sizeof hex, "too-large");
+        if (flag(w, path, "too_large") < 0) {
+          ret = -1;
+          break;
+        }
+      }
+      if (!(e->detail = strdup(hex))) {
+        ret = jb_fail(w->err, ENOMEM, "out of memory");
+        break;
+      }
+    } else if (type == 'l') {
+      w->out->symlinks++;
+      char target[PATH_MAX];
+      ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
+      target[n > 0 ? n : 0] = '\0';
+      e->detail = strdup(target);
+      if (link_leaves(path, target) && flag(w, path, "symlink_outside") < 0) {
+        ret = -1;
+        break;
+      }
+    } else if (type == 'o') {
+      w->out->other++;
+      const char *kind = S_ISFIFO(st.st_mode) ? "fifo" : S_ISSOCK(st.st_mode) ? "socket"
+                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : NULL;
+      if (kind && flag(w, path, kind) < 0) {
+        ret = -1;
+        break;
+      }
+    } else {
+      w->out->dirs++;
+      int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) continue; /* replaced by something else meanwhile */
+      if (walk_dir(w, sub, path) < 0) {
+        ret = -1;
+        break;
+      }
+    }
+  }
+  closedir(d);
+  return ret;
+}
+
+static int by_path(const void *a, const void *b) {
+  return strcmp(((const struct entry *)a)->path, ((const struct entry *)b)->path);
+}
+
+void jb_scan_result_free(struct jb_scan_result *r) {
+  if (!r) return;
+  json_decref(r->flagged);
+  r->flagged = NULL;
+}
+
+int jb_workspace_scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
+                      jb_error *err) {
+  memset(out, 0, sizeof *out);
+  out->hash_max = hash_max;
+  if (!(out->flagged = json_array())) return jb_fail(err, ENOMEM, "out of memory");
+  int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    jb_scan_result_free(out);
+    return jb_fail_errno(err, errno, "pre-scan: open workspace %s", root);
+  }
+  struct walk w = {.max = max_entries, .hash_max = hash_max, .out = out, .err = err};
+  int ret = walk_dir(&w, fd, "");
+  if (ret == 0) {
+    if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    for (size_t i = 0; i < w.n; i++) {
+      char size[32];
+      int sl = snprintf(size, sizeof size, "%lld", w.v[i].size);
+      crypto_hash_sha256_update(&st, (const unsigned char *)&w.v[i].type, 1);
+      crypto_hash_sha256_update(&st, (const unsigned char *)"", 1);
+      crypto_hash_sha256_update(&st, (const unsigned char *)w.v[i].path, strlen(w.v[i].path) + 1);
+      crypto_hash_sha256_update(&st, (const unsigned char *)size, (unsigned long long)sl + 1);
+      if (w.v[i].detail)
+        crypto_hash_sha256_update(&st, (const unsigned char *)w.v[i].detail, strlen(w.v[i].detail));
+      crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
+    }
+    unsigned char h[32];
+    crypto_hash_sha256_final(&st, h);
+    sodium_bin2hex(out->dir_hash, sizeof out->dir_hash, h, sizeof h);
+  }
+  for (size_t i = 0; i < w.n; i++) {
+    free(w.v[i].path);
+    free(w.v[i].detail);
+  }
+  free(w.v);
+  if (ret < 0) jb_scan_result_free(out);
+  return ret;
+}
+
+json_t *jb_scan_json(const struct jb_scan_result *r) {
+  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:o, s:I}", "files", (json_int_t)r->files, "dirs",
+                   (json_int_t)r->dirs, "symlinks", (json_int_t)r->symlinks, "other",
+                   (json_int_t)r->other, "bytes", (json_int_t)r->bytes, "truncated", r->truncated,
+                   "dirHash", r->dir_hash, "hashMaxBytes", (json_int_t)r->hash_max, "flagged",
+                   r->flagged ? json_incref(r->flagged) : json_array(), "flaggedCount", (json_int_t)r->n_flagged);
+}

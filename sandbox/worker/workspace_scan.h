@@ -1,0 +1,48 @@
+/* workspace_scan.h — the worker's pre-scan of a session workspace: counts by type, a
+ * directory hash, and the flagged entries (symbolic links that leave the workspace,
+ * hard-linked files, fifos, sockets, devices, files too large to hash), walking without
+ * following any symbolic link. */
+#ifndef JB_SANDBOX_WORKSPACE_SCAN_H
+#define JB_SANDBOX_WORKSPACE_SCAN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "lib/err.h"
+
+struct jb_scan_result {
+  long files, dirs, symlinks, other; /* entries below the root, by type */
+  long long bytes;                   /* sum of regular file sizes */
+  bool truncated;                    /* stopped at max_entries */
+  char dir_hash[65];                 /* hex SHA-256, see jb_workspace_scan */
+  long long hash_max;                /* bytes: larger regular files are not hashed */
+  long n_flagged;                    /* flagged entries, all of them */
+  json_t *flagged;                   /* [{path, kind}], the first JB_SCAN_FLAGGED_MAX (owned) */
+};
+
+#define JB_SCAN_FLAGGED_MAX 1000
+
+/* The kinds of flagged entries. symlink_outside: a symbolic link whose target, resolved
+ * lexically from the link's directory, is absolute or climbs above the workspace root;
+ * hardlink: a regular file with more than one link; fifo, socket, device: special files;
+ * too_large: a regular file over `hash_max` bytes, not hashed (a notice: it stays usable).
+ * Entries of the first five kinds are invisible to the agent and refused (api/agent/ops.c). */
+
+/* Walks `root` (never following symlinks; openat with O_NOFOLLOW from the root's own fd) up
+ * to `max_entries` entries. The directory hash is SHA-256 over the entries sorted by path
+ * (bytewise), each contributing "<type>\0<path>\0<size>\0<detail>\n", type one of f d l o,
+ * path relative to the root, detail the content SHA-256 (hex) of a regular file, "too-large"
+ * for a file over `hash_max` bytes (its content is not read: the pre-scan is bounded by
+ * hash_max per file, whatever the file's holes), "hardlink" for a file with more than one
+ * link (never read: it may be a file outside), the target of a symbolic link, else empty.
+ * Returns 0 (free with jb_scan_result_free), or -1 with `err` when the root cannot be opened
+ * or a read fails. */
+int jb_workspace_scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
+                      jb_error *err);
+void jb_scan_result_free(struct jb_scan_result *r);
+
+/* The result as JSON (new reference): files, dirs, symlinks, other, bytes, truncated,
+ * dirHash, hashMaxBytes, flagged [{path, kind}], flaggedCount. */
+json_t *jb_scan_json(const struct jb_scan_result *r);
+
+#endif

@@ -1,0 +1,242 @@
+/* supervise.c — starting, restarting, adopting and stopping jailbox-worker processes from
+ * jailboxd (see supervise.h). */
+#define _GNU_SOURCE
+#include "server/workers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+#include "lib/metrics.h"
+
+struct slot {
+  char id[512];
+  char pidfile[PATH_MAX];
+  char ops_socket[108];  /* sandbox/proto/direct.h; "" when the path would not fit a sockaddr_un */
+  pid_t pid;          /* 0: not running */
+  bool adopted;       /* not our child: watched through its pid file's lock */
+  long long started_ms, next_start_ms;
+  long backoff_ms;
+};
+
+struct jb_workers {
+  char bin[PATH_MAX];
+  char conninfo[4096];
+  char key_file[PATH_MAX];
+  size_t n;
+  struct slot *slots;
+  pthread_t thread;
+  bool thread_started;
+  atomic_bool stopping;
+  pthread_mutex_t lock;
+};
+
+/* The pid in a locked pid file, or 0 when no live worker holds it. */
+static pid_t locked_pid(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  pid_t pid = 0;
+  if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+    char buf[32] = "";
+    ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+    if (r > 0) pid = (pid_t)atoi(buf);
+  }
+  close(fd);
+  return pid;
+}
+
+static void spawn(struct jb_workers *w, struct slot *s) {
+  pid_t pid = fork();
+  if (pid < 0) {
+    jb_log(JB_LOG_ERROR, "cannot start a worker", "worker", s->id, "error", strerror(errno), NULL);
+    return;
+  }
+  if (pid == 0) {
+    /* jailboxd blocks SIGTERM/SIGINT for sigwait; the worker needs them back */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid(); /* a terminal's Ctrl-C reaches jailboxd, which then stops the worker in order */
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+    setenv("JAILBOX_DATABASE_URL", w->conninfo, 1);
+    setenv("JAILBOX_WORKER_ID", s->id, 1);
+    setenv("JAILBOX_WORKER_PIDFILE", s->pidfile, 1);
+    setenv("JAILBOX_WORKER_OPS_SOCKET", s->ops_socket, 1);
+    setenv("JAILBOX_SIGNING_KEY_FILE", w->key_file, 1);
+    char *const argv[] = {w->bin, NULL};
+    execv(w->bin, argv);
+    _exit(127);
+  }
+  s->pid = pid;
+  s->adopted = false;
+  s->started_ms = jb_now_ms();
+  char p[16];
+  snprintf(p, sizeof p, "%d", (int)pid);
+  jb_log(JB_LOG_INFO, "worker started", "worker", s->id, "pid", p, "bin", w->bin, NULL);
+}
+
+static void *monitor(void *arg) {
+  struct jb_workers *w = arg;
+  while (!atomic_load(&w->stopping)) {
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->n; i++) {
+      struct slot *s = &w->slots[i];
+      if (s->pid > 0) {
+        bool gone = false;
+        int st = 0;
+        if (s->adopted) gone = locked_pid(s->pidfile) != s->pid;
+        else gone = waitpid(s->pid, &st, WNOHANG) == s->pid;
+        if (!gone) continue;
+        char how[48];
+        if (s->adopted) snprintf(how, sizeof how, "gone");
+        else if (WIFSIGNALED(st)) snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
+        else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(st));
+        /* a worker that ran a minute had a good run: start again at once */
+        if (jb_now_ms() - s->started_ms > 60000) s->backoff_ms = 0;
+        s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
+        s->next_start_ms = jb_now_ms() + s->backoff_ms;
+        s->pid = 0;
+        char b[24];
+        snprintf(b, sizeof b, "%ld", s->backoff_ms);
+        jb_log(JB_LOG_WARN, "worker exited; restarting", "worker", s->id, "how", how, "afterMs", b, NULL);
+      } else if (jb_now_ms() >= s->next_start_ms) {
+        pid_t other = locked_pid(s->pidfile);
+        if (other > 0) {
+          s->pid = other;
+          s->adopted = true;
+          s->started_ms = jb_now_ms();
+          continue;
+        }
+        spawn(w, s);
+      }
+    }
+    pthread_mutex_unlock(&w->lock);
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+int jb_workers_start(struct jb_workers **out, long n, const char *bin, const char *state_dir,
+                     const char *conninfo, const char *signing_key_file, jb_error *err) {
+  *out = NULL;
+  struct jb_workers *w = calloc(1, sizeof *w);
+  if (!w || !(w->slots = calloc((size_t)n, sizeof *w->slots))) {
+    free(w);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  w->n = (size_t)n;
+  if (bin && bin[0]) {
+    snprintf(w->bin, sizeof w->bin, "%s", bin);
+  } else {
+    char self[PATH_MAX];
+    ssize_t r = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (r <= 0) {
+      free(w->slots);
+      free(w);
+      return jb_fail_errno(err, errno, "cannot find jailboxd's own path");
+    }
+    self[r] = '\0';
+    snprintf(w->bin, sizeof w->bin, "%s/jailbox-worker", dirname(self));
+  }
+  if (access(w->bin, X_OK) < 0) {
+    int e = errno;
+    jb_fail_errno(err, e, "worker binary %s (set JAILBOX_WORKER_BIN, or JAILBOX_WORKERS=0)", w->bin);
+    free(w->slots);
+    free(w);
+    return -1;
+  }
+  snprintf(w->conninfo, sizeof w->conninfo, "%s", conninfo);
+  snprintf(w->key_file, sizeof w->key_file, "%s", signing_key_file ? signing_key_file : "");
+  char host[256] = "host";
+  gethostname(host, sizeof host - 1);
+  char abs_state[PATH_MAX];
+  if (!realpath(state_dir, abs_state)) snprintf(abs_state, sizeof abs_state, "%s", state_dir);
+  for (size_t i = 0; i < w->n; i++) {
+    /* stable across restarts, distinct between jailboxd instances sharing a host or a database */
+    snprintf(w->slots[i].id, sizeof w->slots[i].id, "%s:%s#%zu", host, abs_state, i);
+    snprintf(w->slots[i].pidfile, sizeof w->slots[i].pidfile, "%s/worker-%zu.pid", abs_state, i);
+    char ops[PATH_MAX];
+    snprintf(ops, sizeof ops, "%s/worker-%zu.ops", abs_state, i);
+    if (strlen(ops) < sizeof w->slots[i].ops_socket) memcpy(w->slots[i].ops_socket, ops, strlen(ops) + 1);
+    else jb_log(JB_LOG_WARN, "state directory path too long for the worker's ops socket: ops take the queued path",
+                "worker", w->slots[i].id, NULL);
+  }
+  pthread_mutex_init(&w->lock, NULL);
+  /* the first start happens here, so that the log shows it before "listening" */
+  for (size_t i = 0; i < w->n; i++) {
+    struct slot *s = &w->slots[i];
+    pid_t other = locked_pid(s->pidfile);
+    if (other > 0) {
+      s->pid = other;
+      s->adopted = true;
+      s->started_ms = jb_now_ms();
+      char p[16];
+      snprintf(p, sizeof p, "%d", (int)other);
+      jb_log(JB_LOG_INFO, "worker adopted (left running by an earlier jailboxd)", "worker", s->id, "pid", p, NULL);
+    } else {
+      spawn(w, s);
+    }
+  }
+  w->thread_started = pthread_create(&w->thread, NULL, monitor, w) == 0;
+  if (!w->thread_started) {
+    jb_workers_stop(w, 5000);
+    return jb_fail(err, EAGAIN, "cannot start the worker supervisor thread");
+  }
+  *out = w;
+  return 0;
+}
+
+void jb_workers_stop(struct jb_workers *w, long grace_ms) {
+  if (!w) return;
+  atomic_store(&w->stopping, true);
+  if (w->thread_started) pthread_join(w->thread, NULL);
+  for (size_t i = 0; i < w->n; i++)
+    if (w->slots[i].pid > 0) kill(w->slots[i].pid, SIGTERM);
+  long long deadline = jb_now_ms() + grace_ms;
+  for (size_t i = 0; i < w->n; i++) {
+    struct slot *s = &w->slots[i];
+    while (s->pid > 0) {
+      bool gone = s->adopted ? locked_pid(s->pidfile) != s->pid : waitpid(s->pid, NULL, WNOHANG) == s->pid;
+      if (gone) {
+        s->pid = 0;
+        break;
+      }
+      if (jb_now_ms() > deadline) {
+        jb_log(JB_LOG_WARN, "worker did not stop in time; killing it", "worker", s->id, NULL);
+        kill(s->pid, SIGKILL);
+        if (!s->adopted) waitpid(s->pid, NULL, 0);
+        s->pid = 0;
+        break;
+      }
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  jb_log(JB_LOG_INFO, "workers stopped", NULL);
+  pthread_mutex_destroy(&w->lock);
+  free(w->slots);
+  free(w);
+}
+
+const char *jb_workers_ops_socket(const struct jb_workers *w, const char *worker_id) {
+  if (!w || !worker_id) return NULL;
+  for (size_t i = 0; i < w->n; i++) /* ids and paths are fixed at start: no lock needed */
+    if (strcmp(w->slots[i].id, worker_id) == 0) return w->slots[i].ops_socket[0] ? w->slots[i].ops_socket : NULL;
+  return NULL;
+}
