@@ -1,4 +1,4 @@
-/* ctl_bridge.c — `jailboxctl mcp-bridge --job JOB`: a standard MCP server on stdio (MCP
+/* bridge.c — `jailboxctl mcp-bridge --job JOB`: a standard MCP server on stdio (MCP
  * 2025-06-18 stdio transport: JSON-RPC 2.0 messages, one per line, UTF-8, on stdin/stdout;
  * logs on stderr) that relays every message to the session's agent Socket.IO channel (the
  * `mcp` event, answered through the ack; api/events.md) and writes the answers back. Any

@@ -72,7 +72,7 @@ char *jb_ctl_escape(const char *s);
  * derived (message printed). */
 int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
 
-/* Runs the verb of argv[1...] (or its --help) unless audit_cli.c handles it (the offline
+/* Runs the verb of argv[1...] (or its --help) unless cli/main.c handles it (the offline
  * verbs: audit verify, keys rotate, token create), setting *rc; returns true then. */
 bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
 

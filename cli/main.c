@@ -1,4 +1,4 @@
-/* audit_cli.c — jailboxctl, the command line for buyers and operators: main() and the offline
+/* main.c — jailboxctl, the command line for buyers and operators: main() and the offline
  * audit verbs — verification of an exported chain with the published keys (no server
  * needed) and signing-key rotation. The verbs that talk to the server (audit export, keys,
  * …) are in cli/rest.c.

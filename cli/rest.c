@@ -1,7 +1,7 @@
-/* ctl_rest.c — jailboxctl's REST client (libcurl) and the verbs that are one or two REST calls:
+/* rest.c — jailboxctl's REST client (libcurl) and the verbs that are one or two REST calls:
  * open, status, ops, approve, reject, pause, resume, abort, accept, changes, agents, explain,
- * keys; the per-verb help; and the dispatch of every verb that does not live in audit_cli.c
- * (watch: ctl_watch.c, mcp-bridge: ctl_bridge.c). The contract is api/openapi.yaml. */
+ * keys; the per-verb help; and the dispatch of every verb that does not live in cli/main.c
+ * (watch: cli/watch.c, mcp-bridge: cli/bridge.c). The contract is api/openapi.yaml. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <errno.h>
@@ -649,7 +649,7 @@ static int run_resume(struct jb_ctl *o, int c, char **v) { return verb_transitio
 static int run_abort(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "abort"); }
 static int run_accept(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "accept"); }
 
-/* run == NULL: implemented in audit_cli.c / ctl_token.c; listed here for --help. */
+/* run == NULL: implemented in cli/main.c / cli/token.c; listed here for --help. */
 static const struct verb verbs[] = {
     {"open", "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] "
              "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
@@ -790,7 +790,7 @@ bool jb_ctl_dispatch(int *argc, char **argv, int *rc) {
                      .url = u && u[0] ? u : "http://127.0.0.1:8080",
                      .token = getenv("JAILBOX_TOKEN"),
                      .ws_url = getenv("JAILBOX_WS_URL")};
-  if (!v->run) return false; /* audit_cli.c's offline verbs */
+  if (!v->run) return false; /* cli/main.c's offline verbs */
   take_globals(&o, argc, argv, 1 + words);
   *rc = v->run(&o, *argc - 1 - words, argv + 1 + words);
   return true;

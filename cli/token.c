@@ -1,4 +1,4 @@
-/* ctl_token.c — `jailboxctl token create --role service`: mints a service token for the
+/* token.c — `jailboxctl token create --role service`: mints a service token for the
  * platform dashboard straight into the database (an operator's tool, run where the database
  * is reachable), prints it once, and keeps only its SHA-256. */
 #include <libpq-fe.h>

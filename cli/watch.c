@@ -1,4 +1,4 @@
-/* ctl_watch.c — `jailboxctl watch JOB`: the session's events as they happen, over the buyer's
+/* watch.c — `jailboxctl watch JOB`: the session's events as they happen, over the buyer's
  * Socket.IO connection (cli/sio_client.c; events in api/events.md), one line per event for
  * a person or one JSON object per line with --json. When the socket cannot be reached (or
  * with --poll) it polls the REST API instead and reports state changes, new ops and pending

@@ -1,4 +1,4 @@
-/* changes.h — the change summary of a session (issue 8): every file its agent wrote, with
+/* changes.h — the change summary of a session: every file its agent wrote, with
  * the SHA-256 before and after, read from the session's completed write ops. Kept after the
  * session ends (accepted, aborted or failed), like the ops themselves. */
 #ifndef JB_DB_CHANGES_H

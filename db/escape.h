@@ -1,4 +1,4 @@
-/* escape.h — storage of how security signals end or mark a session (issue 8): the abort of
+/* escape.h — storage of how security signals end or mark a session: the abort of
  * an escape (state, audit entry, alert, trust score: one transaction), its completion after
  * the sandbox is gone (ops ended, chain sealed, events announced: a second one), alerts of
  * signals that only count, and the sweeps jailboxd makes for expired sessions and for ended

@@ -1,4 +1,4 @@
-/* ops.h — storage of a session's file operations on their way through (issue 7): jailboxd
+/* ops.h — storage of a session's file operations on their way through: jailboxd
  * stores each checked op (queued at once, or pending the buyer's approval), the worker that
  * holds the session claims queued ops (FOR UPDATE SKIP LOCKED), runs them in the shim and
  * completes them with their audit entry in the same transaction; jailboxd reads the outcome.

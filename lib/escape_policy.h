@@ -1,4 +1,4 @@
-/* escape_policy.h — the kinds of security signal a session can raise (issue 8) and the
+/* escape_policy.h — the kinds of security signal a session can raise and the
  * configured policy for each: abort the session at once, or raise a security alert after N
  * occurrences. Shared by jailboxd (signals it sees on the op path) and jailbox-worker
  * (signals from the shim and the container). Settings: JAILBOX_ESCAPE_ABORT,

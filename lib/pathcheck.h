@@ -1,4 +1,4 @@
-/* pathcheck.h — the syntactic rules of a workspace path (issue 7), shared by jailboxd (first
+/* pathcheck.h — the syntactic rules of a workspace path, shared by jailboxd (first
  * check, before an op is stored or relayed) and jailbox-shim (second check, before the open).
  * The open-time rules — no symlink escapes, no hard links, no special files — are the shim's
  * (sandbox/shim/fileops.c); these only look at the bytes. */

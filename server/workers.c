@@ -1,5 +1,5 @@
-/* supervise.c — starting, restarting, adopting and stopping jailbox-worker processes from
- * jailboxd (see supervise.h). */
+/* workers.c — starting, restarting, adopting and stopping jailbox-worker processes from
+ * jailboxd (see workers.h). */
 #define _GNU_SOURCE
 #include "server/workers.h"
 

@@ -1,4 +1,4 @@
-/* supervise.h — jailboxd's side of its workers: starts JAILBOX_WORKERS jailbox-worker
+/* workers.h — jailboxd's side of its workers: starts JAILBOX_WORKERS jailbox-worker
  * processes (found next to jailboxd unless JAILBOX_WORKER_BIN says otherwise) with the same
  * database, restarts one that dies (with a growing pause), adopts one left running by an
  * earlier jailboxd (its pid file is locked), and stops them at shutdown. */

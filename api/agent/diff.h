@@ -1,4 +1,4 @@
-/* diff.h — the diff preview of a supervised write (issue 7): a unified diff of the file as it
+/* diff.h — the diff preview of a supervised write: a unified diff of the file as it
  * is now against the proposed content, made by libgit2 (git_patch_from_buffers, then
  * git_patch_to_buf; https://libgit2.org/libgit2/#HEAD/group/patch), shown to the buyer in
  * jailbox:approval_request and stored with the op. */

@@ -1,4 +1,4 @@
-/* escape.h — jailboxd's side of issue 8: escape signals seen on the op path (path syntax,
+/* escape.h — jailboxd's side of escape detection: escape signals seen on the op path (path syntax,
  * hard links found by a write's stat, excluded paths) acted on by the policy
  * (lib/escape_policy.h); the buyer's abort freeing a session held by an op in flight;
  * the sweeper that aborts sessions past their lifetime or idle timeout and seals chains a

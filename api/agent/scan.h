@@ -1,4 +1,4 @@
-/* scan.h — the content scanner of writes (issue 7): a rule set read from a rules file
+/* scan.h — the content scanner of writes: a rule set read from a rules file
  * (deploy/scan-rules, embedded at build time; JAILBOX_SCAN_RULES names another one), matched
  * with PCRE2 (https://www.pcre.org/current/doc/html/pcre2api.html). The grammar of the file is
  * described at its top. Paths are checked with lib/pathcheck.h first; exclusion globs are

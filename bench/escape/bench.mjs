@@ -1,4 +1,4 @@
-// bench/escape — how fast a session ends (issue 8), p50/p95 over N sessions (default 10), beside
+// bench/escape — how fast a session ends, p50/p95 over N sessions (default 10), beside
 // the floor measured in the same run: a raw force-remove (DELETE /containers/{id}?force=1) of
 // a running runsc container of the same image, started straight through the Docker API.
 //   escape → alert : an agent's `..` read (jailboxd's check) to the buyer's

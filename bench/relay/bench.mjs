@@ -1,4 +1,4 @@
-// bench/relay/bench.mjs — the op relay of issue 7, agent → jailboxd → ops row → worker →
+// bench/relay/bench.mjs — the op relay, agent → jailboxd → ops row → worker →
 // jailbox-shim inside the walls → back, against `docker exec` into the same session
 // container in the same run (see run.sh for the setting and the targets).
 //

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# bench/relay/run.sh — the op relay of issue 7: sequential MCP tools/call `read` of a 4 KiB
+# bench/relay/run.sh — the op relay: sequential MCP tools/call `read` of a 4 KiB
 # file and `write` of 1 MiB, agent (npm socket.io-client) → jailboxd → jailbox-worker (a read
 # on its ops socket, a write queued as an ops row) → jailbox-shim inside gVisor + Docker +
 # bwrap/seccomp → the op's durable record → ack, in an unsupervised session; in the same run, against the same session container, the
 # docker CLI a user would otherwise reach for: `docker exec CONTAINER cat FILE` and
 # `docker exec -i CONTAINER sh -c 'cat > FILE'`. Prints ops/s, p50 and p99 of each and the
-# ratio of the rates. Targets (issue 7): 4 KiB read p50 <= 2 ms and >= 50x the docker exec
+# ratio of the rates. Targets: 4 KiB read p50 <= 2 ms and >= 50x the docker exec
 # rate; the same figures are printed for the 1 MiB write. Three floors of the read, measured
 # in the same minutes, say where its time goes: an MCP ping on the same agent socket (no
 # worker, no database), the same read handed to the worker on its ops socket (shim through

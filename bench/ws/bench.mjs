@@ -1,4 +1,4 @@
-// bench.mjs — bench/ws (issue 5): Socket.IO on loopback, jailboxd against a minimal Node
+// bench.mjs — bench/ws: Socket.IO on loopback, jailboxd against a minimal Node
 // socket.io server (node_server.mjs) in the same run.
 //  1. idle: N concurrent idle Socket.IO clients (default 10,000); server RSS per connection.
 //  2. fan-out: F clients (default 1,000) in one session; approvals over REST (concurrency C)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/ws/run.sh — Socket.IO benchmark of issue 5: idle memory per connection and broadcast
+# bench/ws/run.sh — Socket.IO benchmark: idle memory per connection and broadcast
 # fan-out, jailboxd against a minimal Node socket.io server in the same run (see bench.mjs).
 # Targets: <= 20 KiB RSS per idle connection; >= 3x Node's delivered events/s at <= 1/5 of
 # its memory per connection. Usage: bench/ws/run.sh   (env N, F, C, SECONDS, WORKERS, RATE)

@@ -1,4 +1,4 @@
-/* shim_proto.h — constants of the worker ↔ jailbox-shim line protocol (sandbox/proto/PROTOCOL.md),
+/* shim.h — constants of the worker ↔ jailbox-shim line protocol (sandbox/proto/PROTOCOL.md),
  * shared by both ends. */
 #ifndef JB_SANDBOX_SHIM_PROTO_H
 #define JB_SANDBOX_SHIM_PROTO_H

@@ -8,7 +8,7 @@
  * directory descriptors, so a directory moved out of the workspace mid-walk cannot lead
  * above the root. Checks are made on the opened descriptor (fstat), never check-then-open.
  *
- * Rules (issue 7): a read or list may pass a symlink only when its target, resolved the same
+ * Rules: a read or list may pass a symlink only when its target, resolved the same
  * way, stays inside the workspace (absolute targets never do); a write never passes or
  * replaces a symlink; regular files with more than one hard link, fifos, sockets and devices
  * are refused; a write goes to a temporary file in the same directory, then rename(2). */

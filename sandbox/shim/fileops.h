@@ -1,4 +1,4 @@
-/* fileops.h — the shim's file operations inside /workspace (sandbox/proto/PROTOCOL.md, issue 7):
+/* fileops.h — the shim's file operations inside /workspace (sandbox/proto/PROTOCOL.md):
  * read, write, list, with the path rules enforced at open time. Built into jailbox-shim only. */
 #ifndef JB_SANDBOX_FILEOPS_H
 #define JB_SANDBOX_FILEOPS_H

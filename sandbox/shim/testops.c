@@ -1,4 +1,4 @@
-/* shim_testops.c — the test-only attacks of jailbox-shim-test (see shim_testops.h). Every
+/* testops.c — the test-only attacks of jailbox-shim-test (see testops.h). Every
  * dangerous call runs in a forked child so that a kill by the syscall filter is observed by
  * the shim (and reported) instead of ending the session. */
 #define _GNU_SOURCE
@@ -222,7 +222,7 @@ static json_t *op_memhog(const json_t *req, jb_error *err) {
   return json_pack("{s:I}", "allocatedMiB", got); /* the memory is kept: a hog holds on */
 }
 
-/* The shim itself misbehaving, for the escape signals of issue 8 (not in a child: the point
+/* The shim itself misbehaving, for the escape signals (not in a child: the point
  * is that the shim ends or its channel breaks). how: "sigsys" (a call the Wall 3 filter
  * kills, made by the shim), "exit" (status `code`); emit: "malformed" (a line that is not
  * JSON), "oversized" (a line over JB_SHIM_MAX_LINE) written straight to stdout. */

@@ -1,4 +1,4 @@
-/* shim_testops.h — ops that attack the jail from inside, compiled only into jailbox-shim-test
+/* testops.h — ops that attack the jail from inside, compiled only into jailbox-shim-test
  * (JB_SHIM_TEST_OPS) for the wall tests; never part of the production shim. */
 #ifndef JB_SANDBOX_SHIM_TESTOPS_H
 #define JB_SANDBOX_SHIM_TESTOPS_H

@@ -1,4 +1,4 @@
-// abort.test.mjs — how a session ends (issue 8), with real processes: the buyer's abort from
+// abort.test.mjs — how a session ends, with real processes: the buyer's abort from
 // every live state (REST and socket), an abort while an op runs in the shim, accept only from
 // done with the change summary kept, and the lifetime and idle timeouts. Worker-backed
 // sessions run in gVisor + Docker + bwrap. Needs root, dockerd with runsc.

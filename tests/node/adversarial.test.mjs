@@ -1,4 +1,4 @@
-// adversarial.test.mjs — faults a reviewer found by attacking the op path (issues 7 and 8),
+// adversarial.test.mjs — faults a reviewer found by attacking the op path,
 // each held by a test through the whole real stack: socket.io-client agent → jailboxd →
 // jailbox-worker → jailbox-shim inside gVisor + Docker + bwrap. Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';

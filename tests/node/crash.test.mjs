@@ -1,4 +1,4 @@
-// crash.test.mjs — crash safety (issue 8) with real processes: jailboxd killed with SIGKILL
+// crash.test.mjs — crash safety with real processes: jailboxd killed with SIGKILL
 // and started again (sessions, pending approvals and chains intact; a pending op approved
 // afterwards runs); the worker killed (its sessions failed with a reason, no container left
 // behind); PostgreSQL restarted under load (requests in between get 503 — never a wrong

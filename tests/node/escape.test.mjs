@@ -1,4 +1,4 @@
-// escape.test.mjs — escape detection (issue 8) through the whole real stack: jailboxd, a
+// escape.test.mjs — escape detection through the whole real stack: jailboxd, a
 // jailbox-worker, sessions in gVisor + Docker + bwrap (the test shim, so the tests can make
 // the shim itself misbehave), the agent and the buyer on the stock socket.io-client. One test
 // per signal: the session is aborted with reason escape_detected, the container is gone, the

@@ -1,4 +1,4 @@
-// fileops.test.mjs — the agent's file operations (issue 7) through the whole real stack:
+// fileops.test.mjs — the agent's file operations through the whole real stack:
 // socket.io-client agent → jailboxd (session state, path syntax, exclusions, scanner,
 // supervision, audit) → ops row → jailbox-worker → jailbox-shim inside gVisor + Docker +
 // bwrap, and back. Every refusal is checked against the disk: nothing outside the workspace

@@ -1,4 +1,4 @@
-// rest.test.mjs — the REST API of issue 3 against a real jailboxd and PostgreSQL: every
+// rest.test.mjs — the REST API against a real jailboxd and PostgreSQL: every
 // endpoint, every role boundary, illegal transitions, decision races, bad input.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// scale.test.mjs — jailbox scaled out on this host with real processes (issue 10): one
+// scale.test.mjs — jailbox scaled out on this host with real processes: one
 // PostgreSQL, real redis-server, two jailboxd instances (external DB mode, Redis fan-out),
 // a standalone jailbox-worker (gVisor + Docker + bwrap: needs root and dockerd with runsc, as
 // fileops.test.mjs), and nginx in front with deploy/nginx/jailbox.conf.

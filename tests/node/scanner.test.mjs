@@ -290,7 +290,7 @@ test('JAILBOX_SCAN_RULES: a custom rules file is used; a bad one stops jailboxd 
       const ack = await b.timeout(10000).emitWithAck('jailbox:abort', { reason: 'done testing' });
       assert.equal(ack.ok, true, JSON.stringify(ack));
       const r = await pending;
-      // its queued op failed with the abort (issue 8: ops not yet run fail with "aborted")
+      // its queued op failed with the abort (ops not yet run fail with "aborted")
       assert.equal(r.error?.data?.reason, 'aborted', JSON.stringify(r));
       k.closeSockets();
     } finally {

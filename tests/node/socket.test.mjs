@@ -1,4 +1,4 @@
-// socket.test.mjs — the Socket.IO endpoint of issue 5 against a real jailboxd and PostgreSQL:
+// socket.test.mjs — the Socket.IO endpoint against a real jailboxd and PostgreSQL:
 // the official socket.io-client (websocket transport), roles and rooms, the buyer's controls
 // and the agent's MCP channel, bus events reaching sockets, and raw-frame tests (node:net) for
 // every class of bad input, each asserting the close code and that a well-behaved client
