@@ -12,7 +12,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 # Packages from bookworm itself.
 PKGS=(
-  build-essential cmake pkg-config clang libclang-rt-14-dev git ca-certificates curl
+  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev git ca-certificates curl
   libmicrohttpd-dev libwebsockets-dev libsodium-dev libpq-dev libjansson-dev
   libhiredis-dev libseccomp-dev libcmocka-dev libcurl4-openssl-dev libpcre2-dev libgit2-dev
   postgresql-15 postgresql-client-15 redis-server nginx-light
