@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/line.h"
 #include "cli/ctl.h"
 #include "cli/sio_client.h"
 
@@ -62,13 +63,8 @@ static void stop_locked(struct bridge *b) {
 
 /* Writes one message line to stdout; caller holds b->lock. `msg` borrowed. */
 static void write_line(const json_t *msg) {
-  char *t = json_dumps(msg, JSON_COMPACT);
-  if (!t) return;
   /* JSON_COMPACT escapes control characters: the line holds no raw newline */
-  fputs(t, stdout);
-  fputc('\n', stdout);
-  fflush(stdout);
-  free(t);
+  (void)jb_line_write_json(STDOUT_FILENO, msg, 0, -1, NULL);
 }
 
 static void write_error(json_t *id, int code, const char *msg, const char *reason) {
@@ -261,54 +257,33 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
 
 static void *stdin_thread(void *arg) {
   struct bridge *b = arg;
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap);
-  bool skipping = false; /* inside a line that was too long */
-  char chunk[65536];
+  /* a line over the limit is answered at once and skipped, never buffered whole; a last
+   * line without newline counts */
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = b->max_message, .over = JB_LINE_SKIP,
+                                          .last_unterminated = true});
   for (;;) {
-    ssize_t r = buf ? read(STDIN_FILENO, chunk, sizeof chunk) : 0;
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    for (ssize_t i = 0; i < r;) {
-      char *nl = memchr(chunk + i, '\n', (size_t)(r - i));
-      size_t take = nl ? (size_t)(nl - (chunk + i)) : (size_t)(r - i);
-      if (!skipping && len + take > b->max_message) {
-        skipping = true;
-        len = 0;
-        pthread_mutex_lock(&b->lock);
-        char m[128];
-        snprintf(m, sizeof m, "Invalid Request: message over %zu bytes", b->max_message);
-        write_error(NULL, RPC_INVALID, m, "too_large");
-        pthread_mutex_unlock(&b->lock);
-      }
-      if (!skipping) {
-        if (len + take > cap) {
-          size_t nc = cap;
-          while (nc < len + take) nc *= 2;
-          char *nb = realloc(buf, nc);
-          if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-          }
-          buf = nb;
-          cap = nc;
-        }
-        memcpy(buf + len, chunk + i, take);
-        len += take;
-      }
-      i += (ssize_t)take;
-      if (nl) {
-        if (!skipping) client_line(b, buf, len);
-        skipping = false;
-        len = 0;
-        i++;
-      }
+    char *line;
+    size_t n;
+    int rc = jb_line_next(&r, &line, &n);
+    if (rc == JB_LINE_AGAIN) {
+      jb_error err;
+      if (jb_line_read(&r, STDIN_FILENO, &err) < 0) jb_line_end(&r); /* read failed: as the end */
+      continue;
     }
-    if (!buf) break;
+    if (rc == JB_LINE_OK) {
+      client_line(b, line, n);
+    } else if (rc == JB_LINE_TOO_LONG) {
+      pthread_mutex_lock(&b->lock);
+      char m[128];
+      snprintf(m, sizeof m, "Invalid Request: message over %zu bytes", b->max_message);
+      write_error(NULL, RPC_INVALID, m, "too_large");
+      pthread_mutex_unlock(&b->lock);
+    } else {
+      break; /* the end, or out of memory */
+    }
   }
-  if (buf && len && !skipping) client_line(b, buf, len); /* a last line without newline */
-  free(buf);
+  jb_line_free(&r);
   pthread_mutex_lock(&b->lock);
   b->eof = true;
   if (b->nopen == 0) stop_locked(b);

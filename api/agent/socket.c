@@ -22,6 +22,7 @@
 #include "api/auth.h"
 #include "api/agent/escape.h"
 #include "lib/json.h"
+#include "lib/line.h"
 #include "api/agent/ops.h"
 #include "db/audit_store.h"
 #include "db/prescan.h"
@@ -504,9 +505,12 @@ struct relay_conn {
   struct jb_ws_watch *w;
   char sock[108];
   struct relay_call *call; /* the request in flight; NULL: idle */
-  char *buf;
-  size_t len, cap;
+  struct jb_line_reader answer; /* the worker's answer line */
 };
+
+/* An answer line: JB_DIRECT_MAX_LINE bytes with its newline; a longer one ends the connection. */
+static const struct jb_line_opts relay_lines = {.max_line = JB_DIRECT_MAX_LINE - 1,
+                                                .over = JB_LINE_FAIL};
 
 static void relay_call_free(struct relay_call *rc) {
   if (!rc) return;
@@ -582,7 +586,7 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
         break;
       }
     if (c->call) relay_fallback(c->call);
-    free(c->buf);
+    jb_line_free(&c->answer);
     free(c);
     return;
   }
@@ -602,46 +606,43 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     return;
   }
   for (;;) { /* READABLE */
-    if (c->len == c->cap) {
-      size_t ncap = c->cap ? c->cap * 4 : 65536;
-      if (ncap > JB_DIRECT_MAX_LINE) ncap = JB_DIRECT_MAX_LINE;
-      char *nb = c->len < ncap ? realloc(c->buf, ncap) : NULL;
-      if (!nb) { /* over the limit, or out of memory */
-        jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
-        relay_close(c);
-        return;
-      }
-      c->buf = nb;
-      c->cap = ncap;
+    jb_error rerr = {0};
+    ssize_t r = jb_line_read(&c->answer, fd, &rerr);
+    if (r < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK)) return;
+    if (r < 0 && rerr.code == ENOMEM) {
+      jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+      relay_close(c);
+      return;
     }
-    ssize_t r = recv(fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (r <= 0 || !c->call) { /* closed, failed, or talking out of turn */
       relay_close(c);
       return;
     }
-    char *nl = memchr(c->buf + c->len, '\n', (size_t)r);
-    c->len += (size_t)r;
-    if (!nl) continue;
-    size_t n = (size_t)(nl - c->buf);
-    if (n + 1 != c->len) { /* one request in flight: nothing may follow its answer */
+    char *line;
+    size_t n;
+    int lr = jb_line_next(&c->answer, &line, &n);
+    if (lr == JB_LINE_AGAIN) continue;
+    if (lr != JB_LINE_OK) { /* over the limit, or out of memory */
+      jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+      relay_close(c);
+      return;
+    }
+    if (jb_line_held(&c->answer) > 0) { /* one request in flight: nothing may follow its answer */
       relay_close(c);
       return;
     }
     struct relay_call *rc = c->call;
     c->call = NULL;
-    c->len = 0;
     jb_ws_watch_timeout(c->w, -1);
-    const char *line = c->buf;
     if (n > RELAY_INLINE_MAX) {
       /* the service thread serves every socket: parsed on a handler thread. The connection is
        * not used again: whether the line was an answer is known only there */
-      rc->line = c->buf;
-      rc->line_len = n;
-      c->buf = NULL;
-      c->cap = 0;
+      rc->line = jb_line_take(&c->answer, &rc->line_len); /* the reader's storage, not a copy */
       relay_close(c);
+      if (!rc->line) {
+        relay_fallback(rc);
+        return;
+      }
       if (jb_ws_run(rc->ws, relay_answer_job, rc) == 0) return;
       line = rc->line; /* cannot be queued: here after all */
     }
@@ -687,6 +688,7 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
         close(fd);
         return -1;
       }
+      jb_line_init(&c->answer, &relay_lines);
       c->s = s;
       snprintf(c->sock, sizeof c->sock, "%s", rc->d.sock);
       c->w = jb_ws_watch_fd(rc->ws, fd, relay_watch, c); /* closes fd when it fails */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/line.h"
 #include "lib/metrics.h"
 
 #define KEPT 4 /* connections kept per thread (one per worker it talked to) */
@@ -76,12 +77,12 @@ static int send_all(int fd, const char *p, size_t len, jb_error *err) {
   return 0;
 }
 
-/* Reads one answer line from `fd` within `deadline` (CLOCK_MONOTONIC ms). Returns the parsed
- * object or NULL with err; *got_any tells whether any byte arrived. */
+/* Reads one answer line from `fd` within `deadline` (CLOCK_MONOTONIC ms): at most
+ * JB_DIRECT_MAX_LINE bytes with its newline, and nothing after it (one request in flight).
+ * Returns the parsed object or NULL with err; *got_any tells whether any byte arrived. */
 static json_t *read_answer(int fd, long long deadline, bool *got_any, jb_error *err) {
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) return jb_fail(err, ENOMEM, "out of memory"), NULL;
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
   json_t *out = NULL;
   for (;;) {
     long long left = deadline - jb_now_ms();
@@ -97,39 +98,35 @@ static json_t *read_answer(int fd, long long deadline, bool *got_any, jb_error *
       break;
     }
     if (pr == 0) continue;
-    if (len == cap) {
-      if (cap >= JB_DIRECT_MAX_LINE) {
-        jb_fail(err, EMSGSIZE, "the worker's answer is over %d bytes", JB_DIRECT_MAX_LINE);
-        break;
-      }
-      size_t ncap = cap * 4 > JB_DIRECT_MAX_LINE ? JB_DIRECT_MAX_LINE : cap * 4;
-      char *nb = realloc(buf, ncap);
-      if (!nb) {
-        jb_fail(err, ENOMEM, "out of memory");
-        break;
-      }
-      buf = nb;
-      cap = ncap;
+    jb_error rerr = {0};
+    ssize_t got = jb_line_read(&r, fd, &rerr);
+    if (got < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK)) continue;
+    if (got < 0 && rerr.code == ENOMEM) {
+      jb_fail(err, ENOMEM, "out of memory");
+      break;
     }
-    ssize_t r = recv(fd, buf + len, cap - len, 0);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r <= 0) {
-      jb_fail_errno(err, r < 0 ? errno : EPIPE, "the worker closed the connection");
+    if (got <= 0) {
+      jb_fail_errno(err, got < 0 ? rerr.code : EPIPE, "the worker closed the connection");
       break;
     }
     *got_any = true;
-    char *nl = memchr(buf + len, '\n', (size_t)r);
-    len += (size_t)r;
-    if (!nl) continue;
-    if ((size_t)(nl - buf) + 1 != len) { /* one request in flight: nothing may follow */
+    char *line;
+    size_t n;
+    int rc = jb_line_next(&r, &line, &n);
+    if (rc == JB_LINE_AGAIN) continue;
+    if (rc != JB_LINE_OK) {
+      jb_fail(err, EMSGSIZE, "the worker's answer is over %d bytes", JB_DIRECT_MAX_LINE);
+      break;
+    }
+    if (jb_line_held(&r) > 0) { /* one request in flight: nothing may follow */
       jb_fail(err, EPROTO, "the worker sent more than one answer");
       break;
     }
-    out = jb_json_parse_object(buf, (size_t)(nl - buf), JB_DIRECT_MAX_DEPTH, err);
+    out = jb_json_parse_object(line, n, JB_DIRECT_MAX_DEPTH, err);
     if (!out && err->code != ENOMEM) err->code = EPROTO;
     break;
   }
-  free(buf);
+  jb_line_free(&r);
   return out;
 }
 
@@ -139,22 +136,21 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
   json_t *r = json_deep_copy(req);
   long long id = ++last_id;
   /* numbered: an answer is taken only with its request's id (a stray line is never it) */
-  char *line = r && json_object_set_new(r, "id", json_integer(id)) == 0 ? json_dumps(r, JSON_COMPACT) : NULL;
+  size_t n = 0; /* bytes of the line with its newline */
+  jb_error eerr = {0};
+  char *line = r && json_object_set_new(r, "id", json_integer(id)) == 0
+                   ? jb_line_encode(r, JB_DIRECT_MAX_LINE - 1, &n, &eerr) : NULL;
   json_decref(r);
-  if (!line) return jb_fail(err, ENOMEM, "out of memory"), NULL;
-  size_t n = strlen(line);
-  if (n + 1 > JB_DIRECT_MAX_LINE) {
-    free(line);
+  if (!line && eerr.code == EMSGSIZE)
     return jb_fail(err, EMSGSIZE, "request over %d bytes", JB_DIRECT_MAX_LINE), NULL;
-  }
-  line[n] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
+  if (!line) return jb_fail(err, ENOMEM, "out of memory"), NULL;
   long long deadline = jb_now_ms() + timeout_ms;
   json_t *out = NULL;
   for (int attempt = 0; attempt < 2 && !out; attempt++) {
     bool reused = false, got_any = false;
     struct kept *k = conn_for(path, &reused, err);
     if (!k) break;
-    if (send_all(k->fd - 1, line, n + 1, err) == 0) out = read_answer(k->fd - 1, deadline, &got_any, err);
+    if (send_all(k->fd - 1, line, n, err) == 0) out = read_answer(k->fd - 1, deadline, &got_any, err);
     json_t *aid = json_object_get(out, "id");
     if (out && (!json_is_integer(aid) || json_integer_value(aid) != id)) {
       json_decref(out);

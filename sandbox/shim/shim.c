@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/line.h"
 #include "sandbox/shim/fileops.h"
 #include "sandbox/proto/shim.h"
 
@@ -52,17 +53,12 @@
 
 /* ---- I/O helpers ---------------------------------------------------------------------- */
 
+/* Writes all `len` bytes to `fd`. 0, or -1 (errno). */
 static int write_all(int fd, const char *buf, size_t len) {
-  while (len > 0) {
-    ssize_t n = write(fd, buf, len);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    buf += n;
-    len -= (size_t)n;
-  }
-  return 0;
+  jb_error err;
+  if (jb_line_write_all(fd, buf, len, -1, &err) == 0) return 0;
+  errno = err.code;
+  return -1;
 }
 
 static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -402,23 +398,16 @@ static json_t *op_status(void) {
 /* ---- serve mode ----------------------------------------------------------------------- */
 
 static void respond(json_t *resp) {
-  char *s = json_dumps(resp, JSON_COMPACT);
+  size_t n = 0;
+  char *line = resp ? jb_line_encode(resp, 0, &n, NULL) : NULL;
   json_decref(resp);
-  if (!s) {
+  if (!line) {
     static const char oom[] = "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
     (void)write_all(1, oom, sizeof oom - 1);
     return;
   }
-  size_t n = strlen(s);
   /* the answer and its newline in one write where possible */
-  char *line = realloc(s, n + 2);
-  if (!line) {
-    free(s);
-    return;
-  }
-  line[n] = '\n';
-  line[n + 1] = '\0';
-  if (write_all(1, line, n + 1) < 0) {
+  if (write_all(1, line, n) < 0) {
     free(line);
     _exit(0); /* the worker is gone */
   }
@@ -475,58 +464,13 @@ static json_t *dispatch(json_t *req) {
   return error_reply(id, "unknown_op", ENOSYS, "unknown op '%.64s'", op);
 }
 
-/* Buffered line reader over fd 0 with a hard line limit. */
-struct reader {
-  char *buf;
-  size_t len, cap;
-  size_t scanned;  /* bytes of buf known to hold no newline: a long line is searched once */
-  bool discarding; /* inside a line that went over the limit */
-};
-
-/* Next complete line (without '\n', NUL-terminated, valid until the next call) into *line;
- * returns its length, -2 for a line that was over the limit (dropped whole), -1 at the end of
- * input. */
-static long next_line(struct reader *r, char **line, size_t *consumed) {
-  if (*consumed) {
-    memmove(r->buf, r->buf + *consumed, r->len - *consumed);
-    r->len -= *consumed;
-    *consumed = 0;
-    r->scanned = 0;
-  }
-  for (;;) {
-    char *nl = memchr(r->buf + r->scanned, '\n', r->len - r->scanned);
-    r->scanned = nl ? 0 : r->len;
-    if (nl) {
-      size_t n = (size_t)(nl - r->buf);
-      *consumed = n + 1;
-      if (r->discarding) {
-        r->discarding = false;
-        return -2;
-      }
-      *nl = '\0';
-      *line = r->buf;
-      return (long)n;
-    }
-    if (r->len >= JB_SHIM_MAX_LINE) { /* no newline within the limit: drop what we have */
-      r->discarding = true;
-      r->len = 0;
-      r->scanned = 0;
-    }
-    ssize_t n = read(0, r->buf + r->len, r->cap - r->len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    r->len += (size_t)n;
-  }
-}
-
+/* Serves requests from stdin until its end. A request line over JB_SHIM_MAX_LINE bytes is
+ * dropped whole and answered "too_large" once its newline came; empty lines are ignored. */
 static int serve(void) {
   signal(SIGPIPE, SIG_IGN);
-  struct reader r = {.cap = JB_SHIM_MAX_LINE + 4096};
-  r.buf = malloc(r.cap);
-  if (!r.buf) {
-    diag("jailbox-shim: out of memory");
-    return 1;
-  }
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SHIM_MAX_LINE,
+                                          .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
   respond(json_pack("{s:s, s:i, s:i, s:b}", "event", "ready", "protocol", JB_SHIM_PROTOCOL,
                     "pid", (int)getpid(),
 #ifdef JB_SHIM_TEST_OPS
@@ -536,19 +480,28 @@ static int serve(void) {
 #endif
                     ));
   jb_fileops_defer_closes(true);
-  size_t consumed = 0;
+  int status = 0;
   for (;;) {
-    char *line = NULL;
-    long n = next_line(&r, &line, &consumed);
-    if (n == -1) break;
-    if (n == -2) {
+    jb_error err = {0};
+    json_t *req = NULL;
+    int rc = jb_line_next_object(&r, JB_SHIM_MAX_DEPTH, &req, &err);
+    if (rc == JB_LINE_AGAIN) {
+      ssize_t got = jb_line_read(&r, 0, &err);
+      if (got >= 0) continue; /* a line may be complete; at the end of input: JB_LINE_END */
+      if (err.code == ENOMEM) rc = JB_LINE_NOMEM;
+      else break;
+    }
+    if (rc == JB_LINE_END) break;
+    if (rc == JB_LINE_NOMEM) {
+      diag("jailbox-shim: out of memory");
+      status = 1;
+      break;
+    }
+    if (rc == JB_LINE_TOO_LONG) {
       respond(error_reply(NULL, "too_large", EMSGSIZE, "request line over %d bytes", JB_SHIM_MAX_LINE));
       continue;
     }
-    if (n == 0) continue;
-    jb_error err = {0};
-    json_t *req = jb_json_parse_object(line, (size_t)n, JB_SHIM_MAX_DEPTH, &err);
-    if (!req) {
+    if (rc == JB_LINE_BAD_JSON) {
       respond(error_reply(NULL, "bad_request", EINVAL, "%s", err.msg));
       continue;
     }
@@ -564,8 +517,8 @@ static int serve(void) {
     json_decref(req);
     jb_fileops_close_deferred(); /* the answer is out: now what the op opened */
   }
-  free(r.buf);
-  return 0;
+  jb_line_free(&r);
+  return status;
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,6 @@
 /* shimconn.c — the line channel to jailbox-shim: a per-session Unix socket, or a Docker
- * attach stream (see shimconn.h). Frame format of the attach stream: Docker Engine API,
- * "Attach to a container" (stream format). */
+ * attach stream (see shimconn.h), its frames taken apart by sandbox/worker/attach.h and its
+ * lines cut by lib/line.h. */
 #define _GNU_SOURCE
 #include "sandbox/worker/shimconn.h"
 
@@ -18,19 +18,20 @@
 #include "sandbox/proto/shim.h"
 #include "lib/metrics.h"
 
+/* The shim's lines: JB_SHIM_MAX_LINE bytes each; a longer one is dropped up to its newline
+ * and reported then (the connection is given up at that point); empty lines are ignored. */
+static const struct jb_line_opts shim_lines = {
+    .max_line = JB_SHIM_MAX_LINE, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true};
+
 int jb_shimconn_init(struct jb_shimconn *c, const struct jb_docker_stream *stream, jb_error *err) {
   memset(c, 0, sizeof *c);
   c->stream = *stream;
   c->next_id = 1;
   c->sock = -1;
-  c->line_cap = 64 * 1024;
-  c->line = malloc(c->line_cap);
   c->rbuf = malloc(JB_SHIMCONN_RBUF);
-  if (!c->line || !c->rbuf) {
-    free(c->line);
-    free(c->rbuf);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
+  if (!c->rbuf) return jb_fail(err, ENOMEM, "out of memory");
+  jb_attach_demux_init(&c->demux);
+  jb_line_init(&c->lines, &shim_lines);
   pthread_mutex_init(&c->lock, NULL);
   return 0;
 }
@@ -39,25 +40,15 @@ void jb_shimconn_close(struct jb_shimconn *c) {
   jb_docker_stream_close(&c->stream);
   if (c->sock >= 0) close(c->sock);
   c->sock = -1;
-  free(c->line);
+  jb_line_free(&c->lines);
   free(c->rbuf);
-  free(c->sbuf);
-  c->line = NULL;
   c->rbuf = NULL;
-  c->sbuf = NULL;
   pthread_mutex_destroy(&c->lock);
 }
 
 int jb_shimconn_use_socket(struct jb_shimconn *c, int fd, jb_error *err) {
-  unsigned char *b = malloc(JB_SHIMCONN_RBUF);
-  if (!b) {
-    close(fd);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
   pthread_mutex_lock(&c->lock);
   c->sock = fd;
-  c->sbuf = b;
-  c->slen = c->soff = 0;
   pthread_mutex_unlock(&c->lock);
   return 0;
 }
@@ -79,7 +70,7 @@ void jb_shimconn_stderr(struct jb_shimconn *c, char *out, size_t len) {
   while (n > 0 && out[n - 1] == ' ') out[--n] = '\0';
 }
 
-static void keep_stderr(struct jb_shimconn *c, const char *p, size_t n) {
+static void keep_stderr(struct jb_shimconn *c, const unsigned char *p, size_t n) {
   if (n >= JB_SHIMCONN_STDERR_TAIL) {
     memcpy(c->err_tail, p + n - JB_SHIMCONN_STDERR_TAIL, JB_SHIMCONN_STDERR_TAIL);
     c->err_len = JB_SHIMCONN_STDERR_TAIL;
@@ -95,75 +86,32 @@ static void keep_stderr(struct jb_shimconn *c, const char *p, size_t n) {
   c->err_tail[c->err_len] = '\0';
 }
 
-/* Appends stdout bytes to the line buffer; returns how many bytes of `p` were consumed up to
- * and including the first newline (the line is then complete), or n when none. */
-static size_t take_stdout(struct jb_shimconn *c, const char *p, size_t n, bool *complete) {
-  const char *nl = memchr(p, '\n', n);
-  size_t upto = nl ? (size_t)(nl - p) : n;
-  if (!c->line_overflow) {
-    if (c->line_len + upto > JB_SHIM_MAX_LINE) c->line_overflow = true;
-    else {
-      if (c->line_len + upto + 1 > c->line_cap) {
-        size_t cap = c->line_cap;
-        while (cap < c->line_len + upto + 1) cap *= 2;
-        char *nb = realloc(c->line, cap);
-        if (!nb) {
-          c->line_overflow = true; /* reported as too large: no memory to hold it */
-        } else {
-          c->line = nb;
-          c->line_cap = cap;
-        }
-      }
-      if (!c->line_overflow) {
-        memcpy(c->line + c->line_len, p, upto);
-        c->line_len += upto;
-      }
-    }
-  }
-  *complete = nl != NULL;
-  return nl ? upto + 1 : n;
-}
-
-/* Runs the frame parser over the attach bytes in c->rbuf. On the attach channel returns 1
- * as soon as a stdout line is complete (in c->line, NUL-terminated, c->line_len bytes; the
- * rest stays in c->rbuf); on the socket channel stdout frames can only come from the
- * launcher and join the stderr tail. Returns 0 when the buffer is used up, -1 on a framing
- * error (c->dead set). */
+/* Demultiplexes the attach bytes in c->rbuf. On the attach channel stdout payload goes to the
+ * line reader, and this returns 1 after each piece of it (the reader may have a line: the
+ * bytes after a newline stay in c->rbuf); on the socket channel stdout frames can only come
+ * from the launcher and join the stderr tail. Returns 0 when the buffer is used up, -1 on a
+ * framing error (c->dead set). */
 static int parse_attach(struct jb_shimconn *c) {
   while (c->roff < c->rlen) {
-    const unsigned char *buf = c->rbuf + c->roff;
-    size_t n = c->rlen - c->roff;
-    if (c->fleft == 0) {
-      size_t want = 8 - c->fhead_len, have = n < want ? n : want;
-      memcpy(c->fhead + c->fhead_len, buf, have);
-      c->fhead_len += have;
-      c->roff += have;
-      if (c->fhead_len < 8) break;
-      c->fhead_len = 0;
-      c->ftype = c->fhead[0];
-      c->fleft = ((size_t)c->fhead[4] << 24) | ((size_t)c->fhead[5] << 16) |
-                 ((size_t)c->fhead[6] << 8) | c->fhead[7];
-      if ((c->ftype != 1 && c->ftype != 2) || c->fhead[1] || c->fhead[2] || c->fhead[3]) {
-        kill_conn(c, "bad frame header on the attach stream");
-        return -1;
-      }
-      continue;
-    }
-    size_t take = n < c->fleft ? n : c->fleft;
-    if (c->ftype == 2 || c->sock >= 0) {
-      keep_stderr(c, (const char *)buf, take);
-      c->roff += take;
-      c->fleft -= take;
-      continue;
-    }
-    bool complete = false;
-    size_t used = take_stdout(c, (const char *)buf, take, &complete);
+    size_t used;
+    struct jb_attach_chunk ch;
+    int r = jb_attach_demux_next(&c->demux, c->rbuf + c->roff, c->rlen - c->roff, &used, &ch);
     c->roff += used;
-    c->fleft -= used;
-    if (complete) {
-      c->line[c->line_len] = '\0';
-      return 1;
+    if (r < 0) {
+      kill_conn(c, "bad frame header on the attach stream");
+      return -1;
     }
+    if (r == 0) break;
+    if (ch.stream == JB_ATTACH_STDERR || c->sock >= 0) {
+      keep_stderr(c, ch.data, ch.len);
+      jb_attach_demux_consume(&c->demux, ch.len);
+      c->roff += ch.len;
+      continue;
+    }
+    size_t took = jb_line_feed(&c->lines, ch.data, ch.len);
+    jb_attach_demux_consume(&c->demux, took);
+    c->roff += took;
+    return 1;
   }
   c->roff = c->rlen = 0;
   return 0;
@@ -191,24 +139,32 @@ static int fill_attach(struct jb_shimconn *c) {
   return 1;
 }
 
-/* The attach channel: reads the stream until a stdout line is complete. Returns 1 with the
- * line in c->line, 0 on timeout, -1 at the end of the stream or on a framing error (c->dead
- * set). Unparsed bytes stay in c->rbuf for the next call. */
-static int pump_attach(struct jb_shimconn *c, long deadline) {
+/* What a pump found: the line reader's result in *rc (a line, or one over the limit), or
+ * nothing in time, or the end of the channel. */
+enum pump { PUMP_LINE = 1, PUMP_TIMEOUT = 0, PUMP_END = -1 };
+
+/* The attach channel: reads the stream until the line reader has a result. PUMP_LINE with the
+ * reader's result in *rc (the line in *line, *len), PUMP_TIMEOUT, or PUMP_END at the end of the
+ * stream or on a framing error (c->dead set). Undemultiplexed bytes stay in c->rbuf for the
+ * next call. */
+static enum pump pump_attach(struct jb_shimconn *c, long deadline, int *rc, char **line, size_t *len) {
   for (;;) {
+    *rc = jb_line_next(&c->lines, line, len);
+    if (*rc != JB_LINE_AGAIN) return PUMP_LINE;
     int r = parse_attach(c);
-    if (r != 0) return r;
+    if (r < 0) return PUMP_END;
+    if (r > 0) continue;
     if (c->stream.pre_off >= c->stream.pre_len) {
       long left = deadline - jb_now_ms();
-      if (left <= 0) return 0;
+      if (left <= 0) return PUMP_TIMEOUT;
       struct pollfd pf = {.fd = c->stream.fd, .events = POLLIN};
       int pr = poll(&pf, 1, (int)(left > 1000000 ? 1000000 : left));
       if (pr < 0 && errno == EINTR) continue;
-      if (pr == 0) return 0;
+      if (pr == 0) return PUMP_TIMEOUT;
     }
     if (fill_attach(c) < 0) {
       kill_conn(c, "the container's output ended");
-      return -1;
+      return PUMP_END;
     }
   }
 }
@@ -237,52 +193,41 @@ void jb_shimconn_collect_stderr(struct jb_shimconn *c, long timeout_ms) {
   pthread_mutex_unlock(&c->lock);
 }
 
-/* The socket channel: reads the socket until a line is complete, reading the attach stream
- * alongside for its stderr. Returns as pump_attach; at the end of the socket, waits a little
- * (at most 300 ms) for the attach stream to end too, so that the message carries what the
- * shim, bwrap or the runtime said last. */
-static int pump_socket(struct jb_shimconn *c, long deadline) {
+/* The socket channel: reads the socket until the line reader has a result, reading the
+ * attach stream alongside for its stderr. Returns as pump_attach; at the end of the socket,
+ * waits a little (at most 300 ms) for the attach stream to end too, so that the message
+ * carries what the shim, bwrap or the runtime said last. */
+static enum pump pump_socket(struct jb_shimconn *c, long deadline, int *rc, char **line, size_t *len) {
   for (;;) {
-    if (c->soff < c->slen) {
-      bool complete = false;
-      c->soff += take_stdout(c, (const char *)c->sbuf + c->soff, c->slen - c->soff, &complete);
-      if (complete) {
-        c->line[c->line_len] = '\0';
-        return 1;
-      }
-      continue;
-    }
+    *rc = jb_line_next(&c->lines, line, len);
+    if (*rc != JB_LINE_AGAIN) return PUMP_LINE;
     if (!c->attach_ended) {
-      if (parse_attach(c) < 0) return -1; /* framing error: c->dead */
+      if (parse_attach(c) < 0) return PUMP_END; /* framing error: c->dead */
       if (c->stream.pre_off < c->stream.pre_len) {
         (void)fill_attach(c); /* the bytes that came with the HTTP answer */
         continue;
       }
     }
     long left = deadline - jb_now_ms();
-    if (left <= 0) return 0;
+    if (left <= 0) return PUMP_TIMEOUT;
     struct pollfd pf[2] = {{.fd = c->sock, .events = POLLIN},
                            {.fd = c->attach_ended ? -1 : c->stream.fd, .events = POLLIN}};
     int pr = poll(pf, 2, (int)(left > 1000000 ? 1000000 : left));
     if (pr < 0 && errno == EINTR) continue;
-    if (pr == 0) return 0;
+    if (pr == 0) return PUMP_TIMEOUT;
     if (pf[1].revents) (void)fill_attach(c);
     if (pf[0].revents) {
-      ssize_t r = recv(c->sock, c->sbuf, JB_SHIMCONN_RBUF, MSG_DONTWAIT);
-      if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      jb_error rerr = {0};
+      ssize_t r = jb_line_read(&c->lines, c->sock, &rerr);
+      if (r < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK)) continue;
+      if (r < 0 && rerr.code == ENOMEM) continue; /* the reader has ended: JB_LINE_NOMEM next */
       if (r <= 0) {
         kill_conn(c, "the shim's socket closed");
         collect_stderr(c, 300);
-        return -1;
+        return PUMP_END;
       }
-      c->soff = 0;
-      c->slen = (size_t)r;
     }
   }
-}
-
-static int pump(struct jb_shimconn *c, long deadline) {
-  return c->sock >= 0 ? pump_socket(c, deadline) : pump_attach(c, deadline);
 }
 
 json_t *jb_shimconn_read(struct jb_shimconn *c, long timeout_ms, jb_error *err) {
@@ -293,32 +238,29 @@ json_t *jb_shimconn_read(struct jb_shimconn *c, long timeout_ms, jb_error *err) 
     return NULL;
   }
   long deadline = jb_now_ms() + timeout_ms;
-  for (;;) {
-    int r = pump(c, deadline);
-    if (r == 0) {
-      jb_fail(err, ETIMEDOUT, "no answer from the shim within %ld ms", timeout_ms);
-      return NULL;
-    }
-    if (r < 0) return jb_shimconn_read(c, 0, err); /* reports the reason */
-    bool over = c->line_overflow;
-    size_t len = c->line_len;
-    c->line_len = 0;
-    c->line_overflow = false;
-    if (over) {
-      kill_conn(c, "the shim sent a line over the limit");
-      jb_fail(err, EMSGSIZE, "the shim sent a line over %d bytes", JB_SHIM_MAX_LINE);
-      return NULL;
-    }
-    if (len == 0) continue;
-    jb_error perr = {0};
-    json_t *o = jb_json_parse_object(c->line, len, JB_SHIM_MAX_DEPTH, &perr);
-    if (!o) {
-      kill_conn(c, "the shim sent a malformed line");
-      jb_fail(err, EPROTO, "malformed line from the shim: %s", perr.msg);
-      return NULL;
-    }
-    return o;
+  int rc = JB_LINE_AGAIN;
+  char *line = NULL;
+  size_t len = 0;
+  enum pump p = c->sock >= 0 ? pump_socket(c, deadline, &rc, &line, &len)
+                             : pump_attach(c, deadline, &rc, &line, &len);
+  if (p == PUMP_TIMEOUT) {
+    jb_fail(err, ETIMEDOUT, "no answer from the shim within %ld ms", timeout_ms);
+    return NULL;
   }
+  if (p == PUMP_END) return jb_shimconn_read(c, 0, err); /* reports the reason */
+  if (rc != JB_LINE_OK) { /* over the limit, or no memory to hold it: the same to the caller */
+    kill_conn(c, "the shim sent a line over the limit");
+    jb_fail(err, EMSGSIZE, "the shim sent a line over %d bytes", JB_SHIM_MAX_LINE);
+    return NULL;
+  }
+  jb_error perr = {0};
+  json_t *o = jb_json_parse_object(line, len, JB_SHIM_MAX_DEPTH, &perr);
+  if (!o) {
+    kill_conn(c, "the shim sent a malformed line");
+    jb_fail(err, EPROTO, "malformed line from the shim: %s", perr.msg);
+    return NULL;
+  }
+  return o;
 }
 
 int jb_shimconn_send_raw(struct jb_shimconn *c, const void *buf, size_t len, long timeout_ms,
@@ -350,19 +292,15 @@ json_t *jb_shimconn_call(struct jb_shimconn *c, json_t *req, long timeout_ms, jb
   json_t *answer = NULL;
   long long id = c->next_id++;
   json_object_set_new(req, "id", json_integer(id));
-  char *s = json_dumps(req, JSON_COMPACT);
+  size_t n = 0;
+  jb_error eerr = {0};
+  char *s = jb_line_encode(req, JB_SHIM_MAX_LINE, &n, &eerr);
   if (!s) {
-    jb_fail(err, ENOMEM, "cannot encode the request");
+    if (eerr.code == EMSGSIZE) jb_fail(err, EMSGSIZE, "request over %d bytes", JB_SHIM_MAX_LINE);
+    else jb_fail(err, ENOMEM, "cannot encode the request");
     goto out;
   }
-  size_t n = strlen(s);
-  if (n > JB_SHIM_MAX_LINE) {
-    free(s);
-    jb_fail(err, EMSGSIZE, "request over %d bytes", JB_SHIM_MAX_LINE);
-    goto out;
-  }
-  s[n] = '\n'; /* json_dumps leaves room for the NUL, used here for the newline */
-  int rc = jb_shimconn_send_raw(c, s, n + 1, timeout_ms, err);
+  int rc = jb_shimconn_send_raw(c, s, n, timeout_ms, err);
   free(s);
   if (rc < 0) goto out;
   long deadline = jb_now_ms() + timeout_ms;

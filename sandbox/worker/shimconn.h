@@ -19,8 +19,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sandbox/worker/docker.h"
 #include "lib/err.h"
+#include "lib/line.h"
+#include "sandbox/worker/attach.h"
+#include "sandbox/worker/docker.h"
 
 #define JB_SHIMCONN_STDERR_TAIL 2048
 #define JB_SHIMCONN_RBUF 65536
@@ -29,18 +31,12 @@ struct jb_shimconn {
   struct jb_docker_stream stream;
   pthread_mutex_t lock;
   long long next_id;
-  /* raw bytes read from the stream, not yet parsed */
+  /* raw bytes read from the attach stream, not yet demultiplexed: [roff, rlen) */
   unsigned char *rbuf;
   size_t rlen, roff;
-  /* frame parser */
-  unsigned char fhead[8];
-  size_t fhead_len;
-  int ftype;          /* type of the frame being read: 1 stdout, 2 stderr */
-  size_t fleft;       /* payload bytes left in that frame */
-  /* stdout line assembly */
-  char *line;
-  size_t line_len, line_cap;
-  bool line_overflow;
+  struct jb_attach_demux demux;
+  /* the shim's lines: stdout frames of the attach stream, or the socket once the channel moved */
+  struct jb_line_reader lines;
   /* last stderr bytes */
   char err_tail[JB_SHIMCONN_STDERR_TAIL + 1];
   size_t err_len;
@@ -48,8 +44,6 @@ struct jb_shimconn {
   char dead_reason[256];
   /* the socket channel: -1 while the lines travel over the attach stream */
   int sock;
-  unsigned char *sbuf;  /* raw bytes read from the socket, not yet cut into lines */
-  size_t slen, soff;
   bool attach_ended;    /* the attach stream reached its end (the container stopped) */
 };
 
@@ -60,8 +54,8 @@ int jb_shimconn_init(struct jb_shimconn *c, const struct jb_docker_stream *strea
 void jb_shimconn_close(struct jb_shimconn *c);
 
 /* Moves the line protocol onto the connected Unix socket `fd` (taken over: closed by
- * jb_shimconn_close, also when this fails). Call it after the launcher's "channel" line was
- * read and before any request. 0, or -1 (`err`: ENOMEM). */
+ * jb_shimconn_close). Call it after the launcher's "channel" line was read and before any
+ * request. Returns 0. */
 int jb_shimconn_use_socket(struct jb_shimconn *c, int fd, jb_error *err);
 
 /* Reads what the attach stream has for at most `timeout_ms` or until it ends, keeping its

@@ -1,0 +1,183 @@
+/* fuzz_shim_line.c — libFuzzer harness for what the worker reads from the shim: the Docker
+ * attach stream demultiplexer (sandbox/worker/attach.c) feeding the line reader (lib/line.c),
+ * the way sandbox/worker/shimconn.c drives them, over arbitrary bytes cut into arbitrary
+ * chunks, each line then parsed as a strict JSON object.
+ *
+ * Input: byte 0 the line limit, byte 1 the reader's options, byte 2 the chunking, byte 3 a
+ * seed; the rest is the stream. Besides sanitizer reports, it checks the results against a
+ * plain model computed on the whole stream at once: the same stdout and stderr bytes, the same
+ * lines and reports in the same order whatever the chunking, and never more than
+ * max_line + 1 bytes held. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/buf.h"
+#include "lib/json.h"
+#include "lib/line.h"
+#include "sandbox/proto/shim.h"
+#include "sandbox/worker/attach.h"
+
+#define OUT_CAP (1u << 20)
+
+static void put(struct jb_buf *t, const void *p, size_t n) {
+  if (jb_buf_append(t, p, n) < 0) abort();
+}
+
+static void put_line(struct jb_buf *t, const char *line, size_t n) {
+  unsigned char h[5] = {'L', (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                        (unsigned char)(n >> 8), (unsigned char)n};
+  put(t, h, sizeof h);
+  put(t, line, n);
+}
+
+/* The model: lines of the whole stdout stream `s` under `o`, as the reader must give them
+ * when the input ends after `s`. */
+static void model_lines(const struct jb_line_opts *o, const char *s, size_t n, struct jb_buf *t) {
+  size_t start = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] != '\n') continue;
+    size_t len = i - start;
+    if (len > o->max_line) {
+      put(t, "T", 1);
+      if (o->over == JB_LINE_FAIL) return;
+    } else if (len > 0 || !o->skip_empty) {
+      put_line(t, s + start, len);
+    }
+    start = i + 1;
+  }
+  size_t len = n - start;
+  if (len > o->max_line) {
+    if (o->over == JB_LINE_FAIL) {
+      put(t, "T", 1);
+      return;
+    }
+    if (o->over == JB_LINE_SKIP) put(t, "T", 1);
+  } else if (len > 0 && o->last_unterminated) {
+    put_line(t, s + start, len);
+  }
+  put(t, "E", 1);
+}
+
+/* The model of the frames: whole frames one after the other; a bad header ends the stream. */
+static bool model_frames(const unsigned char *p, size_t n, struct jb_buf *out, struct jb_buf *err) {
+  size_t i = 0;
+  while (n - i >= 8) {
+    const unsigned char *h = p + i;
+    if ((h[0] != 1 && h[0] != 2) || h[1] || h[2] || h[3]) return true;
+    size_t size = ((size_t)h[4] << 24) | ((size_t)h[5] << 16) | ((size_t)h[6] << 8) | h[7];
+    i += 8;
+    size_t take = size < n - i ? size : n - i;
+    put(h[0] == 1 ? out : err, p + i, take);
+    i += take;
+  }
+  return false;
+}
+
+/* Pulls every result the reader has; false once it has ended for good. */
+static bool drain(struct jb_line_reader *r, struct jb_buf *t) {
+  for (;;) {
+    char *line;
+    size_t n;
+    int rc = jb_line_next(r, &line, &n);
+    if (r->buf.len > r->o.max_line + 1 || r->buf.alloc > r->o.max_line + 2) abort();
+    if (rc == JB_LINE_AGAIN) return true;
+    if (rc == JB_LINE_OK) {
+      if (n > r->o.max_line || line[n] != '\0') abort();
+      put_line(t, line, n);
+      jb_error err;
+      json_t *o = jb_json_parse_object(line, n, JB_SHIM_MAX_DEPTH, &err);
+      if (!o && !err.msg[0]) abort(); /* a refusal always says why */
+      json_decref(o);
+      continue;
+    }
+    if (rc == JB_LINE_TOO_LONG) {
+      put(t, "T", 1);
+      if (r->o.over == JB_LINE_FAIL) return false;
+      continue;
+    }
+    if (rc == JB_LINE_END) {
+      put(t, "E", 1);
+      return false;
+    }
+    abort(); /* JB_LINE_NOMEM: not with these sizes */
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 4) return 0;
+  struct jb_line_opts o = {
+      .max_line = data[0] & 0x80 ? 1 + (size_t)(data[0] & 0x7f) : 1 + (size_t)data[0] * 64,
+      .over = (enum jb_line_over)(data[1] % 3),
+      .skip_empty = data[1] & 4,
+      .last_unterminated = data[1] & 8,
+  };
+  size_t max_chunk = (size_t)1 << (data[2] % 14);
+  uint32_t seed = 0x9e3779b9u ^ data[3];
+  const unsigned char *in = data + 4;
+  size_t n = size - 4;
+
+  struct jb_buf want_out, want_err, want_lines, got_err, got_lines;
+  jb_buf_init(&want_out, OUT_CAP);
+  jb_buf_init(&want_err, OUT_CAP);
+  jb_buf_init(&want_lines, OUT_CAP);
+  jb_buf_init(&got_err, OUT_CAP);
+  jb_buf_init(&got_lines, OUT_CAP);
+  bool want_broken = model_frames(in, n, &want_out, &want_err);
+  model_lines(&o, want_out.data ? want_out.data : "", want_out.len, &want_lines);
+
+  /* the worker's way: a raw chunk at a time, frames taken apart, stdout to the reader */
+  struct jb_attach_demux d;
+  jb_attach_demux_init(&d);
+  struct jb_line_reader r;
+  jb_line_init(&r, &o);
+  bool broken = false, open = true;
+  for (size_t i = 0; i < n && !broken;) {
+    seed ^= seed << 13;
+    seed ^= seed >> 17;
+    seed ^= seed << 5;
+    size_t chunk = 1 + seed % max_chunk;
+    size_t end = n - i < chunk ? n : i + chunk;
+    while (i < end) {
+      size_t used;
+      struct jb_attach_chunk c;
+      int rc = jb_attach_demux_next(&d, in + i, end - i, &used, &c);
+      if (used > end - i) abort();
+      i += used;
+      if (rc < 0) {
+        broken = true;
+        break;
+      }
+      if (rc == 0) {
+        if (i != end) abort();
+        break;
+      }
+      if (c.data != in + i || c.len == 0 || c.len > end - i) abort();
+      size_t took = c.len;
+      if (c.stream == JB_ATTACH_STDERR) put(&got_err, c.data, c.len);
+      else took = jb_line_feed(&r, c.data, c.len);
+      if (took > c.len) abort();
+      jb_attach_demux_consume(&d, took);
+      i += took;
+      if (open) open = drain(&r, &got_lines);
+      else if (took < c.len) abort(); /* an ended reader takes everything */
+    }
+  }
+  jb_line_end(&r);
+  if (open) drain(&r, &got_lines);
+  jb_line_free(&r);
+
+  if (broken != want_broken) abort();
+  if (got_err.len != want_err.len || (got_err.len && memcmp(got_err.data, want_err.data, got_err.len)))
+    abort();
+  if (got_lines.len != want_lines.len ||
+      (got_lines.len && memcmp(got_lines.data, want_lines.data, got_lines.len)))
+    abort();
+  jb_buf_free(&want_out);
+  jb_buf_free(&want_err);
+  jb_buf_free(&want_lines);
+  jb_buf_free(&got_err);
+  jb_buf_free(&got_lines);
+  return 0;
+}
