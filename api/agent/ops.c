@@ -45,6 +45,21 @@
 #define DRAIN_ANSWER_MS 1000 /* draining: calls waiting on the buyer end this long before the grace */
 #define FALLBACK_MS 20           /* ... and this often while no notification can arrive */
 
+/* Indexed by enum jb_tool. */
+static const char *const tool_names[] = {"read", "write", "list", "done"};
+_Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_DONE + 1, "one name per tool");
+
+const char *jb_tool_name(enum jb_tool tool) {
+  if (tool < 0 || (size_t)tool >= sizeof tool_names / sizeof tool_names[0]) return NULL;
+  return tool_names[tool];
+}
+
+enum jb_tool jb_tool_from_name(const char *name) {
+  for (size_t i = 0; name && i < sizeof tool_names / sizeof tool_names[0]; i++)
+    if (!strcmp(tool_names[i], name)) return (enum jb_tool)i;
+  return JB_TOOL_UNKNOWN;
+}
+
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
 static json_t *err_out(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...)
