@@ -1,6 +1,7 @@
-/* ops.h — the path of an agent's MCP tool call through jailboxd (issue 7): session state,
- * path syntax, exclusions, content scanning, supervision, audit of what is refused here, and
- * the hand-over to the worker that holds the session (db/ops.h). */
+/* ops.h — the path of an agent's MCP tool call through jailboxd: session state, path
+ * syntax, exclusions, content scanning, supervision, audit of what is refused here, and the
+ * hand-over to the worker that holds the session (db/ops.h). The stages of one call are in
+ * api/agent/op_call.h. */
 #ifndef JB_API_OPS_H
 #define JB_API_OPS_H
 
