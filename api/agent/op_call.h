@@ -2,25 +2,25 @@
  * (private to api/agent/ops.c and api/agent/op_*.c). jb_op_tool (ops.c) runs the stages in
  * this order, each on what the ones before it filled in:
  *
- *   decode        the tool's arguments and its path                        op_checks.c
- *   load session  this process's copy of the session, or the database's row;
- *                 the agent's first call moves awaiting_agent to active      op_session.c
- *   refuse if     the session is not active or paused (a paused session takes the op and
- *                 holds it); the path breaks the syntax rules (lib/pathcheck.h — the shim
- *                 checks it again at open time), is excluded, or was flagged by the pre-scan:
- *                 an audit entry each, and an escape signal where the path tries to leave
- *                 the workspace                                              op_checks.c
- *   prepare       the shim's arguments; a write's content decoded, hashed and scanned
- *                 (flagged: refused, security alert, audit entry)            op_checks.c
- *   hand direct   a read or list of an active session straight to the worker that holds
- *                 it, when that worker is one of this process's              op_worker.c
- *   supervise     a place among the calls that wait; for a write of a supervised session
- *                 the file as it is now and the diff preview the buyer is shown op_supervise.c
- *   store         the op stored: pending for the buyer (and announced to them) when the
- *                 session is supervised and the op is a write, queued otherwise op_worker.c
- *   wait          until the worker that holds the session has run it and written its
- *                 audit entry (db/ops.h), or the buyer rejected it           op_worker.c
- *   answer        the MCP result of the op's answer                          op_worker.c
+ *   decode        (op_checks.c) the tool's arguments and its path
+ *   load session  (op_session.c) this process's copy of the session, or the database's row;
+ *                 the agent's first call moves awaiting_agent to active
+ *   refuse if     (op_checks.c) the session is not active or paused (a paused session takes
+ *                 the op and holds it); the path breaks the syntax rules (lib/pathcheck.h —
+ *                 the shim checks it again at open time), is excluded, or was flagged by the
+ *                 pre-scan: an audit entry each, and an escape signal where the path tries to
+ *                 leave the workspace
+ *   prepare       (op_checks.c) the shim's arguments; a write's content decoded, hashed and
+ *                 scanned (flagged: refused, security alert, audit entry)
+ *   hand direct   (op_worker.c) a read or list of an active session straight to the worker
+ *                 that holds it, when that worker is one of this process's
+ *   supervise     (op_supervise.c) a place among the calls that wait; for a write of a
+ *                 supervised session the file as it is now and the diff preview
+ *   store         (op_worker.c) the op stored: pending for the buyer (and announced to them)
+ *                 when the session is supervised and the op is a write, queued otherwise
+ *   wait          (op_worker.c) until the worker that holds the session has run it and
+ *                 written its audit entry (db/ops.h), or the buyer rejected it
+ *   answer        (op_worker.c) the MCP result of the op's answer
  *
  * Each stage returns an enum op_step; op_call_release (ops.c) frees what the stages took, on
  * every path. The socket's service thread plans reads and lists with the same helpers

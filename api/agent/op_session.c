@@ -77,7 +77,7 @@ static void sess_cache_put(const char *job, const char *json, unsigned long gen)
 
 /* Keeps what is decided on of `sess` (read from the database after sess_cache_gen gave `gen`)
  * as the copy of `job` — not the whole session: its walls contract is most of its ~7 KB, and
- * parsing that again was a quarter of this process's time per op. */
+ * parsing all of it again costs a quarter of this process's time per op. */
 static void keep_copy(const char *job, json_t *sess, unsigned long gen) {
   json_t *walls = json_object_get(sess, "walls");
   cleanup_json json_t *view =
