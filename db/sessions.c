@@ -25,6 +25,22 @@ bool jb_state_is_known(const char *state) {
   return in_list(live_states, state) || in_list(end_states, state);
 }
 
+/* Indexed by enum jb_session_state. */
+static const char *const state_names[] = {JB_LIVE_STATES, "accepted", "aborted", "failed"};
+_Static_assert(sizeof state_names / sizeof state_names[0] == JB_SESSION_FAILED + 1,
+               "one name per session state");
+
+const char *jb_session_state_name(enum jb_session_state state) {
+  if (state < 0 || (size_t)state >= sizeof state_names / sizeof state_names[0]) return NULL;
+  return state_names[state];
+}
+
+enum jb_session_state jb_session_state_from_name(const char *name) {
+  for (size_t i = 0; name && i < sizeof state_names / sizeof state_names[0]; i++)
+    if (strcmp(state_names[i], name) == 0) return (enum jb_session_state)i;
+  return JB_SESSION_UNKNOWN;
+}
+
 /* Copies column 0 of row 0 into a new string. */
 static char *dup_value(PGresult *r) {
   return strndup(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));

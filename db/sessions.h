@@ -17,6 +17,28 @@ struct jb_keyring;
 bool jb_state_is_live(const char *state);
 bool jb_state_is_known(const char *state);
 
+/* The same states, for the code that decides on them; stored and sent as their names. The
+ * live states come first, in JB_LIVE_STATES order, then the end states. */
+enum jb_session_state {
+  JB_SESSION_UNKNOWN = -1, /* no name, or a name that is none of these */
+  JB_SESSION_CREATED,
+  JB_SESSION_PRESCANNING,
+  JB_SESSION_AWAITING_AGENT,
+  JB_SESSION_ACTIVE,
+  JB_SESSION_PAUSED,
+  JB_SESSION_DONE,
+  JB_SESSION_ACCEPTED,
+  JB_SESSION_ABORTED,
+  JB_SESSION_FAILED,
+};
+
+/* The stored name of `state` ("awaiting_agent"; static), or NULL for JB_SESSION_UNKNOWN and
+ * any value outside the enum. */
+const char *jb_session_state_name(enum jb_session_state state);
+
+/* The state named `name` (nullable; compared exactly, as stored), or JB_SESSION_UNKNOWN. */
+enum jb_session_state jb_session_state_from_name(const char *name);
+
 struct jb_session_new {
   const char *job_id, *agent_id, *workspace, *mode;
   const char *exclude_json;                   /* JSON array text */

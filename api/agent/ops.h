@@ -1,6 +1,7 @@
-/* ops.h — the path of an agent's MCP tool call through jailboxd (issue 7): session state,
- * path syntax, exclusions, content scanning, supervision, audit of what is refused here, and
- * the hand-over to the worker that holds the session (db/ops.h). */
+/* ops.h — the path of an agent's MCP tool call through jailboxd: session state, path
+ * syntax, exclusions, content scanning, supervision, audit of what is refused here, and the
+ * hand-over to the worker that holds the session (db/ops.h). The stages of one call are in
+ * api/agent/op_call.h. */
 #ifndef JB_API_OPS_H
 #define JB_API_OPS_H
 
@@ -23,6 +24,22 @@ enum {
   JB_MCP_CHANGED = -32018,   /* the file changed between the write's request and its approval */
   JB_MCP_TIMEOUT = -32019,   /* no decision within JAILBOX_APPROVAL_TIMEOUT */
 };
+
+/* The agent's tools (MCP tools/list), named on the wire by their lower-case names. */
+enum jb_tool {
+  JB_TOOL_UNKNOWN = -1, /* no name, or a name that is none of these */
+  JB_TOOL_READ,
+  JB_TOOL_WRITE,
+  JB_TOOL_LIST,
+  JB_TOOL_DONE,
+};
+
+/* The wire name of `tool` ("read"; static), or NULL for JB_TOOL_UNKNOWN and any value outside
+ * the enum. */
+const char *jb_tool_name(enum jb_tool tool);
+
+/* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
+enum jb_tool jb_tool_from_name(const char *name);
 
 /* The tool handler installed with jb_socket_set_tool_handler (see jb_mcp_tool_fn): read,
  * write, list and done for session `job_id`. Blocks its socket worker thread until the op has

@@ -219,7 +219,8 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   struct jb_transition t;
-  if (strcmp(to, "aborted") == 0) jb_escape_release_session(s->app, c, job); /* an op in flight */
+  if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
+    jb_escape_release_session(s->app, c, job); /* an op in flight */
   int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
@@ -328,7 +329,7 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   /* the worker moves on by itself unless told to hold (JAILBOX_PRESCAN_HOLD): exclusions
    * given before the agent connects are still taken, and the answer says so */
   const char *cur = json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "state"));
-  if (cur && strcmp(cur, "awaiting_agent") == 0) {
+  if (jb_session_state_from_name(cur) == JB_SESSION_AWAITING_AGENT) {
     json_decref(r);
     r = json_pack("[{s:b,s:s,s:s}]", "ok", 1, "jobId", job, "state", "awaiting_agent");
   }
@@ -452,8 +453,7 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
   if (strcmp(method, "tools/call") == 0) {
     const char *tool = json_string_value(json_object_get(params, "name"));
     json_t *arguments = json_object_get(params, "arguments");
-    if (!tool || (strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") &&
-                  strcmp(tool, "done")))
+    if (jb_tool_from_name(tool) == JB_TOOL_UNKNOWN)
       return rpc_error(id, -32602, "Invalid params: 'name' must be one of read, write, list, done",
                        NULL);
     if (arguments && !json_is_object(arguments))
@@ -792,15 +792,16 @@ static void on_bus(void *ctx, const char *job_id, const char *event, json_t *pay
     json_t *seq = strcmp(event, "jailbox:audit_head") == 0 ? json_object_get(payload, "seq") : NULL;
     jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
                         json_incref(payload), json_is_integer(seq) ? json_integer_value(seq) : 0);
-    const char *st = json_string_value(json_object_get(payload, "state"));
-    if (strcmp(event, "jailbox:state") == 0 && st && strcmp(st, "aborted") == 0)
+    enum jb_session_state st =
+        jb_session_state_from_name(json_string_value(json_object_get(payload, "state")));
+    if (strcmp(event, "jailbox:state") == 0 && st == JB_SESSION_ABORTED)
       jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | JB_ROLE_AGENT, "jailbox:abort",
                       json_pack("{s:s,s:O?,s:O?}", "jobId", job_id, "reason",
                                 json_object_get(payload, "reason"), "actor",
                                 json_object_get(payload, "actor")));
     /* an ended session has no more use for its agent's socket (its token is revoked) */
-    if (strcmp(event, "jailbox:state") == 0 && st &&
-        (!strcmp(st, "aborted") || !strcmp(st, "accepted") || !strcmp(st, "failed")))
+    if (strcmp(event, "jailbox:state") == 0 &&
+        (st == JB_SESSION_ABORTED || st == JB_SESSION_ACCEPTED || st == JB_SESSION_FAILED))
       jb_ws_disconnect_room(s->ws, job_id, JB_ROLE_AGENT);
   }
   pthread_rwlock_unlock(&s->lock);

@@ -390,7 +390,8 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
       optional_reason(req, &doc, &reason, resp) == 0) {
     struct jb_transition t;
     jb_error err = {0};
-    if (strcmp(to, "aborted") == 0) jb_escape_release_session(app, c, job); /* an op in flight */
+    if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
+      jb_escape_release_session(app, c, job); /* an op in flight */
     int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
     if (rc == JB_OK) {
       if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */

@@ -1,0 +1,222 @@
+/* op_call.h — one agent tools/call on the op path, as named stages over one per-call struct
+ * (private to api/agent/ops.c and api/agent/op_*.c). jb_op_tool (ops.c) runs the stages in
+ * this order, each on what the ones before it filled in:
+ *
+ *   decode        (op_checks.c) the tool's arguments and its path
+ *   load session  (op_session.c) this process's copy of the session, or the database's row;
+ *                 the agent's first call moves awaiting_agent to active
+ *   refuse if     (op_checks.c) the session is not active or paused (a paused session takes
+ *                 the op and holds it); the path breaks the syntax rules (lib/pathcheck.h —
+ *                 the shim checks it again at open time), is excluded, or was flagged by the
+ *                 pre-scan: an audit entry each, and an escape signal where the path tries to
+ *                 leave the workspace
+ *   prepare       (op_checks.c) the shim's arguments; a write's content decoded, hashed and
+ *                 scanned (flagged: refused, security alert, audit entry)
+ *   hand direct   (op_worker.c) a read or list of an active session straight to the worker
+ *                 that holds it, when that worker is one of this process's
+ *   supervise     (op_supervise.c) a place among the calls that wait; for a write of a
+ *                 supervised session the file as it is now and the diff preview
+ *   store         (op_worker.c) the op stored: pending for the buyer (and announced to them)
+ *                 when the session is supervised and the op is a write, queued otherwise
+ *   wait          (op_worker.c) until the worker that holds the session has run it and
+ *                 written its audit entry (db/ops.h), or the buyer rejected it
+ *   answer        (op_worker.c) the MCP result of the op's answer
+ *
+ * Each stage returns an enum op_step; op_call_release (ops.c) frees what the stages took, on
+ * every path. The socket's service thread plans reads and lists with the same helpers
+ * (jb_op_direct_plan): it decides what it can without the database and without a wait. */
+#ifndef JB_API_OP_CALL_H
+#define JB_API_OP_CALL_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/agent/ops.h"
+#include "db/sessions.h"
+#include "lib/err.h"
+#include "lib/pathcheck.h"
+#include "server/opwait.h"
+
+#define OP_FILE_MAX (1024 * 1024) /* bytes of one write (the shim's JB_FILE_MAX) */
+#define OP_RUN_TIMEOUT_MS 120000  /* a queued op of an active session must run within this */
+
+/* What a stage tells the sequence. */
+enum op_step {
+  OP_NEXT = 0,  /* on to the next stage */
+  OP_ANSWERED,  /* call->ans holds the op's answer: on to the answer stage */
+  OP_END,       /* the call ends without a result; *call->e says why */
+  OP_STALE,     /* the copy of the session decided on no longer held at the insert: nothing
+                 * was done; the call starts over on the database's row */
+};
+
+/* One call: the fields of a stage are filled by it and read by the stages after it. */
+struct op_call {
+  /* the call (borrowed) */
+  struct jb_app *app;
+  const char *job;
+  enum jb_tool tool;          /* read, write or list */
+  json_t *args;
+  struct jb_mcp_error *e;
+  bool fresh;                 /* read the session from the database, not from the copy */
+  /* decode */
+  const char *path;           /* borrowed from args; "." for a list without one */
+  size_t plen;                /* its length in bytes */
+  /* load session */
+  PGconn *c;                  /* owned; NULL once it could not be had again */
+  json_t *sess;               /* owned: what the op path decides on */
+  enum jb_session_state state;
+  bool cached;                /* sess is this process's copy */
+  bool arrived;               /* this call moved the session from awaiting_agent to active */
+  bool recheck;               /* decided on a copy, or on a read made before the session became
+                               * active (the buyer may still add exclusions in awaiting_agent):
+                               * the insert checks that it still holds */
+  bool supervised;
+  json_t *exclude, *flagged;  /* borrowed from sess: exclusion globs, the pre-scan's [{path, kind}] */
+  /* prepare */
+  json_t *sargs;              /* owned: the shim's arguments */
+  unsigned char *data;        /* owned: a write's content, dlen bytes */
+  size_t dlen;
+  char sha_hex[65];           /* its SHA-256 in hex */
+  /* supervise */
+  bool counted;               /* holds a place among this process's waiting calls */
+  bool pending;               /* a write of a supervised session: waits for the buyer */
+  json_t *current;            /* owned: a pending write's target as it is now (its stat) */
+  json_t *diff;               /* owned: its diff preview (api/agent/diff.h) */
+  /* store, wait */
+  struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
+  long long op_id;
+  char st[20];                /* the session's state as the last insert saw it; "" when the
+                               * copy decided on no longer held */
+  json_t *ans;                /* owned: the op's answer {ok, result | error} */
+};
+
+/* The stages, in order (see the top of this file). */
+enum op_step op_decode(struct op_call *call);       /* op_checks.c */
+enum op_step op_load_session(struct op_call *call); /* op_session.c */
+enum op_step op_refuse_if(struct op_call *call);    /* op_checks.c */
+enum op_step op_prepare(struct op_call *call);      /* op_checks.c */
+enum op_step op_hand_direct(struct op_call *call);  /* op_worker.c */
+enum op_step op_supervise(struct op_call *call);    /* op_supervise.c */
+enum op_step op_store(struct op_call *call);        /* op_worker.c */
+enum op_step op_wait(struct op_call *call);         /* op_worker.c */
+/* The MCP result of call->ans (new), or NULL with *call->e when the shim refused the op. */
+json_t *op_answer(struct op_call *call);            /* op_worker.c */
+
+/* Frees what the stages took (the connection back to the pool, the place among the waiting
+ * calls given back) and leaves `call` empty but for its borrowed fields. */
+void op_call_release(struct op_call *call);         /* ops.c */
+
+/* ---- shared by the stages and the direct planner ---- */
+
+/* Fills *e: JSON-RPC error `code`, data {reason}, and the printf-style message. */
+void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Logs the database error `err` and fills *e with "unavailable". */
+void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err);
+
+enum op_args { OP_ARGS_OK, OP_ARGS_PATH_TYPE, OP_ARGS_PATH_MISSING, OP_ARGS_UNKNOWN };
+
+/* Checks the names of a `tool` call's arguments (read, write or list) and its path argument:
+ * *path (borrowed from `args`; "." when a list has none), *plen its length in bytes, *bad_key
+ * the first unknown argument (borrowed). */
+enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, size_t *plen,
+                           const char **bad_key);
+
+/* What the path rules say about a path; the first rule it breaks decides. */
+struct op_path_verdict {
+  enum jb_path_verdict syntax; /* JB_PATH_OK, or the syntax rule broken */
+  bool excluded;               /* matches an exclusion: glob (borrowed; may be NULL) */
+  const char *glob;
+  const char *flagged_kind;    /* the pre-scan's kind of the flagged entry it is or passes
+                                * through (borrowed), or NULL */
+};
+
+/* Whether `path` (`plen` bytes) may be used by `tool` in a session with exclusions `exclude`
+ * and pre-scan flags `flagged` (both borrowed): true, or false with *v saying why. The
+ * workspace root "." of a list is never excluded nor flagged. */
+bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json_t *exclude,
+                    const json_t *flagged, struct op_path_verdict *v);
+
+/* The kind of the pre-scan's flagged entry (sandbox/worker/workspace_scan.h) that `path` is or
+ * passes through; NULL when none (too_large is a notice, not a refusal). `flagged` is the
+ * pre-scan's [{path, kind}] list. */
+const char *op_flagged_kind(const char *path, const json_t *flagged);
+
+/* The shim's arguments of a tool call (new): `args` without the path, and the session's
+ * exclusions (borrowed) when it has any — the shim checks them again on the path it resolves:
+ * a symlink must not lead around them. */
+json_t *op_shim_args(json_t *args, json_t *exclude);
+
+/* What an op is decided on, for the insert or the worker to check against the session (new):
+ * {mode, exclude, flagged} of `sess` (borrowed, as `exclude` and `flagged`). */
+json_t *op_direct_expect(json_t *sess, json_t *exclude, json_t *flagged);
+
+/* The direct hand-over's request (sandbox/proto/direct.h; new): `sargs`, `expect` borrowed. */
+json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
+                          json_t *expect);
+
+/* The ops socket of the worker that holds session `sess` (its contract's "worker") when that
+ * worker is one of this process's (server/workers.h), else NULL. Borrowed. */
+const char *op_worker_socket(struct jb_app *app, const json_t *sess);
+
+/* The MCP result of a `tool` op that ran on `path` (`ans` {ok, result | error}, borrowed):
+ * new, or NULL with *e set when the shim refused it. A list's entries are filtered by the
+ * session's exclusions and pre-scan flags (borrowed). */
+json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_t *exclude,
+                         json_t *flagged, struct jb_mcp_error *e);
+
+/* Fills *e with the JSON-RPC error of the shim's `error` {code, message} (borrowed). */
+void op_shim_error(struct jb_mcp_error *e, json_t *error);
+
+/* A copy of this process's copy of session `job` (new; NULL when it has none). */
+json_t *op_session_copy(const char *job);
+
+/* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
+ * path of control characters takes up to six bytes a byte as JSON — its "path" is replaced
+ * by "sha256:HEX" of the path, as audit entries record over-long paths. */
+void op_fit_path(const char *job, const char *name, json_t *ev);
+
+/* Hands op `tool` on call->path with the shim's arguments `sargs` (borrowed) straight to the
+ * worker that holds the session when that worker is one of this process's
+ * (sandbox/proto/direct.h); `expect` (borrowed, NULL: none) is checked against the session
+ * as jb_db_op_create does. The worker stores, runs and completes the op with its audit entry
+ * in one transaction and answers on the socket. The connection goes back to the pool
+ * meanwhile (call->c is NULL after when it could not be had again). Returns the op's answer
+ * {ok, result | error} (new), or NULL when the op must take the queued path (no local worker,
+ * the session is not active — a paused session holds its ops —, the session changed, or the
+ * worker could not be reached: only ops that change nothing come here, so running one again
+ * there is harmless). */
+json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, json_t *expect);
+
+/* Starts the wait for an op of call->job that is about to be stored: registers `t` before the
+ * insert, so that the notification of its outcome cannot come before anyone listens. */
+void op_wait_begin(struct op_call *call, struct jb_opwait_ticket *t);
+/* Ends a wait begun with op_wait_begin whose op was not stored. */
+void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t);
+
+/* Waits for op `op_id`, just stored with ticket `t` registered (op_wait_begin), to finish,
+ * and ends the wait. Returns its stored answer {ok, result | error} (new), or NULL with
+ * *call->e (rejected, timed out, session ended, unavailable; or an answer that cannot be
+ * read). call->c may be NULL after. */
+json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket *t);
+
+/* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
+void op_announce_approval(struct op_call *call); /* op_supervise.c */
+
+/* Gives back the place op_supervise took among the waiting calls. */
+void op_leave_waiting(struct op_call *call);     /* op_supervise.c */
+
+/* Cleanup attribute for a json_t * (decref on every return path), and the hand-over of what
+ * a pointer points to (crun's steal_pointer). */
+static inline void op_json_decrefp(json_t **j) { json_decref(*j); }
+#define cleanup_json __attribute__((cleanup(op_json_decrefp)))
+static inline void *op_steal(void *pp) {
+  void **p = pp;
+  void *v = *p;
+  *p = NULL;
+  return v;
+}
+
+#endif

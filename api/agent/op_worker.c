@@ -1,0 +1,367 @@
+/* op_worker.c — a tool call's op on its way to the worker that holds the session and back
+ * (stages in api/agent/op_call.h): handed straight to the worker when it is one of this
+ * process's and nothing needs to wait (hand direct), or stored — pending for the buyer or
+ * queued — for the worker to run in the shim with its audit entry (store, db/ops.h); then
+ * waited for (wait) and made an MCP result (answer). The waiting thread sleeps until the
+ * jb_op notification of the op's commit wakes it (server/opwait.h), and reads the op row
+ * again then (and once a second regardless); without limit while the op waits for the buyer
+ * or a paused session. */
+#define _GNU_SOURCE
+#include "api/agent/op_call.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/audit_store.h"
+#include "db/db.h"
+#include "db/events.h"
+#include "db/ops.h"
+#include "lib/log.h"
+#include "lib/metrics.h"
+#include "sandbox/proto/direct.h"
+#include "server/app.h"
+#include "server/config.h"
+#include "server/workers.h"
+
+#define SAFETY_NET_MS 1000  /* a waiting call re-reads its op at least this often */
+#define DRAIN_ANSWER_MS 1000 /* draining: calls waiting on the buyer end this long before the grace */
+#define FALLBACK_MS 20      /* ... and this often while no notification can arrive */
+
+/* ---- answer ---- */
+
+void op_shim_error(struct jb_mcp_error *e, json_t *error) {
+  const char *code = json_string_value(json_object_get(error, "code"));
+  const char *msg = json_string_value(json_object_get(error, "message"));
+  if (!code) code = "internal";
+  if (!msg) msg = code;
+  static const struct {
+    const char *code;
+    int rpc;
+    const char *reason;
+  } map[] = {
+      {"denied", JB_MCP_DENIED, "denied"},         {"not_found", JB_MCP_NOT_FOUND, "not_found"},
+      {"excluded", JB_MCP_EXCLUDED, "excluded"},   {"changed", JB_MCP_CHANGED, "changed"},
+      {"too_large", JB_MCP_TOO_LARGE, "too_large"}, {"bad_request", JB_MCP_INVALID, "invalid"},
+      {"aborted", JB_MCP_DENIED, "aborted"},
+      {"timeout", JB_MCP_TIMEOUT, "timeout"}, /* jb_db_op_expire */
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(code, map[i].code)) {
+      op_error(e, map[i].rpc, map[i].reason, "%s", msg);
+      return;
+    }
+  op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
+}
+
+/* The MCP CallToolResult of a finished op (new). */
+static json_t *tool_result(enum jb_tool tool, json_t *result) {
+  json_t *text;
+  if (tool == JB_TOOL_READ && !strcmp(json_string_value(json_object_get(result, "encoding")) ?: "", "utf-8")) {
+    text = json_incref(json_object_get(result, "content"));
+  } else {
+    char *s = json_dumps(result, JSON_COMPACT);
+    text = json_string(s ? s : "{}");
+    free(s);
+  }
+  return json_pack("{s:[{s:s,s:o}],s:O,s:b}", "content", "type", "text", "text", text,
+                   "structuredContent", result, "isError", 0);
+}
+
+/* Filters excluded and flagged names out of a list result (in place). */
+static void filter_list(json_t *result, const char *dir, const json_t *globs, const json_t *flagged) {
+  json_t *entries = json_object_get(result, "entries");
+  size_t i = 0;
+  while (i < json_array_size(entries)) {
+    const char *name = json_string_value(json_object_get(json_array_get(entries, i), "name"));
+    char full[8200];
+    snprintf(full, sizeof full, "%s%s%s", strcmp(dir, ".") ? dir : "", strcmp(dir, ".") ? "/" : "",
+             name ? name : "");
+    if (name && (jb_path_excluded(full, globs, NULL) || op_flagged_kind(full, flagged)))
+      json_array_remove(entries, i);
+    else
+      i++;
+  }
+  json_object_set_new(result, "count", json_integer((json_int_t)json_array_size(entries)));
+}
+
+json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_t *exclude,
+                         json_t *flagged, struct jb_mcp_error *e) {
+  if (!json_is_true(json_object_get(ans, "ok"))) {
+    op_shim_error(e, json_object_get(ans, "error"));
+    return NULL;
+  }
+  json_t *r = json_object_get(ans, "result");
+  if (tool == JB_TOOL_LIST) filter_list(r, path, exclude, flagged);
+  return tool_result(tool, r);
+}
+
+json_t *op_answer(struct op_call *call) {
+  return op_answer_result(call->tool, call->path, call->ans, call->exclude, call->flagged, call->e);
+}
+
+/* ---- hand direct ---- */
+
+const char *op_worker_socket(struct jb_app *app, const json_t *sess) {
+  const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
+  return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
+}
+
+json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
+                          json_t *expect) {
+  return json_pack("{s:s,s:s,s:s,s:O,s:O?}", "jobId", job, "tool", tool, "path", path, "args",
+                   sargs, "expect", expect);
+}
+
+json_t *op_direct_expect(json_t *sess, json_t *exclude, json_t *flagged) {
+  return json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
+                   "flagged", flagged ? json_incref(flagged) : json_array());
+}
+
+json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, json_t *expect) {
+  struct jb_app *app = call->app;
+  const char *sock = op_worker_socket(app, call->sess);
+  if (!sock) return NULL;
+  json_t *req = op_direct_request(call->job, tool, call->path, sargs, expect);
+  if (!req) return NULL;
+  jb_error err = {0};
+  /* the database connection is not needed while the worker works: back to the pool, and
+   * taken again for the queued path (NULL when it cannot be had) */
+  jb_db_release(app->db, call->c);
+  json_t *ans = jb_direct_call(sock, req, OP_RUN_TIMEOUT_MS, &err);
+  json_decref(req);
+  jb_error aerr = {0};
+  call->c = jb_db_acquire(app->db, &aerr);
+  if (!call->c) jb_log(JB_LOG_ERROR, "op path: database error", "detail", aerr.msg, NULL);
+  if (!ans) {
+    jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId", call->job,
+           "detail", err.msg, NULL);
+    return NULL;
+  }
+  json_t *out = NULL;
+  if (json_is_true(json_object_get(ans, "ran")) && json_is_object(json_object_get(ans, "answer"))) {
+    out = json_incref(json_object_get(ans, "answer"));
+    atomic_fetch_add(&jb_metric_ops_direct, 1);
+  }
+  json_decref(ans);
+  return out;
+}
+
+/* A read or list straight to the worker when it is ours — no wait on a buyer or a pause, so
+ * it is not counted among the waiting calls. Not in a pause the session was read in: the
+ * worker runs a direct op before it stores it (and refuses it then), and nothing should run
+ * in the sandbox while the buyer holds the session. */
+enum op_step op_hand_direct(struct op_call *call) {
+  if (call->tool == JB_TOOL_WRITE || call->state != JB_SESSION_ACTIVE) return OP_NEXT;
+  cleanup_json json_t *x = call->recheck ? op_direct_expect(call->sess, call->exclude, call->flagged) : NULL;
+  if (!call->recheck || x) call->ans = op_try_direct(call, jb_tool_name(call->tool), call->sargs, x);
+  if (call->ans) return OP_ANSWERED;
+  if (!call->c) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
+    return OP_END;
+  }
+  return OP_NEXT;
+}
+
+/* ---- store ---- */
+
+void op_wait_begin(struct op_call *call, struct jb_opwait_ticket *t) {
+  if (call->app->opwait) jb_opwait_register(call->app->opwait, t, call->job, -1);
+}
+
+void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t) {
+  if (call->app->opwait) jb_opwait_unregister(call->app->opwait, t);
+}
+
+/* The {mode, exclude, flagged} the call decided on as JSON text (new), or NULL. */
+static char *expect_text(struct op_call *call) {
+  cleanup_json json_t *x = op_direct_expect(call->sess, call->exclude, call->flagged);
+  return x ? json_dumps(x, JSON_COMPACT) : NULL;
+}
+
+enum op_step op_store(struct op_call *call) {
+  cleanup_free char *args_text = json_dumps(call->sargs, JSON_COMPACT);
+  if (!args_text) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  op_wait_begin(call, &call->ticket);
+  cleanup_free char *expect = call->recheck ? expect_text(call) : NULL;
+  jb_error err = {0};
+  int rc = call->recheck && !expect
+               ? JB_ERR_FAIL
+               : jb_db_op_create(call->c, call->job, jb_tool_name(call->tool), call->path, args_text,
+                                 call->pending, expect, &call->op_id, call->st, &err);
+  if (rc != JB_OK) op_wait_end(call, &call->ticket);
+  else atomic_fetch_add(&jb_metric_ops_queued, 1);
+  if (rc == JB_ERR_CONFLICT && !call->fresh && !call->st[0]) { /* the copy was stale: start over, fresh */
+    jb_op_session_changed(call->job);
+    return OP_STALE;
+  }
+  if (rc == JB_ERR_CONFLICT && !call->st[0]) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the session's settings changed meanwhile; try again");
+    return OP_END;
+  }
+  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
+    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
+             call->st[0] ? call->st : "gone");
+    return OP_END;
+  }
+  if (rc != JB_OK) {
+    op_error_unavailable(call->e, &err);
+    return OP_END;
+  }
+  if (call->pending) op_announce_approval(call);
+  return OP_NEXT;
+}
+
+/* ---- wait ---- */
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* The clocks of one wait, in ms of jb_now_ms. */
+struct wait_clock {
+  long long stored;      /* when the op was stored */
+  long long started;     /* since when an approved op of an active session waits to run */
+  long long approval_ms; /* JAILBOX_APPROVAL_TIMEOUT; 0: none */
+};
+
+/* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
+ * said on every instance) and the call ends with timeout: true. Otherwise *nap is cut to when
+ * it will be due. */
+static bool approval_overdue(struct op_call *call, long long op_id, const struct wait_clock *clk, long *nap) {
+  long long left = clk->stored + clk->approval_ms - jb_now_ms();
+  if (left <= 0) {
+    struct jb_audit_head h;
+    json_t *opj = NULL;
+    jb_error err = {0};
+    int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id, (long)(clk->approval_ms / 1000), &h,
+                             &opj, &err);
+    if (xr == JB_OK) {
+      jb_error nerr = {0};
+      json_t *hj = jb_audit_head_json(&h);
+      if (opj) jb_db_notify_event(call->c, call->job, "jailbox:op", opj, &nerr);
+      jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
+      json_decref(hj);
+      json_decref(opj);
+      op_error(call->e, JB_MCP_TIMEOUT, "timeout", "the buyer did not decide on the write within %lld s",
+               clk->approval_ms / 1000);
+      return true;
+    }
+    if (xr == JB_ERR_FAIL)
+      jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", call->job, "detail", err.msg, NULL);
+    left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
+  }
+  if (left < *nap) *nap = (long)left;
+  return false;
+}
+
+/* Draining (SIGTERM): a call still waiting on the buyer (`pending`) or on a pause ends a
+ * second before the shutdown grace runs out, so that the instance can stop; the op stays in
+ * the database and another instance (or this one restarted) carries its outcome. True when
+ * the call ends so; otherwise *nap is cut to that moment. */
+static bool drain_cut(struct op_call *call, long long op_id, bool pending, long *nap) {
+  struct jb_app *app = call->app;
+  long long deadline = atomic_load(&app->drain_deadline_ms);
+  if (!atomic_load(&app->draining) || deadline <= 0) return false;
+  long long left = deadline - DRAIN_ANSWER_MS - jb_now_ms();
+  if (left <= 0) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "jailboxd is shutting down: op %lld is still %s and stays so; its outcome is in the"
+             " session's ops list",
+             op_id, pending ? "waiting for the buyer" : "held by the pause");
+    return true;
+  }
+  if (left < *nap) *nap = (long)left;
+  return false;
+}
+
+/* One reading of op `op_id`'s row: OP_ANSWERED with its answer in *out (new), OP_END with
+ * *call->e, or OP_NEXT with *nap the ms to sleep before the next reading. Pending ops and the
+ * ops of a paused session wait without limit; a queued op of an active session must run
+ * within OP_RUN_TIMEOUT_MS. */
+static enum op_step read_outcome(struct op_call *call, long long op_id, struct wait_clock *clk, json_t **out,
+                                 long *nap) {
+  struct jb_mcp_error *e = call->e;
+  char ost[20], sst[20];
+  cleanup_free char *res = NULL;
+  cleanup_free char *reason = NULL;
+  jb_error err = {0};
+  int rc = jb_db_op_poll(call->c, call->job, op_id, ost, sst, &res, &reason, &err);
+  if (rc == JB_ERR_FAIL) {
+    op_error_unavailable(e, &err);
+    return OP_END;
+  }
+  if (rc != JB_OK) {
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
+    return OP_END;
+  }
+  if (!strcmp(ost, "rejected")) {
+    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "", reason ? reason : "");
+    return OP_END;
+  }
+  if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
+    *out = res ? json_loads(res, 0, NULL) : NULL;
+    if (!*out) {
+      op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
+      return OP_END;
+    }
+    return OP_ANSWERED;
+  }
+  enum jb_session_state ss = jb_session_state_from_name(sst);
+  if (!jb_state_is_live(sst) || ss == JB_SESSION_DONE) {
+    op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
+    return OP_END;
+  }
+  bool queued = !strcmp(ost, "approved") && ss == JB_SESSION_ACTIVE; /* for the worker to run */
+  if (queued && jb_now_ms() - clk->started > OP_RUN_TIMEOUT_MS) {
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+    return OP_END;
+  }
+  if (!queued) clk->started = jb_now_ms();
+  *nap = SAFETY_NET_MS;
+  bool pending = !strcmp(ost, "pending");
+  if (pending && clk->approval_ms > 0 && approval_overdue(call, op_id, clk, nap)) return OP_END;
+  if ((pending || ss == JB_SESSION_PAUSED) && drain_cut(call, op_id, pending, nap)) return OP_END;
+  return OP_NEXT;
+}
+
+/* Sleeps until a jb_op notification names the op or the session (server/opwait.h), or `nap`
+ * ms have passed (FALLBACK_MS while the LISTEN connection is down), with the connection back
+ * in the pool meanwhile. Before the first reading when notifications can come: the op has
+ * not run yet. */
+json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket *t) {
+  struct jb_app *app = call->app;
+  long long now = jb_now_ms();
+  struct wait_clock clk = {.stored = now, .started = now,
+                           .approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0};
+  long nap = SAFETY_NET_MS;
+  json_t *out = NULL;
+  if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
+  for (bool read_now = !app->opwait;; read_now = false) {
+    if (!read_now) {
+      jb_db_release(app->db, call->c);
+      if (app->opwait) jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
+      else sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
+      jb_error err = {0};
+      call->c = jb_db_acquire(app->db, &err);
+      if (!call->c) {
+        op_error_unavailable(call->e, &err);
+        break;
+      }
+    }
+    if (read_outcome(call, op_id, &clk, &out, &nap) != OP_NEXT) break;
+  }
+  op_wait_end(call, t);
+  return out;
+}
+
+enum op_step op_wait(struct op_call *call) {
+  call->ans = op_await(call, call->op_id, &call->ticket);
+  return call->ans ? OP_ANSWERED : OP_END;
+}
