@@ -733,7 +733,8 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
     return false;
   const char *tool = json_string_value(json_object_get(params, "name"));
   json_t *arguments = json_object_get(params, "arguments");
-  if (!tool || (strcmp(tool, "read") && strcmp(tool, "list")) || (arguments && !json_is_object(arguments)))
+  enum jb_tool t = tool ? jb_tool_from_name(tool) : JB_TOOL_UNKNOWN;
+  if ((t != JB_TOOL_READ && t != JB_TOOL_LIST) || (arguments && !json_is_object(arguments)))
     return false;
   struct relay_call *rc = calloc(1, sizeof *rc);
   if (!rc) return false;
