@@ -42,4 +42,14 @@ void jb_closep(int *fd);
 #define cleanup_free __attribute__((cleanup(jb_freep)))
 #define cleanup_close __attribute__((cleanup(jb_closep)))
 
+/* Hands over what `*pp` points to and leaves NULL behind, so that a cleanup attribute on the
+ * variable releases nothing (crun's steal_pointer): `return jb_steal_pointer(&buf);`. `pp` is
+ * the address of any object pointer. */
+static inline void *jb_steal_pointer(void *pp) {
+  void **p = pp;
+  void *v = *p;
+  *p = NULL;
+  return v;
+}
+
 #endif

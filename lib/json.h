@@ -34,4 +34,9 @@ int jb_json_get_int(const json_t *obj, const char *key, long long min, long long
 int jb_json_get_number(const json_t *obj, const char *key, double min, double max, double *out,
                        jb_error *err);
 
+/* Cleanup attribute for a json_t * (json_decref on every return path; NULL is allowed):
+ * `cleanup_json json_t *doc = json_loads(…);`. */
+static inline void jb_json_decrefp(json_t **j) { json_decref(*j); }
+#define cleanup_json __attribute__((cleanup(jb_json_decrefp)))
+
 #endif

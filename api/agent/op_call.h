@@ -36,6 +36,7 @@
 #include "api/agent/ops.h"
 #include "db/sessions.h"
 #include "lib/err.h"
+#include "lib/json.h"
 #include "lib/pathcheck.h"
 #include "server/opwait.h"
 
@@ -207,16 +208,5 @@ void op_announce_approval(struct op_call *call); /* op_supervise.c */
 
 /* Gives back the place op_supervise took among the waiting calls. */
 void op_leave_waiting(struct op_call *call);     /* op_supervise.c */
-
-/* Cleanup attribute for a json_t * (decref on every return path), and the hand-over of what
- * a pointer points to (crun's steal_pointer). */
-static inline void op_json_decrefp(json_t **j) { json_decref(*j); }
-#define cleanup_json __attribute__((cleanup(op_json_decrefp)))
-static inline void *op_steal(void *pp) {
-  void **p = pp;
-  void *v = *p;
-  *p = NULL;
-  return v;
-}
 
 #endif

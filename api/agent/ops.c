@@ -192,7 +192,7 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool_nam
   dp->exclude = json_incref(exclude);
   dp->flagged = json_incref(flagged);
   snprintf(out->sock, sizeof out->sock, "%s", sock);
-  out->req = op_steal(&req);
+  out->req = jb_steal_pointer(&req);
   out->ctx = dp;
   return true;
 }
