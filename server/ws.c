@@ -1,55 +1,41 @@
-/* ws.c — the Socket.IO transport (see ws.h): WebSocket handshake and framing (RFC 6455),
- * Engine.IO v4 (websocket transport only), Socket.IO v5 packets, rooms, heartbeats, bounded
- * send queues, the cross-thread queue and the handler worker threads, on a libwebsockets
- * raw-socket listener serviced by one thread. */
+/* ws.c — the Socket.IO transport (see ws.h), the event loop around the two pure codecs: a
+ * libwebsockets raw-socket listener serviced by one thread feeds each connection's bytes to
+ * the WebSocket codec (ws_frame.h: upgrade request, frames) and its text messages to the
+ * Engine.IO/Socket.IO codec (sio_packet.h), and acts on what they decode. It owns the
+ * connections and their states, rooms, heartbeats, bounded send queues, the cross-thread
+ * queue, the handler worker threads, watched descriptors and the drain. */
 #define _GNU_SOURCE
 #include "server/ws.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <libwebsockets.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/json.h"
-#include "server/config.h"
 #include "lib/log.h"
+#include "server/config.h"
+#include "server/sio_packet.h"
+#include "server/ws_frame.h"
 
 /* ---------- limits that are not settings ---------- */
 
-#define HTTP_HEAD_MAX 8192            /* upgrade request head, bytes (431 above) */
-#define MAX_FRAGMENTS 128             /* frames in one message (close 1008 above) */
-#define MAX_INFLIGHT 64               /* handler calls outstanding per connection */
-#define MAX_JOBS 8192                 /* handler calls queued in all */
-#define MAX_ITEMS 200000              /* cross-thread messages waiting for the service thread */
-#define MAX_EVENT_NAME 64             /* bytes */
-#define MAX_NSP 64                    /* namespace bytes echoed in a CONNECT_ERROR */
-#define JSON_DEPTH 32                 /* nesting of Socket.IO payloads */
-#define LINGER_MS 2000                /* after our close frame: wait for the peer to close */
-#define ACK_ID_MAX 9007199254740991LL /* 2^53 - 1: the largest id a JS client can hold */
+#define MAX_INFLIGHT 64  /* handler calls outstanding per connection */
+#define MAX_JOBS 8192    /* handler calls queued in all */
+#define MAX_ITEMS 200000 /* cross-thread messages waiting for the service thread */
+#define LINGER_MS 2000   /* after our close frame: wait for the peer to close */
 
 #define SCRATCH 65536             /* queued frames gathered into one write, bytes */
 #define ID_BUCKETS 4096
 #define ROOM_BUCKETS 1024
 #define IP_BUCKETS 256
-
-/* RFC 6455 §7.4.1 close codes */
-#define WS_NORMAL 1000
-#define WS_GOING_AWAY 1001
-#define WS_PROTOCOL 1002
-#define WS_UNSUPPORTED 1003
-#define WS_BAD_DATA 1007
-#define WS_POLICY 1008
-#define WS_TOO_BIG 1009
 
 /* ---------- outgoing frames: built once, shared by reference (service thread only) ---------- */
 
@@ -64,26 +50,15 @@ struct frame {
 static struct frame *frame_build(unsigned opcode, const void *a, size_t alen, const void *b,
                                  size_t blen) {
   size_t plen = alen + blen;
-  size_t hl = opcode == 0xff ? 0 : plen < 126 ? 2 : plen < 65536 ? 4 : 10;
+  unsigned char head[JB_WS_HEAD_MAX];
+  size_t hl = opcode == 0xff ? 0 : jb_ws_frame_head(head, opcode, plen);
   struct frame *f = malloc(sizeof *f + LWS_PRE + hl + plen);
   if (!f) return NULL;
   f->refs = 1;
   f->data = f->mem + LWS_PRE;
   f->len = hl + plen;
   unsigned char *d = f->data;
-  if (hl) {
-    d[0] = (unsigned char)(0x80 | opcode);
-    if (hl == 2) {
-      d[1] = (unsigned char)plen;
-    } else if (hl == 4) {
-      d[1] = 126;
-      d[2] = (unsigned char)(plen >> 8);
-      d[3] = (unsigned char)plen;
-    } else {
-      d[1] = 127;
-      for (int i = 0; i < 8; i++) d[2 + i] = (unsigned char)((uint64_t)plen >> (56 - 8 * i));
-    }
-  }
+  if (hl) memcpy(d, head, hl);
   if (alen) memcpy(d + hl, a, alen);
   if (blen) memcpy(d + hl + alen, b, blen);
   return f;
@@ -97,22 +72,25 @@ static void frame_unref(struct frame *f) {
   if (f && --f->refs == 0) free(f);
 }
 
-/* "42" + [event, payload] as a text frame; payload is stolen. */
-static struct frame *frame_event(const char *event, json_t *payload) {
-  json_t *arr = json_array();
-  if (!arr || json_array_append_new(arr, json_string(event)) < 0 ||
-      (payload && json_array_append(arr, payload) < 0)) {
-    json_decref(arr);
-    json_decref(payload);
-    return NULL;
-  }
-  json_decref(payload);
-  char *s = json_dumps(arr, JSON_COMPACT);
-  json_decref(arr);
-  if (!s) return NULL;
-  struct frame *f = frame_text("42", s);
-  free(s);
+/* A Socket.IO packet on the main namespace as a text frame: its head (type, ack id unless
+ * `ack` < 0) followed by `data` (stolen; NULL: out of memory, no frame). */
+static struct frame *frame_sio(enum jb_sio_type type, long long ack, char *data) {
+  if (!data) return NULL;
+  char head[JB_SIO_HEAD_MAX];
+  jb_sio_head(head, type, NULL, ack);
+  struct frame *f = frame_text(head, data);
+  free(data);
   return f;
+}
+
+/* EVENT [event, payload] as a text frame; payload is stolen. */
+static struct frame *frame_event(const char *event, json_t *payload) {
+  return frame_sio(JB_SIO_EVENT, -1, jb_sio_event_data(event, payload));
+}
+
+/* The ACK `ack` with `reply` (borrowed; not an array: empty) as a text frame. */
+static struct frame *frame_ack(long long ack, const json_t *reply) {
+  return frame_sio(JB_SIO_ACK, ack, jb_sio_ack_data(reply));
 }
 
 /* ---------- cross-thread messages (any thread → service thread) ---------- */
@@ -149,7 +127,7 @@ struct job {
   struct jb_ws_peer peer;
   json_t *data;  /* auth object or NULL / event args array */
   long long ack; /* -1: none */
-  char name[MAX_EVENT_NAME + 1];
+  char name[JB_SIO_MAX_EVENT_NAME + 1];
 };
 
 /* ---------- connections (service thread only) ---------- */
@@ -161,8 +139,6 @@ enum cstate {
   CS_CLOSING, /* close frame / refusal queued; no more input is read */
   CS_LINGER,  /* our side shut down; discard input until the peer closes */
 };
-
-enum fstate { F_HDR, F_PAYLOAD };
 
 struct qnode {
   struct qnode *next;
@@ -188,26 +164,8 @@ struct conn {
   long long seq; /* the highest number of the numbered events handed to it (jb_ws_broadcast_seq) */
   char sid[24];
   char addr[64];
-  /* upgrade request */
-  char *hbuf;
-  size_t hlen;
-  /* frame parser */
-  enum fstate fs;
-  unsigned char hdr[14];
-  unsigned hhave, hneed;
-  unsigned opcode;
-  bool fin;
-  unsigned char mask[4];
-  uint64_t left; /* payload bytes of the current frame still to read */
-  uint64_t flen; /* payload length of the current frame */
-  /* message being assembled */
-  bool in_msg;
-  unsigned frags;
-  unsigned char *msg;
-  size_t msg_len;
-  unsigned char u8need, u8lo, u8hi; /* UTF-8 validator state */
-  unsigned char ctl[125];
-  size_t ctl_len;
+  struct jb_ws_handshake hs; /* CS_HTTP: the upgrade request read so far */
+  struct jb_ws_reader rd;    /* CS_EIO, CS_SIO: the client's frames */
   /* send queue */
   struct qnode *qhead, *qtail;
   size_t qbytes;
@@ -384,7 +342,7 @@ static void conn_fail(struct conn *c, unsigned code, const char *reason);
 static void conn_send(struct conn *c, struct frame *f, bool force) {
   if (!f || c->st >= CS_CLOSING) return;
   if (!force && c->qhead && c->qbytes + f->len > c->ws->s.send_queue_bytes) {
-    conn_fail(c, WS_POLICY, "send queue overflow");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "send queue overflow");
     return;
   }
   /* nothing waits before it (ours or lws's): out now, not one poll round later. This runs on
@@ -400,7 +358,7 @@ static void conn_send(struct conn *c, struct frame *f, bool force) {
   }
   struct qnode *n = malloc(sizeof *n);
   if (!n) {
-    conn_fail(c, WS_POLICY, "out of memory");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   f->refs++;
@@ -418,7 +376,7 @@ static void conn_send(struct conn *c, struct frame *f, bool force) {
 static void conn_send_text(struct conn *c, const char *a, const char *b) {
   struct frame *f = frame_text(a, b);
   if (!f) {
-    conn_fail(c, WS_POLICY, "out of memory");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   conn_send(c, f, false);
@@ -456,53 +414,41 @@ static void conn_finish_after(struct conn *c, bool keep, struct frame *last, str
 
 /* Closes the WebSocket with `code` and a short `reason` (RFC 6455 §5.5.1). */
 static void conn_fail(struct conn *c, unsigned code, const char *reason) {
-  unsigned char p[2] = {(unsigned char)(code >> 8), (unsigned char)code};
-  size_t rl = reason ? strnlen(reason, 120) : 0;
+  unsigned char p[JB_WS_CONTROL_MAX];
+  size_t pl = jb_ws_close_payload(p, code, reason);
   if (c->st == CS_HTTP) { /* no WebSocket yet: just drop */
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     c->st = CS_CLOSING;
     return;
   }
-  if (c->st < CS_CLOSING && code != WS_NORMAL && reason) {
+  if (c->st < CS_CLOSING && code != JB_WS_CLOSE_NORMAL && reason) {
     char cs[8];
     snprintf(cs, sizeof cs, "%u", code);
     jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", cs, "reason",
            reason ? reason : "", NULL);
   }
-  conn_finish(c, frame_build(0x8, p, code ? 2 : 0, reason, code ? rl : 0));
+  conn_finish(c, frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
 }
 
-/* An HTTP error answer to the upgrade request, then close. */
-static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
-                        const char *message) {
-  static const struct {
-    int s;
-    const char *t;
-  } texts[] = {{400, "Bad Request"},
-               {404, "Not Found"},
-               {426, "Upgrade Required"},
-               {429, "Too Many Requests"},
-               {431, "Request Header Fields Too Large"},
-               {503, "Service Unavailable"}};
-  const char *text = "Error";
-  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
-    if (texts[i].s == status) text = texts[i].t;
-  json_t *o = json_pack("{s:i,s:s}", "code", eio_code, "message", message);
-  char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  json_decref(o);
-  char head[512];
-  int hl = snprintf(head, sizeof head,
-                    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                    "Access-Control-Allow-Origin: *\r\nConnection: close\r\n%s\r\n",
-                    status, text, body ? strlen(body) : 0, extra_headers ? extra_headers : "");
-  struct frame *f = frame_build(0xff, head, (size_t)hl, body, body ? strlen(body) : 0);
-  free(body);
+/* The HTTP error answer of `v` to the upgrade request, then close. */
+static void http_refuse_verdict(struct conn *c, const struct jb_ws_verdict *v) {
+  size_t len = 0;
+  char *text = jb_ws_http_error(v, &len);
+  struct frame *f = text ? frame_build(0xff, text, len, NULL, 0) : NULL;
+  free(text);
   if (!f) {
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     c->st = CS_CLOSING;
     return;
   }
   conn_finish(c, f);
+}
+
+/* An HTTP error answer to the upgrade request (see struct jb_ws_verdict), then close. */
+static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
+                        const char *message) {
+  struct jb_ws_verdict v = {.status = status, .headers = extra_headers, .eio_code = eio_code, .message = message};
+  http_refuse_verdict(c, &v);
 }
 
 /* ---------- cross-thread queue ---------- */
@@ -591,14 +537,7 @@ int jb_ws_event_done(struct jb_ws *ws, uint64_t conn, long long ack, json_t *rep
     json_decref(reply);
     return -1;
   }
-  struct frame *f = NULL;
-  if (ack >= 0) {
-    char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    char head[32];
-    snprintf(head, sizeof head, "43%lld", ack);
-    f = frame_text(head, s && json_is_array(reply) ? s : "[]");
-    free(s);
-  }
+  struct frame *f = ack >= 0 ? frame_ack(ack, reply) : NULL;
   json_decref(reply);
   if (!on_service_thread(ws)) return post_frame(ws, IT_DONE, conn, NULL, 0, f, 0);
   struct item it = {.kind = IT_DONE, .conn = conn, .f = f};
@@ -719,11 +658,11 @@ static void end_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_hs);
   if (c->end_pending) { /* a handler call did not finish in time: end anyway */
     c->end_pending = false;
-    conn_send_text(c, "41", NULL);
+    conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
     lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
     return;
   }
-  conn_fail(c, WS_NORMAL, NULL);
+  conn_fail(c, JB_WS_CLOSE_NORMAL, NULL);
 }
 
 /* Sends the DISCONNECT and closes soon, or waits for the answers of calls in flight (an op that
@@ -731,7 +670,7 @@ static void end_cb(lws_sorted_usec_list_t *sul) {
 static void conn_end(struct conn *c) {
   c->role = 0; /* no more events of the room */
   c->end_pending = c->inflight > 0;
-  if (!c->end_pending) conn_send_text(c, "41", NULL);
+  if (!c->end_pending) conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
   lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb,
                    (lws_usec_t)(c->end_pending ? 5000 : 500) * 1000);
 }
@@ -821,7 +760,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     c->connect_pending = false;
     if (c->st != CS_EIO) break;
     if (room_join(c, it->room) < 0) {
-      conn_fail(c, WS_POLICY, "out of memory");
+      conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
       break;
     }
     c->role = it->roles;
@@ -832,7 +771,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
       if (c->role & (1u << b)) atomic_fetch_add(&ws->n_by_role[b], 1);
     lws_sul_cancel(&c->sul_hs);
     char ans[48];
-    snprintf(ans, sizeof ans, "40{\"sid\":\"%s\"}", c->sid);
+    jb_sio_connect_ok(ans, sizeof ans, c->sid);
     conn_send_text(c, ans, NULL);
     break;
   }
@@ -845,7 +784,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
     if (c->end_pending && c->inflight == 0 && c->st == CS_SIO) {
       c->end_pending = false;
-      conn_send_text(c, "41", NULL);
+      conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
       lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
     }
     if (c->drain_close && c->inflight == 0 && c->st < CS_CLOSING) close_draining(c); /* after its ACK */
@@ -916,24 +855,14 @@ static void run_job(struct jb_ws *ws, struct job *j) {
         if (ws->h.connected) ws->h.connected(ws->h.ctx, ws, &j->peer);
       }
     } else {
-      json_t *o = json_pack("{s:s}", "message", res.message[0] ? res.message : "refused");
-      char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-      json_decref(o);
-      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_text("44", s), 0);
-      free(s);
+      char *s = jb_sio_error_data(res.message[0] ? res.message : "refused");
+      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_sio(JB_SIO_CONNECT_ERROR, -1, s), 0);
     }
     post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL, 0);
     return;
   }
   json_t *reply = ws->h.event(ws->h.ctx, ws, &j->peer, j->name, j->data, j->ack >= 0);
-  struct frame *f = NULL;
-  if (j->ack >= 0) {
-    char *s = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    char head[32];
-    snprintf(head, sizeof head, "43%lld", j->ack);
-    f = frame_text(head, s && json_is_array(reply) ? s : "[]");
-    free(s);
-  }
+  struct frame *f = j->ack >= 0 ? frame_ack(j->ack, reply) : NULL;
   json_decref(reply);
   post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f, 0);
 }
@@ -968,36 +897,34 @@ static void peer_of(const struct conn *c, struct jb_ws_peer *p) {
   snprintf(p->addr, sizeof p->addr, "%s", c->addr);
 }
 
-/* Parses Socket.IO JSON data: depth-limited, duplicate keys refused. New reference or NULL. */
-static json_t *parse_data(const char *p, size_t n) {
-  if (jb_json_depth(p, n, JSON_DEPTH) > JSON_DEPTH) return NULL;
-  return json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL);
+/* Sends CONNECT_ERROR {message} on `nsp` ("/": the main namespace). */
+static void sio_connect_error(struct conn *c, const char *nsp, const char *message) {
+  char head[JB_SIO_HEAD_MAX];
+  jb_sio_head(head, JB_SIO_CONNECT_ERROR, nsp, -1);
+  char *data = jb_sio_error_data(message);
+  if (!data) {
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    return;
+  }
+  conn_send_text(c, head, data);
+  free(data);
 }
 
-static void sio_connect(struct conn *c, const char *nsp, const char *data, size_t dlen) {
-  if (c->st == CS_SIO || c->connect_pending) {
-    conn_fail(c, WS_POLICY, "CONNECT sent twice");
-    return;
-  }
-  if (strcmp(nsp, "/") != 0) {
-    char head[MAX_NSP + 8];
-    snprintf(head, sizeof head, "44%s,", nsp);
-    conn_send_text(c, head, "{\"message\":\"Invalid namespace\"}");
-    return;
-  }
-  json_t *auth = NULL;
-  if (dlen) {
-    auth = parse_data(data, dlen);
-    if (!json_is_object(auth)) {
-      json_decref(auth);
-      conn_send_text(c, "44", "{\"message\":\"the auth payload must be a JSON object\"}");
-      return;
-    }
-  }
+/* Answers ACK `ack` (none when < 0) with the error array `body` (an event that was not run). */
+static void sio_ack_error(struct conn *c, long long ack, const char *body) {
+  if (ack < 0) return;
+  char head[JB_SIO_HEAD_MAX];
+  jb_sio_head(head, JB_SIO_ACK, NULL, ack);
+  conn_send_text(c, head, body);
+}
+
+/* A decoded CONNECT on the main namespace: `auth` (stolen, NULL: none) goes to the connect
+ * handler on a worker thread. */
+static void sio_connect(struct conn *c, json_t *auth) {
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(auth);
-    conn_fail(c, WS_POLICY, "out of memory");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   j->kind = J_CONNECT;
@@ -1007,150 +934,54 @@ static void sio_connect(struct conn *c, const char *nsp, const char *data, size_
   if (submit(c->ws, j) < 0) {
     json_decref(auth);
     free(j);
-    conn_send_text(c, "44", "{\"message\":\"server busy, try again\"}");
+    sio_connect_error(c, "/", "server busy, try again");
     return;
   }
   c->connect_pending = true;
   c->inflight++;
 }
 
-static void sio_event(struct conn *c, long long ack, const char *data, size_t dlen) {
-  json_t *arr = dlen ? parse_data(data, dlen) : NULL;
-  json_t *name = json_array_get(arr, 0);
-  if (!json_is_array(arr) || !json_is_string(name) || json_string_length(name) == 0 ||
-      json_string_length(name) > MAX_EVENT_NAME ||
-      strlen(json_string_value(name)) != json_string_length(name)) {
-    json_decref(arr);
-    conn_fail(c, WS_POLICY, "EVENT payload must be a non-empty array starting with the event name");
-    return;
-  }
+/* A decoded EVENT `ename` with `args` (stolen; the name removed): offered to event_direct,
+ * else queued for the handler threads. */
+static void sio_event(struct conn *c, const char *ename, long long ack, json_t *args) {
   if (atomic_load(&c->ws->draining)) { /* no new work while the calls in flight finish */
-    json_decref(arr);
-    if (ack >= 0) {
-      char head[32];
-      snprintf(head, sizeof head, "43%lld", ack);
-      conn_send_text(c, head,
-                     "[{\"error\":{\"code\":\"draining\",\"message\":\"server shutting down; reconnect and retry\"}}]");
-    }
+    json_decref(args);
+    sio_ack_error(c, ack,
+                  "[{\"error\":{\"code\":\"draining\",\"message\":\"server shutting down; reconnect and retry\"}}]");
     return;
   }
   if (c->inflight >= MAX_INFLIGHT) {
-    json_decref(arr);
-    if (ack >= 0) {
-      char head[32];
-      snprintf(head, sizeof head, "43%lld", ack);
-      conn_send_text(
-          c, head, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
-    }
+    json_decref(args);
+    sio_ack_error(c, ack, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
     return;
   }
-  char ename[MAX_EVENT_NAME + 1];
-  snprintf(ename, sizeof ename, "%s", json_string_value(name));
-  json_array_remove(arr, 0);
   if (c->ws->h.event_direct) {
     struct jb_ws_peer peer;
     peer_of(c, &peer);
-    if (c->ws->h.event_direct(c->ws->h.ctx, c->ws, &peer, ename, arr, ack)) {
-      json_decref(arr);
+    if (c->ws->h.event_direct(c->ws->h.ctx, c->ws, &peer, ename, args, ack)) {
+      json_decref(args);
       c->inflight++;
       return;
     }
   }
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
-    json_decref(arr);
-    conn_fail(c, WS_POLICY, "out of memory");
+    json_decref(args);
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   j->kind = J_EVENT;
   j->ack = ack;
   snprintf(j->name, sizeof j->name, "%s", ename);
-  j->data = arr;
+  j->data = args;
   peer_of(c, &j->peer);
   if (submit(c->ws, j) < 0) {
-    json_decref(arr);
+    json_decref(args);
     free(j);
-    if (ack >= 0) {
-      char head[32];
-      snprintf(head, sizeof head, "43%lld", ack);
-      conn_send_text(c, head,
-                     "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
-    }
+    sio_ack_error(c, ack, "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
     return;
   }
   c->inflight++;
-}
-
-/* One Socket.IO packet (the Engine.IO "4" prefix removed), NUL-terminated. */
-static void sio_packet(struct conn *c, char *p, size_t n) {
-  if (n == 0 || p[0] < '0' || p[0] > '6') {
-    conn_fail(c, WS_POLICY, "bad Socket.IO packet type");
-    return;
-  }
-  int type = p[0] - '0';
-  if (type == 5 || type == 6) {
-    conn_fail(c, WS_UNSUPPORTED, "binary Socket.IO packets are not supported");
-    return;
-  }
-  if (type == 4) {
-    conn_fail(c, WS_POLICY, "CONNECT_ERROR is a server packet");
-    return;
-  }
-  if (c->st != CS_SIO && type != 0) {
-    conn_fail(c, WS_POLICY, "packet before CONNECT");
-    return;
-  }
-  size_t i = 1;
-  char nsp[MAX_NSP + 1] = "/";
-  if (i < n && p[i] == '/') {
-    size_t start = i;
-    while (i < n && p[i] != ',') i++;
-    size_t len = i - start;
-    if (len > MAX_NSP) {
-      conn_fail(c, WS_POLICY, "namespace too long");
-      return;
-    }
-    for (size_t k = start; k < i; k++)
-      if ((unsigned char)p[k] < 0x21 || p[k] == '"' || p[k] == '\\' || (unsigned char)p[k] > 0x7e) {
-        conn_fail(c, WS_POLICY, "bad namespace");
-        return;
-      }
-    memcpy(nsp, p + start, len);
-    nsp[len] = '\0';
-    if (i < n) i++; /* the ',' */
-  }
-  long long ack = -1;
-  if (type == 2 || type == 3) {
-    size_t digits = 0;
-    long long v = 0;
-    while (i < n && p[i] >= '0' && p[i] <= '9') {
-      if (++digits > 16) break;
-      v = v * 10 + (p[i] - '0');
-      i++;
-    }
-    if (digits > 16 || v > ACK_ID_MAX) {
-      conn_fail(c, WS_POLICY, "ack id too large");
-      return;
-    }
-    if (digits) ack = v;
-  }
-  if (type != 0 && strcmp(nsp, "/") != 0) {
-    conn_fail(c, WS_POLICY, "unknown namespace");
-    return;
-  }
-  switch (type) {
-  case 0:
-    sio_connect(c, nsp, p + i, n - i);
-    break;
-  case 1:
-    conn_fail(c, WS_NORMAL, "client disconnected");
-    break;
-  case 2:
-    sio_event(c, ack, p + i, n - i);
-    break;
-  default: /* 3: ACK — the server asks for none; ignored */
-    break;
-  }
 }
 
 /* ---------- Engine.IO v4 (https://socket.io/docs/v4/engine-io-protocol/) ---------- */
@@ -1163,464 +994,134 @@ static void ping_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_ping);
   if (c->st != CS_EIO && c->st != CS_SIO) return;
   if (c->awaiting_pong) {
-    conn_fail(c, WS_POLICY, "ping timeout");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "ping timeout");
     return;
   }
   c->awaiting_pong = true;
-  conn_send_text(c, "2", NULL);
+  conn_send_text(c, JB_EIO_TEXT_PING, NULL);
   if (c->st == CS_EIO || c->st == CS_SIO) schedule_ping(c, c->ws->s.ping_timeout_ms);
 }
 
-static void eio_message(struct conn *c, char *m, size_t n) {
-  if (n == 0) {
-    conn_fail(c, WS_POLICY, "empty Engine.IO packet");
+/* Where the connection is with its Socket.IO CONNECT. */
+static enum jb_sio_phase phase_of(const struct conn *c) {
+  if (c->st == CS_SIO) return JB_SIO_PHASE_CONNECTED;
+  return c->connect_pending ? JB_SIO_PHASE_CONNECTING : JB_SIO_PHASE_OPEN;
+}
+
+/* One text message from the client: decoded (sio_packet.h), then acted on. */
+static void message_rx(struct conn *c, const char *m, size_t n) {
+  struct jb_sio_rx rx;
+  switch (jb_sio_parse(m, n, phase_of(c), &rx)) {
+  case JB_SIO_RX_CLOSE:
+    conn_fail(c, rx.close_code, rx.reason);
     return;
+  case JB_SIO_RX_CONNECT_ERROR:
+    sio_connect_error(c, rx.nsp, rx.reason);
+    return;
+  case JB_SIO_RX_OK:
+    break;
   }
-  switch (m[0]) {
-  case '2':
-    if (n == 1)
-      conn_send_text(c, "3", NULL);
-    else if (strcmp(m, "2probe") == 0)
-      conn_send_text(c, "3probe", NULL);
-    else
-      conn_fail(c, WS_POLICY, "bad Engine.IO ping");
+  switch (rx.eio) {
+  case JB_EIO_PING:
+    conn_send_text(c, rx.probe ? JB_EIO_TEXT_PROBE_PONG : JB_EIO_TEXT_PONG, NULL);
     return;
-  case '3':
-    if (n == 1 && c->awaiting_pong) {
+  case JB_EIO_PONG:
+    if (!rx.pong_data && c->awaiting_pong) {
       c->awaiting_pong = false;
       schedule_ping(c, c->ws->s.ping_interval_ms);
     }
     return;
-  case '4':
-    sio_packet(c, m + 1, n - 1);
+  case JB_EIO_MESSAGE:
+    if (rx.sio == JB_SIO_CONNECT)
+      sio_connect(c, rx.data);
+    else if (rx.sio == JB_SIO_EVENT)
+      sio_event(c, rx.name, rx.ack, rx.data);
+    else /* ACK: the server asks for none */
+      jb_sio_rx_clear(&rx);
     return;
-  case '1':
-    conn_fail(c, WS_NORMAL, "client closed");
-    return;
-  case '6':
-    return; /* noop */
-  default:
-    conn_fail(c, WS_POLICY, "bad Engine.IO packet type");
-    return;
-  }
-}
-
-/* ---------- RFC 6455 framing ---------- */
-
-/* Incremental UTF-8 check (RFC 3629: no overlongs, no surrogates, at most U+10FFFF).
- * Returns false on the first bad byte. */
-static bool utf8_feed(struct conn *c, const unsigned char *p, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    unsigned char b = p[i];
-    if (c->u8need) {
-      if (b < c->u8lo || b > c->u8hi) return false;
-      c->u8need--;
-      c->u8lo = 0x80;
-      c->u8hi = 0xBF;
-      continue;
-    }
-    if (b < 0x80) continue;
-    c->u8lo = 0x80;
-    c->u8hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF)
-      c->u8need = 1;
-    else if (b == 0xE0)
-      c->u8need = 2, c->u8lo = 0xA0;
-    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
-      c->u8need = 2;
-    else if (b == 0xED)
-      c->u8need = 2, c->u8hi = 0x9F;
-    else if (b == 0xF0)
-      c->u8need = 3, c->u8lo = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3)
-      c->u8need = 3;
-    else if (b == 0xF4)
-      c->u8need = 3, c->u8hi = 0x8F;
-    else
-      return false;
-  }
-  return true;
-}
-
-static void msg_reset(struct conn *c) {
-  free(c->msg);
-  c->msg = NULL;
-  c->msg_len = 0;
-  c->in_msg = false;
-  c->frags = 0;
-  c->u8need = 0;
-}
-
-/* Called when the 2-byte base header is in: checks what can be checked before the length. */
-static bool frame_head_ok(struct conn *c) {
-  unsigned b0 = c->hdr[0], b1 = c->hdr[1];
-  unsigned op = b0 & 0x0f;
-  c->fin = b0 & 0x80;
-  c->opcode = op;
-  if (b0 & 0x70) return conn_fail(c, WS_PROTOCOL, "reserved bits set"), false;
-  if (!(b1 & 0x80)) return conn_fail(c, WS_PROTOCOL, "client frames must be masked"), false;
-  if (op >= 0x8) {
-    if (op > 0xA) return conn_fail(c, WS_PROTOCOL, "unknown opcode"), false;
-    if (!c->fin) return conn_fail(c, WS_PROTOCOL, "fragmented control frame"), false;
-    if ((b1 & 0x7f) > 125) return conn_fail(c, WS_PROTOCOL, "control frame over 125 bytes"), false;
-    return true;
-  }
-  if (op == 0x2) return conn_fail(c, WS_UNSUPPORTED, "binary frames are not supported"), false;
-  if (op != 0x0 && op != 0x1) return conn_fail(c, WS_PROTOCOL, "unknown opcode"), false;
-  if (op == 0x0 && !c->in_msg)
-    return conn_fail(c, WS_PROTOCOL, "continuation without a message"), false;
-  if (op == 0x1 && c->in_msg)
-    return conn_fail(c, WS_PROTOCOL, "new message inside a fragmented one"), false;
-  if (++c->frags > MAX_FRAGMENTS) return conn_fail(c, WS_POLICY, "too many fragments"), false;
-  return true;
-}
-
-/* The full header is in: length and mask. Allocates nothing before the size check. */
-static bool frame_len_ok(struct conn *c) {
-  unsigned l7 = c->hdr[1] & 0x7f;
-  uint64_t len = l7;
-  unsigned off = 2;
-  if (l7 == 126) {
-    len = ((uint64_t)c->hdr[2] << 8) | c->hdr[3];
-    off = 4;
-  } else if (l7 == 127) {
-    if (c->hdr[2] & 0x80)
-      return conn_fail(c, WS_PROTOCOL, "64-bit length with the top bit set"), false;
-    len = 0;
-    for (int i = 0; i < 8; i++) len = (len << 8) | c->hdr[2 + i];
-    off = 10;
-  }
-  memcpy(c->mask, c->hdr + off, 4);
-  c->flen = c->left = len;
-  if (c->opcode >= 0x8) {
-    c->ctl_len = 0;
-    return true;
-  }
-  size_t max = c->ws->s.max_payload;
-  if (len > max || c->msg_len + len > max)
-    return conn_fail(c, WS_TOO_BIG, "message over maxPayload"), false;
-  if (len) {
-    unsigned char *m = realloc(c->msg, c->msg_len + (size_t)len + 1);
-    if (!m) return conn_fail(c, WS_POLICY, "out of memory"), false;
-    c->msg = m;
-  }
-  c->in_msg = true;
-  return true;
-}
-
-static bool close_code_ok(unsigned code) {
-  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1011) ||
-         (code >= 3000 && code <= 4999);
-}
-
-static void control_frame(struct conn *c) {
-  if (c->opcode == 0x9) { /* ping → pong with the same payload */
-    struct frame *f = frame_build(0xA, c->ctl, c->ctl_len, NULL, 0);
-    if (f) conn_send(c, f, false);
-    frame_unref(f);
-  } else if (c->opcode == 0x8) {
-    if (c->ctl_len == 1) {
-      conn_fail(c, WS_PROTOCOL, "close frame of one byte");
-      return;
-    }
-    if (c->ctl_len >= 2) {
-      unsigned code = ((unsigned)c->ctl[0] << 8) | c->ctl[1];
-      unsigned char save[3] = {c->u8need, c->u8lo, c->u8hi};
-      c->u8need = 0;
-      bool ok = utf8_feed(c, c->ctl + 2, c->ctl_len - 2) && c->u8need == 0;
-      c->u8need = save[0], c->u8lo = save[1], c->u8hi = save[2];
-      if (!close_code_ok(code)) {
-        conn_fail(c, WS_PROTOCOL, "bad close code");
-        return;
-      }
-      if (!ok) {
-        conn_fail(c, WS_BAD_DATA, "close reason is not UTF-8");
-        return;
-      }
-      conn_fail(c, code, NULL); /* echo the code (RFC 6455 §5.5.1) */
-      return;
-    }
-    conn_finish(c, frame_build(0x8, NULL, 0, NULL, 0));
-  }
-  /* pong: nothing to do (Engine.IO has its own heartbeat) */
-}
-
-static void message_done(struct conn *c) {
-  if (c->u8need) {
-    conn_fail(c, WS_BAD_DATA, "text is not valid UTF-8");
+  default: /* noop */
+    jb_sio_rx_clear(&rx);
     return;
   }
-  char *m = (char *)c->msg;
-  size_t n = c->msg_len;
-  c->msg = NULL;
-  msg_reset(c);
-  if (!m) m = strdup("");
-  if (!m) {
-    conn_fail(c, WS_POLICY, "out of memory");
-    return;
-  }
-  m[n] = '\0';
-  if (strlen(m) != n)
-    conn_fail(c, WS_POLICY, "NUL in a text message");
-  else
-    eio_message(c, m, n);
-  free(m);
 }
 
-/* Feeds received bytes through the frame parser. */
+/* ---------- RFC 6455 frames (ws_frame.h) ---------- */
+
+/* Feeds received bytes to the connection's frame reader and acts on each result, until the
+ * bytes are used up or the connection stops reading. */
 static void frames_rx(struct conn *c, const unsigned char *p, size_t n) {
-  while ((c->st == CS_EIO || c->st == CS_SIO) && (n || (c->fs == F_PAYLOAD && c->left == 0))) {
-    if (c->fs == F_HDR) {
-      if (c->hhave < 2) {
-        c->hdr[c->hhave++] = *p++;
-        n--;
-        if (c->hhave == 2) {
-          if (!frame_head_ok(c)) return;
-          unsigned l7 = c->hdr[1] & 0x7f;
-          c->hneed = 2 + (l7 == 126 ? 2 : l7 == 127 ? 8 : 0) + 4;
-        }
-        continue;
-      }
-      size_t take = c->hneed - c->hhave;
-      if (take > n) take = n;
-      memcpy(c->hdr + c->hhave, p, take);
-      c->hhave += (unsigned)take;
-      p += take;
-      n -= take;
-      if (c->hhave < c->hneed) return;
-      if (!frame_len_ok(c)) return;
-      c->fs = F_PAYLOAD;
-      c->hhave = 0;
-      continue;
+  while (c->st == CS_EIO || c->st == CS_SIO) {
+    struct jb_ws_read rd;
+    size_t used;
+    enum jb_ws_read_result r = jb_ws_reader_next(&c->rd, p, n, &used, &rd);
+    p += used;
+    n -= used;
+    switch (r) {
+    case JB_WS_READ_MORE:
+      return;
+    case JB_WS_READ_TEXT:
+      message_rx(c, rd.text, rd.len);
+      free(rd.text);
+      break;
+    case JB_WS_READ_PING: { /* pong with the same payload */
+      struct frame *f = frame_build(JB_WS_OP_PONG, rd.payload, rd.payload_len, NULL, 0);
+      if (f) conn_send(c, f, false);
+      frame_unref(f);
+      break;
     }
-    /* payload */
-    size_t take = c->left < n ? (size_t)c->left : n;
-    size_t done = (size_t)(c->flen - c->left);
-    if (take) {
-      unsigned char *dst = c->opcode >= 0x8 ? c->ctl + c->ctl_len : c->msg + c->msg_len;
-      for (size_t i = 0; i < take; i++) dst[i] = p[i] ^ c->mask[(done + i) & 3];
-      if (c->opcode < 0x8 && !utf8_feed(c, dst, take)) {
-        conn_fail(c, WS_BAD_DATA, "text is not valid UTF-8");
-        return;
-      }
+    case JB_WS_READ_PONG: /* Engine.IO has its own heartbeat */
+      break;
+    case JB_WS_READ_CLOSE:
+      if (rd.code)
+        conn_fail(c, rd.code, NULL); /* echo the code (RFC 6455 §5.5.1) */
+      else
+        conn_finish(c, frame_build(JB_WS_OP_CLOSE, NULL, 0, NULL, 0));
+      break;
+    case JB_WS_READ_ERROR:
+      conn_fail(c, rd.code, rd.reason);
+      break;
     }
-    if (c->opcode >= 0x8)
-      c->ctl_len += take;
-    else
-      c->msg_len += take;
-    c->left -= take;
-    p += take;
-    n -= take;
-    if (c->left) return;
-    c->fs = F_HDR;
-    if (c->opcode >= 0x8)
-      control_frame(c);
-    else if (c->fin)
-      message_done(c);
   }
 }
 
-/* ---------- the upgrade request (RFC 6455 §4.2, Engine.IO query) ---------- */
+/* ---------- the upgrade request (ws_frame.h) ---------- */
 
-/* Whether the comma-separated header value `v` holds `token` (case-insensitive). */
-static bool has_token(const char *v, const char *token) {
-  size_t tl = strlen(token);
-  while (*v) {
-    while (*v == ' ' || *v == '\t' || *v == ',') v++;
-    const char *s = v;
-    while (*v && *v != ',') v++;
-    const char *e = v;
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
-    if ((size_t)(e - s) == tl && strncasecmp(s, token, tl) == 0) return true;
-  }
-  return false;
-}
-
-/* Value of query parameter `key` in `q` (no '?'), copied into out; false when absent. */
-static bool query_get(const char *q, const char *key, char *out, size_t outlen) {
-  size_t kl = strlen(key);
-  while (q && *q) {
-    const char *amp = strchr(q, '&');
-    size_t len = amp ? (size_t)(amp - q) : strlen(q);
-    if (len > kl && strncmp(q, key, kl) == 0 && q[kl] == '=') {
-      snprintf(out, outlen, "%.*s", (int)(len - kl - 1), q + kl + 1);
-      return true;
-    }
-    q = amp ? amp + 1 : NULL;
-  }
-  return false;
-}
-
-static void upgrade(struct conn *c, const char *key) {
-  char src[128];
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned dl = 0;
-  int sl = snprintf(src, sizeof src, "%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11", key);
-  char accept[64];
-  if (!EVP_Digest(src, (size_t)sl, digest, &dl, EVP_sha1(), NULL) || dl != 20) {
-    http_refuse(c, 503, NULL, 3, "handshake failed");
-    return;
-  }
-  sodium_bin2base64(accept, sizeof accept, digest, 20, sodium_base64_VARIANT_ORIGINAL);
+/* Answers a valid upgrade request: 101, then the Engine.IO open packet; heartbeats start. */
+static void upgrade(struct conn *c, const char *accept) {
   char resp[256];
-  snprintf(resp, sizeof resp,
-           "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-           "Sec-WebSocket-Accept: %s\r\n\r\n",
-           accept);
+  size_t rl = jb_ws_handshake_response(resp, sizeof resp, accept);
   c->st = CS_EIO;
-  struct frame *f = frame_build(0xff, resp, strlen(resp), NULL, 0);
+  struct frame *f = frame_build(0xff, resp, rl, NULL, 0);
   if (f) conn_send(c, f, true);
   frame_unref(f);
   unsigned char rnd[15];
   randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd,
-                    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
   char open[256];
-  snprintf(open, sizeof open,
-           "0{\"sid\":\"%s\",\"upgrades\":[],\"pingInterval\":%ld,\"pingTimeout\":%ld,"
-           "\"maxPayload\":%zu}",
-           c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms, c->ws->s.max_payload);
+  jb_eio_open(open, sizeof open, c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms,
+              c->ws->s.max_payload);
   conn_send_text(c, open, NULL);
   schedule_ping(c, c->ws->s.ping_interval_ms);
 }
 
-/* Cuts the next line ("\n" or "\r\n" ended, or the rest) off *cur; NULL at the end. */
-static char *next_line(char **cur) {
-  char *l = *cur;
-  if (!l || !*l) return NULL;
-  char *nl = strchr(l, '\n');
-  if (nl) {
-    *nl = '\0';
-    *cur = nl + 1;
-  } else {
-    *cur = NULL;
-  }
-  size_t n = strlen(l);
-  if (n && l[n - 1] == '\r') l[n - 1] = '\0';
-  return l;
-}
-
-/* Parses the request head in c->hbuf (`hl` bytes up to and including the blank line).
- * Answers with an upgrade or an HTTP error. */
-static void http_request(struct conn *c, char *h, size_t hl) {
-  h[hl - 2] = '\0'; /* cut the final CRLF: lines end in "\r\n" */
-  char *save = h;
-  char *line = next_line(&save);
-  if (!line) {
-    http_refuse(c, 400, NULL, 3, "bad request line");
-    return;
-  }
-  char *sp1 = strchr(line, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-  if (!sp1 || !sp2 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0) {
-    http_refuse(c, 400, NULL, 3, "bad request line");
-    return;
-  }
-  *sp1 = *sp2 = '\0';
-  const char *method = line, *target = sp1 + 1;
-  const char *q = strchr(target, '?');
-  size_t pl = q ? (size_t)(q - target) : strlen(target);
-  if (!((pl == 11 && strncmp(target, "/socket.io/", 11) == 0) ||
-        (pl == 10 && strncmp(target, "/socket.io", 10) == 0))) {
-    http_refuse(c, 404, NULL, 3, "not found: Socket.IO is served at /socket.io/");
-    return;
-  }
-  const char *upg = NULL, *connection = NULL, *version = NULL, *key = NULL;
-  int n_key = 0, n_upg = 0, n_ver = 0;
-  for (char *l; (l = next_line(&save));) {
-    if (l[0] == ' ' || l[0] == '\t') {
-      http_refuse(c, 400, NULL, 3, "folded header lines are refused");
-      return;
-    }
-    char *colon = strchr(l, ':');
-    if (!colon || colon == l) {
-      http_refuse(c, 400, NULL, 3, "bad header line");
-      return;
-    }
-    *colon = '\0';
-    char *v = colon + 1;
-    while (*v == ' ' || *v == '\t') v++;
-    for (size_t e = strlen(v); e && (v[e - 1] == ' ' || v[e - 1] == '\t'); e--) v[e - 1] = '\0';
-    if (strcasecmp(l, "Upgrade") == 0)
-      upg = v, n_upg++;
-    else if (strcasecmp(l, "Connection") == 0)
-      connection = v;
-    else if (strcasecmp(l, "Sec-WebSocket-Version") == 0)
-      version = v, n_ver++;
-    else if (strcasecmp(l, "Sec-WebSocket-Key") == 0)
-      key = v, n_key++;
-  }
-  char eio[8] = "", transport[16] = "", sid[8];
-  const char *query = q ? q + 1 : "";
-  query_get(query, "EIO", eio, sizeof eio);
-  query_get(query, "transport", transport, sizeof transport);
-  if (strcmp(transport, "websocket") != 0 || strcmp(method, "GET") != 0) {
-    http_refuse(c, 400, NULL, 0,
-                "Transport unknown: this server speaks only the websocket transport; "
-                "connect with transports: ['websocket']");
-    return;
-  }
-  if (strcmp(eio, "4") != 0) {
-    http_refuse(c, 400, NULL, 5, "Unsupported protocol version: EIO=4 only");
-    return;
-  }
-  if (query_get(query, "sid", sid, sizeof sid)) {
-    http_refuse(c, 400, NULL, 1, "Session ID unknown: there is no polling session to upgrade");
-    return;
-  }
-  if (n_upg != 1 || n_key != 1 || n_ver > 1 || !has_token(upg, "websocket") || !connection ||
-      !has_token(connection, "upgrade")) {
-    http_refuse(c, 400, NULL, 3, "a WebSocket upgrade request is required");
-    return;
-  }
-  if (!version || strcmp(version, "13") != 0) {
-    http_refuse(c, 426, "Sec-WebSocket-Version: 13\r\n", 3, "WebSocket version 13 is required");
-    return;
-  }
-  unsigned char raw[20];
-  size_t got = 0;
-  const char *end = NULL;
-  if (strlen(key) != 24 ||
-      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end,
-                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
-      got != 16) {
-    http_refuse(c, 400, NULL, 3, "bad Sec-WebSocket-Key");
-    return;
-  }
-  upgrade(c, key);
-}
-
 static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
-  if (!c->hbuf) {
-    c->hbuf = malloc(HTTP_HEAD_MAX + 1);
-    if (!c->hbuf) {
-      conn_fail(c, WS_POLICY, "out of memory");
-      return;
-    }
-  }
-  size_t room = HTTP_HEAD_MAX - c->hlen, take = n < room ? n : room;
-  size_t old = c->hlen;
-  memcpy(c->hbuf + c->hlen, p, take);
-  c->hlen += take;
-  c->hbuf[c->hlen] = '\0';
-  size_t from = old >= 3 ? old - 3 : 0;
-  char *end = memmem(c->hbuf + from, c->hlen - from, "\r\n\r\n", 4);
-  if (!end) {
-    if (c->hlen == HTTP_HEAD_MAX) http_refuse(c, 431, NULL, 3, "request head too large");
+  struct jb_ws_verdict v;
+  size_t used;
+  switch (jb_ws_handshake_feed(&c->hs, p, n, &used, &v)) {
+  case JB_WS_HS_MORE:
+    return;
+  case JB_WS_HS_NOMEM:
+    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    return;
+  case JB_WS_HS_REFUSE:
+    http_refuse_verdict(c, &v);
+    return;
+  case JB_WS_HS_UPGRADE:
+    upgrade(c, v.accept);
+    /* bytes after the head (frames sent without waiting for the 101) */
+    if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);
     return;
   }
-  size_t hl = (size_t)(end - c->hbuf) + 4;
-  if (memchr(c->hbuf, '\0', hl)) {
-    http_refuse(c, 400, NULL, 3, "NUL in the request head");
-    return;
-  }
-  char *buf = c->hbuf;
-  c->hbuf = NULL;
-  c->hlen = 0;
-  http_request(c, buf, hl);
-  /* bytes after the head (frames sent without waiting for the 101) */
-  size_t used = hl - old;
-  if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);
-  free(buf);
 }
 
 /* ---------- the lws callback ---------- */
@@ -1631,7 +1132,7 @@ static void hs_timeout_cb(lws_sorted_usec_list_t *sul) {
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     c->st = CS_CLOSING;
   } else if (c->st == CS_EIO) {
-    conn_fail(c, WS_POLICY, "no Socket.IO CONNECT in time");
+    conn_fail(c, JB_WS_CLOSE_POLICY, "no Socket.IO CONNECT in time");
   }
 }
 
@@ -1641,7 +1142,7 @@ static void conn_adopt(struct jb_ws *ws, struct conn *c, struct lws *wsi) {
   c->wsi = wsi;
   c->id = ++ws->next_id;
   c->st = CS_HTTP;
-  c->fs = F_HDR;
+  jb_ws_reader_init(&c->rd, ws->s.max_payload);
   c->id_next = ws->ids[c->id & (ID_BUCKETS - 1)];
   ws->ids[c->id & (ID_BUCKETS - 1)] = c;
   atomic_fetch_add(&ws->n_open, 1);
@@ -1666,9 +1167,8 @@ static void conn_closed(struct conn *c) {
   room_leave(c);
   ip_remove(c);
   queue_clear(c);
-  free(c->hbuf);
-  c->hbuf = NULL;
-  msg_reset(c);
+  jb_ws_handshake_free(&c->hs);
+  jb_ws_reader_free(&c->rd);
   atomic_fetch_sub(&c->ws->n_open, 1);
   if (c->counted_connected) {
     atomic_fetch_sub(&c->ws->n_connected, 1);
@@ -1683,9 +1183,10 @@ static void conn_closed(struct conn *c) {
  * balancer, to another instance). */
 static void close_draining(struct conn *c) {
   static const char reason[] = "server shutting down";
-  const unsigned char code[2] = {WS_GOING_AWAY >> 8, WS_GOING_AWAY & 0xff};
+  unsigned char p[JB_WS_CONTROL_MAX];
+  size_t pl = jb_ws_close_payload(p, JB_WS_CLOSE_GOING_AWAY, reason);
   jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason, NULL);
-  conn_finish_after(c, true, frame_text("1", NULL), frame_build(0x8, code, 2, reason, sizeof reason - 1));
+  conn_finish_after(c, true, frame_text(JB_EIO_TEXT_CLOSE, NULL), frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
 }
 
 /* The drain: an upgrade still in progress gets 503; an open socket is closed (close_draining)

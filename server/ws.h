@@ -14,7 +14,7 @@
  * unmasked client frames (RFC 6455 §5.1 says a server MUST close on them; upstream only added
  * the check much later) and offers no API that reveals the mask bit, and it drops
  * oversize control frames without a close frame. So lws carries the bytes (listen, accept,
- * poll, timers, writeable callbacks) and this file parses frames, closing with the exact
+ * poll, timers, writeable callbacks) and server/ws_frame.c parses frames, closing with the exact
  * RFC 6455 §7.4.1 codes. */
 #ifndef JB_WS_H
 #define JB_WS_H
