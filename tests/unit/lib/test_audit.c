@@ -1280,6 +1280,40 @@ static void exact_reader(void **state) {
   assert_false(read_exact(x));
   free(x);
   free(l);
+
+  /* canonical bytes of each length modulo 3 (libsodium's base64 of them, as signed_line
+   * writes it, ends in no, two or one '='): taken; with the bits left over by the padding
+   * set in the last digit: declined, and malformed by the full parse too */
+  for (int extra = 0; extra < 3; extra++) {
+    char session[16], *st, *cn;
+    snprintf(session, sizeof session, "job-%.*s", extra, "77");
+    assert_true(asprintf(&st, "\"seq\":1,\"session\":\"%s\",\"operation\":\"write\",\"path\":null,"
+                         "\"timestamp\":" TS ",\"details\":{}", session) > 0);
+    assert_true(asprintf(&cn, "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+                         "\"session\":\"%s\",\"timestamp\":" TS "}", session) > 0);
+    size_t pad = (3 - strlen(cn) % 3) % 3;
+    x = signed_line(st, cn, zero, NULL);
+    assert_true(read_exact(x));
+    if (pad == 2) { /* a digit for the first '=': the base64 of one byte more */
+      char *y = strdup(x);
+      line_replace(&y, "==\"}", "A=\"}");
+      assert_false(read_exact(y));
+      expect_one(y, 1, JB_AUDIT_CONTENT_CHANGED);
+    }
+    if (pad) {
+      static const char digits[] =
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+      char *last = strstr(x, "\"}\n") - pad - 1; /* the digit before the padding */
+      assert_int_equal((strchr(digits, *last) - digits) & 1, 0);
+      *last = digits[(strchr(digits, *last) - digits) | 1];
+      assert_false(read_exact(x));
+      expect_one(x, 1, JB_AUDIT_MALFORMED);
+    } else {
+      free(x);
+    }
+    free(st);
+    free(cn);
+  }
 }
 
 /* A line of chain `c` (entry `i`) with member `k` set to `v` (stolen), read by the full
