@@ -287,10 +287,11 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
  * read buffer, one canonical buffer (JB_AUDIT_MAX_CANONICAL bytes) and one entry, whatever
  * the length of the chain. A line in exactly the exporter's form is read without parsing
  * all of it (api/audit.md, "Verification"; lib/audit_export.c says how), which reaches the
- * same verdict as the full parse (jb_audit_entry_parse_line); opts->full_parse turns it off. Blank lines are skipped; a line that cannot be read, or
- * longer than JB_AUDIT_MAX_LINE, is a malformed entry at its position. Once the verdict is
- * settled the remaining lines are only counted (res->entries). Returns 0 intact, 1 not
- * intact, -1 with `err` on a read error or OOM. */
+ * same verdict as the full parse (jb_audit_entry_parse_line); opts->full_parse turns it off.
+ * Blank lines are skipped; a line that cannot be read, or longer than JB_AUDIT_MAX_LINE, is a
+ * malformed entry at its position. Once the verdict is settled the remaining lines are only
+ * counted (res->entries). Returns 0 intact, 1 not intact, -1 with `err` on a read error or
+ * OOM. */
 int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
                          const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
                          jb_error *err);

@@ -22,7 +22,7 @@ static const struct {
   const char *name;
   size_t len;
 } line_members[LINE_MEMBERS] = {
-    MEMBER("seq"),      MEMBER("session"), MEMBER("operation"), MEMBER("path"),
+    MEMBER("seq"),       MEMBER("session"), MEMBER("operation"), MEMBER("path"),
     MEMBER("timestamp"), MEMBER("details"), MEMBER("prevHash"),  MEMBER("hash"),
     MEMBER("signature"), MEMBER("keyId"),   MEMBER("canonical")};
 
