@@ -1,6 +1,7 @@
 /* audit.h — the audit chain's pure part: the canonical bytes of an entry, its hash, its
- * signature, the export line (JSON Lines) and the verifier. No database, no files: storage is
- * db/audit_store.h, the signing key is lib/keyring.h. The byte-level contract is api/audit.md.
+ * signature (lib/audit.c), the export line, JSON Lines (lib/audit_export.c) and the verifier
+ * (lib/audit_verify.c). No database, no files: storage is db/audit_store.h, the signing key
+ * is lib/keyring.h. The byte-level contract is api/audit.md.
  *
  * An entry's signed unit is (canonical, prevHash, hash, signature, keyId):
  *   hash      = SHA-256(canonical ‖ prevHash)            FIPS 180-4, libsodium crypto_hash_sha256
@@ -114,8 +115,9 @@ struct jb_audit_verify_opts {
   bool require_seal;                      /* the session has ended: the last entry must be
                                              its seal */
   bool full_parse;                        /* jb_audit_verify_file: read every line by the
-                                             full parse, never the fast path (the verdict
-                                             is the same; for tests that compare the two) */
+                                             full parse, never the exact-form reader (the
+                                             verdict is the same; for tests that compare
+                                             the two) */
 };
 
 struct jb_audit_result {
@@ -208,10 +210,13 @@ void jb_audit_entries_free(struct jb_audit_entry *v, size_t n);
  * New string (free it), NULL on OOM. */
 char *jb_audit_entry_line(const struct jb_audit_entry *e);
 
-/* Reads one export line (`len` bytes, no newline needed) into `e` (zeroed first). Parsing is
- * strict: at most JB_AUDIT_MAX_LINE bytes, duplicate keys refused, every member present with
- * its type, hex/base64 of the right lengths. Returns 0; or -1 with `err` set, and then `e`
- * is still usable: malformed = true, the message in e->error, seq taken when readable. */
+/* Reads one export line (`len` bytes, no newline needed) into `e` (zeroed first), parsed by
+ * jansson. Parsing is strict: at most JB_AUDIT_MAX_LINE bytes and no deeper nesting than
+ * jansson parses (both refused before parsing), duplicate keys refused, exactly the eleven
+ * members, each with its type, hex (libsodium) and padded base64 (libsodium, RFC 4648 §4)
+ * of the right lengths, canonical bytes of at most JB_AUDIT_MAX_CANONICAL. Returns 0; or -1
+ * with `err` set, and then `e` is still usable: malformed = true, the message in e->error,
+ * seq taken when readable. */
 int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t len,
                               jb_error *err);
 
@@ -280,12 +285,13 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
 /* Verifies the JSON Lines export read from `in` (to its end) as jb_audit_verify does, one
  * line at a time: memory stays bounded by one line (JB_AUDIT_MAX_LINE bytes), one 64 KiB
  * read buffer, one canonical buffer (JB_AUDIT_MAX_CANONICAL bytes) and one entry, whatever
- * the length of the chain. A line in exactly the exporter's form is read by a fast path
- * (api/audit.md, "Verification") that reaches the same verdict as the full parse;
- * opts->full_parse turns it off. Blank lines are skipped; a line that cannot be read, or
- * longer than JB_AUDIT_MAX_LINE, is a malformed entry at its position. Once the verdict is
- * settled the remaining lines are only counted (res->entries). Returns 0 intact, 1 not
- * intact, -1 with `err` on a read error or OOM. */
+ * the length of the chain. A line in exactly the exporter's form is read without parsing
+ * all of it (api/audit.md, "Verification"; lib/audit_export.c says how), which reaches the
+ * same verdict as the full parse (jb_audit_entry_parse_line); opts->full_parse turns it off.
+ * Blank lines are skipped; a line that cannot be read, or longer than JB_AUDIT_MAX_LINE, is a
+ * malformed entry at its position. Once the verdict is settled the remaining lines are only
+ * counted (res->entries). Returns 0 intact, 1 not intact, -1 with `err` on a read error or
+ * OOM. */
 int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
                          const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
                          jb_error *err);

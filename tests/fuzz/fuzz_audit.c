@@ -1,14 +1,14 @@
 /* fuzz_audit.c — libFuzzer harness for what `jailboxctl audit verify` reads from untrusted
  * files: the keys document (jb_audit_keys_parse) and an exported chain streamed line by line
- * through the verifier (jb_audit_verify_file: line reader, fast path, strict line parse,
- * canonical bytes, verification). The first input byte picks which (bit 0), whether the seal
+ * through the verifier (jb_audit_verify_file: line reader, exact-form reader, strict line
+ * parse, canonical bytes, verification). The first input byte picks which (bit 0), whether the seal
  * is required (bit 1), and whether the harness first re-signs every line (bit 2: hash and
  * signature made anew from the line's canonical bytes and prevHash with the corpus key, so
  * that mutations of the stated members and the canonical bytes reach the checks after the
  * signature; bit 3: each prevHash also set to the hash before, so the chain stays linked).
- * Every chain is verified twice, with and without the fast path: the two results must be the
- * same (a differential check of the fast path against the full parse). Any crash, leak or
- * sanitizer report is a bug; so is a refusal that does not say why. */
+ * Every chain is verified twice, with and without the exact-form reader: the two results must
+ * be the same (a differential check of the exact-form reader against the full parse). Any
+ * crash, leak or sanitizer report is a bug; so is a refusal that does not say why. */
 #define _GNU_SOURCE
 #include <sodium.h>
 #include <stdbool.h>
@@ -126,7 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = verify_text(text, len, &key, &opts, &r);
   if (rc == 1 && (r.ok || !r.detail[0] || r.first_bad_seq < 1)) abort(); /* a failure says where and why */
   if (rc == 0 && !r.ok) abort();
-  /* the fast path changes nothing: the full parse of every line gives the same result */
+  /* the exact-form reader changes nothing: the full parse of every line gives the same
+   * result */
   opts.full_parse = true;
   int frc = verify_text(text, len, &key, &opts, &full);
   free(copy);
@@ -136,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
        full.reason != r.reason || full.sealed != r.sealed || full.head.seq != r.head.seq ||
        memcmp(full.head.hash, r.head.hash, sizeof r.head.hash) != 0 ||
        strcmp(full.session, r.session) != 0 || strcmp(full.detail, r.detail) != 0)) {
-    fprintf(stderr, "fast path: %d %lld %s (%s); full parse: %d %lld %s (%s)\n", rc,
+    fprintf(stderr, "exact-form reader: %d %lld %s (%s); full parse: %d %lld %s (%s)\n", rc,
             r.first_bad_seq, jb_audit_reason_name(r.reason), r.detail, frc, full.first_bad_seq,
             jb_audit_reason_name(full.reason), full.detail);
     abort();

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "lib/audit.h"
+#include "lib/audit_private.h"
 #include "lib/keyring.h"
 
 /* --- golden vectors (seed = bytes 0..31) ---------------------------------------------------- */
@@ -318,7 +319,7 @@ static int verify(const struct chain *c, const struct jb_audit_verify_opts *o,
   assert_int_equal(fr.reason, r->reason);
   assert_int_equal(fr.head.seq, r->head.seq);
   assert_string_equal(fr.detail, r->detail);
-  /* and so does the streaming verifier without its fast path */
+  /* and so does the streaming verifier without its exact-form reader */
   struct jb_audit_verify_opts full = o ? *o : (struct jb_audit_verify_opts){0};
   full.full_parse = true;
   in = fmemopen(buf, total ? total : 1, "r");
@@ -340,7 +341,7 @@ static int verify(const struct chain *c, const struct jb_audit_verify_opts *o,
 }
 
 /* Streams `text` (`len` bytes) through jb_audit_verify_file with the keys of `c`, with and
- * without its fast path: both must give the same result, which lands in `r`. */
+ * without its exact-form reader: both must give the same result, which lands in `r`. */
 static int verify_text(const struct chain *c, const char *text, size_t len,
                        struct jb_audit_result *r) {
   FILE *in = fmemopen((void *)text, len, "r");
@@ -867,7 +868,7 @@ static void malformed_lines(void **state) {
   chain_free(&c);
 }
 
-/* --- the streaming verifier's fast path ------------------------------------------------------ */
+/* --- the streaming verifier's exact-form reader --------------------------------------------- */
 
 /* A line stating `stated` (its members before prevHash, as text) whose canonical bytes are
  * `canonical` verbatim, chained after `prev` and signed with key_a: for lines the exporter
@@ -922,7 +923,7 @@ static void line_replace(char **line, const char *from, const char *to) {
   "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}"
 
 /* Verifies the one-line chain `line` (taken) three ways (verify: the full parse, the streaming
- * verifier, the streaming verifier without its fast path) and checks the shared verdict. */
+ * verifier, the streaming verifier without its exact-form reader) and checks the shared verdict. */
 static void expect_one(char *line, int want_rc, enum jb_audit_reason want) {
   struct chain c;
   chain_of(&c, &line, 1);
@@ -934,9 +935,9 @@ static void expect_one(char *line, int want_rc, enum jb_audit_reason want) {
   chain_free(&c);
 }
 
-/* Lines near the exporter's form: whatever the fast path takes or leaves, the verdict is the
- * full parse's (verify compares them). */
-static void fast_path_edges(void **state) {
+/* Lines near the exporter's form: whatever the exact-form reader takes or leaves, the verdict
+ * is the full parse's (verify compares them). */
+static void exact_form_edges(void **state) {
   (void)state;
   static const unsigned char zero[32];
   static const struct {
@@ -1148,6 +1149,278 @@ static void fast_path_edges(void **state) {
   chain_free(&c);
 }
 
+/* --- the exact-form reader and the full parse, each on its own ------------------------------- */
+
+/* Reads `line` (a string, its "\n" not read) with jb_audit_line_read_exact on a copy;
+ * returns what it returned, and checks that a declined line is left as it was. */
+static bool read_exact(const char *line) {
+  static unsigned char canon[JB_AUDIT_MAX_CANONICAL + 1];
+  size_t len = strlen(line);
+  if (len && line[len - 1] == '\n') len--;
+  char *copy = strdup(line);
+  struct jb_audit_entry e;
+  bool took = jb_audit_line_read_exact(copy, len, canon, &e);
+  if (took)
+    json_decref(e.details);
+  else
+    assert_string_equal(copy, line);
+  free(copy);
+  return took;
+}
+
+/* The exact-form reader takes the exporter's lines and reads them into the entry the full
+ * parse gives; it declines every other form (the verdicts of the same lines, through either
+ * reader, are exact_form_edges'). */
+static void exact_reader(void **state) {
+  (void)state;
+  static unsigned char canon[JB_AUDIT_MAX_CANONICAL + 1];
+  static const unsigned char zero[32];
+  struct chain c;
+  chain_build(&c, true);
+  for (size_t i = 0; i < c.n; i++) {
+    size_t len = strlen(c.lines[i]) - 1;
+    char *copy = strdup(c.lines[i]);
+    struct jb_audit_entry fast, full;
+    assert_true(jb_audit_line_read_exact(copy, len, canon, &fast));
+    assert_int_equal(jb_audit_entry_parse_line(&full, c.lines[i], len, NULL), 0);
+    assert_int_equal(fast.seq, full.seq);
+    assert_string_equal(fast.session, full.session);
+    assert_string_equal(fast.operation, full.operation);
+    if (full.path)
+      assert_string_equal(fast.path, full.path);
+    else
+      assert_null(fast.path);
+    assert_string_equal(fast.timestamp, full.timestamp);
+    assert_true(json_equal(fast.details, full.details));
+    assert_int_equal(fast.canonical_len, full.canonical_len);
+    assert_memory_equal(fast.canonical, full.canonical, full.canonical_len + 1);
+    assert_memory_equal(fast.prev_hash, full.prev_hash, 32);
+    assert_memory_equal(fast.hash, full.hash, 32);
+    assert_memory_equal(fast.signature, full.signature, 64);
+    assert_string_equal(fast.key_id, full.key_id);
+    assert_false(fast.malformed);
+    json_decref(fast.details);
+    jb_audit_entry_clear(&full);
+    free(copy);
+  }
+  chain_free(&c);
+
+  /* lines signed here: the exporter's form is taken, hex in either case too */
+  char *l = signed_line(STATED_OK, CANON_OK, zero, NULL);
+  assert_true(read_exact(l));
+  char *x = strdup(l);
+  char *h = strstr(x, "\"hash\":\"") + 8;
+  for (char *p = h; p < h + 64; p++)
+    if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 'a' + 'A');
+  assert_true(read_exact(x));
+  free(x);
+  /* and every other form is declined */
+  static const struct {
+    const char *stated, *canonical;
+  } other[] = {
+      /* members in another order, whitespace, an escape */
+      {"\"session\":\"job-7\",\"seq\":1,\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\": {\"ok\":true,\"size\":1}",
+       CANON_OK},
+      {"\"seq\":1,\"session\":\"job-\\u0037\",\"operation\":\"write\",\"path\":\"/workspace/a\","
+       "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}",
+       CANON_OK},
+      /* canonical bytes with their members in another order than the canonical one */
+      {STATED_OK,
+       "{\"operation\":\"write\",\"details\":{\"ok\":true,\"size\":1},\"path\":\"/workspace/a\","
+       "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}"},
+      /* a duplicate key, a real, in details (the same on both sides) */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"a\":1,\"a\":1}",
+       "{\"details\":{\"a\":1,\"a\":1},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}"},
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":null,\"timestamp\":" TS
+       ",\"details\":{\"r\":1.5}",
+       "{\"details\":{\"r\":1.5},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}"},
+      /* non-ASCII in the path, the same on both sides */
+      {"\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/w/\xc3\xa9\","
+       "\"timestamp\":" TS ",\"details\":{}",
+       "{\"details\":{},\"operation\":\"write\",\"path\":\"/w/\xc3\xa9\",\"seq\":1,"
+       "\"session\":\"job-7\",\"timestamp\":" TS "}"},
+  };
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+    x = signed_line(other[i].stated, other[i].canonical, zero, NULL);
+    if (read_exact(x)) fail_msg("taken: %s", x);
+    free(x);
+  }
+  /* malformed base64: a digit escaped, padding bits set, padding missing, a byte outside
+   * the alphabet in the signature, trailing whitespace after the object */
+  char *sig = strstr(l, "\"signature\":\"") + 13;
+  x = strdup(l);
+  line_replace(&x, "\"canonical\":\"e", "\"canonical\":\"\\u0065");
+  assert_false(read_exact(x));
+  free(x);
+  x = strdup(l);
+  x[sig - l + 85] = 'B'; /* "...B==": bits left over by the padding */
+  assert_false(read_exact(x));
+  free(x);
+  x = strdup(l);
+  line_replace(&x, "==\",\"keyId", "\",\"keyId");
+  assert_false(read_exact(x));
+  free(x);
+  x = strdup(l);
+  x[sig - l + 8] = '*';
+  assert_false(read_exact(x));
+  free(x);
+  x = strdup(l);
+  line_replace(&x, "}\n", "} \n");
+  assert_false(read_exact(x));
+  free(x);
+  x = strdup(l);
+  line_replace(&x, "=\"}", "\"}"); /* the canonical text's padding */
+  assert_false(read_exact(x));
+  free(x);
+  free(l);
+
+  /* canonical bytes of each length modulo 3 (libsodium's base64 of them, as signed_line
+   * writes it, ends in no, two or one '='): taken; with the bits left over by the padding
+   * set in the last digit: declined, and malformed by the full parse too */
+  for (int extra = 0; extra < 3; extra++) {
+    char session[16], *st, *cn;
+    snprintf(session, sizeof session, "job-%.*s", extra, "77");
+    assert_true(asprintf(&st, "\"seq\":1,\"session\":\"%s\",\"operation\":\"write\",\"path\":null,"
+                         "\"timestamp\":" TS ",\"details\":{}", session) > 0);
+    assert_true(asprintf(&cn, "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+                         "\"session\":\"%s\",\"timestamp\":" TS "}", session) > 0);
+    size_t pad = (3 - strlen(cn) % 3) % 3;
+    x = signed_line(st, cn, zero, NULL);
+    assert_true(read_exact(x));
+    if (pad == 2) { /* a digit for the first '=': the base64 of one byte more */
+      char *y = strdup(x);
+      line_replace(&y, "==\"}", "A=\"}");
+      assert_false(read_exact(y));
+      expect_one(y, 1, JB_AUDIT_CONTENT_CHANGED);
+    }
+    if (pad) {
+      static const char digits[] =
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+      char *last = strstr(x, "\"}\n") - pad - 1; /* the digit before the padding */
+      assert_int_equal((strchr(digits, *last) - digits) & 1, 0);
+      *last = digits[(strchr(digits, *last) - digits) | 1];
+      assert_false(read_exact(x));
+      expect_one(x, 1, JB_AUDIT_MALFORMED);
+    } else {
+      free(x);
+    }
+    free(st);
+    free(cn);
+  }
+}
+
+/* A line of chain `c` (entry `i`) with member `k` set to `v` (stolen), read by the full
+ * parse: returns its result and leaves the entry in `e` (clear it). */
+static int parse_with(struct chain *c, size_t i, const char *k, json_t *v,
+                      struct jb_audit_entry *e) {
+  line_set(c, i, k, v);
+  return jb_audit_entry_parse_line(e, c->lines[i], strlen(c->lines[i]) - 1, NULL);
+}
+
+#define EXPECT_REFUSED(e, rc, why)                                              \
+  do {                                                                          \
+    assert_int_equal((rc), -1);                                                 \
+    assert_true((e)->malformed);                                                \
+    if (!strstr((e)->error, (why)))                                             \
+      fail_msg("refused as '%s', wanted '%s'", (e)->error, (why));              \
+  } while (0)
+
+/* Every refusal of the full parse, with its message; the seq stays readable where the line
+ * states one, so that the verifier reports the line at its place. */
+static void line_parse_refusals(void **state) {
+  (void)state;
+  struct jb_audit_entry e;
+  jb_error err = {0};
+  /* over the size limit: refused before it is parsed */
+  char *big = malloc(JB_AUDIT_MAX_LINE + 1);
+  memset(big, ' ', JB_AUDIT_MAX_LINE + 1);
+  EXPECT_REFUSED(&e, jb_audit_entry_parse_line(&e, big, JB_AUDIT_MAX_LINE + 1, &err),
+                 "line longer than the limit");
+  assert_non_null(strstr(err.msg, "longer than the limit"));
+  free(big);
+  EXPECT_REFUSED(&e, jb_audit_entry_parse_line(&e, "{\"seq\":1,", 9, NULL), "not JSON");
+  const char *dup = "{\"seq\":4,\"seq\":4}";
+  EXPECT_REFUSED(&e, jb_audit_entry_parse_line(&e, dup, strlen(dup), NULL), "duplicate");
+  EXPECT_REFUSED(&e, jb_audit_entry_parse_line(&e, "[1]", 3, NULL), "not a JSON object");
+  /* nesting: what jansson itself would not parse is refused before it is; anything it parses
+   * is read (details deeper than JB_AUDIT_MAX_DEPTH included: the checks after the parse
+   * give their verdict) */
+  size_t deep = JSON_PARSER_MAX_DEPTH + 1;
+  char *nest = malloc(2 * deep + 1);
+  memset(nest, '[', deep);
+  memset(nest + deep, ']', deep);
+  nest[0] = '{';
+  nest[2 * deep - 1] = '}';
+  EXPECT_REFUSED(&e, jb_audit_entry_parse_line(&e, nest, 2 * deep, NULL),
+                 "maximum parsing depth reached");
+  free(nest);
+  struct chain c;
+  chain_build(&c, true);
+  json_t *d = json_object();
+  for (int i = 0; i < 3 * JB_AUDIT_MAX_DEPTH; i++) d = json_pack("{s:o}", "n", d);
+  assert_int_equal(parse_with(&c, 2, "details", d, &e), 0);
+  jb_audit_entry_clear(&e);
+  chain_free(&c);
+
+  /* each member's type and encoding */
+  static const struct {
+    const char *member, *value, *why;
+  } bad[] = {
+      {"approvedBy", "\"buyer\"", "unknown member 'approvedBy'"},
+      {"path", "1", "missing or has the wrong type"},
+      {"details", "[]", "missing or has the wrong type"},
+      {"canonical", "null", "missing or has the wrong type"},
+      {"hash", "\"abcd\"", "prevHash/hash must be 64 hex characters"},
+      {"prevHash", "\"zz00000000000000000000000000000000000000000000000000000000000000\"",
+       "prevHash/hash must be 64 hex characters"},
+      {"signature", "\"!!!!\"", "signature must be base64 of 64 bytes"},
+      {"signature", "\"AAAA\"", "signature must be base64 of 64 bytes"},
+      {"keyId", "\"abc\"", "keyId must be 16 characters"},
+      {"canonical", "\"!!!\"", "canonical must be base64 of at most 64 KiB"},
+      {"canonical", "\"eyJ=\"", "canonical must be base64 of at most 64 KiB"},
+      {"canonical", "\"eyJ\"", "canonical must be base64 of at most 64 KiB"},
+      {"canonical", "\"eyJB\xc3\xa9==\"", "canonical must be base64 of at most 64 KiB"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    chain_build(&c, true);
+    json_t *v = json_loads(bad[i].value, JSON_DECODE_ANY, NULL);
+    assert_non_null(v);
+    int rc = parse_with(&c, 2, bad[i].member, v, &e);
+    EXPECT_REFUSED(&e, rc, bad[i].why);
+    assert_int_equal(e.seq, 3);
+    chain_free(&c);
+  }
+  /* the canonical bytes' limit: 64 KiB decode; one byte more, or a text too long for 64 KiB,
+   * is refused */
+  static const size_t sizes[] = {JB_AUDIT_MAX_CANONICAL, JB_AUDIT_MAX_CANONICAL + 1,
+                                 JB_AUDIT_MAX_CANONICAL + 3};
+  unsigned char *bytes = calloc(1, JB_AUDIT_MAX_CANONICAL + 3);
+  char *b64 = malloc(2 * JB_AUDIT_MAX_CANONICAL);
+  for (size_t i = 0; i < 3; i++) {
+    chain_build(&c, true);
+    sodium_bin2base64(b64, 2 * JB_AUDIT_MAX_CANONICAL, bytes, sizes[i],
+                      sodium_base64_VARIANT_ORIGINAL);
+    int rc = parse_with(&c, 2, "canonical", json_string(b64), &e);
+    if (i == 0) {
+      assert_int_equal(rc, 0);
+      assert_int_equal(e.canonical_len, JB_AUDIT_MAX_CANONICAL);
+      jb_audit_entry_clear(&e);
+    } else {
+      EXPECT_REFUSED(&e, rc, "canonical must be base64 of at most 64 KiB");
+    }
+    chain_free(&c);
+  }
+  free(bytes);
+  free(b64);
+}
+
 static void keys_document(void **state) {
   char b64[64], doc[512];
   sodium_bin2base64(b64, sizeof b64, key_a->pk, 32, sodium_base64_VARIANT_ORIGINAL);
@@ -1204,6 +1477,16 @@ static void keys_document(void **state) {
     assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, &err), -1);
     assert_non_null(strstr(err.msg, "listed twice"));
   }
+  /* nested deeper than jansson parses: refused before it is parsed, with jansson's words */
+  size_t deep = JSON_PARSER_MAX_DEPTH + 1;
+  char *nest = malloc(2 * deep + 16);
+  char *q = stpcpy(nest, "{\"keys\":");
+  memset(q, '[', deep - 1);
+  memset(q + deep - 1, ']', deep - 1);
+  strcpy(q + 2 * (deep - 1), "}");
+  assert_int_equal(jb_audit_keys_parse(nest, strlen(nest), &k, &n, &err), -1);
+  assert_non_null(strstr(err.msg, "maximum parsing depth reached"));
+  free(nest);
   const char *bad[] = {"{\"keys\":{}}", "[]", "{\"keys\":[{\"keyId\":\"x\"}]}",
                        "{\"keys\":[],\"keys\":[]}"};
   for (size_t i = 0; i < 4; i++)
@@ -1320,7 +1603,9 @@ int main(void) {
       cmocka_unit_test(tamper_truncation),
       cmocka_unit_test(malformed_lines),
       cmocka_unit_test(stream_verify),
-      cmocka_unit_test(fast_path_edges),
+      cmocka_unit_test(exact_form_edges),
+      cmocka_unit_test(exact_reader),
+      cmocka_unit_test(line_parse_refusals),
       cmocka_unit_test(keys_document),
       cmocka_unit_test(key_file),
   };
