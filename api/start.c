@@ -32,13 +32,12 @@ bool jb_api_token_known(void *app, const char *authorization) {
 
 int jb_api_start(struct jb_app *app, jb_error *err) {
   struct jb_socket *sock = NULL;
-  if (jb_socket_start(app, &sock, err) < 0) /* logs "ws listening" */
+  /* the file operations (api/agent/ops.c); reads and lists the socket's service thread may
+   * hand straight to a local worker */
+  const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer, jb_op_direct_free};
+  if (jb_socket_start(app, jb_op_tool, NULL, &direct, &sock, err) < 0) /* logs "ws listening" */
     return jb_error_wrap(err, "websocket");
   __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
-  jb_socket_set_tool_handler(sock, jb_op_tool, NULL);  /* the file operations (api/agent/ops.c) */
-  /* reads and lists the socket's service thread hands straight to a local worker */
-  jb_socket_set_direct(sock, &(const struct jb_mcp_direct_fns){jb_op_direct_plan, jb_op_direct_answer,
-                                                              jb_op_direct_free});
   if (jb_escape_init(app, err) < 0) return jb_error_wrap(err, "escape policy");
   /* the workers inherit the escape policy through the environment */
   char pen[24];

@@ -41,7 +41,7 @@ const char *jb_tool_name(enum jb_tool tool);
 /* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
 enum jb_tool jb_tool_from_name(const char *name);
 
-/* The tool handler installed with jb_socket_set_tool_handler (see jb_mcp_tool_fn): read,
+/* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): read,
  * write, list and done for session `job_id`. Blocks its socket worker thread until the op has
  * run — for a supervised write, until the buyer decides (or the session ends). */
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,

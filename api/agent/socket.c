@@ -33,7 +33,6 @@
 #include "server/ws.h"
 
 #define PENDING_ON_CONNECT 500 /* pending approvals sent to a buyer that (re)connects */
-#define MCP_NOT_IMPLEMENTED (-32001)
 
 struct relay_conn;
 
@@ -361,7 +360,7 @@ static json_t *tool_schema(const char *name, const char *title, const char *desc
                    "additionalProperties", 0);
 }
 
-/* The tools of issue 7 with JSON Schemas of their arguments. New reference. */
+/* The agent's tools with JSON Schemas of their arguments. New reference. */
 static json_t *tools_list(void) {
   json_t *path = json_pack("{s:s,s:i,s:i,s:s}", "type", "string", "minLength", 1, "maxLength", 4096,
                            "description", "path relative to the workspace root");
@@ -410,14 +409,6 @@ static json_t *tool_reply(json_t *id, json_t *result, struct jb_mcp_error *e) {
   return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed", e->data);
 }
 
-static json_t *not_implemented(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
-                               json_t *arguments, struct jb_mcp_error *e) {
-  e->code = MCP_NOT_IMPLEMENTED;
-  snprintf(e->message, sizeof e->message, "not implemented yet: tool '%s' has no op handler", tool);
-  e->data = json_pack("{s:s,s:s}", "reason", "not_implemented", "tool", tool);
-  return NULL;
-}
-
 static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
   json_t *msg = json_array_get(args, 0);
   if (!json_is_object(msg) || json_array_size(args) != 1)
@@ -460,11 +451,7 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
       return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object", NULL);
     json_t *empty = arguments ? NULL : json_object();
     struct jb_mcp_error e = {0};
-    pthread_rwlock_rdlock(&s->lock);
-    jb_mcp_tool_fn fn = s->tool ? s->tool : not_implemented;
-    void *fctx = s->tool_ctx;
-    pthread_rwlock_unlock(&s->lock);
-    json_t *result = fn(fctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
+    json_t *result = s->tool(s->tool_ctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
     json_decref(empty);
     return tool_reply(id, result, &e);
   }
@@ -810,9 +797,15 @@ static void on_bus(void *ctx, const char *job_id, const char *event, json_t *pay
 
 /* ---------- start / stop ---------- */
 
-int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
+int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
+                    const struct jb_mcp_direct_fns *direct, struct jb_socket **out, jb_error *err) {
   struct jb_socket *s = &the_socket;
   if (s->started) return jb_fail(err, EBUSY, "the Socket.IO endpoint is already running");
+  if (!tool) return jb_fail(err, EINVAL, "the Socket.IO endpoint needs a tool handler");
+  s->tool = tool;
+  s->tool_ctx = tool_ctx;
+  if (direct) s->direct = *direct;
+  else memset(&s->direct, 0, sizeof s->direct);
   const struct jb_config *cfg = app->cfg;
   struct jb_ws_settings set = {
       .listen = cfg->ws_listen,
@@ -847,20 +840,6 @@ int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err) {
   jb_log(JB_LOG_INFO, "ws listening", "addr", addr, "url", url, NULL);
   *out = s;
   return 0;
-}
-
-void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ctx) {
-  pthread_rwlock_wrlock(&s->lock);
-  s->tool = fn;
-  s->tool_ctx = ctx;
-  pthread_rwlock_unlock(&s->lock);
-}
-
-void jb_socket_set_direct(struct jb_socket *s, const struct jb_mcp_direct_fns *fns) {
-  pthread_rwlock_wrlock(&s->lock);
-  if (fns) s->direct = *fns;
-  else memset(&s->direct, 0, sizeof s->direct);
-  pthread_rwlock_unlock(&s->lock);
 }
 
 int jb_socket_port(const struct jb_socket *s) { return s->ws ? jb_ws_port(s->ws) : 0; }

@@ -22,19 +22,10 @@ struct jb_mcp_error {
 
 /* The op handler seam: runs an MCP tools/call for session `job_id` on a socket worker
  * thread. `tool` is one of read, write, list, done; `arguments` is the borrowed arguments
- * object. Returns the MCP CallToolResult object (new reference), or NULL with *e filled.
- * The file-operation issue provides the real one; until then every call answers the
- * JSON-RPC error -32001 "not implemented yet". */
+ * object. Returns the MCP CallToolResult object (new reference), or NULL with *e filled
+ * (api/agent/ops.h jb_op_tool). */
 typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job_id,
                                   const char *tool, json_t *arguments, struct jb_mcp_error *e);
-
-/* Starts the Socket.IO listener on app->cfg->ws_listen (logging a "ws listening" line with
- * "addr"), and subscribes to app->bus so that every published event reaches the sockets of
- * its session. One per process. Returns 0 with *out set, or -1 with `err`. */
-int jb_socket_start(struct jb_app *app, struct jb_socket **out, jb_error *err);
-
-/* Replaces the op handler (NULL restores the "not implemented yet" one). */
-void jb_socket_set_tool_handler(struct jb_socket *s, jb_mcp_tool_fn fn, void *ctx);
 
 /* A read or list that the socket's service thread hands straight to the worker holding its
  * session (sandbox/proto/direct.h), without a handler thread in between: two hand-overs between
@@ -58,8 +49,13 @@ struct jb_mcp_direct_fns {
   void (*free)(void *ctx);
 };
 
-/* Installs the direct path's functions (`fns` copied; NULL: none). Call before agents connect. */
-void jb_socket_set_direct(struct jb_socket *s, const struct jb_mcp_direct_fns *fns);
+/* Starts the Socket.IO listener on app->cfg->ws_listen (logging a "ws listening" line with
+ * "addr"), and subscribes to app->bus so that every published event reaches the sockets of
+ * its session. `tool` (required) runs every agent tools/call with `tool_ctx`; `direct`
+ * (copied; NULL: none) lets the service thread hand reads and lists straight to a worker.
+ * One per process. Returns 0 with *out set, or -1 with `err` (EINVAL without `tool`). */
+int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
+                    const struct jb_mcp_direct_fns *direct, struct jb_socket **out, jb_error *err);
 
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);
