@@ -128,6 +128,74 @@ int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *
   return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
 }
 
+/* Indexed by enum jb_session_mode. */
+static const char *const mode_names[] = {"supervised", "unsupervised"};
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == JB_MODE_UNSUPERVISED + 1, "one name per mode");
+
+const char *jb_session_mode_name(enum jb_session_mode mode) {
+  if (mode < 0 || (size_t)mode >= sizeof mode_names / sizeof mode_names[0]) return NULL;
+  return mode_names[mode];
+}
+
+void jb_session_facts_clear(struct jb_session_facts *f) {
+  if (!f) return;
+  free(f->worker);
+  json_decref(f->exclude);
+  json_decref(f->flagged);
+  *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
+}
+
+int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src, jb_error *err) {
+  *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
+  if ((src->worker && !(dst->worker = strdup(src->worker))) ||
+      (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
+      (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
+    jb_session_facts_clear(dst);
+    return jb_fail(err, ENOMEM, "copy of the session's facts: out of memory");
+  }
+  return JB_OK;
+}
+
+/* Column `col` of row 0 of `r` (JSON text; SQL NULL: *out = NULL) parsed into *out (new). */
+static int facts_json(PGresult *r, int col, const char *what, json_t **out, jb_error *err) {
+  *out = NULL;
+  if (PQgetisnull(r, 0, col)) return JB_OK;
+  json_error_t je;
+  *out = json_loadb(PQgetvalue(r, 0, col), (size_t)PQgetlength(r, 0, col),
+                    JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+  return *out ? JB_OK : jb_fail(err, EINVAL, "the session's %s from the database: %s", what, je.text);
+}
+
+int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out, jb_error *err) {
+  *out = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
+  const char *p[1] = {job_id};
+  /* a worker that is not a JSON string is none, as the op path reads the contract */
+  PGresult *r = jb_db_exec(c,
+                           "SELECT state, mode, exclude::text,"
+                           " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
+                           " (walls->'prescan'->'flagged')::text"
+                           " FROM sessions WHERE job_id = $1",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  int rc = JB_OK;
+  const char *mode = PQgetvalue(r, 0, 1);
+  out->state = jb_session_state_from_name(PQgetvalue(r, 0, 0));
+  if (!strcmp(mode, "supervised")) out->mode = JB_MODE_SUPERVISED;
+  else if (!strcmp(mode, "unsupervised")) out->mode = JB_MODE_UNSUPERVISED;
+  else rc = jb_fail(err, EINVAL, "the session's mode from the database is unknown: %.40s", mode);
+  if (rc == JB_OK && !PQgetisnull(r, 0, 3) && !(out->worker = strdup(PQgetvalue(r, 0, 3))))
+    rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
+  if (rc == JB_OK) rc = facts_json(r, 2, "exclusions", &out->exclude, err);
+  if (rc == JB_OK) rc = facts_json(r, 4, "pre-scan flags", &out->flagged, err);
+  PQclear(r);
+  if (rc != JB_OK) jb_session_facts_clear(out);
+  return rc;
+}
+
 /* Decodes a comma-separated list of 64-hex-digit hashes into a new array. */
 static int hex_list(const char *txt, unsigned char **out, size_t *n, jb_error *err) {
   *out = NULL;

@@ -39,6 +39,42 @@ const char *jb_session_state_name(enum jb_session_state state);
 /* The state named `name` (nullable; compared exactly, as stored), or JB_SESSION_UNKNOWN. */
 enum jb_session_state jb_session_state_from_name(const char *name);
 
+/* The modes of a session (migration 001's sessions.mode), for the code that decides on them:
+ * a supervised session's writes wait for the buyer. */
+enum jb_session_mode {
+  JB_MODE_SUPERVISED,
+  JB_MODE_UNSUPERVISED,
+};
+
+/* The stored name of `mode` ("supervised"; static), or NULL for a value outside the enum. */
+const char *jb_session_mode_name(enum jb_session_mode mode);
+
+/* What the op path decides an agent's tool call on, from the session's row. The struct owns
+ * every pointer in it: jb_session_facts_clear frees them. */
+struct jb_session_facts {
+  enum jb_session_state state;
+  enum jb_session_mode mode;
+  char *worker;    /* the worker its walls contract names (walls.worker); NULL when none */
+  json_t *exclude; /* the exclusion globs as stored (a JSON array of strings) */
+  json_t *flagged; /* the pre-scan's [{path, kind}] as stored (walls.prescan.flagged); NULL
+                    * when the contract has none */
+};
+
+/* Reads what the op path decides on of session `job_id` into *out (overwritten: it must own
+ * nothing; empty, as jb_session_facts_clear leaves it, on any failure; clear it after use) in
+ * one query that selects only that.
+ * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out, jb_error *err);
+
+/* Copies `src` into *dst (overwritten: it must own nothing): its own strings and deep copies of the JSON values,
+ * so that neither shares anything with the other and each may be used on its own thread.
+ * JB_OK, or JB_ERR_FAIL (out of memory; *dst is left empty). */
+int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src, jb_error *err);
+
+/* Frees what `f` owns and leaves it empty (state JB_SESSION_UNKNOWN); NULL is allowed. */
+void jb_session_facts_clear(struct jb_session_facts *f);
+#define cleanup_session_facts __attribute__((cleanup(jb_session_facts_clear)))
+
 struct jb_session_new {
   const char *job_id, *agent_id, *workspace, *mode;
   const char *exclude_json;                   /* JSON array text */

@@ -66,15 +66,13 @@ struct op_call {
   size_t plen;                /* its length in bytes */
   /* load session */
   PGconn *c;                  /* owned; NULL once it could not be had again */
-  json_t *sess;               /* owned: what the op path decides on */
-  enum jb_session_state state;
+  struct jb_session_facts sess; /* owned: what the op path decides on; its state becomes
+                                 * active when this call's arrival moved it there */
   bool cached;                /* sess is this process's copy */
   bool arrived;               /* this call moved the session from awaiting_agent to active */
   bool recheck;               /* decided on a copy, or on a read made before the session became
                                * active (the buyer may still add exclusions in awaiting_agent):
                                * the insert checks that it still holds */
-  bool supervised;
-  json_t *exclude, *flagged;  /* borrowed from sess: exclusion globs, the pre-scan's [{path, kind}] */
   /* prepare */
   json_t *sargs;              /* owned: the shim's arguments */
   unsigned char *data;        /* owned: a write's content, dlen bytes */
@@ -151,8 +149,8 @@ const char *op_flagged_kind(const char *path, const json_t *flagged);
 json_t *op_shim_args(json_t *args, json_t *exclude);
 
 /* What an op is decided on, for the insert or the worker to check against the session (new):
- * {mode, exclude, flagged} of `sess` (borrowed, as `exclude` and `flagged`). */
-json_t *op_direct_expect(json_t *sess, json_t *exclude, json_t *flagged);
+ * {mode, exclude, flagged} of `sess` (borrowed; flagged [] when it has none). */
+json_t *op_direct_expect(const struct jb_session_facts *sess);
 
 /* The direct hand-over's request (sandbox/proto/direct.h; new): `sargs`, `expect` borrowed. */
 json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
@@ -160,7 +158,7 @@ json_t *op_direct_request(const char *job, const char *tool, const char *path, j
 
 /* The ops socket of the worker that holds session `sess` (its contract's "worker") when that
  * worker is one of this process's (server/workers.h), else NULL. Borrowed. */
-const char *op_worker_socket(struct jb_app *app, const json_t *sess);
+const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess);
 
 /* The MCP result of a `tool` op that ran on `path` (`ans` {ok, result | error}, borrowed):
  * new, or NULL with *e set when the shim refused it. A list's entries are filtered by the
@@ -171,8 +169,10 @@ json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_
 /* Fills *e with the JSON-RPC error of the shim's `error` {code, message} (borrowed). */
 void op_shim_error(struct jb_mcp_error *e, json_t *error);
 
-/* A copy of this process's copy of session `job` (new; NULL when it has none). */
-json_t *op_session_copy(const char *job);
+/* This process's copy of session `job` copied into *out (overwritten: it must own nothing;
+ * clear it with jb_session_facts_clear): true, or false with *out empty when there is none
+ * (or no memory for the copy). */
+bool op_session_copy(const char *job, struct jb_session_facts *out);
 
 /* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
  * path of control characters takes up to six bytes a byte as JSON — its "path" is replaced

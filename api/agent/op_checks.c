@@ -150,13 +150,13 @@ static enum op_step refuse_flagged(struct op_call *call, const char *kind) {
 }
 
 enum op_step op_refuse_if(struct op_call *call) {
-  if (call->state != JB_SESSION_ACTIVE && call->state != JB_SESSION_PAUSED) {
+  if (call->sess.state != JB_SESSION_ACTIVE && call->sess.state != JB_SESSION_PAUSED) {
     op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
-             jb_session_state_name(call->state) ?: "unknown");
+             jb_session_state_name(call->sess.state) ?: "unknown");
     return OP_END;
   }
   struct op_path_verdict v;
-  if (op_path_passes(call->path, call->plen, call->tool, call->exclude, call->flagged, &v)) return OP_NEXT;
+  if (op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged, &v)) return OP_NEXT;
   if (v.syntax != JB_PATH_OK) return refuse_syntax(call, v.syntax);
   if (v.excluded) return refuse_excluded(call, v.glob);
   return refuse_flagged(call, v.flagged_kind);
@@ -272,7 +272,7 @@ static enum op_step scan_content(struct op_call *call) {
 }
 
 enum op_step op_prepare(struct op_call *call) {
-  call->sargs = op_shim_args(call->args, call->exclude);
+  call->sargs = op_shim_args(call->args, call->sess.exclude);
   if (call->tool != JB_TOOL_WRITE) return OP_NEXT;
   enum op_step s = decode_content(call);
   if (s == OP_NEXT) s = scan_content(call);

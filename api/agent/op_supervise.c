@@ -51,11 +51,11 @@ void op_leave_waiting(struct op_call *call) {
 static enum op_step stat_target(struct op_call *call) {
   struct jb_app *app = call->app;
   cleanup_json json_t *stargs = json_object();
-  if (json_array_size(call->exclude) > 0) json_object_set(stargs, "exclude", call->exclude);
+  if (json_array_size(call->sess.exclude) > 0) json_object_set(stargs, "exclude", call->sess.exclude);
   if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
     json_object_set_new(stargs, "withContent", json_true());
   cleanup_json json_t *sa =
-      call->state == JB_SESSION_ACTIVE ? op_try_direct(call, "stat", stargs, NULL) : NULL;
+      call->sess.state == JB_SESSION_ACTIVE ? op_try_direct(call, "stat", stargs, NULL) : NULL;
   if (!call->c) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
     return OP_END;
@@ -161,7 +161,7 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
 enum op_step op_supervise(struct op_call *call) {
   enum op_step s = take_waiting_place(call);
   if (s != OP_NEXT) return s;
-  call->pending = call->tool == JB_TOOL_WRITE && call->supervised;
+  call->pending = call->tool == JB_TOOL_WRITE && call->sess.mode == JB_MODE_SUPERVISED;
   if (!call->pending) return OP_NEXT;
   s = stat_target(call);
   if (s == OP_NEXT) s = check_target(call);

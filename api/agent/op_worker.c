@@ -99,14 +99,13 @@ json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_
 }
 
 json_t *op_answer(struct op_call *call) {
-  return op_answer_result(call->tool, call->path, call->ans, call->exclude, call->flagged, call->e);
+  return op_answer_result(call->tool, call->path, call->ans, call->sess.exclude, call->sess.flagged, call->e);
 }
 
 /* ---- hand direct ---- */
 
-const char *op_worker_socket(struct jb_app *app, const json_t *sess) {
-  const char *worker = json_string_value(json_object_get(json_object_get(sess, "walls"), "worker"));
-  return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), worker);
+const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess) {
+  return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), sess->worker);
 }
 
 json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
@@ -115,14 +114,16 @@ json_t *op_direct_request(const char *job, const char *tool, const char *path, j
                    sargs, "expect", expect);
 }
 
-json_t *op_direct_expect(json_t *sess, json_t *exclude, json_t *flagged) {
-  return json_pack("{s:O?,s:O?,s:o}", "mode", json_object_get(sess, "mode"), "exclude", exclude,
-                   "flagged", flagged ? json_incref(flagged) : json_array());
+json_t *op_direct_expect(const struct jb_session_facts *sess) {
+  const char *mode = jb_session_mode_name(sess->mode);
+  if (!mode) return NULL;
+  return json_pack("{s:s,s:O?,s:o}", "mode", mode, "exclude", sess->exclude, "flagged",
+                   sess->flagged ? json_incref(sess->flagged) : json_array());
 }
 
 json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, json_t *expect) {
   struct jb_app *app = call->app;
-  const char *sock = op_worker_socket(app, call->sess);
+  const char *sock = op_worker_socket(app, &call->sess);
   if (!sock) return NULL;
   json_t *req = op_direct_request(call->job, tool, call->path, sargs, expect);
   if (!req) return NULL;
@@ -154,8 +155,8 @@ json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, jso
  * worker runs a direct op before it stores it (and refuses it then), and nothing should run
  * in the sandbox while the buyer holds the session. */
 enum op_step op_hand_direct(struct op_call *call) {
-  if (call->tool == JB_TOOL_WRITE || call->state != JB_SESSION_ACTIVE) return OP_NEXT;
-  cleanup_json json_t *x = call->recheck ? op_direct_expect(call->sess, call->exclude, call->flagged) : NULL;
+  if (call->tool == JB_TOOL_WRITE || call->sess.state != JB_SESSION_ACTIVE) return OP_NEXT;
+  cleanup_json json_t *x = call->recheck ? op_direct_expect(&call->sess) : NULL;
   if (!call->recheck || x) call->ans = op_try_direct(call, jb_tool_name(call->tool), call->sargs, x);
   if (call->ans) return OP_ANSWERED;
   if (!call->c) {
@@ -177,7 +178,7 @@ void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t) {
 
 /* The {mode, exclude, flagged} the call decided on as JSON text (new), or NULL. */
 static char *expect_text(struct op_call *call) {
-  cleanup_json json_t *x = op_direct_expect(call->sess, call->exclude, call->flagged);
+  cleanup_json json_t *x = op_direct_expect(&call->sess);
   return x ? json_dumps(x, JSON_COMPACT) : NULL;
 }
 

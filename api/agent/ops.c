@@ -57,7 +57,7 @@ void op_call_release(struct op_call *call) {
   json_decref(call->current);
   json_decref(call->diff);
   jb_db_release(call->app->db, call->c);
-  json_decref(call->sess);
+  jb_session_facts_clear(&call->sess);
   free(call->data);
   json_decref(call->sargs);
   json_decref(call->ans);
@@ -170,18 +170,16 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool_nam
   const char *path, *key;
   size_t plen;
   if (op_check_args(tool, args, &path, &plen, &key) != OP_ARGS_OK) return false;
-  cleanup_json json_t *sess = op_session_copy(job);
-  if (jb_session_state_from_name(json_string_value(json_object_get(sess, "state"))) != JB_SESSION_ACTIVE)
-    return false;
-  json_t *exclude = json_object_get(sess, "exclude");
-  json_t *flagged = json_object_get(json_object_get(json_object_get(sess, "walls"), "prescan"), "flagged");
+  cleanup_session_facts struct jb_session_facts sess = {.state = JB_SESSION_UNKNOWN};
+  if (!op_session_copy(job, &sess) || sess.state != JB_SESSION_ACTIVE) return false;
+  json_t *exclude = sess.exclude, *flagged = sess.flagged;
   /* anything jb_op_tool would refuse (and audit, and signal) goes its way */
   struct op_path_verdict v;
   if (!op_path_passes(path, plen, tool, exclude, flagged, &v)) return false;
-  const char *sock = op_worker_socket(app, sess);
+  const char *sock = op_worker_socket(app, &sess);
   if (!sock || strlen(sock) >= sizeof out->sock) return false;
   cleanup_json json_t *sargs = op_shim_args(args, exclude);
-  cleanup_json json_t *x = sargs ? op_direct_expect(sess, exclude, flagged) : NULL;
+  cleanup_json json_t *x = sargs ? op_direct_expect(&sess) : NULL;
   cleanup_json json_t *req = x ? op_direct_request(job, jb_tool_name(tool), path, sargs, x) : NULL;
   struct direct_plan *dp = req ? calloc(1, sizeof *dp) : NULL;
   if (!dp || !(dp->path = strdup(path))) {
