@@ -1,5 +1,6 @@
-/* config.h — jailboxd's settings: one table, read from JAILBOX_* environment variables and
- * overridden by matching command-line flags (--name=value or --name value). */
+/* config.h — jailboxd's settings: one table for the settings engine (lib/settings.h), read
+ * from JAILBOX_* environment variables and overridden by matching command-line flags
+ * (--name=value or --name value). */
 #ifndef JB_CONFIG_H
 #define JB_CONFIG_H
 

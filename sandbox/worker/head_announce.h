@@ -4,7 +4,7 @@
  * newest head committed by then (db/events.h jb_db_announce_audit_head) — and across sessions
  * the one waiting longest first, so that sessions whose agents read in a loop cannot keep the
  * others' heads from ever being announced when the announcer falls behind. The schedule only:
- * the caller (sandbox/worker/worker.c) locks it, sends, and passes the time. */
+ * the caller (sandbox/worker/heads.c) locks it, sends, and passes the time. */
 #ifndef JB_SANDBOX_HEAD_ANNOUNCE_H
 #define JB_SANDBOX_HEAD_ANNOUNCE_H
 

@@ -102,6 +102,9 @@ static void help_flag(void **state) {
   const char *must[] = {"JAILBOX_LISTEN", "JAILBOX_STATE_DIR", "JAILBOX_DATABASE_URL",
                         "JAILBOX_MAX_BODY_BYTES", "JAILBOX_DB_USER", "default: ./var"};
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) assert_non_null(strstr(buf, must[i]));
+  /* the row form tests/integration/readme_config.sh reads */
+  assert_non_null(strstr(buf, "\n  --listen               JAILBOX_LISTEN               default: 127.0.0.1:8080\n"
+                              "      HTTP address host:port"));
   free(buf);
 }
 

@@ -1,0 +1,144 @@
+/* control.c — the worker's control socket (JAILBOX_WORKER_CONTROL, mode 0600): operators and
+ * tests ask for the probe, the sessions, or send one request to a session's shim, one JSON
+ * line each way; and the two helpers both sockets of the worker use (listening, answering). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "lib/json.h"
+#include "sandbox/proto/shim.h"
+#include "sandbox/worker/worker.h"
+
+int worker_unix_listen(const char *path, const char *what, jb_error *err) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, ENAMETOOLONG, "%s: path too long", what);
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return jb_fail_errno(err, errno, "%s", what);
+  unlink(path);
+  mode_t old = umask(0177); /* srw------- : 0777 & ~0177 */
+  int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+  umask(old);
+  if (rc < 0 || listen(fd, 64) < 0) {
+    int e = errno;
+    close(fd);
+    return jb_fail_errno(err, e, "%s %s", what, path);
+  }
+  return fd;
+}
+
+void worker_send_line(int fd, json_t *ans) {
+  char *s = json_dumps(ans, JSON_COMPACT);
+  json_decref(ans);
+  if (!s) return;
+  size_t n = strlen(s);
+  s[n] = '\n';
+  const char *p = s;
+  size_t left = n + 1;
+  while (left > 0) {
+    ssize_t wr = send(fd, p, left, MSG_NOSIGNAL);
+    if (wr < 0 && errno == EINTR) continue;
+    if (wr <= 0) break;
+    p += wr;
+    left -= (size_t)wr;
+  }
+  free(s);
+}
+
+/* One request of the control socket: the answer (new). */
+static json_t *control_request(struct jb_worker *w, const json_t *req) {
+  const char *op = json_string_value(json_object_get(req, "op"));
+  if (op && strcmp(op, "probe") == 0) {
+    struct jb_probe p = worker_probe(w);
+    return json_pack("{s:b, s:o}", "ok", 1, "probe", jb_probe_json(&p));
+  }
+  if (op && strcmp(op, "sessions") == 0) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->n_sessions; i++) {
+      struct jb_session *s = w->sessions[i];
+      bool ready = atomic_load(&s->sb_ready);
+      json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "jobId", s->job_id, "container",
+                                         ready ? s->cid : "", "ready", ready));
+    }
+    pthread_mutex_unlock(&w->lock);
+    return json_pack("{s:b, s:o}", "ok", 1, "sessions", a);
+  }
+  const char *job = json_string_value(json_object_get(req, "jobId"));
+  json_t *shimreq = json_object_get(req, "request");
+  if (!job || !json_is_object(shimreq))
+    return json_pack("{s:b, s:s}", "ok", 0, "error", "want {op:probe|sessions} or {jobId, request}");
+  struct jb_session *s = session_lock(w, job);
+  if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
+  json_t *out;
+  jb_error err = {0};
+  if (!s->sb_ready) {
+    out = json_pack("{s:b, s:s}", "ok", 0, "error", "the session's sandbox is not up");
+  } else {
+    json_t *copy = json_deep_copy(shimreq);
+    json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
+    json_t *ans = jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : w->walls.call_timeout_ms, &err);
+    json_decref(copy);
+    out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
+              : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
+  }
+  session_unlock(s);
+  /* the shim broke the protocol: an escape signal, whoever asked */
+  if (err.code == EPROTO || err.code == EMSGSIZE) {
+    char job_id[129];
+    snprintf(job_id, sizeof job_id, "%s", job);
+    raise_signal(w, job_id, JB_SIG_PROTOCOL_VIOLATION, err.msg);
+  }
+  return out;
+}
+
+/* Serves one client of the control socket on `fd` until it goes or the worker stops. `buf`
+ * holds JB_SHIM_MAX_LINE + 8192 bytes. */
+static void control_serve(struct jb_worker *w, int fd, char *buf) {
+  const size_t cap = JB_SHIM_MAX_LINE + 8192;
+  size_t len = 0;
+  for (;;) {
+    char *nl = memchr(buf, '\n', len);
+    if (!nl) {
+      if (len >= cap) return;
+      struct pollfd cf = {.fd = fd, .events = POLLIN};
+      if (poll(&cf, 1, 1000) == 0) {
+        if (atomic_load(&w->stopping)) return;
+        continue;
+      }
+      ssize_t r = recv(fd, buf + len, cap - len, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return;
+      len += (size_t)r;
+      continue;
+    }
+    size_t n = (size_t)(nl - buf);
+    jb_error err = {0};
+    json_t *req = jb_json_parse_object(buf, n, JB_SHIM_MAX_DEPTH, &err);
+    worker_send_line(fd, req ? control_request(w, req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
+    json_decref(req);
+    memmove(buf, nl + 1, len - n - 1);
+    len -= n + 1;
+  }
+}
+
+void *control_main(void *arg) {
+  struct jb_worker *w = arg;
+  cleanup_free char *buf = malloc(JB_SHIM_MAX_LINE + 8192);
+  if (!buf) return NULL;
+  while (!atomic_load(&w->stopping)) {
+    struct pollfd pf = {.fd = w->control_fd, .events = POLLIN};
+    if (poll(&pf, 1, 500) <= 0) continue;
+    cleanup_close int fd = accept4(w->control_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    control_serve(w, fd, buf);
+  }
+  return NULL;
+}

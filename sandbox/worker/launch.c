@@ -1,0 +1,586 @@
+/* launch.c — a session's sandbox from its launch job to its removal. The main thread claims
+ * launch and teardown jobs from PostgreSQL (FOR UPDATE SKIP LOCKED, so workers on many hosts
+ * share one queue); each launch gets a session thread that pins and pre-scans the workspace,
+ * gives the jail access to it, builds the three walls (walls.c), writes the session contract,
+ * moves the session on, watches the sandbox until the session ends, removes it and gives the
+ * workspace back. A teardown job removes the session's containers. At start, what a previous
+ * run of the same worker id left behind is cleared. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db/audit_store.h"
+#include "db/events.h"
+#include "db/launch_jobs.h"
+#include "db/sessions.h"
+#include "sandbox/worker/worker.h"
+#include "sandbox/worker/workspace_scan.h"
+
+/* ---- the workspace ---------------------------------------------------------------------- */
+
+/* Walks the absolute `path` from "/" one component at a time without following any symbolic
+ * link (O_PATH|O_NOFOLLOW), and stats the directory it names into *st. Returns 0, or -1 with
+ * `err` when a component is missing, is a symbolic link or is not a directory. */
+static int pin_workspace(const char *path, struct stat *st, jb_error *err) {
+  if (path[0] != '/') return jb_fail(err, EINVAL, "path %s is not absolute", path);
+  cleanup_close int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return jb_fail_errno(err, errno, "open /");
+  const char *p = path;
+  while (*p) {
+    while (*p == '/') p++;
+    size_t n = strcspn(p, "/");
+    if (n == 0) break;
+    char name[256];
+    if (n >= sizeof name) return jb_fail(err, ENAMETOOLONG, "a component of %s is too long", path);
+    memcpy(name, p, n);
+    name[n] = '\0';
+    int next = openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0)
+      return jb_fail_errno(err, errno, "%s changed since the session was opened ('%s' is no longer a "
+                           "plain directory)", path, name);
+    close(fd);
+    fd = next;
+    p += n;
+  }
+  if (fstat(fd, st) < 0) return jb_fail_errno(err, errno, "stat %s", path);
+  return 0;
+}
+
+/* Pins `path` again and checks it is the directory of `first`. */
+static int same_workspace(const char *path, const struct stat *first, jb_error *err) {
+  struct stat now;
+  if (pin_workspace(path, &now, err) < 0) return -1;
+  if (now.st_dev != first->st_dev || now.st_ino != first->st_ino)
+    return jb_fail(err, EXDEV, "%s was replaced by another directory during the launch", path);
+  return 0;
+}
+
+/* ---- the session and its job in the database ---------------------------------------------- */
+
+/* Moves `job` from one of `from` to `to` with its audit entry, and tells jailboxd (the buyer's
+ * sockets live there: best effort, the change is committed). */
+static int transition_stored(struct jb_worker *w, const char *job, const char *const from[],
+                             const char *to, const char *reason, struct jb_transition *out,
+                             jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  int rc = jb_db_session_transition(conn.pg, w->keys, job, from, to, reason, "system", out, err);
+  if (rc != JB_OK) return rc;
+  json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", to, "previous",
+                         out->previous, "reason", reason, "actor", "system");
+  json_t *head = jb_audit_head_json(&out->head);
+  jb_error nerr = {0};
+  if (jb_db_notify_event(conn.pg, job, "jailbox:state", ev, &nerr) != JB_OK ||
+      jb_db_notify_event(conn.pg, job, "jailbox:audit_head", head, &nerr) != JB_OK)
+    slog(w, JB_LOG_WARN, job, nerr.msg, "step", "notify event", NULL);
+  json_decref(ev);
+  json_decref(head);
+  return rc;
+}
+
+/* transition_stored, logged. */
+static int transition(struct jb_worker *w, const char *job, const char *const from[], const char *to,
+                      const char *reason, jb_error *err) {
+  struct jb_transition out = {0};
+  int rc = transition_stored(w, job, from, to, reason, &out, err);
+  if (rc == JB_OK)
+    slog(w, JB_LOG_INFO, job, "session state", "from", out.previous, "to", to, "reason", reason ? reason : "", NULL);
+  else if (rc == JB_ERR_CONFLICT)
+    slog(w, JB_LOG_INFO, job, "session state unchanged", "wanted", to, "current", out.state, NULL);
+  return rc;
+}
+
+static const char *const live_states[] = {JB_LIVE_STATES, NULL};
+
+void session_fail(struct jb_worker *w, const char *job, const char *reason) {
+  jb_error err = {0};
+  int rc = transition(w, job, live_states, "failed", reason, &err);
+  if (rc == JB_ERR_FAIL) slog(w, JB_LOG_ERROR, job, err.msg, "step", "fail session", NULL);
+}
+
+/* Stores the session contract of `job` (NULL: nothing to store). */
+static void store_walls(struct jb_worker *w, const char *job, json_t *contract) {
+  if (!contract) return;
+  cleanup_free char *text = json_dumps(contract, JSON_COMPACT);
+  if (!text) return;
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_session_set_walls(conn.pg, job, text, &err) == JB_ERR_FAIL)
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "store walls", NULL);
+}
+
+/* Ends launch or teardown job `id` of session `job` (`result`: borrowed, may be NULL). */
+static void finish_job(struct jb_worker *w, const char *job, long long id, bool ok, const char *error,
+                       json_t *result) {
+  cleanup_free char *text = result ? json_dumps(result, JSON_COMPACT) : NULL;
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_job_finish(conn.pg, id, ok, error, text, &err) == JB_ERR_FAIL)
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "finish job", NULL);
+}
+
+/* The pre-scan's audit entry and its jailbox:pre_scan event; the contract shows the pre-scan
+ * at once (the walls join it once they are up), so that a buyer who connects later is sent
+ * it too. */
+static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  struct jb_audit_head h;
+  int rc = jb_audit_append(conn.pg, w->keys, job, "pre_scan", NULL, scan, &h, err);
+  if (rc != JB_OK) return rc;
+  json_t *pre = json_pack("{s:O}", "prescan", scan);
+  char *text = pre ? json_dumps(pre, JSON_COMPACT) : NULL;
+  json_decref(pre);
+  if (text) {
+    jb_error werr = {0};
+    if (jb_db_session_set_walls(conn.pg, job, text, &werr) == JB_ERR_FAIL)
+      slog(w, JB_LOG_WARN, job, werr.msg, "step", "store pre-scan", NULL);
+    free(text);
+  }
+  json_t *ev = json_pack("{s:s,s:O}", "jobId", job, "prescan", scan);
+  json_t *head = jb_audit_head_json(&h);
+  jb_error nerr = {0};
+  if (jb_db_notify_event(conn.pg, job, "jailbox:pre_scan", ev, &nerr) != JB_OK ||
+      jb_db_notify_event(conn.pg, job, "jailbox:audit_head", head, &nerr) != JB_OK)
+    slog(w, JB_LOG_WARN, job, nerr.msg, "step", "notify event", NULL);
+  json_decref(ev);
+  json_decref(head);
+  return JB_OK;
+}
+
+/* ---- the launch --------------------------------------------------------------------------- */
+
+/* The launch of `s` failed with the reason `fmt`…: the session fails, and its launch job
+ * with it (`result`: borrowed, may be NULL). Returns -1. */
+static int launch_failed(struct jb_session *s, json_t *result, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int launch_failed(struct jb_session *s, json_t *result, const char *fmt, ...) {
+  char reason[700];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  session_fail(s->w, s->job_id, reason);
+  finish_job(s->w, s->job_id, s->launch_job, false, reason, result);
+  return -1;
+}
+
+/* The pre-scan of the pinned workspace (counts, flagged entries, a directory hash), logged
+ * and recorded: 0 with *scan_out (new), or -1 with the launch failed. */
+static int prescan(struct jb_session *s, json_t **scan_out) {
+  struct jb_worker *w = s->w;
+  jb_error err = {0};
+  struct jb_scan_result scan;
+  if (jb_workspace_scan(s->workspace, 100000, w->prescan_hash_max, &scan, &err) < 0)
+    return launch_failed(s, NULL, "pre-scan failed: %s", err.msg);
+  json_t *scan_json = jb_scan_json(&scan);
+  jb_scan_result_free(&scan);
+  slog_json(w, JB_LOG_INFO, s->job_id, "pre-scan", "prescan", json_incref(scan_json));
+  if (prescan_stored(w, s->job_id, scan_json, &err) != JB_OK) {
+    json_decref(scan_json);
+    return launch_failed(s, NULL, "pre-scan could not be recorded: %s", err.msg);
+  }
+  *scan_out = scan_json;
+  return 0;
+}
+
+/* Builds the walls over the workspace pinned as `pinned`, and checks that what was mounted is
+ * still that directory (a swap during the launch fails the session). 0 with the sandbox in
+ * *sb, or -1 with the launch failed and nothing left standing. `scan` is borrowed. */
+static int build_walls(struct jb_session *s, const struct stat *pinned, json_t *scan,
+                       struct jb_sandbox *sb) {
+  struct jb_worker *w = s->w;
+  const char *job = s->job_id;
+  jb_error err = {0};
+  struct jb_probe probe = worker_probe(w);
+  json_t *labels = json_pack("{s:s}", "jailbox.session", job);
+  enum jb_wall failed;
+  int rc = jb_sandbox_launch(&w->walls, &probe, job, s->workspace, s->limits, labels, sb, &failed, &err);
+  json_decref(labels);
+  if (rc < 0) {
+    char reason[700];
+    snprintf(reason, sizeof reason, "wall %s", err.msg);
+    if (sb->contract) {
+      json_object_set(sb->contract, "prescan", scan);
+      store_walls(w, job, sb->contract);
+      json_decref(sb->contract);
+    }
+    slog(w, JB_LOG_WARN, job, "walls failed", "wall", failed < JB_WALL_COUNT ? jb_wall_names[failed] : "?",
+         "reason", reason, NULL);
+    json_auto_t *res = json_pack("{s:O}", "prescan", scan);
+    return launch_failed(s, res, "%s", reason);
+  }
+  if (same_workspace(s->workspace, pinned, &err) < 0) {
+    jb_sandbox_destroy(&w->walls, sb); /* the contract with it */
+    return launch_failed(s, NULL, "workspace: %s", err.msg);
+  }
+  return 0;
+}
+
+/* Launches session `s`: prescanning, the workspace pinned (no symbolic link on the way, the
+ * same directory at every step), pre-scanned, opened to the jail's group, the walls built,
+ * the contract stored, the session on to awaiting_agent (unless JAILBOX_PRESCAN_HOLD) and the
+ * launch job done. 0 with the sandbox up in s->sb, or -1 when the launch ended (its job
+ * finished, the session failed unless it had left created). */
+static int launch(struct jb_session *s) {
+  struct jb_worker *w = s->w;
+  const char *job = s->job_id;
+  jb_error err = {0};
+  static const char *const from_created[] = {"created", NULL};
+  int rc = transition(w, job, from_created, "prescanning", NULL, &err);
+  if (rc != JB_OK) {
+    finish_job(w, job, s->launch_job, rc == JB_ERR_CONFLICT,
+               rc == JB_ERR_CONFLICT ? "session no longer in created" : err.msg, NULL);
+    return -1;
+  }
+  /* the workspace was resolved when the session was opened; pin what that path names now */
+  struct stat pinned;
+  if (pin_workspace(s->workspace, &pinned, &err) < 0) return launch_failed(s, NULL, "workspace: %s", err.msg);
+  json_auto_t *scan = NULL;
+  if (prescan(s, &scan) < 0) return -1;
+  /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
+   * to the directory pinned above, and a launch without it does not go ahead */
+  if (same_workspace(s->workspace, &pinned, &err) < 0 ||
+      jb_workspace_grant(s->workspace, JB_JAIL_GID, 100000, &s->grant, &err) < 0)
+    return launch_failed(s, NULL, "workspace: %s", err.msg);
+  struct jb_sandbox sb;
+  if (build_walls(s, &pinned, scan, &sb) < 0) return -1;
+
+  json_object_set(sb.contract, "prescan", scan);
+  store_walls(w, job, sb.contract);
+  pthread_mutex_lock(&s->lock);
+  s->sb = sb;
+  s->sb_ready = true;
+  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_lock(&w->lock);
+  snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
+  pthread_mutex_unlock(&w->lock);
+  char ready[32];
+  snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
+  const char *chan = json_string_value(json_object_get(json_object_get(sb.contract, "shimChannel"), "kind"));
+  slog(w, JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, "shimChannel",
+       chan ? chan : "?", NULL);
+
+  if (!w->set.prescan_hold && !atomic_load(&s->teardown)) {
+    static const char *const from_pre[] = {"prescanning", NULL};
+    rc = transition(w, job, from_pre, "awaiting_agent", NULL, &err);
+    if (rc == JB_ERR_FAIL) slog(w, JB_LOG_ERROR, job, err.msg, "step", "awaiting_agent", NULL);
+  }
+  json_auto_t *res = json_pack("{s:s, s:I, s:O}", "containerId", sb.container_id, "readyMs",
+                               (json_int_t)sb.ready_ms, "prescan", scan);
+  finish_job(w, job, s->launch_job, true, NULL, res);
+  return 0;
+}
+
+/* ---- watching and removing the sandbox ------------------------------------------------------ */
+
+/* Why the sandbox ended, from Docker's view of the container; *code receives its exit code
+ * (-1 when it cannot be read), *oom whether it was killed for memory. */
+static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t len, long long *code_out,
+                        bool *oom) {
+  *code_out = -1;
+  *oom = false;
+  char path[128];
+  snprintf(path, sizeof path, "/containers/%s/json", id);
+  json_t *in = NULL;
+  jb_error err = {0};
+  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &in, &err) < 0) {
+    snprintf(out, len, "the sandbox is gone (%s)", err.msg);
+    return;
+  }
+  json_t *st = json_object_get(in, "State");
+  json_int_t code = json_integer_value(json_object_get(st, "ExitCode"));
+  *code_out = code;
+  *oom = json_is_true(json_object_get(st, "OOMKilled"));
+  if (*oom) {
+    json_int_t mem = json_integer_value(json_object_get(json_object_get(in, "HostConfig"), "Memory"));
+    snprintf(out, len, "out of memory: the sandbox went over its limit of %lld MiB and was killed",
+             (long long)(mem / (1024 * 1024)));
+  } else {
+    snprintf(out, len, "the sandbox ended unexpectedly (exit code %lld)", (long long)code);
+  }
+  json_decref(in);
+}
+
+/* Watches the sandbox of `s` until it ends: removal by a teardown, the worker stopping, or
+ * death — then the session fails, and an end other than out of memory is an escape signal. */
+static void watch_sandbox(struct jb_session *s) {
+  struct jb_worker *w = s->w;
+  const char *job = s->job_id, *cid = s->sb.container_id;
+  jb_error err = {0};
+  while (!atomic_load(&s->teardown) && !atomic_load(&w->stopping)) {
+    char path[160];
+    snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
+    long status = 0;
+    json_t *ans = NULL;
+    if (jb_docker_call(&w->walls.docker, "POST", path, NULL, 0, &status, &ans, &err) < 0) {
+      json_decref(ans);
+      slog(w, JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
+      sleep(1);
+      continue;
+    }
+    json_decref(ans);
+    if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
+    char why[300];
+    long long code;
+    bool oom;
+    exit_reason(w, cid, why, sizeof why, &code, &oom);
+    char tail[300];
+    pthread_mutex_lock(&s->lock);
+    /* with the socket channel the attach stream (stderr) is read only during calls */
+    jb_shimconn_collect_stderr(&s->sb.conn, 500);
+    jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
+    pthread_mutex_unlock(&s->lock);
+    slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
+    if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
+    /* an out-of-memory kill is the limit doing its work; any other end of the shim is an
+     * escape signal: killed by the syscall filter (bwrap reports 128 + SIGSYS), killed from
+     * outside (128 + SIGKILL, or the container vanished), or exited by itself */
+    if (!oom) {
+      char detail[700];
+      snprintf(detail, sizeof detail, "%s%s%s", why, tail[0] ? "; stderr: " : "", tail);
+      raise_signal(w, job, code == 128 + SIGSYS ? JB_SIG_SECCOMP_KILL
+                           : (code == 128 + SIGKILL || code < 0) ? JB_SIG_SANDBOX_DIED : JB_SIG_SHIM_EXIT,
+                   detail);
+    }
+    session_fail(w, job, why); /* quiet when the signal ended it already */
+    break;
+  }
+}
+
+/* The jail can no longer write: gives the workspace back its groups and modes. */
+static void restore_workspace(struct jb_session *s) {
+  if (s->grant.valid) {
+    jb_error err = {0};
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, &s->grant, &err);
+    char nb[24];
+    snprintf(nb, sizeof nb, "%ld", n);
+    if (n < 0) slog(s->w, JB_LOG_WARN, s->job_id, "workspace access not restored", "error", err.msg, NULL);
+    else slog(s->w, JB_LOG_INFO, s->job_id, "workspace access restored", "entries", nb, NULL);
+  }
+  jb_workspace_grant_free(&s->grant);
+}
+
+/* A session's thread (arg: the session). */
+static void *session_main(void *arg) {
+  struct jb_session *s = arg;
+  struct jb_worker *w = s->w;
+  slog(w, JB_LOG_INFO, s->job_id, "launch claimed", "workspace", s->workspace, NULL);
+  if (launch(s) == 0) {
+    watch_sandbox(s);
+    pthread_mutex_lock(&s->lock);
+    s->sb_ready = false;
+    jb_sandbox_destroy(&w->walls, &s->sb);
+    pthread_mutex_unlock(&s->lock);
+    slog(w, JB_LOG_INFO, s->job_id, "sandbox removed", NULL);
+  }
+  restore_workspace(s);
+  atomic_store(&s->finished, true);
+  return NULL;
+}
+
+/* ---- containers ------------------------------------------------------------------------------ */
+
+bool container_gone(struct jb_worker *w, const char *cid, long ms) {
+  char path[160];
+  snprintf(path, sizeof path, "/containers/%s/json", cid);
+  for (long waited = 0;; waited += 20) {
+    long status = 0;
+    json_t *in = NULL;
+    jb_error err = {0};
+    int rc = jb_docker_call(&w->walls.docker, "GET", path, NULL, 5000, &status, &in, &err);
+    json_decref(in);
+    if (rc == 0 && status == 404) return true;
+    if (waited >= ms) return false;
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+void session_remove_containers(struct jb_worker *w, const char *job) {
+  char l1[200], l2[64], enc[800], path[900];
+  snprintf(l1, sizeof l1, "jailbox.session=%s", job);
+  snprintf(l2, sizeof l2, "jailbox.deployment=%s", w->walls.deployment);
+  json_t *f = json_pack("{s:[s,s]}", "label", l1, l2);
+  cleanup_free char *filt = f ? json_dumps(f, JSON_COMPACT) : NULL;
+  json_decref(f);
+  if (!filt || jb_docker_urlencode(filt, enc, sizeof enc) < 0) return;
+  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
+  json_auto_t *list = NULL;
+  jb_error err = {0};
+  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+    slog(w, JB_LOG_WARN, job, "listing containers failed", "error", err.msg, NULL);
+    return;
+  }
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *id = json_string_value(json_object_get(c, "Id"));
+    if (id && jb_container_remove(&w->walls, id, &err) == 0)
+      slog(w, JB_LOG_INFO, job, "container removed", "container", id, NULL);
+  }
+}
+
+/* ---- the queue ------------------------------------------------------------------------------- */
+
+/* A teardown job: the session ended elsewhere; its containers are removed (which ends the
+ * session thread's wait), and the job is done when they are gone (an escape seals after it). */
+static void teardown(struct jb_worker *w, const struct jb_launch_job *j) {
+  char cid[80];
+  session_mark_ending(w, j->job_id, false, cid);
+  jb_error err = {0};
+  if (cid[0] && jb_container_remove(&w->walls, cid, &err) < 0)
+    slog(w, JB_LOG_WARN, j->job_id, "teardown: remove failed", "error", err.msg, NULL);
+  session_remove_containers(w, j->job_id);
+  if (cid[0] && !container_gone(w, cid, 1500))
+    slog(w, JB_LOG_WARN, j->job_id, "teardown: the container is still there", "container", cid, NULL);
+  slog(w, JB_LOG_INFO, j->job_id, "teardown", "state", j->state, NULL);
+  finish_job(w, j->job_id, j->id, true, NULL, NULL);
+}
+
+/* A launch job: the session joins the table and gets its thread (it takes j->workspace). */
+static void start_session(struct jb_worker *w, struct jb_launch_job *j) {
+  if (strcmp(j->state, "created") != 0) {
+    slog(w, JB_LOG_INFO, j->job_id, "launch skipped", "state", j->state, NULL);
+    finish_job(w, j->job_id, j->id, true, "session not in created", NULL);
+    return;
+  }
+  struct jb_session *s = calloc(1, sizeof *s);
+  json_t *limits = json_loads(j->limits_json, 0, NULL);
+  if (!s || !limits) {
+    free(s);
+    json_decref(limits);
+    session_fail(w, j->job_id, "worker: out of memory");
+    finish_job(w, j->job_id, j->id, false, "out of memory", NULL);
+    return;
+  }
+  s->w = w;
+  snprintf(s->job_id, sizeof s->job_id, "%s", j->job_id);
+  s->launch_job = j->id;
+  s->workspace = j->workspace;
+  j->workspace = NULL;
+  s->limits = limits;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_mutex_lock(&w->lock);
+  bool room = w->n_sessions < (size_t)w->set.max_sessions && w->n_sessions < JB_WORKER_SESSIONS_MAX;
+  if (room) w->sessions[w->n_sessions++] = s;
+  pthread_mutex_unlock(&w->lock);
+  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
+    if (room) {
+      pthread_mutex_lock(&w->lock);
+      w->n_sessions--;
+      pthread_mutex_unlock(&w->lock);
+    }
+    session_fail(w, j->job_id, room ? "worker: cannot start a thread" : "worker: at its session limit");
+    finish_job(w, j->job_id, j->id, false, "no capacity", NULL);
+    session_free(s);
+  }
+}
+
+/* Claims the oldest job this worker may take. */
+static int claim(struct jb_worker *w, struct jb_launch_job *j, jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  return jb_db_job_claim(conn.pg, w->walls.worker_id, j, err);
+}
+
+void launch_drain_queue(struct jb_worker *w) {
+  for (;;) {
+    pthread_mutex_lock(&w->lock);
+    bool full = w->n_sessions >= (size_t)w->set.max_sessions;
+    pthread_mutex_unlock(&w->lock);
+    if (full || atomic_load(&w->stopping)) return;
+    struct jb_launch_job j;
+    jb_error err = {0};
+    int rc = claim(w, &j, &err);
+    if (rc == JB_ERR_NOT_FOUND) return;
+    if (rc != JB_OK) {
+      slog(w, JB_LOG_ERROR, NULL, err.msg, "step", "claim", NULL);
+      return;
+    }
+    if (strcmp(j.kind, "teardown") == 0) teardown(w, &j);
+    else start_session(w, &j);
+    jb_launch_job_free(&j);
+  }
+}
+
+/* ---- start-up cleanup ------------------------------------------------------------------------ */
+
+/* Fails the jobs a previous run of this worker id had claimed; *list (new) receives their
+ * sessions as a JSON array. */
+static int abandon_jobs(struct jb_worker *w, char **list, jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  return jb_db_jobs_abandon(conn.pg, w->walls.worker_id, "worker restarted while the job ran", list, err);
+}
+
+/* The state of session `job` into `state` (20 bytes). */
+static int session_state(struct jb_worker *w, const char *job, char state[20], jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  return jb_db_session_state(conn.pg, job, state, err);
+}
+
+void launch_startup_cleanup(struct jb_worker *w) {
+  jb_error err = {0};
+  char *abandoned = NULL;
+  if (abandon_jobs(w, &abandoned, &err) != JB_OK) {
+    slog(w, JB_LOG_ERROR, NULL, err.msg, "step", "abandon jobs", NULL);
+  } else {
+    json_t *jobs = json_loads(abandoned, 0, NULL);
+    size_t i;
+    json_t *j;
+    json_array_foreach(jobs, i, j)
+      session_fail(w, json_string_value(j), "worker restarted during the launch; the sandbox was lost");
+    json_decref(jobs);
+    free(abandoned);
+  }
+  /* containers on this daemon: ours from before the restart, and any whose session ended */
+  char filt[100], enc[200], path[300];
+  snprintf(filt, sizeof filt, "{\"label\":[\"jailbox.deployment=%s\"]}", w->walls.deployment);
+  jb_docker_urlencode(filt, enc, sizeof enc);
+  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
+  json_auto_t *list = NULL;
+  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+    slog(w, JB_LOG_WARN, NULL, "cannot list containers at start", "error", err.msg, NULL);
+    return;
+  }
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *id = json_string_value(json_object_get(c, "Id"));
+    json_t *labels = json_object_get(c, "Labels");
+    const char *job = json_string_value(json_object_get(labels, "jailbox.session"));
+    const char *owner = json_string_value(json_object_get(labels, "jailbox.worker"));
+    bool mine = owner && strcmp(owner, w->walls.worker_id) == 0;
+    bool remove = false;
+    const char *why = "";
+    if (!job) {
+      remove = mine; /* a probe container of ours */
+      why = "probe left behind";
+    } else {
+      char state[20] = "";
+      int rc = session_state(w, job, state, &err);
+      bool live = rc == JB_OK && jb_state_is_live(state);
+      if (rc == JB_ERR_FAIL) continue; /* cannot tell: leave it */
+      if (mine && live) {
+        session_fail(w, job, "worker restarted; the sandbox was lost");
+        remove = true;
+        why = "session lost by the restart";
+      } else if (!live) {
+        remove = true;
+        why = "session no longer live";
+      }
+    }
+    if (remove && id && jb_container_remove(&w->walls, id, &err) == 0)
+      slog(w, JB_LOG_INFO, job, "stale container removed", "container", id, "why", why, NULL);
+  }
+}

@@ -1,0 +1,395 @@
+/* relay.c — ops, from their row to the shim and back: a stored op is claimed (or, for a read,
+ * list or stat jailboxd hands over directly, taken from its request), run in the session's
+ * shim, and completed — its outcome and audit entry stored, what its answer tells of the agent
+ * acted on (an escape or alert signal). The op thread runs the queued ops (woken by jb_op);
+ * the ops socket's connection threads (direct_server.c) run the direct ones here. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/audit_store.h"
+#include "db/ops.h"
+#include "sandbox/worker/worker.h"
+
+/* ---- one op ------------------------------------------------------------------------------- */
+
+/* The audit details of an executed op: read {size, ok}, write {size, sha256, decision, ok},
+ * list {entries, recursive, ok}; a failure adds {error: code}. */
+static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json_t *answer) {
+  bool ok = json_is_true(json_object_get(answer, "ok"));
+  json_t *res = json_object_get(answer, "result");
+  json_t *d = json_object();
+  /* only values of the expected type go into an entry: anything else would make the entry
+   * unrecordable and the op stuck (an agent controls the arguments) */
+#define SET_INT(key, v) do { json_t *v_ = (v); if (json_is_integer(v_)) json_object_set(d, key, v_); } while (0)
+#define SET_HEX64(key, v) do { const char *h_ = json_string_value(v); \
+    if (h_ && strlen(h_) == 64 && strspn(h_, "0123456789abcdef") == 64) json_object_set_new(d, key, json_string(h_)); } while (0)
+  if (strcmp(op->tool, "read") == 0) {
+    json_t *len = json_object_get(res, "length");
+    json_object_set_new(d, "size", json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
+    if (ok) SET_INT("fileSize", json_object_get(res, "size"));
+    SET_INT("offset", json_object_get(args, "offset"));
+  } else if (strcmp(op->tool, "write") == 0) {
+    SET_INT("size", json_object_get(args, "size"));
+    SET_HEX64("sha256", json_object_get(args, "sha256"));
+    json_object_set_new(d, "decision", json_string(op->decision));
+  } else if (strcmp(op->tool, "stat") == 0) {
+    json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
+    SET_HEX64("sha256", json_object_get(res, "sha256"));
+  } else if (strcmp(op->tool, "list") == 0) {
+    json_object_set_new(d, "entries", json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
+    json_object_set_new(d, "recursive", json_boolean(json_is_true(json_object_get(args, "recursive"))));
+  }
+  json_object_set_new(d, "ok", json_boolean(ok));
+  if (!ok) {
+    const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
+    bool plain = code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
+    json_object_set_new(d, "error", json_string(plain ? code : "internal"));
+  }
+#undef SET_INT
+#undef SET_HEX64
+  return d;
+}
+
+/* What running an op told of the agent: an escape or alert signal (enum jb_signal, -1 none)
+ * with its detail, raised once the op is committed. */
+struct op_signal {
+  int signal;
+  char detail[400];
+};
+
+/* The signal op `op`'s answer `ans` tells of the agent (enum jb_signal; -1: none), with its
+ * detail in *sigout when there is one. `violation`: the shim's line was malformed or oversized. */
+static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation, struct op_signal *sigout) {
+  json_t *ej = json_object_get(ans, "error");
+  const char *escape = json_string_value(json_object_get(ej, "escape"));
+  const char *code = json_string_value(json_object_get(ej, "code"));
+  int sig = violation ? JB_SIG_PROTOCOL_VIOLATION : escape ? jb_signal_from_name(escape) : -1;
+  if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
+    sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
+          : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+  if (sig >= 0) {
+    sigout->signal = sig;
+    const char *msg = json_string_value(json_object_get(ej, "message"));
+    snprintf(sigout->detail, sizeof sigout->detail, "%s %.300s: %.80s", op->tool, op->path,
+             msg ? msg : "refused");
+  }
+  return sig;
+}
+
+/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
+ * error:{code, message}}. */
+static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op, json_t *args,
+                      bool *violation) {
+  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
+  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
+                                     "expectSha256", "withContent", NULL};
+  for (size_t i = 0; pass[i]; i++)
+    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
+  struct jb_session *s = session_lock(w, job);
+  if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
+    session_unlock(s);
+    json_decref(req);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                     "the session is ending: the op was not run");
+  }
+  json_t *ans = NULL;
+  jb_error err = {0};
+  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
+  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  bool killed = s && atomic_load(&s->killing);
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
+  json_t *out;
+  if (!ans && killed) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
+                    "the session was aborted while the op ran");
+  } else if (!ans) {
+    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
+  } else {
+    out = json_is_true(json_object_get(ans, "ok"))
+              ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
+              : json_pack("{s:b, s:O}", "ok", 0, "error", json_object_get(ans, "error"));
+  }
+  /* what the answer tells of the agent, when the policy ends the session on it: the session is
+   * marked ending before its lock is let go, so that no op of the session runs in the shim
+   * after it — an op handed straight to the worker runs before it waits for anything in the
+   * database (direct_run), so the mark made when this op commits (op_settle) would come after
+   * the ops queued behind this one on the lock had run */
+  struct op_signal probe = {-1, ""};
+  int sig = op_signal_of(op, out, *violation, &probe);
+  if (s && sig >= 0 && w->policy.abort[sig]) atomic_store(&s->teardown, true);
+  session_unlock(s);
+  json_decref(req);
+  if (!ans && !killed) slog(w, JB_LOG_WARN, job, "op failed in the relay", "error", err.msg, NULL);
+  json_decref(ans);
+  return out;
+}
+
+/* The result of answer `ans` as stored in the op's row (JSON text, new): with `strip_content`
+ * a read's or stat's file content is left out (its answer is delivered directly, not read back
+ * from the row). NULL when out of memory. */
+static char *op_stored_text(json_t *ans, bool strip_content) {
+  json_t *stored = ans;
+  if (strip_content && json_is_true(json_object_get(ans, "ok")) &&
+      json_object_get(json_object_get(ans, "result"), "content")) {
+    stored = json_deep_copy(ans);
+    json_object_del(json_object_get(stored, "result"), "content");
+  }
+  char *text = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
+  if (stored != ans) json_decref(stored);
+  return text;
+}
+
+/* Completes claimed op `op` of `job` (its transaction open on `c`: jb_db_op_claim or
+ * jb_db_op_direct_begin) with answer `ans` (taken) of its run in the shim: acts on what it
+ * tells of the agent, stores its outcome and audit entry, commits. `args` is borrowed. With
+ * `strip_content` see op_stored_text. *answer_out (when not NULL) receives the op's answer
+ * {ok, result | error} (new) when it was committed. */
+static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op, json_t *args,
+                     json_t *ans, bool violation, bool strip_content, struct op_signal *sigout,
+                     json_t **answer_out, jb_error *err) {
+  int sig = op_signal_of(op, ans, violation, sigout);
+  /* a signal the policy aborts on ends the session: marked before this op commits, so that an
+   * op of the session waiting for its row (ops handed straight to the worker run in many
+   * threads) finds it ending and runs nothing, as on the one op thread */
+  if (sig >= 0 && w->policy.abort[sig]) session_mark_ending(w, job, false, NULL);
+  json_t *details = op_audit_details(op, args, ans);
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  char *text = op_stored_text(ans, strip_content);
+  struct jb_audit_head head;
+  int rc = text ? jb_db_op_complete(c, w->keys, job, op, ok, text, details, &head, err)
+                : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  free(text);
+  json_decref(details);
+  if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
+  json_decref(ans);
+  return rc;
+}
+
+/* Runs claimed op `op` of `job` (its transaction open on `c`) in the shim and completes it
+ * (op_settle). */
+static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
+                     bool strip_content, struct op_signal *sigout, json_t **answer_out, jb_error *err) {
+  json_t *args = json_loads(op->args_json, 0, NULL);
+  bool violation = false;
+  json_t *ans = op_run(w, job, op, args, &violation);
+  int rc = op_settle(w, c, job, op, args, ans, violation, strip_content, sigout, answer_out, err);
+  json_decref(args);
+  return rc;
+}
+
+/* ---- queued ops ----------------------------------------------------------------------------- */
+
+/* Claims the next queued op of `job` and runs it. JB_ERR_NOT_FOUND: none is waiting. */
+static int run_next_queued(struct jb_worker *w, const char *job, struct op_signal *sig, jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  if (!conn.pg) return JB_ERR_FAIL;
+  struct jb_op_claim op;
+  int rc = jb_db_op_claim(conn.pg, job, &op, err);
+  if (rc != JB_OK) return rc;
+  rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
+  jb_op_claim_free(&op);
+  return rc;
+}
+
+/* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
+ * most `max` per session. */
+static void run_queued_ops(struct jb_worker *w, const char *only, int max) {
+  char (*jobs)[129] = w->queued_jobs;
+  size_t n = 0;
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < w->n_sessions; i++) {
+    struct jb_session *s = w->sessions[i];
+    if (atomic_load(&s->sb_ready) && (!only || strcmp(only, s->job_id) == 0))
+      snprintf(jobs[n++], sizeof jobs[0], "%s", s->job_id);
+  }
+  pthread_mutex_unlock(&w->lock);
+  for (size_t i = 0; i < n; i++) {
+    for (int k = 0; k < max; k++) {
+      struct op_signal sig = {-1, ""};
+      jb_error err = {0};
+      int rc = run_next_queued(w, jobs[i], &sig, &err);
+      if (sig.signal >= 0) raise_signal(w, jobs[i], (enum jb_signal)sig.signal, sig.detail);
+      if (rc == JB_ERR_NOT_FOUND) break;
+      if (rc != JB_OK) {
+        slog(w, JB_LOG_ERROR, jobs[i], err.msg, "step", "run op", NULL);
+        break;
+      }
+    }
+  }
+}
+
+/* Woken by jb_op (migration 009: an op queued, or its session back to active; the payload
+ * names the session), and a sweep of every session once a second for anything missed. */
+void *relay_queued_main(void *arg) {
+  struct jb_worker *w = arg;
+  PGconn *listen = NULL;
+  long long last_sweep = 0;
+  while (!atomic_load(&w->stopping)) {
+    worker_listen(w, &listen, "LISTEN jb_op");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (now - last_sweep >= 1000) {
+      run_queued_ops(w, NULL, 1000);
+      last_sweep = now;
+    }
+    struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
+    if (poll(&pf, 1, 250) > 0 && listen) {
+      PQconsumeInput(listen);
+      PGnotify *nt;
+      while ((nt = PQnotifies(listen))) {
+        long long op_id;
+        char st[20];
+        const char *job;
+        /* one notification per queued op: one claim each (no empty claim after it); a
+         * session back to active may have many waiting */
+        if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
+          if (op_id != 0 && strcmp(st, "approved") == 0) run_queued_ops(w, job, 1);
+          else if (op_id == 0 && strcmp(st, "active") == 0) run_queued_ops(w, job, 1000);
+        }
+        PQfreemem(nt);
+      }
+    }
+  }
+  if (listen) PQfinish(listen);
+  return NULL;
+}
+
+/* ---- direct ops (sandbox/proto/direct.h) ---------------------------------------------------- */
+
+/* A read, list or stat jailboxd handed over: its request, and what running it gave. */
+struct direct_op {
+  const char *job, *tool, *path, *args_json, *expect_json;
+  json_t *args;
+  long long op_id;
+  char state[20];        /* the session's state when the locked way refused the op */
+  json_t *answer;        /* new, when it ran and was committed */
+  struct op_signal sig;  /* to raise once the connection is given back */
+  long long announce;    /* the head it committed without announcing it; 0: none */
+};
+
+/* The locked way: the session row locked and the op inserted first (jb_db_op_direct_begin),
+ * then run, then completed. `ran` (taken; NULL: run it now) is an answer the op already got
+ * from the shim, with `violation`. */
+static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, json_t *ran, bool violation,
+                         jb_error *err) {
+  int rc = jb_db_op_direct_begin(c, d->job, d->tool, d->path, d->args_json, d->expect_json,
+                                 &d->op_id, d->state, err);
+  if (rc != JB_OK) {
+    json_decref(ran);
+    return rc;
+  }
+  struct jb_op_claim op = {.op_id = d->op_id, .decision = "auto"};
+  snprintf(op.tool, sizeof op.tool, "%s", d->tool);
+  op.path = strdup(d->path);
+  op.args_json = strdup(d->args_json);
+  if (!op.path || !op.args_json) {
+    jb_op_claim_free(&op);
+    json_decref(ran);
+    jb_db_rollback(c);
+    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
+  }
+  if (ran) rc = op_settle(w, c, d->job, &op, d->args, ran, violation, true, &d->sig, &d->answer, err);
+  else rc = op_finish(w, c, d->job, &op, true, &d->sig, &d->answer, err);
+  jb_op_claim_free(&op);
+  return rc;
+}
+
+/* A direct op changes no file, so it may run before anything is stored: it runs first, on the
+ * audit head this process knows, and its row, outcome and audit entry go in one round trip
+ * after (jb_db_op_direct_store), which commits only if that head has not moved meanwhile —
+ * else the op runs again the locked way. An op that tells something of the agent (an escape
+ * or alert signal) is completed the locked way with the answer it got (its signal is not
+ * raised twice, and a shim it killed is not asked again); its signal is raised even when the
+ * locked way refuses it. One connection is held throughout. */
+static int direct_run(struct jb_worker *w, struct direct_op *d, jb_error *err) {
+  cleanup_conn struct worker_conn conn = worker_conn(w, err);
+  PGconn *c = conn.pg;
+  if (!c) return JB_ERR_FAIL;
+  long long head;
+  unsigned char prev[JB_AUDIT_HASH_LEN];
+  if (!jb_audit_head_peek(d->job, &head, prev)) return direct_locked(w, c, d, NULL, false, err);
+  struct jb_op_claim op = {.decision = "auto", .path = (char *)d->path};
+  snprintf(op.tool, sizeof op.tool, "%s", d->tool);
+  bool violation = false;
+  json_t *ans = op_run(w, d->job, &op, d->args, &violation);
+  struct op_signal probe = {-1, ""};
+  int sig = op_signal_of(&op, ans, violation, &probe);
+  if (sig >= 0) {
+    /* Raised even when the locked way then refuses the op (the session paused or changed, an
+     * op queued ahead: op_settle, which would raise it, is not reached) when running it again
+     * the queued way would not tell it again: a shim that broke the protocol is not asked
+     * again (its channel is dead), and a session the signal ends takes no op. A signal that
+     * only alerts is told again by that run (raising it here too would count it twice). */
+    if (violation || w->policy.abort[sig]) d->sig = probe;
+    return direct_locked(w, c, d, ans, violation, err);
+  }
+  json_t *details = op_audit_details(&op, d->args, ans);
+  char *text = op_stored_text(ans, true);
+  int rc = JB_ERR_FAIL;
+  if (details && text) {
+    struct jb_audit_head h;
+    jb_error serr = {0};
+    rc = jb_db_op_direct_store(c, w->keys, d->job, d->tool, d->path, d->args_json, d->expect_json,
+                               json_is_true(json_object_get(ans, "ok")), text, details, head, prev,
+                               &d->op_id, &h, &serr);
+    if (rc == JB_OK) d->announce = h.seq;
+    if (rc == JB_ERR_FAIL) *err = serr;
+  } else {
+    jb_fail(err, ENOMEM, "out of memory");
+  }
+  free(text);
+  json_decref(details);
+  if (rc == JB_OK) {
+    d->answer = ans;
+    return JB_OK;
+  }
+  json_decref(ans);
+  return rc == JB_ERR_CONFLICT ? direct_locked(w, c, d, NULL, false, err) : rc;
+}
+
+json_t *relay_not_run(const char *state, const char *reason) {
+  return json_pack("{s:b, s:s, s:s}", "ran", 0, "state", state, "reason", reason);
+}
+
+json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
+  const char *job = json_string_value(json_object_get(req, "jobId"));
+  const char *tool = json_string_value(json_object_get(req, "tool"));
+  const char *path = json_string_value(json_object_get(req, "path"));
+  json_t *args = json_object_get(req, "args"), *expect = json_object_get(req, "expect");
+  if (!job || !tool || !path || !json_is_object(args) || (expect && !json_is_object(expect) && !json_is_null(expect)))
+    return relay_not_run("", "want {jobId, tool, path, args, expect}");
+  if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
+    return relay_not_run("", "only read, list and stat are handed over directly");
+  /* not s->lock: another op of the session may hold it for its whole call (op_run checks
+   * again under it) */
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  bool here = s && atomic_load(&s->sb_ready);
+  pthread_mutex_unlock(&w->lock);
+  if (!here) return relay_not_run("", "the session's sandbox is not on this worker");
+  cleanup_free char *args_json = json_dumps(args, JSON_COMPACT);
+  cleanup_free char *expect_json = json_is_object(expect) ? json_dumps(expect, JSON_COMPACT) : NULL;
+  if (!args_json || (json_is_object(expect) && !expect_json)) return relay_not_run("", "out of memory");
+  struct direct_op d = {.job = job, .tool = tool, .path = path, .args_json = args_json,
+                        .expect_json = expect_json, .args = args, .sig = {-1, ""}};
+  jb_error err = {0};
+  int rc = direct_run(w, &d, &err);
+  if (d.sig.signal >= 0) raise_signal(w, job, (enum jb_signal)d.sig.signal, d.sig.detail);
+  if (rc == JB_OK) *head = d.announce;
+  if (rc == JB_OK && d.answer)
+    return json_pack("{s:b, s:I, s:o}", "ran", 1, "opId", (json_int_t)d.op_id, "answer", d.answer);
+  json_decref(d.answer);
+  if (rc == JB_ERR_CONFLICT && !strcmp(d.state, "queued"))
+    return relay_not_run("active", "an op queued before it goes first: the queued path, behind it");
+  if (rc == JB_ERR_CONFLICT) return relay_not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
+  if (rc == JB_ERR_NOT_FOUND) return relay_not_run("", "no such session");
+  if (rc != JB_OK) slog(w, JB_LOG_WARN, job, "direct op not run", "error", err.msg, NULL);
+  return relay_not_run("", "the worker could not run the op");
+}

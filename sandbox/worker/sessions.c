@@ -1,0 +1,110 @@
+/* sessions.c — the table of sessions this worker runs (finding, pinning and locking one,
+ * reaping the finished), the log lines that name a session, and the pooled connection every
+ * database step borrows (see worker.h for the locks and who owns what). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sandbox/worker/worker.h"
+
+struct worker_conn worker_conn(struct jb_worker *w, jb_error *err) {
+  return (struct worker_conn){.db = w->db, .pg = jb_db_acquire(w->db, err)};
+}
+
+void worker_conn_release(struct worker_conn *c) {
+  jb_db_release(c->db, c->pg);
+  c->pg = NULL;
+}
+
+/* The fields every line about `job` carries (new). */
+static json_t *log_fields(struct jb_worker *w, const char *job) {
+  json_t *f = json_object();
+  json_object_set_new(f, "worker", json_string(w->walls.worker_id));
+  if (job) json_object_set_new(f, "jobId", json_string(job));
+  if (w->walls.override) json_object_set_new(f, "devOverride", json_string(w->walls.require_text));
+  return f;
+}
+
+void slog(struct jb_worker *w, enum jb_log_level lvl, const char *job, const char *msg, ...) {
+  json_t *f = log_fields(w, job);
+  va_list ap;
+  va_start(ap, msg);
+  for (;;) {
+    const char *k = va_arg(ap, const char *);
+    if (!k) break;
+    const char *v = va_arg(ap, const char *);
+    json_object_set_new(f, k, json_string(v ? v : ""));
+  }
+  va_end(ap);
+  jb_log_json(lvl, msg, f);
+}
+
+void slog_json(struct jb_worker *w, enum jb_log_level lvl, const char *job, const char *msg,
+               const char *key, json_t *val) {
+  json_t *f = log_fields(w, job);
+  json_object_set_new(f, key, val ? val : json_null());
+  jb_log_json(lvl, msg, f);
+}
+
+struct jb_probe worker_probe(struct jb_worker *w) {
+  pthread_mutex_lock(&w->lock);
+  struct jb_probe p = w->probe;
+  pthread_mutex_unlock(&w->lock);
+  return p;
+}
+
+struct jb_session *session_find(struct jb_worker *w, const char *job) {
+  for (size_t i = 0; i < w->n_sessions; i++)
+    if (strcmp(w->sessions[i]->job_id, job) == 0) return w->sessions[i];
+  return NULL;
+}
+
+void session_mark_ending(struct jb_worker *w, const char *job, bool killing, char *cid) {
+  if (cid) cid[0] = '\0';
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  if (s) {
+    if (killing) atomic_store(&s->killing, true);
+    atomic_store(&s->teardown, true);
+    if (cid) snprintf(cid, sizeof s->cid, "%s", s->cid);
+  }
+  pthread_mutex_unlock(&w->lock);
+}
+
+struct jb_session *session_lock(struct jb_worker *w, const char *job) {
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  if (s) atomic_fetch_add(&s->users, 1);
+  pthread_mutex_unlock(&w->lock);
+  if (s) pthread_mutex_lock(&s->lock);
+  return s;
+}
+
+void session_unlock(struct jb_session *s) {
+  if (!s) return;
+  pthread_mutex_unlock(&s->lock);
+  atomic_fetch_sub(&s->users, 1);
+}
+
+void session_free(struct jb_session *s) {
+  free(s->workspace);
+  json_decref(s->limits);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+}
+
+void sessions_reap(struct jb_worker *w) {
+  pthread_mutex_lock(&w->lock);
+  for (size_t i = 0; i < w->n_sessions;) {
+    struct jb_session *s = w->sessions[i];
+    if (atomic_load(&s->finished) && atomic_load(&s->users) == 0) {
+      pthread_join(s->thread, NULL);
+      session_free(s);
+      w->sessions[i] = w->sessions[--w->n_sessions];
+    } else {
+      i++;
+    }
+  }
+  pthread_mutex_unlock(&w->lock);
+}

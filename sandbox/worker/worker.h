@@ -1,0 +1,247 @@
+/* worker.h — what the parts of jailbox-worker share: the worker (struct jb_worker, one per
+ * process, made by main.c and passed to every function and thread), the sessions it runs
+ * (struct jb_session), a pooled connection released at the end of its scope, and the
+ * functions one part calls in another.
+ *
+ * Threads, and what each owns:
+ *   main        (main.c)          settings and start-up; then claims launch and teardown
+ *                                 jobs (launch.c), reaps finished sessions, probes the walls
+ *                                 again, kills on jb_kill; at the end stops every other thread.
+ *                                 Adds sessions to the table and removes them.
+ *   session     (launch.c)        one per session: pre-scan, walls, watching the sandbox until
+ *                                 it ends, removal, the workspace given back. Owns s->grant.
+ *   op          (relay.c)         the queued ops of every session (LISTEN jb_op, and a sweep
+ *                                 once a second). Owns w->queued_jobs.
+ *   control     (control.c)       the operators' control socket, one client at a time.
+ *   ops socket  (direct_server.c) accepts jailboxd's connections; one detached thread per
+ *                                 connection runs its reads, lists and stats (relay.c).
+ *   heads       (heads.c)         announces the audit heads those direct ops committed.
+ *
+ * Locks. None of w->lock, a session's s->lock and w->heads.lock is ever taken while another
+ * of them is held. A pooled connection may be held while one of them is taken (an op runs in
+ * the shim with its transaction open), but none is held while a connection is borrowed; the
+ * pool's own lock (db/db.c) is innermost.
+ *   w->lock        the session table, the probe, each session's container id (cid)
+ *   s->lock        the session's sandbox (sb): an op in flight holds it for its whole call
+ *   w->heads.lock  the announcement schedule and the stop flag of the heads thread */
+#ifndef JB_SANDBOX_WORKER_H
+#define JB_SANDBOX_WORKER_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "db/db.h"
+#include "lib/err.h"
+#include "lib/escape_policy.h"
+#include "lib/keyring.h"
+#include "lib/log.h"
+#include "sandbox/worker/head_announce.h"
+#include "sandbox/worker/walls.h"
+#include "sandbox/worker/workspace_access.h"
+
+#define JB_WORKER_SESSIONS_MAX 1024 /* sessions in the table at most (JAILBOX_WORKER_MAX_SESSIONS) */
+#define JB_HEAD_ANNOUNCE_MS 100     /* one audit-head announcement per session at most this often */
+
+/* One session this worker runs. job_id, launch_job, workspace and limits do not change after
+ * it is added to the table. */
+struct jb_session {
+  struct jb_worker *w;       /* the worker it belongs to */
+  char job_id[129];
+  long long launch_job;
+  char *workspace;
+  json_t *limits;
+  pthread_t thread;
+  atomic_bool teardown;      /* the session ended elsewhere: remove the sandbox */
+  atomic_bool finished;      /* the thread is done; join and free */
+  pthread_mutex_t lock;      /* guards sb; an op in flight holds it for the whole call, so it
+                                is never waited for while w->lock is held */
+  struct jb_sandbox sb;
+  atomic_bool sb_ready;      /* written under lock; read without it as a hint (under it: sure) */
+  atomic_int users;          /* threads using the session outside w->lock: not reaped meanwhile */
+  struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
+  char cid[80];              /* the container, once up (guarded by w->lock, not lock: an op in
+                                flight holds lock for the whole call) */
+  atomic_bool killing;       /* killed for an abort: an op in flight fails with "aborted" */
+};
+
+/* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
+ * them. Strings are new allocations, freed at exit. */
+struct jb_worker_settings {
+  char *database_url, *signing_key_file, *worker_id, *docker_socket, *sandbox_image, *runtime;
+  char *require_walls, *seccomp_profile;
+  long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
+  char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
+  bool prescan_hold;
+  long prescan_hash_max_mib, max_sessions;
+  char *log_level, *escape_abort, *alert_after;
+  long trust_penalty;
+};
+
+struct jb_worker {
+  /* written by the main thread before any other starts; read-only after */
+  struct jb_worker_settings set;
+  struct jb_walls_config walls;
+  char *profile_buf;          /* the seccomp profile read from JAILBOX_SECCOMP_PROFILE */
+  struct jb_db *db;
+  struct jb_keyring *keys;    /* signs the audit entries of the transitions the worker makes */
+  long long prescan_hash_max; /* bytes */
+  struct jb_escape_policy policy;
+  int control_fd, ops_fd;     /* the listening sockets; -1: none */
+
+  atomic_bool stopping;
+  atomic_int direct_conns;    /* ops-socket connections being served */
+
+  pthread_mutex_t lock;       /* sessions, n_sessions, probe, each session's cid */
+  struct jb_session *sessions[JB_WORKER_SESSIONS_MAX];
+  size_t n_sessions;
+  struct jb_probe probe;
+
+  char queued_jobs[JB_WORKER_SESSIONS_MAX][129]; /* the op thread's own */
+
+  struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;      /* on CLOCK_MONOTONIC */
+    struct jb_head_schedule sched;
+    bool stop;
+  } heads;
+};
+
+/* ---- a pooled connection (sessions.c) ----------------------------------------------------- */
+
+/* A connection borrowed from the worker's pool; declared with cleanup_conn it goes back to
+ * the pool when its scope ends. */
+struct worker_conn {
+  struct jb_db *db;
+  PGconn *pg;                 /* NULL: the database could not be reached */
+};
+
+/* Borrows a connection of `w`'s pool (blocks while all are out). .pg is NULL with `err` set
+ * when the database cannot be reached. */
+struct worker_conn worker_conn(struct jb_worker *w, jb_error *err);
+
+/* Gives c->pg back to its pool (a transaction left open is rolled back); NULL is allowed. */
+void worker_conn_release(struct worker_conn *c);
+#define cleanup_conn __attribute__((cleanup(worker_conn_release)))
+
+/* ---- logging and the session table (sessions.c) ------------------------------------------ */
+
+/* Logs about one session (`job`; NULL: about the worker): with the worker id always, and the
+ * development override when active, so that no line about such a session can be read without
+ * seeing it. Then string key/value pairs, ending in NULL. */
+void slog(struct jb_worker *w, enum jb_log_level lvl, const char *job, const char *msg, ...)
+    __attribute__((sentinel));
+
+/* As slog with one JSON field `key`: `val` (stolen; NULL logs null). */
+void slog_json(struct jb_worker *w, enum jb_log_level lvl, const char *job, const char *msg,
+               const char *key, json_t *val);
+
+/* The probe as it stands (a copy). */
+struct jb_probe worker_probe(struct jb_worker *w);
+
+/* Session `job` of the table, or NULL. Call with w->lock held. */
+struct jb_session *session_find(struct jb_worker *w, const char *job);
+
+/* Marks session `job` ending (teardown; with `killing` also killed for an abort) and copies
+ * its container id into `cid` (80 bytes, may be NULL; "" when none is up or the session is
+ * not here). */
+void session_mark_ending(struct jb_worker *w, const char *job, bool killing, char *cid);
+
+/* Session `job` with its lock held (NULL: none here), for a call into its shim. w->lock is
+ * not held while the session's lock is waited for — an op in flight holds that lock for the
+ * whole call, and the abort's kill, the op sweep and the other sessions' ops need w->lock
+ * meanwhile —; the session is pinned instead, so that it is not reaped before
+ * session_unlock. */
+struct jb_session *session_lock(struct jb_worker *w, const char *job);
+
+/* Lets go of a session session_lock returned (NULL is allowed). */
+void session_unlock(struct jb_session *s);
+
+/* Joins the threads of finished sessions nobody uses and frees them. */
+void sessions_reap(struct jb_worker *w);
+
+/* Frees a session whose thread is joined (or never started). */
+void session_free(struct jb_session *s);
+
+/* ---- launch and teardown (launch.c) ------------------------------------------------------ */
+
+/* Claims and starts every launch and teardown job available now (main thread). */
+void launch_drain_queue(struct jb_worker *w);
+
+/* At start: fails the jobs and sessions a previous run of this worker id left unfinished and
+ * removes the containers of this deployment that no live session of ours owns. */
+void launch_startup_cleanup(struct jb_worker *w);
+
+/* Fails live session `job` with `reason`; quiet when it has ended already. */
+void session_fail(struct jb_worker *w, const char *job, const char *reason);
+
+/* Removes every container of this Docker daemon labelled with session `job`. */
+void session_remove_containers(struct jb_worker *w, const char *job);
+
+/* Waits at most `ms` for container `cid` to be gone (a removal by the teardown job may be
+ * running at the same time: the second DELETE answers 409 before the first is done).
+ * Returns whether it is gone. */
+bool container_gone(struct jb_worker *w, const char *cid, long ms);
+
+/* ---- security signals (signals.c) -------------------------------------------------------- */
+
+/* Acts on signal `kind` of session `job` by the policy: aborts the session (kills and
+ * removes its container, seals its chain) or counts the signal and alerts every N-th time.
+ * Call without holding a connection or a session's lock. */
+void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
+
+/* jb_kill: the session is being aborted; kill its container now, so that an op running in
+ * the shim (holding the session row the abort needs) fails with "aborted" at once. */
+void kill_for_abort(struct jb_worker *w, const char *job);
+
+/* ---- ops (relay.c) ----------------------------------------------------------------------- */
+
+/* The op thread (arg: the worker). */
+void *relay_queued_main(void *arg);
+
+/* Runs one read, list or stat jailboxd handed straight to this worker (`req`: the request of
+ * sandbox/proto/direct.h). The answer object (new). *head receives the audit head the op
+ * committed without announcing it (0: none). */
+json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head);
+
+/* {ran:false, state, reason} (new): the answer to a direct op that did not run. */
+json_t *relay_not_run(const char *state, const char *reason);
+
+/* ---- sockets (control.c, direct_server.c) ------------------------------------------------ */
+
+/* A listening Unix socket at `path` (mode 0600), named `what` in errors: the fd, or -1 with
+ * `err`. */
+int worker_unix_listen(const char *path, const char *what, jb_error *err);
+
+/* Sends `ans` (stolen) on `fd` as one JSON line. */
+void worker_send_line(int fd, json_t *ans);
+
+/* The control socket's thread (arg: the worker; w->control_fd listening). */
+void *control_main(void *arg);
+
+/* The ops socket's accepting thread (arg: the worker; w->ops_fd listening). */
+void *direct_server_main(void *arg);
+
+/* ---- audit heads (heads.c) --------------------------------------------------------------- */
+
+/* Readies w->heads (before the heads thread starts). */
+void heads_init(struct jb_worker *w);
+
+/* Head `seq` of `job` was committed without an announcement. */
+void heads_committed(struct jb_worker *w, const char *job, long long seq);
+
+/* The heads thread (arg: the worker). */
+void *heads_main(void *arg);
+
+/* Tells the heads thread to announce what waits and end. */
+void heads_stop(struct jb_worker *w);
+
+/* ---- the database listener (main.c) ------------------------------------------------------ */
+
+/* (Re)connects *listen and runs `listen_sql` ("LISTEN channel") when it is not connected;
+ * leaves it NULL when the database cannot be reached (the caller's loop tries again). */
+void worker_listen(struct jb_worker *w, PGconn **listen, const char *listen_sql);
+
+#endif
