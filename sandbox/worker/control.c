@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/line.h"
 #include "sandbox/proto/shim.h"
 #include "sandbox/worker/worker.h"
 
@@ -35,21 +36,9 @@ int worker_unix_listen(const char *path, const char *what, jb_error *err) {
 }
 
 void worker_send_line(int fd, json_t *ans) {
-  char *s = json_dumps(ans, JSON_COMPACT);
+  if (!ans) return;
+  jb_line_write_json(fd, ans, 0, -1, NULL); /* a client that went away is seen on its next read */
   json_decref(ans);
-  if (!s) return;
-  size_t n = strlen(s);
-  s[n] = '\n';
-  const char *p = s;
-  size_t left = n + 1;
-  while (left > 0) {
-    ssize_t wr = send(fd, p, left, MSG_NOSIGNAL);
-    if (wr < 0 && errno == EINTR) continue;
-    if (wr <= 0) break;
-    p += wr;
-    left -= (size_t)wr;
-  }
-  free(s);
 }
 
 /* One request of the control socket: the answer (new). */
@@ -99,46 +88,40 @@ static json_t *control_request(struct jb_worker *w, const json_t *req) {
   return out;
 }
 
-/* Serves one client of the control socket on `fd` until it goes or the worker stops. `buf`
- * holds JB_SHIM_MAX_LINE + 8192 bytes. */
-static void control_serve(struct jb_worker *w, int fd, char *buf) {
-  const size_t cap = JB_SHIM_MAX_LINE + 8192;
-  size_t len = 0;
+/* Serves one client of the control socket on `fd` until it goes or the worker stops: request
+ * lines of up to JB_SHIM_MAX_LINE + 8192 bytes with their newline (lib/line.h); a longer one
+ * ends the connection. */
+static void control_serve(struct jb_worker *w, int fd) {
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SHIM_MAX_LINE + 8191, .over = JB_LINE_FAIL});
   for (;;) {
-    char *nl = memchr(buf, '\n', len);
-    if (!nl) {
-      if (len >= cap) return;
-      struct pollfd cf = {.fd = fd, .events = POLLIN};
-      if (poll(&cf, 1, 1000) == 0) {
-        if (atomic_load(&w->stopping)) return;
-        continue;
-      }
-      ssize_t r = recv(fd, buf + len, cap - len, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return;
-      len += (size_t)r;
+    json_t *req = NULL;
+    jb_error err = {0};
+    int rc = jb_line_next_object(&r, JB_SHIM_MAX_DEPTH, &req, &err);
+    if (rc == JB_LINE_OK || rc == JB_LINE_BAD_JSON) {
+      worker_send_line(fd, req ? control_request(w, req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
+      json_decref(req);
       continue;
     }
-    size_t n = (size_t)(nl - buf);
-    jb_error err = {0};
-    json_t *req = jb_json_parse_object(buf, n, JB_SHIM_MAX_DEPTH, &err);
-    worker_send_line(fd, req ? control_request(w, req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
-    json_decref(req);
-    memmove(buf, nl + 1, len - n - 1);
-    len -= n + 1;
+    if (rc != JB_LINE_AGAIN) break; /* over the limit, out of memory, or the end */
+    struct pollfd cf = {.fd = fd, .events = POLLIN};
+    if (poll(&cf, 1, 1000) == 0) {
+      if (atomic_load(&w->stopping)) break;
+      continue;
+    }
+    if (jb_line_read(&r, fd, &err) <= 0 && err.code != EAGAIN && err.code != EINTR) break;
   }
+  jb_line_free(&r);
 }
 
 void *control_main(void *arg) {
   struct jb_worker *w = arg;
-  cleanup_free char *buf = malloc(JB_SHIM_MAX_LINE + 8192);
-  if (!buf) return NULL;
   while (!atomic_load(&w->stopping)) {
     struct pollfd pf = {.fd = w->control_fd, .events = POLLIN};
     if (poll(&pf, 1, 500) <= 0) continue;
     cleanup_close int fd = accept4(w->control_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    control_serve(w, fd, buf);
+    control_serve(w, fd);
   }
   return NULL;
 }

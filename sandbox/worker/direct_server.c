@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/line.h"
 #include "sandbox/proto/direct.h"
 #include "sandbox/worker/worker.h"
 
@@ -24,54 +25,42 @@ struct direct_conn {
   int fd;
 };
 
-/* Answers request line `line` (`n` bytes) on `fd`. */
-static void direct_answer(struct jb_worker *w, int fd, const char *line, size_t n) {
-  jb_error err = {0};
-  json_t *req = jb_json_parse_object(line, n, JB_DIRECT_MAX_DEPTH, &err);
+/* Answers request `req` (borrowed; NULL: the line was not an acceptable object, `why` says
+ * what was wrong) on `fd`. */
+static void direct_answer(struct jb_worker *w, int fd, json_t *req, const char *why) {
   long long head = 0;
-  json_t *da = req ? relay_direct(w, req, &head) : relay_not_run("", err.msg);
+  json_t *da = req ? relay_direct(w, req, &head) : relay_not_run("", why);
   json_t *rid = json_object_get(req, "id"); /* echoed: the caller matches answer to request */
   if (da && json_is_integer(rid)) json_object_set(da, "id", rid);
-  worker_send_line(fd, da);
+  worker_send_line(fd, da); /* takes da */
   /* the answer is out: now its head's announcement */
   if (head > 0) heads_committed(w, json_string_value(json_object_get(req, "jobId")), head);
-  json_decref(req);
 }
 
-/* A connection's thread (arg: its struct direct_conn, freed here): lines up to
- * JB_DIRECT_MAX_LINE bytes; a longer one ends the connection. */
+/* A connection's thread (arg: its struct direct_conn, freed here): request lines of up to
+ * JB_DIRECT_MAX_LINE bytes with their newline (lib/line.h); a longer one ends the connection. */
 static void *direct_conn_main(void *arg) {
   struct direct_conn *conn = arg;
   struct jb_worker *w = conn->w;
   int fd = conn->fd;
   free(conn);
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap);
-  while (buf && !atomic_load(&w->stopping)) {
-    char *nl = memchr(buf, '\n', len);
-    if (!nl) {
-      if (len == cap) {
-        if (cap >= JB_DIRECT_MAX_LINE) break; /* over the limit: the connection ends */
-        size_t ncap = cap * 4 > JB_DIRECT_MAX_LINE ? JB_DIRECT_MAX_LINE : cap * 4;
-        char *nb = realloc(buf, ncap);
-        if (!nb) break;
-        buf = nb;
-        cap = ncap;
-      }
-      struct pollfd pf = {.fd = fd, .events = POLLIN};
-      if (poll(&pf, 1, 1000) == 0) continue;
-      ssize_t r = recv(fd, buf + len, cap - len, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      len += (size_t)r;
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
+  while (!atomic_load(&w->stopping)) {
+    json_t *req = NULL;
+    jb_error err = {0};
+    int rc = jb_line_next_object(&r, JB_DIRECT_MAX_DEPTH, &req, &err);
+    if (rc == JB_LINE_OK || rc == JB_LINE_BAD_JSON) {
+      direct_answer(w, fd, req, err.msg);
+      json_decref(req);
       continue;
     }
-    size_t n = (size_t)(nl - buf);
-    direct_answer(w, fd, buf, n);
-    memmove(buf, nl + 1, len - n - 1);
-    len -= n + 1;
+    if (rc != JB_LINE_AGAIN) break; /* over the limit, out of memory, or the end */
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 1000) == 0) continue;
+    if (jb_line_read(&r, fd, &err) <= 0 && err.code != EAGAIN && err.code != EINTR) break;
   }
-  free(buf);
+  jb_line_free(&r);
   close(fd);
   atomic_fetch_sub(&w->direct_conns, 1);
   return NULL;
