@@ -775,7 +775,7 @@ static void on_bus(void *ctx, const char *job_id, const char *event, json_t *pay
     bool agent = strcmp(event, "jailbox:state") == 0 || strcmp(event, "jailbox:abort") == 0;
     /* audit heads reach this process from several writers over two transports, and the
      * worker announces the heads of direct reads a little after they commit
-     * (sandbox/worker/worker.c): numbered by seq, no socket is handed one older than it has
+     * (sandbox/worker/heads.c): numbered by seq, no socket is handed one older than it has
      * (the snapshot's head counts, send_snapshot), nor one twice */
     json_t *seq = strcmp(event, "jailbox:audit_head") == 0 ? json_object_get(payload, "seq") : NULL;
     jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
