@@ -15,7 +15,6 @@
 #include "db/tokens.h"
 #include "lib/log.h"
 
-
 static const char *role_name(enum jb_role r) {
   return r == JB_ROLE_SERVICE ? "service" : r == JB_ROLE_BUYER ? "buyer" : "agent";
 }
@@ -60,7 +59,8 @@ bool jb_auth_token_known(void *appv, const char *authorization) {
   struct jb_app *app = appv;
   char tok[JB_TOKEN_TEXT_LEN + 1];
   unsigned char hash[32], stored[32];
-  if (bearer_token(authorization, tok, sizeof tok) < 0 || jb_token_hash(tok, hash) < 0) return false;
+  if (bearer_token(authorization, tok, sizeof tok) < 0 || jb_token_hash(tok, hash) < 0)
+    return false;
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) return true; /* the handler answers 503 after the body; do not turn an outage into 401 */
@@ -133,7 +133,8 @@ int jb_service_token_bootstrap(PGconn *conn, const char *path, bool create, jb_e
     text[n] = '\0';
     text[strcspn(text, "\r\n \t")] = '\0';
     if (jb_token_hash(text, hash) < 0)
-      return jb_fail(err, EINVAL, "%s does not hold a jailbox token (jbt_ + 43 base64url chars)", path);
+      return jb_fail(err, EINVAL, "%s does not hold a jailbox token (jbt_ + 43 base64url chars)",
+                     path);
   } else if (errno == ENOENT && create) {
     jb_token_mint(text, hash);
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -15,7 +15,7 @@ enum jb_role { JB_ROLE_SERVICE = 1u, JB_ROLE_BUYER = 2u, JB_ROLE_AGENT = 4u };
 
 struct jb_principal {
   enum jb_role role;
-  char job_id[129];  /* the token's session; "" for service tokens */
+  char job_id[129]; /* the token's session; "" for service tokens */
 };
 
 /* Checks the request's "Authorization: Bearer <token>" against the tokens table on `conn`.

@@ -34,7 +34,8 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
   struct jb_socket *sock = NULL;
   /* the file operations (api/agent/ops.c); reads and lists the socket's service thread may
    * hand straight to a local worker */
-  const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer, jb_op_direct_free};
+  const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer,
+                                           jb_op_direct_free};
   if (jb_socket_start(app, jb_op_tool, NULL, &direct, &sock, err) < 0) /* logs "ws listening" */
     return jb_error_wrap(err, "websocket");
   __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */

@@ -33,7 +33,7 @@
 #define RPC_INVALID (-32600)
 #define RPC_INTERNAL (-32603)
 #define RPC_UNAVAILABLE (-32017) /* api/events.md: unavailable, try again */
-#define RPC_TOO_LARGE (-32016)   /* api/events.md: too_large */
+#define RPC_TOO_LARGE (-32016) /* api/events.md: too_large */
 
 struct open_req {
   uint64_t ack;
@@ -48,10 +48,10 @@ struct bridge {
   pthread_mutex_t lock; /* guards the fields below and stdout */
   struct open_req open[MAX_OPEN];
   size_t nopen;
-  bool eof;     /* stdin ended */
-  bool gone;    /* the socket ended */
+  bool eof; /* stdin ended */
+  bool gone; /* the socket ended */
   bool refused; /* … because the server refused the token */
-  bool failed;  /* … for any other reason than our stop */
+  bool failed; /* … for any other reason than our stop */
   bool stop_requested;
 };
 
@@ -70,7 +70,8 @@ static void write_line(const json_t *msg) {
 static void write_error(json_t *id, int code, const char *msg, const char *reason) {
   json_t *e = json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                         "error", "code", code, "message", msg);
-  if (e && reason) json_object_set_new(json_object_get(e, "error"), "data", json_pack("{s:s}", "reason", reason));
+  if (e && reason)
+    json_object_set_new(json_object_get(e, "error"), "data", json_pack("{s:s}", "reason", reason));
   if (e) write_line(e);
   json_decref(e);
 }
@@ -94,7 +95,8 @@ static void on_ack(void *ctx, struct jb_sio *s, uint64_t ack, json_t *args) {
       (json_object_get(resp, "result") != NULL) != (json_object_get(resp, "error") != NULL))
     write_line(resp);
   else
-    write_error(id, RPC_INTERNAL, "jailbox answered with something that is not a JSON-RPC response", NULL);
+    write_error(id, RPC_INTERNAL, "jailbox answered with something that is not a JSON-RPC response",
+                NULL);
   json_decref(id);
   if (b->eof && b->nopen == 0) stop_locked(b);
   pthread_mutex_unlock(&b->lock);
@@ -138,11 +140,13 @@ static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
   struct bridge *b = ctx;
   pthread_mutex_lock(&b->lock);
   jb_sio_discard_queued(s); /* what is in the table below must not be sent later */
-  jb_sio_hold(s, true);     /* until the new connection's snapshot names the session again */
+  jb_sio_hold(s, true); /* until the new connection's snapshot names the session again */
   fprintf(stderr, "jailboxctl mcp-bridge: connection lost (%s); reconnecting\n", jb_ctl_text(why));
   char msg[600];
-  snprintf(msg, sizeof msg, "the connection to jailbox was lost (%s); the call may or may not "
-                            "have been carried out", why);
+  snprintf(msg, sizeof msg,
+           "the connection to jailbox was lost (%s); the call may or may not "
+           "have been carried out",
+           why);
   for (size_t i = 0; i < b->nopen; i++) {
     write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
     json_decref(b->open[i].id);
@@ -173,8 +177,8 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
 
 /* ---------- client side (stdin thread) ---------- */
 
-int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code,
-                       char *why, size_t why_size) {
+int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code, char *why,
+                       size_t why_size) {
   *msg = *id = NULL;
   *code = 0;
   while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
@@ -194,10 +198,14 @@ int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, in
   json_t *mid = json_object_get(m, "id");
   const char *ver = json_string_value(json_object_get(m, "jsonrpc"));
   const char *bad = NULL;
-  if (json_is_array(m)) bad = "batches are not supported (MCP 2025-06-18)";
-  else if (!json_is_object(m)) bad = "a message is a JSON object";
-  else if (!ver || strcmp(ver, "2.0") != 0) bad = "jsonrpc must be \"2.0\"";
-  else if (mid && !json_is_string(mid) && !json_is_integer(mid)) bad = "id must be a string or an integer";
+  if (json_is_array(m))
+    bad = "batches are not supported (MCP 2025-06-18)";
+  else if (!json_is_object(m))
+    bad = "a message is a JSON object";
+  else if (!ver || strcmp(ver, "2.0") != 0)
+    bad = "jsonrpc must be \"2.0\"";
+  else if (mid && !json_is_string(mid) && !json_is_integer(mid))
+    bad = "id must be a string or an integer";
   else if (json_object_get(m, "method") && !json_is_string(json_object_get(m, "method")))
     bad = "method must be a string";
   if (bad) {
@@ -231,8 +239,10 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   }
   id = json_object_get(msg, "id");
   const char *bad = NULL;
-  if (b->gone) bad = "the jailbox session is not reachable";
-  else if (id && b->nopen == MAX_OPEN) bad = "too many requests awaiting an answer";
+  if (b->gone)
+    bad = "the jailbox session is not reachable";
+  else if (id && b->nopen == MAX_OPEN)
+    bad = "too many requests awaiting an answer";
   if (bad) {
     if (id) write_error(id, RPC_UNAVAILABLE, bad, "unavailable"); /* a notification is dropped */
     pthread_mutex_unlock(&b->lock);
@@ -243,11 +253,15 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   json_t *keep = id ? json_incref(id) : NULL;
   int er = jb_sio_emit(b->sio, "mcp", msg, id != NULL, &ack);
   if (er == -2) {
-    if (keep) write_error(keep, RPC_TOO_LARGE, "Invalid Request: the message is larger than the "
-                          "server accepts (Engine.IO maxPayload)", "too_large");
+    if (keep)
+      write_error(keep, RPC_TOO_LARGE,
+                  "Invalid Request: the message is larger than the "
+                  "server accepts (Engine.IO maxPayload)",
+                  "too_large");
     json_decref(keep);
   } else if (er < 0) {
-    if (keep) write_error(keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
+    if (keep)
+      write_error(keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
     json_decref(keep);
   } else if (keep) {
     b->open[b->nopen++] = (struct open_req){.ack = ack, .id = keep};
@@ -260,8 +274,9 @@ static void *stdin_thread(void *arg) {
   /* a line over the limit is answered at once and skipped, never buffered whole; a last
    * line without newline counts */
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = b->max_message, .over = JB_LINE_SKIP,
-                                          .last_unterminated = true});
+  jb_line_init(&r,
+               &(struct jb_line_opts){
+                   .max_line = b->max_message, .over = JB_LINE_SKIP, .last_unterminated = true});
   for (;;) {
     char *line;
     size_t n;
@@ -295,7 +310,8 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
   struct bridge b = {.o = o, .max_message = 4u << 20};
   const char *tok = getenv("JAILBOX_AGENT_TOKEN");
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--job") == 0 && i + 1 < argc) b.job = argv[++i];
+    if (strcmp(argv[i], "--job") == 0 && i + 1 < argc)
+      b.job = argv[++i];
     else if (strcmp(argv[i], "--max-message") == 0 && i + 1 < argc) {
       char *end;
       errno = 0;
@@ -306,24 +322,32 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
       }
       b.max_message = (size_t)v;
     } else {
-      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb, argv[i]);
+      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb,
+              argv[i]);
       return JB_CTL_USAGE;
     }
   }
   if (!tok || !tok[0]) tok = o->token;
   if (!b.job || !tok || !tok[0]) {
-    fprintf(stderr, "%s: --job JOB and the agent token (JAILBOX_AGENT_TOKEN) are required\n", o->verb);
+    fprintf(stderr, "%s: --job JOB and the agent token (JAILBOX_AGENT_TOKEN) are required\n",
+            o->verb);
     return JB_CTL_USAGE;
   }
   char base[512];
   if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
   pthread_mutex_init(&b.lock, NULL);
   /* answers can be far larger than requests: a 1 MiB read comes back JSON-escaped, twice */
-  struct jb_sio_settings set = {.base_url = base, .token = tok,
-                                .max_message = 64u << 20, .connect_timeout_ms = 10000,
+  struct jb_sio_settings set = {.base_url = base,
+                                .token = tok,
+                                .max_message = 64u << 20,
+                                .connect_timeout_ms = 10000,
                                 .reconnect_max = 8};
-  struct jb_sio_handlers h = {.ctx = &b, .connected = on_connected, .event = on_event,
-                              .ack = on_ack, .closed = on_closed, .lost = on_lost};
+  struct jb_sio_handlers h = {.ctx = &b,
+                              .connected = on_connected,
+                              .event = on_event,
+                              .ack = on_ack,
+                              .closed = on_closed,
+                              .lost = on_lost};
   jb_error err = {0};
   if (jb_sio_open(&b.sio, &set, &h, &err) < 0) {
     fprintf(stderr, "%s: %s\n", o->verb, err.msg);

@@ -12,19 +12,19 @@
 
 /* Exit codes of every verb. */
 enum {
-  JB_CTL_OK = 0,      /* done */
+  JB_CTL_OK = 0, /* done */
   JB_CTL_REFUSED = 1, /* the server refused (HTTP 4xx, connect_error), or a check failed */
-  JB_CTL_USAGE = 2,   /* usage error: unknown verb or option, missing argument */
-  JB_CTL_FAILED = 3,  /* failure: server unreachable, HTTP 5xx, malformed answer, I/O */
+  JB_CTL_USAGE = 2, /* usage error: unknown verb or option, missing argument */
+  JB_CTL_FAILED = 3, /* failure: server unreachable, HTTP 5xx, malformed answer, I/O */
 };
 
 /* Where the server is and who we are: JAILBOX_URL / JAILBOX_TOKEN / JAILBOX_WS_URL, overridden
  * by --url / --token / --ws-url; --json asks for machine output. Strings are borrowed from the
  * environment or argv. */
 struct jb_ctl {
-  const char *verb;   /* for messages: "jailboxctl approve" */
-  const char *url;    /* REST base, default http://127.0.0.1:8080 */
-  const char *token;  /* bearer token (service or buyer; agent for mcp-bridge) */
+  const char *verb; /* for messages: "jailboxctl approve" */
+  const char *url; /* REST base, default http://127.0.0.1:8080 */
+  const char *token; /* bearer token (service or buyer; agent for mcp-bridge) */
   const char *ws_url; /* Socket.IO base; NULL: the host of `url`, port + 1 (the defaults' pair) */
   bool json;
   long quiet_status; /* an HTTP status the caller reports itself (jb_ctl_http prints nothing) */
@@ -89,8 +89,8 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv);
  * notification to relay; 0 for nothing to do (a blank line, or a response: jailbox sends no
  * requests); -1 for a refusal: *code the JSON-RPC error code (-32700 or -32600), `why` the
  * message and *id (new reference or NULL) the id to answer. */
-int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code,
-                       char *why, size_t why_size);
+int jb_mcp_stdio_check(const char *line, size_t n, json_t **msg, json_t **id, int *code, char *why,
+                       size_t why_size);
 
 /* mcp-bridge --job JOB: MCP stdio server relaying to the session (cli/bridge.c) */
 int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv);

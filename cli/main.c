@@ -24,26 +24,28 @@
 #define MAX_KEYS_BYTES (1L << 20)
 
 static void usage(FILE *out) {
-  fputs("usage:\n"
-        "  jailboxctl audit verify FILE --keys KEYS.json [--head SEQ:HASH] [--sealed]\n"
-        "                          [--session JOB] [--json]\n"
-        "      verify an exported chain (FILE, or - for stdin) offline; KEYS.json is the body\n"
-        "      of GET /v1/audit/keys; --head: a head kept earlier (jailbox:audit_head) the\n"
-        "      chain must still reach; --sealed: the session has ended, the chain must end\n"
-        "      with its seal. Exit 0 intact, 1 tampered, 2 usage or unreadable input.\n"
-        "  jailboxctl audit export JOB   print the chain of JOB as JSON Lines\n"
-        "  jailboxctl audit keys         print the published verification keys\n"
-        "      (both read JAILBOX_URL, default http://127.0.0.1:8080, and JAILBOX_TOKEN)\n"
-        "  jailboxctl keys rotate [--key-file FILE | --state-dir DIR]\n"
-        "      replace the signing key file with a new key (JAILBOX_SIGNING_KEY_FILE, else\n"
-        "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n"
-        "  jailboxctl explain JOB [--json]\n"
-        "      the session contract of JOB: which walls stand, their settings, what was checked\n"
-        "      from inside, and the residual risks (JAILBOX_URL, JAILBOX_TOKEN: service or buyer)\n"
-        "  jailboxctl token create --role service [--label L] [--database-url URL | --state-dir DIR]\n"
-        "      mint a service token (printed once; only its SHA-256 is stored) in the database\n"
-        "      of JAILBOX_DATABASE_URL, else the embedded one of JAILBOX_STATE_DIR (./var)\n",
-        out);
+  fputs(
+      "usage:\n"
+      "  jailboxctl audit verify FILE --keys KEYS.json [--head SEQ:HASH] [--sealed]\n"
+      "                          [--session JOB] [--json]\n"
+      "      verify an exported chain (FILE, or - for stdin) offline; KEYS.json is the body\n"
+      "      of GET /v1/audit/keys; --head: a head kept earlier (jailbox:audit_head) the\n"
+      "      chain must still reach; --sealed: the session has ended, the chain must end\n"
+      "      with its seal. Exit 0 intact, 1 tampered, 2 usage or unreadable input.\n"
+      "  jailboxctl audit export JOB   print the chain of JOB as JSON Lines\n"
+      "  jailboxctl audit keys         print the published verification keys\n"
+      "      (both read JAILBOX_URL, default http://127.0.0.1:8080, and JAILBOX_TOKEN)\n"
+      "  jailboxctl keys rotate [--key-file FILE | --state-dir DIR]\n"
+      "      replace the signing key file with a new key (JAILBOX_SIGNING_KEY_FILE, else\n"
+      "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n"
+      "  jailboxctl explain JOB [--json]\n"
+      "      the session contract of JOB: which walls stand, their settings, what was checked\n"
+      "      from inside, and the residual risks (JAILBOX_URL, JAILBOX_TOKEN: service or buyer)\n"
+      "  jailboxctl token create --role service [--label L] [--database-url URL | --state-dir "
+      "DIR]\n"
+      "      mint a service token (printed once; only its SHA-256 is stored) in the database\n"
+      "      of JAILBOX_DATABASE_URL, else the embedded one of JAILBOX_STATE_DIR (./var)\n",
+      out);
 }
 
 /* Reads all of `path` ("-": stdin), at most `max` bytes. New buffer in *out (free it). */
@@ -95,15 +97,21 @@ static int audit_verify(int argc, char **argv) {
   bool sealed = false, as_json = false;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--keys") == 0 && i + 1 < argc) keys_path = argv[++i];
-    else if (strcmp(a, "--head") == 0 && i + 1 < argc) head = argv[++i];
-    else if (strcmp(a, "--session") == 0 && i + 1 < argc) session = argv[++i];
-    else if (strcmp(a, "--sealed") == 0) sealed = true;
-    else if (strcmp(a, "--json") == 0) as_json = true;
+    if (strcmp(a, "--keys") == 0 && i + 1 < argc)
+      keys_path = argv[++i];
+    else if (strcmp(a, "--head") == 0 && i + 1 < argc)
+      head = argv[++i];
+    else if (strcmp(a, "--session") == 0 && i + 1 < argc)
+      session = argv[++i];
+    else if (strcmp(a, "--sealed") == 0)
+      sealed = true;
+    else if (strcmp(a, "--json") == 0)
+      as_json = true;
     else if (a[0] == '-' && a[1] != '\0') {
       fprintf(stderr, "jailboxctl: unknown or incomplete option %s\n", a);
       return 2;
-    } else if (!file) file = a;
+    } else if (!file)
+      file = a;
     else {
       fprintf(stderr, "jailboxctl: unexpected argument %s\n", a);
       return 2;
@@ -137,8 +145,8 @@ static int audit_verify(int argc, char **argv) {
     fprintf(stderr, "jailboxctl: %s: %s\n", file, strerror(errno));
     return 2;
   }
-  struct jb_audit_verify_opts opts = {.session = session, .known_head = head ? &known : NULL,
-                                      .require_seal = sealed};
+  struct jb_audit_verify_opts opts = {
+      .session = session, .known_head = head ? &known : NULL, .require_seal = sealed};
   struct jb_audit_result res;
   rc = jb_audit_verify_file(in, keys, nkeys, &opts, &res, &err);
   if (in != stdin) fclose(in);
@@ -165,8 +173,8 @@ static int audit_verify(int argc, char **argv) {
            res.sealed ? ", sealed" : "", res.session[0] ? jb_ctl_text(res.session) : "-",
            res.head.seq, res.head.seq ? hex : "-");
   } else {
-    printf("TAMPERED at seq %lld: %s (%s)\n", res.first_bad_seq,
-           jb_audit_reason_name(res.reason), jb_ctl_text(res.detail));
+    printf("TAMPERED at seq %lld: %s (%s)\n", res.first_bad_seq, jb_audit_reason_name(res.reason),
+           jb_ctl_text(res.detail));
   }
   if (fflush(stdout) != 0) return 2;
   return res.ok ? 0 : 1;
@@ -175,7 +183,8 @@ static int audit_verify(int argc, char **argv) {
 static int keys_rotate(int argc, char **argv) {
   const char *file = getenv("JAILBOX_SIGNING_KEY_FILE"), *dir = getenv("JAILBOX_STATE_DIR");
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--key-file") == 0 && i + 1 < argc) file = argv[++i];
+    if (strcmp(argv[i], "--key-file") == 0 && i + 1 < argc)
+      file = argv[++i];
     else if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc) {
       dir = argv[++i];
       file = NULL;
@@ -185,16 +194,20 @@ static int keys_rotate(int argc, char **argv) {
     }
   }
   char path[4096];
-  if (file && file[0]) snprintf(path, sizeof path, "%s", file);
-  else snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : "./var", JB_KEY_FILE_NAME);
+  if (file && file[0])
+    snprintf(path, sizeof path, "%s", file);
+  else
+    snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : "./var", JB_KEY_FILE_NAME);
   char nid[JB_AUDIT_KEY_ID_LEN + 1], oid[JB_AUDIT_KEY_ID_LEN + 1];
   jb_error err = {0};
   if (jb_keyring_rotate(path, nid, oid, &err) < 0) {
     fprintf(stderr, "jailboxctl: %s\n", err.msg);
     return 2;
   }
-  printf("rotated %s: new key %s%s%s; restart jailboxd to sign with it (the old key stays "
-         "published)\n", path, nid, oid[0] ? ", replaced " : "", oid);
+  printf(
+      "rotated %s: new key %s%s%s; restart jailboxd to sign with it (the old key stays "
+      "published)\n",
+      path, nid, oid[0] ? ", replaced " : "", oid);
   return 0;
 }
 

@@ -119,7 +119,8 @@ static int http(const struct jb_ctl *o, const char *method, const char *path, co
   }
   if (body) {
     payload = json_dumps(body, JSON_COMPACT);
-    struct curl_slist *t = payload ? curl_slist_append(hdrs, "Content-Type: application/json") : NULL;
+    struct curl_slist *t =
+        payload ? curl_slist_append(hdrs, "Content-Type: application/json") : NULL;
     if (!t) goto out;
     hdrs = t;
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
@@ -139,9 +140,10 @@ static int http(const struct jb_ctl *o, const char *method, const char *path, co
   CURLcode cc = curl_easy_perform(h);
   if (cc != CURLE_OK) {
     fprintf(stderr, "%s: %s: %s\n", o->verb, url,
-            sink.over ? "answer larger than 64 MiB"
+            sink.over           ? "answer larger than 64 MiB"
             : sink.write_failed ? strerror(errno)
-            : errbuf[0] ? errbuf : curl_easy_strerror(cc));
+            : errbuf[0]         ? errbuf
+                                : curl_easy_strerror(cc));
     goto out;
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
@@ -212,8 +214,10 @@ int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size) {
     }
   }
   if (rc < 0)
-    fprintf(stderr, "%s: cannot derive the Socket.IO address from '%s'; set JAILBOX_WS_URL or "
-                    "--ws-url\n", o->verb, o->url);
+    fprintf(stderr,
+            "%s: cannot derive the Socket.IO address from '%s'; set JAILBOX_WS_URL or "
+            "--ws-url\n",
+            o->verb, o->url);
   curl_free(host);
   curl_free(port);
   curl_free(scheme);
@@ -262,15 +266,16 @@ static const char *str(const json_t *o, const char *k) {
 static void print_session(const json_t *s) {
   json_t *head = json_object_get(s, "auditHead");
   printf("session %s\n  state       %s", str(s, "jobId"), str(s, "state"));
-  if (json_is_string(json_object_get(s, "stateReason")))
-    printf(" (%s)", str(s, "stateReason"));
-  printf("\n  mode        %s\n  agent       %s\n  workspace   %s\n  pending ops %lld\n"
-         "  audit head  %lld:%s\n  created     %s\n",
-         str(s, "mode"), str(s, "agentId"), str(s, "workspace"),
-         (long long)json_integer_value(json_object_get(s, "pendingOps")),
-         (long long)json_integer_value(json_object_get(head, "seq")), str(head, "hash"),
-         str(s, "createdAt"));
-  if (json_is_string(json_object_get(s, "endedAt"))) printf("  ended       %s\n", str(s, "endedAt"));
+  if (json_is_string(json_object_get(s, "stateReason"))) printf(" (%s)", str(s, "stateReason"));
+  printf(
+      "\n  mode        %s\n  agent       %s\n  workspace   %s\n  pending ops %lld\n"
+      "  audit head  %lld:%s\n  created     %s\n",
+      str(s, "mode"), str(s, "agentId"), str(s, "workspace"),
+      (long long)json_integer_value(json_object_get(s, "pendingOps")),
+      (long long)json_integer_value(json_object_get(head, "seq")), str(head, "hash"),
+      str(s, "createdAt"));
+  if (json_is_string(json_object_get(s, "endedAt")))
+    printf("  ended       %s\n", str(s, "endedAt"));
 }
 
 /* One op on one line: id, state, tool, path, decision, and the reason when there is one. */
@@ -304,8 +309,10 @@ static int call(struct jb_ctl *o, const char *method, char *path, json_t *body,
   json_t *doc = jb_ctl_reply_json(o, &r);
   jb_ctl_reply_free(&r);
   if (!doc) return JB_CTL_FAILED;
-  if (o->json || !show) rc = print_json(doc);
-  else show(doc);
+  if (o->json || !show)
+    rc = print_json(doc);
+  else
+    show(doc);
   json_decref(doc);
   return rc == JB_CTL_OK && fflush(stdout) == 0 ? JB_CTL_OK : JB_CTL_FAILED;
 }
@@ -323,9 +330,10 @@ static int usage_error(const struct jb_ctl *o, const char *fmt, ...) {
 }
 
 static void show_opened(const json_t *s) {
-  printf("opened %s (state %s, mode %s)\n  buyer token: %s\n  agent token: %s\n"
-         "(the tokens are shown once; keep them)\n",
-         str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "buyerToken"), str(s, "agentToken"));
+  printf(
+      "opened %s (state %s, mode %s)\n  buyer token: %s\n  agent token: %s\n"
+      "(the tokens are shown once; keep them)\n",
+      str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "buyerToken"), str(s, "agentToken"));
 }
 
 static int parse_ll(const char *s, long long min, long long *out) {
@@ -339,17 +347,22 @@ static int parse_ll(const char *s, long long min, long long *out) {
 
 static int verb_open(struct jb_ctl *o, int argc, char **argv) {
   json_t *body = json_object(), *exclude = json_array(), *limits = json_object();
-  static const char *const lim_flags[] = {"--memory-mib", "memoryMiB", "--cpus", "cpus", "--pids",
-                                          "pids", "--timeout-sec", "timeoutSec", NULL};
+  static const char *const lim_flags[] = {"--memory-mib",  "memoryMiB",  "--cpus",
+                                          "cpus",          "--pids",     "pids",
+                                          "--timeout-sec", "timeoutSec", NULL};
   int rc = JB_CTL_USAGE;
   if (!body || !exclude || !limits) goto fail;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     const char *key = NULL;
-    if (strcmp(a, "--workspace") == 0) key = "workspace";
-    else if (strcmp(a, "--agent") == 0) key = "agentId";
-    else if (strcmp(a, "--mode") == 0) key = "mode";
-    else if (strcmp(a, "--job") == 0) key = "jobId";
+    if (strcmp(a, "--workspace") == 0)
+      key = "workspace";
+    else if (strcmp(a, "--agent") == 0)
+      key = "agentId";
+    else if (strcmp(a, "--mode") == 0)
+      key = "mode";
+    else if (strcmp(a, "--job") == 0)
+      key = "jobId";
     if (key && v) {
       json_object_set_new(body, key, json_string(v));
       i++;
@@ -402,7 +415,7 @@ static void show_ops(const json_t *page) {
   size_t i;
   json_t *op;
   printf("%6s  %-9s %-5s %-40s %s\n", "op", "state", "tool", "path", "decision");
-  json_array_foreach(json_object_get(page, "ops"), i, op) print_op(op);
+  json_array_foreach (json_object_get(page, "ops"), i, op) print_op(op);
   if (json_is_integer(json_object_get(page, "next")))
     printf("(more: --after %lld)\n", (long long)json_integer_value(json_object_get(page, "next")));
 }
@@ -411,14 +424,17 @@ static int verb_ops(struct jb_ctl *o, int argc, char **argv) {
   const char *job = NULL, *state = NULL;
   long long limit = 50, after = 0;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--state") == 0 && i + 1 < argc) state = argv[++i];
+    if (strcmp(argv[i], "--state") == 0 && i + 1 < argc)
+      state = argv[++i];
     else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
       if (parse_ll(argv[++i], 1, &limit) < 0 || limit > 500)
         return usage_error(o, "%s", "--limit takes 1 to 500");
     } else if (strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
       if (parse_ll(argv[++i], 0, &after) < 0) return usage_error(o, "%s", "--after takes an op id");
-    } else if (argv[i][0] != '-' && !job) job = argv[i];
-    else return usage_error(o, "unexpected or incomplete argument '%s'", argv[i]);
+    } else if (argv[i][0] != '-' && !job)
+      job = argv[i];
+    else
+      return usage_error(o, "unexpected or incomplete argument '%s'", argv[i]);
   }
   if (!job) return usage_error(o, "%s", "JOB is required");
   char q[160];
@@ -505,8 +521,10 @@ static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
   json_t *doc;
   int rc = fetch_changes(o, job, quiet_404, &doc);
   if (rc == JB_CTL_OK) {
-    if (o->json) rc = print_json(doc);
-    else show_changes(doc);
+    if (o->json)
+      rc = print_json(doc);
+    else
+      show_changes(doc);
   }
   json_decref(doc);
   return rc;
@@ -525,8 +543,10 @@ static int verb_transition(struct jb_ctl *o, int argc, char **argv, const char *
   int crc = summary ? fetch_changes(o, argv[0], true, &before) : JB_CTL_OK;
   rc = call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_transition);
   if (rc == JB_CTL_OK && summary) {
-    if (before) show_changes(before);
-    else if (crc == JB_CTL_FAILED) rc = crc;
+    if (before)
+      show_changes(before);
+    else if (crc == JB_CTL_FAILED)
+      rc = crc;
   }
   json_decref(before);
   return rc;
@@ -537,7 +557,7 @@ static void show_changes(const json_t *c) {
   size_t i, n = json_array_size(list);
   json_t *ch;
   printf("changes of %s: %zu file%s\n", str(c, "jobId"), n, n == 1 ? "" : "s");
-  json_array_foreach(list, i, ch) {
+  json_array_foreach (list, i, ch) {
     const char *before = json_string_value(json_object_get(ch, "sha256Before"));
     const char *after = str(ch, "sha256After");
     printf("  %s %-40s %8lld bytes  op %lld  %.12s -> %.12s  %s\n", before ? "M" : "A",
@@ -569,10 +589,11 @@ static int verb_agents(struct jb_ctl *o, int argc, char **argv) {
 static void show_keys(const json_t *k) {
   size_t i;
   json_t *key;
-  json_array_foreach(json_object_get(k, "keys"), i, key) {
+  json_array_foreach (json_object_get(k, "keys"), i, key) {
     printf("%s  %s  %s  since %s", str(key, "keyId"), str(key, "algorithm"), str(key, "publicKey"),
            str(key, "createdAt"));
-    if (json_is_string(json_object_get(key, "retiredAt"))) printf("  retired %s", str(key, "retiredAt"));
+    if (json_is_string(json_object_get(key, "retiredAt")))
+      printf("  retired %s", str(key, "retiredAt"));
     putchar('\n');
   }
 }
@@ -584,13 +605,15 @@ static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
   int rc = jb_ctl_http(o, "GET", "/v1/audit/keys", NULL, &r);
   if (rc == JB_CTL_OK) {
     json_t *doc = jb_ctl_reply_json(o, &r);
-    if (!doc) rc = JB_CTL_FAILED;
+    if (!doc)
+      rc = JB_CTL_FAILED;
     else if (o->json || !isatty(STDOUT_FILENO))
       rc = fwrite(r.body, 1, r.len, stdout) == r.len &&
                    (r.len == 0 || r.body[r.len - 1] == '\n' || putchar('\n') != EOF)
                ? JB_CTL_OK
                : JB_CTL_FAILED;
-    else show_keys(doc);
+    else
+      show_keys(doc);
     json_decref(doc);
   }
   jb_ctl_reply_free(&r);
@@ -599,7 +622,8 @@ static int verb_keys(struct jb_ctl *o, int argc, char **argv) {
 
 static int verb_audit_export(struct jb_ctl *o, int argc, char **argv) {
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
-  if (!o->token || !o->token[0]) return usage_error(o, "%s", "a token is needed (JAILBOX_TOKEN or --token)");
+  if (!o->token || !o->token[0])
+    return usage_error(o, "%s", "a token is needed (JAILBOX_TOKEN or --token)");
   char *path = jb_ctl_job_path(argv[0], "/audit");
   int rc = path ? jb_ctl_http_stream(o, path, stdout) : JB_CTL_FAILED;
   free(path);
@@ -621,8 +645,8 @@ static int verb_explain(struct jb_ctl *o, int argc, char **argv) {
   if (!sess) return JB_CTL_FAILED;
   json_t *walls = json_object_get(sess, "walls");
   if (!json_is_object(walls)) {
-    fprintf(stderr, "%s: session %s has no contract yet (state %s)\n", o->verb, jb_ctl_text(argv[0]),
-            str(sess, "state"));
+    fprintf(stderr, "%s: session %s has no contract yet (state %s)\n", o->verb,
+            jb_ctl_text(argv[0]), str(sess, "state"));
     rc = JB_CTL_REFUSED;
   } else if (o->json) {
     rc = json_dumpf(walls, stdout, JSON_INDENT(2)) == 0 && puts("") >= 0 ? 0 : JB_CTL_FAILED;
@@ -642,19 +666,31 @@ struct verb {
   int (*run)(struct jb_ctl *o, int argc, char **argv);
 };
 
-static int run_approve(struct jb_ctl *o, int c, char **v) { return verb_decide(o, c, v, "approve"); }
+static int run_approve(struct jb_ctl *o, int c, char **v) {
+  return verb_decide(o, c, v, "approve");
+}
 static int run_reject(struct jb_ctl *o, int c, char **v) { return verb_decide(o, c, v, "reject"); }
-static int run_pause(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "pause"); }
-static int run_resume(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "resume"); }
-static int run_abort(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "abort"); }
-static int run_accept(struct jb_ctl *o, int c, char **v) { return verb_transition(o, c, v, "accept"); }
+static int run_pause(struct jb_ctl *o, int c, char **v) {
+  return verb_transition(o, c, v, "pause");
+}
+static int run_resume(struct jb_ctl *o, int c, char **v) {
+  return verb_transition(o, c, v, "resume");
+}
+static int run_abort(struct jb_ctl *o, int c, char **v) {
+  return verb_transition(o, c, v, "abort");
+}
+static int run_accept(struct jb_ctl *o, int c, char **v) {
+  return verb_transition(o, c, v, "accept");
+}
 
 /* run == NULL: implemented in cli/main.c / cli/token.c; listed here for --help. */
 static const struct verb verbs[] = {
-    {"open", "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] "
-             "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
+    {"open",
+     "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] "
+     "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
      "open a session (service token); prints the job id and its buyer and agent tokens, shown "
-     "once", verb_open},
+     "once",
+     verb_open},
     {"status", "JOB", "the session's state, mode, pending ops and audit head (service or buyer)",
      verb_status},
     {"watch", "JOB [--poll] [--interval MS] [--until-end]",
@@ -665,11 +701,13 @@ static const struct verb verbs[] = {
      jb_ctl_watch},
     {"ops", "JOB [--state pending|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},
-    {"approve", "JOB OP [--reason TEXT]", "approve a pending write (buyer or service)", run_approve},
+    {"approve", "JOB OP [--reason TEXT]", "approve a pending write (buyer or service)",
+     run_approve},
     {"reject", "JOB OP [--reason TEXT]", "reject a pending write (buyer or service)", run_reject},
     {"pause", "JOB [--reason TEXT]", "active -> paused: the agent's ops are held", run_pause},
     {"resume", "JOB [--reason TEXT]", "paused -> active", run_resume},
-    {"abort", "JOB [--reason TEXT]", "end the session now (buyer); pending ops are rejected", run_abort},
+    {"abort", "JOB [--reason TEXT]", "end the session now (buyer); pending ops are rejected",
+     run_abort},
     {"accept", "JOB [--reason TEXT]",
      "done -> accepted (buyer), then print the change summary (GET …/changes)", run_accept},
     {"changes", "JOB", "the files the session changed: path, op, SHA-256 before and after, size",
@@ -722,14 +760,16 @@ static void print_verb(FILE *out, const struct verb *v) {
 }
 
 static void help_all(FILE *out) {
-  fputs("usage: jailboxctl VERB [ARGS] [--url URL] [--token TOKEN] [--ws-url URL] [--json]\n\n", out);
-  for (size_t i = 0; i < NVERBS; i++) print_verb(out, &verbs[i]);
-  fputs("\nThe server and the token come from JAILBOX_URL (default http://127.0.0.1:8080),\n"
-        "JAILBOX_TOKEN and JAILBOX_WS_URL (default: the host of JAILBOX_URL, port + 1), or the\n"
-        "flags. Output is for people unless --json (one JSON value per line).\n"
-        "Exit status: 0 done; 1 refused by the server (HTTP 4xx) or a failed check; 2 usage\n"
-        "error; 3 failure (server unreachable, HTTP 5xx, malformed answer).\n",
+  fputs("usage: jailboxctl VERB [ARGS] [--url URL] [--token TOKEN] [--ws-url URL] [--json]\n\n",
         out);
+  for (size_t i = 0; i < NVERBS; i++) print_verb(out, &verbs[i]);
+  fputs(
+      "\nThe server and the token come from JAILBOX_URL (default http://127.0.0.1:8080),\n"
+      "JAILBOX_TOKEN and JAILBOX_WS_URL (default: the host of JAILBOX_URL, port + 1), or the\n"
+      "flags. Output is for people unless --json (one JSON value per line).\n"
+      "Exit status: 0 done; 1 refused by the server (HTTP 4xx) or a failed check; 2 usage\n"
+      "error; 3 failure (server unreachable, HTTP 5xx, malformed answer).\n",
+      out);
 }
 
 /* Takes --url/--token/--ws-url/--json (anywhere after the verb) out of argv into *o. */
@@ -737,11 +777,16 @@ static void take_globals(struct jb_ctl *o, int *argc, char **argv, int from) {
   int w = from;
   for (int i = from; i < *argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--url") == 0 && i + 1 < *argc) o->url = argv[++i];
-    else if (strcmp(a, "--token") == 0 && i + 1 < *argc) o->token = argv[++i];
-    else if (strcmp(a, "--ws-url") == 0 && i + 1 < *argc) o->ws_url = argv[++i];
-    else if (strcmp(a, "--json") == 0) o->json = true;
-    else argv[w++] = argv[i];
+    if (strcmp(a, "--url") == 0 && i + 1 < *argc)
+      o->url = argv[++i];
+    else if (strcmp(a, "--token") == 0 && i + 1 < *argc)
+      o->token = argv[++i];
+    else if (strcmp(a, "--ws-url") == 0 && i + 1 < *argc)
+      o->ws_url = argv[++i];
+    else if (strcmp(a, "--json") == 0)
+      o->json = true;
+    else
+      argv[w++] = argv[i];
   }
   *argc = w;
   argv[w] = NULL;

@@ -41,12 +41,12 @@ struct jb_sio {
   long connect_timeout_ms;
   long ping_window_ms; /* pingInterval + pingTimeout from the open packet */
   enum st st;
-  bool ended;       /* `closed` handler called: the loop stops */
-  uintptr_t gen;    /* connection attempt number; a wsi of an older one is stale */
+  bool ended; /* `closed` handler called: the loop stops */
+  uintptr_t gen; /* connection attempt number; a wsi of an older one is stale */
   bool ever_connected;
   int reconnect_max, reconnects_left;
   long backoff_ms;
-  char *rx;         /* the message being reassembled */
+  char *rx; /* the message being reassembled */
   size_t rx_len, rx_cap;
   struct msg *out, **out_tail; /* service thread: ready for the wire */
 
@@ -54,7 +54,7 @@ struct jb_sio {
   struct msg *q, **q_tail;
   uint64_t next_ack;
   bool stopping;
-  bool held;       /* jb_sio_hold */
+  bool held; /* jb_sio_hold */
   size_t peer_max; /* the server's maxPayload (0: not known yet) */
 };
 
@@ -147,8 +147,10 @@ int jb_sio_emit(struct jb_sio *s, const char *name, json_t *arg, bool want_ack, 
   } else if (!s->stopping) {
     char head[32];
     uint64_t id = want_ack ? ++s->next_ack : 0;
-    if (want_ack) snprintf(head, sizeof head, "42%llu", (unsigned long long)id);
-    else snprintf(head, sizeof head, "42");
+    if (want_ack)
+      snprintf(head, sizeof head, "42%llu", (unsigned long long)id);
+    else
+      snprintf(head, sizeof head, "42");
     struct msg *m = msg_new(head, strlen(head), body, strlen(body));
     if (m) {
       *s->q_tail = m;
@@ -187,46 +189,46 @@ int jb_sio_decode(const char *p, size_t n, struct jb_sio_packet *out) {
   if (n == 0) return -1;
   out->eio = *p++;
   switch (out->eio) {
-  case '0': /* open {sid, upgrades, pingInterval, pingTimeout, maxPayload} */
-    return decode_object(p, e, false, &out->data);
-  case '1':
-  case '2':
-  case '3':
-  case '6':
-    return p == e ? 0 : -1; /* no payload: a probe ("2probe") is for the polling upgrade */
-  case '4':
-    break;
-  default:
-    return -1;
+    case '0': /* open {sid, upgrades, pingInterval, pingTimeout, maxPayload} */
+      return decode_object(p, e, false, &out->data);
+    case '1':
+    case '2':
+    case '3':
+    case '6':
+      return p == e ? 0 : -1; /* no payload: a probe ("2probe") is for the polling upgrade */
+    case '4':
+      break;
+    default:
+      return -1;
   }
   if (p == e) return -1;
   out->sio = *p++;
   if (p < e && *p == '/') return -1; /* only the main namespace exists */
   switch (out->sio) {
-  case '0': /* CONNECT {sid} */
-  case '4': /* CONNECT_ERROR {message} */
-    return decode_object(p, e, out->sio == '0', &out->data);
-  case '1': /* DISCONNECT */
-    return p == e ? 0 : -1;
-  case '2':   /* EVENT [id][name, …] */
-  case '3': { /* ACK id[…] */
-    while (p < e && *p >= '0' && *p <= '9') {
-      out->id = out->id * 10 + (uint64_t)(*p++ - '0');
-      if (out->id > ACK_ID_MAX) return -1;
+    case '0': /* CONNECT {sid} */
+    case '4': /* CONNECT_ERROR {message} */
+      return decode_object(p, e, out->sio == '0', &out->data);
+    case '1': /* DISCONNECT */
+      return p == e ? 0 : -1;
+    case '2': /* EVENT [id][name, …] */
+    case '3': { /* ACK id[…] */
+      while (p < e && *p >= '0' && *p <= '9') {
+        out->id = out->id * 10 + (uint64_t)(*p++ - '0');
+        if (out->id > ACK_ID_MAX) return -1;
+      }
+      if (out->sio == '3' && out->id == 0) return -1;
+      size_t len = (size_t)(e - p);
+      if (jb_json_depth(p, len, JSON_DEPTH) > JSON_DEPTH) return -1;
+      json_t *a = json_loadb(p, len, JSON_REJECT_DUPLICATES, NULL);
+      if (!json_is_array(a) || (out->sio == '2' && !json_is_string(json_array_get(a, 0)))) {
+        json_decref(a);
+        return -1;
+      }
+      out->data = a;
+      return 0;
     }
-    if (out->sio == '3' && out->id == 0) return -1;
-    size_t len = (size_t)(e - p);
-    if (jb_json_depth(p, len, JSON_DEPTH) > JSON_DEPTH) return -1;
-    json_t *a = json_loadb(p, len, JSON_REJECT_DUPLICATES, NULL);
-    if (!json_is_array(a) || (out->sio == '2' && !json_is_string(json_array_get(a, 0)))) {
-      json_decref(a);
+    default: /* binary EVENT/ACK (5, 6) and anything else */
       return -1;
-    }
-    out->data = a;
-    return 0;
-  }
-  default: /* binary EVENT/ACK (5, 6) and anything else */
-    return -1;
   }
 }
 
@@ -304,9 +306,12 @@ static int on_message(struct jb_sio *s, const char *p, size_t n) {
     if (s->h.ack) s->h.ack(s->h.ctx, s, pk.id, d);
   } else { /* EVENT */
     json_t *args = json_array();
-    for (size_t i = 1; args && i < json_array_size(d); i++) json_array_append(args, json_array_get(d, i));
-    if (!args) rc = -1;
-    else if (s->h.event) s->h.event(s->h.ctx, s, json_string_value(json_array_get(d, 0)), args, pk.id);
+    for (size_t i = 1; args && i < json_array_size(d); i++)
+      json_array_append(args, json_array_get(d, i));
+    if (!args)
+      rc = -1;
+    else if (s->h.event)
+      s->h.event(s->h.ctx, s, json_string_value(json_array_get(d, 0)), args, pk.id);
     json_decref(args);
   }
   json_decref(d);
@@ -318,7 +323,8 @@ static int on_message(struct jb_sio *s, const char *p, size_t n) {
 static bool conn_reason(enum lws_callback_reasons r) {
   return r == LWS_CALLBACK_CLIENT_CONNECTION_ERROR || r == LWS_CALLBACK_CLIENT_ESTABLISHED ||
          r == LWS_CALLBACK_CLIENT_RECEIVE || r == LWS_CALLBACK_CLIENT_WRITEABLE ||
-         r == LWS_CALLBACK_TIMER || r == LWS_CALLBACK_CLIENT_CLOSED || r == LWS_CALLBACK_WSI_DESTROY;
+         r == LWS_CALLBACK_TIMER || r == LWS_CALLBACK_CLIENT_CLOSED ||
+         r == LWS_CALLBACK_WSI_DESTROY;
 }
 
 /* Moves what other threads emitted to the wire queue (once CONNECT is accepted), or ends
@@ -379,73 +385,73 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   }
   char why[300];
   switch (reason) {
-  case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-    snprintf(why, sizeof why, "cannot connect: %s", in ? (const char *)in : "connection failed");
-    lost(s, why);
-    return 0;
-  case LWS_CALLBACK_CLIENT_ESTABLISHED:
-    s->wsi = wsi;
-    lws_set_timer_usecs(wsi, (lws_usec_t)s->connect_timeout_ms * 1000);
-    return 0;
-  case LWS_CALLBACK_CLIENT_RECEIVE: {
-    if (lws_frame_is_binary(wsi)) {
-      lws_close_reason(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, NULL, 0);
-      end(s, false, "protocol error: binary frame");
-      return -1;
-    }
-    if (lws_is_first_fragment(wsi)) s->rx_len = 0;
-    if (s->rx_len + len > s->max_message) {
-      lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, NULL, 0);
-      snprintf(why, sizeof why, "the server sent a message over %zu bytes", s->max_message);
-      end(s, false, why);
-      return -1;
-    }
-    if (s->rx_len + len + 1 > s->rx_cap) {
-      size_t cap = s->rx_cap ? s->rx_cap : 4096;
-      while (cap < s->rx_len + len + 1) cap *= 2;
-      char *nb = realloc(s->rx, cap);
-      if (!nb) {
-        end(s, false, "out of memory");
+    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+      snprintf(why, sizeof why, "cannot connect: %s", in ? (const char *)in : "connection failed");
+      lost(s, why);
+      return 0;
+    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+      s->wsi = wsi;
+      lws_set_timer_usecs(wsi, (lws_usec_t)s->connect_timeout_ms * 1000);
+      return 0;
+    case LWS_CALLBACK_CLIENT_RECEIVE: {
+      if (lws_frame_is_binary(wsi)) {
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_UNACCEPTABLE_OPCODE, NULL, 0);
+        end(s, false, "protocol error: binary frame");
         return -1;
       }
-      s->rx = nb;
-      s->rx_cap = cap;
-    }
-    memcpy(s->rx + s->rx_len, in, len);
-    s->rx_len += len;
-    if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
-    if (on_message(s, s->rx, s->rx_len) < 0) {
-      if (!s->ended) {
-        lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, NULL, 0);
-        end(s, false, "protocol error: unexpected or malformed packet from the server");
+      if (lws_is_first_fragment(wsi)) s->rx_len = 0;
+      if (s->rx_len + len > s->max_message) {
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, NULL, 0);
+        snprintf(why, sizeof why, "the server sent a message over %zu bytes", s->max_message);
+        end(s, false, why);
+        return -1;
       }
-      return -1;
+      if (s->rx_len + len + 1 > s->rx_cap) {
+        size_t cap = s->rx_cap ? s->rx_cap : 4096;
+        while (cap < s->rx_len + len + 1) cap *= 2;
+        char *nb = realloc(s->rx, cap);
+        if (!nb) {
+          end(s, false, "out of memory");
+          return -1;
+        }
+        s->rx = nb;
+        s->rx_cap = cap;
+      }
+      memcpy(s->rx + s->rx_len, in, len);
+      s->rx_len += len;
+      if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) return 0;
+      if (on_message(s, s->rx, s->rx_len) < 0) {
+        if (!s->ended) {
+          lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, NULL, 0);
+          end(s, false, "protocol error: unexpected or malformed packet from the server");
+        }
+        return -1;
+      }
+      return 0;
     }
-    return 0;
-  }
-  case LWS_CALLBACK_CLIENT_WRITEABLE: {
-    struct msg *m = s->out;
-    if (!m) return 0;
-    s->out = m->next;
-    if (!s->out) s->out_tail = &s->out;
-    int w = lws_write(wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
-    free(m);
-    if (w < 0) {
-      lost(s, "write failed");
-      return -1;
+    case LWS_CALLBACK_CLIENT_WRITEABLE: {
+      struct msg *m = s->out;
+      if (!m) return 0;
+      s->out = m->next;
+      if (!s->out) s->out_tail = &s->out;
+      int w = lws_write(wsi, m->buf + LWS_PRE, m->len, LWS_WRITE_TEXT);
+      free(m);
+      if (w < 0) {
+        lost(s, "write failed");
+        return -1;
+      }
+      if (s->out) lws_callback_on_writable(wsi);
+      return 0;
     }
-    if (s->out) lws_callback_on_writable(wsi);
-    return 0;
-  }
-  case LWS_CALLBACK_TIMER:
-    lost(s, s->st == ST_SIO ? "no ping from the server in time" : "connect timed out");
-    return -1;
-  case LWS_CALLBACK_CLIENT_CLOSED:
-  case LWS_CALLBACK_WSI_DESTROY:
-    lost(s, "the connection closed");
-    return 0;
-  default:
-    return 0;
+    case LWS_CALLBACK_TIMER:
+      lost(s, s->st == ST_SIO ? "no ping from the server in time" : "connect timed out");
+      return -1;
+    case LWS_CALLBACK_CLIENT_CLOSED:
+    case LWS_CALLBACK_WSI_DESTROY:
+      lost(s, "the connection closed");
+      return 0;
+    default:
+      return 0;
   }
 }
 
@@ -458,15 +464,21 @@ static const struct lws_protocols protocols[] = {
 
 static int parse_url(struct jb_sio *s, const char *url, jb_error *err) {
   const char *p;
-  if (strncmp(url, "ws://", 5) == 0) p = url + 5;
-  else if (strncmp(url, "wss://", 6) == 0) p = url + 6, s->tls = true;
-  else if (strncmp(url, "http://", 7) == 0) p = url + 7;
-  else if (strncmp(url, "https://", 8) == 0) p = url + 8, s->tls = true;
-  else return jb_fail(err, EINVAL, "Socket.IO URL '%s': use ws:// or wss://", url);
+  if (strncmp(url, "ws://", 5) == 0)
+    p = url + 5;
+  else if (strncmp(url, "wss://", 6) == 0)
+    p = url + 6, s->tls = true;
+  else if (strncmp(url, "http://", 7) == 0)
+    p = url + 7;
+  else if (strncmp(url, "https://", 8) == 0)
+    p = url + 8, s->tls = true;
+  else
+    return jb_fail(err, EINVAL, "Socket.IO URL '%s': use ws:// or wss://", url);
   const char *slash = strchr(p, '/');
   size_t hl = slash ? (size_t)(slash - p) : strlen(p);
   char hostport[300];
-  if (hl == 0 || hl >= sizeof hostport) return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad host", url);
+  if (hl == 0 || hl >= sizeof hostport)
+    return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad host", url);
   memcpy(hostport, p, hl);
   hostport[hl] = '\0';
   s->port = s->tls ? 443 : 80;
@@ -475,7 +487,8 @@ static int parse_url(struct jb_sio *s, const char *url, jb_error *err) {
   if (colon && (!rb || colon > rb)) {
     char *end;
     long v = strtol(colon + 1, &end, 10);
-    if (*end || v <= 0 || v > 65535) return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad port", url);
+    if (*end || v <= 0 || v > 65535)
+      return jb_fail(err, EINVAL, "Socket.IO URL '%s': bad port", url);
     s->port = (int)v;
     *colon = '\0';
   }
@@ -489,7 +502,8 @@ static int parse_url(struct jb_sio *s, const char *url, jb_error *err) {
   size_t pl = strlen(prefix);
   while (pl > 0 && prefix[pl - 1] == '/') pl--;
   s->host = strdup(h);
-  if (!s->host || asprintf(&s->path, "%.*s/socket.io/?EIO=4&transport=websocket", (int)pl, prefix) < 0) {
+  if (!s->host ||
+      asprintf(&s->path, "%.*s/socket.io/?EIO=4&transport=websocket", (int)pl, prefix) < 0) {
     s->path = NULL;
     return jb_fail(err, ENOMEM, "out of memory");
   }
@@ -573,7 +587,7 @@ int jb_sio_run(struct jb_sio *s) {
   while (!s->ended) {
     if (s->st == ST_LOST) {
       lws_cancel_service(s->ctx); /* so that this service call does not wait */
-      lws_service(s->ctx, 0);     /* let libwebsockets close the old connection */
+      lws_service(s->ctx, 0); /* let libwebsockets close the old connection */
       if (backoff_sleep(s, s->backoff_ms)) {
         end(s, false, "stopped");
         break;

@@ -44,12 +44,12 @@ struct jb_sio_handlers {
 };
 
 struct jb_sio_settings {
-  const char *base_url;  /* "ws://host:port" (or wss://, or with a path prefix) */
-  const char *token;     /* sent as the CONNECT auth {token} */
-  size_t max_message;    /* largest message accepted from the server, bytes; larger: close
+  const char *base_url; /* "ws://host:port" (or wss://, or with a path prefix) */
+  const char *token; /* sent as the CONNECT auth {token} */
+  size_t max_message; /* largest message accepted from the server, bytes; larger: close
                             1009 (the server's maxPayload bounds only what it accepts) */
   long connect_timeout_ms; /* the WebSocket upgrade and the Socket.IO CONNECT within, ms */
-  int reconnect_max;       /* attempts to reconnect after a working connection broke, with
+  int reconnect_max; /* attempts to reconnect after a working connection broke, with
                               backoff 0.25 s doubling to 5 s; a connection that gets as far as
                               CONNECT restores them; 0: never (the first connection's failure
                               and a refusal always end the client) */
@@ -58,10 +58,10 @@ struct jb_sio_settings {
 /* One message from a Socket.IO server, decoded (Engine.IO v4 text packet; for a MESSAGE, the
  * Socket.IO v5 packet it carries on the main namespace). */
 struct jb_sio_packet {
-  char eio;      /* Engine.IO type: '0' open, '1' close, '2' ping, '3' pong, '4' message, '6' noop */
-  char sio;      /* eio '4': Socket.IO type '0' CONNECT … '3' ACK, '4' CONNECT_ERROR; else 0 */
-  uint64_t id;   /* EVENT/ACK: the ack id (at most 2^53 - 1), 0 when absent */
-  json_t *data;  /* new reference, or NULL: the open packet's and CONNECT/CONNECT_ERROR's object
+  char eio; /* Engine.IO type: '0' open, '1' close, '2' ping, '3' pong, '4' message, '6' noop */
+  char sio; /* eio '4': Socket.IO type '0' CONNECT … '3' ACK, '4' CONNECT_ERROR; else 0 */
+  uint64_t id; /* EVENT/ACK: the ack id (at most 2^53 - 1), 0 when absent */
+  json_t *data; /* new reference, or NULL: the open packet's and CONNECT/CONNECT_ERROR's object
                     (NULL when absent), EVENT's array (a name first), ACK's array */
 };
 

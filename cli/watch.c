@@ -18,8 +18,8 @@ struct watch {
   struct jb_ctl *o;
   const char *job;
   bool until_end;
-  bool ended;      /* the session reached a final state */
-  bool connected;  /* the socket got as far as CONNECT */
+  bool ended; /* the session reached a final state */
+  bool connected; /* the socket got as far as CONNECT */
   bool refused;
   char why[512];
 };
@@ -29,8 +29,8 @@ static const char *s_(const json_t *o, const char *k) {
 }
 
 static bool final_state(const char *st) {
-  return st && (strcmp(st, "accepted") == 0 || strcmp(st, "aborted") == 0 ||
-                strcmp(st, "failed") == 0);
+  return st &&
+         (strcmp(st, "accepted") == 0 || strcmp(st, "aborted") == 0 || strcmp(st, "failed") == 0);
 }
 
 static void stamp(void) {
@@ -61,9 +61,10 @@ static void print_event(const char *name, const json_t *d) {
   stamp();
   if (strcmp(name, "jailbox:state") == 0) {
     if (json_is_true(json_object_get(d, "snapshot")))
-      printf("state %s (mode %s, %lld pending, audit head %lld)\n", s_(d, "state"), s_(d, "mode"),
-             (long long)json_integer_value(json_object_get(d, "pendingOps")),
-             (long long)json_integer_value(json_object_get(json_object_get(d, "auditHead"), "seq")));
+      printf(
+          "state %s (mode %s, %lld pending, audit head %lld)\n", s_(d, "state"), s_(d, "mode"),
+          (long long)json_integer_value(json_object_get(d, "pendingOps")),
+          (long long)json_integer_value(json_object_get(json_object_get(d, "auditHead"), "seq")));
     else
       printf("state %s -> %s%s%s%s%s\n", s_(d, "previous"), s_(d, "state"),
              json_is_string(json_object_get(d, "actor")) ? " by " : "",
@@ -90,14 +91,17 @@ static void print_event(const char *name, const json_t *d) {
     const char *dt = json_is_string(diff) ? json_string_value(diff)
                                           : json_string_value(json_object_get(diff, "text"));
     const char *prev = json_string_value(json_object_get(d, "preview"));
-    if (dt) print_block(json_is_true(json_object_get(diff, "truncated")) ? "diff (cut short)" : "diff", dt);
-    else if (prev) print_block("content (no diff preview)", prev);
+    if (dt)
+      print_block(json_is_true(json_object_get(diff, "truncated")) ? "diff (cut short)" : "diff",
+                  dt);
+    else if (prev)
+      print_block("content (no diff preview)", prev);
   } else if (strcmp(name, "jailbox:security_alert") == 0) {
     printf("SECURITY ALERT %s: %s (%lld bytes) refused, rules:", s_(d, "kind"), s_(d, "path"),
            (long long)json_integer_value(json_object_get(d, "size")));
     size_t i;
     json_t *r;
-    json_array_foreach(json_object_get(d, "rules"), i, r) {
+    json_array_foreach (json_object_get(d, "rules"), i, r) {
       printf(" %s", json_is_string(r) ? jb_ctl_text(json_string_value(r)) : s_(r, "id"));
     }
     putchar('\n');
@@ -112,7 +116,7 @@ static void print_event(const char *name, const json_t *d) {
            json_is_true(json_object_get(p, "truncated")) ? " (truncated)" : "");
     size_t i;
     json_t *f;
-    json_array_foreach(json_object_get(p, "flagged"), i, f) {
+    json_array_foreach (json_object_get(p, "flagged"), i, f) {
       if (i == 20) {
         printf("    …\n");
         break;
@@ -123,7 +127,8 @@ static void print_event(const char *name, const json_t *d) {
     printf("audit head %lld:%.16s…\n", (long long)json_integer_value(json_object_get(d, "seq")),
            s_(d, "hash"));
   } else if (strcmp(name, "jailbox:abort") == 0) {
-    printf("ABORTED by %s%s%s\n", s_(d, "actor"), json_is_string(json_object_get(d, "reason")) ? ": " : "",
+    printf("ABORTED by %s%s%s\n", s_(d, "actor"),
+           json_is_string(json_object_get(d, "reason")) ? ": " : "",
            json_is_string(json_object_get(d, "reason")) ? s_(d, "reason") : "");
   } else {
     char *t = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
@@ -144,7 +149,8 @@ static void emit_line(struct watch *w, const char *name, json_t *data, bool poll
     print_event(name, data);
   }
   fflush(stdout);
-  if (strcmp(name, "jailbox:state") == 0 && final_state(json_string_value(json_object_get(data, "state"))))
+  if (strcmp(name, "jailbox:state") == 0 &&
+      final_state(json_string_value(json_object_get(data, "state"))))
     w->ended = true;
 }
 
@@ -153,7 +159,8 @@ static void emit_line(struct watch *w, const char *name, json_t *data, bool poll
 static void on_connected(void *ctx, struct jb_sio *s, const char *sid) {
   struct watch *w = ctx;
   w->connected = true;
-  if (!w->o->json) fprintf(stderr, "%s: connected (Socket.IO sid %s)\n", w->o->verb, jb_ctl_text(sid));
+  if (!w->o->json)
+    fprintf(stderr, "%s: connected (Socket.IO sid %s)\n", w->o->verb, jb_ctl_text(sid));
 }
 
 static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args, uint64_t ack) {
@@ -206,8 +213,8 @@ static int poll_loop(struct watch *w, long interval_ms) {
     if ((rc = get_json(w->o, sp, &sess)) != JB_CTL_OK) break;
     const char *st = json_string_value(json_object_get(sess, "state"));
     if (st && strcmp(st, state) != 0) {
-      json_t *d = json_pack("{s:s,s:s?,s:O?,s:O?,s:O?,s:b}", "jobId", w->job, "state", st,
-                            "mode", json_object_get(sess, "mode"), "pendingOps",
+      json_t *d = json_pack("{s:s,s:s?,s:O?,s:O?,s:O?,s:b}", "jobId", w->job, "state", st, "mode",
+                            json_object_get(sess, "mode"), "pendingOps",
                             json_object_get(sess, "pendingOps"), "auditHead",
                             json_object_get(sess, "auditHead"), "snapshot", 1);
       if (!first && d) json_object_set_new(d, "previous", json_string(state));
@@ -228,7 +235,7 @@ static int poll_loop(struct watch *w, long interval_ms) {
       if ((rc = get_json(w->o, path, &page)) != JB_CTL_OK) break;
       size_t i;
       json_t *op;
-      json_array_foreach(json_object_get(page, "ops"), i, op) {
+      json_array_foreach (json_object_get(page, "ops"), i, op) {
         emit_line(w, "jailbox:op", op, true);
         last_op = json_integer_value(json_object_get(op, "opId"));
       }
@@ -244,7 +251,7 @@ static int poll_loop(struct watch *w, long interval_ms) {
     size_t i, n = 0;
     json_t *op;
     long long now[512];
-    json_array_foreach(json_object_get(pend, "ops"), i, op) {
+    json_array_foreach (json_object_get(pend, "ops"), i, op) {
       long long id = json_integer_value(json_object_get(op, "opId"));
       bool seen = false;
       for (size_t k = 0; k < npend; k++) seen |= pending_seen[k] == id;
@@ -266,8 +273,10 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
   bool poll = false;
   long long interval = 1000;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--poll") == 0) poll = true;
-    else if (strcmp(argv[i], "--until-end") == 0) w.until_end = true;
+    if (strcmp(argv[i], "--poll") == 0)
+      poll = true;
+    else if (strcmp(argv[i], "--until-end") == 0)
+      w.until_end = true;
     else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
       char *end;
       errno = 0;
@@ -276,9 +285,11 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
         fprintf(stderr, "%s: --interval takes 50 to 3600000 ms\n", o->verb);
         return JB_CTL_USAGE;
       }
-    } else if (argv[i][0] != '-' && !w.job) w.job = argv[i];
+    } else if (argv[i][0] != '-' && !w.job)
+      w.job = argv[i];
     else {
-      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb, argv[i]);
+      fprintf(stderr, "%s: unexpected or incomplete argument '%s' (see --help)\n", o->verb,
+              argv[i]);
       return JB_CTL_USAGE;
     }
   }
@@ -293,10 +304,16 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
   if (!poll) {
     char base[512];
     if (jb_ctl_ws_base(o, base, sizeof base) < 0) return JB_CTL_USAGE;
-    struct jb_sio_settings set = {.base_url = base, .token = o->token, .max_message = 8u << 20,
-                                  .connect_timeout_ms = 10000, .reconnect_max = 8};
-    struct jb_sio_handlers h = {.ctx = &w, .connected = on_connected, .event = on_event,
-                                .closed = on_closed, .lost = on_lost};
+    struct jb_sio_settings set = {.base_url = base,
+                                  .token = o->token,
+                                  .max_message = 8u << 20,
+                                  .connect_timeout_ms = 10000,
+                                  .reconnect_max = 8};
+    struct jb_sio_handlers h = {.ctx = &w,
+                                .connected = on_connected,
+                                .event = on_event,
+                                .closed = on_closed,
+                                .lost = on_lost};
     struct jb_sio *s;
     jb_error err = {0};
     if (jb_sio_open(&s, &set, &h, &err) < 0) {
@@ -332,7 +349,8 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
       fprintf(stderr, "%s: %s\n", o->verb, w.why);
       return w.ended ? JB_CTL_OK : JB_CTL_FAILED;
     }
-    fprintf(stderr, "%s: Socket.IO at %s: %s; polling the REST API instead\n", o->verb, base, w.why);
+    fprintf(stderr, "%s: Socket.IO at %s: %s; polling the REST API instead\n", o->verb, base,
+            w.why);
   }
   return poll_loop(&w, (long)interval);
 }

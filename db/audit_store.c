@@ -20,9 +20,8 @@
 /* Runs the static SQL `sql` (a prepared statement of the connection, see jb_db_prepared)
  * with `n` parameters; `fmts` marks binary ones (bytea) with their `lens`. Returns the result
  * when its status is `want`, else NULL with `err` set. */
-static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals,
-                      const int *lens, const int *fmts, ExecStatusType want, jb_error *err,
-                      const char *what) {
+static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals, const int *lens,
+                      const int *fmts, ExecStatusType want, jb_error *err, const char *what) {
   PGresult *r = jb_db_prepared(c, sql, n, vals, lens, fmts, 0, NULL, err, what);
   if (!r || PQresultStatus(r) == want) return r;
   jb_fail(err, EIO, "%s: unexpected result %s", what, PQresStatus(PQresultStatus(r)));
@@ -43,19 +42,19 @@ static int col_hex(const PGresult *r, int row, int col, unsigned char *out, size
 /* BEGIN when the connection is idle; *own tells whether this call owns the transaction. */
 static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) {
   switch (PQtransactionStatus(c)) {
-  case PQTRANS_IDLE: {
-    *own = true;
-    PGresult *r = exec(c, begin_sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "begin");
-    PQclear(r);
-    return r ? 0 : -1;
-  }
-  case PQTRANS_INTRANS:
-    *own = false;
-    return 0;
-  case PQTRANS_INERROR:
-    return jb_fail(err, EINVAL, "the caller's transaction has already failed");
-  default:
-    return jb_fail(err, EIO, "database connection is busy or broken");
+    case PQTRANS_IDLE: {
+      *own = true;
+      PGresult *r = exec(c, begin_sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "begin");
+      PQclear(r);
+      return r ? 0 : -1;
+    }
+    case PQTRANS_INTRANS:
+      *own = false;
+      return 0;
+    case PQTRANS_INERROR:
+      return jb_fail(err, EINVAL, "the caller's transaction has already failed");
+    default:
+      return jb_fail(err, EIO, "database connection is busy or broken");
   }
 }
 
@@ -85,24 +84,26 @@ static const char sql_lock_head[] =
  * when the head moved, the chain is sealed or the key is retired. seq ($2) and the timestamp
  * ($5) go in binary (int8, timestamptz), as do the bytea parameters: the server parses no
  * text for them. */
-#define APPEND_MOVED \
-  "WITH moved AS (" \
-  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'" \
+#define APPEND_MOVED                                                                        \
+  "WITH moved AS ("                                                                         \
+  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"              \
   "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed" \
-  "     AND current_setting('transaction_isolation') = 'read committed'" \
-  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10" \
-  "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))" \
+  "     AND current_setting('transaction_isolation') = 'read committed'"                    \
+  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"                \
+  "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"       \
   "  RETURNING job_id)"
-#define APPEND_INSERT \
+#define APPEND_INSERT                                                                           \
   " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical, prev_hash," \
-  "                            hash, signature, key_id)" \
+  "                            hash, signature, key_id)"                                        \
   " SELECT job_id, $2::bigint, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10 FROM moved"
 static const char sql_append[] = APPEND_MOVED APPEND_INSERT;
 /* The same append as a step of a pipeline (jb_audit_append_step): an error (migration 018)
  * when it changes no row, so that nothing after it in the transaction commits. */
 static const char sql_append_or_refuse[] =
-    APPEND_MOVED ", ins AS (" APPEND_INSERT " RETURNING 1)"
-    " SELECT 1 WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the audit head moved, the chain is sealed or the key may not sign')";
+    APPEND_MOVED ", ins AS (" APPEND_INSERT
+                 " RETURNING 1)"
+                 " SELECT 1 WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the audit head "
+                 "moved, the chain is sealed or the key may not sign')";
 
 /* Why the locked head took no append: the key ($1) retired at or before $2, or unpublished. */
 static const char sql_key_state[] =
@@ -122,7 +123,8 @@ static struct {
 
 static size_t head_slot(const char *job_id) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++)
+    h = (h ^ *p) * 1099511628211ull;
   return (size_t)(h % HEAD_CACHE_SLOTS);
 }
 
@@ -138,7 +140,8 @@ static bool head_get(const char *job_id, long long *seq, unsigned char hash[JB_A
   return hit;
 }
 
-static void head_put(const char *job_id, long long seq, const unsigned char hash[JB_AUDIT_HASH_LEN]) {
+static void head_put(const char *job_id, long long seq,
+                     const unsigned char hash[JB_AUDIT_HASH_LEN]) {
   size_t i = head_slot(job_id);
   pthread_mutex_lock(&heads.lock);
   if (hash) {
@@ -192,19 +195,37 @@ static int append_step(const struct jb_keyring *keys, const char *job_id, const 
   p->seq_be = htobe64((uint64_t)(head + 1));
   int64_t us = ((int64_t)now.tv_sec - 946684800) * 1000000 + (now.tv_nsec / 1000000) * 1000;
   p->ts_be = htobe64((uint64_t)us);
-  const char *vals[10] = {job_id, (const char *)&p->seq_be, operation, path,
-                          (const char *)&p->ts_be, (const char *)p->sig.canonical,
-                          (const char *)p->prev, (const char *)p->sig.hash,
-                          (const char *)p->sig.signature, p->head.key_id};
-  const int lens[10] = {0, 8, 0, 0, 8, (int)p->sig.canonical_len, JB_AUDIT_HASH_LEN,
-                        JB_AUDIT_HASH_LEN, JB_AUDIT_SIG_LEN, 0};
+  const char *vals[10] = {job_id,
+                          (const char *)&p->seq_be,
+                          operation,
+                          path,
+                          (const char *)&p->ts_be,
+                          (const char *)p->sig.canonical,
+                          (const char *)p->prev,
+                          (const char *)p->sig.hash,
+                          (const char *)p->sig.signature,
+                          p->head.key_id};
+  const int lens[10] = {0,
+                        8,
+                        0,
+                        0,
+                        8,
+                        (int)p->sig.canonical_len,
+                        JB_AUDIT_HASH_LEN,
+                        JB_AUDIT_HASH_LEN,
+                        JB_AUDIT_SIG_LEN,
+                        0};
   const int fmts[10] = {0, 1, 0, 0, 1, 1, 1, 1, 1, 0};
   memcpy(p->vals, vals, sizeof vals);
   memcpy(p->lens, lens, sizeof lens);
   memcpy(p->fmts, fmts, sizeof fmts);
-  *step = (struct jb_db_step){.sql = refuse ? sql_append_or_refuse : sql_append, .n = 10,
-                              .params = p->vals, .want = refuse ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
-                              .what = "audit append", .lengths = p->lens, .formats = p->fmts};
+  *step = (struct jb_db_step){.sql = refuse ? sql_append_or_refuse : sql_append,
+                              .n = 10,
+                              .params = p->vals,
+                              .want = refuse ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
+                              .what = "audit append",
+                              .lengths = p->lens,
+                              .formats = p->fmts};
   return 0;
 }
 
@@ -255,8 +276,10 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
                      PGRES_TUPLES_OK, err, "audit isolation");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "read committed") != 0) {
-    jb_fail(err, EINVAL, "an audit append runs only in a READ COMMITTED transaction (this one is %s): "
-            "a key's retirement must be seen by every statement", PQgetvalue(r, 0, 0));
+    jb_fail(err, EINVAL,
+            "an audit append runs only in a READ COMMITTED transaction (this one is %s): "
+            "a key's retirement must be seen by every statement",
+            PQgetvalue(r, 0, 0));
     PQclear(r);
     return JB_ERR_FAIL;
   }
@@ -265,9 +288,10 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
   r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1)
-    jb_fail(err, EKEYREVOKED, "signing key %s was retired at %s: a retired key signs no more "
-            "entries (restart jailboxd with the current key file)", keys->key_id,
-            PQgetvalue(r, 0, 0));
+    jb_fail(err, EKEYREVOKED,
+            "signing key %s was retired at %s: a retired key signs no more "
+            "entries (restart jailboxd with the current key file)",
+            keys->key_id, PQgetvalue(r, 0, 0));
   else
     jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
   PQclear(r);
@@ -331,7 +355,8 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                   struct jb_audit_head *out, jb_error *err) {
   if (!keys) return jb_fail(err, EINVAL, "no signing key loaded");
   PGTransactionStatusType ts = PQtransactionStatus(c);
-  if (ts == PQTRANS_INERROR) return jb_fail(err, EINVAL, "the caller's transaction has already failed");
+  if (ts == PQTRANS_INERROR)
+    return jb_fail(err, EINVAL, "the caller's transaction has already failed");
   if (ts != PQTRANS_IDLE && ts != PQTRANS_INTRANS)
     return jb_fail(err, EIO, "database connection is busy or broken");
   struct jb_audit_head h;
@@ -352,7 +377,8 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 
   bool own = false;
   if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  int rc = leave_tx(c, own, append_locked(c, keys, job_id, operation, path, details, seal, res, err), err);
+  int rc = leave_tx(c, own,
+                    append_locked(c, keys, job_id, operation, path, details, seal, res, err), err);
   if (rc == JB_OK) head_put(job_id, res->seq, res->hash);
   return rc;
 }
@@ -368,28 +394,28 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
  * (or with the error that kept it out). A batch built on a head that moved is made again on
  * the head read under its row lock; one that then fails (the chain is sealed, the key may not
  * sign, a database error) fails every call of it with the same result, as each would alone. */
-#define GC_MAX 32          /* entries per batch statement */
-#define GC_SLOTS 256       /* sessions batched at once (direct-mapped; a collision goes alone) */
+#define GC_MAX 32 /* entries per batch statement */
+#define GC_SLOTS 256 /* sessions batched at once (direct-mapped; a collision goes alone) */
 
 struct gc_req {
   const struct jb_keyring *keys; /* a batch is signed with one keyring: its leader's */
   const char *operation, *path;
   json_t *details;
-  struct jb_audit_head head;  /* the entry's head, on JB_OK */
+  struct jb_audit_head head; /* the entry's head, on JB_OK */
   jb_error err;
   int rc;
   bool done, lead;
-  bool refused;               /* its entry could not be made (bad arguments): rc, err set */
+  bool refused; /* its entry could not be made (bad arguments): rc, err set */
   struct gc_req *next;
 };
 
 static struct {
   pthread_mutex_t lock;
-  pthread_cond_t moved;       /* a batch ended or a request was made leader */
+  pthread_cond_t moved; /* a batch ended or a request was made leader */
   struct {
     char job_id[JB_AUDIT_MAX_SESSION + 1]; /* the session, while busy or first */
-    bool busy;                             /* a leader is at the database (free: neither) */
-    struct gc_req *first, *last;           /* waiting, in arrival order */
+    bool busy; /* a leader is at the database (free: neither) */
+    struct gc_req *first, *last; /* waiting, in arrival order */
   } slot[GC_SLOTS];
 } gc = {.lock = PTHREAD_MUTEX_INITIALIZER, .moved = PTHREAD_COND_INITIALIZER};
 
@@ -406,7 +432,8 @@ static void gc_sql_build(void) {
     size_t cap = 1024 + (size_t)k * 160;
     char *s = malloc(cap);
     if (!s) continue; /* batches of k then go one by one */
-    int n = snprintf(s, cap,
+    int n = snprintf(
+        s, cap,
         "WITH moved AS ("
         "  UPDATE audit_heads SET seq = $3::bigint + %d, hash = $5"
         "   WHERE job_id = $1 AND seq = $3::bigint AND (seq = 0 OR hash = $4) AND NOT sealed"
@@ -417,7 +444,8 @@ static void gc_sql_build(void) {
         " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical,"
         "                            prev_hash, hash, signature, key_id)"
         " SELECT m.job_id, v.seq, v.op, v.path, v.ts, v.canonical, v.prev, v.hash, v.sig, $2"
-        "   FROM moved m, (VALUES", k);
+        "   FROM moved m, (VALUES",
+        k);
     for (int i = 0; i < k; i++) {
       int b = 6 + 8 * i;
       n += snprintf(s + n, cap - (size_t)n,
@@ -434,12 +462,14 @@ static void gc_sql_build(void) {
  * whose entry cannot be made is refused alone (refused, rc, err) and the others chained
  * without it. Returns JB_OK (each stored request's head filled), 1 when no row changed,
  * JB_ERR_FAIL with `err`. */
-static int gc_try(PGconn *c, const struct jb_keyring *keys, const char *job_id, struct gc_req **reqs,
-                  int k, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN], jb_error *err) {
+static int gc_try(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                  struct gc_req **reqs, int k, long long head,
+                  const unsigned char prev[JB_AUDIT_HASH_LEN], jb_error *err) {
   struct jb_audit_pending *p = calloc((size_t)k, sizeof *p);
   struct gc_req **made = calloc((size_t)k, sizeof *made);
   const char **vals = calloc(6 + 8 * (size_t)k, sizeof *vals);
-  int *lens = calloc(6 + 8 * (size_t)k, sizeof *lens), *fmts = calloc(6 + 8 * (size_t)k, sizeof *fmts);
+  int *lens = calloc(6 + 8 * (size_t)k, sizeof *lens),
+      *fmts = calloc(6 + 8 * (size_t)k, sizeof *fmts);
   int rc = JB_ERR_FAIL, n = 0;
   if (!p || !made || !vals || !lens || !fmts) {
     jb_fail(err, ENOMEM, "out of memory");
@@ -481,7 +511,8 @@ static int gc_try(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
     jb_fail(err, ENOMEM, "out of memory");
     goto out;
   }
-  PGresult *r = exec(c, gc_sql[n], 6 + 8 * n, vals, lens, fmts, PGRES_COMMAND_OK, err, "audit append (batch)");
+  PGresult *r = exec(c, gc_sql[n], 6 + 8 * n, vals, lens, fmts, PGRES_COMMAND_OK, err,
+                     "audit append (batch)");
   if (!r) goto out;
   long long changed = strtoll(PQcmdTuples(r), NULL, 10);
   PQclear(r);
@@ -518,8 +549,8 @@ static void gc_cache_last(const char *job_id, struct gc_req **reqs, int k) {
 
 /* Stores the batch `reqs` (k >= 2) of `job_id` on the idle connection `c`: on the cached head
  * in one statement, else under the head row's lock in a transaction of its own. */
-static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id, struct gc_req **reqs,
-                    int k, jb_error *err) {
+static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                    struct gc_req **reqs, int k, jb_error *err) {
   long long head;
   unsigned char prev[JB_AUDIT_HASH_LEN];
   if (head_get(job_id, &head, prev)) {
@@ -560,8 +591,10 @@ static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *
     return append(c, keys, job_id, operation, path, details, false, out, err);
   }
   if (!in_use) memcpy(gc.slot[si].job_id, job_id, len + 1);
-  if (gc.slot[si].last) gc.slot[si].last->next = &me;
-  else gc.slot[si].first = &me;
+  if (gc.slot[si].last)
+    gc.slot[si].last->next = &me;
+  else
+    gc.slot[si].first = &me;
   gc.slot[si].last = &me;
   if (!gc.slot[si].busy) me.lead = true, gc.slot[si].busy = true;
   while (!me.done && !me.lead) pthread_cond_wait(&gc.moved, &gc.lock);
@@ -587,8 +620,8 @@ static int append_grouped(PGconn *c, const struct jb_keyring *keys, const char *
   if (k == 1 || !gc_sql[k]) { /* alone (or no statement for k): the one-entry way */
     for (int i = 0; i < k; i++) {
       jb_error e1 = {0};
-      batch[i]->rc = append(c, keys, job_id, batch[i]->operation, batch[i]->path,
-                            batch[i]->details, false, &batch[i]->head, &e1);
+      batch[i]->rc = append(c, keys, job_id, batch[i]->operation, batch[i]->path, batch[i]->details,
+                            false, &batch[i]->head, &e1);
       batch[i]->err = e1;
     }
   } else {
@@ -677,7 +710,8 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   if (!e->canonical) return -1;
   e->canonical_len = clen;
   e->canonical[clen] = '\0';
-  if (col_hex(r, i, 4, e->canonical, clen) < 0 || col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+  if (col_hex(r, i, 4, e->canonical, clen) < 0 ||
+      col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
       col_hex(r, i, 6, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
       col_hex(r, i, 7, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
       PQgetlength(r, i, 8) != JB_AUDIT_KEY_ID_LEN) {
@@ -782,13 +816,11 @@ int jb_audit_snapshot_begin(PGconn *c, jb_error *err) {
   bool own = false;
   if (PQtransactionStatus(c) != PQTRANS_IDLE)
     return jb_fail(err, EINVAL, "a snapshot needs an idle connection");
-  return enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0
-             ? JB_ERR_FAIL
-             : JB_OK;
+  return enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0 ? JB_ERR_FAIL
+                                                                                       : JB_OK;
 }
 
-int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,
-                        jb_error *err) {
+int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
   memset(out, 0, sizeof *out);
   bool own = false;
   if (enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0)
@@ -851,8 +883,8 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
      * retirement commits, and the retirement time is read only once it is held. So an append
      * stamped before it stays valid, and one stamped at or after it runs after the commit,
      * sees the key retired and is refused: none slips between. */
-    PGresult *l = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL,
-                       NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
+    PGresult *l = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
+                       NULL, PGRES_COMMAND_OK, err, "lock keys");
     PQclear(l);
     if (!l) {
       if (own) jb_db_rollback(c);
@@ -886,8 +918,10 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
                      3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
   int rc = JB_ERR_FAIL;
   if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
-    jb_fail(err, EKEYREVOKED, "key %s was retired at %s and never signs again: rotate to a new "
-            "key (jailboxctl keys rotate)", key_id, PQgetvalue(r, 0, 1));
+    jb_fail(err, EKEYREVOKED,
+            "key %s was retired at %s and never signs again: rotate to a new "
+            "key (jailboxctl keys rotate)",
+            key_id, PQgetvalue(r, 0, 1));
   } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && !retire_others) {
     rc = JB_OK;
   } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
@@ -896,12 +930,13 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
     /* Not before the newest entry stored: the entries committed before the lock are stamped
      * by the clocks of the processes that made them, which may be ahead of this one or this
      * one may have been stepped back. Each session's newest entry is its head row's. */
-    r = exec(c,
-             "UPDATE audit_signing_keys SET retired_at = greatest($2::timestamptz,"
-             "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
-             "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE e.key_id <> $1))"
-             " WHERE key_id <> $1 AND retired_at IS NULL",
-             2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
+    r = exec(
+        c,
+        "UPDATE audit_signing_keys SET retired_at = greatest($2::timestamptz,"
+        "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
+        "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE e.key_id <> $1))"
+        " WHERE key_id <> $1 AND retired_at IS NULL",
+        2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
     if (r) rc = JB_OK;
   } else if (r) {
     jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);

@@ -67,10 +67,10 @@ int jb_audit_seal(PGconn *c, const struct jb_keyring *keys, const char *job_id,
 /* An append made as one step of a caller's pipeline (jb_db_pipeline), for a caller that
  * knows the head it appends to: the entry, signed, and the parameters the step points at. */
 struct jb_audit_pending {
-  struct jb_audit_signed sig;      /* canonical bytes (owned), hash, signature */
-  struct jb_audit_head head;       /* the head the append makes: seq, hash, signature, key id */
+  struct jb_audit_signed sig; /* canonical bytes (owned), hash, signature */
+  struct jb_audit_head head; /* the head the append makes: seq, hash, signature, key id */
   unsigned char prev[JB_AUDIT_HASH_LEN];
-  uint64_t seq_be, ts_be;          /* binary int8 / timestamptz parameters (big-endian) */
+  uint64_t seq_be, ts_be; /* binary int8 / timestamptz parameters (big-endian) */
   const char *vals[10];
   int lens[10];
   int fmts[10];
@@ -103,10 +103,10 @@ void jb_audit_append_settle(const char *job_id, struct jb_audit_pending *p, bool
 
 /* A session's stored chain. */
 struct jb_audit_chain {
-  char state[20];               /* sessions.state */
-  bool ended;                   /* state is accepted, aborted or failed */
-  struct jb_audit_head stored;  /* audit_heads.seq / hash */
-  struct jb_audit_entry *entries;  /* in seq order; every field read from its own column
+  char state[20]; /* sessions.state */
+  bool ended; /* state is accepted, aborted or failed */
+  struct jb_audit_head stored; /* audit_heads.seq / hash */
+  struct jb_audit_entry *entries; /* in seq order; every field read from its own column
                                       but details, which only the canonical bytes hold
                                       (jb_audit_canonical_details); those verbatim */
   size_t n;
@@ -116,8 +116,7 @@ struct jb_audit_chain {
  * READ transaction of its own when the connection is idle). Entries whose columns cannot be
  * read become malformed entries (the verifier reports them). Fills *out (release with
  * jb_audit_chain_free). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
-int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out,
-                        jb_error *err);
+int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err);
 
 void jb_audit_chain_free(struct jb_audit_chain *ch);
 
@@ -128,8 +127,7 @@ int jb_audit_snapshot_begin(PGconn *c, jb_error *err);
 
 /* Reads the session and head rows of `job_id` into `out` (state, ended, stored head; no
  * entries). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
-int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
-                          jb_error *err);
+int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err);
 
 /* One page of a chain, for reading it in bounded memory: at most `limit` entries of
  * `job_id` with seq > `after_seq`, in seq order, every field from its own column (details
@@ -144,8 +142,8 @@ int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, in
 /* A published key as stored. */
 struct jb_audit_key_row {
   struct jb_audit_pubkey key;
-  char created_at[32];   /* ISO 8601 UTC, ms */
-  char retired_at[32];   /* "" while the key is active */
+  char created_at[32]; /* ISO 8601 UTC, ms */
+  char retired_at[32]; /* "" while the key is active */
 };
 
 /* Every published key, oldest first. *out is new (free it), *n its length.

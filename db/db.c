@@ -16,10 +16,10 @@ struct jb_db {
   pthread_cond_t freed;
   char *conninfo;
   char timeout[16];
-  int size;       /* most connections at once */
-  int opened;     /* connections that exist (idle + lent) */
+  int size; /* most connections at once */
+  int opened; /* connections that exist (idle + lent) */
   int n_idle;
-  PGconn **idle;  /* stack of idle connections, `size` slots */
+  PGconn **idle; /* stack of idle connections, `size` slots */
 };
 
 /* First non-empty line of a libpq message, with "FATAL:  " style prefixes kept. */
@@ -157,7 +157,7 @@ void jb_db_close(struct jb_db *db) {
  * procedure, so that a reset connection (which loses them) starts empty again. */
 struct prepared_set {
   size_t n, cap;
-  const char **sql;  /* the static SQL strings prepared so far */
+  const char **sql; /* the static SQL strings prepared so far */
   signed char *rows; /* for each: whether it returns rows (1) or not (0), -1 not asked yet */
 };
 
@@ -211,8 +211,8 @@ static void mark_prepared(PGconn *c, const char *sql) {
 }
 
 PGresult *jb_db_prepared(PGconn *conn, const char *sql, int n, const char *const *params,
-                         const int *lengths, const int *formats, int result_format,
-                         char *sqlstate, jb_error *err, const char *what) {
+                         const int *lengths, const int *formats, int result_format, char *sqlstate,
+                         jb_error *err, const char *what) {
   char name[32];
   snprintf(name, sizeof name, "jb_%p", (const void *)sql);
   PGresult *r = NULL;
@@ -233,8 +233,10 @@ PGresult *jb_db_prepared(PGconn *conn, const char *sql, int n, const char *const
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     snprintf(sqlstate, 6, "%s", st ? st : "");
   }
-  if (r) jb_db_fail_res(err, r, what);
-  else jb_db_fail(err, conn, what);
+  if (r)
+    jb_db_fail_res(err, r, what);
+  else
+    jb_db_fail(err, conn, what);
   PQclear(r);
   return NULL;
 }
@@ -258,8 +260,10 @@ static int statement_rows(PGconn *conn, const char *sql, const char *name, jb_er
   if (ps && i < ps->n && ps->rows[i] >= 0) return ps->rows[i];
   PGresult *d = PQdescribePrepared(conn, name);
   if (PQresultStatus(d) != PGRES_COMMAND_OK) {
-    if (d) jb_db_fail_res(err, d, "describe");
-    else jb_db_fail(err, conn, "describe");
+    if (d)
+      jb_db_fail_res(err, d, "describe");
+    else
+      jb_db_fail(err, conn, "describe");
     PQclear(d);
     return -1;
   }
@@ -271,7 +275,8 @@ static int statement_rows(PGconn *conn, const char *sql, const char *name, jb_er
 
 PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_steps, jb_error *err) {
   char names[16][32];
-  if (n_steps < 1 || n_steps > 16) return jb_fail(err, EINVAL, "pipeline of %d steps", n_steps), NULL;
+  if (n_steps < 1 || n_steps > 16)
+    return jb_fail(err, EINVAL, "pipeline of %d steps", n_steps), NULL;
   for (int i = 0; i < n_steps; i++) { /* prepared beforehand, in the ordinary way */
     snprintf(names[i], sizeof names[i], "jb_%p", (const void *)steps[i].sql);
     if (is_prepared(conn, steps[i].sql)) continue;
@@ -279,8 +284,10 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
     const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     bool done = PQresultStatus(r) == PGRES_COMMAND_OK || (st && strcmp(st, "42P05") == 0);
     if (!done) {
-      if (r) jb_db_fail_res(err, r, steps[i].what);
-      else jb_db_fail(err, conn, steps[i].what);
+      if (r)
+        jb_db_fail_res(err, r, steps[i].what);
+      else
+        jb_db_fail(err, conn, steps[i].what);
       PQclear(r);
       return NULL;
     }
@@ -293,7 +300,8 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
   for (int i = 0; i < n_steps; i++) {
     int rows = statement_rows(conn, steps[i].sql, names[i], err);
     if (rows < 0) return NULL;
-    bool fits = steps[i].want == PGRES_TUPLES_OK ? rows == 1 : steps[i].want == PGRES_COMMAND_OK && rows == 0;
+    bool fits = steps[i].want == PGRES_TUPLES_OK ? rows == 1
+                                                 : steps[i].want == PGRES_COMMAND_OK && rows == 0;
     if (!fits)
       return jb_fail(err, EINVAL, "%s: the statement %s rows; want %s", steps[i].what,
                      rows ? "returns" : "returns no", PQresStatus(steps[i].want)),
@@ -321,13 +329,18 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
     }
     ExecStatusType got = PQresultStatus(r);
     if (!failed && got != steps[i].want) {
-      if (got == PGRES_FATAL_ERROR) jb_db_fail_res(err, r, steps[i].what);
-      else jb_fail(err, EIO, "%s: unexpected result %s", steps[i].what, PQresStatus(got));
+      if (got == PGRES_FATAL_ERROR)
+        jb_db_fail_res(err, r, steps[i].what);
+      else
+        jb_fail(err, EIO, "%s: unexpected result %s", steps[i].what, PQresStatus(got));
       failed = true;
     }
-    if (i == n_steps - 1 && !failed) last = r;
-    else if (steps[i].keep && !failed) kept[i] = r;
-    else PQclear(r);
+    if (i == n_steps - 1 && !failed)
+      last = r;
+    else if (steps[i].keep && !failed)
+      kept[i] = r;
+    else
+      PQclear(r);
     while ((r = PQgetResult(conn))) PQclear(r); /* the NULL that ends this step's results */
   }
   for (PGresult *r; sent && (r = PQgetResult(conn));) { /* the Sync */

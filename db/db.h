@@ -40,8 +40,8 @@ int jb_db_fail_res(jb_error *err, const PGresult *res, const char *what);
  * `err` set to "`what`: <server message>" and the SQLSTATE copied to `sqlstate` (6 bytes,
  * may be NULL). */
 PGresult *jb_db_prepared(PGconn *conn, const char *sql, int n, const char *const *params,
-                         const int *lengths, const int *formats, int result_format,
-                         char *sqlstate, jb_error *err, const char *what);
+                         const int *lengths, const int *formats, int result_format, char *sqlstate,
+                         jb_error *err, const char *what);
 
 /* Runs `sql` with `n` text parameters (NULL entries are SQL NULL) and expects status `want`.
  * Static SQL (a literal) only: it is prepared once per connection (see jb_db_prepared).

@@ -46,19 +46,21 @@ static long long record_alert(PGconn *c, const char *job_id, const char *kind, b
   snprintf(sq, sizeof sq, "%lld", seq);
   snprintf(pen, sizeof pen, "%ld", penalty);
   const char *p[6] = {job_id, kind, escape ? "true" : "false", detail, sq, pen};
-  PGresult *r = jb_db_exec(
-      c,
-      "WITH a AS (INSERT INTO security_alerts (job_id, kind, escape, detail, seq)"
-      "   VALUES ($1, $2, $3::boolean, $4, $5::bigint) RETURNING id),"
-      " s AS (SELECT agent_id FROM sessions WHERE job_id = $1),"
-      " t AS (UPDATE agents g SET trust_score = greatest(0, g.trust_score - $6::int),"
-      "   updated_at = now() FROM s WHERE g.agent_id = s.agent_id AND $6::int > 0"
-      "   RETURNING g.trust_score),"
-      " h AS (INSERT INTO agent_events (agent_id, job_id, kind, score_delta, detail)"
-      "   SELECT s.agent_id, $1, CASE WHEN $3::boolean THEN 'escape_detected' ELSE 'security_alert' END,"
-      "     -$6::int, jsonb_build_object('kind', $2::text, 'detail', $4::text, 'seq', $5::bigint) FROM s)"
-      " SELECT (SELECT id FROM a), (SELECT trust_score FROM t)",
-      6, p, PGRES_TUPLES_OK, NULL, err, "record security alert");
+  PGresult *r =
+      jb_db_exec(c,
+                 "WITH a AS (INSERT INTO security_alerts (job_id, kind, escape, detail, seq)"
+                 "   VALUES ($1, $2, $3::boolean, $4, $5::bigint) RETURNING id),"
+                 " s AS (SELECT agent_id FROM sessions WHERE job_id = $1),"
+                 " t AS (UPDATE agents g SET trust_score = greatest(0, g.trust_score - $6::int),"
+                 "   updated_at = now() FROM s WHERE g.agent_id = s.agent_id AND $6::int > 0"
+                 "   RETURNING g.trust_score),"
+                 " h AS (INSERT INTO agent_events (agent_id, job_id, kind, score_delta, detail)"
+                 "   SELECT s.agent_id, $1, CASE WHEN $3::boolean THEN 'escape_detected' ELSE "
+                 "'security_alert' END,"
+                 "     -$6::int, jsonb_build_object('kind', $2::text, 'detail', $4::text, 'seq', "
+                 "$5::bigint) FROM s)"
+                 " SELECT (SELECT id FROM a), (SELECT trust_score FROM t)",
+                 6, p, PGRES_TUPLES_OK, NULL, err, "record security alert");
   if (!r) return -1;
   long long id = col_ll(r, 0, 0);
   PQclear(r);
@@ -100,8 +102,9 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
                  1, p, PGRES_COMMAND_OK, NULL, err, "queue teardown");
   if (!r) goto fail;
   PQclear(r);
-  json_t *det = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "from", out->previous, "to", "aborted",
-                          "actor", "system", "reason", "escape_detected", "kind", kind, "detail", d);
+  json_t *det =
+      json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "from", out->previous, "to", "aborted", "actor",
+                "system", "reason", "escape_detected", "kind", kind, "detail", d);
   struct jb_audit_head h;
   int arc = det ? jb_audit_append(c, keys, job_id, "abort", NULL, det, &h, err)
                 : jb_fail(err, ENOMEM, "out of memory");
@@ -110,8 +113,9 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
   out->seq = (long long)h.seq;
   out->alert_id = record_alert(c, job_id, kind, true, d, out->seq, penalty, err);
   if (out->alert_id < 0) goto fail;
-  r = jb_db_exec(c, "SELECT a.trust_score FROM agents a JOIN sessions s USING (agent_id) WHERE s.job_id = $1",
-                 1, p, PGRES_TUPLES_OK, NULL, err, "read trust score");
+  r = jb_db_exec(
+      c, "SELECT a.trust_score FROM agents a JOIN sessions s USING (agent_id) WHERE s.job_id = $1",
+      1, p, PGRES_TUPLES_OK, NULL, err, "read trust score");
   if (!r) goto fail;
   out->trust_score = PQntuples(r) == 1 ? (long)col_ll(r, 0, 0) : 0;
   PQclear(r);
@@ -127,13 +131,12 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   memset(out, 0, sizeof *out);
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(
-      c,
-      "SELECT s.state, s.state_reason, EXISTS (SELECT 1 FROM audit_heads h"
-      "   JOIN audit_entries a ON a.job_id = h.job_id AND a.seq = h.seq"
-      "  WHERE h.job_id = s.job_id AND a.operation = 'seal')"
-      " FROM sessions s WHERE s.job_id = $1 FOR UPDATE",
-      1, p, PGRES_TUPLES_OK, NULL, err, "lock session");
+  PGresult *r = jb_db_exec(c,
+                           "SELECT s.state, s.state_reason, EXISTS (SELECT 1 FROM audit_heads h"
+                           "   JOIN audit_entries a ON a.job_id = h.job_id AND a.seq = h.seq"
+                           "  WHERE h.job_id = s.job_id AND a.operation = 'seal')"
+                           " FROM sessions s WHERE s.job_id = $1 FOR UPDATE",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "lock session");
   if (!r) goto fail;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -151,8 +154,8 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
     return JB_ERR_CONFLICT;
   }
   /* only a chain an escape left to be sealed is ever sealed here */
-  r = jb_db_exec(c, "DELETE FROM seals_pending WHERE job_id = $1", 1, p, PGRES_COMMAND_OK, NULL, err,
-                 "take pending seal");
+  r = jb_db_exec(c, "DELETE FROM seals_pending WHERE job_id = $1", 1, p, PGRES_COMMAND_OK, NULL,
+                 err, "take pending seal");
   if (!r) goto fail;
   bool pending = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);
@@ -166,10 +169,10 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   out->sealed_now = true;
   /* announced in this order, delivered when this commits */
   jb_error nerr = {0};
-  json_t *ev = json_pack("{s:s,s:s,s:s?,s:s?,s:s,s:I,s:I}", "jobId", job_id, "state", state,
-                         "previous", previous, "reason", has_reason ? reason : NULL, "actor", "system",
-                         "rejectedOps", (json_int_t)out->rejected_ops, "failedOps",
-                         (json_int_t)out->failed_ops);
+  json_t *ev =
+      json_pack("{s:s,s:s,s:s?,s:s?,s:s,s:I,s:I}", "jobId", job_id, "state", state, "previous",
+                previous, "reason", has_reason ? reason : NULL, "actor", "system", "rejectedOps",
+                (json_int_t)out->rejected_ops, "failedOps", (json_int_t)out->failed_ops);
   int nrc = jb_db_notify_event(c, job_id, "jailbox:state", ev, &nerr);
   json_decref(ev);
   r = jb_db_exec(c,
@@ -178,8 +181,9 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
                  1, p, PGRES_TUPLES_OK, NULL, err, "read escape alerts");
   if (!r) goto fail;
   for (int i = 0; nrc == JB_OK && i < PQntuples(r); i++) {
-    json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:b}", "jobId", job_id, "kind", PQgetvalue(r, i, 0),
-                          "detail", PQgetvalue(r, i, 1), "seq", (json_int_t)col_ll(r, i, 2), "escape", 1);
+    json_t *a =
+        json_pack("{s:s,s:s,s:s,s:I,s:b}", "jobId", job_id, "kind", PQgetvalue(r, i, 0), "detail",
+                  PQgetvalue(r, i, 1), "seq", (json_int_t)col_ll(r, i, 2), "escape", 1);
     nrc = jb_db_notify_event(c, job_id, "jailbox:security_alert", a, &nerr);
     json_decref(a);
   }
@@ -199,8 +203,8 @@ fail:
 }
 
 int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                       const char *kind, const char *detail, long every,
-                       struct jb_count_out *out, jb_error *err) {
+                       const char *kind, const char *detail, long every, struct jb_count_out *out,
+                       jb_error *err) {
   memset(out, 0, sizeof *out);
   char d[JB_ALERT_DETAIL_MAX + 1];
   clip_utf8(detail, d, JB_ALERT_DETAIL_MAX);
@@ -225,7 +229,8 @@ int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job
   out->count = col_ll(r, 0, 0);
   PQclear(r);
   if (every > 0 && out->count % every == 0) {
-    json_t *det = json_pack("{s:s,s:s,s:I}", "kind", kind, "detail", d, "count", (json_int_t)out->count);
+    json_t *det =
+        json_pack("{s:s,s:s,s:I}", "kind", kind, "detail", d, "count", (json_int_t)out->count);
     struct jb_audit_head h;
     int arc = det ? jb_audit_append(c, keys, job_id, "security_alert", NULL, det, &h, err)
                   : jb_fail(err, ENOMEM, "out of memory");
@@ -235,8 +240,9 @@ int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job
     out->alerted = true;
     if (record_alert(c, job_id, kind, false, d, out->seq, 0, err) < 0) goto fail;
     jb_error nerr = {0};
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:b,s:I}", "jobId", job_id, "kind", kind, "detail", d,
-                           "seq", (json_int_t)out->seq, "escape", 0, "count", (json_int_t)out->count);
+    json_t *ev =
+        json_pack("{s:s,s:s,s:s,s:I,s:b,s:I}", "jobId", job_id, "kind", kind, "detail", d, "seq",
+                  (json_int_t)out->seq, "escape", 0, "count", (json_int_t)out->count);
     json_t *hj = jb_audit_head_json(&h);
     if (jb_db_notify_event(c, job_id, "jailbox:security_alert", ev, &nerr) != JB_OK ||
         jb_db_notify_event(c, job_id, "jailbox:audit_head", hj, &nerr) != JB_OK) {
@@ -280,7 +286,8 @@ int jb_db_alerts_list(PGconn *c, const char *job_id, char **json_out, jb_error *
   return rc;
 }
 
-int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_out, jb_error *err) {
+int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_out,
+                           jb_error *err) {
   char l[24], i[24];
   snprintf(l, sizeof l, "%ld", lifetime_s);
   snprintf(i, sizeof i, "%ld", idle_s);
@@ -294,14 +301,17 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
       c,
       "WITH live AS (SELECT s.job_id, s.state, s.created_at, s.updated_at,"
       "   make_interval(secs => coalesce((s.limits->>'timeoutSec')::bigint, $1::bigint)) AS life,"
-      "   make_interval(secs => coalesce((s.limits->>'idleTimeoutSec')::bigint, $2::bigint)) AS idle"
+      "   make_interval(secs => coalesce((s.limits->>'idleTimeoutSec')::bigint, $2::bigint)) AS "
+      "idle"
       "   FROM sessions s WHERE s.state IN ('created', 'prescanning', 'awaiting_agent', 'active',"
       "   'paused', 'done')),"
       " due AS (SELECT l.job_id, CASE WHEN now() >= l.created_at + l.life THEN 'lifetime_exceeded'"
       "   WHEN l.state IN ('awaiting_agent', 'active')"
-      "    AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.job_id = l.job_id AND o.state IN ('pending', 'approved'))"
+      "    AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.job_id = l.job_id AND o.state IN "
+      "('pending', 'approved'))"
       "    AND now() >= greatest(l.updated_at, (SELECT e.created_at FROM audit_heads h"
-      "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE h.job_id = l.job_id))"
+      "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE h.job_id = "
+      "l.job_id))"
       "      + l.idle THEN 'idle_timeout' END AS reason"
       "   FROM live l)"
       " SELECT coalesce(json_agg(json_build_object('jobId', job_id, 'reason', reason)), '[]')::text"
@@ -313,7 +323,8 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
   return *json_out ? JB_OK : jb_fail(err, ENOMEM, "out of memory");
 }
 
-int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_out, jb_error *err) {
+int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_out,
+                            jb_error *err) {
   char g[24], w[24];
   snprintf(g, sizeof g, "%ld", grace_s);
   snprintf(w, sizeof w, "%ld", window_s);

@@ -17,10 +17,10 @@ struct jb_keyring;
 #define JB_ALERT_DETAIL_MAX 512 /* bytes of an alert's detail kept (cut at a UTF-8 boundary) */
 
 struct jb_escape_out {
-  char previous[20];       /* the state the escape ended */
-  long long seq;           /* the audit entry that records it (operation "abort") */
-  long long alert_id;      /* its security_alerts row */
-  long trust_score;        /* the agent's score after the penalty */
+  char previous[20]; /* the state the escape ended */
+  long long seq; /* the audit entry that records it (operation "abort") */
+  long long alert_id; /* its security_alerts row */
+  long trust_score; /* the agent's score after the penalty */
 };
 
 /* Step 1 of an escape abort, one transaction: moves live session `job_id` to aborted with
@@ -40,8 +40,8 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
 
 struct jb_finish_out {
   long rejected_ops, failed_ops;
-  bool sealed_now;            /* false when the chain was sealed already */
-  struct jb_audit_head head;  /* the seal */
+  bool sealed_now; /* false when the chain was sealed already */
+  struct jb_audit_head head; /* the seal */
 };
 
 /* Step 2, one transaction, for a session step 1 ended (its seals_pending row, taken here;
@@ -56,9 +56,9 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
                          const char *previous, struct jb_finish_out *out, jb_error *err);
 
 struct jb_count_out {
-  long long count;   /* occurrences of this kind in the session so far, this one included */
-  bool alerted;      /* this one raised an alert */
-  long long seq;     /* its audit entry (operation "security_alert") when alerted */
+  long long count; /* occurrences of this kind in the session so far, this one included */
+  bool alerted; /* this one raised an alert */
+  long long seq; /* its audit entry (operation "security_alert") when alerted */
 };
 
 /* A signal that does not abort: counts it for (`job_id`, `kind`) and, at every `every`-th
@@ -68,8 +68,8 @@ struct jb_count_out {
  * false, count} and jailbox:audit_head — one transaction. Only while the session is live.
  * JB_OK; JB_ERR_CONFLICT (ended); JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                       const char *kind, const char *detail, long every,
-                       struct jb_count_out *out, jb_error *err);
+                       const char *kind, const char *detail, long every, struct jb_count_out *out,
+                       jb_error *err);
 
 /* The session's security alerts as JSON text (new): {"jobId", "alerts": [{id, kind, escape,
  * detail, seq, at}]} oldest first, at most 1000. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */

@@ -27,7 +27,8 @@ char *jb_event_encode(const char *job_id, const char *event, json_t *payload) {
   return text;
 }
 
-int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err) {
+int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload,
+                       jb_error *err) {
   char *text = jb_event_encode(job_id, event, payload);
   if (text && strlen(text) > MAX_PAYLOAD) {
     free(text);
@@ -45,10 +46,12 @@ int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t 
   return JB_OK;
 }
 
-int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload) {
+int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event,
+                   json_t **payload) {
   json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
   if (!o) return -1;
-  json_t *j = json_object_get(o, "job"), *e = json_object_get(o, "event"), *p = json_object_get(o, "payload");
+  json_t *j = json_object_get(o, "job"), *e = json_object_get(o, "event"),
+         *p = json_object_get(o, "payload");
   if (!json_is_string(j) || !json_is_string(e) || !json_is_object(p) ||
       strncmp(json_string_value(e), "jailbox:", 8) != 0) {
     json_decref(o);
@@ -61,14 +64,16 @@ int jb_event_parse(const char *text, json_t **doc, const char **job, const char 
   return 0;
 }
 
-int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq, jb_error *err) {
+int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq,
+                              jb_error *err) {
   *seq = 0;
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(c,
-                           "SELECT h.seq, encode(e.hash, 'hex'), encode(e.signature, 'hex'), e.key_id"
-                           "  FROM audit_heads h JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
-                           " WHERE h.job_id = $1",
-                           1, p, PGRES_TUPLES_OK, NULL, err, "read audit head");
+  PGresult *r = jb_db_exec(
+      c,
+      "SELECT h.seq, encode(e.hash, 'hex'), encode(e.signature, 'hex'), e.key_id"
+      "  FROM audit_heads h JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
+      " WHERE h.job_id = $1",
+      1, p, PGRES_TUPLES_OK, NULL, err, "read audit head");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -76,9 +81,11 @@ int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, lo
   }
   struct jb_audit_head h = {.seq = strtoll(PQgetvalue(r, 0, 0), NULL, 10)};
   size_t hl = 0, sl = 0;
-  bool ok = sodium_hex2bin(h.hash, sizeof h.hash, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1), NULL, &hl, NULL) == 0 &&
+  bool ok = sodium_hex2bin(h.hash, sizeof h.hash, PQgetvalue(r, 0, 1), (size_t)PQgetlength(r, 0, 1),
+                           NULL, &hl, NULL) == 0 &&
             hl == sizeof h.hash &&
-            sodium_hex2bin(h.signature, sizeof h.signature, PQgetvalue(r, 0, 2), (size_t)PQgetlength(r, 0, 2), NULL, &sl, NULL) == 0 &&
+            sodium_hex2bin(h.signature, sizeof h.signature, PQgetvalue(r, 0, 2),
+                           (size_t)PQgetlength(r, 0, 2), NULL, &sl, NULL) == 0 &&
             sl == sizeof h.signature && (size_t)PQgetlength(r, 0, 3) < sizeof h.key_id;
   if (ok) memcpy(h.key_id, PQgetvalue(r, 0, 3), (size_t)PQgetlength(r, 0, 3) + 1);
   PQclear(r);

@@ -25,11 +25,13 @@ size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload);
 /* Announces (`job_id`, `event`, `payload` borrowed) on jb_event. Inside an open transaction
  * it is delivered when that commits (and never if it rolls back). An event too large for one
  * notification is sent with {"truncated": true} as its payload. JB_OK or JB_ERR_FAIL. */
-int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload, jb_error *err);
+int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload,
+                       jb_error *err);
 
 /* Parses an event envelope (a jb_event payload or a Redis fan-out message). Returns 0 with *job (borrowed from *doc), *event (borrowed) and
  * *payload (borrowed) set and *doc a new reference to release, or -1 when malformed. */
-int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event, json_t **payload);
+int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event,
+                   json_t **payload);
 
 /* Announces the newest audit head of session `job_id` as it is committed now —
  * jailbox:audit_head {seq, hash, signature, keyId} (lib/audit.h jb_audit_head_json) — on
@@ -40,6 +42,7 @@ int jb_event_parse(const char *text, json_t **doc, const char **job, const char 
  * statements: a head committed between them is announced by its own writer or by the next
  * call, and may reach a listener before this one (each socket is handed heads in order,
  * server/ws.h jb_ws_broadcast_seq). JB_OK, or JB_ERR_FAIL with `err`. */
-int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq, jb_error *err);
+int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, long long *seq,
+                              jb_error *err);
 
 #endif

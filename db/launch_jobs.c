@@ -49,8 +49,8 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
   return JB_OK;
 }
 
-int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error,
-                     const char *result_json, jb_error *err) {
+int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error, const char *result_json,
+                     jb_error *err) {
   char ids[24];
   snprintf(ids, sizeof ids, "%lld", id);
   const char *p[4] = {ids, ok ? "done" : "failed", error, result_json};
@@ -76,8 +76,8 @@ int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_jso
   return n == 1 ? JB_OK : JB_ERR_NOT_FOUND;
 }
 
-int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
-                       char **launch_sessions, jb_error *err) {
+int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason, char **launch_sessions,
+                       jb_error *err) {
   *launch_sessions = NULL;
   const char *p[2] = {worker_id, reason};
   PGresult *r = jb_db_exec(
@@ -94,11 +94,13 @@ int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
 }
 
 int jb_db_deployment_name(PGconn *c, char *out, size_t len, jb_error *err) {
-  PGresult *r = jb_db_exec(c, "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()",
-                           0, NULL, PGRES_TUPLES_OK, NULL, err, "deployment name");
+  PGresult *r = jb_db_exec(
+      c, "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()", 0,
+      NULL, PGRES_TUPLES_OK, NULL, err, "deployment name");
   if (!r) {
-    r = jb_db_exec(c, "SELECT coalesce(host(inet_server_addr()), 'local') || ':' ||"
-                      " coalesce(inet_server_port()::text, '') || '/' || current_database()",
+    r = jb_db_exec(c,
+                   "SELECT coalesce(host(inet_server_addr()), 'local') || ':' ||"
+                   " coalesce(inet_server_port()::text, '') || '/' || current_database()",
                    0, NULL, PGRES_TUPLES_OK, NULL, err, "deployment name");
     if (!r) return JB_ERR_FAIL;
   }

@@ -8,18 +8,18 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
-#include "db/sessions.h"  /* jb_db_session_state */
+#include "db/sessions.h" /* jb_db_session_state */
 #include "lib/err.h"
 
 struct jb_launch_job {
   long long id;
-  char job_id[129];     /* the session */
-  char kind[16];        /* "launch" or "teardown" */
-  int attempts;         /* including this claim */
+  char job_id[129]; /* the session */
+  char kind[16]; /* "launch" or "teardown" */
+  int attempts; /* including this claim */
   /* the session, read in the same transaction */
   char state[20];
-  char *workspace;      /* new allocation (jb_launch_job_free) */
-  char *limits_json;    /* new allocation: {"memoryMiB":…,"cpus":…,"pids":…,"timeoutSec":…} */
+  char *workspace; /* new allocation (jb_launch_job_free) */
+  char *limits_json; /* new allocation: {"memoryMiB":…,"cpus":…,"pids":…,"timeoutSec":…} */
 };
 
 void jb_launch_job_free(struct jb_launch_job *j);
@@ -31,19 +31,18 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
 
 /* Ends job `id` as "done" or "failed" with `error` (nullable) and merges `result_json` (a
  * JSON object as text, nullable) into its payload. JB_OK or JB_ERR_FAIL. */
-int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error,
-                     const char *result_json, jb_error *err);
+int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error, const char *result_json,
+                     jb_error *err);
 
 /* Stores the session contract `walls_json` (JSON text) of `job_id`. JB_OK, JB_ERR_NOT_FOUND,
  * JB_ERR_FAIL. */
 int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_json, jb_error *err);
 
-
 /* At worker start: fails the jobs `worker_id` had claimed but not finished (it died in the
  * middle), with `reason`. The job ids of those that were launches are returned as a new
  * JSON array text in *launch_sessions (free it). JB_OK or JB_ERR_FAIL. */
-int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason,
-                       char **launch_sessions, jb_error *err);
+int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason, char **launch_sessions,
+                       jb_error *err);
 
 /* A name for the database this worker serves, stable across restarts: the cluster's system
  * identifier and the database name (or, where pg_control_system() is not allowed, the

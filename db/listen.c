@@ -17,7 +17,7 @@
 
 struct jb_listener {
   pthread_t thread;
-  int stop_fd;  /* eventfd: written once to stop */
+  int stop_fd; /* eventfd: written once to stop */
   char *conninfo;
   jb_listen_fn on_notify;
   jb_listen_up_fn on_up;
@@ -41,7 +41,8 @@ static void *run(void *arg) {
     const char *const vals[] = {l->conninfo, "5", "jailboxd-listen", NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     PGresult *r = NULL;
-    if (PQstatus(c) == CONNECTION_OK) r = PQexec(c, "LISTEN jb_change; LISTEN jb_event; LISTEN jb_op");
+    if (PQstatus(c) == CONNECTION_OK)
+      r = PQexec(c, "LISTEN jb_change; LISTEN jb_event; LISTEN jb_op");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       PQclear(r);
       PQfinish(c);
@@ -69,7 +70,8 @@ static void *run(void *arg) {
         jb_log(JB_LOG_WARN, "change listener got no answer in time; reconnecting", NULL);
         break;
       }
-      struct pollfd p[2] = {{.fd = PQsocket(c), .events = POLLIN}, {.fd = l->stop_fd, .events = POLLIN}};
+      struct pollfd p[2] = {{.fd = PQsocket(c), .events = POLLIN},
+                            {.fd = l->stop_fd, .events = POLLIN}};
       int n = poll(p, 2, 250);
       if (n < 0 && errno != EINTR) break;
       if (p[1].revents) {

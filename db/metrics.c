@@ -15,10 +15,10 @@ const int jb_db_launch_n = sizeof jb_db_launch_bounds / sizeof(double);
 /* Cumulative bucket counts of `t` (seconds) against $1 (the bounds as float8[]), as a JSON
  * array ending with the total, and the sum. The bounds are a parameter so that the SQL and
  * the C table cannot drift apart. */
-#define HIST_SQL(source)                                                                        \
-  "SELECT coalesce((SELECT json_agg(n ORDER BY i) FROM ("                                       \
-  "  SELECT i, (SELECT count(*) FROM s WHERE s.t <= b.b) AS n"                                  \
-  "  FROM unnest($1::float8[]) WITH ORDINALITY AS b(b, i)) q), '[]')::text,"                    \
+#define HIST_SQL(source)                                                     \
+  "SELECT coalesce((SELECT json_agg(n ORDER BY i) FROM ("                    \
+  "  SELECT i, (SELECT count(*) FROM s WHERE s.t <= b.b) AS n"               \
+  "  FROM unnest($1::float8[]) WITH ORDINALITY AS b(b, i)) q), '[]')::text," \
   " (SELECT count(*) FROM s), (SELECT coalesce(sum(t), 0) FROM s)"
 
 static const char SQL_WAIT[] =
@@ -52,7 +52,9 @@ static json_t *histogram(PGconn *c, const char *sql, const double *bounds, int n
   if (!r) return NULL;
   json_t *buckets = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
   if (buckets) json_array_append_new(buckets, json_integer(strtoll(PQgetvalue(r, 0, 1), NULL, 10)));
-  json_t *o = buckets ? json_pack("{s:o,s:f}", "buckets", buckets, "sum", strtod(PQgetvalue(r, 0, 2), NULL)) : NULL;
+  json_t *o =
+      buckets ? json_pack("{s:o,s:f}", "buckets", buckets, "sum", strtod(PQgetvalue(r, 0, 2), NULL))
+              : NULL;
   PQclear(r);
   if (!o) jb_fail(err, ENOMEM, "out of memory");
   return o;
@@ -66,11 +68,12 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
   json_t *o = json_object(), *sessions = json_object(), *ops = json_array();
   json_object_set_new(o, "sessions", sessions);
   json_object_set_new(o, "ops", ops);
-  r = jb_db_exec(c, "SELECT state, count(*) FROM sessions GROUP BY state", 0, NULL,
-                 PGRES_TUPLES_OK, NULL, err, "metrics: sessions");
+  r = jb_db_exec(c, "SELECT state, count(*) FROM sessions GROUP BY state", 0, NULL, PGRES_TUPLES_OK,
+                 NULL, err, "metrics: sessions");
   if (!r) goto fail;
   for (int i = 0; i < PQntuples(r); i++)
-    json_object_set_new(sessions, PQgetvalue(r, i, 0), json_integer(strtoll(PQgetvalue(r, i, 1), NULL, 10)));
+    json_object_set_new(sessions, PQgetvalue(r, i, 0),
+                        json_integer(strtoll(PQgetvalue(r, i, 1), NULL, 10)));
   PQclear(r);
   r = jb_db_exec(c, "SELECT tool, state, count(*) FROM ops GROUP BY tool, state ORDER BY 1, 2", 0,
                  NULL, PGRES_TUPLES_OK, NULL, err, "metrics: ops");
@@ -85,8 +88,8 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
   h = histogram(c, SQL_LAUNCH, jb_db_launch_bounds, jb_db_launch_n, err);
   if (!h) goto fail;
   json_object_set_new(o, "launch", h);
-  r = jb_db_exec(c, "SELECT count(*) FROM launch_jobs WHERE kind = 'launch' AND state = 'failed'", 0,
-                 NULL, PGRES_TUPLES_OK, NULL, err, "metrics: launch failures");
+  r = jb_db_exec(c, "SELECT count(*) FROM launch_jobs WHERE kind = 'launch' AND state = 'failed'",
+                 0, NULL, PGRES_TUPLES_OK, NULL, err, "metrics: launch failures");
   if (!r) goto fail;
   json_object_set_new(o, "launchFailed", json_integer(strtoll(PQgetvalue(r, 0, 0), NULL, 10)));
   PQclear(r);
@@ -101,7 +104,8 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
     json_t *walls = json_loads(PQgetvalue(r, 0, 0), 0, NULL), *up = json_object();
     const char *k;
     json_t *v;
-    json_object_foreach(walls, k, v) json_object_set_new(up, k, json_boolean(json_is_true(json_object_get(v, "up"))));
+    json_object_foreach (walls, k, v)
+      json_object_set_new(up, k, json_boolean(json_is_true(json_object_get(v, "up"))));
     json_decref(walls);
     json_decref(probe);
     probe = json_pack("{s:f,s:o}", "recordedAt", strtod(PQgetvalue(r, 0, 1), NULL), "walls", up);

@@ -37,8 +37,8 @@ int jb_migrations_check(const struct jb_migration *m, size_t n, jb_error *err) {
     if (jb_migration_version(m[i].name, &v, err) < 0) return -1;
     if (v == prev) return jb_fail(err, EINVAL, "migration version %ld appears twice", v);
     if (v < prev)
-      return jb_fail(err, EINVAL, "migration '%s' is out of order (after version %ld)",
-                     m[i].name, prev);
+      return jb_fail(err, EINVAL, "migration '%s' is out of order (after version %ld)", m[i].name,
+                     prev);
     prev = v;
   }
   return 0;

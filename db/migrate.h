@@ -9,8 +9,8 @@
 #include "lib/err.h"
 
 struct jb_migration {
-  const char *name;  /* file name, "NNN_description.sql" */
-  const char *sql;   /* its text, applied verbatim */
+  const char *name; /* file name, "NNN_description.sql" */
+  const char *sql; /* its text, applied verbatim */
 };
 
 /* The migrations compiled in from migrations/ (generated at build time), sorted by name. */

@@ -23,7 +23,8 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
       c,
       "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"
       "   THEN set_config('synchronous_commit', 'off', true) END AS v),"
-      " s AS (SELECT state, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude,"
+      " s AS (SELECT state, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', "
+      "exclude,"
       "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $6::jsonb) AS fresh"
       "   FROM sessions WHERE job_id = $1),"
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
@@ -60,17 +61,18 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   /* one round trip: the row as it is, and a finished read's or stat's content dropped from it (the
    * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
    * it is lost in a crash the content stays stored, nothing is misreported. */
-  PGresult *r = jb_db_exec(c,
-                           "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
-                           "   FROM ops o JOIN sessions s USING (job_id)"
-                           "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
-                           " f AS (UPDATE ops SET result = result #- '{result,content}'"
-                           "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat')"
-                           "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
-                           "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
-                           " SELECT o.state, o.session_state, o.result::text, o.reason,"
-                           "  (SELECT count(*) FROM f) FROM o",
-                           2, p, PGRES_TUPLES_OK, NULL, err, "read op");
+  PGresult *r =
+      jb_db_exec(c,
+                 "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
+                 "   FROM ops o JOIN sessions s USING (job_id)"
+                 "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
+                 " f AS (UPDATE ops SET result = result #- '{result,content}'"
+                 "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat')"
+                 "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
+                 "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
+                 " SELECT o.state, o.session_state, o.result::text, o.reason,"
+                 "  (SELECT count(*) FROM f) FROM o",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
@@ -105,11 +107,12 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
    * direct.h) holds its session row for its whole run in the shim, unseen until it commits,
    * and the sweep of every session — one thread, the other sessions' queued ops after it —
    * must not wait on a session that has nothing queued. */
-  PGresult *r = jb_db_exec(c,
-                           "SELECT 1 FROM sessions s WHERE s.job_id = $1 AND s.state = 'active'"
-                           " AND EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved')"
-                           " FOR UPDATE OF s",
-                           1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT 1 FROM sessions s WHERE s.job_id = $1 AND s.state = 'active'"
+                 " AND EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved')"
+                 " FOR UPDATE OF s",
+                 1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
@@ -120,11 +123,12 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
     jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
-  r = jb_db_exec(c,
-                 "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto')"
-                 " FROM ops o WHERE o.job_id = $1 AND o.state = 'approved'"
-                 " ORDER BY o.op_id LIMIT 1 FOR UPDATE SKIP LOCKED", /* held by another claim: skipped */
-                 1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
+  r = jb_db_exec(
+      c,
+      "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto')"
+      " FROM ops o WHERE o.job_id = $1 AND o.state = 'approved'"
+      " ORDER BY o.op_id LIMIT 1 FOR UPDATE SKIP LOCKED", /* held by another claim: skipped */
+      1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
@@ -151,7 +155,8 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const struct jb_op_claim *op, bool ok, const char *result_json,
                       json_t *details, struct jb_audit_head *head, jb_error *err) {
-  int rc = jb_audit_append(c, keys, job_id, op->tool, op->path[0] ? op->path : NULL, details, head, err);
+  int rc =
+      jb_audit_append(c, keys, job_id, op->tool, op->path[0] ? op->path : NULL, details, head, err);
   if (rc != JB_OK) {
     jb_db_rollback(c);
     return rc;
@@ -171,8 +176,8 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
   const struct jb_db_step steps[2] = {
       JB_DB_STEP("UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
-       " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
-       4, p, PGRES_TUPLES_OK, "complete op"),
+                 " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
+                 4, p, PGRES_TUPLES_OK, "complete op"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
   free(ev);
@@ -188,11 +193,12 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
  * mode, exclusions and flags are the expected ones; ahead: an op of the session is queued) and
  * `cfg` (jailbox.direct_op set for the transaction: the jb_op trigger wakes nobody, migration
  * 016). The session row is locked by the statement before. */
-#define DIRECT_OP_CHECKS \
-  "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', exclude," \
-  "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh," \
-  "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead" \
-  "   FROM sessions WHERE job_id = $1)," \
+#define DIRECT_OP_CHECKS                                                                        \
+  "WITH s AS (SELECT state, ($5::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', " \
+  "exclude,"                                                                                    \
+  "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $5::jsonb) AS fresh,"    \
+  "   EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved') AS ahead"       \
+  "   FROM sessions WHERE job_id = $1),"                                                        \
   " cfg AS (SELECT set_config('jailbox.direct_op', 'on', true) AS v),"
 
 int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const char *path,
@@ -207,15 +213,16 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
    * its own statement, so that the insert's look for queued ops is made after the wait for
    * the row (a statement sees what was committed when it began). BEGIN, the lock and the
    * insert go in one round trip. */
-  static const char sql[] =
-      DIRECT_OP_CHECKS
+  static const char sql[] = DIRECT_OP_CHECKS
       " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
       "  SELECT $1, $2, $3, $4::jsonb, 'approved', 'auto', now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s), (SELECT ahead FROM s)";
+      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s), (SELECT "
+      "ahead FROM s)";
   const struct jb_db_step steps[3] = {
       JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
-      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"),
+      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
+                 "lock session"),
       JB_DB_STEP(sql, 5, p, PGRES_TUPLES_OK, "store direct op")};
   PGresult *r = jb_db_pipeline(c, steps, 3, err);
   if (!r) {
@@ -230,7 +237,8 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
     bool fresh = strcmp(PQgetvalue(r, 0, 2), "f") != 0;
     bool ahead = strcmp(PQgetvalue(r, 0, 3), "t") == 0;
     if (fresh) /* "" when the session changed */
-      snprintf(state, 20, "%s", ahead && !strcmp(PQgetvalue(r, 0, 0), "active") ? "queued" : PQgetvalue(r, 0, 0));
+      snprintf(state, 20, "%s",
+               ahead && !strcmp(PQgetvalue(r, 0, 0), "active") ? "queued" : PQgetvalue(r, 0, 0));
     rc = JB_ERR_CONFLICT;
   } else {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
@@ -244,31 +252,40 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
 int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                           const char *tool, const char *path, const char *args_json,
                           const char *expect_json, bool ok, const char *result_json,
-                          json_t *details, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
-                          long long *op_id, struct jb_audit_head *out, jb_error *err) {
+                          json_t *details, long long head,
+                          const unsigned char prev[JB_AUDIT_HASH_LEN], long long *op_id,
+                          struct jb_audit_head *out, jb_error *err) {
   struct jb_audit_pending pend;
   struct jb_db_step append;
   if (jb_audit_append_step(keys, job_id, tool, path[0] ? path : NULL, details, head, prev, &pend,
                            &append, err) < 0)
     return JB_ERR_FAIL;
-  const char *p[7] = {job_id, tool, path, args_json, expect_json, ok ? "done" : "failed", result_json};
+  const char *p[7] = {job_id,     tool, path, args_json, expect_json, ok ? "done" : "failed",
+                      result_json};
   /* the op, stored already done: only while the session is active, unchanged, with no op
    * queued before it (as jb_db_op_direct_begin; the session row is locked by the step before).
    * No NOTIFY: one in the transaction made its commit wait on signalling every listening
    * backend (about a third of a read's commit on a 2-core machine); the caller announces
    * the new head after the answer (jb_db_announce_audit_head). */
-  static const char sql_store[] =
-      DIRECT_OP_CHECKS
-      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at, result, completed_at)"
+  static const char sql_store[] = DIRECT_OP_CHECKS
+      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at, result, "
+      "completed_at)"
       "  SELECT $1, $2, $3, $4::jsonb, $6, 'auto', now(), $7::jsonb, now()"
       "  FROM s, cfg WHERE s.state = 'active' AND s.fresh AND NOT s.ahead RETURNING op_id)"
       " SELECT (SELECT op_id FROM ins)"
-      "  WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the session is not active, changed, or has an op queued')";
+      "  WHERE jb_refuse_unless(EXISTS (SELECT 1 FROM ins), 'the session is not active, changed, "
+      "or has an op queued')";
   PGresult *stored = NULL;
   const struct jb_db_step steps[5] = {
       JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
-      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK, "lock session"),
-      {.sql = sql_store, .n = 7, .params = p, .want = PGRES_TUPLES_OK, .what = "store direct op", .keep = &stored},
+      JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
+                 "lock session"),
+      {.sql = sql_store,
+       .n = 7,
+       .params = p,
+       .want = PGRES_TUPLES_OK,
+       .what = "store direct op",
+       .keep = &stored},
       append,
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 5, err);
@@ -312,17 +329,18 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
                            PGRES_TUPLES_OK, NULL, err, "lock session");
   if (!r) goto fail;
   PQclear(r);
-  r = jb_db_exec(c,
-                 "UPDATE ops SET state = 'failed', reason = 'no decision within the approval timeout',"
-                 "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'timeout',"
-                 "    'message', 'no decision within the approval timeout')),"
-                 "  completed_at = now()"
-                 " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
-                 "   AND created_at <= now() - make_interval(secs => $3::int)"
-                 " RETURNING path, args->'size', args->>'sha256',"
-                 "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
-                 "   'state', state, 'reason', reason, 'result', result)::text",
-                 3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
+  r = jb_db_exec(
+      c,
+      "UPDATE ops SET state = 'failed', reason = 'no decision within the approval timeout',"
+      "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'timeout',"
+      "    'message', 'no decision within the approval timeout')),"
+      "  completed_at = now()"
+      " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
+      "   AND created_at <= now() - make_interval(secs => $3::int)"
+      " RETURNING path, args->'size', args->>'sha256',"
+      "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
+      "   'state', state, 'reason', reason, 'result', result)::text",
+      3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
   if (!r) goto fail;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -331,8 +349,10 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   char *path = strdup(PQgetvalue(r, 0, 0));
   json_t *op_json = json_loads(PQgetvalue(r, 0, 3), 0, NULL);
-  json_t *details = json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
-  json_t *size = PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
+  json_t *details =
+      json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
+  json_t *size =
+      PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
   if (json_is_integer(size)) json_object_set(details, "size", size);
   json_decref(size);
   const char *sha = PQgetisnull(r, 0, 2) ? "" : PQgetvalue(r, 0, 2);

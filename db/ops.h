@@ -94,8 +94,9 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
 int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                           const char *tool, const char *path, const char *args_json,
                           const char *expect_json, bool ok, const char *result_json,
-                          json_t *details, long long head, const unsigned char prev[JB_AUDIT_HASH_LEN],
-                          long long *op_id, struct jb_audit_head *out, jb_error *err);
+                          json_t *details, long long head,
+                          const unsigned char prev[JB_AUDIT_HASH_LEN], long long *op_id,
+                          struct jb_audit_head *out, jb_error *err);
 
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
  * appends its audit entry (operation = the tool, `path`, `details` borrowed), announces the

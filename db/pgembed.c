@@ -104,8 +104,9 @@ static int write_settings(struct jb_pgembed *pg, jb_error *err) {
     return jb_fail_errno(err, errno, "fdopen %s", tmp);
   }
   /* PostgreSQL configuration strings: single quotes, a quote doubled. */
-  fprintf(f, "# Written by jailboxd at every start; edits are lost.\n"
-             "listen_addresses = ''\nunix_socket_permissions = 0700\nunix_socket_directories = '");
+  fprintf(f,
+          "# Written by jailboxd at every start; edits are lost.\n"
+          "listen_addresses = ''\nunix_socket_permissions = 0700\nunix_socket_directories = '");
   for (const char *p = pg->sockdir; *p; p++) fputs(*p == '\'' ? "''" : (char[]){*p, 0}, f);
   fputs("'\nmax_connections = 200\nfsync = on\nsynchronous_commit = on\n", f);
   if (fclose(f) != 0) return jb_fail_errno(err, errno, "write %s", tmp);
@@ -131,8 +132,7 @@ static int run_tool(struct jb_pgembed *pg, const char *const argv[], const char 
                     jb_error *err) {
   int rc = jb_proc_run(argv, &pg->who, pg->logfile, err);
   if (rc < 0) return jb_error_wrap(err, "%s", what);
-  if (rc != 0)
-    return jb_fail(err, EIO, "%s failed (exit %d); see %s", what, rc, pg->logfile);
+  if (rc != 0) return jb_fail(err, EIO, "%s failed (exit %d); see %s", what, rc, pg->logfile);
   return 0;
 }
 
@@ -142,7 +142,9 @@ static int create_database(struct jb_pgembed *pg, jb_error *err) {
   if (jb_conninfo_quote(pg->sockdir, qs, sizeof qs) < 0)
     return jb_fail(err, ENAMETOOLONG, "socket directory path too long");
   snprintf(ci, sizeof ci,
-           "host=%s dbname=postgres user=jailbox connect_timeout=10 options='-c client_min_messages=warning'", qs);
+           "host=%s dbname=postgres user=jailbox connect_timeout=10 options='-c "
+           "client_min_messages=warning'",
+           qs);
   PGconn *c = PQconnectdb(ci);
   if (PQstatus(c) != CONNECTION_OK) {
     jb_db_fail(err, c, "embedded PostgreSQL");
@@ -196,7 +198,8 @@ int jb_pgembed_start(struct jb_pgembed *pg, const char *state_dir, const char *b
   if (strlen(pg->sockdir) + strlen("/.s.PGSQL.5432") >= sizeof sun.sun_path)
     return jb_fail(err, ENAMETOOLONG,
                    "state directory %s is too deep for a Unix socket path (%zu bytes max); "
-                   "choose a shorter JAILBOX_STATE_DIR", abs, sizeof sun.sun_path - 15);
+                   "choose a shorter JAILBOX_STATE_DIR",
+                   abs, sizeof sun.sun_path - 15);
 
   /* the cluster's user must be able to reach its directory from / */
   if (pg->who.switch_user) {
@@ -215,12 +218,13 @@ int jb_pgembed_start(struct jb_pgembed *pg, const char *state_dir, const char *b
   snprintf(pgctl, sizeof pgctl, "%s/pg_ctl", pg->bindir);
   if (access(pgver, F_OK) != 0) {
     jb_log(JB_LOG_INFO, "creating embedded PostgreSQL cluster", "datadir", pg->datadir, NULL);
-    const char *const argv[] = {initdb, "-D", pg->datadir, "-U", "jailbox", "-A", "trust",
-                                "-E", "UTF8", "--locale=C", "--no-instructions", NULL};
+    const char *const argv[] = {
+        initdb,  "-D", pg->datadir, "-U",         "jailbox",           "-A",
+        "trust", "-E", "UTF8",      "--locale=C", "--no-instructions", NULL};
     if (run_tool(pg, argv, "initdb", err) < 0) {
       if (err && err->code == EACCES && pg->who.switch_user)
-        jb_error_wrap(err, "user '%s' cannot reach %s (every parent directory needs o+x)",
-                      db_user, pg->root);
+        jb_error_wrap(err, "user '%s' cannot reach %s (every parent directory needs o+x)", db_user,
+                      pg->root);
       return -1;
     }
   }
@@ -231,8 +235,8 @@ int jb_pgembed_start(struct jb_pgembed *pg, const char *state_dir, const char *b
   if (st == 0) {
     jb_log(JB_LOG_WARN, "adopting embedded PostgreSQL left running", "datadir", pg->datadir, NULL);
   } else {
-    const char *const argv[] = {pgctl, "-D", pg->datadir, "-l", pg->logfile, "-w", "-t", "60",
-                                "start", NULL};
+    const char *const argv[] = {pgctl, "-D", pg->datadir, "-l",    pg->logfile,
+                                "-w",  "-t", "60",        "start", NULL};
     if (run_tool(pg, argv, "start embedded PostgreSQL", err) < 0) return -1;
   }
   pg->running = true;
@@ -249,7 +253,8 @@ int jb_pgembed_stop(struct jb_pgembed *pg, jb_error *err) {
   if (!pg->running) return 0;
   char pgctl[1100];
   snprintf(pgctl, sizeof pgctl, "%s/pg_ctl", pg->bindir);
-  const char *const argv[] = {pgctl, "-D", pg->datadir, "-m", "fast", "-w", "-t", "60", "stop", NULL};
+  const char *const argv[] = {pgctl, "-D", pg->datadir, "-m",   "fast",
+                              "-w",  "-t", "60",        "stop", NULL};
   pg->running = false;
   if (run_tool(pg, argv, "stop embedded PostgreSQL", err) < 0) return -1;
   jb_log(JB_LOG_INFO, "embedded PostgreSQL stopped", "datadir", pg->datadir, NULL);

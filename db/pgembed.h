@@ -10,14 +10,14 @@
 #include "lib/proc.h"
 
 struct jb_pgembed {
-  char bindir[1024];    /* where initdb/pg_ctl/postgres live */
-  char root[1024];      /* <state>/pg, owned by the cluster's user, mode 0700 */
-  char datadir[1100];   /* <root>/data */
-  char sockdir[1100];   /* <root>/run: the Unix socket */
-  char logfile[1100];   /* <root>/postgres.log */
-  char conninfo[2400];  /* libpq key=value string reaching database "jailbox" */
+  char bindir[1024]; /* where initdb/pg_ctl/postgres live */
+  char root[1024]; /* <state>/pg, owned by the cluster's user, mode 0700 */
+  char datadir[1100]; /* <root>/data */
+  char sockdir[1100]; /* <root>/run: the Unix socket */
+  char logfile[1100]; /* <root>/postgres.log */
+  char conninfo[2400]; /* libpq key=value string reaching database "jailbox" */
   struct jb_run_as who; /* the cluster's OS user (switch_user false when not root) */
-  bool running;         /* started or adopted by us; jb_pgembed_stop stops it */
+  bool running; /* started or adopted by us; jb_pgembed_stop stops it */
 };
 
 /* Prepares and starts the cluster under `state_dir` (created 0711 when missing).

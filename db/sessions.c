@@ -51,11 +51,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   char st[6] = "";
   const char *p1[1] = {s->agent_id};
-  PGresult *r = jb_db_exec(c, "INSERT INTO agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING",
-                           1, p1, PGRES_COMMAND_OK, st, err, "create agent");
+  PGresult *r = jb_db_exec(c, "INSERT INTO agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING", 1,
+                           p1, PGRES_COMMAND_OK, st, err, "create agent");
   if (!r) goto fail;
   PQclear(r);
-  const char *p2[6] = {s->job_id, s->agent_id, s->workspace, s->mode, s->exclude_json, s->limits_json};
+  const char *p2[6] = {s->job_id, s->agent_id,     s->workspace,
+                       s->mode,   s->exclude_json, s->limits_json};
   r = jb_db_exec(c,
                  "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits)"
                  " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb)",
@@ -66,8 +67,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
   }
   PQclear(r);
   /* opens are serialized here so that two of them cannot both find a workspace free */
-  r = jb_db_exec(c, "SELECT pg_advisory_xact_lock(7665523954990151714)", 0, NULL,
-                 PGRES_TUPLES_OK, NULL, err, "lock workspaces");
+  r = jb_db_exec(c, "SELECT pg_advisory_xact_lock(7665523954990151714)", 0, NULL, PGRES_TUPLES_OK,
+                 NULL, err, "lock workspaces");
   if (!r) goto fail;
   PQclear(r);
   const char *pw[2] = {s->workspace, s->job_id};
@@ -93,7 +94,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
   if (!r) goto fail;
   PQclear(r);
-  json_t *d = json_pack("{s:n,s:s,s:s,s:s}", "from", "to", "created", "actor", "service", "mode", s->mode);
+  json_t *d =
+      json_pack("{s:n,s:s,s:s,s:s}", "from", "to", "created", "actor", "service", "mode", s->mode);
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
   if (arc != JB_OK) goto fail;
@@ -104,14 +106,14 @@ fail:
   return JB_ERR_FAIL;
 }
 
-#define SESSION_JSON                                                                        \
-  "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"  \
-  " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude," \
-  " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"\
-  " 'endedAt', jb_ts(s.ended_at),"                                                          \
-  " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending'),"\
-  " 'auditHead', (SELECT json_build_object('seq', h.seq, 'hash', encode(h.hash, 'hex'))"        \
-  "   FROM audit_heads h WHERE h.job_id = s.job_id),"                                          \
+#define SESSION_JSON                                                                               \
+  "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"          \
+  " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude,"        \
+  " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"       \
+  " 'endedAt', jb_ts(s.ended_at),"                                                                 \
+  " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending')," \
+  " 'auditHead', (SELECT json_build_object('seq', h.seq, 'hash', encode(h.hash, 'hex'))"           \
+  "   FROM audit_heads h WHERE h.job_id = s.job_id),"                                              \
   " 'walls', s.walls)::text"
 
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err) {
@@ -130,7 +132,8 @@ int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *
 
 /* Indexed by enum jb_session_mode. */
 static const char *const mode_names[] = {"supervised", "unsupervised"};
-_Static_assert(sizeof mode_names / sizeof mode_names[0] == JB_MODE_UNSUPERVISED + 1, "one name per mode");
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == JB_MODE_UNSUPERVISED + 1,
+               "one name per mode");
 
 const char *jb_session_mode_name(enum jb_session_mode mode) {
   if (mode < 0 || (size_t)mode >= sizeof mode_names / sizeof mode_names[0]) return NULL;
@@ -145,7 +148,8 @@ void jb_session_facts_clear(struct jb_session_facts *f) {
   *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
 }
 
-int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src, jb_error *err) {
+int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src,
+                          jb_error *err) {
   *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
@@ -163,19 +167,22 @@ static int facts_json(PGresult *r, int col, const char *what, json_t **out, jb_e
   json_error_t je;
   *out = json_loadb(PQgetvalue(r, 0, col), (size_t)PQgetlength(r, 0, col),
                     JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-  return *out ? JB_OK : jb_fail(err, EINVAL, "the session's %s from the database: %s", what, je.text);
+  return *out ? JB_OK
+              : jb_fail(err, EINVAL, "the session's %s from the database: %s", what, je.text);
 }
 
-int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out, jb_error *err) {
+int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out,
+                        jb_error *err) {
   *out = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
   const char *p[1] = {job_id};
   /* a worker that is not a JSON string is none, as the op path reads the contract */
-  PGresult *r = jb_db_exec(c,
-                           "SELECT state, mode, exclude::text,"
-                           " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
-                           " (walls->'prescan'->'flagged')::text"
-                           " FROM sessions WHERE job_id = $1",
-                           1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT state, mode, exclude::text,"
+                 " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
+                 " (walls->'prescan'->'flagged')::text"
+                 " FROM sessions WHERE job_id = $1",
+                 1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -184,9 +191,12 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
   int rc = JB_OK;
   const char *mode = PQgetvalue(r, 0, 1);
   out->state = jb_session_state_from_name(PQgetvalue(r, 0, 0));
-  if (!strcmp(mode, "supervised")) out->mode = JB_MODE_SUPERVISED;
-  else if (!strcmp(mode, "unsupervised")) out->mode = JB_MODE_UNSUPERVISED;
-  else rc = jb_fail(err, EINVAL, "the session's mode from the database is unknown: %.40s", mode);
+  if (!strcmp(mode, "supervised"))
+    out->mode = JB_MODE_SUPERVISED;
+  else if (!strcmp(mode, "unsupervised"))
+    out->mode = JB_MODE_UNSUPERVISED;
+  else
+    rc = jb_fail(err, EINVAL, "the session's mode from the database is unknown: %.40s", mode);
   if (rc == JB_OK && !PQgetisnull(r, 0, 3) && !(out->worker = strdup(PQgetvalue(r, 0, 3))))
     rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   if (rc == JB_OK) rc = facts_json(r, 2, "exclusions", &out->exclude, err);
@@ -220,12 +230,13 @@ static int hex_list(const char *txt, unsigned char **out, size_t *n, jb_error *e
 int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
                                    unsigned char **readers, size_t *n_readers, jb_error *err) {
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(
-      c,
-      "SELECT " SESSION_JSON ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
-      "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND t.revoked_at IS NULL), '')"
-      " FROM sessions s WHERE s.job_id = $1",
-      1, p, PGRES_TUPLES_OK, NULL, err, "read session");
+  PGresult *r = jb_db_exec(c,
+                           "SELECT " SESSION_JSON
+                           ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
+                           "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND "
+                           "t.revoked_at IS NULL), '')"
+                           " FROM sessions s WHERE s.job_id = $1",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "read session");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -265,8 +276,8 @@ static void array_literal(const char *const list[], char *out, size_t len) {
 
 int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err) {
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, p,
-                           PGRES_TUPLES_OK, NULL, err, "read session state");
+  PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1", 1, p, PGRES_TUPLES_OK,
+                           NULL, err, "read session state");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_ERR_NOT_FOUND;
   if (PQntuples(r) == 1) {
@@ -296,12 +307,13 @@ int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *r
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
   /* approved but not run: the agent waiting on one is told the session ended */
-  r = jb_db_exec(c,
-                 "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
-                 " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
-                 "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
-                 " WHERE job_id = $1 AND state = 'approved'",
-                 2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
+  r = jb_db_exec(
+      c,
+      "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
+      " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
+      "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
+      " WHERE job_id = $1 AND state = 'approved'",
+      2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
   if (!r) return JB_ERR_FAIL;
   if (failed) *failed = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
@@ -317,14 +329,14 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   bool ending = in_list(end_states, to);
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   const char *p[4] = {job_id, to, reason, from_lit};
-  PGresult *r = jb_db_exec(
-      c,
-      "WITH old AS (SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE)"
-      " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
-      "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
-      " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
-      " RETURNING old.state",
-      4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
+  PGresult *r =
+      jb_db_exec(c,
+                 "WITH old AS (SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE)"
+                 " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
+                 "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
+                 " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
+                 " RETURNING old.state",
+                 4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
   if (!r) goto fail;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -339,7 +351,8 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (ending) {
     const char *pe[2] = {job_id, to};
     if (jb_db_session_end_ops(c, job_id, to, &out->rejected_ops, NULL, err) != JB_OK) goto fail;
-    r = jb_db_exec(c, "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
+    r = jb_db_exec(c,
+                   "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
                    1, pe, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
     if (!r) goto fail;
     PQclear(r);
@@ -348,11 +361,11 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
     if (!r) goto fail;
     PQclear(r);
   }
-  const char *op = strcmp(to, "paused") == 0 ? "pause"
-                   : strcmp(to, "aborted") == 0 ? "abort"
-                   : strcmp(to, "accepted") == 0 ? "accept"
+  const char *op = strcmp(to, "paused") == 0                                             ? "pause"
+                   : strcmp(to, "aborted") == 0                                          ? "abort"
+                   : strcmp(to, "accepted") == 0                                         ? "accept"
                    : (strcmp(to, "active") == 0 && strcmp(out->previous, "paused") == 0) ? "resume"
-                                                                                   : "state";
+                                                                                         : "state";
   json_t *d = json_pack("{s:s,s:s,s:s,s:s?}", "from", out->previous, "to", to, "actor",
                         actor ? actor : "system", "reason", reason);
   if (d && ending && out->rejected_ops > 0)
@@ -411,8 +424,8 @@ fail:
 }
 
 #define OP_JSON                                                                              \
-  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"   \
-  " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"          \
+  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
+  " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"           \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
   " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff)"
 
@@ -423,16 +436,17 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
   snprintf(l, sizeof l, "%d", limit);
   const char *p[4] = {job_id, state, a, l};
   /* one more row than asked tells whether a next page exists */
-  PGresult *r = jb_db_exec(
-      c,
-      "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text IS NULL OR o.state = $2)"
-      "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
-      " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
-      " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON " ORDER BY o.op_id)"
-      "   FROM shown o), '[]'::json),"
-      "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
-      "   THEN (SELECT max(op_id) FROM shown) END)::text",
-      4, p, PGRES_TUPLES_OK, NULL, err, "list ops");
+  PGresult *r = jb_db_exec(c,
+                           "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text "
+                           "IS NULL OR o.state = $2)"
+                           "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
+                           " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
+                           " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON
+                           " ORDER BY o.op_id)"
+                           "   FROM shown o), '[]'::json),"
+                           "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
+                           "   THEN (SELECT max(op_id) FROM shown) END)::text",
+                           4, p, PGRES_TUPLES_OK, NULL, err, "list ops");
   if (!r) return JB_ERR_FAIL;
   *json_out = dup_value(r);
   PQclear(r);
@@ -464,8 +478,10 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
   json_t *size = json_object_get(args, "size"), *sha = json_object_get(args, "sha256");
   if (json_is_integer(size) && json_integer_value(size) >= 0) json_object_set(d, "size", size);
   const char *shs = json_string_value(sha);
-  if (shs && strlen(shs) == 64 && strspn(shs, "0123456789abcdef") == 64) json_object_set(d, "sha256", sha);
-  if (tool && strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") && strcmp(tool, "done"))
+  if (shs && strlen(shs) == 64 && strspn(shs, "0123456789abcdef") == 64)
+    json_object_set(d, "sha256", sha);
+  if (tool && strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") &&
+      strcmp(tool, "done"))
     tool = "op";
   int rc = d ? jb_audit_append(c, keys, job_id, tool ? tool : "op", path, d, head, err)
              : jb_fail(err, ENOMEM, "out of memory");
@@ -474,9 +490,9 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
   return rc;
 }
 
-int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                    long long op_id, bool approve, const char *reason, char **json_out,
-                    char state[20], struct jb_audit_head *head, jb_error *err) {
+int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                    bool approve, const char *reason, char **json_out, char state[20],
+                    struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op_id);
   const char *p[4] = {id, job_id, approve ? "approved" : "rejected", reason};
@@ -508,7 +524,8 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
     }
     if (!approve) {
       struct jb_audit_head h;
-      if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK || jb_db_commit(c, err) < 0) {
+      if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK ||
+          jb_db_commit(c, err) < 0) {
         free(*json_out);
         *json_out = NULL;
         goto fail;
@@ -546,7 +563,8 @@ int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *
       " 'createdAt', jb_ts(a.created_at), 'updatedAt', jb_ts(a.updated_at),"
       " 'sessions', (SELECT count(*) FROM sessions s WHERE s.agent_id = a.agent_id),"
       " 'history', coalesce((SELECT json_agg(json_build_object('kind', e.kind, 'jobId', e.job_id,"
-      "   'scoreDelta', e.score_delta, 'detail', e.detail, 'at', jb_ts(e.created_at)) ORDER BY e.id)"
+      "   'scoreDelta', e.score_delta, 'detail', e.detail, 'at', jb_ts(e.created_at)) ORDER BY "
+      "e.id)"
       "   FROM agent_events e WHERE e.agent_id = a.agent_id), '[]'::json))::text"
       " FROM agents a WHERE a.agent_id = $1",
       1, p, PGRES_TUPLES_OK, NULL, err, "read agent");

@@ -54,7 +54,7 @@ const char *jb_session_mode_name(enum jb_session_mode mode);
 struct jb_session_facts {
   enum jb_session_state state;
   enum jb_session_mode mode;
-  char *worker;    /* the worker its walls contract names (walls.worker); NULL when none */
+  char *worker; /* the worker its walls contract names (walls.worker); NULL when none */
   json_t *exclude; /* the exclusion globs as stored (a JSON array of strings) */
   json_t *flagged; /* the pre-scan's [{path, kind}] as stored (walls.prescan.flagged); NULL
                     * when the contract has none */
@@ -69,7 +69,8 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
 /* Copies `src` into *dst (overwritten: it must own nothing): its own strings and deep copies of the JSON values,
  * so that neither shares anything with the other and each may be used on its own thread.
  * JB_OK, or JB_ERR_FAIL (out of memory; *dst is left empty). */
-int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src, jb_error *err);
+int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src,
+                          jb_error *err);
 
 /* Frees what `f` owns and leaves it empty (state JB_SESSION_UNKNOWN); NULL is allowed. */
 void jb_session_facts_clear(struct jb_session_facts *f);
@@ -77,8 +78,8 @@ void jb_session_facts_clear(struct jb_session_facts *f);
 
 struct jb_session_new {
   const char *job_id, *agent_id, *workspace, *mode;
-  const char *exclude_json;                   /* JSON array text */
-  const char *limits_json;                    /* JSON object text */
+  const char *exclude_json; /* JSON array text */
+  const char *limits_json; /* JSON object text */
   const unsigned char *buyer_hash, *agent_hash; /* SHA-256 of the two tokens, 32 bytes each */
 };
 
@@ -110,10 +111,10 @@ int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_err
 int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error *err);
 
 struct jb_transition {
-  char previous[20];  /* the state before */
-  char state[20];     /* the state after; on JB_ERR_CONFLICT the current state */
-  long rejected_ops;  /* pending ops rejected because the session ended */
-  struct jb_audit_head head;  /* the audit chain head after it (the seal when it ended) */
+  char previous[20]; /* the state before */
+  char state[20]; /* the state after; on JB_ERR_CONFLICT the current state */
+  long rejected_ops; /* pending ops rejected because the session ended */
+  struct jb_audit_head head; /* the audit chain head after it (the seal when it ended) */
 };
 
 /* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
@@ -157,9 +158,9 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
  * row locked first; *head (may be NULL) receives the new head, seq 0 when none was written. On JB_OK *json_out is the op as JSON text (new).
  * JB_ERR_NOT_FOUND (no such op in that session); JB_ERR_CONFLICT (op not pending, or the
  * session ended; `state` of 20 bytes receives the op's state); JB_ERR_FAIL. */
-int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                    long long op_id, bool approve, const char *reason, char **json_out,
-                    char state[20], struct jb_audit_head *head, jb_error *err);
+int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                    bool approve, const char *reason, char **json_out, char state[20],
+                    struct jb_audit_head *head, jb_error *err);
 
 /* The agent's trust score and history as JSON text (new). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err);

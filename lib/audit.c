@@ -55,8 +55,8 @@ int jb_audit_unhex(const char *s, size_t slen, unsigned char *out, size_t n) {
 int jb_audit_unbase64(const char *s, size_t slen, unsigned char *out, size_t max, size_t *n) {
   for (size_t i = 0; i < slen; i++) {
     unsigned char c = (unsigned char)s[i];
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-          c == '+' || c == '/' || c == '='))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+          c == '/' || c == '='))
       return -1;
   }
   const char *end = NULL;
@@ -85,34 +85,35 @@ json_t *jb_audit_json_load(const char *buf, size_t len, size_t flags, json_error
 
 static int check_value(const json_t *v, int depth, jb_error *err) {
   switch (json_typeof(v)) {
-  case JSON_OBJECT: {
-    if (depth >= JB_AUDIT_MAX_DEPTH)
-      return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
-    const char *k;
-    size_t klen;
-    json_t *m;
-    json_object_keylen_foreach((json_t *)v, k, klen, m) {
-      if (memchr(k, '\0', klen)) return jb_fail(err, EINVAL, "details: a key holds NUL");
-      if (check_value(m, depth + 1, err) < 0) return -1;
+    case JSON_OBJECT: {
+      if (depth >= JB_AUDIT_MAX_DEPTH)
+        return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
+      const char *k;
+      size_t klen;
+      json_t *m;
+      json_object_keylen_foreach((json_t *)v, k, klen, m) {
+        if (memchr(k, '\0', klen)) return jb_fail(err, EINVAL, "details: a key holds NUL");
+        if (check_value(m, depth + 1, err) < 0) return -1;
+      }
+      return 0;
     }
-    return 0;
-  }
-  case JSON_ARRAY: {
-    if (depth >= JB_AUDIT_MAX_DEPTH)
-      return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
-    size_t i;
-    json_t *m;
-    json_array_foreach((json_t *)v, i, m) if (check_value(m, depth + 1, err) < 0) return -1;
-    return 0;
-  }
-  case JSON_STRING:
-    if (memchr(json_string_value(v), '\0', json_string_length(v)))
-      return jb_fail(err, EINVAL, "details: a string holds NUL");
-    return 0;
-  case JSON_REAL:
-    return jb_fail(err, EINVAL, "details: real numbers are not allowed (integers only)");
-  default:
-    return 0;
+    case JSON_ARRAY: {
+      if (depth >= JB_AUDIT_MAX_DEPTH)
+        return jb_fail(err, EINVAL, "details nested deeper than %d levels", JB_AUDIT_MAX_DEPTH);
+      size_t i;
+      json_t *m;
+      json_array_foreach ((json_t *)v, i, m)
+        if (check_value(m, depth + 1, err) < 0) return -1;
+      return 0;
+    }
+    case JSON_STRING:
+      if (memchr(json_string_value(v), '\0', json_string_length(v)))
+        return jb_fail(err, EINVAL, "details: a string holds NUL");
+      return 0;
+    case JSON_REAL:
+      return jb_fail(err, EINVAL, "details: real numbers are not allowed (integers only)");
+    default:
+      return 0;
   }
 }
 
@@ -129,12 +130,11 @@ static bool is_digits(const char *s, size_t n) {
 
 bool jb_audit_timestamp_ok(const char *t) {
   if (strlen(t) != JB_AUDIT_TS_LEN) return false;
-  if (t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' || t[16] != ':' ||
-      t[19] != '.' || t[23] != 'Z')
+  if (t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' || t[16] != ':' || t[19] != '.' ||
+      t[23] != 'Z')
     return false;
-  if (!is_digits(t, 4) || !is_digits(t + 5, 2) || !is_digits(t + 8, 2) ||
-      !is_digits(t + 11, 2) || !is_digits(t + 14, 2) || !is_digits(t + 17, 2) ||
-      !is_digits(t + 20, 3))
+  if (!is_digits(t, 4) || !is_digits(t + 5, 2) || !is_digits(t + 8, 2) || !is_digits(t + 11, 2) ||
+      !is_digits(t + 14, 2) || !is_digits(t + 17, 2) || !is_digits(t + 20, 3))
     return false;
   int mo = (t[5] - '0') * 10 + (t[6] - '0'), d = (t[8] - '0') * 10 + (t[9] - '0');
   int h = (t[11] - '0') * 10 + (t[12] - '0'), mi = (t[14] - '0') * 10 + (t[15] - '0');
@@ -191,8 +191,7 @@ char *jb_audit_canonical(long long seq, const char *session, const char *operati
     return NULL;
   }
   json_t *o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:o}", "seq", (json_int_t)seq, "session", session,
-                        "operation", operation, "path", path, "timestamp", timestamp,
-                        "details", d);
+                        "operation", operation, "path", path, "timestamp", timestamp, "details", d);
   if (!o) {
     jb_fail(err, EINVAL, "entry cannot be represented (invalid UTF-8 in a string?)");
     return NULL;
@@ -217,9 +216,8 @@ json_t *jb_audit_canonical_details(const unsigned char *canonical, size_t len) {
   static const char head[] = "{\"details\":";
   json_t *d = NULL;
   if (len > JB_AUDIT_DETAILS_OFFSET && memcmp(canonical, head, JB_AUDIT_DETAILS_OFFSET) == 0)
-    d = json_loadb((const char *)canonical + JB_AUDIT_DETAILS_OFFSET,
-                   len - JB_AUDIT_DETAILS_OFFSET, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK,
-                   NULL);
+    d = json_loadb((const char *)canonical + JB_AUDIT_DETAILS_OFFSET, len - JB_AUDIT_DETAILS_OFFSET,
+                   JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, NULL);
   if (json_is_object(d)) return d;
   json_decref(d);
   return json_object();
@@ -272,8 +270,8 @@ int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *ses
                         const unsigned char pk[JB_AUDIT_PK_LEN], jb_error *err) {
   memset(e, 0, sizeof *e);
   struct jb_audit_signed sg;
-  if (jb_audit_entry_sign(&sg, seq, session, operation, path, timestamp, details, prev, sk,
-                          err) < 0)
+  if (jb_audit_entry_sign(&sg, seq, session, operation, path, timestamp, details, prev, sk, err) <
+      0)
     return -1;
   e->canonical = sg.canonical;
   e->canonical_len = sg.canonical_len;

@@ -19,18 +19,18 @@
 
 #include "lib/err.h"
 
-#define JB_AUDIT_HASH_LEN 32            /* bytes, SHA-256 */
-#define JB_AUDIT_SIG_LEN 64             /* bytes, Ed25519 signature */
-#define JB_AUDIT_PK_LEN 32              /* bytes, Ed25519 public key */
-#define JB_AUDIT_SK_LEN 64              /* bytes, libsodium Ed25519 secret key (seed ‖ pk) */
-#define JB_AUDIT_KEY_ID_LEN 16          /* hex characters */
-#define JB_AUDIT_TS_LEN 24              /* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
-#define JB_AUDIT_MAX_CANONICAL 65536    /* bytes: a longer entry is refused */
-#define JB_AUDIT_MAX_LINE (4 * JB_AUDIT_MAX_CANONICAL)  /* bytes of one export line */
-#define JB_AUDIT_MAX_DEPTH 8            /* nesting of arrays/objects inside details */
-#define JB_AUDIT_MAX_SESSION 128        /* bytes of a session id (sessions.job_id) */
-#define JB_AUDIT_MAX_OPERATION 32       /* bytes of an operation name */
-#define JB_AUDIT_MAX_PATH 4096          /* bytes of a path */
+#define JB_AUDIT_HASH_LEN 32 /* bytes, SHA-256 */
+#define JB_AUDIT_SIG_LEN 64 /* bytes, Ed25519 signature */
+#define JB_AUDIT_PK_LEN 32 /* bytes, Ed25519 public key */
+#define JB_AUDIT_SK_LEN 64 /* bytes, libsodium Ed25519 secret key (seed ‖ pk) */
+#define JB_AUDIT_KEY_ID_LEN 16 /* hex characters */
+#define JB_AUDIT_TS_LEN 24 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
+#define JB_AUDIT_MAX_CANONICAL 65536 /* bytes: a longer entry is refused */
+#define JB_AUDIT_MAX_LINE (4 * JB_AUDIT_MAX_CANONICAL) /* bytes of one export line */
+#define JB_AUDIT_MAX_DEPTH 8 /* nesting of arrays/objects inside details */
+#define JB_AUDIT_MAX_SESSION 128 /* bytes of a session id (sessions.job_id) */
+#define JB_AUDIT_MAX_OPERATION 32 /* bytes of an operation name */
+#define JB_AUDIT_MAX_PATH 4096 /* bytes of a path */
 
 /* A chain head: the last entry's seq and hash (signature and keyId when known). seq 0 = an
  * empty chain (hash all zero). */
@@ -48,18 +48,18 @@ struct jb_audit_entry {
   long long seq;
   char *session;
   char *operation;
-  char *path;                 /* NULL: the entry has no path (JSON null) */
-  char *timestamp;            /* ISO 8601 UTC with ms, "2026-01-02T03:04:05.678Z" */
-  json_t *details;            /* an object */
+  char *path; /* NULL: the entry has no path (JSON null) */
+  char *timestamp; /* ISO 8601 UTC with ms, "2026-01-02T03:04:05.678Z" */
+  json_t *details; /* an object */
 
-  unsigned char *canonical;   /* canonical_len bytes, NUL-terminated for convenience */
+  unsigned char *canonical; /* canonical_len bytes, NUL-terminated for convenience */
   size_t canonical_len;
   unsigned char prev_hash[JB_AUDIT_HASH_LEN];
   unsigned char hash[JB_AUDIT_HASH_LEN];
   unsigned char signature[JB_AUDIT_SIG_LEN];
   char key_id[JB_AUDIT_KEY_ID_LEN + 1];
 
-  bool malformed;             /* the line could not be read; `error` says why */
+  bool malformed; /* the line could not be read; `error` says why */
   char error[160];
 };
 
@@ -68,27 +68,27 @@ struct jb_audit_entry {
 struct jb_audit_pubkey {
   char key_id[JB_AUDIT_KEY_ID_LEN + 1];
   unsigned char public_key[JB_AUDIT_PK_LEN];
-  char retired_at[JB_AUDIT_TS_LEN + 1];   /* YYYY-MM-DDTHH:MM:SS.mmmZ, or "" */
+  char retired_at[JB_AUDIT_TS_LEN + 1]; /* YYYY-MM-DDTHH:MM:SS.mmmZ, or "" */
 };
 
 /* Why a chain failed verification. The names (jb_audit_reason_name) are part of the API. */
 enum jb_audit_reason {
   JB_AUDIT_OK = 0,
-  JB_AUDIT_MALFORMED,        /* "malformed": a line or its canonical bytes cannot be read */
-  JB_AUDIT_CONTENT_CHANGED,  /* "content changed": hash ≠ SHA-256(canonical ‖ prevHash), or a
+  JB_AUDIT_MALFORMED, /* "malformed": a line or its canonical bytes cannot be read */
+  JB_AUDIT_CONTENT_CHANGED, /* "content changed": hash ≠ SHA-256(canonical ‖ prevHash), or a
                                 stated field differs from the signed canonical bytes */
-  JB_AUDIT_BAD_SIGNATURE,    /* "bad signature": the signature does not verify with the key */
-  JB_AUDIT_UNKNOWN_KEY,      /* "unknown key": keyId is not among the published keys */
-  JB_AUDIT_BROKEN_LINK,      /* "broken link": prevHash ≠ the hash of the entry before */
-  JB_AUDIT_GAP,              /* "gap": one or more seq are missing */
-  JB_AUDIT_REORDERED,        /* "reordered": an entry stands at another entry's place */
-  JB_AUDIT_TRUNCATED,        /* "truncated": shorter than a given or the stored head */
-  JB_AUDIT_UNSEALED,         /* "unsealed": an ended session's chain lacks its seal */
-  JB_AUDIT_HEAD_MISMATCH,    /* "head mismatch": the entry at a head's seq has another hash,
+  JB_AUDIT_BAD_SIGNATURE, /* "bad signature": the signature does not verify with the key */
+  JB_AUDIT_UNKNOWN_KEY, /* "unknown key": keyId is not among the published keys */
+  JB_AUDIT_BROKEN_LINK, /* "broken link": prevHash ≠ the hash of the entry before */
+  JB_AUDIT_GAP, /* "gap": one or more seq are missing */
+  JB_AUDIT_REORDERED, /* "reordered": an entry stands at another entry's place */
+  JB_AUDIT_TRUNCATED, /* "truncated": shorter than a given or the stored head */
+  JB_AUDIT_UNSEALED, /* "unsealed": an ended session's chain lacks its seal */
+  JB_AUDIT_HEAD_MISMATCH, /* "head mismatch": the entry at a head's seq has another hash,
                                 or the chain runs past the session's stored head */
-  JB_AUDIT_AFTER_SEAL,       /* "entry after seal" */
-  JB_AUDIT_WRONG_SESSION,    /* "wrong session": an entry of another session */
-  JB_AUDIT_RETIRED_KEY,      /* "retired key": signed (canonical timestamp) at or after its
+  JB_AUDIT_AFTER_SEAL, /* "entry after seal" */
+  JB_AUDIT_WRONG_SESSION, /* "wrong session": an entry of another session */
+  JB_AUDIT_RETIRED_KEY, /* "retired key": signed (canonical timestamp) at or after its
                                 key's retiredAt */
 };
 
@@ -105,16 +105,16 @@ const char *jb_audit_reason_name(enum jb_audit_reason r);
 
 /* What the verifier is told besides the entries. Every member is optional. */
 struct jb_audit_verify_opts {
-  const char *session;                    /* the session the chain must belong to; NULL: the
+  const char *session; /* the session the chain must belong to; NULL: the
                                              first entry's */
   const struct jb_audit_head *known_head; /* a head seen earlier (e.g. kept by a buyer from
                                              jailbox:audit_head): the chain must reach its seq
                                              with the same hash */
-  const struct jb_audit_head *stored_head;/* the session row's head: the chain must end
+  const struct jb_audit_head *stored_head; /* the session row's head: the chain must end
                                              exactly there */
-  bool require_seal;                      /* the session has ended: the last entry must be
+  bool require_seal; /* the session has ended: the last entry must be
                                              its seal */
-  bool full_parse;                        /* jb_audit_verify_file: read every line by the
+  bool full_parse; /* jb_audit_verify_file: read every line by the
                                              full parse, never the exact-form reader (the
                                              verdict is the same; for tests that compare
                                              the two) */
@@ -122,13 +122,13 @@ struct jb_audit_verify_opts {
 
 struct jb_audit_result {
   bool ok;
-  long long entries;          /* how many entries were given */
-  struct jb_audit_head head;  /* last entry verified intact (seq 0: none) */
-  bool sealed;                /* a valid seal entry was seen */
-  long long first_bad_seq;    /* the seq at which the chain stops being intact; 0 when ok */
+  long long entries; /* how many entries were given */
+  struct jb_audit_head head; /* last entry verified intact (seq 0: none) */
+  bool sealed; /* a valid seal entry was seen */
+  long long first_bad_seq; /* the seq at which the chain stops being intact; 0 when ok */
   enum jb_audit_reason reason;
   char session[JB_AUDIT_MAX_SESSION + 1];
-  char detail[256];           /* a sentence for a person; "" when ok */
+  char detail[256]; /* a sentence for a person; "" when ok */
 };
 
 /* --- the canonical byte form (api/audit.md) ------------------------------------------------ */
@@ -174,7 +174,7 @@ int jb_audit_entry_make(struct jb_audit_entry *e, long long seq, const char *ses
 
 /* The signed part of an entry, made by jb_audit_entry_sign. */
 struct jb_audit_signed {
-  unsigned char *canonical;   /* canonical_len bytes and a NUL; owned (free) */
+  unsigned char *canonical; /* canonical_len bytes and a NUL; owned (free) */
   size_t canonical_len;
   unsigned char hash[JB_AUDIT_HASH_LEN];
   unsigned char signature[JB_AUDIT_SIG_LEN];
@@ -246,11 +246,11 @@ struct jb_audit_verifier {
   size_t nkeys;
   struct jb_audit_verify_opts opts;
   struct jb_audit_result r;
-  unsigned char prev[JB_AUDIT_HASH_LEN];   /* hash of the last intact entry */
+  unsigned char prev[JB_AUDIT_HASH_LEN]; /* hash of the last intact entry */
   unsigned char known_hash[JB_AUDIT_HASH_LEN]; /* hash seen at opts.known_head->seq */
-  long long pos;                           /* entries added */
+  long long pos; /* entries added */
   long long seal_seq;
-  long long pending_seq;   /* a seq found where r.first_bad_seq was due: gap or reordered */
+  long long pending_seq; /* a seq found where r.first_bad_seq was due: gap or reordered */
   bool failed;
 };
 

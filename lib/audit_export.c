@@ -14,17 +14,28 @@
 
 /* The members of a line, in the order the exporter writes them. */
 enum {
-  M_SEQ, M_SESSION, M_OPERATION, M_PATH, M_TIMESTAMP, M_DETAILS,
-  M_PREV_HASH, M_HASH, M_SIGNATURE, M_KEY_ID, M_CANONICAL, LINE_MEMBERS
+  M_SEQ,
+  M_SESSION,
+  M_OPERATION,
+  M_PATH,
+  M_TIMESTAMP,
+  M_DETAILS,
+  M_PREV_HASH,
+  M_HASH,
+  M_SIGNATURE,
+  M_KEY_ID,
+  M_CANONICAL,
+  LINE_MEMBERS
 };
-#define MEMBER(name) {name, sizeof name - 1}
+#define MEMBER(name) \
+  { name, sizeof name - 1 }
 static const struct {
   const char *name;
   size_t len;
-} line_members[LINE_MEMBERS] = {
-    MEMBER("seq"),       MEMBER("session"), MEMBER("operation"), MEMBER("path"),
-    MEMBER("timestamp"), MEMBER("details"), MEMBER("prevHash"),  MEMBER("hash"),
-    MEMBER("signature"), MEMBER("keyId"),   MEMBER("canonical")};
+} line_members[LINE_MEMBERS] = {MEMBER("seq"),      MEMBER("session"),   MEMBER("operation"),
+                                MEMBER("path"),     MEMBER("timestamp"), MEMBER("details"),
+                                MEMBER("prevHash"), MEMBER("hash"),      MEMBER("signature"),
+                                MEMBER("keyId"),    MEMBER("canonical")};
 
 /* The members of the canonical bytes, in their order there (ascending byte order). */
 #define CANONICAL_MEMBERS 6
@@ -60,8 +71,8 @@ char *jb_audit_entry_line(const struct jb_audit_entry *e) {
     o = json_pack("{s:I,s:s,s:s,s:s?,s:s,s:O,s:s,s:s,s:s,s:s,s:s}", "seq", (json_int_t)e->seq,
                   "session", e->session ? e->session : "", "operation",
                   e->operation ? e->operation : "", "path", e->path, "timestamp",
-                  e->timestamp ? e->timestamp : "", "details", details, "prevHash", prev,
-                  "hash", hash, "signature", sig, "keyId", e->key_id, "canonical", canon);
+                  e->timestamp ? e->timestamp : "", "details", details, "prevHash", prev, "hash",
+                  hash, "signature", sig, "keyId", e->key_id, "canonical", canon);
   json_decref(details);
   free(sig);
   free(canon);
@@ -97,7 +108,7 @@ static int read_members(struct jb_audit_entry *e, const json_t *o, char *why, si
   if (json_object_size(o) != LINE_MEMBERS) {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
+    json_object_foreach ((json_t *)o, k, v) {
       bool known = false;
       for (size_t i = 0; i < LINE_MEMBERS; i++)
         if (strcmp(k, line_members[i].name) == 0) known = true;
@@ -278,7 +289,8 @@ static size_t plain_len(const char *p, const char *end) {
 }
 
 /* Characters of the base64 of a signature. */
-#define SIG_BASE64_LEN (sodium_base64_ENCODED_LEN(JB_AUDIT_SIG_LEN, sodium_base64_VARIANT_ORIGINAL) - 1)
+#define SIG_BASE64_LEN \
+  (sodium_base64_ENCODED_LEN(JB_AUDIT_SIG_LEN, sodium_base64_VARIANT_ORIGINAL) - 1)
 
 /* Length of a string of `n` characters at `p` with its quotes, 0 when there is none there.
  * The characters are left to their decoder, which takes neither '"' nor '\\'. */
@@ -291,31 +303,31 @@ static size_t fixed_len(const char *p, const char *end, size_t n) {
 static size_t value_len(int i, const char *p, const char *end, json_t **d) {
   size_t n = 0;
   switch (i) {
-  case M_PREV_HASH:
-  case M_HASH:
-    return fixed_len(p, end, 2 * JB_AUDIT_HASH_LEN);
-  case M_SIGNATURE:
-    return fixed_len(p, end, SIG_BASE64_LEN);
-  case M_SEQ: /* 1..18 digits, no leading zero: within int64 */
-    while (p + n < end && n < 18 && p[n] >= '0' && p[n] <= '9' && (n || p[n] != '0')) n++;
-    return n;
-  case M_PATH:
-    return end - p >= 4 && memcmp(p, "null", 4) == 0 ? 4 : plain_len(p, end);
-  case M_DETAILS: {
-    if (p == end || *p != '{') return 0;
-    json_error_t je;
-    *d = json_loadb(p, (size_t)(end - p), JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &je);
-    if (!json_is_object(*d) || je.position <= 0 || (size_t)je.position > (size_t)(end - p) ||
-        jb_audit_details_check(*d, NULL) < 0)
-      return 0;
-    return (size_t)je.position;
-  }
-  case M_CANONICAL: { /* only the closing quote is looked for: the text is compared below */
-    const char *q = p < end && *p == '"' ? memchr(p + 1, '"', (size_t)(end - p - 1)) : NULL;
-    return q ? (size_t)(q + 1 - p) : 0;
-  }
-  default:
-    return plain_len(p, end);
+    case M_PREV_HASH:
+    case M_HASH:
+      return fixed_len(p, end, 2 * JB_AUDIT_HASH_LEN);
+    case M_SIGNATURE:
+      return fixed_len(p, end, SIG_BASE64_LEN);
+    case M_SEQ: /* 1..18 digits, no leading zero: within int64 */
+      while (p + n < end && n < 18 && p[n] >= '0' && p[n] <= '9' && (n || p[n] != '0')) n++;
+      return n;
+    case M_PATH:
+      return end - p >= 4 && memcmp(p, "null", 4) == 0 ? 4 : plain_len(p, end);
+    case M_DETAILS: {
+      if (p == end || *p != '{') return 0;
+      json_error_t je;
+      *d = json_loadb(p, (size_t)(end - p), JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &je);
+      if (!json_is_object(*d) || je.position <= 0 || (size_t)je.position > (size_t)(end - p) ||
+          jb_audit_details_check(*d, NULL) < 0)
+        return 0;
+      return (size_t)je.position;
+    }
+    case M_CANONICAL: { /* only the closing quote is looked for: the text is compared below */
+      const char *q = p < end && *p == '"' ? memchr(p + 1, '"', (size_t)(end - p - 1)) : NULL;
+      return q ? (size_t)(q + 1 - p) : 0;
+    }
+    default:
+      return plain_len(p, end);
   }
 }
 
@@ -396,8 +408,8 @@ static bool from_base64(const char *text, size_t tlen, unsigned char *out, size_
   for (unsigned char d = 0; d < 64; d++) value[(unsigned char)base64_digit[d]] = d;
   for (size_t i = 0, o = 0; o < n; i += 4) {
     const unsigned char *g = (const unsigned char *)text + i;
-    unsigned long v = (unsigned long)value[g[0]] << 18 | value[g[1]] << 12 | value[g[2]] << 6 |
-                      value[g[3]];
+    unsigned long v =
+        (unsigned long)value[g[0]] << 18 | value[g[1]] << 12 | value[g[2]] << 6 | value[g[3]];
     out[o++] = (unsigned char)(v >> 16);
     if (o < n) out[o++] = (unsigned char)(v >> 8);
     if (o < n) out[o++] = (unsigned char)v;
@@ -423,11 +435,10 @@ bool jb_audit_line_read_exact(char *line, size_t len, unsigned char *canon,
   if (cut(line, len, t, &d) && t[M_TIMESTAMP].n == JB_AUDIT_TS_LEN + 2)
     memcpy(ts, t[M_TIMESTAMP].p + 1, JB_AUDIT_TS_LEN);
   if (!ts[0] || !jb_audit_timestamp_ok(ts) || t[M_KEY_ID].n != JB_AUDIT_KEY_ID_LEN + 2 ||
-      jb_audit_unhex(t[M_PREV_HASH].p + 1, t[M_PREV_HASH].n - 2, e->prev_hash,
-                     JB_AUDIT_HASH_LEN) < 0 ||
+      jb_audit_unhex(t[M_PREV_HASH].p + 1, t[M_PREV_HASH].n - 2, e->prev_hash, JB_AUDIT_HASH_LEN) <
+          0 ||
       jb_audit_unhex(t[M_HASH].p + 1, t[M_HASH].n - 2, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
-      !from_base64(t[M_SIGNATURE].p + 1, t[M_SIGNATURE].n - 2, e->signature,
-                   JB_AUDIT_SIG_LEN) ||
+      !from_base64(t[M_SIGNATURE].p + 1, t[M_SIGNATURE].n - 2, e->signature, JB_AUDIT_SIG_LEN) ||
       !(clen = canonical_of(t, canon)) ||
       !is_base64_of(t[M_CANONICAL].p + 1, t[M_CANONICAL].n - 2, canon, clen)) {
     json_decref(d);

@@ -61,7 +61,7 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
   }
   size_t i;
   json_t *k;
-  json_array_foreach(arr, i, k) {
+  json_array_foreach (arr, i, k) {
     const char *kid = member_str(k, "keyId"), *alg = member_str(k, "algorithm"),
                *pk = member_str(k, "publicKey");
     size_t got = 0;
@@ -70,8 +70,10 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
         got != JB_AUDIT_PK_LEN) {
       free(v);
       json_decref(o);
-      return jb_fail(err, EINVAL, "keys[%zu]: needs keyId, algorithm \"ed25519\" and a base64 "
-                     "32-byte publicKey", i);
+      return jb_fail(err, EINVAL,
+                     "keys[%zu]: needs keyId, algorithm \"ed25519\" and a base64 "
+                     "32-byte publicKey",
+                     i);
     }
     json_t *ret = json_object_get(k, "retiredAt");
     if (json_is_string(ret) && jb_audit_timestamp_ok(json_string_value(ret))) {
@@ -79,8 +81,10 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
     } else if (ret && !json_is_null(ret)) {
       free(v);
       json_decref(o);
-      return jb_fail(err, EINVAL, "keys[%zu]: retiredAt must be null or "
-                     "YYYY-MM-DDTHH:MM:SS.mmmZ", i);
+      return jb_fail(err, EINVAL,
+                     "keys[%zu]: retiredAt must be null or "
+                     "YYYY-MM-DDTHH:MM:SS.mmmZ",
+                     i);
     }
     jb_audit_key_id(v[i].public_key, v[i].key_id);
     if (strcmp(kid, v[i].key_id) != 0) {
@@ -93,7 +97,8 @@ int jb_audit_keys_parse(const char *buf, size_t len, struct jb_audit_pubkey **ou
      * depend on which copy is looked up first */
     for (size_t j = 0; j < i; j++)
       if (strcmp(v[j].key_id, v[i].key_id) == 0) {
-        jb_fail(err, EINVAL, "keys[%zu]: key %s is listed twice (also keys[%zu])", i, v[i].key_id, j);
+        jb_fail(err, EINVAL, "keys[%zu]: key %s is listed twice (also keys[%zu])", i, v[i].key_id,
+                j);
         free(v);
         json_decref(o);
         return -1;
@@ -205,12 +210,18 @@ static int check_fields(const struct jb_audit_entry *e, const struct canon *c,
                         struct jb_audit_result *r, long long pos) {
   const char *field = NULL;
   if (!c->root) return 0; /* the canonical bytes were made from the stated fields */
-  if (e->seq != c->seq) field = "seq";
-  else if (!str_eq(e->session, c->session)) field = "session";
-  else if (!str_eq(e->operation, c->operation)) field = "operation";
-  else if (!str_eq(e->path, c->path)) field = "path";
-  else if (!str_eq(e->timestamp, c->timestamp)) field = "timestamp";
-  else if (!e->details || !json_equal(e->details, c->details)) field = "details";
+  if (e->seq != c->seq)
+    field = "seq";
+  else if (!str_eq(e->session, c->session))
+    field = "session";
+  else if (!str_eq(e->operation, c->operation))
+    field = "operation";
+  else if (!str_eq(e->path, c->path))
+    field = "path";
+  else if (!str_eq(e->timestamp, c->timestamp))
+    field = "timestamp";
+  else if (!e->details || !json_equal(e->details, c->details))
+    field = "details";
   if (field)
     return fail_at(r, pos, JB_AUDIT_CONTENT_CHANGED,
                    "stated %s differs from the signed canonical bytes", field);
@@ -264,8 +275,7 @@ static int check_place(struct jb_audit_verifier *v, const struct jb_audit_entry 
     return fail_at(r, pos, JB_AUDIT_WRONG_SESSION, "entry of session %s in a chain of %s", a, b);
   }
   if (sodium_memcmp(e->prev_hash, v->prev, JB_AUDIT_HASH_LEN) != 0)
-    return fail_at(r, pos, JB_AUDIT_BROKEN_LINK, "prevHash is not the hash of entry %lld",
-                   pos - 1);
+    return fail_at(r, pos, JB_AUDIT_BROKEN_LINK, "prevHash is not the hash of entry %lld", pos - 1);
   if (check_fields(e, c, r, pos)) return 1;
   if (v->seal_seq)
     return fail_at(r, pos, JB_AUDIT_AFTER_SEAL, "entry after the seal at %lld", v->seal_seq);
@@ -302,8 +312,7 @@ static int check_entry(struct jb_audit_verifier *v, const struct jb_audit_entry 
   if (k->retired_at[0] && strcmp(c.timestamp, k->retired_at) >= 0)
     rc = fail_at(r, pos, JB_AUDIT_RETIRED_KEY, "signed at %s with key %s, retired at %s",
                  c.timestamp, k->key_id, k->retired_at);
-  if (!rc && pos == 1 && !v->opts.session)
-    snprintf(r->session, sizeof r->session, "%s", c.session);
+  if (!rc && pos == 1 && !v->opts.session) snprintf(r->session, sizeof r->session, "%s", c.session);
   if (!rc) rc = check_place(v, e, &c);
   if (!rc && strcmp(c.operation, "seal") == 0) v->seal_seq = pos;
   json_decref(c.root);
@@ -360,11 +369,11 @@ int jb_audit_verifier_finish(struct jb_audit_verifier *v, struct jb_audit_result
     long long len = v->pos;
     const struct jb_audit_head *kh = v->opts.known_head, *sh = v->opts.stored_head;
     if (kh && kh->seq > 0 && kh->seq > len)
-      fail_at(r, len + 1, JB_AUDIT_TRUNCATED, "chain ends at %lld, before the given head %lld",
-              len, kh->seq);
+      fail_at(r, len + 1, JB_AUDIT_TRUNCATED, "chain ends at %lld, before the given head %lld", len,
+              kh->seq);
     else if (kh && kh->seq > 0 && sodium_memcmp(v->known_hash, kh->hash, JB_AUDIT_HASH_LEN) != 0)
-      fail_at(r, kh->seq, JB_AUDIT_HEAD_MISMATCH,
-              "entry %lld does not have the given head's hash", kh->seq);
+      fail_at(r, kh->seq, JB_AUDIT_HEAD_MISMATCH, "entry %lld does not have the given head's hash",
+              kh->seq);
     else if (sh && sh->seq > len)
       fail_at(r, len + 1, JB_AUDIT_TRUNCATED,
               "chain ends at %lld, before the session's stored head %lld", len, sh->seq);
@@ -409,16 +418,15 @@ int jb_audit_verify(const struct jb_audit_entry *entries, size_t n,
  * ordinary byte of its line. */
 struct line_reader {
   FILE *in;
-  char *chunk;      /* READ_CHUNK bytes */
-  size_t len, off;  /* bytes in chunk; bytes of them handed out */
-  bool eof;         /* the file has nothing after chunk */
+  char *chunk; /* READ_CHUNK bytes */
+  size_t len, off; /* bytes in chunk; bytes of them handed out */
+  bool eof; /* the file has nothing after chunk */
 };
 
 /* Reads the next line (without its "\n") into buf, keeping at most `cap` bytes: *len is what
  * was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
  * error. */
-static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len,
-                     bool *too_long) {
+static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len, bool *too_long) {
   size_t n = 0;
   bool any = false;
   *too_long = false;
@@ -477,8 +485,12 @@ int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nk
     struct jb_audit_entry e;
     if (exact && !too_long && jb_audit_line_read_exact(buf, len, canon, &e)) {
       /* the stated fields are the canonical ones (jb_audit_line_read_exact) */
-      struct canon c = {.seq = e.seq, .session = e.session, .operation = e.operation,
-                        .path = e.path, .timestamp = e.timestamp, .details = e.details};
+      struct canon c = {.seq = e.seq,
+                        .session = e.session,
+                        .operation = e.operation,
+                        .path = e.path,
+                        .timestamp = e.timestamp,
+                        .details = e.details};
       settled = verifier_add(&v, &e, &c) != 0;
       json_decref(e.details);
       continue;

@@ -12,10 +12,10 @@
 #include <stddef.h>
 
 struct jb_buf {
-  char *data;   /* the bytes, NUL-terminated; NULL until the first allocation */
-  size_t len;   /* bytes held, not counting the NUL */
+  char *data; /* the bytes, NUL-terminated; NULL until the first allocation */
+  size_t len; /* bytes held, not counting the NUL */
   size_t alloc; /* bytes allocated at data (0, or ≥ len + 1) */
-  size_t cap;   /* most bytes the buffer may hold */
+  size_t cap; /* most bytes the buffer may hold */
 };
 
 /* An empty buffer that will hold at most `cap` bytes (SIZE_MAX - 1 at most). Allocates
@@ -35,7 +35,8 @@ int jb_buf_append(struct jb_buf *b, const void *p, size_t n);
 /* Appends the printf-style text (without its NUL). Returns 0, -EMSGSIZE, -ENOMEM, or -EINVAL
  * for a format vsnprintf refuses. */
 int jb_buf_appendf(struct jb_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int jb_buf_vappendf(struct jb_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+int jb_buf_vappendf(struct jb_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 
 /* Hands the contents over to the caller: a new allocation of *len + 1 bytes (NUL-terminated;
  * `len` may be NULL), to be released with free(). The buffer is empty after, with nothing

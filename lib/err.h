@@ -14,15 +14,15 @@
  * apart; every other failure is JB_ERR_FAIL with the detail in a jb_error. */
 enum jb_err {
   JB_OK = 0,
-  JB_ERR_FAIL = -1,       /* database or system failure */
-  JB_ERR_NOT_FOUND = -2,  /* no such session / op / agent */
-  JB_ERR_CONFLICT = -3,   /* the thing is not in a state that allows this */
-  JB_ERR_EXISTS = -4,     /* a thing with that id exists already */
+  JB_ERR_FAIL = -1, /* database or system failure */
+  JB_ERR_NOT_FOUND = -2, /* no such session / op / agent */
+  JB_ERR_CONFLICT = -3, /* the thing is not in a state that allows this */
+  JB_ERR_EXISTS = -4, /* a thing with that id exists already */
 };
 
 typedef struct jb_error {
-  int code;                       /* errno value, or 0 when none applies */
-  char msg[JB_ERROR_MSG_MAX];     /* NUL-terminated, one line, no trailing newline */
+  int code; /* errno value, or 0 when none applies */
+  char msg[JB_ERROR_MSG_MAX]; /* NUL-terminated, one line, no trailing newline */
 } jb_error;
 
 /* Fills `err` with `code` (an errno value or 0) and a printf-style message.
@@ -30,7 +30,8 @@ typedef struct jb_error {
 int jb_fail(jb_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* As jb_fail, with ": strerror(code)" appended to the message. Returns -1. */
-int jb_fail_errno(jb_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int jb_fail_errno(jb_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Prefixes the message already in `err` with printf-style context and ": ".
  * Returns -1. The code is kept. */

@@ -6,16 +6,11 @@
 #include <string.h>
 
 static const char *const names[JB_SIG_COUNT] = {
-    [JB_SIG_PATH_TRAVERSAL] = "path_traversal",
-    [JB_SIG_ABSOLUTE_PATH] = "absolute_path",
-    [JB_SIG_SYMLINK_ESCAPE] = "symlink_escape",
-    [JB_SIG_HARD_LINK] = "hard_link",
-    [JB_SIG_SECCOMP_KILL] = "seccomp_kill",
-    [JB_SIG_SHIM_EXIT] = "shim_exit",
-    [JB_SIG_SANDBOX_DIED] = "sandbox_died",
-    [JB_SIG_PROTOCOL_VIOLATION] = "protocol_violation",
-    [JB_SIG_EXCLUDED_PATH] = "excluded_path",
-    [JB_SIG_DENIED_PATH] = "denied_path",
+    [JB_SIG_PATH_TRAVERSAL] = "path_traversal", [JB_SIG_ABSOLUTE_PATH] = "absolute_path",
+    [JB_SIG_SYMLINK_ESCAPE] = "symlink_escape", [JB_SIG_HARD_LINK] = "hard_link",
+    [JB_SIG_SECCOMP_KILL] = "seccomp_kill",     [JB_SIG_SHIM_EXIT] = "shim_exit",
+    [JB_SIG_SANDBOX_DIED] = "sandbox_died",     [JB_SIG_PROTOCOL_VIOLATION] = "protocol_violation",
+    [JB_SIG_EXCLUDED_PATH] = "excluded_path",   [JB_SIG_DENIED_PATH] = "denied_path",
 };
 
 const char *jb_signal_name(enum jb_signal s) {
@@ -29,8 +24,8 @@ int jb_signal_from_name(const char *name) {
 }
 
 /* Calls fn(item, len) for each item of `list` separated by commas or blanks. */
-static int each_item(const char *list, int (*fn)(void *, const char *, size_t, jb_error *), void *ctx,
-                     jb_error *err) {
+static int each_item(const char *list, int (*fn)(void *, const char *, size_t, jb_error *),
+                     void *ctx, jb_error *err) {
   const char *p = list;
   while (*p) {
     p += strspn(p, ", \t");
@@ -44,7 +39,8 @@ static int each_item(const char *list, int (*fn)(void *, const char *, size_t, j
 
 static int kind_of(const char *s, size_t n, jb_error *err, const char *setting) {
   char name[40];
-  if (n >= sizeof name) return jb_fail(err, EINVAL, "%s: unknown signal kind '%.*s'", setting, (int)n, s);
+  if (n >= sizeof name)
+    return jb_fail(err, EINVAL, "%s: unknown signal kind '%.*s'", setting, (int)n, s);
   memcpy(name, s, n);
   name[n] = '\0';
   int k = jb_signal_from_name(name);
@@ -69,14 +65,16 @@ static int take_after(void *ctx, const char *s, size_t n, jb_error *err) {
   if (k < 0) return -1;
   char num[24];
   size_t nl = n - (size_t)(colon - s) - 1;
-  if (nl == 0 || nl >= sizeof num) return jb_fail(err, EINVAL, "JAILBOX_ALERT_AFTER: bad count in '%.*s'", (int)n, s);
+  if (nl == 0 || nl >= sizeof num)
+    return jb_fail(err, EINVAL, "JAILBOX_ALERT_AFTER: bad count in '%.*s'", (int)n, s);
   memcpy(num, colon + 1, nl);
   num[nl] = '\0';
   char *end;
   errno = 0;
   long v = strtol(num, &end, 10);
   if (errno || *end || v < 1 || v > 1000000)
-    return jb_fail(err, EINVAL, "JAILBOX_ALERT_AFTER: count '%s' of %s is not in 1..1000000", num, names[k]);
+    return jb_fail(err, EINVAL, "JAILBOX_ALERT_AFTER: count '%s' of %s is not in 1..1000000", num,
+                   names[k]);
   p->alert_after[k] = v;
   return 0;
 }

@@ -12,18 +12,18 @@
 
 /* Signal kinds. The first block are escape attempts: by default each aborts the session. */
 enum jb_signal {
-  JB_SIG_PATH_TRAVERSAL,     /* a ".." component (jailboxd's syntax check, or the shim's) */
-  JB_SIG_ABSOLUTE_PATH,      /* a path starting with "/" */
-  JB_SIG_SYMLINK_ESCAPE,     /* through or onto a symlink that leads out of the workspace (shim) */
-  JB_SIG_HARD_LINK,          /* a file with more than one hard link (shim) */
-  JB_SIG_SECCOMP_KILL,       /* the shim or a jailed process killed by the syscall filter */
-  JB_SIG_SHIM_EXIT,          /* the shim exited while the session was live */
-  JB_SIG_SANDBOX_DIED,       /* the container died (killed from outside the shim) */
+  JB_SIG_PATH_TRAVERSAL, /* a ".." component (jailboxd's syntax check, or the shim's) */
+  JB_SIG_ABSOLUTE_PATH, /* a path starting with "/" */
+  JB_SIG_SYMLINK_ESCAPE, /* through or onto a symlink that leads out of the workspace (shim) */
+  JB_SIG_HARD_LINK, /* a file with more than one hard link (shim) */
+  JB_SIG_SECCOMP_KILL, /* the shim or a jailed process killed by the syscall filter */
+  JB_SIG_SHIM_EXIT, /* the shim exited while the session was live */
+  JB_SIG_SANDBOX_DIED, /* the container died (killed from outside the shim) */
   JB_SIG_PROTOCOL_VIOLATION, /* a malformed or oversized line from the shim */
   JB_SIG_ESCAPE_COUNT,
   /* not escapes: alert only, after N occurrences */
   JB_SIG_EXCLUDED_PATH = JB_SIG_ESCAPE_COUNT, /* an op on an excluded path */
-  JB_SIG_DENIED_PATH,        /* any other path refused by the rules (special file, …) */
+  JB_SIG_DENIED_PATH, /* any other path refused by the rules (special file, …) */
   JB_SIG_COUNT
 };
 
@@ -34,9 +34,9 @@ enum jb_signal {
 #define JB_ALERT_AFTER_DEFAULT "excluded_path:3,denied_path:10"
 
 struct jb_escape_policy {
-  bool abort[JB_SIG_COUNT];        /* aborts the session at its first occurrence */
-  long alert_after[JB_SIG_COUNT];  /* otherwise: an alert at every alert_after-th; 0 = never */
-  long trust_penalty;              /* trust score points an agent loses per escape abort */
+  bool abort[JB_SIG_COUNT]; /* aborts the session at its first occurrence */
+  long alert_after[JB_SIG_COUNT]; /* otherwise: an alert at every alert_after-th; 0 = never */
+  long trust_penalty; /* trust score points an agent loses per escape abort */
 };
 
 /* The wire name of a kind ("path_traversal", …); "unknown" out of range. */

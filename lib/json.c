@@ -11,16 +11,21 @@ size_t jb_json_depth(const char *buf, size_t len, size_t limit) {
   for (size_t i = 0; i < len; i++) {
     char c = buf[i];
     if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == '[' || c == '{') {
       if (++depth > max) max = depth;
       if (max > limit) return limit + 1;
-    } else if ((c == ']' || c == '}') && depth > 0) depth--;
+    } else if ((c == ']' || c == '}') && depth > 0)
+      depth--;
   }
   return max;
 }
@@ -51,7 +56,7 @@ json_t *jb_json_parse_object(const char *buf, size_t len, size_t max_depth, jb_e
 int jb_json_only_keys(const json_t *obj, const char *const allowed[], jb_error *err) {
   const char *key;
   json_t *val;
-  json_object_foreach((json_t *)obj, key, val) {
+  json_object_foreach ((json_t *)obj, key, val) {
     bool ok = false;
     for (size_t i = 0; allowed[i]; i++)
       if (strcmp(key, allowed[i]) == 0) ok = true;

@@ -50,13 +50,16 @@ static int read_seed(const char *path, unsigned char seed[SEED_LEN], jb_error *e
   if (fd < 0) return jb_fail_errno(err, errno, "signing key %s", path);
   struct stat st;
   if (fstat(fd, &st) < 0) return jb_fail_errno(err, errno, "signing key %s", path);
-  if (!S_ISREG(st.st_mode)) return jb_fail(err, EINVAL, "signing key %s is not a regular file", path);
+  if (!S_ISREG(st.st_mode))
+    return jb_fail(err, EINVAL, "signing key %s is not a regular file", path);
   if (st.st_uid != geteuid())
     return jb_fail(err, EPERM, "signing key %s is owned by uid %u, not by this process's user",
                    path, (unsigned)st.st_uid);
   if (st.st_mode & 077)
-    return jb_fail(err, EPERM, "signing key %s is accessible to group or others (mode %04o); "
-                   "chmod 600 it", path, (unsigned)(st.st_mode & 07777));
+    return jb_fail(err, EPERM,
+                   "signing key %s is accessible to group or others (mode %04o); "
+                   "chmod 600 it",
+                   path, (unsigned)(st.st_mode & 07777));
   unsigned char buf[130];
   size_t n = 0;
   while (n < sizeof buf) {
@@ -73,24 +76,29 @@ static int read_seed(const char *path, unsigned char seed[SEED_LEN], jb_error *e
   for (size_t i = 0; i < n && i < SEED_LEN; i++) hexish += isxdigit(buf[i]) != 0;
   if (n == SEED_LEN && hexish == SEED_LEN) {
     /* 32 hex digits are half a hex seed, not 32 random bytes (chance of a real seed: ~2^-113) */
-    rc = jb_fail(err, EINVAL, "signing key %s: 32 hex characters; expected 64 hex characters "
-                 "(an Ed25519 seed) or 32 raw bytes", path);
+    rc = jb_fail(err, EINVAL,
+                 "signing key %s: 32 hex characters; expected 64 hex characters "
+                 "(an Ed25519 seed) or 32 raw bytes",
+                 path);
   } else if (n == SEED_LEN) {
     memcpy(seed, buf, SEED_LEN);
   } else if ((n == 2 * SEED_LEN || (n == 2 * SEED_LEN + 1 && buf[n - 1] == '\n')) &&
-             sodium_hex2bin(seed, SEED_LEN, (const char *)buf, 2 * SEED_LEN, NULL, &got, &end) == 0 &&
+             sodium_hex2bin(seed, SEED_LEN, (const char *)buf, 2 * SEED_LEN, NULL, &got, &end) ==
+                 0 &&
              got == SEED_LEN) {
   } else {
-    rc = jb_fail(err, EINVAL, "signing key %s: expected 64 hex characters (an Ed25519 seed) "
-                 "or 32 raw bytes", path);
+    rc = jb_fail(err, EINVAL,
+                 "signing key %s: expected 64 hex characters (an Ed25519 seed) "
+                 "or 32 raw bytes",
+                 path);
   }
   sodium_memzero(buf, sizeof buf);
   return rc;
 }
 
 /* Writes `seed` as hex to a new temporary file next to `path`; its name goes to `tmp`. */
-static int write_tmp(const char *path, const unsigned char seed[SEED_LEN], char *tmp,
-                     size_t tmplen, jb_error *err) {
+static int write_tmp(const char *path, const unsigned char seed[SEED_LEN], char *tmp, size_t tmplen,
+                     jb_error *err) {
   snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
   unlink(tmp);
   cleanup_close int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -16,10 +16,10 @@
 #define JB_KEY_FILE_NAME "audit-signing.key"
 
 struct jb_keyring {
-  unsigned char sk[JB_AUDIT_SK_LEN];   /* libsodium secret key: seed ‖ public key */
-  unsigned char pk[JB_AUDIT_PK_LEN];   /* public key */
-  char key_id[JB_AUDIT_KEY_ID_LEN + 1];/* jb_audit_key_id(pk) */
-  char path[4096];                     /* the key file it came from ("" when made from a seed) */
+  unsigned char sk[JB_AUDIT_SK_LEN]; /* libsodium secret key: seed ‖ public key */
+  unsigned char pk[JB_AUDIT_PK_LEN]; /* public key */
+  char key_id[JB_AUDIT_KEY_ID_LEN + 1]; /* jb_audit_key_id(pk) */
+  char path[4096]; /* the key file it came from ("" when made from a seed) */
 };
 
 /* Loads the active key: from `key_file` when that is non-NULL and non-empty (it must exist),

@@ -78,9 +78,7 @@ size_t jb_line_feed(struct jb_line_reader *r, const void *p, size_t n) {
   return take;
 }
 
-void jb_line_end(struct jb_line_reader *r) {
-  r->ended = true;
-}
+void jb_line_end(struct jb_line_reader *r) { r->ended = true; }
 
 ssize_t jb_line_read(struct jb_line_reader *r, int fd, jb_error *err) {
   if (r->failed) drop_held(r);
@@ -182,9 +180,7 @@ int jb_line_next_object(struct jb_line_reader *r, size_t max_depth, json_t **obj
   return *obj ? JB_LINE_OK : JB_LINE_BAD_JSON;
 }
 
-size_t jb_line_held(const struct jb_line_reader *r) {
-  return r->buf.len - r->off;
-}
+size_t jb_line_held(const struct jb_line_reader *r) { return r->buf.len - r->off; }
 
 char *jb_line_take(struct jb_line_reader *r, size_t *len) {
   if (!r->has_last) return NULL;

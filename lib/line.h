@@ -37,44 +37,44 @@
 
 /* What a line longer than max_line does. */
 enum jb_line_over {
-  JB_LINE_FAIL,       /* the reader ends: JB_LINE_TOO_LONG from then on, every later byte dropped */
-  JB_LINE_SKIP,       /* JB_LINE_TOO_LONG once, as soon as the line passes the cap; the rest of the
+  JB_LINE_FAIL, /* the reader ends: JB_LINE_TOO_LONG from then on, every later byte dropped */
+  JB_LINE_SKIP, /* JB_LINE_TOO_LONG once, as soon as the line passes the cap; the rest of the
                        * line, up to and with its '\n', is dropped; the lines after it follow */
   JB_LINE_SKIP_WHOLE, /* the line is dropped up to and with its '\n', and JB_LINE_TOO_LONG is
                        * given once then, in its place among the lines */
 };
 
 struct jb_line_opts {
-  size_t max_line;        /* bytes of one line, not counting its '\n' (≥ 1) */
+  size_t max_line; /* bytes of one line, not counting its '\n' (≥ 1) */
   enum jb_line_over over; /* what a longer line does */
-  bool skip_empty;        /* empty lines are not returned */
+  bool skip_empty; /* empty lines are not returned */
   bool last_unterminated; /* at the end of the input, bytes after the last '\n' form a line */
 };
 
 /* Results of jb_line_next and jb_line_next_object. */
 enum jb_line_rc {
-  JB_LINE_OK = 1,        /* a line */
-  JB_LINE_AGAIN = 0,     /* no complete line held: feed or read more */
-  JB_LINE_END = -1,      /* the input ended (jb_line_end, or a read of 0 bytes) and every line
+  JB_LINE_OK = 1, /* a line */
+  JB_LINE_AGAIN = 0, /* no complete line held: feed or read more */
+  JB_LINE_END = -1, /* the input ended (jb_line_end, or a read of 0 bytes) and every line
                           * was returned; a part-line without '\n' is dropped unless
                           * last_unterminated */
   JB_LINE_TOO_LONG = -2, /* a line over max_line bytes (see enum jb_line_over) */
-  JB_LINE_NOMEM = -3,    /* no memory to hold a line: the reader has ended (as JB_LINE_FAIL) */
+  JB_LINE_NOMEM = -3, /* no memory to hold a line: the reader has ended (as JB_LINE_FAIL) */
   JB_LINE_BAD_JSON = -4, /* jb_line_next_object: the line is not one acceptable JSON object; the
                           * reader goes on with the next line */
 };
 
 struct jb_line_reader {
-  struct jb_buf buf;      /* held bytes: [off, buf.len) not yet returned */
+  struct jb_buf buf; /* held bytes: [off, buf.len) not yet returned */
   struct jb_line_opts o;
-  size_t off;             /* start of the bytes not yet returned */
-  size_t scanned;         /* bytes from off known to hold no '\n' */
+  size_t off; /* start of the bytes not yet returned */
+  size_t scanned; /* bytes from off known to hold no '\n' */
   size_t last_off, last_len; /* the line last returned (for jb_line_take) */
-  bool has_last;          /* … and it is still in place */
-  int failed;             /* 0, or the result every call gives once the reader has ended */
-  bool skipping;          /* inside a line over the cap, dropping up to its '\n' */
-  bool report;            /* a JB_LINE_TOO_LONG is due */
-  bool ended;             /* no more input will come */
+  bool has_last; /* … and it is still in place */
+  int failed; /* 0, or the result every call gives once the reader has ended */
+  bool skipping; /* inside a line over the cap, dropping up to its '\n' */
+  bool report; /* a JB_LINE_TOO_LONG is due */
+  bool ended; /* no more input will come */
 };
 
 /* A reader with options `o` (copied). Allocates nothing until bytes arrive. */

@@ -18,9 +18,7 @@ long long jb_metrics_now_ns(void) {
   return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-long long jb_now_ms(void) {
-  return jb_metrics_now_ns() / 1000000;
-}
+long long jb_now_ms(void) { return jb_metrics_now_ns() / 1000000; }
 
 void jb_histogram_observe(struct jb_histogram *h, long long ns) {
   if (ns < 0) ns = 0;
@@ -33,26 +31,37 @@ void jb_histogram_observe(struct jb_histogram *h, long long ns) {
 
 static void escaped(FILE *out, const char *v) {
   for (; *v; v++) {
-    if (*v == '\\') fputs("\\\\", out);
-    else if (*v == '"') fputs("\\\"", out);
-    else if (*v == '\n') fputs("\\n", out);
-    else fputc(*v, out);
+    if (*v == '\\')
+      fputs("\\\\", out);
+    else if (*v == '"')
+      fputs("\\\"", out);
+    else if (*v == '\n')
+      fputs("\\n", out);
+    else
+      fputc(*v, out);
   }
 }
 
 static void number(FILE *out, double v) {
-  if (isinf(v)) fputs(v > 0 ? "+Inf" : "-Inf", out);
-  else if (isnan(v)) fputs("NaN", out);
-  else if (v == (double)(long long)v && fabs(v) < 9e15) fprintf(out, "%lld", (long long)v);
-  else fprintf(out, "%.9g", v);
+  if (isinf(v))
+    fputs(v > 0 ? "+Inf" : "-Inf", out);
+  else if (isnan(v))
+    fputs("NaN", out);
+  else if (v == (double)(long long)v && fabs(v) < 9e15)
+    fprintf(out, "%lld", (long long)v);
+  else
+    fprintf(out, "%.9g", v);
 }
 
 void jb_prom_header(FILE *out, const char *name, const char *type, const char *help) {
   fprintf(out, "# HELP %s ", name);
   for (const char *p = help; *p; p++) { /* HELP escapes backslash and newline only */
-    if (*p == '\\') fputs("\\\\", out);
-    else if (*p == '\n') fputs("\\n", out);
-    else fputc(*p, out);
+    if (*p == '\\')
+      fputs("\\\\", out);
+    else if (*p == '\n')
+      fputs("\\n", out);
+    else
+      fputc(*p, out);
   }
   fprintf(out, "\n# TYPE %s %s\n", name, type);
 }
@@ -83,8 +92,10 @@ void jb_prom_sample(FILE *out, const char *name, double value, ...) {
 }
 
 static void le_text(double b, char *buf, size_t len) {
-  if (isinf(b)) snprintf(buf, len, "+Inf");
-  else snprintf(buf, len, "%g", b);
+  if (isinf(b))
+    snprintf(buf, len, "+Inf");
+  else
+    snprintf(buf, len, "%g", b);
 }
 
 void jb_prom_histogram_values(FILE *out, const char *name, const char *help, const double *bounds,

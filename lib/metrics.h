@@ -17,10 +17,10 @@ struct jb_histogram {
   const double *bounds;
   int n;
   atomic_ulong counts[JB_HIST_MAX_BUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
-  atomic_ullong sum_ns;                          /* sum of observations, ns */
+  atomic_ullong sum_ns; /* sum of observations, ns */
 };
-#define JB_HISTOGRAM(name, ...)                                           \
-  static const double name##_bounds[] = {__VA_ARGS__};                  \
+#define JB_HISTOGRAM(name, ...)                        \
+  static const double name##_bounds[] = {__VA_ARGS__}; \
   struct jb_histogram name = {name##_bounds, sizeof name##_bounds / sizeof(double), {0}, 0}
 
 /* Time of audit appends (db/audit_store.c: jb_audit_append and jb_audit_seal, signing and

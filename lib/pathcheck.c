@@ -28,15 +28,24 @@ enum jb_path_verdict jb_path_check(const char *path, size_t len, int allow_root)
 
 const char *jb_path_verdict_text(enum jb_path_verdict v) {
   switch (v) {
-  case JB_PATH_OK: return "ok";
-  case JB_PATH_EMPTY: return "the path is empty";
-  case JB_PATH_NUL: return "the path contains a NUL byte";
-  case JB_PATH_ABSOLUTE: return "absolute paths are refused: paths are relative to the workspace root";
-  case JB_PATH_TOO_LONG: return "the path is over 4096 bytes";
-  case JB_PATH_NAME_TOO_LONG: return "a path component is over 255 bytes";
-  case JB_PATH_EMPTY_NAME: return "the path has an empty component";
-  case JB_PATH_DOT: return "'.' components are refused";
-  case JB_PATH_DOTDOT: return "'..' components are refused";
+    case JB_PATH_OK:
+      return "ok";
+    case JB_PATH_EMPTY:
+      return "the path is empty";
+    case JB_PATH_NUL:
+      return "the path contains a NUL byte";
+    case JB_PATH_ABSOLUTE:
+      return "absolute paths are refused: paths are relative to the workspace root";
+    case JB_PATH_TOO_LONG:
+      return "the path is over 4096 bytes";
+    case JB_PATH_NAME_TOO_LONG:
+      return "a path component is over 255 bytes";
+    case JB_PATH_EMPTY_NAME:
+      return "the path has an empty component";
+    case JB_PATH_DOT:
+      return "'.' components are refused";
+    case JB_PATH_DOTDOT:
+      return "'..' components are refused";
   }
   return "invalid path";
 }
@@ -101,7 +110,7 @@ bool jb_path_excluded(const char *path, const json_t *globs, const char **which)
   }
   size_t np;
   split_components(pbuf, pv, &np, false, false);
-  json_array_foreach(globs, i, g) {
+  json_array_foreach (globs, i, g) {
     const char *glob = json_string_value(g);
     if (!glob || !glob[0]) continue;
     /* Excluding errs on the side of hiding, as .gitignore matches: a leading dot is not

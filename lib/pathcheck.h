@@ -9,20 +9,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define JB_PATH_MAX 4096     /* bytes of a whole path, without a terminating NUL */
+#define JB_PATH_MAX 4096 /* bytes of a whole path, without a terminating NUL */
 #define JB_PATH_NAME_MAX 255 /* bytes of one component */
 
 /* Why a path was refused. */
 enum jb_path_verdict {
   JB_PATH_OK = 0,
-  JB_PATH_EMPTY,        /* no bytes */
-  JB_PATH_NUL,          /* a NUL byte inside */
-  JB_PATH_ABSOLUTE,     /* begins with '/' */
-  JB_PATH_TOO_LONG,     /* over JB_PATH_MAX bytes */
-  JB_PATH_NAME_TOO_LONG,/* a component over JB_PATH_NAME_MAX bytes */
-  JB_PATH_EMPTY_NAME,   /* "a//b", a trailing '/' */
-  JB_PATH_DOT,          /* a "." component (only the whole path "." is allowed, as the root) */
-  JB_PATH_DOTDOT,       /* a ".." component */
+  JB_PATH_EMPTY, /* no bytes */
+  JB_PATH_NUL, /* a NUL byte inside */
+  JB_PATH_ABSOLUTE, /* begins with '/' */
+  JB_PATH_TOO_LONG, /* over JB_PATH_MAX bytes */
+  JB_PATH_NAME_TOO_LONG, /* a component over JB_PATH_NAME_MAX bytes */
+  JB_PATH_EMPTY_NAME, /* "a//b", a trailing '/' */
+  JB_PATH_DOT, /* a "." component (only the whole path "." is allowed, as the root) */
+  JB_PATH_DOTDOT, /* a ".." component */
 };
 
 /* Checks `len` bytes at `path` (not necessarily NUL-terminated) against the rules: relative to

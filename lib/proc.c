@@ -18,8 +18,8 @@ int jb_run_as_lookup(const char *user, struct jb_run_as *who, jb_error *err) {
   char buf[4096];
   int rc = getpwnam_r(user, &pw, buf, sizeof buf, &res);
   if (rc != 0 || !res)
-    return jb_fail(err, rc ? rc : ENOENT, "no OS user '%s' (create it: useradd --system %s)",
-                   user, user);
+    return jb_fail(err, rc ? rc : ENOENT, "no OS user '%s' (create it: useradd --system %s)", user,
+                   user);
   who->switch_user = true;
   who->uid = pw.pw_uid;
   who->gid = pw.pw_gid;
@@ -28,7 +28,8 @@ int jb_run_as_lookup(const char *user, struct jb_run_as *who, jb_error *err) {
 
 int jb_proc_run(const char *const argv[], const struct jb_run_as *who, const char *log_path,
                 jb_error *err) {
-  int out = open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  int out =
+      open(log_path ? log_path : "/dev/null", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (out < 0) return jb_fail_errno(err, errno, "open %s", log_path ? log_path : "/dev/null");
   if (who && who->switch_user && fchown(out, who->uid, who->gid) < 0 && errno != EPERM) {
     int e = errno;

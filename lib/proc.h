@@ -8,7 +8,7 @@
 #include "lib/err.h"
 
 struct jb_run_as {
-  bool switch_user;  /* when true, the child drops to uid/gid before exec */
+  bool switch_user; /* when true, the child drops to uid/gid before exec */
   uid_t uid;
   gid_t gid;
 };

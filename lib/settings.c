@@ -30,13 +30,15 @@ static int set_value(void *dst, const struct jb_setting *s, const char *val, con
   if (v < min || v > max)
     return jb_fail(err, ERANGE, "%s: %ld is outside %ld..%ld (from %s)", s->env, v, min, max,
                    origin);
-  if (s->kind == JB_SETTING_BOOL) *(bool *)field = v == 1;
-  else *(long *)field = v;
+  if (s->kind == JB_SETTING_BOOL)
+    *(bool *)field = v == 1;
+  else
+    *(long *)field = v;
   return 0;
 }
 
-static const struct jb_setting *find_flag(const struct jb_setting *table, size_t n, const char *name,
-                                          size_t len) {
+static const struct jb_setting *find_flag(const struct jb_setting *table, size_t n,
+                                          const char *name, size_t len) {
   for (size_t i = 0; i < n; i++)
     if (table[i].flag && strlen(table[i].flag) == len && memcmp(table[i].flag, name, len) == 0)
       return &table[i];
@@ -48,7 +50,8 @@ static int load_flags(void *dst, const struct jb_setting *table, size_t n, int a
                       jb_error *err) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strncmp(a, "--", 2) != 0) return jb_fail(err, EINVAL, "unexpected argument '%s' (see --help)", a);
+    if (strncmp(a, "--", 2) != 0)
+      return jb_fail(err, EINVAL, "unexpected argument '%s' (see --help)", a);
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     const struct jb_setting *s = find_flag(table, n, name, len);
@@ -80,8 +83,10 @@ int jb_settings_load(void *dst, const struct jb_setting *table, size_t n, int ar
 void jb_settings_print_help(FILE *out, const struct jb_setting *table, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const struct jb_setting *s = &table[i];
-    if (s->flag) fprintf(out, "  --%-20s ", s->flag);
-    else fprintf(out, "  ");
+    if (s->flag)
+      fprintf(out, "  --%-20s ", s->flag);
+    else
+      fprintf(out, "  ");
     fprintf(out, "%-28s default: %s\n      %s\n", s->env, s->def[0] ? s->def : "(empty)", s->help);
   }
 }

@@ -17,18 +17,18 @@
 
 enum jb_setting_kind {
   JB_SETTING_STRING, /* char *: a new copy of the text (jb_settings_free releases it) */
-  JB_SETTING_INT,    /* long: a whole number in min..max */
-  JB_SETTING_BOOL,   /* bool: the whole number 0 or 1 */
+  JB_SETTING_INT, /* long: a whole number in min..max */
+  JB_SETTING_BOOL, /* bool: the whole number 0 or 1 */
 };
 
 struct jb_setting {
-  const char *flag;  /* command-line name without "--"; NULL: set by the environment only */
-  const char *env;   /* environment variable; it also names the setting in every message */
+  const char *flag; /* command-line name without "--"; NULL: set by the environment only */
+  const char *env; /* environment variable; it also names the setting in every message */
   enum jb_setting_kind kind;
-  size_t off;        /* offsetof the field in the caller's struct (of the type of `kind`) */
-  const char *def;   /* default, as text ("" lists as "(empty)") */
-  long min, max;     /* accepted range of a JB_SETTING_INT */
-  const char *help;  /* one line */
+  size_t off; /* offsetof the field in the caller's struct (of the type of `kind`) */
+  const char *def; /* default, as text ("" lists as "(empty)") */
+  long min, max; /* accepted range of a JB_SETTING_INT */
+  const char *help; /* one line */
 };
 
 /* Number of entries of a table defined as an array. */

@@ -4,7 +4,7 @@
 #ifndef JB_LIB_TOKEN_H
 #define JB_LIB_TOKEN_H
 
-#define JB_TOKEN_TEXT_LEN 48  /* "jbt_" + 43 base64url chars + NUL */
+#define JB_TOKEN_TEXT_LEN 48 /* "jbt_" + 43 base64url chars + NUL */
 
 /* Mints a new token: 32 random bytes from libsodium, written as "jbt_" + base64url without
  * padding into `text` (JB_TOKEN_TEXT_LEN bytes), and its SHA-256 into `hash`. */

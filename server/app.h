@@ -11,27 +11,28 @@
 #include "server/config.h"
 #include "server/http.h"
 
-struct jb_cache;    /* session read cache (server/cache.h) */
-struct jb_keyring;  /* audit signing keys (lib/keyring.h) */
-struct jb_opwait;   /* waiting op calls (server/opwait.h) */
-struct jb_socket;   /* the Socket.IO endpoint (api/agent/socket.h) */
-struct jb_sweeper;  /* expiry of sessions (api/agent/escape.h) */
-struct jb_fanout;   /* Redis fan-out of events (server/fanout.h) */
-struct jb_workers;  /* this process's jailbox-workers (server/workers.h) */
+struct jb_cache; /* session read cache (server/cache.h) */
+struct jb_keyring; /* audit signing keys (lib/keyring.h) */
+struct jb_opwait; /* waiting op calls (server/opwait.h) */
+struct jb_socket; /* the Socket.IO endpoint (api/agent/socket.h) */
+struct jb_sweeper; /* expiry of sessions (api/agent/escape.h) */
+struct jb_fanout; /* Redis fan-out of events (server/fanout.h) */
+struct jb_workers; /* this process's jailbox-workers (server/workers.h) */
 
 struct jb_app {
-  const struct jb_config *cfg;  /* borrowed, lives as long as the process */
-  struct jb_db *db;             /* connection pool */
-  struct jb_bus *bus;           /* session events */
-  struct jb_cache *cache;       /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
-  struct jb_keyring *keys;      /* audit signing keys; the active one signs new entries */
-  struct jb_opwait *opwait;     /* agent calls waiting on their op (server/opwait.h); may be NULL */
-  atomic_bool draining;         /* set on SIGTERM: /readyz answers 503 */
-  _Atomic long long drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
-  struct jb_socket *sock;       /* for /metrics; NULL until started */
-  struct jb_sweeper *sweeper;   /* NULL until started */
-  struct jb_fanout *fanout;     /* for /metrics; NULL without JAILBOX_REDIS_URL */
-  struct jb_workers *workers;   /* for direct op hand-over (sandbox/proto/direct.h); NULL until
+  const struct jb_config *cfg; /* borrowed, lives as long as the process */
+  struct jb_db *db; /* connection pool */
+  struct jb_bus *bus; /* session events */
+  struct jb_cache *cache; /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
+  struct jb_keyring *keys; /* audit signing keys; the active one signs new entries */
+  struct jb_opwait *opwait; /* agent calls waiting on their op (server/opwait.h); may be NULL */
+  atomic_bool draining; /* set on SIGTERM: /readyz answers 503 */
+  _Atomic long long
+      drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
+  struct jb_socket *sock; /* for /metrics; NULL until started */
+  struct jb_sweeper *sweeper; /* NULL until started */
+  struct jb_fanout *fanout; /* for /metrics; NULL without JAILBOX_REDIS_URL */
+  struct jb_workers *workers; /* for direct op hand-over (sandbox/proto/direct.h); NULL until
                                    started, or with JAILBOX_WORKERS=0; read with __atomic_load_n */
 };
 

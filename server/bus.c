@@ -66,7 +66,8 @@ void jb_bus_publish(struct jb_bus *bus, const char *job_id, const char *event, j
   /* the read lock is held through the transport call so that jb_bus_set_transport (write
    * lock) cannot free the transport's context under it */
   pthread_rwlock_rdlock(&bus->lock);
-  int taken = bus->transport && payload ? bus->transport(bus->transport_ctx, job_id, event, payload) : -1;
+  int taken =
+      bus->transport && payload ? bus->transport(bus->transport_ctx, job_id, event, payload) : -1;
   pthread_rwlock_unlock(&bus->lock);
   if (taken == 0)
     json_decref(payload);

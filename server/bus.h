@@ -18,7 +18,8 @@ typedef void (*jb_bus_fn)(void *ctx, const char *job_id, const char *event, json
 /* A transport. Takes (`job_id`, `event`, `payload` borrowed) out of the process. Returns 0
  * when it took the event (it will reach jb_bus_deliver on every instance, this one
  * included), -1 when it could not (the bus then delivers it in this process only). */
-typedef int (*jb_bus_transport_fn)(void *ctx, const char *job_id, const char *event, json_t *payload);
+typedef int (*jb_bus_transport_fn)(void *ctx, const char *job_id, const char *event,
+                                   json_t *payload);
 
 /* Returns a new, empty bus (free with jb_bus_free), NULL on OOM. */
 struct jb_bus *jb_bus_new(void);

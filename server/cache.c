@@ -19,22 +19,22 @@
 
 struct entry {
   struct entry *next;
-  long long expires;  /* monotonic ms */
+  long long expires; /* monotonic ms */
   char *job_id;
   char *json;
-  unsigned char *readers;  /* n_readers * 32 bytes */
+  unsigned char *readers; /* n_readers * 32 bytes */
   size_t n_readers;
 };
 
 struct jb_cache {
   pthread_mutex_t lock;
   bool enabled;
-  uint64_t stamp;           /* bumped by every invalidation and every enable/disable */
+  uint64_t stamp; /* bumped by every invalidation and every enable/disable */
   size_t count, max;
-  size_t bytes;             /* JSON and reader hashes held by all entries */
+  size_t bytes; /* JSON and reader hashes held by all entries */
   struct entry *buckets[BUCKETS];
   bool service_loaded;
-  unsigned char *service;   /* n_service * 32 bytes */
+  unsigned char *service; /* n_service * 32 bytes */
   size_t n_service;
 };
 
@@ -135,7 +135,8 @@ static bool hash_in(const unsigned char *set, size_t n, const unsigned char h[32
   return found;
 }
 
-char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigned char token_hash[32]) {
+char *jb_cache_get_session(struct jb_cache *c, const char *job_id,
+                           const unsigned char token_hash[32]) {
   char *out = NULL;
   pthread_mutex_lock(&c->lock);
   if (c->enabled) {
@@ -212,7 +213,8 @@ bool jb_cache_has_service_set(struct jb_cache *c) {
   return r;
 }
 
-void jb_cache_put_service_set(struct jb_cache *c, uint64_t stamp, const unsigned char *hashes, size_t n) {
+void jb_cache_put_service_set(struct jb_cache *c, uint64_t stamp, const unsigned char *hashes,
+                              size_t n) {
   unsigned char *copy = n ? malloc(n * 32) : NULL;
   if (n && !copy) return;
   if (n) memcpy(copy, hashes, n * 32);

@@ -31,7 +31,8 @@ void jb_cache_invalidate(struct jb_cache *c, const char *job_id);
 /* When `job_id` is cached and `token_hash` (32 bytes) is one of its buyer tokens or a
  * service token, returns a new copy of its JSON (free it); NULL otherwise (a miss: ask the
  * database). Token hashes are compared in constant time. */
-char *jb_cache_get_session(struct jb_cache *c, const char *job_id, const unsigned char token_hash[32]);
+char *jb_cache_get_session(struct jb_cache *c, const char *job_id,
+                           const unsigned char token_hash[32]);
 
 /* Stores the JSON of `job_id` with its `n_readers` reader token hashes (32 bytes each,
  * concatenated), if the cache is on and nothing was invalidated since `stamp`. */
@@ -41,6 +42,7 @@ void jb_cache_put_session(struct jb_cache *c, uint64_t stamp, const char *job_id
 /* Whether the service token set is loaded; and storing it (`n` hashes of 32 bytes), under
  * the same stamp rule. */
 bool jb_cache_has_service_set(struct jb_cache *c);
-void jb_cache_put_service_set(struct jb_cache *c, uint64_t stamp, const unsigned char *hashes, size_t n);
+void jb_cache_put_service_set(struct jb_cache *c, uint64_t stamp, const unsigned char *hashes,
+                              size_t n);
 
 #endif

@@ -11,85 +11,101 @@
 
 #define S(f) offsetof(struct jb_config, f)
 static const struct jb_setting settings[] = {
-  {"listen", "JAILBOX_LISTEN", JB_SETTING_STRING, S(listen), "127.0.0.1:8080", 0, 0,
-   "HTTP address host:port (port 0: any free port, logged at start)"},
-  {"state-dir", "JAILBOX_STATE_DIR", JB_SETTING_STRING, S(state_dir), "./var", 0, 0,
-   "state directory: embedded PostgreSQL cluster, signing keys"},
-  {"database-url", "JAILBOX_DATABASE_URL", JB_SETTING_STRING, S(database_url), "", 0, 0,
-   "PostgreSQL URL or conninfo; empty: run an embedded cluster under the state directory"},
-  {"pg-bindir", "JAILBOX_PG_BINDIR", JB_SETTING_STRING, S(pg_bindir), "", 0, 0,
-   "directory holding initdb and pg_ctl; empty: newest /usr/lib/postgresql/*/bin, then PATH"},
-  {"db-user", "JAILBOX_DB_USER", JB_SETTING_STRING, S(db_user), "jailbox", 0, 0,
-   "unprivileged OS user that runs the embedded cluster when jailboxd runs as root"},
-  {"workspace-root", "JAILBOX_WORKSPACE_ROOT", JB_SETTING_STRING, S(workspace_root), "./workspaces", 0, 0,
-   "session workspaces must resolve below this directory"},
-  {"service-token-file", "JAILBOX_SERVICE_TOKEN_FILE", JB_SETTING_STRING, S(service_token_file), "", 0, 0,
-   "file holding the bootstrap service token; empty: <state-dir>/service.token, created if missing"},
-  {"signing-key-file", "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0, 0,
-   "audit signing key (Ed25519 seed, mode 0600); empty: <state-dir>/audit-signing.key, created if missing"},
-  {"log-level", "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
-   "least severe level logged: debug, info, warn, error"},
-  {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", JB_SETTING_INT, S(max_body_bytes), "1048576", 1, 1L << 30,
-   "largest accepted request body, bytes (larger: 413)"},
-  {"http-threads", "JAILBOX_HTTP_THREADS", JB_SETTING_INT, S(http_threads), "4", 1, 256,
-   "HTTP worker threads"},
-  {"http-conns-per-ip", "JAILBOX_HTTP_CONNS_PER_IP", JB_SETTING_INT, S(http_conns_per_ip), "128", 1, 65536,
-   "HTTP connections one client address may hold (behind a load balancer: raise it)"},
-  {"http-body-budget", "JAILBOX_HTTP_BODY_BUDGET", JB_SETTING_INT, S(http_body_budget), "67108864", 1024, 1L << 40,
-   "request body bytes held in memory at once over all connections (past it: 503), bytes"},
-  {"http-timeout", "JAILBOX_HTTP_TIMEOUT", JB_SETTING_INT, S(http_timeout_s), "30", 1, 3600,
-   "idle HTTP connection timeout, s; a request body must arrive within twice it"},
-  {"db-pool-size", "JAILBOX_DB_POOL_SIZE", JB_SETTING_INT, S(db_pool_size), "8", 1, 1024,
-   "PostgreSQL connections kept open"},
-  {"db-connect-timeout", "JAILBOX_DB_CONNECT_TIMEOUT", JB_SETTING_INT, S(db_connect_timeout_s), "5", 1, 600,
-   "seconds to wait for a PostgreSQL connection"},
-  {"shutdown-grace-ms", "JAILBOX_SHUTDOWN_GRACE_MS", JB_SETTING_INT, S(shutdown_grace_ms), "10000", 0, 600000,
-   "after SIGTERM/SIGINT, how long in-flight requests may finish, ms"},
-  {"ws-listen", "JAILBOX_WS_LISTEN", JB_SETTING_STRING, S(ws_listen), "127.0.0.1:8081", 0, 0,
-   "Socket.IO (WebSocket) address host:port, path /socket.io/ (port 0: any free port, logged;"
-   " unset while the HTTP port is 0: the HTTP host with port 0)"},
-  {"ws-max-payload", "JAILBOX_WS_MAX_PAYLOAD", JB_SETTING_INT, S(ws_max_payload), "1048576", 1024, 1L << 26,
-   "largest WebSocket message, bytes (Engine.IO maxPayload; larger: close 1009)"},
-  {"ws-ping-interval-ms", "JAILBOX_WS_PING_INTERVAL_MS", JB_SETTING_INT, S(ws_ping_interval_ms), "25000", 50, 3600000,
-   "Engine.IO pingInterval: the server pings every socket this often, ms"},
-  {"ws-ping-timeout-ms", "JAILBOX_WS_PING_TIMEOUT_MS", JB_SETTING_INT, S(ws_ping_timeout_ms), "20000", 50, 3600000,
-   "Engine.IO pingTimeout: a socket that does not answer a ping within it is dropped, ms"},
-  {"ws-handshake-timeout-ms", "JAILBOX_WS_HANDSHAKE_TIMEOUT_MS", JB_SETTING_INT, S(ws_handshake_timeout_ms), "10000", 50, 600000,
-   "WebSocket upgrade plus Socket.IO CONNECT must complete within, ms"},
-  {"ws-max-per-ip", "JAILBOX_WS_MAX_PER_IP", JB_SETTING_INT, S(ws_max_per_ip), "64", 1, 1000000,
-   "open WebSocket connections from one client address (more: HTTP 429)"},
-  {"ws-send-queue-bytes", "JAILBOX_WS_SEND_QUEUE_BYTES", JB_SETTING_INT, S(ws_send_queue_bytes), "4194304", 4096, 1L << 30,
-   "outgoing bytes queued for one socket; a slower client is dropped (close 1008)"},
-  {"ws-workers", "JAILBOX_WS_WORKERS", JB_SETTING_INT, S(ws_workers), "4", 1, 256,
-   "threads running Socket.IO handlers (authentication, session controls, MCP)"},
-  {"workers", "JAILBOX_WORKERS", JB_SETTING_INT, S(workers), "1", 0, 64,
-   "jailbox-worker processes started and supervised by jailboxd (0: none; workers run elsewhere)"},
-  {"approval-timeout", "JAILBOX_APPROVAL_TIMEOUT", JB_SETTING_INT, S(approval_timeout_s), "0", 0, 31L * 24 * 3600,
-   "a supervised write waiting longer for the buyer fails with error `timeout`, s (0: it waits without limit)"},
-  {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
-   "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
-  {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
-   "the content scanner's rules file (grammar in deploy/scan-rules); empty: the rules built in"},
-  {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", JB_SETTING_INT, S(diff_preview_max), "65536", 0, 1048576,
-   "bytes of a supervised write's unified diff preview stored with the op (longer: cut, truncated=true; the approval request event may carry less); 0: none"},
-  {"escape-abort", "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
-   "signal kinds that abort a session at once (comma-separated; 'none'); the others alert"},
-  {"alert-after", "JAILBOX_ALERT_AFTER", JB_SETTING_STRING, S(alert_after), JB_ALERT_AFTER_DEFAULT, 0, 0,
-   "kind:N,...: a security alert at every N-th such signal of a session (escape kinds not"
-   " aborting: every one)"},
-  {"trust-penalty", "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
-   "trust score points an agent loses when an escape signal aborts its session"},
-  {"session-lifetime", "JAILBOX_SESSION_LIFETIME_S", JB_SETTING_INT, S(session_lifetime_s), "3600", 1, 604800,
-   "default maximum lifetime of a session (limits.timeoutSec), s; then it is aborted"},
-  {"idle-timeout", "JAILBOX_IDLE_TIMEOUT_S", JB_SETTING_INT, S(idle_timeout_s), "900", 1, 604800,
-   "default idle timeout (limits.idleTimeoutSec): an active or awaited agent doing nothing"
-   " that long is aborted, s"},
-  {"redis-url", "JAILBOX_REDIS_URL", JB_SETTING_STRING, S(redis_url), "", 0, 0,
-   "Redis for cross-instance socket events: redis://[[user]:password@]host[:port] or"
-   " unix:///path; empty: one instance, in-process events"},
-  {"drain-delay-ms", "JAILBOX_DRAIN_DELAY_MS", JB_SETTING_INT, S(drain_delay_ms), "0", 0, 600000,
-   "after SIGTERM, how long /readyz answers 503 while everything is still served (so that a"
-   " load balancer stops routing here) before the drain starts, ms"},
+    {"listen", "JAILBOX_LISTEN", JB_SETTING_STRING, S(listen), "127.0.0.1:8080", 0, 0,
+     "HTTP address host:port (port 0: any free port, logged at start)"},
+    {"state-dir", "JAILBOX_STATE_DIR", JB_SETTING_STRING, S(state_dir), "./var", 0, 0,
+     "state directory: embedded PostgreSQL cluster, signing keys"},
+    {"database-url", "JAILBOX_DATABASE_URL", JB_SETTING_STRING, S(database_url), "", 0, 0,
+     "PostgreSQL URL or conninfo; empty: run an embedded cluster under the state directory"},
+    {"pg-bindir", "JAILBOX_PG_BINDIR", JB_SETTING_STRING, S(pg_bindir), "", 0, 0,
+     "directory holding initdb and pg_ctl; empty: newest /usr/lib/postgresql/*/bin, then PATH"},
+    {"db-user", "JAILBOX_DB_USER", JB_SETTING_STRING, S(db_user), "jailbox", 0, 0,
+     "unprivileged OS user that runs the embedded cluster when jailboxd runs as root"},
+    {"workspace-root", "JAILBOX_WORKSPACE_ROOT", JB_SETTING_STRING, S(workspace_root),
+     "./workspaces", 0, 0, "session workspaces must resolve below this directory"},
+    {"service-token-file", "JAILBOX_SERVICE_TOKEN_FILE", JB_SETTING_STRING, S(service_token_file),
+     "", 0, 0,
+     "file holding the bootstrap service token; empty: <state-dir>/service.token, created if "
+     "missing"},
+    {"signing-key-file", "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0,
+     0,
+     "audit signing key (Ed25519 seed, mode 0600); empty: <state-dir>/audit-signing.key, created "
+     "if missing"},
+    {"log-level", "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
+     "least severe level logged: debug, info, warn, error"},
+    {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", JB_SETTING_INT, S(max_body_bytes), "1048576", 1,
+     1L << 30, "largest accepted request body, bytes (larger: 413)"},
+    {"http-threads", "JAILBOX_HTTP_THREADS", JB_SETTING_INT, S(http_threads), "4", 1, 256,
+     "HTTP worker threads"},
+    {"http-conns-per-ip", "JAILBOX_HTTP_CONNS_PER_IP", JB_SETTING_INT, S(http_conns_per_ip), "128",
+     1, 65536, "HTTP connections one client address may hold (behind a load balancer: raise it)"},
+    {"http-body-budget", "JAILBOX_HTTP_BODY_BUDGET", JB_SETTING_INT, S(http_body_budget),
+     "67108864", 1024, 1L << 40,
+     "request body bytes held in memory at once over all connections (past it: 503), bytes"},
+    {"http-timeout", "JAILBOX_HTTP_TIMEOUT", JB_SETTING_INT, S(http_timeout_s), "30", 1, 3600,
+     "idle HTTP connection timeout, s; a request body must arrive within twice it"},
+    {"db-pool-size", "JAILBOX_DB_POOL_SIZE", JB_SETTING_INT, S(db_pool_size), "8", 1, 1024,
+     "PostgreSQL connections kept open"},
+    {"db-connect-timeout", "JAILBOX_DB_CONNECT_TIMEOUT", JB_SETTING_INT, S(db_connect_timeout_s),
+     "5", 1, 600, "seconds to wait for a PostgreSQL connection"},
+    {"shutdown-grace-ms", "JAILBOX_SHUTDOWN_GRACE_MS", JB_SETTING_INT, S(shutdown_grace_ms),
+     "10000", 0, 600000, "after SIGTERM/SIGINT, how long in-flight requests may finish, ms"},
+    {"ws-listen", "JAILBOX_WS_LISTEN", JB_SETTING_STRING, S(ws_listen), "127.0.0.1:8081", 0, 0,
+     "Socket.IO (WebSocket) address host:port, path /socket.io/ (port 0: any free port, logged;"
+     " unset while the HTTP port is 0: the HTTP host with port 0)"},
+    {"ws-max-payload", "JAILBOX_WS_MAX_PAYLOAD", JB_SETTING_INT, S(ws_max_payload), "1048576", 1024,
+     1L << 26, "largest WebSocket message, bytes (Engine.IO maxPayload; larger: close 1009)"},
+    {"ws-ping-interval-ms", "JAILBOX_WS_PING_INTERVAL_MS", JB_SETTING_INT, S(ws_ping_interval_ms),
+     "25000", 50, 3600000, "Engine.IO pingInterval: the server pings every socket this often, ms"},
+    {"ws-ping-timeout-ms", "JAILBOX_WS_PING_TIMEOUT_MS", JB_SETTING_INT, S(ws_ping_timeout_ms),
+     "20000", 50, 3600000,
+     "Engine.IO pingTimeout: a socket that does not answer a ping within it is dropped, ms"},
+    {"ws-handshake-timeout-ms", "JAILBOX_WS_HANDSHAKE_TIMEOUT_MS", JB_SETTING_INT,
+     S(ws_handshake_timeout_ms), "10000", 50, 600000,
+     "WebSocket upgrade plus Socket.IO CONNECT must complete within, ms"},
+    {"ws-max-per-ip", "JAILBOX_WS_MAX_PER_IP", JB_SETTING_INT, S(ws_max_per_ip), "64", 1, 1000000,
+     "open WebSocket connections from one client address (more: HTTP 429)"},
+    {"ws-send-queue-bytes", "JAILBOX_WS_SEND_QUEUE_BYTES", JB_SETTING_INT, S(ws_send_queue_bytes),
+     "4194304", 4096, 1L << 30,
+     "outgoing bytes queued for one socket; a slower client is dropped (close 1008)"},
+    {"ws-workers", "JAILBOX_WS_WORKERS", JB_SETTING_INT, S(ws_workers), "4", 1, 256,
+     "threads running Socket.IO handlers (authentication, session controls, MCP)"},
+    {"workers", "JAILBOX_WORKERS", JB_SETTING_INT, S(workers), "1", 0, 64,
+     "jailbox-worker processes started and supervised by jailboxd (0: none; workers run "
+     "elsewhere)"},
+    {"approval-timeout", "JAILBOX_APPROVAL_TIMEOUT", JB_SETTING_INT, S(approval_timeout_s), "0", 0,
+     31L * 24 * 3600,
+     "a supervised write waiting longer for the buyer fails with error `timeout`, s (0: it waits "
+     "without limit)"},
+    {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
+     "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
+    {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
+     "the content scanner's rules file (grammar in deploy/scan-rules); empty: the rules built in"},
+    {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", JB_SETTING_INT, S(diff_preview_max), "65536",
+     0, 1048576,
+     "bytes of a supervised write's unified diff preview stored with the op (longer: cut, "
+     "truncated=true; the approval request event may carry less); 0: none"},
+    {"escape-abort", "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort),
+     JB_ESCAPE_KINDS_TEXT, 0, 0,
+     "signal kinds that abort a session at once (comma-separated; 'none'); the others alert"},
+    {"alert-after", "JAILBOX_ALERT_AFTER", JB_SETTING_STRING, S(alert_after),
+     JB_ALERT_AFTER_DEFAULT, 0, 0,
+     "kind:N,...: a security alert at every N-th such signal of a session (escape kinds not"
+     " aborting: every one)"},
+    {"trust-penalty", "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
+     "trust score points an agent loses when an escape signal aborts its session"},
+    {"session-lifetime", "JAILBOX_SESSION_LIFETIME_S", JB_SETTING_INT, S(session_lifetime_s),
+     "3600", 1, 604800,
+     "default maximum lifetime of a session (limits.timeoutSec), s; then it is aborted"},
+    {"idle-timeout", "JAILBOX_IDLE_TIMEOUT_S", JB_SETTING_INT, S(idle_timeout_s), "900", 1, 604800,
+     "default idle timeout (limits.idleTimeoutSec): an active or awaited agent doing nothing"
+     " that long is aborted, s"},
+    {"redis-url", "JAILBOX_REDIS_URL", JB_SETTING_STRING, S(redis_url), "", 0, 0,
+     "Redis for cross-instance socket events: redis://[[user]:password@]host[:port] or"
+     " unix:///path; empty: one instance, in-process events"},
+    {"drain-delay-ms", "JAILBOX_DRAIN_DELAY_MS", JB_SETTING_INT, S(drain_delay_ms), "0", 0, 600000,
+     "after SIGTERM, how long /readyz answers 503 while everything is still served (so that a"
+     " load balancer stops routing here) before the drain starts, ms"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -101,9 +117,11 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
   if (rc != 0) return rc;
   const char *lv = cfg->log_level;
   if (strcmp(lv, "debug") && strcmp(lv, "info") && strcmp(lv, "warn") && strcmp(lv, "error"))
-    return jb_fail(err, EINVAL, "JAILBOX_LOG_LEVEL: '%s' is not one of debug, info, warn, error", lv);
+    return jb_fail(err, EINVAL, "JAILBOX_LOG_LEVEL: '%s' is not one of debug, info, warn, error",
+                   lv);
   struct jb_escape_policy pol;
-  if (jb_escape_policy_parse(&pol, cfg->escape_abort, cfg->alert_after, cfg->trust_penalty, err) < 0)
+  if (jb_escape_policy_parse(&pol, cfg->escape_abort, cfg->alert_after, cfg->trust_penalty, err) <
+      0)
     return -1;
   char host[256];
   int port;
@@ -114,7 +132,8 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
    * default would make two such instances collide. */
   bool ws_given = get_env && get_env("JAILBOX_WS_LISTEN");
   for (int i = 1; i < argc; i++)
-    if (strncmp(argv[i], "--ws-listen", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '=')) ws_given = true;
+    if (strncmp(argv[i], "--ws-listen", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '='))
+      ws_given = true;
   if (port == 0 && !ws_given) {
     char ws[300];
     snprintf(ws, sizeof ws, strchr(host, ':') ? "[%s]:0" : "%s:0", host);
@@ -136,12 +155,11 @@ void jb_config_print_help(FILE *out, const char *prog) {
           prog);
   jb_settings_print_help(out, settings, N_SETTINGS);
   fprintf(out, "\n  --help                 show this text\n");
-  fprintf(out, "  --routes               print the served routes, METHOD PATTERN per line, and exit\n");
+  fprintf(out,
+          "  --routes               print the served routes, METHOD PATTERN per line, and exit\n");
 }
 
-void jb_config_free(struct jb_config *cfg) {
-  jb_settings_free(cfg, settings, N_SETTINGS);
-}
+void jb_config_free(struct jb_config *cfg) { jb_settings_free(cfg, settings, N_SETTINGS); }
 
 int jb_parse_listen(const char *addr, char *host, size_t host_len, int *port, jb_error *err) {
   const char *colon;

@@ -11,43 +11,43 @@
 #include "lib/err.h"
 
 struct jb_config {
-  char *listen;             /* HTTP listen address "host:port"; port 0 picks a free one */
-  char *state_dir;          /* state directory (embedded database, keys) */
-  char *database_url;       /* libpq URL or conninfo; NULL or "" = embedded PostgreSQL */
-  char *pg_bindir;          /* directory of initdb/pg_ctl for the embedded cluster; "" = search */
-  char *db_user;            /* unprivileged OS user that runs the embedded cluster when root */
-  char *workspace_root;     /* every session workspace must resolve below this directory */
+  char *listen; /* HTTP listen address "host:port"; port 0 picks a free one */
+  char *state_dir; /* state directory (embedded database, keys) */
+  char *database_url; /* libpq URL or conninfo; NULL or "" = embedded PostgreSQL */
+  char *pg_bindir; /* directory of initdb/pg_ctl for the embedded cluster; "" = search */
+  char *db_user; /* unprivileged OS user that runs the embedded cluster when root */
+  char *workspace_root; /* every session workspace must resolve below this directory */
   char *service_token_file; /* bootstrap service token; "" = <state_dir>/service.token */
-  char *signing_key_file;   /* audit signing key (Ed25519 seed); "" = <state_dir>/audit-signing.key */
-  char *log_level;          /* debug | info | warn | error */
-  long max_body_bytes;      /* request body limit, bytes */
-  long http_threads;        /* HTTP worker threads */
-  long http_conns_per_ip;   /* HTTP connections one client address may hold */
-  long http_body_budget;    /* request body bytes held in memory at once, all connections */
-  long http_timeout_s;      /* idle HTTP connection timeout, s */
-  long db_pool_size;        /* PostgreSQL connections kept open */
-  long db_connect_timeout_s;/* seconds libpq waits for a connection */
-  long shutdown_grace_ms;   /* how long in-flight requests may run after SIGTERM, ms */
-  char *ws_listen;          /* Socket.IO (WebSocket) address host:port; port 0 picks a free one */
-  long ws_max_payload;      /* largest WebSocket message, bytes (close 1009 above) */
+  char *signing_key_file; /* audit signing key (Ed25519 seed); "" = <state_dir>/audit-signing.key */
+  char *log_level; /* debug | info | warn | error */
+  long max_body_bytes; /* request body limit, bytes */
+  long http_threads; /* HTTP worker threads */
+  long http_conns_per_ip; /* HTTP connections one client address may hold */
+  long http_body_budget; /* request body bytes held in memory at once, all connections */
+  long http_timeout_s; /* idle HTTP connection timeout, s */
+  long db_pool_size; /* PostgreSQL connections kept open */
+  long db_connect_timeout_s; /* seconds libpq waits for a connection */
+  long shutdown_grace_ms; /* how long in-flight requests may run after SIGTERM, ms */
+  char *ws_listen; /* Socket.IO (WebSocket) address host:port; port 0 picks a free one */
+  long ws_max_payload; /* largest WebSocket message, bytes (close 1009 above) */
   long ws_ping_interval_ms; /* Engine.IO pingInterval, ms */
-  long ws_ping_timeout_ms;  /* Engine.IO pingTimeout: a silent client is dropped after it, ms */
+  long ws_ping_timeout_ms; /* Engine.IO pingTimeout: a silent client is dropped after it, ms */
   long ws_handshake_timeout_ms; /* upgrade + Socket.IO CONNECT must finish within, ms */
-  long ws_max_per_ip;       /* open WebSocket connections per client address */
+  long ws_max_per_ip; /* open WebSocket connections per client address */
   long ws_send_queue_bytes; /* outgoing bytes queued per socket; more: the socket is dropped */
-  long ws_workers;          /* threads running socket handlers (database work) */
-  long workers;             /* jailbox-worker processes jailboxd starts and supervises; 0: none */
-  long approval_timeout_s;  /* a supervised write pending longer fails with `timeout`, s; 0: never */
-  char *worker_bin;         /* the jailbox-worker binary; "" = next to jailboxd */
-  char *scan_rules;         /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
-  long diff_preview_max;    /* bytes of a supervised write's diff preview at most; 0: none */
-  char *escape_abort;       /* signal kinds that abort a session at once (lib/escape_policy.h) */
-  char *alert_after;        /* "kind:N,…": signals that raise an alert every N occurrences */
-  long trust_penalty;       /* trust score points an agent loses per escape abort */
-  long session_lifetime_s;  /* default limits.timeoutSec: a session's maximum lifetime, s */
-  long idle_timeout_s;      /* default limits.idleTimeoutSec: agent inactivity before abort, s */
-  char *redis_url;          /* Redis for cross-instance events (server/fanout.h); "" = in-process */
-  long drain_delay_ms;      /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
+  long ws_workers; /* threads running socket handlers (database work) */
+  long workers; /* jailbox-worker processes jailboxd starts and supervises; 0: none */
+  long approval_timeout_s; /* a supervised write pending longer fails with `timeout`, s; 0: never */
+  char *worker_bin; /* the jailbox-worker binary; "" = next to jailboxd */
+  char *scan_rules; /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
+  long diff_preview_max; /* bytes of a supervised write's diff preview at most; 0: none */
+  char *escape_abort; /* signal kinds that abort a session at once (lib/escape_policy.h) */
+  char *alert_after; /* "kind:N,…": signals that raise an alert every N occurrences */
+  long trust_penalty; /* trust score points an agent loses per escape abort */
+  long session_lifetime_s; /* default limits.timeoutSec: a session's maximum lifetime, s */
+  long idle_timeout_s; /* default limits.idleTimeoutSec: agent inactivity before abort, s */
+  char *redis_url; /* Redis for cross-instance events (server/fanout.h); "" = in-process */
+  long drain_delay_ms; /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

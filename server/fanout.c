@@ -47,7 +47,7 @@ struct jb_fanout {
   atomic_long published, received, refused, connects;
   pthread_mutex_t pub_lock; /* guards pub, pub_gen, pub_retry_at, pub_backoff */
   redisContext *pub;
-  long pub_gen;             /* `connects` when pub was made: a newer subscription means Redis
+  long pub_gen; /* `connects` when pub was made: a newer subscription means Redis
                              * came back, and a publisher connection older than it is stale */
   long long pub_retry_at;
   long pub_backoff;
@@ -110,7 +110,8 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
     hend = p + strcspn(p, ":/?#");
     if (hend > end) hend = end;
     if (hend == p) return jb_fail(err, EINVAL, "Redis URL has no host");
-    if ((size_t)(hend - p) >= sizeof out->host) return jb_fail(err, EINVAL, "Redis URL host too long");
+    if ((size_t)(hend - p) >= sizeof out->host)
+      return jb_fail(err, EINVAL, "Redis URL host too long");
     memcpy(out->host, p, (size_t)(hend - p));
   }
   if (hend < end && *hend == ':') {
@@ -123,7 +124,8 @@ int jb_redis_url_parse(const char *url, struct jb_redis_addr *out, jb_error *err
   } else if (hend != end) {
     return jb_fail(err, EINVAL, "Redis URL: unexpected text after the host");
   }
-  if (*end == '?' || *end == '#') return jb_fail(err, EINVAL, "Redis URL: no query or fragment is accepted");
+  if (*end == '?' || *end == '#')
+    return jb_fail(err, EINVAL, "Redis URL: no query or fragment is accepted");
   if (*end == '/') {
     const char *db = end + 1;
     for (const char *q = db; *q; q++)
@@ -139,7 +141,8 @@ static void *(*hiredis_create_array)(const redisReadTask *, int);
 static pthread_once_t limited_once = PTHREAD_ONCE_INIT;
 
 static void *create_array_limited(const redisReadTask *task, int elements) {
-  if (task->parent || elements > JB_REDIS_MAX_ELEMENTS) return NULL; /* reader: error, nothing kept */
+  if (task->parent || elements > JB_REDIS_MAX_ELEMENTS)
+    return NULL; /* reader: error, nothing kept */
   return hiredis_create_array(task, elements);
 }
 
@@ -163,16 +166,20 @@ void jb_redis_reader_limit(struct redisReader *r) {
 /* A connected stream socket to `a`, opened SOCK_CLOEXEC (hiredis 0.14 opens its own without
  * it, and jailboxd forks workers), within `timeout_ms`; blocking mode on return. The fd, or
  * -1 with `why` set. */
-static int connect_cloexec(const struct jb_redis_addr *a, int timeout_ms, char *why, size_t whylen) {
+static int connect_cloexec(const struct jb_redis_addr *a, int timeout_ms, char *why,
+                           size_t whylen) {
   struct addrinfo *res = NULL, *ai;
   struct sockaddr_un sun = {.sun_family = AF_UNIX};
-  struct addrinfo unix_ai = {.ai_family = AF_UNIX, .ai_socktype = SOCK_STREAM,
-                             .ai_addr = (struct sockaddr *)&sun, .ai_addrlen = sizeof sun};
+  struct addrinfo unix_ai = {.ai_family = AF_UNIX,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_addr = (struct sockaddr *)&sun,
+                             .ai_addrlen = sizeof sun};
   if (a->path[0]) {
     snprintf(sun.sun_path, sizeof sun.sun_path, "%s", a->path);
     res = &unix_ai;
   } else {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     char port[8];
     snprintf(port, sizeof port, "%d", a->port);
     int rc = getaddrinfo(a->host, port, &hints, &res);
@@ -190,7 +197,10 @@ static int connect_cloexec(const struct jb_redis_addr *a, int timeout_ms, char *
       struct pollfd p = {.fd = fd, .events = POLLOUT};
       int soerr = 0;
       socklen_t sl = sizeof soerr;
-      rc = poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0 ? 0 : -1;
+      rc = poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+                   soerr == 0
+               ? 0
+               : -1;
       if (rc < 0) errno = soerr ? soerr : ETIMEDOUT;
     }
     if (rc == 0) break;
@@ -214,8 +224,10 @@ static redisContext *redis_connect(const struct jb_redis_addr *a, char *why, siz
   redisContext *c = redisConnectFd(fd);
   if (!c || c->err) {
     snprintf(why, whylen, "%s", c ? c->errstr : "out of memory");
-    if (c) redisFree(c); /* closes fd */
-    else close(fd);
+    if (c)
+      redisFree(c); /* closes fd */
+    else
+      close(fd);
     return NULL;
   }
   jb_redis_reader_limit(c->reader);
@@ -372,8 +384,8 @@ static void *run(void *arg) {
         jb_log(JB_LOG_WARN, "Redis fan-out lost; events go over PostgreSQL until it is back", NULL);
       }
     } else if (!warned) {
-      jb_log(JB_LOG_WARN, "Redis unreachable; events go over PostgreSQL until it is back",
-             "detail", why, NULL);
+      jb_log(JB_LOG_WARN, "Redis unreachable; events go over PostgreSQL until it is back", "detail",
+             why, NULL);
       warned = true;
     }
     if (wait_or_stop(f, backoff)) return NULL;
@@ -404,7 +416,8 @@ static int publish(void *ctx, const char *job_id, const char *event, json_t *pay
     f->pub = redis_connect(&f->addr, why, sizeof why);
     f->pub_gen = gen;
     if (!f->pub) {
-      f->pub_backoff = f->pub_backoff ? (f->pub_backoff * 2 < BACKOFF_MAX_MS ? f->pub_backoff * 2 : BACKOFF_MAX_MS)
+      f->pub_backoff = f->pub_backoff ? (f->pub_backoff * 2 < BACKOFF_MAX_MS ? f->pub_backoff * 2
+                                                                             : BACKOFF_MAX_MS)
                                       : BACKOFF_MIN_MS;
       f->pub_retry_at = jb_now_ms() + f->pub_backoff;
     } else {

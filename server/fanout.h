@@ -37,10 +37,10 @@ struct jb_fanout;
 
 /* Where Redis is: TCP host and port, or a Unix socket path; optional AUTH credentials. */
 struct jb_redis_addr {
-  char host[256];     /* "" for a Unix socket */
-  int port;           /* 6379 by default */
-  char path[108];     /* Unix socket path, "" for TCP */
-  char user[128];     /* ACL user for AUTH, "" for none (password alone: AUTH <password>) */
+  char host[256]; /* "" for a Unix socket */
+  int port; /* 6379 by default */
+  char path[108]; /* Unix socket path, "" for TCP */
+  char user[128]; /* ACL user for AUTH, "" for none (password alone: AUTH <password>) */
   char password[256]; /* "" for no AUTH */
 };
 

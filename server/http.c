@@ -47,16 +47,16 @@ struct req_ctx {
   struct timespec start;
   char *body;
   size_t len, cap;
-  bool too_large;      /* over the limit: the rest is dropped, then 413 */
-  size_t discarded;    /* bytes dropped so far */
+  bool too_large; /* over the limit: the rest is dropped, then 413 */
+  size_t discarded; /* bytes dropped so far */
   bool answered;
   int status;
   char method[16];
-  char path[160];      /* for the log line: cut, non-ASCII bytes as '?' */
-  char *raw_uri;       /* the request target as sent, before percent-decoding */
-  size_t held;         /* bytes of `body` counted in srv->buffered and in its address share */
-  size_t declared;     /* Content-Length, when given */
-  unsigned slot;       /* the client address's slot in srv->share */
+  char path[160]; /* for the log line: cut, non-ASCII bytes as '?' */
+  char *raw_uri; /* the request target as sent, before percent-decoding */
+  size_t held; /* bytes of `body` counted in srv->buffered and in its address share */
+  size_t declared; /* Content-Length, when given */
+  unsigned slot; /* the client address's slot in srv->share */
 };
 
 /* ---------- JSON error shape and responses ---------- */
@@ -205,10 +205,10 @@ static bool is_tchar(unsigned char c) {
 struct header_scan {
   int total, content_length, transfer_encoding, host, authorization, content_type;
   size_t longest;
-  bool bad_name;      /* a name that is not a token (whitespace before ':', folding, controls) */
-  bool framing_like;  /* a name that starts like a framing header but is another one */
-  const char *te;     /* the Transfer-Encoding value */
-  const char *cl;     /* the Content-Length value */
+  bool bad_name; /* a name that is not a token (whitespace before ':', folding, controls) */
+  bool framing_like; /* a name that starts like a framing header but is another one */
+  const char *te; /* the Transfer-Encoding value */
+  const char *cl; /* the Content-Length value */
 };
 
 static bool starts_with_ci(const char *s, const char *prefix) {
@@ -272,7 +272,8 @@ static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, co
 
 /* FNV-1a of the client's IP address (port excluded), as a slot of srv->share. */
 static unsigned addr_slot(struct MHD_Connection *conn) {
-  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
   const struct sockaddr *sa = ci ? ci->client_addr : NULL;
   const unsigned char *b = NULL;
   size_t n = 0;
@@ -325,9 +326,11 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
   if (c.content_length && (!c.cl || !c.cl[0]))
     return send_error(conn, ctx, 400, "bad_request", "empty Content-Length", true);
   if (c.transfer_encoding && http10)
-    return send_error(conn, ctx, 400, "bad_request", "Transfer-Encoding in an HTTP/1.0 request", true);
+    return send_error(conn, ctx, 400, "bad_request", "Transfer-Encoding in an HTTP/1.0 request",
+                      true);
   if (c.transfer_encoding && !te_is_chunked(c.te ? c.te : ""))
-    return send_error(conn, ctx, 501, "not_implemented", "only the chunked transfer coding is supported", true);
+    return send_error(conn, ctx, 501, "not_implemented",
+                      "only the chunked transfer coding is supported", true);
   if ((!http10 && c.host != 1) || c.host > 1)
     return send_error(conn, ctx, 400, "bad_request", "exactly one Host header is required", true);
   if (c.authorization > 1 || c.content_type > 1)
@@ -366,17 +369,21 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
     resp.close = true;
     return send_resp(conn, ctx, &resp);
   }
-  if (!bearer_syntax_ok(conn) || (srv->opts.authorize_body && !srv->opts.authorize_body(
-          srv->app, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))))
-    return send_error(conn, ctx, 401, "unauthorized", "missing, malformed or unknown bearer token", true);
+  if (!bearer_syntax_ok(conn) ||
+      (srv->opts.authorize_body &&
+       !srv->opts.authorize_body(
+           srv->app,
+           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))))
+    return send_error(conn, ctx, 401, "unauthorized", "missing, malformed or unknown bearer token",
+                      true);
   return MHD_YES;
 }
 
 static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, const char *url,
                      const char *method, struct req_ctx *ctx, struct jb_http_resp *resp) {
   char buf[2048];
-  struct jb_http_req req = {.conn = conn, .method = method, .path = url, .body = ctx->body,
-                            .body_len = ctx->len};
+  struct jb_http_req req = {
+      .conn = conn, .method = method, .path = url, .body = ctx->body, .body_len = ctx->len};
   bool path_known = false;
   char allow[64] = "";
   for (size_t i = 0; i < srv->n_routes; i++) {
@@ -405,13 +412,12 @@ static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, co
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
   struct jb_http_server *srv = cls;
   struct req_ctx *ctx = *con_cls;
   if (!ctx) return MHD_NO; /* the URI callback could not allocate it */
-  if (!ctx->method[0]) {   /* first call: headers complete, no body byte read yet */
+  if (!ctx->method[0]) { /* first call: headers complete, no body byte read yet */
     snprintf(ctx->method, sizeof ctx->method, "%s", method);
     ctx->slot = addr_slot(conn);
     size_t i = 0;
@@ -451,11 +457,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 1024;
       while (cap < ctx->len + n + 1) cap *= 2;
-      if (ctx->declared && ctx->declared + 1 >= ctx->len + n + 1) cap = ctx->declared + 1; /* exact */
+      if (ctx->declared && ctx->declared + 1 >= ctx->len + n + 1)
+        cap = ctx->declared + 1; /* exact */
       if (cap > (size_t)srv->opts.max_body + 1) cap = (size_t)srv->opts.max_body + 1;
       long grow = (long)(cap - ctx->held);
       if (!reserve(srv, ctx, grow))
-        return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again", true);
+        return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again",
+                          true);
       char *nb = realloc(ctx->body, cap);
       if (!nb) {
         atomic_fetch_sub(&srv->buffered, grow);
@@ -515,8 +523,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   return ctx;
 }
 
-__attribute__((format(printf, 2, 0)))
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap) {
   char m[512];
   vsnprintf(m, sizeof m, fmt, ap);
   m[strcspn(m, "\n")] = '\0';
@@ -527,8 +534,8 @@ static int bind_listen(const char *listen_addr, int *port_out, jb_error *err) {
   char host[256];
   int port;
   if (jb_parse_listen(listen_addr, host, sizeof host, &port, err) < 0) return -1;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
   struct addrinfo *res = NULL;
   char ps[8];
   snprintf(ps, sizeof ps, "%d", port);
@@ -573,19 +580,16 @@ int jb_http_start(struct jb_http_server **out, const char *listen_addr,
     free(srv);
     return -1;
   }
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  unsigned flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   srv->mhd = MHD_start_daemon(
-      flags, 0, NULL, NULL, on_request, srv,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-      MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
-      MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->threads,
-      MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+      MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+      (unsigned)opts->threads, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_conns_per_ip,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opts->timeout_s,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096,
-      MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)opts->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_END);
   if (!srv->mhd) {
     close(srv->listen_fd);
     free(srv);

@@ -10,17 +10,17 @@
 #include "lib/err.h"
 
 #define JB_HTTP_MAX_PARAMS 4
-#define JB_HTTP_MAX_HEADERS 100        /* more request headers: 431 */
-#define JB_HTTP_MAX_HEADER_BYTES 8192  /* a longer name+value: 431 */
+#define JB_HTTP_MAX_HEADERS 100 /* more request headers: 431 */
+#define JB_HTTP_MAX_HEADER_BYTES 8192 /* a longer name+value: 431 */
 
 struct MHD_Connection;
 
 struct jb_http_req {
-  struct MHD_Connection *conn;            /* for header and query lookups */
-  const char *method;                     /* "GET", "POST", … */
-  const char *path;                       /* the URL path, without the query */
-  const char *body;                       /* NUL-terminated; NULL when there is none */
-  size_t body_len;                        /* bytes, at most the configured limit */
+  struct MHD_Connection *conn; /* for header and query lookups */
+  const char *method; /* "GET", "POST", … */
+  const char *path; /* the URL path, without the query */
+  const char *body; /* NUL-terminated; NULL when there is none */
+  size_t body_len; /* bytes, at most the configured limit */
   const char *params[JB_HTTP_MAX_PARAMS]; /* values of ":name" segments, in pattern order */
   int n_params;
 };
@@ -38,32 +38,33 @@ struct jb_http_stream {
 };
 
 struct jb_http_resp {
-  int status;                /* HTTP status code */
-  char *body;                /* new allocation, freed by the server; NULL = empty */
+  int status; /* HTTP status code */
+  char *body; /* new allocation, freed by the server; NULL = empty */
   struct jb_http_stream stream; /* .read set: the body comes from it (chunked), not `body` */
-  const char *content_type;  /* static string; default application/json */
-  char allow[64];            /* Allow header value for 405, "" when none */
-  bool close;                /* send Connection: close */
+  const char *content_type; /* static string; default application/json */
+  char allow[64]; /* Allow header value for 405, "" when none */
+  bool close; /* send Connection: close */
 };
 
 /* A handler fills `resp`; it runs on an HTTP worker thread and may block (database). */
-typedef void (*jb_http_handler)(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+typedef void (*jb_http_handler)(void *app, const struct jb_http_req *req,
+                                struct jb_http_resp *resp);
 
 struct jb_route {
-  const char *method;   /* "GET", … */
-  const char *pattern;  /* "/v1/jailbox/:jobId", literal segments and ":name" segments */
+  const char *method; /* "GET", … */
+  const char *pattern; /* "/v1/jailbox/:jobId", literal segments and ":name" segments */
   jb_http_handler fn;
 };
 
 struct jb_http_server;
 
 struct jb_http_opts {
-  long max_body;          /* request body limit, bytes: larger gets 413 */
-  int threads;            /* worker threads */
-  long max_conns_per_ip;  /* connections one client address may hold */
-  long body_budget;       /* request body bytes held at once, all connections (one client
+  long max_body; /* request body limit, bytes: larger gets 413 */
+  int threads; /* worker threads */
+  long max_conns_per_ip; /* connections one client address may hold */
+  long body_budget; /* request body bytes held at once, all connections (one client
                            * address at most a quarter of it): past it 503 */
-  long timeout_s;         /* idle connection timeout, s; a body must arrive within twice it */
+  long timeout_s; /* idle connection timeout, s; a body must arrive within twice it */
   /* Called before any body byte of an API request (/v1/…) is read, with its Authorization
    * header: true when the token is one the application knows (it may ask the database).
    * NULL: the syntax check alone. A body is read only when it answers true. */

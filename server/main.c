@@ -40,12 +40,14 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     jb_cache_invalidate(app->cache, payload);
     return;
   }
-  if (strcmp(channel, "jb_op") == 0) { /* wakes the agent call waiting on that op (api/agent/ops.c) */
+  if (strcmp(channel, "jb_op") ==
+      0) { /* wakes the agent call waiting on that op (api/agent/ops.c) */
     long long op_id;
     char state[20];
     const char *job;
     /* a session's state changed (in any process): the op path's copy of it is old */
-    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0) jb_api_session_changed(job);
+    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0)
+      jb_api_session_changed(job);
     jb_opwait_notify_payload(app->opwait, payload);
     return;
   }
@@ -84,9 +86,7 @@ static int notify_fallback(void *ctx, const char *job_id, const char *event, jso
 
 /* The Redis subscription is (re)made: this instance's sockets may have missed events
  * published meanwhile, so each is sent the state and pending approvals again. */
-static void on_subscribed(void *appv) {
-  jb_api_resync(appv);
-}
+static void on_subscribed(void *appv) { jb_api_resync(appv); }
 
 static int fatal(const char *what, const jb_error *err) {
   jb_log(JB_LOG_FATAL, err->msg, "phase", what, NULL);
@@ -160,7 +160,8 @@ int main(int argc, char **argv) {
   struct jb_listener *listener = NULL;
   struct jb_workers *workers = NULL;
   struct jb_fanout *fanout = NULL;
-  if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) < 0) {
+  if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) <
+      0) {
     exit_code = fatal("database", &err);
     goto out;
   }
@@ -172,8 +173,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   char tokpath[1200];
-  if (cfg.service_token_file[0]) snprintf(tokpath, sizeof tokpath, "%s", cfg.service_token_file);
-  else snprintf(tokpath, sizeof tokpath, "%s/service.token", cfg.state_dir);
+  if (cfg.service_token_file[0])
+    snprintf(tokpath, sizeof tokpath, "%s", cfg.service_token_file);
+  else
+    snprintf(tokpath, sizeof tokpath, "%s/service.token", cfg.state_dir);
   if (jb_api_bootstrap_token(c, tokpath, cfg.service_token_file[0] == '\0', &err) < 0) {
     jb_db_release(app.db, c);
     exit_code = fatal("service token", &err);
@@ -186,8 +189,10 @@ int main(int argc, char **argv) {
     exit_code = fatal("audit signing key", &err);
     goto out;
   }
-  jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path, NULL);
-  jb_log(JB_LOG_INFO, "scan rules", "file", cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
+  jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path,
+         NULL);
+  jb_log(JB_LOG_INFO, "scan rules", "file",
+         cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
   jb_db_release(app.db, c);
   if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
     jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
@@ -202,7 +207,8 @@ int main(int argc, char **argv) {
   /* the read cache trusts only what a live LISTEN connection keeps fresh */
   app.cache = jb_cache_new(10000);
   app.opwait = jb_opwait_new();
-  if ((app.cache || app.opwait) && jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
+  if ((app.cache || app.opwait) &&
+      jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
     exit_code = fatal("change listener", &err);
     goto out;
   }
@@ -210,7 +216,8 @@ int main(int argc, char **argv) {
   /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
   if (cfg.redis_url && cfg.redis_url[0]) {
     if (jb_db_open(&notify_db, conninfo, 1, (int)cfg.db_connect_timeout_s, &err) < 0 ||
-        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, on_subscribed, &app, &err) < 0) {
+        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, on_subscribed, &app,
+                        &err) < 0) {
       exit_code = fatal("redis fan-out", &err);
       goto out;
     }
@@ -219,10 +226,12 @@ int main(int argc, char **argv) {
 
   size_t n_routes;
   const struct jb_route *routes = jb_api_routes(&n_routes);
-  const struct jb_http_opts hopts = {
-      .max_body = cfg.max_body_bytes, .threads = (int)cfg.http_threads,
-      .max_conns_per_ip = cfg.http_conns_per_ip, .body_budget = cfg.http_body_budget,
-      .timeout_s = cfg.http_timeout_s, .authorize_body = jb_api_token_known};
+  const struct jb_http_opts hopts = {.max_body = cfg.max_body_bytes,
+                                     .threads = (int)cfg.http_threads,
+                                     .max_conns_per_ip = cfg.http_conns_per_ip,
+                                     .body_budget = cfg.http_body_budget,
+                                     .timeout_s = cfg.http_timeout_s,
+                                     .authorize_body = jb_api_token_known};
   if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, &hopts, &err) < 0) {
     exit_code = fatal("http", &err);
     goto out;
@@ -233,9 +242,8 @@ int main(int argc, char **argv) {
     goto out;
   }
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
-  if (cfg.workers > 0 &&
-      jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir, conninfo,
-                       app.keys ? app.keys->path : "", &err) < 0)
+  if (cfg.workers > 0 && jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir,
+                                          conninfo, app.keys ? app.keys->path : "", &err) < 0)
     jb_log(JB_LOG_ERROR, err.msg, "phase", "workers", NULL);
   __atomic_store_n(&app.workers, workers, __ATOMIC_RELEASE); /* read by the op handlers */
   char host[256], addr[300], url[320];
@@ -259,7 +267,7 @@ int main(int argc, char **argv) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     atomic_store(&app.drain_deadline_ms, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
-                                            cfg.drain_delay_ms + cfg.shutdown_grace_ms);
+                                             cfg.drain_delay_ms + cfg.shutdown_grace_ms);
   }
   atomic_store(&app.draining, true);
   if (cfg.drain_delay_ms > 0) {

@@ -39,7 +39,8 @@ void jb_opwait_set_up(struct jb_opwait *w, bool up) {
   pthread_mutex_unlock(&w->lock);
 }
 
-void jb_opwait_register(struct jb_opwait *w, struct jb_opwait_ticket *t, const char *job_id, long long op_id) {
+void jb_opwait_register(struct jb_opwait *w, struct jb_opwait_ticket *t, const char *job_id,
+                        long long op_id) {
   snprintf(t->job_id, sizeof t->job_id, "%s", job_id);
   t->op_id = op_id;
   t->fired = false;
@@ -71,7 +72,8 @@ void jb_opwait_unregister(struct jb_opwait *w, struct jb_opwait_ticket *t) {
   pthread_cond_destroy(&t->cond);
 }
 
-bool jb_opwait_wait(struct jb_opwait *w, struct jb_opwait_ticket *t, long timeout_ms, long fallback_ms) {
+bool jb_opwait_wait(struct jb_opwait *w, struct jb_opwait_ticket *t, long timeout_ms,
+                    long fallback_ms) {
   pthread_mutex_lock(&w->lock);
   long ms = !w->up && fallback_ms < timeout_ms ? fallback_ms : timeout_ms;
   struct timespec until;

@@ -17,9 +17,9 @@ struct jb_opwait;
 struct jb_opwait_ticket {
   char job_id[129];
   long long op_id;
-  bool fired;                      /* a notification came since the last wait */
+  bool fired; /* a notification came since the last wait */
   pthread_cond_t cond;
-  struct jb_opwait_ticket *next;   /* registry list, guarded by the registry's lock */
+  struct jb_opwait_ticket *next; /* registry list, guarded by the registry's lock */
 };
 
 /* A new, empty registry (free with jb_opwait_free); NULL on OOM. The registry starts "down":
@@ -36,7 +36,8 @@ void jb_opwait_set_up(struct jb_opwait *w, bool up);
  * `op_id` -1: not stored yet, every op of the session fires it until jb_opwait_set_op. Register
  * before the op is stored (or before the first read of its row), so that no notification
  * falls in between. */
-void jb_opwait_register(struct jb_opwait *w, struct jb_opwait_ticket *t, const char *job_id, long long op_id);
+void jb_opwait_register(struct jb_opwait *w, struct jb_opwait_ticket *t, const char *job_id,
+                        long long op_id);
 
 /* Names the op of a ticket registered with -1, once it is stored. */
 void jb_opwait_set_op(struct jb_opwait *w, struct jb_opwait_ticket *t, long long op_id);
@@ -47,7 +48,8 @@ void jb_opwait_unregister(struct jb_opwait *w, struct jb_opwait_ticket *t);
 /* Sleeps until `t` is fired or `timeout_ms` (milliseconds; `fallback_ms` instead while the
  * registry is down, when that is shorter) have passed; clears the fired flag. Returns true
  * when woken by a notification, false on timeout. */
-bool jb_opwait_wait(struct jb_opwait *w, struct jb_opwait_ticket *t, long timeout_ms, long fallback_ms);
+bool jb_opwait_wait(struct jb_opwait *w, struct jb_opwait_ticket *t, long timeout_ms,
+                    long fallback_ms);
 
 /* Fires the tickets of op `op_id` of `job_id` (and those of the session not yet naming an
  * op), or every ticket of `job_id` when `op_id` is 0.

@@ -65,12 +65,14 @@ static enum jb_sio_verdict decode_event(const char *p, size_t n, struct jb_sio_r
 /* One Socket.IO packet: the message without its Engine.IO type, `n` bytes. */
 static enum jb_sio_verdict decode_sio(const char *p, size_t n, enum jb_sio_phase phase,
                                       struct jb_sio_rx *out) {
-  if (n == 0 || p[0] < '0' || p[0] > '6') return refuse(out, JB_WS_CLOSE_POLICY, "bad Socket.IO packet type");
+  if (n == 0 || p[0] < '0' || p[0] > '6')
+    return refuse(out, JB_WS_CLOSE_POLICY, "bad Socket.IO packet type");
   int type = p[0] - '0';
   out->sio = type;
   if (type == JB_SIO_BINARY_EVENT || type == JB_SIO_BINARY_ACK)
     return refuse(out, JB_WS_CLOSE_UNSUPPORTED, "binary Socket.IO packets are not supported");
-  if (type == JB_SIO_CONNECT_ERROR) return refuse(out, JB_WS_CLOSE_POLICY, "CONNECT_ERROR is a server packet");
+  if (type == JB_SIO_CONNECT_ERROR)
+    return refuse(out, JB_WS_CLOSE_POLICY, "CONNECT_ERROR is a server packet");
   if (phase != JB_SIO_PHASE_CONNECTED && type != JB_SIO_CONNECT)
     return refuse(out, JB_WS_CLOSE_POLICY, "packet before CONNECT");
   size_t i = 1;
@@ -94,24 +96,26 @@ static enum jb_sio_verdict decode_sio(const char *p, size_t n, enum jb_sio_phase
       v = v * 10 + (p[i] - '0');
       i++;
     }
-    if (digits > 16 || v > JB_SIO_ACK_ID_MAX) return refuse(out, JB_WS_CLOSE_POLICY, "ack id too large");
+    if (digits > 16 || v > JB_SIO_ACK_ID_MAX)
+      return refuse(out, JB_WS_CLOSE_POLICY, "ack id too large");
     if (digits) out->ack = v;
   }
   if (type != JB_SIO_CONNECT && strcmp(out->nsp, "/") != 0)
     return refuse(out, JB_WS_CLOSE_POLICY, "unknown namespace");
   switch (type) {
-  case JB_SIO_CONNECT:
-    return decode_connect(p + i, n - i, phase, out);
-  case JB_SIO_DISCONNECT:
-    return refuse(out, JB_WS_CLOSE_NORMAL, "client disconnected");
-  case JB_SIO_EVENT:
-    return decode_event(p + i, n - i, out);
-  default: /* ACK: the server asks for none; its data is not looked at */
-    return JB_SIO_RX_OK;
+    case JB_SIO_CONNECT:
+      return decode_connect(p + i, n - i, phase, out);
+    case JB_SIO_DISCONNECT:
+      return refuse(out, JB_WS_CLOSE_NORMAL, "client disconnected");
+    case JB_SIO_EVENT:
+      return decode_event(p + i, n - i, out);
+    default: /* ACK: the server asks for none; its data is not looked at */
+      return JB_SIO_RX_OK;
   }
 }
 
-enum jb_sio_verdict jb_sio_parse(const char *text, size_t n, enum jb_sio_phase phase, struct jb_sio_rx *out) {
+enum jb_sio_verdict jb_sio_parse(const char *text, size_t n, enum jb_sio_phase phase,
+                                 struct jb_sio_rx *out) {
   memset(out, 0, sizeof *out);
   out->sio = -1;
   out->ack = -1;
@@ -120,24 +124,24 @@ enum jb_sio_verdict jb_sio_parse(const char *text, size_t n, enum jb_sio_phase p
   if (n == 0) return refuse(out, JB_WS_CLOSE_POLICY, "empty Engine.IO packet");
   out->eio = text[0];
   switch (text[0]) {
-  case JB_EIO_PING:
-    if (n == 1) return JB_SIO_RX_OK;
-    if (n == 6 && memcmp(text, "2probe", 6) == 0) {
-      out->probe = true;
+    case JB_EIO_PING:
+      if (n == 1) return JB_SIO_RX_OK;
+      if (n == 6 && memcmp(text, "2probe", 6) == 0) {
+        out->probe = true;
+        return JB_SIO_RX_OK;
+      }
+      return refuse(out, JB_WS_CLOSE_POLICY, "bad Engine.IO ping");
+    case JB_EIO_PONG:
+      out->pong_data = n > 1;
       return JB_SIO_RX_OK;
-    }
-    return refuse(out, JB_WS_CLOSE_POLICY, "bad Engine.IO ping");
-  case JB_EIO_PONG:
-    out->pong_data = n > 1;
-    return JB_SIO_RX_OK;
-  case JB_EIO_MESSAGE:
-    return decode_sio(text + 1, n - 1, phase, out);
-  case JB_EIO_CLOSE:
-    return refuse(out, JB_WS_CLOSE_NORMAL, "client closed");
-  case JB_EIO_NOOP:
-    return JB_SIO_RX_OK;
-  default:
-    return refuse(out, JB_WS_CLOSE_POLICY, "bad Engine.IO packet type");
+    case JB_EIO_MESSAGE:
+      return decode_sio(text + 1, n - 1, phase, out);
+    case JB_EIO_CLOSE:
+      return refuse(out, JB_WS_CLOSE_NORMAL, "client closed");
+    case JB_EIO_NOOP:
+      return JB_SIO_RX_OK;
+    default:
+      return refuse(out, JB_WS_CLOSE_POLICY, "bad Engine.IO packet type");
   }
 }
 
@@ -146,7 +150,8 @@ void jb_sio_rx_clear(struct jb_sio_rx *rx) {
   rx->data = NULL;
 }
 
-size_t jb_sio_head(char out[JB_SIO_HEAD_MAX], enum jb_sio_type type, const char *nsp, long long ack) {
+size_t jb_sio_head(char out[JB_SIO_HEAD_MAX], enum jb_sio_type type, const char *nsp,
+                   long long ack) {
   size_t n = 0;
   out[n++] = JB_EIO_MESSAGE;
   out[n++] = (char)('0' + type);
@@ -196,11 +201,12 @@ size_t jb_sio_connect_ok(char *out, size_t cap, const char *sid) {
   return printed(snprintf(out, cap, "40{\"sid\":\"%s\"}", sid), cap);
 }
 
-size_t jb_eio_open(char *out, size_t cap, const char *sid, long ping_interval_ms, long ping_timeout_ms,
-                   size_t max_payload) {
-  return printed(snprintf(out, cap,
-                          "0{\"sid\":\"%s\",\"upgrades\":[],\"pingInterval\":%ld,\"pingTimeout\":%ld,"
-                          "\"maxPayload\":%zu}",
-                          sid, ping_interval_ms, ping_timeout_ms, max_payload),
-                 cap);
+size_t jb_eio_open(char *out, size_t cap, const char *sid, long ping_interval_ms,
+                   long ping_timeout_ms, size_t max_payload) {
+  return printed(
+      snprintf(out, cap,
+               "0{\"sid\":\"%s\",\"upgrades\":[],\"pingInterval\":%ld,\"pingTimeout\":%ld,"
+               "\"maxPayload\":%zu}",
+               sid, ping_interval_ms, ping_timeout_ms, max_payload),
+      cap);
 }

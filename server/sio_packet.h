@@ -14,11 +14,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define JB_SIO_MAX_NSP 64                 /* namespace bytes (echoed in a CONNECT_ERROR) */
-#define JB_SIO_MAX_EVENT_NAME 64          /* event name bytes */
-#define JB_SIO_JSON_DEPTH 32              /* nesting of a packet's JSON data */
+#define JB_SIO_MAX_NSP 64 /* namespace bytes (echoed in a CONNECT_ERROR) */
+#define JB_SIO_MAX_EVENT_NAME 64 /* event name bytes */
+#define JB_SIO_JSON_DEPTH 32 /* nesting of a packet's JSON data */
 #define JB_SIO_ACK_ID_MAX 9007199254740991LL /* 2^53 - 1: the largest id a JS client can hold */
-#define JB_SIO_HEAD_MAX 96                /* bytes of a packet head from jb_sio_head, NUL included */
+#define JB_SIO_HEAD_MAX 96 /* bytes of a packet head from jb_sio_head, NUL included */
 
 /* Engine.IO v4 packet types: the first character of each message. */
 enum jb_eio_type {
@@ -53,32 +53,32 @@ enum jb_sio_type {
 
 /* Where a connection is with its Socket.IO CONNECT (what a client may send depends on it). */
 enum jb_sio_phase {
-  JB_SIO_PHASE_OPEN,       /* Engine.IO is open; no CONNECT yet */
+  JB_SIO_PHASE_OPEN, /* Engine.IO is open; no CONNECT yet */
   JB_SIO_PHASE_CONNECTING, /* CONNECT sent, its answer pending */
-  JB_SIO_PHASE_CONNECTED,  /* CONNECT accepted */
+  JB_SIO_PHASE_CONNECTED, /* CONNECT accepted */
 };
 
 /* What to do with a message. */
 enum jb_sio_verdict {
-  JB_SIO_RX_OK,            /* act on the packet */
-  JB_SIO_RX_CLOSE,         /* close the WebSocket with close_code and reason: the client closed
+  JB_SIO_RX_OK, /* act on the packet */
+  JB_SIO_RX_CLOSE, /* close the WebSocket with close_code and reason: the client closed
                               (Engine.IO close, Socket.IO DISCONNECT) or broke a rule */
   JB_SIO_RX_CONNECT_ERROR, /* answer a CONNECT_ERROR with `reason` on `nsp`; the connection stays */
 };
 
 /* One message from a client, decoded. */
 struct jb_sio_rx {
-  char eio;                             /* Engine.IO type (enum jb_eio_type) */
-  bool probe;                           /* PING: it was "2probe" (answer "3probe") */
-  bool pong_data;                       /* PONG: data followed the type (not a heartbeat answer) */
-  int sio;                              /* MESSAGE: Socket.IO type (enum jb_sio_type); else -1 */
-  char nsp[JB_SIO_MAX_NSP + 1];         /* MESSAGE: the namespace, "/" when none was given */
-  long long ack;                        /* EVENT, ACK: the ack id; -1 when none */
+  char eio; /* Engine.IO type (enum jb_eio_type) */
+  bool probe; /* PING: it was "2probe" (answer "3probe") */
+  bool pong_data; /* PONG: data followed the type (not a heartbeat answer) */
+  int sio; /* MESSAGE: Socket.IO type (enum jb_sio_type); else -1 */
+  char nsp[JB_SIO_MAX_NSP + 1]; /* MESSAGE: the namespace, "/" when none was given */
+  long long ack; /* EVENT, ACK: the ack id; -1 when none */
   char name[JB_SIO_MAX_EVENT_NAME + 1]; /* EVENT: the event name */
-  json_t *data;         /* OK: CONNECT's auth object (NULL when none was sent), EVENT's arguments
+  json_t *data; /* OK: CONNECT's auth object (NULL when none was sent), EVENT's arguments
                            (an array, the name removed); new reference, else NULL */
-  unsigned close_code;  /* CLOSE: the WebSocket close code (RFC 6455 §7.4.1) */
-  const char *reason;   /* CLOSE: why, for the close frame and the log; CONNECT_ERROR: the
+  unsigned close_code; /* CLOSE: the WebSocket close code (RFC 6455 §7.4.1) */
+  const char *reason; /* CLOSE: why, for the close frame and the log; CONNECT_ERROR: the
                            message for the client. Static text. */
 };
 
@@ -95,7 +95,8 @@ struct jb_sio_rx {
  * is not such a JSON object, earns a CONNECT_ERROR. Engine.IO close and Socket.IO DISCONNECT
  * are CLOSE 1000. An ACK is decoded (the ack id only) and its data ignored: the server asks
  * for none. Returns the verdict with *out filled; release out->data (jb_sio_rx_clear). */
-enum jb_sio_verdict jb_sio_parse(const char *text, size_t n, enum jb_sio_phase phase, struct jb_sio_rx *out);
+enum jb_sio_verdict jb_sio_parse(const char *text, size_t n, enum jb_sio_phase phase,
+                                 struct jb_sio_rx *out);
 
 /* Releases what a decoded packet holds (safe to call twice). */
 void jb_sio_rx_clear(struct jb_sio_rx *rx);
@@ -104,7 +105,8 @@ void jb_sio_rx_clear(struct jb_sio_rx *rx);
  * namespace and ',' unless `nsp` is NULL or "/", the ack id unless `ack` < 0 — to `out`,
  * NUL-terminated (JB_SIO_HEAD_MAX bytes hold any namespace of JB_SIO_MAX_NSP bytes). The
  * packet is the head followed by its JSON data, if any. Returns the head's length. */
-size_t jb_sio_head(char out[JB_SIO_HEAD_MAX], enum jb_sio_type type, const char *nsp, long long ack);
+size_t jb_sio_head(char out[JB_SIO_HEAD_MAX], enum jb_sio_type type, const char *nsp,
+                   long long ack);
 
 /* The data of an EVENT: the JSON array [event, payload] (just [event] when `payload` is
  * NULL), compact. `payload` is stolen. Returns a new string (free()), NULL when out of memory. */
@@ -125,7 +127,7 @@ size_t jb_sio_connect_ok(char *out, size_t cap, const char *sid);
 /* The Engine.IO open packet of the websocket transport (no upgrades): 0{"sid", "upgrades":[],
  * "pingInterval" and "pingTimeout" in ms, "maxPayload" in bytes}, in `out` (`cap` bytes,
  * NUL-terminated; 256 are enough for a sid of 23 URL-safe characters). Returns its length. */
-size_t jb_eio_open(char *out, size_t cap, const char *sid, long ping_interval_ms, long ping_timeout_ms,
-                   size_t max_payload);
+size_t jb_eio_open(char *out, size_t cap, const char *sid, long ping_interval_ms,
+                   long ping_timeout_ms, size_t max_payload);
 
 #endif

@@ -26,9 +26,9 @@
 struct slot {
   char id[512];
   char pidfile[PATH_MAX];
-  char ops_socket[108];  /* sandbox/proto/direct.h; "" when the path would not fit a sockaddr_un */
-  pid_t pid;          /* 0: not running */
-  bool adopted;       /* not our child: watched through its pid file's lock */
+  char ops_socket[108]; /* sandbox/proto/direct.h; "" when the path would not fit a sockaddr_un */
+  pid_t pid; /* 0: not running */
+  bool adopted; /* not our child: watched through its pid file's lock */
   long long started_ms, next_start_ms;
   long backoff_ms;
 };
@@ -99,21 +99,28 @@ static void *monitor(void *arg) {
       if (s->pid > 0) {
         bool gone = false;
         int st = 0;
-        if (s->adopted) gone = locked_pid(s->pidfile) != s->pid;
-        else gone = waitpid(s->pid, &st, WNOHANG) == s->pid;
+        if (s->adopted)
+          gone = locked_pid(s->pidfile) != s->pid;
+        else
+          gone = waitpid(s->pid, &st, WNOHANG) == s->pid;
         if (!gone) continue;
         char how[48];
-        if (s->adopted) snprintf(how, sizeof how, "gone");
-        else if (WIFSIGNALED(st)) snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
-        else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(st));
+        if (s->adopted)
+          snprintf(how, sizeof how, "gone");
+        else if (WIFSIGNALED(st))
+          snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
+        else
+          snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(st));
         /* a worker that ran a minute had a good run: start again at once */
         if (jb_now_ms() - s->started_ms > 60000) s->backoff_ms = 0;
-        s->backoff_ms = s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
+        s->backoff_ms =
+            s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
         s->next_start_ms = jb_now_ms() + s->backoff_ms;
         s->pid = 0;
         char b[24];
         snprintf(b, sizeof b, "%ld", s->backoff_ms);
-        jb_log(JB_LOG_WARN, "worker exited; restarting", "worker", s->id, "how", how, "afterMs", b, NULL);
+        jb_log(JB_LOG_WARN, "worker exited; restarting", "worker", s->id, "how", how, "afterMs", b,
+               NULL);
       } else if (jb_now_ms() >= s->next_start_ms) {
         pid_t other = locked_pid(s->pidfile);
         if (other > 0) {
@@ -156,7 +163,8 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
   }
   if (access(w->bin, X_OK) < 0) {
     int e = errno;
-    jb_fail_errno(err, e, "worker binary %s (set JAILBOX_WORKER_BIN, or JAILBOX_WORKERS=0)", w->bin);
+    jb_fail_errno(err, e, "worker binary %s (set JAILBOX_WORKER_BIN, or JAILBOX_WORKERS=0)",
+                  w->bin);
     free(w->slots);
     free(w);
     return -1;
@@ -173,9 +181,12 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
     snprintf(w->slots[i].pidfile, sizeof w->slots[i].pidfile, "%s/worker-%zu.pid", abs_state, i);
     char ops[PATH_MAX];
     snprintf(ops, sizeof ops, "%s/worker-%zu.ops", abs_state, i);
-    if (strlen(ops) < sizeof w->slots[i].ops_socket) memcpy(w->slots[i].ops_socket, ops, strlen(ops) + 1);
-    else jb_log(JB_LOG_WARN, "state directory path too long for the worker's ops socket: ops take the queued path",
-                "worker", w->slots[i].id, NULL);
+    if (strlen(ops) < sizeof w->slots[i].ops_socket)
+      memcpy(w->slots[i].ops_socket, ops, strlen(ops) + 1);
+    else
+      jb_log(JB_LOG_WARN,
+             "state directory path too long for the worker's ops socket: ops take the queued path",
+             "worker", w->slots[i].id, NULL);
   }
   pthread_mutex_init(&w->lock, NULL);
   /* the first start happens here, so that the log shows it before "listening" */
@@ -188,7 +199,8 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
       s->started_ms = jb_now_ms();
       char p[16];
       snprintf(p, sizeof p, "%d", (int)other);
-      jb_log(JB_LOG_INFO, "worker adopted (left running by an earlier jailboxd)", "worker", s->id, "pid", p, NULL);
+      jb_log(JB_LOG_INFO, "worker adopted (left running by an earlier jailboxd)", "worker", s->id,
+             "pid", p, NULL);
     } else {
       spawn(w, s);
     }
@@ -212,7 +224,8 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
   for (size_t i = 0; i < w->n; i++) {
     struct slot *s = &w->slots[i];
     while (s->pid > 0) {
-      bool gone = s->adopted ? locked_pid(s->pidfile) != s->pid : waitpid(s->pid, NULL, WNOHANG) == s->pid;
+      bool gone =
+          s->adopted ? locked_pid(s->pidfile) != s->pid : waitpid(s->pid, NULL, WNOHANG) == s->pid;
       if (gone) {
         s->pid = 0;
         break;
@@ -237,6 +250,7 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
 const char *jb_workers_ops_socket(const struct jb_workers *w, const char *worker_id) {
   if (!w || !worker_id) return NULL;
   for (size_t i = 0; i < w->n; i++) /* ids and paths are fixed at start: no lock needed */
-    if (strcmp(w->slots[i].id, worker_id) == 0) return w->slots[i].ops_socket[0] ? w->slots[i].ops_socket : NULL;
+    if (strcmp(w->slots[i].id, worker_id) == 0)
+      return w->slots[i].ops_socket[0] ? w->slots[i].ops_socket : NULL;
   return NULL;
 }

@@ -27,12 +27,12 @@
 
 /* ---------- limits that are not settings ---------- */
 
-#define MAX_INFLIGHT 64  /* handler calls outstanding per connection */
-#define MAX_JOBS 8192    /* handler calls queued in all */
+#define MAX_INFLIGHT 64 /* handler calls outstanding per connection */
+#define MAX_JOBS 8192 /* handler calls queued in all */
 #define MAX_ITEMS 200000 /* cross-thread messages waiting for the service thread */
-#define LINGER_MS 2000   /* after our close frame: wait for the peer to close */
+#define LINGER_MS 2000 /* after our close frame: wait for the peer to close */
 
-#define SCRATCH 65536             /* queued frames gathered into one write, bytes */
+#define SCRATCH 65536 /* queued frames gathered into one write, bytes */
 #define ID_BUCKETS 4096
 #define ROOM_BUCKETS 1024
 #define IP_BUCKETS 256
@@ -41,7 +41,7 @@
 
 struct frame {
   int refs;
-  size_t len;          /* bytes at data */
+  size_t len; /* bytes at data */
   unsigned char *data; /* mem + LWS_PRE */
   unsigned char mem[];
 };
@@ -96,11 +96,11 @@ static struct frame *frame_ack(long long ack, const json_t *reply) {
 /* ---------- cross-thread messages (any thread → service thread) ---------- */
 
 enum item_kind {
-  IT_SEND,   /* frame to one connected socket */
-  IT_ROOM,   /* frame to the room's sockets whose role matches */
+  IT_SEND, /* frame to one connected socket */
+  IT_ROOM, /* frame to the room's sockets whose role matches */
   IT_ACCEPT, /* CONNECT accepted: join room, answer 40{sid} */
   IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
-  IT_DONE,   /* a handler call finished; optional ACK frame */
+  IT_DONE, /* a handler call finished; optional ACK frame */
   IT_ROOM_END, /* the room's matching sockets: DISCONNECT, then close */
   IT_RESYNC, /* run the resync handler for every connected socket */
 };
@@ -110,7 +110,8 @@ struct item {
   enum item_kind kind;
   uint64_t conn;
   unsigned roles;
-  long long seq; /* IT_SEND, IT_ROOM: the number of a numbered event (jb_ws_broadcast_seq); 0: none */
+  long long
+      seq; /* IT_SEND, IT_ROOM: the number of a numbered event (jb_ws_broadcast_seq); 0: none */
   struct frame *f;
   char room[129];
 };
@@ -125,7 +126,7 @@ struct job {
   void (*fn)(void *arg, bool run); /* J_CALL (jb_ws_run) */
   void *arg;
   struct jb_ws_peer peer;
-  json_t *data;  /* auth object or NULL / event args array */
+  json_t *data; /* auth object or NULL / event args array */
   long long ack; /* -1: none */
   char name[JB_SIO_MAX_EVENT_NAME + 1];
 };
@@ -133,11 +134,11 @@ struct job {
 /* ---------- connections (service thread only) ---------- */
 
 enum cstate {
-  CS_HTTP,    /* reading the upgrade request */
-  CS_EIO,     /* Engine.IO open; waiting for Socket.IO CONNECT */
-  CS_SIO,     /* Socket.IO connected */
+  CS_HTTP, /* reading the upgrade request */
+  CS_EIO, /* Engine.IO open; waiting for Socket.IO CONNECT */
+  CS_SIO, /* Socket.IO connected */
   CS_CLOSING, /* close frame / refusal queued; no more input is read */
-  CS_LINGER,  /* our side shut down; discard input until the peer closes */
+  CS_LINGER, /* our side shut down; discard input until the peer closes */
 };
 
 struct qnode {
@@ -165,12 +166,12 @@ struct conn {
   char sid[24];
   char addr[64];
   struct jb_ws_handshake hs; /* CS_HTTP: the upgrade request read so far */
-  struct jb_ws_reader rd;    /* CS_EIO, CS_SIO: the client's frames */
+  struct jb_ws_reader rd; /* CS_EIO, CS_SIO: the client's frames */
   /* send queue */
   struct qnode *qhead, *qtail;
   size_t qbytes;
   /* timers */
-  lws_sorted_usec_list_t sul_hs;   /* handshake timeout, then linger/kill */
+  lws_sorted_usec_list_t sul_hs; /* handshake timeout, then linger/kill */
   lws_sorted_usec_list_t sul_ping; /* ping interval / pong timeout */
 };
 
@@ -197,7 +198,8 @@ struct jb_ws {
   bool service_started;
   bool drained, forced;
   atomic_bool drain_force; /* the drain's grace is over: close every socket now */
-  unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames */ /* service thread: close frames sent to all on stop */
+  unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames, and the close
+                                              * frames sent to all on stop */
   atomic_bool stop, draining;
   atomic_long n_open, n_connected;
   atomic_long n_by_role[JB_WS_ROLE_BITS]; /* connected sockets per role bit */
@@ -348,7 +350,8 @@ static void conn_send(struct conn *c, struct frame *f, bool force) {
   /* nothing waits before it (ours or lws's): out now, not one poll round later. This runs on
    * the service thread; lws keeps what a partial write leaves and sends it before the
    * writeable callback runs again (lws_send_pipe_choked stays true until then). */
-  if (!force && !c->qhead && (c->st == CS_EIO || c->st == CS_SIO) && !lws_send_pipe_choked(c->wsi)) {
+  if (!force && !c->qhead && (c->st == CS_EIO || c->st == CS_SIO) &&
+      !lws_send_pipe_choked(c->wsi)) {
     if (lws_write(c->wsi, f->data, f->len, LWS_WRITE_RAW) < 0) { /* the peer is gone */
       queue_clear(c);
       c->st = CS_CLOSING;
@@ -447,7 +450,8 @@ static void http_refuse_verdict(struct conn *c, const struct jb_ws_verdict *v) {
 /* An HTTP error answer to the upgrade request (see struct jb_ws_verdict), then close. */
 static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
                         const char *message) {
-  struct jb_ws_verdict v = {.status = status, .headers = extra_headers, .eio_code = eio_code, .message = message};
+  struct jb_ws_verdict v = {
+      .status = status, .headers = extra_headers, .eio_code = eio_code, .message = message};
   http_refuse_verdict(c, &v);
 }
 
@@ -495,7 +499,8 @@ int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *paylo
   return jb_ws_emit_seq(ws, conn, event, payload, 0);
 }
 
-int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload, long long seq) {
+int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload,
+                   long long seq) {
   struct frame *f = frame_event(event, payload);
   if (!f) return -1;
   return post_frame(ws, IT_SEND, conn, NULL, 0, f, seq);
@@ -560,8 +565,9 @@ void jb_ws_event_requeue(struct jb_ws *ws, const struct jb_ws_peer *peer, const 
     json_decref(j->data);
     free(j);
   }
-  jb_ws_event_done(ws, peer->conn, ack,
-                   json_pack("[{s:{s:s,s:s}}]", "error", "code", "busy", "message", "server busy, try again"));
+  jb_ws_event_done(
+      ws, peer->conn, ack,
+      json_pack("[{s:{s:s,s:s}}]", "error", "code", "busy", "message", "server busy, try again"));
 }
 
 int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg, bool run), void *arg) {
@@ -583,7 +589,7 @@ struct jb_ws_watch {
   jb_ws_watch_fn fn;
   void *arg;
   int fd;
-  bool in_rx;   /* fn runs for READABLE: a close waits for it to return */
+  bool in_rx; /* fn runs for READABLE: a close waits for it to return */
   bool closing; /* jb_ws_watch_close was called in fn */
   lws_sorted_usec_list_t sul;
 };
@@ -601,19 +607,19 @@ static int watch_callback(struct lws *wsi, enum lws_callback_reasons reason, voi
   struct jb_ws_watch *w = lws_get_opaque_user_data(wsi);
   if (!w) return 0;
   switch (reason) {
-  case LWS_CALLBACK_RAW_RX_FILE:
-    w->in_rx = true;
-    w->fn(w->arg, w, w->fd, JB_WS_WATCH_READABLE);
-    w->in_rx = false;
-    return w->closing ? -1 : 0; /* -1: lws closes it, then RAW_CLOSE_FILE */
-  case LWS_CALLBACK_RAW_CLOSE_FILE:
-    lws_set_opaque_user_data(wsi, NULL);
-    lws_sul_cancel(&w->sul);
-    w->fn(w->arg, w, w->fd, JB_WS_WATCH_CLOSED);
-    free(w);
-    return 0;
-  default:
-    return 0;
+    case LWS_CALLBACK_RAW_RX_FILE:
+      w->in_rx = true;
+      w->fn(w->arg, w, w->fd, JB_WS_WATCH_READABLE);
+      w->in_rx = false;
+      return w->closing ? -1 : 0; /* -1: lws closes it, then RAW_CLOSE_FILE */
+    case LWS_CALLBACK_RAW_CLOSE_FILE:
+      lws_set_opaque_user_data(wsi, NULL);
+      lws_sul_cancel(&w->sul);
+      w->fn(w->arg, w, w->fd, JB_WS_WATCH_CLOSED);
+      free(w);
+      return 0;
+    default:
+      return 0;
   }
 }
 
@@ -624,8 +630,11 @@ struct jb_ws_watch *jb_ws_watch_fd(struct jb_ws *ws, int fd, jb_ws_watch_fn fn, 
     return NULL;
   }
   *w = (struct jb_ws_watch){.ws = ws, .fn = fn, .arg = arg, .fd = fd};
-  lws_adopt_desc_t info = {.vh = ws->vh_watch, .type = LWS_ADOPT_RAW_FILE_DESC, .fd = {.filefd = fd},
-                           .vh_prot_name = "jailbox-watch", .opaque = w};
+  lws_adopt_desc_t info = {.vh = ws->vh_watch,
+                           .type = LWS_ADOPT_RAW_FILE_DESC,
+                           .fd = {.filefd = fd},
+                           .vh_prot_name = "jailbox-watch",
+                           .opaque = w};
   w->wsi = lws_adopt_descriptor_vhost_via_info(&info);
   if (!w->wsi) { /* lws closes only sockets it failed to adopt (core-net/adopt.c), not files */
     close(fd);
@@ -717,7 +726,8 @@ static void resync_all(struct jb_ws *ws) {
     char q[24], d[24];
     snprintf(q, sizeof q, "%ld", queued);
     snprintf(d, sizeof d, "%ld", dropped);
-    jb_log(dropped ? JB_LOG_WARN : JB_LOG_INFO, "sockets resynchronised", "queued", q, "dropped", d, NULL);
+    jb_log(dropped ? JB_LOG_WARN : JB_LOG_INFO, "sockets resynchronised", "queued", q, "dropped", d,
+           NULL);
   }
 }
 
@@ -751,46 +761,47 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
   struct conn *c = conn_find(ws, it->conn);
   if (!c) return;
   switch (it->kind) {
-  case IT_SEND:
-    if (c->st != CS_SIO) break;
-    if (it->seq - 1 > c->seq) c->seq = it->seq - 1; /* it tells seq: none below it after it */
-    conn_send(c, it->f, false);
-    break;
-  case IT_ACCEPT: {
-    c->connect_pending = false;
-    if (c->st != CS_EIO) break;
-    if (room_join(c, it->room) < 0) {
-      conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    case IT_SEND:
+      if (c->st != CS_SIO) break;
+      if (it->seq - 1 > c->seq) c->seq = it->seq - 1; /* it tells seq: none below it after it */
+      conn_send(c, it->f, false);
+      break;
+    case IT_ACCEPT: {
+      c->connect_pending = false;
+      if (c->st != CS_EIO) break;
+      if (room_join(c, it->room) < 0) {
+        conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+        break;
+      }
+      c->role = it->roles;
+      c->st = CS_SIO;
+      c->counted_connected = true;
+      atomic_fetch_add(&ws->n_connected, 1);
+      for (int b = 0; b < JB_WS_ROLE_BITS; b++)
+        if (c->role & (1u << b)) atomic_fetch_add(&ws->n_by_role[b], 1);
+      lws_sul_cancel(&c->sul_hs);
+      char ans[48];
+      jb_sio_connect_ok(ans, sizeof ans, c->sid);
+      conn_send_text(c, ans, NULL);
       break;
     }
-    c->role = it->roles;
-    c->st = CS_SIO;
-    c->counted_connected = true;
-    atomic_fetch_add(&ws->n_connected, 1);
-    for (int b = 0; b < JB_WS_ROLE_BITS; b++)
-      if (c->role & (1u << b)) atomic_fetch_add(&ws->n_by_role[b], 1);
-    lws_sul_cancel(&c->sul_hs);
-    char ans[48];
-    jb_sio_connect_ok(ans, sizeof ans, c->sid);
-    conn_send_text(c, ans, NULL);
-    break;
-  }
-  case IT_REFUSE:
-    c->connect_pending = false;
-    if (c->st == CS_EIO) conn_send(c, it->f, false);
-    break;
-  case IT_DONE:
-    if (c->inflight > 0) c->inflight--;
-    if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
-    if (c->end_pending && c->inflight == 0 && c->st == CS_SIO) {
-      c->end_pending = false;
-      conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
-      lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
-    }
-    if (c->drain_close && c->inflight == 0 && c->st < CS_CLOSING) close_draining(c); /* after its ACK */
-    break;
-  default:
-    break;
+    case IT_REFUSE:
+      c->connect_pending = false;
+      if (c->st == CS_EIO) conn_send(c, it->f, false);
+      break;
+    case IT_DONE:
+      if (c->inflight > 0) c->inflight--;
+      if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
+      if (c->end_pending && c->inflight == 0 && c->st == CS_SIO) {
+        c->end_pending = false;
+        conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
+        lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
+      }
+      if (c->drain_close && c->inflight == 0 && c->st < CS_CLOSING)
+        close_draining(c); /* after its ACK */
+      break;
+    default:
+      break;
   }
 }
 
@@ -856,7 +867,8 @@ static void run_job(struct jb_ws *ws, struct job *j) {
       }
     } else {
       char *s = jb_sio_error_data(res.message[0] ? res.message : "refused");
-      if (s) post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_sio(JB_SIO_CONNECT_ERROR, -1, s), 0);
+      if (s)
+        post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_sio(JB_SIO_CONNECT_ERROR, -1, s), 0);
     }
     post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL, 0);
     return;
@@ -947,12 +959,14 @@ static void sio_event(struct conn *c, const char *ename, long long ack, json_t *
   if (atomic_load(&c->ws->draining)) { /* no new work while the calls in flight finish */
     json_decref(args);
     sio_ack_error(c, ack,
-                  "[{\"error\":{\"code\":\"draining\",\"message\":\"server shutting down; reconnect and retry\"}}]");
+                  "[{\"error\":{\"code\":\"draining\",\"message\":\"server shutting down; "
+                  "reconnect and retry\"}}]");
     return;
   }
   if (c->inflight >= MAX_INFLIGHT) {
     json_decref(args);
-    sio_ack_error(c, ack, "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
+    sio_ack_error(c, ack,
+                  "[{\"error\":{\"code\":\"busy\",\"message\":\"too many requests in flight\"}}]");
     return;
   }
   if (c->ws->h.event_direct) {
@@ -978,7 +992,8 @@ static void sio_event(struct conn *c, const char *ename, long long ack, json_t *
   if (submit(c->ws, j) < 0) {
     json_decref(args);
     free(j);
-    sio_ack_error(c, ack, "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
+    sio_ack_error(c, ack,
+                  "[{\"error\":{\"code\":\"busy\",\"message\":\"server busy, try again\"}}]");
     return;
   }
   c->inflight++;
@@ -1012,36 +1027,36 @@ static enum jb_sio_phase phase_of(const struct conn *c) {
 static void message_rx(struct conn *c, const char *m, size_t n) {
   struct jb_sio_rx rx;
   switch (jb_sio_parse(m, n, phase_of(c), &rx)) {
-  case JB_SIO_RX_CLOSE:
-    conn_fail(c, rx.close_code, rx.reason);
-    return;
-  case JB_SIO_RX_CONNECT_ERROR:
-    sio_connect_error(c, rx.nsp, rx.reason);
-    return;
-  case JB_SIO_RX_OK:
-    break;
+    case JB_SIO_RX_CLOSE:
+      conn_fail(c, rx.close_code, rx.reason);
+      return;
+    case JB_SIO_RX_CONNECT_ERROR:
+      sio_connect_error(c, rx.nsp, rx.reason);
+      return;
+    case JB_SIO_RX_OK:
+      break;
   }
   switch (rx.eio) {
-  case JB_EIO_PING:
-    conn_send_text(c, rx.probe ? JB_EIO_TEXT_PROBE_PONG : JB_EIO_TEXT_PONG, NULL);
-    return;
-  case JB_EIO_PONG:
-    if (!rx.pong_data && c->awaiting_pong) {
-      c->awaiting_pong = false;
-      schedule_ping(c, c->ws->s.ping_interval_ms);
-    }
-    return;
-  case JB_EIO_MESSAGE:
-    if (rx.sio == JB_SIO_CONNECT)
-      sio_connect(c, rx.data);
-    else if (rx.sio == JB_SIO_EVENT)
-      sio_event(c, rx.name, rx.ack, rx.data);
-    else /* ACK: the server asks for none */
+    case JB_EIO_PING:
+      conn_send_text(c, rx.probe ? JB_EIO_TEXT_PROBE_PONG : JB_EIO_TEXT_PONG, NULL);
+      return;
+    case JB_EIO_PONG:
+      if (!rx.pong_data && c->awaiting_pong) {
+        c->awaiting_pong = false;
+        schedule_ping(c, c->ws->s.ping_interval_ms);
+      }
+      return;
+    case JB_EIO_MESSAGE:
+      if (rx.sio == JB_SIO_CONNECT)
+        sio_connect(c, rx.data);
+      else if (rx.sio == JB_SIO_EVENT)
+        sio_event(c, rx.name, rx.ack, rx.data);
+      else /* ACK: the server asks for none */
+        jb_sio_rx_clear(&rx);
+      return;
+    default: /* noop */
       jb_sio_rx_clear(&rx);
-    return;
-  default: /* noop */
-    jb_sio_rx_clear(&rx);
-    return;
+      return;
   }
 }
 
@@ -1057,29 +1072,29 @@ static void frames_rx(struct conn *c, const unsigned char *p, size_t n) {
     p += used;
     n -= used;
     switch (r) {
-    case JB_WS_READ_MORE:
-      return;
-    case JB_WS_READ_TEXT:
-      message_rx(c, rd.text, rd.len);
-      free(rd.text);
-      break;
-    case JB_WS_READ_PING: { /* pong with the same payload */
-      struct frame *f = frame_build(JB_WS_OP_PONG, rd.payload, rd.payload_len, NULL, 0);
-      if (f) conn_send(c, f, false);
-      frame_unref(f);
-      break;
-    }
-    case JB_WS_READ_PONG: /* Engine.IO has its own heartbeat */
-      break;
-    case JB_WS_READ_CLOSE:
-      if (rd.code)
-        conn_fail(c, rd.code, NULL); /* echo the code (RFC 6455 §5.5.1) */
-      else
-        conn_finish(c, frame_build(JB_WS_OP_CLOSE, NULL, 0, NULL, 0));
-      break;
-    case JB_WS_READ_ERROR:
-      conn_fail(c, rd.code, rd.reason);
-      break;
+      case JB_WS_READ_MORE:
+        return;
+      case JB_WS_READ_TEXT:
+        message_rx(c, rd.text, rd.len);
+        free(rd.text);
+        break;
+      case JB_WS_READ_PING: { /* pong with the same payload */
+        struct frame *f = frame_build(JB_WS_OP_PONG, rd.payload, rd.payload_len, NULL, 0);
+        if (f) conn_send(c, f, false);
+        frame_unref(f);
+        break;
+      }
+      case JB_WS_READ_PONG: /* Engine.IO has its own heartbeat */
+        break;
+      case JB_WS_READ_CLOSE:
+        if (rd.code)
+          conn_fail(c, rd.code, NULL); /* echo the code (RFC 6455 §5.5.1) */
+        else
+          conn_finish(c, frame_build(JB_WS_OP_CLOSE, NULL, 0, NULL, 0));
+        break;
+      case JB_WS_READ_ERROR:
+        conn_fail(c, rd.code, rd.reason);
+        break;
     }
   }
 }
@@ -1096,7 +1111,8 @@ static void upgrade(struct conn *c, const char *accept) {
   frame_unref(f);
   unsigned char rnd[15];
   randombytes_buf(rnd, sizeof rnd);
-  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd, sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+  sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd,
+                    sodium_base64_VARIANT_URLSAFE_NO_PADDING);
   char open[256];
   jb_eio_open(open, sizeof open, c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms,
               c->ws->s.max_payload);
@@ -1108,19 +1124,19 @@ static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
   struct jb_ws_verdict v;
   size_t used;
   switch (jb_ws_handshake_feed(&c->hs, p, n, &used, &v)) {
-  case JB_WS_HS_MORE:
-    return;
-  case JB_WS_HS_NOMEM:
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
-    return;
-  case JB_WS_HS_REFUSE:
-    http_refuse_verdict(c, &v);
-    return;
-  case JB_WS_HS_UPGRADE:
-    upgrade(c, v.accept);
-    /* bytes after the head (frames sent without waiting for the 101) */
-    if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);
-    return;
+    case JB_WS_HS_MORE:
+      return;
+    case JB_WS_HS_NOMEM:
+      conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+      return;
+    case JB_WS_HS_REFUSE:
+      http_refuse_verdict(c, &v);
+      return;
+    case JB_WS_HS_UPGRADE:
+      upgrade(c, v.accept);
+      /* bytes after the head (frames sent without waiting for the 101) */
+      if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);
+      return;
   }
 }
 
@@ -1185,8 +1201,10 @@ static void close_draining(struct conn *c) {
   static const char reason[] = "server shutting down";
   unsigned char p[JB_WS_CONTROL_MAX];
   size_t pl = jb_ws_close_payload(p, JB_WS_CLOSE_GOING_AWAY, reason);
-  jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason, NULL);
-  conn_finish_after(c, true, frame_text(JB_EIO_TEXT_CLOSE, NULL), frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
+  jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason,
+         NULL);
+  conn_finish_after(c, true, frame_text(JB_EIO_TEXT_CLOSE, NULL),
+                    frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
 }
 
 /* The drain: an upgrade still in progress gets 503; an open socket is closed (close_draining)
@@ -1213,68 +1231,68 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
   struct jb_ws *ws = lctx ? lws_context_user(lctx) : NULL;
   struct conn *c = user;
   switch (reason) {
-  case LWS_CALLBACK_RAW_ADOPT:
-    conn_adopt(ws, c, wsi);
-    break;
-  case LWS_CALLBACK_RAW_RX:
-    if (!c || !c->ws) return -1;
-    if (c->st == CS_HTTP)
-      http_rx(c, in, len);
-    else if (c->st == CS_EIO || c->st == CS_SIO)
-      frames_rx(c, in, len);
-    /* CLOSING / LINGER: input is discarded */
-    break;
-  case LWS_CALLBACK_RAW_WRITEABLE: {
-    if (!c || !c->ws) return -1;
-    if (c->qhead) {
-      /* one lws_write per callback: the first frame alone, or the frames at the head of the
+    case LWS_CALLBACK_RAW_ADOPT:
+      conn_adopt(ws, c, wsi);
+      break;
+    case LWS_CALLBACK_RAW_RX:
+      if (!c || !c->ws) return -1;
+      if (c->st == CS_HTTP)
+        http_rx(c, in, len);
+      else if (c->st == CS_EIO || c->st == CS_SIO)
+        frames_rx(c, in, len);
+      /* CLOSING / LINGER: input is discarded */
+      break;
+    case LWS_CALLBACK_RAW_WRITEABLE: {
+      if (!c || !c->ws) return -1;
+      if (c->qhead) {
+        /* one lws_write per callback: the first frame alone, or the frames at the head of the
        * queue gathered into the scratch buffer (lws copies what a partial write leaves) */
-      struct qnode *q = c->qhead;
-      int w;
-      if (!q->next || q->f->len >= SCRATCH) {
-        c->qhead = q->next;
-        c->qbytes -= q->f->len;
-        w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
-        frame_unref(q->f);
-        free(q);
-      } else {
-        size_t n = 0;
-        while ((q = c->qhead) && n + q->f->len <= SCRATCH) {
-          memcpy(ws->scratch + LWS_PRE + n, q->f->data, q->f->len);
-          n += q->f->len;
+        struct qnode *q = c->qhead;
+        int w;
+        if (!q->next || q->f->len >= SCRATCH) {
           c->qhead = q->next;
           c->qbytes -= q->f->len;
+          w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
           frame_unref(q->f);
           free(q);
+        } else {
+          size_t n = 0;
+          while ((q = c->qhead) && n + q->f->len <= SCRATCH) {
+            memcpy(ws->scratch + LWS_PRE + n, q->f->data, q->f->len);
+            n += q->f->len;
+            c->qhead = q->next;
+            c->qbytes -= q->f->len;
+            frame_unref(q->f);
+            free(q);
+          }
+          w = lws_write(wsi, ws->scratch + LWS_PRE, n, LWS_WRITE_RAW);
         }
-        w = lws_write(wsi, ws->scratch + LWS_PRE, n, LWS_WRITE_RAW);
+        if (!c->qhead) c->qtail = NULL;
+        if (w < 0) return -1;
+        if (c->qhead || c->st == CS_CLOSING) lws_callback_on_writable(wsi);
+      } else if (c->st == CS_CLOSING) {
+        /* all sent: half-close and let the peer read our close frame before we go */
+        shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+        c->st = CS_LINGER;
       }
-      if (!c->qhead) c->qtail = NULL;
-      if (w < 0) return -1;
-      if (c->qhead || c->st == CS_CLOSING) lws_callback_on_writable(wsi);
-    } else if (c->st == CS_CLOSING) {
-      /* all sent: half-close and let the peer read our close frame before we go */
-      shutdown(lws_get_socket_fd(wsi), SHUT_WR);
-      c->st = CS_LINGER;
+      break;
     }
-    break;
-  }
-  case LWS_CALLBACK_RAW_CLOSE:
-    if (c) conn_closed(c);
-    break;
-  case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-    if (ws) {
-      drain_items(ws);
-      if (atomic_load(&ws->draining) && !atomic_load(&ws->stop)) {
-        if (!ws->drained) drain_all(ws, false);
-        ws->drained = true;
-        if (atomic_load(&ws->drain_force) && !ws->forced) drain_all(ws, true);
-        ws->forced = atomic_load(&ws->drain_force);
+    case LWS_CALLBACK_RAW_CLOSE:
+      if (c) conn_closed(c);
+      break;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+      if (ws) {
+        drain_items(ws);
+        if (atomic_load(&ws->draining) && !atomic_load(&ws->stop)) {
+          if (!ws->drained) drain_all(ws, false);
+          ws->drained = true;
+          if (atomic_load(&ws->drain_force) && !ws->forced) drain_all(ws, true);
+          ws->forced = atomic_load(&ws->drain_force);
+        }
       }
-    }
-    break;
-  default:
-    break;
+      break;
+    default:
+      break;
   }
   return 0;
 }
@@ -1461,12 +1479,14 @@ void jb_ws_drain_wait(struct jb_ws *ws, long grace_ms) {
   if (!ws) return;
   jb_ws_drain(ws);
   struct timespec ts = {0, 10 * 1000 * 1000};
-  for (long waited = 0; waited < grace_ms && atomic_load(&ws->n_open) > 0; waited += 10) nanosleep(&ts, NULL);
+  for (long waited = 0; waited < grace_ms && atomic_load(&ws->n_open) > 0; waited += 10)
+    nanosleep(&ts, NULL);
   long left = atomic_load(&ws->n_open);
   if (left > 0) {
     char n[24];
     snprintf(n, sizeof n, "%ld", left);
-    jb_log(JB_LOG_WARN, "shutdown grace over; closing sockets with calls in flight", "sockets", n, NULL);
+    jb_log(JB_LOG_WARN, "shutdown grace over; closing sockets with calls in flight", "sockets", n,
+           NULL);
   }
   atomic_store(&ws->drain_force, true);
   lws_cancel_service(ws->ctx);

@@ -29,29 +29,29 @@
 struct jb_ws;
 
 struct jb_ws_settings {
-  const char *listen;        /* "host:port"; port 0 picks a free port (jb_ws_port) */
-  size_t max_payload;        /* largest WebSocket message, bytes; larger: close 1009 */
-  long ping_interval_ms;     /* Engine.IO pingInterval, ms */
-  long ping_timeout_ms;      /* Engine.IO pingTimeout: pong must arrive within, ms */
+  const char *listen; /* "host:port"; port 0 picks a free port (jb_ws_port) */
+  size_t max_payload; /* largest WebSocket message, bytes; larger: close 1009 */
+  long ping_interval_ms; /* Engine.IO pingInterval, ms */
+  long ping_timeout_ms; /* Engine.IO pingTimeout: pong must arrive within, ms */
   long handshake_timeout_ms; /* upgrade + Socket.IO CONNECT must finish within, ms */
-  long max_per_ip;           /* open connections from one address; more: HTTP 429 */
-  size_t send_queue_bytes;   /* queued outgoing bytes per connection; more: close 1008 */
-  long workers;              /* threads running the CONNECT/EVENT handlers */
+  long max_per_ip; /* open connections from one address; more: HTTP 429 */
+  size_t send_queue_bytes; /* queued outgoing bytes per connection; more: close 1008 */
+  long workers; /* threads running the CONNECT/EVENT handlers */
 };
 
 /* Who is on the other end of a connection, as the handlers see it. */
 struct jb_ws_peer {
-  uint64_t conn;  /* connection id, unique for the process lifetime */
-  unsigned role;  /* set by the connect handler (0 before) */
+  uint64_t conn; /* connection id, unique for the process lifetime */
+  unsigned role; /* set by the connect handler (0 before) */
   char room[129]; /* session the connection belongs to ("" before) */
-  char addr[64];  /* peer IP address */
+  char addr[64]; /* peer IP address */
 };
 
 /* The connect handler's decision. */
 struct jb_ws_connect_result {
   bool ok;
-  unsigned role;     /* ok: a bit mask the application chooses */
-  char room[129];    /* ok: the room (session) to join */
+  unsigned role; /* ok: a bit mask the application chooses */
+  char room[129]; /* ok: the room (session) to join */
   char message[256]; /* !ok: CONNECT_ERROR {message} shown to the client */
 };
 
@@ -134,7 +134,8 @@ int jb_ws_broadcast_seq(struct jb_ws *ws, const char *room, unsigned roles, cons
  * that carries number `seq`): sent as jb_ws_emit, after which jb_ws_broadcast_seq hands the
  * connection none numbered below `seq` (the event numbered `seq` itself still goes: it may
  * carry more than the snapshot). seq <= 0: as jb_ws_emit. `payload` is stolen. 0 or -1. */
-int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload, long long seq);
+int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload,
+                   long long seq);
 
 /* Ends the Socket.IO session of every socket of `room` whose role has a bit in `roles`: a
  * DISCONNECT packet (the client does not reconnect by itself), then close 1000. Queued after
@@ -164,8 +165,8 @@ int jb_ws_run(struct jb_ws *ws, void (*fn)(void *arg, bool run), void *arg);
 struct jb_ws_watch;
 enum jb_ws_watch_event {
   JB_WS_WATCH_READABLE, /* input (or end of input) is waiting */
-  JB_WS_WATCH_TIMEOUT,  /* the time set with jb_ws_watch_timeout is up */
-  JB_WS_WATCH_CLOSED,   /* the watch ended: the descriptor is closed, `w` freed after this */
+  JB_WS_WATCH_TIMEOUT, /* the time set with jb_ws_watch_timeout is up */
+  JB_WS_WATCH_CLOSED, /* the watch ended: the descriptor is closed, `w` freed after this */
 };
 typedef void (*jb_ws_watch_fn)(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_watch_event ev);
 

@@ -99,13 +99,15 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
   const char *upg = NULL, *connection = NULL, *version = NULL, *key = NULL;
   int n_key = 0, n_upg = 0, n_ver = 0;
   for (char *l; (l = next_line(&save));) {
-    if (l[0] == ' ' || l[0] == '\t') return refuse(v, 400, NULL, 3, "folded header lines are refused");
+    if (l[0] == ' ' || l[0] == '\t')
+      return refuse(v, 400, NULL, 3, "folded header lines are refused");
     char *colon = strchr(l, ':');
     if (!colon || colon == l) return refuse(v, 400, NULL, 3, "bad header line");
     *colon = '\0';
     char *val = colon + 1;
     while (*val == ' ' || *val == '\t') val++;
-    for (size_t e = strlen(val); e && (val[e - 1] == ' ' || val[e - 1] == '\t'); e--) val[e - 1] = '\0';
+    for (size_t e = strlen(val); e && (val[e - 1] == ' ' || val[e - 1] == '\t'); e--)
+      val[e - 1] = '\0';
     if (strcasecmp(l, "Upgrade") == 0)
       upg = val, n_upg++;
     else if (strcasecmp(l, "Connection") == 0)
@@ -123,7 +125,8 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
     return refuse(v, 400, NULL, 0,
                   "Transport unknown: this server speaks only the websocket transport; "
                   "connect with transports: ['websocket']");
-  if (strcmp(eio, "4") != 0) return refuse(v, 400, NULL, 5, "Unsupported protocol version: EIO=4 only");
+  if (strcmp(eio, "4") != 0)
+    return refuse(v, 400, NULL, 5, "Unsupported protocol version: EIO=4 only");
   if (query_get(query, "sid", sid, sizeof sid))
     return refuse(v, 400, NULL, 1, "Session ID unknown: there is no polling session to upgrade");
   if (n_upg != 1 || n_key != 1 || n_ver > 1 || !has_token(upg, "websocket") || !connection ||
@@ -135,15 +138,16 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
   size_t got = 0;
   const char *end = NULL;
   if (strlen(key) != 24 ||
-      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      sodium_base642bin(raw, sizeof raw, key, 24, NULL, &got, &end,
+                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
       got != 16)
     return refuse(v, 400, NULL, 3, "bad Sec-WebSocket-Key");
   if (!accept_of(key, v->accept)) return refuse(v, 503, NULL, 3, "handshake failed");
   return JB_WS_HS_UPGRADE;
 }
 
-enum jb_ws_handshake_result jb_ws_handshake_feed(struct jb_ws_handshake *hs, const void *p, size_t n,
-                                                 size_t *used, struct jb_ws_verdict *v) {
+enum jb_ws_handshake_result jb_ws_handshake_feed(struct jb_ws_handshake *hs, const void *p,
+                                                 size_t n, size_t *used, struct jb_ws_verdict *v) {
   memset(v, 0, sizeof *v);
   *used = 0;
   if (!hs->buf) {
@@ -182,10 +186,11 @@ void jb_ws_handshake_free(struct jb_ws_handshake *hs) {
 }
 
 size_t jb_ws_handshake_response(char *out, size_t cap, const char *accept) {
-  int n = snprintf(out, cap,
-                   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                   "Sec-WebSocket-Accept: %s\r\n\r\n",
-                   accept);
+  int n =
+      snprintf(out, cap,
+               "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Accept: %s\r\n\r\n",
+               accept);
   if (n < 0 || !cap) return 0;
   return (size_t)n < cap ? (size_t)n : cap - 1; /* cut short: what is in out */
 }
@@ -311,7 +316,8 @@ static int head_check(struct jb_ws_reader *r, struct jb_ws_read *out) {
     return fail(r, out, JB_WS_CLOSE_PROTOCOL, "continuation without a message"), 1;
   if (op == JB_WS_OP_TEXT && r->in_msg)
     return fail(r, out, JB_WS_CLOSE_PROTOCOL, "new message inside a fragmented one"), 1;
-  if (++r->frags > JB_WS_MAX_FRAGMENTS) return fail(r, out, JB_WS_CLOSE_POLICY, "too many fragments"), 1;
+  if (++r->frags > JB_WS_MAX_FRAGMENTS)
+    return fail(r, out, JB_WS_CLOSE_POLICY, "too many fragments"), 1;
   return 0;
 }
 
@@ -325,7 +331,8 @@ static int length_check(struct jb_ws_reader *r, struct jb_ws_read *out) {
     len = ((uint64_t)r->hdr[2] << 8) | r->hdr[3];
     off = 4;
   } else if (l7 == 127) {
-    if (r->hdr[2] & 0x80) return fail(r, out, JB_WS_CLOSE_PROTOCOL, "64-bit length with the top bit set"), 1;
+    if (r->hdr[2] & 0x80)
+      return fail(r, out, JB_WS_CLOSE_PROTOCOL, "64-bit length with the top bit set"), 1;
     len = 0;
     for (int i = 0; i < 8; i++) len = (len << 8) | r->hdr[2 + i];
     off = 10;
@@ -348,7 +355,8 @@ static int length_check(struct jb_ws_reader *r, struct jb_ws_read *out) {
 }
 
 static bool close_code_ok(unsigned code) {
-  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1011) || (code >= 3000 && code <= 4999);
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1011) ||
+         (code >= 3000 && code <= 4999);
 }
 
 /* A control frame is complete. */
@@ -473,7 +481,8 @@ size_t jb_ws_frame_head(unsigned char out[JB_WS_HEAD_MAX], unsigned opcode, uint
   return 10;
 }
 
-size_t jb_ws_close_payload(unsigned char out[JB_WS_CONTROL_MAX], unsigned code, const char *reason) {
+size_t jb_ws_close_payload(unsigned char out[JB_WS_CONTROL_MAX], unsigned code,
+                           const char *reason) {
   if (!code) return 0;
   size_t rl = reason ? strnlen(reason, 120) : 0;
   out[0] = (unsigned char)(code >> 8);

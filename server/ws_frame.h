@@ -37,9 +37,9 @@
 #define JB_WS_OP_PING 0x9
 #define JB_WS_OP_PONG 0xA
 
-#define JB_WS_CONTROL_MAX 125   /* payload bytes of a control frame (§5.5) */
+#define JB_WS_CONTROL_MAX 125 /* payload bytes of a control frame (§5.5) */
 #define JB_WS_MAX_FRAGMENTS 128 /* data frames in one message; more: close 1008 */
-#define JB_WS_HEAD_MAX 10       /* bytes of a server frame header (unmasked) */
+#define JB_WS_HEAD_MAX 10 /* bytes of a server frame header (unmasked) */
 #define JB_WS_HTTP_HEAD_MAX 8192 /* bytes of the upgrade request head; more: HTTP 431 */
 
 /* ---------- the opening handshake (RFC 6455 §4.2; Engine.IO v4 query) ---------- */
@@ -47,25 +47,25 @@
 /* The upgrade request head read so far. Zero it (or = {0}) before the first feed; release
  * with jb_ws_handshake_free. */
 struct jb_ws_handshake {
-  char *buf;  /* JB_WS_HTTP_HEAD_MAX + 1 bytes, allocated on the first feed */
+  char *buf; /* JB_WS_HTTP_HEAD_MAX + 1 bytes, allocated on the first feed */
   size_t len; /* bytes in buf */
 };
 
 enum jb_ws_handshake_result {
-  JB_WS_HS_MORE,    /* the head is not complete: every byte given was taken */
+  JB_WS_HS_MORE, /* the head is not complete: every byte given was taken */
   JB_WS_HS_UPGRADE, /* a valid upgrade request: answer with jb_ws_handshake_response */
-  JB_WS_HS_REFUSE,  /* answer with the HTTP error in the verdict (jb_ws_http_error), close */
-  JB_WS_HS_NOMEM,   /* out of memory: drop the connection */
+  JB_WS_HS_REFUSE, /* answer with the HTTP error in the verdict (jb_ws_http_error), close */
+  JB_WS_HS_NOMEM, /* out of memory: drop the connection */
 };
 
 /* What jb_ws_handshake_feed decided. The strings are static. */
 struct jb_ws_verdict {
-  int status;          /* REFUSE: HTTP status (400, 404, 426, 431, 503) */
+  int status; /* REFUSE: HTTP status (400, 404, 426, 431, 503) */
   const char *headers; /* REFUSE: extra header lines ("Name: value\r\n"…) or NULL */
-  int eio_code;        /* REFUSE: Engine.IO error code of the JSON body (0 transport unknown,
+  int eio_code; /* REFUSE: Engine.IO error code of the JSON body (0 transport unknown,
                           1 session id unknown, 3 bad request, 5 unsupported protocol version) */
   const char *message; /* REFUSE: the JSON body's message */
-  char accept[29];     /* UPGRADE: the Sec-WebSocket-Accept value (§4.2.2 step 5.4) */
+  char accept[29]; /* UPGRADE: the Sec-WebSocket-Accept value (§4.2.2 step 5.4) */
 };
 
 /* Feeds `n` bytes of a connection's first input. Once the head (up to and including the blank
@@ -79,8 +79,8 @@ struct jb_ws_verdict {
  * bytes is refused with 431. *used is set to the bytes of `p` that belong to the head (the
  * rest, on UPGRADE, are the first frames, sent before the client read the answer). After any
  * result but MORE the head buffer is released and `hs` must not be fed again. */
-enum jb_ws_handshake_result jb_ws_handshake_feed(struct jb_ws_handshake *hs, const void *p, size_t n,
-                                                 size_t *used, struct jb_ws_verdict *v);
+enum jb_ws_handshake_result jb_ws_handshake_feed(struct jb_ws_handshake *hs, const void *p,
+                                                 size_t n, size_t *used, struct jb_ws_verdict *v);
 
 /* Releases what `hs` holds (safe to call twice). */
 void jb_ws_handshake_free(struct jb_ws_handshake *hs);
@@ -98,23 +98,23 @@ char *jb_ws_http_error(const struct jb_ws_verdict *v, size_t *len);
 /* ---------- client frames (RFC 6455 §5) ---------- */
 
 enum jb_ws_read_result {
-  JB_WS_READ_MORE,  /* every byte given was used; nothing is complete yet */
-  JB_WS_READ_TEXT,  /* a complete text message */
-  JB_WS_READ_PING,  /* a ping: answer with a pong of the same payload */
-  JB_WS_READ_PONG,  /* a pong */
+  JB_WS_READ_MORE, /* every byte given was used; nothing is complete yet */
+  JB_WS_READ_TEXT, /* a complete text message */
+  JB_WS_READ_PING, /* a ping: answer with a pong of the same payload */
+  JB_WS_READ_PONG, /* a pong */
   JB_WS_READ_CLOSE, /* a valid close frame: answer it and close */
   JB_WS_READ_ERROR, /* the input breaks a rule: close with out->code and out->reason */
 };
 
 /* One result of jb_ws_reader_next. */
 struct jb_ws_read {
-  char *text;                   /* TEXT: new (free()), NUL-terminated, valid UTF-8 */
-  size_t len;                   /* TEXT: bytes at text, without the NUL */
+  char *text; /* TEXT: new (free()), NUL-terminated, valid UTF-8 */
+  size_t len; /* TEXT: bytes at text, without the NUL */
   const unsigned char *payload; /* PING/PONG: borrowed until the next call on the reader */
-  size_t payload_len;           /* PING/PONG: at most JB_WS_CONTROL_MAX */
-  unsigned code;                /* CLOSE: the peer's code, 0 when its frame had no payload;
+  size_t payload_len; /* PING/PONG: at most JB_WS_CONTROL_MAX */
+  unsigned code; /* CLOSE: the peer's code, 0 when its frame had no payload;
                                    ERROR: the code to close with (§7.4.1) */
-  const char *reason;           /* ERROR: what was wrong, static text (for the close frame
+  const char *reason; /* ERROR: what was wrong, static text (for the close frame
                                    and the log) */
 };
 
@@ -122,7 +122,7 @@ struct jb_ws_read {
  * the fields are its own. */
 struct jb_ws_reader {
   size_t max_payload; /* bytes of one message, all its fragments together */
-  bool failed;        /* a rule was broken: every further call returns that error */
+  bool failed; /* a rule was broken: every further call returns that error */
   unsigned fail_code;
   const char *fail_reason;
   /* the frame being read */

@@ -47,7 +47,7 @@
 
 static const char *conninfo;
 static struct jb_keyring *keys;
-static struct jb_db *pool;  /* connections as jailboxd has them (prepared statements kept) */
+static struct jb_db *pool; /* connections as jailboxd has them (prepared statements kept) */
 
 static PGconn *connect_or_die(void) {
   jb_error err = {0};
@@ -126,8 +126,10 @@ static int cmd_seal(const char *job) {
   struct jb_audit_head h = {0};
   jb_error err = {0};
   int rc = jb_audit_seal(c, keys, job, &h, &err);
-  if (rc == JB_OK) print_head(&h);
-  else fprintf(stderr, "seal: %d %s\n", rc, err.msg);
+  if (rc == JB_OK)
+    print_head(&h);
+  else
+    fprintf(stderr, "seal: %d %s\n", rc, err.msg);
   done_with(c);
   return rc == JB_OK ? 0 : 1;
 }
@@ -187,8 +189,8 @@ static int verify_db(PGconn *c, const char *job, struct jb_audit_result *res) {
   struct jb_audit_pubkey *pk = calloc(nk + 1, sizeof *pk);
   for (size_t i = 0; i < nk; i++) pk[i] = rows[i].key;
   free(rows);
-  struct jb_audit_verify_opts o = {.session = job, .stored_head = &ch.stored,
-                                   .require_seal = ch.ended};
+  struct jb_audit_verify_opts o = {
+      .session = job, .stored_head = &ch.stored, .require_seal = ch.ended};
   int rc = jb_audit_verify(ch.entries, ch.n, pk, nk, &o, res);
   free(pk);
   jb_audit_chain_free(&ch);
@@ -224,10 +226,11 @@ static int cmd_concurrent(const char *job, int conns, long per) {
   struct jb_audit_result after;
   int rc = verify_db(c, job, &after);
   done_with(c);
-  printf("appended %ld, chain %lld -> %lld entries, verify %s%s%s; %lu group commits of %lu entries\n",
-         total, before.entries, after.entries, rc == 0 ? "ok" : "FAILED ",
-         rc == 0 ? "" : jb_audit_reason_name(after.reason), rc == 0 ? "" : after.detail,
-         atomic_load(&jb_metric_audit_batches), atomic_load(&jb_metric_audit_batched));
+  printf(
+      "appended %ld, chain %lld -> %lld entries, verify %s%s%s; %lu group commits of %lu entries\n",
+      total, before.entries, after.entries, rc == 0 ? "ok" : "FAILED ",
+      rc == 0 ? "" : jb_audit_reason_name(after.reason), rc == 0 ? "" : after.detail,
+      atomic_load(&jb_metric_audit_batches), atomic_load(&jb_metric_audit_batched));
   if (failed || rc != 0 || total != conns * per || after.entries != before.entries + total)
     return 1;
   return 0;
@@ -257,10 +260,14 @@ static void *bad_work(void *arg) {
   for (long i = 0; i < w->per; i++) {
     bool bad = !w->after_seal && i % 5 == 4;
     memset(&err, 0, sizeof err);
-    int rc = jb_audit_append(c, keys, w->job, bad ? "Bad-Op" : "write", "/workspace/x", NULL, NULL, &err);
-    if (w->after_seal) w->seal_rc = rc;
-    else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
-    else if (!bad && rc == JB_OK) w->ok++;
+    int rc = jb_audit_append(c, keys, w->job, bad ? "Bad-Op" : "write", "/workspace/x", NULL, NULL,
+                             &err);
+    if (w->after_seal)
+      w->seal_rc = rc;
+    else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL)
+      w->refused++;
+    else if (!bad && rc == JB_OK)
+      w->ok++;
     else {
       fprintf(stderr, "append %ld (%s): %d %s\n", i, bad ? "bad" : "good", rc, err.msg);
       w->wrong++;
@@ -302,8 +309,10 @@ static int cmd_grouped_errors(const char *job, int conns, long per) {
   long bad_each = per / 5;
   bool first = wrong == 0 && ok == conns * (per - bad_each) && refused == conns * bad_each &&
                vrc == 0 && after.entries == before.entries + ok && groups > 0;
-  printf("good stored %ld, bad refused alone %ld, wrong %ld, group commits %lu, chain %lld -> %lld %s\n",
-         ok, refused, wrong, groups, before.entries, after.entries, vrc == 0 ? "verifies" : "BROKEN");
+  printf(
+      "good stored %ld, bad refused alone %ld, wrong %ld, group commits %lu, chain %lld -> %lld "
+      "%s\n",
+      ok, refused, wrong, groups, before.entries, after.entries, vrc == 0 ? "verifies" : "BROKEN");
   jb_error err = {0};
   if (jb_audit_seal(c, keys, job, NULL, &err) != JB_OK) {
     fprintf(stderr, "seal: %s\n", err.msg);
@@ -331,7 +340,8 @@ static int cmd_noblock(const char *a, const char *b) {
   }
   PQclear(PQexec(other, "SET lock_timeout = '2s'"));
   int rc_b = jb_audit_append(other, keys, b, "resume", NULL, NULL, NULL, &err);
-  if (rc_b != JB_OK) fprintf(stderr, "append to the other session blocked or failed: %s\n", err.msg);
+  if (rc_b != JB_OK)
+    fprintf(stderr, "append to the other session blocked or failed: %s\n", err.msg);
   PQclear(PQexec(other, "SET lock_timeout = '300ms'"));
   int rc_a = jb_audit_append(other, keys, a, "resume", NULL, NULL, NULL, &err);
   bool waited = rc_a == JB_ERR_FAIL && strstr(err.msg, "55P03");
@@ -346,8 +356,8 @@ static int cmd_noblock(const char *a, const char *b) {
 
 static long long head_seq(PGconn *c, const char *job) {
   const char *p[1] = {job};
-  PGresult *r = PQexecParams(c, "SELECT seq FROM audit_heads WHERE job_id = $1", 1, NULL,
-                             p, NULL, NULL, 0);
+  PGresult *r =
+      PQexecParams(c, "SELECT seq FROM audit_heads WHERE job_id = $1", 1, NULL, p, NULL, NULL, 0);
   long long s = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : -1;
   PQclear(r);
   return s;
@@ -380,9 +390,11 @@ static int cmd_txn(const char *job) {
   done_with(c);
   bool ok = rc == JB_OK && in_tx && s1 == s0 && rc2 == JB_OK && s2 == s0 + 1 && rc3 == JB_OK &&
             idle && s3 == s0 + 2 && rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND;
-  printf("rollback keeps head %lld: %s; commit moves it: %s; own transaction: %s; "
-         "refusals: %s\n", s0, s1 == s0 ? "yes" : "NO", s2 == s0 + 1 ? "yes" : "NO",
-         s3 == s0 + 2 && idle ? "yes" : "NO", rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND ? "yes" : "NO");
+  printf(
+      "rollback keeps head %lld: %s; commit moves it: %s; own transaction: %s; "
+      "refusals: %s\n",
+      s0, s1 == s0 ? "yes" : "NO", s2 == s0 + 1 ? "yes" : "NO", s3 == s0 + 2 && idle ? "yes" : "NO",
+      rc4 == JB_ERR_FAIL && rc5 == JB_ERR_NOT_FOUND ? "yes" : "NO");
   return ok ? 0 : 1;
 }
 
@@ -439,12 +451,17 @@ static int cmd_forge(const char *job, long long seq) {
   snprintf(seqs, sizeof seqs, "%lld", seq);
   const char *kv[2] = {fresh->key_id, (const char *)fresh->pk};
   const int kl[2] = {0, 32}, kf[2] = {0, 1};
-  PGresult *r = PQexecParams(c, "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)",
-                             2, NULL, kv, kl, kf, 0);
+  PGresult *r =
+      PQexecParams(c, "INSERT INTO audit_signing_keys (key_id, public_key) VALUES ($1, $2)", 2,
+                   NULL, kv, kl, kf, 0);
   int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
   PQclear(r);
-  const char *v[6] = {job, seqs, (const char *)f.canonical, (const char *)f.hash,
-                      (const char *)f.signature, fresh->key_id};
+  const char *v[6] = {job,
+                      seqs,
+                      (const char *)f.canonical,
+                      (const char *)f.hash,
+                      (const char *)f.signature,
+                      fresh->key_id};
   const int l[6] = {0, 0, (int)f.canonical_len, 32, 64, 0}, fm[6] = {0, 0, 1, 1, 1, 0};
   r = PQexecParams(c,
                    "UPDATE audit_entries SET canonical = $3, hash = $4, signature = $5,"
@@ -479,7 +496,8 @@ static int cmd_forge_line(const char *file, long long seq) {
     }
     struct jb_audit_entry e, f;
     struct jb_keyring *fresh = NULL;
-    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0 || forge_entry(&e, &fresh, &f) < 0) {
+    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0 ||
+        forge_entry(&e, &fresh, &f) < 0) {
       rc = 2;
       break;
     }
@@ -562,7 +580,8 @@ static int cmd_resign_line(const char *file, long long seq) {
 
 static long long pl_count(PGconn *c) {
   jb_error err = {0};
-  PGresult *r = jb_db_exec(c, "SELECT count(*) FROM pl_t", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "count");
+  PGresult *r =
+      jb_db_exec(c, "SELECT count(*) FROM pl_t", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "count");
   long long n = r ? atoll(PQgetvalue(r, 0, 0)) : -1;
   PQclear(r);
   return n;
@@ -572,7 +591,8 @@ static long long pl_count(PGconn *c) {
  * run a prepared statement and another pipeline. */
 static bool pl_usable(PGconn *c) {
   jb_error err = {0};
-  if (PQpipelineStatus(c) != PQ_PIPELINE_OFF || PQtransactionStatus(c) != PQTRANS_IDLE) return false;
+  if (PQpipelineStatus(c) != PQ_PIPELINE_OFF || PQtransactionStatus(c) != PQTRANS_IDLE)
+    return false;
   PGresult *r = jb_db_exec(c, "SELECT 1", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "select");
   bool ok = r != NULL;
   PQclear(r);
@@ -587,7 +607,8 @@ static bool pl_usable(PGconn *c) {
 static int cmd_pipeline(void) {
   PGconn *c = connect_or_die();
   jb_error err = {0};
-  PGresult *r = jb_db_exec(c, "CREATE TEMP TABLE pl_t (x int)", 0, NULL, PGRES_COMMAND_OK, NULL, &err, "create");
+  PGresult *r = jb_db_exec(c, "CREATE TEMP TABLE pl_t (x int)", 0, NULL, PGRES_COMMAND_OK, NULL,
+                           &err, "create");
   if (!r) {
     fprintf(stderr, "%s\n", err.msg);
     return 2;
@@ -605,8 +626,8 @@ static int cmd_pipeline(void) {
   bool named = strstr(err.msg, "divide") != NULL;
   jb_db_rollback(c);
   long long n = pl_count(c);
-  printf("failed step: %s, named: %s, committed rows %lld, connection usable: %s\n", r ? "NOT REPORTED" : "reported",
-         named ? "yes" : "NO", n, pl_usable(c) ? "yes" : "NO");
+  printf("failed step: %s, named: %s, committed rows %lld, connection usable: %s\n",
+         r ? "NOT REPORTED" : "reported", named ? "yes" : "NO", n, pl_usable(c) ? "yes" : "NO");
   bad += r != NULL || !named || n != 0 || !pl_usable(c);
   PQclear(r);
   /* 2. a step ending with another status than its `want`, without an error: reported, and
@@ -644,8 +665,14 @@ static int cmd_pipeline(void) {
     const int bl[2] = {3, 8}, bf[2] = {1, 1};
     PGresult *kept = NULL;
     const struct jb_db_step keep[2] = {
-        {.sql = "SELECT encode($1::bytea, 'hex') || ' ' || ($2::bigint)::text", .n = 2, .params = bp,
-         .want = PGRES_TUPLES_OK, .what = "binary", .lengths = bl, .formats = bf, .keep = &kept},
+        {.sql = "SELECT encode($1::bytea, 'hex') || ' ' || ($2::bigint)::text",
+         .n = 2,
+         .params = bp,
+         .want = PGRES_TUPLES_OK,
+         .what = "binary",
+         .lengths = bl,
+         .formats = bf,
+         .keep = &kept},
         JB_DB_STEP("SELECT 4", 0, NULL, PGRES_TUPLES_OK, "four")};
     r = jb_db_pipeline(c, keep, 2, &err);
     const char *got = kept && PQntuples(kept) == 1 ? PQgetvalue(kept, 0, 0) : "(nothing kept)";
@@ -665,7 +692,8 @@ static int cmd_pipeline(void) {
     PQclear(r);
   }
   /* 4. the connection dropped under a pipeline: an error, not a hang; not given back as usable */
-  PGresult *pid = jb_db_exec(c, "SELECT pg_backend_pid()::text", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "pid");
+  PGresult *pid =
+      jb_db_exec(c, "SELECT pg_backend_pid()::text", 0, NULL, PGRES_TUPLES_OK, NULL, &err, "pid");
   const char *pp[1] = {pid ? PQgetvalue(pid, 0, 0) : "0"};
   const struct jb_db_step killed[3] = {
       JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
@@ -675,7 +703,8 @@ static int cmd_pipeline(void) {
   r = jb_db_pipeline(c, killed, 3, &err);
   jb_db_rollback(c);
   bool dropped = PQstatus(c) != CONNECTION_OK;
-  printf("connection dropped: %s, %s\n", r ? "NOT REPORTED" : "reported", dropped ? "closed" : "still open");
+  printf("connection dropped: %s, %s\n", r ? "NOT REPORTED" : "reported",
+         dropped ? "closed" : "still open");
   bad += r != NULL;
   PQclear(r);
   PQclear(pid);
@@ -700,7 +729,8 @@ static long long now_ms(void) {
 /* audit_store.c's slot function, copied: FNV-1a % 1024, then % 256 for the group slots */
 static size_t gc_slot_of(const char *job_id) {
   uint64_t h = 1469598103934665603ull;
-  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  for (const unsigned char *p = (const unsigned char *)job_id; *p; p++)
+    h = (h ^ *p) * 1099511628211ull;
   return (size_t)(h % 1024) % 256;
 }
 
@@ -774,16 +804,23 @@ static void *mix_work(void *arg) {
     int rc;
     if (w->kind == MIX_GROUPED) {
       rc = append_one(c, w->job, i, &h, &err);
-      if (rc == JB_OK) w->ok++, record_head(&h);
-      else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
-      else w->wrong++, fprintf(stderr, "grouped: %d %s\n", rc, err.msg);
+      if (rc == JB_OK)
+        w->ok++, record_head(&h);
+      else if (rc == JB_ERR_CONFLICT && mix_sealed)
+        w->conflicts++;
+      else
+        w->wrong++, fprintf(stderr, "grouped: %d %s\n", rc, err.msg);
     } else if (w->kind == MIX_BAD) {
       bool bad = i % 2;
       rc = jb_audit_append(c, keys, w->job, bad ? "Bad-Op" : "resume", NULL, NULL, &h, &err);
-      if (!bad && rc == JB_OK) w->ok++, record_head(&h);
-      else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
-      else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
-      else w->wrong++, fprintf(stderr, "bad-mix %s: %d %s\n", bad ? "bad" : "good", rc, err.msg);
+      if (!bad && rc == JB_OK)
+        w->ok++, record_head(&h);
+      else if (bad && rc == JB_ERR_FAIL && err.code == EINVAL)
+        w->refused++;
+      else if (rc == JB_ERR_CONFLICT && mix_sealed)
+        w->conflicts++;
+      else
+        w->wrong++, fprintf(stderr, "bad-mix %s: %d %s\n", bad ? "bad" : "good", rc, err.msg);
     } else if (w->kind == MIX_TXN) {
       PQclear(PQexec(c, "BEGIN"));
       rc = jb_audit_append(c, keys, w->job, "pause", NULL, NULL, &h, &err);
@@ -792,42 +829,54 @@ static void *mix_work(void *arg) {
         PGresult *r = PQexec(c, "COMMIT");
         bool committed = PQresultStatus(r) == PGRES_COMMAND_OK;
         PQclear(r);
-        if (committed) w->ok++, record_head(&h);
-        else w->wrong++, fprintf(stderr, "txn commit failed\n");
+        if (committed)
+          w->ok++, record_head(&h);
+        else
+          w->wrong++, fprintf(stderr, "txn commit failed\n");
       } else {
         PQclear(PQexec(c, "ROLLBACK"));
         if (rc == JB_OK) continue;
-        if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
-        else w->wrong++, fprintf(stderr, "txn: %d %s\n", rc, err.msg);
+        if (rc == JB_ERR_CONFLICT && mix_sealed)
+          w->conflicts++;
+        else
+          w->wrong++, fprintf(stderr, "txn: %d %s\n", rc, err.msg);
       }
     } else { /* pipeline on the cached head, as db/ops.c's direct store */
       long long head;
       unsigned char prev[32];
       if (!jb_audit_head_peek(w->job, &head, prev)) {
         rc = jb_audit_append(c, keys, w->job, "list", "/p", NULL, &h, &err);
-        if (rc == JB_OK) w->ok++, record_head(&h);
-        else if (rc == JB_ERR_CONFLICT && mix_sealed) w->conflicts++;
-        else w->wrong++, fprintf(stderr, "pipe-fallback: %d %s\n", rc, err.msg);
+        if (rc == JB_OK)
+          w->ok++, record_head(&h);
+        else if (rc == JB_ERR_CONFLICT && mix_sealed)
+          w->conflicts++;
+        else
+          w->wrong++, fprintf(stderr, "pipe-fallback: %d %s\n", rc, err.msg);
         continue;
       }
       struct jb_audit_pending pend;
       struct jb_db_step step;
-      if (jb_audit_append_step(keys, w->job, "write", "/p", NULL, head, prev, &pend, &step, &err) < 0) {
+      if (jb_audit_append_step(keys, w->job, "write", "/p", NULL, head, prev, &pend, &step, &err) <
+          0) {
         w->wrong++, fprintf(stderr, "step: %s\n", err.msg);
         continue;
       }
       const char *p1[1] = {w->job};
       const struct jb_db_step steps[4] = {
           JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
-          JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p1, PGRES_TUPLES_OK, "lock session"),
+          JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p1, PGRES_TUPLES_OK,
+                     "lock session"),
           step, JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
       PGresult *r = jb_db_pipeline(c, steps, 4, &err);
       if (!r) jb_db_rollback(c);
       PQclear(r);
       jb_audit_append_settle(w->job, &pend, r != NULL, &h);
-      if (r) w->ok++, record_head(&h);
-      else if (strstr(err.msg, "head moved")) w->moved++;
-      else w->wrong++, fprintf(stderr, "pipe: %s\n", err.msg);
+      if (r)
+        w->ok++, record_head(&h);
+      else if (strstr(err.msg, "head moved"))
+        w->moved++;
+      else
+        w->wrong++, fprintf(stderr, "pipe: %s\n", err.msg);
     }
     (void)sealed_before;
   }
@@ -837,8 +886,9 @@ static void *mix_work(void *arg) {
 
 static int cmd_mixrace(const char *job, double seconds, int seal) {
   PGconn *c = connect_or_die();
-  int kinds[] = {MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED,
-                 MIX_GROUPED, MIX_GROUPED, MIX_BAD, MIX_BAD, MIX_TXN, MIX_TXN, MIX_PIPE, MIX_PIPE};
+  int kinds[] = {MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_GROUPED,
+                 MIX_GROUPED, MIX_GROUPED, MIX_GROUPED, MIX_BAD,     MIX_BAD,
+                 MIX_TXN,     MIX_TXN,     MIX_PIPE,    MIX_PIPE};
   int n = (int)(sizeof kinds / sizeof *kinds);
   struct mixw w[16] = {0};
   pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
@@ -854,25 +904,29 @@ static int cmd_mixrace(const char *job, double seconds, int seal) {
     struct jb_audit_head sh;
     mix_sealed = 1;
     seal_rc = jb_audit_seal(c, keys, job, &sh, &err);
-    if (seal_rc == JB_OK) record_head(&sh);
-    else fprintf(stderr, "seal: %d %s\n", seal_rc, err.msg);
+    if (seal_rc == JB_OK)
+      record_head(&sh);
+    else
+      fprintf(stderr, "seal: %d %s\n", seal_rc, err.msg);
     usleep(300000);
   }
   mix_stop = 1;
   long ok = 0, wrong = 0, conf = 0, refused = 0, moved = 0;
   for (int i = 0; i < n; i++) {
     pthread_join(w[i].t, NULL);
-    ok += w[i].ok, wrong += w[i].wrong, conf += w[i].conflicts, refused += w[i].refused, moved += w[i].moved;
+    ok += w[i].ok, wrong += w[i].wrong, conf += w[i].conflicts, refused += w[i].refused,
+        moved += w[i].moved;
   }
   long long entries = 0;
   long bad = check_recorded(c, job, &entries);
   struct jb_audit_result res;
   int vrc = verify_db(c, job, &res);
   done_with(c);
-  printf("ok %ld (+seal %s) wrong %ld conflicts-after-seal %ld refused %ld pipeline-moved %ld; "
-         "heads not in chain %ld; chain %lld entries, verify %s%s\n",
-         ok, seal_rc == JB_OK ? "1" : "0", wrong, conf, refused, moved, bad, entries,
-         vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
+  printf(
+      "ok %ld (+seal %s) wrong %ld conflicts-after-seal %ld refused %ld pipeline-moved %ld; "
+      "heads not in chain %ld; chain %lld entries, verify %s%s\n",
+      ok, seal_rc == JB_OK ? "1" : "0", wrong, conf, refused, moved, bad, entries,
+      vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
   return wrong || bad || vrc ? 1 : 0;
 }
 
@@ -901,9 +955,12 @@ static void *col_work(void *arg) {
   for (long i = 0; c && !mix_stop; i++) {
     memset(&err, 0, sizeof err);
     int rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, NULL, &err);
-    if (rc == JB_OK) w->ok++;
-    else if (rc == JB_ERR_NOT_FOUND) w->notfound++;
-    else w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+    if (rc == JB_OK)
+      w->ok++;
+    else if (rc == JB_ERR_NOT_FOUND)
+      w->notfound++;
+    else
+      w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
   }
   if (c) done_with(c);
   return NULL;
@@ -1049,7 +1106,8 @@ static int cmd_keyrace(const char *job, int rounds) {
     for (int i = 0; i < nw; i++) {
       pthread_join(w[i].t, NULL);
       ok += w[i].ok, other += w[i].other;
-      if (w[i].last[0] && !strstr(w[i].last, "retired")) fprintf(stderr, "writer: %s\n", w[i].last), bad++;
+      if (w[i].last[0] && !strstr(w[i].last, "retired"))
+        fprintf(stderr, "writer: %s\n", w[i].last), bad++;
     }
     pthread_barrier_destroy(&start_line);
     keys = saved;
@@ -1084,8 +1142,10 @@ static void *kw_work(void *arg) {
     struct jb_audit_head h;
     memset(&err, 0, sizeof err);
     int rc = jb_audit_append(c, w->k, w->job, "resume", NULL, NULL, &h, &err);
-    if (rc == JB_OK) w->ok++, snprintf(w->last, sizeof w->last, "ok, head signed by key %s", h.key_id);
-    else w->fail++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+    if (rc == JB_OK)
+      w->ok++, snprintf(w->last, sizeof w->last, "ok, head signed by key %s", h.key_id);
+    else
+      w->fail++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
     w->enokey += rc != JB_OK && err.code == ENOKEY;
     w->ekeyrevoked += rc != JB_OK && err.code == EKEYREVOKED;
   }
@@ -1097,14 +1157,19 @@ static int cmd_twokeys(const char *job) {
   unsigned char seed[32];
   randombytes_buf(seed, sizeof seed);
   struct jb_keyring *un = jb_keyring_from_seed(seed);
-  struct kw w[4] = {{.job = job, .k = keys}, {.job = job, .k = un}, {.job = job, .k = keys}, {.job = job, .k = un}};
+  struct kw w[4] = {{.job = job, .k = keys},
+                    {.job = job, .k = un},
+                    {.job = job, .k = keys},
+                    {.job = job, .k = un}};
   pthread_barrier_init(&start_line, NULL, 4);
   for (int i = 0; i < 4; i++) pthread_create(&w[i].t, NULL, kw_work, &w[i]);
   long okp = 0, failp = 0, oku = 0, failu = 0, enokey = 0, erev = 0;
   for (int i = 0; i < 4; i++) {
     pthread_join(w[i].t, NULL);
-    if (i % 2) oku += w[i].ok, failu += w[i].fail;
-    else okp += w[i].ok, failp += w[i].fail;
+    if (i % 2)
+      oku += w[i].ok, failu += w[i].fail;
+    else
+      okp += w[i].ok, failp += w[i].fail;
     enokey += w[i].enokey, erev += w[i].ekeyrevoked;
   }
   printf("failures with ENOKEY %ld, with EKEYREVOKED %ld (no key is retired here)\n", enokey, erev);
@@ -1137,8 +1202,10 @@ static void *kl_work(void *arg) {
     struct jb_audit_head h;
     memset(&err, 0, sizeof err);
     int rc = append_one(c, w->job, i, &h, &err);
-    if (rc == JB_OK) w->ok++, record_head(&h);
-    else w->fail++;
+    if (rc == JB_OK)
+      w->ok++, record_head(&h);
+    else
+      w->fail++;
   }
   if (c) done_with(c);
   return NULL;
@@ -1149,7 +1216,8 @@ static int cmd_killer(const char *job, double seconds) {
   verify_db(c, job, &before);
   struct klw w[12] = {0};
   pthread_barrier_init(&start_line, NULL, 13);
-  for (int i = 0; i < 12; i++) w[i].idx = i, w[i].job = job, pthread_create(&w[i].t, NULL, kl_work, &w[i]);
+  for (int i = 0; i < 12; i++)
+    w[i].idx = i, w[i].job = job, pthread_create(&w[i].t, NULL, kl_work, &w[i]);
   pthread_barrier_wait(&start_line);
   long long end = now_ms() + (long long)(seconds * 1000);
   int kills = 0;
@@ -1157,9 +1225,11 @@ static int cmd_killer(const char *job, double seconds) {
   while (now_ms() < end) {
     usleep(20000);
     char pid[16];
-    snprintf(pid, sizeof pid, "%d", __atomic_load_n(&kill_pids[rand_r(&seed) % 12], __ATOMIC_SEQ_CST));
+    snprintf(pid, sizeof pid, "%d",
+             __atomic_load_n(&kill_pids[rand_r(&seed) % 12], __ATOMIC_SEQ_CST));
     const char *p[1] = {pid};
-    PGresult *r = PQexecParams(c, "SELECT pg_terminate_backend($1::int)", 1, NULL, p, NULL, NULL, 0);
+    PGresult *r =
+        PQexecParams(c, "SELECT pg_terminate_backend($1::int)", 1, NULL, p, NULL, NULL, 0);
     kills += PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
     PQclear(r);
   }
@@ -1171,9 +1241,11 @@ static int cmd_killer(const char *job, double seconds) {
   struct jb_audit_result res;
   int vrc = verify_db(c, job, &res);
   done_with(c);
-  printf("%d backends killed; ok %ld, failed %ld; heads not in chain %ld; chain %lld -> %lld entries "
-         "(%lld stored but reported failed); verify %s\n", kills, ok, fail, bad, before.entries, entries,
-         entries - before.entries - ok, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason));
+  printf(
+      "%d backends killed; ok %ld, failed %ld; heads not in chain %ld; chain %lld -> %lld entries "
+      "(%lld stored but reported failed); verify %s\n",
+      kills, ok, fail, bad, before.entries, entries, entries - before.entries - ok,
+      vrc == 0 ? "ok" : jb_audit_reason_name(res.reason));
   return bad || vrc ? 1 : 0;
 }
 
@@ -1207,13 +1279,16 @@ static void *bw_work(void *arg) {
     snprintf(path, sizeof path, "/t%d/%ld", w->idx, i);
     int rc = jb_audit_append(c, w->k, w->job, bad ? "Bad-Op" : "resume", path, NULL, &h, &err);
     if (bad) {
-      if (rc == JB_ERR_FAIL && err.code == EINVAL) w->refused++;
-      else w->wrong++, snprintf(w->last, sizeof w->last, "malformed got %d %s", rc, err.msg);
+      if (rc == JB_ERR_FAIL && err.code == EINVAL)
+        w->refused++;
+      else
+        w->wrong++, snprintf(w->last, sizeof w->last, "malformed got %d %s", rc, err.msg);
     } else if (rc == JB_OK) {
       w->ok++;
       record_head(&h);
       if (strcmp(h.key_id, w->k->key_id) != 0)
-        w->wrongkey++, snprintf(w->last, sizeof w->last, "head signed by %s, caller's key %s", h.key_id, w->k->key_id);
+        w->wrongkey++, snprintf(w->last, sizeof w->last, "head signed by %s, caller's key %s",
+                                h.key_id, w->k->key_id);
     } else {
       w->wrong++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
     }
@@ -1233,7 +1308,8 @@ static int cmd_burst(const char *job, int n, double seconds) {
     return fprintf(stderr, "publish: %s\n", err.msg), 2;
   long long before = 0;
   check_recorded(c, job, &before);
-  unsigned long b0 = atomic_load(&jb_metric_audit_batches), e0 = atomic_load(&jb_metric_audit_batched);
+  unsigned long b0 = atomic_load(&jb_metric_audit_batches),
+                e0 = atomic_load(&jb_metric_audit_batched);
   struct bw *w = calloc((size_t)n, sizeof *w);
   pthread_barrier_init(&start_line, NULL, (unsigned)n + 1);
   mix_stop = 0;
@@ -1266,11 +1342,14 @@ static int cmd_burst(const char *job, int n, double seconds) {
   long bad = check_recorded(c, job, &entries);
   struct jb_audit_result res;
   int vrc = verify_db(c, job, &res);
-  unsigned long nb = atomic_load(&jb_metric_audit_batches) - b0, ne = atomic_load(&jb_metric_audit_batched) - e0;
-  printf("%d threads: ok %ld, malformed refused %ld, wrong %ld, signed by another key %ld; "
-         "%lu batches of %lu entries (avg %.1f); heads not in chain %ld; stored %lld (JB_OK %ld); "
-         "verify %s%s\n", n, ok, refused, wrong, wrongkey, nb, ne, nb ? (double)ne / nb : 0.0, bad,
-         entries - before, ok, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
+  unsigned long nb = atomic_load(&jb_metric_audit_batches) - b0,
+                ne = atomic_load(&jb_metric_audit_batched) - e0;
+  printf(
+      "%d threads: ok %ld, malformed refused %ld, wrong %ld, signed by another key %ld; "
+      "%lu batches of %lu entries (avg %.1f); heads not in chain %ld; stored %lld (JB_OK %ld); "
+      "verify %s%s\n",
+      n, ok, refused, wrong, wrongkey, nb, ne, nb ? (double)ne / nb : 0.0, bad, entries - before,
+      ok, vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : res.detail);
   done_with(c);
   free(w);
   jb_keyring_free(k2);
@@ -1281,8 +1360,9 @@ static int cmd_burst(const char *job, int n, double seconds) {
 static int show_verdict(PGconn *c, const char *job) {
   struct jb_audit_result res;
   int vrc = verify_db(c, job, &res);
-  printf("verify: %s%s%s (first bad seq %lld)\n", vrc == 0 ? "ok" : jb_audit_reason_name(res.reason),
-         vrc == 0 ? "" : ": ", vrc == 0 ? "" : res.detail, vrc == 0 ? 0LL : res.first_bad_seq);
+  printf("verify: %s%s%s (first bad seq %lld)\n",
+         vrc == 0 ? "ok" : jb_audit_reason_name(res.reason), vrc == 0 ? "" : ": ",
+         vrc == 0 ? "" : res.detail, vrc == 0 ? 0LL : res.first_bad_seq);
   return vrc;
 }
 
@@ -1309,7 +1389,8 @@ static int cmd_stepback(const char *job) {
   if (trig) {
     FILE *f = fopen(trig, "w");
     if (f) fclose(f);
-    printf("clock stepped back by %s ms\n", getenv("SHIM_OFFSET_MS") ? getenv("SHIM_OFFSET_MS") : "0");
+    printf("clock stepped back by %s ms\n",
+           getenv("SHIM_OFFSET_MS") ? getenv("SHIM_OFFSET_MS") : "0");
   }
   if (jb_audit_key_publish(c, k2->key_id, k2->pk, true, &err) != JB_OK)
     return fprintf(stderr, "publish k2: %s\n", err.msg), 2;
@@ -1317,9 +1398,11 @@ static int cmd_stepback(const char *job) {
   char sq[24];
   snprintf(sq, sizeof sq, "%lld", h.seq);
   const char *pv[3] = {job, sq, k1->key_id};
-  PGresult *r = PQexecParams(c,
+  PGresult *r = PQexecParams(
+      c,
       "SELECT jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e, audit_signing_keys k"
-      " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3", 3, NULL, pv, NULL, NULL, 0);
+      " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3",
+      3, NULL, pv, NULL, NULL, 0);
   if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
     printf("entry %lld (stored before the retirement) stamped %s; K1 retiredAt %s\n", h.seq,
            PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
@@ -1341,8 +1424,9 @@ static int cmd_retire(void) {
   jb_error err = {0};
   int rc = jb_audit_key_publish(c, k->key_id, k->pk, true, &err);
   if (rc != JB_OK) fprintf(stderr, "publish: %s\n", err.msg);
-  PGresult *r = PQexecParams(c, "SELECT jb_ts(created_at) FROM audit_signing_keys WHERE key_id = $1",
-                             1, NULL, (const char *const[]){k->key_id}, NULL, NULL, 0);
+  PGresult *r =
+      PQexecParams(c, "SELECT jb_ts(created_at) FROM audit_signing_keys WHERE key_id = $1", 1, NULL,
+                   (const char *const[]){k->key_id}, NULL, NULL, 0);
   if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
     printf("retired every other key at %s\n", PQgetvalue(r, 0, 0));
   PQclear(r);
@@ -1371,11 +1455,13 @@ static int cmd_writers(const char *job, double seconds, int n) {
   }
   printf("writers: stored %ld, refused %ld (%s)\n", ok, other, w[0].last);
   const char *pv[1] = {job};
-  PGresult *r = PQexecParams(c,
+  PGresult *r = PQexecParams(
+      c,
       "SELECT e.seq, jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e"
       "  JOIN audit_signing_keys k USING (key_id)"
       " WHERE e.job_id = $1 AND k.retired_at IS NOT NULL AND e.created_at >= k.retired_at"
-      " ORDER BY e.seq", 1, NULL, pv, NULL, NULL, 0);
+      " ORDER BY e.seq",
+      1, NULL, pv, NULL, NULL, 0);
   for (int i = 0; PQresultStatus(r) == PGRES_TUPLES_OK && i < PQntuples(r); i++)
     printf("stored entry %s stamped %s, its key retired at %s\n", PQgetvalue(r, i, 0),
            PQgetvalue(r, i, 1), PQgetvalue(r, i, 2));
@@ -1399,8 +1485,10 @@ static void *cf_work(void *arg) {
     struct jb_audit_head h;
     memset(&err, 0, sizeof err);
     int rc = jb_audit_append(c, keys, w->job, "resume", NULL, NULL, &h, &err);
-    if (rc == JB_OK) w->ok++, record_head(&h);
-    else w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
+    if (rc == JB_OK)
+      w->ok++, record_head(&h);
+    else
+      w->other++, snprintf(w->last, sizeof w->last, "%d %s", rc, err.msg);
   }
   if (c) done_with(c);
   return NULL;
@@ -1419,15 +1507,17 @@ static void cf_round(const char *job, long *ok, long *fail, char *last, size_t l
 }
 static int cmd_commitfail(const char *job) {
   PGconn *c = connect_or_die();
-  PGresult *r = PQexec(c,
-      "CREATE TABLE IF NOT EXISTS gc2_fail (job_id text PRIMARY KEY);"
-      "CREATE OR REPLACE FUNCTION gc2_fail_fn() RETURNS trigger LANGUAGE plpgsql AS $$"
-      " BEGIN IF EXISTS (SELECT 1 FROM gc2_fail WHERE job_id = NEW.job_id) THEN"
-      "   RAISE EXCEPTION 'gc2: commit refused'; END IF; RETURN NULL; END $$;"
-      "DROP TRIGGER IF EXISTS gc2_fail_tr ON audit_entries;"
-      "CREATE CONSTRAINT TRIGGER gc2_fail_tr AFTER INSERT ON audit_entries"
-      " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gc2_fail_fn()");
-  if (PQresultStatus(r) != PGRES_COMMAND_OK) return fprintf(stderr, "setup: %s", PQerrorMessage(c)), 2;
+  PGresult *r =
+      PQexec(c,
+             "CREATE TABLE IF NOT EXISTS gc2_fail (job_id text PRIMARY KEY);"
+             "CREATE OR REPLACE FUNCTION gc2_fail_fn() RETURNS trigger LANGUAGE plpgsql AS $$"
+             " BEGIN IF EXISTS (SELECT 1 FROM gc2_fail WHERE job_id = NEW.job_id) THEN"
+             "   RAISE EXCEPTION 'gc2: commit refused'; END IF; RETURN NULL; END $$;"
+             "DROP TRIGGER IF EXISTS gc2_fail_tr ON audit_entries;"
+             "CREATE CONSTRAINT TRIGGER gc2_fail_tr AFTER INSERT ON audit_entries"
+             " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gc2_fail_fn()");
+  if (PQresultStatus(r) != PGRES_COMMAND_OK)
+    return fprintf(stderr, "setup: %s", PQerrorMessage(c)), 2;
   PQclear(r);
   jb_error err = {0};
   struct jb_audit_head h;
@@ -1435,7 +1525,8 @@ static int cmd_commitfail(const char *job) {
     return fprintf(stderr, "append: %s\n", err.msg), 2;
   record_head(&h);
   const char *p1[1] = {job};
-  PQclear(PQexecParams(c, "INSERT INTO gc2_fail VALUES ($1) ON CONFLICT DO NOTHING", 1, NULL, p1, NULL, NULL, 0));
+  PQclear(PQexecParams(c, "INSERT INTO gc2_fail VALUES ($1) ON CONFLICT DO NOTHING", 1, NULL, p1,
+                       NULL, NULL, 0));
   long ok1, f1, ok2, f2;
   char last1[300] = "", last2[300] = "";
   cf_round(job, &ok1, &f1, last1, sizeof last1);
@@ -1448,7 +1539,8 @@ static int cmd_commitfail(const char *job) {
   PQclear(PQexecParams(c, "DELETE FROM gc2_fail WHERE job_id = $1", 1, NULL, p1, NULL, NULL, 0));
   cf_round(job, &ok2, &f2, last2, sizeof last2);
   printf("commit refused: ok %ld, failed %ld (%s)\n", ok1, f1, last1);
-  printf("head cache then: %s%lld; stored head %lld\n", cached ? "" : "none, ", cached ? cseq : 0, sseq);
+  printf("head cache then: %s%lld; stored head %lld\n", cached ? "" : "none, ", cached ? cseq : 0,
+         sseq);
   printf("commit allowed again: ok %ld, failed %ld %s\n", ok2, f2, last2);
   long long entries = 0;
   long bad = check_recorded(c, job, &entries);
@@ -1490,11 +1582,14 @@ static int cmd_rrretire(const char *job) {
     char sq[24];
     snprintf(sq, sizeof sq, "%lld", h.seq);
     const char *pv[3] = {job, sq, k1->key_id};
-    r = PQexecParams(c,
+    r = PQexecParams(
+        c,
         "SELECT jb_ts(e.created_at), jb_ts(k.retired_at) FROM audit_entries e, audit_signing_keys k"
-        " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3", 3, NULL, pv, NULL, NULL, 0);
+        " WHERE e.job_id = $1 AND e.seq = $2::bigint AND k.key_id = $3",
+        3, NULL, pv, NULL, NULL, 0);
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
-      printf("stored entry %lld stamped %s; K1 retiredAt %s\n", h.seq, PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+      printf("stored entry %lld stamped %s; K1 retiredAt %s\n", h.seq, PQgetvalue(r, 0, 0),
+             PQgetvalue(r, 0, 1));
     PQclear(r);
     vrc = show_verdict(c, job);
   }
@@ -1542,29 +1637,48 @@ int main(int argc, char **argv) {
     done_with(c);
   }
   int rc = 2;
-  if (strcmp(cmd, "append") == 0 && argc == 6) rc = cmd_append(argv[4], atol(argv[5]));
-  else if (strcmp(cmd, "seal") == 0 && argc == 5) rc = cmd_seal(argv[4]);
+  if (strcmp(cmd, "append") == 0 && argc == 6)
+    rc = cmd_append(argv[4], atol(argv[5]));
+  else if (strcmp(cmd, "seal") == 0 && argc == 5)
+    rc = cmd_seal(argv[4]);
   else if (strcmp(cmd, "concurrent") == 0 && argc == 7)
     rc = cmd_concurrent(argv[4], atoi(argv[5]), atol(argv[6]));
   else if (strcmp(cmd, "grouped-errors") == 0 && argc == 7)
     rc = cmd_grouped_errors(argv[4], atoi(argv[5]), atol(argv[6]));
-  else if (strcmp(cmd, "noblock") == 0 && argc == 6) rc = cmd_noblock(argv[4], argv[5]);
-  else if (strcmp(cmd, "txn") == 0 && argc == 5) rc = cmd_txn(argv[4]);
-  else if (strcmp(cmd, "resign") == 0 && argc == 6) rc = cmd_resign(argv[4], atoll(argv[5]));
-  else if (strcmp(cmd, "mixrace") == 0 && argc == 7) rc = cmd_mixrace(argv[4], atof(argv[5]), atoi(argv[6]));
-  else if (strcmp(cmd, "slotmate") == 0 && argc == 5) rc = cmd_slotmate(argv[4]);
-  else if (strcmp(cmd, "collide") == 0 && argc == 7) rc = cmd_collide(argv[4], argv[5], atof(argv[6]));
-  else if (strcmp(cmd, "timeouts") == 0 && argc == 5) rc = cmd_timeouts(argv[4]);
-  else if (strcmp(cmd, "keyrace") == 0 && argc == 6) rc = cmd_keyrace(argv[4], atoi(argv[5]));
-  else if (strcmp(cmd, "twokeys") == 0 && argc == 5) rc = cmd_twokeys(argv[4]);
-  else if (strcmp(cmd, "killer") == 0 && argc == 6) rc = cmd_killer(argv[4], atof(argv[5]));
-  else if (strcmp(cmd, "burst") == 0 && argc == 7) rc = cmd_burst(argv[4], atoi(argv[5]), atof(argv[6]));
-  else if (strcmp(cmd, "commitfail") == 0 && argc == 5) rc = cmd_commitfail(argv[4]);
-  else if (strcmp(cmd, "rrretire") == 0 && argc == 5) rc = cmd_rrretire(argv[4]);
-  else if (strcmp(cmd, "stepback") == 0 && argc == 5) rc = cmd_stepback(argv[4]);
-  else if (strcmp(cmd, "retire") == 0 && argc == 5) rc = cmd_retire();
-  else if (strcmp(cmd, "writers") == 0 && argc == 7) rc = cmd_writers(argv[4], atof(argv[5]), atoi(argv[6]));
-  else fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
+  else if (strcmp(cmd, "noblock") == 0 && argc == 6)
+    rc = cmd_noblock(argv[4], argv[5]);
+  else if (strcmp(cmd, "txn") == 0 && argc == 5)
+    rc = cmd_txn(argv[4]);
+  else if (strcmp(cmd, "resign") == 0 && argc == 6)
+    rc = cmd_resign(argv[4], atoll(argv[5]));
+  else if (strcmp(cmd, "mixrace") == 0 && argc == 7)
+    rc = cmd_mixrace(argv[4], atof(argv[5]), atoi(argv[6]));
+  else if (strcmp(cmd, "slotmate") == 0 && argc == 5)
+    rc = cmd_slotmate(argv[4]);
+  else if (strcmp(cmd, "collide") == 0 && argc == 7)
+    rc = cmd_collide(argv[4], argv[5], atof(argv[6]));
+  else if (strcmp(cmd, "timeouts") == 0 && argc == 5)
+    rc = cmd_timeouts(argv[4]);
+  else if (strcmp(cmd, "keyrace") == 0 && argc == 6)
+    rc = cmd_keyrace(argv[4], atoi(argv[5]));
+  else if (strcmp(cmd, "twokeys") == 0 && argc == 5)
+    rc = cmd_twokeys(argv[4]);
+  else if (strcmp(cmd, "killer") == 0 && argc == 6)
+    rc = cmd_killer(argv[4], atof(argv[5]));
+  else if (strcmp(cmd, "burst") == 0 && argc == 7)
+    rc = cmd_burst(argv[4], atoi(argv[5]), atof(argv[6]));
+  else if (strcmp(cmd, "commitfail") == 0 && argc == 5)
+    rc = cmd_commitfail(argv[4]);
+  else if (strcmp(cmd, "rrretire") == 0 && argc == 5)
+    rc = cmd_rrretire(argv[4]);
+  else if (strcmp(cmd, "stepback") == 0 && argc == 5)
+    rc = cmd_stepback(argv[4]);
+  else if (strcmp(cmd, "retire") == 0 && argc == 5)
+    rc = cmd_retire();
+  else if (strcmp(cmd, "writers") == 0 && argc == 7)
+    rc = cmd_writers(argv[4], atof(argv[5]), atoi(argv[6]));
+  else
+    fprintf(stderr, "audit_driver: bad arguments (see the comment at the top)\n");
   jb_keyring_free(keys);
   jb_db_close(pool);
   return rc;

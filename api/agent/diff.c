@@ -64,21 +64,23 @@ int jb_diff_preview(const char *path, const unsigned char *old, size_t old_len, 
   git_patch *patch = NULL;
   git_buf buf = {0};
   /* a NULL old buffer is "no such file": the diff says /dev/null and "new file" */
-  int rc = git_patch_from_buffers(&patch, old_exists ? (old_len ? old : (const unsigned char *)"") : NULL,
-                                  old_exists ? old_len : 0, path, new_len ? new_data : (const unsigned char *)"",
-                                  new_len, path, &opts);
+  int rc = git_patch_from_buffers(
+      &patch, old_exists ? (old_len ? old : (const unsigned char *)"") : NULL,
+      old_exists ? old_len : 0, path, new_len ? new_data : (const unsigned char *)"", new_len, path,
+      &opts);
   if (rc == 0) rc = git_patch_to_buf(&buf, patch);
   git_patch_free(patch);
   if (rc != 0) {
     const git_error *ge = git_error_last();
     git_buf_dispose(&buf);
-    return jb_fail(err, EIO, "diff preview: %s", ge && ge->message ? ge->message : "libgit2 failed");
+    return jb_fail(err, EIO, "diff preview: %s",
+                   ge && ge->message ? ge->message : "libgit2 failed");
   }
   size_t len = buf.size, keep = cut_len(buf.ptr, len, max);
   json_t *text = json_stringn(buf.ptr ? buf.ptr : "", keep);
   git_buf_dispose(&buf);
   if (!text) return jb_fail(err, ENOMEM, "diff preview: out of memory or not UTF-8");
-  *out = json_pack("{s:s, s:o, s:b, s:I}", "format", "unified", "text", text, "truncated", keep < len,
-                   "bytes", (json_int_t)len);
+  *out = json_pack("{s:s, s:o, s:b, s:I}", "format", "unified", "text", text, "truncated",
+                   keep < len, "bytes", (json_int_t)len);
   return *out ? 0 : jb_fail(err, ENOMEM, "diff preview: out of memory");
 }

@@ -61,7 +61,8 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
         jb_log(JB_LOG_WARN, "escape: kill notice not sent", "jobId", job, "detail", kerr.msg, NULL);
       long long until = jb_now_ms() + TEARDOWN_WAIT_MS;
       int pending;
-      while ((pending = jb_db_teardown_pending(c, job, &err)) == 1 && jb_now_ms() < until) sleep_ms(10);
+      while ((pending = jb_db_teardown_pending(c, job, &err)) == 1 && jb_now_ms() < until)
+        sleep_ms(10);
       if (pending != 0)
         jb_log(JB_LOG_WARN, "escape: sealing before the teardown finished", "jobId", job, NULL);
       struct jb_finish_out fo;
@@ -69,11 +70,13 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
         jb_log(JB_LOG_ERROR, "escape: seal failed (the sweeper retries)", "jobId", job, "detail",
                err.msg, NULL);
     } else if (rc == JB_ERR_FAIL) {
-      jb_log(JB_LOG_ERROR, "escape abort failed", "jobId", job, "kind", name, "detail", err.msg, NULL);
+      jb_log(JB_LOG_ERROR, "escape abort failed", "jobId", job, "kind", name, "detail", err.msg,
+             NULL);
     }
   } else if (policy.alert_after[kind] > 0) {
     struct jb_count_out co;
-    int rc = jb_db_signal_count(c, app->keys, job, name, detail, policy.alert_after[kind], &co, &err);
+    int rc =
+        jb_db_signal_count(c, app->keys, job, name, detail, policy.alert_after[kind], &co, &err);
     if (rc == JB_OK && co.alerted)
       jb_log(JB_LOG_WARN, "security alert", "jobId", job, "kind", name, "detail", detail, NULL);
     else if (rc == JB_ERR_FAIL)
@@ -111,15 +114,16 @@ static void expire(struct jb_app *app, PGconn *c, const char *job, const char *r
   jb_error err = {0};
   int rc = jb_db_session_transition(c, app->keys, job, live, "aborted", reason, "system", &t, &err);
   if (rc != JB_OK) {
-    if (rc == JB_ERR_FAIL) jb_log(JB_LOG_ERROR, "expiry failed", "jobId", job, "detail", err.msg, NULL);
+    if (rc == JB_ERR_FAIL)
+      jb_log(JB_LOG_ERROR, "expiry failed", "jobId", job, "detail", err.msg, NULL);
     return;
   }
   if (app->cache) jb_cache_invalidate(app->cache, job);
   jb_op_session_changed(job);
-  jb_bus_publish(app->bus, job, "jailbox:state",
-                 json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous",
-                           t.previous, "reason", reason, "actor", "system", "rejectedOps",
-                           (json_int_t)t.rejected_ops));
+  jb_bus_publish(
+      app->bus, job, "jailbox:state",
+      json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous", t.previous,
+                "reason", reason, "actor", "system", "rejectedOps", (json_int_t)t.rejected_ops));
   jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
   jb_log(JB_LOG_INFO, "session expired", "jobId", job, "reason", reason, "from", t.previous, NULL);
 }
@@ -130,11 +134,12 @@ static void sweep(struct jb_sweeper *s, bool first) {
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) return; /* the database is away: next time */
   char *text = NULL;
-  if (jb_db_sessions_expired(c, app->cfg->session_lifetime_s, app->cfg->idle_timeout_s, &text, &err) == JB_OK) {
+  if (jb_db_sessions_expired(c, app->cfg->session_lifetime_s, app->cfg->idle_timeout_s, &text,
+                             &err) == JB_OK) {
     json_t *a = json_loads(text, 0, NULL);
     size_t i;
     json_t *e;
-    json_array_foreach(a, i, e)
+    json_array_foreach (a, i, e)
       expire(app, c, json_string_value(json_object_get(e, "jobId")),
              json_string_value(json_object_get(e, "reason")));
     json_decref(a);
@@ -148,7 +153,7 @@ static void sweep(struct jb_sweeper *s, bool first) {
     json_t *a = json_loads(text, 0, NULL);
     size_t i;
     json_t *e;
-    json_array_foreach(a, i, e) {
+    json_array_foreach (a, i, e) {
       const char *job = json_string_value(e);
       struct jb_finish_out fo;
       if (jb_db_session_finish(c, app->keys, job, NULL, &fo, &err) == JB_OK && fo.sealed_now) {

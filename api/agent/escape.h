@@ -23,7 +23,8 @@ int jb_escape_init(struct jb_app *app, jb_error *err);
  * jailbox:audit_head announced (db/escape.h); otherwise counted, alerting every N-th.
  * Returns 1 when the session was aborted by this call, 0 otherwise (also on database errors,
  * which are logged: the caller refuses the op either way). */
-int jb_escape_signal(struct jb_app *app, const char *job_id, enum jb_signal kind, const char *detail);
+int jb_escape_signal(struct jb_app *app, const char *job_id, enum jb_signal kind,
+                     const char *detail);
 
 /* Before an abort of live session `job_id`: asks the worker holding the session to kill its
  * container now (NOTIFY jb_kill), so that an op running in the shim — which holds the session

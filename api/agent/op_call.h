@@ -41,14 +41,14 @@
 #include "server/opwait.h"
 
 #define OP_FILE_MAX (1024 * 1024) /* bytes of one write (the shim's JB_FILE_MAX) */
-#define OP_RUN_TIMEOUT_MS 120000  /* a queued op of an active session must run within this */
+#define OP_RUN_TIMEOUT_MS 120000 /* a queued op of an active session must run within this */
 
 /* What a stage tells the sequence. */
 enum op_step {
-  OP_NEXT = 0,  /* on to the next stage */
-  OP_ANSWERED,  /* call->ans holds the op's answer: on to the answer stage */
-  OP_END,       /* the call ends without a result; *call->e says why */
-  OP_STALE,     /* the copy of the session decided on no longer held at the insert: nothing
+  OP_NEXT = 0, /* on to the next stage */
+  OP_ANSWERED, /* call->ans holds the op's answer: on to the answer stage */
+  OP_END, /* the call ends without a result; *call->e says why */
+  OP_STALE, /* the copy of the session decided on no longer held at the insert: nothing
                  * was done; the call starts over on the database's row */
 };
 
@@ -57,55 +57,55 @@ struct op_call {
   /* the call (borrowed) */
   struct jb_app *app;
   const char *job;
-  enum jb_tool tool;          /* read, write or list */
+  enum jb_tool tool; /* read, write or list */
   json_t *args;
   struct jb_mcp_error *e;
-  bool fresh;                 /* read the session from the database, not from the copy */
+  bool fresh; /* read the session from the database, not from the copy */
   /* decode */
-  const char *path;           /* borrowed from args; "." for a list without one */
-  size_t plen;                /* its length in bytes */
+  const char *path; /* borrowed from args; "." for a list without one */
+  size_t plen; /* its length in bytes */
   /* load session */
-  PGconn *c;                  /* owned; NULL once it could not be had again */
+  PGconn *c; /* owned; NULL once it could not be had again */
   struct jb_session_facts sess; /* owned: what the op path decides on; its state becomes
                                  * active when this call's arrival moved it there */
-  bool cached;                /* sess is this process's copy */
-  bool arrived;               /* this call moved the session from awaiting_agent to active */
-  bool recheck;               /* decided on a copy, or on a read made before the session became
+  bool cached; /* sess is this process's copy */
+  bool arrived; /* this call moved the session from awaiting_agent to active */
+  bool recheck; /* decided on a copy, or on a read made before the session became
                                * active (the buyer may still add exclusions in awaiting_agent):
                                * the insert checks that it still holds */
   /* prepare */
-  json_t *sargs;              /* owned: the shim's arguments */
-  unsigned char *data;        /* owned: a write's content, dlen bytes */
+  json_t *sargs; /* owned: the shim's arguments */
+  unsigned char *data; /* owned: a write's content, dlen bytes */
   size_t dlen;
-  char sha_hex[65];           /* its SHA-256 in hex */
+  char sha_hex[65]; /* its SHA-256 in hex */
   /* supervise */
-  bool counted;               /* holds a place among this process's waiting calls */
-  bool pending;               /* a write of a supervised session: waits for the buyer */
-  json_t *current;            /* owned: a pending write's target as it is now (its stat) */
-  json_t *diff;               /* owned: its diff preview (api/agent/diff.h) */
+  bool counted; /* holds a place among this process's waiting calls */
+  bool pending; /* a write of a supervised session: waits for the buyer */
+  json_t *current; /* owned: a pending write's target as it is now (its stat) */
+  json_t *diff; /* owned: its diff preview (api/agent/diff.h) */
   /* store, wait */
   struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
   long long op_id;
-  char st[20];                /* the session's state as the last insert saw it; "" when the
+  char st[20]; /* the session's state as the last insert saw it; "" when the
                                * copy decided on no longer held */
-  json_t *ans;                /* owned: the op's answer {ok, result | error} */
+  json_t *ans; /* owned: the op's answer {ok, result | error} */
 };
 
 /* The stages, in order (see the top of this file). */
-enum op_step op_decode(struct op_call *call);       /* op_checks.c */
+enum op_step op_decode(struct op_call *call); /* op_checks.c */
 enum op_step op_load_session(struct op_call *call); /* op_session.c */
-enum op_step op_refuse_if(struct op_call *call);    /* op_checks.c */
-enum op_step op_prepare(struct op_call *call);      /* op_checks.c */
-enum op_step op_hand_direct(struct op_call *call);  /* op_worker.c */
-enum op_step op_supervise(struct op_call *call);    /* op_supervise.c */
-enum op_step op_store(struct op_call *call);        /* op_worker.c */
-enum op_step op_wait(struct op_call *call);         /* op_worker.c */
+enum op_step op_refuse_if(struct op_call *call); /* op_checks.c */
+enum op_step op_prepare(struct op_call *call); /* op_checks.c */
+enum op_step op_hand_direct(struct op_call *call); /* op_worker.c */
+enum op_step op_supervise(struct op_call *call); /* op_supervise.c */
+enum op_step op_store(struct op_call *call); /* op_worker.c */
+enum op_step op_wait(struct op_call *call); /* op_worker.c */
 /* The MCP result of call->ans (new), or NULL with *call->e when the shim refused the op. */
-json_t *op_answer(struct op_call *call);            /* op_worker.c */
+json_t *op_answer(struct op_call *call); /* op_worker.c */
 
 /* Frees what the stages took (the connection back to the pool, the place among the waiting
  * calls given back) and leaves `call` empty but for its borrowed fields. */
-void op_call_release(struct op_call *call);         /* ops.c */
+void op_call_release(struct op_call *call); /* ops.c */
 
 /* ---- shared by the stages and the direct planner ---- */
 
@@ -126,9 +126,9 @@ enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, s
 /* What the path rules say about a path; the first rule it breaks decides. */
 struct op_path_verdict {
   enum jb_path_verdict syntax; /* JB_PATH_OK, or the syntax rule broken */
-  bool excluded;               /* matches an exclusion: glob (borrowed; may be NULL) */
+  bool excluded; /* matches an exclusion: glob (borrowed; may be NULL) */
   const char *glob;
-  const char *flagged_kind;    /* the pre-scan's kind of the flagged entry it is or passes
+  const char *flagged_kind; /* the pre-scan's kind of the flagged entry it is or passes
                                 * through (borrowed), or NULL */
 };
 
@@ -207,6 +207,6 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
 void op_announce_approval(struct op_call *call); /* op_supervise.c */
 
 /* Gives back the place op_supervise took among the waiting calls. */
-void op_leave_waiting(struct op_call *call);     /* op_supervise.c */
+void op_leave_waiting(struct op_call *call); /* op_supervise.c */
 
 #endif

@@ -36,7 +36,7 @@ enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, s
                                                       : allowed_read;
   const char *key;
   json_t *v;
-  json_object_foreach(args, key, v) {
+  json_object_foreach (args, key, v) {
     bool ok = false;
     for (size_t i = 0; allowed[i]; i++) ok = ok || !strcmp(key, allowed[i]);
     if (!ok) {
@@ -50,18 +50,18 @@ enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, s
 enum op_step op_decode(struct op_call *call) {
   const char *key = NULL;
   switch (op_check_args(call->tool, call->args, &call->path, &call->plen, &key)) {
-  case OP_ARGS_OK:
-    return OP_NEXT;
-  case OP_ARGS_PATH_TYPE:
-    op_error(call->e, JB_MCP_INVALID, "invalid", "'path' must be a string");
-    return OP_END;
-  case OP_ARGS_PATH_MISSING:
-    op_error(call->e, JB_MCP_INVALID, "invalid", "'path' is required");
-    return OP_END;
-  case OP_ARGS_UNKNOWN:
-    op_error(call->e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key,
-             jb_tool_name(call->tool));
-    return OP_END;
+    case OP_ARGS_OK:
+      return OP_NEXT;
+    case OP_ARGS_PATH_TYPE:
+      op_error(call->e, JB_MCP_INVALID, "invalid", "'path' must be a string");
+      return OP_END;
+    case OP_ARGS_PATH_MISSING:
+      op_error(call->e, JB_MCP_INVALID, "invalid", "'path' is required");
+      return OP_END;
+    case OP_ARGS_UNKNOWN:
+      op_error(call->e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key,
+               jb_tool_name(call->tool));
+      return OP_END;
   }
   return OP_END;
 }
@@ -71,7 +71,7 @@ enum op_step op_decode(struct op_call *call) {
 const char *op_flagged_kind(const char *path, const json_t *flagged) {
   size_t i;
   json_t *f;
-  json_array_foreach(flagged, i, f) {
+  json_array_foreach (flagged, i, f) {
     const char *fp = json_string_value(json_object_get(f, "path"));
     const char *kind = json_string_value(json_object_get(f, "kind"));
     if (!fp || !kind || !strcmp(kind, "too_large")) continue;
@@ -104,7 +104,8 @@ static void audit_refusal(struct op_call *call, const char *path, json_t *detail
     jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
     json_decref(hj);
   } else {
-    jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg, NULL);
+    jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg,
+           NULL);
   }
   json_decref(details);
 }
@@ -112,13 +113,14 @@ static void audit_refusal(struct op_call *call, const char *path, json_t *detail
 /* A path that breaks the syntax rules: refused and audited (without the path); one that
  * tries to leave the workspace is an escape signal. */
 static enum op_step refuse_syntax(struct op_call *call, enum jb_path_verdict pv) {
-  audit_refusal(call, NULL, json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(pv)));
+  audit_refusal(call, NULL,
+                json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(pv)));
   op_error(call->e, JB_MCP_DENIED, "denied", "%s", jb_path_verdict_text(pv));
   if (pv == JB_PATH_ABSOLUTE || pv == JB_PATH_DOTDOT) {
     char detail[400];
     snprintf(detail, sizeof detail, "%s: %.300s", jb_path_verdict_text(pv), call->path);
-    jb_escape_signal(call->app, call->job, pv == JB_PATH_ABSOLUTE ? JB_SIG_ABSOLUTE_PATH : JB_SIG_PATH_TRAVERSAL,
-                     detail);
+    jb_escape_signal(call->app, call->job,
+                     pv == JB_PATH_ABSOLUTE ? JB_SIG_ABSOLUTE_PATH : JB_SIG_PATH_TRAVERSAL, detail);
   }
   return OP_END;
 }
@@ -142,9 +144,10 @@ static enum op_step refuse_flagged(struct op_call *call, const char *kind) {
   op_error(call->e, JB_MCP_FLAGGED, "flagged", "%s was flagged by the pre-scan (%s)", path, kind);
   char detail[400];
   snprintf(detail, sizeof detail, "%s %.300s (flagged by the pre-scan: %.40s)", tool, path, kind);
-  jb_escape_signal(call->app, call->job, !strcmp(kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
-                                         : !strcmp(kind, "hardlink")      ? JB_SIG_HARD_LINK
-                                                                          : JB_SIG_DENIED_PATH,
+  jb_escape_signal(call->app, call->job,
+                   !strcmp(kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
+                   : !strcmp(kind, "hardlink")      ? JB_SIG_HARD_LINK
+                                                    : JB_SIG_DENIED_PATH,
                    detail);
   return OP_END;
 }
@@ -156,7 +159,9 @@ enum op_step op_refuse_if(struct op_call *call) {
     return OP_END;
   }
   struct op_path_verdict v;
-  if (op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged, &v)) return OP_NEXT;
+  if (op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
+                     &v))
+    return OP_NEXT;
   if (v.syntax != JB_PATH_OK) return refuse_syntax(call, v.syntax);
   if (v.excluded) return refuse_excluded(call, v.glob);
   return refuse_flagged(call, v.flagged_kind);
@@ -188,7 +193,8 @@ static enum op_step decode_content(struct op_call *call) {
   json_t *jc = json_object_get(call->args, "content");
   const char *enc = json_string_value(json_object_get(call->args, "encoding")) ?: "utf-8";
   if (!json_is_string(jc) || (strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
-    op_error(call->e, JB_MCP_INVALID, "invalid", "'content' must be a string, 'encoding' utf-8 or base64");
+    op_error(call->e, JB_MCP_INVALID, "invalid",
+             "'content' must be a string, 'encoding' utf-8 or base64");
     return OP_END;
   }
   size_t tlen = json_string_length(jc);
@@ -198,8 +204,9 @@ static enum op_step decode_content(struct op_call *call) {
   }
   if (!strcmp(enc, "base64")) {
     call->data = malloc(tlen / 4 * 3 + 4);
-    if (!call->data || sodium_base642bin(call->data, tlen / 4 * 3 + 4, json_string_value(jc), tlen, NULL,
-                                         &call->dlen, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+    if (!call->data ||
+        sodium_base642bin(call->data, tlen / 4 * 3 + 4, json_string_value(jc), tlen, NULL,
+                          &call->dlen, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
       op_error(call->e, JB_MCP_INVALID, "invalid", "'content' is not valid base64");
       return OP_END;
     }
@@ -232,16 +239,17 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
   if (!hits) {
     json_decref(findings);
     hits = json_pack("[s]", "scanner_unavailable");
-    findings = json_pack("[{s:s,s:s,s:s}]", "rule", "scanner_unavailable", "severity", "critical", "error",
-                         "out of memory");
+    findings = json_pack("[{s:s,s:s,s:s}]", "rule", "scanner_unavailable", "severity", "critical",
+                         "error", "out of memory");
   }
   audit_refusal(call, path,
-                json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size", (json_int_t)call->dlen,
-                          "sha256", call->sha_hex, "decision", "flagged", "rules", hits, "findings", findings));
+                json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
+                          (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
+                          "rules", hits, "findings", findings));
   jb_error nerr = {0};
-  json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write", "path", path,
-                         "size", (json_int_t)call->dlen, "sha256", call->sha_hex, "rules", hits, "findings",
-                         findings);
+  json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
+                         "path", path, "size", (json_int_t)call->dlen, "sha256", call->sha_hex,
+                         "rules", hits, "findings", findings);
   json_decref(findings);
   op_fit_path(job, "jailbox:security_alert", ev);
   jb_db_notify_event(call->c, job, "jailbox:security_alert", ev, &nerr);
@@ -249,7 +257,7 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
   char rl[200] = "";
   size_t i;
   json_t *r;
-  json_array_foreach(hits, i, r) {
+  json_array_foreach (hits, i, r) {
     if (i) strncat(rl, ", ", sizeof rl - strlen(rl) - 1);
     strncat(rl, json_string_value(r), sizeof rl - strlen(rl) - 1);
   }

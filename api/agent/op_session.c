@@ -28,7 +28,7 @@
 static struct {
   pthread_mutex_t lock;
   struct {
-    char job[129];     /* "" when the slot holds no copy */
+    char job[129]; /* "" when the slot holds no copy */
     struct jb_session_facts facts;
     unsigned long gen; /* moves at every forget: a copy read before it is not kept after it */
   } slot[SESS_SLOTS];
@@ -47,8 +47,10 @@ static bool sess_cache_get(const char *job, struct jb_session_facts *out) {
   jb_error err = {0};
   pthread_mutex_lock(&sess_cache.lock);
   bool have = !strcmp(sess_cache.slot[i].job, job);
-  if (have) have = jb_session_facts_copy(out, &sess_cache.slot[i].facts, &err) == JB_OK;
-  else *out = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
+  if (have)
+    have = jb_session_facts_copy(out, &sess_cache.slot[i].facts, &err) == JB_OK;
+  else
+    *out = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
   pthread_mutex_unlock(&sess_cache.lock);
   return have;
 }
@@ -66,14 +68,16 @@ static unsigned long sess_cache_gen(const char *job) {
 /* Keeps a copy of `facts` (borrowed) for `job`, read from the database after sess_cache_gen
  * gave `gen` — unless the slot was forgotten since (the copy may predate the change that made
  * it forget). NULL: forgets `job` (`gen` unused). */
-static void sess_cache_put(const char *job, const struct jb_session_facts *facts, unsigned long gen) {
+static void sess_cache_put(const char *job, const struct jb_session_facts *facts,
+                           unsigned long gen) {
   size_t i = sess_slot(job);
   struct jb_session_facts t = {.state = JB_SESSION_UNKNOWN};
   jb_error err = {0};
   if (facts && jb_session_facts_copy(&t, facts, &err) != JB_OK) return;
   pthread_mutex_lock(&sess_cache.lock);
   if (!facts) sess_cache.slot[i].gen++;
-  if ((facts && sess_cache.slot[i].gen == gen) || (!facts && !strcmp(sess_cache.slot[i].job, job))) {
+  if ((facts && sess_cache.slot[i].gen == gen) ||
+      (!facts && !strcmp(sess_cache.slot[i].job, job))) {
     struct jb_session_facts old = sess_cache.slot[i].facts;
     sess_cache.slot[i].facts = t;
     t = old;
@@ -87,7 +91,9 @@ void jb_op_session_changed(const char *job_id) {
   if (job_id) sess_cache_put(job_id, NULL, 0);
 }
 
-bool op_session_copy(const char *job, struct jb_session_facts *out) { return sess_cache_get(job, out); }
+bool op_session_copy(const char *job, struct jb_session_facts *out) {
+  return sess_cache_get(job, out);
+}
 
 enum op_step op_load_session(struct op_call *call) {
   jb_error err = {0};
@@ -102,7 +108,8 @@ enum op_step op_load_session(struct op_call *call) {
     op_error_unavailable(call->e, &err);
     return OP_END;
   }
-  if (!call->cached && (call->sess.state == JB_SESSION_ACTIVE || call->sess.state == JB_SESSION_PAUSED))
+  if (!call->cached &&
+      (call->sess.state == JB_SESSION_ACTIVE || call->sess.state == JB_SESSION_PAUSED))
     sess_cache_put(call->job, &call->sess, gen);
   call->arrived = call->sess.state == JB_SESSION_AWAITING_AGENT;
   if (call->arrived) {

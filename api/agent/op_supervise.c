@@ -33,8 +33,9 @@ static enum op_step take_waiting_place(struct op_call *call) {
   if (max_waiting < 1) max_waiting = 1;
   if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
     atomic_fetch_sub(&waiting, 1);
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-             "too many calls are waiting (for approval or a paused session) on this server; try again");
+    op_error(
+        call->e, JB_MCP_UNAVAILABLE, "unavailable",
+        "too many calls are waiting (for approval or a paused session) on this server; try again");
     return OP_END;
   }
   call->counted = true;
@@ -51,7 +52,8 @@ void op_leave_waiting(struct op_call *call) {
 static enum op_step stat_target(struct op_call *call) {
   struct jb_app *app = call->app;
   cleanup_json json_t *stargs = json_object();
-  if (json_array_size(call->sess.exclude) > 0) json_object_set(stargs, "exclude", call->sess.exclude);
+  if (json_array_size(call->sess.exclude) > 0)
+    json_object_set(stargs, "exclude", call->sess.exclude);
   if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
     json_object_set_new(stargs, "withContent", json_true());
   cleanup_json json_t *sa =
@@ -67,7 +69,8 @@ static enum op_step stat_target(struct op_call *call) {
     struct jb_opwait_ticket ticket;
     long long op_id = 0;
     op_wait_begin(call, &ticket);
-    rc = stext ? jb_db_op_create(call->c, call->job, "stat", call->path, stext, false, NULL, &op_id, call->st, &err)
+    rc = stext ? jb_db_op_create(call->c, call->job, "stat", call->path, stext, false, NULL, &op_id,
+                                 call->st, &err)
                : JB_ERR_FAIL;
     if (rc == JB_OK) {
       atomic_fetch_add(&jb_metric_ops_queued, 1);
@@ -115,7 +118,8 @@ static enum op_step check_target(struct op_call *call) {
              (long long)json_integer_value(links));
     jb_escape_signal(call->app, call->job, JB_SIG_HARD_LINK, detail);
   } else if (json_is_true(json_object_get(current, "leadsOut"))) {
-    snprintf(detail, sizeof detail, "write onto %.300s, a symlink that leads out of the workspace", path);
+    snprintf(detail, sizeof detail, "write onto %.300s, a symlink that leads out of the workspace",
+             path);
     jb_escape_signal(call->app, call->job, JB_SIG_SYMLINK_ESCAPE, detail);
   }
   return OP_END;
@@ -145,13 +149,15 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
     crypto_hash_sha256(h, old, olen);
     sodium_bin2hex(hex, sizeof hex, h, sizeof h);
     if (strcmp(hex, json_string_value(json_object_get(current, "sha256")) ?: "")) {
-      jb_log(JB_LOG_WARN, "no diff preview: the stat's content does not match its sha256", "path", path, NULL);
+      jb_log(JB_LOG_WARN, "no diff preview: the stat's content does not match its sha256", "path",
+             path, NULL);
       return json_null();
     }
   }
   json_t *out = NULL;
   jb_error err = {0};
-  if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out, &err) < 0) {
+  if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out,
+                      &err) < 0) {
     jb_log(JB_LOG_WARN, "no diff preview", "path", path, "detail", err.msg, NULL);
     out = json_null();
   }
@@ -165,7 +171,8 @@ enum op_step op_supervise(struct op_call *call) {
   if (!call->pending) return OP_NEXT;
   s = stat_target(call);
   if (s == OP_NEXT) s = check_target(call);
-  if (s == OP_NEXT) call->diff = write_diff(call->app, call->path, call->current, call->data, call->dlen);
+  if (s == OP_NEXT)
+    call->diff = write_diff(call->app, call->path, call->current, call->data, call->dlen);
   return s;
 }
 
@@ -204,16 +211,20 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
 void op_announce_approval(struct op_call *call) {
   const char *job = call->job;
   jb_error err = {0};
-  if (json_is_object(call->diff) && jb_db_op_set_diff(call->c, call->op_id, call->diff, &err) != JB_OK)
+  if (json_is_object(call->diff) &&
+      jb_db_op_set_diff(call->c, call->op_id, call->diff, &err) != JB_OK)
     jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
   size_t dlen = call->dlen;
   bool text_ok = !memchr(call->data, '\0', dlen);
-  json_t *preview = text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX) : NULL;
+  json_t *preview =
+      text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX)
+              : NULL;
   const char *cur = json_string_value(json_object_get(call->current, "sha256"));
   json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "opId",
-                         (json_int_t)call->op_id, "tool", "write", "path", call->path, "size", (json_int_t)dlen,
-                         "sha256", call->sha_hex, "verdict", "clean", "preview", preview ? preview : json_null(),
-                         "previewTruncated", dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
+                         (json_int_t)call->op_id, "tool", "write", "path", call->path, "size",
+                         (json_int_t)dlen, "sha256", call->sha_hex, "verdict", "clean", "preview",
+                         preview ? preview : json_null(), "previewTruncated", dlen > PREVIEW_MAX,
+                         "currentSha256", cur, "exists",
                          json_is_true(json_object_get(call->current, "exists")));
   fit_event(job, ev, call->diff);
   jb_error nerr = {0};

@@ -26,9 +26,10 @@
 #include "server/config.h"
 #include "server/workers.h"
 
-#define SAFETY_NET_MS 1000  /* a waiting call re-reads its op at least this often */
-#define DRAIN_ANSWER_MS 1000 /* draining: calls waiting on the buyer end this long before the grace */
-#define FALLBACK_MS 20      /* ... and this often while no notification can arrive */
+#define SAFETY_NET_MS 1000 /* a waiting call re-reads its op at least this often */
+#define DRAIN_ANSWER_MS \
+  1000 /* draining: calls waiting on the buyer end this long before the grace */
+#define FALLBACK_MS 20 /* ... and this often while no notification can arrive */
 
 /* ---- answer ---- */
 
@@ -42,9 +43,12 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
     int rpc;
     const char *reason;
   } map[] = {
-      {"denied", JB_MCP_DENIED, "denied"},         {"not_found", JB_MCP_NOT_FOUND, "not_found"},
-      {"excluded", JB_MCP_EXCLUDED, "excluded"},   {"changed", JB_MCP_CHANGED, "changed"},
-      {"too_large", JB_MCP_TOO_LARGE, "too_large"}, {"bad_request", JB_MCP_INVALID, "invalid"},
+      {"denied", JB_MCP_DENIED, "denied"},
+      {"not_found", JB_MCP_NOT_FOUND, "not_found"},
+      {"excluded", JB_MCP_EXCLUDED, "excluded"},
+      {"changed", JB_MCP_CHANGED, "changed"},
+      {"too_large", JB_MCP_TOO_LARGE, "too_large"},
+      {"bad_request", JB_MCP_INVALID, "invalid"},
       {"aborted", JB_MCP_DENIED, "aborted"},
       {"timeout", JB_MCP_TIMEOUT, "timeout"}, /* jb_db_op_expire */
   };
@@ -59,7 +63,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
 /* The MCP CallToolResult of a finished op (new). */
 static json_t *tool_result(enum jb_tool tool, json_t *result) {
   json_t *text;
-  if (tool == JB_TOOL_READ && !strcmp(json_string_value(json_object_get(result, "encoding")) ?: "", "utf-8")) {
+  if (tool == JB_TOOL_READ &&
+      !strcmp(json_string_value(json_object_get(result, "encoding")) ?: "", "utf-8")) {
     text = json_incref(json_object_get(result, "content"));
   } else {
     char *s = json_dumps(result, JSON_COMPACT);
@@ -71,7 +76,8 @@ static json_t *tool_result(enum jb_tool tool, json_t *result) {
 }
 
 /* Filters excluded and flagged names out of a list result (in place). */
-static void filter_list(json_t *result, const char *dir, const json_t *globs, const json_t *flagged) {
+static void filter_list(json_t *result, const char *dir, const json_t *globs,
+                        const json_t *flagged) {
   json_t *entries = json_object_get(result, "entries");
   size_t i = 0;
   while (i < json_array_size(entries)) {
@@ -99,7 +105,8 @@ json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_
 }
 
 json_t *op_answer(struct op_call *call) {
-  return op_answer_result(call->tool, call->path, call->ans, call->sess.exclude, call->sess.flagged, call->e);
+  return op_answer_result(call->tool, call->path, call->ans, call->sess.exclude, call->sess.flagged,
+                          call->e);
 }
 
 /* ---- hand direct ---- */
@@ -137,8 +144,8 @@ json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, jso
   call->c = jb_db_acquire(app->db, &aerr);
   if (!call->c) jb_log(JB_LOG_ERROR, "op path: database error", "detail", aerr.msg, NULL);
   if (!ans) {
-    jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId", call->job,
-           "detail", err.msg, NULL);
+    jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId",
+           call->job, "detail", err.msg, NULL);
     return NULL;
   }
   json_t *out = NULL;
@@ -157,7 +164,8 @@ json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, jso
 enum op_step op_hand_direct(struct op_call *call) {
   if (call->tool == JB_TOOL_WRITE || call->sess.state != JB_SESSION_ACTIVE) return OP_NEXT;
   cleanup_json json_t *x = call->recheck ? op_direct_expect(&call->sess) : NULL;
-  if (!call->recheck || x) call->ans = op_try_direct(call, jb_tool_name(call->tool), call->sargs, x);
+  if (!call->recheck || x)
+    call->ans = op_try_direct(call, jb_tool_name(call->tool), call->sargs, x);
   if (call->ans) return OP_ANSWERED;
   if (!call->c) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
@@ -193,16 +201,20 @@ enum op_step op_store(struct op_call *call) {
   jb_error err = {0};
   int rc = call->recheck && !expect
                ? JB_ERR_FAIL
-               : jb_db_op_create(call->c, call->job, jb_tool_name(call->tool), call->path, args_text,
-                                 call->pending, expect, &call->op_id, call->st, &err);
-  if (rc != JB_OK) op_wait_end(call, &call->ticket);
-  else atomic_fetch_add(&jb_metric_ops_queued, 1);
-  if (rc == JB_ERR_CONFLICT && !call->fresh && !call->st[0]) { /* the copy was stale: start over, fresh */
+               : jb_db_op_create(call->c, call->job, jb_tool_name(call->tool), call->path,
+                                 args_text, call->pending, expect, &call->op_id, call->st, &err);
+  if (rc != JB_OK)
+    op_wait_end(call, &call->ticket);
+  else
+    atomic_fetch_add(&jb_metric_ops_queued, 1);
+  if (rc == JB_ERR_CONFLICT && !call->fresh &&
+      !call->st[0]) { /* the copy was stale: start over, fresh */
     jb_op_session_changed(call->job);
     return OP_STALE;
   }
   if (rc == JB_ERR_CONFLICT && !call->st[0]) {
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the session's settings changed meanwhile; try again");
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "the session's settings changed meanwhile; try again");
     return OP_END;
   }
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
@@ -227,22 +239,23 @@ static void sleep_ms(long ms) {
 
 /* The clocks of one wait, in ms of jb_now_ms. */
 struct wait_clock {
-  long long stored;      /* when the op was stored */
-  long long started;     /* since when an approved op of an active session waits to run */
+  long long stored; /* when the op was stored */
+  long long started; /* since when an approved op of an active session waits to run */
   long long approval_ms; /* JAILBOX_APPROVAL_TIMEOUT; 0: none */
 };
 
 /* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
  * said on every instance) and the call ends with timeout: true. Otherwise *nap is cut to when
  * it will be due. */
-static bool approval_overdue(struct op_call *call, long long op_id, const struct wait_clock *clk, long *nap) {
+static bool approval_overdue(struct op_call *call, long long op_id, const struct wait_clock *clk,
+                             long *nap) {
   long long left = clk->stored + clk->approval_ms - jb_now_ms();
   if (left <= 0) {
     struct jb_audit_head h;
     json_t *opj = NULL;
     jb_error err = {0};
-    int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id, (long)(clk->approval_ms / 1000), &h,
-                             &opj, &err);
+    int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id,
+                             (long)(clk->approval_ms / 1000), &h, &opj, &err);
     if (xr == JB_OK) {
       jb_error nerr = {0};
       json_t *hj = jb_audit_head_json(&h);
@@ -250,12 +263,13 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
       jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
       json_decref(hj);
       json_decref(opj);
-      op_error(call->e, JB_MCP_TIMEOUT, "timeout", "the buyer did not decide on the write within %lld s",
-               clk->approval_ms / 1000);
+      op_error(call->e, JB_MCP_TIMEOUT, "timeout",
+               "the buyer did not decide on the write within %lld s", clk->approval_ms / 1000);
       return true;
     }
     if (xr == JB_ERR_FAIL)
-      jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", call->job, "detail", err.msg, NULL);
+      jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", call->job, "detail", err.msg,
+             NULL);
     left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
   }
   if (left < *nap) *nap = (long)left;
@@ -286,8 +300,8 @@ static bool drain_cut(struct op_call *call, long long op_id, bool pending, long 
  * *call->e, or OP_NEXT with *nap the ms to sleep before the next reading. Pending ops and the
  * ops of a paused session wait without limit; a queued op of an active session must run
  * within OP_RUN_TIMEOUT_MS. */
-static enum op_step read_outcome(struct op_call *call, long long op_id, struct wait_clock *clk, json_t **out,
-                                 long *nap) {
+static enum op_step read_outcome(struct op_call *call, long long op_id, struct wait_clock *clk,
+                                 json_t **out, long *nap) {
   struct jb_mcp_error *e = call->e;
   char ost[20], sst[20];
   cleanup_free char *res = NULL;
@@ -303,7 +317,8 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
     return OP_END;
   }
   if (!strcmp(ost, "rejected")) {
-    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "", reason ? reason : "");
+    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
+             reason ? reason : "");
     return OP_END;
   }
   if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
@@ -321,7 +336,8 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   bool queued = !strcmp(ost, "approved") && ss == JB_SESSION_ACTIVE; /* for the worker to run */
   if (queued && jb_now_ms() - clk->started > OP_RUN_TIMEOUT_MS) {
-    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's sandbox did not run the op in time");
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable",
+             "the session's sandbox did not run the op in time");
     return OP_END;
   }
   if (!queued) clk->started = jb_now_ms();
@@ -339,7 +355,8 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
 json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket *t) {
   struct jb_app *app = call->app;
   long long now = jb_now_ms();
-  struct wait_clock clk = {.stored = now, .started = now,
+  struct wait_clock clk = {.stored = now,
+                           .started = now,
                            .approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0};
   long nap = SAFETY_NET_MS;
   json_t *out = NULL;
@@ -347,8 +364,10 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
   for (bool read_now = !app->opwait;; read_now = false) {
     if (!read_now) {
       jb_db_release(app->db, call->c);
-      if (app->opwait) jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
-      else sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
+      if (app->opwait)
+        jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
+      else
+        sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
       jb_error err = {0};
       call->c = jb_db_acquire(app->db, &err);
       if (!call->c) {

@@ -61,8 +61,12 @@ void op_call_release(struct op_call *call) {
   free(call->data);
   json_decref(call->sargs);
   json_decref(call->ans);
-  *call = (struct op_call){.app = call->app, .job = call->job, .tool = call->tool, .args = call->args,
-                           .e = call->e, .fresh = call->fresh};
+  *call = (struct op_call){.app = call->app,
+                           .job = call->job,
+                           .tool = call->tool,
+                           .args = call->args,
+                           .e = call->e,
+                           .fresh = call->fresh};
 }
 #define cleanup_op_call __attribute__((cleanup(op_call_release)))
 
@@ -71,7 +75,8 @@ void op_call_release(struct op_call *call) {
  * longer held at the insert. */
 static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, json_t *args,
                       struct jb_mcp_error *e, bool fresh, bool *stale) {
-  cleanup_op_call struct op_call call = {.app = app, .job = job, .tool = tool, .args = args, .e = e, .fresh = fresh};
+  cleanup_op_call struct op_call call = {
+      .app = app, .job = job, .tool = tool, .args = args, .e = e, .fresh = fresh};
   enum op_step s = op_decode(&call);
   if (s == OP_NEXT) s = op_load_session(&call);
   if (s == OP_NEXT) s = op_refuse_if(&call);
@@ -86,8 +91,8 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
 
 static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, struct jb_mcp_error *e);
 
-json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
-                   json_t *args, struct jb_mcp_error *e) {
+json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool, json_t *args,
+                   struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
   if (t == JB_TOOL_DONE) return tool_done(app, job, args, e);
@@ -103,7 +108,8 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
 
 /* ---- done, and the agent's arrival ---- */
 
-static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, struct jb_mcp_error *e) {
+static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
+                         struct jb_mcp_error *e) {
   const char *summary = json_string_value(json_object_get(args, "summary"));
   if (summary && strlen(summary) > 4096) {
     op_error(e, JB_MCP_TOO_LARGE, "too_large", "the summary is over 4096 bytes");

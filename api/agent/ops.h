@@ -19,10 +19,10 @@ enum {
   JB_MCP_REJECTED = -32014,
   JB_MCP_FLAGGED = -32015,
   JB_MCP_TOO_LARGE = -32016,
-  JB_MCP_INVALID = -32602,   /* bad arguments (JSON-RPC "Invalid params") */
+  JB_MCP_INVALID = -32602, /* bad arguments (JSON-RPC "Invalid params") */
   JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
-  JB_MCP_CHANGED = -32018,   /* the file changed between the write's request and its approval */
-  JB_MCP_TIMEOUT = -32019,   /* no decision within JAILBOX_APPROVAL_TIMEOUT */
+  JB_MCP_CHANGED = -32018, /* the file changed between the write's request and its approval */
+  JB_MCP_TIMEOUT = -32019, /* no decision within JAILBOX_APPROVAL_TIMEOUT */
 };
 
 /* The agent's tools (MCP tools/list), named on the wire by their lower-case names. */

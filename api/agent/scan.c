@@ -17,8 +17,8 @@ struct rule {
   char id[JB_SCAN_ID_MAX + 1];
   const char *severity; /* one of severities[] */
   enum jb_scan_check check;
-  pcre2_code *code;     /* JB_SCAN_CONTENT, JB_SCAN_PATH */
-  size_t threshold;     /* JB_SCAN_BINARY, bytes */
+  pcre2_code *code; /* JB_SCAN_CONTENT, JB_SCAN_PATH */
+  size_t threshold; /* JB_SCAN_BINARY, bytes */
 };
 
 struct jb_scan_rules {
@@ -38,9 +38,15 @@ void jb_scan_rules_free(struct jb_scan_rules *r) {
 }
 
 size_t jb_scan_rules_count(const struct jb_scan_rules *r) { return r ? r->n : 0; }
-const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].id : NULL; }
-enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].check : JB_SCAN_CONTENT; }
-const char *jb_scan_rule_severity(const struct jb_scan_rules *r, size_t i) { return i < r->n ? r->rules[i].severity : NULL; }
+const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i) {
+  return i < r->n ? r->rules[i].id : NULL;
+}
+enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i) {
+  return i < r->n ? r->rules[i].check : JB_SCAN_CONTENT;
+}
+const char *jb_scan_rule_severity(const struct jb_scan_rules *r, size_t i) {
+  return i < r->n ? r->rules[i].severity : NULL;
+}
 
 static bool is_blank(char c) { return c == ' ' || c == '\t'; }
 
@@ -61,7 +67,8 @@ static int match(const struct jb_scan_rules *r, const pcre2_code *code, const un
     snprintf(why, whylen, "out of memory");
     return -1;
   }
-  int rc = pcre2_match(code, (PCRE2_SPTR)(s ? s : (const unsigned char *)""), len, 0, 0, md, r->mctx);
+  int rc =
+      pcre2_match(code, (PCRE2_SPTR)(s ? s : (const unsigned char *)""), len, 0, 0, md, r->mctx);
   pcre2_match_data_free(md);
   if (rc >= 0) return 1;
   if (rc == PCRE2_ERROR_NOMATCH) return 0;
@@ -70,7 +77,8 @@ static int match(const struct jb_scan_rules *r, const pcre2_code *code, const un
     snprintf(why, whylen, "match limit");
   } else {
     PCRE2_UCHAR msg[120];
-    if (pcre2_get_error_message(rc, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "error %d", rc);
+    if (pcre2_get_error_message(rc, msg, sizeof msg) < 0)
+      snprintf((char *)msg, sizeof msg, "error %d", rc);
     snprintf(why, whylen, "%s", (const char *)msg);
   }
   return -1;
@@ -104,8 +112,11 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   for (size_t i = 0; severities[i] && !out->severity; i++)
     if (strlen(severities[i]) == n && !memcmp(severities[i], w, n)) out->severity = severities[i];
   if (!out->severity) {
-    if (n) snprintf(msg, msglen, "unknown severity '%.*s' (low, medium, high, critical)", (int)(n > 64 ? 64 : n), w);
-    else snprintf(msg, msglen, "severity missing (low, medium, high, critical)");
+    if (n)
+      snprintf(msg, msglen, "unknown severity '%.*s' (low, medium, high, critical)",
+               (int)(n > 64 ? 64 : n), w);
+    else
+      snprintf(msg, msglen, "severity missing (low, medium, high, critical)");
     return -1;
   }
   n = next_word(&p, end, &w);
@@ -116,22 +127,27 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   } else if (n == 14 && !memcmp(w, "builtin:binary", 14)) {
     out->check = JB_SCAN_BINARY;
   } else {
-    if (n) snprintf(msg, msglen, "unknown check '%.*s' (content, path, builtin:binary)", (int)(n > 64 ? 64 : n), w);
-    else snprintf(msg, msglen, "check missing (content, path, builtin:binary)");
+    if (n)
+      snprintf(msg, msglen, "unknown check '%.*s' (content, path, builtin:binary)",
+               (int)(n > 64 ? 64 : n), w);
+    else
+      snprintf(msg, msglen, "check missing (content, path, builtin:binary)");
     return -1;
   }
   while (p < end && is_blank(*p)) p++;
   size_t alen = (size_t)(end - p);
   if (alen == 0) {
-    snprintf(msg, msglen, out->check == JB_SCAN_BINARY ? "builtin:binary needs a threshold in bytes"
-                                                       : "the pattern is missing");
+    snprintf(msg, msglen,
+             out->check == JB_SCAN_BINARY ? "builtin:binary needs a threshold in bytes"
+                                          : "the pattern is missing");
     return -1;
   }
   if (out->check == JB_SCAN_BINARY) {
     const char *a = p;
     n = next_word(&p, end, &w);
     if (p != end) {
-      snprintf(msg, msglen, "text after the threshold: '%.*s'", (int)(end - p > 64 ? 64 : end - p), p);
+      snprintf(msg, msglen, "text after the threshold: '%.*s'", (int)(end - p > 64 ? 64 : end - p),
+               p);
       return -1;
     }
     char num[24];
@@ -154,10 +170,12 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   }
   int ec;
   PCRE2_SIZE eo;
-  out->code = pcre2_compile((PCRE2_SPTR)p, alen, PCRE2_NEVER_UTF | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, cctx);
+  out->code =
+      pcre2_compile((PCRE2_SPTR)p, alen, PCRE2_NEVER_UTF | PCRE2_NEVER_BACKSLASH_C, &ec, &eo, cctx);
   if (!out->code) {
     PCRE2_UCHAR em[160];
-    if (pcre2_get_error_message(ec, em, sizeof em) < 0) snprintf((char *)em, sizeof em, "error %d", ec);
+    if (pcre2_get_error_message(ec, em, sizeof em) < 0)
+      snprintf((char *)em, sizeof em, "error %d", ec);
     snprintf(msg, msglen, "bad pattern at offset %zu: %s", (size_t)eo, (const char *)em);
     return -1;
   }
@@ -165,8 +183,10 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
   char why[160];
   int m = match(set, out->code, (const unsigned char *)"", 0, why, sizeof why);
   if (m != 0) {
-    snprintf(msg, msglen, m > 0 ? "the pattern matches the empty string: it would flag every write"
-                                : "the pattern fails on the empty string: %s", why);
+    snprintf(msg, msglen,
+             m > 0 ? "the pattern matches the empty string: it would flag every write"
+                   : "the pattern fails on the empty string: %s",
+             why);
     pcre2_code_free(out->code);
     out->code = NULL;
     return -1;
@@ -200,7 +220,8 @@ int jb_scan_rules_parse(const char *text, size_t len, const char *origin,
     const char *le = nl ? nl : end;
     size_t ll = (size_t)(le - p);
     if (ll > JB_SCAN_LINE_MAX) {
-      rc = jb_fail(err, EINVAL, "%s:%zu: line longer than %d bytes", origin, lineno, JB_SCAN_LINE_MAX);
+      rc = jb_fail(err, EINVAL, "%s:%zu: line longer than %d bytes", origin, lineno,
+                   JB_SCAN_LINE_MAX);
       break;
     }
     if (memchr(p, '\0', ll)) {
@@ -229,7 +250,9 @@ int jb_scan_rules_parse(const char *text, size_t len, const char *origin,
     set->n++;
   }
   pcre2_compile_context_free(cctx);
-  if (rc == 0 && set->n == 0) rc = jb_fail(err, EINVAL, "%s: no rules (a scanner without rules would pass everything)", origin);
+  if (rc == 0 && set->n == 0)
+    rc = jb_fail(err, EINVAL, "%s: no rules (a scanner without rules would pass everything)",
+                 origin);
   if (rc < 0) {
     jb_scan_rules_free(set);
     return -1;
@@ -287,16 +310,16 @@ json_t *jb_scan_run(const struct jb_scan_rules *r, const char *path, const unsig
     char why[160] = "";
     int m = 0;
     switch (ru->check) {
-    case JB_SCAN_BINARY:
-      m = has_nul && len > ru->threshold;
-      break;
-    case JB_SCAN_PATH:
-      m = match(r, ru->code, (const unsigned char *)path, strlen(path), why, sizeof why);
-      break;
-    case JB_SCAN_CONTENT:
-      m = match(r, ru->code, data, len, why, sizeof why);
-      if (m == 0 && squeezed) m = match(r, ru->code, squeezed, slen, why, sizeof why);
-      break;
+      case JB_SCAN_BINARY:
+        m = has_nul && len > ru->threshold;
+        break;
+      case JB_SCAN_PATH:
+        m = match(r, ru->code, (const unsigned char *)path, strlen(path), why, sizeof why);
+        break;
+      case JB_SCAN_CONTENT:
+        m = match(r, ru->code, data, len, why, sizeof why);
+        if (m == 0 && squeezed) m = match(r, ru->code, squeezed, slen, why, sizeof why);
+        break;
     }
     if (m == 0) continue;
     json_t *f = json_pack("{s:s, s:s}", "rule", ru->id, "severity", ru->severity);
@@ -331,8 +354,9 @@ json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len)
     pthread_once(&embedded_once, load_embedded);
     r = embedded;
   }
-  if (!r) return json_pack("[{s:s, s:s, s:s}]", "rule", "scanner_unavailable", "severity", "critical",
-                           "error", "the embedded rules do not parse");
+  if (!r)
+    return json_pack("[{s:s, s:s, s:s}]", "rule", "scanner_unavailable", "severity", "critical",
+                     "error", "the embedded rules do not parse");
   return jb_scan_run(r, path, data, len);
 }
 
@@ -340,7 +364,7 @@ json_t *jb_scan_rule_ids(const json_t *findings) {
   json_t *ids = json_array();
   size_t i;
   json_t *f;
-  json_array_foreach(findings, i, f) {
+  json_array_foreach (findings, i, f) {
     if (!ids || json_array_append(ids, json_object_get(f, "rule")) < 0) {
       json_decref(ids);
       return NULL;

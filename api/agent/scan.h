@@ -14,16 +14,16 @@
 #include "lib/err.h"
 
 #define JB_SCAN_RULES_FILE_MAX (1024 * 1024) /* bytes of a rules file at most */
-#define JB_SCAN_LINE_MAX 4096                /* bytes of one line at most */
-#define JB_SCAN_ID_MAX 64                    /* bytes of a rule id at most */
-#define JB_SCAN_MATCH_LIMIT 5000000          /* pcre2_set_match_limit of every match */
-#define JB_SCAN_DEPTH_LIMIT 10000            /* pcre2_set_depth_limit (interpreter only) */
-#define JB_SCAN_HEAP_LIMIT_KIB 20480         /* pcre2_set_heap_limit, KiB */
+#define JB_SCAN_LINE_MAX 4096 /* bytes of one line at most */
+#define JB_SCAN_ID_MAX 64 /* bytes of a rule id at most */
+#define JB_SCAN_MATCH_LIMIT 5000000 /* pcre2_set_match_limit of every match */
+#define JB_SCAN_DEPTH_LIMIT 10000 /* pcre2_set_depth_limit (interpreter only) */
+#define JB_SCAN_HEAP_LIMIT_KIB 20480 /* pcre2_set_heap_limit, KiB */
 
 enum jb_scan_check {
   JB_SCAN_CONTENT, /* a PCRE2 pattern over the content (and the content without NUL bytes) */
-  JB_SCAN_PATH,    /* a PCRE2 pattern over the workspace-relative path */
-  JB_SCAN_BINARY,  /* builtin:binary — a NUL byte in content longer than a threshold */
+  JB_SCAN_PATH, /* a PCRE2 pattern over the workspace-relative path */
+  JB_SCAN_BINARY, /* builtin:binary — a NUL byte in content longer than a threshold */
 };
 
 struct jb_scan_rules; /* a parsed, compiled rule set; immutable, shared by threads */

@@ -125,7 +125,8 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
 /* The current state, and for buyers the pre-scan and the pending approvals, so that a
  * client that (re)connects — to this or another instance — or missed events meanwhile has
  * everything. All from the database, the source of truth. */
-static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, const struct jb_ws_peer *peer) {
+static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws,
+                          const struct jb_ws_peer *peer) {
   jb_error err = {0};
   char *text = NULL;
   if (jb_db_session_get(c, peer->room, &text, &err) == JB_OK) {
@@ -140,7 +141,8 @@ static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, cons
     /* its audit head counts as handed: no older jailbox:audit_head after it (on_bus) */
     json_t *hs = json_object_get(json_object_get(sess, "auditHead"), "seq");
     if (ev)
-      jb_ws_emit_seq(ws, peer->conn, "jailbox:state", ev, json_is_integer(hs) ? json_integer_value(hs) : 0);
+      jb_ws_emit_seq(ws, peer->conn, "jailbox:state", ev,
+                     json_is_integer(hs) ? json_integer_value(hs) : 0);
     /* the pre-scan, once the worker has made it (it is part of the session contract) */
     json_t *pre = json_object_get(json_object_get(sess, "walls"), "prescan");
     if (peer->role == JB_ROLE_BUYER && json_is_object(pre))
@@ -155,8 +157,8 @@ static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws, cons
     json_t *page = json_loads(text, 0, NULL);
     size_t i;
     json_t *op;
-    json_array_foreach(json_object_get(page, "ops"), i, op)
-        jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
+    json_array_foreach (json_object_get(page, "ops"), i, op)
+      jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
     json_decref(page);
   }
   free(text);
@@ -295,7 +297,7 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   if (json_array_size(ex) > 256) return fail("bad_request", "field 'exclude' has over 256 globs");
   size_t i;
   json_t *g;
-  json_array_foreach(ex, i, g) {
+  json_array_foreach (ex, i, g) {
     const char *v = json_string_value(g);
     size_t n = json_string_length(g);
     if (!v || n == 0 || n > 1024 || strlen(v) != n)
@@ -327,7 +329,8 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   json_decref(none);
   /* the worker moves on by itself unless told to hold (JAILBOX_PRESCAN_HOLD): exclusions
    * given before the agent connects are still taken, and the answer says so */
-  const char *cur = json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "state"));
+  const char *cur =
+      json_string_value(json_object_get(json_object_get(json_array_get(r, 0), "error"), "state"));
   if (jb_session_state_from_name(cur) == JB_SESSION_AWAITING_AGENT) {
     json_decref(r);
     r = json_pack("[{s:b,s:s,s:s}]", "ok", 1, "jobId", job, "state", "awaiting_agent");
@@ -406,7 +409,8 @@ static json_t *rpc_result(json_t *id, json_t *result) {
 /* The JSON-RPC reply of a tool call: its result (stolen), or the error the tool set in `e`. */
 static json_t *tool_reply(json_t *id, json_t *result, struct jb_mcp_error *e) {
   if (result) return rpc_result(id, result);
-  return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed", e->data);
+  return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed",
+                   e->data);
 }
 
 static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
@@ -451,7 +455,8 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
       return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object", NULL);
     json_t *empty = arguments ? NULL : json_object();
     struct jb_mcp_error e = {0};
-    json_t *result = s->tool(s->tool_ctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
+    json_t *result =
+        s->tool(s->tool_ctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
     json_decref(empty);
     return tool_reply(id, result, &e);
   }
@@ -467,9 +472,9 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
  * whose connection failed or timed out, goes to the handler threads after all, which take the
  * ordinary path (a read or list changes nothing: running it there again is harmless). */
 
-#define RELAY_CONNS 64            /* connections to workers kept open */
-#define RELAY_TIMEOUT_MS 120000   /* an answer must come within this (ops.c RUN_TIMEOUT_MS) */
-#define RELAY_INLINE_MAX 65536    /* longer answers are made into results on a handler thread */
+#define RELAY_CONNS 64 /* connections to workers kept open */
+#define RELAY_TIMEOUT_MS 120000 /* an answer must come within this (ops.c RUN_TIMEOUT_MS) */
+#define RELAY_INLINE_MAX 65536 /* longer answers are made into results on a handler thread */
 
 struct relay_call {
   struct jb_socket *s;
@@ -477,12 +482,13 @@ struct relay_call {
   struct jb_ws_peer peer;
   long long ack;
   json_t *args; /* the event's arguments, for the ordinary path */
-  json_t *id;   /* the JSON-RPC id */
+  json_t *id; /* the JSON-RPC id */
   long long seq; /* the request's "id" on the worker connection, echoed in its answer */
   struct jb_mcp_direct d;
   char *req_line; /* d.req with its "id", '\n'-terminated, req_len bytes */
   size_t req_len;
-  char *line;   /* the answer line (without its newline), when made into a result on a handler thread */
+  char *
+      line; /* the answer line (without its newline), when made into a result on a handler thread */
   size_t line_len;
 };
 
@@ -517,8 +523,8 @@ static void relay_fallback(struct relay_call *rc) {
 }
 
 enum relay_outcome {
-  RELAY_ANSWERED,  /* the ACK is made */
-  RELAY_NOT_RAN,   /* the worker ran nothing: the ordinary path takes the call */
+  RELAY_ANSWERED, /* the ACK is made */
+  RELAY_NOT_RAN, /* the worker ran nothing: the ordinary path takes the call */
   RELAY_MALFORMED, /* not an answer: the same, and the connection is not to be trusted again */
 };
 
@@ -534,8 +540,9 @@ static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, 
   }
   json_t *aid = json_object_get(ans, "id");
   if (!json_is_integer(aid) || json_integer_value(aid) != rc->seq) {
-    jb_log(JB_LOG_WARN, "direct op: the worker answered another request: the op takes the queued path",
-           "jobId", rc->peer.room, NULL);
+    jb_log(JB_LOG_WARN,
+           "direct op: the worker answered another request: the op takes the queued path", "jobId",
+           rc->peer.room, NULL);
     json_decref(ans);
     return RELAY_MALFORMED;
   }
@@ -583,10 +590,12 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     struct relay_call *rc = c->call;
     c->call = NULL;
     if (rc) {
-      jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time", "jobId", rc->peer.room, NULL);
-      jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack,
-                       rpc_error(rc->id, JB_MCP_UNAVAILABLE, "the worker did not answer in time; try again",
-                                 json_pack("{s:s}", "reason", "unavailable")));
+      jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time", "jobId", rc->peer.room,
+             NULL);
+      jb_ws_event_done(
+          rc->ws, rc->peer.conn, rc->ack,
+          rpc_error(rc->id, JB_MCP_UNAVAILABLE, "the worker did not answer in time; try again",
+                    json_pack("{s:s}", "reason", "unavailable")));
       relay_call_free(rc);
     }
     relay_close(c);
@@ -597,7 +606,8 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     ssize_t r = jb_line_read(&c->answer, fd, &rerr);
     if (r < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK)) return;
     if (r < 0 && rerr.code == ENOMEM) {
-      jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+      jb_log(JB_LOG_WARN,
+             "direct op: the worker's answer is too long: the op takes the queued path", NULL);
       relay_close(c);
       return;
     }
@@ -610,7 +620,8 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     int lr = jb_line_next(&c->answer, &line, &n);
     if (lr == JB_LINE_AGAIN) continue;
     if (lr != JB_LINE_OK) { /* over the limit, or out of memory */
-      jb_log(JB_LOG_WARN, "direct op: the worker's answer is too long: the op takes the queued path", NULL);
+      jb_log(JB_LOG_WARN,
+             "direct op: the worker's answer is too long: the op takes the queued path", NULL);
       relay_close(c);
       return;
     }
@@ -634,9 +645,12 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
       line = rc->line; /* cannot be queued: here after all */
     }
     enum relay_outcome o = relay_answer(rc, line, n);
-    if (o == RELAY_MALFORMED && n <= RELAY_INLINE_MAX) relay_close(c); /* a line too many may follow: not again */
-    if (o == RELAY_ANSWERED) relay_call_free(rc);
-    else relay_fallback(rc);
+    if (o == RELAY_MALFORMED && n <= RELAY_INLINE_MAX)
+      relay_close(c); /* a line too many may follow: not again */
+    if (o == RELAY_ANSWERED)
+      relay_call_free(rc);
+    else
+      relay_fallback(rc);
     return;
   }
 }
@@ -666,7 +680,8 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
       memcpy(a.sun_path, rc->d.sock, strlen(rc->d.sock) + 1);
       int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (fd < 0) return -1;
-      if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) { /* a Unix socket connects at once, or not */
+      if (connect(fd, (struct sockaddr *)&a, sizeof a) <
+          0) { /* a Unix socket connects at once, or not */
         close(fd);
         return -1;
       }
@@ -687,7 +702,8 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
       s->relay = c;
       s->n_relay++;
     }
-    ssize_t w = send(jb_ws_watch_fd_of(c->w), rc->req_line, rc->req_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w =
+        send(jb_ws_watch_fd_of(c->w), rc->req_line, rc->req_len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w == (ssize_t)rc->req_len) {
       c->call = rc;
       jb_ws_watch_timeout(c->w, RELAY_TIMEOUT_MS);
@@ -742,7 +758,8 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
     relay_call_free(rc);
     return false;
   }
-  rc->req_line[rc->req_len - 1] = '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
+  rc->req_line[rc->req_len - 1] =
+      '\n'; /* json_dumps leaves room for the NUL: it becomes the newline */
   rc->ws = ws;
   rc->peer = *peer;
   rc->ack = ack;
@@ -804,8 +821,10 @@ int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
   if (!tool) return jb_fail(err, EINVAL, "the Socket.IO endpoint needs a tool handler");
   s->tool = tool;
   s->tool_ctx = tool_ctx;
-  if (direct) s->direct = *direct;
-  else memset(&s->direct, 0, sizeof s->direct);
+  if (direct)
+    s->direct = *direct;
+  else
+    memset(&s->direct, 0, sizeof s->direct);
   const struct jb_config *cfg = app->cfg;
   struct jb_ws_settings set = {
       .listen = cfg->ws_listen,
@@ -817,9 +836,12 @@ int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
       .send_queue_bytes = (size_t)cfg->ws_send_queue_bytes,
       .workers = cfg->ws_workers,
   };
-  struct jb_ws_handlers h = {
-      .ctx = s, .connect = on_connect, .connected = on_connected, .event = on_event,
-      .resync = on_resync, .event_direct = on_event_direct};
+  struct jb_ws_handlers h = {.ctx = s,
+                             .connect = on_connect,
+                             .connected = on_connected,
+                             .event = on_event,
+                             .resync = on_resync,
+                             .event_direct = on_event_direct};
   s->app = app;
   struct jb_ws *ws;
   if (jb_ws_start(&ws, &set, &h, err) < 0) return -1;

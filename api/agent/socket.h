@@ -32,8 +32,8 @@ typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job
  * threads fewer. Made by a jb_mcp_plan_fn, which must not block. */
 struct jb_mcp_direct {
   char sock[108]; /* the worker's ops socket */
-  json_t *req;    /* the request (sandbox/proto/direct.h; new), its "id" left to the sender */
-  void *ctx;      /* the planner's, given to the answer and free functions */
+  json_t *req; /* the request (sandbox/proto/direct.h; new), its "id" left to the sender */
+  void *ctx; /* the planner's, given to the answer and free functions */
 };
 
 struct jb_mcp_direct_fns {

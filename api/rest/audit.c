@@ -29,8 +29,8 @@ static PGconn *audit_reader(struct jb_app *app, const struct jb_http_req *req,
     return NULL;
   }
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who,
-                      resp) < 0) {
+  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) <
+      0) {
     jb_db_release(app->db, c);
     return NULL;
   }
@@ -53,8 +53,8 @@ static void session_read_failed(struct jb_http_resp *resp, int rc, const char *j
 struct export_stream {
   struct jb_app *app;
   char job[JB_AUDIT_MAX_SESSION + 1];
-  long long after;      /* seq of the last entry sent */
-  char *buf;            /* export lines of the current page */
+  long long after; /* seq of the last entry sent */
+  char *buf; /* export lines of the current page */
   size_t len, off;
   bool end;
 };
@@ -178,8 +178,8 @@ static int verify_paged(PGconn *c, const char *job, const struct jb_audit_head *
   struct jb_audit_pubkey *keys = NULL;
   size_t nkeys = 0;
   if (published_keys(c, &keys, &nkeys, err) < 0) return JB_ERR_FAIL;
-  struct jb_audit_verify_opts opts = {.session = job, .known_head = known,
-                                      .stored_head = &sess.stored, .require_seal = sess.ended};
+  struct jb_audit_verify_opts opts = {
+      .session = job, .known_head = known, .stored_head = &sess.stored, .require_seal = sess.ended};
   struct jb_audit_verifier v;
   jb_audit_verifier_init(&v, keys, nkeys, &opts);
   long long after = 0;
@@ -232,8 +232,8 @@ void jb_api_audit_verify(void *appv, const struct jb_http_req *req, struct jb_ht
     char seq[24];
     snprintf(seq, sizeof seq, "%lld", res.first_bad_seq);
     jb_log(JB_LOG_WARN, "audit chain verification failed", "job_id", req->params[0],
-           "first_bad_seq", seq, "reason", jb_audit_reason_name(res.reason), "detail",
-           res.detail, NULL);
+           "first_bad_seq", seq, "reason", jb_audit_reason_name(res.reason), "detail", res.detail,
+           NULL);
   }
   jb_resp_json(resp, 200, body);
 }
@@ -260,8 +260,8 @@ void jb_api_audit_keys(void *appv, const struct jb_http_req *req, struct jb_http
     sodium_bin2base64(b64, sizeof b64, rows[i].key.public_key, JB_AUDIT_PK_LEN,
                       sodium_base64_VARIANT_ORIGINAL);
     json_t *k = json_pack("{s:s,s:s,s:s,s:s,s:s?}", "keyId", rows[i].key.key_id, "algorithm",
-                          "ed25519", "publicKey", b64, "createdAt", rows[i].created_at,
-                          "retiredAt", rows[i].retired_at[0] ? rows[i].retired_at : NULL);
+                          "ed25519", "publicKey", b64, "createdAt", rows[i].created_at, "retiredAt",
+                          rows[i].retired_at[0] ? rows[i].retired_at : NULL);
     if (!k || json_array_append_new(arr, k) < 0) {
       json_decref(arr);
       arr = NULL;

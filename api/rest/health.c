@@ -38,6 +38,7 @@ void jb_api_readyz(void *appv, const struct jb_http_req *req, struct jb_http_res
     jb_resp_error(resp, 503, "migrations_pending", "%ld migration(s) not applied", pending);
     return;
   }
-  jb_resp_json(resp, 200, json_pack("{s:s,s:I}", "status", "ready", "migrations",
-                                    (json_int_t)jb_migrations_count));
+  jb_resp_json(
+      resp, 200,
+      json_pack("{s:s,s:I}", "status", "ready", "migrations", (json_int_t)jb_migrations_count));
 }

@@ -40,7 +40,9 @@ static void send_text(struct jb_http_resp *resp, int status, char *json) {
   resp->content_type = "application/json";
 }
 
-static void db_failed(struct jb_http_resp *resp, const jb_error *err) { jb_db_unavailable(resp, err); }
+static void db_failed(struct jb_http_resp *resp, const jb_error *err) {
+  jb_db_unavailable(resp, err);
+}
 
 /* 409 with the current state inside the error object. */
 static void conflict(struct jb_http_resp *resp, const char *what, const char *state) {
@@ -74,8 +76,10 @@ static int optional_reason(const struct jb_http_req *req, json_t **doc, const ch
 static int resolve_workspace(const char *root, const char *ws, char *out, jb_error *err) {
   char rroot[PATH_MAX], joined[PATH_MAX * 2];
   if (!realpath(root, rroot)) return jb_fail_errno(err, errno, "workspace root %s", root);
-  if (ws[0] == '/') snprintf(joined, sizeof joined, "%s", ws);
-  else snprintf(joined, sizeof joined, "%s/%s", rroot, ws);
+  if (ws[0] == '/')
+    snprintf(joined, sizeof joined, "%s", ws);
+  else
+    snprintf(joined, sizeof joined, "%s/%s", rroot, ws);
   if (strlen(joined) >= PATH_MAX) return jb_fail(err, ENAMETOOLONG, "workspace path too long");
   if (!realpath(joined, out)) return jb_fail_errno(err, errno, "workspace '%s'", ws);
   size_t rl = strlen(rroot);
@@ -96,7 +100,8 @@ static int read_limits(const struct jb_config *cfg, const json_t *body, char *ou
   double cpus = 1.0;
   json_t *l = json_object_get(body, "limits");
   if (l) {
-    static const char *const allowed[] = {"memoryMiB", "cpus", "pids", "timeoutSec", "idleTimeoutSec", NULL};
+    static const char *const allowed[] = {"memoryMiB",  "cpus",           "pids",
+                                          "timeoutSec", "idleTimeoutSec", NULL};
     if (!json_is_object(l)) return jb_fail(err, EINVAL, "field 'limits' must be an object");
     if (jb_json_only_keys(l, allowed, err) < 0 ||
         jb_json_get_int(l, "memoryMiB", 64, 65536, &mem, err) < 0 ||
@@ -130,7 +135,7 @@ static int read_exclude(const json_t *body, char **out, jb_error *err) {
   if (json_array_size(e) > 256) return jb_fail(err, EINVAL, "field 'exclude' has over 256 globs");
   size_t i;
   json_t *g;
-  json_array_foreach(e, i, g) {
+  json_array_foreach (e, i, g) {
     if (!json_is_string(g)) return jb_fail(err, EINVAL, "exclude[%zu] must be a string", i);
     const char *s = json_string_value(g);
     size_t n = json_string_length(g);
@@ -154,7 +159,8 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   struct jb_principal who;
   if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) goto out;
   body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
-  static const char *const allowed[] = {"jobId", "agentId", "workspace", "mode", "exclude", "limits", NULL};
+  static const char *const allowed[] = {"jobId",   "agentId", "workspace", "mode",
+                                        "exclude", "limits",  NULL};
   const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised";
   char limits[200], wsabs[PATH_MAX], gen[32];
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
@@ -162,7 +168,8 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
       jb_json_get_string(body, "agentId", 1, 200, true, &agent, &err) < 0 ||
       jb_json_get_string(body, "workspace", 1, 4096, true, &ws, &err) < 0 ||
       jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0 ||
-      read_limits(app->cfg, body, limits, sizeof limits, &err) < 0 || read_exclude(body, &exclude, &err) < 0) {
+      read_limits(app->cfg, body, limits, sizeof limits, &err) < 0 ||
+      read_exclude(body, &exclude, &err) < 0) {
     jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
     goto out;
   }
@@ -171,7 +178,8 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     goto out;
   }
   if (!jb_valid_agent_id(agent)) {
-    jb_resp_error(resp, 400, "bad_request", "field 'agentId' must be [A-Za-z0-9._:@+-], not starting with '.'");
+    jb_resp_error(resp, 400, "bad_request",
+                  "field 'agentId' must be [A-Za-z0-9._:@+-], not starting with '.'");
     goto out;
   }
   if (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0) {
@@ -179,7 +187,8 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     goto out;
   }
   if (job && !jb_valid_job_id(job)) {
-    jb_resp_error(resp, 400, "bad_request", "field 'jobId' must be [A-Za-z0-9._-], not starting with '.'");
+    jb_resp_error(resp, 400, "bad_request",
+                  "field 'jobId' must be [A-Za-z0-9._-], not starting with '.'");
     goto out;
   }
   if (!job) {
@@ -198,9 +207,14 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   unsigned char bh[32], ah[32];
   jb_token_mint(buyer, bh);
   jb_token_mint(agent_tok, ah);
-  struct jb_session_new s = {.job_id = job, .agent_id = agent, .workspace = wsabs, .mode = mode,
-                             .exclude_json = exclude, .limits_json = limits,
-                             .buyer_hash = bh, .agent_hash = ah};
+  struct jb_session_new s = {.job_id = job,
+                             .agent_id = agent,
+                             .workspace = wsabs,
+                             .mode = mode,
+                             .exclude_json = exclude,
+                             .limits_json = limits,
+                             .buyer_hash = bh,
+                             .agent_hash = ah};
   struct jb_audit_head head;
   int rc = jb_db_session_create(c, app->keys, &s, &head, &err);
   if (rc == JB_ERR_EXISTS) {
@@ -210,8 +224,9 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   } else if (rc != JB_OK) {
     db_failed(resp, &err);
   } else {
-    jb_resp_json(resp, 201, json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created",
-                                      "mode", mode, "buyerToken", buyer, "agentToken", agent_tok));
+    jb_resp_json(resp, 201,
+                 json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created", "mode", mode,
+                           "buyerToken", buyer, "agentToken", agent_tok));
     jb_bus_publish(app->bus, job, "jailbox:state",
                    json_pack("{s:s,s:s,s:n,s:s}", "jobId", job, "state", "created", "previous",
                              "actor", "service"));
@@ -234,7 +249,8 @@ static void warm_service_set(struct jb_app *app, PGconn *c) {
   uint64_t stamp = jb_cache_stamp(app->cache);
   unsigned char *h = NULL;
   size_t n = 0;
-  if (jb_db_service_token_hashes(c, &h, &n, NULL) == JB_OK) jb_cache_put_service_set(app->cache, stamp, h, n);
+  if (jb_db_service_token_hashes(c, &h, &n, NULL) == JB_OK)
+    jb_cache_put_service_set(app->cache, stamp, h, n);
   free(h);
 }
 
@@ -278,16 +294,16 @@ void jb_api_session_get(void *appv, const struct jb_http_req *req, struct jb_htt
 /* ---------- GET /v1/jailbox/:jobId/ops ---------- */
 
 /* Reads a non-negative integer query argument; absent leaves *out. */
-static int query_int(const struct jb_http_req *req, const char *name, long long min,
-                     long long max, long long *out, struct jb_http_resp *resp) {
+static int query_int(const struct jb_http_req *req, const char *name, long long min, long long max,
+                     long long *out, struct jb_http_resp *resp) {
   const char *v = jb_http_query(req, name);
   if (!v) return 0;
   char *end;
   errno = 0;
   long long x = strtoll(v, &end, 10);
   if (!*v || *end || errno || x < min || x > max || !isdigit((unsigned char)v[0])) {
-    jb_resp_error(resp, 400, "bad_request", "query '%s' must be an integer from %lld to %lld",
-                  name, min, max);
+    jb_resp_error(resp, 400, "bad_request", "query '%s' must be an integer from %lld to %lld", name,
+                  min, max);
     return -1;
   }
   *out = x;
@@ -318,11 +334,14 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
     char *sess = NULL;
     int rc = jb_db_session_get(c, job, &sess, &err); /* 404 for an unknown session */
     free(sess);
-    if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-    else if (rc != JB_OK) db_failed(resp, &err);
+    if (rc == JB_ERR_NOT_FOUND)
+      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+    else if (rc != JB_OK)
+      db_failed(resp, &err);
     else if (jb_db_ops_list(c, job, state, after, (int)limit, &json, &err) == JB_OK)
       send_text(resp, 200, json);
-    else db_failed(resp, &err);
+    else
+      db_failed(resp, &err);
   }
 out:
   jb_db_release(app->db, c);
@@ -355,7 +374,8 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
         json_t *ev = json_loads(json, 0, NULL);
         send_text(resp, 200, json);
         jb_bus_publish(app->bus, job, "jailbox:op", ev);
-        if (head.seq > 0) jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+        if (head.seq > 0)
+          jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
       } else if (rc == JB_ERR_NOT_FOUND) {
         jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
       } else if (rc == JB_ERR_CONFLICT) {
@@ -378,8 +398,8 @@ void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_r
 
 /* ---------- state changes ---------- */
 
-static void transition(struct jb_app *app, const struct jb_http_req *req,
-                       struct jb_http_resp *resp, const char *const from[], const char *to) {
+static void transition(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
+                       const char *const from[], const char *to) {
   const char *job = req->params[0];
   json_t *doc = NULL;
   const char *reason;
@@ -396,12 +416,12 @@ static void transition(struct jb_app *app, const struct jb_http_req *req,
     if (rc == JB_OK) {
       if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
       jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
-      jb_resp_json(resp, 200, json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state,
-                                        "previous", t.previous, "rejectedOps",
-                                        (json_int_t)t.rejected_ops));
+      jb_resp_json(resp, 200,
+                   json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous",
+                             t.previous, "rejectedOps", (json_int_t)t.rejected_ops));
       jb_bus_publish(app->bus, job, "jailbox:state",
-                     json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state,
-                               "previous", t.previous, "reason", reason, "actor", "buyer"));
+                     json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
+                               t.previous, "reason", reason, "actor", "buyer"));
       jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
       jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, NULL);
     } else if (rc == JB_ERR_NOT_FOUND) {
@@ -466,7 +486,8 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
   if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
     send_text(resp, 200, json);
-    jb_bus_publish(app->bus, job, "jailbox:mode", json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
+    jb_bus_publish(app->bus, job, "jailbox:mode",
+                   json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
   } else if (rc == JB_ERR_NOT_FOUND) {
     jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
   } else if (rc == JB_ERR_CONFLICT) {
@@ -491,9 +512,12 @@ void jb_api_agent_get(void *appv, const struct jb_http_req *req, struct jb_http_
     jb_error err = {0};
     char *json = NULL;
     int rc = jb_valid_agent_id(agent) ? jb_db_agent_get(c, agent, &json, &err) : JB_ERR_NOT_FOUND;
-    if (rc == JB_OK) send_text(resp, 200, json);
-    else if (rc == JB_ERR_NOT_FOUND) jb_resp_error(resp, 404, "not_found", "no such agent");
-    else db_failed(resp, &err);
+    if (rc == JB_OK)
+      send_text(resp, 200, json);
+    else if (rc == JB_ERR_NOT_FOUND)
+      jb_resp_error(resp, 404, "not_found", "no such agent");
+    else
+      db_failed(resp, &err);
   }
   jb_db_release(app->db, c);
 }

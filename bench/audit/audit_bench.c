@@ -41,8 +41,8 @@ static double now(void) {
 /* The details of a typical write entry. */
 static json_t *write_details(long i) {
   return json_pack("{s:I,s:s,s:s,s:b}", "size", (json_int_t)(4096 + i % 1000), "sha256",
-                   "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-                   "decision", "auto", "ok", 1);
+                   "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "decision",
+                   "auto", "ok", 1);
 }
 
 struct writer {
@@ -60,7 +60,7 @@ static pthread_barrier_t ready, go; /* all connected; clock set */
 static void *writer_run(void *arg) {
   struct writer *w = arg;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(w->pool, &err);  /* as jailboxd: pooled, statements prepared */
+  PGconn *c = jb_db_acquire(w->pool, &err); /* as jailboxd: pooled, statements prepared */
   pthread_barrier_wait(&ready);
   pthread_barrier_wait(&go);
   if (!c) {
@@ -101,7 +101,8 @@ static int verify_stored(struct jb_db *pool, const char *job) {
       struct jb_audit_verify_opts o = {.session = job, .stored_head = &ch.stored};
       struct jb_audit_result r;
       ok = jb_audit_verify(ch.entries, ch.n, k, nk, &o, &r) == 0;
-      if (!ok) fprintf(stderr, "%s: %s at %lld\n", job, jb_audit_reason_name(r.reason), r.first_bad_seq);
+      if (!ok)
+        fprintf(stderr, "%s: %s at %lld\n", job, jb_audit_reason_name(r.reason), r.first_bad_seq);
       free(k);
       free(rows);
     }
@@ -172,8 +173,8 @@ static int bench_verify(long n) {
   size_t cap = (size_t)n * 1024, len = 0;
   char *buf = malloc(cap);
   unsigned char prev[32] = {0};
-  unsigned char (*hashes)[32] = malloc((size_t)n * 32);
-  unsigned char (*sigs)[64] = malloc((size_t)n * 64);
+  unsigned char(*hashes)[32] = malloc((size_t)n * 32);
+  unsigned char(*sigs)[64] = malloc((size_t)n * 64);
   for (long i = 0; i < n; i++) {
     struct jb_audit_entry e;
     json_t *d = write_details(i);

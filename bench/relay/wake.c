@@ -38,8 +38,7 @@ int main(void) {
     int d;
     while (read(sv[1], &d, sizeof d) == (ssize_t)sizeof d) {
       double t = now_us();
-      while (now_us() - t < d) {
-      }
+      while (now_us() - t < d) {}
       if (write(sv[1], &d, sizeof d) != (ssize_t)sizeof d) break;
     }
     _exit(0);
@@ -51,13 +50,15 @@ int main(void) {
     for (int i = 0; i < ROUNDS; i++) {
       int d = delays[k];
       double t = now_us();
-      if (write(sv[0], &d, sizeof d) != (ssize_t)sizeof d || read(sv[0], &d, sizeof d) != (ssize_t)sizeof d)
+      if (write(sv[0], &d, sizeof d) != (ssize_t)sizeof d ||
+          read(sv[0], &d, sizeof d) != (ssize_t)sizeof d)
         return perror("round trip"), 1;
       cost[i] = now_us() - t - delays[k];
     }
     qsort(cost, ROUNDS, sizeof cost[0], by_value);
-    printf("  floor: two hand-overs, the receiver having slept %4d us: p50 %6.1f us   p90 %6.1f us\n",
-           delays[k], cost[ROUNDS / 2], cost[ROUNDS * 9 / 10]);
+    printf(
+        "  floor: two hand-overs, the receiver having slept %4d us: p50 %6.1f us   p90 %6.1f us\n",
+        delays[k], cost[ROUNDS / 2], cost[ROUNDS * 9 / 10]);
   }
   close(sv[0]);
   waitpid(pid, NULL, 0);

@@ -42,7 +42,9 @@ int main(int argc, char **argv) {
     return 1;
   }
   unsigned char *buf = malloc(SIZE);
-  static const struct { const char *name, *unit; } inputs[] = {
+  static const struct {
+    const char *name, *unit;
+  } inputs[] = {
       {"source_text", "static int add(int a, int b) { return a + b; } /* the quick brown fox */\n"},
       {"random_base64", NULL},
       {"near_curl", "curl "},
@@ -58,7 +60,8 @@ int main(int argc, char **argv) {
     } else {
       static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
       randombytes_buf(buf, SIZE);
-      for (size_t i = 0; i < SIZE; i++) buf[i] = (i % 77 == 76) ? '\n' : (unsigned char)b64[buf[i] % 64];
+      for (size_t i = 0; i < SIZE; i++)
+        buf[i] = (i % 77 == 76) ? '\n' : (unsigned char)b64[buf[i] % 64];
     }
     double best = 1e30, best_sha = 1e30;
     char *verdict = NULL;
@@ -82,21 +85,26 @@ int main(int argc, char **argv) {
   /* diff previews of a 1 MiB text file */
   char *a = malloc(SIZE + 64), *b = malloc(SIZE + 64);
   size_t la = 0, lb = 0;
-  for (int i = 0; la < SIZE - 40; i++) la += (size_t)snprintf(a + la, 64, "line %d of the old file\n", i);
-  for (int i = 0; lb < SIZE - 40; i++) lb += (size_t)snprintf(b + lb, 64, "line %d of the new text\n", i);
+  for (int i = 0; la < SIZE - 40; i++)
+    la += (size_t)snprintf(a + la, 64, "line %d of the old file\n", i);
+  for (int i = 0; lb < SIZE - 40; i++)
+    lb += (size_t)snprintf(b + lb, 64, "line %d of the new text\n", i);
   char *one = malloc(la);
   memcpy(one, a, la);
   one[la / 2] = '#';
-  const struct { const char *name; const char *neu; size_t len; } diffs[] = {
-      {"one_line_changed", one, la}, {"every_line_changed", b, lb}};
+  const struct {
+    const char *name;
+    const char *neu;
+    size_t len;
+  } diffs[] = {{"one_line_changed", one, la}, {"every_line_changed", b, lb}};
   for (size_t k = 0; k < 2; k++) {
     double best = 1e30;
     json_int_t bytes = 0;
     for (int r = 0; r < reps; r++) {
       json_t *d = NULL;
       double t0 = now_ms();
-      if (jb_diff_preview("f.txt", (unsigned char *)a, la, true, (const unsigned char *)diffs[k].neu,
-                          diffs[k].len, 65536, &d, &err) < 0) {
+      if (jb_diff_preview("f.txt", (unsigned char *)a, la, true,
+                          (const unsigned char *)diffs[k].neu, diffs[k].len, 65536, &d, &err) < 0) {
         fprintf(stderr, "scan_bench: %s\n", err.msg);
         return 1;
       }

@@ -82,7 +82,8 @@ static int send_all(int fd, const char *p, size_t len, jb_error *err) {
  * Returns the parsed object or NULL with err; *got_any tells whether any byte arrived. */
 static json_t *read_answer(int fd, long long deadline, bool *got_any, jb_error *err) {
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
+  jb_line_init(&r,
+               &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
   json_t *out = NULL;
   for (;;) {
     long long left = deadline - jb_now_ms();
@@ -139,7 +140,8 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
   size_t n = 0; /* bytes of the line with its newline */
   jb_error eerr = {0};
   char *line = r && json_object_set_new(r, "id", json_integer(id)) == 0
-                   ? jb_line_encode(r, JB_DIRECT_MAX_LINE - 1, &n, &eerr) : NULL;
+                   ? jb_line_encode(r, JB_DIRECT_MAX_LINE - 1, &n, &eerr)
+                   : NULL;
   json_decref(r);
   if (!line && eerr.code == EMSGSIZE)
     return jb_fail(err, EMSGSIZE, "request over %d bytes", JB_DIRECT_MAX_LINE), NULL;
@@ -150,7 +152,8 @@ json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_
     bool reused = false, got_any = false;
     struct kept *k = conn_for(path, &reused, err);
     if (!k) break;
-    if (send_all(k->fd - 1, line, n, err) == 0) out = read_answer(k->fd - 1, deadline, &got_any, err);
+    if (send_all(k->fd - 1, line, n, err) == 0)
+      out = read_answer(k->fd - 1, deadline, &got_any, err);
     json_t *aid = json_object_get(out, "id");
     if (out && (!json_is_integer(aid) || json_integer_value(aid) != id)) {
       json_decref(out);

@@ -31,7 +31,7 @@
 #include "lib/err.h"
 
 #define JB_DIRECT_MAX_LINE (8 * 1024 * 1024) /* bytes of one line, either way */
-#define JB_DIRECT_MAX_DEPTH 32               /* JSON nesting of one line */
+#define JB_DIRECT_MAX_DEPTH 32 /* JSON nesting of one line */
 
 /* Sends `req` (borrowed) to the worker listening on `path` and waits at most `timeout_ms` for
  * its answer line. The calling thread keeps its connection to each path open for later calls

@@ -31,9 +31,9 @@
 
 #include "lib/pathcheck.h"
 
-#define MAX_DEPTH 256    /* directories deep one walk may go */
-#define MAX_LINKS 40     /* symlinks one walk may pass (as the kernel's ELOOP limit) */
-#define LIST_DEPTH 64    /* recursion of a recursive list */
+#define MAX_DEPTH 256 /* directories deep one walk may go */
+#define MAX_LINKS 40 /* symlinks one walk may pass (as the kernel's ELOOP limit) */
+#define LIST_DEPTH 64 /* recursion of a recursive list */
 
 static int root_fd = -1;
 static bool have_openat2;
@@ -54,24 +54,24 @@ static int fail(struct jb_fileop_error *e, const char *code, int errnum, const c
 /* An errno from an open or stat, as a protocol error. */
 static int fail_errno(struct jb_fileop_error *e, int errnum, const char *what) {
   switch (errnum) {
-  case ENOENT:
-  case ENOTDIR:
-    return fail(e, "not_found", errnum, "%s: no such file or directory", what);
-  case ELOOP:
-  case EXDEV:
-    return fail(e, "denied", errnum, "%s: a symlink is in the way", what);
-  case EACCES:
-  case EPERM:
-  case EROFS:
-    return fail(e, "denied", errnum, "%s: permission denied", what);
-  case ENAMETOOLONG:
-    return fail(e, "bad_request", errnum, "%s: name too long", what);
-  case ENOSPC:
-  case EDQUOT:
-  case EFBIG:
-    return fail(e, "too_large", errnum, "%s: no space left", what);
-  default:
-    return fail(e, "internal", errnum, "%s: %s", what, strerror(errnum));
+    case ENOENT:
+    case ENOTDIR:
+      return fail(e, "not_found", errnum, "%s: no such file or directory", what);
+    case ELOOP:
+    case EXDEV:
+      return fail(e, "denied", errnum, "%s: a symlink is in the way", what);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return fail(e, "denied", errnum, "%s: permission denied", what);
+    case ENAMETOOLONG:
+      return fail(e, "bad_request", errnum, "%s: name too long", what);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return fail(e, "too_large", errnum, "%s: no space left", what);
+    default:
+      return fail(e, "internal", errnum, "%s: %s", what, strerror(errnum));
   }
 }
 
@@ -93,8 +93,9 @@ int jb_fileops_have_openat2(void) { return have_openat2; }
  * symlink. */
 static int open_dir_component(int dir, const char *name) {
   if (have_openat2) {
-    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    struct open_how how = {
+        .flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     long fd = syscall(SYS_openat2, dir, name, &how, sizeof how);
     if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return (int)fd;
   }
@@ -122,7 +123,8 @@ static int open_dir_readable(int dir, const char *name) {
 struct walk {
   int fds[MAX_DEPTH + 1];
   int depth;
-  char canon[JB_PATH_MAX + 1]; /* the directories' own names from the root: "a/b" ("" at the root) */
+  char
+      canon[JB_PATH_MAX + 1]; /* the directories' own names from the root: "a/b" ("" at the root) */
 };
 
 /* The exclusion globs of the current request (borrowed, NULL when none). */
@@ -135,8 +137,9 @@ static bool canon_excluded(const char *canon) {
 
 /* The symlink-free path of `last` in the walk's directory into `out` (JB_PATH_MAX + 1). */
 static int final_canon(const struct walk *w, const char *last, char *out) {
-  int n = strcmp(last, ".") == 0 ? snprintf(out, JB_PATH_MAX + 1, "%s", w->canon)
-                                 : snprintf(out, JB_PATH_MAX + 1, "%s%s%s", w->canon, w->canon[0] ? "/" : "", last);
+  int n = strcmp(last, ".") == 0
+              ? snprintf(out, JB_PATH_MAX + 1, "%s", w->canon)
+              : snprintf(out, JB_PATH_MAX + 1, "%s%s%s", w->canon, w->canon[0] ? "/" : "", last);
   return n < 0 || n > JB_PATH_MAX ? -1 : 0;
 }
 
@@ -149,8 +152,10 @@ static size_t n_deferred;
 
 static void close_later(int fd) {
   if (fd < 0) return;
-  if (defer_on && n_deferred < sizeof deferred / sizeof deferred[0]) deferred[n_deferred++] = fd;
-  else close(fd);
+  if (defer_on && n_deferred < sizeof deferred / sizeof deferred[0])
+    deferred[n_deferred++] = fd;
+  else
+    close(fd);
 }
 
 void jb_fileops_defer_closes(bool on) {
@@ -227,7 +232,8 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     if (n > JB_PATH_NAME_MAX) {
       free(rem);
       walk_close(w);
-      return fail(e, "bad_request", ENAMETOOLONG, "a path component is over %d bytes", JB_PATH_NAME_MAX);
+      return fail(e, "bad_request", ENAMETOOLONG, "a path component is over %d bytes",
+                  JB_PATH_NAME_MAX);
     }
     char name[JB_PATH_NAME_MAX + 1];
     memcpy(name, rem + pos, n);
@@ -251,8 +257,10 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
       }
       close(w->fds[w->depth--]);
       char *slash = strrchr(w->canon, '/');
-      if (slash) *slash = '\0';
-      else w->canon[0] = '\0';
+      if (slash)
+        *slash = '\0';
+      else
+        w->canon[0] = '\0';
       if (is_last) {
         strcpy(last, ".");
         break;
@@ -360,12 +368,15 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
  * lead into an excluded file); that path goes to `canon` (JB_PATH_MAX + 1 bytes). 0 with `w`
  * open, or -1 with `e` filled and nothing open. */
 static int resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
-                           char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e) {
+                           char last[JB_PATH_NAME_MAX + 1], char *canon,
+                           struct jb_fileop_error *e) {
   if (resolve(path, follow, probe_last, w, last, e) < 0) return -1;
   if (final_canon(w, last, canon) < 0 || canon_excluded(canon)) {
     walk_close(w);
-    fail(e, "excluded", EPERM, follow ? "%s leads to a path excluded from this session"
-                                      : "%s is excluded from this session", path);
+    fail(e, "excluded", EPERM,
+         follow ? "%s leads to a path excluded from this session"
+                : "%s is excluded from this session",
+         path);
     return -1;
   }
   return 0;
@@ -385,8 +396,8 @@ static int check_regular(const struct stat *st, const char *path, struct jb_file
   if (!S_ISREG(st->st_mode))
     return fail(e, "denied", EPERM, "%s is not a regular file (fifo, socket or device)", path);
   if (st->st_nlink > 1) {
-    fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused",
-         path, (unsigned long)st->st_nlink);
+    fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused", path,
+         (unsigned long)st->st_nlink);
     e->escape = "hard_link";
     return -1;
   }
@@ -404,7 +415,9 @@ static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error
   enum jb_path_verdict v = jb_path_check(s, json_string_length(p), def != NULL);
   if (v != JB_PATH_OK) {
     fail(e, "denied", EINVAL, "%s", jb_path_verdict_text(v));
-    e->escape = v == JB_PATH_ABSOLUTE ? "absolute_path" : v == JB_PATH_DOTDOT ? "path_traversal" : NULL;
+    e->escape = v == JB_PATH_ABSOLUTE ? "absolute_path"
+                : v == JB_PATH_DOTDOT ? "path_traversal"
+                                      : NULL;
     return NULL;
   }
   return s;
@@ -415,8 +428,10 @@ static size_t json_escaped_len(const unsigned char *buf, size_t n) {
   size_t len = n;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = buf[i];
-    if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f') len += 1;
-    else if (c < 0x20 || c == 0x7f) len += 5; /* \u00XX */
+    if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' || c == '\b' || c == '\f')
+      len += 1;
+    else if (c < 0x20 || c == 0x7f)
+      len += 5; /* \u00XX */
   }
   return len;
 }
@@ -425,8 +440,9 @@ static size_t json_escaped_len(const unsigned char *buf, size_t n) {
  * escapes take no more room than base64 would, else base64 — so that any answer of up to
  * JB_FILE_MAX bytes fits in one protocol line (control characters take 6 bytes escaped). */
 static json_t *content_json(const unsigned char *buf, size_t n, json_t *o) {
-  bool text = !memchr(buf, '\0', n) &&
-              json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+  bool text =
+      !memchr(buf, '\0', n) &&
+      json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
   json_t *s = text ? json_stringn((const char *)buf, n) : NULL;
   if (s) {
     json_object_set_new(o, "content", s);
@@ -488,8 +504,9 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
   long long want = jl ? json_integer_value(jl) : avail;
   if (!jl && avail > JB_FILE_MAX) {
     close(fd);
-    fail(e, "too_large", EFBIG, "%s is %lld bytes: read it in parts of at most %d with offset and length",
-         path, (long long)st.st_size, JB_FILE_MAX);
+    fail(e, "too_large", EFBIG,
+         "%s is %lld bytes: read it in parts of at most %d with offset and length", path,
+         (long long)st.st_size, JB_FILE_MAX);
     return NULL;
   }
   if (want > avail) want = avail;
@@ -513,8 +530,9 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
     fail(e, "internal", ENOMEM, "out of memory");
     return NULL;
   }
-  json_t *o = json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)st.st_size, "offset", (json_int_t)off,
-                        "length", (json_int_t)got, "eof", off + (long long)got >= st.st_size);
+  json_t *o =
+      json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)st.st_size, "offset", (json_int_t)off,
+                "length", (json_int_t)got, "eof", off + (long long)got >= st.st_size);
   o = content_json(buf, got, o);
   free(buf);
   if (!o) fail(e, "internal", ENOMEM, "out of memory");
@@ -581,7 +599,8 @@ static json_t *stat_name(int dir, const char *last, const char *path, bool with_
     unsigned char *content = NULL;
     size_t clen = 0;
     if (fd >= 0 && fstat(fd, &st2) == 0 && S_ISREG(st2.st_mode) && st2.st_ino == st.st_ino &&
-        hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) == 0) {
+        hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) ==
+            0) {
       json_object_set_new(o, "sha256", json_string(hex));
       if (content && !content_json(content, clen, o)) {
         free(content);
@@ -662,8 +681,10 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (check_regular(&st, path, e) < 0) {
       if (S_ISLNK(st.st_mode) && link_leads_out(&w, last)) {
-        fail(e, "denied", ELOOP, "%s is a symlink that leads out of the workspace: writes never"
-             " replace a symlink", path);
+        fail(e, "denied", ELOOP,
+             "%s is a symlink that leads out of the workspace: writes never"
+             " replace a symlink",
+             path);
         e->escape = "symlink_escape";
       }
       walk_close(&w);
@@ -698,8 +719,10 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
     walk_close(&w);
     free(data);
-    fail(e, "too_large", EFBIG, "%s is over %lld bytes: a write may not replace a file whose SHA-256"
-         " the session's change summary cannot record", path, HASH_MAX);
+    fail(e, "too_large", EFBIG,
+         "%s is over %lld bytes: a write may not replace a file whose SHA-256"
+         " the session's change summary cannot record",
+         path, HASH_MAX);
     return NULL;
   }
   unsigned char after[32];
@@ -764,8 +787,9 @@ static bool resolves_inside(const char *rel, bool *out) {
   }
   struct stat st;
   char canon[JB_PATH_MAX + 1];
-  bool ok = (strcmp(last, ".") == 0 || fstatat(walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
-            final_canon(&w, last, canon) == 0 && !canon_excluded(canon);
+  bool ok =
+      (strcmp(last, ".") == 0 || fstatat(walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
+      final_canon(&w, last, canon) == 0 && !canon_excluded(canon);
   walk_close(&w);
   return ok;
 }
@@ -826,8 +850,10 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
         target[tl] = '\0';
         char tp[2 * JB_PATH_MAX + 2];
         int n = snprintf(tp, sizeof tp, "%s%s%s", rel, rel[0] ? "/" : "", target);
-        if (target[0] == '/') leads_out = true; /* absolute targets never stay inside */
-        else inside = n > 0 && n <= JB_PATH_MAX && resolves_inside(tp, &leads_out);
+        if (target[0] == '/')
+          leads_out = true; /* absolute targets never stay inside */
+        else
+          inside = n > 0 && n <= JB_PATH_MAX && resolves_inside(tp, &leads_out);
       }
     }
     if ((S_ISREG(st.st_mode) && st.st_nlink > 1) || leads_out ||

@@ -6,8 +6,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#define JB_FILE_MAX (1024 * 1024)   /* bytes of one read answer or one write */
-#define JB_LIST_MAX 10000           /* entries of one list answer */
+#define JB_FILE_MAX (1024 * 1024) /* bytes of one read answer or one write */
+#define JB_LIST_MAX 10000 /* entries of one list answer */
 
 /* Why an op failed: a protocol error code (denied, not_found, too_large, bad_request,
  * internal), an errno value and a message. */

@@ -133,9 +133,10 @@ static int take_socket(const char *path) {
   if (e) {
     if (fd >= 0) close(fd);
     /* strerror's text is plain ASCII without quotes or backslashes: no JSON escaping needed */
-    int n = snprintf(msg, sizeof msg,
-                     "{\"event\":\"channel\",\"channel\":\"attach\",\"error\":\"connect %s: %s\"}\n",
-                     strchr(path, '"') || strchr(path, '\\') ? "(path)" : path, strerror(e));
+    int n =
+        snprintf(msg, sizeof msg,
+                 "{\"event\":\"channel\",\"channel\":\"attach\",\"error\":\"connect %s: %s\"}\n",
+                 strchr(path, '"') || strchr(path, '\\') ? "(path)" : path, strerror(e));
     return write_all(1, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0 ? -1 : 0;
   }
   static const char ok[] = "{\"event\":\"channel\",\"channel\":\"socket\"}\n";
@@ -148,7 +149,8 @@ static int take_socket(const char *path) {
 
 static int launch(int argc, char **argv) {
   if (argc < 4 || strcmp(argv[2], "--") != 0) {
-    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
+    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV
+         "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
     return 125;
   }
   char **prog = &argv[3];
@@ -231,14 +233,18 @@ static char *slurp(const char *path, size_t max) {
 }
 
 static json_t *status_caps(const char *st) {
-  static const char *const keys[][2] = {{"CapInh", "inheritable"}, {"CapPrm", "permitted"},
-                                        {"CapEff", "effective"},   {"CapBnd", "bounding"},
+  static const char *const keys[][2] = {{"CapInh", "inheritable"},
+                                        {"CapPrm", "permitted"},
+                                        {"CapEff", "effective"},
+                                        {"CapBnd", "bounding"},
                                         {"CapAmb", "ambient"}};
   json_t *o = json_object();
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     char v[64];
-    if (st && proc_status_field(st, keys[i][0], v, sizeof v)) json_object_set_new(o, keys[i][1], json_string(v));
-    else json_object_set_new(o, keys[i][1], json_null());
+    if (st && proc_status_field(st, keys[i][0], v, sizeof v))
+      json_object_set_new(o, keys[i][1], json_string(v));
+    else
+      json_object_set_new(o, keys[i][1], json_null());
   }
   /* the kernel's own answer as well, in case /proc is not what it seems */
   struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
@@ -265,7 +271,8 @@ static json_t *status_namespaces(void) {
     target[n] = '\0';
     /* "ipc:[4026531839]" -> 4026531839 */
     char *lb = strchr(target, '[');
-    json_object_set_new(o, ns[i], lb ? json_integer(strtoll(lb + 1, NULL, 10)) : json_string(target));
+    json_object_set_new(o, ns[i],
+                        lb ? json_integer(strtoll(lb + 1, NULL, 10)) : json_string(target));
   }
   return o;
 }
@@ -295,7 +302,8 @@ static json_t *status_pids(void) {
   if (!d) return a;
   struct dirent *e;
   while ((e = readdir(d)))
-    if (e->d_name[0] >= '1' && e->d_name[0] <= '9') json_array_append_new(a, json_integer(atoll(e->d_name)));
+    if (e->d_name[0] >= '1' && e->d_name[0] <= '9')
+      json_array_append_new(a, json_integer(atoll(e->d_name)));
   closedir(d);
   return a;
 }
@@ -333,7 +341,8 @@ static json_t *status_mounts(void) {
     char *tok[32];
     int nt = 0;
     char *save = NULL;
-    for (char *x = strtok_r(line, " ", &save); x && nt < 32; x = strtok_r(NULL, " ", &save)) tok[nt++] = x;
+    for (char *x = strtok_r(line, " ", &save); x && nt < 32; x = strtok_r(NULL, " ", &save))
+      tok[nt++] = x;
     const char *fstype = "?";
     for (int i = 6; i + 1 < nt; i++)
       if (strcmp(tok[i], "-") == 0) {
@@ -341,8 +350,8 @@ static json_t *status_mounts(void) {
         break;
       }
     if (nt >= 6)
-      json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "path", tok[4], "options", tok[5],
-                                         "type", fstype));
+      json_array_append_new(
+          a, json_pack("{s:s, s:s, s:s}", "path", tok[4], "options", tok[5], "type", fstype));
     line = next;
   }
   free(t);
@@ -373,23 +382,24 @@ static json_t *op_status(void) {
   for (int i = 0; i < ng; i++) json_array_append_new(g, json_integer(groups[i]));
   char *st = slurp("/proc/self/status", 65536);
   char v[64];
-  json_t *nnp_proc = st && proc_status_field(st, "NoNewPrivs", v, sizeof v) ? json_integer(atoi(v)) : json_null();
-  json_t *sc_proc = st && proc_status_field(st, "Seccomp", v, sizeof v) ? json_integer(atoi(v)) : json_null();
+  json_t *nnp_proc =
+      st && proc_status_field(st, "NoNewPrivs", v, sizeof v) ? json_integer(atoi(v)) : json_null();
+  json_t *sc_proc =
+      st && proc_status_field(st, "Seccomp", v, sizeof v) ? json_integer(atoi(v)) : json_null();
   struct utsname u;
   uname(&u);
   struct stat sb;
   json_t *o = json_pack(
       "{s:{s:i, s:i, s:i}, s:{s:i, s:i, s:i}, s:o, s:o, s:i, s:o, s:i, s:o, s:o, s:i, s:i,"
       " s:o, s:o, s:o, s:o, s:s, s:s, s:b, s:b}",
-      "uid", "real", (int)ru, "effective", (int)eu, "saved", (int)su,
-      "gid", "real", (int)rg, "effective", (int)eg, "saved", (int)sg,
-      "groups", g, "capabilities", status_caps(st),
-      "noNewPrivs", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), "noNewPrivsProc", nnp_proc,
-      "seccomp", prctl(PR_GET_SECCOMP, 0, 0, 0, 0), "seccompProc", sc_proc,
-      "namespaces", status_namespaces(), "pid", (int)getpid(), "ppid", (int)getppid(),
-      "fds", status_fds(), "pids", status_pids(), "netdevs", status_netdevs(),
-      "mounts", status_mounts(), "hostname", u.nodename, "kernel", u.release,
-      "sysPresent", stat("/sys", &sb) == 0, "workspacePresent", stat("/workspace", &sb) == 0);
+      "uid", "real", (int)ru, "effective", (int)eu, "saved", (int)su, "gid", "real", (int)rg,
+      "effective", (int)eg, "saved", (int)sg, "groups", g, "capabilities", status_caps(st),
+      "noNewPrivs", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), "noNewPrivsProc", nnp_proc, "seccomp",
+      prctl(PR_GET_SECCOMP, 0, 0, 0, 0), "seccompProc", sc_proc, "namespaces", status_namespaces(),
+      "pid", (int)getpid(), "ppid", (int)getppid(), "fds", status_fds(), "pids", status_pids(),
+      "netdevs", status_netdevs(), "mounts", status_mounts(), "hostname", u.nodename, "kernel",
+      u.release, "sysPresent", stat("/sys", &sb) == 0, "workspacePresent",
+      stat("/workspace", &sb) == 0);
   json_object_set_new(o, "openat2", status_openat2());
   free(st);
   return o;
@@ -402,7 +412,9 @@ static void respond(json_t *resp) {
   char *line = resp ? jb_line_encode(resp, 0, &n, NULL) : NULL;
   json_decref(resp);
   if (!line) {
-    static const char oom[] = "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}\n";
+    static const char oom[] =
+        "{\"id\":null,\"ok\":false,\"error\":{\"code\":\"internal\",\"message\":\"out of "
+        "memory\"}}\n";
     (void)write_all(1, oom, sizeof oom - 1);
     return;
   }
@@ -450,7 +462,8 @@ static json_t *dispatch(json_t *req) {
     json_t *r = jb_fileop(op, req, &fe);
     if (r) return ok_reply(id, r);
     json_t *rep = error_reply(id, fe.code ? fe.code : "internal", fe.errnum, "%s", fe.message);
-    if (rep && fe.escape) json_object_set_new(json_object_get(rep, "error"), "escape", json_string(fe.escape));
+    if (rep && fe.escape)
+      json_object_set_new(json_object_get(rep, "error"), "escape", json_string(fe.escape));
     return rep;
   }
 #ifdef JB_SHIM_TEST_OPS
@@ -469,10 +482,11 @@ static json_t *dispatch(json_t *req) {
 static int serve(void) {
   signal(SIGPIPE, SIG_IGN);
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SHIM_MAX_LINE,
-                                          .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
-  respond(json_pack("{s:s, s:i, s:i, s:b}", "event", "ready", "protocol", JB_SHIM_PROTOCOL,
-                    "pid", (int)getpid(),
+  jb_line_init(&r,
+               &(struct jb_line_opts){
+                   .max_line = JB_SHIM_MAX_LINE, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
+  respond(json_pack("{s:s, s:i, s:i, s:b}", "event", "ready", "protocol", JB_SHIM_PROTOCOL, "pid",
+                    (int)getpid(),
 #ifdef JB_SHIM_TEST_OPS
                     "testOps", 1
 #else
@@ -488,8 +502,10 @@ static int serve(void) {
     if (rc == JB_LINE_AGAIN) {
       ssize_t got = jb_line_read(&r, 0, &err);
       if (got >= 0) continue; /* a line may be complete; at the end of input: JB_LINE_END */
-      if (err.code == ENOMEM) rc = JB_LINE_NOMEM;
-      else break;
+      if (err.code == ENOMEM)
+        rc = JB_LINE_NOMEM;
+      else
+        break;
     }
     if (rc == JB_LINE_END) break;
     if (rc == JB_LINE_NOMEM) {
@@ -498,7 +514,8 @@ static int serve(void) {
       break;
     }
     if (rc == JB_LINE_TOO_LONG) {
-      respond(error_reply(NULL, "too_large", EMSGSIZE, "request line over %d bytes", JB_SHIM_MAX_LINE));
+      respond(
+          error_reply(NULL, "too_large", EMSGSIZE, "request line over %d bytes", JB_SHIM_MAX_LINE));
       continue;
     }
     if (rc == JB_LINE_BAD_JSON) {

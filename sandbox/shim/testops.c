@@ -111,7 +111,8 @@ static json_t *op_syscall(const json_t *req, jb_error *err) {
   while (waitpid(p, &st, 0) < 0 && errno == EINTR) {}
   if (WIFSIGNALED(st))
     return json_pack("{s:s, s:s, s:i, s:s}", "name", what, "outcome", "killed", "signal",
-                     WTERMSIG(st), "signalName", sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+                     WTERMSIG(st), "signalName",
+                     sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
   int code = WEXITSTATUS(st);
   if (code == 254) return jb_fail(err, EINVAL, "unknown syscall test '%.64s'", what), NULL;
   if (code == 0) return json_pack("{s:s, s:s}", "name", what, "outcome", "allowed");
@@ -131,7 +132,8 @@ static json_t *op_write(const json_t *req, jb_error *err) {
   int e = n == 1 ? 0 : errno;
   close(fd);
   unlink(path);
-  return json_pack("{s:b, s:i, s:s}", "written", n == 1, "errno", e, "errnoName", e ? errname(e) : "");
+  return json_pack("{s:b, s:i, s:s}", "written", n == 1, "errno", e, "errnoName",
+                   e ? errname(e) : "");
 }
 
 /* connect(2) to the Unix socket `path`: a socket file a buyer left in the workspace, which
@@ -143,7 +145,8 @@ static json_t *connect_unix(const char *path, jb_error *err) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
-    return json_pack("{s:b, s:s, s:i, s:s}", "connected", 0, "stage", "socket", "errno", e, "errnoName", errname(e));
+    return json_pack("{s:b, s:s, s:i, s:s}", "connected", 0, "stage", "socket", "errno", e,
+                     "errnoName", errname(e));
   }
   int e = connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ? errno : 0;
   close(fd);
@@ -157,14 +160,17 @@ static json_t *op_connect(const json_t *req, jb_error *err) {
   const char *host = json_string_value(json_object_get(req, "host"));
   json_int_t port = json_integer_value(json_object_get(req, "port"));
   json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
-  if (!host || port <= 0 || port > 65535) return jb_fail(err, EINVAL, "fields 'host' and 'port' are required"), NULL;
+  if (!host || port <= 0 || port > 65535)
+    return jb_fail(err, EINVAL, "fields 'host' and 'port' are required"), NULL;
   if (tmo <= 0) tmo = 2000;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  if (inet_pton(AF_INET, host, &a.sin_addr) != 1) return jb_fail(err, EINVAL, "'host' must be an IPv4 address"), NULL;
+  if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+    return jb_fail(err, EINVAL, "'host' must be an IPv4 address"), NULL;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     int e = errno;
-    return json_pack("{s:b, s:s, s:i, s:s}", "connected", 0, "stage", "socket", "errno", e, "errnoName", errname(e));
+    return json_pack("{s:b, s:s, s:i, s:s}", "connected", 0, "stage", "socket", "errno", e,
+                     "errnoName", errname(e));
   }
   int e = 0;
   if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
@@ -172,7 +178,8 @@ static json_t *op_connect(const json_t *req, jb_error *err) {
     if (e == EINPROGRESS) {
       struct pollfd pf = {.fd = fd, .events = POLLOUT};
       int pr = poll(&pf, 1, (int)tmo);
-      if (pr == 0) e = ETIMEDOUT;
+      if (pr == 0)
+        e = ETIMEDOUT;
       else {
         socklen_t l = sizeof e;
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
@@ -206,8 +213,8 @@ static json_t *op_forkbomb(const json_t *req, jb_error *err) {
   for (json_int_t i = 0; i < n; i++)
     while (waitpid(kids[i], NULL, 0) < 0 && errno == EINTR) {}
   free(kids);
-  return json_pack("{s:I, s:b, s:i, s:s}", "forked", n, "stopped", e != 0, "errno", e,
-                   "errnoName", e ? errname(e) : "");
+  return json_pack("{s:I, s:b, s:i, s:s}", "forked", n, "stopped", e != 0, "errno", e, "errnoName",
+                   e ? errname(e) : "");
 }
 
 static json_t *op_memhog(const json_t *req, jb_error *err) {
@@ -274,7 +281,8 @@ static json_t *op_emit(const json_t *req, jb_error *err) {
 static bool armed_malformed;
 
 bool jb_shim_test_malformed_now(const char *op) {
-  if (!armed_malformed || !op || (strcmp(op, "read") && strcmp(op, "list") && strcmp(op, "stat"))) return false;
+  if (!armed_malformed || !op || (strcmp(op, "read") && strcmp(op, "list") && strcmp(op, "stat")))
+    return false;
   armed_malformed = false;
   return true;
 }

@@ -3,9 +3,7 @@
 
 #include <string.h>
 
-void jb_attach_demux_init(struct jb_attach_demux *d) {
-  memset(d, 0, sizeof *d);
-}
+void jb_attach_demux_init(struct jb_attach_demux *d) { memset(d, 0, sizeof *d); }
 
 int jb_attach_demux_next(struct jb_attach_demux *d, const void *p, size_t n, size_t *used,
                          struct jb_attach_chunk *chunk) {
@@ -27,8 +25,8 @@ int jb_attach_demux_next(struct jb_attach_demux *d, const void *p, size_t n, siz
       return -1;
     }
     d->stream = d->head[0];
-    d->left = ((size_t)d->head[4] << 24) | ((size_t)d->head[5] << 16) |
-              ((size_t)d->head[6] << 8) | d->head[7];
+    d->left = ((size_t)d->head[4] << 24) | ((size_t)d->head[5] << 16) | ((size_t)d->head[6] << 8) |
+              d->head[7];
   }
   if (*used == n) return 0;
   chunk->stream = (enum jb_attach_stream)d->stream;

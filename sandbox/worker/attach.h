@@ -16,10 +16,10 @@ enum jb_attach_stream { JB_ATTACH_STDOUT = 1, JB_ATTACH_STDERR = 2 };
 
 struct jb_attach_demux {
   unsigned char head[8]; /* the header being read */
-  size_t head_len;       /* its bytes so far */
-  int stream;            /* the stream of the frame being read */
-  size_t left;           /* payload bytes of that frame still to come; 0: a header is next */
-  bool broken;           /* a bad header was seen: the stream cannot be read on */
+  size_t head_len; /* its bytes so far */
+  int stream; /* the stream of the frame being read */
+  size_t left; /* payload bytes of that frame still to come; 0: a header is next */
+  bool broken; /* a bad header was seen: the stream cannot be read on */
 };
 
 /* Payload bytes of one stream, borrowed from the bytes offered. */

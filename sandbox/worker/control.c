@@ -19,7 +19,8 @@
 
 int worker_unix_listen(const char *path, const char *what, jb_error *err) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof a.sun_path) return jb_fail(err, ENAMETOOLONG, "%s: path too long", what);
+  if (strlen(path) >= sizeof a.sun_path)
+    return jb_fail(err, ENAMETOOLONG, "%s: path too long", what);
   snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return jb_fail_errno(err, errno, "%s", what);
@@ -63,7 +64,8 @@ static json_t *control_request(struct jb_worker *w, const json_t *req) {
   const char *job = json_string_value(json_object_get(req, "jobId"));
   json_t *shimreq = json_object_get(req, "request");
   if (!job || !json_is_object(shimreq))
-    return json_pack("{s:b, s:s}", "ok", 0, "error", "want {op:probe|sessions} or {jobId, request}");
+    return json_pack("{s:b, s:s}", "ok", 0, "error",
+                     "want {op:probe|sessions} or {jobId, request}");
   struct jb_session *s = session_lock(w, job);
   if (!s) return json_pack("{s:b, s:s}", "ok", 0, "error", "no such session on this worker");
   json_t *out;
@@ -73,7 +75,8 @@ static json_t *control_request(struct jb_worker *w, const json_t *req) {
   } else {
     json_t *copy = json_deep_copy(shimreq);
     json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
-    json_t *ans = jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : w->walls.call_timeout_ms, &err);
+    json_t *ans =
+        jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : w->walls.call_timeout_ms, &err);
     json_decref(copy);
     out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
               : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);
@@ -93,13 +96,15 @@ static json_t *control_request(struct jb_worker *w, const json_t *req) {
  * ends the connection. */
 static void control_serve(struct jb_worker *w, int fd) {
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SHIM_MAX_LINE + 8191, .over = JB_LINE_FAIL});
+  jb_line_init(&r,
+               &(struct jb_line_opts){.max_line = JB_SHIM_MAX_LINE + 8191, .over = JB_LINE_FAIL});
   for (;;) {
     json_t *req = NULL;
     jb_error err = {0};
     int rc = jb_line_next_object(&r, JB_SHIM_MAX_DEPTH, &req, &err);
     if (rc == JB_LINE_OK || rc == JB_LINE_BAD_JSON) {
-      worker_send_line(fd, req ? control_request(w, req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
+      worker_send_line(
+          fd, req ? control_request(w, req) : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg));
       json_decref(req);
       continue;
     }

@@ -16,7 +16,8 @@
 #include "sandbox/proto/direct.h"
 #include "sandbox/worker/worker.h"
 
-#define DIRECT_CONNS_MAX 1024 /* connections served at once (jailboxd keeps one per handler thread, JAILBOX_WS_WORKERS at most 256, per instance) */
+#define DIRECT_CONNS_MAX \
+  1024 /* connections served at once (jailboxd keeps one per handler thread, JAILBOX_WS_WORKERS at most 256, per instance) */
 #define DIRECT_STACK (1024 * 1024) /* bytes of stack of a connection's thread */
 
 /* One connection of jailboxd, owned by its thread. */
@@ -45,7 +46,8 @@ static void *direct_conn_main(void *arg) {
   int fd = conn->fd;
   free(conn);
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
+  jb_line_init(&r,
+               &(struct jb_line_opts){.max_line = JB_DIRECT_MAX_LINE - 1, .over = JB_LINE_FAIL});
   while (!atomic_load(&w->stopping)) {
     json_t *req = NULL;
     jb_error err = {0};

@@ -39,8 +39,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
 }
 
 int jb_docker_call(const struct jb_docker *d, const char *method, const char *path,
-                   const json_t *body, long timeout_ms, long *status, json_t **out,
-                   jb_error *err) {
+                   const json_t *body, long timeout_ms, long *status, json_t **out, jb_error *err) {
   if (out) *out = NULL;
   *status = 0;
   char url[2048];
@@ -80,9 +79,12 @@ int jb_docker_call(const struct jb_docker *d, const char *method, const char *pa
   if (timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
   CURLcode rc = curl_easy_perform(h);
   if (rc != CURLE_OK) {
-    if (b.too_big) jb_fail(err, EMSGSIZE, "docker %s %s: answer over %d bytes", method, path, JB_DOCKER_MAX_BODY);
-    else jb_fail(err, rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : ECONNREFUSED,
-                 "docker %s %s: %s (socket %s)", method, path, curl_easy_strerror(rc), d->socket);
+    if (b.too_big)
+      jb_fail(err, EMSGSIZE, "docker %s %s: answer over %d bytes", method, path,
+              JB_DOCKER_MAX_BODY);
+    else
+      jb_fail(err, rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : ECONNREFUSED,
+              "docker %s %s: %s (socket %s)", method, path, curl_easy_strerror(rc), d->socket);
     goto out;
   }
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -107,8 +109,10 @@ int jb_docker_expect(const struct jb_docker *d, const char *method, const char *
     json_decref(r);
     return -1;
   }
-  if (out) *out = r;
-  else json_decref(r);
+  if (out)
+    *out = r;
+  else
+    json_decref(r);
   return 0;
 }
 
@@ -140,10 +144,12 @@ int jb_docker_attach(const struct jb_docker *d, const char *id, struct jb_docker
     return -1;
   }
   char req[512];
-  int n = snprintf(req, sizeof req,
-                   "POST " JB_DOCKER_API "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"
-                   "Host: docker\r\nUpgrade: tcp\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n",
-                   id);
+  int n =
+      snprintf(req, sizeof req,
+               "POST " JB_DOCKER_API
+               "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1 HTTP/1.1\r\n"
+               "Host: docker\r\nUpgrade: tcp\r\nConnection: Upgrade\r\nContent-Length: 0\r\n\r\n",
+               id);
   if (n < 0 || (size_t)n >= sizeof req) {
     curl_easy_cleanup(h);
     return jb_fail(err, ENAMETOOLONG, "docker attach: container id too long");
@@ -225,7 +231,8 @@ int jb_docker_urlencode(const char *in, char *out, size_t len) {
     bool plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
                  *p == '-' || *p == '_' || *p == '.' || *p == '~';
     if (o + (plain ? 1 : 3) >= len) return -1;
-    if (plain) out[o++] = (char)*p;
+    if (plain)
+      out[o++] = (char)*p;
     else {
       out[o++] = '%';
       out[o++] = hex[*p >> 4];

@@ -18,7 +18,7 @@
 #define JB_DOCKER_MAX_BODY (4 * 1024 * 1024)
 
 struct jb_docker {
-  char socket[512];  /* path of the daemon's socket, e.g. /var/run/docker.sock */
+  char socket[512]; /* path of the daemon's socket, e.g. /var/run/docker.sock */
 };
 
 /* Sends `method` `path` (below JB_DOCKER_API, e.g. "/containers/json?all=1") with the JSON
@@ -28,8 +28,7 @@ struct jb_docker {
  * arrived (whatever its status), or -1 with `err` set when the daemon could not be reached,
  * timed out, or answered more than JB_DOCKER_MAX_BODY bytes. */
 int jb_docker_call(const struct jb_docker *d, const char *method, const char *path,
-                   const json_t *body, long timeout_ms, long *status, json_t **out,
-                   jb_error *err);
+                   const json_t *body, long timeout_ms, long *status, json_t **out, jb_error *err);
 
 /* As jb_docker_call, but any status outside 200..299 is an error too: `err` then carries the
  * daemon's "message" (Docker puts one in every error body) and the status in err->code. */
@@ -40,9 +39,9 @@ int jb_docker_expect(const struct jb_docker *d, const char *method, const char *
  * `101 UPGRADED` answer the socket carries the container's stdin raw one way and its stdout
  * and stderr in 8-byte-header frames the other way (type, 0, 0, 0, big-endian length). */
 struct jb_docker_stream {
-  void *curl;             /* the handle that owns the socket */
-  int fd;                 /* the socket, for poll/read/write; -1 when closed */
-  unsigned char pre[4096];/* stream bytes that arrived together with the HTTP answer */
+  void *curl; /* the handle that owns the socket */
+  int fd; /* the socket, for poll/read/write; -1 when closed */
+  unsigned char pre[4096]; /* stream bytes that arrived together with the HTTP answer */
   size_t pre_len, pre_off;
 };
 

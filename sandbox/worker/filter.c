@@ -14,9 +14,9 @@
 
 enum action { KILL, EPERM_, ENOSYS_ };
 enum argtest {
-  ARG_NONE,       /* every call */
-  ARG_CLONE_NS,   /* clone(2) asking for any new namespace: one rule per CLONE_NEW* bit */
-  ARG_IOCTL_TTY,  /* ioctl(2) with TIOCSTI or TIOCLINUX in the low 32 bits of the request */
+  ARG_NONE, /* every call */
+  ARG_CLONE_NS, /* clone(2) asking for any new namespace: one rule per CLONE_NEW* bit */
+  ARG_IOCTL_TTY, /* ioctl(2) with TIOCSTI or TIOCLINUX in the low 32 bits of the request */
 };
 
 struct rule {
@@ -28,61 +28,97 @@ struct rule {
 /* The deny-list. Everything else is allowed: Walls 1 and 2 already narrow the rest (gVisor's
  * own syscall surface, then the container's seccomp profile). */
 static const struct rule rules[] = {
-  /* mount namespace surgery */
-  {"mount", KILL, ARG_NONE}, {"umount2", KILL, ARG_NONE}, {"pivot_root", KILL, ARG_NONE},
-  {"chroot", KILL, ARG_NONE}, {"open_tree", KILL, ARG_NONE}, {"move_mount", KILL, ARG_NONE},
-  {"fsopen", KILL, ARG_NONE}, {"fsconfig", KILL, ARG_NONE}, {"fsmount", KILL, ARG_NONE},
-  {"fspick", KILL, ARG_NONE}, {"mount_setattr", KILL, ARG_NONE},
-  /* namespaces: entering or making them (a new user namespace brings back every capability) */
-  {"unshare", KILL, ARG_NONE}, {"setns", KILL, ARG_NONE}, {"clone", KILL, ARG_CLONE_NS},
-  {"clone3", ENOSYS_, ARG_NONE},
-  /* other processes' memory and descriptors */
-  {"ptrace", KILL, ARG_NONE}, {"process_vm_readv", KILL, ARG_NONE},
-  {"process_vm_writev", KILL, ARG_NONE}, {"pidfd_getfd", KILL, ARG_NONE},
-  {"kcmp", EPERM_, ARG_NONE},
-  /* the kernel itself */
-  {"kexec_load", KILL, ARG_NONE}, {"kexec_file_load", KILL, ARG_NONE},
-  {"init_module", KILL, ARG_NONE}, {"finit_module", KILL, ARG_NONE},
-  {"delete_module", KILL, ARG_NONE}, {"reboot", KILL, ARG_NONE},
-  {"bpf", KILL, ARG_NONE}, {"perf_event_open", KILL, ARG_NONE},
-  {"userfaultfd", KILL, ARG_NONE}, {"iopl", KILL, ARG_NONE}, {"ioperm", KILL, ARG_NONE},
-  {"swapon", KILL, ARG_NONE}, {"swapoff", KILL, ARG_NONE},
-  /* kernel keyrings */
-  {"keyctl", KILL, ARG_NONE}, {"add_key", KILL, ARG_NONE}, {"request_key", KILL, ARG_NONE},
-  /* io_uring performs syscalls the filter never sees */
-  {"io_uring_setup", KILL, ARG_NONE}, {"io_uring_enter", KILL, ARG_NONE},
-  {"io_uring_register", KILL, ARG_NONE},
-  /* opening by file handle bypasses path-based confinement (the "shocker" escape) */
-  {"open_by_handle_at", KILL, ARG_NONE}, {"name_to_handle_at", KILL, ARG_NONE},
-  /* pushing input into a terminal (CVE-2017-5226) or driving the console */
-  {"ioctl", KILL, ARG_IOCTL_TTY},
-  /* sockets: the shim speaks on the stdio it was given and needs none of its own. Under runsc
+    /* mount namespace surgery */
+    {"mount", KILL, ARG_NONE},
+    {"umount2", KILL, ARG_NONE},
+    {"pivot_root", KILL, ARG_NONE},
+    {"chroot", KILL, ARG_NONE},
+    {"open_tree", KILL, ARG_NONE},
+    {"move_mount", KILL, ARG_NONE},
+    {"fsopen", KILL, ARG_NONE},
+    {"fsconfig", KILL, ARG_NONE},
+    {"fsmount", KILL, ARG_NONE},
+    {"fspick", KILL, ARG_NONE},
+    {"mount_setattr", KILL, ARG_NONE},
+    /* namespaces: entering or making them (a new user namespace brings back every capability) */
+    {"unshare", KILL, ARG_NONE},
+    {"setns", KILL, ARG_NONE},
+    {"clone", KILL, ARG_CLONE_NS},
+    {"clone3", ENOSYS_, ARG_NONE},
+    /* other processes' memory and descriptors */
+    {"ptrace", KILL, ARG_NONE},
+    {"process_vm_readv", KILL, ARG_NONE},
+    {"process_vm_writev", KILL, ARG_NONE},
+    {"pidfd_getfd", KILL, ARG_NONE},
+    {"kcmp", EPERM_, ARG_NONE},
+    /* the kernel itself */
+    {"kexec_load", KILL, ARG_NONE},
+    {"kexec_file_load", KILL, ARG_NONE},
+    {"init_module", KILL, ARG_NONE},
+    {"finit_module", KILL, ARG_NONE},
+    {"delete_module", KILL, ARG_NONE},
+    {"reboot", KILL, ARG_NONE},
+    {"bpf", KILL, ARG_NONE},
+    {"perf_event_open", KILL, ARG_NONE},
+    {"userfaultfd", KILL, ARG_NONE},
+    {"iopl", KILL, ARG_NONE},
+    {"ioperm", KILL, ARG_NONE},
+    {"swapon", KILL, ARG_NONE},
+    {"swapoff", KILL, ARG_NONE},
+    /* kernel keyrings */
+    {"keyctl", KILL, ARG_NONE},
+    {"add_key", KILL, ARG_NONE},
+    {"request_key", KILL, ARG_NONE},
+    /* io_uring performs syscalls the filter never sees */
+    {"io_uring_setup", KILL, ARG_NONE},
+    {"io_uring_enter", KILL, ARG_NONE},
+    {"io_uring_register", KILL, ARG_NONE},
+    /* opening by file handle bypasses path-based confinement (the "shocker" escape) */
+    {"open_by_handle_at", KILL, ARG_NONE},
+    {"name_to_handle_at", KILL, ARG_NONE},
+    /* pushing input into a terminal (CVE-2017-5226) or driving the console */
+    {"ioctl", KILL, ARG_IOCTL_TTY},
+    /* sockets: the shim speaks on the stdio it was given and needs none of its own. Under runsc
    * --host-uds=open a connect() could reach a host Unix socket left in the workspace (the
    * launcher connects the shim's own channel before this filter is in force) */
-  {"socket", EPERM_, ARG_NONE}, {"socketpair", EPERM_, ARG_NONE}, {"connect", EPERM_, ARG_NONE},
-  /* privileged, but not escape-shaped: fail politely */
-  {"acct", EPERM_, ARG_NONE}, {"quotactl", EPERM_, ARG_NONE}, {"quotactl_fd", EPERM_, ARG_NONE},
-  {"settimeofday", EPERM_, ARG_NONE}, {"clock_settime", EPERM_, ARG_NONE},
-  {"clock_adjtime", EPERM_, ARG_NONE}, {"adjtimex", EPERM_, ARG_NONE},
-  {"sethostname", EPERM_, ARG_NONE}, {"setdomainname", EPERM_, ARG_NONE},
-  {"syslog", EPERM_, ARG_NONE}, {"vhangup", EPERM_, ARG_NONE},
-  {"lookup_dcookie", EPERM_, ARG_NONE}, {"fanotify_init", EPERM_, ARG_NONE},
-  {"mbind", EPERM_, ARG_NONE}, {"migrate_pages", EPERM_, ARG_NONE},
-  {"move_pages", EPERM_, ARG_NONE}, {"set_mempolicy", EPERM_, ARG_NONE},
-  {"personality", EPERM_, ARG_NONE},
+    {"socket", EPERM_, ARG_NONE},
+    {"socketpair", EPERM_, ARG_NONE},
+    {"connect", EPERM_, ARG_NONE},
+    /* privileged, but not escape-shaped: fail politely */
+    {"acct", EPERM_, ARG_NONE},
+    {"quotactl", EPERM_, ARG_NONE},
+    {"quotactl_fd", EPERM_, ARG_NONE},
+    {"settimeofday", EPERM_, ARG_NONE},
+    {"clock_settime", EPERM_, ARG_NONE},
+    {"clock_adjtime", EPERM_, ARG_NONE},
+    {"adjtimex", EPERM_, ARG_NONE},
+    {"sethostname", EPERM_, ARG_NONE},
+    {"setdomainname", EPERM_, ARG_NONE},
+    {"syslog", EPERM_, ARG_NONE},
+    {"vhangup", EPERM_, ARG_NONE},
+    {"lookup_dcookie", EPERM_, ARG_NONE},
+    {"fanotify_init", EPERM_, ARG_NONE},
+    {"mbind", EPERM_, ARG_NONE},
+    {"migrate_pages", EPERM_, ARG_NONE},
+    {"move_pages", EPERM_, ARG_NONE},
+    {"set_mempolicy", EPERM_, ARG_NONE},
+    {"personality", EPERM_, ARG_NONE},
 };
 #define N_RULES (sizeof rules / sizeof rules[0])
 
-static const unsigned long clone_ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,
-                                               CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+static const unsigned long clone_ns_flags[] = {CLONE_NEWNS,    CLONE_NEWUTS, CLONE_NEWIPC,
+                                               CLONE_NEWUSER,  CLONE_NEWPID, CLONE_NEWNET,
                                                CLONE_NEWCGROUP};
 static const unsigned long tty_requests[] = {TIOCSTI, TIOCLINUX};
 
 static uint32_t action_of(enum action a) {
   switch (a) {
-  case KILL: return SCMP_ACT_KILL_PROCESS;
-  case EPERM_: return SCMP_ACT_ERRNO(EPERM);
-  case ENOSYS_: return SCMP_ACT_ERRNO(ENOSYS);
+    case KILL:
+      return SCMP_ACT_KILL_PROCESS;
+    case EPERM_:
+      return SCMP_ACT_ERRNO(EPERM);
+    case ENOSYS_:
+      return SCMP_ACT_ERRNO(ENOSYS);
   }
   return SCMP_ACT_KILL_PROCESS;
 }
@@ -93,8 +129,10 @@ static int add(scmp_filter_ctx ctx, const struct rule *r, int nr, unsigned n_arg
   int rc = seccomp_rule_add_exact_array(ctx, action_of(r->act), nr, n_args, cmp);
   if (rc < 0) return jb_fail_errno(err, -rc, "seccomp rule for %s", r->name);
   info->rules++;
-  if (r->act == KILL) info->kill_rules++;
-  else info->errno_rules++;
+  if (r->act == KILL)
+    info->kill_rules++;
+  else
+    info->errno_rules++;
   return 0;
 }
 
@@ -104,7 +142,7 @@ static int build(scmp_filter_ctx ctx, struct jb_filter_info *info, jb_error *err
   for (size_t i = 0; i < N_RULES; i++) {
     const struct rule *r = &rules[i];
     int nr = seccomp_syscall_resolve_name(r->name);
-    if (nr < 0) continue;  /* not a syscall of this architecture */
+    if (nr < 0) continue; /* not a syscall of this architecture */
     info->syscalls++;
     if (r->arg == ARG_NONE) {
       if (add(ctx, r, nr, 0, NULL, info, err) < 0) return -1;
@@ -181,10 +219,11 @@ json_t *jb_filter_describe(void) {
     json_t *list = r->act == KILL ? kill : r->act == EPERM_ ? eperm : enosys;
     if (r->arg == ARG_NONE) json_array_append_new(list, json_string(r->name));
   }
-  json_array_append_new(argrules, json_string(
-      "clone with any CLONE_NEW* flag (NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP): kill"));
-  json_array_append_new(argrules, json_string(
-      "ioctl with TIOCSTI or TIOCLINUX in the low 32 bits of the request: kill"));
+  json_array_append_new(argrules, json_string("clone with any CLONE_NEW* flag (NEWNS, NEWUTS, "
+                                              "NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP): kill"));
+  json_array_append_new(
+      argrules,
+      json_string("ioctl with TIOCSTI or TIOCLINUX in the low 32 bits of the request: kill"));
   return json_pack("{s:s, s:s, s:o, s:{s:o, s:o}, s:o}", "default", "allow", "badArch", "kill",
                    "kill", kill, "errno", "EPERM", eperm, "ENOSYS", enosys, "argumentRules",
                    argrules);

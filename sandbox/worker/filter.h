@@ -21,10 +21,10 @@
 #include "lib/err.h"
 
 struct jb_filter_info {
-  unsigned rules;        /* rules added (one per syscall, or per syscall+argument test) */
-  unsigned syscalls;     /* distinct syscalls the filter acts on */
-  unsigned kill_rules;   /* rules whose action is kill-process */
-  unsigned errno_rules;  /* rules that fail the call with an errno */
+  unsigned rules; /* rules added (one per syscall, or per syscall+argument test) */
+  unsigned syscalls; /* distinct syscalls the filter acts on */
+  unsigned kill_rules; /* rules whose action is kill-process */
+  unsigned errno_rules; /* rules that fail the call with an errno */
 };
 
 /* Compiles the filter for the native architecture (other architectures, e.g. the 32-bit
@@ -32,8 +32,7 @@ struct jb_filter_info {
  * On success *bpf is a new allocation of *len bytes (a struct sock_filter array; free it)
  * and `info` (may be NULL) is filled. Returns 0, or -1 with `err` set (a libseccomp failure
  * names the syscall). Source of the format: seccomp(2), libseccomp seccomp_export_bpf(3). */
-int jb_filter_compile(unsigned char **bpf, size_t *len, struct jb_filter_info *info,
-                      jb_error *err);
+int jb_filter_compile(unsigned char **bpf, size_t *len, struct jb_filter_info *info, jb_error *err);
 
 /* The rules as JSON for the session contract: {"default":"allow","badArch":"kill",
  * "kill":[names…],"errno":{"EPERM":[…],"ENOSYS":[…]},"argumentRules":[descriptions…]}.

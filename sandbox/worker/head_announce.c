@@ -16,7 +16,8 @@ static struct jb_head_slot *find(struct jb_head_schedule *s, const char *job) {
   return NULL;
 }
 
-int jb_head_committed(struct jb_head_schedule *s, const char *job, long long seq, long long now_ms) {
+int jb_head_committed(struct jb_head_schedule *s, const char *job, long long seq,
+                      long long now_ms) {
   struct jb_head_slot *h = find(s, job);
   if (!h) {
     if (s->n < JB_HEAD_SLOTS) {
@@ -58,7 +59,8 @@ bool jb_head_next(struct jb_head_schedule *s, long long now_ms, bool stopping, c
   return true;
 }
 
-void jb_head_done(struct jb_head_schedule *s, const char *job, bool ok, long long seq, bool stopping) {
+void jb_head_done(struct jb_head_schedule *s, const char *job, bool ok, long long seq,
+                  bool stopping) {
   struct jb_head_slot *h = find(s, job);
   if (ok) {
     if (h && seq > h->announced) h->announced = seq;

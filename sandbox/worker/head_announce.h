@@ -15,9 +15,9 @@
 
 struct jb_head_slot {
   char job[129];
-  long long seq;       /* newest head committed unannounced */
+  long long seq; /* newest head committed unannounced */
   long long announced; /* newest head announced */
-  long long last_ms;   /* when it was last announced (or made due), ms on the caller's clock */
+  long long last_ms; /* when it was last announced (or made due), ms on the caller's clock */
   bool pending;
 };
 
@@ -50,6 +50,7 @@ bool jb_head_next(struct jb_head_schedule *s, long long now_ms, bool stopping, c
  * later, unless `stopping`: then it and every other waiting announcement are given up (their
  * heads are in the database; a database that failed now would make each try wait out a
  * connect timeout and hold up the worker's exit). */
-void jb_head_done(struct jb_head_schedule *s, const char *job, bool ok, long long seq, bool stopping);
+void jb_head_done(struct jb_head_schedule *s, const char *job, bool ok, long long seq,
+                  bool stopping);
 
 #endif

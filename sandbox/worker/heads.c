@@ -33,14 +33,16 @@ void heads_committed(struct jb_worker *w, const char *job, long long seq) {
   int rc = jb_head_committed(&w->heads.sched, job, seq, mono_ms());
   if (rc == 0) {
     pthread_cond_signal(&w->heads.cond);
-  } else if (rc < 0) { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
+  } else if (
+      rc < 0) { /* 1,024 sessions waiting on this thread: it is far behind, or the database away */
     slog(w, JB_LOG_WARN, job, "audit head not announced: too many sessions waiting", NULL);
   }
   pthread_mutex_unlock(&w->heads.lock);
 }
 
 /* Announces the newest head of `job` over `after`; *seq receives it. */
-static int announce(struct jb_worker *w, const char *job, long long after, long long *seq, jb_error *err) {
+static int announce(struct jb_worker *w, const char *job, long long after, long long *seq,
+                    jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   return jb_db_announce_audit_head(conn.pg, job, after, seq, err);
@@ -72,7 +74,8 @@ void *heads_main(void *arg) {
     pthread_mutex_lock(&w->heads.lock);
     if (rc != JB_OK)
       slog(w, JB_LOG_WARN, job,
-           w->heads.stop ? "audit head not announced: given up, the worker stops" : "audit head not announced",
+           w->heads.stop ? "audit head not announced: given up, the worker stops"
+                         : "audit head not announced",
            "error", err.msg, NULL);
     /* failed: again after an interval; when stopping, given up with the rest (the heads are
      * in the database) */

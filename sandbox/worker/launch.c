@@ -44,8 +44,10 @@ static int pin_workspace(const char *path, struct stat *st, jb_error *err) {
     name[n] = '\0';
     int next = openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0)
-      return jb_fail_errno(err, errno, "%s changed since the session was opened ('%s' is no longer a "
-                           "plain directory)", path, name);
+      return jb_fail_errno(err, errno,
+                           "%s changed since the session was opened ('%s' is no longer a "
+                           "plain directory)",
+                           path, name);
     close(fd);
     fd = next;
     p += n;
@@ -87,12 +89,13 @@ static int transition_stored(struct jb_worker *w, const char *job, const char *c
 }
 
 /* transition_stored, logged. */
-static int transition(struct jb_worker *w, const char *job, const char *const from[], const char *to,
-                      const char *reason, jb_error *err) {
+static int transition(struct jb_worker *w, const char *job, const char *const from[],
+                      const char *to, const char *reason, jb_error *err) {
   struct jb_transition out = {0};
   int rc = transition_stored(w, job, from, to, reason, &out, err);
   if (rc == JB_OK)
-    slog(w, JB_LOG_INFO, job, "session state", "from", out.previous, "to", to, "reason", reason ? reason : "", NULL);
+    slog(w, JB_LOG_INFO, job, "session state", "from", out.previous, "to", to, "reason",
+         reason ? reason : "", NULL);
   else if (rc == JB_ERR_CONFLICT)
     slog(w, JB_LOG_INFO, job, "session state unchanged", "wanted", to, "current", out.state, NULL);
   return rc;
@@ -118,8 +121,8 @@ static void store_walls(struct jb_worker *w, const char *job, json_t *contract) 
 }
 
 /* Ends launch or teardown job `id` of session `job` (`result`: borrowed, may be NULL). */
-static void finish_job(struct jb_worker *w, const char *job, long long id, bool ok, const char *error,
-                       json_t *result) {
+static void finish_job(struct jb_worker *w, const char *job, long long id, bool ok,
+                       const char *error, json_t *result) {
   cleanup_free char *text = result ? json_dumps(result, JSON_COMPACT) : NULL;
   jb_error err = {0};
   cleanup_conn struct worker_conn conn = worker_conn(w, &err);
@@ -203,7 +206,8 @@ static int build_walls(struct jb_session *s, const struct stat *pinned, json_t *
   struct jb_probe probe = worker_probe(w);
   json_t *labels = json_pack("{s:s}", "jailbox.session", job);
   enum jb_wall failed;
-  int rc = jb_sandbox_launch(&w->walls, &probe, job, s->workspace, s->limits, labels, sb, &failed, &err);
+  int rc =
+      jb_sandbox_launch(&w->walls, &probe, job, s->workspace, s->limits, labels, sb, &failed, &err);
   json_decref(labels);
   if (rc < 0) {
     char reason[700];
@@ -213,8 +217,8 @@ static int build_walls(struct jb_session *s, const struct stat *pinned, json_t *
       store_walls(w, job, sb->contract);
       json_decref(sb->contract);
     }
-    slog(w, JB_LOG_WARN, job, "walls failed", "wall", failed < JB_WALL_COUNT ? jb_wall_names[failed] : "?",
-         "reason", reason, NULL);
+    slog(w, JB_LOG_WARN, job, "walls failed", "wall",
+         failed < JB_WALL_COUNT ? jb_wall_names[failed] : "?", "reason", reason, NULL);
     json_auto_t *res = json_pack("{s:O}", "prescan", scan);
     return launch_failed(s, res, "%s", reason);
   }
@@ -243,7 +247,8 @@ static int launch(struct jb_session *s) {
   }
   /* the workspace was resolved when the session was opened; pin what that path names now */
   struct stat pinned;
-  if (pin_workspace(s->workspace, &pinned, &err) < 0) return launch_failed(s, NULL, "workspace: %s", err.msg);
+  if (pin_workspace(s->workspace, &pinned, &err) < 0)
+    return launch_failed(s, NULL, "workspace: %s", err.msg);
   json_auto_t *scan = NULL;
   if (prescan(s, &scan) < 0) return -1;
   /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
@@ -265,9 +270,10 @@ static int launch(struct jb_session *s) {
   pthread_mutex_unlock(&w->lock);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
-  const char *chan = json_string_value(json_object_get(json_object_get(sb.contract, "shimChannel"), "kind"));
-  slog(w, JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready, "shimChannel",
-       chan ? chan : "?", NULL);
+  const char *chan =
+      json_string_value(json_object_get(json_object_get(sb.contract, "shimChannel"), "kind"));
+  slog(w, JB_LOG_INFO, job, "walls up", "container", sb.container_id, "readyMs", ready,
+       "shimChannel", chan ? chan : "?", NULL);
 
   if (!w->set.prescan_hold && !atomic_load(&s->teardown)) {
     static const char *const from_pre[] = {"prescanning", NULL};
@@ -284,8 +290,8 @@ static int launch(struct jb_session *s) {
 
 /* Why the sandbox ended, from Docker's view of the container; *code receives its exit code
  * (-1 when it cannot be read), *oom whether it was killed for memory. */
-static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t len, long long *code_out,
-                        bool *oom) {
+static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t len,
+                        long long *code_out, bool *oom) {
   *code_out = -1;
   *oom = false;
   char path[128];
@@ -301,7 +307,8 @@ static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t l
   *code_out = code;
   *oom = json_is_true(json_object_get(st, "OOMKilled"));
   if (*oom) {
-    json_int_t mem = json_integer_value(json_object_get(json_object_get(in, "HostConfig"), "Memory"));
+    json_int_t mem =
+        json_integer_value(json_object_get(json_object_get(in, "HostConfig"), "Memory"));
     snprintf(out, len, "out of memory: the sandbox went over its limit of %lld MiB and was killed",
              (long long)(mem / (1024 * 1024)));
   } else {
@@ -347,8 +354,10 @@ static void watch_sandbox(struct jb_session *s) {
     if (!oom) {
       char detail[700];
       snprintf(detail, sizeof detail, "%s%s%s", why, tail[0] ? "; stderr: " : "", tail);
-      raise_signal(w, job, code == 128 + SIGSYS ? JB_SIG_SECCOMP_KILL
-                           : (code == 128 + SIGKILL || code < 0) ? JB_SIG_SANDBOX_DIED : JB_SIG_SHIM_EXIT,
+      raise_signal(w, job,
+                   code == 128 + SIGSYS                  ? JB_SIG_SECCOMP_KILL
+                   : (code == 128 + SIGKILL || code < 0) ? JB_SIG_SANDBOX_DIED
+                                                         : JB_SIG_SHIM_EXIT,
                    detail);
     }
     session_fail(w, job, why); /* quiet when the signal ended it already */
@@ -363,8 +372,10 @@ static void restore_workspace(struct jb_session *s) {
     long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, &s->grant, &err);
     char nb[24];
     snprintf(nb, sizeof nb, "%ld", n);
-    if (n < 0) slog(s->w, JB_LOG_WARN, s->job_id, "workspace access not restored", "error", err.msg, NULL);
-    else slog(s->w, JB_LOG_INFO, s->job_id, "workspace access restored", "entries", nb, NULL);
+    if (n < 0)
+      slog(s->w, JB_LOG_WARN, s->job_id, "workspace access not restored", "error", err.msg, NULL);
+    else
+      slog(s->w, JB_LOG_INFO, s->job_id, "workspace access restored", "entries", nb, NULL);
   }
   jb_workspace_grant_free(&s->grant);
 }
@@ -422,7 +433,7 @@ void session_remove_containers(struct jb_worker *w, const char *job) {
   }
   size_t i;
   json_t *c;
-  json_array_foreach(list, i, c) {
+  json_array_foreach (list, i, c) {
     const char *id = json_string_value(json_object_get(c, "Id"));
     if (id && jb_container_remove(&w->walls, id, &err) == 0)
       slog(w, JB_LOG_INFO, job, "container removed", "container", id, NULL);
@@ -441,7 +452,8 @@ static void teardown(struct jb_worker *w, const struct jb_launch_job *j) {
     slog(w, JB_LOG_WARN, j->job_id, "teardown: remove failed", "error", err.msg, NULL);
   session_remove_containers(w, j->job_id);
   if (cid[0] && !container_gone(w, cid, 1500))
-    slog(w, JB_LOG_WARN, j->job_id, "teardown: the container is still there", "container", cid, NULL);
+    slog(w, JB_LOG_WARN, j->job_id, "teardown: the container is still there", "container", cid,
+         NULL);
   slog(w, JB_LOG_INFO, j->job_id, "teardown", "state", j->state, NULL);
   finish_job(w, j->job_id, j->id, true, NULL, NULL);
 }
@@ -479,7 +491,8 @@ static void start_session(struct jb_worker *w, struct jb_launch_job *j) {
       w->n_sessions--;
       pthread_mutex_unlock(&w->lock);
     }
-    session_fail(w, j->job_id, room ? "worker: cannot start a thread" : "worker: at its session limit");
+    session_fail(w, j->job_id,
+                 room ? "worker: cannot start a thread" : "worker: at its session limit");
     finish_job(w, j->job_id, j->id, false, "no capacity", NULL);
     session_free(s);
   }
@@ -506,8 +519,10 @@ void launch_drain_queue(struct jb_worker *w) {
       slog(w, JB_LOG_ERROR, NULL, err.msg, "step", "claim", NULL);
       return;
     }
-    if (strcmp(j.kind, "teardown") == 0) teardown(w, &j);
-    else start_session(w, &j);
+    if (strcmp(j.kind, "teardown") == 0)
+      teardown(w, &j);
+    else
+      start_session(w, &j);
     jb_launch_job_free(&j);
   }
 }
@@ -519,7 +534,8 @@ void launch_drain_queue(struct jb_worker *w) {
 static int abandon_jobs(struct jb_worker *w, char **list, jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
-  return jb_db_jobs_abandon(conn.pg, w->walls.worker_id, "worker restarted while the job ran", list, err);
+  return jb_db_jobs_abandon(conn.pg, w->walls.worker_id, "worker restarted while the job ran", list,
+                            err);
 }
 
 /* The state of session `job` into `state` (20 bytes). */
@@ -538,8 +554,9 @@ void launch_startup_cleanup(struct jb_worker *w) {
     json_t *jobs = json_loads(abandoned, 0, NULL);
     size_t i;
     json_t *j;
-    json_array_foreach(jobs, i, j)
-      session_fail(w, json_string_value(j), "worker restarted during the launch; the sandbox was lost");
+    json_array_foreach (jobs, i, j)
+      session_fail(w, json_string_value(j),
+                   "worker restarted during the launch; the sandbox was lost");
     json_decref(jobs);
     free(abandoned);
   }
@@ -555,7 +572,7 @@ void launch_startup_cleanup(struct jb_worker *w) {
   }
   size_t i;
   json_t *c;
-  json_array_foreach(list, i, c) {
+  json_array_foreach (list, i, c) {
     const char *id = json_string_value(json_object_get(c, "Id"));
     json_t *labels = json_object_get(c, "Labels");
     const char *job = json_string_value(json_object_get(labels, "jailbox.session"));

@@ -41,64 +41,76 @@ extern const size_t jb_seccomp_profile_len;
 
 #define S(f) offsetof(struct jb_worker_settings, f)
 static const struct jb_setting settings[] = {
-  {NULL, "JAILBOX_DATABASE_URL", JB_SETTING_STRING, S(database_url), "", 0, 0,
-   "PostgreSQL URL or conninfo (required; jailboxd passes its own)"},
-  {NULL, "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0, 0,
-   "audit signing key (required: every session transition is a signed audit entry; jailboxd passes its own)"},
-  {NULL, "JAILBOX_WORKER_ID", JB_SETTING_STRING, S(worker_id), "", 0, 0,
-   "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
-  {NULL, "JAILBOX_DOCKER_SOCKET", JB_SETTING_STRING, S(docker_socket), "/var/run/docker.sock", 0, 0,
-   "Docker Engine API socket"},
-  {NULL, "JAILBOX_SANDBOX_IMAGE", JB_SETTING_STRING, S(sandbox_image), "jailbox-sandbox:latest", 0, 0,
-   "sandbox image (deploy/sandbox-image/build.sh)"},
-  {NULL, "JAILBOX_RUNTIME", JB_SETTING_STRING, S(runtime), "runsc", 0, 0,
-   "name of the gVisor runtime registered with Docker"},
-  {NULL, "JAILBOX_REQUIRE_WALLS", JB_SETTING_STRING, S(require_walls), JB_WALLS_DEFAULT_REQUIRE, 0, 0,
-   "walls a session must have, comma-separated; anything narrower is a development override"},
-  {NULL, "JAILBOX_SECCOMP_PROFILE", JB_SETTING_STRING, S(seccomp_profile), "", 0, 0,
-   "Wall 2 seccomp profile file; empty: the copy of deploy/seccomp/jailbox.json built in"},
-  {NULL, "JAILBOX_CONTAINER_TMP_MIB", JB_SETTING_INT, S(container_tmp_mib), "16", 1, 4096,
-   "size of the container's /tmp tmpfs, MiB"},
-  {NULL, "JAILBOX_JAIL_TMP_MIB", JB_SETTING_INT, S(jail_tmp_mib), "16", 1, 4096,
-   "size of the jail's own /tmp tmpfs, MiB"},
-  {NULL, "JAILBOX_START_TIMEOUT_MS", JB_SETTING_INT, S(start_timeout_ms), "30000", 1000, 600000,
-   "container start to shim ready, ms"},
-  {NULL, "JAILBOX_CALL_TIMEOUT_MS", JB_SETTING_INT, S(call_timeout_ms), "30000", 100, 3600000,
-   "one call to the shim, ms"},
-  {NULL, "JAILBOX_SHIM_SOCKET_DIR", JB_SETTING_STRING, S(shim_socket_dir), "", 0, 0,
-   "where each session's shim socket directory (mode 0700) is made; empty: the directory of JAILBOX_WORKER_PIDFILE (jailboxd's state dir), else $TMPDIR or /tmp; none: the Docker attach stream only"},
-  {NULL, "JAILBOX_WORKER_CONTROL", JB_SETTING_STRING, S(control_socket), "", 0, 0,
-   "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
-  {NULL, "JAILBOX_WORKER_OPS_SOCKET", JB_SETTING_STRING, S(ops_socket), "", 0, 0,
-   "Unix socket (mode 0600) on which jailboxd hands reads, lists and stats straight to this worker (sandbox/proto/direct.h); empty: none (jailboxd: <state dir>/worker-N.ops)"},
-  {NULL, "JAILBOX_WORKER_PIDFILE", JB_SETTING_STRING, S(pidfile), "", 0, 0,
-   "pid file, locked while the worker runs; empty: none"},
-  {NULL, "JAILBOX_PRESCAN_HOLD", JB_SETTING_BOOL, S(prescan_hold), "0", 0, 0,
-   "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
-  {NULL, "JAILBOX_PRESCAN_HASH_MAX_MIB", JB_SETTING_INT, S(prescan_hash_max_mib), "1024", 0, 1L << 30,
-   "pre-scan: regular files over this many MiB are not read, only flagged too_large (sandbox/WALLS.md)"},
-  {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1, JB_WORKER_SESSIONS_MAX,
-   "sessions this worker runs at once"},
-  {NULL, "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0, "debug, info, warn, error"},
-  {NULL, "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
-   "signal kinds that abort a session at once (jailboxd passes its own)"},
-  {NULL, "JAILBOX_ALERT_AFTER", JB_SETTING_STRING, S(alert_after), JB_ALERT_AFTER_DEFAULT, 0, 0,
-   "kind:N,...: signals that alert every N occurrences (jailboxd passes its own)"},
-  {NULL, "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
-   "trust score points an agent loses per escape abort (jailboxd passes its own)"},
+    {NULL, "JAILBOX_DATABASE_URL", JB_SETTING_STRING, S(database_url), "", 0, 0,
+     "PostgreSQL URL or conninfo (required; jailboxd passes its own)"},
+    {NULL, "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0, 0,
+     "audit signing key (required: every session transition is a signed audit entry; jailboxd "
+     "passes its own)"},
+    {NULL, "JAILBOX_WORKER_ID", JB_SETTING_STRING, S(worker_id), "", 0, 0,
+     "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
+    {NULL, "JAILBOX_DOCKER_SOCKET", JB_SETTING_STRING, S(docker_socket), "/var/run/docker.sock", 0,
+     0, "Docker Engine API socket"},
+    {NULL, "JAILBOX_SANDBOX_IMAGE", JB_SETTING_STRING, S(sandbox_image), "jailbox-sandbox:latest",
+     0, 0, "sandbox image (deploy/sandbox-image/build.sh)"},
+    {NULL, "JAILBOX_RUNTIME", JB_SETTING_STRING, S(runtime), "runsc", 0, 0,
+     "name of the gVisor runtime registered with Docker"},
+    {NULL, "JAILBOX_REQUIRE_WALLS", JB_SETTING_STRING, S(require_walls), JB_WALLS_DEFAULT_REQUIRE,
+     0, 0,
+     "walls a session must have, comma-separated; anything narrower is a development override"},
+    {NULL, "JAILBOX_SECCOMP_PROFILE", JB_SETTING_STRING, S(seccomp_profile), "", 0, 0,
+     "Wall 2 seccomp profile file; empty: the copy of deploy/seccomp/jailbox.json built in"},
+    {NULL, "JAILBOX_CONTAINER_TMP_MIB", JB_SETTING_INT, S(container_tmp_mib), "16", 1, 4096,
+     "size of the container's /tmp tmpfs, MiB"},
+    {NULL, "JAILBOX_JAIL_TMP_MIB", JB_SETTING_INT, S(jail_tmp_mib), "16", 1, 4096,
+     "size of the jail's own /tmp tmpfs, MiB"},
+    {NULL, "JAILBOX_START_TIMEOUT_MS", JB_SETTING_INT, S(start_timeout_ms), "30000", 1000, 600000,
+     "container start to shim ready, ms"},
+    {NULL, "JAILBOX_CALL_TIMEOUT_MS", JB_SETTING_INT, S(call_timeout_ms), "30000", 100, 3600000,
+     "one call to the shim, ms"},
+    {NULL, "JAILBOX_SHIM_SOCKET_DIR", JB_SETTING_STRING, S(shim_socket_dir), "", 0, 0,
+     "where each session's shim socket directory (mode 0700) is made; empty: the directory of "
+     "JAILBOX_WORKER_PIDFILE (jailboxd's state dir), else $TMPDIR or /tmp; none: the Docker attach "
+     "stream only"},
+    {NULL, "JAILBOX_WORKER_CONTROL", JB_SETTING_STRING, S(control_socket), "", 0, 0,
+     "Unix socket (mode 0600) for operators and tests to talk to a session's shim; empty: none"},
+    {NULL, "JAILBOX_WORKER_OPS_SOCKET", JB_SETTING_STRING, S(ops_socket), "", 0, 0,
+     "Unix socket (mode 0600) on which jailboxd hands reads, lists and stats straight to this "
+     "worker (sandbox/proto/direct.h); empty: none (jailboxd: <state dir>/worker-N.ops)"},
+    {NULL, "JAILBOX_WORKER_PIDFILE", JB_SETTING_STRING, S(pidfile), "", 0, 0,
+     "pid file, locked while the worker runs; empty: none"},
+    {NULL, "JAILBOX_PRESCAN_HOLD", JB_SETTING_BOOL, S(prescan_hold), "0", 0, 0,
+     "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+    {NULL, "JAILBOX_PRESCAN_HASH_MAX_MIB", JB_SETTING_INT, S(prescan_hash_max_mib), "1024", 0,
+     1L << 30,
+     "pre-scan: regular files over this many MiB are not read, only flagged too_large "
+     "(sandbox/WALLS.md)"},
+    {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
+     JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},
+    {NULL, "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
+     "debug, info, warn, error"},
+    {NULL, "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
+     "signal kinds that abort a session at once (jailboxd passes its own)"},
+    {NULL, "JAILBOX_ALERT_AFTER", JB_SETTING_STRING, S(alert_after), JB_ALERT_AFTER_DEFAULT, 0, 0,
+     "kind:N,...: signals that alert every N occurrences (jailboxd passes its own)"},
+    {NULL, "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
+     "trust score points an agent loses per escape abort (jailboxd passes its own)"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
 
-static const char *env_lookup(const char *name) {
-  return getenv(name);
-}
+static const char *env_lookup(const char *name) { return getenv(name); }
 
 static void print_help(const char *prog) {
-  printf("Usage: %s [--probe]\n\njailbox-worker: builds the walls of jailbox sessions. Settings:\n\n", prog);
+  printf(
+      "Usage: %s [--probe]\n\njailbox-worker: builds the walls of jailbox sessions. Settings:\n\n",
+      prog);
   jb_settings_print_help(stdout, settings, N_SETTINGS);
-  printf("\n  --probe   probe the walls, print the result as JSON, exit 0 when every required wall is up\n");
-  printf("  --explain read GET /v1/jailbox/:jobId (or its walls) on stdin, print the session contract for a person\n");
+  printf(
+      "\n  --probe   probe the walls, print the result as JSON, exit 0 when every required wall is "
+      "up\n");
+  printf(
+      "  --explain read GET /v1/jailbox/:jobId (or its walls) on stdin, print the session contract "
+      "for a person\n");
 }
 
 /* The Wall 2 seccomp profile: JAILBOX_SECCOMP_PROFILE's file, or the copy built in; checked to
@@ -127,7 +139,8 @@ static int load_profile(struct jb_worker *w, jb_error *err) {
   json_t *p = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!json_is_object(p) || !json_is_array(json_object_get(p, "syscalls"))) {
     json_decref(p);
-    return jb_fail(err, EINVAL, "seccomp profile (%s) is not a Docker profile: %s", w->walls.profile_source, je.text);
+    return jb_fail(err, EINVAL, "seccomp profile (%s) is not a Docker profile: %s",
+                   w->walls.profile_source, je.text);
   }
   json_decref(p);
   w->walls.profile = text;
@@ -141,7 +154,8 @@ static int load_profile(struct jb_worker *w, jb_error *err) {
 /* JAILBOX_SHIM_SOCKET_DIR into c->shim_socket_dir (absolute, made if missing) or
  * c->shim_socket_off. The default sits where a socket path fits (sockaddr_un: 108 bytes,
  * of which "/jbshim-XXXXXX/shim.sock" takes 24). 0 or -1 with `err`. */
-static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls_config *c, jb_error *err) {
+static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls_config *c,
+                           jb_error *err) {
   const char *v = set->shim_socket_dir;
   const size_t fits = 107 - strlen("/jbshim-XXXXXX/" JB_SHIM_SOCKET_NAME);
   char dir[PATH_MAX] = "";
@@ -155,12 +169,19 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
     char *slash = strrchr(pid, '/');
     const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
     if (pid[0] && realpath(pdir, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
-    if (!dir[0]) snprintf(dir, sizeof dir, "%s", getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
+    if (!dir[0])
+      snprintf(dir, sizeof dir, "%s",
+               getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
   }
-  if (dir[0] != '/') return jb_fail(err, EINVAL, "JAILBOX_SHIM_SOCKET_DIR must be an absolute path or none");
+  if (dir[0] != '/')
+    return jb_fail(err, EINVAL, "JAILBOX_SHIM_SOCKET_DIR must be an absolute path or none");
   if (strlen(dir) > fits || strlen(dir) >= sizeof c->shim_socket_dir)
-    return jb_fail(err, ENAMETOOLONG, "JAILBOX_SHIM_SOCKET_DIR %s: at most %zu bytes (a socket path under it must fit 108)", dir, fits);
-  if (mkdir(dir, 0700) < 0 && errno != EEXIST) return jb_fail_errno(err, errno, "JAILBOX_SHIM_SOCKET_DIR %s", dir);
+    return jb_fail(
+        err, ENAMETOOLONG,
+        "JAILBOX_SHIM_SOCKET_DIR %s: at most %zu bytes (a socket path under it must fit 108)", dir,
+        fits);
+  if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return jb_fail_errno(err, errno, "JAILBOX_SHIM_SOCKET_DIR %s", dir);
   snprintf(c->shim_socket_dir, sizeof c->shim_socket_dir, "%s", dir);
   return 0;
 }
@@ -172,8 +193,10 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   const struct jb_worker_settings *set = &w->set;
   jb_log_set_level(set->log_level);
   struct jb_walls_config *c = &w->walls;
-  if (set->worker_id[0]) snprintf(c->worker_id, sizeof c->worker_id, "%s", set->worker_id);
-  else if (gethostname(c->worker_id, sizeof c->worker_id - 1) < 0) snprintf(c->worker_id, sizeof c->worker_id, "worker");
+  if (set->worker_id[0])
+    snprintf(c->worker_id, sizeof c->worker_id, "%s", set->worker_id);
+  else if (gethostname(c->worker_id, sizeof c->worker_id - 1) < 0)
+    snprintf(c->worker_id, sizeof c->worker_id, "worker");
   snprintf(c->docker.socket, sizeof c->docker.socket, "%s", set->docker_socket);
   snprintf(c->image, sizeof c->image, "%s", set->sandbox_image);
   snprintf(c->runtime, sizeof c->runtime, "%s", set->runtime);
@@ -186,17 +209,20 @@ static int load_config(struct jb_worker *w, jb_error *err) {
     for (wall = 0; wall < JB_WALL_COUNT; wall++)
       if (strcmp(t, jb_wall_names[wall]) == 0) break;
     if (wall == JB_WALL_COUNT)
-      return jb_fail(err, EINVAL, "JAILBOX_REQUIRE_WALLS: unknown wall '%s' (gvisor, docker, bwrap)", t);
+      return jb_fail(err, EINVAL,
+                     "JAILBOX_REQUIRE_WALLS: unknown wall '%s' (gvisor, docker, bwrap)", t);
     c->require[wall] = true;
   }
-  c->override = !(c->require[JB_WALL_GVISOR] && c->require[JB_WALL_DOCKER] && c->require[JB_WALL_BWRAP]);
+  c->override =
+      !(c->require[JB_WALL_GVISOR] && c->require[JB_WALL_DOCKER] && c->require[JB_WALL_BWRAP]);
   c->container_tmp_mib = set->container_tmp_mib;
   c->jail_tmp_mib = set->jail_tmp_mib;
   c->start_timeout_ms = set->start_timeout_ms;
   c->call_timeout_ms = set->call_timeout_ms;
   if (shim_socket_dir(set, c, err) < 0) return -1;
   w->prescan_hash_max = (long long)set->prescan_hash_max_mib << 20;
-  if (jb_escape_policy_parse(&w->policy, set->escape_abort, set->alert_after, set->trust_penalty, err) < 0)
+  if (jb_escape_policy_parse(&w->policy, set->escape_abort, set->alert_after, set->trust_penalty,
+                             err) < 0)
     return -1;
   return load_profile(w, err);
 }
@@ -230,9 +256,9 @@ static bool probe_ok(const struct jb_worker *w, const struct jb_probe *p) {
 
 static void log_probe(struct jb_worker *w, const struct jb_probe *p) {
   for (int wall = 0; wall < JB_WALL_COUNT; wall++)
-    slog(w, p->up[wall] ? JB_LOG_INFO : (w->walls.require[wall] ? JB_LOG_ERROR : JB_LOG_WARN), NULL, "wall probe",
-         "wall", jb_wall_names[wall], "up", p->up[wall] ? "true" : "false", "required",
-         w->walls.require[wall] ? "true" : "false", "reason", p->reason[wall], NULL);
+    slog(w, p->up[wall] ? JB_LOG_INFO : (w->walls.require[wall] ? JB_LOG_ERROR : JB_LOG_WARN), NULL,
+         "wall probe", "wall", jb_wall_names[wall], "up", p->up[wall] ? "true" : "false",
+         "required", w->walls.require[wall] ? "true" : "false", "reason", p->reason[wall], NULL);
 }
 
 /* --probe: the probe as JSON on stdout; the exit code. */
@@ -272,7 +298,8 @@ static int start(struct jb_worker *w) {
   }
   const char *keyfile = w->set.signing_key_file;
   if (!keyfile[0]) {
-    fprintf(stderr, "jailbox-worker: JAILBOX_SIGNING_KEY_FILE is required (the audit signing key)\n");
+    fprintf(stderr,
+            "jailbox-worker: JAILBOX_SIGNING_KEY_FILE is required (the audit signing key)\n");
     return 2;
   }
   if (jb_keyring_load(&w->keys, "/nonexistent", keyfile, &err) < 0) {
@@ -283,8 +310,9 @@ static int start(struct jb_worker *w) {
     jb_log(JB_LOG_FATAL, err.msg, "worker", w->walls.worker_id, NULL);
     return 1;
   }
-  slog(w, JB_LOG_INFO, NULL, "worker starting", "require", w->walls.require_text, "image", w->walls.image,
-       "runtime", w->walls.runtime, "seccompProfileSha256", w->walls.profile_sha256, NULL);
+  slog(w, JB_LOG_INFO, NULL, "worker starting", "require", w->walls.require_text, "image",
+       w->walls.image, "runtime", w->walls.runtime, "seccompProfileSha256", w->walls.profile_sha256,
+       NULL);
   if (w->walls.override)
     slog(w, JB_LOG_WARN, NULL, "development override: sessions may run with fewer walls", "require",
          w->walls.require_text, NULL);
@@ -319,20 +347,25 @@ static void start_threads(struct jb_worker *w, struct threads *t) {
   const char *cpath = w->set.control_socket;
   if (cpath[0]) {
     w->control_fd = worker_unix_listen(cpath, "JAILBOX_WORKER_CONTROL", &err);
-    if (w->control_fd < 0) slog(w, JB_LOG_ERROR, NULL, err.msg, "phase", "control socket", NULL);
-    else t->has_control = pthread_create(&t->control, NULL, control_main, w) == 0;
+    if (w->control_fd < 0)
+      slog(w, JB_LOG_ERROR, NULL, err.msg, "phase", "control socket", NULL);
+    else
+      t->has_control = pthread_create(&t->control, NULL, control_main, w) == 0;
   }
   t->has_ops = pthread_create(&t->ops, NULL, relay_queued_main, w) == 0;
   heads_init(w);
   t->has_heads = pthread_create(&t->heads, NULL, heads_main, w) == 0;
   /* without it the heads of direct reads would never be announced: no ops socket then, and
    * jailboxd sends every op the queued way */
-  if (!t->has_heads) slog(w, JB_LOG_ERROR, NULL, "cannot start the audit-head thread: no ops socket", NULL);
+  if (!t->has_heads)
+    slog(w, JB_LOG_ERROR, NULL, "cannot start the audit-head thread: no ops socket", NULL);
   const char *opath = w->set.ops_socket;
   if (opath[0] && t->has_heads) {
     w->ops_fd = worker_unix_listen(opath, "JAILBOX_WORKER_OPS_SOCKET", &err);
-    if (w->ops_fd < 0) slog(w, JB_LOG_ERROR, NULL, err.msg, "phase", "ops socket", NULL);
-    else t->has_direct = pthread_create(&t->direct, NULL, direct_server_main, w) == 0;
+    if (w->ops_fd < 0)
+      slog(w, JB_LOG_ERROR, NULL, err.msg, "phase", "ops socket", NULL);
+    else
+      t->has_direct = pthread_create(&t->direct, NULL, direct_server_main, w) == 0;
   }
   slog(w, JB_LOG_INFO, NULL, "worker ready", "control", t->has_control ? cpath : "", NULL);
 }
@@ -379,12 +412,14 @@ static void serve(struct jb_worker *w, int sfd) {
     launch_drain_queue(w);
     sessions_reap(w);
     probe_again(w, &last_probe);
-    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
+    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN},
+                           {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
     int pr = poll(pf, 2, 1000);
     if (pr > 0 && (pf[0].revents & POLLIN)) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        slog(w, JB_LOG_INFO, NULL, "worker stopping", "signal", si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+        slog(w, JB_LOG_INFO, NULL, "worker stopping", "signal",
+             si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
         atomic_store(&w->stopping, true);
       }
     }
@@ -429,7 +464,8 @@ static bool stop(struct jb_worker *w, struct threads *t) {
   if (t->has_control) pthread_join(t->control, NULL);
   if (t->has_ops) pthread_join(t->ops, NULL);
   if (t->has_direct) pthread_join(t->direct, NULL);
-  for (int waited = 0; atomic_load(&w->direct_conns) > 0; waited += 10) { /* detached; each ends after its request */
+  for (int waited = 0; atomic_load(&w->direct_conns) > 0;
+       waited += 10) { /* detached; each ends after its request */
     if (waited >= 10000) { /* one stuck on a peer that reads nothing */
       slog(w, JB_LOG_WARN, NULL, "worker stopped with an ops-socket connection still open", NULL);
       return false;
@@ -469,7 +505,8 @@ int main(int argc, char **argv) {
       if (rc < 0) fprintf(stderr, "jailbox-worker: stdin is not a session contract\n");
       return rc < 0 ? 1 : 0;
     }
-    if (!strcmp(argv[i], "--probe")) probe = true;
+    if (!strcmp(argv[i], "--probe"))
+      probe = true;
     else {
       fprintf(stderr, "jailbox-worker: unknown argument '%s' (see --help)\n", argv[i]);
       return 2;

@@ -25,12 +25,21 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   json_t *d = json_object();
   /* only values of the expected type go into an entry: anything else would make the entry
    * unrecordable and the op stuck (an agent controls the arguments) */
-#define SET_INT(key, v) do { json_t *v_ = (v); if (json_is_integer(v_)) json_object_set(d, key, v_); } while (0)
-#define SET_HEX64(key, v) do { const char *h_ = json_string_value(v); \
-    if (h_ && strlen(h_) == 64 && strspn(h_, "0123456789abcdef") == 64) json_object_set_new(d, key, json_string(h_)); } while (0)
+#define SET_INT(key, v)                                   \
+  do {                                                    \
+    json_t *v_ = (v);                                     \
+    if (json_is_integer(v_)) json_object_set(d, key, v_); \
+  } while (0)
+#define SET_HEX64(key, v)                                               \
+  do {                                                                  \
+    const char *h_ = json_string_value(v);                              \
+    if (h_ && strlen(h_) == 64 && strspn(h_, "0123456789abcdef") == 64) \
+      json_object_set_new(d, key, json_string(h_));                     \
+  } while (0)
   if (strcmp(op->tool, "read") == 0) {
     json_t *len = json_object_get(res, "length");
-    json_object_set_new(d, "size", json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
+    json_object_set_new(d, "size",
+                        json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
     if (ok) SET_INT("fileSize", json_object_get(res, "size"));
     SET_INT("offset", json_object_get(args, "offset"));
   } else if (strcmp(op->tool, "write") == 0) {
@@ -41,13 +50,16 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
     json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
     SET_HEX64("sha256", json_object_get(res, "sha256"));
   } else if (strcmp(op->tool, "list") == 0) {
-    json_object_set_new(d, "entries", json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
-    json_object_set_new(d, "recursive", json_boolean(json_is_true(json_object_get(args, "recursive"))));
+    json_object_set_new(d, "entries",
+                        json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
+    json_object_set_new(d, "recursive",
+                        json_boolean(json_is_true(json_object_get(args, "recursive"))));
   }
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) {
     const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
-    bool plain = code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
+    bool plain =
+        code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
     json_object_set_new(d, "error", json_string(plain ? code : "internal"));
   }
 #undef SET_INT
@@ -64,14 +76,16 @@ struct op_signal {
 
 /* The signal op `op`'s answer `ans` tells of the agent (enum jb_signal; -1: none), with its
  * detail in *sigout when there is one. `violation`: the shim's line was malformed or oversized. */
-static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation, struct op_signal *sigout) {
+static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation,
+                        struct op_signal *sigout) {
   json_t *ej = json_object_get(ans, "error");
   const char *escape = json_string_value(json_object_get(ej, "escape"));
   const char *code = json_string_value(json_object_get(ej, "code"));
   int sig = violation ? JB_SIG_PROTOCOL_VIOLATION : escape ? jb_signal_from_name(escape) : -1;
   if (sig < 0 || sig >= JB_SIG_ESCAPE_COUNT) /* the shim names only escape kinds */
     sig = code && !strcmp(code, "excluded") ? JB_SIG_EXCLUDED_PATH
-          : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH : -1;
+          : code && !strcmp(code, "denied") ? JB_SIG_DENIED_PATH
+                                            : -1;
   if (sig >= 0) {
     sigout->signal = sig;
     const char *msg = json_string_value(json_object_get(ej, "message"));
@@ -83,13 +97,15 @@ static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violatio
 
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
-static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op, json_t *args,
-                      bool *violation) {
+static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
+                      json_t *args, bool *violation) {
   json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
-  static const char *const pass[] = {"offset", "length", "recursive", "content", "encoding", "exclude",
+  static const char *const pass[] = {"offset",       "length",      "recursive",
+                                     "content",      "encoding",    "exclude",
                                      "expectSha256", "withContent", NULL};
   for (size_t i = 0; pass[i]; i++)
-    if (json_object_get(args, pass[i])) json_object_set(req, pass[i], json_object_get(args, pass[i]));
+    if (json_object_get(args, pass[i]))
+      json_object_set(req, pass[i], json_object_get(args, pass[i]));
   struct jb_session *s = session_lock(w, job);
   if (s && atomic_load(&s->teardown)) { /* ending: an escape caught, an abort, a teardown */
     session_unlock(s);
@@ -99,8 +115,10 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   }
   json_t *ans = NULL;
   jb_error err = {0};
-  if (s && s->sb_ready) ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
-  else jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  if (s && s->sb_ready)
+    ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
+  else
+    jb_fail(&err, ESRCH, "the session's sandbox is not up");
   bool killed = s && atomic_load(&s->killing);
   /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
   *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
@@ -109,7 +127,8 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
     out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "aborted", "message",
                     "the session was aborted while the op ran");
   } else if (!ans) {
-    out = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
+    out =
+        json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message", err.msg);
   } else {
     out = json_is_true(json_object_get(ans, "ok"))
               ? json_pack("{s:b, s:O}", "ok", 1, "result", json_object_get(ans, "result"))
@@ -150,9 +169,9 @@ static char *op_stored_text(json_t *ans, bool strip_content) {
  * tells of the agent, stores its outcome and audit entry, commits. `args` is borrowed. With
  * `strip_content` see op_stored_text. *answer_out (when not NULL) receives the op's answer
  * {ok, result | error} (new) when it was committed. */
-static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op, json_t *args,
-                     json_t *ans, bool violation, bool strip_content, struct op_signal *sigout,
-                     json_t **answer_out, jb_error *err) {
+static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
+                     json_t *args, json_t *ans, bool violation, bool strip_content,
+                     struct op_signal *sigout, json_t **answer_out, jb_error *err) {
   int sig = op_signal_of(op, ans, violation, sigout);
   /* a signal the policy aborts on ends the session: marked before this op commits, so that an
    * op of the session waiting for its row (ops handed straight to the worker run in many
@@ -174,7 +193,8 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
 /* Runs claimed op `op` of `job` (its transaction open on `c`) in the shim and completes it
  * (op_settle). */
 static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
-                     bool strip_content, struct op_signal *sigout, json_t **answer_out, jb_error *err) {
+                     bool strip_content, struct op_signal *sigout, json_t **answer_out,
+                     jb_error *err) {
   json_t *args = json_loads(op->args_json, 0, NULL);
   bool violation = false;
   json_t *ans = op_run(w, job, op, args, &violation);
@@ -186,7 +206,8 @@ static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_
 /* ---- queued ops ----------------------------------------------------------------------------- */
 
 /* Claims the next queued op of `job` and runs it. JB_ERR_NOT_FOUND: none is waiting. */
-static int run_next_queued(struct jb_worker *w, const char *job, struct op_signal *sig, jb_error *err) {
+static int run_next_queued(struct jb_worker *w, const char *job, struct op_signal *sig,
+                           jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_op_claim op;
@@ -200,7 +221,7 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
 /* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
  * most `max` per session. */
 static void run_queued_ops(struct jb_worker *w, const char *only, int max) {
-  char (*jobs)[129] = w->queued_jobs;
+  char(*jobs)[129] = w->queued_jobs;
   size_t n = 0;
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_sessions; i++) {
@@ -250,8 +271,10 @@ void *relay_queued_main(void *arg) {
         /* one notification per queued op: one claim each (no empty claim after it); a
          * session back to active may have many waiting */
         if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
-          if (op_id != 0 && strcmp(st, "approved") == 0) run_queued_ops(w, job, 1);
-          else if (op_id == 0 && strcmp(st, "active") == 0) run_queued_ops(w, job, 1000);
+          if (op_id != 0 && strcmp(st, "approved") == 0)
+            run_queued_ops(w, job, 1);
+          else if (op_id == 0 && strcmp(st, "active") == 0)
+            run_queued_ops(w, job, 1000);
         }
         PQfreemem(nt);
       }
@@ -268,17 +291,17 @@ struct direct_op {
   const char *job, *tool, *path, *args_json, *expect_json;
   json_t *args;
   long long op_id;
-  char state[20];        /* the session's state when the locked way refused the op */
-  json_t *answer;        /* new, when it ran and was committed */
-  struct op_signal sig;  /* to raise once the connection is given back */
-  long long announce;    /* the head it committed without announcing it; 0: none */
+  char state[20]; /* the session's state when the locked way refused the op */
+  json_t *answer; /* new, when it ran and was committed */
+  struct op_signal sig; /* to raise once the connection is given back */
+  long long announce; /* the head it committed without announcing it; 0: none */
 };
 
 /* The locked way: the session row locked and the op inserted first (jb_db_op_direct_begin),
  * then run, then completed. `ran` (taken; NULL: run it now) is an answer the op already got
  * from the shim, with `violation`. */
-static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, json_t *ran, bool violation,
-                         jb_error *err) {
+static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, json_t *ran,
+                         bool violation, jb_error *err) {
   int rc = jb_db_op_direct_begin(c, d->job, d->tool, d->path, d->args_json, d->expect_json,
                                  &d->op_id, d->state, err);
   if (rc != JB_OK) {
@@ -295,8 +318,10 @@ static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, js
     jb_db_rollback(c);
     return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
   }
-  if (ran) rc = op_settle(w, c, d->job, &op, d->args, ran, violation, true, &d->sig, &d->answer, err);
-  else rc = op_finish(w, c, d->job, &op, true, &d->sig, &d->answer, err);
+  if (ran)
+    rc = op_settle(w, c, d->job, &op, d->args, ran, violation, true, &d->sig, &d->answer, err);
+  else
+    rc = op_finish(w, c, d->job, &op, true, &d->sig, &d->answer, err);
   jb_op_claim_free(&op);
   return rc;
 }
@@ -363,7 +388,8 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   const char *tool = json_string_value(json_object_get(req, "tool"));
   const char *path = json_string_value(json_object_get(req, "path"));
   json_t *args = json_object_get(req, "args"), *expect = json_object_get(req, "expect");
-  if (!job || !tool || !path || !json_is_object(args) || (expect && !json_is_object(expect) && !json_is_null(expect)))
+  if (!job || !tool || !path || !json_is_object(args) ||
+      (expect && !json_is_object(expect) && !json_is_null(expect)))
     return relay_not_run("", "want {jobId, tool, path, args, expect}");
   if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
     return relay_not_run("", "only read, list and stat are handed over directly");
@@ -376,9 +402,15 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   if (!here) return relay_not_run("", "the session's sandbox is not on this worker");
   cleanup_free char *args_json = json_dumps(args, JSON_COMPACT);
   cleanup_free char *expect_json = json_is_object(expect) ? json_dumps(expect, JSON_COMPACT) : NULL;
-  if (!args_json || (json_is_object(expect) && !expect_json)) return relay_not_run("", "out of memory");
-  struct direct_op d = {.job = job, .tool = tool, .path = path, .args_json = args_json,
-                        .expect_json = expect_json, .args = args, .sig = {-1, ""}};
+  if (!args_json || (json_is_object(expect) && !expect_json))
+    return relay_not_run("", "out of memory");
+  struct direct_op d = {.job = job,
+                        .tool = tool,
+                        .path = path,
+                        .args_json = args_json,
+                        .expect_json = expect_json,
+                        .args = args,
+                        .sig = {-1, ""}};
   jb_error err = {0};
   int rc = direct_run(w, &d, &err);
   if (d.sig.signal >= 0) raise_signal(w, job, (enum jb_signal)d.sig.signal, d.sig.detail);
@@ -388,7 +420,8 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   json_decref(d.answer);
   if (rc == JB_ERR_CONFLICT && !strcmp(d.state, "queued"))
     return relay_not_run("active", "an op queued before it goes first: the queued path, behind it");
-  if (rc == JB_ERR_CONFLICT) return relay_not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
+  if (rc == JB_ERR_CONFLICT)
+    return relay_not_run(d.state, d.state[0] ? "the session is not active" : "the session changed");
   if (rc == JB_ERR_NOT_FOUND) return relay_not_run("", "no such session");
   if (rc != JB_OK) slog(w, JB_LOG_WARN, job, "direct op not run", "error", err.msg, NULL);
   return relay_not_run("", "the worker could not run the op");

@@ -147,7 +147,8 @@ enum pump { PUMP_LINE = 1, PUMP_TIMEOUT = 0, PUMP_END = -1 };
  * reader's result in *rc (the line in *line, *len), PUMP_TIMEOUT, or PUMP_END at the end of the
  * stream or on a framing error (c->dead set). Undemultiplexed bytes stay in c->rbuf for the
  * next call. */
-static enum pump pump_attach(struct jb_shimconn *c, long deadline, int *rc, char **line, size_t *len) {
+static enum pump pump_attach(struct jb_shimconn *c, long deadline, int *rc, char **line,
+                             size_t *len) {
   for (;;) {
     *rc = jb_line_next(&c->lines, line, len);
     if (*rc != JB_LINE_AGAIN) return PUMP_LINE;
@@ -197,7 +198,8 @@ void jb_shimconn_collect_stderr(struct jb_shimconn *c, long timeout_ms) {
  * attach stream alongside for its stderr. Returns as pump_attach; at the end of the socket,
  * waits a little (at most 300 ms) for the attach stream to end too, so that the message
  * carries what the shim, bwrap or the runtime said last. */
-static enum pump pump_socket(struct jb_shimconn *c, long deadline, int *rc, char **line, size_t *len) {
+static enum pump pump_socket(struct jb_shimconn *c, long deadline, int *rc, char **line,
+                             size_t *len) {
   for (;;) {
     *rc = jb_line_next(&c->lines, line, len);
     if (*rc != JB_LINE_AGAIN) return PUMP_LINE;
@@ -296,8 +298,10 @@ json_t *jb_shimconn_call(struct jb_shimconn *c, json_t *req, long timeout_ms, jb
   jb_error eerr = {0};
   char *s = jb_line_encode(req, JB_SHIM_MAX_LINE, &n, &eerr);
   if (!s) {
-    if (eerr.code == EMSGSIZE) jb_fail(err, EMSGSIZE, "request over %d bytes", JB_SHIM_MAX_LINE);
-    else jb_fail(err, ENOMEM, "cannot encode the request");
+    if (eerr.code == EMSGSIZE)
+      jb_fail(err, EMSGSIZE, "request over %d bytes", JB_SHIM_MAX_LINE);
+    else
+      jb_fail(err, ENOMEM, "cannot encode the request");
     goto out;
   }
   int rc = jb_shimconn_send_raw(c, s, n, timeout_ms, err);
@@ -329,11 +333,12 @@ int jb_shim_listener_open(struct jb_shim_listener *l, const char *parent, const 
   l->fd = -1;
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   int n = snprintf(l->dir, sizeof l->dir, "%s/jbshim-XXXXXX", parent);
-  if (n < 0 || (size_t)n >= sizeof l->dir ||
-      (size_t)n + 1 + strlen(name) >= sizeof a.sun_path) {
+  if (n < 0 || (size_t)n >= sizeof l->dir || (size_t)n + 1 + strlen(name) >= sizeof a.sun_path) {
     l->dir[0] = '\0';
-    return jb_fail(err, ENAMETOOLONG, "shim socket directory %s: a socket path under it would "
-                   "exceed %zu bytes", parent, sizeof a.sun_path - 1);
+    return jb_fail(err, ENAMETOOLONG,
+                   "shim socket directory %s: a socket path under it would "
+                   "exceed %zu bytes",
+                   parent, sizeof a.sun_path - 1);
   }
   if (!mkdtemp(l->dir)) { /* mode 0700 */
     int e = errno;

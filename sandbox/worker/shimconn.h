@@ -40,11 +40,11 @@ struct jb_shimconn {
   /* last stderr bytes */
   char err_tail[JB_SHIMCONN_STDERR_TAIL + 1];
   size_t err_len;
-  bool dead;          /* end of stream or protocol violation seen */
+  bool dead; /* end of stream or protocol violation seen */
   char dead_reason[256];
   /* the socket channel: -1 while the lines travel over the attach stream */
   int sock;
-  bool attach_ended;    /* the attach stream reached its end (the container stopped) */
+  bool attach_ended; /* the attach stream reached its end (the container stopped) */
 };
 
 /* Takes over `stream` (attached, not yet started container). 0 or -1 (`err`: ENOMEM). */
@@ -85,11 +85,12 @@ void jb_shimconn_stderr(struct jb_shimconn *c, char *out, size_t len);
 /* The worker's listening end of the socket channel: a private directory (mode 0700, made
  * with mkdtemp) holding one listening Unix socket, for one session. */
 struct jb_shim_listener {
-  char dir[256];    /* host path of the directory ("" when not made) */
-  char path[320];   /* host path of the socket in it */
-  int fd;           /* listening socket, -1 when closed */
+  char dir[256]; /* host path of the directory ("" when not made) */
+  char path[320]; /* host path of the socket in it */
+  int fd; /* listening socket, -1 when closed */
 };
-#define JB_SHIM_LISTENER_INIT {.dir = "", .path = "", .fd = -1}
+#define JB_SHIM_LISTENER_INIT \
+  { .dir = "", .path = "", .fd = -1 }
 
 /* Makes the directory "<parent>/jbshim-XXXXXX" and a listening socket JB_SHIM_SOCKET_NAME
  * (`name`) in it. 0, or -1 with `err` (ENAMETOOLONG: the path does not fit a sockaddr_un;

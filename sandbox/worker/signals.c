@@ -52,16 +52,18 @@ void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, con
   struct jb_escape_out out = {0};
   int rc = escape_abort(w, job, name, detail, &out, &err);
   if (rc != JB_OK) {
-    if (rc == JB_ERR_FAIL) slog(w, JB_LOG_ERROR, job, err.msg, "step", "escape abort", "kind", name, NULL);
+    if (rc == JB_ERR_FAIL)
+      slog(w, JB_LOG_ERROR, job, err.msg, "step", "escape abort", "kind", name, NULL);
     return;
   }
-  slog(w, JB_LOG_WARN, job, "escape detected: session aborted", "kind", name, "detail", detail, "from",
-       out.previous, NULL);
+  slog(w, JB_LOG_WARN, job, "escape detected: session aborted", "kind", name, "detail", detail,
+       "from", out.previous, NULL);
   if (cid[0] && jb_container_remove(&w->walls, cid, &err) < 0)
     slog(w, JB_LOG_WARN, job, "escape: container remove failed", "error", err.msg, NULL);
   session_remove_containers(w, job);
   if (cid[0] && !container_gone(w, cid, 1500))
-    slog(w, JB_LOG_WARN, job, "escape: the container is still there; sealing anyway", "container", cid, NULL);
+    slog(w, JB_LOG_WARN, job, "escape: the container is still there; sealing anyway", "container",
+         cid, NULL);
   if (escape_seal(w, job, out.previous, &err) != JB_OK)
     slog(w, JB_LOG_ERROR, job, err.msg, "step", "escape seal (jailboxd's sweeper retries)", NULL);
 }

@@ -110,7 +110,7 @@ static void down(struct jb_probe *p, enum jb_wall w, const char *fmt, ...) {
 static bool has_arg(json_t *args, const char *want) {
   size_t i;
   json_t *a;
-  json_array_foreach(args, i, a) {
+  json_array_foreach (args, i, a) {
     const char *s = json_string_value(a);
     if (s && strcmp(s, want) == 0) return true;
   }
@@ -142,7 +142,8 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
     down(p, JB_WALL_BWRAP, "not probed: Docker is unavailable");
     goto done;
   }
-  snprintf(p->engine, sizeof p->engine, "%s", json_string_value(json_object_get(v, "Version")) ?: "?");
+  snprintf(p->engine, sizeof p->engine, "%s",
+           json_string_value(json_object_get(v, "Version")) ?: "?");
   snprintf(p->api, sizeof p->api, "%s", json_string_value(json_object_get(v, "ApiVersion")) ?: "?");
   json_decref(v);
 
@@ -151,13 +152,15 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   snprintf(path, sizeof path, "/images/%s/json", enc);
   json_t *img = NULL;
   if (jb_docker_expect(&cfg->docker, "GET", path, NULL, 5000, &img, &err) < 0) {
-    down(p, JB_WALL_DOCKER, "sandbox image %s missing (build it with deploy/sandbox-image/build.sh): %s",
-         cfg->image, err.msg);
+    down(p, JB_WALL_DOCKER,
+         "sandbox image %s missing (build it with deploy/sandbox-image/build.sh): %s", cfg->image,
+         err.msg);
     down(p, JB_WALL_GVISOR, "not probed: no sandbox image");
     down(p, JB_WALL_BWRAP, "not probed: no sandbox image");
     goto done;
   }
-  snprintf(p->image_id, sizeof p->image_id, "%s", json_string_value(json_object_get(img, "Id")) ?: "");
+  snprintf(p->image_id, sizeof p->image_id, "%s",
+           json_string_value(json_object_get(img, "Id")) ?: "");
   json_t *labels = json_object_get(json_object_get(img, "Config"), "Labels");
   snprintf(p->image_digest, sizeof p->image_digest, "%s",
            json_string_value(json_object_get(labels, "jailbox.image.digest")) ?: "");
@@ -174,26 +177,30 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   } else {
     json_t *rt = json_object_get(json_object_get(info, "Runtimes"), cfg->runtime);
     if (!rt) {
-      down(p, JB_WALL_GVISOR, "runtime '%s' is not registered with Docker (deploy/register-runsc.sh)",
-           cfg->runtime);
+      down(p, JB_WALL_GVISOR,
+           "runtime '%s' is not registered with Docker (deploy/register-runsc.sh)", cfg->runtime);
     } else {
       json_t *args = json_object_get(rt, "runtimeArgs");
-      snprintf(p->runsc_path, sizeof p->runsc_path, "%s", json_string_value(json_object_get(rt, "path")) ?: "");
+      snprintf(p->runsc_path, sizeof p->runsc_path, "%s",
+               json_string_value(json_object_get(rt, "path")) ?: "");
       char *a = json_dumps(args ? args : json_array(), JSON_COMPACT);
       snprintf(p->runsc_args, sizeof p->runsc_args, "%s", a ? a : "[]");
       free(a);
       if (!has_arg(args, "--network=none") || !has_arg(args, "--oci-seccomp"))
-        down(p, JB_WALL_GVISOR, "runtime '%s' lacks runtimeArgs --network=none and --oci-seccomp (has %s)",
+        down(p, JB_WALL_GVISOR,
+             "runtime '%s' lacks runtimeArgs --network=none and --oci-seccomp (has %s)",
              cfg->runtime, p->runsc_args);
-      if (p->runsc_path[0] && first_line_of(p->runsc_path, "--version", p->runsc_version,
-                                            sizeof p->runsc_version) < 0)
-        snprintf(p->runsc_version, sizeof p->runsc_version, "unknown (%s --version failed)", p->runsc_path);
+      if (p->runsc_path[0] &&
+          first_line_of(p->runsc_path, "--version", p->runsc_version, sizeof p->runsc_version) < 0)
+        snprintf(p->runsc_version, sizeof p->runsc_version, "unknown (%s --version failed)",
+                 p->runsc_path);
     }
     json_t *so = json_object_get(info, "SecurityOptions");
     size_t i;
     json_t *s;
     bool docker_aa = false;
-    json_array_foreach(so, i, s) if (json_string_value(s) && strstr(json_string_value(s), "name=apparmor")) docker_aa = true;
+    json_array_foreach (so, i, s)
+      if (json_string_value(s) && strstr(json_string_value(s), "name=apparmor")) docker_aa = true;
     p->apparmor_host = docker_aa && host_has_apparmor();
     json_decref(info);
   }
@@ -233,7 +240,8 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
     if (sb.contract) json_decref(sb.contract);
   } else {
     for (int w = 0; w < JB_WALL_COUNT; w++)
-      if (p->up[w] && !sb.walls_up[w]) down(p, (enum jb_wall)w, "probe container came up without it");
+      if (p->up[w] && !sb.walls_up[w])
+        down(p, (enum jb_wall)w, "probe container came up without it");
     jb_sandbox_destroy(cfg, &sb);
   }
   json_decref(limits);
@@ -252,7 +260,8 @@ json_t *jb_probe_json(const struct jb_probe *p) {
     if (!p->up[w]) json_object_set_new(o, "reason", json_string(p->reason[w]));
     json_object_set_new(walls, jb_wall_names[w], o);
   }
-  return json_pack("{s:s, s:I, s:o}", "at", at, "durationMs", (json_int_t)p->duration_ms, "walls", walls);
+  return json_pack("{s:s, s:I, s:o}", "at", at, "durationMs", (json_int_t)p->duration_ms, "walls",
+                   walls);
 }
 
 /* ---- launch --------------------------------------------------------------------------- */
@@ -265,9 +274,12 @@ static void add_args(json_t *cmd, const char *const list[]) {
  * (or, without Wall 3, setpriv and the shim directly). */
 static json_t *container_cmd(bool bwrap, long jail_tmp_mib) {
   json_t *cmd = json_array();
-  static const char *const setpriv[] = {
-      JB_IMAGE_SETPRIV, "--reuid", "65534", "--regid", "65534", "--clear-groups",
-      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", JB_IMAGE_SHIM, NULL};
+  static const char *const setpriv[] = {JB_IMAGE_SETPRIV,  "--reuid",
+                                        "65534",           "--regid",
+                                        "65534",           "--clear-groups",
+                                        "--inh-caps=-all", "--bounding-set=-all",
+                                        "--no-new-privs",  "--",
+                                        JB_IMAGE_SHIM,     NULL};
   if (!bwrap) {
     add_args(cmd, setpriv);
     return cmd;
@@ -275,13 +287,13 @@ static json_t *container_cmd(bool bwrap, long jail_tmp_mib) {
   static const char *const head[] = {
       JB_IMAGE_SHIM, "--launch", "--", JB_IMAGE_BWRAP,
       /* directories bwrap would create 0700 (unreadable after the switch to uid 65534) */
-      "--perms", "0755", "--dir", "/usr", "--perms", "0755", "--dir", "/usr/bin",
-      "--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/jailbox",
-      "--perms", "0755", "--dir", "/opt/jailbox/bin",
+      "--perms", "0755", "--dir", "/usr", "--perms", "0755", "--dir", "/usr/bin", "--perms", "0755",
+      "--dir", "/opt", "--perms", "0755", "--dir", "/opt/jailbox", "--perms", "0755", "--dir",
+      "/opt/jailbox/bin",
       /* the minimal tree: setpriv and its libraries, the shim, the workspace */
-      "--ro-bind", "/lib", "/lib", "--ro-bind", "/lib64", "/lib64",
-      "--ro-bind", JB_IMAGE_SETPRIV, JB_IMAGE_SETPRIV, "--ro-bind", JB_IMAGE_SHIM, JB_IMAGE_SHIM,
-      "--bind", "/workspace", "/workspace", NULL};
+      "--ro-bind", "/lib", "/lib", "--ro-bind", "/lib64", "/lib64", "--ro-bind", JB_IMAGE_SETPRIV,
+      JB_IMAGE_SETPRIV, "--ro-bind", JB_IMAGE_SHIM, JB_IMAGE_SHIM, "--bind", "/workspace",
+      "/workspace", NULL};
   add_args(cmd, head);
   char size[32];
   snprintf(size, sizeof size, "%ld", jail_tmp_mib * 1024 * 1024);
@@ -289,11 +301,32 @@ static json_t *container_cmd(bool bwrap, long jail_tmp_mib) {
   json_array_append_new(cmd, json_string("1777"));
   json_array_append_new(cmd, json_string("--size"));
   json_array_append_new(cmd, json_string(size));
-  static const char *const tail[] = {
-      "--tmpfs", "/tmp", "--proc", "/proc", "--remount-ro", "/", "--chdir", "/workspace",
-      "--clearenv", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-      "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
-      "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP", "--seccomp", "3", NULL};
+  static const char *const tail[] = {"--tmpfs",
+                                     "/tmp",
+                                     "--proc",
+                                     "/proc",
+                                     "--remount-ro",
+                                     "/",
+                                     "--chdir",
+                                     "/workspace",
+                                     "--clearenv",
+                                     "--unshare-pid",
+                                     "--unshare-ipc",
+                                     "--unshare-uts",
+                                     "--unshare-cgroup-try",
+                                     "--die-with-parent",
+                                     "--new-session",
+                                     "--cap-drop",
+                                     "ALL",
+                                     "--cap-add",
+                                     "CAP_SETUID",
+                                     "--cap-add",
+                                     "CAP_SETGID",
+                                     "--cap-add",
+                                     "CAP_SETPCAP",
+                                     "--seccomp",
+                                     "3",
+                                     NULL};
   add_args(cmd, tail);
   add_args(cmd, setpriv);
   return cmd;
@@ -342,36 +375,39 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
   char tmpfs[64];
   snprintf(tmpfs, sizeof tmpfs, "rw,nosuid,nodev,size=%ldm", cfg->container_tmp_mib);
   json_t *ulimits = json_array();
-  json_array_append_new(ulimits, json_pack("{s:s, s:i, s:i}", "Name", "core", "Soft", 0, "Hard", 0));
-  json_array_append_new(ulimits, json_pack("{s:s, s:i, s:i}", "Name", "nofile", "Soft", 1024, "Hard", 1024));
+  json_array_append_new(ulimits,
+                        json_pack("{s:s, s:i, s:i}", "Name", "core", "Soft", 0, "Hard", 0));
+  json_array_append_new(ulimits,
+                        json_pack("{s:s, s:i, s:i}", "Name", "nofile", "Soft", 1024, "Hard", 1024));
   if (gvisor)
     json_array_append_new(ulimits, json_pack("{s:s, s:I, s:I}", "Name", "nproc", "Soft",
                                              (json_int_t)lim->pids, "Hard", (json_int_t)lim->pids));
   json_t *host = json_pack(
       "{s:s, s:s, s:[s], s:o, s:o, s:b, s:{s:s}, s:I, s:I, s:I, s:I, s:o,"
       " s:[{s:s, s:s, s:s, s:b, s:{s:s}}], s:s, s:{s:s}, s:i, s:b, s:b}",
-      "Runtime", gvisor ? cfg->runtime : "runc", "NetworkMode", "none", "CapDrop", "ALL",
-      "CapAdd", str_array(gvisor && bwrap ? gvisor_caps : setpriv_caps), "SecurityOpt", secopt,
+      "Runtime", gvisor ? cfg->runtime : "runc", "NetworkMode", "none", "CapDrop", "ALL", "CapAdd",
+      str_array(gvisor && bwrap ? gvisor_caps : setpriv_caps), "SecurityOpt", secopt,
       "ReadonlyRootfs", 1, "Tmpfs", "/tmp", tmpfs, "Memory", (json_int_t)lim->memory_bytes,
       "MemorySwap", (json_int_t)lim->memory_bytes, "NanoCpus", (json_int_t)lim->nano_cpus,
-      "PidsLimit", (json_int_t)lim->host_pids, "Ulimits", ulimits,
-      "Mounts", "Type", "bind", "Source", workspace, "Target", "/workspace", "ReadOnly", 0,
-      "BindOptions", "Propagation", "rprivate", "IpcMode", "private", "LogConfig", "Type", "none",
-      "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
+      "PidsLimit", (json_int_t)lim->host_pids, "Ulimits", ulimits, "Mounts", "Type", "bind",
+      "Source", workspace, "Target", "/workspace", "ReadOnly", 0, "BindOptions", "Propagation",
+      "rprivate", "IpcMode", "private", "LogConfig", "Type", "none", "OomScoreAdj", 500,
+      "Privileged", 0, "AutoRemove", 0);
   json_t *env = json_array();
   if (socket_dir)
-    json_array_append_new(env, json_string(JB_SHIM_SOCKET_ENV "=" JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME));
+    json_array_append_new(
+        env, json_string(JB_SHIM_SOCKET_ENV "=" JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME));
   if (host && socket_dir)
     json_array_append_new(json_object_get(host, "Mounts"),
                           json_pack("{s:s, s:s, s:s, s:b, s:{s:s}}", "Type", "bind", "Source",
                                     socket_dir, "Target", JB_IMAGE_SHIM_SOCKET_DIR, "ReadOnly", 1,
                                     "BindOptions", "Propagation", "rprivate"));
-  return json_pack("{s:s, s:o, s:n, s:o, s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}",
-                   "Image", cfg->image, "Cmd", container_cmd(bwrap, cfg->jail_tmp_mib),
-                   "Entrypoint", "Env", env, "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox",
-                   "OpenStdin", 1, "StdinOnce", 1, "AttachStdin", 1, "AttachStdout", 1,
-                   "AttachStderr", 1, "Tty", 0, "NetworkDisabled", 1, "Labels", lab,
-                   "HostConfig", host);
+  return json_pack(
+      "{s:s, s:o, s:n, s:o, s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:o, s:o}", "Image",
+      cfg->image, "Cmd", container_cmd(bwrap, cfg->jail_tmp_mib), "Entrypoint", "Env", env,
+      "WorkingDir", "/", "User", "0:0", "Hostname", "jailbox", "OpenStdin", 1, "StdinOnce", 1,
+      "AttachStdin", 1, "AttachStdout", 1, "AttachStderr", 1, "Tty", 0, "NetworkDisabled", 1,
+      "Labels", lab, "HostConfig", host);
 }
 
 int jb_container_remove(const struct jb_walls_config *cfg, const char *id, jb_error *err) {
@@ -403,7 +439,8 @@ struct check {
   json_t *problems[JB_WALL_COUNT];
 };
 
-static void problem(struct check *c, enum jb_wall w, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void problem(struct check *c, enum jb_wall w, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void problem(struct check *c, enum jb_wall w, const char *fmt, ...) {
   char buf[300];
   va_list ap;
@@ -426,19 +463,21 @@ static void check_status(const json_t *st, bool gvisor, bool bwrap, struct check
   json_int_t euid = json_integer_value(json_object_get(json_object_get(st, "uid"), "effective"));
   json_int_t ruid = json_integer_value(json_object_get(json_object_get(st, "uid"), "real"));
   if (euid != JB_JAIL_UID || ruid != JB_JAIL_UID)
-    problem(c, jw, "jailed uid is %lld/%lld, not %d", (long long)ruid, (long long)euid, JB_JAIL_UID);
+    problem(c, jw, "jailed uid is %lld/%lld, not %d", (long long)ruid, (long long)euid,
+            JB_JAIL_UID);
   json_t *caps = json_object_get(st, "capabilities");
-  static const char *const capkeys[] = {"effective", "permitted", "bounding", "inheritable",
-                                        "effectiveCapget", "permittedCapget"};
+  static const char *const capkeys[] = {"effective",   "permitted",       "bounding",
+                                        "inheritable", "effectiveCapget", "permittedCapget"};
   for (size_t i = 0; i < sizeof capkeys / sizeof capkeys[0]; i++) {
     const char *v = json_string_value(json_object_get(caps, capkeys[i]));
     if (!all_zero(v)) problem(c, jw, "capability set %s is %s", capkeys[i], v ? v : "unknown");
   }
-  if (json_integer_value(json_object_get(st, "noNewPrivs")) != 1) problem(c, jw, "no_new_privs is not set");
+  if (json_integer_value(json_object_get(st, "noNewPrivs")) != 1)
+    problem(c, jw, "no_new_privs is not set");
   json_t *fds = json_object_get(st, "fds");
   size_t i;
   json_t *f;
-  json_array_foreach(fds, i, f) {
+  json_array_foreach (fds, i, f) {
     json_int_t fd = json_integer_value(json_object_get(f, "fd"));
     if (fd > 2)
       problem(c, jw, "unexpected open descriptor %lld (%s)", (long long)fd,
@@ -446,9 +485,10 @@ static void check_status(const json_t *st, bool gvisor, bool bwrap, struct check
   }
   /* Wall 2: no network but loopback */
   json_t *nd = json_object_get(st, "netdevs");
-  json_array_foreach(nd, i, f) {
+  json_array_foreach (nd, i, f) {
     const char *n = json_string_value(f);
-    if (!n || strcmp(n, "lo") != 0) problem(c, JB_WALL_DOCKER, "network interface '%s' present", n ? n : "?");
+    if (!n || strcmp(n, "lo") != 0)
+      problem(c, JB_WALL_DOCKER, "network interface '%s' present", n ? n : "?");
   }
   /* Wall 1: a kernel that is not the host's */
   if (gvisor) {
@@ -460,13 +500,15 @@ static void check_status(const json_t *st, bool gvisor, bool bwrap, struct check
   }
   if (!bwrap) return;
   /* Wall 3 */
-  if (json_integer_value(json_object_get(st, "seccomp")) != 2) problem(c, JB_WALL_BWRAP, "seccomp filter not in force");
+  if (json_integer_value(json_object_get(st, "seccomp")) != 2)
+    problem(c, JB_WALL_BWRAP, "seccomp filter not in force");
   if (json_array_size(json_object_get(st, "pids")) > 2)
-    problem(c, JB_WALL_BWRAP, "the jail sees %zu processes", json_array_size(json_object_get(st, "pids")));
+    problem(c, JB_WALL_BWRAP, "the jail sees %zu processes",
+            json_array_size(json_object_get(st, "pids")));
   if (json_is_true(json_object_get(st, "sysPresent"))) problem(c, JB_WALL_BWRAP, "/sys is visible");
   bool root_ro = false;
   json_t *mounts = json_object_get(st, "mounts");
-  json_array_foreach(mounts, i, f) {
+  json_array_foreach (mounts, i, f) {
     const char *path = json_string_value(json_object_get(f, "path"));
     const char *opts = json_string_value(json_object_get(f, "options"));
     if (path && opts && strcmp(path, "/") == 0)
@@ -486,27 +528,28 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
   const char *rt = json_string_value(json_object_get(hc, "Runtime"));
   if (gvisor && (!rt || strcmp(rt, cfg->runtime) != 0))
     problem(c, JB_WALL_GVISOR, "container runtime is %s", rt ? rt : "unknown");
-  if (!json_is_true(json_object_get(hc, "ReadonlyRootfs"))) problem(c, JB_WALL_DOCKER, "root filesystem is writable");
+  if (!json_is_true(json_object_get(hc, "ReadonlyRootfs")))
+    problem(c, JB_WALL_DOCKER, "root filesystem is writable");
   const char *nm = json_string_value(json_object_get(hc, "NetworkMode"));
-  if (!nm || strcmp(nm, "none") != 0) problem(c, JB_WALL_DOCKER, "network mode is %s", nm ? nm : "unknown");
+  if (!nm || strcmp(nm, "none") != 0)
+    problem(c, JB_WALL_DOCKER, "network mode is %s", nm ? nm : "unknown");
   bool nnp = false, sc = false;
   size_t i;
   json_t *s;
-  json_array_foreach(json_object_get(hc, "SecurityOpt"), i, s) {
+  json_array_foreach (json_object_get(hc, "SecurityOpt"), i, s) {
     const char *o = json_string_value(s);
     if (o && strncmp(o, "no-new-privileges", 17) == 0) nnp = true;
     if (o && strncmp(o, "seccomp=", 8) == 0) sc = true;
   }
   if (!nnp) problem(c, JB_WALL_DOCKER, "no-new-privileges not set");
   if (!sc) problem(c, JB_WALL_DOCKER, "seccomp profile not set");
-  json_t *out = json_pack("{s:s, s:O, s:O, s:O, s:O, s:O, s:O, s:O}",
-                          "runtime", rt ? rt : "?", "capDrop", json_object_get(hc, "CapDrop"),
-                          "capAdd", json_object_get(hc, "CapAdd"),
-                          "readOnlyRootfs", json_object_get(hc, "ReadonlyRootfs"),
-                          "networkMode", json_object_get(hc, "NetworkMode"),
-                          "tmpfs", json_object_get(hc, "Tmpfs") ?: json_null(),
-                          "ulimits", json_object_get(hc, "Ulimits") ?: json_null(),
-                          "state", json_object_get(json_object_get(in, "State"), "Status") ?: json_null());
+  json_t *out = json_pack(
+      "{s:s, s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "runtime", rt ? rt : "?", "capDrop",
+      json_object_get(hc, "CapDrop"), "capAdd", json_object_get(hc, "CapAdd"), "readOnlyRootfs",
+      json_object_get(hc, "ReadonlyRootfs"), "networkMode", json_object_get(hc, "NetworkMode"),
+      "tmpfs", json_object_get(hc, "Tmpfs") ?: json_null(), "ulimits",
+      json_object_get(hc, "Ulimits") ?: json_null(), "state",
+      json_object_get(json_object_get(in, "State"), "Status") ?: json_null());
   json_decref(in);
   return out;
 }
@@ -515,7 +558,8 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
 static enum jb_wall blame_start(const char *msg, bool gvisor) {
   /* the image lacks a program the command names */
   if (strstr(msg, "no such file or directory") || strstr(msg, "not found")) return JB_WALL_DOCKER;
-  if (strstr(msg, "runtime") || strstr(msg, "runsc") || strstr(msg, "gvisor")) return JB_WALL_GVISOR;
+  if (strstr(msg, "runtime") || strstr(msg, "runsc") || strstr(msg, "gvisor"))
+    return JB_WALL_GVISOR;
   return gvisor ? JB_WALL_GVISOR : JB_WALL_DOCKER;
 }
 
@@ -551,33 +595,43 @@ json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up
   json_t *r = json_array();
 #define RISK(s) json_array_append_new(r, json_string(s))
   if (up[JB_WALL_GVISOR])
-    RISK("gVisor's Sentry is one shared surface: a Sentry flaw combined with a flaw in the few host "
-         "syscalls the Sentry itself may make would reach the host kernel.");
+    RISK(
+        "gVisor's Sentry is one shared surface: a Sentry flaw combined with a flaw in the few host "
+        "syscalls the Sentry itself may make would reach the host kernel.");
   else
-    RISK("Wall 1 is missing: the jail runs on the host kernel (runc), so any kernel flaw reachable "
-         "through the remaining filters is a way out.");
+    RISK(
+        "Wall 1 is missing: the jail runs on the host kernel (runc), so any kernel flaw reachable "
+        "through the remaining filters is a way out.");
   if (!up[JB_WALL_BWRAP])
-    RISK("Wall 3 is missing: no private mount, pid, ipc and uts namespaces and no per-jail syscall "
-         "filter; the shim runs in the container's own view.");
-  RISK("The container starts as root inside gVisor with SYS_ADMIN, SETPCAP, SETUID and SETGID so "
-       "that bwrap can build Wall 3; they exist only in gVisor's kernel and are gone from the "
-       "jailed process (checked from inside at every launch).");
-  RISK("Wall 2's profile allows mount, umount2, pivot_root and clone with namespace flags because "
-       "bwrap needs them; only Wall 3's filter takes them from the jailed process.");
-  RISK("The workspace is bind-mounted read-write: whatever the shim is asked to write lands in "
-       "the buyer's files; the policy, scanner and supervision above decide what reaches it.");
-  RISK("Only memory, CPU and process count are limited: disk use inside the workspace has no "
-       "quota, and timing side channels between sessions on one host are not addressed.");
-  RISK("jailbox-worker holds the Docker socket, which is root on this host: a flaw in the worker "
-       "is a flaw in every wall.");
+    RISK(
+        "Wall 3 is missing: no private mount, pid, ipc and uts namespaces and no per-jail syscall "
+        "filter; the shim runs in the container's own view.");
+  RISK(
+      "The container starts as root inside gVisor with SYS_ADMIN, SETPCAP, SETUID and SETGID so "
+      "that bwrap can build Wall 3; they exist only in gVisor's kernel and are gone from the "
+      "jailed process (checked from inside at every launch).");
+  RISK(
+      "Wall 2's profile allows mount, umount2, pivot_root and clone with namespace flags because "
+      "bwrap needs them; only Wall 3's filter takes them from the jailed process.");
+  RISK(
+      "The workspace is bind-mounted read-write: whatever the shim is asked to write lands in "
+      "the buyer's files; the policy, scanner and supervision above decide what reaches it.");
+  RISK(
+      "Only memory, CPU and process count are limited: disk use inside the workspace has no "
+      "quota, and timing side channels between sessions on one host are not addressed.");
+  RISK(
+      "jailbox-worker holds the Docker socket, which is root on this host: a flaw in the worker "
+      "is a flaw in every wall.");
   if (apparmor)
-    RISK("AppArmor's docker-default profile is requested; whether runsc applies it to anything "
-         "but its own host processes was not verified (the test hosts have no AppArmor).");
+    RISK(
+        "AppArmor's docker-default profile is requested; whether runsc applies it to anything "
+        "but its own host processes was not verified (the test hosts have no AppArmor).");
   else
     RISK("No AppArmor: the host kernel has none, so Wall 2 has no mandatory access control layer.");
   if (cfg->override)
-    RISK("Development override: JAILBOX_REQUIRE_WALLS is narrower than gvisor,docker,bwrap, so "
-         "sessions may run with fewer walls than the product promises.");
+    RISK(
+        "Development override: JAILBOX_REQUIRE_WALLS is narrower than gvisor,docker,bwrap, so "
+        "sessions may run with fewer walls than the product promises.");
 #undef RISK
   return r;
 }
@@ -590,7 +644,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   snprintf(sb->job_id, sizeof sb->job_id, "%s", job_id);
   *failed = JB_WALL_COUNT;
   enum { T_START, T_CREATE, T_ATTACH, T_RUN, T_READY, T_STATUS, T_PING, T_N };
-  static const char *const tnames[] = {"", "createMs", "attachMs", "startMs", "readyMs", "statusMs", "pingMs"};
+  static const char *const tnames[] = {"",        "createMs", "attachMs", "startMs",
+                                       "readyMs", "statusMs", "pingMs"};
   long t[T_N] = {0};
   t[T_START] = jb_now_ms();
 
@@ -617,14 +672,16 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   bool apparmor = probe && probe->apparmor_host;
   read_limits(limits, gvisor, &lim);
   if (!use[JB_WALL_DOCKER]) {
-    fail_wall(failed, JB_WALL_DOCKER, err, "unavailable: %s", probe ? probe->reason[JB_WALL_DOCKER] : "?");
+    fail_wall(failed, JB_WALL_DOCKER, err, "unavailable: %s",
+              probe ? probe->reason[JB_WALL_DOCKER] : "?");
     goto out;
   }
   for (int w = 0; w < JB_WALL_COUNT; w++)
     if (cfg->require[w] && !use[w]) {
       const char *why = probe && !probe->up[w] ? probe->reason[w]
-                        : w == JB_WALL_BWRAP   ? "Wall 3 is built only under gVisor, which is unavailable"
-                                               : "unavailable";
+                        : w == JB_WALL_BWRAP
+                            ? "Wall 3 is built only under gVisor, which is unavailable"
+                            : "unavailable";
       fail_wall(failed, (enum jb_wall)w, err, "required but unavailable: %s", why);
       goto out;
     }
@@ -653,7 +710,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     fail_wall(failed, JB_WALL_DOCKER, err, "cannot build the container request");
     goto out;
   }
-  if (jb_docker_expect(&cfg->docker, "POST", "/containers/create", body, 30000, &created, err) < 0) {
+  if (jb_docker_expect(&cfg->docker, "POST", "/containers/create", body, 30000, &created, err) <
+      0) {
     fail_wall(failed, blame_start(err->msg, gvisor), err, "create: %s", err->msg);
     goto out;
   }
@@ -714,18 +772,20 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
         const char *why = json_string_value(json_object_get(ready, "error")) ?: "no reason given";
         channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
                             "the launcher could not connect to the session's socket (does the "
-                            "runtime have --host-uds=open?): ", why);
-        jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream",
-               "job", job_id, "reason", why, NULL);
+                            "runtime have --host-uds=open?): ",
+                            why);
+        jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
+               job_id, "reason", why, NULL);
       }
       json_decref(ready);
       ready = NULL;
     } else if (ready) {
-      channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
-                          "the launcher did not announce a channel: the image's jailbox-shim "
-                          "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
-      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
-             job_id, "reason", "the image's jailbox-shim predates the socket channel", NULL);
+      channel =
+          json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                    "the launcher did not announce a channel: the image's jailbox-shim "
+                    "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
+      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job", job_id,
+             "reason", "the image's jailbox-shim predates the socket channel", NULL);
     }
     jb_shim_listener_close(&lsn);
   }
@@ -738,7 +798,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     jb_shimconn_stderr(&sb->conn, tail, sizeof tail);
     enum jb_wall w = blame_output(tail, bwrap);
     if (w == JB_WALL_COUNT) w = gvisor ? JB_WALL_GVISOR : JB_WALL_DOCKER;
-    fail_wall(failed, w, err, "the jail did not come up: %s", ready ? "unexpected first line" : err->msg);
+    fail_wall(failed, w, err, "the jail did not come up: %s",
+              ready ? "unexpected first line" : err->msg);
     json_decref(ready);
     goto out;
   }
@@ -779,7 +840,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
     fail_wall(failed, JB_WALL_DOCKER, err, "inspect: %s", err->msg);
     goto out;
   }
-  for (int w = 0; w < JB_WALL_COUNT; w++) sb->walls_up[w] = use[w] && json_array_size(chk.problems[w]) == 0;
+  for (int w = 0; w < JB_WALL_COUNT; w++)
+    sb->walls_up[w] = use[w] && json_array_size(chk.problems[w]) == 0;
   ret = 0;
   /* a wall that stands but not as specified is a failed wall, required or not: the contract
    * never claims what is not true, and a half-built wall is not offered */
@@ -793,11 +855,13 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
 
 out:;
   jb_shim_listener_close(&lsn);
-  if (!channel) channel = json_pack("{s:s, s:s}", "kind", "none", "reason", "the shim did not come up");
+  if (!channel)
+    channel = json_pack("{s:s, s:s}", "kind", "none", "reason", "the shim did not come up");
   /* the session contract: what stands, with its settings, and what remains */
   char at[40];
   iso8601(epoch_ms(), at, sizeof at);
-  json_t *w1 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_GVISOR], "required", cfg->require[JB_WALL_GVISOR]);
+  json_t *w1 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_GVISOR], "required",
+                         cfg->require[JB_WALL_GVISOR]);
   if (gvisor) {
     json_object_set_new(w1, "runtime", json_string(cfg->runtime));
     if (probe) {
@@ -806,23 +870,29 @@ out:;
       json_t *ra = json_loads(probe->runsc_args, 0, NULL);
       json_object_set_new(w1, "runtimeArgs", ra ? ra : json_null());
     }
-    json_object_set_new(w1, "network", json_string("none (runsc --network=none: no network stack but loopback)"));
+    json_object_set_new(w1, "network",
+                        json_string("none (runsc --network=none: no network stack but loopback)"));
     json_object_set_new(w1, "seccompEnforcedBy", json_string("gVisor (runsc --oci-seccomp)"));
-    if (status) json_object_set_new(w1, "kernelSeenInside", json_incref(json_object_get(status, "kernel")));
+    if (status)
+      json_object_set_new(w1, "kernelSeenInside", json_incref(json_object_get(status, "kernel")));
   } else {
     json_object_set_new(w1, "runtime", json_string("runc"));
-    json_object_set_new(w1, "reason", json_string(probe && !probe->up[JB_WALL_GVISOR] ? probe->reason[JB_WALL_GVISOR] : "not used"));
+    json_object_set_new(
+        w1, "reason",
+        json_string(probe && !probe->up[JB_WALL_GVISOR] ? probe->reason[JB_WALL_GVISOR]
+                                                        : "not used"));
   }
-  json_t *sc = json_pack("{s:s, s:s, s:s, s:s}", "profile", "deploy/seccomp/jailbox.json",
-                         "source", cfg->profile_source, "sha256", cfg->profile_sha256,
-                         "defaultAction", "SCMP_ACT_ERRNO (EPERM)");
+  json_t *sc = json_pack("{s:s, s:s, s:s, s:s}", "profile", "deploy/seccomp/jailbox.json", "source",
+                         cfg->profile_source, "sha256", cfg->profile_sha256, "defaultAction",
+                         "SCMP_ACT_ERRNO (EPERM)");
   json_t *prof = json_loadb(cfg->profile, cfg->profile_len, 0, NULL);
   if (prof) {
     size_t allowed = 0, i;
     json_t *e;
-    json_array_foreach(json_object_get(prof, "syscalls"), i, e) {
+    json_array_foreach (json_object_get(prof, "syscalls"), i, e) {
       const char *act = json_string_value(json_object_get(e, "action"));
-      if (act && strcmp(act, "SCMP_ACT_ALLOW") == 0) allowed += json_array_size(json_object_get(e, "names"));
+      if (act && strcmp(act, "SCMP_ACT_ALLOW") == 0)
+        allowed += json_array_size(json_object_get(e, "names"));
     }
     json_object_set_new(sc, "allowedSyscalls", json_integer((json_int_t)allowed));
     json_decref(prof);
@@ -832,17 +902,15 @@ out:;
   json_t *w2 = json_pack(
       "{s:b, s:b, s:s, s:s, s:{s:[s], s:o}, s:b, s:o, s:s, s:s, s:b, s:{s:s, s:s, s:s},"
       " s:{s:I, s:I, s:f, s:I, s:I}, s:s, s:s, s:s}",
-      "up", sb->walls_up[JB_WALL_DOCKER], "required", cfg->require[JB_WALL_DOCKER],
-      "engine", probe ? probe->engine : "?", "image", cfg->image,
-      "capabilities", "drop", "ALL", "add", str_array(gvisor && bwrap ? gvisor_caps : setpriv_caps),
-      "noNewPrivileges", 1, "seccomp", sc,
+      "up", sb->walls_up[JB_WALL_DOCKER], "required", cfg->require[JB_WALL_DOCKER], "engine",
+      probe ? probe->engine : "?", "image", cfg->image, "capabilities", "drop", "ALL", "add",
+      str_array(gvisor && bwrap ? gvisor_caps : setpriv_caps), "noNewPrivileges", 1, "seccomp", sc,
       "apparmor", apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)",
-      "network", "none", "readOnlyRootfs", 1,
-      "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
-      bwrap ? "bwrap builds the jail's new root there" : "scratch space",
-      "limits", "memoryBytes", (json_int_t)lim.memory_bytes, "memorySwapBytes",
-      (json_int_t)lim.memory_bytes, "cpus", (double)lim.nano_cpus / 1e9, "pids", (json_int_t)lim.pids,
-      "hostPids", (json_int_t)lim.host_pids, "workspace", "bind mount at /workspace (rw, rprivate)",
+      "network", "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
+      bwrap ? "bwrap builds the jail's new root there" : "scratch space", "limits", "memoryBytes",
+      (json_int_t)lim.memory_bytes, "memorySwapBytes", (json_int_t)lim.memory_bytes, "cpus",
+      (double)lim.nano_cpus / 1e9, "pids", (json_int_t)lim.pids, "hostPids",
+      (json_int_t)lim.host_pids, "workspace", "bind mount at /workspace (rw, rprivate)",
       "containerUser", "0:0 (root of gVisor's kernel; the jail drops it)", "logDriver",
       "none (nothing the shim prints is kept on disk)");
   if (gvisor)
@@ -855,7 +923,8 @@ out:;
   }
   if (sb->container_id[0]) json_object_set_new(w2, "containerId", json_string(sb->container_id));
   if (settings) json_object_set_new(w2, "inspected", json_incref(settings));
-  json_t *w3 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_BWRAP], "required", cfg->require[JB_WALL_BWRAP]);
+  json_t *w3 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_BWRAP], "required",
+                         cfg->require[JB_WALL_BWRAP]);
   if (bwrap) {
     json_t *desc = jb_filter_describe();
     json_t *w3s = json_pack(
@@ -863,70 +932,73 @@ out:;
         " s:{s:I, s:I, s:I, s:s, s:s, s:o}}",
         "bwrap", probe && probe->bwrap_version[0] ? probe->bwrap_version : "bubblewrap",
         "namespacesNew", "mount", "pid", "ipc", "uts", "cgroup (where the runtime allows)",
-        "namespacesShared", "net (gVisor's, loopback only)", "user (bwrap runs as root of gVisor's kernel)",
-        "dieWithParent", 1, "newSession", 1, "proc", "private (new procfs for the jail's pid namespace)",
-        "sys", "absent", "root", "tmpfs, remounted read-only",
-        "binds", "/lib, /lib64, setpriv, jailbox-shim (read-only); /workspace (read-write); /tmp (tmpfs)",
-        "seccomp", "syscalls", (json_int_t)fi.syscalls, "rules", (json_int_t)fi.rules,
-        "killRules", (json_int_t)fi.kill_rules, "bpfSha256", bpf_sha, "compiledWith",
-        "libseccomp (seccomp_export_bpf), handed to bwrap --seccomp", "filter", desc ? desc : json_null());
+        "namespacesShared", "net (gVisor's, loopback only)",
+        "user (bwrap runs as root of gVisor's kernel)", "dieWithParent", 1, "newSession", 1, "proc",
+        "private (new procfs for the jail's pid namespace)", "sys", "absent", "root",
+        "tmpfs, remounted read-only", "binds",
+        "/lib, /lib64, setpriv, jailbox-shim (read-only); /workspace (read-write); /tmp (tmpfs)",
+        "seccomp", "syscalls", (json_int_t)fi.syscalls, "rules", (json_int_t)fi.rules, "killRules",
+        (json_int_t)fi.kill_rules, "bpfSha256", bpf_sha, "compiledWith",
+        "libseccomp (seccomp_export_bpf), handed to bwrap --seccomp", "filter",
+        desc ? desc : json_null());
     json_object_update(w3, w3s);
     json_decref(w3s);
     json_object_set_new(w3, "privilegeDrop",
                         json_string("setpriv --reuid 65534 --regid 65534 --clear-groups "
                                     "--inh-caps=-all --bounding-set=-all --no-new-privs"));
   } else {
-    json_object_set_new(w3, "reason", json_string(probe && !probe->up[JB_WALL_BWRAP]
-                                                       ? probe->reason[JB_WALL_BWRAP]
+    json_object_set_new(
+        w3, "reason",
+        json_string(probe && !probe->up[JB_WALL_BWRAP] ? probe->reason[JB_WALL_BWRAP]
                                                        : "not built (needs gVisor on this host)"));
   }
   json_t *jail = json_null();
   if (status) {
     json_t *caps = json_object_get(status, "capabilities");
-    jail = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O}",
-                     "uid", json_object_get(status, "uid"), "gid", json_object_get(status, "gid"),
-                     "capEff", json_object_get(caps, "effective") ?: json_null(),
-                     "capPrm", json_object_get(caps, "permitted") ?: json_null(),
-                     "capBnd", json_object_get(caps, "bounding") ?: json_null(),
-                     "noNewPrivs", json_object_get(status, "noNewPrivs"),
-                     "seccompMode", json_object_get(status, "seccomp"),
-                     "namespaces", json_object_get(status, "namespaces"),
-                     "netdevs", json_object_get(status, "netdevs"),
-                     "fds", json_object_get(status, "fds"));
+    jail = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "uid",
+                     json_object_get(status, "uid"), "gid", json_object_get(status, "gid"),
+                     "capEff", json_object_get(caps, "effective") ?: json_null(), "capPrm",
+                     json_object_get(caps, "permitted") ?: json_null(), "capBnd",
+                     json_object_get(caps, "bounding") ?: json_null(), "noNewPrivs",
+                     json_object_get(status, "noNewPrivs"), "seccompMode",
+                     json_object_get(status, "seccomp"), "namespaces",
+                     json_object_get(status, "namespaces"), "netdevs",
+                     json_object_get(status, "netdevs"), "fds", json_object_get(status, "fds"));
   }
   json_t *problems = json_object();
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    if (json_array_size(chk.problems[w])) json_object_set(problems, jb_wall_names[w], chk.problems[w]);
+    if (json_array_size(chk.problems[w]))
+      json_object_set(problems, jb_wall_names[w], chk.problems[w]);
   json_t *req_list = json_array();
   for (int w = 0; w < JB_WALL_COUNT; w++)
     if (cfg->require[w]) json_array_append_new(req_list, json_string(jb_wall_names[w]));
   sb->contract = json_pack(
-      "{s:i, s:s, s:s, s:s, s:o, s:o, s:{s:o, s:o, s:o}, s:o, s:o, s:o, s:o}",
-      "contractVersion", 1, "at", at, "worker", cfg->worker_id,
-      "status", ret == 0 ? "up" : "failed", "required", req_list,
-      "override", cfg->override
-                      ? json_pack("{s:s, s:s}", "requireWalls", cfg->require_text, "note",
-                                  "development override: fewer walls required than gvisor,docker,bwrap")
-                      : json_null(),
-      "walls", "gvisor", w1, "docker", w2, "bwrap", w3, "jailSeenFromInside", jail,
-      "problems", problems, "timingsMs", timings_json(t, tnames, T_N),
-      "residualRisks", jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
+      "{s:i, s:s, s:s, s:s, s:o, s:o, s:{s:o, s:o, s:o}, s:o, s:o, s:o, s:o}", "contractVersion", 1,
+      "at", at, "worker", cfg->worker_id, "status", ret == 0 ? "up" : "failed", "required",
+      req_list, "override",
+      cfg->override
+          ? json_pack("{s:s, s:s}", "requireWalls", cfg->require_text, "note",
+                      "development override: fewer walls required than gvisor,docker,bwrap")
+          : json_null(),
+      "walls", "gvisor", w1, "docker", w2, "bwrap", w3, "jailSeenFromInside", jail, "problems",
+      problems, "timingsMs", timings_json(t, tnames, T_N), "residualRisks",
+      jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
   if (sb->contract) json_object_set(sb->contract, "shimChannel", channel);
   if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
         json_object_get(sb->contract, "residualRisks"),
-        json_string(bwrap
-                        ? "runsc runs with --host-uds=open, so a process in the sandbox may "
-                          "connect to a host Unix socket visible in its mounts: the workspace "
-                          "(a socket file the buyer left there) and the session's shim socket "
-                          "directory. Only the launcher connects, as the container's root before "
-                          "the jail, once (the worker then removes the socket); the jailed shim "
-                          "sees no socket directory and Wall 3's filter refuses socket, "
-                          "socketpair and connect (EPERM)."
-                        : "runsc runs with --host-uds=open and Wall 3 is missing: the shim may "
-                          "connect to a host Unix socket left in the workspace; only Wall 2's "
-                          "profile and gVisor stand in the way."));
-  if (sb->contract && probe && probe->done) json_object_set_new(sb->contract, "probe", jb_probe_json(probe));
+        json_string(bwrap ? "runsc runs with --host-uds=open, so a process in the sandbox may "
+                            "connect to a host Unix socket visible in its mounts: the workspace "
+                            "(a socket file the buyer left there) and the session's shim socket "
+                            "directory. Only the launcher connects, as the container's root before "
+                            "the jail, once (the worker then removes the socket); the jailed shim "
+                            "sees no socket directory and Wall 3's filter refuses socket, "
+                            "socketpair and connect (EPERM)."
+                          : "runsc runs with --host-uds=open and Wall 3 is missing: the shim may "
+                            "connect to a host Unix socket left in the workspace; only Wall 2's "
+                            "profile and gVisor stand in the way."));
+  if (sb->contract && probe && probe->done)
+    json_object_set_new(sb->contract, "probe", jb_probe_json(probe));
   if (ret < 0) {
     json_object_set_new(sb->contract, "failure", json_string(err ? err->msg : "?"));
     if (sb->conn_open) jb_shimconn_close(&sb->conn);

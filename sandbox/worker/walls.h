@@ -42,35 +42,35 @@ extern const char *const jb_wall_names[JB_WALL_COUNT]; /* "gvisor", "docker", "b
 struct jb_walls_config {
   struct jb_docker docker;
   char worker_id[512];
-  char deployment[17];        /* label jailbox.deployment: names the database (see launch_jobs.h) */
-  char image[256];            /* sandbox image, e.g. jailbox-sandbox:latest */
-  char runtime[64];           /* the gVisor runtime's name in Docker, e.g. runsc */
+  char deployment[17]; /* label jailbox.deployment: names the database (see launch_jobs.h) */
+  char image[256]; /* sandbox image, e.g. jailbox-sandbox:latest */
+  char runtime[64]; /* the gVisor runtime's name in Docker, e.g. runsc */
   bool require[JB_WALL_COUNT];
-  char require_text[128];     /* as configured */
-  bool override;              /* require is narrower than the default: development only */
-  const char *profile;        /* Wall 2 seccomp profile, JSON text (borrowed) */
+  char require_text[128]; /* as configured */
+  bool override; /* require is narrower than the default: development only */
+  const char *profile; /* Wall 2 seccomp profile, JSON text (borrowed) */
   size_t profile_len;
-  char profile_source[512];   /* where it came from (embedded copy of deploy/seccomp/…, or a file) */
+  char profile_source[512]; /* where it came from (embedded copy of deploy/seccomp/…, or a file) */
   char profile_sha256[65];
-  long container_tmp_mib;     /* container /tmp tmpfs size (bwrap builds its root there) */
-  long jail_tmp_mib;          /* the jail's own /tmp */
-  long start_timeout_ms;      /* container start → shim ready */
-  long call_timeout_ms;       /* one shim call */
+  long container_tmp_mib; /* container /tmp tmpfs size (bwrap builds its root there) */
+  long jail_tmp_mib; /* the jail's own /tmp */
+  long start_timeout_ms; /* container start → shim ready */
+  long call_timeout_ms; /* one shim call */
   /* directory for the per-session shim socket directories (absolute; "" with
    * shim_socket_off): the shim's lines then travel over a Unix socket, not the attach stream */
   char shim_socket_dir[256];
-  bool shim_socket_off;       /* JAILBOX_SHIM_SOCKET_DIR=none: the attach stream only */
+  bool shim_socket_off; /* JAILBOX_SHIM_SOCKET_DIR=none: the attach stream only */
 };
 
 /* What the worker found at start. Plain data, copied by value. */
 struct jb_probe {
   bool done;
-  long long at_ms;            /* wall-clock time of the probe, ms since the epoch */
+  long long at_ms; /* wall-clock time of the probe, ms since the epoch */
   bool up[JB_WALL_COUNT];
   char reason[JB_WALL_COUNT][400]; /* why a wall is down ("" when up) */
   char engine[64], api[16], runsc_path[256], runsc_version[128], runsc_args[256];
   char image_id[80], image_digest[80], shim_sha256[80], bwrap_version[64];
-  bool apparmor_host;         /* the host kernel has AppArmor and Docker reports it */
+  bool apparmor_host; /* the host kernel has AppArmor and Docker reports it */
   unsigned filter_rules, filter_syscalls;
   char filter_sha256[65];
   long duration_ms;
@@ -83,8 +83,8 @@ struct jb_sandbox {
   struct jb_shimconn conn;
   bool conn_open;
   bool walls_up[JB_WALL_COUNT];
-  json_t *contract;           /* the session contract (owned) */
-  long ready_ms;              /* launch start → shim ready */
+  json_t *contract; /* the session contract (owned) */
+  long ready_ms; /* launch start → shim ready */
 };
 
 /* Probes the host: Docker reachable, image present, runtime registered with the arguments

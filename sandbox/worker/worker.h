@@ -42,29 +42,30 @@
 #include "sandbox/worker/walls.h"
 #include "sandbox/worker/workspace_access.h"
 
-#define JB_WORKER_SESSIONS_MAX 1024 /* sessions in the table at most (JAILBOX_WORKER_MAX_SESSIONS) */
-#define JB_HEAD_ANNOUNCE_MS 100     /* one audit-head announcement per session at most this often */
+#define JB_WORKER_SESSIONS_MAX \
+  1024 /* sessions in the table at most (JAILBOX_WORKER_MAX_SESSIONS) */
+#define JB_HEAD_ANNOUNCE_MS 100 /* one audit-head announcement per session at most this often */
 
 /* One session this worker runs. job_id, launch_job, workspace and limits do not change after
  * it is added to the table. */
 struct jb_session {
-  struct jb_worker *w;       /* the worker it belongs to */
+  struct jb_worker *w; /* the worker it belongs to */
   char job_id[129];
   long long launch_job;
   char *workspace;
   json_t *limits;
   pthread_t thread;
-  atomic_bool teardown;      /* the session ended elsewhere: remove the sandbox */
-  atomic_bool finished;      /* the thread is done; join and free */
-  pthread_mutex_t lock;      /* guards sb; an op in flight holds it for the whole call, so it
+  atomic_bool teardown; /* the session ended elsewhere: remove the sandbox */
+  atomic_bool finished; /* the thread is done; join and free */
+  pthread_mutex_t lock; /* guards sb; an op in flight holds it for the whole call, so it
                                 is never waited for while w->lock is held */
   struct jb_sandbox sb;
-  atomic_bool sb_ready;      /* written under lock; read without it as a hint (under it: sure) */
-  atomic_int users;          /* threads using the session outside w->lock: not reaped meanwhile */
+  atomic_bool sb_ready; /* written under lock; read without it as a hint (under it: sure) */
+  atomic_int users; /* threads using the session outside w->lock: not reaped meanwhile */
   struct jb_workspace_grant grant; /* what the launch changed in the workspace, undone at the end */
-  char cid[80];              /* the container, once up (guarded by w->lock, not lock: an op in
+  char cid[80]; /* the container, once up (guarded by w->lock, not lock: an op in
                                 flight holds lock for the whole call) */
-  atomic_bool killing;       /* killed for an abort: an op in flight fails with "aborted" */
+  atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
@@ -84,17 +85,17 @@ struct jb_worker {
   /* written by the main thread before any other starts; read-only after */
   struct jb_worker_settings set;
   struct jb_walls_config walls;
-  char *profile_buf;          /* the seccomp profile read from JAILBOX_SECCOMP_PROFILE */
+  char *profile_buf; /* the seccomp profile read from JAILBOX_SECCOMP_PROFILE */
   struct jb_db *db;
-  struct jb_keyring *keys;    /* signs the audit entries of the transitions the worker makes */
+  struct jb_keyring *keys; /* signs the audit entries of the transitions the worker makes */
   long long prescan_hash_max; /* bytes */
   struct jb_escape_policy policy;
-  int control_fd, ops_fd;     /* the listening sockets; -1: none */
+  int control_fd, ops_fd; /* the listening sockets; -1: none */
 
   atomic_bool stopping;
-  atomic_int direct_conns;    /* ops-socket connections being served */
+  atomic_int direct_conns; /* ops-socket connections being served */
 
-  pthread_mutex_t lock;       /* sessions, n_sessions, probe, each session's cid */
+  pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
   struct jb_session *sessions[JB_WORKER_SESSIONS_MAX];
   size_t n_sessions;
   struct jb_probe probe;
@@ -103,7 +104,7 @@ struct jb_worker {
 
   struct {
     pthread_mutex_t lock;
-    pthread_cond_t cond;      /* on CLOCK_MONOTONIC */
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC */
     struct jb_head_schedule sched;
     bool stop;
   } heads;
@@ -115,7 +116,7 @@ struct jb_worker {
  * the pool when its scope ends. */
 struct worker_conn {
   struct jb_db *db;
-  PGconn *pg;                 /* NULL: the database could not be reached */
+  PGconn *pg; /* NULL: the database could not be reached */
 };
 
 /* Borrows a connection of `w`'s pool (blocks while all are out). .pg is NULL with `err` set

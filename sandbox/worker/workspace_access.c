@@ -42,7 +42,8 @@ static void walk(int dfd, visit_fn fn, void *ctx, long *left, int depth) {
       int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub >= 0) walk(sub, fn, ctx, left, depth + 1);
     } else if (S_ISREG(st.st_mode)) {
-      int f = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+      int f =
+          openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
       if (f >= 0) {
         fn(f, ctx);
         close(f);
@@ -72,8 +73,8 @@ static void record(struct grant_ctx *g, const struct stat *st, bool chowned, mod
     r->v = nv;
     r->cap = cap;
   }
-  r->v[r->n++] = (struct jb_grant_entry){.dev = st->st_dev, .ino = st->st_ino, .gid = st->st_gid,
-                                         .chowned = chowned, .added = added};
+  r->v[r->n++] = (struct jb_grant_entry){
+      .dev = st->st_dev, .ino = st->st_ino, .gid = st->st_gid, .chowned = chowned, .added = added};
 }
 
 /* Grants access on `fd`: directories get group rwx + set-group-ID, single-link regular files
@@ -83,10 +84,12 @@ static void grant_fd(int fd, void *ctx) {
   struct stat st;
   if (fstat(fd, &st) < 0) return;
   mode_t want;
-  if (S_ISDIR(st.st_mode)) want = st.st_mode | S_IRGRP | S_IWGRP | S_IXGRP | S_ISGID;
+  if (S_ISDIR(st.st_mode))
+    want = st.st_mode | S_IRGRP | S_IWGRP | S_IXGRP | S_ISGID;
   else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && !(st.st_mode & (S_ISUID | S_ISGID)))
     want = st.st_mode | S_IRGRP | S_IWGRP;
-  else return; /* set-user/group-ID files are never opened up: they stay unwritable */
+  else
+    return; /* set-user/group-ID files are never opened up: they stay unwritable */
   bool chowned = st.st_gid != g->gid && fchown(fd, (uid_t)-1, g->gid) == 0;
   mode_t added = (want & 07777) & ~(st.st_mode & 07777);
   /* chown may have cleared set-ID bits: set the mode from what we read, plus our bits */
@@ -97,8 +100,8 @@ static void grant_fd(int fd, void *ctx) {
   }
 }
 
-long jb_workspace_grant(const char *root, unsigned gid, long max_entries, struct jb_workspace_grant *rec,
-                        jb_error *err) {
+long jb_workspace_grant(const char *root, unsigned gid, long max_entries,
+                        struct jb_workspace_grant *rec, jb_error *err) {
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return jb_fail_errno(err, errno, "workspace %s", root);
   struct stat rst;
@@ -133,8 +136,8 @@ struct restore_ctx {
   unsigned gid;
   struct jb_workspace_grant *rec;
   long restored;
-  size_t seen;   /* recorded inodes met so far */
-  long *left;    /* the walk's budget: set to 0 once every recorded inode has been met */
+  size_t seen; /* recorded inodes met so far */
+  long *left; /* the walk's budget: set to 0 once every recorded inode has been met */
 };
 
 /* Undoes on `fd` what the grant recorded for its inode: the group back when it is still the
@@ -157,14 +160,16 @@ static void restore_fd(int fd, void *ctx) {
   r->restored += done;
 }
 
-long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec, jb_error *err) {
+long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec,
+                          jb_error *err) {
   if (!rec->valid) return jb_fail(err, EINVAL, "no complete record of the workspace grant");
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return jb_fail_errno(err, errno, "workspace %s", root);
   struct stat rst;
   if (fstat(fd, &rst) < 0 || rst.st_dev != rec->root_dev || rst.st_ino != rec->root_ino) {
     close(fd);
-    return jb_fail(err, ESTALE, "workspace %s is no longer the directory the grant was made on", root);
+    return jb_fail(err, ESTALE, "workspace %s is no longer the directory the grant was made on",
+                   root);
   }
   if (rec->n > 1) qsort(rec->v, rec->n, sizeof rec->v[0], by_inode);
   for (size_t i = 0; i < rec->n; i++) rec->v[i].seen = false;

@@ -17,17 +17,17 @@
 struct jb_grant_entry {
   dev_t dev;
   ino_t ino;
-  gid_t gid;      /* the group before the grant */
-  bool chowned;   /* the grant set the group */
-  mode_t added;   /* mode bits (07777) the grant added */
-  bool seen;      /* met by the restore's walk */
+  gid_t gid; /* the group before the grant */
+  bool chowned; /* the grant set the group */
+  mode_t added; /* mode bits (07777) the grant added */
+  bool seen; /* met by the restore's walk */
 };
 
 /* What a grant changed (owned; jb_workspace_grant_free). */
 struct jb_workspace_grant {
   dev_t root_dev;
   ino_t root_ino;
-  bool valid;     /* complete: everything changed is recorded */
+  bool valid; /* complete: everything changed is recorded */
   struct jb_grant_entry *v;
   size_t n, cap;
 };
@@ -42,8 +42,8 @@ struct jb_workspace_grant {
  * for jb_workspace_restore; free it with jb_workspace_grant_free.
  * Returns the number changed, or -1 with `err` when the root cannot be opened (or, with `rec`,
  * the record could not be kept: out of memory; the grant itself is then made). */
-long jb_workspace_grant(const char *root, unsigned gid, long max_entries, struct jb_workspace_grant *rec,
-                        jb_error *err);
+long jb_workspace_grant(const char *root, unsigned gid, long max_entries,
+                        struct jb_workspace_grant *rec, jb_error *err);
 
 /* Undoes a grant recorded in `rec` on `root`: walks it the same way and, for each directory
  * and regular file whose inode the grant changed, gives back the original group when the
@@ -53,7 +53,8 @@ long jb_workspace_grant(const char *root, unsigned gid, long max_entries, struct
  * the recorded ones are met) and ends once every recorded inode has been met. Refuses (-1,
  * ESTALE) when `root` is no longer the directory the grant was made on. Returns the number of
  * entries restored, or -1 with `err`. Sorts `rec`. */
-long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec, jb_error *err);
+long jb_workspace_restore(const char *root, unsigned gid, struct jb_workspace_grant *rec,
+                          jb_error *err);
 void jb_workspace_grant_free(struct jb_workspace_grant *rec);
 
 #endif

@@ -35,7 +35,10 @@ struct walk {
  * put in its place), 2 when it grew over `max` bytes meanwhile, 0, or -1 with `err`. */
 static int hash_file(int dirfd, const char *name, long long max, char out[65], jb_error *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return errno == ELOOP || errno == ENXIO || errno == ENOENT ? 1 : jb_fail_errno(err, errno, "pre-scan: open %s", name);
+  if (fd < 0)
+    return errno == ELOOP || errno == ENXIO || errno == ENOENT
+               ? 1
+               : jb_fail_errno(err, errno, "pre-scan: open %s", name);
   struct stat sb;
   if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_nlink > 1) {
     close(fd);
@@ -71,7 +74,8 @@ static int hash_file(int dirfd, const char *name, long long max, char out[65], j
 static int flag(struct walk *w, const char *path, const char *kind) {
   w->out->n_flagged++;
   if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
-  if (json_array_append_new(w->out->flagged, json_pack("{s:s, s:s}", "path", path, "kind", kind)) < 0)
+  if (json_array_append_new(w->out->flagged, json_pack("{s:s, s:s}", "path", path, "kind", kind)) <
+      0)
     return jb_fail(w->err, ENOMEM, "out of memory");
   return 0;
 }
@@ -134,11 +138,15 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       break;
     }
     char path[PATH_MAX];
-    if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >= sizeof path)
+    if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >=
+        sizeof path)
       continue; /* deeper than PATH_MAX: counted as other below */
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue; /* vanished */
-    char type = S_ISREG(st.st_mode) ? 'f' : S_ISDIR(st.st_mode) ? 'd' : S_ISLNK(st.st_mode) ? 'l' : 'o';
+    char type = S_ISREG(st.st_mode)   ? 'f'
+                : S_ISDIR(st.st_mode) ? 'd'
+                : S_ISLNK(st.st_mode) ? 'l'
+                                      : 'o';
     if (push(w, type, path, S_ISREG(st.st_mode) ? (long long)st.st_size : 0) < 0) {
       ret = -1;
       break;
@@ -191,8 +199,10 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       }
     } else if (type == 'o') {
       w->out->other++;
-      const char *kind = S_ISFIFO(st.st_mode) ? "fifo" : S_ISSOCK(st.st_mode) ? "socket"
-                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : NULL;
+      const char *kind = S_ISFIFO(st.st_mode)                         ? "fifo"
+                         : S_ISSOCK(st.st_mode)                       ? "socket"
+                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device"
+                                                                      : NULL;
       if (kind && flag(w, path, kind) < 0) {
         ret = -1;
         break;
@@ -221,8 +231,8 @@ void jb_scan_result_free(struct jb_scan_result *r) {
   r->flagged = NULL;
 }
 
-int jb_workspace_scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
-                      jb_error *err) {
+int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
+                      struct jb_scan_result *out, jb_error *err) {
   memset(out, 0, sizeof *out);
   out->hash_max = hash_max;
   if (!(out->flagged = json_array())) return jb_fail(err, ENOMEM, "out of memory");
@@ -262,9 +272,11 @@ int jb_workspace_scan(const char *root, long max_entries, long long hash_max, st
 }
 
 json_t *jb_scan_json(const struct jb_scan_result *r) {
-  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:o, s:I}", "files", (json_int_t)r->files, "dirs",
-                   (json_int_t)r->dirs, "symlinks", (json_int_t)r->symlinks, "other",
-                   (json_int_t)r->other, "bytes", (json_int_t)r->bytes, "truncated", r->truncated,
-                   "dirHash", r->dir_hash, "hashMaxBytes", (json_int_t)r->hash_max, "flagged",
-                   r->flagged ? json_incref(r->flagged) : json_array(), "flaggedCount", (json_int_t)r->n_flagged);
+  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:o, s:I}", "files",
+                   (json_int_t)r->files, "dirs", (json_int_t)r->dirs, "symlinks",
+                   (json_int_t)r->symlinks, "other", (json_int_t)r->other, "bytes",
+                   (json_int_t)r->bytes, "truncated", r->truncated, "dirHash", r->dir_hash,
+                   "hashMaxBytes", (json_int_t)r->hash_max, "flagged",
+                   r->flagged ? json_incref(r->flagged) : json_array(), "flaggedCount",
+                   (json_int_t)r->n_flagged);
 }

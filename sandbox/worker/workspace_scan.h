@@ -12,12 +12,12 @@
 
 struct jb_scan_result {
   long files, dirs, symlinks, other; /* entries below the root, by type */
-  long long bytes;                   /* sum of regular file sizes */
-  bool truncated;                    /* stopped at max_entries */
-  char dir_hash[65];                 /* hex SHA-256, see jb_workspace_scan */
-  long long hash_max;                /* bytes: larger regular files are not hashed */
-  long n_flagged;                    /* flagged entries, all of them */
-  json_t *flagged;                   /* [{path, kind}], the first JB_SCAN_FLAGGED_MAX (owned) */
+  long long bytes; /* sum of regular file sizes */
+  bool truncated; /* stopped at max_entries */
+  char dir_hash[65]; /* hex SHA-256, see jb_workspace_scan */
+  long long hash_max; /* bytes: larger regular files are not hashed */
+  long n_flagged; /* flagged entries, all of them */
+  json_t *flagged; /* [{path, kind}], the first JB_SCAN_FLAGGED_MAX (owned) */
 };
 
 #define JB_SCAN_FLAGGED_MAX 1000
@@ -37,8 +37,8 @@ struct jb_scan_result {
  * link (never read: it may be a file outside), the target of a symbolic link, else empty.
  * Returns 0 (free with jb_scan_result_free), or -1 with `err` when the root cannot be opened
  * or a read fails. */
-int jb_workspace_scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
-                      jb_error *err);
+int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
+                      struct jb_scan_result *out, jb_error *err);
 void jb_scan_result_free(struct jb_scan_result *r);
 
 /* The result as JSON (new reference): files, dirs, symlinks, other, bytes, truncated,

@@ -34,8 +34,8 @@ static char *member_body(char *line, char *end, const char *name) {
 static void resign(char *text, size_t len, bool relink) {
   static unsigned char canon[JB_AUDIT_MAX_CANONICAL];
   unsigned char prev[JB_AUDIT_HASH_LEN] = {0}, hash[JB_AUDIT_HASH_LEN], sig[JB_AUDIT_SIG_LEN];
-  char hex[2 * JB_AUDIT_HASH_LEN + 1], b64[sodium_base64_ENCODED_LEN(JB_AUDIT_SIG_LEN,
-                                                                    sodium_base64_VARIANT_ORIGINAL)];
+  char hex[2 * JB_AUDIT_HASH_LEN + 1],
+      b64[sodium_base64_ENCODED_LEN(JB_AUDIT_SIG_LEN, sodium_base64_VARIANT_ORIGINAL)];
   for (char *line = text, *stop = text + len; line < stop;) {
     char *end = memchr(line, '\n', (size_t)(stop - line));
     if (!end) end = stop;
@@ -97,7 +97,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(keys);
     return 0;
   }
-  if (data[0] & 16) { /* an entry's details as the export and verifiers read them from stored canonical bytes */
+  if (data[0] &
+      16) { /* an entry's details as the export and verifiers read them from stored canonical bytes */
     json_t *d = jb_audit_canonical_details((const unsigned char *)text, len);
     if (d && !json_is_object(d)) abort();
     json_decref(d);
@@ -124,7 +125,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct jb_audit_result r, full;
   struct jb_audit_verify_opts opts = {.require_seal = (data[0] & 2) != 0};
   int rc = verify_text(text, len, &key, &opts, &r);
-  if (rc == 1 && (r.ok || !r.detail[0] || r.first_bad_seq < 1)) abort(); /* a failure says where and why */
+  if (rc == 1 && (r.ok || !r.detail[0] || r.first_bad_seq < 1))
+    abort(); /* a failure says where and why */
   if (rc == 0 && !r.ok) abort();
   /* the exact-form reader changes nothing: the full parse of every line gives the same
    * result */

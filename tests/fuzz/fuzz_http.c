@@ -27,7 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < n; i++)
     if (jb_route_match(routes[i].pattern, path, pbuf, sizeof pbuf, params, &np))
       for (int k = 0; k < np; k++)
-        if (!params[k][0] || strchr(params[k], '/')) abort(); /* segments are never empty or split */
+        if (!params[k][0] || strchr(params[k], '/'))
+          abort(); /* segments are never empty or split */
   unsigned char h[32];
   if (jb_token_hash(tok, h) == 0 && (strlen(tok) != 47 || strncmp(tok, "jbt_", 4) != 0)) abort();
   free(buf);

@@ -17,7 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!err.msg[0]) abort(); /* a refusal always says why */
     return 0;
   }
-  static const char *const allowed[] = {"jobId", "agentId", "workspace", "mode", "exclude", "limits", NULL};
+  static const char *const allowed[] = {"jobId",   "agentId", "workspace", "mode",
+                                        "exclude", "limits",  NULL};
   const char *s = NULL;
   long long i = 0;
   double n = 0;

@@ -44,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     void *reply;
     while (redisReaderGetReply(r, &reply) == REDIS_OK && reply) {
       redisReply *x = reply;
-      if (x->type == REDIS_REPLY_ARRAY && x->elements == 4 && x->element[2]->type == REDIS_REPLY_STRING &&
-          x->element[3]->type == REDIS_REPLY_STRING)
+      if (x->type == REDIS_REPLY_ARRAY && x->elements == 4 &&
+          x->element[2]->type == REDIS_REPLY_STRING && x->element[3]->type == REDIS_REPLY_STRING)
         check(x->element[2]->str, x->element[3]->str, x->element[3]->len);
       freeReplyObject(reply);
     }

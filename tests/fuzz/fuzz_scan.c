@@ -33,10 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (json_array_size(a) > jb_scan_rules_count(rules) || !json_equal(a, b)) abort();
   size_t i;
   json_t *f;
-  json_array_foreach(a, i, f) {
+  json_array_foreach (a, i, f) {
     const char *id = json_string_value(json_object_get(f, "rule"));
     bool known = false;
-    for (size_t k = 0; id && k < jb_scan_rules_count(rules); k++) known |= !strcmp(id, jb_scan_rule_id(rules, k));
+    for (size_t k = 0; id && k < jb_scan_rules_count(rules); k++)
+      known |= !strcmp(id, jb_scan_rule_id(rules, k));
     if (!known || !json_string_value(json_object_get(f, "severity"))) abort();
   }
   json_decref(a);
@@ -45,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   json_t *d = NULL;
   jb_error err = {0};
   size_t half = clen / 2;
-  if (jb_diff_preview(path[0] ? path : "f", content, half, true, content + half, clen - half, 512, &d, &err) < 0) {
+  if (jb_diff_preview(path[0] ? path : "f", content, half, true, content + half, clen - half, 512,
+                      &d, &err) < 0) {
     if (!err.msg[0]) abort();
     return 0;
   }

@@ -155,13 +155,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       if (c.data != in + i || c.len == 0 || c.len > end - i) abort();
       size_t took = c.len;
-      if (c.stream == JB_ATTACH_STDERR) put(&got_err, c.data, c.len);
-      else took = jb_line_feed(&r, c.data, c.len);
+      if (c.stream == JB_ATTACH_STDERR)
+        put(&got_err, c.data, c.len);
+      else
+        took = jb_line_feed(&r, c.data, c.len);
       if (took > c.len) abort();
       jb_attach_demux_consume(&d, took);
       i += took;
-      if (open) open = drain(&r, &got_lines);
-      else if (took < c.len) abort(); /* an ended reader takes everything */
+      if (open)
+        open = drain(&r, &got_lines);
+      else if (took < c.len)
+        abort(); /* an ended reader takes everything */
     }
   }
   jb_line_end(&r);
@@ -169,7 +173,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   jb_line_free(&r);
 
   if (broken != want_broken) abort();
-  if (got_err.len != want_err.len || (got_err.len && memcmp(got_err.data, want_err.data, got_err.len)))
+  if (got_err.len != want_err.len ||
+      (got_err.len && memcmp(got_err.data, want_err.data, got_err.len)))
     abort();
   if (got_lines.len != want_lines.len ||
       (got_lines.len && memcmp(got_lines.data, want_lines.data, got_lines.len)))

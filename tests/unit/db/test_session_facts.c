@@ -17,7 +17,7 @@ static void mode_names(void **state) {
   assert_string_equal(jb_session_mode_name(JB_MODE_SUPERVISED), "supervised");
   assert_string_equal(jb_session_mode_name(JB_MODE_UNSUPERVISED), "unsupervised");
   assert_null(jb_session_mode_name((enum jb_session_mode)(JB_MODE_UNSUPERVISED + 1)));
-  assert_null(jb_session_mode_name((enum jb_session_mode)-1));
+  assert_null(jb_session_mode_name((enum jb_session_mode) - 1));
 }
 
 /* Facts as a read of an active, unsupervised session with one exclusion and one flag gives. */
@@ -57,8 +57,8 @@ static void copy_shares_nothing(void **state) {
 
 static void copy_of_absent_fields(void **state) {
   (void)state;
-  struct jb_session_facts src = {.state = JB_SESSION_AWAITING_AGENT, .mode = JB_MODE_SUPERVISED,
-                                 .exclude = json_array()};
+  struct jb_session_facts src = {
+      .state = JB_SESSION_AWAITING_AGENT, .mode = JB_MODE_SUPERVISED, .exclude = json_array()};
   struct jb_session_facts dst = {.state = JB_SESSION_UNKNOWN};
   jb_error err = {0};
   assert_int_equal(jb_session_facts_copy(&dst, &src, &err), JB_OK);
@@ -97,8 +97,9 @@ static void expectation(void **state) {
   (void)state;
   cleanup_session_facts struct jb_session_facts f = sample();
   cleanup_free char *t1 = expect_text(&f);
-  assert_string_equal(t1, "{\"mode\":\"unsupervised\",\"exclude\":[\"*.env\",\"secrets/**\"],"
-                          "\"flagged\":[{\"path\":\"link\",\"kind\":\"symlink_outside\"}]}");
+  assert_string_equal(t1,
+                      "{\"mode\":\"unsupervised\",\"exclude\":[\"*.env\",\"secrets/**\"],"
+                      "\"flagged\":[{\"path\":\"link\",\"kind\":\"symlink_outside\"}]}");
   /* no pre-scan flags in the contract: [] as the insert's coalesce reads them */
   json_decref(f.flagged);
   f.flagged = NULL;

@@ -27,7 +27,8 @@ static const char golden_canonical[] =
     "\"abababababababababababababababababababababababababababababababab\",\"size\":12},"
     "\"operation\":\"write\",\"path\":\"/workspace/a b/\xc3\xa9.txt\",\"seq\":1,"
     "\"session\":\"job-1\",\"timestamp\":\"2026-01-02T03:04:05.678Z\"}";
-static const char golden_hash[] = "b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde";
+static const char golden_hash[] =
+    "b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde";
 static const char golden_sig[] =
     "65daf79dc68ea984c0e3a87bc57c66e04ee8ae43a86cec4438304ee9bae29d35"
     "e5d4711633d66d0e38c534dd58fccb1d4eae9d1472fbf31d80e75f52de1fa408";
@@ -61,9 +62,9 @@ static int teardown(void **state) {
 static json_t *golden_details(void) {
   /* inserted in an order different from the canonical one on purpose */
   return json_pack("{s:I,s:s,s:s,s:b,s:{s:[I,I,n],s:s}}", "size", (json_int_t)12, "sha256",
-                   "abababababababababababababababababababababababababababababababab",
-                   "decision", "approved", "ok", 1, "nested", "z", (json_int_t)1,
-                   (json_int_t)-2, "a", "tab\there \"q\" \\");
+                   "abababababababababababababababababababababababababababababababab", "decision",
+                   "approved", "ok", 1, "nested", "z", (json_int_t)1, (json_int_t)-2, "a",
+                   "tab\there \"q\" \\");
 }
 
 static void hex_of(const unsigned char *b, size_t n, char *out) { jb_audit_hex(b, n, out); }
@@ -79,11 +80,10 @@ static void canonical_golden(void **state) {
   free(c);
 
   /* the same content built in another order gives the same bytes */
-  json_t *d2 = json_pack("{s:{s:s,s:[I,I,n]},s:b,s:s,s:s,s:I}", "nested", "a",
-                         "tab\there \"q\" \\", "z", (json_int_t)1, (json_int_t)-2,
-                         "ok", 1, "decision", "approved", "sha256",
-                         "abababababababababababababababababababababababababababababababab",
-                         "size", (json_int_t)12);
+  json_t *d2 = json_pack(
+      "{s:{s:s,s:[I,I,n]},s:b,s:s,s:s,s:I}", "nested", "a", "tab\there \"q\" \\", "z",
+      (json_int_t)1, (json_int_t)-2, "ok", 1, "decision", "approved", "sha256",
+      "abababababababababababababababababababababababababababababababab", "size", (json_int_t)12);
   assert_non_null(d2);
   c = jb_audit_canonical(1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
                          "2026-01-02T03:04:05.678Z", d2, &len, NULL);
@@ -93,8 +93,9 @@ static void canonical_golden(void **state) {
 
   /* NULL path is JSON null, NULL details is {} */
   c = jb_audit_canonical(7, "s", "pause", NULL, "2026-01-02T03:04:05.678Z", NULL, &len, NULL);
-  assert_string_equal(c, "{\"details\":{},\"operation\":\"pause\",\"path\":null,\"seq\":7,"
-                         "\"session\":\"s\",\"timestamp\":\"2026-01-02T03:04:05.678Z\"}");
+  assert_string_equal(c,
+                      "{\"details\":{},\"operation\":\"pause\",\"path\":null,\"seq\":7,"
+                      "\"session\":\"s\",\"timestamp\":\"2026-01-02T03:04:05.678Z\"}");
   free(c);
   /* control characters: jansson's escapes (\uXXXX, upper case hex), "/" and DEL verbatim,
    * keys in byte order (U+00E9 after "k") — documented in api/audit.md */
@@ -165,10 +166,10 @@ static void sign_and_details_of_canonical(void **state) {
   json_t *d = golden_details();
   struct jb_audit_entry e;
   struct jb_audit_signed sg;
-  assert_int_equal(jb_audit_entry_make(&e, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
-                                       "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk,
-                                       key_a->pk, NULL),
-                   0);
+  assert_int_equal(
+      jb_audit_entry_make(&e, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
+                          "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk, key_a->pk, NULL),
+      0);
   assert_int_equal(jb_audit_entry_sign(&sg, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
                                        "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk, NULL),
                    0);
@@ -199,23 +200,23 @@ static void hash_sign_golden(void **state) {
 
   json_t *d = golden_details();
   struct jb_audit_entry e;
-  assert_int_equal(jb_audit_entry_make(&e, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
-                                       "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk,
-                                       key_a->pk, NULL),
-                   0);
+  assert_int_equal(
+      jb_audit_entry_make(&e, 1, "job-1", "write", "/workspace/a b/\xc3\xa9.txt",
+                          "2026-01-02T03:04:05.678Z", d, NULL, key_a->sk, key_a->pk, NULL),
+      0);
   json_decref(d);
   hex_of(e.hash, 32, hex);
   assert_string_equal(hex, golden_hash);
   hex_of(e.signature, 64, hex);
-  assert_string_equal(hex, golden_sig);  /* Ed25519 is deterministic (RFC 8032) */
+  assert_string_equal(hex, golden_sig); /* Ed25519 is deterministic (RFC 8032) */
   assert_string_equal(e.key_id, golden_key_id);
   unsigned char zero[32] = {0};
   assert_memory_equal(e.prev_hash, zero, 32);
 
   json_t *sd = json_pack("{s:I,s:s}", "entries", (json_int_t)1, "head", golden_hash);
   struct jb_audit_entry s;
-  assert_int_equal(jb_audit_entry_make(&s, 2, "job-1", "seal", NULL, "2026-01-02T03:04:06.000Z",
-                                       sd, e.hash, key_a->sk, key_a->pk, NULL),
+  assert_int_equal(jb_audit_entry_make(&s, 2, "job-1", "seal", NULL, "2026-01-02T03:04:06.000Z", sd,
+                                       e.hash, key_a->sk, key_a->pk, NULL),
                    0);
   json_decref(sd);
   assert_string_equal((char *)s.canonical, golden_seal_canonical);
@@ -255,9 +256,8 @@ static char *make_line(const struct jb_keyring *k, long long seq, const char *se
   struct jb_audit_entry e;
   char ts[32];
   snprintf(ts, sizeof ts, "2026-01-02T03:04:%02lld.%03lldZ", seq % 60, seq % 1000);
-  assert_int_equal(jb_audit_entry_make(&e, seq, session, op, path, ts, details, prev, k->sk,
-                                       k->pk, NULL),
-                   0);
+  assert_int_equal(
+      jb_audit_entry_make(&e, seq, session, op, path, ts, details, prev, k->sk, k->pk, NULL), 0);
   if (hash_out) memcpy(hash_out, e.hash, 32);
   char *line = jb_audit_entry_line(&e);
   assert_non_null(line);
@@ -423,23 +423,25 @@ static void stream_verify(void **state) {
   chain_free(&c);
 }
 
-#define EXPECT_BAD(c, opts, seq, why)                                   \
-  do {                                                                  \
-    struct jb_audit_result r_;                                          \
-    assert_int_equal(verify((c), (opts), &r_), 1);                      \
-    assert_false(r_.ok);                                                \
-    if (r_.first_bad_seq != (seq) || r_.reason != (why))                \
-      fail_msg("got seq %lld reason '%s' (%s), wanted seq %lld '%s'",   \
-               r_.first_bad_seq, jb_audit_reason_name(r_.reason),       \
-               r_.detail, (long long)(seq), jb_audit_reason_name(why)); \
+#define EXPECT_BAD(c, opts, seq, why)                                                   \
+  do {                                                                                  \
+    struct jb_audit_result r_;                                                          \
+    assert_int_equal(verify((c), (opts), &r_), 1);                                      \
+    assert_false(r_.ok);                                                                \
+    if (r_.first_bad_seq != (seq) || r_.reason != (why))                                \
+      fail_msg("got seq %lld reason '%s' (%s), wanted seq %lld '%s'", r_.first_bad_seq, \
+               jb_audit_reason_name(r_.reason), r_.detail, (long long)(seq),            \
+               jb_audit_reason_name(why));                                              \
   } while (0)
 
 /* Replaces member `k` of line `i` with `v` (stolen); NULL `v` removes it. */
 static void line_set(struct chain *c, size_t i, const char *k, json_t *v) {
   json_t *o = json_loads(c->lines[i], JSON_REJECT_DUPLICATES, NULL);
   assert_non_null(o);
-  if (v) json_object_set_new(o, k, v);
-  else json_object_del(o, k);
+  if (v)
+    json_object_set_new(o, k, v);
+  else
+    json_object_del(o, k);
   free(c->lines[i]);
   char *s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
@@ -467,8 +469,8 @@ static void intact_chain(void **state) {
 
   /* with every option satisfied */
   struct jb_audit_head known = {.seq = 4}, stored = {.seq = N};
-  struct jb_audit_verify_opts all = {.session = "job-7", .known_head = &known,
-                                     .stored_head = &stored, .require_seal = true};
+  struct jb_audit_verify_opts all = {
+      .session = "job-7", .known_head = &known, .stored_head = &stored, .require_seal = true};
   json_t *h4 = line_get(&c, 3, "hash");
   char spec[100];
   snprintf(spec, sizeof spec, "4:%s", json_string_value(h4));
@@ -553,7 +555,8 @@ static void tamper_content(void **state) {
   unsigned char raw[1024];
   size_t rawlen = 0;
   assert_int_equal(sodium_base642bin(raw, sizeof raw, json_string_value(cb), json_string_length(cb),
-                                     NULL, &rawlen, NULL, sodium_base64_VARIANT_ORIGINAL), 0);
+                                     NULL, &rawlen, NULL, sodium_base64_VARIANT_ORIGINAL),
+                   0);
   json_decref(cb);
   char *p = memmem(raw, rawlen, "f3", 2);
   assert_non_null(p);
@@ -579,8 +582,8 @@ static void reordered_keys_still_verify(void **state) {
   chain_build(&c, true);
   /* rebuild line 3 with members and details keys in reverse order: same values */
   json_t *o = json_loads(c.lines[2], 0, NULL);
-  const char *order[] = {"canonical", "keyId", "signature", "hash", "prevHash", "details",
-                         "timestamp", "path", "operation", "session", "seq"};
+  const char *order[] = {"canonical", "keyId", "signature", "hash",    "prevHash", "details",
+                         "timestamp", "path",  "operation", "session", "seq"};
   json_t *d = json_object_get(o, "details"), *rd = json_object();
   json_object_set(rd, "ok", json_object_get(d, "ok"));
   json_object_set(rd, "size", json_object_get(d, "size"));
@@ -653,7 +656,7 @@ static void tamper_signature_and_keys(void **state) {
   c.nkeys = 2;
   struct jb_audit_result r;
   assert_int_equal(verify(&c, NULL, &r), 0);
-  c.nkeys = 1;  /* without the new key published */
+  c.nkeys = 1; /* without the new key published */
   EXPECT_BAD(&c, NULL, N, JB_AUDIT_UNKNOWN_KEY);
   /* key_a retired when entry N was made (entry N - 1 is before, at 03:04:09.009Z): intact */
   c.nkeys = 2;
@@ -794,14 +797,14 @@ static void malformed_lines(void **state) {
   struct chain c;
   chain_build(&c, true);
   free(c.lines[2]);
-  c.lines[2] = strdup("{\"seq\":3,\"seq\":3}\n");  /* duplicate key */
+  c.lines[2] = strdup("{\"seq\":3,\"seq\":3}\n"); /* duplicate key */
   EXPECT_BAD(&c, NULL, 3, JB_AUDIT_MALFORMED);
   free(c.lines[2]);
   c.lines[2] = strdup("not json\n");
   EXPECT_BAD(&c, NULL, 3, JB_AUDIT_MALFORMED);
   chain_free(&c);
   chain_build(&c, true);
-  line_set(&c, 2, "approvedBy", json_string("buyer"));  /* unknown member */
+  line_set(&c, 2, "approvedBy", json_string("buyer")); /* unknown member */
   EXPECT_BAD(&c, NULL, 3, JB_AUDIT_MALFORMED);
   chain_free(&c);
   chain_build(&c, true);
@@ -838,7 +841,10 @@ static void malformed_lines(void **state) {
     chain_free(&c);
   }
   char q[64];
-  jb_audit_quote(q, sizeof q, "a\x1b\x7f\xc3\xa9" "b", 100);
+  jb_audit_quote(q, sizeof q,
+                 "a\x1b\x7f\xc3\xa9"
+                 "b",
+                 100);
   assert_string_equal(q, "a\\x1b\\x7f\\xc3\\xa9b");
   jb_audit_quote(q, 6, "\x1b\x1b", 100); /* an escape that does not fit is left out whole */
   assert_string_equal(q, "\\x1b");
@@ -887,7 +893,8 @@ static char *signed_line(const char *stated, const char *canonical, const unsign
   sodium_bin2base64(cb, sizeof cb, (const unsigned char *)canonical, cl,
                     sodium_base64_VARIANT_ORIGINAL);
   char *line;
-  assert_true(asprintf(&line, "{%s,\"prevHash\":\"%s\",\"hash\":\"%s\",\"signature\":\"%s\","
+  assert_true(asprintf(&line,
+                       "{%s,\"prevHash\":\"%s\",\"hash\":\"%s\",\"signature\":\"%s\","
                        "\"keyId\":\"%s\",\"canonical\":\"%s\"}\n",
                        stated, ph, hh, sb, key_a->key_id, cb) > 0);
   if (hash_out) memcpy(hash_out, h, 32);
@@ -915,10 +922,10 @@ static void line_replace(char **line, const char *from, const char *to) {
 
 #define TS "\"2026-01-02T03:04:05.678Z\""
 /* the stated members and canonical bytes of entry 1 as the exporter writes them */
-#define STATED_OK                                                                          \
-  "\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\","     \
+#define STATED_OK                                                                      \
+  "\"seq\":1,\"session\":\"job-7\",\"operation\":\"write\",\"path\":\"/workspace/a\"," \
   "\"timestamp\":" TS ",\"details\":{\"ok\":true,\"size\":1}"
-#define CANON_OK                                                                           \
+#define CANON_OK                                                                             \
   "{\"details\":{\"ok\":true,\"size\":1},\"operation\":\"write\",\"path\":\"/workspace/a\"," \
   "\"seq\":1,\"session\":\"job-7\",\"timestamp\":" TS "}"
 
@@ -930,8 +937,8 @@ static void expect_one(char *line, int want_rc, enum jb_audit_reason want) {
   struct jb_audit_result r;
   int rc = verify(&c, NULL, &r);
   if (rc != want_rc || r.reason != want)
-    fail_msg("line %s: got %d '%s' (%s), wanted %d '%s'", line, rc,
-             jb_audit_reason_name(r.reason), r.detail, want_rc, jb_audit_reason_name(want));
+    fail_msg("line %s: got %d '%s' (%s), wanted %d '%s'", line, rc, jb_audit_reason_name(r.reason),
+             r.detail, want_rc, jb_audit_reason_name(want));
   chain_free(&c);
 }
 
@@ -1120,10 +1127,14 @@ static void exact_form_edges(void **state) {
       assert_true(asprintf(&d, "{\"head\":\"%s\",\"entries\":%d}", hex, seals[i].entries) > 0);
     else
       assert_true(asprintf(&d, "{\"entries\":%d,\"head\":\"%s\"}", seals[i].entries, hex) > 0);
-    assert_true(asprintf(&st, "\"seq\":2,\"session\":\"job-7\",\"operation\":\"seal\",\"path\":null,"
-                         "\"timestamp\":" TS ",\"details\":%s", d) > 0);
-    assert_true(asprintf(&cn, "{\"details\":%s,\"operation\":\"seal\",\"path\":null,\"seq\":2,"
-                         "\"session\":\"job-7\",\"timestamp\":" TS "}", d) > 0);
+    assert_true(asprintf(&st,
+                         "\"seq\":2,\"session\":\"job-7\",\"operation\":\"seal\",\"path\":null,"
+                         "\"timestamp\":" TS ",\"details\":%s",
+                         d) > 0);
+    assert_true(asprintf(&cn,
+                         "{\"details\":%s,\"operation\":\"seal\",\"path\":null,\"seq\":2,"
+                         "\"session\":\"job-7\",\"timestamp\":" TS "}",
+                         d) > 0);
     lines[1] = signed_line(st, cn, h1, NULL);
     free(d);
     free(st);
@@ -1145,7 +1156,8 @@ static void exact_form_edges(void **state) {
   /* the exporter states details in the canonical bytes' member order */
   struct chain c;
   chain_build(&c, true);
-  assert_non_null(strstr(c.lines[0], "\"details\":{\"decision\":\"auto\",\"ok\":true,\"size\":100}"));
+  assert_non_null(
+      strstr(c.lines[0], "\"details\":{\"decision\":\"auto\",\"ok\":true,\"size\":100}"));
   chain_free(&c);
 }
 
@@ -1287,10 +1299,14 @@ static void exact_reader(void **state) {
   for (int extra = 0; extra < 3; extra++) {
     char session[16], *st, *cn;
     snprintf(session, sizeof session, "job-%.*s", extra, "77");
-    assert_true(asprintf(&st, "\"seq\":1,\"session\":\"%s\",\"operation\":\"write\",\"path\":null,"
-                         "\"timestamp\":" TS ",\"details\":{}", session) > 0);
-    assert_true(asprintf(&cn, "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,"
-                         "\"session\":\"%s\",\"timestamp\":" TS "}", session) > 0);
+    assert_true(asprintf(&st,
+                         "\"seq\":1,\"session\":\"%s\",\"operation\":\"write\",\"path\":null,"
+                         "\"timestamp\":" TS ",\"details\":{}",
+                         session) > 0);
+    assert_true(asprintf(&cn,
+                         "{\"details\":{},\"operation\":\"write\",\"path\":null,\"seq\":1,"
+                         "\"session\":\"%s\",\"timestamp\":" TS "}",
+                         session) > 0);
     size_t pad = (3 - strlen(cn) % 3) % 3;
     x = signed_line(st, cn, zero, NULL);
     assert_true(read_exact(x));
@@ -1324,12 +1340,11 @@ static int parse_with(struct chain *c, size_t i, const char *k, json_t *v,
   return jb_audit_entry_parse_line(e, c->lines[i], strlen(c->lines[i]) - 1, NULL);
 }
 
-#define EXPECT_REFUSED(e, rc, why)                                              \
-  do {                                                                          \
-    assert_int_equal((rc), -1);                                                 \
-    assert_true((e)->malformed);                                                \
-    if (!strstr((e)->error, (why)))                                             \
-      fail_msg("refused as '%s', wanted '%s'", (e)->error, (why));              \
+#define EXPECT_REFUSED(e, rc, why)                                                               \
+  do {                                                                                           \
+    assert_int_equal((rc), -1);                                                                  \
+    assert_true((e)->malformed);                                                                 \
+    if (!strstr((e)->error, (why))) fail_msg("refused as '%s', wanted '%s'", (e)->error, (why)); \
   } while (0)
 
 /* Every refusal of the full parse, with its message; the seq stays readable where the line
@@ -1448,7 +1463,8 @@ static void keys_document(void **state) {
   /* retiredAt is read; it must be null or a timestamp of the entries' form */
   snprintf(doc, sizeof doc,
            "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
-           "\"retiredAt\":\"2026-03-04T05:06:07.089Z\"}]}", key_a->key_id, b64);
+           "\"retiredAt\":\"2026-03-04T05:06:07.089Z\"}]}",
+           key_a->key_id, b64);
   assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), 0);
   assert_string_equal(k[0].retired_at, "2026-03-04T05:06:07.089Z");
   free(k);
@@ -1456,7 +1472,8 @@ static void keys_document(void **state) {
   for (size_t i = 0; i < 4; i++) {
     snprintf(doc, sizeof doc,
              "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
-             "\"retiredAt\":%s}]}", key_a->key_id, b64, bad_retired[i]);
+             "\"retiredAt\":%s}]}",
+             key_a->key_id, b64, bad_retired[i]);
     assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, NULL), -1);
   }
   /* a key published under another key's id is refused */
@@ -1471,7 +1488,8 @@ static void keys_document(void **state) {
   const char *retired[2] = {"\"2026-03-04T05:06:07.089Z\"", "null"};
   for (size_t i = 0; i < 2; i++) {
     snprintf(doc, sizeof doc,
-             "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\",\"retiredAt\":%s},"
+             "{\"keys\":[{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\","
+             "\"retiredAt\":%s},"
              "{\"keyId\":\"%s\",\"algorithm\":\"ed25519\",\"publicKey\":\"%s\",\"retiredAt\":%s}]}",
              key_a->key_id, b64, retired[i], key_a->key_id, b64, retired[1 - i]);
     assert_int_equal(jb_audit_keys_parse(doc, strlen(doc), &k, &n, &err), -1);
@@ -1493,15 +1511,24 @@ static void keys_document(void **state) {
     assert_int_equal(jb_audit_keys_parse(bad[i], strlen(bad[i]), &k, &n, NULL), -1);
 
   struct jb_audit_head h;
-  assert_int_equal(jb_audit_head_parse("12:" "b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde", &h, NULL), 0);
+  assert_int_equal(
+      jb_audit_head_parse("12:"
+                          "b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+                          &h, NULL),
+      0);
   assert_int_equal(h.seq, 12);
-  const char *bad_heads[] = {"12", ":ab", "0:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
-                             "-1:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
-                             "3:b5ee", "3:zz",
-                             "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde0",
-                             "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde ",
-                             "3 :b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
-                             "99999999999999999999:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde", "1x:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde"};
+  const char *bad_heads[] = {
+      "12",
+      ":ab",
+      "0:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+      "-1:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+      "3:b5ee",
+      "3:zz",
+      "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde0",
+      "3:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde ",
+      "3 :b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+      "99999999999999999999:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde",
+      "1x:b5ebee7184dc317bf497658b170b3af0c5ad3cb891b37e4f651b56b080a8ffde"};
   for (size_t i = 0; i < sizeof bad_heads / sizeof bad_heads[0]; i++)
     assert_int_equal(jb_audit_head_parse(bad_heads[i], &h, NULL), -1);
 }

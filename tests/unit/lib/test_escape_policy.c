@@ -13,7 +13,8 @@ static void defaults_abort_every_escape(void **state) {
   (void)state;
   struct jb_escape_policy p;
   jb_error err = {0};
-  assert_int_equal(jb_escape_policy_parse(&p, JB_ESCAPE_KINDS_TEXT, JB_ALERT_AFTER_DEFAULT, 20, &err), 0);
+  assert_int_equal(
+      jb_escape_policy_parse(&p, JB_ESCAPE_KINDS_TEXT, JB_ALERT_AFTER_DEFAULT, 20, &err), 0);
   for (int k = 0; k < JB_SIG_ESCAPE_COUNT; k++) assert_true(p.abort[k]);
   assert_false(p.abort[JB_SIG_EXCLUDED_PATH]);
   assert_false(p.abort[JB_SIG_DENIED_PATH]);
@@ -28,7 +29,8 @@ static void kinds_left_out_alert(void **state) {
   jb_error err = {0};
   /* only traversal aborts; the other escape kinds alert at each occurrence, and a count
    * given for one of them is kept */
-  assert_int_equal(jb_escape_policy_parse(&p, " path_traversal ", "hard_link:2, excluded_path:5", 0, &err), 0);
+  assert_int_equal(
+      jb_escape_policy_parse(&p, " path_traversal ", "hard_link:2, excluded_path:5", 0, &err), 0);
   assert_true(p.abort[JB_SIG_PATH_TRAVERSAL]);
   assert_false(p.abort[JB_SIG_ABSOLUTE_PATH]);
   assert_int_equal(p.alert_after[JB_SIG_ABSOLUTE_PATH], 1);
@@ -60,7 +62,8 @@ static void bad_values_are_refused(void **state) {
 
 static void names_round_trip(void **state) {
   (void)state;
-  for (int k = 0; k < JB_SIG_COUNT; k++) assert_int_equal(jb_signal_from_name(jb_signal_name(k)), k);
+  for (int k = 0; k < JB_SIG_COUNT; k++)
+    assert_int_equal(jb_signal_from_name(jb_signal_name(k)), k);
   assert_int_equal(jb_signal_from_name("seal"), -1);
   assert_string_equal(jb_signal_name(JB_SIG_COUNT), "unknown");
 }
@@ -87,7 +90,7 @@ static void config_refuses_a_bad_policy(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(defaults_abort_every_escape), cmocka_unit_test(kinds_left_out_alert),
-      cmocka_unit_test(bad_values_are_refused), cmocka_unit_test(names_round_trip),
+      cmocka_unit_test(bad_values_are_refused),      cmocka_unit_test(names_round_trip),
       cmocka_unit_test(config_refuses_a_bad_policy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

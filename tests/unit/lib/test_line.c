@@ -52,13 +52,20 @@ static char *run(const struct jb_line_opts *o, const char *in, size_t n, size_t 
       assert_int_equal(line[len], '\0');
       assert_int_equal(jb_buf_append(&out, "[", 1), 0);
       for (size_t j = 0; j < len; j++) {
-        if (line[j]) assert_int_equal(jb_buf_append(&out, &line[j], 1), 0);
-        else assert_int_equal(jb_buf_append(&out, "\\0", 2), 0);
+        if (line[j])
+          assert_int_equal(jb_buf_append(&out, &line[j], 1), 0);
+        else
+          assert_int_equal(jb_buf_append(&out, "\\0", 2), 0);
       }
       assert_int_equal(jb_buf_append(&out, "]", 1), 0);
       continue;
     }
-    assert_int_equal(jb_buf_append(&out, rc == JB_LINE_TOO_LONG ? "T" : rc == JB_LINE_NOMEM ? "M" : "E", 1), 0);
+    assert_int_equal(jb_buf_append(&out,
+                                   rc == JB_LINE_TOO_LONG ? "T"
+                                   : rc == JB_LINE_NOMEM  ? "M"
+                                                          : "E",
+                                   1),
+                     0);
     if (rc == JB_LINE_END) break;
     if (o->over == JB_LINE_FAIL) {
       /* ended: the same answer again, and every later byte dropped */
@@ -75,7 +82,8 @@ static char *run(const struct jb_line_opts *o, const char *in, size_t n, size_t 
 }
 
 /* run() with every chunk size from 1 to n + 1: all give `want`. */
-static void expect(const struct jb_line_opts *o, const char *in, size_t n, bool end, const char *want) {
+static void expect(const struct jb_line_opts *o, const char *in, size_t n, bool end,
+                   const char *want) {
   for (size_t c = 1; c <= n + 1; c++) {
     char *t = run(o, in, n, c, end);
     if (strcmp(t, want) != 0) fail_msg("chunks of %zu: got %s, want %s", c, t, want);
@@ -105,8 +113,9 @@ static void empty_lines(void **state) {
 static void cr_and_nul_are_bytes(void **state) {
   (void)state;
   struct jb_line_opts o = {.max_line = 8, .over = JB_LINE_FAIL};
-  EXPECT(&o, "a\r\nb\r\n", true, "[a\r][b\r]"
-                                 "E");
+  EXPECT(&o, "a\r\nb\r\n", true,
+         "[a\r][b\r]"
+         "E");
   EXPECT(&o, "a\0b\n\0\n", true, "[a\\0b][\\0]E");
 }
 
@@ -144,7 +153,7 @@ static void cap_exactly_and_one_over_skip_whole(void **state) {
   EXPECT(&o, "12345678\nok\n", true, "[12345678][ok]E");
   EXPECT(&o, "123456789\nok\n", true, "T[ok]E");
   EXPECT(&o, "123456789", false, "…"); /* only when the newline comes */
-  EXPECT(&o, "123456789", true, "E");  /* and never when the input ends first */
+  EXPECT(&o, "123456789", true, "E"); /* and never when the input ends first */
   EXPECT(&o, "x\n123456789abcdefghijklmnopqrstuvwxyz\n\ny\n", true, "[x]T[y]E");
 }
 
@@ -166,18 +175,19 @@ static void a_long_line_is_never_held_whole(void **state) {
 
 static void json_objects(void **state) {
   (void)state;
-  static const char in[] = "{\"a\":1}\n"
-                           "{\"a\":1,\"a\":2}\n"
-                           "[1]\n"
-                           "{\"x\":[[[[1]]]]}\n"
-                           "{\"x\":[[[[[1]]]]]}\n"
-                           "not json\n"
-                           "\n"
-                           "{\"k\":\"v\\u0000\"}\n";
+  static const char in[] =
+      "{\"a\":1}\n"
+      "{\"a\":1,\"a\":2}\n"
+      "[1]\n"
+      "{\"x\":[[[[1]]]]}\n"
+      "{\"x\":[[[[[1]]]]]}\n"
+      "not json\n"
+      "\n"
+      "{\"k\":\"v\\u0000\"}\n";
   json_t *o;
   jb_error err = {0};
-  int want[] = {JB_LINE_OK, JB_LINE_BAD_JSON, JB_LINE_BAD_JSON, JB_LINE_OK, JB_LINE_BAD_JSON,
-                JB_LINE_BAD_JSON, JB_LINE_BAD_JSON, JB_LINE_BAD_JSON};
+  int want[] = {JB_LINE_OK,       JB_LINE_BAD_JSON, JB_LINE_BAD_JSON, JB_LINE_OK,
+                JB_LINE_BAD_JSON, JB_LINE_BAD_JSON, JB_LINE_BAD_JSON, JB_LINE_BAD_JSON};
   struct jb_line_reader r;
   jb_line_init(&r, &(struct jb_line_opts){.max_line = 200, .over = JB_LINE_SKIP_WHOLE});
   size_t i = 0, k = 0;

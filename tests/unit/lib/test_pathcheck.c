@@ -18,13 +18,15 @@ static void path_ok(void **state) {
   assert_int_equal(chk("a"), JB_PATH_OK);
   assert_int_equal(chk("a/b/c.txt"), JB_PATH_OK);
   assert_int_equal(chk(".hidden/x"), JB_PATH_OK);
-  assert_int_equal(chk("...") , JB_PATH_OK);          /* not "..": an ordinary name */
+  assert_int_equal(chk("..."), JB_PATH_OK); /* not "..": an ordinary name */
   assert_int_equal(chk("a..b/..c"), JB_PATH_OK);
   /* decoded exactly once: these are ordinary bytes */
   assert_int_equal(chk("%2e%2e/etc/passwd"), JB_PATH_OK);
   assert_int_equal(chk("..\\..\\etc"), JB_PATH_OK);
   assert_int_equal(chk("\xe2\x80\xa4\xe2\x80\xa4/x"), JB_PATH_OK); /* U+2024 ONE DOT LEADER */
-  assert_int_equal(chk("\xef\xbc\x8f" "etc"), JB_PATH_OK);         /* U+FF0F FULLWIDTH SOLIDUS */
+  assert_int_equal(chk("\xef\xbc\x8f"
+                       "etc"),
+                   JB_PATH_OK); /* U+FF0F FULLWIDTH SOLIDUS */
   assert_int_equal(jb_path_check(".", 1, 1), JB_PATH_OK);
 }
 
@@ -68,7 +70,8 @@ static void exclusions(void **state) {
   assert_string_equal(which, "secrets");
   assert_true(jb_path_excluded("secrets/a/b.txt", g, NULL));
   assert_true(jb_path_excluded("key.pem", g, NULL));
-  assert_true(jb_path_excluded("dir/key.pem", g, NULL)); /* a glob without '/' names any component */
+  assert_true(
+      jb_path_excluded("dir/key.pem", g, NULL)); /* a glob without '/' names any component */
   assert_true(jb_path_excluded("dir/.git/hooks/x", g, NULL));
   json_t *g3 = json_pack("[s]", "secrets/*");
   assert_true(jb_path_excluded("secrets/.env", g3, NULL)); /* a leading dot is not special */

@@ -20,10 +20,10 @@ struct demo {
 
 #define O(f) offsetof(struct demo, f)
 static const struct jb_setting table[] = {
-  {"name", "DEMO_NAME", JB_SETTING_STRING, O(name), "anon", 0, 0, "who"},
-  {"count", "DEMO_COUNT", JB_SETTING_INT, O(count), "3", 1, 10, "how many, 1..10"},
-  {"hold", "DEMO_HOLD", JB_SETTING_BOOL, O(hold), "0", 0, 0, "1: hold"},
-  {NULL, "DEMO_QUIET", JB_SETTING_STRING, O(quiet), "", 0, 0, "read from the environment only"},
+    {"name", "DEMO_NAME", JB_SETTING_STRING, O(name), "anon", 0, 0, "who"},
+    {"count", "DEMO_COUNT", JB_SETTING_INT, O(count), "3", 1, 10, "how many, 1..10"},
+    {"hold", "DEMO_HOLD", JB_SETTING_BOOL, O(hold), "0", 0, 0, "1: hold"},
+    {NULL, "DEMO_QUIET", JB_SETTING_STRING, O(quiet), "", 0, 0, "read from the environment only"},
 };
 #undef O
 #define N JB_SETTINGS_COUNT(table)
@@ -75,7 +75,7 @@ static void environment_then_flags(void **state) {
   assert_int_equal(load(&d, argv, NULL), 0);
   assert_string_equal(d.name, "from-flag"); /* flag over environment */
   assert_int_equal(d.count, 7);
-  assert_true(d.hold);                      /* environment over default */
+  assert_true(d.hold); /* environment over default */
   assert_string_equal(d.quiet, "shh");
   jb_settings_free(&d, table, N);
 
@@ -105,7 +105,8 @@ static void bad_values(void **state) {
   (void)state;
   refused((char *[]){"demo", "--count=many", NULL},
           "DEMO_COUNT: 'many' is not a whole number (from command line)");
-  refused((char *[]){"demo", "--count=11", NULL}, "DEMO_COUNT: 11 is outside 1..10 (from command line)");
+  refused((char *[]){"demo", "--count=11", NULL},
+          "DEMO_COUNT: 11 is outside 1..10 (from command line)");
   refused((char *[]){"demo", "--hold=2", NULL}, "DEMO_HOLD: 2 is outside 0..1 (from command line)");
   refused((char *[]){"demo", "--hold=yes", NULL},
           "DEMO_HOLD: 'yes' is not a whole number (from command line)");
@@ -161,8 +162,10 @@ static void listing(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup(defaults, reset),   cmocka_unit_test_setup(environment_then_flags, reset),
-      cmocka_unit_test_setup(bad_values, reset), cmocka_unit_test_setup(help_wins, reset),
+      cmocka_unit_test_setup(defaults, reset),
+      cmocka_unit_test_setup(environment_then_flags, reset),
+      cmocka_unit_test_setup(bad_values, reset),
+      cmocka_unit_test_setup(help_wins, reset),
       cmocka_unit_test_setup(listing, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,8 +15,14 @@
 
 /* Appends a frame of `stream` with `n` payload bytes to `b`. */
 static void frame(struct jb_buf *b, int stream, const char *payload, size_t n) {
-  unsigned char h[8] = {(unsigned char)stream, 0, 0, 0, (unsigned char)(n >> 24),
-                        (unsigned char)(n >> 16), (unsigned char)(n >> 8), (unsigned char)n};
+  unsigned char h[8] = {(unsigned char)stream,
+                        0,
+                        0,
+                        0,
+                        (unsigned char)(n >> 24),
+                        (unsigned char)(n >> 16),
+                        (unsigned char)(n >> 8),
+                        (unsigned char)n};
   assert_int_equal(jb_buf_append(b, h, sizeof h), 0);
   assert_int_equal(jb_buf_append(b, payload, n), 0);
 }
@@ -54,7 +60,7 @@ static void frames_whatever_the_chunking(void **state) {
   jb_buf_init(&in, 4096);
   FRAME(&in, 1, "hello ");
   FRAME(&in, 2, "warn: x\n");
-  FRAME(&in, 1, "");  /* empty frames are allowed */
+  FRAME(&in, 1, ""); /* empty frames are allowed */
   FRAME(&in, 1, "world\n");
   FRAME(&in, 2, "");
   FRAME(&in, 2, "more");
@@ -115,7 +121,9 @@ static void bad_headers(void **state) {
   (void)state;
   static const unsigned char bad[][8] = {
       {0, 0, 0, 0, 0, 0, 0, 1}, /* stdin: never sent to us */
-      {3, 0, 0, 0, 0, 0, 0, 1}, {1, 1, 0, 0, 0, 0, 0, 1}, {2, 0, 0, 9, 0, 0, 0, 1},
+      {3, 0, 0, 0, 0, 0, 0, 1},
+      {1, 1, 0, 0, 0, 0, 0, 1},
+      {2, 0, 0, 9, 0, 0, 0, 1},
       {'{', '"', 'i', 'd', '"', ':', '1', '}'}, /* a raw line: not a frame */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -157,8 +165,8 @@ static void lines_across_frames(void **state) {
     struct jb_attach_demux d;
     jb_attach_demux_init(&d);
     struct jb_line_reader r;
-    jb_line_init(&r, &(struct jb_line_opts){.max_line = 32, .over = JB_LINE_SKIP_WHOLE,
-                                            .skip_empty = true});
+    jb_line_init(
+        &r, &(struct jb_line_opts){.max_line = 32, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
     struct jb_buf got;
     jb_buf_init(&got, 4096);
     for (size_t i = 0; i < in.len;) {
@@ -175,8 +183,10 @@ static void lines_across_frames(void **state) {
       char *line;
       size_t n;
       while ((rc = jb_line_next(&r, &line, &n)) != JB_LINE_AGAIN) {
-        if (rc == JB_LINE_OK) assert_int_equal(jb_buf_appendf(&got, "[%s]", line), 0);
-        else assert_int_equal(jb_buf_appendf(&got, "T"), 0);
+        if (rc == JB_LINE_OK)
+          assert_int_equal(jb_buf_appendf(&got, "[%s]", line), 0);
+        else
+          assert_int_equal(jb_buf_appendf(&got, "T"), 0);
       }
     }
     assert_string_equal(got.data, "[{\"event\":\"ready\"}][{\"id\":1}][{\"id\":2}]T[{\"id\":3}]");

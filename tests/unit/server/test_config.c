@@ -46,9 +46,9 @@ static void env_then_flags(void **state) {
   struct jb_config c;
   char *argv[] = {"jailboxd", "--state-dir=/flag/state", "--http-threads", "7", NULL};
   assert_int_equal(jb_config_load(&c, 4, argv, get_fake, NULL), 0);
-  assert_string_equal(c.listen, "0.0.0.0:9000");    /* environment over default */
+  assert_string_equal(c.listen, "0.0.0.0:9000"); /* environment over default */
   assert_int_equal(c.max_body_bytes, 2048);
-  assert_string_equal(c.state_dir, "/flag/state");  /* flag over environment */
+  assert_string_equal(c.state_dir, "/flag/state"); /* flag over environment */
   assert_int_equal(c.http_threads, 7);
   jb_config_free(&c);
 }
@@ -99,12 +99,14 @@ static void help_flag(void **state) {
   jb_config_print_help(f, "jailboxd");
   fclose(f);
   /* every setting is listed with its variable and default */
-  const char *must[] = {"JAILBOX_LISTEN", "JAILBOX_STATE_DIR", "JAILBOX_DATABASE_URL",
-                        "JAILBOX_MAX_BODY_BYTES", "JAILBOX_DB_USER", "default: ./var"};
+  const char *must[] = {"JAILBOX_LISTEN",         "JAILBOX_STATE_DIR", "JAILBOX_DATABASE_URL",
+                        "JAILBOX_MAX_BODY_BYTES", "JAILBOX_DB_USER",   "default: ./var"};
   for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) assert_non_null(strstr(buf, must[i]));
   /* the row form tests/integration/readme_config.sh reads */
-  assert_non_null(strstr(buf, "\n  --listen               JAILBOX_LISTEN               default: 127.0.0.1:8080\n"
-                              "      HTTP address host:port"));
+  assert_non_null(
+      strstr(buf,
+             "\n  --listen               JAILBOX_LISTEN               default: 127.0.0.1:8080\n"
+             "      HTTP address host:port"));
   free(buf);
 }
 
@@ -125,8 +127,8 @@ static void listen_forms(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup(defaults, reset),   cmocka_unit_test_setup(env_then_flags, reset),
-      cmocka_unit_test_setup(bad_values, reset), cmocka_unit_test_setup(help_flag, reset),
+      cmocka_unit_test_setup(defaults, reset),     cmocka_unit_test_setup(env_then_flags, reset),
+      cmocka_unit_test_setup(bad_values, reset),   cmocka_unit_test_setup(help_flag, reset),
       cmocka_unit_test_setup(listen_forms, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

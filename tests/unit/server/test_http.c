@@ -52,8 +52,8 @@ static void route_matching(void **state) {
   assert_int_equal(n, 0);
   assert_false(jb_route_match("/healthz", "/healthz/", buf, sizeof buf, p, &n));
   assert_false(jb_route_match("/healthz", "/health", buf, sizeof buf, p, &n));
-  assert_true(jb_route_match("/v1/jailbox/:jobId/approve/:opId", "/v1/jailbox/j-1/approve/42",
-                             buf, sizeof buf, p, &n));
+  assert_true(jb_route_match("/v1/jailbox/:jobId/approve/:opId", "/v1/jailbox/j-1/approve/42", buf,
+                             sizeof buf, p, &n));
   assert_int_equal(n, 2);
   assert_string_equal(p[0], "j-1");
   assert_string_equal(p[1], "42");

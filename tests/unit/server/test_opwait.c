@@ -33,8 +33,16 @@ static void notice_parse(void **state) {
   assert_int_equal(jb_op_notice_parse("0 active a b c", &id, st, &job), 0);
   assert_int_equal(id, 0);
   assert_string_equal(job, "a b c"); /* the job id is the rest, spaces and all */
-  const char *bad[] = {"", "42", "42 done", "42 done ", "x done j", "-1 done j", "42  j",
-                       "42 averyveryverylongstatename j", "99999999999999999999 done j", NULL};
+  const char *bad[] = {"",
+                       "42",
+                       "42 done",
+                       "42 done ",
+                       "x done j",
+                       "-1 done j",
+                       "42  j",
+                       "42 averyveryverylongstatename j",
+                       "99999999999999999999 done j",
+                       NULL};
   for (int i = 0; bad[i]; i++) assert_int_equal(jb_op_notice_parse(bad[i], &id, st, &job), -1);
 }
 

@@ -54,9 +54,24 @@ static void redis_urls(void **state) {
   assert_string_equal(a.user, "");
   assert_string_equal(a.password, "pw");
 
-  const char *bad[] = {"", "http://h", "redis://", "redis://h:0", "redis://h:65536", "redis://h:12x",
-                       "redis://h:", "redis://[::1", "redis://[]:1", "redis://h/db1", "redis://h?x=1",
-                       "redis://h x", "redis://h\n", "unix://relative.sock", "redis://h#f", "unix://pw@relative.sock", "unix://", NULL};
+  const char *bad[] = {"",
+                       "http://h",
+                       "redis://",
+                       "redis://h:0",
+                       "redis://h:65536",
+                       "redis://h:12x",
+                       "redis://h:",
+                       "redis://[::1",
+                       "redis://[]:1",
+                       "redis://h/db1",
+                       "redis://h?x=1",
+                       "redis://h x",
+                       "redis://h\n",
+                       "unix://relative.sock",
+                       "redis://h#f",
+                       "unix://pw@relative.sock",
+                       "unix://",
+                       NULL};
   for (int i = 0; bad[i]; i++) {
     memset(&err, 0, sizeof err);
     assert_int_equal(jb_redis_url_parse(bad[i], &a, &err), -1);
@@ -90,7 +105,8 @@ static int accepted(const char *channel, const char *msg, size_t len) {
 static void redis_messages(void **state) {
   const char *ok = "{\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":{\"opId\":1}}";
   assert_int_equal(accepted("jailbox:session:j1", ok, strlen(ok)), 0);
-  assert_int_equal(accepted("jailbox:session:j2", ok, strlen(ok)), -1);  /* another session's channel */
+  assert_int_equal(accepted("jailbox:session:j2", ok, strlen(ok)),
+                   -1); /* another session's channel */
   assert_int_equal(accepted("jailbox:sessions:j1", ok, strlen(ok)), -1); /* not our prefix */
   assert_int_equal(accepted("jailbox:session:j1", ok, strlen(ok) - 1), -1); /* cut short */
   const char *dup = "{\"job\":\"j1\",\"job\":\"j1\",\"event\":\"jailbox:op\",\"payload\":{}}";
@@ -121,7 +137,8 @@ static void redis_messages(void **state) {
   memset(b, ' ', big);
   memcpy(b, ok, strlen(ok));
   assert_int_equal(accepted("jailbox:session:j1", b, big), -1);
-  assert_int_equal(accepted("jailbox:session:j1", b, strlen(ok) + 10), 0); /* trailing spaces are fine */
+  assert_int_equal(accepted("jailbox:session:j1", b, strlen(ok) + 10),
+                   0); /* trailing spaces are fine */
   free(b);
   assert_int_equal(accepted(NULL, ok, strlen(ok)), -1);
 }
@@ -226,32 +243,32 @@ static void w_hist(FILE *f) { jb_prom_histogram(f, "jailbox_h_seconds", "H.", &h
 
 static void prom_text(void **state) {
   char *t = render(w_samples);
-  assert_string_equal(t, "# HELP jailbox_x Line one\\\\two\\nthree\n# TYPE jailbox_x gauge\n"
-                         "jailbox_x 3\n"
-                         "jailbox_x{a=\"q\\\"uo\\\\te\\nnl\",b=\"\"} 0.25\n");
+  assert_string_equal(t,
+                      "# HELP jailbox_x Line one\\\\two\\nthree\n# TYPE jailbox_x gauge\n"
+                      "jailbox_x 3\n"
+                      "jailbox_x{a=\"q\\\"uo\\\\te\\nnl\",b=\"\"} 0.25\n");
   free(t);
-  jb_histogram_observe(&h_test, 500000);      /* 0.5 ms */
-  jb_histogram_observe(&h_test, 1000000);     /* exactly 1 ms: le="0.001" includes it */
-  jb_histogram_observe(&h_test, 50000000);    /* 50 ms */
-  jb_histogram_observe(&h_test, 2000000000);  /* 2 s: +Inf only */
-  jb_histogram_observe(&h_test, -5);          /* clock oddity: counted as 0 */
+  jb_histogram_observe(&h_test, 500000); /* 0.5 ms */
+  jb_histogram_observe(&h_test, 1000000); /* exactly 1 ms: le="0.001" includes it */
+  jb_histogram_observe(&h_test, 50000000); /* 50 ms */
+  jb_histogram_observe(&h_test, 2000000000); /* 2 s: +Inf only */
+  jb_histogram_observe(&h_test, -5); /* clock oddity: counted as 0 */
   t = render(w_hist);
-  assert_string_equal(t, "# HELP jailbox_h_seconds H.\n# TYPE jailbox_h_seconds histogram\n"
-                         "jailbox_h_seconds_bucket{le=\"0.001\"} 3\n"
-                         "jailbox_h_seconds_bucket{le=\"0.01\"} 3\n"
-                         "jailbox_h_seconds_bucket{le=\"0.1\"} 4\n"
-                         "jailbox_h_seconds_bucket{le=\"+Inf\"} 5\n"
-                         "jailbox_h_seconds_sum 2.0515\n"
-                         "jailbox_h_seconds_count 5\n");
+  assert_string_equal(t,
+                      "# HELP jailbox_h_seconds H.\n# TYPE jailbox_h_seconds histogram\n"
+                      "jailbox_h_seconds_bucket{le=\"0.001\"} 3\n"
+                      "jailbox_h_seconds_bucket{le=\"0.01\"} 3\n"
+                      "jailbox_h_seconds_bucket{le=\"0.1\"} 4\n"
+                      "jailbox_h_seconds_bucket{le=\"+Inf\"} 5\n"
+                      "jailbox_h_seconds_sum 2.0515\n"
+                      "jailbox_h_seconds_count 5\n");
   free(t);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(redis_urls),
-      cmocka_unit_test(redis_messages),
-      cmocka_unit_test(redis_reader_limits),
-      cmocka_unit_test(bus_transport),
+      cmocka_unit_test(redis_urls),          cmocka_unit_test(redis_messages),
+      cmocka_unit_test(redis_reader_limits), cmocka_unit_test(bus_transport),
       cmocka_unit_test(prom_text),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

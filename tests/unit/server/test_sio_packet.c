@@ -12,7 +12,8 @@
 #include "server/ws_frame.h"
 
 /* Decodes the NUL-terminated `text`; expects verdict `v`. The caller clears *rx. */
-static void parse(const char *text, enum jb_sio_phase phase, enum jb_sio_verdict v, struct jb_sio_rx *rx) {
+static void parse(const char *text, enum jb_sio_phase phase, enum jb_sio_verdict v,
+                  struct jb_sio_rx *rx) {
   assert_int_equal(jb_sio_parse(text, strlen(text), phase, rx), v);
 }
 
@@ -34,7 +35,8 @@ static void assert_json(json_t *got, const char *want) {
   json_decref(w);
 }
 
-static const enum jb_sio_phase C = JB_SIO_PHASE_CONNECTED, O = JB_SIO_PHASE_OPEN, P = JB_SIO_PHASE_CONNECTING;
+static const enum jb_sio_phase C = JB_SIO_PHASE_CONNECTED, O = JB_SIO_PHASE_OPEN,
+                               P = JB_SIO_PHASE_CONNECTING;
 
 /* ---------- Engine.IO ---------- */
 
@@ -182,22 +184,24 @@ static void events(void **state) {
   assert_int_equal(strlen(rx.name), 64);
   jb_sio_rx_clear(&rx);
   snprintf(name, sizeof name, "42[\"%s\"]", e65);
-  refused(name, C, JB_WS_CLOSE_POLICY, "EVENT payload must be a non-empty array starting with the event name");
+  refused(name, C, JB_WS_CLOSE_POLICY,
+          "EVENT payload must be a non-empty array starting with the event name");
 
   const char *bad[] = {
-      "42",                   /* no data */
-      "42[]",                 /* no name */
-      "42[1,2]",              /* name not a string */
-      "42[\"\"]",             /* empty name */
-      "42{\"a\":1}",          /* not an array */
-      "42[\"x\"",             /* malformed */
-      "42[\"x\"]]",           /* trailing bytes */
+      "42", /* no data */
+      "42[]", /* no name */
+      "42[1,2]", /* name not a string */
+      "42[\"\"]", /* empty name */
+      "42{\"a\":1}", /* not an array */
+      "42[\"x\"", /* malformed */
+      "42[\"x\"]]", /* trailing bytes */
       "42[\"x\",{\"a\":1,\"a\":2}]", /* duplicate keys */
-      "42[\"a\\u0000b\"]",    /* NUL inside the name */
+      "42[\"a\\u0000b\"]", /* NUL inside the name */
       "42[\"x\",NaN]",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    refused(bad[i], C, JB_WS_CLOSE_POLICY, "EVENT payload must be a non-empty array starting with the event name");
+    refused(bad[i], C, JB_WS_CLOSE_POLICY,
+            "EVENT payload must be a non-empty array starting with the event name");
   /* depth 32 in all passes, 33 does not */
   char deep[128] = "42[\"x\"";
   for (int i = 0; i < 31; i++) strcat(deep, i ? "[" : ",[");
@@ -209,7 +213,8 @@ static void events(void **state) {
   for (int i = 0; i < 32; i++) strcat(deeper, i ? "[" : ",[");
   for (int i = 0; i < 32; i++) strcat(deeper, "]");
   strcat(deeper, "]");
-  refused(deeper, C, JB_WS_CLOSE_POLICY, "EVENT payload must be a non-empty array starting with the event name");
+  refused(deeper, C, JB_WS_CLOSE_POLICY,
+          "EVENT payload must be a non-empty array starting with the event name");
 
   /* before CONNECT (decided before anything else of the packet) */
   refused("42[\"x\"]", O, JB_WS_CLOSE_POLICY, "packet before CONNECT");
@@ -271,7 +276,8 @@ static void encoders(void **state) {
   memset(nsp, 'n', JB_SIO_MAX_NSP);
   nsp[0] = '/';
   nsp[JB_SIO_MAX_NSP] = '\0';
-  assert_int_equal(jb_sio_head(h, JB_SIO_EVENT, nsp, JB_SIO_ACK_ID_MAX), 2 + JB_SIO_MAX_NSP + 1 + 16);
+  assert_int_equal(jb_sio_head(h, JB_SIO_EVENT, nsp, JB_SIO_ACK_ID_MAX),
+                   2 + JB_SIO_MAX_NSP + 1 + 16);
   assert_string_equal(JB_SIO_TEXT_DISCONNECT, "41");
 
   char *s = jb_sio_event_data("jailbox:op", json_pack("{s:i,s:s}", "a", 1, "b", "é/\""));
@@ -305,8 +311,10 @@ static void encoders(void **state) {
   assert_string_equal(out, "40{\"sid\":\"abcdefghijklmnopqrstu\"}");
   n = jb_eio_open(out, sizeof out, "sid1", 25000, 20000, 1000000);
   assert_int_equal(n, strlen(out));
-  assert_string_equal(out, "0{\"sid\":\"sid1\",\"upgrades\":[],\"pingInterval\":25000,\"pingTimeout\":20000,"
-                           "\"maxPayload\":1000000}");
+  assert_string_equal(
+      out,
+      "0{\"sid\":\"sid1\",\"upgrades\":[],\"pingInterval\":25000,\"pingTimeout\":20000,"
+      "\"maxPayload\":1000000}");
   /* the encoders' packets decode back */
   struct jb_sio_rx rx;
   s = jb_sio_event_data("back", json_integer(5));
@@ -321,8 +329,9 @@ static void encoders(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(engine_packets), cmocka_unit_test(socket_types), cmocka_unit_test(connect_packets),
-      cmocka_unit_test(namespaces),     cmocka_unit_test(events),       cmocka_unit_test(ack_ids),
+      cmocka_unit_test(engine_packets),  cmocka_unit_test(socket_types),
+      cmocka_unit_test(connect_packets), cmocka_unit_test(namespaces),
+      cmocka_unit_test(events),          cmocka_unit_test(ack_ids),
       cmocka_unit_test(encoders),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,8 @@ static const unsigned char KEY[4] = {0x37, 0xfa, 0x21, 0x3d};
 
 /* A client frame: first byte `b0` (FIN, RSV, opcode), masked with KEY when `mask`; the length
  * in its shortest form unless `wide` forces the 16-bit (2) or 64-bit (8) form. */
-static size_t cframe_wide(unsigned char *out, unsigned b0, bool mask, const void *payload, size_t len, int wide) {
+static size_t cframe_wide(unsigned char *out, unsigned b0, bool mask, const void *payload,
+                          size_t len, int wide) {
   size_t n = 0;
   out[n++] = (unsigned char)b0;
   unsigned char m = mask ? 0x80 : 0;
@@ -46,12 +47,14 @@ static size_t cframe(unsigned char *out, unsigned b0, const void *payload, size_
   return cframe_wide(out, b0, true, payload, len, 0);
 }
 
-static size_t text_frame(unsigned char *out, const char *s) { return cframe(out, 0x81, s, strlen(s)); }
+static size_t text_frame(unsigned char *out, const char *s) {
+  return cframe(out, 0x81, s, strlen(s));
+}
 
 /* Reads everything in buf (one call per result); stops at the first result that is not MORE
  * and reports how many bytes were used in total. */
-static enum jb_ws_read_result read_one(struct jb_ws_reader *r, const unsigned char *buf, size_t n, size_t *total,
-                                       struct jb_ws_read *out) {
+static enum jb_ws_read_result read_one(struct jb_ws_reader *r, const unsigned char *buf, size_t n,
+                                       size_t *total, struct jb_ws_read *out) {
   size_t used;
   enum jb_ws_read_result res = jb_ws_reader_next(r, buf, n, &used, out);
   assert_true(used <= n);
@@ -73,7 +76,8 @@ static size_t read_bytewise(struct jb_ws_reader *r, const unsigned char *buf, si
   return k;
 }
 
-static void expect_error(const unsigned char *buf, size_t n, size_t max_payload, unsigned code, const char *reason) {
+static void expect_error(const unsigned char *buf, size_t n, size_t max_payload, unsigned code,
+                         const char *reason) {
   struct jb_ws_reader r;
   jb_ws_reader_init(&r, max_payload);
   struct jb_ws_read out;
@@ -97,9 +101,9 @@ static void expect_error(const unsigned char *buf, size_t n, size_t max_payload,
 
 /* ---------- the upgrade request ---------- */
 
-#define GOOD_REQ                                                                                    \
-  "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"        \
-  "Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"              \
+#define GOOD_REQ                                                                            \
+  "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n" \
+  "Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"      \
   "Sec-WebSocket-Version: 13\r\n\r\n"
 
 static enum jb_ws_handshake_result hs_all(const char *req, struct jb_ws_verdict *v) {
@@ -125,17 +129,20 @@ static void handshake_accepts(void **state) {
   /* RFC 6455 §1.3's example key and answer */
   assert_string_equal(v.accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
   /* /socket.io without the slash, LF-only header lines, more query parameters */
-  assert_int_equal(hs_all("GET /socket.io?t=1&EIO=4&transport=websocket HTTP/1.0\r\nupgrade: WebSocket\n"
-                          "connection: upgrade\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\n"
-                          "sec-websocket-version: 13\r\n\r\n",
-                          &v),
-                   JB_WS_HS_UPGRADE);
+  assert_int_equal(
+      hs_all("GET /socket.io?t=1&EIO=4&transport=websocket HTTP/1.0\r\nupgrade: WebSocket\n"
+             "connection: upgrade\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\n"
+             "sec-websocket-version: 13\r\n\r\n",
+             &v),
+      JB_WS_HS_UPGRADE);
 
   char resp[256];
   size_t n = jb_ws_handshake_response(resp, sizeof resp, v.accept);
   assert_int_equal(n, strlen(resp));
-  assert_string_equal(resp, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
+  assert_string_equal(
+      resp,
+      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n");
 }
 
 static void handshake_chunked_and_trailing_frames(void **state) {
@@ -167,7 +174,8 @@ static void handshake_chunked_and_trailing_frames(void **state) {
 static void handshake_refusals(void **state) {
   hs_refused("GET /other/?EIO=4&transport=websocket HTTP/1.1\r\n\r\n", 404, 3,
              "not found: Socket.IO is served at /socket.io/");
-  hs_refused("GET /socket.io/x?EIO=4 HTTP/1.1\r\n\r\n", 404, 3, "not found: Socket.IO is served at /socket.io/");
+  hs_refused("GET /socket.io/x?EIO=4 HTTP/1.1\r\n\r\n", 404, 3,
+             "not found: Socket.IO is served at /socket.io/");
   hs_refused("GET /socket.io/\r\n\r\n", 400, 3, "bad request line");
   hs_refused("GET /socket.io/ SPDY/3\r\n\r\n", 400, 3, "bad request line");
   hs_refused("\r\n\r\n", 400, 3, "bad request line");
@@ -181,37 +189,49 @@ static void handshake_refusals(void **state) {
              "Unsupported protocol version: EIO=4 only");
   hs_refused("GET /socket.io/?EIO=4&transport=websocket&sid=abc HTTP/1.1\r\n\r\n", 400, 1,
              "Session ID unknown: there is no polling session to upgrade");
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", 400, 3,
-             "folded header lines are refused");
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nno colon\r\n\r\n", 400, 3, "bad header line");
+  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+             400, 3, "folded header lines are refused");
+  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nno colon\r\n\r\n", 400, 3,
+             "bad header line");
   hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\n: empty name\r\n\r\n", 400, 3,
              "bad header line");
   /* no Upgrade; two keys; Connection without upgrade */
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nConnection: Upgrade\r\n"
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-             400, 3, "a WebSocket upgrade request is required");
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-             "Sec-WebSocket-Version: 13\r\n\r\n",
-             400, 3, "a WebSocket upgrade request is required");
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: close\r\n"
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-             400, 3, "a WebSocket upgrade request is required");
+  hs_refused(
+      "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nConnection: Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+      400, 3, "a WebSocket upgrade request is required");
+  hs_refused(
+      "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Key: "
+      "dGhlIHNhbXBsZSBub25jZQ==\r\n"
+      "Sec-WebSocket-Version: 13\r\n\r\n",
+      400, 3, "a WebSocket upgrade request is required");
+  hs_refused(
+      "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: "
+      "close\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+      400, 3, "a WebSocket upgrade request is required");
   struct jb_ws_verdict v;
-  assert_int_equal(hs_all("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\n"
-                          "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                          "Sec-WebSocket-Version: 8\r\n\r\n",
-                          &v),
-                   JB_WS_HS_REFUSE);
+  assert_int_equal(
+      hs_all("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\n"
+             "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+             "Sec-WebSocket-Version: 8\r\n\r\n",
+             &v),
+      JB_WS_HS_REFUSE);
   assert_int_equal(v.status, 426);
   assert_string_equal(v.headers, "Sec-WebSocket-Version: 13\r\n");
   /* a key that is not 16 bytes of base64 */
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ\r\nSec-WebSocket-Version: 13\r\n\r\n",
-             400, 3, "bad Sec-WebSocket-Key");
-  hs_refused("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ!=\r\nSec-WebSocket-Version: 13\r\n\r\n",
-             400, 3, "bad Sec-WebSocket-Key");
+  hs_refused(
+      "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ\r\nSec-WebSocket-Version: 13\r\n\r\n",
+      400, 3, "bad Sec-WebSocket-Key");
+  hs_refused(
+      "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nUpgrade: websocket\r\nConnection: "
+      "Upgrade\r\n"
+      "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ!=\r\nSec-WebSocket-Version: 13\r\n\r\n",
+      400, 3, "bad Sec-WebSocket-Key");
 }
 
 static void handshake_nul_and_size(void **state) {
@@ -228,7 +248,8 @@ static void handshake_nul_and_size(void **state) {
   assert_non_null(big);
   memset(big, 'a', JB_WS_HTTP_HEAD_MAX + 100);
   struct jb_ws_handshake hs2 = {0};
-  assert_int_equal(jb_ws_handshake_feed(&hs2, big, JB_WS_HTTP_HEAD_MAX - 1, &used, &v), JB_WS_HS_MORE);
+  assert_int_equal(jb_ws_handshake_feed(&hs2, big, JB_WS_HTTP_HEAD_MAX - 1, &used, &v),
+                   JB_WS_HS_MORE);
   assert_int_equal(jb_ws_handshake_feed(&hs2, big, 100, &used, &v), JB_WS_HS_REFUSE);
   assert_int_equal(v.status, 431);
   assert_string_equal(v.message, "request head too large");
@@ -237,7 +258,9 @@ static void handshake_nul_and_size(void **state) {
 }
 
 static void http_error_text(void **state) {
-  struct jb_ws_verdict v = {.status = 426, .headers = "Sec-WebSocket-Version: 13\r\n", .eio_code = 3,
+  struct jb_ws_verdict v = {.status = 426,
+                            .headers = "Sec-WebSocket-Version: 13\r\n",
+                            .eio_code = 3,
                             .message = "WebSocket version 13 is required"};
   size_t len;
   char *t = jb_ws_http_error(&v, &len);
@@ -245,10 +268,11 @@ static void http_error_text(void **state) {
   assert_int_equal(len, strlen(t));
   const char *body = "{\"code\":3,\"message\":\"WebSocket version 13 is required\"}";
   char want[512];
-  snprintf(want, sizeof want,
-           "HTTP/1.1 426 Upgrade Required\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-           "Access-Control-Allow-Origin: *\r\nConnection: close\r\nSec-WebSocket-Version: 13\r\n\r\n%s",
-           strlen(body), body);
+  snprintf(
+      want, sizeof want,
+      "HTTP/1.1 426 Upgrade Required\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+      "Access-Control-Allow-Origin: *\r\nConnection: close\r\nSec-WebSocket-Version: 13\r\n\r\n%s",
+      strlen(body), body);
   assert_string_equal(t, want);
   free(t);
   v = (struct jb_ws_verdict){.status = 499, .eio_code = 0, .message = "x"};
@@ -326,11 +350,11 @@ static void reads_fragments_with_control_between(void **state) {
   struct jb_ws_reader r;
   jb_ws_reader_init(&r, 1000);
   unsigned char buf[256];
-  size_t n = cframe(buf, 0x01, "he", 2);         /* text, not final */
-  n += cframe(buf + n, 0x89, "pp", 2);           /* ping in the middle */
-  n += cframe(buf + n, 0x00, "l", 1);            /* continuation */
-  n += cframe(buf + n, 0x8A, "", 0);             /* pong */
-  n += cframe(buf + n, 0x80, "lo", 2);           /* final continuation */
+  size_t n = cframe(buf, 0x01, "he", 2); /* text, not final */
+  n += cframe(buf + n, 0x89, "pp", 2); /* ping in the middle */
+  n += cframe(buf + n, 0x00, "l", 1); /* continuation */
+  n += cframe(buf + n, 0x8A, "", 0); /* pong */
+  n += cframe(buf + n, 0x80, "lo", 2); /* final continuation */
   enum jb_ws_read_result res[8];
   struct jb_ws_read outs[8];
   /* byte by byte */
@@ -572,7 +596,8 @@ static void every_chunking_gives_the_same(void **state) {
         p += used;
         left -= used;
         if (res == JB_WS_READ_MORE) break;
-        if (res == JB_WS_READ_PING) pings++;
+        if (res == JB_WS_READ_PING)
+          pings++;
         else if (res == JB_WS_READ_TEXT) {
           assert_true(nt < 2);
           texts[nt++] = out.text;
