@@ -10,6 +10,8 @@ ROOT=$(pwd)
 
 echo "== layout (folder include rules)"
 ./tests/layout.sh
+echo "== C style (.clang-format)"
+./tests/format.sh
 
 echo "== node packages for the client tests"
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
