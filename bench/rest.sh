@@ -26,9 +26,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- jailboxd with its embedded database
+# --- jailboxd with its embedded database, no workers (REST only: a session that launched
+#     without its image would fail and revoke its tokens)
 mkdir -p "$T/ws/bench"
-JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$T/state" JAILBOX_WORKSPACE_ROOT="$T/ws" \
+JAILBOX_WORKERS=0 JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$T/state" JAILBOX_WORKSPACE_ROOT="$T/ws" \
   JAILBOX_LOG_LEVEL=info JAILBOX_WS_LISTEN=127.0.0.1:0 JAILBOX_HTTP_THREADS=${JB_HTTP_THREADS:-8} JAILBOX_DB_POOL_SIZE=${JB_DB_POOL:-16} \
   "$ROOT/build/jailboxd" 2>"$T/jb.log" &
 JB_PID=$!
