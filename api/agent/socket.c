@@ -24,6 +24,7 @@
 #include "lib/json.h"
 #include "lib/line.h"
 #include "api/agent/ops.h"
+#include "api/agent/tools.h"
 #include "db/audit_store.h"
 #include "db/prescan.h"
 #include "db/sessions.h"
@@ -356,43 +357,6 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
 
 /* ---------- the agent's MCP channel (MCP 2025-06-18 over JSON-RPC 2.0) ---------- */
 
-static json_t *tool_schema(const char *name, const char *title, const char *desc, json_t *props,
-                           json_t *required) {
-  return json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o,s:b}}", "name", name, "title", title, "description",
-                   desc, "inputSchema", "type", "object", "properties", props, "required", required,
-                   "additionalProperties", 0);
-}
-
-/* The agent's tools with JSON Schemas of their arguments. New reference. */
-static json_t *tools_list(void) {
-  json_t *path = json_pack("{s:s,s:i,s:i,s:s}", "type", "string", "minLength", 1, "maxLength", 4096,
-                           "description", "path relative to the workspace root");
-  json_t *tools = json_pack(
-      "[o,o,o,o]",
-      tool_schema("read", "Read a file",
-                  "Read a file of the workspace: UTF-8 text, or base64 with encoding 'base64'.",
-                  json_pack("{s:O,s:{s:s,s:i},s:{s:s,s:i}}", "path", path, "offset", "type",
-                            "integer", "minimum", 0, "length", "type", "integer", "minimum", 0),
-                  json_pack("[s]", "path")),
-      tool_schema(
-          "write", "Write a file",
-          "Write a whole file of the workspace; in supervised mode the buyer approves it first.",
-          json_pack("{s:O,s:{s:s},s:{s:s,s:[s,s]}}", "path", path, "content", "type", "string",
-                    "encoding", "type", "string", "enum", "utf-8", "base64"),
-          json_pack("[s,s]", "path", "content")),
-      tool_schema("list", "List a directory",
-                  "List a directory of the workspace: name, type (file, dir, symlink) and size.",
-                  json_pack("{s:O,s:{s:s}}", "path", path, "recursive", "type", "boolean"),
-                  json_pack("[s]", "path")),
-      tool_schema("done", "Finish the session",
-                  "Declare the work finished; the session goes to 'done' for the buyer to accept.",
-                  json_pack("{s:{s:s,s:i,s:i}}", "summary", "type", "string", "minLength", 1,
-                            "maxLength", 65536),
-                  json_pack("[s]", "summary")));
-  json_decref(path);
-  return tools;
-}
-
 static json_t *rpc_error(json_t *id, int code, const char *msg, json_t *data) {
   json_t *e = json_pack("{s:i,s:s}", "code", code, "message", msg);
   if (e && data)
@@ -444,7 +408,7 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
   }
   if (strcmp(method, "ping") == 0) return rpc_result(id, json_object());
   if (strcmp(method, "tools/list") == 0)
-    return rpc_result(id, json_pack("{s:o}", "tools", tools_list()));
+    return rpc_result(id, json_pack("{s:o}", "tools", jb_tools_describe()));
   if (strcmp(method, "tools/call") == 0) {
     const char *tool = json_string_value(json_object_get(params, "name"));
     json_t *arguments = json_object_get(params, "arguments");
