@@ -12,7 +12,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 : "${JAILBOXCTL:?JAILBOXCTL must name the jailboxctl binary}"
 SHIM=$(dirname "$JAILBOXD")/jailbox-shim
-IMAGE=jailbox-sandbox:e2e
+IMAGE=jailbox-sandbox:e2e${JB_IMAGE_SUFFIX:-}
 
 "$ROOT/deploy/start-dockerd.sh" >/dev/null || { fail "dockerd"; finish; }
 "$ROOT/deploy/sandbox-image/build.sh" --shim "$SHIM" --tag "$IMAGE" >/dev/null || { fail "sandbox image"; finish; }

@@ -13,6 +13,8 @@ import { startServer } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
   containersOf, closeAll } from './lib/jail.mjs';
 
+const IMAGE = 'jailbox-sandbox:crash'; // startJail adds JB_IMAGE_SUFFIX
+
 const servers = [];
 after(async () => {
   for (const s of servers) {
@@ -34,7 +36,7 @@ async function verify(srv, jobId) {
 
 test('jailboxd SIGKILLed and started again: session, pending approval and chain intact; the op is approved and runs', { timeout: 300000 }, async () => {
   const env = { JAILBOX_WORKER_CONTROL: '' };
-  const first = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim', env });
+  const first = await startJail({ image: IMAGE, shim: 'jailbox-shim', env });
   const s = await openSession(first, (d) => writeFileSync(join(d, 'a.txt'), 'before\n'), { mode: 'supervised' });
   const buyer = await connect(first, s.buyerToken);
   const agent = await connect(first, s.agentToken);
@@ -50,7 +52,7 @@ test('jailboxd SIGKILLed and started again: session, pending approval and chain 
   first.child.kill('SIGKILL');
   await gone;
   await first.db.end();
-  const again = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: 'jailbox-sandbox:crash' }, { dir: first.dir });
+  const again = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: IMAGE + (process.env.JB_IMAGE_SUFFIX ?? '') }, { dir: first.dir });
   servers.push(again);
   again.wsAddr = again.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
 
@@ -87,7 +89,7 @@ test('jailboxd SIGKILLed and started again: session, pending approval and chain 
 });
 
 test('worker killed: its sessions are failed with a reason and no container is left behind', { timeout: 300000 }, async () => {
-  const srv = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim' });
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
   servers.push(srv);
   const a = await openSession(srv);
   const b = await openSession(srv);
@@ -120,7 +122,7 @@ async function handled(srv, path) {
 }
 
 test('worker killed while an op handed straight to it runs: the call ends, no row left waiting, chain intact; the new worker takes reads straight again', { timeout: 300000 }, async () => {
-  const srv = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim' });
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
   servers.push(srv);
   const a = await openSession(srv, (d) => {
     writeFileSync(join(d, 'a.txt'), 'hello\n');
@@ -168,7 +170,7 @@ test('worker killed while an op handed straight to it runs: the call ends, no ro
 });
 
 test('a worker that sends a line too many (not JSON, or a refusal followed by the real answer): no call ever gets another call\'s answer', { timeout: 300000 }, async () => {
-  const srv = await startJail({ image: 'jailbox-sandbox:crash', shim: 'jailbox-shim' });
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
   servers.push(srv);
   const N = 40;
   const a = await openSession(srv, (d) => { for (let i = 0; i < N; i++) writeFileSync(join(d, `f${i}.txt`), `content-${i}\n`); }, { mode: 'unsupervised' });

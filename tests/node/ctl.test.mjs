@@ -20,7 +20,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, '../..');
 const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
 const SHIM = join(dirname(JAILBOXD), 'jailbox-shim');
-const IMAGE = 'jailbox-sandbox:ctl';
+const IMAGE = 'jailbox-sandbox:ctl' + (process.env.JB_IMAGE_SUFFIX ?? ''); // a suffix keeps parallel checkouts apart
 
 let srv;
 let wsUrl;

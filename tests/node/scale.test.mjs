@@ -20,7 +20,7 @@ import {
   startRedis, startWorker, waitFor,
 } from './lib/cluster.mjs';
 
-const IMAGE = 'jailbox-sandbox:scale';
+const IMAGE = 'jailbox-sandbox:scale' + (process.env.JB_IMAGE_SUFFIX ?? ''); // a suffix keeps parallel checkouts apart
 let dir, pg, redis, secrets, wsroot, A, B, W, lb;
 const sockets = [];
 let S; // the session the tests share

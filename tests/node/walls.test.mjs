@@ -18,7 +18,7 @@ import { docker, control } from './lib/jail.mjs';
 const here = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(here, '../..');
 const SHIM_TEST = process.env.JAILBOX_SHIM_TEST || join(dirname(JAILBOXD), 'jailbox-shim-test');
-const IMAGE = 'jailbox-sandbox:test';
+const IMAGE = 'jailbox-sandbox:test' + (process.env.JB_IMAGE_SUFFIX ?? ''); // a suffix keeps parallel checkouts apart
 
 // ---- helpers ----------------------------------------------------------------------------
 

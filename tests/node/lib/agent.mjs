@@ -16,6 +16,7 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 // Starts dockerd (if needed), builds the sandbox image `image` from the shim next to
 // JAILBOXD, and a jailboxd with one worker and `env`. Returns the kit bound to that server.
 export async function startSandboxServer(image, env = {}) {
+  image += process.env.JB_IMAGE_SUFFIX ?? ''; // keeps the images of parallel checkouts apart
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
     ['--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', image], { stdio: 'inherit' });

@@ -62,6 +62,7 @@ export function control(sock, msg, timeoutMs = 60000) {
 // a jailboxd with one worker, the sandbox image `image` built from `shim` (a binary next to
 // jailboxd), and the worker's control socket at srv.ctl
 export async function startJail({ image, shim = 'jailbox-shim-test', env = {} }) {
+  image += process.env.JB_IMAGE_SUFFIX ?? ''; // keeps the images of parallel checkouts apart
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', join(dirname(JAILBOXD), shim), '--tag', image],
     { stdio: 'inherit' });
