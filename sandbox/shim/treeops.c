@@ -425,21 +425,25 @@ json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e) {
   return json_pack("{s:I, s:s}", "deleted", (json_int_t)removed, "type", fo_type_name(st.st_mode));
 }
 
-/* renameat2(RENAME_NOREPLACE), or, where the file system or kernel has no such flag
- * (EINVAL/ENOSYS), for a regular file link + unlink (which also never replaces), and for a
- * directory a look at the destination right before a plain rename (the one window left). */
+/* Renames without ever replacing: renameat2(RENAME_NOREPLACE). Where the file system has no
+ * such flag (EINVAL — gVisor's gofer-backed mounts, see sandbox/WALLS.md — or ENOSYS): for a
+ * regular file link + unlink, which cannot replace either; where that link is not allowed
+ * (EPERM with protected hard links: the jail's user neither owns the file nor may write it),
+ * and for a directory, a look at the destination right before a plain rename — the one
+ * window left, in which a name made meanwhile by someone else would be replaced (for a
+ * directory only an empty one: rename fails on a non-empty directory and on a file). */
 static int rename_noreplace(int sdir, const char *sname, int ddir, const char *dname, bool is_dir) {
   if (renameat2(sdir, sname, ddir, dname, RENAME_NOREPLACE) == 0) return 0;
   if (errno != EINVAL && errno != ENOSYS) return -1;
   if (!is_dir) {
-    if (linkat(sdir, sname, ddir, dname, 0) < 0) return -1;
-    if (unlinkat(sdir, sname, 0) < 0) {
+    if (linkat(sdir, sname, ddir, dname, 0) == 0) {
+      if (unlinkat(sdir, sname, 0) == 0) return 0;
       int en = errno;
       unlinkat(ddir, dname, 0);
       errno = en;
       return -1;
     }
-    return 0;
+    if (errno != EPERM && errno != EACCES) return -1; /* EEXIST among them */
   }
   struct stat st;
   if (fstatat(ddir, dname, &st, AT_SYMLINK_NOFOLLOW) == 0) {
