@@ -428,7 +428,7 @@ const char *fo_arg_path(json_t *req, const char *def, struct jb_fileop_error *e)
 }
 
 /* Bytes `n` bytes of text take as a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
-static size_t json_escaped_len(const unsigned char *buf, size_t n) {
+size_t fo_json_escaped_len(const unsigned char *buf, size_t n) {
   size_t len = n;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = buf[i];
@@ -446,7 +446,7 @@ static size_t json_escaped_len(const unsigned char *buf, size_t n) {
 json_t *fo_content_json(const unsigned char *buf, size_t n, json_t *o) {
   bool text =
       !memchr(buf, '\0', n) &&
-      json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+      fo_json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
   json_t *s = text ? json_stringn((const char *)buf, n) : NULL;
   if (s) {
     json_object_set_new(o, "content", s);
@@ -1148,6 +1148,7 @@ static void json_array_sort_by_name(json_t *a) {
 struct lister {
   json_t *entries;
   size_t count;
+  size_t bytes; /* of the entries as JSON, about */
   bool truncated;
 };
 
@@ -1214,6 +1215,16 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       free(relp);
       continue;
     }
+    /* the answer stays well inside one protocol line: long names, deep trees */
+    size_t cost = fo_json_escaped_len((const unsigned char *)name, strlen(name)) + 64 +
+                  (inside ? fo_json_escaped_len((const unsigned char *)target, strlen(target)) : 0);
+    if (l->bytes + cost > FO_ANSWER_MAX) {
+      free(name);
+      free(relp);
+      l->truncated = true;
+      break;
+    }
+    l->bytes += cost;
     json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", fo_type_name(st.st_mode),
                             "size", (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
     if (inside) json_object_set_new(ent, "target", json_string(target));

@@ -33,7 +33,6 @@
 #define SEARCH_FILE_MAX (16 * 1024 * 1024) /* bigger files are skipped */
 #define SEARCH_BINARY_PROBE 8192 /* a NUL in these first bytes: a binary file, skipped */
 #define SEARCH_TEXT_MAX 512 /* bytes of a matching line in the answer */
-#define SEARCH_ANSWER_MAX (1024 * 1024) /* bytes of the matches in one answer */
 #define MATCH_LIMIT 10000000 /* PCRE2 match() calls (backtracking) per line */
 #define DEPTH_LIMIT 10000 /* PCRE2 backtracking depth (interpreter only) */
 #define HEAP_LIMIT_KIB (64 * 1024) /* PCRE2 heap for backtracking (interpreter only) */
@@ -259,16 +258,19 @@ static struct timespec deadline_in(int seconds) {
 struct finder {
   struct glob g;
   json_t *matches;
+  size_t bytes; /* of the matches as JSON */
 };
 
 static int find_visit(struct walker *wk, int dir, const char *name, const char *canon,
                       const char *rel, const struct stat *st) {
   struct finder *f = wk->ctx;
   if (!glob_match(&f->g, rel)) return 0;
-  if (json_array_size(f->matches) >= FIND_MATCHES) {
+  size_t cost = fo_json_escaped_len((const unsigned char *)canon, strlen(canon)) + 4;
+  if (json_array_size(f->matches) >= FIND_MATCHES || f->bytes + cost > FO_ANSWER_MAX) {
     wk->truncated = true;
     return 1;
   }
+  f->bytes += cost;
   json_array_append_new(f->matches, json_string(canon));
   return 0;
 }
@@ -431,8 +433,11 @@ static int search_buffer(struct walker *wk, struct searcher *s, const char *cano
         return 1;
       }
       json_t *text = line_text(p, (size_t)(le - p));
-      size_t cost = strlen(canon) + (text ? json_string_length(text) * 6 / 5 : 0) + 48;
-      if (!text || s->answer_bytes + cost > SEARCH_ANSWER_MAX) {
+      size_t cost = fo_json_escaped_len((const unsigned char *)canon, strlen(canon)) + 48 +
+                    (text ? fo_json_escaped_len((const unsigned char *)json_string_value(text),
+                                                json_string_length(text))
+                          : 0);
+      if (!text || s->answer_bytes + cost > FO_ANSWER_MAX) {
         json_decref(text);
         wk->truncated = true;
         return 1;

@@ -88,6 +88,11 @@ const char *fo_type_name(mode_t m);
  * see fileops.c. 0 or -1 (errno; EFBIG over HASH_MAX). */
 int fo_hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len);
 
+#define FO_ANSWER_MAX (1024 * 1024) /* bytes of the names or lines of one list, find, search */
+
+/* Bytes `n` bytes take inside a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
+size_t fo_json_escaped_len(const unsigned char *buf, size_t n);
+
 /* Sets {content, encoding} of `n` bytes on `o` (utf-8 text or base64). `o`, or NULL (o freed). */
 json_t *fo_content_json(const unsigned char *buf, size_t n, json_t *o);
 

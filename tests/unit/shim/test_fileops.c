@@ -34,7 +34,7 @@ static void put(const char *rel, const char *content) {
 }
 
 static void dir(const char *rel) {
-  char p[512];
+  char p[4200];
   snprintf(p, sizeof p, "%s/%s", root, rel);
   assert_int_equal(mkdir(p, 0755), 0);
 }
@@ -461,6 +461,29 @@ static void find_ops(void **state) {
   r = run("{\"op\":\"find\",\"pattern\":\"*\",\"path\":\"many\"}");
   assert_true(json_is_true(json_object_get(r, "truncated")));
   assert_int_equal(json_array_size(json_object_get(r, "matches")), 10000);
+  json_decref(r);
+  /* the byte budget: 400 paths of about 3.8 KB are over 1 MiB */
+  char deep[4096] = "long";
+  dir("long");
+  for (int i = 0; i < 15; i++) {
+    size_t l = strlen(deep);
+    deep[l] = '/';
+    memset(deep + l + 1, 'a' + i, 250);
+    deep[l + 251] = '\0';
+    dir(deep);
+  }
+  for (int i = 0; i < 400; i++) {
+    snprintf(name, sizeof name, "/%03d", i);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s%s", root, deep, name);
+    int fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+  }
+  r = run("{\"op\":\"find\",\"pattern\":\"[0-9]*\",\"path\":\"long\"}");
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  size_t got = json_array_size(json_object_get(r, "matches"));
+  assert_true(got > 200 && got < 300);
   json_decref(r);
 }
 
