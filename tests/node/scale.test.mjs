@@ -228,16 +228,18 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
     assert.equal(count(b, 'jailbox:op', (p) => p.opId === after4 && p.state === 'approved'), 1);
   }
   // what arrives on Redis is checked: an envelope on another session's channel, malformed
-  // JSON, an event outside jailbox:*, a duplicate key or a NUL byte is never delivered
+  // JSON, an unknown kind (a wire name is not one: db/events.h), a duplicate key or a NUL byte
+  // is never delivered
   const cli = redis.cli;
   const mark = (k) => ({ jobId: S.jobId, state: 'forged-' + k });
-  cli('PUBLISH', 'jailbox:session:job-other', JSON.stringify({ job: S.jobId, event: 'jailbox:state', payload: mark(1) }));
+  cli('PUBLISH', 'jailbox:session:job-other', JSON.stringify({ job: S.jobId, kind: 'state', payload: mark(1) }));
   cli('PUBLISH', 'jailbox:session:' + S.jobId, '{"job":');
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, event: 'connect', payload: mark(2) }));
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","event":"jailbox:state","payload":{"state":"forged-3"},"job":"x"}`);
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","event":"jailbox:state","payload":{"state":"forged-4\\u0000"}}`);
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'connect', payload: mark(2) }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'jailbox:state', payload: mark(2) }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","kind":"state","payload":{"state":"forged-3"},"job":"x"}`);
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","kind":"state","payload":{"state":"forged-4\\u0000"}}`);
   // a well-formed one on the right channel is delivered: the check above can fail
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, event: 'jailbox:state', payload: mark('ok') }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'state', payload: mark('ok') }));
   await waitEvent(buyerB, 'jailbox:state', (p) => p.state === 'forged-ok');
   await sleep(300);
   for (const b of [buyerA, buyerB]) {
