@@ -770,8 +770,7 @@ static void on_bus(void *ctx, const char *job_id, enum jb_event_kind kind, json_
                                 json_object_get(payload, "reason"), "actor",
                                 json_object_get(payload, "actor")));
     /* an ended session has no more use for its agent's socket (its token is revoked) */
-    if (state &&
-        (st == JB_SESSION_ABORTED || st == JB_SESSION_ACCEPTED || st == JB_SESSION_FAILED))
+    if (state && (st == JB_SESSION_ABORTED || st == JB_SESSION_ACCEPTED || st == JB_SESSION_FAILED))
       jb_ws_disconnect_room(s->ws, job_id, JB_ROLE_AGENT);
   }
   pthread_rwlock_unlock(&s->lock);
