@@ -161,26 +161,16 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     jb_db_rollback(c);
     return rc;
   }
-  /* the new head's event rides on this commit (in the same statement as the op's outcome): a
-   * notification of its own would be a transaction of its own, with a WAL flush of its own */
-  json_t *hj = jb_audit_head_json(head);
-  char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
-  json_decref(hj);
-  if (!ev) {
-    jb_db_rollback(c);
-    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
-  }
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[4] = {id, ok ? "done" : "failed", result_json, ev};
+  const char *p[3] = {id, ok ? "done" : "failed", result_json};
   /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
   const struct jb_db_step steps[2] = {
       JB_DB_STEP("UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
-                 " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
-                 4, p, PGRES_TUPLES_OK, "complete op"),
+                 " WHERE op_id = $1::bigint",
+                 3, p, PGRES_COMMAND_OK, "complete op"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
-  free(ev);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;

@@ -99,8 +99,8 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
                           struct jb_audit_head *out, jb_error *err);
 
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
- * appends its audit entry (operation = the tool, `path`, `details` borrowed), announces the
- * new head (jailbox:audit_head, delivered with the commit) and commits.
+ * appends its audit entry (operation = the tool, `path`, `details` borrowed) and commits; the
+ * caller publishes the new head (JB_EVENT_AUDIT_HEAD, db/events.h) once this returns.
  * On any failure the transaction is rolled back (the op stays queued). *head receives the new
  * audit head. JB_OK or JB_ERR_FAIL / JB_ERR_CONFLICT (chain sealed). */
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,

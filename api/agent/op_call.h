@@ -34,6 +34,7 @@
 #include <stddef.h>
 
 #include "api/agent/ops.h"
+#include "db/events.h"
 #include "db/sessions.h"
 #include "lib/err.h"
 #include "lib/json.h"
@@ -174,10 +175,10 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error);
  * (or no memory for the copy). */
 bool op_session_copy(const char *job, struct jb_session_facts *out);
 
-/* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
+/* When event `kind` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
  * path of control characters takes up to six bytes a byte as JSON — its "path" is replaced
  * by "sha256:HEX" of the path, as audit entries record over-long paths. */
-void op_fit_path(const char *job, const char *name, json_t *ev);
+void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev);
 
 /* Hands op `tool` on call->path with the shim's arguments `sargs` (borrowed) straight to the
  * worker that holds the session when that worker is one of this process's

@@ -99,10 +99,7 @@ static void audit_refusal(struct op_call *call, const char *path, json_t *detail
   json_object_set_new(details, "ok", json_false());
   if (jb_audit_append(call->c, call->app->keys, call->job, jb_tool_name(call->tool), path, details,
                       &h, &err) == JB_OK) {
-    jb_error nerr = {0};
-    json_t *hj = jb_audit_head_json(&h);
-    jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
-    json_decref(hj);
+    jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
   } else {
     jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg,
            NULL);
@@ -176,9 +173,9 @@ json_t *op_shim_args(json_t *args, json_t *exclude) {
   return sargs;
 }
 
-void op_fit_path(const char *job, const char *name, json_t *ev) {
+void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev) {
   const char *path = json_string_value(json_object_get(ev, "path"));
-  size_t size = jb_db_event_size(job, name, ev);
+  size_t size = jb_db_event_size(job, kind, ev);
   if (!path || !size || size <= JB_EVENT_MAX_BYTES) return;
   unsigned char h[32];
   char note[80] = "sha256:";
@@ -246,14 +243,12 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
                 json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
                           (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
                           "rules", hits, "findings", findings));
-  jb_error nerr = {0};
   json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
                          "path", path, "size", (json_int_t)call->dlen, "sha256", call->sha_hex,
                          "rules", hits, "findings", findings);
   json_decref(findings);
-  op_fit_path(job, "jailbox:security_alert", ev);
-  jb_db_notify_event(call->c, job, "jailbox:security_alert", ev, &nerr);
-  json_decref(ev);
+  op_fit_path(job, JB_EVENT_SECURITY_ALERT, ev);
+  jb_bus_publish(call->app->bus, job, JB_EVENT_SECURITY_ALERT, ev);
   char rl[200] = "";
   size_t i;
   json_t *r;

@@ -184,7 +184,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
   json_t *d = json_incref(diff ? diff : json_null());
   for (;;) {
     json_object_set_new(ev, "diff", d);
-    size_t size = jb_db_event_size(job, "jailbox:approval_request", ev);
+    size_t size = jb_db_event_size(job, JB_EVENT_APPROVAL_REQUEST, ev);
     if (!size || size <= JB_EVENT_MAX_BYTES) return;
     size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
     size_t tl = json_string_length(json_object_get(d, "text"));
@@ -197,7 +197,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     json_t *pv = json_object_get(ev, "preview");
     size_t pl = json_string_length(pv);
     if (!json_is_string(pv) || pl == 0) { /* last: the path */
-      op_fit_path(job, "jailbox:approval_request", ev);
+      op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
       return;
     }
     const char *p = json_string_value(pv);
@@ -227,8 +227,5 @@ void op_announce_approval(struct op_call *call) {
                          "currentSha256", cur, "exists",
                          json_is_true(json_object_get(call->current, "exists")));
   fit_event(job, ev, call->diff);
-  jb_error nerr = {0};
-  if (jb_db_notify_event(call->c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
-    jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);
-  json_decref(ev);
+  jb_bus_publish(call->app->bus, job, JB_EVENT_APPROVAL_REQUEST, ev);
 }

@@ -257,12 +257,8 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
     int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id,
                              (long)(clk->approval_ms / 1000), &h, &opj, &err);
     if (xr == JB_OK) {
-      jb_error nerr = {0};
-      json_t *hj = jb_audit_head_json(&h);
-      if (opj) jb_db_notify_event(call->c, call->job, "jailbox:op", opj, &nerr);
-      jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
-      json_decref(hj);
-      json_decref(opj);
+      jb_bus_publish(call->app->bus, call->job, JB_EVENT_OP, opj);
+      jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
       op_error(call->e, JB_MCP_TIMEOUT, "timeout",
                "the buyer did not decide on the write within %lld s", clk->approval_ms / 1000);
       return true;

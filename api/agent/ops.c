@@ -126,11 +126,9 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
   int rc = jb_db_session_transition(c, app->keys, job, from, "done", summary, "agent", &t, &err);
   if (rc == JB_OK) {
     jb_op_session_changed(job);
-    jb_error nerr = {0};
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
-                           t.previous, "reason", summary, "actor", "agent");
-    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
-    json_decref(ev);
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
+                   json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
+                             t.previous, "reason", summary, "actor", "agent"));
   }
   jb_db_release(app->db, c);
   if (rc == JB_ERR_CONFLICT) {
@@ -151,13 +149,10 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
   struct jb_transition t;
   jb_error err = {0};
   if (jb_db_session_transition(c, app->keys, job, from, "active", "the agent connected", "agent",
-                               &t, &err) == JB_OK) {
-    jb_error nerr = {0};
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
-                           t.previous, "reason", "the agent connected", "actor", "agent");
-    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
-    json_decref(ev);
-  }
+                               &t, &err) == JB_OK)
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
+                   json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
+                             t.previous, "reason", "the agent connected", "actor", "agent"));
 }
 
 /* ---- the direct path from the socket's service thread (api/agent/socket.h) ---- */

@@ -185,6 +185,7 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
                 : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
+  if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
   json_decref(ans);
   return rc;

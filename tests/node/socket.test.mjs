@@ -346,9 +346,9 @@ test('review: a late audit head is never handed after a newer one, whatever othe
   await srv.setState(a, 'active');
   const buyer = await connect(A.buyerToken);
   await waitEvent(buyer, 'jailbox:state', (p) => p.snapshot);
-  // heads as writers NOTIFY them (db/events.c), in this order: A's 1000, B's 1, A's late 999, A's 1001
+  // heads as the worker NOTIFYs them (db/events.c), in this order: A's 1000, B's 1, A's late 999, A's 1001
   const notify = (job, seq) => srv.db.query("SELECT pg_notify('jb_event', $1)", [JSON.stringify({
-    job, event: 'jailbox:audit_head', payload: { seq, hash: '00'.repeat(32), signature: 'AA==', keyId: 'k' } })]);
+    job, kind: 'audit_head', payload: { seq, hash: '00'.repeat(32), signature: 'AA==', keyId: 'k' } })]);
   await notify(a, 1000);
   await notify(b, 1);
   await notify(a, 999);
