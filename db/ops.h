@@ -109,7 +109,7 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
 
 /* Fails pending op `op_id` of `job_id` when it has waited at least `timeout_s` seconds for
  * the buyer (JAILBOX_APPROVAL_TIMEOUT): state failed, result {ok:false, error:{code:
- * "timeout"}}, and its audit entry write {ok:false, error:"timeout", decision:"timeout",
+ * "timeout"}}, and its audit entry (operation: the op's tool) {ok:false, error:"timeout", decision:"timeout",
  * size, sha256} in the same transaction (session row locked first, as every chain writer).
  * JB_OK with *head the new audit head and *op_out the op as it is now {opId, jobId, tool,
  * path, state, reason, result} (new; NULL on OOM); JB_ERR_CONFLICT when the op is no longer

@@ -482,7 +482,8 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
       json_decref(hj);
       json_decref(opj);
       op_error(call->e, JB_MCP_TIMEOUT, "timeout",
-               "the buyer did not decide on the write within %lld s", clk->approval_ms / 1000);
+               "the buyer did not decide on the %s within %lld s", jb_tool_name(call->tool),
+               clk->approval_ms / 1000);
       return true;
     }
     if (xr == JB_ERR_FAIL)
