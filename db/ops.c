@@ -61,24 +61,24 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   /* one round trip: the row as it is, and a finished read's or stat's content dropped from it (the
    * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
    * it is lost in a crash the content stays stored, nothing is misreported. */
-  PGresult *r =
-      jb_db_exec(c,
-                 "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
-                 "   FROM ops o JOIN sessions s USING (job_id)"
-                 "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
-                 " f AS (UPDATE ops SET result = CASE WHEN tool = 'read_many'"
-                 "     THEN jsonb_set(result, '{result,files}', (SELECT coalesce(jsonb_agg("
-                 "       x #- '{result,content}' ORDER BY n), '[]'::jsonb) FROM"
-                 "       jsonb_array_elements(result #> '{result,files}') WITH ORDINALITY"
-                 "       AS e(x, n)))"
-                 "     ELSE result #- '{result,content}' END"
-                 "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat', 'read_many')"
-                 "   AND state IN ('done', 'failed') AND (result #> '{result,content}' IS NOT NULL"
-                 "     OR jsonb_typeof(result #> '{result,files}') = 'array')"
-                 "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
-                 " SELECT o.state, o.session_state, o.result::text, o.reason,"
-                 "  (SELECT count(*) FROM f) FROM o",
-                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
+      "   FROM ops o JOIN sessions s USING (job_id)"
+      "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
+      " f AS (UPDATE ops SET result = CASE WHEN tool = 'read_many'"
+      "     THEN jsonb_set(result, '{result,files}', (SELECT coalesce(jsonb_agg("
+      "       x #- '{result,content}' ORDER BY n), '[]'::jsonb) FROM"
+      "       jsonb_array_elements(result #> '{result,files}') WITH ORDINALITY"
+      "       AS e(x, n)))"
+      "     ELSE result #- '{result,content}' END"
+      "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat', 'read_many')"
+      "   AND state IN ('done', 'failed') AND (result #> '{result,content}' IS NOT NULL"
+      "     OR jsonb_typeof(result #> '{result,files}') = 'array')"
+      "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
+      " SELECT o.state, o.session_state, o.result::text, o.reason,"
+      "  (SELECT count(*) FROM f) FROM o",
+      2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);

@@ -41,13 +41,17 @@ struct arg_spec {
 };
 
 #define INT_ANY 9007199254740991LL /* 2^53 - 1: what every JSON reader holds exactly */
-#define END {NULL, 0, false, 0, 0}
+#define END \
+  { NULL, 0, false, 0, 0 }
 
-static const struct arg_spec spec_read[] = {
-    {"path", ARG_PATH, true, 0, 0},          {"offset", ARG_INT, false, 0, INT_ANY},
-    {"limit", ARG_INT, false, 1, INT_ANY},   {"head", ARG_INT, false, 1, INT_ANY},
-    {"tail", ARG_INT, false, 1, INT_ANY},    {"byteOffset", ARG_INT, false, 0, INT_ANY},
-    {"byteLength", ARG_INT, false, 0, INT_ANY}, END};
+static const struct arg_spec spec_read[] = {{"path", ARG_PATH, true, 0, 0},
+                                            {"offset", ARG_INT, false, 0, INT_ANY},
+                                            {"limit", ARG_INT, false, 1, INT_ANY},
+                                            {"head", ARG_INT, false, 1, INT_ANY},
+                                            {"tail", ARG_INT, false, 1, INT_ANY},
+                                            {"byteOffset", ARG_INT, false, 0, INT_ANY},
+                                            {"byteLength", ARG_INT, false, 0, INT_ANY},
+                                            END};
 static const struct arg_spec spec_read_many[] = {{"paths", ARG_PATHS, true, 0, 0}, END};
 static const struct arg_spec spec_write[] = {{"path", ARG_PATH, true, 0, 0},
                                              {"content", ARG_STRING, true, 0, 0},
@@ -80,19 +84,19 @@ static const struct arg_spec spec_delete[] = {
 static const struct arg_spec spec_done[] = {{"summary", ARG_SUMMARY, false, 0, 0}, END};
 
 static const struct arg_spec *const specs[JB_TOOL_COUNT] = {
-    [JB_TOOL_READ] = spec_read,       [JB_TOOL_WRITE] = spec_write,
-    [JB_TOOL_LIST] = spec_list,       [JB_TOOL_DONE] = spec_done,
+    [JB_TOOL_READ] = spec_read,           [JB_TOOL_WRITE] = spec_write,
+    [JB_TOOL_LIST] = spec_list,           [JB_TOOL_DONE] = spec_done,
     [JB_TOOL_READ_MANY] = spec_read_many, [JB_TOOL_EDIT] = spec_edit,
-    [JB_TOOL_FIND] = spec_find,       [JB_TOOL_SEARCH] = spec_search,
-    [JB_TOOL_STAT] = spec_stat,       [JB_TOOL_MKDIR] = spec_mkdir,
-    [JB_TOOL_MOVE] = spec_move,       [JB_TOOL_DELETE] = spec_delete,
+    [JB_TOOL_FIND] = spec_find,           [JB_TOOL_SEARCH] = spec_search,
+    [JB_TOOL_STAT] = spec_stat,           [JB_TOOL_MKDIR] = spec_mkdir,
+    [JB_TOOL_MOVE] = spec_move,           [JB_TOOL_DELETE] = spec_delete,
 };
 
-#define BAD(c, ...)                                    \
-  do {                                                 \
-    *code = (c);                                       \
-    snprintf(msg, msize, __VA_ARGS__);                 \
-    return false;                                      \
+#define BAD(c, ...)                    \
+  do {                                 \
+    *code = (c);                       \
+    snprintf(msg, msize, __VA_ARGS__); \
+    return false;                      \
   } while (0)
 
 /* edit's list: each {oldText, newText, replaceAll?}, texts of at most OP_FILE_MAX bytes. */
@@ -204,8 +208,9 @@ bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, in
                 !!json_object_get(args, "head") + !!json_object_get(args, "tail") +
                 !!(json_object_get(args, "byteOffset") || json_object_get(args, "byteLength"));
     if (modes > 1)
-      BAD(JB_MCP_INVALID, "give at most one of offset/limit (lines), head, tail, or"
-                          " byteOffset/byteLength (bytes)");
+      BAD(JB_MCP_INVALID,
+          "give at most one of offset/limit (lines), head, tail, or"
+          " byteOffset/byteLength (bytes)");
   }
   json_t *jp = json_object_get(args, tool == JB_TOOL_MOVE ? "source" : "path");
   if (jp) {
@@ -309,9 +314,9 @@ static void refuse_path(struct op_call *call, const char *path, const char *role
   char detail[400];
   if (e) refusal_error(call, path, v, e);
   if (v->syntax != JB_PATH_OK) {
-    op_audit_refusal(call, NULL,
-                  json_pack("{s:s,s:s}", "error", "denied", "detail",
-                            jb_path_verdict_text(v->syntax)));
+    op_audit_refusal(
+        call, NULL,
+        json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(v->syntax)));
     if (v->syntax == JB_PATH_ABSOLUTE || v->syntax == JB_PATH_DOTDOT) {
       snprintf(detail, sizeof detail, "%s %s%s: %.300s", tool, role,
                jb_path_verdict_text(v->syntax), path);
@@ -357,11 +362,10 @@ static enum op_step refuse_many(struct op_call *call) {
     }
     struct jb_mcp_error e = {0};
     refuse_path(call, p, "", &v, &e);
-    json_array_append_new(call->many,
-                          json_pack("{s:s%,s:b,s:{s:O?,s:s,s:i}}", "path", p,
-                                    json_string_length(jp), "ok", 0, "error", "reason",
-                                    json_object_get(e.data, "reason"), "message", e.message,
-                                    "code", e.code));
+    json_array_append_new(
+        call->many, json_pack("{s:s%,s:b,s:{s:O?,s:s,s:i}}", "path", p, json_string_length(jp),
+                              "ok", 0, "error", "reason", json_object_get(e.data, "reason"),
+                              "message", e.message, "code", e.code));
     json_decref(e.data);
   }
   return OP_NEXT;
@@ -402,8 +406,8 @@ json_t *op_shim_args(enum jb_tool tool, json_t *args, json_t *exclude) {
     enum jb_tool tool;
     const char *from, *to;
   } rename[] = {
-      {JB_TOOL_READ, "offset", "lineOffset"},    {JB_TOOL_READ, "limit", "lineLimit"},
-      {JB_TOOL_READ, "byteOffset", "offset"},    {JB_TOOL_READ, "byteLength", "length"},
+      {JB_TOOL_READ, "offset", "lineOffset"}, {JB_TOOL_READ, "limit", "lineLimit"},
+      {JB_TOOL_READ, "byteOffset", "offset"}, {JB_TOOL_READ, "byteLength", "length"},
       {JB_TOOL_STAT, "sha256", "hash"},
   };
   json_t *sargs = json_object();
@@ -467,7 +471,7 @@ static enum op_step decode_content(struct op_call *call) {
   }
   if (call->dlen > OP_FILE_MAX) {
     op_audit_refusal(call, call->path,
-                  json_pack("{s:s,s:I}", "error", "too_large", "size", (json_int_t)call->dlen));
+                     json_pack("{s:s,s:I}", "error", "too_large", "size", (json_int_t)call->dlen));
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large", "content of %zu bytes is over %d", call->dlen,
              OP_FILE_MAX);
     return OP_END;
@@ -489,9 +493,9 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
                          "error", "out of memory");
   }
   op_audit_refusal(call, path,
-                json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
-                          (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
-                          "rules", hits, "findings", findings));
+                   json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
+                             (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
+                             "rules", hits, "findings", findings));
   jb_error nerr = {0};
   json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
                          "path", path, "size", (json_int_t)call->dlen, "sha256", call->sha_hex,

@@ -104,8 +104,8 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
 /* The pending write's target as it is now into call->current (with its content for the diff
  * preview unless previews are off). */
 static enum op_step stat_target(struct op_call *call) {
-  return stat_path(call, call->path,
-                   call->app->cfg && call->app->cfg->diff_preview_max > 0, &call->current);
+  return stat_path(call, call->path, call->app->cfg && call->app->cfg->diff_preview_max > 0,
+                   &call->current);
 }
 
 /* `path` as the stat `current` found it is a file with several hard links, or a symlink that
@@ -221,11 +221,15 @@ static enum op_step apply_edits(struct op_call *call, const char *old, size_t ol
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
   else
     op_error(call->e, JB_MCP_NO_MATCH, "no_match", "%s", msg);
-  json_t *d = json_pack("{s:s,s:I,s:s}", "error", f.fault == JB_EDIT_TOO_LARGE ? "too_large" : "no_match",
-                        "edit", (json_int_t)f.index, "sha256", call->before_hex);
-  if (f.fault == JB_EDIT_AMBIGUOUS) json_object_set_new(d, "found", json_integer((json_int_t)f.count));
-  if (f.fault != JB_EDIT_NOMEM) op_audit_refusal(call, call->path, d);
-  else json_decref(d);
+  json_t *d =
+      json_pack("{s:s,s:I,s:s}", "error", f.fault == JB_EDIT_TOO_LARGE ? "too_large" : "no_match",
+                "edit", (json_int_t)f.index, "sha256", call->before_hex);
+  if (f.fault == JB_EDIT_AMBIGUOUS)
+    json_object_set_new(d, "found", json_integer((json_int_t)f.count));
+  if (f.fault != JB_EDIT_NOMEM)
+    op_audit_refusal(call, call->path, d);
+  else
+    json_decref(d);
   return OP_END;
 }
 
@@ -271,7 +275,8 @@ static enum op_step supervise_edit(struct op_call *call, bool dry) {
   const char *old = json_string_value(jc);
   size_t olen = json_string_length(jc);
   sha_hex(old, olen, call->before_hex);
-  if (strcmp(call->before_hex, sha)) { /* the shim is not trusted: what is edited is what is bound */
+  if (strcmp(call->before_hex,
+             sha)) { /* the shim is not trusted: what is edited is what is bound */
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
              "the file's content and hash disagree; try again");
     return OP_END;
@@ -289,11 +294,11 @@ static enum op_step supervise_edit(struct op_call *call, bool dry) {
   call->diff = diff;
   size_t n = json_array_size(json_object_get(call->args, "edits"));
   if (dry) {
-    call->ans = json_pack("{s:b,s:{s:b,s:s,s:I,s:I,s:s,s:s,s:I,s:O}}", "ok", 1, "result", "dryRun",
-                          1, "path", call->path, "edits", (json_int_t)n, "replaced",
-                          (json_int_t)call->replaced, "sha256Before", call->before_hex,
-                          "sha256After", call->sha_hex, "size", (json_int_t)call->dlen, "diff",
-                          call->diff);
+    call->ans =
+        json_pack("{s:b,s:{s:b,s:s,s:I,s:I,s:s,s:s,s:I,s:O}}", "ok", 1, "result", "dryRun", 1,
+                  "path", call->path, "edits", (json_int_t)n, "replaced",
+                  (json_int_t)call->replaced, "sha256Before", call->before_hex, "sha256After",
+                  call->sha_hex, "size", (json_int_t)call->dlen, "diff", call->diff);
     return call->ans ? OP_ANSWERED : OP_END;
   }
   /* the write the edit amounts to: text as text unless JSON cannot carry it */
@@ -373,8 +378,9 @@ static enum op_step supervise_change(struct op_call *call) {
         json_decref(expect);
         return OP_END;
       }
-      snprintf(buf, sizeof buf, exists ? "create directory %.4100s (it exists already: nothing to do)"
-                                       : "create directory %.4100s (and any missing parents)",
+      snprintf(buf, sizeof buf,
+               exists ? "create directory %.4100s (it exists already: nothing to do)"
+                      : "create directory %.4100s (and any missing parents)",
                path);
       break;
     case JB_TOOL_MOVE: {
@@ -393,8 +399,8 @@ static enum op_step supervise_change(struct op_call *call) {
         return OP_END;
       }
       if (dexists && !overwrite) {
-        op_error(call->e, JB_MCP_EXISTS, "exists",
-                 "%.300s exists; set overwrite to replace a file", call->dest);
+        op_error(call->e, JB_MCP_EXISTS, "exists", "%.300s exists; set overwrite to replace a file",
+                 call->dest);
         json_decref(expect);
         return OP_END;
       }
@@ -502,8 +508,9 @@ void op_announce_approval(struct op_call *call) {
                    "currentSha256", cur, "exists",
                    json_is_true(json_object_get(call->current, "exists")));
     if (ev && call->tool == JB_TOOL_EDIT) {
-      json_object_set_new(ev, "edits", json_integer((json_int_t)json_array_size(
-                                           json_object_get(call->args, "edits"))));
+      json_object_set_new(
+          ev, "edits",
+          json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
       json_object_set_new(ev, "replaced", json_integer((json_int_t)call->replaced));
     }
   } else {

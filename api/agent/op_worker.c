@@ -188,8 +188,9 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
       if (json_array_size(json_object_get(r, "matches")) == 0) tprintf(t, "(no match)\n");
       break;
     case JB_TOOL_MKDIR:
-      tprintf(t, json_is_true(json_object_get(r, "created")) ? "created directory %.4100s"
-                                                             : "%.4100s exists already",
+      tprintf(t,
+              json_is_true(json_object_get(r, "created")) ? "created directory %.4100s"
+                                                          : "%.4100s exists already",
               path);
       return;
     case JB_TOOL_MOVE:
@@ -220,8 +221,9 @@ static json_t *tool_result(enum jb_tool tool, const char *path, json_t *result) 
                           "structuredContent", result, "isError", 0);
   if (out && t.cut) {
     json_t *c = json_object_get(out, "content");
-    json_array_append_new(c, json_pack("{s:s,s:s}", "type", "text", "text",
-                                       "(the text above is cut at 1 MiB; structuredContent is whole)"));
+    json_array_append_new(
+        c, json_pack("{s:s,s:s}", "type", "text", "text",
+                     "(the text above is cut at 1 MiB; structuredContent is whole)"));
   }
   return out;
 }
@@ -296,14 +298,16 @@ static void merge_many(struct op_call *call) {
 }
 
 json_t *op_answer(struct op_call *call) {
-  if (call->tool == JB_TOOL_READ_MANY && call->many && json_is_true(json_object_get(call->ans, "ok")))
+  if (call->tool == JB_TOOL_READ_MANY && call->many &&
+      json_is_true(json_object_get(call->ans, "ok")))
     merge_many(call);
   if (call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->ans, "ok"))) {
     json_t *r = json_object_get(call->ans, "result");
     if (!json_is_true(json_object_get(r, "dryRun"))) { /* what the write of the edit did */
       json_object_set_new(r, "path", json_string(call->path));
-      json_object_set_new(r, "edits", json_integer((json_int_t)json_array_size(
-                                          json_object_get(call->args, "edits"))));
+      json_object_set_new(
+          r, "edits",
+          json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
       json_object_set_new(r, "replaced", json_integer((json_int_t)call->replaced));
       json_object_set(r, "diff", call->diff ? call->diff : json_null());
     }

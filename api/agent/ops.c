@@ -20,8 +20,8 @@
 /* ---- names ---- */
 
 /* Indexed by enum jb_tool. */
-static const char *const tool_names[] = {"read", "write",  "list",   "done", "read_many", "edit",
-                                         "find", "search", "stat",   "mkdir", "move",     "delete"};
+static const char *const tool_names[] = {"read", "write",  "list", "done",  "read_many", "edit",
+                                         "find", "search", "stat", "mkdir", "move",      "delete"};
 _Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_COUNT, "one name per tool");
 
 bool jb_tool_mutates(enum jb_tool tool) {

@@ -43,9 +43,9 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
       json_object_set_new(d, key, json_string(h_));                     \
   } while (0)
 #define SET_BOOL(key, v) json_object_set_new(d, key, json_boolean(json_is_true(v)))
-#define SET_PATH(key, v)                                                     \
-  do {                                                                       \
-    const char *p_ = json_string_value(v);                                   \
+#define SET_PATH(key, v)                                                        \
+  do {                                                                          \
+    const char *p_ = json_string_value(v);                                      \
     if (p_ && strlen(p_) <= 4096) json_object_set_new(d, key, json_string(p_)); \
   } while (0)
   bool mutating = !strcmp(tool, "write") || !strcmp(tool, "edit") || !strcmp(tool, "mkdir") ||
@@ -219,9 +219,9 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (strcmp(op->tool, "read_many"))
     json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
   static const char *const pass[] = {
-      "offset",  "length",      "lineOffset", "lineLimit", "head",       "tail",
-      "paths",   "recursive",   "depth",      "content",   "encoding",   "exclude",
-      "expectSha256", "withContent", "hash",  "pattern",   "glob",       "maxMatches",
+      "offset",       "length",      "lineOffset", "lineLimit", "head",     "tail",
+      "paths",        "recursive",   "depth",      "content",   "encoding", "exclude",
+      "expectSha256", "withContent", "hash",       "pattern",   "glob",     "maxMatches",
       "destination",  "overwrite",   NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i]))
@@ -535,8 +535,8 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   if (!job || !tool || !path || !json_is_object(args) ||
       (expect && !json_is_object(expect) && !json_is_null(expect)))
     return relay_not_run("", "want {jobId, tool, path, args, expect}");
-  static const char *const direct_tools[] = {"read", "read_many", "list", "find",
-                                             "search", "stat", NULL};
+  static const char *const direct_tools[] = {"read",   "read_many", "list", "find",
+                                             "search", "stat",      NULL};
   bool direct = false;
   for (size_t i = 0; direct_tools[i]; i++) direct = direct || !strcmp(tool, direct_tools[i]);
   if (!direct) return relay_not_run("", "only tools that change nothing are handed over directly");
