@@ -53,8 +53,11 @@ void op_leave_waiting(struct op_call *call) {
 
 /* `path` as it is now (the shim's stat result, new, into *out): the stat op straight to the
  * worker when the session is active and its worker is ours, else stored and waited for.
- * `content`: with the file's content when it is at most 1 MiB. */
-static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out) {
+ * `content`: with the file's content when it is at most 1 MiB. `missing_ok`: a path whose
+ * parent directory is missing too is {exists: false} (a mkdir with parents, a move's
+ * destination), not an error. */
+static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out,
+                              bool missing_ok) {
   cleanup_json json_t *stargs = json_object();
   if (json_array_size(call->sess.exclude) > 0)
     json_object_set(stargs, "exclude", call->sess.exclude);
@@ -94,6 +97,11 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
   }
   if (!sa) return OP_END; /* op_await said why */
   if (!json_is_true(json_object_get(sa, "ok"))) {
+    const char *code = json_string_value(json_object_get(json_object_get(sa, "error"), "code"));
+    if (missing_ok && code && !strcmp(code, "not_found")) { /* a parent is missing too */
+      *out = json_pack("{s:b}", "exists", 0);
+      return *out ? OP_NEXT : OP_END;
+    }
     op_shim_error(call->e, json_object_get(sa, "error"));
     return OP_END;
   }
@@ -105,7 +113,7 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
  * preview unless previews are off). */
 static enum op_step stat_target(struct op_call *call) {
   return stat_path(call, call->path, call->app->cfg && call->app->cfg->diff_preview_max > 0,
-                   &call->current);
+                   &call->current, false);
 }
 
 /* `path` as the stat `current` found it is a file with several hard links, or a symlink that
@@ -239,7 +247,7 @@ static enum op_step apply_edits(struct op_call *call, const char *old, size_t ol
  * bound to the SHA-256 of what was read (the write is refused `changed` if the file moved on
  * before it runs). */
 static enum op_step supervise_edit(struct op_call *call, bool dry) {
-  enum op_step s = stat_path(call, call->path, true, &call->current);
+  enum op_step s = stat_path(call, call->path, true, &call->current, false);
   if (s != OP_NEXT) return s;
   json_t *cur = call->current;
   if (!json_is_true(json_object_get(cur, "exists"))) {
@@ -359,9 +367,9 @@ static json_t *expectation(const char *path, json_t *current) {
  * its arguments); refused at once what the shim would refuse anyway (no such source, a
  * destination in the way, a directory without recursive, a symlink leading out, a hard link). */
 static enum op_step supervise_change(struct op_call *call) {
-  enum op_step s = stat_path(call, call->path, false, &call->current);
+  enum op_step s = stat_path(call, call->path, false, &call->current, call->tool == JB_TOOL_MKDIR);
   if (s == OP_NEXT && call->tool == JB_TOOL_MOVE)
-    s = stat_path(call, call->dest, false, &call->current2);
+    s = stat_path(call, call->dest, false, &call->current2, true);
   if (s != OP_NEXT) return s;
   const char *path = call->path;
   json_t *cur = call->current;

@@ -179,22 +179,27 @@ static json_t *check_current(struct jb_worker *w, struct jb_session *s, json_t *
   json_array_foreach (expect, i, x) {
     const char *path = json_string_value(json_object_get(x, "path"));
     if (!path) continue;
-    json_t *req = json_pack("{s:s,s:s,s:O?}", "op", "stat", "path", path, "exclude",
-                            json_is_array(exclude) ? exclude : NULL);
+    json_t *req = json_pack("{s:s,s:s}", "op", "stat", "path", path);
+    if (req && json_is_array(exclude)) json_object_set(req, "exclude", exclude);
     json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, err) : NULL;
     json_decref(req);
     if (!a) return NULL;
     json_t *r = json_object_get(a, "result");
-    bool ok = json_is_true(json_object_get(a, "ok"));
-    bool exists = ok && json_is_true(json_object_get(r, "exists"));
+    const char *code = json_string_value(json_object_get(json_object_get(a, "error"), "code"));
+    bool ok = json_is_true(json_object_get(a, "ok")) || (code && !strcmp(code, "not_found"));
+    bool exists =
+        ok && json_is_true(json_object_get(r, "exists")); /* not_found: a parent missing */
     bool want = json_is_true(json_object_get(x, "exists"));
     const char *type = json_string_value(json_object_get(r, "type")) ?: "";
     const char *wtype = json_string_value(json_object_get(x, "type"));
     const char *sha = json_string_value(json_object_get(r, "sha256"));
     const char *wsha = json_string_value(json_object_get(x, "sha256"));
     const char *what = NULL;
+    char why[120]; /* the shim's reason, for the agent */
+    snprintf(why, sizeof why, "cannot be examined any more (%.80s)",
+             json_string_value(json_object_get(json_object_get(a, "error"), "message")) ?: "?");
     if (!ok)
-      what = "cannot be examined any more";
+      what = why;
     else if (exists != want)
       what = want ? "no longer exists" : "exists now";
     else if (exists && wtype && strcmp(type, wtype))

@@ -11,8 +11,10 @@
 
 #include "api/agent/edit.h"
 
-#define E(o, n) {(o), sizeof(o) - 1, (n), sizeof(n) - 1, false}
-#define EALL(o, n) {(o), sizeof(o) - 1, (n), sizeof(n) - 1, true}
+#define E(o, n) \
+  { (o), sizeof(o) - 1, (n), sizeof(n) - 1, false }
+#define EALL(o, n) \
+  { (o), sizeof(o) - 1, (n), sizeof(n) - 1, true }
 
 /* Applies `edits` to `src` and checks the result is `want` with `nrep` replacements. */
 static void applies(const char *src, const struct jb_edit *edits, size_t n, const char *want,
@@ -35,9 +37,9 @@ static struct jb_edit_failure fails(const char *src, const struct jb_edit *edits
   unsigned char *out = (unsigned char *)"sentinel";
   size_t olen = 0, rep = 0;
   struct jb_edit_failure f;
-  assert_int_equal(jb_edit_apply((const unsigned char *)src, strlen(src), edits, n, max, &out,
-                                 &olen, &rep, &f),
-                   -1);
+  assert_int_equal(
+      jb_edit_apply((const unsigned char *)src, strlen(src), edits, n, max, &out, &olen, &rep, &f),
+      -1);
   assert_null(out);
   assert_int_equal(f.fault, fault);
   assert_int_equal(f.index, index);
@@ -140,12 +142,9 @@ static void binary_safe(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(once),
-      cmocka_unit_test(in_order),
-      cmocka_unit_test(replace_all),
-      cmocka_unit_test(not_found_and_ambiguous),
-      cmocka_unit_test(too_large),
-      cmocka_unit_test(binary_safe),
+      cmocka_unit_test(once),        cmocka_unit_test(in_order),
+      cmocka_unit_test(replace_all), cmocka_unit_test(not_found_and_ambiguous),
+      cmocka_unit_test(too_large),   cmocka_unit_test(binary_safe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,8 @@ static void refuses(enum jb_tool tool, const char *json, int code, const char *w
   char msg[300] = "";
   if (decode(tool, json, &got, msg)) fail_msg("%s %s accepted", jb_tool_name(tool), json);
   assert_int_equal(got, code);
-  if (!strstr(msg, word)) fail_msg("%s %s: message '%s' lacks '%s'", jb_tool_name(tool), json, msg, word);
+  if (!strstr(msg, word))
+    fail_msg("%s %s: message '%s' lacks '%s'", jb_tool_name(tool), json, msg, word);
 }
 
 static void every_tool_valid(void **state) {
@@ -50,12 +51,14 @@ static void every_tool_valid(void **state) {
   accepts(JB_TOOL_READ, "{\"path\":\"a\",\"byteOffset\":7,\"byteLength\":0}");
   accepts(JB_TOOL_READ_MANY, "{\"paths\":[\"a\",\"b/c\"]}");
   accepts(JB_TOOL_WRITE, "{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"base64\"}");
-  accepts(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"x\",\"newText\":\"\"},"
-                        "{\"oldText\":\"y\",\"newText\":\"z\",\"replaceAll\":true}],\"dryRun\":true}");
+  accepts(JB_TOOL_EDIT,
+          "{\"path\":\"a\",\"edits\":[{\"oldText\":\"x\",\"newText\":\"\"},"
+          "{\"oldText\":\"y\",\"newText\":\"z\",\"replaceAll\":true}],\"dryRun\":true}");
   accepts(JB_TOOL_LIST, "{}");
   accepts(JB_TOOL_LIST, "{\"path\":\"src\",\"recursive\":true,\"depth\":64}");
   accepts(JB_TOOL_FIND, "{\"pattern\":\"**/*.c\"}");
-  accepts(JB_TOOL_SEARCH, "{\"pattern\":\"fo+\",\"path\":\"src\",\"glob\":\"*.h\",\"maxMatches\":5000}");
+  accepts(JB_TOOL_SEARCH,
+          "{\"pattern\":\"fo+\",\"path\":\"src\",\"glob\":\"*.h\",\"maxMatches\":5000}");
   accepts(JB_TOOL_STAT, "{\"path\":\"a\",\"sha256\":true}");
   accepts(JB_TOOL_MKDIR, "{\"path\":\"a/b/c\"}");
   accepts(JB_TOOL_MOVE, "{\"source\":\"a\",\"destination\":\"b\",\"overwrite\":false}");
@@ -66,7 +69,8 @@ static void every_tool_valid(void **state) {
 
 static void unknown_and_types(void **state) {
   (void)state;
-  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"length\":3}", JB_MCP_INVALID, "unknown argument 'length'");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"length\":3}", JB_MCP_INVALID,
+          "unknown argument 'length'");
   refuses(JB_TOOL_MOVE, "{\"path\":\"a\",\"destination\":\"b\"}", JB_MCP_INVALID, "'path'");
   refuses(JB_TOOL_MOVE, "{\"source\":\"a\"}", JB_MCP_INVALID, "'destination' is required");
   refuses(JB_TOOL_DELETE, "{\"path\":\"a\",\"force\":true}", JB_MCP_INVALID, "unknown argument");
@@ -75,7 +79,8 @@ static void unknown_and_types(void **state) {
   refuses(JB_TOOL_READ, "{}", JB_MCP_INVALID, "'path' is required");
   refuses(JB_TOOL_STAT, "{\"path\":\"a\",\"sha256\":\"yes\"}", JB_MCP_INVALID, "boolean");
   refuses(JB_TOOL_DELETE, "{\"path\":\"a\",\"recursive\":1}", JB_MCP_INVALID, "boolean");
-  refuses(JB_TOOL_WRITE, "{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"latin1\"}", JB_MCP_INVALID, "utf-8");
+  refuses(JB_TOOL_WRITE, "{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"latin1\"}",
+          JB_MCP_INVALID, "utf-8");
   refuses(JB_TOOL_WRITE, "{\"path\":\"a\"}", JB_MCP_INVALID, "'content' is required");
   refuses(JB_TOOL_FIND, "{}", JB_MCP_INVALID, "'pattern' is required");
 }
@@ -87,14 +92,16 @@ static void integer_ranges(void **state) {
   refuses(JB_TOOL_READ, "{\"path\":\"a\",\"limit\":0}", JB_MCP_INVALID, "'limit'");
   refuses(JB_TOOL_READ, "{\"path\":\"a\",\"head\":0}", JB_MCP_INVALID, "'head'");
   refuses(JB_TOOL_READ, "{\"path\":\"a\",\"tail\":\"3\"}", JB_MCP_INVALID, "'tail'");
-  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"byteOffset\":9007199254740992}", JB_MCP_INVALID, "byteOffset");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"byteOffset\":9007199254740992}", JB_MCP_INVALID,
+          "byteOffset");
   refuses(JB_TOOL_LIST, "{\"depth\":0}", JB_MCP_INVALID, "from 1 to 64");
   refuses(JB_TOOL_LIST, "{\"depth\":65}", JB_MCP_INVALID, "from 1 to 64");
   refuses(JB_TOOL_SEARCH, "{\"pattern\":\"x\",\"maxMatches\":5001}", JB_MCP_INVALID, "maxMatches");
   refuses(JB_TOOL_SEARCH, "{\"pattern\":\"x\",\"maxMatches\":0}", JB_MCP_INVALID, "maxMatches");
   /* one way of choosing what to read */
   refuses(JB_TOOL_READ, "{\"path\":\"a\",\"head\":1,\"tail\":1}", JB_MCP_INVALID, "at most one");
-  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":1,\"byteLength\":1}", JB_MCP_INVALID, "at most one");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":1,\"byteLength\":1}", JB_MCP_INVALID,
+          "at most one");
   refuses(JB_TOOL_READ, "{\"path\":\"a\",\"limit\":1,\"head\":1}", JB_MCP_INVALID, "at most one");
 }
 
@@ -145,15 +152,21 @@ static void sizes(void **state) {
   char *e = malloc(101 * 40 + 64);
   strcpy(e, "{\"path\":\"a\",\"edits\":[");
   for (int i = 0; i < 101; i++)
-    strcat(e, i ? ",{\"oldText\":\"a\",\"newText\":\"b\"}" : "{\"oldText\":\"a\",\"newText\":\"b\"}");
+    strcat(e,
+           i ? ",{\"oldText\":\"a\",\"newText\":\"b\"}" : "{\"oldText\":\"a\",\"newText\":\"b\"}");
   strcat(e, "]}");
   refuses(JB_TOOL_EDIT, e, JB_MCP_INVALID, "at most 100");
   free(e);
   refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[]}", JB_MCP_INVALID, "non-empty");
-  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\"}]}", JB_MCP_INVALID, "needs oldText and newText");
-  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"\",\"newText\":\"b\"}]}", JB_MCP_INVALID, "empty");
-  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":\"b\",\"all\":true}]}", JB_MCP_INVALID, "unknown key 'all'");
-  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":2}]}", JB_MCP_INVALID, "must be a string");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\"}]}", JB_MCP_INVALID,
+          "needs oldText and newText");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"\",\"newText\":\"b\"}]}",
+          JB_MCP_INVALID, "empty");
+  refuses(JB_TOOL_EDIT,
+          "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":\"b\",\"all\":true}]}",
+          JB_MCP_INVALID, "unknown key 'all'");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":2}]}",
+          JB_MCP_INVALID, "must be a string");
 }
 
 static void paths(void **state) {
@@ -249,7 +262,8 @@ static void described(void **state) {
     assert_true(json_is_false(json_object_get(in, "additionalProperties")));
     assert_true(json_is_object(json_object_get(t, "outputSchema")));
     json_t *ann = json_object_get(t, "annotations");
-    assert_int_equal(json_is_true(json_object_get(ann, "readOnlyHint")), !jb_tool_mutates(id) && id != JB_TOOL_DONE);
+    assert_int_equal(json_is_true(json_object_get(ann, "readOnlyHint")),
+                     !jb_tool_mutates(id) && id != JB_TOOL_DONE);
     assert_true(json_is_false(json_object_get(ann, "openWorldHint")));
     assert_true(strlen(json_string_value(json_object_get(t, "description"))) > 40);
     /* every argument the schema names is one the decoder knows */
@@ -270,16 +284,20 @@ static void described(void **state) {
   for (i = 0; i < json_array_size(tools); i++)
     if (!strcmp(json_string_value(json_object_get(json_array_get(tools, i), "name")), "edit"))
       edit = json_array_get(tools, i);
-  json_t *edits = json_object_get(json_object_get(json_object_get(edit, "inputSchema"), "properties"), "edits");
+  json_t *edits =
+      json_object_get(json_object_get(json_object_get(edit, "inputSchema"), "properties"), "edits");
   assert_int_equal(json_integer_value(json_object_get(edits, "maxItems")), OP_EDITS_MAX);
   json_decref(tools);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(every_tool_valid), cmocka_unit_test(unknown_and_types),
-      cmocka_unit_test(integer_ranges),   cmocka_unit_test(sizes),
-      cmocka_unit_test(paths),            cmocka_unit_test(shim_names),
+      cmocka_unit_test(every_tool_valid),
+      cmocka_unit_test(unknown_and_types),
+      cmocka_unit_test(integer_ranges),
+      cmocka_unit_test(sizes),
+      cmocka_unit_test(paths),
+      cmocka_unit_test(shim_names),
       cmocka_unit_test(described),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
