@@ -76,8 +76,8 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err);
 
-/* Worker, for a read, list or stat handed over directly that has already run in the shim
- * (such an op changes nothing), on the audit head `head`/`prev` (jb_audit_head_peek) this
+/* Worker, for an op that changes nothing (read, read_many, list, find, search, stat) handed
+ * over directly that has already run in the shim, on the audit head `head`/`prev` (jb_audit_head_peek) this
  * process knew before the op ran: in one round trip, locks the session row, stores the op
  * done (`ok`) or failed with `result_json` (as jb_db_op_direct_begin would insert it, args
  * `args_json`, checked against `expect_json`), appends its audit entry (operation = `tool`,

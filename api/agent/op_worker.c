@@ -379,8 +379,8 @@ json_t *op_try_direct(struct op_call *call, const char *tool, const char *path, 
   return out;
 }
 
-/* A tool that changes nothing straight to the worker when it is ours — no wait on a buyer or a pause, so
- * it is not counted among the waiting calls. Not in a pause the session was read in: the
+/* A tool that changes nothing straight to the worker when it is ours — no wait on a buyer or
+ * a pause, so it is not counted among the waiting calls. Not in a pause the session was read in: the
  * worker runs a direct op before it stores it (and refuses it then), and nothing should run
  * in the sandbox while the buyer holds the session. */
 enum op_step op_hand_direct(struct op_call *call) {

@@ -435,7 +435,8 @@ void *relay_queued_main(void *arg) {
 
 /* ---- direct ops (sandbox/proto/direct.h) ---------------------------------------------------- */
 
-/* A read, list or stat jailboxd handed over: its request, and what running it gave. */
+/* An op that changes nothing (read, read_many, list, find, search, stat) jailboxd handed
+ * over: its request, and what running it gave. */
 struct direct_op {
   const char *job, *tool, *path, *args_json, *expect_json;
   json_t *args;

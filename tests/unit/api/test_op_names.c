@@ -1,6 +1,6 @@
 /* test_op_names.c — the names of the agent's tools (api/agent/ops.c jb_tool_name,
- * jb_tool_from_name, jb_tool_mutates) and of the session states (db/sessions.c jb_session_state_name,
- * jb_session_state_from_name): every value round-trips through its wire name, the names are
+ * jb_tool_from_name, jb_tool_mutates) and of the session states (db/sessions.c
+ * jb_session_state_name, jb_session_state_from_name): every value round-trips through its wire name, the names are
  * the ones stored and sent, and anything else is unknown. */
 #include <setjmp.h>
 #include <stdarg.h>
