@@ -203,8 +203,8 @@ void kill_for_abort(struct jb_worker *w, const char *job);
 /* The op thread (arg: the worker). */
 void *relay_queued_main(void *arg);
 
-/* Runs one read, list or stat jailboxd handed straight to this worker (`req`: the request of
- * sandbox/proto/direct.h). The answer object (new). *head receives the audit head the op
+/* Runs one op that changes nothing (read, read_many, list, find, search, stat) jailboxd
+ * handed straight to this worker (`req`: the request of sandbox/proto/direct.h). The answer object (new). *head receives the audit head the op
  * committed without announcing it (0: none). */
 json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head);
 
