@@ -47,8 +47,9 @@ void op_leave_waiting(struct op_call *call) {
   call->counted = false;
 }
 
-/* The pending write's target as it is now into call->current: the stat op straight to the
- * worker when the session is active and its worker is ours, else stored and waited for. */
+/* The pending write's target as it is now into call->current: a stat op stored (queued) and
+ * waited for as any op, run by the worker that holds the session — held while the session is
+ * paused, as the write itself would be. */
 static enum op_step stat_target(struct op_call *call) {
   struct jb_app *app = call->app;
   cleanup_json json_t *stargs = json_object();
@@ -56,28 +57,20 @@ static enum op_step stat_target(struct op_call *call) {
     json_object_set(stargs, "exclude", call->sess.exclude);
   if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
     json_object_set_new(stargs, "withContent", json_true());
-  cleanup_json json_t *sa =
-      call->sess.state == JB_SESSION_ACTIVE ? op_try_direct(call, "stat", stargs, NULL) : NULL;
-  if (!call->c) {
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
-    return OP_END;
-  }
-  int rc = JB_OK;
+  cleanup_free char *stext = json_dumps(stargs, JSON_COMPACT);
+  cleanup_json json_t *sa = NULL;
   jb_error err = {0};
-  if (!sa) {
-    cleanup_free char *stext = json_dumps(stargs, JSON_COMPACT);
-    struct jb_opwait_ticket ticket;
-    long long op_id = 0;
-    op_wait_begin(call, &ticket);
-    rc = stext ? jb_db_op_create(call->c, call->job, "stat", call->path, stext, false, NULL, &op_id,
-                                 call->st, &err)
-               : JB_ERR_FAIL;
-    if (rc == JB_OK) {
-      atomic_fetch_add(&jb_metric_ops_queued, 1);
-      sa = op_await(call, op_id, &ticket);
-    } else {
-      op_wait_end(call, &ticket);
-    }
+  struct jb_opwait_ticket ticket;
+  long long op_id = 0;
+  op_wait_begin(call, &ticket);
+  int rc = stext ? jb_db_op_create(call->c, call->job, "stat", call->path, stext, false, NULL,
+                                   &op_id, call->st, &err)
+                 : JB_ERR_FAIL;
+  if (rc == JB_OK) {
+    atomic_fetch_add(&jb_metric_ops_queued, 1);
+    sa = op_await(call, op_id, &ticket);
+  } else {
+    op_wait_end(call, &ticket);
   }
   if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
     op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
