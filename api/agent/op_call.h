@@ -12,7 +12,8 @@
  *                 leave the workspace
  *   prepare       (op_checks.c) the shim's arguments; a write's content decoded, hashed and
  *                 scanned (flagged: refused, security alert, audit entry)
- *   supervise     (op_supervise.c) a place among the calls that wait; for a write of a
+ *   supervise     (op_supervise.c) a place among the calls that wait (a read or list of an
+ *                 active session takes one only if it meets a pause); for a write of a
  *                 supervised session the file as it is now (a stat op, stored and waited for
  *                 as the ops below) and the diff preview
  *   store         (op_worker.c) the op stored: pending for the buyer (and announced to them)
@@ -197,7 +198,13 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */
 
-/* Gives back the place op_supervise took among the waiting calls. */
+/* Takes a place among this process's calls that wait on the buyer or a pause (at most
+ * JAILBOX_WS_WORKERS - 1, so that a handler thread stays free for the decision they wait
+ * for): OP_NEXT (also when the call holds one already), or OP_END with *call->e
+ * "unavailable" when they are all taken. */
+enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
+
+/* Gives back the place op_take_waiting_place took. */
 void op_leave_waiting(struct op_call *call); /* op_supervise.c */
 
 #endif

@@ -26,9 +26,10 @@
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
 /* Each call waits on one of the socket's handler threads (JAILBOX_WS_WORKERS): at least one
- * must stay free for everything else — the buyer's approve among it — or the waits would
- * starve the very decision they wait for. */
-static enum op_step take_waiting_place(struct op_call *call) {
+ * must stay free for everything else — the buyer's approve and resume among it — or the waits
+ * would starve the very decision they wait for. */
+enum op_step op_take_waiting_place(struct op_call *call) {
+  if (call->counted) return OP_NEXT;
   long max_waiting = call->app->cfg ? call->app->cfg->ws_workers - 1 : 1;
   if (max_waiting < 1) max_waiting = 1;
   if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
@@ -158,7 +159,10 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
 }
 
 enum op_step op_supervise(struct op_call *call) {
-  enum op_step s = take_waiting_place(call);
+  /* a read or list of an active session waits for nobody: the worker runs it within
+   * OP_RUN_TIMEOUT_MS, so it takes a place only if it meets a pause (op_await) */
+  bool bounded = call->tool != JB_TOOL_WRITE && call->sess.state == JB_SESSION_ACTIVE;
+  enum op_step s = bounded ? OP_NEXT : op_take_waiting_place(call);
   if (s != OP_NEXT) return s;
   call->pending = call->tool == JB_TOOL_WRITE && call->sess.mode == JB_MODE_SUPERVISED;
   if (!call->pending) return OP_NEXT;

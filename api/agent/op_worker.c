@@ -298,6 +298,9 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   *nap = SAFETY_NET_MS;
   bool pending = os == JB_OP_PENDING;
   if (pending && clk->approval_ms > 0 && approval_overdue(call, op_id, clk, nap)) return OP_END;
+  /* held by a pause: from now on among the calls that wait (op_supervise let a read of an
+   * active session in without a place) */
+  if (ss == JB_SESSION_PAUSED && op_take_waiting_place(call) != OP_NEXT) return OP_END;
   if ((pending || ss == JB_SESSION_PAUSED) && drain_cut(call, op_id, pending, nap)) return OP_END;
   return OP_NEXT;
 }
