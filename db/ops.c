@@ -11,10 +11,28 @@
 #include "db/db.h"
 #include "db/events.h"
 
+/* Indexed by enum jb_op_state. */
+static const char *const op_state_names[] = {"pending", "approved", "rejected", "done", "failed"};
+_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_FAILED + 1,
+               "one name per op state");
+
+const char *jb_op_state_name(enum jb_op_state st) {
+  if (st < 0 || (size_t)st >= sizeof op_state_names / sizeof op_state_names[0]) return NULL;
+  return op_state_names[st];
+}
+
+enum jb_op_state jb_op_state_from_name(const char *name) {
+  for (size_t i = 0; name && i < sizeof op_state_names / sizeof op_state_names[0]; i++)
+    if (!strcmp(op_state_names[i], name)) return (enum jb_op_state)i;
+  return JB_OP_UNKNOWN;
+}
+
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
                     char state[20], jb_error *err) {
-  const char *p[6] = {job_id, tool, path, args_json, pending ? "pending" : "approved", expect_json};
+  const char *p[6] = {
+      job_id,     tool, path, args_json, jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
+      expect_json};
   /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
@@ -169,7 +187,7 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   }
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[3] = {id, ok ? "done" : "failed", result_json};
+  const char *p[3] = {id, jb_op_state_name(ok ? JB_OP_DONE : JB_OP_FAILED), result_json};
   /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
   const struct jb_db_step steps[2] = {
       JB_DB_STEP("UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
@@ -256,7 +274,8 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
   if (jb_audit_append_step(keys, job_id, tool, path[0] ? path : NULL, details, head, prev, &pend,
                            &append, err) < 0)
     return JB_ERR_FAIL;
-  const char *p[7] = {job_id,     tool, path, args_json, expect_json, ok ? "done" : "failed",
+  const char *p[7] = {job_id,     tool,        path,
+                      args_json,  expect_json, jb_op_state_name(ok ? JB_OP_DONE : JB_OP_FAILED),
                       result_json};
   /* the op, stored already done: only while the session is active, unchanged, with no op
    * queued before it (as jb_db_op_direct_begin; the session row is locked by the step before).

@@ -9,6 +9,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
+#include "db/ops.h"
 #include "db/tokens.h"
 
 static const char *const live_states[] = {JB_LIVE_STATES, NULL};
@@ -498,7 +499,8 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
                     struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[4] = {id, job_id, approve ? "approved" : "rejected", reason};
+  const char *p[4] = {id, job_id, jb_op_state_name(approve ? JB_OP_APPROVED : JB_OP_REJECTED),
+                      reason};
   if (head) memset(head, 0, sizeof *head);
   /* a rejection writes to the chain: take the session row first (the lock order of every
    * chain writer), then the op */
@@ -548,7 +550,8 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
   if (PQntuples(r) == 1) {
     /* pending but not decidable: the session ended */
     const char *ops = PQgetvalue(r, 0, 0);
-    snprintf(state, 20, "%s", strcmp(ops, "pending") == 0 ? PQgetvalue(r, 0, 1) : ops);
+    snprintf(state, 20, "%s",
+             jb_op_state_from_name(ops) == JB_OP_PENDING ? PQgetvalue(r, 0, 1) : ops);
     rc = JB_ERR_CONFLICT;
   }
   PQclear(r);

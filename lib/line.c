@@ -17,7 +17,10 @@
 
 #include "lib/json.h"
 
-#define READ_RESERVE 65536 /* bytes of storage a read may fill at least (when the cap allows) */
+/* Bytes of storage (with the NUL jb_buf keeps after the contents) a read makes room for in
+ * all: what the reader holds plus what the read may take. A power of two, so that the
+ * buffer's doubling stops at it exactly; a line held past it grows the storage further. */
+#define READ_RESERVE 65536
 
 void jb_line_init(struct jb_line_reader *r, const struct jb_line_opts *o) {
   memset(r, 0, sizeof *r);
@@ -89,7 +92,8 @@ ssize_t jb_line_read(struct jb_line_reader *r, int fd, jb_error *err) {
     return -1;
   }
   char *tail;
-  if (jb_buf_reserve(&r->buf, room < READ_RESERVE ? room : READ_RESERVE, &tail) < 0) {
+  size_t want = r->buf.len + 1 < READ_RESERVE ? READ_RESERVE - 1 - r->buf.len : 1;
+  if (jb_buf_reserve(&r->buf, room < want ? room : want, &tail) < 0) {
     fail(r, JB_LINE_NOMEM);
     jb_fail(err, ENOMEM, "out of memory");
     return -1;

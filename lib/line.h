@@ -96,7 +96,8 @@ void jb_line_end(struct jb_line_reader *r);
 
 /* One read(2) from `fd` into the reader (EINTR is retried): at most what fits before the
  * reader holds max_line + 1 bytes, and at most what its storage has room for after growing
- * it to a 64 KiB reserve. Returns the bytes read (> 0); 0 at the end of the input (the reader
+ * it to 64 KiB in all (held bytes included; storage already larger, after a longer line, is
+ * used as it is). Returns the bytes read (> 0); 0 at the end of the input (the reader
  * then ends as jb_line_end); -1 with `err` (code EAGAIN/EWOULDBLOCK: nothing to read now, no
  * complete line yet; ENOBUFS: the reader is full, call jb_line_next first; ENOMEM; any errno
  * of read). Call it only after jb_line_next returned JB_LINE_AGAIN. */

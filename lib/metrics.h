@@ -31,8 +31,9 @@ extern struct jb_histogram jb_metric_audit_append;
  * (db/audit_store.c, group commit): batches of two or more, and the entries in them. */
 extern atomic_ulong jb_metric_audit_batches, jb_metric_audit_batched;
 
-/* Agent tool calls that reached a worker (api/agent/ops.c), by the way they went: handed straight
- * to a worker of this process (sandbox/proto/direct.h), or stored as a queued/pending op row. */
+/* Agent tool calls that reached a worker, by the way they went: relayed to a worker of this
+ * process by the socket's service thread (api/agent/socket.c, sandbox/proto/direct.h), or
+ * stored as a queued/pending op row (api/agent/op_worker.c, op_supervise.c). */
 extern atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;
 
 /* CLOCK_MONOTONIC now, ns. */

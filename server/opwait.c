@@ -110,7 +110,7 @@ int jb_opwait_notify_payload(struct jb_opwait *w, const char *payload) {
   if (jb_op_notice_parse(payload, &op_id, state, &job) < 0) return -1;
   /* an op queued (stored, or approved by the buyer) is the worker's business; waking its
    * call for it would cost a read of a row that has not changed yet */
-  if (op_id != 0 && strcmp(state, "approved") == 0) return 0;
+  if (op_id != 0 && jb_op_state_from_name(state) == JB_OP_APPROVED) return 0;
   jb_opwait_notify(w, job, op_id);
   return 0;
 }

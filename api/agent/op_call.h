@@ -12,10 +12,10 @@
  *                 leave the workspace
  *   prepare       (op_checks.c) the shim's arguments; a write's content decoded, hashed and
  *                 scanned (flagged: refused, security alert, audit entry)
- *   hand direct   (op_worker.c) a read or list of an active session straight to the worker
- *                 that holds it, when that worker is one of this process's
- *   supervise     (op_supervise.c) a place among the calls that wait; for a write of a
- *                 supervised session the file as it is now and the diff preview
+ *   supervise     (op_supervise.c) a place among the calls that wait (a read or list of an
+ *                 active session takes one only if it meets a pause); for a write of a
+ *                 supervised session the file as it is now (a stat op, stored and waited for
+ *                 as the ops below) and the diff preview
  *   store         (op_worker.c) the op stored: pending for the buyer (and announced to them)
  *                 when the session is supervised and the op is a write, queued otherwise
  *   wait          (op_worker.c) until the worker that holds the session has run it and
@@ -23,8 +23,13 @@
  *   answer        (op_worker.c) the MCP result of the op's answer
  *
  * Each stage returns an enum op_step; op_call_release (ops.c) frees what the stages took, on
- * every path. The socket's service thread plans reads and lists with the same helpers
- * (jb_op_direct_plan): it decides what it can without the database and without a wait. */
+ * every path. Every op that comes here is stored as a row. The one other way an op reaches a
+ * worker is the socket's service thread (api/agent/socket.c): a read or list of an active
+ * session that one of this process's workers holds, planned with the same helpers
+ * (jb_op_direct_plan) on this process's copy of the session, without the database and
+ * without a wait, and relayed on the worker's ops socket (sandbox/proto/direct.h). What the
+ * planner leaves — a refusal to audit, the call that moves awaiting_agent to active, a
+ * session with no copy here, paused, or held by a worker of another host — comes here. */
 #ifndef JB_API_OP_CALL_H
 #define JB_API_OP_CALL_H
 
@@ -111,7 +116,6 @@ enum op_step op_decode(struct op_call *call); /* op_checks.c */
 enum op_step op_load_session(struct op_call *call); /* op_session.c */
 enum op_step op_refuse_if(struct op_call *call); /* op_checks.c */
 enum op_step op_prepare(struct op_call *call); /* op_checks.c */
-enum op_step op_hand_direct(struct op_call *call); /* op_worker.c */
 enum op_step op_supervise(struct op_call *call); /* op_supervise.c */
 enum op_step op_store(struct op_call *call); /* op_worker.c */
 enum op_step op_wait(struct op_call *call); /* op_worker.c */
@@ -188,7 +192,7 @@ bool op_tool_direct(enum jb_tool tool);
  * {mode, exclude, flagged} of `sess` (borrowed; flagged [] when it has none). */
 json_t *op_direct_expect(const struct jb_session_facts *sess);
 
-/* The direct hand-over's request (sandbox/proto/direct.h; new): `sargs`, `expect` borrowed. */
+/* The relayed read's request (sandbox/proto/direct.h; new): `sargs`, `expect` borrowed. */
 json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
                           json_t *expect);
 
@@ -215,19 +219,6 @@ bool op_session_copy(const char *job, struct jb_session_facts *out);
  * by "sha256:HEX" of the path, as audit entries record over-long paths. */
 void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev);
 
-/* Hands op `tool` on `path` (borrowed) with the shim's arguments `sargs` (borrowed) straight to the
- * worker that holds the session when that worker is one of this process's
- * (sandbox/proto/direct.h); `expect` (borrowed, NULL: none) is checked against the session
- * as jb_db_op_create does. The worker stores, runs and completes the op with its audit entry
- * in one transaction and answers on the socket. The connection goes back to the pool
- * meanwhile (call->c is NULL after when it could not be had again). Returns the op's answer
- * {ok, result | error} (new), or NULL when the op must take the queued path (no local worker,
- * the session is not active — a paused session holds its ops —, the session changed, or the
- * worker could not be reached: only ops that change nothing come here, so running one again
- * there is harmless). */
-json_t *op_try_direct(struct op_call *call, const char *tool, const char *path, json_t *sargs,
-                      json_t *expect);
-
 /* Starts the wait for an op of call->job that is about to be stored: registers `t` before the
  * insert, so that the notification of its outcome cannot come before anyone listens. */
 void op_wait_begin(struct op_call *call, struct jb_opwait_ticket *t);
@@ -252,7 +243,13 @@ enum op_step op_scan_content(struct op_call *call); /* op_checks.c */
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */
 
-/* Gives back the place op_supervise took among the waiting calls. */
+/* Takes a place among this process's calls that wait on the buyer or a pause (at most
+ * JAILBOX_WS_WORKERS - 1, so that a handler thread stays free for the decision they wait
+ * for): OP_NEXT (also when the call holds one already), or OP_END with *call->e
+ * "unavailable" when they are all taken. */
+enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
+
+/* Gives back the place op_take_waiting_place took. */
 void op_leave_waiting(struct op_call *call); /* op_supervise.c */
 
 #endif

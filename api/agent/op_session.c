@@ -7,10 +7,10 @@
  * that the session's mode, exclusions and flags are still the ones decided on
  * (jb_db_op_create's `expect_json`), and the call starts over with a fresh read when they are
  * not. Only sessions read in active or paused are kept, whose exclusions and flags no longer
- * change. The state it keeps decides whether a read is handed straight to the worker, which
- * runs it in the sandbox before anything checks the session: a copy is dropped when the
- * session's state changes (jb_op_session_changed), so that a read after a pause does not run
- * until the resume. Copies go in and out under the lock as jb_session_facts_copy makes them:
+ * change. The state it keeps decides whether a read is relayed straight to the worker
+ * (api/agent/socket.c, jb_op_direct_plan), which runs it in the sandbox before anything checks
+ * the session: a copy is dropped when the session's state changes (jb_op_session_changed), so
+ * that a read after a pause does not run until the resume. Copies go in and out under the lock as jb_session_facts_copy makes them:
  * no JSON value is shared between threads. */
 #define _GNU_SOURCE
 #include "api/agent/op_call.h"

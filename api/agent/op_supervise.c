@@ -30,9 +30,10 @@
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
 /* Each call waits on one of the socket's handler threads (JAILBOX_WS_WORKERS): at least one
- * must stay free for everything else — the buyer's approve among it — or the waits would
- * starve the very decision they wait for. */
-static enum op_step take_waiting_place(struct op_call *call) {
+ * must stay free for everything else — the buyer's approve and resume among it — or the waits
+ * would starve the very decision they wait for. */
+enum op_step op_take_waiting_place(struct op_call *call) {
+  if (call->counted) return OP_NEXT;
   long max_waiting = call->app->cfg ? call->app->cfg->ws_workers - 1 : 1;
   if (max_waiting < 1) max_waiting = 1;
   if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
@@ -51,8 +52,9 @@ void op_leave_waiting(struct op_call *call) {
   call->counted = false;
 }
 
-/* `path` as it is now (the shim's stat result, new, into *out): the stat op straight to the
- * worker when the session is active and its worker is ours, else stored and waited for.
+/* `path` as it is now (the shim's stat result, new, into *out): a stat op stored (queued) and
+ * waited for as any op, run by the worker that holds the session — held while the session is
+ * paused, as the op it prepares would be.
  * `content`: with the file's content when it is at most 1 MiB. `missing_ok`: a path whose
  * parent directory is missing too is {exists: false} (a mkdir with parents, a move's
  * destination), not an error. */
@@ -62,16 +64,10 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
   if (json_array_size(call->sess.exclude) > 0)
     json_object_set(stargs, "exclude", call->sess.exclude);
   if (content) json_object_set_new(stargs, "withContent", json_true());
-  cleanup_json json_t *sa = call->sess.state == JB_SESSION_ACTIVE
-                                ? op_try_direct(call, "stat", path, stargs, NULL)
-                                : NULL;
-  if (!call->c) {
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
-    return OP_END;
-  }
+  cleanup_json json_t *sa = NULL;
   int rc = JB_OK;
   jb_error err = {0};
-  if (!sa) {
+  {
     cleanup_free char *stext = json_dumps(stargs, JSON_COMPACT);
     struct jb_opwait_ticket ticket;
     long long op_id = 0;
@@ -448,7 +444,10 @@ static enum op_step supervise_change(struct op_call *call) {
 }
 
 enum op_step op_supervise(struct op_call *call) {
-  enum op_step s = take_waiting_place(call);
+  /* a read or list of an active session waits for nobody: the worker runs it within
+   * OP_RUN_TIMEOUT_MS, so it takes a place only if it meets a pause (op_await) */
+  bool bounded = call->tool != JB_TOOL_WRITE && call->sess.state == JB_SESSION_ACTIVE;
+  enum op_step s = bounded ? OP_NEXT : op_take_waiting_place(call);
   if (s != OP_NEXT) return s;
   bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
   call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;

@@ -1,8 +1,8 @@
 /* op_worker.c — a tool call's op on its way to the worker that holds the session and back
- * (stages in api/agent/op_call.h): handed straight to the worker when it is one of this
- * process's and nothing needs to wait (hand direct), or stored — pending for the buyer or
- * queued — for the worker to run in the shim with its audit entry (store, db/ops.h); then
- * waited for (wait) and made an MCP result (answer). The waiting thread sleeps until the
+ * (stages in api/agent/op_call.h): stored — pending for the buyer or queued — for the worker
+ * to run in the shim with its audit entry (store, db/ops.h); then waited for (wait) and made
+ * an MCP result (answer). The request of a read the socket's service thread relays to a
+ * worker of this process (api/agent/socket.c) is made here too, and its answer read here. The waiting thread sleeps until the
  * jb_op notification of the op's commit wakes it (server/opwait.h), and reads the op row
  * again then (and once a second regardless); without limit while the op waits for the buyer
  * or a paused session. */
@@ -22,7 +22,6 @@
 #include "db/ops.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
-#include "sandbox/proto/direct.h"
 #include "server/app.h"
 #include "server/config.h"
 #include "server/workers.h"
@@ -330,7 +329,7 @@ json_t *op_answer(struct op_call *call) {
                           call->e);
 }
 
-/* ---- hand direct ---- */
+/* ---- the request the socket's service thread relays (api/agent/socket.c) ---- */
 
 const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess) {
   return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), sess->worker);
@@ -347,53 +346,6 @@ json_t *op_direct_expect(const struct jb_session_facts *sess) {
   if (!mode) return NULL;
   return json_pack("{s:s,s:O?,s:o}", "mode", mode, "exclude", sess->exclude, "flagged",
                    sess->flagged ? json_incref(sess->flagged) : json_array());
-}
-
-json_t *op_try_direct(struct op_call *call, const char *tool, const char *path, json_t *sargs,
-                      json_t *expect) {
-  struct jb_app *app = call->app;
-  const char *sock = op_worker_socket(app, &call->sess);
-  if (!sock) return NULL;
-  json_t *req = op_direct_request(call->job, tool, path, sargs, expect);
-  if (!req) return NULL;
-  jb_error err = {0};
-  /* the database connection is not needed while the worker works: back to the pool, and
-   * taken again for the queued path (NULL when it cannot be had) */
-  jb_db_release(app->db, call->c);
-  json_t *ans = jb_direct_call(sock, req, OP_RUN_TIMEOUT_MS, &err);
-  json_decref(req);
-  jb_error aerr = {0};
-  call->c = jb_db_acquire(app->db, &aerr);
-  if (!call->c) jb_log(JB_LOG_ERROR, "op path: database error", "detail", aerr.msg, NULL);
-  if (!ans) {
-    jb_log(JB_LOG_WARN, "direct op hand-over failed: the op takes the queued path", "jobId",
-           call->job, "detail", err.msg, NULL);
-    return NULL;
-  }
-  json_t *out = NULL;
-  if (json_is_true(json_object_get(ans, "ran")) && json_is_object(json_object_get(ans, "answer"))) {
-    out = json_incref(json_object_get(ans, "answer"));
-    atomic_fetch_add(&jb_metric_ops_direct, 1);
-  }
-  json_decref(ans);
-  return out;
-}
-
-/* A tool that changes nothing straight to the worker when it is ours — no wait on a buyer or
- * a pause, so it is not counted among the waiting calls. Not in a pause the session was read in: the
- * worker runs a direct op before it stores it (and refuses it then), and nothing should run
- * in the sandbox while the buyer holds the session. */
-enum op_step op_hand_direct(struct op_call *call) {
-  if (!op_tool_direct(call->tool) || call->sess.state != JB_SESSION_ACTIVE) return OP_NEXT;
-  cleanup_json json_t *x = call->recheck ? op_direct_expect(&call->sess) : NULL;
-  if (!call->recheck || x)
-    call->ans = op_try_direct(call, jb_tool_name(call->tool), call->path, call->sargs, x);
-  if (call->ans) return OP_ANSWERED;
-  if (!call->c) {
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
-    return OP_END;
-  }
-  return OP_NEXT;
 }
 
 /* ---- store ---- */
@@ -535,12 +487,13 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
     op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
     return OP_END;
   }
-  if (!strcmp(ost, "rejected")) {
+  enum jb_op_state os = jb_op_state_from_name(ost);
+  if (os == JB_OP_REJECTED) {
     op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
              reason ? reason : "");
     return OP_END;
   }
-  if (!strcmp(ost, "done") || !strcmp(ost, "failed")) {
+  if (os == JB_OP_DONE || os == JB_OP_FAILED) {
     *out = res ? json_loads(res, 0, NULL) : NULL;
     if (!*out) {
       op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
@@ -553,7 +506,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
     op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
     return OP_END;
   }
-  bool queued = !strcmp(ost, "approved") && ss == JB_SESSION_ACTIVE; /* for the worker to run */
+  bool queued = os == JB_OP_APPROVED && ss == JB_SESSION_ACTIVE; /* for the worker to run */
   if (queued && jb_now_ms() - clk->started > OP_RUN_TIMEOUT_MS) {
     op_error(e, JB_MCP_UNAVAILABLE, "unavailable",
              "the session's sandbox did not run the op in time");
@@ -561,8 +514,11 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   if (!queued) clk->started = jb_now_ms();
   *nap = SAFETY_NET_MS;
-  bool pending = !strcmp(ost, "pending");
+  bool pending = os == JB_OP_PENDING;
   if (pending && clk->approval_ms > 0 && approval_overdue(call, op_id, clk, nap)) return OP_END;
+  /* held by a pause: from now on among the calls that wait (op_supervise let a read of an
+   * active session in without a place) */
+  if (ss == JB_SESSION_PAUSED && op_take_waiting_place(call) != OP_NEXT) return OP_END;
   if ((pending || ss == JB_SESSION_PAUSED) && drain_cut(call, op_id, pending, nap)) return OP_END;
   return OP_NEXT;
 }

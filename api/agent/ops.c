@@ -90,7 +90,6 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
   if (s == OP_NEXT) s = op_load_session(&call);
   if (s == OP_NEXT) s = op_refuse_if(&call);
   if (s == OP_NEXT) s = op_prepare(&call);
-  if (s == OP_NEXT) s = op_hand_direct(&call);
   if (s == OP_NEXT) s = op_supervise(&call);
   if (s == OP_NEXT) s = op_store(&call);
   if (s == OP_NEXT) s = op_wait(&call);

@@ -1,7 +1,10 @@
 /* ops.h — the path of an agent's MCP tool call through jailboxd: session state, path
  * syntax, exclusions, content scanning, supervision, audit of what is refused here, and the
- * hand-over to the worker that holds the session (db/ops.h). The stages of one call are in
- * api/agent/op_call.h. */
+ * hand-over to the worker that holds the session. Two routes, one for each kind of call: a
+ * read or list of an active session held by one of this process's workers is relayed by the
+ * socket's service thread to the worker's ops socket (jb_op_direct_plan below,
+ * api/agent/socket.c); every other call is stored as an ops row for the worker to run
+ * (jb_op_tool, db/ops.h; the stages of one call are in api/agent/op_call.h). */
 #ifndef JB_API_OPS_H
 #define JB_API_OPS_H
 
@@ -58,8 +61,9 @@ const char *jb_tool_name(enum jb_tool tool);
 enum jb_tool jb_tool_from_name(const char *name);
 
 /* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): every tool of enum jb_tool
- * for session `job_id`. Blocks its socket worker thread until the op has run — for a
- * mutating tool of a supervised session, until the buyer decides (or the session ends). */
+ * for session `job_id`, each op stored as a row. Blocks its socket worker thread until the op
+ * has run — for a mutating tool of a supervised session, until the buyer decides (or the
+ * session ends). */
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
                    json_t *arguments, struct jb_mcp_error *e);
 
@@ -67,7 +71,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char
  * jb_mcp_direct_fns): plan decides on this process's copy of the session alone — an active
  * session, valid arguments, a path that passes the syntax rules, exclusions and pre-scan flags,
  * a worker of this process — with no database and no wait, and otherwise hands the call to
- * jb_op_tool (which refuses and audits what must be). The worker checks the copy against the
+ * jb_op_tool (which refuses and audits what must be, and stores the rest as ops rows). The worker checks the copy against the
  * session under its lock before it runs anything (sandbox/proto/direct.h "expect"), and the shim the
  * path and exclusions again at open time. */
 bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool, json_t *arguments,

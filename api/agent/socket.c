@@ -49,6 +49,9 @@ struct jb_socket {
   struct relay_conn *relay;
   int n_relay;
   long long relay_seq; /* the "id" of the last request relayed (sandbox/proto/direct.h) */
+  struct relay_call *wait_head, *wait_tail; /* calls waiting for a connection, oldest first */
+  int n_wait;
+  bool pumping; /* relay_pump is running (a close it causes does not pump again) */
 };
 
 /* One per process: the bus keeps a pointer to it for the process lifetime (the bus has no
@@ -429,14 +432,23 @@ static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *a
 
 /* ---------- the direct path of reads and lists (service thread) ----------
  *
- * An agent's tools/call of read or list that the planner (api/agent/ops.h jb_op_direct_plan) finds
- * it may decide on alone is written to the worker's ops socket from the service thread itself,
- * and the worker's answer line is read there too (server/ws.h jb_ws_watch_fd): no handler
- * thread, so two hand-overs between threads fewer per read. A call the worker did not run, or
- * whose connection failed or timed out, goes to the handler threads after all, which take the
- * ordinary path (a read or list changes nothing: running it there again is harmless). */
+ * An agent's tools/call of read or list that the planner (api/agent/ops.h jb_op_direct_plan)
+ * finds it may decide on alone — an active session held by one of this process's workers —
+ * is written to the worker's ops socket from the service thread itself, and the worker's
+ * answer line is read there too (server/ws.h jb_ws_watch_fd): no handler thread, so two
+ * hand-overs between threads fewer per read. This is the one way such a read reaches a
+ * worker; every other call (a refusal to audit, a paused session, a worker of another host)
+ * goes to the handler threads, which store it as an ops row (api/agent/op_call.h).
+ *
+ * At most RELAY_CONNS connections are open; a call that finds them all busy waits here, in
+ * order, for the first to come free (the worker's end queues as well,
+ * sandbox/worker/direct_server.c): load never refuses a read. A call the worker did not run,
+ * or whose connection failed, goes to the handler threads after all, which store it as an
+ * ops row (a read or list changes nothing: running it there again is harmless). */
 
 #define RELAY_CONNS 64 /* connections to workers kept open */
+#define RELAY_WAIT_MAX \
+  4096 /* calls waiting for a connection; more go to the handler threads (the ops row) */
 #define RELAY_TIMEOUT_MS 120000 /* an answer must come within this (ops.c RUN_TIMEOUT_MS) */
 #define RELAY_INLINE_MAX 65536 /* longer answers are made into results on a handler thread */
 
@@ -454,6 +466,7 @@ struct relay_call {
   char *
       line; /* the answer line (without its newline), when made into a result on a handler thread */
   size_t line_len;
+  struct relay_call *next_wait; /* in the socket's wait list */
 };
 
 struct relay_conn {
@@ -462,8 +475,12 @@ struct relay_conn {
   struct jb_ws_watch *w;
   char sock[108];
   struct relay_call *call; /* the request in flight; NULL: idle */
+  bool closing; /* relay_close was called: takes no request */
   struct jb_line_reader answer; /* the worker's answer line */
 };
+
+static int relay_send(struct jb_socket *s, struct relay_call *rc);
+static void relay_pump(struct jb_socket *s);
 
 /* An answer line: JB_DIRECT_MAX_LINE bytes with its newline; a longer one ends the connection. */
 static const struct jb_line_opts relay_lines = {.max_line = JB_DIRECT_MAX_LINE - 1,
@@ -529,14 +546,18 @@ static void relay_answer_job(void *arg, bool run) {
 }
 
 static void relay_close(struct relay_conn *c) {
+  c->closing = true;
   jb_ws_watch_close(c->w); /* CLOSED, then (or at once) relay_watch's cleanup */
 }
 
+/* Input on connection `c`: its call's answer (or the end of the connection). */
+static void relay_readable(struct relay_conn *c, int fd);
+
 static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_watch_event ev) {
   struct relay_conn *c = arg;
+  struct jb_socket *s = c->s;
   (void)w;
   if (ev == JB_WS_WATCH_CLOSED) {
-    struct jb_socket *s = c->s;
     for (struct relay_conn **p = &s->relay; *p; p = &(*p)->next)
       if (*p == c) {
         *p = c->next;
@@ -546,6 +567,7 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     if (c->call) relay_fallback(c->call);
     jb_line_free(&c->answer);
     free(c);
+    relay_pump(s); /* a place for a waiting call */
     return;
   }
   if (ev == JB_WS_WATCH_TIMEOUT) {
@@ -565,7 +587,12 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     relay_close(c);
     return;
   }
-  for (;;) { /* READABLE */
+  relay_readable(c, fd);
+  relay_pump(s); /* the connection is idle again, or a place comes free */
+}
+
+static void relay_readable(struct relay_conn *c, int fd) {
+  for (;;) {
     jb_error rerr = {0};
     ssize_t r = jb_line_read(&c->answer, fd, &rerr);
     if (r < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK)) return;
@@ -619,14 +646,15 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
   }
 }
 
-/* Sends `rc`'s request on an idle connection to its worker, or a new one. 0, or -1 when it
- * could not be sent (nothing of it went out on a connection kept open: the caller takes the
- * ordinary path). */
+/* Sends `rc`'s request on an idle connection to its worker, or a new one. 0 when it was sent;
+ * 1 when all RELAY_CONNS connections are busy (nothing was sent: the call waits for one,
+ * relay_pump); -1 when it could not be sent (nothing of it went out on a connection kept
+ * open: the caller takes the ordinary path). */
 static int relay_send(struct jb_socket *s, struct relay_call *rc) {
   for (int attempt = 0; attempt < 2; attempt++) {
     struct relay_conn *c = NULL;
     for (struct relay_conn *x = s->relay; x && attempt == 0; x = x->next)
-      if (!x->call && !strcmp(x->sock, rc->d.sock)) {
+      if (!x->call && !x->closing && !strcmp(x->sock, rc->d.sock)) {
         c = x;
         break;
       }
@@ -635,8 +663,8 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
       if (s->n_relay >= RELAY_CONNS) { /* full: an idle one (another worker's) makes room */
         struct relay_conn *idle = NULL;
         for (struct relay_conn *x = s->relay; x; x = x->next)
-          if (!x->call) idle = x;
-        if (!idle) return -1;
+          if (!x->call && !x->closing) idle = x;
+        if (!idle) return 1;
         relay_close(idle); /* not in its own callback: closed, and unlinked, at once */
       }
       struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -678,6 +706,24 @@ static int relay_send(struct jb_socket *s, struct relay_call *rc) {
     if (fresh || w > 0) return -1;
   }
   return -1;
+}
+
+/* Sends the waiting calls, oldest first, while connections can be had; a call that cannot be
+ * sent at all takes the ordinary path. */
+static void relay_pump(struct jb_socket *s) {
+  if (s->pumping) return; /* a close relay_send makes comes back here */
+  s->pumping = true;
+  while (s->wait_head) {
+    struct relay_call *rc = s->wait_head;
+    int r = relay_send(s, rc);
+    if (r > 0) break;
+    s->wait_head = rc->next_wait;
+    if (!s->wait_head) s->wait_tail = NULL;
+    s->n_wait--;
+    rc->next_wait = NULL;
+    if (r < 0) relay_fallback(rc);
+  }
+  s->pumping = false;
 }
 
 /* ws event_direct handler: an agent's tools/call of read or list, when the planner allows. */
@@ -729,9 +775,19 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
   rc->ack = ack;
   rc->args = json_incref(args);
   rc->id = json_incref(id);
-  if (relay_send(s, rc) < 0) {
+  /* behind the calls that wait already: in order */
+  int sent = s->wait_head ? 1 : relay_send(s, rc);
+  if (sent < 0 || (sent > 0 && s->n_wait >= RELAY_WAIT_MAX)) {
     relay_call_free(rc);
     return false;
+  }
+  if (sent > 0) {
+    if (s->wait_tail)
+      s->wait_tail->next_wait = rc;
+    else
+      s->wait_head = rc;
+    s->wait_tail = rc;
+    s->n_wait++;
   }
   return true;
 }

@@ -29,7 +29,8 @@ typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job
 
 /* A read or list that the socket's service thread hands straight to the worker holding its
  * session (sandbox/proto/direct.h), without a handler thread in between: two hand-overs between
- * threads fewer. Made by a jb_mcp_plan_fn, which must not block. */
+ * threads fewer. The service thread keeps a bounded number of connections to workers; a call
+ * that finds them busy waits for one there. Made by a jb_mcp_plan_fn, which must not block. */
 struct jb_mcp_direct {
   char sock[108]; /* the worker's ops socket */
   json_t *req; /* the request (sandbox/proto/direct.h; new), its "id" left to the sender */

@@ -16,6 +16,7 @@
 #include "lib/json.h"
 #include "api/agent/ops.h"
 #include "db/audit_store.h"
+#include "db/ops.h"
 #include "db/sessions.h"
 #include "server/cache.h"
 #include "lib/log.h"
@@ -321,8 +322,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   jb_error err = {0};
   char *json = NULL;
   if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
-  if (state && strcmp(state, "pending") && strcmp(state, "approved") && strcmp(state, "rejected") &&
-      strcmp(state, "done") && strcmp(state, "failed")) {
+  if (state && jb_op_state_from_name(state) == JB_OP_UNKNOWN) {
     jb_resp_error(resp, 400, "bad_request",
                   "query 'state' must be pending, approved, rejected, done or failed");
     goto out;

@@ -1,10 +1,15 @@
-/* direct.h — the hand-over of an op from jailboxd straight to the jailbox-worker that holds
- * its session, on the same host, without the queued ops row and its two wake-ups (db/ops.h).
+/* direct.h — the hand-over of a read, list or stat from jailboxd straight to the
+ * jailbox-worker that holds its session, on the same host, without the queued ops row and its
+ * two wake-ups (db/ops.h): the wire contract both ends compile. jailboxd's end is the Socket.IO
+ * service thread's relay (api/agent/socket.c), the worker's is
+ * sandbox/worker/direct_server.c; nothing else speaks it.
  *
  * The worker listens on a Unix stream socket (JAILBOX_WORKER_OPS_SOCKET, mode 0600; jailboxd
  * gives each worker it starts "<state dir>/worker-<i>.ops", server/workers.h). Each side
  * sends one JSON object per line (UTF-8, '\n'-terminated), one request in flight per
- * connection:
+ * connection; the worker accepts every connection and serves their requests in the order
+ * they come on a bounded set of threads (a request waits for a thread, never is refused for
+ * load):
  *
  *   request  {"jobId": J, "tool": "read"|"list"|"stat", "path": P, "args": {…shim arguments},
  *             "expect": {mode, exclude, flagged} | null, "id": I?}
@@ -25,21 +30,7 @@
 #ifndef JB_SANDBOX_DIRECT_H
 #define JB_SANDBOX_DIRECT_H
 
-#include <jansson.h>
-#include <stddef.h>
-
-#include "lib/err.h"
-
 #define JB_DIRECT_MAX_LINE (8 * 1024 * 1024) /* bytes of one line, either way */
 #define JB_DIRECT_MAX_DEPTH 32 /* JSON nesting of one line */
-
-/* Sends `req` (borrowed) to the worker listening on `path` and waits at most `timeout_ms` for
- * its answer line. The calling thread keeps its connection to each path open for later calls
- * (a few per thread; O_CLOEXEC) and connects again once when a kept connection turns out
- * closed (the worker restarted). Returns the answer object (new), or NULL with `err` (ENOENT
- * or ECONNREFUSED: no worker there; ETIMEDOUT; EPROTO: a malformed answer, or one without the
- * request's "id", which this function adds; EMSGSIZE) — the
- * op may then have run or not; the connection is dropped. */
-json_t *jb_direct_call(const char *path, const json_t *req, long timeout_ms, jb_error *err);
 
 #endif

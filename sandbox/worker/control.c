@@ -15,6 +15,7 @@
 #include "lib/json.h"
 #include "lib/line.h"
 #include "sandbox/proto/shim.h"
+#include "sandbox/worker/control.h"
 #include "sandbox/worker/worker.h"
 
 int worker_unix_listen(const char *path, const char *what, jb_error *err) {
@@ -74,9 +75,8 @@ static json_t *control_request(struct jb_worker *w, const json_t *req) {
     out = json_pack("{s:b, s:s}", "ok", 0, "error", "the session's sandbox is not up");
   } else {
     json_t *copy = json_deep_copy(shimreq);
-    json_int_t tmo = json_integer_value(json_object_get(req, "timeoutMs"));
-    json_t *ans =
-        jb_shimconn_call(&s->sb.conn, copy, tmo > 0 ? (long)tmo : w->walls.call_timeout_ms, &err);
+    long tmo = jb_control_timeout_ms(json_object_get(req, "timeoutMs"), w->walls.call_timeout_ms);
+    json_t *ans = jb_shimconn_call(&s->sb.conn, copy, tmo, &err);
     json_decref(copy);
     out = ans ? json_pack("{s:b, s:o}", "ok", 1, "answer", ans)
               : json_pack("{s:b, s:s}", "ok", 0, "error", err.msg);

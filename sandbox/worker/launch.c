@@ -406,18 +406,29 @@ bool container_gone(struct jb_worker *w, const char *cid, long ms) {
   }
 }
 
-void session_remove_containers(struct jb_worker *w, const char *job) {
+/* The containers of this deployment on this Docker daemon, running or not, and with `job`
+ * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
+ * (new), or NULL with `err`. */
+static json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err) {
   char l1[200], l2[64], enc[800], path[900];
-  snprintf(l1, sizeof l1, "jailbox.session=%s", job);
+  snprintf(l1, sizeof l1, "jailbox.session=%s", job ? job : "");
   snprintf(l2, sizeof l2, "jailbox.deployment=%s", w->walls.deployment);
-  json_t *f = json_pack("{s:[s,s]}", "label", l1, l2);
+  json_t *f = job ? json_pack("{s:[s,s]}", "label", l2, l1) : json_pack("{s:[s]}", "label", l2);
   cleanup_free char *filt = f ? json_dumps(f, JSON_COMPACT) : NULL;
   json_decref(f);
-  if (!filt || jb_docker_urlencode(filt, enc, sizeof enc) < 0) return;
+  if (!filt) return jb_fail(err, ENOMEM, "out of memory"), NULL;
+  if (jb_docker_urlencode(filt, enc, sizeof enc) < 0)
+    return jb_fail(err, ENAMETOOLONG, "label filter too long"), NULL;
   snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
-  json_auto_t *list = NULL;
+  json_t *list = NULL;
+  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, err) < 0) return NULL;
+  return list;
+}
+
+void session_remove_containers(struct jb_worker *w, const char *job) {
   jb_error err = {0};
-  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+  json_auto_t *list = list_containers(w, job, &err);
+  if (!list) {
     slog(w, JB_LOG_WARN, job, "listing containers failed", "error", err.msg, NULL);
     return;
   }
@@ -551,12 +562,8 @@ void launch_startup_cleanup(struct jb_worker *w) {
     free(abandoned);
   }
   /* containers on this daemon: ours from before the restart, and any whose session ended */
-  char filt[100], enc[200], path[300];
-  snprintf(filt, sizeof filt, "{\"label\":[\"jailbox.deployment=%s\"]}", w->walls.deployment);
-  jb_docker_urlencode(filt, enc, sizeof enc);
-  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
-  json_auto_t *list = NULL;
-  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, &err) < 0) {
+  json_auto_t *list = list_containers(w, NULL, &err);
+  if (!list) {
     slog(w, JB_LOG_WARN, NULL, "cannot list containers at start", "error", err.msg, NULL);
     return;
   }

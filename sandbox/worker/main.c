@@ -439,9 +439,9 @@ static void serve(struct jb_worker *w, int sfd) {
 
 /* Every session of this worker ends with it (its container would not outlive the attach
  * connection anyway: the shim's stdin closes), then the other threads; the heads the last
- * direct ops committed are announced before the pool closes. False when a connection of the
- * ops socket is still stuck after 10 s (the worker then exits without freeing). */
-static bool stop(struct jb_worker *w, struct threads *t) {
+ * direct ops committed are announced before the pool closes. The ops socket's threads end
+ * after the request each runs (an answer no peer takes ends its connection within 30 s). */
+static void stop(struct jb_worker *w, struct threads *t) {
   jb_error err = {0};
   pthread_mutex_lock(&w->lock);
   size_t n = w->n_sessions;
@@ -463,16 +463,8 @@ static bool stop(struct jb_worker *w, struct threads *t) {
    * fails at once now that the containers are gone */
   if (t->has_control) pthread_join(t->control, NULL);
   if (t->has_ops) pthread_join(t->ops, NULL);
-  if (t->has_direct) pthread_join(t->direct, NULL);
-  for (int waited = 0; atomic_load(&w->direct_conns) > 0;
-       waited += 10) { /* detached; each ends after its request */
-    if (waited >= 10000) { /* one stuck on a peer that reads nothing */
-      slog(w, JB_LOG_WARN, NULL, "worker stopped with an ops-socket connection still open", NULL);
-      return false;
-    }
-    struct timespec ts = {0, 10 * 1000000L};
-    nanosleep(&ts, NULL);
-  }
+  if (t->has_direct)
+    pthread_join(t->direct, NULL); /* its pool's requests ended, connections closed */
   heads_stop(w);
   if (t->has_heads) pthread_join(t->heads, NULL);
   for (size_t i = 0; i < n; i++) session_free(list[i]);
@@ -485,7 +477,6 @@ static bool stop(struct jb_worker *w, struct threads *t) {
     close(w->control_fd);
     unlink(w->set.control_socket);
   }
-  return true;
 }
 
 /* ---- main ----------------------------------------------------------------------------------- */
@@ -541,7 +532,7 @@ int main(int argc, char **argv) {
   struct threads t = {0};
   start_threads(w, &t);
   serve(w, sfd);
-  if (!stop(w, &t)) return 0;
+  stop(w, &t);
   jb_db_close(w->db);
   jb_keyring_free(w->keys);
   free(w->profile_buf);

@@ -1,8 +1,9 @@
 /* relay.c — ops, from their row to the shim and back: a stored op is claimed (or, for a read,
  * list or stat jailboxd hands over directly, taken from its request), run in the session's
  * shim, and completed — its outcome and audit entry stored, what its answer tells of the agent
- * acted on (an escape or alert signal). The op thread runs the queued ops (woken by jb_op);
- * the ops socket's connection threads (direct_server.c) run the direct ones here. */
+ * acted on (an escape or alert signal). The op thread finds the sessions with queued ops
+ * (woken by jb_op) and its runners run them, a session on one runner at a time; the ops
+ * socket's pool (direct_server.c) runs the direct ones here. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -368,8 +369,50 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
   return rc;
 }
 
-/* Runs the queued ops of the sessions whose sandbox is up (only of `only` when not NULL), at
- * most `max` per session. */
+/* Runs up to `max` queued ops of `job`, oldest first, until none is waiting. */
+static void run_session_queued(struct jb_worker *w, const char *job, int max) {
+  for (int k = 0; k < max; k++) {
+    struct op_signal sig = {-1, ""};
+    jb_error err = {0};
+    int rc = run_next_queued(w, job, &sig, &err);
+    if (sig.signal >= 0) raise_signal(w, job, (enum jb_signal)sig.signal, sig.detail);
+    if (rc == JB_ERR_NOT_FOUND) break;
+    if (rc != JB_OK) {
+      slog(w, JB_LOG_ERROR, job, err.msg, "step", "run op", NULL);
+      break;
+    }
+  }
+}
+
+/* Makes `max` claims of session `job` due: added to what its entry asks already when it is
+ * due or on a runner, else a new entry at the end (dropped when the ring is full: the sweep
+ * comes back to it). */
+static void due_add(struct jb_worker *w, const char *job, int max) {
+  pthread_mutex_lock(&w->due.lock);
+  bool found = false;
+  for (int r = 0; r < JB_QUEUED_RUNNERS && !found; r++)
+    if (!strcmp(w->due.running[r].job, job)) {
+      w->due.again[r] = w->due.again[r] + max > 1000 ? 1000 : w->due.again[r] + max;
+      found = true;
+    }
+  for (size_t i = 0; i < w->due.n && !found; i++) {
+    struct jb_due *d = &w->due.ring[(w->due.head + i) % JB_WORKER_SESSIONS_MAX];
+    if (!strcmp(d->job, job)) {
+      d->budget = d->budget + max > 1000 ? 1000 : d->budget + max;
+      found = true;
+    }
+  }
+  if (!found && w->due.n < JB_WORKER_SESSIONS_MAX) {
+    struct jb_due *d = &w->due.ring[(w->due.head + w->due.n++) % JB_WORKER_SESSIONS_MAX];
+    snprintf(d->job, sizeof d->job, "%s", job);
+    d->budget = max;
+    pthread_cond_signal(&w->due.cond);
+  }
+  pthread_mutex_unlock(&w->due.lock);
+}
+
+/* Makes the queued ops of the sessions whose sandbox is up due (only of `only` when not
+ * NULL), at most `max` per session. */
 static void run_queued_ops(struct jb_worker *w, const char *only, int max) {
   char(*jobs)[129] = w->queued_jobs;
   size_t n = 0;
@@ -380,25 +423,72 @@ static void run_queued_ops(struct jb_worker *w, const char *only, int max) {
       snprintf(jobs[n++], sizeof jobs[0], "%s", s->job_id);
   }
   pthread_mutex_unlock(&w->lock);
-  for (size_t i = 0; i < n; i++) {
-    for (int k = 0; k < max; k++) {
-      struct op_signal sig = {-1, ""};
-      jb_error err = {0};
-      int rc = run_next_queued(w, jobs[i], &sig, &err);
-      if (sig.signal >= 0) raise_signal(w, jobs[i], (enum jb_signal)sig.signal, sig.detail);
-      if (rc == JB_ERR_NOT_FOUND) break;
-      if (rc != JB_OK) {
-        slog(w, JB_LOG_ERROR, jobs[i], err.msg, "step", "run op", NULL);
-        break;
+  for (size_t i = 0; i < n; i++) due_add(w, jobs[i], max);
+}
+
+struct runner_arg {
+  struct jb_worker *w;
+  int index; /* in w->due.running */
+};
+
+/* A runner (arg: its struct runner_arg): the oldest due session that no runner has, its
+ * queued ops run in order; until the worker stops. */
+static void *queued_runner_main(void *arg) {
+  struct runner_arg *ra = arg;
+  struct jb_worker *w = ra->w;
+  int me = ra->index;
+  pthread_mutex_lock(&w->due.lock);
+  while (!atomic_load(&w->stopping)) {
+    if (w->due.n == 0) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      ts.tv_nsec += 250 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
       }
+      pthread_cond_timedwait(&w->due.cond, &w->due.lock, &ts);
+      continue;
     }
+    w->due.running[me] = w->due.ring[w->due.head];
+    w->due.head = (w->due.head + 1) % JB_WORKER_SESSIONS_MAX;
+    w->due.n--;
+    w->due.again[me] = 0;
+    for (;;) {
+      struct jb_due job = w->due.running[me];
+      pthread_mutex_unlock(&w->due.lock);
+      run_session_queued(w, job.job, job.budget);
+      pthread_mutex_lock(&w->due.lock);
+      if (w->due.again[me] == 0 || atomic_load(&w->stopping)) break;
+      w->due.running[me].budget = w->due.again[me]; /* asked for meanwhile: once more */
+      w->due.again[me] = 0;
+    }
+    w->due.running[me].job[0] = '\0';
   }
+  pthread_mutex_unlock(&w->due.lock);
+  return NULL;
 }
 
 /* Woken by jb_op (migration 009: an op queued, or its session back to active; the payload
- * names the session), and a sweep of every session once a second for anything missed. */
+ * names the session), and a sweep of every session once a second for anything missed: the
+ * sessions with ops to run are handed to JB_QUEUED_RUNNERS runners. Returns when the worker
+ * stops, its runners ended. */
 void *relay_queued_main(void *arg) {
   struct jb_worker *w = arg;
+  pthread_mutex_init(&w->due.lock, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->due.cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_t runners[JB_QUEUED_RUNNERS];
+  struct runner_arg ra[JB_QUEUED_RUNNERS];
+  int started = 0;
+  for (int i = 0; i < JB_QUEUED_RUNNERS; i++) {
+    ra[started] = (struct runner_arg){.w = w, .index = started};
+    if (pthread_create(&runners[started], NULL, queued_runner_main, &ra[started]) == 0) started++;
+  }
+  if (started == 0) slog(w, JB_LOG_ERROR, NULL, "no thread to run queued ops", NULL);
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&w->stopping)) {
@@ -421,7 +511,7 @@ void *relay_queued_main(void *arg) {
         /* one notification per queued op: one claim each (no empty claim after it); a
          * session back to active may have many waiting */
         if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
-          if (op_id != 0 && strcmp(st, "approved") == 0)
+          if (op_id != 0 && jb_op_state_from_name(st) == JB_OP_APPROVED)
             run_queued_ops(w, job, 1);
           else if (op_id == 0 && strcmp(st, "active") == 0)
             run_queued_ops(w, job, 1000);
@@ -431,6 +521,10 @@ void *relay_queued_main(void *arg) {
     }
   }
   if (listen) PQfinish(listen);
+  pthread_mutex_lock(&w->due.lock);
+  pthread_cond_broadcast(&w->due.cond);
+  pthread_mutex_unlock(&w->due.lock);
+  for (int i = 0; i < started; i++) pthread_join(runners[i], NULL);
   return NULL;
 }
 

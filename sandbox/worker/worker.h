@@ -10,20 +10,24 @@
  *                                 Adds sessions to the table and removes them.
  *   session     (launch.c)        one per session: pre-scan, walls, watching the sandbox until
  *                                 it ends, removal, the workspace given back. Owns s->grant.
- *   op          (relay.c)         the queued ops of every session (LISTEN jb_op, and a sweep
- *                                 once a second). Owns w->queued_jobs.
+ *   op          (relay.c)         finds the sessions with queued ops (LISTEN jb_op, and a
+ *                                 sweep once a second) and hands them to the runners.
+ *   runners     (relay.c)         JB_QUEUED_RUNNERS threads: each runs the queued ops of one
+ *                                 session at a time, in order; a session is on one runner
+ *                                 at most, so that a slow op holds up only its own session.
  *   control     (control.c)       the operators' control socket, one client at a time.
- *   ops socket  (direct_server.c) accepts jailboxd's connections; one detached thread per
- *                                 connection runs its reads, lists and stats (relay.c).
+ *   ops socket  (direct_server.c) accepts jailboxd's connections; a pool of its own runs
+ *                                 their reads, lists and stats (relay.c).
  *   heads       (heads.c)         announces the audit heads those direct ops committed.
  *
- * Locks. None of w->lock, a session's s->lock and w->heads.lock is ever taken while another
- * of them is held. A pooled connection may be held while one of them is taken (an op runs in
+ * Locks. None of w->lock, a session's s->lock, w->heads.lock and w->due.lock is ever taken
+ * while another of them is held. A pooled connection may be held while one of them is taken (an op runs in
  * the shim with its transaction open), but none is held while a connection is borrowed; the
  * pool's own lock (db/db.c) is innermost.
  *   w->lock        the session table, the probe, each session's container id (cid)
  *   s->lock        the session's sandbox (sb): an op in flight holds it for its whole call
- *   w->heads.lock  the announcement schedule and the stop flag of the heads thread */
+ *   w->heads.lock  the announcement schedule and the stop flag of the heads thread
+ *   w->due.lock    the sessions whose queued ops are due, and what each runner has */
 #ifndef JB_SANDBOX_WORKER_H
 #define JB_SANDBOX_WORKER_H
 
@@ -46,6 +50,10 @@
 #define JB_WORKER_SESSIONS_MAX \
   1024 /* sessions in the table at most (JAILBOX_WORKER_MAX_SESSIONS) */
 #define JB_HEAD_ANNOUNCE_MS 100 /* one audit-head announcement per session at most this often */
+/* Threads that run queued ops, each for one session at a time. An op holds one of the
+ * worker's 8 pooled database connections while it runs: 4 leave the others to the ops
+ * socket's requests and the launch jobs. */
+#define JB_QUEUED_RUNNERS 4
 
 /* One session this worker runs. job_id, launch_job, workspace and limits do not change after
  * it is added to the table. */
@@ -94,7 +102,7 @@ struct jb_worker {
   int control_fd, ops_fd; /* the listening sockets; -1: none */
 
   atomic_bool stopping;
-  atomic_int direct_conns; /* ops-socket connections being served */
+  atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
 
   pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
   struct jb_session *sessions[JB_WORKER_SESSIONS_MAX];
@@ -102,6 +110,19 @@ struct jb_worker {
   struct jb_probe probe;
 
   char queued_jobs[JB_WORKER_SESSIONS_MAX][129]; /* the op thread's own */
+
+  /* sessions whose queued ops are due (relay.c), oldest first, each at most once here and
+   * once on a runner */
+  struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC: a session is due */
+    struct jb_due {
+      char job[129];
+      int budget; /* claims to make at most (stops early when none is waiting) */
+    } ring[JB_WORKER_SESSIONS_MAX], running[JB_QUEUED_RUNNERS];
+    size_t head, n; /* the ring's oldest entry and its length */
+    int again[JB_QUEUED_RUNNERS]; /* claims asked for a session while its runner had it */
+  } due;
 
   struct {
     pthread_mutex_t lock;
@@ -223,7 +244,8 @@ void worker_send_line(int fd, json_t *ans);
 /* The control socket's thread (arg: the worker; w->control_fd listening). */
 void *control_main(void *arg);
 
-/* The ops socket's accepting thread (arg: the worker; w->ops_fd listening). */
+/* The ops socket's thread (arg: the worker; w->ops_fd listening): accepts, and serves the
+ * requests on its own pool of threads until w->stopping; returns once they have ended. */
 void *direct_server_main(void *arg);
 
 /* ---- session events and audit heads (heads.c) -------------------------------------------- */

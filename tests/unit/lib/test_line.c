@@ -260,6 +260,38 @@ static void reads_from_a_pipe(void **state) {
   jb_line_free(&r);
 }
 
+/* A read grows the reader's storage to 64 KiB in all, what it holds included: never to
+ * twice that, however high the cap. */
+static void a_read_reserves_64_kib_in_all(void **state) {
+  (void)state;
+  int p[2];
+  assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+  struct jb_line_reader r;
+  jb_line_init(&r, &(struct jb_line_opts){.max_line = 8 * 1024 * 1024, .over = JB_LINE_FAIL});
+  jb_error err = {0};
+  char *line;
+  size_t n;
+  assert_int_equal(write(p[1], "x\n", 2), 2);
+  assert_int_equal(jb_line_read(&r, p[0], &err), 2);
+  assert_int_equal(r.buf.alloc, 65536);
+  assert_int_equal(jb_line_next(&r, &line, &n), JB_LINE_OK);
+  /* 60,000 bytes of a line held: the next read takes at most the rest of the 64 KiB */
+  static char part[60000];
+  memset(part, 'a', sizeof part);
+  assert_int_equal(jb_line_feed(&r, part, sizeof part), sizeof part);
+  static char more[20000];
+  memset(more, 'b', sizeof more);
+  assert_int_equal(write(p[1], more, sizeof more), (ssize_t)sizeof more);
+  assert_int_equal(jb_line_read(&r, p[0], &err), 65536 - 1 - 60000);
+  assert_int_equal(r.buf.alloc, 65536);
+  /* a line past 64 KiB grows the storage by doubling: at most twice what it holds */
+  assert_true(jb_line_read(&r, p[0], &err) > 0);
+  assert_true(r.buf.alloc > 65536 && r.buf.alloc <= 2 * 65536);
+  close(p[0]);
+  close(p[1]);
+  jb_line_free(&r);
+}
+
 static void take_moves_the_line_out(void **state) {
   (void)state;
   struct jb_line_reader r;
@@ -366,6 +398,7 @@ int main(void) {
       cmocka_unit_test(a_long_line_is_never_held_whole),
       cmocka_unit_test(json_objects),
       cmocka_unit_test(reads_from_a_pipe),
+      cmocka_unit_test(a_read_reserves_64_kib_in_all),
       cmocka_unit_test(take_moves_the_line_out),
       cmocka_unit_test(writer),
       cmocka_unit_test(writer_waits_on_a_full_pipe),
