@@ -256,7 +256,8 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct req_ctx *ct
       return MHD_NO;
     }
   } else {
-    m = MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
+    m = r->body ? MHD_create_response_from_buffer(len, r->body, MHD_RESPMEM_MUST_FREE)
+                : MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
   }
   if (!m) {
     free(r->body);

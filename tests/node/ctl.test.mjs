@@ -246,7 +246,7 @@ test('mcp-bridge refuses what its client must not send, and answers each with a 
   b.send('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read","arguments":{"path":"src//a.c"}}}\n');
   r = await b.next();
   assert.equal(r.id, 7);
-  assert.equal(r.error.data.reason, 'denied');
+  assert.deepEqual([r.result.isError, r.result.structuredContent.error.reason], [true, 'denied']);
   b.send('{"jsonrpc":"2.0","method":"notifications/initialized"}\n'); // no answer for a notification
   b.send('{"jsonrpc":"2.0","id":"last","method":"ping"}\n');
   assert.equal((await b.next()).id, 'last');
