@@ -212,10 +212,13 @@ bool jb_mcp_may_block(const struct jb_mcp_req *r) {
  * structuredContent against outputSchema whatever isError says). New; NULL when out of
  * memory. */
 static json_t *tools_array(void) {
-  json_t *tools = jb_tools_describe();
+  json_t *described = jb_tools_describe();
+  json_t *tools = json_array();
   size_t i;
-  json_t *tool;
-  json_array_foreach (tools, i, tool) {
+  json_t *t;
+  json_array_foreach (described, i, t) {
+    json_t *tool = json_copy(t); /* shallow: the described objects are left as they are */
+    json_array_append_new(tools, tool);
     json_t *out = json_object_get(tool, "outputSchema");
     if (!json_is_object(out)) continue;
     json_t *failure = json_pack("{s:s,s:[s],s:{s:{s:s,s:[s,s],s:{s:{s:s},s:{s:s}}}}}", "type",
@@ -225,6 +228,7 @@ static json_t *tools_array(void) {
     json_object_set_new(tool, "outputSchema",
                         json_pack("{s:s,s:[O,o]}", "type", "object", "anyOf", out, failure));
   }
+  json_decref(described);
   return tools;
 }
 
