@@ -558,12 +558,25 @@ static void show_changes(const json_t *c) {
   json_t *ch;
   printf("changes of %s: %zu file%s\n", str(c, "jobId"), n, n == 1 ? "" : "s");
   json_array_foreach (list, i, ch) {
-    const char *before = json_string_value(json_object_get(ch, "sha256Before"));
-    const char *after = str(ch, "sha256After");
-    printf("  %s %-40s %8lld bytes  op %lld  %.12s -> %.12s  %s\n", before ? "M" : "A",
-           str(ch, "path"), (long long)json_integer_value(json_object_get(ch, "size")),
-           (long long)json_integer_value(json_object_get(ch, "opId")), before ? before : "(new)",
-           after, str(ch, "at"));
+    const char *tool = json_string_value(json_object_get(ch, "tool"));
+    long long op = (long long)json_integer_value(json_object_get(ch, "opId"));
+    if (tool && !strcmp(tool, "mkdir")) {
+      printf("  A %-40s directory    op %lld  %s\n", str(ch, "path"), op, str(ch, "at"));
+    } else if (tool && !strcmp(tool, "move")) {
+      printf("  R %s -> %s  (%s)  op %lld  %s\n", str(ch, "from"), str(ch, "to"), str(ch, "type"),
+             op, str(ch, "at"));
+    } else if (tool && !strcmp(tool, "delete")) {
+      printf("  D %-40s %s, %lld entr%s  op %lld  %s\n", str(ch, "path"), str(ch, "type"),
+             (long long)json_integer_value(json_object_get(ch, "deleted")),
+             json_integer_value(json_object_get(ch, "deleted")) == 1 ? "y" : "ies", op,
+             str(ch, "at"));
+    } else { /* write, edit */
+      const char *before = json_string_value(json_object_get(ch, "sha256Before"));
+      const char *after = str(ch, "sha256After");
+      printf("  %s %-40s %8lld bytes  op %lld  %.12s -> %.12s  %s\n", before ? "M" : "A",
+             str(ch, "path"), (long long)json_integer_value(json_object_get(ch, "size")), op,
+             before ? before : "(new)", after, str(ch, "at"));
+    }
   }
 }
 

@@ -45,7 +45,7 @@ struct jb_keyring;
  * COMMIT), which is never grouped.
  *
  * On JB_OK *out (may be NULL) receives the new head (seq, hash, signature, keyId); publish
- * it as jailbox:audit_head (jb_audit_head_json) once the transaction has committed.
+ * it as JB_EVENT_AUDIT_HEAD (db/events.h, jb_audit_head_json) once the transaction has committed.
  * The keyring's key must be published and not retired at the entry's timestamp (the
  * verifier refuses such an entry as "retired key"): otherwise nothing is appended.
  *

@@ -12,14 +12,26 @@ int jb_db_changes_list(PGconn *c, const char *job_id, char **json_out, jb_error 
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(
       c,
-      "SELECT json_build_object('jobId', s.job_id, 'changes', coalesce((SELECT json_agg("
-      "   json_build_object('path', o.path, 'opId', o.op_id,"
+      "SELECT json_build_object('jobId', s.job_id, 'changes', coalesce((SELECT json_agg(ch"
+      "   ORDER BY ch_id) FROM (SELECT o.op_id AS ch_id,"
+      "   jsonb_build_object('tool', o.tool, 'path', o.path, 'opId', o.op_id,"
+      "     'at', jb_ts(o.completed_at)) || CASE"
+      "   WHEN o.tool IN ('write', 'edit') THEN jsonb_build_object("
       "     'sha256Before', CASE WHEN o.result->'result' ? 'previousSha256'"
       "       THEN o.result->'result'->'previousSha256'"
       "       ELSE to_jsonb(nullif(o.args->>'expectSha256', '')) END,"
-      "     'sha256After', o.args->'sha256', 'size', o.args->'size', 'at', jb_ts(o.completed_at))"
-      "   ORDER BY o.op_id) FROM (SELECT * FROM ops WHERE job_id = s.job_id AND tool = 'write'"
-      "     AND state = 'done' ORDER BY op_id LIMIT 10000) o), '[]'::json))::text"
+      "     'sha256After', o.args->'sha256', 'size', o.args->'size')"
+      "   WHEN o.tool = 'mkdir' THEN jsonb_build_object('type', 'dir')"
+      "   WHEN o.tool = 'move' THEN jsonb_strip_nulls(jsonb_build_object('from', o.path,"
+      "     'to', o.args->'destination', 'type', o.result->'result'->'type',"
+      "     'sha256', o.result->'result'->'sha256'))"
+      "   ELSE jsonb_strip_nulls(jsonb_build_object('type', o.result->'result'->'type',"
+      "     'deleted', o.result->'result'->'deleted',"
+      "     'recursive', coalesce(o.args->'recursive', 'false'::jsonb))) END AS ch"
+      "   FROM (SELECT * FROM ops WHERE job_id = s.job_id"
+      "     AND tool IN ('write', 'edit', 'mkdir', 'move', 'delete') AND state = 'done'"
+      "     AND NOT (tool = 'mkdir' AND result->'result'->'created' = 'false'::jsonb)"
+      "     ORDER BY op_id LIMIT 10000) o) x), '[]'::json))::text"
       " FROM sessions s WHERE s.job_id = $1",
       1, p, PGRES_TUPLES_OK, NULL, err, "list changes");
   if (!r) return JB_ERR_FAIL;

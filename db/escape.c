@@ -167,38 +167,34 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
     goto fail;
   if (jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
   out->sealed_now = true;
-  /* announced in this order, delivered when this commits */
-  jb_error nerr = {0};
-  json_t *ev =
+  /* handed back in this order, for the caller to publish once this has committed */
+  struct jb_event_list *evs = &out->events;
+  int erc = jb_event_list_add(
+      evs, JB_EVENT_STATE,
       json_pack("{s:s,s:s,s:s?,s:s?,s:s,s:I,s:I}", "jobId", job_id, "state", state, "previous",
                 previous, "reason", has_reason ? reason : NULL, "actor", "system", "rejectedOps",
-                (json_int_t)out->rejected_ops, "failedOps", (json_int_t)out->failed_ops);
-  int nrc = jb_db_notify_event(c, job_id, "jailbox:state", ev, &nerr);
-  json_decref(ev);
+                (json_int_t)out->rejected_ops, "failedOps", (json_int_t)out->failed_ops));
   r = jb_db_exec(c,
                  "SELECT kind, detail, seq FROM security_alerts WHERE job_id = $1 AND escape"
                  " ORDER BY id LIMIT 20",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read escape alerts");
   if (!r) goto fail;
-  for (int i = 0; nrc == JB_OK && i < PQntuples(r); i++) {
-    json_t *a =
+  for (int i = 0; erc == 0 && i < PQntuples(r); i++)
+    erc = jb_event_list_add(
+        evs, JB_EVENT_SECURITY_ALERT,
         json_pack("{s:s,s:s,s:s,s:I,s:b}", "jobId", job_id, "kind", PQgetvalue(r, i, 0), "detail",
-                  PQgetvalue(r, i, 1), "seq", (json_int_t)col_ll(r, i, 2), "escape", 1);
-    nrc = jb_db_notify_event(c, job_id, "jailbox:security_alert", a, &nerr);
-    json_decref(a);
-  }
+                  PQgetvalue(r, i, 1), "seq", (json_int_t)col_ll(r, i, 2), "escape", 1));
   PQclear(r);
-  json_t *hj = jb_audit_head_json(&out->head);
-  if (nrc == JB_OK) nrc = jb_db_notify_event(c, job_id, "jailbox:audit_head", hj, &nerr);
-  json_decref(hj);
-  if (nrc != JB_OK) {
-    jb_fail(err, EIO, "%s", nerr.msg);
+  if (erc == 0) erc = jb_event_list_add(evs, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&out->head));
+  if (erc != 0) {
+    jb_fail(err, ENOMEM, "out of memory");
     goto fail;
   }
   if (jb_db_commit(c, err) < 0) goto fail;
   return JB_OK;
 fail:
   jb_db_rollback(c);
+  jb_event_list_clear(&out->events);
   return JB_ERR_FAIL;
 }
 
@@ -239,25 +235,20 @@ int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job
     out->seq = (long long)h.seq;
     out->alerted = true;
     if (record_alert(c, job_id, kind, false, d, out->seq, 0, err) < 0) goto fail;
-    jb_error nerr = {0};
-    json_t *ev =
-        json_pack("{s:s,s:s,s:s,s:I,s:b,s:I}", "jobId", job_id, "kind", kind, "detail", d, "seq",
-                  (json_int_t)out->seq, "escape", 0, "count", (json_int_t)out->count);
-    json_t *hj = jb_audit_head_json(&h);
-    if (jb_db_notify_event(c, job_id, "jailbox:security_alert", ev, &nerr) != JB_OK ||
-        jb_db_notify_event(c, job_id, "jailbox:audit_head", hj, &nerr) != JB_OK) {
-      json_decref(ev);
-      json_decref(hj);
-      jb_fail(err, EIO, "%s", nerr.msg);
+    if (jb_event_list_add(&out->events, JB_EVENT_SECURITY_ALERT,
+                          json_pack("{s:s,s:s,s:s,s:I,s:b,s:I}", "jobId", job_id, "kind", kind,
+                                    "detail", d, "seq", (json_int_t)out->seq, "escape", 0, "count",
+                                    (json_int_t)out->count)) != 0 ||
+        jb_event_list_add(&out->events, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h)) != 0) {
+      jb_fail(err, ENOMEM, "out of memory");
       goto fail;
     }
-    json_decref(ev);
-    json_decref(hj);
   }
   if (jb_db_commit(c, err) < 0) goto fail;
   return JB_OK;
 fail:
   jb_db_rollback(c);
+  jb_event_list_clear(&out->events);
   return JB_ERR_FAIL;
 }
 

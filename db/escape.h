@@ -1,6 +1,6 @@
 /* escape.h — storage of how security signals end or mark a session: the abort of
  * an escape (state, audit entry, alert, trust score: one transaction), its completion after
- * the sandbox is gone (ops ended, chain sealed, events announced: a second one), alerts of
+ * the sandbox is gone (ops ended, chain sealed, its events handed back: a second one), alerts of
  * signals that only count, and the sweeps jailboxd makes for expired sessions and for ended
  * sessions left unsealed by a crash between those two transactions. */
 #ifndef JB_DB_ESCAPE_H
@@ -9,6 +9,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db/events.h"
 #include "lib/audit.h"
 #include "lib/err.h"
 
@@ -42,16 +43,18 @@ struct jb_finish_out {
   long rejected_ops, failed_ops;
   bool sealed_now; /* false when the chain was sealed already */
   struct jb_audit_head head; /* the seal */
+  struct jb_event_list events; /* to publish once committed (jb_event_list_clear after) */
 };
 
 /* Step 2, one transaction, for a session step 1 ended (its seals_pending row, taken here;
  * without one nothing is done: a chain is never sealed after the fact otherwise — a deleted
  * seal is tampering for the verifier to find): rejects its pending ops, fails its queued
- * ones ("aborted"), seals the chain when it is not sealed, and announces on jb_event,
- * in this order: jailbox:state (the end state and reason; `previous` may be NULL),
- * jailbox:security_alert {jobId, kind, detail, seq, escape} for each escape alert of the
- * session, and jailbox:audit_head. JB_OK (also when already sealed: then nothing is
- * announced); JB_ERR_CONFLICT (still live); JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * ones ("aborted"), seals the chain when it is not sealed, and hands back in out->events the
+ * session events it made, in this order: JB_EVENT_STATE (the end state and reason;
+ * `previous` may be NULL), JB_EVENT_SECURITY_ALERT {jobId, kind, detail, seq, escape} for each
+ * escape alert of the session (at most 20), and JB_EVENT_AUDIT_HEAD (the seal). JB_OK (also
+ * when already sealed: then out->events is empty); JB_ERR_CONFLICT (still live);
+ * JB_ERR_NOT_FOUND; JB_ERR_FAIL (out->events empty). */
 int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *previous, struct jb_finish_out *out, jb_error *err);
 
@@ -59,13 +62,15 @@ struct jb_count_out {
   long long count; /* occurrences of this kind in the session so far, this one included */
   bool alerted; /* this one raised an alert */
   long long seq; /* its audit entry (operation "security_alert") when alerted */
+  struct jb_event_list events; /* to publish once committed (jb_event_list_clear after) */
 };
 
 /* A signal that does not abort: counts it for (`job_id`, `kind`) and, at every `every`-th
  * occurrence, records a security alert (escape = false), its audit entry (operation
  * "security_alert", details {kind, detail, count}), an entry of the agent's history
- * (scoreDelta 0) and announces jailbox:security_alert {jobId, kind, detail, seq, escape:
- * false, count} and jailbox:audit_head — one transaction. Only while the session is live.
+ * (scoreDelta 0) — one transaction — and hands back in out->events JB_EVENT_SECURITY_ALERT
+ * {jobId, kind, detail, seq, escape: false, count} and JB_EVENT_AUDIT_HEAD. Only while the
+ * session is live.
  * JB_OK; JB_ERR_CONFLICT (ended); JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                        const char *kind, const char *detail, long every, struct jb_count_out *out,

@@ -1,4 +1,4 @@
-/* events.c — cross-process session events over NOTIFY jb_event (see events.h). */
+/* events.c — session event kinds, lists, the envelope and NOTIFY jb_event (see events.h). */
 #include "db/events.h"
 
 #include <errno.h>
@@ -12,54 +12,108 @@
 
 #define MAX_PAYLOAD JB_EVENT_MAX_BYTES
 
-size_t jb_db_event_size(const char *job_id, const char *event, json_t *payload) {
-  char *text = jb_event_encode(job_id, event, payload);
+static const char *const kind_keys[JB_EVENT_KINDS] = {
+    [JB_EVENT_STATE] = "state",
+    [JB_EVENT_MODE] = "mode",
+    [JB_EVENT_OP] = "op",
+    [JB_EVENT_APPROVAL_REQUEST] = "approval_request",
+    [JB_EVENT_SECURITY_ALERT] = "security_alert",
+    [JB_EVENT_PRE_SCAN] = "pre_scan",
+    [JB_EVENT_AUDIT_HEAD] = "audit_head",
+};
+
+const char *jb_event_kind_key(enum jb_event_kind kind) {
+  return (unsigned)kind < JB_EVENT_KINDS ? kind_keys[kind] : NULL;
+}
+
+int jb_event_kind_parse(const char *key, enum jb_event_kind *out) {
+  for (int k = 0; key && k < JB_EVENT_KINDS; k++)
+    if (strcmp(key, kind_keys[k]) == 0) {
+      *out = (enum jb_event_kind)k;
+      return 0;
+    }
+  return -1;
+}
+
+int jb_event_list_add(struct jb_event_list *l, enum jb_event_kind kind, json_t *payload) {
+  if (!payload || l->n >= JB_EVENT_LIST_MAX) {
+    json_decref(payload);
+    return -1;
+  }
+  l->ev[l->n].kind = kind;
+  l->ev[l->n].payload = payload;
+  l->n++;
+  return 0;
+}
+
+void jb_event_list_clear(struct jb_event_list *l) {
+  for (size_t i = 0; i < l->n; i++) json_decref(l->ev[i].payload);
+  l->n = 0;
+}
+
+size_t jb_db_event_size(const char *job_id, enum jb_event_kind kind, json_t *payload) {
+  char *text = jb_event_encode(job_id, kind, payload);
   size_t n = text ? strlen(text) : 0;
   free(text);
   return n;
 }
 
-char *jb_event_encode(const char *job_id, const char *event, json_t *payload) {
+char *jb_event_encode(const char *job_id, enum jb_event_kind kind, json_t *payload) {
+  const char *key = jb_event_kind_key(kind);
+  if (!key) return NULL;
   json_t *pl = payload ? json_incref(payload) : json_object();
-  json_t *o = json_pack("{s:s,s:s,s:o}", "job", job_id, "event", event, "payload", pl);
+  json_t *o = json_pack("{s:s,s:s,s:o}", "job", job_id, "kind", key, "payload", pl);
   char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
   json_decref(o);
   return text;
 }
 
-int jb_db_notify_event(PGconn *c, const char *job_id, const char *event, json_t *payload,
+int jb_db_notify_event(PGconn *c, const char *job_id, enum jb_event_kind kind, json_t *payload,
                        jb_error *err) {
-  char *text = jb_event_encode(job_id, event, payload);
+  /* inside a transaction the event would go out with a commit that may yet roll back, and
+   * that commit would wait on the cluster's NOTIFY lock */
+  if (PQtransactionStatus(c) != PQTRANS_IDLE)
+    return jb_fail(err, EBUSY, "a session event is published after the commit, not inside it");
+  char *text = jb_event_encode(job_id, kind, payload);
   if (text && strlen(text) > MAX_PAYLOAD) {
     free(text);
     json_t *cut = json_pack("{s:b}", "truncated", 1);
-    text = cut ? jb_event_encode(job_id, event, cut) : NULL;
+    text = cut ? jb_event_encode(job_id, kind, cut) : NULL;
     json_decref(cut);
   }
   if (!text) return jb_fail(err, ENOMEM, "out of memory");
   const char *p[1] = {text};
-  PGresult *r = jb_db_exec(c, "SELECT pg_notify('jb_event', $1)", 1, p, PGRES_TUPLES_OK, NULL, err,
-                           "notify event");
+  /* a transaction of its own that changes no data: its commit need not wait for the flush */
+  const struct jb_db_step steps[4] = {
+      JB_DB_STEP("BEGIN", 0, NULL, PGRES_COMMAND_OK, "begin"),
+      JB_DB_STEP("SELECT set_config('synchronous_commit', 'off', true)", 0, NULL, PGRES_TUPLES_OK,
+                 "asynchronous commit"),
+      JB_DB_STEP("SELECT pg_notify('jb_event', $1)", 1, p, PGRES_TUPLES_OK, "notify event"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
+  PGresult *r = jb_db_pipeline(c, steps, 4, err);
   free(text);
-  if (!r) return JB_ERR_FAIL;
+  if (!r) {
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
   PQclear(r);
   return JB_OK;
 }
 
-int jb_event_parse(const char *text, json_t **doc, const char **job, const char **event,
+int jb_event_parse(const char *text, json_t **doc, const char **job, enum jb_event_kind *kind,
                    json_t **payload) {
   json_t *o = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
   if (!o) return -1;
-  json_t *j = json_object_get(o, "job"), *e = json_object_get(o, "event"),
-         *p = json_object_get(o, "payload");
-  if (!json_is_string(j) || !json_is_string(e) || !json_is_object(p) ||
-      strncmp(json_string_value(e), "jailbox:", 8) != 0) {
+  json_t *j = json_object_get(o, "job"), *p = json_object_get(o, "payload");
+  enum jb_event_kind k;
+  if (!json_is_string(j) || !json_is_object(p) ||
+      jb_event_kind_parse(json_string_value(json_object_get(o, "kind")), &k) < 0) {
     json_decref(o);
     return -1;
   }
   *doc = o;
   *job = json_string_value(j);
-  *event = json_string_value(e);
+  *kind = k;
   *payload = p;
   return 0;
 }
@@ -95,7 +149,7 @@ int jb_db_announce_audit_head(PGconn *c, const char *job_id, long long after, lo
   if (h.seq <= after) return JB_OK;
   json_t *hj = jb_audit_head_json(&h);
   if (!hj) return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
-  int rc = jb_db_notify_event(c, job_id, "jailbox:audit_head", hj, err);
+  int rc = jb_db_notify_event(c, job_id, JB_EVENT_AUDIT_HEAD, hj, err);
   json_decref(hj);
   return rc;
 }

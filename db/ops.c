@@ -61,18 +61,24 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
   /* one round trip: the row as it is, and a finished read's or stat's content dropped from it (the
    * statement's snapshot still returns it). Dropping it need not wait for the WAL flush: if
    * it is lost in a crash the content stays stored, nothing is misreported. */
-  PGresult *r =
-      jb_db_exec(c,
-                 "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
-                 "   FROM ops o JOIN sessions s USING (job_id)"
-                 "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
-                 " f AS (UPDATE ops SET result = result #- '{result,content}'"
-                 "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat')"
-                 "   AND state IN ('done', 'failed') AND result #> '{result,content}' IS NOT NULL"
-                 "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
-                 " SELECT o.state, o.session_state, o.result::text, o.reason,"
-                 "  (SELECT count(*) FROM f) FROM o",
-                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH o AS (SELECT o.state, s.state AS session_state, o.result, o.reason"
+      "   FROM ops o JOIN sessions s USING (job_id)"
+      "   WHERE o.op_id = $1::bigint AND o.job_id = $2),"
+      " f AS (UPDATE ops SET result = CASE WHEN tool = 'read_many'"
+      "     THEN jsonb_set(result, '{result,files}', (SELECT coalesce(jsonb_agg("
+      "       x #- '{result,content}' ORDER BY n), '[]'::jsonb) FROM"
+      "       jsonb_array_elements(result #> '{result,files}') WITH ORDINALITY"
+      "       AS e(x, n)))"
+      "     ELSE result #- '{result,content}' END"
+      "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat', 'read_many')"
+      "   AND state IN ('done', 'failed') AND (result #> '{result,content}' IS NOT NULL"
+      "     OR jsonb_typeof(result #> '{result,files}') = 'array')"
+      "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
+      " SELECT o.state, o.session_state, o.result::text, o.reason,"
+      "  (SELECT count(*) FROM f) FROM o",
+      2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
@@ -161,26 +167,16 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
     jb_db_rollback(c);
     return rc;
   }
-  /* the new head's event rides on this commit (in the same statement as the op's outcome): a
-   * notification of its own would be a transaction of its own, with a WAL flush of its own */
-  json_t *hj = jb_audit_head_json(head);
-  char *ev = hj ? jb_event_encode(job_id, "jailbox:audit_head", hj) : NULL;
-  json_decref(hj);
-  if (!ev) {
-    jb_db_rollback(c);
-    return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
-  }
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[4] = {id, ok ? "done" : "failed", result_json, ev};
+  const char *p[3] = {id, ok ? "done" : "failed", result_json};
   /* the outcome and the COMMIT in one round trip (a failed UPDATE stops the COMMIT) */
   const struct jb_db_step steps[2] = {
       JB_DB_STEP("UPDATE ops SET state = $2, result = $3::jsonb, completed_at = now()"
-                 " WHERE op_id = $1::bigint RETURNING pg_notify('jb_event', $4)",
-                 4, p, PGRES_TUPLES_OK, "complete op"),
+                 " WHERE op_id = $1::bigint",
+                 3, p, PGRES_COMMAND_OK, "complete op"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
-  free(ev);
   if (!r) {
     jb_db_rollback(c);
     return JB_ERR_FAIL;
@@ -337,7 +333,7 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
       "  completed_at = now()"
       " WHERE op_id = $1::bigint AND job_id = $2 AND state = 'pending'"
       "   AND created_at <= now() - make_interval(secs => $3::int)"
-      " RETURNING path, args->'size', args->>'sha256',"
+      " RETURNING path, args->'size', args->>'sha256', tool,"
       "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
       "   'state', state, 'reason', reason, 'result', result)::text",
       3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
@@ -348,7 +344,9 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
     return JB_ERR_CONFLICT;
   }
   char *path = strdup(PQgetvalue(r, 0, 0));
-  json_t *op_json = json_loads(PQgetvalue(r, 0, 3), 0, NULL);
+  json_t *op_json = json_loads(PQgetvalue(r, 0, 4), 0, NULL);
+  char tool[16];
+  snprintf(tool, sizeof tool, "%s", PQgetvalue(r, 0, 3));
   json_t *details =
       json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
   json_t *size =
@@ -359,7 +357,7 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   if (strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64)
     json_object_set_new(details, "sha256", json_string(sha));
   PQclear(r);
-  int rc = path && details ? jb_audit_append(c, keys, job_id, "write", path, details, head, err)
+  int rc = path && details ? jb_audit_append(c, keys, job_id, tool, path, details, head, err)
                            : jb_fail(err, ENOMEM, "out of memory");
   free(path);
   json_decref(details);

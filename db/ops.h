@@ -76,8 +76,8 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
                           const char *args_json, const char *expect_json, long long *op_id,
                           char state[20], jb_error *err);
 
-/* Worker, for a read, list or stat handed over directly that has already run in the shim
- * (such an op changes nothing), on the audit head `head`/`prev` (jb_audit_head_peek) this
+/* Worker, for an op that changes nothing (read, read_many, list, find, search, stat) handed
+ * over directly that has already run in the shim, on the audit head `head`/`prev` (jb_audit_head_peek) this
  * process knew before the op ran: in one round trip, locks the session row, stores the op
  * done (`ok`) or failed with `result_json` (as jb_db_op_direct_begin would insert it, args
  * `args_json`, checked against `expect_json`), appends its audit entry (operation = `tool`,
@@ -99,8 +99,8 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
                           struct jb_audit_head *out, jb_error *err);
 
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
- * appends its audit entry (operation = the tool, `path`, `details` borrowed), announces the
- * new head (jailbox:audit_head, delivered with the commit) and commits.
+ * appends its audit entry (operation = the tool, `path`, `details` borrowed) and commits; the
+ * caller publishes the new head (JB_EVENT_AUDIT_HEAD, db/events.h) once this returns.
  * On any failure the transaction is rolled back (the op stays queued). *head receives the new
  * audit head. JB_OK or JB_ERR_FAIL / JB_ERR_CONFLICT (chain sealed). */
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
@@ -109,7 +109,7 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
 
 /* Fails pending op `op_id` of `job_id` when it has waited at least `timeout_s` seconds for
  * the buyer (JAILBOX_APPROVAL_TIMEOUT): state failed, result {ok:false, error:{code:
- * "timeout"}}, and its audit entry write {ok:false, error:"timeout", decision:"timeout",
+ * "timeout"}}, and its audit entry (operation: the op's tool) {ok:false, error:"timeout", decision:"timeout",
  * size, sha256} in the same transaction (session row locked first, as every chain writer).
  * JB_OK with *head the new audit head and *op_out the op as it is now {opId, jobId, tool,
  * path, state, reason, result} (new; NULL on OOM); JB_ERR_CONFLICT when the op is no longer

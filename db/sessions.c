@@ -480,9 +480,12 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
   const char *shs = json_string_value(sha);
   if (shs && strlen(shs) == 64 && strspn(shs, "0123456789abcdef") == 64)
     json_object_set(d, "sha256", sha);
-  if (tool && strcmp(tool, "read") && strcmp(tool, "write") && strcmp(tool, "list") &&
-      strcmp(tool, "done"))
-    tool = "op";
+  static const char *const tools[] = {"read", "write",  "list",   "done", "read_many",
+                                      "edit", "find",   "search", "stat", "mkdir",
+                                      "move", "delete", NULL};
+  bool known = false;
+  for (size_t i = 0; tool && tools[i]; i++) known = known || !strcmp(tool, tools[i]);
+  if (tool && !known) tool = "op";
   int rc = d ? jb_audit_append(c, keys, job_id, tool ? tool : "op", path, d, head, err)
              : jb_fail(err, ENOMEM, "out of memory");
   json_decref(d);

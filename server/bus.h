@@ -1,24 +1,43 @@
-/* bus.h — the event bus: session events (state changes, approval requests, audit heads …)
- * published by whoever causes them and delivered to every subscriber in this process.
+/* bus.h — the event bus, the one publication path of session events (state changes,
+ * approval requests, audit heads …; db/events.h enum jb_event_kind) to the sockets of every
+ * instance, and the one place the wire names "jailbox:…" of those events are kept
+ * (jb_event_wire_name; api/events.md is the contract).
+ *
+ * An event is published by the process that committed what it says, after that commit
+ * returned — never inside the transaction (db/events.h says why): jailboxd with
+ * jb_bus_publish, jailbox-worker (which has no bus) with db/events.h jb_db_notify_event.
  * A cross-instance transport (server/fanout.h: Redis pub/sub) may be set behind
  * jb_bus_publish: the event then goes out on the transport and comes back through
  * jb_bus_deliver on every instance, this one included, so that each instance hands it to the
- * sockets it holds and no socket gets it twice. */
+ * sockets it holds and no socket gets it twice. Without one (no Redis: one instance) it is
+ * delivered in this process. Events that arrive over NOTIFY jb_event (the worker's, and
+ * jailboxd's own while Redis is down) are delivered by every instance to its own sockets and
+ * never republished (server/main.c). */
 #ifndef JB_BUS_H
 #define JB_BUS_H
 
 #include <jansson.h>
 
+#include "db/events.h"
+
 struct jb_bus;
 
-/* A subscriber. Runs on the publishing thread; must not block for long. `payload` is
- * borrowed (json_incref it to keep it). `event` is the wire name, e.g. "jailbox:state". */
-typedef void (*jb_bus_fn)(void *ctx, const char *job_id, const char *event, json_t *payload);
+/* The Socket.IO event name clients get for `kind` ("jailbox:state", "jailbox:mode",
+ * "jailbox:op", "jailbox:approval_request", "jailbox:security_alert", "jailbox:pre_scan",
+ * "jailbox:audit_head"); NULL when out of range. */
+const char *jb_event_wire_name(enum jb_event_kind kind);
 
-/* A transport. Takes (`job_id`, `event`, `payload` borrowed) out of the process. Returns 0
+/* The event sent besides jailbox:state when a session is aborted, {jobId, reason, actor}. */
+#define JB_WIRE_ABORT "jailbox:abort"
+
+/* A subscriber. Runs on the publishing (or delivering) thread; must not block for long.
+ * `payload` is borrowed (json_incref it to keep it). */
+typedef void (*jb_bus_fn)(void *ctx, const char *job_id, enum jb_event_kind kind, json_t *payload);
+
+/* A transport. Takes (`job_id`, `kind`, `payload` borrowed) out of the process. Returns 0
  * when it took the event (it will reach jb_bus_deliver on every instance, this one
  * included), -1 when it could not (the bus then delivers it in this process only). */
-typedef int (*jb_bus_transport_fn)(void *ctx, const char *job_id, const char *event,
+typedef int (*jb_bus_transport_fn)(void *ctx, const char *job_id, enum jb_event_kind kind,
                                    json_t *payload);
 
 /* Returns a new, empty bus (free with jb_bus_free), NULL on OOM. */
@@ -33,14 +52,19 @@ int jb_bus_subscribe(struct jb_bus *bus, jb_bus_fn fn, void *ctx);
  * once this returns. */
 void jb_bus_set_transport(struct jb_bus *bus, jb_bus_transport_fn fn, void *ctx);
 
-/* Publishes an event caused in this process: through the transport when one is set and
- * takes it, else straight to this process's subscribers.
- * `payload` is a *stolen* reference. Thread-safe. */
-void jb_bus_publish(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload);
+/* Publishes an event this process committed (call it after the commit returned): through
+ * the transport when one is set and takes it, else straight to this process's subscribers.
+ * `payload` is a *stolen* reference (NULL: nothing is published). Thread-safe. */
+void jb_bus_publish(struct jb_bus *bus, const char *job_id, enum jb_event_kind kind,
+                    json_t *payload);
 
-/* Delivers (`job_id`, `event`, `payload`) to every subscriber of this process, in
+/* jb_bus_publish of every event of `l`, in order; empties `l`. */
+void jb_bus_publish_list(struct jb_bus *bus, const char *job_id, struct jb_event_list *l);
+
+/* Delivers (`job_id`, `kind`, `payload`) to every subscriber of this process, in
  * subscription order, never to the transport: for events that arrive from a transport
  * (Redis, NOTIFY jb_event). `payload` is a *stolen* reference. Thread-safe. */
-void jb_bus_deliver(struct jb_bus *bus, const char *job_id, const char *event, json_t *payload);
+void jb_bus_deliver(struct jb_bus *bus, const char *job_id, enum jb_event_kind kind,
+                    json_t *payload);
 
 #endif

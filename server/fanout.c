@@ -265,29 +265,30 @@ static int flush(redisContext *c) {
 static int on_reply(struct jb_fanout *f, redisReply *r) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_STRING)
     return 0;
-  const char *kind = r->element[0]->str;
-  if (!strcmp(kind, "psubscribe")) return 1;
-  if (!strcmp(kind, "pong")) return 2;
-  if (strcmp(kind, "pmessage") || r->elements != 4 || r->element[2]->type != REDIS_REPLY_STRING ||
+  const char *type = r->element[0]->str;
+  if (!strcmp(type, "psubscribe")) return 1;
+  if (!strcmp(type, "pong")) return 2;
+  if (strcmp(type, "pmessage") || r->elements != 4 || r->element[2]->type != REDIS_REPLY_STRING ||
       r->element[3]->type != REDIS_REPLY_STRING)
     return 0;
   const char *channel = r->element[2]->str;
   redisReply *m = r->element[3];
   json_t *doc, *payload;
-  const char *job, *event;
-  if (jb_fanout_accept(channel, m->str, m->len, &doc, &job, &event, &payload) < 0) {
+  const char *job;
+  enum jb_event_kind kind;
+  if (jb_fanout_accept(channel, m->str, m->len, &doc, &job, &kind, &payload) < 0) {
     jb_log(JB_LOG_WARN, "event on Redis ignored (malformed, oversized or on the wrong channel)",
            "channel", channel, NULL);
     return 0;
   }
   atomic_fetch_add(&f->received, 1);
-  jb_bus_deliver(f->bus, job, event, json_incref(payload));
+  jb_bus_deliver(f->bus, job, kind, json_incref(payload));
   json_decref(doc);
   return 0;
 }
 
 int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **doc,
-                     const char **job, const char **event, json_t **payload) {
+                     const char **job, enum jb_event_kind *kind, json_t **payload) {
   size_t plen = strlen(CHANNEL_PREFIX);
   if (!channel || strncmp(channel, CHANNEL_PREFIX, plen) != 0) return -1;
   if (len > MAX_MESSAGE || memchr(msg, '\0', len)) return -1;
@@ -296,7 +297,7 @@ int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **
   if (!text) return -1;
   memcpy(text, msg, len);
   text[len] = '\0';
-  int rc = jb_event_parse(text, doc, job, event, payload);
+  int rc = jb_event_parse(text, doc, job, kind, payload);
   free(text);
   if (rc < 0) return -1;
   /* the channel names the session: an envelope for another session is not delivered */
@@ -395,11 +396,11 @@ static void *run(void *arg) {
 
 /* ---------- the transport ---------- */
 
-static int publish(void *ctx, const char *job_id, const char *event, json_t *payload) {
+static int publish(void *ctx, const char *job_id, enum jb_event_kind kind, json_t *payload) {
   struct jb_fanout *f = ctx;
   /* without our own subscription our own sockets would miss the event */
   if (!job_id || !job_id[0] || !atomic_load(&f->sub_up)) goto refuse;
-  char *text = jb_event_encode(job_id, event, payload);
+  char *text = jb_event_encode(job_id, kind, payload);
   if (!text) goto refuse;
   char channel[160];
   snprintf(channel, sizeof channel, "%s%s", CHANNEL_PREFIX, job_id);
@@ -443,7 +444,7 @@ static int publish(void *ctx, const char *job_id, const char *event, json_t *pay
   }
 refuse:
   atomic_fetch_add(&f->refused, 1);
-  return f->fallback ? f->fallback(f->fallback_ctx, job_id, event, payload) : -1;
+  return f->fallback ? f->fallback(f->fallback_ctx, job_id, kind, payload) : -1;
 }
 
 /* ---------- start / stop ---------- */

@@ -2,16 +2,17 @@
  * behind the event bus (server/bus.h) when JAILBOX_REDIS_URL is set.
  *
  * An event published on any instance goes out as PUBLISH on the session's channel
- * "jailbox:session:<jobId>" carrying the envelope of db/events.h ({"job","event","payload"});
+ * "jailbox:session:<jobId>" carrying the envelope of db/events.h ({"job","kind","payload"});
  * every instance holds one PSUBSCRIBE "jailbox:session:*" connection and hands what arrives
  * to its own bus with jb_bus_deliver, so the instance that holds a socket delivers to it and
  * no socket gets an event twice. The publishing instance gets its own events back the same
- * way (one path for every socket). Events the worker causes (NOTIFY jb_event) do not come
- * here: every instance LISTENs and delivers those to its own sockets only.
+ * way (one path for every socket). Events the worker publishes (NOTIFY jb_event after its
+ * commits) do not come here: every instance LISTENs and delivers those to its own sockets
+ * only.
  *
  * Failure: a PUBLISH that fails, or any publish while this instance's own subscription is
- * down, is refused (-1) and the bus falls back (main.c: NOTIFY jb_event, which every instance
- * also delivers exactly once). Both connections reconnect by themselves with backoff
+ * down, is refused (-1) and the bus falls back (main.c: NOTIFY jb_event outside any
+ * transaction, which every instance also delivers exactly once). Both connections reconnect by themselves with backoff
  * (100 ms doubling to 2 s); the subscription is checked with a PING every second and
  * redone when no answer comes within 2 s; each time it is made, `on_subscribed` runs (main.c
  * resends every socket of the instance its state and pending approvals, which covers what
@@ -65,11 +66,11 @@ int jb_fanout_start(struct jb_fanout **out, const char *url, struct jb_bus *bus,
 /* Checks one message received on Redis: `channel` must be "jailbox:session:<jobId>" and
  * `msg` (`len` bytes, untrusted: whoever can publish on the Redis server can send it) an
  * envelope of db/events.h for that same job: at most 4 MiB, no NUL byte, JSON nested at most
- * JB_JSON_MAX_DEPTH deep, no duplicate key, an event named "jailbox:…", an object payload.
- * Returns 0 with *doc a new reference to release and *job, *event, *payload borrowed from it,
- * or -1 (nothing to release). */
+ * JB_JSON_MAX_DEPTH deep, no duplicate key, a known kind, an object payload. Returns 0 with
+ * *doc a new reference to release, *job and *payload borrowed from it and *kind, or -1
+ * (nothing to release). */
 int jb_fanout_accept(const char *channel, const char *msg, size_t len, json_t **doc,
-                     const char **job, const char **event, json_t **payload);
+                     const char **job, enum jb_event_kind *kind, json_t **payload);
 
 /* True while this instance's subscription is live (events published now reach its sockets
  * through Redis). Thread-safe. */

@@ -31,9 +31,10 @@
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
-/* LISTEN callbacks. jb_change: drop what changed from the cache; jb_event: an event of
- * another process (the worker), delivered on this process's bus. The cache is trusted only
- * while listening. */
+/* LISTEN callbacks. jb_change: drop what changed from the cache; jb_op: wake the calls
+ * waiting on an op; jb_event: a session event published after its commit by the worker, or by
+ * an instance while Redis was down (server/bus.h), delivered on this process's bus. The
+ * cache is trusted only while listening. */
 static void on_change(void *appv, const char *channel, const char *payload) {
   struct jb_app *app = appv;
   if (strcmp(channel, "jb_change") == 0) {
@@ -52,11 +53,12 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     return;
   }
   json_t *doc, *ev;
-  const char *job, *event;
+  const char *job;
+  enum jb_event_kind kind;
   /* delivered here only, never republished: every instance LISTENs, so each hands the
    * event to its own sockets and no socket gets it twice */
-  if (jb_event_parse(payload, &doc, &job, &event, &ev) == 0) {
-    jb_bus_deliver(app->bus, job, event, json_incref(ev));
+  if (jb_event_parse(payload, &doc, &job, &kind, &ev) == 0) {
+    jb_bus_deliver(app->bus, job, kind, json_incref(ev));
     json_decref(doc);
   }
 }
@@ -65,21 +67,24 @@ static void on_listen_up(void *appv, bool up) {
   jb_opwait_set_up(((struct jb_app *)appv)->opwait, up);
 }
 /* Any event of a session published in this process means its cached view may be old. */
-static void on_bus_event(void *cache, const char *job_id, const char *event, json_t *payload) {
-  (void)event, (void)payload;
+static void on_bus_event(void *cache, const char *job_id, enum jb_event_kind kind,
+                         json_t *payload) {
+  (void)kind, (void)payload;
   if (job_id && job_id[0]) jb_cache_invalidate(cache, job_id);
 }
 
-/* The fan-out's fallback while Redis is down: NOTIFY jb_event on a connection of its own
- * (a publisher may hold a pool connection, so borrowing another from the same pool could
- * wait forever). Every instance delivers what arrives there once (on_change). */
+/* The fan-out's fallback while Redis is down: NOTIFY jb_event, outside any transaction (the
+ * event's own commit is done), on a connection of its own (a publisher may hold a pool
+ * connection, so borrowing another from the same pool could wait forever). Every instance
+ * delivers what arrives there once (on_change). */
 static struct jb_db *notify_db;
-static int notify_fallback(void *ctx, const char *job_id, const char *event, json_t *payload) {
+static int notify_fallback(void *ctx, const char *job_id, enum jb_event_kind kind,
+                           json_t *payload) {
   (void)ctx;
   jb_error err = {0};
   PGconn *c = notify_db ? jb_db_acquire(notify_db, &err) : NULL;
   if (!c) return -1;
-  int rc = jb_db_notify_event(c, job_id, event, payload, &err);
+  int rc = jb_db_notify_event(c, job_id, kind, payload, &err);
   jb_db_release(notify_db, c);
   return rc == JB_OK ? 0 : -1;
 }

@@ -66,7 +66,9 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
       if (pending != 0)
         jb_log(JB_LOG_WARN, "escape: sealing before the teardown finished", "jobId", job, NULL);
       struct jb_finish_out fo;
-      if (jb_db_session_finish(c, app->keys, job, eo.previous, &fo, &err) != JB_OK)
+      if (jb_db_session_finish(c, app->keys, job, eo.previous, &fo, &err) == JB_OK)
+        jb_bus_publish_list(app->bus, job, &fo.events);
+      else
         jb_log(JB_LOG_ERROR, "escape: seal failed (the sweeper retries)", "jobId", job, "detail",
                err.msg, NULL);
     } else if (rc == JB_ERR_FAIL) {
@@ -77,6 +79,7 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
     struct jb_count_out co;
     int rc =
         jb_db_signal_count(c, app->keys, job, name, detail, policy.alert_after[kind], &co, &err);
+    if (rc == JB_OK) jb_bus_publish_list(app->bus, job, &co.events);
     if (rc == JB_OK && co.alerted)
       jb_log(JB_LOG_WARN, "security alert", "jobId", job, "kind", name, "detail", detail, NULL);
     else if (rc == JB_ERR_FAIL)
@@ -121,10 +124,10 @@ static void expire(struct jb_app *app, PGconn *c, const char *job, const char *r
   if (app->cache) jb_cache_invalidate(app->cache, job);
   jb_op_session_changed(job);
   jb_bus_publish(
-      app->bus, job, "jailbox:state",
+      app->bus, job, JB_EVENT_STATE,
       json_pack("{s:s,s:s,s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous", t.previous,
                 "reason", reason, "actor", "system", "rejectedOps", (json_int_t)t.rejected_ops));
-  jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
+  jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&t.head));
   jb_log(JB_LOG_INFO, "session expired", "jobId", job, "reason", reason, "from", t.previous, NULL);
 }
 
@@ -157,6 +160,7 @@ static void sweep(struct jb_sweeper *s, bool first) {
       const char *job = json_string_value(e);
       struct jb_finish_out fo;
       if (jb_db_session_finish(c, app->keys, job, NULL, &fo, &err) == JB_OK && fo.sealed_now) {
+        jb_bus_publish_list(app->bus, job, &fo.events);
         if (app->cache) jb_cache_invalidate(app->cache, job);
         jb_log(JB_LOG_WARN, "sweeper: sealed a chain a crash left open", "jobId", job, NULL);
       }

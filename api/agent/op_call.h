@@ -34,6 +34,7 @@
 #include <stddef.h>
 
 #include "api/agent/ops.h"
+#include "db/events.h"
 #include "db/sessions.h"
 #include "lib/err.h"
 #include "lib/json.h"
@@ -41,6 +42,9 @@
 #include "server/opwait.h"
 
 #define OP_FILE_MAX (1024 * 1024) /* bytes of one write (the shim's JB_FILE_MAX) */
+#define OP_PATTERN_MAX 1024 /* bytes of a find pattern, a search regex or glob */
+#define OP_EDITS_MAX 100 /* replacements of one edit call */
+#define OP_READ_MANY_MAX 50 /* paths of one read_many call */
 #define OP_RUN_TIMEOUT_MS 120000 /* a queued op of an active session must run within this */
 
 /* What a stage tells the sequence. */
@@ -57,13 +61,17 @@ struct op_call {
   /* the call (borrowed) */
   struct jb_app *app;
   const char *job;
-  enum jb_tool tool; /* read, write or list */
+  enum jb_tool tool; /* any but done */
   json_t *args;
   struct jb_mcp_error *e;
   bool fresh; /* read the session from the database, not from the copy */
   /* decode */
-  const char *path; /* borrowed from args; "." for a list without one */
+  const char *path; /* borrowed from args: the path the op runs on (move: the source); "."
+                     * for list, find and search without one; "" for read_many */
   size_t plen; /* its length in bytes */
+  const char *dest; /* move's destination (borrowed), else NULL */
+  size_t destlen;
+  json_t *paths; /* read_many's paths (borrowed), else NULL */
   /* load session */
   PGconn *c; /* owned; NULL once it could not be had again */
   struct jb_session_facts sess; /* owned: what the op path decides on; its state becomes
@@ -73,16 +81,23 @@ struct op_call {
   bool recheck; /* decided on a copy, or on a read made before the session became
                                * active (the buyer may still add exclusions in awaiting_agent):
                                * the insert checks that it still holds */
+  /* refuse if */
+  json_t *many; /* owned: read_many's answers by index, JSON null where the shim answers;
+                 * the paths refused here hold {path, ok:false, error} */
   /* prepare */
   json_t *sargs; /* owned: the shim's arguments */
-  unsigned char *data; /* owned: a write's content, dlen bytes */
+  unsigned char *data; /* owned: a write's content or an edit's result, dlen bytes */
   size_t dlen;
   char sha_hex[65]; /* its SHA-256 in hex */
   /* supervise */
   bool counted; /* holds a place among this process's waiting calls */
   bool pending; /* a write of a supervised session: waits for the buyer */
-  json_t *current; /* owned: a pending write's target as it is now (its stat) */
+  json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
+  json_t *current2; /* owned: a supervised move's destination as it is now (its stat) */
   json_t *diff; /* owned: its diff preview (api/agent/diff.h) */
+  char *describe; /* owned: what a supervised mkdir, move or delete will do, for the buyer */
+  size_t replaced; /* an edit's replacements */
+  char before_hex[65]; /* an edit's file as read: its SHA-256 */
   /* store, wait */
   struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
   long long op_id;
@@ -115,13 +130,26 @@ void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *
 /* Logs the database error `err` and fills *e with "unavailable". */
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err);
 
-enum op_args { OP_ARGS_OK, OP_ARGS_PATH_TYPE, OP_ARGS_PATH_MISSING, OP_ARGS_UNKNOWN };
+/* The paths a call names, borrowed from its arguments. */
+struct op_args_view {
+  const char *path; /* path (move: source); "." for list, find, search without; "" read_many */
+  size_t plen;
+  const char *dest; /* move's destination, else NULL */
+  size_t destlen;
+  json_t *paths; /* read_many's paths, else NULL */
+};
 
-/* Checks the names of a `tool` call's arguments (read, write or list) and its path argument:
- * *path (borrowed from `args`; "." when a list has none), *plen its length in bytes, *bad_key
- * the first unknown argument (borrowed). */
-enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, size_t *plen,
-                           const char **bad_key);
+/* Decodes a `tool` call's arguments before anything else is done with them: every argument
+ * known to the tool and of its type, the required ones there, and the limits — integers in
+ * their ranges (read's offset ≥ 0, limit/head/tail ≥ 1, at most one way of choosing what to
+ * read; list's depth 1..64; search's maxMatches 1..5000), patterns and globs non-empty and at
+ * most OP_PATTERN_MAX bytes, read_many 1..OP_READ_MANY_MAX paths, edit 1..OP_EDITS_MAX
+ * {oldText (non-empty), newText, replaceAll?} with texts of at most OP_FILE_MAX bytes, done's
+ * summary at most 4096 bytes. (A path's own rules — 4096 bytes among them — are checked
+ * after, with an audit entry: op_path_passes.) True with *out; false with *code
+ * (JB_MCP_INVALID, or JB_MCP_TOO_LARGE for an over-long text) and a sentence in `msg`. */
+bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, int *code, char *msg,
+                   size_t msize);
 
 /* What the path rules say about a path; the first rule it breaks decides. */
 struct op_path_verdict {
@@ -134,7 +162,8 @@ struct op_path_verdict {
 
 /* Whether `path` (`plen` bytes) may be used by `tool` in a session with exclusions `exclude`
  * and pre-scan flags `flagged` (both borrowed): true, or false with *v saying why. The
- * workspace root "." of a list is never excluded nor flagged. */
+ * workspace root "." is a path only of list, find and search, and never excluded nor
+ * flagged. */
 bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json_t *exclude,
                     const json_t *flagged, struct op_path_verdict *v);
 
@@ -143,10 +172,17 @@ bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json
  * pre-scan's [{path, kind}] list. */
 const char *op_flagged_kind(const char *path, const json_t *flagged);
 
-/* The shim's arguments of a tool call (new): `args` without the path, and the session's
- * exclusions (borrowed) when it has any — the shim checks them again on the path it resolves:
- * a symlink must not lead around them. */
-json_t *op_shim_args(json_t *args, json_t *exclude);
+/* The shim's arguments of a `tool` call (new; sandbox/proto/PROTOCOL.md): `args` without the
+ * path (move: without the source) and named as the shim names them (read: offset/limit →
+ * lineOffset/lineLimit, byteOffset/byteLength → offset/length; stat: sha256 → hash, false by
+ * default), and the session's exclusions (borrowed) when it has any — the shim checks them
+ * again on the path it resolves: a symlink must not lead around them. NULL for edit (its
+ * shim op is the write jailboxd makes of it) and on allocation failure. */
+json_t *op_shim_args(enum jb_tool tool, json_t *args, json_t *exclude);
+
+/* Whether a `tool` call may be handed straight to the worker (sandbox/proto/direct.h): the
+ * tools that change nothing (read, read_many, list, find, search, stat). */
+bool op_tool_direct(enum jb_tool tool);
 
 /* What an op is decided on, for the insert or the worker to check against the session (new):
  * {mode, exclude, flagged} of `sess` (borrowed; flagged [] when it has none). */
@@ -161,8 +197,8 @@ json_t *op_direct_request(const char *job, const char *tool, const char *path, j
 const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess);
 
 /* The MCP result of a `tool` op that ran on `path` (`ans` {ok, result | error}, borrowed):
- * new, or NULL with *e set when the shim refused it. A list's entries are filtered by the
- * session's exclusions and pre-scan flags (borrowed). */
+ * new, or NULL with *e set when the shim refused it. A list's entries, a find's matches and
+ * a search's matches are filtered by the session's exclusions and pre-scan flags (borrowed). */
 json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_t *exclude,
                          json_t *flagged, struct jb_mcp_error *e);
 
@@ -174,12 +210,12 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error);
  * (or no memory for the copy). */
 bool op_session_copy(const char *job, struct jb_session_facts *out);
 
-/* When event `name` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
+/* When event `kind` `ev` of `job` would not fit one notification (JB_EVENT_MAX_BYTES) — a
  * path of control characters takes up to six bytes a byte as JSON — its "path" is replaced
  * by "sha256:HEX" of the path, as audit entries record over-long paths. */
-void op_fit_path(const char *job, const char *name, json_t *ev);
+void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev);
 
-/* Hands op `tool` on call->path with the shim's arguments `sargs` (borrowed) straight to the
+/* Hands op `tool` on `path` (borrowed) with the shim's arguments `sargs` (borrowed) straight to the
  * worker that holds the session when that worker is one of this process's
  * (sandbox/proto/direct.h); `expect` (borrowed, NULL: none) is checked against the session
  * as jb_db_op_create does. The worker stores, runs and completes the op with its audit entry
@@ -189,7 +225,8 @@ void op_fit_path(const char *job, const char *name, json_t *ev);
  * the session is not active — a paused session holds its ops —, the session changed, or the
  * worker could not be reached: only ops that change nothing come here, so running one again
  * there is harmless). */
-json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, json_t *expect);
+json_t *op_try_direct(struct op_call *call, const char *tool, const char *path, json_t *sargs,
+                      json_t *expect);
 
 /* Starts the wait for an op of call->job that is about to be stored: registers `t` before the
  * insert, so that the notification of its outcome cannot come before anyone listens. */
@@ -202,6 +239,15 @@ void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t);
  * *call->e (rejected, timed out, session ended, unavailable; or an answer that cannot be
  * read). call->c may be NULL after. */
 json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket *t);
+
+/* An audit entry (operation: the call's tool; `path` borrowed, NULL: none) for an op refused
+ * in jailboxd, with `details` (stolen; "ok": false is added), and its audit_head event. */
+void op_audit_refusal(struct op_call *call, const char *path, json_t *details); /* op_checks.c */
+
+/* The content scanner (api/agent/scan.h) on call->data, the content a write or an edit would
+ * leave: flagged, the op is refused (audited, a security alert); clean, call->sargs get its
+ * size and SHA-256 (call->sha_hex, filled before). */
+enum op_step op_scan_content(struct op_call *call); /* op_checks.c */
 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */

@@ -21,49 +21,229 @@
 
 /* ---- decode ---- */
 
-enum op_args op_check_args(enum jb_tool tool, json_t *args, const char **path, size_t *plen,
-                           const char **bad_key) {
-  json_t *jp = json_object_get(args, "path");
-  if (jp && !json_is_string(jp)) return OP_ARGS_PATH_TYPE;
-  if (!jp && tool != JB_TOOL_LIST) return OP_ARGS_PATH_MISSING;
-  *path = jp ? json_string_value(jp) : ".";
-  *plen = jp ? json_string_length(jp) : 1;
-  static const char *const allowed_read[] = {"path", "offset", "length", NULL};
-  static const char *const allowed_write[] = {"path", "content", "encoding", NULL};
-  static const char *const allowed_list[] = {"path", "recursive", NULL};
-  const char *const *allowed = tool == JB_TOOL_WRITE  ? allowed_write
-                               : tool == JB_TOOL_LIST ? allowed_list
-                                                      : allowed_read;
+enum arg_kind {
+  ARG_PATH, /* a workspace path: a string (its rules are checked in refuse_if) */
+  ARG_STRING, /* any string (write's content: its size is checked when it is decoded) */
+  ARG_PATTERN, /* a glob or regex: a non-empty string of at most OP_PATTERN_MAX bytes */
+  ARG_INT, /* an integer in [min, max] */
+  ARG_BOOL,
+  ARG_ENCODING, /* "utf-8" or "base64" */
+  ARG_PATHS, /* read_many: 1..OP_READ_MANY_MAX paths */
+  ARG_EDITS, /* edit: 1..OP_EDITS_MAX {oldText, newText, replaceAll?} */
+  ARG_SUMMARY, /* done: a string of at most 4096 bytes */
+};
+
+struct arg_spec {
+  const char *name;
+  enum arg_kind kind;
+  bool required;
+  long long min, max; /* ARG_INT */
+};
+
+#define INT_ANY 9007199254740991LL /* 2^53 - 1: what every JSON reader holds exactly */
+#define END \
+  { NULL, 0, false, 0, 0 }
+
+static const struct arg_spec spec_read[] = {{"path", ARG_PATH, true, 0, 0},
+                                            {"offset", ARG_INT, false, 0, INT_ANY},
+                                            {"limit", ARG_INT, false, 1, INT_ANY},
+                                            {"head", ARG_INT, false, 1, INT_ANY},
+                                            {"tail", ARG_INT, false, 1, INT_ANY},
+                                            {"byteOffset", ARG_INT, false, 0, INT_ANY},
+                                            {"byteLength", ARG_INT, false, 0, INT_ANY},
+                                            END};
+static const struct arg_spec spec_read_many[] = {{"paths", ARG_PATHS, true, 0, 0}, END};
+static const struct arg_spec spec_write[] = {{"path", ARG_PATH, true, 0, 0},
+                                             {"content", ARG_STRING, true, 0, 0},
+                                             {"encoding", ARG_ENCODING, false, 0, 0},
+                                             END};
+static const struct arg_spec spec_edit[] = {{"path", ARG_PATH, true, 0, 0},
+                                            {"edits", ARG_EDITS, true, 0, 0},
+                                            {"dryRun", ARG_BOOL, false, 0, 0},
+                                            END};
+static const struct arg_spec spec_list[] = {{"path", ARG_PATH, false, 0, 0},
+                                            {"recursive", ARG_BOOL, false, 0, 0},
+                                            {"depth", ARG_INT, false, 1, 64},
+                                            END};
+static const struct arg_spec spec_find[] = {
+    {"pattern", ARG_PATTERN, true, 0, 0}, {"path", ARG_PATH, false, 0, 0}, END};
+static const struct arg_spec spec_search[] = {{"pattern", ARG_PATTERN, true, 0, 0},
+                                              {"path", ARG_PATH, false, 0, 0},
+                                              {"glob", ARG_PATTERN, false, 0, 0},
+                                              {"maxMatches", ARG_INT, false, 1, 5000},
+                                              END};
+static const struct arg_spec spec_stat[] = {
+    {"path", ARG_PATH, true, 0, 0}, {"sha256", ARG_BOOL, false, 0, 0}, END};
+static const struct arg_spec spec_mkdir[] = {{"path", ARG_PATH, true, 0, 0}, END};
+static const struct arg_spec spec_move[] = {{"source", ARG_PATH, true, 0, 0},
+                                            {"destination", ARG_PATH, true, 0, 0},
+                                            {"overwrite", ARG_BOOL, false, 0, 0},
+                                            END};
+static const struct arg_spec spec_delete[] = {
+    {"path", ARG_PATH, true, 0, 0}, {"recursive", ARG_BOOL, false, 0, 0}, END};
+static const struct arg_spec spec_done[] = {{"summary", ARG_SUMMARY, false, 0, 0}, END};
+
+static const struct arg_spec *const specs[JB_TOOL_COUNT] = {
+    [JB_TOOL_READ] = spec_read,           [JB_TOOL_WRITE] = spec_write,
+    [JB_TOOL_LIST] = spec_list,           [JB_TOOL_DONE] = spec_done,
+    [JB_TOOL_READ_MANY] = spec_read_many, [JB_TOOL_EDIT] = spec_edit,
+    [JB_TOOL_FIND] = spec_find,           [JB_TOOL_SEARCH] = spec_search,
+    [JB_TOOL_STAT] = spec_stat,           [JB_TOOL_MKDIR] = spec_mkdir,
+    [JB_TOOL_MOVE] = spec_move,           [JB_TOOL_DELETE] = spec_delete,
+};
+
+#define BAD(c, ...)                    \
+  do {                                 \
+    *code = (c);                       \
+    snprintf(msg, msize, __VA_ARGS__); \
+    return false;                      \
+  } while (0)
+
+/* edit's list: each {oldText, newText, replaceAll?}, texts of at most OP_FILE_MAX bytes. */
+static bool check_edits(json_t *v, int *code, char *msg, size_t msize) {
+  if (!json_is_array(v) || json_array_size(v) == 0)
+    BAD(JB_MCP_INVALID, "'edits' must be a non-empty array of {oldText, newText, replaceAll?}");
+  if (json_array_size(v) > OP_EDITS_MAX)
+    BAD(JB_MCP_INVALID, "'edits' has %zu entries; at most %d per call", json_array_size(v),
+        OP_EDITS_MAX);
+  size_t i;
+  json_t *e;
+  json_array_foreach (v, i, e) {
+    if (!json_is_object(e)) BAD(JB_MCP_INVALID, "edits[%zu] must be an object", i);
+    const char *key;
+    json_t *x;
+    json_object_foreach (e, key, x) {
+      if (!strcmp(key, "oldText") || !strcmp(key, "newText")) {
+        if (!json_is_string(x)) BAD(JB_MCP_INVALID, "edits[%zu].%s must be a string", i, key);
+        if (json_string_length(x) > OP_FILE_MAX)
+          BAD(JB_MCP_TOO_LARGE, "edits[%zu].%s is over %d bytes", i, key, OP_FILE_MAX);
+      } else if (!strcmp(key, "replaceAll")) {
+        if (!json_is_boolean(x)) BAD(JB_MCP_INVALID, "edits[%zu].replaceAll must be a boolean", i);
+      } else {
+        BAD(JB_MCP_INVALID, "unknown key '%.64s' in edits[%zu]", key, i);
+      }
+    }
+    if (!json_is_string(json_object_get(e, "oldText")) ||
+        !json_is_string(json_object_get(e, "newText")))
+      BAD(JB_MCP_INVALID, "edits[%zu] needs oldText and newText", i);
+    if (json_string_length(json_object_get(e, "oldText")) == 0)
+      BAD(JB_MCP_INVALID, "edits[%zu].oldText is empty; give the exact text to replace", i);
+  }
+  return true;
+}
+
+static bool check_arg(const struct arg_spec *sp, json_t *v, int *code, char *msg, size_t msize) {
+  const char *n = sp->name;
+  switch (sp->kind) {
+    case ARG_PATH:
+      if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'%s' must be a string", n);
+      return true;
+    case ARG_STRING:
+      if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'%s' must be a string", n);
+      return true;
+    case ARG_PATTERN:
+      if (!json_is_string(v) || json_string_length(v) == 0)
+        BAD(JB_MCP_INVALID, "'%s' must be a non-empty string", n);
+      if (json_string_length(v) > OP_PATTERN_MAX)
+        BAD(JB_MCP_INVALID, "'%s' is over %d bytes", n, OP_PATTERN_MAX);
+      return true;
+    case ARG_INT:
+      if (!json_is_integer(v) || json_integer_value(v) < sp->min ||
+          json_integer_value(v) > sp->max) {
+        if (sp->max == INT_ANY) BAD(JB_MCP_INVALID, "'%s' must be an integer >= %lld", n, sp->min);
+        BAD(JB_MCP_INVALID, "'%s' must be an integer from %lld to %lld", n, sp->min, sp->max);
+      }
+      return true;
+    case ARG_BOOL:
+      if (!json_is_boolean(v)) BAD(JB_MCP_INVALID, "'%s' must be a boolean", n);
+      return true;
+    case ARG_ENCODING: {
+      const char *s = json_string_value(v);
+      if (!s || (strcmp(s, "utf-8") && strcmp(s, "base64")))
+        BAD(JB_MCP_INVALID, "'%s' must be \"utf-8\" or \"base64\"", n);
+      return true;
+    }
+    case ARG_PATHS: {
+      if (!json_is_array(v) || json_array_size(v) == 0)
+        BAD(JB_MCP_INVALID, "'paths' must be a non-empty array of paths");
+      if (json_array_size(v) > OP_READ_MANY_MAX)
+        BAD(JB_MCP_INVALID, "'paths' has %zu entries; at most %d per call", json_array_size(v),
+            OP_READ_MANY_MAX);
+      size_t i;
+      json_t *p;
+      json_array_foreach (v, i, p)
+        if (!json_is_string(p)) BAD(JB_MCP_INVALID, "paths[%zu] must be a string", i);
+      return true;
+    }
+    case ARG_EDITS:
+      return check_edits(v, code, msg, msize);
+    case ARG_SUMMARY:
+      if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'summary' must be a string");
+      if (json_string_length(v) > 4096) BAD(JB_MCP_TOO_LARGE, "the summary is over 4096 bytes");
+      return true;
+  }
+  return true;
+}
+
+bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, int *code, char *msg,
+                   size_t msize) {
+  *out = (struct op_args_view){0};
+  if (tool < 0 || tool >= JB_TOOL_COUNT || !specs[tool]) BAD(JB_MCP_INVALID, "unknown tool");
+  if (!json_is_object(args)) BAD(JB_MCP_INVALID, "the arguments must be an object");
+  const struct arg_spec *spec = specs[tool];
   const char *key;
   json_t *v;
   json_object_foreach (args, key, v) {
-    bool ok = false;
-    for (size_t i = 0; allowed[i]; i++) ok = ok || !strcmp(key, allowed[i]);
-    if (!ok) {
-      *bad_key = key;
-      return OP_ARGS_UNKNOWN;
-    }
+    const struct arg_spec *sp = NULL;
+    for (size_t i = 0; spec[i].name && !sp; i++)
+      if (!strcmp(key, spec[i].name)) sp = &spec[i];
+    if (!sp) BAD(JB_MCP_INVALID, "unknown argument '%.64s' for %s", key, jb_tool_name(tool));
+    if (!check_arg(sp, v, code, msg, msize)) return false;
   }
-  return OP_ARGS_OK;
+  for (size_t i = 0; spec[i].name; i++)
+    if (spec[i].required && !json_object_get(args, spec[i].name))
+      BAD(JB_MCP_INVALID, "'%s' is required", spec[i].name);
+  if (tool == JB_TOOL_READ) { /* one way of choosing what to read */
+    int modes = !!(json_object_get(args, "offset") || json_object_get(args, "limit")) +
+                !!json_object_get(args, "head") + !!json_object_get(args, "tail") +
+                !!(json_object_get(args, "byteOffset") || json_object_get(args, "byteLength"));
+    if (modes > 1)
+      BAD(JB_MCP_INVALID,
+          "give at most one of offset/limit (lines), head, tail, or"
+          " byteOffset/byteLength (bytes)");
+  }
+  json_t *jp = json_object_get(args, tool == JB_TOOL_MOVE ? "source" : "path");
+  if (jp) {
+    out->path = json_string_value(jp);
+    out->plen = json_string_length(jp);
+  } else if (tool != JB_TOOL_DONE) { /* a directory tool without a path: the root */
+    out->path = tool == JB_TOOL_READ_MANY ? "" : ".";
+    out->plen = tool == JB_TOOL_READ_MANY ? 0 : 1;
+  }
+  json_t *jd = json_object_get(args, "destination");
+  if (jd) {
+    out->dest = json_string_value(jd);
+    out->destlen = json_string_length(jd);
+  }
+  out->paths = json_object_get(args, "paths");
+  return true;
 }
+#undef BAD
 
 enum op_step op_decode(struct op_call *call) {
-  const char *key = NULL;
-  switch (op_check_args(call->tool, call->args, &call->path, &call->plen, &key)) {
-    case OP_ARGS_OK:
-      return OP_NEXT;
-    case OP_ARGS_PATH_TYPE:
-      op_error(call->e, JB_MCP_INVALID, "invalid", "'path' must be a string");
-      return OP_END;
-    case OP_ARGS_PATH_MISSING:
-      op_error(call->e, JB_MCP_INVALID, "invalid", "'path' is required");
-      return OP_END;
-    case OP_ARGS_UNKNOWN:
-      op_error(call->e, JB_MCP_INVALID, "invalid", "unknown argument '%.64s' for %s", key,
-               jb_tool_name(call->tool));
-      return OP_END;
+  struct op_args_view v;
+  int code = JB_MCP_INVALID;
+  char msg[300];
+  if (!op_check_args(call->tool, call->args, &v, &code, msg, sizeof msg)) {
+    op_error(call->e, code, code == JB_MCP_TOO_LARGE ? "too_large" : "invalid", "%s", msg);
+    return OP_END;
   }
-  return OP_END;
+  call->path = v.path;
+  call->plen = v.plen;
+  call->dest = v.dest;
+  call->destlen = v.destlen;
+  call->paths = v.paths;
+  return OP_NEXT;
 }
 
 /* ---- refuse if ---- */
@@ -83,7 +263,8 @@ const char *op_flagged_kind(const char *path, const json_t *flagged) {
 
 bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json_t *exclude,
                     const json_t *flagged, struct op_path_verdict *v) {
-  *v = (struct op_path_verdict){.syntax = jb_path_check(path, plen, tool == JB_TOOL_LIST)};
+  bool dir_tool = tool == JB_TOOL_LIST || tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH;
+  *v = (struct op_path_verdict){.syntax = jb_path_check(path, plen, dir_tool)};
   if (v->syntax != JB_PATH_OK) return false;
   if (!strcmp(path, ".")) return true;
   v->excluded = jb_path_excluded(path, exclude, &v->glob);
@@ -92,17 +273,13 @@ bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json
   return v->flagged_kind == NULL;
 }
 
-/* An audit entry for an op refused in jailboxd, and its audit_head event. */
-static void audit_refusal(struct op_call *call, const char *path, json_t *details /* stolen */) {
+void op_audit_refusal(struct op_call *call, const char *path, json_t *details /* stolen */) {
   struct jb_audit_head h;
   jb_error err = {0};
   json_object_set_new(details, "ok", json_false());
   if (jb_audit_append(call->c, call->app->keys, call->job, jb_tool_name(call->tool), path, details,
                       &h, &err) == JB_OK) {
-    jb_error nerr = {0};
-    json_t *hj = jb_audit_head_json(&h);
-    jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
-    json_decref(hj);
+    jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
   } else {
     jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg,
            NULL);
@@ -110,46 +287,85 @@ static void audit_refusal(struct op_call *call, const char *path, json_t *detail
   json_decref(details);
 }
 
-/* A path that breaks the syntax rules: refused and audited (without the path); one that
- * tries to leave the workspace is an escape signal. */
-static enum op_step refuse_syntax(struct op_call *call, enum jb_path_verdict pv) {
-  audit_refusal(call, NULL,
-                json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(pv)));
-  op_error(call->e, JB_MCP_DENIED, "denied", "%s", jb_path_verdict_text(pv));
-  if (pv == JB_PATH_ABSOLUTE || pv == JB_PATH_DOTDOT) {
-    char detail[400];
-    snprintf(detail, sizeof detail, "%s: %.300s", jb_path_verdict_text(pv), call->path);
+/* What refusing `path` for reason `v` tells the agent: code, reason and message into *e. */
+static void refusal_error(struct op_call *call, const char *path, const struct op_path_verdict *v,
+                          struct jb_mcp_error *e) {
+  if (v->syntax == JB_PATH_DOT && call->tool == JB_TOOL_DELETE && !strcmp(path, "."))
+    op_error(e, JB_MCP_DENIED, "denied", "the workspace root cannot be deleted");
+  else if (v->syntax != JB_PATH_OK)
+    op_error(e, JB_MCP_DENIED, "denied", "%s", jb_path_verdict_text(v->syntax));
+  else if (v->excluded)
+    op_error(e, JB_MCP_EXCLUDED, "excluded", "%.300s is excluded from this session", path);
+  else
+    op_error(e, JB_MCP_FLAGGED, "flagged", "%.300s was flagged by the pre-scan (%s)", path,
+             v->flagged_kind);
+}
+
+/* A refused `path` (`role`: "" or "destination " for a move's second path): audited (a path
+ * that breaks the syntax rules without the path), and an escape signal where the path tries
+ * to leave the workspace (traversal, absolute, through a symlink leading out, a hard link) or
+ * names an excluded entry. *e is filled when not NULL. */
+static void refuse_path(struct op_call *call, const char *path, const char *role,
+                        const struct op_path_verdict *v, struct jb_mcp_error *e) {
+  const char *tool = jb_tool_name(call->tool);
+  char detail[400];
+  if (e) refusal_error(call, path, v, e);
+  if (v->syntax != JB_PATH_OK) {
+    op_audit_refusal(
+        call, NULL,
+        json_pack("{s:s,s:s}", "error", "denied", "detail", jb_path_verdict_text(v->syntax)));
+    if (v->syntax == JB_PATH_ABSOLUTE || v->syntax == JB_PATH_DOTDOT) {
+      snprintf(detail, sizeof detail, "%s %s%s: %.300s", tool, role,
+               jb_path_verdict_text(v->syntax), path);
+      jb_escape_signal(call->app, call->job,
+                       v->syntax == JB_PATH_ABSOLUTE ? JB_SIG_ABSOLUTE_PATH : JB_SIG_PATH_TRAVERSAL,
+                       detail);
+    }
+  } else if (v->excluded) {
+    op_audit_refusal(call, path, json_pack("{s:s,s:s?}", "error", "excluded", "glob", v->glob));
+    snprintf(detail, sizeof detail, "%s %s%.300s (excluded by %.60s)", tool, role, path,
+             v->glob ? v->glob : "?");
+    jb_escape_signal(call->app, call->job, JB_SIG_EXCLUDED_PATH, detail);
+  } else {
+    const char *kind = v->flagged_kind;
+    op_audit_refusal(call, path, json_pack("{s:s,s:s}", "error", "flagged", "kind", kind));
+    snprintf(detail, sizeof detail, "%s %s%.300s (flagged by the pre-scan: %.40s)", tool, role,
+             path, kind);
     jb_escape_signal(call->app, call->job,
-                     pv == JB_PATH_ABSOLUTE ? JB_SIG_ABSOLUTE_PATH : JB_SIG_PATH_TRAVERSAL, detail);
+                     !strcmp(kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
+                     : !strcmp(kind, "hardlink")      ? JB_SIG_HARD_LINK
+                                                      : JB_SIG_DENIED_PATH,
+                     detail);
   }
-  return OP_END;
 }
 
-/* An excluded path: refused, audited, an escape signal. */
-static enum op_step refuse_excluded(struct op_call *call, const char *glob) {
-  const char *tool = jb_tool_name(call->tool), *path = call->path;
-  audit_refusal(call, path, json_pack("{s:s,s:s}", "error", "excluded", "glob", glob));
-  op_error(call->e, JB_MCP_EXCLUDED, "excluded", "%s is excluded from this session", path);
-  char detail[400];
-  snprintf(detail, sizeof detail, "%s %.300s (excluded by %.60s)", tool, path, glob ? glob : "?");
-  jb_escape_signal(call->app, call->job, JB_SIG_EXCLUDED_PATH, detail);
-  return OP_END;
-}
-
-/* A path the pre-scan flagged: refused, audited; through or onto a symlink leaving the
- * workspace, or a hard link, an escape signal of that kind. */
-static enum op_step refuse_flagged(struct op_call *call, const char *kind) {
-  const char *tool = jb_tool_name(call->tool), *path = call->path;
-  audit_refusal(call, path, json_pack("{s:s,s:s}", "error", "flagged", "kind", kind));
-  op_error(call->e, JB_MCP_FLAGGED, "flagged", "%s was flagged by the pre-scan (%s)", path, kind);
-  char detail[400];
-  snprintf(detail, sizeof detail, "%s %.300s (flagged by the pre-scan: %.40s)", tool, path, kind);
-  jb_escape_signal(call->app, call->job,
-                   !strcmp(kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
-                   : !strcmp(kind, "hardlink")      ? JB_SIG_HARD_LINK
-                                                    : JB_SIG_DENIED_PATH,
-                   detail);
-  return OP_END;
+/* read_many: each path is judged on its own; the refused ones get their error in call->many
+ * (and are not sent to the shim), the others a JSON null there. */
+static enum op_step refuse_many(struct op_call *call) {
+  call->many = json_array();
+  if (!call->many) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  size_t i;
+  json_t *jp;
+  json_array_foreach (call->paths, i, jp) {
+    const char *p = json_string_value(jp);
+    struct op_path_verdict v;
+    if (op_path_passes(p, json_string_length(jp), call->tool, call->sess.exclude,
+                       call->sess.flagged, &v)) {
+      json_array_append_new(call->many, json_null());
+      continue;
+    }
+    struct jb_mcp_error e = {0};
+    refuse_path(call, p, "", &v, &e);
+    json_array_append_new(
+        call->many, json_pack("{s:s%,s:b,s:{s:O?,s:s,s:i}}", "path", p, json_string_length(jp),
+                              "ok", 0, "error", "reason", json_object_get(e.data, "reason"),
+                              "message", e.message, "code", e.code));
+    json_decref(e.data);
+  }
+  return OP_NEXT;
 }
 
 enum op_step op_refuse_if(struct op_call *call) {
@@ -158,27 +374,58 @@ enum op_step op_refuse_if(struct op_call *call) {
              jb_session_state_name(call->sess.state) ?: "unknown");
     return OP_END;
   }
+  if (call->tool == JB_TOOL_READ_MANY) return refuse_many(call);
   struct op_path_verdict v;
-  if (op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
-                     &v))
-    return OP_NEXT;
-  if (v.syntax != JB_PATH_OK) return refuse_syntax(call, v.syntax);
-  if (v.excluded) return refuse_excluded(call, v.glob);
-  return refuse_flagged(call, v.flagged_kind);
+  if (!op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
+                      &v)) {
+    refuse_path(call, call->path, "", &v, call->e);
+    return OP_END;
+  }
+  if (call->dest && !op_path_passes(call->dest, call->destlen, call->tool, call->sess.exclude,
+                                    call->sess.flagged, &v)) {
+    refuse_path(call, call->dest, "destination ", &v, call->e);
+    return OP_END;
+  }
+  return OP_NEXT;
 }
 
 /* ---- prepare ---- */
 
-json_t *op_shim_args(json_t *args, json_t *exclude) {
-  json_t *sargs = json_deep_copy(args);
-  json_object_del(sargs, "path");
+bool op_tool_direct(enum jb_tool tool) {
+  return tool == JB_TOOL_READ || tool == JB_TOOL_READ_MANY || tool == JB_TOOL_LIST ||
+         tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH || tool == JB_TOOL_STAT;
+}
+
+json_t *op_shim_args(enum jb_tool tool, json_t *args, json_t *exclude) {
+  if (tool == JB_TOOL_EDIT) return NULL;
+  /* the MCP argument names that the shim calls otherwise */
+  static const struct {
+    enum jb_tool tool;
+    const char *from, *to;
+  } rename[] = {
+      {JB_TOOL_READ, "offset", "lineOffset"}, {JB_TOOL_READ, "limit", "lineLimit"},
+      {JB_TOOL_READ, "byteOffset", "offset"}, {JB_TOOL_READ, "byteLength", "length"},
+      {JB_TOOL_STAT, "sha256", "hash"},
+  };
+  json_t *sargs = json_object();
+  const char *key;
+  json_t *v;
+  json_object_foreach (args, key, v) {
+    if (!strcmp(key, "path") || (tool == JB_TOOL_MOVE && !strcmp(key, "source"))) continue;
+    const char *to = key;
+    for (size_t i = 0; i < sizeof rename / sizeof rename[0]; i++)
+      if (rename[i].tool == tool && !strcmp(rename[i].from, key)) to = rename[i].to;
+    json_object_set(sargs, to, v);
+  }
+  if (tool == JB_TOOL_STAT && !json_object_get(sargs, "hash"))
+    json_object_set_new(sargs, "hash", json_false()); /* sha256 only on request */
   if (json_array_size(exclude) > 0) json_object_set(sargs, "exclude", exclude);
   return sargs;
 }
 
-void op_fit_path(const char *job, const char *name, json_t *ev) {
+void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev) {
   const char *path = json_string_value(json_object_get(ev, "path"));
-  size_t size = jb_db_event_size(job, name, ev);
+  size_t size = jb_db_event_size(job, kind, ev);
   if (!path || !size || size <= JB_EVENT_MAX_BYTES) return;
   unsigned char h[32];
   char note[80] = "sha256:";
@@ -220,8 +467,8 @@ static enum op_step decode_content(struct op_call *call) {
     return OP_END;
   }
   if (call->dlen > OP_FILE_MAX) {
-    audit_refusal(call, call->path,
-                  json_pack("{s:s,s:I}", "error", "too_large", "size", (json_int_t)call->dlen));
+    op_audit_refusal(call, call->path,
+                     json_pack("{s:s,s:I}", "error", "too_large", "size", (json_int_t)call->dlen));
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large", "content of %zu bytes is over %d", call->dlen,
              OP_FILE_MAX);
     return OP_END;
@@ -242,18 +489,16 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
     findings = json_pack("[{s:s,s:s,s:s}]", "rule", "scanner_unavailable", "severity", "critical",
                          "error", "out of memory");
   }
-  audit_refusal(call, path,
-                json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
-                          (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
-                          "rules", hits, "findings", findings));
-  jb_error nerr = {0};
+  op_audit_refusal(call, path,
+                   json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
+                             (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
+                             "rules", hits, "findings", findings));
   json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
                          "path", path, "size", (json_int_t)call->dlen, "sha256", call->sha_hex,
                          "rules", hits, "findings", findings);
   json_decref(findings);
-  op_fit_path(job, "jailbox:security_alert", ev);
-  jb_db_notify_event(call->c, job, "jailbox:security_alert", ev, &nerr);
-  json_decref(ev);
+  op_fit_path(job, JB_EVENT_SECURITY_ALERT, ev);
+  jb_bus_publish(call->app->bus, job, JB_EVENT_SECURITY_ALERT, ev);
   char rl[200] = "";
   size_t i;
   json_t *r;
@@ -262,13 +507,12 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
     strncat(rl, json_string_value(r), sizeof rl - strlen(rl) - 1);
   }
   json_decref(hits);
-  op_error(call->e, JB_MCP_FLAGGED, "flagged", "the content scanner flagged this write (%s)", rl);
+  op_error(call->e, JB_MCP_FLAGGED, "flagged", "the content scanner flagged this %s (%s)",
+           jb_tool_name(call->tool), rl);
   return OP_END;
 }
 
-/* The content scanner (api/agent/scan.h) on a write's content: a clean write's shim
- * arguments get its size and SHA-256. */
-static enum op_step scan_content(struct op_call *call) {
+enum op_step op_scan_content(struct op_call *call) {
   json_t *findings = jb_scan_content(call->path, call->data, call->dlen);
   json_t *hits = findings ? jb_scan_rule_ids(findings) : NULL;
   if (!hits || json_array_size(hits) > 0) return refuse_scanned(call, hits, findings);
@@ -279,10 +523,30 @@ static enum op_step scan_content(struct op_call *call) {
   return OP_NEXT;
 }
 
+/* read_many: only the paths not refused go to the shim. */
+static enum op_step prepare_many(struct op_call *call) {
+  json_t *keep = json_array();
+  size_t i;
+  json_t *m;
+  json_array_foreach (call->many, i, m)
+    if (json_is_null(m)) json_array_append(keep, json_array_get(call->paths, i));
+  json_object_set_new(call->sargs, "paths", keep);
+  if (json_array_size(keep) > 0) return OP_NEXT;
+  /* every path was refused here: the answer is made of the refusals alone */
+  call->ans = json_pack("{s:b,s:{s:[]}}", "ok", 1, "result", "files");
+  return call->ans ? OP_ANSWERED : OP_END;
+}
+
 enum op_step op_prepare(struct op_call *call) {
-  call->sargs = op_shim_args(call->args, call->sess.exclude);
+  if (call->tool == JB_TOOL_EDIT) return OP_NEXT; /* its write is made in the supervise stage */
+  call->sargs = op_shim_args(call->tool, call->args, call->sess.exclude);
+  if (!call->sargs) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  if (call->tool == JB_TOOL_READ_MANY) return prepare_many(call);
   if (call->tool != JB_TOOL_WRITE) return OP_NEXT;
   enum op_step s = decode_content(call);
-  if (s == OP_NEXT) s = scan_content(call);
+  if (s == OP_NEXT) s = op_scan_content(call);
   return s;
 }

@@ -1,8 +1,10 @@
 /* op_supervise.c — a tool call that may wait (the supervise stage, api/agent/op_call.h): its
- * place among this process's calls that wait on the buyer or a pause, and for a write of a
- * supervised session what the buyer is shown — the file as it is now (a stat through the
- * shim: the same rules; the write is refused if it changes meanwhile), the diff preview, and
- * the approval request. */
+ * place among this process's calls that wait on the buyer or a pause; an edit made into the
+ * write it amounts to (the file read through the shim, the edits applied, the result scanned,
+ * the write bound to the hash of what was read); and for a mutating tool of a supervised
+ * session what the buyer is shown — the target as it is now (a stat through the shim: the
+ * same rules; the op is refused if it changes meanwhile), the diff preview of a write or an
+ * edit, a description of a mkdir, move or delete — and the approval request. */
 #define _GNU_SOURCE
 #include "api/agent/op_call.h"
 
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "api/agent/diff.h"
+#include "api/agent/edit.h"
 #include "api/agent/escape.h"
 #include "db/events.h"
 #include "db/ops.h"
@@ -22,6 +25,7 @@
 #include "server/config.h"
 
 #define PREVIEW_MAX 2000 /* characters of a write shown in the approval request */
+#define EDIT_DIFF_MAX (256 * 1024) /* bytes of an edit's diff in its answer */
 
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
@@ -47,17 +51,20 @@ void op_leave_waiting(struct op_call *call) {
   call->counted = false;
 }
 
-/* The pending write's target as it is now into call->current: the stat op straight to the
- * worker when the session is active and its worker is ours, else stored and waited for. */
-static enum op_step stat_target(struct op_call *call) {
-  struct jb_app *app = call->app;
+/* `path` as it is now (the shim's stat result, new, into *out): the stat op straight to the
+ * worker when the session is active and its worker is ours, else stored and waited for.
+ * `content`: with the file's content when it is at most 1 MiB. `missing_ok`: a path whose
+ * parent directory is missing too is {exists: false} (a mkdir with parents, a move's
+ * destination), not an error. */
+static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out,
+                              bool missing_ok) {
   cleanup_json json_t *stargs = json_object();
   if (json_array_size(call->sess.exclude) > 0)
     json_object_set(stargs, "exclude", call->sess.exclude);
-  if (app->cfg && app->cfg->diff_preview_max > 0) /* the current text too, for the diff preview */
-    json_object_set_new(stargs, "withContent", json_true());
-  cleanup_json json_t *sa =
-      call->sess.state == JB_SESSION_ACTIVE ? op_try_direct(call, "stat", stargs, NULL) : NULL;
+  if (content) json_object_set_new(stargs, "withContent", json_true());
+  cleanup_json json_t *sa = call->sess.state == JB_SESSION_ACTIVE
+                                ? op_try_direct(call, "stat", path, stargs, NULL)
+                                : NULL;
   if (!call->c) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
     return OP_END;
@@ -69,7 +76,7 @@ static enum op_step stat_target(struct op_call *call) {
     struct jb_opwait_ticket ticket;
     long long op_id = 0;
     op_wait_begin(call, &ticket);
-    rc = stext ? jb_db_op_create(call->c, call->job, "stat", call->path, stext, false, NULL, &op_id,
+    rc = stext ? jb_db_op_create(call->c, call->job, "stat", path, stext, false, NULL, &op_id,
                                  call->st, &err)
                : JB_ERR_FAIL;
     if (rc == JB_OK) {
@@ -90,11 +97,46 @@ static enum op_step stat_target(struct op_call *call) {
   }
   if (!sa) return OP_END; /* op_await said why */
   if (!json_is_true(json_object_get(sa, "ok"))) {
+    const char *code = json_string_value(json_object_get(json_object_get(sa, "error"), "code"));
+    if (missing_ok && code && !strcmp(code, "not_found")) { /* a parent is missing too */
+      *out = json_pack("{s:b}", "exists", 0);
+      return *out ? OP_NEXT : OP_END;
+    }
     op_shim_error(call->e, json_object_get(sa, "error"));
     return OP_END;
   }
-  call->current = json_incref(json_object_get(sa, "result"));
-  return call->current ? OP_NEXT : OP_END;
+  *out = json_incref(json_object_get(sa, "result"));
+  return *out ? OP_NEXT : OP_END;
+}
+
+/* The pending write's target as it is now into call->current (with its content for the diff
+ * preview unless previews are off). */
+static enum op_step stat_target(struct op_call *call) {
+  return stat_path(call, call->path, call->app->cfg && call->app->cfg->diff_preview_max > 0,
+                   &call->current, false);
+}
+
+/* `path` as the stat `current` found it is a file with several hard links, or a symlink that
+ * leads out of the workspace: the escape signal of that kind for `verb` ("write onto") on it.
+ * True when one was raised. */
+static bool signal_current(struct op_call *call, const char *verb, const char *path,
+                           json_t *current) {
+  json_t *links = json_object_get(current, "links");
+  char detail[400];
+  if (json_is_integer(links) && json_integer_value(links) > 1 &&
+      !strcmp(json_string_value(json_object_get(current, "type")) ?: "", "file")) {
+    snprintf(detail, sizeof detail, "%s %.300s, a file with %lld hard links", verb, path,
+             (long long)json_integer_value(links));
+    jb_escape_signal(call->app, call->job, JB_SIG_HARD_LINK, detail);
+    return true;
+  }
+  if (json_is_true(json_object_get(current, "leadsOut"))) {
+    snprintf(detail, sizeof detail, "%s %.300s, a symlink that leads out of the workspace", verb,
+             path);
+    jb_escape_signal(call->app, call->job, JB_SIG_SYMLINK_ESCAPE, detail);
+    return true;
+  }
+  return false;
 }
 
 /* The target must not exist, or be a regular file with a single link: the shim would refuse
@@ -110,18 +152,7 @@ static enum op_step check_target(struct op_call *call) {
     return OP_NEXT;
   }
   op_error(call->e, JB_MCP_DENIED, "denied", "%s is not a regular file with a single link", path);
-  json_t *links = json_object_get(current, "links");
-  char detail[400];
-  if (json_is_integer(links) && json_integer_value(links) > 1 &&
-      !strcmp(json_string_value(json_object_get(current, "type")) ?: "", "file")) {
-    snprintf(detail, sizeof detail, "write onto %.300s, a file with %lld hard links", path,
-             (long long)json_integer_value(links));
-    jb_escape_signal(call->app, call->job, JB_SIG_HARD_LINK, detail);
-  } else if (json_is_true(json_object_get(current, "leadsOut"))) {
-    snprintf(detail, sizeof detail, "write onto %.300s, a symlink that leads out of the workspace",
-             path);
-    jb_escape_signal(call->app, call->job, JB_SIG_SYMLINK_ESCAPE, detail);
-  }
+  signal_current(call, call->tool == JB_TOOL_EDIT ? "edit of" : "write onto", path, current);
   return OP_END;
 }
 
@@ -164,11 +195,266 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   return out;
 }
 
+/* The SHA-256 of `len` bytes at `p` in hex into `hex` (65 bytes). */
+static void sha_hex(const void *p, size_t len, char hex[65]) {
+  unsigned char h[32];
+  crypto_hash_sha256(h, p, len);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+/* An edit of the file as call->current read it (its content, borrowed): applied (call->data,
+ * call->replaced), or OP_END with the failing edit named in *call->e. */
+static enum op_step apply_edits(struct op_call *call, const char *old, size_t olen) {
+  json_t *list = json_object_get(call->args, "edits");
+  size_t n = json_array_size(list);
+  struct jb_edit edits[OP_EDITS_MAX];
+  for (size_t i = 0; i < n && i < OP_EDITS_MAX; i++) {
+    json_t *e = json_array_get(list, i);
+    json_t *o = json_object_get(e, "oldText"), *nw = json_object_get(e, "newText");
+    edits[i] = (struct jb_edit){.old_text = json_string_value(o),
+                                .old_len = json_string_length(o),
+                                .new_text = json_string_value(nw),
+                                .new_len = json_string_length(nw),
+                                .replace_all = json_is_true(json_object_get(e, "replaceAll"))};
+  }
+  struct jb_edit_failure f;
+  if (jb_edit_apply((const unsigned char *)old, olen, edits, n, OP_FILE_MAX, &call->data,
+                    &call->dlen, &call->replaced, &f) == 0)
+    return OP_NEXT;
+  char msg[300];
+  jb_edit_failure_text(&f, n, OP_FILE_MAX, msg, sizeof msg);
+  if (f.fault == JB_EDIT_NOMEM)
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
+  else if (f.fault == JB_EDIT_TOO_LARGE)
+    op_error(call->e, JB_MCP_TOO_LARGE, "too_large", "%s", msg);
+  else
+    op_error(call->e, JB_MCP_NO_MATCH, "no_match", "%s", msg);
+  json_t *d =
+      json_pack("{s:s,s:I,s:s}", "error", f.fault == JB_EDIT_TOO_LARGE ? "too_large" : "no_match",
+                "edit", (json_int_t)f.index, "sha256", call->before_hex);
+  if (f.fault == JB_EDIT_AMBIGUOUS)
+    json_object_set_new(d, "found", json_integer((json_int_t)f.count));
+  if (f.fault != JB_EDIT_NOMEM)
+    op_audit_refusal(call, call->path, d);
+  else
+    json_decref(d);
+  return OP_END;
+}
+
+/* An edit: the file read through the shim (a stat with its content: a regular single-link
+ * file of at most 1 MiB, UTF-8 text), the edits applied, and — unless it is a dry run, whose
+ * answer is the diff alone — the result scanned and made into the write's shim arguments
+ * bound to the SHA-256 of what was read (the write is refused `changed` if the file moved on
+ * before it runs). */
+static enum op_step supervise_edit(struct op_call *call, bool dry) {
+  enum op_step s = stat_path(call, call->path, true, &call->current, false);
+  if (s != OP_NEXT) return s;
+  json_t *cur = call->current;
+  if (!json_is_true(json_object_get(cur, "exists"))) {
+    op_error(call->e, JB_MCP_NOT_FOUND, "not_found",
+             "%.300s does not exist; use write to create a file", call->path);
+    return OP_END;
+  }
+  const char *type = json_string_value(json_object_get(cur, "type")) ?: "";
+  const char *sha = json_string_value(json_object_get(cur, "sha256"));
+  if (strcmp(type, "file") || !sha) {
+    if (!strcmp(type, "dir"))
+      op_error(call->e, JB_MCP_DENIED, "denied", "%.300s is a directory", call->path);
+    else
+      op_error(call->e, JB_MCP_DENIED, "denied", "%.300s is not a regular file with a single link",
+               call->path);
+    signal_current(call, "edit of", call->path, cur);
+    return OP_END;
+  }
+  json_t *jc = json_object_get(cur, "content");
+  const char *enc = json_string_value(json_object_get(cur, "encoding")) ?: "";
+  if (!json_is_string(jc)) {
+    op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
+             "%.300s is %lld bytes; edit takes files up to %d bytes (read it in ranges and write"
+             " it whole)",
+             call->path, (long long)json_integer_value(json_object_get(cur, "size")), OP_FILE_MAX);
+    return OP_END;
+  }
+  if (strcmp(enc, "utf-8")) {
+    op_error(call->e, JB_MCP_DENIED, "denied",
+             "%.300s is not UTF-8 text; edit works on text (use write with base64)", call->path);
+    return OP_END;
+  }
+  const char *old = json_string_value(jc);
+  size_t olen = json_string_length(jc);
+  sha_hex(old, olen, call->before_hex);
+  if (strcmp(call->before_hex,
+             sha)) { /* the shim is not trusted: what is edited is what is bound */
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "the file's content and hash disagree; try again");
+    return OP_END;
+  }
+  s = apply_edits(call, old, olen);
+  if (s != OP_NEXT) return s;
+  sha_hex(call->data, call->dlen, call->sha_hex);
+  json_t *diff = NULL;
+  jb_error err = {0};
+  if (jb_diff_preview(call->path, (const unsigned char *)old, olen, true, call->data, call->dlen,
+                      EDIT_DIFF_MAX, &diff, &err) < 0) {
+    jb_log(JB_LOG_WARN, "no diff of an edit", "path", call->path, "detail", err.msg, NULL);
+    diff = json_null();
+  }
+  call->diff = diff;
+  size_t n = json_array_size(json_object_get(call->args, "edits"));
+  if (dry) {
+    call->ans =
+        json_pack("{s:b,s:{s:b,s:s,s:I,s:I,s:s,s:s,s:I,s:O}}", "ok", 1, "result", "dryRun", 1,
+                  "path", call->path, "edits", (json_int_t)n, "replaced",
+                  (json_int_t)call->replaced, "sha256Before", call->before_hex, "sha256After",
+                  call->sha_hex, "size", (json_int_t)call->dlen, "diff", call->diff);
+    return call->ans ? OP_ANSWERED : OP_END;
+  }
+  /* the write the edit amounts to: text as text unless JSON cannot carry it */
+  json_t *content = memchr(call->data, '\0', call->dlen)
+                        ? NULL
+                        : json_stringn((const char *)call->data, call->dlen);
+  if (!content) {
+    size_t blen = sodium_base64_encoded_len(call->dlen, sodium_base64_VARIANT_ORIGINAL);
+    char *b = malloc(blen);
+    if (b) {
+      sodium_bin2base64(b, blen, call->data, call->dlen, sodium_base64_VARIANT_ORIGINAL);
+      content = json_string(b);
+      free(b);
+    }
+  }
+  call->sargs = json_pack("{s:o?,s:s,s:s,s:I,s:I}", "content", content, "encoding",
+                          json_is_string(content) && !memchr(call->data, '\0', call->dlen) &&
+                                  json_string_length(content) == call->dlen &&
+                                  !memcmp(json_string_value(content), call->data, call->dlen)
+                              ? "utf-8"
+                              : "base64",
+                          "expectSha256", call->before_hex, "edits", (json_int_t)n, "replaced",
+                          (json_int_t)call->replaced);
+  if (!call->sargs || !json_object_get(call->sargs, "content")) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  if (json_array_size(call->sess.exclude) > 0)
+    json_object_set(call->sargs, "exclude", call->sess.exclude);
+  return op_scan_content(call);
+}
+
+/* What `current` (a stat result) is, in words: "file (12 bytes)", "directory", "symlink". */
+static void what_is(json_t *current, char *buf, size_t size) {
+  const char *type = json_string_value(json_object_get(current, "type")) ?: "entry";
+  if (!strcmp(type, "file"))
+    snprintf(buf, size, "file (%lld bytes)",
+             (long long)json_integer_value(json_object_get(current, "size")));
+  else
+    snprintf(buf, size, "%s", !strcmp(type, "dir") ? "directory" : type);
+}
+
+/* The expectation {path, exists, type?, sha256?} the worker checks `path` against before it
+ * runs the approved op (sandbox/worker/relay.c): the op is refused `changed` otherwise. */
+static json_t *expectation(const char *path, json_t *current) {
+  bool exists = json_is_true(json_object_get(current, "exists"));
+  json_t *x = json_pack("{s:s,s:b}", "path", path, "exists", exists);
+  if (exists) {
+    json_t *t = json_object_get(current, "type"), *h = json_object_get(current, "sha256");
+    if (json_is_string(t)) json_object_set(x, "type", t);
+    if (json_is_string(h)) json_object_set(x, "sha256", h);
+  }
+  return x;
+}
+
+/* A supervised mkdir, move or delete: its target(s) as they are now, what the buyer is told
+ * it will do (call->describe), what the worker checks before it runs it ("expectCurrent" in
+ * its arguments); refused at once what the shim would refuse anyway (no such source, a
+ * destination in the way, a directory without recursive, a symlink leading out, a hard link). */
+static enum op_step supervise_change(struct op_call *call) {
+  enum op_step s = stat_path(call, call->path, false, &call->current, call->tool == JB_TOOL_MKDIR);
+  if (s == OP_NEXT && call->tool == JB_TOOL_MOVE)
+    s = stat_path(call, call->dest, false, &call->current2, true);
+  if (s != OP_NEXT) return s;
+  const char *path = call->path;
+  json_t *cur = call->current;
+  bool exists = json_is_true(json_object_get(cur, "exists"));
+  const char *type = json_string_value(json_object_get(cur, "type")) ?: "";
+  char what[80], buf[9000];
+  what_is(cur, what, sizeof what);
+  json_t *expect = json_array();
+  json_array_append_new(expect, expectation(path, cur));
+  switch (call->tool) {
+    case JB_TOOL_MKDIR:
+      if (exists && strcmp(type, "dir")) {
+        op_error(call->e, JB_MCP_EXISTS, "exists", "%.300s exists and is a %s", path, what);
+        json_decref(expect);
+        return OP_END;
+      }
+      snprintf(buf, sizeof buf,
+               exists ? "create directory %.4100s (it exists already: nothing to do)"
+                      : "create directory %.4100s (and any missing parents)",
+               path);
+      break;
+    case JB_TOOL_MOVE: {
+      bool dexists = json_is_true(json_object_get(call->current2, "exists"));
+      bool overwrite = json_is_true(json_object_get(call->args, "overwrite"));
+      if (!exists) {
+        op_error(call->e, JB_MCP_NOT_FOUND, "not_found", "%.300s does not exist", path);
+        json_decref(expect);
+        return OP_END;
+      }
+      if (signal_current(call, "move of", path, cur) ||
+          signal_current(call, "move onto", call->dest, call->current2)) {
+        op_error(call->e, JB_MCP_DENIED, "denied",
+                 "a hard-linked file or a symlink leading out cannot be moved or replaced");
+        json_decref(expect);
+        return OP_END;
+      }
+      if (dexists && !overwrite) {
+        op_error(call->e, JB_MCP_EXISTS, "exists", "%.300s exists; set overwrite to replace a file",
+                 call->dest);
+        json_decref(expect);
+        return OP_END;
+      }
+      char dwhat[80];
+      what_is(call->current2, dwhat, sizeof dwhat);
+      json_array_append_new(expect, expectation(call->dest, call->current2));
+      snprintf(buf, sizeof buf, "move %s %.4000s to %.4000s%s%s%s", what, path, call->dest,
+               dexists ? " (replacing the " : "", dexists ? dwhat : "", dexists ? " there)" : "");
+      break;
+    }
+    default: { /* delete */
+      bool recursive = json_is_true(json_object_get(call->args, "recursive"));
+      if (!exists) {
+        op_error(call->e, JB_MCP_NOT_FOUND, "not_found", "%.300s does not exist", path);
+        json_decref(expect);
+        return OP_END;
+      }
+      if (signal_current(call, "delete of", path, cur)) {
+        op_error(call->e, JB_MCP_DENIED, "denied",
+                 "%.300s is a hard-linked file or a symlink leading out: not deleted", path);
+        json_decref(expect);
+        return OP_END;
+      }
+      if (!strcmp(type, "dir") && !recursive) {
+        op_error(call->e, JB_MCP_DENIED, "denied",
+                 "%.300s is a directory; set recursive to delete it with everything in it", path);
+        json_decref(expect);
+        return OP_END;
+      }
+      snprintf(buf, sizeof buf, "delete %s %.4100s%s", what, path,
+               !strcmp(type, "dir") ? " and everything in it (recursive)" : "");
+    }
+  }
+  call->describe = strdup(buf);
+  json_object_set_new(call->sargs, "expectCurrent", expect);
+  return call->describe ? OP_NEXT : OP_END;
+}
+
 enum op_step op_supervise(struct op_call *call) {
   enum op_step s = take_waiting_place(call);
   if (s != OP_NEXT) return s;
-  call->pending = call->tool == JB_TOOL_WRITE && call->sess.mode == JB_MODE_SUPERVISED;
+  bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
+  call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;
+  if (call->tool == JB_TOOL_EDIT) return supervise_edit(call, dry);
   if (!call->pending) return OP_NEXT;
+  if (call->tool != JB_TOOL_WRITE) return supervise_change(call);
   s = stat_target(call);
   if (s == OP_NEXT) s = check_target(call);
   if (s == OP_NEXT)
@@ -184,7 +470,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
   json_t *d = json_incref(diff ? diff : json_null());
   for (;;) {
     json_object_set_new(ev, "diff", d);
-    size_t size = jb_db_event_size(job, "jailbox:approval_request", ev);
+    size_t size = jb_db_event_size(job, JB_EVENT_APPROVAL_REQUEST, ev);
     if (!size || size <= JB_EVENT_MAX_BYTES) return;
     size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
     size_t tl = json_string_length(json_object_get(d, "text"));
@@ -197,7 +483,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     json_t *pv = json_object_get(ev, "preview");
     size_t pl = json_string_length(pv);
     if (!json_is_string(pv) || pl == 0) { /* last: the path */
-      op_fit_path(job, "jailbox:approval_request", ev);
+      op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
       return;
     }
     const char *p = json_string_value(pv);
@@ -214,21 +500,45 @@ void op_announce_approval(struct op_call *call) {
   if (json_is_object(call->diff) &&
       jb_db_op_set_diff(call->c, call->op_id, call->diff, &err) != JB_OK)
     jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
-  size_t dlen = call->dlen;
-  bool text_ok = !memchr(call->data, '\0', dlen);
-  json_t *preview =
-      text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX)
-              : NULL;
-  const char *cur = json_string_value(json_object_get(call->current, "sha256"));
-  json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "opId",
-                         (json_int_t)call->op_id, "tool", "write", "path", call->path, "size",
-                         (json_int_t)dlen, "sha256", call->sha_hex, "verdict", "clean", "preview",
-                         preview ? preview : json_null(), "previewTruncated", dlen > PREVIEW_MAX,
-                         "currentSha256", cur, "exists",
-                         json_is_true(json_object_get(call->current, "exists")));
+  const char *tool = jb_tool_name(call->tool);
+  json_t *ev;
+  if (call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT) {
+    size_t dlen = call->dlen;
+    bool text_ok = !memchr(call->data, '\0', dlen);
+    json_t *preview =
+        text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX)
+                : NULL;
+    const char *cur = json_string_value(json_object_get(call->current, "sha256"));
+    ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "opId",
+                   (json_int_t)call->op_id, "tool", tool, "path", call->path, "size",
+                   (json_int_t)dlen, "sha256", call->sha_hex, "verdict", "clean", "preview",
+                   preview ? preview : json_null(), "previewTruncated", dlen > PREVIEW_MAX,
+                   "currentSha256", cur, "exists",
+                   json_is_true(json_object_get(call->current, "exists")));
+    if (ev && call->tool == JB_TOOL_EDIT) {
+      json_object_set_new(
+          ev, "edits",
+          json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
+      json_object_set_new(ev, "replaced", json_integer((json_int_t)call->replaced));
+    }
+  } else {
+    ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O}", "jobId", job, "opId", (json_int_t)call->op_id,
+                   "tool", tool, "path", call->path, "description",
+                   call->describe ? call->describe : tool, "current", call->current);
+    if (ev && call->dest) {
+      json_object_set_new(ev, "destination", json_string(call->dest));
+      json_object_set_new(ev, "overwrite",
+                          json_boolean(json_is_true(json_object_get(call->args, "overwrite"))));
+      if (call->current2) json_object_set(ev, "destinationCurrent", call->current2);
+    }
+    if (ev && call->tool == JB_TOOL_DELETE)
+      json_object_set_new(ev, "recursive",
+                          json_boolean(json_is_true(json_object_get(call->args, "recursive"))));
+  }
+  if (!ev) {
+    jb_log(JB_LOG_WARN, "approval request not announced: out of memory", "jobId", job, NULL);
+    return;
+  }
   fit_event(job, ev, call->diff);
-  jb_error nerr = {0};
-  if (jb_db_notify_event(call->c, job, "jailbox:approval_request", ev, &nerr) != JB_OK)
-    jb_log(JB_LOG_WARN, "approval request not announced", "jobId", job, "detail", nerr.msg, NULL);
-  json_decref(ev);
+  jb_bus_publish(call->app->bus, job, JB_EVENT_APPROVAL_REQUEST, ev);
 }

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "api/agent/op_call.h"
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"bad_request", JB_MCP_INVALID, "invalid"},
       {"aborted", JB_MCP_DENIED, "aborted"},
       {"timeout", JB_MCP_TIMEOUT, "timeout"}, /* jb_db_op_expire */
+      {"exists", JB_MCP_EXISTS, "exists"},
+      {"regex_limit", JB_MCP_REGEX_LIMIT, "regex_limit"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {
@@ -60,19 +63,169 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
   op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
 }
 
-/* The MCP CallToolResult of a finished op (new). */
-static json_t *tool_result(enum jb_tool tool, json_t *result) {
-  json_t *text;
-  if (tool == JB_TOOL_READ &&
-      !strcmp(json_string_value(json_object_get(result, "encoding")) ?: "", "utf-8")) {
-    text = json_incref(json_object_get(result, "content"));
-  } else {
-    char *s = json_dumps(result, JSON_COMPACT);
-    text = json_string(s ? s : "{}");
-    free(s);
+/* Appends printf-style text to the growing buffer *b (*len used, *cap allocated); quietly
+ * stops growing past TEXT_MAX (the text is a reading aid; structuredContent has it all). */
+#define TEXT_MAX (1024 * 1024)
+struct text {
+  char *p;
+  size_t len, cap;
+  bool cut;
+};
+__attribute__((format(printf, 2, 3))) static void tprintf(struct text *t, const char *fmt, ...) {
+  if (t->cut) return;
+  va_list ap;
+  va_start(ap, fmt);
+  char tmp[1200];
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t add = (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1;
+  if (t->len + add > TEXT_MAX) {
+    t->cut = true;
+    return;
   }
-  return json_pack("{s:[{s:s,s:o}],s:O,s:b}", "content", "type", "text", "text", text,
-                   "structuredContent", result, "isError", 0);
+  if (t->len + add + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 1024;
+    while (cap < t->len + add + 1) cap *= 2;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->cut = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+  memcpy(t->p + t->len, tmp, add);
+  t->len += add;
+  t->p[t->len] = '\0';
+}
+
+/* Appends `len` bytes of `s` as they are (content of a file). */
+static void tappend(struct text *t, const char *s, size_t len) {
+  if (t->cut || !s) return;
+  if (t->len + len > TEXT_MAX) {
+    t->cut = true;
+    return;
+  }
+  if (t->len + len + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap : 1024;
+    while (cap < t->len + len + 1) cap *= 2;
+    char *p = realloc(t->p, cap);
+    if (!p) {
+      t->cut = true;
+      return;
+    }
+    t->p = p;
+    t->cap = cap;
+  }
+  memcpy(t->p + t->len, s, len);
+  t->len += len;
+  t->p[t->len] = '\0';
+}
+
+static const char *sv(json_t *o, const char *key) {
+  return json_string_value(json_object_get(o, key)) ?: "";
+}
+static long long iv(json_t *o, const char *key) {
+  return (long long)json_integer_value(json_object_get(o, key));
+}
+
+/* The text a model reads of a `tool`'s `result` on `path` (into *t). */
+static void result_text(enum jb_tool tool, const char *path, json_t *r, struct text *t) {
+  size_t i;
+  json_t *x;
+  switch (tool) {
+    case JB_TOOL_READ:
+      if (!strcmp(sv(r, "encoding"), "utf-8")) {
+        tappend(t, json_string_value(json_object_get(r, "content")),
+                json_string_length(json_object_get(r, "content")));
+      } else {
+        tprintf(t, "(binary: %lld bytes from offset %lld, base64 in structuredContent.content)",
+                iv(r, "length"), iv(r, "offset"));
+      }
+      return;
+    case JB_TOOL_READ_MANY:
+      json_array_foreach (json_object_get(r, "files"), i, x) {
+        json_t *fr = json_object_get(x, "result");
+        if (!json_is_true(json_object_get(x, "ok"))) {
+          tprintf(t, "=== %.4100s: error: %.400s\n", sv(x, "path"),
+                  sv(json_object_get(x, "error"), "message"));
+        } else if (!strcmp(sv(fr, "encoding"), "utf-8")) {
+          tprintf(t, "=== %.4100s\n", sv(x, "path"));
+          tappend(t, json_string_value(json_object_get(fr, "content")),
+                  json_string_length(json_object_get(fr, "content")));
+          if (t->len && t->p[t->len - 1] != '\n') tprintf(t, "\n");
+        } else {
+          tprintf(t, "=== %.4100s: binary, %lld bytes (base64 in structuredContent)\n",
+                  sv(x, "path"), iv(fr, "length"));
+        }
+      }
+      return;
+    case JB_TOOL_WRITE:
+      tprintf(t, "wrote %lld bytes to %.4100s", iv(r, "written"), path);
+      return;
+    case JB_TOOL_LIST:
+      json_array_foreach (json_object_get(r, "entries"), i, x) {
+        const char *type = sv(x, "type");
+        if (!strcmp(type, "file"))
+          tprintf(t, "%.4100s  (%lld bytes)\n", sv(x, "name"), iv(x, "size"));
+        else if (!strcmp(type, "symlink"))
+          tprintf(t, "%.4100s -> %.4100s\n", sv(x, "name"),
+                  json_object_get(x, "target") ? sv(x, "target") : "?");
+        else
+          tprintf(t, "%.4100s/\n", sv(x, "name"));
+      }
+      if (json_array_size(json_object_get(r, "entries")) == 0) tprintf(t, "(empty)\n");
+      break;
+    case JB_TOOL_FIND:
+      json_array_foreach (json_object_get(r, "matches"), i, x)
+        tprintf(t, "%.4100s\n", json_string_value(x) ?: "");
+      if (json_array_size(json_object_get(r, "matches")) == 0) tprintf(t, "(no match)\n");
+      break;
+    case JB_TOOL_SEARCH:
+      json_array_foreach (json_object_get(r, "matches"), i, x)
+        tprintf(t, "%.4100s:%lld:%.600s\n", sv(x, "path"), iv(x, "line"), sv(x, "text"));
+      if (json_array_size(json_object_get(r, "matches")) == 0) tprintf(t, "(no match)\n");
+      break;
+    case JB_TOOL_MKDIR:
+      tprintf(t,
+              json_is_true(json_object_get(r, "created")) ? "created directory %.4100s"
+                                                          : "%.4100s exists already",
+              path);
+      return;
+    case JB_TOOL_MOVE:
+      tprintf(t, "moved %.4100s to %.4100s", path, sv(r, "destination"));
+      return;
+    case JB_TOOL_DELETE:
+      tprintf(t, "deleted %.4100s (%lld entries)", path, iv(r, "deleted"));
+      return;
+    default: {
+      char *s = json_dumps(r, JSON_COMPACT);
+      if (s) tappend(t, s, strlen(s));
+      free(s);
+      return;
+    }
+  }
+  if (json_is_true(json_object_get(r, "truncated")))
+    tprintf(t, "(truncated: narrow the path or the pattern to see the rest)\n");
+}
+
+/* The MCP CallToolResult of a finished op (new). */
+static json_t *tool_result(enum jb_tool tool, const char *path, json_t *result) {
+  struct text t = {0};
+  result_text(tool, path, result, &t);
+  json_t *text = json_stringn(t.p ? t.p : "", t.len);
+  if (!text) text = json_string("(the answer is in structuredContent)");
+  free(t.p);
+  json_t *out = json_pack("{s:[{s:s,s:o}],s:O,s:b}", "content", "type", "text", "text", text,
+                          "structuredContent", result, "isError", 0);
+  if (out && t.cut) {
+    json_t *c = json_object_get(out, "content");
+    json_array_append_new(
+        c, json_pack("{s:s,s:s}", "type", "text", "text",
+                     "(the text above is cut at 1 MiB; structuredContent is whole)"));
+  }
+  return out;
 }
 
 /* Filters excluded and flagged names out of a list result (in place). */
@@ -93,6 +246,21 @@ static void filter_list(json_t *result, const char *dir, const json_t *globs,
   json_object_set_new(result, "count", json_integer((json_int_t)json_array_size(entries)));
 }
 
+/* Filters excluded and flagged workspace paths out of a find's or search's matches (in place;
+ * a find's are strings, a search's {path, line, text}). */
+static void filter_matches(json_t *result, const json_t *globs, const json_t *flagged) {
+  json_t *m = json_object_get(result, "matches");
+  size_t i = 0;
+  while (i < json_array_size(m)) {
+    json_t *x = json_array_get(m, i);
+    const char *p = json_is_string(x) ? json_string_value(x) : sv(x, "path");
+    if (!p || jb_path_excluded(p, globs, NULL) || op_flagged_kind(p, flagged))
+      json_array_remove(m, i);
+    else
+      i++;
+  }
+}
+
 json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_t *exclude,
                          json_t *flagged, struct jb_mcp_error *e) {
   if (!json_is_true(json_object_get(ans, "ok"))) {
@@ -100,11 +268,64 @@ json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_
     return NULL;
   }
   json_t *r = json_object_get(ans, "result");
+  if (!json_is_object(r)) {
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the sandbox gave no result");
+    return NULL;
+  }
   if (tool == JB_TOOL_LIST) filter_list(r, path, exclude, flagged);
-  return tool_result(tool, r);
+  if (tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH) filter_matches(r, exclude, flagged);
+  return tool_result(tool, path, r);
+}
+
+/* read_many: the shim's per-file answers put back among the paths refused here, in the order
+ * the agent gave them. */
+static void merge_many(struct op_call *call) {
+  json_t *r = json_object_get(call->ans, "result");
+  json_t *files = json_object_get(r, "files");
+  if (!json_is_array(files)) return;
+  json_t *all = json_array();
+  size_t k = 0, i;
+  json_t *m;
+  json_array_foreach (call->many, i, m) {
+    if (json_is_null(m)) {
+      json_t *f = json_array_get(files, k++);
+      json_array_append(all, f ? f : json_null());
+    } else {
+      json_array_append(all, m);
+    }
+  }
+  json_object_set_new(r, "files", all);
 }
 
 json_t *op_answer(struct op_call *call) {
+  if (call->tool == JB_TOOL_READ_MANY && call->many &&
+      json_is_true(json_object_get(call->ans, "ok")))
+    merge_many(call);
+  if (call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->ans, "ok"))) {
+    json_t *r = json_object_get(call->ans, "result");
+    if (!json_is_true(json_object_get(r, "dryRun"))) { /* what the write of the edit did */
+      json_object_set_new(r, "path", json_string(call->path));
+      json_object_set_new(
+          r, "edits",
+          json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
+      json_object_set_new(r, "replaced", json_integer((json_int_t)call->replaced));
+      json_object_set(r, "diff", call->diff ? call->diff : json_null());
+    }
+    json_t *out = tool_result(JB_TOOL_EDIT, call->path, r);
+    json_t *c = json_object_get(out, "content");
+    const char *dt = json_string_value(json_object_get(call->diff, "text"));
+    char head[4300];
+    snprintf(head, sizeof head, "%s %.4100s: %zu replacement%s\n",
+             json_is_true(json_object_get(r, "dryRun")) ? "dry run, nothing written:" : "edited",
+             call->path, call->replaced, call->replaced == 1 ? "" : "s");
+    json_t *txt = json_pack("{s:s,s:s++}", "type", "text", "text", head, dt ? dt : "");
+    json_array_clear(c);
+    json_array_append_new(c, txt);
+    return out;
+  }
+  if (call->tool == JB_TOOL_MOVE && json_is_true(json_object_get(call->ans, "ok")))
+    json_object_set_new(json_object_get(call->ans, "result"), "destination",
+                        json_string(call->dest));
   return op_answer_result(call->tool, call->path, call->ans, call->sess.exclude, call->sess.flagged,
                           call->e);
 }
@@ -128,11 +349,12 @@ json_t *op_direct_expect(const struct jb_session_facts *sess) {
                    sess->flagged ? json_incref(sess->flagged) : json_array());
 }
 
-json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, json_t *expect) {
+json_t *op_try_direct(struct op_call *call, const char *tool, const char *path, json_t *sargs,
+                      json_t *expect) {
   struct jb_app *app = call->app;
   const char *sock = op_worker_socket(app, &call->sess);
   if (!sock) return NULL;
-  json_t *req = op_direct_request(call->job, tool, call->path, sargs, expect);
+  json_t *req = op_direct_request(call->job, tool, path, sargs, expect);
   if (!req) return NULL;
   jb_error err = {0};
   /* the database connection is not needed while the worker works: back to the pool, and
@@ -157,15 +379,15 @@ json_t *op_try_direct(struct op_call *call, const char *tool, json_t *sargs, jso
   return out;
 }
 
-/* A read or list straight to the worker when it is ours — no wait on a buyer or a pause, so
- * it is not counted among the waiting calls. Not in a pause the session was read in: the
+/* A tool that changes nothing straight to the worker when it is ours — no wait on a buyer or
+ * a pause, so it is not counted among the waiting calls. Not in a pause the session was read in: the
  * worker runs a direct op before it stores it (and refuses it then), and nothing should run
  * in the sandbox while the buyer holds the session. */
 enum op_step op_hand_direct(struct op_call *call) {
-  if (call->tool == JB_TOOL_WRITE || call->sess.state != JB_SESSION_ACTIVE) return OP_NEXT;
+  if (!op_tool_direct(call->tool) || call->sess.state != JB_SESSION_ACTIVE) return OP_NEXT;
   cleanup_json json_t *x = call->recheck ? op_direct_expect(&call->sess) : NULL;
   if (!call->recheck || x)
-    call->ans = op_try_direct(call, jb_tool_name(call->tool), call->sargs, x);
+    call->ans = op_try_direct(call, jb_tool_name(call->tool), call->path, call->sargs, x);
   if (call->ans) return OP_ANSWERED;
   if (!call->c) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
@@ -257,14 +479,11 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
     int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id,
                              (long)(clk->approval_ms / 1000), &h, &opj, &err);
     if (xr == JB_OK) {
-      jb_error nerr = {0};
-      json_t *hj = jb_audit_head_json(&h);
-      if (opj) jb_db_notify_event(call->c, call->job, "jailbox:op", opj, &nerr);
-      jb_db_notify_event(call->c, call->job, "jailbox:audit_head", hj, &nerr);
-      json_decref(hj);
-      json_decref(opj);
+      jb_bus_publish(call->app->bus, call->job, JB_EVENT_OP, opj);
+      jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
       op_error(call->e, JB_MCP_TIMEOUT, "timeout",
-               "the buyer did not decide on the write within %lld s", clk->approval_ms / 1000);
+               "the buyer did not decide on the %s within %lld s", jb_tool_name(call->tool),
+               clk->approval_ms / 1000);
       return true;
     }
     if (xr == JB_ERR_FAIL)

@@ -20,8 +20,14 @@
 /* ---- names ---- */
 
 /* Indexed by enum jb_tool. */
-static const char *const tool_names[] = {"read", "write", "list", "done"};
-_Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_DONE + 1, "one name per tool");
+static const char *const tool_names[] = {"read", "write",  "list", "done",  "read_many", "edit",
+                                         "find", "search", "stat", "mkdir", "move",      "delete"};
+_Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_COUNT, "one name per tool");
+
+bool jb_tool_mutates(enum jb_tool tool) {
+  return tool == JB_TOOL_WRITE || tool == JB_TOOL_EDIT || tool == JB_TOOL_MKDIR ||
+         tool == JB_TOOL_MOVE || tool == JB_TOOL_DELETE;
+}
 
 const char *jb_tool_name(enum jb_tool tool) {
   if (tool < 0 || (size_t)tool >= sizeof tool_names / sizeof tool_names[0]) return NULL;
@@ -55,7 +61,10 @@ void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err) {
 void op_call_release(struct op_call *call) {
   op_leave_waiting(call);
   json_decref(call->current);
+  json_decref(call->current2);
   json_decref(call->diff);
+  free(call->describe);
+  json_decref(call->many);
   jb_db_release(call->app->db, call->c);
   jb_session_facts_clear(&call->sess);
   free(call->data);
@@ -70,7 +79,7 @@ void op_call_release(struct op_call *call) {
 }
 #define cleanup_op_call __attribute__((cleanup(op_call_release)))
 
-/* One run of the stages on a read, write or list; `fresh`: read the session from the
+/* One run of the stages on a call of any tool but done; `fresh`: read the session from the
  * database, not from this process's copy. *stale is set (and nothing done) when the copy no
  * longer held at the insert. */
 static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, json_t *args,
@@ -95,10 +104,19 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                    struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
-  if (t == JB_TOOL_DONE) return tool_done(app, job, args, e);
   if (t == JB_TOOL_UNKNOWN) {
     op_error(e, JB_MCP_INVALID, "invalid", "unknown tool '%.64s'", tool ? tool : "");
     return NULL;
+  }
+  if (t == JB_TOOL_DONE) {
+    struct op_args_view v;
+    int code = JB_MCP_INVALID;
+    char msg[300];
+    if (!op_check_args(t, args, &v, &code, msg, sizeof msg)) {
+      op_error(e, code, code == JB_MCP_TOO_LARGE ? "too_large" : "invalid", "%s", msg);
+      return NULL;
+    }
+    return tool_done(app, job, args, e);
   }
   bool stale = false;
   json_t *r = op_run(app, job, t, args, e, false, &stale);
@@ -111,10 +129,6 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
 static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
                          struct jb_mcp_error *e) {
   const char *summary = json_string_value(json_object_get(args, "summary"));
-  if (summary && strlen(summary) > 4096) {
-    op_error(e, JB_MCP_TOO_LARGE, "too_large", "the summary is over 4096 bytes");
-    return NULL;
-  }
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) {
@@ -126,11 +140,9 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
   int rc = jb_db_session_transition(c, app->keys, job, from, "done", summary, "agent", &t, &err);
   if (rc == JB_OK) {
     jb_op_session_changed(job);
-    jb_error nerr = {0};
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
-                           t.previous, "reason", summary, "actor", "agent");
-    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
-    json_decref(ev);
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
+                   json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", "done", "previous",
+                             t.previous, "reason", summary, "actor", "agent"));
   }
   jb_db_release(app->db, c);
   if (rc == JB_ERR_CONFLICT) {
@@ -151,13 +163,10 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
   struct jb_transition t;
   jb_error err = {0};
   if (jb_db_session_transition(c, app->keys, job, from, "active", "the agent connected", "agent",
-                               &t, &err) == JB_OK) {
-    jb_error nerr = {0};
-    json_t *ev = json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
-                           t.previous, "reason", "the agent connected", "actor", "agent");
-    jb_db_notify_event(c, job, "jailbox:state", ev, &nerr);
-    json_decref(ev);
-  }
+                               &t, &err) == JB_OK)
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
+                   json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
+                             t.previous, "reason", "the agent connected", "actor", "agent"));
 }
 
 /* ---- the direct path from the socket's service thread (api/agent/socket.h) ---- */
@@ -172,19 +181,31 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job, const char *tool_nam
                        struct jb_mcp_direct *out) {
   memset(out, 0, sizeof *out);
   enum jb_tool tool = jb_tool_from_name(tool_name);
-  if (tool != JB_TOOL_READ && tool != JB_TOOL_LIST) return false;
-  const char *path, *key;
-  size_t plen;
-  if (op_check_args(tool, args, &path, &plen, &key) != OP_ARGS_OK) return false;
+  if (!op_tool_direct(tool)) return false;
+  struct op_args_view av;
+  int code;
+  char msg[300];
+  if (!op_check_args(tool, args, &av, &code, msg, sizeof msg)) return false;
+  const char *path = av.path;
+  size_t plen = av.plen;
   cleanup_session_facts struct jb_session_facts sess = {.state = JB_SESSION_UNKNOWN};
   if (!op_session_copy(job, &sess) || sess.state != JB_SESSION_ACTIVE) return false;
   json_t *exclude = sess.exclude, *flagged = sess.flagged;
   /* anything jb_op_tool would refuse (and audit, and signal) goes its way */
   struct op_path_verdict v;
-  if (!op_path_passes(path, plen, tool, exclude, flagged, &v)) return false;
+  if (tool == JB_TOOL_READ_MANY) { /* every path must pass: a refusal is audited */
+    size_t i;
+    json_t *jp;
+    json_array_foreach (av.paths, i, jp)
+      if (!op_path_passes(json_string_value(jp), json_string_length(jp), tool, exclude, flagged,
+                          &v))
+        return false;
+  } else if (!op_path_passes(path, plen, tool, exclude, flagged, &v)) {
+    return false;
+  }
   const char *sock = op_worker_socket(app, &sess);
   if (!sock || strlen(sock) >= sizeof out->sock) return false;
-  cleanup_json json_t *sargs = op_shim_args(args, exclude);
+  cleanup_json json_t *sargs = op_shim_args(tool, args, exclude);
   cleanup_json json_t *x = sargs ? op_direct_expect(&sess) : NULL;
   cleanup_json json_t *req = x ? op_direct_request(job, jb_tool_name(tool), path, sargs, x) : NULL;
   struct direct_plan *dp = req ? calloc(1, sizeof *dp) : NULL;

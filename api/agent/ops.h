@@ -23,6 +23,9 @@ enum {
   JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
   JB_MCP_CHANGED = -32018, /* the file changed between the write's request and its approval */
   JB_MCP_TIMEOUT = -32019, /* no decision within JAILBOX_APPROVAL_TIMEOUT */
+  JB_MCP_EXISTS = -32020, /* the target exists (mkdir onto a file, move without overwrite) */
+  JB_MCP_REGEX_LIMIT = -32021, /* a search's regex hit PCRE2's match or depth limit */
+  JB_MCP_NO_MATCH = -32022, /* an edit's oldText is not found, or found more than once */
 };
 
 /* The agent's tools (MCP tools/list), named on the wire by their lower-case names. */
@@ -32,7 +35,20 @@ enum jb_tool {
   JB_TOOL_WRITE,
   JB_TOOL_LIST,
   JB_TOOL_DONE,
+  JB_TOOL_READ_MANY,
+  JB_TOOL_EDIT,
+  JB_TOOL_FIND,
+  JB_TOOL_SEARCH,
+  JB_TOOL_STAT,
+  JB_TOOL_MKDIR,
+  JB_TOOL_MOVE,
+  JB_TOOL_DELETE,
+  JB_TOOL_COUNT, /* not a tool: the number of them */
 };
+
+/* Whether `tool` changes the workspace (write, edit, mkdir, move, delete): such a call is held
+ * for the buyer in a supervised session. */
+bool jb_tool_mutates(enum jb_tool tool);
 
 /* The wire name of `tool` ("read"; static), or NULL for JB_TOOL_UNKNOWN and any value outside
  * the enum. */
@@ -41,9 +57,9 @@ const char *jb_tool_name(enum jb_tool tool);
 /* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
 enum jb_tool jb_tool_from_name(const char *name);
 
-/* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): read,
- * write, list and done for session `job_id`. Blocks its socket worker thread until the op has
- * run — for a supervised write, until the buyer decides (or the session ends). */
+/* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): every tool of enum jb_tool
+ * for session `job_id`. Blocks its socket worker thread until the op has run — for a
+ * mutating tool of a supervised session, until the buyer decides (or the session ends). */
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
                    json_t *arguments, struct jb_mcp_error *e);
 

@@ -143,12 +143,12 @@ static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws,
     /* its audit head counts as handed: no older jailbox:audit_head after it (on_bus) */
     json_t *hs = json_object_get(json_object_get(sess, "auditHead"), "seq");
     if (ev)
-      jb_ws_emit_seq(ws, peer->conn, "jailbox:state", ev,
+      jb_ws_emit_seq(ws, peer->conn, jb_event_wire_name(JB_EVENT_STATE), ev,
                      json_is_integer(hs) ? json_integer_value(hs) : 0);
     /* the pre-scan, once the worker has made it (it is part of the session contract) */
     json_t *pre = json_object_get(json_object_get(sess, "walls"), "prescan");
     if (peer->role == JB_ROLE_BUYER && json_is_object(pre))
-      jb_ws_emit(ws, peer->conn, "jailbox:pre_scan",
+      jb_ws_emit(ws, peer->conn, jb_event_wire_name(JB_EVENT_PRE_SCAN),
                  json_pack("{s:s,s:O,s:b}", "jobId", peer->room, "prescan", pre, "snapshot", 1));
     json_decref(sess);
   }
@@ -160,7 +160,7 @@ static void send_snapshot(struct jb_socket *s, PGconn *c, struct jb_ws *ws,
     size_t i;
     json_t *op;
     json_array_foreach (json_object_get(page, "ops"), i, op)
-      jb_ws_emit(ws, peer->conn, "jailbox:approval_request", json_incref(op));
+      jb_ws_emit(ws, peer->conn, jb_event_wire_name(JB_EVENT_APPROVAL_REQUEST), json_incref(op));
     json_decref(page);
   }
   free(text);
@@ -228,10 +228,10 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
-    jb_bus_publish(s->app->bus, job, "jailbox:state",
+    jb_bus_publish(s->app->bus, job, JB_EVENT_STATE,
                    json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
                              t.previous, "reason", reason, "actor", "buyer"));
-    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
+    jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&t.head));
     jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, "via",
            "socket", NULL);
     return json_pack("[{s:b,s:s,s:s,s:s,s:I}]", "ok", 1, "jobId", job, "state", t.state, "previous",
@@ -275,13 +275,13 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   struct jb_audit_head head = {0};
   int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
-    jb_bus_publish(s->app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+    jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);
     free(json);
     if (!o) return fail("internal", "out of memory");
-    jb_bus_publish(s->app->bus, job, "jailbox:op", json_incref(o));
+    jb_bus_publish(s->app->bus, job, JB_EVENT_OP, json_incref(o));
     return json_pack("[{s:b,s:o}]", "ok", 1, "op", o);
   }
   if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);
@@ -702,28 +702,28 @@ static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *pe
 
 /* Bus subscriber: buyers get every event of their session; agents get state changes (which
  * carry pause and resume) and jailbox:abort. An abort is also announced as jailbox:abort. */
-static void on_bus(void *ctx, const char *job_id, const char *event, json_t *payload) {
+static void on_bus(void *ctx, const char *job_id, enum jb_event_kind kind, json_t *payload) {
   struct jb_socket *s = ctx;
   pthread_rwlock_rdlock(&s->lock);
-  if (s->ws) {
-    bool agent = strcmp(event, "jailbox:state") == 0 || strcmp(event, "jailbox:abort") == 0;
+  const char *event = jb_event_wire_name(kind);
+  if (s->ws && event) {
+    bool state = kind == JB_EVENT_STATE;
     /* audit heads reach this process from several writers over two transports, and the
      * worker announces the heads of direct reads a little after they commit
      * (sandbox/worker/heads.c): numbered by seq, no socket is handed one older than it has
      * (the snapshot's head counts, send_snapshot), nor one twice */
-    json_t *seq = strcmp(event, "jailbox:audit_head") == 0 ? json_object_get(payload, "seq") : NULL;
-    jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (agent ? JB_ROLE_AGENT : 0), event,
+    json_t *seq = kind == JB_EVENT_AUDIT_HEAD ? json_object_get(payload, "seq") : NULL;
+    jb_ws_broadcast_seq(s->ws, job_id, JB_ROLE_BUYER | (state ? JB_ROLE_AGENT : 0), event,
                         json_incref(payload), json_is_integer(seq) ? json_integer_value(seq) : 0);
     enum jb_session_state st =
         jb_session_state_from_name(json_string_value(json_object_get(payload, "state")));
-    if (strcmp(event, "jailbox:state") == 0 && st == JB_SESSION_ABORTED)
-      jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | JB_ROLE_AGENT, "jailbox:abort",
+    if (state && st == JB_SESSION_ABORTED)
+      jb_ws_broadcast(s->ws, job_id, JB_ROLE_BUYER | JB_ROLE_AGENT, JB_WIRE_ABORT,
                       json_pack("{s:s,s:O?,s:O?}", "jobId", job_id, "reason",
                                 json_object_get(payload, "reason"), "actor",
                                 json_object_get(payload, "actor")));
     /* an ended session has no more use for its agent's socket (its token is revoked) */
-    if (strcmp(event, "jailbox:state") == 0 &&
-        (st == JB_SESSION_ABORTED || st == JB_SESSION_ACCEPTED || st == JB_SESSION_FAILED))
+    if (state && (st == JB_SESSION_ABORTED || st == JB_SESSION_ACCEPTED || st == JB_SESSION_FAILED))
       jb_ws_disconnect_room(s->ws, job_id, JB_ROLE_AGENT);
   }
   pthread_rwlock_unlock(&s->lock);

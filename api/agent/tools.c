@@ -1,40 +1,201 @@
-/* tools.c — the agent's tools as MCP tools/list describes them: name, title, description and
- * the JSON Schema of the arguments (see tools.h). */
+/* tools.c — the agent's tools as MCP tools/list describes them (see tools.h): name, title,
+ * a description a model can act on, the JSON Schema of the arguments with their limits
+ * (the ones api/agent/op_checks.c enforces), the JSON Schema of structuredContent, and the
+ * behaviour annotations. */
 #include "api/agent/tools.h"
 
-static json_t *tool_schema(const char *name, const char *title, const char *desc, json_t *props,
-                           json_t *required) {
-  return json_pack("{s:s,s:s,s:s,s:{s:s,s:o,s:o,s:b}}", "name", name, "title", title, "description",
-                   desc, "inputSchema", "type", "object", "properties", props, "required", required,
-                   "additionalProperties", 0);
-}
+#include <stdbool.h>
+#include <string.h>
+
+/* Schema fragments shared by several tools (JSON text). */
+#define PATH_S                                                                        \
+  "{\"type\":\"string\",\"minLength\":1,\"maxLength\":4096,\"description\":\"a path " \
+  "relative to the workspace root, '/'-separated, without '.' or '..' components\"}"
+#define DIR_S                                                                           \
+  "{\"type\":\"string\",\"minLength\":1,\"maxLength\":4096,\"default\":\".\","          \
+  "\"description\":\"a directory relative to the workspace root; '.' (the default) is " \
+  "the root\"}"
+#define NAT "{\"type\":\"integer\",\"minimum\":0}"
+#define POS "{\"type\":\"integer\",\"minimum\":1}"
+#define HEX "{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\"}"
+#define HEX_OR_NULL "{\"type\":[\"string\",\"null\"]}"
+#define READ_RESULT_S                                                                        \
+  "{\"type\":\"object\",\"properties\":{\"size\":" NAT ",\"offset\":" NAT ",\"length\":" NAT \
+  ",\"eof\":{\"type\":\"boolean\"},\"content\":{\"type\":\"string\"},"                       \
+  "\"encoding\":{\"enum\":[\"utf-8\",\"base64\"]},\"lines\":{\"type\":\"object\","           \
+  "\"properties\":{\"first\":" NAT ",\"count\":" NAT                                         \
+  ",\"total\":{\"type\":[\"integer\","                                                       \
+  "\"null\"]}}}},\"required\":[\"content\",\"encoding\"]}"
+#define DIFF_S                                                                          \
+  "{\"type\":[\"object\",\"null\"],\"properties\":{\"format\":{\"const\":\"unified\"}," \
+  "\"text\":{\"type\":\"string\"},\"truncated\":{\"type\":\"boolean\"},\"bytes\":" NAT "}}"
+
+/* One tool: name, title, description, input and output schema (JSON text), annotations. */
+struct tool_text {
+  const char *name, *title, *desc, *input, *output;
+  bool read_only, destructive, idempotent;
+};
+
+static const struct tool_text tools[] = {
+    {"read", "Read a file",
+     "Read a file of the workspace. Without options: the whole file (up to 1 MiB). Choose at "
+     "most one way to read part of it: offset/limit (lines; offset 0 is the first line), "
+     "head or tail (the first or last N lines), or byteOffset/byteLength (bytes, for large or "
+     "binary files). Text comes as UTF-8, anything else as base64 (encoding says which).",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"offset\":" NAT ",\"limit\":" POS
+     ",\"head\":" POS ",\"tail\":" POS ",\"byteOffset\":" NAT ",\"byteLength\":" NAT
+     "},\"required\":[\"path\"],\"additionalProperties\":false}",
+     READ_RESULT_S, true, false, true},
+    {"read_many", "Read several files",
+     "Read up to 50 whole files in one call. Each file gets its own result or error (a missing "
+     "or refused file does not fail the others); together at most 1 MiB of content — files past "
+     "that say too_large: read them alone.",
+     "{\"type\":\"object\",\"properties\":{\"paths\":{\"type\":\"array\",\"minItems\":1,"
+     "\"maxItems\":50,\"items\":" PATH_S "}},\"required\":[\"paths\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"files\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"ok\":{\"type\":\"boolean\"},"
+     "\"result\":" READ_RESULT_S ",\"error\":{\"type\":\"object\"}},\"required\":[\"path\","
+     "\"ok\"]}}},\"required\":[\"files\"]}",
+     true, false, true},
+    {"write", "Write a file",
+     "Create or replace a whole file (up to 1 MiB; encoding 'base64' for binary content). To "
+     "change part of an existing text file prefer edit. In a supervised session the buyer "
+     "approves the write first.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"content\":{\"type\":"
+     "\"string\"},\"encoding\":{\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
+     "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"written\":" NAT ",\"sha256\":" HEX
+     ",\"previousSha256\":" HEX_OR_NULL "},\"required\":[\"written\"]}",
+     false, true, true},
+    {"edit", "Edit a text file",
+     "Replace exact text in a UTF-8 file (up to 1 MiB): each edit's oldText must occur exactly "
+     "once in the file as the edits before it left it (set replaceAll to replace every "
+     "occurrence). All edits apply or none: a failing edit is named with the reason (not found, "
+     "or found N times). The answer is the unified diff; dryRun returns the diff without "
+     "writing. In a supervised session the buyer approves exactly that diff first; the file "
+     "must not change meanwhile.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"edits\":{\"type\":\"array\","
+     "\"minItems\":1,\"maxItems\":100,\"items\":{\"type\":\"object\",\"properties\":{"
+     "\"oldText\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1048576},\"newText\":{"
+     "\"type\":\"string\",\"maxLength\":1048576},\"replaceAll\":{\"type\":\"boolean\","
+     "\"default\":false}},\"required\":[\"oldText\",\"newText\"],\"additionalProperties\":"
+     "false}},\"dryRun\":{\"type\":\"boolean\",\"default\":false}},\"required\":[\"path\","
+     "\"edits\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"dryRun\":{\"type\":"
+     "\"boolean\"},\"edits\":" NAT ",\"replaced\":" NAT ",\"diff\":" DIFF_S ",\"written\":" NAT
+     ",\"sha256\":" HEX ",\"previousSha256\":" HEX_OR_NULL ",\"sha256Before\":" HEX
+     ",\"sha256After\":" HEX "}}",
+     false, true, false},
+    {"list", "List a directory",
+     "List a directory: name, type (file, dir, symlink) and size, sorted by name. recursive "
+     "descends into subdirectories (depth limits how far: 1 is the directory alone); names are "
+     "relative to path. Excluded and unsafe entries are not shown.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" DIR_S ",\"recursive\":{\"type\":"
+     "\"boolean\",\"default\":false},\"depth\":{\"type\":\"integer\",\"minimum\":1,"
+     "\"maximum\":64}},\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"entries\":{\"type\":"
+     "\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+     "\"type\":{\"enum\":[\"file\",\"dir\",\"symlink\"]},\"size\":" NAT ",\"target\":{\"type\":"
+     "\"string\"}},\"required\":[\"name\",\"type\"]}},\"count\":" NAT ",\"truncated\":{\"type\":"
+     "\"boolean\"}},\"required\":[\"entries\"]}",
+     true, false, true},
+    {"find", "Find files by name",
+     "Find files and directories under path whose workspace-relative path matches a glob: '*' "
+     "and '?' within a name, '**' across directories (e.g. '**/*.c', 'src/**/test_*'). "
+     "Excluded entries are never found. At most 10,000 matches (truncated says when there were "
+     "more).",
+     "{\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":1024},\"path\":" DIR_S "},\"required\":[\"pattern\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"string\"}},\"truncated\":{\"type\":\"boolean\"},\"scanned\":" NAT "},\"required\":["
+     "\"matches\"]}",
+     true, false, true},
+    {"search", "Search file contents",
+     "Search the contents of the files under path with a regular expression (PCRE2 syntax), "
+     "optionally only in files whose path matches glob. Answers path:line:text for each "
+     "matching line, at most maxMatches (default 200, at most 5000); binary files and files "
+     "over 16 MiB are skipped. A regex too costly to run fails with regex_limit: simplify it.",
+     "{\"type\":\"object\",\"properties\":{\"pattern\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":1024},\"path\":" DIR_S ",\"glob\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":1024},\"maxMatches\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":5000,"
+     "\"default\":200}},\"required\":[\"pattern\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"matches\":{\"type\":\"array\",\"items\":{\"type\":"
+     "\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"line\":" POS ",\"text\":{"
+     "\"type\":\"string\"}},\"required\":[\"path\",\"line\",\"text\"]}},\"truncated\":{\"type\":"
+     "\"boolean\"},\"filesScanned\":" NAT ",\"filesSkipped\":" NAT "},\"required\":["
+     "\"matches\"]}",
+     true, false, true},
+    {"stat", "Describe a file",
+     "Whether a path exists, and its type, size, mode (octal) and modification time; sha256 "
+     "adds the SHA-256 of a regular file.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"sha256\":{\"type\":\"boolean\","
+     "\"default\":false}},\"required\":[\"path\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"exists\":{\"type\":\"boolean\"},\"type\":{\"type\":"
+     "\"string\"},\"size\":" NAT ",\"links\":" NAT ",\"mode\":{\"type\":\"string\"},\"mtime\":{"
+     "\"type\":\"string\"},\"sha256\":" HEX "},\"required\":[\"exists\"]}",
+     true, false, true},
+    {"mkdir", "Make a directory",
+     "Create a directory and any missing parents. An existing directory is not an error "
+     "(created is false); an existing file there is (exists). Supervised sessions ask the buyer "
+     "first.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S "},\"required\":[\"path\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"created\":{\"type\":\"boolean\"},\"type\":{"
+     "\"const\":\"dir\"}},\"required\":[\"created\"]}",
+     false, false, true},
+    {"move", "Move or rename",
+     "Move or rename a file or directory. The destination's parent directory must exist; an "
+     "existing destination is refused (exists) unless overwrite, which replaces only a regular "
+     "file. Supervised sessions ask the buyer first.",
+     "{\"type\":\"object\",\"properties\":{\"source\":" PATH_S ",\"destination\":" PATH_S
+     ",\"overwrite\":{\"type\":\"boolean\",\"default\":false}},\"required\":[\"source\","
+     "\"destination\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"moved\":{\"type\":\"boolean\"},\"type\":{\"enum\":["
+     "\"file\",\"dir\"]},\"sha256\":" HEX ",\"destination\":{\"type\":\"string\"}},"
+     "\"required\":[\"moved\"]}",
+     false, true, false},
+    {"delete", "Delete a file or directory",
+     "Delete a file or symlink (a symlink itself, never what it points to); a directory only "
+     "with recursive, which deletes everything in it — or nothing, if anything in it may not be "
+     "deleted. The workspace root cannot be deleted. Supervised sessions ask the buyer first.",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"recursive\":{\"type\":"
+     "\"boolean\",\"default\":false}},\"required\":[\"path\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT ",\"type\":{\"type\":\"string\"}},"
+     "\"required\":[\"deleted\"]}",
+     false, true, false},
+    {"done", "Finish the session",
+     "Declare the work finished; the session goes to 'done' for the buyer to review. No file "
+     "operation is possible after it.",
+     "{\"type\":\"object\",\"properties\":{\"summary\":{\"type\":\"string\",\"maxLength\":4096,"
+     "\"description\":\"what was done, for the buyer\"}},\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"state\":{\"const\":\"done\"}},\"required\":["
+     "\"state\"]}",
+     false, false, true},
+};
 
 json_t *jb_tools_describe(void) {
-  json_t *path = json_pack("{s:s,s:i,s:i,s:s}", "type", "string", "minLength", 1, "maxLength", 4096,
-                           "description", "path relative to the workspace root");
-  json_t *tools = json_pack(
-      "[o,o,o,o]",
-      tool_schema("read", "Read a file",
-                  "Read a file of the workspace: UTF-8 text, or base64 with encoding 'base64'.",
-                  json_pack("{s:O,s:{s:s,s:i},s:{s:s,s:i}}", "path", path, "offset", "type",
-                            "integer", "minimum", 0, "length", "type", "integer", "minimum", 0),
-                  json_pack("[s]", "path")),
-      tool_schema(
-          "write", "Write a file",
-          "Write a whole file of the workspace; in supervised mode the buyer approves it first.",
-          json_pack("{s:O,s:{s:s},s:{s:s,s:[s,s]}}", "path", path, "content", "type", "string",
-                    "encoding", "type", "string", "enum", "utf-8", "base64"),
-          json_pack("[s,s]", "path", "content")),
-      tool_schema("list", "List a directory",
-                  "List a directory of the workspace: name, type (file, dir, symlink) and size.",
-                  json_pack("{s:O,s:{s:s}}", "path", path, "recursive", "type", "boolean"),
-                  json_pack("[s]", "path")),
-      tool_schema("done", "Finish the session",
-                  "Declare the work finished; the session goes to 'done' for the buyer to accept.",
-                  json_pack("{s:{s:s,s:i,s:i}}", "summary", "type", "string", "minLength", 1,
-                            "maxLength", 65536),
-                  json_pack("[s]", "summary")));
-  json_decref(path);
-  return tools;
+  json_t *out = json_array();
+  for (size_t i = 0; out && i < sizeof tools / sizeof tools[0]; i++) {
+    const struct tool_text *t = &tools[i];
+    json_t *in = json_loads(t->input, 0, NULL), *os = json_loads(t->output, 0, NULL);
+    if (!in || !os) { /* a schema above that does not parse is a bug (tests/unit/api) */
+      json_decref(in);
+      json_decref(os);
+      json_decref(out);
+      return NULL;
+    }
+    json_t *tool =
+        json_pack("{s:s,s:s,s:s,s:o,s:o,s:{s:s,s:b,s:b,s:b,s:b}}", "name", t->name, "title",
+                  t->title, "description", t->desc, "inputSchema", in, "outputSchema", os,
+                  "annotations", "title", t->title, "readOnlyHint", t->read_only, "destructiveHint",
+                  t->destructive, "idempotentHint", t->idempotent, "openWorldHint", 0);
+    if (!tool) {
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, tool);
+  }
+  return out;
 }
-

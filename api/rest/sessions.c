@@ -227,10 +227,10 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     jb_resp_json(resp, 201,
                  json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created", "mode", mode,
                            "buyerToken", buyer, "agentToken", agent_tok));
-    jb_bus_publish(app->bus, job, "jailbox:state",
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
                    json_pack("{s:s,s:s,s:n,s:s}", "jobId", job, "state", "created", "previous",
                              "actor", "service"));
-    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+    jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
     jb_log(JB_LOG_INFO, "session opened", "jobId", job, "agentId", agent, "mode", mode, NULL);
   }
   sodium_memzero(buyer, sizeof buyer);
@@ -373,9 +373,9 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
         if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
         json_t *ev = json_loads(json, 0, NULL);
         send_text(resp, 200, json);
-        jb_bus_publish(app->bus, job, "jailbox:op", ev);
+        jb_bus_publish(app->bus, job, JB_EVENT_OP, ev);
         if (head.seq > 0)
-          jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+          jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
       } else if (rc == JB_ERR_NOT_FOUND) {
         jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
       } else if (rc == JB_ERR_CONFLICT) {
@@ -419,10 +419,10 @@ static void transition(struct jb_app *app, const struct jb_http_req *req, struct
       jb_resp_json(resp, 200,
                    json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous",
                              t.previous, "rejectedOps", (json_int_t)t.rejected_ops));
-      jb_bus_publish(app->bus, job, "jailbox:state",
+      jb_bus_publish(app->bus, job, JB_EVENT_STATE,
                      json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
                                t.previous, "reason", reason, "actor", "buyer"));
-      jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&t.head));
+      jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&t.head));
       jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, NULL);
     } else if (rc == JB_ERR_NOT_FOUND) {
       jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
@@ -482,11 +482,11 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   struct jb_audit_head head = {0};
   int rc = jb_db_session_set_mode(c, app->keys, job, mode, state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
-    jb_bus_publish(app->bus, job, "jailbox:audit_head", jb_audit_head_json(&head));
+    jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
   if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
     send_text(resp, 200, json);
-    jb_bus_publish(app->bus, job, "jailbox:mode",
+    jb_bus_publish(app->bus, job, JB_EVENT_MODE,
                    json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
   } else if (rc == JB_ERR_NOT_FOUND) {
     jb_resp_error(resp, 404, "not_found", "no session '%s'", job);

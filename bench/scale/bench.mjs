@@ -175,7 +175,7 @@ try {
   for (const r of [r1, r2]) {
     const [w, n] = Object.entries(r.pgWaits)[0] || ['none', 0];
     console.log(`  ${r.label}: PostgreSQL's top wait ${w} (${n.toFixed(2)} backends on average)` +
-      (w === 'Lock:object' ? ' — commits queue on the NOTIFY lock (jb_change triggers + jb_event): PostgreSQL serialises them' : ''));
+      (w === 'Lock:object' ? ' — commits queue on the NOTIFY lock (jb_change and jb_op triggers): PostgreSQL serialises them' : ''));
   }
   if (r1.errors || r2.errors || r1.approved !== r1.n || r2.approved !== r2.n || r1.lost || r2.lost) {
     console.log('FAILED: errors, uncommitted approvals or undelivered events'); process.exitCode = 1;

@@ -1,5 +1,7 @@
-/* fileops.c — the shim's file operations (read, write, list) inside /workspace, and the
- * resolver they share. Nothing here trusts the tree: the workspace may change under the shim
+/* fileops.c — the shim's file operations that read or write one file or list a directory
+ * (read, read_many, write, stat, list) inside /workspace, the resolver every op shares
+ * (walk.h), and the dispatch of all file ops (jb_fileop; mkdir, move and delete live in
+ * treeops.c, find and search in searchops.c). Nothing here trusts the tree: the workspace may change under the shim
  * at any moment (the buyer's own tools, a racing rename), so every path is resolved from the
  * descriptor of the root, one component at a time, with O_NOFOLLOW on every open (or openat2
  * with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS per component where the
@@ -27,20 +29,20 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/pathcheck.h"
+#include "sandbox/shim/walk.h"
 
-#define MAX_DEPTH 256 /* directories deep one walk may go */
 #define MAX_LINKS 40 /* symlinks one walk may pass (as the kernel's ELOOP limit) */
 #define LIST_DEPTH 64 /* recursion of a recursive list */
 
-static int root_fd = -1;
+int fo_root_fd = -1;
+dev_t fo_root_dev;
 static bool have_openat2;
 
-static int fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...) {
+int fo_fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -52,35 +54,45 @@ static int fail(struct jb_fileop_error *e, const char *code, int errnum, const c
 }
 
 /* An errno from an open or stat, as a protocol error. */
-static int fail_errno(struct jb_fileop_error *e, int errnum, const char *what) {
+int fo_fail_errno(struct jb_fileop_error *e, int errnum, const char *what) {
   switch (errnum) {
     case ENOENT:
     case ENOTDIR:
-      return fail(e, "not_found", errnum, "%s: no such file or directory", what);
+      return fo_fail(e, "not_found", errnum, "%s: no such file or directory", what);
     case ELOOP:
     case EXDEV:
-      return fail(e, "denied", errnum, "%s: a symlink is in the way", what);
+      return fo_fail(e, "denied", errnum, "%s: a symlink is in the way", what);
     case EACCES:
     case EPERM:
     case EROFS:
-      return fail(e, "denied", errnum, "%s: permission denied", what);
+      return fo_fail(e, "denied", errnum, "%s: permission denied", what);
     case ENAMETOOLONG:
-      return fail(e, "bad_request", errnum, "%s: name too long", what);
+      return fo_fail(e, "bad_request", errnum, "%s: name too long", what);
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
-      return fail(e, "too_large", errnum, "%s: no space left", what);
+      return fo_fail(e, "too_large", errnum, "%s: no space left", what);
     default:
-      return fail(e, "internal", errnum, "%s: %s", what, strerror(errnum));
+      return fo_fail(e, "internal", errnum, "%s: %s", what, strerror(errnum));
   }
 }
 
 int jb_fileops_init(const char *root) {
-  root_fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (root_fd < 0) return -1;
+  if (fo_root_fd >= 0) close(fo_root_fd);
+  fo_root_fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fo_root_fd < 0) return -1;
+  struct stat rst;
+  if (fstat(fo_root_fd, &rst) < 0) {
+    int en = errno;
+    close(fo_root_fd);
+    fo_root_fd = -1;
+    errno = en;
+    return -1;
+  }
+  fo_root_dev = rst.st_dev;
   struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-  long fd = syscall(SYS_openat2, root_fd, ".", &how, sizeof how);
+  long fd = syscall(SYS_openat2, fo_root_fd, ".", &how, sizeof how);
   /* ENOSYS (gVisor), or EPERM from a seccomp profile naming it: missing, not a denial */
   have_openat2 = fd >= 0;
   if (fd >= 0) close((int)fd);
@@ -108,35 +120,25 @@ static int open_dir_component(int dir, const char *name) {
  * O_NOFOLLOW says (checked in runsc: such an open of a link to a directory returns that
  * directory). The name is pinned with O_PATH|O_DIRECTORY|O_NOFOLLOW (ENOTDIR for a symlink,
  * there as in Linux), then "." of it is opened. -1 with errno when it is no directory. */
-static void close_later(int fd);
-static int open_dir_readable(int dir, const char *name) {
+int fo_open_dir_readable(int dir, const char *name) {
   int p = openat(dir, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (p < 0) return -1;
   int fd = openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int en = errno;
-  close_later(p);
+  fo_close_later(p);
   errno = en;
   return fd;
 }
 
-/* A walk in progress: the stack of directories from the root (fds[0], not owned) down. */
-struct walk {
-  int fds[MAX_DEPTH + 1];
-  int depth;
-  char
-      canon[JB_PATH_MAX + 1]; /* the directories' own names from the root: "a/b" ("" at the root) */
-};
-
-/* The exclusion globs of the current request (borrowed, NULL when none). */
-static const json_t *exclude;
+const json_t *fo_exclude;
 
 /* Whether root-relative, symlink-free `canon` is excluded (the whole path "" never is). */
-static bool canon_excluded(const char *canon) {
-  return canon[0] && exclude && jb_path_excluded(canon, exclude, NULL);
+bool fo_canon_excluded(const char *canon) {
+  return canon[0] && fo_exclude && jb_path_excluded(canon, fo_exclude, NULL);
 }
 
 /* The symlink-free path of `last` in the walk's directory into `out` (JB_PATH_MAX + 1). */
-static int final_canon(const struct walk *w, const char *last, char *out) {
+int fo_final_canon(const struct walk *w, const char *last, char *out) {
   int n = strcmp(last, ".") == 0
               ? snprintf(out, JB_PATH_MAX + 1, "%s", w->canon)
               : snprintf(out, JB_PATH_MAX + 1, "%s%s%s", w->canon, w->canon[0] ? "/" : "", last);
@@ -150,7 +152,7 @@ static bool defer_on;
 static int deferred[64]; /* more are closed at once: the jail's limit is 1,024 descriptors */
 static size_t n_deferred;
 
-static void close_later(int fd) {
+void fo_close_later(int fd) {
   if (fd < 0) return;
   if (defer_on && n_deferred < sizeof deferred / sizeof deferred[0])
     deferred[n_deferred++] = fd;
@@ -167,29 +169,26 @@ void jb_fileops_close_deferred(void) {
   while (n_deferred > 0) close(deferred[--n_deferred]);
 }
 
-static void walk_close(struct walk *w) {
-  for (int i = 1; i <= w->depth; i++) close_later(w->fds[i]);
+void fo_walk_close(struct walk *w) {
+  for (int i = 1; i <= w->depth; i++) fo_close_later(w->fds[i]);
   w->depth = 0;
 }
 
-static int walk_dir(const struct walk *w) { return w->fds[w->depth]; }
-
-static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
-                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e);
+int fo_walk_dir(const struct walk *w) { return w->fds[w->depth]; }
 
 /* Whether the symlink `name` in the walk's current directory leads out of the workspace when
  * followed (its target resolved the way reads resolve it: an absolute target, or ".." above
  * the root). Refusing a write through or onto such a link is an escape signal; one through a
  * link that stays inside is only a denial. */
-static bool link_leads_out(const struct walk *w, const char *name) {
+bool fo_link_leads_out(const struct walk *w, const char *name) {
   char rel[JB_PATH_MAX + 1];
   int n = snprintf(rel, sizeof rel, "%s%s%s", w->canon, w->canon[0] ? "/" : "", name);
   if (n < 0 || n > JB_PATH_MAX) return false;
   struct walk w2;
   char last[JB_PATH_NAME_MAX + 1];
   struct jb_fileop_error e2 = {0};
-  if (resolve(rel, true, true, &w2, last, &e2) < 0) return e2.escape != NULL;
-  walk_close(&w2);
+  if (fo_resolve(rel, true, true, &w2, last, &e2) < 0) return e2.escape != NULL;
+  fo_walk_close(&w2);
   return false;
 }
 
@@ -205,14 +204,14 @@ static bool link_leads_out(const struct walk *w, const char *name) {
  * opens no symlink, in gVisor too) and looked at only when that fails: one system call per
  * component where nothing is a link.
  * 0 or -1 with *e. */
-static int resolve(const char *path, bool follow, bool probe_last, struct walk *w,
-                   char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e) {
-  w->fds[0] = root_fd;
+int fo_resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+               char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e) {
+  w->fds[0] = fo_root_fd;
   w->depth = 0;
   w->canon[0] = '\0';
   size_t cap = JB_PATH_MAX * 2 + 2;
   char *rem = malloc(cap);
-  if (!rem) return fail(e, "internal", ENOMEM, "out of memory");
+  if (!rem) return fo_fail(e, "internal", ENOMEM, "out of memory");
   if (strcmp(path, ".") == 0) {
     strcpy(last, ".");
     free(rem);
@@ -231,9 +230,9 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     size_t n = strcspn(rem + pos, "/");
     if (n > JB_PATH_NAME_MAX) {
       free(rem);
-      walk_close(w);
-      return fail(e, "bad_request", ENAMETOOLONG, "a path component is over %d bytes",
-                  JB_PATH_NAME_MAX);
+      fo_walk_close(w);
+      return fo_fail(e, "bad_request", ENAMETOOLONG, "a path component is over %d bytes",
+                     JB_PATH_NAME_MAX);
     }
     char name[JB_PATH_NAME_MAX + 1];
     memcpy(name, rem + pos, n);
@@ -250,8 +249,8 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     if (strcmp(name, "..") == 0) { /* only ever from a symlink target */
       if (w->depth == 0) {
         free(rem);
-        walk_close(w);
-        fail(e, "denied", EXDEV, "a symlink on the path leads out of the workspace");
+        fo_walk_close(w);
+        fo_fail(e, "denied", EXDEV, "a symlink on the path leads out of the workspace");
         e->escape = "symlink_escape";
         return -1;
       }
@@ -275,37 +274,38 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     bool is_link;
     int fd = -1;
     if (is_last) {
-      is_link = fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      is_link = fstatat(fo_walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
       if (!is_link) {
         memcpy(last, name, n + 1);
         break;
       }
     } else {
-      fd = open_dir_component(walk_dir(w), name);
+      fd = open_dir_component(fo_walk_dir(w), name);
       int en = errno;
       /* not opened: a symlink (ENOTDIR from O_NOFOLLOW|O_DIRECTORY, ELOOP from
        * RESOLVE_NO_SYMLINKS) is followed or refused below; anything else fails here */
       is_link = fd < 0 && (en == ENOTDIR || en == ELOOP) &&
-                fstatat(walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+                fstatat(fo_walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
       if (fd < 0 && !is_link) {
         free(rem);
-        walk_close(w);
-        return fail_errno(e, en, path);
+        fo_walk_close(w);
+        return fo_fail_errno(e, en, path);
       }
     }
     if (!is_link) {
       if (w->depth == MAX_DEPTH) {
         close(fd);
         free(rem);
-        walk_close(w);
-        return fail(e, "denied", ELOOP, "the path is over %d directories deep", MAX_DEPTH);
+        fo_walk_close(w);
+        return fo_fail(e, "denied", ELOOP, "the path is over %d directories deep", MAX_DEPTH);
       }
       size_t cl = strlen(w->canon);
       if (cl + 1 + n > JB_PATH_MAX) {
         close(fd);
         free(rem);
-        walk_close(w);
-        return fail(e, "denied", ENAMETOOLONG, "the resolved path is over %d bytes", JB_PATH_MAX);
+        fo_walk_close(w);
+        return fo_fail(e, "denied", ENAMETOOLONG, "the resolved path is over %d bytes",
+                       JB_PATH_MAX);
       }
       snprintf(w->canon + cl, sizeof w->canon - cl, "%s%s", cl ? "/" : "", name);
       w->fds[++w->depth] = fd;
@@ -313,34 +313,34 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     }
     /* a symlink */
     if (!follow) {
-      bool out = link_leads_out(w, name);
+      bool out = fo_link_leads_out(w, name);
       free(rem);
-      walk_close(w);
-      fail(e, "denied", ELOOP, "'%s' is a symlink%s: writes never pass a symlink", name,
-           out ? " that leads out of the workspace" : "");
+      fo_walk_close(w);
+      fo_fail(e, "denied", ELOOP, "'%s' is a symlink%s: writes never pass a symlink", name,
+              out ? " that leads out of the workspace" : "");
       if (out) e->escape = "symlink_escape";
       return -1;
     }
     if (++links > MAX_LINKS) {
       free(rem);
-      walk_close(w);
-      return fail(e, "denied", ELOOP, "too many symlinks (a loop?)");
+      fo_walk_close(w);
+      return fo_fail(e, "denied", ELOOP, "too many symlinks (a loop?)");
     }
     char target[JB_PATH_MAX + 1];
-    ssize_t tl = readlinkat(walk_dir(w), name, target, sizeof target);
+    ssize_t tl = readlinkat(fo_walk_dir(w), name, target, sizeof target);
     if (tl < 0 || tl > JB_PATH_MAX) {
       int en = tl < 0 ? errno : ENAMETOOLONG;
       free(rem);
-      walk_close(w);
+      fo_walk_close(w);
       /* EINVAL: no longer a symlink — the tree changed under the walk */
-      if (en == EINVAL) return fail(e, "denied", EAGAIN, "%s changed during the walk", path);
-      return fail_errno(e, en, path);
+      if (en == EINVAL) return fo_fail(e, "denied", EAGAIN, "%s changed during the walk", path);
+      return fo_fail_errno(e, en, path);
     }
     target[tl] = '\0';
     if (tl == 0 || target[0] == '/') {
       free(rem);
-      walk_close(w);
-      fail(e, "denied", EXDEV, "'%s' is a symlink that leads out of the workspace", name);
+      fo_walk_close(w);
+      fo_fail(e, "denied", EXDEV, "'%s' is a symlink that leads out of the workspace", name);
       e->escape = "symlink_escape";
       return -1;
     }
@@ -348,8 +348,8 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
     size_t rest = strlen(rem + pos);
     if ((size_t)tl + 1 + rest + 1 > cap) {
       free(rem);
-      walk_close(w);
-      return fail(e, "denied", ENAMETOOLONG, "symlink targets make the path too long");
+      fo_walk_close(w);
+      return fo_fail(e, "denied", ENAMETOOLONG, "symlink targets make the path too long");
     }
     if (rest) {
       memmove(rem + tl + 1, rem + pos, rest + 1);
@@ -364,25 +364,24 @@ static int resolve(const char *path, bool follow, bool probe_last, struct walk *
   return 0;
 }
 
-/* resolve() and then the exclusion check on the path actually reached (a symlink must not
+/* fo_resolve() and then the exclusion check on the path actually reached (a symlink must not
  * lead into an excluded file); that path goes to `canon` (JB_PATH_MAX + 1 bytes). 0 with `w`
  * open, or -1 with `e` filled and nothing open. */
-static int resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
-                           char last[JB_PATH_NAME_MAX + 1], char *canon,
-                           struct jb_fileop_error *e) {
-  if (resolve(path, follow, probe_last, w, last, e) < 0) return -1;
-  if (final_canon(w, last, canon) < 0 || canon_excluded(canon)) {
-    walk_close(w);
-    fail(e, "excluded", EPERM,
-         follow ? "%s leads to a path excluded from this session"
-                : "%s is excluded from this session",
-         path);
+int fo_resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
+                       char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e) {
+  if (fo_resolve(path, follow, probe_last, w, last, e) < 0) return -1;
+  if (fo_final_canon(w, last, canon) < 0 || fo_canon_excluded(canon)) {
+    fo_walk_close(w);
+    fo_fail(e, "excluded", EPERM,
+            follow ? "%s leads to a path excluded from this session"
+                   : "%s is excluded from this session",
+            path);
     return -1;
   }
   return 0;
 }
 
-static const char *type_name(mode_t m) {
+const char *fo_type_name(mode_t m) {
   if (S_ISREG(m)) return "file";
   if (S_ISDIR(m)) return "dir";
   if (S_ISLNK(m)) return "symlink";
@@ -390,31 +389,32 @@ static const char *type_name(mode_t m) {
 }
 
 /* Refuses what is not a regular file with a single link. */
-static int check_regular(const struct stat *st, const char *path, struct jb_fileop_error *e) {
-  if (S_ISDIR(st->st_mode)) return fail(e, "denied", EISDIR, "%s is a directory", path);
-  if (S_ISLNK(st->st_mode)) return fail(e, "denied", ELOOP, "%s is a symlink", path);
+int fo_check_regular(const struct stat *st, const char *path, struct jb_fileop_error *e) {
+  if (S_ISDIR(st->st_mode)) return fo_fail(e, "denied", EISDIR, "%s is a directory", path);
+  if (S_ISLNK(st->st_mode)) return fo_fail(e, "denied", ELOOP, "%s is a symlink", path);
   if (!S_ISREG(st->st_mode))
-    return fail(e, "denied", EPERM, "%s is not a regular file (fifo, socket or device)", path);
+    return fo_fail(e, "denied", EPERM, "%s is not a regular file (fifo, socket or device)", path);
   if (st->st_nlink > 1) {
-    fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused", path,
-         (unsigned long)st->st_nlink);
+    fo_fail(e, "denied", EMLINK, "%s has %lu hard links: files with more than one are refused",
+            path, (unsigned long)st->st_nlink);
     e->escape = "hard_link";
     return -1;
   }
   return 0;
 }
 
-static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error *e) {
-  json_t *p = json_object_get(req, "path");
+const char *fo_arg_path_key(json_t *req, const char *key, const char *def,
+                            struct jb_fileop_error *e) {
+  json_t *p = json_object_get(req, key);
   if (!p && def) return def;
   const char *s = json_string_value(p);
   if (!s) {
-    fail(e, "bad_request", EINVAL, "'path' must be a string");
+    fo_fail(e, "bad_request", EINVAL, "'%s' must be a string", key);
     return NULL;
   }
   enum jb_path_verdict v = jb_path_check(s, json_string_length(p), def != NULL);
   if (v != JB_PATH_OK) {
-    fail(e, "denied", EINVAL, "%s", jb_path_verdict_text(v));
+    fo_fail(e, "denied", EINVAL, "%s", jb_path_verdict_text(v));
     e->escape = v == JB_PATH_ABSOLUTE ? "absolute_path"
                 : v == JB_PATH_DOTDOT ? "path_traversal"
                                       : NULL;
@@ -423,8 +423,12 @@ static const char *arg_path(json_t *req, const char *def, struct jb_fileop_error
   return s;
 }
 
+const char *fo_arg_path(json_t *req, const char *def, struct jb_fileop_error *e) {
+  return fo_arg_path_key(req, "path", def, e);
+}
+
 /* Bytes `n` bytes of text take as a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
-static size_t json_escaped_len(const unsigned char *buf, size_t n) {
+size_t fo_json_escaped_len(const unsigned char *buf, size_t n) {
   size_t len = n;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = buf[i];
@@ -439,10 +443,10 @@ static size_t json_escaped_len(const unsigned char *buf, size_t n) {
 /* Text when valid UTF-8 without NUL (the line protocol refuses NUL in strings) whose JSON
  * escapes take no more room than base64 would, else base64 — so that any answer of up to
  * JB_FILE_MAX bytes fits in one protocol line (control characters take 6 bytes escaped). */
-static json_t *content_json(const unsigned char *buf, size_t n, json_t *o) {
+json_t *fo_content_json(const unsigned char *buf, size_t n, json_t *o) {
   bool text =
       !memchr(buf, '\0', n) &&
-      json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+      fo_json_escaped_len(buf, n) <= sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
   json_t *s = text ? json_stringn((const char *)buf, n) : NULL;
   if (s) {
     json_object_set_new(o, "content", s);
@@ -462,89 +466,357 @@ static json_t *content_json(const unsigned char *buf, size_t n, json_t *o) {
   return o;
 }
 
-static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
-  const char *path = arg_path(req, NULL, e);
-  if (!path) return NULL;
-  json_t *jo = json_object_get(req, "offset"), *jl = json_object_get(req, "length");
-  if ((jo && (!json_is_integer(jo) || json_integer_value(jo) < 0)) ||
-      (jl && (!json_is_integer(jl) || json_integer_value(jl) < 0))) {
-    fail(e, "bad_request", EINVAL, "'offset' and 'length' must be non-negative integers");
-    return NULL;
-  }
-  long long off = jo ? json_integer_value(jo) : 0;
-  if (jl && json_integer_value(jl) > JB_FILE_MAX) {
-    fail(e, "too_large", EFBIG, "'length' over %d bytes", JB_FILE_MAX);
-    return NULL;
-  }
+/* Opens `path` for reading as read resolves it: the last component is opened first, and only
+ * when it is a symlink (ELOOP) is the path resolved again, that symlink followed (or refused)
+ * the way the walk follows the others. The opened descriptor must be a regular file with one
+ * link (fstat into *st). The descriptor, or -1 with *e. */
+static int open_for_read(const char *path, struct stat *st, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  /* the last component is opened first; only when it is a symlink (ELOOP) is the path resolved
-   * again, that symlink followed (or refused) the way the walk follows the others */
   int fd = -1, en = 0;
   for (int probe = 0; probe < 2; probe++) {
-    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    if (fo_resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return -1;
     /* O_NONBLOCK: a fifo opens at once (and is refused below) instead of waiting for a writer */
-    fd = openat(walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    fd = openat(fo_walk_dir(&w), last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     en = errno;
-    walk_close(&w);
+    fo_walk_close(&w);
     if (fd >= 0 || en != ELOOP) break;
   }
-  if (fd < 0) {
-    fail_errno(e, en, path);
-    return NULL;
-  }
-  struct stat st;
-  if (fstat(fd, &st) < 0 || check_regular(&st, path, e) < 0) {
-    if (!e->code) fail_errno(e, errno, path);
+  if (fd < 0) return fo_fail_errno(e, en, path);
+  if (fstat(fd, st) < 0 || fo_check_regular(st, path, e) < 0) {
+    if (!e->code) fo_fail_errno(e, errno, path);
     close(fd);
-    return NULL;
+    return -1;
   }
-  long long avail = st.st_size > off ? st.st_size - off : 0;
-  long long want = jl ? json_integer_value(jl) : avail;
-  if (!jl && avail > JB_FILE_MAX) {
-    close(fd);
-    fail(e, "too_large", EFBIG,
-         "%s is %lld bytes: read it in parts of at most %d with offset and length", path,
-         (long long)st.st_size, JB_FILE_MAX);
-    return NULL;
-  }
-  if (want > avail) want = avail;
-  unsigned char *buf = malloc(want > 0 ? (size_t)want : 1);
-  size_t got = 0;
-  while (buf && got < (size_t)want) {
-    ssize_t r = pread(fd, buf + got, (size_t)want - got, off + (off_t)got);
+  return fd;
+}
+
+/* Reads up to `want` bytes at `off` of `fd` into a new buffer (*out, *got bytes; a short
+ * count at the end of the file). 0, or -1 with *e. */
+static int read_at(int fd, long long off, size_t want, unsigned char **out, size_t *got,
+                   const char *path, struct jb_fileop_error *e) {
+  unsigned char *buf = malloc(want > 0 ? want : 1);
+  if (!buf) return fo_fail(e, "internal", ENOMEM, "out of memory");
+  size_t n = 0;
+  while (n < want) {
+    ssize_t r = pread(fd, buf + n, want - n, off + (off_t)n);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      en = errno;
+      int en = errno;
       free(buf);
-      close(fd);
-      fail_errno(e, en, path);
-      return NULL;
+      return fo_fail_errno(e, en, path);
     }
     if (r == 0) break;
-    got += (size_t)r;
+    n += (size_t)r;
   }
-  close_later(fd);
-  if (!buf) {
-    fail(e, "internal", ENOMEM, "out of memory");
-    return NULL;
-  }
-  json_t *o =
-      json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)st.st_size, "offset", (json_int_t)off,
-                "length", (json_int_t)got, "eof", off + (long long)got >= st.st_size);
-  o = content_json(buf, got, o);
+  *out = buf;
+  *got = n;
+  return 0;
+}
+
+/* The answer of a read of `got` bytes at `off` of a file of `size` bytes; takes `buf`. */
+static json_t *read_answer(long long size, long long off, unsigned char *buf, size_t got,
+                           struct jb_fileop_error *e) {
+  json_t *o = json_pack("{s:I, s:I, s:I, s:b}", "size", (json_int_t)size, "offset", (json_int_t)off,
+                        "length", (json_int_t)got, "eof", off + (long long)got >= size);
+  o = o ? fo_content_json(buf, got, o) : NULL;
   free(buf);
-  if (!o) fail(e, "internal", ENOMEM, "out of memory");
+  if (!o) fo_fail(e, "internal", ENOMEM, "out of memory");
   return o;
 }
 
-#define HASH_MAX (256LL * 1024 * 1024) /* bytes hashed by stat and expectSha256 at most */
+#define LINES_COUNT_MAX (64LL * 1024 * 1024) /* files whose lines a line-mode read counts */
+#define SCAN_CHUNK 65536
+
+/* Lines `first`… (at most `limit`, all when -1) of `fd`: one pass from the start that counts
+ * newlines and keeps the bytes of the selected lines; it goes on to the end, counting, when
+ * the file is at most LINES_COUNT_MAX bytes (`total`), else stops after the selection. A line
+ * is what ends with "\n", and the bytes after the last "\n" when there are any. */
+static json_t *read_lines_from(int fd, const struct stat *st, long long first, long long limit,
+                               const char *path, struct jb_fileop_error *e) {
+  unsigned char *chunk = malloc(SCAN_CHUNK), *sel = malloc(JB_FILE_MAX > 0 ? JB_FILE_MAX : 1);
+  if (!chunk || !sel) {
+    free(chunk);
+    free(sel);
+    fo_fail(e, "internal", ENOMEM, "out of memory");
+    return NULL;
+  }
+  long long ln = 0; /* lines ended before the current position */
+  long long start = first == 0 ? 0 : -1, end = limit == 0 ? start : -1;
+  size_t sel_len = 0;
+  long long pos = 0;
+  bool counting = st->st_size <= LINES_COUNT_MAX;
+  unsigned char lastc = '\n';
+  for (;;) {
+    if (end >= 0 && !counting) break;
+    ssize_t n = pread(fd, chunk, SCAN_CHUNK, pos);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int en = errno;
+      free(chunk);
+      free(sel);
+      fo_fail_errno(e, en, path);
+      return NULL;
+    }
+    if (n == 0) break;
+    for (unsigned char *p = chunk, *stop = chunk + n; p < stop;) {
+      unsigned char *nl = memchr(p, '\n', (size_t)(stop - p));
+      if (!nl) break;
+      ln++;
+      long long after = pos + (nl - chunk) + 1;
+      if (start < 0 && ln == first) start = after;
+      if (end < 0 && start >= 0 && limit >= 0 && ln == first + limit) end = after;
+      p = nl + 1;
+      if (end >= 0 && !counting) break;
+    }
+    /* the part of this chunk inside the selection */
+    if (start >= 0) {
+      long long a = start > pos ? start : pos;
+      long long b = end >= 0 && end < pos + n ? end : pos + n;
+      if (b > a) {
+        if (sel_len + (size_t)(b - a) > JB_FILE_MAX) {
+          free(chunk);
+          free(sel);
+          fo_fail(e, "too_large", EFBIG,
+                  "the lines selected in %s are over %d bytes: ask for fewer (lineLimit)", path,
+                  JB_FILE_MAX);
+          return NULL;
+        }
+        memcpy(sel + sel_len, chunk + (a - pos), (size_t)(b - a));
+        sel_len += (size_t)(b - a);
+      }
+    }
+    lastc = chunk[n - 1];
+    pos += n;
+  }
+  free(chunk);
+  bool at_end = end < 0 || counting; /* the pass read the whole file */
+  long long total = at_end ? ln + (pos > 0 && lastc != '\n') : -1;
+  if (start < 0) start = pos; /* past the last line: nothing selected */
+  long long count = end >= 0 ? limit : (total > first ? total - first : 0);
+  json_t *o = read_answer(at_end ? pos : (long long)st->st_size, start, sel, sel_len, e);
+  if (!o) return NULL;
+  json_object_set_new(
+      o, "lines",
+      json_pack("{s:I, s:I, s:o}", "first", (json_int_t)first, "count", (json_int_t)count, "total",
+                total >= 0 ? json_integer(total) : json_null()));
+  return o;
+}
+
+/* The last `n` lines of `fd`: a pass backwards from the end finds where they begin (a final
+ * "\n" ends the last line, it does not begin another), then they are read; the lines are
+ * counted (`total`, and `first` from it) when the file is at most LINES_COUNT_MAX bytes. */
+static json_t *read_tail(int fd, const struct stat *st, long long n, const char *path,
+                         struct jb_fileop_error *e) {
+  long long size = st->st_size, start = 0, newlines = 0;
+  unsigned char *chunk = malloc(SCAN_CHUNK);
+  if (!chunk) {
+    fo_fail(e, "internal", ENOMEM, "out of memory");
+    return NULL;
+  }
+  long long want = n;
+  if (n == 0) {
+    start = size;
+  } else {
+    long long hi = size; /* bytes [0, hi) not yet looked at */
+    bool skip_final = true;
+    start = 0;
+    while (hi > 0) {
+      long long lo = hi > SCAN_CHUNK ? hi - SCAN_CHUNK : 0;
+      ssize_t r = pread(fd, chunk, (size_t)(hi - lo), lo);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < (ssize_t)(hi - lo)) {
+        int en = r < 0 ? errno : EAGAIN;
+        free(chunk);
+        if (en == EAGAIN) {
+          fo_fail(e, "changed", EAGAIN, "%s changed during the read", path);
+          return NULL;
+        }
+        fo_fail_errno(e, en, path);
+        return NULL;
+      }
+      long long found = -1;
+      for (long long i = hi - lo - 1; i >= 0; i--) {
+        if (chunk[i] != '\n') continue;
+        if (skip_final && lo + i == size - 1) continue;
+        if (--want == 0) {
+          found = lo + i + 1;
+          break;
+        }
+      }
+      skip_final = false;
+      if (found >= 0) {
+        start = found;
+        break;
+      }
+      if (size - lo > JB_FILE_MAX) break; /* too much already: refused below */
+      hi = lo;
+    }
+    if (size - start > JB_FILE_MAX && want > 0) start = -1;
+  }
+  if (start < 0 || size - start > JB_FILE_MAX) {
+    free(chunk);
+    fo_fail(e, "too_large", EFBIG, "the last %lld lines of %s are over %d bytes: ask for fewer", n,
+            path, JB_FILE_MAX);
+    return NULL;
+  }
+  /* counting the whole file's lines, for `first` and `total` */
+  long long total = -1;
+  if (size <= LINES_COUNT_MAX) {
+    long long pos = 0;
+    unsigned char lastc = '\n';
+    for (;;) {
+      ssize_t r = pread(fd, chunk, SCAN_CHUNK, pos);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      for (unsigned char *p = chunk, *stop = chunk + r; (p = memchr(p, '\n', (size_t)(stop - p)));
+           p++)
+        newlines++;
+      lastc = chunk[r - 1];
+      pos += r;
+    }
+    total = newlines + (pos > 0 && lastc != '\n');
+  }
+  free(chunk);
+  unsigned char *buf;
+  size_t got;
+  if (read_at(fd, start, (size_t)(size - start), &buf, &got, path, e) < 0) return NULL;
+  long long count = 0;
+  for (size_t i = 0; i < got; i++) count += buf[i] == '\n';
+  if (got > 0 && buf[got - 1] != '\n') count++;
+  json_t *o = read_answer(size, start, buf, got, e);
+  if (!o) return NULL;
+  json_object_set_new(
+      o, "lines",
+      json_pack("{s:o, s:I, s:o}", "first",
+                total >= 0 ? json_integer(total - count > 0 ? total - count : 0) : json_null(),
+                "count", (json_int_t)count, "total",
+                total >= 0 ? json_integer(total) : json_null()));
+  return o;
+}
+
+/* The non-negative integer argument `key` into *v (unchanged when absent). 1 when present, 0
+ * when absent, -1 with *e when it is no such integer. */
+static int arg_count(json_t *req, const char *key, long long *v, struct jb_fileop_error *e) {
+  json_t *j = json_object_get(req, key);
+  if (!j) return 0;
+  if (!json_is_integer(j) || json_integer_value(j) < 0)
+    return fo_fail(e, "bad_request", EINVAL, "'%s' must be a non-negative integer", key);
+  *v = json_integer_value(j);
+  return 1;
+}
+
+static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
+  const char *path = fo_arg_path(req, NULL, e);
+  if (!path) return NULL;
+  long long off = 0, len = -1, loff = 0, llim = -1, head = -1, tail = -1;
+  int has_off = arg_count(req, "offset", &off, e), has_len = arg_count(req, "length", &len, e);
+  int has_loff = arg_count(req, "lineOffset", &loff, e),
+      has_llim = arg_count(req, "lineLimit", &llim, e), has_head = arg_count(req, "head", &head, e),
+      has_tail = arg_count(req, "tail", &tail, e);
+  if (has_off < 0 || has_len < 0 || has_loff < 0 || has_llim < 0 || has_head < 0 || has_tail < 0)
+    return NULL;
+  int modes = (has_off || has_len) + (has_loff || has_llim) + has_head + has_tail;
+  if (modes > 1) {
+    fo_fail(e, "bad_request", EINVAL,
+            "one way of reading at a time: offset/length (bytes), lineOffset/lineLimit, head or "
+            "tail");
+    return NULL;
+  }
+  if (len > JB_FILE_MAX) {
+    fo_fail(e, "too_large", EFBIG, "'length' over %d bytes", JB_FILE_MAX);
+    return NULL;
+  }
+  struct stat st;
+  int fd = open_for_read(path, &st, e);
+  if (fd < 0) return NULL;
+  json_t *o;
+  if (has_tail) {
+    o = read_tail(fd, &st, tail, path, e);
+  } else if (has_head || has_loff || has_llim) {
+    o = read_lines_from(fd, &st, has_head ? 0 : loff, has_head ? head : llim, path, e);
+  } else {
+    long long avail = st.st_size > off ? st.st_size - off : 0;
+    if (len < 0 && avail > JB_FILE_MAX) {
+      close(fd);
+      fo_fail(e, "too_large", EFBIG,
+              "%s is %lld bytes: read it in parts of at most %d with offset and length, or by "
+              "lines",
+              path, (long long)st.st_size, JB_FILE_MAX);
+      return NULL;
+    }
+    long long want = len >= 0 && len < avail ? len : avail;
+    unsigned char *buf;
+    size_t got;
+    o = read_at(fd, off, (size_t)want, &buf, &got, path, e) < 0
+            ? NULL
+            : read_answer(st.st_size, off, buf, got, e);
+  }
+  fo_close_later(fd);
+  return o;
+}
+
+#define READ_MANY_MAX 50 /* paths of one read_many */
+
+/* read_many: each path read whole as `read` reads it, each answered on its own; the contents
+ * together stay within JB_FILE_MAX bytes (a file past that budget is too_large). */
+static json_t *op_read_many(json_t *req, struct jb_fileop_error *e) {
+  json_t *paths = json_object_get(req, "paths");
+  if (!json_is_array(paths) || json_array_size(paths) == 0 ||
+      json_array_size(paths) > READ_MANY_MAX) {
+    fo_fail(e, "bad_request", EINVAL, "'paths' must be an array of 1 to %d paths", READ_MANY_MAX);
+    return NULL;
+  }
+  json_t *files = json_array();
+  size_t budget = JB_FILE_MAX;
+  size_t i;
+  json_t *jp;
+  json_array_foreach (paths, i, jp) {
+    struct jb_fileop_error fe = {0};
+    json_t *one = json_pack("{s:O}", "path", jp);
+    const char *path = fo_arg_path(one, NULL, &fe);
+    json_t *r = NULL;
+    struct stat st;
+    int fd = path ? open_for_read(path, &st, &fe) : -1;
+    if (fd >= 0) {
+      if (st.st_size > JB_FILE_MAX) {
+        fo_fail(&fe, "too_large", EFBIG, "%s is %lld bytes: read it alone, in parts", path,
+                (long long)st.st_size);
+      } else if ((size_t)st.st_size > budget) {
+        fo_fail(&fe, "too_large", EFBIG,
+                "%s: the answer's budget of %d bytes is spent by the files before it: read it "
+                "alone",
+                path, JB_FILE_MAX);
+      } else {
+        unsigned char *buf;
+        size_t got;
+        if (read_at(fd, 0, (size_t)st.st_size, &buf, &got, path, &fe) == 0) {
+          budget -= got;
+          r = read_answer(st.st_size, 0, buf, got, &fe);
+        }
+      }
+      fo_close_later(fd);
+    }
+    json_t *ent = r ? json_pack("{s:O, s:b, s:o}", "path", jp, "ok", 1, "result", r)
+                    : json_pack("{s:O, s:b, s:{s:s, s:s}}", "path", jp, "ok", 0, "error", "code",
+                                fe.code ? fe.code : "internal", "message", fe.message);
+    if (ent && !r && fe.escape)
+      json_object_set_new(json_object_get(ent, "error"), "escape", json_string(fe.escape));
+    json_decref(one);
+    if (!ent || json_array_append_new(files, ent) < 0) {
+      json_decref(files);
+      fo_fail(e, "internal", ENOMEM, "out of memory");
+      return NULL;
+    }
+  }
+  return json_pack("{s:o}", "files", files);
+}
 
 /* SHA-256 (hex, 65 bytes) of the open regular file `fd`. With `keep`, also the bytes hashed
  * (new, *keep_len of them) when there are at most JB_FILE_MAX, else *keep = NULL: the content
  * and its hash come from one read. 0 or -1 (errno; EFBIG over HASH_MAX). */
-static int hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len) {
+int fo_hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len) {
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
   unsigned char buf[65536];
@@ -578,34 +850,48 @@ static int hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len)
   return 0;
 }
 
-/* The name `last` in `dir` as a write would find it: {exists, type, size, links, sha256}
- * (sha256 for a regular single-link file only), never following a symlink. With
+/* The name `last` in `dir` as a write would find it: {exists, type, size, links, mode, mtime,
+ * sha256} (sha256 for a regular single-link file only, and only with `hash`), never following
+ * a symlink. `mode` is the permission bits as an octal string ("0644"), `mtime` the
+ * modification time in RFC 3339 UTC with nanoseconds. With
  * `with_content`, such a file of at most JB_FILE_MAX bytes also gets {content, encoding} (as
  * read answers them), taken in the same read as the hash. */
-static json_t *stat_name(int dir, const char *last, const char *path, bool with_content,
+static json_t *stat_name(int dir, const char *last, const char *path, bool hash, bool with_content,
                          struct jb_fileop_error *e) {
   struct stat st;
   if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (errno == ENOENT) return json_pack("{s:b}", "exists", 0);
-    fail_errno(e, errno, path);
+    fo_fail_errno(e, errno, path);
     return NULL;
   }
-  json_t *o = json_pack("{s:b, s:s, s:I, s:I}", "exists", 1, "type", type_name(st.st_mode), "size",
-                        (json_int_t)st.st_size, "links", (json_int_t)st.st_nlink);
-  if (S_ISREG(st.st_mode) && st.st_nlink == 1) {
+  json_t *o = json_pack("{s:b, s:s, s:I, s:I}", "exists", 1, "type", fo_type_name(st.st_mode),
+                        "size", (json_int_t)st.st_size, "links", (json_int_t)st.st_nlink);
+  char mode[8], mtime[48];
+  struct tm tm;
+  snprintf(mode, sizeof mode, "%04o", (unsigned)(st.st_mode & 07777));
+  if (!o || !gmtime_r(&st.st_mtim.tv_sec, &tm) || !strftime(mtime, 24, "%Y-%m-%dT%H:%M:%S", &tm)) {
+    json_decref(o);
+    fo_fail(e, "internal", ENOMEM, "out of memory");
+    return NULL;
+  }
+  snprintf(mtime + strlen(mtime), sizeof mtime - strlen(mtime), ".%09ldZ",
+           (long)st.st_mtim.tv_nsec);
+  json_object_set_new(o, "mode", json_string(mode));
+  json_object_set_new(o, "mtime", json_string(mtime));
+  if (hash && S_ISREG(st.st_mode) && st.st_nlink == 1) {
     int fd = openat(dir, last, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     struct stat st2;
     char hex[65];
     unsigned char *content = NULL;
     size_t clen = 0;
     if (fd >= 0 && fstat(fd, &st2) == 0 && S_ISREG(st2.st_mode) && st2.st_ino == st.st_ino &&
-        hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) ==
+        fo_hash_fd(fd, hex, with_content && st2.st_size <= JB_FILE_MAX ? &content : NULL, &clen) ==
             0) {
       json_object_set_new(o, "sha256", json_string(hex));
-      if (content && !content_json(content, clen, o)) {
+      if (content && !fo_content_json(content, clen, o)) {
         free(content);
         close(fd);
-        fail(e, "internal", ENOMEM, "out of memory");
+        fo_fail(e, "internal", ENOMEM, "out of memory");
         return NULL;
       }
     }
@@ -616,33 +902,34 @@ static json_t *stat_name(int dir, const char *last, const char *path, bool with_
 }
 
 static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
-  const char *path = arg_path(req, NULL, e);
+  const char *path = fo_arg_path(req, NULL, e);
   if (!path) return NULL;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  json_t *jw = json_object_get(req, "withContent");
-  if (jw && !json_is_boolean(jw)) {
-    fail(e, "bad_request", EINVAL, "'withContent' must be a boolean");
+  json_t *jw = json_object_get(req, "withContent"), *jh = json_object_get(req, "hash");
+  if ((jw && !json_is_boolean(jw)) || (jh && !json_is_boolean(jh))) {
+    fo_fail(e, "bad_request", EINVAL, "'withContent' and 'hash' must be booleans");
     return NULL;
   }
-  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
-  json_t *o = stat_name(walk_dir(&w), last, path, json_is_true(jw), e);
+  if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
+  json_t *o = stat_name(fo_walk_dir(&w), last, path, !jh || json_is_true(jh) || json_is_true(jw),
+                        json_is_true(jw), e);
   /* a write onto a symlink is refused; onto one that leads out it is an escape signal */
   if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
-    json_object_set_new(o, "leadsOut", json_boolean(link_leads_out(&w, last)));
-  walk_close(&w);
+    json_object_set_new(o, "leadsOut", json_boolean(fo_link_leads_out(&w, last)));
+  fo_walk_close(&w);
   return o;
 }
 
 static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
-  const char *path = arg_path(req, NULL, e);
+  const char *path = fo_arg_path(req, NULL, e);
   if (!path) return NULL;
   json_t *jc = json_object_get(req, "content");
   const char *enc = json_string_value(json_object_get(req, "encoding"));
   if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
       (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
-    fail(e, "bad_request", EINVAL, "'content' must be a string and 'encoding' utf-8 or base64");
+    fo_fail(e, "bad_request", EINVAL, "'content' must be a string and 'encoding' utf-8 or base64");
     return NULL;
   }
   const char *text = json_string_value(jc);
@@ -651,59 +938,59 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   size_t dlen = tlen;
   if (enc && strcmp(enc, "base64") == 0) {
     if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8) {
-      fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
+      fo_fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
       return NULL;
     }
     data = malloc(tlen / 4 * 3 + 4);
     if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, &dlen, NULL,
                                    sodium_base64_VARIANT_ORIGINAL) != 0) {
       free(data);
-      fail(e, "bad_request", EINVAL, "'content' is not valid base64");
+      fo_fail(e, "bad_request", EINVAL, "'content' is not valid base64");
       return NULL;
     }
   }
   const unsigned char *bytes = data ? data : (const unsigned char *)text;
   if (dlen > JB_FILE_MAX) {
     free(data);
-    fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", dlen, JB_FILE_MAX);
+    fo_fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", dlen, JB_FILE_MAX);
     return NULL;
   }
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
+  if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
     free(data);
     return NULL;
   }
-  int dir = walk_dir(&w);
+  int dir = fo_walk_dir(&w);
   mode_t mode = 0644;
   struct stat st;
   if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (check_regular(&st, path, e) < 0) {
-      if (S_ISLNK(st.st_mode) && link_leads_out(&w, last)) {
-        fail(e, "denied", ELOOP,
-             "%s is a symlink that leads out of the workspace: writes never"
-             " replace a symlink",
-             path);
+    if (fo_check_regular(&st, path, e) < 0) {
+      if (S_ISLNK(st.st_mode) && fo_link_leads_out(&w, last)) {
+        fo_fail(e, "denied", ELOOP,
+                "%s is a symlink that leads out of the workspace: writes never"
+                " replace a symlink",
+                path);
         e->escape = "symlink_escape";
       }
-      walk_close(&w);
+      fo_walk_close(&w);
       free(data);
       return NULL;
     }
     mode = st.st_mode & 0777;
   } else if (errno != ENOENT) {
     int en = errno;
-    walk_close(&w);
+    fo_walk_close(&w);
     free(data);
-    fail_errno(e, en, path);
+    fo_fail_errno(e, en, path);
     return NULL;
   }
   /* expectSha256: the file as it was when the write was requested ("" = it did not exist) */
   const char *expect = json_string_value(json_object_get(req, "expectSha256"));
   /* the file as it is now: checked against expectSha256, and its hash reported as
    * previousSha256 (null: it did not exist) for the session's change summary */
-  json_t *now = stat_name(dir, last, path, false, e);
+  json_t *now = stat_name(dir, last, path, true, false, e);
   const char *have = json_is_true(json_object_get(now, "exists"))
                          ? (json_string_value(json_object_get(now, "sha256")) ?: "?")
                          : "";
@@ -711,18 +998,18 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   snprintf(previous, sizeof previous, "%s", have);
   json_decref(now); /* `have` is not used past here */
   if (!now || (expect && strcmp(previous, expect) != 0)) {
-    walk_close(&w);
+    fo_walk_close(&w);
     free(data);
-    if (now) fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
+    if (now) fo_fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
     return NULL;
   }
   if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
-    walk_close(&w);
+    fo_walk_close(&w);
     free(data);
-    fail(e, "too_large", EFBIG,
-         "%s is over %lld bytes: a write may not replace a file whose SHA-256"
-         " the session's change summary cannot record",
-         path, HASH_MAX);
+    fo_fail(e, "too_large", EFBIG,
+            "%s is over %lld bytes: a write may not replace a file whose SHA-256"
+            " the session's change summary cannot record",
+            path, HASH_MAX);
     return NULL;
   }
   unsigned char after[32];
@@ -739,9 +1026,9 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int en = errno;
-    walk_close(&w);
+    fo_walk_close(&w);
     free(data);
-    fail_errno(e, en, path);
+    fo_fail_errno(e, en, path);
     return NULL;
   }
   size_t done = 0;
@@ -762,11 +1049,11 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   if (!en && renameat(dir, tmp, dir, last) < 0) en = errno;
   if (en) {
     unlinkat(dir, tmp, 0);
-    walk_close(&w);
-    fail_errno(e, en, path);
+    fo_walk_close(&w);
+    fo_fail_errno(e, en, path);
     return NULL;
   }
-  walk_close(&w);
+  fo_walk_close(&w);
   json_t *prev = previous[0] == '\0' ? json_null() : json_string(previous);
   json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
   if (o && prev) json_object_set_new(o, "previousSha256", prev);
@@ -776,27 +1063,92 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
 /* Whether `rel` (a path relative to the root) resolves, following symlinks, to something
  * inside the workspace that is not excluded. *out (may be NULL) is set when it leads out of
  * the workspace (an escape, as link_leads_out judges it). */
-static bool resolves_inside(const char *rel, bool *out) {
+bool fo_resolves_inside(const char *rel, bool *out) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   struct jb_fileop_error e = {0};
   if (out) *out = false;
-  if (resolve(rel, true, true, &w, last, &e) < 0) {
+  if (fo_resolve(rel, true, true, &w, last, &e) < 0) {
     if (out) *out = e.escape != NULL;
     return false;
   }
   struct stat st;
   char canon[JB_PATH_MAX + 1];
   bool ok =
-      (strcmp(last, ".") == 0 || fstatat(walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
-      final_canon(&w, last, canon) == 0 && !canon_excluded(canon);
-  walk_close(&w);
+      (strcmp(last, ".") == 0 || fstatat(fo_walk_dir(&w), last, &st, AT_SYMLINK_NOFOLLOW) == 0) &&
+      fo_final_canon(&w, last, canon) == 0 && !fo_canon_excluded(canon);
+  fo_walk_close(&w);
   return ok;
+}
+
+/* qsort comparator of C strings (bytewise). */
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int fo_read_names(DIR *d, struct fo_names *out) {
+  out->v = NULL;
+  out->n = 0;
+  size_t cap = 0;
+  int rc = 0;
+  struct dirent *de;
+  errno = 0;
+  while ((de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (out->n == FO_NAMES_MAX) {
+      rc = -1;
+      break;
+    }
+    if (out->n == cap) {
+      size_t nc = cap ? cap * 2 : 64;
+      char **nv = realloc(out->v, nc * sizeof *nv);
+      if (!nv) {
+        rc = -1;
+        break;
+      }
+      out->v = nv;
+      cap = nc;
+    }
+    if (!(out->v[out->n] = strdup(de->d_name))) {
+      rc = -1;
+      break;
+    }
+    out->n++;
+  }
+  if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_names);
+  return rc;
+}
+
+void fo_names_free(struct fo_names *names) {
+  for (size_t i = 0; i < names->n; i++) free(names->v[i]);
+  free(names->v);
+  names->v = NULL;
+  names->n = 0;
+}
+
+/* qsort comparator of list entries by their "name" (bytewise). */
+static int cmp_entries(const void *a, const void *b) {
+  return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
+                json_string_value(json_object_get(*(json_t *const *)b, "name")));
+}
+
+/* Sorts the array of {name, …} objects `a` in place by name. */
+static void json_array_sort_by_name(json_t *a) {
+  size_t n = json_array_size(a);
+  if (n < 2) return;
+  json_t **v = malloc(n * sizeof *v);
+  if (!v) return; /* unsorted rather than lost */
+  for (size_t i = 0; i < n; i++) v[i] = json_incref(json_array_get(a, i));
+  qsort(v, n, sizeof *v, cmp_entries);
+  json_array_clear(a);
+  for (size_t i = 0; i < n; i++) json_array_append_new(a, v[i]);
+  free(v);
 }
 
 struct lister {
   json_t *entries;
   size_t count;
+  size_t bytes; /* of the entries as JSON, about */
   bool truncated;
 };
 
@@ -807,24 +1159,25 @@ struct lister {
  * workspace — judged here, on what is there now, so that they stay invisible however they
  * are reached (through a symlinked directory, past the pre-scan's first 1,000 flags, or made
  * after it). */
-static void list_dir(struct lister *l, int fd, const char *rel, const char *prefix, bool recursive,
+static void list_dir(struct lister *l, int fd, const char *rel, const char *prefix, int levels,
                      int depth) {
   DIR *d = fdopendir(fd);
   if (!d) {
     close(fd);
     return;
   }
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+  struct fo_names names;
+  if (fo_read_names(d, &names) < 0) l->truncated = true;
+  for (size_t k = 0; k < names.n; k++) {
+    const char *dname = names.v[k];
     if (l->count >= JB_LIST_MAX) {
       l->truncated = true;
       break;
     }
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-    size_t nl = strlen(prefix) + strlen(de->d_name) + 2;
-    size_t rl = strlen(rel) + strlen(de->d_name) + 2;
+    if (fstatat(dirfd(d), dname, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+    size_t nl = strlen(prefix) + strlen(dname) + 2;
+    size_t rl = strlen(rel) + strlen(dname) + 2;
     char *name = malloc(nl), *relp = malloc(rl);
     if (!name || !relp) {
       free(name);
@@ -832,9 +1185,9 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       l->truncated = true;
       break;
     }
-    snprintf(name, nl, "%s%s", prefix, de->d_name);
-    snprintf(relp, rl, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name);
-    if (canon_excluded(relp)) { /* invisible, and not descended into */
+    snprintf(name, nl, "%s%s", prefix, dname);
+    snprintf(relp, rl, "%s%s%s", rel, rel[0] ? "/" : "", dname);
+    if (fo_canon_excluded(relp)) { /* invisible, and not descended into */
       free(name);
       free(relp);
       continue;
@@ -845,7 +1198,7 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       /* the target shown is the one judged: its text is read once, then resolved from this
        * directory — a link swapped meanwhile for one into an excluded directory is judged
        * on (and shows) what was read, never the newer text */
-      ssize_t tl = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
+      ssize_t tl = readlinkat(dirfd(d), dname, target, sizeof target - 1);
       if (tl > 0) {
         target[tl] = '\0';
         char tp[2 * JB_PATH_MAX + 2];
@@ -853,7 +1206,7 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
         if (target[0] == '/')
           leads_out = true; /* absolute targets never stay inside */
         else
-          inside = n > 0 && n <= JB_PATH_MAX && resolves_inside(tp, &leads_out);
+          inside = n > 0 && n <= JB_PATH_MAX && fo_resolves_inside(tp, &leads_out);
       }
     }
     if ((S_ISREG(st.st_mode) && st.st_nlink > 1) || leads_out ||
@@ -862,18 +1215,29 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
       free(relp);
       continue;
     }
-    json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", type_name(st.st_mode), "size",
-                            (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
+    /* the answer stays well inside one protocol line: long names, deep trees */
+    size_t cost = fo_json_escaped_len((const unsigned char *)name, strlen(name)) + 64 +
+                  (inside ? fo_json_escaped_len((const unsigned char *)target, strlen(target)) : 0);
+    if (l->bytes + cost > FO_ANSWER_MAX) {
+      free(name);
+      free(relp);
+      l->truncated = true;
+      break;
+    }
+    l->bytes += cost;
+    json_t *ent = json_pack("{s:s, s:s, s:I}", "name", name, "type", fo_type_name(st.st_mode),
+                            "size", (json_int_t)(S_ISREG(st.st_mode) ? st.st_size : 0));
     if (inside) json_object_set_new(ent, "target", json_string(target));
     json_array_append_new(l->entries, ent);
     l->count++;
-    if (recursive && S_ISDIR(st.st_mode) && depth < LIST_DEPTH && strlen(relp) < JB_PATH_MAX) {
-      int sub = open_dir_readable(dirfd(d), de->d_name);
+    if (S_ISDIR(st.st_mode) && st.st_dev == fo_root_dev && depth + 1 < levels &&
+        strlen(relp) < JB_PATH_MAX) {
+      int sub = fo_open_dir_readable(dirfd(d), dname);
       if (sub >= 0) {
         char *p2 = malloc(nl + 1);
         if (p2) {
           snprintf(p2, nl + 1, "%s/", name);
-          list_dir(l, sub, relp, p2, true, depth + 1);
+          list_dir(l, sub, relp, p2, levels, depth + 1);
           free(p2);
         } else {
           close(sub);
@@ -883,17 +1247,25 @@ static void list_dir(struct lister *l, int fd, const char *rel, const char *pref
     free(name);
     free(relp);
   }
+  fo_names_free(&names);
   closedir(d);
 }
 
 static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
-  const char *path = arg_path(req, ".", e);
+  const char *path = fo_arg_path(req, ".", e);
   if (!path) return NULL;
-  json_t *jr = json_object_get(req, "recursive");
+  json_t *jr = json_object_get(req, "recursive"), *jd = json_object_get(req, "depth");
   if (jr && !json_is_boolean(jr)) {
-    fail(e, "bad_request", EINVAL, "'recursive' must be a boolean");
+    fo_fail(e, "bad_request", EINVAL, "'recursive' must be a boolean");
     return NULL;
   }
+  if (jd &&
+      (!json_is_integer(jd) || json_integer_value(jd) < 1 || json_integer_value(jd) > LIST_DEPTH)) {
+    fo_fail(e, "bad_request", EINVAL, "'depth' must be an integer from 1 to %d", LIST_DEPTH);
+    return NULL;
+  }
+  /* depth 1: the directory's own entries; recursive without depth: LIST_DEPTH levels */
+  int levels = jd ? (int)json_integer_value(jd) : json_is_true(jr) ? LIST_DEPTH : 1;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
@@ -901,18 +1273,21 @@ static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
    * followed only then */
   int fd = -1, en = 0;
   for (int probe = 0; probe < 2; probe++) {
-    if (resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
-    fd = open_dir_readable(walk_dir(&w), last);
+    if (fo_resolve_allowed(path, true, probe, &w, last, canon, e) < 0) return NULL;
+    fd = fo_open_dir_readable(fo_walk_dir(&w), last);
     en = errno;
-    walk_close(&w);
+    fo_walk_close(&w);
     if (fd >= 0 || (en != ELOOP && en != ENOTDIR)) break;
   }
   if (fd < 0) {
-    fail_errno(e, en, path);
+    fo_fail_errno(e, en, path);
     return NULL;
   }
   struct lister l = {.entries = json_array()};
-  list_dir(&l, fd, canon, "", json_is_true(jr), 0);
+  list_dir(&l, fd, canon, "", levels, 0);
+  /* visited depth first with each directory's names in order (so that a truncated answer is
+   * the same on every run), answered in bytewise order of the whole names */
+  json_array_sort_by_name(l.entries);
   return json_pack("{s:s, s:o, s:I, s:b}", "path", path, "entries", l.entries, "count",
                    (json_int_t)l.count, "truncated", l.truncated);
 }
@@ -920,19 +1295,33 @@ static json_t *op_list(json_t *req, struct jb_fileop_error *e) {
 json_t *jb_fileop(const char *op, json_t *req, struct jb_fileop_error *e) {
   /* opened on the first op, not at start: the wall checks made right after launch expect
    * no descriptor but 0-2 */
-  if (root_fd < 0 && jb_fileops_init("/workspace") < 0) {
-    fail(e, "internal", errno, "the workspace cannot be opened: %s", strerror(errno));
+  if (fo_root_fd < 0 && jb_fileops_init("/workspace") < 0) {
+    fo_fail(e, "internal", errno, "the workspace cannot be opened: %s", strerror(errno));
     return NULL;
   }
-  exclude = json_object_get(req, "exclude");
-  if (exclude && !json_is_array(exclude)) {
-    fail(e, "bad_request", EINVAL, "'exclude' must be an array of globs");
+  fo_exclude = json_object_get(req, "exclude");
+  if (fo_exclude && !json_is_array(fo_exclude)) {
+    fo_fail(e, "bad_request", EINVAL, "'exclude' must be an array of globs");
     return NULL;
   }
   if (strcmp(op, "read") == 0) return op_read(req, e);
   if (strcmp(op, "write") == 0) return op_write(req, e);
   if (strcmp(op, "list") == 0) return op_list(req, e);
   if (strcmp(op, "stat") == 0) return op_stat(req, e);
-  fail(e, "unknown_op", ENOSYS, "unknown op '%.64s'", op);
+  if (strcmp(op, "read_many") == 0) return op_read_many(req, e);
+  if (strcmp(op, "mkdir") == 0) return fo_op_mkdir(req, e);
+  if (strcmp(op, "move") == 0) return fo_op_move(req, e);
+  if (strcmp(op, "delete") == 0) return fo_op_delete(req, e);
+  if (strcmp(op, "find") == 0) return fo_op_find(req, e);
+  if (strcmp(op, "search") == 0) return fo_op_search(req, e);
+  fo_fail(e, "unknown_op", ENOSYS, "unknown op '%.64s'", op);
   return NULL;
+}
+
+bool jb_fileop_known(const char *op) {
+  static const char *const ops[] = {"read",  "read_many", "write",  "list", "stat",
+                                    "mkdir", "move",      "delete", "find", "search"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (strcmp(op, ops[i]) == 0) return true;
+  return false;
 }

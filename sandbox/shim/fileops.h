@@ -1,5 +1,6 @@
 /* fileops.h — the shim's file operations inside /workspace (sandbox/proto/PROTOCOL.md):
- * read, write, list, with the path rules enforced at open time. Built into jailbox-shim only. */
+ * read, read_many, write, stat, list, mkdir, move, delete, find, search, with the path rules
+ * enforced at open time. Built into jailbox-shim only. */
 #ifndef JB_SANDBOX_FILEOPS_H
 #define JB_SANDBOX_FILEOPS_H
 
@@ -20,7 +21,9 @@ struct jb_fileop_error {
   char message[256];
 };
 
-/* Opens the workspace root (`root`; jb_fileop opens "/workspace" on its first call) once, O_PATH|O_DIRECTORY|
+/* Opens the workspace root (`root`; jb_fileop opens "/workspace" on its first call unless this
+ * was called first — the unit tests give a temporary directory; a second call replaces the
+ * root) once, O_PATH|O_DIRECTORY|
  * O_NOFOLLOW|O_CLOEXEC, and probes openat2 (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
  * RESOLVE_NO_MAGICLINKS); without it (gVisor: ENOSYS, or EPERM from a seccomp profile) every
  * open walks the path component by component with O_NOFOLLOW. 0 or -1 (errno). */
@@ -38,7 +41,10 @@ void jb_fileops_defer_closes(bool on);
 /* Closes the descriptors that wait (jb_fileops_defer_closes). */
 void jb_fileops_close_deferred(void);
 
-/* Runs op "read", "write" or "list" with the request `req` (borrowed). Returns the result
+/* Whether `op` names a file op that jb_fileop runs. */
+bool jb_fileop_known(const char *op);
+
+/* Runs file op `op` (jb_fileop_known) with the request `req` (borrowed). Returns the result
  * object (new reference), or NULL with *e filled. */
 json_t *jb_fileop(const char *op, json_t *req, struct jb_fileop_error *e);
 

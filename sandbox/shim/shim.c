@@ -456,8 +456,7 @@ static json_t *dispatch(json_t *req) {
                                   (json_int_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
   }
   if (strcmp(op, "status") == 0) return ok_reply(id, op_status());
-  if (strcmp(op, "read") == 0 || strcmp(op, "write") == 0 || strcmp(op, "list") == 0 ||
-      strcmp(op, "stat") == 0) {
+  if (jb_fileop_known(op)) {
     struct jb_fileop_error fe = {0};
     json_t *r = jb_fileop(op, req, &fe);
     if (r) return ok_reply(id, r);

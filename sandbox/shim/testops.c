@@ -297,6 +297,31 @@ static json_t *op_arm(const json_t *req, jb_error *err) {
   return json_pack("{s:b}", "armed", 1);
 }
 
+/* test.renameat2 {from, to, flags: noreplace|exchange|whiteout|none}: renameat2 of two
+ * names directly under /workspace, to learn what the runtime's file systems support. */
+static json_t *op_renameat2(const json_t *req, jb_error *err) {
+  const char *from = json_string_value(json_object_get(req, "from"));
+  const char *to = json_string_value(json_object_get(req, "to"));
+  const char *fl = json_string_value(json_object_get(req, "flags"));
+  if (!from || !to || !fl || strchr(from, '/') || strchr(to, '/')) {
+    jb_fail(err, EINVAL, "renameat2 wants from, to (plain names) and flags");
+    return NULL;
+  }
+  unsigned flags = !strcmp(fl, "noreplace")  ? 1u /* RENAME_NOREPLACE */
+                   : !strcmp(fl, "exchange") ? 2u /* RENAME_EXCHANGE */
+                   : !strcmp(fl, "whiteout") ? 4u /* RENAME_WHITEOUT */
+                                             : 0u;
+  int dir = open("/workspace", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) {
+    jb_fail(err, errno, "open /workspace");
+    return NULL;
+  }
+  long r = syscall(SYS_renameat2, dir, from, dir, to, flags);
+  int e = r < 0 ? errno : 0;
+  close(dir);
+  return json_pack("{s:b, s:i, s:s}", "ok", r == 0, "errno", e, "errnoName", e ? errname(e) : "");
+}
+
 json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err) {
   if (!strcmp(name, "die")) return op_die(req, err);
   if (!strcmp(name, "emit")) return op_emit(req, err);
@@ -306,6 +331,7 @@ json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err) {
   if (!strcmp(name, "connect")) return op_connect(req, err);
   if (!strcmp(name, "forkbomb")) return op_forkbomb(req, err);
   if (!strcmp(name, "memhog")) return op_memhog(req, err);
+  if (!strcmp(name, "renameat2")) return op_renameat2(req, err);
   jb_fail(err, ENOSYS, "unknown test op '%.64s'", name);
   return NULL;
 }

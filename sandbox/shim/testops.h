@@ -11,7 +11,7 @@
 /* Runs test op `name` (the part after "test.") with the fields of `req`. Returns the result
  * object (new reference), or NULL with `err` set for an unknown op or bad arguments.
  * Ops: syscall {name}, write {path}, connect {host, port, timeoutMs} or {path} (Unix), forkbomb {max},
- * memhog {mib}, arm {what: "malformed"}. See sandbox/proto/PROTOCOL.md. */
+ * memhog {mib}, arm {what: "malformed"}, renameat2 {from, to, flags}. See sandbox/proto/PROTOCOL.md. */
 json_t *jb_shim_test_op(const char *name, const json_t *req, jb_error *err);
 
 /* test.arm {what: "malformed"}: whether the answer to request `op` must be a malformed line

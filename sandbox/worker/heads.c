@@ -1,4 +1,8 @@
-/* heads.c — the thread that announces the audit heads of direct ops. A read, list or stat
+/* heads.c — the worker's session events: publishing them after their commits
+ * (worker_publish), and the thread that announces the audit heads of direct ops. The worker
+ * has no bus: what it commits it announces on NOTIFY jb_event once the commit returned (never
+ * inside the transaction: db/events.h), and every jailboxd delivers that to its sockets
+ * (server/bus.h). A read, list or stat
  * handed straight to this worker commits its audit entry without a NOTIFY (db/ops.h
  * jb_db_op_direct_store): its head is announced here, on this thread's own time, after the
  * answer has gone — at most one announcement per session every JB_HEAD_ANNOUNCE_MS, the newest
@@ -26,6 +30,20 @@ void heads_init(struct jb_worker *w) {
   pthread_condattr_destroy(&ca);
   jb_head_schedule_init(&w->heads.sched, JB_HEAD_ANNOUNCE_MS);
   w->heads.stop = false;
+}
+
+void worker_publish(struct jb_worker *w, PGconn *c, const char *job, enum jb_event_kind kind,
+                    json_t *payload) {
+  jb_error err = {0};
+  if (payload && jb_db_notify_event(c, job, kind, payload, &err) != JB_OK)
+    slog(w, JB_LOG_WARN, job, err.msg, "step", "publish event", "kind", jb_event_kind_key(kind),
+         NULL);
+  json_decref(payload);
+}
+
+void worker_publish_list(struct jb_worker *w, PGconn *c, const char *job, struct jb_event_list *l) {
+  for (size_t i = 0; i < l->n; i++) worker_publish(w, c, job, l->ev[i].kind, l->ev[i].payload);
+  l->n = 0;
 }
 
 void heads_committed(struct jb_worker *w, const char *job, long long seq) {

@@ -67,8 +67,8 @@ static int same_workspace(const char *path, const struct stat *first, jb_error *
 
 /* ---- the session and its job in the database ---------------------------------------------- */
 
-/* Moves `job` from one of `from` to `to` with its audit entry, and tells jailboxd (the buyer's
- * sockets live there: best effort, the change is committed). */
+/* Moves `job` from one of `from` to `to` with its audit entry, and publishes the change once
+ * committed (worker_publish: the buyer's sockets live in jailboxd). */
 static int transition_stored(struct jb_worker *w, const char *job, const char *const from[],
                              const char *to, const char *reason, struct jb_transition *out,
                              jb_error *err) {
@@ -76,15 +76,10 @@ static int transition_stored(struct jb_worker *w, const char *job, const char *c
   if (!conn.pg) return JB_ERR_FAIL;
   int rc = jb_db_session_transition(conn.pg, w->keys, job, from, to, reason, "system", out, err);
   if (rc != JB_OK) return rc;
-  json_t *ev = json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", to, "previous",
-                         out->previous, "reason", reason, "actor", "system");
-  json_t *head = jb_audit_head_json(&out->head);
-  jb_error nerr = {0};
-  if (jb_db_notify_event(conn.pg, job, "jailbox:state", ev, &nerr) != JB_OK ||
-      jb_db_notify_event(conn.pg, job, "jailbox:audit_head", head, &nerr) != JB_OK)
-    slog(w, JB_LOG_WARN, job, nerr.msg, "step", "notify event", NULL);
-  json_decref(ev);
-  json_decref(head);
+  worker_publish(w, conn.pg, job, JB_EVENT_STATE,
+                 json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", to, "previous",
+                           out->previous, "reason", reason, "actor", "system"));
+  worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&out->head));
   return rc;
 }
 
@@ -148,14 +143,9 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
       slog(w, JB_LOG_WARN, job, werr.msg, "step", "store pre-scan", NULL);
     free(text);
   }
-  json_t *ev = json_pack("{s:s,s:O}", "jobId", job, "prescan", scan);
-  json_t *head = jb_audit_head_json(&h);
-  jb_error nerr = {0};
-  if (jb_db_notify_event(conn.pg, job, "jailbox:pre_scan", ev, &nerr) != JB_OK ||
-      jb_db_notify_event(conn.pg, job, "jailbox:audit_head", head, &nerr) != JB_OK)
-    slog(w, JB_LOG_WARN, job, nerr.msg, "step", "notify event", NULL);
-  json_decref(ev);
-  json_decref(head);
+  worker_publish(w, conn.pg, job, JB_EVENT_PRE_SCAN,
+                 json_pack("{s:s,s:O}", "jobId", job, "prescan", scan));
+  worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
   return JB_OK;
 }
 

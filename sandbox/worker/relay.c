@@ -17,12 +17,18 @@
 
 /* ---- one op ------------------------------------------------------------------------------- */
 
-/* The audit details of an executed op: read {size, ok}, write {size, sha256, decision, ok},
- * list {entries, recursive, ok}; a failure adds {error: code}. */
+/* The audit details of an executed op — hashes and counts, never contents: read {size,
+ * fileSize, offset, lines?}, read_many {files, failed, size}, write {size, sha256, decision},
+ * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
+ * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
+ * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
+ * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
+ * {error: code}. api/audit.md is the contract. */
 static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json_t *answer) {
   bool ok = json_is_true(json_object_get(answer, "ok"));
   json_t *res = json_object_get(answer, "result");
   json_t *d = json_object();
+  const char *tool = op->tool;
   /* only values of the expected type go into an entry: anything else would make the entry
    * unrecordable and the op stuck (an agent controls the arguments) */
 #define SET_INT(key, v)                                   \
@@ -36,25 +42,78 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
     if (h_ && strlen(h_) == 64 && strspn(h_, "0123456789abcdef") == 64) \
       json_object_set_new(d, key, json_string(h_));                     \
   } while (0)
-  if (strcmp(op->tool, "read") == 0) {
+#define SET_BOOL(key, v) json_object_set_new(d, key, json_boolean(json_is_true(v)))
+#define SET_PATH(key, v)                                                        \
+  do {                                                                          \
+    const char *p_ = json_string_value(v);                                      \
+    if (p_ && strlen(p_) <= 4096) json_object_set_new(d, key, json_string(p_)); \
+  } while (0)
+  bool mutating = !strcmp(tool, "write") || !strcmp(tool, "edit") || !strcmp(tool, "mkdir") ||
+                  !strcmp(tool, "move") || !strcmp(tool, "delete");
+  if (strcmp(tool, "read") == 0) {
     json_t *len = json_object_get(res, "length");
     json_object_set_new(d, "size",
                         json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
     if (ok) SET_INT("fileSize", json_object_get(res, "size"));
     SET_INT("offset", json_object_get(args, "offset"));
-  } else if (strcmp(op->tool, "write") == 0) {
+    json_t *lines = json_object_get(res, "lines");
+    if (ok && json_is_object(lines)) {
+      SET_INT("firstLine", json_object_get(lines, "first"));
+      SET_INT("lines", json_object_get(lines, "count"));
+    }
+  } else if (strcmp(tool, "read_many") == 0) {
+    json_t *files = json_object_get(res, "files"), *f;
+    size_t i;
+    long long failed = 0, size = 0;
+    json_array_foreach (files, i, f) {
+      if (!json_is_true(json_object_get(f, "ok")))
+        failed++;
+      else
+        size += json_integer_value(json_object_get(json_object_get(f, "result"), "length"));
+    }
+    json_object_set_new(d, "files", json_integer((json_int_t)json_array_size(files)));
+    json_object_set_new(d, "failed", json_integer(failed));
+    json_object_set_new(d, "size", json_integer(size));
+  } else if (strcmp(tool, "write") == 0 || strcmp(tool, "edit") == 0) {
     SET_INT("size", json_object_get(args, "size"));
     SET_HEX64("sha256", json_object_get(args, "sha256"));
-    json_object_set_new(d, "decision", json_string(op->decision));
-  } else if (strcmp(op->tool, "stat") == 0) {
+    if (strcmp(tool, "edit") == 0) {
+      SET_HEX64("sha256Before", json_object_get(args, "expectSha256"));
+      SET_INT("edits", json_object_get(args, "edits"));
+      SET_INT("replaced", json_object_get(args, "replaced"));
+    }
+  } else if (strcmp(tool, "stat") == 0) {
     json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
     SET_HEX64("sha256", json_object_get(res, "sha256"));
-  } else if (strcmp(op->tool, "list") == 0) {
+  } else if (strcmp(tool, "list") == 0) {
     json_object_set_new(d, "entries",
                         json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
-    json_object_set_new(d, "recursive",
-                        json_boolean(json_is_true(json_object_get(args, "recursive"))));
+    SET_BOOL("recursive", json_object_get(args, "recursive"));
+    SET_INT("depth", json_object_get(args, "depth"));
+  } else if (strcmp(tool, "find") == 0 || strcmp(tool, "search") == 0) {
+    json_object_set_new(
+        d, "matches",
+        json_integer(ok ? (json_int_t)json_array_size(json_object_get(res, "matches")) : 0));
+    SET_BOOL("truncated", json_object_get(res, "truncated"));
+    if (ok && strcmp(tool, "search") == 0)
+      SET_INT("filesScanned", json_object_get(res, "filesScanned"));
+  } else if (strcmp(tool, "mkdir") == 0) {
+    SET_BOOL("created", json_object_get(res, "created"));
+  } else if (strcmp(tool, "move") == 0) {
+    SET_PATH("destination", json_object_get(args, "destination"));
+    SET_BOOL("overwrite", json_object_get(args, "overwrite"));
+    if (ok) {
+      SET_PATH("type", json_object_get(res, "type"));
+      SET_HEX64("sha256", json_object_get(res, "sha256"));
+    }
+  } else if (strcmp(tool, "delete") == 0) {
+    SET_BOOL("recursive", json_object_get(args, "recursive"));
+    if (ok) {
+      SET_INT("deleted", json_object_get(res, "deleted"));
+      SET_PATH("type", json_object_get(res, "type"));
+    }
   }
+  if (mutating) json_object_set_new(d, "decision", json_string(op->decision));
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) {
     const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
@@ -64,6 +123,8 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
   }
 #undef SET_INT
 #undef SET_HEX64
+#undef SET_BOOL
+#undef SET_PATH
   return d;
 }
 
@@ -79,6 +140,17 @@ struct op_signal {
 static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation,
                         struct op_signal *sigout) {
   json_t *ej = json_object_get(ans, "error");
+  if (!ej && !strcmp(op->tool, "read_many")) { /* the first file refused for an escape */
+    size_t i;
+    json_t *f;
+    json_array_foreach (json_object_get(json_object_get(ans, "result"), "files"), i, f) {
+      json_t *fe = json_object_get(f, "error");
+      if (json_is_string(json_object_get(fe, "escape"))) {
+        ej = fe;
+        break;
+      }
+    }
+  }
   const char *escape = json_string_value(json_object_get(ej, "escape"));
   const char *code = json_string_value(json_object_get(ej, "code"));
   int sig = violation ? JB_SIG_PROTOCOL_VIOLATION : escape ? jb_signal_from_name(escape) : -1;
@@ -95,14 +167,67 @@ static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violatio
   return sig;
 }
 
+/* An approved mkdir, move or delete runs only on what the buyer was shown: each {path,
+ * exists, type?, sha256?} of `expect` is compared with a stat of the path in the shim, under
+ * the session's lock (no other op of the session runs between the check and the op). Fills
+ * `changed` with what differs (empty: nothing), or `err` when the shim could not be asked.
+ * Returns NULL (the answers are not kept). */
+static json_t *check_current(struct jb_worker *w, struct jb_session *s, json_t *expect,
+                             json_t *exclude, char *changed, size_t size, jb_error *err) {
+  size_t i;
+  json_t *x;
+  json_array_foreach (expect, i, x) {
+    const char *path = json_string_value(json_object_get(x, "path"));
+    if (!path) continue;
+    json_t *req = json_pack("{s:s,s:s}", "op", "stat", "path", path);
+    if (req && json_is_array(exclude)) json_object_set(req, "exclude", exclude);
+    json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, err) : NULL;
+    json_decref(req);
+    if (!a) return NULL;
+    json_t *r = json_object_get(a, "result");
+    const char *code = json_string_value(json_object_get(json_object_get(a, "error"), "code"));
+    bool ok = json_is_true(json_object_get(a, "ok")) || (code && !strcmp(code, "not_found"));
+    bool exists =
+        ok && json_is_true(json_object_get(r, "exists")); /* not_found: a parent missing */
+    bool want = json_is_true(json_object_get(x, "exists"));
+    const char *type = json_string_value(json_object_get(r, "type")) ?: "";
+    const char *wtype = json_string_value(json_object_get(x, "type"));
+    const char *sha = json_string_value(json_object_get(r, "sha256"));
+    const char *wsha = json_string_value(json_object_get(x, "sha256"));
+    const char *what = NULL;
+    char why[120]; /* the shim's reason, for the agent */
+    snprintf(why, sizeof why, "cannot be examined any more (%.80s)",
+             json_string_value(json_object_get(json_object_get(a, "error"), "message")) ?: "?");
+    if (!ok)
+      what = why;
+    else if (exists != want)
+      what = want ? "no longer exists" : "exists now";
+    else if (exists && wtype && strcmp(type, wtype))
+      what = "is of another type now";
+    else if (exists && wsha && (!sha || strcmp(sha, wsha)))
+      what = "has changed";
+    json_decref(a);
+    if (what) {
+      snprintf(changed, size, "%.400s %s since the op was requested: not run", path, what);
+      return NULL;
+    }
+  }
+  return NULL;
+}
+
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
                       json_t *args, bool *violation) {
-  json_t *req = json_pack("{s:s, s:s}", "op", op->tool, "path", op->path[0] ? op->path : ".");
-  static const char *const pass[] = {"offset",       "length",      "recursive",
-                                     "content",      "encoding",    "exclude",
-                                     "expectSha256", "withContent", NULL};
+  /* an edit runs as the write jailboxd made of it; read_many names its paths itself */
+  json_t *req = json_pack("{s:s}", "op", strcmp(op->tool, "edit") ? op->tool : "write");
+  if (strcmp(op->tool, "read_many"))
+    json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
+  static const char *const pass[] = {
+      "offset",       "length",      "lineOffset", "lineLimit", "head",     "tail",
+      "paths",        "recursive",   "depth",      "content",   "encoding", "exclude",
+      "expectSha256", "withContent", "hash",       "pattern",   "glob",     "maxMatches",
+      "destination",  "overwrite",   NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i]))
       json_object_set(req, pass[i], json_object_get(args, pass[i]));
@@ -115,9 +240,22 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   }
   json_t *ans = NULL;
   jb_error err = {0};
-  if (s && s->sb_ready)
+  char changed[600] = "";
+  if (s && s->sb_ready && json_is_array(json_object_get(args, "expectCurrent")))
+    ans = check_current(w, s, json_object_get(args, "expectCurrent"),
+                        json_object_get(args, "exclude"), changed, sizeof changed, &err);
+  if (changed[0]) {
+    session_unlock(s);
+    json_decref(req);
+    json_decref(ans);
+    return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "changed", "message",
+                     changed);
+  }
+  json_decref(ans);
+  ans = NULL;
+  if (s && s->sb_ready && !err.msg[0])
     ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
-  else
+  else if (!err.msg[0])
     jb_fail(&err, ESRCH, "the session's sandbox is not up");
   bool killed = s && atomic_load(&s->killing);
   /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
@@ -154,6 +292,17 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
  * from the row). NULL when out of memory. */
 static char *op_stored_text(json_t *ans, bool strip_content) {
   json_t *stored = ans;
+  json_t *files = json_object_get(json_object_get(ans, "result"), "files");
+  if (strip_content && json_is_array(files)) { /* read_many */
+    stored = json_deep_copy(ans);
+    size_t i;
+    json_t *f;
+    json_array_foreach (json_object_get(json_object_get(stored, "result"), "files"), i, f)
+      json_object_del(json_object_get(f, "result"), "content");
+    char *text = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
+    json_decref(stored);
+    return text;
+  }
   if (strip_content && json_is_true(json_object_get(ans, "ok")) &&
       json_object_get(json_object_get(ans, "result"), "content")) {
     stored = json_deep_copy(ans);
@@ -185,6 +334,7 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
                 : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
+  if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
   json_decref(ans);
   return rc;
@@ -286,7 +436,8 @@ void *relay_queued_main(void *arg) {
 
 /* ---- direct ops (sandbox/proto/direct.h) ---------------------------------------------------- */
 
-/* A read, list or stat jailboxd handed over: its request, and what running it gave. */
+/* An op that changes nothing (read, read_many, list, find, search, stat) jailboxd handed
+ * over: its request, and what running it gave. */
 struct direct_op {
   const char *job, *tool, *path, *args_json, *expect_json;
   json_t *args;
@@ -391,8 +542,11 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   if (!job || !tool || !path || !json_is_object(args) ||
       (expect && !json_is_object(expect) && !json_is_null(expect)))
     return relay_not_run("", "want {jobId, tool, path, args, expect}");
-  if (strcmp(tool, "read") && strcmp(tool, "list") && strcmp(tool, "stat"))
-    return relay_not_run("", "only read, list and stat are handed over directly");
+  static const char *const direct_tools[] = {"read",   "read_many", "list", "find",
+                                             "search", "stat",      NULL};
+  bool direct = false;
+  for (size_t i = 0; direct_tools[i]; i++) direct = direct || !strcmp(tool, direct_tools[i]);
+  if (!direct) return relay_not_run("", "only tools that change nothing are handed over directly");
   /* not s->lock: another op of the session may hold it for its whole call (op_run checks
    * again under it) */
   pthread_mutex_lock(&w->lock);

@@ -13,7 +13,9 @@ static int signal_count(struct jb_worker *w, const char *job, const char *name, 
                         long every, struct jb_count_out *count, jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
-  return jb_db_signal_count(conn.pg, w->keys, job, name, detail, every, count, err);
+  int rc = jb_db_signal_count(conn.pg, w->keys, job, name, detail, every, count, err);
+  if (rc == JB_OK) worker_publish_list(w, conn.pg, job, &count->events);
+  return rc;
 }
 
 /* Aborts `job` for escape signal `name` (escape_detected; alert, trust score). */
@@ -29,7 +31,9 @@ static int escape_seal(struct jb_worker *w, const char *job, const char *previou
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_finish_out fin = {0};
-  return jb_db_session_finish(conn.pg, w->keys, job, previous, &fin, err);
+  int rc = jb_db_session_finish(conn.pg, w->keys, job, previous, &fin, err);
+  if (rc == JB_OK) worker_publish_list(w, conn.pg, job, &fin.events);
+  return rc;
 }
 
 void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail) {

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 
 #include "db/db.h"
+#include "db/events.h"
 #include "lib/err.h"
 #include "lib/escape_policy.h"
 #include "lib/keyring.h"
@@ -202,8 +203,8 @@ void kill_for_abort(struct jb_worker *w, const char *job);
 /* The op thread (arg: the worker). */
 void *relay_queued_main(void *arg);
 
-/* Runs one read, list or stat jailboxd handed straight to this worker (`req`: the request of
- * sandbox/proto/direct.h). The answer object (new). *head receives the audit head the op
+/* Runs one op that changes nothing (read, read_many, list, find, search, stat) jailboxd
+ * handed straight to this worker (`req`: the request of sandbox/proto/direct.h). The answer object (new). *head receives the audit head the op
  * committed without announcing it (0: none). */
 json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head);
 
@@ -225,7 +226,16 @@ void *control_main(void *arg);
 /* The ops socket's accepting thread (arg: the worker; w->ops_fd listening). */
 void *direct_server_main(void *arg);
 
-/* ---- audit heads (heads.c) --------------------------------------------------------------- */
+/* ---- session events and audit heads (heads.c) -------------------------------------------- */
+
+/* Publishes event (`kind`, `payload` stolen; NULL: nothing) of `job` on NOTIFY jb_event, on
+ * `c` once the commit that made it true has returned (`c` idle). Best effort: a failure is
+ * logged (the change is committed; a socket that reconnects is sent the state). */
+void worker_publish(struct jb_worker *w, PGconn *c, const char *job, enum jb_event_kind kind,
+                    json_t *payload);
+
+/* worker_publish of every event of `l`, in order; empties `l`. */
+void worker_publish_list(struct jb_worker *w, PGconn *c, const char *job, struct jb_event_list *l);
 
 /* Readies w->heads (before the heads thread starts). */
 void heads_init(struct jb_worker *w);

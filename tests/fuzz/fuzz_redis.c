@@ -12,10 +12,11 @@
 
 static void check(const char *channel, const char *msg, size_t len) {
   json_t *doc, *payload;
-  const char *job, *event;
-  if (jb_fanout_accept(channel, msg, len, &doc, &job, &event, &payload) == 0) {
-    /* an accepted message names a jailbox event for the channel's session */
-    if (strncmp(event, "jailbox:", 8) != 0 || !json_is_object(payload) ||
+  const char *job;
+  enum jb_event_kind kind;
+  if (jb_fanout_accept(channel, msg, len, &doc, &job, &kind, &payload) == 0) {
+    /* an accepted message names a known event kind for the channel's session */
+    if (!jb_event_kind_key(kind) || !json_is_object(payload) ||
         strcmp(channel + strlen("jailbox:session:"), job) != 0)
       abort();
     json_decref(doc);

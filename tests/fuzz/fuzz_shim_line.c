@@ -7,16 +7,32 @@
  * seed; the rest is the stream. Besides sanitizer reports, it checks the results against a
  * plain model computed on the whole stream at once: the same stdout and stderr bytes, the same
  * lines and reports in the same order whatever the chunking, and never more than
- * max_line + 1 bytes held. */
+ * max_line + 1 bytes held.
+ *
+ * Each line that parses as an object naming a file op ("op": read, read_many, write, stat,
+ * list, mkdir, move, delete, find, search) is also run as a request by the shim's own file ops
+ * (sandbox/shim/fileops.h: argument parsing, resolution, PCRE2 compilation and limits)
+ * against a small workspace under /tmp: a tree with symlinks inside and out, a hard link and a
+ * fifo, beside a sibling directory "outside" that its links point at. After every input the
+ * outside directory must be exactly as made (an op that reached it aborts the run), and the
+ * workspace is made again when an op changed it. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lib/buf.h"
 #include "lib/json.h"
 #include "lib/line.h"
 #include "sandbox/proto/shim.h"
+#include "sandbox/shim/fileops.h"
 #include "sandbox/worker/attach.h"
 
 #define OUT_CAP (1u << 20)
@@ -75,6 +91,101 @@ static bool model_frames(const unsigned char *p, size_t n, struct jb_buf *out, s
   return false;
 }
 
+/* ---- the file ops' workspace ------------------------------------------------------------- */
+
+static char base[64]; /* holds ws/ (the workspace) and outside/ */
+static bool ws_dirty;
+
+static void mk(const char *rel, const char *content) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/%s", base, rel);
+  if (!content) {
+    if (mkdir(p, 0755) < 0) abort();
+    return;
+  }
+  FILE *f = fopen(p, "w");
+  if (!f) abort();
+  fputs(content, f);
+  fclose(f);
+}
+
+static void ln(const char *target, const char *rel) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/%s", base, rel);
+  if (symlink(target, p) < 0) abort();
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  return remove(p);
+}
+
+static void make_workspace(void) {
+  char p[256], q[256];
+  snprintf(p, sizeof p, "%s/ws", base);
+  nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  mk("ws", NULL);
+  mk("ws/src", NULL);
+  mk("ws/src/deep", NULL);
+  mk("ws/a.txt", "alpha\nbeta\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\n");
+  mk("ws/src/main.c", "int main(void) { return 0; }\n");
+  mk("ws/src/deep/x.h", "#define X 1\n");
+  mk("ws/secret", "key\n");
+  ln("a.txt", "ws/in");
+  ln("../outside", "ws/out");
+  snprintf(q, sizeof q, "%s/outside/file", base);
+  ln(q, "ws/abs");
+  ln("../../outside/file", "ws/src/up");
+  snprintf(p, sizeof p, "%s/ws/src/hl", base);
+  if (link(q, p) < 0) abort(); /* a hard link to the file outside */
+  snprintf(p, sizeof p, "%s/ws/fifo", base);
+  if (mkfifo(p, 0600) < 0) abort();
+  ws_dirty = false;
+}
+
+static void init_workspace(void) {
+  snprintf(base, sizeof base, "/tmp/jb-fuzz-shim-XXXXXX");
+  if (!mkdtemp(base)) abort();
+  mk("outside", NULL);
+  mk("outside/file", "outside\n");
+  make_workspace();
+  char p[256];
+  snprintf(p, sizeof p, "%s/ws", base);
+  if (jb_fileops_init(p) < 0) abort();
+}
+
+/* The outside directory as made: one file, one line, its two links (itself and src/hl). */
+static void check_outside(void) {
+  char p[256], buf[64];
+  snprintf(p, sizeof p, "%s/outside/file", base);
+  struct stat st;
+  int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) < 0) abort();
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  if (n != 8 || memcmp(buf, "outside\n", 8) || st.st_size != 8) abort();
+  snprintf(p, sizeof p, "%s/outside", base);
+  int count = 0;
+  DIR *d = opendir(p);
+  if (!d) abort();
+  struct dirent *de;
+  while ((de = readdir(d))) count += de->d_name[0] != '.';
+  closedir(d);
+  if (count != 1) abort();
+}
+
+/* Runs the parsed line `o` as a file op when it names one. */
+static void run_op(json_t *o) {
+  const char *op = json_string_value(json_object_get(o, "op"));
+  if (!op || !jb_fileop_known(op)) return;
+  struct jb_fileop_error e = {0};
+  json_t *r = jb_fileop(op, o, &e);
+  if (!r && (!e.code || !e.message[0])) abort(); /* a refusal always says what and why */
+  if (r && (!strcmp(op, "write") || !strcmp(op, "mkdir") || !strcmp(op, "move") ||
+            !strcmp(op, "delete")))
+    ws_dirty = true;
+  json_decref(r);
+}
+
 /* Pulls every result the reader has; false once it has ended for good. */
 static bool drain(struct jb_line_reader *r, struct jb_buf *t) {
   for (;;) {
@@ -89,6 +200,7 @@ static bool drain(struct jb_line_reader *r, struct jb_buf *t) {
       jb_error err;
       json_t *o = jb_json_parse_object(line, n, JB_SHIM_MAX_DEPTH, &err);
       if (!o && !err.msg[0]) abort(); /* a refusal always says why */
+      if (o) run_op(o);
       json_decref(o);
       continue;
     }
@@ -106,6 +218,7 @@ static bool drain(struct jb_line_reader *r, struct jb_buf *t) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!base[0]) init_workspace();
   if (size < 4) return 0;
   struct jb_line_opts o = {
       .max_line = data[0] & 0x80 ? 1 + (size_t)(data[0] & 0x7f) : 1 + (size_t)data[0] * 64,
@@ -184,5 +297,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   jb_buf_free(&want_lines);
   jb_buf_free(&got_err);
   jb_buf_free(&got_lines);
+  check_outside();
+  if (ws_dirty) make_workspace();
   return 0;
 }

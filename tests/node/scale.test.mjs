@@ -6,7 +6,9 @@
 //      call returns; events caused on one instance reach the buyer on the other, once.
 //   2. Redis killed and started again mid-session: no op or decision lost, events go on
 //      (over PostgreSQL NOTIFY meanwhile), fan-out over Redis resumes by itself.
-//   3. SIGTERM to the instance holding both sockets (through nginx) while a write waits
+//   3. an op whose commit fails: no instance announces it; stored again, its approval request
+//      reaches the buyer on each instance once.
+//   4. SIGTERM to the instance holding both sockets (through nginx) while a write waits
 //      for approval: /readyz 503, both socket.io-client clients reconnect through nginx to
 //      the other instance, get the state and the pending approval, and the session goes on.
 import { test, before, after } from 'node:test';
@@ -15,6 +17,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { io } from 'socket.io-client';
+import pgClient from 'pg';
 import {
   ROOT, JAILBOXD, cleanup, scratch, sharedSecrets, sleep, startInstance, startNginx, startPostgres,
   startRedis, startWorker, waitFor,
@@ -228,16 +231,18 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
     assert.equal(count(b, 'jailbox:op', (p) => p.opId === after4 && p.state === 'approved'), 1);
   }
   // what arrives on Redis is checked: an envelope on another session's channel, malformed
-  // JSON, an event outside jailbox:*, a duplicate key or a NUL byte is never delivered
+  // JSON, an unknown kind (a wire name is not one: db/events.h), a duplicate key or a NUL byte
+  // is never delivered
   const cli = redis.cli;
   const mark = (k) => ({ jobId: S.jobId, state: 'forged-' + k });
-  cli('PUBLISH', 'jailbox:session:job-other', JSON.stringify({ job: S.jobId, event: 'jailbox:state', payload: mark(1) }));
+  cli('PUBLISH', 'jailbox:session:job-other', JSON.stringify({ job: S.jobId, kind: 'state', payload: mark(1) }));
   cli('PUBLISH', 'jailbox:session:' + S.jobId, '{"job":');
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, event: 'connect', payload: mark(2) }));
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","event":"jailbox:state","payload":{"state":"forged-3"},"job":"x"}`);
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","event":"jailbox:state","payload":{"state":"forged-4\\u0000"}}`);
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'connect', payload: mark(2) }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'jailbox:state', payload: mark(2) }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","kind":"state","payload":{"state":"forged-3"},"job":"x"}`);
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, `{"job":"${S.jobId}","kind":"state","payload":{"state":"forged-4\\u0000"}}`);
   // a well-formed one on the right channel is delivered: the check above can fail
-  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, event: 'jailbox:state', payload: mark('ok') }));
+  cli('PUBLISH', 'jailbox:session:' + S.jobId, JSON.stringify({ job: S.jobId, kind: 'state', payload: mark('ok') }));
   await waitEvent(buyerB, 'jailbox:state', (p) => p.state === 'forged-ok');
   await sleep(300);
   for (const b of [buyerA, buyerB]) {
@@ -253,6 +258,46 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
   const v = await A.req('GET', `/v1/jailbox/${S.jobId}/audit/verify`);
   assert.equal(v.status, 200, v.text);
   assert.equal(v.json.ok, true, v.text);
+});
+
+test('a commit that fails announces nothing on any instance; the next one reaches each buyer once', { timeout: 120000 }, async () => {
+  // events are published after the commit returned (db/events.h): a deferred trigger fails the
+  // commit itself — not a statement — of the op a supervised write stores
+  const db = new pgClient.Client({ host: pg.host, user: 'ext', database: 'postgres' });
+  await db.connect();
+  try {
+    await db.query(`CREATE FUNCTION jb_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'commit refused by the test'; END $$`);
+    await db.query(`CREATE CONSTRAINT TRIGGER jb_test_refuse AFTER INSERT ON ops
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+      WHEN (NEW.job_id = '${S.jobId}' AND NEW.tool = 'write' AND NEW.path = 'refused.txt') EXECUTE FUNCTION jb_test_refuse()`);
+    const requests = (b) => count(b, 'jailbox:approval_request', (p) => p.path === 'refused.txt');
+    const r = await call(agentA, 'write', { path: 'refused.txt', content: 'no\n' });
+    assert.equal(r.error?.data?.reason, 'unavailable', 'the write failed: ' + JSON.stringify(r));
+    assert.equal((await db.query("SELECT count(*)::int n FROM ops WHERE job_id = $1 AND tool = 'write' AND path = 'refused.txt'", [S.jobId])).rows[0].n, 0);
+    await sleep(1000); // an event published before the commit failed would have arrived
+    for (const [b, n] of [[buyerA, 'A'], [buyerB, 'B']]) assert.equal(requests(b), 0, 'buyer on ' + n + ': nothing announced');
+
+    await db.query('DROP TRIGGER jb_test_refuse ON ops');
+    const w = call(agentA, 'write', { path: 'refused.txt', content: 'yes\n' });
+    const req = await waitEvent(buyerB, 'jailbox:approval_request', (p) => p.path === 'refused.txt');
+    await waitEvent(buyerA, 'jailbox:approval_request', (p) => p.opId === req.opId);
+    assert.equal((await A.req('POST', `/v1/jailbox/${S.jobId}/reject/${req.opId}`, { token: S.buyerToken })).status, 200);
+    const done = await w;
+    assert.equal(done.error?.data?.reason, 'rejected', JSON.stringify(done));
+    const isOp = (p) => p.opId === req.opId && p.state === 'rejected';
+    await waitEvent(buyerA, 'jailbox:op', isOp);
+    await waitEvent(buyerB, 'jailbox:op', isOp);
+    await sleep(500); // duplicates, if any, would have arrived
+    for (const [b, n] of [[buyerA, 'A'], [buyerB, 'B']]) {
+      assert.equal(requests(b), 1, 'buyer on ' + n + ': the request once');
+      assert.equal(count(b, 'jailbox:op', isOp), 1, 'buyer on ' + n + ': the decision once');
+    }
+  } finally {
+    await db.query('DROP TRIGGER IF EXISTS jb_test_refuse ON ops');
+    await db.query('DROP FUNCTION IF EXISTS jb_test_refuse()');
+    await db.end();
+  }
 });
 
 test('SIGTERM to the instance holding both sockets: clients reconnect through nginx, the session goes on', { timeout: 240000 }, async () => {
@@ -335,7 +380,7 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v6\n');
   const ops = await Y.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`);
   assert.equal(ops.json.ops.length, 0);
-  const all = (await Y.req('GET', `/v1/jailbox/${S.jobId}/ops`)).json.ops.filter((o) => o.tool === 'write');
+  const all = (await Y.req('GET', `/v1/jailbox/${S.jobId}/ops`)).json.ops.filter((o) => o.tool === 'write' && o.path === 'a.txt');
   assert.equal(all.length, 5);
   assert.ok(all.every((o) => o.state === 'done'), JSON.stringify(all));
   const v = await Y.req('GET', `/v1/jailbox/${S.jobId}/audit/verify`);

@@ -346,9 +346,9 @@ test('review: a late audit head is never handed after a newer one, whatever othe
   await srv.setState(a, 'active');
   const buyer = await connect(A.buyerToken);
   await waitEvent(buyer, 'jailbox:state', (p) => p.snapshot);
-  // heads as writers NOTIFY them (db/events.c), in this order: A's 1000, B's 1, A's late 999, A's 1001
+  // heads as the worker NOTIFYs them (db/events.c), in this order: A's 1000, B's 1, A's late 999, A's 1001
   const notify = (job, seq) => srv.db.query("SELECT pg_notify('jb_event', $1)", [JSON.stringify({
-    job, event: 'jailbox:audit_head', payload: { seq, hash: '00'.repeat(32), signature: 'AA==', keyId: 'k' } })]);
+    job, kind: 'audit_head', payload: { seq, hash: '00'.repeat(32), signature: 'AA==', keyId: 'k' } })]);
   await notify(a, 1000);
   await notify(b, 1);
   await notify(a, 999);
@@ -526,18 +526,21 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   r = await call({ jsonrpc: '2.0', id: 'two', method: 'tools/list' });
   assert.equal(r.id, 'two');
   const tools = Object.fromEntries(r.result.tools.map((t) => [t.name, t]));
-  assert.deepEqual(Object.keys(tools).sort(), ['done', 'list', 'read', 'write']);
+  assert.deepEqual(Object.keys(tools).sort(), ['delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
   for (const t of Object.values(tools)) {
     assert.equal(t.inputSchema.type, 'object');
     assert.equal(t.inputSchema.additionalProperties, false);
+    assert.equal(t.outputSchema.type, 'object');
+    assert.equal(typeof t.annotations.readOnlyHint, 'boolean');
     assert.ok(t.description);
   }
   assert.deepEqual(tools.read.inputSchema.required, ['path']);
-  assert.deepEqual(Object.keys(tools.read.inputSchema.properties).sort(), ['length', 'offset', 'path']);
+  assert.deepEqual(Object.keys(tools.read.inputSchema.properties).sort(), ['byteLength', 'byteOffset', 'head', 'limit', 'offset', 'path', 'tail']);
   assert.deepEqual(tools.write.inputSchema.required, ['path', 'content']);
   assert.deepEqual(tools.write.inputSchema.properties.encoding.enum, ['utf-8', 'base64']);
-  assert.deepEqual(tools.list.inputSchema.properties.recursive, { type: 'boolean' });
-  assert.deepEqual(tools.done.inputSchema.required, ['summary']);
+  assert.equal(tools.list.inputSchema.properties.recursive.type, 'boolean');
+  assert.equal(tools.done.inputSchema.required, undefined);
+  assert.deepEqual(tools.move.inputSchema.required, ['source', 'destination']);
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
   // the op handler (api/agent/ops.c): no sandbox here, the session is still 'created'

@@ -1,0 +1,125 @@
+/* walk.h — the resolver and helpers that the shim's op files share (fileops.c owns them;
+ * treeops.c and searchops.c use them): a path walked from the workspace root's descriptor one
+ * component at a time, never handing a symlink to the kernel to follow, the exclusion check on
+ * the symlink-free path reached, and the error constructors. Internal to jailbox-shim. */
+#ifndef JB_SANDBOX_SHIM_WALK_H
+#define JB_SANDBOX_SHIM_WALK_H
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "lib/pathcheck.h"
+#include "sandbox/shim/fileops.h"
+
+#define MAX_DEPTH 256 /* directories deep one walk may go */
+#define HASH_MAX (256LL * 1024 * 1024) /* bytes hashed by stat, move and expectSha256 at most */
+
+/* A walk in progress: the stack of directories from the root (fds[0], not owned) down. */
+struct walk {
+  int fds[MAX_DEPTH + 1];
+  int depth;
+  char canon[JB_PATH_MAX + 1]; /* the directories' own names from the root: "a/b" ("" = root) */
+};
+
+extern int fo_root_fd; /* the workspace root, O_PATH (jb_fileops_init) */
+extern dev_t fo_root_dev; /* its st_dev: a directory with another one is a mount point */
+extern const json_t *fo_exclude; /* the current request's exclusion globs (borrowed) or NULL */
+
+/* Fills *e with `code`, `errnum` and the formatted message (escape cleared). Returns -1. */
+int fo_fail(struct jb_fileop_error *e, const char *code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* An errno from an open, stat or change as a protocol error about `what`. Returns -1. */
+int fo_fail_errno(struct jb_fileop_error *e, int errnum, const char *what);
+
+/* Resolves `path` (syntactically checked) to its directory and last component: see fileops.c.
+ * With `follow`, symlinks that stay inside are followed; without, any symlink before the last
+ * component is refused. 0 with `w` open, or -1 with *e and nothing open. */
+int fo_resolve(const char *path, bool follow, bool probe_last, struct walk *w,
+               char last[JB_PATH_NAME_MAX + 1], struct jb_fileop_error *e);
+
+/* fo_resolve, then the exclusion check on the symlink-free path reached, written to `canon`
+ * (JB_PATH_MAX + 1 bytes). 0 with `w` open, or -1 with *e (`excluded`) and nothing open. */
+int fo_resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
+                       char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e);
+
+/* Closes (or defers the close of) the walk's directories. */
+void fo_walk_close(struct walk *w);
+
+/* The descriptor of the walk's current directory (borrowed). */
+int fo_walk_dir(const struct walk *w);
+
+/* The symlink-free path of `last` in the walk's directory into `out` (JB_PATH_MAX + 1). 0/-1. */
+int fo_final_canon(const struct walk *w, const char *last, char *out);
+
+/* Whether root-relative, symlink-free `canon` is excluded by the request's globs. */
+bool fo_canon_excluded(const char *canon);
+
+/* Whether the symlink `name` in the walk's directory leads out of the workspace. */
+bool fo_link_leads_out(const struct walk *w, const char *name);
+
+/* Whether root-relative `rel`, symlinks followed, reaches something inside that is not
+ * excluded; *out (may be NULL) is set when it leads out. */
+bool fo_resolves_inside(const char *rel, bool *out);
+
+/* Opens directory `name` under `dir` for reading without following a symlink (O_PATH pin,
+ * then "."); -1 with errno. The descriptor is the caller's. */
+int fo_open_dir_readable(int dir, const char *name);
+
+/* Refuses (-1 with *e) what is not a regular file with one link; hard_link escape for more. */
+int fo_check_regular(const struct stat *st, const char *path, struct jb_fileop_error *e);
+
+/* The request's string argument `key` (default `def` when absent and `def` is non-NULL),
+ * checked by jb_path_check ("." allowed only with a default). NULL with *e. */
+const char *fo_arg_path_key(json_t *req, const char *key, const char *def,
+                            struct jb_fileop_error *e);
+
+/* fo_arg_path_key for "path". */
+const char *fo_arg_path(json_t *req, const char *def, struct jb_fileop_error *e);
+
+/* "file", "dir", "symlink" or "other". */
+const char *fo_type_name(mode_t m);
+
+/* SHA-256 (hex) of the open regular file `fd`, optionally keeping its bytes (≤ JB_FILE_MAX):
+ * see fileops.c. 0 or -1 (errno; EFBIG over HASH_MAX). */
+int fo_hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len);
+
+#define FO_ANSWER_MAX (1024 * 1024) /* bytes of the names or lines of one list, find, search */
+
+/* Bytes `n` bytes take inside a JSON string (jansson's escapes, without JSON_ENSURE_ASCII). */
+size_t fo_json_escaped_len(const unsigned char *buf, size_t n);
+
+/* Sets {content, encoding} of `n` bytes on `o` (utf-8 text or base64). `o`, or NULL (o freed). */
+json_t *fo_content_json(const unsigned char *buf, size_t n, json_t *o);
+
+/* Closes `fd` now or after the answer (jb_fileops_defer_closes). */
+void fo_close_later(int fd);
+
+#define FO_NAMES_MAX 1000000 /* names of one directory read at most */
+
+/* The names of a directory, without "." and "..", sorted bytewise. */
+struct fo_names {
+  char **v;
+  size_t n;
+};
+
+/* Reads every name of `d` (at most FO_NAMES_MAX) into *out, sorted. 0, or -1 when not all could
+ * be kept (out of memory, too many): *out then holds those that were, sorted. */
+int fo_read_names(DIR *d, struct fo_names *out);
+
+/* Frees what fo_read_names kept. */
+void fo_names_free(struct fo_names *names);
+
+/* The ops of treeops.c and searchops.c: the request `req` (borrowed), a new result or NULL
+ * with *e. Arguments and results: sandbox/proto/PROTOCOL.md. */
+json_t *fo_op_mkdir(json_t *req, struct jb_fileop_error *e);
+json_t *fo_op_move(json_t *req, struct jb_fileop_error *e);
+json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e);
+json_t *fo_op_find(json_t *req, struct jb_fileop_error *e);
+json_t *fo_op_search(json_t *req, struct jb_fileop_error *e);
+
+#endif

@@ -1,0 +1,304 @@
+/* test_tool_args.c — the decoding of every tool's arguments before anything else runs
+ * (api/agent/op_checks.c op_check_args): unknown arguments, types, required ones, integer
+ * ranges, pattern/glob, read_many and edit list limits, read's one-mode rule; the paths each
+ * tool names (op_path_passes: the root only for directory tools, never for delete); the
+ * shim's argument names (op_shim_args); and the tools/list description (api/agent/tools.c)
+ * agreeing with the decoder. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/agent/op_call.h"
+#include "api/agent/tools.h"
+
+/* Decodes `json` for `tool`: true when accepted; *code and msg otherwise. */
+static bool decode(enum jb_tool tool, const char *json, int *code, char *msg) {
+  json_t *a = json_loads(json, 0, NULL);
+  assert_non_null(a);
+  struct op_args_view v;
+  *code = 0;
+  bool ok = op_check_args(tool, a, &v, code, msg, 300);
+  json_decref(a);
+  return ok;
+}
+
+static void accepts(enum jb_tool tool, const char *json) {
+  int code;
+  char msg[300] = "";
+  if (!decode(tool, json, &code, msg)) fail_msg("%s %s refused: %s", jb_tool_name(tool), json, msg);
+}
+
+/* Refused with `code`, and the message mentions `word`. */
+static void refuses(enum jb_tool tool, const char *json, int code, const char *word) {
+  int got;
+  char msg[300] = "";
+  if (decode(tool, json, &got, msg)) fail_msg("%s %s accepted", jb_tool_name(tool), json);
+  assert_int_equal(got, code);
+  if (!strstr(msg, word))
+    fail_msg("%s %s: message '%s' lacks '%s'", jb_tool_name(tool), json, msg, word);
+}
+
+static void every_tool_valid(void **state) {
+  (void)state;
+  accepts(JB_TOOL_READ, "{\"path\":\"a\"}");
+  accepts(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":0,\"limit\":10}");
+  accepts(JB_TOOL_READ, "{\"path\":\"a\",\"head\":5}");
+  accepts(JB_TOOL_READ, "{\"path\":\"a\",\"tail\":5}");
+  accepts(JB_TOOL_READ, "{\"path\":\"a\",\"byteOffset\":7,\"byteLength\":0}");
+  accepts(JB_TOOL_READ_MANY, "{\"paths\":[\"a\",\"b/c\"]}");
+  accepts(JB_TOOL_WRITE, "{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"base64\"}");
+  accepts(JB_TOOL_EDIT,
+          "{\"path\":\"a\",\"edits\":[{\"oldText\":\"x\",\"newText\":\"\"},"
+          "{\"oldText\":\"y\",\"newText\":\"z\",\"replaceAll\":true}],\"dryRun\":true}");
+  accepts(JB_TOOL_LIST, "{}");
+  accepts(JB_TOOL_LIST, "{\"path\":\"src\",\"recursive\":true,\"depth\":64}");
+  accepts(JB_TOOL_FIND, "{\"pattern\":\"**/*.c\"}");
+  accepts(JB_TOOL_SEARCH,
+          "{\"pattern\":\"fo+\",\"path\":\"src\",\"glob\":\"*.h\",\"maxMatches\":5000}");
+  accepts(JB_TOOL_STAT, "{\"path\":\"a\",\"sha256\":true}");
+  accepts(JB_TOOL_MKDIR, "{\"path\":\"a/b/c\"}");
+  accepts(JB_TOOL_MOVE, "{\"source\":\"a\",\"destination\":\"b\",\"overwrite\":false}");
+  accepts(JB_TOOL_DELETE, "{\"path\":\"a\",\"recursive\":true}");
+  accepts(JB_TOOL_DONE, "{}");
+  accepts(JB_TOOL_DONE, "{\"summary\":\"ok\"}");
+}
+
+static void unknown_and_types(void **state) {
+  (void)state;
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"length\":3}", JB_MCP_INVALID,
+          "unknown argument 'length'");
+  refuses(JB_TOOL_MOVE, "{\"path\":\"a\",\"destination\":\"b\"}", JB_MCP_INVALID, "'path'");
+  refuses(JB_TOOL_MOVE, "{\"source\":\"a\"}", JB_MCP_INVALID, "'destination' is required");
+  refuses(JB_TOOL_DELETE, "{\"path\":\"a\",\"force\":true}", JB_MCP_INVALID, "unknown argument");
+  refuses(JB_TOOL_DONE, "{\"summary\":\"x\",\"extra\":1}", JB_MCP_INVALID, "unknown argument");
+  refuses(JB_TOOL_READ, "{\"path\":7}", JB_MCP_INVALID, "'path' must be a string");
+  refuses(JB_TOOL_READ, "{}", JB_MCP_INVALID, "'path' is required");
+  refuses(JB_TOOL_STAT, "{\"path\":\"a\",\"sha256\":\"yes\"}", JB_MCP_INVALID, "boolean");
+  refuses(JB_TOOL_DELETE, "{\"path\":\"a\",\"recursive\":1}", JB_MCP_INVALID, "boolean");
+  refuses(JB_TOOL_WRITE, "{\"path\":\"a\",\"content\":\"x\",\"encoding\":\"latin1\"}",
+          JB_MCP_INVALID, "utf-8");
+  refuses(JB_TOOL_WRITE, "{\"path\":\"a\"}", JB_MCP_INVALID, "'content' is required");
+  refuses(JB_TOOL_FIND, "{}", JB_MCP_INVALID, "'pattern' is required");
+}
+
+static void integer_ranges(void **state) {
+  (void)state;
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":-1}", JB_MCP_INVALID, "'offset'");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":1.5}", JB_MCP_INVALID, "integer");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"limit\":0}", JB_MCP_INVALID, "'limit'");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"head\":0}", JB_MCP_INVALID, "'head'");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"tail\":\"3\"}", JB_MCP_INVALID, "'tail'");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"byteOffset\":9007199254740992}", JB_MCP_INVALID,
+          "byteOffset");
+  refuses(JB_TOOL_LIST, "{\"depth\":0}", JB_MCP_INVALID, "from 1 to 64");
+  refuses(JB_TOOL_LIST, "{\"depth\":65}", JB_MCP_INVALID, "from 1 to 64");
+  refuses(JB_TOOL_SEARCH, "{\"pattern\":\"x\",\"maxMatches\":5001}", JB_MCP_INVALID, "maxMatches");
+  refuses(JB_TOOL_SEARCH, "{\"pattern\":\"x\",\"maxMatches\":0}", JB_MCP_INVALID, "maxMatches");
+  /* one way of choosing what to read */
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"head\":1,\"tail\":1}", JB_MCP_INVALID, "at most one");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"offset\":1,\"byteLength\":1}", JB_MCP_INVALID,
+          "at most one");
+  refuses(JB_TOOL_READ, "{\"path\":\"a\",\"limit\":1,\"head\":1}", JB_MCP_INVALID, "at most one");
+}
+
+/* a JSON object text with one string argument `key` of `n` bytes 'x' after `prefix` */
+static char *with_long(const char *prefix, const char *key, size_t n, const char *suffix) {
+  size_t len = strlen(prefix) + strlen(key) + n + strlen(suffix) + 16;
+  char *s = malloc(len);
+  char *xs = malloc(n + 1);
+  memset(xs, 'x', n);
+  xs[n] = '\0';
+  snprintf(s, len, "%s\"%s\":\"%s\"%s", prefix, key, xs, suffix);
+  free(xs);
+  return s;
+}
+
+static void sizes(void **state) {
+  (void)state;
+  char *s = with_long("{", "pattern", 1024, "}");
+  accepts(JB_TOOL_FIND, s);
+  free(s);
+  s = with_long("{", "pattern", 1025, "}");
+  refuses(JB_TOOL_FIND, s, JB_MCP_INVALID, "over 1024 bytes");
+  free(s);
+  s = with_long("{\"pattern\":\"x\",", "glob", 1025, "}");
+  refuses(JB_TOOL_SEARCH, s, JB_MCP_INVALID, "'glob' is over 1024");
+  free(s);
+  refuses(JB_TOOL_FIND, "{\"pattern\":\"\"}", JB_MCP_INVALID, "non-empty");
+  s = with_long("{\"path\":\"a\",\"edits\":[{\"newText\":\"\",", "oldText", 1024 * 1024 + 1, "}]}");
+  refuses(JB_TOOL_EDIT, s, JB_MCP_TOO_LARGE, "edits[0].oldText is over 1048576");
+  free(s);
+  s = with_long("{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",", "newText", 1024 * 1024, "}]}");
+  accepts(JB_TOOL_EDIT, s);
+  free(s);
+  s = with_long("{", "summary", 4097, "}");
+  refuses(JB_TOOL_DONE, s, JB_MCP_TOO_LARGE, "4096");
+  free(s);
+  /* read_many: 1..50 paths */
+  char buf[4096] = "{\"paths\":[";
+  for (int i = 0; i < 51; i++) strcat(buf, i ? ",\"p\"" : "\"p\"");
+  strcat(buf, "]}");
+  refuses(JB_TOOL_READ_MANY, buf, JB_MCP_INVALID, "at most 50");
+  buf[strlen(buf) - 6] = '\0'; /* drop the last ,"p" */
+  strcat(buf, "]}");
+  accepts(JB_TOOL_READ_MANY, buf);
+  refuses(JB_TOOL_READ_MANY, "{\"paths\":[]}", JB_MCP_INVALID, "non-empty");
+  refuses(JB_TOOL_READ_MANY, "{\"paths\":[\"a\",3]}", JB_MCP_INVALID, "paths[1]");
+  /* edit: 1..100 entries, each {oldText, newText, replaceAll?} */
+  char *e = malloc(101 * 40 + 64);
+  strcpy(e, "{\"path\":\"a\",\"edits\":[");
+  for (int i = 0; i < 101; i++)
+    strcat(e,
+           i ? ",{\"oldText\":\"a\",\"newText\":\"b\"}" : "{\"oldText\":\"a\",\"newText\":\"b\"}");
+  strcat(e, "]}");
+  refuses(JB_TOOL_EDIT, e, JB_MCP_INVALID, "at most 100");
+  free(e);
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[]}", JB_MCP_INVALID, "non-empty");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\"}]}", JB_MCP_INVALID,
+          "needs oldText and newText");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"\",\"newText\":\"b\"}]}",
+          JB_MCP_INVALID, "empty");
+  refuses(JB_TOOL_EDIT,
+          "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":\"b\",\"all\":true}]}",
+          JB_MCP_INVALID, "unknown key 'all'");
+  refuses(JB_TOOL_EDIT, "{\"path\":\"a\",\"edits\":[{\"oldText\":\"a\",\"newText\":2}]}",
+          JB_MCP_INVALID, "must be a string");
+}
+
+static void paths(void **state) {
+  (void)state;
+  struct op_path_verdict v;
+  /* the root: a path of the directory tools only; never deletable */
+  assert_true(op_path_passes(".", 1, JB_TOOL_LIST, NULL, NULL, &v));
+  assert_true(op_path_passes(".", 1, JB_TOOL_FIND, NULL, NULL, &v));
+  assert_true(op_path_passes(".", 1, JB_TOOL_SEARCH, NULL, NULL, &v));
+  for (int t = 0; t < JB_TOOL_COUNT; t++) {
+    if (t == JB_TOOL_LIST || t == JB_TOOL_FIND || t == JB_TOOL_SEARCH) continue;
+    assert_false(op_path_passes(".", 1, (enum jb_tool)t, NULL, NULL, &v));
+    assert_int_equal(v.syntax, JB_PATH_DOT);
+  }
+  json_t *ex = json_pack("[s]", "secrets");
+  json_t *fl = json_pack("[{s:s,s:s}]", "path", "out", "kind", "symlink_outside");
+  assert_false(op_path_passes("secrets/k", 9, JB_TOOL_MOVE, ex, fl, &v));
+  assert_true(v.excluded);
+  assert_false(op_path_passes("out/x", 5, JB_TOOL_MKDIR, ex, fl, &v));
+  assert_string_equal(v.flagged_kind, "symlink_outside");
+  assert_false(op_path_passes("../x", 4, JB_TOOL_DELETE, ex, fl, &v));
+  assert_int_equal(v.syntax, JB_PATH_DOTDOT);
+  assert_false(op_path_passes("/etc", 4, JB_TOOL_SEARCH, ex, fl, &v));
+  assert_int_equal(v.syntax, JB_PATH_ABSOLUTE);
+  assert_true(op_path_passes("src/a.c", 7, JB_TOOL_MOVE, ex, fl, &v));
+  json_decref(ex);
+  json_decref(fl);
+  /* the views decode names the paths */
+  json_t *a = json_pack("{s:s,s:s}", "source", "a/b", "destination", "c");
+  struct op_args_view av;
+  int code;
+  char msg[300];
+  assert_true(op_check_args(JB_TOOL_MOVE, a, &av, &code, msg, sizeof msg));
+  assert_string_equal(av.path, "a/b");
+  assert_int_equal(av.plen, 3);
+  assert_string_equal(av.dest, "c");
+  json_decref(a);
+  a = json_pack("{s:s}", "pattern", "*.c");
+  assert_true(op_check_args(JB_TOOL_SEARCH, a, &av, &code, msg, sizeof msg));
+  assert_string_equal(av.path, ".");
+  assert_null(av.dest);
+  json_decref(a);
+}
+
+static void shim_names(void **state) {
+  (void)state;
+  json_t *ex = json_pack("[s]", "secrets");
+  json_t *a = json_pack("{s:s,s:i,s:i}", "path", "a", "offset", 3, "limit", 4);
+  json_t *s = op_shim_args(JB_TOOL_READ, a, ex);
+  assert_int_equal(json_integer_value(json_object_get(s, "lineOffset")), 3);
+  assert_int_equal(json_integer_value(json_object_get(s, "lineLimit")), 4);
+  assert_null(json_object_get(s, "offset"));
+  assert_null(json_object_get(s, "path"));
+  assert_true(json_equal(json_object_get(s, "exclude"), ex));
+  json_decref(s);
+  json_decref(a);
+  a = json_pack("{s:s,s:i,s:i}", "path", "a", "byteOffset", 3, "byteLength", 4);
+  s = op_shim_args(JB_TOOL_READ, a, NULL);
+  assert_int_equal(json_integer_value(json_object_get(s, "offset")), 3);
+  assert_int_equal(json_integer_value(json_object_get(s, "length")), 4);
+  assert_null(json_object_get(s, "exclude"));
+  json_decref(s);
+  json_decref(a);
+  a = json_pack("{s:s}", "path", "a");
+  s = op_shim_args(JB_TOOL_STAT, a, NULL);
+  assert_true(json_is_false(json_object_get(s, "hash"))); /* sha256 only on request */
+  json_decref(s);
+  json_decref(a);
+  a = json_pack("{s:s,s:s,s:b}", "source", "a", "destination", "b", "overwrite", 1);
+  s = op_shim_args(JB_TOOL_MOVE, a, NULL);
+  assert_null(json_object_get(s, "source"));
+  assert_string_equal(json_string_value(json_object_get(s, "destination")), "b");
+  assert_true(json_is_true(json_object_get(s, "overwrite")));
+  json_decref(s);
+  assert_null(op_shim_args(JB_TOOL_EDIT, a, NULL));
+  json_decref(a);
+  json_decref(ex);
+}
+
+static void described(void **state) {
+  (void)state;
+  json_t *tools = jb_tools_describe();
+  assert_non_null(tools);
+  assert_int_equal(json_array_size(tools), JB_TOOL_COUNT);
+  size_t i;
+  json_t *t;
+  json_array_foreach (tools, i, t) {
+    const char *name = json_string_value(json_object_get(t, "name"));
+    enum jb_tool id = jb_tool_from_name(name);
+    assert_int_not_equal(id, JB_TOOL_UNKNOWN);
+    json_t *in = json_object_get(t, "inputSchema");
+    assert_string_equal(json_string_value(json_object_get(in, "type")), "object");
+    assert_true(json_is_false(json_object_get(in, "additionalProperties")));
+    assert_true(json_is_object(json_object_get(t, "outputSchema")));
+    json_t *ann = json_object_get(t, "annotations");
+    assert_int_equal(json_is_true(json_object_get(ann, "readOnlyHint")),
+                     !jb_tool_mutates(id) && id != JB_TOOL_DONE);
+    assert_true(json_is_false(json_object_get(ann, "openWorldHint")));
+    assert_true(strlen(json_string_value(json_object_get(t, "description"))) > 40);
+    /* every argument the schema names is one the decoder knows */
+    const char *key;
+    json_t *p;
+    json_object_foreach (json_object_get(in, "properties"), key, p) {
+      json_t *one = json_object();
+      json_object_set(one, key, json_string(""));
+      struct op_args_view av;
+      int code;
+      char msg[300];
+      if (!op_check_args(id, one, &av, &code, msg, sizeof msg))
+        assert_null(strstr(msg, "unknown argument"));
+      json_decref(one);
+    }
+  }
+  json_t *edit = json_array_get(tools, 0);
+  for (i = 0; i < json_array_size(tools); i++)
+    if (!strcmp(json_string_value(json_object_get(json_array_get(tools, i), "name")), "edit"))
+      edit = json_array_get(tools, i);
+  json_t *edits =
+      json_object_get(json_object_get(json_object_get(edit, "inputSchema"), "properties"), "edits");
+  assert_int_equal(json_integer_value(json_object_get(edits, "maxItems")), OP_EDITS_MAX);
+  json_decref(tools);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_tool_valid),
+      cmocka_unit_test(unknown_and_types),
+      cmocka_unit_test(integer_ranges),
+      cmocka_unit_test(sizes),
+      cmocka_unit_test(paths),
+      cmocka_unit_test(shim_names),
+      cmocka_unit_test(described),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
