@@ -1,6 +1,7 @@
 /* bridge.c — `jailboxctl mcp-bridge --job JOB`: a standard MCP server on stdio (MCP
- * 2025-06-18 stdio transport: JSON-RPC 2.0 messages, one per line, UTF-8, on stdin/stdout;
- * logs on stderr) that relays every message to the session's agent Socket.IO channel (the
+ * stdio transport, the same in every revision jailboxd speaks — 2025-03-26 to 2026-07-28,
+ * https://modelcontextprotocol.io/specification/2026-07-28/basic/transports/stdio: JSON-RPC 2.0
+ * messages, one per line, UTF-8, on stdin/stdout; logs on stderr) that relays every message to the session's agent Socket.IO channel (the
  * `mcp` event, answered through the ack; api/events.md) and writes the answers back. Any
  * MCP client that can spawn a stdio server can so work inside a jailbox.
  *
@@ -9,7 +10,9 @@
  * object (duplicate keys and nesting deeper than 32 refused) with jsonrpc "2.0"; batches are
  * refused (MCP 2025-06-18 removed them). On the server's side: messages are size-limited by
  * the Socket.IO client, and an ack that is not one JSON-RPC response to the request it
- * answers becomes an internal error for that request. When the session's socket ends, every
+ * answers becomes an internal error for that request. The bridge reads no revision rules:
+ * initialize, server/discover and the per-request _meta of 2026-07-28 pass through as they are
+ * and jailboxd answers them (api/agent/mcp.h). When the session's socket ends, every
  * request still open gets an error and the bridge exits (status 1 when the server refused
  * the token, 3 otherwise); at the end of stdin it waits for the open requests, then exits 0. */
 #define _GNU_SOURCE

@@ -35,6 +35,10 @@ static const struct jb_setting settings[] = {
      "least severe level logged: debug, info, warn, error"},
     {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", JB_SETTING_INT, S(max_body_bytes), "1048576", 1,
      1L << 30, "largest accepted request body, bytes (larger: 413)"},
+    {"mcp-allowed-origins", "JAILBOX_MCP_ALLOWED_ORIGINS", JB_SETTING_STRING,
+     S(mcp_allowed_origins), "", 0, 0,
+     "browser origins (scheme://host[:port], comma-separated) allowed on POST /mcp besides "
+     "loopback ones; a request with another Origin header gets 403"},
     {"http-threads", "JAILBOX_HTTP_THREADS", JB_SETTING_INT, S(http_threads), "4", 1, 256,
      "HTTP worker threads"},
     {"http-conns-per-ip", "JAILBOX_HTTP_CONNS_PER_IP", JB_SETTING_INT, S(http_conns_per_ip), "128",

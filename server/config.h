@@ -20,6 +20,8 @@ struct jb_config {
   char *service_token_file; /* bootstrap service token; "" = <state_dir>/service.token */
   char *signing_key_file; /* audit signing key (Ed25519 seed); "" = <state_dir>/audit-signing.key */
   char *log_level; /* debug | info | warn | error */
+  char *mcp_allowed_origins; /* browser Origins allowed on POST /mcp besides loopback ones,
+                              * comma-separated; "" = loopback only */
   long max_body_bytes; /* request body limit, bytes */
   long http_threads; /* HTTP worker threads */
   long http_conns_per_ip; /* HTTP connections one client address may hold */

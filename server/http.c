@@ -8,6 +8,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,6 +37,21 @@ struct jb_http_server {
   atomic_long inflight; /* requests between first callback and completion */
   atomic_long buffered; /* request body bytes held in memory, all connections */
   atomic_long share[ADDR_SLOTS]; /* the same per client address (hashed; a collision shares) */
+  pthread_mutex_t later_lock; /* guards `laters` */
+  struct jb_http_later *laters; /* deferred requests not yet answered to their client */
+};
+
+/* A deferred response (jb_http_defer): held by the server's side (until the response is
+ * queued or the request ends) and by the answering side (until jb_http_later_answer). */
+struct jb_http_later {
+  pthread_mutex_t lock; /* guards the fields below */
+  int refs;
+  bool answered; /* `resp` holds the response */
+  bool suspended; /* the connection is suspended, waiting for it */
+  bool abandoned; /* the server drained or the request ended: answers are dropped */
+  struct jb_http_resp resp;
+  struct MHD_Connection *conn;
+  struct jb_http_later *next, **prev; /* in srv->laters (under srv->later_lock) */
 };
 
 /* A body over the limit is read and dropped up to this many times the limit before the
@@ -57,6 +73,7 @@ struct req_ctx {
   size_t held; /* bytes of `body` counted in srv->buffered and in its address share */
   size_t declared; /* Content-Length, when given */
   unsigned slot; /* the client address's slot in srv->share */
+  struct jb_http_later *later; /* a deferred response (the server's reference) */
 };
 
 /* ---------- JSON error shape and responses ---------- */
@@ -129,6 +146,79 @@ bool jb_route_match(const char *pattern, const char *path, char *buf, size_t buf
   return *p == '\0' && *s == '\0';
 }
 
+/* ---------- deferred responses ---------- */
+
+static void resp_free(struct jb_http_resp *r) {
+  free(r->body);
+  r->body = NULL;
+  if (r->stream.free) r->stream.free(r->stream.ctx);
+  memset(&r->stream, 0, sizeof r->stream);
+}
+
+static void later_unref(struct jb_http_later *l) {
+  pthread_mutex_lock(&l->lock);
+  bool last = --l->refs == 0;
+  pthread_mutex_unlock(&l->lock);
+  if (!last) return;
+  resp_free(&l->resp);
+  pthread_mutex_destroy(&l->lock);
+  free(l);
+}
+
+struct jb_http_later *jb_http_defer(const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_http_server *srv = req->srv;
+  struct req_ctx *ctx = req->ctx;
+  if (!srv || !ctx || ctx->later) return NULL;
+  struct jb_http_later *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  pthread_mutex_init(&l->lock, NULL);
+  l->refs = 2; /* the server's side and the answering side */
+  l->conn = req->conn;
+  pthread_mutex_lock(&srv->later_lock);
+  l->next = srv->laters;
+  if (l->next) l->next->prev = &l->next;
+  l->prev = &srv->laters;
+  srv->laters = l;
+  pthread_mutex_unlock(&srv->later_lock);
+  ctx->later = l;
+  resp->later = l;
+  return l;
+}
+
+void jb_http_later_answer(struct jb_http_later *l, struct jb_http_resp *resp) {
+  pthread_mutex_lock(&l->lock);
+  if (l->answered || l->abandoned) {
+    pthread_mutex_unlock(&l->lock);
+    resp_free(resp);
+  } else {
+    l->resp = *resp;
+    l->resp.later = NULL;
+    l->answered = true;
+    if (l->suspended) {
+      l->suspended = false;
+      MHD_resume_connection(l->conn); /* MHD calls on_request again, which sends it */
+    }
+    pthread_mutex_unlock(&l->lock);
+  }
+  memset(resp, 0, sizeof *resp);
+  later_unref(l);
+}
+
+/* The server's side lets go of `l` (its response queued, or the request ended). */
+static void later_release(struct jb_http_server *srv, struct jb_http_later *l) {
+  pthread_mutex_lock(&srv->later_lock);
+  if (l->prev) {
+    *l->prev = l->next;
+    if (l->next) l->next->prev = l->prev;
+    l->prev = NULL;
+  }
+  pthread_mutex_unlock(&srv->later_lock);
+  pthread_mutex_lock(&l->lock);
+  l->abandoned = true;
+  pthread_mutex_unlock(&l->lock);
+  later_unref(l);
+}
+
 /* ---------- request handling ---------- */
 
 /* libmicrohttpd's content reader over a jb_http_stream. */
@@ -166,7 +256,8 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct req_ctx *ct
       return MHD_NO;
     }
   } else {
-    m = MHD_create_response_from_buffer(len, r->body ? r->body : (char *)"", MHD_RESPMEM_MUST_FREE);
+    m = r->body ? MHD_create_response_from_buffer(len, r->body, MHD_RESPMEM_MUST_FREE)
+                : MHD_create_response_from_buffer(0, (char *)"", MHD_RESPMEM_PERSISTENT);
   }
   if (!m) {
     free(r->body);
@@ -311,6 +402,18 @@ static void release(struct jb_http_server *srv, struct req_ctx *ctx) {
   ctx->held = 0;
 }
 
+/* Whether `url` is the path of a route flagged JB_ROUTE_BODY. */
+static bool takes_body(const struct jb_http_server *srv, const char *url) {
+  char buf[2048];
+  const char *params[JB_HTTP_MAX_PARAMS];
+  int n;
+  for (size_t i = 0; i < srv->n_routes; i++)
+    if ((srv->routes[i].flags & JB_ROUTE_BODY) &&
+        jb_route_match(srv->routes[i].pattern, url, buf, sizeof buf, params, &n))
+      return true;
+  return false;
+}
+
 /* Checks done once the headers are in and before any body byte is read (RFC 9112 §6: message
  * framing; §3.2: Host). Answers and sets ctx->answered when the request is refused. */
 static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Connection *conn,
@@ -363,7 +466,7 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
   if (!has_body) return MHD_YES;
   /* Only API requests take bodies, and only from a client whose token the application
    * accepts (a database lookup): nothing is buffered for anybody else. */
-  if (strncmp(url, "/v1/", 4) != 0) {
+  if (strncmp(url, "/v1/", 4) != 0 && !takes_body(srv, url)) {
     struct jb_http_resp resp = {.status = 500, .close = true};
     dispatch(srv, conn, url, ctx->method, ctx, &resp); /* 404 / 405, without reading the body */
     resp.close = true;
@@ -382,8 +485,13 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
 static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, const char *url,
                      const char *method, struct req_ctx *ctx, struct jb_http_resp *resp) {
   char buf[2048];
-  struct jb_http_req req = {
-      .conn = conn, .method = method, .path = url, .body = ctx->body, .body_len = ctx->len};
+  struct jb_http_req req = {.conn = conn,
+                            .srv = srv,
+                            .ctx = ctx,
+                            .method = method,
+                            .path = url,
+                            .body = ctx->body,
+                            .body_len = ctx->len};
   bool path_known = false;
   char allow[64] = "";
   for (size_t i = 0; i < srv->n_routes; i++) {
@@ -411,6 +519,29 @@ static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, co
   }
 }
 
+/* A deferred request: its response when it has come (then the server lets go of it), else the
+ * connection suspended until jb_http_later_answer resumes it. */
+static enum MHD_Result later_send(struct jb_http_server *srv, struct MHD_Connection *conn,
+                                  struct req_ctx *ctx) {
+  struct jb_http_later *l = ctx->later;
+  pthread_mutex_lock(&l->lock);
+  if (!l->answered) {
+    l->suspended = true;
+    MHD_suspend_connection(conn);
+    pthread_mutex_unlock(&l->lock);
+    return MHD_YES;
+  }
+  struct jb_http_resp resp = l->resp;
+  memset(&l->resp, 0, sizeof l->resp);
+  pthread_mutex_unlock(&l->lock);
+  ctx->later = NULL;
+  later_release(srv, l);
+  if (resp.status == 0) resp.status = 500;
+  if (resp.status == 500 && !resp.body && !resp.stream.read)
+    jb_resp_error(&resp, 500, "internal", "internal error");
+  return send_resp(conn, ctx, &resp);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -430,6 +561,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_data_size = 0; /* discard the rest of a refused body */
     return MHD_YES;
   }
+  if (ctx->later) return later_send(srv, conn, ctx);
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
@@ -486,6 +618,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   struct jb_http_resp resp = {.status = 500};
   dispatch(srv, conn, url, method, ctx, &resp);
+  if (resp.later) { /* jb_http_defer: the answer comes from another thread */
+    free(resp.body);
+    return later_send(srv, conn, ctx);
+  }
   if (resp.status == 500 && !resp.body) jb_resp_error(&resp, 500, "internal", "internal error");
   return send_resp(conn, ctx, &resp);
 }
@@ -503,6 +639,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         "path", ctx->path, strlen(ctx->path), "status", ctx->status, "ms", ms,
                         "completed", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
   jb_log_json(JB_LOG_DEBUG, "request", f);
+  if (ctx->later) later_release(srv, ctx->later);
   release(srv, ctx);
   free(ctx->body);
   free(ctx->raw_uri);
@@ -574,14 +711,15 @@ int jb_http_start(struct jb_http_server **out, const char *listen_addr,
   srv->opts = *opts;
   atomic_init(&srv->inflight, 0);
   atomic_init(&srv->buffered, 0);
+  pthread_mutex_init(&srv->later_lock, NULL);
   for (size_t i = 0; i < ADDR_SLOTS; i++) atomic_init(&srv->share[i], 0);
   srv->listen_fd = bind_listen(listen_addr, &srv->port, err);
   if (srv->listen_fd < 0) {
     free(srv);
     return -1;
   }
-  unsigned flags =
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   srv->mhd = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
       MHD_OPTION_LISTEN_SOCKET, srv->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
@@ -614,6 +752,33 @@ void jb_http_drain(struct jb_http_server *srv, long grace_ms) {
     snprintf(n, sizeof n, "%ld", left);
     jb_log(JB_LOG_WARN, "shutdown grace over; closing requests in flight", "requests", n, NULL);
   }
+  /* deferred requests still waiting: 503, and their connections resumed (libmicrohttpd must
+   * not be stopped with suspended connections); answers that come later are dropped */
+  pthread_mutex_lock(&srv->later_lock);
+  bool resumed = false;
+  for (struct jb_http_later *l = srv->laters; l; l = l->next) {
+    pthread_mutex_lock(&l->lock);
+    if (!l->answered) {
+      l->answered = true;
+      l->resp.status = 503;
+      l->resp.close = true;
+      l->resp.body = jb_error_body("draining", "the server is shutting down; try again");
+      l->resp.content_type = "application/json";
+    }
+    l->abandoned = true;
+    if (l->suspended) {
+      l->suspended = false;
+      MHD_resume_connection(l->conn);
+      resumed = true;
+    }
+    pthread_mutex_unlock(&l->lock);
+  }
+  pthread_mutex_unlock(&srv->later_lock);
+  if (resumed) { /* a moment for the 503s to go out */
+    struct timespec t = {0, 200 * 1000000};
+    nanosleep(&t, NULL);
+  }
   MHD_stop_daemon(srv->mhd);
+  pthread_mutex_destroy(&srv->later_lock);
   free(srv);
 }

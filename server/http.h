@@ -15,8 +15,13 @@
 
 struct MHD_Connection;
 
+struct jb_http_server;
+struct jb_http_later;
+
 struct jb_http_req {
   struct MHD_Connection *conn; /* for header and query lookups */
+  struct jb_http_server *srv; /* the server (for jb_http_defer) */
+  void *ctx; /* the server's per-request state (for jb_http_defer) */
   const char *method; /* "GET", "POST", … */
   const char *path; /* the URL path, without the query */
   const char *body; /* NUL-terminated; NULL when there is none */
@@ -44,19 +49,21 @@ struct jb_http_resp {
   const char *content_type; /* static string; default application/json */
   char allow[64]; /* Allow header value for 405, "" when none */
   bool close; /* send Connection: close */
+  struct jb_http_later *later; /* set by jb_http_defer: the response comes later */
 };
 
 /* A handler fills `resp`; it runs on an HTTP worker thread and may block (database). */
 typedef void (*jb_http_handler)(void *app, const struct jb_http_req *req,
                                 struct jb_http_resp *resp);
 
+#define JB_ROUTE_BODY 1u /* a route outside /v1/ that takes request bodies (with a bearer token) */
+
 struct jb_route {
   const char *method; /* "GET", … */
   const char *pattern; /* "/v1/jailbox/:jobId", literal segments and ":name" segments */
   jb_http_handler fn;
+  unsigned flags; /* JB_ROUTE_* */
 };
-
-struct jb_http_server;
 
 struct jb_http_opts {
   long max_body; /* request body limit, bytes: larger gets 413 */
@@ -79,11 +86,24 @@ struct jb_http_opts {
  * (RFC 9112 §6.3, request smuggling); so are header names that are not tokens, a
  * missing or repeated Host, repeated Authorization or Content-Type, transfer codings other
  * than chunked (501), and paths with encoded '/', '\' or control bytes. An API request
- * (/v1/…) with a body and no well-formed bearer token is refused (401) before the body is
- * read. Residual (libmicrohttpd 0.9.75): obs-folded lines and NUL bytes inside header values
+ * (/v1/…, or a route with JB_ROUTE_BODY) with a body and no well-formed bearer token is refused
+ * (401) before the body is read. Residual (libmicrohttpd 0.9.75): obs-folded lines and NUL bytes inside header values
  * are handled by the library before this code sees them; put a strict proxy in front. */
 int jb_http_start(struct jb_http_server **out, const char *listen, const struct jb_route *routes,
                   size_t n, void *app, const struct jb_http_opts *opts, jb_error *err);
+
+/* Defers the response of the request `req` that the handler runs for: the handler returns
+ * at once, with `resp` left as it is (its status and body are not sent), and the response is
+ * given later, from any thread, with jb_http_later_answer — exactly once, also when the work
+ * could not even be started (then before the handler returns, which is allowed). Meanwhile the
+ * connection is suspended (libmicrohttpd MHD_suspend_connection): no HTTP thread waits for
+ * it. When the server drains before the answer, the client gets 503 and the later answer is
+ * dropped. Returns the handle, or NULL when out of memory (the handler then answers itself). */
+struct jb_http_later *jb_http_defer(const struct jb_http_req *req, struct jb_http_resp *resp);
+
+/* Gives the response of a deferred request: `resp`'s fields are taken (its body and stream
+ * belong to the server afterwards, and `later` must not be used again). Any thread. */
+void jb_http_later_answer(struct jb_http_later *later, struct jb_http_resp *resp);
 
 /* The TCP port actually bound (useful with port 0). */
 int jb_http_port(const struct jb_http_server *srv);

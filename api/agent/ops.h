@@ -12,7 +12,8 @@
 
 #include "api/agent/socket.h"
 
-/* Stable JSON-RPC error codes of the file tools; each error's data carries {reason} with the
+/* Stable codes of the file tools' failures (-32007..-32019; MCP 2026-07-28 reserves -32020 and
+ * up for its own protocol errors); each error's data carries {reason} with the
  * name after JB_MCP_. */
 enum {
   JB_MCP_DENIED = -32010,
@@ -26,9 +27,9 @@ enum {
   JB_MCP_UNAVAILABLE = -32017, /* database, worker or shim unavailable; try again */
   JB_MCP_CHANGED = -32018, /* the file changed between the write's request and its approval */
   JB_MCP_TIMEOUT = -32019, /* no decision within JAILBOX_APPROVAL_TIMEOUT */
-  JB_MCP_EXISTS = -32020, /* the target exists (mkdir onto a file, move without overwrite) */
-  JB_MCP_REGEX_LIMIT = -32021, /* a search's regex hit PCRE2's match or depth limit */
-  JB_MCP_NO_MATCH = -32022, /* an edit's oldText is not found, or found more than once */
+  JB_MCP_EXISTS = -32007, /* the target exists (mkdir onto a file, move without overwrite) */
+  JB_MCP_REGEX_LIMIT = -32008, /* a search's regex hit PCRE2's match or depth limit */
+  JB_MCP_NO_MATCH = -32009, /* an edit's oldText is not found, or found more than once */
 };
 
 /* The agent's tools (MCP tools/list), named on the wire by their lower-case names. */

@@ -21,6 +21,7 @@
 
 #include "api/auth.h"
 #include "api/agent/escape.h"
+#include "api/agent/mcp.h"
 #include "lib/json.h"
 #include "lib/line.h"
 #include "api/agent/ops.h"
@@ -358,76 +359,22 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
   return fail("unknown_event", "unknown event '%s'", name);
 }
 
-/* ---------- the agent's MCP channel (MCP 2025-06-18 over JSON-RPC 2.0) ---------- */
+/* ---------- the agent's MCP channel (api/agent/mcp.h) ---------- */
 
-static json_t *rpc_error(json_t *id, int code, const char *msg, json_t *data) {
-  json_t *e = json_pack("{s:i,s:s}", "code", code, "message", msg);
-  if (e && data)
-    json_object_set_new(e, "data", data);
-  else
-    json_decref(data);
-  return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", e);
-}
-
-static json_t *rpc_result(json_t *id, json_t *result) {
-  return json_pack("[{s:s,s:O,s:o}]", "jsonrpc", "2.0", "id", id, "result", result);
-}
-
-/* The JSON-RPC reply of a tool call: its result (stolen), or the error the tool set in `e`. */
-static json_t *tool_reply(json_t *id, json_t *result, struct jb_mcp_error *e) {
-  if (result) return rpc_result(id, result);
-  return rpc_error(id, e->code ? e->code : -32603, e->message[0] ? e->message : "tool failed",
-                   e->data);
-}
+/* The ack of one `mcp` event: [response], or an empty ack for a notification. */
+static json_t *ack_of(json_t *reply) { return reply ? json_pack("[o]", reply) : NULL; }
 
 static json_t *mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
+  static const struct jb_mcp_transport t = {0}; /* no headers: the message alone decides */
   json_t *msg = json_array_get(args, 0);
-  if (!json_is_object(msg) || json_array_size(args) != 1)
-    return rpc_error(NULL, -32600, "Invalid Request: send one JSON-RPC 2.0 object", NULL);
-  json_t *id = json_object_get(msg, "id");
-  const char *method = json_string_value(json_object_get(msg, "method"));
-  json_t *params = json_object_get(msg, "params");
-  if (id && !json_is_string(id) && !json_is_integer(id))
-    return rpc_error(NULL, -32600, "Invalid Request: id must be a string or an integer", NULL);
-  if (!json_is_string(json_object_get(msg, "jsonrpc")) ||
-      strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 || !method ||
-      (params && !json_is_object(params)))
-    return rpc_error(id, -32600,
-                     "Invalid Request: jsonrpc '2.0', a method and object params are required",
-                     NULL);
-  if (!id) return NULL; /* a notification (notifications/initialized, …): no response */
-
-  if (strcmp(method, "initialize") == 0) {
-    static const char *const versions[] = {"2025-06-18", "2025-03-26", "2024-11-05", NULL};
-    const char *want = json_string_value(json_object_get(params, "protocolVersion"));
-    const char *v = versions[0];
-    for (size_t i = 0; want && versions[i]; i++)
-      if (strcmp(want, versions[i]) == 0) v = versions[i];
-    return rpc_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s},s:s}", "protocolVersion", v,
-                                    "capabilities", "tools", "listChanged", 0, "serverInfo", "name",
-                                    "jailbox", "version", "0.1.0", "instructions",
-                                    "Work on the buyer's workspace with the read, write, list "
-                                    "and done tools; paths are relative to the workspace root."));
-  }
-  if (strcmp(method, "ping") == 0) return rpc_result(id, json_object());
-  if (strcmp(method, "tools/list") == 0)
-    return rpc_result(id, json_pack("{s:o}", "tools", jb_tools_describe()));
-  if (strcmp(method, "tools/call") == 0) {
-    const char *tool = json_string_value(json_object_get(params, "name"));
-    json_t *arguments = json_object_get(params, "arguments");
-    if (jb_tool_from_name(tool) == JB_TOOL_UNKNOWN)
-      return rpc_error(id, -32602, "Invalid params: 'name' must be one of read, write, list, done",
-                       NULL);
-    if (arguments && !json_is_object(arguments))
-      return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object", NULL);
-    json_t *empty = arguments ? NULL : json_object();
-    struct jb_mcp_error e = {0};
-    json_t *result =
-        s->tool(s->tool_ctx, s->app, peer->room, tool, arguments ? arguments : empty, &e);
-    json_decref(empty);
-    return tool_reply(id, result, &e);
-  }
-  return rpc_error(id, -32601, "Method not found", json_pack("{s:s}", "method", method));
+  if (json_array_size(args) != 1)
+    return ack_of(
+        jb_mcp_error_reply(NULL, -32600, "Invalid Request: send one JSON-RPC 2.0 object", NULL));
+  struct jb_mcp_req r;
+  json_t *reply;
+  int status;
+  if (!jb_mcp_check(msg, &t, &r, &reply, &status)) return ack_of(reply);
+  return ack_of(jb_mcp_answer(&r, s->app, peer->room, s->tool, s->tool_ctx, &status));
 }
 
 /* ---------- the direct path of reads and lists (service thread) ----------
@@ -459,6 +406,7 @@ struct relay_call {
   long long ack;
   json_t *args; /* the event's arguments, for the ordinary path */
   json_t *id; /* the JSON-RPC id */
+  bool modern; /* answered by the 2026-07-28 rules (api/agent/mcp.h) */
   long long seq; /* the request's "id" on the worker connection, echoed in its answer */
   struct jb_mcp_direct d;
   char *req_line; /* d.req with its "id", '\n'-terminated, req_len bytes */
@@ -532,7 +480,8 @@ static enum relay_outcome relay_answer(struct relay_call *rc, const char *line, 
   json_t *result = rc->s->direct.answer(rc->d.ctx, ans, &e, &ran);
   json_decref(ans);
   if (!ran) return RELAY_NOT_RAN;
-  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack, tool_reply(rc->id, result, &e));
+  jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack,
+                   ack_of(jb_mcp_tool_reply(rc->id, rc->modern, result, &e)));
   return RELAY_ANSWERED;
 }
 
@@ -578,10 +527,10 @@ static void relay_watch(void *arg, struct jb_ws_watch *w, int fd, enum jb_ws_wat
     if (rc) {
       jb_log(JB_LOG_WARN, "direct op: no answer from the worker in time", "jobId", rc->peer.room,
              NULL);
-      jb_ws_event_done(
-          rc->ws, rc->peer.conn, rc->ack,
-          rpc_error(rc->id, JB_MCP_UNAVAILABLE, "the worker did not answer in time; try again",
-                    json_pack("{s:s}", "reason", "unavailable")));
+      jb_ws_event_done(rc->ws, rc->peer.conn, rc->ack,
+                       ack_of(jb_mcp_error_reply(rc->id, JB_MCP_UNAVAILABLE,
+                                                 "the worker did not answer in time; try again",
+                                                 json_pack("{s:s}", "reason", "unavailable"))));
       relay_call_free(rc);
     }
     relay_close(c);
@@ -726,7 +675,8 @@ static void relay_pump(struct jb_socket *s) {
   s->pumping = false;
 }
 
-/* ws event_direct handler: an agent's tools/call of read or list, when the planner allows. */
+/* ws event_direct handler: an agent's tools/call of a tool that changes nothing, when the planner
+ * allows (jb_op_direct_plan). */
 static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
                             const char *name, json_t *args, long long ack) {
   struct jb_socket *s = ctx;
@@ -735,19 +685,22 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
   pthread_rwlock_unlock(&s->lock);
   if (peer->role != JB_ROLE_AGENT || strcmp(name, "mcp") || ack < 0 || !planner) return false;
   /* only a well-formed call: every other message takes mcp()'s path, which answers it */
+  static const struct jb_mcp_transport none = {0};
   json_t *msg = json_array_get(args, 0);
   if (!json_is_object(msg) || json_array_size(args) != 1) return false;
-  json_t *id = json_object_get(msg, "id");
-  const char *method = json_string_value(json_object_get(msg, "method"));
-  const char *jsonrpc = json_string_value(json_object_get(msg, "jsonrpc"));
-  json_t *params = json_object_get(msg, "params");
-  if (!id || (!json_is_string(id) && !json_is_integer(id)) || !jsonrpc || strcmp(jsonrpc, "2.0") ||
-      !method || strcmp(method, "tools/call") || !json_is_object(params))
+  struct jb_mcp_req r;
+  json_t *reply = NULL;
+  int status;
+  if (!jb_mcp_check(msg, &none, &r, &reply, &status)) {
+    json_decref(reply);
     return false;
+  }
+  if (!r.id || strcmp(r.method, "tools/call") || !json_is_object(r.params)) return false;
+  json_t *id = r.id, *params = r.params;
   const char *tool = json_string_value(json_object_get(params, "name"));
   json_t *arguments = json_object_get(params, "arguments");
   enum jb_tool t = tool ? jb_tool_from_name(tool) : JB_TOOL_UNKNOWN;
-  if ((t != JB_TOOL_READ && t != JB_TOOL_LIST) || (arguments && !json_is_object(arguments)))
+  if (t == JB_TOOL_UNKNOWN || (arguments && !json_is_object(arguments))) /* the planner decides */
     return false;
   struct relay_call *rc = calloc(1, sizeof *rc);
   if (!rc) return false;
@@ -775,6 +728,7 @@ static bool on_event_direct(void *ctx, struct jb_ws *ws, const struct jb_ws_peer
   rc->ack = ack;
   rc->args = json_incref(args);
   rc->id = json_incref(id);
+  rc->modern = r.modern;
   /* behind the calls that wait already: in order */
   int sent = s->wait_head ? 1 : relay_send(s, rc);
   if (sent < 0 || (sent > 0 && s->n_wait >= RELAY_WAIT_MAX)) {
@@ -885,6 +839,19 @@ int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
 }
 
 int jb_socket_port(const struct jb_socket *s) { return s->ws ? jb_ws_port(s->ws) : 0; }
+
+int jb_socket_run(struct jb_socket *s, void (*fn)(void *arg, bool run), void *arg) {
+  if (!s) return -1;
+  pthread_rwlock_rdlock(&s->lock);
+  int rc = s->ws ? jb_ws_run(s->ws, fn, arg) : -1;
+  pthread_rwlock_unlock(&s->lock);
+  return rc;
+}
+
+void jb_socket_tool(const struct jb_socket *s, jb_mcp_tool_fn *fn, void **ctx) {
+  *fn = s->tool;
+  *ctx = s->tool_ctx;
+}
 
 void jb_socket_resync(struct jb_socket *s) {
   if (!s) return;

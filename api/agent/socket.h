@@ -61,6 +61,16 @@ int jb_socket_start(struct jb_app *app, jb_mcp_tool_fn tool, void *tool_ctx,
 /* The bound port. */
 int jb_socket_port(const struct jb_socket *s);
 
+/* Runs fn(arg, true) once on one of the socket's handler threads (the threads that run the
+ * agents' tool calls; server/ws.h jb_ws_run), for work of another transport that may block
+ * for long. Any thread. Returns 0, or -1 when it cannot be queued (full, stopping, or no
+ * endpoint): fn is not called. A call still queued when the endpoint stops gets
+ * fn(arg, false): free `arg`, do nothing else. */
+int jb_socket_run(struct jb_socket *s, void (*fn)(void *arg, bool run), void *arg);
+
+/* The tool handler and its context given to jb_socket_start. */
+void jb_socket_tool(const struct jb_socket *s, jb_mcp_tool_fn *fn, void **ctx);
+
 /* Starts closing every socket (Engine.IO close + WebSocket close 1001: socket.io-client
  * reconnects elsewhere) once its calls in flight have answered, and refuses new sockets and
  * new events; does not wait (server/ws.h jb_ws_drain). */

@@ -1,28 +1,31 @@
 /* routes.c — the route table of jailboxd: every path it serves, kept in step with
  * api/openapi.yaml. */
+#include "api/agent/mcp_http.h"
 #include "api/rest/handlers.h"
 #include "server/api.h"
 
 static const struct jb_route routes[] = {
-    {"GET", "/healthz", jb_api_healthz},
-    {"GET", "/readyz", jb_api_readyz},
-    {"GET", "/metrics", jb_api_metrics},
-    {"POST", "/v1/jailbox", jb_api_session_open},
-    {"GET", "/v1/jailbox/:jobId", jb_api_session_get},
-    {"PATCH", "/v1/jailbox/:jobId", jb_api_session_patch},
-    {"GET", "/v1/jailbox/:jobId/ops", jb_api_ops_list},
-    {"POST", "/v1/jailbox/:jobId/approve/:opId", jb_api_op_approve},
-    {"POST", "/v1/jailbox/:jobId/reject/:opId", jb_api_op_reject},
-    {"POST", "/v1/jailbox/:jobId/abort", jb_api_session_abort},
-    {"POST", "/v1/jailbox/:jobId/pause", jb_api_session_pause},
-    {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume},
-    {"POST", "/v1/jailbox/:jobId/accept", jb_api_session_accept},
-    {"GET", "/v1/agents/:agentId", jb_api_agent_get},
-    {"GET", "/v1/jailbox/:jobId/audit", jb_api_audit_export},
-    {"GET", "/v1/jailbox/:jobId/audit/verify", jb_api_audit_verify},
-    {"GET", "/v1/audit/keys", jb_api_audit_keys},
-    {"GET", "/v1/jailbox/:jobId/alerts", jb_api_alerts_list},
-    {"GET", "/v1/jailbox/:jobId/changes", jb_api_changes_list},
+    {"GET", "/healthz", jb_api_healthz, 0},
+    {"GET", "/readyz", jb_api_readyz, 0},
+    {"GET", "/metrics", jb_api_metrics, 0},
+    {"POST", "/v1/jailbox", jb_api_session_open, 0},
+    {"GET", "/v1/jailbox/:jobId", jb_api_session_get, 0},
+    {"PATCH", "/v1/jailbox/:jobId", jb_api_session_patch, 0},
+    {"GET", "/v1/jailbox/:jobId/ops", jb_api_ops_list, 0},
+    {"POST", "/v1/jailbox/:jobId/approve/:opId", jb_api_op_approve, 0},
+    {"POST", "/v1/jailbox/:jobId/reject/:opId", jb_api_op_reject, 0},
+    {"POST", "/v1/jailbox/:jobId/abort", jb_api_session_abort, 0},
+    {"POST", "/v1/jailbox/:jobId/pause", jb_api_session_pause, 0},
+    {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume, 0},
+    {"POST", "/v1/jailbox/:jobId/accept", jb_api_session_accept, 0},
+    {"GET", "/v1/agents/:agentId", jb_api_agent_get, 0},
+    {"GET", "/v1/jailbox/:jobId/audit", jb_api_audit_export, 0},
+    {"GET", "/v1/jailbox/:jobId/audit/verify", jb_api_audit_verify, 0},
+    {"GET", "/v1/audit/keys", jb_api_audit_keys, 0},
+    {"GET", "/v1/jailbox/:jobId/alerts", jb_api_alerts_list, 0},
+    {"GET", "/v1/jailbox/:jobId/changes", jb_api_changes_list, 0},
+    /* MCP Streamable HTTP (api/agent/mcp_http.h): GET and DELETE get 405 */
+    {"POST", "/mcp", jb_api_mcp_post, JB_ROUTE_BODY},
 };
 
 const struct jb_route *jb_api_routes(size_t *n) {

@@ -98,7 +98,7 @@ async function main() {
   let id = 0;
   const call = async (name, args) => {
     const r = await agent.timeout(60000).emitWithAck('mcp', { jsonrpc: '2.0', id: ++id, method: 'tools/call', params: { name, arguments: args } });
-    if (!r.result) throw new Error(name + ': ' + JSON.stringify(r.error));
+    if (!r.result || r.result.isError) throw new Error(name + ': ' + JSON.stringify(r.error ?? r.result));
     return r.result.structuredContent;
   };
 

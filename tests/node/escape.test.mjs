@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { linkSync, mkdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call, control,
+import { toolFailure } from './lib/agent.mjs';
   docker, containersOf, closeAll } from './lib/jail.mjs';
 
 const PENALTY = 15;
@@ -113,7 +114,7 @@ test('path traversal (jailboxd syntax check): aborted, pending ops rejected, sea
   const t0 = Date.now();
   // the agent is answered before its socket is ended
   const r = await call(S.agent, 'read', { path: '../outside/secret.txt' }).catch((e) => ({ cut: e.message }));
-  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'denied', JSON.stringify(r));
   const { ms } = await assertEscaped(S, 'path_traversal', t0);
   timings.path_traversal = ms;
   assert.ok(ms < 1000, `took ${ms} ms`);
@@ -128,7 +129,7 @@ test('absolute path (jailboxd syntax check)', { timeout: 180000 }, async () => {
   const S = await live();
   const t0 = Date.now();
   const r = await call(S.agent, 'write', { path: '/etc/passwd', content: 'x' }).catch((e) => ({ cut: e.message }));
-  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'denied', JSON.stringify(r));
   const { ms } = await assertEscaped(S, 'absolute_path', t0);
   timings.absolute_path = ms;
   assert.ok(ms < 1000, `took ${ms} ms`);
@@ -138,7 +139,7 @@ test('through a symlink that leaves the workspace (flagged by the pre-scan)', { 
   const S = await live((d) => symlinkSync(outside, join(d, 'out')));
   const t0 = Date.now();
   const r = await call(S.agent, 'read', { path: 'out/secret.txt' }).catch((e) => ({ cut: e.message }));
-  assert.equal(r.error?.data?.reason, 'flagged', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'flagged', JSON.stringify(r));
   const { ms } = await assertEscaped(S, 'symlink_escape', t0);
   timings.symlink_escape = ms;
   assert.ok(ms < 1000, `took ${ms} ms`);
@@ -157,7 +158,7 @@ test('a symlink leaving the workspace made after the pre-scan (caught at open ti
   symlinkSync(outside, join(S.dir, 'late'));
   const t0 = Date.now();
   const r = await call(S.agent, 'read', { path: 'late/secret.txt' }).catch((e) => ({ cut: e.message }));
-  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'denied', JSON.stringify(r));
   const { alert } = await assertEscaped(S, 'symlink_escape', t0);
   assert.match(alert.detail, /leads out of the workspace/);
 });
@@ -178,7 +179,7 @@ test('ops waiting behind an escape run nothing once it is caught (reads handed s
   await hold.query('COMMIT');
   hold.release();
   const r = await esc;
-  assert.equal(r.error?.data?.reason, 'denied', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'denied', JSON.stringify(r));
   for (const a of await Promise.all(after))
     assert.ok(!a.result, 'a read ran after the escape was caught: ' + JSON.stringify(a).slice(0, 300));
   await assertEscaped(S, 'symlink_escape', t0);
@@ -199,7 +200,7 @@ test('a read that comes after an escape caught by a direct read does not run in 
   const atime = (f) => statSync(join(S.dir, f)).atimeMs;
   // the observer works: a read moves the access time
   utimesSync(join(S.dir, 'probe.txt'), old, new Date());
-  assert.ok((await call(S.agent, 'read', { path: 'probe.txt' })).result);
+  assert.equal((await call(S.agent, 'read', { path: 'probe.txt' })).result?.isError, false);
   if (atime('probe.txt') === old.getTime()) return t.skip('the workspace keeps no access times here');
   utimesSync(join(S.dir, 'b.txt'), old, new Date());
   const hold = await srv.db.connect();
@@ -306,7 +307,7 @@ test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without a
   const S = await live((d) => writeFileSync(join(d, 'secret.key'), 'k\n'), { exclude: ['*.key'] });
   for (let i = 1; i <= 7; i++) {
     const r = await call(S.agent, 'read', { path: 'secret.key' });
-    assert.equal(r.error.data.reason, 'excluded');
+    assert.equal(toolFailure(r).data.reason, 'excluded');
   }
   const alerts = await waitFor(srv, 'two alerts', async () => {
     const al = await srv.req('GET', `/v1/jailbox/${S.jobId}/alerts`, { token: srv.serviceToken });

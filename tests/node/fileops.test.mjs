@@ -11,7 +11,7 @@ import { existsSync, linkSync, mkdirSync, readFileSync, readdirSync, statSync, s
 import http from 'node:http';
 import net from 'node:net';
 import { join } from 'node:path';
-import { startSandboxServer } from './lib/agent.mjs';
+import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:fileops';
 
@@ -226,15 +226,15 @@ test('a symlink-exchange race (cf. CVE-2018-15664): reads and writes through a n
   for (let i = 0; Date.now() < end && i < 2000; i++) {
     const r = await call(agent, 'read', { path: 'swap/x' });
     reads++;
-    if (r.result) {
+    if (!toolFailure(r)) {
       assert.equal(r.result.structuredContent.content, 'inside\n', 'a read left the workspace');
       inside++;
     } else {
-      assert.ok(['denied', 'not_found'].includes(r.error.data.reason), JSON.stringify(r.error));
+      assert.ok(['denied', 'not_found'].includes(toolFailure(r)?.data?.reason), JSON.stringify(r));
     }
     const w = await call(agent, 'write', { path: `swap/w${i % 7}`, content: 'agent\n' });
     writes++;
-    if (w.error) assert.ok(['denied', 'not_found'].includes(w.error.data.reason), JSON.stringify(w.error));
+    if (toolFailure(w)) assert.ok(['denied', 'not_found'].includes(toolFailure(w).data.reason), JSON.stringify(w));
   }
   } finally {
     swapper.stop();
@@ -271,13 +271,13 @@ test('review: a directory swapped with a link to an excluded directory: reads an
                                   ['list', { path: 'swap' }], ['list', { recursive: true }]]) {
         const r = await call(agent, tool, args);
         ops++;
-        const text = JSON.stringify(r.result || null); // (an error repeats the path asked for)
+        const text = JSON.stringify(toolFailure(r) ? null : r.result || null); // (an error repeats the path asked for)
         assert.doesNotMatch(text, /HIDDEN|hidden\.txt/, `${tool} ${JSON.stringify(args)} showed the excluded directory: ${text.slice(0, 400)}`);
-        if (r.error) assert.ok(['denied', 'not_found', 'excluded'].includes(r.error.data.reason), JSON.stringify(r.error));
+        if (toolFailure(r)) assert.ok(['denied', 'not_found', 'excluded'].includes(toolFailure(r).data.reason), JSON.stringify(r));
         else if (tool === 'list' && r.result.structuredContent.entries.some((e) => e.name === 'x' || e.name === 'swap/x')) seenInside++;
         // a link is shown with its target only when that target was judged inside and not
         // excluded: never the text of a link into the excluded directory
-        if (tool === 'list' && r.result) {
+        if (tool === 'list' && !toolFailure(r)) {
           const bad = r.result.structuredContent.entries.find((e) => typeof e.target === 'string' && /^hidden/.test(e.target));
           assert.equal(bad, undefined, 'a listed link shows a target in the excluded directory: ' + JSON.stringify(bad));
         }
@@ -328,7 +328,7 @@ test('supervised: a write waits for the buyer; approve writes it, reject leaves 
   const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
   assert.equal(ack.ok, true, JSON.stringify(ack));
   const r = await pending;
-  assert.ok(r.result, JSON.stringify(r.error));
+  assert.equal(r.result?.isError, false, JSON.stringify(r));
   assert.equal(r.result.structuredContent.written, 17);
   assert.equal(readFileSync(join(B.dir, 'out.txt'), 'utf8'), 'approved content\n');
   // rejection
@@ -384,7 +384,7 @@ test('pause holds new ops until resume; abort fails a pending write, which never
   ack = await buyer.timeout(10000).emitWithAck('jailbox:resume', {});
   assert.equal(ack.ok, true, JSON.stringify(ack));
   assert.equal((await held).result.structuredContent.content, 'paused\n');
-  assert.ok((await heldWrite).result);
+  assert.equal((await heldWrite).result?.isError, false);
   assert.equal(readFileSync(join(P.dir, 'later.txt'), 'utf8'), 'after resume\n');
   // done: the session moves to done, and takes no more ops
   const d = await ok(agent, 'done', { summary: 'all finished' });
@@ -400,8 +400,8 @@ test('pause holds new ops until resume; abort fails a pending write, which never
   ack = await qb.timeout(10000).emitWithAck('jailbox:abort', { reason: 'stop' });
   assert.equal(ack.ok, true, JSON.stringify(ack));
   const r = await pending.catch((x) => ({ closed: x.message }));
-  assert.ok(r.error || r.closed, JSON.stringify(r));
-  if (r.error) assert.ok(['rejected', 'denied'].includes(r.error.data.reason), JSON.stringify(r.error));
+  assert.ok(toolFailure(r) || r.closed, JSON.stringify(r));
+  if (toolFailure(r)) assert.ok(['rejected', 'denied'].includes(toolFailure(r).data.reason), JSON.stringify(r));
   assert.ok(!existsSync(join(Q.dir, 'never.txt')));
 });
 
@@ -424,7 +424,7 @@ test('review: a malformed argument cannot wedge the session; later ops still run
   const agent = await connect(W.agentToken);
   const t0 = Date.now();
   const r = await call(agent, 'read', { path: 'a.txt', offset: 1.5 }, 30000);
-  assert.ok(r.error, JSON.stringify(r));
+  assert.ok(toolFailure(r), JSON.stringify(r));
   assert.ok(Date.now() - t0 < 20000, 'answered, not stuck');
   assert.equal((await ok(agent, 'read', { path: 'a.txt' })).content, 'abc\n');
   const v = await srv.req('GET', `/v1/jailbox/${W.jobId}/audit/verify`, { token: srv.serviceToken });
@@ -836,7 +836,7 @@ test('JAILBOX_APPROVAL_TIMEOUT: a pending write without a decision fails with ti
   const t0 = Date.now();
   const r = await call(agent, 'write', { path: 't.txt', content: 'never approved\n' }, 30000);
   const took = Date.now() - t0;
-  assert.equal(r.error?.data?.reason, 'timeout', JSON.stringify(r));
+  assert.equal(toolFailure(r)?.data?.reason, 'timeout', JSON.stringify(r));
   assert.ok(took >= 2900 && took < 12000, `answered after ${took} ms (timeout 3 s)`);
   const req = await waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 't.txt');
   const over = await waitEvent(buyer, 'jailbox:op', (p) => p.opId === req.opId);

@@ -15,7 +15,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startSandboxServer, agentKit } from './lib/agent.mjs';
+import { startSandboxServer, agentKit, toolFailure } from './lib/agent.mjs';
 import { startServer, JAILBOXD } from './lib/server.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -150,7 +150,7 @@ test('clean neighbours of every rule become pending approvals', { timeout: 18000
     const [req, answer] = await pendingWrite(args);
     assert.equal(req.verdict, 'clean');
     const r = await decide(req, answer, 'reject');
-    assert.equal(r.error?.data?.reason, 'rejected', JSON.stringify(r));
+    assert.equal(toolFailure(r)?.data?.reason, 'rejected', JSON.stringify(r));
     assert.ok(!existsSync(join(S.dir, c.path)));
   }
   assert.ok(!buyer.events.some((x) => x.event === 'jailbox:security_alert' && clean.some((c) => c.path === x.payload.path)));
@@ -181,7 +181,7 @@ test('diff preview: a changed text file shows its -/+ lines, in the event and in
   assert.ok(st.rows.length >= 1);
   for (const r of st.rows) assert.equal(r.result.result.content, undefined, JSON.stringify(r.result));
   const r = await decide(req, answer, 'approve');
-  assert.ok(r.result, JSON.stringify(r.error));
+  assert.equal(r.result?.isError, false, JSON.stringify(r));
   assert.equal(readFileSync(join(S.dir, 'notes.txt'), 'utf8'), 'one\n2\nthree\nfour\n');
 });
 
@@ -291,7 +291,7 @@ test('JAILBOX_SCAN_RULES: a custom rules file is used; a bad one stops jailboxd 
       assert.equal(ack.ok, true, JSON.stringify(ack));
       const r = await pending;
       // its queued op failed with the abort (ops not yet run fail with "aborted")
-      assert.equal(r.error?.data?.reason, 'aborted', JSON.stringify(r));
+      assert.equal(toolFailure(r)?.data?.reason, 'aborted', JSON.stringify(r));
       k.closeSockets();
     } finally {
       await srv.stop();

@@ -544,9 +544,10 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
   // the op handler (api/agent/ops.c): no sandbox here, the session is still 'created'
-  assert.equal(r.error.code, -32010);
-  assert.match(r.error.message, /the session is created/);
-  assert.equal(r.error.data.reason, 'denied');
+  // a tool-execution failure: a result the model reads (isError), not a JSON-RPC error
+  assert.equal(r.result.isError, true, JSON.stringify(r));
+  assert.match(r.result.content[0].text, /the session is created/);
+  assert.deepEqual(r.result.structuredContent.error, { reason: 'denied', code: -32010 });
   r = await call({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'rm', arguments: {} } });
   assert.equal(r.error.code, -32602);
   r = await call({ jsonrpc: '2.0', id: 5, method: 'resources/list' });

@@ -13,6 +13,19 @@ import { waitEvent as waitEventOf } from './jail.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../../..');
 
+// The failure of an MCP tools/call answer `r`, as {code, message, data: {reason, …}}: a JSON-RPC
+// error (unknown tool, invalid arguments, unavailable) as it is, or a CallToolResult with
+// isError (a tool-execution failure: structuredContent.error {reason, code}); undefined when
+// the call succeeded.
+export function toolFailure(r) {
+  if (r?.error) return r.error;
+  if (r?.result?.isError) {
+    const e = r.result.structuredContent?.error ?? {};
+    return { code: e.code, message: r.result.content?.[0]?.text, data: e };
+  }
+  return undefined;
+}
+
 // Starts dockerd (if needed), builds the sandbox image `image` from the shim next to
 // JAILBOXD, and a jailboxd with one worker and `env`. Returns the kit bound to that server.
 export async function startSandboxServer(image, env = {}) {
@@ -65,14 +78,16 @@ export function agentKit(srv) {
     },
     async ok(agent, name, args) {
       const r = await kit.call(agent, name, args);
-      assert.ok(r.result, `${name} ${JSON.stringify(args).slice(0, 200)}: ${JSON.stringify(r.error)}`);
+      assert.ok(r.result && !r.result.isError, `${name} ${JSON.stringify(args).slice(0, 200)}: ${JSON.stringify(r.error ?? r.result)}`);
       return r.result.structuredContent;
     },
+    // a refused call: the failure as {code, message, data: {reason, …}} (toolFailure)
     async refused(agent, name, args, reason) {
       const r = await kit.call(agent, name, args);
-      assert.ok(r.error, `${name} ${JSON.stringify(args).slice(0, 200)} was not refused: ${String(JSON.stringify(r)).slice(0, 300)}`);
-      if (reason) assert.equal(r.error.data?.reason, reason, `${name} ${JSON.stringify(args).slice(0, 120)}: ${JSON.stringify(r.error)}`);
-      return r.error;
+      const f = toolFailure(r);
+      assert.ok(f, `${name} ${JSON.stringify(args).slice(0, 200)} was not refused: ${String(JSON.stringify(r)).slice(0, 300)}`);
+      if (reason) assert.equal(f.data?.reason, reason, `${name} ${JSON.stringify(args).slice(0, 120)}: ${JSON.stringify(f)}`);
+      return f;
     },
     // opens a session on a workspace built by `build(dir)` and waits until its sandbox is up
     async openSession(build, extra = {}) {
