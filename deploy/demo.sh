@@ -25,28 +25,13 @@ fail() { echo "demo.sh: FAILED: $*" >&2; exit 1; }
 
 # ---- the workspace: a real project from Debian's archive ----
 step "workspace: the source of Debian's $PKG"
-mkdir -p "$CACHE"
-SRC=$(find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name "$PKG-*" 2>/dev/null | head -1)
-if [ -z "$SRC" ]; then
-  if ! apt-cache showsrc "$PKG" >/dev/null 2>&1 || [ -z "$(apt-cache showsrc "$PKG" 2>/dev/null)" ]; then
-    if [ "$(id -u)" = 0 ] && ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      echo "adding a deb-src line for bookworm (/etc/apt/sources.list.d/jailbox-deb-src.sources)"
-      printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-        > /etc/apt/sources.list.d/jailbox-deb-src.sources
-    fi
-    [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 || true
-  fi
-  if (cd "$CACHE" && apt-get source -qq "$PKG" >/dev/null 2>&1); then
-    SRC=$(find "$CACHE" -mindepth 1 -maxdepth 1 -type d -name "$PKG-*" | head -1)
-    echo "downloaded with apt-get source $PKG: $(du -sh "$CACHE" | cut -f1) in $CACHE"
-  elif [ -n "${DEMO_FALLBACK_SRC:-}" ]; then
-    SRC=$DEMO_FALLBACK_SRC
-    echo "FALLBACK: apt-get source $PKG failed (no archive?); using the local tree $SRC"
-  else
-    fail "apt-get source $PKG failed and no DEMO_FALLBACK_SRC was given"
-  fi
+if SRC=$("$HERE/demo-source.sh" "$PKG" "$CACHE"); then
+  :
+elif [ -n "${DEMO_FALLBACK_SRC:-}" ]; then
+  SRC=$DEMO_FALLBACK_SRC
+  echo "FALLBACK: apt-get source $PKG failed (no archive?); using the local tree $SRC"
 else
-  echo "cached: $SRC"
+  fail "apt-get source $PKG failed and no DEMO_FALLBACK_SRC was given"
 fi
 WS_NAME=demo-$PKG-$(date +%s)-$$
 WS=$JAILBOX_WORKSPACE_ROOT/$WS_NAME

@@ -317,7 +317,7 @@ json_t *op_answer(struct op_call *call) {
     snprintf(head, sizeof head, "%s %.4100s: %zu replacement%s\n",
              json_is_true(json_object_get(r, "dryRun")) ? "dry run, nothing written:" : "edited",
              call->path, call->replaced, call->replaced == 1 ? "" : "s");
-    json_t *txt = json_pack("{s:s,s:s++}", "type", "text", "text", head, dt ? dt : "");
+    json_t *txt = json_pack("{s:s,s:s+}", "type", "text", "text", head, dt ? dt : "");
     json_array_clear(c);
     json_array_append_new(c, txt);
     return out;

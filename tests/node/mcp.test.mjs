@@ -16,15 +16,10 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { io } from 'socket.io-client';
 import { startSandboxServer } from './lib/agent.mjs';
-import { JAILBOXD } from './lib/server.mjs';
+import { CTL, TRANSPORTS, connectClient } from './lib/mcp.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
 const MODERN = '2026-07-28';
 const META = { 'io.modelcontextprotocol/protocolVersion': MODERN, 'io.modelcontextprotocol/clientCapabilities': {},
                'io.modelcontextprotocol/clientInfo': { name: 'mcp-test', version: '1' } };
@@ -51,32 +46,6 @@ function build(dir) {
   writeFileSync(join(dir, 'secrets/token.txt'), 'hunter2\n');
 }
 
-// An SDK Transport over the agent's Socket.IO `mcp` event: a request is emitted with an ack,
-// whose argument is the response; a notification is emitted without one.
-class SocketIoTransport {
-  constructor(url, token) { this.url = url; this.token = token; }
-  async start() {
-    this.s = io(this.url, { transports: ['websocket'], auth: { token: this.token }, reconnection: false, forceNew: true });
-    await new Promise((res, rej) => { this.s.once('connect', res); this.s.once('connect_error', rej); });
-    this.s.on('disconnect', () => this.onclose?.());
-  }
-  async send(msg) {
-    if (msg.id === undefined || msg.method === undefined) { this.s.emit('mcp', msg); return; }
-    this.s.timeout(120000).emitWithAck('mcp', msg).then((r) => this.onmessage?.(r), (e) => this.onerror?.(e));
-  }
-  async close() { this.s?.close(); }
-}
-
-function transportFor(kind, S) {
-  if (kind === 'http')
-    return new StreamableHTTPClientTransport(new URL(srv.url + '/mcp'),
-      { requestInit: { headers: { Authorization: 'Bearer ' + S.agentToken } } });
-  if (kind === 'stdio')
-    return new StdioClientTransport({ command: CTL, args: ['mcp-bridge', '--job', S.jobId], stderr: 'pipe',
-      env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: 'ws://' + kit.wsAddr, JAILBOX_AGENT_TOKEN: S.agentToken } });
-  return new SocketIoTransport('http://' + kit.wsAddr, S.agentToken);
-}
-
 // one JSON-RPC message POSTed to /mcp with the usual headers (each may be overridden or
 // dropped with null)
 async function post(body, { token, headers = {}, raw } = {}) {
@@ -100,12 +69,10 @@ function modern(token, id, method, params = {}, headers = {}) {
     headers: { 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(name ? { 'mcp-name': name } : {}), ...headers } });
 }
 
-for (const kind of ['http', 'stdio', 'socket']) {
+for (const kind of TRANSPORTS) {
   test(`the SDK client over ${kind}: initialize, tools/list, read and list, failures as isError, invalid params as JSON-RPC errors`, async () => {
     const S = await kit.openSession(build, { mode: 'unsupervised', exclude: ['secrets'] });
-    const client = new Client({ name: 'jailbox-mcp-test', version: '1.0.0' });
-    const transport = transportFor(kind, S);
-    await client.connect(transport);
+    const client = await connectClient(kind, kit, S, 'jailbox-mcp-test');
     try {
       assert.equal(client.getServerVersion().name, 'jailbox');
       assert.ok(client.getServerCapabilities().tools);

@@ -74,7 +74,10 @@ export async function startServer(env = {}, opts = {}) {
     },
     async stop() {
       await db.end();
-      const done = new Promise((res) => child.on('exit', (code, sig) => res({ code, sig })));
+      // a server that died already (a crash the test reports) has no exit event left to wait for
+      const done = child.exitCode !== null || child.signalCode !== null
+        ? Promise.resolve({ code: child.exitCode, sig: child.signalCode })
+        : new Promise((res) => child.on('exit', (code, sig) => res({ code, sig })));
       child.kill('SIGTERM');
       const r = await done;
       rmSync(dir, { recursive: true, force: true });

@@ -1,0 +1,51 @@
+// mcp.mjs — the official MCP SDK client (@modelcontextprotocol/sdk) connected to a session
+// over each of the agent's three transports: Streamable HTTP (POST /mcp on jailboxd with the
+// agent token as bearer), stdio (`jailboxctl mcp-bridge --job JOB`), and the Socket.IO `mcp`
+// event (a small SDK Transport on socket.io-client). Used by mcp.test.mjs and
+// refactor.test.mjs with a kit of lib/agent.mjs.
+import { dirname, join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { io } from 'socket.io-client';
+import { JAILBOXD } from './server.mjs';
+
+export const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
+export const TRANSPORTS = ['http', 'stdio', 'socket'];
+
+// An SDK Transport over the agent's Socket.IO `mcp` event: a request is emitted with an ack,
+// whose argument is the response; a notification is emitted without one. A request waits for
+// its ack at most `ackMs` (a supervised call waits for the buyer inside it).
+export class SocketIoTransport {
+  constructor(url, token, ackMs = 120000) { this.url = url; this.token = token; this.ackMs = ackMs; }
+  async start() {
+    this.s = io(this.url, { transports: ['websocket'], auth: { token: this.token }, reconnection: false, forceNew: true });
+    await new Promise((res, rej) => { this.s.once('connect', res); this.s.once('connect_error', rej); });
+    this.s.on('disconnect', () => this.onclose?.());
+  }
+  async send(msg) {
+    if (msg.id === undefined || msg.method === undefined) { this.s.emit('mcp', msg); return; }
+    this.s.timeout(this.ackMs).emitWithAck('mcp', msg).then((r) => this.onmessage?.(r), (e) => this.onerror?.(e));
+  }
+  async close() { this.s?.close(); }
+}
+
+// A fresh SDK Transport of `kind` ('http', 'stdio' or 'socket') for session `S` ({jobId,
+// agentToken}) of the server behind `kit` ({srv, wsAddr}).
+export function transportFor(kind, kit, S) {
+  if (kind === 'http')
+    return new StreamableHTTPClientTransport(new URL(kit.srv.url + '/mcp'),
+      { requestInit: { headers: { Authorization: 'Bearer ' + S.agentToken } } });
+  if (kind === 'stdio')
+    return new StdioClientTransport({ command: CTL, args: ['mcp-bridge', '--job', S.jobId], stderr: 'pipe',
+      env: { ...process.env, JAILBOX_URL: kit.srv.url, JAILBOX_WS_URL: 'ws://' + kit.wsAddr, JAILBOX_AGENT_TOKEN: S.agentToken } });
+  if (kind === 'socket') return new SocketIoTransport('http://' + kit.wsAddr, S.agentToken);
+  throw new Error('unknown transport ' + kind);
+}
+
+// An SDK Client named `name`, connected (initialize done) over `kind` to session `S`.
+export async function connectClient(kind, kit, S, name = 'jailbox-test') {
+  const client = new Client({ name, version: '1.0.0' });
+  await client.connect(transportFor(kind, kit, S));
+  return client;
+}
