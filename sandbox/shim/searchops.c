@@ -421,7 +421,8 @@ static int search_buffer(struct walker *wk, struct searcher *s, const char *cano
     const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
     const unsigned char *le = nl ? nl : end;
     lineno++;
-    if ((lineno & 4095) == 0 && past(&wk->deadline)) {
+    /* every line: one line may cost up to MATCH_LIMIT backtracking steps (tens of ms) */
+    if (past(&wk->deadline)) {
       wk->truncated = true;
       return 1;
     }
