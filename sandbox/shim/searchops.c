@@ -178,7 +178,11 @@ static int walk_tree(struct walker *wk, int fd, const char *canon, const char *r
       continue; /* fifo, socket, device */
     }
     rc = wk->visit(wk, dirfd(d), name, ccanon, crel, &st);
-    if (rc == 0 && S_ISDIR(st.st_mode) && depth + 1 < WALK_LEVELS) {
+    if (rc == 0 && S_ISDIR(st.st_mode)) {
+      if (depth + 1 >= WALK_LEVELS) {
+        wk->truncated = true; /* not descended: the answer does not cover what is below */
+        continue;
+      }
       int sub = fo_open_dir_readable(dirfd(d), name);
       if (sub >= 0) rc = walk_tree(wk, sub, ccanon, crel, depth + 1);
     }

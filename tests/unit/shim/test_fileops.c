@@ -615,6 +615,34 @@ static void search_slow_lines_deadline(void **state) {
   if (s > 12.0) fail_msg("the search took %.1f s; its budget is 10 s", s);
 }
 
+/* find and search go 64 directories below their start at most; what lies deeper is not looked
+ * at, and the answer says so with `truncated`. */
+static void walk_depth_truncated(void **state) {
+  char path[1024] = "d";
+  for (int i = 1; i < 70; i++) strcat(path, "/d");
+  char line[1200];
+  snprintf(line, sizeof line, "{\"op\":\"mkdir\",\"path\":\"%s\"}", path);
+  json_decref(run(line));
+  strcat(path, "/x.c");
+  put(path, "needle\n");
+  json_t *r = run("{\"op\":\"find\",\"pattern\":\"**/x.c\"}");
+  assert_int_equal(json_array_size(json_object_get(r, "matches")), 0);
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+  r = run("{\"op\":\"search\",\"pattern\":\"needle\"}");
+  assert_int_equal(json_array_size(json_object_get(r, "matches")), 0);
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+  /* a shallow tree is answered whole */
+  put("top.c", "needle\n");
+  r = run("{\"op\":\"find\",\"pattern\":\"*.c\",\"path\":\"d/d\"}");
+  assert_true(json_is_true(json_object_get(r, "truncated"))); /* still 68 below d/d */
+  json_decref(r);
+  r = run("{\"op\":\"search\",\"pattern\":\"needle\",\"path\":\"top.c\"}");
+  assert_false(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(read_lines, setup, teardown),
@@ -628,6 +656,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(search_ops, setup, teardown),
       cmocka_unit_test_setup_teardown(read_many_answer_fits_line, setup, teardown),
       cmocka_unit_test_setup_teardown(search_slow_lines_deadline, setup, teardown),
+      cmocka_unit_test_setup_teardown(walk_depth_truncated, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
