@@ -56,6 +56,19 @@ static void print_block(const char *title, const char *text) {
   }
 }
 
+/* Prints `s` whole (it may be longer than jb_ctl_text keeps: a move names two paths of up to
+ * 4 KiB), control characters (C0, DEL, C1) as '?'. */
+static void print_whole(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)(s ? s : "-"); *p; p++) {
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+      putchar('?');
+      p++;
+    } else {
+      putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+    }
+  }
+}
+
 /* One event for a person. `payload` borrowed. */
 static void print_event(const char *name, const json_t *d) {
   stamp();
@@ -79,6 +92,13 @@ static void print_event(const char *name, const json_t *d) {
     if (json_is_string(json_object_get(d, "reason"))) printf(" — %s", s_(d, "reason"));
     if (json_is_object(res) && json_is_string(json_object_get(res, "error")))
       printf(" — %s", s_(res, "error"));
+    putchar('\n');
+  } else if (strcmp(name, "jailbox:approval_request") == 0 &&
+             json_is_string(json_object_get(d, "description"))) {
+    /* mkdir, move, delete: what the op will do, whole (destination, recursive) */
+    printf("APPROVAL REQUESTED op #%lld: ",
+           (long long)json_integer_value(json_object_get(d, "opId")));
+    print_whole(json_string_value(json_object_get(d, "description")));
     putchar('\n');
   } else if (strcmp(name, "jailbox:approval_request") == 0) {
     printf("APPROVAL REQUESTED op #%lld: %s %s (%lld bytes, sha256 %.16s…, %s)\n",

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "lib/pathcheck.h"
+#include "sandbox/proto/shim.h"
 #include "sandbox/shim/walk.h"
 
 #define MAX_LINKS 40 /* symlinks one walk may pass (as the kernel's ELOOP limit) */
@@ -759,8 +760,18 @@ static json_t *op_read(json_t *req, struct jb_fileop_error *e) {
 
 #define READ_MANY_MAX 50 /* paths of one read_many */
 
+#define READ_MANY_ENTRY 2048 /* bytes of one entry's framing and error message, escaped */
+
+/* Bytes the content of `n` bytes at most takes in the answer: the smaller of its JSON escapes
+ * and base64 (fo_content_json), bounded by base64. */
+static size_t content_cost(size_t n) {
+  return sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+}
+
 /* read_many: each path read whole as `read` reads it, each answered on its own; the contents
- * together stay within JB_FILE_MAX bytes (a file past that budget is too_large). */
+ * together stay within JB_FILE_MAX bytes, and the whole answer — contents as sent (base64 or
+ * escaped), every path echoed escaped, every error message — within one protocol line
+ * (JB_SHIM_MAX_LINE, less room for the envelope): a file past either budget is too_large. */
 static json_t *op_read_many(json_t *req, struct jb_fileop_error *e) {
   json_t *paths = json_object_get(req, "paths");
   if (!json_is_array(paths) || json_array_size(paths) == 0 ||
@@ -772,6 +783,16 @@ static json_t *op_read_many(json_t *req, struct jb_fileop_error *e) {
   size_t budget = JB_FILE_MAX;
   size_t i;
   json_t *jp;
+  /* the answer's room for contents: the line, less every entry's echo and message */
+  size_t echoes = 0;
+  json_array_foreach (paths, i, jp) {
+    echoes += READ_MANY_ENTRY;
+    if (json_is_string(jp))
+      echoes +=
+          fo_json_escaped_len((const unsigned char *)json_string_value(jp), json_string_length(jp));
+  }
+  size_t line_room = JB_SHIM_MAX_LINE - 65536;
+  size_t room = echoes < line_room ? line_room - echoes : 0;
   json_array_foreach (paths, i, jp) {
     struct jb_fileop_error fe = {0};
     json_t *one = json_pack("{s:O}", "path", jp);
@@ -783,16 +804,17 @@ static json_t *op_read_many(json_t *req, struct jb_fileop_error *e) {
       if (st.st_size > JB_FILE_MAX) {
         fo_fail(&fe, "too_large", EFBIG, "%s is %lld bytes: read it alone, in parts", path,
                 (long long)st.st_size);
-      } else if ((size_t)st.st_size > budget) {
+      } else if ((size_t)st.st_size > budget || content_cost((size_t)st.st_size) > room) {
         fo_fail(&fe, "too_large", EFBIG,
-                "%s: the answer's budget of %d bytes is spent by the files before it: read it "
-                "alone",
+                "%s: the answer's budget (%d bytes of contents, one protocol line in all) is "
+                "spent by the entries before it: read it alone",
                 path, JB_FILE_MAX);
       } else {
         unsigned char *buf;
         size_t got;
         if (read_at(fd, 0, (size_t)st.st_size, &buf, &got, path, &fe) == 0) {
           budget -= got;
+          room -= content_cost(got);
           r = read_answer(st.st_size, 0, buf, got, &fe);
         }
       }

@@ -178,7 +178,11 @@ static int walk_tree(struct walker *wk, int fd, const char *canon, const char *r
       continue; /* fifo, socket, device */
     }
     rc = wk->visit(wk, dirfd(d), name, ccanon, crel, &st);
-    if (rc == 0 && S_ISDIR(st.st_mode) && depth + 1 < WALK_LEVELS) {
+    if (rc == 0 && S_ISDIR(st.st_mode)) {
+      if (depth + 1 >= WALK_LEVELS) {
+        wk->truncated = true; /* not descended: the answer does not cover what is below */
+        continue;
+      }
       int sub = fo_open_dir_readable(dirfd(d), name);
       if (sub >= 0) rc = walk_tree(wk, sub, ccanon, crel, depth + 1);
     }
@@ -421,7 +425,8 @@ static int search_buffer(struct walker *wk, struct searcher *s, const char *cano
     const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
     const unsigned char *le = nl ? nl : end;
     lineno++;
-    if ((lineno & 4095) == 0 && past(&wk->deadline)) {
+    /* every line: one line may cost up to MATCH_LIMIT backtracking steps (tens of ms) */
+    if (past(&wk->deadline)) {
       wk->truncated = true;
       return 1;
     }

@@ -410,6 +410,17 @@ static json_t *op_status(void) {
 static void respond(json_t *resp) {
   size_t n = 0;
   char *line = resp ? jb_line_encode(resp, 0, &n, NULL) : NULL;
+  if (line && n > JB_SHIM_MAX_LINE) {
+    /* the worker takes a longer line for a protocol violation: the op's answer is refused
+     * instead (every op budgets its answer below this; this is the last guard) */
+    free(line);
+    json_t *id = json_incref(json_object_get(resp, "id"));
+    json_decref(resp);
+    resp = json_pack("{s:o, s:b, s:{s:s, s:s}}", "id", id ? id : json_null(), "ok", 0, "error",
+                     "code", "too_large", "message",
+                     "the answer is over one protocol line: ask for less at once");
+    line = resp ? jb_line_encode(resp, 0, &n, NULL) : NULL;
+  }
   json_decref(resp);
   if (!line) {
     static const char oom[] =

@@ -468,6 +468,42 @@ test('watch prints what the agent wrote without terminal control sequences', asy
   }
 });
 
+test('watch shows the buyer what a move or a recursive delete will do: the destination, "everything in it"', async () => {
+  const S = await openSession('supervised');
+  const c = spawn(CTL, ['watch', S.jobId], {
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: wsUrl, JAILBOX_TOKEN: S.buyerToken },
+  });
+  children.push(c);
+  let out = '';
+  c.stdout.on('data', (d) => { out += d; });
+  await waitFor('watch connected', () => out.includes('state awaiting_agent'));
+  const { client } = await mcpClient(S.jobId, S.agentToken);
+  try {
+    const dest = `keep/${'d'.repeat(200)}/${'e'.repeat(200)}/${'f'.repeat(200)}/TARGET-NAME.c`;
+    const moving = client.callTool({ name: 'move', arguments: { source: 'src', destination: dest } },
+      undefined, { timeout: 60000 });
+    moving.catch(() => {});
+    await waitFor('the move approval', () => /APPROVAL REQUESTED op #\d+: move/.test(out));
+    await waitFor('its whole line', () => out.includes('TARGET-NAME.c'), 15000);
+    assert.doesNotMatch(out, /bytes, sha256/); // no write's size and hash for a move
+    const op = JSON.parse((await ctl(['ops', S.jobId, '--state', 'pending', '--json'], { token: S.buyerToken })).stdout).ops[0].opId;
+    assert.equal((await ctl(['reject', S.jobId, String(op), '--reason', 'no'], { token: S.buyerToken })).code, 0);
+    await moving;
+    out = '';
+    const deleting = client.callTool({ name: 'delete', arguments: { path: 'src', recursive: true } },
+      undefined, { timeout: 60000 });
+    deleting.catch(() => {});
+    await waitFor('the delete approval', () => /APPROVAL REQUESTED op #\d+: delete/.test(out) && out.includes('\n'));
+    await waitFor('its description', () => out.includes('everything in it'), 15000);
+    const op2 = JSON.parse((await ctl(['ops', S.jobId, '--state', 'pending', '--json'], { token: S.buyerToken })).stdout).ops[0].opId;
+    assert.equal((await ctl(['reject', S.jobId, String(op2), '--reason', 'no'], { token: S.buyerToken })).code, 0);
+    await deleting;
+  } finally {
+    await client.close();
+    c.kill();
+  }
+});
+
 // a TCP proxy in front of the Socket.IO port whose connections the test can cut
 async function cuttableProxy() {
   const [host, port] = wsUrl.replace('ws://', '').split(':');

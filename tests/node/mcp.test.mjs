@@ -32,10 +32,20 @@ before(async () => {
   srv = kit.srv;
 });
 
+let lingering; // a supervised call still waiting for the buyer when the server drains
+
 after(async () => {
   for (const c of children) c.kill('SIGKILL');
   kit?.closeSockets();
-  await srv?.stop();
+  const stopped = await srv?.stop();
+  if (lingering) {
+    // drained while suspended: the client gets a JSON-RPC error that says so, the server
+    // exits cleanly
+    const r = await lingering;
+    assert.ok([200, 503].includes(r.status), r.text);
+    assert.equal(r.json?.error?.data?.reason, 'unavailable', r.text);
+    assert.equal(stopped.code, 0, JSON.stringify(stopped));
+  }
 });
 
 function build(dir) {
@@ -266,6 +276,52 @@ test('a supervised write over HTTP waits for the buyer without holding the HTTP 
   assert.equal(rj.status, 200, rj.text);
   const r2 = await w2;
   assert.deepEqual([r2.json.result.isError, r2.json.result.structuredContent.error.reason], [true, 'rejected']);
+});
+
+test('clients that hang up while their supervised calls wait: the REST API and /mcp keep answering, late answers are dropped', async () => {
+  const S = await kit.openSession(build, { mode: 'supervised' });
+  const N = 10;
+  const aborts = [];
+  const calls = [];
+  for (let i = 0; i < N; i++) {
+    const ac = new AbortController();
+    aborts.push(ac);
+    calls.push(fetch(srv.url + '/mcp', {
+      method: 'POST', signal: ac.signal,
+      headers: { 'content-type': 'application/json', accept: 'application/json', authorization: 'Bearer ' + S.agentToken,
+                 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': 'write' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: i, method: 'tools/call',
+                             params: { name: 'write', arguments: { path: `src/w${i}.c`, content: `int w${i};\n` }, _meta: META } }),
+    }).then((r) => r.text()).catch((e) => e.name));
+  }
+  const pending = async () => (await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: S.buyerToken })).json?.ops ?? [];
+  await kit.waitFor('pending writes', async () => (await pending()).length >= 1, 30000);
+  await new Promise((r) => setTimeout(r, 500));
+  for (const ac of aborts) ac.abort(); // every client hangs up
+  const outcomes = await Promise.all(calls);
+  assert.ok(outcomes.some((o) => o === 'AbortError'), JSON.stringify(outcomes));
+  // the REST API and /mcp answer at once while the calls still wait
+  const t0 = Date.now();
+  const ops = await pending();
+  const ping = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { token: S.agentToken });
+  assert.equal(ping.status, 200, ping.text);
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+  // the buyer answers the calls whose clients are gone: nothing to send them to
+  for (const op of ops) {
+    const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${op.opId}`, { token: S.buyerToken, body: { reason: 'gone' } });
+    assert.equal(r.status, 200, r.text);
+  }
+  // and a new call is served whole
+  const w = modern(S.agentToken, 100, 'tools/call', { name: 'write', arguments: { path: 'src/after.c', content: 'int after;\n' } });
+  const op = await kit.waitFor('the new write', async () => (await pending()).find((o) => o.path === 'src/after.c'), 30000);
+  assert.equal((await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${op.opId}`, { token: S.buyerToken })).status, 200);
+  const r = await w;
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.result.isError, false, r.text);
+  assert.equal(readFileSync(join(S.dir, 'src/after.c'), 'utf8'), 'int after;\n');
+  // one more left waiting: the server drains with it suspended (checked in after())
+  lingering = modern(S.agentToken, 101, 'tools/call', { name: 'write', arguments: { path: 'src/late.c', content: 'int late;\n' } });
+  await kit.waitFor('the lingering write', async () => (await pending()).find((o) => o.path === 'src/late.c'), 30000);
 });
 
 // the stdio bridge driven line by line: a pass-through for every revision

@@ -546,6 +546,103 @@ static void search_ops(void **state) {
   assert_true(s < 2.0);
 }
 
+/* Every answer fits one protocol line (2 MiB, sandbox/proto/PROTOCOL.md): the worker takes a
+ * longer one for a protocol violation. read_many's 50 echoed paths of 4 KiB of control
+ * characters (6 bytes each, escaped) and a 1 MiB file that goes out as base64. */
+static void read_many_answer_fits_line(void **state) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/big", root);
+  FILE *f = fopen(p, "w");
+  for (int i = 0; i < 1024 * 1024; i++) fputc(1, f);
+  fclose(f);
+  json_t *paths = json_array();
+  json_array_append_new(paths, json_string("big"));
+  char name[4097];
+  for (int k = 0; k < 49; k++) {
+    size_t o = 0;
+    for (int c = 0; c < 16; c++) {
+      if (c) name[o++] = '/';
+      memset(name + o, 1, 255);
+      name[o] = (char)('A' + k % 26); /* distinct */
+      o += 255;
+    }
+    name[o] = '\0';
+    json_array_append_new(paths, json_string(name));
+  }
+  json_t *req = json_pack("{s:s, s:o}", "op", "read_many", "paths", paths);
+  struct jb_fileop_error e = {0};
+  json_t *r = jb_fileop("read_many", req, &e);
+  json_decref(req);
+  assert_non_null(r);
+  char *line = json_dumps(r, JSON_COMPACT);
+  size_t len = strlen(line);
+  free(line);
+  if (len > 2 * 1024 * 1024 - 4096) fail_msg("read_many answered %zu bytes", len);
+  /* the file goes past the answer's room: too_large for it, the others answered each */
+  json_t *files = json_object_get(r, "files");
+  assert_int_equal(json_array_size(files), 50);
+  json_t *first = json_array_get(files, 0);
+  assert_false(json_is_true(json_object_get(first, "ok")));
+  assert_string_equal(json_string_value(json_object_get(json_object_get(first, "error"), "code")),
+                      "too_large");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_object_get(json_array_get(files, 1), "error"), "code")),
+                      "not_found");
+  json_decref(r);
+  /* alone it is read whole (base64) */
+  r = run("{\"op\":\"read_many\",\"paths\":[\"big\"]}");
+  first = json_array_get(json_object_get(r, "files"), 0);
+  assert_true(json_is_true(json_object_get(first, "ok")));
+  assert_string_equal(str_of(json_object_get(first, "result"), "encoding"), "base64");
+  json_decref(r);
+}
+
+/* A regex that stays under PCRE2's match limit on each line but is slow on every one still
+ * ends at the search's time budget, with `truncated`. */
+static void search_slow_lines_deadline(void **state) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/slow", root);
+  FILE *f = fopen(p, "w");
+  for (int i = 0; i < 4000; i++) fputs("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaX\n", f);
+  fclose(f);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  json_t *r = run("{\"op\":\"search\",\"pattern\":\"^(a|aa)*X\\\\d\",\"path\":\"slow\"}");
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+  if (s > 12.0) fail_msg("the search took %.1f s; its budget is 10 s", s);
+}
+
+/* find and search go 64 directories below their start at most; what lies deeper is not looked
+ * at, and the answer says so with `truncated`. */
+static void walk_depth_truncated(void **state) {
+  char path[1024] = "d";
+  for (int i = 1; i < 70; i++) strcat(path, "/d");
+  char line[1200];
+  snprintf(line, sizeof line, "{\"op\":\"mkdir\",\"path\":\"%s\"}", path);
+  json_decref(run(line));
+  strcat(path, "/x.c");
+  put(path, "needle\n");
+  json_t *r = run("{\"op\":\"find\",\"pattern\":\"**/x.c\"}");
+  assert_int_equal(json_array_size(json_object_get(r, "matches")), 0);
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+  r = run("{\"op\":\"search\",\"pattern\":\"needle\"}");
+  assert_int_equal(json_array_size(json_object_get(r, "matches")), 0);
+  assert_true(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+  /* a shallow tree is answered whole */
+  put("top.c", "needle\n");
+  r = run("{\"op\":\"find\",\"pattern\":\"*.c\",\"path\":\"d/d\"}");
+  assert_true(json_is_true(json_object_get(r, "truncated"))); /* still 68 below d/d */
+  json_decref(r);
+  r = run("{\"op\":\"search\",\"pattern\":\"needle\",\"path\":\"top.c\"}");
+  assert_false(json_is_true(json_object_get(r, "truncated")));
+  json_decref(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(read_lines, setup, teardown),
@@ -557,6 +654,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(delete_ops, setup, teardown),
       cmocka_unit_test_setup_teardown(find_ops, setup, teardown),
       cmocka_unit_test_setup_teardown(search_ops, setup, teardown),
+      cmocka_unit_test_setup_teardown(read_many_answer_fits_line, setup, teardown),
+      cmocka_unit_test_setup_teardown(search_slow_lines_deadline, setup, teardown),
+      cmocka_unit_test_setup_teardown(walk_depth_truncated, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
