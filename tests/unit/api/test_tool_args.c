@@ -271,7 +271,7 @@ static void described(void **state) {
     json_t *p;
     json_object_foreach (json_object_get(in, "properties"), key, p) {
       json_t *one = json_object();
-      json_object_set(one, key, json_string(""));
+      json_object_set_new(one, key, json_string(""));
       struct op_args_view av;
       int code;
       char msg[300];
