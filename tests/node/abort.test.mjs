@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { writeFileSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
+import { toolFailure } from './lib/agent.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
   containersOf, closeAll } from './lib/jail.mjs';
 
@@ -154,7 +155,7 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
   // was in flight and the kill cut it short
   assert.equal(op?.state, 'failed', JSON.stringify(op));
   assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
-  assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+  assert.ok(h.cut || toolFailure(h)?.data?.reason === 'aborted', JSON.stringify(h));
   console.log('# the op:', op.result.error.message, '; abort answered in', took, 'ms');
   assert.ok(took < 2000, `abort took ${took} ms`);
   assert.equal(readFileSync(big).length, 250 * 1024 * 1024, 'the big file was not replaced');
@@ -190,7 +191,7 @@ test('an op in flight in one session holds up neither another session\'s read no
   assert.equal(op?.state, 'failed', JSON.stringify(op));
   assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
   const h = await slow;
-  assert.ok(h.cut || h.error?.data?.reason === 'aborted', JSON.stringify(h));
+  assert.ok(h.cut || toolFailure(h)?.data?.reason === 'aborted', JSON.stringify(h));
   const h2 = await second;
   assert.ok(h2.cut || h2.error, 'a read answered in an aborted session: ' + JSON.stringify(h2));
   await assertEndedAndSealed(srv, x.jobId, 'aborted');
@@ -320,8 +321,8 @@ test('SIGTERM while a write waits for the buyer: the call ends with unavailable 
     x.child.kill('SIGTERM');
     const r = await pending;
     const answeredMs = Date.now() - t0;
-    assert.equal(r.error?.data?.reason, 'unavailable', JSON.stringify(r));
-    assert.match(r.error.message, /shutting down/);
+    assert.equal(toolFailure(r)?.data?.reason, 'unavailable', JSON.stringify(r));
+    assert.match(toolFailure(r).message, /shutting down/);
     assert.ok(answeredMs < grace, `answered after ${answeredMs} ms`);
     const ex = await exited;
     stopped = true;

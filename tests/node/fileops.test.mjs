@@ -337,8 +337,8 @@ test('supervised: a write waits for the buyer; approve writes it, reject leaves 
   const ack2 = await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req2.opId, reason: 'not this' });
   assert.equal(ack2.ok, true, JSON.stringify(ack2));
   const r2 = await p2;
-  assert.equal(r2.error?.data?.reason, 'rejected', JSON.stringify(r2));
-  assert.match(r2.error.message, /not this/);
+  assert.equal(toolFailure(r2)?.data?.reason, 'rejected', JSON.stringify(r2));
+  assert.match(toolFailure(r2).message, /not this/);
   assert.equal(readFileSync(join(B.dir, 'keep.txt'), 'utf8'), 'original\n');
   // the audit chain verifies and holds each op
   const v = await srv.req('GET', `/v1/jailbox/${B.jobId}/audit/verify`, { token: srv.serviceToken });
@@ -360,7 +360,7 @@ test('supervised: a write waits for the buyer; approve writes it, reject leaves 
   const ack3 = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req3.opId });
   assert.equal(ack3.ok, true, JSON.stringify(ack3));
   const r3 = await p3;
-  assert.equal(r3.error?.data?.reason, 'changed', JSON.stringify(r3));
+  assert.equal(toolFailure(r3)?.data?.reason, 'changed', JSON.stringify(r3));
   assert.equal(readFileSync(join(B.dir, 'keep.txt'), 'utf8'), 'edited by the buyer meanwhile\n');
   // a supervised write to a symlink is refused before the buyer is asked
   symlinkSync('keep.txt', join(B.dir, 'keep-link'));
@@ -899,7 +899,7 @@ test('review: a session decided on from this process\'s copy is checked at the i
   assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
   const ack = await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req.opId, reason: 'no' });
   assert.equal(ack.ok, true, JSON.stringify(ack));
-  assert.equal((await pending).error?.data?.reason, 'rejected');
+  assert.equal(toolFailure(await pending)?.data?.reason, 'rejected');
   assert.equal(readFileSync(join(M.dir, 'm.txt'), 'utf8'), 'm\n');
 });
 
@@ -971,7 +971,7 @@ test('review: reads racing writes: each read entry follows the write whose file 
     for (let k = 0; k < 3; k++) round.push(call(agent, 'read', { path: 'o.txt' }, 120000).then((r) => ({ read: r })));
     for (const g of await Promise.all(round)) {
       if (!g.read) continue;
-      if (g.read.error?.data?.reason === 'unavailable') continue;
+      if (toolFailure(g.read)?.data?.reason === 'unavailable') continue;
       assert.ok(g.read.result, JSON.stringify(g.read).slice(0, 300));
       answered++;
     }

@@ -18,6 +18,7 @@ import { mkdirSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { io } from 'socket.io-client';
 import pgClient from 'pg';
+import { toolFailure } from './lib/agent.mjs';
 import {
   ROOT, JAILBOXD, cleanup, scratch, sharedSecrets, sleep, startInstance, startNginx, startPostgres,
   startRedis, startWorker, waitFor,
@@ -273,7 +274,7 @@ test('a commit that fails announces nothing on any instance; the next one reache
       WHEN (NEW.job_id = '${S.jobId}' AND NEW.tool = 'write' AND NEW.path = 'refused.txt') EXECUTE FUNCTION jb_test_refuse()`);
     const requests = (b) => count(b, 'jailbox:approval_request', (p) => p.path === 'refused.txt');
     const r = await call(agentA, 'write', { path: 'refused.txt', content: 'no\n' });
-    assert.equal(r.error?.data?.reason, 'unavailable', 'the write failed: ' + JSON.stringify(r));
+    assert.equal(toolFailure(r)?.data?.reason, 'unavailable', 'the write failed: ' + JSON.stringify(r));
     assert.equal((await db.query("SELECT count(*)::int n FROM ops WHERE job_id = $1 AND tool = 'write' AND path = 'refused.txt'", [S.jobId])).rows[0].n, 0);
     await sleep(1000); // an event published before the commit failed would have arrived
     for (const [b, n] of [[buyerA, 'A'], [buyerB, 'B']]) assert.equal(requests(b), 0, 'buyer on ' + n + ': nothing announced');
@@ -284,7 +285,7 @@ test('a commit that fails announces nothing on any instance; the next one reache
     await waitEvent(buyerA, 'jailbox:approval_request', (p) => p.opId === req.opId);
     assert.equal((await A.req('POST', `/v1/jailbox/${S.jobId}/reject/${req.opId}`, { token: S.buyerToken })).status, 200);
     const done = await w;
-    assert.equal(done.error?.data?.reason, 'rejected', JSON.stringify(done));
+    assert.equal(toolFailure(done)?.data?.reason, 'rejected', JSON.stringify(done));
     const isOp = (p) => p.opId === req.opId && p.state === 'rejected';
     await waitEvent(buyerA, 'jailbox:op', isOp);
     await waitEvent(buyerB, 'jailbox:op', isOp);
