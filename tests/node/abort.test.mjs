@@ -113,7 +113,7 @@ for (const [i, state] of ['prescanning', 'awaiting_agent', 'active', 'paused', '
     }
     if (held) {
       const h = await held;
-      assert.ok(h.cut || h.error, JSON.stringify(h));
+      assert.ok(h.cut || toolFailure(h), JSON.stringify(h));
       assert.ok(!existsSync(join(s.dir, 'new.txt')));
     }
     assert.ok(cid);
@@ -180,7 +180,10 @@ test('an op in flight in one session holds up neither another session\'s read no
   // … but the other session's read answers while the stat (about a second of hashing) runs
   const r = await call(y.agent, 'read', { path: 'a.txt' }, 20000);
   assert.equal(r.result?.structuredContent?.content, 'hello\n', JSON.stringify(r));
-  assert.deepEqual(await statOf(), [], 'the other session\'s read waited for the stat to finish');
+  // (the stat is a queued row from its request on: still unfinished when the read answered)
+  const during = await statOf();
+  assert.equal(during.length, 1, JSON.stringify(during));
+  assert.ok(!['done', 'failed'].includes(during[0].state), 'the other session\'s read waited for the stat to finish: ' + JSON.stringify(during));
   // and the abort kills the container at once: the stat fails with "aborted"
   const ab = await srv.req('POST', `/v1/jailbox/${x.jobId}/abort`, { token: x.buyerToken });
   assert.equal(ab.status, 200, ab.text);
@@ -193,7 +196,7 @@ test('an op in flight in one session holds up neither another session\'s read no
   const h = await slow;
   assert.ok(h.cut || toolFailure(h)?.data?.reason === 'aborted', JSON.stringify(h));
   const h2 = await second;
-  assert.ok(h2.cut || h2.error, 'a read answered in an aborted session: ' + JSON.stringify(h2));
+  assert.ok(h2.cut || toolFailure(h2), 'a read answered in an aborted session: ' + JSON.stringify(h2));
   await assertEndedAndSealed(srv, x.jobId, 'aborted');
   const v = await srv.req('GET', `/v1/jailbox/${y.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
@@ -232,7 +235,8 @@ test('accept only from done (409 otherwise); sealed, container removed, change s
   assert.equal(c.json.changes.length, 2);
   const [a, b] = c.json.changes;
   for (const x of [a, b]) {
-    assert.deepEqual(Object.keys(x).sort(), ['at', 'opId', 'path', 'sha256After', 'sha256Before', 'size']);
+    assert.deepEqual(Object.keys(x).sort(), ['at', 'opId', 'path', 'sha256After', 'sha256Before', 'size', 'tool']);
+    assert.equal(x.tool, 'write');
     assert.match(x.at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
     assert.equal(typeof x.opId, 'number');
   }

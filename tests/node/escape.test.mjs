@@ -11,8 +11,8 @@ import assert from 'node:assert/strict';
 import { linkSync, mkdirSync, readFileSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call, control,
-import { toolFailure } from './lib/agent.mjs';
   docker, containersOf, closeAll } from './lib/jail.mjs';
+import { toolFailure } from './lib/agent.mjs';
 
 const PENALTY = 15;
 let srv;
