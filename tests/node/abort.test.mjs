@@ -50,7 +50,7 @@ async function sessionIn(state, extra = {}) {
     return s;
   }
   const d = await call(s.agent, 'done', { summary: 'finished' });
-  assert.ok(d.result, JSON.stringify(d));
+  assert.ok(d.result && !d.result.isError, JSON.stringify(d));
   await waitState(srv, s.jobId, ['done']);
   return s;
 }
@@ -212,11 +212,11 @@ test('accept only from done (409 otherwise); sealed, container removed, change s
   const ack = await s.buyer.timeout(10000).emitWithAck('jailbox:accept', {});
   assert.equal(ack.error.code, 'invalid_state');
   let w = await call(s.agent, 'write', { path: 'new.c', content: 'int main(void) { return 0; }\n' });
-  assert.ok(w.result, JSON.stringify(w));
+  assert.ok(w.result && !w.result.isError, JSON.stringify(w));
   w = await call(s.agent, 'write', { path: 'a.txt', content: 'changed\n' });
-  assert.ok(w.result, JSON.stringify(w));
+  assert.ok(w.result && !w.result.isError, JSON.stringify(w));
   const d = await call(s.agent, 'done', { summary: 'two files' });
-  assert.ok(d.result, JSON.stringify(d));
+  assert.ok(d.result && !d.result.isError, JSON.stringify(d));
   await waitState(srv, s.jobId, ['done']);
   const t0 = Date.now();
   const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/accept`, { token: s.buyerToken });
@@ -267,7 +267,7 @@ test('idle timeout (limits.idleTimeoutSec): activity keeps the session, silence 
   let quiet = 0; // when the agent last did something
   for (let i = 0; i < 8; i++) {
     const r = await call(s.agent, 'read', { path: 'a.txt' });
-    assert.ok(r.result, JSON.stringify(r));
+    assert.ok(r.result && !r.result.isError, JSON.stringify(r));
     quiet = Date.now();
     await new Promise((res) => setTimeout(res, 500));
   }

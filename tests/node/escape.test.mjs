@@ -119,7 +119,7 @@ test('path traversal (jailboxd syntax check): aborted, pending ops rejected, sea
   timings.path_traversal = ms;
   assert.ok(ms < 1000, `took ${ms} ms`);
   const held = await pending.catch((e) => ({ gone: e.message }));
-  assert.ok(held.gone || held.error, JSON.stringify(held));
+  assert.ok(held.gone || toolFailure(held), JSON.stringify(held));
   const ops = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops`, { token: srv.serviceToken });
   const w = ops.json.ops.find((o) => o.tool === 'write');
   assert.equal(w.state, 'rejected');
@@ -181,7 +181,7 @@ test('ops waiting behind an escape run nothing once it is caught (reads handed s
   const r = await esc;
   assert.equal(toolFailure(r)?.data?.reason, 'denied', JSON.stringify(r));
   for (const a of await Promise.all(after))
-    assert.ok(!a.result, 'a read ran after the escape was caught: ' + JSON.stringify(a).slice(0, 300));
+    assert.ok(!a.result || a.result.isError, 'a read ran after the escape was caught: ' + JSON.stringify(a).slice(0, 300));
   await assertEscaped(S, 'symlink_escape', t0);
   // nothing was read after the escape: its op is the last that ran in the shim
   const ran = (await srv.db.query("SELECT op_id, path, result FROM ops WHERE job_id = $1 AND tool = 'read' ORDER BY op_id", [S.jobId])).rows;
@@ -214,7 +214,7 @@ test('a read that comes after an escape caught by a direct read does not run in 
   await hold.query('COMMIT');
   hold.release();
   assert.equal(toolFailure(await esc)?.data?.reason, 'denied');
-  assert.ok(!(await later).result, JSON.stringify(await later));
+  assert.ok(!(await later).result || (await later).result.isError, JSON.stringify(await later));
   await assertEscaped(S, 'symlink_escape', t0);
   assert.equal(atime('b.txt'), old.getTime(), 'b.txt was read in the shim after the escape was caught');
 });
@@ -291,7 +291,7 @@ test('a malformed answer to a direct read the worker may not store', { timeout: 
   const S = await live();
   // jailboxd keeps its copy of the session; the worker knows the session's audit head
   const r0 = await call(S.agent, 'read', { path: 'a.txt' });
-  assert.ok(r0.result, JSON.stringify(r0));
+  assert.ok(r0.result && !r0.result.isError, JSON.stringify(r0));
   await srv.db.query("UPDATE sessions SET mode = 'supervised' WHERE job_id = $1", [S.jobId]);
   const armed = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.arm', what: 'malformed' }, timeoutMs: 10000 }, 20000);
   assert.equal(armed.ok, true, JSON.stringify(armed));
@@ -300,7 +300,7 @@ test('a malformed answer to a direct read the worker may not store', { timeout: 
   const { ms } = await assertEscaped(S, 'protocol_violation', t0);
   timings.protocol_violation_direct_read_refused = ms;
   const r = await read;
-  assert.ok(!r.result, JSON.stringify(r));
+  assert.ok(!r.result || r.result.isError, JSON.stringify(r));
 });
 
 test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without aborting or scoring', { timeout: 180000 }, async () => {

@@ -449,7 +449,7 @@ test('review: approve racing abort — a write on disk is always in the audit ch
       "SELECT jb_audit_details(canonical) AS details FROM audit_entries WHERE job_id = $1 AND operation = 'write' AND path = 'race.txt'", [R.jobId])).rows;
     const written = rows.some((x) => x.details.ok === true);
     assert.equal(written, onDisk, `round ${round}: on disk ${onDisk}, audited ${JSON.stringify(rows)}`);
-    if (onDisk) assert.ok(answer.result, `round ${round}: the agent was told it did not run: ${JSON.stringify(answer)}`);
+    if (onDisk) assert.ok(answer.result && !answer.result.isError, `round ${round}: the agent was told it did not run: ${JSON.stringify(answer)}`);
     const v = await srv.req('GET', `/v1/jailbox/${R.jobId}/audit/verify`, { token: srv.serviceToken });
     assert.equal(v.json.ok, true, JSON.stringify(v.json));
   }
@@ -668,7 +668,7 @@ test('many agents reading at once, straight to the worker: every answer its own 
   }));
   assert.equal(done.length, S.length * 2 * N);
   for (const { i, k, r } of done) {
-    assert.ok(r.result, JSON.stringify(r));
+    assert.ok(r.result && !r.result.isError, JSON.stringify(r));
     if (k % 5 === 4) assert.deepEqual(r.result.structuredContent.entries.map((e) => e.name), ['mine.txt']);
     else assert.equal(r.result.structuredContent.content, `session ${i}\n`);
   }
@@ -972,7 +972,7 @@ test('review: reads racing writes: each read entry follows the write whose file 
     for (const g of await Promise.all(round)) {
       if (!g.read) continue;
       if (toolFailure(g.read)?.data?.reason === 'unavailable') continue;
-      assert.ok(g.read.result, JSON.stringify(g.read).slice(0, 300));
+      assert.ok(g.read.result && !g.read.result.isError, JSON.stringify(g.read).slice(0, 300));
       answered++;
     }
   }

@@ -168,7 +168,7 @@ test('agent on A, buyer on B, approval over REST on B: the call returns; events 
   const ap = await B.req('POST', `/v1/jailbox/${S.jobId}/approve/${opId}`, { token: S.buyerToken });
   assert.equal(ap.status, 200, ap.text);
   const r = await result;
-  assert.ok(r.result, JSON.stringify(r));
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
   assert.equal(r.result.structuredContent.written, 3);
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v2\n');
   // the decision was made on B and reaches the buyer on A (over Redis) and on B, once each
@@ -200,7 +200,7 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
   let w = await supervisedWrite(agentA, buyerB, 'v3\n');
   assert.equal((await B.req('POST', `/v1/jailbox/${S.jobId}/approve/${w.opId}`, { token: S.buyerToken })).status, 200);
   let r = await w.result;
-  assert.ok(r.result, JSON.stringify(r));
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v3\n');
   const during = w.opId;
   await waitEvent(buyerA, 'jailbox:op', (p) => p.opId === during && p.state === 'approved');
@@ -220,7 +220,7 @@ test('Redis killed and started again mid-session: nothing lost, fan-out resumes 
   const ack = await buyerA.timeout(10000).emitWithAck('jailbox:approve', { opId: w.opId });
   assert.equal(ack.ok, true, JSON.stringify(ack));
   r = await w.result;
-  assert.ok(r.result, JSON.stringify(r));
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v4\n');
   const after4 = w.opId;
   await waitEvent(buyerB, 'jailbox:op', (p) => p.opId === after4 && p.state === 'approved');
@@ -359,7 +359,7 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.equal(ack.ok, true, JSON.stringify(ack));
   // the call finishes on the draining instance and its answer reaches the agent: nothing lost
   const r5 = await w.result;
-  assert.ok(r5.result, JSON.stringify(r5));
+  assert.ok(r5.result && !r5.result.isError, JSON.stringify(r5));
   assert.equal(r5.result.structuredContent.written, 3);
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v5\n');
   // then the agent is closed too and comes back on the other instance
@@ -377,7 +377,7 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   const ap = await fetch(`${lb.url}/v1/jailbox/${S.jobId}/approve/${w2.opId}`, { method: 'POST', headers: { authorization: 'Bearer ' + S.buyerToken } });
   assert.equal(ap.status, 200);
   const r = await w2.result;
-  assert.ok(r.result, JSON.stringify(r));
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'v6\n');
   const ops = await Y.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`);
   assert.equal(ops.json.ops.length, 0);
