@@ -46,7 +46,12 @@ export async function startServer(env = {}, opts = {}) {
       let payload;
       if (raw !== undefined) payload = raw;
       else if (body !== undefined) { payload = JSON.stringify(body); h['content-type'] = 'application/json'; }
-      const r = await fetch(url + path, { method, headers: h, body: payload });
+      let r;
+      try { r = await fetch(url + path, { method, headers: h, body: payload }); }
+      catch (e) { // undici says only 'fetch failed': name the cause (reset, refused, closed)
+        const c = e.cause || {};
+        throw new Error(`${method} ${path}: ${e.message}: ${c.code || ''} ${c.message || c}`, { cause: e });
+      }
       const text = await r.text();
       let json;
       try { json = JSON.parse(text); } catch { json = undefined; }
