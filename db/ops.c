@@ -445,14 +445,14 @@ int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_
                   jb_error *err) {
   *out = (struct jb_op_task_row){0};
   const char *p[2] = {job_id, task_id};
-  PGresult *r = jb_db_exec(
-      c,
-      "SELECT op_id, tool, path, args->>'destination', diff::text,"
-      " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
-      " to_char(greatest(created_at, decided_at, completed_at) AT TIME ZONE 'UTC',"
-      "   'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-      " FROM ops WHERE job_id = $1 AND task_id = $2",
-      2, p, PGRES_TUPLES_OK, NULL, err, "read an op's task");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT op_id, tool, path, args->>'destination', diff::text,"
+                 " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+                 " to_char(greatest(created_at, decided_at, completed_at) AT TIME ZONE 'UTC',"
+                 "   'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+                 " FROM ops WHERE job_id = $1 AND task_id = $2",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "read an op's task");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);

@@ -218,7 +218,8 @@ bool jb_mcp_may_block(const struct jb_mcp_req *r) {
  * (_meta.io.modelcontextprotocol/clientCapabilities.extensions["io.modelcontextprotocol/tasks"]). */
 static bool declares_tasks(const struct jb_mcp_req *r) {
   json_t *caps = json_object_get(json_object_get(r->params, "_meta"), META_CAPS);
-  return r->modern && json_is_object(json_object_get(json_object_get(caps, "extensions"), EXT_TASKS));
+  return r->modern &&
+         json_is_object(json_object_get(json_object_get(caps, "extensions"), EXT_TASKS));
 }
 
 /* ---------- methods ---------- */
@@ -350,8 +351,7 @@ static json_t *task_method(const struct jb_mcp_req *r, struct jb_app *app, const
   json_t *jid = json_object_get(r->params, "taskId");
   const char *id = json_string_value(jid);
   if (!id || json_string_length(jid) > JB_OP_TASK_ID_MAX || strlen(id) != json_string_length(jid))
-    return jb_mcp_error_reply(r->id, -32602, "Invalid params: taskId (a string) is required",
-                              NULL);
+    return jb_mcp_error_reply(r->id, -32602, "Invalid params: taskId (a string) is required", NULL);
   struct jb_op_task t;
   struct jb_mcp_error e = {0};
   int rc = jb_op_task_get(app, job, id, &t, &e);
@@ -369,8 +369,7 @@ static json_t *task_method(const struct jb_mcp_req *r, struct jb_app *app, const
   const char *st = !t.finished ? "working" : "completed";
   json_t *task = json_pack("{s:s,s:s,s:s?,s:s,s:s,s:n,s:i}", "taskId", id, "status", st,
                            "statusMessage", t.finished ? NULL : t.status_message, "createdAt",
-                           t.created, "lastUpdatedAt", t.updated, "ttlMs", "pollIntervalMs",
-                           2000);
+                           t.created, "lastUpdatedAt", t.updated, "ttlMs", "pollIntervalMs", 2000);
   if (t.finished && t.result) {
     json_object_set_new(task, "result", t.result);
   } else if (t.finished && execution_failure(e.code)) { /* isError: still "completed" */
@@ -379,8 +378,10 @@ static json_t *task_method(const struct jb_mcp_req *r, struct jb_app *app, const
     json_object_set_new(task, "status", json_string("failed"));
     json_t *err = json_pack("{s:i,s:s}", "code", e.code ? e.code : -32603, "message",
                             e.message[0] ? e.message : "failed");
-    if (err && e.data) json_object_set_new(err, "data", e.data);
-    else json_decref(e.data);
+    if (err && e.data)
+      json_object_set_new(err, "data", e.data);
+    else
+      json_decref(e.data);
     e.data = NULL;
     json_object_set_new(task, "error", err);
     json_object_set_new(task, "statusMessage", json_string(e.message));

@@ -191,8 +191,8 @@ static json_t *task_result(const struct jb_op_task_row *row, json_t *ans, struct
   return op_answer_result(tool, row->path ? row->path : "", ans, NULL, NULL, e);
 }
 
-int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id,
-                   struct jb_op_task *t, struct jb_mcp_error *e) {
+int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, struct jb_op_task *t,
+                   struct jb_mcp_error *e) {
   *t = (struct jb_op_task){0};
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
@@ -253,7 +253,7 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id,
     op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
   } else {
     snprintf(t->status_message, sizeof t->status_message, "op %lld %s", row.op_id,
-             os == JB_OP_PENDING         ? "waits for the buyer's approval"
+             os == JB_OP_PENDING       ? "waits for the buyer's approval"
              : ss == JB_SESSION_PAUSED ? "is held: the buyer paused the session"
                                        : "is approved and runs in the sandbox");
   }

@@ -41,7 +41,7 @@ static int check(const char *text, const struct jb_mcp_transport *t, int *status
 
 #define TASKS_META                                                         \
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
-  "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"         \
+  "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"       \
   "\"io.modelcontextprotocol/tasks\":{}}}}"
 
 static void checks(void **state) {
@@ -118,8 +118,7 @@ static json_t *stub_tool(void *ctx, struct jb_app *app, const char *job, const c
   (void)ctx, (void)app, (void)job, (void)tool, (void)arguments;
   tool_flags = flags;
   if (tool_task && (flags & JB_MCP_CALL_TASK))
-    return json_pack("{s:s,s:s,s:s}", "resultType", "task", "taskId", "jbt-1", "status",
-                     "working");
+    return json_pack("{s:s,s:s,s:s}", "resultType", "task", "taskId", "jbt-1", "status", "working");
   if (!tool_code)
     return json_pack("{s:[{s:s,s:s}],s:{s:b},s:b}", "content", "type", "text", "text", "hi",
                      "structuredContent", "ok", 1, "isError", 0);
@@ -241,50 +240,55 @@ static void methods(void **state) {
       json_object_get(json_object_get(json_object_get(a, "result"), "capabilities"), "extensions"),
       "io.modelcontextprotocol/tasks")));
   json_decref(a);
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{"
-             "\"protocolVersion\":\"2025-11-25\"}}",
-             &st);
-  assert_null(json_object_get(json_object_get(json_object_get(a, "result"), "capabilities"),
-                              "extensions"));
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{"
+      "\"protocolVersion\":\"2025-11-25\"}}",
+      &st);
+  assert_null(
+      json_object_get(json_object_get(json_object_get(a, "result"), "capabilities"), "extensions"));
   json_decref(a);
   /* a tools/call may become a task only when the request declares the extension */
   tool_task = true;
   tool_code = 0;
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
-             "\"write\"," MODERN_META "}}",
-             &st);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"," MODERN_META "}}",
+      &st);
   assert_int_equal(tool_flags, 0);
   json_decref(a);
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
-             "\"write\"," TASKS_META "}}",
-             &st);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"," TASKS_META "}}",
+      &st);
   assert_int_equal(tool_flags, JB_MCP_CALL_TASK);
   assert_string_equal(
       json_string_value(json_object_get(json_object_get(a, "result"), "resultType")), "task");
   json_decref(a);
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
-             "\"write\"}}",
-             &st); /* legacy: never */
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"}}",
+      &st); /* legacy: never */
   assert_int_equal(tool_flags, 0);
   json_decref(a);
   tool_task = false;
   /* tasks/get: -32021 without the capability (400), -32602 without a taskId; unknown legacy */
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
-             "\"taskId\":\"jbt-1\"," MODERN_META "}}",
-             &st);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
+      "\"taskId\":\"jbt-1\"," MODERN_META "}}",
+      &st);
   assert_int_equal(st, 400);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
                    JB_MCP_MISSING_CLIENT_CAPABILITY);
   json_decref(a);
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{" TASKS_META
-             "}}",
+  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{" TASKS_META "}}",
              &st);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
                    -32602);
   json_decref(a);
-  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
-             "\"taskId\":\"jbt-1\"}}",
-             &st);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
+      "\"taskId\":\"jbt-1\"}}",
+      &st);
   assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
                    -32601);
   json_decref(a);
