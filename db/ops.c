@@ -409,3 +409,67 @@ int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *
   PQclear(r);
   return JB_OK;
 }
+
+int jb_db_op_set_task(PGconn *c, const char *job_id, long long op_id, const char *task_id,
+                      jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[3] = {id, job_id, task_id};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE ops SET task_id = $3 WHERE op_id = $1::bigint AND job_id = $2"
+                           " AND task_id IS NULL",
+                           3, p, PGRES_COMMAND_OK, NULL, err, "name an op's task");
+  if (!r) return JB_ERR_FAIL;
+  int n = atoi(PQcmdTuples(r));
+  PQclear(r);
+  return n == 1 ? JB_OK : JB_ERR_NOT_FOUND;
+}
+
+void jb_op_task_row_clear(struct jb_op_task_row *row) {
+  free(row->tool);
+  free(row->path);
+  free(row->destination);
+  free(row->diff);
+  *row = (struct jb_op_task_row){0};
+}
+
+/* A new copy of column `col` of row 0, NULL when SQL NULL; *oom set when it could not be made. */
+static char *column_dup(PGresult *r, int col, bool *oom) {
+  if (PQgetisnull(r, 0, col)) return NULL;
+  char *s = strdup(PQgetvalue(r, 0, col));
+  if (!s) *oom = true;
+  return s;
+}
+
+int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_op_task_row *out,
+                  jb_error *err) {
+  *out = (struct jb_op_task_row){0};
+  const char *p[2] = {job_id, task_id};
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT op_id, tool, path, args->>'destination', diff::text,"
+                 " to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),"
+                 " to_char(greatest(created_at, decided_at, completed_at) AT TIME ZONE 'UTC',"
+                 "   'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+                 " FROM ops WHERE job_id = $1 AND task_id = $2",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "read an op's task");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  bool oom = false;
+  out->op_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  out->tool = column_dup(r, 1, &oom);
+  out->path = column_dup(r, 2, &oom);
+  out->destination = column_dup(r, 3, &oom);
+  out->diff = column_dup(r, 4, &oom);
+  snprintf(out->created, sizeof out->created, "%s", PQgetvalue(r, 0, 5));
+  snprintf(out->updated, sizeof out->updated, "%s", PQgetvalue(r, 0, 6));
+  PQclear(r);
+  if (oom || !out->tool) {
+    jb_op_task_row_clear(out);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  return JB_OK;
+}

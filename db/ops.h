@@ -63,6 +63,26 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
  * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
 int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
+/* Names op `op_id` of `job_id` by `task_id` (an MCP task's id, migration 021; at most 64
+ * bytes, unguessable: the caller draws it at random). JB_OK; JB_ERR_NOT_FOUND (no such op in
+ * that session); JB_ERR_FAIL (also when the id is already taken). */
+int jb_db_op_set_task(PGconn *c, const char *job_id, long long op_id, const char *task_id,
+                      jb_error *err);
+
+/* The op of `job_id` that task `task_id` names: *op_id, its tool and path (new; path NULL when
+ * none), a move's destination and the op's diff preview as JSON text (new; NULL when none),
+ * and its times as ISO 8601 UTC with milliseconds (`created`, and `updated` = the latest
+ * of its creation, decision and completion; 32 bytes each). JB_OK; JB_ERR_NOT_FOUND (no such
+ * task in that session: another session's task is not found either); JB_ERR_FAIL. */
+struct jb_op_task_row {
+  long long op_id;
+  char *tool, *path, *destination, *diff; /* owned (jb_op_task_row_clear); may be NULL */
+  char created[32], updated[32];
+};
+int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_op_task_row *out,
+                  jb_error *err);
+void jb_op_task_row_clear(struct jb_op_task_row *row);
+
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {
   long long op_id;

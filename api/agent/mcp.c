@@ -20,6 +20,7 @@
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
 #define META_SERVER "io.modelcontextprotocol/serverInfo"
+#define EXT_TASKS "io.modelcontextprotocol/tasks"
 
 /* Every revision served, newest first; the first is the modern one. */
 static const char *const versions[] = {JB_MCP_MODERN, "2025-11-25", "2025-06-18",
@@ -58,7 +59,8 @@ json_t *jb_mcp_error_reply(json_t *id, int code, const char *message, json_t *da
  * server's identity in _meta (2026-07-28 basic/index "ResultType", "Per-response fields"). */
 static json_t *result_reply(json_t *id, bool modern, json_t *result) {
   if (modern && result) {
-    json_object_set_new(result, "resultType", json_string("complete"));
+    if (!json_is_string(json_object_get(result, "resultType"))) /* "task": a CreateTaskResult */
+      json_object_set_new(result, "resultType", json_string("complete"));
     json_t *meta = json_object_get(result, "_meta");
     if (!json_is_object(meta)) {
       meta = json_object();
@@ -86,6 +88,11 @@ static json_t *unsupported_data(const char *requested) {
 
 /* The value of an Mcp-Name header: as sent, or decoded from "=?base64?…?=" (2026-07-28
  * transports/streamable-http "Value Encoding"). Returns 0 with *out (free it), or -1. */
+/* tasks/get, tasks/update, tasks/cancel: the methods of the Tasks extension. */
+static bool is_task_method(const char *m) {
+  return !strcmp(m, "tasks/get") || !strcmp(m, "tasks/update") || !strcmp(m, "tasks/cancel");
+}
+
 static int header_value(const char *h, char **out) {
   size_t n = strlen(h);
   if (n >= 11 && !strncmp(h, "=?base64?", 9) && !strcmp(h + n - 2, "?=")) {
@@ -124,8 +131,10 @@ static bool check_headers(json_t *id, const char *method, json_t *params,
              t->method ? "does not match" : "is missing; it must equal");
     return fail(id, JB_MCP_HEADER_MISMATCH, msg, NULL, 400, reply, status);
   }
+  /* Tasks extension, "Streamable HTTP: Routing Headers": Mcp-Name carries params.taskId */
   const char *field = !strcmp(method, "resources/read")                                   ? "uri"
                       : (!strcmp(method, "tools/call") || !strcmp(method, "prompts/get")) ? "name"
+                      : is_task_method(method)                                            ? "taskId"
                                                                                           : NULL;
   if (!field) return true;
   const char *body = json_string_value(json_object_get(params, field));
@@ -202,7 +211,15 @@ bool jb_mcp_check(json_t *msg, const struct jb_mcp_transport *t, struct jb_mcp_r
 }
 
 bool jb_mcp_may_block(const struct jb_mcp_req *r) {
-  return r->id && !strcmp(r->method, "tools/call");
+  return r->id && (!strcmp(r->method, "tools/call") || (r->modern && is_task_method(r->method)));
+}
+
+/* Whether modern request `r` declared the Tasks extension in its per-request capabilities
+ * (_meta.io.modelcontextprotocol/clientCapabilities.extensions["io.modelcontextprotocol/tasks"]). */
+static bool declares_tasks(const struct jb_mcp_req *r) {
+  json_t *caps = json_object_get(json_object_get(r->params, "_meta"), META_CAPS);
+  return r->modern &&
+         json_is_object(json_object_get(json_object_get(caps, "extensions"), EXT_TASKS));
 }
 
 /* ---------- methods ---------- */
@@ -232,7 +249,12 @@ static json_t *tools_array(void) {
   return tools;
 }
 
-static json_t *capabilities(void) { return json_pack("{s:{s:b}}", "tools", "listChanged", 0); }
+/* The server's capabilities; a modern client also learns of the Tasks extension. */
+static json_t *capabilities(bool modern) {
+  json_t *caps = json_pack("{s:{s:b}}", "tools", "listChanged", 0);
+  if (modern && caps) json_object_set_new(caps, "extensions", json_pack("{s:{}}", EXT_TASKS));
+  return caps;
+}
 
 static json_t *initialize(const struct jb_mcp_req *r) {
   const char *want = json_string_value(json_object_get(r->params, "protocolVersion"));
@@ -240,14 +262,14 @@ static json_t *initialize(const struct jb_mcp_req *r) {
   if (want && supported(want) && !is_modern(want)) v = want;
   return result_reply(r->id, false,
                       json_pack("{s:s,s:o,s:{s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
-                                capabilities(), "serverInfo", "name", SERVER_NAME, "version",
+                                capabilities(false), "serverInfo", "name", SERVER_NAME, "version",
                                 SERVER_VERSION, "instructions", instructions));
 }
 
 static json_t *discover(const struct jb_mcp_req *r) {
   return result_reply(r->id, true,
                       json_pack("{s:o,s:o,s:s,s:i,s:s}", "supportedVersions", supported_array(),
-                                "capabilities", capabilities(), "instructions", instructions,
+                                "capabilities", capabilities(true), "instructions", instructions,
                                 "ttlMs", LIST_TTL_MS, "cacheScope", "public"));
 }
 
@@ -265,15 +287,10 @@ static bool execution_failure(int code) {
   return code <= JB_MCP_EXISTS && code >= JB_MCP_TIMEOUT && code != JB_MCP_UNAVAILABLE;
 }
 
-json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result, struct jb_mcp_error *e) {
-  if (result) return result_reply(id, modern, result);
-  int code = e->code ? e->code : -32603;
+/* The CallToolResult of tool-execution failure *e (new; its data is taken). */
+static json_t *failure_result(struct jb_mcp_error *e) {
+  int code = e->code;
   const char *msg = e->message[0] ? e->message : "tool failed";
-  if (!execution_failure(code)) {
-    json_t *data = e->data;
-    e->data = NULL;
-    return jb_mcp_error_reply(id, code, msg, data);
-  }
   json_t *err = json_is_object(e->data) ? json_deep_copy(e->data) : json_object();
   json_decref(e->data);
   e->data = NULL;
@@ -282,9 +299,19 @@ json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result, struct jb_mcp
   json_object_set_new(err, "code", json_integer(code));
   json_t *text = json_string(msg);
   if (!text) text = json_string("the tool failed"); /* a message that is not UTF-8 */
-  json_t *res = json_pack("{s:[{s:s,s:o}],s:{s:o},s:b}", "content", "type", "text", "text", text,
-                          "structuredContent", "error", err, "isError", 1);
-  return result_reply(id, modern, res);
+  return json_pack("{s:[{s:s,s:o}],s:{s:o},s:b}", "content", "type", "text", "text", text,
+                   "structuredContent", "error", err, "isError", 1);
+}
+
+json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result, struct jb_mcp_error *e) {
+  if (result) return result_reply(id, modern, result);
+  int code = e->code ? e->code : -32603;
+  if (!execution_failure(code)) {
+    json_t *data = e->data;
+    e->data = NULL;
+    return jb_mcp_error_reply(id, code, e->message[0] ? e->message : "tool failed", data);
+  }
+  return result_reply(id, modern, failure_result(e));
 }
 
 static json_t *tools_call(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
@@ -302,9 +329,65 @@ static json_t *tools_call(const struct jb_mcp_req *r, struct jb_app *app, const 
                               json_pack("{s:s}", "reason", "invalid"));
   json_t *empty = arguments ? NULL : json_object();
   struct jb_mcp_error e = {0};
-  json_t *result = tool(tool_ctx, app, job, name, arguments ? arguments : empty, &e);
+  json_t *result = tool(tool_ctx, app, job, name, arguments ? arguments : empty,
+                        declares_tasks(r) ? JB_MCP_CALL_TASK : 0, &e);
   json_decref(empty);
   return jb_mcp_tool_reply(r->id, r->modern, result, &e);
+}
+
+/* tasks/get, tasks/update, tasks/cancel of the Tasks extension (2026-07-28 requests only).
+ * A task is one of this agent's ops (api/agent/ops.h jb_op_task_get). tasks/update has
+ * nothing to deliver (jailbox's tasks never need input) and tasks/cancel is acknowledged but
+ * not carried out — only the buyer decides on an op the agent asked for; both check the task
+ * exists, as the extension's "Protocol Errors" recommend. */
+static json_t *task_method(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
+                           int *status) {
+  if (!declares_tasks(r)) {
+    *status = 400;
+    return jb_mcp_error_reply(
+        r->id, JB_MCP_MISSING_CLIENT_CAPABILITY, "Missing required client capability",
+        json_pack("{s:{s:{s:{}}}}", "requiredCapabilities", "extensions", EXT_TASKS));
+  }
+  json_t *jid = json_object_get(r->params, "taskId");
+  const char *id = json_string_value(jid);
+  if (!id || json_string_length(jid) > JB_OP_TASK_ID_MAX || strlen(id) != json_string_length(jid))
+    return jb_mcp_error_reply(r->id, -32602, "Invalid params: taskId (a string) is required", NULL);
+  struct jb_op_task t;
+  struct jb_mcp_error e = {0};
+  int rc = jb_op_task_get(app, job, id, &t, &e);
+  if (rc < 0) return jb_mcp_tool_reply(r->id, true, NULL, &e);
+  if (rc > 0) {
+    json_decref(e.data);
+    return jb_mcp_error_reply(r->id, -32602, "Invalid params: no such task",
+                              json_pack("{s:s}", "taskId", id));
+  }
+  if (strcmp(r->method, "tasks/get")) { /* update, cancel: an empty acknowledgement */
+    json_decref(t.result);
+    json_decref(e.data);
+    return result_reply(r->id, true, json_object());
+  }
+  const char *st = !t.finished ? "working" : "completed";
+  json_t *task = json_pack("{s:s,s:s,s:s?,s:s,s:s,s:n,s:i}", "taskId", id, "status", st,
+                           "statusMessage", t.finished ? NULL : t.status_message, "createdAt",
+                           t.created, "lastUpdatedAt", t.updated, "ttlMs", "pollIntervalMs", 2000);
+  if (t.finished && t.result) {
+    json_object_set_new(task, "result", t.result);
+  } else if (t.finished && execution_failure(e.code)) { /* isError: still "completed" */
+    json_object_set_new(task, "result", failure_result(&e));
+  } else if (t.finished) { /* a JSON-RPC error of the call: "failed" with it */
+    json_object_set_new(task, "status", json_string("failed"));
+    json_t *err = json_pack("{s:i,s:s}", "code", e.code ? e.code : -32603, "message",
+                            e.message[0] ? e.message : "failed");
+    if (err && e.data)
+      json_object_set_new(err, "data", e.data);
+    else
+      json_decref(e.data);
+    e.data = NULL;
+    json_object_set_new(task, "error", err);
+    json_object_set_new(task, "statusMessage", json_string(e.message));
+  }
+  json_decref(e.data);
+  return result_reply(r->id, true, task);
 }
 
 json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
@@ -318,6 +401,7 @@ json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char
   if (!strcmp(m, "tools/list")) return tools_list(r);
   if (!strcmp(m, "tools/call")) return tools_call(r, app, job, tool, tool_ctx);
   if (r->modern && !strcmp(m, "server/discover")) return discover(r);
+  if (r->modern && is_task_method(m)) return task_method(r, app, job, status);
   if (!r->modern && !strcmp(m, "initialize")) return initialize(r);
   if (!r->modern && !strcmp(m, "ping")) return result_reply(r->id, false, json_object());
   /* 2026-07-28 streamable-http "Protocol Version Header": an unknown method is 404 on HTTP

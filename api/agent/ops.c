@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "api/agent/ops.h"
 
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "api/agent/op_call.h"
 #include "db/db.h"
 #include "db/events.h"
+#include "db/ops.h"
 #include "db/sessions.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
@@ -82,8 +84,10 @@ void op_call_release(struct op_call *call) {
 /* One run of the stages on a call of any tool but done; `fresh`: read the session from the
  * database, not from this process's copy. *stale is set (and nothing done) when the copy no
  * longer held at the insert. */
+static json_t *task_created(struct op_call *call);
+
 static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, json_t *args,
-                      struct jb_mcp_error *e, bool fresh, bool *stale) {
+                      unsigned flags, struct jb_mcp_error *e, bool fresh, bool *stale) {
   cleanup_op_call struct op_call call = {
       .app = app, .job = job, .tool = tool, .args = args, .e = e, .fresh = fresh};
   enum op_step s = op_decode(&call);
@@ -92,6 +96,10 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
   if (s == OP_NEXT) s = op_prepare(&call);
   if (s == OP_NEXT) s = op_supervise(&call);
   if (s == OP_NEXT) s = op_store(&call);
+  if (s == OP_NEXT && call.pending && (flags & JB_MCP_CALL_TASK)) {
+    op_wait_end(&call, &call.ticket); /* nobody waits in this call: the task is polled */
+    return task_created(&call);
+  }
   if (s == OP_NEXT) s = op_wait(&call);
   *stale = s == OP_STALE;
   return s == OP_ANSWERED ? op_answer(&call) : NULL;
@@ -100,7 +108,7 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
 static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, struct jb_mcp_error *e);
 
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool, json_t *args,
-                   struct jb_mcp_error *e) {
+                   unsigned flags, struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
   if (t == JB_TOOL_UNKNOWN) {
@@ -118,9 +126,139 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     return tool_done(app, job, args, e);
   }
   bool stale = false;
-  json_t *r = op_run(app, job, t, args, e, false, &stale);
-  if (stale) r = op_run(app, job, t, args, e, true, &stale);
+  json_t *r = op_run(app, job, t, args, flags, e, false, &stale);
+  if (stale) r = op_run(app, job, t, args, flags, e, true, &stale);
   return r;
+}
+
+/* ---- tasks (io.modelcontextprotocol/tasks) ---- */
+
+#define TASK_POLL_MS 2000 /* the poll interval suggested to the client */
+
+/* The task object of op `t` (new): {taskId, status, statusMessage?, createdAt, lastUpdatedAt,
+ * ttlMs: null (kept as long as the session's ops), pollIntervalMs}. */
+static json_t *task_json(const char *task_id, const char *status, const char *message,
+                         const char *created, const char *updated) {
+  return json_pack("{s:s,s:s,s:s?,s:s,s:s,s:n,s:i}", "taskId", task_id, "status", status,
+                   "statusMessage", message, "createdAt", created, "lastUpdatedAt", updated,
+                   "ttlMs", "pollIntervalMs", TASK_POLL_MS);
+}
+
+/* The op just stored pending by `call` named as a task: its CreateTaskResult (new), or NULL
+ * with *call->e. The task exists before the answer leaves (2026-07-28 Tasks extension, "Task
+ * Creation": durably created first). */
+static json_t *task_created(struct op_call *call) {
+  unsigned char raw[16];
+  randombytes_buf(raw, sizeof raw);
+  char id[4 + 2 * sizeof raw + 1] = "jbt-";
+  sodium_bin2hex(id + 4, sizeof id - 4, raw, sizeof raw);
+  jb_error err = {0};
+  struct jb_op_task_row row;
+  int rc = jb_db_op_set_task(call->c, call->job, call->op_id, id, &err);
+  if (rc == JB_OK) rc = jb_db_op_task(call->c, call->job, id, &row, &err);
+  if (rc != JB_OK) {
+    op_error_unavailable(call->e, &err);
+    return NULL;
+  }
+  char msg[160];
+  snprintf(msg, sizeof msg, "op %lld waits for the buyer's approval", call->op_id);
+  json_t *t = task_json(id, "working", msg, row.created, row.updated);
+  jb_op_task_row_clear(&row);
+  if (t) json_object_set_new(t, "resultType", json_string("task"));
+  return t;
+}
+
+/* The CallToolResult of a finished op of task row `row` from its stored answer `ans`
+ * (borrowed), or NULL with *e: as op_answer would have made it in the call, but for what only
+ * the call held (an edit's replacement count). */
+static json_t *task_result(const struct jb_op_task_row *row, json_t *ans, struct jb_mcp_error *e) {
+  enum jb_tool tool = jb_tool_from_name(row->tool);
+  json_t *r = json_object_get(ans, "result");
+  bool ok = json_is_true(json_object_get(ans, "ok")) && json_is_object(r);
+  if (ok && tool == JB_TOOL_MOVE && row->destination)
+    json_object_set_new(r, "destination", json_string(row->destination));
+  if (ok && tool == JB_TOOL_EDIT) {
+    json_object_set_new(r, "path", json_string(row->path ? row->path : ""));
+    json_t *diff = row->diff ? json_loads(row->diff, 0, NULL) : NULL;
+    json_object_set_new(r, "diff", diff ? diff : json_null());
+    const char *dt = json_string_value(json_object_get(diff, "text"));
+    cleanup_free char *text = NULL;
+    if (asprintf(&text, "edited %.4100s\n%s", row->path ? row->path : "", dt ? dt : "") < 0)
+      text = NULL;
+    return json_pack("{s:[{s:s,s:s}],s:O,s:b}", "content", "type", "text", "text",
+                     text ? text : "edited", "structuredContent", r, "isError", 0);
+  }
+  return op_answer_result(tool, row->path ? row->path : "", ans, NULL, NULL, e);
+}
+
+int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, struct jb_op_task *t,
+                   struct jb_mcp_error *e) {
+  *t = (struct jb_op_task){0};
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) {
+    op_error_unavailable(e, &err);
+    return -1;
+  }
+  struct jb_op_task_row row;
+  int rc = jb_db_op_task(c, job, task_id, &row, &err);
+  if (rc == JB_ERR_NOT_FOUND) {
+    jb_db_release(app->db, c);
+    return 1;
+  }
+  char ost[20], sst[20];
+  cleanup_free char *res = NULL;
+  cleanup_free char *reason = NULL;
+  if (rc == JB_OK) rc = jb_db_op_poll(c, job, row.op_id, ost, sst, &res, &reason, &err);
+  long approval_s = app->cfg ? app->cfg->approval_timeout_s : 0;
+  if (rc == JB_OK && jb_op_state_from_name(ost) == JB_OP_PENDING && approval_s > 0) {
+    struct jb_audit_head h;
+    json_t *opj = NULL;
+    int xr = jb_db_op_expire(c, app->keys, job, row.op_id, approval_s, &h, &opj, &err);
+    if (xr == JB_OK) { /* as a waiting call would have: announced, then the timeout */
+      jb_bus_publish(app->bus, job, JB_EVENT_OP, opj);
+      jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
+      free(res);
+      free(reason);
+      res = reason = NULL;
+      rc = jb_db_op_poll(c, job, row.op_id, ost, sst, &res, &reason, &err);
+    } else if (xr == JB_ERR_FAIL) {
+      jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", job, "detail", err.msg, NULL);
+    }
+  }
+  jb_db_release(app->db, c);
+  if (rc != JB_OK) {
+    jb_op_task_row_clear(&row);
+    if (rc == JB_ERR_NOT_FOUND) return 1;
+    op_error_unavailable(e, &err);
+    return -1;
+  }
+  snprintf(t->created, sizeof t->created, "%s", row.created);
+  snprintf(t->updated, sizeof t->updated, "%s", row.updated);
+  enum jb_op_state os = jb_op_state_from_name(ost);
+  enum jb_session_state ss = jb_session_state_from_name(sst);
+  if (os == JB_OP_REJECTED) {
+    t->finished = true;
+    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
+             reason ? reason : "");
+  } else if (os == JB_OP_DONE || os == JB_OP_FAILED) {
+    t->finished = true;
+    cleanup_json json_t *ans = res ? json_loads(res, 0, NULL) : NULL;
+    if (!ans)
+      op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
+    else
+      t->result = task_result(&row, ans, e);
+  } else if (!jb_state_is_live(sst) || ss == JB_SESSION_DONE) {
+    t->finished = true;
+    op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
+  } else {
+    snprintf(t->status_message, sizeof t->status_message, "op %lld %s", row.op_id,
+             os == JB_OP_PENDING       ? "waits for the buyer's approval"
+             : ss == JB_SESSION_PAUSED ? "is held: the buyer paused the session"
+                                       : "is approved and runs in the sandbox");
+  }
+  jb_op_task_row_clear(&row);
+  return 0;
 }
 
 /* ---- done, and the agent's arrival ---- */

@@ -66,7 +66,32 @@ enum jb_tool jb_tool_from_name(const char *name);
  * has run — for a mutating tool of a supervised session, until the buyer decides (or the
  * session ends). */
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
-                   json_t *arguments, struct jb_mcp_error *e);
+                   json_t *arguments, unsigned flags, struct jb_mcp_error *e);
+
+/* A tools/call of a 2026-07-28 client that declared the Tasks extension
+ * (https://modelcontextprotocol.io/extensions/tasks, io.modelcontextprotocol/tasks) is not kept
+ * waiting on the buyer: with JB_MCP_CALL_TASK, jb_op_tool stores the op that a supervised
+ * session holds for the buyer as it always does, names it by a task id (16 random bytes in hex,
+ * after "jbt-"; the ops row's task_id, so that every instance finds it) and returns the
+ * CreateTaskResult at once. The task is the op: jb_op_task_get reads it. */
+#define JB_OP_TASK_ID_MAX 64
+
+/* A task's state, read from its op (jb_op_task_get). */
+struct jb_op_task {
+  bool finished; /* terminal: result, or *e (the same failure the call would have had) */
+  json_t *result; /* owned: the CallToolResult of a finished op, or NULL */
+  char status_message[160]; /* while working: what it waits for */
+  char created[32], updated[32]; /* ISO 8601 UTC */
+};
+
+/* The task `task_id` of session `job_id`'s agent: its op read from the database, with what
+ * waiting in the call would have done on the way — a pending op past JAILBOX_APPROVAL_TIMEOUT
+ * expires (failed with timeout, audited, announced). 0 with *t (t->result new, to
+ * json_decref); 1 when the session has no such task (another session's is not found either);
+ * -1 with *e (unavailable) when the database cannot be read. *e is also filled when the
+ * finished op failed (t->result NULL). */
+int jb_op_task_get(struct jb_app *app, const char *job_id, const char *task_id,
+                   struct jb_op_task *t, struct jb_mcp_error *e);
 
 /* The direct path of reads and lists from the socket's service thread (api/agent/socket.h
  * jb_mcp_direct_fns): plan decides on this process's copy of the session alone — an active

@@ -21,11 +21,18 @@ struct jb_mcp_error {
 };
 
 /* The op handler seam: runs an MCP tools/call for session `job_id` on a socket worker
- * thread. `tool` is one of read, write, list, done; `arguments` is the borrowed arguments
+ * thread. `tool` is one of the toolset's names; `arguments` is the borrowed arguments
  * object. Returns the MCP CallToolResult object (new reference), or NULL with *e filled
  * (api/agent/ops.h jb_op_tool). */
 typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job_id,
-                                  const char *tool, json_t *arguments, struct jb_mcp_error *e);
+                                  const char *tool, json_t *arguments, unsigned flags,
+                                  struct jb_mcp_error *e);
+
+/* jb_mcp_tool_fn flags. JB_MCP_CALL_TASK: the client takes a task handle in lieu of the result
+ * (it declared the Tasks extension, io.modelcontextprotocol/tasks, on this 2026-07-28 request):
+ * a call that would wait on the buyer may return a CreateTaskResult {resultType:"task",
+ * taskId, status, …} at once instead. */
+#define JB_MCP_CALL_TASK 1u
 
 /* A read or list that the socket's service thread hands straight to the worker holding its
  * session (sandbox/proto/direct.h), without a handler thread in between: two hand-overs between

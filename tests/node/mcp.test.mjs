@@ -13,7 +13,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -206,7 +206,7 @@ test('POST /mcp at 2026-07-28: stateless requests without initialize, server/dis
   r = await modern(S.agentToken, 'd', 'server/discover');
   assert.equal(r.status, 200, r.text);
   assert.deepEqual(r.json.result.supportedVersions.slice(0, 4), [MODERN, '2025-11-25', '2025-06-18', '2025-03-26']);
-  assert.deepEqual(r.json.result.capabilities, { tools: { listChanged: false } });
+  assert.deepEqual(r.json.result.capabilities, { tools: { listChanged: false }, extensions: { 'io.modelcontextprotocol/tasks': {} } });
   assert.deepEqual([r.json.result.resultType, r.json.result.cacheScope], ['complete', 'public']);
   assert.deepEqual(r.json.result._meta['io.modelcontextprotocol/serverInfo'], serverInfo);
   // a tool call without any handshake: its session became active, its failure an isError result
@@ -276,6 +276,82 @@ test('a supervised write over HTTP waits for the buyer without holding the HTTP 
   assert.equal(rj.status, 200, rj.text);
   const r2 = await w2;
   assert.deepEqual([r2.json.result.isError, r2.json.result.structuredContent.error.reason], [true, 'rejected']);
+});
+
+// a 2026-07-28 request from a client that declares the Tasks extension
+function tasked(token, id, method, params = {}) {
+  const meta = { ...META, 'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } } };
+  const name = params.name ?? params.taskId;
+  return post({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } }, { token,
+    headers: { 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(name ? { 'mcp-name': name } : {}) } });
+}
+
+test('Tasks extension: a supervised call becomes a task the agent polls; the buyer\'s decision completes it', async () => {
+  const S = await kit.openSession(build, { mode: 'supervised' });
+  const other = await kit.openSession(build, { mode: 'supervised' });
+  // server/discover offers the extension
+  const d = await tasked(S.agentToken, 1, 'server/discover');
+  assert.ok(d.json.result.capabilities.extensions['io.modelcontextprotocol/tasks'], d.text);
+  // an unsupervised-style answer for a read: no task
+  const rd = await tasked(S.agentToken, 2, 'tools/call', { name: 'read', arguments: { path: 'README' } });
+  assert.equal(rd.json.result.resultType ?? 'complete', 'complete', rd.text);
+  assert.match(rd.json.result.content[0].text, /tiny C project/);
+  // a supervised write answers at once with a CreateTaskResult
+  const t0 = Date.now();
+  const w = await tasked(S.agentToken, 3, 'tools/call', { name: 'write', arguments: { path: 'src/t.c', content: 'int t;\n' } });
+  assert.equal(w.status, 200, w.text);
+  assert.ok(Date.now() - t0 < 10000, `the task took ${Date.now() - t0} ms to be created`);
+  const task = w.json.result;
+  assert.equal(task.resultType, 'task', w.text);
+  assert.match(task.taskId, /^jbt-[0-9a-f]{32}$/);
+  assert.equal(task.status, 'working');
+  // tasks/get while the buyer has not decided: working, nothing written
+  const g1 = await tasked(S.agentToken, 4, 'tasks/get', { taskId: task.taskId });
+  assert.equal(g1.json.result.status, 'working', g1.text);
+  assert.ok(!existsSync(join(S.dir, 'src/t.c')));
+  // the task is this session's alone: another agent's token does not find it
+  const g2 = await tasked(other.agentToken, 5, 'tasks/get', { taskId: task.taskId });
+  assert.equal(g2.json.error?.code, -32602, g2.text);
+  // a client without the capability: -32021, HTTP 400
+  const nc = await modern(S.agentToken, 6, 'tasks/get', { taskId: task.taskId }, { 'mcp-name': task.taskId });
+  assert.deepEqual([nc.status, nc.json.error?.code], [400, -32021], nc.text);
+  // Mcp-Name must carry the taskId
+  const mm = await post({ jsonrpc: '2.0', id: 7, method: 'tasks/get', params: { taskId: task.taskId, _meta: { ...META, 'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } } } } },
+    { token: S.agentToken, headers: { 'mcp-protocol-version': MODERN, 'mcp-method': 'tasks/get', 'mcp-name': 'jbt-0' } });
+  assert.equal(mm.status, 400, mm.text);
+  // tasks/cancel is acknowledged; the op stays the buyer's to decide
+  const c = await tasked(S.agentToken, 8, 'tasks/cancel', { taskId: task.taskId });
+  assert.equal(c.json.result?.resultType, 'complete', c.text); // an empty result
+  assert.ok(!('status' in c.json.result) && !('taskId' in c.json.result), c.text);
+  const op = (await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: S.buyerToken })).json.ops[0];
+  assert.ok(op, 'the write is still pending after tasks/cancel');
+  assert.equal((await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${op.opId}`, { token: S.buyerToken })).status, 200);
+  const done = await kit.waitFor('completed task', async () => {
+    const g = await tasked(S.agentToken, 9, 'tasks/get', { taskId: task.taskId });
+    return g.json.result?.status === 'completed' && g.json.result;
+  }, 20000);
+  assert.equal(done.result.isError, false, JSON.stringify(done));
+  assert.equal(done.result.structuredContent.written, 7, JSON.stringify(done));
+  assert.equal(readFileSync(join(S.dir, 'src/t.c'), 'utf8'), 'int t;\n');
+  // a rejected one completes with an isError result naming the reason
+  const w2 = await tasked(S.agentToken, 10, 'tools/call', { name: 'write', arguments: { path: 'src/u.c', content: 'u\n' } });
+  const op2 = await kit.waitFor('pending write', async () => {
+    const p = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: S.buyerToken });
+    return p.json?.ops?.[0];
+  }, 20000);
+  assert.equal((await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${op2.opId}`, { token: S.buyerToken, body: { reason: 'not now' } })).status, 200);
+  const rej = await kit.waitFor('rejected task', async () => {
+    const g = await tasked(S.agentToken, 11, 'tasks/get', { taskId: w2.json.result.taskId });
+    return g.json.result?.status === 'completed' && g.json.result;
+  }, 20000);
+  assert.deepEqual([rej.result.isError, rej.result.structuredContent.error.reason], [true, 'rejected'], JSON.stringify(rej));
+  assert.ok(!existsSync(join(S.dir, 'src/u.c')));
+  // an unknown task id, and none at all
+  assert.equal((await tasked(S.agentToken, 12, 'tasks/get', { taskId: 'jbt-00000000000000000000000000000000' })).json.error?.code, -32602);
+  // over HTTP a request without a taskId has no Mcp-Name to match: a header mismatch (the
+  // other transports answer -32602, tests/unit/api/test_mcp.c)
+  const nt = await tasked(S.agentToken, 13, 'tasks/get', {});
+  assert.deepEqual([nt.status, nt.json.error?.code], [400, -32020], nt.text);
 });
 
 test('clients that hang up while their supervised calls wait: the REST API and /mcp keep answering, late answers are dropped', async () => {

@@ -39,6 +39,11 @@ static int check(const char *text, const struct jb_mcp_transport *t, int *status
   "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
   "\"io.modelcontextprotocol/clientCapabilities\":{}}"
 
+#define TASKS_META                                                         \
+  "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+  "\"io.modelcontextprotocol/clientCapabilities\":{\"extensions\":{"       \
+  "\"io.modelcontextprotocol/tasks\":{}}}}"
+
 static void checks(void **state) {
   (void)state;
   int st;
@@ -105,10 +110,15 @@ static void checks(void **state) {
 }
 
 static int tool_code; /* what the stub tool fails with; 0: it succeeds */
+static unsigned tool_flags; /* the flags of the stub tool's last call */
+static bool tool_task; /* the stub tool answers with a task handle when it may */
 
 static json_t *stub_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
-                         json_t *arguments, struct jb_mcp_error *e) {
+                         json_t *arguments, unsigned flags, struct jb_mcp_error *e) {
   (void)ctx, (void)app, (void)job, (void)tool, (void)arguments;
+  tool_flags = flags;
+  if (tool_task && (flags & JB_MCP_CALL_TASK))
+    return json_pack("{s:s,s:s,s:s}", "resultType", "task", "taskId", "jbt-1", "status", "working");
   if (!tool_code)
     return json_pack("{s:[{s:s,s:s}],s:{s:b},s:b}", "content", "type", "text", "text", "hi",
                      "structuredContent", "ok", 1, "isError", 0);
@@ -222,6 +232,66 @@ static void methods(void **state) {
         vs[i][1]);
     json_decref(a);
   }
+  /* Tasks extension: announced by server/discover to modern clients only */
+  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{" MODERN_META
+             "}}",
+             &st);
+  assert_true(json_is_object(json_object_get(
+      json_object_get(json_object_get(json_object_get(a, "result"), "capabilities"), "extensions"),
+      "io.modelcontextprotocol/tasks")));
+  json_decref(a);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{"
+      "\"protocolVersion\":\"2025-11-25\"}}",
+      &st);
+  assert_null(
+      json_object_get(json_object_get(json_object_get(a, "result"), "capabilities"), "extensions"));
+  json_decref(a);
+  /* a tools/call may become a task only when the request declares the extension */
+  tool_task = true;
+  tool_code = 0;
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"," MODERN_META "}}",
+      &st);
+  assert_int_equal(tool_flags, 0);
+  json_decref(a);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"," TASKS_META "}}",
+      &st);
+  assert_int_equal(tool_flags, JB_MCP_CALL_TASK);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(a, "result"), "resultType")), "task");
+  json_decref(a);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":"
+      "\"write\"}}",
+      &st); /* legacy: never */
+  assert_int_equal(tool_flags, 0);
+  json_decref(a);
+  tool_task = false;
+  /* tasks/get: -32021 without the capability (400), -32602 without a taskId; unknown legacy */
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
+      "\"taskId\":\"jbt-1\"," MODERN_META "}}",
+      &st);
+  assert_int_equal(st, 400);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
+                   JB_MCP_MISSING_CLIENT_CAPABILITY);
+  json_decref(a);
+  a = answer("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{" TASKS_META "}}",
+             &st);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
+                   -32602);
+  json_decref(a);
+  a = answer(
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tasks/get\",\"params\":{"
+      "\"taskId\":\"jbt-1\"}}",
+      &st);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "error"), "code")),
+                   -32601);
+  json_decref(a);
   /* a notification: no response, 202 */
   assert_null(answer("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", &st));
   assert_int_equal(st, 202);
