@@ -14,7 +14,7 @@ const line = (i, v) => `static int f${String(i).padStart(5, '0')}(int x) { retur
 const lines = Array.from({ length: LINES }, (_, i) => line(i, 0));
 const K = await startSandboxServer('jailbox-sandbox:bench-edit', { JAILBOX_ESCAPE_ABORT: 'none' });
 try {
-  const S = await K.openSession((d) => writeFileSync(d + '/big.c', lines.join('')));
+  const S = await K.openSession((d) => writeFileSync(d + '/big.c', lines.join('')), { mode: 'unsupervised' });
   const agent = await K.connect(S.agentToken);
   const ok = async (name, args) => {
     const t = performance.now();
