@@ -47,11 +47,12 @@ enum jb_tool {
   JB_TOOL_MKDIR,
   JB_TOOL_MOVE,
   JB_TOOL_DELETE,
+  JB_TOOL_EXEC, /* a command run in its own jail in the sandbox (sandbox/worker/exec_op.c) */
   JB_TOOL_COUNT, /* not a tool: the number of them */
 };
 
-/* Whether `tool` changes the workspace (write, edit, mkdir, move, delete): such a call is held
- * for the buyer in a supervised session. */
+/* Whether `tool` may change the workspace or run code (write, edit, mkdir, move, delete,
+ * exec): such a call is held for the buyer in a supervised session. */
 bool jb_tool_mutates(enum jb_tool tool);
 
 /* The wire name of `tool` ("read"; static), or NULL for JB_TOOL_UNKNOWN and any value outside
@@ -60,6 +61,10 @@ const char *jb_tool_name(enum jb_tool tool);
 
 /* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
 enum jb_tool jb_tool_from_name(const char *name);
+
+/* The longest timeoutSec an exec may ask for (JAILBOX_EXEC_MAX_TIMEOUT_S, seconds, 1..86400;
+ * 600 until set). Set once at start, before any call is decoded. */
+void jb_op_set_exec_max_timeout(long seconds);
 
 /* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): every tool of enum jb_tool
  * for session `job_id`, each op stored as a row. Blocks its socket worker thread until the op

@@ -324,7 +324,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
   if (state && jb_op_state_from_name(state) == JB_OP_UNKNOWN) {
     jb_resp_error(resp, 400, "bad_request",
-                  "query 'state' must be pending, approved, rejected, done or failed");
+                  "query 'state' must be pending, approved, running, rejected, done or failed");
     goto out;
   }
   if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
