@@ -85,6 +85,16 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool,
 json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
 void jb_op_direct_free(void *ctx);
 
+/* The buyer's kill of exec op `op_id` of session `job_id` (db/ops.h jb_db_op_kill) on
+ * connection `c`, with what follows it published: a pending exec is rejected (jailbox:op), a
+ * queued one failed `killed` (jailbox:op, its audit head), a running one's worker is told to
+ * kill its command (NOTIFY jb_exec; the op ends when the command does). JB_OK with *out
+ * {opId, state, outcome: "rejected"|"failed"|"killing"} (new); JB_ERR_NOT_FOUND;
+ * JB_ERR_CONFLICT with `state` (20 bytes): not an exec, or no longer pending, queued or
+ * running; JB_ERR_FAIL. */
+int jb_op_kill(struct jb_app *app, PGconn *c, const char *job_id, long long op_id,
+               const char *reason, json_t **out, char state[20], jb_error *err);
+
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */
 void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);
