@@ -15,7 +15,7 @@
  *   runners     (relay.c)         JB_QUEUED_RUNNERS threads: each runs the queued ops of one
  *                                 session at a time, in order; a session is on one runner
  *                                 at most, so that a slow op holds up only its own session.
- *   control     (control.c)       the operators' control socket, one client at a time.
+ *   control     (control.c)       the operators' control socket, a thread per client.
  *   ops socket  (direct_server.c) accepts jailboxd's connections; a pool of its own runs
  *                                 their reads, lists and stats (relay.c).
  *   heads       (heads.c)         announces the audit heads those direct ops committed.
