@@ -240,14 +240,25 @@ static void bind_image_path(struct args *a, const char *path) {
 }
 
 /* Top-level directories of the image a command sees (read-only), and the /etc files. */
-static const char *const image_dirs[] = {"/usr",  "/bin",   "/sbin", "/lib",
+static const char *const image_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                          "/lib32", "/lib64", "/libx32", NULL};
-static const char *const etc_files[] = {
-    "/etc/passwd",       "/etc/group",     "/etc/hosts",        "/etc/nsswitch.conf",
-    "/etc/ld.so.cache",  "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-    "/etc/localtime",    "/etc/timezone",  "/etc/gitconfig",    "/etc/python3",
-    "/etc/python3.11",   "/etc/mime.types", "/etc/protocols",   "/etc/services",
-    NULL};
+static const char *const etc_files[] = {"/etc/passwd",
+                                        "/etc/group",
+                                        "/etc/hosts",
+                                        "/etc/nsswitch.conf",
+                                        "/etc/ld.so.cache",
+                                        "/etc/ld.so.conf",
+                                        "/etc/ld.so.conf.d",
+                                        "/etc/alternatives",
+                                        "/etc/localtime",
+                                        "/etc/timezone",
+                                        "/etc/gitconfig",
+                                        "/etc/python3",
+                                        "/etc/python3.11",
+                                        "/etc/mime.types",
+                                        "/etc/protocols",
+                                        "/etc/services",
+                                        NULL};
 
 /* What the jail binds, as the hello reports it (new reference). */
 static json_t *describe_binds(void) {
@@ -273,8 +284,12 @@ struct request {
 /* The command's jail: bwrap, setpriv, the helper, the command. */
 static void jail_args(struct args *a, const struct request *rq, const char *self) {
   add(a, BWRAP);
-  static const char *const ns[] = {"--unshare-pid", "--unshare-ipc",       "--unshare-uts",
-                                   "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+  static const char *const ns[] = {"--unshare-pid",
+                                   "--unshare-ipc",
+                                   "--unshare-uts",
+                                   "--unshare-cgroup-try",
+                                   "--die-with-parent",
+                                   "--new-session",
                                    NULL};
   addv(a, ns);
   /* directories bwrap would make 0700 (not traversable by uid 65534) */
@@ -313,17 +328,57 @@ static void jail_args(struct args *a, const struct request *rq, const char *self
   addv(a, (const char *const[]){rq->writable ? "--bind" : "--ro-bind", WORKSPACE, WORKSPACE, NULL});
   char size[32];
   snprintf(size, sizeof size, "%lld", rq->tmp);
-  addv(a, (const char *const[]){"--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--proc",
-                                "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", rq->cwd,
-                                "--clearenv", "--setenv", "PATH",
+  addv(a, (const char *const[]){"--perms",
+                                "1777",
+                                "--size",
+                                size,
+                                "--tmpfs",
+                                "/tmp",
+                                "--proc",
+                                "/proc",
+                                "--dev",
+                                "/dev",
+                                "--remount-ro",
+                                "/",
+                                "--chdir",
+                                rq->cwd,
+                                "--clearenv",
+                                "--setenv",
+                                "PATH",
                                 "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-                                "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                                "--setenv", "TERM", "dumb", "--cap-drop", "ALL", "--cap-add",
-                                "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
-                                "--seccomp", "3", "--json-status-fd", "4", NULL});
-  static const char *const drop[] = {SETPRIV,           "--reuid",        "65534", "--regid",
-                                     "65534",           "--clear-groups", "--inh-caps=-all",
-                                     "--bounding-set=-all", "--no-new-privs", "--", NULL};
+                                "--setenv",
+                                "HOME",
+                                "/tmp",
+                                "--setenv",
+                                "LANG",
+                                "C.UTF-8",
+                                "--setenv",
+                                "TERM",
+                                "dumb",
+                                "--cap-drop",
+                                "ALL",
+                                "--cap-add",
+                                "CAP_SETUID",
+                                "--cap-add",
+                                "CAP_SETGID",
+                                "--cap-add",
+                                "CAP_SETPCAP",
+                                "--seccomp",
+                                "3",
+                                "--json-status-fd",
+                                "4",
+                                NULL});
+  static const char *const drop[] = {SETPRIV,
+                                     "--reuid",
+                                     "65534",
+                                     "--regid",
+                                     "65534",
+                                     "--clear-groups",
+                                     "--inh-caps=-all",
+                                     "--bounding-set=-all",
+                                     "--no-new-privs",
+                                     "--",
+                                     NULL};
   addv(a, drop);
   add(a, self);
   add(a, "--exec");
@@ -432,8 +487,7 @@ static int parse_exec(const json_t *req, struct request *rq) {
       /* LD_* would reach the dynamic loader of every program of the command: refused here
        * too, whatever the caller checked */
       if (!k[0] || strchr(k, '=') || strncmp(k, "LD_", 3) == 0 || !json_is_string(v)) {
-        send_error(id, "bad_request", "env: '%.64s' is not an allowed name with a string value",
-                   k);
+        send_error(id, "bad_request", "env: '%.64s' is not an allowed name with a string value", k);
         return -1;
       }
       total += strlen(k) + json_string_length(v) + 2;
@@ -517,8 +571,8 @@ static int memfd_with(const char *name, const void *p, size_t len) {
 /* Starts the command of `rq`. 0, or -1 after answering the request with an error. */
 static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, const char *self) {
   int out[2] = {-1, -1}, errp[2] = {-1, -1}, st[2] = {-1, -1};
-  int in = memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "",
-                      rq->stdin_len);
+  int in =
+      memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "", rq->stdin_len);
   int filt = memfd_with("jailbox-exec-filter", bpf, bpf_len);
   struct args a = {0};
   if (in < 0 || filt < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
@@ -645,12 +699,12 @@ static void finish(void) {
   } else {
     exit_code = json_integer(code);
   }
-  json_t *r = json_pack(
-      "{s:o, s:o, s:b, s:I, s:I, s:I, s:b, s:b, s:b, s:s?, s:n}", "exitCode", exit_code, "signal",
-      sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
-      (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0], "stderrBytes",
-      (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0], "stderrTruncated", cur.trunc[1],
-      "oom", 0, "killedBy", by, "seccompSyscall");
+  json_t *r =
+      json_pack("{s:o, s:o, s:b, s:I, s:I, s:I, s:b, s:b, s:b, s:s?, s:n}", "exitCode", exit_code,
+                "signal", sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
+                (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0],
+                "stderrBytes", (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0],
+                "stderrTruncated", cur.trunc[1], "oom", 0, "killedBy", by, "seccompSyscall");
   if (r && !by) json_object_set_new(r, "killedBy", json_null());
   send_obj(json_pack("{s:O, s:b, s:o}", "id", cur.id, "ok", 1, "result", r));
   for (int k = 0; k < 2; k++)
@@ -684,7 +738,7 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
   }
   if (op && strcmp(op, "signal") == 0) {
     const char *what = json_string_value(json_object_get(req, "what"));
-    int sig = !what                        ? 0
+    int sig = !what                       ? 0
               : strcmp(what, "kill") == 0 ? SIGKILL
               : strcmp(what, "stop") == 0 ? SIGSTOP
               : strcmp(what, "cont") == 0 ? SIGCONT
@@ -720,9 +774,9 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
                      JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0, "binds",
                      describe_binds()));
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SPAWNER_MAX_LINE,
-                                          .over = JB_LINE_SKIP_WHOLE,
-                                          .skip_empty = true});
+  jb_line_init(
+      &r, &(struct jb_line_opts){
+              .max_line = JB_SPAWNER_MAX_LINE, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
   int shim_status = -1;
   bool chan_open = true;
   for (;;) {
@@ -773,8 +827,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
       if (rc == JB_LINE_AGAIN) {
         ssize_t got = jb_line_read(&r, chan, &err);
         if (got > 0) continue;
-        if (got < 0 && (err.code == EAGAIN || err.code == EWOULDBLOCK || err.code == EINTR))
-          break;
+        if (got < 0 && (err.code == EAGAIN || err.code == EWOULDBLOCK || err.code == EINTR)) break;
         if (got == 0) continue; /* JB_LINE_END next */
       }
       /* the end of the channel (or no memory): the worker is gone; nothing more will come */
