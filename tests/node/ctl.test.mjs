@@ -578,7 +578,7 @@ test('the bridge and watch reconnect after the connection is cut, and carry on',
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
-  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'pause', 'resume', 'abort', 'accept',
+  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'pause', 'resume', 'abort', 'accept',
     'changes', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
     'token create', 'mcp-bridge'];
   for (const v of verbs) {

@@ -9,12 +9,16 @@
 // `unavailable`). Needs root, Docker with runsc; the image gets /bin/sh, sleep and echo.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { realpathSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { dirname } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
+import { JAILBOXD } from './lib/server.mjs';
 
 const IMAGE = 'jailbox-sandbox:exec';
+const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 
 let K, srv;
@@ -219,6 +223,42 @@ test('a pause stops a running command, a resume continues it', { timeout: 60000,
   assert.ok(!toolFailure(r), JSON.stringify(r).slice(0, 300));
   assert.equal(r.result.structuredContent.exitCode, 0, JSON.stringify(r.result.structuredContent));
   assert.match(r.result.structuredContent.stdout, /tick11\n$/);
+});
+
+test('jailboxctl: watch shows an exec approval request and its output as safe text; kill kills it', { timeout: 60000 }, async () => {
+  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: 'ws://' + K.wsAddr, JAILBOX_TOKEN: S.buyerToken };
+  const w = spawn(CTL, ['watch', S.jobId], { env });
+  let out = '';
+  w.stdout.on('data', (d) => { out += d; });
+  try {
+    await K.waitFor('watch connected', () => out.includes('state active') || out.includes('state awaiting_agent'), 20000);
+    const call = K.call(agentS, 'exec', { argv: ['echo', '\x1b[2Jx'], env: { SECRET_TOKEN: 'hunter3' }, cwd: '.' });
+    await K.waitFor('the request shown', () => out.includes('APPROVAL REQUESTED') && out.includes('workspace: read-only'), 20000);
+    assert.match(out, /APPROVAL REQUESTED op #\d+: exec\n {4}argv: \[echo\] \[\?\[2Jx\]\n {4}cwd: \.\n {4}env: SECRET_TOKEN\n {4}workspace: read-only, timeout 120 s/);
+    assert.ok(!out.includes('hunter3') && !out.includes('\x1b'), out);
+    const opId = Number(out.match(/APPROVAL REQUESTED op #(\d+): exec/)[1]);
+    const a = await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${opId}`, { token: S.buyerToken });
+    assert.equal(a.status, 200);
+    const r = await call;
+    if (runs) {
+      assert.equal(r.result.structuredContent.stdout, '\x1b[2Jx\n'); // the agent gets the bytes
+      await K.waitFor('the output shown', () => out.includes(`op #${opId} stdout| ?[2Jx`), 10000);
+    }
+    // kill through jailboxctl: a pending exec is rejected
+    const call2 = K.call(agentS, 'exec', { command: 'echo never' });
+    const ev = await K.waitEvent(buyerS, 'jailbox:approval_request', (p) => p.command === 'echo never');
+    const k = await new Promise((res) => {
+      const c = spawn(CTL, ['kill', S.jobId, String(ev.opId)], { env });
+      let so = '';
+      c.stdout.on('data', (d) => { so += d; });
+      c.on('close', (code) => res({ code, so }));
+    });
+    assert.equal(k.code, 0, k.so);
+    assert.match(k.so, new RegExp(`op #${ev.opId}: rejected before it ran`));
+    assert.equal(toolFailure(await call2).data.reason, 'rejected');
+  } finally {
+    w.kill();
+  }
 });
 
 test('audit entries: what ran and how it ended, hashes and byte counts, never the output', async (t) => {
