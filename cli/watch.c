@@ -92,6 +92,10 @@ static void print_event(const char *name, const json_t *d) {
     if (json_is_string(json_object_get(d, "reason"))) printf(" — %s", s_(d, "reason"));
     if (json_is_object(res) && json_is_string(json_object_get(res, "error")))
       printf(" — %s", s_(res, "error"));
+    if (json_is_object(res) && json_is_integer(json_object_get(res, "exitCode")))
+      printf(" — exit %lld", (long long)json_integer_value(json_object_get(res, "exitCode")));
+    else if (json_is_object(res) && json_is_string(json_object_get(res, "signal")))
+      printf(" — %s", s_(res, "signal"));
     putchar('\n');
   } else if (strcmp(name, "jailbox:approval_request") == 0 && strcmp(s_(d, "tool"), "exec") == 0) {
     /* what the command is, where it runs, the names of the variables it sets (never their

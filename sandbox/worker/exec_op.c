@@ -405,7 +405,24 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   rc = text && details
            ? jb_db_op_complete_running(c, w->keys, job, op, ok, text, details, &head, err)
            : jb_fail(err, ENOMEM, "out of memory");
-  if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+  if (rc == JB_OK) {
+    worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    /* the end of the live view: how the command ended, without its output */
+    json_t *r = json_object_get(ans, "result");
+    json_t *summary =
+        ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
+                       "signal", json_object_get(r, "signal"), "timedOut",
+                       json_object_get(r, "timedOut"), "durationMs",
+                       json_object_get(r, "durationMs"), "stdoutBytes",
+                       json_object_get(r, "stdoutBytes"), "stderrBytes",
+                       json_object_get(r, "stderrBytes"))
+           : json_pack("{s:s}", "error", code);
+    worker_publish(
+        w, c, job, JB_EVENT_OP,
+        json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId", job,
+                  "tool", "exec", "path", op->path, "state", ok ? "done" : "failed", "result",
+                  summary, "outputEvents", (json_int_t)x.seq));
+  }
   if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
     slog(w, JB_LOG_INFO, job, "exec ended after its session", "detail", err->msg, NULL);
     rc = JB_OK;

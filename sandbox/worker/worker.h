@@ -15,6 +15,8 @@
  *   runners     (relay.c)         JB_QUEUED_RUNNERS threads: each runs the queued ops of one
  *                                 session at a time, in order; a session is on one runner
  *                                 at most, so that a slow op holds up only its own session.
+ *                                 An exec (exec_op.c) holds its runner and one pooled
+ *                                 connection (idle: no session row) while its command runs.
  *   control     (control.c)       the operators' control socket, a thread per client.
  *   ops socket  (direct_server.c) accepts jailboxd's connections; a pool of its own runs
  *                                 their reads, lists and stats (relay.c).
