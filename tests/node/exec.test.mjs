@@ -123,6 +123,12 @@ test('exec_output reaches the buyer in order, then the result', async (t) => {
   assert.deepEqual(evs.map((e) => e.seq), evs.map((_, i) => i));
   assert.equal(evs.map((e) => e.data).join(''), r.stdout);
   assert.ok(!agentU.events.some((e) => e.event === 'jailbox:exec_output'), 'the agent gets no output events');
+  const end = await K.waitEvent(buyerU, 'jailbox:op', (p) => p.opId === op && p.tool === 'exec', 5000);
+  assert.equal(end.state, 'done');
+  assert.equal(end.result.exitCode, 0);
+  assert.equal(end.result.stdoutBytes, r.stdout.length);
+  assert.equal(end.outputEvents, evs.length);
+  assert.ok(!JSON.stringify(end).includes('line1'), 'no output in the end event');
 });
 
 test('supervised: held with argv, cwd, env names and writable; approved, rejected, killed while pending', async () => {
