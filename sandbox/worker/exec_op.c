@@ -398,8 +398,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   }
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
-  json_t *details = exec_details(w, op, args ? args : json_object(), xr == 0 ? res : NULL, ok, code,
+  json_t *none = args ? NULL : json_object();
+  json_t *details = exec_details(w, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
                                  (const char(*)[65])hex);
+  json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
   struct jb_audit_head head;
   rc = text && details
