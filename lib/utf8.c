@@ -31,6 +31,7 @@ int jb_utf8_seq(const unsigned char *s, size_t n) {
 size_t jb_utf8_sanitize(const unsigned char *in, size_t n, bool final, struct jb_buf *out,
                         size_t *replaced) {
   static const char fffd[] = "\xEF\xBF\xBD";
+  if (n == 0) return 0; /* `in` may be NULL then */
   size_t i = 0, run = 0; /* run: valid bytes from `i - run` not yet appended */
   while (i < n) {
     int l = in[i] ? jb_utf8_seq(in + i, n - i) : 0;

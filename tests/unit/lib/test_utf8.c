@@ -61,6 +61,7 @@ static void cut_sequences_wait(void **state) {
   assert_int_equal(jb_utf8_seq(rest, 2), -1);
   assert_int_equal(jb_utf8_seq(rest, 3), 3);
   assert_int_equal(jb_utf8_seq((const unsigned char *)"\xF5", 1), 0);
+  assert_int_equal(jb_utf8_sanitize(NULL, 0, true, &b, &rep), 0); /* an empty stream */
   jb_buf_free(&b);
   /* the cap: nothing past it */
   jb_buf_init(&b, 4);
