@@ -487,6 +487,29 @@ static int verb_decide(struct jb_ctl *o, int argc, char **argv, const char *what
   return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_decided);
 }
 
+static void show_killed(const json_t *k) {
+  const char *how = str(k, "outcome");
+  printf("op #%lld: %s\n", (long long)json_integer_value(json_object_get(k, "opId")),
+         !strcmp(how, "killing")    ? "killing the running command"
+         : !strcmp(how, "rejected") ? "rejected before it ran"
+                                    : "failed before it started");
+}
+
+/* jailboxctl kill JOB OP [--reason TEXT]: the buyer's kill of an exec. */
+static int verb_kill(struct jb_ctl *o, int argc, char **argv) {
+  json_t *body;
+  int rc = reason_body(o, argc, argv, 2, &body);
+  if (rc) return rc;
+  long long op;
+  if (parse_ll(argv[1], 1, &op) < 0) {
+    json_decref(body);
+    return usage_error(o, "OP must be a positive integer, not '%s'", argv[1]);
+  }
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "/ops/%lld/kill", op);
+  return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_killed);
+}
+
 static void show_transition(const json_t *t) {
   printf("%s: %s -> %s", str(t, "jobId"), str(t, "previous"), str(t, "state"));
   long long rej = json_integer_value(json_object_get(t, "rejectedOps"));
@@ -712,11 +735,15 @@ static const struct verb verbs[] = {
      "token), polls the REST API instead; "
      "--until-end stops when the session ends (accepted, aborted, failed)",
      jb_ctl_watch},
-    {"ops", "JOB [--state pending|running|done|failed|rejected] [--limit N] [--after OP]",
+    {"ops", "JOB [--state pending|approved|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},
     {"approve", "JOB OP [--reason TEXT]", "approve a pending write (buyer or service)",
      run_approve},
     {"reject", "JOB OP [--reason TEXT]", "reject a pending write (buyer or service)", run_reject},
+    {"kill", "JOB OP [--reason TEXT]",
+     "kill an exec: a running command is killed, a pending or queued one never runs (buyer or "
+     "service)",
+     verb_kill},
     {"pause", "JOB [--reason TEXT]", "active -> paused: the agent's ops are held", run_pause},
     {"resume", "JOB [--reason TEXT]", "paused -> active", run_resume},
     {"abort", "JOB [--reason TEXT]", "end the session now (buyer); pending ops are rejected",

@@ -307,13 +307,14 @@ int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *r
   if (!r) return JB_ERR_FAIL;
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
-  /* approved but not run: the agent waiting on one is told the session ended */
+  /* approved but not run, or an exec still running (its worker's completion then finds it
+   * failed and stores nothing): the agent waiting on one is told the session ended */
   r = jb_db_exec(
       c,
       "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
       " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
       "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
-      " WHERE job_id = $1 AND state = 'approved'",
+      " WHERE job_id = $1 AND state IN ('approved', 'running')",
       2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
   if (!r) return JB_ERR_FAIL;
   if (failed) *failed = strtol(PQcmdTuples(r), NULL, 10);
@@ -426,7 +427,12 @@ fail:
 
 #define OP_JSON                                                                              \
   "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
-  " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"           \
+  " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
+  "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
+  "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
+  "   o.args->'env', '{}'::jsonb)) k), 'writable', o.args->'writable', 'timeoutMs',"         \
+  "   o.args->'timeoutMs', 'stdinBytes', octet_length(o.args->>'stdin'))"                    \
+  "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
   " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff)"
 

@@ -81,6 +81,8 @@ static const struct jb_setting settings[] = {
      31L * 24 * 3600,
      "a supervised write waiting longer for the buyer fails with error `timeout`, s (0: it waits "
      "without limit)"},
+    {"exec-max-timeout", "JAILBOX_EXEC_MAX_TIMEOUT_S", JB_SETTING_INT, S(exec_max_timeout_s), "600",
+     1, 86400, "the longest timeoutSec an agent's exec may ask for, s (the default is 120)"},
     {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
      "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
     {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,

@@ -324,7 +324,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
   if (state && jb_op_state_from_name(state) == JB_OP_UNKNOWN) {
     jb_resp_error(resp, 400, "bad_request",
-                  "query 'state' must be pending, approved, rejected, done or failed");
+                  "query 'state' must be pending, approved, running, rejected, done or failed");
     goto out;
   }
   if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
@@ -394,6 +394,45 @@ void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_
 }
 void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   decide(app, req, resp, false);
+}
+
+/* ---------- POST /v1/jailbox/:jobId/ops/:opId/kill ---------- */
+
+void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0], *ops = req->params[1];
+  json_t *doc = NULL;
+  const char *reason;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
+    char *end;
+    errno = 0;
+    long long op = strtoll(ops, &end, 10);
+    if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
+      jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
+    } else {
+      jb_error err = {0};
+      char state[20] = "";
+      json_t *out = NULL;
+      int rc = jb_op_kill(app, c, job, op, reason, &out, state, &err);
+      if (rc == JB_OK) {
+        if (app->cache) jb_cache_invalidate(app->cache, job);
+        jb_resp_json(resp, 200, out);
+      } else if (rc == JB_ERR_NOT_FOUND) {
+        jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
+      } else if (rc == JB_ERR_CONFLICT) {
+        conflict(resp, "only an exec that is pending, queued or running can be killed; it is",
+                 state);
+      } else {
+        db_failed(resp, &err);
+      }
+    }
+  }
+  jb_db_release(app->db, c);
+  json_decref(doc);
 }
 
 /* ---------- state changes ---------- */

@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "sandbox/worker/docker.h"
+#include "sandbox/worker/exec.h"
 #include "sandbox/worker/shimconn.h"
 #include "lib/err.h"
 
@@ -82,6 +83,7 @@ struct jb_sandbox {
   char container_id[80];
   struct jb_shimconn conn;
   bool conn_open;
+  struct jb_spawner spawner; /* exec's channel (fd -1: none) */
   bool walls_up[JB_WALL_COUNT];
   json_t *contract; /* the session contract (owned) */
   long ready_ms; /* launch start → shim ready */

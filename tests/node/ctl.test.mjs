@@ -158,7 +158,7 @@ test('the official MCP SDK client works through jailboxctl mcp-bridge: initializ
   try {
     assert.equal(client.getServerVersion().name, 'jailbox');
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name).sort(), ['delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
     for (const t of tools) assert.equal(t.inputSchema.type, 'object', t.name);
 
     const listed = await client.callTool({ name: 'list', arguments: { path: '.', recursive: true } });
@@ -578,7 +578,7 @@ test('the bridge and watch reconnect after the connection is cut, and carry on',
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
-  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'pause', 'resume', 'abort', 'accept',
+  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'pause', 'resume', 'abort', 'accept',
     'changes', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
     'token create', 'mcp-bridge'];
   for (const v of verbs) {
