@@ -143,10 +143,13 @@ static pid_t parent_of(pid_t pid) {
 
 /* Sends `sig` to the running command's whole tree. SIGKILL goes to the jail's pid 1 (whose end
  * ends the pid namespace and every process in it) and to bwrap (--die-with-parent takes the
- * pid 1 along). Stop and continue go to every descendant of the command's bwrap — inside the
- * jail's pid namespace an orphan is adopted by its pid 1, so the tree holds every process of
- * the namespace — found from /proc's parent links, in passes until a pass finds no new one
- * (a process forked meanwhile is caught by the next pass). 0, or -1. */
+ * pid 1 along): both run as root, which this process is. Stop and continue go to every
+ * descendant of the jail's pid 1 — inside the jail's pid namespace an orphan is adopted by its
+ * pid 1, so they are every process of the command — found from /proc's parent links in passes
+ * until a pass finds no new one. They run as uid 65534 and this process holds no CAP_KILL (the
+ * container has SYS_ADMIN, SETPCAP, SETUID, SETGID only), so the signals are sent by a child
+ * that first becomes uid 65534 (an unprivileged sender may signal its own uid's processes).
+ * The jail's pid 1 (bwrap's reaper, root) is not stopped: bwrap ends when it is. 0, or -1. */
 static int signal_tree(int sig) {
   if (!cur.running) return -1;
   if (!cur.init) {
@@ -160,37 +163,45 @@ static int signal_tree(int sig) {
     kill(cur.bwrap, SIGKILL);
     return 0;
   }
-  enum { MAXP = 4096 };
-  static pid_t tree[MAXP];
-  size_t n = 0;
-  tree[n++] = cur.bwrap;
-  for (int pass = 0; pass < 8; pass++) {
-    size_t before = n;
-    DIR *d = opendir("/proc");
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < MAXP) {
-      if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-      pid_t p = (pid_t)atoi(e->d_name);
-      bool known = false;
-      for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
-      if (known) continue;
-      pid_t pp = parent_of(p);
-      for (size_t i = 0; i < n; i++)
-        if (tree[i] == pp) {
-          tree[n++] = p;
-          kill(p, sig);
-          break;
-        }
+  if (cur.init <= 0) return -1;
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0) _exit(1);
+    enum { MAXP = 4096 };
+    static pid_t tree[MAXP];
+    size_t n = 0;
+    tree[n++] = cur.init;
+    for (int pass = 0; pass < 8; pass++) {
+      size_t before = n;
+      DIR *d = opendir("/proc");
+      if (!d) _exit(1);
+      struct dirent *e;
+      while ((e = readdir(d)) && n < MAXP) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        pid_t p = (pid_t)atoi(e->d_name);
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
+        if (known) continue;
+        pid_t pp = parent_of(p);
+        for (size_t i = 0; i < n; i++)
+          if (tree[i] == pp) {
+            tree[n++] = p;
+            kill(p, sig);
+            break;
+          }
+      }
+      closedir(d);
+      if (n == before) break;
+      /* a continue must not miss one stopped between passes */
+      if (sig == SIGCONT)
+        for (size_t i = 1; i < before; i++) kill(tree[i], sig);
     }
-    closedir(d);
-    if (n == before && pass > 0) break;
-    /* the ones found before this pass get the signal again: a continue must not miss one
-     * stopped between passes */
-    if (sig == SIGCONT)
-      for (size_t i = 1; i < before; i++) kill(tree[i], sig);
+    _exit(n > 1 ? 0 : 2);
   }
-  return 0;
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 /* ---- the jail's arguments ------------------------------------------------------------------ */
@@ -240,14 +251,25 @@ static void bind_image_path(struct args *a, const char *path) {
 }
 
 /* Top-level directories of the image a command sees (read-only), and the /etc files. */
-static const char *const image_dirs[] = {"/usr",  "/bin",   "/sbin", "/lib",
+static const char *const image_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                          "/lib32", "/lib64", "/libx32", NULL};
-static const char *const etc_files[] = {
-    "/etc/passwd",       "/etc/group",     "/etc/hosts",        "/etc/nsswitch.conf",
-    "/etc/ld.so.cache",  "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-    "/etc/localtime",    "/etc/timezone",  "/etc/gitconfig",    "/etc/python3",
-    "/etc/python3.11",   "/etc/mime.types", "/etc/protocols",   "/etc/services",
-    NULL};
+static const char *const etc_files[] = {"/etc/passwd",
+                                        "/etc/group",
+                                        "/etc/hosts",
+                                        "/etc/nsswitch.conf",
+                                        "/etc/ld.so.cache",
+                                        "/etc/ld.so.conf",
+                                        "/etc/ld.so.conf.d",
+                                        "/etc/alternatives",
+                                        "/etc/localtime",
+                                        "/etc/timezone",
+                                        "/etc/gitconfig",
+                                        "/etc/python3",
+                                        "/etc/python3.11",
+                                        "/etc/mime.types",
+                                        "/etc/protocols",
+                                        "/etc/services",
+                                        NULL};
 
 /* What the jail binds, as the hello reports it (new reference). */
 static json_t *describe_binds(void) {
@@ -273,8 +295,12 @@ struct request {
 /* The command's jail: bwrap, setpriv, the helper, the command. */
 static void jail_args(struct args *a, const struct request *rq, const char *self) {
   add(a, BWRAP);
-  static const char *const ns[] = {"--unshare-pid", "--unshare-ipc",       "--unshare-uts",
-                                   "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+  static const char *const ns[] = {"--unshare-pid",
+                                   "--unshare-ipc",
+                                   "--unshare-uts",
+                                   "--unshare-cgroup-try",
+                                   "--die-with-parent",
+                                   "--new-session",
                                    NULL};
   addv(a, ns);
   /* directories bwrap would make 0700 (not traversable by uid 65534) */
@@ -313,17 +339,57 @@ static void jail_args(struct args *a, const struct request *rq, const char *self
   addv(a, (const char *const[]){rq->writable ? "--bind" : "--ro-bind", WORKSPACE, WORKSPACE, NULL});
   char size[32];
   snprintf(size, sizeof size, "%lld", rq->tmp);
-  addv(a, (const char *const[]){"--perms", "1777", "--size", size, "--tmpfs", "/tmp", "--proc",
-                                "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", rq->cwd,
-                                "--clearenv", "--setenv", "PATH",
+  addv(a, (const char *const[]){"--perms",
+                                "1777",
+                                "--size",
+                                size,
+                                "--tmpfs",
+                                "/tmp",
+                                "--proc",
+                                "/proc",
+                                "--dev",
+                                "/dev",
+                                "--remount-ro",
+                                "/",
+                                "--chdir",
+                                rq->cwd,
+                                "--clearenv",
+                                "--setenv",
+                                "PATH",
                                 "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-                                "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                                "--setenv", "TERM", "dumb", "--cap-drop", "ALL", "--cap-add",
-                                "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
-                                "--seccomp", "3", "--json-status-fd", "4", NULL});
-  static const char *const drop[] = {SETPRIV,           "--reuid",        "65534", "--regid",
-                                     "65534",           "--clear-groups", "--inh-caps=-all",
-                                     "--bounding-set=-all", "--no-new-privs", "--", NULL};
+                                "--setenv",
+                                "HOME",
+                                "/tmp",
+                                "--setenv",
+                                "LANG",
+                                "C.UTF-8",
+                                "--setenv",
+                                "TERM",
+                                "dumb",
+                                "--cap-drop",
+                                "ALL",
+                                "--cap-add",
+                                "CAP_SETUID",
+                                "--cap-add",
+                                "CAP_SETGID",
+                                "--cap-add",
+                                "CAP_SETPCAP",
+                                "--seccomp",
+                                "3",
+                                "--json-status-fd",
+                                "4",
+                                NULL});
+  static const char *const drop[] = {SETPRIV,
+                                     "--reuid",
+                                     "65534",
+                                     "--regid",
+                                     "65534",
+                                     "--clear-groups",
+                                     "--inh-caps=-all",
+                                     "--bounding-set=-all",
+                                     "--no-new-privs",
+                                     "--",
+                                     NULL};
   addv(a, drop);
   add(a, self);
   add(a, "--exec");
@@ -432,8 +498,7 @@ static int parse_exec(const json_t *req, struct request *rq) {
       /* LD_* would reach the dynamic loader of every program of the command: refused here
        * too, whatever the caller checked */
       if (!k[0] || strchr(k, '=') || strncmp(k, "LD_", 3) == 0 || !json_is_string(v)) {
-        send_error(id, "bad_request", "env: '%.64s' is not an allowed name with a string value",
-                   k);
+        send_error(id, "bad_request", "env: '%.64s' is not an allowed name with a string value", k);
         return -1;
       }
       total += strlen(k) + json_string_length(v) + 2;
@@ -517,8 +582,8 @@ static int memfd_with(const char *name, const void *p, size_t len) {
 /* Starts the command of `rq`. 0, or -1 after answering the request with an error. */
 static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, const char *self) {
   int out[2] = {-1, -1}, errp[2] = {-1, -1}, st[2] = {-1, -1};
-  int in = memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "",
-                      rq->stdin_len);
+  int in =
+      memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "", rq->stdin_len);
   int filt = memfd_with("jailbox-exec-filter", bpf, bpf_len);
   struct args a = {0};
   if (in < 0 || filt < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
@@ -645,12 +710,12 @@ static void finish(void) {
   } else {
     exit_code = json_integer(code);
   }
-  json_t *r = json_pack(
-      "{s:o, s:o, s:b, s:I, s:I, s:I, s:b, s:b, s:b, s:s?, s:n}", "exitCode", exit_code, "signal",
-      sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
-      (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0], "stderrBytes",
-      (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0], "stderrTruncated", cur.trunc[1],
-      "oom", 0, "killedBy", by, "seccompSyscall");
+  json_t *r =
+      json_pack("{s:o, s:o, s:b, s:I, s:I, s:I, s:b, s:b, s:b, s:s?, s:n}", "exitCode", exit_code,
+                "signal", sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
+                (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0],
+                "stderrBytes", (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0],
+                "stderrTruncated", cur.trunc[1], "oom", 0, "killedBy", by, "seccompSyscall");
   if (r && !by) json_object_set_new(r, "killedBy", json_null());
   send_obj(json_pack("{s:O, s:b, s:o}", "id", cur.id, "ok", 1, "result", r));
   for (int k = 0; k < 2; k++)
@@ -684,7 +749,7 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
   }
   if (op && strcmp(op, "signal") == 0) {
     const char *what = json_string_value(json_object_get(req, "what"));
-    int sig = !what                        ? 0
+    int sig = !what                       ? 0
               : strcmp(what, "kill") == 0 ? SIGKILL
               : strcmp(what, "stop") == 0 ? SIGSTOP
               : strcmp(what, "cont") == 0 ? SIGCONT
@@ -720,9 +785,9 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
                      JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0, "binds",
                      describe_binds()));
   struct jb_line_reader r;
-  jb_line_init(&r, &(struct jb_line_opts){.max_line = JB_SPAWNER_MAX_LINE,
-                                          .over = JB_LINE_SKIP_WHOLE,
-                                          .skip_empty = true});
+  jb_line_init(
+      &r, &(struct jb_line_opts){
+              .max_line = JB_SPAWNER_MAX_LINE, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
   int shim_status = -1;
   bool chan_open = true;
   for (;;) {
@@ -773,8 +838,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
       if (rc == JB_LINE_AGAIN) {
         ssize_t got = jb_line_read(&r, chan, &err);
         if (got > 0) continue;
-        if (got < 0 && (err.code == EAGAIN || err.code == EWOULDBLOCK || err.code == EINTR))
-          break;
+        if (got < 0 && (err.code == EAGAIN || err.code == EWOULDBLOCK || err.code == EINTR)) break;
         if (got == 0) continue; /* JB_LINE_END next */
       }
       /* the end of the channel (or no memory): the worker is gone; nothing more will come */

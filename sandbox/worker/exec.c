@@ -64,8 +64,9 @@ int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *
   const char *hello = json_string_value(json_object_get(h, "hello"));
   if (!h || !hello || strcmp(hello, "spawner") != 0 ||
       json_integer_value(json_object_get(h, "protocol")) != JB_SPAWNER_PROTOCOL) {
-    if (h) jb_fail(err, EPROTO, "the spawner's first line is not its hello (protocol %d)",
-                   JB_SPAWNER_PROTOCOL);
+    if (h)
+      jb_fail(err, EPROTO, "the spawner's first line is not its hello (protocol %d)",
+              JB_SPAWNER_PROTOCOL);
     json_decref(h);
     close(fd);
     sp->fd = -1;
@@ -102,10 +103,10 @@ static int send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err) {
 
 /* The request line of `rq` with id `id` (new), or NULL with `err`. */
 static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_error *err) {
-  json_t *o = json_pack("{s:I, s:s, s:O, s:s, s:I, s:I, s:b}", "id", (json_int_t)id, "op", "exec",
-                        "argv", rq->argv, "cwd", rq->cwd ? rq->cwd : "", "timeoutMs",
-                        (json_int_t)rq->timeout_ms, "maxOutputBytes", (json_int_t)rq->max_output,
-                        "writable", rq->writable);
+  json_t *o =
+      json_pack("{s:I, s:s, s:O, s:s, s:I, s:I, s:b}", "id", (json_int_t)id, "op", "exec", "argv",
+                rq->argv, "cwd", rq->cwd ? rq->cwd : "", "timeoutMs", (json_int_t)rq->timeout_ms,
+                "maxOutputBytes", (json_int_t)rq->max_output, "writable", rq->writable);
   if (!o) return jb_fail(err, EINVAL, "argv must be an array"), NULL;
   if (rq->env) json_object_set_new(o, "env", json_deep_copy(rq->env));
   if (rq->stdin_len) {
@@ -221,8 +222,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
       json_decref(o); /* a signal's answer, or an error about a line of ours */
       continue;
     }
-    if (json_is_true(json_object_get(o, "ok")) &&
-        json_is_object(json_object_get(o, "result"))) {
+    if (json_is_true(json_object_get(o, "ok")) && json_is_object(json_object_get(o, "result"))) {
       *result = json_incref(json_object_get(o, "result"));
       ret = 0;
     } else {
@@ -278,8 +278,8 @@ int jb_exec_signal(struct jb_session *s, const char *what, jb_error *err) {
   if (sp->fd < 0 || sp->closing || !sp->busy) {
     rc = jb_fail(err, ESRCH, "no command is running");
   } else {
-    json_t *o = json_pack("{s:I, s:s, s:s}", "id", (json_int_t)sp->next_id++, "op", "signal",
-                          "what", what);
+    json_t *o =
+        json_pack("{s:I, s:s, s:s}", "id", (json_int_t)sp->next_id++, "op", "signal", "what", what);
     rc = send_locked(sp, o, err);
     json_decref(o);
   }

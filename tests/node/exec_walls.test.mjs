@@ -213,9 +213,7 @@ test('the shim answers while a command runs; one command at a time', async () =>
   assert.equal((await running).result.exitCode, 0);
 });
 
-// stop/cont: the signals are sent (each process of the tree, from /proc's parent links), but in
-// the runs so far the command still ended while "stopped" (sandbox/WALLS.md, exec): open.
-test('stop/cont hold the whole tree', { todo: 'a stopped command still ends under gVisor here' }, async () => {
+test('stop/cont hold the whole tree', async () => {
   // stop: a stopped tree writes nothing until it is continued (stopped once it has started)
   const r1 = exec(['/bin/sh', '-c', 'touch started; sleep 2; echo one'], { timeoutMs: 15000, writable: true });
   const t0 = Date.now();

@@ -41,14 +41,30 @@ static int run(enum probe p) {
       _exit(200);
     long r = 0;
     switch (p) {
-      case P_GETPID: r = getpid() > 0 ? 0 : -1; break;
-      case P_UNIX: r = socket(AF_UNIX, SOCK_STREAM, 0); break;
-      case P_INET6: r = socket(AF_INET6, SOCK_STREAM, 0); break;
-      case P_NETLINK: r = socket(AF_NETLINK, SOCK_RAW, 0); break;
-      case P_UNSHARE: r = unshare(CLONE_NEWUSER); break;
-      case P_MOUNT: r = syscall(SYS_mount, "none", "/", "tmpfs", 0, NULL); break;
-      case P_CLONE3: r = syscall(SYS_clone3, NULL, 0); break;
-      case P_CHROOT: r = chroot("/"); break;
+      case P_GETPID:
+        r = getpid() > 0 ? 0 : -1;
+        break;
+      case P_UNIX:
+        r = socket(AF_UNIX, SOCK_STREAM, 0);
+        break;
+      case P_INET6:
+        r = socket(AF_INET6, SOCK_STREAM, 0);
+        break;
+      case P_NETLINK:
+        r = socket(AF_NETLINK, SOCK_RAW, 0);
+        break;
+      case P_UNSHARE:
+        r = unshare(CLONE_NEWUSER);
+        break;
+      case P_MOUNT:
+        r = syscall(SYS_mount, "none", "/", "tmpfs", 0, NULL);
+        break;
+      case P_CLONE3:
+        r = syscall(SYS_clone3, NULL, 0);
+        break;
+      case P_CHROOT:
+        r = chroot("/");
+        break;
     }
     _exit(r < 0 ? errno : 0);
   }
