@@ -40,6 +40,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "bytes")) { static const char b[] = {0, (char)0xff, (char)0xfe, 'a', 0, '\n'}; fwrite(b, 1, sizeof b, stdout); return 0; }
   if (!strcmp(m, "lines")) { for (int i = 0; i < 10000; i++) printf("line %d\n", i); return 0; }
   if (!strcmp(m, "exit")) return atoi(argv[2]);
+  if (!strcmp(m, "memhog")) { for (;;) { char *p = malloc(16 << 20); if (!p) return 4; memset(p, 1, 16 << 20); } }
   if (!strcmp(m, "err")) { fputs("to stderr\n", stderr); puts("to stdout"); return 7; }
   return 99;
 }`;
@@ -247,4 +248,16 @@ test('exec true: time through the walls (recorded in sandbox/WALLS.md)', async (
   for (let i = 0; i < 10; i++) d.push((await exec(['/usr/bin/true'])).wall);
   d.sort((x, y) => x - y);
   console.log('exec true round trip ms: p50', d[5], 'min', d[0], 'max', d[9]);
+});
+
+// last: over the memory limit the sandbox itself is killed (sandbox/WALLS.md); the command's
+// result says oom, and it is not a seccomp kill
+test('a memory hog over the limit is reported as oom', async () => {
+  const small = await openSession(srv, () => {}, { limits: { memoryMiB: 256, pids: 64 } });
+  const t = Date.now();
+  const r = await control(srv.ctl, { op: 'exec', jobId: small.jobId, argv: ['probe', 'memhog'], timeoutMs: 20000 }, 60000);
+  console.log('memhog:', JSON.stringify(r), Date.now() - t, 'ms');
+  assert.ok(r.ok, JSON.stringify(r));
+  assert.equal(r.result.oom, true);
+  assert.notEqual(r.result.killedBy, 'seccomp');
 });
