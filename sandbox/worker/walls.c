@@ -1095,6 +1095,14 @@ out:;
     if (!exec_reason && sb->spawner.fd < 0) exec_reason = json_string("the shim did not come up");
     json_object_set_new(sb->contract, "exec",
                         exec_contract(&sb->spawner, exec_reason, xbpf ? &xfi : NULL, xbpf_sha));
+    if (sb->spawner.fd >= 0 && !exec_reason)
+      json_array_append_new(
+          json_object_get(sb->contract, "residualRisks"),
+          json_string(
+              "exec: a command may connect() to a host Unix socket file in the workspace "
+              "(runsc --host-uds=open; the pre-scan flags such files) — exec's filter "
+              "allows local sockets, which build and test tools need. Its memory is the "
+              "container's: over the limit the whole sandbox is killed (reported as oom)."));
   }
   if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
