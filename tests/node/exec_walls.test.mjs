@@ -45,19 +45,16 @@ int main(int argc, char **argv) {
   return 99;
 }`;
 
-let srv, s, bin;
+let srv, s, bin, extra;
 before(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'jbexec-'));
   writeFileSync(join(dir, 'probe.c'), PROBE_C);
   bin = join(dir, 'probe');
   execFileSync('gcc', ['-O2', '-static', '-o', bin, join(dir, 'probe.c')]);
   const sh = execFileSync('readlink', ['-f', '/bin/sh']).toString().trim();
-  srv = await startJail({
-    image: 'jailbox-sandbox:exec',
-    env: { JAILBOX_ESCAPE_ABORT: 'none' },
-    extra: [`${sh}:/bin/sh`, '/usr/bin/cat', '/usr/bin/ls', '/usr/bin/sleep', '/usr/bin/id',
-      '/usr/bin/true', '/usr/bin/touch', '/usr/bin/yes', '/usr/bin/head', `${bin}:/usr/bin/probe`],
-  });
+  extra = [`${sh}:/bin/sh`, '/usr/bin/cat', '/usr/bin/ls', '/usr/bin/sleep', '/usr/bin/id',
+    '/usr/bin/true', '/usr/bin/touch', '/usr/bin/yes', '/usr/bin/head', `${bin}:/usr/bin/probe`];
+  srv = await startJail({ image: 'jailbox-sandbox:exec', env: { JAILBOX_ESCAPE_ABORT: 'none' }, extra });
   s = await openSession(srv, (d) => {
     writeFileSync(join(d, 'hello.txt'), 'hello\n');
     mkdirSync(join(d, 'sub'));
@@ -248,6 +245,23 @@ test('exec true: time through the walls (recorded in sandbox/WALLS.md)', async (
   for (let i = 0; i < 10; i++) d.push((await exec(['/usr/bin/true'])).wall);
   d.sort((x, y) => x - y);
   console.log('exec true round trip ms: p50', d[5], 'min', d[0], 'max', d[9]);
+});
+
+test('without the socket channel there is no spawner: the contract says why, exec is refused', async () => {
+  const srv2 = await startJail({ image: 'jailbox-sandbox:exec', env: { JAILBOX_SHIM_SOCKET_DIR: 'none' }, extra });
+  try {
+    const s2 = await openSession(srv2, () => {});
+    const st = await srv2.req('GET', '/v1/jailbox/' + s2.jobId, { token: srv2.serviceToken });
+    assert.equal(st.json.walls.exec.available, false);
+    assert.match(st.json.walls.exec.reason, /socket channel/);
+    const r = await control(srv2.ctl, { op: 'exec', jobId: s2.jobId, argv: ['true'] });
+    assert.equal(r.ok, false);
+    assert.equal(r.errno, 95); // ENOTSUP
+    const a = await control(srv2.ctl, { jobId: s2.jobId, request: { op: 'ping' } });
+    assert.equal(a.answer.result.pong, true, 'the shim works without the spawner');
+  } finally {
+    await srv2.stop();
+  }
 });
 
 // last: over the memory limit the sandbox itself is killed (sandbox/WALLS.md); the command's
