@@ -19,7 +19,9 @@ const PROBE_C = String.raw`
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -40,6 +42,12 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "bytes")) { static const char b[] = {0, (char)0xff, (char)0xfe, 'a', 0, '\n'}; fwrite(b, 1, sizeof b, stdout); return 0; }
   if (!strcmp(m, "lines")) { for (int i = 0; i < 10000; i++) printf("line %d\n", i); return 0; }
   if (!strcmp(m, "exit")) return atoi(argv[2]);
+  if (!strcmp(m, "nnp")) { printf("%d %d\n", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0), prctl(PR_GET_SECCOMP, 0, 0, 0, 0)); return 0; }
+  if (!strcmp(m, "fds")) {
+    DIR *d = opendir("/proc/self/fd"); struct dirent *e;
+    while ((e = readdir(d))) if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) printf("%s ", e->d_name);
+    puts(""); return 0;
+  }
   if (!strcmp(m, "memhog")) { for (;;) { char *p = malloc(16 << 20); if (!p) return 4; memset(p, 1, 16 << 20); } }
   if (!strcmp(m, "err")) { fputs("to stderr\n", stderr); puts("to stdout"); return 7; }
   return 99;
@@ -127,6 +135,8 @@ test('the walls from inside a command', async () => {
   assert.match(out, /Seccomp:\s+2/);
   // gVisor has no NoNewPrivs line (sandbox/WALLS.md); where it has, it must say 1
   if (/NoNewPrivs/.test(out)) assert.match(out, /NoNewPrivs:\s+1/);
+  assert.equal((await exec(['probe', 'nnp'])).out.toString(), '1 2\n', 'no_new_privs 1, seccomp mode 2');
+  assert.equal((await exec(['probe', 'fds'])).out.toString(), '0 1 2 \n', 'only stdio is inherited');
   const pids = out.split('PIDS\n')[1].trim().split('\n').map(Number);
   // the jail's pid 1 (bwrap's init), the shell, and what it runs: never the shim's
   assert.ok(pids.length <= 5 && pids.includes(1), JSON.stringify(pids));
