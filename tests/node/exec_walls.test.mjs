@@ -68,7 +68,11 @@ before(async () => {
     mkdirSync(join(d, 'sub'));
   });
 });
-after(async () => { await srv?.stop(); });
+after(async () => {
+  await srv?.stop();
+  // a sanitizer build (JAILBOXD=build-asan/jailboxd) reports into the log the worker shares
+  assert.doesNotMatch(srv?.log() ?? '', /AddressSanitizer|LeakSanitizer|runtime error:/);
+});
 
 const b64 = (t) => Buffer.from(t).toString('base64');
 async function exec(argv, extra = {}) {
