@@ -143,10 +143,13 @@ static pid_t parent_of(pid_t pid) {
 
 /* Sends `sig` to the running command's whole tree. SIGKILL goes to the jail's pid 1 (whose end
  * ends the pid namespace and every process in it) and to bwrap (--die-with-parent takes the
- * pid 1 along). Stop and continue go to every descendant of the command's bwrap — inside the
- * jail's pid namespace an orphan is adopted by its pid 1, so the tree holds every process of
- * the namespace — found from /proc's parent links, in passes until a pass finds no new one
- * (a process forked meanwhile is caught by the next pass). 0, or -1. */
+ * pid 1 along): both run as root, which this process is. Stop and continue go to every
+ * descendant of the jail's pid 1 — inside the jail's pid namespace an orphan is adopted by its
+ * pid 1, so they are every process of the command — found from /proc's parent links in passes
+ * until a pass finds no new one. They run as uid 65534 and this process holds no CAP_KILL (the
+ * container has SYS_ADMIN, SETPCAP, SETUID, SETGID only), so the signals are sent by a child
+ * that first becomes uid 65534 (an unprivileged sender may signal its own uid's processes).
+ * The jail's pid 1 (bwrap's reaper, root) is not stopped: bwrap ends when it is. 0, or -1. */
 static int signal_tree(int sig) {
   if (!cur.running) return -1;
   if (!cur.init) {
@@ -160,37 +163,45 @@ static int signal_tree(int sig) {
     kill(cur.bwrap, SIGKILL);
     return 0;
   }
-  enum { MAXP = 4096 };
-  static pid_t tree[MAXP];
-  size_t n = 0;
-  tree[n++] = cur.bwrap;
-  for (int pass = 0; pass < 8; pass++) {
-    size_t before = n;
-    DIR *d = opendir("/proc");
-    if (!d) return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < MAXP) {
-      if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-      pid_t p = (pid_t)atoi(e->d_name);
-      bool known = false;
-      for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
-      if (known) continue;
-      pid_t pp = parent_of(p);
-      for (size_t i = 0; i < n; i++)
-        if (tree[i] == pp) {
-          tree[n++] = p;
-          kill(p, sig);
-          break;
-        }
+  if (cur.init <= 0) return -1;
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0) _exit(1);
+    enum { MAXP = 4096 };
+    static pid_t tree[MAXP];
+    size_t n = 0;
+    tree[n++] = cur.init;
+    for (int pass = 0; pass < 8; pass++) {
+      size_t before = n;
+      DIR *d = opendir("/proc");
+      if (!d) _exit(1);
+      struct dirent *e;
+      while ((e = readdir(d)) && n < MAXP) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        pid_t p = (pid_t)atoi(e->d_name);
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
+        if (known) continue;
+        pid_t pp = parent_of(p);
+        for (size_t i = 0; i < n; i++)
+          if (tree[i] == pp) {
+            tree[n++] = p;
+            kill(p, sig);
+            break;
+          }
+      }
+      closedir(d);
+      if (n == before) break;
+      /* a continue must not miss one stopped between passes */
+      if (sig == SIGCONT)
+        for (size_t i = 1; i < before; i++) kill(tree[i], sig);
     }
-    closedir(d);
-    if (n == before && pass > 0) break;
-    /* the ones found before this pass get the signal again: a continue must not miss one
-     * stopped between passes */
-    if (sig == SIGCONT)
-      for (size_t i = 1; i < before; i++) kill(tree[i], sig);
+    _exit(n > 1 ? 0 : 2);
   }
-  return 0;
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 /* ---- the jail's arguments ------------------------------------------------------------------ */

@@ -235,10 +235,10 @@ static int build(scmp_filter_ctx ctx, const struct table *t, struct jb_filter_in
         if (add(ctx, r, nr, 1, &c, info, err) < 0) return -1;
       }
     } else if (r->arg == ARG_SOCKET_FAMILY) {
-      struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_GT, 10);
+      struct scmp_arg_cmp c = SCMP_A0(SCMP_CMP_GT, 10, 0);
       if (add(ctx, r, nr, 1, &c, info, err) < 0) return -1;
       for (size_t k = 0; k < sizeof socket_refused_small / sizeof socket_refused_small[0]; k++) {
-        struct scmp_arg_cmp e = SCMP_A0(SCMP_CMP_EQ, socket_refused_small[k]);
+        struct scmp_arg_cmp e = SCMP_A0(SCMP_CMP_EQ, socket_refused_small[k], 0);
         if (add(ctx, r, nr, 1, &e, info, err) < 0) return -1;
       }
     } else {

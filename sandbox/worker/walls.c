@@ -893,6 +893,9 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
                     "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
       jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job", job_id,
              "reason", "the image's jailbox-shim predates the socket channel", NULL);
+      if (!exec_reason)
+        exec_reason =
+            json_string("the image's launcher predates the socket channel and the spawner");
     }
     jb_shim_listener_close(&lsn);
   }
@@ -1092,9 +1095,18 @@ out:;
       jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
   if (sb->contract) json_object_set(sb->contract, "shimChannel", channel);
   if (sb->contract) {
-    if (!exec_reason && sb->spawner.fd < 0) exec_reason = json_string("the shim did not come up");
+    if (!exec_reason && sb->spawner.fd < 0)
+      exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
     json_object_set_new(sb->contract, "exec",
                         exec_contract(&sb->spawner, exec_reason, xbpf ? &xfi : NULL, xbpf_sha));
+    if (sb->spawner.fd >= 0 && !exec_reason)
+      json_array_append_new(
+          json_object_get(sb->contract, "residualRisks"),
+          json_string(
+              "exec: a command may connect() to a host Unix socket file in the workspace "
+              "(runsc --host-uds=open; the pre-scan flags such files) — exec's filter "
+              "allows local sockets, which build and test tools need. Its memory is the "
+              "container's: over the limit the whole sandbox is killed (reported as oom)."));
   }
   if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
