@@ -9,12 +9,15 @@
 #   copyright files, no man or info pages, no translations, no logs, no device nodes, no
 #   set-user-id or set-group-id bits. That root is cached as a tar under the checkout's
 #   var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
-#   variant, the package list and the trimming recipe: a second build only unpacks it.
+#   variant, the package list and the trimming recipe (with the manifest of its files and
+#   bubblewrap's version beside it): a later build downloads nothing.
 #   Added on top: the static shim at /opt/jailbox/bin/jailbox-shim (--shim, default
 #   build/jailbox-shim), an empty /workspace, and /etc/jailbox/manifest, the SHA-256 of every
 #   regular file; the image's content digest (label jailbox.image.digest) is the SHA-256 of
-#   that manifest, as for the minimal image (build.sh), with the labels it carries.
-#   When the image under --tag already has that digest, nothing is imported.
+#   that manifest, as for the minimal image (build.sh), with the labels it carries and
+#   jailbox.userland (what was debootstrapped). The image's tar is the cached one with the
+#   shim and the manifest appended; when the image under --tag already has that digest,
+#   nothing is imported.
 #
 # Usage:
 #   userland.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--cache DIR] [--mirror URL]

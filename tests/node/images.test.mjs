@@ -66,8 +66,10 @@ before(async () => {
   minimal = await inspect(MINIMAL);
   build = await inspect(BUILD);
   const ctl = join(tmpdir(), 'jbctl-' + Math.random().toString(36).slice(2) + '.sock');
+  // the allowlist as a flag, over the environment's: the worker jailboxd starts gets it too
   srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_WORKER_CONTROL: ctl, JAILBOX_SANDBOX_IMAGE: MINIMAL,
-                            JAILBOX_SANDBOX_IMAGES: `${BUILD}, ${ABSENT}` });
+                            JAILBOX_SANDBOX_IMAGES: 'jailbox-sandbox-build:latest' },
+                          { args: [`--sandbox-images=${BUILD}, ${ABSENT}`] });
   srv.ctl = ctl;
   await waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
 });
