@@ -7,7 +7,8 @@
 #   toolchain for the agent's commands; bubblewrap for Wall 3; util-linux, essential in
 #   minbase, brings setpriv), trimmed: no package lists or .debs, no documentation but the
 #   copyright files, no man or info pages, no translations, no logs, no device nodes, no
-#   set-user-id or set-group-id bits. That root is cached as a tar under the checkout's
+#   set-user-id or set-group-id bits, no ldconfig aux-cache (so that two debootstraps of the
+#   same package versions give the same files). That root is cached as a tar under the checkout's
 #   var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
 #   variant, the package list and the trimming recipe (with the manifest of its files and
 #   bubblewrap's version beside it): a later build downloads nothing.
@@ -38,7 +39,7 @@ SUITE=bookworm
 VARIANT=minbase
 PACKAGES=(build-essential git python3 make pkg-config ca-certificates bubblewrap)
 # Bump when the trimming below changes, so that an older cached root is not reused.
-RECIPE=1
+RECIPE=2
 REFRESH=""
 KEEP=""
 while [ $# -gt 0 ]; do
@@ -71,7 +72,8 @@ trim() {
   rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/lib/apt/lists/* \
     "$r"/usr/share/man/* "$r"/usr/share/info/* "$r"/usr/share/locale/* "$r"/usr/share/lintian \
     "$r"/var/log/* "$r"/var/cache/debconf/*-old "$r"/var/lib/dpkg/*-old "$r"/dev/* \
-    "$r"/etc/machine-id "$r"/etc/hostname "$r"/etc/resolv.conf "$r"/root/.bash_history
+    "$r"/etc/machine-id "$r"/etc/hostname "$r"/etc/resolv.conf "$r"/root/.bash_history \
+    "$r"/var/cache/ldconfig/aux-cache
   # documentation goes; each package's copyright file stays (the licences of what we ship)
   find "$r/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
   find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete
@@ -89,8 +91,12 @@ drop_stage() {
   rm -rf --one-file-system "$STAGE"
 }
 
-# the cached root: debootstrap once per key
-if [ -n "$REFRESH" ] || [ ! -s "$BASE" ] || [ ! -s "$BASE.manifest" ] || [ ! -s "$BASE.bwrap-version" ]; then
+# the cached root: debootstrap once per key (two builds at once: the second waits for the
+# first one's root)
+cached() { [ -s "$BASE" ] && [ -s "$BASE.manifest" ] && [ -s "$BASE.bwrap-version" ]; }
+exec 9>"$CACHE/.lock"
+flock 9
+if [ -n "$REFRESH" ] || ! cached; then
   command -v debootstrap >/dev/null || { say "debootstrap not installed (deploy/install-deps.sh)"; exit 1; }
   STAGE=$(mktemp -d "$CACHE/stage.XXXXXX")
   trap 'drop_stage' EXIT
@@ -113,7 +119,10 @@ if [ -n "$REFRESH" ] || [ ! -s "$BASE" ] || [ ! -s "$BASE.manifest" ] || [ ! -s 
   trim "$STAGE/rootfs"
   mkdir -p "$STAGE/rootfs/workspace"
   (cd "$STAGE/rootfs" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$STAGE/manifest"
-  tar --sort=name --numeric-owner --mtime=@0 -C "$STAGE/rootfs" -cf "$STAGE/base.tar" .
+  # the files keep their times: Python's byte-code caches name the times of their sources
+  tar --sort=name --numeric-owner -C "$STAGE/rootfs" -cf "$STAGE/base.tar" .
+  # roots of earlier recipes go
+  find "$CACHE" -maxdepth 1 -name "userland-$SUITE-$ARCH-*" ! -name "${BASE##*/}*" -delete
   mv "$STAGE/manifest" "$BASE.manifest"
   mv "$STAGE/bwrap-version" "$BASE.bwrap-version"
   mv "$STAGE/base.tar" "$BASE"
@@ -121,6 +130,7 @@ if [ -n "$REFRESH" ] || [ ! -s "$BASE" ] || [ ! -s "$BASE.manifest" ] || [ ! -s 
   trap - EXIT INT TERM
   say "cached $BASE ($(du -m "$BASE" | cut -f1) MiB) in $(($(date +%s) - t0)) s"
 fi
+exec 9>&-
 
 # the manifest of the image: the cached root's and the shim's, sorted by path
 WORK=$(mktemp -d /tmp/jailbox-userland.XXXXXX)
