@@ -276,6 +276,7 @@ static void print_session(const json_t *s) {
       str(s, "createdAt"));
   if (json_is_string(json_object_get(s, "endedAt")))
     printf("  ended       %s\n", str(s, "endedAt"));
+  if (json_is_string(json_object_get(s, "image"))) printf("  image       %s\n", str(s, "image"));
 }
 
 /* One op on one line: id, state, tool, path, decision, and the reason when there is one. */
@@ -331,9 +332,10 @@ static int usage_error(const struct jb_ctl *o, const char *fmt, ...) {
 
 static void show_opened(const json_t *s) {
   printf(
-      "opened %s (state %s, mode %s)\n  buyer token: %s\n  agent token: %s\n"
+      "opened %s (state %s, mode %s, image %s)\n  buyer token: %s\n  agent token: %s\n"
       "(the tokens are shown once; keep them)\n",
-      str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "buyerToken"), str(s, "agentToken"));
+      str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "image"), str(s, "buyerToken"),
+      str(s, "agentToken"));
 }
 
 static int parse_ll(const char *s, long long min, long long *out) {
@@ -363,6 +365,8 @@ static int verb_open(struct jb_ctl *o, int argc, char **argv) {
       key = "mode";
     else if (strcmp(a, "--job") == 0)
       key = "jobId";
+    else if (strcmp(a, "--image") == 0)
+      key = "image";
     if (key && v) {
       json_object_set_new(body, key, json_string(v));
       i++;
@@ -722,7 +726,7 @@ static int run_accept(struct jb_ctl *o, int c, char **v) {
 /* run == NULL: implemented in cli/main.c / cli/token.c; listed here for --help. */
 static const struct verb verbs[] = {
     {"open",
-     "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] "
+     "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] [--image NAME] "
      "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
      "open a session (service token); prints the job id and its buyer and agent tokens, shown "
      "once",

@@ -56,12 +56,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                            p1, PGRES_COMMAND_OK, st, err, "create agent");
   if (!r) goto fail;
   PQclear(r);
-  const char *p2[6] = {s->job_id, s->agent_id,     s->workspace,
-                       s->mode,   s->exclude_json, s->limits_json};
+  const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
+                       s->exclude_json, s->limits_json, s->image};
   r = jb_db_exec(c,
-                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits)"
-                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb)",
-                 6, p2, PGRES_COMMAND_OK, st, err, "create session");
+                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
+                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
+                 7, p2, PGRES_COMMAND_OK, st, err, "create session");
   if (!r) {
     jb_db_rollback(c);
     return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
@@ -95,8 +95,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
   if (!r) goto fail;
   PQclear(r);
-  json_t *d =
-      json_pack("{s:n,s:s,s:s,s:s}", "from", "to", "created", "actor", "service", "mode", s->mode);
+  json_t *d = json_pack("{s:n,s:s,s:s,s:s,s:s?}", "from", "to", "created", "actor", "service",
+                        "mode", s->mode, "image", s->image);
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
   if (arc != JB_OK) goto fail;
@@ -110,7 +110,8 @@ fail:
 #define SESSION_JSON                                                                               \
   "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"          \
   " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude,"        \
-  " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"       \
+  " 'limits', s.limits, 'image', s.image, 'createdAt', jb_ts(s.created_at), 'updatedAt', "         \
+  "jb_ts(s.updated_at),"                                                                           \
   " 'endedAt', jb_ts(s.ended_at),"                                                                 \
   " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending')," \
   " 'auditHead', (SELECT json_build_object('seq', h.seq, 'hash', encode(h.hash, 'hex'))"           \

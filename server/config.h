@@ -51,6 +51,8 @@ struct jb_config {
   long idle_timeout_s; /* default limits.idleTimeoutSec: agent inactivity before abort, s */
   char *redis_url; /* Redis for cross-instance events (server/fanout.h); "" = in-process */
   long drain_delay_ms; /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
+  char *sandbox_image; /* the image of a session that names none (lib/images.h) */
+  char *sandbox_images; /* the images a session may name, comma-separated (lib/images.h) */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

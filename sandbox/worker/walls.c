@@ -126,6 +126,44 @@ static bool host_has_apparmor(void) {
   return n > 0 && buf[0] == 'Y';
 }
 
+int jb_image_inspect(const struct jb_walls_config *cfg, const char *name, struct jb_image_info *out,
+                     jb_error *err) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  char enc[3 * sizeof out->name], path[sizeof enc + 32];
+  if (jb_docker_urlencode(name, enc, sizeof enc) < 0)
+    return jb_fail(err, ENAMETOOLONG, "image name %s too long", name);
+  snprintf(path, sizeof path, "/images/%s/json", enc);
+  json_t *img = NULL;
+  if (jb_docker_expect(&cfg->docker, "GET", path, NULL, 5000, &img, err) < 0) {
+    if (err && err->code == 404)
+      return jb_fail(err, ENOENT,
+                     "image %s not present on this Docker daemon (build it with "
+                     "deploy/sandbox-image/build.sh%s)",
+                     name, strstr(name, "-build") ? " --userland" : "");
+    return jb_fail(err, err && err->code ? err->code : EIO, "image %s: %s", name,
+                   err ? err->msg : "?");
+  }
+  snprintf(out->id, sizeof out->id, "%s", json_string_value(json_object_get(img, "Id")) ?: "");
+  json_t *labels = json_object_get(json_object_get(img, "Config"), "Labels");
+  snprintf(out->digest, sizeof out->digest, "%s",
+           json_string_value(json_object_get(labels, "jailbox.image.digest")) ?: "");
+  snprintf(out->shim_sha256, sizeof out->shim_sha256, "%s",
+           json_string_value(json_object_get(labels, "jailbox.shim.sha256")) ?: "");
+  snprintf(out->bwrap_version, sizeof out->bwrap_version, "%s",
+           json_string_value(json_object_get(labels, "jailbox.bwrap.version")) ?: "");
+  json_decref(img);
+  return 0;
+}
+
+void jb_probe_set_image(struct jb_probe *p, const struct jb_image_info *img) {
+  snprintf(p->image_name, sizeof p->image_name, "%s", img->name);
+  snprintf(p->image_id, sizeof p->image_id, "%s", img->id);
+  snprintf(p->image_digest, sizeof p->image_digest, "%s", img->digest);
+  snprintf(p->shim_sha256, sizeof p->shim_sha256, "%s", img->shim_sha256);
+  snprintf(p->bwrap_version, sizeof p->bwrap_version, "%s", img->bwrap_version);
+}
+
 void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   memset(p, 0, sizeof *p);
   long t0 = jb_now_ms();
@@ -147,28 +185,14 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   snprintf(p->api, sizeof p->api, "%s", json_string_value(json_object_get(v, "ApiVersion")) ?: "?");
   json_decref(v);
 
-  char enc[600], path[700];
-  jb_docker_urlencode(cfg->image, enc, sizeof enc);
-  snprintf(path, sizeof path, "/images/%s/json", enc);
-  json_t *img = NULL;
-  if (jb_docker_expect(&cfg->docker, "GET", path, NULL, 5000, &img, &err) < 0) {
-    down(p, JB_WALL_DOCKER,
-         "sandbox image %s missing (build it with deploy/sandbox-image/build.sh): %s", cfg->image,
-         err.msg);
+  struct jb_image_info img;
+  if (jb_image_inspect(cfg, cfg->image, &img, &err) < 0) {
+    down(p, JB_WALL_DOCKER, "sandbox %s", err.msg);
     down(p, JB_WALL_GVISOR, "not probed: no sandbox image");
     down(p, JB_WALL_BWRAP, "not probed: no sandbox image");
     goto done;
   }
-  snprintf(p->image_id, sizeof p->image_id, "%s",
-           json_string_value(json_object_get(img, "Id")) ?: "");
-  json_t *labels = json_object_get(json_object_get(img, "Config"), "Labels");
-  snprintf(p->image_digest, sizeof p->image_digest, "%s",
-           json_string_value(json_object_get(labels, "jailbox.image.digest")) ?: "");
-  snprintf(p->shim_sha256, sizeof p->shim_sha256, "%s",
-           json_string_value(json_object_get(labels, "jailbox.shim.sha256")) ?: "");
-  snprintf(p->bwrap_version, sizeof p->bwrap_version, "%s",
-           json_string_value(json_object_get(labels, "jailbox.bwrap.version")) ?: "");
-  json_decref(img);
+  jb_probe_set_image(p, &img);
 
   /* gVisor: registered, with the arguments the walls rely on */
   json_t *info = NULL;
@@ -1108,6 +1132,13 @@ out:;
               "allows local sockets, which build and test tools need. Its memory is the "
               "container's: over the limit the whole sandbox is killed (reported as oom)."));
   }
+  if (sb->contract)
+    json_object_set_new(
+        sb->contract, "image",
+        probe && probe->image_id[0]
+            ? json_pack("{s:s, s:s, s:s?}", "name", cfg->image, "id", probe->image_id,
+                        "contentDigest", probe->image_digest[0] ? probe->image_digest : NULL)
+            : json_pack("{s:s, s:n, s:n}", "name", cfg->image, "id", "contentDigest"));
   if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
         json_object_get(sb->contract, "residualRisks"),

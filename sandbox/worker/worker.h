@@ -66,6 +66,7 @@ struct jb_session {
   long long launch_job;
   char *workspace;
   json_t *limits;
+  char image[JB_IMAGE_NAME_MAX + 8]; /* the sandbox image it runs in (lib/images.h) */
   pthread_t thread;
   atomic_bool teardown; /* the session ended elsewhere: remove the sandbox */
   atomic_bool finished; /* the thread is done; join and free */
@@ -83,7 +84,8 @@ struct jb_session {
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
  * them. Strings are new allocations, freed at exit. */
 struct jb_worker_settings {
-  char *database_url, *signing_key_file, *worker_id, *docker_socket, *sandbox_image, *runtime;
+  char *database_url, *signing_key_file, *worker_id, *docker_socket, *sandbox_image;
+  char *sandbox_images, *runtime;
   char *require_walls, *seccomp_profile;
   long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;

@@ -575,6 +575,25 @@ test('the bridge and watch reconnect after the connection is cut, and carry on',
   assert.doesNotMatch(bridgeErr + werr, SANITIZER);
 });
 
+test('open --image: the session\'s sandbox image, a name outside the allowlist refused (exit 1, 400)', async () => {
+  const name = 'ws-img-' + Math.random().toString(36).slice(2);
+  mkdirSync(join(srv.wsroot, name), { recursive: true });
+  let r = await ctl(['open', '--workspace', name, '--agent', 'ctl-agent', '--image', 'debian:12', '--json'],
+    { token: srv.serviceToken });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /400/);
+  assert.match(r.stderr, /JAILBOX_SANDBOX_IMAGES/);
+  // JAILBOX_SANDBOX_IMAGE is always allowed; the answer and status name the image
+  r = await ctl(['open', '--workspace', name, '--agent', 'ctl-agent', '--image', IMAGE], { token: srv.serviceToken });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`image ${IMAGE}\\)`));
+  const job = r.stdout.match(/^opened (\S+)/)[1];
+  r = await ctl(['status', job], { token: srv.serviceToken });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`\\n  image +${IMAGE}\\n`));
+  await srv.req('POST', `/v1/jailbox/${job}/abort`, { token: srv.serviceToken });
+});
+
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
