@@ -902,8 +902,32 @@ int jb_exec_helper(int argc, char **argv) {
   }
   if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
     for (int fd = 3; fd < 1024; fd++) close(fd);
-  execvp(argv[i + 1], &argv[i + 1]);
-  int e = errno;
-  fprintf(stderr, "%s: %s\n", argv[i + 1], strerror(e));
-  return e == ENOENT ? 127 : 126;
+  /* The command runs in a process group of its own below this process, which stays as its
+   * parent in the same session. bwrap's --new-session made this process a session leader
+   * whose parent is outside the session, so a group it led would be orphaned from its start,
+   * and gVisor sends SIGHUP and SIGCONT to an orphaned group with a stopped member whenever
+   * one of its members exits (Linux only when the group becomes orphaned): a pause of the
+   * command's tree would end it. With this parent in the session the group is not orphaned. */
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "jailbox-shim --exec: fork: %s\n", strerror(errno));
+    return 125;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    execvp(argv[i + 1], &argv[i + 1]);
+    int e = errno;
+    fprintf(stderr, "%s: %s\n", argv[i + 1], strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+  }
+  /* the command's output ends with the command: hold none of its streams */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd <= 2; fd++)
+    if (null >= 0 && null != fd) dup2(null, fd);
+  int ws;
+  pid_t w;
+  while ((w = waitpid(pid, &ws, 0)) < 0 && errno == EINTR) {}
+  if (w != pid) return 125;
+  /* as bwrap reports it: the exit code, or 128 + the signal */
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }

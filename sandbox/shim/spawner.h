@@ -21,8 +21,9 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
 /* The helper's mode, `jailbox-shim --exec [--env NAME=VALUE]... -- PROGRAM ARGS...`, run
  * inside a command's jail after setpriv: sets the request's environment (so that no variable
  * of the agent's reaches setpriv, a dynamically linked program that runs with capabilities
- * still held), closes every descriptor above 2 and executes PROGRAM (searched in PATH).
- * Returns only on failure: 127 (not found), 126 (not executable), 125 (usage). */
+ * still held), closes every descriptor above 2 and runs PROGRAM (searched in PATH) as its
+ * child in a new process group, waiting for it. Returns the command's exit code, 128 + the
+ * signal that ended it, 127 (not found), 126 (not executable) or 125 (usage, fork). */
 int jb_exec_helper(int argc, char **argv);
 
 #endif
