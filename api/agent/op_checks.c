@@ -166,6 +166,34 @@ static const struct {
     {"GIT_EXTERNAL_DIFF", false},
     {"GIT_TEMPLATE_DIR", false},
     {"GIT_PROXY_COMMAND", false},
+    {"GIT_SEQUENCE_EDITOR", false},
+    {"EDITOR", false}, /* programs that tools start: git commit, crontab, less, man... */
+    {"VISUAL", false},
+    {"PAGER", false},
+    {"LESSOPEN", false}, /* an input preprocessor less runs on every file */
+    {"LESSCLOSE", false},
+    {"ZDOTDIR", false}, /* where zsh reads its start-up files */
+    {"JAVA_TOOL_OPTIONS", false}, /* -javaagent: code loaded into every JVM */
+    {"_JAVA_OPTIONS", false},
+    {"JDK_JAVA_OPTIONS", false},
+    {"CLASSPATH", false},
+    {"LUA_", true}, /* LUA_INIT runs code; LUA_PATH, LUA_CPATH pick modules */
+    {"PERL5DB", false}, /* code run under perl -d */
+    {"PYTHONWARNINGS", false}, /* a warning category is imported: a module of the workspace */
+    {"PHPRC", false}, /* php.ini: auto_prepend_file */
+    {"PHP_INI_SCAN_DIR", false},
+    {"GOFLAGS", false}, /* -toolexec: a program run around every tool of a go build */
+    {"RUSTC_WRAPPER", false},
+    {"RUSTC_WORKSPACE_WRAPPER", false},
+    {"GCC_EXEC_PREFIX", false}, /* where gcc finds cc1, as, collect2 */
+    {"COMPILER_PATH", false},
+    {"OPENSSL_CONF", false}, /* engines and providers: shared objects loaded */
+    {"OPENSSL_MODULES", false},
+    {"OPENSSL_ENGINES", false},
+    {"TAR_OPTIONS", false}, /* --to-command, --use-compress-program */
+    {"DOTNET_STARTUP_HOOKS", false},
+    {"npm_config_", true}, /* node_options, script_shell (npm reads either case) */
+    {"NPM_CONFIG_", true},
     {"JAILBOX_", true}, /* ours */
 };
 
