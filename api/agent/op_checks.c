@@ -579,6 +579,21 @@ enum op_step op_refuse_if(struct op_call *call) {
     return OP_END;
   }
   if (call->tool == JB_TOOL_READ_MANY) return refuse_many(call);
+  /* a command's jail binds the whole workspace: what the session hides from the file tools
+   * (exclusions, entries the pre-scan flagged) it would see */
+  if (call->tool == JB_TOOL_EXEC &&
+      (json_array_size(call->sess.exclude) > 0 || json_array_size(call->sess.flagged) > 0)) {
+    bool ex = json_array_size(call->sess.exclude) > 0;
+    op_audit_refusal(
+        call, call->path,
+        json_pack("{s:s,s:s}", "error", "denied", "why", ex ? "exclusions" : "pre-scan flags"));
+    op_error(call->e, JB_MCP_DENIED, "denied",
+             "exec is not offered in a session with %s: a command would see the whole "
+             "workspace, %s included",
+             ex ? "exclusions" : "entries the pre-scan flagged",
+             ex ? "the excluded paths" : "the flagged entries");
+    return OP_END;
+  }
   struct op_path_verdict v;
   if (!op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
                       &v)) {

@@ -280,55 +280,18 @@ static void exec_args(void **state) {
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"writable\":1}", JB_MCP_INVALID, "boolean");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"cwd\":5}", JB_MCP_INVALID, "'cwd' must be");
   /* env: names, the deny-list (a refusal by policy), values */
-  static const char *const denied[] = {"LD_PRELOAD",
-                                       "LD_LIBRARY_PATH",
-                                       "LD_AUDIT",
-                                       "PATH",
-                                       "HOME",
-                                       "BASH_ENV",
-                                       "ENV",
-                                       "PS4",
-                                       "BASH_FUNC_ls%%",
-                                       "GLIBC_TUNABLES",
-                                       "PYTHONPATH",
-                                       "NODE_OPTIONS",
-                                       "PERL5OPT",
-                                       "MAKEFLAGS",
-                                       "GIT_CONFIG_COUNT",
-                                       "GIT_SSH_COMMAND",
-                                       "JAILBOX_X",
-                                       "MALLOC_CHECK_",
-                                       /* more variables whose values add code or pick a
+  static const char *const denied[] = {
+      "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "HOME", "BASH_ENV", "ENV", "PS4",
+      "BASH_FUNC_ls%%", "GLIBC_TUNABLES", "PYTHONPATH", "NODE_OPTIONS", "PERL5OPT", "MAKEFLAGS",
+      "GIT_CONFIG_COUNT", "GIT_SSH_COMMAND", "JAILBOX_X", "MALLOC_CHECK_",
+      /* more variables whose values add code or pick a
                                         * program (the exec review) */
-                                       "JAVA_TOOL_OPTIONS",
-                                       "_JAVA_OPTIONS",
-                                       "JDK_JAVA_OPTIONS",
-                                       "CLASSPATH",
-                                       "LUA_INIT",
-                                       "LUA_PATH_5_4",
-                                       "PERL5DB",
-                                       "PYTHONWARNINGS",
-                                       "PHPRC",
-                                       "PHP_INI_SCAN_DIR",
-                                       "GOFLAGS",
-                                       "RUSTC_WRAPPER",
-                                       "RUSTC_WORKSPACE_WRAPPER",
-                                       "GCC_EXEC_PREFIX",
-                                       "COMPILER_PATH",
-                                       "OPENSSL_CONF",
-                                       "OPENSSL_MODULES",
-                                       "OPENSSL_ENGINES",
-                                       "TAR_OPTIONS",
-                                       "EDITOR",
-                                       "VISUAL",
-                                       "PAGER",
-                                       "GIT_SEQUENCE_EDITOR",
-                                       "LESSOPEN",
-                                       "LESSCLOSE",
-                                       "ZDOTDIR",
-                                       "DOTNET_STARTUP_HOOKS",
-                                       "npm_config_node_options",
-                                       "NPM_CONFIG_SCRIPT_SHELL"};
+      "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LUA_INIT",
+      "LUA_PATH_5_4", "PERL5DB", "PYTHONWARNINGS", "PHPRC", "PHP_INI_SCAN_DIR", "GOFLAGS",
+      "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+      "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES", "TAR_OPTIONS", "EDITOR", "VISUAL",
+      "PAGER", "GIT_SEQUENCE_EDITOR", "LESSOPEN", "LESSCLOSE", "ZDOTDIR", "DOTNET_STARTUP_HOOKS",
+      "npm_config_node_options", "NPM_CONFIG_SCRIPT_SHELL"};
   for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
     char j[200];
     snprintf(j, sizeof j, "{\"argv\":[\"ls\"],\"env\":{\"%s\":\"x\"}}", denied[i]);
