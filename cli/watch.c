@@ -121,6 +121,24 @@ static void print_event(const char *name, const json_t *d) {
     printf("\n    workspace: %s, timeout %lld s\n",
            json_is_true(json_object_get(d, "writable")) ? "WRITABLE" : "read-only",
            (long long)json_integer_value(json_object_get(d, "timeoutMs")) / 1000);
+    /* what it is fed on stdin (a script for a shell, say): its first lines, as safe text */
+    long long in = (long long)json_integer_value(json_object_get(d, "stdinBytes"));
+    const char *pv = json_string_value(json_object_get(d, "stdinPreview"));
+    if (in > 0 && pv) {
+      printf("    stdin: %lld bytes (sha256 %.16s…)%s\n", in, s_(d, "stdinSha256"),
+             json_is_true(json_object_get(d, "stdinPreviewTruncated")) ? ", starts:" : ":");
+      int lines = 0;
+      for (const char *p = pv; *p && lines < 20; lines++) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), p);
+        printf("      | ");
+        print_whole(line);
+        putchar('\n');
+        p += n + (nl ? 1 : 0);
+      }
+    }
   } else if (strcmp(name, "jailbox:exec_output") == 0) {
     /* the command's output, a line at a time, as text made safe for a terminal */
     long long op = (long long)json_integer_value(json_object_get(d, "opId"));

@@ -584,10 +584,23 @@ void op_announce_approval(struct op_call *call) {
                    "command", json_object_get(a, "command"), "cwd", call->path, "envNames", names,
                    "writable", json_is_true(json_object_get(a, "writable")), "timeoutMs",
                    json_object_get(a, "timeoutMs"));
-    if (ev)
-      json_object_set_new(
-          ev, "stdinBytes",
-          json_integer((json_int_t)json_string_length(json_object_get(a, "stdin"))));
+    json_t *in = json_object_get(a, "stdin");
+    if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
+      const char *txt = json_string_value(in);
+      size_t n = json_string_length(in), cut = n < PREVIEW_MAX ? n : PREVIEW_MAX;
+      while (cut < n && cut > 0 && ((unsigned char)txt[cut] & 0xC0) == 0x80)
+        cut--; /* at a character's start: the preview stays UTF-8 */
+      unsigned char h[crypto_hash_sha256_BYTES];
+      char hex[2 * sizeof h + 1];
+      crypto_hash_sha256(h, (const unsigned char *)txt, n);
+      sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+      json_object_set_new(ev, "stdinBytes", json_integer((json_int_t)n));
+      json_object_set_new(ev, "stdinSha256", json_string(hex));
+      json_object_set_new(ev, "stdinPreview", json_stringn(txt, cut));
+      json_object_set_new(ev, "stdinPreviewTruncated", json_boolean(cut < n));
+    } else if (ev) {
+      json_object_set_new(ev, "stdinBytes", json_integer(0));
+    }
   } else {
     ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O}", "jobId", job, "opId", (json_int_t)call->op_id,
                    "tool", tool, "path", call->path, "description",

@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, writeFileSync, lstatSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -210,13 +211,15 @@ test('filling /tmp in a small sandbox ends in ENOSPC; the session goes on', asyn
 // The buyer approves an exec seeing argv, cwd, env names and stdin's size: what a shell or an
 // interpreter reads from stdin runs unseen (api/events.md, approval_request of exec), although
 // env values are denied for that very reason (api/agent/op_checks.c env_deny).
-test('a supervised exec shows the buyer the program it feeds on stdin', { todo: 'approval_request has stdinBytes only' }, async () => {
+test('a supervised exec shows the buyer the program it feeds on stdin', async () => {
   const S = await agentSession(() => {}, { mode: 'supervised' });
   const call = K.call(S.agent, 'exec', { argv: ['/bin/sh'], stdin: 'echo HIDDEN-SCRIPT\n' });
   const ev = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec');
   await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${ev.opId}`, { token: S.buyerToken });
   await call;
-  assert.match(JSON.stringify(ev), /HIDDEN-SCRIPT/, JSON.stringify(ev));
+  assert.equal(ev.stdinPreview, 'echo HIDDEN-SCRIPT\n', JSON.stringify(ev));
+  assert.deepEqual([ev.stdinBytes, ev.stdinPreviewTruncated], [19, false]);
+  assert.equal(ev.stdinSha256, createHash('sha256').update('echo HIDDEN-SCRIPT\n').digest('hex'));
 });
 
 // 8 MiB a stream of them took 20 s and a 100 MB answer (each escaped as \u00XX): see the review
