@@ -145,8 +145,8 @@ static void release(struct jb_redactor *rd, size_t *pos, bool partial, struct jb
       }
       const struct cand *b = &rd->cand[best];
       /* the leftmost; at one start a partial match waits, else the longest */
-      if (c->s < b->s || (c->s == b->s && b->state == CAND_FULL &&
-                          (c->state == CAND_PARTIAL || c->e > b->e)))
+      if (c->s < b->s ||
+          (c->s == b->s && b->state == CAND_FULL && (c->state == CAND_PARTIAL || c->e > b->e)))
         best = k;
     }
     const char *w = rd->win.data;

@@ -62,22 +62,25 @@ static char *feed(const struct jb_scan_rules *r, const char *in, size_t n, const
   return s;
 }
 
-#define PEM                                                                                 \
-  "-----BEGIN RSA PRIVATE KEY-----\n"                                                       \
-  "MIIEowIBAAKCAQEA2a2rwplBQLzHPZe5TNJNm9kHlGnqAkZkdHcTBCWNGjqXHgyf\n"                       \
-  "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,9F1A\n"                                    \
-  "q1Zg0yq6vQx9bZb0WzXzq0e7Qh3y0Lrj2t7sYdH8Yp0=\n"                                           \
+#define PEM                                                            \
+  "-----BEGIN RSA PRIVATE KEY-----\n"                                  \
+  "MIIEowIBAAKCAQEA2a2rwplBQLzHPZe5TNJNm9kHlGnqAkZkdHcTBCWNGjqXHgyf\n" \
+  "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,9F1A\n"               \
+  "q1Zg0yq6vQx9bZb0WzXzq0e7Qh3y0Lrj2t7sYdH8Yp0=\n"                     \
   "-----END RSA PRIVATE KEY-----"
 #define AWS "AKIAIOSFODNN7EXAMPLE"
 
 static void records_and_markers(void **state) {
   (void)state;
-  const char *in = "key:\n" PEM "\nid " AWS " ok\n" "machine example.com login bob password "
+  const char *in = "key:\n" PEM "\nid " AWS
+                   " ok\n"
+                   "machine example.com login bob password "
                    "hunter2hunter2\nend\n";
   struct jb_redactor *rd;
   char *out = feed(embedded, in, strlen(in), NULL, &rd);
-  assert_string_equal(out, "key:\n[REDACTED:private_key_block]\nid [REDACTED:aws_access_key_id] "
-                           "ok\n[REDACTED:netrc_entry]\nend\n");
+  assert_string_equal(out,
+                      "key:\n[REDACTED:private_key_block]\nid [REDACTED:aws_access_key_id] "
+                      "ok\n[REDACTED:netrc_entry]\nend\n");
   assert_int_equal(jb_redactor_count(rd), 3);
   const struct jb_redaction *v;
   assert_int_equal(jb_redactor_records(rd, &v), 3);
@@ -110,8 +113,9 @@ static void split_secrets(void **state) {
   const char *in = "x " PEM " y " AWS "\nghp_0123456789abcdefghijklmnopqrstuvwxyz z\n";
   size_t n = strlen(in);
   char *whole = feed(embedded, in, n, NULL, NULL);
-  assert_string_equal(whole, "x [REDACTED:private_key_block] y [REDACTED:aws_access_key_id]\n"
-                             "[REDACTED:github_token] z\n");
+  assert_string_equal(whole,
+                      "x [REDACTED:private_key_block] y [REDACTED:aws_access_key_id]\n"
+                      "[REDACTED:github_token] z\n");
   for (size_t c = 1; c < n; c++) {
     size_t cuts[] = {c, SIZE_MAX};
     struct jb_redactor *rd;
@@ -141,24 +145,20 @@ static void hold_back(void **state) {
   assert_int_equal(jb_redactor_new(embedded, &rd, NULL), 0);
   struct jb_buf out;
   jb_buf_init(&out, SIZE_MAX - 1);
-  assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)"hello world\n", 12, false, &out,
-                                    NULL),
-                   0);
+  assert_int_equal(
+      jb_redactor_feed(rd, (const unsigned char *)"hello world\n", 12, false, &out, NULL), 0);
   assert_int_equal(out.len, 12);
-  assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)"id AKIAIOSF", 11, false, &out,
-                                    NULL),
-                   0);
+  assert_int_equal(
+      jb_redactor_feed(rd, (const unsigned char *)"id AKIAIOSF", 11, false, &out, NULL), 0);
   assert_string_equal(out.data, "hello world\nid ");
   assert_int_equal(jb_redactor_held(rd), 8);
-  assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)"ODNN7EXAMPLE.", 13, false, &out,
-                                    NULL),
-                   0);
+  assert_int_equal(
+      jb_redactor_feed(rd, (const unsigned char *)"ODNN7EXAMPLE.", 13, false, &out, NULL), 0);
   assert_string_equal(out.data, "hello world\nid [REDACTED:aws_access_key_id].");
   /* "Z" released in one chunk still precedes the key of the next: no AWS key */
   assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)" Z", 2, false, &out, NULL), 0);
   assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)AWS "Q ", 22, true, &out, NULL), 0);
-  assert_string_equal(out.data,
-                      "hello world\nid [REDACTED:aws_access_key_id]. Z" AWS "Q ");
+  assert_string_equal(out.data, "hello world\nid [REDACTED:aws_access_key_id]. Z" AWS "Q ");
   assert_int_equal(jb_redactor_count(rd), 1);
   jb_buf_free(&out);
   jb_redactor_free(rd);
@@ -167,9 +167,10 @@ static void hold_back(void **state) {
 /* A `redact` rule redacts output and flags no write; a `secret` rule does both. */
 static void redact_rule(void **state) {
   (void)state;
-  struct jb_scan_rules *r = parse("# test\n"
-                                  "internal_ticket  low   redact  TCK-[0-9]{6}\n"
-                                  "canary           high  secret  canary-[a-f0-9]{8}\n");
+  struct jb_scan_rules *r = parse(
+      "# test\n"
+      "internal_ticket  low   redact  TCK-[0-9]{6}\n"
+      "canary           high  secret  canary-[a-f0-9]{8}\n");
   assert_int_equal(jb_scan_rule_check(r, 0), JB_SCAN_REDACT);
   assert_int_equal(jb_scan_rule_check(r, 1), JB_SCAN_SECRET);
   json_t *f = jb_scan_run(r, "a.txt", (const unsigned char *)"see TCK-123456", 14);
@@ -206,9 +207,8 @@ static void hold_cap(void **state) {
   struct jb_buf out;
   jb_buf_init(&out, SIZE_MAX - 1);
   const char *head = "-----BEGIN PRIVATE KEY-----\n";
-  assert_int_equal(jb_redactor_feed(rd, (const unsigned char *)head, strlen(head), false, &out,
-                                    NULL),
-                   0);
+  assert_int_equal(
+      jb_redactor_feed(rd, (const unsigned char *)head, strlen(head), false, &out, NULL), 0);
   char line[65];
   memset(line, 'A', 63);
   line[63] = '\n';
@@ -270,8 +270,8 @@ static const struct sample {
     {"netrc_entry", "", "machine learning password", "", false},
     {"kubeconfig_token", "    ", "token: eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.e30.c2ln", "\n", true},
     {"kubeconfig_token", "", "token: short", "", false},
-    {"aws_secret_key", "", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-     "\n", true},
+    {"aws_secret_key", "", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "\n",
+     true},
     {"aws_secret_key", "", "aws_secret_access_key = <yours>", "", false},
 };
 #define N_SAMPLES (sizeof samples / sizeof samples[0])
@@ -296,7 +296,8 @@ static void samples_redact(void **state) {
     if (c != JB_SCAN_SECRET && c != JB_SCAN_REDACT) continue;
     int hit = 0, miss = 0;
     for (size_t i = 0; i < N_SAMPLES; i++)
-      if (!strcmp(samples[i].rule, jb_scan_rule_id(embedded, k))) samples[i].redacted ? hit++ : miss++;
+      if (!strcmp(samples[i].rule, jb_scan_rule_id(embedded, k)))
+        samples[i].redacted ? hit++ : miss++;
     if (!hit || !miss)
       fail_msg("rule %s redacts output: add a redacted and a kept sample to samples[]",
                jb_scan_rule_id(embedded, k));
@@ -305,9 +306,12 @@ static void samples_redact(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(records_and_markers), cmocka_unit_test(split_secrets),
-      cmocka_unit_test(hold_back),           cmocka_unit_test(redact_rule),
-      cmocka_unit_test(hold_cap),            cmocka_unit_test(limit_fails_closed),
+      cmocka_unit_test(records_and_markers),
+      cmocka_unit_test(split_secrets),
+      cmocka_unit_test(hold_back),
+      cmocka_unit_test(redact_rule),
+      cmocka_unit_test(hold_cap),
+      cmocka_unit_test(limit_fails_closed),
       cmocka_unit_test(samples_redact),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
