@@ -9,7 +9,7 @@
 
 #include "api/agent/escape.h"
 #include "api/agent/ops.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 #include "api/agent/socket.h"
 #include "api/auth.h"
 #include "server/app.h"

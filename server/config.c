@@ -87,7 +87,8 @@ static const struct jb_setting settings[] = {
     {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
      "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
     {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
-     "the content scanner's rules file (grammar in deploy/scan-rules); empty: the rules built in"},
+     "the content scanner's rules file (grammar in deploy/scan-rules; its workers redact exec "
+     "output with it); empty: the rules built in"},
     {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", JB_SETTING_INT, S(diff_preview_max), "65536",
      0, 1048576,
      "bytes of a supervised write's unified diff preview stored with the op (longer: cut, "

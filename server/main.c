@@ -136,6 +136,7 @@ int main(int argc, char **argv) {
    * yet, so setenv is safe here) */
   setenv("JAILBOX_SANDBOX_IMAGE", cfg.sandbox_image, 1);
   setenv("JAILBOX_SANDBOX_IMAGES", cfg.sandbox_images, 1);
+  setenv("JAILBOX_SCAN_RULES", cfg.scan_rules, 1); /* the worker redacts exec output with them */
   /* a bad rules file stops the start, naming file:line */
   if (jb_api_load_rules(&cfg, &err) < 0) {
     fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "api/agent/escape.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 #include "db/audit_store.h"
 #include "db/events.h"
 #include "lib/log.h"

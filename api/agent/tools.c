@@ -170,7 +170,9 @@ static const struct tool_text tools[] = {
      "own (no network, its own /tmp, the workspace read-only unless writable). Give argv (the "
      "program and its arguments) or command (shell text, run by /bin/sh -c). A non-zero exit is "
      "a normal result (exitCode); output beyond maxOutputBytes per stream is cut (stdoutTruncated "
-     "/ stderrTruncated), bytes that are not UTF-8 are replaced. The command is killed at "
+     "/ stderrTruncated), bytes that are not UTF-8 are replaced, and secrets (private keys, cloud "
+     "keys, tokens, credentials) are replaced by [REDACTED:<rule>] (redactions, redacted). The "
+     "command is killed at "
      "timeoutSec (timedOut). env may not set the loader's, the shell's or interpreters' start-up "
      "variables (LD_*, PATH, HOME, BASH_ENV, PYTHONPATH, NODE_OPTIONS...). In a supervised session "
      "the buyer approves the command first and may kill it while it runs.",
@@ -194,7 +196,9 @@ static const struct tool_text tools[] = {
      "\"durationMs\":" NAT ",\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
      "\"stdoutTruncated\":{\"type\":\"boolean\"},\"stderrTruncated\":{\"type\":\"boolean\"},"
      "\"stdoutBytes\":" NAT ",\"stderrBytes\":" NAT ",\"invalidUtf8\":" NAT ",\"redactions\":" NAT
-     "},\"required\":[\"exitCode\",\"signal\",\"timedOut\","
+     ",\"redacted\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
+     "\"rule\":{\"type\":\"string\"},\"stream\":{\"enum\":[\"stdout\",\"stderr\"]},\"offset\":" NAT
+     ",\"failed\":{\"type\":\"boolean\"}}}}},\"required\":[\"exitCode\",\"signal\",\"timedOut\","
      "\"durationMs\",\"stdout\",\"stderr\",\"stdoutTruncated\",\"stderrTruncated\","
      "\"redactions\"]}",
      false, true, false},

@@ -7,7 +7,11 @@
  * its audit entry: the agent's result {exitCode, signal, timedOut, durationMs, stdout, stderr,
  * stdoutTruncated, stderrTruncated, redactions, ...}, a non-zero exit a normal result, a kill
  * by the buyer or by the exec seccomp filter a failure (`killed`, `seccomp`; the latter a
- * security signal). The audit entry holds hashes and byte counts, never the output. A buyer's
+ * security signal). Both streams pass the redactor (lib/redact.h: the scan rules' `secret` and
+ * `redact` rules) as they arrive, before anything else sees them: the live events, the result
+ * and its hashes carry the redacted output, never what a rule matched; each redaction is
+ * counted and recorded {rule, stream, offset} in the result and the audit details. The audit
+ * entry holds hashes and byte counts, never the output. A buyer's
  * kill (NOTIFY jb_exec) and the session's pause and resume (NOTIFY jb_op) reach the running
  * command through exec_op_signal. */
 #define _GNU_SOURCE
@@ -22,6 +26,7 @@
 
 #include "db/ops.h"
 #include "lib/buf.h"
+#include "lib/redact.h"
 #include "lib/utf8.h"
 #include "sandbox/worker/exec.h"
 #include "sandbox/worker/worker.h"
@@ -117,8 +122,9 @@ static long long mono_ms(void) {
 /* One stream of a running command. */
 struct stream {
   const char *name; /* "stdout", "stderr" */
-  struct jb_buf all; /* what the spawner sent (at most maxOutputBytes) */
-  crypto_hash_sha256_state sha;
+  struct jb_redactor *rd; /* what the spawner sends passes it first */
+  struct jb_buf all; /* the redacted output (at most maxOutputBytes) */
+  crypto_hash_sha256_state sha; /* of the redacted output */
   struct jb_buf live; /* not yet published */
   size_t skipped; /* bytes left out of the live view (coalescing buffer full, or the cap) */
 };
@@ -133,6 +139,7 @@ struct exec_run {
   long long last_ms; /* when the last one was published */
   size_t live_total; /* bytes published so far */
   bool capped; /* LIVE_TOTAL_MAX reached: the capped event was sent */
+  bool unredacted; /* the redactor failed (out of memory): the output was dropped from then on */
 };
 
 /* Publishes one exec_output event of stream `sm` from its pending bytes: as many as fit (a
@@ -199,12 +206,8 @@ static void live_flush(struct exec_run *x, bool final) {
   }
 }
 
-/* jb_exec_output_fn: a chunk of `stream`, in order. */
-static void on_output(void *ctx, const char *stream, long long seq, const unsigned char *data,
-                      size_t len) {
-  (void)seq;
-  struct exec_run *x = ctx;
-  struct stream *sm = !strcmp(stream, "stderr") ? &x->st[1] : &x->st[0];
+/* Redacted output of `sm` to the agent's copy and the live view. */
+static void deliver(struct exec_run *x, struct stream *sm, const unsigned char *data, size_t len) {
   crypto_hash_sha256_update(&sm->sha, data, len);
   if (jb_buf_append(&sm->all, data, len) < 0) { /* past maxOutputBytes: the spawner counts it */
     size_t room = sm->all.cap - sm->all.len;
@@ -214,7 +217,55 @@ static void on_output(void *ctx, const char *stream, long long seq, const unsign
   size_t room = LIVE_PENDING_MAX - sm->live.len, keep = len < room ? len : room;
   if (jb_buf_append(&sm->live, data, keep) < 0) keep = 0;
   sm->skipped += len - keep;
+}
+
+/* Passes `len` bytes of `sm` (none and `final` at the end) through its redactor and delivers
+ * what it releases. A redactor out of memory fails closed: nothing more of the op's output is
+ * delivered, and the op fails. */
+static void redact_deliver(struct exec_run *x, struct stream *sm, const unsigned char *data,
+                           size_t len, bool final) {
+  if (x->unredacted) return;
+  struct jb_buf clean;
+  jb_buf_init(&clean, SIZE_MAX - 1);
+  jb_error e = {0};
+  if (jb_redactor_feed(sm->rd, data, len, final, &clean, &e) < 0) {
+    x->unredacted = true;
+    slog(x->w, JB_LOG_ERROR, x->job, "exec output not redacted: dropped", "error", e.msg, NULL);
+  } else {
+    deliver(x, sm, (const unsigned char *)clean.data, clean.len);
+  }
+  jb_buf_free(&clean);
+}
+
+/* jb_exec_output_fn: a chunk of `stream`, in order. */
+static void on_output(void *ctx, const char *stream, long long seq, const unsigned char *data,
+                      size_t len) {
+  (void)seq;
+  struct exec_run *x = ctx;
+  redact_deliver(x, !strcmp(stream, "stderr") ? &x->st[1] : &x->st[0], data, len, false);
   if (mono_ms() - x->last_ms >= LIVE_INTERVAL_MS) live_flush(x, false);
+}
+
+/* The redactions of both streams, in stream order per stream: [{rule, stream, offset,
+ * failed?}] (new; at most JB_REDACT_RECORDS_MAX a stream), their total in *count. */
+static json_t *redaction_records(const struct exec_run *x, size_t *count) {
+  json_t *a = json_array();
+  *count = 0;
+  for (int k = 0; k < 2; k++) {
+    const struct jb_redaction *v;
+    size_t n = x->st[k].rd ? jb_redactor_records(x->st[k].rd, &v) : 0;
+    *count += x->st[k].rd ? jb_redactor_count(x->st[k].rd) : 0;
+    for (size_t i = 0; a && i < n; i++) {
+      json_t *r = json_pack("{s:s,s:s,s:I}", "rule", v[i].rule, "stream", x->st[k].name, "offset",
+                            (json_int_t)v[i].offset);
+      if (r && v[i].failed) json_object_set_new(r, "failed", json_true());
+      if (!r || json_array_append_new(a, r) < 0) {
+        json_decref(a);
+        a = NULL;
+      }
+    }
+  }
+  return a;
 }
 
 /* ---- the outcome ---- */
@@ -241,7 +292,8 @@ static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
  * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
  * run). */
 static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, json_t *args,
-                            json_t *res, bool ok, const char *code, const char hex[2][65]) {
+                            json_t *res, bool ok, const char *code, const char hex[2][65],
+                            size_t redactions, json_t *records) {
   json_t *d = json_object();
   json_t *argv = json_object_get(args, "argv");
   char *at = json_dumps(argv, JSON_COMPACT);
@@ -286,7 +338,8 @@ static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, j
                   "stderr", json_is_true(json_object_get(res, "stderrTruncated"))));
     if (json_is_true(json_object_get(res, "oom"))) json_object_set_new(d, "oom", json_true());
   }
-  json_object_set_new(d, "redactions", json_integer(0));
+  json_object_set_new(d, "redactions", json_integer((json_int_t)redactions));
+  json_object_set(d, "redacted", records);
   json_object_set_new(d, "changes", json_array());
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) json_object_set_new(d, "error", json_string(code ? code : "internal"));
@@ -298,6 +351,7 @@ static void run_free(struct exec_run *x) {
   for (int k = 0; k < 2; k++) {
     jb_buf_free(&x->st[k].all);
     jb_buf_free(&x->st[k].live);
+    jb_redactor_free(x->st[k].rd);
   }
 }
 
@@ -319,8 +373,11 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   }
   size_t max_out = (size_t)json_integer_value(json_object_get(args, "maxOutputBytes"));
   struct exec_run x = {.w = w, .c = c, .job = job, .op_id = op->op_id, .last_ms = 0};
+  const struct jb_scan_rules *rules = jb_scan_rules_in_use();
+  bool redactor = rules != NULL;
   for (int k = 0; k < 2; k++) {
     x.st[k].name = k ? "stderr" : "stdout";
+    if (redactor && jb_redactor_new(rules, &x.st[k].rd, NULL) < 0) redactor = false;
     jb_buf_init(&x.st[k].all, max_out);
     jb_buf_init(&x.st[k].live, LIVE_PENDING_MAX);
     crypto_hash_sha256_init(&x.st[k].sha);
@@ -329,7 +386,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   jb_error xe = {0};
   int xr = -1;
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
-  if (slot < 0) {
+  if (!redactor) { /* no command runs whose output cannot be redacted */
+    jb_fail(&xe, ENOMEM, "the output redactor could not be made");
+  } else if (slot < 0) {
     jb_fail(&xe, EBUSY, "too many commands run on this worker");
   } else if (!args || !s || atomic_load(&s->teardown)) {
     jb_fail(&xe, ESRCH, "the session's sandbox is not up");
@@ -350,11 +409,14 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   }
   bool aborted = s && atomic_load(&s->killing);
   session_unpin(s);
+  for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
   live_flush(&x, true);
   bool killed = running_killed(slot, true);
   /* the outcome */
   char hex[2][65];
   for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
+  size_t redactions = 0;
+  json_t *records = redaction_records(&x, &redactions);
   json_t *ans;
   const char *code = NULL;
   const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
@@ -366,6 +428,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     ans = failure(code = "seccomp", msg);
     *signal = JB_SIG_SECCOMP_KILL;
     snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
+  } else if (x.unredacted) {
+    ans = failure(code = "internal", "the command's output could not be redacted");
   } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
     ans = failure(code = "killed", "the buyer killed the command");
   } else if (xr == 0) {
@@ -381,8 +445,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
         (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
         (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
-        (json_int_t)replaced, "redactions", 0, "oom", json_is_true(json_object_get(res, "oom")),
-        "stdoutSha256", hex[0], "stderrSha256", hex[1]);
+        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
+        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
+    if (r) json_object_set(r, "redacted", records);
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
   } else if (aborted) {
     ans = failure(code = "aborted", "the session was aborted while the command ran");
@@ -400,7 +465,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
   json_t *details = exec_details(w, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
-                                 (const char(*)[65])hex);
+                                 (const char(*)[65])hex, redactions, records);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
   struct jb_audit_head head;
@@ -412,12 +477,12 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     /* the end of the live view: how the command ended, without its output */
     json_t *r = json_object_get(ans, "result");
     json_t *summary =
-        ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
-                       "signal", json_object_get(r, "signal"), "timedOut",
-                       json_object_get(r, "timedOut"), "durationMs",
-                       json_object_get(r, "durationMs"), "stdoutBytes",
-                       json_object_get(r, "stdoutBytes"), "stderrBytes",
-                       json_object_get(r, "stderrBytes"))
+        ok ? json_pack(
+                 "{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
+                 "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
+                 "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
+                 json_object_get(r, "stdoutBytes"), "stderrBytes",
+                 json_object_get(r, "stderrBytes"), "redactions", json_object_get(r, "redactions"))
            : json_pack("{s:s}", "error", code);
     worker_publish(
         w, c, job, JB_EVENT_OP,
@@ -431,6 +496,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   }
   free(text);
   json_decref(details);
+  json_decref(records);
   json_decref(ans);
   json_decref(res);
   json_decref(args);

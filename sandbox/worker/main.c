@@ -29,6 +29,7 @@
 #include "db/audit_store.h"
 #include "db/launch_jobs.h"
 #include "lib/images.h"
+#include "lib/scan.h"
 #include "lib/settings.h"
 #include "sandbox/proto/explain.h"
 #include "sandbox/proto/shim.h"
@@ -101,6 +102,9 @@ static const struct jb_setting settings[] = {
      "kind:N,...: signals that alert every N occurrences (jailboxd passes its own)"},
     {NULL, "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
      "trust score points an agent loses per escape abort (jailboxd passes its own)"},
+    {NULL, "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
+     "the scan rules file whose secret and redact rules redact exec output (grammar in "
+     "deploy/scan-rules); empty: the rules built in (jailboxd passes its own)"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -316,6 +320,13 @@ static int start(struct jb_worker *w) {
     fprintf(stderr, "jailbox-worker: %s\n", err.msg);
     return 2;
   }
+  /* exec output is redacted with these rules (exec_op.c); a bad file stops the start */
+  struct jb_scan_rules *rules = NULL;
+  if (jb_scan_rules_load(w->set.scan_rules, &rules, &err) < 0) {
+    fprintf(stderr, "jailbox-worker: scan rules: %s\n", err.msg);
+    return 2;
+  }
+  jb_scan_use(rules);
   if (w->set.pidfile[0] && take_pidfile(w->set.pidfile, &err) < 0) {
     jb_log(JB_LOG_FATAL, err.msg, "worker", w->walls.worker_id, NULL);
     return 1;

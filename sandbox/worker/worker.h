@@ -93,6 +93,7 @@ struct jb_worker_settings {
   long prescan_hash_max_mib, max_sessions;
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
+  char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
 };
 
 struct jb_worker {

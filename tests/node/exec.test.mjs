@@ -4,14 +4,18 @@
 // exit as normal results, a supervised exec held for the buyer with argv, cwd, env names (never
 // values) and writable — approved, rejected, killed while pending —, the buyer's kill of a
 // running `sleep 60` over REST and over the socket (404, 409), jailbox:exec_output reaching the
-// buyer in order, and the audit entries (hashes and byte counts, never output). The tests that
+// buyer in order, the audit entries (hashes and byte counts, never output), and redaction
+// (a PEM key on stdout, a cloud key on stderr, a token written in two parts with a sleep
+// between, a custom `redact` rule: markers in the result and the live events, the count and
+// records, the secrets nowhere in the result, the ops rows or the audit export). The tests that
 // need a command to run are skipped when the worker has no spawner (exec answers
 // `unavailable`). Needs root, Docker with runsc; the image gets /bin/sh, sleep and echo.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { realpathSync, writeFileSync } from 'node:fs';
+import { readFileSync, realpathSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { dirname } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
@@ -27,8 +31,13 @@ let S, agentS, buyerS; // supervised
 let runs = false; // the worker runs commands (it has a spawner)
 
 before(async () => {
+  // the built-in rules and one custom redact rule (jailboxd passes the file to its worker)
+  const rules = join(mkdtempSync(join(tmpdir(), 'jb-rules-')), 'scan-rules');
+  writeFileSync(rules, readFileSync(new URL('../../deploy/scan-rules', import.meta.url), 'utf8') +
+    '\ntest_canary  low  redact  CANARY-[0-9]{6}\n');
   K = await startSandboxServer(IMAGE, {
     JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_EXEC_MAX_TIMEOUT_S: '900',
+    JAILBOX_SCAN_RULES: rules,
   }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep', '/usr/bin/echo', '/usr/bin/cat', '/usr/bin/printf']);
   srv = K.srv;
   U = await K.openSession((d) => writeFileSync(join(d, 'hello.txt'), 'hello\n'), { mode: 'unsupervised' });
@@ -297,4 +306,60 @@ test('audit entries: what ran and how it ended, hashes and byte counts, never th
   const stored = ops.json.ops.filter((o) => o.tool === 'exec').pop();
   assert.ok(stored.result.result.stdout.length <= 4096);
   assert.equal(stored.result.result.stdoutBytes, 22000);
+});
+
+// Secrets are put together by the shell, so that the command text (stored as the op's args and
+// in the audit entry's argv) does not hold them; the output does.
+const PEM_BODY = 'MIIEowIBAAKCAQEA2a2rwplBQLzHPZe5TNJNm9kHlGnqAkZk';
+const AWS_KEY = 'AKIAIOSFODNN7EXAMPLE';
+const GH_TOKEN = 'ghp_0123456789abcdefghijklmnopqrstuvwxyz';
+const CANARY = 'CANARY-424242';
+
+test('redaction: secrets on stdout, stderr, split across two writes, a custom rule', { timeout: 60000 }, async (t) => {
+  if (!runs) return t.skip('no spawner on this worker');
+  const before = buyerU.events.length;
+  const raw = await K.call(agentU, 'exec', {
+    command: 'B=MIIEowIBAAKCAQEA; P=PRIVATE; A=AKIA; C=CANARY; G=ghp_0123456789; ' +
+      'echo "err ${A}IOSFODNN7EXAMPLE" >&2; sleep 0.2; ' +
+      'printf "%s\\n" "one" "-----BEGIN RSA $P KEY-----" "${B}2a2rwplBQLzHPZe5TNJNm9kHlGnqAkZk" "-----END RSA $P KEY-----" "two $C-424242 three"; ' +
+      'sleep 0.2; printf "token ${G}abcdefghij"; sleep 0.4; printf "klmnopqrstuvwxyz done\\n"',
+  });
+  const r = raw.result?.structuredContent;
+  assert.ok(r && !raw.result.isError, JSON.stringify(raw).slice(0, 300));
+  assert.equal(r.stdout, 'one\n[REDACTED:private_key_block]\ntwo [REDACTED:test_canary] three\n' +
+    'token [REDACTED:github_token] done\n');
+  assert.equal(r.stderr, 'err [REDACTED:aws_access_key_id]\n');
+  assert.equal(r.redactions, 4);
+  const pemAt = 'one\n'.length, canaryAt = pemAt + '-----BEGIN RSA PRIVATE KEY-----\n'.length + PEM_BODY.length + 1 + '-----END RSA PRIVATE KEY-----\n'.length + 'two '.length;
+  const tokenAt = canaryAt + CANARY.length + ' three\n'.length + 'token '.length;
+  assert.deepEqual(r.redacted, [
+    { rule: 'private_key_block', stream: 'stdout', offset: pemAt },
+    { rule: 'test_canary', stream: 'stdout', offset: canaryAt },
+    { rule: 'github_token', stream: 'stdout', offset: tokenAt },
+    { rule: 'aws_access_key_id', stream: 'stderr', offset: 4 },
+  ]);
+  // the live events: the same redacted text; the token's first write goes out without the
+  // part that may begin a secret, which waits for the second write
+  await K.waitFor('the last output event', () => buyerU.events.slice(before).filter((e) => e.event === 'jailbox:exec_output').map((e) => e.payload.data).join('').includes('done'), 5000);
+  const evs = buyerU.events.slice(before).filter((e) => e.event === 'jailbox:exec_output').map((e) => e.payload);
+  const op = evs[0].opId;
+  assert.equal(evs.filter((e) => e.stream === 'stdout').map((e) => e.data).join(''), r.stdout);
+  assert.equal(evs.filter((e) => e.stream === 'stderr').map((e) => e.data).join(''), r.stderr);
+  assert.ok(evs.some((e) => e.data === 'token '), `no event held the token back: ${JSON.stringify(evs)}`);
+  assert.ok(evs.some((e) => e.data.startsWith('[REDACTED:github_token] done')), JSON.stringify(evs));
+  const end = await K.waitEvent(buyerU, 'jailbox:op', (p) => p.opId === op && p.tool === 'exec', 5000);
+  assert.equal(end.result.redactions, 4);
+  // nowhere: the agent's answer, the live events, the op's row, the audit export
+  const secrets = [PEM_BODY, AWS_KEY, GH_TOKEN, 'abcdefghijklmnopqrstuvwxyz', CANARY];
+  const rows = await srv.db.query('SELECT row_to_json(o)::text AS j FROM ops o WHERE op_id = $1', [op]);
+  assert.equal(rows.rows.length, 1);
+  const ex = await srv.req('GET', `/v1/jailbox/${U.jobId}/audit`, { token: srv.serviceToken });
+  assert.equal(ex.status, 200);
+  const entry = ex.text.trim().split('\n').map((l) => JSON.parse(l)).find((x) => x.operation === 'exec' && x.details.redactions === 4);
+  assert.ok(entry, 'the audit entry of the exec');
+  assert.deepEqual(entry.details.redacted, r.redacted);
+  for (const [where, text] of [['result', JSON.stringify(raw)], ['events', JSON.stringify(evs)],
+    ['ops row', rows.rows[0].j], ['audit export', ex.text], ['server log', srv.log()]]) {
+    for (const sec of secrets) assert.ok(!text.includes(sec), `${sec} in the ${where}`);
+  }
 });
