@@ -105,9 +105,10 @@ static void find(struct jb_redactor *rd, size_t k, size_t from, bool partial) {
 }
 
 /* Appends [a, b) of win to out; the first failure is kept in *rc. */
-static void emit(struct jb_buf *out, const char *p, size_t n, int *rc) {
+/* Appends n bytes of `base` from `off` (base may be NULL when n is 0: nothing is formed). */
+static void emit(struct jb_buf *out, const char *base, size_t off, size_t n, int *rc) {
   if (n == 0 || *rc) return;
-  int r = jb_buf_append(out, p, n);
+  int r = jb_buf_append(out, base + off, n);
   if (r < 0) *rc = r;
 }
 
@@ -117,7 +118,7 @@ static void redacted(struct jb_redactor *rd, size_t k, size_t s, bool failed, st
   const char *id = rd->r->rules[rd->idx[k]].id;
   char marker[JB_SCAN_ID_MAX + 16];
   int n = snprintf(marker, sizeof marker, "[REDACTED:%s]", id);
-  emit(out, marker, (size_t)n, rc);
+  emit(out, marker, 0, (size_t)n, rc);
   if (rd->nrec < JB_REDACT_RECORDS_MAX)
     rd->rec[rd->nrec++] = (struct jb_redaction){id, rd->base + s, failed};
   rd->count++;
@@ -151,7 +152,7 @@ static void release(struct jb_redactor *rd, size_t *pos, bool partial, struct jb
     }
     const char *w = rd->win.data;
     if (best == SIZE_MAX) {
-      emit(out, w + *pos, rd->win.len - *pos, rc);
+      emit(out, w, *pos, rd->win.len - *pos, rc);
       *pos = rd->win.len;
       return;
     }
@@ -161,7 +162,7 @@ static void release(struct jb_redactor *rd, size_t *pos, bool partial, struct jb
       *pos = rd->win.len;
       return;
     }
-    emit(out, w + *pos, b->s - *pos, rc);
+    emit(out, w, *pos, b->s - *pos, rc);
     *pos = b->s;
     if (b->state == CAND_PARTIAL) return;
     redacted(rd, best, b->s, false, out, rc);
@@ -176,7 +177,7 @@ int jb_redactor_feed(struct jb_redactor *rd, const unsigned char *data, size_t l
   size_t pos = rd->ctx;
   int rc = 0;
   if (rd->nidx == 0) {
-    emit(out, rd->win.data + pos, rd->win.len - pos, &rc);
+    emit(out, rd->win.data, pos, rd->win.len - pos, &rc);
     pos = rd->win.len;
   } else {
     release(rd, &pos, !final, out, &rc);

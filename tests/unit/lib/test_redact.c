@@ -184,6 +184,18 @@ static void redact_rule(void **state) {
   char *out = feed(r, in, strlen(in), cuts, NULL);
   assert_string_equal(out, "see [REDACTED:internal_ticket] and [REDACTED:canary].");
   free(out);
+  /* an empty stream: nothing fed, then the end (no window yet: nothing is formed from it) */
+  struct jb_redactor *rd = NULL;
+  jb_error err = {0};
+  assert_int_equal(jb_redactor_new(r, &rd, &err), 0);
+  struct jb_buf o;
+  jb_buf_init(&o, 1024);
+  assert_int_equal(jb_redactor_feed(rd, NULL, 0, false, &o, &err), 0);
+  assert_int_equal(jb_redactor_feed(rd, NULL, 0, true, &o, &err), 0);
+  assert_int_equal(o.len, 0);
+  assert_int_equal(jb_redactor_count(rd), 0);
+  jb_buf_free(&o);
+  jb_redactor_free(rd);
   jb_scan_rules_free(r);
   /* a rule set without redacting rules passes everything at once */
   r = parse("p high path ^x$\n");
@@ -193,7 +205,7 @@ static void redact_rule(void **state) {
   jb_scan_rules_free(r);
   /* the grammar names the new checks */
   struct jb_scan_rules *bad = NULL;
-  jb_error err = {0};
+  err = (jb_error){0};
   assert_int_equal(jb_scan_rules_parse("a low redcat x\n", 15, "t", &bad, &err), -1);
   assert_non_null(strstr(err.msg, "secret, redact"));
 }
