@@ -9,7 +9,7 @@
 
 #include "api/agent/escape.h"
 #include "api/agent/ops.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 #include "api/agent/socket.h"
 #include "api/auth.h"
 #include "server/app.h"
@@ -36,6 +36,7 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
    * hand straight to a local worker */
   const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer,
                                            jb_op_direct_free};
+  if (app->cfg) jb_op_set_exec_max_timeout(app->cfg->exec_max_timeout_s);
   if (jb_socket_start(app, jb_op_tool, NULL, &direct, &sock, err) < 0) /* logs "ws listening" */
     return jb_error_wrap(err, "websocket");
   __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */

@@ -276,6 +276,7 @@ static void print_session(const json_t *s) {
       str(s, "createdAt"));
   if (json_is_string(json_object_get(s, "endedAt")))
     printf("  ended       %s\n", str(s, "endedAt"));
+  if (json_is_string(json_object_get(s, "image"))) printf("  image       %s\n", str(s, "image"));
 }
 
 /* One op on one line: id, state, tool, path, decision, and the reason when there is one. */
@@ -331,9 +332,10 @@ static int usage_error(const struct jb_ctl *o, const char *fmt, ...) {
 
 static void show_opened(const json_t *s) {
   printf(
-      "opened %s (state %s, mode %s)\n  buyer token: %s\n  agent token: %s\n"
+      "opened %s (state %s, mode %s, image %s)\n  buyer token: %s\n  agent token: %s\n"
       "(the tokens are shown once; keep them)\n",
-      str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "buyerToken"), str(s, "agentToken"));
+      str(s, "jobId"), str(s, "state"), str(s, "mode"), str(s, "image"), str(s, "buyerToken"),
+      str(s, "agentToken"));
 }
 
 static int parse_ll(const char *s, long long min, long long *out) {
@@ -363,6 +365,8 @@ static int verb_open(struct jb_ctl *o, int argc, char **argv) {
       key = "mode";
     else if (strcmp(a, "--job") == 0)
       key = "jobId";
+    else if (strcmp(a, "--image") == 0)
+      key = "image";
     if (key && v) {
       json_object_set_new(body, key, json_string(v));
       i++;
@@ -485,6 +489,29 @@ static int verb_decide(struct jb_ctl *o, int argc, char **argv, const char *what
   char suffix[64];
   snprintf(suffix, sizeof suffix, "/%s/%lld", what, op);
   return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_decided);
+}
+
+static void show_killed(const json_t *k) {
+  const char *how = str(k, "outcome");
+  printf("op #%lld: %s\n", (long long)json_integer_value(json_object_get(k, "opId")),
+         !strcmp(how, "killing")    ? "killing the running command"
+         : !strcmp(how, "rejected") ? "rejected before it ran"
+                                    : "failed before it started");
+}
+
+/* jailboxctl kill JOB OP [--reason TEXT]: the buyer's kill of an exec. */
+static int verb_kill(struct jb_ctl *o, int argc, char **argv) {
+  json_t *body;
+  int rc = reason_body(o, argc, argv, 2, &body);
+  if (rc) return rc;
+  long long op;
+  if (parse_ll(argv[1], 1, &op) < 0) {
+    json_decref(body);
+    return usage_error(o, "OP must be a positive integer, not '%s'", argv[1]);
+  }
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "/ops/%lld/kill", op);
+  return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_killed);
 }
 
 static void show_transition(const json_t *t) {
@@ -699,7 +726,7 @@ static int run_accept(struct jb_ctl *o, int c, char **v) {
 /* run == NULL: implemented in cli/main.c / cli/token.c; listed here for --help. */
 static const struct verb verbs[] = {
     {"open",
-     "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] "
+     "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] [--image NAME] "
      "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
      "open a session (service token); prints the job id and its buyer and agent tokens, shown "
      "once",
@@ -712,11 +739,15 @@ static const struct verb verbs[] = {
      "token), polls the REST API instead; "
      "--until-end stops when the session ends (accepted, aborted, failed)",
      jb_ctl_watch},
-    {"ops", "JOB [--state pending|running|done|failed|rejected] [--limit N] [--after OP]",
+    {"ops", "JOB [--state pending|approved|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},
     {"approve", "JOB OP [--reason TEXT]", "approve a pending write (buyer or service)",
      run_approve},
     {"reject", "JOB OP [--reason TEXT]", "reject a pending write (buyer or service)", run_reject},
+    {"kill", "JOB OP [--reason TEXT]",
+     "kill an exec: a running command is killed, a pending or queued one never runs (buyer or "
+     "service)",
+     verb_kill},
     {"pause", "JOB [--reason TEXT]", "active -> paused: the agent's ops are held", run_pause},
     {"resume", "JOB [--reason TEXT]", "paused -> active", run_resume},
     {"abort", "JOB [--reason TEXT]", "end the session now (buyer); pending ops are rejected",

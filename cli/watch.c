@@ -92,7 +92,77 @@ static void print_event(const char *name, const json_t *d) {
     if (json_is_string(json_object_get(d, "reason"))) printf(" — %s", s_(d, "reason"));
     if (json_is_object(res) && json_is_string(json_object_get(res, "error")))
       printf(" — %s", s_(res, "error"));
+    if (json_is_object(res) && json_is_integer(json_object_get(res, "exitCode")))
+      printf(" — exit %lld", (long long)json_integer_value(json_object_get(res, "exitCode")));
+    else if (json_is_object(res) && json_is_string(json_object_get(res, "signal")))
+      printf(" — %s", s_(res, "signal"));
     putchar('\n');
+  } else if (strcmp(name, "jailbox:approval_request") == 0 && strcmp(s_(d, "tool"), "exec") == 0) {
+    /* what the command is, where it runs, the names of the variables it sets (never their
+     * values), and whether it may write the workspace — each printed as text, control
+     * characters as '?' */
+    printf("APPROVAL REQUESTED op #%lld: exec\n    argv:",
+           (long long)json_integer_value(json_object_get(d, "opId")));
+    size_t i;
+    json_t *x;
+    json_array_foreach (json_object_get(d, "argv"), i, x) {
+      printf(" [");
+      print_whole(json_string_value(x));
+      putchar(']');
+    }
+    printf("\n    cwd: ");
+    print_whole(json_string_value(json_object_get(d, "cwd")));
+    printf("\n    env:");
+    json_array_foreach (json_object_get(d, "envNames"), i, x) {
+      putchar(' ');
+      print_whole(json_string_value(x));
+    }
+    if (json_array_size(json_object_get(d, "envNames")) == 0) printf(" (none added)");
+    printf("\n    workspace: %s, timeout %lld s\n",
+           json_is_true(json_object_get(d, "writable")) ? "WRITABLE" : "read-only",
+           (long long)json_integer_value(json_object_get(d, "timeoutMs")) / 1000);
+    /* what it is fed on stdin (a script for a shell, say): its first lines, as safe text */
+    long long in = (long long)json_integer_value(json_object_get(d, "stdinBytes"));
+    const char *pv = json_string_value(json_object_get(d, "stdinPreview"));
+    if (in > 0 && pv) {
+      printf("    stdin: %lld bytes (sha256 %.16s…)%s\n", in, s_(d, "stdinSha256"),
+             json_is_true(json_object_get(d, "stdinPreviewTruncated")) ? ", starts:" : ":");
+      int lines = 0;
+      for (const char *p = pv; *p && lines < 20; lines++) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), p);
+        printf("      | ");
+        print_whole(line);
+        putchar('\n');
+        p += n + (nl ? 1 : 0);
+      }
+    }
+  } else if (strcmp(name, "jailbox:exec_output") == 0) {
+    /* the command's output, a line at a time, as text made safe for a terminal */
+    long long op = (long long)json_integer_value(json_object_get(d, "opId"));
+    const char *data = json_string_value(json_object_get(d, "data"));
+    const char *stream = strcmp(s_(d, "stream"), "stderr") == 0 ? "stderr" : "stdout";
+    if (json_is_true(json_object_get(d, "capped"))) {
+      printf("op #%lld output: cut (the live view's limit; the agent's result has it)\n", op);
+      return;
+    }
+    if (!data || !*data) printf("op #%lld %s| (no text)\n", op, stream);
+    for (const char *p = data ? data : ""; *p;) {
+      const char *nl = strchr(p, '\n');
+      size_t n = nl ? (size_t)(nl - p) : strlen(p);
+      char *line = strndup(p, n);
+      printf("op #%lld %s| ", op, stream);
+      print_whole(line);
+      putchar('\n');
+      free(line);
+      p += n + (nl ? 1 : 0);
+      if (*p) stamp();
+    }
+    if (json_integer_value(json_object_get(d, "skipped")) > 0)
+      printf("op #%lld %s| (%lld bytes not shown)\n", op, stream,
+             (long long)json_integer_value(json_object_get(d, "skipped")));
   } else if (strcmp(name, "jailbox:approval_request") == 0 &&
              json_is_string(json_object_get(d, "description"))) {
     /* mkdir, move, delete: what the op will do, whole (destination, recursive) */

@@ -299,7 +299,7 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
       " due AS (SELECT l.job_id, CASE WHEN now() >= l.created_at + l.life THEN 'lifetime_exceeded'"
       "   WHEN l.state IN ('awaiting_agent', 'active')"
       "    AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.job_id = l.job_id AND o.state IN "
-      "('pending', 'approved'))"
+      "('pending', 'approved', 'running'))"
       "    AND now() >= greatest(l.updated_at, (SELECT e.created_at FROM audit_heads h"
       "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE h.job_id = "
       "l.job_id))"

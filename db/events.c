@@ -20,6 +20,7 @@ static const char *const kind_keys[JB_EVENT_KINDS] = {
     [JB_EVENT_SECURITY_ALERT] = "security_alert",
     [JB_EVENT_PRE_SCAN] = "pre_scan",
     [JB_EVENT_AUDIT_HEAD] = "audit_head",
+    [JB_EVENT_EXEC_OUTPUT] = "exec_output",
 };
 
 const char *jb_event_kind_key(enum jb_event_kind kind) {

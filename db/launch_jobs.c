@@ -10,7 +10,8 @@
 void jb_launch_job_free(struct jb_launch_job *j) {
   free(j->workspace);
   free(j->limits_json);
-  j->workspace = j->limits_json = NULL;
+  free(j->image);
+  j->workspace = j->limits_json = j->image = NULL;
 }
 
 int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out, jb_error *err) {
@@ -27,7 +28,8 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
       " UPDATE launch_jobs j SET state = 'claimed', worker_id = $1, attempts = j.attempts + 1,"
       "   claimed_at = now()"
       " FROM next, sessions s WHERE j.id = next.id AND s.job_id = j.job_id"
-      " RETURNING j.id, j.job_id, j.kind, j.attempts, s.state, s.workspace, s.limits::text",
+      " RETURNING j.id, j.job_id, j.kind, j.attempts, s.state, s.workspace, s.limits::text,"
+      "   coalesce(s.image, '')",
       1, p, PGRES_TUPLES_OK, NULL, err, "claim job");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
@@ -41,8 +43,9 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
   snprintf(out->state, sizeof out->state, "%s", PQgetvalue(r, 0, 4));
   out->workspace = strdup(PQgetvalue(r, 0, 5));
   out->limits_json = strdup(PQgetvalue(r, 0, 6));
+  out->image = strdup(PQgetvalue(r, 0, 7));
   PQclear(r);
-  if (!out->workspace || !out->limits_json) {
+  if (!out->workspace || !out->limits_json || !out->image) {
     jb_launch_job_free(out);
     return jb_fail(err, 12, "out of memory");
   }

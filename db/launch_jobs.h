@@ -20,6 +20,7 @@ struct jb_launch_job {
   char state[20];
   char *workspace; /* new allocation (jb_launch_job_free) */
   char *limits_json; /* new allocation: {"memoryMiB":…,"cpus":…,"pids":…,"timeoutSec":…} */
+  char *image; /* new allocation: the session's sandbox image; "" when it names none */
 };
 
 void jb_launch_job_free(struct jb_launch_job *j);

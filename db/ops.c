@@ -10,10 +10,12 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/events.h"
+#include "db/sessions.h"
 
 /* Indexed by enum jb_op_state. */
-static const char *const op_state_names[] = {"pending", "approved", "rejected", "done", "failed"};
-_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_FAILED + 1,
+static const char *const op_state_names[] = {"pending", "approved", "rejected",
+                                             "done",    "failed",   "running"};
+_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_RUNNING + 1,
                "one name per op state");
 
 const char *jb_op_state_name(enum jb_op_state st) {
@@ -89,10 +91,17 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
       "       x #- '{result,content}' ORDER BY n), '[]'::jsonb) FROM"
       "       jsonb_array_elements(result #> '{result,files}') WITH ORDINALITY"
       "       AS e(x, n)))"
+      "     WHEN tool = 'exec' THEN jsonb_set(jsonb_set(jsonb_set(result, '{result,stdout}',"
+      "       to_jsonb(left(result #>> '{result,stdout}', 4096))), '{result,stderr}',"
+      "       to_jsonb(left(result #>> '{result,stderr}', 4096))), '{result,outputCut}',"
+      "       'true'::jsonb)"
       "     ELSE result #- '{result,content}' END"
-      "   WHERE op_id = $1::bigint AND job_id = $2 AND tool IN ('read', 'stat', 'read_many')"
+      "   WHERE op_id = $1::bigint AND job_id = $2"
+      "   AND tool IN ('read', 'stat', 'read_many', 'exec')"
       "   AND state IN ('done', 'failed') AND (result #> '{result,content}' IS NOT NULL"
-      "     OR jsonb_typeof(result #> '{result,files}') = 'array')"
+      "     OR jsonb_typeof(result #> '{result,files}') = 'array'"
+      "     OR (jsonb_typeof(result #> '{result,stdout}') = 'string'"
+      "       AND result #> '{result,outputCut}' IS NULL))"
       "   AND set_config('synchronous_commit', 'off', true) = 'off' RETURNING 1)"
       " SELECT o.state, o.session_state, o.result::text, o.reason,"
       "  (SELECT count(*) FROM f) FROM o",
@@ -472,4 +481,165 @@ int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_
     return jb_fail(err, ENOMEM, "out of memory");
   }
   return JB_OK;
+}
+
+int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op->op_id);
+  const char *p[1] = {id};
+  const struct jb_db_step steps[2] = {
+      JB_DB_STEP("UPDATE ops SET state = 'running' WHERE op_id = $1::bigint AND state = 'approved'",
+                 1, p, PGRES_COMMAND_OK, "mark op running"),
+      JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
+  PGresult *r = jb_db_pipeline(c, steps, 2, err);
+  if (!r) {
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                              const struct jb_op_claim *op, bool ok, const char *result_json,
+                              json_t *details, struct jb_audit_head *head, jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op->op_id);
+  const char *p[2] = {job_id, id};
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  /* the lock order of every chain writer: the session row, then the op */
+  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "lock session");
+  if (r) {
+    PQclear(r);
+    r = jb_db_exec(c,
+                   "SELECT 1 FROM ops WHERE job_id = $1 AND op_id = $2::bigint"
+                   " AND state = 'running' FOR UPDATE",
+                   2, p, PGRES_TUPLES_OK, NULL, err, "lock running op");
+  }
+  if (!r) {
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
+  int running = PQntuples(r);
+  PQclear(r);
+  if (!running) {
+    jb_db_rollback(c);
+    jb_fail(err, ESRCH, "the op is no longer running (its session ended)");
+    return JB_ERR_CONFLICT;
+  }
+  return jb_db_op_complete(c, keys, job_id, op, ok, result_json, details, head, err);
+}
+
+int jb_db_exec_notice(PGconn *c, const char *job_id, long long op_id, const char *what,
+                      jb_error *err) {
+  char payload[200];
+  snprintf(payload, sizeof payload, "%lld %s %s", op_id, what, job_id);
+  const char *p[1] = {payload};
+  PGresult *r = jb_db_exec(c, "SELECT pg_notify('jb_exec', $1)", 1, p, PGRES_TUPLES_OK, NULL, err,
+                           "exec notice");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                  const char *reason, enum jb_op_kill_outcome *outcome, char **op_json,
+                  char state[20], struct jb_audit_head *head, jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[3] = {job_id, id, reason ? reason : "killed by the buyer"};
+  *op_json = NULL;
+  memset(head, 0, sizeof *head);
+  state[0] = '\0';
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "lock session");
+  if (!r) goto fail;
+  if (PQntuples(r) == 0) {
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_NOT_FOUND;
+  }
+  char sstate[20];
+  snprintf(sstate, sizeof sstate, "%s", PQgetvalue(r, 0, 0));
+  PQclear(r);
+  r = jb_db_exec(c,
+                 "SELECT tool, state, coalesce(path, '') FROM ops"
+                 " WHERE job_id = $1 AND op_id = $2::bigint FOR UPDATE",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "lock op");
+  if (!r) goto fail;
+  if (PQntuples(r) == 0) {
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_NOT_FOUND;
+  }
+  bool exec = !strcmp(PQgetvalue(r, 0, 0), "exec");
+  enum jb_op_state st = jb_op_state_from_name(PQgetvalue(r, 0, 1));
+  char path[4100];
+  snprintf(path, sizeof path, "%s", PQgetvalue(r, 0, 2));
+  snprintf(state, 20, "%s", PQgetvalue(r, 0, 1));
+  PQclear(r);
+  if (!exec || (st != JB_OP_PENDING && st != JB_OP_APPROVED && st != JB_OP_RUNNING)) {
+    jb_db_rollback(c);
+    return JB_ERR_CONFLICT;
+  }
+  jb_db_rollback(c);
+  if (st == JB_OP_PENDING) { /* not started: the buyer's kill is a rejection */
+    *outcome = JB_KILL_REJECTED;
+    return jb_db_op_decide(c, keys, job_id, op_id, false, p[2], op_json, state, head, err);
+  }
+  if (st == JB_OP_RUNNING) {
+    *outcome = JB_KILL_SIGNALLED;
+    return jb_db_exec_notice(c, job_id, op_id, "kill", err);
+  }
+  /* queued, not started: failed here, with its audit entry (the worker's claim skips a row
+   * this transaction holds, and finds it failed after) */
+  *outcome = JB_KILL_FAILED;
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
+                 NULL, err, "lock session");
+  if (!r) goto fail;
+  PQclear(r);
+  r = jb_db_exec(
+      c,
+      "UPDATE ops o SET state = 'failed', reason = $3, completed_at = now(),"
+      "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'killed',"
+      "    'message', 'killed by the buyer before it started'))"
+      " WHERE o.job_id = $1 AND o.op_id = $2::bigint AND o.state = 'approved'"
+      " RETURNING json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool,"
+      "  'path', o.path, 'state', o.state, 'reason', o.reason, 'result', o.result)::text",
+      3, p, PGRES_TUPLES_OK, NULL, err, "kill queued op");
+  if (!r) goto fail;
+  if (PQntuples(r) == 0) { /* started meanwhile: now running, or over */
+    PQclear(r);
+    jb_db_rollback(c);
+    r = jb_db_exec(c, "SELECT state FROM ops WHERE job_id = $1 AND op_id = $2::bigint", 2, p,
+                   PGRES_TUPLES_OK, NULL, err, "read op");
+    if (!r) return JB_ERR_FAIL;
+    snprintf(state, 20, "%s", PQntuples(r) ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    if (jb_op_state_from_name(state) != JB_OP_RUNNING) return JB_ERR_CONFLICT;
+    *outcome = JB_KILL_SIGNALLED;
+    return jb_db_exec_notice(c, job_id, op_id, "kill", err);
+  }
+  *op_json = strdup(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  json_t *d = json_pack("{s:I,s:s,s:b,s:s}", "opId", (json_int_t)op_id, "decision", "killed", "ok",
+                        0, "error", "killed");
+  int rc = *op_json && d
+               ? jb_audit_append(c, keys, job_id, "exec", path[0] ? path : NULL, d, head, err)
+               : jb_fail(err, ENOMEM, "out of memory");
+  json_decref(d);
+  if (rc == JB_OK && jb_db_commit(c, err) < 0) rc = JB_ERR_FAIL;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    free(*op_json);
+    *op_json = NULL;
+    if (rc == JB_ERR_CONFLICT) snprintf(state, 20, "%s", sstate);
+  }
+  return rc;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
 }

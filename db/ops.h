@@ -29,6 +29,7 @@ enum jb_op_state {
   JB_OP_REJECTED, /* the buyer said no */
   JB_OP_DONE, /* ran: its result and audit entry are stored */
   JB_OP_FAILED, /* ran and failed, or ended unrun (session ended, approval timeout) */
+  JB_OP_RUNNING, /* an exec whose command runs now (claimed, and marked so in its own commit) */
 };
 
 /* The column's text of `st` ("pending"; static), or NULL for JB_OP_UNKNOWN and any value
@@ -54,7 +55,9 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
  * read's or stat's file content is dropped from the stored result by the same statement (it
- * is delivered from this answer; the audit chain keeps its size or hash). JB_OK, JB_ERR_NOT_FOUND,
+ * is delivered from this answer; the audit chain keeps its size or hash), and a finished
+ * exec's stdout and stderr are cut to their first 4 KiB (stdoutStored/stderrStored say so;
+ * their SHA-256 and byte counts stay). JB_OK, JB_ERR_NOT_FOUND,
  * JB_ERR_FAIL. */
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
@@ -153,6 +156,40 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
  * pending or not that old (decided meanwhile: nothing changed); JB_ERR_FAIL with `err`. */
 int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
                     long timeout_s, struct jb_audit_head *head, json_t **op_out, jb_error *err);
+
+/* Worker, for a claimed exec (jb_db_op_claim's transaction open on `c`): marks it running and
+ * commits, so that no session row is held while its command runs. JB_OK or JB_ERR_FAIL
+ * (rolled back: the op stays queued). */
+int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err);
+
+/* Worker: completes running exec `op` as jb_db_op_complete does (outcome, audit entry,
+ * commit) in a transaction of its own that takes the session row first. JB_ERR_CONFLICT (and
+ * nothing stored) when the op is no longer running — its session ended meanwhile
+ * (jb_db_session_end_ops failed it) — or the chain is sealed; JB_OK; JB_ERR_FAIL. */
+int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                              const struct jb_op_claim *op, bool ok, const char *result_json,
+                              json_t *details, struct jb_audit_head *head, jb_error *err);
+
+/* What jb_db_op_kill did. */
+enum jb_op_kill_outcome {
+  JB_KILL_REJECTED, /* it was pending: rejected (as jb_db_op_decide), *op_json the op */
+  JB_KILL_FAILED, /* it was queued, not started: failed {code:"killed"} with its audit entry */
+  JB_KILL_SIGNALLED, /* it is running: the worker running it was told (NOTIFY jb_exec) */
+};
+
+/* The buyer's kill of exec op `op_id` of `job_id` (`reason` nullable). JB_OK with *outcome,
+ * *op_json (new JSON text of the op as OP_JSON shows it; NULL for JB_KILL_SIGNALLED) and
+ * *head (the new audit head; seq 0 when none was written); JB_ERR_NOT_FOUND (no such op);
+ * JB_ERR_CONFLICT with `state` (20 bytes) the op's state (it is not an exec, or it ended) or
+ * the session's (it ended); JB_ERR_FAIL. */
+int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
+                  const char *reason, enum jb_op_kill_outcome *outcome, char **op_json,
+                  char state[20], struct jb_audit_head *head, jb_error *err);
+
+/* NOTIFY jb_exec "<op id> <what> <job id>" (`what`: kill, stop, cont) for the worker that runs
+ * exec op `op_id` (0: whatever exec of the session runs). JB_OK or JB_ERR_FAIL. */
+int jb_db_exec_notice(PGconn *c, const char *job_id, long long op_id, const char *what,
+                      jb_error *err);
 
 /* Parses a jb_op notification payload "<op id> <state> <job id>" (migration 009): *op_id
  * (0: the session's state changed to `state`), `state` (20 bytes), *job (points into

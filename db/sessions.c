@@ -56,12 +56,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                            p1, PGRES_COMMAND_OK, st, err, "create agent");
   if (!r) goto fail;
   PQclear(r);
-  const char *p2[6] = {s->job_id, s->agent_id,     s->workspace,
-                       s->mode,   s->exclude_json, s->limits_json};
+  const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
+                       s->exclude_json, s->limits_json, s->image};
   r = jb_db_exec(c,
-                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits)"
-                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb)",
-                 6, p2, PGRES_COMMAND_OK, st, err, "create session");
+                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
+                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
+                 7, p2, PGRES_COMMAND_OK, st, err, "create session");
   if (!r) {
     jb_db_rollback(c);
     return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
@@ -95,8 +95,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
   if (!r) goto fail;
   PQclear(r);
-  json_t *d =
-      json_pack("{s:n,s:s,s:s,s:s}", "from", "to", "created", "actor", "service", "mode", s->mode);
+  json_t *d = json_pack("{s:n,s:s,s:s,s:s,s:s?}", "from", "to", "created", "actor", "service",
+                        "mode", s->mode, "image", s->image);
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
   if (arc != JB_OK) goto fail;
@@ -110,7 +110,8 @@ fail:
 #define SESSION_JSON                                                                               \
   "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"          \
   " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude,"        \
-  " 'limits', s.limits, 'createdAt', jb_ts(s.created_at), 'updatedAt', jb_ts(s.updated_at),"       \
+  " 'limits', s.limits, 'image', s.image, 'createdAt', jb_ts(s.created_at), 'updatedAt', "         \
+  "jb_ts(s.updated_at),"                                                                           \
   " 'endedAt', jb_ts(s.ended_at),"                                                                 \
   " 'pendingOps', (SELECT count(*) FROM ops o WHERE o.job_id = s.job_id AND o.state = 'pending')," \
   " 'auditHead', (SELECT json_build_object('seq', h.seq, 'hash', encode(h.hash, 'hex'))"           \
@@ -307,13 +308,14 @@ int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *r
   if (!r) return JB_ERR_FAIL;
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
-  /* approved but not run: the agent waiting on one is told the session ended */
+  /* approved but not run, or an exec still running (its worker's completion then finds it
+   * failed and stores nothing): the agent waiting on one is told the session ended */
   r = jb_db_exec(
       c,
       "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
       " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
       "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
-      " WHERE job_id = $1 AND state = 'approved'",
+      " WHERE job_id = $1 AND state IN ('approved', 'running')",
       2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
   if (!r) return JB_ERR_FAIL;
   if (failed) *failed = strtol(PQcmdTuples(r), NULL, 10);
@@ -426,7 +428,12 @@ fail:
 
 #define OP_JSON                                                                              \
   "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
-  " 'args', o.args, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"           \
+  " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
+  "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
+  "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
+  "   o.args->'env', '{}'::jsonb)) k), 'writable', o.args->'writable', 'timeoutMs',"         \
+  "   o.args->'timeoutMs', 'stdinBytes', octet_length(o.args->>'stdin'))"                    \
+  "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
   " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff)"
 

@@ -80,20 +80,23 @@ struct jb_session_new {
   const char *job_id, *agent_id, *workspace, *mode;
   const char *exclude_json; /* JSON array text */
   const char *limits_json; /* JSON object text */
+  const char *image; /* the sandbox image, canonical (lib/images.h) */
   const unsigned char *buyer_hash, *agent_hash; /* SHA-256 of the two tokens, 32 bytes each */
 };
 
 /* Creates the session (state created), its agent row when new, its buyer and agent tokens,
- * a queued launch job and the first audit entry (operation "state", to created), in one
- * transaction. A live session whose workspace is the same directory, or one above or below
- * it, makes the open fail with JB_ERR_CONFLICT (one agent per tree at a time).
+ * a queued launch job and the first audit entry (operation "state", to created, with the
+ * mode and the image), in one transaction. A live session whose workspace is the same
+ * directory, or one above or below it, makes the open fail with JB_ERR_CONFLICT (one agent
+ * per tree at a time).
  * JB_OK (*head: the chain head), JB_ERR_EXISTS when job_id is taken, JB_ERR_CONFLICT,
  * JB_ERR_FAIL with `err`. */
 int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct jb_session_new *s,
                          struct jb_audit_head *head, jb_error *err);
 
 /* The API view of a session as JSON text (new allocation, free it): jobId, agentId,
- * workspace, mode, state, stateReason, exclude, limits, createdAt, updatedAt, endedAt,
+ * workspace, mode, state, stateReason, exclude, limits, image (null: stored without one, rows
+ * older than migration 020), createdAt, updatedAt, endedAt,
  * pendingOps, auditHead {seq, hash}, walls. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err);
 

@@ -16,7 +16,7 @@ PKGS=(
   libmicrohttpd-dev libwebsockets-dev libsodium-dev libpq-dev libjansson-dev
   libhiredis-dev libseccomp-dev libcmocka-dev libcurl4-openssl-dev libpcre2-dev libgit2-dev
   postgresql-15 postgresql-client-15 redis-server nginx-light
-  docker.io bubblewrap util-linux iproute2 procps jq
+  docker.io bubblewrap util-linux iproute2 procps jq debootstrap
   nodejs npm
 )
 # Packages taken from bookworm-backports.

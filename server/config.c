@@ -3,6 +3,7 @@
 #include "server/config.h"
 
 #include "lib/escape_policy.h"
+#include "lib/images.h"
 #include "lib/settings.h"
 
 #include <errno.h>
@@ -81,10 +82,13 @@ static const struct jb_setting settings[] = {
      31L * 24 * 3600,
      "a supervised write waiting longer for the buyer fails with error `timeout`, s (0: it waits "
      "without limit)"},
+    {"exec-max-timeout", "JAILBOX_EXEC_MAX_TIMEOUT_S", JB_SETTING_INT, S(exec_max_timeout_s), "600",
+     1, 86400, "the longest timeoutSec an agent's exec may ask for, s (the default is 120)"},
     {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
      "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
     {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
-     "the content scanner's rules file (grammar in deploy/scan-rules); empty: the rules built in"},
+     "the content scanner's rules file (grammar in deploy/scan-rules; its workers redact exec "
+     "output with it); empty: the rules built in"},
     {"diff-preview-max", "JAILBOX_DIFF_PREVIEW_MAX", JB_SETTING_INT, S(diff_preview_max), "65536",
      0, 1048576,
      "bytes of a supervised write's unified diff preview stored with the op (longer: cut, "
@@ -110,6 +114,14 @@ static const struct jb_setting settings[] = {
     {"drain-delay-ms", "JAILBOX_DRAIN_DELAY_MS", JB_SETTING_INT, S(drain_delay_ms), "0", 0, 600000,
      "after SIGTERM, how long /readyz answers 503 while everything is still served (so that a"
      " load balancer stops routing here) before the drain starts, ms"},
+    {"sandbox-image", "JAILBOX_SANDBOX_IMAGE", JB_SETTING_STRING, S(sandbox_image),
+     JB_SANDBOX_IMAGE_DEFAULT, 0, 0,
+     "sandbox image of a session whose open names none (deploy/sandbox-image/build.sh); always"
+     " allowed"},
+    {"sandbox-images", "JAILBOX_SANDBOX_IMAGES", JB_SETTING_STRING, S(sandbox_images),
+     JB_SANDBOX_IMAGES_DEFAULT, 0, 0,
+     "images a session may name at open (\"image\"), comma-separated; a name without a tag means"
+     " :latest; another name: 400"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -127,6 +139,11 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
   if (jb_escape_policy_parse(&pol, cfg->escape_abort, cfg->alert_after, cfg->trust_penalty, err) <
       0)
     return -1;
+  char canon[JB_IMAGE_NAME_MAX + 8];
+  if (jb_image_name_canonical(cfg->sandbox_image, canon, sizeof canon, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGE");
+  if (jb_image_list_check(cfg->sandbox_images, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGES");
   char host[256];
   int port;
   if (jb_parse_listen(cfg->listen, host, sizeof host, &port, err) < 0)

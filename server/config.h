@@ -40,6 +40,7 @@ struct jb_config {
   long ws_workers; /* threads running socket handlers (database work) */
   long workers; /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   long approval_timeout_s; /* a supervised write pending longer fails with `timeout`, s; 0: never */
+  long exec_max_timeout_s; /* the longest timeoutSec an exec may ask for, s */
   char *worker_bin; /* the jailbox-worker binary; "" = next to jailboxd */
   char *scan_rules; /* the content scanner's rules file; "" = the embedded deploy/scan-rules */
   long diff_preview_max; /* bytes of a supervised write's diff preview at most; 0: none */
@@ -50,6 +51,8 @@ struct jb_config {
   long idle_timeout_s; /* default limits.idleTimeoutSec: agent inactivity before abort, s */
   char *redis_url; /* Redis for cross-instance events (server/fanout.h); "" = in-process */
   long drain_delay_ms; /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
+  char *sandbox_image; /* the image of a session that names none (lib/images.h) */
+  char *sandbox_images; /* the images a session may name, comma-separated (lib/images.h) */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -131,6 +131,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
+  /* the workers jailboxd starts inherit its environment: they get the image settings as
+   * jailboxd took them (from a flag too), so both sides check one allowlist (no thread runs
+   * yet, so setenv is safe here) */
+  setenv("JAILBOX_SANDBOX_IMAGE", cfg.sandbox_image, 1);
+  setenv("JAILBOX_SANDBOX_IMAGES", cfg.sandbox_images, 1);
+  setenv("JAILBOX_SCAN_RULES", cfg.scan_rules, 1); /* the worker redacts exec output with them */
   /* a bad rules file stops the start, naming file:line */
   if (jb_api_load_rules(&cfg, &err) < 0) {
     fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);

@@ -51,6 +51,14 @@
 #define OP_EDITS_MAX 100 /* replacements of one edit call */
 #define OP_READ_MANY_MAX 50 /* paths of one read_many call */
 #define OP_RUN_TIMEOUT_MS 120000 /* a queued op of an active session must run within this */
+#define OP_EXEC_ARGV_MAX 256 /* items of an exec's argv */
+#define OP_EXEC_ARGS_BYTES (128 * 1024) /* bytes of an exec's argv (or command), and of its env */
+#define OP_EXEC_ENV_MAX 256 /* variables of an exec's env */
+#define OP_EXEC_STDIN_MAX (1024 * 1024) /* bytes of an exec's stdin */
+#define OP_EXEC_OUTPUT_MAX (8 * 1024 * 1024) /* maxOutputBytes at most (per stream) */
+#define OP_EXEC_OUTPUT_DEFAULT (1024 * 1024) /* maxOutputBytes when not given */
+#define OP_EXEC_TIMEOUT_DEFAULT 120 /* timeoutSec when not given */
+#define OP_EXEC_TIMEOUT_MAX_DEFAULT 600 /* JAILBOX_EXEC_MAX_TIMEOUT_S's default */
 
 /* What a stage tells the sequence. */
 enum op_step {
@@ -149,11 +157,24 @@ struct op_args_view {
  * read; list's depth 1..64; search's maxMatches 1..5000), patterns and globs non-empty and at
  * most OP_PATTERN_MAX bytes, read_many 1..OP_READ_MANY_MAX paths, edit 1..OP_EDITS_MAX
  * {oldText (non-empty), newText, replaceAll?} with texts of at most OP_FILE_MAX bytes, done's
- * summary at most 4096 bytes. (A path's own rules — 4096 bytes among them — are checked
+ * summary at most 4096 bytes; exec exactly one of argv (1..OP_EXEC_ARGV_MAX strings) or
+ * command, each at most OP_EXEC_ARGS_BYTES without NUL, env of variable names none of which
+ * op_exec_env_denied forbids (JB_MCP_DENIED), stdin at most OP_EXEC_STDIN_MAX bytes,
+ * timeoutSec 1..JAILBOX_EXEC_MAX_TIMEOUT_S, maxOutputBytes 0..OP_EXEC_OUTPUT_MAX, its cwd the
+ * path. (A path's own rules — 4096 bytes among them — are checked
  * after, with an audit entry: op_path_passes.) True with *out; false with *code
  * (JB_MCP_INVALID, or JB_MCP_TOO_LARGE for an over-long text) and a sentence in `msg`. */
 bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, int *code, char *msg,
                    size_t msize);
+
+/* The deny-list entry (static; "LD_" for a prefix) that forbids an exec to set environment
+ * variable `name`, or NULL when it may. */
+const char *op_exec_env_denied(const char *name);
+
+/* The worker's arguments of a decoded exec call (new; sandbox/worker/exec_op.c): {argv (a
+ * command becomes ["/bin/sh","-c",text], kept as "command" too), cwd ("." when not given),
+ * env ({} when not given), stdin?, timeoutMs, maxOutputBytes, writable}. NULL on OOM. */
+json_t *op_exec_args(json_t *args);
 
 /* What the path rules say about a path; the first rule it breaks decides. */
 struct op_path_verdict {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "api/agent/escape.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 #include "db/audit_store.h"
 #include "db/events.h"
 #include "lib/log.h"
@@ -31,6 +31,10 @@ enum arg_kind {
   ARG_PATHS, /* read_many: 1..OP_READ_MANY_MAX paths */
   ARG_EDITS, /* edit: 1..OP_EDITS_MAX {oldText, newText, replaceAll?} */
   ARG_SUMMARY, /* done: a string of at most 4096 bytes */
+  ARG_ARGV, /* exec: 1..OP_EXEC_ARGV_MAX strings without NUL, OP_EXEC_ARGS_BYTES together */
+  ARG_COMMAND, /* exec: shell text, non-empty, without NUL, at most OP_EXEC_ARGS_BYTES */
+  ARG_ENV, /* exec: {NAME: value}, names not in the deny-list (op_exec_env_denied) */
+  ARG_STDIN, /* exec: a string of at most OP_EXEC_STDIN_MAX bytes */
 };
 
 struct arg_spec {
@@ -82,6 +86,17 @@ static const struct arg_spec spec_move[] = {{"source", ARG_PATH, true, 0, 0},
 static const struct arg_spec spec_delete[] = {
     {"path", ARG_PATH, true, 0, 0}, {"recursive", ARG_BOOL, false, 0, 0}, END};
 static const struct arg_spec spec_done[] = {{"summary", ARG_SUMMARY, false, 0, 0}, END};
+/* timeoutSec's ceiling here is the setting's; op_check_args holds it to the setting */
+static const struct arg_spec spec_exec[] = {
+    {"argv", ARG_ARGV, false, 0, 0},
+    {"command", ARG_COMMAND, false, 0, 0},
+    {"cwd", ARG_PATH, false, 0, 0},
+    {"env", ARG_ENV, false, 0, 0},
+    {"stdin", ARG_STDIN, false, 0, 0},
+    {"timeoutSec", ARG_INT, false, 1, 86400},
+    {"maxOutputBytes", ARG_INT, false, 0, OP_EXEC_OUTPUT_MAX},
+    {"writable", ARG_BOOL, false, 0, 0},
+    END};
 
 static const struct arg_spec *const specs[JB_TOOL_COUNT] = {
     [JB_TOOL_READ] = spec_read,           [JB_TOOL_WRITE] = spec_write,
@@ -90,7 +105,106 @@ static const struct arg_spec *const specs[JB_TOOL_COUNT] = {
     [JB_TOOL_FIND] = spec_find,           [JB_TOOL_SEARCH] = spec_search,
     [JB_TOOL_STAT] = spec_stat,           [JB_TOOL_MKDIR] = spec_mkdir,
     [JB_TOOL_MOVE] = spec_move,           [JB_TOOL_DELETE] = spec_delete,
+    [JB_TOOL_EXEC] = spec_exec,
 };
+
+static _Atomic long exec_max_timeout_s = OP_EXEC_TIMEOUT_MAX_DEFAULT;
+
+void jb_op_set_exec_max_timeout(long seconds) {
+  if (seconds >= 1 && seconds <= 86400) exec_max_timeout_s = seconds;
+}
+
+/* Environment names an exec may not set, whole or as a prefix ("LD_"), and why: the buyer who
+ * approves a command sees the names of its variables, never their values, so a variable whose
+ * value decides what runs besides the command shown — a library the loader injects, a file a
+ * shell or an interpreter runs at start-up, a search path that picks another program, a
+ * module or config file that adds code — must not be settable at all. The jail's base
+ * environment (PATH, HOME, LANG, TERM) is fixed for the same reason. */
+static const struct {
+  const char *name;
+  bool prefix;
+} env_deny[] = {
+    {"LD_", true}, /* the dynamic loader: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT... */
+    {"GLIBC_TUNABLES", false}, /* read by the loader itself */
+    {"GCONV_PATH", false}, /* glibc loads iconv modules from it */
+    {"LOCPATH", false},
+    {"NLSPATH", false},
+    {"MALLOC_", true},
+    {"PATH", false}, /* which program a name runs */
+    {"HOME", false}, /* where tools read their start-up files (.gitconfig, .bashrc...) */
+    {"XDG_CONFIG_HOME", false},
+    {"BASH_ENV", false}, /* a file bash runs before the command */
+    {"ENV", false}, /* the same for sh */
+    {"BASH_FUNC_", true}, /* exported shell functions override commands */
+    {"SHELLOPTS", false},
+    {"BASHOPTS", false},
+    {"PS4", false}, /* expanded (running command substitutions) under xtrace */
+    {"PROMPT_COMMAND", false},
+    {"IFS", false},
+    {"CDPATH", false},
+    {"PYTHONPATH", false},
+    {"PYTHONHOME", false},
+    {"PYTHONSTARTUP", false},
+    {"PYTHONUSERBASE", false},
+    {"PERL5LIB", false},
+    {"PERL5OPT", false}, /* -M: a module loaded into every perl */
+    {"PERLLIB", false},
+    {"RUBYLIB", false},
+    {"RUBYOPT", false},
+    {"NODE_OPTIONS", false}, /* --require: code loaded into every node */
+    {"NODE_PATH", false},
+    {"MAKEFILES", false}, /* makefiles read before the named one */
+    {"MAKEFLAGS", false}, /* may carry --eval */
+    {"GNUMAKEFLAGS", false},
+    {"MFLAGS", false},
+    {"GIT_CONFIG", true}, /* GIT_CONFIG, GIT_CONFIG_COUNT/KEY_n/VALUE_n: hooks, fsmonitor */
+    {"GIT_EXEC_PATH", false},
+    {"GIT_SSH", true},
+    {"GIT_PAGER", false},
+    {"GIT_EDITOR", false},
+    {"GIT_ASKPASS", false},
+    {"GIT_EXTERNAL_DIFF", false},
+    {"GIT_TEMPLATE_DIR", false},
+    {"GIT_PROXY_COMMAND", false},
+    {"GIT_SEQUENCE_EDITOR", false},
+    {"EDITOR", false}, /* programs that tools start: git commit, crontab, less, man... */
+    {"VISUAL", false},
+    {"PAGER", false},
+    {"LESSOPEN", false}, /* an input preprocessor less runs on every file */
+    {"LESSCLOSE", false},
+    {"ZDOTDIR", false}, /* where zsh reads its start-up files */
+    {"JAVA_TOOL_OPTIONS", false}, /* -javaagent: code loaded into every JVM */
+    {"_JAVA_OPTIONS", false},
+    {"JDK_JAVA_OPTIONS", false},
+    {"CLASSPATH", false},
+    {"LUA_", true}, /* LUA_INIT runs code; LUA_PATH, LUA_CPATH pick modules */
+    {"PERL5DB", false}, /* code run under perl -d */
+    {"PYTHONWARNINGS", false}, /* a warning category is imported: a module of the workspace */
+    {"PHPRC", false}, /* php.ini: auto_prepend_file */
+    {"PHP_INI_SCAN_DIR", false},
+    {"GOFLAGS", false}, /* -toolexec: a program run around every tool of a go build */
+    {"RUSTC_WRAPPER", false},
+    {"RUSTC_WORKSPACE_WRAPPER", false},
+    {"GCC_EXEC_PREFIX", false}, /* where gcc finds cc1, as, collect2 */
+    {"COMPILER_PATH", false},
+    {"OPENSSL_CONF", false}, /* engines and providers: shared objects loaded */
+    {"OPENSSL_MODULES", false},
+    {"OPENSSL_ENGINES", false},
+    {"TAR_OPTIONS", false}, /* --to-command, --use-compress-program */
+    {"DOTNET_STARTUP_HOOKS", false},
+    {"npm_config_", true}, /* node_options, script_shell (npm reads either case) */
+    {"NPM_CONFIG_", true},
+    {"JAILBOX_", true}, /* ours */
+};
+
+const char *op_exec_env_denied(const char *name) {
+  for (size_t i = 0; i < sizeof env_deny / sizeof env_deny[0]; i++) {
+    size_t n = strlen(env_deny[i].name);
+    if (env_deny[i].prefix ? !strncmp(name, env_deny[i].name, n) : !strcmp(name, env_deny[i].name))
+      return env_deny[i].name;
+  }
+  return NULL;
+}
 
 #define BAD(c, ...)                    \
   do {                                 \
@@ -129,6 +243,65 @@ static bool check_edits(json_t *v, int *code, char *msg, size_t msize) {
     if (json_string_length(json_object_get(e, "oldText")) == 0)
       BAD(JB_MCP_INVALID, "edits[%zu].oldText is empty; give the exact text to replace", i);
   }
+  return true;
+}
+
+/* A string a command gets: no NUL inside (execve cannot pass one). */
+static bool nul_free(json_t *v) { return strlen(json_string_value(v)) == json_string_length(v); }
+
+/* exec's argv: 1..OP_EXEC_ARGV_MAX strings, the first non-empty, none with a NUL, together at
+ * most OP_EXEC_ARGS_BYTES. */
+static bool check_argv(json_t *v, int *code, char *msg, size_t msize) {
+  if (!json_is_array(v) || json_array_size(v) == 0)
+    BAD(JB_MCP_INVALID, "'argv' must be a non-empty array of strings (the program first)");
+  if (json_array_size(v) > OP_EXEC_ARGV_MAX)
+    BAD(JB_MCP_INVALID, "'argv' has %zu items; at most %d", json_array_size(v), OP_EXEC_ARGV_MAX);
+  size_t i, total = 0;
+  json_t *a;
+  json_array_foreach (v, i, a) {
+    if (!json_is_string(a)) BAD(JB_MCP_INVALID, "argv[%zu] must be a string", i);
+    if (!nul_free(a)) BAD(JB_MCP_INVALID, "argv[%zu] contains a NUL character", i);
+    total += json_string_length(a) + 1;
+  }
+  if (json_string_length(json_array_get(v, 0)) == 0)
+    BAD(JB_MCP_INVALID, "argv[0] is empty; give the program to run");
+  if (total > OP_EXEC_ARGS_BYTES)
+    BAD(JB_MCP_TOO_LARGE, "'argv' takes %zu bytes; at most %d", total, OP_EXEC_ARGS_BYTES);
+  return true;
+}
+
+/* exec's env: at most OP_EXEC_ENV_MAX names of [A-Za-z_][A-Za-z0-9_]* (128 bytes at most),
+ * not denied (op_exec_env_denied: JB_MCP_DENIED), values strings without NUL, names and
+ * values together at most OP_EXEC_ARGS_BYTES. */
+static bool check_env(json_t *v, int *code, char *msg, size_t msize) {
+  if (!json_is_object(v)) BAD(JB_MCP_INVALID, "'env' must be an object of NAME: value strings");
+  if (json_object_size(v) > OP_EXEC_ENV_MAX)
+    BAD(JB_MCP_INVALID, "'env' has %zu variables; at most %d", json_object_size(v),
+        OP_EXEC_ENV_MAX);
+  size_t total = 0;
+  const char *k;
+  json_t *x;
+  json_object_foreach (v, k, x) {
+    size_t n = strlen(k);
+    bool good = n > 0 && n <= 128 && !(k[0] >= '0' && k[0] <= '9');
+    for (size_t i = 0; good && i < n; i++)
+      good = (k[i] >= 'A' && k[i] <= 'Z') || (k[i] >= 'a' && k[i] <= 'z') ||
+             (k[i] >= '0' && k[i] <= '9') || k[i] == '_';
+    if (!good)
+      BAD(JB_MCP_INVALID,
+          "env name '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, 128 bytes at most)", k);
+    const char *rule = op_exec_env_denied(k);
+    if (rule)
+      BAD(JB_MCP_DENIED,
+          "env variable '%.128s' may not be set (%s%s: it would change what runs beyond the "
+          "command the buyer sees)",
+          k, rule, rule[strlen(rule) - 1] == '_' ? "*" : "");
+    if (!json_is_string(x)) BAD(JB_MCP_INVALID, "env '%.128s' must be a string", k);
+    if (!nul_free(x)) BAD(JB_MCP_INVALID, "env '%.128s' contains a NUL character", k);
+    total += n + json_string_length(x) + 2;
+  }
+  if (total > OP_EXEC_ARGS_BYTES)
+    BAD(JB_MCP_TOO_LARGE, "'env' takes %zu bytes; at most %d", total, OP_EXEC_ARGS_BYTES);
   return true;
 }
 
@@ -181,6 +354,22 @@ static bool check_arg(const struct arg_spec *sp, json_t *v, int *code, char *msg
       if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'summary' must be a string");
       if (json_string_length(v) > 4096) BAD(JB_MCP_TOO_LARGE, "the summary is over 4096 bytes");
       return true;
+    case ARG_ARGV:
+      return check_argv(v, code, msg, msize);
+    case ARG_COMMAND:
+      if (!json_is_string(v) || json_string_length(v) == 0)
+        BAD(JB_MCP_INVALID, "'command' must be a non-empty string (run by /bin/sh -c)");
+      if (!nul_free(v)) BAD(JB_MCP_INVALID, "'command' contains a NUL character");
+      if (json_string_length(v) > OP_EXEC_ARGS_BYTES)
+        BAD(JB_MCP_TOO_LARGE, "'command' is over %d bytes", OP_EXEC_ARGS_BYTES);
+      return true;
+    case ARG_ENV:
+      return check_env(v, code, msg, msize);
+    case ARG_STDIN:
+      if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'stdin' must be a string");
+      if (json_string_length(v) > OP_EXEC_STDIN_MAX)
+        BAD(JB_MCP_TOO_LARGE, "'stdin' is over %d bytes", OP_EXEC_STDIN_MAX);
+      return true;
   }
   return true;
 }
@@ -212,7 +401,17 @@ bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, in
           "give at most one of offset/limit (lines), head, tail, or"
           " byteOffset/byteLength (bytes)");
   }
-  json_t *jp = json_object_get(args, tool == JB_TOOL_MOVE ? "source" : "path");
+  if (tool == JB_TOOL_EXEC) { /* one of argv or command; the timeout within the setting */
+    if (!json_object_get(args, "argv") == !json_object_get(args, "command"))
+      BAD(JB_MCP_INVALID, "give exactly one of 'argv' (an array) or 'command' (shell text)");
+    json_t *t = json_object_get(args, "timeoutSec");
+    long max = exec_max_timeout_s;
+    if (t && json_integer_value(t) > max)
+      BAD(JB_MCP_INVALID, "'timeoutSec' must be an integer from 1 to %ld", max);
+  }
+  json_t *jp = json_object_get(args, tool == JB_TOOL_MOVE   ? "source"
+                                     : tool == JB_TOOL_EXEC ? "cwd"
+                                                            : "path");
   if (jp) {
     out->path = json_string_value(jp);
     out->plen = json_string_length(jp);
@@ -235,7 +434,11 @@ enum op_step op_decode(struct op_call *call) {
   int code = JB_MCP_INVALID;
   char msg[300];
   if (!op_check_args(call->tool, call->args, &v, &code, msg, sizeof msg)) {
-    op_error(call->e, code, code == JB_MCP_TOO_LARGE ? "too_large" : "invalid", "%s", msg);
+    op_error(call->e, code,
+             code == JB_MCP_TOO_LARGE ? "too_large"
+             : code == JB_MCP_DENIED  ? "denied"
+                                      : "invalid",
+             "%s", msg);
     return OP_END;
   }
   call->path = v.path;
@@ -263,7 +466,8 @@ const char *op_flagged_kind(const char *path, const json_t *flagged) {
 
 bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json_t *exclude,
                     const json_t *flagged, struct op_path_verdict *v) {
-  bool dir_tool = tool == JB_TOOL_LIST || tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH;
+  bool dir_tool = tool == JB_TOOL_LIST || tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH ||
+                  tool == JB_TOOL_EXEC;
   *v = (struct op_path_verdict){.syntax = jb_path_check(path, plen, dir_tool)};
   if (v->syntax != JB_PATH_OK) return false;
   if (!strcmp(path, ".")) return true;
@@ -375,6 +579,21 @@ enum op_step op_refuse_if(struct op_call *call) {
     return OP_END;
   }
   if (call->tool == JB_TOOL_READ_MANY) return refuse_many(call);
+  /* a command's jail binds the whole workspace: what the session hides from the file tools
+   * (exclusions, entries the pre-scan flagged) it would see */
+  if (call->tool == JB_TOOL_EXEC &&
+      (json_array_size(call->sess.exclude) > 0 || json_array_size(call->sess.flagged) > 0)) {
+    bool ex = json_array_size(call->sess.exclude) > 0;
+    op_audit_refusal(
+        call, call->path,
+        json_pack("{s:s,s:s}", "error", "denied", "why", ex ? "exclusions" : "pre-scan flags"));
+    op_error(call->e, JB_MCP_DENIED, "denied",
+             "exec is not offered in a session with %s: a command would see the whole "
+             "workspace, %s included",
+             ex ? "exclusions" : "entries the pre-scan flagged",
+             ex ? "the excluded paths" : "the flagged entries");
+    return OP_END;
+  }
   struct op_path_verdict v;
   if (!op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
                       &v)) {
@@ -396,8 +615,28 @@ bool op_tool_direct(enum jb_tool tool) {
          tool == JB_TOOL_FIND || tool == JB_TOOL_SEARCH || tool == JB_TOOL_STAT;
 }
 
+json_t *op_exec_args(json_t *args) {
+  json_t *argv = json_object_get(args, "argv");
+  const char *cmd = json_string_value(json_object_get(args, "command"));
+  json_t *t = json_object_get(args, "timeoutSec"), *m = json_object_get(args, "maxOutputBytes");
+  json_t *env = json_object_get(args, "env");
+  json_t *in = json_object_get(args, "stdin");
+  json_t *out =
+      json_pack("{s:o,s:s,s:o,s:I,s:I,s:b}", "argv",
+                cmd ? json_pack("[s,s,s]", "/bin/sh", "-c", cmd) : json_deep_copy(argv), "cwd",
+                json_string_value(json_object_get(args, "cwd")) ?: ".", "env",
+                json_is_object(env) ? json_deep_copy(env) : json_object(), "timeoutMs",
+                (json_int_t)(t ? json_integer_value(t) : OP_EXEC_TIMEOUT_DEFAULT) * 1000,
+                "maxOutputBytes", (json_int_t)(m ? json_integer_value(m) : OP_EXEC_OUTPUT_DEFAULT),
+                "writable", json_is_true(json_object_get(args, "writable")));
+  if (out && json_is_string(in)) json_object_set(out, "stdin", in);
+  if (out && cmd) json_object_set_new(out, "command", json_string(cmd));
+  return out;
+}
+
 json_t *op_shim_args(enum jb_tool tool, json_t *args, json_t *exclude) {
   if (tool == JB_TOOL_EDIT) return NULL;
+  if (tool == JB_TOOL_EXEC) return op_exec_args(args);
   /* the MCP argument names that the shim calls otherwise */
   static const struct {
     enum jb_tool tool;

@@ -443,16 +443,68 @@ static enum op_step supervise_change(struct op_call *call) {
   return call->describe ? OP_NEXT : OP_END;
 }
 
+/* A supervised exec: what the buyer is told it will run (call->describe) — the program and
+ * its arguments, where, the names of the variables it adds (never their values), whether the
+ * workspace is writable for it. */
+static enum op_step supervise_exec(struct op_call *call) {
+  json_t *a = call->sargs;
+  char buf[9000];
+  size_t n = 0;
+  /* appends to buf, never past its end */
+#define ADD(...)                                                                       \
+  do {                                                                                 \
+    if (n < sizeof buf - 1) {                                                          \
+      int k_ = snprintf(buf + n, sizeof buf - n, __VA_ARGS__);                         \
+      n = k_ < 0 ? n : n + (size_t)k_ >= sizeof buf ? sizeof buf - 1 : n + (size_t)k_; \
+    }                                                                                  \
+  } while (0)
+  const char *cmd = json_string_value(json_object_get(a, "command"));
+  if (cmd) {
+    ADD("run shell command: %.4000s", cmd);
+  } else {
+    ADD("run");
+    size_t i;
+    json_t *x;
+    json_array_foreach (json_object_get(a, "argv"), i, x) {
+      if (n >= 4100) {
+        ADD(" ...");
+        break;
+      }
+      ADD(" %.2000s", json_string_value(x));
+    }
+  }
+  ADD(" in %.4100s%s", json_string_value(json_object_get(a, "cwd")) ?: ".",
+      json_is_true(json_object_get(a, "writable")) ? " with the workspace writable"
+                                                   : " (workspace read-only)");
+  const char *k;
+  json_t *v;
+  bool first = true;
+  json_object_foreach (json_object_get(a, "env"), k, v) {
+    ADD("%s%.128s", first ? "; env: " : ", ", k);
+    first = false;
+  }
+#undef ADD
+  call->describe = strdup(buf);
+  if (!call->describe) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  return OP_NEXT;
+}
+
 enum op_step op_supervise(struct op_call *call) {
   /* a read or list of an active session waits for nobody: the worker runs it within
-   * OP_RUN_TIMEOUT_MS, so it takes a place only if it meets a pause (op_await) */
-  bool bounded = call->tool != JB_TOOL_WRITE && call->sess.state == JB_SESSION_ACTIVE;
+   * OP_RUN_TIMEOUT_MS, so it takes a place only if it meets a pause (op_await); an exec runs
+   * as long as its timeout */
+  bool bounded = call->tool != JB_TOOL_WRITE && call->tool != JB_TOOL_EXEC &&
+                 call->sess.state == JB_SESSION_ACTIVE;
   enum op_step s = bounded ? OP_NEXT : op_take_waiting_place(call);
   if (s != OP_NEXT) return s;
   bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
   call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;
   if (call->tool == JB_TOOL_EDIT) return supervise_edit(call, dry);
   if (!call->pending) return OP_NEXT;
+  if (call->tool == JB_TOOL_EXEC) return supervise_exec(call);
   if (call->tool != JB_TOOL_WRITE) return supervise_change(call);
   s = stat_target(call);
   if (s == OP_NEXT) s = check_target(call);
@@ -519,6 +571,35 @@ void op_announce_approval(struct op_call *call) {
           ev, "edits",
           json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
       json_object_set_new(ev, "replaced", json_integer((json_int_t)call->replaced));
+    }
+  } else if (call->tool == JB_TOOL_EXEC) {
+    json_t *a = call->sargs, *names = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach (json_object_get(a, "env"), k, v)
+      json_array_append_new(names, json_string(k));
+    ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O,s:O?,s:s,s:o,s:b,s:O}", "jobId", job, "opId",
+                   (json_int_t)call->op_id, "tool", tool, "path", call->path, "description",
+                   call->describe ? call->describe : tool, "argv", json_object_get(a, "argv"),
+                   "command", json_object_get(a, "command"), "cwd", call->path, "envNames", names,
+                   "writable", json_is_true(json_object_get(a, "writable")), "timeoutMs",
+                   json_object_get(a, "timeoutMs"));
+    json_t *in = json_object_get(a, "stdin");
+    if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
+      const char *txt = json_string_value(in);
+      size_t n = json_string_length(in), cut = n < PREVIEW_MAX ? n : PREVIEW_MAX;
+      while (cut < n && cut > 0 && ((unsigned char)txt[cut] & 0xC0) == 0x80)
+        cut--; /* at a character's start: the preview stays UTF-8 */
+      unsigned char h[crypto_hash_sha256_BYTES];
+      char hex[2 * sizeof h + 1];
+      crypto_hash_sha256(h, (const unsigned char *)txt, n);
+      sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+      json_object_set_new(ev, "stdinBytes", json_integer((json_int_t)n));
+      json_object_set_new(ev, "stdinSha256", json_string(hex));
+      json_object_set_new(ev, "stdinPreview", json_stringn(txt, cut));
+      json_object_set_new(ev, "stdinPreviewTruncated", json_boolean(cut < n));
+    } else if (ev) {
+      json_object_set_new(ev, "stdinBytes", json_integer(0));
     }
   } else {
     ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O}", "jobId", job, "opId", (json_int_t)call->op_id,

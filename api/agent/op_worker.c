@@ -53,6 +53,9 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"timeout", JB_MCP_TIMEOUT, "timeout"}, /* jb_db_op_expire */
       {"exists", JB_MCP_EXISTS, "exists"},
       {"regex_limit", JB_MCP_REGEX_LIMIT, "regex_limit"},
+      {"killed", JB_MCP_DENIED, "killed"}, /* an exec killed by the buyer */
+      {"seccomp", JB_MCP_DENIED, "denied"}, /* an exec killed by its seccomp filter */
+      {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {
@@ -198,6 +201,28 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
     case JB_TOOL_DELETE:
       tprintf(t, "deleted %.4100s (%lld entries)", path, iv(r, "deleted"));
       return;
+    case JB_TOOL_EXEC: {
+      json_t *code = json_object_get(r, "exitCode");
+      if (json_is_integer(code))
+        tprintf(t, "exit code %lld", (long long)json_integer_value(code));
+      else
+        tprintf(t, "killed by %.40s", sv(r, "signal")[0] ? sv(r, "signal") : "a signal");
+      tprintf(t, "%s, %lld ms\n",
+              json_is_true(json_object_get(r, "timedOut")) ? " (timed out)" : "",
+              iv(r, "durationMs"));
+      static const char *const streams[] = {"stdout", "stderr"};
+      for (int k = 0; k < 2; k++) {
+        json_t *o = json_object_get(r, streams[k]);
+        char cut[40];
+        snprintf(cut, sizeof cut, "%sTruncated", streams[k]);
+        if (json_string_length(o) == 0) continue;
+        tprintf(t, "--- %s%s ---\n", streams[k],
+                json_is_true(json_object_get(r, cut)) ? " (truncated)" : "");
+        tappend(t, json_string_value(o), json_string_length(o));
+        if (t->len && t->p[t->len - 1] != '\n') tprintf(t, "\n");
+      }
+      return;
+    }
     default: {
       char *s = json_dumps(r, JSON_COMPACT);
       if (s) tappend(t, s, strlen(s));

@@ -5,6 +5,7 @@
 #include "api/agent/ops.h"
 
 #include <sodium.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "db/db.h"
 #include "db/events.h"
 #include "db/ops.h"
+#include "lib/audit.h"
 #include "db/sessions.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
@@ -22,13 +24,14 @@
 /* ---- names ---- */
 
 /* Indexed by enum jb_tool. */
-static const char *const tool_names[] = {"read", "write",  "list", "done",  "read_many", "edit",
-                                         "find", "search", "stat", "mkdir", "move",      "delete"};
+static const char *const tool_names[] = {"read", "write",  "list",   "done", "read_many",
+                                         "edit", "find",   "search", "stat", "mkdir",
+                                         "move", "delete", "exec"};
 _Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_COUNT, "one name per tool");
 
 bool jb_tool_mutates(enum jb_tool tool) {
   return tool == JB_TOOL_WRITE || tool == JB_TOOL_EDIT || tool == JB_TOOL_MKDIR ||
-         tool == JB_TOOL_MOVE || tool == JB_TOOL_DELETE;
+         tool == JB_TOOL_MOVE || tool == JB_TOOL_DELETE || tool == JB_TOOL_EXEC;
 }
 
 const char *jb_tool_name(enum jb_tool tool) {
@@ -304,6 +307,33 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
     jb_bus_publish(app->bus, job, JB_EVENT_STATE,
                    json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
                              t.previous, "reason", "the agent connected", "actor", "agent"));
+}
+
+/* ---- the buyer's kill of an exec ---- */
+
+int jb_op_kill(struct jb_app *app, PGconn *c, const char *job, long long op_id, const char *reason,
+               json_t **out, char state[20], jb_error *err) {
+  enum jb_op_kill_outcome how;
+  char *text = NULL;
+  struct jb_audit_head head;
+  *out = NULL;
+  int rc = jb_db_op_kill(c, app->keys, job, op_id, reason, &how, &text, state, &head, err);
+  if (rc != JB_OK) return rc;
+  if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+  json_t *op = text ? json_loads(text, 0, NULL) : NULL;
+  free(text);
+  if (op) jb_bus_publish(app->bus, job, JB_EVENT_OP, json_incref(op));
+  const char *outcome = how == JB_KILL_REJECTED ? "rejected"
+                        : how == JB_KILL_FAILED ? "failed"
+                                                : "killing";
+  *out = json_pack("{s:I,s:s,s:s}", "opId", (json_int_t)op_id, "state",
+                   how == JB_KILL_SIGNALLED
+                       ? "running"
+                       : json_string_value(json_object_get(op, "state")) ?: outcome,
+                   "outcome", outcome);
+  json_decref(op);
+  jb_log(JB_LOG_INFO, "exec killed by the buyer", "jobId", job, "outcome", outcome, NULL);
+  return *out ? JB_OK : jb_fail(err, ENOMEM, "out of memory");
 }
 
 /* ---- the direct path from the socket's service thread (api/agent/socket.h) ---- */

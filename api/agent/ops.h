@@ -47,11 +47,12 @@ enum jb_tool {
   JB_TOOL_MKDIR,
   JB_TOOL_MOVE,
   JB_TOOL_DELETE,
+  JB_TOOL_EXEC, /* a command run in its own jail in the sandbox (sandbox/worker/exec_op.c) */
   JB_TOOL_COUNT, /* not a tool: the number of them */
 };
 
-/* Whether `tool` changes the workspace (write, edit, mkdir, move, delete): such a call is held
- * for the buyer in a supervised session. */
+/* Whether `tool` may change the workspace or run code (write, edit, mkdir, move, delete,
+ * exec): such a call is held for the buyer in a supervised session. */
 bool jb_tool_mutates(enum jb_tool tool);
 
 /* The wire name of `tool` ("read"; static), or NULL for JB_TOOL_UNKNOWN and any value outside
@@ -60,6 +61,10 @@ const char *jb_tool_name(enum jb_tool tool);
 
 /* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
 enum jb_tool jb_tool_from_name(const char *name);
+
+/* The longest timeoutSec an exec may ask for (JAILBOX_EXEC_MAX_TIMEOUT_S, seconds, 1..86400;
+ * 600 until set). Set once at start, before any call is decoded. */
+void jb_op_set_exec_max_timeout(long seconds);
 
 /* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): every tool of enum jb_tool
  * for session `job_id`, each op stored as a row. Blocks its socket worker thread until the op
@@ -104,6 +109,16 @@ bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool,
                        struct jb_mcp_direct *out);
 json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
 void jb_op_direct_free(void *ctx);
+
+/* The buyer's kill of exec op `op_id` of session `job_id` (db/ops.h jb_db_op_kill) on
+ * connection `c`, with what follows it published: a pending exec is rejected (jailbox:op), a
+ * queued one failed `killed` (jailbox:op, its audit head), a running one's worker is told to
+ * kill its command (NOTIFY jb_exec; the op ends when the command does). JB_OK with *out
+ * {opId, state, outcome: "rejected"|"failed"|"killing"} (new); JB_ERR_NOT_FOUND;
+ * JB_ERR_CONFLICT with `state` (20 bytes): not an exec, or no longer pending, queued or
+ * running; JB_ERR_FAIL. */
+int jb_op_kill(struct jb_app *app, PGconn *c, const char *job_id, long long op_id,
+               const char *reason, json_t **out, char state[20], jb_error *err);
 
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */

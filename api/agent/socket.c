@@ -292,6 +292,35 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   return db_failed(&err);
 }
 
+/* jailbox:kill {opId, reason?}: the buyer's kill of an exec (api/agent/ops.h jb_op_kill). */
+static json_t *kill_op(struct jb_socket *s, const char *job, json_t *args) {
+  static const char *const allowed[] = {"opId", "reason", NULL};
+  json_t *arg, *reply = NULL;
+  const char *reason = NULL;
+  jb_error err = {0};
+  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
+  json_t *id = json_object_get(arg, "opId");
+  if (!json_is_integer(id) || json_integer_value(id) <= 0)
+    return fail("bad_request", "field 'opId' is required (a positive integer)");
+  long long op = json_integer_value(id);
+  if (jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
+    return fail("bad_request", "%s", err.msg);
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  char state[20] = "";
+  json_t *out = NULL;
+  int rc = jb_op_kill(s->app, c, job, op, reason, &out, state, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_OK) {
+    json_object_set_new(out, "ok", json_true());
+    return json_pack("[o]", out);
+  }
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);
+  if (rc == JB_ERR_CONFLICT)
+    return conflict("only an exec that is pending, queued or running can be killed; it is", state);
+  return db_failed(&err);
+}
+
 static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args) {
   static const char *const allowed[] = {"exclude", NULL};
   json_t *arg, *reply = NULL;
@@ -354,6 +383,7 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
   if (strcmp(name, "jailbox:accept") == 0) return transition(s, job, args, from_done, "accepted");
   if (strcmp(name, "jailbox:approve") == 0) return decide(s, job, args, true);
   if (strcmp(name, "jailbox:reject") == 0) return decide(s, job, args, false);
+  if (strcmp(name, "jailbox:kill") == 0) return kill_op(s, job, args);
   if (strcmp(name, "jailbox:pre_scan_done") == 0) return pre_scan_done(s, job, args);
   if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
   return fail("unknown_event", "unknown event '%s'", name);

@@ -165,6 +165,43 @@ static const struct tool_text tools[] = {
      "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT ",\"type\":{\"type\":\"string\"}},"
      "\"required\":[\"deleted\"]}",
      false, true, false},
+    {"exec", "Run a command",
+     "Run a command in the workspace, inside the sandbox: each command gets a fresh jail of its "
+     "own (no network, its own /tmp, the workspace read-only unless writable). Give argv (the "
+     "program and its arguments) or command (shell text, run by /bin/sh -c). A non-zero exit is "
+     "a normal result (exitCode); output beyond maxOutputBytes per stream is cut (stdoutTruncated "
+     "/ stderrTruncated), bytes that are not UTF-8 are replaced, and secrets (private keys, cloud "
+     "keys, tokens, credentials) are replaced by [REDACTED:<rule>] (redactions, redacted). The "
+     "command is killed at "
+     "timeoutSec (timedOut). env may not set the loader's, the shell's or interpreters' start-up "
+     "variables (LD_*, PATH, HOME, BASH_ENV, PYTHONPATH, NODE_OPTIONS...). In a supervised session "
+     "the buyer approves the command first and may kill it while it runs.",
+     "{\"type\":\"object\",\"properties\":{\"argv\":{\"type\":\"array\",\"minItems\":1,"
+     "\"maxItems\":256,\"items\":{\"type\":\"string\"},\"description\":\"the program and its "
+     "arguments (not run through a shell)\"},\"command\":{\"type\":\"string\",\"minLength\":1,"
+     "\"maxLength\":131072,\"description\":\"shell text, run as /bin/sh -c command\"},"
+     "\"cwd\":" DIR_S ",\"env\":{\"type\":\"object\",\"maxProperties\":256,"
+     "\"propertyNames\":{\"pattern\":\"^[A-Za-z_][A-Za-z0-9_]{0,127}$\"},"
+     "\"additionalProperties\":{\"type\":\"string\"},\"description\":\"variables added to the "
+     "jail's base environment (PATH, HOME=/tmp, LANG=C.UTF-8, TERM=dumb)\"},\"stdin\":{\"type\":"
+     "\"string\",\"maxLength\":1048576,\"description\":\"text given on standard input\"},"
+     "\"timeoutSec\":{\"type\":\"integer\",\"minimum\":1,\"default\":120},\"maxOutputBytes\":{"
+     "\"type\":\"integer\",\"minimum\":0,\"maximum\":8388608,\"default\":1048576,"
+     "\"description\":\"bytes kept of each stream\"},\"writable\":{\"type\":\"boolean\","
+     "\"default\":false,\"description\":\"mount the workspace writable for this command\"}},"
+     "\"oneOf\":[{\"required\":[\"argv\"]},{\"required\":[\"command\"]}],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"exitCode\":{\"type\":[\"integer\",\"null\"]},"
+     "\"signal\":{\"type\":[\"string\",\"null\"]},\"timedOut\":{\"type\":\"boolean\"},"
+     "\"durationMs\":" NAT ",\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
+     "\"stdoutTruncated\":{\"type\":\"boolean\"},\"stderrTruncated\":{\"type\":\"boolean\"},"
+     "\"stdoutBytes\":" NAT ",\"stderrBytes\":" NAT ",\"invalidUtf8\":" NAT ",\"redactions\":" NAT
+     ",\"redacted\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
+     "\"rule\":{\"type\":\"string\"},\"stream\":{\"enum\":[\"stdout\",\"stderr\"]},\"offset\":" NAT
+     ",\"failed\":{\"type\":\"boolean\"}}}}},\"required\":[\"exitCode\",\"signal\",\"timedOut\","
+     "\"durationMs\",\"stdout\",\"stderr\",\"stdoutTruncated\",\"stderrTruncated\","
+     "\"redactions\"]}",
+     false, true, false},
     {"done", "Finish the session",
      "Declare the work finished; the session goes to 'done' for the buyer to review. No file "
      "operation is possible after it.",

@@ -21,6 +21,8 @@ void jb_api_session_patch(void *app, const struct jb_http_req *req, struct jb_ht
 void jb_api_ops_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* POST /v1/jailbox/:jobId/ops/:opId/kill: the buyer's (or the service's) kill of an exec. */
+void jb_api_op_kill(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

@@ -14,6 +14,7 @@ static const struct jb_route routes[] = {
     {"GET", "/v1/jailbox/:jobId/ops", jb_api_ops_list, 0},
     {"POST", "/v1/jailbox/:jobId/approve/:opId", jb_api_op_approve, 0},
     {"POST", "/v1/jailbox/:jobId/reject/:opId", jb_api_op_reject, 0},
+    {"POST", "/v1/jailbox/:jobId/ops/:opId/kill", jb_api_op_kill, 0},
     {"POST", "/v1/jailbox/:jobId/abort", jb_api_session_abort, 0},
     {"POST", "/v1/jailbox/:jobId/pause", jb_api_session_pause, 0},
     {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume, 0},

@@ -13,6 +13,7 @@
 #include "api/auth.h"
 #include "api/agent/escape.h"
 #include "api/rest/handlers.h"
+#include "lib/images.h"
 #include "lib/json.h"
 #include "api/agent/ops.h"
 #include "db/audit_store.h"
@@ -150,6 +151,26 @@ static int read_exclude(const json_t *body, char **out, jb_error *err) {
   return *out ? 0 : jb_fail(err, ENOMEM, "out of memory");
 }
 
+/* The session's image: `name` (NULL: JAILBOX_SANDBOX_IMAGE) in canonical form into `out`
+ * (`len` bytes), when the operator's allowlist (JAILBOX_SANDBOX_IMAGES, lib/images.h) has
+ * it. 0, or -1 with a 400 answered. */
+static int read_image(const struct jb_config *cfg, const char *name, char *out, size_t len,
+                      struct jb_http_resp *resp) {
+  jb_error err = {0};
+  if (jb_image_name_canonical(name ? name : cfg->sandbox_image, out, len, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "field 'image': %s", err.msg);
+    return -1;
+  }
+  if (!jb_image_allowed(cfg->sandbox_images, cfg->sandbox_image, out)) {
+    jb_resp_error(resp, 400, "bad_request",
+                  "field 'image': '%s' is not an allowed sandbox image (JAILBOX_SANDBOX_IMAGES: "
+                  "%s; or JAILBOX_SANDBOX_IMAGE: %s)",
+                  name, cfg->sandbox_images, cfg->sandbox_image);
+    return -1;
+  }
+  return 0;
+}
+
 void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   jb_error err = {0};
@@ -161,14 +182,15 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) goto out;
   body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   static const char *const allowed[] = {"jobId",   "agentId", "workspace", "mode",
-                                        "exclude", "limits",  NULL};
-  const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised";
-  char limits[200], wsabs[PATH_MAX], gen[32];
+                                        "exclude", "limits",  "image",     NULL};
+  const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised", *image = NULL;
+  char limits[200], wsabs[PATH_MAX], gen[32], img[JB_IMAGE_NAME_MAX + 8];
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
       jb_json_get_string(body, "jobId", 1, 128, true, &job, &err) < 0 ||
       jb_json_get_string(body, "agentId", 1, 200, true, &agent, &err) < 0 ||
       jb_json_get_string(body, "workspace", 1, 4096, true, &ws, &err) < 0 ||
       jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0 ||
+      jb_json_get_string(body, "image", 1, JB_IMAGE_NAME_MAX, true, &image, &err) < 0 ||
       read_limits(app->cfg, body, limits, sizeof limits, &err) < 0 ||
       read_exclude(body, &exclude, &err) < 0) {
     jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
@@ -192,6 +214,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
                   "field 'jobId' must be [A-Za-z0-9._-], not starting with '.'");
     goto out;
   }
+  if (read_image(app->cfg, image, img, sizeof img, resp) < 0) goto out;
   if (!job) {
     unsigned char rnd[12];
     randombytes_buf(rnd, sizeof rnd);
@@ -214,6 +237,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
                              .mode = mode,
                              .exclude_json = exclude,
                              .limits_json = limits,
+                             .image = img,
                              .buyer_hash = bh,
                              .agent_hash = ah};
   struct jb_audit_head head;
@@ -226,13 +250,14 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
     db_failed(resp, &err);
   } else {
     jb_resp_json(resp, 201,
-                 json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created", "mode", mode,
-                           "buyerToken", buyer, "agentToken", agent_tok));
+                 json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "created", "mode",
+                           mode, "image", img, "buyerToken", buyer, "agentToken", agent_tok));
     jb_bus_publish(app->bus, job, JB_EVENT_STATE,
                    json_pack("{s:s,s:s,s:n,s:s}", "jobId", job, "state", "created", "previous",
                              "actor", "service"));
     jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    jb_log(JB_LOG_INFO, "session opened", "jobId", job, "agentId", agent, "mode", mode, NULL);
+    jb_log(JB_LOG_INFO, "session opened", "jobId", job, "agentId", agent, "mode", mode, "image",
+           img, NULL);
   }
   sodium_memzero(buyer, sizeof buyer);
   sodium_memzero(agent_tok, sizeof agent_tok);
@@ -324,7 +349,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) < 0) goto out;
   if (state && jb_op_state_from_name(state) == JB_OP_UNKNOWN) {
     jb_resp_error(resp, 400, "bad_request",
-                  "query 'state' must be pending, approved, rejected, done or failed");
+                  "query 'state' must be pending, approved, running, rejected, done or failed");
     goto out;
   }
   if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
@@ -394,6 +419,45 @@ void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_
 }
 void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   decide(app, req, resp, false);
+}
+
+/* ---------- POST /v1/jailbox/:jobId/ops/:opId/kill ---------- */
+
+void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0], *ops = req->params[1];
+  json_t *doc = NULL;
+  const char *reason;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0 &&
+      optional_reason(req, &doc, &reason, resp) == 0) {
+    char *end;
+    errno = 0;
+    long long op = strtoll(ops, &end, 10);
+    if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
+      jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
+    } else {
+      jb_error err = {0};
+      char state[20] = "";
+      json_t *out = NULL;
+      int rc = jb_op_kill(app, c, job, op, reason, &out, state, &err);
+      if (rc == JB_OK) {
+        if (app->cache) jb_cache_invalidate(app->cache, job);
+        jb_resp_json(resp, 200, out);
+      } else if (rc == JB_ERR_NOT_FOUND) {
+        jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
+      } else if (rc == JB_ERR_CONFLICT) {
+        conflict(resp, "only an exec that is pending, queued or running can be killed; it is",
+                 state);
+      } else {
+        db_failed(resp, &err);
+      }
+    }
+  }
+  jb_db_release(app->db, c);
+  json_decref(doc);
 }
 
 /* ---------- state changes ---------- */

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "api/agent/diff.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 
 #define SIZE (1024 * 1024)
 

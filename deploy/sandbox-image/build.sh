@@ -12,7 +12,16 @@
 #   build.sh [--shim PATH] [--tag NAME:TAG] [--socket PATH] [--rootfs DIR (keep it there)]
 #            [--extra /HOST/BINARY[:/IMAGE/PATH] ...]  (extra host binaries with their
 #            libraries, e.g. /usr/bin/cat for a benchmark image; never in the production image)
+#   build.sh --userland [...]   the image with a Debian userland and a toolchain,
+#            jailbox-sandbox-build:latest (userland.sh, which takes the other arguments)
 set -euo pipefail
+for a in "$@"; do
+  if [ "$a" = --userland ]; then
+    rest=()
+    for b in "$@"; do [ "$b" = --userland ] || rest+=("$b"); done
+    exec "$(dirname "$0")/userland.sh" ${rest[@]+"${rest[@]}"}
+  fi
+done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/deploy/lib/rootfs.sh"
 SHIM="$ROOT/build/jailbox-shim"

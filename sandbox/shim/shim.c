@@ -9,6 +9,12 @@
  *      the attach stream's stdout which channel the shim will use (one "channel" event line,
  *      sandbox/proto/PROTOCOL.md). Then places the filter in a memfd at descriptor 3, closes every
  *      other descriptor above 2, and executes PROGRAM (bwrap … --seccomp 3 … setpriv … shim).
+ *      With JB_SHIM_SPAWNER=1 a second filter block follows on stdin (the exec filter) and the
+ *      launcher connects twice; it then forks: the child takes the path above, the parent
+ *      stays as the spawner on the second connection (spawner.c) and ends with the shim.
+ *
+ *  jailbox-shim --exec [--env NAME=VALUE]... -- PROGRAM ARGS…   (inside a command's jail)
+ *      The helper every command of exec starts through (spawner.c).
  *
  *  jailbox-shim                             (inside the jail)
  *      Serves the line protocol of sandbox/proto/PROTOCOL.md on stdin/stdout: one JSON object per
@@ -45,6 +51,7 @@
 #include "lib/json.h"
 #include "lib/line.h"
 #include "sandbox/shim/fileops.h"
+#include "sandbox/shim/spawner.h"
 #include "sandbox/proto/shim.h"
 
 #ifdef JB_SHIM_TEST_OPS
@@ -92,9 +99,10 @@ static int read_exact(int fd, void *buf, size_t len) {
 
 /* ---- launch mode ---------------------------------------------------------------------- */
 
-/* Reads the filter header byte by byte (nothing past it may be consumed: what follows on
- * stdin belongs to the jailed shim). Returns the announced size, or -1. */
-static long read_filter_header(void) {
+/* Reads a filter header "MAGIC <bytes>\n" byte by byte (nothing past it may be consumed: what
+ * follows on stdin belongs to the jailed shim). Returns the announced size (0 allowed when
+ * `allow_empty`), or -1. */
+static long read_filter_header(const char *magic, bool allow_empty) {
   char line[64];
   size_t n = 0;
   for (;;) {
@@ -104,74 +112,99 @@ static long read_filter_header(void) {
     n++;
   }
   line[n] = '\0';
-  const char *prefix = JB_SHIM_FILTER_MAGIC " ";
-  if (strncmp(line, prefix, strlen(prefix)) != 0) return -1;
+  size_t ml = strlen(magic);
+  if (strncmp(line, magic, ml) != 0 || line[ml] != ' ') return -1;
   char *end = NULL;
   errno = 0;
-  long v = strtol(line + strlen(prefix), &end, 10);
-  if (errno || *end || v <= 0 || v > JB_SHIM_FILTER_MAX || v % 8 != 0) return -1;
+  long v = strtol(line + ml + 1, &end, 10);
+  if (errno || *end || v < (allow_empty ? 0 : 1) || v > JB_SHIM_FILTER_MAX || v % 8 != 0) return -1;
   return v;
 }
 
-/* Connects to the Unix socket `path` and moves the connection onto stdin and stdout.
- * Before that, one line on the current stdout (the attach stream) tells the worker which
- * channel the shim will speak on: {"event":"channel","channel":"socket"} or, when the connect
- * failed (a runtime without --host-uds=open refuses it), {"event":"channel","channel":
- * "attach","error":"…"}: the shim then stays on the attach stream. Returns 0 either way, -1
- * when stdout cannot be written or the descriptors cannot be moved. */
-static int take_socket(const char *path) {
-  char msg[400];
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  int fd = -1, e = 0;
-  if (strlen(path) >= sizeof a.sun_path) {
-    e = ENAMETOOLONG;
-  } else {
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) e = errno;
+/* Reads a filter block (header and BPF) from stdin into a new allocation: its size, 0 for an
+ * empty block, or -1 (diagnosed). */
+static long read_filter_block(const char *magic, bool allow_empty, unsigned char **out) {
+  *out = NULL;
+  long size = read_filter_header(magic, allow_empty);
+  if (size < 0) {
+    diag("jailbox-shim: launch: bad or missing %s header on stdin", magic);
+    return -1;
   }
-  if (e) {
-    if (fd >= 0) close(fd);
-    /* strerror's text is plain ASCII without quotes or backslashes: no JSON escaping needed */
+  if (size == 0) return 0;
+  unsigned char *bpf = malloc((size_t)size);
+  if (!bpf || read_exact(0, bpf, (size_t)size) < 0) {
+    diag("jailbox-shim: launch: reading %ld bytes of %s: %s", size, magic, strerror(errno));
+    free(bpf);
+    return -1;
+  }
+  *out = bpf;
+  return size;
+}
+
+/* Connects a stream socket to the Unix socket `path`: the descriptor (O_CLOEXEC), or -1 with
+ * errno. */
+static int connect_unix(const char *path) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof a.sun_path) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+/* Connects to the Unix socket `path` and moves the connection onto stdin and stdout; with
+ * `spawner`, connects a second time for the spawner's channel (*spawner_fd, O_CLOEXEC; -1 when
+ * that connect failed). Before that, one line on the current stdout (the attach stream) tells
+ * the worker which channel the shim will use: {"event":"channel","channel":"socket",
+ * "spawner":true|false[,"spawnerError":"…"]} or, when the first connect failed (a runtime
+ * without --host-uds=open refuses it), {"event":"channel","channel":"attach","error":"…"}: the
+ * shim then stays on the attach stream, and there is no spawner. Returns 0 either way, -1 when
+ * stdout cannot be written or the descriptors cannot be moved. */
+static int take_socket(const char *path, bool spawner, int *spawner_fd) {
+  char msg[400];
+  *spawner_fd = -1;
+  /* strerror's text is plain ASCII without quotes or backslashes: no JSON escaping needed */
+  const char *shown = strchr(path, '"') || strchr(path, '\\') ? "(path)" : path;
+  int fd = connect_unix(path);
+  if (fd < 0) {
     int n =
         snprintf(msg, sizeof msg,
                  "{\"event\":\"channel\",\"channel\":\"attach\",\"error\":\"connect %s: %s\"}\n",
-                 strchr(path, '"') || strchr(path, '\\') ? "(path)" : path, strerror(e));
+                 shown, strerror(errno));
     return write_all(1, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0 ? -1 : 0;
   }
-  static const char ok[] = "{\"event\":\"channel\",\"channel\":\"socket\"}\n";
-  if (write_all(1, ok, sizeof ok - 1) < 0) return -1;
+  int n;
+  if (!spawner) {
+    n = snprintf(msg, sizeof msg, "{\"event\":\"channel\",\"channel\":\"socket\"}\n");
+  } else {
+    *spawner_fd = connect_unix(path);
+    if (*spawner_fd >= 0)
+      n = snprintf(msg, sizeof msg,
+                   "{\"event\":\"channel\",\"channel\":\"socket\",\"spawner\":true}\n");
+    else
+      n = snprintf(msg, sizeof msg,
+                   "{\"event\":\"channel\",\"channel\":\"socket\",\"spawner\":false,"
+                   "\"spawnerError\":\"connect %s: %s\"}\n",
+                   shown, strerror(errno));
+  }
+  if (write_all(1, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1)) < 0) return -1;
   /* dup2 leaves the new descriptors without FD_CLOEXEC: they are the shim's stdio */
   if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0) return -1;
   close(fd);
   return 0;
 }
 
-static int launch(int argc, char **argv) {
-  if (argc < 4 || strcmp(argv[2], "--") != 0) {
-    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV
-         "=PATH] jailbox-shim --launch -- PROGRAM [ARGS...]");
-    return 125;
-  }
-  char **prog = &argv[3];
-  /* an environment variable rather than an argument: an older launcher ignores it and the
-   * shim stays on the attach stream (the worker then says so in the contract) */
-  const char *sock = getenv(JB_SHIM_SOCKET_ENV);
-  if (sock && !sock[0]) sock = NULL;
-  long size = read_filter_header();
-  if (size < 0) {
-    diag("jailbox-shim: launch: bad or missing %s header on stdin", JB_SHIM_FILTER_MAGIC);
-    return 125;
-  }
-  unsigned char *bpf = malloc((size_t)size);
-  if (!bpf || read_exact(0, bpf, (size_t)size) < 0) {
-    diag("jailbox-shim: launch: reading %ld bytes of filter: %s", size, strerror(errno));
-    return 125;
-  }
-  if (sock && take_socket(sock) < 0) {
-    diag("jailbox-shim: launch: shim channel %s: %s", sock, strerror(errno));
-    return 125;
-  }
+/* The jailed path: the Wall 3 filter at descriptor 3, nothing else above 2, then PROGRAM. */
+static int exec_jail(char **prog, const unsigned char *bpf, long size) {
   /* nothing but stdio may reach the jail: close what the runtime may have left open */
   if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0) {
     for (int fd = 3; fd < 1024; fd++) close(fd);
@@ -181,7 +214,6 @@ static int launch(int argc, char **argv) {
     diag("jailbox-shim: launch: filter memfd: %s", strerror(errno));
     return 125;
   }
-  free(bpf);
   if (fd != JB_SHIM_FILTER_FD) {
     if (dup2(fd, JB_SHIM_FILTER_FD) < 0) {
       diag("jailbox-shim: launch: dup2: %s", strerror(errno));
@@ -192,6 +224,56 @@ static int launch(int argc, char **argv) {
   execv(prog[0], prog);
   diag("jailbox-shim: launch: exec %s: %s", prog[0], strerror(errno));
   return 127;
+}
+
+static int launch(int argc, char **argv) {
+  if (argc < 4 || strcmp(argv[2], "--") != 0) {
+    diag("jailbox-shim: usage: [" JB_SHIM_SOCKET_ENV "=PATH] [" JB_SHIM_SPAWNER_ENV
+         "=1] jailbox-shim --launch -- PROGRAM [ARGS...]");
+    return 125;
+  }
+  char **prog = &argv[3];
+  /* environment variables rather than arguments: an older launcher ignores them and the
+   * shim stays on the attach stream, without exec (the worker then says so in the contract) */
+  const char *sock = getenv(JB_SHIM_SOCKET_ENV);
+  if (sock && !sock[0]) sock = NULL;
+  const char *sp = getenv(JB_SHIM_SPAWNER_ENV);
+  bool want_spawner = sp && strcmp(sp, "1") == 0;
+  unsigned char *bpf = NULL, *xbpf = NULL;
+  long size = read_filter_block(JB_SHIM_FILTER_MAGIC, false, &bpf);
+  if (size < 0) return 125;
+  long xsize = 0;
+  if (want_spawner && (xsize = read_filter_block(JB_SHIM_EXEC_FILTER_MAGIC, true, &xbpf)) < 0)
+    return 125;
+  int spawner_fd = -1;
+  if (sock && take_socket(sock, want_spawner && xsize > 0, &spawner_fd) < 0) {
+    diag("jailbox-shim: launch: shim channel %s: %s", sock, strerror(errno));
+    return 125;
+  }
+  if (spawner_fd < 0) return exec_jail(prog, bpf, size);
+  /* the spawner stays: the child takes today's path into the jail, this process serves the
+   * spawner's channel until the shim's bwrap ends, and ends with its status */
+  pid_t pid = fork();
+  if (pid < 0) {
+    diag("jailbox-shim: launch: fork: %s", strerror(errno));
+    return 125;
+  }
+  if (pid == 0) return exec_jail(prog, bpf, size); /* closes the spawner's descriptor */
+  free(bpf);
+  /* the shim's channel is the child's alone: its end must close when the shim ends */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, 0);
+    dup2(null, 1);
+    close(null);
+  } else {
+    close(0);
+    close(1);
+  }
+  const char *self = argv[0][0] == '/' ? argv[0] : "/opt/jailbox/bin/jailbox-shim";
+  int rc = jb_spawner_run(spawner_fd, xbpf, (size_t)xsize, pid, self);
+  free(xbpf);
+  return rc;
 }
 
 /* ---- status --------------------------------------------------------------------------- */
@@ -550,6 +632,7 @@ static int serve(void) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "--launch") == 0) return launch(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "--exec") == 0) return jb_exec_helper(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
     printf("jailbox-shim protocol %d%s\n", JB_SHIM_PROTOCOL,
 #ifdef JB_SHIM_TEST_OPS

@@ -34,6 +34,18 @@ struct jb_filter_info {
  * names the syscall). Source of the format: seccomp(2), libseccomp seccomp_export_bpf(3). */
 int jb_filter_compile(unsigned char **bpf, size_t *len, struct jb_filter_info *info, jb_error *err);
 
+/* exec's filter, the one every command of exec runs under (handed to the spawner in the launch
+ * preamble, installed by the command's bwrap): the escape-shaped calls kill (mount family,
+ * namespaces, ptrace and cross-process memory, kernel loading, bpf, perf_event_open,
+ * userfaultfd, keyrings, handle-based opens, TIOCSTI/TIOCLINUX); the uncommon privileged ones
+ * fail with EPERM; clone3 and io_uring with ENOSYS; socket only for AF_UNIX, AF_INET and
+ * AF_INET6 (others EPERM). Same shapes and errors as jb_filter_compile. */
+int jb_exec_filter_compile(unsigned char **bpf, size_t *len, struct jb_filter_info *info,
+                           jb_error *err);
+
+/* exec's rules as JSON, in jb_filter_describe's shape (new reference, or NULL). */
+json_t *jb_exec_filter_describe(void);
+
 /* The rules as JSON for the session contract: {"default":"allow","badArch":"kill",
  * "kill":[names…],"errno":{"EPERM":[…],"ENOSYS":[…]},"argumentRules":[descriptions…]}.
  * New reference, or NULL on allocation failure. */

@@ -193,11 +193,27 @@ static int build_walls(struct jb_session *s, const struct stat *pinned, json_t *
   struct jb_worker *w = s->w;
   const char *job = s->job_id;
   jb_error err = {0};
+  /* the session's image: allowed here too, present on this daemon, described as it is now */
+  if (!jb_image_allowed(w->set.sandbox_images, w->walls.image, s->image))
+    return launch_failed(s, NULL,
+                         "wall docker: image %s is not allowed on worker %s "
+                         "(JAILBOX_SANDBOX_IMAGES: %s)",
+                         s->image, w->walls.worker_id, w->set.sandbox_images);
+  struct jb_image_info img;
+  if (jb_image_inspect(&w->walls, s->image, &img, &err) < 0) {
+    slog(w, JB_LOG_WARN, job, "walls failed", "wall", "docker", "reason", err.msg, NULL);
+    return launch_failed(s, NULL, "wall docker: %s", err.msg);
+  }
   struct jb_probe probe = worker_probe(w);
+  jb_probe_set_image(&probe, &img);
+  struct jb_walls_config *cfg = malloc(sizeof *cfg);
+  if (!cfg) return launch_failed(s, NULL, "worker: out of memory");
+  *cfg = w->walls;
+  snprintf(cfg->image, sizeof cfg->image, "%s", s->image);
   json_t *labels = json_pack("{s:s}", "jailbox.session", job);
   enum jb_wall failed;
-  int rc =
-      jb_sandbox_launch(&w->walls, &probe, job, s->workspace, s->limits, labels, sb, &failed, &err);
+  int rc = jb_sandbox_launch(cfg, &probe, job, s->workspace, s->limits, labels, sb, &failed, &err);
+  free(cfg);
   json_decref(labels);
   if (rc < 0) {
     char reason[700];
@@ -374,7 +390,8 @@ static void restore_workspace(struct jb_session *s) {
 static void *session_main(void *arg) {
   struct jb_session *s = arg;
   struct jb_worker *w = s->w;
-  slog(w, JB_LOG_INFO, s->job_id, "launch claimed", "workspace", s->workspace, NULL);
+  slog(w, JB_LOG_INFO, s->job_id, "launch claimed", "workspace", s->workspace, "image", s->image,
+       NULL);
   if (launch(s) == 0) {
     watch_sandbox(s);
     pthread_mutex_lock(&s->lock);
@@ -481,6 +498,7 @@ static void start_session(struct jb_worker *w, struct jb_launch_job *j) {
   s->workspace = j->workspace;
   j->workspace = NULL;
   s->limits = limits;
+  snprintf(s->image, sizeof s->image, "%s", j->image[0] ? j->image : w->walls.image);
   pthread_mutex_init(&s->lock, NULL);
   pthread_mutex_lock(&w->lock);
   bool room = w->n_sessions < (size_t)w->set.max_sessions && w->n_sessions < JB_WORKER_SESSIONS_MAX;

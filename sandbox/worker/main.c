@@ -28,6 +28,8 @@
 
 #include "db/audit_store.h"
 #include "db/launch_jobs.h"
+#include "lib/images.h"
+#include "lib/scan.h"
 #include "lib/settings.h"
 #include "sandbox/proto/explain.h"
 #include "sandbox/proto/shim.h"
@@ -50,8 +52,14 @@ static const struct jb_setting settings[] = {
      "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
     {NULL, "JAILBOX_DOCKER_SOCKET", JB_SETTING_STRING, S(docker_socket), "/var/run/docker.sock", 0,
      0, "Docker Engine API socket"},
-    {NULL, "JAILBOX_SANDBOX_IMAGE", JB_SETTING_STRING, S(sandbox_image), "jailbox-sandbox:latest",
-     0, 0, "sandbox image (deploy/sandbox-image/build.sh)"},
+    {NULL, "JAILBOX_SANDBOX_IMAGE", JB_SETTING_STRING, S(sandbox_image), JB_SANDBOX_IMAGE_DEFAULT,
+     0, 0,
+     "sandbox image of a session that names none, and the one the probe uses "
+     "(deploy/sandbox-image/build.sh)"},
+    {NULL, "JAILBOX_SANDBOX_IMAGES", JB_SETTING_STRING, S(sandbox_images),
+     JB_SANDBOX_IMAGES_DEFAULT, 0, 0,
+     "images a session may run in besides JAILBOX_SANDBOX_IMAGE, comma-separated (jailboxd "
+     "passes its own); a launch with another fails"},
     {NULL, "JAILBOX_RUNTIME", JB_SETTING_STRING, S(runtime), "runsc", 0, 0,
      "name of the gVisor runtime registered with Docker"},
     {NULL, "JAILBOX_REQUIRE_WALLS", JB_SETTING_STRING, S(require_walls), JB_WALLS_DEFAULT_REQUIRE,
@@ -94,6 +102,9 @@ static const struct jb_setting settings[] = {
      "kind:N,...: signals that alert every N occurrences (jailboxd passes its own)"},
     {NULL, "JAILBOX_TRUST_PENALTY", JB_SETTING_INT, S(trust_penalty), "20", 0, 1000,
      "trust score points an agent loses per escape abort (jailboxd passes its own)"},
+    {NULL, "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
+     "the scan rules file whose secret and redact rules redact exec output (grammar in "
+     "deploy/scan-rules); empty: the rules built in (jailboxd passes its own)"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -198,7 +209,10 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   else if (gethostname(c->worker_id, sizeof c->worker_id - 1) < 0)
     snprintf(c->worker_id, sizeof c->worker_id, "worker");
   snprintf(c->docker.socket, sizeof c->docker.socket, "%s", set->docker_socket);
-  snprintf(c->image, sizeof c->image, "%s", set->sandbox_image);
+  if (jb_image_name_canonical(set->sandbox_image, c->image, sizeof c->image, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGE");
+  if (jb_image_list_check(set->sandbox_images, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGES");
   snprintf(c->runtime, sizeof c->runtime, "%s", set->runtime);
   snprintf(c->require_text, sizeof c->require_text, "%s", set->require_walls);
   char req[128];
@@ -306,6 +320,13 @@ static int start(struct jb_worker *w) {
     fprintf(stderr, "jailbox-worker: %s\n", err.msg);
     return 2;
   }
+  /* exec output is redacted with these rules (exec_op.c); a bad file stops the start */
+  struct jb_scan_rules *rules = NULL;
+  if (jb_scan_rules_load(w->set.scan_rules, &rules, &err) < 0) {
+    fprintf(stderr, "jailbox-worker: scan rules: %s\n", err.msg);
+    return 2;
+  }
+  jb_scan_use(rules);
   if (w->set.pidfile[0] && take_pidfile(w->set.pidfile, &err) < 0) {
     jb_log(JB_LOG_FATAL, err.msg, "worker", w->walls.worker_id, NULL);
     return 1;

@@ -364,7 +364,10 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
   struct jb_op_claim op;
   int rc = jb_db_op_claim(conn.pg, job, &op, err);
   if (rc != JB_OK) return rc;
-  rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
+  if (!strcmp(op.tool, "exec"))
+    rc = exec_op_run(w, conn.pg, job, &op, &sig->signal, sig->detail, sizeof sig->detail, err);
+  else
+    rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
   jb_op_claim_free(&op);
   return rc;
 }
@@ -470,7 +473,8 @@ static void *queued_runner_main(void *arg) {
 }
 
 /* Woken by jb_op (migration 009: an op queued, or its session back to active; the payload
- * names the session), and a sweep of every session once a second for anything missed: the
+ * names the session; a pause stops a running exec's command and a resume continues it) and
+ * jb_exec (migration 020: the buyer's kill of a running exec), and a sweep of every session once a second for anything missed: the
  * sessions with ops to run are handed to JB_QUEUED_RUNNERS runners. Returns when the worker
  * stops, its runners ended. */
 void *relay_queued_main(void *arg) {
@@ -492,7 +496,7 @@ void *relay_queued_main(void *arg) {
   PGconn *listen = NULL;
   long long last_sweep = 0;
   while (!atomic_load(&w->stopping)) {
-    worker_listen(w, &listen, "LISTEN jb_op");
+    worker_listen(w, &listen, "LISTEN jb_op; LISTEN jb_exec");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -510,11 +514,20 @@ void *relay_queued_main(void *arg) {
         const char *job;
         /* one notification per queued op: one claim each (no empty claim after it); a
          * session back to active may have many waiting */
+        bool exec = !strcmp(nt->relname, "jb_exec");
         if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
-          if (op_id != 0 && jb_op_state_from_name(st) == JB_OP_APPROVED)
+          if (exec && op_id > 0 && !strcmp(st, "kill")) /* the buyer's kill (db/ops.h) */
+            exec_op_signal(w, job, op_id, "kill");
+          else if (exec)
+            ;
+          else if (op_id != 0 && jb_op_state_from_name(st) == JB_OP_APPROVED)
             run_queued_ops(w, job, 1);
-          else if (op_id == 0 && strcmp(st, "active") == 0)
+          else if (op_id == 0 && strcmp(st, "active") == 0) {
+            exec_op_signal(w, job, 0, "cont"); /* resumed: a command stopped by the pause */
             run_queued_ops(w, job, 1000);
+          } else if (op_id == 0 && strcmp(st, "paused") == 0) {
+            exec_op_signal(w, job, 0, "stop"); /* paused: the running command stops too */
+          }
         }
         PQfreemem(nt);
       }

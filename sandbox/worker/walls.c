@@ -126,6 +126,44 @@ static bool host_has_apparmor(void) {
   return n > 0 && buf[0] == 'Y';
 }
 
+int jb_image_inspect(const struct jb_walls_config *cfg, const char *name, struct jb_image_info *out,
+                     jb_error *err) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  char enc[3 * sizeof out->name], path[sizeof enc + 32];
+  if (jb_docker_urlencode(name, enc, sizeof enc) < 0)
+    return jb_fail(err, ENAMETOOLONG, "image name %s too long", name);
+  snprintf(path, sizeof path, "/images/%s/json", enc);
+  json_t *img = NULL;
+  if (jb_docker_expect(&cfg->docker, "GET", path, NULL, 5000, &img, err) < 0) {
+    if (err && err->code == 404)
+      return jb_fail(err, ENOENT,
+                     "image %s not present on this Docker daemon (build it with "
+                     "deploy/sandbox-image/build.sh%s)",
+                     name, strstr(name, "-build") ? " --userland" : "");
+    return jb_fail(err, err && err->code ? err->code : EIO, "image %s: %s", name,
+                   err ? err->msg : "?");
+  }
+  snprintf(out->id, sizeof out->id, "%s", json_string_value(json_object_get(img, "Id")) ?: "");
+  json_t *labels = json_object_get(json_object_get(img, "Config"), "Labels");
+  snprintf(out->digest, sizeof out->digest, "%s",
+           json_string_value(json_object_get(labels, "jailbox.image.digest")) ?: "");
+  snprintf(out->shim_sha256, sizeof out->shim_sha256, "%s",
+           json_string_value(json_object_get(labels, "jailbox.shim.sha256")) ?: "");
+  snprintf(out->bwrap_version, sizeof out->bwrap_version, "%s",
+           json_string_value(json_object_get(labels, "jailbox.bwrap.version")) ?: "");
+  json_decref(img);
+  return 0;
+}
+
+void jb_probe_set_image(struct jb_probe *p, const struct jb_image_info *img) {
+  snprintf(p->image_name, sizeof p->image_name, "%s", img->name);
+  snprintf(p->image_id, sizeof p->image_id, "%s", img->id);
+  snprintf(p->image_digest, sizeof p->image_digest, "%s", img->digest);
+  snprintf(p->shim_sha256, sizeof p->shim_sha256, "%s", img->shim_sha256);
+  snprintf(p->bwrap_version, sizeof p->bwrap_version, "%s", img->bwrap_version);
+}
+
 void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   memset(p, 0, sizeof *p);
   long t0 = jb_now_ms();
@@ -147,28 +185,14 @@ void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *p) {
   snprintf(p->api, sizeof p->api, "%s", json_string_value(json_object_get(v, "ApiVersion")) ?: "?");
   json_decref(v);
 
-  char enc[600], path[700];
-  jb_docker_urlencode(cfg->image, enc, sizeof enc);
-  snprintf(path, sizeof path, "/images/%s/json", enc);
-  json_t *img = NULL;
-  if (jb_docker_expect(&cfg->docker, "GET", path, NULL, 5000, &img, &err) < 0) {
-    down(p, JB_WALL_DOCKER,
-         "sandbox image %s missing (build it with deploy/sandbox-image/build.sh): %s", cfg->image,
-         err.msg);
+  struct jb_image_info img;
+  if (jb_image_inspect(cfg, cfg->image, &img, &err) < 0) {
+    down(p, JB_WALL_DOCKER, "sandbox %s", err.msg);
     down(p, JB_WALL_GVISOR, "not probed: no sandbox image");
     down(p, JB_WALL_BWRAP, "not probed: no sandbox image");
     goto done;
   }
-  snprintf(p->image_id, sizeof p->image_id, "%s",
-           json_string_value(json_object_get(img, "Id")) ?: "");
-  json_t *labels = json_object_get(json_object_get(img, "Config"), "Labels");
-  snprintf(p->image_digest, sizeof p->image_digest, "%s",
-           json_string_value(json_object_get(labels, "jailbox.image.digest")) ?: "");
-  snprintf(p->shim_sha256, sizeof p->shim_sha256, "%s",
-           json_string_value(json_object_get(labels, "jailbox.shim.sha256")) ?: "");
-  snprintf(p->bwrap_version, sizeof p->bwrap_version, "%s",
-           json_string_value(json_object_get(labels, "jailbox.bwrap.version")) ?: "");
-  json_decref(img);
+  jb_probe_set_image(p, &img);
 
   /* gVisor: registered, with the arguments the walls rely on */
   json_t *info = NULL;
@@ -357,7 +381,7 @@ static void read_limits(const json_t *l, bool gvisor, struct limits *out) {
  * at JB_IMAGE_SHIM_SOCKET_DIR (NULL: no socket channel). */
 static json_t *create_body(const struct jb_walls_config *cfg, const char *workspace,
                            const json_t *labels, bool gvisor, bool bwrap, bool apparmor,
-                           const struct limits *lim, const char *socket_dir) {
+                           const struct limits *lim, const char *socket_dir, bool spawner) {
   json_t *lab = json_pack("{s:s, s:s}", "jailbox.worker", cfg->worker_id, "jailbox.deployment",
                           cfg->deployment);
   if (labels) json_object_update(lab, (json_t *)labels);
@@ -397,6 +421,7 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
   if (socket_dir)
     json_array_append_new(
         env, json_string(JB_SHIM_SOCKET_ENV "=" JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME));
+  if (socket_dir && spawner) json_array_append_new(env, json_string(JB_SHIM_SPAWNER_ENV "=1"));
   if (host && socket_dir)
     json_array_append_new(json_object_get(host, "Mounts"),
                           json_pack("{s:s, s:s, s:s, s:b, s:{s:s}}", "Type", "bind", "Source",
@@ -422,6 +447,7 @@ int jb_container_remove(const struct jb_walls_config *cfg, const char *id, jb_er
 }
 
 void jb_sandbox_destroy(const struct jb_walls_config *cfg, struct jb_sandbox *sb) {
+  jb_spawner_close(&sb->spawner);
   if (sb->conn_open) jb_shimconn_close(&sb->conn);
   sb->conn_open = false;
   if (sb->container_id[0]) {
@@ -636,11 +662,69 @@ json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up
   return r;
 }
 
+/* The contract's "exec": whether commands can run, and the jail and filter they run under
+ * (`reason`: borrowed string, NULL when available; `fi`: exec's filter, NULL when none). */
+static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct jb_filter_info *fi,
+                             const char *sha) {
+  bool up = !reason && sp->fd >= 0;
+  json_t *o = json_pack("{s:b}", "available", up);
+  if (!up)
+    json_object_set_new(o, "reason", reason ? json_incref(reason) : json_string("unavailable"));
+  if (sp->hello)
+    json_object_set_new(
+        o, "spawner",
+        json_pack("{s:O, s:O, s:s}", "protocol", json_object_get(sp->hello, "protocol"), "pid",
+                  json_object_get(sp->hello, "pid") ?: json_null(), "what",
+                  "the launcher kept alive (root of gVisor's kernel, in no jail): "
+                  "takes requests only from the worker's second connection and "
+                  "builds one bwrap jail per command"));
+  json_t *binds = sp->hello ? json_object_get(sp->hello, "binds") : NULL;
+  json_object_set_new(
+      o, "jail",
+      json_pack("{s:s, s:[s,s,s,s,s], s:s, s:i, s:i, s:s, s:b, s:s, s:s, s:s, s:O, s:s, s:s, s:s,"
+                " s:{s:s, s:s, s:s, s:s, s:s}}",
+                "builtBy", "bwrap per command, started by the spawner", "namespacesNew", "mount",
+                "pid (cannot see or signal the shim; its pid 1's death ends every process of it)",
+                "ipc", "uts", "cgroup (where the runtime allows)", "privilegeDrop",
+                "setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all "
+                "--bounding-set=-all --no-new-privs",
+                "uid", JB_JAIL_UID, "gid", JB_JAIL_UID, "capabilities", "none", "noNewPrivs", 1,
+                "network",
+                "gVisor's loopback only (runsc --network=none); socket families AF_UNIX, AF_INET, "
+                "AF_INET6",
+                "workspace", "/workspace read-only, read-write when the request says writable",
+                "tmp", "its own tmpfs at /tmp (limits.tmpBytes, default 128 MiB)", "imageBinds",
+                binds ? binds : json_array(), "proc", "its own (the command's pid namespace)",
+                "dev", "bwrap's minimal /dev (null, zero, full, random, urandom, tty, pts, shm)",
+                "env",
+                "PATH, HOME=/tmp, LANG=C.UTF-8, TERM=dumb, then the request's (no LD_*), applied "
+                "after setpriv by the static helper jailbox-shim --exec",
+                "limits", "wallClock",
+                "timeoutMs: SIGKILL to the jail's pid 1 (the whole tree) at the timeout", "output",
+                "maxOutputBytes per stream sent; the rest counted, not sent", "fsize",
+                "RLIMIT_FSIZE (default 1 GiB)", "nproc",
+                "RLIMIT_NPROC of uid 65534 (default: the container's limit less 4)", "memory",
+                "the container's limit (over it the sandbox is killed: the result says oom)"));
+  if (fi) {
+    json_t *desc = jb_exec_filter_describe();
+    json_object_set_new(
+        o, "filter",
+        json_pack("{s:I, s:I, s:I, s:I, s:s, s:s, s:o}", "syscalls", (json_int_t)fi->syscalls,
+                  "rules", (json_int_t)fi->rules, "killRules", (json_int_t)fi->kill_rules,
+                  "errnoRules", (json_int_t)fi->errno_rules, "bpfSha256", sha, "compiledWith",
+                  "libseccomp (seccomp_export_bpf), handed to each command's bwrap "
+                  "--seccomp",
+                  "filter", desc ? desc : json_null()));
+  }
+  return o;
+}
+
 int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *probe,
                       const char *job_id, const char *workspace, const json_t *limits,
                       const json_t *labels, struct jb_sandbox *sb, enum jb_wall *failed,
                       jb_error *err) {
   memset(sb, 0, sizeof *sb);
+  jb_spawner_init(&sb->spawner);
   snprintf(sb->job_id, sizeof sb->job_id, "%s", job_id);
   *failed = JB_WALL_COUNT;
   enum { T_START, T_CREATE, T_ATTACH, T_RUN, T_READY, T_STATUS, T_PING, T_N };
@@ -657,6 +741,12 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   size_t bpf_len = 0;
   struct jb_filter_info fi = {0};
   char bpf_sha[65] = "";
+  /* exec's filter, handed to the spawner (only with the socket channel: its own connection) */
+  unsigned char *xbpf = NULL;
+  size_t xbpf_len = 0;
+  struct jb_filter_info xfi = {0};
+  char xbpf_sha[65] = "";
+  json_t *exec_reason = NULL; /* why exec is unavailable (a string), NULL: it is */
   struct limits lim;
   /* the shim's channel: a per-session socket when the launcher runs (Wall 3) and it is on */
   struct jb_shim_listener lsn = JB_SHIM_LISTENER_INIT;
@@ -704,8 +794,20 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
                           "cannot make the session's shim socket: ", lerr.msg);
   }
+  if (lsn.fd >= 0) {
+    jb_error xerr = {0};
+    if (jb_exec_filter_compile(&xbpf, &xbpf_len, &xfi, &xerr) < 0)
+      exec_reason = json_sprintf("exec's syscall filter does not compile: %s", xerr.msg);
+    else
+      sha256_hex(xbpf, xbpf_len, xbpf_sha);
+  } else {
+    exec_reason =
+        json_string(bwrap ? "the spawner needs the socket channel, which this session does not have"
+                          : "exec runs only inside Wall 3 (bwrap under gVisor), which this session "
+                            "does not have");
+  }
   body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim,
-                     lsn.fd >= 0 ? lsn.dir : NULL);
+                     lsn.fd >= 0 ? lsn.dir : NULL, xbpf != NULL);
   if (!body) {
     fail_wall(failed, JB_WALL_DOCKER, err, "cannot build the container request");
     goto out;
@@ -745,6 +847,14 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       fail_wall(failed, JB_WALL_BWRAP, err, "handing over the filter: %s", err->msg);
       goto out;
     }
+    if (xbpf) {
+      hn = snprintf(head, sizeof head, JB_SHIM_EXEC_FILTER_MAGIC " %zu\n", xbpf_len);
+      if (jb_shimconn_send_raw(&sb->conn, head, (size_t)hn, 5000, err) < 0 ||
+          jb_shimconn_send_raw(&sb->conn, xbpf, xbpf_len, 5000, err) < 0) {
+        fail_wall(failed, JB_WALL_BWRAP, err, "handing over exec's filter: %s", err->msg);
+        goto out;
+      }
+    }
   }
   long ready_deadline = jb_now_ms() + cfg->start_timeout_ms;
   json_t *ready = NULL;
@@ -757,12 +867,31 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
       if (strcmp(kind, "socket") == 0) {
         long left = ready_deadline - jb_now_ms();
         int fd = jb_shim_listener_accept(&lsn, left > 0 ? left : 0, err);
-        jb_shim_listener_close(&lsn); /* one connection: nothing else may connect */
         if (fd < 0 || jb_shimconn_use_socket(&sb->conn, fd, err) < 0) {
+          jb_shim_listener_close(&lsn);
           json_decref(ready);
           fail_wall(failed, JB_WALL_COUNT, err, "shim socket: %s", err->msg);
           goto out;
         }
+        /* the spawner's connection comes second, right after the shim's */
+        if (json_is_true(json_object_get(ready, "spawner"))) {
+          jb_error serr = {0};
+          int sfd = jb_shim_listener_accept(&lsn, 2000, &serr);
+          if (sfd < 0 || jb_spawner_attach(&sb->spawner, sfd, 3000, &serr) < 0) {
+            exec_reason = json_sprintf("the spawner did not come up: %s", serr.msg);
+            jb_log(JB_LOG_WARN, "exec unavailable", "job", job_id, "reason", serr.msg, NULL);
+          } else {
+            json_decref(exec_reason);
+            exec_reason = NULL;
+          }
+        } else if (xbpf && !exec_reason) {
+          const char *why = json_string_value(json_object_get(ready, "spawnerError"));
+          exec_reason = why ? json_sprintf("the launcher could not connect the spawner: %s", why)
+                            : json_string(
+                                  "the image's launcher has no spawner (rebuild it: "
+                                  "deploy/sandbox-image/build.sh)");
+        }
+        jb_shim_listener_close(&lsn); /* nothing else may connect */
         channel = json_pack("{s:s, s:s, s:s}", "kind", "socket", "socket",
                             JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, "note",
                             "per-session Unix socket of the worker, bind-mounted read-only into "
@@ -770,6 +899,8 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
                             "jail's filter refuses socket, socketpair and connect");
       } else {
         const char *why = json_string_value(json_object_get(ready, "error")) ?: "no reason given";
+        if (!exec_reason)
+          exec_reason = json_string("the launcher could not connect to the session's socket");
         channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
                             "the launcher could not connect to the session's socket (does the "
                             "runtime have --host-uds=open?): ",
@@ -786,6 +917,9 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
                     "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
       jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job", job_id,
              "reason", "the image's jailbox-shim predates the socket channel", NULL);
+      if (!exec_reason)
+        exec_reason =
+            json_string("the image's launcher predates the socket channel and the spawner");
     }
     jb_shim_listener_close(&lsn);
   }
@@ -984,6 +1118,27 @@ out:;
       problems, "timingsMs", timings_json(t, tnames, T_N), "residualRisks",
       jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
   if (sb->contract) json_object_set(sb->contract, "shimChannel", channel);
+  if (sb->contract) {
+    if (!exec_reason && sb->spawner.fd < 0)
+      exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
+    json_object_set_new(sb->contract, "exec",
+                        exec_contract(&sb->spawner, exec_reason, xbpf ? &xfi : NULL, xbpf_sha));
+    if (sb->spawner.fd >= 0 && !exec_reason)
+      json_array_append_new(
+          json_object_get(sb->contract, "residualRisks"),
+          json_string(
+              "exec: a command may connect() to a host Unix socket file in the workspace "
+              "(runsc --host-uds=open; the pre-scan flags such files) — exec's filter "
+              "allows local sockets, which build and test tools need. Its memory is the "
+              "container's: over the limit the whole sandbox is killed (reported as oom)."));
+  }
+  if (sb->contract)
+    json_object_set_new(
+        sb->contract, "image",
+        probe && probe->image_id[0]
+            ? json_pack("{s:s, s:s, s:s?}", "name", cfg->image, "id", probe->image_id,
+                        "contentDigest", probe->image_digest[0] ? probe->image_digest : NULL)
+            : json_pack("{s:s, s:n, s:n}", "name", cfg->image, "id", "contentDigest"));
   if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
         json_object_get(sb->contract, "residualRisks"),
@@ -1010,6 +1165,9 @@ out:;
     }
   }
   for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(chk.problems[w]);
+  if (ret < 0) jb_spawner_close(&sb->spawner);
+  json_decref(exec_reason);
+  free(xbpf);
   json_decref(channel);
   json_decref(status);
   json_decref(settings);

@@ -21,8 +21,10 @@
 #include <stddef.h>
 
 #include "sandbox/worker/docker.h"
+#include "sandbox/worker/exec.h"
 #include "sandbox/worker/shimconn.h"
 #include "lib/err.h"
+#include "lib/images.h"
 
 #define JB_WALLS_DEFAULT_REQUIRE "gvisor,docker,bwrap"
 
@@ -43,7 +45,8 @@ struct jb_walls_config {
   struct jb_docker docker;
   char worker_id[512];
   char deployment[17]; /* label jailbox.deployment: names the database (see launch_jobs.h) */
-  char image[256]; /* sandbox image, e.g. jailbox-sandbox:latest */
+  char image[JB_IMAGE_NAME_MAX + 8]; /* sandbox image, e.g. jailbox-sandbox:latest; a launch
+                                      * with the session's image runs with a copy so set */
   char runtime[64]; /* the gVisor runtime's name in Docker, e.g. runsc */
   bool require[JB_WALL_COUNT];
   char require_text[128]; /* as configured */
@@ -69,6 +72,9 @@ struct jb_probe {
   bool up[JB_WALL_COUNT];
   char reason[JB_WALL_COUNT][400]; /* why a wall is down ("" when up) */
   char engine[64], api[16], runsc_path[256], runsc_version[128], runsc_args[256];
+  /* the image a launch uses: the worker's JAILBOX_SANDBOX_IMAGE in the probe, the session's
+   * image in a launch (jb_probe_set_image) */
+  char image_name[JB_IMAGE_NAME_MAX + 8];
   char image_id[80], image_digest[80], shim_sha256[80], bwrap_version[64];
   bool apparmor_host; /* the host kernel has AppArmor and Docker reports it */
   unsigned filter_rules, filter_syscalls;
@@ -82,10 +88,31 @@ struct jb_sandbox {
   char container_id[80];
   struct jb_shimconn conn;
   bool conn_open;
+  struct jb_spawner spawner; /* exec's channel (fd -1: none) */
   bool walls_up[JB_WALL_COUNT];
   json_t *contract; /* the session contract (owned) */
   long ready_ms; /* launch start → shim ready */
 };
+
+/* A sandbox image as the Docker daemon holds it, with the labels deploy/sandbox-image/
+ * build.sh gives it ("" where a label is missing). */
+struct jb_image_info {
+  char name[JB_IMAGE_NAME_MAX + 8]; /* as asked for, canonical (lib/images.h) */
+  char id[80]; /* Docker's image id, sha256:… */
+  char digest[80]; /* label jailbox.image.digest: SHA-256 of /etc/jailbox/manifest */
+  char shim_sha256[80]; /* label jailbox.shim.sha256 */
+  char bwrap_version[64]; /* label jailbox.bwrap.version */
+};
+
+/* Looks image `name` up (GET /images/{name}/json) into *out. 0, or -1 with `err`: ENOENT
+ * with "image NAME not present on this Docker daemon (build it with …)" when the daemon does
+ * not have it, the daemon's status or EIO otherwise. */
+int jb_image_inspect(const struct jb_walls_config *cfg, const char *name, struct jb_image_info *out,
+                     jb_error *err);
+
+/* Makes `img` the image of probe `p` (name, id, content digest, shim hash, bwrap version):
+ * a launch with a copy of the probe so set runs that image and its contract names it. */
+void jb_probe_set_image(struct jb_probe *p, const struct jb_image_info *img);
 
 /* Probes the host: Docker reachable, image present, runtime registered with the arguments
  * jailbox relies on, the filter compiles, and a probe container with every wall comes up and
@@ -94,7 +121,8 @@ struct jb_sandbox {
 void jb_walls_probe(const struct jb_walls_config *cfg, struct jb_probe *out);
 
 /* Builds the walls for session `job_id` over `workspace` (absolute host path) with `limits`
- * ({"memoryMiB","cpus","pids"}; borrowed). `labels` (borrowed, may be NULL) are added to the
+ * ({"memoryMiB","cpus","pids"}; borrowed) from image cfg->image, which probe->image_*
+ * describe (jb_probe_set_image; the contract's "image" names it). `labels` (borrowed, may be NULL) are added to the
  * container's. On success `sb` holds the running shim connection and the contract.
  * On failure returns -1 with `err` set (the message begins with the wall that failed,
  * "gvisor: …", "docker: …", "bwrap: …"), *failed_wall set (JB_WALL_COUNT when none applies),

@@ -15,7 +15,9 @@
  *   runners     (relay.c)         JB_QUEUED_RUNNERS threads: each runs the queued ops of one
  *                                 session at a time, in order; a session is on one runner
  *                                 at most, so that a slow op holds up only its own session.
- *   control     (control.c)       the operators' control socket, one client at a time.
+ *                                 An exec (exec_op.c) holds its runner and one pooled
+ *                                 connection (idle: no session row) while its command runs.
+ *   control     (control.c)       the operators' control socket, a thread per client.
  *   ops socket  (direct_server.c) accepts jailboxd's connections; a pool of its own runs
  *                                 their reads, lists and stats (relay.c).
  *   heads       (heads.c)         announces the audit heads those direct ops committed.
@@ -39,6 +41,7 @@
 
 #include "db/db.h"
 #include "db/events.h"
+#include "db/ops.h"
 #include "lib/err.h"
 #include "lib/escape_policy.h"
 #include "lib/keyring.h"
@@ -63,6 +66,7 @@ struct jb_session {
   long long launch_job;
   char *workspace;
   json_t *limits;
+  char image[JB_IMAGE_NAME_MAX + 8]; /* the sandbox image it runs in (lib/images.h) */
   pthread_t thread;
   atomic_bool teardown; /* the session ended elsewhere: remove the sandbox */
   atomic_bool finished; /* the thread is done; join and free */
@@ -80,7 +84,8 @@ struct jb_session {
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
  * them. Strings are new allocations, freed at exit. */
 struct jb_worker_settings {
-  char *database_url, *signing_key_file, *worker_id, *docker_socket, *sandbox_image, *runtime;
+  char *database_url, *signing_key_file, *worker_id, *docker_socket, *sandbox_image;
+  char *sandbox_images, *runtime;
   char *require_walls, *seccomp_profile;
   long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
@@ -88,6 +93,7 @@ struct jb_worker_settings {
   long prescan_hash_max_mib, max_sessions;
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
+  char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
 };
 
 struct jb_worker {
@@ -231,6 +237,21 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head);
 
 /* {ran:false, state, reason} (new): the answer to a direct op that did not run. */
 json_t *relay_not_run(const char *state, const char *reason);
+
+/* ---- exec (exec_op.c) --------------------------------------------------------------------- */
+
+/* Runs claimed exec `op` of `job` (jb_db_op_claim's transaction open on `c`): marks it running
+ * (committed), runs its command in the session's spawner with its output published live to
+ * the buyer, and stores its outcome and audit entry. *signal (enum jb_signal, -1: none) and
+ * `detail` (dsize bytes) say what it told of the agent (a seccomp kill), to raise once the
+ * connection is given back. JB_OK; JB_ERR_FAIL with `err` (the op stays queued when it could
+ * not be marked running, running when its outcome could not be stored). */
+int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
+                int *signal, char *detail, size_t dsize, jb_error *err);
+
+/* Sends `what` ("kill", "stop", "cont") to the command of exec op `op_id` of `job` running on
+ * this worker (0: any exec of the session); nothing when none runs here. Any thread. */
+void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const char *what);
 
 /* ---- sockets (control.c, direct_server.c) ------------------------------------------------ */
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api/agent/diff.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 
 static struct jb_scan_rules *rules;
 

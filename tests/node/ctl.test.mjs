@@ -158,7 +158,7 @@ test('the official MCP SDK client works through jailboxctl mcp-bridge: initializ
   try {
     assert.equal(client.getServerVersion().name, 'jailbox');
     const { tools } = await client.listTools();
-    assert.deepEqual(tools.map((t) => t.name).sort(), ['delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
     for (const t of tools) assert.equal(t.inputSchema.type, 'object', t.name);
 
     const listed = await client.callTool({ name: 'list', arguments: { path: '.', recursive: true } });
@@ -575,10 +575,29 @@ test('the bridge and watch reconnect after the connection is cut, and carry on',
   assert.doesNotMatch(bridgeErr + werr, SANITIZER);
 });
 
+test('open --image: the session\'s sandbox image, a name outside the allowlist refused (exit 1, 400)', async () => {
+  const name = 'ws-img-' + Math.random().toString(36).slice(2);
+  mkdirSync(join(srv.wsroot, name), { recursive: true });
+  let r = await ctl(['open', '--workspace', name, '--agent', 'ctl-agent', '--image', 'debian:12', '--json'],
+    { token: srv.serviceToken });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /400/);
+  assert.match(r.stderr, /JAILBOX_SANDBOX_IMAGES/);
+  // JAILBOX_SANDBOX_IMAGE is always allowed; the answer and status name the image
+  r = await ctl(['open', '--workspace', name, '--agent', 'ctl-agent', '--image', IMAGE], { token: srv.serviceToken });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`image ${IMAGE}\\)`));
+  const job = r.stdout.match(/^opened (\S+)/)[1];
+  r = await ctl(['status', job], { token: srv.serviceToken });
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`\\n  image +${IMAGE}\\n`));
+  await srv.req('POST', `/v1/jailbox/${job}/abort`, { token: srv.serviceToken });
+});
+
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
-  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'pause', 'resume', 'abort', 'accept',
+  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'pause', 'resume', 'abort', 'accept',
     'changes', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
     'token create', 'mcp-bridge'];
   for (const v of verbs) {

@@ -61,6 +61,47 @@ test('open: duplicate jobId 409, nothing changed', async () => {
   assert.equal(await countSessions(), n);
 });
 
+test('open: the sandbox image — JAILBOX_SANDBOX_IMAGE by default, a named one from the allowlist', async () => {
+  const d = await srv.open({ jobId: 'img-default', workspace: 'img-default' });
+  assert.equal(d.image, 'jailbox-sandbox:latest');
+  let g = await srv.req('GET', '/v1/jailbox/img-default', { token: srv.serviceToken });
+  assert.equal(g.json.image, 'jailbox-sandbox:latest');
+  // a name without a tag means :latest; the audit's first entry names the image
+  const b = await srv.open({ jobId: 'img-build', workspace: 'img-build', image: 'jailbox-sandbox-build' });
+  assert.equal(b.image, 'jailbox-sandbox-build:latest');
+  g = await srv.req('GET', '/v1/jailbox/img-build', { token: b.buyerToken });
+  assert.equal(g.json.image, 'jailbox-sandbox-build:latest');
+  const a = await srv.db.query(
+    "SELECT jb_audit_details(canonical) AS d FROM audit_entries WHERE job_id = 'img-build' AND seq = 1");
+  assert.equal(a.rows[0].d.image, 'jailbox-sandbox-build:latest');
+  const t = await srv.open({ jobId: 'img-tag', workspace: 'img-tag', image: 'jailbox-sandbox:latest' });
+  assert.equal(t.image, 'jailbox-sandbox:latest');
+});
+
+test('open: an image outside the allowlist or a bad name is 400, nothing created or queued', async () => {
+  const n = await countSessions();
+  const jobs = async () => Number((await srv.db.query('SELECT count(*) FROM launch_jobs')).rows[0].count);
+  const nj = await jobs();
+  mkdirSync(join(srv.wsroot, 'img-refused'));
+  for (const image of ['debian:12', 'jailbox-sandbox-build:other', 'jailbox-sandbox:latest2', 'jailbox-sandbo']) {
+    const r = await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken,
+      body: { agentId: 'a', workspace: 'img-refused', image } });
+    assert.equal(r.status, 400, image);
+    assert.equal(r.json.error.code, 'bad_request', image);
+    assert.match(r.json.error.message, /JAILBOX_SANDBOX_IMAGES/, image);
+    assert.ok(r.json.error.message.includes(`'${image}'`), r.json.error.message);
+  }
+  for (const image of ['', 'a b', '-x', 'x//y', 'a'.repeat(257), 7, null, ['jailbox-sandbox'], 'x\ty']) {
+    const r = await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken,
+      body: { agentId: 'a', workspace: 'img-refused', image } });
+    assert.equal(r.status, 400, JSON.stringify(image));
+    assert.equal(r.json.error.code, 'bad_request', JSON.stringify(image));
+    assert.match(r.json.error.message, /image/, JSON.stringify(image));
+  }
+  assert.equal(await countSessions(), n);
+  assert.equal(await jobs(), nj);
+});
+
 test('open: workspace must resolve under the root', async () => {
   const n = await countSessions();
   symlinkSync('/etc', join(srv.wsroot, 'escape-link'));

@@ -86,7 +86,9 @@ before(async () => {
   pg = await startPostgres(dir);
   redis = await startRedis(dir);
   secrets = sharedSecrets(dir);
-  const common = { pg, redis, secrets, wsroot, env: { JAILBOX_DRAIN_DELAY_MS: '700', JAILBOX_SHUTDOWN_GRACE_MS: '15000' } };
+  // the instances name the image of a session opened without one (JAILBOX_SANDBOX_IMAGE); the
+  // worker checks it against its own allowlist
+  const common = { pg, redis, secrets, wsroot, env: { JAILBOX_DRAIN_DELAY_MS: '700', JAILBOX_SHUTDOWN_GRACE_MS: '15000', JAILBOX_SANDBOX_IMAGE: IMAGE } };
   A = await startInstance('a', dir, common);
   B = await startInstance('b', dir, { ...common, redisUrl: redis.unixUrl }); // A over TCP, B over the Unix socket
   W = await startWorker('worker-1', dir, { pg, secrets, wsroot, env: { JAILBOX_SANDBOX_IMAGE: IMAGE } });

@@ -88,6 +88,10 @@ const clean = [
   { kind: 'path', rule: 'ci_definition', path: 'docs/workflows.md', content: 'on: push\n' },
   { kind: 'path', rule: 'shell_startup', path: 'docs/bashrc.txt', content: 'alias ll="ls -l"\n' },
   { kind: 'binary', rule: 'binary_content', path: 'small.bin', content: b64(Buffer.alloc(100, 0)), encoding: 'base64' },
+  // output-only rules (check `redact`): a file that holds a match is written like any other
+  { kind: 'content', rule: 'netrc_entry', path: 'netrc.txt', content: 'machine example.com login me password s3cr3t-pw\n' },
+  { kind: 'content', rule: 'kubeconfig_token', path: 'kube.yaml', content: 'users:\n- user:\n    token: abcdefghijklmnop0123456789\n' },
+  { kind: 'content', rule: 'aws_secret_key', path: 'aws.ini', content: 'aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n' },
 ];
 
 test('the samples cover every rule of deploy/scan-rules, flagged and clean, and every kind of check', () => {
@@ -95,9 +99,16 @@ test('the samples cover every rule of deploy/scan-rules, flagged and clean, and 
     .map((l) => l.trim()).filter((l) => l && !l.startsWith('#')).map((l) => l.split(/\s+/));
   assert.ok(rules.length >= 10);
   for (const [id, , check] of rules) {
+    if (check === 'redact') { // exec output only (exec.test.mjs redacts them): never refuses a write
+      assert.ok(!flagged.some((f) => f.rule === id), id);
+      // private_key_block's text always holds a private_key match, which is refused
+      if (id !== 'private_key_block') assert.ok(clean.some((c) => c.rule === id), `no clean sample for ${id}`);
+      continue;
+    }
     assert.ok(flagged.some((f) => f.rule === id), `no flagged sample for ${id}`);
     assert.ok(clean.some((c) => c.rule === id), `no clean sample for ${id}`);
-    const kind = check === 'builtin:binary' ? 'binary' : check;
+    // a secret is a content check whose matches exec's output also redacts
+    const kind = check === 'builtin:binary' ? 'binary' : check === 'secret' ? 'content' : check;
     assert.ok(flagged.some((f) => f.rule === id && f.kind === kind), `${id}: kind ${kind}`);
   }
   for (const kind of ['content', 'path', 'binary']) assert.ok(clean.some((c) => c.kind === kind));

@@ -27,12 +27,14 @@ export function toolFailure(r) {
 }
 
 // Starts dockerd (if needed), builds the sandbox image `image` from the shim next to
-// JAILBOXD, and a jailboxd with one worker and `env`. Returns the kit bound to that server.
-export async function startSandboxServer(image, env = {}) {
+// JAILBOXD (with the host binaries `extra`, "/HOST/PATH[:/IMAGE/PATH]", added: build.sh
+// --extra), and a jailboxd with one worker and `env`. Returns the kit bound to that server.
+export async function startSandboxServer(image, env = {}, extra = []) {
   image += process.env.JB_IMAGE_SUFFIX ?? ''; // keeps the images of parallel checkouts apart
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
-    ['--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', image], { stdio: 'inherit' });
+    ['--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', image, ...extra.flatMap((x) => ['--extra', x])],
+    { stdio: 'inherit' });
   const srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: image, ...env });
   const kit = agentKit(srv);
   await kit.waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));

@@ -61,10 +61,12 @@ export function control(sock, msg, timeoutMs = 60000) {
 
 // a jailboxd with one worker, the sandbox image `image` built from `shim` (a binary next to
 // jailboxd), and the worker's control socket at srv.ctl
-export async function startJail({ image, shim = 'jailbox-shim-test', env = {} }) {
+// (`extra`: host binaries added to the image, as build.sh --extra takes them)
+export async function startJail({ image, shim = 'jailbox-shim-test', env = {}, extra = [] }) {
   image += process.env.JB_IMAGE_SUFFIX ?? ''; // keeps the images of parallel checkouts apart
   execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
-  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'), ['--shim', join(dirname(JAILBOXD), shim), '--tag', image],
+  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
+    ['--shim', join(dirname(JAILBOXD), shim), '--tag', image, ...extra.flatMap((x) => ['--extra', x])],
     { stdio: 'inherit' });
   const ctl = join(tmpdir(), 'jbctl-' + Math.random().toString(36).slice(2) + '.sock');
   const srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_WORKER_CONTROL: ctl, JAILBOX_SANDBOX_IMAGE: image, ...env });

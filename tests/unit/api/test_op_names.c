@@ -40,13 +40,14 @@ static void tool_unknown(void **state) {
   assert_null(jb_tool_name((enum jb_tool) - 7));
 }
 
-/* exactly write, edit, mkdir, move and delete change the workspace (and are supervised) */
+/* exactly write, edit, mkdir, move, delete and exec may change the workspace (and are
+ * supervised) */
 static void tool_mutates(void **state) {
   (void)state;
   for (int t = 0; t < JB_TOOL_COUNT; t++) {
     const char *n = jb_tool_name((enum jb_tool)t);
     bool want = !strcmp(n, "write") || !strcmp(n, "edit") || !strcmp(n, "mkdir") ||
-                !strcmp(n, "move") || !strcmp(n, "delete");
+                !strcmp(n, "move") || !strcmp(n, "delete") || !strcmp(n, "exec");
     assert_int_equal(jb_tool_mutates((enum jb_tool)t), want);
   }
   assert_false(jb_tool_mutates(JB_TOOL_UNKNOWN));

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 
 /* Decodes `json` for `tool`: true when accepted; *code and msg otherwise. */
 static bool decode(enum jb_tool tool, const char *json, int *code, char *msg) {
-  json_t *a = json_loads(json, 0, NULL);
+  json_t *a = json_loads(json, JSON_ALLOW_NUL, NULL);
   assert_non_null(a);
   struct op_args_view v;
   *code = 0;
@@ -65,6 +66,7 @@ static void every_tool_valid(void **state) {
   accepts(JB_TOOL_DELETE, "{\"path\":\"a\",\"recursive\":true}");
   accepts(JB_TOOL_DONE, "{}");
   accepts(JB_TOOL_DONE, "{\"summary\":\"ok\"}");
+  accepts(JB_TOOL_EXEC, "{\"argv\":[\"true\"]}");
 }
 
 static void unknown_and_types(void **state) {
@@ -172,12 +174,13 @@ static void sizes(void **state) {
 static void paths(void **state) {
   (void)state;
   struct op_path_verdict v;
-  /* the root: a path of the directory tools only; never deletable */
+  /* the root: a path of the directory tools (and exec's cwd) only; never deletable */
   assert_true(op_path_passes(".", 1, JB_TOOL_LIST, NULL, NULL, &v));
   assert_true(op_path_passes(".", 1, JB_TOOL_FIND, NULL, NULL, &v));
   assert_true(op_path_passes(".", 1, JB_TOOL_SEARCH, NULL, NULL, &v));
   for (int t = 0; t < JB_TOOL_COUNT; t++) {
-    if (t == JB_TOOL_LIST || t == JB_TOOL_FIND || t == JB_TOOL_SEARCH) continue;
+    if (t == JB_TOOL_LIST || t == JB_TOOL_FIND || t == JB_TOOL_SEARCH || t == JB_TOOL_EXEC)
+      continue;
     assert_false(op_path_passes(".", 1, (enum jb_tool)t, NULL, NULL, &v));
     assert_int_equal(v.syntax, JB_PATH_DOT);
   }
@@ -246,6 +249,136 @@ static void shim_names(void **state) {
   json_decref(ex);
 }
 
+/* exec: argv or command (exactly one), the limits, the env deny-list, the timeout within the
+ * setting, cwd as the path, and the worker's arguments. */
+static void exec_args(void **state) {
+  (void)state;
+  accepts(JB_TOOL_EXEC, "{\"argv\":[\"echo\",\"hi\"]}");
+  accepts(JB_TOOL_EXEC,
+          "{\"command\":\"make -j2 && make test\",\"cwd\":\"src\",\"env\":{\"CC\":\"gcc\","
+          "\"_X1\":\"\"},\"stdin\":\"abc\",\"timeoutSec\":600,\"maxOutputBytes\":0,"
+          "\"writable\":true}");
+  refuses(JB_TOOL_EXEC, "{}", JB_MCP_INVALID, "exactly one of 'argv'");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"a\"],\"command\":\"b\"}", JB_MCP_INVALID, "exactly one");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[]}", JB_MCP_INVALID, "non-empty array");
+  refuses(JB_TOOL_EXEC, "{\"argv\":\"ls\"}", JB_MCP_INVALID, "non-empty array");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"\"]}", JB_MCP_INVALID, "argv[0] is empty");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\",3]}", JB_MCP_INVALID, "argv[1] must be a string");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\",\"a\\u0000b\"]}", JB_MCP_INVALID, "NUL");
+  refuses(JB_TOOL_EXEC, "{\"command\":\"\"}", JB_MCP_INVALID, "non-empty string");
+  refuses(JB_TOOL_EXEC, "{\"command\":\"ls\\u0000\"}", JB_MCP_INVALID, "NUL");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"shell\":true}", JB_MCP_INVALID,
+          "unknown argument 'shell'");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"timeoutSec\":0}", JB_MCP_INVALID, "from 1");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"timeoutSec\":601}", JB_MCP_INVALID, "to 600");
+  jb_op_set_exec_max_timeout(3600);
+  accepts(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"timeoutSec\":3600}");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"timeoutSec\":3601}", JB_MCP_INVALID, "to 3600");
+  jb_op_set_exec_max_timeout(600);
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"maxOutputBytes\":8388609}", JB_MCP_INVALID,
+          "to 8388608");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"writable\":1}", JB_MCP_INVALID, "boolean");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"cwd\":5}", JB_MCP_INVALID, "'cwd' must be");
+  /* env: names, the deny-list (a refusal by policy), values */
+  static const char *const denied[] = {
+      "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "HOME", "BASH_ENV", "ENV", "PS4",
+      "BASH_FUNC_ls%%", "GLIBC_TUNABLES", "PYTHONPATH", "NODE_OPTIONS", "PERL5OPT", "MAKEFLAGS",
+      "GIT_CONFIG_COUNT", "GIT_SSH_COMMAND", "JAILBOX_X", "MALLOC_CHECK_",
+      /* more variables whose values add code or pick a
+                                        * program (the exec review) */
+      "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LUA_INIT",
+      "LUA_PATH_5_4", "PERL5DB", "PYTHONWARNINGS", "PHPRC", "PHP_INI_SCAN_DIR", "GOFLAGS",
+      "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "GCC_EXEC_PREFIX", "COMPILER_PATH",
+      "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES", "TAR_OPTIONS", "EDITOR", "VISUAL",
+      "PAGER", "GIT_SEQUENCE_EDITOR", "LESSOPEN", "LESSCLOSE", "ZDOTDIR", "DOTNET_STARTUP_HOOKS",
+      "npm_config_node_options", "NPM_CONFIG_SCRIPT_SHELL"};
+  for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
+    char j[200];
+    snprintf(j, sizeof j, "{\"argv\":[\"ls\"],\"env\":{\"%s\":\"x\"}}", denied[i]);
+    bool name_ok = !strchr(denied[i], '%');
+    refuses(JB_TOOL_EXEC, j, name_ok ? JB_MCP_DENIED : JB_MCP_INVALID,
+            name_ok ? "may not be set" : "not a variable name");
+  }
+  assert_null(op_exec_env_denied("CC"));
+  assert_null(op_exec_env_denied("LANG"));
+  assert_null(op_exec_env_denied("PATHX")); /* whole names are whole */
+  assert_null(op_exec_env_denied("GIT_AUTHOR_NAME"));
+  assert_string_equal(op_exec_env_denied("LD_PRELOAD"), "LD_");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"1A\":\"x\"}}", JB_MCP_INVALID,
+          "not a variable name");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"A-B\":\"x\"}}", JB_MCP_INVALID,
+          "not a variable name");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"A\":1}}", JB_MCP_INVALID,
+          "must be a string");
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":[\"A=1\"]}", JB_MCP_INVALID, "object");
+  /* sizes: argv items and bytes, stdin, env bytes */
+  json_t *a = json_pack("{s:[]}", "argv");
+  for (int i = 0; i < 257; i++) json_array_append_new(json_object_get(a, "argv"), json_string("x"));
+  struct op_args_view v;
+  int code;
+  char msg[300];
+  assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_int_equal(code, JB_MCP_INVALID);
+  assert_non_null(strstr(msg, "at most 256"));
+  json_array_remove(json_object_get(a, "argv"), 0);
+  assert_true(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_string_equal(v.path, "."); /* no cwd: the root */
+  json_decref(a);
+  char *big = malloc(OP_EXEC_STDIN_MAX + 2);
+  assert_non_null(big);
+  memset(big, 'a', OP_EXEC_STDIN_MAX + 1);
+  big[OP_EXEC_STDIN_MAX + 1] = '\0';
+  a = json_pack("{s:[s],s:s%}", "argv", "cat", "stdin", big, (size_t)OP_EXEC_STDIN_MAX);
+  assert_true(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  json_object_set_new(a, "stdin", json_string(big));
+  assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_int_equal(code, JB_MCP_TOO_LARGE);
+  json_object_del(a, "stdin");
+  json_object_set_new(a, "argv", json_pack("[s,s%]", "echo", big, (size_t)OP_EXEC_ARGS_BYTES));
+  assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_int_equal(code, JB_MCP_TOO_LARGE);
+  json_object_set_new(a, "argv", json_pack("[s]", "env"));
+  json_object_set_new(a, "env", json_pack("{s:s%}", "BIG", big, (size_t)OP_EXEC_ARGS_BYTES));
+  assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_int_equal(code, JB_MCP_TOO_LARGE);
+  json_decref(a);
+  free(big);
+  /* cwd is the path the path rules judge; the root is allowed */
+  a = json_pack("{s:[s],s:s}", "argv", "ls", "cwd", "src/lib");
+  assert_true(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
+  assert_string_equal(v.path, "src/lib");
+  json_decref(a);
+  struct op_path_verdict pv;
+  assert_true(op_path_passes(".", 1, JB_TOOL_EXEC, NULL, NULL, &pv));
+  assert_false(op_path_passes("../x", 4, JB_TOOL_EXEC, NULL, NULL, &pv));
+  assert_int_equal(pv.syntax, JB_PATH_DOTDOT);
+  /* the worker's arguments: command through /bin/sh -c, the defaults filled in */
+  a = json_pack("{s:s,s:{s:s}}", "command", "echo $X", "env", "X", "1");
+  json_t *w = op_shim_args(JB_TOOL_EXEC, a, NULL);
+  json_t *want = json_pack("[s,s,s]", "/bin/sh", "-c", "echo $X");
+  assert_true(json_equal(json_object_get(w, "argv"), want));
+  assert_string_equal(json_string_value(json_object_get(w, "cwd")), ".");
+  assert_int_equal(json_integer_value(json_object_get(w, "timeoutMs")), 120000);
+  assert_int_equal(json_integer_value(json_object_get(w, "maxOutputBytes")), 1048576);
+  assert_true(json_is_false(json_object_get(w, "writable")));
+  assert_string_equal(json_string_value(json_object_get(json_object_get(w, "env"), "X")), "1");
+  assert_null(json_object_get(w, "stdin"));
+  json_decref(want);
+  json_decref(w);
+  json_decref(a);
+  a = json_pack("{s:[s,s],s:s,s:i,s:i,s:b,s:s}", "argv", "ls", "-l", "cwd", "src", "timeoutSec", 5,
+                "maxOutputBytes", 10, "writable", 1, "stdin", "in");
+  w = op_shim_args(JB_TOOL_EXEC, a, NULL);
+  assert_true(json_equal(json_object_get(w, "argv"), json_object_get(a, "argv")));
+  assert_int_equal(json_integer_value(json_object_get(w, "timeoutMs")), 5000);
+  assert_int_equal(json_integer_value(json_object_get(w, "maxOutputBytes")), 10);
+  assert_true(json_is_true(json_object_get(w, "writable")));
+  assert_string_equal(json_string_value(json_object_get(w, "stdin")), "in");
+  assert_null(json_object_get(w, "command"));
+  json_decref(w);
+  json_decref(a);
+}
+
 static void described(void **state) {
   (void)state;
   json_t *tools = jb_tools_describe();
@@ -298,6 +431,7 @@ int main(void) {
       cmocka_unit_test(sizes),
       cmocka_unit_test(paths),
       cmocka_unit_test(shim_names),
+      cmocka_unit_test(exec_args),
       cmocka_unit_test(described),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

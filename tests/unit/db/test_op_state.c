@@ -1,6 +1,7 @@
 /* test_op_state.c — the op states (db/ops.h enum jb_op_state): each one's name is the text
- * of the ops.state column (migration 001's CHECK list, read from the migration itself), and a
- * name that is none of them is JB_OP_UNKNOWN. */
+ * of the ops.state column (the CHECK list of migration 001 and of migration 020, which adds
+ * running, read from the migrations themselves), and a name that is none of them is
+ * JB_OP_UNKNOWN. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,8 +14,9 @@
 
 static void names_round_trip(void **state) {
   (void)state;
-  static const char *const want[] = {"pending", "approved", "rejected", "done", "failed"};
-  for (int st = JB_OP_PENDING; st <= JB_OP_FAILED; st++) {
+  static const char *const want[] = {"pending", "approved", "rejected",
+                                     "done",    "failed",   "running"};
+  for (int st = JB_OP_PENDING; st <= JB_OP_RUNNING; st++) {
     assert_string_equal(jb_op_state_name((enum jb_op_state)st), want[st]);
     assert_int_equal(jb_op_state_from_name(want[st]), st);
   }
@@ -30,7 +32,7 @@ static void anything_else_is_unknown(void **state) {
   assert_int_equal(jb_op_state_from_name("Done"), JB_OP_UNKNOWN);
   assert_int_equal(jb_op_state_from_name("done "), JB_OP_UNKNOWN);
   assert_null(jb_op_state_name(JB_OP_UNKNOWN));
-  assert_null(jb_op_state_name((enum jb_op_state)(JB_OP_FAILED + 1)));
+  assert_null(jb_op_state_name((enum jb_op_state)(JB_OP_RUNNING + 1)));
 }
 
 /* The CHECK of ops.state in migrations/001_initial_schema.sql lists exactly the enum's names,
@@ -49,6 +51,22 @@ static void the_column_holds_these(void **state) {
   for (int st = JB_OP_PENDING; st <= JB_OP_FAILED; st++)
     snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", st ? ", " : "",
              jb_op_state_name((enum jb_op_state)st));
+  strcat(want, "))");
+  assert_memory_equal(check, want, strlen(want));
+  /* migration 020: the same list with running after approved */
+  f = fopen(JB_SOURCE_DIR "/migrations/020_exec.sql", "r");
+  assert_non_null(f);
+  check = NULL;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, "CHECK (state IN ('pending'") && (check = strstr(line, "IN ("))) break;
+  fclose(f);
+  assert_non_null(check);
+  static const enum jb_op_state order[] = {JB_OP_PENDING,  JB_OP_APPROVED, JB_OP_RUNNING,
+                                           JB_OP_REJECTED, JB_OP_DONE,     JB_OP_FAILED};
+  snprintf(want, sizeof want, "IN (");
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+    snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", i ? ", " : "",
+             jb_op_state_name(order[i]));
   strcat(want, "))");
   assert_memory_equal(check, want, strlen(want));
 }

@@ -36,6 +36,8 @@ static void defaults(void **state) {
   assert_string_equal(c.database_url, "");
   assert_int_equal(c.max_body_bytes, 1048576);
   assert_int_equal(c.http_threads, 4);
+  assert_string_equal(c.sandbox_image, "jailbox-sandbox:latest");
+  assert_string_equal(c.sandbox_images, "jailbox-sandbox:latest,jailbox-sandbox-build:latest");
   jb_config_free(&c);
 }
 
@@ -85,6 +87,21 @@ static void bad_values(void **state) {
   set_env(0, "JAILBOX_LOG_LEVEL", "loud");
   assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
   assert_non_null(strstr(err.msg, "JAILBOX_LOG_LEVEL"));
+  jb_config_free(&c);
+
+  set_env(0, "JAILBOX_SANDBOX_IMAGES", "jailbox-sandbox, bad;image");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
+  assert_non_null(strstr(err.msg, "JAILBOX_SANDBOX_IMAGES"));
+  jb_config_free(&c);
+
+  set_env(0, "JAILBOX_SANDBOX_IMAGES", " , ");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
+  assert_non_null(strstr(err.msg, "JAILBOX_SANDBOX_IMAGES"));
+  jb_config_free(&c);
+
+  set_env(0, "JAILBOX_SANDBOX_IMAGE", "-x");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
+  assert_non_null(strstr(err.msg, "JAILBOX_SANDBOX_IMAGE"));
   jb_config_free(&c);
 }
 

@@ -1,7 +1,9 @@
-/* scan.c — the content scanner of writes: the rules-file parser and the matcher (see scan.h). */
+/* scan.c — the content scanner: the rules-file parser and the matcher of writes (see scan.h);
+ * the redactor of command output (redact.c) matches the same compiled rules. */
 #define _GNU_SOURCE
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "api/agent/scan.h"
+#include "lib/scan.h"
+#include "lib/scan_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,20 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-struct rule {
-  char id[JB_SCAN_ID_MAX + 1];
-  const char *severity; /* one of severities[] */
-  enum jb_scan_check check;
-  pcre2_code *code; /* JB_SCAN_CONTENT, JB_SCAN_PATH */
-  size_t threshold; /* JB_SCAN_BINARY, bytes */
-};
-
-struct jb_scan_rules {
-  struct rule *rules;
-  size_t n;
-  pcre2_match_context *mctx; /* the limits; read-only once built, so shared by threads */
-};
 
 static const char *const severities[] = {"low", "medium", "high", "critical", NULL};
 
@@ -126,12 +114,16 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
     out->check = JB_SCAN_PATH;
   } else if (n == 14 && !memcmp(w, "builtin:binary", 14)) {
     out->check = JB_SCAN_BINARY;
+  } else if (n == 6 && !memcmp(w, "secret", 6)) {
+    out->check = JB_SCAN_SECRET;
+  } else if (n == 6 && !memcmp(w, "redact", 6)) {
+    out->check = JB_SCAN_REDACT;
   } else {
     if (n)
-      snprintf(msg, msglen, "unknown check '%.*s' (content, path, builtin:binary)",
+      snprintf(msg, msglen, "unknown check '%.*s' (content, secret, redact, path, builtin:binary)",
                (int)(n > 64 ? 64 : n), w);
     else
-      snprintf(msg, msglen, "check missing (content, path, builtin:binary)");
+      snprintf(msg, msglen, "check missing (content, secret, redact, path, builtin:binary)");
     return -1;
   }
   while (p < end && is_blank(*p)) p++;
@@ -179,12 +171,17 @@ static int parse_rule(const struct jb_scan_rules *set, const char *line, size_t 
     snprintf(msg, msglen, "bad pattern at offset %zu: %s", (size_t)eo, (const char *)em);
     return -1;
   }
-  (void)pcre2_jit_compile(out->code, PCRE2_JIT_COMPLETE); /* no JIT here: the interpreter runs */
+  /* no JIT here: the interpreter runs; the redactor matches partially (lib/redact.c) */
+  (void)pcre2_jit_compile(
+      out->code, PCRE2_JIT_COMPLETE | (out->check == JB_SCAN_SECRET || out->check == JB_SCAN_REDACT
+                                           ? PCRE2_JIT_PARTIAL_HARD
+                                           : 0));
   char why[160];
   int m = match(set, out->code, (const unsigned char *)"", 0, why, sizeof why);
   if (m != 0) {
     snprintf(msg, msglen,
-             m > 0 ? "the pattern matches the empty string: it would flag every write"
+             m > 0 ? "the pattern matches the empty string: it would flag every write (or redact "
+                     "every output)"
                    : "the pattern fails on the empty string: %s",
              why);
     pcre2_code_free(out->code);
@@ -316,7 +313,10 @@ json_t *jb_scan_run(const struct jb_scan_rules *r, const char *path, const unsig
       case JB_SCAN_PATH:
         m = match(r, ru->code, (const unsigned char *)path, strlen(path), why, sizeof why);
         break;
+      case JB_SCAN_REDACT: /* output only (redact.c) */
+        break;
       case JB_SCAN_CONTENT:
+      case JB_SCAN_SECRET:
         m = match(r, ru->code, data, len, why, sizeof why);
         if (m == 0 && squeezed) m = match(r, ru->code, squeezed, slen, why, sizeof why);
         break;
@@ -348,12 +348,14 @@ void jb_scan_use(struct jb_scan_rules *r) {
   in_use = r;
 }
 
+const struct jb_scan_rules *jb_scan_rules_in_use(void) {
+  if (in_use) return in_use;
+  pthread_once(&embedded_once, load_embedded);
+  return embedded;
+}
+
 json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len) {
-  const struct jb_scan_rules *r = in_use;
-  if (!r) {
-    pthread_once(&embedded_once, load_embedded);
-    r = embedded;
-  }
+  const struct jb_scan_rules *r = jb_scan_rules_in_use();
   if (!r)
     return json_pack("[{s:s, s:s, s:s}]", "rule", "scanner_unavailable", "severity", "critical",
                      "error", "the embedded rules do not parse");

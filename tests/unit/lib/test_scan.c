@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "api/agent/diff.h"
-#include "api/agent/scan.h"
+#include "lib/scan.h"
 
 /* ---------- the parser ---------- */
 
@@ -356,6 +356,7 @@ static void every_rule_has_samples(void **state) {
   assert_int_equal(jb_scan_rules_load(NULL, &r, &err), 0);
   for (size_t k = 0; k < jb_scan_rules_count(r); k++) {
     const char *id = jb_scan_rule_id(r, k);
+    if (jb_scan_rule_check(r, k) == JB_SCAN_REDACT) continue; /* no write: test_redact.c */
     int flagged = 0, clean = 0;
     for (size_t i = 0; i < N_SAMPLES; i++)
       if (!strcmp(samples[i].rule, id)) samples[i].flagged ? flagged++ : clean++;

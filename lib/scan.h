@@ -1,10 +1,11 @@
-/* scan.h — the content scanner of writes: a rule set read from a rules file
- * (deploy/scan-rules, embedded at build time; JAILBOX_SCAN_RULES names another one), matched
- * with PCRE2 (https://www.pcre.org/current/doc/html/pcre2api.html). The grammar of the file is
- * described at its top. Paths are checked with lib/pathcheck.h first; exclusion globs are
+/* scan.h — the content scanner: a rule set read from a rules file (deploy/scan-rules, embedded
+ * at build time; JAILBOX_SCAN_RULES names another one), matched with PCRE2
+ * (https://www.pcre.org/current/doc/html/pcre2api.html) against the writes jailboxd is asked
+ * for (here) and against the output of commands the worker runs (lib/redact.h: `secret` and
+ * `redact` rules). The grammar of the file is described at its top. Paths are checked with lib/pathcheck.h first; exclusion globs are
  * there too (jb_path_excluded). */
-#ifndef JB_API_SCAN_H
-#define JB_API_SCAN_H
+#ifndef JB_LIB_SCAN_H
+#define JB_LIB_SCAN_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -24,6 +25,8 @@ enum jb_scan_check {
   JB_SCAN_CONTENT, /* a PCRE2 pattern over the content (and the content without NUL bytes) */
   JB_SCAN_PATH, /* a PCRE2 pattern over the workspace-relative path */
   JB_SCAN_BINARY, /* builtin:binary — a NUL byte in content longer than a threshold */
+  JB_SCAN_SECRET, /* a content pattern whose matches are also redacted from command output */
+  JB_SCAN_REDACT, /* a pattern whose matches are redacted from command output; no write check */
 };
 
 struct jb_scan_rules; /* a parsed, compiled rule set; immutable, shared by threads */
@@ -52,7 +55,7 @@ const char *jb_scan_rule_id(const struct jb_scan_rules *r, size_t i);
 enum jb_scan_check jb_scan_rule_check(const struct jb_scan_rules *r, size_t i);
 const char *jb_scan_rule_severity(const struct jb_scan_rules *r, size_t i);
 
-/* Scans a proposed write of `len` bytes at `data` to `path` (NUL-terminated) with `r`.
+/* Scans a proposed write (with the rules of every check but `redact`) of `len` bytes at `data` to `path` (NUL-terminated) with `r`.
  * Returns a new JSON array of findings, one per rule that matched, in rule order:
  * {"rule": id, "severity": s} — empty when the write is clean. A pattern that stops at
  * PCRE2's match, depth or heap limit, or fails otherwise, counts as matched (fail closed)
@@ -64,6 +67,10 @@ json_t *jb_scan_run(const struct jb_scan_rules *r, const char *path, const unsig
 /* Makes `r` (owned from now on) the rule set jb_scan_content uses; call before threads that
  * scan start. Without a call, jb_scan_content uses the embedded rules. */
 void jb_scan_use(struct jb_scan_rules *r);
+
+/* The rule set of jb_scan_use, else the embedded rules (parsed on first use); borrowed, valid
+ * for the process's life. NULL when even the embedded rules cannot be had. Thread-safe. */
+const struct jb_scan_rules *jb_scan_rules_in_use(void);
 
 /* jb_scan_run with the rule set of jb_scan_use (or the embedded rules, parsed on first use).
  * If even the embedded rules cannot be had, every write is flagged by "scanner_unavailable". */

@@ -1,0 +1,933 @@
+/* spawner.c — the spawner (see spawner.h): its request loop, the jail it builds per command
+ * (bwrap with new pid/ipc/uts/mount namespaces, the image's /usr, /bin, /lib* and a few /etc
+ * files read-only, the workspace read-only unless writable, its own /tmp, the exec filter,
+ * setpriv to uid 65534 with no capabilities and no_new_privs, then the helper), the limits
+ * (wall clock, output caps, RLIMIT_FSIZE, RLIMIT_NPROC), signals to a command's whole tree,
+ * and the helper that applies the request's environment inside the jail. */
+#define _GNU_SOURCE
+#include "sandbox/shim/spawner.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/line.h"
+#include "lib/pathcheck.h"
+#include "sandbox/proto/shim.h"
+
+#define BWRAP "/usr/bin/bwrap"
+#define SETPRIV "/usr/bin/setpriv"
+#define WORKSPACE "/workspace"
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the channel -------------------------------------------------------------------------- */
+
+static int chan_fd = -1;
+static bool chan_dead;
+
+/* Sends `o` (stolen) as one line; a channel that cannot take it within 30 s is given up. */
+static void send_obj(json_t *o) {
+  if (!o) return;
+  if (!chan_dead) {
+    jb_error err = {0};
+    if (jb_line_write_json(chan_fd, o, JB_SPAWNER_MAX_LINE, 30000, &err) < 0) chan_dead = true;
+  }
+  json_decref(o);
+}
+
+static void send_error(json_t *id, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void send_error(json_t *id, const char *code, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  send_obj(json_pack("{s:O, s:b, s:{s:s, s:s}}", "id", id ? id : json_null(), "ok", 0, "error",
+                     "code", code, "message", msg));
+}
+
+/* ---- children and SIGCHLD ----------------------------------------------------------------- */
+
+static int sig_pipe[2] = {-1, -1};
+
+static void on_sigchld(int sig) {
+  (void)sig;
+  int e = errno;
+  if (write(sig_pipe[1], "c", 1) < 0) {} /* a full pipe already wakes the loop */
+  errno = e;
+}
+
+/* ---- one command -------------------------------------------------------------------------- */
+
+struct cmd {
+  bool running;
+  json_t *id;
+  pid_t bwrap; /* our child */
+  pid_t init; /* the jail's pid 1, as this pid namespace numbers it (0: not known yet) */
+  int fd[2]; /* read ends of stdout, stderr (-1: ended) */
+  int status_fd; /* bwrap --json-status-fd, read end (-1: ended) */
+  char status_buf[1024];
+  size_t status_len;
+  long long seq;
+  long long max_out;
+  long long bytes[2];
+  bool trunc[2];
+  long long start, deadline;
+  const char *killed_by; /* NULL, "timeout", "signal" */
+  bool exited;
+  int wstatus;
+  long long drain_until; /* after bwrap ended: how long the pipes may still be read */
+};
+
+static struct cmd cur = {.fd = {-1, -1}, .status_fd = -1};
+
+/* The jail's pid 1 from bwrap's JSON status ({"child-pid": N, …}). */
+static void read_status(void) {
+  if (cur.status_fd < 0) return;
+  ssize_t n = read(cur.status_fd, cur.status_buf + cur.status_len,
+                   sizeof cur.status_buf - 1 - cur.status_len);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    close(cur.status_fd);
+    cur.status_fd = -1;
+    return;
+  }
+  cur.status_len += (size_t)n;
+  cur.status_buf[cur.status_len] = '\0';
+  if (!cur.init) {
+    const char *p = strstr(cur.status_buf, "\"child-pid\"");
+    if (p && (p = strchr(p, ':'))) cur.init = (pid_t)strtol(p + 1, NULL, 10);
+  }
+  if (cur.status_len >= sizeof cur.status_buf - 1) cur.status_len = 0; /* only the first matters */
+}
+
+/* The parent of process `pid` from /proc/PID/stat, or -1. */
+static pid_t parent_of(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  if (!p) return -1;
+  char state;
+  int ppid;
+  return sscanf(p + 1, " %c %d", &state, &ppid) == 2 ? (pid_t)ppid : -1;
+}
+
+/* Sends `sig` to the running command's whole tree. SIGKILL goes to the jail's pid 1 (whose end
+ * ends the pid namespace and every process in it) and to bwrap (--die-with-parent takes the
+ * pid 1 along): both run as root, which this process is. Stop and continue go to every
+ * descendant of the jail's pid 1 — inside the jail's pid namespace an orphan is adopted by its
+ * pid 1, so they are every process of the command — found from /proc's parent links in passes
+ * until a pass finds no new one. They run as uid 65534 and this process holds no CAP_KILL (the
+ * container has SYS_ADMIN, SETPCAP, SETUID, SETGID only), so the signals are sent by a child
+ * that first becomes uid 65534 (an unprivileged sender may signal its own uid's processes).
+ * The jail's pid 1 (bwrap's reaper, root) is not stopped: bwrap ends when it is. 0, or -1. */
+static int signal_tree(int sig) {
+  if (!cur.running) return -1;
+  if (!cur.init) {
+    /* the status line has not been read yet: look for it now */
+    struct pollfd pf = {.fd = cur.status_fd, .events = POLLIN};
+    for (int i = 0; i < 50 && !cur.init && cur.status_fd >= 0; i++)
+      if (poll(&pf, 1, 20) > 0) read_status();
+  }
+  if (sig == SIGKILL) {
+    if (cur.init > 0) kill(cur.init, SIGKILL);
+    kill(cur.bwrap, SIGKILL);
+    return 0;
+  }
+  if (cur.init <= 0) return -1;
+  pid_t child = fork();
+  if (child < 0) return -1;
+  if (child == 0) {
+    if (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0) _exit(1);
+    enum { MAXP = 4096 };
+    static pid_t tree[MAXP];
+    size_t n = 0;
+    tree[n++] = cur.init;
+    for (int pass = 0; pass < 8; pass++) {
+      size_t before = n;
+      DIR *d = opendir("/proc");
+      if (!d) _exit(1);
+      struct dirent *e;
+      while ((e = readdir(d)) && n < MAXP) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        pid_t p = (pid_t)atoi(e->d_name);
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
+        if (known) continue;
+        pid_t pp = parent_of(p);
+        for (size_t i = 0; i < n; i++)
+          if (tree[i] == pp) {
+            tree[n++] = p;
+            kill(p, sig);
+            break;
+          }
+      }
+      closedir(d);
+      if (n == before) break;
+      /* a continue must not miss one stopped between passes */
+      if (sig == SIGCONT)
+        for (size_t i = 1; i < before; i++) kill(tree[i], sig);
+    }
+    _exit(n > 1 ? 0 : 2);
+  }
+  int st = 0;
+  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* ---- the jail's arguments ------------------------------------------------------------------ */
+
+struct args {
+  char **v;
+  size_t n, cap;
+};
+
+static void add(struct args *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 128;
+    char **v = realloc(a->v, cap * sizeof *v);
+    if (!v) abort(); /* the spawner cannot go on without memory */
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = strdup(s);
+  if (!a->v[a->n - 1]) abort();
+  a->v[a->n] = NULL;
+}
+
+static void addv(struct args *a, const char *const *list) {
+  for (; *list; list++) add(a, *list);
+}
+
+static void args_free(struct args *a) {
+  for (size_t i = 0; i < a->n; i++) free(a->v[i]);
+  free(a->v);
+  memset(a, 0, sizeof *a);
+}
+
+/* `path` of the image into the jail read-only: a symlink as the same symlink, a directory or
+ * file bound; absent: nothing. */
+static void bind_image_path(struct args *a, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0) return;
+  if (S_ISLNK(st.st_mode)) {
+    char t[PATH_MAX];
+    ssize_t n = readlink(path, t, sizeof t - 1);
+    if (n <= 0) return;
+    t[n] = '\0';
+    addv(a, (const char *const[]){"--symlink", t, path, NULL});
+  } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    addv(a, (const char *const[]){"--ro-bind", path, path, NULL});
+  }
+}
+
+/* Top-level directories of the image a command sees (read-only), and the /etc files. */
+static const char *const image_dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                         "/lib32", "/lib64", "/libx32", NULL};
+static const char *const etc_files[] = {"/etc/passwd",
+                                        "/etc/group",
+                                        "/etc/hosts",
+                                        "/etc/nsswitch.conf",
+                                        "/etc/ld.so.cache",
+                                        "/etc/ld.so.conf",
+                                        "/etc/ld.so.conf.d",
+                                        "/etc/alternatives",
+                                        "/etc/localtime",
+                                        "/etc/timezone",
+                                        "/etc/gitconfig",
+                                        "/etc/python3",
+                                        "/etc/python3.11",
+                                        "/etc/mime.types",
+                                        "/etc/protocols",
+                                        "/etc/services",
+                                        NULL};
+
+/* What the jail binds, as the hello reports it (new reference). */
+static json_t *describe_binds(void) {
+  json_t *a = json_array();
+  struct stat st;
+  for (const char *const *p = image_dirs; *p; p++)
+    if (lstat(*p, &st) == 0) json_array_append_new(a, json_string(*p));
+  for (const char *const *p = etc_files; *p; p++)
+    if (lstat(*p, &st) == 0) json_array_append_new(a, json_string(*p));
+  return a;
+}
+
+struct request {
+  json_t *id;
+  json_t *argv, *env;
+  char cwd[JB_PATH_MAX + sizeof WORKSPACE + 2];
+  unsigned char *stdin_data;
+  size_t stdin_len;
+  long long timeout_ms, max_out, fsize, nproc, tmp;
+  bool writable;
+};
+
+/* The command's jail: bwrap, setpriv, the helper, the command. */
+static void jail_args(struct args *a, const struct request *rq, const char *self) {
+  add(a, BWRAP);
+  static const char *const ns[] = {"--unshare-pid",
+                                   "--unshare-ipc",
+                                   "--unshare-uts",
+                                   "--unshare-cgroup-try",
+                                   "--die-with-parent",
+                                   "--new-session",
+                                   NULL};
+  addv(a, ns);
+  /* directories bwrap would make 0700 (not traversable by uid 65534) */
+  for (const char *const *p = image_dirs; *p; p++) {
+    struct stat st;
+    if (lstat(*p, &st) == 0 && S_ISDIR(st.st_mode))
+      addv(a, (const char *const[]){"--perms", "0755", "--dir", *p, NULL});
+    bind_image_path(a, *p);
+  }
+  addv(a, (const char *const[]){"--perms", "0755", "--dir", "/etc", NULL});
+  for (const char *const *p = etc_files; *p; p++) bind_image_path(a, *p);
+  /* the helper, at its own path */
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", self);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir) {
+    *slash = '\0';
+    /* every parent of the helper, 0755 */
+    for (char *q = dir + 1;; q++) {
+      if (*q == '/' || *q == '\0') {
+        char c = *q;
+        *q = '\0';
+        struct stat st;
+        bool exists_in_image_dir = false;
+        for (const char *const *p = image_dirs; *p; p++)
+          if (strncmp(dir, *p, strlen(*p)) == 0 && (dir[strlen(*p)] == '/' || !dir[strlen(*p)]))
+            exists_in_image_dir = true;
+        if (!exists_in_image_dir && stat(dir, &st) == 0)
+          addv(a, (const char *const[]){"--perms", "0755", "--dir", dir, NULL});
+        *q = c;
+        if (!c) break;
+      }
+    }
+  }
+  addv(a, (const char *const[]){"--ro-bind", self, self, NULL});
+  addv(a, (const char *const[]){rq->writable ? "--bind" : "--ro-bind", WORKSPACE, WORKSPACE, NULL});
+  char size[32];
+  snprintf(size, sizeof size, "%lld", rq->tmp);
+  addv(a, (const char *const[]){"--perms",
+                                "1777",
+                                "--size",
+                                size,
+                                "--tmpfs",
+                                "/tmp",
+                                "--proc",
+                                "/proc",
+                                "--dev",
+                                "/dev",
+                                "--remount-ro",
+                                "/",
+                                "--chdir",
+                                rq->cwd,
+                                "--clearenv",
+                                "--setenv",
+                                "PATH",
+                                "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+                                "--setenv",
+                                "HOME",
+                                "/tmp",
+                                "--setenv",
+                                "LANG",
+                                "C.UTF-8",
+                                "--setenv",
+                                "TERM",
+                                "dumb",
+                                "--cap-drop",
+                                "ALL",
+                                "--cap-add",
+                                "CAP_SETUID",
+                                "--cap-add",
+                                "CAP_SETGID",
+                                "--cap-add",
+                                "CAP_SETPCAP",
+                                "--seccomp",
+                                "3",
+                                "--json-status-fd",
+                                "4",
+                                NULL});
+  static const char *const drop[] = {SETPRIV,
+                                     "--reuid",
+                                     "65534",
+                                     "--regid",
+                                     "65534",
+                                     "--clear-groups",
+                                     "--inh-caps=-all",
+                                     "--bounding-set=-all",
+                                     "--no-new-privs",
+                                     "--",
+                                     NULL};
+  addv(a, drop);
+  add(a, self);
+  add(a, "--exec");
+  const char *k;
+  json_t *v;
+  json_object_foreach (rq->env, k, v) {
+    size_t kl = strlen(k), vl = strlen(json_string_value(v));
+    char *kv = malloc(kl + vl + 2);
+    if (!kv) abort();
+    memcpy(kv, k, kl);
+    kv[kl] = '=';
+    memcpy(kv + kl + 1, json_string_value(v), vl + 1);
+    add(a, "--env");
+    add(a, kv);
+    free(kv);
+  }
+  add(a, "--");
+  size_t i;
+  json_array_foreach (rq->argv, i, v) add(a, json_string_value(v));
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+/* A non-negative integer field, `dflt` when absent; -1 when present but not one in [lo, hi]. */
+static long long int_field(const json_t *o, const char *key, long long dflt, long long lo,
+                           long long hi) {
+  json_t *v = json_object_get(o, key);
+  if (!v || json_is_null(v)) return dflt;
+  if (!json_is_integer(v)) return -1;
+  long long x = json_integer_value(v);
+  return x < lo || x > hi ? -1 : x;
+}
+
+/* The checked cwd: `rel` (workspace-relative; "" or "." the root) walked from /workspace
+ * one directory at a time without following a symlink. 0, or -1 with a message in `why`. */
+static int check_cwd(const char *rel, char *out, size_t outlen, char *why, size_t whylen) {
+  if (!rel || !rel[0] || strcmp(rel, ".") == 0) {
+    snprintf(out, outlen, "%s", WORKSPACE);
+    return 0;
+  }
+  enum jb_path_verdict v = jb_path_check(rel, strlen(rel), 0);
+  if (v != JB_PATH_OK) {
+    snprintf(why, whylen, "cwd: %s", jb_path_verdict_text(v));
+    return -1;
+  }
+  int fd = open(WORKSPACE, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    snprintf(why, whylen, "cwd: the workspace cannot be opened: %s", strerror(errno));
+    return -1;
+  }
+  const char *p = rel;
+  while (*p) {
+    size_t n = strcspn(p, "/");
+    char name[JB_PATH_NAME_MAX + 1];
+    memcpy(name, p, n);
+    name[n] = '\0';
+    int next = openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    close(fd);
+    if (next < 0) {
+      snprintf(why, whylen, "cwd: '%s' is not a directory inside the workspace (%s)", name,
+               e == ELOOP || e == ENOTDIR ? "a symlink or not a directory" : strerror(e));
+      return -1;
+    }
+    fd = next;
+    p += n;
+    if (*p == '/') p++;
+  }
+  close(fd);
+  snprintf(out, outlen, "%s/%s", WORKSPACE, rel);
+  return 0;
+}
+
+/* Parses an exec request into `rq`. 0, or -1 after answering it with bad_request. */
+static int parse_exec(const json_t *req, struct request *rq) {
+  json_t *id = rq->id;
+  json_t *argv = json_object_get(req, "argv");
+  if (!json_is_array(argv) || json_array_size(argv) < 1 ||
+      json_array_size(argv) > JB_SPAWNER_MAX_ARGV) {
+    send_error(id, "bad_request", "argv must be an array of 1 to %d strings", JB_SPAWNER_MAX_ARGV);
+    return -1;
+  }
+  size_t total = 0, i;
+  json_t *v;
+  json_array_foreach (argv, i, v) {
+    if (!json_is_string(v) || (i == 0 && !json_string_length(v))) {
+      send_error(id, "bad_request", "argv[%zu] must be a string (argv[0] not empty)", i);
+      return -1;
+    }
+    total += json_string_length(v) + 1;
+  }
+  if (total > JB_SPAWNER_MAX_ARGV_BYTES) {
+    send_error(id, "bad_request", "argv is over %d bytes", JB_SPAWNER_MAX_ARGV_BYTES);
+    return -1;
+  }
+  rq->argv = argv;
+  json_t *env = json_object_get(req, "env");
+  if (env && !json_is_null(env)) {
+    if (!json_is_object(env) || json_object_size(env) > JB_SPAWNER_MAX_ENV) {
+      send_error(id, "bad_request", "env must be an object of at most %d strings",
+                 JB_SPAWNER_MAX_ENV);
+      return -1;
+    }
+    const char *k;
+    json_object_foreach (env, k, v) {
+      /* LD_* would reach the dynamic loader of every program of the command: refused here
+       * too, whatever the caller checked */
+      if (!k[0] || strchr(k, '=') || strncmp(k, "LD_", 3) == 0 || !json_is_string(v)) {
+        send_error(id, "bad_request", "env: '%.64s' is not an allowed name with a string value", k);
+        return -1;
+      }
+      total += strlen(k) + json_string_length(v) + 2;
+    }
+    if (total > JB_SPAWNER_MAX_ARGV_BYTES) {
+      send_error(id, "bad_request", "argv and env are over %d bytes", JB_SPAWNER_MAX_ARGV_BYTES);
+      return -1;
+    }
+    rq->env = env;
+  }
+  char why[300];
+  json_t *cwd = json_object_get(req, "cwd");
+  if (cwd && !json_is_null(cwd) && !json_is_string(cwd)) {
+    send_error(id, "bad_request", "cwd must be a string");
+    return -1;
+  }
+  if (check_cwd(json_string_value(cwd), rq->cwd, sizeof rq->cwd, why, sizeof why) < 0) {
+    send_error(id, "bad_cwd", "%s", why);
+    return -1;
+  }
+  json_t *in = json_object_get(req, "stdin");
+  if (in && !json_is_null(in)) {
+    const char *b64 = json_string_value(in);
+    size_t max = JB_SPAWNER_MAX_STDIN;
+    rq->stdin_data = malloc(max + 1);
+    if (!b64 || !rq->stdin_data ||
+        sodium_base642bin(rq->stdin_data, max, b64, strlen(b64), NULL, &rq->stdin_len, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0) {
+      send_error(id, "bad_request", "stdin must be base64 of at most %d bytes",
+                 JB_SPAWNER_MAX_STDIN);
+      return -1;
+    }
+  }
+  rq->timeout_ms = int_field(req, "timeoutMs", 120000, 1, JB_SPAWNER_MAX_TIMEOUT_MS);
+  rq->max_out = int_field(req, "maxOutputBytes", 1024 * 1024, 0, JB_SPAWNER_MAX_OUTPUT);
+  json_t *wr = json_object_get(req, "writable");
+  json_t *lim = json_object_get(req, "limits");
+  struct rlimit nl;
+  long long nproc_max = getrlimit(RLIMIT_NPROC, &nl) == 0 && nl.rlim_max != RLIM_INFINITY
+                            ? (long long)nl.rlim_max - JB_SPAWNER_NPROC_KEEP
+                            : 4096;
+  if (nproc_max < 2) nproc_max = 2;
+  rq->fsize = int_field(lim, "fsizeBytes", JB_SPAWNER_DEFAULT_FSIZE, 0, 1LL << 50);
+  rq->nproc = int_field(lim, "nproc", nproc_max, 1, nproc_max);
+  rq->tmp = int_field(lim, "tmpBytes", JB_SPAWNER_DEFAULT_TMP, 1024 * 1024, 1LL << 34);
+  if (rq->timeout_ms < 0 || rq->max_out < 0 || (wr && !json_is_boolean(wr)) ||
+      (lim && !json_is_null(lim) && !json_is_object(lim)) || rq->fsize < 0 || rq->nproc < 0 ||
+      rq->tmp < 0) {
+    send_error(id, "bad_request",
+               "timeoutMs (1..%ld), maxOutputBytes (0..%ld), writable (boolean) or limits "
+               "{fsizeBytes, nproc (1..%lld), tmpBytes} out of range",
+               JB_SPAWNER_MAX_TIMEOUT_MS, JB_SPAWNER_MAX_OUTPUT, nproc_max);
+    return -1;
+  }
+  rq->writable = json_is_true(wr);
+  return 0;
+}
+
+/* A memfd holding `len` bytes at `p`, read from its start; -1 on failure. */
+static int memfd_with(const char *name, const void *p, size_t len) {
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  const char *q = p;
+  while (len > 0) {
+    ssize_t w = write(fd, q, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    q += w;
+    len -= (size_t)w;
+  }
+  if (lseek(fd, 0, SEEK_SET) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Starts the command of `rq`. 0, or -1 after answering the request with an error. */
+static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, const char *self) {
+  int out[2] = {-1, -1}, errp[2] = {-1, -1}, st[2] = {-1, -1};
+  int in =
+      memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "", rq->stdin_len);
+  int filt = memfd_with("jailbox-exec-filter", bpf, bpf_len);
+  struct args a = {0};
+  if (in < 0 || filt < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+      pipe2(st, O_CLOEXEC) < 0) {
+    send_error(rq->id, "internal", "cannot set up the command's descriptors: %s", strerror(errno));
+    goto fail;
+  }
+  jail_args(&a, rq, self);
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* the child: descriptors 0-4, limits, default signals, then bwrap */
+    for (int s = 1; s < NSIG; s++)
+      if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int want[5] = {in, out[1], errp[1], filt, st[1]};
+    /* move them above 4 first, so that no dup2 overwrites another */
+    for (int k = 0; k < 5; k++) {
+      int d = fcntl(want[k], F_DUPFD_CLOEXEC, 10);
+      if (d < 0) _exit(125);
+      want[k] = d;
+    }
+    for (int k = 0; k < 5; k++)
+      if (dup2(want[k], k) < 0) _exit(125); /* dup2 clears FD_CLOEXEC */
+    if (syscall(SYS_close_range, 5U, ~0U, 0U) < 0)
+      for (int fd = 5; fd < 1024; fd++) close(fd);
+    struct rlimit fs = {(rlim_t)rq->fsize, (rlim_t)rq->fsize};
+    struct rlimit np = {(rlim_t)rq->nproc, (rlim_t)rq->nproc};
+    if (setrlimit(RLIMIT_FSIZE, &fs) < 0 || setrlimit(RLIMIT_NPROC, &np) < 0) _exit(125);
+    execv(BWRAP, a.v);
+    _exit(127);
+  }
+  int fe = errno;
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  if (pid < 0) {
+    send_error(rq->id, "internal", "fork: %s", strerror(fe));
+    goto fail;
+  }
+  args_free(&a);
+  close(in);
+  close(filt);
+  close(out[1]);
+  close(errp[1]);
+  close(st[1]);
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(errp[0], F_SETFL, O_NONBLOCK);
+  fcntl(st[0], F_SETFL, O_NONBLOCK);
+  memset(&cur, 0, sizeof cur);
+  cur.running = true;
+  cur.id = json_incref(rq->id);
+  cur.bwrap = pid;
+  cur.fd[0] = out[0];
+  cur.fd[1] = errp[0];
+  cur.status_fd = st[0];
+  cur.max_out = rq->max_out;
+  cur.start = now_ms();
+  cur.deadline = cur.start + rq->timeout_ms;
+  return 0;
+fail:
+  args_free(&a);
+  int fds[] = {in, filt, out[0], out[1], errp[0], errp[1], st[0], st[1]};
+  for (size_t k = 0; k < sizeof fds / sizeof fds[0]; k++)
+    if (fds[k] >= 0) close(fds[k]);
+  return -1;
+}
+
+/* Reads what stream `k` has (one read): counted, and sent while under the cap. */
+static void pump_output(int k) {
+  unsigned char buf[JB_SPAWNER_CHUNK];
+  ssize_t n = read(cur.fd[k], buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    close(cur.fd[k]);
+    cur.fd[k] = -1;
+    return;
+  }
+  long long before = cur.bytes[k];
+  cur.bytes[k] += n;
+  if (before >= cur.max_out) {
+    cur.trunc[k] = true;
+    return;
+  }
+  size_t send = (size_t)n;
+  if (before + n > cur.max_out) {
+    send = (size_t)(cur.max_out - before);
+    cur.trunc[k] = true;
+  }
+  if (!send) return;
+  char b64[sodium_base64_ENCODED_LEN(JB_SPAWNER_CHUNK, sodium_base64_VARIANT_ORIGINAL)];
+  sodium_bin2base64(b64, sizeof b64, buf, send, sodium_base64_VARIANT_ORIGINAL);
+  send_obj(json_pack("{s:O, s:s, s:I, s:s}", "exec", cur.id, "stream", k ? "stderr" : "stdout",
+                     "seq", (json_int_t)cur.seq++, "data", b64));
+}
+
+static const char *signame(int s) {
+  static const struct {
+    int n;
+    const char *name;
+  } t[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+           {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+           {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+           {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+           {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (t[i].n == s) return t[i].name;
+  return "SIG?";
+}
+
+/* The command ended and its output is read: the result line. bwrap reports the command's
+ * end as an exit code: its own, or 128 + the signal that killed it. */
+static void finish(void) {
+  int code = WIFEXITED(cur.wstatus) ? WEXITSTATUS(cur.wstatus) : 128 + WTERMSIG(cur.wstatus);
+  json_t *exit_code = json_null(), *sig = json_null();
+  const char *by = cur.killed_by;
+  if (by) {
+    sig = json_string("SIGKILL");
+  } else if (code > 128 && code < 128 + 32) {
+    sig = json_string(signame(code - 128));
+    if (code - 128 == SIGSYS) by = "seccomp";
+  } else {
+    exit_code = json_integer(code);
+  }
+  json_t *r =
+      json_pack("{s:o, s:o, s:b, s:I, s:I, s:I, s:b, s:b, s:b, s:s?, s:n}", "exitCode", exit_code,
+                "signal", sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
+                (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0],
+                "stderrBytes", (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0],
+                "stderrTruncated", cur.trunc[1], "oom", 0, "killedBy", by, "seccompSyscall");
+  if (r && !by) json_object_set_new(r, "killedBy", json_null());
+  send_obj(json_pack("{s:O, s:b, s:o}", "id", cur.id, "ok", 1, "result", r));
+  for (int k = 0; k < 2; k++)
+    if (cur.fd[k] >= 0) close(cur.fd[k]);
+  if (cur.status_fd >= 0) close(cur.status_fd);
+  json_decref(cur.id);
+  memset(&cur, 0, sizeof cur);
+  cur.fd[0] = cur.fd[1] = cur.status_fd = -1;
+}
+
+static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const char *self) {
+  json_t *id = json_object_get(req, "id");
+  if (!json_is_integer(id) || json_integer_value(id) < 0) {
+    send_error(NULL, "bad_request", "field 'id' must be a non-negative integer");
+    return;
+  }
+  const char *op = json_string_value(json_object_get(req, "op"));
+  if (op && strcmp(op, "exec") == 0) {
+    if (cur.running) {
+      send_error(id, "busy", "a command is running (one at a time)");
+      return;
+    }
+    if (!bpf_len) {
+      send_error(id, "unavailable", "no exec filter was handed over at launch");
+      return;
+    }
+    struct request rq = {.id = id, .env = NULL};
+    if (parse_exec(req, &rq) == 0) (void)start(&rq, bpf, bpf_len, self);
+    free(rq.stdin_data);
+    return;
+  }
+  if (op && strcmp(op, "signal") == 0) {
+    const char *what = json_string_value(json_object_get(req, "what"));
+    int sig = !what                       ? 0
+              : strcmp(what, "kill") == 0 ? SIGKILL
+              : strcmp(what, "stop") == 0 ? SIGSTOP
+              : strcmp(what, "cont") == 0 ? SIGCONT
+                                          : 0;
+    if (!sig) {
+      send_error(id, "bad_request", "what must be kill, stop or cont");
+      return;
+    }
+    if (!cur.running || cur.exited) {
+      send_error(id, "not_running", "no command is running");
+      return;
+    }
+    if (sig == SIGKILL && !cur.killed_by) cur.killed_by = "signal";
+    if (signal_tree(sig) < 0) {
+      send_error(id, "internal", "the command's processes could not be found");
+      return;
+    }
+    send_obj(json_pack("{s:O, s:b, s:{s:s}}", "id", id, "ok", 1, "result", "signalled", what));
+    return;
+  }
+  send_error(id, "unknown_op", "unknown op '%.64s'", op ? op : "");
+}
+
+int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shim_pid,
+                   const char *self) {
+  chan_fd = chan;
+  signal(SIGPIPE, SIG_IGN);
+  if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 125;
+  struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+  sigaction(SIGCHLD, &sa, NULL);
+  fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK);
+  send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o}", "hello", "spawner", "protocol",
+                     JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0, "binds",
+                     describe_binds()));
+  struct jb_line_reader r;
+  jb_line_init(
+      &r, &(struct jb_line_opts){
+              .max_line = JB_SPAWNER_MAX_LINE, .over = JB_LINE_SKIP_WHOLE, .skip_empty = true});
+  int shim_status = -1;
+  bool chan_open = true;
+  for (;;) {
+    /* children that ended */
+    char drain[64];
+    while (read(sig_pipe[0], drain, sizeof drain) > 0) {}
+    for (;;) {
+      int ws;
+      pid_t p = waitpid(-1, &ws, WNOHANG);
+      if (p <= 0) break;
+      if (p == shim_pid) shim_status = ws;
+      if (cur.running && p == cur.bwrap) {
+        cur.exited = true;
+        cur.wstatus = ws;
+        /* the jail's processes are gone with its pid 1; what they wrote is still in the pipes */
+        cur.drain_until = now_ms() + 2000;
+      }
+    }
+    if (shim_status >= 0) {
+      if (cur.running && !cur.exited) signal_tree(SIGKILL);
+      break;
+    }
+    if (cur.running && !cur.exited && now_ms() >= cur.deadline && !cur.killed_by) {
+      cur.killed_by = "timeout";
+      signal_tree(SIGKILL);
+    }
+    if (cur.running && cur.exited &&
+        ((cur.fd[0] < 0 && cur.fd[1] < 0) || now_ms() >= cur.drain_until))
+      finish();
+    /* requests */
+    while (chan_open) {
+      json_t *req = NULL;
+      jb_error err = {0};
+      int rc = jb_line_next_object(&r, JB_SHIM_MAX_DEPTH, &req, &err);
+      if (rc == JB_LINE_OK) {
+        handle(req, bpf, bpf_len, self);
+        json_decref(req);
+        continue;
+      }
+      if (rc == JB_LINE_BAD_JSON) {
+        send_error(NULL, "bad_request", "%s", err.msg);
+        continue;
+      }
+      if (rc == JB_LINE_TOO_LONG) {
+        send_error(NULL, "too_large", "request line over %d bytes", JB_SPAWNER_MAX_LINE);
+        continue;
+      }
+      if (rc == JB_LINE_AGAIN) {
+        ssize_t got = jb_line_read(&r, chan, &err);
+        if (got > 0) continue;
+        if (got < 0 && (err.code == EAGAIN || err.code == EWOULDBLOCK || err.code == EINTR)) break;
+        if (got == 0) continue; /* JB_LINE_END next */
+      }
+      /* the end of the channel (or no memory): the worker is gone; nothing more will come */
+      chan_open = false;
+      if (cur.running && !cur.exited) {
+        cur.killed_by = "signal";
+        signal_tree(SIGKILL);
+      }
+    }
+    if (chan_dead && cur.running && !cur.exited) {
+      cur.killed_by = "signal";
+      signal_tree(SIGKILL);
+    }
+    struct pollfd pf[5] = {{.fd = sig_pipe[0], .events = POLLIN},
+                           {.fd = chan_open ? chan : -1, .events = POLLIN},
+                           {.fd = cur.running ? cur.fd[0] : -1, .events = POLLIN},
+                           {.fd = cur.running ? cur.fd[1] : -1, .events = POLLIN},
+                           {.fd = cur.running ? cur.status_fd : -1, .events = POLLIN}};
+    long long wait = -1;
+    if (cur.running) {
+      long long until = cur.exited ? cur.drain_until : cur.deadline;
+      wait = until - now_ms();
+      if (wait < 0) wait = 0;
+      if (wait > 1000) wait = 1000;
+    }
+    int pr = poll(pf, 5, (int)wait);
+    if (pr < 0 && errno != EINTR) break;
+    if (pr <= 0) continue;
+    if (pf[2].revents) pump_output(0);
+    if (pf[3].revents) pump_output(1);
+    if (pf[4].revents) read_status();
+  }
+  jb_line_free(&r);
+  /* a command still running dies with its pid 1; wait for its bwrap a moment */
+  if (cur.running && !cur.exited) {
+    for (int i = 0; i < 100; i++) {
+      int ws;
+      if (waitpid(cur.bwrap, &ws, WNOHANG) == cur.bwrap) break;
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (shim_status < 0) return 125;
+  return WIFEXITED(shim_status) ? WEXITSTATUS(shim_status) : 128 + WTERMSIG(shim_status);
+}
+
+/* ---- the helper inside the jail ------------------------------------------------------------- */
+
+int jb_exec_helper(int argc, char **argv) {
+  int i = 2;
+  for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
+    if (strcmp(argv[i], "--env") != 0 || i + 1 >= argc || !strchr(argv[i + 1], '=')) {
+      fprintf(stderr, "jailbox-shim --exec: usage: --exec [--env NAME=VALUE]... -- PROGRAM...\n");
+      return 125;
+    }
+    if (putenv(argv[++i]) != 0) return 125;
+  }
+  if (i + 1 >= argc) {
+    fprintf(stderr, "jailbox-shim --exec: no program\n");
+    return 125;
+  }
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+  /* The command runs in a process group of its own below this process, which stays as its
+   * parent in the same session. bwrap's --new-session made this process a session leader
+   * whose parent is outside the session, so a group it led would be orphaned from its start,
+   * and gVisor sends SIGHUP and SIGCONT to an orphaned group with a stopped member whenever
+   * one of its members exits (Linux only when the group becomes orphaned): a pause of the
+   * command's tree would end it. With this parent in the session the group is not orphaned. */
+  pid_t pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "jailbox-shim --exec: fork: %s\n", strerror(errno));
+    return 125;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    execvp(argv[i + 1], &argv[i + 1]);
+    int e = errno;
+    fprintf(stderr, "%s: %s\n", argv[i + 1], strerror(e));
+    _exit(e == ENOENT ? 127 : 126);
+  }
+  /* the command's output ends with the command: hold none of its streams */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd <= 2; fd++)
+    if (null >= 0 && null != fd) dup2(null, fd);
+  int ws;
+  pid_t w;
+  while ((w = waitpid(pid, &ws, 0)) < 0 && errno == EINTR) {}
+  if (w != pid) return 125;
+  /* as bwrap reports it: the exit code, or 128 + the signal */
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}

@@ -1,0 +1,29 @@
+/* spawner.h — the spawner: the launcher (`jailbox-shim --launch`) kept alive, root of gVisor's
+ * kernel inside the container, that builds one bubblewrap jail per command of exec on the
+ * worker's request and reports its output and end (sandbox/proto/PROTOCOL.md, "The spawner";
+ * sandbox/WALLS.md, "exec"). It reads requests only from its own channel and runs nothing but
+ * the jails it is asked for. Also the in-jail helper every command starts through. */
+#ifndef JB_SANDBOX_SHIM_SPAWNER_H
+#define JB_SANDBOX_SHIM_SPAWNER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Serves the spawner's line protocol on `chan` (a connected socket, taken over) until the
+ * process `shim_pid` (the shim's bwrap, a child of this process) ends; every command then
+ * running is killed. `bpf`/`bpf_len`: the exec filter (classic BPF, borrowed). `self`: the
+ * absolute path of this binary inside the container (bound into each jail as the helper).
+ * Returns the exit status the launcher ends with: the shim's (its exit code, or 128 + the
+ * signal that ended it). Reaps every child of the process (it is the container's init). */
+int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shim_pid,
+                   const char *self);
+
+/* The helper's mode, `jailbox-shim --exec [--env NAME=VALUE]... -- PROGRAM ARGS...`, run
+ * inside a command's jail after setpriv: sets the request's environment (so that no variable
+ * of the agent's reaches setpriv, a dynamically linked program that runs with capabilities
+ * still held), closes every descriptor above 2 and runs PROGRAM (searched in PATH) as its
+ * child in a new process group, waiting for it. Returns the command's exit code, 128 + the
+ * signal that ended it, 127 (not found), 126 (not executable) or 125 (usage, fork). */
+int jb_exec_helper(int argc, char **argv);
+
+#endif

@@ -1,0 +1,82 @@
+/* exec.h — the worker's end of a session's spawner (sandbox/proto/PROTOCOL.md, "The spawner";
+ * sandbox/WALLS.md, "exec"): the second connection the launcher makes, on which the spawner
+ * runs one command at a time in its own jail and streams its output. jb_exec_run runs a
+ * command and blocks until it ends; jb_exec_signal stops, continues or kills the running
+ * command's whole process tree from any thread. */
+#ifndef JB_SANDBOX_WORKER_EXEC_H
+#define JB_SANDBOX_WORKER_EXEC_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/err.h"
+#include "lib/line.h"
+
+/* The spawner's channel of one sandbox. Lives in struct jb_sandbox. */
+struct jb_spawner {
+  int fd; /* the connection (non-blocking), -1: no spawner */
+  pthread_mutex_t lock; /* writes on fd, and the fields below */
+  pthread_cond_t idle; /* signalled when a command ends (busy false) */
+  struct jb_line_reader lines; /* read only by the thread whose command runs */
+  bool busy; /* a command runs (jb_exec_run is inside) */
+  bool closing; /* jb_spawner_close began: nothing new starts */
+  long long next_id;
+  json_t *hello; /* the spawner's hello line (owned), NULL before it came */
+};
+
+/* A spawner without a connection (available false). */
+void jb_spawner_init(struct jb_spawner *sp);
+
+/* Takes over the accepted connection `fd` and waits at most `timeout_ms` for the spawner's
+ * hello ({"hello":"spawner","protocol":JB_SPAWNER_PROTOCOL,…}). 0, or -1 with `err`
+ * (ETIMEDOUT, EPROTO: another first line or protocol); the connection is closed then. */
+int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *err);
+
+/* Ends the channel: a running command is woken with EPIPE (and killed by the spawner, which
+ * sees the end of its channel); waits for jb_exec_run to return, then closes. Safe on a
+ * spawner that never had a connection. */
+void jb_spawner_close(struct jb_spawner *sp);
+
+/* Whether the spawner's channel is up. */
+bool jb_spawner_available(struct jb_spawner *sp);
+
+struct jb_exec_request {
+  const json_t *argv; /* array of strings, 1..256 items */
+  const char *cwd; /* workspace-relative directory, NULL or "" or ".": the root */
+  const json_t *env; /* object of strings, or NULL */
+  const unsigned char *stdin_data;
+  size_t stdin_len; /* ≤ 1 MiB */
+  long timeout_ms; /* wall clock, 1 .. 24 h */
+  size_t max_output; /* bytes per stream sent at most; the rest is counted */
+  bool writable; /* the workspace read-write for this command */
+  /* added: the command's limits (0: the spawner's default — RLIMIT_FSIZE 1 GiB, RLIMIT_NPROC the
+   * container's limit less 4, a 128 MiB /tmp) */
+  long long fsize_bytes;
+  long nproc;
+  long long tmp_bytes;
+};
+
+/* Called on the calling thread for each chunk, in order; seq counts per command from 0. */
+typedef void (*jb_exec_output_fn)(void *ctx, const char *stream, long long seq,
+                                  const unsigned char *data, size_t len);
+
+struct jb_session;
+
+/* Runs one command in session s's spawner; blocks until it ends (the spawner enforces the
+ * timeout; the worker gives up 15 s after it with ETIMEDOUT). *result: new reference, the
+ * spawner's result object ({exitCode, signal, timedOut, durationMs, stdoutBytes, stderrBytes,
+ * stdoutTruncated, stderrTruncated, oom, killedBy, seccompSyscall}). When the sandbox died
+ * during the command and Docker reports it killed for memory, the result is made here with
+ * oom true. Returns 0, or -1 with err: ENOTSUP (no spawner), EBUSY (a command runs), EINVAL
+ * (the spawner refused the request: the message carries its code), EPIPE (the channel ended),
+ * ETIMEDOUT, EPROTO (the spawner broke the protocol). `s` must be pinned by the caller. */
+int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_output_fn out,
+                void *ctx, json_t **result, jb_error *err);
+
+/* Sends "kill", "stop" or "cont" to session s's running command (its whole process tree; any
+ * thread). 0, or -1 (ESRCH: none running; EINVAL: another `what`; EPIPE). */
+int jb_exec_signal(struct jb_session *s, const char *what, jb_error *err);
+
+#endif

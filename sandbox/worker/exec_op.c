@@ -1,0 +1,505 @@
+/* exec_op.c — the agent's exec on the worker: a claimed exec op is marked running in its own
+ * commit (no session row is held while its command runs: a pause, an abort or the buyer's
+ * kill get through meanwhile), run in the session's spawner (sandbox/worker/exec.h), its output
+ * published live to the buyer as jailbox:exec_output {opId, stream, data, seq} — UTF-8 text,
+ * each event well under PostgreSQL's NOTIFY limit, at most one event every LIVE_INTERVAL_MS
+ * (chunks in between coalesced), LIVE_TOTAL_MAX bytes per op —, and its outcome stored with
+ * its audit entry: the agent's result {exitCode, signal, timedOut, durationMs, stdout, stderr,
+ * stdoutTruncated, stderrTruncated, redactions, ...}, a non-zero exit a normal result, a kill
+ * by the buyer or by the exec seccomp filter a failure (`killed`, `seccomp`; the latter a
+ * security signal). Both streams pass the redactor (lib/redact.h: the scan rules' `secret` and
+ * `redact` rules) as they arrive, before anything else sees them: the live events, the result
+ * and its hashes carry the redacted output, never what a rule matched; each redaction is
+ * counted and recorded {rule, stream, offset} in the result and the audit details. The audit
+ * entry holds hashes and byte counts, never the output. A buyer's
+ * kill (NOTIFY jb_exec) and the session's pause and resume (NOTIFY jb_op) reach the running
+ * command through exec_op_signal. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db/ops.h"
+#include "lib/buf.h"
+#include "lib/redact.h"
+#include "lib/utf8.h"
+#include "sandbox/worker/exec.h"
+#include "sandbox/worker/worker.h"
+
+#define LIVE_RAW_MAX \
+  4000 /* raw bytes of one exec_output event at most (fewer when escaping would
+                           * take its JSON past JB_EVENT_MAX_BYTES) */
+#define LIVE_INTERVAL_MS 50 /* one exec_output event of an op at most this often: 20 a second */
+#define LIVE_PENDING_MAX (64 * 1024) /* bytes per stream coalesced meanwhile; more are skipped */
+#define LIVE_TOTAL_MAX (1024 * 1024) /* bytes of live output per op; then one capped event */
+#define LIVE_FINAL_EVENTS 8 /* events sent at once when the command has ended */
+#define AUDIT_ARGV_MAX 8192 /* bytes of argv (as JSON) recorded as it is; longer: its hash */
+#define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
+
+/* ---- the running execs: a kill, pause or resume finds its command here ---- */
+
+static struct {
+  pthread_mutex_t lock;
+  struct running {
+    bool used;
+    bool killed; /* the buyer killed it */
+    long long op_id;
+    char job[129];
+  } r[RUNNING_MAX];
+} running = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int running_add(const char *job, long long op_id) {
+  pthread_mutex_lock(&running.lock);
+  int slot = -1;
+  for (int i = 0; i < RUNNING_MAX && slot < 0; i++)
+    if (!running.r[i].used) {
+      slot = i;
+      running.r[i] = (struct running){.used = true, .op_id = op_id};
+      snprintf(running.r[i].job, sizeof running.r[i].job, "%s", job);
+    }
+  pthread_mutex_unlock(&running.lock);
+  return slot;
+}
+
+/* Whether the exec of `slot` was killed; with `remove` the slot is freed. */
+static bool running_killed(int slot, bool remove) {
+  if (slot < 0) return false;
+  pthread_mutex_lock(&running.lock);
+  bool k = running.r[slot].killed;
+  if (remove) running.r[slot].used = false;
+  pthread_mutex_unlock(&running.lock);
+  return k;
+}
+
+/* Session `job` pinned (users + 1, not its lock: a command runs beside the shim's ops), or
+ * NULL when it is not here. Let go with session_unpin. */
+static struct jb_session *session_pin(struct jb_worker *w, const char *job) {
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  if (s) atomic_fetch_add(&s->users, 1);
+  pthread_mutex_unlock(&w->lock);
+  return s;
+}
+
+static void session_unpin(struct jb_session *s) {
+  if (s) atomic_fetch_sub(&s->users, 1);
+}
+
+void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const char *what) {
+  bool found = false;
+  pthread_mutex_lock(&running.lock);
+  for (int i = 0; i < RUNNING_MAX; i++) {
+    struct running *r = &running.r[i];
+    if (!r->used || strcmp(r->job, job) || (op_id && r->op_id != op_id)) continue;
+    if (!strcmp(what, "kill")) r->killed = true;
+    found = true;
+  }
+  pthread_mutex_unlock(&running.lock);
+  if (!found) return;
+  struct jb_session *s = session_pin(w, job);
+  if (!s) return;
+  jb_error err = {0};
+  if (jb_exec_signal(s, what, &err) < 0 && err.code != ESRCH)
+    slog(w, JB_LOG_WARN, job, "exec signal failed", "signal", what, "error", err.msg, NULL);
+  else
+    slog(w, JB_LOG_INFO, job, "exec signalled", "signal", what, NULL);
+  session_unpin(s);
+}
+
+/* ---- output: collected for the agent, published live for the buyer ---- */
+
+static long long mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One stream of a running command. */
+struct stream {
+  const char *name; /* "stdout", "stderr" */
+  struct jb_redactor *rd; /* what the spawner sends passes it first */
+  struct jb_buf all; /* the redacted output (at most maxOutputBytes) */
+  crypto_hash_sha256_state sha; /* of the redacted output */
+  struct jb_buf live; /* not yet published */
+  size_t skipped; /* bytes left out of the live view (coalescing buffer full, or the cap) */
+};
+
+struct exec_run {
+  struct jb_worker *w;
+  PGconn *c; /* idle: events are published on it */
+  const char *job;
+  long long op_id;
+  struct stream st[2];
+  long long seq; /* exec_output events of this op so far */
+  long long last_ms; /* when the last one was published */
+  size_t live_total; /* bytes published so far */
+  bool capped; /* LIVE_TOTAL_MAX reached: the capped event was sent */
+  bool unredacted; /* the redactor failed (out of memory): the output was dropped from then on */
+};
+
+/* Publishes one exec_output event of stream `sm` from its pending bytes: as many as fit (a
+ * sequence cut short at the end waits unless `final`). */
+static void live_publish(struct exec_run *x, struct stream *sm, bool final) {
+  size_t take = sm->live.len < LIVE_RAW_MAX ? sm->live.len : LIVE_RAW_MAX;
+  if (x->live_total + take > LIVE_TOTAL_MAX) take = LIVE_TOTAL_MAX - x->live_total;
+  for (;;) {
+    struct jb_buf text;
+    jb_buf_init(&text, take * 3 + 16);
+    size_t rep = 0;
+    /* a sequence cut short at the end waits for its next bytes unless the command ended */
+    bool fin = final && take == sm->live.len;
+    size_t used = jb_utf8_sanitize((const unsigned char *)sm->live.data, take, fin, &text, &rep);
+    if (used == (size_t)-1 || used == 0) {
+      jb_buf_free(&text);
+      return;
+    }
+    json_t *ev = json_pack("{s:s,s:I,s:s,s:s%,s:I}", "jobId", x->job, "opId", (json_int_t)x->op_id,
+                           "stream", sm->name, "data", text.data ? text.data : "", text.len, "seq",
+                           (json_int_t)x->seq);
+    jb_buf_free(&text);
+    if (!ev) return;
+    if (sm->skipped) json_object_set_new(ev, "skipped", json_integer((json_int_t)sm->skipped));
+    size_t size = jb_db_event_size(x->job, JB_EVENT_EXEC_OUTPUT, ev);
+    if (size > JB_EVENT_MAX_BYTES && take > 16) { /* escapes made it too long: fewer bytes */
+      json_decref(ev);
+      take /= 2;
+      continue;
+    }
+    sm->skipped = 0;
+    x->seq++;
+    x->live_total += used;
+    jb_buf_drop_front(&sm->live, used);
+    x->last_ms = mono_ms();
+    worker_publish(x->w, x->c, x->job, JB_EVENT_EXEC_OUTPUT, ev);
+    return;
+  }
+}
+
+/* The cap reached: one last event says so; nothing more is published. */
+static void live_cap(struct exec_run *x) {
+  x->capped = true;
+  size_t left = x->st[0].live.len + x->st[1].live.len + x->st[0].skipped + x->st[1].skipped;
+  json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:b,s:I}", "jobId", x->job, "opId",
+                         (json_int_t)x->op_id, "stream", "stdout", "data", "", "seq",
+                         (json_int_t)x->seq++, "capped", 1, "skipped", (json_int_t)left);
+  for (int k = 0; k < 2; k++) jb_buf_reset(&x->st[k].live);
+  worker_publish(x->w, x->c, x->job, JB_EVENT_EXEC_OUTPUT, ev);
+}
+
+/* Publishes what waits, one event at most unless `final` (then up to LIVE_FINAL_EVENTS). */
+static void live_flush(struct exec_run *x, bool final) {
+  for (int n = 0; n < (final ? LIVE_FINAL_EVENTS : 1); n++) {
+    if (x->capped) return;
+    if (x->live_total >= LIVE_TOTAL_MAX) {
+      if (x->st[0].live.len || x->st[1].live.len) live_cap(x);
+      return;
+    }
+    /* the stream with more waiting goes first */
+    struct stream *sm = x->st[1].live.len > x->st[0].live.len ? &x->st[1] : &x->st[0];
+    if (sm->live.len == 0) return;
+    live_publish(x, sm, final);
+  }
+}
+
+/* Redacted output of `sm` to the agent's copy and the live view. */
+static void deliver(struct exec_run *x, struct stream *sm, const unsigned char *data, size_t len) {
+  crypto_hash_sha256_update(&sm->sha, data, len);
+  if (jb_buf_append(&sm->all, data, len) < 0) { /* past maxOutputBytes: the spawner counts it */
+    size_t room = sm->all.cap - sm->all.len;
+    jb_buf_append(&sm->all, data, room < len ? room : len);
+  }
+  if (x->capped) return;
+  size_t room = LIVE_PENDING_MAX - sm->live.len, keep = len < room ? len : room;
+  if (jb_buf_append(&sm->live, data, keep) < 0) keep = 0;
+  sm->skipped += len - keep;
+}
+
+/* Passes `len` bytes of `sm` (none and `final` at the end) through its redactor and delivers
+ * what it releases. A redactor out of memory fails closed: nothing more of the op's output is
+ * delivered, and the op fails. */
+static void redact_deliver(struct exec_run *x, struct stream *sm, const unsigned char *data,
+                           size_t len, bool final) {
+  if (x->unredacted) return;
+  struct jb_buf clean;
+  jb_buf_init(&clean, SIZE_MAX - 1);
+  jb_error e = {0};
+  if (jb_redactor_feed(sm->rd, data, len, final, &clean, &e) < 0) {
+    x->unredacted = true;
+    slog(x->w, JB_LOG_ERROR, x->job, "exec output not redacted: dropped", "error", e.msg, NULL);
+  } else {
+    deliver(x, sm, (const unsigned char *)clean.data, clean.len);
+  }
+  jb_buf_free(&clean);
+}
+
+/* jb_exec_output_fn: a chunk of `stream`, in order. */
+static void on_output(void *ctx, const char *stream, long long seq, const unsigned char *data,
+                      size_t len) {
+  (void)seq;
+  struct exec_run *x = ctx;
+  redact_deliver(x, !strcmp(stream, "stderr") ? &x->st[1] : &x->st[0], data, len, false);
+  if (mono_ms() - x->last_ms >= LIVE_INTERVAL_MS) live_flush(x, false);
+}
+
+/* The redactions of both streams, in stream order per stream: [{rule, stream, offset,
+ * failed?}] (new; at most JB_REDACT_RECORDS_MAX a stream), their total in *count. */
+static json_t *redaction_records(const struct exec_run *x, size_t *count) {
+  json_t *a = json_array();
+  *count = 0;
+  for (int k = 0; k < 2; k++) {
+    const struct jb_redaction *v;
+    size_t n = x->st[k].rd ? jb_redactor_records(x->st[k].rd, &v) : 0;
+    *count += x->st[k].rd ? jb_redactor_count(x->st[k].rd) : 0;
+    for (size_t i = 0; a && i < n; i++) {
+      json_t *r = json_pack("{s:s,s:s,s:I}", "rule", v[i].rule, "stream", x->st[k].name, "offset",
+                            (json_int_t)v[i].offset);
+      if (r && v[i].failed) json_object_set_new(r, "failed", json_true());
+      if (!r || json_array_append_new(a, r) < 0) {
+        json_decref(a);
+        a = NULL;
+      }
+    }
+  }
+  return a;
+}
+
+/* ---- the outcome ---- */
+
+/* `sm`'s bytes as UTF-8 text (new), with the bytes replaced added to *replaced. */
+static json_t *stream_text(struct stream *sm, size_t *replaced) {
+  struct jb_buf t;
+  jb_buf_init(&t, sm->all.len * 3 + 16);
+  json_t *out = NULL;
+  if (jb_utf8_sanitize((const unsigned char *)sm->all.data, sm->all.len, true, &t, replaced) !=
+      (size_t)-1)
+    out = json_stringn(t.data ? t.data : "", t.len);
+  jb_buf_free(&t);
+  return out ? out : json_string("");
+}
+
+static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
+  unsigned char h[32];
+  crypto_hash_sha256_final(st, h);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+/* The audit details of an exec (api/audit.md): what ran and how it ended — hashes and byte
+ * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
+ * run). */
+static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, json_t *args,
+                            json_t *res, bool ok, const char *code, const char hex[2][65],
+                            size_t redactions, json_t *records) {
+  json_t *d = json_object();
+  json_t *argv = json_object_get(args, "argv");
+  char *at = json_dumps(argv, JSON_COMPACT);
+  if (at && strlen(at) <= AUDIT_ARGV_MAX) {
+    json_object_set(d, "argv", argv);
+  } else if (at) { /* too long to record whole: its SHA-256 and its first item */
+    unsigned char h[32];
+    char hx[65];
+    crypto_hash_sha256(h, (const unsigned char *)at, strlen(at));
+    sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+    json_object_set_new(d, "argvSha256", json_string(hx));
+    json_object_set_new(d, "argvItems", json_integer((json_int_t)json_array_size(argv)));
+  }
+  free(at);
+  const char *cwd = json_string_value(json_object_get(args, "cwd"));
+  if (cwd && strlen(cwd) <= 4096) json_object_set_new(d, "cwd", json_string(cwd));
+  json_object_set_new(d, "image", json_string(w->set.sandbox_image ? w->set.sandbox_image : ""));
+  json_object_set_new(d, "writable", json_boolean(json_is_true(json_object_get(args, "writable"))));
+  json_object_set_new(d, "decision", json_string(op->decision));
+  if (res) {
+    json_t *ec = json_object_get(res, "exitCode");
+    json_object_set_new(d, "exitCode",
+                        json_is_integer(ec) ? json_integer(json_integer_value(ec)) : json_null());
+    const char *sig = json_string_value(json_object_get(res, "signal"));
+    json_object_set_new(d, "signal", sig && strlen(sig) < 16 ? json_string(sig) : json_null());
+    json_object_set_new(d, "timedOut",
+                        json_boolean(json_is_true(json_object_get(res, "timedOut"))));
+    json_t *dm = json_object_get(res, "durationMs");
+    json_object_set_new(d, "durationMs",
+                        json_integer(json_is_integer(dm) ? json_integer_value(dm) : 0));
+    json_object_set_new(d, "stdoutSha256", json_string(hex[0]));
+    json_object_set_new(d, "stderrSha256", json_string(hex[1]));
+    json_t *ob = json_object_get(res, "stdoutBytes"), *eb = json_object_get(res, "stderrBytes");
+    json_object_set_new(
+        d, "bytes",
+        json_pack("{s:I,s:I}", "stdout",
+                  (json_int_t)(json_is_integer(ob) ? json_integer_value(ob) : 0), "stderr",
+                  (json_int_t)(json_is_integer(eb) ? json_integer_value(eb) : 0)));
+    json_object_set_new(
+        d, "truncated",
+        json_pack("{s:b,s:b}", "stdout", json_is_true(json_object_get(res, "stdoutTruncated")),
+                  "stderr", json_is_true(json_object_get(res, "stderrTruncated"))));
+    if (json_is_true(json_object_get(res, "oom"))) json_object_set_new(d, "oom", json_true());
+  }
+  json_object_set_new(d, "redactions", json_integer((json_int_t)redactions));
+  json_object_set(d, "redacted", records);
+  json_object_set_new(d, "changes", json_array());
+  json_object_set_new(d, "ok", json_boolean(ok));
+  if (!ok) json_object_set_new(d, "error", json_string(code ? code : "internal"));
+  return d;
+}
+
+/* Frees the buffers of `x`. */
+static void run_free(struct exec_run *x) {
+  for (int k = 0; k < 2; k++) {
+    jb_buf_free(&x->st[k].all);
+    jb_buf_free(&x->st[k].live);
+    jb_redactor_free(x->st[k].rd);
+  }
+}
+
+/* {ok:false, error:{code, message}} (new). */
+static json_t *failure(const char *code, const char *message) {
+  return json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", message);
+}
+
+int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
+                int *signal, char *detail, size_t dsize, jb_error *err) {
+  *signal = -1;
+  json_t *args = json_loads(op->args_json, 0, NULL);
+  int slot = running_add(job, op->op_id);
+  int rc = jb_db_op_mark_running(c, op, err); /* commits the claim: nothing held from here */
+  if (rc != JB_OK) {
+    running_killed(slot, true);
+    json_decref(args);
+    return rc;
+  }
+  size_t max_out = (size_t)json_integer_value(json_object_get(args, "maxOutputBytes"));
+  struct exec_run x = {.w = w, .c = c, .job = job, .op_id = op->op_id, .last_ms = 0};
+  const struct jb_scan_rules *rules = jb_scan_rules_in_use();
+  bool redactor = rules != NULL;
+  for (int k = 0; k < 2; k++) {
+    x.st[k].name = k ? "stderr" : "stdout";
+    if (redactor && jb_redactor_new(rules, &x.st[k].rd, NULL) < 0) redactor = false;
+    jb_buf_init(&x.st[k].all, max_out);
+    jb_buf_init(&x.st[k].live, LIVE_PENDING_MAX);
+    crypto_hash_sha256_init(&x.st[k].sha);
+  }
+  json_t *res = NULL;
+  jb_error xe = {0};
+  int xr = -1;
+  struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
+  if (!redactor) { /* no command runs whose output cannot be redacted */
+    jb_fail(&xe, ENOMEM, "the output redactor could not be made");
+  } else if (slot < 0) {
+    jb_fail(&xe, EBUSY, "too many commands run on this worker");
+  } else if (!args || !s || atomic_load(&s->teardown)) {
+    jb_fail(&xe, ESRCH, "the session's sandbox is not up");
+  } else if (!running_killed(slot, false)) {
+    json_t *in = json_object_get(args, "stdin");
+    const char *cwd = json_string_value(json_object_get(args, "cwd"));
+    struct jb_exec_request rq = {
+        .argv = json_object_get(args, "argv"),
+        .cwd = cwd ? cwd : ".",
+        .env = json_object_get(args, "env"),
+        .stdin_data = (const unsigned char *)json_string_value(in),
+        .stdin_len = json_string_length(in),
+        .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
+        .max_output = max_out,
+        .writable = json_is_true(json_object_get(args, "writable")),
+    };
+    xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
+  }
+  bool aborted = s && atomic_load(&s->killing);
+  session_unpin(s);
+  for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
+  live_flush(&x, true);
+  bool killed = running_killed(slot, true);
+  /* the outcome */
+  char hex[2][65];
+  for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
+  size_t redactions = 0;
+  json_t *records = redaction_records(&x, &redactions);
+  json_t *ans;
+  const char *code = NULL;
+  const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
+  if (xr == 0 && killed_by && !strcmp(killed_by, "seccomp")) {
+    const char *sc = json_string_value(json_object_get(res, "seccompSyscall"));
+    char msg[200];
+    snprintf(msg, sizeof msg, "the command was killed by the sandbox's syscall filter (%.40s)",
+             sc ? sc : "a forbidden system call");
+    ans = failure(code = "seccomp", msg);
+    *signal = JB_SIG_SECCOMP_KILL;
+    snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
+  } else if (x.unredacted) {
+    ans = failure(code = "internal", "the command's output could not be redacted");
+  } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
+    ans = failure(code = "killed", "the buyer killed the command");
+  } else if (xr == 0) {
+    size_t replaced = 0;
+    json_t *out = stream_text(&x.st[0], &replaced), *errt = stream_text(&x.st[1], &replaced);
+    json_t *ec = json_object_get(res, "exitCode"), *sg = json_object_get(res, "signal");
+    json_t *r = json_pack(
+        "{s:O,s:O,s:b,s:I,s:o,s:o,s:b,s:b,s:I,s:I,s:I,s:i,s:b,s:s,s:s}", "exitCode",
+        json_is_integer(ec) ? ec : json_null(), "signal", json_is_string(sg) ? sg : json_null(),
+        "timedOut", json_is_true(json_object_get(res, "timedOut")), "durationMs",
+        (json_int_t)json_integer_value(json_object_get(res, "durationMs")), "stdout", out, "stderr",
+        errt, "stdoutTruncated", json_is_true(json_object_get(res, "stdoutTruncated")),
+        "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
+        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
+        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
+    if (r) json_object_set(r, "redacted", records);
+    ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
+  } else if (aborted) {
+    ans = failure(code = "aborted", "the session was aborted while the command ran");
+  } else if (xe.code == ENOTSUP) {
+    ans = failure(code = "unavailable",
+                  "this session's sandbox cannot run commands (its image has no spawner)");
+  } else if (xe.code == EBUSY) {
+    ans = failure(code = "busy", xe.msg[0] ? xe.msg : "another command of the session runs");
+  } else if (xe.code == EINVAL) {
+    ans = failure(code = "bad_request", xe.msg);
+  } else {
+    ans = failure(code = "internal", xe.msg[0] ? xe.msg : "the command could not be run");
+  }
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  if (!ok && !code) code = "internal";
+  json_t *none = args ? NULL : json_object();
+  json_t *details = exec_details(w, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+                                 (const char(*)[65])hex, redactions, records);
+  json_decref(none);
+  char *text = json_dumps(ans, JSON_COMPACT);
+  struct jb_audit_head head;
+  rc = text && details
+           ? jb_db_op_complete_running(c, w->keys, job, op, ok, text, details, &head, err)
+           : jb_fail(err, ENOMEM, "out of memory");
+  if (rc == JB_OK) {
+    worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    /* the end of the live view: how the command ended, without its output */
+    json_t *r = json_object_get(ans, "result");
+    json_t *summary =
+        ok ? json_pack(
+                 "{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
+                 "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
+                 "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
+                 json_object_get(r, "stdoutBytes"), "stderrBytes",
+                 json_object_get(r, "stderrBytes"), "redactions", json_object_get(r, "redactions"))
+           : json_pack("{s:s}", "error", code);
+    worker_publish(
+        w, c, job, JB_EVENT_OP,
+        json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId", job,
+                  "tool", "exec", "path", op->path, "state", ok ? "done" : "failed", "result",
+                  summary, "outputEvents", (json_int_t)x.seq));
+  }
+  if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
+    slog(w, JB_LOG_INFO, job, "exec ended after its session", "detail", err->msg, NULL);
+    rc = JB_OK;
+  }
+  free(text);
+  json_decref(details);
+  json_decref(records);
+  json_decref(ans);
+  json_decref(res);
+  json_decref(args);
+  run_free(&x);
+  return rc;
+}
