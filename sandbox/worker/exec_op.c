@@ -290,8 +290,8 @@ static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
 
 /* The audit details of an exec (api/audit.md): what ran and how it ended — hashes and byte
  * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
- * run). */
-static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, json_t *args,
+ * run); `image` is the session's sandbox image. */
+static json_t *exec_details(const char *image, const struct jb_op_claim *op, json_t *args,
                             json_t *res, bool ok, const char *code, const char hex[2][65],
                             size_t redactions, json_t *records) {
   json_t *d = json_object();
@@ -310,7 +310,7 @@ static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, j
   free(at);
   const char *cwd = json_string_value(json_object_get(args, "cwd"));
   if (cwd && strlen(cwd) <= 4096) json_object_set_new(d, "cwd", json_string(cwd));
-  json_object_set_new(d, "image", json_string(w->set.sandbox_image ? w->set.sandbox_image : ""));
+  json_object_set_new(d, "image", json_string(image));
   json_object_set_new(d, "writable", json_boolean(json_is_true(json_object_get(args, "writable"))));
   json_object_set_new(d, "decision", json_string(op->decision));
   if (res) {
@@ -408,6 +408,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
   }
   bool aborted = s && atomic_load(&s->killing);
+  char image[sizeof s->image] = "";
+  snprintf(image, sizeof image, "%s",
+           s ? s->image : (w->set.sandbox_image ? w->set.sandbox_image : ""));
   session_unpin(s);
   for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
   live_flush(&x, true);
@@ -464,7 +467,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
-  json_t *details = exec_details(w, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+  json_t *details = exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
                                  (const char(*)[65])hex, redactions, records);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
