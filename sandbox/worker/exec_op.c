@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ static struct {
   struct running {
     bool used;
     bool killed; /* the buyer killed it */
+    bool stopped; /* its session is paused (stop asked, no cont since) */
+    bool started; /* its command was sent to the spawner: a signal reaches it now */
     long long op_id;
     char job[129];
   } r[RUNNING_MAX];
@@ -90,14 +93,30 @@ static void session_unpin(struct jb_session *s) {
   if (s) atomic_fetch_sub(&s->users, 1);
 }
 
+/* jb_exec_request.on_started of the exec in slot (intptr_t)ctx: from now on its command takes
+ * signals; the kill or stop asked for before is sent at once. */
+static const char *running_started(void *ctx) {
+  int slot = (int)(intptr_t)ctx;
+  pthread_mutex_lock(&running.lock);
+  running.r[slot].started = true;
+  const char *what = running.r[slot].killed ? "kill" : running.r[slot].stopped ? "stop" : NULL;
+  pthread_mutex_unlock(&running.lock);
+  return what;
+}
+
 void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const char *what) {
+  /* The flags are kept for an exec whose command is not yet sent (running_started sends what
+   * they ask for); the spawner is signalled only for the one whose command it runs — another
+   * exec of the session waiting or failing `busy` must not signal that command. */
   bool found = false;
   pthread_mutex_lock(&running.lock);
   for (int i = 0; i < RUNNING_MAX; i++) {
     struct running *r = &running.r[i];
     if (!r->used || strcmp(r->job, job) || (op_id && r->op_id != op_id)) continue;
     if (!strcmp(what, "kill")) r->killed = true;
-    found = true;
+    if (!strcmp(what, "stop")) r->stopped = true;
+    if (!strcmp(what, "cont")) r->stopped = false;
+    if (r->started) found = true;
   }
   pthread_mutex_unlock(&running.lock);
   if (!found) return;
@@ -404,6 +423,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
         .max_output = max_out,
         .writable = json_is_true(json_object_get(args, "writable")),
+        .on_started = running_started,
+        .started_ctx = (void *)(intptr_t)slot,
     };
     xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
   }
