@@ -171,7 +171,9 @@ static const struct tool_text tools[] = {
      "program and its arguments) or command (shell text, run by /bin/sh -c). A non-zero exit is "
      "a normal result (exitCode); output beyond maxOutputBytes per stream is cut (stdoutTruncated "
      "/ stderrTruncated), bytes that are not UTF-8 are replaced, and secrets (private keys, cloud "
-     "keys, tokens, credentials) are replaced by [REDACTED:<rule>] (redactions, redacted). The "
+     "keys, tokens, credentials) are replaced by [REDACTED:<rule>] (redactions, redacted). A "
+     "writable command's effects on the workspace are listed (changes); symbolic links leading "
+     "out, special files and new hard links it leaves are removed. The "
      "command is killed at "
      "timeoutSec (timedOut). env may not set the loader's, the shell's or interpreters' start-up "
      "variables (LD_*, PATH, HOME, BASH_ENV, PYTHONPATH, NODE_OPTIONS...). In a supervised session "
@@ -198,7 +200,13 @@ static const struct tool_text tools[] = {
      "\"stdoutBytes\":" NAT ",\"stderrBytes\":" NAT ",\"invalidUtf8\":" NAT ",\"redactions\":" NAT
      ",\"redacted\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
      "\"rule\":{\"type\":\"string\"},\"stream\":{\"enum\":[\"stdout\",\"stderr\"]},\"offset\":" NAT
-     ",\"failed\":{\"type\":\"boolean\"}}}}},\"required\":[\"exitCode\",\"signal\",\"timedOut\","
+     ",\"failed\":{\"type\":\"boolean\"}}}},\"changes\":{\"type\":\"array\",\"description\":"
+     "\"a writable command's effects on the workspace\",\"items\":{\"type\":\"object\","
+     "\"properties\":{\"path\":{\"type\":\"string\"},\"change\":{\"enum\":[\"added\","
+     "\"modified\",\"deleted\",\"mode\"]},\"type\":{\"type\":\"string\"},\"mode\":{\"type\":"
+     "\"string\"},\"size\":" NAT ",\"sha256\":{\"type\":\"string\"},\"target\":{\"type\":"
+     "\"string\"},\"flagged\":{\"type\":\"string\"},\"removed\":{\"type\":\"boolean\"}}}},"
+     "\"changesTotal\":" NAT "},\"required\":[\"exitCode\",\"signal\",\"timedOut\","
      "\"durationMs\",\"stdout\",\"stderr\",\"stdoutTruncated\",\"stderrTruncated\","
      "\"redactions\"]}",
      false, true, false},

@@ -11,7 +11,8 @@ import { cpus } from 'node:os';
 import { startSandboxServer } from '../../tests/node/lib/agent.mjs';
 
 const rounds = Number(process.argv[2] ?? 30);
-const K = await startSandboxServer('jailbox-sandbox:bench-exec', { JAILBOX_ESCAPE_ABORT: 'none' });
+// the minimal image plus the host's true (build.sh --extra)
+const K = await startSandboxServer('jailbox-sandbox:bench-exec', { JAILBOX_ESCAPE_ABORT: 'none' }, ['/usr/bin/true']);
 try {
   const S = await K.openSession(() => {}, { mode: 'unsupervised' });
   const container = execFileSync('docker', ['ps', '-q', '--no-trunc', '--filter', 'label=jailbox.session=' + S.jobId]).toString().trim();

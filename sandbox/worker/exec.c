@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/log.h"
 #include "lib/metrics.h"
 #include "sandbox/proto/shim.h"
 #include "sandbox/worker/worker.h"
@@ -186,6 +187,17 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
   }
   json_decref(req);
   sp->busy = true;
+  /* a kill or pause that came while the command was not yet sent: carried out now */
+  const char *what = rq->on_started ? rq->on_started(rq->started_ctx) : NULL;
+  if (what) {
+    jb_error se = {0};
+    json_t *o =
+        json_pack("{s:I, s:s, s:s}", "id", (json_int_t)sp->next_id++, "op", "signal", "what", what);
+    if (!o || send_locked(sp, o, &se) < 0)
+      jb_log(JB_LOG_WARN, "exec: a signal asked for before the start was not sent", "signal", what,
+             "error", se.msg, NULL);
+    json_decref(o);
+  }
   pthread_mutex_unlock(&sp->lock);
 
   long long start = jb_now_ms();

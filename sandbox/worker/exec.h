@@ -56,6 +56,11 @@ struct jb_exec_request {
   long long fsize_bytes;
   long nproc;
   long long tmp_bytes;
+  /* Called once, with the spawner's lock held, right after the command was sent (from then on
+   * jb_exec_signal reaches it): returns a signal asked for before that moment ("kill", "stop")
+   * to send at once, or NULL. May be NULL. Must not call into this module. */
+  const char *(*on_started)(void *started_ctx);
+  void *started_ctx;
 };
 
 /* Called on the calling thread for each chunk, in order; seq counts per command from 0. */

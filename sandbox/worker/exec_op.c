@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 
 #include "db/ops.h"
 #include "lib/buf.h"
+#include "sandbox/worker/workspace_scan.h"
 #include "lib/redact.h"
 #include "lib/utf8.h"
 #include "sandbox/worker/exec.h"
@@ -40,6 +42,9 @@
 #define LIVE_FINAL_EVENTS 8 /* events sent at once when the command has ended */
 #define AUDIT_ARGV_MAX 8192 /* bytes of argv (as JSON) recorded as it is; longer: its hash */
 #define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
+#define SNAPSHOT_MAX \
+  100000 /* entries walked before and after a writable command (as the pre-scan) */
+#define CHANGES_MAX 1000 /* changes listed in the result and the audit entry; all are counted */
 
 /* ---- the running execs: a kill, pause or resume finds its command here ---- */
 
@@ -48,6 +53,8 @@ static struct {
   struct running {
     bool used;
     bool killed; /* the buyer killed it */
+    bool stopped; /* its session is paused (stop asked, no cont since) */
+    bool started; /* its command was sent to the spawner: a signal reaches it now */
     long long op_id;
     char job[129];
   } r[RUNNING_MAX];
@@ -90,14 +97,30 @@ static void session_unpin(struct jb_session *s) {
   if (s) atomic_fetch_sub(&s->users, 1);
 }
 
+/* jb_exec_request.on_started of the exec in slot (intptr_t)ctx: from now on its command takes
+ * signals; the kill or stop asked for before is sent at once. */
+static const char *running_started(void *ctx) {
+  int slot = (int)(intptr_t)ctx;
+  pthread_mutex_lock(&running.lock);
+  running.r[slot].started = true;
+  const char *what = running.r[slot].killed ? "kill" : running.r[slot].stopped ? "stop" : NULL;
+  pthread_mutex_unlock(&running.lock);
+  return what;
+}
+
 void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const char *what) {
+  /* The flags are kept for an exec whose command is not yet sent (running_started sends what
+   * they ask for); the spawner is signalled only for the one whose command it runs — another
+   * exec of the session waiting or failing `busy` must not signal that command. */
   bool found = false;
   pthread_mutex_lock(&running.lock);
   for (int i = 0; i < RUNNING_MAX; i++) {
     struct running *r = &running.r[i];
     if (!r->used || strcmp(r->job, job) || (op_id && r->op_id != op_id)) continue;
     if (!strcmp(what, "kill")) r->killed = true;
-    found = true;
+    if (!strcmp(what, "stop")) r->stopped = true;
+    if (!strcmp(what, "cont")) r->stopped = false;
+    if (r->started) found = true;
   }
   pthread_mutex_unlock(&running.lock);
   if (!found) return;
@@ -290,10 +313,11 @@ static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
 
 /* The audit details of an exec (api/audit.md): what ran and how it ended — hashes and byte
  * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
- * run). */
-static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, json_t *args,
+ * run); `image` is the session's sandbox image. */
+static json_t *exec_details(const char *image, const struct jb_op_claim *op, json_t *args,
                             json_t *res, bool ok, const char *code, const char hex[2][65],
-                            size_t redactions, json_t *records) {
+                            size_t redactions, json_t *records, json_t *changes,
+                            size_t changes_total) {
   json_t *d = json_object();
   json_t *argv = json_object_get(args, "argv");
   char *at = json_dumps(argv, JSON_COMPACT);
@@ -310,7 +334,7 @@ static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, j
   free(at);
   const char *cwd = json_string_value(json_object_get(args, "cwd"));
   if (cwd && strlen(cwd) <= 4096) json_object_set_new(d, "cwd", json_string(cwd));
-  json_object_set_new(d, "image", json_string(w->set.sandbox_image ? w->set.sandbox_image : ""));
+  json_object_set_new(d, "image", json_string(image));
   json_object_set_new(d, "writable", json_boolean(json_is_true(json_object_get(args, "writable"))));
   json_object_set_new(d, "decision", json_string(op->decision));
   if (res) {
@@ -340,7 +364,8 @@ static json_t *exec_details(struct jb_worker *w, const struct jb_op_claim *op, j
   }
   json_object_set_new(d, "redactions", json_integer((json_int_t)redactions));
   json_object_set(d, "redacted", records);
-  json_object_set_new(d, "changes", json_array());
+  json_object_set_new(d, "changes", changes ? json_incref(changes) : json_array());
+  if (changes) json_object_set_new(d, "changesTotal", json_integer((json_int_t)changes_total));
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) json_object_set_new(d, "error", json_string(code ? code : "internal"));
   return d;
@@ -358,6 +383,61 @@ static void run_free(struct exec_run *x) {
 /* {ok:false, error:{code, message}} (new). */
 static json_t *failure(const char *code, const char *message) {
   return json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", message);
+}
+
+static int entry_by_path(const void *key, const void *e) {
+  return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
+}
+
+/* What a writable command changed in session s's workspace against `before` (taken just before
+ * it ran): the changes (new; NULL when the walk after failed), their count in *total. Entries
+ * it left that the file tools refuse — symbolic links leading out, fifos, sockets, devices,
+ * and a new name for a file (a hard link) — are removed from the workspace, marked `removed`
+ * in the changes, and the signal they call for goes to *sig (enum jb_signal) with the first
+ * one's description in `what`. */
+static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
+                                 const struct jb_scan_snapshot *before, size_t *total, int *sig,
+                                 char *what, size_t wsize) {
+  struct jb_scan_snapshot after;
+  jb_error err = {0};
+  if (jb_workspace_snapshot(s->workspace, SNAPSHOT_MAX, w->prescan_hash_max, &after, &err) < 0) {
+    slog(w, JB_LOG_WARN, s->job_id, "exec: the workspace could not be read after the command",
+         "error", err.msg, NULL);
+    return NULL;
+  }
+  json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
+  int best = 0;
+  for (size_t i = 0; i < after.n; i++) {
+    const struct jb_scan_entry *e = &after.v[i];
+    if (!e->kind || !strcmp(e->kind, "too_large")) continue;
+    bool existed =
+        before->n && bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path);
+    if (!strcmp(e->kind, "hardlink") && existed)
+      continue; /* the file linked to: its new name goes */
+    jb_error re = {0};
+    bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0;
+    slog(w, JB_LOG_WARN, s->job_id, "exec left a forbidden entry", "path", e->path, "kind", e->kind,
+         "removed", removed ? "yes" : re.msg, NULL);
+    size_t k;
+    json_t *c;
+    json_array_foreach (changes, k, c)
+      if (!strcmp(json_string_value(json_object_get(c, "path")) ?: "", e->path))
+        json_object_set_new(c, "removed", json_boolean(removed));
+    /* one signal an op: a link leading out before a special file before a hard link */
+    int k_sig = !strcmp(e->kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
+                : !strcmp(e->kind, "hardlink")      ? JB_SIG_HARD_LINK
+                                                    : JB_SIG_DENIED_PATH;
+    int rank = k_sig == JB_SIG_SYMLINK_ESCAPE ? 3 : k_sig == JB_SIG_DENIED_PATH ? 2 : 1;
+    if (rank > best) {
+      best = rank;
+      *sig = k_sig;
+      snprintf(what, wsize, "%s %.200s%s%.60s", e->kind, e->path,
+               e->type == 'l' && e->detail ? " -> " : "",
+               e->type == 'l' && e->detail ? e->detail : "");
+    }
+  }
+  jb_scan_snapshot_free(&after);
+  return changes;
 }
 
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
@@ -385,6 +465,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_t *res = NULL;
   jb_error xe = {0};
   int xr = -1;
+  struct jb_scan_snapshot before = {0};
+  bool watched = false;
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
   if (!redactor) { /* no command runs whose output cannot be redacted */
     jb_fail(&xe, ENOMEM, "the output redactor could not be made");
@@ -404,10 +486,31 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
         .max_output = max_out,
         .writable = json_is_true(json_object_get(args, "writable")),
+        .on_started = running_started,
+        .started_ctx = (void *)(intptr_t)slot,
     };
-    xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
+    jb_error se = {0};
+    if (rq.writable &&
+        jb_workspace_snapshot(s->workspace, SNAPSHOT_MAX, w->prescan_hash_max, &before, &se) < 0) {
+      jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
+    } else {
+      watched = rq.writable;
+      xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
+    }
   }
+  /* a writable command's effects: what it changed, and what it must not leave behind */
+  json_t *changes = NULL;
+  size_t changes_total = 0;
+  int planted_sig = -1;
+  char planted[300] = "";
+  if (watched)
+    changes =
+        workspace_effects(w, s, &before, &changes_total, &planted_sig, planted, sizeof planted);
+  jb_scan_snapshot_free(&before);
   bool aborted = s && atomic_load(&s->killing);
+  char image[sizeof s->image] = "";
+  snprintf(image, sizeof image, "%s",
+           s ? s->image : (w->set.sandbox_image ? w->set.sandbox_image : ""));
   session_unpin(s);
   for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
   live_flush(&x, true);
@@ -448,6 +551,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
         json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
     if (r) json_object_set(r, "redacted", records);
+    if (r && changes) {
+      json_object_set(r, "changes", changes);
+      json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
+    }
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
   } else if (aborted) {
     ans = failure(code = "aborted", "the session was aborted while the command ran");
@@ -464,8 +571,14 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
-  json_t *details = exec_details(w, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
-                                 (const char(*)[65])hex, redactions, records);
+  json_t *details =
+      exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+                   (const char(*)[65])hex, redactions, records, changes, changes_total);
+  if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
+    *signal = planted_sig;
+    snprintf(detail, dsize, "exec left %s (removed)", planted);
+  }
+  json_decref(changes);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
   struct jb_audit_head head;

@@ -19,6 +19,8 @@ struct entry {
   char *path;
   long long size;
   char *detail; /* content hash (files) or link target (symlinks); NULL: empty */
+  unsigned mode; /* st_mode & 07777 */
+  const char *kind; /* its flag (a string literal), or NULL */
 };
 
 struct walk {
@@ -72,6 +74,7 @@ static int hash_file(int dirfd, const char *name, long long max, char out[65], j
 
 /* Records flagged entry `path` of `kind`. */
 static int flag(struct walk *w, const char *path, const char *kind) {
+  if (w->n > 0 && !strcmp(w->v[w->n - 1].path, path)) w->v[w->n - 1].kind = kind;
   w->out->n_flagged++;
   if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
   if (json_array_append_new(w->out->flagged, json_pack("{s:s, s:s}", "path", path, "kind", kind)) <
@@ -116,6 +119,8 @@ static int push(struct walk *w, char type, const char *path, long long size) {
   e->type = type;
   e->size = size;
   e->detail = NULL;
+  e->mode = 0;
+  e->kind = NULL;
   e->path = strdup(path);
   if (!e->path) return jb_fail(w->err, ENOMEM, "out of memory");
   w->n++;
@@ -152,6 +157,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       break;
     }
     struct entry *e = &w->v[w->n - 1];
+    e->mode = (unsigned)(st.st_mode & 07777);
     if (type == 'f' && st.st_nlink > 1) {
       w->out->files++;
       w->out->bytes += st.st_size;
@@ -231,8 +237,10 @@ void jb_scan_result_free(struct jb_scan_result *r) {
   r->flagged = NULL;
 }
 
-int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
-                      struct jb_scan_result *out, jb_error *err) {
+/* The walk of jb_workspace_scan; with `keep` its entries, sorted, are handed to *keep (else
+ * freed). */
+static int scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
+                struct jb_scan_snapshot *keep, jb_error *err) {
   memset(out, 0, sizeof *out);
   out->hash_max = hash_max;
   if (!(out->flagged = json_array())) return jb_fail(err, ENOMEM, "out of memory");
@@ -262,6 +270,23 @@ int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
     crypto_hash_sha256_final(&st, h);
     sodium_bin2hex(out->dir_hash, sizeof out->dir_hash, h, sizeof h);
   }
+  if (ret == 0 && keep) {
+    keep->v = calloc(w.n ? w.n : 1, sizeof *keep->v);
+    if (!keep->v) ret = jb_fail(err, ENOMEM, "out of memory");
+    for (size_t i = 0; ret == 0 && i < w.n; i++) {
+      keep->v[i] = (struct jb_scan_entry){.type = w.v[i].type,
+                                          .mode = w.v[i].mode,
+                                          .size = w.v[i].size,
+                                          .path = w.v[i].path,
+                                          .detail = w.v[i].detail,
+                                          .kind = w.v[i].kind};
+      w.v[i].path = w.v[i].detail = NULL; /* moved */
+    }
+    if (ret == 0) {
+      keep->n = w.n;
+      keep->truncated = out->truncated;
+    }
+  }
   for (size_t i = 0; i < w.n; i++) {
     free(w.v[i].path);
     free(w.v[i].detail);
@@ -269,6 +294,124 @@ int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
   free(w.v);
   if (ret < 0) jb_scan_result_free(out);
   return ret;
+}
+
+int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
+                      struct jb_scan_result *out, jb_error *err) {
+  return scan(root, max_entries, hash_max, out, NULL, err);
+}
+
+int jb_workspace_snapshot(const char *root, long max_entries, long long hash_max,
+                          struct jb_scan_snapshot *out, jb_error *err) {
+  *out = (struct jb_scan_snapshot){0};
+  struct jb_scan_result r;
+  int rc = scan(root, max_entries, hash_max, &r, out, err);
+  if (rc == 0) jb_scan_result_free(&r);
+  return rc;
+}
+
+void jb_scan_snapshot_free(struct jb_scan_snapshot *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n && s->v; i++) {
+    free(s->v[i].path);
+    free(s->v[i].detail);
+  }
+  free(s->v);
+  *s = (struct jb_scan_snapshot){0};
+}
+
+static const char *type_name(char t) {
+  return t == 'f' ? "file" : t == 'd' ? "directory" : t == 'l' ? "symlink" : "other";
+}
+
+/* One change entry (new): {path, change, type, size?, sha256?, target?, mode, flagged?}. */
+static json_t *change_json(const struct jb_scan_entry *e, const char *change) {
+  char mode[8];
+  snprintf(mode, sizeof mode, "%04o", e->mode);
+  json_t *c = json_pack("{s:s,s:s,s:s,s:s}", "path", e->path, "change", change, "type",
+                        type_name(e->type), "mode", mode);
+  if (!c) return NULL;
+  if (e->type == 'f') {
+    json_object_set_new(c, "size", json_integer(e->size));
+    if (e->detail && strlen(e->detail) == 64)
+      json_object_set_new(c, "sha256", json_string(e->detail));
+  }
+  if (e->type == 'l' && e->detail) json_object_set_new(c, "target", json_string(e->detail));
+  if (e->kind) json_object_set_new(c, "flagged", json_string(e->kind));
+  return c;
+}
+
+json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_scan_snapshot *after,
+                        size_t max, size_t *total) {
+  json_t *a = json_array();
+  *total = 0;
+  size_t i = 0, j = 0;
+  while (a && (i < before->n || j < after->n)) {
+    int cmp = i >= before->n ? 1 : j >= after->n ? -1 : strcmp(before->v[i].path, after->v[j].path);
+    const struct jb_scan_entry *e = NULL;
+    const char *change = NULL;
+    if (cmp < 0) {
+      e = &before->v[i++];
+      change = "deleted";
+    } else if (cmp > 0) {
+      e = &after->v[j++];
+      change = "added";
+    } else {
+      const struct jb_scan_entry *b = &before->v[i++], *n = &after->v[j++];
+      bool same_detail =
+          (!b->detail && !n->detail) || (b->detail && n->detail && !strcmp(b->detail, n->detail));
+      e = n;
+      if (b->type != n->type || b->size != n->size || !same_detail)
+        change = n->type == 'd' && b->type == 'd' ? NULL : "modified";
+      else if (b->mode != n->mode)
+        change = "mode";
+    }
+    if (!change) continue;
+    (*total)++;
+    if (json_array_size(a) >= max) continue;
+    json_t *c = change_json(e, change);
+    if (!c || json_array_append_new(a, c) < 0) {
+      json_decref(a);
+      a = NULL;
+    }
+  }
+  return a;
+}
+
+int jb_workspace_remove(const char *root, const char *path, jb_error *err) {
+  int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return jb_fail_errno(err, errno, "open workspace %s", root);
+  char buf[PATH_MAX];
+  if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf) {
+    close(dfd);
+    return jb_fail(err, ENAMETOOLONG, "path too long");
+  }
+  char *name = buf, *slash;
+  while ((slash = strchr(name, '/'))) { /* each directory on the way, never through a link */
+    *slash = '\0';
+    if (!*name || !strcmp(name, "..") || !strcmp(name, ".")) {
+      close(dfd);
+      return jb_fail(err, EINVAL, "bad path component");
+    }
+    int next = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    close(dfd);
+    if (next < 0) return jb_fail_errno(err, e, "open %s", name);
+    dfd = next;
+    name = slash + 1;
+  }
+  struct stat st;
+  int rc = 0;
+  if (!*name || !strcmp(name, "..") || !strcmp(name, "."))
+    rc = jb_fail(err, EINVAL, "bad path component");
+  else if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+    rc = jb_fail_errno(err, errno, "stat %s", path);
+  else if (S_ISDIR(st.st_mode))
+    rc = jb_fail(err, EISDIR, "%s is a directory", path);
+  else if (unlinkat(dfd, name, 0) < 0)
+    rc = jb_fail_errno(err, errno, "remove %s", path);
+  close(dfd);
+  return rc;
 }
 
 json_t *jb_scan_json(const struct jb_scan_result *r) {

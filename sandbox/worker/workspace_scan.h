@@ -41,6 +41,46 @@ int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
                       struct jb_scan_result *out, jb_error *err);
 void jb_scan_result_free(struct jb_scan_result *r);
 
+/* One entry of a kept walk (jb_workspace_snapshot): its type (f d l o), permission bits
+ * (st_mode & 07777), size (regular files), path relative to the root, detail as in the
+ * directory hash (NULL: empty) and its flag kind (a string literal: symlink_outside, hardlink,
+ * fifo, socket, device, too_large) or NULL. */
+struct jb_scan_entry {
+  char type;
+  unsigned mode;
+  long long size;
+  char *path, *detail;
+  const char *kind;
+};
+
+/* A workspace's entries at one moment, sorted by path (bytewise). */
+struct jb_scan_snapshot {
+  struct jb_scan_entry *v; /* owned */
+  size_t n;
+  bool truncated; /* the walk stopped at max_entries: changes past it are not seen */
+};
+
+/* The walk of jb_workspace_scan (same bounds, same hashing, never following a link), with its
+ * entries kept in *out. 0 (free with jb_scan_snapshot_free), or -1 with `err`. */
+int jb_workspace_snapshot(const char *root, long max_entries, long long hash_max,
+                          struct jb_scan_snapshot *out, jb_error *err);
+void jb_scan_snapshot_free(struct jb_scan_snapshot *s);
+
+/* What changed from `before` to `after` (both from jb_workspace_snapshot of one root), in path
+ * order: a new array of at most `max` {path, change: "added"|"modified"|"deleted"|"mode",
+ * type: "file"|"directory"|"symlink"|"other", mode ("0644"), size? and sha256? (files),
+ * target? (symlinks), flagged? (the flag kind)} — a deleted entry as it was, the others as they
+ * are; a file is modified when its type, size or content hash changed, a directory only when
+ * its mode did. *total counts all of them. NULL when out of memory. */
+json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_scan_snapshot *after,
+                        size_t max, size_t *total);
+
+/* Removes the non-directory entry `path` (relative) of the workspace at `root`: each directory
+ * on the way opened with O_NOFOLLOW from the root's own descriptor, the entry unlinked from
+ * its parent's — never through a symbolic link. 0, or -1 with `err` (EISDIR for a
+ * directory, EINVAL for an empty, "." or ".." component). */
+int jb_workspace_remove(const char *root, const char *path, jb_error *err);
+
 /* The result as JSON (new reference): files, dirs, symlinks, other, bytes, truncated,
  * dirHash, hashMaxBytes, flagged [{path, kind}], flaggedCount. */
 json_t *jb_scan_json(const struct jb_scan_result *r);

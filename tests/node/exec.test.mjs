@@ -287,6 +287,10 @@ test('audit entries: what ran and how it ended, hashes and byte counts, never th
   assert.deepEqual(d.argv, ['echo', 'hi', 'there']);
   assert.equal(d.cwd, '.');
   assert.equal(d.writable, false);
+  // the image the session runs in, as its open recorded it
+  const img = (await K.sessionOf(U.jobId)).image;
+  assert.ok(img, 'the session names its image');
+  assert.equal(d.image, img);
   assert.equal(d.decision, 'auto');
   assert.equal(d.exitCode, 0);
   assert.equal(d.timedOut, false);

@@ -58,7 +58,7 @@ before(async () => {
   execFileSync('gcc', ['-O2', '-static', '-o', bin, join(dir, 'attack.c')]);
   const sh = execFileSync('readlink', ['-f', '/bin/sh']).toString().trim();
   extra = [`${sh}:/bin/sh`, '/usr/bin/cat', '/usr/bin/ls', '/usr/bin/ln', '/usr/bin/mkfifo',
-    '/usr/bin/find', '/usr/bin/sleep', '/usr/bin/head', '/usr/bin/tr', '/usr/bin/true', `${bin}:/usr/bin/attack`];
+    '/usr/bin/find', '/usr/bin/rm', '/usr/bin/chmod', '/usr/bin/sleep', '/usr/bin/head', '/usr/bin/tr', '/usr/bin/true', `${bin}:/usr/bin/attack`];
   srv = await startJail({ image: 'jailbox-sandbox:break', env: { JAILBOX_ESCAPE_ABORT: 'none' }, extra });
   s = await openSession(srv, (d) => {
     writeFileSync(join(d, 'hello.txt'), 'hello\n');
@@ -158,15 +158,41 @@ test('an excluded file stays out of a command\'s reach: exec is refused where th
   assert.equal(stdoutOf(await K.call(T.agent, 'exec', { argv: ['cat', 'ok.txt'] })), 'ok\n');
 });
 
-// issue 22: "a command that plants a symlink leading out of the workspace, a hard link or a
-// device is a security signal, and that entry is removed" — not there yet (api/audit.md:
-// `changes` is `[]`)
-test('a symlink leading out that a writable command plants does not stay in the workspace', { todo: 'a writable command\'s changes are not looked at yet' }, async () => {
-  const S = await agentSession(() => {});
-  await K.ok(S.agent, 'exec', { argv: ['ln', '-s', '/etc/shadow', 'out'], writable: true });
-  let planted = true;
-  try { lstatSync(join(S.dir, 'out')); } catch { planted = false; }
-  assert.equal(planted, false, 'the host workspace keeps a symlink to /etc/shadow');
+// A writable command's effects are found when it ends (against the tree just before it ran);
+// what the file tools refuse and it leaves behind is removed and signalled
+test('a writable command: its changes are listed; a symlink leading out, a fifo and a new hard link it leaves are removed and signalled', async () => {
+  const S = await agentSession((d) => {
+    writeFileSync(join(d, 'keep.txt'), 'keep\n');
+    writeFileSync(join(d, 'mod.txt'), 'before\n');
+    writeFileSync(join(d, 'del.txt'), 'gone\n');
+    writeFileSync(join(d, 'mode.txt'), 'm\n'); // (the jail's uid owns no file of the buyer's: no chmod)
+  });
+  const r = await K.ok(S.agent, 'exec', { writable: true, command:
+    'echo new > add.txt; echo after > mod.txt; rm del.txt; ln -s /etc/shadow out; mkfifo ff 2>/dev/null; ln keep.txt keep2.txt' });
+  const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+  assert.equal(by['add.txt']?.change, 'added', JSON.stringify(r.changes));
+  assert.equal(by['add.txt'].sha256, createHash('sha256').update('new\n').digest('hex'));
+  assert.equal(by['mod.txt']?.change, 'modified');
+  assert.equal(by['mod.txt'].sha256, createHash('sha256').update('after\n').digest('hex'));
+  assert.equal(by['del.txt']?.change, 'deleted');
+  assert.equal(by['mode.txt'], undefined, 'an untouched file is not listed');
+  assert.equal(by['keep.txt']?.change, 'modified', 'a file that got a second name is no longer hashed');
+  assert.deepEqual([by.out?.change, by.out?.flagged, by.out?.target, by.out?.removed], ['added', 'symlink_outside', '/etc/shadow', true]);
+  // exec's filter refuses mknod (EPERM): a fifo cannot be made; were it made, it would go
+  if (by.ff) assert.deepEqual([by.ff.flagged, by.ff.removed], ['fifo', true]);
+  assert.deepEqual([by['keep2.txt']?.flagged, by['keep2.txt']?.removed], ['hardlink', true]);
+  assert.equal(r.changesTotal, r.changes.length);
+  // gone from the host's workspace; the buyer's files as the command left them
+  for (const p of ['out', 'ff', 'keep2.txt']) assert.throws(() => lstatSync(join(S.dir, p)), p);
+  assert.equal(readFileSync(join(S.dir, 'keep.txt'), 'utf8'), 'keep\n');
+  assert.equal(lstatSync(join(S.dir, 'keep.txt')).nlink, 1);
+  assert.equal(readFileSync(join(S.dir, 'mod.txt'), 'utf8'), 'after\n');
+  // a security signal, announced to the buyer
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => JSON.stringify(p).includes('symlink_escape'));
+  assert.match(JSON.stringify(alert), /out -> \/etc\/shadow/);
+  // a read-only command changes nothing and lists nothing
+  const ro = await K.ok(S.agent, 'exec', { argv: ['cat', 'keep.txt'] });
+  assert.equal(ro.changes, undefined);
 });
 
 test('kill: the agent\'s token, another session\'s op', async () => {
