@@ -22,6 +22,9 @@ int jb_db_changes_list(PGconn *c, const char *job_id, char **json_out, jb_error 
       "       ELSE to_jsonb(nullif(o.args->>'expectSha256', '')) END,"
       "     'sha256After', o.args->'sha256', 'size', o.args->'size')"
       "   WHEN o.tool = 'mkdir' THEN jsonb_build_object('type', 'dir')"
+      "   WHEN o.tool = 'exec' THEN jsonb_strip_nulls(jsonb_build_object('argv', o.args->'argv',"
+      "     'effects', o.result->'result'->'changes',"
+      "     'effectsTotal', o.result->'result'->'changesTotal'))"
       "   WHEN o.tool = 'move' THEN jsonb_strip_nulls(jsonb_build_object('from', o.path,"
       "     'to', o.args->'destination', 'type', o.result->'result'->'type',"
       "     'sha256', o.result->'result'->'sha256'))"
@@ -29,8 +32,11 @@ int jb_db_changes_list(PGconn *c, const char *job_id, char **json_out, jb_error 
       "     'deleted', o.result->'result'->'deleted',"
       "     'recursive', coalesce(o.args->'recursive', 'false'::jsonb))) END AS ch"
       "   FROM (SELECT * FROM ops WHERE job_id = s.job_id"
-      "     AND tool IN ('write', 'edit', 'mkdir', 'move', 'delete') AND state = 'done'"
+      "     AND tool IN ('write', 'edit', 'mkdir', 'move', 'delete', 'exec') AND state = 'done'"
       "     AND NOT (tool = 'mkdir' AND result->'result'->'created' = 'false'::jsonb)"
+      "     AND NOT (tool = 'exec' AND coalesce(jsonb_array_length(CASE WHEN"
+      "       jsonb_typeof(result->'result'->'changes') = 'array'"
+      "       THEN result->'result'->'changes' END), 0) = 0)"
       "     ORDER BY op_id LIMIT 10000) o) x), '[]'::json))::text"
       " FROM sessions s WHERE s.job_id = $1",
       1, p, PGRES_TUPLES_OK, NULL, err, "list changes");

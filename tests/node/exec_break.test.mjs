@@ -193,6 +193,14 @@ test('a writable command: its changes are listed; a symlink leading out, a fifo 
   // a read-only command changes nothing and lists nothing
   const ro = await K.ok(S.agent, 'exec', { argv: ['cat', 'keep.txt'] });
   assert.equal(ro.changes, undefined);
+  // the change summary has the writable exec (and not the read-only one), with its effects
+  const cs = await srv.req('GET', `/v1/jailbox/${S.jobId}/changes`, { token: S.buyerToken });
+  assert.equal(cs.status, 200, cs.text);
+  const ex = cs.json.changes.filter((c) => c.tool === 'exec');
+  assert.equal(ex.length, 1, cs.text);
+  assert.equal(ex[0].argv[0], '/bin/sh');
+  assert.deepEqual(ex[0].effects, r.changes);
+  assert.equal(ex[0].effectsTotal, r.changesTotal);
 });
 
 test('kill: the agent\'s token, another session\'s op', async () => {

@@ -65,7 +65,8 @@ static void changes_between_walks(void **state) {
   assert_int_equal(json_array_size(ch), 5);
   assert_null(find(ch, "same.txt"));
   assert_null(find(ch, "sub")); /* a directory whose content changed is not itself changed */
-  assert_string_equal(json_string_value(json_object_get(find(ch, "mod.txt"), "change")), "modified");
+  assert_string_equal(json_string_value(json_object_get(find(ch, "mod.txt"), "change")),
+                      "modified");
   assert_string_equal(json_string_value(json_object_get(find(ch, "del.txt"), "change")), "deleted");
   json_t *m = find(ch, "mode.txt");
   assert_string_equal(json_string_value(json_object_get(m, "change")), "mode");
