@@ -385,6 +385,17 @@ static json_t *failure(const char *code, const char *message) {
   return json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", message);
 }
 
+/* Ends `s` before its first byte that does not begin a whole UTF-8 character. */
+static void utf8_cut(char *s) {
+  size_t n = strlen(s), i = 0;
+  while (i < n) {
+    int k = jb_utf8_seq((const unsigned char *)s + i, n - i);
+    if (k <= 0) break;
+    i += (size_t)k;
+  }
+  s[i] = '\0';
+}
+
 static int entry_by_path(const void *key, const void *e) {
   return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
 }
@@ -419,10 +430,11 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
     slog(w, JB_LOG_WARN, s->job_id, "exec left a forbidden entry", "path", e->path, "kind", e->kind,
          "removed", removed ? "yes" : re.msg, NULL);
     size_t k;
-    json_t *c;
+    json_t *c, *pj = jb_scan_path_json(e->path); /* as the changes name it */
     json_array_foreach (changes, k, c)
-      if (!strcmp(json_string_value(json_object_get(c, "path")) ?: "", e->path))
+      if (pj && json_equal(json_object_get(c, "path"), pj))
         json_object_set_new(c, "removed", json_boolean(removed));
+
     /* one signal an op: a link leading out before a special file before a hard link */
     int k_sig = !strcmp(e->kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
                 : !strcmp(e->kind, "hardlink")      ? JB_SIG_HARD_LINK
@@ -431,10 +443,13 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
     if (rank > best) {
       best = rank;
       *sig = k_sig;
-      snprintf(what, wsize, "%s %.200s%s%.60s", e->kind, e->path,
-               e->type == 'l' && e->detail ? " -> " : "",
-               e->type == 'l' && e->detail ? e->detail : "");
+      json_t *tj = e->type == 'l' && e->detail ? jb_scan_path_json(e->detail) : NULL;
+      snprintf(what, wsize, "%s %.200s%s%.60s", e->kind, pj ? json_string_value(pj) : "?",
+               tj ? " -> " : "", tj ? json_string_value(tj) : "");
+      json_decref(tj);
+      utf8_cut(what); /* the cuts above may split a character */
     }
+    json_decref(pj);
   }
   jb_scan_snapshot_free(&after);
   return changes;

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "lib/buf.h"
+#include "lib/utf8.h"
 
 struct entry {
   char type;
@@ -324,11 +326,27 @@ static const char *type_name(char t) {
   return t == 'f' ? "file" : t == 'd' ? "directory" : t == 'l' ? "symlink" : "other";
 }
 
+/* `s` as a JSON string (new): as it is when it is UTF-8, else with each invalid byte replaced
+ * by U+FFFD (file names and link targets are bytes; JSON text is UTF-8). */
+static json_t *text_json(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  struct jb_buf b;
+  size_t n = strlen(s), replaced = 0;
+  jb_buf_init(&b, n * 3 + 16);
+  if (jb_utf8_sanitize((const unsigned char *)s, n, true, &b, &replaced) != (size_t)-1)
+    j = json_stringn(b.data ? b.data : "", b.len);
+  jb_buf_free(&b);
+  return j;
+}
+
+json_t *jb_scan_path_json(const char *path) { return text_json(path); }
+
 /* One change entry (new): {path, change, type, size?, sha256?, target?, mode, flagged?}. */
 static json_t *change_json(const struct jb_scan_entry *e, const char *change) {
   char mode[8];
   snprintf(mode, sizeof mode, "%04o", e->mode);
-  json_t *c = json_pack("{s:s,s:s,s:s,s:s}", "path", e->path, "change", change, "type",
+  json_t *c = json_pack("{s:o,s:s,s:s,s:s}", "path", text_json(e->path), "change", change, "type",
                         type_name(e->type), "mode", mode);
   if (!c) return NULL;
   if (e->type == 'f') {
@@ -336,7 +354,7 @@ static json_t *change_json(const struct jb_scan_entry *e, const char *change) {
     if (e->detail && strlen(e->detail) == 64)
       json_object_set_new(c, "sha256", json_string(e->detail));
   }
-  if (e->type == 'l' && e->detail) json_object_set_new(c, "target", json_string(e->detail));
+  if (e->type == 'l' && e->detail) json_object_set_new(c, "target", text_json(e->detail));
   if (e->kind) json_object_set_new(c, "flagged", json_string(e->kind));
   return c;
 }

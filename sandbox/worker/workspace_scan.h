@@ -75,6 +75,10 @@ void jb_scan_snapshot_free(struct jb_scan_snapshot *s);
 json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_scan_snapshot *after,
                         size_t max, size_t *total);
 
+/* A path of a walk as a JSON string (new): as it is when it is UTF-8, else with each invalid
+ * byte replaced by U+FFFD — the form jb_scan_changes lists it in. NULL when out of memory. */
+json_t *jb_scan_path_json(const char *path);
+
 /* Removes the non-directory entry `path` (relative) of the workspace at `root`: each directory
  * on the way opened with O_NOFOLLOW from the root's own descriptor, the entry unlinked from
  * its parent's — never through a symbolic link. 0, or -1 with `err` (EISDIR for a
