@@ -128,15 +128,24 @@ static void print_event(const char *name, const json_t *d) {
       printf("    stdin: %lld bytes (sha256 %.16s…)%s\n", in, s_(d, "stdinSha256"),
              json_is_true(json_object_get(d, "stdinPreviewTruncated")) ? ", starts:" : ":");
       int lines = 0;
-      for (const char *p = pv; *p && lines < 20; lines++) {
+      const char *p = pv;
+      for (; *p && lines < 20; lines++) {
         const char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
         char line[256];
-        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), p);
+        size_t shown = n < sizeof line - 1 ? n : sizeof line - 1;
+        while (shown < n && shown > 0 && ((unsigned char)p[shown] & 0xC0) == 0x80) shown--;
+        snprintf(line, sizeof line, "%.*s", (int)shown, p);
         printf("      | ");
         print_whole(line);
+        if (shown < n) printf(" …(%zu more bytes on this line)", n - shown); /* never hidden */
         putchar('\n');
         p += n + (nl ? 1 : 0);
+      }
+      if (*p) {
+        size_t more = 0;
+        for (const char *q = p; *q; q++) more += *q == '\n';
+        printf("      …(%zu more lines)\n", more + (p[strlen(p) - 1] != '\n'));
       }
     }
   } else if (strcmp(name, "jailbox:exec_output") == 0) {

@@ -531,6 +531,16 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     }
     d = json_null();
     json_object_set_new(ev, "diff", json_incref(d));
+    json_t *sv = json_object_get(ev, "stdinPreview"); /* an exec's: shortened before the path */
+    size_t sl = json_string_length(sv);
+    if (json_is_string(sv) && sl > 0) {
+      const char *p = json_string_value(sv);
+      size_t keep = sl > over ? sl - over : 0;
+      while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--;
+      json_object_set_new(ev, "stdinPreview", json_stringn(p, keep));
+      json_object_set_new(ev, "stdinPreviewTruncated", json_true());
+      continue;
+    }
     json_t *pv = json_object_get(ev, "preview");
     size_t pl = json_string_length(pv);
     if (!json_is_string(pv) || pl == 0) { /* last: the path */

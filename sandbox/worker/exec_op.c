@@ -400,56 +400,113 @@ static int entry_by_path(const void *key, const void *e) {
   return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
 }
 
+/* The hard-linked names of a walk in one order: by file (device, inode), then the names that
+ * were there before the command first, then by path. */
+struct link_name {
+  const struct jb_scan_entry *e;
+  bool existed;
+};
+
+static int by_file(const void *a, const void *b) {
+  const struct link_name *x = a, *y = b;
+  if (x->e->dev != y->e->dev) return x->e->dev < y->e->dev ? -1 : 1;
+  if (x->e->ino != y->e->ino) return x->e->ino < y->e->ino ? -1 : 1;
+  if (x->existed != y->existed) return x->existed ? -1 : 1;
+  return strcmp(x->e->path, y->e->path);
+}
+
+/* Removes entry `e` the command left (`kind`: what it is), marks it in `changes` (flagged,
+ * removed) and keeps the first one's description in `what`. */
+static void remove_left(struct jb_worker *w, struct jb_session *s, const struct jb_scan_entry *e,
+                        const char *kind, json_t *changes, char *what, size_t wsize) {
+  jb_error re = {0};
+  bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0;
+  slog(w, JB_LOG_WARN, s->job_id, "exec left an entry the file tools refuse", "path", e->path,
+       "kind", kind, "removed", removed ? "yes" : re.msg, NULL);
+  size_t k;
+  json_t *c, *pj = jb_scan_path_json(e->path); /* as the changes name it */
+  json_array_foreach (changes, k, c)
+    if (pj && json_equal(json_object_get(c, "path"), pj)) {
+      json_object_set_new(c, "flagged", json_string(kind));
+      json_object_set_new(c, "removed", json_boolean(removed));
+    }
+  if (!what[0]) {
+    json_t *tj = e->type == 'l' && e->detail ? jb_scan_path_json(e->detail) : NULL;
+    snprintf(what, wsize, "%s %.200s%s%.60s", kind, pj ? json_string_value(pj) : "?",
+             tj ? " -> " : "", tj ? json_string_value(tj) : "");
+    json_decref(tj);
+    utf8_cut(what); /* the cuts above may split a character */
+  }
+  json_decref(pj);
+}
+
 /* What a writable command changed in session s's workspace against `before` (taken just before
- * it ran): the changes (new; NULL when the walk after failed), their count in *total. Entries
- * it left that the file tools refuse — symbolic links leading out, fifos, sockets, devices,
- * and a new name for a file (a hard link) — are removed from the workspace, marked `removed`
- * in the changes, and the signal they call for goes to *sig (enum jb_signal) with the first
- * one's description in `what`. */
+ * it ran): the changes (new; NULL when the walk after failed), their count in *total, and in
+ * *incomplete whether either walk was not whole (then what it did past the walk is not seen).
+ * What it added or changed that the file tools refuse is removed (never through a link) and
+ * marked `removed` in the changes: a symbolic link that leads out of the workspace (resolved as
+ * the kernel does, through other links), a fifo, socket or device, and a second name for a
+ * file — of the names of one file, one that was there before is kept, else the first new one
+ * by path. The names that were there before are never touched. Then *sig is
+ * JB_SIG_DENIED_PATH (an alert: the command ran inside the walls, so nothing escaped — what it
+ * left would only mislead a tool on the host later) with the first one in `what`; an
+ * incomplete walk is one too. */
 static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
-                                 const struct jb_scan_snapshot *before, size_t *total, int *sig,
-                                 char *what, size_t wsize) {
+                                 const struct jb_scan_snapshot *before, size_t *total,
+                                 bool *incomplete, int *sig, char *what, size_t wsize) {
   struct jb_scan_snapshot after;
   jb_error err = {0};
+  *incomplete = before->truncated;
+  what[0] = '\0';
   if (jb_workspace_snapshot(s->workspace, SNAPSHOT_MAX, w->prescan_hash_max, &after, &err) < 0) {
     slog(w, JB_LOG_WARN, s->job_id, "exec: the workspace could not be read after the command",
          "error", err.msg, NULL);
+    *incomplete = true;
+    *sig = JB_SIG_DENIED_PATH;
+    snprintf(what, wsize, "the workspace could not be read after a writable command");
     return NULL;
   }
+  if (after.truncated) *incomplete = true;
   json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
-  int best = 0;
+  struct link_name *links = calloc(after.n ? after.n : 1, sizeof *links);
+  size_t nlinks = 0;
   for (size_t i = 0; i < after.n; i++) {
     const struct jb_scan_entry *e = &after.v[i];
-    if (!e->kind || !strcmp(e->kind, "too_large")) continue;
-    bool existed =
-        before->n && bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path);
-    if (!strcmp(e->kind, "hardlink") && existed)
-      continue; /* the file linked to: its new name goes */
-    jb_error re = {0};
-    bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0;
-    slog(w, JB_LOG_WARN, s->job_id, "exec left a forbidden entry", "path", e->path, "kind", e->kind,
-         "removed", removed ? "yes" : re.msg, NULL);
-    size_t k;
-    json_t *c, *pj = jb_scan_path_json(e->path); /* as the changes name it */
-    json_array_foreach (changes, k, c)
-      if (pj && json_equal(json_object_get(c, "path"), pj))
-        json_object_set_new(c, "removed", json_boolean(removed));
-
-    /* one signal an op: a link leading out before a special file before a hard link */
-    int k_sig = !strcmp(e->kind, "symlink_outside") ? JB_SIG_SYMLINK_ESCAPE
-                : !strcmp(e->kind, "hardlink")      ? JB_SIG_HARD_LINK
-                                                    : JB_SIG_DENIED_PATH;
-    int rank = k_sig == JB_SIG_SYMLINK_ESCAPE ? 3 : k_sig == JB_SIG_DENIED_PATH ? 2 : 1;
-    if (rank > best) {
-      best = rank;
-      *sig = k_sig;
-      json_t *tj = e->type == 'l' && e->detail ? jb_scan_path_json(e->detail) : NULL;
-      snprintf(what, wsize, "%s %.200s%s%.60s", e->kind, pj ? json_string_value(pj) : "?",
-               tj ? " -> " : "", tj ? json_string_value(tj) : "");
-      json_decref(tj);
-      utf8_cut(what); /* the cuts above may split a character */
+    const struct jb_scan_entry *b =
+        before->n ? bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path) : NULL;
+    bool same =
+        b && b->type == e->type &&
+        ((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)));
+    if (e->kind && !strcmp(e->kind, "hardlink")) {
+      if (links) links[nlinks++] = (struct link_name){.e = e, .existed = b != NULL};
+      continue;
     }
-    json_decref(pj);
+    if (same) continue; /* as it was: the buyer's, not the command's */
+    if (e->type == 'l') {
+      bool out = (e->kind && !strcmp(e->kind, "symlink_outside")) ||
+                 jb_workspace_link_leaves(s->workspace, e->path) != 0;
+      if (out) remove_left(w, s, e, "symlink_outside", changes, what, wsize);
+    } else if (e->kind && strcmp(e->kind, "too_large")) { /* fifo, socket, device */
+      remove_left(w, s, e, e->kind, changes, what, wsize);
+    }
+  }
+  if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
+  for (size_t i = 0; links && i < nlinks; i++) {
+    bool keeper =
+        i == 0 || links[i - 1].e->dev != links[i].e->dev || links[i - 1].e->ino != links[i].e->ino;
+    if (!keeper && !links[i].existed)
+      remove_left(w, s, links[i].e, "hardlink", changes, what, wsize);
+  }
+  free(links);
+  if (what[0]) *sig = JB_SIG_DENIED_PATH;
+  if (*incomplete) {
+    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", NULL);
+    if (!what[0]) {
+      *sig = JB_SIG_DENIED_PATH;
+      snprintf(what, wsize,
+               "a writable command left a workspace too large or deep to walk whole: what it "
+               "left past the walk was not checked");
+    }
   }
   jb_scan_snapshot_free(&after);
   return changes;
@@ -518,9 +575,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   size_t changes_total = 0;
   int planted_sig = -1;
   char planted[300] = "";
+  bool incomplete = false;
   if (watched)
-    changes =
-        workspace_effects(w, s, &before, &changes_total, &planted_sig, planted, sizeof planted);
+    changes = workspace_effects(w, s, &before, &changes_total, &incomplete, &planted_sig, planted,
+                                sizeof planted);
   jb_scan_snapshot_free(&before);
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
@@ -570,6 +628,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
       json_object_set(r, "changes", changes);
       json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
     }
+    if (r && incomplete) json_object_set_new(r, "changesIncomplete", json_true());
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
   } else if (aborted) {
     ans = failure(code = "aborted", "the session was aborted while the command ran");
@@ -591,7 +650,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
                    (const char(*)[65])hex, redactions, records, changes, changes_total);
   if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
     *signal = planted_sig;
-    snprintf(detail, dsize, "exec left %s (removed)", planted);
+    snprintf(detail, dsize, "exec: %s", planted);
   }
   json_decref(changes);
   json_decref(none);

@@ -12,18 +12,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
 #include "lib/buf.h"
 #include "lib/utf8.h"
 
 struct entry {
   char type;
+  dev_t dev;
+  ino_t ino;
   char *path;
   long long size;
   char *detail; /* content hash (files) or link target (symlinks); NULL: empty */
   unsigned mode; /* st_mode & 07777 */
   const char *kind; /* its flag (a string literal), or NULL */
 };
+
+#define WALK_BUF 65536 /* bytes read at a time when hashing */
+#define WALK_DEPTH_MAX 256 /* directory levels walked; deeper ones make the walk truncated */
+#define WALK_BYTES_MAX (64LL << 20) /* bytes of paths and details kept; then truncated */
 
 struct walk {
   struct entry *v;
@@ -32,12 +41,16 @@ struct walk {
   long long hash_max;
   struct jb_scan_result *out;
   jb_error *err;
+  int depth; /* of the directory being read */
+  long long kept; /* bytes of paths and details held */
+  unsigned char *buf; /* hash_file's read buffer (heap: the walk recurses) */
 };
 
 /* Hashes regular file `name` of `dirfd` into `out`, reading at most `max` bytes. Returns 1
  * when it is no longer a single-link regular file (swapped meanwhile: never block on a fifo
  * put in its place), 2 when it grew over `max` bytes meanwhile, 0, or -1 with `err`. */
-static int hash_file(int dirfd, const char *name, long long max, char out[65], jb_error *err) {
+static int hash_file(int dirfd, const char *name, long long max, unsigned char *buf, size_t bufsize,
+                     char out[65], jb_error *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)
     return errno == ELOOP || errno == ENXIO || errno == ENOENT
@@ -51,9 +64,8 @@ static int hash_file(int dirfd, const char *name, long long max, char out[65], j
   long long total = 0;
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
-  unsigned char buf[65536];
   for (;;) {
-    ssize_t r = read(fd, buf, sizeof buf);
+    ssize_t r = read(fd, buf, bufsize);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       int e = errno;
@@ -79,8 +91,8 @@ static int flag(struct walk *w, const char *path, const char *kind) {
   if (w->n > 0 && !strcmp(w->v[w->n - 1].path, path)) w->v[w->n - 1].kind = kind;
   w->out->n_flagged++;
   if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
-  if (json_array_append_new(w->out->flagged, json_pack("{s:s, s:s}", "path", path, "kind", kind)) <
-      0)
+  if (json_array_append_new(w->out->flagged, json_pack("{s:o, s:s}", "path",
+                                                       jb_scan_path_json(path), "kind", kind)) < 0)
     return jb_fail(w->err, ENOMEM, "out of memory");
   return 0;
 }
@@ -140,16 +152,21 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if ((long)w->n >= w->max) {
+    if ((long)w->n >= w->max || w->kept > WALK_BYTES_MAX) {
       w->out->truncated = true;
       break;
     }
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >=
-        sizeof path)
-      continue; /* deeper than PATH_MAX: counted as other below */
+        sizeof path) {
+      w->out->truncated = true; /* a path past PATH_MAX: not seen, so the walk is not whole */
+      continue;
+    }
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue; /* vanished */
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) w->out->truncated = true; /* unseen, not gone */
+      continue;
+    }
     char type = S_ISREG(st.st_mode)   ? 'f'
                 : S_ISDIR(st.st_mode) ? 'd'
                 : S_ISLNK(st.st_mode) ? 'l'
@@ -160,6 +177,9 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
     }
     struct entry *e = &w->v[w->n - 1];
     e->mode = (unsigned)(st.st_mode & 07777);
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
+    w->kept += (long long)strlen(path) + 80;
     if (type == 'f' && st.st_nlink > 1) {
       w->out->files++;
       w->out->bytes += st.st_size;
@@ -178,7 +198,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       w->out->files++;
       w->out->bytes += st.st_size;
       char hex[65];
-      int hr = hash_file(dirfd(d), de->d_name, w->hash_max, hex, w->err);
+      int hr = hash_file(dirfd(d), de->d_name, w->hash_max, w->buf, WALK_BUF, hex, w->err);
       if (hr < 0) {
         ret = -1;
         break;
@@ -201,6 +221,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
       target[n > 0 ? n : 0] = '\0';
       e->detail = strdup(target);
+      w->kept += (long long)strlen(target);
       if (link_leaves(path, target) && flag(w, path, "symlink_outside") < 0) {
         ret = -1;
         break;
@@ -217,9 +238,19 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       }
     } else {
       w->out->dirs++;
+      if (w->depth + 1 > WALK_DEPTH_MAX) { /* not entered: the walk is not whole */
+        w->out->truncated = true;
+        continue;
+      }
       int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0) continue; /* replaced by something else meanwhile */
-      if (walk_dir(w, sub, path) < 0) {
+      if (sub < 0) {
+        if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) w->out->truncated = true;
+        continue; /* else replaced by something else meanwhile */
+      }
+      w->depth++;
+      int wr = walk_dir(w, sub, path);
+      w->depth--;
+      if (wr < 0) {
         ret = -1;
         break;
       }
@@ -252,7 +283,13 @@ static int scan(const char *root, long max_entries, long long hash_max, struct j
     return jb_fail_errno(err, errno, "pre-scan: open workspace %s", root);
   }
   struct walk w = {.max = max_entries, .hash_max = hash_max, .out = out, .err = err};
+  if (!(w.buf = malloc(WALK_BUF))) {
+    close(fd);
+    jb_scan_result_free(out);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
   int ret = walk_dir(&w, fd, "");
+  free(w.buf);
   if (ret == 0) {
     if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
     crypto_hash_sha256_state st;
@@ -281,7 +318,9 @@ static int scan(const char *root, long max_entries, long long hash_max, struct j
                                           .size = w.v[i].size,
                                           .path = w.v[i].path,
                                           .detail = w.v[i].detail,
-                                          .kind = w.v[i].kind};
+                                          .kind = w.v[i].kind,
+                                          .dev = w.v[i].dev,
+                                          .ino = w.v[i].ino};
       w.v[i].path = w.v[i].detail = NULL; /* moved */
     }
     if (ret == 0) {
@@ -394,6 +433,22 @@ json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_s
     }
   }
   return a;
+}
+
+int jb_workspace_link_leaves(const char *root, const char *path) {
+  int rfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (rfd < 0) return -1;
+  struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  long fd = syscall(SYS_openat2, rfd, path, &how, sizeof how);
+  int e = errno;
+  close(rfd);
+  if (fd >= 0) {
+    close((int)fd);
+    return 0; /* resolves to an entry inside */
+  }
+  if (e == ENOENT || e == ENOTDIR) return 0; /* dangling inside the root */
+  return e == EXDEV || e == ELOOP ? 1 : -1;
 }
 
 int jb_workspace_remove(const char *root, const char *path, jb_error *err) {

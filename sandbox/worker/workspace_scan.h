@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "lib/err.h"
 
@@ -47,6 +48,8 @@ void jb_scan_result_free(struct jb_scan_result *r);
  * fifo, socket, device, too_large) or NULL. */
 struct jb_scan_entry {
   char type;
+  dev_t dev; /* with ino: which names are one file */
+  ino_t ino;
   unsigned mode;
   long long size;
   char *path, *detail;
@@ -57,7 +60,9 @@ struct jb_scan_entry {
 struct jb_scan_snapshot {
   struct jb_scan_entry *v; /* owned */
   size_t n;
-  bool truncated; /* the walk stopped at max_entries: changes past it are not seen */
+  bool truncated; /* the walk is not whole: it stopped at max_entries or 64 MiB of names, or
+                     skipped a path past PATH_MAX, a level past 256, an entry it could not
+                     stat or open: changes there are not seen */
 };
 
 /* The walk of jb_workspace_scan (same bounds, same hashing, never following a link), with its
@@ -78,6 +83,11 @@ json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_s
 /* A path of a walk as a JSON string (new): as it is when it is UTF-8, else with each invalid
  * byte replaced by U+FFFD — the form jb_scan_changes lists it in. NULL when out of memory. */
 json_t *jb_scan_path_json(const char *path);
+
+/* Whether symbolic link `path` (relative) of the workspace at `root` leads out of it, resolved as
+ * the kernel does (openat2 RESOLVE_BENEATH, through any other link on the way — not lexically):
+ * 1 it does (or loops), 0 it resolves inside or dangles inside, -1 it cannot be told. */
+int jb_workspace_link_leaves(const char *root, const char *path);
 
 /* Removes the non-directory entry `path` (relative) of the workspace at `root`: each directory
  * on the way opened with O_NOFOLLOW from the root's own descriptor, the entry unlinked from

@@ -59,7 +59,8 @@ before(async () => {
   const sh = execFileSync('readlink', ['-f', '/bin/sh']).toString().trim();
   extra = [`${sh}:/bin/sh`, '/usr/bin/cat', '/usr/bin/ls', '/usr/bin/ln', '/usr/bin/mkfifo',
     '/usr/bin/find', '/usr/bin/rm', '/usr/bin/chmod', '/usr/bin/sleep', '/usr/bin/head', '/usr/bin/tr', '/usr/bin/true', `${bin}:/usr/bin/attack`];
-  srv = await startJail({ image: 'jailbox-sandbox:break', env: { JAILBOX_ESCAPE_ABORT: 'none' }, extra });
+  // every denied_path signal alerts (by default every 10th): what a writable command leaves
+  srv = await startJail({ image: 'jailbox-sandbox:break', env: { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_ALERT_AFTER: 'excluded_path:3,denied_path:1' }, extra });
   s = await openSession(srv, (d) => {
     writeFileSync(join(d, 'hello.txt'), 'hello\n');
     writeFileSync(join(dir, 'outside.txt'), 'HOSTFILE\n');
@@ -168,7 +169,11 @@ test('a writable command: its changes are listed; a symlink leading out, a fifo 
     writeFileSync(join(d, 'mode.txt'), 'm\n'); // (the jail's uid owns no file of the buyer's: no chmod)
   });
   const r = await K.ok(S.agent, 'exec', { writable: true, command:
-    'echo new > add.txt; echo after > mod.txt; rm del.txt; ln -s /etc/shadow out; mkfifo ff 2>/dev/null; ln keep.txt keep2.txt' });
+    'echo new > add.txt; echo after > mod.txt; rm del.txt; ln -s /etc/shadow out; mkfifo ff 2>/dev/null; ln keep.txt keep2.txt; ' +
+    // a link that leaves only through another link (q is the directory itself), one that stays
+    'ln -s . q; ln -s q/q/q/../../../etc/hostname esc; ln -s mod.txt in; ' +
+    // two new names of one new file: the first by path stays
+    'echo n > n1; ln n1 n2' });
   const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
   assert.equal(by['add.txt']?.change, 'added', JSON.stringify(r.changes));
   assert.equal(by['add.txt'].sha256, createHash('sha256').update('new\n').digest('hex'));
@@ -181,15 +186,23 @@ test('a writable command: its changes are listed; a symlink leading out, a fifo 
   // exec's filter refuses mknod (EPERM): a fifo cannot be made; were it made, it would go
   if (by.ff) assert.deepEqual([by.ff.flagged, by.ff.removed], ['fifo', true]);
   assert.deepEqual([by['keep2.txt']?.flagged, by['keep2.txt']?.removed], ['hardlink', true]);
+  assert.deepEqual([by.esc?.flagged, by.esc?.removed], ['symlink_outside', true], JSON.stringify(by.esc));
+  assert.equal(by.in?.removed, undefined);
+  assert.equal(by.q?.removed, undefined);
+  assert.equal(by.n1?.removed, undefined);
+  assert.deepEqual([by.n2?.flagged, by.n2?.removed], ['hardlink', true]);
   assert.equal(r.changesTotal, r.changes.length);
   // gone from the host's workspace; the buyer's files as the command left them
-  for (const p of ['out', 'ff', 'keep2.txt']) assert.throws(() => lstatSync(join(S.dir, p)), p);
+  for (const p of ['out', 'ff', 'keep2.txt', 'esc', 'n2']) assert.throws(() => lstatSync(join(S.dir, p)), p);
+  for (const p of ['in', 'q', 'n1']) assert.ok(lstatSync(join(S.dir, p)), p);
+  assert.equal(readFileSync(join(S.dir, 'n1'), 'utf8'), 'n\n');
   assert.equal(readFileSync(join(S.dir, 'keep.txt'), 'utf8'), 'keep\n');
   assert.equal(lstatSync(join(S.dir, 'keep.txt')).nlink, 1);
   assert.equal(readFileSync(join(S.dir, 'mod.txt'), 'utf8'), 'after\n');
-  // a security signal, announced to the buyer
-  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => JSON.stringify(p).includes('symlink_escape'));
-  assert.match(JSON.stringify(alert), /out -> \/etc\/shadow/);
+  // an alert to the buyer (denied_path: the command ran inside the walls, nothing escaped;
+  // what it left is gone), naming the first entry removed
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+  assert.match(alert.detail, /^exec: symlink_outside esc -> q\/q\/q\/\.\.\//, JSON.stringify(alert));
   // a read-only command changes nothing and lists nothing
   const ro = await K.ok(S.agent, 'exec', { argv: ['cat', 'keep.txt'] });
   assert.equal(ro.changes, undefined);
@@ -254,6 +267,16 @@ test('a supervised exec shows the buyer the program it feeds on stdin', async ()
   assert.equal(ev.stdinPreview, 'echo HIDDEN-SCRIPT\n', JSON.stringify(ev));
   assert.deepEqual([ev.stdinBytes, ev.stdinPreviewTruncated], [19, false]);
   assert.equal(ev.stdinSha256, createHash('sha256').update('echo HIDDEN-SCRIPT\n').digest('hex'));
+  // control bytes escape six-fold in JSON: the preview is shortened, the request stays whole
+  const ctl = '\x01'.repeat(2000);
+  const call2 = K.call(S.agent, 'exec', { argv: ['/bin/sh'], stdin: ctl });
+  const ev2 = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.opId !== ev.opId);
+  assert.ok(ev2.opId && ev2.argv, JSON.stringify(ev2).slice(0, 300));
+  assert.equal(ev2.stdinPreviewTruncated, true);
+  assert.ok(ev2.stdinPreview.length < 2000 && ctl.startsWith(ev2.stdinPreview));
+  assert.equal(ev2.stdinBytes, 2000);
+  await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${ev2.opId}`, { token: S.buyerToken });
+  await call2;
 });
 
 // 8 MiB a stream of them took 20 s and a 100 MB answer (each escaped as \u00XX): see the review

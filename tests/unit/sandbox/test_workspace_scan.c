@@ -126,10 +126,57 @@ static void remove_never_through_a_link(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* A tree deeper than the walk goes: no crash (the walk's frames are small: its read buffer is
+ * on the heap), the walk marked not whole; a path past PATH_MAX likewise. */
+static void deep_trees(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX";
+  assert_non_null(mkdtemp(dir));
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  assert_true(fd >= 0);
+  for (int i = 0; i < 300; i++) {
+    assert_int_equal(mkdirat(fd, "a", 0755), 0);
+    int next = openat(fd, "a", O_RDONLY | O_DIRECTORY);
+    close(fd);
+    assert_true(next >= 0);
+    fd = next;
+  }
+  assert_int_equal(symlinkat("/etc/shadow", fd, "deep"), 0);
+  close(fd);
+  jb_error err = {0};
+  struct jb_scan_snapshot a;
+  assert_int_equal(jb_workspace_snapshot(dir, 100000, 1 << 20, &a, &err), 0);
+  assert_true(a.truncated);
+  assert_int_equal(a.n, 257); /* 256 levels entered, the next listed but not entered */
+  jb_scan_snapshot_free(&a);
+  /* long names: past PATH_MAX before the depth limit */
+  char name[250];
+  memset(name, 'b', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  char top[600];
+  snprintf(top, sizeof top, "%s/long", dir);
+  assert_int_equal(mkdir(top, 0755), 0);
+  fd = open(top, O_RDONLY | O_DIRECTORY);
+  for (int i = 0; i < 20; i++) {
+    assert_int_equal(mkdirat(fd, name, 0755), 0);
+    int next = openat(fd, name, O_RDONLY | O_DIRECTORY);
+    close(fd);
+    fd = next;
+  }
+  close(fd);
+  assert_int_equal(jb_workspace_snapshot(top, 100000, 1 << 20, &a, &err), 0);
+  assert_true(a.truncated);
+  jb_scan_snapshot_free(&a);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(changes_between_walks),
       cmocka_unit_test(remove_never_through_a_link),
+      cmocka_unit_test(deep_trees),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
