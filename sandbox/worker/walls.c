@@ -679,9 +679,10 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                   "takes requests only from the worker's second connection and "
                   "builds one bwrap jail per command"));
   json_t *binds = sp->hello ? json_object_get(sp->hello, "binds") : NULL;
+  json_t *image_binds = binds ? json_incref(binds) : json_array(); /* taken by the pack */
   json_object_set_new(
       o, "jail",
-      json_pack("{s:s, s:[s,s,s,s,s], s:s, s:i, s:i, s:s, s:b, s:s, s:s, s:s, s:O, s:s, s:s, s:s,"
+      json_pack("{s:s, s:[s,s,s,s,s], s:s, s:i, s:i, s:s, s:b, s:s, s:s, s:s, s:o, s:s, s:s, s:s,"
                 " s:{s:s, s:s, s:s, s:s, s:s}}",
                 "builtBy", "bwrap per command, started by the spawner", "namespacesNew", "mount",
                 "pid (cannot see or signal the shim; its pid 1's death ends every process of it)",
@@ -694,9 +695,8 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "AF_INET6",
                 "workspace", "/workspace read-only, read-write when the request says writable",
                 "tmp", "its own tmpfs at /tmp (limits.tmpBytes, default 128 MiB)", "imageBinds",
-                binds ? binds : json_array(), "proc", "its own (the command's pid namespace)",
-                "dev", "bwrap's minimal /dev (null, zero, full, random, urandom, tty, pts, shm)",
-                "env",
+                image_binds, "proc", "its own (the command's pid namespace)", "dev",
+                "bwrap's minimal /dev (null, zero, full, random, urandom, tty, pts, shm)", "env",
                 "PATH, HOME=/tmp, LANG=C.UTF-8, TERM=dumb, then the request's (no LD_*), applied "
                 "after setpriv by the static helper jailbox-shim --exec",
                 "limits", "wallClock",
