@@ -517,6 +517,26 @@ enum op_step op_supervise(struct op_call *call) {
  * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
  * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
  * of control characters takes six bytes a byte escaped. */
+/* The length, at most `cut`, of a prefix of the `n` bytes of UTF-8 text at `p` that ends before
+ * a character's start (the prefix stays UTF-8). */
+static size_t char_prefix(const char *p, size_t n, size_t cut) {
+  if (cut >= n) return n;
+  while (cut > 0 && ((unsigned char)p[cut] & 0xC0) == 0x80) cut--;
+  return cut;
+}
+
+/* Shortens text field `key` of `ev` by at least `over` bytes (at a character's start) and sets
+ * `flag` true; false when the field holds no text. */
+static bool shorten_field(json_t *ev, const char *key, const char *flag, size_t over) {
+  json_t *v = json_object_get(ev, key);
+  size_t n = json_string_length(v);
+  if (!json_is_string(v) || n == 0) return false;
+  const char *p = json_string_value(v);
+  json_object_set_new(ev, key, json_stringn(p, char_prefix(p, n, n > over ? n - over : 0)));
+  json_object_set_new(ev, flag, json_true());
+  return true;
+}
+
 static void fit_event(const char *job, json_t *ev, json_t *diff) {
   json_t *d = json_incref(diff ? diff : json_null());
   for (;;) {
@@ -531,27 +551,11 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     }
     d = json_null();
     json_object_set_new(ev, "diff", json_incref(d));
-    json_t *sv = json_object_get(ev, "stdinPreview"); /* an exec's: shortened before the path */
-    size_t sl = json_string_length(sv);
-    if (json_is_string(sv) && sl > 0) {
-      const char *p = json_string_value(sv);
-      size_t keep = sl > over ? sl - over : 0;
-      while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--;
-      json_object_set_new(ev, "stdinPreview", json_stringn(p, keep));
-      json_object_set_new(ev, "stdinPreviewTruncated", json_true());
-      continue;
-    }
-    json_t *pv = json_object_get(ev, "preview");
-    size_t pl = json_string_length(pv);
-    if (!json_is_string(pv) || pl == 0) { /* last: the path */
-      op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
-      return;
-    }
-    const char *p = json_string_value(pv);
-    size_t keep = pl > over ? pl - over : 0;
-    while (keep > 0 && ((unsigned char)p[keep] & 0xC0) == 0x80) keep--; /* not inside a character */
-    json_object_set_new(ev, "preview", json_stringn(p, keep));
-    json_object_set_new(ev, "previewTruncated", json_true());
+    /* then an exec's stdin preview, a write's preview, and last the path */
+    if (shorten_field(ev, "stdinPreview", "stdinPreviewTruncated", over)) continue;
+    if (shorten_field(ev, "preview", "previewTruncated", over)) continue;
+    op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
+    return;
   }
 }
 
@@ -597,9 +601,7 @@ void op_announce_approval(struct op_call *call) {
     json_t *in = json_object_get(a, "stdin");
     if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
       const char *txt = json_string_value(in);
-      size_t n = json_string_length(in), cut = n < PREVIEW_MAX ? n : PREVIEW_MAX;
-      while (cut < n && cut > 0 && ((unsigned char)txt[cut] & 0xC0) == 0x80)
-        cut--; /* at a character's start: the preview stays UTF-8 */
+      size_t n = json_string_length(in), cut = char_prefix(txt, n, PREVIEW_MAX);
       unsigned char h[crypto_hash_sha256_BYTES];
       char hex[2 * sizeof h + 1];
       crypto_hash_sha256(h, (const unsigned char *)txt, n);

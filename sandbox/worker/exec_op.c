@@ -385,17 +385,6 @@ static json_t *failure(const char *code, const char *message) {
   return json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", message);
 }
 
-/* Ends `s` before its first byte that does not begin a whole UTF-8 character. */
-static void utf8_cut(char *s) {
-  size_t n = strlen(s), i = 0;
-  while (i < n) {
-    int k = jb_utf8_seq((const unsigned char *)s + i, n - i);
-    if (k <= 0) break;
-    i += (size_t)k;
-  }
-  s[i] = '\0';
-}
-
 static int entry_by_path(const void *key, const void *e) {
   return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
 }
@@ -435,7 +424,7 @@ static void remove_left(struct jb_worker *w, struct jb_session *s, const struct 
     snprintf(what, wsize, "%s %.200s%s%.60s", kind, pj ? json_string_value(pj) : "?",
              tj ? " -> " : "", tj ? json_string_value(tj) : "");
     json_decref(tj);
-    utf8_cut(what); /* the cuts above may split a character */
+    /* (a character split by the cuts above is clipped with the detail: db/escape.c) */
   }
   json_decref(pj);
 }
