@@ -413,3 +413,44 @@ test('worker killed while an exec runs: the call ends at once with the cause, th
   await verify(srv, a.jobId);
   await waitFor(srv, 'no container', async () => (await containersOf(a.jobId)).length === 0, 10000);
 });
+
+test('jailboxd SIGKILLed while an exec runs (the worker lives on): after the restart the op holds the command\'s real result, in the ops list and the chain', { timeout: 300000 }, async () => {
+  const env = { JAILBOX_WORKER_CONTROL: '' };
+  const first = await execJail(env);
+  servers.pop(); // replaced by the restarted server below
+  const a = await openSession(first, () => {}, { mode: 'unsupervised' });
+  const agent = await connect(first, a.agentToken);
+  const x = call(agent, 'exec', { command: 'sleep 4; echo finished; exit 3' }, 60000).catch((e) => ({ cut: e.message }));
+  const opId = await runningExec(first, a.jobId);
+  const wpid = Number(readFileSync(join(first.state, 'worker-0.pid'), 'utf8'));
+  const gone = new Promise((res) => first.child.on('exit', res));
+  first.child.kill('SIGKILL');
+  await gone;
+  await first.db.end();
+  const r = await x; // the agent's connection went with jailboxd
+  assert.ok(r.cut || toolFailure(r), JSON.stringify(r));
+  const again = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: 'jailbox-sandbox:crash-exec' + (process.env.JB_IMAGE_SUFFIX ?? '') }, { dir: first.dir });
+  servers.push(again);
+  assert.ok(existsSync('/proc/' + wpid), 'the worker lived on');
+  // the worker finishes the command and stores its outcome; the new jailboxd shows it
+  const op = await waitFor(again, 'exec done', async () => {
+    const l = await again.req('GET', `/v1/jailbox/${a.jobId}/ops`, { token: again.serviceToken });
+    assert.equal(l.status, 200, l.text);
+    const o = l.json.ops.find((y) => y.opId === opId);
+    return o && o.state !== 'running' ? o : null;
+  }, 30000);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  assert.equal(op.result.ok, true, JSON.stringify(op));
+  assert.equal(op.result.exitCode ?? op.result.result?.exitCode, 3, JSON.stringify(op));
+  assert.equal(Number(readFileSync(join(again.state, 'worker-0.pid'), 'utf8')), wpid, 'the same worker, adopted');
+  const execs = (await auditOf(again, a.jobId)).filter((y) => y.operation === 'exec');
+  assert.equal(execs.length, 1, JSON.stringify(execs));
+  const e = execs[0];
+  assert.equal(e.details.ok, true);
+  assert.equal(e.details.exitCode, 3);
+  await verify(again, a.jobId);
+  assert.equal((await sessionOf(again, a.jobId)).state, 'active');
+  const ab = await again.req('POST', `/v1/jailbox/${a.jobId}/abort`, { token: a.buyerToken });
+  assert.equal(ab.status, 200, ab.text);
+  await waitFor(again, 'container gone', async () => (await containersOf(a.jobId)).length === 0, 10000);
+});
