@@ -705,6 +705,16 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "RLIMIT_FSIZE (default 1 GiB)", "nproc",
                 "RLIMIT_NPROC of uid 65534 (default: the container's limit less 4)", "memory",
                 "the container's limit (over it the sandbox is killed: the result says oom)"));
+  json_object_set_new(
+      o, "checksFromInside",
+      json_string("not probed at launch (jailSeenFromInside is the shim's jail); a program run as "
+                  "a command checks each wall with its expected failure: no network but "
+                  "loopback, no capability (CapEff, CapPrm, CapBnd), no_new_privs, read-only "
+                  "root, /usr and workspace (EROFS; read-write only when writable), the "
+                  "escape-shaped syscalls killed (SIGSYS, seccomp_kill), the uncommon ones "
+                  "failing (EPERM, ENOSYS), its own /proc, no /sys, no descriptor above 2, "
+                  "TIOCSTI killed, the process limit (EAGAIN), oom, gVisor's kernel "
+                  "(tests/node/exec_checks.test.mjs)"));
   if (fi) {
     json_t *desc = jb_exec_filter_describe();
     json_object_set_new(

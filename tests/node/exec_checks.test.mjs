@@ -186,6 +186,8 @@ test('runtime: the kernel the command sees is gVisor\'s, as the contract says, n
   const seen = st.walls.walls.gvisor.kernelSeenInside;
   assert.ok(seen, JSON.stringify(st.walls.walls.gvisor));
   assert.ok(line.includes(seen) || seen.includes(line.split(' ')[2]), `${line} vs ${seen}`);
+  // the contract says these checks exist
+  assert.match(st.walls.exec.checksFromInside, /exec_checks\.test\.mjs/);
 });
 
 // a fresh session with the compiled probe in its workspace, and its agent
