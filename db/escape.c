@@ -163,7 +163,8 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
     if (jb_db_commit(c, err) < 0) goto fail;
     return JB_OK;
   }
-  if (jb_db_session_end_ops(c, job_id, state, &out->rejected_ops, &out->failed_ops, err) != JB_OK)
+  if (jb_db_session_end_ops(c, keys, job_id, state, has_reason ? reason : NULL, &out->rejected_ops,
+                            &out->failed_ops, err) != JB_OK)
     goto fail;
   if (jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
   out->sealed_now = true;

@@ -297,9 +297,10 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
-int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *rejected,
-                          long *failed, jb_error *err) {
-  const char *p[2] = {job_id, to};
+int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                          const char *to, const char *reason, long *rejected, long *failed,
+                          jb_error *err) {
+  const char *p[3] = {job_id, to, reason && reason[0] ? reason : to};
   PGresult *r = jb_db_exec(c,
                            "UPDATE ops SET state = 'rejected', decision = 'rejected',"
                            " reason = 'session ' || $2, decided_at = now()"
@@ -308,18 +309,48 @@ int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *r
   if (!r) return JB_ERR_FAIL;
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
-  /* approved but not run, or an exec still running (its worker's completion then finds it
-   * failed and stores nothing): the agent waiting on one is told the session ended */
+  /* approved but not run: the agent waiting on one is told the session ended */
   r = jb_db_exec(
       c,
       "UPDATE ops SET state = 'failed', completed_at = now(), reason = 'session ' || $2,"
       " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
       "   'code', 'aborted', 'message', 'the session was ' || $2 || ' before the op ran'))"
-      " WHERE job_id = $1 AND state IN ('approved', 'running')",
+      " WHERE job_id = $1 AND state = 'approved'",
       2, p, PGRES_COMMAND_OK, NULL, err, "fail queued ops");
   if (!r) return JB_ERR_FAIL;
-  if (failed) *failed = strtol(PQcmdTuples(r), NULL, 10);
+  long n = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
+  /* an exec still running: its command goes with the sandbox, its outcome unknown; the
+   * agent waiting on it is told why, and the chain records it */
+  r = jb_db_exec(
+      c,
+      "UPDATE ops SET state = 'failed', completed_at = now(),"
+      " reason = 'session ' || $2 || ' while the command ran: ' || $3,"
+      " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
+      "   'code', 'aborted', 'message', 'the command did not finish: the session was ' || $2"
+      "   || ' while it ran (' || $3 || '); its outcome is unknown'))"
+      " WHERE job_id = $1 AND state = 'running'"
+      " RETURNING op_id, coalesce(path, ''), reason",
+      3, p, PGRES_TUPLES_OK, NULL, err, "fail running ops");
+  if (!r) return JB_ERR_FAIL;
+  int rc = JB_OK;
+  for (int i = 0; rc == JB_OK && i < PQntuples(r); i++) {
+    if (!keys) {
+      rc = jb_fail(err, EINVAL, "a running op ended without audit signing keys");
+      break;
+    }
+    const char *path = PQgetvalue(r, i, 1);
+    json_t *d = json_pack("{s:I,s:s,s:b,s:s,s:s}", "opId",
+                          (json_int_t)strtoll(PQgetvalue(r, i, 0), NULL, 10), "decision",
+                          "approved", "ok", 0, "error", "aborted", "reason", PQgetvalue(r, i, 2));
+    rc = d ? jb_audit_append(c, keys, job_id, "exec", path[0] ? path : NULL, d, NULL, err)
+           : jb_fail(err, ENOMEM, "out of memory");
+    json_decref(d);
+  }
+  n += PQntuples(r);
+  PQclear(r);
+  if (rc != JB_OK) return JB_ERR_FAIL;
+  if (failed) *failed = n;
   return JB_OK;
 }
 
@@ -353,7 +384,8 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
 
   if (ending) {
     const char *pe[2] = {job_id, to};
-    if (jb_db_session_end_ops(c, job_id, to, &out->rejected_ops, NULL, err) != JB_OK) goto fail;
+    if (jb_db_session_end_ops(c, keys, job_id, to, reason, &out->rejected_ops, NULL, err) != JB_OK)
+      goto fail;
     r = jb_db_exec(c,
                    "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
                    1, pe, PGRES_COMMAND_OK, NULL, err, "revoke tokens");

@@ -132,12 +132,19 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
                              const char *const from[], const char *to, const char *reason,
                              const char *actor, struct jb_transition *out, jb_error *err);
 
-/* For a session that is ending (to = "accepted", "aborted" or "failed"), inside the caller's
- * transaction with the session row locked: rejects its pending ops (reason "session <to>")
- * and fails its approved ops that have not run with result {ok:false, error:{code:"aborted"}}.
- * *rejected and *failed (each may be NULL) receive the counts. JB_OK or JB_ERR_FAIL. */
-int jb_db_session_end_ops(PGconn *c, const char *job_id, const char *to, long *rejected,
-                          long *failed, jb_error *err);
+/* For a session that is ending (to = "accepted", "aborted" or "failed") because of `reason`
+ * (may be NULL), inside the caller's transaction with the session row locked: rejects its
+ * pending ops (reason "session <to>"), fails its approved ops that have not run with result
+ * {ok:false, error:{code:"aborted", message}}, and fails the execs still running (their
+ * worker's completion then finds them failed and stores nothing) with result {ok:false,
+ * error:{code:"aborted", message}}, reason "session <to> while the command ran: <reason>",
+ * and for each an audit entry `exec {opId, decision:"approved", ok:false, error:"aborted",
+ * reason}` signed with `keys` (the command's outcome is not known: the session and its
+ * sandbox are going). *rejected and *failed (each may be NULL) receive the counts (failed:
+ * queued and running). JB_OK or JB_ERR_FAIL. */
+int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                          const char *to, const char *reason, long *rejected, long *failed,
+                          jb_error *err);
 
 /* Sets the mode of a live session and records the change in the audit chain (operation
  * "mode", details {from, to, actor: "buyer"}; nothing is written when the mode is already

@@ -30,6 +30,8 @@
 #define DRAIN_ANSWER_MS \
   1000 /* draining: calls waiting on the buyer end this long before the grace */
 #define FALLBACK_MS 20 /* ... and this often while no notification can arrive */
+/* a command still running when its session ended is waited for this long at most */
+#define RUNNING_AFTER_END_MS 15000
 
 /* ---- answer ---- */
 
@@ -441,6 +443,7 @@ struct wait_clock {
   long long stored; /* when the op was stored */
   long long started; /* since when an approved op of an active session waits to run */
   long long approval_ms; /* JAILBOX_APPROVAL_TIMEOUT; 0: none */
+  long long ended; /* when a running op's session was first seen ended; 0: not seen */
 };
 
 /* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
@@ -528,6 +531,22 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   enum jb_session_state ss = jb_session_state_from_name(sst);
   if (!jb_state_is_live(sst) || ss == JB_SESSION_DONE) {
+    /* a command that ran while its session ended (an escape it made, an abort): its worker
+     * stores how it ended, or the session's end fails it with the reason; either is the
+     * answer. Bounded, for a worker that can do neither. */
+    if (os == JB_OP_RUNNING) {
+      long long now = jb_now_ms();
+      if (!clk->ended) clk->ended = now;
+      if (now - clk->ended < RUNNING_AFTER_END_MS) {
+        *nap = SAFETY_NET_MS;
+        return OP_NEXT;
+      }
+      op_error(e, JB_MCP_DENIED, "aborted",
+               "the session is %s: the command was running when it ended; how it ended is "
+               "recorded in the session's ops list once its worker reports it",
+               sst);
+      return OP_END;
+    }
     op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
     return OP_END;
   }

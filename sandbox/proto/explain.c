@@ -106,6 +106,13 @@ int jb_contract_explain(const json_t *c, FILE *out) {
     list(out, json_object_get(in, "netdevs"));
     fprintf(out, ", %zu open descriptors\n", json_array_size(json_object_get(in, "fds")));
   }
+  const json_t *ex = json_object_get(c, "exec");
+  if (json_is_object(ex)) {
+    if (json_is_true(json_object_get(ex, "available")))
+      fprintf(out, "commands (exec), checked from inside: %s\n", str(ex, "checksFromInside"));
+    else
+      fprintf(out, "commands (exec): unavailable — %s\n", str(ex, "reason"));
+  }
   const json_t *ch = json_object_get(c, "shimChannel");
   if (json_is_object(ch)) {
     const char *kind = str(ch, "kind");

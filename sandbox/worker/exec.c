@@ -267,7 +267,7 @@ out:
   }
   if (code == EPROTO || code == EMSGSIZE)
     raise_signal(s->w, s->job_id, JB_SIG_PROTOCOL_VIOLATION, err->msg);
-  if (ret == 0) {
+  if (ret == 0 && !rq->caller_raises_seccomp) {
     const char *by = json_string_value(json_object_get(*result, "killedBy"));
     if (by && strcmp(by, "seccomp") == 0) {
       char detail[600];

@@ -61,6 +61,10 @@ struct jb_exec_request {
    * to send at once, or NULL. May be NULL. Must not call into this module. */
   const char *(*on_started)(void *started_ctx);
   void *started_ctx;
+  /* true: a command the exec filter killed is not raised here as a seccomp_kill signal; the
+   * caller raises it once it has stored the command's outcome, so that the escape's abort
+   * finds the op ended with its true result (false: raised before jb_exec_run returns) */
+  bool caller_raises_seccomp;
 };
 
 /* Called on the calling thread for each chunk, in order; seq counts per command from 0. */

@@ -83,6 +83,20 @@ static bool running_killed(int slot, bool remove) {
   return k;
 }
 
+bool exec_op_wait_stored(const char *job, long max_ms) {
+  for (long waited = 0;; waited += 20) {
+    bool any = false;
+    pthread_mutex_lock(&running.lock);
+    for (int i = 0; i < RUNNING_MAX && !any; i++)
+      any = running.r[i].used && !strcmp(running.r[i].job, job);
+    pthread_mutex_unlock(&running.lock);
+    if (!any) return true;
+    if (waited >= max_ms) return false;
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Session `job` pinned (users + 1, not its lock: a command runs beside the shim's ops), or
  * NULL when it is not here. Let go with session_unpin. */
 static struct jb_session *session_pin(struct jb_worker *w, const char *job) {
@@ -549,6 +563,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         .writable = json_is_true(json_object_get(args, "writable")),
         .on_started = running_started,
         .started_ctx = (void *)(intptr_t)slot,
+        .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
     };
     jb_error se = {0};
     if (rq.writable &&
@@ -576,7 +591,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   session_unpin(s);
   for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
   live_flush(&x, true);
-  bool killed = running_killed(slot, true);
+  bool killed = running_killed(slot, false); /* freed once the outcome is stored */
   /* the outcome */
   char hex[2][65];
   for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
@@ -677,5 +692,6 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(res);
   json_decref(args);
   run_free(&x);
+  running_killed(slot, true);
   return rc;
 }

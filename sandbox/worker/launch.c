@@ -24,6 +24,11 @@
 #include "sandbox/worker/worker.h"
 #include "sandbox/worker/workspace_scan.h"
 
+/* how long a dead sandbox's running command may take to store its outcome before the
+ * session ends (its spawner's channel is gone: it ends at once; the database write is what
+ * takes time) */
+#define EXEC_STORE_WAIT_MS 5000
+
 /* ---- the workspace ---------------------------------------------------------------------- */
 
 /* Walks the absolute `path` from "/" one component at a time without following any symbolic
@@ -354,6 +359,11 @@ static void watch_sandbox(struct jb_session *s) {
     pthread_mutex_unlock(&s->lock);
     slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
+    /* a command running when the sandbox died ends at once (its spawner's channel is gone):
+     * its op records how (oom) before the session's end would fail it as unknown */
+    if (!exec_op_wait_stored(job, EXEC_STORE_WAIT_MS))
+      slog(w, JB_LOG_WARN, job, "a command's outcome was not stored before the session ended",
+           NULL);
     /* an out-of-memory kill is the limit doing its work; any other end of the shim is an
      * escape signal: killed by the syscall filter (bwrap reports 128 + SIGSYS), killed from
      * outside (128 + SIGKILL, or the container vanished), or exited by itself */

@@ -691,8 +691,9 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "--bounding-set=-all --no-new-privs",
                 "uid", JB_JAIL_UID, "gid", JB_JAIL_UID, "capabilities", "none", "noNewPrivs", 1,
                 "network",
-                "gVisor's loopback only (runsc --network=none); socket families AF_UNIX, AF_INET, "
-                "AF_INET6",
+                "none: AF_UNIX sockets only (Wall 2's profile refuses every other family with "
+                "EPERM, under exec's filter that would let AF_INET and AF_INET6 through to "
+                "gVisor's loopback-only stack, runsc --network=none)",
                 "workspace", "/workspace read-only, read-write when the request says writable",
                 "tmp", "its own tmpfs at /tmp (limits.tmpBytes, default 128 MiB)", "imageBinds",
                 image_binds, "proc", "its own (the command's pid namespace)", "dev",
@@ -705,6 +706,17 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "RLIMIT_FSIZE (default 1 GiB)", "nproc",
                 "RLIMIT_NPROC of uid 65534 (default: the container's limit less 4)", "memory",
                 "the container's limit (over it the sandbox is killed: the result says oom)"));
+  json_object_set_new(
+      o, "checksFromInside",
+      json_string("not probed at launch (jailSeenFromInside is the shim's jail); a program run as "
+                  "a command checks each wall with its expected failure: no network (AF_UNIX "
+                  "sockets only, lo the only interface), no capability (CapEff, CapPrm, CapBnd), "
+                  "no_new_privs, read-only "
+                  "root, /usr and workspace (EROFS; read-write only when writable), the "
+                  "escape-shaped syscalls killed (SIGSYS, seccomp_kill), the uncommon ones "
+                  "failing (EPERM, ENOSYS), its own /proc, no /sys, no descriptor above 2, "
+                  "TIOCSTI killed, the process limit (EAGAIN), oom, gVisor's kernel "
+                  "(tests/node/exec_checks.test.mjs)"));
   if (fi) {
     json_t *desc = jb_exec_filter_describe();
     json_object_set_new(

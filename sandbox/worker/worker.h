@@ -253,6 +253,12 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
  * this worker (0: any exec of the session); nothing when none runs here. Any thread. */
 void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const char *what);
 
+/* Waits until no exec op of session `job` is running on this worker — its outcome stored, or
+ * it given up — or `max_ms` have passed (polling every 20 ms). True when none runs. Called
+ * before the session is ended for its sandbox's death, so that a command's true outcome
+ * (killed for memory: oom) is what its op records, not the session's end. */
+bool exec_op_wait_stored(const char *job, long max_ms);
+
 /* ---- sockets (control.c, direct_server.c) ------------------------------------------------ */
 
 /* A listening Unix socket at `path` (mode 0600), named `what` in errors: the fd, or -1 with

@@ -6,7 +6,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, realpathSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
@@ -351,4 +351,106 @@ test('a crash between an escape\'s abort and its seal: the sweeper seals the cha
   await new Promise((r) => setTimeout(r, 4500));
   const tv = await srv.req('GET', `/v1/jailbox/${t.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(tv.json.ok, false, 'a deleted seal stays missing: ' + tv.text);
+});
+
+// a jail whose image has /bin/sh and sleep, for the running commands of the tests below
+async function execJail(env = {}) {
+  const srv = await startJail({ image: 'jailbox-sandbox:crash-exec', shim: 'jailbox-shim', env,
+    extra: [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep'] });
+  servers.push(srv);
+  return srv;
+}
+
+const auditOf = async (srv, jobId) => (await srv.req('GET', `/v1/jailbox/${jobId}/audit`, { token: srv.serviceToken })).text
+  .trim().split('\n').map((l) => JSON.parse(l));
+
+// the exec op of `jobId` once the worker marked it running
+async function runningExec(srv, jobId) {
+  return waitFor(srv, 'exec running', async () => {
+    const r = await srv.db.query("SELECT op_id FROM ops WHERE job_id = $1 AND tool = 'exec' AND state = 'running'", [jobId]);
+    return r.rows[0] ? Number(r.rows[0].op_id) : null;
+  }, 30000);
+}
+
+test('worker killed while an exec runs: the call ends at once with the cause, the op failed with a reason and an audit entry, nothing left', { timeout: 300000 }, async () => {
+  const srv = await execJail();
+  const a = await openSession(srv, () => {}, { mode: 'unsupervised' });
+  const agent = await connect(srv, a.agentToken);
+  const t0 = Date.now();
+  const x = call(agent, 'exec', { argv: ['sleep', '30'] }, 60000).catch((e) => ({ cut: e.message }));
+  const opId = await runningExec(srv, a.jobId);
+  const wpid = Number(readFileSync(join(srv.state, 'worker-0.pid'), 'utf8'));
+  const tk = Date.now();
+  process.kill(wpid, 'SIGKILL');
+  const r = await x;
+  const took = Date.now() - tk;
+  console.log('# exec call answered', took, 'ms after the worker\'s SIGKILL:', JSON.stringify(r).slice(0, 400));
+  const f = toolFailure(r);
+  assert.ok(f, 'the call failed: ' + JSON.stringify(r));
+  assert.equal(r.result?.isError, true, 'a tool-execution error (isError): ' + JSON.stringify(r));
+  assert.doesNotMatch(f.message, /rejected by the buyer|before the op ran/);
+  assert.match(f.message, /worker/);
+  assert.ok(took < 15000, `the call took ${took} ms after the kill`);
+  assert.ok(Date.now() - t0 < 30000, 'ended before the command would have');
+  const st = await waitState(srv, a.jobId, ['failed'], 30000);
+  assert.match(st.stateReason, /worker/);
+  const row = (await srv.db.query('SELECT state, reason, result FROM ops WHERE op_id = $1', [opId])).rows[0];
+  assert.equal(row.state, 'failed', JSON.stringify(row));
+  assert.match(row.reason, /worker/);
+  assert.equal(row.result.ok, false);
+  // the ops listing shows it so
+  const list = await srv.req('GET', `/v1/jailbox/${a.jobId}/ops`, { token: srv.serviceToken });
+  assert.equal(list.status, 200, list.text);
+  const lo = list.json.ops.find((o) => o.opId === opId);
+  assert.equal(lo.state, 'failed', JSON.stringify(lo));
+  // the chain has the exec's entry (failed, with the reason) before the seal, and verifies
+  const entries = await auditOf(srv, a.jobId);
+  const e = entries.find((x) => x.operation === 'exec' && x.details.opId === opId);
+  assert.ok(e, 'an audit entry for the exec: ' + JSON.stringify(entries.map((x) => x.operation)));
+  assert.equal(e.details.ok, false);
+  assert.match(JSON.stringify(e.details), /worker/);
+  assert.equal(entries[entries.length - 1].operation, 'seal');
+  await verify(srv, a.jobId);
+  await waitFor(srv, 'no container', async () => (await containersOf(a.jobId)).length === 0, 10000);
+});
+
+test('jailboxd SIGKILLed while an exec runs (the worker lives on): after the restart the op holds the command\'s real result, in the ops list and the chain', { timeout: 300000 }, async () => {
+  const env = { JAILBOX_WORKER_CONTROL: '' };
+  const first = await execJail(env);
+  servers.pop(); // replaced by the restarted server below
+  const a = await openSession(first, () => {}, { mode: 'unsupervised' });
+  const agent = await connect(first, a.agentToken);
+  const x = call(agent, 'exec', { command: 'sleep 4; echo finished; exit 3' }, 60000).catch((e) => ({ cut: e.message }));
+  const opId = await runningExec(first, a.jobId);
+  const wpid = Number(readFileSync(join(first.state, 'worker-0.pid'), 'utf8'));
+  const gone = new Promise((res) => first.child.on('exit', res));
+  first.child.kill('SIGKILL');
+  await gone;
+  await first.db.end();
+  const r = await x; // the agent's connection went with jailboxd
+  assert.ok(r.cut || toolFailure(r), JSON.stringify(r));
+  const again = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: 'jailbox-sandbox:crash-exec' + (process.env.JB_IMAGE_SUFFIX ?? '') }, { dir: first.dir });
+  servers.push(again);
+  assert.ok(existsSync('/proc/' + wpid), 'the worker lived on');
+  // the worker finishes the command and stores its outcome; the new jailboxd shows it
+  const op = await waitFor(again, 'exec done', async () => {
+    const l = await again.req('GET', `/v1/jailbox/${a.jobId}/ops`, { token: again.serviceToken });
+    assert.equal(l.status, 200, l.text);
+    const o = l.json.ops.find((y) => y.opId === opId);
+    return o && o.state !== 'running' ? o : null;
+  }, 30000);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  assert.equal(op.result.ok, true, JSON.stringify(op));
+  assert.equal(op.result.exitCode ?? op.result.result?.exitCode, 3, JSON.stringify(op));
+  assert.equal(Number(readFileSync(join(again.state, 'worker-0.pid'), 'utf8')), wpid, 'the same worker, adopted');
+  const execs = (await auditOf(again, a.jobId)).filter((y) => y.operation === 'exec');
+  assert.equal(execs.length, 1, JSON.stringify(execs));
+  const e = execs[0];
+  assert.equal(e.details.ok, true);
+  assert.equal(e.details.exitCode, 3);
+  await verify(again, a.jobId);
+  assert.equal((await sessionOf(again, a.jobId)).state, 'active');
+  const ab = await again.req('POST', `/v1/jailbox/${a.jobId}/abort`, { token: a.buyerToken });
+  assert.equal(ab.status, 200, ab.text);
+  await waitFor(again, 'container gone', async () => (await containersOf(a.jobId)).length === 0, 10000);
 });
