@@ -13,9 +13,9 @@
 
 static const char *const effect_names[] = {"allow", "ask", "deny"};
 static const char *const rule_tools[] = {"write", "edit", "mkdir", "move", "delete", "exec", NULL};
-static const char *const rule_fields[] = {"id",        "tool",   "path",  "argvPrefix",
-                                          "command",   "maxBytes", "effect", "expiresAt",
-                                          "uses",      "locked", "broad", NULL};
+static const char *const rule_fields[] = {"id",      "tool",     "path",   "argvPrefix",
+                                          "command", "maxBytes", "effect", "expiresAt",
+                                          "uses",    "locked",   "broad",  NULL};
 
 const char *jb_rule_effect_name(enum jb_rule_effect e) {
   return e >= JB_RULE_ALLOW && e <= JB_RULE_DENY ? effect_names[e] : "ask";
@@ -47,8 +47,9 @@ static json_t *fail(char *msg, size_t msize, const char *fmt, ...) {
 int jb_rule_parse_time(const char *s, long long *out) {
   struct tm tm = {0};
   int n = 0;
-  if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6 ||
+  if (!s ||
+      sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+             &tm.tm_min, &tm.tm_sec, &n) != 6 ||
       n != 19)
     return -1;
   const char *p = s + n;
@@ -78,16 +79,17 @@ static const char *base_name(const char *s) {
 bool jb_argv_prefix_is_interpreter(const json_t *prefix) {
   /* programs that run whatever their arguments say */
   static const char *const launchers[] = {
-      "env",   "xargs", "sudo", "doas",   "nice", "nohup", "timeout", "time",    "busybox",
-      "exec",  "eval",  "su",   "chroot", "setsid", "stdbuf", "ionice", "flock", "watch",
-      "strace", "ltrace", "gdb", "command", "builtin", "unshare", "nsenter", "runuser", NULL};
+      "env",    "xargs",  "sudo", "doas",    "nice",    "nohup",   "timeout", "time",    "busybox",
+      "exec",   "eval",   "su",   "chroot",  "setsid",  "stdbuf",  "ionice",  "flock",   "watch",
+      "strace", "ltrace", "gdb",  "command", "builtin", "unshare", "nsenter", "runuser", NULL};
   /* shells and interpreters: any program given on their command line or in an option */
   static const char *const interpreters[] = {
-      "sh",    "bash", "dash",  "zsh",    "ksh",   "mksh",   "csh",   "tcsh",    "fish",
-      "ash",   "python", "python2", "python3", "pypy", "pypy3", "perl",   "ruby",    "node",
-      "nodejs", "deno", "bun",  "php",    "lua",   "luajit", "Rscript", "R",     "tclsh",
-      "wish",  "awk",  "gawk",  "mawk",   "osascript", "pwsh", "powershell", "java", "jshell",
-      "irb",   "ghci", "guile", "racket", "sbcl",  "julia",  "expect", NULL};
+      "sh",      "bash",       "dash",   "zsh",     "ksh",     "mksh", "csh",   "tcsh",
+      "fish",    "ash",        "python", "python2", "python3", "pypy", "pypy3", "perl",
+      "ruby",    "node",       "nodejs", "deno",    "bun",     "php",  "lua",   "luajit",
+      "Rscript", "R",          "tclsh",  "wish",    "awk",     "gawk", "mawk",  "osascript",
+      "pwsh",    "powershell", "java",   "jshell",  "irb",     "ghci", "guile", "racket",
+      "sbcl",    "julia",      "expect", NULL};
   const char *p0 = json_string_value(json_array_get(prefix, 0));
   if (!p0) return true;
   const char *b = base_name(p0);
@@ -111,8 +113,7 @@ bool jb_argv_prefix_is_interpreter(const json_t *prefix) {
 static bool glob_is_everything(const char *glob) {
   for (const char *c = glob; *c;) {
     size_t n = strcspn(c, "/");
-    if (n > 0 && !((n == 1 && c[0] == '*') || (n == 2 && c[0] == '*' && c[1] == '*')))
-      return false;
+    if (n > 0 && !((n == 1 && c[0] == '*') || (n == 2 && c[0] == '*' && c[1] == '*'))) return false;
     c += n;
     if (*c == '/') c++;
   }
@@ -210,8 +211,8 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
   if (broad && !json_is_boolean(broad)) return fail(msg, msize, "broad must be true or false");
   if (json_is_true(locked) && !operator_rule)
     return fail(msg, msize, "locked rules come from the operator's policy file only");
-  bool everything = (!path || glob_is_everything(json_string_value(path))) &&
-                    (!is_exec || (!argv && !command));
+  bool everything =
+      (!path || glob_is_everything(json_string_value(path))) && (!is_exec || (!argv && !command));
   if (!strcmp(effect, "allow") && everything && (is_exec || !strcmp(tool, "delete")) &&
       !json_is_true(broad))
     return fail(msg, msize,

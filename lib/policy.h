@@ -54,8 +54,7 @@ struct jb_rule_op {
  * (new; id made up when missing; expiresAt rewritten as "YYYY-MM-DDTHH:MM:SSZ"), or NULL with
  * a sentence naming the field in `msg`. `operator_rule`: `locked` is allowed (a buyer's rule
  * with locked is refused). `now` (seconds since the epoch) refuses an expiresAt in the past. */
-json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char *msg,
-                      size_t msize);
+json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char *msg, size_t msize);
 
 /* Checks a whole list (JSON array; at most JB_RULES_MAX - `existing` rules, no id twice) as
  * jb_rule_check does each; returns the normalized list (new) or NULL with `msg` prefixed by

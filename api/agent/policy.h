@@ -1,0 +1,52 @@
+/* policy.h — approval rules on the op path and from the buyer (lib/policy.h the grammar and
+ * the match, db/policy.h the store): the decision of a mutating op by the session's rules,
+ * and the buyer's adding, listing and revoking of rules, shared by REST and Socket.IO — each
+ * change announced as a jailbox:rule event (api/events.md) with its audit head. */
+#ifndef JB_API_AGENT_POLICY_H
+#define JB_API_AGENT_POLICY_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/err.h"
+
+struct jb_app;
+
+/* What a buyer's request came to: an HTTP status and its error (code, message) when it
+ * failed; `body` (new) the answer when it succeeded. */
+struct jb_policy_reply {
+  int status; /* 200, 201, 400, 404, 409, 503 */
+  const char *code; /* "bad_request", "not_found", "conflict", "unavailable"; static */
+  char msg[512];
+  json_t *body;
+};
+
+/* Adds the buyer's rules `in` (one rule object, or an array of them; borrowed) to the end of
+ * session `job`'s list: checked (lib/policy.h; a locked rule is refused), stored with their
+ * audit entries, announced. 201 with body {rules: [the rules as stored]}. */
+void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t *in,
+                   struct jb_policy_reply *out);
+
+/* The session's rules: live ones, or with `all` the revoked and expired too. 200 {rules}. */
+void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all,
+                    struct jb_policy_reply *out);
+
+/* Revokes rule `rule_id` of `job` (the buyer's), announced. 200 {ruleId, state: "revoked"}. */
+void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char *rule_id,
+                      struct jb_policy_reply *out);
+
+/* The rule "approve and allow similar" `key` makes of pending op `op_id` of `job` (new into
+ * *rule), before the op is approved: 200; 404 no such op; 400 the key does not fit the op
+ * (a file at the root for "directory", an interpreter for "command"…); 409 the op is not
+ * pending. */
+void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *key,
+                       json_t **rule, struct jb_policy_reply *out);
+
+/* Stores `rule` (borrowed, normalized) made by allow-similar from op `op_id` and announces it:
+ * 201 with body the rule as stored. */
+void jb_policy_add_similar(struct jb_app *app, PGconn *c, const char *job, long long op_id,
+                           const json_t *rule, struct jb_policy_reply *out);
+
+#endif
