@@ -38,7 +38,8 @@ static void validation(void **state) {
   assert_int_equal(strlen(id), 14);
   assert_memory_equal(id, "r-", 2);
   json_decref(r);
-  r = chk("{\"id\":\"mine\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\","
+  r =
+      chk("{\"id\":\"mine\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\","
           "\"expiresAt\":\"2027-01-02T03:04:05.5+00:00\",\"uses\":3}");
   assert_non_null(r);
   assert_string_equal(json_string_value(json_object_get(r, "expiresAt")), "2027-01-02T03:04:05Z");
@@ -74,7 +75,8 @@ static void validation(void **state) {
           "interpreter");
   refused("{\"tool\":\"exec\",\"argvPrefix\":[\"python3.12\"],\"effect\":\"allow\"}",
           "interpreter");
-  r = chk("{\"tool\":\"exec\",\"argvPrefix\":[\"python3\",\"-m\",\"pytest\"],\"effect\":\"allow\"}");
+  r = chk(
+      "{\"tool\":\"exec\",\"argvPrefix\":[\"python3\",\"-m\",\"pytest\"],\"effect\":\"allow\"}");
   assert_non_null(r);
   json_decref(r);
   r = chk("{\"tool\":\"exec\",\"argvPrefix\":[\"sh\"],\"effect\":\"deny\"}");
@@ -105,9 +107,10 @@ static void lists(void **state) {
   json_decref(ok);
   assert_null(jb_rules_check(many, 1, false, NOW, msg, sizeof msg)); /* 1 stored already */
   json_decref(many);
-  json_t *twice = json_loads("[{\"id\":\"a\",\"tool\":\"write\",\"effect\":\"ask\"},"
-                             "{\"id\":\"a\",\"tool\":\"edit\",\"effect\":\"ask\"}]",
-                             0, NULL);
+  json_t *twice = json_loads(
+      "[{\"id\":\"a\",\"tool\":\"write\",\"effect\":\"ask\"},"
+      "{\"id\":\"a\",\"tool\":\"edit\",\"effect\":\"ask\"}]",
+      0, NULL);
   assert_null(jb_rules_check(twice, 0, false, NOW, msg, sizeof msg));
   if (!strstr(msg, "rules[1]: id \"a\" is given twice")) fail_msg("%s", msg);
   json_decref(twice);
@@ -123,8 +126,10 @@ static void matching(void **state) {
   json_t *rules = json_loads(
       "[{\"id\":\"no-secrets\",\"tool\":\"write\",\"path\":\"*.pem\",\"effect\":\"deny\"},"
       " {\"id\":\"src\",\"tool\":\"write\",\"path\":\"src/**\",\"effect\":\"allow\"},"
-      " {\"id\":\"small\",\"tool\":\"edit\",\"path\":\"docs\",\"maxBytes\":10,\"effect\":\"allow\"},"
-      " {\"id\":\"make\",\"tool\":\"exec\",\"argvPrefix\":[\"make\",\"test\"],\"effect\":\"allow\"},"
+      " {\"id\":\"small\",\"tool\":\"edit\",\"path\":\"docs\",\"maxBytes\":10,\"effect\":\"allow\"}"
+      ","
+      " {\"id\":\"make\",\"tool\":\"exec\",\"argvPrefix\":[\"make\",\"test\"],\"effect\":\"allow\"}"
+      ","
       " {\"id\":\"ls\",\"tool\":\"exec\",\"command\":\"ls -l\",\"effect\":\"allow\"},"
       " {\"id\":\"old\",\"tool\":\"mkdir\",\"effect\":\"allow\","
       "  \"expiresAt\":\"2026-11-30T00:00:00Z\"},"
