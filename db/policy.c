@@ -9,6 +9,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
+#include "db/sessions.h"
 #include "lib/policy.h"
 
 /* One audit entry of rule change `operation` with `details` (stolen) in the open transaction. */
@@ -133,8 +134,8 @@ int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char 
   if (!r) goto fail;
   for (int i = 0; i < PQntuples(r); i++) {
     rc = audit_rule(c, keys, job_id, "rule_expire",
-                    json_pack("{s:s,s:s}", "ruleId", PQgetvalue(r, i, 0), "why", "expiresAt"),
-                    head, err);
+                    json_pack("{s:s,s:s}", "ruleId", PQgetvalue(r, i, 0), "why", "expiresAt"), head,
+                    err);
     if (rc != JB_OK) {
       PQclear(r);
       goto fail;
@@ -203,7 +204,9 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
   PQclear(r);
   if (revoked || expired || locked) {
     snprintf(msg, msize, "rule \"%s\" is %s", rule_id,
-             revoked ? "revoked already" : expired ? "expired" : "locked by the operator");
+             revoked   ? "revoked already"
+             : expired ? "expired"
+                       : "locked by the operator");
     jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
@@ -226,21 +229,20 @@ fail:
 }
 
 int jb_db_rule_use(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                   const char *rule_id, bool *expired, struct jb_audit_head *head,
-                   jb_error *err) {
+                   const char *rule_id, bool *expired, struct jb_audit_head *head, jb_error *err) {
   *expired = false;
   int rc = begin_locked(c, job_id, NULL, 0, err);
   if (rc == JB_ERR_NOT_FOUND) return JB_ERR_CONFLICT;
   if (rc != JB_OK) return rc;
   const char *p[2] = {job_id, rule_id};
-  PGresult *r = jb_db_exec(
-      c,
-      "UPDATE policy_rules SET uses_left = uses_left - 1,"
-      "  expired_at = CASE WHEN uses_left = 1 THEN now() END"
-      " WHERE job_id = $1 AND rule_id = $2 AND revoked_at IS NULL AND expired_at IS NULL"
-      "  AND (expires_at IS NULL OR expires_at > now()) AND uses_left > 0"
-      " RETURNING uses_left",
-      2, p, PGRES_TUPLES_OK, NULL, err, "use rule");
+  PGresult *r =
+      jb_db_exec(c,
+                 "UPDATE policy_rules SET uses_left = uses_left - 1,"
+                 "  expired_at = CASE WHEN uses_left = 1 THEN now() END"
+                 " WHERE job_id = $1 AND rule_id = $2 AND revoked_at IS NULL AND expired_at IS NULL"
+                 "  AND (expires_at IS NULL OR expires_at > now()) AND uses_left > 0"
+                 " RETURNING uses_left",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "use rule");
   if (!r) goto fail;
   if (PQntuples(r) == 0) {
     PQclear(r);
@@ -280,5 +282,35 @@ int jb_db_op_facts(PGconn *c, const char *job_id, long long op_id, json_t **out,
     rc = JB_ERR_FAIL;
   }
   PQclear(r);
+  return rc;
+}
+
+int jb_db_op_approve_similar(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             long long op_id, const char *reason, const json_t *rule,
+                             char **json_out, char state[20], bool *rule_failed,
+                             struct jb_audit_head *head, char *msg, size_t msize, jb_error *err) {
+  *rule_failed = false;
+  *json_out = NULL;
+  int rc = begin_locked(c, job_id, msg, msize, err);
+  if (rc == JB_ERR_CONFLICT) snprintf(state, 20, "ended");
+  if (rc != JB_OK) return rc;
+  /* an approval is one statement on the op row, made here inside this transaction */
+  rc = jb_db_op_decide(c, keys, job_id, op_id, true, reason, json_out, state, NULL, err);
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  json_t *one = json_pack("[O]", (json_t *)rule);
+  rc = one ? jb_db_rules_insert_tx(c, keys, job_id, one, "allowSimilar", op_id, head, msg, msize,
+                                   err)
+           : JB_ERR_FAIL;
+  json_decref(one);
+  if (rc == JB_OK && jb_db_commit(c, err) < 0) rc = JB_ERR_FAIL;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    free(*json_out);
+    *json_out = NULL;
+    *rule_failed = rc == JB_ERR_CONFLICT;
+  }
   return rc;
 }

@@ -44,8 +44,8 @@ int jb_db_rules_list(PGconn *c, const struct jb_keyring *keys, const char *job_i
 /* Marks the live rules of `job_id` whose expiresAt has passed expired, each with an audit
  * entry rule_expire {ruleId, why: "expiresAt"}, in one transaction (session row first).
  * *n the number expired (0: nothing written, *head untouched). JB_OK or JB_ERR_FAIL. */
-int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                           int *n, struct jb_audit_head *head, jb_error *err);
+int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char *job_id, int *n,
+                           struct jb_audit_head *head, jb_error *err);
 
 /* Revokes live rule `rule_id` of `job_id` (audit entry rule_revoke {ruleId, by}; `by`
  * "buyer"). A locked rule is not revoked. JB_OK; JB_ERR_NOT_FOUND (no such rule);
@@ -60,8 +60,19 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
  * an audit entry rule_expire {ruleId, why: "uses"} (then *expired true and *head the new
  * head). JB_OK; JB_ERR_CONFLICT (the rule is no longer live: decide again); JB_ERR_FAIL. */
 int jb_db_rule_use(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                   const char *rule_id, bool *expired, struct jb_audit_head *head,
-                   jb_error *err);
+                   const char *rule_id, bool *expired, struct jb_audit_head *head, jb_error *err);
+
+/* Approves pending op `op_id` of `job_id` (as jb_db_op_decide, `reason` nullable) and adds
+ * `rule` (normalized, borrowed) made from it by allow-similar at the end of the session's
+ * list (rule_add {by: "allowSimilar", opId}), in one transaction that locks the session row
+ * first: the rule stands before the op is queued, so the next op is decided by it. JB_OK with
+ * *json_out (the op as jb_db_op_decide gives it, new) and *head; JB_ERR_NOT_FOUND (no such op
+ * or session); JB_ERR_CONFLICT with `state` (the op is not pending, the session ended) or,
+ * with *rule_failed, `msg` (the rule could not be added: nothing was done); JB_ERR_FAIL. */
+int jb_db_op_approve_similar(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             long long op_id, const char *reason, const json_t *rule,
+                             char **json_out, char state[20], bool *rule_failed,
+                             struct jb_audit_head *head, char *msg, size_t msize, jb_error *err);
 
 /* What op `op_id` of `job_id` is, for the rule allow-similar makes of it: {tool, path, state,
  * args} (new into *out; args as stored: a move's destination, an exec's argv or command).

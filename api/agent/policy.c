@@ -44,8 +44,8 @@ static void publish_head(struct jb_app *app, const char *job, const struct jb_au
 /* The jailbox:rule event: {jobId, action, ruleId, rule?, by, opId?}. */
 static void announce(struct jb_app *app, const char *job, const char *action, const char *rule_id,
                      const json_t *rule, const char *by, long long op_id) {
-  json_t *ev = json_pack("{s:s,s:s,s:s,s:s}", "jobId", job, "action", action, "ruleId", rule_id,
-                         "by", by);
+  json_t *ev =
+      json_pack("{s:s,s:s,s:s,s:s}", "jobId", job, "action", action, "ruleId", rule_id, "by", by);
   if (!ev) return;
   if (rule) json_object_set(ev, "rule", (json_t *)rule);
   if (op_id > 0) json_object_set_new(ev, "opId", json_integer(op_id));
@@ -131,20 +131,20 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
 /* The rule facts of a stored op {tool, path, args} (borrowed into *op). */
 static void op_facts(json_t *facts, struct jb_rule_op *op) {
   json_t *args = json_object_get(facts, "args");
-  *op = (struct jb_rule_op){
-      .tool = json_string_value(json_object_get(facts, "tool")),
-      .path = json_string_value(json_object_get(facts, "path")),
-      .dest = json_string_value(json_object_get(args, "destination")),
-      .argv = json_object_get(args, "argv"),
-      .command = json_string_value(json_object_get(args, "command")),
-      .size = json_is_integer(json_object_get(args, "size"))
-                  ? (long long)json_integer_value(json_object_get(args, "size"))
-                  : -1};
+  *op =
+      (struct jb_rule_op){.tool = json_string_value(json_object_get(facts, "tool")),
+                          .path = json_string_value(json_object_get(facts, "path")),
+                          .dest = json_string_value(json_object_get(args, "destination")),
+                          .argv = json_object_get(args, "argv"),
+                          .command = json_string_value(json_object_get(args, "command")),
+                          .size = json_is_integer(json_object_get(args, "size"))
+                                      ? (long long)json_integer_value(json_object_get(args, "size"))
+                                      : -1};
   if (op->command) op->argv = NULL; /* a shell command's argv is the shell's */
 }
 
-void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *key,
-                       json_t **rule, struct jb_policy_reply *out) {
+void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *key, json_t **rule,
+                       struct jb_policy_reply *out) {
   memset(out, 0, sizeof *out);
   *rule = NULL;
   jb_error err = {0};
@@ -177,17 +177,27 @@ void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *
   out->status = 200;
 }
 
-void jb_policy_add_similar(struct jb_app *app, PGconn *c, const char *job, long long op_id,
-                           const json_t *rule, struct jb_policy_reply *out) {
+int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, long long op_id,
+                              const char *reason, const json_t *rule, char **json, char state[20],
+                              struct jb_policy_reply *out) {
   memset(out, 0, sizeof *out);
-  json_t *one = json_pack("[O]", (json_t *)rule);
-  store(app, c, job, one, "allowSimilar", op_id, out);
-  json_decref(one);
-  if (out->body) {
-    json_t *b = json_incref(json_array_get(json_object_get(out->body, "rules"), 0));
-    json_decref(out->body);
-    out->body = b;
-  }
+  char msg[400] = "";
+  bool rule_failed = false;
+  jb_error err = {0};
+  struct jb_audit_head head = {0};
+  int rc = jb_db_op_approve_similar(c, app->keys, job, op_id, reason, rule, json, state,
+                                    &rule_failed, &head, msg, sizeof msg, &err);
+  if (rc == JB_ERR_CONFLICT && rule_failed) reply_error(out, 409, "conflict", msg);
+  if (rc == JB_ERR_FAIL)
+    jb_log(JB_LOG_ERROR, "approve with a rule: database failure", "jobId", job, "detail", err.msg,
+           NULL);
+  if (rc != JB_OK) return rc;
+  publish_head(app, job, &head);
+  const char *id = json_string_value(json_object_get(rule, "id"));
+  announce(app, job, "added", id, rule, "allowSimilar", op_id);
+  out->status = 201;
+  out->body = json_deep_copy(rule);
+  return JB_OK;
 }
 
 /* ---- the rules stage of a tool call ---- */
@@ -196,13 +206,14 @@ enum op_step op_apply_rules(struct op_call *call) {
   if (!jb_tool_mutates(call->tool)) return OP_NEXT;
   json_t *sargs = call->sargs;
   const char *command = json_string_value(json_object_get(sargs, "command"));
-  struct jb_rule_op op = {
-      .tool = jb_tool_name(call->tool),
-      .path = call->path,
-      .dest = call->dest,
-      .argv = command ? NULL : json_object_get(sargs, "argv"),
-      .command = command,
-      .size = call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT ? (long long)call->dlen : -1};
+  struct jb_rule_op op = {.tool = jb_tool_name(call->tool),
+                          .path = call->path,
+                          .dest = call->dest,
+                          .argv = command ? NULL : json_object_get(sargs, "argv"),
+                          .command = command,
+                          .size = call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT
+                                      ? (long long)call->dlen
+                                      : -1};
   for (int attempt = 0; attempt < 4; attempt++) {
     jb_error err = {0};
     json_t *rules = NULL;
@@ -238,10 +249,14 @@ enum op_step op_apply_rules(struct op_call *call) {
     }
     snprintf(call->decided_by, sizeof call->decided_by, "rule:%s", id);
     snprintf(call->decision_reason, sizeof call->decision_reason, "%s by rule %s",
-             eff == JB_RULE_ALLOW ? "allowed" : eff == JB_RULE_DENY ? "denied" : "asked", id);
-    json_decref(rules);
+             eff == JB_RULE_ALLOW  ? "allowed"
+             : eff == JB_RULE_DENY ? "denied"
+                                   : "asked",
+             id);
+    json_decref(rules); /* `id` and `hit` are gone with it */
     if (eff == JB_RULE_DENY) {
-      op_error(call->e, JB_MCP_DENIED, "denied", "denied by rule %s of this session", id);
+      op_error(call->e, JB_MCP_DENIED, "denied", "denied by rule %s of this session",
+               call->decided_by + 5);
       op_audit_refusal(call, call->path,
                        json_pack("{s:s,s:s,s:s}", "error", "denied", "decidedBy", call->decided_by,
                                  "reason", call->decision_reason));
@@ -255,6 +270,7 @@ enum op_step op_apply_rules(struct op_call *call) {
     }
     return OP_NEXT;
   }
-  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the session's rules kept changing; try again");
+  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+           "the session's rules kept changing; try again");
   return OP_END;
 }

@@ -41,12 +41,17 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
  * *rule), before the op is approved: 200; 404 no such op; 400 the key does not fit the op
  * (a file at the root for "directory", an interpreter for "command"…); 409 the op is not
  * pending. */
-void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *key,
-                       json_t **rule, struct jb_policy_reply *out);
+void jb_policy_similar(PGconn *c, const char *job, long long op_id, const char *key, json_t **rule,
+                       struct jb_policy_reply *out);
 
-/* Stores `rule` (borrowed, normalized) made by allow-similar from op `op_id` and announces it:
- * 201 with body the rule as stored. */
-void jb_policy_add_similar(struct jb_app *app, PGconn *c, const char *job, long long op_id,
-                           const json_t *rule, struct jb_policy_reply *out);
+/* Approves pending op `op_id` of `job` (`reason` nullable) and adds `rule` (borrowed; made by
+ * jb_policy_similar) in one transaction (db/policy.h jb_db_op_approve_similar), then announces
+ * the audit head and the rule. JB_OK with *json (the op, new JSON text) and out->body the rule
+ * as stored; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with `state` (op not pending, session ended),
+ * or with out->status 409 and its message when the rule could not be added (nothing done);
+ * JB_ERR_FAIL (logged). */
+int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, long long op_id,
+                              const char *reason, const json_t *rule, char **json, char state[20],
+                              struct jb_policy_reply *out);
 
 #endif

@@ -279,7 +279,8 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   if (!c) return db_failed(&err);
   json_t *similar = NULL;
   struct jb_policy_reply pr = {0};
-  if (key) { /* the rule is made before the op is approved: a key that does not fit does nothing */
+  if (key) { /* the rule is made before the op is approved: a key that does not fit does nothing;
+              * the op is approved and the rule added in one transaction */
     jb_policy_similar(c, job, op, key, &similar, &pr);
     if (!similar) {
       jb_db_release(s->app->db, c);
@@ -292,12 +293,16 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   }
   char *json = NULL, state[20] = "";
   struct jb_audit_head head = {0};
-  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
+  /* with a rule: the op approved and the rule added in one transaction */
+  int rc =
+      similar
+          ? jb_policy_approve_similar(s->app, c, job, op, reason, similar, &json, state, &pr)
+          : jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
     jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-  if (rc == JB_OK && similar) jb_policy_add_similar(s->app, c, job, op, similar, &pr);
   json_decref(similar);
   jb_db_release(s->app->db, c);
+  if (rc == JB_ERR_CONFLICT && pr.status == 409) return fail("conflict", "%s", pr.msg);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);
     free(json);
@@ -307,12 +312,7 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
     }
     jb_bus_publish(s->app->bus, job, JB_EVENT_OP, json_incref(o));
     json_t *ack = json_pack("[{s:b,s:o}]", "ok", 1, "op", o);
-    if (key && pr.body)
-      json_object_set_new(json_array_get(ack, 0), "rule", pr.body);
-    else if (key)
-      json_object_set_new(
-          json_array_get(ack, 0), "ruleError",
-          json_pack("{s:s,s:s}", "code", pr.code ? pr.code : "internal", "message", pr.msg));
+    if (pr.body) json_object_set_new(json_array_get(ack, 0), "rule", pr.body);
     return ack;
   }
   if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);

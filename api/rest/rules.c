@@ -23,8 +23,7 @@ static void answer(struct jb_http_resp *resp, struct jb_policy_reply *r) {
 
 /* The connection and the caller's right to the session's rules: the connection, or NULL
  * with the answer made. */
-static PGconn *begin(struct jb_app *app, const struct jb_http_req *req,
-                     struct jb_http_resp *resp) {
+static PGconn *begin(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) {
@@ -65,7 +64,8 @@ void jb_api_rules_add(void *appv, const struct jb_http_req *req, struct jb_http_
   json_t *body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   static const char *const allowed[] = {"rules", "rule", NULL};
   if (!body || jb_json_only_keys(body, allowed, &err) < 0) {
-    jb_resp_error(resp, 400, "bad_request", "%s", body ? err.msg : "the body must be {rules: [...]}");
+    jb_resp_error(resp, 400, "bad_request", "%s",
+                  body ? err.msg : "the body must be {rules: [...]}");
     json_decref(body);
     return;
   }

@@ -448,29 +448,25 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
       json_t *similar = NULL;
       struct jb_policy_reply pr = {0};
       if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
-      int rc = key && !similar ? SIMILAR_REFUSED
-                               : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json,
-                                                 state, &head, &err);
-      if (rc == SIMILAR_REFUSED) {
+      memset(&head, 0, sizeof head);
+      int rc =
+          key && !similar ? SIMILAR_REFUSED
+          : similar
+              ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
+              : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
+      if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
         jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
       } else if (rc == JB_OK) {
         if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
         json_t *ev = json_loads(json, 0, NULL);
-        if (similar) { /* the op approved, then the rule made of it */
-          jb_policy_add_similar(app, c, job, op, similar, &pr);
+        if (pr.body) { /* the op approved with the rule made of it */
           json_t *o = json_loads(json, 0, NULL);
-          if (o && pr.body)
-            json_object_set_new(o, "rule", pr.body);
-          else if (o)
-            json_object_set_new(
-                o, "ruleError",
-                json_pack("{s:s,s:s}", "code", pr.code ? pr.code : "internal", "message", pr.msg));
-          else
-            json_decref(pr.body);
+          if (o) json_object_set(o, "rule", pr.body);
           free(json);
           json = o ? json_dumps(o, JSON_COMPACT) : NULL;
           json_decref(o);
         }
+        json_decref(pr.body);
         if (json)
           send_text(resp, 200, json);
         else

@@ -148,7 +148,7 @@ test('rules given at open: a deny refuses naming the rule, an allow runs unasked
     const denied = await client.callTool({ name: 'write', arguments: { path: 'tests/new.c', content: 'x\n' } });
     assert.equal(denied.isError, true, JSON.stringify(denied));
     assert.match(denied.content[0].text, /denied by rule no-tests/);
-    for (const p of ['a.md', 'docs/b.md']) {
+    for (const p of ['a.md', 'src/b.md']) {
       const r = await client.callTool({ name: 'write', arguments: { path: p, content: 'notes\n' } });
       assert.equal(r.isError, false, JSON.stringify(r));
     }
@@ -166,7 +166,7 @@ test('rules given at open: a deny refuses naming the rule, an allow runs unasked
     [['rule_add', 'no-tests', 'open'], ['rule_add', 'notes', 'open'], ['rule_expire', 'notes', 'uses']]);
   const writes = rows.filter((r) => r.operation === 'write');
   assert.deepEqual(writes.map((r) => [r.path, r.details.ok, r.details.decidedBy]), [
-    ['tests/new.c', false, 'rule:no-tests'], ['a.md', true, 'rule:notes'], ['docs/b.md', true, 'rule:notes'], ['c.md', true, 'buyer']]);
+    ['tests/new.c', false, 'rule:no-tests'], ['a.md', true, 'rule:notes'], ['src/b.md', true, 'rule:notes'], ['c.md', true, 'buyer']]);
 });
 
 test('bad rules are refused with a sentence naming what is wrong; nothing is stored', { timeout: 120000 }, async () => {
