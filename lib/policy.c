@@ -374,3 +374,56 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
   if (!out) return fail(msg, msize, "%s", m);
   return out;
 }
+
+json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
+                             char *msg, size_t msize) {
+  json_t *out = json_array();
+  if (!out) return fail(msg, msize, "%s: out of memory", name);
+  size_t lineno = 0;
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+    const char *line = text + at;
+    at += n + (nl ? 1 : 0);
+    lineno++;
+    size_t b = 0;
+    while (b < n && (line[b] == ' ' || line[b] == '\t' || line[b] == '\r')) b++;
+    if (b == n || line[b] == '#') continue;
+    json_error_t je;
+    json_t *in = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+    char m[400];
+    if (!in) {
+      fail(msg, msize, "%s:%zu: not a JSON object: %s (column %d)", name, lineno, je.text,
+           je.column);
+      json_decref(out);
+      return NULL;
+    }
+    json_t *r = json_object_get(in, "uses")
+                    ? fail(m, sizeof m, "uses counts ops of one session: not in the policy file")
+                    : jb_rule_check(in, true, now, m, sizeof m);
+    json_decref(in);
+    if (!r) {
+      fail(msg, msize, "%s:%zu: %s", name, lineno, m);
+      json_decref(out);
+      return NULL;
+    }
+    const char *id = json_string_value(json_object_get(r, "id"));
+    size_t i;
+    json_t *x;
+    json_array_foreach (out, i, x)
+      if (!strcmp(id, json_string_value(json_object_get(x, "id")))) {
+        fail(msg, msize, "%s:%zu: id \"%s\" is given twice", name, lineno, id);
+        json_decref(r);
+        json_decref(out);
+        return NULL;
+      }
+    if (json_array_size(out) == JB_RULES_MAX) {
+      fail(msg, msize, "%s:%zu: more than %d rules", name, lineno, JB_RULES_MAX);
+      json_decref(r);
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, r);
+  }
+  return out;
+}

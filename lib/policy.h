@@ -92,6 +92,15 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
  *   session    every op of that tool in this session (broad) */
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize);
 
+/* The operator's policy file (JAILBOX_POLICY_FILE): one rule a line as a JSON object of the
+ * grammar above (`locked` allowed, `uses` not: it counts per session), blank lines and lines
+ * whose first non-blank character is '#' ignored; at most JB_RULES_MAX rules, ids unique.
+ * `text` is `len` bytes (not necessarily NUL-terminated), `name` the file's name for messages.
+ * Returns the normalized rules in file order (new JSON array), or NULL with "NAME:LINE: what
+ * is wrong" in `msg`. */
+json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
+                             char *msg, size_t msize);
+
 /* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" into seconds since the epoch: 0, or -1. */
 int jb_rule_parse_time(const char *s, long long *out);
 

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "api/agent/policy.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,68 @@
 #include "lib/policy.h"
 #include "server/app.h"
 #include "server/bus.h"
+
+#define POLICY_FILE_MAX (1024 * 1024) /* bytes of JAILBOX_POLICY_FILE */
+
+/* The operator's rules (JAILBOX_POLICY_FILE): set once at start, read-only after. */
+static json_t *operator_first; /* locked: before every session's rules */
+static json_t *operator_last; /* the others: after them */
+
+int jb_policy_operator_load(const char *path, jb_error *err) {
+  if (!path || !path[0]) return 0;
+  FILE *f = fopen(path, "re");
+  if (!f) return jb_fail_errno(err, errno, "%s", path);
+  char *text = malloc(POLICY_FILE_MAX + 1);
+  size_t n = text ? fread(text, 1, POLICY_FILE_MAX + 1, f) : 0;
+  int rerr = ferror(f);
+  fclose(f);
+  if (!text) return jb_fail(err, ENOMEM, "%s: out of memory", path);
+  if (rerr || n > POLICY_FILE_MAX) {
+    free(text);
+    return jb_fail(err, EFBIG, "%s: %s", path,
+                   rerr ? "cannot be read" : "over 1 MiB: not a policy file");
+  }
+  char msg[600];
+  json_t *rules = jb_policy_file_parse(text, n, path, (long long)time(NULL), msg, sizeof msg);
+  free(text);
+  if (!rules) return jb_fail(err, EINVAL, "%s", msg);
+  operator_first = json_array();
+  operator_last = json_array();
+  size_t i;
+  json_t *r;
+  json_array_foreach (rules, i, r) {
+    json_object_set_new(r, "source", json_string("operator"));
+    json_array_append(json_is_true(json_object_get(r, "locked")) ? operator_first : operator_last,
+                      r);
+  }
+  json_decref(rules);
+  jb_log(JB_LOG_INFO, "operator policy loaded", "file", path, NULL);
+  return 0;
+}
+
+/* The operator's rule named `id`, or NULL. */
+static const json_t *operator_rule(const char *id) {
+  json_t *lists[2] = {operator_first, operator_last};
+  for (int k = 0; k < 2; k++) {
+    size_t i;
+    json_t *r;
+    json_array_foreach (lists[k], i, r)
+      if (!strcmp(json_string_value(json_object_get(r, "id")) ?: "", id)) return r;
+  }
+  return NULL;
+}
+
+/* The rules that decide in session order: the operator's locked ones, `session` (stolen), the
+ * operator's others. New. */
+static json_t *with_operator(json_t *session) {
+  if (!operator_first) return session;
+  json_t *all = json_array();
+  json_array_extend(all, operator_first);
+  json_array_extend(all, session);
+  json_array_extend(all, operator_last);
+  json_decref(session);
+  return all;
+}
 
 static void reply_error(struct jb_policy_reply *out, int status, const char *code,
                         const char *msg) {
@@ -85,6 +148,17 @@ void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t 
     reply_error(out, 400, "bad_request", msg);
     return;
   }
+  size_t i;
+  json_t *r;
+  json_array_foreach (rules, i, r) {
+    const char *id = json_string_value(json_object_get(r, "id"));
+    if (operator_rule(id)) {
+      snprintf(msg, sizeof msg, "rule id \"%s\" is the operator's", id);
+      reply_error(out, 409, "conflict", msg);
+      json_decref(rules);
+      return;
+    }
+  }
   store(app, c, job, rules, "buyer", 0, out);
   json_decref(rules);
 }
@@ -102,7 +176,7 @@ void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all,
   }
   publish_head(app, job, &head);
   out->status = 200;
-  out->body = json_pack("{s:o}", "rules", rules);
+  out->body = json_pack("{s:o}", "rules", with_operator(rules));
 }
 
 void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char *rule_id,
@@ -111,6 +185,15 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
   char msg[400] = "";
   jb_error err = {0};
   struct jb_audit_head head = {0};
+  const json_t *op_rule = operator_rule(rule_id);
+  if (op_rule) {
+    snprintf(msg, sizeof msg, "rule \"%.64s\" is the operator's%s", rule_id,
+             json_is_true(json_object_get(op_rule, "locked"))
+                 ? " and locked"
+                 : "; add a rule of the session's to decide before it");
+    reply_error(out, 409, "conflict", msg);
+    return;
+  }
   int rc = jb_db_rule_revoke(c, app->keys, job, rule_id, "buyer", &head, msg, sizeof msg, &err);
   if (rc == JB_ERR_NOT_FOUND) {
     out->status = 404;
@@ -224,6 +307,7 @@ enum op_step op_apply_rules(struct op_call *call) {
       return OP_END;
     }
     publish_head(call->app, call->job, &head);
+    rules = with_operator(rules);
     const json_t *hit = jb_rules_first_match(rules, &op, (long long)time(NULL));
     if (!hit) { /* the mode's default: as op_supervise decided */
       json_decref(rules);

@@ -54,4 +54,10 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
                               const char *reason, const json_t *rule, char **json, char state[20],
                               struct jb_policy_reply *out);
 
+/* Loads the operator's rules from `path` (lib/policy.h jb_policy_file_parse; NULL or "": none;
+ * at most 1 MiB): the locked ones decide before every session's rules, the others after them
+ * (a buyer's rule overrides those). Once, before any op is decided. 0, or -1 with err->msg
+ * "FILE:LINE: what is wrong". */
+int jb_policy_operator_load(const char *path, jb_error *err);
+
 #endif

@@ -8,17 +8,30 @@
 // Needs root and Docker with runsc (as refactor.test.mjs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
 import { CTL, connectClient } from './lib/mcp.mjs';
+import { JAILBOXD } from './lib/server.mjs';
 
 let kit, srv;
 
+// the operator's rules: a locked deny no buyer rule can get round, an unlocked allow a
+// buyer's rule decides before
+const OPERATOR = [
+  '# the operator\'s rules (JAILBOX_POLICY_FILE)',
+  JSON.stringify({ id: 'op-no-keys', tool: 'write', path: '*.key', effect: 'deny', locked: true }),
+  '',
+  JSON.stringify({ id: 'op-txt', tool: 'write', path: '*.txt', effect: 'allow' }),
+].join('\n') + '\n';
+
 before(async () => {
-  kit = await startSandboxServer('jailbox-sandbox:policy', { JAILBOX_APPROVAL_TIMEOUT: '60' });
+  const dir = mkdtempSync(join(tmpdir(), 'jb-policy-file-'));
+  writeFileSync(join(dir, 'policy.jsonl'), OPERATOR);
+  kit = await startSandboxServer('jailbox-sandbox:policy', { JAILBOX_APPROVAL_TIMEOUT: '60',
+    JAILBOX_POLICY_FILE: join(dir, 'policy.jsonl') });
   srv = kit.srv;
 });
 
@@ -85,7 +98,8 @@ test('approve and allow similar (directory): nine src/ edits run unasked, tests/
 
     const listed = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken });
     assert.equal(listed.status, 200, listed.text);
-    assert.deepEqual(listed.json.rules.map((r) => [r.id, r.state]), [[rule.id, 'live']]);
+    assert.deepEqual(listed.json.rules.map((r) => [r.id, r.state ?? r.source]),
+      [['op-no-keys', 'operator'], [rule.id, 'live'], ['op-txt', 'operator']]);
 
     const rv = await buyer.timeout(10000).emitWithAck('jailbox:rule_revoke', { ruleId: rule.id });
     assert.deepEqual(rv, { ok: true, result: { ruleId: rule.id, state: 'revoked' } });
@@ -160,7 +174,7 @@ test('rules given at open: a deny refuses naming the rule, an allow runs unasked
     await client.close();
   }
   const all = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules?all=true`, { token: S.buyerToken });
-  assert.deepEqual(all.json.rules.map((r) => [r.id, r.state]), [['no-tests', 'live'], ['notes', 'expired']]);
+  assert.deepEqual(all.json.rules.filter((r) => !r.source).map((r) => [r.id, r.state]), [['no-tests', 'live'], ['notes', 'expired']]);
   const rows = verifiedChain(S);
   assert.deepEqual(rows.filter((r) => r.operation.startsWith('rule_')).map((r) => [r.operation, r.details.ruleId, r.details.by ?? r.details.why]),
     [['rule_add', 'no-tests', 'open'], ['rule_add', 'notes', 'open'], ['rule_expire', 'notes', 'uses']]);
@@ -201,7 +215,7 @@ test('bad rules are refused with a sentence naming what is wrong; nothing is sto
   r = await post({ rule: { id: 'w0', tool: 'write', path: 'x/**', effect: 'ask' } }); // an id taken
   assert.equal(r.status, 409, r.text);
   const list = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken });
-  assert.equal(list.json.rules.length, 256);
+  assert.equal(list.json.rules.filter((x) => !x.source).length, 256);
   // the broad consent, given
   const S2 = await srv.open({ mode: 'supervised' });
   r = await srv.req('POST', `/v1/jailbox/${S2.jobId}/rules`, { token: S2.buyerToken, body: { rule: { tool: 'delete', path: '**', effect: 'allow', broad: true } } });
@@ -229,4 +243,57 @@ test('bad rules are refused with a sentence naming what is wrong; nothing is sto
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.rule.path, '/*.c');
   assert.equal(r.json.decidedBy, 'buyer');
+});
+
+test('the operator\'s policy file: a locked deny decides before the buyer\'s rules and cannot be revoked; an unlocked allow is overridden by a buyer\'s rule', { timeout: 120000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'supervised' });
+  const buyer = await kit.connect(S.buyerToken);
+  const asked = [];
+  buyer.on('jailbox:approval_request', async (req) => {
+    asked.push(req.path);
+    await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  });
+  let r = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken, body: { rules: [
+    { id: 'mine-keys', tool: 'write', path: 'src/**', effect: 'allow' },
+    { id: 'ask-notes', tool: 'write', path: 'notes.txt', effect: 'ask' },
+  ] } });
+  assert.equal(r.status, 201, r.text);
+  r = await srv.req('DELETE', `/v1/jailbox/${S.jobId}/rules/op-no-keys`, { token: S.buyerToken });
+  assert.equal(r.status, 409, r.text);
+  assert.match(r.json.error.message, /operator's and locked/);
+  r = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken, body: { rule: { id: 'op-txt', tool: 'write', effect: 'ask' } } });
+  assert.equal(r.status, 409, r.text);
+  const client = await connectClient('http', kit, S, 'jailbox-policy-test');
+  try {
+    const k = await client.callTool({ name: 'write', arguments: { path: 'src/a.key', content: 'k\n' } });
+    assert.equal(k.isError, true, JSON.stringify(k));
+    assert.match(k.content[0].text, /denied by rule op-no-keys/);
+    const a = await client.callTool({ name: 'write', arguments: { path: 'src/a.c', content: 'a\n' } });
+    assert.equal(a.isError, false, JSON.stringify(a));
+    const t = await client.callTool({ name: 'write', arguments: { path: 'other.txt', content: 't\n' } });
+    assert.equal(t.isError, false, JSON.stringify(t));
+    assert.deepEqual(asked, [], 'src/a.c by the buyer\'s rule, other.txt by the operator\'s');
+    const n = await client.callTool({ name: 'write', arguments: { path: 'notes.txt', content: 'n\n' } });
+    assert.equal(n.isError, false, JSON.stringify(n));
+    assert.deepEqual(asked, ['notes.txt'], 'the buyer\'s ask decides before the operator\'s unlocked allow');
+  } finally {
+    await client.close();
+  }
+  const rows = verifiedChain(S);
+  assert.deepEqual(rows.filter((x) => x.operation === 'write').map((x) => [x.path, x.details.decidedBy]), [
+    ['src/a.key', 'rule:op-no-keys'], ['src/a.c', 'rule:mine-keys'], ['other.txt', 'rule:op-txt'], ['notes.txt', 'buyer']]);
+  assert.equal(rows.find((x) => x.path === 'notes.txt' && x.operation === 'write').details.reason, 'asked by rule ask-notes');
+});
+
+test('a bad policy file stops jailboxd at start naming FILE:LINE', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'jb-policy-bad-'));
+  const f = join(dir, 'bad.jsonl');
+  writeFileSync(f, OPERATOR + JSON.stringify({ tool: 'exec', argvPrefix: ['bash', '-c'], effect: 'allow' }) + '\n');
+  const p = spawnSync(JAILBOXD, [], { env: { ...process.env, JAILBOX_POLICY_FILE: f, JAILBOX_STATE_DIR: dir }, encoding: 'utf8', timeout: 20000 });
+  assert.equal(p.status, 2, p.stderr);
+  assert.match(p.stderr, new RegExp(`^jailboxd: policy: ${f.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:5: argvPrefix \\["bash"…\\] starts a shell`));
+  writeFileSync(f, '{"tool":"write","effect":"allow","uses":2}\n');
+  const q = spawnSync(JAILBOXD, [], { env: { ...process.env, JAILBOX_POLICY_FILE: f, JAILBOX_STATE_DIR: dir }, encoding: 'utf8', timeout: 20000 });
+  assert.equal(q.status, 2, q.stderr);
+  assert.match(q.stderr, /bad\.jsonl:1: uses counts ops of one session/);
 });

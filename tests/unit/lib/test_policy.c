@@ -236,12 +236,40 @@ static void similar(void **state) {
   assert_null(jb_rule_similar(&op, "everything", msg, sizeof msg));
 }
 
+static void policy_file(void **state) {
+  (void)state;
+  const char *good =
+      "# the operator's rules\n"
+      "\n"
+      "{\"id\":\"no-keys\",\"tool\":\"write\",\"path\":\"*.key\","
+      "\"effect\":\"deny\",\"locked\":true}\n"
+      "  {\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}\r\n";
+  json_t *r = jb_policy_file_parse(good, strlen(good), "p.jsonl", NOW, msg, sizeof msg);
+  if (!r) fail_msg("%s", msg);
+  assert_int_equal(json_array_size(r), 2);
+  assert_true(json_is_true(json_object_get(json_array_get(r, 0), "locked")));
+  json_decref(r);
+  const char *bad[][2] = {
+      {"{\"tool\":\"write\",\"effect\":\"ask\"}\n\n{\"tool\":\"write\"}\n",
+       "p.jsonl:3: effect must be"},
+      {"# x\n{\"tool\":\"write\",\"effect\":\"ask\",\n", "p.jsonl:2: not a JSON object"},
+      {"{\"tool\":\"write\",\"effect\":\"allow\",\"uses\":3}", "p.jsonl:1: uses counts"},
+      {"{\"id\":\"a\",\"tool\":\"write\",\"effect\":\"ask\"}\n"
+       "{\"id\":\"a\",\"tool\":\"edit\",\"effect\":\"ask\"}",
+       "p.jsonl:2: id \"a\" is given twice"},
+      {"{\"tool\":\"exec\",\"argvPrefix\":[\"sh\"],\"effect\":\"allow\"}", "p.jsonl:1: argvPrefix"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_null(
+        jb_policy_file_parse(bad[i][0], strlen(bad[i][0]), "p.jsonl", NOW, msg, sizeof msg));
+    if (strncmp(msg, bad[i][1], strlen(bad[i][1]))) fail_msg("%zu: %s", i, msg);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(validation),
-      cmocka_unit_test(lists),
-      cmocka_unit_test(matching),
-      cmocka_unit_test(similar),
+      cmocka_unit_test(validation), cmocka_unit_test(lists),       cmocka_unit_test(matching),
+      cmocka_unit_test(similar),    cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
