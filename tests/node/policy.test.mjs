@@ -297,3 +297,29 @@ test('a bad policy file stops jailboxd at start naming FILE:LINE', () => {
   assert.equal(q.status, 2, q.stderr);
   assert.match(q.stderr, /bad\.jsonl:1: uses counts ops of one session/);
 });
+
+test('jailboxctl rules JOB [add|rm] and approve --allow-similar', { timeout: 60000 }, async () => {
+  const S = await srv.open({ mode: 'supervised' });
+  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: S.buyerToken };
+  const ctl = (...args) => spawnSync(CTL, args, { env, encoding: 'utf8', timeout: 20000 });
+  let p = ctl('rules', S.jobId, 'add', JSON.stringify({ id: 'mk', tool: 'exec', argvPrefix: ['make', 'test'], effect: 'allow' }),
+    JSON.stringify({ tool: 'write', path: 'src/**', effect: 'deny' }));
+  assert.equal(p.status, 0, p.stderr);
+  assert.match(p.stdout, /^mk +exec +allow argv make test \.\.\.$/m);
+  p = ctl('rules', S.jobId, 'add', JSON.stringify({ tool: 'exec', argvPrefix: ['bash', '-c'], effect: 'allow' }));
+  assert.equal(p.status, 2, p.stdout); // refused before it is sent
+  assert.match(p.stderr, /rule 1: argvPrefix \["bash"…\] starts a shell/);
+  p = ctl('rules', S.jobId, 'rm', 'mk');
+  assert.equal(p.status, 0, p.stderr);
+  assert.equal(p.stdout, 'rule mk: revoked\n');
+  p = ctl('rules', S.jobId, '--all', '--json');
+  assert.equal(p.status, 0, p.stderr);
+  const mine = JSON.parse(p.stdout).rules.filter((r) => !r.source);
+  assert.deepEqual(mine.map((r) => [r.id, r.state]), [['mk', 'revoked'], [mine[1].id, 'live']]);
+  p = ctl('rules', S.jobId, 'rm', 'mk');
+  assert.notEqual(p.status, 0);
+  const opId = await srv.pendingOp(S.jobId, 'lib/x/y.h');
+  p = ctl('approve', S.jobId, String(opId), '--allow-similar', 'extension');
+  assert.equal(p.status, 0, p.stderr);
+  assert.match(p.stdout, /^op \d+: approved \(approved\)\nallowed from now on: r-[0-9a-f]{12} +write +allow path lib\/x\/\*\*\/\*\.h\n$/);
+});
