@@ -503,15 +503,17 @@ enum op_step op_supervise(struct op_call *call) {
   if (s != OP_NEXT) return s;
   bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
   call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;
+  bool by_mode = call->pending;
   if (call->tool == JB_TOOL_EDIT) {
     s = supervise_edit(call, dry); /* scanned there: the rules see what the edit leaves */
     if (s == OP_NEXT) s = op_apply_rules(call);
-    if (s == OP_NEXT && call->pending) s = op_take_waiting_place(call);
+    /* an ask rule in an unsupervised session: a wait for the buyer the mode did not make */
+    if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
     return s;
   }
   if (jb_tool_mutates(call->tool)) {
     s = op_apply_rules(call);
-    if (s == OP_NEXT && call->pending) s = op_take_waiting_place(call); /* an ask rule */
+    if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
     if (s != OP_NEXT) return s;
   }
   if (!call->pending) return OP_NEXT;

@@ -286,7 +286,12 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
 /* ---- the rules stage of a tool call ---- */
 
 enum op_step op_apply_rules(struct op_call *call) {
+  call->decided_by[0] = call->decision_reason[0] = '\0'; /* a call started over decides anew */
   if (!jb_tool_mutates(call->tool)) return OP_NEXT;
+  if (!call->c) { /* lost on the way (op_await could not have it again) */
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
+    return OP_END;
+  }
   json_t *sargs = call->sargs;
   const char *command = json_string_value(json_object_get(sargs, "command"));
   struct jb_rule_op op = {.tool = jb_tool_name(call->tool),
