@@ -9,6 +9,7 @@
 
 #include "api/agent/escape.h"
 #include "api/agent/ops.h"
+#include "api/agent/policy.h"
 #include "lib/scan.h"
 #include "api/agent/socket.h"
 #include "api/auth.h"
@@ -20,6 +21,10 @@ int jb_api_load_rules(const struct jb_config *cfg, jb_error *err) {
   if (jb_scan_rules_load(cfg->scan_rules, &rules, err) < 0) return -1;
   jb_scan_use(rules);
   return 0;
+}
+
+int jb_api_load_policy(const struct jb_config *cfg, jb_error *err) {
+  return jb_policy_operator_load(cfg->policy_file, err);
 }
 
 int jb_api_bootstrap_token(PGconn *c, const char *path, bool create, jb_error *err) {

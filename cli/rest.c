@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/json.h"
+#include "lib/policy.h"
 #include "sandbox/proto/explain.h"
 #include "cli/ctl.h"
 
@@ -472,15 +474,106 @@ static int reason_body(struct jb_ctl *o, int argc, char **argv, int npos, json_t
   return 0;
 }
 
+static void show_rule(const json_t *r) {
+  printf("%-16s %-6s %-5s", str(r, "id"), str(r, "tool"), str(r, "effect"));
+  if (json_is_string(json_object_get(r, "path"))) printf(" path %s", str(r, "path"));
+  json_t *argv = json_object_get(r, "argvPrefix");
+  if (json_is_array(argv)) {
+    printf(" argv");
+    size_t i;
+    json_t *a;
+    json_array_foreach (argv, i, a) printf(" %s", jb_ctl_text(json_string_value(a)));
+    printf(" ...");
+  }
+  if (json_is_string(json_object_get(r, "command"))) printf(" command %s", str(r, "command"));
+  if (json_is_integer(json_object_get(r, "maxBytes")))
+    printf(" max %lld bytes", (long long)json_integer_value(json_object_get(r, "maxBytes")));
+  if (json_is_integer(json_object_get(r, "usesLeft")))
+    printf(" (%lld uses left)", (long long)json_integer_value(json_object_get(r, "usesLeft")));
+  if (json_is_string(json_object_get(r, "expiresAt"))) printf(" until %s", str(r, "expiresAt"));
+  if (json_is_string(json_object_get(r, "source")))
+    printf(" [%s%s]", str(r, "source"),
+           json_is_true(json_object_get(r, "locked")) ? ", locked" : "");
+  if (json_is_string(json_object_get(r, "state")) && strcmp(str(r, "state"), "live"))
+    printf(" [%s]", str(r, "state"));
+  putchar('\n');
+}
+
+static void show_rules(const json_t *d) {
+  size_t i;
+  json_t *r;
+  json_array_foreach (json_object_get(d, "rules"), i, r) show_rule(r);
+  if (json_array_size(json_object_get(d, "rules")) == 0) puts("no rules");
+}
+
+static void show_revoked(const json_t *d) { printf("rule %s: revoked\n", str(d, "ruleId")); }
+
+/* jailboxctl rules JOB [--all] | rules JOB add RULE_JSON... | rules JOB rm RULE_ID: the
+ * session's approval rules (api/events.md "Approval rules"); a rule is checked here first
+ * (lib/policy.h), as the server checks it. */
+static int verb_rules(struct jb_ctl *o, int argc, char **argv) {
+  if (argc < 1 || argv[0][0] == '-') return usage_error(o, "%s", "JOB is required");
+  if (argc == 1 || (argc == 2 && !strcmp(argv[1], "--all")))
+    return call(o, "GET", jb_ctl_job_path(argv[0], argc == 2 ? "/rules?all=true" : "/rules"), NULL,
+                show_rules);
+  if (!strcmp(argv[1], "rm")) {
+    if (argc != 3) return usage_error(o, "%s", "rules JOB rm RULE_ID");
+    char *e = jb_ctl_escape(argv[2]), *suffix = NULL;
+    if (!e || asprintf(&suffix, "/rules/%s", e) < 0) suffix = NULL;
+    free(e);
+    char *path = suffix ? jb_ctl_job_path(argv[0], suffix) : NULL;
+    free(suffix);
+    return call(o, "DELETE", path, NULL, show_revoked);
+  }
+  if (strcmp(argv[1], "add") || argc < 3)
+    return usage_error(o, "%s", "rules JOB [--all] | rules JOB add RULE_JSON... | rules JOB rm ID");
+  json_t *rules = json_array();
+  for (int i = 2; i < argc; i++) {
+    json_error_t je;
+    json_t *r = json_loads(argv[i], JSON_REJECT_DUPLICATES, &je);
+    char msg[400];
+    json_t *ok = r ? jb_rule_check(r, false, (long long)time(NULL), msg, sizeof msg) : NULL;
+    if (!r) snprintf(msg, sizeof msg, "not a JSON object: %s", je.text);
+    json_decref(r);
+    if (!ok) {
+      json_decref(rules);
+      return usage_error(o, "rule %d: %s", i - 1, msg);
+    }
+    json_array_append_new(rules, ok);
+  }
+  return call(o, "POST", jb_ctl_job_path(argv[0], "/rules"), json_pack("{s:o}", "rules", rules),
+              show_rules);
+}
+
 static void show_decided(const json_t *op) {
   printf("op %lld: %s (%s)\n", (long long)json_integer_value(json_object_get(op, "opId")),
          str(op, "state"), str(op, "decision"));
+  json_t *r = json_object_get(op, "rule");
+  if (json_is_object(r)) {
+    printf("allowed from now on: ");
+    show_rule(r);
+  }
 }
 
 static int verb_decide(struct jb_ctl *o, int argc, char **argv, const char *what) {
   json_t *body;
+  const char *similar = NULL;
+  if (!strcmp(what, "approve")) { /* --allow-similar KEY: taken out before the common args */
+    int k = 0;
+    for (int i = 0; i < argc; i++) {
+      if (!strcmp(argv[i], "--allow-similar") && i + 1 < argc)
+        similar = argv[++i];
+      else
+        argv[k++] = argv[i];
+    }
+    argc = k;
+  }
   int rc = reason_body(o, argc, argv, 2, &body);
   if (rc) return rc;
+  if (similar) {
+    if (!body) body = json_object();
+    json_object_set_new(body, "allowSimilar", json_string(similar));
+  }
   long long op;
   if (parse_ll(argv[1], 1, &op) < 0) {
     json_decref(body);
@@ -741,8 +834,15 @@ static const struct verb verbs[] = {
      jb_ctl_watch},
     {"ops", "JOB [--state pending|approved|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},
-    {"approve", "JOB OP [--reason TEXT]", "approve a pending write (buyer or service)",
+    {"approve", "JOB OP [--reason TEXT] [--allow-similar directory|extension|command|session]",
+     "approve a pending write (buyer or service); --allow-similar also adds the narrowest rule "
+     "that lets ops like it run from now on",
      run_approve},
+    {"rules", "JOB [--all] | JOB add RULE_JSON... | JOB rm RULE_ID",
+     "the session's approval rules, in the order they decide (--all: revoked and expired too); "
+     "add appends rules ({\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}), "
+     "rm revokes one (buyer or service)",
+     verb_rules},
     {"reject", "JOB OP [--reason TEXT]", "reject a pending write (buyer or service)", run_reject},
     {"kill", "JOB OP [--reason TEXT]",
      "kill an exec: a running command is killed, a pending or queued one never runs (buyer or "

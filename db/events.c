@@ -21,6 +21,7 @@ static const char *const kind_keys[JB_EVENT_KINDS] = {
     [JB_EVENT_PRE_SCAN] = "pre_scan",
     [JB_EVENT_AUDIT_HEAD] = "audit_head",
     [JB_EVENT_EXEC_OUTPUT] = "exec_output",
+    [JB_EVENT_RULE] = "rule",
 };
 
 const char *jb_event_kind_key(enum jb_event_kind kind) {

@@ -32,9 +32,22 @@ enum jb_op_state jb_op_state_from_name(const char *name) {
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
                     char state[20], jb_error *err) {
-  const char *p[6] = {
-      job_id,     tool, path, args_json, jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
-      expect_json};
+  return jb_db_op_create_decided(c, job_id, tool, path, args_json, pending, expect_json, NULL, NULL,
+                                 op_id, state, err);
+}
+
+int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
+                            const char *args_json, bool pending, const char *expect_json,
+                            const char *decided_by, const char *reason, long long *op_id,
+                            char state[20], jb_error *err) {
+  const char *p[8] = {job_id,
+                      tool,
+                      path,
+                      args_json,
+                      jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
+                      expect_json,
+                      decided_by,
+                      reason};
   /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
@@ -47,12 +60,13 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
       "exclude,"
       "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $6::jsonb) AS fresh"
       "   FROM sessions WHERE job_id = $1),"
-      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at)"
+      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at,"
+      "   decided_by, decision_reason)"
       "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"
-      "         CASE WHEN $5 = 'approved' THEN now() END"
+      "         CASE WHEN $5 = 'approved' THEN now() END, $7, $8"
       "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh RETURNING op_id)"
       " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
-      6, p, PGRES_TUPLES_OK, NULL, err, "store op");
+      8, p, PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {
@@ -123,7 +137,8 @@ void jb_op_claim_free(struct jb_op_claim *o) {
   if (!o) return;
   free(o->path);
   free(o->args_json);
-  o->path = o->args_json = NULL;
+  free(o->decision_reason);
+  o->path = o->args_json = o->decision_reason = NULL;
 }
 
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err) {
@@ -158,7 +173,8 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
   }
   r = jb_db_exec(
       c,
-      "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto')"
+      "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto'),"
+      " coalesce(o.decided_by, ''), o.decision_reason"
       " FROM ops o WHERE o.job_id = $1 AND o.state = 'approved'"
       " ORDER BY o.op_id LIMIT 1 FOR UPDATE SKIP LOCKED", /* held by another claim: skipped */
       1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
@@ -176,6 +192,8 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
   out->path = strdup(PQgetvalue(r, 0, 2));
   out->args_json = strdup(PQgetvalue(r, 0, 3));
   snprintf(out->decision, sizeof out->decision, "%s", PQgetvalue(r, 0, 4));
+  snprintf(out->decided_by, sizeof out->decided_by, "%s", PQgetvalue(r, 0, 5));
+  out->decision_reason = PQgetisnull(r, 0, 6) ? NULL : strdup(PQgetvalue(r, 0, 6));
   PQclear(r);
   if (!out->path || !out->args_json) {
     jb_op_claim_free(out);
@@ -188,8 +206,15 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const struct jb_op_claim *op, bool ok, const char *result_json,
                       json_t *details, struct jb_audit_head *head, jb_error *err) {
-  int rc =
-      jb_audit_append(c, keys, job_id, op->tool, op->path[0] ? op->path : NULL, details, head, err);
+  /* who decided the op, beside what it did: a copy, the caller's details stay as they are */
+  json_t *d = json_is_object(details) && op->decided_by[0] ? json_copy(details) : NULL;
+  if (d) {
+    json_object_set_new(d, "decidedBy", json_string(op->decided_by));
+    if (op->decision_reason) json_object_set_new(d, "reason", json_string(op->decision_reason));
+  }
+  int rc = jb_audit_append(c, keys, job_id, op->tool, op->path[0] ? op->path : NULL,
+                           d ? d : details, head, err);
+  json_decref(d);
   if (rc != JB_OK) {
     jb_db_rollback(c);
     return rc;
@@ -356,6 +381,7 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   r = jb_db_exec(
       c,
       "UPDATE ops SET state = 'failed', reason = 'no decision within the approval timeout',"
+      "  decided_by = 'timeout', decided_at = now(),"
       "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'timeout',"
       "    'message', 'no decision within the approval timeout')),"
       "  completed_at = now()"
@@ -375,8 +401,8 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   json_t *op_json = json_loads(PQgetvalue(r, 0, 4), 0, NULL);
   char tool[16];
   snprintf(tool, sizeof tool, "%s", PQgetvalue(r, 0, 3));
-  json_t *details =
-      json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "timeout", "decision", "timeout");
+  json_t *details = json_pack("{s:b, s:s, s:s, s:s}", "ok", 0, "error", "timeout", "decision",
+                              "timeout", "decidedBy", "timeout");
   json_t *size =
       PQgetisnull(r, 0, 1) ? NULL : json_loads(PQgetvalue(r, 0, 1), JSON_DECODE_ANY, NULL);
   if (json_is_integer(size)) json_object_set(details, "size", size);

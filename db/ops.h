@@ -52,6 +52,14 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
                     char state[20], jb_error *err);
 
+/* As jb_db_op_create, with who decided the op: `decided_by` ("rule:<id>"; NULL: the
+ * session's mode, or the buyer when the op is pending) and `reason` (nullable) stored in the
+ * row (migration 023) and, when the op runs, in its audit entry (decidedBy, reason). */
+int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
+                            const char *args_json, bool pending, const char *expect_json,
+                            const char *decided_by, const char *reason, long long *op_id,
+                            char state[20], jb_error *err);
+
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
  * read's or stat's file content is dropped from the stored result by the same statement (it
@@ -93,6 +101,8 @@ struct jb_op_claim {
   char *path;
   char *args_json;
   char decision[16];
+  char decided_by[80]; /* "rule:<id>", "buyer", "mode"; "" when not recorded */
+  char *decision_reason; /* owned; NULL when none */
 };
 void jb_op_claim_free(struct jb_op_claim *o);
 
@@ -139,7 +149,8 @@ int jb_db_op_direct_store(PGconn *c, const struct jb_keyring *keys, const char *
                           struct jb_audit_head *out, jb_error *err);
 
 /* Worker: completes the claimed op — state done (`ok`) or failed, `result_json` stored —
- * appends its audit entry (operation = the tool, `path`, `details` borrowed) and commits; the
+ * appends its audit entry (operation = the tool, `path`, `details` borrowed, with the op's
+ * decidedBy and reason added when the claim has them) and commits; the
  * caller publishes the new head (JB_EVENT_AUDIT_HEAD, db/events.h) once this returns.
  * On any failure the transaction is rolled back (the op stays queued). *head receives the new
  * audit head. JB_OK or JB_ERR_FAIL / JB_ERR_CONFLICT (chain sealed). */

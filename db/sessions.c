@@ -10,6 +10,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/ops.h"
+#include "db/policy.h"
 #include "db/tokens.h"
 
 static const char *const live_states[] = {JB_LIVE_STATES, NULL};
@@ -100,6 +101,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
   if (arc != JB_OK) goto fail;
+  char msg[300];
+  if (s->rules && jb_db_rules_insert_tx(c, keys, s->job_id, s->rules, "open", 0, head, msg,
+                                        sizeof msg, err) != JB_OK) {
+    if (!err->msg[0]) jb_fail(err, EINVAL, "%s", msg);
+    goto fail;
+  }
   if (jb_db_commit(c, err) < 0) goto fail;
   return JB_OK;
 fail:
@@ -467,18 +474,26 @@ fail:
   "   o.args->'timeoutMs', 'stdinBytes', octet_length(o.args->>'stdin'))"                    \
   "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
-  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff)"
+  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff, 'decidedBy', o.decided_by,"        \
+  " 'decisionReason', o.decision_reason)"
 
 int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
                    char **json_out, jb_error *err) {
+  return jb_db_ops_list_by(c, job_id, state, NULL, after, limit, json_out, err);
+}
+
+int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const char *decided_by,
+                      long long after, int limit, char **json_out, jb_error *err) {
   char a[24], l[16];
   snprintf(a, sizeof a, "%lld", after);
   snprintf(l, sizeof l, "%d", limit);
-  const char *p[4] = {job_id, state, a, l};
+  const char *p[5] = {job_id, state, a, l, decided_by};
   /* one more row than asked tells whether a next page exists */
   PGresult *r = jb_db_exec(c,
                            "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text "
                            "IS NULL OR o.state = $2)"
+                           "   AND ($5::text IS NULL OR o.decided_by = $5 OR ($5 = 'rule'"
+                           "     AND starts_with(o.decided_by, 'rule:')))"
                            "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
                            " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
                            " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON
@@ -486,7 +501,7 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
                            "   FROM shown o), '[]'::json),"
                            "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
                            "   THEN (SELECT max(op_id) FROM shown) END)::text",
-                           4, p, PGRES_TUPLES_OK, NULL, err, "list ops");
+                           5, p, PGRES_TUPLES_OK, NULL, err, "list ops");
   if (!r) return JB_ERR_FAIL;
   *json_out = dup_value(r);
   PQclear(r);
@@ -498,8 +513,11 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
                            const char *op_json, struct jb_audit_head *head, jb_error *err) {
   json_t *op = json_loads(op_json, 0, NULL);
   if (!op) return jb_fail(err, ENOMEM, "out of memory");
-  json_t *d = json_pack("{s:I,s:s,s:b}", "opId", json_integer_value(json_object_get(op, "opId")),
-                        "decision", "rejected", "ok", 0);
+  json_t *d =
+      json_pack("{s:I,s:s,s:s,s:b}", "opId", json_integer_value(json_object_get(op, "opId")),
+                "decision", "rejected", "decidedBy", "buyer", "ok", 0);
+  const char *why = json_string_value(json_object_get(op, "decisionReason"));
+  if (d && why) json_object_set_new(d, "reason", json_string(why));
   const char *tool = json_string_value(json_object_get(op, "tool"));
   const char *path = json_string_value(json_object_get(op, "path"));
   /* a rejection must always be recordable: fields that could not be are left out, a path

@@ -82,6 +82,8 @@ struct jb_session_new {
   const char *limits_json; /* JSON object text */
   const char *image; /* the sandbox image, canonical (lib/images.h) */
   const unsigned char *buyer_hash, *agent_hash; /* SHA-256 of the two tokens, 32 bytes each */
+  const json_t *rules; /* the buyer's approval rules at open (normalized, lib/policy.h), or
+                        * NULL: stored with a rule_add audit entry each (db/policy.h) */
 };
 
 /* Creates the session (state created), its agent row when new, its buyer and agent tokens,
@@ -156,8 +158,12 @@ int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char 
                            jb_error *err);
 
 /* A page of ops as JSON text {"ops":[…],"next":opId|null} (new allocation): ops of `job_id`
- * with op_id > `after`, in op_id order, at most `limit`, only `state` when non-NULL.
- * JB_OK or JB_ERR_FAIL. */
+ * with op_id > `after`, in op_id order, at most `limit`, only `state` when non-NULL. Each op
+ * carries decidedBy ("rule:<id>", "buyer", "timeout", "mode"; null while undecided) and
+ * decisionReason. JB_OK or JB_ERR_FAIL. */
+/* jb_db_ops_list, only the ops decided by `decided_by` when non-NULL ("rule": by any rule). */
+int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const char *decided_by,
+                      long long after, int limit, char **json_out, jb_error *err);
 int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
                    char **json_out, jb_error *err);
 

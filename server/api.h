@@ -24,6 +24,11 @@ const struct jb_route *jb_api_routes(size_t *n);
  * -1 with err->msg "FILE:LINE: what is wrong". */
 int jb_api_load_rules(const struct jb_config *cfg, jb_error *err);
 
+/* Loads the operator's approval rules (cfg->policy_file; "" = none) for every session's
+ * decisions (api/agent/policy.h). Call before any thread decides ops. Returns 0, or -1 with
+ * err->msg "FILE:LINE: what is wrong". */
+int jb_api_load_policy(const struct jb_config *cfg, jb_error *err);
+
 /* Registers the bootstrap service token on `c` (read from `path`, or minted there when
  * `create`; see api/auth.h). Returns 0, or -1 with `err`. */
 int jb_api_bootstrap_token(PGconn *c, const char *path, bool create, jb_error *err);

@@ -122,6 +122,9 @@ static const struct jb_setting settings[] = {
      JB_SANDBOX_IMAGES_DEFAULT, 0, 0,
      "images a session may name at open (\"image\"), comma-separated; a name without a tag means"
      " :latest; another name: 400"},
+    {"policy-file", "JAILBOX_POLICY_FILE", JB_SETTING_STRING, S(policy_file), "", 0, 0,
+     "the operator's approval rules, one JSON rule a line (api/events.md \"Approval rules\");"
+     " locked ones decide before a session's rules, the others after; empty: none"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)

@@ -53,6 +53,7 @@ struct jb_config {
   long drain_delay_ms; /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
   char *sandbox_image; /* the image of a session that names none (lib/images.h) */
   char *sandbox_images; /* the images a session may name, comma-separated (lib/images.h) */
+  char *policy_file; /* the operator's approval rules (lib/policy.h); "" = none */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

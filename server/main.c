@@ -143,6 +143,11 @@ int main(int argc, char **argv) {
     jb_config_free(&cfg);
     return 2;
   }
+  if (jb_api_load_policy(&cfg, &err) < 0) {
+    fprintf(stderr, "jailboxd: policy: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
   if (sodium_init() < 0) {
     jb_fail(&err, EIO, "libsodium failed to initialise");
     jb_config_free(&cfg);

@@ -111,6 +111,9 @@ struct op_call {
   char *describe; /* owned: what a supervised mkdir, move or delete will do, for the buyer */
   size_t replaced; /* an edit's replacements */
   char before_hex[65]; /* an edit's file as read: its SHA-256 */
+  /* rules (api/agent/policy.c) */
+  char decided_by[80]; /* "rule:<id>" when a rule allowed the op; "" otherwise */
+  char decision_reason[120]; /* why, when a rule allowed or asked ("asked by rule r-…") */
   /* store, wait */
   struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
   long long op_id;
@@ -260,6 +263,13 @@ void op_audit_refusal(struct op_call *call, const char *path, json_t *details); 
  * leave: flagged, the op is refused (audited, a security alert); clean, call->sargs get its
  * size and SHA-256 (call->sha_hex, filled before). */
 enum op_step op_scan_content(struct op_call *call); /* op_checks.c */
+
+/* The session's approval rules on a mutating op (api/agent/policy.c), after the path checks
+ * and the content scanner, before the buyer is asked: the first live rule that matches
+ * decides — allow (call->pending false, call->decided_by "rule:<id>"), ask (pending true),
+ * deny (OP_END: refused, named in *call->e and in an audit entry) — and a rule with uses has
+ * one counted; none matches: the mode's default as op_supervise set call->pending. */
+enum op_step op_apply_rules(struct op_call *call); /* policy.c */
 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */

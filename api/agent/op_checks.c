@@ -729,9 +729,9 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
                          "error", "out of memory");
   }
   op_audit_refusal(call, path,
-                   json_pack("{s:s,s:I,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
+                   json_pack("{s:s,s:I,s:s,s:s,s:s,s:O,s:O?}", "error", "flagged", "size",
                              (json_int_t)call->dlen, "sha256", call->sha_hex, "decision", "flagged",
-                             "rules", hits, "findings", findings));
+                             "decidedBy", "scanner", "rules", hits, "findings", findings));
   json_t *ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:O,s:O?}", "jobId", job, "kind", "flagged_write",
                          "path", path, "size", (json_int_t)call->dlen, "sha256", call->sha_hex,
                          "rules", hits, "findings", findings);

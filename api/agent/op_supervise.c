@@ -4,7 +4,8 @@
  * the write bound to the hash of what was read); and for a mutating tool of a supervised
  * session what the buyer is shown — the target as it is now (a stat through the shim: the
  * same rules; the op is refused if it changes meanwhile), the diff preview of a write or an
- * edit, a description of a mkdir, move or delete — and the approval request. */
+ * edit, a description of a mkdir, move or delete — and the approval request. The session's
+ * approval rules (api/agent/policy.c) decide before the buyer is asked. */
 #define _GNU_SOURCE
 #include "api/agent/op_call.h"
 
@@ -502,7 +503,19 @@ enum op_step op_supervise(struct op_call *call) {
   if (s != OP_NEXT) return s;
   bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
   call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;
-  if (call->tool == JB_TOOL_EDIT) return supervise_edit(call, dry);
+  bool by_mode = call->pending;
+  if (call->tool == JB_TOOL_EDIT) {
+    s = supervise_edit(call, dry); /* scanned there: the rules see what the edit leaves */
+    if (s == OP_NEXT) s = op_apply_rules(call);
+    /* an ask rule in an unsupervised session: a wait for the buyer the mode did not make */
+    if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
+    return s;
+  }
+  if (jb_tool_mutates(call->tool)) {
+    s = op_apply_rules(call);
+    if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
+    if (s != OP_NEXT) return s;
+  }
   if (!call->pending) return OP_NEXT;
   if (call->tool == JB_TOOL_EXEC) return supervise_exec(call);
   if (call->tool != JB_TOOL_WRITE) return supervise_change(call);

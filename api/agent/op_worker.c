@@ -402,8 +402,11 @@ enum op_step op_store(struct op_call *call) {
   jb_error err = {0};
   int rc = call->recheck && !expect
                ? JB_ERR_FAIL
-               : jb_db_op_create(call->c, call->job, jb_tool_name(call->tool), call->path,
-                                 args_text, call->pending, expect, &call->op_id, call->st, &err);
+               : jb_db_op_create_decided(call->c, call->job, jb_tool_name(call->tool), call->path,
+                                         args_text, call->pending, expect,
+                                         call->decided_by[0] ? call->decided_by : NULL,
+                                         call->decision_reason[0] ? call->decision_reason : NULL,
+                                         &call->op_id, call->st, &err);
   if (rc != JB_OK)
     op_wait_end(call, &call->ticket);
   else

@@ -25,6 +25,7 @@
 #include "lib/json.h"
 #include "lib/line.h"
 #include "api/agent/ops.h"
+#include "api/agent/policy.h"
 #include "api/agent/tools.h"
 #include "db/audit_store.h"
 #include "db/prescan.h"
@@ -250,7 +251,7 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
 }
 
 static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool approve) {
-  static const char *const allowed_approve[] = {"opId", NULL};
+  static const char *const allowed_approve[] = {"opId", "allowSimilar", NULL};
   static const char *const allowed_reject[] = {"opId", "reason", NULL};
   json_t *arg, *reply = NULL;
   const char *reason = NULL;
@@ -270,22 +271,49 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
     return fail("bad_request", "field 'opId' is required (a positive integer)");
   }
   if (op <= 0) return fail("bad_request", "field 'opId' must be a positive integer");
-  if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
+  const char *key = NULL;
+  if (arg && (jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0 ||
+              jb_json_get_string(arg, "allowSimilar", 1, 32, true, &key, &err) < 0))
     return fail("bad_request", "%s", err.msg);
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
+  json_t *similar = NULL;
+  struct jb_policy_reply pr = {0};
+  if (key) { /* the rule is made before the op is approved: a key that does not fit does nothing;
+              * the op is approved and the rule added in one transaction */
+    jb_policy_similar(c, job, op, key, &similar, &pr);
+    if (!similar) {
+      jb_db_release(s->app->db, c);
+      return fail(pr.status == 404   ? "not_found"
+                  : pr.status == 409 ? "invalid_state"
+                  : pr.status == 503 ? "database_unavailable"
+                                     : "bad_request",
+                  "%s", pr.msg);
+    }
+  }
   char *json = NULL, state[20] = "";
   struct jb_audit_head head = {0};
-  int rc = jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
+  /* with a rule: the op approved and the rule added in one transaction */
+  int rc =
+      similar
+          ? jb_policy_approve_similar(s->app, c, job, op, reason, similar, &json, state, &pr)
+          : jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
     jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+  json_decref(similar);
   jb_db_release(s->app->db, c);
+  if (rc == JB_ERR_CONFLICT && pr.status == 409) return fail("conflict", "%s", pr.msg);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);
     free(json);
-    if (!o) return fail("internal", "out of memory");
+    if (!o) {
+      json_decref(pr.body);
+      return fail("internal", "out of memory");
+    }
     jb_bus_publish(s->app->bus, job, JB_EVENT_OP, json_incref(o));
-    return json_pack("[{s:b,s:o}]", "ok", 1, "op", o);
+    json_t *ack = json_pack("[{s:b,s:o}]", "ok", 1, "op", o);
+    if (pr.body) json_object_set_new(json_array_get(ack, 0), "rule", pr.body);
+    return ack;
   }
   if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);
   if (rc == JB_ERR_CONFLICT) return conflict("op is not pending, or its session ended:", state);
@@ -372,6 +400,51 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
   return r;
 }
 
+/* The ack of a rule request: [body] or [{error: {code, message}}]. */
+static json_t *policy_ack(struct jb_policy_reply *r) {
+  if (r->body) return json_pack("[{s:b,s:o}]", "ok", 1, "result", r->body);
+  return fail(r->status == 404   ? "not_found"
+              : r->status == 409 ? "conflict"
+              : r->status == 503 ? "database_unavailable"
+                                 : "bad_request",
+              "%s", r->msg);
+}
+
+/* jailbox:rule_add {rule | rules}: the buyer's rules appended to the session's list. */
+static json_t *rule_add(struct jb_socket *s, const char *job, json_t *args) {
+  static const char *const allowed[] = {"rule", "rules", NULL};
+  json_t *arg, *reply = NULL;
+  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
+  json_t *in = json_object_get(arg, "rules");
+  if (!in) in = json_object_get(arg, "rule");
+  if (!in || (!json_is_array(in) && !json_is_object(in)))
+    return fail("bad_request", "give 'rule' (a rule) or 'rules' (an array of rules)");
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  struct jb_policy_reply r;
+  jb_policy_add(s->app, c, job, in, &r);
+  jb_db_release(s->app->db, c);
+  return policy_ack(&r);
+}
+
+/* jailbox:rule_revoke {ruleId}. */
+static json_t *rule_revoke(struct jb_socket *s, const char *job, json_t *args) {
+  static const char *const allowed[] = {"ruleId", NULL};
+  json_t *arg, *reply = NULL;
+  const char *id = NULL;
+  jb_error err = {0};
+  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
+  if (!arg || jb_json_get_string(arg, "ruleId", 1, 64, false, &id, &err) < 0 || !id)
+    return fail("bad_request", "field 'ruleId' is required (1..64 characters)");
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  struct jb_policy_reply r;
+  jb_policy_revoke(s->app, c, job, id, &r);
+  jb_db_release(s->app->db, c);
+  return policy_ack(&r);
+}
+
 static json_t *buyer_event(struct jb_socket *s, const char *job, const char *name, json_t *args) {
   static const char *const live[] = {JB_LIVE_STATES, NULL};
   static const char *const from_active[] = {"active", NULL};
@@ -384,6 +457,8 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
   if (strcmp(name, "jailbox:approve") == 0) return decide(s, job, args, true);
   if (strcmp(name, "jailbox:reject") == 0) return decide(s, job, args, false);
   if (strcmp(name, "jailbox:kill") == 0) return kill_op(s, job, args);
+  if (strcmp(name, "jailbox:rule_add") == 0) return rule_add(s, job, args);
+  if (strcmp(name, "jailbox:rule_revoke") == 0) return rule_revoke(s, job, args);
   if (strcmp(name, "jailbox:pre_scan_done") == 0) return pre_scan_done(s, job, args);
   if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
   return fail("unknown_event", "unknown event '%s'", name);

@@ -36,6 +36,10 @@ void jb_api_audit_keys(void *app, const struct jb_http_req *req, struct jb_http_
 
 /* GET /v1/jailbox/:jobId/alerts and GET /v1/jailbox/:jobId/changes (service or buyer;
  * api/rest/changes.c). */
+void jb_api_rules_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_rules_add(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_rule_revoke(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
 void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 

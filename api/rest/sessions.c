@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "api/auth.h"
 #include "api/agent/escape.h"
@@ -16,6 +17,8 @@
 #include "lib/images.h"
 #include "lib/json.h"
 #include "api/agent/ops.h"
+#include "api/agent/policy.h"
+#include "lib/policy.h"
 #include "db/audit_store.h"
 #include "db/ops.h"
 #include "db/sessions.h"
@@ -65,6 +68,29 @@ static int optional_reason(const struct jb_http_req *req, json_t **doc, const ch
   *doc = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
   if (!*doc || jb_json_only_keys(*doc, allowed, &err) < 0 ||
       jb_json_get_string(*doc, "reason", 0, 1024, true, reason, &err) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
+#define SIMILAR_REFUSED 1 /* an approve whose allowSimilar does not fit the op: nothing done */
+
+/* Parses the optional body of an approve ({reason?, allowSimilar?}: "directory", "extension",
+ * "command" or "session", api/agent/policy.h) or a reject ({reason?}). 0 or -1 (answered). */
+static int decision_body(const struct jb_http_req *req, bool approve, json_t **doc,
+                         const char **reason, struct jb_http_resp *resp) {
+  if (!approve) return optional_reason(req, doc, reason, resp);
+  *doc = NULL;
+  *reason = NULL;
+  if (req->body_len == 0) return 0;
+  jb_error err = {0};
+  const char *key = NULL;
+  static const char *const allowed[] = {"reason", "allowSimilar", NULL};
+  *doc = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
+  if (!*doc || jb_json_only_keys(*doc, allowed, &err) < 0 ||
+      jb_json_get_string(*doc, "reason", 0, 1024, true, reason, &err) < 0 ||
+      jb_json_get_string(*doc, "allowSimilar", 1, 32, true, &key, &err) < 0) {
     jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
     return -1;
   }
@@ -174,15 +200,15 @@ static int read_image(const struct jb_config *cfg, const char *name, char *out, 
 void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   jb_error err = {0};
-  json_t *body = NULL;
+  json_t *body = NULL, *rules = NULL;
   char *exclude = NULL;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
   if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) goto out;
   body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
-  static const char *const allowed[] = {"jobId",   "agentId", "workspace", "mode",
-                                        "exclude", "limits",  "image",     NULL};
+  static const char *const allowed[] = {"jobId",  "agentId", "workspace", "mode", "exclude",
+                                        "limits", "image",   "policy",    NULL};
   const char *job = NULL, *agent = NULL, *ws = NULL, *mode = "supervised", *image = NULL;
   char limits[200], wsabs[PATH_MAX], gen[32], img[JB_IMAGE_NAME_MAX + 8];
   if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
@@ -199,6 +225,22 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
   if (!agent || !ws) {
     jb_resp_error(resp, 400, "bad_request", "fields 'agentId' and 'workspace' are required");
     goto out;
+  }
+  if (json_object_get(body, "policy")) {
+    static const char *const pallowed[] = {"rules", NULL};
+    json_t *pol = json_object_get(body, "policy");
+    char msg[400];
+    if (!json_is_object(pol) || jb_json_only_keys(pol, pallowed, &err) < 0) {
+      jb_resp_error(resp, 400, "bad_request", "field 'policy' must be {rules: [...]}%s%s",
+                    err.msg[0] ? ": " : "", err.msg);
+      goto out;
+    }
+    if (json_object_get(pol, "rules") &&
+        !(rules = jb_rules_check(json_object_get(pol, "rules"), 0, false, (long long)time(NULL),
+                                 msg, sizeof msg))) {
+      jb_resp_error(resp, 400, "bad_request", "policy.%s", msg);
+      goto out;
+    }
   }
   if (!jb_valid_agent_id(agent)) {
     jb_resp_error(resp, 400, "bad_request",
@@ -239,7 +281,8 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
                              .limits_json = limits,
                              .image = img,
                              .buyer_hash = bh,
-                             .agent_hash = ah};
+                             .agent_hash = ah,
+                             .rules = rules};
   struct jb_audit_head head;
   int rc = jb_db_session_create(c, app->keys, &s, &head, &err);
   if (rc == JB_ERR_EXISTS) {
@@ -264,6 +307,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
 out:
   jb_db_release(app->db, c);
   free(exclude);
+  json_decref(rules);
   json_decref(body);
 }
 
@@ -352,6 +396,13 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
                   "query 'state' must be pending, approved, running, rejected, done or failed");
     goto out;
   }
+  const char *by = jb_http_query(req, "decidedBy");
+  if (by && strcmp(by, "buyer") && strcmp(by, "mode") && strcmp(by, "timeout") &&
+      strcmp(by, "rule") && (strncmp(by, "rule:", 5) || strlen(by) > 5 + JB_RULE_ID_MAX)) {
+    jb_resp_error(resp, 400, "bad_request",
+                  "query 'decidedBy' must be buyer, mode, timeout, rule or rule:<id>");
+    goto out;
+  }
   if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||
       query_int(req, "after", 0, LLONG_MAX, &after, resp) < 0)
     goto out;
@@ -363,7 +414,7 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
       jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
     else if (rc != JB_OK)
       db_failed(resp, &err);
-    else if (jb_db_ops_list(c, job, state, after, (int)limit, &json, &err) == JB_OK)
+    else if (jb_db_ops_list_by(c, job, state, by, after, (int)limit, &json, &err) == JB_OK)
       send_text(resp, 200, json);
     else
       db_failed(resp, &err);
@@ -383,7 +434,7 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
   if (!c) return;
   struct jb_principal who;
   if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
-      optional_reason(req, &doc, &reason, resp) == 0) {
+      decision_body(req, approve, &doc, &reason, resp) == 0) {
     char *end;
     errno = 0;
     long long op = strtoll(ops, &end, 10);
@@ -393,11 +444,33 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
       jb_error err = {0};
       char *json = NULL, state[20] = "";
       struct jb_audit_head head;
-      int rc = jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
-      if (rc == JB_OK) {
+      const char *key = json_string_value(json_object_get(doc, "allowSimilar"));
+      json_t *similar = NULL;
+      struct jb_policy_reply pr = {0};
+      if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
+      memset(&head, 0, sizeof head);
+      int rc =
+          key && !similar ? SIMILAR_REFUSED
+          : similar
+              ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
+              : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
+      if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
+        jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
+      } else if (rc == JB_OK) {
         if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
         json_t *ev = json_loads(json, 0, NULL);
-        send_text(resp, 200, json);
+        if (pr.body) { /* the op approved with the rule made of it */
+          json_t *o = json_loads(json, 0, NULL);
+          if (o) json_object_set(o, "rule", pr.body);
+          free(json);
+          json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+          json_decref(o);
+        }
+        json_decref(pr.body);
+        if (json)
+          send_text(resp, 200, json);
+        else
+          jb_resp_error(resp, 500, "internal", "out of memory");
         jb_bus_publish(app->bus, job, JB_EVENT_OP, ev);
         if (head.seq > 0)
           jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
@@ -408,6 +481,7 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
       } else {
         db_failed(resp, &err);
       }
+      json_decref(similar);
     }
   }
   jb_db_release(app->db, c);

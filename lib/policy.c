@@ -1,0 +1,429 @@
+/* policy.c — approval rules: grammar, validation, first-match decision and the rule "allow
+ * similar" makes (see policy.h). */
+#define _GNU_SOURCE
+#include "lib/policy.h"
+
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/pathcheck.h"
+
+static const char *const effect_names[] = {"allow", "ask", "deny"};
+static const char *const rule_tools[] = {"write", "edit", "mkdir", "move", "delete", "exec", NULL};
+static const char *const rule_fields[] = {"id",      "tool",     "path",   "argvPrefix",
+                                          "command", "maxBytes", "effect", "expiresAt",
+                                          "uses",    "locked",   "broad",  NULL};
+
+const char *jb_rule_effect_name(enum jb_rule_effect e) {
+  return e >= JB_RULE_ALLOW && e <= JB_RULE_DENY ? effect_names[e] : "ask";
+}
+
+enum jb_rule_effect jb_rule_effect_of(const json_t *rule) {
+  const char *e = json_string_value(json_object_get(rule, "effect"));
+  for (int i = 0; e && i < 3; i++)
+    if (!strcmp(e, effect_names[i])) return (enum jb_rule_effect)i;
+  return JB_RULE_ASK;
+}
+
+static bool in_list(const char *s, const char *const *list) {
+  for (size_t i = 0; s && list[i]; i++)
+    if (!strcmp(s, list[i])) return true;
+  return false;
+}
+
+static json_t *fail(char *msg, size_t msize, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static json_t *fail(char *msg, size_t msize, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, msize, fmt, ap);
+  va_end(ap);
+  return NULL;
+}
+
+int jb_rule_parse_time(const char *s, long long *out) {
+  struct tm tm = {0};
+  int n = 0;
+  if (!s ||
+      sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+             &tm.tm_min, &tm.tm_sec, &n) != 6 ||
+      n != 19)
+    return -1;
+  const char *p = s + n;
+  if (*p == '.') {
+    p++;
+    size_t d = strspn(p, "0123456789");
+    if (d == 0 || d > 9) return -1;
+    p += d;
+  }
+  if (strcmp(p, "Z") && strcmp(p, "+00:00")) return -1;
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+      tm.tm_min > 59 || tm.tm_sec > 60 || tm.tm_year < 1970)
+    return -1;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t t = timegm(&tm);
+  if (t == (time_t)-1) return -1;
+  *out = (long long)t;
+  return 0;
+}
+
+static const char *base_name(const char *s) {
+  const char *b = strrchr(s, '/');
+  return b ? b + 1 : s;
+}
+
+bool jb_argv_prefix_is_interpreter(const json_t *prefix) {
+  /* programs that run whatever their arguments say */
+  static const char *const launchers[] = {
+      "env",    "xargs",  "sudo", "doas",    "nice",    "nohup",   "timeout", "time",    "busybox",
+      "exec",   "eval",   "su",   "chroot",  "setsid",  "stdbuf",  "ionice",  "flock",   "watch",
+      "strace", "ltrace", "gdb",  "command", "builtin", "unshare", "nsenter", "runuser", NULL};
+  /* shells and interpreters: any program given on their command line or in an option */
+  static const char *const interpreters[] = {
+      "sh",      "bash",       "dash",   "zsh",     "ksh",     "mksh", "csh",   "tcsh",
+      "fish",    "ash",        "python", "python2", "python3", "pypy", "pypy3", "perl",
+      "ruby",    "node",       "nodejs", "deno",    "bun",     "php",  "lua",   "luajit",
+      "Rscript", "R",          "tclsh",  "wish",    "awk",     "gawk", "mawk",  "osascript",
+      "pwsh",    "powershell", "java",   "jshell",  "irb",     "ghci", "guile", "racket",
+      "sbcl",    "julia",      "expect", NULL};
+  const char *p0 = json_string_value(json_array_get(prefix, 0));
+  if (!p0) return true;
+  const char *b = base_name(p0);
+  char name[64];
+  snprintf(name, sizeof name, "%s", b);
+  /* python3.12, node18: the version suffix is the same interpreter */
+  size_t k = strlen(name);
+  while (k > 0 && (strchr("0123456789.", name[k - 1]))) k--;
+  char stem[64];
+  snprintf(stem, sizeof stem, "%.*s", (int)k, name);
+  if (in_list(name, launchers) || in_list(stem, launchers)) return true;
+  if (!in_list(name, interpreters) && !in_list(stem, interpreters)) return false;
+  for (size_t i = 1; i < json_array_size(prefix); i++) {
+    const char *a = json_string_value(json_array_get(prefix, i));
+    if (a && a[0] != '-') return false; /* a script or program named: that one only */
+  }
+  return true;
+}
+
+/* Whether `glob` names every path: only "*" and "**" components. */
+static bool glob_is_everything(const char *glob) {
+  for (const char *c = glob; *c;) {
+    size_t n = strcspn(c, "/");
+    if (n > 0 && !((n == 1 && c[0] == '*') || (n == 2 && c[0] == '*' && c[1] == '*'))) return false;
+    c += n;
+    if (*c == '/') c++;
+  }
+  return true;
+}
+
+static bool valid_id(const char *id) {
+  size_t n = strlen(id);
+  return n >= 1 && n <= JB_RULE_ID_MAX &&
+         strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
+}
+
+static json_t *new_id(void) {
+  unsigned char r[6];
+  char hex[13];
+  randombytes_buf(r, sizeof r);
+  sodium_bin2hex(hex, sizeof hex, r, sizeof r);
+  char id[16];
+  snprintf(id, sizeof id, "r-%s", hex);
+  return json_string(id);
+}
+
+json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char *msg,
+                      size_t msize) {
+  if (!json_is_object(in)) return fail(msg, msize, "a rule is a JSON object");
+  const char *k;
+  json_t *v;
+  json_object_foreach ((json_t *)in, k, v) {
+    if (!in_list(k, rule_fields))
+      return fail(msg, msize,
+                  "unknown field \"%.64s\" (a rule has id, tool, path, argvPrefix, command, "
+                  "maxBytes, effect, expiresAt, uses, locked, broad)",
+                  k);
+  }
+  json_t *id = json_object_get(in, "id");
+  if (id && (!json_is_string(id) || !valid_id(json_string_value(id))))
+    return fail(msg, msize, "id must be 1..%d characters of A-Z a-z 0-9 _ . -", JB_RULE_ID_MAX);
+  const char *tool = json_string_value(json_object_get(in, "tool"));
+  if (!in_list(tool, rule_tools))
+    return fail(msg, msize, "tool must be one of write, edit, mkdir, move, delete, exec");
+  const char *effect = json_string_value(json_object_get(in, "effect"));
+  if (!effect || (strcmp(effect, "allow") && strcmp(effect, "ask") && strcmp(effect, "deny")))
+    return fail(msg, msize, "effect must be allow, ask or deny");
+  bool is_exec = !strcmp(tool, "exec");
+  json_t *path = json_object_get(in, "path");
+  if (path) {
+    if (!json_is_string(path)) return fail(msg, msize, "path must be a glob (a string)");
+    size_t n = json_string_length(path);
+    if (n == 0) return fail(msg, msize, "path must not be empty (leave it out to match any path)");
+    if (n > JB_RULE_GLOB_MAX)
+      return fail(msg, msize, "path is %zu bytes; a glob is at most %d", n, JB_RULE_GLOB_MAX);
+    if (strlen(json_string_value(path)) != n) return fail(msg, msize, "path contains a NUL byte");
+    if (strspn(json_string_value(path), "/") == n)
+      return fail(msg, msize, "path \"/\" names nothing; leave it out to match any path");
+  }
+  json_t *argv = json_object_get(in, "argvPrefix");
+  if (argv) {
+    if (!is_exec) return fail(msg, msize, "argvPrefix is for exec rules only");
+    size_t n = json_array_size(argv);
+    if (!json_is_array(argv) || n == 0 || n > JB_RULE_ARGV_MAX)
+      return fail(msg, msize, "argvPrefix must be 1..%d strings", JB_RULE_ARGV_MAX);
+    for (size_t i = 0; i < n; i++) {
+      json_t *a = json_array_get(argv, i);
+      if (!json_is_string(a) || json_string_length(a) > 4096 ||
+          strlen(json_string_value(a)) != json_string_length(a))
+        return fail(msg, msize, "argvPrefix[%zu] must be a string of at most 4096 bytes", i);
+    }
+  }
+  json_t *command = json_object_get(in, "command");
+  if (command) {
+    if (!is_exec) return fail(msg, msize, "command is for exec rules only");
+    if (!json_is_string(command) || json_string_length(command) == 0 ||
+        json_string_length(command) > 128 * 1024)
+      return fail(msg, msize, "command must be the exact shell command text (1..131072 bytes)");
+    if (argv) return fail(msg, msize, "give argvPrefix or command, not both");
+  }
+  json_t *max = json_object_get(in, "maxBytes");
+  if (max) {
+    if (strcmp(tool, "write") && strcmp(tool, "edit"))
+      return fail(msg, msize, "maxBytes is for write and edit rules only");
+    if (!json_is_integer(max) || json_integer_value(max) < 0)
+      return fail(msg, msize, "maxBytes must be an integer >= 0");
+  }
+  json_t *exp = json_object_get(in, "expiresAt");
+  long long t = 0;
+  if (exp && (!json_is_string(exp) || jb_rule_parse_time(json_string_value(exp), &t) < 0))
+    return fail(msg, msize, "expiresAt must be an RFC 3339 UTC time (2026-12-03T10:00:00Z)");
+  if (exp && t <= now) return fail(msg, msize, "expiresAt is in the past");
+  json_t *uses = json_object_get(in, "uses");
+  if (uses && (!json_is_integer(uses) || json_integer_value(uses) < 1 ||
+               json_integer_value(uses) > 1000000))
+    return fail(msg, msize, "uses must be an integer 1..1000000");
+  json_t *locked = json_object_get(in, "locked"), *broad = json_object_get(in, "broad");
+  if (locked && !json_is_boolean(locked)) return fail(msg, msize, "locked must be true or false");
+  if (broad && !json_is_boolean(broad)) return fail(msg, msize, "broad must be true or false");
+  if (json_is_true(locked) && !operator_rule)
+    return fail(msg, msize, "locked rules come from the operator's policy file only");
+  bool everything =
+      (!path || glob_is_everything(json_string_value(path))) && (!is_exec || (!argv && !command));
+  if (!strcmp(effect, "allow") && everything && (is_exec || !strcmp(tool, "delete")) &&
+      !json_is_true(broad))
+    return fail(msg, msize,
+                "an allow rule for %s that matches every %s op needs \"broad\": true "
+                "(or narrow it with path%s)",
+                tool, tool, is_exec ? ", argvPrefix or command" : "");
+  if (argv && !strcmp(effect, "allow") && jb_argv_prefix_is_interpreter(argv))
+    return fail(msg, msize,
+                "argvPrefix [\"%.40s\"…] starts a shell, an interpreter or a launcher: it would "
+                "allow every command; name the script or program",
+                json_string_value(json_array_get(argv, 0)));
+  json_t *out = json_deep_copy(in);
+  if (!out) return fail(msg, msize, "out of memory");
+  if (!id) json_object_set_new(out, "id", new_id());
+  if (exp) {
+    char buf[32];
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_object_set_new(out, "expiresAt", json_string(buf));
+  }
+  return out;
+}
+
+json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, long long now,
+                       char *msg, size_t msize) {
+  if (!json_is_array(list)) return fail(msg, msize, "rules must be an array");
+  size_t n = json_array_size(list);
+  if (existing + n > JB_RULES_MAX)
+    return fail(msg, msize, "%zu rules; a session has at most %d", existing + n, JB_RULES_MAX);
+  json_t *out = json_array();
+  if (!out) return fail(msg, msize, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    char m[400];
+    json_t *r = jb_rule_check(json_array_get(list, i), operator_rule, now, m, sizeof m);
+    if (!r) {
+      json_decref(out);
+      return fail(msg, msize, "rules[%zu]: %s", i, m);
+    }
+    const char *id = json_string_value(json_object_get(r, "id"));
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(id, json_string_value(json_object_get(json_array_get(out, j), "id")))) {
+        fail(msg, msize, "rules[%zu]: id \"%s\" is given twice", i, id);
+        json_decref(r);
+        json_decref(out);
+        return NULL;
+      }
+    json_array_append_new(out, r);
+  }
+  return out;
+}
+
+/* Whether `path` is matched by `glob` as an exclusion glob would match it. */
+static bool glob_matches(const char *glob, const char *path) {
+  json_t *one = json_pack("[s]", glob);
+  bool hit = one && jb_path_excluded(path, one, NULL);
+  json_decref(one);
+  return hit;
+}
+
+bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now) {
+  const char *tool = json_string_value(json_object_get(rule, "tool"));
+  if (!tool || !op->tool || strcmp(tool, op->tool)) return false;
+  const char *exp = json_string_value(json_object_get(rule, "expiresAt"));
+  long long t;
+  if (exp && (jb_rule_parse_time(exp, &t) < 0 || t <= now)) return false;
+  const char *glob = json_string_value(json_object_get(rule, "path"));
+  if (glob) {
+    if (!op->path || !glob_matches(glob, op->path)) return false;
+    if (op->dest && !glob_matches(glob, op->dest)) return false;
+  }
+  json_t *max = json_object_get(rule, "maxBytes");
+  if (max && (op->size < 0 || op->size > json_integer_value(max))) return false;
+  json_t *prefix = json_object_get(rule, "argvPrefix");
+  if (prefix) {
+    size_t n = json_array_size(prefix);
+    if (!op->argv || json_array_size(op->argv) < n) return false;
+    for (size_t i = 0; i < n; i++)
+      if (!json_equal(json_array_get(prefix, i), json_array_get(op->argv, i))) return false;
+  }
+  const char *command = json_string_value(json_object_get(rule, "command"));
+  if (command && (!op->command || strcmp(command, op->command))) return false;
+  return true;
+}
+
+const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op *op,
+                                   long long now) {
+  size_t i;
+  json_t *r;
+  json_array_foreach (rules, i, r)
+    if (jb_rule_matches(r, op, now)) return r;
+  return NULL;
+}
+
+json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize) {
+  if (!op->tool || !in_list(op->tool, rule_tools))
+    return fail(msg, msize, "only a write, edit, mkdir, move, delete or exec can allow similar");
+  json_t *r = json_pack("{s:s,s:s}", "tool", op->tool, "effect", "allow");
+  if (!r) return fail(msg, msize, "out of memory");
+  char glob[JB_RULE_GLOB_MAX + 1];
+  const char *path = op->path ? op->path : "";
+  const char *slash = strrchr(path, '/');
+  if (key && !strcmp(key, "directory")) {
+    if (!strcmp(op->tool, "exec")) {
+      json_decref(r);
+      return fail(msg, msize, "allowSimilar \"directory\" is for file ops; use \"command\"");
+    }
+    if (!slash) {
+      json_decref(r);
+      return fail(msg, msize,
+                  "%.200s is at the workspace root: a rule for its directory would allow every "
+                  "path; use \"extension\" or \"session\"",
+                  path);
+    }
+    if ((size_t)(slash - path) + 3 > JB_RULE_GLOB_MAX) {
+      json_decref(r);
+      return fail(msg, msize, "the directory is too long for a rule");
+    }
+    snprintf(glob, sizeof glob, "%.*s/**", (int)(slash - path), path);
+    json_object_set_new(r, "path", json_string(glob));
+  } else if (key && !strcmp(key, "extension")) {
+    const char *name = slash ? slash + 1 : path;
+    const char *dot = strrchr(name, '.');
+    if (!strcmp(op->tool, "exec") || !dot || dot == name || !dot[1]) {
+      json_decref(r);
+      return fail(msg, msize, "%.200s has no extension to allow similar by", path);
+    }
+    int dlen = slash ? (int)(slash - path) : 0;
+    if ((size_t)dlen + strlen(dot) + 6 > JB_RULE_GLOB_MAX) {
+      json_decref(r);
+      return fail(msg, msize, "the path is too long for a rule");
+    }
+    if (slash)
+      snprintf(glob, sizeof glob, "%.*s/**/*%s", dlen, path, dot);
+    else
+      snprintf(glob, sizeof glob, "/*%s", dot); /* anchored: the workspace root's files */
+    json_object_set_new(r, "path", json_string(glob));
+  } else if (key && !strcmp(key, "command")) {
+    if (strcmp(op->tool, "exec") || !op->argv || op->command) {
+      json_decref(r);
+      return fail(msg, msize,
+                  "allowSimilar \"command\" is for an exec with argv (a shell command runs a "
+                  "shell, which would allow every command)");
+    }
+    json_t *prefix = json_array();
+    for (size_t i = 0; i < 2 && i < json_array_size(op->argv); i++)
+      json_array_append(prefix, json_array_get(op->argv, i));
+    json_object_set_new(r, "argvPrefix", prefix);
+  } else if (key && !strcmp(key, "session")) {
+    json_object_set_new(r, "broad", json_true());
+  } else {
+    json_decref(r);
+    return fail(msg, msize, "allowSimilar must be directory, extension, command or session");
+  }
+  char m[400];
+  json_t *out = jb_rule_check(r, false, 0, m, sizeof m);
+  json_decref(r);
+  if (!out) return fail(msg, msize, "%s", m);
+  return out;
+}
+
+json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
+                             char *msg, size_t msize) {
+  json_t *out = json_array();
+  if (!out) return fail(msg, msize, "%s: out of memory", name);
+  size_t lineno = 0;
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+    const char *line = text + at;
+    at += n + (nl ? 1 : 0);
+    lineno++;
+    size_t b = 0;
+    while (b < n && (line[b] == ' ' || line[b] == '\t' || line[b] == '\r')) b++;
+    if (b == n || line[b] == '#') continue;
+    json_error_t je;
+    json_t *in = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je);
+    char m[400];
+    if (!in) {
+      fail(msg, msize, "%s:%zu: not a JSON object: %s (column %d)", name, lineno, je.text,
+           je.column);
+      json_decref(out);
+      return NULL;
+    }
+    json_t *r = json_object_get(in, "uses")
+                    ? fail(m, sizeof m, "uses counts ops of one session: not in the policy file")
+                    : jb_rule_check(in, true, now, m, sizeof m);
+    json_decref(in);
+    if (!r) {
+      fail(msg, msize, "%s:%zu: %s", name, lineno, m);
+      json_decref(out);
+      return NULL;
+    }
+    const char *id = json_string_value(json_object_get(r, "id"));
+    size_t i;
+    json_t *x;
+    json_array_foreach (out, i, x)
+      if (!strcmp(id, json_string_value(json_object_get(x, "id")))) {
+        fail(msg, msize, "%s:%zu: id \"%s\" is given twice", name, lineno, id);
+        json_decref(r);
+        json_decref(out);
+        return NULL;
+      }
+    if (json_array_size(out) == JB_RULES_MAX) {
+      fail(msg, msize, "%s:%zu: more than %d rules", name, lineno, JB_RULES_MAX);
+      json_decref(r);
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, r);
+  }
+  return out;
+}

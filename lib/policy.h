@@ -1,0 +1,107 @@
+/* policy.h — approval rules: their grammar, their validation and the first-match decision
+ * of an op against an ordered list of them. Pure (no database, no clock of its own): jailboxd
+ * decides ops with it (api/agent/policy.c), jailboxctl can check a rule before sending it.
+ *
+ * A rule is a JSON object {id, tool, path?, argvPrefix?, command?, maxBytes?, effect,
+ * expiresAt?, uses?, locked?, broad?}:
+ *   id          1..64 bytes of [A-Za-z0-9_.-] (made up when not given: "r-" and 12 hex digits)
+ *   tool        the op's tool: write, edit, mkdir, move, delete or exec
+ *   path        a glob with the exclusion matcher's .gitignore semantics (lib/pathcheck.h
+ *               jb_path_excluded: a glob names a path and everything below it, "**" any number
+ *               of directories, a glob without '/' is tried on every component's name, case is
+ *               ignored), 1..1024 bytes; a move matches when source and destination both do;
+ *               an exec's path is its working directory
+ *   argvPrefix  exec only: 1..64 strings the op's argv must start with
+ *   command     exec only: the op's shell command text, exactly
+ *   maxBytes    write and edit only: the content the op leaves is at most this many bytes
+ *   effect      allow (the op runs without asking), ask (the buyer decides), deny (refused)
+ *   expiresAt   RFC 3339 UTC time ("2026-12-03T10:00:00Z") after which the rule decides nothing
+ *   uses        1..1000000: the rule decides this many ops, then expires
+ *   locked      the operator's rules only: a buyer can neither revoke it nor add one before it
+ *   broad       the buyer's consent to an allow rule for delete or exec that matches every op
+ *               of its tool (no path, or a path of only "*" and "**" components, and for exec
+ *               no argvPrefix nor command)
+ * Unknown fields are refused. */
+#ifndef JB_LIB_POLICY_H
+#define JB_LIB_POLICY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define JB_RULES_MAX 256 /* rules of one session (the operator's included) */
+#define JB_RULE_GLOB_MAX 1024 /* bytes of a rule's path glob */
+#define JB_RULE_ID_MAX 64 /* bytes of a rule's id */
+#define JB_RULE_ARGV_MAX 64 /* items of an argvPrefix */
+
+/* A rule's effect; also the decision of an op. */
+enum jb_rule_effect { JB_RULE_ALLOW = 0, JB_RULE_ASK, JB_RULE_DENY };
+
+/* "allow", "ask", "deny" (static). */
+const char *jb_rule_effect_name(enum jb_rule_effect e);
+
+/* What a rule is matched against: one op (all borrowed). */
+struct jb_rule_op {
+  const char *tool; /* write, edit, mkdir, move, delete, exec, … */
+  const char *path; /* workspace path (exec: cwd); NULL: none */
+  const char *dest; /* move's destination; NULL otherwise */
+  const json_t *argv; /* exec's argv (JSON array of strings), NULL for a shell command */
+  const char *command; /* exec's shell command text, else NULL */
+  long long size; /* bytes a write or edit leaves; -1: not known */
+};
+
+/* Checks rule `in` (borrowed) against the grammar above and returns its normalized copy
+ * (new; id made up when missing; expiresAt rewritten as "YYYY-MM-DDTHH:MM:SSZ"), or NULL with
+ * a sentence naming the field in `msg`. `operator_rule`: `locked` is allowed (a buyer's rule
+ * with locked is refused). `now` (seconds since the epoch) refuses an expiresAt in the past. */
+json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char *msg, size_t msize);
+
+/* Checks a whole list (JSON array; at most JB_RULES_MAX - `existing` rules, no id twice) as
+ * jb_rule_check does each; returns the normalized list (new) or NULL with `msg` prefixed by
+ * "rules[i]: ". */
+json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, long long now,
+                       char *msg, size_t msize);
+
+/* Whether argv prefix `prefix` (JSON array of strings) would let any program run: its first
+ * item's base name is a shell or a language interpreter (sh, bash, python3, node, perl…) and
+ * every item after it is an option ("-c", "-e"), or a launcher of other programs (env, xargs,
+ * sudo, nice, timeout, busybox…). Such a prefix cannot be an allow rule's argvPrefix. */
+bool jb_argv_prefix_is_interpreter(const json_t *prefix);
+
+/* Whether rule `rule` (normalized, borrowed) matches op `op` at time `now` (seconds since the
+ * epoch; a rule whose expiresAt is not after `now` matches nothing). `uses` is not looked at
+ * (the store counts them). */
+bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now);
+
+/* The first rule of `rules` (JSON array, borrowed) that matches `op`, or NULL (the mode's
+ * default decides). Borrowed from `rules`. */
+const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op *op, long long now);
+
+/* The effect of a normalized rule. */
+enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
+
+/* The rule "approve and allow similar" makes of approved op `op` for key `key`
+ * ("directory", "extension", "command", "session"; new, normalized, effect allow, with an id
+ * made up), or NULL with `msg`:
+ *   directory  path "D/" "**" for the op's directory D (a file at the workspace root:
+ *              refused, use extension or session)
+ *   extension  path "D/" "**" "/" "*.EXT" for its directory D and its extension (a file at
+ *              the root: "/" "*.EXT", the root's files; no extension: refused)
+ *   command    exec only: argvPrefix argv[0..1] (argv[0] alone for a one-item argv); refused
+ *              for a shell command and for an interpreter prefix
+ *   session    every op of that tool in this session (broad) */
+json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize);
+
+/* The operator's policy file (JAILBOX_POLICY_FILE): one rule a line as a JSON object of the
+ * grammar above (`locked` allowed, `uses` not: it counts per session), blank lines and lines
+ * whose first non-blank character is '#' ignored; at most JB_RULES_MAX rules, ids unique.
+ * `text` is `len` bytes (not necessarily NUL-terminated), `name` the file's name for messages.
+ * Returns the normalized rules in file order (new JSON array), or NULL with "NAME:LINE: what
+ * is wrong" in `msg`. */
+json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
+                             char *msg, size_t msize);
+
+/* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" into seconds since the epoch: 0, or -1. */
+int jb_rule_parse_time(const char *s, long long *out);
+
+#endif

@@ -1,0 +1,275 @@
+/* test_policy.c — approval rules (lib/policy.c): validation with its errors, first-match
+ * decisions with the exclusion matcher's glob semantics, and the rules "allow similar" makes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/policy.h"
+
+#define NOW 1796000000LL /* 2026-11-30 */
+
+static char msg[512];
+
+/* The checked rule of JSON text `text` (new), or NULL with msg. */
+static json_t *chk(const char *text) {
+  json_t *in = json_loads(text, 0, NULL);
+  assert_non_null(in);
+  json_t *r = jb_rule_check(in, false, NOW, msg, sizeof msg);
+  json_decref(in);
+  return r;
+}
+
+static void refused(const char *text, const char *words) {
+  json_t *r = chk(text);
+  if (r) fail_msg("accepted: %s", text);
+  if (!strstr(msg, words)) fail_msg("%s: message \"%s\" lacks \"%s\"", text, msg, words);
+}
+
+static void validation(void **state) {
+  (void)state;
+  json_t *r = chk("{\"tool\":\"write\",\"path\":\"src/**\",\"effect\":\"allow\"}");
+  assert_non_null(r);
+  const char *id = json_string_value(json_object_get(r, "id"));
+  assert_non_null(id);
+  assert_int_equal(strlen(id), 14);
+  assert_memory_equal(id, "r-", 2);
+  json_decref(r);
+  r =
+      chk("{\"id\":\"mine\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\","
+          "\"expiresAt\":\"2027-01-02T03:04:05.5+00:00\",\"uses\":3}");
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "expiresAt")), "2027-01-02T03:04:05Z");
+  assert_string_equal(json_string_value(json_object_get(r, "id")), "mine");
+  json_decref(r);
+
+  refused("{\"tool\":\"write\",\"path\":\"\",\"effect\":\"allow\"}", "must not be empty");
+  char big[1200 + 64];
+  snprintf(big, sizeof big, "{\"tool\":\"write\",\"path\":\"%01100d\",\"effect\":\"allow\"}", 0);
+  refused(big, "at most 1024");
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"colour\":1}", "unknown field \"colour\"");
+  refused("{\"tool\":\"chmod\",\"effect\":\"allow\"}", "tool must be");
+  refused("{\"tool\":\"write\",\"effect\":\"maybe\"}", "effect must be");
+  refused("{\"tool\":\"delete\",\"effect\":\"allow\"}", "\"broad\": true");
+  refused("{\"tool\":\"delete\",\"path\":\"**\",\"effect\":\"allow\"}", "\"broad\": true");
+  refused("{\"tool\":\"delete\",\"path\":\"**/*\",\"effect\":\"allow\"}", "\"broad\": true");
+  refused("{\"tool\":\"exec\",\"effect\":\"allow\"}", "\"broad\": true");
+  r = chk("{\"tool\":\"delete\",\"path\":\"**\",\"effect\":\"allow\",\"broad\":true}");
+  assert_non_null(r);
+  json_decref(r);
+  r = chk("{\"tool\":\"delete\",\"effect\":\"deny\"}"); /* denying everything needs no consent */
+  assert_non_null(r);
+  json_decref(r);
+  r = chk("{\"tool\":\"write\",\"effect\":\"allow\"}"); /* writes: the buyer's choice */
+  assert_non_null(r);
+  json_decref(r);
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"sh\"],\"effect\":\"allow\"}", "interpreter");
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"bash\",\"-c\"],\"effect\":\"allow\"}",
+          "interpreter");
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"python3\",\"-c\"],\"effect\":\"allow\"}",
+          "interpreter");
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"/usr/bin/env\",\"make\"],\"effect\":\"allow\"}",
+          "interpreter");
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"python3.12\"],\"effect\":\"allow\"}",
+          "interpreter");
+  r = chk(
+      "{\"tool\":\"exec\",\"argvPrefix\":[\"python3\",\"-m\",\"pytest\"],\"effect\":\"allow\"}");
+  assert_non_null(r);
+  json_decref(r);
+  r = chk("{\"tool\":\"exec\",\"argvPrefix\":[\"sh\"],\"effect\":\"deny\"}");
+  assert_non_null(r);
+  json_decref(r);
+  refused("{\"tool\":\"write\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}", "exec rules only");
+  refused("{\"tool\":\"exec\",\"maxBytes\":3,\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}",
+          "write and edit");
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"expiresAt\":\"tomorrow\"}", "RFC 3339");
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"expiresAt\":\"2020-01-01T00:00:00Z\"}",
+          "in the past");
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"uses\":0}", "uses must be");
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"locked\":true}", "operator");
+  refused("{\"id\":\"a b\",\"tool\":\"write\",\"effect\":\"allow\"}", "id must be");
+  refused("[1]", "JSON object");
+}
+
+static void lists(void **state) {
+  (void)state;
+  json_t *many = json_array();
+  for (int i = 0; i < 257; i++)
+    json_array_append_new(many, json_pack("{s:s,s:s}", "tool", "write", "effect", "ask"));
+  assert_null(jb_rules_check(many, 0, false, NOW, msg, sizeof msg));
+  assert_non_null(strstr(msg, "at most 256"));
+  json_array_remove(many, 0);
+  json_t *ok = jb_rules_check(many, 0, false, NOW, msg, sizeof msg);
+  assert_non_null(ok);
+  json_decref(ok);
+  assert_null(jb_rules_check(many, 1, false, NOW, msg, sizeof msg)); /* 1 stored already */
+  json_decref(many);
+  json_t *twice = json_loads(
+      "[{\"id\":\"a\",\"tool\":\"write\",\"effect\":\"ask\"},"
+      "{\"id\":\"a\",\"tool\":\"edit\",\"effect\":\"ask\"}]",
+      0, NULL);
+  assert_null(jb_rules_check(twice, 0, false, NOW, msg, sizeof msg));
+  if (!strstr(msg, "rules[1]: id \"a\" is given twice")) fail_msg("%s", msg);
+  json_decref(twice);
+}
+
+static const char *decide(const json_t *rules, const struct jb_rule_op *op) {
+  const json_t *r = jb_rules_first_match(rules, op, NOW);
+  return r ? json_string_value(json_object_get(r, "id")) : "default";
+}
+
+static void matching(void **state) {
+  (void)state;
+  json_t *rules = json_loads(
+      "[{\"id\":\"no-secrets\",\"tool\":\"write\",\"path\":\"*.pem\",\"effect\":\"deny\"},"
+      " {\"id\":\"src\",\"tool\":\"write\",\"path\":\"src/**\",\"effect\":\"allow\"},"
+      " {\"id\":\"small\",\"tool\":\"edit\",\"path\":\"docs\",\"maxBytes\":10,\"effect\":\"allow\"}"
+      ","
+      " {\"id\":\"make\",\"tool\":\"exec\",\"argvPrefix\":[\"make\",\"test\"],\"effect\":\"allow\"}"
+      ","
+      " {\"id\":\"ls\",\"tool\":\"exec\",\"command\":\"ls -l\",\"effect\":\"allow\"},"
+      " {\"id\":\"old\",\"tool\":\"mkdir\",\"effect\":\"allow\","
+      "  \"expiresAt\":\"2026-11-30T00:00:00Z\"},"
+      " {\"id\":\"mv\",\"tool\":\"move\",\"path\":\"src/**\",\"effect\":\"allow\"}]",
+      0, NULL);
+  assert_non_null(rules);
+  struct jb_rule_op op = {.tool = "write", .path = "src/a/b.c", .size = 5};
+  assert_string_equal(decide(rules, &op), "src");
+  op.path = "SRC/x.c"; /* case is ignored, as the exclusion matcher ignores it */
+  assert_string_equal(decide(rules, &op), "src");
+  op.path = "src/keys/k.pem"; /* the deny before it wins */
+  assert_string_equal(decide(rules, &op), "no-secrets");
+  op.path = "tests/a.c";
+  assert_string_equal(decide(rules, &op), "default");
+  op.path = "srcx/a.c";
+  assert_string_equal(decide(rules, &op), "default");
+  op.tool = "edit"; /* a rule's tool only */
+  op.path = "src/a.c";
+  assert_string_equal(decide(rules, &op), "default");
+  op.path = "docs/a/b.md"; /* a glob names everything below it */
+  assert_string_equal(decide(rules, &op), "small");
+  op.size = 11;
+  assert_string_equal(decide(rules, &op), "default");
+  op.size = -1;
+  assert_string_equal(decide(rules, &op), "default");
+  json_t *argv = json_pack("[s,s,s]", "make", "test", "-j2");
+  op = (struct jb_rule_op){.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_string_equal(decide(rules, &op), "make");
+  json_array_set_new(argv, 1, json_string("install"));
+  assert_string_equal(decide(rules, &op), "default");
+  json_decref(argv);
+  op.argv = NULL;
+  op.command = "ls -l";
+  assert_string_equal(decide(rules, &op), "ls");
+  op.command = "ls -l; rm -rf x";
+  assert_string_equal(decide(rules, &op), "default");
+  op = (struct jb_rule_op){.tool = "mkdir", .path = "d", .size = -1}; /* expired */
+  assert_string_equal(decide(rules, &op), "default");
+  op = (struct jb_rule_op){.tool = "move", .path = "src/a", .dest = "src/b", .size = -1};
+  assert_string_equal(decide(rules, &op), "mv");
+  op.dest = "out/b"; /* both ends must match */
+  assert_string_equal(decide(rules, &op), "default");
+  json_decref(rules);
+}
+
+static void similar(void **state) {
+  (void)state;
+  struct jb_rule_op op = {.tool = "write", .path = "src/a/b.c", .size = 3};
+  json_t *r = jb_rule_similar(&op, "directory", msg, sizeof msg);
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "path")), "src/a/**");
+  assert_string_equal(json_string_value(json_object_get(r, "effect")), "allow");
+  assert_string_equal(json_string_value(json_object_get(r, "tool")), "write");
+  struct jb_rule_op other = {.tool = "write", .path = "src/a/c/d.h", .size = 3};
+  assert_true(jb_rule_matches(r, &other, NOW));
+  other.path = "src/b.c";
+  assert_false(jb_rule_matches(r, &other, NOW));
+  json_decref(r);
+  r = jb_rule_similar(&op, "extension", msg, sizeof msg);
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "path")), "src/a/**/*.c");
+  other.path = "src/a/x/y.c";
+  assert_true(jb_rule_matches(r, &other, NOW));
+  other.path = "src/a/x/y.h";
+  assert_false(jb_rule_matches(r, &other, NOW));
+  json_decref(r);
+  op.path = "top.c";
+  assert_null(jb_rule_similar(&op, "directory", msg, sizeof msg));
+  assert_non_null(strstr(msg, "workspace root"));
+  r = jb_rule_similar(&op, "extension", msg, sizeof msg);
+  assert_string_equal(json_string_value(json_object_get(r, "path")), "/*.c");
+  other.path = "x.c";
+  assert_true(jb_rule_matches(r, &other, NOW));
+  other.path = "sub/x.c";
+  assert_false(jb_rule_matches(r, &other, NOW));
+  json_decref(r);
+  op.path = "Makefile";
+  assert_null(jb_rule_similar(&op, "extension", msg, sizeof msg));
+  r = jb_rule_similar(&op, "session", msg, sizeof msg);
+  assert_non_null(r);
+  assert_null(json_object_get(r, "path"));
+  json_decref(r);
+  json_t *argv = json_pack("[s,s,s]", "npm", "test", "--silent");
+  op = (struct jb_rule_op){.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  r = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(r);
+  json_t *want = json_pack("[s,s]", "npm", "test");
+  assert_true(json_equal(json_object_get(r, "argvPrefix"), want));
+  json_decref(want);
+  json_decref(r);
+  json_decref(argv);
+  argv = json_pack("[s,s,s]", "bash", "-c", "make");
+  op.argv = argv;
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  assert_non_null(strstr(msg, "interpreter"));
+  json_decref(argv);
+  op.argv = NULL;
+  op.command = "make";
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  r = jb_rule_similar(&op, "session", msg, sizeof msg); /* the buyer said every exec */
+  assert_non_null(r);
+  assert_true(json_is_true(json_object_get(r, "broad")));
+  json_decref(r);
+  assert_null(jb_rule_similar(&op, "everything", msg, sizeof msg));
+}
+
+static void policy_file(void **state) {
+  (void)state;
+  const char *good =
+      "# the operator's rules\n"
+      "\n"
+      "{\"id\":\"no-keys\",\"tool\":\"write\",\"path\":\"*.key\","
+      "\"effect\":\"deny\",\"locked\":true}\n"
+      "  {\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}\r\n";
+  json_t *r = jb_policy_file_parse(good, strlen(good), "p.jsonl", NOW, msg, sizeof msg);
+  if (!r) fail_msg("%s", msg);
+  assert_int_equal(json_array_size(r), 2);
+  assert_true(json_is_true(json_object_get(json_array_get(r, 0), "locked")));
+  json_decref(r);
+  const char *bad[][2] = {
+      {"{\"tool\":\"write\",\"effect\":\"ask\"}\n\n{\"tool\":\"write\"}\n",
+       "p.jsonl:3: effect must be"},
+      {"# x\n{\"tool\":\"write\",\"effect\":\"ask\",\n", "p.jsonl:2: not a JSON object"},
+      {"{\"tool\":\"write\",\"effect\":\"allow\",\"uses\":3}", "p.jsonl:1: uses counts"},
+      {"{\"id\":\"a\",\"tool\":\"write\",\"effect\":\"ask\"}\n"
+       "{\"id\":\"a\",\"tool\":\"edit\",\"effect\":\"ask\"}",
+       "p.jsonl:2: id \"a\" is given twice"},
+      {"{\"tool\":\"exec\",\"argvPrefix\":[\"sh\"],\"effect\":\"allow\"}", "p.jsonl:1: argvPrefix"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_null(
+        jb_policy_file_parse(bad[i][0], strlen(bad[i][0]), "p.jsonl", NOW, msg, sizeof msg));
+    if (strncmp(msg, bad[i][1], strlen(bad[i][1]))) fail_msg("%zu: %s", i, msg);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(validation), cmocka_unit_test(lists),       cmocka_unit_test(matching),
+      cmocka_unit_test(similar),    cmocka_unit_test(policy_file),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
