@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -93,6 +94,7 @@ struct cmd {
   long long tmp; /* the size of its /tmp */
   long long forked, ready_at; /* when bwrap was started, when the helper said ready */
   long long handed; /* when the command was handed over */
+  long long cmd_ended; /* when the helper said the command ended (0: not yet) */
   bool was_warm; /* the jail was built before its request came */
   pid_t init; /* the jail's pid 1, as this pid namespace numbers it (0: not known yet) */
   int fd[2]; /* read ends of stdout, stderr (-1: ended) */
@@ -850,10 +852,7 @@ static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, c
     cur.ctl = -1;
   }
   close(in);
-  if (cur.ctl >= 0) {
-    close(cur.ctl);
-    cur.ctl = -1;
-  }
+  if (cur.ctl >= 0) fcntl(cur.ctl, F_SETFL, O_NONBLOCK); /* the helper's word on the end */
   cur.id = json_incref(rq->id);
   cur.max_out = rq->max_out;
   cur.handed = now_ms();
@@ -926,16 +925,18 @@ static void finish(void) {
                 "stderrTruncated", cur.trunc[1], "oom", 0, "killedBy", by, "seccompSyscall");
   if (r && !by) json_object_set_new(r, "killedBy", json_null());
   /* where the time went: waiting for the jail (0 when it was built ahead and ready), building
-   * it (bwrap to the helper's ready), the run (hand-over to bwrap's end, which includes the
-   * pid namespace's end), the output's drain after it */
+   * it (bwrap to the helper's ready), the command (hand-over to the helper's word that it
+   * ended: fork, exec, the run), the jail's end (to bwrap's end: the helper's, the pid
+   * namespace's), the output's drain after it; -1: not seen */
   long long now = now_ms();
   if (r)
     json_object_set_new(
         r, "timingsMs",
-        json_pack("{s:b, s:I, s:I, s:I, s:I}", "warm", cur.was_warm, "jailWait",
+        json_pack("{s:b, s:I, s:I, s:I, s:I, s:I}", "warm", cur.was_warm, "jailWait",
                   (json_int_t)(cur.handed - cur.start), "jailBuild",
-                  (json_int_t)(cur.ready_at ? cur.ready_at - cur.forked : -1), "run",
-                  (json_int_t)(cur.exited_at - cur.handed), "drain",
+                  (json_int_t)(cur.ready_at ? cur.ready_at - cur.forked : -1), "command",
+                  (json_int_t)(cur.cmd_ended ? cur.cmd_ended - cur.handed : -1), "jailEnd",
+                  (json_int_t)(cur.cmd_ended ? cur.exited_at - cur.cmd_ended : -1), "drain",
                   (json_int_t)(now - cur.exited_at)));
   send_obj(json_pack("{s:O, s:b, s:o}", "id", cur.id, "ok", 1, "result", r));
   jail_close_fds(&cur);
@@ -1100,13 +1101,14 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
       cur.killed_by = "signal";
       signal_tree(SIGKILL);
     }
-    struct pollfd pf[7] = {{.fd = sig_pipe[0], .events = POLLIN},
+    struct pollfd pf[8] = {{.fd = sig_pipe[0], .events = POLLIN},
                            {.fd = chan_open ? chan : -1, .events = POLLIN},
                            {.fd = cur.running ? cur.fd[0] : -1, .events = POLLIN},
                            {.fd = cur.running ? cur.fd[1] : -1, .events = POLLIN},
                            {.fd = cur.running ? cur.status_fd : -1, .events = POLLIN},
                            {.fd = warm.running ? warm.status_fd : -1, .events = POLLIN},
-                           {.fd = warm.running && !warm.ready ? warm.ctl : -1, .events = POLLIN}};
+                           {.fd = warm.running && !warm.ready ? warm.ctl : -1, .events = POLLIN},
+                           {.fd = cur.running ? cur.ctl : -1, .events = POLLIN}};
     long long wait = -1;
     if (cur.running) {
       long long until = cur.exited ? cur.drain_until : cur.deadline;
@@ -1114,7 +1116,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
       if (wait < 0) wait = 0;
       if (wait > 1000) wait = 1000;
     }
-    int pr = poll(pf, 7, (int)wait);
+    int pr = poll(pf, 8, (int)wait);
     if (pr < 0 && errno != EINTR) break;
     if (pr <= 0) continue;
     if (pf[2].revents) pump_output(0);
@@ -1122,6 +1124,15 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
     if (pf[4].revents) read_status(&cur);
     if (pf[5].revents) read_status(&warm);
     if (pf[6].revents) jail_ready(&warm, 0);
+    if (pf[7].revents) { /* the helper's byte when its command ended, or the socket's end */
+      char c;
+      ssize_t n = read(cur.ctl, &c, 1);
+      if (n == 1 && !cur.cmd_ended) cur.cmd_ended = now_ms();
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        close(cur.ctl);
+        cur.ctl = -1;
+      }
+    }
   }
   jb_line_free(&r);
   /* a command still running dies with its pid 1; wait for its bwrap a moment */
@@ -1197,7 +1208,7 @@ int jb_exec_helper(int argc, char **argv) {
     return helper_fail("bad request from the spawner");
   char *buf = malloc(len);
   if (!buf || read_full(ctl, buf, len) < 0) return helper_fail("the request was cut short");
-  close(ctl);
+  fcntl(ctl, F_SETFD, FD_CLOEXEC); /* kept to say when the command ended; not the command's */
   if (dup2(in, 0) < 0) return helper_fail("stdin");
   close(in);
   size_t pos = 0;
@@ -1233,17 +1244,19 @@ int jb_exec_helper(int argc, char **argv) {
    * and gVisor sends SIGHUP and SIGCONT to an orphaned group with a stopped member whenever
    * one of its members exits (Linux only when the group becomes orphaned): a pause of the
    * command's tree would end it. With this parent in the session the group is not orphaned. */
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "jailbox-shim --exec: fork: %s\n", strerror(errno));
-    return 125;
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    execvp(cargv[0], cargv);
-    int e = errno;
+  /* posix_spawn: a vfork-style clone (the address space is not copied, which gVisor makes
+   * costly) that puts the child in a group of its own and executes PROGRAM searched in PATH */
+  posix_spawnattr_t at;
+  pid_t pid;
+  int e = posix_spawnattr_init(&at);
+  if (!e) e = posix_spawnattr_setpgroup(&at, 0);
+  if (!e) e = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+  if (!e) e = posix_spawnp(&pid, cargv[0], NULL, &at, cargv, environ);
+  posix_spawnattr_destroy(&at);
+  if (e) {
     fprintf(stderr, "%s: %s\n", cargv[0], strerror(e));
-    _exit(e == ENOENT ? 127 : 126);
+    if (write(ctl, "x", 1) < 0) {}
+    return e == ENOENT ? 127 : 126;
   }
   /* the command's output ends with the command: hold none of its streams */
   int null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -1252,6 +1265,7 @@ int jb_exec_helper(int argc, char **argv) {
   int ws;
   pid_t w;
   while ((w = waitpid(pid, &ws, 0)) < 0 && errno == EINTR) {}
+  if (write(ctl, "x", 1) < 0) {} /* the end of the command, for the spawner's timings */
   if (w != pid) return 125;
   /* as bwrap reports it: the exit code, or 128 + the signal */
   return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);

@@ -134,6 +134,16 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
   session_unpin(s);
 }
 
+void exec_op_ahead(struct jb_worker *w, const char *job, bool ahead) {
+  struct jb_session *s = session_pin(w, job);
+  if (!s) return;
+  jb_error err = {0};
+  if (atomic_load(&s->sb_ready) && jb_exec_ahead(s, ahead, &err) < 0 && err.code != ENOTSUP)
+    slog(w, JB_LOG_WARN, job, "exec: the spawner was not told about the jail ahead", "ahead",
+         ahead ? "build" : "discard", "error", err.msg, NULL);
+  session_unpin(s);
+}
+
 /* ---- output: collected for the agent, published live for the buyer ---- */
 
 static long long mono_ms(void) {
@@ -517,6 +527,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
   double t_claimed = mono_msf(), t_marked = 0, t_before = 0, t_ran = 0, t_effects = 0;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
   json_t *args = json_loads(op->args_json, 0, NULL);
   int slot = running_add(job, op->op_id);
   int rc = jb_db_op_mark_running(c, op, err); /* commits the claim: nothing held from here */
@@ -686,7 +698,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   if (t_ran > 0) { /* where the time of the op went (bench/exec) */
     double t_done = mono_msf();
     json_t *tm = json_pack(
-        "{s:o,s:o,s:o,s:o,s:o,s:O*}", "markRunning", ms_json(t_marked - t_claimed),
+        "{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
+        json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
+        "markRunning", ms_json(t_marked - t_claimed),
         "snapshotBefore", ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before),
         "effects", ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects),
         "inSpawner", json_object_get(res, "timingsMs"));
