@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/buf.h"
 #include "lib/line.h"
 #include "lib/pathcheck.h"
 #include "sandbox/proto/shim.h"
@@ -320,6 +321,8 @@ struct request {
  * environment, cwd, stdin, the rlimits — is handed to the helper. `writable`: the workspace
  * read-write; `tmp`: the size of /tmp in bytes. */
 #define HELPER_FD 5
+/* the most bytes of a request handed to the helper: argv and env, the cwd, the numbers */
+#define HELPER_REQUEST_MAX (JB_SPAWNER_MAX_ARGV_BYTES + JB_PATH_MAX + sizeof WORKSPACE + 4096)
 static void jail_args(struct args *a, bool writable, long long tmp, const char *self) {
   add(a, BWRAP);
   static const char *const ns[] = {"--unshare-pid",
@@ -747,24 +750,11 @@ static void warm_up(bool writable, long long tmp, const unsigned char *bpf, size
  * RLIMIT_NPROC, the count of argv, argv, the count of env, NAME=VALUE each — after a 4-byte
  * length; the stdin memfd rides on the length as SCM_RIGHTS. 0, or -1 with errno. */
 static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
-  struct jb_buf_lite {
-    char *p;
-    size_t n, cap;
-  } b = {0};
-#define PUT(str)                                                  \
-  do {                                                            \
-    const char *s_ = (str);                                       \
-    size_t l_ = strlen(s_) + 1;                                   \
-    if (b.n + l_ > b.cap) {                                       \
-      size_t c_ = (b.cap ? b.cap * 2 : 4096) + l_;                \
-      char *q_ = realloc(b.p, c_);                                \
-      if (!q_) abort(); /* the spawner cannot go on without memory */ \
-      b.p = q_;                                                   \
-      b.cap = c_;                                                 \
-    }                                                             \
-    memcpy(b.p + b.n, s_, l_);                                    \
-    b.n += l_;                                                    \
-  } while (0)
+  struct jb_buf b;
+  jb_buf_init(&b, HELPER_REQUEST_MAX);
+  int bad = 0;
+  /* each string with its NUL */
+#define PUT(str) (bad |= jb_buf_append(&b, (str), strlen(str) + 1))
   char num[32];
   PUT(rq->cwd);
   snprintf(num, sizeof num, "%lld", rq->fsize);
@@ -780,17 +770,16 @@ static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
   PUT(num);
   const char *k;
   json_object_foreach (rq->env, k, v) {
-    size_t kl = strlen(k), vl = strlen(json_string_value(v));
-    char *kv = malloc(kl + vl + 2);
-    if (!kv) abort();
-    memcpy(kv, k, kl);
-    kv[kl] = '=';
-    memcpy(kv + kl + 1, json_string_value(v), vl + 1);
-    PUT(kv);
-    free(kv);
+    bad |= jb_buf_appendf(&b, "%s=%s", k, json_string_value(v));
+    bad |= jb_buf_append(&b, "", 1);
   }
 #undef PUT
-  uint32_t len = (uint32_t)b.n;
+  if (bad) { /* parse_exec keeps argv and env within HELPER_REQUEST_MAX */
+    jb_buf_free(&b);
+    errno = EMSGSIZE;
+    return -1;
+  }
+  uint32_t len = (uint32_t)b.len;
   char cbuf[CMSG_SPACE(sizeof(int))];
   memset(cbuf, 0, sizeof cbuf);
   struct iovec iov = {.iov_base = &len, .iov_len = sizeof len};
@@ -804,8 +793,8 @@ static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
   ssize_t w;
   while ((w = sendmsg(ctl, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
   int rc = w == (ssize_t)sizeof len ? 0 : -1;
-  for (size_t off = 0; rc == 0 && off < b.n;) {
-    w = send(ctl, b.p + off, b.n - off, MSG_NOSIGNAL);
+  for (size_t off = 0; rc == 0 && off < b.len;) {
+    w = send(ctl, b.data + off, b.len - off, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       rc = -1;
@@ -813,7 +802,7 @@ static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
     }
     off += (size_t)w;
   }
-  free(b.p);
+  jb_buf_free(&b);
   return rc;
 }
 
@@ -1203,8 +1192,7 @@ int jb_exec_helper(int argc, char **argv) {
   if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
       cm->cmsg_len == CMSG_LEN(sizeof(int)))
     memcpy(&in, CMSG_DATA(cm), sizeof in);
-  if (got != (ssize_t)sizeof len || in < 0 || len == 0 ||
-      len > JB_SPAWNER_MAX_ARGV_BYTES + JB_PATH_MAX + 4096)
+  if (got != (ssize_t)sizeof len || in < 0 || len == 0 || len > HELPER_REQUEST_MAX)
     return helper_fail("bad request from the spawner");
   char *buf = malloc(len);
   if (!buf || read_full(ctl, buf, len) < 0) return helper_fail("the request was cut short");

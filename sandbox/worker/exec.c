@@ -306,8 +306,8 @@ int jb_exec_ahead(struct jb_session *s, bool ahead, jb_error *err) {
   if (sp->fd < 0 || sp->closing) {
     rc = jb_fail(err, ENOTSUP, "the session's sandbox has no spawner");
   } else {
-    json_t *o = json_pack("{s:I, s:s}", "id", (json_int_t)sp->next_id++, "op",
-                          ahead ? "warm" : "discard");
+    json_t *o =
+        json_pack("{s:I, s:s}", "id", (json_int_t)sp->next_id++, "op", ahead ? "warm" : "discard");
     rc = send_locked(sp, o, err);
     json_decref(o);
   }

@@ -160,9 +160,7 @@ static double mono_msf(void) {
 }
 
 /* Rounds `ms` to a tenth of a millisecond as a JSON number (new). */
-static json_t *ms_json(double ms) {
-  return json_real((double)(long long)(ms * 10.0 + 0.5) / 10.0);
-}
+static json_t *ms_json(double ms) { return json_real((double)(long long)(ms * 10.0 + 0.5) / 10.0); }
 
 /* One stream of a running command. */
 struct stream {
@@ -697,13 +695,13 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   }
   if (t_ran > 0) { /* where the time of the op went (bench/exec) */
     double t_done = mono_msf();
-    json_t *tm = json_pack(
-        "{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
-        json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
-        "markRunning", ms_json(t_marked - t_claimed),
-        "snapshotBefore", ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before),
-        "effects", ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects),
-        "inSpawner", json_object_get(res, "timingsMs"));
+    json_t *tm =
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
+                  json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
+                  "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
+                  ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before), "effects",
+                  ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects), "inSpawner",
+                  json_object_get(res, "timingsMs"));
     slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
   }
   if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
