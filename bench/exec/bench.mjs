@@ -56,7 +56,6 @@ try {
   const theirs = async () => { await gap(); T.docker.push(docker()); };
   for (let i = 0; i < 2; i++) { await ours(); await theirs(); } // page cache, the first jails
   for (const k of Object.keys(T)) T[k].length = 0;
-  const logStart = K.srv.log().split('\n').filter((l) => l.includes('"msg":"exec timings"')).length;
   const measuredFrom = calls.length;
   for (let r = 0; r < rounds; r++) {
     if (r % 2 === 0) { await ours(); await theirs(); } else { await theirs(); await ours(); }
@@ -70,26 +69,27 @@ try {
   const w = q(T.warm, 0.5), c = q(T.cold, 0.5), d = q(T.docker, 0.5);
   console.log(`ratio docker exec / jailbox exec p50: ${(d / w).toFixed(2)}x built ahead, ${(d / c).toFixed(2)}x built for the request (target >= 10x)`);
   console.log(`against published first-exec figures (other machines, for scale): E2B ~${E2B_MS} ms: ${(E2B_MS / w).toFixed(2)}x; Daytona ~${DAYTONA_MS} ms: ${(DAYTONA_MS / w).toFixed(2)}x (>1: jailbox faster)`);
-  // where the time went, per kind: the worker's log lines of the measured calls, in order
-  const lines = K.srv.log().split('\n').filter((l) => l.includes('"msg":"exec timings"')).slice(logStart);
+  // where the time went, per kind: each measured call with the worker's log line of its op
+  // (the one claimed while the call was open)
+  const lines = K.srv.log().split('\n').filter((l) => l.includes('"msg":"exec timings"')).map((l) => JSON.parse(l).timingsMs);
   const measured = calls.slice(measuredFrom);
   for (const kind of ['warm', 'cold']) {
     const stages = {};
-    lines.forEach((l, i) => {
-      if (!measured[i] || measured[i].kind !== kind) return;
-      const t = JSON.parse(l).timingsMs;
+    for (const call of measured.filter((c) => c.kind === kind)) {
+      const t = lines.find((x) => x.claimedAtEpoch >= call.start - 1 && x.claimedAtEpoch <= call.end + 1);
+      if (!t) continue;
       const inWorker = t.markRunning + t.snapshotBefore + t.spawner + t.effects + t.complete;
       const { claimedAtEpoch, inSpawner: sp = {}, ...worker } = t;
-      const jailboxd = { toWorker: claimedAtEpoch - measured[i].start, fromWorker: measured[i].end - claimedAtEpoch - inWorker };
+      const jailboxd = { total: call.end - call.start, toWorker: claimedAtEpoch - call.start, fromWorker: call.end - claimedAtEpoch - inWorker };
       // the spawner's own stages against the worker's view of it: the rest is the channel
       const spawnerChannel = t.spawner - ['jailWait', 'command', 'jailEnd', 'drain'].reduce((a, k) => a + Math.max(0, sp[k] ?? 0), 0);
       for (const [k, v] of Object.entries({ ...jailboxd, ...worker, ...sp, spawnerChannel }))
         if (typeof v === 'number') (stages[k] ??= []).push(v);
-    });
+    }
     console.log(`stages, ${kind === 'warm' ? 'jail built ahead' : 'jail built for the request'} — p50 (min) ms:`);
     console.log('  ' + Object.entries(stages).map(([k, v]) => `${k} ${q(v, 0.5).toFixed(1)} (${Math.min(...v).toFixed(1)})`).join('  '));
   }
-  console.log('  (jailboxd: toWorker = call → claim, fromWorker = commit → answer; worker: markRunning, snapshotBefore and effects (writable only),');
+  console.log('  (total = the call; jailboxd: toWorker = call → claim, fromWorker = commit → answer; worker: markRunning, snapshotBefore and effects (writable only),');
   console.log('   spawner, complete (outcome + audit commit); spawner: jailWait (request → hand-over: the build when not ahead), jailBuild (bwrap → helper ready;');
   console.log('   off the path when built ahead), command (spawn + run + exit), jailEnd (helper, bwrap init, pid namespace), drain; spawnerChannel = the rest)');
   agent.close();

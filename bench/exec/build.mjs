@@ -58,9 +58,10 @@ try {
     const dir = mkdtempSync(join(tmpdir(), 'jb-bench-libyaml-'));
     copyTree(join(dir, 'src'));
     const t = performance.now();
-    // no seccomp profile: Docker 20.10's default and the session container's answer clone3
-    // with EPERM, which glibc's posix_spawn (make's) does not fall back from (in a command's
-    // jail exec's filter answers ENOSYS first); without one the baseline only gets faster
+    // no seccomp profile: under runsc, with Docker 20.10's default profile and with
+    // deploy/seccomp/jailbox.json alike, make's spawn of `mkdir` failed with EPERM (in a
+    // command's jail exec's filter answers clone3 with ENOSYS first); without one the
+    // baseline only gets faster
     const r = spawnSync('docker', ['run', '--rm', '--runtime=runsc', '--cpus', '2', '--memory', '2g',
       '--security-opt', 'seccomp=unconfined',
       '--ulimit', 'nproc=512', '-v', `${dir}/src:/src`, '-w', '/src', IMAGE, 'sh', '-c', MAKE],
