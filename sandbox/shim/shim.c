@@ -13,8 +13,9 @@
  *      launcher connects twice; it then forks: the child takes the path above, the parent
  *      stays as the spawner on the second connection (spawner.c) and ends with the shim.
  *
- *  jailbox-shim --exec [--env NAME=VALUE]... -- PROGRAM ARGS…   (inside a command's jail)
- *      The helper every command of exec starts through (spawner.c).
+ *  jailbox-shim --exec FD   (inside a command's jail)
+ *      The helper every command of exec starts through: it says ready on socket FD and waits
+ *      there for its command from the spawner (spawner.c).
  *
  *  jailbox-shim                             (inside the jail)
  *      Serves the line protocol of sandbox/proto/PROTOCOL.md on stdin/stdout: one JSON object per

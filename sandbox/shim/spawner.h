@@ -2,7 +2,8 @@
  * kernel inside the container, that builds one bubblewrap jail per command of exec on the
  * worker's request and reports its output and end (sandbox/proto/PROTOCOL.md, "The spawner";
  * sandbox/WALLS.md, "exec"). It reads requests only from its own channel and runs nothing but
- * the jails it is asked for. Also the in-jail helper every command starts through. */
+ * the jails it is asked for. The next command's jail is built ahead, its helper waiting for
+ * the command. Also the in-jail helper every command starts through. */
 #ifndef JB_SANDBOX_SHIM_SPAWNER_H
 #define JB_SANDBOX_SHIM_SPAWNER_H
 
@@ -18,12 +19,17 @@
 int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shim_pid,
                    const char *self);
 
-/* The helper's mode, `jailbox-shim --exec [--env NAME=VALUE]... -- PROGRAM ARGS...`, run
- * inside a command's jail after setpriv: sets the request's environment (so that no variable
- * of the agent's reaches setpriv, a dynamically linked program that runs with capabilities
- * still held), closes every descriptor above 2 and runs PROGRAM (searched in PATH) as its
- * child in a new process group, waiting for it. Returns the command's exit code, 128 + the
- * signal that ended it, 127 (not found), 126 (not executable) or 125 (usage, fork). */
+/* The helper's mode, `jailbox-shim --exec FD`, run inside a command's jail after setpriv (uid
+ * 65534, no capability, no_new_privs, the exec filter): closes every descriptor above 2 but
+ * FD (a Unix socket of the spawner's), writes one byte `r` there (ready) and waits for its
+ * command: a 4-byte length carrying the stdin memfd (SCM_RIGHTS), then that many bytes of
+ * NUL-terminated strings — cwd, RLIMIT_FSIZE, RLIMIT_NPROC, argc, argv…, envc, NAME=VALUE… .
+ * It sets the limits (hard and soft), the environment (after setpriv, so that no variable of
+ * the agent's reaches setpriv, a dynamically linked program that runs with capabilities still
+ * held) and the cwd, and runs PROGRAM (searched in PATH) as its child in a new process group,
+ * waiting for it. Returns the command's exit code, 128 + the signal that ended it, 127 (not
+ * found), 126 (not executable) or 125 (usage, a bad request, the socket ended before a
+ * command came, fork). */
 int jb_exec_helper(int argc, char **argv);
 
 #endif

@@ -298,3 +298,19 @@ int jb_exec_signal(struct jb_session *s, const char *what, jb_error *err) {
   pthread_mutex_unlock(&sp->lock);
   return rc;
 }
+
+int jb_exec_ahead(struct jb_session *s, bool ahead, jb_error *err) {
+  struct jb_spawner *sp = &s->sb.spawner;
+  pthread_mutex_lock(&sp->lock);
+  int rc;
+  if (sp->fd < 0 || sp->closing) {
+    rc = jb_fail(err, ENOTSUP, "the session's sandbox has no spawner");
+  } else {
+    json_t *o =
+        json_pack("{s:I, s:s}", "id", (json_int_t)sp->next_id++, "op", ahead ? "warm" : "discard");
+    rc = send_locked(sp, o, err);
+    json_decref(o);
+  }
+  pthread_mutex_unlock(&sp->lock);
+  return rc;
+}

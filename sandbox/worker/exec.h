@@ -88,4 +88,10 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
  * thread). 0, or -1 (ESRCH: none running; EINVAL: another `what`; EPIPE). */
 int jb_exec_signal(struct jb_session *s, const char *what, jb_error *err);
 
+/* Tells session s's spawner to keep a jail built ahead for the next command (`ahead` true: the
+ * session is active) or to kill the one it holds and build none (false: the session is paused),
+ * whether or not a command runs (any thread; the answer is skipped by jb_exec_run's reader).
+ * 0, or -1 (ENOTSUP: no spawner; EPIPE). */
+int jb_exec_ahead(struct jb_session *s, bool ahead, jb_error *err);
+
 #endif

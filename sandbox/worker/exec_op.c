@@ -148,6 +148,16 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
   session_unpin(s);
 }
 
+void exec_op_ahead(struct jb_worker *w, const char *job, bool ahead) {
+  struct jb_session *s = session_pin(w, job);
+  if (!s) return;
+  jb_error err = {0};
+  if (atomic_load(&s->sb_ready) && jb_exec_ahead(s, ahead, &err) < 0 && err.code != ENOTSUP)
+    slog(w, JB_LOG_WARN, job, "exec: the spawner was not told about the jail ahead", "ahead",
+         ahead ? "build" : "discard", "error", err.msg, NULL);
+  session_unpin(s);
+}
+
 /* ---- output: collected for the agent, published live for the buyer ---- */
 
 static long long mono_ms(void) {
@@ -155,6 +165,16 @@ static long long mono_ms(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+/* Monotonic time in milliseconds with microseconds, for the stage timings. */
+static double mono_msf(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Rounds `ms` to a tenth of a millisecond as a JSON number (new). */
+static json_t *ms_json(double ms) { return json_real((double)(long long)(ms * 10.0 + 0.5) / 10.0); }
 
 /* One stream of a running command. */
 struct stream {
@@ -518,9 +538,13 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
+  double t_claimed = mono_msf(), t_marked = 0, t_before = 0, t_ran = 0, t_effects = 0;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
   json_t *args = json_loads(op->args_json, 0, NULL);
   int slot = running_add(job, op->op_id);
   int rc = jb_db_op_mark_running(c, op, err); /* commits the claim: nothing held from here */
+  t_marked = mono_msf();
   if (rc != JB_OK) {
     running_killed(slot, true);
     json_decref(args);
@@ -571,7 +595,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
       jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {
       watched = rq.writable;
+      t_before = mono_msf();
       xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
+      t_ran = mono_msf();
     }
   }
   /* a writable command's effects: what it changed, and what it must not leave behind */
@@ -584,6 +610,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     changes = workspace_effects(w, s, &before, &changes_total, &incomplete, &planted_sig, planted,
                                 sizeof planted);
   jb_scan_snapshot_free(&before);
+  t_effects = mono_msf();
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
   snprintf(image, sizeof image, "%s",
@@ -680,6 +707,17 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId", job,
                   "tool", "exec", "path", op->path, "state", ok ? "done" : "failed", "result",
                   summary, "outputEvents", (json_int_t)x.seq));
+  }
+  if (t_ran > 0) { /* where the time of the op went (bench/exec) */
+    double t_done = mono_msf();
+    json_t *tm =
+        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
+                  json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
+                  "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
+                  ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before), "effects",
+                  ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects), "inSpawner",
+                  json_object_get(res, "timingsMs"));
+    slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
   }
   if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
     slog(w, JB_LOG_INFO, job, "exec ended after its session", "detail", err->msg, NULL);

@@ -524,9 +524,11 @@ void *relay_queued_main(void *arg) {
             run_queued_ops(w, job, 1);
           else if (op_id == 0 && strcmp(st, "active") == 0) {
             exec_op_signal(w, job, 0, "cont"); /* resumed: a command stopped by the pause */
+            exec_op_ahead(w, job, true); /* and the next command's jail is built ahead again */
             run_queued_ops(w, job, 1000);
           } else if (op_id == 0 && strcmp(st, "paused") == 0) {
             exec_op_signal(w, job, 0, "stop"); /* paused: the running command stops too */
+            exec_op_ahead(w, job, false); /* and the jail built ahead is killed */
           }
         }
         PQfreemem(nt);

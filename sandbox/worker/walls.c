@@ -677,14 +677,20 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                   json_object_get(sp->hello, "pid") ?: json_null(), "what",
                   "the launcher kept alive (root of gVisor's kernel, in no jail): "
                   "takes requests only from the worker's second connection and "
-                  "builds one bwrap jail per command"));
+                  "builds one bwrap jail per command, the next one ahead of its request"));
   json_t *binds = sp->hello ? json_object_get(sp->hello, "binds") : NULL;
   json_t *image_binds = binds ? json_incref(binds) : json_array(); /* taken by the pack */
   json_object_set_new(
       o, "jail",
       json_pack("{s:s, s:[s,s,s,s,s], s:s, s:i, s:i, s:s, s:b, s:s, s:s, s:s, s:o, s:s, s:s, s:s,"
                 " s:{s:s, s:s, s:s, s:s, s:s}}",
-                "builtBy", "bwrap per command, started by the spawner", "namespacesNew", "mount",
+                "builtBy",
+                "bwrap per command, started by the spawner: the next command's jail is built "
+                "after the last one ended (and when the session becomes active), its helper "
+                "waiting for the command's argv, env, cwd, stdin and limits; it is used by one "
+                "command only and killed when the session is paused; a command whose workspace "
+                "mode or /tmp size differs from it gets a jail built for it",
+                "namespacesNew", "mount",
                 "pid (cannot see or signal the shim; its pid 1's death ends every process of it)",
                 "ipc", "uts", "cgroup (where the runtime allows)", "privilegeDrop",
                 "setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all "
@@ -699,7 +705,8 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 image_binds, "proc", "its own (the command's pid namespace)", "dev",
                 "bwrap's minimal /dev (null, zero, full, random, urandom, tty, pts, shm)", "env",
                 "PATH, HOME=/tmp, LANG=C.UTF-8, TERM=dumb, then the request's (no LD_*), applied "
-                "after setpriv by the static helper jailbox-shim --exec",
+                "after setpriv by the static helper jailbox-shim --exec, which also sets the "
+                "request's RLIMIT_FSIZE and RLIMIT_NPROC and cwd",
                 "limits", "wallClock",
                 "timeoutMs: SIGKILL to the jail's pid 1 (the whole tree) at the timeout", "output",
                 "maxOutputBytes per stream sent; the rest counted, not sent", "fsize",

@@ -259,6 +259,11 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
  * (killed for memory: oom) is what its op records, not the session's end. */
 bool exec_op_wait_stored(const char *job, long max_ms);
 
+/* Tells the spawner of session `job` (when it runs on this worker) to build the next command's
+ * jail ahead (`ahead`: the session became active) or to kill the one built and build none
+ * (the session was paused). Any thread. */
+void exec_op_ahead(struct jb_worker *w, const char *job, bool ahead);
+
 /* ---- sockets (control.c, direct_server.c) ------------------------------------------------ */
 
 /* A listening Unix socket at `path` (mode 0600), named `what` in errors: the fd, or -1 with

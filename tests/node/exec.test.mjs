@@ -12,7 +12,7 @@
 // `unavailable`). Needs root, Docker with runsc; the image gets /bin/sh, sleep and echo.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync, realpathSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -236,6 +236,42 @@ test('a pause stops a running command, a resume continues it', { timeout: 60000 
   assert.ok(!toolFailure(r), JSON.stringify(r).slice(0, 300));
   assert.equal(r.result.structuredContent.exitCode, 0, JSON.stringify(r.result.structuredContent));
   assert.match(r.result.structuredContent.stdout, /tick11\n$/);
+});
+
+// The processes of a session's container as gVisor lists them (runsc ps): [{uid, pid, ppid, cmd}].
+const RUNSC_ROOT = process.env.JB_RUNSC_ROOT ?? '/var/run/docker/runtime-runc/moby';
+function containerProcs(cid) {
+  const out = execFileSync('runsc', ['--root', RUNSC_ROOT, 'ps', cid]).toString();
+  return out.trim().split('\n').slice(1).map((l) => {
+    const f = l.trim().split(/\s+/);
+    return { uid: Number(f[0]), pid: Number(f[1]), ppid: Number(f[2]), cmd: f[f.length - 1] };
+  });
+}
+
+test('the jail built ahead: there while active, killed by a pause, built again on resume', { timeout: 90000 }, async (t) => {
+  if (!runs) return t.skip('no spawner on this worker');
+  const cid = (await K.sessionOf(U.jobId)).walls.walls.docker.containerId;
+  // the spawner (pid 1) has two jails as children: the shim's bwrap and the one built ahead,
+  // whose helper (uid 65534) waits for the next command
+  const jails = () => containerProcs(cid).filter((p) => p.ppid === 1 && p.cmd === 'bwrap').length;
+  const show = () => JSON.stringify(containerProcs(cid));
+  await K.ok(agentU, 'exec', { argv: ['true'] });
+  await K.waitFor('the jail built ahead', () => jails() === 2, 20000);
+  const withAhead = containerProcs(cid).length;
+  const p = await srv.req('POST', `/v1/jailbox/${U.jobId}/pause`, { token: U.buyerToken });
+  assert.equal(p.status, 200, p.text);
+  await K.waitFor('the jail ahead killed: ' + show(), () => jails() === 1, 10000);
+  const paused = containerProcs(cid);
+  // only the spawner and the shim's jail are left: no process of uid 65534 but the shim
+  assert.equal(paused.filter((x) => x.uid === 65534).length, 1, JSON.stringify(paused));
+  assert.ok(paused.length < withAhead, `${paused.length} processes paused, ${withAhead} before`);
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal(jails(), 1, 'nothing built while paused: ' + show());
+  const q = await srv.req('POST', `/v1/jailbox/${U.jobId}/resume`, { token: U.buyerToken });
+  assert.equal(q.status, 200, q.text);
+  await K.waitFor('the jail ahead built again: ' + show(), () => jails() === 2, 20000);
+  const r = await K.ok(agentU, 'exec', { command: 'echo done' });
+  assert.equal(r.stdout, 'done\n');
 });
 
 test('jailboxctl: watch shows an exec approval request and its output as safe text; kill kills it', { timeout: 60000 }, async () => {

@@ -163,6 +163,57 @@ test('workspace read-only unless writable; /tmp its own', async () => {
   assert.notEqual(r.result.exitCode, 0);
 });
 
+// The next command's jail is built ahead by the spawner (sandbox/WALLS.md, "exec"): a command
+// that runs in it must find nothing of the command before — not its /tmp, not its processes —
+// and the jail must be of the kind the command asked for.
+const settle = () => new Promise((r) => setTimeout(r, 2500)); // time to build the jail ahead
+const look = ['/bin/sh', '-c', 'ls -A /tmp; echo PIDS; for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm)"; done'];
+
+test('the jail built ahead: a fresh /tmp, none of the last command\'s processes', async () => {
+  // a command fills /tmp and leaves a daemon (double fork, setsid) and a background sleep
+  let r = await exec(['/bin/sh', '-c', 'echo x > /tmp/left; echo y > /tmp/two; touch /tmp/.hidden; probe daemon & sleep 30 & ls -A /tmp']);
+  assert.equal(r.out.toString(), '.hidden\nleft\ntwo\n');
+  await settle();
+  r = await exec(look);
+  assert.equal(r.result.timingsMs?.warm, true, 'the command ran in the jail built ahead: ' + JSON.stringify(r.result));
+  assert.equal(r.result.timingsMs.jailWait <= 50, true, JSON.stringify(r.result.timingsMs));
+  const [tmp, procs] = r.out.toString().split('PIDS\n');
+  assert.equal(tmp, '', 'a fresh, empty /tmp');
+  const comms = procs.trim().split('\n').map((l) => l.split(' ')[1]);
+  assert.ok(!comms.includes('probe') && !comms.includes('sleep'), 'nothing of the last command: ' + procs);
+  // the same processes as in a jail built for the command: bwrap's init, the helper, the shell
+  // (and the cat it runs)
+  assert.deepEqual(comms.filter((c) => c !== 'cat').sort(), ['bwrap', 'jailbox-shim', 'sh'], procs);
+  // and the same environment
+  r = await exec(['/bin/sh', '-c', 'echo "$HOME|$LANG|$PATH|$TERM"; export -p'], { env: { ONLY: 'this' } });
+  const [vals, ...exported] = r.out.toString().trim().split('\n');
+  assert.equal(vals, '/tmp|C.UTF-8|/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin|dumb');
+  const names = exported.map((l) => l.replace(/^export /, '').split('=')[0]).filter((n) => n !== 'PWD' && n !== 'OLDPWD');
+  assert.deepEqual(names.sort(), ['HOME', 'LANG', 'ONLY', 'PATH', 'TERM'], r.out.toString());
+});
+
+test('the jail built ahead is of the kind asked for: read-only and writable each enforced', async () => {
+  const kinds = [
+    [false, null], // read-only after read-only: the jail ahead
+    [true, false], // writable after read-only: built for it
+    [true, true], // writable again: the jail ahead is writable
+    [false, false], // read-only after writable: built for it, read-only
+    [false, true],
+  ];
+  for (const [i, [writable, warm]] of kinds.entries()) {
+    await settle();
+    const name = `kind-${i}.txt`;
+    const r = await exec(['touch', name], { writable });
+    if (warm !== null) assert.equal(r.result.timingsMs.warm, warm, `command ${i}: ${JSON.stringify(r.result.timingsMs)}`);
+    assert.equal(r.result.exitCode === 0, writable, `command ${i} (writable ${writable}): ${r.err}`);
+    assert.equal(existsSync(join(s.dir, name)), writable, name);
+  }
+  // a /tmp size other than the jail ahead's: a jail built for it, with that size
+  const r = await exec(['/bin/sh', '-c', 'head -c 9000000 /dev/zero > /tmp/big; echo $?'], { limits: { tmpBytes: 8 * 1024 * 1024 } });
+  assert.equal(r.result.timingsMs.warm, false);
+  assert.notEqual(r.out.toString(), '0\n', 'over the 8 MiB /tmp asked for');
+});
+
 test('escape-shaped calls are killed by the exec filter; the uncommon fail', async () => {
   for (const what of ['mount', 'ptrace', 'unshare']) {
     const r = await exec(['probe', what]);
