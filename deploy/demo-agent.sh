@@ -97,18 +97,18 @@ run() {
   RAN_OK=$(jq -r '.exitCode == 0 and (.timedOut | not)' <<<"$RES")
   if [ "$RAN_OK" != true ]; then
     echo "demo-agent: $1 FAILED inside the walls: $(jq -c '{exitCode, signal, timedOut, durationMs}' <<<"$RES")" >&2
-    jq -r '.stdout' <<<"$RES" | tail -15 | sed 's/^/  stdout| /' >&2
-    jq -r '.stderr' <<<"$RES" | tail -15 | sed 's/^/  stderr| /' >&2
+    jq -j '.stdout' <<<"$RES" | tail -15 | sed 's/^/  stdout| /' >&2
+    jq -j '.stderr' <<<"$RES" | tail -15 | sed 's/^/  stderr| /' >&2
     [ -n "${4:-}" ] || exit 1
   fi
 }
 # a tree from the project's git tag (Debian's libyaml) has configure.ac but no configure
 call stat '{"path":"configure"}'
-if [ "$(jq -r '.result.structuredContent.error.reason // empty' <<<"$REPLY_JSON")" = not_found ]; then
+must_ok "stat configure"
+if [ "$(jq -r '.result.structuredContent.exists' <<<"$REPLY_JSON")" = false ]; then
   BUILD='./bootstrap && ./configure && make'
-  say "stat configure -> not found: the tree needs autoreconf first (./bootstrap)"
+  say "stat configure -> does not exist: the tree needs autoreconf first (./bootstrap)"
 else
-  must_ok "stat configure"
   BUILD='./configure && make'
   say "stat configure -> $(jq -r '.result.structuredContent.size' <<<"$REPLY_JSON") bytes"
 fi
