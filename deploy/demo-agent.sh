@@ -93,7 +93,12 @@ run() {
   WAIT=$(($2 + 300)) call exec "$(jq -nc --arg c "$3" --argjson t "$2" '{command:$c,writable:true,timeoutSec:$t}')"
   must_ok "exec $1"
   RES=$(jq -c '.result.structuredContent' <<<"$REPLY_JSON")
-  say "exec $1 -> $(jq -r '"exit \(.exitCode // "none")\(if .signal then " (" + .signal + ")" else "" end)\(if .timedOut then ", TIMED OUT" else "" end) in \(.durationMs / 1000 * 10 | round / 10) s, stdout \(.stdoutBytes // (.stdout | length)) bytes, stderr \(.stderrBytes // (.stderr | length)) bytes; the workspace: \(.changesTotal // (.changes | length)) changes (\([.changes[] | select(.change == "added")] | length) added, \([.changes[] | select(.change == "modified")] | length) modified, \([.changes[] | select(.change == "deleted")] | length) deleted)"' <<<"$RES")"
+  say "exec $1 -> $(jq -r '(.changes // []) as $c
+    | "exit \(.exitCode // "none")\(if .signal then " (" + .signal + ")" else "" end)" +
+      "\(if .timedOut then ", TIMED OUT" else "" end) in \(.durationMs / 100 | round / 10) s, " +
+      "stdout \(.stdoutBytes // (.stdout | length)) bytes, stderr \(.stderrBytes // (.stderr | length)) bytes; " +
+      "the workspace: \(.changesTotal // ($c | length)) changes (\([$c[] | select(.change == "added")] | length) added, " +
+      "\([$c[] | select(.change == "modified")] | length) modified, \([$c[] | select(.change == "deleted")] | length) deleted)"' <<<"$RES")"
   RAN_OK=$(jq -r '.exitCode == 0 and (.timedOut | not)' <<<"$RES")
   if [ "$RAN_OK" != true ]; then
     echo "demo-agent: $1 FAILED inside the walls: $(jq -c '{exitCode, signal, timedOut, durationMs}' <<<"$RES")" >&2

@@ -122,8 +122,15 @@ OPS=$("$CTL" ops "$JOB" --json)
 EXECS=$(jq -c '[.ops[] | select(.tool == "exec")]' <<<"$OPS")
 [ "$(jq length <<<"$EXECS")" = 2 ] || fail "the agent ran $(jq length <<<"$EXECS") commands, not the build and the tests"
 # (an op's result: {ok, result: the command's} once it ran, as GET …/ops stores it)
-jq -r '.[] | (.result.result // .result // {}) as $r | "  op #\(.opId) exec `\(.args.command // (.args.argv | join(" ")))`: \(.state), exit \($r.exitCode // "none")\(if $r.timedOut then " (TIMED OUT)" else "" end) in \(($r.durationMs // 0) / 100 | round / 10) s, stdout \($r.stdoutBytes // 0) bytes, stderr \($r.stderrBytes // 0) bytes, \($r.changesTotal // ($r.changes // [] | length)) workspace changes (\([$r.changes // [] | .[] | select(.change == "added")] | length) added)"' <<<"$EXECS"
-[ "$(jq '[.[] | (.result.result // .result // {}) as $r | select(.state == "done" and $r.exitCode == 0 and ($r.timedOut | not))] | length' <<<"$EXECS")" = 2 ] ||
+jq -r '.[] | (.result.result // .result // {}) as $r | ($r.changes // []) as $c |
+  "  op #\(.opId) exec `\(.args.command // (.args.argv | join(" ")))`: \(.state), " +
+  "exit \($r.exitCode // "none")\(if $r.timedOut then " (TIMED OUT)" else "" end) " +
+  "in \(($r.durationMs // 0) / 100 | round / 10) s, stdout \($r.stdoutBytes // 0) bytes, " +
+  "stderr \($r.stderrBytes // 0) bytes, \($r.changesTotal // ($c | length)) workspace changes " +
+  "(\([$c[] | select(.change == "added")] | length) added)"' <<<"$EXECS"
+OK=$(jq '[.[] | (.result.result // .result // {}) as $r |
+  select(.state == "done" and $r.exitCode == 0 and ($r.timedOut | not))] | length' <<<"$EXECS")
+[ "$OK" = 2 ] ||
   fail "the build or the tests did not exit 0 inside the walls"
 # the live view: the test driver's summary as the buyer's watch printed it
 grep -Eq 'stdout\| # TOTAL: +[1-9]' "$WATCH_LOG" || sleep 1

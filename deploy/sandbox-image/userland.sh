@@ -4,13 +4,13 @@
 # Run it as `build.sh --userland [...]` or directly.
 #
 #   debootstrap --variant=minbase of Debian bookworm, with the packages in PACKAGES (the
-#   toolchain for the agent's commands, with autoconf, automake and libtool for source trees that
-#   ship configure.ac but no configure script, as Debian's libyaml does; bubblewrap for Wall 3; util-linux, essential in
-#   minbase, brings setpriv), trimmed: no package lists or .debs, no documentation but the
-#   copyright files, no man or info pages, no translations, no logs, no device nodes, no
-#   set-user-id or set-group-id bits, no ldconfig aux-cache (so that two debootstraps of the
-#   same package versions give the same files). That root is cached as a tar under the checkout's
-#   var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
+#   toolchain for the agent's commands, with autoconf, automake and libtool for source trees
+#   that ship configure.ac but no configure script, as Debian's libyaml does; bubblewrap for
+#   Wall 3; util-linux, essential in minbase, brings setpriv), trimmed: no package lists or
+#   .debs, no documentation but the copyright files, no man or info pages, no translations, no
+#   logs, no device nodes, no set-user-id or set-group-id bits, no ldconfig aux-cache (so
+#   that two debootstraps of the same package versions give the same files). That root is
+#   cached as a tar under the checkout's var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
 #   variant, the package list and the trimming recipe (with the manifest of its files and
 #   bubblewrap's version beside it): a later build downloads nothing.
 #   Added on top: the static shim at /opt/jailbox/bin/jailbox-shim (--shim, default

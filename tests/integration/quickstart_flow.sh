@@ -105,11 +105,20 @@ OUT2=$(JAILBOXCTL=$T/ctl-noapprove timeout 300 "$ROOT/deploy/demo.sh" 2>&1)
 rc2=$?
 [ "$rc2" != 0 ] && ok "a failed approval fails the flow (exit $rc2)" || fail "a failed approval did not fail the flow: $(printf '%s' "$OUT2" | tail -5)"
 
-# a tree whose tests fail makes the flow fail, loudly: the agent reports it, the demo exits 1
+# a tree whose tests fail makes the flow fail, loudly: the agent reports it, the demo exits 1.
+# This tree ships its configure (a small hand-written one, quick under gVisor: the agent runs
+# ./configure && make with no ./bootstrap) and a `make check` that reports as automake's does.
 BAD=$T/broken/libyaml-broken
 mkdir -p "$T/broken"
 cp -a "$FB" "$BAD"
+rm -f "$BAD/bootstrap" "$BAD/configure.ac" "$BAD/Makefile.am"
 printf '#include "yaml.h"\nconst char *yaml_get_version_string(void) { return "0.0.0"; }\n' > "$BAD/src/api.c"
+cat > "$BAD/configure" <<'EOF2'
+#!/bin/sh
+echo "checking for gcc... gcc"
+printf 'all: test-version\ntest-version: src/api.c tests/test-version.c\n\tgcc -Iinclude -o $@ src/api.c tests/test-version.c\ncheck: all\n\t@if ./test-version; then r=PASS; p=1; f=0; else r=FAIL; p=0; f=1; fi; echo "$$r: test-version"; echo "# TOTAL: 1"; echo "# PASS:  $$p"; echo "# FAIL:  $$f"; echo "# ERROR: 0"; exit $$f\n' > Makefile
+EOF2
+chmod +x "$BAD/configure"
 t0=$(date +%s)
 OUT3=$(DEMO_SRC=$BAD timeout 900 "$ROOT/deploy/demo.sh" 2>&1)
 rc3=$?
