@@ -803,7 +803,9 @@ static const struct verb verbs[] = {
      run_abort},
     {"accept", "JOB [--reason TEXT]",
      "done -> accepted (buyer), then print the change summary (GET …/changes)", run_accept},
-    {"changes", "JOB", "the files the session changed: path, op, SHA-256 before and after, size",
+    {"changes", "JOB",
+     "the files the session changed (path, op, SHA-256 before and after, size) and the "
+     "commands that changed the workspace (argv, counts of added, modified and deleted entries)",
      verb_changes},
     {"agents", "AGENT", "an agent's trust score and session count", verb_agents},
     {"explain", "JOB [--json]",
