@@ -672,15 +672,64 @@ static int verb_transition(struct jb_ctl *o, int argc, char **argv, const char *
   return rc;
 }
 
+/* One exec of the change summary: what it ran (its argv, each argument as safe text), how
+ * many entries it added, modified, deleted or changed the mode of (of the first 1,000 the
+ * server lists; the total is effectsTotal), then its first effects. */
+static void show_exec_change(const json_t *ch, long long op) {
+  printf("  X %-40s exec `", str(ch, "path"));
+  size_t i;
+  json_t *x;
+  json_array_foreach (json_object_get(ch, "argv"), i, x) {
+    printf("%s%s", i ? " " : "", jb_ctl_text(json_string_value(x)));
+  }
+  json_t *eff = json_object_get(ch, "effects");
+  long long n[4] = {0, 0, 0, 0};
+  static const char *const kinds[4] = {"added", "modified", "deleted", "mode"};
+  json_array_foreach (eff, i, x) {
+    const char *k = json_string_value(json_object_get(x, "change"));
+    for (int j = 0; k && j < 4; j++)
+      if (!strcmp(k, kinds[j])) n[j]++;
+  }
+  long long total = json_is_integer(json_object_get(ch, "effectsTotal"))
+                        ? (long long)json_integer_value(json_object_get(ch, "effectsTotal"))
+                        : (long long)json_array_size(eff);
+  printf("`: %lld added, %lld modified, %lld deleted, %lld mode (%lld entr%s%s)  op %lld  %s\n",
+         n[0], n[1], n[2], n[3], total, total == 1 ? "y" : "ies",
+         total > (long long)json_array_size(eff) ? ", the first listed" : "", op, str(ch, "at"));
+  json_array_foreach (eff, i, x) {
+    if (i == 5) {
+      printf("      … %lld more\n", total - 5);
+      break;
+    }
+    const char *k = json_string_value(json_object_get(x, "change"));
+    char mark = !k ? '?' : !strcmp(k, "added") ? '+' : !strcmp(k, "deleted") ? '-' : '~';
+    printf("      %c %s (%s", mark, str(x, "path"), str(x, "type"));
+    if (json_is_integer(json_object_get(x, "size")))
+      printf(", %lld bytes", (long long)json_integer_value(json_object_get(x, "size")));
+    if (json_is_string(json_object_get(x, "flagged")))
+      printf(", %s, %s", str(x, "flagged"),
+             json_is_true(json_object_get(x, "removed")) ? "removed" : "kept");
+    printf(")\n");
+  }
+}
+
 static void show_changes(const json_t *c) {
   json_t *list = json_object_get(c, "changes");
-  size_t i, n = json_array_size(list);
+  size_t i, n = json_array_size(list), cmds = 0;
   json_t *ch;
-  printf("changes of %s: %zu file%s\n", str(c, "jobId"), n, n == 1 ? "" : "s");
+  json_array_foreach (list, i, ch) {
+    const char *tool = json_string_value(json_object_get(ch, "tool"));
+    cmds += tool && !strcmp(tool, "exec");
+  }
+  printf("changes of %s: %zu file%s", str(c, "jobId"), n - cmds, n - cmds == 1 ? "" : "s");
+  if (cmds) printf(", %zu command%s", cmds, cmds == 1 ? "" : "s");
+  putchar('\n');
   json_array_foreach (list, i, ch) {
     const char *tool = json_string_value(json_object_get(ch, "tool"));
     long long op = (long long)json_integer_value(json_object_get(ch, "opId"));
-    if (tool && !strcmp(tool, "mkdir")) {
+    if (tool && !strcmp(tool, "exec")) {
+      show_exec_change(ch, op);
+    } else if (tool && !strcmp(tool, "mkdir")) {
       printf("  A %-40s directory    op %lld  %s\n", str(ch, "path"), op, str(ch, "at"));
     } else if (tool && !strcmp(tool, "move")) {
       printf("  R %s -> %s  (%s)  op %lld  %s\n", str(ch, "from"), str(ch, "to"), str(ch, "type"),
@@ -854,7 +903,9 @@ static const struct verb verbs[] = {
      run_abort},
     {"accept", "JOB [--reason TEXT]",
      "done -> accepted (buyer), then print the change summary (GET …/changes)", run_accept},
-    {"changes", "JOB", "the files the session changed: path, op, SHA-256 before and after, size",
+    {"changes", "JOB",
+     "the files the session changed (path, op, SHA-256 before and after, size) and the "
+     "commands that changed the workspace (argv, counts of added, modified and deleted entries)",
      verb_changes},
     {"agents", "AGENT", "an agent's trust score and session count", verb_agents},
     {"explain", "JOB [--json]",

@@ -69,8 +69,119 @@ static void print_whole(const char *s) {
   }
 }
 
+/* ---------- an exec's live output, a whole line at a time ----------
+ * jailbox:exec_output cuts the output where the 50 ms tick falls, so a line may come in two
+ * events ("checking for gcc... " and, once the check has run, "gcc"). The end of an event's
+ * text that has no newline yet waits here, per op and stream, for the rest of its line; it is
+ * printed when the line ends, when it grows past PART_MAX, when the op ends (jailbox:op with
+ * a result), when the live view is capped, and when watch ends. */
+#define PART_SLOTS 16
+#define PART_MAX 2048
+static struct part {
+  long long op; /* 0: free */
+  int stream; /* 0 stdout, 1 stderr */
+  size_t len;
+  char text[PART_MAX];
+} parts[PART_SLOTS];
+static const char *const stream_names[2] = {"stdout", "stderr"};
+
+/* Prints one output line of op `op` (its stamp first): `n` bytes at `p`, safe text. */
+static void print_output_line(long long op, int stream, const char *p, size_t n) {
+  stamp();
+  char *line = strndup(p, n);
+  printf("op #%lld %s| ", op, stream_names[stream]);
+  print_whole(line ? line : "(out of memory)");
+  putchar('\n');
+  free(line);
+}
+
+static void part_flush(struct part *pt) {
+  if (pt->op && pt->len) print_output_line(pt->op, pt->stream, pt->text, pt->len);
+  pt->op = 0;
+  pt->len = 0;
+}
+
+/* Prints what waits of op `op` (both streams; every op when `op` is 0). */
+static void parts_flush(long long op) {
+  for (int i = 0; i < PART_SLOTS; i++)
+    if (parts[i].op && (op == 0 || parts[i].op == op)) part_flush(&parts[i]);
+}
+
+/* The slot of (op, stream), a free one, or the first one flushed to make room. */
+static struct part *part_slot(long long op, int stream) {
+  struct part *free_slot = NULL;
+  for (int i = 0; i < PART_SLOTS; i++) {
+    if (parts[i].op == op && parts[i].stream == stream) return &parts[i];
+    if (!parts[i].op && !free_slot) free_slot = &parts[i];
+  }
+  if (!free_slot) {
+    part_flush(&parts[0]);
+    free_slot = &parts[0];
+  }
+  free_slot->op = op;
+  free_slot->stream = stream;
+  free_slot->len = 0;
+  return free_slot;
+}
+
+/* One jailbox:exec_output event for a person: its complete lines, each with its stamp. */
+static void print_exec_output(const json_t *d) {
+  long long op = (long long)json_integer_value(json_object_get(d, "opId"));
+  const char *data = json_string_value(json_object_get(d, "data"));
+  int stream = strcmp(s_(d, "stream"), "stderr") == 0;
+  if (op <= 0) op = -1; /* a malformed event still prints, under an op no real one has */
+  if (json_is_true(json_object_get(d, "capped"))) {
+    parts_flush(op);
+    stamp();
+    printf("op #%lld output: cut (the live view's limit; the agent's result has it)\n", op);
+    return;
+  }
+  struct part *pt = part_slot(op, stream);
+  for (const char *p = data ? data : ""; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    if (!nl) { /* the start of a line: it waits for its end */
+      if (pt->len + n > PART_MAX) {
+        part_flush(pt);
+        pt = part_slot(op, stream);
+      }
+      if (n > PART_MAX) {
+        print_output_line(op, stream, p, n);
+      } else {
+        memcpy(pt->text + pt->len, p, n);
+        pt->len += n;
+      }
+      break;
+    }
+    if (pt->len) { /* the end of the line that waited */
+      size_t room = PART_MAX - pt->len, m = n < room ? n : room;
+      memcpy(pt->text + pt->len, p, m);
+      pt->len += m;
+      print_output_line(op, stream, pt->text, pt->len);
+      if (m < n) print_output_line(op, stream, p + m, n - m);
+      pt->len = 0;
+    } else {
+      print_output_line(op, stream, p, n);
+    }
+    p = nl + 1;
+  }
+  if (!pt->len) pt->op = 0;
+  if (json_integer_value(json_object_get(d, "skipped")) > 0) {
+    stamp();
+    printf("op #%lld %s| (%lld bytes not shown)\n", op, stream_names[stream],
+           (long long)json_integer_value(json_object_get(d, "skipped")));
+  }
+}
+
 /* One event for a person. `payload` borrowed. */
 static void print_event(const char *name, const json_t *d) {
+  if (strcmp(name, "jailbox:exec_output") == 0) {
+    print_exec_output(d);
+    return;
+  }
+  /* an op that has ended: the last of its output first */
+  if (strcmp(name, "jailbox:op") == 0 && json_is_object(json_object_get(d, "result")))
+    parts_flush((long long)json_integer_value(json_object_get(d, "opId")));
   stamp();
   if (strcmp(name, "jailbox:state") == 0) {
     if (json_is_true(json_object_get(d, "snapshot")))
@@ -148,30 +259,6 @@ static void print_event(const char *name, const json_t *d) {
         printf("      …(%zu more lines)\n", more + (p[strlen(p) - 1] != '\n'));
       }
     }
-  } else if (strcmp(name, "jailbox:exec_output") == 0) {
-    /* the command's output, a line at a time, as text made safe for a terminal */
-    long long op = (long long)json_integer_value(json_object_get(d, "opId"));
-    const char *data = json_string_value(json_object_get(d, "data"));
-    const char *stream = strcmp(s_(d, "stream"), "stderr") == 0 ? "stderr" : "stdout";
-    if (json_is_true(json_object_get(d, "capped"))) {
-      printf("op #%lld output: cut (the live view's limit; the agent's result has it)\n", op);
-      return;
-    }
-    if (!data || !*data) printf("op #%lld %s| (no text)\n", op, stream);
-    for (const char *p = data ? data : ""; *p;) {
-      const char *nl = strchr(p, '\n');
-      size_t n = nl ? (size_t)(nl - p) : strlen(p);
-      char *line = strndup(p, n);
-      printf("op #%lld %s| ", op, stream);
-      print_whole(line);
-      putchar('\n');
-      free(line);
-      p += n + (nl ? 1 : 0);
-      if (*p) stamp();
-    }
-    if (json_integer_value(json_object_get(d, "skipped")) > 0)
-      printf("op #%lld %s| (%lld bytes not shown)\n", op, stream,
-             (long long)json_integer_value(json_object_get(d, "skipped")));
   } else if (strcmp(name, "jailbox:approval_request") == 0 &&
              json_is_string(json_object_get(d, "description"))) {
     /* mkdir, move, delete: what the op will do, whole (destination, recursive) */
@@ -421,6 +508,10 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
     }
     jb_sio_run(s);
     jb_sio_free(s);
+    if (!o->json) { /* output lines still waiting for their end */
+      parts_flush(0);
+      fflush(stdout);
+    }
     if (w.refused && !w.connected) {
       /* a token the socket refuses but the REST API accepts (a service token): poll */
       json_t *probe = NULL;

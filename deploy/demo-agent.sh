@@ -2,9 +2,13 @@
 # demo-agent.sh — the scripted agent of the quickstart: it speaks MCP (JSON-RPC 2.0 over stdio)
 # to `jailboxctl mcp-bridge`, exactly as any MCP client would, and does a small job on the
 # workspace: lists the tree, reads a few files, proposes one change (a supervised write the
-# buyer must approve) and one write the content scanner must refuse, then signals done.
+# buyer must approve) and one write the content scanner must refuse, then builds the library
+# and runs its tests with `exec` inside the walls (each command held for the buyer, who watches
+# its output live; the session's image must have a toolchain: jailbox-sandbox-build), then
+# signals done.
 #   demo-agent.sh JOB            (JAILBOXCTL, JAILBOX_URL / JAILBOX_WS_URL, JAILBOX_AGENT_TOKEN)
-# Exit status 0 only when every step answered as expected.
+# Exit status 0 only when every step answered as expected: a build or a test that fails inside
+# the walls (a non-zero exit, a timeout, a failed or erroneous test) fails the script.
 set -euo pipefail
 JOB=$1
 CTL=${JAILBOXCTL:-jailboxctl}
@@ -19,13 +23,14 @@ OUT=${BRIDGE[0]}
 ID=0
 REPLY_JSON=""
 
-# rpc METHOD PARAMS_JSON: one request, its answer in REPLY_JSON (waits up to 120 s: a
-# supervised write stays open until the buyer decides)
+# rpc METHOD PARAMS_JSON: one request, its answer in REPLY_JSON (waits up to WAIT seconds,
+# default 120: a supervised write stays open until the buyer decides, an exec until its
+# command has ended)
 rpc() {
   ID=$((ID + 1))
   jq -nc --argjson id "$ID" --arg m "$1" --argjson p "$2" '{jsonrpc:"2.0",id:$id,method:$m,params:$p}' >&"$IN"
-  if ! read -r -t 120 REPLY_JSON <&"$OUT"; then
-    echo "demo-agent: no answer to $1 within 120 s" >&2
+  if ! read -r -t "${WAIT:-120}" REPLY_JSON <&"$OUT"; then
+    echo "demo-agent: no answer to $1 within ${WAIT:-120} s" >&2
     exit 1
   fi
   if [ "$(jq -r .id <<<"$REPLY_JSON")" != "$ID" ]; then
@@ -76,7 +81,59 @@ if [ "$(jq -r '.result.structuredContent.error.reason // empty' <<<"$REPLY_JSON"
 fi
 say "write tools/bootstrap-deps.sh -> REFUSED ($(jq -r '.result.structuredContent.error.code' <<<"$REPLY_JSON") flagged): $(jq -r '.result.content[0].text' <<<"$REPLY_JSON" | cut -c1-120)"
 
-call done '{"summary":"Added a build note to ReadMe.md."}'
+# the build and the library's tests, inside the walls: each `exec` gets a fresh jail with the
+# workspace writable, and waits for the buyer's approval first
+# run LABEL TIMEOUT_S COMMAND [KEEP]: runs COMMAND, its result in REPLY_JSON and RES; a
+# command that does not exit 0 ends the script with its last lines of output (with KEEP only
+# once the caller has looked at its output: RAN_OK is false)
+RES=""
+RAN_OK=""
+run() {
+  say "exec $1: \`$3\` (workspace writable, timeout $2 s) -> waits for the buyer's approval"
+  WAIT=$(($2 + 300)) call exec "$(jq -nc --arg c "$3" --argjson t "$2" '{command:$c,writable:true,timeoutSec:$t}')"
+  must_ok "exec $1"
+  RES=$(jq -c '.result.structuredContent' <<<"$REPLY_JSON")
+  say "exec $1 -> $(jq -r '(.changes // []) as $c
+    | "exit \(.exitCode // "none")\(if .signal then " (" + .signal + ")" else "" end)" +
+      "\(if .timedOut then ", TIMED OUT" else "" end) in \(.durationMs / 100 | round / 10) s, " +
+      "stdout \(.stdoutBytes // (.stdout | length)) bytes, stderr \(.stderrBytes // (.stderr | length)) bytes; " +
+      "the workspace: \(.changesTotal // ($c | length)) changes (\([$c[] | select(.change == "added")] | length) added, " +
+      "\([$c[] | select(.change == "modified")] | length) modified, \([$c[] | select(.change == "deleted")] | length) deleted)"' <<<"$RES")"
+  RAN_OK=$(jq -r '.exitCode == 0 and (.timedOut | not)' <<<"$RES")
+  if [ "$RAN_OK" != true ]; then
+    echo "demo-agent: $1 FAILED inside the walls: $(jq -c '{exitCode, signal, timedOut, durationMs}' <<<"$RES")" >&2
+    jq -j '.stdout' <<<"$RES" | tail -15 | sed 's/^/  stdout| /' >&2
+    jq -j '.stderr' <<<"$RES" | tail -15 | sed 's/^/  stderr| /' >&2
+    [ -n "${4:-}" ] || exit 1
+  fi
+}
+# a tree from the project's git tag (Debian's libyaml) has configure.ac but no configure
+call stat '{"path":"configure"}'
+must_ok "stat configure"
+if [ "$(jq -r '.result.structuredContent.exists' <<<"$REPLY_JSON")" = false ]; then
+  BUILD='./bootstrap && ./configure && make'
+  say "stat configure -> does not exist: the tree needs autoreconf first (./bootstrap)"
+else
+  BUILD='./configure && make'
+  say "stat configure -> $(jq -r '.result.structuredContent.size' <<<"$REPLY_JSON") bytes"
+fi
+run build 600 "$BUILD"
+say "build: the library -> $(jq -r '[.changes[] | select(.change == "added") | .path | select(test("(^|/)[^/]*\\.(la|so[.0-9]*|a)$"))] | join(" ")' <<<"$RES" | cut -c1-160)"
+run tests 600 'make check' keep
+# automake's test driver ends with its summary: "# TOTAL: N", "# PASS: N", ... "# ERROR: N"
+SUMMARY=$(jq -r '.stdout' <<<"$RES" | sed -n 's/^# \(TOTAL\|PASS\|SKIP\|XFAIL\|FAIL\|XPASS\|ERROR\): *\([0-9][0-9]*\)$/\1 \2/p' | tr '\n' ' ')
+count() { awk -v k="$1" '{ for (i = 1; i < NF; i += 2) if ($i == k) { print $(i + 1); f = 1 } } END { if (!f) print 0 }' <<<"$SUMMARY"; }
+TOTAL=$(count TOTAL)
+PASS=$(count PASS)
+BAD=$(($(count FAIL) + $(count XPASS) + $(count ERROR)))
+say "tests -> $(jq -r '.stdout' <<<"$RES" | grep -E '^(PASS|FAIL|XFAIL|XPASS|SKIP|ERROR): ' | tr '\n' ' ')"
+say "tests -> summary: ${SUMMARY:-none}"
+if [ "$RAN_OK" != true ] || [ "$TOTAL" = 0 ] || [ "$PASS" = 0 ] || [ "$BAD" != 0 ]; then
+  echo "demo-agent: the library's tests did not all pass (summary: ${SUMMARY:-none})" >&2
+  exit 1
+fi
+
+call done "$(jq -nc --arg s "Added a build note to ReadMe.md; built the library ($BUILD) and ran its tests (make check): $PASS of $TOTAL passed." '{summary:$s}')"
 must_ok done
 say "done -> $(jq -c '.result.structuredContent' <<<"$REPLY_JSON" | cut -c1-120)"
 exec {IN}>&-

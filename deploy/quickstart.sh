@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Quickstart: on a fresh Debian 12 machine, as root — installs what is missing, builds,
-# builds the sandbox image, starts dockerd with runsc, starts jailboxd with its embedded
-# defaults (its own PostgreSQL under the state directory, one worker), then runs one real
-# session (deploy/demo.sh): a scripted MCP agent works on the source of Debian's libyaml
-# through `jailboxctl mcp-bridge` while this script plays the buyer with jailboxctl.
-# jailboxd keeps running; the last lines say how to stop it. DEMO=0 skips the session.
+# builds the two sandbox images (the minimal one, and the one with a Debian userland and a
+# toolchain: debootstrapped on the first run, a few minutes, then taken from var/sandbox-image/),
+# starts dockerd with runsc, starts jailboxd with its embedded defaults (its own PostgreSQL
+# under the state directory, one worker), then runs one real session (deploy/demo.sh): a
+# scripted MCP agent works on the source of Debian's libyaml through `jailboxctl mcp-bridge`,
+# builds it and runs its tests inside the walls, while this script plays the buyer with
+# jailboxctl. jailboxd keeps running; the last lines say how to stop it. DEMO=0 skips the
+# session. JAILBOX_SANDBOX_IMAGE and JAILBOX_BUILD_IMAGE name the two images (defaults
+# jailbox-sandbox:latest and jailbox-sandbox-build:latest, jailboxd's defaults); when either
+# is set, jailboxd's allowlist (JAILBOX_SANDBOX_IMAGES, unless set too) is the two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -14,9 +19,18 @@ T_START=$(date +%s.%N)
 echo "== building"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null
-echo "== Docker and the sandbox image (the walls)"
+echo "== Docker and the sandbox images (the walls)"
 ./deploy/start-dockerd.sh
-./deploy/sandbox-image/build.sh --shim "$ROOT/build/jailbox-shim"
+MIN_IMAGE=${JAILBOX_SANDBOX_IMAGE:-jailbox-sandbox:latest}
+BUILD_IMAGE=${JAILBOX_BUILD_IMAGE:-jailbox-sandbox-build:latest}
+./deploy/sandbox-image/build.sh --shim "$ROOT/build/jailbox-shim" --tag "$MIN_IMAGE"
+T_IMG=$(date +%s)
+./deploy/sandbox-image/build.sh --userland --shim "$ROOT/build/jailbox-shim" --tag "$BUILD_IMAGE"
+echo "   (the userland image: $(($(date +%s) - T_IMG)) s)"
+IMAGE_ENV=()
+if [ -n "${JAILBOX_SANDBOX_IMAGE:-}${JAILBOX_BUILD_IMAGE:-}" ]; then
+  IMAGE_ENV=(JAILBOX_SANDBOX_IMAGE="$MIN_IMAGE" JAILBOX_SANDBOX_IMAGES="${JAILBOX_SANDBOX_IMAGES:-$MIN_IMAGE,$BUILD_IMAGE}")
+fi
 
 # The embedded cluster runs as the unprivileged user 'jailbox', which must reach the state
 # directory; a checkout under a private home (e.g. /root) falls back to /var/lib/jailbox.
@@ -39,7 +53,7 @@ fi
 
 [ -f "$LOG" ] && mv -f "$LOG" "$LOG.1"
 echo "== starting jailboxd (state: $STATE, log: $LOG)"
-JAILBOX_STATE_DIR="$STATE" JAILBOX_LISTEN="$LISTEN" JAILBOX_WORKSPACE_ROOT="$WSROOT" setsid "$ROOT/build/jailboxd" >>"$LOG" 2>&1 < /dev/null &
+env ${IMAGE_ENV[@]+"${IMAGE_ENV[@]}"} JAILBOX_STATE_DIR="$STATE" JAILBOX_LISTEN="$LISTEN" JAILBOX_WORKSPACE_ROOT="$WSROOT" setsid "$ROOT/build/jailboxd" >>"$LOG" 2>&1 < /dev/null &
 echo $! > "$PIDFILE"
 
 URL=""
@@ -58,8 +72,8 @@ WS_URL=ws://$(grep -o '"msg":"ws listening","addr":"[^"]*' "$LOG" | tail -1 | se
 
 if [ "${DEMO:-1}" != 0 ]; then
   echo
-  echo "== one real session: a scripted agent on Debian's libyaml source, you as the buyer"
-  JAILBOX_URL=$URL JAILBOX_WS_URL=$WS_URL JAILBOX_SERVICE_TOKEN=$(cat "$STATE/service.token") \
+  echo "== one real session: a scripted agent on Debian's libyaml source (edits, a build and its tests inside the walls), you as the buyer"
+  DEMO_IMAGE=$BUILD_IMAGE JAILBOX_URL=$URL JAILBOX_WS_URL=$WS_URL JAILBOX_SERVICE_TOKEN=$(cat "$STATE/service.token") \
     JAILBOX_WORKSPACE_ROOT="$WSROOT" JAILBOXCTL="$ROOT/build/jailboxctl" DEMO_CACHE="$STATE/demo-src" \
     ./deploy/demo.sh
 fi

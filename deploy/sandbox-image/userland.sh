@@ -4,12 +4,13 @@
 # Run it as `build.sh --userland [...]` or directly.
 #
 #   debootstrap --variant=minbase of Debian bookworm, with the packages in PACKAGES (the
-#   toolchain for the agent's commands; bubblewrap for Wall 3; util-linux, essential in
-#   minbase, brings setpriv), trimmed: no package lists or .debs, no documentation but the
-#   copyright files, no man or info pages, no translations, no logs, no device nodes, no
-#   set-user-id or set-group-id bits, no ldconfig aux-cache (so that two debootstraps of the
-#   same package versions give the same files). That root is cached as a tar under the checkout's
-#   var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
+#   toolchain for the agent's commands, with autoconf, automake and libtool for source trees
+#   that ship configure.ac but no configure script, as Debian's libyaml does; bubblewrap for
+#   Wall 3; util-linux, essential in minbase, brings setpriv), trimmed: no package lists or
+#   .debs, no documentation but the copyright files, no man or info pages, no translations, no
+#   logs, no device nodes, no set-user-id or set-group-id bits, no ldconfig aux-cache (so
+#   that two debootstraps of the same package versions give the same files). That root is
+#   cached as a tar under the checkout's var/sandbox-image/ (or --cache DIR), named by a key over the suite, the architecture, the
 #   variant, the package list and the trimming recipe (with the manifest of its files and
 #   bubblewrap's version beside it): a later build downloads nothing.
 #   Added on top: the static shim at /opt/jailbox/bin/jailbox-shim (--shim, default
@@ -37,7 +38,7 @@ CACHE="$ROOT/var/sandbox-image"
 MIRROR=http://deb.debian.org/debian
 SUITE=bookworm
 VARIANT=minbase
-PACKAGES=(build-essential git python3 make pkg-config ca-certificates bubblewrap)
+PACKAGES=(build-essential git python3 make pkg-config ca-certificates bubblewrap autoconf automake libtool)
 # Bump when the trimming below changes, so that an older cached root is not reused.
 RECIPE=2
 REFRESH=""
@@ -111,7 +112,7 @@ if [ -n "$REFRESH" ] || ! cached; then
     tail -20 "$BASE.log" >&2; say "debootstrap failed"; exit 1
   fi
   for p in /usr/bin/bwrap /usr/bin/setpriv /usr/bin/gcc /usr/bin/make /usr/bin/git /usr/bin/python3 \
-      /usr/bin/pkg-config /bin/sh; do
+      /usr/bin/pkg-config /usr/bin/autoreconf /usr/bin/libtoolize /bin/sh; do
     [ -x "$STAGE/rootfs$p" ] || { say "debootstrap left no $p"; exit 1; }
   done
   chroot "$STAGE/rootfs" /usr/bin/bwrap --version | head -1 > "$STAGE/bwrap-version"

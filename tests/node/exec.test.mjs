@@ -312,6 +312,41 @@ test('jailboxctl: watch shows an exec approval request and its output as safe te
   }
 });
 
+test('jailboxctl watch: a line cut across two output events is printed whole, a last line without newline when the op ends', { timeout: 60000 }, async (t) => {
+  if (!runs) return t.skip('no spawner on this worker');
+  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: 'ws://' + K.wsAddr, JAILBOX_TOKEN: U.buyerToken };
+  const w = spawn(CTL, ['watch', U.jobId], { env });
+  let out = '';
+  w.stdout.on('data', (d) => { out += d; });
+  try {
+    await K.waitFor('watch connected', () => /state (active|awaiting_agent)/.test(out), 20000);
+    // the sleeps put each part in an event of its own (events are at most one per 50 ms)
+    const parts = [];
+    const seen = (p) => { if (p.jobId === U.jobId) parts.push(p); };
+    buyerU.on('jailbox:exec_output', seen);
+    const r = await K.call(agentU, 'exec', {
+      command: "printf 'checking for a... '; sleep 0.4; echo yes; echo whole; printf 'no '; sleep 0.4; printf 'newline at the end'" });
+    buyerU.off('jailbox:exec_output', seen);
+    assert.ok(!toolFailure(r), JSON.stringify(r).slice(0, 300));
+    assert.equal(r.result.structuredContent.stdout, 'checking for a... yes\nwhole\nno newline at the end');
+    const opId = parts[0]?.opId;
+    assert.ok(parts.length >= 3, 'the output came in several events: ' + JSON.stringify(parts));
+    assert.equal(parts[0].data, 'checking for a... ', 'the first event ends mid-line');
+    await K.waitFor('the op shown as ended', () => new RegExp(`op #${opId} exec .*: done — exit 0`).test(out), 10000);
+    const lines = out.split('\n').filter((l) => l.includes(`op #${opId} `));
+    const text = lines.map((l) => l.replace(/^\d\d:\d\d:\d\d\.\d{3} /, ''));
+    assert.deepEqual(text.filter((l) => l.includes('stdout|')), [
+      `op #${opId} stdout| checking for a... yes`,
+      `op #${opId} stdout| whole`,
+      `op #${opId} stdout| no newline at the end`,
+    ], out);
+    // the unfinished last line comes before the op's end
+    assert.ok(text.findIndex((l) => l.includes('newline at the end')) < text.findIndex((l) => / exec .*: done/.test(l)), out);
+  } finally {
+    w.kill();
+  }
+});
+
 test('audit entries: what ran and how it ended, hashes and byte counts, never the output', async (t) => {
   if (!runs) return t.skip('no spawner on this worker');
   const ex = await srv.req('GET', `/v1/jailbox/${U.jobId}/audit`, { token: srv.serviceToken });
