@@ -47,13 +47,19 @@ export JAILBOX_URL=http://127.0.0.1:$JB_PORT JAILBOX_WS_URL=ws://$WS_ADDR
 export JAILBOX_SERVICE_TOKEN=$(cat "$T/state/service.token")
 export JAILBOX_WORKSPACE_ROOT=$WSROOT DEMO_CACHE=$T/cache DEMO_FALLBACK_SRC=$FB JAILBOXCTL DEMO_IMAGE=$BUILD_IMAGE
 
+# The sanitizer build runs the same flow on the small tree (real autoreconf, configure, make and
+# make check, in minutes less than libyaml's under gVisor); the release build on libyaml's.
+if [ "${JB_QUICKSTART_TREE:-libyaml}" = small ]; then export DEMO_SRC=$FB; fi
+
 t0=$(date +%s)
 OUT=$("$ROOT/deploy/demo.sh" 2>&1)
 rc=$?
 echo "# the demo session took $(($(date +%s) - t0)) s" 
 printf '%s\n' "$OUT" | sed 's/^/    | /'
 check "the demo session succeeds" 0 "$rc"
-if printf '%s' "$OUT" | grep -q '^FALLBACK'; then
+if [ -n "${DEMO_SRC:-}" ]; then
+  check_match "the workspace is the small tree (JB_QUICKSTART_TREE=small)" 'the tree given in DEMO_SRC' "$OUT"
+elif printf '%s' "$OUT" | grep -q '^FALLBACK'; then
   echo "# NOTE: apt-get source libyaml was not reachable; the local fallback tree was used"
 else
   check_match "the workspace is Debian's libyaml source" 'downloaded with apt-get source libyaml|cached: .*/libyaml-' "$OUT"
