@@ -308,6 +308,20 @@ const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op 
   return NULL;
 }
 
+/* Appends the `n` bytes at `s` to the glob `out` (room `cap`, length *len) as literal text:
+ * fnmatch(3)'s special characters * ? [ ] \ each get a backslash, so that a path naming a
+ * directory "*" or "[a-z]" stands for that directory alone. false when it does not fit. */
+static bool glob_literal(char *out, size_t cap, size_t *len, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    bool special = strchr("*?[]\\", s[i]) != NULL && s[i] != '\0';
+    if (*len + (special ? 2 : 1) >= cap) return false;
+    if (special) out[(*len)++] = '\\';
+    out[(*len)++] = s[i];
+  }
+  out[*len] = '\0';
+  return true;
+}
+
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize) {
   if (!op->tool || !in_list(op->tool, rule_tools))
     return fail(msg, msize, "only a write, edit, mkdir, move, delete or exec can allow similar");
@@ -328,11 +342,12 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
                   "path; use \"extension\" or \"session\"",
                   path);
     }
-    if ((size_t)(slash - path) + 3 > JB_RULE_GLOB_MAX) {
+    size_t gl = 0;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX - 2, &gl, path, (size_t)(slash - path))) {
       json_decref(r);
       return fail(msg, msize, "the directory is too long for a rule");
     }
-    snprintf(glob, sizeof glob, "%.*s/**", (int)(slash - path), path);
+    memcpy(glob + gl, "/**", 4);
     json_object_set_new(r, "path", json_string(glob));
   } else if (key && !strcmp(key, "extension")) {
     const char *name = slash ? slash + 1 : path;
@@ -341,15 +356,19 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
       json_decref(r);
       return fail(msg, msize, "%.200s has no extension to allow similar by", path);
     }
-    int dlen = slash ? (int)(slash - path) : 0;
-    if ((size_t)dlen + strlen(dot) + 6 > JB_RULE_GLOB_MAX) {
+    /* anchored at the root when the file is there: the workspace root's files */
+    size_t gl = 0;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX + 1, &gl, path, slash ? (size_t)(slash - path) : 0) ||
+        gl + 6 > JB_RULE_GLOB_MAX) {
       json_decref(r);
       return fail(msg, msize, "the path is too long for a rule");
     }
-    if (slash)
-      snprintf(glob, sizeof glob, "%.*s/**/*%s", dlen, path, dot);
-    else
-      snprintf(glob, sizeof glob, "/*%s", dot); /* anchored: the workspace root's files */
+    memcpy(glob + gl, slash ? "/**/*" : "/*", slash ? 6 : 3);
+    gl += slash ? 5 : 2;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX + 1, &gl, dot, strlen(dot))) {
+      json_decref(r);
+      return fail(msg, msize, "the path is too long for a rule");
+    }
     json_object_set_new(r, "path", json_string(glob));
   } else if (key && !strcmp(key, "command")) {
     if (strcmp(op->tool, "exec") || !op->argv || op->command) {
@@ -361,6 +380,18 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
     json_t *prefix = json_array();
     for (size_t i = 0; i < 2 && i < json_array_size(op->argv); i++)
       json_array_append(prefix, json_array_get(op->argv, i));
+    const char *a1 = json_string_value(json_array_get(op->argv, 1));
+    /* ["git","-c"] would allow every "git -c core.pager=…" (an interpreter's prefix is refused
+     * by the check below, with its own words) */
+    if (a1 && a1[0] == '-' && !jb_argv_prefix_is_interpreter(prefix)) {
+      json_decref(prefix);
+      json_decref(r);
+      return fail(msg, msize,
+                  "allowSimilar \"command\" keeps the program and its first argument, and "
+                  "\"%.100s\" is an option: the rule would allow any command it configures; "
+                  "add a rule with a longer argvPrefix",
+                  a1);
+    }
     json_object_set_new(r, "argvPrefix", prefix);
   } else if (key && !strcmp(key, "session")) {
     json_object_set_new(r, "broad", json_true());

@@ -9,7 +9,8 @@
  *   path        a glob with the exclusion matcher's .gitignore semantics (lib/pathcheck.h
  *               jb_path_excluded: a glob names a path and everything below it, "**" any number
  *               of directories, a glob without '/' is tried on every component's name, case is
- *               ignored), 1..1024 bytes; a move matches when source and destination both do;
+ *               ignored; a backslash makes the next character literal), 1..1024 bytes;
+ *               a move matches when source and destination both do;
  *               an exec's path is its working directory
  *   argvPrefix  exec only: 1..64 strings the op's argv must start with
  *   command     exec only: the op's shell command text, exactly
@@ -88,7 +89,10 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
  *   extension  path "D/" "**" "/" "*.EXT" for its directory D and its extension (a file at
  *              the root: "/" "*.EXT", the root's files; no extension: refused)
  *   command    exec only: argvPrefix argv[0..1] (argv[0] alone for a one-item argv); refused
- *              for a shell command and for an interpreter prefix
+ *              for a shell command, for an interpreter prefix and when argv[1] is an option
+ *              ("-c", "--exec": the prefix would allow whatever the option configures)
+ * The op's directory and file name enter the glob as literal text (* ? [ ] \ escaped with a
+ * backslash): a directory named "*" gives a rule for that directory, not for every one.
  *   session    every op of that tool in this session (broad) */
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize);
 

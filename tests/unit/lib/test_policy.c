@@ -236,6 +236,44 @@ static void similar(void **state) {
   assert_null(jb_rule_similar(&op, "everything", msg, sizeof msg));
 }
 
+/* The op's path is text, not a glob: a directory the agent named "*", "**" or "[a-z]" gives a
+ * rule for that directory only; an option after the program is no command to allow by. */
+static void similar_literal(void **state) {
+  (void)state;
+  static const struct {
+    const char *path, *key, *glob, *same, *other;
+  } cases[] = {
+      {"*/x.c", "directory", "\\*/**", "*/y.sh", "etc/evil.sh"},
+      {"**/x.c", "directory", "\\*\\*/**", "**/y", "a/b/evil.sh"},
+      {"[a-z]/x.c", "directory", "\\[a-z\\]/**", "[a-z]/y", "q/evil.sh"},
+      {"a?/x.c", "directory", "a\\?/**", "a?/y", "ab/y"},
+      {"b\\/x.c", "directory", "b\\\\/**", "b\\/y", "b/y"},
+      {"src/x.*", "extension", "src/**/*.\\*", "src/d/y.*", "src/y.sh"},
+      {"*.c", "extension", "/*.c", "y.c", "sub/y.c"},
+      {"x.[ch]", "extension", "/*.\\[ch\\]", "y.[ch]", "y.c"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct jb_rule_op op = {.tool = "write", .path = cases[i].path, .size = 1};
+    json_t *r = jb_rule_similar(&op, cases[i].key, msg, sizeof msg);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "path")), cases[i].glob);
+    struct jb_rule_op o = {.tool = "write", .path = cases[i].same, .size = 1};
+    assert_true(jb_rule_matches(r, &o, NOW));
+    o.path = cases[i].other;
+    assert_false(jb_rule_matches(r, &o, NOW));
+    json_decref(r);
+  }
+  json_t *argv = json_pack("[s,s,s,s]", "git", "-c", "core.pager=sh -c id", "log");
+  struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  assert_non_null(strstr(msg, "option"));
+  json_decref(argv);
+  argv = json_pack("[s,s]", "make", "-f/dev/stdin");
+  op.argv = argv;
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  json_decref(argv);
+}
+
 static void policy_file(void **state) {
   (void)state;
   const char *good =
@@ -269,7 +307,8 @@ static void policy_file(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(validation), cmocka_unit_test(lists),       cmocka_unit_test(matching),
-      cmocka_unit_test(similar),    cmocka_unit_test(policy_file),
+      cmocka_unit_test(similar),
+      cmocka_unit_test(similar_literal),    cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
