@@ -306,9 +306,9 @@ static void policy_file(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(validation), cmocka_unit_test(lists),       cmocka_unit_test(matching),
-      cmocka_unit_test(similar),
-      cmocka_unit_test(similar_literal),    cmocka_unit_test(policy_file),
+      cmocka_unit_test(validation),      cmocka_unit_test(lists),
+      cmocka_unit_test(matching),        cmocka_unit_test(similar),
+      cmocka_unit_test(similar_literal), cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
