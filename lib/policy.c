@@ -266,12 +266,19 @@ json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, 
   return out;
 }
 
-/* Whether `path` is matched by `glob` as an exclusion glob would match it. */
-static bool glob_matches(const char *glob, const char *path) {
-  json_t *one = json_pack("[s]", glob);
-  bool hit = one && jb_path_excluded(path, one, NULL);
-  json_decref(one);
-  return hit;
+/* Whether `path` is matched by `glob` of a rule whose effect is `eff`. A deny or an ask rule
+ * matches as an exclusion glob does (case ignored, everything below a match named; out of
+ * memory matches): it errs towards asking. An allow rule errs the other way: case counts
+ * ("src/" "**" does not allow "SRC/x", another directory on a case-sensitive file system),
+ * and the glob names what is below a match only when its last component is a plain name or
+ * "**" ("src" allows "src/a/b"; "*.c" allows "a/b.c" but not "x.c/evil.sh"; "src/" "*" the
+ * files and directories right in src, not below them); out of memory matches nothing. */
+static bool glob_matches(const char *glob, const char *path, enum jb_rule_effect eff) {
+  if (eff != JB_RULE_ALLOW) return jb_path_glob_match(path, glob, JB_GLOB_CASEFOLD | JB_GLOB_BELOW);
+  const char *last = strrchr(glob, '/');
+  last = last ? last + 1 : glob;
+  bool below = !last[0] || !strcmp(last, "**") || !last[strcspn(last, "*?[\\")];
+  return jb_path_glob_match(path, glob, below ? JB_GLOB_BELOW : 0) == 1;
 }
 
 bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now) {
@@ -282,8 +289,12 @@ bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long 
   if (exp && (jb_rule_parse_time(exp, &t) < 0 || t <= now)) return false;
   const char *glob = json_string_value(json_object_get(rule, "path"));
   if (glob) {
-    if (!op->path || !glob_matches(glob, op->path)) return false;
-    if (op->dest && !glob_matches(glob, op->dest)) return false;
+    enum jb_rule_effect eff = jb_rule_effect_of(rule);
+    bool src = op->path && glob_matches(glob, op->path, eff);
+    bool dst = op->dest && glob_matches(glob, op->dest, eff);
+    /* a move: an allow needs both ends; a deny or an ask holds either end (moving a file out
+     * of a denied directory, or into it, is what the deny is about) */
+    if (eff == JB_RULE_ALLOW ? !src || (op->dest && !dst) : !src && !dst) return false;
   }
   json_t *max = json_object_get(rule, "maxBytes");
   if (max && (op->size < 0 || op->size > json_integer_value(max))) return false;

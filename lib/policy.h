@@ -10,7 +10,10 @@
  *               jb_path_excluded: a glob names a path and everything below it, "**" any number
  *               of directories, a glob without '/' is tried on every component's name, case is
  *               ignored; a backslash makes the next character literal), 1..1024 bytes;
- *               a move matches when source and destination both do;
+ *               (an allow rule's glob: case counts, and it names what is below a match
+ *               only when its last component is a plain name or "**");
+ *               a move matches an allow rule when source and destination both do, a deny
+ *               or an ask rule when either does;
  *               an exec's path is its working directory
  *   argvPrefix  exec only: 1..64 strings the op's argv must start with
  *   command     exec only: the op's shell command text, exactly

@@ -138,8 +138,8 @@ static void matching(void **state) {
   assert_non_null(rules);
   struct jb_rule_op op = {.tool = "write", .path = "src/a/b.c", .size = 5};
   assert_string_equal(decide(rules, &op), "src");
-  op.path = "SRC/x.c"; /* case is ignored, as the exclusion matcher ignores it */
-  assert_string_equal(decide(rules, &op), "src");
+  op.path = "SRC/x.c"; /* an allow rule's case counts: another directory */
+  assert_string_equal(decide(rules, &op), "default");
   op.path = "src/keys/k.pem"; /* the deny before it wins */
   assert_string_equal(decide(rules, &op), "no-secrets");
   op.path = "tests/a.c";
@@ -274,6 +274,47 @@ static void similar_literal(void **state) {
   json_decref(argv);
 }
 
+/* An allow rule errs towards asking: case counts and a wildcard last component names no
+ * directory's contents; a deny or an ask rule errs towards holding, on either end of a move. */
+static void allow_narrow_deny_wide(void **state) {
+  (void)state;
+  json_t *allow = json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "src/**",
+                            "effect", "allow");
+  struct jb_rule_op op = {.tool = "write", .path = "src/a.c", .size = 1};
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.path = "SRC/evil.sh"; /* another directory on a case-sensitive file system */
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  op.path = "Src/a.c";
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  allow =
+      json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "/*.c", "effect", "allow");
+  op.path = "x.c";
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.path = "x.c/evil.sh"; /* a directory named like a C file */
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  allow =
+      json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "src", "effect", "allow");
+  op.path = "src/a/b.c"; /* a plain name still names its directory's contents */
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  json_t *deny = json_pack("{s:s,s:s,s:s,s:s}", "id", "d", "tool", "write", "path", "secrets/**",
+                           "effect", "deny");
+  op.path = "SECRETS/k";
+  assert_true(jb_rule_matches(deny, &op, NOW));
+  json_decref(deny);
+  deny = json_pack("{s:s,s:s,s:s,s:s}", "id", "d", "tool", "move", "path", "keep/**", "effect",
+                   "deny");
+  op = (struct jb_rule_op){.tool = "move", .path = "keep/a", .dest = "out/a", .size = -1};
+  assert_true(jb_rule_matches(deny, &op, NOW)); /* out of the denied directory */
+  op = (struct jb_rule_op){.tool = "move", .path = "in/a", .dest = "keep/a", .size = -1};
+  assert_true(jb_rule_matches(deny, &op, NOW)); /* into it */
+  op = (struct jb_rule_op){.tool = "move", .path = "in/a", .dest = "out/a", .size = -1};
+  assert_false(jb_rule_matches(deny, &op, NOW));
+  json_decref(deny);
+}
+
 static void policy_file(void **state) {
   (void)state;
   const char *good =
@@ -308,7 +349,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(validation),      cmocka_unit_test(lists),
       cmocka_unit_test(matching),        cmocka_unit_test(similar),
-      cmocka_unit_test(similar_literal), cmocka_unit_test(policy_file),
+      cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
+      cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
