@@ -67,6 +67,16 @@ static const json_t *operator_rule(const char *id) {
   return NULL;
 }
 
+const char *jb_policy_operator_id_in(const json_t *rules) {
+  size_t i;
+  json_t *r;
+  json_array_foreach ((json_t *)rules, i, r) {
+    const char *id = json_string_value(json_object_get(r, "id"));
+    if (id && operator_rule(id)) return id;
+  }
+  return NULL;
+}
+
 /* The rules that decide in session order: the operator's locked ones, `session` (stolen), the
  * operator's others. New. */
 static json_t *with_operator(json_t *session) {
@@ -148,16 +158,12 @@ void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t 
     reply_error(out, 400, "bad_request", msg);
     return;
   }
-  size_t i;
-  json_t *r;
-  json_array_foreach (rules, i, r) {
-    const char *id = json_string_value(json_object_get(r, "id"));
-    if (operator_rule(id)) {
-      snprintf(msg, sizeof msg, "rule id \"%s\" is the operator's", id);
-      reply_error(out, 409, "conflict", msg);
-      json_decref(rules);
-      return;
-    }
+  const char *id = jb_policy_operator_id_in(rules);
+  if (id) {
+    snprintf(msg, sizeof msg, "rule id \"%s\" is the operator's", id);
+    reply_error(out, 409, "conflict", msg);
+    json_decref(rules);
+    return;
   }
   store(app, c, job, rules, "buyer", 0, out);
   json_decref(rules);
