@@ -47,6 +47,10 @@ static json_t *fail(char *msg, size_t msize, const char *fmt, ...) {
 int jb_rule_parse_time(const char *s, long long *out) {
   struct tm tm = {0};
   int n = 0;
+  /* the digits where RFC 3339 puts them (sscanf alone would take "+1" or " 1" for a month) */
+  static const char shape[] = "dddd-dd-ddTdd:dd:dd";
+  for (size_t i = 0; s && i < sizeof shape - 1; i++)
+    if (shape[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != shape[i]) return -1;
   if (!s ||
       sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
              &tm.tm_min, &tm.tm_sec, &n) != 6 ||
@@ -65,8 +69,11 @@ int jb_rule_parse_time(const char *s, long long *out) {
     return -1;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
+  struct tm want = tm;
   time_t t = timegm(&tm);
   if (t == (time_t)-1) return -1;
+  /* a day the month does not have ("2026-02-31") is refused, not moved into March */
+  if (tm.tm_mday != want.tm_mday || tm.tm_mon != want.tm_mon) return -1;
   *out = (long long)t;
   return 0;
 }

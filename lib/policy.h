@@ -108,7 +108,8 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
 json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
                              char *msg, size_t msize);
 
-/* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" into seconds since the epoch: 0, or -1. */
+/* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" (RFC 3339, UTC; digits only, a day the month
+ * has) into seconds since the epoch: 0, or -1. */
 int jb_rule_parse_time(const char *s, long long *out);
 
 #endif

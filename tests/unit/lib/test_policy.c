@@ -315,6 +315,20 @@ static void allow_narrow_deny_wide(void **state) {
   json_decref(deny);
 }
 
+/* An expiry is a real UTC time: no day a month lacks, no sign or blank in a field. */
+static void expiry_times(void **state) {
+  (void)state;
+  long long t = 0;
+  assert_int_equal(jb_rule_parse_time("2028-02-29T00:00:00Z", &t), 0); /* a leap day */
+  assert_int_equal(jb_rule_parse_time("2026-12-03T10:00:00.5+00:00", &t), 0);
+  const char *bad[] = {"2026-02-31T00:00:00Z", "2027-02-29T00:00:00Z",      "2026-04-31T00:00:00Z",
+                       "2026-+1-03T10:00:00Z", "2026-1-03T10:00:00Z",       "2026-12- 3T10:00:00Z",
+                       "2026-12-03T10:00:00",  "2026-12-03T10:00:00+01:00", "2026-12-03 10:00:00Z",
+                       "+2026-12-03T10:00:00Z"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(jb_rule_parse_time(bad[i], &t), -1);
+}
+
 static void policy_file(void **state) {
   (void)state;
   const char *good =
@@ -350,7 +364,7 @@ int main(void) {
       cmocka_unit_test(validation),      cmocka_unit_test(lists),
       cmocka_unit_test(matching),        cmocka_unit_test(similar),
       cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
-      cmocka_unit_test(policy_file),
+      cmocka_unit_test(expiry_times),    cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
