@@ -86,9 +86,11 @@ static const char *base_name(const char *s) {
 bool jb_argv_prefix_is_interpreter(const json_t *prefix) {
   /* programs that run whatever their arguments say */
   static const char *const launchers[] = {
-      "env",    "xargs",  "sudo", "doas",    "nice",    "nohup",   "timeout", "time",    "busybox",
-      "exec",   "eval",   "su",   "chroot",  "setsid",  "stdbuf",  "ionice",  "flock",   "watch",
-      "strace", "ltrace", "gdb",  "command", "builtin", "unshare", "nsenter", "runuser", NULL};
+      "env", "xargs", "sudo", "doas", "nice", "nohup", "timeout", "time", "busybox", "exec", "eval",
+      "su", "chroot", "setsid", "stdbuf", "ionice", "flock", "watch", "strace", "ltrace", "gdb",
+      "command", "builtin", "unshare", "nsenter", "runuser",
+      /* run a package or a program their arguments name, or a command per file found */
+      "npx", "pnpx", "bunx", "uvx", "pipx", "find", "parallel", "script", NULL};
   /* shells and interpreters: any program given on their command line or in an option */
   static const char *const interpreters[] = {
       "sh",      "bash",       "dash",   "zsh",     "ksh",     "mksh", "csh",   "tcsh",

@@ -272,6 +272,17 @@ static void similar_literal(void **state) {
   op.argv = argv;
   assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
   json_decref(argv);
+  /* programs that run what their arguments name: no prefix of theirs allows */
+  static const char *const launch[][2] = {{"npx", "cowsay"}, {"/usr/bin/find", "."},
+                                          {"pnpx", "x"},     {"uvx", "ruff"},
+                                          {"parallel", "x"}, {"pipx", "run"}};
+  for (size_t i = 0; i < sizeof launch / sizeof launch[0]; i++) {
+    argv = json_pack("[s,s,s]", launch[i][0], launch[i][1], "x");
+    op.argv = argv;
+    assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+    assert_non_null(strstr(msg, "launcher"));
+    json_decref(argv);
+  }
 }
 
 /* An allow rule errs towards asking: case counts and a wildcard last component names no
