@@ -69,7 +69,8 @@ json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, 
 /* Whether argv prefix `prefix` (JSON array of strings) would let any program run: its first
  * item's base name is a shell or a language interpreter (sh, bash, python3, node, perl…) and
  * every item after it is an option ("-c", "-e"), or a launcher of other programs (env, xargs,
- * sudo, nice, timeout, busybox, npx, uvx, find, parallel…). Such a prefix cannot be an allow rule's argvPrefix. */
+ * sudo, nice, timeout, busybox, npx, uvx, find, parallel…). Such a prefix cannot be an allow
+ * rule's argvPrefix. */
 bool jb_argv_prefix_is_interpreter(const json_t *prefix);
 
 /* Whether rule `rule` (normalized, borrowed) matches op `op` at time `now` (seconds since the
