@@ -308,13 +308,16 @@ bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long 
   json_t *max = json_object_get(rule, "maxBytes");
   if (max && (op->size < 0 || op->size > json_integer_value(max))) return false;
   json_t *prefix = json_object_get(rule, "argvPrefix");
+  const char *command = json_string_value(json_object_get(rule, "command"));
+  /* PATH=./bin, LD_PRELOAD, MAKEFLAGS=--eval…: the variables choose what the named program
+   * runs; allowing the program is not allowing that */
+  if ((prefix || command) && op->env && jb_rule_effect_of(rule) == JB_RULE_ALLOW) return false;
   if (prefix) {
     size_t n = json_array_size(prefix);
     if (!op->argv || json_array_size(op->argv) < n) return false;
     for (size_t i = 0; i < n; i++)
       if (!json_equal(json_array_get(prefix, i), json_array_get(op->argv, i))) return false;
   }
-  const char *command = json_string_value(json_object_get(rule, "command"));
   if (command && (!op->command || strcmp(command, op->command))) return false;
   return true;
 }

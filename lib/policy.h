@@ -16,7 +16,8 @@
  *               or an ask rule when either does;
  *               an exec's path is its working directory
  *   argvPrefix  exec only: 1..64 strings the op's argv must start with
- *   command     exec only: the op's shell command text, exactly
+ *   command     exec only: the op's shell command text, exactly (an allow rule with
+ *               argvPrefix or command matches no exec that sets environment variables)
  *   maxBytes    write and edit only: the content the op leaves is at most this many bytes
  *   effect      allow (the op runs without asking), ask (the buyer decides), deny (refused)
  *   expiresAt   RFC 3339 UTC time ("2026-12-03T10:00:00Z") after which the rule decides nothing
@@ -52,6 +53,8 @@ struct jb_rule_op {
   const json_t *argv; /* exec's argv (JSON array of strings), NULL for a shell command */
   const char *command; /* exec's shell command text, else NULL */
   long long size; /* bytes a write or edit leaves; -1: not known */
+  bool env; /* exec: the op sets environment variables (PATH, LD_PRELOAD, MAKEFLAGS… choose
+             * what a program runs, so an allow rule with argvPrefix or command does not match) */
 };
 
 /* Checks rule `in` (borrowed) against the grammar above and returns its normalized copy

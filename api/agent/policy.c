@@ -228,7 +228,8 @@ static void op_facts(json_t *facts, struct jb_rule_op *op) {
                           .command = json_string_value(json_object_get(args, "command")),
                           .size = json_is_integer(json_object_get(args, "size"))
                                       ? (long long)json_integer_value(json_object_get(args, "size"))
-                                      : -1};
+                                      : -1,
+                          .env = json_object_size(json_object_get(args, "env")) > 0};
   if (op->command) op->argv = NULL; /* a shell command's argv is the shell's */
 }
 
@@ -307,7 +308,8 @@ enum op_step op_apply_rules(struct op_call *call) {
                           .command = command,
                           .size = call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT
                                       ? (long long)call->dlen
-                                      : -1};
+                                      : -1,
+                          .env = json_object_size(json_object_get(sargs, "env")) > 0};
   for (int attempt = 0; attempt < 4; attempt++) {
     jb_error err = {0};
     json_t *rules = NULL;

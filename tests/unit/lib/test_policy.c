@@ -326,6 +326,32 @@ static void allow_narrow_deny_wide(void **state) {
   json_decref(deny);
 }
 
+/* An exec that sets variables is not the program an allow rule named: PATH=./bin picks
+ * another "make", MAKEFLAGS=--eval adds rules; a deny still matches it. */
+static void exec_env(void **state) {
+  (void)state;
+  json_t *allow = json_pack("{s:s,s:s,s:[s,s],s:s}", "id", "a", "tool", "exec", "argvPrefix",
+                            "make", "test", "effect", "allow");
+  json_t *deny = json_pack("{s:s,s:s,s:[s],s:s}", "id", "d", "tool", "exec", "argvPrefix", "make",
+                           "effect", "deny");
+  json_t *cmd = json_pack("{s:s,s:s,s:s,s:s}", "id", "c", "tool", "exec", "command", "make test",
+                          "effect", "allow");
+  json_t *argv = json_pack("[s,s]", "make", "test");
+  struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.env = true;
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  assert_true(jb_rule_matches(deny, &op, NOW));
+  op = (struct jb_rule_op){.tool = "exec", .path = ".", .command = "make test", .size = -1};
+  assert_true(jb_rule_matches(cmd, &op, NOW));
+  op.env = true;
+  assert_false(jb_rule_matches(cmd, &op, NOW));
+  json_decref(argv);
+  json_decref(allow);
+  json_decref(deny);
+  json_decref(cmd);
+}
+
 /* An expiry is a real UTC time: no day a month lacks, no sign or blank in a field. */
 static void expiry_times(void **state) {
   (void)state;
@@ -375,7 +401,8 @@ int main(void) {
       cmocka_unit_test(validation),      cmocka_unit_test(lists),
       cmocka_unit_test(matching),        cmocka_unit_test(similar),
       cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
-      cmocka_unit_test(expiry_times),    cmocka_unit_test(policy_file),
+      cmocka_unit_test(expiry_times),    cmocka_unit_test(exec_env),
+      cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
