@@ -74,13 +74,14 @@ static void split_components(char *s, const char **v, size_t *n, bool lead, bool
  * "SECRETS/KEY" for "secrets/key"). The greedy two-pointer match
  * with backtracking to the last "**" (each other glob component takes exactly one path
  * component, so this is exact): at most ng * np fnmatch calls. */
-static bool components_match(const char *const *g, size_t ng, const char *const *p, size_t np) {
+static bool components_match(const char *const *g, size_t ng, const char *const *p, size_t np,
+                             int fnflags) {
   size_t gi = 0, pi = 0, star = (size_t)-1, mark = 0;
   while (pi < np) {
     if (gi < ng && !strcmp(g[gi], "**")) {
       star = gi++;
       mark = pi;
-    } else if (gi < ng && fnmatch(g[gi], p[pi], FNM_CASEFOLD) == 0) {
+    } else if (gi < ng && fnmatch(g[gi], p[pi], fnflags) == 0) {
       gi++;
       pi++;
     } else if (star != (size_t)-1) {
@@ -131,7 +132,7 @@ bool jb_path_excluded(const char *path, const json_t *globs, const char **which)
     size_t ng;
     split_components(gbuf, gv, &ng, strchr(glob, '/') == NULL, true);
     if (ng <= 1) continue; /* only '/': names nothing */
-    if (components_match(gv, ng, pv, np)) hit = true;
+    if (components_match(gv, ng, pv, np, FNM_CASEFOLD)) hit = true;
     if (hit) {
       if (which) *which = glob;
       break;
@@ -143,4 +144,24 @@ out:
   free(gbuf);
   free(gv);
   return hit;
+}
+
+int jb_path_glob_match(const char *path, const char *glob, unsigned flags) {
+  if (!path || !glob || !glob[0]) return 0;
+  size_t len = strlen(path), gl = strlen(glob);
+  char *pbuf = strdup(path), *gbuf = strdup(glob);
+  const char **pv = malloc((len / 2 + 2) * sizeof *pv);
+  const char **gv = malloc((gl / 2 + 4) * sizeof *gv);
+  int rc = -1;
+  if (pbuf && gbuf && pv && gv) {
+    size_t np, ng;
+    split_components(pbuf, pv, &np, false, false);
+    split_components(gbuf, gv, &ng, strchr(glob, '/') == NULL, (flags & JB_GLOB_BELOW) != 0);
+    rc = ng > 0 && components_match(gv, ng, pv, np, (flags & JB_GLOB_CASEFOLD) ? FNM_CASEFOLD : 0);
+  }
+  free(pbuf);
+  free(gbuf);
+  free(pv);
+  free(gv);
+  return rc;
 }

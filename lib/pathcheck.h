@@ -48,4 +48,16 @@ const char *jb_path_verdict_text(enum jb_path_verdict v);
  * from `globs`). */
 bool jb_path_excluded(const char *path, const json_t *globs, const char **which);
 
+#define JB_GLOB_CASEFOLD 1u /* jb_path_glob_match: case is ignored */
+#define JB_GLOB_BELOW 2u /* jb_path_glob_match: the glob also names everything below a match */
+
+/* Whether workspace path `path` matches the one glob `glob` by the components of
+ * jb_path_excluded (a glob without '/' tried on every component's name, "**" any number of
+ * directories, fnmatch(3) per component, a backslash making the next character literal), with
+ * `flags`: JB_GLOB_CASEFOLD ignores case, JB_GLOB_BELOW lets the glob name everything below
+ * what it matches (jb_path_excluded is both). Without them a glob matches the path exactly,
+ * case included — what an approval rule that allows needs (lib/policy.h). 1 it matches, 0
+ * not (an empty glob or a glob of only '/' matches nothing), -1 out of memory. */
+int jb_path_glob_match(const char *path, const char *glob, unsigned flags);
+
 #endif

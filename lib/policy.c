@@ -47,6 +47,10 @@ static json_t *fail(char *msg, size_t msize, const char *fmt, ...) {
 int jb_rule_parse_time(const char *s, long long *out) {
   struct tm tm = {0};
   int n = 0;
+  /* the digits where RFC 3339 puts them (sscanf alone would take "+1" or " 1" for a month) */
+  static const char shape[] = "dddd-dd-ddTdd:dd:dd";
+  for (size_t i = 0; s && i < sizeof shape - 1; i++)
+    if (shape[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != shape[i]) return -1;
   if (!s ||
       sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
              &tm.tm_min, &tm.tm_sec, &n) != 6 ||
@@ -65,8 +69,11 @@ int jb_rule_parse_time(const char *s, long long *out) {
     return -1;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
+  struct tm want = tm;
   time_t t = timegm(&tm);
   if (t == (time_t)-1) return -1;
+  /* a day the month does not have ("2026-02-31") is refused, not moved into March */
+  if (tm.tm_mday != want.tm_mday || tm.tm_mon != want.tm_mon) return -1;
   *out = (long long)t;
   return 0;
 }
@@ -79,9 +86,11 @@ static const char *base_name(const char *s) {
 bool jb_argv_prefix_is_interpreter(const json_t *prefix) {
   /* programs that run whatever their arguments say */
   static const char *const launchers[] = {
-      "env",    "xargs",  "sudo", "doas",    "nice",    "nohup",   "timeout", "time",    "busybox",
-      "exec",   "eval",   "su",   "chroot",  "setsid",  "stdbuf",  "ionice",  "flock",   "watch",
-      "strace", "ltrace", "gdb",  "command", "builtin", "unshare", "nsenter", "runuser", NULL};
+      "env", "xargs", "sudo", "doas", "nice", "nohup", "timeout", "time", "busybox", "exec", "eval",
+      "su", "chroot", "setsid", "stdbuf", "ionice", "flock", "watch", "strace", "ltrace", "gdb",
+      "command", "builtin", "unshare", "nsenter", "runuser",
+      /* run a package or a program their arguments name, or a command per file found */
+      "npx", "pnpx", "bunx", "uvx", "pipx", "find", "parallel", "script", NULL};
   /* shells and interpreters: any program given on their command line or in an option */
   static const char *const interpreters[] = {
       "sh",      "bash",       "dash",   "zsh",     "ksh",     "mksh", "csh",   "tcsh",
@@ -266,12 +275,19 @@ json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, 
   return out;
 }
 
-/* Whether `path` is matched by `glob` as an exclusion glob would match it. */
-static bool glob_matches(const char *glob, const char *path) {
-  json_t *one = json_pack("[s]", glob);
-  bool hit = one && jb_path_excluded(path, one, NULL);
-  json_decref(one);
-  return hit;
+/* Whether `path` is matched by `glob` of a rule whose effect is `eff`. A deny or an ask rule
+ * matches as an exclusion glob does (case ignored, everything below a match named; out of
+ * memory matches): it errs towards asking. An allow rule errs the other way: case counts
+ * ("src/" "**" does not allow "SRC/x", another directory on a case-sensitive file system),
+ * and the glob names what is below a match only when its last component is a plain name or
+ * "**" ("src" allows "src/a/b"; "*.c" allows "a/b.c" but not "x.c/evil.sh"; "src/" "*" the
+ * files and directories right in src, not below them); out of memory matches nothing. */
+static bool glob_matches(const char *glob, const char *path, enum jb_rule_effect eff) {
+  if (eff != JB_RULE_ALLOW) return jb_path_glob_match(path, glob, JB_GLOB_CASEFOLD | JB_GLOB_BELOW);
+  const char *last = strrchr(glob, '/');
+  last = last ? last + 1 : glob;
+  bool below = !last[0] || !strcmp(last, "**") || !last[strcspn(last, "*?[\\")];
+  return jb_path_glob_match(path, glob, below ? JB_GLOB_BELOW : 0) == 1;
 }
 
 bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now) {
@@ -282,19 +298,26 @@ bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long 
   if (exp && (jb_rule_parse_time(exp, &t) < 0 || t <= now)) return false;
   const char *glob = json_string_value(json_object_get(rule, "path"));
   if (glob) {
-    if (!op->path || !glob_matches(glob, op->path)) return false;
-    if (op->dest && !glob_matches(glob, op->dest)) return false;
+    enum jb_rule_effect eff = jb_rule_effect_of(rule);
+    bool src = op->path && glob_matches(glob, op->path, eff);
+    bool dst = op->dest && glob_matches(glob, op->dest, eff);
+    /* a move: an allow needs both ends; a deny or an ask holds either end (moving a file out
+     * of a denied directory, or into it, is what the deny is about) */
+    if (eff == JB_RULE_ALLOW ? !src || (op->dest && !dst) : !src && !dst) return false;
   }
   json_t *max = json_object_get(rule, "maxBytes");
   if (max && (op->size < 0 || op->size > json_integer_value(max))) return false;
   json_t *prefix = json_object_get(rule, "argvPrefix");
+  const char *command = json_string_value(json_object_get(rule, "command"));
+  /* PATH=./bin, LD_PRELOAD, MAKEFLAGS=--eval…: the variables choose what the named program
+   * runs; allowing the program is not allowing that */
+  if ((prefix || command) && op->env && jb_rule_effect_of(rule) == JB_RULE_ALLOW) return false;
   if (prefix) {
     size_t n = json_array_size(prefix);
     if (!op->argv || json_array_size(op->argv) < n) return false;
     for (size_t i = 0; i < n; i++)
       if (!json_equal(json_array_get(prefix, i), json_array_get(op->argv, i))) return false;
   }
-  const char *command = json_string_value(json_object_get(rule, "command"));
   if (command && (!op->command || strcmp(command, op->command))) return false;
   return true;
 }
@@ -306,6 +329,20 @@ const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op 
   json_array_foreach (rules, i, r)
     if (jb_rule_matches(r, op, now)) return r;
   return NULL;
+}
+
+/* Appends the `n` bytes at `s` to the glob `out` (room `cap`, length *len) as literal text:
+ * fnmatch(3)'s special characters * ? [ ] \ each get a backslash, so that a path naming a
+ * directory "*" or "[a-z]" stands for that directory alone. false when it does not fit. */
+static bool glob_literal(char *out, size_t cap, size_t *len, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    bool special = strchr("*?[]\\", s[i]) != NULL && s[i] != '\0';
+    if (*len + (special ? 2 : 1) >= cap) return false;
+    if (special) out[(*len)++] = '\\';
+    out[(*len)++] = s[i];
+  }
+  out[*len] = '\0';
+  return true;
 }
 
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize) {
@@ -328,11 +365,12 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
                   "path; use \"extension\" or \"session\"",
                   path);
     }
-    if ((size_t)(slash - path) + 3 > JB_RULE_GLOB_MAX) {
+    size_t gl = 0;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX - 2, &gl, path, (size_t)(slash - path))) {
       json_decref(r);
       return fail(msg, msize, "the directory is too long for a rule");
     }
-    snprintf(glob, sizeof glob, "%.*s/**", (int)(slash - path), path);
+    memcpy(glob + gl, "/**", 4);
     json_object_set_new(r, "path", json_string(glob));
   } else if (key && !strcmp(key, "extension")) {
     const char *name = slash ? slash + 1 : path;
@@ -341,15 +379,19 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
       json_decref(r);
       return fail(msg, msize, "%.200s has no extension to allow similar by", path);
     }
-    int dlen = slash ? (int)(slash - path) : 0;
-    if ((size_t)dlen + strlen(dot) + 6 > JB_RULE_GLOB_MAX) {
+    /* anchored at the root when the file is there: the workspace root's files */
+    size_t gl = 0;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX + 1, &gl, path, slash ? (size_t)(slash - path) : 0) ||
+        gl + 6 > JB_RULE_GLOB_MAX) {
       json_decref(r);
       return fail(msg, msize, "the path is too long for a rule");
     }
-    if (slash)
-      snprintf(glob, sizeof glob, "%.*s/**/*%s", dlen, path, dot);
-    else
-      snprintf(glob, sizeof glob, "/*%s", dot); /* anchored: the workspace root's files */
+    memcpy(glob + gl, slash ? "/**/*" : "/*", slash ? 6 : 3);
+    gl += slash ? 5 : 2;
+    if (!glob_literal(glob, JB_RULE_GLOB_MAX + 1, &gl, dot, strlen(dot))) {
+      json_decref(r);
+      return fail(msg, msize, "the path is too long for a rule");
+    }
     json_object_set_new(r, "path", json_string(glob));
   } else if (key && !strcmp(key, "command")) {
     if (strcmp(op->tool, "exec") || !op->argv || op->command) {
@@ -361,6 +403,18 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
     json_t *prefix = json_array();
     for (size_t i = 0; i < 2 && i < json_array_size(op->argv); i++)
       json_array_append(prefix, json_array_get(op->argv, i));
+    const char *a1 = json_string_value(json_array_get(op->argv, 1));
+    /* ["git","-c"] would allow every "git -c core.pager=…" (an interpreter's prefix is refused
+     * by the check below, with its own words) */
+    if (a1 && a1[0] == '-' && !jb_argv_prefix_is_interpreter(prefix)) {
+      json_decref(prefix);
+      json_decref(r);
+      return fail(msg, msize,
+                  "allowSimilar \"command\" keeps the program and its first argument, and "
+                  "\"%.100s\" is an option: the rule would allow any command it configures; "
+                  "add a rule with a longer argvPrefix",
+                  a1);
+    }
     json_object_set_new(r, "argvPrefix", prefix);
   } else if (key && !strcmp(key, "session")) {
     json_object_set_new(r, "broad", json_true());

@@ -9,10 +9,15 @@
  *   path        a glob with the exclusion matcher's .gitignore semantics (lib/pathcheck.h
  *               jb_path_excluded: a glob names a path and everything below it, "**" any number
  *               of directories, a glob without '/' is tried on every component's name, case is
- *               ignored), 1..1024 bytes; a move matches when source and destination both do;
+ *               ignored; a backslash makes the next character literal), 1..1024 bytes;
+ *               (an allow rule's glob: case counts, and it names what is below a match
+ *               only when its last component is a plain name or "**");
+ *               a move matches an allow rule when source and destination both do, a deny
+ *               or an ask rule when either does;
  *               an exec's path is its working directory
  *   argvPrefix  exec only: 1..64 strings the op's argv must start with
- *   command     exec only: the op's shell command text, exactly
+ *   command     exec only: the op's shell command text, exactly (an allow rule with
+ *               argvPrefix or command matches no exec that sets environment variables)
  *   maxBytes    write and edit only: the content the op leaves is at most this many bytes
  *   effect      allow (the op runs without asking), ask (the buyer decides), deny (refused)
  *   expiresAt   RFC 3339 UTC time ("2026-12-03T10:00:00Z") after which the rule decides nothing
@@ -48,6 +53,8 @@ struct jb_rule_op {
   const json_t *argv; /* exec's argv (JSON array of strings), NULL for a shell command */
   const char *command; /* exec's shell command text, else NULL */
   long long size; /* bytes a write or edit leaves; -1: not known */
+  bool env; /* exec: the op sets environment variables (PATH, LD_PRELOAD, MAKEFLAGS… choose
+             * what a program runs, so an allow rule with argvPrefix or command does not match) */
 };
 
 /* Checks rule `in` (borrowed) against the grammar above and returns its normalized copy
@@ -65,7 +72,8 @@ json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, 
 /* Whether argv prefix `prefix` (JSON array of strings) would let any program run: its first
  * item's base name is a shell or a language interpreter (sh, bash, python3, node, perl…) and
  * every item after it is an option ("-c", "-e"), or a launcher of other programs (env, xargs,
- * sudo, nice, timeout, busybox…). Such a prefix cannot be an allow rule's argvPrefix. */
+ * sudo, nice, timeout, busybox, npx, uvx, find, parallel…). Such a prefix cannot be an allow
+ * rule's argvPrefix. */
 bool jb_argv_prefix_is_interpreter(const json_t *prefix);
 
 /* Whether rule `rule` (normalized, borrowed) matches op `op` at time `now` (seconds since the
@@ -88,7 +96,10 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
  *   extension  path "D/" "**" "/" "*.EXT" for its directory D and its extension (a file at
  *              the root: "/" "*.EXT", the root's files; no extension: refused)
  *   command    exec only: argvPrefix argv[0..1] (argv[0] alone for a one-item argv); refused
- *              for a shell command and for an interpreter prefix
+ *              for a shell command, for an interpreter prefix and when argv[1] is an option
+ *              ("-c", "--exec": the prefix would allow whatever the option configures)
+ * The op's directory and file name enter the glob as literal text (* ? [ ] \ escaped with a
+ * backslash): a directory named "*" gives a rule for that directory, not for every one.
  *   session    every op of that tool in this session (broad) */
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize);
 
@@ -101,7 +112,8 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
 json_t *jb_policy_file_parse(const char *text, size_t len, const char *name, long long now,
                              char *msg, size_t msize);
 
-/* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" into seconds since the epoch: 0, or -1. */
+/* Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)" (RFC 3339, UTC; digits only, a day the month
+ * has) into seconds since the epoch: 0, or -1. */
 int jb_rule_parse_time(const char *s, long long *out);
 
 #endif

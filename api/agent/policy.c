@@ -67,6 +67,16 @@ static const json_t *operator_rule(const char *id) {
   return NULL;
 }
 
+const char *jb_policy_operator_id_in(const json_t *rules) {
+  size_t i;
+  json_t *r;
+  json_array_foreach ((json_t *)rules, i, r) {
+    const char *id = json_string_value(json_object_get(r, "id"));
+    if (id && operator_rule(id)) return id;
+  }
+  return NULL;
+}
+
 /* The rules that decide in session order: the operator's locked ones, `session` (stolen), the
  * operator's others. New. */
 static json_t *with_operator(json_t *session) {
@@ -148,16 +158,12 @@ void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t 
     reply_error(out, 400, "bad_request", msg);
     return;
   }
-  size_t i;
-  json_t *r;
-  json_array_foreach (rules, i, r) {
-    const char *id = json_string_value(json_object_get(r, "id"));
-    if (operator_rule(id)) {
-      snprintf(msg, sizeof msg, "rule id \"%s\" is the operator's", id);
-      reply_error(out, 409, "conflict", msg);
-      json_decref(rules);
-      return;
-    }
+  const char *id = jb_policy_operator_id_in(rules);
+  if (id) {
+    snprintf(msg, sizeof msg, "rule id \"%s\" is the operator's", id);
+    reply_error(out, 409, "conflict", msg);
+    json_decref(rules);
+    return;
   }
   store(app, c, job, rules, "buyer", 0, out);
   json_decref(rules);
@@ -222,7 +228,8 @@ static void op_facts(json_t *facts, struct jb_rule_op *op) {
                           .command = json_string_value(json_object_get(args, "command")),
                           .size = json_is_integer(json_object_get(args, "size"))
                                       ? (long long)json_integer_value(json_object_get(args, "size"))
-                                      : -1};
+                                      : -1,
+                          .env = json_object_size(json_object_get(args, "env")) > 0};
   if (op->command) op->argv = NULL; /* a shell command's argv is the shell's */
 }
 
@@ -301,7 +308,8 @@ enum op_step op_apply_rules(struct op_call *call) {
                           .command = command,
                           .size = call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT
                                       ? (long long)call->dlen
-                                      : -1};
+                                      : -1,
+                          .env = json_object_size(json_object_get(sargs, "env")) > 0};
   for (int attempt = 0; attempt < 4; attempt++) {
     jb_error err = {0};
     json_t *rules = NULL;

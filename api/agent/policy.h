@@ -54,6 +54,11 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
                               const char *reason, const json_t *rule, char **json, char state[20],
                               struct jb_policy_reply *out);
 
+/* The id of one of `rules` (a JSON array of checked rules, borrowed) that an operator's rule
+ * has (a buyer's rule cannot take it: decidedBy "rule:<id>" would name the wrong rule, and
+ * the revoke would be refused as the operator's), or NULL. Borrowed from `rules`. */
+const char *jb_policy_operator_id_in(const json_t *rules);
+
 /* Loads the operator's rules from `path` (lib/policy.h jb_policy_file_parse; NULL or "": none;
  * at most 1 MiB): the locked ones decide before every session's rules, the others after them
  * (a buyer's rule overrides those). Once, before any op is decided. 0, or -1 with err->msg

@@ -241,6 +241,11 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
       jb_resp_error(resp, 400, "bad_request", "policy.%s", msg);
       goto out;
     }
+    const char *taken = jb_policy_operator_id_in(rules);
+    if (taken) {
+      jb_resp_error(resp, 409, "conflict", "policy.rules: rule id \"%s\" is the operator's", taken);
+      goto out;
+    }
   }
   if (!jb_valid_agent_id(agent)) {
     jb_resp_error(resp, 400, "bad_request",

@@ -183,6 +183,45 @@ test('rules given at open: a deny refuses naming the rule, an allow runs unasked
     ['tests/new.c', false, 'rule:no-tests'], ['a.md', true, 'rule:notes'], ['src/b.md', true, 'rule:notes'], ['c.md', true, 'buyer']]);
 });
 
+test('a rule with uses: 1 allows one of twenty writes that arrive at once; the others ask; the agent\'s token cannot touch the rules', { timeout: 120000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'supervised', policy: { rules: [
+    { id: 'once', tool: 'write', path: 'src/**', effect: 'allow', uses: 1 },
+  ] } });
+  const buyer = await kit.connect(S.buyerToken);
+  const asked = [];
+  buyer.on('jailbox:approval_request', async (req) => {
+    asked.push(req.path);
+    await buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: req.opId, reason: 'race test' });
+  });
+  // the agent's token has no say over the rules, on REST nor on its socket
+  for (const [m, path, body] of [['GET', 'rules'], ['POST', 'rules', { rule: { tool: 'write', effect: 'allow' } }], ['DELETE', 'rules/once']]) {
+    const r = await srv.req(m, `/v1/jailbox/${S.jobId}/${path}`, { token: S.agentToken, body });
+    assert.equal(r.status, 403, `${m} ${path}: ${r.text}`);
+  }
+  const agentSock = await kit.connect(S.agentToken);
+  for (const [ev, arg] of [['jailbox:rule_add', { rule: { tool: 'write', effect: 'allow' } }], ['jailbox:rule_revoke', { ruleId: 'once' }],
+    ['jailbox:approve', { opId: 1, allowSimilar: 'session' }]]) {
+    const ack = await agentSock.timeout(10000).emitWithAck(ev, arg);
+    assert.equal(ack.error?.code, 'forbidden', `${ev}: ${JSON.stringify(ack)}`);
+  }
+  const client = await connectClient('http', kit, S, 'jailbox-policy-test');
+  let results;
+  try {
+    // (calls over the server's waiting places are refused: they neither run nor ask)
+    results = await Promise.allSettled(Array.from({ length: 20 }, (_, i) =>
+      client.callTool({ name: 'write', arguments: { path: `src/n${i}.md`, content: `${i}\n` } })));
+  } finally {
+    await client.close();
+  }
+  const ran = results.filter((r) => r.status === 'fulfilled' && !r.value.isError);
+  assert.equal(ran.length, 1, JSON.stringify(results.map((r) => r.value?.content?.[0]?.text ?? String(r.reason))));
+  assert.ok(asked.length >= 1 && asked.length <= 19, JSON.stringify(asked));
+  const byRule = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?decidedBy=rule:once`, { token: S.buyerToken });
+  assert.equal(byRule.json.ops.length, 1, byRule.text);
+  const all = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules?all=true`, { token: S.buyerToken });
+  assert.deepEqual(all.json.rules.filter((r) => !r.source).map((r) => [r.id, r.state, r.usesLeft]), [['once', 'expired', 0]]);
+});
+
 test('bad rules are refused with a sentence naming what is wrong; nothing is stored', { timeout: 120000 }, async () => {
   const S = await srv.open({ mode: 'supervised' });
   const post = (body) => srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken, body });
@@ -263,6 +302,13 @@ test('the operator\'s policy file: a locked deny decides before the buyer\'s rul
   assert.match(r.json.error.message, /operator's and locked/);
   r = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken, body: { rule: { id: 'op-txt', tool: 'write', effect: 'ask' } } });
   assert.equal(r.status, 409, r.text);
+  // nor at open: a session's rule named like the operator's would be credited to it in the
+  // chain, and could not be revoked
+  mkdirSync(join(srv.wsroot, 'ws-op-id'), { recursive: true });
+  const o = await srv.req('POST', '/v1/jailbox', { token: srv.serviceToken, body: { agentId: 'agent-1',
+    workspace: 'ws-op-id', policy: { rules: [{ id: 'op-no-keys', tool: 'write', path: 'src/**', effect: 'allow' }] } } });
+  assert.equal(o.status, 409, o.text);
+  assert.match(o.json.error.message, /"op-no-keys" is the operator's/);
   const client = await connectClient('http', kit, S, 'jailbox-policy-test');
   try {
     const k = await client.callTool({ name: 'write', arguments: { path: 'src/a.key', content: 'k\n' } });

@@ -138,8 +138,8 @@ static void matching(void **state) {
   assert_non_null(rules);
   struct jb_rule_op op = {.tool = "write", .path = "src/a/b.c", .size = 5};
   assert_string_equal(decide(rules, &op), "src");
-  op.path = "SRC/x.c"; /* case is ignored, as the exclusion matcher ignores it */
-  assert_string_equal(decide(rules, &op), "src");
+  op.path = "SRC/x.c"; /* an allow rule's case counts: another directory */
+  assert_string_equal(decide(rules, &op), "default");
   op.path = "src/keys/k.pem"; /* the deny before it wins */
   assert_string_equal(decide(rules, &op), "no-secrets");
   op.path = "tests/a.c";
@@ -236,6 +236,136 @@ static void similar(void **state) {
   assert_null(jb_rule_similar(&op, "everything", msg, sizeof msg));
 }
 
+/* The op's path is text, not a glob: a directory the agent named "*", "**" or "[a-z]" gives a
+ * rule for that directory only; an option after the program is no command to allow by. */
+static void similar_literal(void **state) {
+  (void)state;
+  static const struct {
+    const char *path, *key, *glob, *same, *other;
+  } cases[] = {
+      {"*/x.c", "directory", "\\*/**", "*/y.sh", "etc/evil.sh"},
+      {"**/x.c", "directory", "\\*\\*/**", "**/y", "a/b/evil.sh"},
+      {"[a-z]/x.c", "directory", "\\[a-z\\]/**", "[a-z]/y", "q/evil.sh"},
+      {"a?/x.c", "directory", "a\\?/**", "a?/y", "ab/y"},
+      {"b\\/x.c", "directory", "b\\\\/**", "b\\/y", "b/y"},
+      {"src/x.*", "extension", "src/**/*.\\*", "src/d/y.*", "src/y.sh"},
+      {"*.c", "extension", "/*.c", "y.c", "sub/y.c"},
+      {"x.[ch]", "extension", "/*.\\[ch\\]", "y.[ch]", "y.c"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct jb_rule_op op = {.tool = "write", .path = cases[i].path, .size = 1};
+    json_t *r = jb_rule_similar(&op, cases[i].key, msg, sizeof msg);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(json_object_get(r, "path")), cases[i].glob);
+    struct jb_rule_op o = {.tool = "write", .path = cases[i].same, .size = 1};
+    assert_true(jb_rule_matches(r, &o, NOW));
+    o.path = cases[i].other;
+    assert_false(jb_rule_matches(r, &o, NOW));
+    json_decref(r);
+  }
+  json_t *argv = json_pack("[s,s,s,s]", "git", "-c", "core.pager=sh -c id", "log");
+  struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  assert_non_null(strstr(msg, "option"));
+  json_decref(argv);
+  argv = json_pack("[s,s]", "make", "-f/dev/stdin");
+  op.argv = argv;
+  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  json_decref(argv);
+  /* programs that run what their arguments name: no prefix of theirs allows */
+  static const char *const launch[][2] = {{"npx", "cowsay"}, {"/usr/bin/find", "."},
+                                          {"pnpx", "x"},     {"uvx", "ruff"},
+                                          {"parallel", "x"}, {"pipx", "run"}};
+  for (size_t i = 0; i < sizeof launch / sizeof launch[0]; i++) {
+    argv = json_pack("[s,s,s]", launch[i][0], launch[i][1], "x");
+    op.argv = argv;
+    assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+    assert_non_null(strstr(msg, "launcher"));
+    json_decref(argv);
+  }
+}
+
+/* An allow rule errs towards asking: case counts and a wildcard last component names no
+ * directory's contents; a deny or an ask rule errs towards holding, on either end of a move. */
+static void allow_narrow_deny_wide(void **state) {
+  (void)state;
+  json_t *allow = json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "src/**",
+                            "effect", "allow");
+  struct jb_rule_op op = {.tool = "write", .path = "src/a.c", .size = 1};
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.path = "SRC/evil.sh"; /* another directory on a case-sensitive file system */
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  op.path = "Src/a.c";
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  allow =
+      json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "/*.c", "effect", "allow");
+  op.path = "x.c";
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.path = "x.c/evil.sh"; /* a directory named like a C file */
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  allow =
+      json_pack("{s:s,s:s,s:s,s:s}", "id", "a", "tool", "write", "path", "src", "effect", "allow");
+  op.path = "src/a/b.c"; /* a plain name still names its directory's contents */
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  json_decref(allow);
+  json_t *deny = json_pack("{s:s,s:s,s:s,s:s}", "id", "d", "tool", "write", "path", "secrets/**",
+                           "effect", "deny");
+  op.path = "SECRETS/k";
+  assert_true(jb_rule_matches(deny, &op, NOW));
+  json_decref(deny);
+  deny = json_pack("{s:s,s:s,s:s,s:s}", "id", "d", "tool", "move", "path", "keep/**", "effect",
+                   "deny");
+  op = (struct jb_rule_op){.tool = "move", .path = "keep/a", .dest = "out/a", .size = -1};
+  assert_true(jb_rule_matches(deny, &op, NOW)); /* out of the denied directory */
+  op = (struct jb_rule_op){.tool = "move", .path = "in/a", .dest = "keep/a", .size = -1};
+  assert_true(jb_rule_matches(deny, &op, NOW)); /* into it */
+  op = (struct jb_rule_op){.tool = "move", .path = "in/a", .dest = "out/a", .size = -1};
+  assert_false(jb_rule_matches(deny, &op, NOW));
+  json_decref(deny);
+}
+
+/* An exec that sets variables is not the program an allow rule named: PATH=./bin picks
+ * another "make", MAKEFLAGS=--eval adds rules; a deny still matches it. */
+static void exec_env(void **state) {
+  (void)state;
+  json_t *allow = json_pack("{s:s,s:s,s:[s,s],s:s}", "id", "a", "tool", "exec", "argvPrefix",
+                            "make", "test", "effect", "allow");
+  json_t *deny = json_pack("{s:s,s:s,s:[s],s:s}", "id", "d", "tool", "exec", "argvPrefix", "make",
+                           "effect", "deny");
+  json_t *cmd = json_pack("{s:s,s:s,s:s,s:s}", "id", "c", "tool", "exec", "command", "make test",
+                          "effect", "allow");
+  json_t *argv = json_pack("[s,s]", "make", "test");
+  struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_true(jb_rule_matches(allow, &op, NOW));
+  op.env = true;
+  assert_false(jb_rule_matches(allow, &op, NOW));
+  assert_true(jb_rule_matches(deny, &op, NOW));
+  op = (struct jb_rule_op){.tool = "exec", .path = ".", .command = "make test", .size = -1};
+  assert_true(jb_rule_matches(cmd, &op, NOW));
+  op.env = true;
+  assert_false(jb_rule_matches(cmd, &op, NOW));
+  json_decref(argv);
+  json_decref(allow);
+  json_decref(deny);
+  json_decref(cmd);
+}
+
+/* An expiry is a real UTC time: no day a month lacks, no sign or blank in a field. */
+static void expiry_times(void **state) {
+  (void)state;
+  long long t = 0;
+  assert_int_equal(jb_rule_parse_time("2028-02-29T00:00:00Z", &t), 0); /* a leap day */
+  assert_int_equal(jb_rule_parse_time("2026-12-03T10:00:00.5+00:00", &t), 0);
+  const char *bad[] = {"2026-02-31T00:00:00Z", "2027-02-29T00:00:00Z",      "2026-04-31T00:00:00Z",
+                       "2026-+1-03T10:00:00Z", "2026-1-03T10:00:00Z",       "2026-12- 3T10:00:00Z",
+                       "2026-12-03T10:00:00",  "2026-12-03T10:00:00+01:00", "2026-12-03 10:00:00Z",
+                       "+2026-12-03T10:00:00Z"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(jb_rule_parse_time(bad[i], &t), -1);
+}
+
 static void policy_file(void **state) {
   (void)state;
   const char *good =
@@ -268,8 +398,11 @@ static void policy_file(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(validation), cmocka_unit_test(lists),       cmocka_unit_test(matching),
-      cmocka_unit_test(similar),    cmocka_unit_test(policy_file),
+      cmocka_unit_test(validation),      cmocka_unit_test(lists),
+      cmocka_unit_test(matching),        cmocka_unit_test(similar),
+      cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
+      cmocka_unit_test(expiry_times),    cmocka_unit_test(exec_env),
+      cmocka_unit_test(policy_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
