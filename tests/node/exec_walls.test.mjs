@@ -403,3 +403,19 @@ test('nothing of a command outlives its result: no write after it, no abstract s
   assert.equal(r.result.timingsMs.warm, true);
   assert.match(r.out.toString(), /^connect \d+\n$/);
 });
+
+test('a jail ahead has the limits of a jail built for the request', async () => {
+  const limits = ['/bin/sh', '-c', 'cat /proc/self/limits; cat /proc/self/status'];
+  const pick = (r) => r.out.toString().split('\n')
+    .filter((l) => /^(Max (file size|processes|open files|core file size|stack size)|Cap|NoNewPrivs|Seccomp|Uid|Gid|Groups)/.test(l)).join('\n');
+  await settle();
+  const warm = await exec(limits, { writable: true });
+  await settle();
+  const ahead = await exec(limits, { writable: true });
+  const cold = await exec(limits); // read-only after writable: built for it
+  assert.equal(ahead.result.timingsMs.warm, true);
+  assert.equal(cold.result.timingsMs.warm, false);
+  assert.match(pick(ahead), /Max file size\s+1073741824\s+1073741824/);
+  assert.equal(pick(ahead), pick(cold));
+  assert.equal(pick(warm), pick(ahead));
+});
