@@ -738,6 +738,16 @@ static void warm_discard(void) {
   jail_reset(&warm);
 }
 
+/* Whether the jail built ahead can take a command: its helper has said ready, or may still,
+ * and has not gone since. A waiting helper writes nothing after its ready byte, so its socket
+ * readable (its end) means the helper is gone though its bwrap may not have ended yet. */
+static bool warm_alive(void) {
+  if (!warm.running || warm.ctl < 0) return false;
+  if (!warm.ready) return jail_ready(&warm, 0) || warm.ctl >= 0;
+  struct pollfd pf = {.fd = warm.ctl, .events = POLLIN};
+  return poll(&pf, 1, 0) == 0;
+}
+
 /* Builds the next jail ahead, of the kind the last command had, unless one is there, a command
  * runs, or the worker asked for none. */
 static void warm_up(bool writable, long long tmp, const unsigned char *bpf, size_t bpf_len,
@@ -819,26 +829,35 @@ static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, c
     send_error(rq->id, "internal", "cannot set up the command's stdin: %s", strerror(errno));
     return -1;
   }
-  bool was_warm = warm.running && warm.writable == rq->writable && warm.tmp == rq->tmp &&
-                  (warm.ready || warm.ctl >= 0);
-  if (was_warm) {
-    cur = warm;
-    jail_reset(&warm);
-  } else {
-    warm_discard();
-    if (jail_build(&cur, rq->writable, rq->tmp, bpf, bpf_len, self) < 0) {
-      send_error(rq->id, "internal", "cannot start the command's jail: %s", strerror(errno));
-      jail_reset(&cur);
-      close(in);
-      return -1;
+  bool was_warm =
+      warm.running && warm.writable == rq->writable && warm.tmp == rq->tmp && warm_alive();
+  for (int attempt = 0;; attempt++) {
+    if (was_warm) {
+      cur = warm;
+      jail_reset(&warm);
+    } else {
+      warm_discard();
+      if (jail_build(&cur, rq->writable, rq->tmp, bpf, bpf_len, self) < 0) {
+        send_error(rq->id, "internal", "cannot start the command's jail: %s", strerror(errno));
+        jail_reset(&cur);
+        close(in);
+        return -1;
+      }
     }
-  }
-  cur.was_warm = was_warm;
-  /* the helper says ready once bwrap, the filter and setpriv are through */
-  if (jail_ready(&cur, 30000) && hand_over(cur.ctl, rq, in) < 0) {
-    /* the helper went away between its ready and the request: the jail's end tells why */
-    close(cur.ctl);
-    cur.ctl = -1;
+    cur.was_warm = was_warm;
+    /* the helper says ready once bwrap, the filter and setpriv are through */
+    bool ready = jail_ready(&cur, 30000);
+    if (ready && hand_over(cur.ctl, rq, in) == 0) break;
+    if (ready) { /* the helper went away between its ready and the request */
+      close(cur.ctl);
+      cur.ctl = -1;
+    }
+    if (!was_warm || attempt > 0) break; /* a jail built for it: its end tells why */
+    /* the jail ahead died unseen: it is killed, and the command gets a jail built for it */
+    warm = cur;
+    jail_reset(&cur);
+    warm_discard();
+    was_warm = false;
   }
   close(in);
   if (cur.ctl >= 0) fcntl(cur.ctl, F_SETFL, O_NONBLOCK); /* the helper's word on the end */

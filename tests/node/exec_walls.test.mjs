@@ -24,6 +24,8 @@ const PROBE_C = String.raw`
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <errno.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
   const char *m = argc > 1 ? argv[1] : "";
@@ -36,6 +38,20 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "daemon")) {
     if (fork() == 0) { setsid(); if (fork() == 0) { for (;;) pause(); } _exit(0); }
     for (;;) pause();
+  }
+  if (!strcmp(m, "abind") || !strcmp(m, "aconn")) {
+    /* an abstract Unix socket: bound by one command, looked for by the next */
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path + 1, "jbwarm", 6);
+    socklen_t l = (socklen_t)(sizeof(sa_family_t) + 7);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (m[1] == 'b') {
+      if (bind(fd, (struct sockaddr *)&a, l) < 0 || listen(fd, 8) < 0) { printf("bind %d\n", errno); return 1; }
+      if (fork() == 0) { setsid(); for (;;) { int c = accept(fd, 0, 0); if (c >= 0) { if (write(c, "hi", 2) < 0) {} close(c); } } }
+      puts("bound"); return 0;
+    }
+    if (connect(fd, (struct sockaddr *)&a, l) < 0) { printf("connect %d\n", errno); return 0; }
+    puts("connected"); return 0;
   }
   if (!strcmp(m, "closeout")) { close(1); close(2); for (;;) pause(); }
   if (!strcmp(m, "spew")) { char b[65536]; memset(b, 'y', sizeof b); for (;;) if (write(1, b, sizeof b) < 0) return 3; }
@@ -340,4 +356,66 @@ test('a memory hog over the limit is reported as oom', async () => {
   assert.ok(r.ok, JSON.stringify(r));
   assert.equal(r.result.oom, true);
   assert.notEqual(r.result.killedBy, 'seccomp');
+});
+
+test('a jail ahead whose helper is gone is not used: the command gets a jail built for it', async () => {
+  // the helper of the jail ahead dies while its bwrap cannot end yet (stopped): the spawner
+  // has not seen the jail end when the request comes
+  await settle();
+  const inBox = (user, script) => execFileSync('docker', ['exec', '-u', user, s.containerId, '/bin/sh', '-c', script]).toString();
+  const procs = inBox('65534', 'for p in /proc/[0-9]*; do set -- $(cat $p/stat); echo "$1 $2 $4"; done')
+    .trim().split('\n').map((l) => l.split(' ')).map(([pid, comm, ppid]) => ({ pid: +pid, comm, ppid: +ppid }));
+  const byPid = new Map(procs.map((p) => [p.pid, p]));
+  const helper = procs.filter((p) => p.comm === '(jailbox-shim)').sort((x, y) => y.pid - x.pid)[0];
+  const init = byPid.get(helper.ppid), outer = byPid.get(init?.ppid);
+  assert.equal(outer?.comm, '(bwrap)', JSON.stringify(procs));
+  inBox('0', `kill -STOP ${outer.pid}`);
+  try {
+    inBox('65534', `kill -9 ${helper.pid}`);
+    const r = await exec(['/bin/sh', '-c', 'echo ran'], { timeoutMs: 5000 });
+    assert.equal(r.out.toString(), 'ran\n', JSON.stringify(r.result) + r.err);
+    assert.equal(r.result.exitCode, 0);
+    assert.equal(r.result.timingsMs.warm, false, JSON.stringify(r.result.timingsMs));
+  } finally {
+    try { inBox('0', `kill -CONT ${outer.pid}`); } catch { /* discarded: gone */ }
+  }
+  await settle();
+  assert.equal((await exec(['true'])).result.timingsMs.warm, true, 'a jail ahead again');
+});
+
+test('nothing of a command outlives its result: no write after it, no abstract socket for the next', async () => {
+  const { readdirSync, rmSync } = await import('node:fs');
+  const count = () => readdirSync(s.dir).filter((n) => n.startsWith('w.')).length;
+  // two background writers, left running at the command's end and at its timeout
+  for (const extra of [{}, { timeoutMs: 1500 }]) {
+    const r = await exec(['/bin/sh', '-c', `i=0; (while :; do touch w.$i; i=$((i+1)); done) & (while :; do touch w.b$i; i=$((i+1)); done) & sleep ${extra.timeoutMs ? 5 : 1}`], { writable: true, ...extra });
+    const atResult = count();
+    await new Promise((res) => setTimeout(res, 1500));
+    assert.ok(atResult > 0, JSON.stringify(r.result));
+    assert.equal(count(), atResult, 'a writer outlived the command: ' + JSON.stringify(r.result));
+    for (const n of readdirSync(s.dir)) if (n.startsWith('w.')) rmSync(join(s.dir, n));
+  }
+  // a daemon holding an abstract Unix socket (the jail shares the container's network
+  // namespace): binding is refused, and the next command, in the jail built ahead, finds none
+  let r = await exec(['probe', 'abind']);
+  assert.notEqual(r.out.toString(), 'bound\n');
+  r = await exec(['probe', 'aconn']);
+  assert.equal(r.result.timingsMs.warm, true);
+  assert.match(r.out.toString(), /^connect \d+\n$/);
+});
+
+test('a jail ahead has the limits of a jail built for the request', async () => {
+  const limits = ['/bin/sh', '-c', 'cat /proc/self/limits; cat /proc/self/status'];
+  const pick = (r) => r.out.toString().split('\n')
+    .filter((l) => /^(Max (file size|processes|open files|core file size|stack size)|Cap|NoNewPrivs|Seccomp|Uid|Gid|Groups)/.test(l)).join('\n');
+  await settle();
+  const warm = await exec(limits, { writable: true });
+  await settle();
+  const ahead = await exec(limits, { writable: true });
+  const cold = await exec(limits); // read-only after writable: built for it
+  assert.equal(ahead.result.timingsMs.warm, true);
+  assert.equal(cold.result.timingsMs.warm, false);
+  assert.match(pick(ahead), /Max file size\s+1073741824\s+1073741824/);
+  assert.equal(pick(ahead), pick(cold));
+  assert.equal(pick(warm), pick(ahead));
 });
