@@ -17,26 +17,6 @@
 #define EXPORT_PAGE 512 /* entries fetched per statement while streaming an export */
 #define VERIFY_PAGE 2048 /* entries fetched per statement while verifying */
 
-/* Borrows a connection and checks the caller may read the audit of the session in
- * params[0] (its buyer, or a service token). Returns the connection (release it), or NULL
- * with `resp` answered. */
-static PGconn *audit_reader(struct jb_app *app, const struct jb_http_req *req,
-                            struct jb_http_resp *resp) {
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return NULL;
-  }
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) <
-      0) {
-    jb_db_release(app->db, c);
-    return NULL;
-  }
-  return c;
-}
-
 /* Answers a failed session read (404 or 503). */
 static void session_read_failed(struct jb_http_resp *resp, int rc, const char *job,
                                 const jb_error *err) {
@@ -122,7 +102,7 @@ static void export_free(void *ctx) {
 
 void jb_api_audit_export(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  PGconn *c = audit_reader(app, req, resp);
+  PGconn *c = jb_rest_session_conn(app, req, resp);
   if (!c) return;
   jb_error err = {0};
   struct jb_audit_chain sess = {0};
@@ -211,7 +191,7 @@ void jb_api_audit_verify(void *appv, const struct jb_http_req *req, struct jb_ht
     jb_resp_error(resp, 400, "bad_request", "head: %s", err.msg);
     return;
   }
-  PGconn *c = audit_reader(app, req, resp);
+  PGconn *c = jb_rest_session_conn(app, req, resp);
   if (!c) return;
   struct jb_audit_result res;
   int rc = JB_ERR_FAIL;

@@ -10,6 +10,13 @@
  * sockets, hosts or SQL) goes to the log only. */
 void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
 
+/* Borrows a database connection and checks that the caller is the buyer of the session named
+ * by req->params[0] or holds a service token (api/auth.h jb_auth_require). Returns the
+ * connection, which the caller releases with jb_db_release; or NULL with `resp` answered
+ * (503 when no connection, else jb_auth_require's 401/403/404). */
+PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
+                             struct jb_http_resp *resp);
+
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 /* api/rest/metrics.c */

@@ -1,7 +1,9 @@
 /* health.c — GET /healthz (the process answers) and GET /readyz (the database is reachable,
- * every migration is applied and the instance is not draining). */
+ * every migration is applied and the instance is not draining), and the database answers the
+ * other REST handlers share (unavailable; a connection for a session's buyer or service). */
 #include <jansson.h>
 
+#include "api/auth.h"
 #include "api/rest/handlers.h"
 #include "lib/log.h"
 #include "db/migrate.h"
@@ -9,6 +11,23 @@
 void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err) {
   jb_log(JB_LOG_ERROR, "database error", "detail", err ? err->msg : "", NULL);
   jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
+}
+
+PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
+                             struct jb_http_resp *resp) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app->db, &err);
+  if (!c) {
+    jb_db_unavailable(resp, &err);
+    return NULL;
+  }
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) <
+      0) {
+    jb_db_release(app->db, c);
+    return NULL;
+  }
+  return c;
 }
 
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {

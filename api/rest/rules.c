@@ -21,24 +21,6 @@ static void answer(struct jb_http_resp *resp, struct jb_policy_reply *r) {
   r->body = NULL;
 }
 
-/* The connection and the caller's right to the session's rules: the connection, or NULL
- * with the answer made. */
-static PGconn *begin(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return NULL;
-  }
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) <
-      0) {
-    jb_db_release(app->db, c);
-    return NULL;
-  }
-  return c;
-}
-
 void jb_api_rules_list(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   const char *all = jb_http_query(req, "all");
@@ -46,7 +28,7 @@ void jb_api_rules_list(void *appv, const struct jb_http_req *req, struct jb_http
     jb_resp_error(resp, 400, "bad_request", "query 'all' must be true or false");
     return;
   }
-  PGconn *c = begin(app, req, resp);
+  PGconn *c = jb_rest_session_conn(app, req, resp);
   if (!c) return;
   struct jb_policy_reply r;
   jb_policy_list(app, c, req->params[0], all && !strcmp(all, "true"), &r);
@@ -76,7 +58,7 @@ void jb_api_rules_add(void *appv, const struct jb_http_req *req, struct jb_http_
     json_decref(body);
     return;
   }
-  PGconn *c = begin(app, req, resp);
+  PGconn *c = jb_rest_session_conn(app, req, resp);
   if (c) {
     struct jb_policy_reply r;
     jb_policy_add(app, c, req->params[0], in, &r);
@@ -88,7 +70,7 @@ void jb_api_rules_add(void *appv, const struct jb_http_req *req, struct jb_http_
 
 void jb_api_rule_revoke(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  PGconn *c = begin(app, req, resp);
+  PGconn *c = jb_rest_session_conn(app, req, resp);
   if (!c) return;
   struct jb_policy_reply r;
   jb_policy_revoke(app, c, req->params[0], req->params[1], &r);
