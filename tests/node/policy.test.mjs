@@ -13,7 +13,7 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
-import { CTL, connectClient } from './lib/mcp.mjs';
+import { CTL, connectClient, verifiedChain } from './lib/mcp.mjs';
 import { JAILBOXD } from './lib/server.mjs';
 
 let kit, srv;
@@ -46,21 +46,6 @@ function build(dir) {
   mkdirSync(join(dir, 'tests'), { recursive: true });
   for (let i = 0; i <= 10; i++) writeFileSync(join(dir, `src/f${i}.c`), 'int x = 0;\n');
   writeFileSync(join(dir, 'tests/t.c'), 'int x = 0;\n');
-}
-
-// the chain of session `S` exported with jailboxctl and verified offline: its rows
-function verifiedChain(S) {
-  const tmp = mkdtempSync(join(tmpdir(), 'jb-policy-'));
-  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: srv.serviceToken };
-  const chain = execFileSync(CTL, ['audit', 'export', S.jobId], { env, encoding: 'utf8' });
-  writeFileSync(join(tmp, 'chain.jsonl'), chain);
-  writeFileSync(join(tmp, 'keys.json'), execFileSync(CTL, ['audit', 'keys'], { env, encoding: 'utf8' }));
-  const v = JSON.parse(execFileSync(CTL, ['audit', 'verify', join(tmp, 'chain.jsonl'), '--keys', join(tmp, 'keys.json'),
-    '--session', S.jobId, '--json'], { encoding: 'utf8' }));
-  assert.equal(v.ok, true, JSON.stringify(v));
-  const rows = chain.trim().split('\n').map((l) => JSON.parse(l));
-  assert.equal(v.entries, rows.length);
-  return rows;
 }
 
 test('approve and allow similar (directory): nine src/ edits run unasked, tests/ asks, a revoked rule asks again; the verified chain says who decided each op', { timeout: 180000 }, async () => {
@@ -126,7 +111,7 @@ test('approve and allow similar (directory): nine src/ edits run unasked, tests/
   assert.equal(bad.status, 400, bad.text);
 
   // ---- the chain: who decided each edit, and the rule's life ----
-  const rows = verifiedChain(S);
+  const rows = verifiedChain(srv, S.jobId);
   const edits = rows.filter((r) => r.operation === 'edit');
   assert.deepEqual(edits.map((r) => [r.path, r.details.decidedBy, r.details.reason ?? null]), [
     ['src/f0.c', 'buyer', null],
@@ -175,7 +160,7 @@ test('rules given at open: a deny refuses naming the rule, an allow runs unasked
   }
   const all = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules?all=true`, { token: S.buyerToken });
   assert.deepEqual(all.json.rules.filter((r) => !r.source).map((r) => [r.id, r.state]), [['no-tests', 'live'], ['notes', 'expired']]);
-  const rows = verifiedChain(S);
+  const rows = verifiedChain(srv, S.jobId);
   assert.deepEqual(rows.filter((r) => r.operation.startsWith('rule_')).map((r) => [r.operation, r.details.ruleId, r.details.by ?? r.details.why]),
     [['rule_add', 'no-tests', 'open'], ['rule_add', 'notes', 'open'], ['rule_expire', 'notes', 'uses']]);
   const writes = rows.filter((r) => r.operation === 'write');
@@ -325,7 +310,7 @@ test('the operator\'s policy file: a locked deny decides before the buyer\'s rul
   } finally {
     await client.close();
   }
-  const rows = verifiedChain(S);
+  const rows = verifiedChain(srv, S.jobId);
   assert.deepEqual(rows.filter((x) => x.operation === 'write').map((x) => [x.path, x.details.decidedBy]), [
     ['src/a.key', 'rule:op-no-keys'], ['src/a.c', 'rule:mine-keys'], ['other.txt', 'rule:op-txt'], ['notes.txt', 'buyer']]);
   assert.equal(rows.find((x) => x.path === 'notes.txt' && x.operation === 'write').details.reason, 'asked by rule ask-notes');

@@ -3,6 +3,10 @@
 // agent token as bearer), stdio (`jailboxctl mcp-bridge --job JOB`), and the Socket.IO `mcp`
 // event (a small SDK Transport on socket.io-client). Used by mcp.test.mjs and
 // refactor.test.mjs with a kit of lib/agent.mjs.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -11,6 +15,22 @@ import { io } from 'socket.io-client';
 import { JAILBOXD } from './server.mjs';
 
 export const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
+
+// The audit chain of session `jobId` on server `srv`, exported with jailboxctl and verified
+// offline against the published keys (asserted: ok, and one verified entry per row): its rows.
+export function verifiedChain(srv, jobId) {
+  const tmp = mkdtempSync(join(tmpdir(), 'jb-chain-'));
+  const env = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: srv.serviceToken };
+  const chain = execFileSync(CTL, ['audit', 'export', jobId], { env, encoding: 'utf8' });
+  writeFileSync(join(tmp, 'chain.jsonl'), chain);
+  writeFileSync(join(tmp, 'keys.json'), execFileSync(CTL, ['audit', 'keys'], { env, encoding: 'utf8' }));
+  const v = JSON.parse(execFileSync(CTL, ['audit', 'verify', join(tmp, 'chain.jsonl'), '--keys', join(tmp, 'keys.json'),
+    '--session', jobId, '--json'], { encoding: 'utf8' }));
+  assert.equal(v.ok, true, JSON.stringify(v));
+  const rows = chain.trim().split('\n').map((l) => JSON.parse(l));
+  assert.equal(v.entries, rows.length, JSON.stringify(v));
+  return rows;
+}
 export const TRANSPORTS = ['http', 'stdio', 'socket'];
 
 // An SDK Transport over the agent's Socket.IO `mcp` event: a request is emitted with an ack,
