@@ -434,11 +434,7 @@ test('a session aborted while writes decided by a rule with uses arrive: the use
 });
 
 test('a rule past its expiresAt decides nothing, and its rule_expire entry comes before the next op decided without it', { timeout: 120000 }, async () => {
-  const when = Date.now() + 4000;
-  const expiresAt = new Date(when).toISOString().replace(/\.\d+Z$/, 'Z');
-  const S = await kit.openSession(build, { mode: 'supervised', policy: { rules: [
-    { id: 'soon', tool: 'write', path: 'src/**', effect: 'allow', expiresAt },
-  ] } });
+  const S = await kit.openSession(build, { mode: 'supervised' });
   const buyer = await kit.connect(S.buyerToken);
   const asked = [];
   buyer.on('jailbox:approval_request', async (req) => {
@@ -446,6 +442,11 @@ test('a rule past its expiresAt decides nothing, and its rule_expire entry comes
     await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
   });
   const agent = await kit.connect(S.agentToken);
+  // whole seconds: 3 to 4 s from now
+  const expiresAt = new Date(Date.now() + 4000).toISOString().replace(/\.\d+Z$/, 'Z');
+  const add = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken,
+    body: { rule: { id: 'soon', tool: 'write', path: 'src/**', effect: 'allow', expiresAt } } });
+  assert.equal(add.status, 201, add.text);
   await kit.ok(agent, 'write', { path: 'src/a.c', content: 'a\n' });
   assert.deepEqual(asked, []);
   await sleep(Math.max(0, Date.parse(expiresAt) - Date.now()) + 1100);
