@@ -114,6 +114,9 @@ struct op_call {
   /* rules (api/agent/policy.c) */
   char decided_by[80]; /* "rule:<id>" when a rule allowed the op; "" otherwise */
   char decision_reason[120]; /* why, when a rule allowed or asked ("asked by rule r-…") */
+  bool ruled; /* the rules decided on are those of rules_version: the insert checks it */
+  long long rules_version;
+  char use_rule[72]; /* the deciding rule counts uses: the insert counts one; "" otherwise */
   /* store, wait */
   struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
   long long op_id;
@@ -270,6 +273,13 @@ enum op_step op_scan_content(struct op_call *call); /* op_checks.c */
  * deny (OP_END: refused, named in *call->e and in an audit entry) — and a rule with uses has
  * one counted; none matches: the mode's default as op_supervise set call->pending. */
 enum op_step op_apply_rules(struct op_call *call); /* policy.c */
+/* The insert of the store stage (op_worker.c op_store): the op as jb_db_op_create_decided
+ * stores it, checked against the rules version it was decided on and counting the deciding
+ * rule's use in the same transaction (db/policy.h jb_db_op_create_used) when op_apply_rules
+ * said so. *rules_stale: the rules changed meanwhile (nothing stored; this process's copy of
+ * them is dropped, the call starts over). Returns as jb_db_op_create_decided. */
+int op_insert_ruled(struct op_call *call, const char *args_text, const char *expect,
+                    bool *rules_stale, jb_error *err); /* policy.c */
 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */

@@ -400,17 +400,14 @@ enum op_step op_store(struct op_call *call) {
   op_wait_begin(call, &call->ticket);
   cleanup_free char *expect = call->recheck ? expect_text(call) : NULL;
   jb_error err = {0};
-  int rc = call->recheck && !expect
-               ? JB_ERR_FAIL
-               : jb_db_op_create_decided(call->c, call->job, jb_tool_name(call->tool), call->path,
-                                         args_text, call->pending, expect,
-                                         call->decided_by[0] ? call->decided_by : NULL,
-                                         call->decision_reason[0] ? call->decision_reason : NULL,
-                                         &call->op_id, call->st, &err);
+  bool rules_stale = false;
+  int rc = call->recheck && !expect ? JB_ERR_FAIL
+                                    : op_insert_ruled(call, args_text, expect, &rules_stale, &err);
   if (rc != JB_OK)
     op_wait_end(call, &call->ticket);
   else
     atomic_fetch_add(&jb_metric_ops_queued, 1);
+  if (rules_stale) return OP_STALE; /* decided on rules that no longer stand: decide again */
   if (rc == JB_ERR_CONFLICT && !call->fresh &&
       !call->st[0]) { /* the copy was stale: start over, fresh */
     jb_op_session_changed(call->job);

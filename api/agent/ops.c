@@ -130,7 +130,10 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
   bool stale = false;
   json_t *r = op_run(app, job, t, args, flags, e, false, &stale);
-  if (stale) r = op_run(app, job, t, args, flags, e, true, &stale);
+  /* again on the database's rows; a rule change at each attempt ends it after four */
+  for (int i = 0; stale && i < 4; i++) r = op_run(app, job, t, args, flags, e, true, &stale);
+  if (stale && !r && e->code == 0)
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's rules kept changing; try again");
   return r;
 }
 
