@@ -520,8 +520,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   enum jb_op_state os = jb_op_state_from_name(ost);
   if (os == JB_OP_REJECTED) {
-    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
-             reason ? reason : "");
+    op_error_rejected(e, reason, sst);
     return OP_END;
   }
   if (os == JB_OP_DONE || os == JB_OP_FAILED) {

@@ -517,6 +517,7 @@ int main(int argc, char **argv) {
       if (rc < 0) fprintf(stderr, "jailbox-worker: stdin is not a session contract\n");
       return rc < 0 ? 1 : 0;
     }
+    if (!strcmp(argv[i], "--keeper") && i + 1 < argc) return keeper_main(argv[i + 1]);
     if (!strcmp(argv[i], "--probe"))
       probe = true;
     else {
@@ -547,11 +548,19 @@ int main(int argc, char **argv) {
   if (probe) return probe_only(w);
   int rc = start(w);
   if (rc != 0) return rc;
+  if (keeper_init(w, &err) < 0)
+    slog(w, JB_LOG_WARN, NULL, err.msg, "phase", "descriptor keeper", NULL);
+  /* the sessions an earlier run left are taken over before anything else, and served before
+   * the probe (seconds: a container of its own) — only new launches need it */
   launch_startup_cleanup(w);
-  jb_walls_probe(&w->walls, &w->probe);
-  log_probe(w, &w->probe);
   struct threads t = {0};
   start_threads(w, &t);
+  struct jb_probe p;
+  jb_walls_probe(&w->walls, &p);
+  pthread_mutex_lock(&w->lock);
+  w->probe = p;
+  pthread_mutex_unlock(&w->lock);
+  log_probe(w, &p);
   serve(w, sfd);
   stop(w, &t);
   jb_db_close(w->db);

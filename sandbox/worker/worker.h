@@ -79,6 +79,7 @@ struct jb_session {
   char cid[80]; /* the container, once up (guarded by w->lock, not lock: an op in
                                 flight holds lock for the whole call) */
   atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
+  bool adopted; /* taken over from an earlier run of this worker id (launch.c) */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
@@ -106,6 +107,7 @@ struct jb_worker {
   long long prescan_hash_max; /* bytes */
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */
+  char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */
 
   atomic_bool stopping;
   atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
@@ -214,6 +216,37 @@ void session_remove_containers(struct jb_worker *w, const char *job);
  * Returns whether it is gone. */
 bool container_gone(struct jb_worker *w, const char *cid, long ms);
 
+/* ---- the descriptor keeper (keeper.c) ------------------------------------------------------ */
+
+/* One session's channels as the keeper holds them: fd[0] the shim's socket, fd[1] the
+ * spawner's, fd[2] a memfd with the workspace grant (each -1 when absent); copies owned by
+ * the receiver. */
+struct jb_kept {
+  char job[129], cid[80];
+  int fd[3];
+};
+
+/* `jailbox-worker --keeper PATH`: serves the keeper's socket at PATH until it holds nothing and
+ * has been idle 30 s. The exit code. */
+int keeper_main(const char *path);
+
+/* Finds the keeper of this worker id (w->keeper_path), starting one when none answers. With
+ * the attach-stream channel only (JAILBOX_SHIM_SOCKET_DIR=none) there is none: "" and 0.
+ * 0, or -1 with `err` (the worker then runs without one: its sessions end with it). */
+int keeper_init(struct jb_worker *w, jb_error *err);
+
+/* Hands the keeper copies of session `job`'s descriptors (-1: none), replacing what it held
+ * for the session. 0, or -1 with `err`. */
+int keeper_put(struct jb_worker *w, const char *job, const char *cid, int conn, int spawner,
+               int grant, jb_error *err);
+
+/* The keeper closes what it holds for `job` (logged when it cannot be asked). */
+void keeper_del(struct jb_worker *w, const char *job);
+
+/* Everything the keeper holds, as copies: *out (new, kept_free) with *n entries. 0, or -1. */
+int keeper_get(struct jb_worker *w, struct jb_kept **out, size_t *n, jb_error *err);
+void kept_free(struct jb_kept *list, size_t n);
+
 /* ---- security signals (signals.c) -------------------------------------------------------- */
 
 /* Acts on signal `kind` of session `job` by the policy: aborts the session (kills and
@@ -258,6 +291,11 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
  * before the session is ended for its sandbox's death, so that a command's true outcome
  * (killed for memory: oom) is what its op records, not the session's end. */
 bool exec_op_wait_stored(const char *job, long max_ms);
+
+/* At the re-adoption of session `job`: its exec ops an earlier run of this worker left marked
+ * running (their command was killed with the spawner's channel) are failed with the code
+ * "worker_restarted" and an audit entry. */
+void exec_op_fail_orphans(struct jb_worker *w, const char *job);
 
 /* Tells the spawner of session `job` (when it runs on this worker) to build the next command's
  * jail ahead (`ahead`: the session became active) or to kill the one built and build none

@@ -1,0 +1,110 @@
+// readopt.test.mjs — a worker that dies or is killed loses no session: the worker started
+// again under the same id takes over the running containers (their shim channels were held by
+// the descriptor keeper, sandbox/worker/keeper.c), checks their walls again and serves them;
+// pending approvals stay pending and land once approved; nothing runs twice; every chain
+// verifies offline. JB_READOPT_SESSIONS sets how many live sessions the kill -9 case runs
+// (default 3). Needs root, dockerd with runsc.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
+  closeAll } from './lib/jail.mjs';
+import { verifiedChain } from './lib/mcp.mjs';
+
+const IMAGE = 'jailbox-sandbox:readopt'; // startJail adds JB_IMAGE_SUFFIX
+const N = Number(process.env.JB_READOPT_SESSIONS || 3);
+
+const servers = [];
+after(async () => {
+  for (const s of servers) {
+    await closeAll(s);
+    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
+    const log = s.log();
+    await s.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+  }
+});
+
+const workerPid = (srv) => Number(readFileSync(join(srv.state, 'worker-0.pid'), 'utf8'));
+const readyCount = (srv) => (srv.log().match(/"msg":"worker ready"/g) || []).length;
+
+// the content a read of `path` returns, or null when the call failed (its error kept in errs)
+async function readOf(agent, path, errs = []) {
+  try {
+    const r = await call(agent, 'read', { path }, 20000);
+    if (r.result && !r.result.isError) return r.result.structuredContent?.content ?? null;
+    errs.push(JSON.stringify(r.error ?? r.result).slice(0, 300));
+  } catch (e) {
+    errs.push(e.message);
+  }
+  return null;
+}
+
+// a session with a.txt, its buyer and agent connected, active (one read done)
+async function liveSession(srv, i) {
+  const s = await openSession(srv, (d) => writeFileSync(join(d, 'a.txt'), `before ${i}\n`), { mode: 'supervised' });
+  s.buyer = await connect(srv, s.buyerToken);
+  s.agent = await connect(srv, s.agentToken);
+  assert.equal(await readOf(s.agent, 'a.txt'), `before ${i}\n`);
+  await waitState(srv, s.jobId, ['active']);
+  return s;
+}
+
+test(`worker SIGKILLed with ${N} live sessions (writes pending, reads in flight): served again within 5 s, the writes approved land once, every chain verifies`, { timeout: 600000 }, async () => {
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
+  servers.push(srv);
+  const sessions = [];
+  for (let i = 0; i < N; i++) sessions.push(await liveSession(srv, i));
+  const cids = {};
+  for (const s of sessions) cids[s.jobId] = (await containersOf(s.jobId)).map((c) => c.Id);
+  // a supervised write pending in each
+  const writes = [];
+  for (const [i, s] of sessions.entries()) {
+    writes.push(call(s.agent, 'write', { path: 'a.txt', content: `after ${i}\n` }, 120000).catch((e) => ({ cut: e.message })));
+    s.req = await waitEvent(s.buyer, 'jailbox:approval_request');
+  }
+  // reads in flight when the worker dies
+  const inflight = sessions.map((s) => readOf(s.agent, 'a.txt', s.errs = []));
+  const before = readyCount(srv);
+  const t0 = Date.now();
+  process.kill(workerPid(srv), 'SIGKILL');
+  await Promise.all(inflight);
+  // every session served again (a read answers with the file) — measured from the kill
+  const served = await Promise.all(sessions.map(async (s, i) => {
+    await waitFor(srv, `session ${i} served`, async () => (await readOf(s.agent, 'a.txt', s.errs)) === `before ${i}\n`, 30000);
+    return Date.now() - t0;
+  }));
+  console.log(`# ${N} sessions served again after the worker's SIGKILL in ms:`, served.join(' '));
+  assert.ok(readyCount(srv) > before, 'a new worker started');
+  for (const s of sessions)
+    for (const e of s.errs) assert.doesNotMatch(e, /rejected by the buyer/, e);
+  assert.ok(Math.max(...served) < 5000, `served again after ${Math.max(...served)} ms`);
+  for (const s of sessions) {
+    const st = await waitState(srv, s.jobId, ['active'], 1000);
+    assert.equal(st.pendingOps, 1);
+    assert.deepEqual((await containersOf(s.jobId)).map((c) => c.Id), cids[s.jobId], 'the same container');
+  }
+  // the pending writes are approved after the restart and land, once
+  for (const s of sessions) {
+    const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${s.req.opId}`, { token: s.buyerToken });
+    assert.equal(ap.status, 200, ap.text);
+  }
+  const answers = await Promise.all(writes);
+  for (const [i, s] of sessions.entries()) {
+    const a = answers[i];
+    assert.ok(a.result && !a.result.isError, JSON.stringify(a));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `after ${i}\n`);
+    const rows = (await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'write'", [s.jobId])).rows;
+    assert.deepEqual(rows.map((r) => r.state), ['done']);
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain.filter((e) => e.operation === 'write').length, 1, 'one write in the chain');
+  }
+  // and the sessions still end cleanly
+  for (const s of sessions) {
+    const ab = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+    assert.equal(ab.status, 200, ab.text);
+  }
+  for (const s of sessions) await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 15000);
+});
