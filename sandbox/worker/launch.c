@@ -30,6 +30,8 @@
  * session ends (its spawner's channel is gone: it ends at once; the database write is what
  * takes time) */
 #define EXEC_STORE_WAIT_MS 5000
+/* one wait on a running sandbox, before the stop flag is looked at again */
+#define WATCH_MS 3000
 
 /* ---- the workspace ---------------------------------------------------------------------- */
 
@@ -236,6 +238,8 @@ static void keep_channels(struct jb_session *s) {
                  &err) < 0)
     slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
          NULL);
+  else
+    atomic_store(&s->kept, true);
   if (gfd >= 0) close(gfd);
 }
 
@@ -425,8 +429,10 @@ static void watch_sandbox(struct jb_session *s) {
     snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
     long status = 0;
     json_t *ans = NULL;
-    if (jb_docker_call(&w->walls.docker, "POST", path, NULL, 0, &status, &ans, &err) < 0) {
+    /* bounded, so that a stop that leaves the sandbox running is seen within WATCH_MS */
+    if (jb_docker_call(&w->walls.docker, "POST", path, NULL, WATCH_MS, &status, &ans, &err) < 0) {
       json_decref(ans);
+      if (err.code == ETIMEDOUT) continue;
       slog(w, JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
       sleep(1);
       continue;
@@ -482,6 +488,10 @@ static void restore_workspace(struct jb_session *s) {
   jb_workspace_grant_free(&s->grant);
 }
 
+bool session_keepable(struct jb_session *s) {
+  return s->w->keeper_path[0] && atomic_load(&s->kept);
+}
+
 /* A session's thread (arg: the session). */
 static void *session_main(void *arg) {
   struct jb_session *s = arg;
@@ -491,6 +501,21 @@ static void *session_main(void *arg) {
          NULL);
   if (s->adopted || launch(s) == 0) {
     watch_sandbox(s);
+    if (atomic_load(&w->drain) && !atomic_load(&s->teardown) && session_keepable(s)) {
+      /* a drain: the sandbox stays up, its channel held by the keeper for the next worker */
+      pthread_mutex_lock(&s->lock);
+      s->sb_ready = false;
+      jb_spawner_close(&s->sb.spawner);
+      if (s->sb.conn_open) jb_shimconn_close(&s->sb.conn);
+      s->sb.conn_open = false;
+      json_decref(s->sb.contract);
+      s->sb.contract = NULL;
+      pthread_mutex_unlock(&s->lock);
+      jb_workspace_grant_free(&s->grant);
+      slog(w, JB_LOG_INFO, s->job_id, "sandbox left running for the next worker", NULL);
+      atomic_store(&s->finished, true);
+      return NULL;
+    }
     pthread_mutex_lock(&s->lock);
     s->sb_ready = false;
     jb_sandbox_destroy(&w->walls, &s->sb);
@@ -750,6 +775,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
   if (keeper_put(w, k->job, cid, k->fd[0], -1, k->fd[2], &err) < 0)
     slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);
   s->sb_ready = true;
+  atomic_store(&s->kept, true);
   snprintf(s->cid, sizeof s->cid, "%s", cid);
   pthread_mutex_lock(&w->lock);
   bool room = w->n_sessions < JB_WORKER_SESSIONS_MAX;

@@ -439,8 +439,11 @@ static void serve(struct jb_worker *w, int sfd) {
     if (pr > 0 && (pf[0].revents & POLLIN)) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        bool drain = si.ssi_signo == SIGTERM && w->keeper_path[0];
         slog(w, JB_LOG_INFO, NULL, "worker stopping", "signal",
-             si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+             si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", "sessions",
+             drain ? "left running for the next worker" : "ended", NULL);
+        atomic_store(&w->drain, drain);
         atomic_store(&w->stopping, true);
       }
     }
@@ -458,10 +461,13 @@ static void serve(struct jb_worker *w, int sfd) {
 
 /* ---- stop ----------------------------------------------------------------------------------- */
 
-/* Every session of this worker ends with it (its container would not outlive the attach
- * connection anyway: the shim's stdin closes), then the other threads; the heads the last
- * direct ops committed are announced before the pool closes. The ops socket's threads end
- * after the request each runs (an answer no peer takes ends its connection within 30 s). */
+/* SIGINT: every session of this worker ends with it. SIGTERM (a drain, for an upgrade): no
+ * session is touched — the op in flight of each finishes, no new one is claimed, and its
+ * thread lets go of the sandbox without removing it (launch.c); the next worker under this id
+ * re-adopts them. A session on the attach-stream channel cannot outlive the worker (the
+ * shim's stdin closes): it ends either way. Then the other threads; the heads the last direct
+ * ops committed are announced before the pool closes. The ops socket's threads end after the
+ * request each runs (an answer no peer takes ends its connection within 30 s). */
 static void stop(struct jb_worker *w, struct threads *t) {
   jb_error err = {0};
   pthread_mutex_lock(&w->lock);
@@ -471,6 +477,7 @@ static void stop(struct jb_worker *w, struct threads *t) {
   pthread_mutex_unlock(&w->lock);
   for (size_t i = 0; i < n; i++) {
     struct jb_session *s = list[i];
+    if (atomic_load(&w->drain) && session_keepable(s)) continue;
     atomic_store(&s->teardown, true);
     pthread_mutex_lock(&s->lock);
     char cid[80] = "";

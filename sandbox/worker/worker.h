@@ -80,6 +80,7 @@ struct jb_session {
                                 flight holds lock for the whole call) */
   atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
   bool adopted; /* taken over from an earlier run of this worker id (launch.c) */
+  atomic_bool kept; /* the keeper holds its channel: it can outlive this worker */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
@@ -110,6 +111,9 @@ struct jb_worker {
   char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */
 
   atomic_bool stopping;
+  /* SIGTERM: stopping leaves the sessions running for the next worker under this id (the
+   * keeper holds their channels); SIGINT: stopping ends them */
+  atomic_bool drain;
   atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
 
   pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
@@ -204,6 +208,9 @@ void launch_drain_queue(struct jb_worker *w);
 /* At start: fails the jobs and sessions a previous run of this worker id left unfinished and
  * removes the containers of this deployment that no live session of ours owns. */
 void launch_startup_cleanup(struct jb_worker *w);
+
+/* Whether session `s` can outlive this worker (the keeper holds its shim channel). */
+bool session_keepable(struct jb_session *s);
 
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);

@@ -6,8 +6,11 @@
 // (default 3). Needs root, dockerd with runsc.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, statSync,
+  writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { JAILBOXD } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
   closeAll } from './lib/jail.mjs';
 import { verifiedChain } from './lib/mcp.mjs';
@@ -107,4 +110,108 @@ test(`worker SIGKILLed with ${N} live sessions (writes pending, reads in flight)
     assert.equal(ab.status, 200, ab.text);
   }
   for (const s of sessions) await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 15000);
+});
+
+// The worker killed at each step of a changing op (JB_TEST_FAULT, sandbox/worker/relay.c):
+// before the shim's write the op runs once after the restart; after it (before the commit)
+// the restarted worker finds the op in the shim's journal and commits its first answer — a
+// supervised write is not reported `changed`, a move not `not_found`; after the commit
+// nothing runs again. Every op is done once, in the files and in the chain.
+test('worker killed before the shim\'s write, after it, after the commit: every op lands once, never `changed`, the chain verifies', { timeout: 600000 }, async () => {
+  const fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JB_TEST_FAULT: fault } });
+  servers.push(srv);
+  const s = await liveSession(srv, 0);
+  const points = ['before_shim_write', 'after_shim_write', 'after_commit'];
+  for (const [k, point] of points.entries()) {
+    for (const op of ['write', 'move']) {
+      writeFileSync(fault, point + '\n');
+      const before = readyCount(srv);
+      const args = op === 'write' ? { path: 'a.txt', content: `${point} ${k}\n` }
+        : { source: 'a.txt', destination: `moved-${k}.txt` };
+      const t0 = Date.now();
+      const answer = call(s.agent, op, args, 120000).catch((e) => ({ cut: e.message }));
+      const req = await waitEvent(s.buyer, 'jailbox:approval_request', (p) => p.tool === op && !p.seen);
+      req.seen = true;
+      const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${req.opId}`, { token: s.buyerToken });
+      assert.equal(ap.status, 200, ap.text);
+      const a = await answer;
+      const took = Date.now() - t0;
+      assert.ok(!existsSync(fault), `the fault ${point} fired`);
+      assert.ok(readyCount(srv) > before || /test fault/.test(srv.log()), 'the worker restarted');
+      assert.ok(a.result && !a.result.isError, `${op} at ${point}: ${JSON.stringify(a)}`);
+      console.log(`# ${op}, worker killed ${point}: answered in ${took} ms`);
+      const row = (await srv.db.query('SELECT state, result FROM ops WHERE op_id = $1', [req.opId])).rows[0];
+      assert.equal(row.state, 'done', JSON.stringify(row));
+      if (op === 'write') {
+        assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `${point} ${k}\n`);
+      } else {
+        assert.ok(!existsSync(join(s.dir, 'a.txt')));
+        assert.equal(readFileSync(join(s.dir, `moved-${k}.txt`), 'utf8'), `${point} ${k}\n`);
+      }
+      await waitState(srv, s.jobId, ['active'], 5000);
+    }
+  }
+  const chain = verifiedChain(srv, s.jobId);
+  const changing = chain.filter((e) => e.operation === 'write' || e.operation === 'move');
+  assert.equal(changing.length, points.length * 2, JSON.stringify(changing.map((e) => e.operation)));
+  assert.ok(changing.every((e) => e.details.ok === true), JSON.stringify(changing.map((e) => e.details)));
+  const rows = (await srv.db.query("SELECT tool, state FROM ops WHERE job_id = $1 AND tool IN ('write', 'move')", [s.jobId])).rows;
+  assert.equal(rows.length, points.length * 2);
+  assert.ok(rows.every((r) => r.state === 'done'), JSON.stringify(rows));
+  assert.equal((srv.log().match(/"msg":"test fault: the worker exits"/g) || []).length, points.length * 2);
+});
+
+// An upgrade: the worker binary replaced on disk, then SIGTERM to the worker. It drains (no new
+// claim, the op in flight finishes) and exits without touching its containers; jailboxd starts
+// the new binary at once, which re-adopts them. The pending writes are approved and land once.
+test('SIGTERM upgrade to a new worker binary: the sessions stay up in the same containers and are served by the new worker', { timeout: 600000 }, async () => {
+  const bin = join(mkdtempSync(join(tmpdir(), 'jb-wbin-')), 'jailbox-worker');
+  copyFileSync(join(dirname(JAILBOXD), 'jailbox-worker'), bin);
+  chmodSync(bin, 0o755);
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WORKER_BIN: bin } });
+  servers.push(srv);
+  const sessions = [await liveSession(srv, 0), await liveSession(srv, 1)];
+  const cids = {};
+  for (const s of sessions) cids[s.jobId] = (await containersOf(s.jobId)).map((c) => c.Id);
+  const writes = [];
+  for (const [i, s] of sessions.entries()) {
+    writes.push(call(s.agent, 'write', { path: 'a.txt', content: `upgraded ${i}\n` }, 120000).catch((e) => ({ cut: e.message })));
+    s.req = await waitEvent(s.buyer, 'jailbox:approval_request');
+  }
+  // the new binary, put in place as a package manager would (a new file renamed over the old)
+  copyFileSync(join(dirname(JAILBOXD), 'jailbox-worker'), bin + '.new');
+  chmodSync(bin + '.new', 0o755);
+  renameSync(bin + '.new', bin);
+  const newIno = statSync(bin).ino;
+  const old = workerPid(srv);
+  const before = readyCount(srv);
+  const t0 = Date.now();
+  process.kill(old, 'SIGTERM');
+  await waitFor(srv, 'the old worker gone', () => !existsSync('/proc/' + old), 20000);
+  const stopped = Date.now() - t0;
+  assert.match(srv.log(), /"msg":"worker stopping"[^\n]*"sessions":"left running for the next worker"/);
+  await waitFor(srv, 'the new worker ready', () => readyCount(srv) > before, 20000);
+  const served = await Promise.all(sessions.map(async (s, i) => {
+    await waitFor(srv, `session ${i} served`, async () => (await readOf(s.agent, 'a.txt')) === `before ${i}\n`, 30000);
+    return Date.now() - t0;
+  }));
+  console.log(`# SIGTERM upgrade: old worker gone after ${stopped} ms; sessions served again after ms:`, served.join(' '));
+  const pid = workerPid(srv);
+  assert.notEqual(pid, old);
+  assert.equal(statSync('/proc/' + pid + '/exe').ino, newIno, 'the new worker runs the new binary');
+  for (const s of sessions) {
+    const st = await waitState(srv, s.jobId, ['active'], 1000);
+    assert.equal(st.pendingOps, 1);
+    assert.deepEqual((await containersOf(s.jobId)).map((c) => c.Id), cids[s.jobId], 'the same container');
+    const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${s.req.opId}`, { token: s.buyerToken });
+    assert.equal(ap.status, 200, ap.text);
+  }
+  const answers = await Promise.all(writes);
+  for (const [i, s] of sessions.entries()) {
+    assert.ok(answers[i].result && !answers[i].result.isError, JSON.stringify(answers[i]));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `upgraded ${i}\n`);
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain.filter((e) => e.operation === 'write').length, 1);
+  }
 });
