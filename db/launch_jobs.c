@@ -1,6 +1,7 @@
 /* launch_jobs.c — SQL for the worker's job queue and session contract (see launch_jobs.h). */
 #include "db/launch_jobs.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,5 +145,39 @@ int jb_db_session_adopt_info(PGconn *c, const char *job_id, const char *worker_i
     *walls_json = NULL;
     return jb_fail(err, 12, "out of memory");
   }
+  return JB_OK;
+}
+
+int jb_db_session_lease(PGconn *c, const char *job_id, const char *worker_id, long lease_s,
+                        jb_error *err) {
+  char l[24];
+  snprintf(l, sizeof l, "%ld", lease_s);
+  const char *p[3] = {job_id, worker_id, l};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE sessions SET lease_worker = $2,"
+                           " lease_until = now() + make_interval(secs => $3::bigint)"
+                           " WHERE job_id = $1 AND (lease_worker IS NULL OR lease_worker = $2"
+                           " OR lease_until < now())",
+                           3, p, PGRES_COMMAND_OK, NULL, err, "take lease");
+  if (!r) return JB_ERR_FAIL;
+  int n = atoi(PQcmdTuples(r));
+  PQclear(r);
+  if (n == 1) return JB_OK;
+  jb_fail(err, EBUSY, "session %s is driven by another worker (its lease holds)", job_id);
+  return JB_ERR_CONFLICT;
+}
+
+int jb_db_leases_renew(PGconn *c, const char *worker_id, long lease_s, jb_error *err) {
+  char l[24];
+  snprintf(l, sizeof l, "%ld", lease_s);
+  const char *p[2] = {worker_id, l};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE sessions SET lease_until = now() + make_interval(secs =>"
+                           " $2::bigint) WHERE lease_worker = $1 AND lease_until >= now()"
+                           " AND state IN ('created', 'prescanning', 'awaiting_agent', 'active',"
+                           " 'paused', 'done')",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "renew leases");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
   return JB_OK;
 }

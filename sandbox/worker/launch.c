@@ -369,6 +369,7 @@ static int launch(struct jb_session *s) {
   snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
   pthread_mutex_unlock(&w->lock);
   keep_channels(s);
+  (void)session_lease(w, job);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
   const char *chan =
@@ -486,6 +487,15 @@ static void restore_workspace(struct jb_session *s) {
       slog(s->w, JB_LOG_INFO, s->job_id, "workspace access restored", "entries", nb, NULL);
   }
   jb_workspace_grant_free(&s->grant);
+}
+
+int session_lease(struct jb_worker *w, const char *job) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  int rc = conn.pg ? jb_db_session_lease(conn.pg, job, w->walls.worker_id, w->set.lease_s, &err)
+                   : JB_ERR_FAIL;
+  if (rc != JB_OK) slog(w, JB_LOG_WARN, job, err.msg, "step", "lease", NULL);
+  return rc;
 }
 
 bool session_keepable(struct jb_session *s) {
@@ -705,7 +715,8 @@ static bool contract_wall_up(json_t *contract, const char *name) {
  * held: the session joins the table with its channel re-opened (the line boundary found again)
  * and its walls checked again, and its thread watches the sandbox as after a launch. The
  * spawner's channel is given up (a command that ran is killed by the spawner, and its op is
- * failed: exec_op_fail_orphans). true, or false with `why` (the session is then failed). */
+ * failed: exec_op_fail_orphans). true, or false with `why` (the session is then failed; ""
+ * when another worker's lease holds it: it is left alone). */
 static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid, char *why,
                   size_t wlen) {
   jb_error err = {0};
@@ -721,6 +732,13 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
                rc == JB_ERR_NOT_FOUND ? "not launched by this worker" : err.msg);
       return false;
     }
+  }
+  /* two workers never drive one sandbox */
+  if (session_lease(w, k->job) == JB_ERR_CONFLICT) {
+    jb_launch_job_free(&j);
+    free(walls);
+    why[0] = '\0';
+    return false;
   }
   struct jb_session *s = calloc(1, sizeof *s);
   json_t *limits = json_loads(j.limits_json, 0, NULL);
@@ -854,6 +872,7 @@ void launch_startup_cleanup(struct jb_worker *w) {
         if (k < nkept && taken && kept[k].fd[0] >= 0 && running && id && !taken[k]) {
           taken[k] = true;
           if (adopt(w, &kept[k], id, reason, sizeof reason)) continue;
+          if (!reason[0]) continue; /* another worker drives it: left alone */
         }
         session_fail(w, job, reason);
         remove = true;

@@ -29,6 +29,7 @@
 #include "db/audit_store.h"
 #include "db/launch_jobs.h"
 #include "lib/images.h"
+#include "lib/metrics.h"
 #include "lib/scan.h"
 #include "lib/settings.h"
 #include "sandbox/proto/explain.h"
@@ -94,6 +95,9 @@ static const struct jb_setting settings[] = {
      "(sandbox/WALLS.md)"},
     {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
      JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},
+    {NULL, "JAILBOX_WORKER_LEASE_S", JB_SETTING_INT, S(lease_s), "30", 3, 86400,
+     "a session's lease: a session whose worker is gone this long (not restarted to re-adopt "
+     "it) is failed with the reason worker_unavailable; renewed every third of it"},
     {NULL, "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
      "debug, info, warn, error"},
     {NULL, "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
@@ -424,10 +428,23 @@ static void probe_again(struct jb_worker *w, long long *last_probe) {
 
 /* Until SIGTERM or SIGINT on `sfd`: woken by a change notification (sessions and their launch
  * jobs are inserted together), jb_kill, a signal, or once a second to catch anything missed. */
+/* Renews this worker's leases every third of JAILBOX_WORKER_LEASE_S (*last: when, ms). */
+static void renew_leases(struct jb_worker *w, long long *last) {
+  long long now = jb_now_ms();
+  if (now - *last < w->set.lease_s * 1000 / 3) return;
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_leases_renew(conn.pg, w->walls.worker_id, w->set.lease_s, &err) != JB_OK)
+    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "renew leases", NULL);
+  else
+    *last = now;
+}
+
 static void serve(struct jb_worker *w, int sfd) {
   PGconn *listen = NULL;
-  long long last_probe = w->probe.at_ms;
+  long long last_probe = w->probe.at_ms, last_lease = 0;
   while (!atomic_load(&w->stopping)) {
+    renew_leases(w, &last_lease);
     /* jb_kill: an abort waits for an op this worker runs (api/agent/escape.h) */
     worker_listen(w, &listen, "LISTEN jb_change; LISTEN jb_kill");
     launch_drain_queue(w);

@@ -93,6 +93,7 @@ struct jb_worker_settings {
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
   long prescan_hash_max_mib, max_sessions;
+  long lease_s; /* JAILBOX_WORKER_LEASE_S: a session's lease, renewed every third of it */
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
   char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
@@ -208,6 +209,10 @@ void launch_drain_queue(struct jb_worker *w);
 /* At start: fails the jobs and sessions a previous run of this worker id left unfinished and
  * removes the containers of this deployment that no live session of ours owns. */
 void launch_startup_cleanup(struct jb_worker *w);
+
+/* Takes this worker's lease on session `job` (db/launch_jobs.h). JB_OK, JB_ERR_CONFLICT
+ * (another worker drives it), JB_ERR_FAIL; logged. */
+int session_lease(struct jb_worker *w, const char *job);
 
 /* Whether session `s` can outlive this worker (the keeper holds its shim channel). */
 bool session_keepable(struct jb_session *s);

@@ -14,6 +14,7 @@ import { JAILBOXD } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
   closeAll } from './lib/jail.mjs';
 import { verifiedChain } from './lib/mcp.mjs';
+import { toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:readopt'; // startJail adds JB_IMAGE_SUFFIX
 const N = Number(process.env.JB_READOPT_SESSIONS || 3);
@@ -214,4 +215,38 @@ test('SIGTERM upgrade to a new worker binary: the sessions stay up in the same c
     const chain = verifiedChain(srv, s.jobId);
     assert.equal(chain.filter((e) => e.operation === 'write').length, 1);
   }
+});
+
+// The lease (JAILBOX_WORKER_LEASE_S): a worker that stops answering (SIGSTOP: alive, its pid
+// file locked, so nobody starts another) renews nothing; once its lease has run out the
+// sweeper fails the session with the reason worker_unavailable and seals its chain. The agent
+// waiting on a pending write is told the session failed — never "rejected by the buyer"; the
+// worker, woken, removes the container.
+test('a worker gone longer than its lease: the session fails with worker_unavailable, the waiting agent is told the real cause', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WORKER_LEASE_S: '3' } });
+  servers.push(srv);
+  const s = await liveSession(srv, 0);
+  const lease = (await srv.db.query('SELECT lease_worker, lease_until > now() AS live FROM sessions WHERE job_id = $1', [s.jobId])).rows[0];
+  assert.match(lease.lease_worker, /#0$/);
+  assert.equal(lease.live, true);
+  const w = call(s.agent, 'write', { path: 'a.txt', content: 'never\n' }, 120000).catch((e) => ({ cut: e.message }));
+  await waitEvent(s.buyer, 'jailbox:approval_request');
+  const pid = workerPid(srv);
+  process.kill(pid, 'SIGSTOP');
+  const t0 = Date.now();
+  try {
+    const st = await waitState(srv, s.jobId, ['failed'], 30000);
+    console.log(`# session failed ${Date.now() - t0} ms after its worker stopped (lease 3 s):`, st.stateReason);
+    assert.equal(st.stateReason, 'worker_unavailable');
+    const f = toolFailure(await w);
+    assert.ok(f, 'the write failed');
+    assert.doesNotMatch(f.message, /rejected by the buyer/);
+    assert.equal(f.data.reason, 'session_failed', JSON.stringify(f));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'before 0\n');
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain[chain.length - 1].operation, 'seal');
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  await waitFor(srv, 'container removed', async () => (await containersOf(s.jobId)).length === 0, 30000);
 });
