@@ -58,6 +58,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"killed", JB_MCP_DENIED, "killed"}, /* an exec killed by the buyer */
       {"seccomp", JB_MCP_DENIED, "denied"}, /* an exec killed by its seccomp filter */
       {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
+      /* an exec whose worker died while it ran (killed; the session re-adopted) */
+      {"worker_restarted", JB_MCP_DENIED, "worker_restarted"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {

@@ -126,6 +126,10 @@ static void print_help(const char *prog) {
   printf(
       "  --explain read GET /v1/jailbox/:jobId (or its walls) on stdin, print the session contract "
       "for a person\n");
+  printf(
+      "  --keeper PATH  the descriptor keeper (started by the worker itself): holds the sessions' "
+      "shim channels at the socket PATH across a restart\n\nSignals: SIGTERM drains (the "
+      "sessions are left running for the next worker under this id), SIGINT ends them.\n");
 }
 
 /* The Wall 2 seccomp profile: JAILBOX_SECCOMP_PROFILE's file, or the copy built in; checked to
