@@ -13,7 +13,8 @@
  *   "DEL <job>"                   closes the job's descriptors
  *   "GET"                         answered by one "ENT <job> <cid> <c><s><g>" per entry with
  *                                 copies of its descriptors, then "END"
- * The keeper exits once it holds nothing and nobody has talked to it for 30 s. */
+ * The keeper exits once it holds nothing and nobody has talked to it for 30 s. One keeper per
+ * path: it holds a lock on "<path>.lock" for its life. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -181,10 +183,16 @@ int keeper_main(const char *path) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof a.sun_path) return 2;
   memcpy(a.sun_path, path, strlen(path) + 1);
+  /* one keeper per path: the lock on "<path>.lock" is held for the keeper's life (two
+   * started at once: the second leaves) */
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  int lk = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lk < 0) return 1;
+  if (flock(lk, LOCK_EX | LOCK_NB) < 0) return 0;
   int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   mode_t old = umask(0177);
-  /* a socket file left by a keeper that died: nothing listens on it (the worker connected
-   * first and was refused) */
+  /* a socket file left by a keeper that died: nothing listens on it */
   unlink(path);
   int rc = lfd < 0 ? -1 : bind(lfd, (struct sockaddr *)&a, sizeof a);
   umask(old);
@@ -223,10 +231,11 @@ int keeper_main(const char *path) {
     }
     if (n == 0 && nc == 0 && jb_now_ms() - last > KEEPER_IDLE_MS) break;
   }
-  /* only reached with nothing held */
-  struct stat st;
-  if (stat(path, &st) == 0) unlink(path);
+  /* only reached with nothing held; the socket goes before the lock is let go (the lock
+   * file stays: a keeper starting meanwhile may hold it open) */
+  unlink(path);
   close(lfd);
+  close(lk);
   return 0;
 }
 
