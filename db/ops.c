@@ -685,3 +685,18 @@ fail:
   jb_db_rollback(c);
   return JB_ERR_FAIL;
 }
+
+int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max, size_t *n,
+                      jb_error *err) {
+  *n = 0;
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'running'"
+                           " ORDER BY op_id",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "running ops");
+  if (!r) return JB_ERR_FAIL;
+  for (int i = 0; i < PQntuples(r) && *n < max; i++)
+    ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  PQclear(r);
+  return JB_OK;
+}

@@ -178,6 +178,12 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
  * (rolled back: the op stays queued). */
 int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err);
 
+/* Worker, at the re-adoption of session `job_id`: the ids of its ops marked running (execs an
+ * earlier run of the worker started), oldest first, at most `max` into `ids`, *n of them.
+ * JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max, size_t *n,
+                      jb_error *err);
+
 /* Worker: completes running exec `op` as jb_db_op_complete does (outcome, audit entry,
  * commit) in a transaction of its own that takes the session row first. JB_ERR_CONFLICT (and
  * nothing stored) when the op is no longer running — its session ended meanwhile

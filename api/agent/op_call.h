@@ -145,6 +145,11 @@ void op_call_release(struct op_call *call); /* ops.c */
 /* Fills *e: JSON-RPC error `code`, data {reason}, and the printf-style message. */
 void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Fills *e for an op found rejected with `reason` (nullable) while its session is in
+ * `sess_state`: "rejected" (-32014) when the buyer (or a rule) rejected it; when the session's
+ * end rejected it, -32010 with the reason "session_<state>" (session_failed, session_aborted,
+ * …) — the buyer decided nothing. */
+void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *sess_state);
 /* Logs the database error `err` and fills *e with "unavailable". */
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err);
 

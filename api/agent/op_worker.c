@@ -58,6 +58,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"killed", JB_MCP_DENIED, "killed"}, /* an exec killed by the buyer */
       {"seccomp", JB_MCP_DENIED, "denied"}, /* an exec killed by its seccomp filter */
       {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
+      /* an exec whose worker died while it ran (killed; the session re-adopted) */
+      {"worker_restarted", JB_MCP_DENIED, "worker_restarted"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {
@@ -517,8 +519,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   enum jb_op_state os = jb_op_state_from_name(ost);
   if (os == JB_OP_REJECTED) {
-    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
-             reason ? reason : "");
+    op_error_rejected(e, reason, sst);
     return OP_END;
   }
   if (os == JB_OP_DONE || os == JB_OP_FAILED) {
