@@ -293,7 +293,9 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
 /* ---- the rules stage of a tool call ---- */
 
 enum op_step op_apply_rules(struct op_call *call) {
-  call->decided_by[0] = call->decision_reason[0] = '\0'; /* a call started over decides anew */
+  /* a call started over decides anew */
+  call->decided_by[0] = call->decision_reason[0] = call->asked_by[0] = '\0';
+  call->reviewed = false;
   if (!jb_tool_mutates(call->tool)) return OP_NEXT;
   if (!call->c) { /* lost on the way (op_await could not have it again) */
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
@@ -361,6 +363,7 @@ enum op_step op_apply_rules(struct op_call *call) {
     }
     if (eff == JB_RULE_ASK) {
       call->pending = true;
+      snprintf(call->asked_by, sizeof call->asked_by, "%s", call->decided_by);
       call->decided_by[0] = '\0'; /* the buyer decides; the reason says which rule asked */
     } else {
       call->pending = false;
