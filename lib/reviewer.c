@@ -1,6 +1,6 @@
 /* reviewer.c — the operator's op reviewer on the wire (see reviewer.h): the address check, the
  * webhook call (libcurl easy interface, https://curl.se/libcurl/c/libcurl-easy.html), the
- * program run (posix_spawn with pipes, a deadline over poll), and the answer parser. */
+ * program run (posix_spawn, its stdin a socket and its stdout a pipe, a deadline over poll), and the answer parser. */
 #define _GNU_SOURCE
 #include "lib/reviewer.h"
 
@@ -278,8 +278,8 @@ static pid_t spawn(const char *path, int in, int outfd) {
   if (!e) e = posix_spawnattr_setsigmask(&at, &none);
   if (!e) e = posix_spawnattr_setsigdefault(&at, &def);
   if (!e)
-    e = posix_spawnattr_setflags(&at,
-                                 POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    e = posix_spawnattr_setflags(
+        &at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   char *const argv[] = {(char *)path, NULL};
   char *const envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", NULL};
   pid_t pid = -1;
@@ -298,7 +298,8 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
   memset(out, 0, sizeof *out);
   long long deadline = now_ms() + timeout_ms;
   int pin[2], pout[2];
-  if (pipe2(pin, O_CLOEXEC) < 0) {
+  /* stdin a socket: a send to a program that stopped reading is EPIPE, not SIGPIPE */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pin) < 0) {
     fail(out, "reviewer not run: %s", strerror(errno));
     return;
   }
@@ -335,7 +336,7 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
     if (k < 0 && errno != EINTR) break;
     if (k <= 0) continue;
     if (win >= 0 && p[1].revents) {
-      ssize_t w = write(win, body + sent, len - sent);
+      ssize_t w = send(win, body + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) sent += (size_t)w;
       if ((w < 0 && errno != EAGAIN && errno != EINTR) || sent == len) { /* EPIPE: it stopped */
         close(win);
@@ -378,8 +379,7 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
   kill(-pid, SIGKILL); /* on time out the program and what it started; else what it left */
   int status = 0;
   pid_t w;
-  while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
-  }
+  while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
   if (!timed_out && !over && !exited) w = -1;
   if (timed_out)
     fail(out, "reviewer timed out after %ld ms", timeout_ms);

@@ -99,16 +99,14 @@ static bool send_review(struct op_call *call, const char *rid) {
   json_decref(session);
   if (!body) {
     call->review = (struct jb_review){.verdict = JB_REVIEW_ASK, .failed = true};
-    snprintf(call->review.reason, sizeof call->review.reason,
-             "reviewer not asked: out of memory");
+    snprintf(call->review.reason, sizeof call->review.reason, "reviewer not asked: out of memory");
     return true;
   }
   jb_db_release(call->app->db, call->c);
   call->c = NULL;
   long long t0 = mono_ms();
   if (cfg->reviewer_url[0])
-    jb_review_http(cfg->reviewer_url, body, strlen(body), cfg->reviewer_timeout_ms,
-                   &call->review);
+    jb_review_http(cfg->reviewer_url, body, strlen(body), cfg->reviewer_timeout_ms, &call->review);
   else
     jb_review_cmd(cfg->reviewer_cmd, body, strlen(body), cfg->reviewer_timeout_ms, &call->review);
   long long took = mono_ms() - t0;
@@ -159,10 +157,10 @@ enum op_step op_review(struct op_call *call) {
     snprintf(call->decided_by, sizeof call->decided_by, "reviewer");
     op_error(call->e, JB_MCP_DENIED, "denied", "denied by the reviewer%s%.500s",
              r->reason[0] ? ": " : "", r->reason);
-    op_audit_refusal(call, call->path,
-                     json_pack("{s:s,s:s,s:s,s:s}", "error", "denied", "decidedBy", "reviewer",
-                               "reason", r->reason[0] ? r->reason : "denied by the reviewer",
-                               "requestId", rid));
+    op_audit_refusal(
+        call, call->path,
+        json_pack("{s:s,s:s,s:s,s:s}", "error", "denied", "decidedBy", "reviewer", "reason",
+                  r->reason[0] ? r->reason : "denied by the reviewer", "requestId", rid));
     return OP_END;
   }
   /* ask: the buyer decides; the op's reason says what the reviewer said */
