@@ -38,7 +38,8 @@ static void answers(void **state) {
   assert_int_equal(r.verdict, JB_REVIEW_ASK);
   assert_false(r.failed);
   /* control characters (C0, DEL, C1) become spaces; other text stays */
-  r = parse("{\"verdict\":\"deny\",\"reason\":\"a\\nb\\u001b[31mc\\u007fd\\u0085e \\u00e9\\u2603\"}");
+  r = parse(
+      "{\"verdict\":\"deny\",\"reason\":\"a\\nb\\u001b[31mc\\u007fd\\u0085e \\u00e9\\u2603\"}");
   assert_int_equal(r.verdict, JB_REVIEW_DENY);
   assert_string_equal(r.reason, "a b [31mc d e \xc3\xa9\xe2\x98\x83");
   /* a long reason is cut at a character's start within JB_REVIEW_REASON_MAX bytes */
@@ -96,11 +97,16 @@ static void url_rules(void **state) {
   assert_int_equal(jb_review_url_check("http://127.0.0.1:9000/r", &err), 0);
   assert_int_equal(jb_review_url_check("http://127.8.9.10/r", &err), 0);
   assert_int_equal(jb_review_url_check("http://[::1]:80/r", &err), 0);
-  const char *bad[] = {"http://localhost/r",   "http://10.0.0.1/r",
-                       "http://[::2]/r",       "http://u:secret@example.com/r",
-                       "ftp://example.com/",   "file:///etc/passwd",
-                       "https://example.com/#f", "review.example.com/hook",
-                       "",                     NULL};
+  const char *bad[] = {"http://localhost/r",
+                       "http://10.0.0.1/r",
+                       "http://[::2]/r",
+                       "http://u:secret@example.com/r",
+                       "ftp://example.com/",
+                       "file:///etc/passwd",
+                       "https://example.com/#f",
+                       "review.example.com/hook",
+                       "",
+                       NULL};
   for (int i = 0; bad[i]; i++) {
     memset(&err, 0, sizeof err);
     if (jb_review_url_check(bad[i], &err) == 0) fail_msg("accepted %s", bad[i]);
@@ -139,7 +145,9 @@ static void program(void **state) {
   char p[128], out[160];
   struct jb_review r;
   /* stdin is the request; the answer is stdout */
-  script(p, "echo.sh", "read line; case \"$line\" in *write*) printf '{\"verdict\":\"allow\",\"reason\":\"%s\"}' \"$PATH\";; *) echo '{\"verdict\":\"deny\"}';; esac");
+  script(p, "echo.sh",
+         "read line; case \"$line\" in *write*) printf '{\"verdict\":\"allow\",\"reason\":\"%s\"}' "
+         "\"$PATH\";; *) echo '{\"verdict\":\"deny\"}';; esac");
   const char *req = "{\"op\":{\"tool\":\"write\"}}\n";
   jb_review_cmd(p, req, strlen(req), 5000, &r);
   assert_false(r.failed);
@@ -203,8 +211,8 @@ int main(void) {
   snprintf(dir, sizeof dir, "/tmp/jb-test-reviewer-XXXXXX");
   if (!mkdtemp(dir)) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(answers),  cmocka_unit_test(hostile_answers), cmocka_unit_test(url_rules),
-      cmocka_unit_test(program),  cmocka_unit_test(webhook_down),
+      cmocka_unit_test(answers), cmocka_unit_test(hostile_answers), cmocka_unit_test(url_rules),
+      cmocka_unit_test(program), cmocka_unit_test(webhook_down),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];
