@@ -10,13 +10,13 @@
 // stop jailboxd at start. Needs root and Docker with runsc (as policy.test.mjs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
-import { connectClient, verifiedChain } from './lib/mcp.mjs';
+import { CTL, connectClient, verifiedChain } from './lib/mcp.mjs';
 import { JAILBOXD } from './lib/server.mjs';
 
 const TIMEOUT_MS = 1000;
@@ -49,13 +49,14 @@ before(async () => {
     req.on('data', (d) => { body += d; });
     req.on('end', () => {
       const r = JSON.parse(body);
-      reviews.push({ ...r, raw: body, contentType: req.headers['content-type'], at: Date.now() });
+      reviews.push({ ...r, raw: body, contentType: req.headers['content-type'], auth: req.headers.authorization, at: Date.now() });
       const key = r.op.tool === 'exec' ? 'allow' : r.op.path.split('-')[0];
       (ANSWERS[key] ?? ANSWERS.ask)(res, r);
     });
   });
   await new Promise((r) => hook.listen(0, '127.0.0.1', r));
-  hookUrl = `http://127.0.0.1:${hook.address().port}/review?k=1`;
+  // credentials in the URL: sent as Basic auth, never logged
+  hookUrl = `http://rev:hook-secret@127.0.0.1:${hook.address().port}/review?k=1`;
   kit = await startSandboxServer('jailbox-sandbox:reviewer', { JAILBOX_APPROVAL_TIMEOUT: '60',
     JAILBOX_REVIEWER_URL: hookUrl, JAILBOX_REVIEWER_TIMEOUT_MS: String(TIMEOUT_MS),
     JAILBOX_REVIEWER_FAILURES: '0' });
@@ -92,6 +93,12 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     { id: 'deny-rule', tool: 'write', path: 'norule-*', effect: 'deny' },
   ] } });
   const { asked } = await approvingBuyer(S);
+  // the buyer's jailboxctl watch shows who asked and what the reviewer said
+  const watch = spawn(CTL, ['watch', S.jobId], { env: { ...process.env, JAILBOX_URL: srv.url,
+    JAILBOX_WS_URL: 'http://' + kit.wsAddr, JAILBOX_TOKEN: S.buyerToken } });
+  let watched = '';
+  watch.stdout.on('data', (d) => { watched += d; });
+  await kit.waitFor('watch connected', () => watched.includes('state awaiting_agent'), 20000);
   const client = await connectClient('http', kit, S, 'jailbox-reviewer-test');
   const write = (path, content = `${path}\n`) => client.callTool({ name: 'write', arguments: { path, content } });
   const seen = (path) => reviews.filter((r) => r.op.path === path && r.session.jobId === S.jobId);
@@ -110,6 +117,10 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     // the requests: the op as the buyer would see it, the session, never a token
     const [wreq] = seen('allow-a.txt');
     assert.equal(wreq.contentType, 'application/json');
+    assert.equal(wreq.auth, 'Basic ' + Buffer.from('rev:hook-secret').toString('base64'));
+    assert.match(srv.log(), /"msg":"op reviewer configured","timeoutMs":"1000","kind":"webhook"/);
+    assert.match(srv.log(), /"msg":"op reviewed","jobId":"[^"]+","requestId":"[0-9a-f]{32}","tool":"write","verdict":"allow"/);
+    assert.ok(!srv.log().includes('hook-secret'), 'the reviewer URL\'s credentials were logged');
     assert.equal(wreq.type, 'jailbox.review');
     assert.match(wreq.requestId, /^[0-9a-f]{32}$/);
     assert.deepEqual([wreq.session.jobId, wreq.session.mode, wreq.session.image.includes('jailbox-sandbox:reviewer'), wreq.askedBy],
@@ -198,7 +209,12 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     assert.equal(ra.askedBy, 'rule:ask-ruled');
     assert.deepEqual(ra.reviewer, { verdict: 'ask', reason: 'the rule asked; so do I', failed: false });
     assert.deepEqual([seen('ruled-h.txt')[0].askedBy, seen('ruled-h.txt')[0].rule], ['rule:ask-ruled', 'ask-ruled']);
+    await kit.waitFor('watch shows the last request', () => watched.includes('so do I'), 20000);
+    assert.match(watched, /APPROVAL REQUESTED op #\d+: write slow-a\.txt [^\n]*\n(?: {4}[^\n]*\n)*? {4}reviewer failed: reviewer timed out after 1000 ms\n/);
+    assert.match(watched, /APPROVAL REQUESTED op #\d+: write ruled-h\.txt [^\n]*\n(?: {4}[^\n]*\n)*? {4}asked by rule ask-ruled\n {4}reviewer says ask: the rule asked; so do I\n/);
+    assert.match(watched, / {4}reviewer says ask: please look at this  one\n/);
   } finally {
+    watch.kill();
     await client.close();
   }
 
