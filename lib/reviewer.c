@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -210,7 +211,7 @@ void jb_review_http(const char *url, const char *body, size_t len, long timeout_
     fail(out, "reviewer not asked: out of memory");
     return;
   }
-  bool https = !strncmp(url, "https:", 6);
+  bool https = !strncasecmp(url, "https:", 6); /* checked: https or loopback http */
   struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
   hdr = hdr ? curl_slist_append(hdr, "Accept: application/json") : NULL;
   hdr = hdr ? curl_slist_append(hdr, "Expect:") : NULL; /* no 100-continue round trip */
