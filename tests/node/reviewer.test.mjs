@@ -19,7 +19,7 @@ import { startSandboxServer } from './lib/agent.mjs';
 import { CTL, connectClient, verifiedChain } from './lib/mcp.mjs';
 import { JAILBOXD } from './lib/server.mjs';
 
-const TIMEOUT_MS = 1000;
+const TIMEOUT_MS = 2000;
 let kit, srv, hook, hookUrl;
 const reviews = []; // the requests the webhook received, parsed
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -118,7 +118,7 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     const [wreq] = seen('allow-a.txt');
     assert.equal(wreq.contentType, 'application/json');
     assert.equal(wreq.auth, 'Basic ' + Buffer.from('rev:hook-secret').toString('base64'));
-    assert.match(srv.log(), /"msg":"op reviewer configured","timeoutMs":"1000","kind":"webhook"/);
+    assert.ok(srv.log().includes(`"msg":"op reviewer configured","timeoutMs":"${TIMEOUT_MS}","kind":"webhook"`));
     assert.match(srv.log(), /"msg":"op reviewed","jobId":"[^"]+","requestId":"[0-9a-f]{32}","tool":"write","verdict":"allow"/);
     assert.ok(!srv.log().includes('hook-secret'), 'the reviewer URL\'s credentials were logged');
     assert.equal(wreq.type, 'jailbox.review');
@@ -210,7 +210,7 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     assert.deepEqual(ra.reviewer, { verdict: 'ask', reason: 'the rule asked; so do I', failed: false });
     assert.deepEqual([seen('ruled-h.txt')[0].askedBy, seen('ruled-h.txt')[0].rule], ['rule:ask-ruled', 'ask-ruled']);
     await kit.waitFor('watch shows the last request', () => watched.includes('so do I'), 20000);
-    assert.match(watched, /APPROVAL REQUESTED op #\d+: write slow-a\.txt [^\n]*\n(?: {4}[^\n]*\n)*? {4}reviewer failed: reviewer timed out after 1000 ms\n/);
+    assert.match(watched, /APPROVAL REQUESTED op #\d+: write slow-a\.txt [^\n]*\n(?: {4}[^\n]*\n)*? {4}reviewer failed: reviewer timed out after \d+ ms\n/);
     assert.match(watched, /APPROVAL REQUESTED op #\d+: write ruled-h\.txt [^\n]*\n(?: {4}[^\n]*\n)*? {4}asked by rule ask-ruled\n {4}reviewer says ask: the rule asked; so do I\n/);
     assert.match(watched, / {4}reviewer says ask: please look at this  one\n/);
   } finally {
@@ -246,32 +246,30 @@ test('webhook reviewer: allow runs unasked, deny refuses, ask/timeout/garbage as
     assert.equal(dec[`write ${p}`][1], 'buyer', `${p}: a failed review never allows`);
 });
 
-test('program reviewer (JAILBOX_REVIEWER_CMD): allow, killed after its timeout, paused after failures in a row', { timeout: 240000 }, async () => {
+test('program reviewer (JAILBOX_REVIEWER_CMD): allow, killed after its timeout (with what it started), paused after failures in a row', { timeout: 240000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'jb-reviewer-cmd-'));
   chmodSync(dir, 0o755);
   const log = join(dir, 'calls.log');
-  const prog = join(dir, 'review.mjs');
-  writeFileSync(prog, `#!${process.execPath}
-import { appendFileSync } from 'node:fs';
-let input = '';
-process.stdin.setEncoding('utf8');
-process.stdin.on('data', (d) => { input += d; });
-process.stdin.on('end', () => {
-  const r = JSON.parse(input);
-  const p = r.op.path;
-  appendFileSync(${JSON.stringify(log)}, JSON.stringify({ path: p, pid: process.pid, env: Object.keys(process.env).sort() }) + '\\n');
-  if (p.startsWith('cmd-allow')) process.stdout.write(JSON.stringify({ verdict: 'allow', reason: 'the program agrees' }));
-  else if (p.startsWith('cmd-sleep')) setTimeout(() => process.stdout.write('{"verdict":"allow"}'), 60000);
-  else if (p.startsWith('cmd-fail')) process.exit(3);
-  else process.stdout.write('{"verdict":"ask"}');
-});
+  const prog = join(dir, 'review.sh');
+  // a shell script (quick to start on a loaded machine): the request's op path picks the answer
+  writeFileSync(prog, `#!/bin/sh
+input=$(cat)
+path=$(printf '%s' "$input" | sed -n 's/.*"op":{[^}]*"path":"\\([^"]*\\)".*/\\1/p')
+envs=$(env | cut -d= -f1 | sort | tr '\\n' ' ')
+printf '{"path":"%s","pid":%d,"env":"%s"}\\n' "$path" $$ "$envs" >> ${JSON.stringify(log)}
+case "$path" in
+  cmd-allow*) printf '{"verdict":"allow","reason":"the program agrees"}' ;;
+  cmd-sleep*) sleep 60; printf '{"verdict":"allow"}' ;;
+  cmd-fail*) exit 3 ;;
+  *) printf '{"verdict":"ask"}' ;;
+esac
 `);
   chmodSync(prog, 0o755);
   const k2 = await startSandboxServer('jailbox-sandbox:reviewer', { JAILBOX_REVIEWER_CMD: prog,
-    JAILBOX_REVIEWER_TIMEOUT_MS: '1500', JAILBOX_REVIEWER_FAILURES: '2', JAILBOX_REVIEWER_PAUSE_MS: '600000' });
+    JAILBOX_REVIEWER_TIMEOUT_MS: '3000', JAILBOX_REVIEWER_FAILURES: '2', JAILBOX_REVIEWER_PAUSE_MS: '600000' });
   const s2 = k2.srv;
   try {
-    assert.match(s2.log(), /"msg":"op reviewer configured","timeoutMs":"1500","kind":"program"/);
+    assert.match(s2.log(), /"msg":"op reviewer configured","timeoutMs":"3000","kind":"program"/);
     const S = await k2.openSession(() => {}, { mode: 'supervised' });
     const buyer = await k2.connect(S.buyerToken);
     const asked = [];
@@ -286,13 +284,13 @@ process.stdin.on('end', () => {
       let r = await write('cmd-allow-1.txt');
       assert.equal(r.isError, false, JSON.stringify(r));
       assert.deepEqual(asked, []);
-      assert.deepEqual(calls()[0].env.filter((k) => !k.startsWith('NODE')).sort(), ['LANG', 'PATH'], 'the program sees PATH and LANG only');
+      assert.equal(calls()[0].env, 'LANG PATH PWD ', 'the program sees PATH and LANG only (and the PWD its shell sets)');
 
       const t0 = Date.now();
       r = await write('cmd-sleep-2.txt');
       assert.equal(r.isError, false, JSON.stringify(r));
-      assert.ok(Date.now() - t0 >= 1500);
-      assert.deepEqual(asked.at(-1).reviewer, { verdict: 'ask', reason: 'reviewer timed out after 1500 ms', failed: true });
+      assert.ok(Date.now() - t0 >= 3000);
+      assert.deepEqual(asked.at(-1).reviewer, { verdict: 'ask', reason: 'reviewer timed out after 3000 ms', failed: true });
       const sleeper = calls().find((c) => c.path === 'cmd-sleep-2.txt').pid;
       assert.throws(() => process.kill(sleeper, 0), /ESRCH/, 'the program was killed at its timeout');
 
