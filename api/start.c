@@ -10,6 +10,8 @@
 #include "api/agent/escape.h"
 #include "api/agent/ops.h"
 #include "api/agent/policy.h"
+#include "lib/log.h"
+#include "lib/reviewer.h"
 #include "lib/scan.h"
 #include "api/agent/socket.h"
 #include "api/auth.h"
@@ -24,7 +26,16 @@ int jb_api_load_rules(const struct jb_config *cfg, jb_error *err) {
 }
 
 int jb_api_load_policy(const struct jb_config *cfg, jb_error *err) {
-  return jb_policy_operator_load(cfg->policy_file, err);
+  if (jb_policy_operator_load(cfg->policy_file, err) < 0) return -1;
+  if (!cfg->reviewer_url[0] && !cfg->reviewer_cmd[0]) return 0;
+  if (jb_review_global_init(err) < 0) return -1;
+  char ms[32];
+  snprintf(ms, sizeof ms, "%ld", cfg->reviewer_timeout_ms);
+  /* the webhook's URL is not logged: it may hold credentials */
+  jb_log(JB_LOG_INFO, "op reviewer configured", "timeoutMs", ms, "kind",
+         cfg->reviewer_url[0] ? "webhook" : "program", "program",
+         cfg->reviewer_cmd[0] ? cfg->reviewer_cmd : NULL, NULL);
+  return 0;
 }
 
 int jb_api_bootstrap_token(PGconn *c, const char *path, bool create, jb_error *err) {

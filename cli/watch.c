@@ -325,6 +325,21 @@ static void print_event(const char *name, const json_t *d) {
     printf("%s %s\n", name, t ? t : "");
     free(t);
   }
+  if (strcmp(name, "jailbox:approval_request") == 0) { /* who asked, what the reviewer said */
+    const char *by = json_string_value(json_object_get(d, "askedBy"));
+    if (by && strncmp(by, "rule:", 5) == 0) {
+      printf("    asked by rule ");
+      print_whole(by + 5);
+      putchar('\n');
+    }
+    json_t *rv = json_object_get(d, "reviewer");
+    if (json_is_object(rv)) {
+      printf("    reviewer %s: ",
+             json_is_true(json_object_get(rv, "failed")) ? "failed" : "says ask");
+      print_whole(json_string_value(json_object_get(rv, "reason")));
+      putchar('\n');
+    }
+  }
 }
 
 /* Every line on stdout, and jb_ctl_text's ring, are shared by the event handlers and the

@@ -215,6 +215,25 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
   return rc;
 }
 
+int jb_db_session_context(PGconn *c, const char *job_id, json_t **out, jb_error *err) {
+  *out = NULL;
+  const char *p[1] = {job_id};
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT jsonb_build_object('jobId', job_id, 'mode', mode, 'image', image,"
+                 " 'agentId', agent_id, 'state', state)::text"
+                 " FROM sessions WHERE job_id = $1",
+                 1, p, PGRES_TUPLES_OK, NULL, err, "read session context");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  *out = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+  PQclear(r);
+  return *out ? JB_OK : jb_fail(err, ENOMEM, "read session context: out of memory");
+}
+
 /* Decodes a comma-separated list of 64-hex-digit hashes into a new array. */
 static int hex_list(const char *txt, unsigned char **out, size_t *n, jb_error *err) {
   *out = NULL;

@@ -66,6 +66,10 @@ struct jb_session_facts {
  * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
 int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out, jb_error *err);
 
+/* What an op reviewer is told of session `job_id` (new into *out): {jobId, mode, image,
+ * agentId, state}. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_db_session_context(PGconn *c, const char *job_id, json_t **out, jb_error *err);
+
 /* Copies `src` into *dst (overwritten: it must own nothing): its own strings and deep copies of the JSON values,
  * so that neither shares anything with the other and each may be used on its own thread.
  * JB_OK, or JB_ERR_FAIL (out of memory; *dst is left empty). */

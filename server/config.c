@@ -4,6 +4,7 @@
 
 #include "lib/escape_policy.h"
 #include "lib/images.h"
+#include "lib/reviewer.h"
 #include "lib/settings.h"
 
 #include <errno.h>
@@ -125,6 +126,22 @@ static const struct jb_setting settings[] = {
     {"policy-file", "JAILBOX_POLICY_FILE", JB_SETTING_STRING, S(policy_file), "", 0, 0,
      "the operator's approval rules, one JSON rule a line (api/events.md \"Approval rules\");"
      " locked ones decide before a session's rules, the others after; empty: none"},
+    {"reviewer-url", "JAILBOX_REVIEWER_URL", JB_SETTING_STRING, S(reviewer_url), "", 0, 0,
+     "the op reviewer's webhook: an https:// URL (http:// only to 127.0.0.0/8 or [::1]) that"
+     " each op held for the buyer is POSTed to first (api/events.md \"Reviewer\"); empty: none"},
+    {"reviewer-cmd", "JAILBOX_REVIEWER_CMD", JB_SETTING_STRING, S(reviewer_cmd), "", 0, 0,
+     "the op reviewer as a program (absolute path, run without a shell or arguments): the same"
+     " request on its stdin, its answer on stdout; not with JAILBOX_REVIEWER_URL; empty: none"},
+    {"reviewer-timeout-ms", "JAILBOX_REVIEWER_TIMEOUT_MS", JB_SETTING_INT, S(reviewer_timeout_ms),
+     "5000", 100, 120000,
+     "the reviewer must answer within this (connecting included; the program is killed after"
+     " it), ms; later: the buyer is asked"},
+    {"reviewer-failures", "JAILBOX_REVIEWER_FAILURES", JB_SETTING_INT, S(reviewer_failures), "5", 0,
+     1000000,
+     "after this many failed reviews in a row the reviewer is not called for"
+     " JAILBOX_REVIEWER_PAUSE_MS (ops go to the buyer); 0: always call it"},
+    {"reviewer-pause-ms", "JAILBOX_REVIEWER_PAUSE_MS", JB_SETTING_INT, S(reviewer_pause_ms),
+     "30000", 0, 3600000, "how long a failing reviewer is left alone, ms"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -147,6 +164,14 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
     return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGE");
   if (jb_image_list_check(cfg->sandbox_images, err) < 0)
     return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGES");
+  if (cfg->reviewer_url[0] && cfg->reviewer_cmd[0])
+    return jb_fail(
+        err, EINVAL,
+        "JAILBOX_REVIEWER_URL and JAILBOX_REVIEWER_CMD are both set: choose one reviewer");
+  if (cfg->reviewer_url[0] && jb_review_url_check(cfg->reviewer_url, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_REVIEWER_URL");
+  if (cfg->reviewer_cmd[0] && jb_review_cmd_check(cfg->reviewer_cmd, err) < 0)
+    return jb_error_wrap(err, "JAILBOX_REVIEWER_CMD");
   char host[256];
   int port;
   if (jb_parse_listen(cfg->listen, host, sizeof host, &port, err) < 0)

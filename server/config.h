@@ -54,6 +54,11 @@ struct jb_config {
   char *sandbox_image; /* the image of a session that names none (lib/images.h) */
   char *sandbox_images; /* the images a session may name, comma-separated (lib/images.h) */
   char *policy_file; /* the operator's approval rules (lib/policy.h); "" = none */
+  char *reviewer_url; /* the op reviewer's webhook (lib/reviewer.h); "" = none */
+  char *reviewer_cmd; /* the op reviewer as a program (absolute path); "" = none */
+  long reviewer_timeout_ms; /* a review's deadline, ms */
+  long reviewer_failures; /* failed reviews in a row that pause the reviewer; 0: never */
+  long reviewer_pause_ms; /* how long a paused reviewer is not called, ms */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

@@ -44,6 +44,7 @@
 #include "lib/err.h"
 #include "lib/json.h"
 #include "lib/pathcheck.h"
+#include "lib/reviewer.h"
 #include "server/opwait.h"
 
 #define OP_FILE_MAX (1024 * 1024) /* bytes of one write (the shim's JB_FILE_MAX) */
@@ -112,8 +113,14 @@ struct op_call {
   size_t replaced; /* an edit's replacements */
   char before_hex[65]; /* an edit's file as read: its SHA-256 */
   /* rules (api/agent/policy.c) */
-  char decided_by[80]; /* "rule:<id>" when a rule allowed the op; "" otherwise */
-  char decision_reason[120]; /* why, when a rule allowed or asked ("asked by rule r-…") */
+  char decided_by[80]; /* "rule:<id>" when a rule allowed the op, "reviewer" when the
+                        * reviewer did; "" otherwise */
+  char decision_reason[768]; /* why, when a rule allowed or asked ("asked by rule r-…"), or
+                              * the reviewer allowed or passed the op to the buyer */
+  char asked_by[80]; /* "rule:<id>" when an ask rule held the op for the buyer; "" otherwise */
+  /* review (api/agent/review.c) */
+  bool reviewed; /* the reviewer was asked (or skipped while it is paused): review holds it */
+  struct jb_review review;
   bool ruled; /* the rules decided on are those of rules_version: the insert checks it */
   long long rules_version;
   char use_rule[72]; /* the deciding rule counts uses: the insert counts one; "" otherwise */
@@ -286,8 +293,23 @@ enum op_step op_apply_rules(struct op_call *call); /* policy.c */
 int op_insert_ruled(struct op_call *call, const char *args_text, const char *expect,
                     bool *rules_stale, jb_error *err); /* policy.c */
 
-/* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
+/* What the buyer is shown of a pending op (new; NULL on OOM), before it is stored: {jobId,
+ * tool, path, …} as the approval request carries it (api/events.md), without opId, diff and
+ * the decision's fields. The reviewer is sent the same view. */
+json_t *op_approval_view(struct op_call *call); /* op_supervise.c */
+
+/* Puts call->diff into the approval request of the pending op call->op_id and announces it,
+ * with askedBy ("rule:<id>" or "mode") and the reviewer's {verdict, reason, failed} when it
+ * was asked. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */
+
+/* The operator's reviewer (lib/reviewer.h) on an op that would wait for the buyer
+ * (call->pending after the rules, its diff or description made): allow — call->pending false,
+ * decided_by "reviewer", decision_reason its reason; deny — OP_END, refused (JB_MCP_DENIED,
+ * an audit entry with decidedBy "reviewer" and the reason); ask, or any failure — the buyer
+ * is asked, call->review saying why. No reviewer configured, or not pending: OP_NEXT at once.
+ * The database connection is back in the pool while the reviewer is waited for. */
+enum op_step op_review(struct op_call *call); /* review.c */
 
 /* Takes a place among this process's calls that wait on the buyer or a pause (at most
  * JAILBOX_WS_WORKERS - 1, so that a handler thread stays free for the decision they wait

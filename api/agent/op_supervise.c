@@ -5,7 +5,8 @@
  * session what the buyer is shown — the target as it is now (a stat through the shim: the
  * same rules; the op is refused if it changes meanwhile), the diff preview of a write or an
  * edit, a description of a mkdir, move or delete — and the approval request. The session's
- * approval rules (api/agent/policy.c) decide before the buyer is asked. */
+ * approval rules (api/agent/policy.c), then the operator's reviewer (api/agent/review.c),
+ * decide before the buyer is asked. */
 #define _GNU_SOURCE
 #include "api/agent/op_call.h"
 
@@ -509,6 +510,7 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT) s = op_apply_rules(call);
     /* an ask rule in an unsupervised session: a wait for the buyer the mode did not make */
     if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
+    if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
     return s;
   }
   if (jb_tool_mutates(call->tool)) {
@@ -517,12 +519,17 @@ enum op_step op_supervise(struct op_call *call) {
     if (s != OP_NEXT) return s;
   }
   if (!call->pending) return OP_NEXT;
-  if (call->tool == JB_TOOL_EXEC) return supervise_exec(call);
-  if (call->tool != JB_TOOL_WRITE) return supervise_change(call);
-  s = stat_target(call);
-  if (s == OP_NEXT) s = check_target(call);
-  if (s == OP_NEXT)
-    call->diff = write_diff(call->app, call->path, call->current, call->data, call->dlen);
+  if (call->tool == JB_TOOL_EXEC) {
+    s = supervise_exec(call);
+  } else if (call->tool != JB_TOOL_WRITE) {
+    s = supervise_change(call);
+  } else {
+    s = stat_target(call);
+    if (s == OP_NEXT) s = check_target(call);
+    if (s == OP_NEXT)
+      call->diff = write_diff(call->app, call->path, call->current, call->data, call->dlen);
+  }
+  if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
   return s;
 }
 
@@ -572,12 +579,8 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
   }
 }
 
-void op_announce_approval(struct op_call *call) {
+json_t *op_approval_view(struct op_call *call) {
   const char *job = call->job;
-  jb_error err = {0};
-  if (json_is_object(call->diff) &&
-      jb_db_op_set_diff(call->c, call->op_id, call->diff, &err) != JB_OK)
-    jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
   const char *tool = jb_tool_name(call->tool);
   json_t *ev;
   if (call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT) {
@@ -587,11 +590,10 @@ void op_announce_approval(struct op_call *call) {
         text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX)
                 : NULL;
     const char *cur = json_string_value(json_object_get(call->current, "sha256"));
-    ev = json_pack("{s:s,s:I,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "opId",
-                   (json_int_t)call->op_id, "tool", tool, "path", call->path, "size",
-                   (json_int_t)dlen, "sha256", call->sha_hex, "verdict", "clean", "preview",
-                   preview ? preview : json_null(), "previewTruncated", dlen > PREVIEW_MAX,
-                   "currentSha256", cur, "exists",
+    ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "tool", tool, "path",
+                   call->path, "size", (json_int_t)dlen, "sha256", call->sha_hex, "verdict",
+                   "clean", "preview", preview ? preview : json_null(), "previewTruncated",
+                   dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
                    json_is_true(json_object_get(call->current, "exists")));
     if (ev && call->tool == JB_TOOL_EDIT) {
       json_object_set_new(
@@ -605,11 +607,11 @@ void op_announce_approval(struct op_call *call) {
     json_t *v;
     json_object_foreach (json_object_get(a, "env"), k, v)
       json_array_append_new(names, json_string(k));
-    ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O,s:O?,s:s,s:o,s:b,s:O}", "jobId", job, "opId",
-                   (json_int_t)call->op_id, "tool", tool, "path", call->path, "description",
-                   call->describe ? call->describe : tool, "argv", json_object_get(a, "argv"),
-                   "command", json_object_get(a, "command"), "cwd", call->path, "envNames", names,
-                   "writable", json_is_true(json_object_get(a, "writable")), "timeoutMs",
+    ev = json_pack("{s:s,s:s,s:s,s:s,s:O,s:O?,s:s,s:o,s:b,s:O}", "jobId", job, "tool", tool, "path",
+                   call->path, "description", call->describe ? call->describe : tool, "argv",
+                   json_object_get(a, "argv"), "command", json_object_get(a, "command"), "cwd",
+                   call->path, "envNames", names, "writable",
+                   json_is_true(json_object_get(a, "writable")), "timeoutMs",
                    json_object_get(a, "timeoutMs"));
     json_t *in = json_object_get(a, "stdin");
     if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
@@ -627,9 +629,8 @@ void op_announce_approval(struct op_call *call) {
       json_object_set_new(ev, "stdinBytes", json_integer(0));
     }
   } else {
-    ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:O}", "jobId", job, "opId", (json_int_t)call->op_id,
-                   "tool", tool, "path", call->path, "description",
-                   call->describe ? call->describe : tool, "current", call->current);
+    ev = json_pack("{s:s,s:s,s:s,s:s,s:O}", "jobId", job, "tool", tool, "path", call->path,
+                   "description", call->describe ? call->describe : tool, "current", call->current);
     if (ev && call->dest) {
       json_object_set_new(ev, "destination", json_string(call->dest));
       json_object_set_new(ev, "overwrite",
@@ -639,6 +640,25 @@ void op_announce_approval(struct op_call *call) {
     if (ev && call->tool == JB_TOOL_DELETE)
       json_object_set_new(ev, "recursive",
                           json_boolean(json_is_true(json_object_get(call->args, "recursive"))));
+  }
+  return ev;
+}
+
+void op_announce_approval(struct op_call *call) {
+  const char *job = call->job;
+  jb_error err = {0};
+  if (json_is_object(call->diff) &&
+      jb_db_op_set_diff(call->c, call->op_id, call->diff, &err) != JB_OK)
+    jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
+  json_t *ev = op_approval_view(call);
+  if (ev) {
+    json_object_set_new(ev, "opId", json_integer((json_int_t)call->op_id));
+    json_object_set_new(ev, "askedBy", json_string(call->asked_by[0] ? call->asked_by : "mode"));
+    if (call->reviewed)
+      json_object_set_new(
+          ev, "reviewer",
+          json_pack("{s:s,s:s,s:b}", "verdict", jb_review_verdict_name(call->review.verdict),
+                    "reason", call->review.reason, "failed", call->review.failed));
   }
   if (!ev) {
     jb_log(JB_LOG_WARN, "approval request not announced: out of memory", "jobId", job, NULL);

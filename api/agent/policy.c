@@ -397,7 +397,9 @@ static struct rules_copy *copy_read(struct op_call *call, jb_error *err) {
 /* ---- the rules stage of a tool call ---- */
 
 enum op_step op_apply_rules(struct op_call *call) {
-  call->decided_by[0] = call->decision_reason[0] = '\0'; /* a call started over decides anew */
+  /* a call started over decides anew */
+  call->decided_by[0] = call->decision_reason[0] = call->asked_by[0] = '\0';
+  call->reviewed = false;
   call->use_rule[0] = '\0';
   call->ruled = false;
   if (!jb_tool_mutates(call->tool)) return OP_NEXT;
@@ -468,6 +470,7 @@ enum op_step op_apply_rules(struct op_call *call) {
     }
     if (eff == JB_RULE_ASK) {
       call->pending = true;
+      snprintf(call->asked_by, sizeof call->asked_by, "%s", call->decided_by);
       call->decided_by[0] = '\0'; /* the buyer decides; the reason says which rule asked */
     } else {
       call->pending = false;

@@ -403,9 +403,10 @@ void jb_api_ops_list(void *appv, const struct jb_http_req *req, struct jb_http_r
   }
   const char *by = jb_http_query(req, "decidedBy");
   if (by && strcmp(by, "buyer") && strcmp(by, "mode") && strcmp(by, "timeout") &&
-      strcmp(by, "rule") && (strncmp(by, "rule:", 5) || strlen(by) > 5 + JB_RULE_ID_MAX)) {
+      strcmp(by, "reviewer") && strcmp(by, "rule") &&
+      (strncmp(by, "rule:", 5) || strlen(by) > 5 + JB_RULE_ID_MAX)) {
     jb_resp_error(resp, 400, "bad_request",
-                  "query 'decidedBy' must be buyer, mode, timeout, rule or rule:<id>");
+                  "query 'decidedBy' must be buyer, mode, timeout, reviewer, rule or rule:<id>");
     goto out;
   }
   if (query_int(req, "limit", 1, 500, &limit, resp) < 0 ||

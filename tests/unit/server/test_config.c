@@ -103,6 +103,26 @@ static void bad_values(void **state) {
   assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
   assert_non_null(strstr(err.msg, "JAILBOX_SANDBOX_IMAGE"));
   jb_config_free(&c);
+
+  set_env(0, "JAILBOX_SANDBOX_IMAGE", "jailbox-sandbox");
+  set_env(1, "JAILBOX_REVIEWER_URL", "http://op:s3cret@review.example.com/hook");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
+  assert_non_null(strstr(err.msg, "JAILBOX_REVIEWER_URL: http:// is allowed only to a loopback"));
+  assert_null(strstr(err.msg, "s3cret"));
+  jb_config_free(&c);
+
+  set_env(1, "JAILBOX_REVIEWER_URL", "https://op:s3cret@review.example.com/hook");
+  set_env(2, "JAILBOX_REVIEWER_CMD", "/bin/true");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), -1);
+  assert_non_null(strstr(err.msg, "both set"));
+  jb_config_free(&c);
+
+  set_env(2, "JAILBOX_REVIEWER_TIMEOUT_MS", "250");
+  assert_int_equal(jb_config_load(&c, 1, a5, get_fake, &err), 0);
+  assert_int_equal(c.reviewer_timeout_ms, 250);
+  assert_int_equal(c.reviewer_failures, 5);
+  assert_int_equal(c.reviewer_pause_ms, 30000);
+  jb_config_free(&c);
 }
 
 static void help_flag(void **state) {
