@@ -288,11 +288,12 @@ static int probe_only(struct jb_worker *w) {
   return probe_ok(w, &w->probe) ? 0 : 1;
 }
 
-/* Never sign with a key verifiers cannot find: the signing key is published first (after a
- * rotation the worker may hold a newer key than the jailboxd that started it). */
-static int publish_key(struct jb_worker *w, jb_error *err) {
-  cleanup_conn struct worker_conn conn = worker_conn(w, err);
-  return conn.pg ? jb_keyring_publish_keep_others(w->keys, conn.pg, err) : -1;
+/* Never sign with a key verifiers cannot find or that may not sign: the key must be the
+ * active one (db/signer.h; a worker never publishes or retires a key, but on an empty
+ * database), and a rotated key is taken up from the file as jailboxd does. */
+static int open_signer(struct jb_worker *w, jb_error *err) {
+  return jb_signer_open(&w->signer, w->db, "/nonexistent", w->set.signing_key_file,
+                        "jailbox-worker", err);
 }
 
 /* The deployment's name (the database's), into `name` (`len` bytes). */
@@ -316,10 +317,12 @@ static int start(struct jb_worker *w) {
             "jailbox-worker: JAILBOX_SIGNING_KEY_FILE is required (the audit signing key)\n");
     return 2;
   }
-  if (jb_keyring_load(&w->keys, "/nonexistent", keyfile, &err) < 0) {
+  struct jb_keyring *keys = NULL; /* read here to report a bad file early; kept by the signer */
+  if (jb_keyring_load(&keys, "/nonexistent", keyfile, &err) < 0) {
     fprintf(stderr, "jailbox-worker: %s\n", err.msg);
     return 2;
   }
+  jb_keyring_free(keys);
   /* exec output is redacted with these rules (exec_op.c); a bad file stops the start */
   struct jb_scan_rules *rules = NULL;
   if (jb_scan_rules_load(w->set.scan_rules, &rules, &err) < 0) {
@@ -341,8 +344,8 @@ static int start(struct jb_worker *w) {
     slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
     return 1;
   }
-  if (publish_key(w, &err) < 0) {
-    slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);
+  if (open_signer(w, &err) < 0) {
+    slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "audit signing key", NULL);
     return 1;
   }
   char name[300];
@@ -554,8 +557,8 @@ int main(int argc, char **argv) {
   start_threads(w, &t);
   serve(w, sfd);
   stop(w, &t);
+  jb_signer_close(w->signer);
   jb_db_close(w->db);
-  jb_keyring_free(w->keys);
   free(w->profile_buf);
   jb_settings_free(&w->set, settings, N_SETTINGS);
   curl_global_cleanup();
