@@ -83,8 +83,8 @@ int jb_ctl_keys_rotate(int argc, char **argv) {
   }
   PGconn *c = jb_db_acquire(db, &err);
   char retired[256] = "", at[32] = "";
-  int rc = c ? jb_audit_key_rotate(c, k->key_id, k->pk, grace_s * 1000, retired, sizeof retired,
-                                   at, &err)
+  int rc = c ? jb_audit_key_rotate(c, k->key_id, k->pk, grace_s * 1000, retired, sizeof retired, at,
+                                   &err)
              : JB_ERR_FAIL;
   jb_db_release(db, c);
   jb_db_close(db);

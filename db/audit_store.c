@@ -290,7 +290,7 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
   if (PQntuples(r) == 1)
     jb_fail(err, EKEYREVOKED,
             "signing key %s was retired at %s: a retired key signs no more "
-            "entries (restart jailboxd with the current key file)",
+            "entries (put the active key in the key file: it is read again when it changes)",
             keys->key_id, PQgetvalue(r, 0, 0));
   else
     jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);

@@ -108,8 +108,8 @@ static void check(struct jb_signer *s) {
       }
       s->old[s->n_old++] = cur;
       atomic_store(&s->cur, file);
-      jb_log(JB_LOG_INFO, "audit signing key switched", "process", s->who, "key_id",
-             file->key_id, "replaced", cur->key_id, NULL);
+      jb_log(JB_LOG_INFO, "audit signing key switched", "process", s->who, "key_id", file->key_id,
+             "replaced", cur->key_id, NULL);
       s->last_note[0] = '\0';
       cur = file;
       file = NULL;
@@ -127,8 +127,10 @@ static void check(struct jb_signer *s) {
     if (st.retired_ms != INT64_MAX) {
       note_retirement(s, cur, &st);
       if (now_ms() >= st.retired_ms)
-        note(s, JB_LOG_ERROR, "audit signing key retired: writes are refused until the key file "
-             "holds the active key", "key_id", cur->key_id, "active", st.active);
+        note(s, JB_LOG_ERROR,
+             "audit signing key retired: writes are refused until the key file "
+             "holds the active key",
+             "key_id", cur->key_id, "active", st.active);
     } else {
       atomic_store(&retire_ms, INT64_MAX);
     }
@@ -139,7 +141,8 @@ static void check(struct jb_signer *s) {
 static void *watch_main(void *arg) {
   struct jb_signer *s = arg;
   while (!atomic_load(&s->stop)) {
-    struct pollfd p[2] = {{.fd = s->event_fd, .events = POLLIN}, {.fd = s->watch_fd, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = s->event_fd, .events = POLLIN},
+                          {.fd = s->watch_fd, .events = POLLIN}};
     int n = poll(p, s->watch_fd >= 0 ? 2 : 1, CHECK_EVERY_MS);
     if (n < 0 && errno != EINTR) break;
     if (atomic_load(&s->stop)) break;
