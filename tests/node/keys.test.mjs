@@ -9,7 +9,7 @@ import { createHash, createPrivateKey, createPublicKey, randomBytes } from 'node
 import { mkdirSync, readFileSync, renameSync, writeFileSync, copyFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import {
-  JAILBOXD, cleanup, scratch, sharedSecrets, sleep, startInstance, startPostgres, waitFor,
+  JAILBOXD, WORKER, cleanup, scratch, sharedSecrets, sleep, startInstance, startPostgres, waitFor,
 } from './lib/cluster.mjs';
 
 const CTL = join(dirname(JAILBOXD), 'jailboxctl');
@@ -54,11 +54,11 @@ async function open(inst, jobId) {
   return r.json;
 }
 
-let flip = 0;
-// one write: the session's mode set (an audit entry each time)
+// one write: the session's mode changed (an audit entry each time the mode differs; a session
+// opens supervised, so a session's first write here makes one)
 function write(inst, s) {
-  flip++;
-  return inst.req('PATCH', `/v1/jailbox/${s.jobId}`, { token: s.buyerToken, body: { mode: flip % 2 ? 'supervised' : 'unsupervised' } });
+  s.flip = !s.flip;
+  return inst.req('PATCH', `/v1/jailbox/${s.jobId}`, { token: s.buyerToken, body: { mode: s.flip ? 'unsupervised' : 'supervised' } });
 }
 
 async function verifyOffline(inst, jobId) {
@@ -107,6 +107,15 @@ test('an instance with a key of its own refuses to start, naming both keys; the 
   assert.match(log, /jailboxctl keys rotate --key/);
   assert.match(log, /active key file/);
 
+  // a jailbox-worker with that key is refused the same way, before it touches docker
+  const w = spawn(WORKER, [], { env: { ...process.env, JAILBOX_DATABASE_URL: pg.url, JAILBOX_WORKER_ID: 'stray-w',
+    JAILBOX_SIGNING_KEY_FILE: otherKey }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let wlog = '';
+  w.stderr.on('data', (d) => { wlog += d; });
+  const wexit = await new Promise((res) => w.once('exit', (code) => res(code)));
+  assert.notEqual(wexit, 0, wlog);
+  assert.ok(wlog.includes(otherId) && wlog.includes(activeId), 'the worker names both keys:\n' + wlog);
+
   // nothing was retired: the first instance still writes, the keys are as they were
   for (let i = 0; i < 5; i++) assert.equal((await write(A, s)).status, 200);
   const keys = (await A.req('GET', '/v1/audit/keys', { token: null })).json.keys;
@@ -147,11 +156,12 @@ test('keys rotate across two running instances under writes: no write fails, the
   await waitFor('both instances sign with the new key', () =>
     A.log().includes(`"audit signing key switched"`) && B.log().includes(`"audit signing key switched"`), 20000,
   () => A.log() + B.log());
-  await sleep(1000);
+  const atSwitch = results.ok;
+  await waitFor('writes after the switch', () => results.ok >= atSwitch + 20, 30000);
   stop = true;
   await Promise.all(loops);
   assert.deepEqual(results.failed, [], 'no write failed');
-  assert.ok(results.ok - before > 50, `writes went on during the rotation (${results.ok - before})`);
+  assert.ok(atSwitch > before, `writes went on during the rotation (${before} before, ${atSwitch} at the switch)`);
 
   for (const job of [sa.jobId, sb.jobId]) {
     const v = await verifyOffline(A, job);
