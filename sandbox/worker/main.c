@@ -47,7 +47,7 @@ static const struct jb_setting settings[] = {
      "PostgreSQL URL or conninfo (required; jailboxd passes its own)"},
     {NULL, "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0, 0,
      "audit signing key (required: every session transition is a signed audit entry; jailboxd "
-     "passes its own)"},
+     "passes its own). Must hold the active key; read again when it changes"},
     {NULL, "JAILBOX_WORKER_ID", JB_SETTING_STRING, S(worker_id), "", 0, 0,
      "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
     {NULL, "JAILBOX_DOCKER_SOCKET", JB_SETTING_STRING, S(docker_socket), "/var/run/docker.sock", 0,
