@@ -71,7 +71,9 @@ static const char sql_lock_head[] =
 /* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $7, the chain is
  * not sealed, and the signing key $10 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
- * retiredAt fails as "retired key"), read at this statement's snapshot — which is why the
+ * retiredAt fails as "retired key") nor at the database's clock when the statement began (so
+ * a signer whose clock is behind cannot go on past the retirement), read at this statement's
+ * snapshot — which is why the
  * transaction must be READ COMMITTED (a REPEATABLE READ snapshot taken before a retirement
  * would still see the key active). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
@@ -84,13 +86,14 @@ static const char sql_lock_head[] =
  * when the head moved, the chain is sealed or the key is retired. seq ($2) and the timestamp
  * ($5) go in binary (int8, timestamptz), as do the bytea parameters: the server parses no
  * text for them. */
-#define APPEND_MOVED                                                                        \
-  "WITH moved AS ("                                                                         \
-  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"              \
-  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed" \
-  "     AND current_setting('transaction_isolation') = 'read committed'"                    \
-  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"                \
-  "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"       \
+#define APPEND_MOVED                                                                              \
+  "WITH moved AS ("                                                                               \
+  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"                    \
+  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed"       \
+  "     AND current_setting('transaction_isolation') = 'read committed'"                          \
+  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"                      \
+  "                    AND (k.retired_at IS NULL"                                                 \
+  "                         OR k.retired_at > greatest($5::timestamptz, statement_timestamp())))" \
   "  RETURNING job_id)"
 #define APPEND_INSERT                                                                           \
   " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical, prev_hash," \
@@ -439,7 +442,9 @@ static void gc_sql_build(void) {
         "   WHERE job_id = $1 AND seq = $3::bigint AND (seq = 0 OR hash = $4) AND NOT sealed"
         "     AND current_setting('transaction_isolation') = 'read committed'"
         "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $2"
-        "                    AND (k.retired_at IS NULL OR k.retired_at > $6::timestamptz))"
+        "                    AND (k.retired_at IS NULL"
+        "                         OR k.retired_at > greatest($6::timestamptz, "
+        "statement_timestamp())))"
         "  RETURNING job_id)"
         " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical,"
         "                            prev_hash, hash, signature, key_id)"
