@@ -79,6 +79,11 @@ bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
 /* token create --role service [--label L] [--database-url URL | --state-dir DIR] */
 int jb_ctl_token_create(int argc, char **argv);
 
+/* `jailboxctl keys rotate --key FILE [--grace S] [--database-url URL | --state-dir DIR]`
+ * (cli/keys.c): generates FILE when it does not exist, then makes its key the active audit
+ * signing key and retires the others S seconds later (default 60), in one transaction. */
+int jb_ctl_keys_rotate(int argc, char **argv);
+
 /* watch JOB [--poll] [--interval MS] [--until-end] [--decide]: live events, and with --decide
  * the buyer's decisions read from stdin (cli/watch.c) */
 int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv);

@@ -1,10 +1,10 @@
 /* main.c — jailboxctl, the command line for buyers and operators: main() and the offline
- * audit verbs — verification of an exported chain with the published keys (no server
- * needed) and signing-key rotation. The verbs that talk to the server (audit export, keys,
+ * audit verb — verification of an exported chain with the published keys (no server
+ * needed). Signing-key rotation is cli/keys.c, token minting cli/token.c. The verbs that talk to the server (audit export, keys,
  * …) are in cli/rest.c.
  *
  *   jailboxctl audit verify FILE --keys KEYS.json [--head SEQ:HASH] [--sealed] [--session JOB] [--json]
- *   jailboxctl keys rotate [--key-file FILE | --state-dir DIR]
+ *   jailboxctl keys rotate --key FILE [--grace S] [--database-url URL | --state-dir DIR]
  *
  * Exit status: 0 intact / done; 1 tampered; 2 usage error or an input that cannot be read.
  * main() hands every other verb to cli/rest.c (jb_ctl_dispatch). */
@@ -35,9 +35,12 @@ static void usage(FILE *out) {
       "  jailboxctl audit export JOB   print the chain of JOB as JSON Lines\n"
       "  jailboxctl audit keys         print the published verification keys\n"
       "      (both read JAILBOX_URL, default http://127.0.0.1:8080, and JAILBOX_TOKEN)\n"
-      "  jailboxctl keys rotate [--key-file FILE | --state-dir DIR]\n"
-      "      replace the signing key file with a new key (JAILBOX_SIGNING_KEY_FILE, else\n"
-      "      JAILBOX_STATE_DIR/audit-signing.key); jailboxd signs with it after a restart\n"
+      "  jailboxctl keys rotate --key FILE [--grace S] [--database-url URL | --state-dir DIR]\n"
+      "      make the key in FILE (generated, mode 0600, when FILE does not exist) the active\n"
+      "      audit signing key and retire the others S seconds later (default 60; 0: at once),\n"
+      "      in one transaction, in the database of JAILBOX_DATABASE_URL, else the embedded one\n"
+      "      of JAILBOX_STATE_DIR (./var). Put FILE's key in every instance's key file (before\n"
+      "      or within the grace): each signs with it once its file holds it, no restart\n"
       "  jailboxctl explain JOB [--json]\n"
       "      the session contract of JOB: which walls stand, their settings, what was checked\n"
       "      from inside, and the residual risks (JAILBOX_URL, JAILBOX_TOKEN: service or buyer)\n"
@@ -180,37 +183,6 @@ static int audit_verify(int argc, char **argv) {
   return res.ok ? 0 : 1;
 }
 
-static int keys_rotate(int argc, char **argv) {
-  const char *file = getenv("JAILBOX_SIGNING_KEY_FILE"), *dir = getenv("JAILBOX_STATE_DIR");
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--key-file") == 0 && i + 1 < argc)
-      file = argv[++i];
-    else if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc) {
-      dir = argv[++i];
-      file = NULL;
-    } else {
-      usage(stderr);
-      return 2;
-    }
-  }
-  char path[4096];
-  if (file && file[0])
-    snprintf(path, sizeof path, "%s", file);
-  else
-    snprintf(path, sizeof path, "%s/%s", dir && dir[0] ? dir : "./var", JB_KEY_FILE_NAME);
-  char nid[JB_AUDIT_KEY_ID_LEN + 1], oid[JB_AUDIT_KEY_ID_LEN + 1];
-  jb_error err = {0};
-  if (jb_keyring_rotate(path, nid, oid, &err) < 0) {
-    fprintf(stderr, "jailboxctl: %s\n", err.msg);
-    return 2;
-  }
-  printf(
-      "rotated %s: new key %s%s%s; restart jailboxd to sign with it (the old key stays "
-      "published)\n",
-      path, nid, oid[0] ? ", replaced " : "", oid);
-  return 0;
-}
-
 int main(int argc, char **argv) {
   int ctl_rc;
   if (jb_ctl_dispatch(&argc, argv, &ctl_rc)) return ctl_rc; /* cli/rest.c: the other verbs */
@@ -219,7 +191,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "token") == 0 && strcmp(argv[2], "create") == 0)
     return jb_ctl_token_create(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "keys") == 0 && strcmp(argv[2], "rotate") == 0)
-    return keys_rotate(argc - 3, argv + 3);
+    return jb_ctl_keys_rotate(argc - 3, argv + 3);
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(stdout);
     return 0;

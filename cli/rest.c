@@ -928,8 +928,10 @@ static const struct verb verbs[] = {
      "verify an exported chain offline (no server): exit 0 intact, 1 tampered, 2 usage or "
      "unreadable input",
      NULL},
-    {"keys rotate", "[--key-file FILE | --state-dir DIR]",
-     "replace the signing key file with a new key; jailboxd signs with it after a restart", NULL},
+    {"keys rotate", "--key FILE [--grace S] [--database-url URL | --state-dir DIR]",
+     "make FILE's key (generated when FILE does not exist) the active audit signing key and "
+     "retire the others S seconds later (default 60); instances take it up from their key files",
+     NULL},
     {"token create", "--role service [--label L] [--database-url URL | --state-dir DIR]",
      "mint a service token straight into the database (printed once)", NULL},
     {"mcp-bridge", "--job JOB",

@@ -71,7 +71,9 @@ static const char sql_lock_head[] =
 /* Appends entry $2 if and only if the head is still entry $2 - 1 with hash $7, the chain is
  * not sealed, and the signing key $10 is published and was not retired at the entry's
  * timestamp $5 (the verifier's rule, api/audit.md: an entry signed at or after its key's
- * retiredAt fails as "retired key"), read at this statement's snapshot — which is why the
+ * retiredAt fails as "retired key") nor at the database's clock when the statement began (so
+ * a signer whose clock is behind cannot go on past the retirement), read at this statement's
+ * snapshot — which is why the
  * transaction must be READ COMMITTED (a REPEATABLE READ snapshot taken before a retirement
  * would still see the key active). The UPDATE of the head row is the compare-and-set (under
  * READ COMMITTED a concurrent append to the session makes it wait for the row, then re-check
@@ -84,13 +86,14 @@ static const char sql_lock_head[] =
  * when the head moved, the chain is sealed or the key is retired. seq ($2) and the timestamp
  * ($5) go in binary (int8, timestamptz), as do the bytea parameters: the server parses no
  * text for them. */
-#define APPEND_MOVED                                                                        \
-  "WITH moved AS ("                                                                         \
-  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"              \
-  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed" \
-  "     AND current_setting('transaction_isolation') = 'read committed'"                    \
-  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"                \
-  "                    AND (k.retired_at IS NULL OR k.retired_at > $5::timestamptz))"       \
+#define APPEND_MOVED                                                                              \
+  "WITH moved AS ("                                                                               \
+  "  UPDATE audit_heads SET seq = $2::bigint, hash = $8, sealed = $3 = 'seal'"                    \
+  "   WHERE job_id = $1 AND seq = $2::bigint - 1 AND (seq = 0 OR hash = $7) AND NOT sealed"       \
+  "     AND current_setting('transaction_isolation') = 'read committed'"                          \
+  "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $10"                      \
+  "                    AND (k.retired_at IS NULL"                                                 \
+  "                         OR k.retired_at > greatest($5::timestamptz, statement_timestamp())))" \
   "  RETURNING job_id)"
 #define APPEND_INSERT                                                                           \
   " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical, prev_hash," \
@@ -290,7 +293,7 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
   if (PQntuples(r) == 1)
     jb_fail(err, EKEYREVOKED,
             "signing key %s was retired at %s: a retired key signs no more "
-            "entries (restart jailboxd with the current key file)",
+            "entries (put the active key in the key file: it is read again when it changes)",
             keys->key_id, PQgetvalue(r, 0, 0));
   else
     jb_fail(err, ENOKEY, "signing key %s is not published in audit_signing_keys", keys->key_id);
@@ -439,7 +442,9 @@ static void gc_sql_build(void) {
         "   WHERE job_id = $1 AND seq = $3::bigint AND (seq = 0 OR hash = $4) AND NOT sealed"
         "     AND current_setting('transaction_isolation') = 'read committed'"
         "     AND EXISTS (SELECT 1 FROM audit_signing_keys k WHERE k.key_id = $2"
-        "                    AND (k.retired_at IS NULL OR k.retired_at > $6::timestamptz))"
+        "                    AND (k.retired_at IS NULL"
+        "                         OR k.retired_at > greatest($6::timestamptz, "
+        "statement_timestamp())))"
         "  RETURNING job_id)"
         " INSERT INTO audit_entries (job_id, seq, operation, path, created_at, canonical,"
         "                            prev_hash, hash, signature, key_id)"
@@ -952,16 +957,182 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
   return r ? JB_OK : JB_ERR_FAIL;
 }
 
-static int publish(const struct jb_keyring *k, PGconn *c, bool retire_others, jb_error *err) {
-  if (jb_audit_key_publish(c, k->key_id, k->pk, retire_others, err) != JB_OK)
-    return jb_error_wrap(err, "publishing signing key %s", k->key_id);
+/* --- adoption at start, rotation, a key's state --------------------------------------------- */
+
+/* Every key that may sign now (retired_at unset or later than now), oldest first, into `out`
+ * ("a, b"; "" when none). */
+static int active_ids(PGconn *c, char *out, size_t len, jb_error *err) {
+  PGresult *r = exec(c,
+                     "SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id), '')"
+                     "  FROM audit_signing_keys WHERE retired_at IS NULL",
+                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "active keys");
+  if (!r) return -1;
+  snprintf(out, len, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
+  PQclear(r);
   return 0;
 }
 
-int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err) {
-  return publish(k, c, true, err);
+/* Ends a transaction this file began: COMMIT when rc is JB_OK, else ROLLBACK. */
+static int finish_tx(PGconn *c, bool own, int rc, jb_error *err) {
+  if (!own) return rc;
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "commit");
+  PQclear(r);
+  return r ? JB_OK : JB_ERR_FAIL;
 }
 
-int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err) {
-  return publish(k, c, false, err);
+int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                       char *active, size_t active_len, jb_error *err) {
+  if (active_len) active[0] = '\0';
+  bool own = false;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  /* SHARE ROW EXCLUSIVE conflicts with itself and with a rotation, not with the appends'
+   * ACCESS SHARE: two instances starting on an empty table publish one key, not two */
+  PGresult *r = exec(c, "LOCK TABLE audit_signing_keys IN SHARE ROW EXCLUSIVE MODE", 0, NULL, NULL,
+                     NULL, PGRES_COMMAND_OK, err, "lock keys");
+  if (!r) return finish_tx(c, own, JB_ERR_FAIL, err);
+  PQclear(r);
+  const char *v1[2] = {key_id, (const char *)pk};
+  const int l1[2] = {0, JB_AUDIT_PK_LEN}, f1[2] = {0, 1};
+  r = exec(c,
+           "SELECT public_key = $2, coalesce(jb_ts(retired_at), ''),"
+           "       (SELECT count(*) FROM audit_signing_keys)"
+           "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
+           2, v1, l1, f1, PGRES_TUPLES_OK, err, "key state");
+  if (!r || PQntuples(r) != 1) {
+    if (r) jb_fail(err, EIO, "key state: no row");
+    PQclear(r);
+    return finish_tx(c, own, JB_ERR_FAIL, err);
+  }
+  bool published = !PQgetisnull(r, 0, 0), same = PQgetvalue(r, 0, 0)[0] == 't';
+  char retired[40];
+  snprintf(retired, sizeof retired, "%s", PQgetvalue(r, 0, 1));
+  long long total = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+  PQclear(r);
+  int rc = JB_OK;
+  if (published && !same) {
+    rc = jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
+  } else if (published && retired[0]) {
+    if (active_ids(c, active, active_len, err) < 0) return finish_tx(c, own, JB_ERR_FAIL, err);
+    rc = jb_fail(err, EKEYREVOKED, "key %s is retired as of %s and never signs again (active: %s)",
+                 key_id, retired, active_len && active[0] ? active : "none");
+  } else if (!published && total > 0) {
+    if (active_ids(c, active, active_len, err) < 0) return finish_tx(c, own, JB_ERR_FAIL, err);
+    jb_fail(err, EKEYREJECTED, "key %s is not published (active: %s)", key_id,
+            active_len && active[0] ? active : "none");
+    rc = JB_ERR_CONFLICT;
+  } else if (!published) { /* the first key of this database */
+    char now[JB_AUDIT_TS_LEN + 8];
+    jb_iso8601_now(now, sizeof now);
+    const char *v2[3] = {key_id, (const char *)pk, now};
+    const int l2[3] = {0, JB_AUDIT_PK_LEN, 0}, f2[3] = {0, 1, 0};
+    r = exec(c,
+             "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+             " VALUES ($1, $2, $3::timestamptz)",
+             3, v2, l2, f2, PGRES_COMMAND_OK, err, "publish key");
+    rc = r ? JB_OK : JB_ERR_FAIL;
+    PQclear(r);
+  }
+  return finish_tx(c, own, rc, err);
+}
+
+int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                        long long grace_ms, char *retired, size_t retired_len, char retire_at[32],
+                        jb_error *err) {
+  if (retired_len) retired[0] = '\0';
+  retire_at[0] = '\0';
+  if (grace_ms < 0 || grace_ms > 7LL * 24 * 3600 * 1000)
+    return jb_fail(err, ERANGE, "grace %lld ms is outside 0 .. 7 days", grace_ms);
+  bool own = false;
+  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  /* as jb_audit_key_publish: appends under way finish first, later ones see the change */
+  PGresult *r = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
+                     NULL, PGRES_COMMAND_OK, err, "lock keys");
+  if (!r) return finish_tx(c, own, JB_ERR_FAIL, err);
+  PQclear(r);
+  /* the next millisecond after the lock (see jb_audit_key_publish), plus the grace */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_REALTIME, &t0);
+  do {
+    struct timespec nap = {0, 200000};
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_REALTIME, &t1);
+  } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
+  char now[JB_AUDIT_TS_LEN + 8], at[JB_AUDIT_TS_LEN + 8];
+  jb_iso8601_at(&t1, now, sizeof now);
+  struct timespec t2 = {t1.tv_sec + grace_ms / 1000, t1.tv_nsec + (grace_ms % 1000) * 1000000};
+  if (t2.tv_nsec >= 1000000000) t2.tv_sec++, t2.tv_nsec -= 1000000000;
+  jb_iso8601_at(&t2, at, sizeof at);
+  const char *vals[3] = {key_id, (const char *)pk, now};
+  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
+  r = exec(c,
+           "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+           " VALUES ($1, $2, $3::timestamptz)"
+           " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+           " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+           3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+  int rc = JB_ERR_FAIL;
+  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] != 't') {
+    jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
+  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 1)[0]) {
+    jb_fail(err, EKEYREVOKED,
+            "key %s is retired as of %s and never signs again: rotate to a new key", key_id,
+            PQgetvalue(r, 0, 1));
+  } else if (r && PQntuples(r) == 1) {
+    rc = JB_OK;
+  }
+  PQclear(r);
+  if (rc != JB_OK) return finish_tx(c, own, rc, err);
+  /* every other key that may sign: not before the newest stored head entry (the clocks of
+   * the processes that stamped them may be ahead of this one) */
+  const char *rv[2] = {key_id, at};
+  r = exec(c,
+           "WITH t AS (SELECT greatest($2::timestamptz,"
+           "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
+           "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
+           "     WHERE e.key_id <> $1)) AS at),"
+           " r AS (UPDATE audit_signing_keys SET retired_at = (SELECT at FROM t)"
+           "        WHERE key_id <> $1 AND retired_at IS NULL RETURNING key_id)"
+           " SELECT coalesce((SELECT string_agg(key_id, ', ' ORDER BY key_id) FROM r), ''),"
+           "        (SELECT jb_ts(at) FROM t), pg_notify('jb_key', $1)",
+           2, rv, NULL, NULL, PGRES_TUPLES_OK, err, "retire keys");
+  if (r && PQntuples(r) == 1) {
+    if (retired_len) snprintf(retired, retired_len, "%s", PQgetvalue(r, 0, 0));
+    snprintf(retire_at, 32, "%s", PQgetvalue(r, 0, 1));
+  } else {
+    rc = JB_ERR_FAIL;
+    if (r) jb_fail(err, EIO, "retire keys: no row");
+  }
+  PQclear(r);
+  return finish_tx(c, own, rc, err);
+}
+
+int jb_audit_key_status(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                        struct jb_audit_key_status *out, jb_error *err) {
+  memset(out, 0, sizeof *out);
+  out->retired_ms = INT64_MAX;
+  const char *v[2] = {key_id, (const char *)pk};
+  const int l[2] = {0, JB_AUDIT_PK_LEN}, f[2] = {0, 1};
+  PGresult *r = exec(c,
+                     "SELECT public_key = $2,"
+                     "       coalesce(floor(extract(epoch FROM retired_at) * 1000)::bigint, -1),"
+                     "       coalesce(jb_ts(retired_at), ''),"
+                     "       (SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id),"
+                     "                        '')"
+                     "          FROM audit_signing_keys WHERE retired_at IS NULL)"
+                     "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
+                     2, v, l, f, PGRES_TUPLES_OK, err, "key status");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) == 1) {
+    out->published = !PQgetisnull(r, 0, 0) && PQgetvalue(r, 0, 0)[0] == 't';
+    long long ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
+    if (out->published && ms >= 0) out->retired_ms = ms;
+    snprintf(out->retired_at, sizeof out->retired_at, "%s", PQgetvalue(r, 0, 2));
+    snprintf(out->active, sizeof out->active, "%s", PQgetvalue(r, 0, 3));
+  }
+  PQclear(r);
+  return JB_OK;
 }

@@ -151,7 +151,8 @@ struct jb_audit_key_row {
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err);
 
 /* Publishes `pk` as the active key `key_id` and, when `retire_others`, retires every other
- * active key, in one transaction, under an exclusive lock of audit_signing_keys (which every
+ * active key at once (tests/audit_driver.c races it with appends; operators rotate with
+ * jb_audit_key_rotate), in one transaction, under an exclusive lock of audit_signing_keys (which every
  * append reads, so that no append races the retirement). The retirement time is the later of
  * the next millisecond of this process's clock after the lock and 1 ms after the newest
  * timestamp among the sessions' stored heads — so an entry committed before the retirement
@@ -163,21 +164,43 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
                          bool retire_others, jb_error *err);
 
-/* Publishes the public key in audit_signing_keys and marks every other unretired key retired
- * as of now (this process's clock; retired keys stay published). Run at start, after
- * migrations. An entry signed with a key at or after its retirement fails verification
- * ("retired key", api/audit.md), so appends with a retired key are refused: deployments with
- * several instances share one key file and restart together after a rotation — an instance
- * with a key of its own retires the others' keys, and their appends then fail until they
- * restart with the new key file. A key that was retired is refused (EKEYREVOKED): it never
- * signs again. Returns 0 or -1 with `err`. */
-int jb_keyring_publish(const struct jb_keyring *k, PGconn *c, jb_error *err);
+/* Start-up check of the key an instance (jailboxd or jailbox-worker) signs with, under a lock
+ * that serializes it with other starts and rotations: an empty audit_signing_keys gets `pk`
+ * published as its first, active key; a published key that is not retired is adopted as it
+ * is. Nothing else is changed: a start never retires a key. `active` (`active_len` bytes)
+ * receives the ids of the keys that may sign ("a, b") when the key is refused. Returns JB_OK;
+ * JB_ERR_CONFLICT (EKEYREJECTED) when other keys are published but not this one; JB_ERR_FAIL
+ * with EKEYREVOKED when the key is retired (also when its retirement is still to come: the
+ * rotation that scheduled it made another key active), EEXIST when the id is published with
+ * another public key, or a database failure; always with `err`. */
+int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                       char *active, size_t active_len, jb_error *err);
 
-/* Publishes the public key like jb_keyring_publish but retires no other key: for helper
- * processes (jailbox-worker) that may start with a key file newer than the running
- * jailboxd's, whose key must stay valid until jailboxd itself restarts with the new one.
- * Entries signed at or after a key's retirement fail verification ("retired key"), and a
- * retired key is refused here as there. Returns 0 or -1 with `err`. */
-int jb_keyring_publish_keep_others(const struct jb_keyring *k, PGconn *c, jb_error *err);
+/* The explicit rotation (jailboxctl keys rotate): in one transaction, under the exclusive lock
+ * of jb_audit_key_publish, publishes `pk` as the active key `key_id` (a key published already
+ * and not retired is kept as it is), sets the retirement of every other key not yet retired
+ * to `grace_ms` after the next millisecond of this process's clock (0: at once; at most 7
+ * days), but never before 1 ms after the newest stored head entry, and sends NOTIFY jb_key
+ * (payload: the new key id) so that running instances look at their key files at once. The
+ * retired ids go to `retired` ("a, b"; "" when none), the retirement time to `retire_at`
+ * (ISO 8601 UTC, ms; 32 bytes). Entries stamped before that time stay valid with the old key
+ * (api/audit.md "Key validity"), so instances that take up the new key within the grace lose
+ * no write. Returns JB_OK, or JB_ERR_FAIL with `err`: EKEYREVOKED when `key_id` was retired,
+ * EEXIST when its id is published with another public key, ERANGE for the grace. */
+int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                        long long grace_ms, char *retired, size_t retired_len, char retire_at[32],
+                        jb_error *err);
+
+/* What audit_signing_keys says of one key (db/signer.c reads it to decide which key signs). */
+struct jb_audit_key_status {
+  bool published; /* the id is published with this public key */
+  long long retired_ms; /* retirement, ms since the Unix epoch; INT64_MAX when none */
+  char retired_at[32]; /* the same as ISO 8601 UTC, "" when none */
+  char active[256]; /* the ids of the keys not retired ("a, b"), for messages */
+};
+
+/* Reads the state of `key_id` (public key `pk`) into *out. JB_OK or JB_ERR_FAIL with `err`. */
+int jb_audit_key_status(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                        struct jb_audit_key_status *out, jb_error *err);
 
 #endif

@@ -42,7 +42,7 @@ static void *run(void *arg) {
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     PGresult *r = NULL;
     if (PQstatus(c) == CONNECTION_OK)
-      r = PQexec(c, "LISTEN jb_change; LISTEN jb_event; LISTEN jb_op");
+      r = PQexec(c, "LISTEN jb_change; LISTEN jb_event; LISTEN jb_op; LISTEN jb_key");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
       PQclear(r);
       PQfinish(c);

@@ -1,4 +1,4 @@
-/* keyring.c — the audit signing key file: generation, loading, rotation, signing
+/* keyring.c — the audit signing key file: generation, loading, rotation, watching, signing
  * (see keyring.h). Publication in PostgreSQL is db/audit_store.c's. */
 #define _GNU_SOURCE
 #include "lib/keyring.h"
@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -203,4 +204,64 @@ int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
   }
   sync_dir_of(path);
   return 0;
+}
+
+int jb_keyring_generate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1], jb_error *err) {
+  if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
+  unsigned char seed[SEED_LEN];
+  char tmp[4200];
+  randombytes_buf(seed, sizeof seed);
+  int rc = write_tmp(path, seed, tmp, sizeof tmp, err);
+  struct jb_keyring *k = rc == 0 ? from_seed(seed, path) : NULL;
+  sodium_memzero(seed, sizeof seed);
+  if (rc < 0) return -1;
+  if (!k) {
+    unlink(tmp);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  memcpy(new_id, k->key_id, JB_AUDIT_KEY_ID_LEN + 1);
+  jb_keyring_free(k);
+  /* link() never replaces: a key file that appeared meanwhile is kept */
+  int lrc = link(tmp, path), le = errno;
+  unlink(tmp);
+  if (lrc < 0) return jb_fail_errno(err, le, "cannot create signing key %s", path);
+  sync_dir_of(path);
+  return 0;
+}
+
+int jb_keyring_watch(const char *path, jb_error *err) {
+  char copy[4096];
+  if ((size_t)snprintf(copy, sizeof copy, "%s", path) >= sizeof copy)
+    return jb_fail(err, ENAMETOOLONG, "key file path too long");
+  int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fd < 0) return jb_fail_errno(err, errno, "inotify");
+  if (inotify_add_watch(fd, dirname(copy),
+                        IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB |
+                            IN_MOVE_SELF | IN_DELETE_SELF) < 0) {
+    int e = errno;
+    close(fd);
+    return jb_fail_errno(err, e, "cannot watch the directory of %s", path);
+  }
+  return fd;
+}
+
+bool jb_keyring_watch_drain(int fd, const char *path) {
+  char copy[4096];
+  snprintf(copy, sizeof copy, "%s", path);
+  const char *name = basename(copy);
+  bool hit = false;
+  _Alignas(struct inotify_event) char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (char *p = buf; p < buf + n;) {
+      const struct inotify_event *ev = (const struct inotify_event *)p;
+      if ((ev->mask & (IN_Q_OVERFLOW | IN_MOVE_SELF | IN_DELETE_SELF)) ||
+          (ev->len && strcmp(ev->name, name) == 0))
+        hit = true;
+      p += sizeof *ev + ev->len;
+    }
+  }
+  return hit;
 }

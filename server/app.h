@@ -7,12 +7,12 @@
 #include <stddef.h>
 
 #include "db/db.h"
+#include "db/signer.h"
 #include "server/bus.h"
 #include "server/config.h"
 #include "server/http.h"
 
 struct jb_cache; /* session read cache (server/cache.h) */
-struct jb_keyring; /* audit signing keys (lib/keyring.h) */
 struct jb_opwait; /* waiting op calls (server/opwait.h) */
 struct jb_socket; /* the Socket.IO endpoint (api/agent/socket.h) */
 struct jb_sweeper; /* expiry of sessions (api/agent/escape.h) */
@@ -24,7 +24,7 @@ struct jb_app {
   struct jb_db *db; /* connection pool */
   struct jb_bus *bus; /* session events */
   struct jb_cache *cache; /* read cache of GET /v1/jailbox/:jobId (server/cache.h); may be NULL */
-  struct jb_keyring *keys; /* audit signing keys; the active one signs new entries */
+  struct jb_signer *signer; /* the audit signing key (jb_signer_key: the one that signs now) */
   struct jb_opwait *opwait; /* agent calls waiting on their op (server/opwait.h); may be NULL */
   atomic_bool draining; /* set on SIGTERM: /readyz answers 503 */
   _Atomic long long

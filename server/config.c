@@ -32,7 +32,8 @@ static const struct jb_setting settings[] = {
     {"signing-key-file", "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0,
      0,
      "audit signing key (Ed25519 seed, mode 0600); empty: <state-dir>/audit-signing.key, created "
-     "if missing"},
+     "if missing. Must hold the active key (another key stops the start); read again when it "
+     "changes or on SIGHUP"},
     {"log-level", "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
      "least severe level logged: debug, info, warn, error"},
     {"max-body-bytes", "JAILBOX_MAX_BODY_BYTES", JB_SETTING_INT, S(max_body_bytes), "1048576", 1,

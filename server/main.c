@@ -31,7 +31,8 @@
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
-/* LISTEN callbacks. jb_change: drop what changed from the cache; jb_op: wake the calls
+/* LISTEN callbacks. jb_key: a rotation published a key (db/signer.h); jb_change: drop what
+ * changed from the cache; jb_op: wake the calls
  * waiting on an op; jb_event: a session event published after its commit by the worker, or by
  * an instance while Redis was down (server/bus.h), delivered on this process's bus. The
  * cache is trusted only while listening. */
@@ -39,6 +40,10 @@ static void on_change(void *appv, const char *channel, const char *payload) {
   struct jb_app *app = appv;
   if (strcmp(channel, "jb_change") == 0) {
     jb_cache_invalidate(app->cache, payload);
+    return;
+  }
+  if (strcmp(channel, "jb_key") == 0) { /* a rotation published a key: look at the key file */
+    jb_signer_poke(app->signer);
     return;
   }
   if (strcmp(channel, "jb_op") ==
@@ -115,6 +120,7 @@ int main(int argc, char **argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP); /* reads the signing key file again (db/signer.h) */
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
 
@@ -198,18 +204,19 @@ int main(int argc, char **argv) {
     exit_code = fatal("service token", &err);
     goto out;
   }
-  /* the audit signing key: loaded (or generated on first start) and its public half published */
-  if (jb_keyring_load(&app.keys, cfg.state_dir, cfg.signing_key_file, &err) < 0 ||
-      jb_keyring_publish(app.keys, c, &err) < 0) {
-    jb_db_release(app.db, c);
+  /* the audit signing key: loaded (or generated on first start), checked against the published
+   * keys — a key that is not the active one stops the start, naming both — and watched */
+  jb_db_release(app.db, c);
+  c = NULL;
+  if (jb_signer_open(&app.signer, app.db, cfg.state_dir, cfg.signing_key_file, "jailboxd", &err) <
+      0) {
     exit_code = fatal("audit signing key", &err);
     goto out;
   }
-  jb_log(JB_LOG_INFO, "audit signing key", "key_id", app.keys->key_id, "file", app.keys->path,
-         NULL);
+  jb_log(JB_LOG_INFO, "audit signing key", "key_id", jb_signer_key(app.signer)->key_id, "file",
+         jb_signer_key(app.signer)->path, NULL);
   jb_log(JB_LOG_INFO, "scan rules", "file",
          cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
-  jb_db_release(app.db, c);
   if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
     jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
     exit_code = fatal("workspace root", &err);
@@ -259,7 +266,7 @@ int main(int argc, char **argv) {
   }
   /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
   if (cfg.workers > 0 && jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir,
-                                          conninfo, app.keys ? app.keys->path : "", &err) < 0)
+                                          conninfo, jb_signer_key(app.signer)->path, &err) < 0)
     jb_log(JB_LOG_ERROR, err.msg, "phase", "workers", NULL);
   __atomic_store_n(&app.workers, workers, __ATOMIC_RELEASE); /* read by the op handlers */
   char host[256], addr[300], url[320];
@@ -272,7 +279,7 @@ int main(int argc, char **argv) {
          pg.running ? "embedded" : "external", NULL);
 
   int sig = 0;
-  sigwait(&sigs, &sig);
+  while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) jb_signer_poke(app.signer);
   jb_log(JB_LOG_INFO, "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
   /* the drain: /readyz answers 503 at once; everything is still served for drain-delay-ms
    * (a load balancer's health check notices; a second signal cuts it short); then no new
@@ -305,8 +312,8 @@ out:
   jb_listener_stop(listener);
   jb_cache_free(app.cache);
   jb_opwait_free(app.opwait);
+  jb_signer_close(app.signer); /* after the handlers and workers that sign with it */
   jb_db_close(app.db);
-  jb_keyring_free(app.keys);
   jb_bus_free(app.bus);
   if (jb_pgembed_stop(&pg, &err) < 0) {
     jb_log(JB_LOG_ERROR, err.msg, "phase", "shutdown", NULL);

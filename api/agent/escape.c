@@ -47,7 +47,8 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
   int aborted = 0;
   if (policy.abort[kind]) {
     struct jb_escape_out eo;
-    int rc = jb_db_escape_abort(c, app->keys, job, name, detail, policy.trust_penalty, &eo, &err);
+    int rc = jb_db_escape_abort(c, jb_signer_key(app->signer), job, name, detail,
+                                policy.trust_penalty, &eo, &err);
     if (rc == JB_OK) {
       aborted = 1;
       if (app->cache) jb_cache_invalidate(app->cache, job);
@@ -66,7 +67,7 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
       if (pending != 0)
         jb_log(JB_LOG_WARN, "escape: sealing before the teardown finished", "jobId", job, NULL);
       struct jb_finish_out fo;
-      if (jb_db_session_finish(c, app->keys, job, eo.previous, &fo, &err) == JB_OK)
+      if (jb_db_session_finish(c, jb_signer_key(app->signer), job, eo.previous, &fo, &err) == JB_OK)
         jb_bus_publish_list(app->bus, job, &fo.events);
       else
         jb_log(JB_LOG_ERROR, "escape: seal failed (the sweeper retries)", "jobId", job, "detail",
@@ -77,8 +78,8 @@ int jb_escape_signal(struct jb_app *app, const char *job, enum jb_signal kind, c
     }
   } else if (policy.alert_after[kind] > 0) {
     struct jb_count_out co;
-    int rc =
-        jb_db_signal_count(c, app->keys, job, name, detail, policy.alert_after[kind], &co, &err);
+    int rc = jb_db_signal_count(c, jb_signer_key(app->signer), job, name, detail,
+                                policy.alert_after[kind], &co, &err);
     if (rc == JB_OK) jb_bus_publish_list(app->bus, job, &co.events);
     if (rc == JB_OK && co.alerted)
       jb_log(JB_LOG_WARN, "security alert", "jobId", job, "kind", name, "detail", detail, NULL);
@@ -117,7 +118,8 @@ static void expire(struct jb_app *app, PGconn *c, const char *job, const char *r
   struct jb_transition t;
   jb_error err = {0};
   const char *to = reason && !strcmp(reason, "worker_unavailable") ? "failed" : "aborted";
-  int rc = jb_db_session_transition(c, app->keys, job, live, to, reason, "system", &t, &err);
+  int rc = jb_db_session_transition(c, jb_signer_key(app->signer), job, live, to, reason, "system",
+                                    &t, &err);
   if (rc != JB_OK) {
     if (rc == JB_ERR_FAIL)
       jb_log(JB_LOG_ERROR, "expiry failed", "jobId", job, "detail", err.msg, NULL);
@@ -161,7 +163,8 @@ static void sweep(struct jb_sweeper *s, bool first) {
     json_array_foreach (a, i, e) {
       const char *job = json_string_value(e);
       struct jb_finish_out fo;
-      if (jb_db_session_finish(c, app->keys, job, NULL, &fo, &err) == JB_OK && fo.sealed_now) {
+      if (jb_db_session_finish(c, jb_signer_key(app->signer), job, NULL, &fo, &err) == JB_OK &&
+          fo.sealed_now) {
         jb_bus_publish_list(app->bus, job, &fo.events);
         if (app->cache) jb_cache_invalidate(app->cache, job);
         jb_log(JB_LOG_WARN, "sweeper: sealed a chain a crash left open", "jobId", job, NULL);

@@ -481,8 +481,8 @@ void op_audit_refusal(struct op_call *call, const char *path, json_t *details /*
   struct jb_audit_head h;
   jb_error err = {0};
   json_object_set_new(details, "ok", json_false());
-  if (jb_audit_append(call->c, call->app->keys, call->job, jb_tool_name(call->tool), path, details,
-                      &h, &err) == JB_OK) {
+  if (jb_audit_append(call->c, jb_signer_key(call->app->signer), call->job,
+                      jb_tool_name(call->tool), path, details, &h, &err) == JB_OK) {
     jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
   } else {
     jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg,

@@ -458,7 +458,7 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
     struct jb_audit_head h;
     json_t *opj = NULL;
     jb_error err = {0};
-    int xr = jb_db_op_expire(call->c, call->app->keys, call->job, op_id,
+    int xr = jb_db_op_expire(call->c, jb_signer_key(call->app->signer), call->job, op_id,
                              (long)(clk->approval_ms / 1000), &h, &opj, &err);
     if (xr == JB_OK) {
       jb_bus_publish(call->app->bus, call->job, JB_EVENT_OP, opj);

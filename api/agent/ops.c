@@ -74,6 +74,12 @@ void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *s
 }
 
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err) {
+  char why[640];
+  if (jb_signer_retired(why, sizeof why)) { /* every append is refused: say so, not "database" */
+    jb_log(JB_LOG_ERROR, "op path: signing key retired", "detail", err->msg, NULL);
+    op_error(e, JB_MCP_UNAVAILABLE, "key_retired", "%s", why);
+    return;
+  }
   jb_log(JB_LOG_ERROR, "op path: database error", "detail", err->msg, NULL);
   op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
 }
@@ -237,7 +243,8 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, str
   if (rc == JB_OK && jb_op_state_from_name(ost) == JB_OP_PENDING && approval_s > 0) {
     struct jb_audit_head h;
     json_t *opj = NULL;
-    int xr = jb_db_op_expire(c, app->keys, job, row.op_id, approval_s, &h, &opj, &err);
+    int xr =
+        jb_db_op_expire(c, jb_signer_key(app->signer), job, row.op_id, approval_s, &h, &opj, &err);
     if (xr == JB_OK) { /* as a waiting call would have: announced, then the timeout */
       jb_bus_publish(app->bus, job, JB_EVENT_OP, opj);
       jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
@@ -296,7 +303,8 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
   }
   static const char *const from[] = {"active", "awaiting_agent", NULL};
   struct jb_transition t;
-  int rc = jb_db_session_transition(c, app->keys, job, from, "done", summary, "agent", &t, &err);
+  int rc = jb_db_session_transition(c, jb_signer_key(app->signer), job, from, "done", summary,
+                                    "agent", &t, &err);
   if (rc == JB_OK) {
     jb_op_session_changed(job);
     jb_bus_publish(app->bus, job, JB_EVENT_STATE,
@@ -321,8 +329,8 @@ void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
   static const char *const from[] = {"awaiting_agent", NULL};
   struct jb_transition t;
   jb_error err = {0};
-  if (jb_db_session_transition(c, app->keys, job, from, "active", "the agent connected", "agent",
-                               &t, &err) == JB_OK)
+  if (jb_db_session_transition(c, jb_signer_key(app->signer), job, from, "active",
+                               "the agent connected", "agent", &t, &err) == JB_OK)
     jb_bus_publish(app->bus, job, JB_EVENT_STATE,
                    json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
                              t.previous, "reason", "the agent connected", "actor", "agent"));
@@ -336,7 +344,8 @@ int jb_op_kill(struct jb_app *app, PGconn *c, const char *job, long long op_id, 
   char *text = NULL;
   struct jb_audit_head head;
   *out = NULL;
-  int rc = jb_db_op_kill(c, app->keys, job, op_id, reason, &how, &text, state, &head, err);
+  int rc = jb_db_op_kill(c, jb_signer_key(app->signer), job, op_id, reason, &how, &text, state,
+                         &head, err);
   if (rc != JB_OK) return rc;
   if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   json_t *op = text ? json_loads(text, 0, NULL) : NULL;

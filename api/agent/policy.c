@@ -107,6 +107,10 @@ static void reply_db(struct jb_policy_reply *out, int rc, const char *msg, const
     snprintf(out->msg, sizeof out->msg, "no session '%s'", job);
   } else if (rc == JB_ERR_CONFLICT) {
     reply_error(out, 409, "conflict", msg);
+  } else if (jb_signer_retired(out->msg, sizeof out->msg)) { /* every append is refused */
+    jb_log(JB_LOG_ERROR, "rules: signing key retired", "jobId", job, "detail", err->msg, NULL);
+    out->status = 503;
+    out->code = "key_retired";
   } else {
     jb_log(JB_LOG_ERROR, "rules: database failure", "jobId", job, "detail", err->msg, NULL);
     reply_error(out, 503, "unavailable", "database unavailable");
@@ -136,7 +140,8 @@ static void store(struct jb_app *app, PGconn *c, const char *job, const json_t *
   char msg[400] = "";
   jb_error err = {0};
   struct jb_audit_head head = {0};
-  int rc = jb_db_rules_add(c, app->keys, job, rules, by, op_id, &head, msg, sizeof msg, &err);
+  int rc = jb_db_rules_add(c, jb_signer_key(app->signer), job, rules, by, op_id, &head, msg,
+                           sizeof msg, &err);
   jb_policy_rules_changed(job);
   if (rc != JB_OK) {
     reply_db(out, rc, msg, &err, job);
@@ -179,7 +184,7 @@ void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all,
   jb_error err = {0};
   json_t *rules = NULL;
   struct jb_audit_head head = {0};
-  int rc = jb_db_rules_list(c, app->keys, job, all, &rules, NULL, &head, &err);
+  int rc = jb_db_rules_list(c, jb_signer_key(app->signer), job, all, &rules, NULL, &head, &err);
   if (rc != JB_OK) {
     reply_db(out, rc, "", &err, job);
     return;
@@ -204,7 +209,8 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
     reply_error(out, 409, "conflict", msg);
     return;
   }
-  int rc = jb_db_rule_revoke(c, app->keys, job, rule_id, "buyer", &head, msg, sizeof msg, &err);
+  int rc = jb_db_rule_revoke(c, jb_signer_key(app->signer), job, rule_id, "buyer", &head, msg,
+                             sizeof msg, &err);
   jb_policy_rules_changed(job);
   if (rc == JB_ERR_NOT_FOUND) {
     out->status = 404;
@@ -281,8 +287,8 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
   bool rule_failed = false;
   jb_error err = {0};
   struct jb_audit_head head = {0};
-  int rc = jb_db_op_approve_similar(c, app->keys, job, op_id, reason, rule, json, state,
-                                    &rule_failed, &head, msg, sizeof msg, &err);
+  int rc = jb_db_op_approve_similar(c, jb_signer_key(app->signer), job, op_id, reason, rule, json,
+                                    state, &rule_failed, &head, msg, sizeof msg, &err);
   jb_policy_rules_changed(job);
   if (rc == JB_ERR_CONFLICT && rule_failed) reply_error(out, 409, "conflict", msg);
   if (rc == JB_ERR_FAIL)
@@ -373,8 +379,8 @@ static struct rules_copy *copy_read(struct op_call *call, jb_error *err) {
   json_t *rules = NULL;
   struct jb_audit_head head = {0};
   long long version = 0;
-  if (jb_db_rules_list(call->c, call->app->keys, call->job, false, &rules, &version, &head, err) !=
-      JB_OK)
+  if (jb_db_rules_list(call->c, jb_signer_key(call->app->signer), call->job, false, &rules,
+                       &version, &head, err) != JB_OK)
     return NULL;
   publish_head(call->app, call->job, &head); /* rules whose expiresAt passed were expired */
   rules = with_operator(rules);
@@ -495,9 +501,9 @@ int op_insert_ruled(struct op_call *call, const char *args_text, const char *exp
                            .reason = reason};
     bool expired = false;
     struct jb_audit_head head = {0};
-    rc = jb_db_op_create_used(call->c, call->app->keys, call->job, &op, call->rules_version,
-                              call->use_rule, rules_stale, &expired, &head, &call->op_id, call->st,
-                              err);
+    rc = jb_db_op_create_used(call->c, jb_signer_key(call->app->signer), call->job, &op,
+                              call->rules_version, call->use_rule, rules_stale, &expired, &head,
+                              &call->op_id, call->st, err);
     if (rc == JB_OK && expired) {
       jb_policy_rules_changed(call->job);
       publish_head(call->app, call->job, &head);

@@ -18,7 +18,8 @@ struct jb_app;
  * failed; `body` (new) the answer when it succeeded. */
 struct jb_policy_reply {
   int status; /* 200, 201, 400, 404, 409, 503 */
-  const char *code; /* "bad_request", "not_found", "conflict", "unavailable"; static */
+  const char *code; /* "bad_request", "not_found", "conflict", "unavailable", "key_retired";
+                       static */
   char msg[512];
   json_t *body;
 };

@@ -79,6 +79,11 @@ static json_t *conflict(const char *what, const char *state) {
 }
 
 static json_t *db_failed(const jb_error *err) {
+  char why[640];
+  if (jb_signer_retired(why, sizeof why)) { /* every append is refused: say so, not "database" */
+    jb_log(JB_LOG_ERROR, "signing key retired", "detail", err->msg, NULL);
+    return fail("key_retired", "%s", why);
+  }
   jb_log(JB_LOG_ERROR, "database error", "detail", err->msg, NULL);
   return fail("database_unavailable", "the database is unavailable; try again");
 }
@@ -228,7 +233,8 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   struct jb_transition t;
   if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
     jb_escape_release_session(s->app, c, job); /* an op in flight */
-  int rc = jb_db_session_transition(c, s->app->keys, job, from, to, reason, "buyer", &t, &err);
+  int rc = jb_db_session_transition(c, jb_signer_key(s->app->signer), job, from, to, reason,
+                                    "buyer", &t, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
@@ -284,20 +290,21 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
     jb_policy_similar(c, job, op, key, &similar, &pr);
     if (!similar) {
       jb_db_release(s->app->db, c);
-      return fail(pr.status == 404   ? "not_found"
-                  : pr.status == 409 ? "invalid_state"
-                  : pr.status == 503 ? "database_unavailable"
-                                     : "bad_request",
+      return fail(pr.status == 404                                          ? "not_found"
+                  : pr.status == 409                                        ? "invalid_state"
+                  : pr.status == 503 && strcmp(pr.code, "key_retired") == 0 ? "key_retired"
+                  : pr.status == 503                                        ? "database_unavailable"
+                                                                            : "bad_request",
                   "%s", pr.msg);
     }
   }
   char *json = NULL, state[20] = "";
   struct jb_audit_head head = {0};
   /* with a rule: the op approved and the rule added in one transaction */
-  int rc =
-      similar
-          ? jb_policy_approve_similar(s->app, c, job, op, reason, similar, &json, state, &pr)
-          : jb_db_op_decide(c, s->app->keys, job, op, approve, reason, &json, state, &head, &err);
+  int rc = similar
+               ? jb_policy_approve_similar(s->app, c, job, op, reason, similar, &json, state, &pr)
+               : jb_db_op_decide(c, jb_signer_key(s->app->signer), job, op, approve, reason, &json,
+                                 state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
     jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   json_decref(similar);
@@ -403,10 +410,11 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
 /* The ack of a rule request: [body] or [{error: {code, message}}]. */
 static json_t *policy_ack(struct jb_policy_reply *r) {
   if (r->body) return json_pack("[{s:b,s:o}]", "ok", 1, "result", r->body);
-  return fail(r->status == 404   ? "not_found"
-              : r->status == 409 ? "conflict"
-              : r->status == 503 ? "database_unavailable"
-                                 : "bad_request",
+  return fail(r->status == 404                                          ? "not_found"
+              : r->status == 409                                        ? "conflict"
+              : r->status == 503 && strcmp(r->code, "key_retired") == 0 ? "key_retired"
+              : r->status == 503                                        ? "database_unavailable"
+                                                                        : "bad_request",
               "%s", r->msg);
 }
 

@@ -1,5 +1,6 @@
 /* health.c — GET /healthz (the process answers) and GET /readyz (the database is reachable,
- * every migration is applied and the instance is not draining), and the database answers the
+ * every migration is applied, the instance is not draining and its signing key is not
+ * retired), and the database answers the
  * other REST handlers share (unavailable; a connection for a session's buyer or service). */
 #include <jansson.h>
 
@@ -9,6 +10,12 @@
 #include "db/migrate.h"
 
 void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err) {
+  char why[640];
+  if (jb_signer_retired(why, sizeof why)) { /* every append is refused: say so, not "database" */
+    jb_log(JB_LOG_ERROR, "signing key retired", "detail", err ? err->msg : "", NULL);
+    jb_resp_error(resp, 503, "key_retired", "%s", why);
+    return;
+  }
   jb_log(JB_LOG_ERROR, "database error", "detail", err ? err->msg : "", NULL);
   jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
 }
@@ -38,6 +45,11 @@ void jb_api_readyz(void *appv, const struct jb_http_req *req, struct jb_http_res
   struct jb_app *app = appv;
   if (atomic_load(&app->draining)) {
     jb_resp_error(resp, 503, "draining", "instance is shutting down");
+    return;
+  }
+  char why[640];
+  if (jb_signer_retired(why, sizeof why)) { /* it could serve no write */
+    jb_resp_error(resp, 503, "key_retired", "%s", why);
     return;
   }
   jb_error err = {0};

@@ -289,7 +289,7 @@ void jb_api_session_open(void *appv, const struct jb_http_req *req, struct jb_ht
                              .agent_hash = ah,
                              .rules = rules};
   struct jb_audit_head head;
-  int rc = jb_db_session_create(c, app->keys, &s, &head, &err);
+  int rc = jb_db_session_create(c, jb_signer_key(app->signer), &s, &head, &err);
   if (rc == JB_ERR_EXISTS) {
     jb_resp_error(resp, 409, "exists", "a session with jobId '%s' exists", job);
   } else if (rc == JB_ERR_CONFLICT) {
@@ -455,11 +455,11 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
       struct jb_policy_reply pr = {0};
       if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
       memset(&head, 0, sizeof head);
-      int rc =
-          key && !similar ? SIMILAR_REFUSED
-          : similar
-              ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
-              : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
+      int rc = key && !similar ? SIMILAR_REFUSED
+               : similar
+                   ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
+                   : jb_db_op_decide(c, jb_signer_key(app->signer), job, op, approve, reason, &json,
+                                     state, &head, &err);
       if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
         jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
       } else if (rc == JB_OK) {
@@ -556,7 +556,8 @@ static void transition(struct jb_app *app, const struct jb_http_req *req, struct
     jb_error err = {0};
     if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
       jb_escape_release_session(app, c, job); /* an op in flight */
-    int rc = jb_db_session_transition(c, app->keys, job, from, to, reason, "buyer", &t, &err);
+    int rc = jb_db_session_transition(c, jb_signer_key(app->signer), job, from, to, reason, "buyer",
+                                      &t, &err);
     if (rc == JB_OK) {
       if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
       jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
@@ -624,7 +625,7 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   }
   char state[20] = "", *json = NULL;
   struct jb_audit_head head = {0};
-  int rc = jb_db_session_set_mode(c, app->keys, job, mode, state, &head, &err);
+  int rc = jb_db_session_set_mode(c, jb_signer_key(app->signer), job, mode, state, &head, &err);
   if (rc == JB_OK && head.seq > 0)
     jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */

@@ -687,9 +687,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
   struct jb_audit_head head;
-  rc = text && details
-           ? jb_db_op_complete_running(c, w->keys, job, op, ok, text, details, &head, err)
-           : jb_fail(err, ENOMEM, "out of memory");
+  rc = text && details ? jb_db_op_complete_running(c, jb_signer_key(w->signer), job, op, ok, text,
+                                                   details, &head, err)
+                       : jb_fail(err, ENOMEM, "out of memory");
   if (rc == JB_OK) {
     worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
     /* the end of the live view: how the command ended, without its output */
@@ -752,8 +752,8 @@ void exec_op_fail_orphans(struct jb_worker *w, const char *job) {
                                 "worker_restarted", "message", msg);
     char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
     struct jb_audit_head head;
-    int rc = text && details ? jb_db_op_complete_running(conn.pg, w->keys, job, &op, false, text,
-                                                         details, &head, &err)
+    int rc = text && details ? jb_db_op_complete_running(conn.pg, jb_signer_key(w->signer), job,
+                                                         &op, false, text, details, &head, &err)
                              : JB_ERR_FAIL;
     if (rc == JB_OK)
       worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));

@@ -83,7 +83,8 @@ static int transition_stored(struct jb_worker *w, const char *job, const char *c
                              jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
-  int rc = jb_db_session_transition(conn.pg, w->keys, job, from, to, reason, "system", out, err);
+  int rc = jb_db_session_transition(conn.pg, jb_signer_key(w->signer), job, from, to, reason,
+                                    "system", out, err);
   if (rc != JB_OK) return rc;
   worker_publish(w, conn.pg, job, JB_EVENT_STATE,
                  json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", to, "previous",
@@ -141,7 +142,7 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_audit_head h;
-  int rc = jb_audit_append(conn.pg, w->keys, job, "pre_scan", NULL, scan, &h, err);
+  int rc = jb_audit_append(conn.pg, jb_signer_key(w->signer), job, "pre_scan", NULL, scan, &h, err);
   if (rc != JB_OK) return rc;
   json_t *pre = json_pack("{s:O}", "prescan", scan);
   char *text = pre ? json_dumps(pre, JSON_COMPACT) : NULL;

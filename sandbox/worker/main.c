@@ -48,7 +48,7 @@ static const struct jb_setting settings[] = {
      "PostgreSQL URL or conninfo (required; jailboxd passes its own)"},
     {NULL, "JAILBOX_SIGNING_KEY_FILE", JB_SETTING_STRING, S(signing_key_file), "", 0, 0,
      "audit signing key (required: every session transition is a signed audit entry; jailboxd "
-     "passes its own)"},
+     "passes its own). Must hold the active key; read again when it changes"},
     {NULL, "JAILBOX_WORKER_ID", JB_SETTING_STRING, S(worker_id), "", 0, 0,
      "stable id of this worker; empty: the host name (jailboxd: host:state-dir#N)"},
     {NULL, "JAILBOX_DOCKER_SOCKET", JB_SETTING_STRING, S(docker_socket), "/var/run/docker.sock", 0,
@@ -296,11 +296,12 @@ static int probe_only(struct jb_worker *w) {
   return probe_ok(w, &w->probe) ? 0 : 1;
 }
 
-/* Never sign with a key verifiers cannot find: the signing key is published first (after a
- * rotation the worker may hold a newer key than the jailboxd that started it). */
-static int publish_key(struct jb_worker *w, jb_error *err) {
-  cleanup_conn struct worker_conn conn = worker_conn(w, err);
-  return conn.pg ? jb_keyring_publish_keep_others(w->keys, conn.pg, err) : -1;
+/* Never sign with a key verifiers cannot find or that may not sign: the key must be the
+ * active one (db/signer.h; a worker never publishes or retires a key, but on an empty
+ * database), and a rotated key is taken up from the file as jailboxd does. */
+static int open_signer(struct jb_worker *w, jb_error *err) {
+  return jb_signer_open(&w->signer, w->db, "/nonexistent", w->set.signing_key_file,
+                        "jailbox-worker", err);
 }
 
 /* The deployment's name (the database's), into `name` (`len` bytes). */
@@ -324,10 +325,12 @@ static int start(struct jb_worker *w) {
             "jailbox-worker: JAILBOX_SIGNING_KEY_FILE is required (the audit signing key)\n");
     return 2;
   }
-  if (jb_keyring_load(&w->keys, "/nonexistent", keyfile, &err) < 0) {
+  struct jb_keyring *keys = NULL; /* read here to report a bad file early; kept by the signer */
+  if (jb_keyring_load(&keys, "/nonexistent", keyfile, &err) < 0) {
     fprintf(stderr, "jailbox-worker: %s\n", err.msg);
     return 2;
   }
+  jb_keyring_free(keys);
   /* exec output is redacted with these rules (exec_op.c); a bad file stops the start */
   struct jb_scan_rules *rules = NULL;
   if (jb_scan_rules_load(w->set.scan_rules, &rules, &err) < 0) {
@@ -349,8 +352,8 @@ static int start(struct jb_worker *w) {
     slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
     return 1;
   }
-  if (publish_key(w, &err) < 0) {
-    slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "publish signing key", NULL);
+  if (open_signer(w, &err) < 0) {
+    slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "audit signing key", NULL);
     return 1;
   }
   char name[300];
@@ -591,8 +594,8 @@ int main(int argc, char **argv) {
   log_probe(w, &p);
   serve(w, sfd);
   stop(w, &t);
+  jb_signer_close(w->signer);
   jb_db_close(w->db);
-  jb_keyring_free(w->keys);
   free(w->profile_buf);
   jb_settings_free(&w->set, settings, N_SETTINGS);
   curl_global_cleanup();

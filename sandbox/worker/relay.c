@@ -386,8 +386,9 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
   bool ok = json_is_true(json_object_get(ans, "ok"));
   char *text = op_stored_text(ans, strip_content);
   struct jb_audit_head head;
-  int rc = text ? jb_db_op_complete(c, w->keys, job, op, ok, text, details, &head, err)
-                : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  int rc =
+      text ? jb_db_op_complete(c, jb_signer_key(w->signer), job, op, ok, text, details, &head, err)
+           : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
   if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
@@ -680,9 +681,9 @@ static int direct_run(struct jb_worker *w, struct direct_op *d, jb_error *err) {
   if (details && text) {
     struct jb_audit_head h;
     jb_error serr = {0};
-    rc = jb_db_op_direct_store(c, w->keys, d->job, d->tool, d->path, d->args_json, d->expect_json,
-                               json_is_true(json_object_get(ans, "ok")), text, details, head, prev,
-                               &d->op_id, &h, &serr);
+    rc = jb_db_op_direct_store(c, jb_signer_key(w->signer), d->job, d->tool, d->path, d->args_json,
+                               d->expect_json, json_is_true(json_object_get(ans, "ok")), text,
+                               details, head, prev, &d->op_id, &h, &serr);
     if (rc == JB_OK) d->announce = h.seq;
     if (rc == JB_ERR_FAIL) *err = serr;
   } else {

@@ -13,7 +13,8 @@ static int signal_count(struct jb_worker *w, const char *job, const char *name, 
                         long every, struct jb_count_out *count, jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
-  int rc = jb_db_signal_count(conn.pg, w->keys, job, name, detail, every, count, err);
+  int rc =
+      jb_db_signal_count(conn.pg, jb_signer_key(w->signer), job, name, detail, every, count, err);
   if (rc == JB_OK) worker_publish_list(w, conn.pg, job, &count->events);
   return rc;
 }
@@ -23,7 +24,8 @@ static int escape_abort(struct jb_worker *w, const char *job, const char *name, 
                         struct jb_escape_out *out, jb_error *err) {
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
-  return jb_db_escape_abort(conn.pg, w->keys, job, name, detail, w->policy.trust_penalty, out, err);
+  return jb_db_escape_abort(conn.pg, jb_signer_key(w->signer), job, name, detail,
+                            w->policy.trust_penalty, out, err);
 }
 
 /* Seals the chain of `job`, aborted from `previous`, once its container is gone. */
@@ -31,7 +33,7 @@ static int escape_seal(struct jb_worker *w, const char *job, const char *previou
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_finish_out fin = {0};
-  int rc = jb_db_session_finish(conn.pg, w->keys, job, previous, &fin, err);
+  int rc = jb_db_session_finish(conn.pg, jb_signer_key(w->signer), job, previous, &fin, err);
   if (rc == JB_OK) worker_publish_list(w, conn.pg, job, &fin.events);
   return rc;
 }

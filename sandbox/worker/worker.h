@@ -44,6 +44,7 @@
 #include "db/ops.h"
 #include "lib/err.h"
 #include "lib/escape_policy.h"
+#include "db/signer.h"
 #include "lib/keyring.h"
 #include "lib/log.h"
 #include "sandbox/worker/head_announce.h"
@@ -105,7 +106,7 @@ struct jb_worker {
   struct jb_walls_config walls;
   char *profile_buf; /* the seccomp profile read from JAILBOX_SECCOMP_PROFILE */
   struct jb_db *db;
-  struct jb_keyring *keys; /* signs the audit entries of the transitions the worker makes */
+  struct jb_signer *signer; /* its key (jb_signer_key) signs the audit entries the worker makes */
   long long prescan_hash_max; /* bytes */
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */

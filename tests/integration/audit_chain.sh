@@ -325,16 +325,25 @@ get /v1/jailbox/job-e/audit "$SVC" > "$T/t.jsonl"
 check "db: … and an entry deleted past the first export pages (offline)" "1 gap 1500" "$(verify_file "$T/t.jsonl")"
 check "db: … the export still has every remaining row" "2099" "$(wc -l < "$T/t.jsonl")"
 
-# --- rotation: a new key file, a restart; old keys stay published and verifiable --------------------
+# --- rotation: keys rotate, the new key file in place; the running jailboxd takes it up ---------------
 OLD_ID=$(jq -r '.keys[0].keyId' "$T/keys.json")
 "$D" append "$CI" "$KEY" job-d 3 >/dev/null
-stop_jb TERM; check "stopped" 0 "$JB_RC"
 cp -p "$KEY" "$T/old.key"   # the old secret key, as someone who kept (or stole) it would
-OUT=$("$C" keys rotate --state-dir "$S")
-check_match "jailboxctl keys rotate" "new key [0-9a-f]{16}, replaced $OLD_ID" "$OUT"
-NEW_ID=$(printf '%s' "$OUT" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
-start_jb "$S" JAILBOX_WORKSPACE_ROOT="$WS" || { fail "restart"; finish; }
-export JAILBOX_URL="http://127.0.0.1:$JB_PORT"
+OUT=$("$C" keys rotate --key "$T/new.key" --grace 0 --state-dir "$S")
+check_match "jailboxctl keys rotate (FILE generated)" "key [0-9a-f]{16} \\($T/new.key, generated\\) is active; retired $OLD_ID as of .* \\(grace 0s\\)" "$OUT"
+NEW_ID=$(printf '%s' "$OUT" | grep -o 'key [0-9a-f]\{16\}' | head -1 | cut -d' ' -f2)
+check "… the new key file is private" "600" "$(stat -c %a "$T/new.key")"
+for _ in $(seq 1 100); do   # told by NOTIFY jb_key, else within 2 s
+  [ "$(curl -s -o "$T/rz" -w '%{http_code}' "$JAILBOX_URL/readyz")" = 503 ] && break; sleep 0.1
+done
+check "until its file holds the new key, jailboxd answers key_retired (readyz)" "key_retired" \
+  "$(jq -r .error.code "$T/rz")"
+cp -p "$T/new.key" "$KEY.next" && mv "$KEY.next" "$KEY"   # the key file replaced (rename)
+for _ in $(seq 1 100); do
+  grep -q '"msg":"audit signing key switched".*"key_id":"'"$NEW_ID"'"' "$S.log" && break; sleep 0.1
+done
+check "jailboxd took up the new key from its file, no restart" "200" \
+  "$(curl -s -o /dev/null -w '%{http_code}' "$JAILBOX_URL/readyz")"
 get /v1/audit/keys > "$T/keys.json"
 check "old key retired, new key active" "$OLD_ID:retired $NEW_ID:active" \
   "$(jq -r '[.keys[] | "\(.keyId):\(if .retiredAt then "retired" else "active" end)"] | join(" ")' "$T/keys.json")"
@@ -374,13 +383,22 @@ jq -c '.keys |= map(select(.keyId != "'"$OLD_ID"'"))' "$T/keys.json" > "$T/keys-
 cp "$T/keys-new-only.json" "$T/keys.json"
 check "without the old public key: unknown key" "1 unknown key 1" "$(verify_file "$T/a.jsonl")"
 
-# JAILBOX_SIGNING_KEY_FILE: a key file of the operator's, loaded as it is
+# JAILBOX_SIGNING_KEY_FILE: a key file of the operator's, made active by keys rotate, loaded as it is
+OP_ID=$("$C" keys rotate --key "$T/operator.key" --state-dir "$S" | grep -o 'key [0-9a-f]\{16\}' | head -1 | cut -d' ' -f2)
 stop_jb TERM
 env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_WORKSPACE_ROOT="$WS" \
   JAILBOX_SIGNING_KEY_FILE="$T/old.key" "$JAILBOXD" 2> "$T/retired.log"
-check_match "a retired key is never made active again" "key $OLD_ID was retired at .* never signs again" \
+check_match "a retired key is never made active again" "key $OLD_ID is retired as of .* never signs again" \
   "$(cat "$T/retired.log")"
-OP_ID=$("$C" keys rotate --key-file "$T/operator.key" | grep -o 'new key [0-9a-f]*' | cut -d' ' -f3)
+env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_WORKSPACE_ROOT="$WS" "$JAILBOXD" 2> "$T/replaced.log"
+check_match "a key whose retirement is scheduled (the grace of a rotation) does not start either" \
+  "key $NEW_ID is retired as of .* \\(active: $OP_ID\\)" "$(cat "$T/replaced.log")"
+check "keys rotate without a database publishes nothing (exit 3; FILE generated)" "3" "$("$C" keys rotate --key "$T/stray.key" --state-dir "$S" >/dev/null 2>&1; echo $?)"
+env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_SIGNING_KEY_FILE="$T/stray.key" "$JAILBOXD" 2> "$T/stray.log"
+STRAY_ID=$(grep -o 'signing key [0-9a-f]\{16\}' "$T/stray.log" | head -1 | cut -d' ' -f3)
+check_match "a key of its own: the start is refused, naming both keys and the fix" \
+  "key $STRAY_ID of jailboxd \\(file $T/stray.key\\) is not the active key $OP_ID.*jailboxctl keys rotate --key $T/stray.key" \
+  "$(cat "$T/stray.log")"
 chmod 0644 "$T/operator.key"
 env JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$S" JAILBOX_SIGNING_KEY_FILE="$T/operator.key" "$JAILBOXD" 2> "$T/loose.log"
 check_match "a key file others can read is refused" 'group or others' "$(cat "$T/loose.log")"

@@ -1616,9 +1616,62 @@ static void key_file(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* jb_keyring_generate never overwrites; jb_keyring_watch sees the key file replaced by a
+ * rename, written in place, or deleted, and ignores its neighbours */
+static void key_file_generate_and_watch(void **state) {
+  char dir[] = "/tmp/jbkeyw.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[96], other[96], tmp[96];
+  snprintf(path, sizeof path, "%s/audit.key", dir);
+  snprintf(other, sizeof other, "%s/other.key", dir);
+  snprintf(tmp, sizeof tmp, "%s/audit.key.new", dir);
+  jb_error err = {0};
+  char id1[17], id2[17];
+  assert_int_equal(jb_keyring_generate(path, id1, &err), 0);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  struct jb_keyring *k = NULL;
+  assert_int_equal(jb_keyring_load(&k, "/nonexistent", path, &err), 0);
+  assert_string_equal(k->key_id, id1);
+  jb_keyring_free(k);
+  assert_int_equal(jb_keyring_generate(path, id2, &err), -1); /* exists: kept */
+  assert_int_equal(err.code, EEXIST);
+  assert_int_equal(jb_keyring_load(&k, "/nonexistent", path, &err), 0);
+  assert_string_equal(k->key_id, id1);
+  jb_keyring_free(k);
+
+  int fd = jb_keyring_watch(path, &err);
+  assert_true(fd >= 0);
+  assert_false(jb_keyring_watch_drain(fd, path)); /* nothing yet */
+  assert_int_equal(jb_keyring_generate(other, id2, &err), 0); /* a neighbour: not the key */
+  assert_false(jb_keyring_watch_drain(fd, path));
+  assert_int_equal(jb_keyring_generate(tmp, id2, &err), 0);
+  (void)jb_keyring_watch_drain(fd, path);
+  assert_int_equal(rename(tmp, path), 0); /* replaced by a rename */
+  assert_true(jb_keyring_watch_drain(fd, path));
+  assert_int_equal(jb_keyring_load(&k, "/nonexistent", path, &err), 0);
+  assert_string_equal(k->key_id, id2);
+  jb_keyring_free(k);
+  int w = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC); /* written in place */
+  assert_true(w >= 0);
+  assert_int_equal(write(w, "00", 2), 2);
+  close(w);
+  assert_true(jb_keyring_watch_drain(fd, path));
+  assert_int_equal(unlink(path), 0); /* deleted */
+  assert_true(jb_keyring_watch_drain(fd, path));
+  assert_false(jb_keyring_watch_drain(fd, path)); /* drained */
+  close(fd);
+  assert_int_equal(jb_keyring_watch("/nonexistent-dir/audit.key", &err), -1);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(canonical_golden),
+      cmocka_unit_test(key_file_generate_and_watch),
       cmocka_unit_test(canonical_refuses),
       cmocka_unit_test(hash_sign_golden),
       cmocka_unit_test(sign_and_details_of_canonical),
