@@ -16,6 +16,7 @@
 #include "api/agent/ops.h"
 #include "db/audit_store.h"
 #include "db/escape.h"
+#include "db/metrics.h"
 #include "db/sessions.h"
 #include "server/cache.h"
 #include "lib/log.h"
@@ -107,7 +108,10 @@ struct jb_sweeper {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool stop;
+  long long folded_ms; /* when the op counters were last folded (jb_now_ms) */
 };
+
+#define FOLD_EVERY_MS 60000 /* the op counters' changes are folded at least this often */
 
 /* Aborts `job` for `reason` (lifetime_exceeded, idle_timeout) as the buyer's abort does. */
 static void expire(struct jb_app *app, PGconn *c, const char *job, const char *reason) {
@@ -168,6 +172,12 @@ static void sweep(struct jb_sweeper *s, bool first) {
     json_decref(a);
   }
   free(text);
+  /* the op counters' changes stay few without a scrape of /metrics too */
+  if (jb_now_ms() - s->folded_ms >= FOLD_EVERY_MS) {
+    s->folded_ms = jb_now_ms();
+    if (jb_db_op_counts_fold(c, NULL, &err) != JB_OK)
+      jb_log(JB_LOG_WARN, "sweeper: folding the op counters failed", "detail", err.msg, NULL);
+  }
   jb_db_release(app->db, c);
 }
 
