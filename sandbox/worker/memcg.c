@@ -52,8 +52,10 @@ void jb_memcg_counts_parse(const char *text, bool v2, struct jb_memcg_counts *c)
     char key[32];
     long long v;
     if (sscanf(line, "%31s %lld", key, &v) == 2) {
-      if (!strcmp(key, "oom_kill")) c->oom_kill += v;
-      else if (!strcmp(key, v2 ? "oom" : "under_oom")) c->oom += v;
+      if (!strcmp(key, "oom_kill"))
+        c->oom_kill += v;
+      else if (!strcmp(key, v2 ? "oom" : "under_oom"))
+        c->oom += v;
     }
     line = strchr(line, '\n');
     if (line) line++;

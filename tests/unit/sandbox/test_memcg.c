@@ -18,10 +18,11 @@ static void path_v1_and_v2(void **state) {
   (void)state;
   char p[256];
   bool v2 = true;
-  const char *v1 = "12:pids:/docker/abc\n"
-                   "9:memory:/docker/41394c206ffd\n"
-                   "1:name=systemd:/docker/abc\n"
-                   "0::/system.slice/containerd.service\n";
+  const char *v1 =
+      "12:pids:/docker/abc\n"
+      "9:memory:/docker/41394c206ffd\n"
+      "1:name=systemd:/docker/abc\n"
+      "0::/system.slice/containerd.service\n";
   assert_int_equal(jb_memcg_path_parse(v1, p, sizeof p, &v2), 0);
   assert_string_equal(p, "/docker/41394c206ffd");
   assert_false(v2);
@@ -31,8 +32,8 @@ static void path_v1_and_v2(void **state) {
   /* "memoryx" is not "memory" */
   assert_int_equal(jb_memcg_path_parse("4:memoryx:/no\n", p, sizeof p, &v2), -1);
   /* v2 only */
-  assert_int_equal(
-      jb_memcg_path_parse("0::/system.slice/docker-41394c.scope\n", p, sizeof p, &v2), 0);
+  assert_int_equal(jb_memcg_path_parse("0::/system.slice/docker-41394c.scope\n", p, sizeof p, &v2),
+                   0);
   assert_string_equal(p, "/system.slice/docker-41394c.scope");
   assert_true(v2);
   /* too long for the buffer; nothing at all */
