@@ -158,3 +158,9 @@ INSERT INTO op_wait_counts (bucket, n, sum_s)
     FROM (SELECT extract(epoch FROM decided_at - created_at)::float8 AS t FROM ops
            WHERE decided_at IS NOT NULL) s
    GROUP BY 1;
+
+-- The diff previews kept for the buyer (ops.diff, at most JAILBOX_DIFF_PREVIEW_MAX bytes of
+-- text each) are cleared once their session has been over for the retention period
+-- (jailboxd's sweeper, db/ops.h jb_db_ops_forget_previews); this index finds the ops that
+-- still have one without reading the others.
+CREATE INDEX ops_with_diff ON ops (job_id) WHERE diff IS NOT NULL;
