@@ -356,7 +356,9 @@ static void open_memcg(struct jb_worker *w, const char *job, const char *cid, st
  * death — then the session fails, and an end other than out of memory is an escape signal.
  * Out of memory is what Docker says (State.OOMKilled) or what the container's memory cgroup
  * says (an OOM kill counted in it, read every MEMCG_SAMPLE_MS while it runs and once more
- * when it ends: the cgroup may be gone by then). */
+ * when it ends). The cgroup is removed with the container, often before that last read: a
+ * kill that ends the sandbox at once is then known from Docker alone, while a kill that
+ * leaves it running (a process of the runtime, the shim ending later) is caught by a sample. */
 static void watch_sandbox(struct jb_session *s) {
   struct jb_worker *w = s->w;
   const char *job = s->job_id, *cid = s->sb.container_id;
@@ -382,8 +384,8 @@ static void watch_sandbox(struct jb_session *s) {
       continue;
     }
     json_decref(ans);
-    if (memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0 && jb_memcg_oom(&now))
-      seen = now;
+    bool read_at_end = memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0;
+    if (read_at_end && jb_memcg_oom(&now)) seen = now;
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     char why[300];
     long long code;
@@ -402,8 +404,10 @@ static void watch_sandbox(struct jb_session *s) {
     jb_shimconn_collect_stderr(&s->sb.conn, 500);
     jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
     pthread_mutex_unlock(&s->lock);
-    char kills[24] = "unknown"; /* what the memory cgroup counted, for the log */
-    if (memcg.dirfd >= 0) snprintf(kills, sizeof kills, "%lld", seen.oom_kill);
+    /* what the memory cgroup counted, for the log: "unknown" when it was gone before the
+     * read at the end and no sample had seen a kill */
+    char kills[24] = "unknown";
+    if (read_at_end || jb_memcg_oom(&seen)) snprintf(kills, sizeof kills, "%lld", seen.oom_kill);
     slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, "memcgOomKills",
          kills, NULL);
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;

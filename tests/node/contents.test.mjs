@@ -266,3 +266,33 @@ test('/metrics: the op series are counters that follow every op, equal to a scan
   assert.equal((await srv.db.query('SELECT count(*)::int AS n FROM op_count_changes')).rows[0].n, 0);
   await check();
 });
+
+test('a diff preview is bounded and cleared once its session ended past the retention (30 days)', { timeout: 240000 }, async () => {
+  const open = async () => {
+    const s = await K.openSession((d) => writeFileSync(join(d, 'd.txt'), 'line\n'.repeat(3)));
+    const agent = await K.connect(s.agentToken);
+    const buyer = await K.connect(s.buyerToken);
+    await K.waitFor('active', async () => (await K.sessionOf(s.jobId)).state === 'active');
+    // a diff longer than JAILBOX_DIFF_PREVIEW_MAX (65,536 bytes by default)
+    const p = K.call(agent, 'write', { path: 'd.txt', content: 'changed line\n'.repeat(8000) }, 120000);
+    const req = await K.waitEvent(buyer, 'jailbox:approval_request', (x) => x.path === 'd.txt');
+    assert.equal((await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId })).ok, true);
+    assert.equal((await p).result?.isError, false);
+    const ab = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken, body: {} });
+    assert.ok(ab.status < 300, ab.text);
+    return { s, opId: req.opId };
+  };
+  const old = await open(), recent = await open();
+  const diffOf = async (x) => (await srv.db.query('SELECT diff FROM ops WHERE op_id = $1', [x.opId])).rows[0].diff;
+  const d = await diffOf(old);
+  assert.equal(d.truncated, true);
+  assert.ok(Buffer.byteLength(d.text) <= 65536 && d.bytes > 65536, JSON.stringify({ len: d.text.length, bytes: d.bytes }));
+  await K.waitFor('ended', async () => (await srv.db.query('SELECT ended_at FROM sessions WHERE job_id = $1', [old.s.jobId])).rows[0].ended_at);
+  await srv.db.query("UPDATE sessions SET ended_at = now() - interval '31 days' WHERE job_id = $1", [old.s.jobId]);
+  // jailboxd's sweeper clears it within a minute
+  await K.waitFor('preview cleared', async () => (await diffOf(old)) === null, 90000);
+  assert.notEqual(await diffOf(recent), null, 'a recent session keeps its preview');
+  const ops = await srv.req('GET', `/v1/jailbox/${old.s.jobId}/ops`, { token: srv.serviceToken });
+  const op = ops.json.ops.find((o) => o.opId === old.opId);
+  assert.deepEqual([op.diff, op.state, op.args.contentDropped], [null, 'done', true]);
+});
