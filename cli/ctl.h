@@ -79,7 +79,8 @@ bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
 /* token create --role service [--label L] [--database-url URL | --state-dir DIR] */
 int jb_ctl_token_create(int argc, char **argv);
 
-/* watch JOB [--poll] [--interval MS] [--until-end]: live events (cli/watch.c) */
+/* watch JOB [--poll] [--interval MS] [--until-end] [--decide]: live events, and with --decide
+ * the buyer's decisions read from stdin (cli/watch.c) */
 int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv);
 
 /* Checks one line an MCP client sent on stdin (MCP stdio transport: one JSON-RPC 2.0 message

@@ -875,11 +875,14 @@ static const struct verb verbs[] = {
      verb_open},
     {"status", "JOB", "the session's state, mode, pending ops and audit head (service or buyer)",
      verb_status},
-    {"watch", "JOB [--poll] [--interval MS] [--until-end]",
+    {"watch", "JOB [--poll] [--interval MS] [--until-end] [--decide]",
      "print the session's events as they happen, over the buyer's Socket.IO connection (buyer "
      "token); --poll, or when the socket cannot be reached or refuses the token (a service "
      "token), polls the REST API instead; "
-     "--until-end stops when the session ends (accepted, aborted, failed)",
+     "--until-end stops when the session ends (accepted, aborted, failed); --decide reads "
+     "decisions from stdin, one per line: 'a [OP] [directory|extension|command|session]' "
+     "approves (with a key: and allows similar ops from now on), 'r [OP] [REASON]' rejects; "
+     "OP defaults to the newest request, and each request prints the choices it offers",
      jb_ctl_watch},
     {"ops", "JOB [--state pending|approved|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},

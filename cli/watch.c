@@ -2,9 +2,12 @@
  * Socket.IO connection (cli/sio_client.c; events in api/events.md), one line per event for
  * a person or one JSON object per line with --json. When the socket cannot be reached (or
  * with --poll) it polls the REST API instead and reports state changes, new ops and pending
- * approvals. */
+ * approvals. With --decide the buyer decides approval requests from stdin (one line each,
+ * sent as the REST approve/reject of api/openapi.yaml), and each request is followed by the
+ * choices it offers, allow-similar keys included. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@ struct watch {
   struct jb_ctl *o;
   const char *job;
   bool until_end;
+  bool decide; /* --decide: decisions are read from stdin */
   bool ended; /* the session reached a final state */
   bool connected; /* the socket got as far as CONNECT */
   bool refused;
@@ -323,7 +327,38 @@ static void print_event(const char *name, const json_t *d) {
   }
 }
 
+/* Every line on stdout, and jb_ctl_text's ring, are shared by the event handlers and the
+ * thread reading decisions: one at a time. */
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+static long long newest_request; /* the op of the newest approval request (under out_lock) */
+
+/* The choices an approval request `d` offers a buyer deciding from stdin: approve, reject,
+ * and the allow-similar keys that fit the op (api/openapi.yaml ApproveRequest.allowSimilar:
+ * directory and extension for an op on a path, extension only when its name has one, command
+ * for exec, session for every op). */
+static void print_choices(const json_t *d) {
+  long long op = (long long)json_integer_value(json_object_get(d, "opId"));
+  const char *tool = s_(d, "tool");
+  const char *path = json_string_value(json_object_get(d, "path"));
+  printf("    decide: a %lld = approve | r %lld REASON = reject", op, op);
+  if (!strcmp(tool, "exec")) {
+    printf(" | a %lld command = approve, allow this command from now on", op);
+  } else if (path && path[0]) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    printf(" | a %lld directory = approve, allow %s in its directory", op, tool);
+    if (dot && dot != base && dot[1])
+      printf(" | a %lld extension = approve, allow %s of *%s there", op, tool, jb_ctl_text(dot));
+  }
+  printf(" | a %lld session = approve, allow every %s this session\n", op, tool);
+}
+
 static void emit_line(struct watch *w, const char *name, json_t *data, bool polled) {
+  pthread_mutex_lock(&out_lock);
+  bool request = strcmp(name, "jailbox:approval_request") == 0;
+  if (request && json_is_integer(json_object_get(data, "opId")))
+    newest_request = (long long)json_integer_value(json_object_get(data, "opId"));
   if (w->o->json) {
     json_t *l = json_pack("{s:s,s:O,s:b}", "event", name, "data", data ? data : json_null(),
                           "polled", polled);
@@ -333,11 +368,104 @@ static void emit_line(struct watch *w, const char *name, json_t *data, bool poll
     json_decref(l);
   } else {
     print_event(name, data);
+    if (request && w->decide) print_choices(data);
   }
   fflush(stdout);
+  pthread_mutex_unlock(&out_lock);
   if (strcmp(name, "jailbox:state") == 0 &&
       final_state(json_string_value(json_object_get(data, "state"))))
     w->ended = true;
+}
+
+/* ---------- decisions from stdin (--decide) ----------
+ * A line is `a [OP] [directory|extension|command|session]` (approve, optionally adding the
+ * narrowest rule that matches the op by that key), `r [OP] [REASON…]` (reject) or `?`; OP
+ * defaults to the newest approval request. Each is one REST call (POST …/approve/OP or
+ * …/reject/OP); its outcome, or the server's refusal, is printed. */
+static const char *similar_key(const char *w) {
+  static const char *const keys[] = {"directory", "extension", "command", "session"};
+  for (size_t i = 0; i < 4; i++)
+    if (!strcmp(w, keys[i]) || (w[0] == keys[i][0] && !w[1])) return keys[i];
+  return NULL;
+}
+
+static void decide_line(struct watch *w, char *line) {
+  char *save = NULL, *verb = strtok_r(line, " \t", &save);
+  if (!verb) return;
+  bool approve = !strcmp(verb, "a") || !strcmp(verb, "approve");
+  bool reject = !strcmp(verb, "r") || !strcmp(verb, "reject");
+  pthread_mutex_lock(&out_lock);
+  long long op = newest_request;
+  pthread_mutex_unlock(&out_lock);
+  char *rest = save ? save + strspn(save, " \t") : NULL;
+  if (approve || reject) { /* an explicit op number first */
+    char *end;
+    errno = 0;
+    long long v = rest && *rest ? strtoll(rest, &end, 10) : 0;
+    if (!errno && v > 0 && (*end == '\0' || *end == ' ' || *end == '\t')) {
+      op = v;
+      rest = end + strspn(end, " \t");
+    }
+  }
+  json_t *body = json_object();
+  const char *key = NULL;
+  if (approve && rest && *rest && !(key = similar_key(rest))) {
+    pthread_mutex_lock(&out_lock);
+    fprintf(stderr,
+            "%s: '%s' is not an allow-similar key (directory, extension, command, session)\n",
+            w->o->verb, jb_ctl_text(rest));
+    pthread_mutex_unlock(&out_lock);
+    json_decref(body);
+    return;
+  }
+  if (key) json_object_set_new(body, "allowSimilar", json_string(key));
+  if (reject && rest && *rest) json_object_set_new(body, "reason", json_string(rest));
+  if ((!approve && !reject) || op <= 0) {
+    pthread_mutex_lock(&out_lock);
+    fprintf(stderr,
+            "%s: %s; a line is: a [OP] [directory|extension|command|session]  or  "
+            "r [OP] [REASON]\n",
+            w->o->verb, op <= 0 && (approve || reject) ? "no approval request yet" : "decide");
+    pthread_mutex_unlock(&out_lock);
+    json_decref(body);
+    return;
+  }
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "/%s/%lld", approve ? "approve" : "reject", op);
+  char *path = jb_ctl_job_path(w->job, suffix);
+  pthread_mutex_lock(&out_lock); /* jb_ctl_http prints a refusal through jb_ctl_text */
+  struct jb_ctl_reply r = {0};
+  int rc = path ? jb_ctl_http(w->o, "POST", path, body, &r) : JB_CTL_FAILED;
+  json_t *o = rc == JB_CTL_OK ? jb_ctl_reply_json(w->o, &r) : NULL;
+  if (o) {
+    printf("decided op #%lld: %s (%s)\n", op, s_(o, "state"), s_(o, "decision"));
+    json_t *rule = json_object_get(o, "rule");
+    if (json_is_object(rule)) {
+      char *t = json_dumps(rule, JSON_COMPACT);
+      printf("    allowed from now on by rule %s: %s\n", s_(rule, "id"), t ? jb_ctl_text(t) : "");
+      free(t);
+    }
+    fflush(stdout);
+  }
+  pthread_mutex_unlock(&out_lock);
+  json_decref(o);
+  jb_ctl_reply_free(&r);
+  free(path);
+  json_decref(body);
+}
+
+static void *decide_thread(void *arg) {
+  struct watch *w = arg;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while ((n = getline(&line, &cap, stdin)) >= 0) {
+    if (n > 4096) continue; /* not a decision */
+    line[strcspn(line, "\r\n")] = '\0';
+    decide_line(w, line);
+  }
+  free(line);
+  return NULL;
 }
 
 /* ---------- over the socket ---------- */
@@ -455,7 +583,8 @@ static int poll_loop(struct watch *w, long interval_ms) {
 }
 
 int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
-  struct watch w = {.o = o};
+  static struct watch w; /* static: the decisions thread may outlive this call until exit */
+  w = (struct watch){.o = o};
   bool poll = false;
   long long interval = 1000;
   for (int i = 0; i < argc; i++) {
@@ -463,6 +592,8 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
       poll = true;
     else if (strcmp(argv[i], "--until-end") == 0)
       w.until_end = true;
+    else if (strcmp(argv[i], "--decide") == 0)
+      w.decide = true;
     else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
       char *end;
       errno = 0;
@@ -486,6 +617,18 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
   if (!o->token || !o->token[0]) {
     fprintf(stderr, "%s: a buyer token is needed (JAILBOX_TOKEN or --token)\n", o->verb);
     return JB_CTL_USAGE;
+  }
+  if (w.decide) { /* reads stdin until its end; the process ends without waiting for it */
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &at, decide_thread, &w);
+    pthread_attr_destroy(&at);
+    if (e) {
+      fprintf(stderr, "%s: cannot read decisions: %s\n", o->verb, strerror(e));
+      return JB_CTL_FAILED;
+    }
   }
   if (!poll) {
     char base[512];

@@ -291,7 +291,7 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
    * is pending or queued, which the NOT EXISTS counts as activity. */
   PGresult *r = jb_db_exec(
       c,
-      "WITH live AS (SELECT s.job_id, s.state, s.created_at, s.updated_at,"
+      "WITH live AS (SELECT s.job_id, s.state, s.created_at, s.updated_at, s.lease_until,"
       "   make_interval(secs => coalesce((s.limits->>'timeoutSec')::bigint, $1::bigint)) AS life,"
       "   make_interval(secs => coalesce((s.limits->>'idleTimeoutSec')::bigint, $2::bigint)) AS "
       "idle"
@@ -304,7 +304,9 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
       "    AND now() >= greatest(l.updated_at, (SELECT e.created_at FROM audit_heads h"
       "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE h.job_id = "
       "l.job_id))"
-      "      + l.idle THEN 'idle_timeout' END AS reason"
+      "      + l.idle THEN 'idle_timeout'"
+      "   WHEN l.lease_until IS NOT NULL AND now() >= l.lease_until THEN 'worker_unavailable'"
+      "   END AS reason"
       "   FROM live l)"
       " SELECT coalesce(json_agg(json_build_object('jobId', job_id, 'reason', reason)), '[]')::text"
       " FROM (SELECT * FROM due WHERE reason IS NOT NULL LIMIT 100) d",

@@ -83,7 +83,9 @@ int jb_db_alerts_list(PGconn *c, const char *job_id, char **json_out, jb_error *
 /* Live sessions past their lifetime (limits.timeoutSec, else `lifetime_s`, from created_at)
  * or idle (limits.idleTimeoutSec, else `idle_s`: in awaiting_agent or active with no op
  * pending or queued, since the later of the last state change and the session's newest
- * audit entry — every op, allowed or refused, ends in one —), at most 100, as a new JSON text array [{"jobId", "reason": "lifetime_exceeded"|"idle_timeout"}].
+ * audit entry — every op, allowed or refused, ends in one —), or whose worker's lease ran out
+ * (its worker gone longer than JAILBOX_WORKER_LEASE_S: migration 035), at most 100, as a new
+ * JSON text array [{"jobId", "reason": "lifetime_exceeded"|"idle_timeout"|"worker_unavailable"}].
  * JB_OK or JB_ERR_FAIL. */
 int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_out, jb_error *err);
 

@@ -1,6 +1,7 @@
 /* launch_jobs.c — SQL for the worker's job queue and session contract (see launch_jobs.h). */
 #include "db/launch_jobs.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,75 @@ int jb_db_deployment_name(PGconn *c, char *out, size_t len, jb_error *err) {
     if (!r) return JB_ERR_FAIL;
   }
   snprintf(out, len, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "unknown");
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_session_adopt_info(PGconn *c, const char *job_id, const char *worker_id,
+                             struct jb_launch_job *out, char **walls_json, jb_error *err) {
+  memset(out, 0, sizeof *out);
+  *walls_json = NULL;
+  const char *p[2] = {job_id, worker_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT l.id, s.state, s.workspace, s.limits::text,"
+                           " coalesce(s.image, ''), coalesce(s.walls::text, '')"
+                           " FROM sessions s JOIN launch_jobs l ON l.job_id = s.job_id"
+                           " AND l.kind = 'launch' AND l.worker_id = $2"
+                           " WHERE s.job_id = $1 ORDER BY l.id DESC LIMIT 1",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "session to adopt");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  out->id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  snprintf(out->job_id, sizeof out->job_id, "%s", job_id);
+  snprintf(out->kind, sizeof out->kind, "launch");
+  snprintf(out->state, sizeof out->state, "%s", PQgetvalue(r, 0, 1));
+  out->workspace = strdup(PQgetvalue(r, 0, 2));
+  out->limits_json = strdup(PQgetvalue(r, 0, 3));
+  out->image = strdup(PQgetvalue(r, 0, 4));
+  *walls_json = strdup(PQgetvalue(r, 0, 5));
+  PQclear(r);
+  if (!out->workspace || !out->limits_json || !out->image || !*walls_json) {
+    jb_launch_job_free(out);
+    free(*walls_json);
+    *walls_json = NULL;
+    return jb_fail(err, 12, "out of memory");
+  }
+  return JB_OK;
+}
+
+int jb_db_session_lease(PGconn *c, const char *job_id, const char *worker_id, long lease_s,
+                        jb_error *err) {
+  char l[24];
+  snprintf(l, sizeof l, "%ld", lease_s);
+  const char *p[3] = {job_id, worker_id, l};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE sessions SET lease_worker = $2,"
+                           " lease_until = now() + make_interval(secs => $3::bigint)"
+                           " WHERE job_id = $1 AND (lease_worker IS NULL OR lease_worker = $2"
+                           " OR lease_until < now())",
+                           3, p, PGRES_COMMAND_OK, NULL, err, "take lease");
+  if (!r) return JB_ERR_FAIL;
+  int n = atoi(PQcmdTuples(r));
+  PQclear(r);
+  if (n == 1) return JB_OK;
+  jb_fail(err, EBUSY, "session %s is driven by another worker (its lease holds)", job_id);
+  return JB_ERR_CONFLICT;
+}
+
+int jb_db_leases_renew(PGconn *c, const char *worker_id, long lease_s, jb_error *err) {
+  char l[24];
+  snprintf(l, sizeof l, "%ld", lease_s);
+  const char *p[2] = {worker_id, l};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE sessions SET lease_until = now() + make_interval(secs =>"
+                           " $2::bigint) WHERE lease_worker = $1 AND lease_until >= now()"
+                           " AND state IN ('created', 'prescanning', 'awaiting_agent', 'active',"
+                           " 'paused', 'done')",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "renew leases");
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   return JB_OK;
 }

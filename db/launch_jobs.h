@@ -45,6 +45,24 @@ int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_jso
 int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason, char **launch_sessions,
                        jb_error *err);
 
+/* At worker start, for session `job_id` whose container this worker id left running: the
+ * session (state, workspace, limits, image) and its launch job (out->id) — only when that
+ * launch was claimed by `worker_id` —, and its contract as JSON text in *walls_json (new; ""
+ * when none is stored). JB_OK, JB_ERR_NOT_FOUND (not ours, or no such session), JB_ERR_FAIL. */
+int jb_db_session_adopt_info(PGconn *c, const char *job_id, const char *worker_id,
+                             struct jb_launch_job *out, char **walls_json, jb_error *err);
+
+/* Takes (or renews) the lease of `worker_id` on session `job_id` until now + `lease_s` s —
+ * only when no other worker's lease on it still runs (migration 035). JB_OK; JB_ERR_CONFLICT
+ * (another worker drives it); JB_ERR_FAIL. */
+int jb_db_session_lease(PGconn *c, const char *job_id, const char *worker_id, long lease_s,
+                        jb_error *err);
+
+/* Renews every lease `worker_id` holds on a live session, until now + `lease_s` s (a lease
+ * that ran out is not renewed: its session is failed or taken by the sweeper). JB_OK or
+ * JB_ERR_FAIL. */
+int jb_db_leases_renew(PGconn *c, const char *worker_id, long lease_s, jb_error *err);
+
 /* A name for the database this worker serves, stable across restarts: the cluster's system
  * identifier and the database name (or, where pg_control_system() is not allowed, the
  * server's address and the database name), as text into `out` (`len` bytes). Containers are

@@ -33,40 +33,51 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
                     char state[20], jb_error *err) {
   return jb_db_op_create_decided(c, job_id, tool, path, args_json, pending, expect_json, NULL, NULL,
-                                 op_id, state, err);
+                                 -1, NULL, op_id, state, err);
 }
+
+/* The op insert of jb_db_op_create_decided; LOCK is empty, or " FOR KEY SHARE" when the rules
+ * version is compared (a rule change, which holds the row FOR UPDATE, and the insert then
+ * happen one after the other, and the insert sees the version the change left). */
+#define OP_INSERT_SQL(LOCK)                                                                    \
+  "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"                                              \
+  "   THEN set_config('synchronous_commit', 'off', true) END AS v),"                           \
+  " s AS (SELECT state, rules_version, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode," \
+  "   'exclude', exclude, 'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb))"      \
+  "   = $6::jsonb) AS fresh FROM sessions WHERE job_id = $1" LOCK                              \
+  "),"                                                                                         \
+  " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at,"           \
+  "   decided_by, decision_reason)"                                                            \
+  "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"             \
+  "         CASE WHEN $5 = 'approved' THEN now() END, $7, $8"                                  \
+  "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh"                            \
+  "   AND ($9::bigint IS NULL OR s.rules_version = $9::bigint) RETURNING op_id)"               \
+  " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s),"             \
+  "   (SELECT $9::bigint IS NULL OR rules_version = $9::bigint FROM s)"
 
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,
-                            const char *decided_by, const char *reason, long long *op_id,
-                            char state[20], jb_error *err) {
-  const char *p[8] = {job_id,
+                            const char *decided_by, const char *reason, long long rules_version,
+                            bool *rules_stale, long long *op_id, char state[20], jb_error *err) {
+  char ver[24];
+  if (rules_version >= 0) snprintf(ver, sizeof ver, "%lld", rules_version);
+  if (rules_stale) *rules_stale = false;
+  const char *p[9] = {job_id,
                       tool,
                       path,
                       args_json,
                       jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
                       expect_json,
                       decided_by,
-                      reason};
+                      reason,
+                      rules_version >= 0 ? ver : NULL};
   /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
    * the buyer, so it is flushed first */
-  PGresult *r = jb_db_exec(
-      c,
-      "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"
-      "   THEN set_config('synchronous_commit', 'off', true) END AS v),"
-      " s AS (SELECT state, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode, 'exclude', "
-      "exclude,"
-      "   'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb)) = $6::jsonb) AS fresh"
-      "   FROM sessions WHERE job_id = $1),"
-      " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at,"
-      "   decided_by, decision_reason)"
-      "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"
-      "         CASE WHEN $5 = 'approved' THEN now() END, $7, $8"
-      "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh RETURNING op_id)"
-      " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s)",
-      8, p, PGRES_TUPLES_OK, NULL, err, "store op");
+  PGresult *r =
+      jb_db_exec(c, rules_version >= 0 ? OP_INSERT_SQL(" FOR KEY SHARE") : OP_INSERT_SQL(""), 9, p,
+                 PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {
@@ -74,6 +85,11 @@ int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, con
   } else if (PQgetisnull(r, 0, 1) && strcmp(PQgetvalue(r, 0, 2), "f") == 0) {
     state[0] = '\0';
     rc = JB_ERR_CONFLICT; /* the session's mode, exclusions or flags are not `expect_json` */
+  } else if (PQgetisnull(r, 0, 1) && strcmp(PQgetvalue(r, 0, 3), "f") == 0 &&
+             (!strcmp(PQgetvalue(r, 0, 0), "active") || !strcmp(PQgetvalue(r, 0, 0), "paused"))) {
+    state[0] = '\0';
+    if (rules_stale) *rules_stale = true;
+    rc = JB_ERR_CONFLICT; /* the rules changed since they decided */
   } else if (PQgetisnull(r, 0, 1)) {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
     rc = JB_ERR_CONFLICT;
@@ -687,4 +703,19 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
 fail:
   jb_db_rollback(c);
   return JB_ERR_FAIL;
+}
+
+int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max, size_t *n,
+                      jb_error *err) {
+  *n = 0;
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'running'"
+                           " ORDER BY op_id",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "running ops");
+  if (!r) return JB_ERR_FAIL;
+  for (int i = 0; i < PQntuples(r) && *n < max; i++)
+    ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  PQclear(r);
+  return JB_OK;
 }

@@ -54,11 +54,16 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 
 /* As jb_db_op_create, with who decided the op: `decided_by` ("rule:<id>"; NULL: the
  * session's mode, or the buyer when the op is pending) and `reason` (nullable) stored in the
- * row (migration 023) and, when the op runs, in its audit entry (decidedBy, reason). */
+ * row (migration 023) and, when the op runs, in its audit entry (decidedBy, reason).
+ * `rules_version` >= 0: the version of the session's rules (migration 024) the op was decided
+ * on; the insert holds the session row FOR KEY SHARE (a rule change waits for it, or it waits
+ * for the change and reads what the change left) and stores nothing when the version is
+ * another: JB_ERR_CONFLICT with `state` "" and *rules_stale (nullable) true — decide again on
+ * the rules as they are. -1: no check, no lock. */
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,
-                            const char *decided_by, const char *reason, long long *op_id,
-                            char state[20], jb_error *err);
+                            const char *decided_by, const char *reason, long long rules_version,
+                            bool *rules_stale, long long *op_id, char state[20], jb_error *err);
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
@@ -178,6 +183,12 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
  * commits, so that no session row is held while its command runs. JB_OK or JB_ERR_FAIL
  * (rolled back: the op stays queued). */
 int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err);
+
+/* Worker, at the re-adoption of session `job_id`: the ids of its ops marked running (execs an
+ * earlier run of the worker started), oldest first, at most `max` into `ids`, *n of them.
+ * JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max, size_t *n,
+                      jb_error *err);
 
 /* Worker: completes running exec `op` as jb_db_op_complete does (outcome, audit entry,
  * commit) in a transaction of its own that takes the session row first. JB_ERR_CONFLICT (and

@@ -9,6 +9,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
+#include "db/ops.h"
 #include "db/sessions.h"
 #include "lib/policy.h"
 
@@ -20,6 +21,18 @@ static int audit_rule(PGconn *c, const struct jb_keyring *keys, const char *job_
   int rc = jb_audit_append(c, keys, job_id, operation, NULL, details, head, err);
   json_decref(details);
   return rc;
+}
+
+/* Adds one to session `job_id`'s rules_version in the open transaction (which holds the row):
+ * the rules that are live changed (migration 024). */
+static int bump_version(PGconn *c, const char *job_id, jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r =
+      jb_db_exec(c, "UPDATE sessions SET rules_version = rules_version + 1 WHERE job_id = $1", 1, p,
+                 PGRES_COMMAND_OK, NULL, err, "rules version");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
 }
 
 /* Locks session `job_id`'s row in a new transaction: JB_OK (transaction open), or rolled back
@@ -66,6 +79,7 @@ int jb_db_rules_insert_tx(PGconn *c, const struct jb_keyring *keys, const char *
              live, n, JB_RULES_MAX);
     return JB_ERR_CONFLICT;
   }
+  if (bump_version(c, job_id, err) != JB_OK) return JB_ERR_FAIL;
   for (size_t i = 0; i < n; i++) {
     json_t *rule = json_array_get(rules, i);
     char *text = json_dumps(rule, JSON_COMPACT | JSON_SORT_KEYS);
@@ -132,6 +146,10 @@ int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char 
                  " RETURNING rule_id",
                  1, p, PGRES_TUPLES_OK, NULL, err, "expire rules");
   if (!r) goto fail;
+  if (PQntuples(r) > 0 && bump_version(c, job_id, err) != JB_OK) {
+    PQclear(r);
+    goto fail;
+  }
   for (int i = 0; i < PQntuples(r); i++) {
     rc = audit_rule(c, keys, job_id, "rule_expire",
                     json_pack("{s:s,s:s}", "ruleId", PQgetvalue(r, i, 0), "why", "expiresAt"), head,
@@ -152,26 +170,28 @@ fail:
 }
 
 int jb_db_rules_list(PGconn *c, const struct jb_keyring *keys, const char *job_id, bool all,
-                     json_t **out, struct jb_audit_head *head, jb_error *err) {
+                     json_t **out, long long *version, struct jb_audit_head *head, jb_error *err) {
   *out = NULL;
   int n = 0;
   if (jb_db_rules_expire_due(c, keys, job_id, &n, head, err) != JB_OK) return JB_ERR_FAIL;
   const char *p[2] = {job_id, all ? "t" : "f"};
-  PGresult *r = jb_db_exec(
-      c,
-      "SELECT (SELECT 1 FROM sessions WHERE job_id = $1), coalesce((SELECT json_agg(r.rule ||"
-      "   jsonb_strip_nulls(jsonb_build_object('usesLeft', r.uses_left,"
-      "   'createdAt', jb_ts(r.created_at), 'revokedAt', jb_ts(r.revoked_at),"
-      "   'expiredAt', jb_ts(r.expired_at), 'state', CASE WHEN r.revoked_at IS NOT NULL"
-      "   THEN 'revoked' WHEN r.expired_at IS NOT NULL THEN 'expired' ELSE 'live' END))"
-      "   ORDER BY r.position) FROM policy_rules r WHERE r.job_id = $1 AND ($2::bool OR"
-      "   (r.revoked_at IS NULL AND r.expired_at IS NULL))), '[]'::json)::text",
-      2, p, PGRES_TUPLES_OK, NULL, err, "list rules");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT (SELECT rules_version FROM sessions WHERE job_id = $1), coalesce((SELECT"
+                 "   json_agg(r.rule ||"
+                 "   jsonb_strip_nulls(jsonb_build_object('usesLeft', r.uses_left,"
+                 "   'createdAt', jb_ts(r.created_at), 'revokedAt', jb_ts(r.revoked_at),"
+                 "   'expiredAt', jb_ts(r.expired_at), 'state', CASE WHEN r.revoked_at IS NOT NULL"
+                 "   THEN 'revoked' WHEN r.expired_at IS NOT NULL THEN 'expired' ELSE 'live' END))"
+                 "   ORDER BY r.position) FROM policy_rules r WHERE r.job_id = $1 AND ($2::bool OR"
+                 "   (r.revoked_at IS NULL AND r.expired_at IS NULL))), '[]'::json)::text",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "list rules");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {
     rc = JB_ERR_NOT_FOUND;
   } else {
+    if (version) *version = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
     *out = json_loads(PQgetvalue(r, 0, 1), 0, NULL);
     if (!*out) {
       jb_fail(err, ENOMEM, "rules: unreadable list");
@@ -214,6 +234,7 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
                  2, p, PGRES_COMMAND_OK, NULL, err, "revoke rule");
   if (!r) goto fail;
   PQclear(r);
+  if (bump_version(c, job_id, err) != JB_OK) goto fail;
   rc = audit_rule(c, keys, job_id, "rule_revoke",
                   json_pack("{s:s,s:s}", "ruleId", rule_id, "by", by), head, err);
   if (rc == JB_ERR_CONFLICT) {
@@ -222,42 +243,6 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
     return rc;
   }
   if (rc != JB_OK || jb_db_commit(c, err) < 0) goto fail;
-  return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
-}
-
-int jb_db_rule_use(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                   const char *rule_id, bool *expired, struct jb_audit_head *head, jb_error *err) {
-  *expired = false;
-  int rc = begin_locked(c, job_id, NULL, 0, err);
-  if (rc == JB_ERR_NOT_FOUND) return JB_ERR_CONFLICT;
-  if (rc != JB_OK) return rc;
-  const char *p[2] = {job_id, rule_id};
-  PGresult *r =
-      jb_db_exec(c,
-                 "UPDATE policy_rules SET uses_left = uses_left - 1,"
-                 "  expired_at = CASE WHEN uses_left = 1 THEN now() END"
-                 " WHERE job_id = $1 AND rule_id = $2 AND revoked_at IS NULL AND expired_at IS NULL"
-                 "  AND (expires_at IS NULL OR expires_at > now()) AND uses_left > 0"
-                 " RETURNING uses_left",
-                 2, p, PGRES_TUPLES_OK, NULL, err, "use rule");
-  if (!r) goto fail;
-  if (PQntuples(r) == 0) {
-    PQclear(r);
-    jb_db_rollback(c);
-    return JB_ERR_CONFLICT;
-  }
-  bool last = !strcmp(PQgetvalue(r, 0, 0), "0");
-  PQclear(r);
-  if (last) {
-    rc = audit_rule(c, keys, job_id, "rule_expire",
-                    json_pack("{s:s,s:s}", "ruleId", rule_id, "why", "uses"), head, err);
-    if (rc != JB_OK) goto fail;
-  }
-  if (jb_db_commit(c, err) < 0) goto fail;
-  *expired = last;
   return JB_OK;
 fail:
   jb_db_rollback(c);
@@ -313,4 +298,84 @@ int jb_db_op_approve_similar(PGconn *c, const struct jb_keyring *keys, const cha
     *rule_failed = rc == JB_ERR_CONFLICT;
   }
   return rc;
+}
+
+int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                         const struct jb_op_new *op, long long rules_version, const char *rule_id,
+                         bool *rules_stale, bool *expired, struct jb_audit_head *head,
+                         long long *op_id, char state[20], jb_error *err) {
+  *rules_stale = *expired = false;
+  state[0] = '\0';
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  char ver[24];
+  snprintf(ver, sizeof ver, "%lld", rules_version);
+  const char *p[3] = {job_id, rule_id, ver};
+  /* the row FOR UPDATE: no rule changes until this commits, and the version is the latest */
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT state, rules_version = $2::bigint FROM sessions"
+                 " WHERE job_id = $1 FOR UPDATE",
+                 2, (const char *[]){job_id, ver}, PGRES_TUPLES_OK, NULL, err, "lock session");
+  if (!r) goto fail;
+  if (PQntuples(r) == 0) {
+    PQclear(r);
+    jb_db_rollback(c);
+    return JB_ERR_NOT_FOUND;
+  }
+  bool same = !strcmp(PQgetvalue(r, 0, 1), "t");
+  snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+  PQclear(r);
+  if (strcmp(state, "active") && strcmp(state, "paused")) {
+    jb_db_rollback(c);
+    return JB_ERR_CONFLICT;
+  }
+  if (!same) {
+    jb_db_rollback(c);
+    state[0] = '\0';
+    *rules_stale = true;
+    return JB_ERR_CONFLICT;
+  }
+  r = jb_db_exec(c,
+                 "UPDATE policy_rules SET uses_left = uses_left - 1,"
+                 "  expired_at = CASE WHEN uses_left = 1 THEN now() END"
+                 " WHERE job_id = $1 AND rule_id = $2 AND revoked_at IS NULL AND expired_at IS NULL"
+                 "  AND (expires_at IS NULL OR expires_at > now()) AND uses_left > 0"
+                 " RETURNING uses_left",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "use rule");
+  if (!r) goto fail;
+  if (PQntuples(r) == 0) { /* past its expiresAt, not yet marked: decide again */
+    PQclear(r);
+    jb_db_rollback(c);
+    state[0] = '\0';
+    *rules_stale = true;
+    return JB_ERR_CONFLICT;
+  }
+  bool last = !strcmp(PQgetvalue(r, 0, 0), "0");
+  PQclear(r);
+  if (last) {
+    int rc = bump_version(c, job_id, err);
+    if (rc == JB_OK)
+      rc = audit_rule(c, keys, job_id, "rule_expire",
+                      json_pack("{s:s,s:s}", "ruleId", rule_id, "why", "uses"), head, err);
+    if (rc != JB_OK) goto fail;
+  }
+  int rc = jb_db_op_create_decided(c, job_id, op->tool, op->path, op->args_json, op->pending,
+                                   op->expect_json, op->decided_by, op->reason, -1, NULL, op_id,
+                                   state, err);
+  if (rc != JB_OK) {
+    jb_db_rollback(c);
+    return rc;
+  }
+  /* the insert asks a queued op not to wait for the WAL flush; the use and its audit entry do */
+  r = jb_db_exec(c, "SELECT set_config('synchronous_commit', 'on', true)", 0, NULL, PGRES_TUPLES_OK,
+                 NULL, err, "synchronous commit");
+  if (!r) goto fail;
+  PQclear(r);
+  if (jb_db_commit(c, err) < 0) goto fail;
+  *expired = last;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  state[0] = '\0';
+  return JB_ERR_FAIL;
 }

@@ -1,6 +1,7 @@
 /* policy.h — storage of a session's approval rules (lib/policy.h; migration 023): added at
  * the end of the session's list (at open, by the buyer, by "approve and allow similar"),
- * revoked, counted and expired, each change with its audit entry in the same transaction
+ * revoked, counted and expired, each change with its audit entry and a new rules_version
+ * (migration 024) in the same transaction
  * (operations rule_add, rule_revoke, rule_expire; api/audit.md) — so that every instance
  * decides on the same list, and the chain says which rules stood when an op was decided. */
 #ifndef JB_DB_POLICY_H
@@ -37,9 +38,11 @@ int jb_db_rules_add(PGconn *c, const struct jb_keyring *keys, const char *job_id
 /* The session's rules in their order (new JSON array into *out): each the rule as added with
  * "usesLeft" (when it has uses), "createdAt", and "state": live, revoked (with "revokedAt")
  * or expired (with "expiredAt"); only the live ones without `all`. Rules whose expiresAt has
- * passed are expired first (jb_db_rules_expire_due). JB_OK; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
+ * passed are expired first (jb_db_rules_expire_due). *version (may be NULL) gets the session's
+ * rules_version read in the same statement as the list (the list is the rules of that
+ * version). JB_OK; JB_ERR_NOT_FOUND; JB_ERR_FAIL. */
 int jb_db_rules_list(PGconn *c, const struct jb_keyring *keys, const char *job_id, bool all,
-                     json_t **out, struct jb_audit_head *head, jb_error *err);
+                     json_t **out, long long *version, struct jb_audit_head *head, jb_error *err);
 
 /* Marks the live rules of `job_id` whose expiresAt has passed expired, each with an audit
  * entry rule_expire {ruleId, why: "expiresAt"}, in one transaction (session row first).
@@ -55,12 +58,26 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
                       const char *rule_id, const char *by, struct jb_audit_head *head, char *msg,
                       size_t msize, jb_error *err);
 
-/* Counts one use of live rule `rule_id` of `job_id` that is about to decide an op: a rule
- * without uses is only checked to be live; one whose last use this is becomes expired with
- * an audit entry rule_expire {ruleId, why: "uses"} (then *expired true and *head the new
- * head). JB_OK; JB_ERR_CONFLICT (the rule is no longer live: decide again); JB_ERR_FAIL. */
-int jb_db_rule_use(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                   const char *rule_id, bool *expired, struct jb_audit_head *head, jb_error *err);
+/* An op to store (db/ops.h jb_db_op_create_decided's arguments; all borrowed). */
+struct jb_op_new {
+  const char *tool, *path, *args_json;
+  bool pending;
+  const char *expect_json, *decided_by, *reason;
+};
+
+/* Stores op `op` of `job_id` decided by live rule `rule_id`, which has uses, on the rules of
+ * version `rules_version`, and counts the use, in one transaction that holds the session row
+ * FOR UPDATE: the use is counted only when the op is stored, and the op only while the rules
+ * are still of that version and the rule still has a use left. The rule's last use expires it
+ * (audit entry rule_expire {ruleId, why: "uses"}, *expired true, *head the new head).
+ * JB_OK with *op_id and `state`; JB_ERR_CONFLICT with `state` "" and *rules_stale (the rules
+ * changed, or the rule is past its expiresAt: decide again), "" without it (the session's
+ * settings are not `op->expect_json`), or the session's state (not active nor paused);
+ * JB_ERR_NOT_FOUND; JB_ERR_FAIL (nothing stored, nothing counted). */
+int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                         const struct jb_op_new *op, long long rules_version, const char *rule_id,
+                         bool *rules_stale, bool *expired, struct jb_audit_head *head,
+                         long long *op_id, char state[20], jb_error *err);
 
 /* Approves pending op `op_id` of `job_id` (as jb_db_op_decide, `reason` nullable) and adds
  * `rule` (normalized, borrowed) made from it by allow-similar at the end of the session's

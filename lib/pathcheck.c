@@ -165,3 +165,14 @@ int jb_path_glob_match(const char *path, const char *glob, unsigned flags) {
   free(gv);
   return rc;
 }
+
+size_t jb_glob_split(char *s, const char **v, bool lead, bool trail) {
+  size_t n;
+  split_components(s, v, &n, lead, trail);
+  return n;
+}
+
+bool jb_glob_components_match(const char *const *g, size_t ng, const char *const *p, size_t np,
+                              bool casefold) {
+  return ng > 0 && components_match(g, ng, p, np, casefold ? FNM_CASEFOLD : 0);
+}

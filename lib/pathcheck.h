@@ -60,4 +60,18 @@ bool jb_path_excluded(const char *path, const json_t *globs, const char **which)
  * not (an empty glob or a glob of only '/' matches nothing), -1 out of memory. */
 int jb_path_glob_match(const char *path, const char *glob, unsigned flags);
 
+/* The two halves of jb_path_glob_match, for a caller that splits a glob once and matches it
+ * many times without allocating (lib/policy.c's compiled rules). jb_glob_split cuts the
+ * NUL-terminated `s` in place ('/' become NUL) into its non-empty components, pointers into `s`
+ * stored from v[0]; `lead` puts "**" first (a glob without '/'), `trail` puts "**" last (the
+ * glob names what is below a match). `v` needs room for strlen(s) / 2 + 3 pointers. Returns
+ * how many were stored. */
+size_t jb_glob_split(char *s, const char **v, bool lead, bool trail);
+
+/* Whether glob components g[0..ng) (jb_glob_split) match path components p[0..np) entirely,
+ * as jb_path_glob_match does ("**" any number of components, fnmatch(3) for each other one,
+ * case ignored with `casefold`). No glob component (ng 0) matches nothing. No allocation. */
+bool jb_glob_components_match(const char *const *g, size_t ng, const char *const *p, size_t np,
+                              bool casefold);
+
 #endif

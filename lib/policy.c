@@ -4,7 +4,9 @@
 #include "lib/policy.h"
 
 #include <sodium.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,9 +15,9 @@
 
 static const char *const effect_names[] = {"allow", "ask", "deny"};
 static const char *const rule_tools[] = {"write", "edit", "mkdir", "move", "delete", "exec", NULL};
-static const char *const rule_fields[] = {"id",      "tool",     "path",   "argvPrefix",
-                                          "command", "maxBytes", "effect", "expiresAt",
-                                          "uses",    "locked",   "broad",  NULL};
+static const char *const rule_fields[] = {
+    "id",        "tool", "path",   "argvPrefix", "command",  "maxBytes", "effect",
+    "expiresAt", "uses", "locked", "broad",      "writable", NULL};
 
 const char *jb_rule_effect_name(enum jb_rule_effect e) {
   return e >= JB_RULE_ALLOW && e <= JB_RULE_DENY ? effect_names[e] : "ask";
@@ -154,7 +156,7 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
     if (!in_list(k, rule_fields))
       return fail(msg, msize,
                   "unknown field \"%.64s\" (a rule has id, tool, path, argvPrefix, command, "
-                  "maxBytes, effect, expiresAt, uses, locked, broad)",
+                  "maxBytes, effect, expiresAt, uses, locked, broad, writable)",
                   k);
   }
   json_t *id = json_object_get(in, "id");
@@ -218,6 +220,10 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
   json_t *locked = json_object_get(in, "locked"), *broad = json_object_get(in, "broad");
   if (locked && !json_is_boolean(locked)) return fail(msg, msize, "locked must be true or false");
   if (broad && !json_is_boolean(broad)) return fail(msg, msize, "broad must be true or false");
+  json_t *writable = json_object_get(in, "writable");
+  if (writable && !is_exec) return fail(msg, msize, "writable is for exec rules only");
+  if (writable && !json_is_boolean(writable))
+    return fail(msg, msize, "writable must be true or false");
   if (json_is_true(locked) && !operator_rule)
     return fail(msg, msize, "locked rules come from the operator's policy file only");
   bool everything =
@@ -275,60 +281,210 @@ json_t *jb_rules_check(const json_t *list, size_t existing, bool operator_rule, 
   return out;
 }
 
-/* Whether `path` is matched by `glob` of a rule whose effect is `eff`. A deny or an ask rule
- * matches as an exclusion glob does (case ignored, everything below a match named; out of
- * memory matches): it errs towards asking. An allow rule errs the other way: case counts
- * ("src/" "**" does not allow "SRC/x", another directory on a case-sensitive file system),
- * and the glob names what is below a match only when its last component is a plain name or
- * "**" ("src" allows "src/a/b"; "*.c" allows "a/b.c" but not "x.c/evil.sh"; "src/" "*" the
- * files and directories right in src, not below them); out of memory matches nothing. */
-static bool glob_matches(const char *glob, const char *path, enum jb_rule_effect eff) {
-  if (eff != JB_RULE_ALLOW) return jb_path_glob_match(path, glob, JB_GLOB_CASEFOLD | JB_GLOB_BELOW);
-  const char *last = strrchr(glob, '/');
-  last = last ? last + 1 : glob;
-  bool below = !last[0] || !strcmp(last, "**") || !last[strcspn(last, "*?[\\")];
-  return jb_path_glob_match(path, glob, below ? JB_GLOB_BELOW : 0) == 1;
+/* One rule as the matcher reads it: every field looked up and parsed once, the glob split into
+ * its components (jb_glob_split), so that matching an op allocates nothing. */
+struct crule {
+  char *id, *tool, *glob_text, *command;
+  enum jb_rule_effect effect;
+  long long expires; /* seconds since the epoch; LLONG_MAX: no expiresAt */
+  long long max_bytes; /* -1: no maxBytes */
+  const char **glob; /* components into glob_text; NULL: no path */
+  size_t nglob;
+  bool casefold; /* a deny or an ask rule: case ignored */
+  char **argv; /* argvPrefix, nargv items; NULL: none */
+  size_t nargv;
+  bool writable, has_uses;
+};
+
+struct jb_rules {
+  size_t n;
+  long long next_expiry;
+  struct crule r[];
+};
+
+/* Fills `c` from normalized rule `rule`: 0, or -1 out of memory (c then holds what it got,
+ * for crule_free). A path glob of an allow rule keeps case and names what is below a match
+ * only when its last component is a plain name or "**" ("src" allows "src/a/b"; "*.c" allows
+ * "a/b.c" but not "x.c/evil.sh"; "src/" "*" the files and directories right in src); a deny
+ * or an ask rule matches as an exclusion glob does (case ignored, everything below named): it
+ * errs towards asking. */
+static int crule_fill(struct crule *c, const json_t *rule) {
+  memset(c, 0, sizeof *c);
+  c->effect = jb_rule_effect_of(rule);
+  c->expires = LLONG_MAX;
+  c->max_bytes = -1;
+  const char *id = json_string_value(json_object_get(rule, "id"));
+  const char *tool = json_string_value(json_object_get(rule, "tool"));
+  if (!(c->id = strdup(id ? id : "")) || !(c->tool = strdup(tool ? tool : ""))) return -1;
+  const char *exp = json_string_value(json_object_get(rule, "expiresAt"));
+  if (exp && jb_rule_parse_time(exp, &c->expires) < 0) c->expires = LLONG_MIN; /* unreadable */
+  json_t *max = json_object_get(rule, "maxBytes");
+  if (json_is_integer(max)) c->max_bytes = (long long)json_integer_value(max);
+  c->writable = json_is_true(json_object_get(rule, "writable"));
+  c->has_uses = json_object_get(rule, "uses") != NULL;
+  const char *command = json_string_value(json_object_get(rule, "command"));
+  if (command && !(c->command = strdup(command))) return -1;
+  const char *glob = json_string_value(json_object_get(rule, "path"));
+  if (glob) {
+    bool below = true;
+    c->casefold = c->effect != JB_RULE_ALLOW;
+    if (!c->casefold) {
+      const char *last = strrchr(glob, '/');
+      last = last ? last + 1 : glob;
+      below = !last[0] || !strcmp(last, "**") || !last[strcspn(last, "*?[\\")];
+    }
+    size_t gl = strlen(glob);
+    if (!(c->glob_text = strdup(glob)) || !(c->glob = malloc((gl / 2 + 4) * sizeof *c->glob)))
+      return -1;
+    c->nglob = jb_glob_split(c->glob_text, c->glob, strchr(glob, '/') == NULL, below);
+  }
+  json_t *prefix = json_object_get(rule, "argvPrefix");
+  if (prefix) {
+    c->nargv = json_array_size(prefix);
+    if (!(c->argv = calloc(c->nargv + 1, sizeof *c->argv))) return -1;
+    for (size_t i = 0; i < c->nargv; i++) {
+      const char *a = json_string_value(json_array_get(prefix, i));
+      if (!(c->argv[i] = strdup(a ? a : ""))) return -1;
+    }
+  }
+  return 0;
+}
+
+static void crule_free(struct crule *c) {
+  free(c->id);
+  free(c->tool);
+  free(c->glob_text);
+  free(c->glob);
+  free(c->command);
+  for (size_t i = 0; c->argv && i < c->nargv; i++) free(c->argv[i]);
+  free(c->argv);
+}
+
+struct jb_rules *jb_rules_compile(const json_t *rules) {
+  size_t n = json_array_size(rules);
+  struct jb_rules *rs = calloc(1, sizeof *rs + n * sizeof rs->r[0]);
+  if (!rs) return NULL;
+  rs->next_expiry = LLONG_MAX;
+  for (size_t i = 0; i < n; i++) {
+    rs->n = i + 1;
+    if (crule_fill(&rs->r[i], json_array_get(rules, i)) < 0) {
+      jb_rules_free(rs);
+      return NULL;
+    }
+    if (rs->r[i].expires < rs->next_expiry) rs->next_expiry = rs->r[i].expires;
+  }
+  return rs;
+}
+
+void jb_rules_free(struct jb_rules *rs) {
+  if (!rs) return;
+  for (size_t i = 0; i < rs->n; i++) crule_free(&rs->r[i]);
+  free(rs);
+}
+
+size_t jb_rules_count(const struct jb_rules *rs) { return rs ? rs->n : 0; }
+
+const char *jb_rules_id(const struct jb_rules *rs, size_t i) { return rs->r[i].id; }
+
+enum jb_rule_effect jb_rules_effect(const struct jb_rules *rs, size_t i) { return rs->r[i].effect; }
+
+bool jb_rules_counts_uses(const struct jb_rules *rs, size_t i) { return rs->r[i].has_uses; }
+
+long long jb_rules_next_expiry(const struct jb_rules *rs) {
+  return rs ? rs->next_expiry : LLONG_MAX;
+}
+
+/* A workspace path split into its components on the stack (paths are at most JB_PATH_MAX
+ * bytes): `ok` false when there is none or it is longer. */
+struct split_path {
+  bool ok;
+  size_t n;
+  char buf[JB_PATH_MAX + 1];
+  const char *v[JB_PATH_MAX / 2 + 3];
+};
+
+static void split_path(struct split_path *sp, const char *path) {
+  sp->ok = false;
+  sp->n = 0;
+  if (!path) return;
+  size_t len = strlen(path);
+  if (len > JB_PATH_MAX) return;
+  memcpy(sp->buf, path, len + 1);
+  sp->n = jb_glob_split(sp->buf, sp->v, false, false);
+  sp->ok = true;
+}
+
+/* Whether the split path `sp` is named by rule `c`'s glob. A path that could not be split
+ * (longer than any workspace path) is named by a deny or an ask rule and by no allow rule. */
+static bool glob_names(const struct crule *c, const struct split_path *sp) {
+  if (!sp->ok) return c->effect != JB_RULE_ALLOW;
+  return jb_glob_components_match(c->glob, c->nglob, sp->v, sp->n, c->casefold);
+}
+
+static bool crule_matches(const struct crule *c, const struct jb_rule_op *op,
+                          const struct split_path *src, const struct split_path *dst,
+                          long long now) {
+  if (!op->tool || strcmp(c->tool, op->tool)) return false;
+  if (c->expires <= now) return false;
+  if (c->glob) {
+    bool s = op->path && glob_names(c, src);
+    bool d = op->dest && glob_names(c, dst);
+    /* a move: an allow needs both ends; a deny or an ask holds either end (moving a file out
+     * of a denied directory, or into it, is what the deny is about) */
+    if (c->effect == JB_RULE_ALLOW ? !s || (op->dest && !d) : !s && !d) return false;
+  }
+  if (c->max_bytes >= 0 && (op->size < 0 || op->size > c->max_bytes)) return false;
+  if (c->effect == JB_RULE_ALLOW) {
+    /* PATH=./bin, LD_PRELOAD, MAKEFLAGS=--eval…: the variables choose what the named program
+     * runs; allowing the program is not allowing that */
+    if ((c->argv || c->command) && op->env) return false;
+    /* allowing a command to read the workspace is not allowing it to change it */
+    if (op->writable && !c->writable) return false;
+  }
+  if (c->argv) {
+    if (!op->argv || json_array_size(op->argv) < c->nargv) return false;
+    for (size_t i = 0; i < c->nargv; i++) {
+      const char *a = json_string_value(json_array_get(op->argv, i));
+      if (!a || strcmp(a, c->argv[i])) return false;
+    }
+  }
+  if (c->command && (!op->command || strcmp(c->command, op->command))) return false;
+  return true;
+}
+
+long jb_rules_match(const struct jb_rules *rs, const struct jb_rule_op *op, long long now) {
+  if (!rs || rs->n == 0) return -1;
+  struct split_path src, dst;
+  split_path(&src, op->path);
+  split_path(&dst, op->dest);
+  for (size_t i = 0; i < rs->n; i++)
+    if (crule_matches(&rs->r[i], op, &src, &dst, now)) return (long)i;
+  return -1;
 }
 
 bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now) {
-  const char *tool = json_string_value(json_object_get(rule, "tool"));
-  if (!tool || !op->tool || strcmp(tool, op->tool)) return false;
-  const char *exp = json_string_value(json_object_get(rule, "expiresAt"));
-  long long t;
-  if (exp && (jb_rule_parse_time(exp, &t) < 0 || t <= now)) return false;
-  const char *glob = json_string_value(json_object_get(rule, "path"));
-  if (glob) {
-    enum jb_rule_effect eff = jb_rule_effect_of(rule);
-    bool src = op->path && glob_matches(glob, op->path, eff);
-    bool dst = op->dest && glob_matches(glob, op->dest, eff);
-    /* a move: an allow needs both ends; a deny or an ask holds either end (moving a file out
-     * of a denied directory, or into it, is what the deny is about) */
-    if (eff == JB_RULE_ALLOW ? !src || (op->dest && !dst) : !src && !dst) return false;
-  }
-  json_t *max = json_object_get(rule, "maxBytes");
-  if (max && (op->size < 0 || op->size > json_integer_value(max))) return false;
-  json_t *prefix = json_object_get(rule, "argvPrefix");
-  const char *command = json_string_value(json_object_get(rule, "command"));
-  /* PATH=./bin, LD_PRELOAD, MAKEFLAGS=--eval…: the variables choose what the named program
-   * runs; allowing the program is not allowing that */
-  if ((prefix || command) && op->env && jb_rule_effect_of(rule) == JB_RULE_ALLOW) return false;
-  if (prefix) {
-    size_t n = json_array_size(prefix);
-    if (!op->argv || json_array_size(op->argv) < n) return false;
-    for (size_t i = 0; i < n; i++)
-      if (!json_equal(json_array_get(prefix, i), json_array_get(op->argv, i))) return false;
-  }
-  if (command && (!op->command || strcmp(command, op->command))) return false;
-  return true;
+  json_t *one = json_pack("[O]", (json_t *)rule);
+  struct jb_rules *rs = one ? jb_rules_compile(one) : NULL;
+  json_decref(one);
+  /* out of memory: as if an ask rule matched, a deny or an ask rule errs towards asking */
+  bool hit = rs ? jb_rules_match(rs, op, now) == 0 : jb_rule_effect_of(rule) != JB_RULE_ALLOW;
+  jb_rules_free(rs);
+  return hit;
 }
 
 const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op *op,
                                    long long now) {
-  size_t i;
-  json_t *r;
-  json_array_foreach (rules, i, r)
-    if (jb_rule_matches(r, op, now)) return r;
-  return NULL;
+  struct jb_rules *rs = jb_rules_compile(rules);
+  if (!rs) { /* out of memory: one rule at a time */
+    size_t i;
+    json_t *r;
+    json_array_foreach (rules, i, r)
+      if (jb_rule_matches(r, op, now)) return r;
+    return NULL;
+  }
+  long i = jb_rules_match(rs, op, now);
+  jb_rules_free(rs);
+  return i < 0 ? NULL : json_array_get(rules, (size_t)i);
 }
 
 /* Appends the `n` bytes at `s` to the glob `out` (room `cap`, length *len) as literal text:
@@ -350,6 +506,8 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
     return fail(msg, msize, "only a write, edit, mkdir, move, delete or exec can allow similar");
   json_t *r = json_pack("{s:s,s:s}", "tool", op->tool, "effect", "allow");
   if (!r) return fail(msg, msize, "out of memory");
+  /* an approved writable exec: the rule allows the same kind of command, writable ones too */
+  if (!strcmp(op->tool, "exec") && op->writable) json_object_set_new(r, "writable", json_true());
   char glob[JB_RULE_GLOB_MAX + 1];
   const char *path = op->path ? op->path : "";
   const char *slash = strrchr(path, '/');

@@ -3,7 +3,7 @@
  * decides ops with it (api/agent/policy.c), jailboxctl can check a rule before sending it.
  *
  * A rule is a JSON object {id, tool, path?, argvPrefix?, command?, maxBytes?, effect,
- * expiresAt?, uses?, locked?, broad?}:
+ * expiresAt?, uses?, locked?, broad?, writable?}:
  *   id          1..64 bytes of [A-Za-z0-9_.-] (made up when not given: "r-" and 12 hex digits)
  *   tool        the op's tool: write, edit, mkdir, move, delete or exec
  *   path        a glob with the exclusion matcher's .gitignore semantics (lib/pathcheck.h
@@ -26,6 +26,10 @@
  *   broad       the buyer's consent to an allow rule for delete or exec that matches every op
  *               of its tool (no path, or a path of only "*" and "**" components, and for exec
  *               no argvPrefix nor command)
+ *   writable    exec only: an allow rule matches an exec with the workspace writable
+ *               (`writable: true` in its arguments) only when it says writable: true; without
+ *               it the rule allows read-only commands alone. A deny or an ask rule matches
+ *               both kinds whatever it says.
  * Unknown fields are refused. */
 #ifndef JB_LIB_POLICY_H
 #define JB_LIB_POLICY_H
@@ -55,6 +59,7 @@ struct jb_rule_op {
   long long size; /* bytes a write or edit leaves; -1: not known */
   bool env; /* exec: the op sets environment variables (PATH, LD_PRELOAD, MAKEFLAGS… choose
              * what a program runs, so an allow rule with argvPrefix or command does not match) */
+  bool writable; /* exec: the workspace is writable for the command */
 };
 
 /* Checks rule `in` (borrowed) against the grammar above and returns its normalized copy
@@ -82,8 +87,33 @@ bool jb_argv_prefix_is_interpreter(const json_t *prefix);
 bool jb_rule_matches(const json_t *rule, const struct jb_rule_op *op, long long now);
 
 /* The first rule of `rules` (JSON array, borrowed) that matches `op`, or NULL (the mode's
- * default decides). Borrowed from `rules`. */
+ * default decides). Borrowed from `rules`. Compiles the list for this one decision
+ * (jb_rules_compile): a caller that decides many ops on one list compiles it once. */
 const json_t *jb_rules_first_match(const json_t *rules, const struct jb_rule_op *op, long long now);
+
+/* A list of normalized rules read once for matching: ids, tools, times and sizes parsed, path
+ * globs split into their components, argv prefixes copied. Immutable once made: threads may
+ * match against one list at the same time. */
+struct jb_rules;
+
+/* Compiles `rules` (JSON array of normalized rules, borrowed; nothing of it is kept): new (free
+ * with jb_rules_free), or NULL out of memory. */
+struct jb_rules *jb_rules_compile(const json_t *rules);
+void jb_rules_free(struct jb_rules *rs); /* NULL: nothing */
+
+/* The index of the first rule of `rs` that matches `op` at `now` (seconds since the epoch), as
+ * jb_rule_matches decides each, or -1 (none; the mode's default decides). Allocates nothing:
+ * the op's path and destination are split on the stack once, each rule's components are
+ * compared with fnmatch(3). */
+long jb_rules_match(const struct jb_rules *rs, const struct jb_rule_op *op, long long now);
+
+size_t jb_rules_count(const struct jb_rules *rs);
+const char *jb_rules_id(const struct jb_rules *rs, size_t i); /* borrowed from `rs` */
+enum jb_rule_effect jb_rules_effect(const struct jb_rules *rs, size_t i);
+bool jb_rules_counts_uses(const struct jb_rules *rs, size_t i); /* the rule has `uses` */
+/* The earliest expiresAt of the rules of `rs` (seconds since the epoch), LLONG_MAX when none
+ * has one: from then on a copy of the list no longer says which rules are live. */
+long long jb_rules_next_expiry(const struct jb_rules *rs);
 
 /* The effect of a normalized rule. */
 enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
@@ -100,7 +130,8 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
  *              ("-c", "--exec": the prefix would allow whatever the option configures)
  * The op's directory and file name enter the glob as literal text (* ? [ ] \ escaped with a
  * backslash): a directory named "*" gives a rule for that directory, not for every one.
- *   session    every op of that tool in this session (broad) */
+ *   session    every op of that tool in this session (broad)
+ * An exec's rule (command, session) made from a writable exec says writable: true. */
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize);
 
 /* The operator's policy file (JAILBOX_POLICY_FILE): one rule a line as a JSON object of the

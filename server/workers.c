@@ -116,6 +116,12 @@ static void *monitor(void *arg) {
         s->backoff_ms =
             s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
         s->next_start_ms = jb_now_ms() + s->backoff_ms;
+        /* a clean exit is a drain (SIGTERM: an upgrade of the binary): its sessions wait for
+         * the next worker, which starts now */
+        if (!s->adopted && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+          s->backoff_ms = 0;
+          s->next_start_ms = jb_now_ms();
+        }
         s->pid = 0;
         char b[24];
         snprintf(b, sizeof b, "%ld", s->backoff_ms);
@@ -218,8 +224,9 @@ void jb_workers_stop(struct jb_workers *w, long grace_ms) {
   if (!w) return;
   atomic_store(&w->stopping, true);
   if (w->thread_started) pthread_join(w->thread, NULL);
+  /* SIGINT: the worker ends its sessions (SIGTERM would leave them for a next worker) */
   for (size_t i = 0; i < w->n; i++)
-    if (w->slots[i].pid > 0) kill(w->slots[i].pid, SIGTERM);
+    if (w->slots[i].pid > 0) kill(w->slots[i].pid, SIGINT);
   long long deadline = jb_now_ms() + grace_ms;
   for (size_t i = 0; i < w->n; i++) {
     struct slot *s = &w->slots[i];

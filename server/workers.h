@@ -1,6 +1,6 @@
 /* workers.h — jailboxd's side of its workers: starts JAILBOX_WORKERS jailbox-worker
  * processes (found next to jailboxd unless JAILBOX_WORKER_BIN says otherwise) with the same
- * database, restarts one that dies (with a growing pause), adopts one left running by an
+ * database, restarts one that dies (with a growing pause; at once after a clean exit, a drain), adopts one left running by an
  * earlier jailboxd (its pid file is locked), and stops them at shutdown. */
 #ifndef JB_SANDBOX_SUPERVISE_H
 #define JB_SANDBOX_SUPERVISE_H
@@ -24,8 +24,10 @@ int jb_workers_start(struct jb_workers **out, long n, const char *bin, const cha
  * as `w`. Thread-safe. */
 const char *jb_workers_ops_socket(const struct jb_workers *w, const char *worker_id);
 
-/* Sends SIGTERM to every worker, waits up to `grace_ms` for each (a worker fails its live
- * sessions and removes their containers on the way out), then SIGKILL. NULL is allowed. */
+/* Sends SIGINT to every worker, waits up to `grace_ms` for each (a worker fails its live
+ * sessions and removes their containers on the way out), then SIGKILL. NULL is allowed.
+ * (SIGTERM to a worker is its drain: it leaves its sessions to the next worker under its id,
+ * which this supervisor starts at once after the clean exit — the upgrade of the binary.) */
 void jb_workers_stop(struct jb_workers *w, long grace_ms);
 
 #endif

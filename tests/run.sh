@@ -47,8 +47,28 @@ for f in json http audit scan redis sio shim_line ws_frame sio_packet; do
 done
 
 ./deploy/start-dockerd.sh  # the walls tests need a Docker daemon (no systemd here)
-echo "== tests (release build)"
-ctest --test-dir build --output-on-failure || status=1
-echo "== tests (sanitizer build)"
-ctest --test-dir build-asan --output-on-failure || status=1
+# The two builds' suites run at the same time (JB_TEST_SERIAL=1: one after the other): most of
+# a test's time is spent waiting on sandboxes to start and sessions to settle, so two suites
+# share the cores well. Each suite tags its sandbox images with its own suffix (the shims
+# differ), and each test starts its own PostgreSQL, ports and deployment label, so nothing
+# else is shared. Output streams as it comes, each line prefixed with its suite.
+SUFFIX=${JB_IMAGE_SUFFIX:-}
+suite() { # NAME BUILD-DIR
+  echo "== tests ($1 build) started $(date -u +%T)"
+  local rc=0
+  JB_IMAGE_SUFFIX="$SUFFIX-$1" ctest --test-dir "$2" --output-on-failure 2>&1 |
+    sed -u "s/^/[$1] /" || rc=1
+  echo "== tests ($1 build) ended $(date -u +%T): $([ $rc = 0 ] && echo passed || echo FAILED)"
+  return $rc
+}
+set -o pipefail
+if [ "${JB_TEST_SERIAL:-0}" = 1 ]; then
+  suite release build || status=1
+  suite sanitizer build-asan || status=1
+else
+  suite release build & rel=$!
+  suite sanitizer build-asan & san=$!
+  wait $rel || status=1
+  wait $san || status=1
+fi
 exit $status

@@ -119,13 +119,15 @@ struct jb_sweeper {
 #define PREVIEW_RETENTION_S (30L * 24 * 3600)
 #define FORGET_BATCH 10000
 
-/* Aborts `job` for `reason` (lifetime_exceeded, idle_timeout) as the buyer's abort does. */
+/* Aborts `job` for `reason` (lifetime_exceeded, idle_timeout) as the buyer's abort does; fails
+ * it for worker_unavailable (its worker's lease ran out: nobody drives its sandbox). */
 static void expire(struct jb_app *app, PGconn *c, const char *job, const char *reason) {
   static const char *const live[] = {JB_LIVE_STATES, NULL};
   jb_escape_release_session(app, c, job);
   struct jb_transition t;
   jb_error err = {0};
-  int rc = jb_db_session_transition(c, app->keys, job, live, "aborted", reason, "system", &t, &err);
+  const char *to = reason && !strcmp(reason, "worker_unavailable") ? "failed" : "aborted";
+  int rc = jb_db_session_transition(c, app->keys, job, live, to, reason, "system", &t, &err);
   if (rc != JB_OK) {
     if (rc == JB_ERR_FAIL)
       jb_log(JB_LOG_ERROR, "expiry failed", "jobId", job, "detail", err.msg, NULL);

@@ -114,6 +114,9 @@ struct op_call {
   /* rules (api/agent/policy.c) */
   char decided_by[80]; /* "rule:<id>" when a rule allowed the op; "" otherwise */
   char decision_reason[120]; /* why, when a rule allowed or asked ("asked by rule r-…") */
+  bool ruled; /* the rules decided on are those of rules_version: the insert checks it */
+  long long rules_version;
+  char use_rule[72]; /* the deciding rule counts uses: the insert counts one; "" otherwise */
   /* store, wait */
   struct jb_opwait_ticket ticket; /* registered from just before the insert to the outcome */
   long long op_id;
@@ -142,6 +145,11 @@ void op_call_release(struct op_call *call); /* ops.c */
 /* Fills *e: JSON-RPC error `code`, data {reason}, and the printf-style message. */
 void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Fills *e for an op found rejected with `reason` (nullable) while its session is in
+ * `sess_state`: "rejected" (-32014) when the buyer (or a rule) rejected it; when the session's
+ * end rejected it, -32010 with the reason "session_<state>" (session_failed, session_aborted,
+ * …) — the buyer decided nothing. */
+void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *sess_state);
 /* Logs the database error `err` and fills *e with "unavailable". */
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err);
 
@@ -270,6 +278,13 @@ enum op_step op_scan_content(struct op_call *call); /* op_checks.c */
  * deny (OP_END: refused, named in *call->e and in an audit entry) — and a rule with uses has
  * one counted; none matches: the mode's default as op_supervise set call->pending. */
 enum op_step op_apply_rules(struct op_call *call); /* policy.c */
+/* The insert of the store stage (op_worker.c op_store): the op as jb_db_op_create_decided
+ * stores it, checked against the rules version it was decided on and counting the deciding
+ * rule's use in the same transaction (db/policy.h jb_db_op_create_used) when op_apply_rules
+ * said so. *rules_stale: the rules changed meanwhile (nothing stored; this process's copy of
+ * them is dropped, the call starts over). Returns as jb_db_op_create_decided. */
+int op_insert_ruled(struct op_call *call, const char *args_text, const char *expect,
+                    bool *rules_stale, jb_error *err); /* policy.c */
 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */

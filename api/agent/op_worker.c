@@ -58,6 +58,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"killed", JB_MCP_DENIED, "killed"}, /* an exec killed by the buyer */
       {"seccomp", JB_MCP_DENIED, "denied"}, /* an exec killed by its seccomp filter */
       {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
+      /* an exec whose worker died while it ran (killed; the session re-adopted) */
+      {"worker_restarted", JB_MCP_DENIED, "worker_restarted"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {
@@ -400,17 +402,14 @@ enum op_step op_store(struct op_call *call) {
   op_wait_begin(call, &call->ticket);
   cleanup_free char *expect = call->recheck ? expect_text(call) : NULL;
   jb_error err = {0};
-  int rc = call->recheck && !expect
-               ? JB_ERR_FAIL
-               : jb_db_op_create_decided(call->c, call->job, jb_tool_name(call->tool), call->path,
-                                         args_text, call->pending, expect,
-                                         call->decided_by[0] ? call->decided_by : NULL,
-                                         call->decision_reason[0] ? call->decision_reason : NULL,
-                                         &call->op_id, call->st, &err);
+  bool rules_stale = false;
+  int rc = call->recheck && !expect ? JB_ERR_FAIL
+                                    : op_insert_ruled(call, args_text, expect, &rules_stale, &err);
   if (rc != JB_OK)
     op_wait_end(call, &call->ticket);
   else
     atomic_fetch_add(&jb_metric_ops_queued, 1);
+  if (rules_stale) return OP_STALE; /* decided on rules that no longer stand: decide again */
   if (rc == JB_ERR_CONFLICT && !call->fresh &&
       !call->st[0]) { /* the copy was stale: start over, fresh */
     jb_op_session_changed(call->job);
@@ -520,8 +519,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   enum jb_op_state os = jb_op_state_from_name(ost);
   if (os == JB_OP_REJECTED) {
-    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
-             reason ? reason : "");
+    op_error_rejected(e, reason, sst);
     return OP_END;
   }
   if (os == JB_OP_DONE || os == JB_OP_FAILED) {

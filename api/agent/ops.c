@@ -56,6 +56,23 @@ void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *
   e->data = json_pack("{s:s}", "reason", reason);
 }
 
+void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *sess_state) {
+  /* the end of a session rejects its pending ops with the reason "session <state>"
+   * (db/sessions.c, jb_db_session_end_ops): no buyer decided anything */
+  if (reason && sess_state && !jb_state_is_live(sess_state) && !strncmp(reason, "session ", 8) &&
+      !strcmp(reason + 8, sess_state)) {
+    char why[40];
+    snprintf(why, sizeof why, "session_%s", sess_state);
+    op_error(e, JB_MCP_DENIED, why,
+             "the session %s before the op was decided (not a decision of the buyer): nothing "
+             "was run",
+             sess_state);
+    return;
+  }
+  op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
+           reason ? reason : "");
+}
+
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err) {
   jb_log(JB_LOG_ERROR, "op path: database error", "detail", err->msg, NULL);
   op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
@@ -130,7 +147,10 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
   }
   bool stale = false;
   json_t *r = op_run(app, job, t, args, flags, e, false, &stale);
-  if (stale) r = op_run(app, job, t, args, flags, e, true, &stale);
+  /* again on the database's rows; a rule change at each attempt ends it after four */
+  for (int i = 0; stale && i < 4; i++) r = op_run(app, job, t, args, flags, e, true, &stale);
+  if (stale && !r && e->code == 0)
+    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's rules kept changing; try again");
   return r;
 }
 
@@ -242,8 +262,7 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, str
   enum jb_session_state ss = jb_session_state_from_name(sst);
   if (os == JB_OP_REJECTED) {
     t->finished = true;
-    op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
-             reason ? reason : "");
+    op_error_rejected(e, reason, sst);
   } else if (os == JB_OP_DONE || os == JB_OP_FAILED) {
     t->finished = true;
     cleanup_json json_t *ans = res ? json_loads(res, 0, NULL) : NULL;

@@ -4,6 +4,8 @@
 #include "api/agent/policy.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 
 #include "api/agent/op_call.h"
 #include "db/events.h"
+#include "db/ops.h"
 #include "db/policy.h"
 #include "lib/log.h"
 #include "lib/policy.h"
@@ -134,6 +137,7 @@ static void store(struct jb_app *app, PGconn *c, const char *job, const json_t *
   jb_error err = {0};
   struct jb_audit_head head = {0};
   int rc = jb_db_rules_add(c, app->keys, job, rules, by, op_id, &head, msg, sizeof msg, &err);
+  jb_policy_rules_changed(job);
   if (rc != JB_OK) {
     reply_db(out, rc, msg, &err, job);
     return;
@@ -175,7 +179,7 @@ void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all,
   jb_error err = {0};
   json_t *rules = NULL;
   struct jb_audit_head head = {0};
-  int rc = jb_db_rules_list(c, app->keys, job, all, &rules, &head, &err);
+  int rc = jb_db_rules_list(c, app->keys, job, all, &rules, NULL, &head, &err);
   if (rc != JB_OK) {
     reply_db(out, rc, "", &err, job);
     return;
@@ -201,6 +205,7 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
     return;
   }
   int rc = jb_db_rule_revoke(c, app->keys, job, rule_id, "buyer", &head, msg, sizeof msg, &err);
+  jb_policy_rules_changed(job);
   if (rc == JB_ERR_NOT_FOUND) {
     out->status = 404;
     out->code = "not_found";
@@ -229,7 +234,8 @@ static void op_facts(json_t *facts, struct jb_rule_op *op) {
                           .size = json_is_integer(json_object_get(args, "size"))
                                       ? (long long)json_integer_value(json_object_get(args, "size"))
                                       : -1,
-                          .env = json_object_size(json_object_get(args, "env")) > 0};
+                          .env = json_object_size(json_object_get(args, "env")) > 0,
+                          .writable = json_is_true(json_object_get(args, "writable"))};
   if (op->command) op->argv = NULL; /* a shell command's argv is the shell's */
 }
 
@@ -277,6 +283,7 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
   struct jb_audit_head head = {0};
   int rc = jb_db_op_approve_similar(c, app->keys, job, op_id, reason, rule, json, state,
                                     &rule_failed, &head, msg, sizeof msg, &err);
+  jb_policy_rules_changed(job);
   if (rc == JB_ERR_CONFLICT && rule_failed) reply_error(out, 409, "conflict", msg);
   if (rc == JB_ERR_FAIL)
     jb_log(JB_LOG_ERROR, "approve with a rule: database failure", "jobId", job, "detail", err.msg,
@@ -290,10 +297,109 @@ int jb_policy_approve_similar(struct jb_app *app, PGconn *c, const char *job, lo
   return JB_OK;
 }
 
+/* ---- this process's copies of the sessions' rules ----
+ *
+ * The rules stage decides on a compiled copy of a session's live rules (the operator's
+ * included) read with the session's rules_version (migration 024), kept here between calls so
+ * that an op costs no read of the rules and no parse. A copy is never trusted alone: the op's
+ * insert compares the version it was decided on with the session's, holding the session row
+ * (db/ops.h jb_db_op_create_decided), and a call decided on an older copy starts over on the
+ * database's rules — a rule changed on another instance costs this one a second decision,
+ * never a wrong one. A rule changed here drops the copy at once. A copy is read again when one
+ * of its rules' expiresAt comes (the read marks it expired, with its audit entry), and before
+ * a deny it decides is said (a refusal stores no op whose insert would check it). */
+
+#define RULES_SLOTS 64
+struct rules_copy {
+  int refs; /* the slot's and each caller's; atomic */
+  long long version;
+  struct jb_rules *rs;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    char job[129];
+    struct rules_copy *copy; /* NULL: none */
+  } slot[RULES_SLOTS];
+} rules_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t rules_slot(const char *job) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)job; *p; p++) h = (h ^ *p) * 16777619u;
+  return h % RULES_SLOTS;
+}
+
+static void copy_release(struct rules_copy *cp) {
+  if (cp && __atomic_sub_fetch(&cp->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    jb_rules_free(cp->rs);
+    free(cp);
+  }
+}
+
+/* `job`'s copy with a reference for the caller, or NULL. */
+static struct rules_copy *copy_get(const char *job) {
+  size_t i = rules_slot(job);
+  pthread_mutex_lock(&rules_cache.lock);
+  struct rules_copy *cp = !strcmp(rules_cache.slot[i].job, job) ? rules_cache.slot[i].copy : NULL;
+  if (cp) __atomic_add_fetch(&cp->refs, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_unlock(&rules_cache.lock);
+  return cp;
+}
+
+/* Keeps `cp` (the caller's reference stays the caller's) as `job`'s copy unless the slot holds
+ * a newer version of the same session's rules. NULL: drops `job`'s copy. */
+static void copy_put(const char *job, struct rules_copy *cp) {
+  size_t i = rules_slot(job);
+  struct rules_copy *old = NULL;
+  pthread_mutex_lock(&rules_cache.lock);
+  bool same = !strcmp(rules_cache.slot[i].job, job);
+  if (!cp ? same
+          : !same || !rules_cache.slot[i].copy ||
+                rules_cache.slot[i].copy->version <= cp->version) {
+    old = rules_cache.slot[i].copy;
+    rules_cache.slot[i].copy = cp;
+    if (cp) __atomic_add_fetch(&cp->refs, 1, __ATOMIC_ACQ_REL);
+    snprintf(rules_cache.slot[i].job, sizeof rules_cache.slot[i].job, "%s", cp ? job : "");
+  }
+  pthread_mutex_unlock(&rules_cache.lock);
+  copy_release(old);
+}
+
+void jb_policy_rules_changed(const char *job) { copy_put(job, NULL); }
+
+/* `job`'s live rules read from the database now, compiled (new reference), kept as the copy. */
+static struct rules_copy *copy_read(struct op_call *call, jb_error *err) {
+  json_t *rules = NULL;
+  struct jb_audit_head head = {0};
+  long long version = 0;
+  if (jb_db_rules_list(call->c, call->app->keys, call->job, false, &rules, &version, &head, err) !=
+      JB_OK)
+    return NULL;
+  publish_head(call->app, call->job, &head); /* rules whose expiresAt passed were expired */
+  rules = with_operator(rules);
+  struct rules_copy *cp = calloc(1, sizeof *cp);
+  if (cp) {
+    cp->refs = 1;
+    cp->version = version;
+    cp->rs = jb_rules_compile(rules);
+  }
+  json_decref(rules);
+  if (!cp || !cp->rs) {
+    free(cp);
+    jb_fail(err, ENOMEM, "out of memory");
+    return NULL;
+  }
+  copy_put(call->job, cp);
+  return cp;
+}
+
 /* ---- the rules stage of a tool call ---- */
 
 enum op_step op_apply_rules(struct op_call *call) {
   call->decided_by[0] = call->decision_reason[0] = '\0'; /* a call started over decides anew */
+  call->use_rule[0] = '\0';
+  call->ruled = false;
   if (!jb_tool_mutates(call->tool)) return OP_NEXT;
   if (!call->c) { /* lost on the way (op_await could not have it again) */
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
@@ -309,48 +415,49 @@ enum op_step op_apply_rules(struct op_call *call) {
                           .size = call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT
                                       ? (long long)call->dlen
                                       : -1,
-                          .env = json_object_size(json_object_get(sargs, "env")) > 0};
-  for (int attempt = 0; attempt < 4; attempt++) {
-    jb_error err = {0};
-    json_t *rules = NULL;
-    struct jb_audit_head head = {0};
-    if (jb_db_rules_list(call->c, call->app->keys, call->job, false, &rules, &head, &err) !=
-        JB_OK) {
-      op_error_unavailable(call->e, &err);
-      return OP_END;
+                          .env = json_object_size(json_object_get(sargs, "env")) > 0,
+                          .writable = json_is_true(json_object_get(sargs, "writable"))};
+  long long now = (long long)time(NULL);
+  jb_error err = {0};
+  struct rules_copy *cp = call->fresh ? NULL : copy_get(call->job);
+  bool from_db = false;
+  for (;;) {
+    /* a rule's time came: read them again, which marks it expired (its audit entry) */
+    if (cp && !from_db && now >= jb_rules_next_expiry(cp->rs)) {
+      copy_release(cp);
+      cp = NULL;
     }
-    publish_head(call->app, call->job, &head);
-    rules = with_operator(rules);
-    const json_t *hit = jb_rules_first_match(rules, &op, (long long)time(NULL));
-    if (!hit) { /* the mode's default: as op_supervise decided */
-      json_decref(rules);
-      return OP_NEXT;
-    }
-    const char *id = json_string_value(json_object_get(hit, "id"));
-    enum jb_rule_effect eff = jb_rule_effect_of(hit);
-    if (json_object_get(hit, "uses")) {
-      bool expired = false;
-      struct jb_audit_head h2 = {0};
-      int rc = jb_db_rule_use(call->c, call->app->keys, call->job, id, &expired, &h2, &err);
-      if (rc == JB_ERR_CONFLICT) { /* spent, revoked or expired meanwhile: decide again */
-        json_decref(rules);
-        continue;
-      }
-      if (rc != JB_OK) {
-        json_decref(rules);
+    if (!cp) {
+      if (!(cp = copy_read(call, &err))) {
         op_error_unavailable(call->e, &err);
         return OP_END;
       }
-      publish_head(call->app, call->job, &h2);
-      if (expired) announce(call->app, call->job, "expired", id, NULL, "uses", 0);
+      from_db = true;
     }
+    long i = jb_rules_match(cp->rs, &op, now);
+    /* a deny stores no op whose insert would check the version: said on rules read now */
+    if (i >= 0 && jb_rules_effect(cp->rs, (size_t)i) == JB_RULE_DENY && !from_db) {
+      copy_release(cp);
+      cp = NULL;
+      continue;
+    }
+    call->ruled = true;
+    call->rules_version = cp->version;
+    if (i < 0) { /* the mode's default: as op_supervise decided */
+      copy_release(cp);
+      return OP_NEXT;
+    }
+    const char *id = jb_rules_id(cp->rs, (size_t)i);
+    enum jb_rule_effect eff = jb_rules_effect(cp->rs, (size_t)i);
+    if (jb_rules_counts_uses(cp->rs, (size_t)i))
+      snprintf(call->use_rule, sizeof call->use_rule, "%s", id);
     snprintf(call->decided_by, sizeof call->decided_by, "rule:%s", id);
     snprintf(call->decision_reason, sizeof call->decision_reason, "%s by rule %s",
              eff == JB_RULE_ALLOW  ? "allowed"
              : eff == JB_RULE_DENY ? "denied"
                                    : "asked",
              id);
-    json_decref(rules); /* `id` and `hit` are gone with it */
+    copy_release(cp); /* `id` is gone with it */
     if (eff == JB_RULE_DENY) {
       op_error(call->e, JB_MCP_DENIED, "denied", "denied by rule %s of this session",
                call->decided_by + 5);
@@ -367,7 +474,38 @@ enum op_step op_apply_rules(struct op_call *call) {
     }
     return OP_NEXT;
   }
-  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-           "the session's rules kept changing; try again");
-  return OP_END;
+}
+
+int op_insert_ruled(struct op_call *call, const char *args_text, const char *expect,
+                    bool *rules_stale, jb_error *err) {
+  *rules_stale = false;
+  const char *by = call->decided_by[0] ? call->decided_by : NULL;
+  const char *reason = call->decision_reason[0] ? call->decision_reason : NULL;
+  int rc;
+  if (call->ruled && call->use_rule[0]) {
+    struct jb_op_new op = {.tool = jb_tool_name(call->tool),
+                           .path = call->path,
+                           .args_json = args_text,
+                           .pending = call->pending,
+                           .expect_json = expect,
+                           .decided_by = by,
+                           .reason = reason};
+    bool expired = false;
+    struct jb_audit_head head = {0};
+    rc = jb_db_op_create_used(call->c, call->app->keys, call->job, &op, call->rules_version,
+                              call->use_rule, rules_stale, &expired, &head, &call->op_id, call->st,
+                              err);
+    if (rc == JB_OK && expired) {
+      jb_policy_rules_changed(call->job);
+      publish_head(call->app, call->job, &head);
+      announce(call->app, call->job, "expired", call->use_rule, NULL, "uses", 0);
+    }
+  } else {
+    rc = jb_db_op_create_decided(call->c, call->job, jb_tool_name(call->tool), call->path,
+                                 args_text, call->pending, expect, by, reason,
+                                 call->ruled ? call->rules_version : -1, rules_stale, &call->op_id,
+                                 call->st, err);
+  }
+  if (*rules_stale) jb_policy_rules_changed(call->job);
+  return rc;
 }

@@ -65,4 +65,8 @@ const char *jb_policy_operator_id_in(const json_t *rules);
  * "FILE:LINE: what is wrong". */
 int jb_policy_operator_load(const char *path, jb_error *err);
 
+/* Drops this process's copy of session `job`'s rules (api/agent/policy.c): the rules changed
+ * here, or an op's insert found them changed elsewhere. The next op reads them again. */
+void jb_policy_rules_changed(const char *job);
+
 #endif

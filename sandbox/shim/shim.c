@@ -537,7 +537,72 @@ static json_t *ok_reply(json_t *id, json_t *result) {
   return json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", result ? result : json_object());
 }
 
+/* ---- the journal of changing ops ---------------------------------------------------------- */
+
+/* The answers to the last JOURNAL_MAX requests that named an op ("opId") of a changing kind,
+ * kept in this process: a worker that died after the change and before its commit runs the op
+ * again under the same id, and gets the answer the change had instead of a second change
+ * (sandbox/proto/PROTOCOL.md, "Exactly once"). The shim outlives its worker (the worker's
+ * descriptor keeper holds its channel), so the journal does. */
+#define JOURNAL_MAX 256
+static struct {
+  long long op_id; /* 0: empty */
+  json_t *answer; /* {ok, result | error} */
+} journal[JOURNAL_MAX];
+static size_t journal_next;
+
+static bool op_changes(const char *op) {
+  return !strcmp(op, "write") || !strcmp(op, "mkdir") || !strcmp(op, "move") ||
+         !strcmp(op, "delete");
+}
+
+static json_t *journal_find(long long op_id) {
+  for (size_t i = 0; i < JOURNAL_MAX; i++)
+    if (journal[i].op_id == op_id && journal[i].answer) return journal[i].answer;
+  return NULL;
+}
+
+/* Keeps `reply` (borrowed; its id is not kept) as op `op_id`'s answer. */
+static void journal_keep(long long op_id, const json_t *reply) {
+  json_t *a = json_copy((json_t *)reply);
+  if (!a) return;
+  json_object_del(a, "id");
+  size_t i = journal_next++ % JOURNAL_MAX;
+  json_decref(journal[i].answer);
+  journal[i].op_id = op_id;
+  journal[i].answer = a;
+}
+
+static json_t *dispatch_op(json_t *req);
+
 static json_t *dispatch(json_t *req) {
+  json_t *id = json_object_get(req, "id");
+  const char *op = json_string_value(json_object_get(req, "op"));
+  json_t *opid = json_object_get(req, "opId");
+  bool named = json_is_integer(opid) && json_integer_value(opid) > 0;
+  if (json_is_integer(id) && json_integer_value(id) >= 0 && op && !strcmp(op, "recall")) {
+    if (!named)
+      return error_reply(id, "bad_request", EINVAL, "field 'opId' must be a positive integer");
+    json_t *a = journal_find(json_integer_value(opid));
+    return ok_reply(
+        id, a ? json_pack("{s:b, s:O}", "found", 1, "answer", a) : json_pack("{s:b}", "found", 0));
+  }
+  if (!named || !op || !op_changes(op) || !json_is_integer(id)) return dispatch_op(req);
+  json_t *done = journal_find(json_integer_value(opid));
+  if (done) { /* ran already: the same answer, nothing changed again */
+    json_t *r = json_copy(done);
+    if (r) {
+      json_object_set(r, "id", id);
+      json_object_set_new(r, "replayed", json_true());
+    }
+    return r;
+  }
+  json_t *r = dispatch_op(req);
+  if (r) journal_keep(json_integer_value(opid), r);
+  return r;
+}
+
+static json_t *dispatch_op(json_t *req) {
   json_t *id = json_object_get(req, "id");
   if (!json_is_integer(id) || json_integer_value(id) < 0)
     return error_reply(NULL, "bad_request", EINVAL, "field 'id' must be a non-negative integer");

@@ -733,3 +733,34 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   running_killed(slot, true);
   return rc;
 }
+
+void exec_op_fail_orphans(struct jb_worker *w, const char *job) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  long long ids[16];
+  size_t n = 0;
+  if (!conn.pg || jb_db_ops_running(conn.pg, job, ids, 16, &n, &err) != JB_OK) {
+    slog(w, JB_LOG_WARN, job, err.msg, "step", "running ops at re-adoption", NULL);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    struct jb_op_claim op = {.op_id = ids[i], .tool = "exec", .path = (char *)""};
+    static const char msg[] = "the worker restarted while the command ran; the command was killed";
+    json_t *ans = json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", "worker_restarted",
+                            "message", msg);
+    json_t *details = json_pack("{s:I,s:b,s:s,s:s}", "opId", (json_int_t)ids[i], "ok", 0, "error",
+                                "worker_restarted", "message", msg);
+    char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
+    struct jb_audit_head head;
+    int rc = text && details ? jb_db_op_complete_running(conn.pg, w->keys, job, &op, false, text,
+                                                         details, &head, &err)
+                             : JB_ERR_FAIL;
+    if (rc == JB_OK)
+      worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    else if (rc == JB_ERR_FAIL)
+      slog(w, JB_LOG_WARN, job, err.msg, "step", "fail running op", NULL);
+    free(text);
+    json_decref(ans);
+    json_decref(details);
+  }
+}

@@ -10,9 +10,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +31,8 @@
  * session ends (its spawner's channel is gone: it ends at once; the database write is what
  * takes time) */
 #define EXEC_STORE_WAIT_MS 5000
+/* one wait on a running sandbox, before the stop flag is looked at again */
+#define WATCH_MS 3000
 
 /* ---- the workspace ---------------------------------------------------------------------- */
 
@@ -153,6 +157,91 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
                  json_pack("{s:s,s:O}", "jobId", job, "prescan", scan));
   worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
   return JB_OK;
+}
+
+/* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
+
+/* What a workspace grant holds besides its entries, at the start of its memfd. */
+struct grant_head {
+  dev_t root_dev;
+  ino_t root_ino;
+  bool valid;
+  size_t n;
+};
+
+static int write_full(int fd, const void *buf, size_t len, off_t off) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t k = pwrite(fd, p, len, off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    len -= (size_t)k;
+    off += k;
+  }
+  return 0;
+}
+
+static int read_full(int fd, void *buf, size_t len, off_t off) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t k = pread(fd, p, len, off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    len -= (size_t)k;
+    off += k;
+  }
+  return 0;
+}
+
+/* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
+ * that the workspace is given back at the session's end), or -1. */
+static int grant_memfd(const struct jb_workspace_grant *g) {
+  int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  struct grant_head h = {
+      .root_dev = g->root_dev, .root_ino = g->root_ino, .valid = g->valid, .n = g->n};
+  if (write_full(fd, &h, sizeof h, 0) < 0 ||
+      (g->n && write_full(fd, g->v, g->n * sizeof *g->v, sizeof h) < 0)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* A grant from a memfd grant_memfd made, into *g (empty and invalid when it cannot be read). */
+static void grant_load(int fd, struct jb_workspace_grant *g) {
+  memset(g, 0, sizeof *g);
+  struct grant_head h;
+  if (fd < 0 || read_full(fd, &h, sizeof h, 0) < 0 || h.n > (SIZE_MAX / sizeof *g->v) / 2) return;
+  g->v = calloc(h.n ? h.n : 1, sizeof *g->v);
+  if (!g->v) return;
+  if (h.n && read_full(fd, g->v, h.n * sizeof *g->v, sizeof h) < 0) {
+    free(g->v);
+    g->v = NULL;
+    return;
+  }
+  g->n = g->cap = h.n;
+  g->root_dev = h.root_dev;
+  g->root_ino = h.root_ino;
+  g->valid = h.valid;
+}
+
+/* Hands the keeper copies of the running session's channels and grant: a worker that starts
+ * under this id after this one died or was upgraded takes the session over (only with the
+ * socket channel: the attach stream ends with the worker). */
+static void keep_channels(struct jb_session *s) {
+  if (s->sb.conn.sock < 0) return;
+  int gfd = grant_memfd(&s->grant);
+  jb_error err = {0};
+  if (keeper_put(s->w, s->job_id, s->sb.container_id, s->sb.conn.sock, s->sb.spawner.fd, gfd,
+                 &err) < 0)
+    slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
+         NULL);
+  else
+    atomic_store(&s->kept, true);
+  if (gfd >= 0) close(gfd);
 }
 
 /* ---- the launch --------------------------------------------------------------------------- */
@@ -280,6 +369,8 @@ static int launch(struct jb_session *s) {
   pthread_mutex_lock(&w->lock);
   snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
   pthread_mutex_unlock(&w->lock);
+  keep_channels(s);
+  (void)session_lease(w, job);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
   const char *chan =
@@ -350,12 +441,10 @@ static void open_memcg(struct jb_worker *w, const char *job, const char *cid, st
          "error", err.msg, NULL);
 }
 
-#define MEMCG_SAMPLE_MS 2000 /* how often the memory cgroup is read while the sandbox runs */
-
 /* Watches the sandbox of `s` until it ends: removal by a teardown, the worker stopping, or
  * death — then the session fails, and an end other than out of memory is an escape signal.
  * Out of memory is what Docker says (State.OOMKilled) or what the container's memory cgroup
- * says (an OOM kill counted in it, read every MEMCG_SAMPLE_MS while it runs and once more
+ * says (an OOM kill counted in it, read every WATCH_MS while it runs and once more
  * when it ends). The cgroup is removed with the container, often before that last read: a
  * kill that ends the sandbox at once is then known from Docker alone, while a kill that
  * leaves it running (a process of the runtime, the shim ending later) is caught by a sample. */
@@ -372,13 +461,14 @@ static void watch_sandbox(struct jb_session *s) {
     long status = 0;
     json_t *ans = NULL;
     struct jb_memcg_counts now;
-    if (jb_docker_call(&w->walls.docker, "POST", path, NULL, memcg.dirfd >= 0 ? MEMCG_SAMPLE_MS : 0,
-                       &status, &ans, &err) < 0) {
+    /* bounded, so that a stop that leaves the sandbox running is seen within WATCH_MS; each
+     * time it runs out, the memory cgroup is read */
+    if (jb_docker_call(&w->walls.docker, "POST", path, NULL, WATCH_MS, &status, &ans, &err) < 0) {
       json_decref(ans);
-      bool timed_out = err.code == ETIMEDOUT && memcg.dirfd >= 0;
+      bool timed_out = err.code == ETIMEDOUT;
       if (memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0 && jb_memcg_oom(&now))
         seen = now;
-      if (timed_out) continue; /* still running: the wait is asked again */
+      if (timed_out) continue;
       slog(w, JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
       sleep(1);
       continue;
@@ -449,18 +539,48 @@ static void restore_workspace(struct jb_session *s) {
   jb_workspace_grant_free(&s->grant);
 }
 
+int session_lease(struct jb_worker *w, const char *job) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  int rc = conn.pg ? jb_db_session_lease(conn.pg, job, w->walls.worker_id, w->set.lease_s, &err)
+                   : JB_ERR_FAIL;
+  if (rc != JB_OK) slog(w, JB_LOG_WARN, job, err.msg, "step", "lease", NULL);
+  return rc;
+}
+
+bool session_keepable(struct jb_session *s) {
+  return s->w->keeper_path[0] && atomic_load(&s->kept);
+}
+
 /* A session's thread (arg: the session). */
 static void *session_main(void *arg) {
   struct jb_session *s = arg;
   struct jb_worker *w = s->w;
-  slog(w, JB_LOG_INFO, s->job_id, "launch claimed", "workspace", s->workspace, "image", s->image,
-       NULL);
-  if (launch(s) == 0) {
+  if (!s->adopted)
+    slog(w, JB_LOG_INFO, s->job_id, "launch claimed", "workspace", s->workspace, "image", s->image,
+         NULL);
+  if (s->adopted || launch(s) == 0) {
     watch_sandbox(s);
+    if (atomic_load(&w->drain) && !atomic_load(&s->teardown) && session_keepable(s)) {
+      /* a drain: the sandbox stays up, its channel held by the keeper for the next worker */
+      pthread_mutex_lock(&s->lock);
+      s->sb_ready = false;
+      jb_spawner_close(&s->sb.spawner);
+      if (s->sb.conn_open) jb_shimconn_close(&s->sb.conn);
+      s->sb.conn_open = false;
+      json_decref(s->sb.contract);
+      s->sb.contract = NULL;
+      pthread_mutex_unlock(&s->lock);
+      jb_workspace_grant_free(&s->grant);
+      slog(w, JB_LOG_INFO, s->job_id, "sandbox left running for the next worker", NULL);
+      atomic_store(&s->finished, true);
+      return NULL;
+    }
     pthread_mutex_lock(&s->lock);
     s->sb_ready = false;
     jb_sandbox_destroy(&w->walls, &s->sb);
     pthread_mutex_unlock(&s->lock);
+    keeper_del(w, s->job_id);
     slog(w, JB_LOG_INFO, s->job_id, "sandbox removed", NULL);
   }
   restore_workspace(s);
@@ -627,6 +747,125 @@ static int session_state(struct jb_worker *w, const char *job, char state[20], j
   return jb_db_session_state(conn.pg, job, state, err);
 }
 
+/* Whether session `job` is in the table. */
+static bool session_here(struct jb_worker *w, const char *job) {
+  pthread_mutex_lock(&w->lock);
+  bool here = session_find(w, job) != NULL;
+  pthread_mutex_unlock(&w->lock);
+  return here;
+}
+
+/* Whether the contract `walls_json` says wall `name` was up. */
+static bool contract_wall_up(json_t *contract, const char *name) {
+  return json_is_true(
+      json_object_get(json_object_get(json_object_get(contract, "walls"), name), "up"));
+}
+
+/* Takes over session `k->job` whose container `cid` runs and whose shim channel the keeper
+ * held: the session joins the table with its channel re-opened (the line boundary found again)
+ * and its walls checked again, and its thread watches the sandbox as after a launch. The
+ * spawner's channel is given up (a command that ran is killed by the spawner, and its op is
+ * failed: exec_op_fail_orphans). true, or false with `why` (the session is then failed; ""
+ * when another worker's lease holds it: it is left alone). */
+static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid, char *why,
+                  size_t wlen) {
+  jb_error err = {0};
+  struct jb_launch_job j;
+  char *walls = NULL;
+  {
+    cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+    int rc = conn.pg
+                 ? jb_db_session_adopt_info(conn.pg, k->job, w->walls.worker_id, &j, &walls, &err)
+                 : JB_ERR_FAIL;
+    if (rc != JB_OK) {
+      snprintf(why, wlen, "worker restarted; the session could not be read: %s",
+               rc == JB_ERR_NOT_FOUND ? "not launched by this worker" : err.msg);
+      return false;
+    }
+  }
+  /* two workers never drive one sandbox */
+  if (session_lease(w, k->job) == JB_ERR_CONFLICT) {
+    jb_launch_job_free(&j);
+    free(walls);
+    why[0] = '\0';
+    return false;
+  }
+  struct jb_session *s = calloc(1, sizeof *s);
+  json_t *limits = json_loads(j.limits_json, 0, NULL);
+  json_t *contract = walls[0] ? json_loads(walls, 0, NULL) : NULL;
+  free(walls);
+  if (!s || !limits || !contract) {
+    free(s);
+    json_decref(limits);
+    json_decref(contract);
+    jb_launch_job_free(&j);
+    snprintf(why, wlen, "worker restarted; the session's contract could not be read");
+    return false;
+  }
+  s->w = w;
+  s->adopted = true;
+  snprintf(s->job_id, sizeof s->job_id, "%s", k->job);
+  s->launch_job = j.id;
+  s->workspace = j.workspace;
+  j.workspace = NULL;
+  s->limits = limits;
+  snprintf(s->image, sizeof s->image, "%s", j.image[0] ? j.image : w->walls.image);
+  jb_launch_job_free(&j);
+  pthread_mutex_init(&s->lock, NULL);
+  struct jb_sandbox *sb = &s->sb;
+  snprintf(sb->job_id, sizeof sb->job_id, "%s", k->job);
+  snprintf(sb->container_id, sizeof sb->container_id, "%s", cid);
+  sb->contract = contract;
+  jb_spawner_init(&sb->spawner);
+  for (int wall = 0; wall < JB_WALL_COUNT; wall++)
+    sb->walls_up[wall] = contract_wall_up(contract, jb_wall_names[wall]);
+  int fd = dup(k->fd[0]);
+  int rc = fd < 0 ? jb_fail_errno(&err, errno, "dup")
+                  : jb_shimconn_adopt(&sb->conn, fd, w->walls.call_timeout_ms, &err);
+  sb->conn_open = fd >= 0;
+  if (rc < 0) {
+    snprintf(why, wlen, "worker restarted; the shim's channel could not be taken over: %s",
+             err.msg);
+  } else if (jb_sandbox_recheck(&w->walls, sb, &err) < 0) {
+    snprintf(why, wlen, "worker restarted; the walls were checked again and failed: %s", err.msg);
+    rc = -1;
+  }
+  if (rc < 0) {
+    if (sb->conn_open) jb_shimconn_close(&sb->conn);
+    sb->conn_open = false;
+    json_decref(sb->contract);
+    sb->contract = NULL;
+    session_free(s);
+    return false;
+  }
+  grant_load(k->fd[2], &s->grant);
+  /* the spawner's channel is not taken over: the keeper lets it go */
+  if (keeper_put(w, k->job, cid, k->fd[0], -1, k->fd[2], &err) < 0)
+    slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);
+  s->sb_ready = true;
+  atomic_store(&s->kept, true);
+  snprintf(s->cid, sizeof s->cid, "%s", cid);
+  pthread_mutex_lock(&w->lock);
+  bool room = w->n_sessions < JB_WORKER_SESSIONS_MAX;
+  if (room) w->sessions[w->n_sessions++] = s;
+  pthread_mutex_unlock(&w->lock);
+  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
+    if (room) {
+      pthread_mutex_lock(&w->lock);
+      w->n_sessions--;
+      pthread_mutex_unlock(&w->lock);
+    }
+    jb_sandbox_destroy(&w->walls, sb);
+    jb_workspace_grant_free(&s->grant);
+    session_free(s);
+    snprintf(why, wlen, "worker restarted; no room to take the session over");
+    return false;
+  }
+  exec_op_fail_orphans(w, k->job);
+  slog(w, JB_LOG_INFO, k->job, "session re-adopted", "container", cid, NULL);
+  return true;
+}
+
 void launch_startup_cleanup(struct jb_worker *w) {
   jb_error err = {0};
   char *abandoned = NULL;
@@ -642,10 +881,18 @@ void launch_startup_cleanup(struct jb_worker *w) {
     json_decref(jobs);
     free(abandoned);
   }
+  /* the channels an earlier run of this worker id handed the keeper */
+  struct jb_kept *kept = NULL;
+  size_t nkept = 0;
+  if (keeper_get(w, &kept, &nkept, &err) < 0)
+    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "kept channels", NULL);
+  bool *taken = calloc(nkept ? nkept : 1, sizeof *taken);
   /* containers on this daemon: ours from before the restart, and any whose session ended */
   json_auto_t *list = list_containers(w, NULL, &err);
   if (!list) {
     slog(w, JB_LOG_WARN, NULL, "cannot list containers at start", "error", err.msg, NULL);
+    kept_free(kept, nkept);
+    free(taken);
     return;
   }
   size_t i;
@@ -655,9 +902,11 @@ void launch_startup_cleanup(struct jb_worker *w) {
     json_t *labels = json_object_get(c, "Labels");
     const char *job = json_string_value(json_object_get(labels, "jailbox.session"));
     const char *owner = json_string_value(json_object_get(labels, "jailbox.worker"));
+    const char *cstate = json_string_value(json_object_get(c, "State"));
     bool mine = owner && strcmp(owner, w->walls.worker_id) == 0;
     bool remove = false;
     const char *why = "";
+    char reason[700] = "worker restarted; the sandbox was lost";
     if (!job) {
       remove = mine; /* a probe container of ours */
       why = "probe left behind";
@@ -667,7 +916,15 @@ void launch_startup_cleanup(struct jb_worker *w) {
       bool live = rc == JB_OK && jb_state_is_live(state);
       if (rc == JB_ERR_FAIL) continue; /* cannot tell: leave it */
       if (mine && live) {
-        session_fail(w, job, "worker restarted; the sandbox was lost");
+        size_t k = 0;
+        while (k < nkept && strcmp(kept[k].job, job)) k++;
+        bool running = cstate && !strcmp(cstate, "running");
+        if (k < nkept && taken && kept[k].fd[0] >= 0 && running && id && !taken[k]) {
+          taken[k] = true;
+          if (adopt(w, &kept[k], id, reason, sizeof reason)) continue;
+          if (!reason[0]) continue; /* another worker drives it: left alone */
+        }
+        session_fail(w, job, reason);
         remove = true;
         why = "session lost by the restart";
       } else if (!live) {
@@ -678,4 +935,9 @@ void launch_startup_cleanup(struct jb_worker *w) {
     if (remove && id && jb_container_remove(&w->walls, id, &err) == 0)
       slog(w, JB_LOG_INFO, job, "stale container removed", "container", id, "why", why, NULL);
   }
+  /* what the keeper held for sessions not taken over: let go */
+  for (size_t k = 0; k < nkept; k++)
+    if (!taken || !taken[k] || !session_here(w, kept[k].job)) keeper_del(w, kept[k].job);
+  kept_free(kept, nkept);
+  free(taken);
 }

@@ -29,6 +29,7 @@
 #include "db/audit_store.h"
 #include "db/launch_jobs.h"
 #include "lib/images.h"
+#include "lib/metrics.h"
 #include "lib/scan.h"
 #include "lib/settings.h"
 #include "sandbox/proto/explain.h"
@@ -94,6 +95,9 @@ static const struct jb_setting settings[] = {
      "(sandbox/WALLS.md)"},
     {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
      JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},
+    {NULL, "JAILBOX_WORKER_LEASE_S", JB_SETTING_INT, S(lease_s), "30", 3, 86400,
+     "a session's lease: a session whose worker is gone this long (not restarted to re-adopt "
+     "it) is failed with the reason worker_unavailable; renewed every third of it"},
     {NULL, "JAILBOX_LOG_LEVEL", JB_SETTING_STRING, S(log_level), "info", 0, 0,
      "debug, info, warn, error"},
     {NULL, "JAILBOX_ESCAPE_ABORT", JB_SETTING_STRING, S(escape_abort), JB_ESCAPE_KINDS_TEXT, 0, 0,
@@ -122,6 +126,10 @@ static void print_help(const char *prog) {
   printf(
       "  --explain read GET /v1/jailbox/:jobId (or its walls) on stdin, print the session contract "
       "for a person\n");
+  printf(
+      "  --keeper PATH  the descriptor keeper (started by the worker itself): holds the sessions' "
+      "shim channels at the socket PATH across a restart\n\nSignals: SIGTERM drains (the "
+      "sessions are left running for the next worker under this id), SIGINT ends them.\n");
 }
 
 /* The Wall 2 seccomp profile: JAILBOX_SECCOMP_PROFILE's file, or the copy built in; checked to
@@ -424,10 +432,23 @@ static void probe_again(struct jb_worker *w, long long *last_probe) {
 
 /* Until SIGTERM or SIGINT on `sfd`: woken by a change notification (sessions and their launch
  * jobs are inserted together), jb_kill, a signal, or once a second to catch anything missed. */
+/* Renews this worker's leases every third of JAILBOX_WORKER_LEASE_S (*last: when, ms). */
+static void renew_leases(struct jb_worker *w, long long *last) {
+  long long now = jb_now_ms();
+  if (now - *last < w->set.lease_s * 1000 / 3) return;
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_leases_renew(conn.pg, w->walls.worker_id, w->set.lease_s, &err) != JB_OK)
+    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "renew leases", NULL);
+  else
+    *last = now;
+}
+
 static void serve(struct jb_worker *w, int sfd) {
   PGconn *listen = NULL;
-  long long last_probe = w->probe.at_ms;
+  long long last_probe = w->probe.at_ms, last_lease = 0;
   while (!atomic_load(&w->stopping)) {
+    renew_leases(w, &last_lease);
     /* jb_kill: an abort waits for an op this worker runs (api/agent/escape.h) */
     worker_listen(w, &listen, "LISTEN jb_change; LISTEN jb_kill");
     launch_drain_queue(w);
@@ -439,8 +460,11 @@ static void serve(struct jb_worker *w, int sfd) {
     if (pr > 0 && (pf[0].revents & POLLIN)) {
       struct signalfd_siginfo si;
       if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        bool drain = si.ssi_signo == SIGTERM && w->keeper_path[0];
         slog(w, JB_LOG_INFO, NULL, "worker stopping", "signal",
-             si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+             si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", "sessions",
+             drain ? "left running for the next worker" : "ended", NULL);
+        atomic_store(&w->drain, drain);
         atomic_store(&w->stopping, true);
       }
     }
@@ -458,10 +482,13 @@ static void serve(struct jb_worker *w, int sfd) {
 
 /* ---- stop ----------------------------------------------------------------------------------- */
 
-/* Every session of this worker ends with it (its container would not outlive the attach
- * connection anyway: the shim's stdin closes), then the other threads; the heads the last
- * direct ops committed are announced before the pool closes. The ops socket's threads end
- * after the request each runs (an answer no peer takes ends its connection within 30 s). */
+/* SIGINT: every session of this worker ends with it. SIGTERM (a drain, for an upgrade): no
+ * session is touched — the op in flight of each finishes, no new one is claimed, and its
+ * thread lets go of the sandbox without removing it (launch.c); the next worker under this id
+ * re-adopts them. A session on the attach-stream channel cannot outlive the worker (the
+ * shim's stdin closes): it ends either way. Then the other threads; the heads the last direct
+ * ops committed are announced before the pool closes. The ops socket's threads end after the
+ * request each runs (an answer no peer takes ends its connection within 30 s). */
 static void stop(struct jb_worker *w, struct threads *t) {
   jb_error err = {0};
   pthread_mutex_lock(&w->lock);
@@ -471,6 +498,7 @@ static void stop(struct jb_worker *w, struct threads *t) {
   pthread_mutex_unlock(&w->lock);
   for (size_t i = 0; i < n; i++) {
     struct jb_session *s = list[i];
+    if (atomic_load(&w->drain) && session_keepable(s)) continue;
     atomic_store(&s->teardown, true);
     pthread_mutex_lock(&s->lock);
     char cid[80] = "";
@@ -517,6 +545,7 @@ int main(int argc, char **argv) {
       if (rc < 0) fprintf(stderr, "jailbox-worker: stdin is not a session contract\n");
       return rc < 0 ? 1 : 0;
     }
+    if (!strcmp(argv[i], "--keeper") && i + 1 < argc) return keeper_main(argv[i + 1]);
     if (!strcmp(argv[i], "--probe"))
       probe = true;
     else {
@@ -547,11 +576,19 @@ int main(int argc, char **argv) {
   if (probe) return probe_only(w);
   int rc = start(w);
   if (rc != 0) return rc;
+  if (keeper_init(w, &err) < 0)
+    slog(w, JB_LOG_WARN, NULL, err.msg, "phase", "descriptor keeper", NULL);
+  /* the sessions an earlier run left are taken over before anything else, and served before
+   * the probe (seconds: a container of its own) — only new launches need it */
   launch_startup_cleanup(w);
-  jb_walls_probe(&w->walls, &w->probe);
-  log_probe(w, &w->probe);
   struct threads t = {0};
   start_threads(w, &t);
+  struct jb_probe p;
+  jb_walls_probe(&w->walls, &p);
+  pthread_mutex_lock(&w->lock);
+  w->probe = p;
+  pthread_mutex_unlock(&w->lock);
+  log_probe(w, &p);
   serve(w, sfd);
   stop(w, &t);
   jb_db_close(w->db);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "db/audit_store.h"
 #include "db/ops.h"
@@ -216,6 +217,49 @@ static json_t *check_current(struct jb_worker *w, struct jb_session *s, json_t *
   return NULL;
 }
 
+/* Whether ops of `tool` change the workspace (an edit runs as a write). */
+static bool op_changes_files(const char *tool) {
+  static const char *const changing[] = {"write", "edit", "mkdir", "move", "delete", NULL};
+  for (size_t i = 0; changing[i]; i++)
+    if (!strcmp(tool, changing[i])) return true;
+  return false;
+}
+
+/* The answer the shim of `s` (its lock held) recorded for op `op_id` ({ok, result | error},
+ * new), or NULL when it ran no such op (or cannot say: an older shim, a failed call — the op
+ * then runs, and its own opId stops a second change). */
+static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id) {
+  json_t *req = json_pack("{s:s, s:I}", "op", "recall", "opId", (json_int_t)op_id);
+  jb_error err = {0};
+  json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err) : NULL;
+  json_decref(req);
+  json_t *r = json_object_get(a, "result");
+  json_t *found = json_is_true(json_object_get(r, "found")) ? json_object_get(r, "answer") : NULL;
+  json_t *out = json_is_object(found) ? json_incref(found) : NULL;
+  json_decref(a);
+  return out;
+}
+
+/* Fault injection for the tests of exactly-once ops (tests/node/readopt.test.mjs): with
+ * JB_TEST_FAULT=<file> in its environment, the worker _exits(86) at the point of a queued op
+ * that changes files whose name <file> holds (before_shim_write, after_shim_write,
+ * after_commit) — once: it removes <file> first. Unset (always, outside tests) it costs a
+ * getenv. */
+static void test_fault(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
+                       const char *point) {
+  const char *f = getenv("JB_TEST_FAULT");
+  if (!f || !f[0] || !op_changes_files(op->tool)) return;
+  char want[40] = "";
+  FILE *in = fopen(f, "re");
+  if (!in) return;
+  if (!fgets(want, sizeof want, in)) want[0] = '\0';
+  fclose(in);
+  want[strcspn(want, "\r\n")] = '\0';
+  if (strcmp(want, point) || unlink(f) < 0) return;
+  slog(w, JB_LOG_WARN, job, "test fault: the worker exits", "point", point, NULL);
+  _exit(86);
+}
+
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
@@ -242,7 +286,16 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   json_t *ans = NULL;
   jb_error err = {0};
   char changed[600] = "";
-  if (s && s->sb_ready && json_is_array(json_object_get(args, "expectCurrent")))
+  bool changes = op_changes_files(op->tool);
+  if (changes) json_object_set_new(req, "opId", json_integer(op->op_id));
+  /* an op the shim ran already — the worker that ran it died before its commit — is
+   * committed with the answer it had: not checked or run again */
+  json_t *recalled = changes && s && s->sb_ready ? recall(w, s, op->op_id) : NULL;
+  if (recalled) {
+    ans = recalled;
+    slog(w, JB_LOG_INFO, job, "op ran before the worker restarted: its recorded answer is kept",
+         "tool", op->tool, NULL);
+  } else if (s && s->sb_ready && json_is_array(json_object_get(args, "expectCurrent")))
     ans = check_current(w, s, json_object_get(args, "expectCurrent"),
                         json_object_get(args, "exclude"), changed, sizeof changed, &err);
   if (changed[0]) {
@@ -252,12 +305,14 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
     return json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "changed", "message",
                      changed);
   }
-  json_decref(ans);
-  ans = NULL;
-  if (s && s->sb_ready && !err.msg[0])
-    ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
-  else if (!err.msg[0])
-    jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  if (!recalled) {
+    json_decref(ans);
+    ans = NULL;
+    if (s && s->sb_ready && !err.msg[0])
+      ans = jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err);
+    else if (!err.msg[0])
+      jb_fail(&err, ESRCH, "the session's sandbox is not up");
+  }
   bool killed = s && atomic_load(&s->killing);
   /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
   *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
@@ -348,9 +403,12 @@ static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_
                      jb_error *err) {
   json_t *args = json_loads(op->args_json, 0, NULL);
   bool violation = false;
+  test_fault(w, job, op, "before_shim_write");
   json_t *ans = op_run(w, job, op, args, &violation);
+  test_fault(w, job, op, "after_shim_write");
   int rc = op_settle(w, c, job, op, args, ans, violation, strip_content, sigout, answer_out, err);
   json_decref(args);
+  if (rc == JB_OK) test_fault(w, job, op, "after_commit");
   return rc;
 }
 
@@ -374,7 +432,8 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
 
 /* Runs up to `max` queued ops of `job`, oldest first, until none is waiting. */
 static void run_session_queued(struct jb_worker *w, const char *job, int max) {
-  for (int k = 0; k < max; k++) {
+  /* a stopping worker claims nothing more: what is queued waits for the next one */
+  for (int k = 0; k < max && !atomic_load(&w->stopping); k++) {
     struct op_signal sig = {-1, ""};
     jb_error err = {0};
     int rc = run_next_queued(w, job, &sig, &err);

@@ -325,6 +325,47 @@ out:
   return answer;
 }
 
+int jb_shimconn_adopt(struct jb_shimconn *c, int fd, long timeout_ms, jb_error *err) {
+  struct jb_docker_stream none = {.fd = -1};
+  if (jb_shimconn_init(c, &none, err) < 0) {
+    close(fd);
+    return -1;
+  }
+  c->attach_ended = true;
+  c->sock = fd;
+  pthread_mutex_lock(&c->lock);
+  /* ids the earlier run used may still come (answers it never read): start far past them */
+  long long id = jb_now_ms() * 1000;
+  c->next_id = id + 1;
+  char req[96];
+  int n = snprintf(req, sizeof req, "{\"op\":\"ping\",\"id\":%lld}\n", id);
+  int rc = jb_shimconn_send_raw(c, req, (size_t)n, timeout_ms, err);
+  long deadline = jb_now_ms() + timeout_ms;
+  while (rc == 0) {
+    int lrc = JB_LINE_AGAIN;
+    char *line = NULL;
+    size_t len = 0;
+    enum pump p = pump_socket(c, deadline, &lrc, &line, &len);
+    if (p == PUMP_TIMEOUT) {
+      rc = jb_fail(err, ETIMEDOUT, "the shim did not answer within %ld ms", timeout_ms);
+      break;
+    }
+    if (p == PUMP_END) {
+      rc = jb_fail(err, EPIPE, "%s", c->dead_reason);
+      break;
+    }
+    if (lrc != JB_LINE_OK) continue; /* the rest of a line the earlier run began reading */
+    jb_error perr = {0};
+    json_t *o = jb_json_parse_object(line, len, JB_SHIM_MAX_DEPTH, &perr);
+    json_t *rid = json_object_get(o, "id");
+    bool ours = json_is_integer(rid) && json_integer_value(rid) == id;
+    json_decref(o);
+    if (ours) break;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
 /* ---- the listening end of the socket channel ------------------------------------------ */
 
 int jb_shim_listener_open(struct jb_shim_listener *l, const char *parent, const char *name,

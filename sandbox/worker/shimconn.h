@@ -58,6 +58,14 @@ void jb_shimconn_close(struct jb_shimconn *c);
  * request. Returns 0. */
 int jb_shimconn_use_socket(struct jb_shimconn *c, int fd, jb_error *err);
 
+/* Takes over the shim's socket `fd` (the channel of a session an earlier run of this worker
+ * id launched, kept by the descriptor keeper) without an attach stream, and finds the line
+ * boundary again: answers to requests the earlier run sent, and the rest of a line it began
+ * reading, are skipped until the answer to a ping sent now (ids from then on cannot be
+ * confused with the earlier run's). 0, or -1 with `err` (ETIMEDOUT, EPIPE); the connection
+ * is initialised either way (jb_shimconn_close). */
+int jb_shimconn_adopt(struct jb_shimconn *c, int fd, long timeout_ms, jb_error *err);
+
 /* Reads what the attach stream has for at most `timeout_ms` or until it ends, keeping its
  * stderr in the tail (with the socket channel nobody else reads it between calls). For a
  * stopped container, call it before jb_shimconn_stderr. */

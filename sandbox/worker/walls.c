@@ -483,7 +483,9 @@ static bool all_zero(const char *hex) {
   return true;
 }
 
-static void check_status(const json_t *st, bool gvisor, bool bwrap, struct check *c) {
+/* `later`: the shim has served ops since its launch; it then holds the workspace open (its
+ * root for openat2), which is the one descriptor besides stdio allowed. */
+static void check_status(const json_t *st, bool gvisor, bool bwrap, bool later, struct check *c) {
   /* the jailed process: whichever wall put it there (bwrap + setpriv, or setpriv alone) */
   enum jb_wall jw = bwrap ? JB_WALL_BWRAP : JB_WALL_DOCKER;
   json_int_t euid = json_integer_value(json_object_get(json_object_get(st, "uid"), "effective"));
@@ -505,6 +507,8 @@ static void check_status(const json_t *st, bool gvisor, bool bwrap, struct check
   json_t *f;
   json_array_foreach (fds, i, f) {
     json_int_t fd = json_integer_value(json_object_get(f, "fd"));
+    const char *target = json_string_value(json_object_get(f, "target"));
+    if (later && target && !strcmp(target, "/workspace")) continue;
     if (fd > 2)
       problem(c, jw, "unexpected open descriptor %lld (%s)", (long long)fd,
               json_string_value(json_object_get(f, "target")) ?: "?");
@@ -578,6 +582,30 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
       json_object_get(json_object_get(in, "State"), "Status") ?: json_null());
   json_decref(in);
   return out;
+}
+
+int jb_sandbox_recheck(const struct jb_walls_config *cfg, struct jb_sandbox *sb, jb_error *err) {
+  bool gvisor = sb->walls_up[JB_WALL_GVISOR], bwrap = sb->walls_up[JB_WALL_BWRAP];
+  json_t *req = json_pack("{s:s}", "op", "status");
+  json_t *ans = req ? jb_shimconn_call(&sb->conn, req, cfg->call_timeout_ms, err) : NULL;
+  json_decref(req);
+  if (!ans || !json_is_true(json_object_get(ans, "ok"))) {
+    json_decref(ans);
+    return ans ? jb_fail(err, EPROTO, "shim status: refused") : -1;
+  }
+  struct check chk;
+  for (int w = 0; w < JB_WALL_COUNT; w++) chk.problems[w] = json_array();
+  check_status(json_object_get(ans, "result"), gvisor, bwrap, true, &chk);
+  json_decref(ans);
+  json_t *settings = inspect_settings(cfg, sb->container_id, gvisor, &chk, err);
+  int rc = settings ? 0 : -1;
+  json_decref(settings);
+  for (int w = 0; w < JB_WALL_COUNT && rc == 0; w++)
+    if (sb->walls_up[w] && json_array_size(chk.problems[w]) > 0)
+      rc = jb_fail(err, EPERM, "%s: not as specified any more: %s", jb_wall_names[w],
+                   json_string_value(json_array_get(chk.problems[w], 0)));
+  for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(chk.problems[w]);
+  return rc;
 }
 
 /* Which wall a failure at a given step points at. */
@@ -987,7 +1015,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   }
   t[T_PING] = jb_now_ms();
 
-  check_status(status, gvisor, bwrap, &chk);
+  check_status(status, gvisor, bwrap, false, &chk);
   settings = inspect_settings(cfg, sb->container_id, gvisor, &chk, err);
   if (!settings) {
     fail_wall(failed, JB_WALL_DOCKER, err, "inspect: %s", err->msg);

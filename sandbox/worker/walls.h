@@ -132,6 +132,13 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
                       const json_t *labels, struct jb_sandbox *sb, enum jb_wall *failed_wall,
                       jb_error *err);
 
+/* Checks again, on a running sandbox whose `sb->conn` answers and whose `sb->walls_up` say
+ * which walls it was built with, what the launch checked: the jailed process's own view (the
+ * shim's status) and Wall 2's settings as Docker reports them. 0, or -1 with `err` naming the
+ * wall that no longer holds ("bwrap: not as specified any more: …"), or why it could not be
+ * asked. */
+int jb_sandbox_recheck(const struct jb_walls_config *cfg, struct jb_sandbox *sb, jb_error *err);
+
 /* Closes the shim connection and removes the container (force). Frees the contract. */
 void jb_sandbox_destroy(const struct jb_walls_config *cfg, struct jb_sandbox *sb);
 

@@ -79,6 +79,8 @@ struct jb_session {
   char cid[80]; /* the container, once up (guarded by w->lock, not lock: an op in
                                 flight holds lock for the whole call) */
   atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
+  bool adopted; /* taken over from an earlier run of this worker id (launch.c) */
+  atomic_bool kept; /* the keeper holds its channel: it can outlive this worker */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
@@ -91,6 +93,7 @@ struct jb_worker_settings {
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
   long prescan_hash_max_mib, max_sessions;
+  long lease_s; /* JAILBOX_WORKER_LEASE_S: a session's lease, renewed every third of it */
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
   char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
@@ -106,8 +109,12 @@ struct jb_worker {
   long long prescan_hash_max; /* bytes */
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */
+  char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */
 
   atomic_bool stopping;
+  /* SIGTERM: stopping leaves the sessions running for the next worker under this id (the
+   * keeper holds their channels); SIGINT: stopping ends them */
+  atomic_bool drain;
   atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
 
   pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
@@ -203,6 +210,13 @@ void launch_drain_queue(struct jb_worker *w);
  * removes the containers of this deployment that no live session of ours owns. */
 void launch_startup_cleanup(struct jb_worker *w);
 
+/* Takes this worker's lease on session `job` (db/launch_jobs.h). JB_OK, JB_ERR_CONFLICT
+ * (another worker drives it), JB_ERR_FAIL; logged. */
+int session_lease(struct jb_worker *w, const char *job);
+
+/* Whether session `s` can outlive this worker (the keeper holds its shim channel). */
+bool session_keepable(struct jb_session *s);
+
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);
 
@@ -213,6 +227,37 @@ void session_remove_containers(struct jb_worker *w, const char *job);
  * running at the same time: the second DELETE answers 409 before the first is done).
  * Returns whether it is gone. */
 bool container_gone(struct jb_worker *w, const char *cid, long ms);
+
+/* ---- the descriptor keeper (keeper.c) ------------------------------------------------------ */
+
+/* One session's channels as the keeper holds them: fd[0] the shim's socket, fd[1] the
+ * spawner's, fd[2] a memfd with the workspace grant (each -1 when absent); copies owned by
+ * the receiver. */
+struct jb_kept {
+  char job[129], cid[80];
+  int fd[3];
+};
+
+/* `jailbox-worker --keeper PATH`: serves the keeper's socket at PATH until it holds nothing and
+ * has been idle 30 s. The exit code. */
+int keeper_main(const char *path);
+
+/* Finds the keeper of this worker id (w->keeper_path), starting one when none answers. With
+ * the attach-stream channel only (JAILBOX_SHIM_SOCKET_DIR=none) there is none: "" and 0.
+ * 0, or -1 with `err` (the worker then runs without one: its sessions end with it). */
+int keeper_init(struct jb_worker *w, jb_error *err);
+
+/* Hands the keeper copies of session `job`'s descriptors (-1: none), replacing what it held
+ * for the session. 0, or -1 with `err`. */
+int keeper_put(struct jb_worker *w, const char *job, const char *cid, int conn, int spawner,
+               int grant, jb_error *err);
+
+/* The keeper closes what it holds for `job` (logged when it cannot be asked). */
+void keeper_del(struct jb_worker *w, const char *job);
+
+/* Everything the keeper holds, as copies: *out (new, kept_free) with *n entries. 0, or -1. */
+int keeper_get(struct jb_worker *w, struct jb_kept **out, size_t *n, jb_error *err);
+void kept_free(struct jb_kept *list, size_t n);
 
 /* ---- security signals (signals.c) -------------------------------------------------------- */
 
@@ -258,6 +303,11 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
  * before the session is ended for its sandbox's death, so that a command's true outcome
  * (killed for memory: oom) is what its op records, not the session's end. */
 bool exec_op_wait_stored(const char *job, long max_ms);
+
+/* At the re-adoption of session `job`: its exec ops an earlier run of this worker left marked
+ * running (their command was killed with the spawner's channel) are failed with the code
+ * "worker_restarted" and an audit entry. */
+void exec_op_fail_orphans(struct jb_worker *w, const char *job);
 
 /* Tells the spawner of session `job` (when it runs on this worker) to build the next command's
  * jail ahead (`ahead`: the session became active) or to kill the one built and build none

@@ -607,3 +607,58 @@ test('--help for every verb, exit 0; the overview lists them all', async () => {
     assert.match(r.stdout, new RegExp('^usage:\\n  jailboxctl ' + v + '\\b'), v);
   }
 });
+
+test('watch --decide: the buyer approves with allow-similar and rejects from stdin', async () => {
+  const S = await openSession('supervised');
+  const c = spawn(CTL, ['watch', S.jobId, '--decide'], {
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: wsUrl, JAILBOX_TOKEN: S.buyerToken },
+  });
+  children.push(c);
+  let out = '', err = '';
+  c.stdout.on('data', (d) => { out += d; });
+  c.stderr.on('data', (d) => { err += d; });
+  await waitFor('watch connected', () => out.includes('state awaiting_agent'));
+  const { client } = await mcpClient(S.jobId, S.agentToken);
+  const call = (path, content) => client.callTool({ name: 'write', arguments: { path, content } },
+    undefined, { timeout: 60000 });
+  try {
+    // a line before any request: told so, nothing decided
+    c.stdin.write('a\n');
+    await waitFor('the refusal of an empty decision', () => err.includes('no approval request yet'));
+    const first = call('src/b.c', 'int b;\n');
+    await waitFor('the choices', () => /decide: a (\d+) = approve/.test(out));
+    const op = Number(out.match(/decide: a (\d+) = approve/)[1]);
+    assert.match(out, new RegExp(`a ${op} directory = approve, allow write in its directory`));
+    assert.match(out, new RegExp(`a ${op} extension = approve, allow write of \\*\\.c there`));
+    assert.match(out, new RegExp(`a ${op} session = approve`));
+    assert.doesNotMatch(out, new RegExp(`a ${op} command`)); // not an exec
+    c.stdin.write('a nonsense\n');
+    await waitFor('a bad key refused', () => err.includes("'nonsense' is not an allow-similar key"));
+    c.stdin.write('a d\n'); // the newest request, allow similar by directory
+    const r1 = await first;
+    assert.equal(r1.isError, false, JSON.stringify(r1));
+    await waitFor('the decision printed', () => out.includes(`decided op #${op}: `) && out.includes('allowed from now on by rule'));
+    // the next write in src/ runs without asking; one elsewhere asks and is rejected with a reason
+    const r2 = await call('src/c.c', 'int c;\n');
+    assert.equal(r2.isError, false, JSON.stringify(r2));
+    const ops = JSON.parse((await ctl(['ops', S.jobId, '--json'], { token: S.buyerToken })).stdout).ops;
+    const second = ops.find((o) => o.path === 'src/c.c');
+    assert.match(second.decidedBy, /^rule:/);
+    const third = call('README', 'changed\n');
+    await waitFor('the second request', () => (out.match(/decide: a \d+ = approve/g) || []).length === 2);
+    const op3 = Number([...out.matchAll(/decide: a (\d+) = approve/g)].at(-1)[1]);
+    assert.notEqual(op3, op);
+    c.stdin.write(`r ${op3} not the README\n`);
+    const r3 = await third;
+    assert.equal(r3.isError, true);
+    assert.equal(r3.structuredContent.error.reason, 'rejected');
+    const rejected = JSON.parse((await ctl(['ops', S.jobId, '--json'], { token: S.buyerToken })).stdout)
+      .ops.find((o) => o.opId === op3);
+    assert.equal(rejected.state, 'rejected');
+    assert.match(JSON.stringify(rejected), /not the README/);
+    assert.doesNotMatch(err, SANITIZER);
+  } finally {
+    await client.close();
+    c.kill();
+  }
+});

@@ -354,3 +354,138 @@ test('jailboxctl rules JOB [add|rm] and approve --allow-similar', { timeout: 600
   assert.equal(p.status, 0, p.stderr);
   assert.match(p.stdout, /^op \d+: approved \(approved\)\nallowed from now on: r-[0-9a-f]{12} +write +allow path lib\/x\/\*\*\/\*\.h\n$/);
 });
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Writers on `agents` (two a socket) writing src/P_<writer>_<n>.c until stop(); every write must
+// succeed unless `tolerant` (a session ending under them). A write refused because the server's
+// waiting places (JAILBOX_WS_WORKERS - 1) are taken is sent again.
+function writers(agents, prefix, tolerant = false) {
+  let stopped = false;
+  let n = 0;
+  const loop = async (a, w) => {
+    while (!stopped) {
+      const r = await kit.call(a, 'write', { path: `src/${prefix}_${w}_${n++}.c`, content: 'x\n' }).catch((e) => ({ error: String(e) }));
+      if (/too many calls are waiting/.test(r.error?.message ?? '')) continue;
+      if (!tolerant) assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 300));
+      else if (!r.result || r.result.isError) return;
+    }
+  };
+  const all = agents.flatMap((a, i) => [loop(a, 2 * i), loop(a, 2 * i + 1)]);
+  return async () => { stopped = true; await Promise.all(all); };
+}
+
+test('rules added and revoked while writes arrive: every write is decided by the rules that stand at its insert (a rule\'s writes are one run of op ids, no write of the mode among them), and a rule\'s uses count exactly the writes it decided', { timeout: 300000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'unsupervised' });
+  const agents = await Promise.all([0, 1, 2].map(() => kit.connect(S.agentToken)));
+  const USES = 100000;
+  const ROUNDS = 10;
+  for (let k = 0; k < ROUNDS; k++) {
+    const stop = writers(agents, `r${k}`);
+    await sleep(60 + 20 * k);
+    const add = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken,
+      body: { rule: { id: `r${k}`, tool: 'write', path: 'src/**', effect: 'allow', uses: USES } } });
+    assert.equal(add.status, 201, add.text);
+    await sleep(120);
+    const rev = await srv.req('DELETE', `/v1/jailbox/${S.jobId}/rules/r${k}`, { token: S.buyerToken });
+    assert.equal(rev.status, 200, rev.text);
+    await sleep(60);
+    await stop();
+  }
+  for (const a of agents) a.close();
+  const ops = (await srv.db.query('SELECT op_id, decided_by FROM ops WHERE job_id = $1 AND tool = \'write\' ORDER BY op_id', [S.jobId])).rows;
+  const by = ops.map((o) => o.decided_by);
+  assert.ok(by.every((d) => d === 'mode' || /^rule:r\d+$/.test(d)), JSON.stringify([...new Set(by)]));
+  const rules = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules?all=true`, { token: S.buyerToken });
+  let decided = 0;
+  for (let k = 0; k < ROUNDS; k++) {
+    const at = by.flatMap((d, i) => (d === `rule:r${k}` ? [i] : []));
+    decided += at.length;
+    // one unbroken run: no write decided by the mode between the first and the last of them
+    if (at.length) assert.equal(at[at.length - 1] - at[0] + 1, at.length, `rule r${k}: ${by.slice(at[0], at[at.length - 1] + 1).join(' ')}`);
+    const r = rules.json.rules.find((x) => x.id === `r${k}`);
+    assert.deepEqual([r.state, r.usesLeft], ['revoked', USES - at.length], `r${k}`);
+  }
+  assert.ok(decided > 0 && by.filter((d) => d === 'mode').length > 0, `rules decided ${decided} of ${by.length}`);
+  // the chain: every write a rule decided comes after the rule's rule_add
+  const rows = verifiedChain(srv, S.jobId);
+  for (let k = 0; k < ROUNDS; k++) {
+    const added = rows.findIndex((r) => r.operation === 'rule_add' && r.details.ruleId === `r${k}`);
+    assert.ok(added >= 0);
+    assert.ok(rows.every((r, i) => r.operation !== 'write' || r.details.decidedBy !== `rule:r${k}` || i > added));
+  }
+});
+
+test('a session aborted while writes decided by a rule with uses arrive: the uses counted are the writes stored', { timeout: 180000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'unsupervised', policy: { rules: [
+    { id: 'many', tool: 'write', path: 'src/**', effect: 'allow', uses: 1000 },
+  ] } });
+  const agents = await Promise.all([0, 1, 2].map(() => kit.connect(S.agentToken)));
+  const stop = writers(agents, 'ab', true);
+  await sleep(400);
+  const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: S.buyerToken, body: { reason: 'test' } });
+  assert.ok([200, 202].includes(r.status), r.text);
+  await stop();
+  for (const a of agents) a.close();
+  const n = Number((await srv.db.query('SELECT count(*) FROM ops WHERE job_id = $1 AND decided_by = \'rule:many\'', [S.jobId])).rows[0].count);
+  const left = (await srv.db.query('SELECT uses_left FROM policy_rules WHERE job_id = $1 AND rule_id = \'many\'', [S.jobId])).rows[0].uses_left;
+  assert.ok(n > 0);
+  assert.equal(left, 1000 - n);
+});
+
+test('a rule past its expiresAt decides nothing, and its rule_expire entry comes before the next op decided without it', { timeout: 120000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'supervised' });
+  const buyer = await kit.connect(S.buyerToken);
+  const asked = [];
+  buyer.on('jailbox:approval_request', async (req) => {
+    asked.push(req.path);
+    await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  });
+  const agent = await kit.connect(S.agentToken);
+  // whole seconds: 3 to 4 s from now
+  const expiresAt = new Date(Date.now() + 4000).toISOString().replace(/\.\d+Z$/, 'Z');
+  const add = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken,
+    body: { rule: { id: 'soon', tool: 'write', path: 'src/**', effect: 'allow', expiresAt } } });
+  assert.equal(add.status, 201, add.text);
+  await kit.ok(agent, 'write', { path: 'src/a.c', content: 'a\n' });
+  assert.deepEqual(asked, []);
+  await sleep(Math.max(0, Date.parse(expiresAt) - Date.now()) + 1100);
+  await kit.ok(agent, 'write', { path: 'src/b.c', content: 'b\n' });
+  assert.deepEqual(asked, ['src/b.c']);
+  const all = await srv.req('GET', `/v1/jailbox/${S.jobId}/rules?all=true`, { token: S.buyerToken });
+  assert.deepEqual(all.json.rules.filter((r) => !r.source).map((r) => [r.id, r.state]), [['soon', 'expired']]);
+  const rows = verifiedChain(srv, S.jobId);
+  const seq = (f) => rows.findIndex(f);
+  const expired = seq((r) => r.operation === 'rule_expire' && r.details.ruleId === 'soon' && r.details.why === 'expiresAt');
+  assert.ok(expired > 0, 'rule_expire entry');
+  assert.ok(expired > seq((r) => r.operation === 'write' && r.path === 'src/a.c'));
+  assert.ok(expired < seq((r) => r.operation === 'write' && r.path === 'src/b.c'));
+  assert.deepEqual(rows.filter((r) => r.operation === 'write').map((r) => [r.path, r.details.decidedBy]), [['src/a.c', 'rule:soon'], ['src/b.c', 'buyer']]);
+  agent.close();
+});
+
+test('an exec allow rule allows read-only commands; a writable one asks unless the rule says writable: true; allow-similar "command" of a writable exec says it', { timeout: 120000 }, async () => {
+  const S = await kit.openSession(build, { mode: 'supervised', policy: { rules: [
+    { id: 'ro', tool: 'exec', argvPrefix: ['true'], effect: 'allow' },
+  ] } });
+  const buyer = await kit.connect(S.buyerToken);
+  const asked = [];
+  let similar = null;
+  buyer.on('jailbox:approval_request', async (req) => {
+    asked.push(req.opId);
+    const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', asked.length === 1 ? { opId: req.opId, allowSimilar: 'command' } : { opId: req.opId });
+    if (asked.length === 1) similar = ack.rule ?? { ackError: ack };
+  });
+  const agent = await kit.connect(S.agentToken);
+  // whether `true` runs in this image does not matter: the decision comes first
+  await kit.call(agent, 'exec', { argv: ['true', 'x'] });
+  assert.equal(asked.length, 0);
+  await kit.call(agent, 'exec', { argv: ['true', 'y'], writable: true });
+  assert.equal(asked.length, 1);
+  assert.deepEqual([similar.argvPrefix, similar.writable], [['true', 'y'], true], JSON.stringify(similar));
+  await kit.call(agent, 'exec', { argv: ['true', 'y', 'z'], writable: true });
+  assert.equal(asked.length, 1, 'the rule made from the writable exec allows the next one');
+  const ops = (await srv.db.query('SELECT args->\'argv\' AS argv, decided_by FROM ops WHERE job_id = $1 AND tool = \'exec\' ORDER BY op_id', [S.jobId])).rows;
+  assert.deepEqual(ops.map((o) => [o.argv.join(' '), o.decided_by]), [['true x', 'rule:ro'], ['true y', 'buyer'], ['true y z', `rule:${similar.id}`]]);
+  agent.close();
+});

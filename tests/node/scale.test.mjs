@@ -397,3 +397,56 @@ test('SIGTERM to the instance holding both sockets: clients reconnect through ng
   assert.ok(m['jailbox_audit_append_seconds_count'] > 0, 'this instance appended audit entries');
   assert.equal(m['jailbox_sessions{state="active"}'], 1);
 });
+
+// Each instance keeps a copy of a session's rules: the op's insert checks the rules' version it
+// was decided on, so a copy made before a change on another instance decides nothing.
+test('a rule revoked on one instance decides nothing on the other after its revocation; a rule added there decides the next op', { timeout: 240000 }, async () => {
+  const up = [];
+  for (const i of [A, B]) if ((await i.req('GET', '/readyz').catch(() => ({ status: 0 }))).status === 200) up.push(i);
+  assert.ok(up.length >= 1);
+  const Y = up[0];
+  const C = await startInstance('rules-c', dir, { pg, redis, redisUrl: redis.unixUrl, secrets, wsroot, env: { JAILBOX_SANDBOX_IMAGE: IMAGE } });
+  try {
+    const name = 'ws-rules';
+    mkdirSync(join(wsroot, name, 'race'), { recursive: true });
+    chmodSync(join(wsroot, name), 0o777);
+    chmodSync(join(wsroot, name, 'race'), 0o777);
+    const o = await Y.req('POST', '/v1/jailbox', { body: { agentId: 'agent-rules', workspace: name, mode: 'unsupervised' } });
+    assert.equal(o.status, 201, o.text);
+    const R = o.json;
+    await waitFor('awaiting_agent', async () => (await sessionOf(Y, R.jobId)).state === 'awaiting_agent', 120000, logs);
+    const agent = await connect(C.wsAddr, R.agentToken);
+    const rules = (method, path, body) => Y.req(method, `/v1/jailbox/${R.jobId}/rules${path}`, { token: R.buyerToken, body });
+    const write = async (p) => {
+      const r = await call(agent, 'write', { path: p, content: 'x\n' });
+      return r;
+    };
+    const decider = async (p) => (await Y.req('GET', `/v1/jailbox/${R.jobId}/ops?limit=500`, { token: R.buyerToken })).json.ops.find((x) => x.path === p)?.decidedBy;
+    let r = await rules('POST', '', { rule: { id: 'on-y', tool: 'write', path: 'race/**', effect: 'allow' } });
+    assert.equal(r.status, 201, r.text);
+    for (const p of ['race/1.txt', 'race/2.txt']) { // the second decided on C's copy
+      const w = await write(p);
+      assert.ok(w.result && !w.result.isError, JSON.stringify(w));
+      assert.equal(await decider(p), 'rule:on-y', p);
+    }
+    r = await rules('DELETE', '/on-y');
+    assert.equal(r.status, 200, r.text);
+    let w = await write('race/3.txt');
+    assert.ok(w.result && !w.result.isError, JSON.stringify(w));
+    assert.equal(await decider('race/3.txt'), 'mode', 'the rule revoked on the other instance decided nothing');
+    r = await rules('POST', '', { rule: { id: 'deny-y', tool: 'write', path: 'race/**', effect: 'deny' } });
+    assert.equal(r.status, 201, r.text);
+    w = await write('race/4.txt');
+    assert.ok(toolFailure(w), JSON.stringify(w));
+    assert.match(JSON.stringify(w), /denied by rule deny-y/);
+    r = await rules('DELETE', '/deny-y');
+    assert.equal(r.status, 200, r.text);
+    w = await write('race/5.txt');
+    assert.ok(w.result && !w.result.isError, JSON.stringify(w));
+    assert.equal(await decider('race/5.txt'), 'mode');
+    agent.close();
+    assert.equal((await Y.req('POST', `/v1/jailbox/${R.jobId}/abort`, { token: R.buyerToken })).status < 300, true);
+  } finally {
+    await C.stop();
+  }
+});

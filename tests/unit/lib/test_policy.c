@@ -352,6 +352,115 @@ static void exec_env(void **state) {
   json_decref(cmd);
 }
 
+/* An exec allow rule allows read-only commands unless it says writable: true; a deny or an ask
+ * rule holds both kinds; allow-similar "command" from a writable exec says writable. */
+static void exec_writable(void **state) {
+  (void)state;
+  json_t *ro =
+      chk("{\"id\":\"ro\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}");
+  json_t *rw =
+      chk("{\"id\":\"rw\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],"
+          "\"effect\":\"allow\",\"writable\":true}");
+  json_t *deny =
+      chk("{\"id\":\"d\",\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"deny\"}");
+  json_t *ask =
+      chk("{\"id\":\"k\",\"tool\":\"exec\",\"command\":\"make\",\"effect\":\"ask\","
+          "\"writable\":false}");
+  assert_non_null(ro);
+  assert_non_null(rw);
+  assert_non_null(deny);
+  assert_non_null(ask);
+  json_t *argv = json_pack("[s,s]", "make", "all");
+  struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
+  assert_true(jb_rule_matches(ro, &op, NOW));
+  assert_true(jb_rule_matches(rw, &op, NOW));
+  op.writable = true;
+  assert_false(jb_rule_matches(ro, &op, NOW));
+  assert_true(jb_rule_matches(rw, &op, NOW));
+  assert_true(jb_rule_matches(deny, &op, NOW));
+  struct jb_rule_op sh = {
+      .tool = "exec", .path = ".", .command = "make", .size = -1, .writable = true};
+  assert_true(jb_rule_matches(ask, &sh, NOW));
+  /* first match: the read-only allow is passed over for a writable exec */
+  json_t *list = json_pack("[O,O]", ro, deny);
+  assert_string_equal(decide(list, &op), "d");
+  op.writable = false;
+  assert_string_equal(decide(list, &op), "ro");
+  json_decref(list);
+  refused("{\"tool\":\"write\",\"effect\":\"allow\",\"writable\":true}",
+          "writable is for exec rules only");
+  refused("{\"tool\":\"exec\",\"argvPrefix\":[\"make\"],\"effect\":\"allow\",\"writable\":1}",
+          "writable must be true or false");
+  /* allow similar */
+  op.writable = true;
+  json_t *sim = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(sim);
+  assert_true(json_is_true(json_object_get(sim, "writable")));
+  assert_true(jb_rule_matches(sim, &op, NOW));
+  json_decref(sim);
+  op.writable = false;
+  sim = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(sim);
+  assert_null(json_object_get(sim, "writable"));
+  op.writable = true;
+  assert_false(jb_rule_matches(sim, &op, NOW));
+  json_decref(sim);
+  sim = jb_rule_similar(&op, "session", msg, sizeof msg);
+  assert_non_null(sim);
+  assert_true(json_is_true(json_object_get(sim, "writable")));
+  json_decref(sim);
+  json_decref(argv);
+  json_decref(ro);
+  json_decref(rw);
+  json_decref(deny);
+  json_decref(ask);
+}
+
+/* A compiled list: the index of the first match, the earliest expiresAt, a rule past its
+ * expiresAt deciding nothing, an over-long path named by a deny and by no allow. */
+static void compiled(void **state) {
+  (void)state;
+  json_t *in = json_loads(
+      "[{\"id\":\"x\",\"tool\":\"write\",\"path\":\"src/**\",\"effect\":\"allow\","
+      "\"expiresAt\":\"2026-12-01T00:00:00Z\"},"
+      "{\"id\":\"y\",\"tool\":\"write\",\"path\":\"*.c\",\"effect\":\"deny\","
+      "\"expiresAt\":\"2026-12-02T00:00:00Z\"},"
+      "{\"id\":\"z\",\"tool\":\"write\",\"effect\":\"ask\",\"uses\":3}]",
+      0, NULL);
+  json_t *rules = jb_rules_check(in, 0, false, NOW, msg, sizeof msg);
+  json_decref(in);
+  assert_non_null(rules);
+  struct jb_rules *rs = jb_rules_compile(rules);
+  assert_non_null(rs);
+  assert_int_equal(jb_rules_count(rs), 3);
+  long long t;
+  assert_int_equal(jb_rule_parse_time("2026-12-01T00:00:00Z", &t), 0);
+  assert_true(jb_rules_next_expiry(rs) == t);
+  struct jb_rule_op op = {.tool = "write", .path = "src/a.c", .size = 1};
+  assert_int_equal(jb_rules_match(rs, &op, NOW), 0);
+  assert_string_equal(jb_rules_id(rs, 0), "x");
+  assert_int_equal(jb_rules_effect(rs, 0), JB_RULE_ALLOW);
+  assert_false(jb_rules_counts_uses(rs, 0));
+  assert_true(jb_rules_counts_uses(rs, 2));
+  assert_int_equal(jb_rules_match(rs, &op, t), 1); /* x expired at t: the deny of *.c */
+  assert_int_equal(jb_rules_match(rs, &op, t + 86400), 2); /* both expired */
+  op.path = "docs/a.md";
+  assert_int_equal(jb_rules_match(rs, &op, NOW), 2);
+  op.tool = "edit";
+  assert_int_equal(jb_rules_match(rs, &op, NOW), -1);
+  /* longer than any workspace path: no allow names it, a deny does */
+  char *longp = malloc(5000);
+  memset(longp, 'a', 4999);
+  memcpy(longp, "src/", 4);
+  longp[4999] = '\0';
+  op = (struct jb_rule_op){.tool = "write", .path = longp, .size = 1};
+  assert_int_equal(jb_rules_match(rs, &op, NOW), 1);
+  free(longp);
+  jb_rules_free(rs);
+  jb_rules_free(NULL);
+  json_decref(rules);
+}
+
 /* An expiry is a real UTC time: no day a month lacks, no sign or blank in a field. */
 static void expiry_times(void **state) {
   (void)state;
@@ -402,7 +511,8 @@ int main(void) {
       cmocka_unit_test(matching),        cmocka_unit_test(similar),
       cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
       cmocka_unit_test(expiry_times),    cmocka_unit_test(exec_env),
-      cmocka_unit_test(policy_file),
+      cmocka_unit_test(policy_file),     cmocka_unit_test(exec_writable),
+      cmocka_unit_test(compiled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,253 @@
+// readopt.test.mjs — a worker that dies or is killed loses no session: the worker started
+// again under the same id takes over the running containers (their shim channels were held by
+// the descriptor keeper, sandbox/worker/keeper.c), checks their walls again and serves them;
+// pending approvals stay pending and land once approved; nothing runs twice; every chain
+// verifies offline. JB_READOPT_SESSIONS sets how many live sessions the kill -9 case runs
+// (default 3). Needs root, dockerd with runsc.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, statSync,
+  writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { JAILBOXD } from './lib/server.mjs';
+import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
+  closeAll } from './lib/jail.mjs';
+import { verifiedChain } from './lib/mcp.mjs';
+import { toolFailure } from './lib/agent.mjs';
+
+const IMAGE = 'jailbox-sandbox:readopt'; // startJail adds JB_IMAGE_SUFFIX
+const N = Number(process.env.JB_READOPT_SESSIONS || 3);
+
+const servers = [];
+after(async () => {
+  for (const s of servers) {
+    await closeAll(s);
+    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
+    const log = s.log();
+    await s.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+  }
+});
+
+const workerPid = (srv) => Number(readFileSync(join(srv.state, 'worker-0.pid'), 'utf8'));
+const readyCount = (srv) => (srv.log().match(/"msg":"worker ready"/g) || []).length;
+
+// the content a read of `path` returns, or null when the call failed (its error kept in errs)
+async function readOf(agent, path, errs = []) {
+  try {
+    const r = await call(agent, 'read', { path }, 20000);
+    if (r.result && !r.result.isError) return r.result.structuredContent?.content ?? null;
+    errs.push(JSON.stringify(r.error ?? r.result).slice(0, 300));
+  } catch (e) {
+    errs.push(e.message);
+  }
+  return null;
+}
+
+// a session with a.txt, its buyer and agent connected, active (one read done)
+async function liveSession(srv, i) {
+  const s = await openSession(srv, (d) => writeFileSync(join(d, 'a.txt'), `before ${i}\n`), { mode: 'supervised' });
+  s.buyer = await connect(srv, s.buyerToken);
+  s.agent = await connect(srv, s.agentToken);
+  assert.equal(await readOf(s.agent, 'a.txt'), `before ${i}\n`);
+  await waitState(srv, s.jobId, ['active']);
+  return s;
+}
+
+test(`worker SIGKILLed with ${N} live sessions (writes pending, reads in flight): served again within 5 s, the writes approved land once, every chain verifies`, { timeout: 600000 }, async () => {
+  // each pending write and each read in flight holds one of jailboxd's socket workers
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WS_WORKERS: String(2 * N + 4) } });
+  servers.push(srv);
+  const sessions = [];
+  for (let i = 0; i < N; i++) sessions.push(await liveSession(srv, i));
+  const cids = {};
+  for (const s of sessions) cids[s.jobId] = (await containersOf(s.jobId)).map((c) => c.Id);
+  // a supervised write pending in each
+  const writes = [];
+  for (const [i, s] of sessions.entries()) {
+    writes.push(call(s.agent, 'write', { path: 'a.txt', content: `after ${i}\n` }, 120000).catch((e) => ({ cut: e.message })));
+    s.req = await waitEvent(s.buyer, 'jailbox:approval_request');
+  }
+  // reads in flight when the worker dies
+  const inflight = sessions.map((s) => readOf(s.agent, 'a.txt', s.errs = []));
+  const before = readyCount(srv);
+  const t0 = Date.now();
+  process.kill(workerPid(srv), 'SIGKILL');
+  await Promise.all(inflight);
+  // every session served again (a read answers with the file) — measured from the kill
+  const served = await Promise.all(sessions.map(async (s, i) => {
+    await waitFor(srv, `session ${i} served`, async () => (await readOf(s.agent, 'a.txt', s.errs)) === `before ${i}\n`, 30000);
+    return Date.now() - t0;
+  }));
+  console.log(`# ${N} sessions served again after the worker's SIGKILL in ms:`, served.join(' '));
+  assert.ok(readyCount(srv) > before, 'a new worker started');
+  for (const s of sessions)
+    for (const e of s.errs) assert.doesNotMatch(e, /rejected by the buyer/, e);
+  assert.ok(Math.max(...served) < 5000, `served again after ${Math.max(...served)} ms`);
+  for (const s of sessions) {
+    const st = await waitState(srv, s.jobId, ['active'], 1000);
+    assert.equal(st.pendingOps, 1);
+    assert.deepEqual((await containersOf(s.jobId)).map((c) => c.Id), cids[s.jobId], 'the same container');
+  }
+  // the pending writes are approved after the restart and land, once
+  for (const s of sessions) {
+    const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${s.req.opId}`, { token: s.buyerToken });
+    assert.equal(ap.status, 200, ap.text);
+  }
+  const answers = await Promise.all(writes);
+  for (const [i, s] of sessions.entries()) {
+    const a = answers[i];
+    assert.ok(a.result && !a.result.isError, JSON.stringify(a));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `after ${i}\n`);
+    const rows = (await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'write'", [s.jobId])).rows;
+    assert.deepEqual(rows.map((r) => r.state), ['done']);
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain.filter((e) => e.operation === 'write').length, 1, 'one write in the chain');
+  }
+  // and the sessions still end cleanly
+  for (const s of sessions) {
+    const ab = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+    assert.equal(ab.status, 200, ab.text);
+  }
+  for (const s of sessions) await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 15000);
+});
+
+// The worker killed at each step of a changing op (JB_TEST_FAULT, sandbox/worker/relay.c):
+// before the shim's write the op runs once after the restart; after it (before the commit)
+// the restarted worker finds the op in the shim's journal and commits its first answer — a
+// supervised write is not reported `changed`, a move not `not_found`; after the commit
+// nothing runs again. Every op is done once, in the files and in the chain.
+test('worker killed before the shim\'s write, after it, after the commit: every op lands once, never `changed`, the chain verifies', { timeout: 600000 }, async () => {
+  const fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JB_TEST_FAULT: fault } });
+  servers.push(srv);
+  const s = await liveSession(srv, 0);
+  const points = ['before_shim_write', 'after_shim_write', 'after_commit'];
+  for (const [k, point] of points.entries()) {
+    for (const op of ['write', 'move']) {
+      writeFileSync(fault, point + '\n');
+      const before = readyCount(srv);
+      const args = op === 'write' ? { path: 'a.txt', content: `${point} ${k}\n` }
+        : { source: 'a.txt', destination: `moved-${k}.txt` };
+      const t0 = Date.now();
+      const answer = call(s.agent, op, args, 120000).catch((e) => ({ cut: e.message }));
+      const req = await waitEvent(s.buyer, 'jailbox:approval_request', (p) => p.tool === op && !p.seen);
+      req.seen = true;
+      const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${req.opId}`, { token: s.buyerToken });
+      assert.equal(ap.status, 200, ap.text);
+      const a = await answer;
+      const took = Date.now() - t0;
+      assert.ok(!existsSync(fault), `the fault ${point} fired`);
+      assert.ok(readyCount(srv) > before || /test fault/.test(srv.log()), 'the worker restarted');
+      assert.ok(a.result && !a.result.isError, `${op} at ${point}: ${JSON.stringify(a)}`);
+      console.log(`# ${op}, worker killed ${point}: answered in ${took} ms`);
+      const row = (await srv.db.query('SELECT state, result FROM ops WHERE op_id = $1', [req.opId])).rows[0];
+      assert.equal(row.state, 'done', JSON.stringify(row));
+      if (op === 'write') {
+        assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `${point} ${k}\n`);
+      } else {
+        assert.ok(!existsSync(join(s.dir, 'a.txt')));
+        assert.equal(readFileSync(join(s.dir, `moved-${k}.txt`), 'utf8'), `${point} ${k}\n`);
+      }
+      await waitState(srv, s.jobId, ['active'], 5000);
+    }
+  }
+  const chain = verifiedChain(srv, s.jobId);
+  const changing = chain.filter((e) => e.operation === 'write' || e.operation === 'move');
+  assert.equal(changing.length, points.length * 2, JSON.stringify(changing.map((e) => e.operation)));
+  assert.ok(changing.every((e) => e.details.ok === true), JSON.stringify(changing.map((e) => e.details)));
+  const rows = (await srv.db.query("SELECT tool, state FROM ops WHERE job_id = $1 AND tool IN ('write', 'move')", [s.jobId])).rows;
+  assert.equal(rows.length, points.length * 2);
+  assert.ok(rows.every((r) => r.state === 'done'), JSON.stringify(rows));
+  assert.equal((srv.log().match(/"msg":"test fault: the worker exits"/g) || []).length, points.length * 2);
+});
+
+// An upgrade: the worker binary replaced on disk, then SIGTERM to the worker. It drains (no new
+// claim, the op in flight finishes) and exits without touching its containers; jailboxd starts
+// the new binary at once, which re-adopts them. The pending writes are approved and land once.
+test('SIGTERM upgrade to a new worker binary: the sessions stay up in the same containers and are served by the new worker', { timeout: 600000 }, async () => {
+  const bin = join(mkdtempSync(join(tmpdir(), 'jb-wbin-')), 'jailbox-worker');
+  copyFileSync(join(dirname(JAILBOXD), 'jailbox-worker'), bin);
+  chmodSync(bin, 0o755);
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WORKER_BIN: bin } });
+  servers.push(srv);
+  const sessions = [await liveSession(srv, 0), await liveSession(srv, 1)];
+  const cids = {};
+  for (const s of sessions) cids[s.jobId] = (await containersOf(s.jobId)).map((c) => c.Id);
+  const writes = [];
+  for (const [i, s] of sessions.entries()) {
+    writes.push(call(s.agent, 'write', { path: 'a.txt', content: `upgraded ${i}\n` }, 120000).catch((e) => ({ cut: e.message })));
+    s.req = await waitEvent(s.buyer, 'jailbox:approval_request');
+  }
+  // the new binary, put in place as a package manager would (a new file renamed over the old)
+  copyFileSync(join(dirname(JAILBOXD), 'jailbox-worker'), bin + '.new');
+  chmodSync(bin + '.new', 0o755);
+  renameSync(bin + '.new', bin);
+  const newIno = statSync(bin).ino;
+  const old = workerPid(srv);
+  const before = readyCount(srv);
+  const t0 = Date.now();
+  process.kill(old, 'SIGTERM');
+  await waitFor(srv, 'the old worker gone', () => !existsSync('/proc/' + old), 20000);
+  const stopped = Date.now() - t0;
+  assert.match(srv.log(), /"msg":"worker stopping"[^\n]*"sessions":"left running for the next worker"/);
+  await waitFor(srv, 'the new worker ready', () => readyCount(srv) > before, 20000);
+  const served = await Promise.all(sessions.map(async (s, i) => {
+    await waitFor(srv, `session ${i} served`, async () => (await readOf(s.agent, 'a.txt')) === `before ${i}\n`, 30000);
+    return Date.now() - t0;
+  }));
+  console.log(`# SIGTERM upgrade: old worker gone after ${stopped} ms; sessions served again after ms:`, served.join(' '));
+  const pid = workerPid(srv);
+  assert.notEqual(pid, old);
+  assert.equal(statSync('/proc/' + pid + '/exe').ino, newIno, 'the new worker runs the new binary');
+  for (const s of sessions) {
+    const st = await waitState(srv, s.jobId, ['active'], 1000);
+    assert.equal(st.pendingOps, 1);
+    assert.deepEqual((await containersOf(s.jobId)).map((c) => c.Id), cids[s.jobId], 'the same container');
+    const ap = await srv.req('POST', `/v1/jailbox/${s.jobId}/approve/${s.req.opId}`, { token: s.buyerToken });
+    assert.equal(ap.status, 200, ap.text);
+  }
+  const answers = await Promise.all(writes);
+  for (const [i, s] of sessions.entries()) {
+    assert.ok(answers[i].result && !answers[i].result.isError, JSON.stringify(answers[i]));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), `upgraded ${i}\n`);
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain.filter((e) => e.operation === 'write').length, 1);
+  }
+});
+
+// The lease (JAILBOX_WORKER_LEASE_S): a worker that stops answering (SIGSTOP: alive, its pid
+// file locked, so nobody starts another) renews nothing; once its lease has run out the
+// sweeper fails the session with the reason worker_unavailable and seals its chain. The agent
+// waiting on a pending write is told the session failed — never "rejected by the buyer"; the
+// worker, woken, removes the container.
+test('a worker gone longer than its lease: the session fails with worker_unavailable, the waiting agent is told the real cause', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WORKER_LEASE_S: '3' } });
+  servers.push(srv);
+  const s = await liveSession(srv, 0);
+  const lease = (await srv.db.query('SELECT lease_worker, lease_until > now() AS live FROM sessions WHERE job_id = $1', [s.jobId])).rows[0];
+  assert.match(lease.lease_worker, /#0$/);
+  assert.equal(lease.live, true);
+  const w = call(s.agent, 'write', { path: 'a.txt', content: 'never\n' }, 120000).catch((e) => ({ cut: e.message }));
+  await waitEvent(s.buyer, 'jailbox:approval_request');
+  const pid = workerPid(srv);
+  process.kill(pid, 'SIGSTOP');
+  const t0 = Date.now();
+  try {
+    const st = await waitState(srv, s.jobId, ['failed'], 30000);
+    console.log(`# session failed ${Date.now() - t0} ms after its worker stopped (lease 3 s):`, st.stateReason);
+    assert.equal(st.stateReason, 'worker_unavailable');
+    const f = toolFailure(await w);
+    assert.ok(f, 'the write failed');
+    assert.doesNotMatch(f.message, /rejected by the buyer/);
+    assert.equal(f.data.reason, 'session_failed', JSON.stringify(f));
+    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'before 0\n');
+    const chain = verifiedChain(srv, s.jobId);
+    assert.equal(chain[chain.length - 1].operation, 'seal');
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  await waitFor(srv, 'container removed', async () => (await containersOf(s.jobId)).length === 0, 30000);
+});
