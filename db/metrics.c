@@ -21,9 +21,6 @@ const int jb_db_launch_n = sizeof jb_db_launch_bounds / sizeof(double);
   "  FROM unnest($1::float8[]) WITH ORDINALITY AS b(b, i)) q), '[]')::text," \
   " (SELECT count(*) FROM s), (SELECT coalesce(sum(t), 0) FROM s)"
 
-static const char SQL_WAIT[] =
-    "WITH s AS (SELECT extract(epoch FROM decided_at - created_at)::float8 AS t FROM ops"
-    " WHERE decided_at IS NOT NULL) " HIST_SQL(s);
 static const char SQL_LAUNCH[] =
     "WITH s AS (SELECT extract(epoch FROM finished_at - created_at)::float8 AS t FROM launch_jobs"
     " WHERE kind = 'launch' AND state = 'done' AND finished_at IS NOT NULL) " HIST_SQL(s);
@@ -60,7 +57,58 @@ static json_t *histogram(PGconn *c, const char *sql, const double *bounds, int n
   return o;
 }
 
+/* The approval wait histogram from op_wait_counts and the changes not folded yet, checked
+ * against the bounds the counters were made with (jb_approval_wait_bounds(), migration 030). */
+static json_t *approval_wait(PGconn *c, jb_error *err) {
+  char *bt = bounds_text(jb_db_approval_wait_bounds, jb_db_approval_wait_n);
+  if (!bt) {
+    jb_fail(err, ENOMEM, "out of memory");
+    return NULL;
+  }
+  const char *p[1] = {bt};
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH b AS (SELECT bucket, n, sum_s FROM op_wait_counts"
+      "   UNION ALL SELECT jb_approval_wait_bucket(wait_s), 1, wait_s FROM op_count_changes"
+      "   WHERE wait_s IS NOT NULL),"
+      " k AS (SELECT i::int AS i FROM generate_series(1, cardinality($1::float8[]) + 1) i)"
+      " SELECT (SELECT json_agg((SELECT coalesce(sum(n), 0) FROM b WHERE b.bucket <= k.i)"
+      "   ORDER BY k.i) FROM k)::text, (SELECT coalesce(sum(sum_s), 0) FROM b),"
+      "  jb_approval_wait_bounds() = $1::float8[]",
+      1, p, PGRES_TUPLES_OK, NULL, err, "metrics: approval wait");
+  free(bt);
+  if (!r) return NULL;
+  if (strcmp(PQgetvalue(r, 0, 2), "t") != 0) {
+    PQclear(r);
+    jb_fail(err, EINVAL,
+            "metrics: the approval wait bounds of the database (jb_approval_wait_bounds()) are "
+            "not those of this build");
+    return NULL;
+  }
+  json_t *buckets = json_loads(PQgetvalue(r, 0, 0), 0, NULL);
+  json_t *o =
+      buckets ? json_pack("{s:o,s:f}", "buckets", buckets, "sum", strtod(PQgetvalue(r, 0, 1), NULL))
+              : NULL;
+  PQclear(r);
+  if (!o) jb_fail(err, ENOMEM, "out of memory");
+  return o;
+}
+
+int jb_db_op_counts_fold(PGconn *c, long long *folded, jb_error *err) {
+  PGresult *r = jb_db_exec(c,
+                           "SELECT jb_op_counts_fold()"
+                           " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL",
+                           0, NULL, PGRES_TUPLES_OK, NULL, err, "fold op counts");
+  if (!r) return JB_ERR_FAIL;
+  if (folded) *folded = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+  PQclear(r);
+  return JB_OK;
+}
+
 int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
+  /* folding is an optimisation of the next read: a failure here still lets the read go on */
+  jb_error ferr = {0};
+  (void)jb_db_op_counts_fold(c, NULL, &ferr);
   PGresult *r = jb_db_exec(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL,
                            PGRES_COMMAND_OK, NULL, err, "metrics");
   if (!r) return JB_ERR_FAIL;
@@ -75,14 +123,21 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
     json_object_set_new(sessions, PQgetvalue(r, i, 0),
                         json_integer(strtoll(PQgetvalue(r, i, 1), NULL, 10)));
   PQclear(r);
-  r = jb_db_exec(c, "SELECT tool, state, count(*) FROM ops GROUP BY tool, state ORDER BY 1, 2", 0,
-                 NULL, PGRES_TUPLES_OK, NULL, err, "metrics: ops");
+  /* the counters (migration 030) plus the changes not folded into them yet */
+  r = jb_db_exec(c,
+                 "SELECT tool, state, sum(n) FROM (SELECT tool, state, n FROM op_counts"
+                 "  UNION ALL SELECT tool, to_state, 1 FROM op_count_changes"
+                 "   WHERE to_state IS NOT NULL"
+                 "  UNION ALL SELECT tool, from_state, -1 FROM op_count_changes"
+                 "   WHERE from_state IS NOT NULL) x"
+                 " GROUP BY tool, state HAVING sum(n) <> 0 ORDER BY 1, 2",
+                 0, NULL, PGRES_TUPLES_OK, NULL, err, "metrics: ops");
   if (!r) goto fail;
   for (int i = 0; i < PQntuples(r); i++)
     json_array_append_new(ops, json_pack("[s,s,I]", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
                                          (json_int_t)strtoll(PQgetvalue(r, i, 2), NULL, 10)));
   PQclear(r);
-  json_t *h = histogram(c, SQL_WAIT, jb_db_approval_wait_bounds, jb_db_approval_wait_n, err);
+  json_t *h = approval_wait(c, err);
   if (!h) goto fail;
   json_object_set_new(o, "approvalWait", h);
   h = histogram(c, SQL_LAUNCH, jb_db_launch_bounds, jb_db_launch_n, err);

@@ -461,6 +461,25 @@ int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *
   return JB_OK;
 }
 
+int jb_db_ops_forget_previews(PGconn *c, long retention_s, int max_ops, long long *cleared,
+                              jb_error *err) {
+  char secs[24], lim[16];
+  snprintf(secs, sizeof secs, "%ld", retention_s);
+  snprintf(lim, sizeof lim, "%d", max_ops);
+  const char *p[2] = {secs, lim};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE ops SET diff = NULL WHERE op_id IN (SELECT o.op_id FROM ops o"
+                           "   JOIN sessions s USING (job_id)"
+                           "   WHERE o.diff IS NOT NULL AND s.ended_at IS NOT NULL"
+                           "   AND s.ended_at < now() - make_interval(secs => $1::double precision)"
+                           "   LIMIT $2::int)",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "forget diff previews");
+  if (!r) return JB_ERR_FAIL;
+  if (cleared) *cleared = strtoll(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
+  return JB_OK;
+}
+
 int jb_db_op_set_task(PGconn *c, const char *job_id, long long op_id, const char *task_id,
                       jb_error *err) {
   char id[24];

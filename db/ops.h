@@ -79,6 +79,12 @@ int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[
  * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
 int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
+/* Clears the diff previews (ops.diff) of at most `max_ops` ops of sessions that ended more
+ * than `retention_s` seconds ago (sessions.ended_at), in one statement; *cleared (may be
+ * NULL) receives how many. The op rows and their audit entries stay. JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_forget_previews(PGconn *c, long retention_s, int max_ops, long long *cleared,
+                              jb_error *err);
+
 /* Names op `op_id` of `job_id` by `task_id` (an MCP task's id, migration 021; at most 64
  * bytes, unguessable: the caller draws it at random). JB_OK; JB_ERR_NOT_FOUND (no such op in
  * that session); JB_ERR_FAIL (also when the id is already taken). */

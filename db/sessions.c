@@ -490,7 +490,8 @@ fail:
   "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
   "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
   "   o.args->'env', '{}'::jsonb)) k), 'writable', o.args->'writable', 'timeoutMs',"         \
-  "   o.args->'timeoutMs', 'stdinBytes', octet_length(o.args->>'stdin'))"                    \
+  "   o.args->'timeoutMs', 'stdinBytes', coalesce(octet_length(o.args->>'stdin'),"           \
+  "   (o.args->>'stdinBytes')::bigint))"                                                     \
   "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
   " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
   " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff, 'decidedBy', o.decided_by,"        \

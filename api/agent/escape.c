@@ -16,6 +16,8 @@
 #include "api/agent/ops.h"
 #include "db/audit_store.h"
 #include "db/escape.h"
+#include "db/metrics.h"
+#include "db/ops.h"
 #include "db/sessions.h"
 #include "server/cache.h"
 #include "lib/log.h"
@@ -108,7 +110,15 @@ struct jb_sweeper {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool stop;
+  long long folded_ms; /* when the op counters were last folded (jb_now_ms) */
 };
+
+#define FOLD_EVERY_MS 60000 /* the op counters' changes are folded at least this often */
+/* How long after its session ended an op's diff preview is kept for the buyer: the buyer's
+ * read access to an ended session (30 days). Diffs of older sessions are cleared by the
+ * sweeper, FORGET_BATCH ops at a time every FOLD_EVERY_MS. */
+#define PREVIEW_RETENTION_S (30L * 24 * 3600)
+#define FORGET_BATCH 10000
 
 /* Aborts `job` for `reason` (lifetime_exceeded, idle_timeout) as the buyer's abort does; fails
  * it for worker_unavailable (its worker's lease ran out: nobody drives its sandbox). */
@@ -173,6 +183,20 @@ static void sweep(struct jb_sweeper *s, bool first) {
     json_decref(a);
   }
   free(text);
+  /* the op counters' changes stay few without a scrape of /metrics too */
+  if (jb_now_ms() - s->folded_ms >= FOLD_EVERY_MS) {
+    s->folded_ms = jb_now_ms();
+    if (jb_db_op_counts_fold(c, NULL, &err) != JB_OK)
+      jb_log(JB_LOG_WARN, "sweeper: folding the op counters failed", "detail", err.msg, NULL);
+    long long cleared = 0;
+    if (jb_db_ops_forget_previews(c, PREVIEW_RETENTION_S, FORGET_BATCH, &cleared, &err) != JB_OK)
+      jb_log(JB_LOG_WARN, "sweeper: clearing old diff previews failed", "detail", err.msg, NULL);
+    else if (cleared > 0) {
+      char n[24];
+      snprintf(n, sizeof n, "%lld", cleared);
+      jb_log(JB_LOG_INFO, "sweeper: cleared diff previews past their retention", "ops", n, NULL);
+    }
+  }
   jb_db_release(app->db, c);
 }
 

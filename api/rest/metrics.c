@@ -7,8 +7,11 @@
  * Instance series (this process): open sockets by role, audit append time, Redis fan-out
  * state and counters, HTTP draining. Cluster series (PostgreSQL, the same on every instance;
  * aggregate them with max(), not sum()): sessions by state, ops by tool and state (the
- * decision), approval wait and launch time histograms, the newest wall probe. */
+ * decision), approval wait and launch time histograms, the newest wall probe. The op series
+ * are counters kept in each op's own transaction (migration 030), not a count of ops at
+ * each scrape. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "api/agent/socket.h"
 #include "db/metrics.h"
 #include "server/fanout.h"
+#include "lib/log.h"
 #include "lib/metrics.h"
 
 static void cluster(FILE *out, json_t *m) {
@@ -33,8 +37,9 @@ static void cluster(FILE *out, json_t *m) {
                    states[i], NULL);
 
   jb_prom_header(out, "jailbox_ops", "gauge",
-                 "Ops by tool and state: pending, approved, rejected (the buyer's decision), done, "
-                 "failed (cluster-wide).");
+                 "Ops by tool and state: pending, approved, running, rejected (the buyer's "
+                 "decision), done, failed (cluster-wide; a gauge of ops now in each state, kept "
+                 "by the op's own transaction in PostgreSQL, exact at the scrape's snapshot).");
   size_t i;
   json_t *row;
   json_array_foreach (json_object_get(m, "ops"), i, row)
@@ -48,7 +53,8 @@ static void cluster(FILE *out, json_t *m) {
     int n;
   } hists[] = {
       {"approvalWait", "jailbox_approval_wait_seconds",
-       "From an op's creation to the buyer's decision, for every decided op (cluster-wide).",
+       "From an op's creation to its decision (the buyer's, a rule's, the timeout's, or the "
+       "mode's at once), for every decided op (cluster-wide; counted when the op is decided).",
        jb_db_approval_wait_bounds, jb_db_approval_wait_n},
       {"launch", "jailbox_launch_seconds",
        "From a launch job's creation to its end (walls up, shim ready) for finished launches "
@@ -154,6 +160,11 @@ void jb_api_metrics(void *appv, const struct jb_http_req *req, struct jb_http_re
   json_t *m = NULL;
   int rc = jb_db_metrics(c, &m, &err);
   jb_db_release(app->db, c);
+  if (rc != JB_OK && err.code == EINVAL) { /* the schema's counters do not match this build */
+    jb_log(JB_LOG_ERROR, "metrics", "detail", err.msg, NULL);
+    jb_resp_error(resp, 500, "internal", "%s", err.msg);
+    return;
+  }
   if (rc != JB_OK) {
     jb_db_unavailable(resp, &err);
     return;

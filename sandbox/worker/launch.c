@@ -23,6 +23,7 @@
 #include "db/events.h"
 #include "db/launch_jobs.h"
 #include "db/sessions.h"
+#include "sandbox/worker/memcg.h"
 #include "sandbox/worker/worker.h"
 #include "sandbox/worker/workspace_scan.h"
 
@@ -420,38 +421,86 @@ static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t l
   json_decref(in);
 }
 
+/* The memory cgroup of container `cid` on the host (memcg.h), found from its main process;
+ * m->dirfd -1 when there is none to read (logged). */
+static void open_memcg(struct jb_worker *w, const char *job, const char *cid, struct jb_memcg *m) {
+  m->dirfd = -1;
+  char path[128];
+  snprintf(path, sizeof path, "/containers/%s/json", cid);
+  json_t *in = NULL;
+  jb_error err = {0};
+  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &in, &err) == 0) {
+    json_int_t pid = json_integer_value(json_object_get(json_object_get(in, "State"), "Pid"));
+    if (pid <= 0)
+      jb_fail(&err, ESRCH, "the container has no process");
+    else if (jb_memcg_open((pid_t)pid, "/sys/fs/cgroup", m, &err) == 0)
+      err.msg[0] = '\0';
+  }
+  json_decref(in);
+  if (m->dirfd < 0)
+    slog(w, JB_LOG_WARN, job, "memory cgroup not found: an OOM kill is known from Docker only",
+         "error", err.msg, NULL);
+}
+
 /* Watches the sandbox of `s` until it ends: removal by a teardown, the worker stopping, or
- * death — then the session fails, and an end other than out of memory is an escape signal. */
+ * death — then the session fails, and an end other than out of memory is an escape signal.
+ * Out of memory is what Docker says (State.OOMKilled) or what the container's memory cgroup
+ * says (an OOM kill counted in it, read every WATCH_MS while it runs and once more
+ * when it ends). The cgroup is removed with the container, often before that last read: a
+ * kill that ends the sandbox at once is then known from Docker alone, while a kill that
+ * leaves it running (a process of the runtime, the shim ending later) is caught by a sample. */
 static void watch_sandbox(struct jb_session *s) {
   struct jb_worker *w = s->w;
   const char *job = s->job_id, *cid = s->sb.container_id;
   jb_error err = {0};
+  struct jb_memcg memcg;
+  open_memcg(w, job, cid, &memcg);
+  struct jb_memcg_counts seen = {0};
   while (!atomic_load(&s->teardown) && !atomic_load(&w->stopping)) {
     char path[160];
     snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
     long status = 0;
     json_t *ans = NULL;
-    /* bounded, so that a stop that leaves the sandbox running is seen within WATCH_MS */
+    struct jb_memcg_counts now;
+    /* bounded, so that a stop that leaves the sandbox running is seen within WATCH_MS; each
+     * time it runs out, the memory cgroup is read */
     if (jb_docker_call(&w->walls.docker, "POST", path, NULL, WATCH_MS, &status, &ans, &err) < 0) {
       json_decref(ans);
-      if (err.code == ETIMEDOUT) continue;
+      bool timed_out = err.code == ETIMEDOUT;
+      if (memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0 && jb_memcg_oom(&now))
+        seen = now;
+      if (timed_out) continue;
       slog(w, JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
       sleep(1);
       continue;
     }
     json_decref(ans);
+    bool read_at_end = memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0;
+    if (read_at_end && jb_memcg_oom(&now)) seen = now;
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     char why[300];
     long long code;
     bool oom;
     exit_reason(w, cid, why, sizeof why, &code, &oom);
+    if (!oom && jb_memcg_oom(&seen)) {
+      oom = true;
+      snprintf(why, sizeof why,
+               "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "
+               "time(s) over its limit (exit code %lld)",
+               seen.oom_kill, seen.oom, code);
+    }
     char tail[300];
     pthread_mutex_lock(&s->lock);
     /* with the socket channel the attach stream (stderr) is read only during calls */
     jb_shimconn_collect_stderr(&s->sb.conn, 500);
     jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
     pthread_mutex_unlock(&s->lock);
-    slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, NULL);
+    /* what the memory cgroup counted, for the log: "unknown" when it was gone before the
+     * read at the end and no sample had seen a kill */
+    char kills[24] = "unknown";
+    if (read_at_end || jb_memcg_oom(&seen)) snprintf(kills, sizeof kills, "%lld", seen.oom_kill);
+    slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, "memcgOomKills",
+         kills, NULL);
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     /* a command running when the sandbox died ends at once (its spawner's channel is gone):
      * its op records how (oom) before the session's end would fail it as unknown */
@@ -473,6 +522,7 @@ static void watch_sandbox(struct jb_session *s) {
     session_fail(w, job, why); /* quiet when the signal ended it already */
     break;
   }
+  jb_memcg_close(&memcg);
 }
 
 /* The jail can no longer write: gives the workspace back its groups and modes. */

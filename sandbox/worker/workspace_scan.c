@@ -86,15 +86,49 @@ static int hash_file(int dirfd, const char *name, long long max, unsigned char *
   return 0;
 }
 
-/* Records flagged entry `path` of `kind`. */
+/* Records flagged entry `path` of `kind` (jb_scan_flag_json). */
 static int flag(struct walk *w, const char *path, const char *kind) {
   if (w->n > 0 && !strcmp(w->v[w->n - 1].path, path)) w->v[w->n - 1].kind = kind;
   w->out->n_flagged++;
   if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
-  if (json_array_append_new(w->out->flagged, json_pack("{s:o, s:s}", "path",
-                                                       jb_scan_path_json(path), "kind", kind)) < 0)
+  if (json_array_append_new(w->out->flagged, jb_scan_flag_json(path, kind)) < 0)
     return jb_fail(w->err, ENOMEM, "out of memory");
   return 0;
+}
+
+json_t *jb_scan_flag_json(const char *path, const char *kind) {
+  json_t *f = json_pack("{s:o, s:s}", "path", jb_scan_path_json(path), "kind", kind);
+  if (!f || !strcmp(json_string_value(json_object_get(f, "path")) ?: "", path)) return f;
+  /* not UTF-8 (U+FFFD stood in for some bytes): the name's bytes as well, escaped and base64 */
+  size_t n = strlen(path);
+  char *esc = malloc(n * 4 + 1);
+  size_t blen = sodium_base64_encoded_len(n, sodium_base64_VARIANT_ORIGINAL);
+  char *b64 = malloc(blen);
+  if (esc && b64) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+      int k = jb_utf8_seq((const unsigned char *)path + i, n - i);
+      if (k > 0) {
+        memcpy(esc + o, path + i, (size_t)k);
+        o += (size_t)k;
+        i += (size_t)k;
+      } else {
+        o += (size_t)snprintf(esc + o, 5, "\\x%02x", (unsigned char)path[i]);
+        i++;
+      }
+    }
+    esc[o] = '\0';
+    sodium_bin2base64(b64, blen, (const unsigned char *)path, n, sodium_base64_VARIANT_ORIGINAL);
+    json_object_set_new(f, "pathEscaped", json_string(esc));
+    json_object_set_new(f, "pathBase64", json_string(b64));
+  }
+  free(esc);
+  free(b64);
+  if (!esc || !b64) {
+    json_decref(f);
+    return NULL;
+  }
+  return f;
 }
 
 /* Whether symbolic link `path` (relative to the root) with `target` leaves the root, judged

@@ -84,6 +84,13 @@ json_t *jb_scan_changes(const struct jb_scan_snapshot *before, const struct jb_s
  * byte replaced by U+FFFD — the form jb_scan_changes lists it in. NULL when out of memory. */
 json_t *jb_scan_path_json(const char *path);
 
+/* One flagged entry {path, kind, pathEscaped?, pathBase64?} (new; NULL when out of memory):
+ * `path` as jb_scan_path_json shows it; when the name is not UTF-8 also its bytes, as
+ * `pathEscaped` (UTF-8 sequences as they are, every other byte as \xNN, lower-case hex) and
+ * `pathBase64` (RFC 4648 base64 of the bytes), so that a name U+FFFD stood in for is still
+ * reported exactly. `kind` is one of the kinds above. */
+json_t *jb_scan_flag_json(const char *path, const char *kind);
+
 /* Whether symbolic link `path` (relative) of the workspace at `root` leads out of it, resolved as
  * the kernel does (openat2 RESOLVE_BENEATH, through any other link on the way — not lexically):
  * 1 it does (or loops), 0 it resolves inside or dangles inside, -1 it cannot be told. */

@@ -246,4 +246,15 @@ test('a memory hog over the session\'s limit is reported as oom', async () => {
     return x.state === 'failed' ? x : null;
   }, 20000);
   assert.match(st.stateReason, /out of memory/);
+  // not an escape: no escape alert; the worker found the container's memory cgroup (what it
+  // counted is in the log: the kill, or "unknown" when the cgroup went with the container
+  // before the last read — Docker's OOMKilled then decides)
+  const al = await srv.req('GET', `/v1/jailbox/${S.jobId}/alerts`, { token: srv.serviceToken });
+  assert.deepEqual(al.json.alerts.filter((a) => a.escape), [], JSON.stringify(al.json));
+  const ended = srv.log().split('\n').filter((l) => l.includes(S.jobId) && l.includes('"msg":"sandbox ended"'));
+  assert.equal(ended.length, 1, srv.log().slice(-3000));
+  const kills = JSON.parse(ended[0]).memcgOomKills;
+  assert.ok(kills === 'unknown' || Number(kills) >= 1, ended[0]);
+  console.log(`# memhog: the memory cgroup counted ${kills} OOM kill(s)`);
+  assert.doesNotMatch(srv.log(), new RegExp(`memory cgroup not found[^\n]*${S.jobId}|${S.jobId}[^\n]*memory cgroup not found`));
 });
