@@ -640,3 +640,20 @@ int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *
   PQclear(r);
   return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
 }
+
+int jb_db_session_list(PGconn *c, long limit, char **json_out, jb_error *err) {
+  char lim[24];
+  snprintf(lim, sizeof lim, "%ld", limit);
+  const char *vals[1] = {lim};
+  PGresult *r = jb_db_exec(
+      c,
+      "SELECT coalesce(json_agg(json_build_object('jobId', s.job_id, 'agentId', s.agent_id,"
+      " 'state', s.state, 'mode', s.mode, 'createdAt', jb_ts(s.created_at))"
+      " ORDER BY s.created_at DESC, s.job_id), '[]'::json)::text"
+      " FROM (SELECT * FROM sessions ORDER BY created_at DESC, job_id LIMIT $1::bigint) s",
+      1, vals, PGRES_TUPLES_OK, NULL, err, "session list");
+  if (!r) return JB_ERR_FAIL;
+  *json_out = strdup(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return *json_out ? JB_OK : jb_fail(err, ENOMEM, "session list: out of memory");
+}
