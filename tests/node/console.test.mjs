@@ -74,6 +74,7 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   const name = 'ws-console';
   mkdirSync(join(srv.wsroot, name, 'src'), { recursive: true });
   writeFileSync(join(srv.wsroot, name, 'src/a.c'), 'int a = 0;\n');
+  mkdirSync(join(srv.wsroot, name, 'x/<script>window.__pwned=1<'), { recursive: true });
   const out = execFileSync(CTL, ['open', '--workspace', name, '--agent', 'agent-1', '--mode', 'supervised', '--console'],
     { env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: srv.serviceToken }, encoding: 'utf8' });
   const jobId = out.match(/opened (\S+)/)[1];
@@ -133,7 +134,7 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   const f1 = toolFailure(await pend[0]);
   assert.ok(f1, 'rejected');
   const ops = await srv.req('GET', `/v1/jailbox/${jobId}/ops?state=rejected`, { token: srv.serviceToken });
-  assert.equal(ops.json.ops.find((o) => o.path === evil[0].path)?.decisionReason, 'no HTML file names, please', JSON.stringify(ops.json));
+  assert.equal(ops.json.ops.find((o) => o.path === evil[0].path)?.reason, 'no HTML file names, please', JSON.stringify(ops.json));
   // the second with the keyboard: j/k move, r focuses the reason, then r again rejects
   await page.locator('.card:not(.running)').first().locator('h3').filter({ hasText: '⟨U+202E⟩' }).waitFor();
   await page.keyboard.press('k');
@@ -196,8 +197,10 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   await page.unroute('**/audit');
 
   // 7. accept
+  // (the buyer's tokens, the console's with them, are revoked when the session ends: the page
+  // then asks to sign in again)
   await page.click('#accept');
-  await page.locator('#state').filter({ hasText: 'accepted' }).waitFor();
+  await page.waitForFunction(() => document.getElementById('state').textContent === 'accepted');
   await shot(page, '08-accepted');
   assert.equal((await kit.sessionOf(jobId)).state, 'accepted');
 
