@@ -126,8 +126,7 @@ static void set_cookie(const struct jb_http_req *req, struct jb_http_resp *resp,
 /* POST: a one-time code (header X-Jailbox-Console-Code) or a buyer or service bearer token
  * becomes a new console token, sent only as the cookie. The console header is required, so a
  * cross-site form cannot sign a browser in to somebody else's session. */
-void jb_api_console_signin(void *appv, const struct jb_http_req *req,
-                           struct jb_http_resp *resp) {
+void jb_api_console_signin(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   const char *x = jb_http_header(req, JB_CONSOLE_HEADER);
   if (!x || strcmp(x, "1") != 0) {
@@ -189,8 +188,7 @@ out:
 }
 
 /* GET: who the credential is, and the Socket.IO port (the page asks once it loads). */
-void jb_api_console_whoami(void *appv, const struct jb_http_req *req,
-                           struct jb_http_resp *resp) {
+void jb_api_console_whoami(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
@@ -201,17 +199,17 @@ void jb_api_console_whoami(void *appv, const struct jb_http_req *req,
   struct jb_principal who;
   if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
     struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
-    jb_resp_json(resp, 200,
-                 json_pack("{s:s,s:s*,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
-                           "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
-                           sock ? jb_socket_port(sock) : 0));
+    jb_resp_json(
+        resp, 200,
+        json_pack("{s:s,s:s*,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
+                  "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
+                  sock ? jb_socket_port(sock) : 0));
   }
   jb_db_release(app->db, c);
 }
 
 /* DELETE: revokes the console token of the cookie and clears the cookie. */
-void jb_api_console_signout(void *appv, const struct jb_http_req *req,
-                            struct jb_http_resp *resp) {
+void jb_api_console_signout(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   char tok[JB_TOKEN_TEXT_LEN + 1];
   unsigned char hash[32];
@@ -237,8 +235,7 @@ void jb_api_console_signout(void *appv, const struct jb_http_req *req,
 
 /* ---------- GET /v1/console/sessions ---------- */
 
-void jb_api_console_sessions(void *appv, const struct jb_http_req *req,
-                             struct jb_http_resp *resp) {
+void jb_api_console_sessions(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
