@@ -259,6 +259,7 @@
       from = id;
     }
     await loadOps(from);
+    loadChanges();
     syncTimer = null;
   }
   const refreshOp = scheduleSync;
@@ -284,7 +285,7 @@
   }
 
   // ---------- approvals ----------
-  function renderDiff(box, diff) {
+  function renderDiff(box, diff, opId) {
     const pre = document.createElement('div');
     pre.className = 'diff';
     for (const line of String(diff.text || '').split('\n')) {
@@ -293,7 +294,23 @@
       pre.appendChild(T.el('div', line, cls, true));
     }
     box.appendChild(pre);
-    if (diff.truncated) box.appendChild(T.el('p', `diff cut at ${String(diff.text || '').length} of ${diff.bytes} bytes`, 'muted'));
+    if (diff.truncated) {
+      const p = T.el('p', `diff cut at ${String(diff.text || '').length} of ${diff.bytes} bytes `, 'muted');
+      if (opId !== undefined) { // the op's stored preview is longer than an event's
+        const more = T.el('button', 'load the stored preview');
+        more.addEventListener('click', async () => {
+          const r = await api('GET', jobPath(`/ops?limit=1&after=${opId - 1}`));
+          const op = r.status === 200 && r.json.ops[0];
+          if (op && op.opId === opId && op.diff && st.pending.has(opId)) {
+            st.pending.set(opId, { ...st.pending.get(opId), diff: op.diff, fullDiff: true });
+            renderApprovals();
+          }
+        });
+        const ev = st.pending.get(opId);
+        if (!(ev && ev.fullDiff)) p.appendChild(more);
+      }
+      box.appendChild(p);
+    }
   }
 
   function renderApprovals() {
@@ -319,7 +336,7 @@
         card.appendChild(p);
         card.appendChild(outputBox(id));
       }
-      if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff);
+      if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff, id);
       else if (ev.preview) renderDiff(card, { text: ev.preview.split('\n').map((l) => '+' + l).join('\n') });
       if (ev.size !== undefined) card.appendChild(T.el('p', `${ev.size} bytes, sha256 ${ev.sha256 || ''}`, 'muted'));
       const row = document.createElement('p');
