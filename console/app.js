@@ -11,7 +11,8 @@
   const T = JBText;
   const HDR = { 'X-Jailbox-Console': '1' };
   const st = { job: null, role: null, socket: null, ops: new Map(), order: [], pending: new Map(),
-    sel: 0, heads: [], session: null, out: new Map(), running: new Map() };
+    sel: 0, heads: [], session: null, out: new Map(), running: new Map(),
+    drafts: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
   window.__jb = st; // for tests and benchmarks: read-only use
 
   // ---------- REST ----------
@@ -268,6 +269,7 @@
     for (let page = 0; page < 40; page++) { // at most 20,000 ops
       const r = await api('GET', jobPath('/ops?limit=500&after=' + after));
       if (r.status !== 200) return;
+      const before = [...st.pending.keys(), '|', ...st.running.keys()].join();
       for (const op of r.json.ops) {
         upsertOp(op);
         if (op.state === 'pending' && !st.pending.has(op.opId)) st.pending.set(op.opId, { ...op, ...(op.args || {}) });
@@ -278,7 +280,7 @@
         }
         if (ENDED.includes(op.state)) st.running.delete(op.opId);
       }
-      renderApprovals();
+      if ([...st.pending.keys(), '|', ...st.running.keys()].join() !== before) renderApprovals();
       if (r.json.next === null || r.json.next === undefined) return;
       after = r.json.next;
     }
@@ -315,6 +317,8 @@
 
   function renderApprovals() {
     const box = $('approvals');
+    const focused = document.activeElement && document.activeElement.closest('.card') ? document.activeElement : null;
+    const refocus = focused && focused.classList.contains('reason') ? Number(focused.closest('.card').dataset.op) : null;
     box.textContent = '';
     const ids = [...st.pending.keys()].sort((a, b) => a - b);
     for (const [id, ev] of st.running) box.appendChild(runningCard(id, ev));
@@ -348,6 +352,10 @@
         o.value = v; o.textContent = l;
         sim.appendChild(o);
       }
+      const draft = st.drafts.get(id) || { reason: '', similar: '' };
+      st.drafts.set(id, draft);
+      sim.value = draft.similar;
+      sim.addEventListener('change', () => { draft.similar = sim.value; });
       const ok = T.el('button', 'Approve (a)');
       ok.className = 'approve';
       ok.addEventListener('click', () => decide(id, true, sim.value, ''));
@@ -355,6 +363,8 @@
       reason.className = 'reason';
       reason.placeholder = 'reason for rejecting';
       reason.maxLength = 1000;
+      reason.value = draft.reason;
+      reason.addEventListener('input', () => { draft.reason = reason.value; });
       const no = T.el('button', 'Reject (r)');
       no.className = 'reject danger';
       no.addEventListener('click', () => decide(id, false, '', reason.value));
@@ -370,7 +380,9 @@
       msg.dataset.msg = id;
       card.appendChild(msg);
       box.appendChild(card);
+      if (refocus === id) reason.focus();
     });
+    for (const k of st.drafts.keys()) if (!st.pending.has(k)) st.drafts.delete(k);
     performance.mark('jb-approvals-painted');
   }
 
