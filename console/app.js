@@ -12,7 +12,7 @@
   const HDR = { 'X-Jailbox-Console': '1' };
   const st = { job: null, role: null, socket: null, ops: new Map(), order: [], pending: new Map(),
     sel: 0, heads: [], session: null, out: new Map(), running: new Map(),
-    drafts: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
+    drafts: new Map(), painted: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
   window.__jb = st; // for tests and benchmarks: read-only use
 
   // ---------- REST ----------
@@ -175,10 +175,15 @@
       renderApprovals();
     });
     s.on('jailbox:approval_request', (ev) => {
-      performance.mark('jb-approval-' + ev.opId);
+      const got = performance.timeOrigin + performance.now();
       st.pending.set(ev.opId, ev);
       upsertOp({ ...ev, state: 'pending' });
       renderApprovals();
+      // painted: after the next frame (rAF runs before the paint, the task after it after)
+      requestAnimationFrame(() => setTimeout(() => {
+        performance.mark('jb-diff-painted-' + ev.opId);
+        st.painted.set(ev.opId, { got, painted: performance.timeOrigin + performance.now() });
+      }, 0));
     });
     s.on('jailbox:exec_output', (ev) => {
       const o = st.out.get(ev.opId) || [];
