@@ -138,6 +138,8 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
       key = val, n_key++;
     else if (strcasecmp(l, "Cookie") == 0)
       cookie_get(val, JB_WS_CONSOLE_COOKIE, v->console, sizeof v->console);
+    else if (strcasecmp(l, "Origin") == 0 && strlen(val) < sizeof v->origin)
+      snprintf(v->origin, sizeof v->origin, "%s", val);
   }
   char eio[8] = "", transport[16] = "", sid[8];
   const char *query = q ? q + 1 : "";

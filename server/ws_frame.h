@@ -70,6 +70,7 @@ struct jb_ws_verdict {
   char accept[29]; /* UPGRADE: the Sec-WebSocket-Accept value (§4.2.2 step 5.4) */
   char console[64]; /* UPGRADE: the value of the request's JB_WS_CONSOLE_COOKIE cookie (a
                      * browser's console sign-in, RFC 6265 §5.4), "" when none or too long */
+  char origin[256]; /* UPGRADE: the Origin header (RFC 6454), "" when none or too long */
 };
 
 /* Feeds `n` bytes of a connection's first input. Once the head (up to and including the blank

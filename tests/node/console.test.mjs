@@ -209,6 +209,31 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.deepEqual(problems.filter((p) => !/Failed to load resource.*(401|409)/.test(p)), []);
 });
 
+test('the console cookie opens a socket only from the console\'s own origin, and changes state only with the console header', async () => {
+  const S = await srv.open();
+  const code = (await srv.req('POST', '/v1/console/codes', { token: S.buyerToken })).json.code;
+  const r = await fetch(srv.url + '/v1/console/session', { method: 'POST', headers: { 'X-Jailbox-Console': '1', 'X-Jailbox-Console-Code': code } });
+  assert.equal(r.status, 200);
+  const cookie = r.headers.get('set-cookie').split(';')[0];
+  const { io } = await import('socket.io-client');
+  const attempt = (origin) => new Promise((res) => {
+    const s = io('http://' + kit.wsAddr, { transports: ['websocket'], reconnection: false, forceNew: true,
+      extraHeaders: { cookie, origin } });
+    s.once('connect', () => { s.close(); res('connected'); });
+    s.once('connect_error', (e) => { s.close(); res(e.message); });
+  });
+  assert.equal(await attempt(srv.url), 'connected');
+  assert.match(await attempt('http://127.0.0.1:1'), /only from its own page's origin/);
+  // REST: reads with the cookie alone, changes only with X-Jailbox-Console: 1
+  assert.equal((await fetch(`${srv.url}/v1/jailbox/${S.jobId}`, { headers: { cookie } })).status, 200);
+  const noHdr = await fetch(`${srv.url}/v1/jailbox/${S.jobId}/abort`, { method: 'POST', headers: { cookie } });
+  assert.equal(noHdr.status, 403);
+  assert.notEqual((await kit.sessionOf(S.jobId)).state, 'aborted');
+  // another session's pages are not this cookie's
+  const other = await srv.open();
+  assert.equal((await fetch(`${srv.url}/v1/jailbox/${other.jobId}`, { headers: { cookie } })).status, 403);
+});
+
 test('a service sign-in sees the session list', async () => {
   const { ctx, page } = await newPage();
   await page.goto(srv.url + '/console/');
