@@ -243,7 +243,7 @@ int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_ou
                            "SELECT " SESSION_JSON
                            ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
                            "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND "
-                           "t.revoked_at IS NULL), '')"
+                           "t.revoked_at IS NULL AND t.expires_at IS NULL), '')"
                            " FROM sessions s WHERE s.job_id = $1",
                            1, p, PGRES_TUPLES_OK, NULL, err, "read session");
   if (!r) return JB_ERR_FAIL;
@@ -267,7 +267,8 @@ int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_ou
 int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_error *err) {
   PGresult *r = jb_db_exec(c,
                            "SELECT coalesce(string_agg(encode(token_hash, 'hex'), ','), '')"
-                           " FROM tokens WHERE role = 'service' AND revoked_at IS NULL",
+                           " FROM tokens WHERE role = 'service' AND revoked_at IS NULL"
+                           " AND expires_at IS NULL",
                            0, NULL, PGRES_TUPLES_OK, NULL, err, "read service tokens");
   if (!r) return JB_ERR_FAIL;
   int rc = hex_list(PQgetvalue(r, 0, 0), out, n, err);
