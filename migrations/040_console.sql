@@ -1,4 +1,4 @@
--- 024: the buyer's web console (api/rest/console.c). A console sign-in is a token of its own
+-- 040: the buyer's web console (api/rest/console.c). A console sign-in is a token of its own
 -- (role buyer or service, the session of the token that made it) that ends at expires_at:
 -- the browser holds it only as an HttpOnly cookie. One-time codes (console_codes) are what a
 -- printed console link carries instead of a token: used once, within minutes, then dead.
