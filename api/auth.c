@@ -75,19 +75,27 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp) {
   (void)app;
+  char tok[JB_TOKEN_TEXT_LEN + 1];
+  unsigned char hash[32], stored[32];
   const char *h = jb_http_header(req, "Authorization");
-  if (!h) {
+  int kind = jb_http_credential(req->conn, req->method, tok, sizeof tok);
+  if (kind == -2) {
+    jb_resp_error(resp, 403, "forbidden",
+                  "a console request that changes state must carry the " JB_CONSOLE_HEADER
+                  ": 1 header");
+    return -1;
+  }
+  if (kind == 0 && !h) {
     jb_resp_error(resp, 401, "unauthorized", "missing bearer token");
     return -1;
   }
-  if (strncasecmp(h, "Bearer ", 7) != 0) {
+  if (kind == 0 && strncasecmp(h, "Bearer ", 7) != 0) {
     jb_resp_error(resp, 401, "unauthorized", "Authorization must use the Bearer scheme");
     return -1;
   }
-  char tok[JB_TOKEN_TEXT_LEN + 1];
-  unsigned char hash[32], stored[32];
-  if (bearer_token(h, tok, sizeof tok) < 0 || jb_token_hash(tok, hash) < 0) {
-    jb_resp_error(resp, 401, "unauthorized", "malformed token");
+  if (kind == 0 || jb_token_hash(tok, hash) < 0) {
+    jb_resp_error(resp, 401, "unauthorized",
+                  kind == 2 ? "malformed console cookie: sign in again" : "malformed token");
     return -1;
   }
   if (job_id && !jb_valid_job_id(job_id)) { /* never reaches SQL: 404 like any unknown id */
@@ -103,7 +111,9 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
     return -1;
   }
   if (rc == JB_ERR_NOT_FOUND || sodium_memcmp(hash, stored, 32) != 0) {
-    jb_resp_error(resp, 401, "unauthorized", "unknown or revoked token");
+    jb_resp_error(resp, 401, "unauthorized",
+                  kind == 2 ? "the console sign-in expired or was revoked: sign in again"
+                            : "unknown or revoked token");
     return -1;
   }
   enum jb_role r = strcmp(role, "service") == 0 ? JB_ROLE_SERVICE

@@ -18,7 +18,8 @@ struct jb_principal {
   char job_id[129]; /* the token's session; "" for service tokens */
 };
 
-/* Checks the request's "Authorization: Bearer <token>" against the tokens table on `conn`.
+/* Checks the request's credential — "Authorization: Bearer <token>", else the console cookie
+ * (jb_http_credential: with the console header on state-changing methods, else 403) — against the tokens table on `conn`.
  * `roles` is a mask of the accepted jb_role values; when `job_id` is non-NULL a buyer or
  * agent token must belong to that session (service tokens reach every session).
  * Returns 0 and fills *who; or -1 with `resp` set: 401 for a missing, malformed, unknown or

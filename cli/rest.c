@@ -349,8 +349,38 @@ static int parse_ll(const char *s, long long min, long long *out) {
   return 0;
 }
 
+/* Asks for a one-time console code with `token` (buyer or service) and prints the console link
+ * (the code, not the token, is in it; it is good once, for a few minutes). */
+static int print_console_link(struct jb_ctl *o, const char *token) {
+  struct jb_ctl o2 = *o;
+  o2.token = token;
+  struct jb_ctl_reply r;
+  int rc = jb_ctl_http(&o2, "POST", "/v1/console/codes", NULL, &r);
+  json_t *doc = rc == JB_CTL_OK ? jb_ctl_reply_json(o, &r) : NULL;
+  jb_ctl_reply_free(&r);
+  if (!doc) return rc == JB_CTL_OK ? JB_CTL_FAILED : rc;
+  const char *base = o->url ? o->url : "http://127.0.0.1:8080";
+  size_t bl = strlen(base);
+  while (bl && base[bl - 1] == '/') bl--;
+  if (o->json)
+    rc = print_json(doc);
+  else
+    printf("console (one-time link, %lld s): %.*s%s\n",
+           (long long)json_integer_value(json_object_get(doc, "expiresInS")), (int)bl, base,
+           str(doc, "path"));
+  json_decref(doc);
+  return rc == JB_CTL_OK && fflush(stdout) == 0 ? JB_CTL_OK : JB_CTL_FAILED;
+}
+
+static int verb_console(struct jb_ctl *o, int argc, char **argv) {
+  (void)argv;
+  if (argc != 0) return usage_error(o, "%s", "takes no arguments");
+  return print_console_link(o, o->token);
+}
+
 static int verb_open(struct jb_ctl *o, int argc, char **argv) {
   json_t *body = json_object(), *exclude = json_array(), *limits = json_object();
+  bool console = false;
   static const char *const lim_flags[] = {"--memory-mib",  "memoryMiB",  "--cpus",
                                           "cpus",          "--pids",     "pids",
                                           "--timeout-sec", "timeoutSec", NULL};
@@ -372,6 +402,10 @@ static int verb_open(struct jb_ctl *o, int argc, char **argv) {
     if (key && v) {
       json_object_set_new(body, key, json_string(v));
       i++;
+      continue;
+    }
+    if (strcmp(a, "--console") == 0) {
+      console = true;
       continue;
     }
     if (strcmp(a, "--exclude") == 0 && v) {
@@ -404,7 +438,22 @@ static int verb_open(struct jb_ctl *o, int argc, char **argv) {
   if (json_object_size(limits)) json_object_set(body, "limits", limits);
   json_decref(exclude);
   json_decref(limits);
-  return call(o, "POST", strdup("/v1/jailbox"), body, show_opened);
+  if (!console) return call(o, "POST", strdup("/v1/jailbox"), body, show_opened);
+  {
+    struct jb_ctl_reply r;
+    rc = jb_ctl_http(o, "POST", "/v1/jailbox", body, &r);
+    json_decref(body);
+    json_t *doc = rc == JB_CTL_OK ? jb_ctl_reply_json(o, &r) : NULL;
+    jb_ctl_reply_free(&r);
+    if (!doc) return rc == JB_CTL_OK ? JB_CTL_FAILED : rc;
+    if (o->json)
+      print_json(doc);
+    else
+      show_opened(doc);
+    rc = print_console_link(o, str(doc, "buyerToken"));
+    json_decref(doc);
+    return rc;
+  }
 fail:
   json_decref(body);
   json_decref(exclude);
@@ -869,10 +918,15 @@ static int run_accept(struct jb_ctl *o, int c, char **v) {
 static const struct verb verbs[] = {
     {"open",
      "--workspace DIR --agent ID [--mode supervised|unsupervised] [--job ID] [--image NAME] "
-     "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N]",
+     "[--exclude GLOB]... [--memory-mib N] [--cpus N] [--pids N] [--timeout-sec N] [--console]",
      "open a session (service token); prints the job id and its buyer and agent tokens, shown "
-     "once",
+     "once; --console also prints a one-time link that signs a browser in to the buyer's web "
+     "console",
      verb_open},
+    {"console", "",
+     "print a one-time link to the web console for the token (buyer: its session; service: "
+     "the session list)",
+     verb_console},
     {"status", "JOB", "the session's state, mode, pending ops and audit head (service or buyer)",
      verb_status},
     {"watch", "JOB [--poll] [--interval MS] [--until-end] [--decide]",

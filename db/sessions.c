@@ -262,7 +262,7 @@ int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_ou
                            "SELECT " SESSION_JSON
                            ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
                            "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND "
-                           "t.revoked_at IS NULL), '')"
+                           "t.revoked_at IS NULL AND t.expires_at IS NULL), '')"
                            " FROM sessions s WHERE s.job_id = $1",
                            1, p, PGRES_TUPLES_OK, NULL, err, "read session");
   if (!r) return JB_ERR_FAIL;
@@ -286,7 +286,8 @@ int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_ou
 int jb_db_service_token_hashes(PGconn *c, unsigned char **out, size_t *n, jb_error *err) {
   PGresult *r = jb_db_exec(c,
                            "SELECT coalesce(string_agg(encode(token_hash, 'hex'), ','), '')"
-                           " FROM tokens WHERE role = 'service' AND revoked_at IS NULL",
+                           " FROM tokens WHERE role = 'service' AND revoked_at IS NULL"
+                           " AND expires_at IS NULL",
                            0, NULL, PGRES_TUPLES_OK, NULL, err, "read service tokens");
   if (!r) return JB_ERR_FAIL;
   int rc = hex_list(PQgetvalue(r, 0, 0), out, n, err);
@@ -659,4 +660,21 @@ int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *
   *json_out = dup_value(r);
   PQclear(r);
   return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
+}
+
+int jb_db_session_list(PGconn *c, long limit, char **json_out, jb_error *err) {
+  char lim[24];
+  snprintf(lim, sizeof lim, "%ld", limit);
+  const char *vals[1] = {lim};
+  PGresult *r = jb_db_exec(
+      c,
+      "SELECT coalesce(json_agg(json_build_object('jobId', s.job_id, 'agentId', s.agent_id,"
+      " 'state', s.state, 'mode', s.mode, 'createdAt', jb_ts(s.created_at))"
+      " ORDER BY s.created_at DESC, s.job_id), '[]'::json)::text"
+      " FROM (SELECT * FROM sessions ORDER BY created_at DESC, job_id LIMIT $1::bigint) s",
+      1, vals, PGRES_TUPLES_OK, NULL, err, "session list");
+  if (!r) return JB_ERR_FAIL;
+  *json_out = strdup(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return *json_out ? JB_OK : jb_fail(err, ENOMEM, "session list: out of memory");
 }

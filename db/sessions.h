@@ -106,7 +106,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
  * pendingOps, auditHead {seq, hash}, walls. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err);
 
+/* The newest `limit` sessions as a JSON array text (new allocation, free it) of {jobId,
+ * agentId, state, mode, createdAt}, newest first. JB_OK or JB_ERR_FAIL. */
+int jb_db_session_list(PGconn *c, long limit, char **json_out, jb_error *err);
+
 /* As jb_db_session_get, and also the SHA-256 hashes of the session's unrevoked buyer tokens
+ * without an expiry (console sign-ins, which expire, are checked in the database every time)
  * (new array of *n_readers * 32 bytes in *readers, NULL when none; free it), for the read
  * cache. */
 int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,

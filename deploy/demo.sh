@@ -66,6 +66,8 @@ BUYER=$(jq -r .buyerToken <<<"$OPENED")
 AGENT=$(jq -r .agentToken <<<"$OPENED")
 echo "job $JOB (buyer and agent tokens minted, shown once)"
 export JAILBOX_TOKEN=$BUYER
+# the buyer's web console: a one-time link (a code, not the token) to watch this session live
+"$CTL" console || echo "(no console link: jailboxctl console failed)"
 
 for _ in $(seq 1 600); do
   ST=$("$CTL" status "$JOB" --json | jq -r .state)

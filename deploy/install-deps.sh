@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 
-# Packages from bookworm itself.
+# Packages from bookworm itself (chromium: the console's browser tests, tests/node/console.test.mjs).
 PKGS=(
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev git ca-certificates curl
   libmicrohttpd-dev libwebsockets-dev libsodium-dev libpq-dev libjansson-dev
@@ -18,6 +18,7 @@ PKGS=(
   postgresql-15 postgresql-client-15 redis-server nginx-light
   docker.io bubblewrap util-linux iproute2 procps jq debootstrap
   nodejs npm
+  chromium
 )
 # Packages taken from bookworm-backports.
 BACKPORTS_PKGS=(runsc)

@@ -83,6 +83,9 @@ echo "jailboxd is listening on $URL (pid $(cat "$PIDFILE"))"
 echo "  readiness: curl $URL/readyz  ->  $(curl -s "$URL/readyz")"
 echo "  log:       $LOG"
 echo "  socket:    $WS_URL/socket.io/"
+CONSOLE=$(JAILBOX_URL=$URL JAILBOX_TOKEN=$(cat "$STATE/service.token") "$ROOT/build/jailboxctl" console 2>/dev/null |
+  sed -n 's/^console (one-time link, [0-9]* s): //p')
+echo "  console:   ${CONSOLE:-$URL/console/ (paste a token)}   (one-time link, 5 min; service sign-in: the session list)"
 echo "  service token: $STATE/service.token   (export JAILBOX_URL=$URL JAILBOX_TOKEN=\$(cat $STATE/service.token); $ROOT/build/jailboxctl --help)"
 echo "  stop:      kill -TERM \$(cat $PIDFILE)   (stops its embedded PostgreSQL and workers too)"
 printf '  quickstart took %s s\n' "$(awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"

@@ -30,6 +30,7 @@ struct jb_app {
   _Atomic long long
       drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
   struct jb_socket *sock; /* for /metrics; NULL until started */
+  _Atomic int http_port; /* the bound HTTP port (the console's origin); 0 until bound */
   struct jb_sweeper *sweeper; /* NULL until started */
   struct jb_fanout *fanout; /* for /metrics; NULL without JAILBOX_REDIS_URL */
   struct jb_workers *workers; /* for direct op hand-over (sandbox/proto/direct.h); NULL until

@@ -131,6 +131,7 @@ bool jb_route_match(const char *pattern, const char *path, char *buf, size_t buf
     if (*p != '/' || *s != '/') return false;
     p++, s++;
     size_t pl = strcspn(p, "/"), sl = strcspn(s, "/");
+    if (sl == 0 && pl == 0 && !*p && !*s) return true; /* "/a/" matches "/a/" */
     if (sl == 0) return false;
     if (*p == ':') {
       if (*n >= JB_HTTP_MAX_PARAMS || used + sl + 1 > buflen) return false;
@@ -273,6 +274,9 @@ static enum MHD_Result send_resp(struct MHD_Connection *conn, struct req_ctx *ct
   if (r->status == 401) /* RFC 6750 §3 */
     MHD_add_response_header(m, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"jailbox\"");
   if (r->close) MHD_add_response_header(m, MHD_HTTP_HEADER_CONNECTION, "close");
+  for (const char *const *h = r->headers; h && h[0] && h[1]; h += 2)
+    MHD_add_response_header(m, h[0], h[1]);
+  if (r->set_cookie[0]) MHD_add_response_header(m, MHD_HTTP_HEADER_SET_COOKIE, r->set_cookie);
   enum MHD_Result ret = MHD_queue_response(conn, (unsigned)r->status, m);
   MHD_destroy_response(m);
   ctx->answered = true;
@@ -349,13 +353,41 @@ static bool raw_path_ok(const char *uri) {
 }
 
 /* A well-formed "Bearer <token>" header, syntax only (the database decides the rest). */
-static bool bearer_syntax_ok(struct MHD_Connection *conn) {
+int jb_http_credential(struct MHD_Connection *conn, const char *method, char *out, size_t len) {
   const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
-  h += 7;
-  while (*h == ' ') h++;
+  int kind = 1;
+  if (h) {
+    if (strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    while (*h == ' ' || *h == '\t') h++;
+  } else {
+    h = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, JB_CONSOLE_COOKIE);
+    if (!h) return 0;
+    const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, JB_CONSOLE_HEADER);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 && (!x || strcmp(x, "1") != 0))
+      return -2;
+    kind = 2;
+  }
   size_t n = strcspn(h, " \t");
-  return n == 47 && strncmp(h, "jbt_", 4) == 0;
+  if (n == 0 || n >= len) return 0;
+  memcpy(out, h, n);
+  out[n] = '\0';
+  return kind;
+}
+
+const char *jb_http_cookie(const struct jb_http_req *req, const char *name) {
+  return MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, name);
+}
+
+/* Whether the request carries a credential of token syntax ("jbt_" + 43 characters); the
+ * token, as "Bearer <token>", into `auth` (`len` bytes). */
+static bool bearer_syntax_ok(struct MHD_Connection *conn, const char *method, char *auth,
+                             size_t len) {
+  char tok[64];
+  if (jb_http_credential(conn, method, tok, sizeof tok) <= 0) return false;
+  if (strlen(tok) != 47 || strncmp(tok, "jbt_", 4) != 0) return false;
+  snprintf(auth, len, "Bearer %s", tok);
+  return true;
 }
 
 static void dispatch(struct jb_http_server *srv, struct MHD_Connection *conn, const char *url,
@@ -472,11 +504,9 @@ static enum MHD_Result check_headers(struct jb_http_server *srv, struct MHD_Conn
     resp.close = true;
     return send_resp(conn, ctx, &resp);
   }
-  if (!bearer_syntax_ok(conn) ||
-      (srv->opts.authorize_body &&
-       !srv->opts.authorize_body(
-           srv->app,
-           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))))
+  char auth[80];
+  if (!bearer_syntax_ok(conn, ctx->method, auth, sizeof auth) ||
+      (srv->opts.authorize_body && !srv->opts.authorize_body(srv->app, auth)))
     return send_error(conn, ctx, 401, "unauthorized", "missing, malformed or unknown bearer token",
                       true);
   return MHD_YES;

@@ -42,6 +42,12 @@ struct jb_http_stream {
   void *ctx;
 };
 
+/* The console's sign-in cookie (an HttpOnly token, see api/rest/console.c) and the request
+ * header that must come with it on every request that changes state (CSRF: a cross-site page
+ * cannot add a header to a request without a CORS preflight, which this server never grants). */
+#define JB_CONSOLE_COOKIE "jb_console"
+#define JB_CONSOLE_HEADER "X-Jailbox-Console"
+
 struct jb_http_resp {
   int status; /* HTTP status code */
   char *body; /* new allocation, freed by the server; NULL = empty */
@@ -49,6 +55,8 @@ struct jb_http_resp {
   const char *content_type; /* static string; default application/json */
   char allow[64]; /* Allow header value for 405, "" when none */
   bool close; /* send Connection: close */
+  const char *const *headers; /* static list name, value, name, value …, NULL-ended; or NULL */
+  char set_cookie[256]; /* a Set-Cookie value (RFC 6265 §4.1), "" when none */
   struct jb_http_later *later; /* set by jb_http_defer: the response comes later */
 };
 
@@ -86,8 +94,9 @@ struct jb_http_opts {
  * (RFC 9112 §6.3, request smuggling); so are header names that are not tokens, a
  * missing or repeated Host, repeated Authorization or Content-Type, transfer codings other
  * than chunked (501), and paths with encoded '/', '\' or control bytes. An API request
- * (/v1/…, or a route with JB_ROUTE_BODY) with a body and no well-formed bearer token is refused
- * (401) before the body is read. Residual (libmicrohttpd 0.9.75): obs-folded lines and NUL bytes inside header values
+ * (/v1/…, or a route with JB_ROUTE_BODY) with a body and no well-formed credential (bearer token,
+ * or console cookie with the console header: jb_http_credential) is refused (401) before the
+ * body is read. Residual (libmicrohttpd 0.9.75): obs-folded lines and NUL bytes inside header values
  * are handled by the library before this code sees them; put a strict proxy in front. */
 int jb_http_start(struct jb_http_server **out, const char *listen, const struct jb_route *routes,
                   size_t n, void *app, const struct jb_http_opts *opts, jb_error *err);
@@ -114,8 +123,8 @@ void jb_http_drain(struct jb_http_server *srv, long grace_ms);
 
 /* Matches `path` against `pattern` ("/a/:x/b"). On a match returns true and stores pointers
  * to NUL-terminated copies of the ":name" segment values in `params` (within `buf` of
- * `buflen` bytes), their count in *n. Segments must be non-empty; a trailing slash does not
- * match. */
+ * `buflen` bytes), their count in *n. Segments must be non-empty; a trailing slash matches only a pattern
+ * that ends in one. */
 bool jb_route_match(const char *pattern, const char *path, char *buf, size_t buflen,
                     const char *params[JB_HTTP_MAX_PARAMS], int *n);
 
@@ -131,6 +140,16 @@ void jb_resp_json(struct jb_http_resp *resp, int status, json_t *body);
 
 /* The value of request header `name` (case-insensitive), or NULL. Borrowed. */
 const char *jb_http_header(const struct jb_http_req *req, const char *name);
+
+/* The value of the request's cookie `name` (RFC 6265 §5.4), or NULL. Borrowed. */
+const char *jb_http_cookie(const struct jb_http_req *req, const char *name);
+
+/* The request's credential: the token of its "Authorization: Bearer" header; else, when it has
+ * none, the token of its JB_CONSOLE_COOKIE cookie — for methods other than GET and HEAD only
+ * when the JB_CONSOLE_HEADER header is "1" as well. Copies it into `out` (`len` bytes) and
+ * returns 1 for a bearer token, 2 for a console cookie; 0 when there is none (no syntax check
+ * of the token), -2 for a cookie without the header on a state-changing request. */
+int jb_http_credential(struct MHD_Connection *conn, const char *method, char *out, size_t len);
 
 /* The value of query argument `name`, or NULL. Borrowed. */
 const char *jb_http_query(const struct jb_http_req *req, const char *name);

@@ -273,6 +273,7 @@ int main(int argc, char **argv) {
   int port;
   jb_parse_listen(cfg.listen, host, sizeof host, &port, NULL);
   port = jb_http_port(srv);
+  atomic_store(&app.http_port, port);
   snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
   snprintf(url, sizeof url, "http://%s", addr);
   jb_log(JB_LOG_INFO, "listening", "addr", addr, "url", url, "database",

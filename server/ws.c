@@ -165,6 +165,8 @@ struct conn {
   long long seq; /* the highest number of the numbered events handed to it (jb_ws_broadcast_seq) */
   char sid[24];
   char addr[64];
+  char console[64]; /* the upgrade request's console sign-in cookie, "" when none */
+  char origin[256]; /* the upgrade request's Origin, "" when none */
   struct jb_ws_handshake hs; /* CS_HTTP: the upgrade request read so far */
   struct jb_ws_reader rd; /* CS_EIO, CS_SIO: the client's frames */
   /* send queue */
@@ -933,6 +935,16 @@ static void sio_ack_error(struct conn *c, long long ack, const char *body) {
 /* A decoded CONNECT on the main namespace: `auth` (stolen, NULL: none) goes to the connect
  * handler on a worker thread. */
 static void sio_connect(struct conn *c, json_t *auth) {
+  /* a browser signed in to the console connects with its cookie: it stands for auth {token},
+   * and the page's Origin goes with it as "consoleOrigin" for the connect handler to check */
+  if (c->console[0] && !json_object_get(auth, "token")) {
+    if (!json_is_object(auth)) {
+      json_decref(auth);
+      auth = json_object();
+    }
+    json_object_set_new(auth, "token", json_string(c->console));
+    json_object_set_new(auth, "consoleOrigin", json_string(c->origin));
+  }
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(auth);
@@ -1133,6 +1145,8 @@ static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
       http_refuse_verdict(c, &v);
       return;
     case JB_WS_HS_UPGRADE:
+      snprintf(c->console, sizeof c->console, "%s", v.console);
+      snprintf(c->origin, sizeof c->origin, "%s", v.origin);
       upgrade(c, v.accept);
       /* bytes after the head (frames sent without waiting for the 101) */
       if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);

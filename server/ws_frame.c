@@ -68,6 +68,26 @@ static char *next_line(char **cur) {
   return l;
 }
 
+/* The value of cookie `name` in a Cookie header value `h` ("a=b; c=d", RFC 6265 §4.2.1) into
+ * `out` (`len` bytes); left as it is when absent or longer. */
+static void cookie_get(const char *h, const char *name, char *out, size_t len) {
+  size_t nl = strlen(name);
+  while (*h) {
+    while (*h == ' ' || *h == ';') h++;
+    size_t pl = strcspn(h, ";");
+    if (pl > nl && strncmp(h, name, nl) == 0 && h[nl] == '=') {
+      size_t vl = pl - nl - 1;
+      while (vl && h[nl + vl] == ' ') vl--;
+      if (vl < len) {
+        memcpy(out, h + nl + 1, vl);
+        out[vl] = '\0';
+      }
+      return;
+    }
+    h += pl;
+  }
+}
+
 /* Sec-WebSocket-Accept of `key` (RFC 6455 §4.2.2): base64(SHA-1(key ‖ the GUID)). */
 static bool accept_of(const char *key, char out[29]) {
   char src[128];
@@ -116,6 +136,10 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
       version = val, n_ver++;
     else if (strcasecmp(l, "Sec-WebSocket-Key") == 0)
       key = val, n_key++;
+    else if (strcasecmp(l, "Cookie") == 0)
+      cookie_get(val, JB_WS_CONSOLE_COOKIE, v->console, sizeof v->console);
+    else if (strcasecmp(l, "Origin") == 0 && strlen(val) < sizeof v->origin)
+      snprintf(v->origin, sizeof v->origin, "%s", val);
   }
   char eio[8] = "", transport[16] = "", sid[8];
   const char *query = q ? q + 1 : "";

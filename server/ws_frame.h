@@ -58,6 +58,8 @@ enum jb_ws_handshake_result {
   JB_WS_HS_NOMEM, /* out of memory: drop the connection */
 };
 
+#define JB_WS_CONSOLE_COOKIE "jb_console" /* the same name as server/http.h JB_CONSOLE_COOKIE */
+
 /* What jb_ws_handshake_feed decided. The strings are static. */
 struct jb_ws_verdict {
   int status; /* REFUSE: HTTP status (400, 404, 426, 431, 503) */
@@ -66,6 +68,9 @@ struct jb_ws_verdict {
                           1 session id unknown, 3 bad request, 5 unsupported protocol version) */
   const char *message; /* REFUSE: the JSON body's message */
   char accept[29]; /* UPGRADE: the Sec-WebSocket-Accept value (§4.2.2 step 5.4) */
+  char console[64]; /* UPGRADE: the value of the request's JB_WS_CONSOLE_COOKIE cookie (a
+                     * browser's console sign-in, RFC 6265 §5.4), "" when none or too long */
+  char origin[256]; /* UPGRADE: the Origin header (RFC 6454), "" when none or too long */
 };
 
 /* Feeds `n` bytes of a connection's first input. Once the head (up to and including the blank

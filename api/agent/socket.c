@@ -90,10 +90,43 @@ static json_t *db_failed(const jb_error *err) {
 
 /* ---------- CONNECT ---------- */
 
+/* Whether `origin` (RFC 6454 serialization, "scheme://host[:port]") may connect with the
+ * console's cookie: a page of this jailboxd's HTTP listener (its port, on any host name), or
+ * one of the configured browser origins (JAILBOX_MCP_ALLOWED_ORIGINS, exact). SameSite=Strict
+ * keeps other sites' pages from sending the cookie; this keeps out the pages of other ports
+ * of the same host, which count as the same site. */
+static bool console_origin_ok(const struct jb_app *app, const char *origin) {
+  const char *hostp = strstr(origin, "://");
+  if (!hostp || !origin[0]) return false;
+  hostp += 3;
+  const char *end = hostp[0] == '[' ? strchr(hostp, ']') : hostp;
+  const char *colon = end ? strrchr(end, ':') : NULL;
+  int port = colon ? atoi(colon + 1)
+                   : (strncmp(origin, "https://", 8) == 0 ? 443 : 80); /* RFC 6454 §4 defaults */
+  if (port > 0 && port == atomic_load(&((struct jb_app *)app)->http_port)) return true;
+  const char *list = app->cfg ? app->cfg->mcp_allowed_origins : NULL;
+  size_t n = strlen(origin);
+  for (const char *p = list; p && *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    size_t l = strcspn(p, ",");
+    size_t t = l;
+    while (t && p[t - 1] == ' ') t--;
+    if (t == n && strncmp(p, origin, n) == 0) return true;
+    p += l;
+  }
+  return false;
+}
+
 static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
                        struct jb_ws_connect_result *res) {
   struct jb_socket *s = ctx;
   const char *tok = json_string_value(json_object_get(auth, "token"));
+  const char *corigin = json_string_value(json_object_get(auth, "consoleOrigin"));
+  if (corigin && !console_origin_ok(s->app, corigin)) {
+    snprintf(res->message, sizeof res->message,
+             "the console's sign-in is accepted only from its own page's origin");
+    return;
+  }
   if (!tok) {
     snprintf(res->message, sizeof res->message,
              "authentication required: connect with auth {token}");

@@ -50,4 +50,13 @@ void jb_api_rule_revoke(void *app, const struct jb_http_req *req, struct jb_http
 void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
+/* api/rest/console.c: the web console's files and sign-in */
+void jb_api_console_index(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_file(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_code(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_signin(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_whoami(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_signout(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+void jb_api_console_sessions(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+
 #endif

@@ -28,6 +28,14 @@ static const struct jb_route routes[] = {
     {"GET", "/v1/audit/keys", jb_api_audit_keys, 0},
     {"GET", "/v1/jailbox/:jobId/alerts", jb_api_alerts_list, 0},
     {"GET", "/v1/jailbox/:jobId/changes", jb_api_changes_list, 0},
+    {"GET", "/console/", jb_api_console_index, 0},
+    {"GET", "/console/:file", jb_api_console_file, 0},
+    {"GET", "/console/:dir/:file", jb_api_console_file, 0},
+    {"POST", "/v1/console/codes", jb_api_console_code, 0},
+    {"POST", "/v1/console/session", jb_api_console_signin, 0},
+    {"GET", "/v1/console/session", jb_api_console_whoami, 0},
+    {"DELETE", "/v1/console/session", jb_api_console_signout, 0},
+    {"GET", "/v1/console/sessions", jb_api_console_sessions, 0},
     /* MCP Streamable HTTP (api/agent/mcp_http.h): GET and DELETE get 405 */
     {"POST", "/mcp", jb_api_mcp_post, JB_ROUTE_BODY},
 };

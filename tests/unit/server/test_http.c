@@ -60,6 +60,11 @@ static void route_matching(void **state) {
   assert_false(jb_route_match("/v1/jailbox/:jobId", "/v1/jailbox/", buf, sizeof buf, p, &n));
   assert_false(jb_route_match("/v1/jailbox/:jobId", "/v1/jailbox//", buf, sizeof buf, p, &n));
   assert_false(jb_route_match("/v1/jailbox/:jobId", "/v1/jailbox/a/b", buf, sizeof buf, p, &n));
+  /* a pattern ending in '/' matches that path only (the console's folder) */
+  assert_true(jb_route_match("/console/", "/console/", buf, sizeof buf, p, &n));
+  assert_false(jb_route_match("/console/", "/console", buf, sizeof buf, p, &n));
+  assert_false(jb_route_match("/console/", "/console/x", buf, sizeof buf, p, &n));
+  assert_false(jb_route_match("/console/:file", "/console/", buf, sizeof buf, p, &n));
   /* a parameter that does not fit the buffer is no match, never a cut value */
   char small[4];
   assert_false(jb_route_match("/x/:id", "/x/abcdef", small, sizeof small, p, &n));

@@ -128,6 +128,25 @@ static void handshake_accepts(void **state) {
   assert_int_equal(hs_all(GOOD_REQ, &v), JB_WS_HS_UPGRADE);
   /* RFC 6455 §1.3's example key and answer */
   assert_string_equal(v.accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  assert_string_equal(v.console, "");
+  /* the console's sign-in cookie among others; one too long for the field is left out */
+  assert_int_equal(
+      hs_all("GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\n"
+             "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+             "Cookie: a=1; xjb_console=no; jb_console=jbt_abc; b=2\r\n\r\n",
+             &v),
+      JB_WS_HS_UPGRADE);
+  assert_string_equal(v.console, "jbt_abc");
+  char longreq[512];
+  snprintf(longreq, sizeof longreq,
+           "GET /socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\n"
+           "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+           "Cookie: jb_console=%0100d\r\n\r\n",
+           7);
+  assert_int_equal(hs_all(longreq, &v), JB_WS_HS_UPGRADE);
+  assert_string_equal(v.console, "");
   /* /socket.io without the slash, LF-only header lines, more query parameters */
   assert_int_equal(
       hs_all("GET /socket.io?t=1&EIO=4&transport=websocket HTTP/1.0\r\nupgrade: WebSocket\n"

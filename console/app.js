@@ -1,0 +1,533 @@
+// app.js — the buyer's web console: sign-in (one-time link or a pasted token, exchanged for an
+// HttpOnly cookie), the service's session list, and a session page on the documented REST API
+// (api/openapi.yaml) and the stock socket.io-client (api/events.md): state and controls, the
+// live op feed (a windowed list), approvals with their diff, exec output, security alerts,
+// the session contract, the change summary and the audit chain verified here (verify.js).
+// Agent strings go through JBText (text.js) only.
+'use strict';
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const T = JBText;
+  const HDR = { 'X-Jailbox-Console': '1' };
+  const st = { job: null, role: null, socket: null, ops: new Map(), order: [], pending: new Map(),
+    sel: 0, heads: [], session: null, out: new Map(), running: new Map(),
+    drafts: new Map(), painted: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
+  window.__jb = st; // for tests and benchmarks: read-only use
+
+  // ---------- REST ----------
+  async function api(method, path, body) {
+    const opt = { method, headers: { ...HDR }, credentials: 'same-origin' };
+    if (body !== undefined) { opt.headers['Content-Type'] = 'application/json'; opt.body = JSON.stringify(body); }
+    const r = await fetch(path, opt);
+    const text = await r.text();
+    let json = null;
+    try { json = text ? JSON.parse(text) : null; } catch { json = null; }
+    if (r.status === 401 && !path.startsWith('/v1/console/session')) signedOut('The sign-in expired or was revoked: sign in again.');
+    return { status: r.status, json, text };
+  }
+  const jobPath = (s = '') => '/v1/jailbox/' + encodeURIComponent(st.job) + s;
+  const errText = (r) => (r.json && r.json.error ? r.json.error.message : 'HTTP ' + r.status);
+
+  // ---------- sign-in ----------
+  function show(id) { for (const s of ['signin', 'list', 'session']) $(s).hidden = s !== id; }
+  function signedOut(msg) {
+    if (st.socket) { st.socket.disconnect(); st.socket = null; }
+    show('signin');
+    $('signout').hidden = true;
+    $('who').textContent = '';
+    $('signin-error').textContent = msg || '';
+  }
+
+  async function exchange(headers) {
+    const r = await fetch('/v1/console/session', { method: 'POST', credentials: 'same-origin', headers: { ...HDR, ...headers } });
+    if (r.ok) return null;
+    let m = 'sign-in refused (HTTP ' + r.status + ')';
+    try { m = (await r.json()).error.message; } catch { /* keep */ }
+    return m;
+  }
+
+  async function start() {
+    const m = /^#code=([A-Za-z0-9_-]{1,80})$/.exec(location.hash);
+    let err = null;
+    if (m) {
+      history.replaceState(null, '', location.pathname); // the code leaves the URL and history
+      err = await exchange({ 'X-Jailbox-Console-Code': m[1] });
+    }
+    const who = await api('GET', '/v1/console/session');
+    if (who.status !== 200) return signedOut(err || (who.status === 401 ? '' : errText(who)));
+    st.role = who.json.role;
+    st.socketPort = who.json.socketPort;
+    $('signout').hidden = false;
+    T.put($('who'), who.json.role + (who.json.jobId ? ' of ' + who.json.jobId : ''));
+    if (st.role === 'service') return showList();
+    openSession(who.json.jobId);
+  }
+
+  $('signin-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const tok = $('token').value.trim();
+    $('token').value = '';
+    if (!tok) return;
+    $('signin-error').textContent = 'signing in…';
+    const err = await exchange({ Authorization: 'Bearer ' + tok });
+    if (err) { $('signin-error').textContent = err; return; }
+    $('signin-error').textContent = '';
+    start();
+  });
+  $('signout').addEventListener('click', async () => {
+    await api('DELETE', '/v1/console/session');
+    signedOut('Signed out.');
+  });
+
+  // ---------- the service's session list ----------
+  async function showList() {
+    show('list');
+    const r = await api('GET', '/v1/console/sessions');
+    const body = $('list-body');
+    body.textContent = '';
+    if (r.status !== 200) { body.appendChild(T.el('tr', errText(r))); return; }
+    for (const s of r.json.sessions) {
+      const tr = document.createElement('tr');
+      const a = T.el('a', s.jobId);
+      a.href = '#';
+      a.addEventListener('click', (e) => { e.preventDefault(); openSession(s.jobId); });
+      const td = document.createElement('td');
+      td.appendChild(a);
+      tr.appendChild(td);
+      for (const k of ['agentId', 'state', 'mode', 'createdAt']) tr.appendChild(T.el('td', s[k]));
+      body.appendChild(tr);
+    }
+  }
+
+  // ---------- session ----------
+  async function openSession(job) {
+    st.job = job;
+    show('session');
+    T.put($('job'), job);
+    await refreshSession();
+    await loadOps();
+    loadChanges();
+    if (st.role === 'buyer') connectSocket();
+    else { setConn('REST (service: no socket)'); setInterval(() => { refreshSession(); loadOps(); }, 2000); }
+  }
+
+  async function refreshSession() {
+    const r = await api('GET', jobPath());
+    if (r.status !== 200) { $('control-error').textContent = errText(r); return; }
+    st.session = r.json;
+    setState(r.json.state, r.json.mode);
+    renderContract(r.json);
+  }
+
+  function setState(state, mode) {
+    if (state) { $('state').textContent = state; $('state').className = 'pill'; }
+    if (mode) $('mode').textContent = mode;
+    const s = $('state').textContent;
+    $('pause').disabled = s !== 'active';
+    $('resume').disabled = s !== 'paused';
+    $('accept').disabled = s !== 'done';
+    $('abort').disabled = ['accepted', 'aborted', 'failed'].includes(s);
+  }
+
+  function setConn(text, on) { const c = $('conn'); c.textContent = text; c.className = 'pill ' + (on ? 'on' : 'off'); }
+
+  async function control(what) {
+    $('control-error').textContent = '';
+    const r = await api('POST', jobPath('/' + what), {});
+    if (r.status >= 300) $('control-error').textContent = what + ': ' + errText(r);
+    else if (r.json && r.json.state) setState(r.json.state);
+  }
+  for (const c of ['pause', 'resume', 'abort', 'accept']) $(c).addEventListener('click', () => control(c));
+  $('switch-mode').addEventListener('click', async () => {
+    const to = $('mode').textContent === 'supervised' ? 'unsupervised' : 'supervised';
+    const r = await api('PATCH', jobPath(), { mode: to });
+    if (r.status !== 200) $('control-error').textContent = 'mode: ' + errText(r);
+    else setState(r.json.state, r.json.mode);
+  });
+
+  // ---------- socket ----------
+  function connectSocket() {
+    if (st.socket) return;
+    const url = st.socketPort ? location.protocol + '//' + location.hostname + ':' + st.socketPort : location.origin;
+    const s = io(url, { transports: ['websocket'], withCredentials: true, reconnectionDelayMax: 10000 });
+    st.socket = s;
+    s.on('connect', () => setConn('live', true));
+    s.on('disconnect', () => setConn('reconnecting…', false));
+    s.on('connect_error', (e) => {
+      // the server refused the sign-in (no retry: socket.io does not retry a refused CONNECT)
+      if (!s.active) signedOut('The live connection was refused: ' + e.message);
+      else setConn('reconnecting…', false);
+    });
+    s.on('jailbox:state', (ev) => {
+      setState(ev.state, ev.mode);
+      if (ev.auditHead) noteHead(ev.auditHead);
+      if (ev.snapshot) { st.pending.clear(); renderApprovals(); loadOps(); } // resync
+    });
+    s.on('jailbox:mode', (ev) => setState(null, ev.mode));
+    s.on('jailbox:op', (ev) => {
+      upsertOp(ev);
+      if (ev.decidedBy === undefined && ev.state !== 'pending') refreshOp(ev.opId);
+      if (ev.state === 'pending') return;
+      const p = st.pending.get(ev.opId);
+      if (p) { st.pending.delete(ev.opId); if (p.tool === 'exec' && ['approved', 'running'].includes(ev.state)) st.running.set(ev.opId, p); }
+      if (['done', 'failed', 'rejected'].includes(ev.state)) st.running.delete(ev.opId);
+      renderApprovals();
+    });
+    s.on('jailbox:approval_request', (ev) => {
+      const got = performance.timeOrigin + performance.now();
+      st.pending.set(ev.opId, ev);
+      upsertOp({ ...ev, state: 'pending' });
+      renderApprovals();
+      // painted: after the next frame (rAF runs before the paint, the task after it after)
+      requestAnimationFrame(() => setTimeout(() => {
+        performance.mark('jb-diff-painted-' + ev.opId);
+        st.painted.set(ev.opId, { got, painted: performance.timeOrigin + performance.now() });
+      }, 0));
+    });
+    s.on('jailbox:exec_output', (ev) => {
+      const o = st.out.get(ev.opId) || [];
+      o.push(ev);
+      st.out.set(ev.opId, o);
+      const box = document.querySelector(`[data-out="${Number(ev.opId)}"]`);
+      if (box) box.appendChild(T.el('span', ev.data, ev.stream === 'stderr' ? 'stderr' : '', true));
+    });
+    s.on('jailbox:security_alert', (ev) => alert(ev));
+    s.on('jailbox:abort', (ev) => setState('aborted'));
+    s.on('jailbox:audit_head', (ev) => { noteHead(ev); scheduleSync(); });
+  }
+
+  function noteHead(h) {
+    if (!h || typeof h.seq !== 'number' || typeof h.hash !== 'string') return;
+    if (!st.heads.some((x) => x.seq === h.seq)) st.heads.push({ seq: h.seq, hash: h.hash });
+    $('heads').textContent = `${st.heads.length} audit heads received live; newest seq ${Math.max(...st.heads.map((x) => x.seq))}`;
+  }
+
+  function alert(ev) {
+    const box = $('alerts');
+    box.hidden = false;
+    const d = T.el('div', `⚠ security alert: ${ev.kind || 'alert'} `);
+    T.put(d, ev.path || ev.detail || '');
+    if (ev.rules) T.put(d, ' (' + ev.rules.join(', ') + ')');
+    box.appendChild(d);
+  }
+
+  // ---------- ops feed (a windowed list: only the rows in view are in the DOM) ----------
+  const ROW = 20;
+  function upsertOp(op) {
+    if (typeof op.opId !== 'number') return;
+    const had = st.ops.get(op.opId);
+    st.ops.set(op.opId, { ...(had || {}), ...op });
+    if (!had) st.order.push(op.opId);
+    scheduleFeed();
+  }
+  let feedQueued = false;
+  function scheduleFeed() { if (!feedQueued) { feedQueued = true; requestAnimationFrame(renderFeed); } }
+  function renderFeed() {
+    feedQueued = false;
+    const feed = $('feed');
+    st.order.sort((a, b) => b - a);
+    $('feed-spacer').style.height = st.order.length * ROW + 'px';
+    for (const r of feed.querySelectorAll('.feed-row')) r.remove();
+    const first = Math.floor(feed.scrollTop / ROW), n = Math.ceil(feed.clientHeight / ROW) + 2;
+    for (let i = first; i < Math.min(st.order.length, first + n); i++) {
+      const op = st.ops.get(st.order[i]);
+      const row = document.createElement('div');
+      row.className = 'feed-row ' + (op.state || '');
+      row.style.top = i * ROW + 'px';
+      row.dataset.op = op.opId;
+      const what = op.tool === 'exec' ? (op.command || (op.argv || (op.args && op.args.argv) || []).join(' ')) : op.path;
+      const res = op.result || {};
+      const size = op.size ?? res.size ?? res.bytes ?? (res.stdoutBytes !== undefined ? res.stdoutBytes + res.stderrBytes : '');
+      const ms = res.durationMs ?? (op.completedAt && op.createdAt ? Date.parse(op.completedAt) - Date.parse(op.createdAt) : '');
+      for (const v of [op.opId, op.tool, what, op.state, op.decision, op.decidedBy, ms, size]) {
+        const c = T.el('span', v ?? '');
+        c.title = T.visible(v ?? '');
+        row.appendChild(c);
+      }
+      feed.appendChild(row);
+    }
+  }
+  $('feed').addEventListener('scroll', scheduleFeed);
+
+  // The ops move on without an event of their own for every step (a write that a rule or the
+  // mode lets run is seen as an audit head): each head, and each op event that lacks who
+  // decided, reads the ops from the oldest one not yet ended onward again (batched, 250 ms).
+  const ENDED = ['done', 'failed', 'rejected'];
+  let syncTimer = null;
+  function scheduleSync() {
+    if (!syncTimer) syncTimer = setTimeout(syncOps, 250);
+  }
+  async function syncOps() {
+    let from = 0;
+    for (const id of [...st.ops.keys()].sort((x, y) => x - y)) {
+      if (!ENDED.includes(st.ops.get(id).state)) break;
+      from = id;
+    }
+    await loadOps(from);
+    loadChanges();
+    syncTimer = null;
+  }
+  const refreshOp = scheduleSync;
+
+  async function loadOps(after = 0) {
+    for (let page = 0; page < 40; page++) { // at most 20,000 ops
+      const r = await api('GET', jobPath('/ops?limit=500&after=' + after));
+      if (r.status !== 200) return;
+      const before = [...st.pending.keys(), '|', ...st.running.keys()].join();
+      for (const op of r.json.ops) {
+        upsertOp(op);
+        if (op.state === 'pending' && !st.pending.has(op.opId)) st.pending.set(op.opId, { ...op, ...(op.args || {}) });
+        if (op.state !== 'pending' && st.pending.has(op.opId)) {
+          const p = st.pending.get(op.opId);
+          st.pending.delete(op.opId);
+          if (p.tool === 'exec' && !ENDED.includes(op.state)) st.running.set(op.opId, p);
+        }
+        if (ENDED.includes(op.state)) st.running.delete(op.opId);
+      }
+      if ([...st.pending.keys(), '|', ...st.running.keys()].join() !== before) renderApprovals();
+      if (r.json.next === null || r.json.next === undefined) return;
+      after = r.json.next;
+    }
+  }
+
+  // ---------- approvals ----------
+  function renderDiff(box, diff, opId) {
+    const pre = document.createElement('div');
+    pre.className = 'diff';
+    for (const line of String(diff.text || '').split('\n')) {
+      const cls = line.startsWith('@@') ? 'hunk' : line.startsWith('+') && !line.startsWith('+++') ? 'add'
+        : line.startsWith('-') && !line.startsWith('---') ? 'del' : '';
+      pre.appendChild(T.el('div', line, cls, true));
+    }
+    box.appendChild(pre);
+    if (diff.truncated) {
+      const p = T.el('p', `diff cut at ${String(diff.text || '').length} of ${diff.bytes} bytes `, 'muted');
+      if (opId !== undefined) { // the op's stored preview is longer than an event's
+        const more = T.el('button', 'load the stored preview');
+        more.addEventListener('click', async () => {
+          const r = await api('GET', jobPath(`/ops?limit=1&after=${opId - 1}`));
+          const op = r.status === 200 && r.json.ops[0];
+          if (op && op.opId === opId && op.diff && st.pending.has(opId)) {
+            st.pending.set(opId, { ...st.pending.get(opId), diff: op.diff, fullDiff: true });
+            renderApprovals();
+          }
+        });
+        const ev = st.pending.get(opId);
+        if (!(ev && ev.fullDiff)) p.appendChild(more);
+      }
+      box.appendChild(p);
+    }
+  }
+
+  function renderApprovals() {
+    const box = $('approvals');
+    const focused = document.activeElement && document.activeElement.closest('.card') ? document.activeElement : null;
+    const refocus = focused && focused.classList.contains('reason') ? Number(focused.closest('.card').dataset.op) : null;
+    box.textContent = '';
+    const ids = [...st.pending.keys()].sort((a, b) => a - b);
+    for (const [id, ev] of st.running) box.appendChild(runningCard(id, ev));
+    if (!ids.length) { box.appendChild(T.el('p', 'nothing waiting', 'empty')); return; }
+    if (st.sel >= ids.length) st.sel = ids.length - 1;
+    ids.forEach((id, i) => {
+      const ev = st.pending.get(id);
+      const card = document.createElement('div');
+      card.className = 'card' + (i === st.sel ? ' selected' : '');
+      card.dataset.op = id;
+      const h = T.el('h3', `#${id} ${ev.tool} `);
+      T.put(h, ev.path);
+      card.appendChild(h);
+      if (ev.description) card.appendChild(T.el('p', ev.description));
+      if (ev.tool === 'exec') {
+        const argv = ev.argv || [];
+        const p = T.el('p', 'argv: ', 'mono');
+        argv.forEach((a, k) => { if (k) p.appendChild(document.createTextNode(' ')); T.put(p, JSON.stringify(a)); });
+        card.appendChild(p);
+        card.appendChild(outputBox(id));
+      }
+      if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff, id);
+      else if (ev.preview) renderDiff(card, { text: ev.preview.split('\n').map((l) => '+' + l).join('\n') });
+      if (ev.size !== undefined) card.appendChild(T.el('p', `${ev.size} bytes, sha256 ${ev.sha256 || ''}`, 'muted'));
+      const row = document.createElement('p');
+      const sim = document.createElement('select');
+      sim.className = 'similar';
+      for (const [v, l] of [['', 'just this one'], ['directory', 'allow similar: same directory'], ['extension', 'allow similar: same extension'],
+        ['command', 'allow similar: same command'], ['session', 'allow similar: whole session']]) {
+        const o = document.createElement('option');
+        o.value = v; o.textContent = l;
+        sim.appendChild(o);
+      }
+      const draft = st.drafts.get(id) || { reason: '', similar: '' };
+      st.drafts.set(id, draft);
+      sim.value = draft.similar;
+      sim.addEventListener('change', () => { draft.similar = sim.value; });
+      const ok = T.el('button', 'Approve (a)');
+      ok.className = 'approve';
+      ok.addEventListener('click', () => decide(id, true, sim.value, ''));
+      const reason = document.createElement('input');
+      reason.className = 'reason';
+      reason.placeholder = 'reason for rejecting';
+      reason.maxLength = 1000;
+      reason.value = draft.reason;
+      reason.addEventListener('input', () => { draft.reason = reason.value; });
+      const no = T.el('button', 'Reject (r)');
+      no.className = 'reject danger';
+      no.addEventListener('click', () => decide(id, false, '', reason.value));
+      row.append(sim, ' ', ok, ' ', reason, ' ', no);
+      if (ev.tool === 'exec') {
+        const kill = T.el('button', 'Kill');
+        kill.className = 'kill danger';
+        kill.addEventListener('click', () => killOp(id));
+        row.append(' ', kill);
+      }
+      card.appendChild(row);
+      const msg = T.el('p', '', 'error');
+      msg.dataset.msg = id;
+      card.appendChild(msg);
+      box.appendChild(card);
+      if (refocus === id) reason.focus();
+    });
+    for (const k of st.drafts.keys()) if (!st.pending.has(k)) st.drafts.delete(k);
+    performance.mark('jb-approvals-painted');
+  }
+
+  function outputBox(id) {
+    const out = T.el('div', undefined, 'out');
+    out.dataset.out = id;
+    for (const o of st.out.get(id) || []) out.appendChild(T.el('span', o.data, o.stream === 'stderr' ? 'stderr' : '', true));
+    return out;
+  }
+
+  // an approved exec while its command runs: its argv, live output and a kill button
+  function runningCard(id, ev) {
+    const card = document.createElement('div');
+    card.className = 'card running';
+    card.dataset.running = id;
+    card.appendChild(T.el('h3', `#${id} exec running: ${(ev.argv || []).join(' ')}`));
+    card.appendChild(outputBox(id));
+    const kill = T.el('button', 'Kill');
+    kill.className = 'kill danger';
+    kill.addEventListener('click', () => killOp(id));
+    card.appendChild(kill);
+    return card;
+  }
+
+  async function decide(id, approve, similar, reason) {
+    const body = approve ? (similar ? { allowSimilar: similar } : {}) : (reason ? { reason } : {});
+    const r = await api('POST', jobPath(`/${approve ? 'approve' : 'reject'}/${id}`), body);
+    if (r.status >= 300) {
+      const m = document.querySelector(`[data-msg="${Number(id)}"]`);
+      if (m) m.textContent = errText(r); // e.g. decided from another browser first
+      if (r.status === 409) { st.pending.delete(id); setTimeout(renderApprovals, 1500); loadOps(); }
+      return;
+    }
+    const ev = st.pending.get(id);
+    st.pending.delete(id);
+    if (approve && ev && ev.tool === 'exec') st.running.set(id, ev);
+    if (r.json && r.json.opId) upsertOp(r.json);
+    renderApprovals();
+  }
+
+  async function killOp(id) {
+    const r = await api('POST', jobPath(`/ops/${id}/kill`), {});
+    if (r.status >= 300) $('control-error').textContent = 'kill: ' + errText(r);
+  }
+
+  // running execs are killed from the feed too: click a running exec row
+  $('feed').addEventListener('dblclick', (e) => {
+    const row = e.target.closest('.feed-row');
+    const op = row && st.ops.get(Number(row.dataset.op));
+    if (op && op.tool === 'exec' && op.state === 'running') killOp(op.opId);
+  });
+
+  document.addEventListener('keydown', (e) => {
+    if (e.target.closest('input, select, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
+    const ids = [...st.pending.keys()].sort((a, b) => a - b);
+    if (!ids.length) return;
+    const id = ids[Math.min(st.sel, ids.length - 1)];
+    const card = document.querySelector(`.card[data-op="${id}"]`);
+    if (e.key === 'j') { st.sel = Math.min(st.sel + 1, ids.length - 1); renderApprovals(); }
+    else if (e.key === 'k') { st.sel = Math.max(st.sel - 1, 0); renderApprovals(); }
+    else if (e.key === 'a') decide(id, true, card.querySelector('.similar').value, '');
+    else if (e.key === 'r') {
+      const reason = card.querySelector('.reason');
+      if (!reason.value) { reason.focus(); e.preventDefault(); return; } // type a reason, then r again or click
+      decide(id, false, '', reason.value);
+    }
+  });
+
+  // ---------- contract and changes ----------
+  function dl(pairs) {
+    const d = document.createElement('dl');
+    for (const [k, v] of pairs) { d.appendChild(T.el('dt', k)); d.appendChild(T.el('dd', typeof v === 'object' && v !== null ? JSON.stringify(v) : v)); }
+    return d;
+  }
+  function renderContract(s) {
+    const c = $('contract');
+    c.textContent = '';
+    c.appendChild(dl([['agent', s.agentId], ['workspace', s.workspace], ['image', s.image], ['limits', s.limits], ['excluded', (s.exclude || []).join(', ') || 'nothing']]));
+    const w = s.walls;
+    if (!w) { c.appendChild(T.el('p', 'the walls are not up yet', 'muted')); return; }
+    for (const [name, wall] of Object.entries(w)) {
+      if (name === 'prescan') continue;
+      c.appendChild(T.el('h4', name));
+      if (wall && typeof wall === 'object') c.appendChild(dl(Object.entries(wall)));
+      else c.appendChild(T.el('p', wall));
+    }
+  }
+
+  async function loadChanges() {
+    const r = await api('GET', jobPath('/changes'));
+    const box = $('changes');
+    box.textContent = '';
+    if (r.status !== 200) { box.appendChild(T.el('p', errText(r), 'error')); return; }
+    if (!r.json.changes.length) { box.appendChild(T.el('p', 'no changes yet', 'empty')); return; }
+    const t = document.createElement('table');
+    const head = document.createElement('tr');
+    for (const h of ['op', 'tool', 'path', 'detail', 'at']) head.appendChild(T.el('th', h));
+    t.appendChild(head);
+    for (const ch of r.json.changes) {
+      const tr = document.createElement('tr');
+      const detail = ch.tool === 'move' ? `${ch.from} → ${ch.to}` : ch.tool === 'exec' ? (ch.argv || []).join(' ')
+        : ch.sha256After ? `${ch.size} bytes, sha256 ${ch.sha256After.slice(0, 12)}…` : ch.type || '';
+      for (const v of [ch.opId, ch.tool, ch.path, detail, ch.at]) tr.appendChild(T.el('td', v));
+      t.appendChild(tr);
+    }
+    box.appendChild(t);
+  }
+  $('changes-reload').addEventListener('click', (e) => { e.preventDefault(); loadChanges(); });
+
+  // ---------- audit ----------
+  $('verify').addEventListener('click', async () => {
+    const v = $('verdict');
+    v.className = '';
+    v.textContent = 'verifying…';
+    const body = $('audit-body');
+    body.textContent = '';
+    try {
+      const [kr, er] = await Promise.all([fetch('/v1/audit/keys', { headers: HDR }), fetch(jobPath('/audit'), { headers: HDR })]);
+      if (!kr.ok || !er.ok) throw new Error('export: HTTP ' + (kr.ok ? er.status : kr.status));
+      const keys = await JBVerify.importKeys(await kr.json());
+      const res = await JBVerify.verify(await er.text(), st.job, keys, st.heads, (row, ok) => {
+        const tr = document.createElement('tr');
+        if (!ok) tr.className = 'bad';
+        for (const x of [row.seq, row.operation, row.path, row.timestamp, row.keyId, String(row.hash || '').slice(0, 16)]) tr.appendChild(T.el('td', x ?? ''));
+        tr.appendChild(T.el('td', ok ? '✓' : '✗', ok ? 'ok' : 'bad'));
+        body.appendChild(tr);
+      });
+      st.verdict = res;
+      if (res.ok) {
+        v.className = 'ok';
+        v.textContent = `intact: ${res.entries} entries${res.sealed ? ', sealed' : ''}, Ed25519 signatures and hash links verified, ${res.headsChecked} live heads match`;
+      } else {
+        v.className = 'bad';
+        v.textContent = `TAMPERED at seq ${res.firstBadSeq}: ${res.reason}${res.detail ? ' (' + T.visible(res.detail) + ')' : ''}`;
+      }
+    } catch (e) {
+      v.className = 'bad';
+      v.textContent = 'could not verify: ' + T.visible(e.message || e);
+    }
+  });
+
+  start();
+})();
