@@ -34,8 +34,10 @@ struct schema {
   struct field fields[4]; /* ended by a NULL name */
 };
 
-#define REASON {"reason", F_REASON, false, false}
-#define OPID {"opId", F_OPID, true, true}
+#define REASON \
+  { "reason", F_REASON, false, false }
+#define OPID \
+  { "opId", F_OPID, true, true }
 
 static const struct schema schemas[JB_CONTROL_COUNT] = {
     [JB_CONTROL_PAUSE] = {"jailbox:pause", {REASON}},
@@ -50,8 +52,7 @@ static const struct schema schemas[JB_CONTROL_COUNT] = {
     [JB_CONTROL_RULE_ADD] = {"jailbox:rule_add",
                              {{"rules", F_RULES, false, false}, {"rule", F_RULE, false, false}}},
     [JB_CONTROL_RULE_REVOKE] = {"jailbox:rule_revoke", {{"ruleId", F_RULE_ID, true, true}}},
-    [JB_CONTROL_PRE_SCAN_DONE] = {"jailbox:pre_scan_done",
-                                  {{"exclude", F_EXCLUDE, false, false}}},
+    [JB_CONTROL_PRE_SCAN_DONE] = {"jailbox:pre_scan_done", {{"exclude", F_EXCLUDE, false, false}}},
 };
 
 const char *jb_control_event(enum jb_control ctl) {
@@ -76,69 +77,72 @@ static int check_field(const struct field *f, const json_t *obj, const json_t *v
                        struct jb_control_args *out, jb_error *err) {
   const char *str = NULL;
   switch (f->kind) {
-  case F_REASON:
-    return jb_json_get_string(obj, f->name, 0, 1024, true, &out->reason, err);
-  case F_SIMILAR:
-    return jb_json_get_string(obj, f->name, 1, 32, true, &out->allow_similar, err);
-  case F_RULE_ID:
-    if (jb_json_get_string(obj, f->name, 1, 64, true, &out->rule_id, err) < 0)
-      return jb_fail(err, EINVAL, "field 'ruleId' must be a string of 1 to 64 characters");
-    return 0;
-  case F_MODE:
-    if (jb_json_get_string(obj, f->name, 1, 32, true, &str, err) < 0 ||
-        (strcmp(str, "supervised") != 0 && strcmp(str, "unsupervised") != 0))
-      return jb_fail(err, EINVAL, "field 'mode' must be 'supervised' or 'unsupervised'");
-    out->mode = str;
-    return 0;
-  case F_OPID: {
-    long long op = 0;
-    if (json_is_integer(v)) {
-      op = json_integer_value(v);
-    } else if (json_is_string(v)) {
-      const char *t = json_string_value(v);
-      char *end;
-      errno = 0;
-      op = isdigit((unsigned char)t[0]) ? strtoll(t, &end, 10) : 0;
-      if (errno || !isdigit((unsigned char)t[0]) || *end) op = 0;
-    } else {
-      return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
+    case F_REASON:
+      return jb_json_get_string(obj, f->name, 0, 1024, true, &out->reason, err);
+    case F_SIMILAR:
+      return jb_json_get_string(obj, f->name, 1, 32, true, &out->allow_similar, err);
+    case F_RULE_ID:
+      if (jb_json_get_string(obj, f->name, 1, 64, true, &out->rule_id, err) < 0)
+        return jb_fail(err, EINVAL, "field 'ruleId' must be a string of 1 to 64 characters");
+      return 0;
+    case F_MODE:
+      if (jb_json_get_string(obj, f->name, 1, 32, true, &str, err) < 0 ||
+          (strcmp(str, "supervised") != 0 && strcmp(str, "unsupervised") != 0))
+        return jb_fail(err, EINVAL, "field 'mode' must be 'supervised' or 'unsupervised'");
+      out->mode = str;
+      return 0;
+    case F_OPID: {
+      long long op = 0;
+      if (json_is_integer(v)) {
+        op = json_integer_value(v);
+      } else if (json_is_string(v)) {
+        const char *t = json_string_value(v);
+        char *end;
+        errno = 0;
+        op = isdigit((unsigned char)t[0]) ? strtoll(t, &end, 10) : 0;
+        if (errno || !isdigit((unsigned char)t[0]) || *end) op = 0;
+      } else {
+        return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
+      }
+      if (op <= 0) return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
+      out->op_id = op;
+      return 0;
     }
-    if (op <= 0) return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
-    out->op_id = op;
-    return 0;
-  }
-  case F_RULES:
-    if (!json_is_array(v)) return jb_fail(err, EINVAL, "field 'rules' must be an array of rules");
-    out->rules = (json_t *)v;
-    return 0;
-  case F_RULE:
-    if (!json_is_object(v)) return jb_fail(err, EINVAL, "field 'rule' must be a rule (an object)");
-    if (!out->rules) out->rules = (json_t *)v;
-    return 0;
-  case F_EXCLUDE: {
-    if (!json_is_array(v)) return jb_fail(err, EINVAL, "field 'exclude' must be an array of globs");
-    if (json_array_size(v) > 256) return jb_fail(err, EINVAL, "field 'exclude' has over 256 globs");
-    size_t i;
-    json_t *g;
-    json_array_foreach (v, i, g) {
-      const char *t = json_string_value(g);
-      size_t n = json_string_length(g);
-      if (!t || n == 0 || n > 1024 || strlen(t) != n)
-        return jb_fail(err, EINVAL, "exclude[%zu] must be a string of 1 to 1024 bytes without NUL",
-                       i);
-      for (size_t k = 0; k < n; k++)
-        if ((unsigned char)t[k] < 0x20 || t[k] == 0x7f)
-          return jb_fail(err, EINVAL, "exclude[%zu] has a control character", i);
+    case F_RULES:
+      if (!json_is_array(v)) return jb_fail(err, EINVAL, "field 'rules' must be an array of rules");
+      out->rules = (json_t *)v;
+      return 0;
+    case F_RULE:
+      if (!json_is_object(v))
+        return jb_fail(err, EINVAL, "field 'rule' must be a rule (an object)");
+      if (!out->rules) out->rules = (json_t *)v;
+      return 0;
+    case F_EXCLUDE: {
+      if (!json_is_array(v))
+        return jb_fail(err, EINVAL, "field 'exclude' must be an array of globs");
+      if (json_array_size(v) > 256)
+        return jb_fail(err, EINVAL, "field 'exclude' has over 256 globs");
+      size_t i;
+      json_t *g;
+      json_array_foreach (v, i, g) {
+        const char *t = json_string_value(g);
+        size_t n = json_string_length(g);
+        if (!t || n == 0 || n > 1024 || strlen(t) != n)
+          return jb_fail(err, EINVAL,
+                         "exclude[%zu] must be a string of 1 to 1024 bytes without NUL", i);
+        for (size_t k = 0; k < n; k++)
+          if ((unsigned char)t[k] < 0x20 || t[k] == 0x7f)
+            return jb_fail(err, EINVAL, "exclude[%zu] has a control character", i);
+      }
+      out->exclude = (json_t *)v;
+      return 0;
     }
-    out->exclude = (json_t *)v;
-    return 0;
-  }
   }
   return jb_fail(err, EINVAL, "unknown field kind");
 }
 
-int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_args *out,
-                     char *msg, size_t len) {
+int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_args *out, char *msg,
+                     size_t len) {
   memset(out, 0, sizeof *out);
   jb_error err = {0};
   if (ctl < 0 || ctl >= JB_CONTROL_COUNT) {
@@ -181,7 +185,8 @@ int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_a
 json_t *jb_control_rest_form(enum jb_control ctl, const char *body, size_t body_len,
                              const char *path_value, char *msg, size_t len) {
   jb_error err = {0};
-  json_t *o = body_len ? jb_json_parse_object(body, body_len, JB_JSON_MAX_DEPTH, &err) : json_object();
+  json_t *o =
+      body_len ? jb_json_parse_object(body, body_len, JB_JSON_MAX_DEPTH, &err) : json_object();
   if (!o) {
     snprintf(msg, len, "%s", err.msg[0] ? err.msg : "out of memory");
     return NULL;

@@ -13,15 +13,15 @@ int jb_db_token_find(PGconn *c, const unsigned char hash[32], long retention_s,
   snprintf(ret, sizeof ret, "%ld", retention_s);
   const char *vals[2] = {(const char *)hash, ret};
   const int lens[2] = {32, 0}, fmts[2] = {1, 0};
-  PGresult *r = jb_db_prepared(
-      c,
-      "SELECT t.role, coalesce(t.job_id, ''), t.token_hash, coalesce(s.state, ''),"
-      " s.ended_at IS NOT NULL,"
-      " s.ended_at IS NOT NULL AND (t.role <> 'buyer'"
-      "   OR s.ended_at <= now() - make_interval(secs => $2::bigint))"
-      " FROM tokens t LEFT JOIN sessions s ON s.job_id = t.job_id"
-      " WHERE t.token_hash = $1 AND t.revoked_at IS NULL",
-      2, vals, lens, fmts, 1, NULL, err, "token lookup");
+  PGresult *r =
+      jb_db_prepared(c,
+                     "SELECT t.role, coalesce(t.job_id, ''), t.token_hash, coalesce(s.state, ''),"
+                     " s.ended_at IS NOT NULL,"
+                     " s.ended_at IS NOT NULL AND (t.role <> 'buyer'"
+                     "   OR s.ended_at <= now() - make_interval(secs => $2::bigint))"
+                     " FROM tokens t LEFT JOIN sessions s ON s.job_id = t.job_id"
+                     " WHERE t.token_hash = $1 AND t.revoked_at IS NULL",
+                     2, vals, lens, fmts, 1, NULL, err, "token lookup");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1 || PQgetlength(r, 0, 2) != 32) {
     PQclear(r);

@@ -1,9 +1,11 @@
 /* socket.c — Socket.IO roles and event handlers (see socket.h): CONNECT with auth {token};
- * buyers join their session's room and send jailbox:pause/resume/abort/accept/
- * pre_scan_done/approve/reject, answered through the ack with {ok:true,…} or
- * {error:{code,message}} — the same rules, codes and state machine (db/sessions.h) as the
- * REST forms in api/rest/sessions.c; agents are bound to their session and speak MCP (JSON-RPC
- * 2.0) on the `mcp` event; bus events fan out to the sockets of their session. */
+ * buyers join their session's room and send the controls of api/controls.h
+ * (jailbox:pause/resume/abort/accept/mode/pre_scan_done/approve/reject/kill/rule_add/
+ * rule_revoke), checked against the same schemas as the REST forms and answered through the
+ * ack with {ok:true,…} or {error:{code,message}} — the same rules, codes and state machine
+ * (db/sessions.h) as api/rest/; an ended session's buyer is read-only (the snapshot; controls
+ * answer invalid_state); agents are bound to their session and speak MCP (JSON-RPC 2.0) on the
+ * `mcp` event; bus events fan out to the sockets of their session. */
 #define _GNU_SOURCE
 #include "api/agent/socket.h"
 
@@ -255,8 +257,8 @@ static json_t *decide(struct jb_socket *s, const char *job, const struct jb_cont
     jb_policy_similar(c, job, op, key, &similar, &pr);
     if (!similar) {
       char how[512], st[20];
-      bool decided = pr.status == 409 &&
-                     jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK;
+      bool decided =
+          pr.status == 409 && jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK;
       jb_db_release(s->app->db, c);
       return decided ? conflict(how, st) : fail(policy_code(&pr), "%s", pr.msg);
     }
@@ -339,7 +341,8 @@ static json_t *set_mode(struct jb_socket *s, const char *job, const struct jb_co
   return db_failed(&err);
 }
 
-static json_t *pre_scan_done(struct jb_socket *s, const char *job, const struct jb_control_args *a) {
+static json_t *pre_scan_done(struct jb_socket *s, const char *job,
+                             const struct jb_control_args *a) {
   json_t *ex = a->exclude;
   jb_error err = {0};
   char state[20] = "";
@@ -422,18 +425,29 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
   char msg[512];
   if (jb_control_check(ctl, arg, &a, msg, sizeof msg) < 0) return fail("bad_request", "%s", msg);
   switch (ctl) {
-  case JB_CONTROL_PAUSE: return transition(s, job, a.reason, from_active, "paused");
-  case JB_CONTROL_RESUME: return transition(s, job, a.reason, from_paused, "active");
-  case JB_CONTROL_ABORT: return transition(s, job, a.reason, live, "aborted");
-  case JB_CONTROL_ACCEPT: return transition(s, job, a.reason, from_done, "accepted");
-  case JB_CONTROL_APPROVE: return decide(s, job, &a, true);
-  case JB_CONTROL_REJECT: return decide(s, job, &a, false);
-  case JB_CONTROL_KILL: return kill_op(s, job, &a);
-  case JB_CONTROL_MODE: return set_mode(s, job, &a);
-  case JB_CONTROL_RULE_ADD:
-  case JB_CONTROL_RULE_REVOKE: return rules(s, job, ctl, &a);
-  case JB_CONTROL_PRE_SCAN_DONE: return pre_scan_done(s, job, &a);
-  case JB_CONTROL_COUNT: break;
+    case JB_CONTROL_PAUSE:
+      return transition(s, job, a.reason, from_active, "paused");
+    case JB_CONTROL_RESUME:
+      return transition(s, job, a.reason, from_paused, "active");
+    case JB_CONTROL_ABORT:
+      return transition(s, job, a.reason, live, "aborted");
+    case JB_CONTROL_ACCEPT:
+      return transition(s, job, a.reason, from_done, "accepted");
+    case JB_CONTROL_APPROVE:
+      return decide(s, job, &a, true);
+    case JB_CONTROL_REJECT:
+      return decide(s, job, &a, false);
+    case JB_CONTROL_KILL:
+      return kill_op(s, job, &a);
+    case JB_CONTROL_MODE:
+      return set_mode(s, job, &a);
+    case JB_CONTROL_RULE_ADD:
+    case JB_CONTROL_RULE_REVOKE:
+      return rules(s, job, ctl, &a);
+    case JB_CONTROL_PRE_SCAN_DONE:
+      return pre_scan_done(s, job, &a);
+    case JB_CONTROL_COUNT:
+      break;
   }
   return fail("unknown_event", "unknown event '%s'", name);
 }

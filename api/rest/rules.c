@@ -41,9 +41,9 @@ void jb_api_rules_list(void *appv, const struct jb_http_req *req, struct jb_http
 /* A rules control (add, revoke): the session's buyer or a service token, the session live
  * (api/auth.h JB_AUTH_CONTROL), the arguments as the socket form (api/controls.h). Returns
  * the connection with *doc and `a`, or NULL with `resp` answered. */
-static PGconn *control_conn(struct jb_app *app, const struct jb_http_req *req,
-                            enum jb_control ctl, const char *path_value, json_t **doc,
-                            struct jb_control_args *a, struct jb_http_resp *resp) {
+static PGconn *control_conn(struct jb_app *app, const struct jb_http_req *req, enum jb_control ctl,
+                            const char *path_value, json_t **doc, struct jb_control_args *a,
+                            struct jb_http_resp *resp) {
   jb_error err = {0};
   *doc = NULL;
   PGconn *c = jb_db_acquire(app->db, &err);

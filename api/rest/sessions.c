@@ -448,10 +448,11 @@ static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_
     struct jb_policy_reply pr = {0};
     if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
     memset(&head, 0, sizeof head);
-    int rc = key && !similar ? SIMILAR_REFUSED
-             : similar
-                 ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
-                 : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
+    int rc =
+        key && !similar ? SIMILAR_REFUSED
+        : similar
+            ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
+            : jb_db_op_decide(c, app->keys, job, op, approve, reason, &json, state, &head, &err);
     if (rc == SIMILAR_REFUSED && pr.status == 409) {
       decided_already(c, job, op, "pending", resp); /* decided meanwhile */
     } else if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
