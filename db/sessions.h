@@ -127,8 +127,8 @@ struct jb_transition {
  * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
  * session's agent tokens (its buyer tokens stay, for reading: db/tokens.h), queues a teardown
  * job and seals the audit chain. The change itself is an audit entry — operation "pause",
- * "resume", "abort", "accept" for those changes, "state" for the others; details {from, to, actor, reason} — all in the same transaction. `keys`
- * must not be NULL.
+ * "resume", "abort", "accept" for those changes, "state" for the others; details {from, to,
+ * actor, reason} — all in the same transaction. `keys` must not be NULL.
  * JB_OK; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with out->state = the current state; JB_ERR_FAIL. */
 int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                              const char *const from[], const char *to, const char *reason,
