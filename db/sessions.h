@@ -103,8 +103,9 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
 int jb_db_session_get(PGconn *c, const char *job_id, char **json_out, jb_error *err);
 
 /* As jb_db_session_get, and also the SHA-256 hashes of the session's unrevoked buyer tokens
- * while it is live (none once it ended: their reads then expire, db/tokens.h) (new array of *n_readers * 32 bytes in *readers, NULL when none; free it), for the read
- * cache. */
+ * (new array of *n_readers * 32 bytes in *readers, NULL when none; free it), for the read
+ * cache — none once the session ended: those tokens' reads expire (db/tokens.h), so each is
+ * checked against the database. */
 int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
                                    unsigned char **readers, size_t *n_readers, jb_error *err);
 
