@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "db/sessions.h"
 #include "db/tokens.h"
 #include "lib/log.h"
 
@@ -58,25 +59,30 @@ int jb_auth_bearer_hash(const struct jb_http_req *req, unsigned char hash[32]) {
 bool jb_auth_token_known(void *appv, const char *authorization) {
   struct jb_app *app = appv;
   char tok[JB_TOKEN_TEXT_LEN + 1];
-  unsigned char hash[32], stored[32];
+  unsigned char hash[32];
   if (bearer_token(authorization, tok, sizeof tok) < 0 || jb_token_hash(tok, hash) < 0)
     return false;
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) return true; /* the handler answers 503 after the body; do not turn an outage into 401 */
-  char role[16], job[129];
-  int rc = jb_db_token_lookup(c, hash, role, job, stored, &err);
+  struct jb_token_info t;
+  int rc = jb_db_token_find(c, hash, app->cfg->buyer_read_retention_s, &t, &err);
   jb_db_release(app->db, c);
   if (rc == JB_ERR_FAIL) return true;
-  return rc == JB_OK && sodium_memcmp(hash, stored, 32) == 0;
+  return rc == JB_OK && !t.lapsed && sodium_memcmp(hash, t.stored, 32) == 0;
+}
+
+void jb_resp_invalid_state(struct jb_http_resp *resp, const char *what, const char *state) {
+  json_t *o = json_pack("{s:{s:s,s:s++,s:s}}", "error", "code", "invalid_state", "message", what,
+                        " in state ", state, "state", state);
+  jb_resp_json(resp, 409, o);
 }
 
 int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp) {
-  (void)app;
   char tok[JB_TOKEN_TEXT_LEN + 1];
-  unsigned char hash[32], stored[32];
+  unsigned char hash[32];
   const char *h = jb_http_header(req, "Authorization");
   int kind = jb_http_credential(req->conn, req->method, tok, sizeof tok);
   if (kind == -2) {
@@ -102,20 +108,28 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
     jb_resp_error(resp, 404, "not_found", "no such session");
     return -1;
   }
-  char role[16], job[129];
+  struct jb_token_info t;
   jb_error err = {0};
-  int rc = jb_db_token_lookup(conn, hash, role, job, stored, &err);
+  int rc = jb_db_token_find(conn, hash, app->cfg->buyer_read_retention_s, &t, &err);
   if (rc == JB_ERR_FAIL) {
     jb_log(JB_LOG_ERROR, "database error", "detail", err.msg, NULL);
     jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
     return -1;
   }
-  if (rc == JB_ERR_NOT_FOUND || sodium_memcmp(hash, stored, 32) != 0) {
+  if (rc == JB_ERR_NOT_FOUND || sodium_memcmp(hash, t.stored, 32) != 0) {
     jb_resp_error(resp, 401, "unauthorized",
                   kind == 2 ? "the console sign-in expired or was revoked: sign in again"
                             : "unknown or revoked token");
     return -1;
   }
+  if (t.lapsed) {
+    jb_resp_error(resp, 401, "unauthorized",
+                  "the token's session ended more than %ld s ago: its read access has expired "
+                  "(JAILBOX_BUYER_READ_RETENTION_S)",
+                  app->cfg->buyer_read_retention_s);
+    return -1;
+  }
+  const char *role = t.role;
   enum jb_role r = strcmp(role, "service") == 0 ? JB_ROLE_SERVICE
                    : strcmp(role, "buyer") == 0 ? JB_ROLE_BUYER
                                                 : JB_ROLE_AGENT;
@@ -123,12 +137,30 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
     jb_resp_error(resp, 403, "forbidden", "a %s token may not do this", role_name(r));
     return -1;
   }
-  if (job_id && r != JB_ROLE_SERVICE && strcmp(job, job_id) != 0) {
+  if (job_id && r != JB_ROLE_SERVICE && strcmp(t.job_id, job_id) != 0) {
     jb_resp_error(resp, 403, "forbidden", "the token belongs to another session");
     return -1;
   }
+  if ((roles & JB_AUTH_CONTROL) && r != JB_ROLE_SERVICE && t.ended) {
+    jb_resp_invalid_state(resp, "the session is read-only: it ended", t.state);
+    return -1;
+  }
+  if ((roles & JB_AUTH_CONTROL) && r == JB_ROLE_SERVICE && job_id) {
+    char state[20];
+    rc = jb_db_session_state(conn, job_id, state, &err);
+    if (rc == JB_ERR_FAIL) {
+      jb_log(JB_LOG_ERROR, "database error", "detail", err.msg, NULL);
+      jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
+      return -1;
+    }
+    if (rc == JB_OK && !jb_state_is_live(state)) {
+      jb_resp_invalid_state(resp, "the session is read-only: it ended", state);
+      return -1;
+    }
+  }
   who->role = r;
-  snprintf(who->job_id, sizeof who->job_id, "%s", job);
+  snprintf(who->job_id, sizeof who->job_id, "%s", t.job_id);
+  who->ended = t.ended;
   return 0;
 }
 

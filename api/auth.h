@@ -13,9 +13,14 @@
 
 enum jb_role { JB_ROLE_SERVICE = 1u, JB_ROLE_BUYER = 2u, JB_ROLE_AGENT = 4u };
 
+/* Added to the `roles` of jb_auth_require by a control (a request that changes the session):
+ * the session must be live. */
+#define JB_AUTH_CONTROL 8u
+
 struct jb_principal {
   enum jb_role role;
   char job_id[129]; /* the token's session; "" for service tokens */
+  bool ended; /* a buyer token of a session that ended: it may only read */
 };
 
 /* Checks the request's credential — "Authorization: Bearer <token>", else the console cookie
@@ -24,10 +29,19 @@ struct jb_principal {
  * agent token must belong to that session (service tokens reach every session).
  * Returns 0 and fills *who; or -1 with `resp` set: 401 for a missing, malformed, unknown or
  * revoked token, 403 for a valid token of the wrong role or another session, 404 when
- * `job_id` is not a well-formed job id (checked before any SQL), 503 when the database fails. RFC 6750 (Bearer). */
+ * `job_id` is not a well-formed job id (checked before any SQL), 503 when the database fails.
+ * RFC 6750 (Bearer).
+ * A buyer token outlives its session's end for reading (who->ended set) until
+ * JAILBOX_BUYER_READ_RETENTION_S has passed since the end, then 401 like a revoked token.
+ * With JB_AUTH_CONTROL in `roles`, the session must be live: a valid token (buyer or service)
+ * on an ended session gets 409 invalid_state with the session's state (never 401 while the
+ * buyer's read access lasts). */
 int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
                     const char *job_id, unsigned roles, struct jb_principal *who,
                     struct jb_http_resp *resp);
+
+/* 409 {error: {code: "invalid_state", message: "<what> in state <state>", state}}. */
+void jb_resp_invalid_state(struct jb_http_resp *resp, const char *what, const char *state);
 
 /* Job ids: 1-128 bytes of [A-Za-z0-9._-], not starting with '.'. */
 bool jb_valid_job_id(const char *s);

@@ -92,8 +92,10 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
   PQclear(r);
-  r = jb_db_exec(c, "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
-                 1, p, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
+  r = jb_db_exec(c,
+                 "UPDATE tokens SET revoked_at = now()"
+                 " WHERE job_id = $1 AND role <> 'buyer' AND revoked_at IS NULL",
+                 1, p, PGRES_COMMAND_OK, NULL, err, "revoke agent tokens");
   if (!r) goto fail;
   PQclear(r);
   r = jb_db_exec(c,

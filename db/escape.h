@@ -25,7 +25,7 @@ struct jb_escape_out {
 };
 
 /* Step 1 of an escape abort, one transaction: moves live session `job_id` to aborted with
- * reason "escape_detected" (ended_at set, tokens revoked, a teardown job queued), appends the
+ * reason "escape_detected" (ended_at set, agent tokens revoked, a teardown job queued), appends the
  * audit entry (operation "abort", details {from, to, actor: "system", reason, kind, detail}),
  * records the security alert (escape = true, seq of that entry), lowers the agent's trust
  * score by `penalty` (not below 0) and adds {kind: "escape_detected", scoreDelta: -penalty,

@@ -258,13 +258,14 @@ static int hex_list(const char *txt, unsigned char **out, size_t *n, jb_error *e
 int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
                                    unsigned char **readers, size_t *n_readers, jb_error *err) {
   const char *p[1] = {job_id};
-  PGresult *r = jb_db_exec(c,
-                           "SELECT " SESSION_JSON
-                           ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
-                           "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND "
-                           "t.revoked_at IS NULL AND t.expires_at IS NULL), '')"
-                           " FROM sessions s WHERE s.job_id = $1",
-                           1, p, PGRES_TUPLES_OK, NULL, err, "read session");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT " SESSION_JSON
+                 ", coalesce((SELECT string_agg(encode(t.token_hash, 'hex'), ',')"
+                 "  FROM tokens t WHERE t.job_id = s.job_id AND t.role = 'buyer' AND "
+                 "t.revoked_at IS NULL AND t.expires_at IS NULL AND s.ended_at IS NULL), '')"
+                 " FROM sessions s WHERE s.job_id = $1",
+                 1, p, PGRES_TUPLES_OK, NULL, err, "read session");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -414,8 +415,9 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
     if (jb_db_session_end_ops(c, keys, job_id, to, reason, &out->rejected_ops, NULL, err) != JB_OK)
       goto fail;
     r = jb_db_exec(c,
-                   "UPDATE tokens SET revoked_at = now() WHERE job_id = $1 AND revoked_at IS NULL",
-                   1, pe, PGRES_COMMAND_OK, NULL, err, "revoke tokens");
+                   "UPDATE tokens SET revoked_at = now()"
+                   " WHERE job_id = $1 AND role <> 'buyer' AND revoked_at IS NULL",
+                   1, pe, PGRES_COMMAND_OK, NULL, err, "revoke agent tokens");
     if (!r) goto fail;
     PQclear(r);
     r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown')", 1, pe,
@@ -637,6 +639,31 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
 fail:
   jb_db_rollback(c);
   return JB_ERR_FAIL;
+}
+
+int jb_db_op_decided_how(PGconn *c, const char *job_id, long long op_id, char *how, size_t len,
+                         char state[20], jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[2] = {id, job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT o.state, coalesce(o.decision, o.state),"
+                           " coalesce(o.decided_by, 'buyer'), coalesce(o.decided_at::text, ''),"
+                           " coalesce(o.reason, o.decision_reason, '')"
+                           " FROM ops o WHERE o.op_id = $1::bigint AND o.job_id = $2",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "read op decision");
+  if (!r) return JB_ERR_FAIL;
+  int rc = JB_ERR_NOT_FOUND;
+  if (PQntuples(r) == 1 && jb_op_state_from_name(PQgetvalue(r, 0, 0)) != JB_OP_PENDING) {
+    const char *at = PQgetvalue(r, 0, 3), *why = PQgetvalue(r, 0, 4);
+    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    snprintf(how, len, "op %lld was decided already: %s by %s%s%s%s%.200s%s", op_id,
+             PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), at[0] ? " at " : "", at,
+             why[0] ? " (reason \"" : "", why, why[0] ? "\")" : "");
+    rc = JB_OK;
+  }
+  PQclear(r);
+  return rc;
 }
 
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err) {

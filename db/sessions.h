@@ -113,7 +113,8 @@ int jb_db_session_list(PGconn *c, long limit, char **json_out, jb_error *err);
 /* As jb_db_session_get, and also the SHA-256 hashes of the session's unrevoked buyer tokens
  * without an expiry (console sign-ins, which expire, are checked in the database every time)
  * (new array of *n_readers * 32 bytes in *readers, NULL when none; free it), for the read
- * cache. */
+ * cache — none once the session ended: those tokens' reads expire (db/tokens.h), so each is
+ * checked against the database. */
 int jb_db_session_get_with_readers(PGconn *c, const char *job_id, char **json_out,
                                    unsigned char **readers, size_t *n_readers, jb_error *err);
 
@@ -134,10 +135,10 @@ struct jb_transition {
 /* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
  * (nullable) and `actor` ("buyer", "service", "agent", "system") recorded. Entering an end
  * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
- * session's tokens, queues a teardown job and seals the audit chain. The change itself is an
- * audit entry — operation "pause", "resume", "abort", "accept" for those changes, "state"
- * for the others; details {from, to, actor, reason} — all in the same transaction. `keys`
- * must not be NULL.
+ * session's agent tokens (its buyer tokens stay, for reading: db/tokens.h), queues a teardown
+ * job and seals the audit chain. The change itself is an audit entry — operation "pause",
+ * "resume", "abort", "accept" for those changes, "state" for the others; details {from, to,
+ * actor, reason} — all in the same transaction. `keys` must not be NULL.
  * JB_OK; JB_ERR_NOT_FOUND; JB_ERR_CONFLICT with out->state = the current state; JB_ERR_FAIL. */
 int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                              const char *const from[], const char *to, const char *reason,
@@ -186,6 +187,14 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
 int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
                     bool approve, const char *reason, char **json_out, char state[20],
                     struct jb_audit_head *head, jb_error *err);
+
+/* For a decision that lost (jb_db_op_decide's JB_ERR_CONFLICT): when op `op_id` of `job_id`
+ * is no longer pending, says how it was decided into `how` (`len` bytes), e.g. "op 7 was
+ * decided already: approved by buyer at 2026-12-03 12:00:00.123+00 (reason \"ok\")", and its
+ * state into `state` (20 bytes). JB_OK; JB_ERR_NOT_FOUND when there is no such op or it is
+ * still pending (its session ended); JB_ERR_FAIL. */
+int jb_db_op_decided_how(PGconn *c, const char *job_id, long long op_id, char *how, size_t len,
+                         char state[20], jb_error *err);
 
 /* The agent's trust score and history as JSON text (new). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err);

@@ -1,27 +1,39 @@
 /* tokens.c — SQL for bearer tokens (see tokens.h). */
 #include "db/tokens.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "db/db.h"
 
-int jb_db_token_lookup(PGconn *c, const unsigned char hash[32], char role[16], char job_id[129],
-                       unsigned char stored[32], jb_error *err) {
-  const char *vals[1] = {(const char *)hash};
-  const int lens[1] = {32}, fmts[1] = {1};
-  PGresult *r = jb_db_prepared(c,
-                               "SELECT role, coalesce(job_id, ''), token_hash FROM tokens"
-                               " WHERE token_hash = $1 AND revoked_at IS NULL"
-                               " AND (expires_at IS NULL OR expires_at > now())",
-                               1, vals, lens, fmts, 1, NULL, err, "token lookup");
+int jb_db_token_find(PGconn *c, const unsigned char hash[32], long retention_s,
+                     struct jb_token_info *out, jb_error *err) {
+  memset(out, 0, sizeof *out);
+  char ret[32];
+  snprintf(ret, sizeof ret, "%ld", retention_s);
+  const char *vals[2] = {(const char *)hash, ret};
+  const int lens[2] = {32, 0}, fmts[2] = {1, 0};
+  PGresult *r =
+      jb_db_prepared(c,
+                     "SELECT t.role, coalesce(t.job_id, ''), t.token_hash, coalesce(s.state, ''),"
+                     " s.ended_at IS NOT NULL,"
+                     " s.ended_at IS NOT NULL AND (t.role <> 'buyer'"
+                     "   OR s.ended_at <= now() - make_interval(secs => $2::bigint))"
+                     " FROM tokens t LEFT JOIN sessions s ON s.job_id = t.job_id"
+                     " WHERE t.token_hash = $1 AND t.revoked_at IS NULL"
+                     " AND (t.expires_at IS NULL OR t.expires_at > now())",
+                     2, vals, lens, fmts, 1, NULL, err, "token lookup");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1 || PQgetlength(r, 0, 2) != 32) {
     PQclear(r);
     return JB_ERR_NOT_FOUND;
   }
-  snprintf(role, 16, "%.*s", PQgetlength(r, 0, 0), PQgetvalue(r, 0, 0));
-  snprintf(job_id, 129, "%.*s", PQgetlength(r, 0, 1), PQgetvalue(r, 0, 1));
-  memcpy(stored, PQgetvalue(r, 0, 2), 32);
+  snprintf(out->role, sizeof out->role, "%.*s", PQgetlength(r, 0, 0), PQgetvalue(r, 0, 0));
+  snprintf(out->job_id, sizeof out->job_id, "%.*s", PQgetlength(r, 0, 1), PQgetvalue(r, 0, 1));
+  memcpy(out->stored, PQgetvalue(r, 0, 2), 32);
+  snprintf(out->state, sizeof out->state, "%.*s", PQgetlength(r, 0, 3), PQgetvalue(r, 0, 3));
+  out->ended = PQgetlength(r, 0, 4) == 1 && PQgetvalue(r, 0, 4)[0] == 1; /* binary bool */
+  out->lapsed = PQgetlength(r, 0, 5) == 1 && PQgetvalue(r, 0, 5)[0] == 1;
   PQclear(r);
   return JB_OK;
 }

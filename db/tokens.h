@@ -3,15 +3,29 @@
 #define JB_DB_TOKENS_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 
 #include "lib/err.h"
 
-/* Finds an unrevoked, unexpired token by its 32-byte SHA-256 `hash`. On JB_OK fills `role` (16 bytes:
- * "service", "buyer" or "agent"), `job_id` (129 bytes, "" for service) and `stored` (the
- * hash as stored, for a constant-time comparison). JB_ERR_NOT_FOUND when unknown or revoked,
- * JB_ERR_FAIL with `err` on a database failure. */
-int jb_db_token_lookup(PGconn *c, const unsigned char hash[32], char role[16], char job_id[129],
-                       unsigned char stored[32], jb_error *err);
+/* What the tokens table and the token's session say of one token. */
+struct jb_token_info {
+  char role[16]; /* "service", "buyer" or "agent" */
+  char job_id[129]; /* the token's session; "" for service */
+  unsigned char stored[32]; /* the hash as stored, for a constant-time comparison */
+  char state[20]; /* the session's state; "" for service */
+  bool ended; /* the session ended (accepted, aborted, failed): the token may only read */
+  bool lapsed; /* it ended more than the retention period ago: the token is no longer valid */
+};
+
+/* Finds an unrevoked, unexpired (tokens.expires_at: console sign-ins) token by its 32-byte
+ * SHA-256 `hash`, with its session's state. A buyer
+ * token outlives its session's end for reading: `ended` is set, and `lapsed` once
+ * `retention_s` seconds (JAILBOX_BUYER_READ_RETENTION_S) have passed since sessions.ended_at.
+ * Agent tokens are revoked when their session ends; one found on an ended session anyway is
+ * `lapsed`. JB_OK; JB_ERR_NOT_FOUND when unknown or revoked; JB_ERR_FAIL with `err` on a
+ * database failure. */
+int jb_db_token_find(PGconn *c, const unsigned char hash[32], long retention_s,
+                     struct jb_token_info *out, jb_error *err);
 
 /* Stores a token hash for `role` (and `job_id`, NULL for service), with a free-text `label`
  * (nullable). An existing identical hash is left as it is. JB_OK or JB_ERR_FAIL. */

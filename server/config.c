@@ -110,6 +110,10 @@ static const struct jb_setting settings[] = {
     {"idle-timeout", "JAILBOX_IDLE_TIMEOUT_S", JB_SETTING_INT, S(idle_timeout_s), "900", 1, 604800,
      "default idle timeout (limits.idleTimeoutSec): an active or awaited agent doing nothing"
      " that long is aborted, s"},
+    {"buyer-read-retention", "JAILBOX_BUYER_READ_RETENTION_S", JB_SETTING_INT,
+     S(buyer_read_retention_s), "2592000", 0, 315360000,
+     "how long after a session ended its buyer token still reads it (ops, changes, alerts, audit"
+     " export and verify, the session), s; controls answer 409 invalid_state; then 401"},
     {"redis-url", "JAILBOX_REDIS_URL", JB_SETTING_STRING, S(redis_url), "", 0, 0,
      "Redis for cross-instance socket events: redis://[[user]:password@]host[:port] or"
      " unix:///path; empty: one instance, in-process events"},

@@ -49,6 +49,7 @@ struct jb_config {
   long trust_penalty; /* trust score points an agent loses per escape abort */
   long session_lifetime_s; /* default limits.timeoutSec: a session's maximum lifetime, s */
   long idle_timeout_s; /* default limits.idleTimeoutSec: agent inactivity before abort, s */
+  long buyer_read_retention_s; /* an ended session's buyer token reads it this long, s */
   char *redis_url; /* Redis for cross-instance events (server/fanout.h); "" = in-process */
   long drain_delay_ms; /* after SIGTERM: /readyz 503 while still serving, before the drain, ms */
   char *sandbox_image; /* the image of a session that names none (lib/images.h) */

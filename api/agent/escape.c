@@ -114,10 +114,9 @@ struct jb_sweeper {
 };
 
 #define FOLD_EVERY_MS 60000 /* the op counters' changes are folded at least this often */
-/* How long after its session ended an op's diff preview is kept for the buyer: the buyer's
- * read access to an ended session (30 days). Diffs of older sessions are cleared by the
- * sweeper, FORGET_BATCH ops at a time every FOLD_EVERY_MS. */
-#define PREVIEW_RETENTION_S (30L * 24 * 3600)
+/* An op's diff preview is kept for as long as the buyer may read its ended session
+ * (JAILBOX_BUYER_READ_RETENTION_S); diffs of older sessions are cleared by the sweeper,
+ * FORGET_BATCH ops at a time every FOLD_EVERY_MS. */
 #define FORGET_BATCH 10000
 
 /* Aborts `job` for `reason` (lifetime_exceeded, idle_timeout) as the buyer's abort does; fails
@@ -189,7 +188,7 @@ static void sweep(struct jb_sweeper *s, bool first) {
     if (jb_db_op_counts_fold(c, NULL, &err) != JB_OK)
       jb_log(JB_LOG_WARN, "sweeper: folding the op counters failed", "detail", err.msg, NULL);
     long long cleared = 0;
-    if (jb_db_ops_forget_previews(c, PREVIEW_RETENTION_S, FORGET_BATCH, &cleared, &err) != JB_OK)
+    if (jb_db_ops_forget_previews(c, app->cfg->buyer_read_retention_s, FORGET_BATCH, &cleared, &err) != JB_OK)
       jb_log(JB_LOG_WARN, "sweeper: clearing old diff previews failed", "detail", err.msg, NULL);
     else if (cleared > 0) {
       char n[24];

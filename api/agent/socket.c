@@ -1,9 +1,11 @@
 /* socket.c — Socket.IO roles and event handlers (see socket.h): CONNECT with auth {token};
- * buyers join their session's room and send jailbox:pause/resume/abort/accept/
- * pre_scan_done/approve/reject, answered through the ack with {ok:true,…} or
- * {error:{code,message}} — the same rules, codes and state machine (db/sessions.h) as the
- * REST forms in api/rest/sessions.c; agents are bound to their session and speak MCP (JSON-RPC
- * 2.0) on the `mcp` event; bus events fan out to the sockets of their session. */
+ * buyers join their session's room and send the controls of api/controls.h
+ * (jailbox:pause/resume/abort/accept/mode/pre_scan_done/approve/reject/kill/rule_add/
+ * rule_revoke), checked against the same schemas as the REST forms and answered through the
+ * ack with {ok:true,…} or {error:{code,message}} — the same rules, codes and state machine
+ * (db/sessions.h) as api/rest/; an ended session's buyer is read-only (the snapshot; controls
+ * answer invalid_state); agents are bound to their session and speak MCP (JSON-RPC 2.0) on the
+ * `mcp` event; bus events fan out to the sockets of their session. */
 #define _GNU_SOURCE
 #include "api/agent/socket.h"
 
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/controls.h"
 #include "api/agent/escape.h"
 #include "api/agent/mcp.h"
 #include "lib/json.h"
@@ -132,7 +135,7 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
              "authentication required: connect with auth {token}");
     return;
   }
-  unsigned char hash[32], stored[32];
+  unsigned char hash[32];
   if (jb_token_hash(tok, hash) < 0) {
     snprintf(res->message, sizeof res->message, "malformed token");
     return;
@@ -143,18 +146,26 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
     snprintf(res->message, sizeof res->message, "database unavailable, try again");
     return;
   }
-  char role[16], job[129];
-  int rc = jb_db_token_lookup(c, hash, role, job, stored, &err);
+  struct jb_token_info t;
+  int rc = jb_db_token_find(c, hash, s->app->cfg->buyer_read_retention_s, &t, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_ERR_FAIL) {
     jb_log(JB_LOG_ERROR, "database error", "detail", err.msg, NULL);
     snprintf(res->message, sizeof res->message, "database unavailable, try again");
     return;
   }
-  if (rc != JB_OK || sodium_memcmp(hash, stored, 32) != 0) {
+  if (rc != JB_OK || sodium_memcmp(hash, t.stored, 32) != 0) {
     snprintf(res->message, sizeof res->message, "unknown or revoked token");
     return;
   }
+  if (t.lapsed) {
+    snprintf(res->message, sizeof res->message,
+             "the token's session ended more than %ld s ago: its read access has expired "
+             "(JAILBOX_BUYER_READ_RETENTION_S)",
+             s->app->cfg->buyer_read_retention_s);
+    return;
+  }
+  const char *role = t.role, *job = t.job_id;
   if (strcmp(role, "buyer") != 0 && strcmp(role, "agent") != 0) {
     snprintf(res->message, sizeof res->message,
              "a %s token cannot open a socket: use the session's buyer or agent token", role);
@@ -231,36 +242,9 @@ static void on_resync(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer
 
 /* ---------- buyer controls ---------- */
 
-/* The optional single argument of a control: an object whose keys are all in `allowed`.
- * Returns 0 with *obj borrowed (NULL when absent), or -1 with *reply set. */
-static int control_arg(json_t *args, const char *const allowed[], json_t **obj, json_t **reply) {
-  *obj = json_array_get(args, 0);
-  jb_error err = {0};
-  if (json_array_size(args) > 1) {
-    *reply = fail("bad_request", "send at most one argument (an object) before the ack");
-    return -1;
-  }
-  if (*obj && json_is_null(*obj)) *obj = NULL;
-  if (*obj && !json_is_object(*obj)) {
-    *reply = fail("bad_request", "the argument must be an object");
-    return -1;
-  }
-  if (*obj && jb_json_only_keys(*obj, allowed, &err) < 0) {
-    *reply = fail("bad_request", "%s", err.msg);
-    return -1;
-  }
-  return 0;
-}
-
-static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
+static json_t *transition(struct jb_socket *s, const char *job, const char *reason,
                           const char *const from[], const char *to) {
-  static const char *const allowed[] = {"reason", NULL};
-  json_t *arg, *reply = NULL;
-  const char *reason = NULL;
   jb_error err = {0};
-  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
-  if (arg && jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
-    return fail("bad_request", "%s", err.msg);
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   struct jb_transition t;
@@ -289,31 +273,20 @@ static json_t *transition(struct jb_socket *s, const char *job, json_t *args,
   return db_failed(&err);
 }
 
-static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool approve) {
-  static const char *const allowed_approve[] = {"opId", "allowSimilar", NULL};
-  static const char *const allowed_reject[] = {"opId", "reason", NULL};
-  json_t *arg, *reply = NULL;
-  const char *reason = NULL;
+/* The error code of a policy reply (api/agent/policy.h), as REST answers it. */
+static const char *policy_code(const struct jb_policy_reply *r) {
+  if (r->code) return r->code;
+  return r->status == 404   ? "not_found"
+         : r->status == 409 ? "conflict"
+         : r->status == 503 ? "database_unavailable"
+                            : "bad_request";
+}
+
+static json_t *decide(struct jb_socket *s, const char *job, const struct jb_control_args *a,
+                      bool approve) {
   jb_error err = {0};
-  if (control_arg(args, approve ? allowed_approve : allowed_reject, &arg, &reply) < 0) return reply;
-  json_t *id = json_object_get(arg, "opId");
-  long long op = 0;
-  if (json_is_integer(id)) {
-    op = json_integer_value(id);
-  } else if (json_is_string(id)) {
-    const char *v = json_string_value(id);
-    char *end;
-    errno = 0;
-    op = isdigit((unsigned char)v[0]) ? strtoll(v, &end, 10) : 0;
-    if (errno || !isdigit((unsigned char)v[0]) || *end) op = 0;
-  } else {
-    return fail("bad_request", "field 'opId' is required (a positive integer)");
-  }
-  if (op <= 0) return fail("bad_request", "field 'opId' must be a positive integer");
-  const char *key = NULL;
-  if (arg && (jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0 ||
-              jb_json_get_string(arg, "allowSimilar", 1, 32, true, &key, &err) < 0))
-    return fail("bad_request", "%s", err.msg);
+  long long op = a->op_id;
+  const char *key = a->allow_similar, *reason = a->reason;
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   json_t *similar = NULL;
@@ -322,13 +295,11 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
               * the op is approved and the rule added in one transaction */
     jb_policy_similar(c, job, op, key, &similar, &pr);
     if (!similar) {
+      char how[512], st[20];
+      bool decided =
+          pr.status == 409 && jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK;
       jb_db_release(s->app->db, c);
-      return fail(pr.status == 404                                          ? "not_found"
-                  : pr.status == 409                                        ? "invalid_state"
-                  : pr.status == 503 && strcmp(pr.code, "key_retired") == 0 ? "key_retired"
-                  : pr.status == 503                                        ? "database_unavailable"
-                                                                            : "bad_request",
-                  "%s", pr.msg);
+      return decided ? conflict(how, st) : fail(policy_code(&pr), "%s", pr.msg);
     }
   }
   char *json = NULL, state[20] = "";
@@ -341,8 +312,11 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
   if (rc == JB_OK && head.seq > 0)
     jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   json_decref(similar);
+  char how[512], st[20];
+  bool decided = rc == JB_ERR_CONFLICT && pr.status != 409 &&
+                 jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK;
   jb_db_release(s->app->db, c);
-  if (rc == JB_ERR_CONFLICT && pr.status == 409) return fail("conflict", "%s", pr.msg);
+  if (rc == JB_ERR_CONFLICT && pr.status == 409) return fail(policy_code(&pr), "%s", pr.msg);
   if (rc == JB_OK) {
     json_t *o = json_loads(json, 0, NULL);
     free(json);
@@ -356,28 +330,20 @@ static json_t *decide(struct jb_socket *s, const char *job, json_t *args, bool a
     return ack;
   }
   if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no op %lld in session '%s'", op, job);
+  if (decided) return conflict(how, st);
   if (rc == JB_ERR_CONFLICT) return conflict("op is not pending, or its session ended:", state);
   return db_failed(&err);
 }
 
 /* jailbox:kill {opId, reason?}: the buyer's kill of an exec (api/agent/ops.h jb_op_kill). */
-static json_t *kill_op(struct jb_socket *s, const char *job, json_t *args) {
-  static const char *const allowed[] = {"opId", "reason", NULL};
-  json_t *arg, *reply = NULL;
-  const char *reason = NULL;
+static json_t *kill_op(struct jb_socket *s, const char *job, const struct jb_control_args *a) {
   jb_error err = {0};
-  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
-  json_t *id = json_object_get(arg, "opId");
-  if (!json_is_integer(id) || json_integer_value(id) <= 0)
-    return fail("bad_request", "field 'opId' is required (a positive integer)");
-  long long op = json_integer_value(id);
-  if (jb_json_get_string(arg, "reason", 0, 1024, true, &reason, &err) < 0)
-    return fail("bad_request", "%s", err.msg);
+  long long op = a->op_id;
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   char state[20] = "";
   json_t *out = NULL;
-  int rc = jb_op_kill(s->app, c, job, op, reason, &out, state, &err);
+  int rc = jb_op_kill(s->app, c, job, op, a->reason, &out, state, &err);
   jb_db_release(s->app->db, c);
   if (rc == JB_OK) {
     json_object_set_new(out, "ok", json_true());
@@ -389,25 +355,35 @@ static json_t *kill_op(struct jb_socket *s, const char *job, json_t *args) {
   return db_failed(&err);
 }
 
-static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args) {
-  static const char *const allowed[] = {"exclude", NULL};
-  json_t *arg, *reply = NULL;
-  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
-  json_t *ex = json_object_get(arg, "exclude");
-  if (ex && !json_is_array(ex))
-    return fail("bad_request", "field 'exclude' must be an array of globs");
-  if (json_array_size(ex) > 256) return fail("bad_request", "field 'exclude' has over 256 globs");
-  size_t i;
-  json_t *g;
-  json_array_foreach (ex, i, g) {
-    const char *v = json_string_value(g);
-    size_t n = json_string_length(g);
-    if (!v || n == 0 || n > 1024 || strlen(v) != n)
-      return fail("bad_request", "exclude[%zu] must be a string of 1 to 1024 bytes without NUL", i);
-    for (size_t k = 0; k < n; k++)
-      if ((unsigned char)v[k] < 0x20)
-        return fail("bad_request", "exclude[%zu] has a control character", i);
+/* jailbox:mode {mode}: as PATCH /v1/jailbox/:jobId {mode}; ack {ok, session}. */
+static json_t *set_mode(struct jb_socket *s, const char *job, const struct jb_control_args *a) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  char state[20] = "", *json = NULL;
+  struct jb_audit_head head = {0};
+  int rc =
+      jb_db_session_set_mode(c, jb_signer_key(s->app->signer), job, a->mode, state, &head, &err);
+  if (rc == JB_OK) rc = jb_db_session_get(c, job, &json, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_OK) {
+    if (head.seq > 0)
+      jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    jb_bus_publish(s->app->bus, job, JB_EVENT_MODE,
+                   json_pack("{s:s,s:s}", "jobId", job, "mode", a->mode));
+    json_t *o = json_loads(json, 0, NULL);
+    free(json);
+    return o ? json_pack("[{s:b,s:o}]", "ok", 1, "session", o) : fail("internal", "out of memory");
   }
+  free(json);
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
+  if (rc == JB_ERR_CONFLICT) return conflict("cannot change mode", state);
+  return db_failed(&err);
+}
+
+static json_t *pre_scan_done(struct jb_socket *s, const char *job,
+                             const struct jb_control_args *a) {
+  json_t *ex = a->exclude;
   jb_error err = {0};
   char state[20] = "";
   if (ex && json_array_size(ex) > 0) {
@@ -426,9 +402,7 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
     if (rc != JB_OK) return db_failed(&err);
   }
   static const char *const from[] = {"prescanning", NULL};
-  json_t *none = json_array();
-  json_t *r = transition(s, job, none, from, "awaiting_agent");
-  json_decref(none);
+  json_t *r = transition(s, job, NULL, from, "awaiting_agent");
   /* the worker moves on by itself unless told to hold (JAILBOX_PRESCAN_HOLD): exclusions
    * given before the agent connects are still taken, and the answer says so */
   const char *cur =
@@ -443,65 +417,78 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job, json_t *args)
 /* The ack of a rule request: [body] or [{error: {code, message}}]. */
 static json_t *policy_ack(struct jb_policy_reply *r) {
   if (r->body) return json_pack("[{s:b,s:o}]", "ok", 1, "result", r->body);
-  return fail(r->status == 404                                          ? "not_found"
-              : r->status == 409                                        ? "conflict"
-              : r->status == 503 && strcmp(r->code, "key_retired") == 0 ? "key_retired"
-              : r->status == 503                                        ? "database_unavailable"
-                                                                        : "bad_request",
-              "%s", r->msg);
+  return fail(policy_code(r), "%s", r->msg);
 }
 
-/* jailbox:rule_add {rule | rules}: the buyer's rules appended to the session's list. */
-static json_t *rule_add(struct jb_socket *s, const char *job, json_t *args) {
-  static const char *const allowed[] = {"rule", "rules", NULL};
-  json_t *arg, *reply = NULL;
-  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
-  json_t *in = json_object_get(arg, "rules");
-  if (!in) in = json_object_get(arg, "rule");
-  if (!in || (!json_is_array(in) && !json_is_object(in)))
-    return fail("bad_request", "give 'rule' (a rule) or 'rules' (an array of rules)");
+/* jailbox:rule_add {rule | rules} and jailbox:rule_revoke {ruleId}. */
+static json_t *rules(struct jb_socket *s, const char *job, enum jb_control ctl,
+                     const struct jb_control_args *a) {
   jb_error err = {0};
   PGconn *c = jb_db_acquire(s->app->db, &err);
   if (!c) return db_failed(&err);
   struct jb_policy_reply r;
-  jb_policy_add(s->app, c, job, in, &r);
+  if (ctl == JB_CONTROL_RULE_ADD)
+    jb_policy_add(s->app, c, job, a->rules, &r);
+  else
+    jb_policy_revoke(s->app, c, job, a->rule_id, &r);
   jb_db_release(s->app->db, c);
   return policy_ack(&r);
 }
 
-/* jailbox:rule_revoke {ruleId}. */
-static json_t *rule_revoke(struct jb_socket *s, const char *job, json_t *args) {
-  static const char *const allowed[] = {"ruleId", NULL};
-  json_t *arg, *reply = NULL;
-  const char *id = NULL;
-  jb_error err = {0};
-  if (control_arg(args, allowed, &arg, &reply) < 0) return reply;
-  if (!arg || jb_json_get_string(arg, "ruleId", 1, 64, false, &id, &err) < 0 || !id)
-    return fail("bad_request", "field 'ruleId' is required (1..64 characters)");
-  PGconn *c = jb_db_acquire(s->app->db, &err);
-  if (!c) return db_failed(&err);
-  struct jb_policy_reply r;
-  jb_policy_revoke(s->app, c, job, id, &r);
-  jb_db_release(s->app->db, c);
-  return policy_ack(&r);
-}
-
+/* A buyer's event: a control (api/controls.h), checked as REST checks it — the session must be
+ * live (an ended one is read-only: invalid_state with its state), then the argument against
+ * the control's schema. */
 static json_t *buyer_event(struct jb_socket *s, const char *job, const char *name, json_t *args) {
   static const char *const live[] = {JB_LIVE_STATES, NULL};
   static const char *const from_active[] = {"active", NULL};
   static const char *const from_paused[] = {"paused", NULL};
   static const char *const from_done[] = {"done", NULL};
-  if (strcmp(name, "jailbox:pause") == 0) return transition(s, job, args, from_active, "paused");
-  if (strcmp(name, "jailbox:resume") == 0) return transition(s, job, args, from_paused, "active");
-  if (strcmp(name, "jailbox:abort") == 0) return transition(s, job, args, live, "aborted");
-  if (strcmp(name, "jailbox:accept") == 0) return transition(s, job, args, from_done, "accepted");
-  if (strcmp(name, "jailbox:approve") == 0) return decide(s, job, args, true);
-  if (strcmp(name, "jailbox:reject") == 0) return decide(s, job, args, false);
-  if (strcmp(name, "jailbox:kill") == 0) return kill_op(s, job, args);
-  if (strcmp(name, "jailbox:rule_add") == 0) return rule_add(s, job, args);
-  if (strcmp(name, "jailbox:rule_revoke") == 0) return rule_revoke(s, job, args);
-  if (strcmp(name, "jailbox:pre_scan_done") == 0) return pre_scan_done(s, job, args);
-  if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
+  enum jb_control ctl = jb_control_from_event(name);
+  if (ctl == JB_CONTROL_COUNT) {
+    if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
+    return fail("unknown_event", "unknown event '%s'", name);
+  }
+  if (json_array_size(args) > 1)
+    return fail("bad_request", "send at most one argument (an object) before the ack");
+  json_t *arg = json_array_get(args, 0);
+  if (json_is_null(arg)) arg = NULL;
+  jb_error err = {0};
+  char state[20] = "";
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  int rc = jb_db_session_state(c, job, state, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
+  if (rc != JB_OK) return db_failed(&err);
+  if (!jb_state_is_live(state)) return conflict("the session is read-only: it ended", state);
+  struct jb_control_args a;
+  char msg[512];
+  if (jb_control_check(ctl, arg, &a, msg, sizeof msg) < 0) return fail("bad_request", "%s", msg);
+  switch (ctl) {
+    case JB_CONTROL_PAUSE:
+      return transition(s, job, a.reason, from_active, "paused");
+    case JB_CONTROL_RESUME:
+      return transition(s, job, a.reason, from_paused, "active");
+    case JB_CONTROL_ABORT:
+      return transition(s, job, a.reason, live, "aborted");
+    case JB_CONTROL_ACCEPT:
+      return transition(s, job, a.reason, from_done, "accepted");
+    case JB_CONTROL_APPROVE:
+      return decide(s, job, &a, true);
+    case JB_CONTROL_REJECT:
+      return decide(s, job, &a, false);
+    case JB_CONTROL_KILL:
+      return kill_op(s, job, &a);
+    case JB_CONTROL_MODE:
+      return set_mode(s, job, &a);
+    case JB_CONTROL_RULE_ADD:
+    case JB_CONTROL_RULE_REVOKE:
+      return rules(s, job, ctl, &a);
+    case JB_CONTROL_PRE_SCAN_DONE:
+      return pre_scan_done(s, job, &a);
+    case JB_CONTROL_COUNT:
+      break;
+  }
   return fail("unknown_event", "unknown event '%s'", name);
 }
 

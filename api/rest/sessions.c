@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "api/auth.h"
+#include "api/controls.h"
 #include "api/agent/escape.h"
 #include "api/rest/handlers.h"
 #include "lib/images.h"
@@ -51,50 +52,47 @@ static void db_failed(struct jb_http_resp *resp, const jb_error *err) {
 
 /* 409 with the current state inside the error object. */
 static void conflict(struct jb_http_resp *resp, const char *what, const char *state) {
-  json_t *o = json_pack("{s:{s:s,s:s++,s:s}}", "error", "code", "invalid_state", "message", what,
-                        " in state ", state, "state", state);
-  jb_resp_json(resp, 409, o);
-}
-
-/* Parses an optional body that may hold only {reason}. Returns 0 (reason NULL or borrowed
- * from *doc, which the caller releases) or -1 with a 400 answered. */
-static int optional_reason(const struct jb_http_req *req, json_t **doc, const char **reason,
-                           struct jb_http_resp *resp) {
-  *doc = NULL;
-  *reason = NULL;
-  if (req->body_len == 0) return 0;
-  jb_error err = {0};
-  static const char *const allowed[] = {"reason", NULL};
-  *doc = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
-  if (!*doc || jb_json_only_keys(*doc, allowed, &err) < 0 ||
-      jb_json_get_string(*doc, "reason", 0, 1024, true, reason, &err) < 0) {
-    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
-    return -1;
-  }
-  return 0;
+  jb_resp_invalid_state(resp, what, state);
 }
 
 #define SIMILAR_REFUSED 1 /* an approve whose allowSimilar does not fit the op: nothing done */
 
-/* Parses the optional body of an approve ({reason?, allowSimilar?}: "directory", "extension",
- * "command" or "session", api/agent/policy.h) or a reject ({reason?}). 0 or -1 (answered). */
-static int decision_body(const struct jb_http_req *req, bool approve, json_t **doc,
-                         const char **reason, struct jb_http_resp *resp) {
-  if (!approve) return optional_reason(req, doc, reason, resp);
-  *doc = NULL;
-  *reason = NULL;
-  if (req->body_len == 0) return 0;
-  jb_error err = {0};
-  const char *key = NULL;
-  static const char *const allowed[] = {"reason", "allowSimilar", NULL};
-  *doc = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
-  if (!*doc || jb_json_only_keys(*doc, allowed, &err) < 0 ||
-      jb_json_get_string(*doc, "reason", 0, 1024, true, reason, &err) < 0 ||
-      jb_json_get_string(*doc, "allowSimilar", 1, 32, true, &key, &err) < 0) {
-    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+/* The request's control arguments (api/controls.h): the body with the path parameter
+ * `path_value` (nullable) as the socket form, checked against the schema of `ctl`. Returns 0
+ * with `args` borrowing from *doc (the caller releases it), or -1 with a 400 answered. */
+static int control_body(const struct jb_http_req *req, enum jb_control ctl, const char *path_value,
+                        json_t **doc, struct jb_control_args *args, struct jb_http_resp *resp) {
+  char msg[512];
+  *doc = jb_control_rest_form(ctl, req->body, req->body_len, path_value, msg, sizeof msg);
+  if (!*doc || jb_control_check(ctl, *doc, args, msg, sizeof msg) < 0) {
+    jb_resp_error(resp, 400, "bad_request", "%s", msg);
     return -1;
   }
   return 0;
+}
+
+/* The 409 of a decision that lost: how the op was decided (another buyer, a rule, the
+ * timeout were first), or that its session ended. */
+static void decided_already(PGconn *c, const char *job, long long op, const char *state,
+                            struct jb_http_resp *resp) {
+  char how[512], st[20];
+  jb_error err = {0};
+  if (jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK)
+    conflict(resp, how, st);
+  else
+    conflict(resp, "op is not pending, or its session ended:", state);
+}
+
+/* An op id of the path: a positive integer, else -1 with 404 answered (the URL names no op). */
+static long long path_op(const char *job, const char *ops, struct jb_http_resp *resp) {
+  char *end;
+  errno = 0;
+  long long op = strtoll(ops, &end, 10);
+  if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
+    jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
+    return -1;
+  }
+  return op;
 }
 
 /* ---------- POST /v1/jailbox ---------- */
@@ -434,61 +432,58 @@ out:
 static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
                    bool approve) {
   const char *job = req->params[0], *ops = req->params[1];
+  enum jb_control ctl = approve ? JB_CONTROL_APPROVE : JB_CONTROL_REJECT;
   json_t *doc = NULL;
-  const char *reason;
+  struct jb_control_args a;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
-      decision_body(req, approve, &doc, &reason, resp) == 0) {
-    char *end;
-    errno = 0;
-    long long op = strtoll(ops, &end, 10);
-    if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
-      jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
-    } else {
-      jb_error err = {0};
-      char *json = NULL, state[20] = "";
-      struct jb_audit_head head;
-      const char *key = json_string_value(json_object_get(doc, "allowSimilar"));
-      json_t *similar = NULL;
-      struct jb_policy_reply pr = {0};
-      if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
-      memset(&head, 0, sizeof head);
-      int rc = key && !similar ? SIMILAR_REFUSED
-               : similar
-                   ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
-                   : jb_db_op_decide(c, jb_signer_key(app->signer), job, op, approve, reason, &json,
-                                     state, &head, &err);
-      if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
-        jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
-      } else if (rc == JB_OK) {
-        if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
-        json_t *ev = json_loads(json, 0, NULL);
-        if (pr.body) { /* the op approved with the rule made of it */
-          json_t *o = json_loads(json, 0, NULL);
-          if (o) json_object_set(o, "rule", pr.body);
-          free(json);
-          json = o ? json_dumps(o, JSON_COMPACT) : NULL;
-          json_decref(o);
-        }
-        json_decref(pr.body);
-        if (json)
-          send_text(resp, 200, json);
-        else
-          jb_resp_error(resp, 500, "internal", "out of memory");
-        jb_bus_publish(app->bus, job, JB_EVENT_OP, ev);
-        if (head.seq > 0)
-          jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-      } else if (rc == JB_ERR_NOT_FOUND) {
-        jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
-      } else if (rc == JB_ERR_CONFLICT) {
-        conflict(resp, "op is not pending, or its session ended:", state);
-      } else {
-        db_failed(resp, &err);
+  long long op;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) == 0 &&
+      (op = path_op(job, ops, resp)) > 0 && control_body(req, ctl, ops, &doc, &a, resp) == 0) {
+    jb_error err = {0};
+    char *json = NULL, state[20] = "";
+    struct jb_audit_head head;
+    const char *key = a.allow_similar, *reason = a.reason;
+    json_t *similar = NULL;
+    struct jb_policy_reply pr = {0};
+    if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
+    memset(&head, 0, sizeof head);
+    int rc = key && !similar ? SIMILAR_REFUSED
+             : similar
+                 ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
+                 : jb_db_op_decide(c, jb_signer_key(app->signer), job, op, approve, reason, &json,
+                                   state, &head, &err);
+    if (rc == SIMILAR_REFUSED && pr.status == 409) {
+      decided_already(c, job, op, "pending", resp); /* decided meanwhile */
+    } else if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
+      jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
+    } else if (rc == JB_OK) {
+      if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
+      json_t *ev = json_loads(json, 0, NULL);
+      if (pr.body) { /* the op approved with the rule made of it */
+        json_t *o = json_loads(json, 0, NULL);
+        if (o) json_object_set(o, "rule", pr.body);
+        free(json);
+        json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
       }
-      json_decref(similar);
+      json_decref(pr.body);
+      if (json)
+        send_text(resp, 200, json);
+      else
+        jb_resp_error(resp, 500, "internal", "out of memory");
+      jb_bus_publish(app->bus, job, JB_EVENT_OP, ev);
+      if (head.seq > 0)
+        jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
+    } else if (rc == JB_ERR_CONFLICT) {
+      decided_already(c, job, op, state, resp);
+    } else {
+      db_failed(resp, &err);
     }
+    json_decref(similar);
   }
   jb_db_release(app->db, c);
   json_decref(doc);
@@ -507,33 +502,28 @@ void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_re
   struct jb_app *app = appv;
   const char *job = req->params[0], *ops = req->params[1];
   json_t *doc = NULL;
-  const char *reason;
+  struct jb_control_args a;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0 &&
-      optional_reason(req, &doc, &reason, resp) == 0) {
-    char *end;
-    errno = 0;
-    long long op = strtoll(ops, &end, 10);
-    if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
-      jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
+  long long op;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER | JB_AUTH_CONTROL, &who,
+                      resp) == 0 &&
+      (op = path_op(job, ops, resp)) > 0 &&
+      control_body(req, JB_CONTROL_KILL, ops, &doc, &a, resp) == 0) {
+    jb_error err = {0};
+    char state[20] = "";
+    json_t *out = NULL;
+    int rc = jb_op_kill(app, c, job, op, a.reason, &out, state, &err);
+    if (rc == JB_OK) {
+      if (app->cache) jb_cache_invalidate(app->cache, job);
+      jb_resp_json(resp, 200, out);
+    } else if (rc == JB_ERR_NOT_FOUND) {
+      jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
+    } else if (rc == JB_ERR_CONFLICT) {
+      conflict(resp, "only an exec that is pending, queued or running can be killed; it is", state);
     } else {
-      jb_error err = {0};
-      char state[20] = "";
-      json_t *out = NULL;
-      int rc = jb_op_kill(app, c, job, op, reason, &out, state, &err);
-      if (rc == JB_OK) {
-        if (app->cache) jb_cache_invalidate(app->cache, job);
-        jb_resp_json(resp, 200, out);
-      } else if (rc == JB_ERR_NOT_FOUND) {
-        jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
-      } else if (rc == JB_ERR_CONFLICT) {
-        conflict(resp, "only an exec that is pending, queued or running can be killed; it is",
-                 state);
-      } else {
-        db_failed(resp, &err);
-      }
+      db_failed(resp, &err);
     }
   }
   jb_db_release(app->db, c);
@@ -543,15 +533,16 @@ void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_re
 /* ---------- state changes ---------- */
 
 static void transition(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
-                       const char *const from[], const char *to) {
+                       enum jb_control ctl, const char *const from[], const char *to) {
   const char *job = req->params[0];
   json_t *doc = NULL;
-  const char *reason;
+  struct jb_control_args a;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) == 0 &&
-      optional_reason(req, &doc, &reason, resp) == 0) {
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) == 0 &&
+      control_body(req, ctl, NULL, &doc, &a, resp) == 0) {
+    const char *reason = a.reason;
     struct jb_transition t;
     jb_error err = {0};
     if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
@@ -585,19 +576,19 @@ static void transition(struct jb_app *app, const struct jb_http_req *req, struct
 
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   static const char *const from[] = {JB_LIVE_STATES, NULL};
-  transition(app, req, resp, from, "aborted");
+  transition(app, req, resp, JB_CONTROL_ABORT, from, "aborted");
 }
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   static const char *const from[] = {"active", NULL};
-  transition(app, req, resp, from, "paused");
+  transition(app, req, resp, JB_CONTROL_PAUSE, from, "paused");
 }
 void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   static const char *const from[] = {"paused", NULL};
-  transition(app, req, resp, from, "active");
+  transition(app, req, resp, JB_CONTROL_RESUME, from, "active");
 }
 void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   static const char *const from[] = {"done", NULL};
-  transition(app, req, resp, from, "accepted");
+  transition(app, req, resp, JB_CONTROL_ACCEPT, from, "accepted");
 }
 
 /* ---------- PATCH /v1/jailbox/:jobId ---------- */
@@ -606,23 +597,15 @@ void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_h
   struct jb_app *app = appv;
   const char *job = req->params[0];
   jb_error err = {0};
-  static const char *const allowed[] = {"mode", NULL};
-  const char *mode = NULL;
+  struct jb_control_args a;
   json_t *body = NULL;
   PGconn *c = conn_or_503(app, resp);
   if (!c) return;
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER, &who, resp) < 0) goto out;
-  body = jb_json_parse_object(req->body, req->body_len, JB_JSON_MAX_DEPTH, &err);
-  if (!body || jb_json_only_keys(body, allowed, &err) < 0 ||
-      jb_json_get_string(body, "mode", 1, 32, true, &mode, &err) < 0) {
-    jb_resp_error(resp, 400, "bad_request", "%s", err.msg);
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) < 0 ||
+      control_body(req, JB_CONTROL_MODE, NULL, &body, &a, resp) < 0)
     goto out;
-  }
-  if (!mode || (strcmp(mode, "supervised") != 0 && strcmp(mode, "unsupervised") != 0)) {
-    jb_resp_error(resp, 400, "bad_request", "field 'mode' must be 'supervised' or 'unsupervised'");
-    goto out;
-  }
+  const char *mode = a.mode;
   char state[20] = "", *json = NULL;
   struct jb_audit_head head = {0};
   int rc = jb_db_session_set_mode(c, jb_signer_key(app->signer), job, mode, state, &head, &err);

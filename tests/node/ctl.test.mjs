@@ -382,8 +382,7 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   };
   const wj = spawnWatch(['--json']);
   const wh = spawnWatch([]);
-  // the service token: the socket refuses it, REST accepts it, so watch polls (and it reads
-  // on after the end, when the buyer's token is revoked)
+  // the service token: the socket refuses it, REST accepts it, so watch polls
   const wp = spawnWatch(['--interval', '100', '--json'], srv.serviceToken);
   const wpoll = spawnWatch(['--poll', '--interval', '100'], S.buyerToken);
   await waitFor('watchers connected', () => wj.out().includes('"snapshot":true') && wh.out().includes('state awaiting_agent') &&
@@ -399,10 +398,12 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.equal(await wh.code, 0, wh.err());
   assert.equal(await wp.code, 0, wp.err());
   assert.match(wp.err(), /the socket refused this token .*polling the REST API instead/);
-  // --poll with the buyer's token: it sees what it polls until its token is revoked at the end
-  assert.equal(await wpoll.code, 1, wpoll.err());
+  // --poll with the buyer's token: the ended session stays readable to it (read-only, for
+  // JAILBOX_BUYER_READ_RETENTION_S), so it sees the end and --until-end stops there
+  assert.equal(await wpoll.code, 0, wpoll.err());
   assert.match(wpoll.out(), /state awaiting_agent \(mode unsupervised/);
-  assert.match(wpoll.err(), /401 unauthorized/);
+  assert.match(wpoll.out(), /accepted/);
+  assert.doesNotMatch(wpoll.err(), /401 unauthorized/);
   for (const w of [wj, wh, wp, wpoll]) assert.doesNotMatch(w.err(), SANITIZER);
   const events = wj.out().trim().split('\n').map((l) => JSON.parse(l));
   const states = events.filter((e) => e.event === 'jailbox:state').map((e) => e.data.state);
@@ -416,9 +417,14 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   assert.ok(polled.every((e) => e.polled === true));
   assert.deepEqual(polled.filter((e) => e.event === 'jailbox:state').map((e) => e.data.state).at(-1), 'accepted');
   assert.ok(polled.some((e) => e.event === 'jailbox:op' && e.data.path === 'new.txt'), wp.out());
-  // a revoked (ended session's) token is refused: exit 1
-  const gone = await ctl(['watch', S.jobId], { token: S.buyerToken });
-  assert.equal(gone.code, 1, gone.stderr);
+  // the ended session's buyer token still reads it (JAILBOX_BUYER_READ_RETENTION_S): watch
+  // gets the snapshot, the session's end, and --until-end stops at once
+  const gone = await ctl(['watch', S.jobId, '--until-end'], { token: S.buyerToken });
+  assert.equal(gone.code, 0, gone.stderr);
+  assert.match(gone.stdout, /accepted/);
+  // its agent token is revoked: refused, exit 1
+  const agentGone = await ctl(['watch', S.jobId], { token: S.agentToken });
+  assert.equal(agentGone.code, 1, agentGone.stderr);
 });
 
 test('the bridge carries large answers (a 900 KB read, many WebSocket fragments) unchanged', async () => {

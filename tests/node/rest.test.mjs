@@ -242,8 +242,11 @@ test('state machine: legal path and every illegal transition 409 with the curren
   r = await post('accept');
   assert.equal(r.status, 200);
   assert.equal(r.json.state, 'accepted');
-  // ended: tokens revoked, so the buyer gets 401; the service sees the end state
-  assert.equal((await post('abort')).status, 401);
+  // ended: the buyer's token reads on (JAILBOX_BUYER_READ_RETENTION_S) but controls are 409
+  // invalid_state with the state; the service sees the end state
+  const ab = await post('abort');
+  assert.equal(ab.status, 409, ab.text);
+  assert.deepEqual([ab.json.error.code, ab.json.error.state], ['invalid_state', 'accepted']);
   const g = await srv.req('GET', '/v1/jailbox/sm-1', { token: srv.serviceToken });
   assert.equal(g.json.state, 'accepted');
   assert.ok(g.json.endedAt);
@@ -486,9 +489,9 @@ test('read cache: a change made elsewhere reaches GET, also after the listener r
   assert.equal((await get()).json.pendingOps, 1);
   await srv.db.query("UPDATE sessions SET mode = 'unsupervised' WHERE job_id = 'cache-1'");
   await eventually(async () => (await get()).json.mode === 'unsupervised', 'change after reconnect seen');
-  // a revoked token stops working at once on this instance
+  // an ended session is read at once as ended by its buyer (read-only until the retention ends)
   assert.equal((await srv.req('POST', '/v1/jailbox/cache-1/abort', { token: s.buyerToken })).status, 200);
-  assert.equal((await get()).status, 401);
+  assert.equal((await get()).json.state, 'aborted');
   // a token revoked by another writer stops working too
   const s2 = await srv.open({ jobId: 'cache-2' });
   assert.equal((await srv.req('GET', '/v1/jailbox/cache-2', { token: s2.buyerToken })).status, 200);

@@ -1,0 +1,149 @@
+// controls.test.mjs — one schema per buyer control (api/controls.c), two fronts: every REST
+// body, valid or not, is fed to the Socket.IO form of the same control (the body with the
+// path's opId / ruleId added) on a twin session in the same state, and both must give the same
+// outcome (taken, or refused with the same error code). And two buyers deciding one op at the
+// same time, one by REST and one by socket: one wins, the other is told how it was decided.
+// A real jailboxd and PostgreSQL, the stock socket.io-client and fetch.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { io } from 'socket.io-client';
+import { startServer } from './lib/server.mjs';
+
+let srv, wsAddr;
+before(async () => {
+  srv = await startServer({ JAILBOX_WS_LISTEN: '127.0.0.1:0' });
+  wsAddr = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/)[1];
+});
+after(async () => { assert.equal((await srv.stop()).code, 0); });
+
+function sock(token) {
+  const c = io('http://' + wsAddr, { transports: ['websocket'], auth: { token }, reconnection: false, forceNew: true });
+  return new Promise((res, rej) => {
+    c.once('connect', () => res(c));
+    c.once('connect_error', (e) => { c.close(); rej(e); });
+  });
+}
+
+const RULE = { tool: 'write', effect: 'allow', path: 'docs/**' };
+const REASONS = [{}, { reason: 'fine' }, { reason: '' }, { reason: 5 }, { reason: null }, { reason: 'x'.repeat(1025) },
+  { reason: 'a\u0001b' }, { reason: 'ok', extra: 1 }, { bogus: true }, [], 'text', 7];
+
+// control → [session state, REST method, path (with :op / :rule), socket event, path field, bodies]
+const CASES = {
+  pause: ['active', 'POST', 'pause', 'jailbox:pause', null, REASONS],
+  resume: ['paused', 'POST', 'resume', 'jailbox:resume', null, REASONS],
+  abort: ['active', 'POST', 'abort', 'jailbox:abort', null, REASONS],
+  accept: ['done', 'POST', 'accept', 'jailbox:accept', null, REASONS],
+  accept_wrong_state: ['active', 'POST', 'accept', 'jailbox:accept', null, [{}]],
+  approve: ['active', 'POST', 'approve/:op', 'jailbox:approve', 'opId', [...REASONS,
+    { allowSimilar: 'directory' }, { reason: 'ok', allowSimilar: 'extension' }, { allowSimilar: 'session' },
+    { allowSimilar: 'command' }, { allowSimilar: 'bogus' }, { allowSimilar: '' }, { allowSimilar: 3 },
+    { allowSimilar: 'x'.repeat(33) }]],
+  reject: ['active', 'POST', 'reject/:op', 'jailbox:reject', 'opId', [...REASONS, { allowSimilar: 'directory' }]],
+  kill: ['active', 'POST', 'ops/:op/kill', 'jailbox:kill', 'opId', REASONS],
+  mode: ['active', 'PATCH', '', 'jailbox:mode', null, [{ mode: 'unsupervised' }, { mode: 'supervised' }, {},
+    { mode: 'bogus' }, { mode: 1 }, { mode: 'supervised', reason: 'x' }, { mode: null }, []]],
+  mode_ended: ['accepted', 'PATCH', '', 'jailbox:mode', null, [{ mode: 'unsupervised' }, { mode: 'bogus' }]],
+  rule_add: ['active', 'POST', 'rules', 'jailbox:rule_add', null, [{ rule: RULE }, { rules: [RULE] },
+    { rules: [RULE, { ...RULE, path: 'b/**' }] }, {}, { rule: 5 }, { rules: {} }, { rules: [{ tool: 'nope' }] },
+    { rule: { ...RULE, id: 'op-taken' } }, { rule: RULE, bogus: 1 }, { rules: [] }, []]],
+  rule_revoke: ['active', 'DELETE', 'rules/:rule', 'jailbox:rule_revoke', 'ruleId', [{}, { reason: 'x' }, []]],
+  rule_revoke_unknown: ['active', 'DELETE', 'rules/nope', 'jailbox:rule_revoke', 'ruleId', [{}]],
+};
+
+// a session in `state`, with a pending write op and a buyer rule "mine"
+async function twin(state, tool = 'write') {
+  const o = await srv.open();
+  await srv.setState(o.jobId, state === 'accepted' ? 'active' : state);
+  const op = tool === 'exec'
+    ? Number((await srv.db.query(
+      "INSERT INTO ops (job_id, tool, path, args, state) VALUES ($1, 'exec', NULL, '{\"argv\":[\"true\"]}', 'pending') RETURNING op_id",
+      [o.jobId])).rows[0].op_id)
+    : await srv.pendingOp(o.jobId, 'src/a.c');
+  const r = await srv.req('POST', `/v1/jailbox/${o.jobId}/rules`, { token: o.buyerToken, body: { rule: { ...RULE, id: 'mine' } } });
+  assert.equal(r.status, 201, r.text);
+  if (state === 'accepted') await srv.setState(o.jobId, 'done');
+  if (state === 'accepted') assert.equal((await srv.req('POST', `/v1/jailbox/${o.jobId}/accept`, { token: o.buyerToken })).status, 200);
+  return { ...o, op };
+}
+
+// the outcome of an answer: 'ok', or the error code (with the state of invalid_state)
+const restOutcome = (r) => (r.status >= 200 && r.status < 300 ? 'ok'
+  : r.json?.error?.code + (r.json?.error?.state ? ':' + r.json.error.state : ''));
+const sockOutcome = (a) => (a?.ok === true ? 'ok' : a?.error?.code + (a?.error?.state ? ':' + a.error.state : ''));
+
+for (const [name, [state, method, tail, event, field, bodies]] of Object.entries(CASES)) {
+  test(`${name}: every REST body gives the same outcome as the socket form of ${event}`, async () => {
+    const seen = new Set();
+    for (const body of bodies) {
+      const tool = name === 'kill' ? 'exec' : 'write';
+      const a = await twin(state, tool), b = await twin(state, tool);
+      const pathValue = (o) => (tail.includes(':op') ? o.op : tail.includes(':rule') ? 'mine' : tail === 'rules/nope' ? 'nope' : undefined);
+      const path = `/v1/jailbox/${a.jobId}${tail ? '/' : ''}${tail.replace(':op', a.op).replace(':rule', 'mine')}`;
+      const r = await srv.req(method, path, { token: a.buyerToken, raw: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+      const form = body !== null && typeof body === 'object' && !Array.isArray(body) && field
+        ? { ...body, [field]: pathValue(b) } : body;
+      const s = await sock(b.buyerToken);
+      let ack;
+      try { ack = await s.timeout(5000).emitWithAck(event, form); } finally { s.close(); }
+      const ro = restOutcome(r), so = sockOutcome(ack);
+      assert.equal(so, ro, `${name} ${JSON.stringify(body)}: REST ${r.status} ${r.text} / socket ${JSON.stringify(ack)}`);
+      seen.add(ro === 'ok' ? 'ok' : 'refused');
+      // and the session ended up the same
+      const [sa, sb] = await Promise.all([a, b].map((o) => srv.req('GET', `/v1/jailbox/${o.jobId}`, { token: srv.serviceToken })));
+      assert.equal(sb.json.state, sa.json.state);
+      assert.equal(sb.json.mode, sa.json.mode);
+      assert.equal(sb.json.pendingOps, sa.json.pendingOps);
+    }
+    if (bodies.length > 1 && !name.endsWith('_ended')) assert.equal(seen.size, 2, `${name}: both taken and refused bodies were tried`);
+  });
+}
+
+test('an empty REST body is the socket event without an argument', async () => {
+  for (const [ctl, event] of [['pause', 'jailbox:pause'], ['abort', 'jailbox:abort']]) {
+    const a = await twin('active'), b = await twin('active');
+    const r = await srv.req('POST', `/v1/jailbox/${a.jobId}/${ctl}`, { token: a.buyerToken });
+    const s = await sock(b.buyerToken);
+    const ack = await s.timeout(5000).emitWithAck(event);
+    s.close();
+    assert.equal(r.status, 200, r.text);
+    assert.equal(ack.ok, true, JSON.stringify(ack));
+  }
+});
+
+test('two buyers decide the same op at once (REST and socket): one wins, the other is told how', async () => {
+  for (let i = 0; i < 8; i++) {
+    const o = await twin('active');
+    const s = await sock(o.buyerToken);
+    const restApproves = i % 2 === 0;
+    const [r, ack] = await Promise.all([
+      srv.req('POST', `/v1/jailbox/${o.jobId}/${restApproves ? 'approve' : 'reject'}/${o.op}`, { token: o.buyerToken, body: { reason: 'rest' } }),
+      s.timeout(5000).emitWithAck(restApproves ? 'jailbox:reject' : 'jailbox:approve', { opId: o.op, reason: 'socket' }),
+    ]);
+    s.close();
+    const wins = [r.status === 200, ack.ok === true];
+    assert.equal(wins.filter(Boolean).length, 1, `exactly one wins: ${r.text} / ${JSON.stringify(ack)}`);
+    const loser = wins[0] ? ack.error : r.json.error;
+    const winner = wins[0] ? (restApproves ? 'approved' : 'rejected') : (restApproves ? 'rejected' : 'approved');
+    const why = wins[0] ? 'rest' : 'socket';
+    if (!wins[0]) assert.equal(r.status, 409, r.text);
+    assert.equal(loser.code, 'invalid_state', JSON.stringify(loser));
+    assert.equal(loser.state, winner, JSON.stringify(loser));
+    assert.match(loser.message, new RegExp(`^op ${o.op} was decided already: ${winner} by buyer at .*\\(reason "${why}"\\) in state ${winner}$`));
+  }
+});
+
+test('a decision that lost to allowSimilar is told so too', async () => {
+  const o = await twin('active');
+  const r1 = await srv.req('POST', `/v1/jailbox/${o.jobId}/reject/${o.op}`, { token: o.buyerToken });
+  assert.equal(r1.status, 200, r1.text);
+  const s = await sock(o.buyerToken);
+  const ack = await s.timeout(5000).emitWithAck('jailbox:approve', { opId: o.op, allowSimilar: 'directory' });
+  s.close();
+  const r2 = await srv.req('POST', `/v1/jailbox/${o.jobId}/approve/${o.op}`, { token: o.buyerToken, body: { allowSimilar: 'directory' } });
+  for (const e of [ack.error, r2.json.error]) {
+    assert.equal(e.code, 'invalid_state', JSON.stringify(e));
+    assert.equal(e.state, 'rejected');
+    assert.match(e.message, /was decided already: rejected by buyer/);
+  }
+});
