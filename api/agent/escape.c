@@ -188,7 +188,8 @@ static void sweep(struct jb_sweeper *s, bool first) {
     if (jb_db_op_counts_fold(c, NULL, &err) != JB_OK)
       jb_log(JB_LOG_WARN, "sweeper: folding the op counters failed", "detail", err.msg, NULL);
     long long cleared = 0;
-    if (jb_db_ops_forget_previews(c, app->cfg->buyer_read_retention_s, FORGET_BATCH, &cleared, &err) != JB_OK)
+    if (jb_db_ops_forget_previews(c, app->cfg->buyer_read_retention_s, FORGET_BATCH, &cleared,
+                                  &err) != JB_OK)
       jb_log(JB_LOG_WARN, "sweeper: clearing old diff previews failed", "detail", err.msg, NULL);
     else if (cleared > 0) {
       char n[24];
