@@ -12,26 +12,20 @@
 static void read_route(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
                        int (*fn)(PGconn *, const char *, char **, jb_error *)) {
   const char *job = req->params[0];
+  PGconn *c = jb_rest_session_conn(app, req, resp);
+  if (!c) return;
   jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
+  char *json = NULL;
+  int rc = fn(c, job, &json, &err);
+  if (rc == JB_OK) {
+    free(resp->body);
+    resp->status = 200;
+    resp->body = json;
+    resp->content_type = "application/json";
+  } else if (rc == JB_ERR_NOT_FOUND) {
+    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+  } else {
     jb_db_unavailable(resp, &err);
-    return;
-  }
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
-    char *json = NULL;
-    int rc = fn(c, job, &json, &err);
-    if (rc == JB_OK) {
-      free(resp->body);
-      resp->status = 200;
-      resp->body = json;
-      resp->content_type = "application/json";
-    } else if (rc == JB_ERR_NOT_FOUND) {
-      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-    } else {
-      jb_db_unavailable(resp, &err);
-    }
   }
   jb_db_release(app->db, c);
 }

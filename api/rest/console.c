@@ -84,30 +84,25 @@ void jb_api_console_file(void *app, const struct jb_http_req *req, struct jb_htt
 
 void jb_api_console_code(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return;
-  }
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
-    char code[JB_TOKEN_TEXT_LEN];
-    unsigned char hash[32];
-    jb_token_mint(code, hash);
-    const char *role = who.role == JB_ROLE_SERVICE ? "service" : "buyer";
-    if (jb_db_console_code_insert(c, hash, role, who.job_id[0] ? who.job_id : NULL,
-                                  JB_CONSOLE_CODE_TTL_S, &err) != JB_OK) {
-      jb_db_unavailable(resp, &err);
-    } else {
-      char path[128];
-      snprintf(path, sizeof path, "/console/#code=%s", code);
-      jb_resp_json(resp, 201,
-                   json_pack("{s:s,s:s,s:i}", "code", code, "path", path, "expiresInS",
-                             JB_CONSOLE_CODE_TTL_S));
-    }
-    sodium_memzero(code, sizeof code);
+  PGconn *c = jb_rest_authed_conn(app, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp);
+  if (!c) return;
+  jb_error err = {0};
+  char code[JB_TOKEN_TEXT_LEN];
+  unsigned char hash[32];
+  jb_token_mint(code, hash);
+  const char *role = who.role == JB_ROLE_SERVICE ? "service" : "buyer";
+  if (jb_db_console_code_insert(c, hash, role, who.job_id[0] ? who.job_id : NULL,
+                                JB_CONSOLE_CODE_TTL_S, &err) != JB_OK) {
+    jb_db_unavailable(resp, &err);
+  } else {
+    char path[128];
+    snprintf(path, sizeof path, "/console/#code=%s", code);
+    jb_resp_json(resp, 201,
+                 json_pack("{s:s,s:s,s:i}", "code", code, "path", path, "expiresInS",
+                           JB_CONSOLE_CODE_TTL_S));
   }
+  sodium_memzero(code, sizeof code);
   jb_db_release(app->db, c);
 }
 
@@ -190,21 +185,15 @@ out:
 /* GET: who the credential is, and the Socket.IO port (the page asks once it loads). */
 void jb_api_console_whoami(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return;
-  }
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0) {
-    struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
-    jb_resp_json(
-        resp, 200,
-        json_pack("{s:s,s:s*,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
-                  "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
-                  sock ? jb_socket_port(sock) : 0));
-  }
+  PGconn *c = jb_rest_authed_conn(app, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp);
+  if (!c) return;
+  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  jb_resp_json(
+      resp, 200,
+      json_pack("{s:s,s:s*,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
+                "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
+                sock ? jb_socket_port(sock) : 0));
   jb_db_release(app->db, c);
 }
 
@@ -237,21 +226,15 @@ void jb_api_console_signout(void *appv, const struct jb_http_req *req, struct jb
 
 void jb_api_console_sessions(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return;
-  }
   struct jb_principal who;
+  PGconn *c = jb_rest_authed_conn(app, req, NULL, JB_ROLE_SERVICE, &who, resp);
+  if (!c) return;
+  jb_error err = {0};
   char *json = NULL;
-  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) == 0) {
-    if (jb_db_session_list(c, 200, &json, &err) != JB_OK) {
-      jb_db_unavailable(resp, &err);
-    } else {
-      jb_resp_json(resp, 200, json_pack("{s:o}", "sessions", json_loads(json, 0, NULL)));
-    }
-  }
+  if (jb_db_session_list(c, 200, &json, &err) != JB_OK)
+    jb_db_unavailable(resp, &err);
+  else
+    jb_resp_json(resp, 200, json_pack("{s:o}", "sessions", json_loads(json, 0, NULL)));
   free(json);
   jb_db_release(app->db, c);
 }

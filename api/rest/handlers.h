@@ -3,6 +3,7 @@
 #ifndef JB_HANDLERS_H
 #define JB_HANDLERS_H
 
+#include "api/auth.h"
 #include "server/app.h"
 #include "server/http.h"
 
@@ -16,6 +17,12 @@ void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
  * (503 when no connection, else jb_auth_require's 401/403/404). */
 PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
                              struct jb_http_resp *resp);
+
+/* The same for any route: a pooled connection and a caller of one of `roles` (enum jb_role
+ * bits, JB_AUTH_CONTROL allowed) for session `job` (NULL: any), whom `*who` then names.
+ * Returns the connection (release it with jb_db_release) or NULL with `resp` answered. */
+PGconn *jb_rest_authed_conn(struct jb_app *app, const struct jb_http_req *req, const char *job,
+                            unsigned roles, struct jb_principal *who, struct jb_http_resp *resp);
 
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

@@ -20,21 +20,25 @@ void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err) {
   jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
 }
 
-PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
-                             struct jb_http_resp *resp) {
+PGconn *jb_rest_authed_conn(struct jb_app *app, const struct jb_http_req *req, const char *job,
+                            unsigned roles, struct jb_principal *who, struct jb_http_resp *resp) {
   jb_error err = {0};
   PGconn *c = jb_db_acquire(app->db, &err);
   if (!c) {
     jb_db_unavailable(resp, &err);
     return NULL;
   }
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) <
-      0) {
+  if (jb_auth_require(app, c, req, job, roles, who, resp) < 0) {
     jb_db_release(app->db, c);
     return NULL;
   }
   return c;
+}
+
+PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
+                             struct jb_http_resp *resp) {
+  struct jb_principal who;
+  return jb_rest_authed_conn(app, req, req->params[0], JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp);
 }
 
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {

@@ -146,17 +146,10 @@ static void instance(FILE *out, struct jb_app *app) {
 
 void jb_api_metrics(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
   struct jb_app *app = appv;
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return;
-  }
   struct jb_principal who;
-  if (jb_auth_require(app, c, req, NULL, JB_ROLE_SERVICE, &who, resp) < 0) {
-    jb_db_release(app->db, c);
-    return;
-  }
+  PGconn *c = jb_rest_authed_conn(app, req, NULL, JB_ROLE_SERVICE, &who, resp);
+  if (!c) return;
+  jb_error err = {0};
   json_t *m = NULL;
   int rc = jb_db_metrics(c, &m, &err);
   jb_db_release(app->db, c);
