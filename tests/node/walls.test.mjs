@@ -331,8 +331,9 @@ test('a memory hog is OOM-killed and the session goes to failed', { timeout: 180
 
 // ---- crash safety ---------------------------------------------------------------------------
 
-test('killing the worker leaves no live sandbox processes after the next start', { timeout: 180000 }, async () => {
-  const j = (await srv.open({})).jobId;
+test('a killed worker: the restarted one adopts the live sandbox, and its end leaves no sandbox process', { timeout: 180000 }, async () => {
+  const o = await srv.open({});
+  const j = o.jobId;
   const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
   const cid = s.walls.walls.docker.containerId;
@@ -342,9 +343,15 @@ test('killing the worker leaves no live sandbox processes after the next start',
   const readyBefore = (srv.log().match(/"msg":"worker ready"/g) || []).length;
   process.kill(pid, 'SIGKILL');
   await waitFor('worker restarted', () => (srv.log().match(/"msg":"worker ready"/g) || []).length > readyBefore);
-  const f = await waitState(srv, j, ['failed']);
-  assert.match(f.stateReason, /worker restarted/);
-  assert.equal((await docker('GET', `/containers/${cid}/json`)).status, 404);
+  // re-adopted (sandbox/WALLS.md): the same container, still live, its shim answering
+  await waitFor('the session re-adopted', () => new RegExp(`"jobId":"${j}"[^\n]*"msg":"session re-adopted"|"msg":"session re-adopted"[^\n]*"jobId":"${j}"`).test(srv.log()), 20000);
+  assert.equal((await waitState(srv, j, ['awaiting_agent', 'failed'])).state, 'awaiting_agent');
+  assert.equal((await docker('GET', `/containers/${cid}/json`)).status, 200);
+  assert.equal((await shim(srv, j, { op: 'ping' })).pong, true);
+  // its end removes the container and every process of it
+  const r = await srv.req('POST', `/v1/jailbox/${j}/abort`, { token: o.buyerToken });
+  assert.equal(r.status, 200, r.text);
+  await waitFor('container removed', async () => (await docker('GET', `/containers/${cid}/json`)).status === 404, 20000);
   await waitFor('no sandbox process', () => processesNaming(cid).length === 0, 20000);
   // the restarted worker still launches sessions
   const j2 = (await srv.open({})).jobId;
