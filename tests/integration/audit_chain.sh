@@ -106,7 +106,8 @@ check "jailboxctl audit keys = GET /v1/audit/keys" "$KEYS_BODY" "$("$C" audit ke
 check "no token: 401" 401 "$(get /v1/jailbox/job-b/audit >/dev/null; cat "$T/code")"
 check "buyer of A on B: 403" 403 "$(get /v1/jailbox/job-b/audit "$BUYER_A" >/dev/null; cat "$T/code")"
 check "buyer of A on B verify: 403" 403 "$(get /v1/jailbox/job-b/audit/verify "$BUYER_A" >/dev/null; cat "$T/code")"
-check "agent token: 403" 403 "$(get /v1/jailbox/job-a/audit "$AGENT_A" >/dev/null; cat "$T/code")"
+# an agent token ends with its session (only the buyer keeps read access, JAILBOX_BUYER_READ_RETENTION_S)
+check "agent token of the ended session: 401" 401 "$(get /v1/jailbox/job-a/audit "$AGENT_A" >/dev/null; cat "$T/code")"
 check "buyer of B on B: 200" 200 "$(get /v1/jailbox/job-b/audit "$BUYER_B" >/dev/null; cat "$T/code")"
 check "unknown session: 404" 404 "$(get /v1/jailbox/nope/audit/verify "$SVC" >/dev/null; cat "$T/code")"
 check "bad ?head: 400" 400 "$(get '/v1/jailbox/job-a/audit/verify?head=x' "$SVC" >/dev/null; cat "$T/code")"
