@@ -227,11 +227,12 @@ static bool op_changes_files(const char *tool) {
 
 /* The answer the shim of `s` (its lock held) recorded for op `op_id` ({ok, result | error},
  * new), or NULL when it ran no such op (or cannot say: an older shim, a failed call — the op
- * then runs, and its own opId stops a second change). */
-static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id) {
+ * then runs, and its own opId stops a second change). A failed call's error goes to `err`:
+ * EPROTO or EMSGSIZE (a malformed or oversized line: the channel is dead) is the shim's
+ * protocol violation, as for any other answer. */
+static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id, jb_error *err) {
   json_t *req = json_pack("{s:s, s:I}", "op", "recall", "opId", (json_int_t)op_id);
-  jb_error err = {0};
-  json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err) : NULL;
+  json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, err) : NULL;
   json_decref(req);
   json_t *r = json_object_get(a, "result");
   json_t *found = json_is_true(json_object_get(r, "found")) ? json_object_get(r, "answer") : NULL;
@@ -290,8 +291,11 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (changes) json_object_set_new(req, "opId", json_integer(op->op_id));
   /* an op the shim ran already — the worker that ran it died before its commit — is
    * committed with the answer it had: not checked or run again */
-  json_t *recalled = changes && s && s->sb_ready ? recall(w, s, op->op_id) : NULL;
-  if (recalled) {
+  jb_error rerr = {0};
+  json_t *recalled = changes && s && s->sb_ready ? recall(w, s, op->op_id, &rerr) : NULL;
+  if (rerr.code == EPROTO || rerr.code == EMSGSIZE) {
+    err = rerr; /* the shim broke the protocol: nothing more runs on its channel */
+  } else if (recalled) {
     ans = recalled;
     slog(w, JB_LOG_INFO, job, "op ran before the worker restarted: its recorded answer is kept",
          "tool", op->tool, NULL);
