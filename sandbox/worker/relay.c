@@ -241,6 +241,14 @@ static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id
   return out;
 }
 
+/* Whether `a`, the shim's answer to an op (or the one it recalls), is {ok: true, result} or
+ * {ok: false, error: {…}} (sandbox/proto/PROTOCOL.md). */
+static bool answer_well_formed(json_t *a) {
+  json_t *ok = json_object_get(a, "ok");
+  if (json_is_true(ok)) return json_object_get(a, "result") != NULL;
+  return json_is_false(ok) && json_is_object(json_object_get(a, "error"));
+}
+
 /* Fault injection for the tests of exactly-once ops (tests/node/readopt.test.mjs): with
  * JB_TEST_FAULT=<file> in its environment, the worker _exits(86) at the point of a queued op
  * that changes files whose name <file> holds (before_shim_write, after_shim_write,
@@ -317,8 +325,14 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
     else if (!err.msg[0])
       jb_fail(&err, ESRCH, "the session's sandbox is not up");
   }
+  if (ans && !answer_well_formed(ans)) {
+    json_decref(ans);
+    ans = NULL;
+    jb_fail(&err, EPROTO, "the shim's answer is neither {ok: true, result} nor {ok: false, error}");
+  }
   bool killed = s && atomic_load(&s->killing);
-  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE), an answer of the wrong
+   * shape (EPROTO): an escape signal */
   *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
   json_t *out;
   if (!ans && killed) {
