@@ -681,9 +681,15 @@ static int serve(void) {
       continue;
     }
 #ifdef JB_SHIM_TEST_OPS
-    if (jb_shim_test_malformed_now(json_string_value(json_object_get(req, "op")))) {
+    int armed = jb_shim_test_malformed_now(json_string_value(json_object_get(req, "op")));
+    if (armed == 1) {
       static const char bad[] = "{\"id\": 1, \"ok\": tru\n"; /* test.arm: not JSON */
       (void)write_all(1, bad, sizeof bad - 1);
+      json_decref(req);
+      continue;
+    }
+    if (armed == 2) { /* test.arm noresult: ok without the result */
+      respond(json_pack("{s:O, s:b}", "id", json_object_get(req, "id"), "ok", 1));
       json_decref(req);
       continue;
     }

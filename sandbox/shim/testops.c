@@ -276,24 +276,36 @@ static json_t *op_emit(const json_t *req, jb_error *err) {
   return json_pack("{s:b}", "emitted", 1);
 }
 
-/* test.arm: the next read, list or stat is answered with a malformed line (the shim serves
- * one request at a time: no lock) */
-static bool armed_malformed;
+/* test.arm: the next read, list or stat — or, with `target`, the next request of that op (e.g.
+ * "recall") — is answered with a malformed line ("malformed") or an answer without its result
+ * ("noresult"); the shim serves one request at a time: no lock */
+static int armed_kind; /* 0: not armed */
+static char armed_op[32];
 
-bool jb_shim_test_malformed_now(const char *op) {
-  if (!armed_malformed || !op || (strcmp(op, "read") && strcmp(op, "list") && strcmp(op, "stat")))
-    return false;
-  armed_malformed = false;
-  return true;
+int jb_shim_test_malformed_now(const char *op) {
+  if (!armed_kind || !op) return 0;
+  if (armed_op[0] ? strcmp(op, armed_op) != 0
+                  : strcmp(op, "read") && strcmp(op, "list") && strcmp(op, "stat"))
+    return 0;
+  int k = armed_kind;
+  armed_kind = 0;
+  return k;
 }
 
 static json_t *op_arm(const json_t *req, jb_error *err) {
   const char *what = json_string_value(json_object_get(req, "what"));
-  if (!what || strcmp(what, "malformed")) {
-    jb_fail(err, EINVAL, "'what' must be malformed");
+  const char *op = json_string_value(json_object_get(req, "target"));
+  int kind = !what ? 0 : !strcmp(what, "malformed") ? 1 : !strcmp(what, "noresult") ? 2 : 0;
+  if (!kind) {
+    jb_fail(err, EINVAL, "'what' must be malformed or noresult");
     return NULL;
   }
-  armed_malformed = true;
+  if (op && (!op[0] || strlen(op) >= sizeof armed_op)) {
+    jb_fail(err, EINVAL, "'target' must name an op");
+    return NULL;
+  }
+  snprintf(armed_op, sizeof armed_op, "%s", op ? op : "");
+  armed_kind = kind;
   return json_pack("{s:b}", "armed", 1);
 }
 

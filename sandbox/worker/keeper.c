@@ -6,7 +6,8 @@
  * line of any shim: it only holds descriptors until the worker drops them.
  *
  * Its socket is "<JAILBOX_SHIM_SOCKET_DIR>/jbk-<16 hex of SHA-256(worker id)>.s" (SOCK_SEQPACKET,
- * mode 0600, peers must have the keeper's uid). Messages, one packet each, text then
+ * mode 0600; each side checks the other's uid (SO_PEERCRED) is its own, so a socket planted at
+ * the path by another uid gets no descriptor and hands none). Messages, one packet each, text then
  * descriptors in the same packet:
  *   "PUT <job> <cid> <c><s><g>"  c/s/g are 1 or 0: which of conn, spawner, grant follow, in
  *                                 that order (a PUT replaces the job's entry)
@@ -187,8 +188,15 @@ int keeper_main(const char *path) {
    * started at once: the second leaves) */
   char lock[4200];
   snprintf(lock, sizeof lock, "%s.lock", path);
-  int lk = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  /* the lock file must be ours: not a link to elsewhere, not another uid's (whose flock would
+   * keep every keeper out while its owner listens at the path) */
+  int lk = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (lk < 0) return 1;
+  struct stat lst;
+  if (fstat(lk, &lst) < 0 || !S_ISREG(lst.st_mode) || lst.st_uid != geteuid()) {
+    close(lk);
+    return 1;
+  }
   if (flock(lk, LOCK_EX | LOCK_NB) < 0) return 0;
   int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   mode_t old = umask(0177);
@@ -202,7 +210,7 @@ int keeper_main(const char *path) {
   int clients[KEEPER_CLIENTS];
   size_t nc = 0;
   long long last = jb_now_ms();
-  uid_t me = getuid();
+  uid_t me = geteuid();
   for (;;) {
     struct pollfd pf[KEEPER_CLIENTS + 1];
     pf[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
@@ -241,7 +249,8 @@ int keeper_main(const char *path) {
 
 /* ---- the worker's side --------------------------------------------------------------------- */
 
-/* A connection to the keeper, or -1. */
+/* A connection to the keeper, or -1 (errno; EPERM: what listens at `path` runs under another
+ * uid, and is not our keeper). */
 static int keeper_connect(const char *path) {
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   if (!path[0] || strlen(path) >= sizeof a.sun_path) return -1;
@@ -250,6 +259,13 @@ static int keeper_connect(const char *path) {
   if (fd < 0) return -1;
   if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
     close(fd);
+    return -1;
+  }
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != geteuid()) {
+    close(fd);
+    errno = EPERM;
     return -1;
   }
   return fd;

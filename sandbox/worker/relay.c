@@ -227,17 +227,26 @@ static bool op_changes_files(const char *tool) {
 
 /* The answer the shim of `s` (its lock held) recorded for op `op_id` ({ok, result | error},
  * new), or NULL when it ran no such op (or cannot say: an older shim, a failed call — the op
- * then runs, and its own opId stops a second change). */
-static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id) {
+ * then runs, and its own opId stops a second change). A failed call's error goes to `err`:
+ * EPROTO or EMSGSIZE (a malformed or oversized line: the channel is dead) is the shim's
+ * protocol violation, as for any other answer. */
+static json_t *recall(struct jb_worker *w, struct jb_session *s, long long op_id, jb_error *err) {
   json_t *req = json_pack("{s:s, s:I}", "op", "recall", "opId", (json_int_t)op_id);
-  jb_error err = {0};
-  json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, &err) : NULL;
+  json_t *a = req ? jb_shimconn_call(&s->sb.conn, req, w->walls.call_timeout_ms, err) : NULL;
   json_decref(req);
   json_t *r = json_object_get(a, "result");
   json_t *found = json_is_true(json_object_get(r, "found")) ? json_object_get(r, "answer") : NULL;
   json_t *out = json_is_object(found) ? json_incref(found) : NULL;
   json_decref(a);
   return out;
+}
+
+/* Whether `a`, the shim's answer to an op (or the one it recalls), is {ok: true, result} or
+ * {ok: false, error: {…}} (sandbox/proto/PROTOCOL.md). */
+static bool answer_well_formed(json_t *a) {
+  json_t *ok = json_object_get(a, "ok");
+  if (json_is_true(ok)) return json_object_get(a, "result") != NULL;
+  return json_is_false(ok) && json_is_object(json_object_get(a, "error"));
 }
 
 /* Fault injection for the tests of exactly-once ops (tests/node/readopt.test.mjs): with
@@ -290,8 +299,11 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (changes) json_object_set_new(req, "opId", json_integer(op->op_id));
   /* an op the shim ran already — the worker that ran it died before its commit — is
    * committed with the answer it had: not checked or run again */
-  json_t *recalled = changes && s && s->sb_ready ? recall(w, s, op->op_id) : NULL;
-  if (recalled) {
+  jb_error rerr = {0};
+  json_t *recalled = changes && s && s->sb_ready ? recall(w, s, op->op_id, &rerr) : NULL;
+  if (rerr.code == EPROTO || rerr.code == EMSGSIZE) {
+    err = rerr; /* the shim broke the protocol: nothing more runs on its channel */
+  } else if (recalled) {
     ans = recalled;
     slog(w, JB_LOG_INFO, job, "op ran before the worker restarted: its recorded answer is kept",
          "tool", op->tool, NULL);
@@ -313,8 +325,14 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
     else if (!err.msg[0])
       jb_fail(&err, ESRCH, "the session's sandbox is not up");
   }
+  if (ans && !answer_well_formed(ans)) {
+    json_decref(ans);
+    ans = NULL;
+    jb_fail(&err, EPROTO, "the shim's answer is neither {ok: true, result} nor {ok: false, error}");
+  }
   bool killed = s && atomic_load(&s->killing);
-  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE): an escape signal */
+  /* a malformed or oversized line from the shim (EPROTO, EMSGSIZE), an answer of the wrong
+   * shape (EPROTO): an escape signal */
   *violation = !ans && !killed && (err.code == EPROTO || err.code == EMSGSIZE);
   json_t *out;
   if (!ans && killed) {

@@ -303,6 +303,37 @@ test('a malformed answer to a direct read the worker may not store', { timeout: 
   assert.ok(!r.result || r.result.isError, JSON.stringify(r));
 });
 
+// Before a changing op the worker asks the shim whether it ran the op already (`recall`,
+// sandbox/proto/PROTOCOL.md "Exactly once"). A malformed line in answer to that question is
+// the same protocol violation as in answer to the op itself: the session is aborted, the write
+// is not reported done and no later op runs on the dead channel.
+test('a malformed answer to the recall before a write', { timeout: 180000 }, async () => {
+  const S = await live();
+  const armed = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.arm', what: 'malformed', target: 'recall' }, timeoutMs: 10000 }, 20000);
+  assert.equal(armed.ok, true, JSON.stringify(armed));
+  const t0 = Date.now();
+  const write = call(S.agent, 'write', { path: 'b.txt', content: 'x\n' }).catch((e) => ({ cut: e.message }));
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_recall = ms;
+  const r = await write;
+  assert.ok(!r.result || r.result.isError, JSON.stringify(r));
+});
+
+// An answer of the wrong shape ({ok:true} without its result) is a protocol violation too
+// (without the check the worker made no answer of it at all: the op could not be stored, and
+// no escape was raised).
+test('an answer to a write without its result', { timeout: 180000 }, async () => {
+  const S = await live();
+  const armed = await control(srv.ctl, { jobId: S.jobId, request: { op: 'test.arm', what: 'noresult', target: 'write' }, timeoutMs: 10000 }, 20000);
+  assert.equal(armed.ok, true, JSON.stringify(armed));
+  const t0 = Date.now();
+  const write = call(S.agent, 'write', { path: 'c.txt', content: 'x\n' }).catch((e) => ({ cut: e.message }));
+  const { ms } = await assertEscaped(S, 'protocol_violation', t0);
+  timings.protocol_violation_noresult = ms;
+  const r = await write;
+  assert.ok(!r.result || r.result.isError, JSON.stringify(r));
+});
+
 test('repeated excluded-file reads alert after N (JAILBOX_ALERT_AFTER) without aborting or scoring', { timeout: 180000 }, async () => {
   const S = await live((d) => writeFileSync(join(d, 'secret.key'), 'k\n'), { exclude: ['*.key'] });
   for (let i = 1; i <= 7; i++) {

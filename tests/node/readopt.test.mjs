@@ -139,7 +139,8 @@ test('worker killed before the shim\'s write, after it, after the commit: every 
       assert.equal(ap.status, 200, ap.text);
       const a = await answer;
       const took = Date.now() - t0;
-      assert.ok(!existsSync(fault), `the fault ${point} fired`);
+      // after_commit fires once the op is committed: the answer may reach the agent first
+      await waitFor(srv, `the fault ${point} fired`, () => !existsSync(fault), 10000);
       assert.ok(readyCount(srv) > before || /test fault/.test(srv.log()), 'the worker restarted');
       assert.ok(a.result && !a.result.isError, `${op} at ${point}: ${JSON.stringify(a)}`);
       console.log(`# ${op}, worker killed ${point}: answered in ${took} ms`);
