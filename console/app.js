@@ -183,7 +183,7 @@
     s.on('jailbox:state', (ev) => {
       setState(ev.state, ev.mode);
       if (ev.auditHead) noteHead(ev.auditHead);
-      if (ev.snapshot) { st.pending.clear(); renderApprovals(); loadOps(); } // resync
+      if (ev.snapshot) { st.pending.clear(); renderApprovals(); scheduleSync(); } // resync from the oldest op not ended
     });
     s.on('jailbox:mode', (ev) => setState(null, ev.mode));
     s.on('jailbox:op', (ev) => {
@@ -241,6 +241,11 @@
     st.ops.set(op.opId, { ...(had || {}), ...op });
     if (!had) st.order.push(op.opId);
     scheduleFeed();
+    if (st.lost.has(op.opId)) scheduleApprovals(); // its card shows the op's state now
+  }
+  let approvalsQueued = false;
+  function scheduleApprovals() {
+    if (!approvalsQueued) { approvalsQueued = true; requestAnimationFrame(() => { approvalsQueued = false; renderApprovals(); }); }
   }
   let feedQueued = false;
   function scheduleFeed() { if (!feedQueued) { feedQueued = true; requestAnimationFrame(renderFeed); } }
@@ -608,22 +613,84 @@
   });
 
   // ---------- contract and changes ----------
-  function dl(pairs) {
+  // The session contract (sandbox/WALLS.md "The session contract") as sections: the session,
+  // each wall with its settings, what the jail looks like from inside, problems, residual
+  // risks, then the rest folded. Values: yes/no, lists joined or listed, objects as nested
+  // lists two levels deep, deeper ones as JSON text; long lists folded with their count.
+  function val(v, depth = 0) {
+    if (v === null || v === undefined) return T.el('span', '—', 'muted');
+    if (typeof v === 'boolean') return T.el('span', v ? 'yes' : 'no', v ? 'ok' : 'bad');
+    if (typeof v !== 'object') return T.el('span', v);
+    if (Array.isArray(v)) {
+      if (!v.length) return T.el('span', 'none', 'muted');
+      let body;
+      if (v.every((x) => x === null || typeof x !== 'object')) body = T.el('span', v.join(', '), 'mono');
+      else { body = document.createElement('ol'); for (const x of v) { const li = document.createElement('li'); li.appendChild(val(x, depth + 1)); body.appendChild(li); } }
+      if (v.length <= 12) return body;
+      const d = document.createElement('details');
+      d.appendChild(T.el('summary', `${v.length} items`));
+      d.appendChild(body);
+      return d;
+    }
+    if (depth >= 2) return T.el('code', JSON.stringify(v));
+    return dl(Object.entries(v), depth + 1);
+  }
+  function dl(pairs, depth = 0) {
     const d = document.createElement('dl');
-    for (const [k, v] of pairs) { d.appendChild(T.el('dt', k)); d.appendChild(T.el('dd', typeof v === 'object' && v !== null ? JSON.stringify(v) : v)); }
+    for (const [k, v] of pairs) {
+      d.appendChild(T.el('dt', k));
+      const dd = document.createElement('dd');
+      dd.appendChild(val(v, depth));
+      d.appendChild(dd);
+    }
     return d;
+  }
+  function section(c, title, node, cls) {
+    const s = document.createElement('section');
+    s.className = 'contract-part' + (cls ? ' ' + cls : '');
+    s.appendChild(T.el('h4', title));
+    s.appendChild(node);
+    c.appendChild(s);
+    return s;
   }
   function renderContract(s) {
     const c = $('contract');
     c.textContent = '';
-    c.appendChild(dl([['agent', s.agentId], ['workspace', s.workspace], ['image', s.image], ['limits', s.limits], ['excluded', (s.exclude || []).join(', ') || 'nothing']]));
     const w = s.walls;
+    section(c, 'Session', dl([['agent', s.agentId], ['workspace', s.workspace], ['image', s.image], ['limits', s.limits],
+      ['excluded', s.exclude || []], ...(w ? [['contract', `version ${w.contractVersion ?? '?'}, ${w.status ?? ''} at ${w.at ?? '?'} by ${w.worker ?? '?'}`],
+        ['walls required', w.required], ['override', w.override ?? false]] : [])]));
     if (!w) { c.appendChild(T.el('p', 'the walls are not up yet', 'muted')); return; }
-    for (const [name, wall] of Object.entries(w)) {
-      if (name === 'prescan') continue;
-      c.appendChild(T.el('h4', name));
-      if (wall && typeof wall === 'object') c.appendChild(dl(Object.entries(wall)));
-      else c.appendChild(T.el('p', wall));
+    const walls = w.walls && typeof w.walls === 'object' ? w.walls : {};
+    const wallsBox = document.createElement('div');
+    wallsBox.className = 'walls';
+    for (const [name, wall] of Object.entries(walls)) {
+      const card = document.createElement('div');
+      card.className = 'wall';
+      const up = wall && wall.up;
+      const h = T.el('h5', name + ' ');
+      h.appendChild(T.el('span', up ? 'up' : 'down', up ? 'ok' : 'bad'));
+      card.appendChild(h);
+      if (wall && typeof wall === 'object') card.appendChild(dl(Object.entries(wall).filter(([k]) => k !== 'up'), 1));
+      else card.appendChild(val(wall));
+      wallsBox.appendChild(card);
+    }
+    section(c, 'Walls', wallsBox, 'walls-part');
+    if (w.jailSeenFromInside) section(c, 'Checks from inside the jail', val(w.jailSeenFromInside), 'inside');
+    if (w.problems && Object.keys(w.problems).length) section(c, 'Problems', val(w.problems), 'problems');
+    const risks = w.residualRisks || [];
+    const ul = document.createElement('ul');
+    for (const r of risks) { const li = document.createElement('li'); li.appendChild(val(r, 1)); ul.appendChild(li); }
+    section(c, `Residual risks (${risks.length})`, risks.length ? ul : T.el('p', 'none stated', 'muted'), 'risks');
+    if (w.failure) section(c, 'Launch failure', val(w.failure), 'problems');
+    const shown = ['contractVersion', 'status', 'at', 'worker', 'required', 'override', 'walls', 'jailSeenFromInside', 'problems', 'residualRisks', 'failure', 'prescan'];
+    const rest = Object.entries(w).filter(([k]) => !shown.includes(k));
+    if (rest.length) {
+      const d = document.createElement('details');
+      d.className = 'contract-more';
+      d.appendChild(T.el('summary', 'more: ' + rest.map(([k]) => k).join(', ')));
+      d.appendChild(dl(rest));
+      c.appendChild(d);
     }
   }
 

@@ -102,6 +102,20 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.equal(again.status, 401);
   await shot(page, '01-signed-in');
 
+  // the contract in sections: each wall up, the checks from inside, the residual risks
+  const contract = (await kit.sessionOf(jobId)).walls;
+  await page.click('#contract-panel summary');
+  for (const wall of Object.keys(contract.walls)) {
+    await page.locator('#contract .wall h5').filter({ hasText: wall }).locator('.ok').filter({ hasText: 'up' }).waitFor();
+  }
+  assert.deepEqual(Object.keys(contract.walls).sort(), ['bwrap', 'docker', 'gvisor']);
+  await page.locator('#contract .inside dt').filter({ hasText: /^uid$/ }).waitFor();
+  assert.ok(contract.residualRisks.length > 0);
+  await page.locator('#contract .risks h4').filter({ hasText: `Residual risks (${contract.residualRisks.length})` }).waitFor();
+  assert.equal(await page.locator('#contract .risks > ul > li').count(), contract.residualRisks.length);
+  await shot(page, '01b-contract');
+  await page.click('#contract-panel summary');
+
   const agent = await kit.connect(agentToken);
   await page.locator('#state').filter({ hasText: 'active' }).waitFor();
 
@@ -301,7 +315,7 @@ test('two browsers decide the same op; a 1 MiB diff stays responsive; side-by-si
   // 2. a write of 1 MiB: the request event carries a cut diff, the stored preview is loaded on
   // demand, drawn as a window of lines; no task over 1 s, rendered within the bound
   const page = A.page;
-  const lines = 16384, big = Array.from({ length: lines }, (_, i) => `line ${String(i).padStart(6, '0')} ${'x'.repeat(50)}`).join('\n') + '\n';
+  const lines = 16384, big = Array.from({ length: lines }, (_, i) => `line ${String(i).padStart(6, '0')} ${'x'.repeat(51)}`).join('\n') + '\n';
   assert.equal(big.length, 1 << 20);
   const wb = kit.call(agent, 'write', { path: 'big.txt', content: big }, 120000);
   const card = page.locator('.card:not(.lost)').filter({ hasText: 'big.txt' });
@@ -319,7 +333,7 @@ test('two browsers decide the same op; a 1 MiB diff stays responsive; side-by-si
   await card.locator('.diff-size').filter({ hasText: 'This is all the server keeps' }).waitFor();
   const renderMs = Date.now() - t0;
   const stored = await page.evaluate(() => [...window.__jb.diffs.values()].find((d) => d.lines.length > 1000));
-  assert.equal(stored.bytes, 1048576, 'the stored preview is JAILBOX_DIFF_PREVIEW_MAX bytes');
+  assert.ok(stored.bytes <= 1048576 && stored.bytes > 1000000, `the stored preview is JAILBOX_DIFF_PREVIEW_MAX bytes at most, cut at a line: ${stored.bytes}`);
   assert.ok(stored.lines.length > 16000, String(stored.lines.length));
   const view = card.locator('.diff.windowed');
   assert.ok(await view.locator('.dl').count() <= 40, 'a window of lines in the DOM');
@@ -364,7 +378,7 @@ test('5,000 ops: the feed keeps a window of rows, scrolls to both ends, and j/k 
   const [lo, hi] = [Number(ids.lo), Number(ids.hi)];
   const t0 = Date.now();
   const { ctx, page, problems } = await buyerPage(S);
-  await page.waitForFunction(() => window.__jb.ops.size === 5000);
+  await page.waitForFunction(() => window.__jb.ops.size === 5000, null, { timeout: 60000 });
   const feed = page.locator('#feed');
   await feed.locator(`.feed-row[data-op="${hi}"]`).waitFor();
   console.log(`5,000 ops: signed in, loaded and drawn in ${Date.now() - t0} ms`);
