@@ -12,7 +12,7 @@
   const HDR = { 'X-Jailbox-Console': '1' };
   const st = { job: null, role: null, socket: null, ops: new Map(), order: [], pending: new Map(),
     sel: 0, heads: [], session: null, out: new Map(), running: new Map(),
-    drafts: new Map(), painted: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
+    drafts: new Map(), painted: new Map(), lost: new Map(), diffs: new Map(), feedSel: -1 }; // opId → {reason, similar} typed into a card, kept across re-renders
   window.__jb = st; // for tests and benchmarks: read-only use
 
   // ---------- REST ----------
@@ -120,14 +120,35 @@
     renderContract(r.json);
   }
 
+  // a session in one of these states has ended: its buyer still reads it (ops, changes, audit)
+  // for the server's read retention, and every control answers 409 invalid_state
+  const OVER = ['accepted', 'aborted', 'failed'];
+  const isOver = () => OVER.includes($('state').textContent);
   function setState(state, mode) {
-    if (state) { $('state').textContent = state; $('state').className = 'pill'; }
+    const was = isOver();
+    if (state) { $('state').textContent = state; $('state').className = 'pill' + (OVER.includes(state) ? ' over' : ''); }
     if (mode) $('mode').textContent = mode;
-    const s = $('state').textContent;
+    const s = $('state').textContent, over = isOver();
     $('pause').disabled = s !== 'active';
     $('resume').disabled = s !== 'paused';
     $('accept').disabled = s !== 'done';
-    $('abort').disabled = ['accepted', 'aborted', 'failed'].includes(s);
+    $('abort').disabled = over;
+    $('switch-mode').disabled = over;
+    const ro = $('readonly');
+    ro.hidden = !over;
+    if (over) ro.textContent = `This session has ended (${s}): read-only. Its ops, changes and audit chain stay readable; nothing can be changed.`;
+    if (over !== was) { if (over) { st.pending.clear(); st.running.clear(); } renderApprovals(); scheduleSync(); }
+  }
+
+  // the message for a refused control: an ended session's 409 invalid_state said plainly
+  function refusal(what, r) {
+    const e = r.json && r.json.error;
+    if (r.status === 409 && e && e.code === 'invalid_state' && e.state) {
+      setState(e.state);
+      if (OVER.includes(e.state)) return `${what}: refused, the session has ended (${e.state}) and is read-only`;
+      return `${what}: not possible while the session is ${e.state}`;
+    }
+    return what + ': ' + errText(r);
   }
 
   function setConn(text, on) { const c = $('conn'); c.textContent = text; c.className = 'pill ' + (on ? 'on' : 'off'); }
@@ -135,14 +156,14 @@
   async function control(what) {
     $('control-error').textContent = '';
     const r = await api('POST', jobPath('/' + what), {});
-    if (r.status >= 300) $('control-error').textContent = what + ': ' + errText(r);
+    if (r.status >= 300) $('control-error').textContent = refusal(what, r);
     else if (r.json && r.json.state) setState(r.json.state);
   }
   for (const c of ['pause', 'resume', 'abort', 'accept']) $(c).addEventListener('click', () => control(c));
   $('switch-mode').addEventListener('click', async () => {
     const to = $('mode').textContent === 'supervised' ? 'unsupervised' : 'supervised';
     const r = await api('PATCH', jobPath(), { mode: to });
-    if (r.status !== 200) $('control-error').textContent = 'mode: ' + errText(r);
+    if (r.status !== 200) $('control-error').textContent = refusal('mode', r);
     else setState(r.json.state, r.json.mode);
   });
 
@@ -153,7 +174,7 @@
     const s = io(url, { transports: ['websocket'], withCredentials: true, reconnectionDelayMax: 10000 });
     st.socket = s;
     s.on('connect', () => setConn('live', true));
-    s.on('disconnect', () => setConn('reconnecting…', false));
+    s.on('disconnect', () => setConn(isOver() ? 'ended: no live events' : 'reconnecting…', false));
     s.on('connect_error', (e) => {
       // the server refused the sign-in (no retry: socket.io does not retry a refused CONNECT)
       if (!s.active) signedOut('The live connection was refused: ' + e.message);
@@ -162,7 +183,7 @@
     s.on('jailbox:state', (ev) => {
       setState(ev.state, ev.mode);
       if (ev.auditHead) noteHead(ev.auditHead);
-      if (ev.snapshot) { st.pending.clear(); renderApprovals(); loadOps(); } // resync
+      if (ev.snapshot) { st.pending.clear(); renderApprovals(); scheduleSync(); } // resync from the oldest op not ended
     });
     s.on('jailbox:mode', (ev) => setState(null, ev.mode));
     s.on('jailbox:op', (ev) => {
@@ -220,6 +241,11 @@
     st.ops.set(op.opId, { ...(had || {}), ...op });
     if (!had) st.order.push(op.opId);
     scheduleFeed();
+    if (st.lost.has(op.opId)) scheduleApprovals(); // its card shows the op's state now
+  }
+  let approvalsQueued = false;
+  function scheduleApprovals() {
+    if (!approvalsQueued) { approvalsQueued = true; requestAnimationFrame(() => { approvalsQueued = false; renderApprovals(); }); }
   }
   let feedQueued = false;
   function scheduleFeed() { if (!feedQueued) { feedQueued = true; requestAnimationFrame(renderFeed); } }
@@ -233,7 +259,7 @@
     for (let i = first; i < Math.min(st.order.length, first + n); i++) {
       const op = st.ops.get(st.order[i]);
       const row = document.createElement('div');
-      row.className = 'feed-row ' + (op.state || '');
+      row.className = 'feed-row ' + (op.state || '') + (op.opId === st.feedSel ? ' sel' : '');
       row.style.top = i * ROW + 'px';
       row.dataset.op = op.opId;
       const what = op.tool === 'exec' ? (op.command || (op.argv || (op.args && op.args.argv) || []).join(' ')) : op.path;
@@ -249,6 +275,26 @@
     }
   }
   $('feed').addEventListener('scroll', scheduleFeed);
+  // the feed has the focus (click or Tab): j/k move the selected row down/up, Home/End jump
+  function feedKey(e) {
+    const feed = $('feed'), n = st.order.length;
+    if (!n) return;
+    let i = st.order.indexOf(st.feedSel);
+    if (e.key === 'j') i = i < 0 ? 0 : Math.min(i + 1, n - 1);
+    else if (e.key === 'k') i = i < 0 ? 0 : Math.max(i - 1, 0);
+    else if (e.key === 'Home') i = 0;
+    else if (e.key === 'End') i = n - 1;
+    else return;
+    e.preventDefault();
+    st.feedSel = st.order[i];
+    if (i * ROW < feed.scrollTop) feed.scrollTop = i * ROW;
+    else if ((i + 1) * ROW > feed.scrollTop + feed.clientHeight) feed.scrollTop = (i + 1) * ROW - feed.clientHeight;
+    scheduleFeed();
+  }
+  $('feed').addEventListener('click', (e) => {
+    const row = e.target.closest('.feed-row');
+    if (row) { st.feedSel = Number(row.dataset.op); scheduleFeed(); }
+  });
 
   // The ops move on without an event of their own for every step (a write that a rule or the
   // mode lets run is seen as an audit head): each head, and each op event that lacks who
@@ -292,33 +338,112 @@
   }
 
   // ---------- approvals ----------
-  function renderDiff(box, diff, opId) {
-    const pre = document.createElement('div');
-    pre.className = 'diff';
-    for (const line of String(diff.text || '').split('\n')) {
-      const cls = line.startsWith('@@') ? 'hunk' : line.startsWith('+') && !line.startsWith('+++') ? 'add'
-        : line.startsWith('-') && !line.startsWith('---') ? 'del' : '';
-      pre.appendChild(T.el('div', line, cls, true));
+  // A diff is drawn inline or side by side (st.sbs, the toggle above the approvals); one of more
+  // than DIFF_ALL lines is a windowed list like the feed (only the lines in view are in the DOM),
+  // its rows computed once per op and text (st.diffs) and its scroll kept across re-renders.
+  const DROW = 16, DIFF_ALL = 300, DIFF_VIEW = 40; // px a line (app.css), lines drawn at once
+  st.sbs = localStorage.getItem('jb-diff-sbs') === '1';
+  const lineCls = (l) => (l.startsWith('@@') ? 'hunk' : l.startsWith('+++') || l.startsWith('---') ? 'meta'
+    : l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : '');
+  // rows of cells [text, class]: one cell a row inline; side by side, the removed lines of a
+  // change on the left next to the added ones on the right, context on both, headers across
+  function diffRows(lines, sbs) {
+    if (!sbs) return lines.map((l) => [[l, lineCls(l)]]);
+    const rows = [];
+    let dels = [], adds = [];
+    const flush = () => {
+      for (let i = 0; i < Math.max(dels.length, adds.length); i++)
+        rows.push([i < dels.length ? [dels[i], 'del'] : ['', 'none'], i < adds.length ? [adds[i], 'add'] : ['', 'none']]);
+      dels = []; adds = [];
+    };
+    for (const l of lines) {
+      const c = lineCls(l);
+      if (c === 'del') { if (adds.length) flush(); dels.push(l); }
+      else if (c === 'add') adds.push(l);
+      else { flush(); rows.push(c ? [[l, c]] : [[l, 'ctx'], [l, 'ctx']]); }
     }
-    box.appendChild(pre);
+    flush();
+    return rows;
+  }
+  function diffRow(r) {
+    if (r.length === 1) return T.el('div', r[0][0], 'dl ' + r[0][1], true);
+    const row = document.createElement('div');
+    row.className = 'dl sbs';
+    for (const [t, c] of r) row.appendChild(T.el('div', t, c, true));
+    return row;
+  }
+  function diffOf(opId, text) {
+    let d = opId !== undefined ? st.diffs.get(opId) : null;
+    if (!d || d.text !== text) {
+      d = { text, lines: text.split('\n'), bytes: new TextEncoder().encode(text).length, top: 0 };
+      if (opId !== undefined) st.diffs.set(opId, d);
+    }
+    if (d.sbs !== st.sbs) { d.sbs = st.sbs; d.rows = diffRows(d.lines, st.sbs); }
+    return d;
+  }
+  function renderDiff(box, diff, opId) {
+    const d = diffOf(opId, String(diff.text || ''));
+    const view = document.createElement('div');
+    view.className = 'diff' + (st.sbs ? ' side' : '');
+    if (d.rows.length <= DIFF_ALL) {
+      for (const r of d.rows) view.appendChild(diffRow(r));
+    } else {
+      view.classList.add('windowed');
+      const spacer = document.createElement('div');
+      spacer.style.height = d.rows.length * DROW + 'px';
+      view.appendChild(spacer);
+      const draw = () => {
+        for (const x of view.querySelectorAll('.dl')) x.remove();
+        const first = Math.floor(view.scrollTop / DROW);
+        for (let i = first; i < Math.min(d.rows.length, first + DIFF_VIEW); i++) {
+          const row = diffRow(d.rows[i]);
+          row.style.top = i * DROW + 'px';
+          view.appendChild(row);
+        }
+      };
+      let queued = false;
+      view.addEventListener('scroll', () => {
+        d.top = view.scrollTop;
+        if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; draw(); }); }
+      });
+      draw();
+      if (d.top) requestAnimationFrame(() => { view.scrollTop = d.top; });
+    }
+    box.appendChild(view);
+    const p = T.el('p', `${d.lines.length} lines, ${d.bytes} bytes`, 'muted diff-size');
     if (diff.truncated) {
-      const p = T.el('p', `diff cut at ${String(diff.text || '').length} of ${diff.bytes} bytes `, 'muted');
-      if (opId !== undefined) { // the op's stored preview is longer than an event's
+      T.put(p, ` — cut: the whole diff is ${diff.bytes} bytes. `);
+      const ev = opId !== undefined && st.pending.get(opId);
+      if (ev && !ev.fullDiff) { // the op's stored preview (JAILBOX_DIFF_PREVIEW_MAX) is longer than an event's
         const more = T.el('button', 'load the stored preview');
+        more.className = 'more';
         more.addEventListener('click', async () => {
+          more.disabled = true;
+          more.textContent = 'loading…';
           const r = await api('GET', jobPath(`/ops?limit=1&after=${opId - 1}`));
           const op = r.status === 200 && r.json.ops[0];
           if (op && op.opId === opId && op.diff && st.pending.has(opId)) {
             st.pending.set(opId, { ...st.pending.get(opId), diff: op.diff, fullDiff: true });
             renderApprovals();
+            performance.mark('jb-diff-loaded-' + opId);
+          } else {
+            more.textContent = 'the stored preview could not be read' + (r.status === 200 ? '' : ': ' + errText(r));
           }
         });
-        const ev = st.pending.get(opId);
-        if (!(ev && ev.fullDiff)) p.appendChild(more);
+        p.appendChild(more);
+      } else if (ev) {
+        T.put(p, 'This is all the server keeps of it (JAILBOX_DIFF_PREVIEW_MAX); the whole content lands in the workspace if approved.');
       }
-      box.appendChild(p);
     }
+    box.appendChild(p);
   }
+  $('diff-mode').addEventListener('click', () => {
+    st.sbs = !st.sbs;
+    localStorage.setItem('jb-diff-sbs', st.sbs ? '1' : '0');
+    $('diff-mode').textContent = st.sbs ? 'inline diffs' : 'side-by-side diffs';
+    renderApprovals();
+  });
+  $('diff-mode').textContent = st.sbs ? 'inline diffs' : 'side-by-side diffs';
 
   function renderApprovals() {
     const box = $('approvals');
@@ -326,6 +451,7 @@
     const refocus = focused && focused.classList.contains('reason') ? Number(focused.closest('.card').dataset.op) : null;
     box.textContent = '';
     const ids = [...st.pending.keys()].sort((a, b) => a - b);
+    for (const [id, lost] of st.lost) box.appendChild(lostCard(id, lost));
     for (const [id, ev] of st.running) box.appendChild(runningCard(id, ev));
     if (!ids.length) { box.appendChild(T.el('p', 'nothing waiting', 'empty')); return; }
     if (st.sel >= ids.length) st.sel = ids.length - 1;
@@ -388,6 +514,7 @@
       if (refocus === id) reason.focus();
     });
     for (const k of st.drafts.keys()) if (!st.pending.has(k)) st.drafts.delete(k);
+    for (const k of st.diffs.keys()) if (!st.pending.has(k)) st.diffs.delete(k);
     performance.mark('jb-approvals-painted');
   }
 
@@ -396,6 +523,26 @@
     out.dataset.out = id;
     for (const o of st.out.get(id) || []) out.appendChild(T.el('span', o.data, o.stream === 'stderr' ? 'stderr' : '', true));
     return out;
+  }
+
+  // a decision that lost: the server's word on who decided first, and the op's state now
+  function lostCard(id, lost) {
+    const card = document.createElement('div');
+    card.className = 'card lost';
+    card.dataset.lost = id;
+    const h = T.el('h3', `#${id} not decided here `);
+    T.put(h, lost.path || '');
+    card.appendChild(h);
+    card.appendChild(T.el('p', lost.message, 'error'));
+    const op = st.ops.get(id) || {};
+    const fin = T.el('p', 'the op now: ', 'final');
+    fin.appendChild(T.el('b', op.state || lost.state || 'unknown'));
+    if (op.decidedBy) T.put(fin, ` (decided by ${op.decidedBy})`);
+    card.appendChild(fin);
+    const ok = T.el('button', 'Dismiss');
+    ok.addEventListener('click', () => { st.lost.delete(id); renderApprovals(); });
+    card.appendChild(ok);
+    return card;
   }
 
   // an approved exec while its command runs: its argv, live output and a kill button
@@ -416,9 +563,17 @@
     const body = approve ? (similar ? { allowSimilar: similar } : {}) : (reason ? { reason } : {});
     const r = await api('POST', jobPath(`/${approve ? 'approve' : 'reject'}/${id}`), body);
     if (r.status >= 300) {
+      if (r.status === 409) { // decided first elsewhere (another browser, a rule, the timeout), or the session ended
+        const e = (r.json && r.json.error) || {};
+        st.lost.set(id, { path: (st.pending.get(id) || st.ops.get(id) || {}).path, message: errText(r), state: e.state });
+        st.pending.delete(id);
+        renderApprovals();
+        await loadOps(Math.max(0, id - 1));
+        renderApprovals();
+        return;
+      }
       const m = document.querySelector(`[data-msg="${Number(id)}"]`);
-      if (m) m.textContent = errText(r); // e.g. decided from another browser first
-      if (r.status === 409) { st.pending.delete(id); setTimeout(renderApprovals, 1500); loadOps(); }
+      if (m) m.textContent = errText(r);
       return;
     }
     const ev = st.pending.get(id);
@@ -430,7 +585,7 @@
 
   async function killOp(id) {
     const r = await api('POST', jobPath(`/ops/${id}/kill`), {});
-    if (r.status >= 300) $('control-error').textContent = 'kill: ' + errText(r);
+    if (r.status >= 300) $('control-error').textContent = refusal('kill', r);
   }
 
   // running execs are killed from the feed too: click a running exec row
@@ -442,6 +597,7 @@
 
   document.addEventListener('keydown', (e) => {
     if (e.target.closest('input, select, textarea') || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.target.closest('#feed')) return feedKey(e);
     const ids = [...st.pending.keys()].sort((a, b) => a - b);
     if (!ids.length) return;
     const id = ids[Math.min(st.sel, ids.length - 1)];
@@ -457,22 +613,84 @@
   });
 
   // ---------- contract and changes ----------
-  function dl(pairs) {
+  // The session contract (sandbox/WALLS.md "The session contract") as sections: the session,
+  // each wall with its settings, what the jail looks like from inside, problems, residual
+  // risks, then the rest folded. Values: yes/no, lists joined or listed, objects as nested
+  // lists two levels deep, deeper ones as JSON text; long lists folded with their count.
+  function val(v, depth = 0) {
+    if (v === null || v === undefined) return T.el('span', '—', 'muted');
+    if (typeof v === 'boolean') return T.el('span', v ? 'yes' : 'no', v ? 'ok' : 'bad');
+    if (typeof v !== 'object') return T.el('span', v);
+    if (Array.isArray(v)) {
+      if (!v.length) return T.el('span', 'none', 'muted');
+      let body;
+      if (v.every((x) => x === null || typeof x !== 'object')) body = T.el('span', v.join(', '), 'mono');
+      else { body = document.createElement('ol'); for (const x of v) { const li = document.createElement('li'); li.appendChild(val(x, depth + 1)); body.appendChild(li); } }
+      if (v.length <= 12) return body;
+      const d = document.createElement('details');
+      d.appendChild(T.el('summary', `${v.length} items`));
+      d.appendChild(body);
+      return d;
+    }
+    if (depth >= 2) return T.el('code', JSON.stringify(v));
+    return dl(Object.entries(v), depth + 1);
+  }
+  function dl(pairs, depth = 0) {
     const d = document.createElement('dl');
-    for (const [k, v] of pairs) { d.appendChild(T.el('dt', k)); d.appendChild(T.el('dd', typeof v === 'object' && v !== null ? JSON.stringify(v) : v)); }
+    for (const [k, v] of pairs) {
+      d.appendChild(T.el('dt', k));
+      const dd = document.createElement('dd');
+      dd.appendChild(val(v, depth));
+      d.appendChild(dd);
+    }
     return d;
+  }
+  function section(c, title, node, cls) {
+    const s = document.createElement('section');
+    s.className = 'contract-part' + (cls ? ' ' + cls : '');
+    s.appendChild(T.el('h4', title));
+    s.appendChild(node);
+    c.appendChild(s);
+    return s;
   }
   function renderContract(s) {
     const c = $('contract');
     c.textContent = '';
-    c.appendChild(dl([['agent', s.agentId], ['workspace', s.workspace], ['image', s.image], ['limits', s.limits], ['excluded', (s.exclude || []).join(', ') || 'nothing']]));
     const w = s.walls;
+    section(c, 'Session', dl([['agent', s.agentId], ['workspace', s.workspace], ['image', s.image], ['limits', s.limits],
+      ['excluded', s.exclude || []], ...(w ? [['contract', `version ${w.contractVersion ?? '?'}, ${w.status ?? ''} at ${w.at ?? '?'} by ${w.worker ?? '?'}`],
+        ['walls required', w.required], ['override', w.override ?? false]] : [])]));
     if (!w) { c.appendChild(T.el('p', 'the walls are not up yet', 'muted')); return; }
-    for (const [name, wall] of Object.entries(w)) {
-      if (name === 'prescan') continue;
-      c.appendChild(T.el('h4', name));
-      if (wall && typeof wall === 'object') c.appendChild(dl(Object.entries(wall)));
-      else c.appendChild(T.el('p', wall));
+    const walls = w.walls && typeof w.walls === 'object' ? w.walls : {};
+    const wallsBox = document.createElement('div');
+    wallsBox.className = 'walls';
+    for (const [name, wall] of Object.entries(walls)) {
+      const card = document.createElement('div');
+      card.className = 'wall';
+      const up = wall && wall.up;
+      const h = T.el('h5', name + ' ');
+      h.appendChild(T.el('span', up ? 'up' : 'down', up ? 'ok' : 'bad'));
+      card.appendChild(h);
+      if (wall && typeof wall === 'object') card.appendChild(dl(Object.entries(wall).filter(([k]) => k !== 'up'), 1));
+      else card.appendChild(val(wall));
+      wallsBox.appendChild(card);
+    }
+    section(c, 'Walls', wallsBox, 'walls-part');
+    if (w.jailSeenFromInside) section(c, 'Checks from inside the jail', val(w.jailSeenFromInside), 'inside');
+    if (w.problems && Object.keys(w.problems).length) section(c, 'Problems', val(w.problems), 'problems');
+    const risks = w.residualRisks || [];
+    const ul = document.createElement('ul');
+    for (const r of risks) { const li = document.createElement('li'); li.appendChild(val(r, 1)); ul.appendChild(li); }
+    section(c, `Residual risks (${risks.length})`, risks.length ? ul : T.el('p', 'none stated', 'muted'), 'risks');
+    if (w.failure) section(c, 'Launch failure', val(w.failure), 'problems');
+    const shown = ['contractVersion', 'status', 'at', 'worker', 'required', 'override', 'walls', 'jailSeenFromInside', 'problems', 'residualRisks', 'failure', 'prescan'];
+    const rest = Object.entries(w).filter(([k]) => !shown.includes(k));
+    if (rest.length) {
+      const d = document.createElement('details');
+      d.className = 'contract-more';
+      d.appendChild(T.el('summary', 'more: ' + rest.map(([k]) => k).join(', ')));
+      d.appendChild(dl(rest));
+      c.appendChild(d);
     }
   }
 

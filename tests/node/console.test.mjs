@@ -24,7 +24,8 @@ let kit, srv, browser;
 
 before(async () => {
   mkdirSync(ART, { recursive: true });
-  kit = await startSandboxServer('jailbox-sandbox:console', { JAILBOX_APPROVAL_TIMEOUT: '300' },
+  kit = await startSandboxServer('jailbox-sandbox:console',
+    { JAILBOX_APPROVAL_TIMEOUT: '300', JAILBOX_DIFF_PREVIEW_MAX: '1048576', JAILBOX_WS_MAX_PAYLOAD: '2097152' },
     [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep', '/usr/bin/echo']);
   srv = kit.srv;
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
@@ -101,6 +102,20 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.equal(again.status, 401);
   await shot(page, '01-signed-in');
 
+  // the contract in sections: each wall up, the checks from inside, the residual risks
+  const contract = (await kit.sessionOf(jobId)).walls;
+  await page.click('#contract-panel summary');
+  for (const wall of Object.keys(contract.walls)) {
+    await page.locator('#contract .wall h5').filter({ hasText: wall }).locator('.ok').filter({ hasText: 'up' }).waitFor();
+  }
+  assert.deepEqual(Object.keys(contract.walls).sort(), ['bwrap', 'docker', 'gvisor']);
+  await page.locator('#contract .inside dt').filter({ hasText: /^uid$/ }).waitFor();
+  assert.ok(contract.residualRisks.length > 0);
+  await page.locator('#contract .risks h4').filter({ hasText: `Residual risks (${contract.residualRisks.length})` }).waitFor();
+  assert.equal(await page.locator('#contract .risks > ul > li').count(), contract.residualRisks.length);
+  await shot(page, '01b-contract');
+  await page.click('#contract-panel summary');
+
   const agent = await kit.connect(agentToken);
   await page.locator('#state').filter({ hasText: 'active' }).waitFor();
 
@@ -130,7 +145,8 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   await page.locator('.ctrl').filter({ hasText: '⟨U+200B⟩' }).first().waitFor();
   assert.ok(await page.locator('.card h3').filter({ hasText: '<script>window.__pwned=1</script>' }).count() >= 1, 'the HTML is shown as text');
   await shot(page, '03-hostile-strings');
-  const first = page.locator('.card:not(.running)').first();
+  // (the two writes race: either may hold the lower op id and come first)
+  const first = page.locator('.card:not(.running)').filter({ has: page.locator('h3', { hasText: evil[0].path }) });
   await first.locator('input.reason').fill('no HTML file names, please');
   await first.locator('button.reject').click();
   const f1 = toolFailure(await pend[0]);
@@ -181,7 +197,31 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.equal(server.json.entries, v.entries, 'the page saw the whole chain');
   await shot(page, '06-chain-verified');
 
-  // 6. the export tampered with on its way: one byte of entry 5's signed content flipped
+  // 6. accept: the page stays on the ended session, read-only (the buyer keeps read access for
+  // JAILBOX_BUYER_READ_RETENTION_S), and verifies the sealed chain
+  await page.click('#accept');
+  await page.waitForFunction(() => document.getElementById('state').textContent === 'accepted');
+  await page.locator('#readonly').filter({ hasText: 'ended (accepted): read-only' }).waitFor();
+  for (const b of ['pause', 'resume', 'abort', 'accept', 'switch-mode']) assert.equal(await page.locator('#' + b).isDisabled(), true, b);
+  assert.equal((await kit.sessionOf(jobId)).state, 'accepted');
+  // a control sent anyway (the buttons forced on) gets the server's 409, said plainly
+  await page.evaluate(() => { const b = document.getElementById('pause'); b.disabled = false; b.click(); });
+  await page.locator('#control-error').filter({ hasText: 'pause: refused, the session has ended (accepted) and is read-only' }).waitFor();
+  assert.equal(await page.locator('#pause').isDisabled(), true, 'the 409 put the controls back off');
+  await shot(page, '07-accepted-read-only');
+  await kit.waitFor('the seal', async () => (await srv.req('GET', `/v1/jailbox/${jobId}/audit/verify`, { token: srv.serviceToken })).json.sealed === true, 20000);
+  await page.click('#verify');
+  await page.locator('#verdict.ok').filter({ hasText: 'sealed' }).waitFor({ timeout: 30000 });
+  const vs = await page.evaluate(() => window.__jb.verdict);
+  const sv = await srv.req('GET', `/v1/jailbox/${jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(vs.ok, true, JSON.stringify(vs));
+  assert.equal(vs.sealed, true, JSON.stringify(vs));
+  assert.equal(vs.entries, sv.json.entries, 'the page verified the whole sealed chain');
+  assert.ok(vs.entries > v.entries, 'the seal and the accept came after the first verification');
+  assert.equal(await page.locator('#audit-body tr').last().locator('td').nth(1).textContent(), 'seal');
+  await shot(page, '08-sealed-chain-verified');
+
+  // 7. the export tampered with on its way: one byte of entry 5's signed content flipped
   await page.route('**/audit', async (route) => {
     const res = await route.fetch();
     const lines = (await res.text()).split('\n');
@@ -195,16 +235,9 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   await page.click('#verify');
   await page.locator('#verdict.bad').filter({ hasText: 'TAMPERED at seq 5: content changed' }).waitFor();
   await page.locator('#audit-body tr.bad').filter({ hasText: /^5/ }).waitFor();
-  await shot(page, '07-chain-tampered');
+  assert.equal(await page.locator('#audit-body tr').count(), 5, 'verification stops at the first bad entry');
+  await shot(page, '09-chain-tampered');
   await page.unroute('**/audit');
-
-  // 7. accept
-  // (the buyer's tokens, the console's with them, are revoked when the session ends: the page
-  // then asks to sign in again)
-  await page.click('#accept');
-  await page.waitForFunction(() => document.getElementById('state').textContent === 'accepted');
-  await shot(page, '08-accepted');
-  assert.equal((await kit.sessionOf(jobId)).state, 'accepted');
 
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
   assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no CSP violation');
@@ -236,6 +269,146 @@ test('the console cookie opens a socket only from the console\'s own origin, and
   assert.equal((await fetch(`${srv.url}/v1/jailbox/${other.jobId}`, { headers: { cookie } })).status, 403);
 });
 
+// a page signed in as the buyer of session `S` by a one-time code of its buyer token
+async function buyerPage(S) {
+  const code = (await srv.req('POST', '/v1/console/codes', { token: S.buyerToken })).json.code;
+  const p = await newPage();
+  await p.page.goto(srv.url + '/console/#code=' + code);
+  await p.page.locator('#conn').filter({ hasText: 'live' }).waitFor();
+  return p;
+}
+
+test('two browsers decide the same op; a 1 MiB diff stays responsive; side-by-side diffs', { timeout: 300000 }, async () => {
+  const ws = 'ws-console-race';
+  mkdirSync(join(srv.wsroot, ws), { recursive: true });
+  writeFileSync(join(srv.wsroot, ws, 'sbs.txt'), 'a\nb\nc\n');
+  const S = await srv.open({ workspace: ws, mode: 'supervised' });
+  await kit.waitFor('awaiting_agent', async () => (await kit.sessionOf(S.jobId)).state === 'awaiting_agent', 120000);
+  const A = await buyerPage(S), B = await buyerPage(S);
+  const agent = await kit.connect(S.agentToken);
+
+  // 1. both pages decide the same write at once: one wins, the other shows the server's word
+  const w = kit.call(agent, 'write', { path: 'race.txt', content: 'one\n' });
+  const pend = (p) => p.page.locator('.card:not(.running):not(.lost)').first();
+  await pend(A).locator('button.approve').waitFor();
+  await pend(B).locator('button.reject').waitFor();
+  await Promise.all([pend(A).locator('button.approve').evaluate((b) => b.click()),
+    pend(B).locator('button.reject').evaluate((b) => b.click())]);
+  const wr = await w;
+  const lostIn = await kit.waitFor('the losing page', async () => {
+    const [a, b] = await Promise.all([A.page.locator('.card.lost').count(), B.page.locator('.card.lost').count()]);
+    return a + b === 1 ? (a ? A : B) : null;
+  }, 10000);
+  const won = lostIn === A ? 'rejected' : 'approved';
+  assert.equal(toolFailure(wr) === undefined, won === 'approved', JSON.stringify(wr));
+  const op = (await srv.req('GET', `/v1/jailbox/${S.jobId}/ops`, { token: srv.serviceToken })).json.ops
+    .find((o) => o.tool === 'write' && o.path === 'race.txt');
+  assert.equal(op.decision ?? op.state, won === 'approved' ? 'approved' : 'rejected', JSON.stringify(op));
+  const lost = lostIn.page.locator('.card.lost');
+  await lost.locator('.error').filter({ hasText: new RegExp(`op ${op.opId} was decided already: ${won} by buyer`) }).waitFor();
+  await lost.locator('.final b').filter({ hasText: new RegExp(`^${op.state}$`) }).waitFor();
+  await shot(lostIn.page, '11-decided-in-the-other-browser');
+  await lost.locator('button').click();
+  await lost.waitFor({ state: 'detached' });
+  await B.ctx.close();
+
+  // 2. a write of 1 MiB: the request event carries a cut diff, the stored preview is loaded on
+  // demand, drawn as a window of lines; no task over 1 s, rendered within the bound
+  const page = A.page;
+  const lines = 16384, big = Array.from({ length: lines }, (_, i) => `line ${String(i).padStart(6, '0')} ${'x'.repeat(51)}`).join('\n') + '\n';
+  assert.equal(big.length, 1 << 20);
+  const wb = kit.call(agent, 'write', { path: 'big.txt', content: big }, 120000);
+  const card = page.locator('.card:not(.lost)').filter({ hasText: 'big.txt' });
+  await card.locator('.diff-size').filter({ hasText: /cut: the whole diff is \d+ bytes/ }).waitFor();
+  const wholeBytes = Number((await card.locator('.diff-size').textContent()).match(/whole diff is (\d+) bytes/)[1]);
+  assert.ok(wholeBytes > big.length, `the whole diff (${wholeBytes}) is longer than the content`);
+  const longtasks = await page.evaluate(() => {
+    window.__long = [];
+    if (!PerformanceObserver.supportedEntryTypes.includes('longtask')) return false;
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); }).observe({ type: 'longtask' });
+    return true;
+  });
+  const t0 = Date.now();
+  await card.locator('button.more').click();
+  await card.locator('.diff-size').filter({ hasText: 'This is all the server keeps' }).waitFor();
+  const renderMs = Date.now() - t0;
+  const stored = await page.evaluate(() => [...window.__jb.diffs.values()].find((d) => d.lines.length > 1000));
+  assert.ok(stored.bytes <= 1048576 && stored.bytes > 1000000, `the stored preview is JAILBOX_DIFF_PREVIEW_MAX bytes at most, cut at a line: ${stored.bytes}`);
+  assert.ok(stored.lines.length > 16000, String(stored.lines.length));
+  const view = card.locator('.diff.windowed');
+  assert.ok(await view.locator('.dl').count() <= 40, 'a window of lines in the DOM');
+  // the end of the stored preview, scrolled to
+  const lastFull = stored.lines[stored.lines.length - 2];
+  await view.evaluate((v) => { v.scrollTop = v.scrollHeight; });
+  await view.locator('.dl').filter({ hasText: lastFull }).waitFor();
+  assert.ok(await view.locator('.dl').count() <= 40);
+  const maxLong = longtasks ? Math.max(0, ...await page.evaluate(() => window.__long)) : null;
+  console.log(`1 MiB diff: stored preview loaded and drawn in ${renderMs} ms; longest task ${maxLong} ms`);
+  assert.ok(renderMs < 5000, `drawn in ${renderMs} ms`);
+  if (longtasks) assert.ok(maxLong < 1000, `a task of ${maxLong} ms`);
+  await shot(page, '12-big-diff');
+  await card.locator('button.approve').click();
+  assert.equal(toolFailure(await wb), undefined);
+
+  // 3. side by side: the changed line's old and new text in one row; back to inline
+  const ws2 = kit.call(agent, 'write', { path: 'sbs.txt', content: 'a\nB\nc\n' });
+  const c2 = page.locator('.card:not(.lost)').filter({ hasText: 'sbs.txt' });
+  await c2.locator('.diff .dl.del').filter({ hasText: '-b' }).waitFor();
+  await page.click('#diff-mode');
+  const pair = c2.locator('.diff.side .dl.sbs').filter({ has: page.locator('.del', { hasText: '-b' }) });
+  await pair.locator('.add').filter({ hasText: '+B' }).waitFor();
+  await c2.locator('.diff.side .dl.sbs .ctx').filter({ hasText: ' a' }).first().waitFor();
+  await shot(page, '13-side-by-side');
+  await page.click('#diff-mode');
+  await c2.locator('.diff:not(.side) .dl.add').filter({ hasText: '+B' }).waitFor();
+  await c2.locator('button.approve').click();
+  assert.equal(toolFailure(await ws2), undefined);
+  assert.deepEqual(await page.evaluate(() => window.__csp), [], 'no CSP violation');
+  assert.deepEqual(A.problems.filter((p) => !/Failed to load resource.*409/.test(p)), []);
+  await A.ctx.close();
+});
+
+test('5,000 ops: the feed keeps a window of rows, scrolls to both ends, and j/k move through it', { timeout: 120000 }, async () => {
+  const S = await srv.open();
+  // the ops as a fast agent's reads leave them (a fixture: 5,000 sandboxed reads take minutes here)
+  await srv.db.query(`INSERT INTO ops (job_id, tool, path, args, state, decision, result, created_at, completed_at)
+    SELECT $1, 'read', 'src/f' || g || '.c', '{}', 'done', 'auto', jsonb_build_object('size', g), now(), now()
+    FROM generate_series(1, 5000) g`, [S.jobId]);
+  const ids = (await srv.db.query('SELECT min(op_id) AS lo, max(op_id) AS hi FROM ops WHERE job_id = $1', [S.jobId])).rows[0];
+  const [lo, hi] = [Number(ids.lo), Number(ids.hi)];
+  const t0 = Date.now();
+  const { ctx, page, problems } = await buyerPage(S);
+  await page.waitForFunction(() => window.__jb.ops.size === 5000, null, { timeout: 60000 });
+  const feed = page.locator('#feed');
+  await feed.locator(`.feed-row[data-op="${hi}"]`).waitFor();
+  console.log(`5,000 ops: signed in, loaded and drawn in ${Date.now() - t0} ms`);
+  const rows = () => feed.locator('.feed-row').count();
+  assert.ok(await rows() <= 40, `${await rows()} rows in the DOM`);
+  await feed.evaluate((f) => { f.scrollTop = f.scrollHeight; });
+  await feed.locator(`.feed-row[data-op="${lo}"]`).filter({ hasText: 'src/f1.c' }).waitFor();
+  assert.ok(await rows() <= 40);
+  await shot(page, '14-5000-ops-end');
+  // j/k and Home/End with the list focused
+  await feed.evaluate((f) => { f.scrollTop = 0; });
+  await feed.locator(`.feed-row[data-op="${hi}"]`).click();
+  const sel = () => feed.locator('.feed-row.sel').getAttribute('data-op');
+  assert.equal(await sel(), String(hi));
+  for (let i = 0; i < 3; i++) await page.keyboard.press('j');
+  await page.waitForFunction((x) => document.querySelector('#feed .feed-row.sel')?.dataset.op === String(x), hi - 3);
+  await page.keyboard.press('k');
+  await page.waitForFunction((x) => document.querySelector('#feed .feed-row.sel')?.dataset.op === String(x), hi - 2);
+  await page.keyboard.press('End');
+  await page.waitForFunction((x) => document.querySelector('#feed .feed-row.sel')?.dataset.op === String(x), lo);
+  await page.keyboard.press('k');
+  await page.waitForFunction((x) => document.querySelector('#feed .feed-row.sel')?.dataset.op === String(x), lo + 1);
+  for (let i = 0; i < 30; i++) await page.keyboard.press('k'); // the selection stays in view
+  await page.waitForFunction((x) => document.querySelector('#feed .feed-row.sel')?.dataset.op === String(x), lo + 31);
+  assert.ok(await rows() <= 40);
+  await shot(page, '15-5000-ops-keys');
+  assert.deepEqual(problems, []);
+  await ctx.close();
+});
+
 test('a service sign-in sees the session list', async () => {
   const { ctx, page } = await newPage();
   await page.goto(srv.url + '/console/');
@@ -243,6 +416,6 @@ test('a service sign-in sees the session list', async () => {
   await page.click('#signin-form button');
   await page.locator('#list-body a').first().waitFor();
   assert.ok(await page.locator('#list-body td').filter({ hasText: 'accepted' }).count() >= 1);
-  await shot(page, '09-service-list');
+  await shot(page, '10-service-list');
   await ctx.close();
 });
