@@ -67,12 +67,13 @@ test('PostgreSQL restarted under load: requests complete or fail database_unavai
   const outcomes = []; // {who, what, at, outcome}
   const note = (who, what, outcome) => outcomes.push({ who, what, at: Date.now(), outcome });
   let stop = false;
+  let stopAgents = false;
   let restartStart = Infinity;
   let restartEnd = Infinity;
 
   // each agent writes new files one after another
   const agentLoop = async (s, k) => {
-    for (let n = 0; !stop; n++) {
+    for (let n = 0; !stopAgents; n++) {
       const path = `w-${k}-${n}.txt`;
       const content = `write ${k} ${n}\n`;
       let r;
@@ -131,6 +132,9 @@ test('PostgreSQL restarted under load: requests complete or fail database_unavai
     restartEnd = t1;
   }
   await new Promise((res) => setTimeout(res, 500));
+  // the agents stop first: the buyer goes on approving until the last supervised write ended
+  stopAgents = true;
+  await Promise.all(loops.slice(0, 3));
   stop = true;
   await Promise.all(loops);
 
@@ -138,7 +142,8 @@ test('PostgreSQL restarted under load: requests complete or fail database_unavai
   const others = outcomes.filter((o) => o.outcome !== 'ok' && o.outcome !== 'unavailable');
   console.log(`# ${ROUNDS} × pg_ctl restart -m fast, took ${took.join(', ')} ms; ${outcomes.length} requests, ` +
     `${outcomes.filter((o) => o.outcome === 'ok').length} ok, ${unavailable} unavailable, ${others.length} other; ` +
-    `first success after each restart (ms) for ${whos.join(', ')}: ${JSON.stringify(recovered)}`);
+    `first success after each restart (ms) for ${whos.join(', ')}: ${JSON.stringify(recovered)}; ` +
+    `writes the agents were told done: ${sessions.map((s) => s.told.length).join(', ')}`);
   if (others.length) {
     console.log('# other outcomes:', JSON.stringify(others.slice(0, 5)));
     console.log('# sockets:', JSON.stringify(sessions.map((s) => [s.agent.connected, s.agent.disconnectReason, s.buyer.connected, s.buyer.disconnectReason])),
