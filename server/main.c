@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sodium.h>
 #include <sys/stat.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,9 +68,14 @@ static void on_change(void *appv, const char *channel, const char *payload) {
     json_decref(doc);
   }
 }
+/* The LISTEN connection is up again after it was lost (a database restart, a network cut):
+ * the events NOTIFY carried meanwhile (the fan-out's fallback, and every event without Redis)
+ * are lost, so every socket is sent its session's state and pending approvals again. */
+static atomic_bool listen_was_up;
 static void on_listen_up(void *appv, bool up) {
   jb_cache_set_enabled(((struct jb_app *)appv)->cache, up);
   jb_opwait_set_up(((struct jb_app *)appv)->opwait, up);
+  if (up && atomic_exchange(&listen_was_up, true)) jb_api_resync(appv);
 }
 /* Any event of a session published in this process means its cached view may be old. */
 static void on_bus_event(void *cache, const char *job_id, enum jb_event_kind kind,

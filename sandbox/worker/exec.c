@@ -77,6 +77,77 @@ int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *
   return 0;
 }
 
+static int send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err);
+
+int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
+                     jb_error *err) {
+  sp->fd = fd;
+  /* ids the earlier worker used may still come (a command's late output): start far past them */
+  long long id = jb_now_ms() * 1000;
+  sp->next_id = id + 1;
+  json_t *o = json_pack("{s:I, s:s, s:s}", "id", (json_int_t)id, "op", "signal", "what", "kill");
+  int rc = o ? send_locked(sp, o, err) : jb_fail(err, ENOMEM, "out of memory");
+  json_decref(o);
+  long long deadline = jb_now_ms() + timeout_ms;
+  bool killed = false;
+  while (rc == 0) {
+    json_t *line = NULL;
+    jb_error perr = {0};
+    int lrc = jb_line_next_object(&sp->lines, JB_SHIM_MAX_DEPTH, &line, &perr);
+    if (lrc == JB_LINE_BAD_JSON) continue; /* the rest of a line the earlier worker began reading */
+    if (lrc == JB_LINE_OK) {
+      json_t *rid = json_object_get(line, "id");
+      bool ours = json_is_integer(rid) && json_integer_value(rid) == id;
+      bool done = json_is_integer(rid) && json_object_get(line, "ok") != NULL;
+      /* the command signalled: its result follows, then the spawner takes the next one */
+      if (ours && json_is_true(json_object_get(line, "ok")))
+        killed = true;
+      else if (ours || (killed && done && !ours)) {
+        json_decref(line);
+        break;
+      }
+      json_decref(line);
+      continue;
+    }
+    if (lrc != JB_LINE_AGAIN) {
+      rc = jb_fail(err, EPIPE, "the spawner's channel ended");
+      break;
+    }
+    long long left = deadline - jb_now_ms();
+    if (left <= 0) {
+      if (!killed)
+        rc = jb_fail(err, ETIMEDOUT, "the spawner did not answer within %ld ms", timeout_ms);
+      break; /* a killed command's result still to come is skipped by its id */
+    }
+    struct pollfd pf = {.fd = sp->fd, .events = POLLIN};
+    int pr = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
+    if (pr < 0 && errno != EINTR) {
+      rc = jb_fail_errno(err, errno, "poll");
+      break;
+    }
+    if (pr <= 0) continue;
+    jb_error rerr = {0};
+    ssize_t n = jb_line_read(&sp->lines, sp->fd, &rerr);
+    if (n < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK || rerr.code == EINTR)) continue;
+    if (n < 0 && rerr.code != ENOMEM) jb_line_end(&sp->lines);
+  }
+  if (rc < 0) {
+    close(fd);
+    sp->fd = -1;
+    jb_line_free(&sp->lines);
+    jb_line_init(&sp->lines, &spawner_lines);
+    return -1;
+  }
+  /* the hello the contract recorded at launch (its pid and binds; the protocol was checked
+   * equal to ours then) */
+  json_t *sh = json_object_get(exec_contract, "spawner");
+  json_t *binds = json_object_get(json_object_get(exec_contract, "jail"), "imageBinds");
+  sp->hello = json_pack("{s:s, s:i, s:O}", "hello", "spawner", "protocol", JB_SPAWNER_PROTOCOL,
+                        "pid", json_object_get(sh, "pid") ?: json_null());
+  if (sp->hello && binds) json_object_set(sp->hello, "binds", binds);
+  return 0;
+}
+
 void jb_spawner_close(struct jb_spawner *sp) {
   pthread_mutex_lock(&sp->lock);
   sp->closing = true;

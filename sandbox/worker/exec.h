@@ -34,6 +34,16 @@ void jb_spawner_init(struct jb_spawner *sp);
  * (ETIMEDOUT, EPROTO: another first line or protocol); the connection is closed then. */
 int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *err);
 
+/* Takes over the spawner's connection `fd` of a sandbox launched by an earlier worker (the
+ * descriptor keeper held it, sandbox/worker/keeper.c): a command still running from that
+ * worker is killed (its op was failed at re-adoption), the line boundary is found again by a
+ * request whose answer ends what the earlier worker left unread, and ids start far past the
+ * ones it used. `exec_contract` (borrowed): the contract's "exec" written at launch, whose
+ * spawner protocol, pid and image binds stand for the hello. 0, or -1 with `err` (ETIMEDOUT,
+ * EPIPE; `fd` is then closed and the spawner stays without a connection). */
+int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
+                     jb_error *err);
+
 /* Ends the channel: a running command is woken with EPIPE (and killed by the spawner, which
  * sees the end of its channel); waits for jb_exec_run to return, then closes. Safe on a
  * spawner that never had a connection. */

@@ -765,8 +765,9 @@ static bool contract_wall_up(json_t *contract, const char *name) {
 /* Takes over session `k->job` whose container `cid` runs and whose shim channel the keeper
  * held: the session joins the table with its channel re-opened (the line boundary found again)
  * and its walls checked again, and its thread watches the sandbox as after a launch. The
- * spawner's channel is given up (a command that ran is killed by the spawner, and its op is
- * failed: exec_op_fail_orphans). true, or false with `why` (the session is then failed; ""
+ * spawner's channel is taken over too (jb_spawner_adopt: a command that ran is killed, and its
+ * op is failed: exec_op_fail_orphans), so exec runs again; when it cannot be, the contract's
+ * "exec" says unavailable and why. true, or false with `why` (the session is then failed; ""
  * when another worker's lease holds it: it is left alone). */
 static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid, char *why,
                   size_t wlen) {
@@ -840,8 +841,22 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     return false;
   }
   grant_load(k->fd[2], &s->grant);
-  /* the spawner's channel is not taken over: the keeper lets it go */
-  if (keeper_put(w, k->job, cid, k->fd[0], -1, k->fd[2], &err) < 0)
+  /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
+   * and the contract says why */
+  json_t *xc = json_object_get(contract, "exec");
+  bool had_spawner = k->fd[1] >= 0 && json_is_true(json_object_get(xc, "available"));
+  int sfd = had_spawner ? dup(k->fd[1]) : -1;
+  if (had_spawner && (sfd < 0 || jb_spawner_adopt(&sb->spawner, sfd, xc, 3000, &err) < 0)) {
+    if (sfd < 0) jb_fail_errno(&err, errno, "dup");
+    slog(w, JB_LOG_WARN, k->job, err.msg, "step", "take over the spawner's channel", NULL);
+    json_t *why_x = json_sprintf(
+        "worker restarted; the spawner's channel could not be taken "
+        "over: %s",
+        err.msg);
+    json_object_set_new(xc, "available", json_false());
+    json_object_set_new(xc, "reason", why_x);
+  }
+  if (keeper_put(w, k->job, cid, k->fd[0], sb->spawner.fd >= 0 ? k->fd[1] : -1, k->fd[2], &err) < 0)
     slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);
   s->sb_ready = true;
   atomic_store(&s->kept, true);

@@ -306,7 +306,8 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
 bool exec_op_wait_stored(const char *job, long max_ms);
 
 /* At the re-adoption of session `job`: its exec ops an earlier run of this worker left marked
- * running (their command was killed with the spawner's channel) are failed with the code
+ * running (their command was killed when the spawner's channel was taken over, or with it) are
+ * failed with the code
  * "worker_restarted" and an audit entry. */
 void exec_op_fail_orphans(struct jb_worker *w, const char *job);
 

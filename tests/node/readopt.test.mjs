@@ -6,7 +6,7 @@
 // (default 3). Needs root, dockerd with runsc.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, renameSync, statSync,
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, realpathSync, renameSync, statSync,
   writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -251,4 +251,38 @@ test('a worker gone longer than its lease: the session fails with worker_unavail
     process.kill(pid, 'SIGCONT');
   }
   await waitFor(srv, 'container removed', async () => (await containersOf(s.jobId)).length === 0, 30000);
+});
+
+// exec after re-adoption: the keeper holds the spawner's channel too, and the restarted worker
+// takes it back (sandbox/worker/exec.c jb_spawner_adopt): the command that ran when the worker
+// died is killed and its op failed worker_restarted; the next exec runs, and the contract still
+// says exec is available.
+test('worker SIGKILLed while an exec runs: the re-adopted session runs exec again, its contract says so', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: 'jailbox-sandbox:readopt-exec', shim: 'jailbox-shim',
+    extra: [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep', '/usr/bin/echo'] });
+  servers.push(srv);
+  const s = await openSession(srv, (d) => writeFileSync(join(d, 'a.txt'), 'x\n'), { mode: 'unsupervised' });
+  const agent = await connect(srv, s.agentToken);
+  const first = await call(agent, 'exec', { argv: ['echo', 'before'] }, 30000);
+  assert.equal(first.result?.structuredContent?.stdout, 'before\n', JSON.stringify(first));
+  const running = call(agent, 'exec', { argv: ['sleep', '30'] }, 60000).catch((e) => ({ cut: e.message }));
+  await waitFor(srv, 'exec running', async () => (await srv.db.query(
+    "SELECT 1 FROM ops WHERE job_id = $1 AND tool = 'exec' AND state = 'running'", [s.jobId])).rowCount > 0, 30000);
+  const before = readyCount(srv);
+  const t0 = Date.now();
+  process.kill(workerPid(srv), 'SIGKILL');
+  const f = toolFailure(await running);
+  assert.equal(f?.data?.reason, 'worker_restarted', JSON.stringify(f));
+  await waitFor(srv, 'a new worker', () => readyCount(srv) > before, 20000);
+  const again = await waitFor(srv, 'exec served again', async () => {
+    const r = await call(agent, 'exec', { argv: ['echo', 'after'] }, 30000);
+    return r.result && !r.result.isError ? r : null;
+  }, 20000);
+  console.log(`# exec served again ${Date.now() - t0} ms after the worker's SIGKILL`);
+  assert.equal(again.result.structuredContent.stdout, 'after\n');
+  assert.equal(again.result.structuredContent.exitCode, 0);
+  const st = await waitState(srv, s.jobId, ['active'], 1000);
+  assert.equal(st.walls.exec.available, true, JSON.stringify(st.walls.exec));
+  const execs = verifiedChain(srv, s.jobId).filter((e) => e.operation === 'exec');
+  assert.deepEqual(execs.map((e) => e.details.ok), [true, false, true]);
 });
