@@ -275,7 +275,9 @@ esac
     const asked = [];
     buyer.on('jailbox:approval_request', async (req) => {
       asked.push(req);
-      await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+      // (an ack still owed when the sockets close at the end is no failure: each write the
+      // test awaits proves its approval landed)
+      await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId }).catch(() => {});
     });
     const client = await connectClient('http', k2, S, 'jailbox-reviewer-cmd');
     const write = (path) => client.callTool({ name: 'write', arguments: { path, content: `${path}\n` } });
