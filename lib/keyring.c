@@ -173,6 +173,25 @@ int jb_keyring_load(struct jb_keyring **out, const char *state_dir, const char *
   return 0;
 }
 
+/* A new random key written to a temporary file beside `path` (its name in `tmp`), its id in
+ * `new_id`. 0, or -1 with `err` (no temporary file left behind). */
+static int new_key_tmp(const char *path, char *tmp, size_t tmp_size,
+                       char new_id[JB_AUDIT_KEY_ID_LEN + 1], jb_error *err) {
+  unsigned char seed[SEED_LEN];
+  randombytes_buf(seed, sizeof seed);
+  int rc = write_tmp(path, seed, tmp, tmp_size, err);
+  struct jb_keyring *k = rc == 0 ? from_seed(seed, path) : NULL;
+  sodium_memzero(seed, sizeof seed);
+  if (rc < 0) return -1;
+  if (!k) {
+    unlink(tmp);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  memcpy(new_id, k->key_id, JB_AUDIT_KEY_ID_LEN + 1);
+  jb_keyring_free(k);
+  return 0;
+}
+
 int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
                       char old_id[JB_AUDIT_KEY_ID_LEN + 1], jb_error *err) {
   if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
@@ -185,18 +204,8 @@ int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
     memcpy(old_id, old->key_id, JB_AUDIT_KEY_ID_LEN + 1);
     jb_keyring_free(old);
   }
-  randombytes_buf(seed, sizeof seed);
   char tmp[4200];
-  int rc = write_tmp(path, seed, tmp, sizeof tmp, err);
-  struct jb_keyring *k = rc == 0 ? from_seed(seed, path) : NULL;
-  sodium_memzero(seed, sizeof seed);
-  if (rc < 0) return -1;
-  if (!k) {
-    unlink(tmp);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
-  memcpy(new_id, k->key_id, JB_AUDIT_KEY_ID_LEN + 1);
-  jb_keyring_free(k);
+  if (new_key_tmp(path, tmp, sizeof tmp, new_id, err) < 0) return -1;
   if (rename(tmp, path) < 0) {
     int e = errno;
     unlink(tmp);
@@ -208,19 +217,8 @@ int jb_keyring_rotate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1],
 
 int jb_keyring_generate(const char *path, char new_id[JB_AUDIT_KEY_ID_LEN + 1], jb_error *err) {
   if (sodium_init() < 0) return jb_fail(err, EIO, "libsodium cannot initialise");
-  unsigned char seed[SEED_LEN];
   char tmp[4200];
-  randombytes_buf(seed, sizeof seed);
-  int rc = write_tmp(path, seed, tmp, sizeof tmp, err);
-  struct jb_keyring *k = rc == 0 ? from_seed(seed, path) : NULL;
-  sodium_memzero(seed, sizeof seed);
-  if (rc < 0) return -1;
-  if (!k) {
-    unlink(tmp);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
-  memcpy(new_id, k->key_id, JB_AUDIT_KEY_ID_LEN + 1);
-  jb_keyring_free(k);
+  if (new_key_tmp(path, tmp, sizeof tmp, new_id, err) < 0) return -1;
   /* link() never replaces: a key file that appeared meanwhile is kept */
   int lrc = link(tmp, path), le = errno;
   unlink(tmp);

@@ -170,23 +170,11 @@ struct grant_head {
   size_t n;
 };
 
-static int write_full(int fd, const void *buf, size_t len, off_t off) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t k = pwrite(fd, p, len, off);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    len -= (size_t)k;
-    off += k;
-  }
-  return 0;
-}
-
-static int read_full(int fd, void *buf, size_t len, off_t off) {
+/* All `len` bytes at `off` written from (`out`) or read into `buf`. 0, or -1 (errno). */
+static int pio_full(int fd, void *buf, size_t len, off_t off, bool out) {
   char *p = buf;
   while (len > 0) {
-    ssize_t k = pread(fd, p, len, off);
+    ssize_t k = out ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return -1;
     p += k;
@@ -203,8 +191,8 @@ static int grant_memfd(const struct jb_workspace_grant *g) {
   if (fd < 0) return -1;
   struct grant_head h = {
       .root_dev = g->root_dev, .root_ino = g->root_ino, .valid = g->valid, .n = g->n};
-  if (write_full(fd, &h, sizeof h, 0) < 0 ||
-      (g->n && write_full(fd, g->v, g->n * sizeof *g->v, sizeof h) < 0)) {
+  if (pio_full(fd, &h, sizeof h, 0, true) < 0 ||
+      (g->n && pio_full(fd, g->v, g->n * sizeof *g->v, sizeof h, true) < 0)) {
     close(fd);
     return -1;
   }
@@ -215,10 +203,11 @@ static int grant_memfd(const struct jb_workspace_grant *g) {
 static void grant_load(int fd, struct jb_workspace_grant *g) {
   memset(g, 0, sizeof *g);
   struct grant_head h;
-  if (fd < 0 || read_full(fd, &h, sizeof h, 0) < 0 || h.n > (SIZE_MAX / sizeof *g->v) / 2) return;
+  if (fd < 0 || pio_full(fd, &h, sizeof h, 0, false) < 0 || h.n > (SIZE_MAX / sizeof *g->v) / 2)
+    return;
   g->v = calloc(h.n ? h.n : 1, sizeof *g->v);
   if (!g->v) return;
-  if (h.n && read_full(fd, g->v, h.n * sizeof *g->v, sizeof h) < 0) {
+  if (h.n && pio_full(fd, g->v, h.n * sizeof *g->v, sizeof h, false) < 0) {
     free(g->v);
     g->v = NULL;
     return;
