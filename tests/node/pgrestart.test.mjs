@@ -91,6 +91,8 @@ test('PostgreSQL restarted under load: requests complete or fail database_unavai
     while (!stop) {
       const reqs = sup.buyer.events.filter((e) => e.event === 'jailbox:approval_request' && !done.has(e.payload.opId));
       for (const e of reqs) {
+        // a request can be announced twice (live, then again in the snapshot after a reconnect): decide it once
+        if (done.has(e.payload.opId)) continue;
         const r = await srv.req('POST', `/v1/jailbox/${sup.jobId}/approve/${e.payload.opId}`, { token: sup.buyerToken });
         const o = restOutcome(r);
         note('buyer', 'approve ' + e.payload.opId, o);
