@@ -1,5 +1,5 @@
 /* audit_store.c — SQL of the audit chain: append under a per-session head-row lock, seal,
- * load, published keys (see audit_store.h). */
+ * load (see audit_store.h); the published keys are audit_keys.c's. */
 #include "db/audit_store.h"
 
 #include <endian.h>
@@ -12,16 +12,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "db/audit_sql.h"
 #include "db/db.h"
 #include "lib/keyring.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
 
-/* Runs the static SQL `sql` (a prepared statement of the connection, see jb_db_prepared)
- * with `n` parameters; `fmts` marks binary ones (bytea) with their `lens`. Returns the result
- * when its status is `want`, else NULL with `err` set. */
-static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals, const int *lens,
-                      const int *fmts, ExecStatusType want, jb_error *err, const char *what) {
+PGresult *jb_audit_sql(PGconn *c, const char *sql, int n, const char *const *vals, const int *lens,
+                       const int *fmts, ExecStatusType want, jb_error *err, const char *what) {
   PGresult *r = jb_db_prepared(c, sql, n, vals, lens, fmts, 0, NULL, err, what);
   if (!r || PQresultStatus(r) == want) return r;
   jb_fail(err, EIO, "%s: unexpected result %s", what, PQresStatus(PQresultStatus(r)));
@@ -29,8 +27,7 @@ static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *vals
   return NULL;
 }
 
-/* Decodes a hex text column of exactly `n` bytes. */
-static int col_hex(const PGresult *r, int row, int col, unsigned char *out, size_t n) {
+int jb_audit_col_hex(const PGresult *r, int row, int col, unsigned char *out, size_t n) {
   size_t got = 0;
   const char *end = NULL;
   if (PQgetisnull(r, row, col) || (size_t)PQgetlength(r, row, col) != 2 * n) return -1;
@@ -39,12 +36,11 @@ static int col_hex(const PGresult *r, int row, int col, unsigned char *out, size
   return 0;
 }
 
-/* BEGIN when the connection is idle; *own tells whether this call owns the transaction. */
-static int enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) {
+int jb_audit_enter_tx(PGconn *c, const char *begin_sql, bool *own, jb_error *err) {
   switch (PQtransactionStatus(c)) {
     case PQTRANS_IDLE: {
       *own = true;
-      PGresult *r = exec(c, begin_sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "begin");
+      PGresult *r = jb_audit_sql(c, begin_sql, 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "begin");
       PQclear(r);
       return r ? 0 : -1;
     }
@@ -263,8 +259,8 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
   struct jb_db_step step;
   if (append_step(keys, job_id, operation, path, details, head, prev, false, &p, &step, err) < 0)
     return JB_ERR_FAIL;
-  PGresult *r = exec(c, step.sql, step.n, step.params, step.lengths, step.formats, PGRES_COMMAND_OK,
-                     err, step.what);
+  PGresult *r = jb_audit_sql(c, step.sql, step.n, step.params, step.lengths, step.formats,
+                             PGRES_COMMAND_OK, err, step.what);
   int rc = !r ? JB_ERR_FAIL : strcmp(PQcmdTuples(r), "1") == 0 ? JB_OK : 1;
   PQclear(r);
   if (rc == JB_OK && out) *out = p.head;
@@ -275,8 +271,8 @@ static int try_append(PGconn *c, const struct jb_keyring *keys, const char *job_
 /* Why an append on a locked, unsealed head row changed nothing: the key may not sign. Sets
  * `err` (EKEYREVOKED with the retirement time, or ENOKEY) and returns JB_ERR_FAIL. */
 static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) {
-  PGresult *r = exec(c, "SELECT current_setting('transaction_isolation')", 0, NULL, NULL, NULL,
-                     PGRES_TUPLES_OK, err, "audit isolation");
+  PGresult *r = jb_audit_sql(c, "SELECT current_setting('transaction_isolation')", 0, NULL, NULL,
+                             NULL, PGRES_TUPLES_OK, err, "audit isolation");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "read committed") != 0) {
     jb_fail(err, EINVAL,
@@ -288,7 +284,7 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
   }
   PQclear(r);
   const char *p2[1] = {keys->key_id};
-  r = exec(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
+  r = jb_audit_sql(c, sql_key_state, 1, p2, NULL, NULL, PGRES_TUPLES_OK, err, "audit key state");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1)
     jb_fail(err, EKEYREVOKED,
@@ -306,7 +302,8 @@ static int key_refusal(PGconn *c, const struct jb_keyring *keys, jb_error *err) 
 static int lock_head(PGconn *c, const char *job_id, long long *head,
                      unsigned char prev[JB_AUDIT_HASH_LEN], jb_error *err) {
   const char *p1[1] = {job_id};
-  PGresult *r = exec(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
+  PGresult *r =
+      jb_audit_sql(c, sql_lock_head, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit head");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   memset(prev, 0, JB_AUDIT_HASH_LEN);
@@ -314,7 +311,7 @@ static int lock_head(PGconn *c, const char *job_id, long long *head,
     jb_fail(err, ENOENT, "no session %.128s", job_id);
     rc = JB_ERR_NOT_FOUND;
   } else if ((*head = strtoll(PQgetvalue(r, 0, 0), NULL, 10)) > 0 &&
-             col_hex(r, 0, 1, prev, JB_AUDIT_HASH_LEN) < 0) {
+             jb_audit_col_hex(r, 0, 1, prev, JB_AUDIT_HASH_LEN) < 0) {
     jb_fail(err, EIO, "session %.128s: stored audit head %lld has no valid hash", job_id, *head);
     rc = JB_ERR_FAIL;
   } else if (PQgetvalue(r, 0, 2)[0] == 't') {
@@ -325,15 +322,14 @@ static int lock_head(PGconn *c, const char *job_id, long long *head,
   return rc;
 }
 
-/* Ends the transaction this file began (`own`) for an append: COMMIT after `rc` JB_OK, else
- * ROLLBACK. Returns `rc`, or JB_ERR_FAIL with `err` when the COMMIT fails. */
-static int leave_tx(PGconn *c, bool own, int rc, jb_error *err) {
+int jb_audit_leave_tx(PGconn *c, bool own, int rc, jb_error *err) {
   if (!own) return rc;
   if (rc != JB_OK) {
     jb_db_rollback(c);
     return rc;
   }
-  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
+  PGresult *r =
+      jb_audit_sql(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "audit commit");
   PQclear(r);
   return r ? JB_OK : JB_ERR_FAIL;
 }
@@ -379,9 +375,10 @@ static int append(PGconn *c, const struct jb_keyring *keys, const char *job_id,
   }
 
   bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  int rc = leave_tx(c, own,
-                    append_locked(c, keys, job_id, operation, path, details, seal, res, err), err);
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0)
+    return JB_ERR_FAIL;
+  int rc = jb_audit_leave_tx(
+      c, own, append_locked(c, keys, job_id, operation, path, details, seal, res, err), err);
   if (rc == JB_OK) head_put(job_id, res->seq, res->hash);
   return rc;
 }
@@ -516,8 +513,8 @@ static int gc_try(PGconn *c, const struct jb_keyring *keys, const char *job_id,
     jb_fail(err, ENOMEM, "out of memory");
     goto out;
   }
-  PGresult *r = exec(c, gc_sql[n], 6 + 8 * n, vals, lens, fmts, PGRES_COMMAND_OK, err,
-                     "audit append (batch)");
+  PGresult *r = jb_audit_sql(c, gc_sql[n], 6 + 8 * n, vals, lens, fmts, PGRES_COMMAND_OK, err,
+                             "audit append (batch)");
   if (!r) goto out;
   long long changed = strtoll(PQcmdTuples(r), NULL, 10);
   PQclear(r);
@@ -568,13 +565,14 @@ static int gc_store(PGconn *c, const struct jb_keyring *keys, const char *job_id
     if (rc != 1) return rc;
   }
   bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0)
+    return JB_ERR_FAIL;
   int rc = lock_head(c, job_id, &head, prev, err);
   if (rc == JB_OK) {
     rc = gc_try(c, keys, job_id, reqs, k, head, prev, err);
     if (rc == 1) rc = key_refusal(c, keys, err); /* the row is locked and not sealed */
   }
-  rc = leave_tx(c, own, rc, err);
+  rc = jb_audit_leave_tx(c, own, rc, err);
   if (rc == JB_OK) gc_cache_last(job_id, reqs, k);
   return rc;
 }
@@ -715,10 +713,10 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
   if (!e->canonical) return -1;
   e->canonical_len = clen;
   e->canonical[clen] = '\0';
-  if (col_hex(r, i, 4, e->canonical, clen) < 0 ||
-      col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 6, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
-      col_hex(r, i, 7, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
+  if (jb_audit_col_hex(r, i, 4, e->canonical, clen) < 0 ||
+      jb_audit_col_hex(r, i, 5, e->prev_hash, JB_AUDIT_HASH_LEN) < 0 ||
+      jb_audit_col_hex(r, i, 6, e->hash, JB_AUDIT_HASH_LEN) < 0 ||
+      jb_audit_col_hex(r, i, 7, e->signature, JB_AUDIT_SIG_LEN) < 0 ||
       PQgetlength(r, i, 8) != JB_AUDIT_KEY_ID_LEN) {
     row_malformed(e, "a hash, signature or key id column has the wrong size");
     return 0;
@@ -733,7 +731,8 @@ static int read_row(const PGresult *r, int i, const char *job_id, struct jb_audi
 int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *out,
                           jb_error *err) {
   const char *p1[1] = {job_id};
-  PGresult *r = exec(c, sql_session, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit session");
+  PGresult *r =
+      jb_audit_sql(c, sql_session, 1, p1, NULL, NULL, PGRES_TUPLES_OK, err, "audit session");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
@@ -744,7 +743,7 @@ int jb_audit_session_read(PGconn *c, const char *job_id, struct jb_audit_chain *
   out->ended = strcmp(out->state, "accepted") == 0 || strcmp(out->state, "aborted") == 0 ||
                strcmp(out->state, "failed") == 0;
   out->stored.seq = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
-  if (out->stored.seq > 0 && col_hex(r, 0, 2, out->stored.hash, JB_AUDIT_HASH_LEN) < 0)
+  if (out->stored.seq > 0 && jb_audit_col_hex(r, 0, 2, out->stored.hash, JB_AUDIT_HASH_LEN) < 0)
     memset(out->stored.hash, 0xff, JB_AUDIT_HASH_LEN); /* matches no entry: head mismatch */
   PQclear(r);
   return JB_OK;
@@ -758,7 +757,8 @@ int jb_audit_entries_page(PGconn *c, const char *job_id, long long after_seq, in
   snprintf(after, sizeof after, "%lld", after_seq);
   snprintf(lim, sizeof lim, "%d", limit);
   const char *p3[3] = {job_id, after, lim};
-  PGresult *r = exec(c, sql_entries, 3, p3, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
+  PGresult *r =
+      jb_audit_sql(c, sql_entries, 3, p3, NULL, NULL, PGRES_TUPLES_OK, err, "audit entries");
   if (!r) return JB_ERR_FAIL;
   int rows = PQntuples(r);
   struct jb_audit_entry *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
@@ -821,14 +821,15 @@ int jb_audit_snapshot_begin(PGconn *c, jb_error *err) {
   bool own = false;
   if (PQtransactionStatus(c) != PQTRANS_IDLE)
     return jb_fail(err, EINVAL, "a snapshot needs an idle connection");
-  return enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0 ? JB_ERR_FAIL
-                                                                                       : JB_OK;
+  return jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0
+             ? JB_ERR_FAIL
+             : JB_OK;
 }
 
 int jb_audit_chain_load(PGconn *c, const char *job_id, struct jb_audit_chain *out, jb_error *err) {
   memset(out, 0, sizeof *out);
   bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0)
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", &own, err) < 0)
     return JB_ERR_FAIL;
   int rc = load_locked(c, job_id, out, err);
   if (own) jb_db_rollback(c); /* read only: nothing to keep */
@@ -840,299 +841,4 @@ void jb_audit_chain_free(struct jb_audit_chain *ch) {
   if (!ch) return;
   jb_audit_entries_free(ch->entries, ch->n);
   memset(ch, 0, sizeof *ch);
-}
-
-/* --- keys ------------------------------------------------------------------------------------ */
-
-int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err) {
-  PGresult *r = exec(c,
-                     "SELECT key_id, encode(public_key, 'hex'), jb_ts(created_at),"
-                     "       coalesce(jb_ts(retired_at), '')"
-                     "  FROM audit_signing_keys ORDER BY created_at, key_id",
-                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "audit keys");
-  if (!r) return JB_ERR_FAIL;
-  int rows = PQntuples(r);
-  struct jb_audit_key_row *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
-  if (!v) {
-    PQclear(r);
-    jb_fail(err, ENOMEM, "out of memory");
-    return JB_ERR_FAIL;
-  }
-  int k = 0;
-  for (int i = 0; i < rows; i++) {
-    char id[JB_AUDIT_KEY_ID_LEN + 1];
-    if (PQgetlength(r, i, 0) != JB_AUDIT_KEY_ID_LEN ||
-        col_hex(r, i, 1, v[k].key.public_key, JB_AUDIT_PK_LEN) < 0)
-      continue; /* cannot be a key of ours; never publish it */
-    jb_audit_key_id(v[k].key.public_key, id);
-    if (strcmp(id, PQgetvalue(r, i, 0)) != 0) continue; /* id and key disagree: a forged row */
-    memcpy(v[k].key.key_id, PQgetvalue(r, i, 0), JB_AUDIT_KEY_ID_LEN + 1);
-    snprintf(v[k].created_at, sizeof v[k].created_at, "%s", PQgetvalue(r, i, 2));
-    snprintf(v[k].retired_at, sizeof v[k].retired_at, "%s", PQgetvalue(r, i, 3));
-    snprintf(v[k].key.retired_at, sizeof v[k].key.retired_at, "%s", PQgetvalue(r, i, 3));
-    k++;
-  }
-  PQclear(r);
-  *out = v;
-  *n = (size_t)k;
-  return JB_OK;
-}
-
-int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                         bool retire_others, jb_error *err) {
-  bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  if (retire_others) {
-    /* Appends read this table (sql_append), holding ACCESS SHARE until they commit: the
-     * exclusive lock waits for the appends under way and holds back new ones until the
-     * retirement commits, and the retirement time is read only once it is held. So an append
-     * stamped before it stays valid, and one stamped at or after it runs after the commit,
-     * sees the key retired and is refused: none slips between. */
-    PGresult *l = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
-                       NULL, PGRES_COMMAND_OK, err, "lock keys");
-    PQclear(l);
-    if (!l) {
-      if (own) jb_db_rollback(c);
-      return JB_ERR_FAIL;
-    }
-  }
-  char now[JB_AUDIT_TS_LEN + 8];
-  if (retire_others) {
-    /* An append that took its lock before ours may be stamped with this very millisecond
-     * (entries are stamped in ms): the retirement starts at the next one, so that every entry
-     * committed before it is stamped before it. */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_REALTIME, &t0);
-    do {
-      struct timespec nap = {0, 200000};
-      nanosleep(&nap, NULL);
-      clock_gettime(CLOCK_REALTIME, &t1);
-    } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
-    jb_iso8601_at(&t1, now, sizeof now);
-  } else {
-    jb_iso8601_now(now, sizeof now);
-  }
-  const char *vals[3] = {key_id, (const char *)pk, now};
-  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
-  /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */
-  PGresult *r = exec(c,
-                     "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-                     " VALUES ($1, $2, $3::timestamptz)"
-                     " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-                     " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-                     3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
-  int rc = JB_ERR_FAIL;
-  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
-    jb_fail(err, EKEYREVOKED,
-            "key %s was retired at %s and never signs again: rotate to a new "
-            "key (jailboxctl keys rotate)",
-            key_id, PQgetvalue(r, 0, 1));
-  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && !retire_others) {
-    rc = JB_OK;
-  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't') {
-    PQclear(r);
-    const char *rv[2] = {key_id, now};
-    /* Not before the newest entry stored: the entries committed before the lock are stamped
-     * by the clocks of the processes that made them, which may be ahead of this one or this
-     * one may have been stepped back. Each session's newest entry is its head row's. */
-    r = exec(
-        c,
-        "UPDATE audit_signing_keys SET retired_at = greatest($2::timestamptz,"
-        "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
-        "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE e.key_id <> $1))"
-        " WHERE key_id <> $1 AND retired_at IS NULL",
-        2, rv, NULL, NULL, PGRES_COMMAND_OK, err, "retire keys");
-    if (r) rc = JB_OK;
-  } else if (r) {
-    jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
-  }
-  PQclear(r);
-  if (!own) return rc;
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
-  }
-  r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "commit");
-  PQclear(r);
-  return r ? JB_OK : JB_ERR_FAIL;
-}
-
-/* --- adoption at start, rotation, a key's state --------------------------------------------- */
-
-/* Every key that may sign now (retired_at unset or later than now), oldest first, into `out`
- * ("a, b"; "" when none). */
-static int active_ids(PGconn *c, char *out, size_t len, jb_error *err) {
-  PGresult *r = exec(c,
-                     "SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id), '')"
-                     "  FROM audit_signing_keys WHERE retired_at IS NULL",
-                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "active keys");
-  if (!r) return -1;
-  snprintf(out, len, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
-  PQclear(r);
-  return 0;
-}
-
-/* Ends a transaction this file began: COMMIT when rc is JB_OK, else ROLLBACK. */
-static int finish_tx(PGconn *c, bool own, int rc, jb_error *err) {
-  if (!own) return rc;
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
-  }
-  PGresult *r = exec(c, "COMMIT", 0, NULL, NULL, NULL, PGRES_COMMAND_OK, err, "commit");
-  PQclear(r);
-  return r ? JB_OK : JB_ERR_FAIL;
-}
-
-int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                       char *active, size_t active_len, jb_error *err) {
-  if (active_len) active[0] = '\0';
-  bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  /* SHARE ROW EXCLUSIVE conflicts with itself and with a rotation, not with the appends'
-   * ACCESS SHARE: two instances starting on an empty table publish one key, not two */
-  PGresult *r = exec(c, "LOCK TABLE audit_signing_keys IN SHARE ROW EXCLUSIVE MODE", 0, NULL, NULL,
-                     NULL, PGRES_COMMAND_OK, err, "lock keys");
-  if (!r) return finish_tx(c, own, JB_ERR_FAIL, err);
-  PQclear(r);
-  const char *v1[2] = {key_id, (const char *)pk};
-  const int l1[2] = {0, JB_AUDIT_PK_LEN}, f1[2] = {0, 1};
-  r = exec(c,
-           "SELECT public_key = $2, coalesce(jb_ts(retired_at), ''),"
-           "       (SELECT count(*) FROM audit_signing_keys)"
-           "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
-           2, v1, l1, f1, PGRES_TUPLES_OK, err, "key state");
-  if (!r || PQntuples(r) != 1) {
-    if (r) jb_fail(err, EIO, "key state: no row");
-    PQclear(r);
-    return finish_tx(c, own, JB_ERR_FAIL, err);
-  }
-  bool published = !PQgetisnull(r, 0, 0), same = PQgetvalue(r, 0, 0)[0] == 't';
-  char retired[40];
-  snprintf(retired, sizeof retired, "%s", PQgetvalue(r, 0, 1));
-  long long total = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
-  PQclear(r);
-  int rc = JB_OK;
-  if (published && !same) {
-    rc = jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
-  } else if (published && retired[0]) {
-    if (active_ids(c, active, active_len, err) < 0) return finish_tx(c, own, JB_ERR_FAIL, err);
-    rc = jb_fail(err, EKEYREVOKED, "key %s is retired as of %s and never signs again (active: %s)",
-                 key_id, retired, active_len && active[0] ? active : "none");
-  } else if (!published && total > 0) {
-    if (active_ids(c, active, active_len, err) < 0) return finish_tx(c, own, JB_ERR_FAIL, err);
-    jb_fail(err, EKEYREJECTED, "key %s is not published (active: %s)", key_id,
-            active_len && active[0] ? active : "none");
-    rc = JB_ERR_CONFLICT;
-  } else if (!published) { /* the first key of this database */
-    char now[JB_AUDIT_TS_LEN + 8];
-    jb_iso8601_now(now, sizeof now);
-    const char *v2[3] = {key_id, (const char *)pk, now};
-    const int l2[3] = {0, JB_AUDIT_PK_LEN, 0}, f2[3] = {0, 1, 0};
-    r = exec(c,
-             "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-             " VALUES ($1, $2, $3::timestamptz)",
-             3, v2, l2, f2, PGRES_COMMAND_OK, err, "publish key");
-    rc = r ? JB_OK : JB_ERR_FAIL;
-    PQclear(r);
-  }
-  return finish_tx(c, own, rc, err);
-}
-
-int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                        long long grace_ms, char *retired, size_t retired_len, char retire_at[32],
-                        jb_error *err) {
-  if (retired_len) retired[0] = '\0';
-  retire_at[0] = '\0';
-  if (grace_ms < 0 || grace_ms > 7LL * 24 * 3600 * 1000)
-    return jb_fail(err, ERANGE, "grace %lld ms is outside 0 .. 7 days", grace_ms);
-  bool own = false;
-  if (enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
-  /* as jb_audit_key_publish: appends under way finish first, later ones see the change */
-  PGresult *r = exec(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
-                     NULL, PGRES_COMMAND_OK, err, "lock keys");
-  if (!r) return finish_tx(c, own, JB_ERR_FAIL, err);
-  PQclear(r);
-  /* the next millisecond after the lock (see jb_audit_key_publish), plus the grace */
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_REALTIME, &t0);
-  do {
-    struct timespec nap = {0, 200000};
-    nanosleep(&nap, NULL);
-    clock_gettime(CLOCK_REALTIME, &t1);
-  } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
-  char now[JB_AUDIT_TS_LEN + 8], at[JB_AUDIT_TS_LEN + 8];
-  jb_iso8601_at(&t1, now, sizeof now);
-  struct timespec t2 = {t1.tv_sec + grace_ms / 1000, t1.tv_nsec + (grace_ms % 1000) * 1000000};
-  if (t2.tv_nsec >= 1000000000) t2.tv_sec++, t2.tv_nsec -= 1000000000;
-  jb_iso8601_at(&t2, at, sizeof at);
-  const char *vals[3] = {key_id, (const char *)pk, now};
-  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
-  r = exec(c,
-           "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-           " VALUES ($1, $2, $3::timestamptz)"
-           " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-           " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-           3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
-  int rc = JB_ERR_FAIL;
-  if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] != 't') {
-    jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
-  } else if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 1)[0]) {
-    jb_fail(err, EKEYREVOKED,
-            "key %s is retired as of %s and never signs again: rotate to a new key", key_id,
-            PQgetvalue(r, 0, 1));
-  } else if (r && PQntuples(r) == 1) {
-    rc = JB_OK;
-  }
-  PQclear(r);
-  if (rc != JB_OK) return finish_tx(c, own, rc, err);
-  /* every other key that may sign: not before the newest stored head entry (the clocks of
-   * the processes that stamped them may be ahead of this one) */
-  const char *rv[2] = {key_id, at};
-  r = exec(c,
-           "WITH t AS (SELECT greatest($2::timestamptz,"
-           "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
-           "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
-           "     WHERE e.key_id <> $1)) AS at),"
-           " r AS (UPDATE audit_signing_keys SET retired_at = (SELECT at FROM t)"
-           "        WHERE key_id <> $1 AND retired_at IS NULL RETURNING key_id)"
-           " SELECT coalesce((SELECT string_agg(key_id, ', ' ORDER BY key_id) FROM r), ''),"
-           "        (SELECT jb_ts(at) FROM t), pg_notify('jb_key', $1)",
-           2, rv, NULL, NULL, PGRES_TUPLES_OK, err, "retire keys");
-  if (r && PQntuples(r) == 1) {
-    if (retired_len) snprintf(retired, retired_len, "%s", PQgetvalue(r, 0, 0));
-    snprintf(retire_at, 32, "%s", PQgetvalue(r, 0, 1));
-  } else {
-    rc = JB_ERR_FAIL;
-    if (r) jb_fail(err, EIO, "retire keys: no row");
-  }
-  PQclear(r);
-  return finish_tx(c, own, rc, err);
-}
-
-int jb_audit_key_status(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
-                        struct jb_audit_key_status *out, jb_error *err) {
-  memset(out, 0, sizeof *out);
-  out->retired_ms = INT64_MAX;
-  const char *v[2] = {key_id, (const char *)pk};
-  const int l[2] = {0, JB_AUDIT_PK_LEN}, f[2] = {0, 1};
-  PGresult *r = exec(c,
-                     "SELECT public_key = $2,"
-                     "       coalesce(floor(extract(epoch FROM retired_at) * 1000)::bigint, -1),"
-                     "       coalesce(jb_ts(retired_at), ''),"
-                     "       (SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id),"
-                     "                        '')"
-                     "          FROM audit_signing_keys WHERE retired_at IS NULL)"
-                     "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
-                     2, v, l, f, PGRES_TUPLES_OK, err, "key status");
-  if (!r) return JB_ERR_FAIL;
-  if (PQntuples(r) == 1) {
-    out->published = !PQgetisnull(r, 0, 0) && PQgetvalue(r, 0, 0)[0] == 't';
-    long long ms = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
-    if (out->published && ms >= 0) out->retired_ms = ms;
-    snprintf(out->retired_at, sizeof out->retired_at, "%s", PQgetvalue(r, 0, 2));
-    snprintf(out->active, sizeof out->active, "%s", PQgetvalue(r, 0, 3));
-  }
-  PQclear(r);
-  return JB_OK;
 }
