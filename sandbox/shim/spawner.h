@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "lib/pathcheck.h"
+#include "sandbox/proto/shim.h"
+
 /* Serves the spawner's line protocol on `chan` (a connected socket, taken over) until the
  * process `shim_pid` (the shim's bwrap, a child of this process) ends; every command then
  * running is killed. `bpf`/`bpf_len`: the exec filter (classic BPF, borrowed). `self`: the
@@ -31,5 +34,9 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
  * found), 126 (not executable) or 125 (usage, a bad request, the socket ended before a
  * command came, fork). */
 int jb_exec_helper(int argc, char **argv);
+
+/* The most bytes of a command handed to the helper (argv and env, the cwd, the numbers): the
+ * spawner refuses to send more and the helper to read more. */
+#define JB_HELPER_REQUEST_MAX (JB_SPAWNER_MAX_ARGV_BYTES + JB_PATH_MAX + sizeof "/workspace" + 4096)
 
 #endif
