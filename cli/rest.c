@@ -933,7 +933,8 @@ static const struct verb verbs[] = {
      "print the session's events as they happen, over the buyer's Socket.IO connection (buyer "
      "token); --poll, or when the socket cannot be reached or refuses the token (a service "
      "token), polls the REST API instead; "
-     "--until-end stops when the session ends (accepted, aborted, failed); --decide reads "
+     "--until-end stops when the session ends (accepted, aborted, failed), and a session that "
+     "had ended before the watch began stops it at once; --decide reads "
      "decisions from stdin, one per line: 'a [OP] [directory|extension|command|session]' "
      "approves (with a key: and allows similar ops from now on), 'r [OP] [REASON]' rejects; "
      "OP defaults to the newest request, and each request prints the choices it offers",

@@ -23,6 +23,7 @@ struct watch {
   bool until_end;
   bool decide; /* --decide: decisions are read from stdin */
   bool ended; /* the session reached a final state */
+  bool over; /* it had ended before the watch began: nothing more will come */
   bool connected; /* the socket got as far as CONNECT */
   bool refused;
   char why[512];
@@ -388,9 +389,19 @@ static void emit_line(struct watch *w, const char *name, json_t *data, bool poll
   fflush(stdout);
   pthread_mutex_unlock(&out_lock);
   if (strcmp(name, "jailbox:state") == 0 &&
-      final_state(json_string_value(json_object_get(data, "state"))))
+      final_state(json_string_value(json_object_get(data, "state")))) {
     w->ended = true;
+    if (json_is_true(json_object_get(data, "snapshot")) && !w->over) {
+      w->over = true;
+      fprintf(stderr, "%s: session %s had ended (%s): nothing more will come\n", w->o->verb,
+              jb_ctl_text(w->job), s_(data, "state"));
+    }
+  }
 }
+
+/* Whether the watch is done: the session ended and --until-end asked to stop there, or it had
+ * ended before the watch began. */
+static bool watch_done(const struct watch *w) { return w->ended && (w->until_end || w->over); }
 
 /* ---------- decisions from stdin (--decide) ----------
  * A line is `a [OP] [directory|extension|command|session]` (approve, optionally adding the
@@ -504,7 +515,7 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
     return;
   }
   emit_line(w, name, d, false);
-  if (w->ended && w->until_end) jb_sio_stop(s);
+  if (watch_done(w)) jb_sio_stop(s);
 }
 
 static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
@@ -590,7 +601,7 @@ static int poll_loop(struct watch *w, long interval_ms) {
     memcpy(pending_seen, now, n * sizeof now[0]);
     npend = n;
     json_decref(pend);
-    if (w->ended && w->until_end) break;
+    if (watch_done(w)) break;
     usleep((useconds_t)interval_ms * 1000);
   }
   free(sp);
@@ -692,7 +703,7 @@ int jb_ctl_watch(struct jb_ctl *o, int argc, char **argv) {
       fprintf(stderr, "%s: refused by the server: %s\n", o->verb, w.why);
       return JB_CTL_REFUSED;
     }
-    if (w.ended && w.until_end) return JB_CTL_OK;
+    if (watch_done(&w)) return JB_CTL_OK;
     if (w.connected) {
       fprintf(stderr, "%s: %s\n", o->verb, w.why);
       return w.ended ? JB_CTL_OK : JB_CTL_FAILED;

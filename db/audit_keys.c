@@ -17,10 +17,10 @@
 
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err) {
   PGresult *r = jb_audit_sql(c,
-                     "SELECT key_id, encode(public_key, 'hex'), jb_ts(created_at),"
-                     "       coalesce(jb_ts(retired_at), '')"
-                     "  FROM audit_signing_keys ORDER BY created_at, key_id",
-                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "audit keys");
+                             "SELECT key_id, encode(public_key, 'hex'), jb_ts(created_at),"
+                             "       coalesce(jb_ts(retired_at), '')"
+                             "  FROM audit_signing_keys ORDER BY created_at, key_id",
+                             0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "audit keys");
   if (!r) return JB_ERR_FAIL;
   int rows = PQntuples(r);
   struct jb_audit_key_row *v = calloc(rows ? (size_t)rows : 1, sizeof *v);
@@ -52,15 +52,16 @@ int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_e
 int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
                          bool retire_others, jb_error *err) {
   bool own = false;
-  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0)
+    return JB_ERR_FAIL;
   if (retire_others) {
     /* Appends read this table (sql_append), holding ACCESS SHARE until they commit: the
      * exclusive lock waits for the appends under way and holds back new ones until the
      * retirement commits, and the retirement time is read only once it is held. So an append
      * stamped before it stays valid, and one stamped at or after it runs after the commit,
      * sees the key retired and is refused: none slips between. */
-    PGresult *l = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
-                       NULL, PGRES_COMMAND_OK, err, "lock keys");
+    PGresult *l = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL,
+                               NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
     PQclear(l);
     if (!l) {
       if (own) jb_db_rollback(c);
@@ -87,11 +88,11 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
   const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
   /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */
   PGresult *r = jb_audit_sql(c,
-                     "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-                     " VALUES ($1, $2, $3::timestamptz)"
-                     " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-                     " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-                     3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+                             "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                             " VALUES ($1, $2, $3::timestamptz)"
+                             " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+                             " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+                             3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
   int rc = JB_ERR_FAIL;
   if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
     jb_fail(err, EKEYREVOKED,
@@ -126,10 +127,11 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
 /* Every key that may sign now (retired_at unset or later than now), oldest first, into `out`
  * ("a, b"; "" when none). */
 static int active_ids(PGconn *c, char *out, size_t len, jb_error *err) {
-  PGresult *r = jb_audit_sql(c,
-                     "SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id), '')"
-                     "  FROM audit_signing_keys WHERE retired_at IS NULL",
-                     0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "active keys");
+  PGresult *r =
+      jb_audit_sql(c,
+                   "SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id), '')"
+                   "  FROM audit_signing_keys WHERE retired_at IS NULL",
+                   0, NULL, NULL, NULL, PGRES_TUPLES_OK, err, "active keys");
   if (!r) return -1;
   snprintf(out, len, "%s", PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "");
   PQclear(r);
@@ -140,20 +142,21 @@ int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_
                        char *active, size_t active_len, jb_error *err) {
   if (active_len) active[0] = '\0';
   bool own = false;
-  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0)
+    return JB_ERR_FAIL;
   /* SHARE ROW EXCLUSIVE conflicts with itself and with a rotation, not with the appends'
    * ACCESS SHARE: two instances starting on an empty table publish one key, not two */
-  PGresult *r = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN SHARE ROW EXCLUSIVE MODE", 0, NULL, NULL,
-                     NULL, PGRES_COMMAND_OK, err, "lock keys");
+  PGresult *r = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN SHARE ROW EXCLUSIVE MODE", 0,
+                             NULL, NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
   if (!r) return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
   PQclear(r);
   const char *v1[2] = {key_id, (const char *)pk};
   const int l1[2] = {0, JB_AUDIT_PK_LEN}, f1[2] = {0, 1};
   r = jb_audit_sql(c,
-           "SELECT public_key = $2, coalesce(jb_ts(retired_at), ''),"
-           "       (SELECT count(*) FROM audit_signing_keys)"
-           "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
-           2, v1, l1, f1, PGRES_TUPLES_OK, err, "key state");
+                   "SELECT public_key = $2, coalesce(jb_ts(retired_at), ''),"
+                   "       (SELECT count(*) FROM audit_signing_keys)"
+                   "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
+                   2, v1, l1, f1, PGRES_TUPLES_OK, err, "key state");
   if (!r || PQntuples(r) != 1) {
     if (r) jb_fail(err, EIO, "key state: no row");
     PQclear(r);
@@ -168,11 +171,13 @@ int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_
   if (published && !same) {
     rc = jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
   } else if (published && retired[0]) {
-    if (active_ids(c, active, active_len, err) < 0) return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
+    if (active_ids(c, active, active_len, err) < 0)
+      return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
     rc = jb_fail(err, EKEYREVOKED, "key %s is retired as of %s and never signs again (active: %s)",
                  key_id, retired, active_len && active[0] ? active : "none");
   } else if (!published && total > 0) {
-    if (active_ids(c, active, active_len, err) < 0) return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
+    if (active_ids(c, active, active_len, err) < 0)
+      return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
     jb_fail(err, EKEYREJECTED, "key %s is not published (active: %s)", key_id,
             active_len && active[0] ? active : "none");
     rc = JB_ERR_CONFLICT;
@@ -182,9 +187,9 @@ int jb_audit_key_adopt(PGconn *c, const char *key_id, const unsigned char pk[JB_
     const char *v2[3] = {key_id, (const char *)pk, now};
     const int l2[3] = {0, JB_AUDIT_PK_LEN, 0}, f2[3] = {0, 1, 0};
     r = jb_audit_sql(c,
-             "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-             " VALUES ($1, $2, $3::timestamptz)",
-             3, v2, l2, f2, PGRES_COMMAND_OK, err, "publish key");
+                     "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                     " VALUES ($1, $2, $3::timestamptz)",
+                     3, v2, l2, f2, PGRES_COMMAND_OK, err, "publish key");
     rc = r ? JB_OK : JB_ERR_FAIL;
     PQclear(r);
   }
@@ -199,10 +204,11 @@ int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB
   if (grace_ms < 0 || grace_ms > 7LL * 24 * 3600 * 1000)
     return jb_fail(err, ERANGE, "grace %lld ms is outside 0 .. 7 days", grace_ms);
   bool own = false;
-  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0) return JB_ERR_FAIL;
+  if (jb_audit_enter_tx(c, "BEGIN ISOLATION LEVEL READ COMMITTED", &own, err) < 0)
+    return JB_ERR_FAIL;
   /* as jb_audit_key_publish: appends under way finish first, later ones see the change */
-  PGresult *r = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL, NULL,
-                     NULL, PGRES_COMMAND_OK, err, "lock keys");
+  PGresult *r = jb_audit_sql(c, "LOCK TABLE audit_signing_keys IN ACCESS EXCLUSIVE MODE", 0, NULL,
+                             NULL, NULL, PGRES_COMMAND_OK, err, "lock keys");
   if (!r) return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
   PQclear(r);
   /* the next millisecond after the lock (see jb_audit_key_publish), plus the grace */
@@ -221,11 +227,11 @@ int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB
   const char *vals[3] = {key_id, (const char *)pk, now};
   const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
   r = jb_audit_sql(c,
-           "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-           " VALUES ($1, $2, $3::timestamptz)"
-           " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-           " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-           3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+                   "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                   " VALUES ($1, $2, $3::timestamptz)"
+                   " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+                   " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+                   3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
   int rc = JB_ERR_FAIL;
   if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] != 't') {
     jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
@@ -242,15 +248,15 @@ int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB
    * the processes that stamped them may be ahead of this one) */
   const char *rv[2] = {key_id, at};
   r = jb_audit_sql(c,
-           "WITH t AS (SELECT greatest($2::timestamptz,"
-           "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
-           "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
-           "     WHERE e.key_id <> $1)) AS at),"
-           " r AS (UPDATE audit_signing_keys SET retired_at = (SELECT at FROM t)"
-           "        WHERE key_id <> $1 AND retired_at IS NULL RETURNING key_id)"
-           " SELECT coalesce((SELECT string_agg(key_id, ', ' ORDER BY key_id) FROM r), ''),"
-           "        (SELECT jb_ts(at) FROM t), pg_notify('jb_key', $1)",
-           2, rv, NULL, NULL, PGRES_TUPLES_OK, err, "retire keys");
+                   "WITH t AS (SELECT greatest($2::timestamptz,"
+                   "   (SELECT max(e.created_at) + interval '1 millisecond' FROM audit_heads h"
+                   "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq"
+                   "     WHERE e.key_id <> $1)) AS at),"
+                   " r AS (UPDATE audit_signing_keys SET retired_at = (SELECT at FROM t)"
+                   "        WHERE key_id <> $1 AND retired_at IS NULL RETURNING key_id)"
+                   " SELECT coalesce((SELECT string_agg(key_id, ', ' ORDER BY key_id) FROM r), ''),"
+                   "        (SELECT jb_ts(at) FROM t), pg_notify('jb_key', $1)",
+                   2, rv, NULL, NULL, PGRES_TUPLES_OK, err, "retire keys");
   if (r && PQntuples(r) == 1) {
     if (retired_len) snprintf(retired, retired_len, "%s", PQgetvalue(r, 0, 0));
     snprintf(retire_at, 32, "%s", PQgetvalue(r, 0, 1));
@@ -268,15 +274,16 @@ int jb_audit_key_status(PGconn *c, const char *key_id, const unsigned char pk[JB
   out->retired_ms = INT64_MAX;
   const char *v[2] = {key_id, (const char *)pk};
   const int l[2] = {0, JB_AUDIT_PK_LEN}, f[2] = {0, 1};
-  PGresult *r = jb_audit_sql(c,
-                     "SELECT public_key = $2,"
-                     "       coalesce(floor(extract(epoch FROM retired_at) * 1000)::bigint, -1),"
-                     "       coalesce(jb_ts(retired_at), ''),"
-                     "       (SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id),"
-                     "                        '')"
-                     "          FROM audit_signing_keys WHERE retired_at IS NULL)"
-                     "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
-                     2, v, l, f, PGRES_TUPLES_OK, err, "key status");
+  PGresult *r =
+      jb_audit_sql(c,
+                   "SELECT public_key = $2,"
+                   "       coalesce(floor(extract(epoch FROM retired_at) * 1000)::bigint, -1),"
+                   "       coalesce(jb_ts(retired_at), ''),"
+                   "       (SELECT coalesce(string_agg(key_id, ', ' ORDER BY created_at, key_id),"
+                   "                        '')"
+                   "          FROM audit_signing_keys WHERE retired_at IS NULL)"
+                   "  FROM (SELECT 1) one LEFT JOIN audit_signing_keys k ON k.key_id = $1",
+                   2, v, l, f, PGRES_TUPLES_OK, err, "key status");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1) {
     out->published = !PQgetisnull(r, 0, 0) && PQgetvalue(r, 0, 0)[0] == 't';

@@ -422,6 +422,16 @@ test('watch: events live over the socket (human and --json) and by polling; ends
   const gone = await ctl(['watch', S.jobId, '--until-end'], { token: S.buyerToken });
   assert.equal(gone.code, 0, gone.stderr);
   assert.match(gone.stdout, /accepted/);
+  // without --until-end too: a session that had ended before the watch began sends nothing
+  // more, so watch says so and stops (on the socket and when polling)
+  for (const extra of [[], ['--poll']]) {
+    const t0 = Date.now();
+    const over = await Promise.race([ctl(['watch', S.jobId, ...extra], { token: S.buyerToken }),
+      new Promise((res) => setTimeout(() => res({ code: 'still running after 10 s' }), 10000))]);
+    assert.equal(over.code, 0, `watch ${extra.join(' ')}: ${over.stderr}`);
+    assert.match(over.stderr, /had ended \(accepted\): nothing more will come/);
+    assert.ok(Date.now() - t0 < 10000);
+  }
   // its agent token is revoked: refused, exit 1
   const agentGone = await ctl(['watch', S.jobId], { token: S.agentToken });
   assert.equal(agentGone.code, 1, agentGone.stderr);
