@@ -694,11 +694,10 @@ void op_announce_approval(struct op_call *call) {
 
 /* ---- the whole diff of a pending write or edit (GET /v1/jailbox/:jobId/ops/:opId/diff) ---- */
 
-static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code,
-                         const char *state, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code,
-                         const char *state, const char *fmt, ...) {
+static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code, const char *state,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code, const char *state,
+                         const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(f->msg, sizeof f->msg, fmt, ap);
@@ -750,8 +749,8 @@ json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, si
     jb_log(JB_LOG_WARN, "whole diff: database unavailable", "jobId", job, "detail", err.msg, NULL);
     diff_fail(fail, 503, "database_unavailable", NULL, "the database is unavailable; try again");
   } else if (strcmp(row.tool, "write") && strcmp(row.tool, "edit")) {
-    diff_fail(fail, 409, "no_diff", row.state, "op %lld is a %s: only a write or an edit has a diff",
-              op_id, row.tool);
+    diff_fail(fail, 409, "no_diff", row.state,
+              "op %lld is a %s: only a write or an edit has a diff", op_id, row.tool);
   } else if (strcmp(row.state, "pending")) {
     diff_fail(fail, 409, "invalid_state", row.state,
               "op %lld is %s: only a pending op's diff can be made; its content is no longer kept"
