@@ -6,12 +6,14 @@
 // reading the file through the session's sandbox; the agent's token and another session's
 // buyer are refused; an op that is not a write or an edit has no diff; once approved, the
 // op's content is gone and the route says so (409 invalid_state). Needs root, Docker with
-// runsc.
+// runsc. `jailboxctl diff` prints the same text, and exits 1 once the op is decided.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
+import { CTL } from './lib/mcp.mjs';
 
 let K, srv;
 
@@ -79,6 +81,10 @@ test('a cut preview, the whole diff on demand, refused to others, gone once deci
   assert.equal(bySvc.status, 200, bySvc.text);
   assert.equal(bySvc.json.diff.text, d.text);
 
+  // jailboxctl diff prints the same text (as it is: stdout is a pipe)
+  const ctlEnv = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: S.buyerToken };
+  assert.equal(execFileSync(CTL, ['diff', S.jobId, String(req.opId)], { env: ctlEnv, encoding: 'utf8', maxBuffer: 1 << 24 }), d.text);
+
   // refused: the agent's token, another session's buyer, no such op, a malformed op id
   const byAgent = await srv.req('GET', url(req.opId), { token: S.agentToken });
   assert.equal(byAgent.status, 403, byAgent.text);
@@ -108,6 +114,9 @@ test('a cut preview, the whole diff on demand, refused to others, gone once deci
   assert.equal(gone.json.error.code, 'invalid_state');
   assert.equal(gone.json.error.state, 'done');
   assert.match(gone.json.error.message, /no longer kept.*sha256/);
+  const ctlGone = spawnSync(CTL, ['diff', S.jobId, String(req.opId)], { env: ctlEnv, encoding: 'utf8' });
+  assert.equal(ctlGone.status, 1, ctlGone.stderr);
+  assert.match(ctlGone.stderr, /409.*invalid_state.*no longer kept/, ctlGone.stderr);
 
   // an edit: the whole diff of the write it amounts to
   const pe = K.call(agent, 'edit', { path: 'small.txt', edits: [{ oldText: 'b\n', newText: 'B\n' }] }, 60000);
