@@ -656,6 +656,63 @@ static int verb_kill(struct jb_ctl *o, int argc, char **argv) {
   return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_killed);
 }
 
+/* Writes the `n` bytes of diff text at `s` to stdout: as they are when stdout is not a
+ * terminal (for patch or git apply), else with C0 and C1 control characters and DEL but
+ * newline and tab shown as '?' (agent text must not drive the terminal). */
+static bool write_diff_text(const char *s, size_t n) {
+  if (!isatty(STDOUT_FILENO)) return fwrite(s, 1, n, stdout) == n;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+        (unsigned char)s[i + 1] <= 0x9f) { /* U+0080..U+009F (C1) */
+      i++;
+      c = '?';
+    } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      c = '?';
+    }
+    if (putchar(c) == EOF) return false;
+  }
+  return true;
+}
+
+/* GET …/ops/OP/diff: the whole unified diff of a pending write or edit on stdout (--json: the
+ * answer); what is not a diff (binary content, a file changed since the request, a diff cut at
+ * the server's cap) is said on stderr. */
+static int verb_diff(struct jb_ctl *o, int argc, char **argv) {
+  if (argc != 2) return usage_error(o, "%s", "takes JOB and OP");
+  long long op;
+  if (parse_ll(argv[1], 1, &op) < 0)
+    return usage_error(o, "OP must be a positive integer, not '%s'", argv[1]);
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "/ops/%lld/diff", op);
+  char *path = jb_ctl_job_path(argv[0], suffix);
+  struct jb_ctl_reply r;
+  int rc = path ? jb_ctl_http(o, "GET", path, NULL, &r) : JB_CTL_FAILED;
+  free(path);
+  json_t *doc = rc == JB_CTL_OK ? jb_ctl_reply_json(o, &r) : NULL;
+  jb_ctl_reply_free(&r);
+  if (!doc) return rc == JB_CTL_OK ? JB_CTL_FAILED : rc;
+  json_t *diff = json_object_get(doc, "diff"), *text = json_object_get(diff, "text");
+  if (o->json) {
+    rc = print_json(doc);
+  } else if (!json_is_string(text)) {
+    fprintf(stderr, "%s: op %lld has no diff: %s\n", o->verb, op, str(doc, "reason"));
+    rc = JB_CTL_REFUSED;
+  } else {
+    rc = write_diff_text(json_string_value(text), json_string_length(text)) ? JB_CTL_OK
+                                                                            : JB_CTL_FAILED;
+    if (json_is_true(json_object_get(diff, "truncated")))
+      fprintf(stderr, "%s: the diff is cut at %zu of its %lld bytes\n", o->verb,
+              json_string_length(text),
+              (long long)json_integer_value(json_object_get(diff, "bytes")));
+  }
+  if (!o->json && json_is_true(json_object_get(doc, "changed")))
+    fprintf(stderr, "%s: %s changed since the op was requested: approved, it would fail\n", o->verb,
+            str(doc, "path"));
+  json_decref(doc);
+  return rc == JB_CTL_OK && fflush(stdout) == 0 ? JB_CTL_OK : rc ? rc : JB_CTL_FAILED;
+}
+
 static void show_transition(const json_t *t) {
   printf("%s: %s -> %s", str(t, "jobId"), str(t, "previous"), str(t, "state"));
   long long rej = json_integer_value(json_object_get(t, "rejectedOps"));
@@ -955,6 +1012,10 @@ static const struct verb verbs[] = {
      "kill an exec: a running command is killed, a pending or queued one never runs (buyer or "
      "service)",
      verb_kill},
+    {"diff", "JOB OP [--json]",
+     "the whole unified diff of a pending write or edit, the file as it is now against the "
+     "proposed content (buyer or service; made again by the server: for a preview that was cut)",
+     verb_diff},
     {"pause", "JOB [--reason TEXT]", "active -> paused: the agent's ops are held", run_pause},
     {"resume", "JOB [--reason TEXT]", "paused -> active", run_resume},
     {"abort", "JOB [--reason TEXT]", "end the session now (buyer); pending ops are rejected",

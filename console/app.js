@@ -411,29 +411,33 @@
     }
     box.appendChild(view);
     const p = T.el('p', `${d.lines.length} lines, ${d.bytes} bytes`, 'muted diff-size');
+    const ev = opId !== undefined && st.pending.get(opId);
     if (diff.truncated) {
       T.put(p, ` — cut: the whole diff is ${diff.bytes} bytes. `);
-      const ev = opId !== undefined && st.pending.get(opId);
-      if (ev && !ev.fullDiff) { // the op's stored preview (JAILBOX_DIFF_PREVIEW_MAX) is longer than an event's
-        const more = T.el('button', 'load the stored preview');
+      if (ev && !ev.wholeDiff) { // made again from the file and the op's kept content (GET …/ops/:opId/diff)
+        const more = T.el('button', `show the whole diff (${diff.bytes} bytes)`);
         more.className = 'more';
         more.addEventListener('click', async () => {
           more.disabled = true;
           more.textContent = 'loading…';
-          const r = await api('GET', jobPath(`/ops?limit=1&after=${opId - 1}`));
-          const op = r.status === 200 && r.json.ops[0];
-          if (op && op.opId === opId && op.diff && st.pending.has(opId)) {
-            st.pending.set(opId, { ...st.pending.get(opId), diff: op.diff, fullDiff: true });
+          const r = await api('GET', jobPath(`/ops/${opId}/diff`));
+          const whole = r.status === 200 && r.json.diff;
+          if (whole && st.pending.has(opId)) {
+            st.pending.set(opId, { ...st.pending.get(opId), diff: whole, wholeDiff: true, changed: r.json.changed });
             renderApprovals();
             performance.mark('jb-diff-loaded-' + opId);
           } else {
-            more.textContent = 'the stored preview could not be read' + (r.status === 200 ? '' : ': ' + errText(r));
+            more.textContent = 'the whole diff could not be made: ' + (r.status === 200 ? r.json.reason || 'no diff' : errText(r));
           }
         });
         p.appendChild(more);
       } else if (ev) {
-        T.put(p, 'This is all the server keeps of it (JAILBOX_DIFF_PREVIEW_MAX); the whole content lands in the workspace if approved.');
+        T.put(p, 'The whole diff is cut at 16 MiB; the whole content lands in the workspace if approved.');
       }
+    }
+    if (ev && ev.wholeDiff) {
+      T.put(p, ' — the whole diff, of the file as it is now.');
+      if (ev.changed) T.put(p, ' The file changed since the agent asked: approved, the write fails (changed).');
     }
     box.appendChild(p);
   }

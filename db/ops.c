@@ -544,6 +544,43 @@ int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_
   return JB_OK;
 }
 
+int jb_db_op_pending_args(PGconn *c, const char *job_id, long long op_id,
+                          struct jb_op_args_row *out, jb_error *err) {
+  *out = (struct jb_op_args_row){0};
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[2] = {job_id, id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT o.tool, o.state, s.state, coalesce(o.path, ''),"
+                           " CASE WHEN o.state = 'pending' THEN o.args::text END"
+                           " FROM ops o JOIN sessions s ON s.job_id = o.job_id"
+                           " WHERE o.job_id = $1 AND o.op_id = $2::bigint",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "read a pending op's arguments");
+  if (!r) return JB_ERR_FAIL;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    return JB_ERR_NOT_FOUND;
+  }
+  bool oom = false;
+  snprintf(out->tool, sizeof out->tool, "%s", PQgetvalue(r, 0, 0));
+  snprintf(out->state, sizeof out->state, "%s", PQgetvalue(r, 0, 1));
+  snprintf(out->session_state, sizeof out->session_state, "%s", PQgetvalue(r, 0, 2));
+  out->path = column_dup(r, 3, &oom);
+  out->args = column_dup(r, 4, &oom);
+  PQclear(r);
+  if (oom) {
+    jb_op_args_row_clear(out);
+    return jb_fail(err, ENOMEM, "out of memory");
+  }
+  return JB_OK;
+}
+
+void jb_op_args_row_clear(struct jb_op_args_row *row) {
+  free(row->path);
+  free(row->args);
+  *row = (struct jb_op_args_row){0};
+}
+
 int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);

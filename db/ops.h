@@ -105,6 +105,19 @@ int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_
                   jb_error *err);
 void jb_op_task_row_clear(struct jb_op_task_row *row);
 
+/* Op `op_id` of `job_id` as the whole-diff route reads it (api/agent/ops.h jb_op_full_diff):
+ * its tool (24 bytes), its state and its session's (20 bytes each), its path (new; "" when
+ * none) and, only while it is pending, its arguments as JSON text (new; NULL otherwise: the
+ * content of an op with an outcome is dropped, migration 030). JB_OK; JB_ERR_NOT_FOUND (no
+ * such op in that session); JB_ERR_FAIL. Clear with jb_op_args_row_clear. */
+struct jb_op_args_row {
+  char tool[24], state[20], session_state[20];
+  char *path, *args;
+};
+int jb_db_op_pending_args(PGconn *c, const char *job_id, long long op_id,
+                          struct jb_op_args_row *out, jb_error *err);
+void jb_op_args_row_clear(struct jb_op_args_row *row);
+
 /* An op claimed by the worker. Strings are owned (jb_op_claim_free). */
 struct jb_op_claim {
   long long op_id;

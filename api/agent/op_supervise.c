@@ -11,6 +11,7 @@
 #include "api/agent/op_call.h"
 
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,22 +155,28 @@ static enum op_step check_target(struct op_call *call) {
   return OP_END;
 }
 
-/* The diff preview (new; JSON null for binary content, or when the current content did not
- * come with the stat: over 1 MiB, or previews switched off) of a supervised write replacing
- * `current` (the stat op's result) by `data`. */
-static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
-                          const unsigned char *data, size_t dlen) {
+/* The diff (new) of replacing `current` (a stat op's result with the file's content) by
+ * `data`, at most `max` bytes of diff text (api/agent/diff.h); JSON null with *why (static)
+ * when there is none: the content did not come with the stat (over 1 MiB, or not a regular
+ * file), either side is not UTF-8 text, the content read disagrees with its hash, or libgit2
+ * failed. */
+static json_t *current_diff(const char *path, json_t *current, const unsigned char *data,
+                            size_t dlen, size_t max, const char **why) {
   bool exists = json_is_true(json_object_get(current, "exists"));
   json_t *jc = json_object_get(current, "content");
   const char *enc = json_string_value(json_object_get(current, "encoding"));
-  if (!app->cfg || app->cfg->diff_preview_max <= 0 || (exists && (!json_is_string(jc) || !enc)))
+  *why = NULL;
+  if (exists && (!json_is_string(jc) || !enc)) {
+    *why = "the file's content is not read for a diff (over 1 MiB, or not a regular file)";
     return json_null();
+  }
   const unsigned char *old = NULL;
   size_t olen = 0;
   if (exists && !strcmp(enc, "utf-8")) {
     old = (const unsigned char *)json_string_value(jc);
     olen = json_string_length(jc);
   } else if (exists) { /* base64: not text; no diff */
+    *why = "binary: the file as it is now is not UTF-8 text";
     return json_null();
   }
   if (exists) { /* the shim is not trusted: the text shown must be the one the write replaces */
@@ -178,19 +185,31 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
     crypto_hash_sha256(h, old, olen);
     sodium_bin2hex(hex, sizeof hex, h, sizeof h);
     if (strcmp(hex, json_string_value(json_object_get(current, "sha256")) ?: "")) {
-      jb_log(JB_LOG_WARN, "no diff preview: the stat's content does not match its sha256", "path",
-             path, NULL);
+      jb_log(JB_LOG_WARN, "no diff: the stat's content does not match its sha256", "path", path,
+             NULL);
+      *why = "the file's content as read does not match its hash";
       return json_null();
     }
   }
   json_t *out = NULL;
   jb_error err = {0};
-  if (jb_diff_preview(path, old, olen, exists, data, dlen, (size_t)app->cfg->diff_preview_max, &out,
-                      &err) < 0) {
-    jb_log(JB_LOG_WARN, "no diff preview", "path", path, "detail", err.msg, NULL);
-    out = json_null();
+  if (jb_diff_preview(path, old, olen, exists, data, dlen, max, &out, &err) < 0) {
+    jb_log(JB_LOG_WARN, "no diff", "path", path, "detail", err.msg, NULL);
+    *why = "the diff could not be made";
+    return json_null();
   }
+  if (json_is_null(out)) *why = "binary: the file or the new content is not UTF-8 text";
   return out;
+}
+
+/* The diff preview (new; JSON null for binary content, or when the current content did not
+ * come with the stat: over 1 MiB, or previews switched off) of a supervised write replacing
+ * `current` (the stat op's result) by `data`. */
+static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
+                          const unsigned char *data, size_t dlen) {
+  if (!app->cfg || app->cfg->diff_preview_max <= 0) return json_null();
+  const char *why;
+  return current_diff(path, current, data, dlen, (size_t)app->cfg->diff_preview_max, &why);
 }
 
 /* The SHA-256 of `len` bytes at `p` in hex into `hex` (65 bytes). */
@@ -671,4 +690,106 @@ void op_announce_approval(struct op_call *call) {
   }
   fit_event(job, ev, call->diff);
   jb_bus_publish(call->app->bus, job, JB_EVENT_APPROVAL_REQUEST, ev);
+}
+
+/* ---- the whole diff of a pending write or edit (GET /v1/jailbox/:jobId/ops/:opId/diff) ---- */
+
+static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code, const char *state,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static json_t *diff_fail(struct jb_op_diff_fail *f, int status, const char *code, const char *state,
+                         const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+  va_end(ap);
+  f->status = status;
+  snprintf(f->code, sizeof f->code, "%s", code);
+  snprintf(f->state, sizeof f->state, "%s", state ? state : "");
+  return NULL;
+}
+
+/* The proposed content of a pending write or edit (its arguments `args`, borrowed): *data
+ * borrowed from them (utf-8) or decoded into *owned (base64). False when it cannot be read. */
+static bool proposed_content(json_t *args, const unsigned char **data, size_t *dlen,
+                             unsigned char **owned) {
+  json_t *jc = json_object_get(args, "content");
+  if (!json_is_string(jc)) return false;
+  const char *txt = json_string_value(jc);
+  size_t n = json_string_length(jc);
+  if (strcmp(json_string_value(json_object_get(args, "encoding")) ?: "utf-8", "base64")) {
+    *data = (const unsigned char *)txt;
+    *dlen = n;
+    return true;
+  }
+  *owned = malloc(n / 4 * 3 + 3);
+  if (!*owned || sodium_base642bin(*owned, n / 4 * 3 + 3, txt, n, "\n\r ", dlen, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0)
+    return false;
+  *data = *owned;
+  return true;
+}
+
+json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, size_t max,
+                        struct jb_op_diff_fail *fail) {
+  *fail = (struct jb_op_diff_fail){0};
+  struct jb_mcp_error e = {0};
+  struct op_call call = {.app = app, .job = job, .tool = JB_TOOL_STAT, .e = &e, .fresh = true};
+  struct jb_op_args_row row = {0};
+  json_t *args = NULL, *out = NULL;
+  unsigned char *owned = NULL;
+  const unsigned char *data = NULL;
+  size_t dlen = 0;
+  jb_error err = {0};
+  int rc = JB_ERR_FAIL;
+  call.c = jb_db_acquire(app->db, &err);
+  if (call.c) rc = jb_db_op_pending_args(call.c, job, op_id, &row, &err);
+  if (rc == JB_ERR_NOT_FOUND) {
+    diff_fail(fail, 404, "not_found", NULL, "no op %lld in session '%s'", op_id, job);
+  } else if (rc != JB_OK) {
+    jb_log(JB_LOG_WARN, "whole diff: database unavailable", "jobId", job, "detail", err.msg, NULL);
+    diff_fail(fail, 503, "database_unavailable", NULL, "the database is unavailable; try again");
+  } else if (strcmp(row.tool, "write") && strcmp(row.tool, "edit")) {
+    diff_fail(fail, 409, "no_diff", row.state,
+              "op %lld is a %s: only a write or an edit has a diff", op_id, row.tool);
+  } else if (strcmp(row.state, "pending")) {
+    diff_fail(fail, 409, "invalid_state", row.state,
+              "op %lld is %s: only a pending op's diff can be made; its content is no longer kept"
+              " (the audit entry keeps its sha256)",
+              op_id, row.state);
+  } else if (strcmp(row.session_state, "active")) {
+    diff_fail(fail, 409, "invalid_state", row.session_state,
+              "the session is %s: the file is read through its sandbox only while it is active",
+              row.session_state);
+  } else if (!(args = json_loads(row.args, 0, NULL)) ||
+             !proposed_content(args, &data, &dlen, &owned)) {
+    diff_fail(fail, 503, "unavailable", NULL, "op %lld's content cannot be read", op_id);
+  } else if (jb_db_session_facts(call.c, job, &call.sess, &err) != JB_OK) {
+    diff_fail(fail, 503, "database_unavailable", NULL, "the database is unavailable; try again");
+  } else if (stat_path(&call, row.path, true, &call.current, false) != OP_NEXT) {
+    const char *reason = json_string_value(json_object_get(e.data, "reason")) ?: "unavailable";
+    if (e.code == JB_MCP_UNAVAILABLE)
+      diff_fail(fail, 503, "unavailable", NULL, "%s", e.message);
+    else
+      diff_fail(fail, 409, "unreadable", NULL, "the file cannot be read (%s): %s", reason,
+                e.message);
+  } else {
+    const char *why = NULL;
+    json_t *cur = call.current;
+    bool exists = json_is_true(json_object_get(cur, "exists"));
+    const char *sha = json_string_value(json_object_get(cur, "sha256"));
+    const char *expect = json_string_value(json_object_get(args, "expectSha256"));
+    json_t *diff = current_diff(row.path, cur, data, dlen, max, &why);
+    out = json_pack("{s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "opId", (json_int_t)op_id, "tool", row.tool,
+                    "path", row.path, "diff", diff, "exists", exists, "currentSha256",
+                    exists ? sha : NULL, "changed",
+                    expect && strcmp(expect, exists && sha ? sha : ""));
+    if (out && why) json_object_set_new(out, "reason", json_string(why));
+    if (!out) diff_fail(fail, 500, "internal", NULL, "out of memory");
+  }
+  json_decref(e.data);
+  op_call_release(&call);
+  jb_op_args_row_clear(&row);
+  json_decref(args);
+  free(owned);
+  return out;
 }

@@ -120,6 +120,37 @@ void jb_op_direct_free(void *ctx);
 int jb_op_kill(struct jb_app *app, PGconn *c, const char *job_id, long long op_id,
                const char *reason, json_t **out, char state[20], jb_error *err);
 
+/* The cap on the text of a whole diff (GET /v1/jailbox/:jobId/ops/:opId/diff): bytes. Both
+ * sides are at most 1 MiB (the stat's content, a write's size), so a diff reaches it only
+ * if those limits grow. */
+#define JB_OP_DIFF_FULL_MAX (16 * 1024 * 1024)
+
+/* Why jb_op_full_diff made no diff: the HTTP status and error code to answer with, a
+ * sentence, and the state it names (the op's, or the session's when the session is not
+ * active; "" when none). */
+struct jb_op_diff_fail {
+  int status;
+  char code[32];
+  char msg[400];
+  char state[20];
+};
+
+/* The whole unified diff of pending write or edit `op_id` of session `job`: the file as it
+ * is now — read through the worker that holds the session as the diff preview reads it (a
+ * stat op with content, stored and run as any op: it is in the ops list and the audit chain)
+ * — against the proposed content kept in the op's arguments, at most `max` bytes of diff
+ * text (api/agent/diff.h jb_diff_preview; truncated when cut). Blocks until the stat has run
+ * (OP_RUN_TIMEOUT_MS at most while the session stays active).
+ * Returns new {opId, tool, path, diff, exists, currentSha256 (absent for no file),
+ * changed (the file is no longer the one the op is bound to: it would be refused if
+ * approved), reason?} — diff as jb_diff_preview makes it, or null with `reason` (binary, or
+ * the file is over the stat's 1 MiB of content) — or NULL with *fail: 404 not_found; 409
+ * no_diff (not a write or an edit), 409 invalid_state (the op is not pending: its content is
+ * dropped at its outcome, migration 030; or the session is not active), 409 unreadable (the
+ * shim refused the stat), 503 when the database or the sandbox is unavailable. */
+json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, size_t max,
+                        struct jb_op_diff_fail *fail);
+
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */
 void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);

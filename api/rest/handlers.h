@@ -37,6 +37,9 @@ void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_
 void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 /* POST /v1/jailbox/:jobId/ops/:opId/kill: the buyer's (or the service's) kill of an exec. */
 void jb_api_op_kill(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* GET /v1/jailbox/:jobId/ops/:opId/diff: the whole diff of a pending write or edit (buyer or
+ * service; api/agent/ops.h jb_op_full_diff). */
+void jb_api_op_diff(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

@@ -530,6 +530,71 @@ void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_re
   json_decref(doc);
 }
 
+/* ---------- GET /v1/jailbox/:jobId/ops/:opId/diff ---------- */
+
+/* A whole-diff request, answered from a socket handler thread (the stat it waits for may take
+ * up to OP_RUN_TIMEOUT_MS; no HTTP thread is held meanwhile). */
+struct diff_call {
+  struct jb_app *app;
+  struct jb_http_later *later;
+  long long op;
+  char job[129];
+};
+
+/* The answer of a whole diff (api/agent/ops.h jb_op_full_diff) into `resp`. */
+static void diff_answer(struct jb_app *app, const char *job, long long op,
+                        struct jb_http_resp *resp) {
+  struct jb_op_diff_fail f;
+  json_t *out = jb_op_full_diff(app, job, op, JB_OP_DIFF_FULL_MAX, &f);
+  if (out)
+    jb_resp_json(resp, 200, out);
+  else if (f.state[0])
+    jb_resp_json(resp, f.status,
+                 json_pack("{s:{s:s,s:s,s:s}}", "error", "code", f.code, "message", f.msg, "state",
+                           f.state));
+  else
+    jb_resp_error(resp, f.status, f.code, "%s", f.msg);
+}
+
+static void diff_run(void *arg, bool run) {
+  struct diff_call *dc = arg;
+  struct jb_http_resp resp = {0};
+  if (run)
+    diff_answer(dc->app, dc->job, dc->op, &resp);
+  else
+    jb_resp_error(&resp, 503, "unavailable", "the server is shutting down; try again");
+  jb_http_later_answer(dc->later, &resp);
+  free(dc);
+}
+
+void jb_api_op_diff(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0], *ops = req->params[1];
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  long long op = -1;
+  bool ok = jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0 &&
+            (op = path_op(job, ops, resp)) > 0;
+  jb_db_release(app->db, c); /* not held while the sandbox reads the file */
+  if (!ok) return;
+  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  struct diff_call *dc = sock ? calloc(1, sizeof *dc) : NULL;
+  struct jb_http_later *l = dc ? jb_http_defer(req, resp) : NULL;
+  if (!l) {
+    free(dc);
+    jb_resp_error(resp, 503, "unavailable", "server busy; try again");
+    return;
+  }
+  *dc = (struct diff_call){.app = app, .later = l, .op = op};
+  snprintf(dc->job, sizeof dc->job, "%s", job);
+  if (jb_socket_run(sock, diff_run, dc) == 0) return;
+  struct jb_http_resp busy = {0};
+  jb_resp_error(&busy, 503, "unavailable", "server busy; try again");
+  jb_http_later_answer(l, &busy);
+  free(dc);
+}
+
 /* ---------- state changes ---------- */
 
 static void transition(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,

@@ -613,7 +613,7 @@ test('open --image: the session\'s sandbox image, a name outside the allowlist r
 test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
-  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'pause', 'resume', 'abort', 'accept',
+  const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'diff', 'pause', 'resume', 'abort', 'accept',
     'changes', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
     'token create', 'mcp-bridge'];
   for (const v of verbs) {
