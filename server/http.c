@@ -64,6 +64,8 @@ struct req_ctx {
   char *body;
   size_t len, cap;
   bool too_large; /* over the limit: the rest is dropped, then 413 */
+  bool busy; /* no room to buffer it (JAILBOX_HTTP_BODY_BUDGET): the rest is dropped, then 503 */
+  struct timespec body_start; /* the headers were taken: the body's deadline counts from here */
   size_t discarded; /* bytes dropped so far */
   bool answered;
   int status;
@@ -585,7 +587,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     for (; url[i] && i + 1 < sizeof ctx->path; i++)
       ctx->path[i] = ((unsigned char)url[i] < 0x20 || (unsigned char)url[i] > 0x7e) ? '?' : url[i];
     ctx->path[i] = '\0';
-    return check_headers(srv, conn, ctx, url, version);
+    enum MHD_Result r = check_headers(srv, conn, ctx, url, version);
+    /* after the header checks, which may wait on the database (the token): that wait is ours,
+     * not the client's */
+    clock_gettime(CLOCK_MONOTONIC, &ctx->body_start);
+    return r;
   }
   if (ctx->answered) {
     *upload_data_size = 0; /* discard the rest of a refused body */
@@ -595,7 +601,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
-    if (ctx->too_large) {
+    if (ctx->too_large || ctx->busy) {
       ctx->discarded += n;
       if (ctx->discarded > (size_t)srv->opts.max_body * DISCARD_FACTOR) {
         char m[96];
@@ -614,8 +620,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (now.tv_sec - ctx->start.tv_sec > srv->opts.timeout_s * 2)
-      return send_error(conn, ctx, 408, "request_timeout", "the request body took too long", true);
+    /* MHD takes no response while a body is being received: a client this slow is cut off */
+    if (now.tv_sec - ctx->body_start.tv_sec > srv->opts.timeout_s * 2) {
+      ctx->status = 408;
+      jb_log(JB_LOG_WARN, "request body too slow: connection closed", "method", ctx->method, "path",
+             ctx->path, NULL);
+      return MHD_NO;
+    }
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 1024;
       while (cap < ctx->len + n + 1) cap *= 2;
@@ -623,14 +634,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         cap = ctx->declared + 1; /* exact */
       if (cap > (size_t)srv->opts.max_body + 1) cap = (size_t)srv->opts.max_body + 1;
       long grow = (long)(cap - ctx->held);
-      if (!reserve(srv, ctx, grow))
-        return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again",
-                          true);
-      char *nb = realloc(ctx->body, cap);
+      bool reserved = reserve(srv, ctx, grow);
+      char *nb = reserved ? realloc(ctx->body, cap) : NULL;
       if (!nb) {
-        atomic_fetch_sub(&srv->buffered, grow);
-        atomic_fetch_sub(&srv->share[ctx->slot], grow);
-        return MHD_NO;
+        if (reserved) {
+          atomic_fetch_sub(&srv->buffered, grow);
+          atomic_fetch_sub(&srv->share[ctx->slot], grow);
+        }
+        /* the rest is dropped and 503 answered at the end: MHD takes no response mid-body */
+        ctx->busy = true;
+        free(ctx->body);
+        release(srv, ctx);
+        ctx->body = NULL;
+        ctx->len = ctx->cap = 0;
+        ctx->discarded = n;
+        return MHD_YES;
       }
       ctx->held = cap;
       ctx->body = nb;
@@ -646,6 +664,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     snprintf(m, sizeof m, "request body over the limit of %ld bytes", srv->opts.max_body);
     return send_error(conn, ctx, 413, "payload_too_large", m, true);
   }
+  if (ctx->busy)
+    return send_error(conn, ctx, 503, "busy", "too many request bodies in flight; try again", true);
   struct jb_http_resp resp = {.status = 500};
   dispatch(srv, conn, url, method, ctx, &resp);
   if (resp.later) { /* jb_http_defer: the answer comes from another thread */
