@@ -35,8 +35,6 @@
 #define EXEC_STORE_WAIT_MS 5000
 /* one wait on a running sandbox, before the stop flag is looked at again */
 #define WATCH_MS 3000
-/* at the sandbox's end, the longest wait for an OOM notification delivered but not yet read */
-#define OOM_SETTLE_MS 200
 
 /* ---- the workspace ---------------------------------------------------------------------- */
 
@@ -453,6 +451,7 @@ static void watch_sandbox(struct jb_session *s) {
   const char *job = s->job_id, *cid = s->sb.container_id;
   jb_error err = {0};
   struct jb_oomwatch *ow = watch_memcg(w, job, cid);
+  atomic_store(&s->oomwatch, ow); /* a command the sandbox's end killed asks it too */
   while (!atomic_load(&s->teardown) && !atomic_load(&w->stopping)) {
     char path[160];
     snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
@@ -476,7 +475,7 @@ static void watch_sandbox(struct jb_session *s) {
     bool docker_oom;
     exit_reason(w, cid, why, sizeof why, &code, &docker_oom);
     struct jb_oom_record seen;
-    bool memcg_oom = jb_oomwatch_seen(ow, OOM_SETTLE_MS, &seen), oom = memcg_oom || docker_oom;
+    bool memcg_oom = jb_oomwatch_seen(ow, JB_OOM_SETTLE_MS, &seen), oom = memcg_oom || docker_oom;
     if (!docker_oom && memcg_oom)
       snprintf(why, sizeof why,
                "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "
@@ -520,7 +519,6 @@ static void watch_sandbox(struct jb_session *s) {
     session_fail(w, job, why); /* quiet when the signal ended it already */
     break;
   }
-  jb_oomwatch_stop(ow);
 }
 
 /* The jail can no longer write: gives the workspace back its groups and modes. */

@@ -56,7 +56,8 @@ static void *watch_main(void *arg) {
   struct jb_oomwatch *w = arg;
   int follow = 0;
   for (;;) {
-    struct pollfd p[2] = {{.fd = w->wake, .events = POLLIN}, {.fd = w->n.fd, .events = w->n.events}};
+    struct pollfd p[2] = {{.fd = w->wake, .events = POLLIN},
+                          {.fd = w->n.fd, .events = w->n.events}};
     int r = poll(p, 2, follow > 0 ? FOLLOW_MS : -1);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 || p[0].revents) break;

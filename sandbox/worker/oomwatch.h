@@ -30,6 +30,10 @@ struct jb_oom_record {
 
 struct jb_oomwatch;
 
+/* Once the sandbox ended, the longest wait for a notification delivered but not yet recorded
+ * (jb_oomwatch_seen): the thread records within microseconds of being woken. */
+#define JB_OOM_SETTLE_MS 200
+
 /* Starts watching the memory cgroup `m` (taken: m->dirfd -1 on return; a cgroup not open,
  * dirfd -1, gives a watch that sees nothing). 0 with *out watching by notification (one
  * thread); 1 with *out sampling only and `err` saying why the notification could not be had;
