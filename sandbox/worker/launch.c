@@ -413,7 +413,8 @@ static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t l
 }
 
 /* The OOM watch of container `cid` (oomwatch.h) on its memory cgroup, found from its main
- * process; a watch that sees nothing when there is no cgroup, NULL without memory (logged). */
+ * process; a watch that sees nothing when there is no cgroup (logged), NULL when out of
+ * memory. */
 static struct jb_oomwatch *watch_memcg(struct jb_worker *w, const char *job, const char *cid) {
   struct jb_memcg mc = {.dirfd = -1}, *m = &mc;
   char path[128];

@@ -120,7 +120,12 @@ int jb_oomwatch_start(struct jb_memcg *m, struct jb_oomwatch **out, jb_error *er
     jb_memcg_notify_close(&w->n);
     return 1;
   }
-  int e = pthread_create(&w->thread, NULL, watch_main, w);
+  /* the thread holds a few KiB on its stack: a small one, for up to a thousand sessions */
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setstacksize(&at, 128 * 1024);
+  int e = pthread_create(&w->thread, &at, watch_main, w);
+  pthread_attr_destroy(&at);
   if (e != 0) {
     jb_fail_errno(err, e, "OOM watch: thread");
     jb_memcg_notify_close(&w->n);
