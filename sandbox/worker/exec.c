@@ -228,7 +228,7 @@ static json_t *died_result(struct jb_session *s, long long start) {
   bool oom = json_is_true(json_object_get(json_object_get(in, "State"), "OOMKilled"));
   json_decref(in);
   struct jb_oom_record rec;
-  if (!oom) oom = jb_oomwatch_seen(atomic_load(&s->oomwatch), JB_OOM_SETTLE_MS, &rec);
+  if (!oom) oom = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
   if (!oom) return NULL;
   return json_pack("{s:n, s:s, s:b, s:I, s:i, s:i, s:b, s:b, s:b, s:n, s:n, s:s}", "exitCode",
                    "signal", "SIGKILL", "timedOut", 0, "durationMs",

@@ -476,7 +476,7 @@ static void watch_sandbox(struct jb_session *s) {
     bool docker_oom;
     exit_reason(w, cid, why, sizeof why, &code, &docker_oom);
     struct jb_oom_record seen;
-    bool memcg_oom = jb_oomwatch_seen(ow, JB_OOM_SETTLE_MS, &seen), oom = memcg_oom || docker_oom;
+    bool memcg_oom = jb_oomwatch_seen(ow, &seen), oom = memcg_oom || docker_oom;
     if (!docker_oom && memcg_oom)
       snprintf(why, sizeof why,
                "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "

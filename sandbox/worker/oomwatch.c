@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lib/metrics.h"
@@ -25,10 +24,8 @@ struct jb_oomwatch {
   int wake; /* eventfd: jb_oomwatch_stop */
   pthread_t thread;
   bool threaded;
-  pthread_mutex_t lock;
-  pthread_cond_t cond; /* CLOCK_MONOTONIC; broadcast when a notification is recorded */
-  bool busy; /* the thread took a notification and has not recorded it yet */
-  bool done; /* the thread has ended: nothing more will be recorded by it */
+  pthread_mutex_t lock; /* guards the taking of a notification, done and rec */
+  bool done; /* the cgroup is gone (or unreadable): nothing more will be notified */
   struct jb_oom_record rec;
 };
 
@@ -52,6 +49,24 @@ static void record(struct jb_oomwatch *w, bool oom, const struct jb_memcg_counts
   }
 }
 
+/* Takes what is pending on the notification (`notified`; else reads the counters again) and
+ * records it; gone or failing, the watch is done (w->lock held). */
+static struct jb_memcg_note take_locked(struct jb_oomwatch *w, bool notified) {
+  struct jb_memcg_note note = {0};
+  bool ok;
+  if (notified) {
+    ok = jb_memcg_notify_take(&w->m, &w->n, &note, NULL) == 0;
+  } else {
+    jb_error err = {0};
+    ok = jb_memcg_read(&w->m, &note.counts, &err) == 0;
+    if (!ok && (err.code == ENOENT || err.code == ENODEV)) ok = note.gone = true;
+  }
+  record(w, note.oom, &note.counts, ok && !note.gone, JB_OOM_EVENT);
+  /* gone: nothing more will be notified; a failure other than that would repeat */
+  if (!ok || note.gone) w->done = true;
+  return note;
+}
+
 static void *watch_main(void *arg) {
   struct jb_oomwatch *w = arg;
   int follow = 0;
@@ -61,36 +76,17 @@ static void *watch_main(void *arg) {
     int r = poll(p, 2, follow > 0 ? FOLLOW_MS : -1);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 || p[0].revents) break;
-    struct jb_memcg_note note = {0};
-    bool ok, notified = p[1].revents != 0;
-    if (notified) {
-      pthread_mutex_lock(&w->lock);
-      w->busy = true;
-      pthread_mutex_unlock(&w->lock);
-      ok = jb_memcg_notify_take(&w->m, &w->n, &note, NULL) == 0;
-    } else { /* a follow-up read */
-      follow--;
-      jb_error err = {0};
-      ok = jb_memcg_read(&w->m, &note.counts, &err) == 0;
-      if (!ok && (err.code == ENOENT || err.code == ENODEV)) ok = note.gone = true;
-    }
+    bool notified = p[1].revents != 0;
+    if (!notified) follow--;
     pthread_mutex_lock(&w->lock);
-    record(w, note.oom, &note.counts, ok && !note.gone, JB_OOM_EVENT);
-    w->busy = false;
-    /* gone: nothing more will be notified; a failure other than that would repeat */
-    if (!ok || note.gone) w->done = true;
-    pthread_cond_broadcast(&w->cond);
+    struct jb_memcg_note note = {0};
+    if (!w->done) note = take_locked(w, notified);
     bool done = w->done;
     pthread_mutex_unlock(&w->lock);
     if (done) break;
     if (notified && note.oom && !w->n.v2 && note.counts.oom_kill == 0) follow = FOLLOW_READS;
     if (note.counts.oom_kill > 0) follow = 0;
   }
-  pthread_mutex_lock(&w->lock);
-  w->done = true;
-  w->busy = false;
-  pthread_cond_broadcast(&w->cond);
-  pthread_mutex_unlock(&w->lock);
   return NULL;
 }
 
@@ -106,11 +102,6 @@ int jb_oomwatch_start(struct jb_memcg *m, struct jb_oomwatch **out, jb_error *er
   w->n.fd = -1;
   w->wake = -1;
   pthread_mutex_init(&w->lock, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cond, &ca);
-  pthread_condattr_destroy(&ca);
   *out = w;
   if (w->m.dirfd < 0) return jb_fail(err, ENOENT, "OOM watch: no memory cgroup"), 1;
   if (jb_memcg_notify_open(&w->m, &w->n, err) < 0) return 1;
@@ -144,20 +135,13 @@ void jb_oomwatch_sample(struct jb_oomwatch *w) {
   pthread_mutex_unlock(&w->lock);
 }
 
-bool jb_oomwatch_seen(struct jb_oomwatch *w, int settle_ms, struct jb_oom_record *rec) {
+bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec) {
   *rec = (struct jb_oom_record){0};
   if (!w) return false;
+  /* a notification the thread has not taken yet (it takes under the same lock, so one it is
+   * taking is recorded before this looks) */
   pthread_mutex_lock(&w->lock);
-  if (w->threaded) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = ts.tv_nsec + (long long)settle_ms * 1000000LL;
-    ts.tv_sec += ns / 1000000000LL;
-    ts.tv_nsec = ns % 1000000000LL;
-    /* the thread takes what is pending at once; this waits for it only when there is some */
-    while (!w->done && (w->busy || jb_memcg_notify_pending(&w->n)))
-      if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT) break;
-  }
+  if (!w->done && jb_memcg_notify_pending(&w->n)) take_locked(w, true);
   pthread_mutex_unlock(&w->lock);
   /* the read once the sandbox ended: the cgroup may still be there */
   struct jb_memcg_counts c;
@@ -179,7 +163,6 @@ void jb_oomwatch_stop(struct jb_oomwatch *w) {
   if (w->wake >= 0) close(w->wake);
   jb_memcg_notify_close(&w->n);
   jb_memcg_close(&w->m);
-  pthread_cond_destroy(&w->cond);
   pthread_mutex_destroy(&w->lock);
   free(w);
 }

@@ -30,10 +30,6 @@ struct jb_oom_record {
 
 struct jb_oomwatch;
 
-/* Once the sandbox ended, the longest wait for a notification delivered but not yet recorded
- * (jb_oomwatch_seen): the thread records within microseconds of being woken. */
-#define JB_OOM_SETTLE_MS 200
-
 /* Starts watching the memory cgroup `m` (taken: m->dirfd -1 on return; a cgroup not open,
  * dirfd -1, gives a watch that sees nothing). 0 with *out watching by notification (one
  * thread); 1 with *out sampling only and `err` saying why the notification could not be had;
@@ -43,11 +39,12 @@ int jb_oomwatch_start(struct jb_memcg *m, struct jb_oomwatch **out, jb_error *er
 /* Reads the counters now when `w` samples (no notification); nothing when it is notified. */
 void jb_oomwatch_sample(struct jb_oomwatch *w);
 
-/* What `w` saw, into *rec, once the sandbox ended. A notification already delivered but not
- * yet recorded (the thread woken, or about to be) is waited for, `settle_ms` at most; nothing
- * is waited when none is pending. Then the counters are read once more if the cgroup is still
- * there. Whether an OOM was seen (rec->source != JB_OOM_NONE). */
-bool jb_oomwatch_seen(struct jb_oomwatch *w, int settle_ms, struct jb_oom_record *rec);
+/* What `w` saw, into *rec, once the sandbox ended (any thread). A notification the kernel
+ * delivered that the watch's thread has not taken yet is taken here, at once (the kernel
+ * signals before it kills, so one that ended the sandbox is there); nothing is waited for.
+ * Then the counters are read once more if the cgroup is still there. Whether an OOM was seen
+ * (rec->source != JB_OOM_NONE). */
+bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec);
 
 /* "event", "sample" or "none". */
 const char *jb_oom_source_name(enum jb_oom_source s);

@@ -213,7 +213,7 @@ static void oom_notified(void **state) {
   /* nothing yet */
   assert_false(jb_memcg_notify_pending(&n));
   struct jb_oom_record rec;
-  assert_false(jb_oomwatch_seen(w, 0, &rec));
+  assert_false(jb_oomwatch_seen(w, &rec));
   assert_true(rec.counted);
   assert_int_equal(rec.counts.oom_kill, 0);
 
@@ -232,15 +232,15 @@ static void oom_notified(void **state) {
   assert_true(note.oom);
   assert_false(note.gone);
   assert_true(note.counts.oom_kill >= 1);
-  /* the watch's thread recorded it from the notification, before this process saw the child
-   * dead, with the kill counted */
-  assert_true(jb_oomwatch_seen(w, 200, &rec));
+  /* the watch recorded it from the notification, with the kill counted (its thread, normally
+   * before this process saw the child dead: printed) */
+  assert_true(jb_oomwatch_seen(w, &rec));
   assert_int_equal(rec.source, JB_OOM_EVENT);
   printf(
       "# %s: OOM known from the notification %lld ms after the start, %lld ms before the "
       "child was seen dead; oom_kill %lld, oom %lld\n",
       sc.v2 ? "v2" : "v1", rec.at_ms - t0, t_dead - rec.at_ms, rec.counts.oom_kill, rec.counts.oom);
-  assert_true(rec.at_ms >= t0 && rec.at_ms <= t_dead);
+  assert_true(rec.at_ms >= t0);
   assert_true(rec.counts.oom_kill >= 1);
 
   /* the cgroup removed: v1 signals the eventfd once more; the next take finds it gone */
@@ -250,7 +250,7 @@ static void oom_notified(void **state) {
   assert_int_equal(jb_memcg_notify_take(&m, &n, &note, &err), 0);
   assert_true(note.gone);
   /* the record stays for the session */
-  assert_true(jb_oomwatch_seen(w, 200, &rec));
+  assert_true(jb_oomwatch_seen(w, &rec));
   assert_int_equal(rec.source, JB_OOM_EVENT);
   jb_oomwatch_stop(w);
   jb_memcg_notify_close(&n);
@@ -267,8 +267,8 @@ static int open_fds(void) {
   return n;
 }
 
-/* A scratch cgroup whose process ends without OOM: no notification, nothing recorded, the end
- * is not waited on (no pending notification), and the stopped watch leaves no descriptor. */
+/* A scratch cgroup whose process ends without OOM: no notification, nothing recorded, nothing
+ * waited for at the end, and the stopped watch leaves no descriptor. */
 static void no_oom_no_wait(void **state) {
   (void)state;
   struct scratch sc;
@@ -298,7 +298,7 @@ static void no_oom_no_wait(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   long long t = jb_now_ms();
   struct jb_oom_record rec;
-  assert_false(jb_oomwatch_seen(w, 2000, &rec));
+  assert_false(jb_oomwatch_seen(w, &rec));
   assert_true(jb_now_ms() - t < 100);
   assert_int_equal(rec.source, JB_OOM_NONE);
   assert_int_equal(rec.counts.oom_kill, 0);
@@ -306,7 +306,7 @@ static void no_oom_no_wait(void **state) {
   /* after the removal the watch's thread ends by itself (v1: the eventfd's last signal) or on
    * the stop */
   t = jb_now_ms();
-  assert_false(jb_oomwatch_seen(w, 2000, &rec));
+  assert_false(jb_oomwatch_seen(w, &rec));
   jb_oomwatch_stop(w);
   assert_true(jb_now_ms() - t < 2100);
   assert_int_equal(open_fds(), fds);
