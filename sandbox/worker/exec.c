@@ -204,7 +204,8 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   return o;
 }
 
-/* The sandbox of `s` died during a command: the result Docker's view gives (oom), or NULL. */
+/* The sandbox of `s` died during a command: the result when it was killed for memory (Docker's
+ * State.OOMKilled, or the OOM the session's memory cgroup watch saw), or NULL. */
 static json_t *died_result(struct jb_session *s, long long start) {
   char cid[80];
   pthread_mutex_lock(&s->w->lock);
@@ -226,6 +227,8 @@ static json_t *died_result(struct jb_session *s, long long start) {
   }
   bool oom = json_is_true(json_object_get(json_object_get(in, "State"), "OOMKilled"));
   json_decref(in);
+  struct jb_oom_record rec;
+  if (!oom) oom = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
   if (!oom) return NULL;
   return json_pack("{s:n, s:s, s:b, s:I, s:i, s:i, s:b, s:b, s:b, s:n, s:n, s:s}", "exitCode",
                    "signal", "SIGKILL", "timedOut", 0, "durationMs",

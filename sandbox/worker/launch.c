@@ -23,7 +23,9 @@
 #include "db/events.h"
 #include "db/launch_jobs.h"
 #include "db/sessions.h"
+#include "lib/metrics.h"
 #include "sandbox/worker/memcg.h"
+#include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/worker.h"
 #include "sandbox/worker/workspace_scan.h"
 
@@ -410,10 +412,11 @@ static void exit_reason(struct jb_worker *w, const char *id, char *out, size_t l
   json_decref(in);
 }
 
-/* The memory cgroup of container `cid` on the host (memcg.h), found from its main process;
- * m->dirfd -1 when there is none to read (logged). */
-static void open_memcg(struct jb_worker *w, const char *job, const char *cid, struct jb_memcg *m) {
-  m->dirfd = -1;
+/* The OOM watch of container `cid` (oomwatch.h) on its memory cgroup, found from its main
+ * process; a watch that sees nothing when there is no cgroup (logged), NULL when out of
+ * memory. */
+static struct jb_oomwatch *watch_memcg(struct jb_worker *w, const char *job, const char *cid) {
+  struct jb_memcg mc = {.dirfd = -1}, *m = &mc;
   char path[128];
   snprintf(path, sizeof path, "/containers/%s/json", cid);
   json_t *in = NULL;
@@ -429,67 +432,73 @@ static void open_memcg(struct jb_worker *w, const char *job, const char *cid, st
   if (m->dirfd < 0)
     slog(w, JB_LOG_WARN, job, "memory cgroup not found: an OOM kill is known from Docker only",
          "error", err.msg, NULL);
+  struct jb_oomwatch *ow = NULL;
+  bool found = m->dirfd >= 0;
+  if (jb_oomwatch_start(m, &ow, &err) != 0 && found)
+    slog(w, JB_LOG_WARN, job, "no OOM notification: the memory cgroup is sampled instead", "error",
+         err.msg, NULL);
+  return ow;
 }
 
 /* Watches the sandbox of `s` until it ends: removal by a teardown, the worker stopping, or
  * death — then the session fails, and an end other than out of memory is an escape signal.
- * Out of memory is what Docker says (State.OOMKilled) or what the container's memory cgroup
- * says (an OOM kill counted in it, read every WATCH_MS while it runs and once more
- * when it ends). The cgroup is removed with the container, often before that last read: a
- * kill that ends the sandbox at once is then known from Docker alone, while a kill that
- * leaves it running (a process of the runtime, the shim ending later) is caught by a sample. */
+ * Out of memory is what the container's memory cgroup says (oomwatch.h: the kernel's OOM
+ * notification, read the moment it comes while the cgroup still exists, kept for the session;
+ * where it cannot be had, the counters sampled every WATCH_MS) or what Docker says
+ * (State.OOMKilled). The cgroup goes with the container, so the notification, not a read
+ * after the end, is what makes a kill that ends the sandbox at once known. */
 static void watch_sandbox(struct jb_session *s) {
   struct jb_worker *w = s->w;
   const char *job = s->job_id, *cid = s->sb.container_id;
   jb_error err = {0};
-  struct jb_memcg memcg;
-  open_memcg(w, job, cid, &memcg);
-  struct jb_memcg_counts seen = {0};
+  struct jb_oomwatch *ow = watch_memcg(w, job, cid);
+  atomic_store(&s->oomwatch, ow); /* a command the sandbox's end killed asks it too */
   while (!atomic_load(&s->teardown) && !atomic_load(&w->stopping)) {
     char path[160];
     snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
     long status = 0;
     json_t *ans = NULL;
-    struct jb_memcg_counts now;
     /* bounded, so that a stop that leaves the sandbox running is seen within WATCH_MS; each
-     * time it runs out, the memory cgroup is read */
+     * time it runs out, a cgroup without notification is sampled */
     if (jb_docker_call(&w->walls.docker, "POST", path, NULL, WATCH_MS, &status, &ans, &err) < 0) {
       json_decref(ans);
-      bool timed_out = err.code == ETIMEDOUT;
-      if (memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0 && jb_memcg_oom(&now))
-        seen = now;
-      if (timed_out) continue;
+      jb_oomwatch_sample(ow);
+      if (err.code == ETIMEDOUT) continue;
       slog(w, JB_LOG_WARN, job, "waiting on the sandbox failed; retrying", "error", err.msg, NULL);
       sleep(1);
       continue;
     }
     json_decref(ans);
-    bool read_at_end = memcg.dirfd >= 0 && jb_memcg_read(&memcg, &now, &err) == 0;
-    if (read_at_end && jb_memcg_oom(&now)) seen = now;
+    long long ended_ms = jb_now_ms();
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     char why[300];
     long long code;
-    bool oom;
-    exit_reason(w, cid, why, sizeof why, &code, &oom);
-    if (!oom && jb_memcg_oom(&seen)) {
-      oom = true;
+    bool docker_oom;
+    exit_reason(w, cid, why, sizeof why, &code, &docker_oom);
+    struct jb_oom_record seen;
+    bool memcg_oom = jb_oomwatch_seen(ow, &seen), oom = memcg_oom || docker_oom;
+    if (!docker_oom && memcg_oom)
       snprintf(why, sizeof why,
                "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "
                "time(s) over its limit (exit code %lld)",
-               seen.oom_kill, seen.oom, code);
-    }
+               seen.counts.oom_kill, seen.counts.oom, code);
     char tail[300];
     pthread_mutex_lock(&s->lock);
     /* with the socket channel the attach stream (stderr) is read only during calls */
     jb_shimconn_collect_stderr(&s->sb.conn, 500);
     jb_shimconn_stderr(&s->sb.conn, tail, sizeof tail);
     pthread_mutex_unlock(&s->lock);
-    /* what the memory cgroup counted, for the log: "unknown" when it was gone before the
-     * read at the end and no sample had seen a kill */
-    char kills[24] = "unknown";
-    if (read_at_end || jb_memcg_oom(&seen)) snprintf(kills, sizeof kills, "%lld", seen.oom_kill);
+    /* for the log: what the memory cgroup counted ("unknown": never read), how the OOM was
+     * known, and how long before Docker reported the end */
+    char kills[24] = "unknown", lead[24] = "";
+    if (seen.counted) snprintf(kills, sizeof kills, "%lld", seen.counts.oom_kill);
+    if (memcg_oom) snprintf(lead, sizeof lead, "%lld", ended_ms - seen.at_ms);
     slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, "memcgOomKills",
-         kills, NULL);
+         kills, "oomKnownFrom",
+         memcg_oom    ? jb_oom_source_name(seen.source)
+         : docker_oom ? "docker"
+                      : "none",
+         "oomKnownMsBeforeEnd", lead, NULL);
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     /* a command running when the sandbox died ends at once (its spawner's channel is gone):
      * its op records how (oom) before the session's end would fail it as unknown */
@@ -511,7 +520,6 @@ static void watch_sandbox(struct jb_session *s) {
     session_fail(w, job, why); /* quiet when the signal ended it already */
     break;
   }
-  jb_memcg_close(&memcg);
 }
 
 /* The jail can no longer write: gives the workspace back its groups and modes. */

@@ -1,4 +1,5 @@
-/* memcg.c — reading a container's memory cgroup counters on the host (see memcg.h). */
+/* memcg.c — a container's memory cgroup on the host: its counters and the kernel's OOM
+ * notification (see memcg.h). */
 #define _GNU_SOURCE
 #include "sandbox/worker/memcg.h"
 
@@ -6,7 +7,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 int jb_memcg_path_parse(const char *text, char *out, size_t size, bool *v2) {
@@ -103,4 +107,89 @@ bool jb_memcg_oom(const struct jb_memcg_counts *c) { return c->oom_kill > 0 || c
 void jb_memcg_close(struct jb_memcg *m) {
   if (m->dirfd >= 0) close(m->dirfd);
   m->dirfd = -1;
+}
+
+/* ---- OOM notification ------------------------------------------------------------------ */
+
+int jb_memcg_notify_open(const struct jb_memcg *m, struct jb_memcg_notify *n, jb_error *err) {
+  *n = (struct jb_memcg_notify){.fd = -1, .v2 = m->v2};
+  if (m->dirfd < 0) return jb_fail(err, ENOENT, "memory cgroup: not open");
+  if (m->v2) {
+    n->fd = openat(m->dirfd, "memory.events", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (n->fd < 0) return jb_fail_errno(err, errno, "memory cgroup: open memory.events");
+    n->events = POLLPRI;
+    return 0;
+  }
+  int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (efd < 0) return jb_fail_errno(err, errno, "memory cgroup: eventfd");
+  int cfd = openat(m->dirfd, "memory.oom_control", O_RDONLY | O_CLOEXEC);
+  int e = errno;
+  int ctl = cfd < 0 ? -1 : openat(m->dirfd, "cgroup.event_control", O_WRONLY | O_CLOEXEC);
+  if (cfd >= 0 && ctl < 0) e = errno;
+  int rc = -1;
+  if (ctl >= 0) {
+    char line[32];
+    int len = snprintf(line, sizeof line, "%d %d", efd, cfd);
+    rc = write(ctl, line, (size_t)len) == len ? 0 : -1;
+    if (rc < 0) e = errno;
+  }
+  /* the kernel keeps what it needs (the eventfd's context); the files can go */
+  if (ctl >= 0) close(ctl);
+  if (cfd >= 0) close(cfd);
+  if (rc < 0) {
+    close(efd);
+    return jb_fail_errno(err, e, "memory cgroup: register an OOM notification (%s)",
+                         cfd < 0   ? "memory.oom_control"
+                         : ctl < 0 ? "cgroup.event_control"
+                                   : "write");
+  }
+  n->fd = efd;
+  n->events = POLLIN;
+  return 0;
+}
+
+bool jb_memcg_notify_pending(const struct jb_memcg_notify *n) {
+  if (n->fd < 0) return false;
+  struct pollfd p = {.fd = n->fd, .events = n->events};
+  return poll(&p, 1, 0) > 0 && (p.revents & (n->events | POLLERR));
+}
+
+static bool cgroup_gone(int e) { return e == ENOENT || e == ENODEV; }
+
+int jb_memcg_notify_take(const struct jb_memcg *m, struct jb_memcg_notify *n,
+                         struct jb_memcg_note *note, jb_error *err) {
+  *note = (struct jb_memcg_note){0};
+  if (n->fd < 0) return jb_fail(err, ENOENT, "memory cgroup: no notification open");
+  if (n->v2) {
+    char text[1024];
+    ssize_t got = pread(n->fd, text, sizeof text - 1, 0);
+    if (got < 0) {
+      if (cgroup_gone(errno)) return note->gone = true, 0;
+      return jb_fail_errno(err, errno, "memory cgroup: read memory.events");
+    }
+    text[got] = '\0';
+    jb_memcg_counts_parse(text, true, &note->counts);
+    note->oom = jb_memcg_oom(&note->counts);
+    return 0;
+  }
+  uint64_t count = 0;
+  if (read(n->fd, &count, sizeof count) != (ssize_t)sizeof count && errno != EAGAIN)
+    return jb_fail_errno(err, errno, "memory cgroup: read the OOM eventfd");
+  jb_error rerr = {0};
+  if (jb_memcg_read(m, &note->counts, &rerr) < 0) {
+    if (!cgroup_gone(rerr.code)) return jb_fail(err, rerr.code, "%s", rerr.msg);
+    /* the removal adds one; anything more was an OOM notified before it */
+    note->gone = true;
+    note->oom = count >= 2;
+    return 0;
+  }
+  /* the cgroup is there, so what was counted came from OOMs (the removal's comes after its
+   * files are gone) */
+  note->oom = count >= 1 || jb_memcg_oom(&note->counts);
+  return 0;
+}
+
+void jb_memcg_notify_close(struct jb_memcg_notify *n) {
+  if (n->fd >= 0) close(n->fd);
+  n->fd = -1;
 }

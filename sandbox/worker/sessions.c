@@ -88,6 +88,7 @@ void session_unlock(struct jb_session *s) {
 }
 
 void session_free(struct jb_session *s) {
+  jb_oomwatch_stop(atomic_load(&s->oomwatch));
   free(s->workspace);
   json_decref(s->limits);
   pthread_mutex_destroy(&s->lock);

@@ -48,6 +48,7 @@
 #include "lib/keyring.h"
 #include "lib/log.h"
 #include "sandbox/worker/head_announce.h"
+#include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/walls.h"
 #include "sandbox/worker/workspace_access.h"
 
@@ -82,6 +83,8 @@ struct jb_session {
   atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
   bool adopted; /* taken over from an earlier run of this worker id (launch.c) */
   atomic_bool kept; /* the keeper holds its channel: it can outlive this worker */
+  struct jb_oomwatch *_Atomic oomwatch; /* its sandbox's OOM watch, set by its thread when it
+                                           starts watching; stopped and freed with it */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists

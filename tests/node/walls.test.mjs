@@ -326,6 +326,14 @@ test('a memory hog is OOM-killed and the session goes to failed', { timeout: 180
     .catch(() => {});
   const f = await waitState(srv, j, ['failed'], 60000);
   assert.match(f.stateReason, /out of memory/);
+  // known from the kernel's OOM notification for the container's memory cgroup, unless the
+  // worker said it could not register one (sandbox/WALLS.md "Out of memory is not an escape")
+  const lines = srv.log().split('\n').filter((l) => l.includes(j));
+  const ended = lines.filter((l) => l.includes('"msg":"sandbox ended"'));
+  assert.equal(ended.length, 1, lines.join('\n'));
+  const e = JSON.parse(ended[0]);
+  console.log(`# memhog: OOM known from: ${e.oomKnownFrom} (${e.oomKnownMsBeforeEnd} ms before Docker reported the end), ${e.memcgOomKills} kill(s) counted`);
+  if (!lines.some((l) => l.includes('no OOM notification'))) assert.equal(e.oomKnownFrom, 'event', ended[0]);
   await waitFor('container removed', async () => (await docker('GET', `/containers/${cid}/json`)).status === 404);
 });
 

@@ -1,0 +1,55 @@
+/* oomwatch.h — one session's watch for the kernel's OOM killer in its sandbox's memory cgroup
+ * (memcg.h): a thread waits on the kernel's notification and reads the counters the moment it
+ * comes, while the cgroup still exists; what it saw is kept for the session, so that the end
+ * of the sandbox is classified from it even when the cgroup went with the container. Where the
+ * notification cannot be registered, the counters are sampled instead (jb_oomwatch_sample). */
+#ifndef JB_WORKER_OOMWATCH_H
+#define JB_WORKER_OOMWATCH_H
+
+#include <stdbool.h>
+
+#include "lib/err.h"
+#include "sandbox/worker/memcg.h"
+
+/* How an OOM was first known. */
+enum jb_oom_source {
+  JB_OOM_NONE = 0, /* not seen */
+  JB_OOM_EVENT, /* from the kernel's notification */
+  JB_OOM_SAMPLE, /* from counters read at a sample or at the end */
+};
+
+/* What a watch saw in the cgroup: `source`, `at_ms` (jb_now_ms() when first known; 0 when not
+ * seen), `counts` (the highest value of each counter read), `counted` (the counters were read
+ * at least once). */
+struct jb_oom_record {
+  enum jb_oom_source source;
+  long long at_ms;
+  struct jb_memcg_counts counts;
+  bool counted;
+};
+
+struct jb_oomwatch;
+
+/* Starts watching the memory cgroup `m` (taken: m->dirfd -1 on return; a cgroup not open,
+ * dirfd -1, gives a watch that sees nothing). 0 with *out watching by notification (one
+ * thread); 1 with *out sampling only and `err` saying why the notification could not be had;
+ * -1 with `err` when there is no memory or no thread (*out NULL, the cgroup closed). */
+int jb_oomwatch_start(struct jb_memcg *m, struct jb_oomwatch **out, jb_error *err);
+
+/* Reads the counters now when `w` samples (no notification); nothing when it is notified. */
+void jb_oomwatch_sample(struct jb_oomwatch *w);
+
+/* What `w` saw, into *rec, once the sandbox ended (any thread). A notification the kernel
+ * delivered that the watch's thread has not taken yet is taken here, at once (the kernel
+ * signals before it kills, so one that ended the sandbox is there); nothing is waited for.
+ * Then the counters are read once more if the cgroup is still there. Whether an OOM was seen
+ * (rec->source != JB_OOM_NONE). */
+bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec);
+
+/* "event", "sample" or "none". */
+const char *jb_oom_source_name(enum jb_oom_source s);
+
+/* Wakes and joins the thread, closes every descriptor and the cgroup, frees `w` (NULL: no-op). */
+void jb_oomwatch_stop(struct jb_oomwatch *w);
+
+#endif
