@@ -1,9 +1,10 @@
 /* main.c — jailbox-worker: the only process that talks to Docker. Its settings (the table for
  * lib/settings.h, all from the environment: the worker is normally started by jailboxd, which
  * passes the database), its start — the seccomp profile, the signing key, the pid file, the
- * database, clearing what a previous run left (launch.c), the wall probe, the threads — the
- * main thread's loop (launch and teardown jobs, jb_kill, probing again), and its stop.
- * worker.h says which thread owns what; the other files: launch.c, relay.c, signals.c,
+ * database, taking over or clearing what a previous run left (adopt.c), the wall probe, the
+ * threads — the main thread's loop (launch and teardown jobs, jb_kill, probing again), and its
+ * stop.
+ * worker.h says which thread owns what; the other files: launch.c, adopt.c, relay.c, signals.c,
  * sessions.c, control.c, direct_server.c, heads.c.
  *
  * `jailbox-worker --help` lists the settings. `--probe` runs the probe, prints it as JSON and
@@ -583,7 +584,7 @@ int main(int argc, char **argv) {
     slog(w, JB_LOG_WARN, NULL, err.msg, "phase", "descriptor keeper", NULL);
   /* the sessions an earlier run left are taken over before anything else, and served before
    * the probe (seconds: a container of its own) — only new launches need it */
-  launch_startup_cleanup(w);
+  adopt_at_start(w);
   struct threads t = {0};
   start_threads(w, &t);
   struct jb_probe p;
