@@ -249,14 +249,13 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
   return true;
 }
 
-
 /* One container listed at start: what the list says of it (borrowed from the list) and which
  * keeper entry goes with it. */
 struct found {
   const char *id, *job, *state; /* Id, label jailbox.session (NULL: a probe), State */
-  bool mine;                    /* label jailbox.worker is this worker id */
-  int kept;                     /* the keeper's entry for its session, -1: none */
-  bool kept_here;               /* that entry names this container (kept[].cid == id) */
+  bool mine; /* label jailbox.worker is this worker id */
+  int kept; /* the keeper's entry for its session, -1: none */
+  bool kept_here; /* that entry names this container (kept[].cid == id) */
   bool stray; /* another container of its session is the one its kept entry names */
 };
 
