@@ -20,6 +20,7 @@
 
 #include "db/launch_jobs.h"
 #include "db/sessions.h"
+#include "lib/metrics.h"
 #include "sandbox/worker/worker.h"
 
 /* threads that handle the listed containers at start, at most: each holds one pooled database
@@ -123,7 +124,7 @@ static bool session_here(struct jb_worker *w, const char *job) {
   return here;
 }
 
-/* Whether the contract `walls_json` says wall `name` was up. */
+/* Whether `contract` says wall `name` was up. */
 static bool contract_wall_up(json_t *contract, const char *name) {
   return json_is_true(
       json_object_get(json_object_get(json_object_get(contract, "walls"), name), "up"));
@@ -134,10 +135,14 @@ static bool contract_wall_up(json_t *contract, const char *name) {
  * and its walls checked again, and its thread watches the sandbox as after a launch. The
  * spawner's channel is taken over too (jb_spawner_adopt: a command that ran is killed, and its
  * op is failed: exec_op_fail_orphans), so exec runs again; when it cannot be, the contract's
- * "exec" says unavailable and why. true, or false with `why` (the session is then failed; ""
- * when another worker's lease holds it: it is left alone). */
+ * "exec" says unavailable and why. `cid` is the container k->cid names (pair_kept). Runs on
+ * any thread of adopt_at_start, beside the other sessions' adoptions: what they share is the
+ * table (under w->lock), the connection pool and the keeper (a connection of its own each).
+ * true, or false with `why` (the session is then failed; "" when another worker's lease holds
+ * it: it is left alone). */
 static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid, char *why,
                   size_t wlen) {
+  long long t0 = jb_now_ms(), t[6] = {0}; /* when each step ended, for the log */
   jb_error err = {0};
   struct jb_launch_job j;
   char *walls = NULL;
@@ -153,6 +158,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     }
   }
   /* two workers never drive one sandbox */
+  t[0] = jb_now_ms();
   if (session_lease(w, k->job) == JB_ERR_CONFLICT) {
     jb_launch_job_free(&j);
     free(walls);
@@ -188,10 +194,12 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
   jb_spawner_init(&sb->spawner);
   for (int wall = 0; wall < JB_WALL_COUNT; wall++)
     sb->walls_up[wall] = contract_wall_up(contract, jb_wall_names[wall]);
+  t[1] = jb_now_ms();
   int fd = dup(k->fd[0]);
   int rc = fd < 0 ? jb_fail_errno(&err, errno, "dup")
                   : jb_shimconn_adopt(&sb->conn, fd, w->walls.call_timeout_ms, &err);
   sb->conn_open = fd >= 0;
+  t[2] = jb_now_ms();
   if (rc < 0) {
     snprintf(why, wlen, "worker restarted; the shim's channel could not be taken over: %s",
              err.msg);
@@ -207,6 +215,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     session_free(s);
     return false;
   }
+  t[3] = jb_now_ms();
   grant_load(k->fd[2], &s->grant);
   /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
    * and the contract says why */
@@ -223,6 +232,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     json_object_set_new(xc, "available", json_false());
     json_object_set_new(xc, "reason", why_x);
   }
+  t[4] = jb_now_ms();
   if (keeper_put(w, k->job, cid, k->fd[0], sb->spawner.fd >= 0 ? k->fd[1] : -1, k->fd[2], &err) < 0)
     slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);
   s->sb_ready = true;
@@ -244,8 +254,15 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     snprintf(why, wlen, "worker restarted; no room to take the session over");
     return false;
   }
+  t[5] = jb_now_ms();
   exec_op_fail_orphans(w, k->job);
-  slog(w, JB_LOG_INFO, k->job, "session re-adopted", "container", cid, NULL);
+  char steps[160];
+  snprintf(steps, sizeof steps,
+           "read %lld, lease %lld, channel %lld, walls %lld, spawner %lld, keeper %lld, "
+           "orphans %lld",
+           t[0] - t0, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], t[5] - t[4],
+           jb_now_ms() - t[5]);
+  slog(w, JB_LOG_INFO, k->job, "session re-adopted", "container", cid, "stepsMs", steps, NULL);
   return true;
 }
 
