@@ -31,7 +31,15 @@ struct slot {
   bool adopted; /* not our child: watched through its pid file's lock */
   long long started_ms, next_start_ms;
   long backoff_ms;
+  int quick_ready; /* deaths in a row of a worker that was ready and ran under READY_RUN_MS */
 };
+
+/* A worker that said it was ready (its ready file names its pid) and then died is started
+ * again at once: it failed at its work, not at its start, and its sessions wait for the next
+ * one. Only when that happens more than READY_AGAIN_MAX times in a row, each within
+ * READY_RUN_MS of its start, does the growing pause apply to it. */
+#define READY_RUN_MS 10000
+#define READY_AGAIN_MAX 8
 
 struct jb_workers {
   char bin[PATH_MAX];
@@ -57,6 +65,18 @@ static pid_t locked_pid(const char *path) {
   }
   close(fd);
   return pid;
+}
+
+/* Whether the worker `pid` of pid file `pidfile` said it was ready: "<pidfile>.ready" holds its
+ * pid (sandbox/worker/main.c mark_ready). */
+static bool said_ready(const char *pidfile, pid_t pid) {
+  char path[PATH_MAX + 8], buf[32] = "";
+  snprintf(path, sizeof path, "%s.ready", pidfile);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+  close(fd);
+  return r > 0 && (pid_t)atoi(buf) == pid;
 }
 
 static void spawn(struct jb_workers *w, struct slot *s) {
@@ -111,14 +131,18 @@ static void *monitor(void *arg) {
           snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
         else
           snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(st));
-        /* a worker that ran a minute had a good run: start again at once */
-        if (jb_now_ms() - s->started_ms > 60000) s->backoff_ms = 0;
+        long long ran = jb_now_ms() - s->started_ms;
+        bool ready = said_ready(s->pidfile, s->pid);
+        s->quick_ready = ready && ran < READY_RUN_MS ? s->quick_ready + 1 : 0;
+        /* a worker that ran a minute had a good run: the pause starts again from its least */
+        if (ran > 60000) s->backoff_ms = 0;
         s->backoff_ms =
             s->backoff_ms ? (s->backoff_ms * 2 > 30000 ? 30000 : s->backoff_ms * 2) : 1000;
         s->next_start_ms = jb_now_ms() + s->backoff_ms;
-        /* a clean exit is a drain (SIGTERM: an upgrade of the binary): its sessions wait for
-         * the next worker, which starts now */
-        if (!s->adopted && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        /* a clean exit is a drain (SIGTERM: an upgrade of the binary), and a worker that was
+         * ready died at its work: its sessions wait for the next worker, which starts now */
+        if ((!s->adopted && WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+            (ready && s->quick_ready <= READY_AGAIN_MAX)) {
           s->backoff_ms = 0;
           s->next_start_ms = jb_now_ms();
         }
@@ -126,7 +150,7 @@ static void *monitor(void *arg) {
         char b[24];
         snprintf(b, sizeof b, "%ld", s->backoff_ms);
         jb_log(JB_LOG_WARN, "worker exited; restarting", "worker", s->id, "how", how, "afterMs", b,
-               NULL);
+               "wasReady", ready ? "true" : "false", NULL);
       } else if (jb_now_ms() >= s->next_start_ms) {
         pid_t other = locked_pid(s->pidfile);
         if (other > 0) {
@@ -139,7 +163,7 @@ static void *monitor(void *arg) {
       }
     }
     pthread_mutex_unlock(&w->lock);
-    struct timespec ts = {0, 200 * 1000 * 1000};
+    struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   return NULL;

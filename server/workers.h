@@ -1,7 +1,10 @@
 /* workers.h — jailboxd's side of its workers: starts JAILBOX_WORKERS jailbox-worker
  * processes (found next to jailboxd unless JAILBOX_WORKER_BIN says otherwise) with the same
- * database, restarts one that dies (with a growing pause; at once after a clean exit, a drain), adopts one left running by an
- * earlier jailboxd (its pid file is locked), and stops them at shutdown. */
+ * database, restarts one that dies (with a growing pause when it dies before it is ready; at
+ * once after a clean exit, a drain, and after the death of a worker that was ready, unless that
+ * repeats too often), adopts one left running by an earlier jailboxd (its pid file is locked),
+ * and stops them at shutdown. A worker says it is ready by writing its pid into
+ * "<pid file>.ready". */
 #ifndef JB_SANDBOX_SUPERVISE_H
 #define JB_SANDBOX_SUPERVISE_H
 

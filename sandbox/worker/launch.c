@@ -3,8 +3,8 @@
  * share one queue); each launch gets a session thread that pins and pre-scans the workspace,
  * gives the jail access to it, builds the three walls (walls.c), writes the session contract,
  * moves the session on, watches the sandbox until the session ends, removes it and gives the
- * workspace back. A teardown job removes the session's containers. At start, what a previous
- * run of the same worker id left behind is cleared. */
+ * workspace back. A teardown job removes the session's containers. What a previous run of the
+ * same worker id left behind is taken over or cleared in adopt.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -162,80 +161,6 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
   return JB_OK;
 }
 
-/* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
-
-/* What a workspace grant holds besides its entries, at the start of its memfd. */
-struct grant_head {
-  dev_t root_dev;
-  ino_t root_ino;
-  bool valid;
-  size_t n;
-};
-
-/* All `len` bytes at `off` written from (`out`) or read into `buf`. 0, or -1 (errno). */
-static int pio_full(int fd, void *buf, size_t len, off_t off, bool out) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t k = out ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    len -= (size_t)k;
-    off += k;
-  }
-  return 0;
-}
-
-/* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
- * that the workspace is given back at the session's end), or -1. */
-static int grant_memfd(const struct jb_workspace_grant *g) {
-  int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  struct grant_head h = {
-      .root_dev = g->root_dev, .root_ino = g->root_ino, .valid = g->valid, .n = g->n};
-  if (pio_full(fd, &h, sizeof h, 0, true) < 0 ||
-      (g->n && pio_full(fd, g->v, g->n * sizeof *g->v, sizeof h, true) < 0)) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/* A grant from a memfd grant_memfd made, into *g (empty and invalid when it cannot be read). */
-static void grant_load(int fd, struct jb_workspace_grant *g) {
-  memset(g, 0, sizeof *g);
-  struct grant_head h;
-  if (fd < 0 || pio_full(fd, &h, sizeof h, 0, false) < 0 || h.n > (SIZE_MAX / sizeof *g->v) / 2)
-    return;
-  g->v = calloc(h.n ? h.n : 1, sizeof *g->v);
-  if (!g->v) return;
-  if (h.n && pio_full(fd, g->v, h.n * sizeof *g->v, sizeof h, false) < 0) {
-    free(g->v);
-    g->v = NULL;
-    return;
-  }
-  g->n = g->cap = h.n;
-  g->root_dev = h.root_dev;
-  g->root_ino = h.root_ino;
-  g->valid = h.valid;
-}
-
-/* Hands the keeper copies of the running session's channels and grant: a worker that starts
- * under this id after this one died or was upgraded takes the session over (only with the
- * socket channel: the attach stream ends with the worker). */
-static void keep_channels(struct jb_session *s) {
-  if (s->sb.conn.sock < 0) return;
-  int gfd = grant_memfd(&s->grant);
-  jb_error err = {0};
-  if (keeper_put(s->w, s->job_id, s->sb.container_id, s->sb.conn.sock, s->sb.spawner.fd, gfd,
-                 &err) < 0)
-    slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
-         NULL);
-  else
-    atomic_store(&s->kept, true);
-  if (gfd >= 0) close(gfd);
-}
-
 /* ---- the launch --------------------------------------------------------------------------- */
 
 /* The launch of `s` failed with the reason `fmt`…: the session fails, and its launch job
@@ -361,7 +286,7 @@ static int launch(struct jb_session *s) {
   pthread_mutex_lock(&w->lock);
   snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
   pthread_mutex_unlock(&w->lock);
-  keep_channels(s);
+  adopt_keep_channels(s);
   (void)session_lease(w, job);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
@@ -550,8 +475,7 @@ bool session_keepable(struct jb_session *s) {
   return s->w->keeper_path[0] && atomic_load(&s->kept);
 }
 
-/* A session's thread (arg: the session). */
-static void *session_main(void *arg) {
+void *session_main(void *arg) {
   struct jb_session *s = arg;
   struct jb_worker *w = s->w;
   if (!s->adopted)
@@ -607,7 +531,7 @@ bool container_gone(struct jb_worker *w, const char *cid, long ms) {
 /* The containers of this deployment on this Docker daemon, running or not, and with `job`
  * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
  * (new), or NULL with `err`. */
-static json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err) {
+json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err) {
   char l1[200], l2[64], enc[800], path[900];
   snprintf(l1, sizeof l1, "jailbox.session=%s", job ? job : "");
   snprintf(l2, sizeof l2, "jailbox.deployment=%s", w->walls.deployment);
@@ -725,232 +649,4 @@ void launch_drain_queue(struct jb_worker *w) {
       start_session(w, &j);
     jb_launch_job_free(&j);
   }
-}
-
-/* ---- start-up cleanup ------------------------------------------------------------------------ */
-
-/* Fails the jobs a previous run of this worker id had claimed; *list (new) receives their
- * sessions as a JSON array. */
-static int abandon_jobs(struct jb_worker *w, char **list, jb_error *err) {
-  cleanup_conn struct worker_conn conn = worker_conn(w, err);
-  if (!conn.pg) return JB_ERR_FAIL;
-  return jb_db_jobs_abandon(conn.pg, w->walls.worker_id, "worker restarted while the job ran", list,
-                            err);
-}
-
-/* The state of session `job` into `state` (20 bytes). */
-static int session_state(struct jb_worker *w, const char *job, char state[20], jb_error *err) {
-  cleanup_conn struct worker_conn conn = worker_conn(w, err);
-  if (!conn.pg) return JB_ERR_FAIL;
-  return jb_db_session_state(conn.pg, job, state, err);
-}
-
-/* Whether session `job` is in the table. */
-static bool session_here(struct jb_worker *w, const char *job) {
-  pthread_mutex_lock(&w->lock);
-  bool here = session_find(w, job) != NULL;
-  pthread_mutex_unlock(&w->lock);
-  return here;
-}
-
-/* Whether the contract `walls_json` says wall `name` was up. */
-static bool contract_wall_up(json_t *contract, const char *name) {
-  return json_is_true(
-      json_object_get(json_object_get(json_object_get(contract, "walls"), name), "up"));
-}
-
-/* Takes over session `k->job` whose container `cid` runs and whose shim channel the keeper
- * held: the session joins the table with its channel re-opened (the line boundary found again)
- * and its walls checked again, and its thread watches the sandbox as after a launch. The
- * spawner's channel is taken over too (jb_spawner_adopt: a command that ran is killed, and its
- * op is failed: exec_op_fail_orphans), so exec runs again; when it cannot be, the contract's
- * "exec" says unavailable and why. true, or false with `why` (the session is then failed; ""
- * when another worker's lease holds it: it is left alone). */
-static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid, char *why,
-                  size_t wlen) {
-  jb_error err = {0};
-  struct jb_launch_job j;
-  char *walls = NULL;
-  {
-    cleanup_conn struct worker_conn conn = worker_conn(w, &err);
-    int rc = conn.pg
-                 ? jb_db_session_adopt_info(conn.pg, k->job, w->walls.worker_id, &j, &walls, &err)
-                 : JB_ERR_FAIL;
-    if (rc != JB_OK) {
-      snprintf(why, wlen, "worker restarted; the session could not be read: %s",
-               rc == JB_ERR_NOT_FOUND ? "not launched by this worker" : err.msg);
-      return false;
-    }
-  }
-  /* two workers never drive one sandbox */
-  if (session_lease(w, k->job) == JB_ERR_CONFLICT) {
-    jb_launch_job_free(&j);
-    free(walls);
-    why[0] = '\0';
-    return false;
-  }
-  struct jb_session *s = calloc(1, sizeof *s);
-  json_t *limits = json_loads(j.limits_json, 0, NULL);
-  json_t *contract = walls[0] ? json_loads(walls, 0, NULL) : NULL;
-  free(walls);
-  if (!s || !limits || !contract) {
-    free(s);
-    json_decref(limits);
-    json_decref(contract);
-    jb_launch_job_free(&j);
-    snprintf(why, wlen, "worker restarted; the session's contract could not be read");
-    return false;
-  }
-  s->w = w;
-  s->adopted = true;
-  snprintf(s->job_id, sizeof s->job_id, "%s", k->job);
-  s->launch_job = j.id;
-  s->workspace = j.workspace;
-  j.workspace = NULL;
-  s->limits = limits;
-  snprintf(s->image, sizeof s->image, "%s", j.image[0] ? j.image : w->walls.image);
-  jb_launch_job_free(&j);
-  pthread_mutex_init(&s->lock, NULL);
-  struct jb_sandbox *sb = &s->sb;
-  snprintf(sb->job_id, sizeof sb->job_id, "%s", k->job);
-  snprintf(sb->container_id, sizeof sb->container_id, "%s", cid);
-  sb->contract = contract;
-  jb_spawner_init(&sb->spawner);
-  for (int wall = 0; wall < JB_WALL_COUNT; wall++)
-    sb->walls_up[wall] = contract_wall_up(contract, jb_wall_names[wall]);
-  int fd = dup(k->fd[0]);
-  int rc = fd < 0 ? jb_fail_errno(&err, errno, "dup")
-                  : jb_shimconn_adopt(&sb->conn, fd, w->walls.call_timeout_ms, &err);
-  sb->conn_open = fd >= 0;
-  if (rc < 0) {
-    snprintf(why, wlen, "worker restarted; the shim's channel could not be taken over: %s",
-             err.msg);
-  } else if (jb_sandbox_recheck(&w->walls, sb, &err) < 0) {
-    snprintf(why, wlen, "worker restarted; the walls were checked again and failed: %s", err.msg);
-    rc = -1;
-  }
-  if (rc < 0) {
-    if (sb->conn_open) jb_shimconn_close(&sb->conn);
-    sb->conn_open = false;
-    json_decref(sb->contract);
-    sb->contract = NULL;
-    session_free(s);
-    return false;
-  }
-  grant_load(k->fd[2], &s->grant);
-  /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
-   * and the contract says why */
-  json_t *xc = json_object_get(contract, "exec");
-  bool had_spawner = k->fd[1] >= 0 && json_is_true(json_object_get(xc, "available"));
-  int sfd = had_spawner ? dup(k->fd[1]) : -1;
-  if (had_spawner && (sfd < 0 || jb_spawner_adopt(&sb->spawner, sfd, xc, 3000, &err) < 0)) {
-    if (sfd < 0) jb_fail_errno(&err, errno, "dup");
-    slog(w, JB_LOG_WARN, k->job, err.msg, "step", "take over the spawner's channel", NULL);
-    json_t *why_x = json_sprintf(
-        "worker restarted; the spawner's channel could not be taken "
-        "over: %s",
-        err.msg);
-    json_object_set_new(xc, "available", json_false());
-    json_object_set_new(xc, "reason", why_x);
-  }
-  if (keeper_put(w, k->job, cid, k->fd[0], sb->spawner.fd >= 0 ? k->fd[1] : -1, k->fd[2], &err) < 0)
-    slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);
-  s->sb_ready = true;
-  atomic_store(&s->kept, true);
-  snprintf(s->cid, sizeof s->cid, "%s", cid);
-  pthread_mutex_lock(&w->lock);
-  bool room = w->n_sessions < JB_WORKER_SESSIONS_MAX;
-  if (room) w->sessions[w->n_sessions++] = s;
-  pthread_mutex_unlock(&w->lock);
-  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
-    if (room) {
-      pthread_mutex_lock(&w->lock);
-      w->n_sessions--;
-      pthread_mutex_unlock(&w->lock);
-    }
-    jb_sandbox_destroy(&w->walls, sb);
-    jb_workspace_grant_free(&s->grant);
-    session_free(s);
-    snprintf(why, wlen, "worker restarted; no room to take the session over");
-    return false;
-  }
-  exec_op_fail_orphans(w, k->job);
-  slog(w, JB_LOG_INFO, k->job, "session re-adopted", "container", cid, NULL);
-  return true;
-}
-
-void launch_startup_cleanup(struct jb_worker *w) {
-  jb_error err = {0};
-  char *abandoned = NULL;
-  if (abandon_jobs(w, &abandoned, &err) != JB_OK) {
-    slog(w, JB_LOG_ERROR, NULL, err.msg, "step", "abandon jobs", NULL);
-  } else {
-    json_t *jobs = json_loads(abandoned, 0, NULL);
-    size_t i;
-    json_t *j;
-    json_array_foreach (jobs, i, j)
-      session_fail(w, json_string_value(j),
-                   "worker restarted during the launch; the sandbox was lost");
-    json_decref(jobs);
-    free(abandoned);
-  }
-  /* the channels an earlier run of this worker id handed the keeper */
-  struct jb_kept *kept = NULL;
-  size_t nkept = 0;
-  if (keeper_get(w, &kept, &nkept, &err) < 0)
-    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "kept channels", NULL);
-  bool *taken = calloc(nkept ? nkept : 1, sizeof *taken);
-  /* containers on this daemon: ours from before the restart, and any whose session ended */
-  json_auto_t *list = list_containers(w, NULL, &err);
-  if (!list) {
-    slog(w, JB_LOG_WARN, NULL, "cannot list containers at start", "error", err.msg, NULL);
-    kept_free(kept, nkept);
-    free(taken);
-    return;
-  }
-  size_t i;
-  json_t *c;
-  json_array_foreach (list, i, c) {
-    const char *id = json_string_value(json_object_get(c, "Id"));
-    json_t *labels = json_object_get(c, "Labels");
-    const char *job = json_string_value(json_object_get(labels, "jailbox.session"));
-    const char *owner = json_string_value(json_object_get(labels, "jailbox.worker"));
-    const char *cstate = json_string_value(json_object_get(c, "State"));
-    bool mine = owner && strcmp(owner, w->walls.worker_id) == 0;
-    bool remove = false;
-    const char *why = "";
-    char reason[700] = "worker restarted; the sandbox was lost";
-    if (!job) {
-      remove = mine; /* a probe container of ours */
-      why = "probe left behind";
-    } else {
-      char state[20] = "";
-      int rc = session_state(w, job, state, &err);
-      bool live = rc == JB_OK && jb_state_is_live(state);
-      if (rc == JB_ERR_FAIL) continue; /* cannot tell: leave it */
-      if (mine && live) {
-        size_t k = 0;
-        while (k < nkept && strcmp(kept[k].job, job)) k++;
-        bool running = cstate && !strcmp(cstate, "running");
-        if (k < nkept && taken && kept[k].fd[0] >= 0 && running && id && !taken[k]) {
-          taken[k] = true;
-          if (adopt(w, &kept[k], id, reason, sizeof reason)) continue;
-          if (!reason[0]) continue; /* another worker drives it: left alone */
-        }
-        session_fail(w, job, reason);
-        remove = true;
-        why = "session lost by the restart";
-      } else if (!live) {
-        remove = true;
-        why = "session no longer live";
-      }
-    }
-    if (remove && id && jb_container_remove(&w->walls, id, &err) == 0)
-      slog(w, JB_LOG_INFO, job, "stale container removed", "container", id, "why", why, NULL);
-  }
-  /* what the keeper held for sessions not taken over: let go */
-  for (size_t k = 0; k < nkept; k++)
-    if (!taken || !taken[k] || !session_here(w, kept[k].job)) keeper_del(w, kept[k].job);
-  kept_free(kept, nkept);
-  free(taken);
 }

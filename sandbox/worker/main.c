@@ -1,9 +1,10 @@
 /* main.c — jailbox-worker: the only process that talks to Docker. Its settings (the table for
  * lib/settings.h, all from the environment: the worker is normally started by jailboxd, which
  * passes the database), its start — the seccomp profile, the signing key, the pid file, the
- * database, clearing what a previous run left (launch.c), the wall probe, the threads — the
- * main thread's loop (launch and teardown jobs, jb_kill, probing again), and its stop.
- * worker.h says which thread owns what; the other files: launch.c, relay.c, signals.c,
+ * database, taking over or clearing what a previous run left (adopt.c), the wall probe, the
+ * threads — the main thread's loop (launch and teardown jobs, jb_kill, probing again), and its
+ * stop.
+ * worker.h says which thread owns what; the other files: launch.c, adopt.c, relay.c, signals.c,
  * sessions.c, control.c, direct_server.c, heads.c.
  *
  * `jailbox-worker --help` lists the settings. `--probe` runs the probe, prints it as JSON and
@@ -260,14 +261,34 @@ static int take_pidfile(const char *path, jb_error *err) {
     close(fd);
     return jb_fail(err, EEXIST, "pid file %s is locked: a worker with this id runs already", path);
   }
-  char pid[32];
+  char pid[32], ready[PATH_MAX];
   int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  snprintf(ready, sizeof ready, "%s.ready", path);
+  unlink(ready); /* an earlier worker's: this one is not ready yet */
   if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
     int e = errno;
     close(fd);
     return jb_fail_errno(err, e, "pid file %s", path);
   }
   return fd;
+}
+
+/* Says this worker is ready (its sessions re-adopted, its threads up) to jailboxd: its pid in
+ * "<pid file>.ready", put in place by a rename (server/workers.c restarts a worker that was
+ * ready at once when it dies). Logged when it cannot be written. */
+static void mark_ready(struct jb_worker *w) {
+  const char *path = w->set.pidfile;
+  if (!path[0]) return;
+  char ready[PATH_MAX], tmp[PATH_MAX + 8], pid[32];
+  snprintf(ready, sizeof ready, "%s.ready", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", ready);
+  int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  bool ok = fd >= 0 && write(fd, pid, (size_t)n) == n;
+  if (fd >= 0) close(fd);
+  if (!ok || rename(tmp, ready) < 0)
+    slog(w, JB_LOG_WARN, NULL, "cannot mark the worker ready", "path", ready, "error",
+         strerror(errno), NULL);
 }
 
 static bool probe_ok(const struct jb_worker *w, const struct jb_probe *p) {
@@ -583,9 +604,10 @@ int main(int argc, char **argv) {
     slog(w, JB_LOG_WARN, NULL, err.msg, "phase", "descriptor keeper", NULL);
   /* the sessions an earlier run left are taken over before anything else, and served before
    * the probe (seconds: a container of its own) — only new launches need it */
-  launch_startup_cleanup(w);
+  adopt_at_start(w);
   struct threads t = {0};
   start_threads(w, &t);
+  mark_ready(w);
   struct jb_probe p;
   jb_walls_probe(&w->walls, &p);
   pthread_mutex_lock(&w->lock);

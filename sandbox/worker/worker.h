@@ -4,7 +4,8 @@
  * functions one part calls in another.
  *
  * Threads, and what each owns:
- *   main        (main.c)          settings and start-up; then claims launch and teardown
+ *   main        (main.c)          settings and start-up (adopt.c: with up to 8 threads of
+ *                                 its own while it re-adopts); then claims launch and teardown
  *                                 jobs (launch.c), reaps finished sessions, probes the walls
  *                                 again, kills on jb_kill; at the end stops every other thread.
  *                                 Adds sessions to the table and removes them.
@@ -81,7 +82,7 @@ struct jb_session {
   char cid[80]; /* the container, once up (guarded by w->lock, not lock: an op in
                                 flight holds lock for the whole call) */
   atomic_bool killing; /* killed for an abort: an op in flight fails with "aborted" */
-  bool adopted; /* taken over from an earlier run of this worker id (launch.c) */
+  bool adopted; /* taken over from an earlier run of this worker id (adopt.c) */
   atomic_bool kept; /* the keeper holds its channel: it can outlive this worker */
   struct jb_oomwatch *_Atomic oomwatch; /* its sandbox's OOM watch, set by its thread when it
                                            starts watching; stopped and freed with it */
@@ -210,9 +211,15 @@ void session_free(struct jb_session *s);
 /* Claims and starts every launch and teardown job available now (main thread). */
 void launch_drain_queue(struct jb_worker *w);
 
-/* At start: fails the jobs and sessions a previous run of this worker id left unfinished and
- * removes the containers of this deployment that no live session of ours owns. */
-void launch_startup_cleanup(struct jb_worker *w);
+/* A session's thread (arg: the session, in the table): launches it unless it was adopted,
+ * watches its sandbox until it ends, removes it (or, on a drain, leaves it to the keeper) and
+ * gives the workspace back. Sets s->finished at its end. */
+void *session_main(void *arg);
+
+/* The containers of this deployment on this Docker daemon, running or not, and with `job`
+ * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
+ * (new), or NULL with `err`. */
+json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err);
 
 /* Takes this worker's lease on session `job` (db/launch_jobs.h). JB_OK, JB_ERR_CONFLICT
  * (another worker drives it), JB_ERR_FAIL; logged. */
@@ -231,6 +238,21 @@ void session_remove_containers(struct jb_worker *w, const char *job);
  * running at the same time: the second DELETE answers 409 before the first is done).
  * Returns whether it is gone. */
 bool container_gone(struct jb_worker *w, const char *cid, long ms);
+
+/* ---- start-up and re-adoption (adopt.c) --------------------------------------------------- */
+
+/* At start (main thread, before the other threads): fails the launch jobs a previous run of
+ * this worker id left claimed, re-adopts its running sessions whose shim channel the keeper
+ * held for their own container, fails the other live sessions of ours whose container is
+ * listed, removes what no live session of ours owns and lets the keeper drop what was not taken
+ * over. The containers are handled by up to 8 threads; returns once all are done. */
+void adopt_at_start(struct jb_worker *w);
+
+/* Hands the keeper copies of running session `s`'s channels and workspace grant, so that a
+ * worker that starts under this id after this one died or was upgraded can take the session
+ * over (only with the socket channel: the attach stream ends with the worker); sets s->kept.
+ * A failure is logged: the session then ends with this worker. */
+void adopt_keep_channels(struct jb_session *s);
 
 /* ---- the descriptor keeper (keeper.c) ------------------------------------------------------ */
 

@@ -2,12 +2,14 @@
 // again under the same id takes over the running containers (their shim channels were held by
 // the descriptor keeper, sandbox/worker/keeper.c), checks their walls again and serves them;
 // pending approvals stay pending and land once approved; nothing runs twice; every chain
-// verifies offline. JB_READOPT_SESSIONS sets how many live sessions the kill -9 case runs
-// (default 3). Needs root, dockerd with runsc.
+// verifies offline; a kept channel is taken over only by the container it was kept for.
+// JB_READOPT_SESSIONS sets how many live sessions the kill -9 case runs (default 3). Needs root,
+// dockerd with runsc.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, readFileSync, realpathSync, renameSync, statSync,
-  writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync,
+  statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { JAILBOXD } from './lib/server.mjs';
@@ -285,4 +287,53 @@ test('worker SIGKILLed while an exec runs: the re-adopted session runs exec agai
   assert.equal(st.walls.exec.available, true, JSON.stringify(st.walls.exec));
   const execs = verifiedChain(srv, s.jobId).filter((e) => e.operation === 'exec');
   assert.deepEqual(execs.map((e) => e.details.ok), [true, false, true]);
+});
+
+// One request to the descriptor keeper of `srv`'s worker (sandbox/worker/keeper.c: SOCK_SEQPACKET,
+// descriptors by SCM_RIGHTS, which node's net module cannot send): `text`, with /dev/null as its
+// one descriptor when `withFd`; the answer's packets up to "OK" or "END", one per line.
+function askKeeper(srv, text, withFd) {
+  const socks = readdirSync(srv.state).filter((f) => /^jbk-[0-9a-f]{16}\.s$/.test(f));
+  assert.equal(socks.length, 1, 'the keeper socket in the state directory: ' + socks);
+  const py = `import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1])
+fds = [os.open('/dev/null', os.O_RDWR)] if sys.argv[3] == '1' else []
+socket.send_fds(s, [sys.argv[2].encode()], fds)
+while True:
+    m = s.recv(600).decode()
+    print(m)
+    if m in ('OK', 'END', 'BAD', 'FULL', ''): break`;
+  return execFileSync('python3', ['-c', py, join(srv.state, socks[0]), text, withFd ? '1' : '0'], { encoding: 'utf8' })
+    .trim().split('\n');
+}
+
+// A kept channel belongs to one container: the keeper's entry for session A made to name B's
+// container (put straight on the keeper's socket) is not taken over after the worker's SIGKILL —
+// A fails with that reason, its container is removed and the entry let go — while B, whose
+// entry is its own, is re-adopted and served.
+test('a kept channel naming another container is not taken over: that session fails with the reason, the other is served', { timeout: 300000 }, async () => {
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
+  servers.push(srv);
+  const a = await liveSession(srv, 0);
+  const b = await liveSession(srv, 1);
+  const cidA = (await containersOf(a.jobId)).map((c) => c.Id);
+  const cidB = (await containersOf(b.jobId)).map((c) => c.Id);
+  assert.equal(cidA.length, 1);
+  assert.equal(cidB.length, 1);
+  const held = askKeeper(srv, 'GET', false);
+  assert.ok(held.some((l) => l.startsWith(`ENT ${a.jobId} ${cidA[0]} 1`)), held.join('\n'));
+  assert.deepEqual(askKeeper(srv, `PUT ${a.jobId} ${cidB[0]} 100`, true), ['OK']);
+  const before = readyCount(srv);
+  process.kill(workerPid(srv), 'SIGKILL');
+  const st = await waitState(srv, a.jobId, ['failed'], 30000);
+  assert.equal(st.stateReason, `worker restarted; the channel the descriptor keeper held for the session belongs to container ${cidB[0].slice(0, 12)}, not to its container ${cidA[0].slice(0, 12)}: not taken over`);
+  await waitFor(srv, 'a new worker', () => readyCount(srv) > before, 20000);
+  await waitFor(srv, 'the other session served', async () => (await readOf(b.agent, 'a.txt')) === 'before 1\n', 20000);
+  assert.deepEqual((await containersOf(b.jobId)).map((c) => c.Id), cidB, 'the same container');
+  await waitFor(srv, "A's container removed", async () => (await containersOf(a.jobId)).length === 0, 20000);
+  const after = askKeeper(srv, 'GET', false);
+  assert.ok(!after.some((l) => l.startsWith(`ENT ${a.jobId} `)), after.join('\n'));
+  assert.ok(after.some((l) => l.startsWith(`ENT ${b.jobId} ${cidB[0]} `)), after.join('\n'));
+  assert.match(srv.log(), new RegExp(`"msg":"kept channel of another container"[^\\n]*"jobId":"${a.jobId}"`));
 });
