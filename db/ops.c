@@ -33,7 +33,7 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
                     char state[20], jb_error *err) {
   return jb_db_op_create_decided(c, job_id, tool, path, args_json, pending, expect_json, NULL, NULL,
-                                 -1, NULL, op_id, state, err);
+                                 -1, NULL, NULL, op_id, state, err);
 }
 
 /* The op insert of jb_db_op_create_decided; LOCK is empty, or " FOR KEY SHARE" when the rules
@@ -47,9 +47,9 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
   "   = $6::jsonb) AS fresh FROM sessions WHERE job_id = $1" LOCK                              \
   "),"                                                                                         \
   " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at,"           \
-  "   decided_by, decision_reason)"                                                            \
+  "   decided_by, decision_reason, diff)"                                                      \
   "  SELECT $1, $2, $3, $4::jsonb, $5, CASE WHEN $5 = 'approved' THEN 'auto' END,"             \
-  "         CASE WHEN $5 = 'approved' THEN now() END, $7, $8"                                  \
+  "         CASE WHEN $5 = 'approved' THEN now() END, $7, $8, $10::jsonb"                      \
   "  FROM s, cfg WHERE s.state IN ('active', 'paused') AND s.fresh"                            \
   "   AND ($9::bigint IS NULL OR s.rules_version = $9::bigint) RETURNING op_id)"               \
   " SELECT (SELECT state FROM s), (SELECT op_id FROM ins), (SELECT fresh FROM s),"             \
@@ -58,25 +58,27 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,
                             const char *decided_by, const char *reason, long long rules_version,
-                            bool *rules_stale, long long *op_id, char state[20], jb_error *err) {
+                            const char *diff_json, bool *rules_stale, long long *op_id,
+                            char state[20], jb_error *err) {
   char ver[24];
   if (rules_version >= 0) snprintf(ver, sizeof ver, "%lld", rules_version);
   if (rules_stale) *rules_stale = false;
-  const char *p[9] = {job_id,
-                      tool,
-                      path,
-                      args_json,
-                      jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
-                      expect_json,
-                      decided_by,
-                      reason,
-                      rules_version >= 0 ? ver : NULL};
+  const char *p[10] = {job_id,
+                       tool,
+                       path,
+                       args_json,
+                       jb_op_state_name(pending ? JB_OP_PENDING : JB_OP_APPROVED),
+                       expect_json,
+                       decided_by,
+                       reason,
+                       rules_version >= 0 ? ver : NULL,
+                       diff_json};
   /* a queued op is committed without waiting for the WAL flush: nothing has happened yet, and
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
    * the buyer, so it is flushed first */
   PGresult *r =
-      jb_db_exec(c, rules_version >= 0 ? OP_INSERT_SQL(" FOR KEY SHARE") : OP_INSERT_SQL(""), 9, p,
+      jb_db_exec(c, rules_version >= 0 ? OP_INSERT_SQL(" FOR KEY SHARE") : OP_INSERT_SQL(""), 10, p,
                  PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
@@ -445,20 +447,6 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
 fail:
   jb_db_rollback(c);
   return JB_ERR_FAIL;
-}
-
-int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err) {
-  char id[24];
-  snprintf(id, sizeof id, "%lld", op_id);
-  char *text = diff && !json_is_null(diff) ? json_dumps(diff, JSON_COMPACT) : NULL;
-  if (diff && !json_is_null(diff) && !text) return jb_fail(err, ENOMEM, "out of memory");
-  const char *p[2] = {id, text};
-  PGresult *r = jb_db_exec(c, "UPDATE ops SET diff = $2::jsonb WHERE op_id = $1::bigint", 2, p,
-                           PGRES_COMMAND_OK, NULL, err, "store diff preview");
-  free(text);
-  if (!r) return JB_ERR_FAIL;
-  PQclear(r);
-  return JB_OK;
 }
 
 int jb_db_ops_forget_previews(PGconn *c, long retention_s, int max_ops, long long *cleared,

@@ -59,11 +59,14 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
  * on; the insert holds the session row FOR KEY SHARE (a rule change waits for it, or it waits
  * for the change and reads what the change left) and stores nothing when the version is
  * another: JB_ERR_CONFLICT with `state` "" and *rules_stale (nullable) true — decide again on
- * the rules as they are. -1: no check, no lock. */
+ * the rules as they are. -1: no check, no lock. `diff_json` (nullable): a pending op's diff
+ * preview (JSON text, api/agent/diff.h; `diff` in GET …/ops, migration 010), stored by the
+ * same insert so that the op is never seen pending without it. */
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,
                             const char *decided_by, const char *reason, long long rules_version,
-                            bool *rules_stale, long long *op_id, char state[20], jb_error *err);
+                            const char *diff_json, bool *rules_stale, long long *op_id,
+                            char state[20], jb_error *err);
 
 /* The outcome so far of op `op_id` of `job_id`: its state and the session's (20 bytes each),
  * its result (JSON text, new, NULL while none) and reason (new, NULL when none). A finished
@@ -74,10 +77,6 @@ int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, con
  * JB_ERR_FAIL. */
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
-
-/* Stores the diff preview of op `op_id` (api/agent/diff.h; borrowed; NULL or JSON null: none) —
- * shown as `diff` in GET …/ops (migration 010). JB_OK or JB_ERR_FAIL. */
-int jb_db_op_set_diff(PGconn *c, long long op_id, const json_t *diff, jb_error *err);
 
 /* Clears the diff previews (ops.diff) of at most `max_ops` ops of sessions that ended more
  * than `retention_s` seconds ago (sessions.ended_at), in one statement; *cleared (may be

@@ -360,8 +360,8 @@ int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *j
     if (rc != JB_OK) goto fail;
   }
   int rc = jb_db_op_create_decided(c, job_id, op->tool, op->path, op->args_json, op->pending,
-                                   op->expect_json, op->decided_by, op->reason, -1, NULL, op_id,
-                                   state, err);
+                                   op->expect_json, op->decided_by, op->reason, -1, op->diff_json,
+                                   NULL, op_id, state, err);
   if (rc != JB_OK) {
     jb_db_rollback(c);
     return rc;

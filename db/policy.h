@@ -63,6 +63,7 @@ struct jb_op_new {
   const char *tool, *path, *args_json;
   bool pending;
   const char *expect_json, *decided_by, *reason;
+  const char *diff_json; /* a pending op's diff preview (nullable), stored with it */
 };
 
 /* Stores op `op` of `job_id` decided by live rule `rule_id`, which has uses, on the rules of

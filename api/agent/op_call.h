@@ -303,6 +303,11 @@ json_t *op_approval_view(struct op_call *call); /* op_supervise.c */
  * was asked. */
 void op_announce_approval(struct op_call *call); /* op_supervise.c */
 
+/* The diff preview kept with a pending op (call->diff cut to JAILBOX_DIFF_PREVIEW_MAX bytes of
+ * text) as JSON text, new (free it); NULL when there is none. The op insert stores it, so the
+ * op is never seen pending without it. */
+char *op_diff_kept_text(const struct op_call *call); /* op_supervise.c */
+
 /* The operator's reviewer (lib/reviewer.h) on an op that would wait for the buyer
  * (call->pending after the rules, its diff or description made): allow — call->pending false,
  * decided_by "reviewer", decision_reason its reason; deny — OP_END, refused (JB_MCP_DENIED,

@@ -663,17 +663,19 @@ json_t *op_approval_view(struct op_call *call) {
   return ev;
 }
 
-void op_announce_approval(struct op_call *call) {
-  const char *job = call->job;
-  jb_error err = {0};
-  /* what is stored for the buyer is at most JAILBOX_DIFF_PREVIEW_MAX bytes of diff text (an
-   * edit's own diff, in its answer, may be longer: EDIT_DIFF_MAX) */
+char *op_diff_kept_text(const struct op_call *call) {
+  /* at most JAILBOX_DIFF_PREVIEW_MAX bytes of diff text (an edit's own diff, in its answer, may
+   * be longer: EDIT_DIFF_MAX) */
   json_t *kept = json_is_object(call->diff) && call->app->cfg->diff_preview_max > 0
                      ? jb_diff_shorten(call->diff, (size_t)call->app->cfg->diff_preview_max)
                      : NULL;
-  if (json_is_object(kept) && jb_db_op_set_diff(call->c, call->op_id, kept, &err) != JB_OK)
-    jb_log(JB_LOG_WARN, "diff preview not stored", "jobId", job, "detail", err.msg, NULL);
+  char *text = json_is_object(kept) ? json_dumps(kept, JSON_COMPACT) : NULL;
   json_decref(kept);
+  return text;
+}
+
+void op_announce_approval(struct op_call *call) {
+  const char *job = call->job;
   json_t *ev = op_approval_view(call);
   if (ev) {
     json_object_set_new(ev, "opId", json_integer((json_int_t)call->op_id));

@@ -488,6 +488,7 @@ enum op_step op_apply_rules(struct op_call *call) {
 int op_insert_ruled(struct op_call *call, const char *args_text, const char *expect,
                     bool *rules_stale, jb_error *err) {
   *rules_stale = false;
+  cleanup_free char *diff = call->pending ? op_diff_kept_text(call) : NULL;
   const char *by = call->decided_by[0] ? call->decided_by : NULL;
   const char *reason = call->decision_reason[0] ? call->decision_reason : NULL;
   int rc;
@@ -498,7 +499,8 @@ int op_insert_ruled(struct op_call *call, const char *args_text, const char *exp
                            .pending = call->pending,
                            .expect_json = expect,
                            .decided_by = by,
-                           .reason = reason};
+                           .reason = reason,
+                           .diff_json = diff};
     bool expired = false;
     struct jb_audit_head head = {0};
     rc = jb_db_op_create_used(call->c, jb_signer_key(call->app->signer), call->job, &op,
@@ -512,8 +514,8 @@ int op_insert_ruled(struct op_call *call, const char *args_text, const char *exp
   } else {
     rc = jb_db_op_create_decided(call->c, call->job, jb_tool_name(call->tool), call->path,
                                  args_text, call->pending, expect, by, reason,
-                                 call->ruled ? call->rules_version : -1, rules_stale, &call->op_id,
-                                 call->st, err);
+                                 call->ruled ? call->rules_version : -1, diff, rules_stale,
+                                 &call->op_id, call->st, err);
   }
   if (*rules_stale) jb_policy_rules_changed(call->job);
   return rc;
