@@ -225,10 +225,14 @@ static json_t *died_result(struct jb_session *s, long long start) {
     in = NULL;
     usleep(100 * 1000);
   }
-  bool oom = json_is_true(json_object_get(json_object_get(in, "State"), "OOMKilled"));
+  bool docker_oom = json_is_true(json_object_get(json_object_get(in, "State"), "OOMKilled"));
   json_decref(in);
+  /* as the session's end is judged (launch.c watch_sandbox): an OOM just before it; Docker's
+   * sticky flag only where the kernel's notification could not be had */
   struct jb_oom_record rec;
-  if (!oom) oom = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
+  bool seen = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
+  bool oom =
+      (seen && jb_now_ms() - rec.last_ms <= JB_OOM_END_WINDOW_MS) || (docker_oom && !rec.notified);
   if (!oom) return NULL;
   return json_pack("{s:n, s:s, s:b, s:I, s:i, s:i, s:b, s:b, s:b, s:n, s:n, s:s}", "exitCode",
                    "signal", "SIGKILL", "timedOut", 0, "durationMs",

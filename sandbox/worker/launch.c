@@ -401,12 +401,24 @@ static void watch_sandbox(struct jb_session *s) {
     bool docker_oom;
     exit_reason(w, cid, why, sizeof why, &code, &docker_oom);
     struct jb_oom_record seen;
-    bool memcg_oom = jb_oomwatch_seen(ow, &seen), oom = memcg_oom || docker_oom;
-    if (!docker_oom && memcg_oom)
+    /* An OOM decides only the end it caused: one seen within JB_OOM_END_WINDOW_MS before it, and
+     * an end by a signal (the kernel's kill, or the container gone), never the syscall
+     * filter's SIGSYS nor an exit of the shim's own. An earlier OOM, which killed one command
+     * while the sandbox lived on, excuses nothing later. Docker's OOMKilled stays set for the
+     * container's life: it decides only where the kernel's notification could not be had. */
+    bool memcg_oom = jb_oomwatch_seen(ow, &seen) && ended_ms - seen.last_ms <= JB_OOM_END_WINDOW_MS;
+    bool by_kill = code < 0 || (code > 128 && code != 128 + SIGSYS);
+    bool oom = by_kill && (memcg_oom || (docker_oom && !seen.notified));
+    if (oom && memcg_oom && !docker_oom)
       snprintf(why, sizeof why,
                "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "
                "time(s) over its limit (exit code %lld)",
                seen.counts.oom_kill, seen.counts.oom, code);
+    else if (!oom && docker_oom) /* exit_reason's words were of an OOM that did not end it */
+      snprintf(why, sizeof why,
+               "the sandbox ended unexpectedly (exit code %lld); the OOM kill in it %s did not "
+               "end it",
+               code, seen.last_ms ? "seen earlier" : "Docker reports");
     char tail[300];
     pthread_mutex_lock(&s->lock);
     /* with the socket channel the attach stream (stderr) is read only during calls */
@@ -417,12 +429,12 @@ static void watch_sandbox(struct jb_session *s) {
      * known, and how long before Docker reported the end */
     char kills[24] = "unknown", lead[24] = "";
     if (seen.counted) snprintf(kills, sizeof kills, "%lld", seen.counts.oom_kill);
-    if (memcg_oom) snprintf(lead, sizeof lead, "%lld", ended_ms - seen.at_ms);
+    if (memcg_oom) snprintf(lead, sizeof lead, "%lld", ended_ms - seen.last_ms);
     slog(w, JB_LOG_WARN, job, "sandbox ended", "reason", why, "stderr", tail, "memcgOomKills",
          kills, "oomKnownFrom",
-         memcg_oom    ? jb_oom_source_name(seen.source)
-         : docker_oom ? "docker"
-                      : "none",
+         !oom        ? "none"
+         : memcg_oom ? jb_oom_source_name(seen.source)
+                     : "docker",
          "oomKnownMsBeforeEnd", lead, NULL);
     if (atomic_load(&s->teardown) || atomic_load(&w->stopping)) break;
     /* a command running when the sandbox died ends at once (its spawner's channel is gone):

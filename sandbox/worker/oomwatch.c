@@ -38,6 +38,9 @@ static long long max_ll(long long a, long long b) { return a > b ? a : b; }
 /* Adds what was read (`counts`, when `counted`) and whether it says OOM to w->rec (locked). */
 static void record(struct jb_oomwatch *w, bool oom, const struct jb_memcg_counts *counts,
                    bool counted, enum jb_oom_source how) {
+  bool grew =
+      counted && (counts->oom_kill > w->rec.counts.oom_kill || counts->oom > w->rec.counts.oom);
+  if (oom && (grew || !counted || !w->rec.last_ms)) w->rec.last_ms = jb_now_ms();
   if (counted) {
     w->rec.counts.oom_kill = max_ll(w->rec.counts.oom_kill, counts->oom_kill);
     w->rec.counts.oom = max_ll(w->rec.counts.oom, counts->oom);
@@ -149,6 +152,7 @@ bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec) {
   pthread_mutex_lock(&w->lock);
   if (counted) record(w, jb_memcg_oom(&c), &c, true, JB_OOM_SAMPLE);
   *rec = w->rec;
+  rec->notified = w->threaded;
   pthread_mutex_unlock(&w->lock);
   return rec->source != JB_OOM_NONE;
 }

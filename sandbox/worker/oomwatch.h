@@ -19,14 +19,20 @@ enum jb_oom_source {
 };
 
 /* What a watch saw in the cgroup: `source`, `at_ms` (jb_now_ms() when first known; 0 when not
- * seen), `counts` (the highest value of each counter read), `counted` (the counters were read
- * at least once). */
+ * seen), `last_ms` (jb_now_ms() when an OOM was last newly seen: a counter grew, or a
+ * notification said OOM without counters), `counts` (the highest value of each counter read),
+ * `counted` (the counters were read at least once), `notified` (the watch had the kernel's
+ * notification, not samples). A sandbox outlives an OOM that kills one command in it, so
+ * what the watch saw says when, and the end is judged by the OOMs just before it. */
 struct jb_oom_record {
   enum jb_oom_source source;
-  long long at_ms;
+  long long at_ms, last_ms;
   struct jb_memcg_counts counts;
-  bool counted;
+  bool counted, notified;
 };
+
+/* An OOM seen at most this long (ms) before a sandbox's end may have caused it. */
+#define JB_OOM_END_WINDOW_MS 15000
 
 struct jb_oomwatch;
 

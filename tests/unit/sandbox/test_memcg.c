@@ -242,6 +242,14 @@ static void oom_notified(void **state) {
       sc.v2 ? "v2" : "v1", rec.at_ms - t0, t_dead - rec.at_ms, rec.counts.oom_kill, rec.counts.oom);
   assert_true(rec.at_ms >= t0);
   assert_true(rec.counts.oom_kill >= 1);
+  /* when it was last newly seen (the end is judged by that), and that it was notified */
+  assert_true(rec.last_ms >= rec.at_ms && rec.last_ms <= jb_now_ms());
+  assert_true(rec.notified);
+  /* read again: the time of the last OOM moves only when a counter grew meanwhile */
+  struct jb_oom_record again;
+  assert_true(jb_oomwatch_seen(w, &again));
+  bool grew = again.counts.oom_kill > rec.counts.oom_kill || again.counts.oom > rec.counts.oom;
+  assert_true(grew ? again.last_ms >= rec.last_ms : again.last_ms == rec.last_ms);
 
   /* the cgroup removed: v1 signals the eventfd once more; the next take finds it gone */
   scratch_remove(&sc);
