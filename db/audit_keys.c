@@ -13,6 +13,19 @@
 #include "lib/keyring.h"
 #include "lib/log.h"
 
+/* Waits into the next millisecond of the real-time clock and gives its time in *t1: entries
+ * are stamped in ms, so an append that took its lock before the caller's may carry the very
+ * millisecond the caller read. */
+static void next_ms(struct timespec *t1) {
+  struct timespec t0;
+  clock_gettime(CLOCK_REALTIME, &t0);
+  do {
+    struct timespec nap = {0, 200000};
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_REALTIME, t1);
+  } while (t1->tv_sec == t0.tv_sec && t1->tv_nsec / 1000000 == t0.tv_nsec / 1000000);
+}
+
 /* --- keys ------------------------------------------------------------------------------------ */
 
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err) {
@@ -73,13 +86,8 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
     /* An append that took its lock before ours may be stamped with this very millisecond
      * (entries are stamped in ms): the retirement starts at the next one, so that every entry
      * committed before it is stamped before it. */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_REALTIME, &t0);
-    do {
-      struct timespec nap = {0, 200000};
-      nanosleep(&nap, NULL);
-      clock_gettime(CLOCK_REALTIME, &t1);
-    } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
+    struct timespec t1;
+    next_ms(&t1);
     jb_iso8601_at(&t1, now, sizeof now);
   } else {
     jb_iso8601_now(now, sizeof now);
@@ -212,13 +220,8 @@ int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB
   if (!r) return jb_audit_leave_tx(c, own, JB_ERR_FAIL, err);
   PQclear(r);
   /* the next millisecond after the lock (see jb_audit_key_publish), plus the grace */
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_REALTIME, &t0);
-  do {
-    struct timespec nap = {0, 200000};
-    nanosleep(&nap, NULL);
-    clock_gettime(CLOCK_REALTIME, &t1);
-  } while (t1.tv_sec == t0.tv_sec && t1.tv_nsec / 1000000 == t0.tv_nsec / 1000000);
+  struct timespec t1;
+  next_ms(&t1);
   char now[JB_AUDIT_TS_LEN + 8], at[JB_AUDIT_TS_LEN + 8];
   jb_iso8601_at(&t1, now, sizeof now);
   struct timespec t2 = {t1.tv_sec + grace_ms / 1000, t1.tv_nsec + (grace_ms % 1000) * 1000000};

@@ -238,20 +238,13 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
   s->sb_ready = true;
   atomic_store(&s->kept, true);
   snprintf(s->cid, sizeof s->cid, "%s", cid);
-  pthread_mutex_lock(&w->lock);
-  bool room = w->n_sessions < JB_WORKER_SESSIONS_MAX;
-  if (room) w->sessions[w->n_sessions++] = s;
-  pthread_mutex_unlock(&w->lock);
-  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
-    if (room) {
-      pthread_mutex_lock(&w->lock);
-      w->n_sessions--;
-      pthread_mutex_unlock(&w->lock);
-    }
+  bool full;
+  if (session_start(w, s, JB_WORKER_SESSIONS_MAX, &full) < 0) {
     jb_sandbox_destroy(&w->walls, sb);
     jb_workspace_grant_free(&s->grant);
     session_free(s);
-    snprintf(why, wlen, "worker restarted; no room to take the session over");
+    snprintf(why, wlen, "worker restarted; %s",
+             full ? "no room to take the session over" : "its thread could not start");
     return false;
   }
   t[5] = jb_now_ms();

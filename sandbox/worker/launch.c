@@ -617,18 +617,10 @@ static void start_session(struct jb_worker *w, struct jb_launch_job *j) {
   s->limits = limits;
   snprintf(s->image, sizeof s->image, "%s", j->image[0] ? j->image : w->walls.image);
   pthread_mutex_init(&s->lock, NULL);
-  pthread_mutex_lock(&w->lock);
-  bool room = w->n_sessions < (size_t)w->set.max_sessions && w->n_sessions < JB_WORKER_SESSIONS_MAX;
-  if (room) w->sessions[w->n_sessions++] = s;
-  pthread_mutex_unlock(&w->lock);
-  if (!room || pthread_create(&s->thread, NULL, session_main, s) != 0) {
-    if (room) {
-      pthread_mutex_lock(&w->lock);
-      w->n_sessions--;
-      pthread_mutex_unlock(&w->lock);
-    }
+  bool full;
+  if (session_start(w, s, (size_t)w->set.max_sessions, &full) < 0) {
     session_fail(w, j->job_id,
-                 room ? "worker: cannot start a thread" : "worker: at its session limit");
+                 full ? "worker: at its session limit" : "worker: cannot start a thread");
     finish_job(w, j->job_id, j->id, false, "no capacity", NULL);
     session_free(s);
   }

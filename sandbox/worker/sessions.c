@@ -95,6 +95,25 @@ void session_free(struct jb_session *s) {
   free(s);
 }
 
+int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full) {
+  pthread_mutex_lock(&w->lock);
+  bool room = w->n_sessions < max && w->n_sessions < JB_WORKER_SESSIONS_MAX;
+  if (room) w->sessions[w->n_sessions++] = s;
+  pthread_mutex_unlock(&w->lock);
+  *full = !room;
+  if (room && pthread_create(&s->thread, NULL, session_main, s) == 0) return 0;
+  if (room) { /* out again, by identity: another thread may have entered one since */
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->n_sessions; i++)
+      if (w->sessions[i] == s) {
+        w->sessions[i] = w->sessions[--w->n_sessions];
+        break;
+      }
+    pthread_mutex_unlock(&w->lock);
+  }
+  return -1;
+}
+
 void sessions_reap(struct jb_worker *w) {
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_sessions;) {

@@ -206,6 +206,12 @@ void sessions_reap(struct jb_worker *w);
 /* Frees a session whose thread is joined (or never started). */
 void session_free(struct jb_session *s);
 
+/* Enters `s` in the worker's table, which then holds at most `max` sessions (and never more
+ * than JB_WORKER_SESSIONS_MAX), and starts its thread (session_main). 0; or -1 with `s` out of
+ * the table again, for the caller to free, and *full telling whether the table was full (else
+ * the thread could not start). Any thread. */
+int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full);
+
 /* ---- launch and teardown (launch.c) ------------------------------------------------------ */
 
 /* Claims and starts every launch and teardown job available now (main thread). */
