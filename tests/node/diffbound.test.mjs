@@ -35,8 +35,13 @@ test('diff calls in flight are bounded: they cannot take every handler thread fr
     .then(async (x) => ({ status: x.status, text: await x.text() }), (e) => ({ status: 0, text: String(e) }));
   const ms = Date.now() - t0;
   const early = [...answered];
+  // a's end ends the diff still waiting for its stat (so that the server stops at once)
+  const ab = await srv.req('POST', `/v1/jailbox/${a.jobId}/abort`, { token: a.buyerToken, body: { reason: 'test over' } });
+  assert.equal(ab.status, 200, ab.text);
+  await Promise.race([Promise.all(flood), new Promise((res) => setTimeout(res, 10000))]);
   ctl.abort();
   await Promise.all(flood);
+  assert.equal(answered.length, 8, `the waiting diff was answered once its session ended: ${answered}`);
   assert.equal(other.status, 404, other.text);
   assert.ok(ms < 3000, `another session's call waited ${ms} ms behind the flood`);
   // past the bound (JAILBOX_WS_WORKERS 4: three waiting places, one of them for a whole diff)
