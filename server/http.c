@@ -601,6 +601,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (*upload_data_size) {
     size_t n = *upload_data_size;
     *upload_data_size = 0;
+    /* MHD takes no response while a body is being received: a client this slow is cut off —
+     * also one whose body is being dropped (over the limit or the budget), which a trickle of
+     * bytes would otherwise keep open past the idle timeout */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - ctx->body_start.tv_sec > srv->opts.timeout_s * 2) {
+      ctx->status = 408;
+      jb_log(JB_LOG_WARN, "request body too slow: connection closed", "method", ctx->method, "path",
+             ctx->path, NULL);
+      return MHD_NO;
+    }
     if (ctx->too_large || ctx->busy) {
       ctx->discarded += n;
       if (ctx->discarded > (size_t)srv->opts.max_body * DISCARD_FACTOR) {
@@ -617,15 +628,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       ctx->body = NULL;
       ctx->len = ctx->cap = 0;
       return MHD_YES;
-    }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    /* MHD takes no response while a body is being received: a client this slow is cut off */
-    if (now.tv_sec - ctx->body_start.tv_sec > srv->opts.timeout_s * 2) {
-      ctx->status = 408;
-      jb_log(JB_LOG_WARN, "request body too slow: connection closed", "method", ctx->method, "path",
-             ctx->path, NULL);
-      return MHD_NO;
     }
     if (ctx->len + n + 1 > ctx->cap) {
       size_t cap = ctx->cap ? ctx->cap : 1024;

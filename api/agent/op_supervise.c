@@ -731,6 +731,29 @@ static bool proposed_content(json_t *args, const unsigned char **data, size_t *d
   return true;
 }
 
+static atomic_long diffs_reading; /* whole diffs of this process waiting for their stat */
+
+/* A place for a whole diff's stat: one of the places of the calls that wait on a handler thread
+ * (op_take_waiting_place: one thread always stays free), and of those at most half (at least
+ * one) for whole diffs, so that a buyer's requests on a sandbox that does not answer can take
+ * neither every handler thread nor every place an agent's wait needs. True when taken (then
+ * *counted is set and diffs_reading counts it; op_call_release gives the waiting place back). */
+static bool diff_take_place(struct op_call *call, bool *counted) {
+  long places = call->app->cfg ? call->app->cfg->ws_workers - 1 : 1;
+  long max = places / 2 < 1 ? 1 : places / 2;
+  *counted = false;
+  if (atomic_fetch_add(&diffs_reading, 1) >= max) {
+    atomic_fetch_sub(&diffs_reading, 1);
+    return false;
+  }
+  if (op_take_waiting_place(call) != OP_NEXT) {
+    atomic_fetch_sub(&diffs_reading, 1);
+    return false;
+  }
+  *counted = true;
+  return true;
+}
+
 json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, size_t max,
                         struct jb_op_diff_fail *fail) {
   *fail = (struct jb_op_diff_fail){0};
@@ -743,6 +766,7 @@ json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, si
   size_t dlen = 0;
   jb_error err = {0};
   int rc = JB_ERR_FAIL;
+  bool placed = false;
   call.c = jb_db_acquire(app->db, &err);
   if (call.c) rc = jb_db_op_pending_args(call.c, job, op_id, &row, &err);
   if (rc == JB_ERR_NOT_FOUND) {
@@ -767,6 +791,9 @@ json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, si
     diff_fail(fail, 503, "unavailable", NULL, "op %lld's content cannot be read", op_id);
   } else if (jb_db_session_facts(call.c, job, &call.sess, &err) != JB_OK) {
     diff_fail(fail, 503, "database_unavailable", NULL, "the database is unavailable; try again");
+  } else if (!diff_take_place(&call, &placed)) {
+    diff_fail(fail, 503, "unavailable", NULL,
+              "too many whole diffs or waiting calls on this server; try again");
   } else if (stat_path(&call, row.path, true, &call.current, false) != OP_NEXT) {
     const char *reason = json_string_value(json_object_get(e.data, "reason")) ?: "unavailable";
     if (e.code == JB_MCP_UNAVAILABLE)
@@ -790,6 +817,7 @@ json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, si
   }
   json_decref(e.data);
   op_call_release(&call);
+  if (placed) atomic_fetch_sub(&diffs_reading, 1);
   jb_op_args_row_clear(&row);
   json_decref(args);
   free(owned);

@@ -225,14 +225,19 @@ static json_t *died_result(struct jb_session *s, long long start) {
     in = NULL;
     usleep(100 * 1000);
   }
-  bool docker_oom = json_is_true(json_object_get(json_object_get(in, "State"), "OOMKilled"));
+  json_t *st = json_object_get(in, "State"), *ec = json_object_get(st, "ExitCode");
+  bool docker_oom = json_is_true(json_object_get(st, "OOMKilled"));
+  /* not read, or still running after the tries: judged as the container gone */
+  long long code = in && json_is_integer(ec) && !json_is_true(json_object_get(st, "Running"))
+                       ? (long long)json_integer_value(ec)
+                       : -1;
   json_decref(in);
-  /* as the session's end is judged (launch.c watch_sandbox): an OOM just before it; Docker's
-   * sticky flag only where the kernel's notification could not be had */
+  /* as the session's end is judged (launch.c watch_sandbox): an end by a signal other than
+   * SIGSYS with an OOM just before it; Docker's sticky flag only where the kernel's
+   * notification could not be had */
   struct jb_oom_record rec;
   bool seen = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
-  bool oom =
-      (seen && jb_now_ms() - rec.last_ms <= JB_OOM_END_WINDOW_MS) || (docker_oom && !rec.notified);
+  bool oom = jb_oom_ended_it(seen, &rec, jb_now_ms(), code, docker_oom);
   if (!oom) return NULL;
   return json_pack("{s:n, s:s, s:b, s:I, s:i, s:i, s:b, s:b, s:b, s:n, s:n, s:s}", "exitCode",
                    "signal", "SIGKILL", "timedOut", 0, "durationMs",

@@ -406,9 +406,9 @@ static void watch_sandbox(struct jb_session *s) {
      * filter's SIGSYS nor an exit of the shim's own. An earlier OOM, which killed one command
      * while the sandbox lived on, excuses nothing later. Docker's OOMKilled stays set for the
      * container's life: it decides only where the kernel's notification could not be had. */
-    bool memcg_oom = jb_oomwatch_seen(ow, &seen) && ended_ms - seen.last_ms <= JB_OOM_END_WINDOW_MS;
-    bool by_kill = code < 0 || (code > 128 && code != 128 + SIGSYS);
-    bool oom = by_kill && (memcg_oom || (docker_oom && !seen.notified));
+    bool any = jb_oomwatch_seen(ow, &seen);
+    bool memcg_oom = any && ended_ms - seen.last_ms <= JB_OOM_END_WINDOW_MS;
+    bool oom = jb_oom_ended_it(any, &seen, ended_ms, code, docker_oom);
     if (oom && memcg_oom && !docker_oom)
       snprintf(why, sizeof why,
                "out of memory: the sandbox's memory cgroup counted %lld OOM kill(s) and %lld "

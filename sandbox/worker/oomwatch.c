@@ -4,6 +4,7 @@
 #include "sandbox/worker/oomwatch.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -28,6 +29,13 @@ struct jb_oomwatch {
   bool done; /* the cgroup is gone (or unreadable): nothing more will be notified */
   struct jb_oom_record rec;
 };
+
+bool jb_oom_ended_it(bool seen, const struct jb_oom_record *rec, long long ended_ms, long long code,
+                     bool docker_oom) {
+  bool by_kill = code < 0 || (code > 128 && code != 128 + SIGSYS);
+  bool memcg = seen && ended_ms - rec->last_ms <= JB_OOM_END_WINDOW_MS;
+  return by_kill && (memcg || (docker_oom && !rec->notified));
+}
 
 const char *jb_oom_source_name(enum jb_oom_source s) {
   return s == JB_OOM_EVENT ? "event" : s == JB_OOM_SAMPLE ? "sample" : "none";

@@ -52,6 +52,16 @@ void jb_oomwatch_sample(struct jb_oomwatch *w);
  * (rec->source != JB_OOM_NONE). */
 bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec);
 
+/* Whether a sandbox's end at `ended_ms` (jb_now_ms()) with exit code `code` (-1: the container
+ * could not be read, or was gone) was out of memory, `seen` and *rec being what
+ * jb_oomwatch_seen gave and `docker_oom` Docker's State.OOMKilled: an end by a signal — never
+ * the syscall filter's SIGSYS (128 + SIGSYS), never an exit of the shim's own (code 0-128) —
+ * with an OOM seen at most JB_OOM_END_WINDOW_MS before it, or with Docker's flag where the
+ * kernel's notification could not be had. The one rule for a session's end and for a command
+ * its sandbox's end killed. */
+bool jb_oom_ended_it(bool seen, const struct jb_oom_record *rec, long long ended_ms, long long code,
+                     bool docker_oom);
+
 /* "event", "sample" or "none". */
 const char *jb_oom_source_name(enum jb_oom_source s);
 

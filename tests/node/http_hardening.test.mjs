@@ -242,3 +242,40 @@ test('a request whose token check and handler wait on the database longer than t
     assert.ok(closedAfter !== null && closedAfter < 5000, `idle connection closed after ${closedAfter} ms`);
   } finally { await own.stop(); }
 });
+
+test('a body being dropped (over the budget, or over the size limit) keeps the body deadline: trickling it cannot hold the connection', async () => {
+  // its own server: 1 s idle timeout (a body must arrive within 2 s), a budget of 4096 bytes
+  // (one address: 1024) and bodies of at most 2048. One body is refused for the budget (2000
+  // declared), one for its size (chunked, 3000 bytes); both are then trickled a byte every
+  // 600 ms, which the idle timeout alone never ends: the deadline must close them.
+  const own = await startServer({ JAILBOX_HTTP_TIMEOUT: '1', JAILBOX_HTTP_BODY_BUDGET: '4096',
+                                  JAILBOX_MAX_BODY_BYTES: '2048' });
+  try {
+    const port2 = Number(new URL(own.url).port);
+    const trickle = (head, first, piece) => new Promise((resolve) => {
+      const t0 = Date.now();
+      const sock = net.connect(port2, '127.0.0.1');
+      let got = '', timer = null;
+      const done = (closedAfter) => { clearInterval(timer); sock.destroy(); resolve({ closedAfter, got }); };
+      sock.on('data', (d) => { got += d.toString('latin1'); });
+      sock.on('error', () => {});
+      sock.on('close', () => done(Date.now() - t0));
+      sock.write(head);
+      setTimeout(() => { if (!sock.destroyed) sock.write(first); }, 100);
+      timer = setInterval(() => { if (!sock.destroyed) sock.write(piece); }, 600);
+      setTimeout(() => done(null), 9000);
+    });
+    const hd = `POST /v1/jailbox HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${own.serviceToken}\r\n`;
+    const [busy, big] = await Promise.all([
+      trickle(`${hd}Content-Length: 2000\r\n\r\n`, 'x', 'x'),
+      trickle(`${hd}Transfer-Encoding: chunked\r\n\r\n`, `bb8\r\n${'x'.repeat(3000)}\r\n`, '1\r\nx\r\n'),
+    ]);
+    assert.ok(busy.closedAfter !== null && busy.closedAfter < 5000,
+      `a body refused for the budget, trickled, was closed after ${busy.closedAfter} ms`);
+    assert.ok(big.closedAfter !== null && big.closedAfter < 5000,
+      `a body over the size limit, trickled, was closed after ${big.closedAfter} ms`);
+    // the budget is whole again: a body that fits is read and answered
+    const ok = await own.req('PATCH', '/v1/jailbox/nosuch', { token: own.serviceToken, raw: JSON.stringify({ mode: 'supervised', pad: 'x'.repeat(900) }) });
+    assert.notEqual(ok.status, 503, ok.text);
+  } finally { await own.stop(); }
+});

@@ -320,11 +320,35 @@ static void no_oom_no_wait(void **state) {
   assert_int_equal(open_fds(), fds);
 }
 
+/* The end rule (jb_oom_ended_it): only an end by a signal other than SIGSYS, with an OOM seen
+ * at most JB_OOM_END_WINDOW_MS before it — or Docker's flag without the notification. */
+static void end_rule(void **state) {
+  (void)state;
+  struct jb_oom_record r = {.source = JB_OOM_EVENT, .last_ms = 100000, .notified = true};
+  long long end = 100000 + 2000;
+  assert_true(jb_oom_ended_it(true, &r, end, 137, false)); /* the kernel's kill */
+  assert_true(jb_oom_ended_it(true, &r, end, -1, false)); /* the container gone */
+  assert_false(jb_oom_ended_it(true, &r, end, 159, false)); /* 128 + SIGSYS: the filter */
+  assert_false(jb_oom_ended_it(true, &r, end, 159, true));
+  assert_false(jb_oom_ended_it(true, &r, end, 1, true)); /* the shim's own exit */
+  assert_false(jb_oom_ended_it(true, &r, end, 0, false));
+  assert_false(jb_oom_ended_it(true, &r, end, 128, false));
+  /* an OOM longer ago excuses nothing; Docker's sticky flag neither, when notified */
+  assert_true(jb_oom_ended_it(true, &r, 100000 + JB_OOM_END_WINDOW_MS, 137, false));
+  assert_false(jb_oom_ended_it(true, &r, 100000 + JB_OOM_END_WINDOW_MS + 1, 137, true));
+  assert_false(jb_oom_ended_it(false, &(struct jb_oom_record){.notified = true}, end, 137, true));
+  /* without the notification Docker's flag decides, still only for an end by a signal */
+  struct jb_oom_record none = {0};
+  assert_true(jb_oom_ended_it(false, &none, end, 137, true));
+  assert_false(jb_oom_ended_it(false, &none, end, 159, true));
+  assert_false(jb_oom_ended_it(false, &none, end, 137, false));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(path_v1_and_v2), cmocka_unit_test(counts_both_formats),
       cmocka_unit_test(own_cgroup),     cmocka_unit_test(oom_notified),
-      cmocka_unit_test(no_oom_no_wait),
+      cmocka_unit_test(no_oom_no_wait), cmocka_unit_test(end_rule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
