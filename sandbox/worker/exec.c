@@ -232,9 +232,9 @@ static json_t *died_result(struct jb_session *s, long long start) {
                        ? (long long)json_integer_value(ec)
                        : -1;
   json_decref(in);
-  /* as the session's end is judged (launch.c watch_sandbox): an end by a signal other than
-   * SIGSYS with an OOM just before it; Docker's sticky flag only where the kernel's
-   * notification could not be had */
+  /* as the session's end is judged (launch.c watch_sandbox): any end but the filter's SIGSYS
+   * with an OOM just before it; Docker's sticky flag only where the kernel's notification
+   * could not be had */
   struct jb_oom_record rec;
   bool seen = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
   bool oom = jb_oom_ended_it(seen, &rec, jb_now_ms(), code, docker_oom);

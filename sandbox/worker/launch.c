@@ -401,9 +401,8 @@ static void watch_sandbox(struct jb_session *s) {
     bool docker_oom;
     exit_reason(w, cid, why, sizeof why, &code, &docker_oom);
     struct jb_oom_record seen;
-    /* An OOM decides only the end it caused: one seen within JB_OOM_END_WINDOW_MS before it, and
-     * an end by a signal (the kernel's kill, or the container gone), never the syscall
-     * filter's SIGSYS nor an exit of the shim's own. An earlier OOM, which killed one command
+    /* An OOM decides only the end it caused: one seen within JB_OOM_END_WINDOW_MS before it,
+     * and never the syscall filter's SIGSYS (jb_oom_ended_it). An earlier OOM, which killed one command
      * while the sandbox lived on, excuses nothing later. Docker's OOMKilled stays set for the
      * container's life: it decides only where the kernel's notification could not be had. */
     bool any = jb_oomwatch_seen(ow, &seen);

@@ -32,9 +32,11 @@ struct jb_oomwatch {
 
 bool jb_oom_ended_it(bool seen, const struct jb_oom_record *rec, long long ended_ms, long long code,
                      bool docker_oom) {
-  bool by_kill = code < 0 || (code > 128 && code != 128 + SIGSYS);
+  /* the filter's kill is the one end an OOM never explains; any other code is seen after an
+   * OOM under runsc (137, or 1 when the process killed was the shim's child) */
+  bool not_filter = code != 128 + SIGSYS;
   bool memcg = seen && ended_ms - rec->last_ms <= JB_OOM_END_WINDOW_MS;
-  return by_kill && (memcg || (docker_oom && !rec->notified));
+  return not_filter && (memcg || (docker_oom && !rec->notified));
 }
 
 const char *jb_oom_source_name(enum jb_oom_source s) {

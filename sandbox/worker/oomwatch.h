@@ -54,10 +54,11 @@ bool jb_oomwatch_seen(struct jb_oomwatch *w, struct jb_oom_record *rec);
 
 /* Whether a sandbox's end at `ended_ms` (jb_now_ms()) with exit code `code` (-1: the container
  * could not be read, or was gone) was out of memory, `seen` and *rec being what
- * jb_oomwatch_seen gave and `docker_oom` Docker's State.OOMKilled: an end by a signal — never
- * the syscall filter's SIGSYS (128 + SIGSYS), never an exit of the shim's own (code 0-128) —
- * with an OOM seen at most JB_OOM_END_WINDOW_MS before it, or with Docker's flag where the
- * kernel's notification could not be had. The one rule for a session's end and for a command
+ * jb_oomwatch_seen gave and `docker_oom` Docker's State.OOMKilled: any end but the syscall
+ * filter's (128 + SIGSYS) with an OOM seen at most JB_OOM_END_WINDOW_MS before it, or with
+ * Docker's flag where the kernel's notification could not be had. The exit code says little
+ * more: under runsc the end of an OOM is 137, or 1 when the process killed was the shim's
+ * child. The one rule for a session's end and for a command
  * its sandbox's end killed. */
 bool jb_oom_ended_it(bool seen, const struct jb_oom_record *rec, long long ended_ms, long long code,
                      bool docker_oom);

@@ -330,14 +330,14 @@ static void end_rule(void **state) {
   assert_true(jb_oom_ended_it(true, &r, end, -1, false)); /* the container gone */
   assert_false(jb_oom_ended_it(true, &r, end, 159, false)); /* 128 + SIGSYS: the filter */
   assert_false(jb_oom_ended_it(true, &r, end, 159, true));
-  assert_false(jb_oom_ended_it(true, &r, end, 1, true)); /* the shim's own exit */
-  assert_false(jb_oom_ended_it(true, &r, end, 0, false));
-  assert_false(jb_oom_ended_it(true, &r, end, 128, false));
+  /* under runsc an OOM that killed the shim's child ends the container with 1 */
+  assert_true(jb_oom_ended_it(true, &r, end, 1, false));
+  assert_true(jb_oom_ended_it(true, &r, end, 0, false));
   /* an OOM longer ago excuses nothing; Docker's sticky flag neither, when notified */
   assert_true(jb_oom_ended_it(true, &r, 100000 + JB_OOM_END_WINDOW_MS, 137, false));
   assert_false(jb_oom_ended_it(true, &r, 100000 + JB_OOM_END_WINDOW_MS + 1, 137, true));
   assert_false(jb_oom_ended_it(false, &(struct jb_oom_record){.notified = true}, end, 137, true));
-  /* without the notification Docker's flag decides, still only for an end by a signal */
+  /* without the notification Docker's flag decides, never for the filter's kill */
   struct jb_oom_record none = {0};
   assert_true(jb_oom_ended_it(false, &none, end, 137, true));
   assert_false(jb_oom_ended_it(false, &none, end, 159, true));
