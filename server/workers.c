@@ -79,10 +79,51 @@ static bool said_ready(const char *pidfile, pid_t pid) {
   return r > 0 && (pid_t)atoi(buf) == pid;
 }
 
+static void env_free(char **env) {
+  for (size_t i = 0; env && env[i]; i++) free(env[i]);
+  free(env);
+}
+
+/* The worker's environment: jailboxd's own without the five variables it sets for the worker,
+ * then those five. New (env_free), or NULL when out of memory. It is made before the fork:
+ * after a fork in a process with threads only async-signal-safe calls may run (another
+ * thread may have held the allocator's lock at that instant, and setenv or malloc in the
+ * child would wait on it for ever). */
+static char **worker_env(const struct jb_workers *w, const struct slot *s) {
+  static const char *const names[] = {"JAILBOX_DATABASE_URL", "JAILBOX_WORKER_ID",
+                                      "JAILBOX_WORKER_PIDFILE", "JAILBOX_WORKER_OPS_SOCKET",
+                                      "JAILBOX_SIGNING_KEY_FILE"};
+  const char *vals[] = {w->conninfo, s->id, s->pidfile, s->ops_socket, w->key_file};
+  size_t n = 0, k = 0, set = sizeof names / sizeof names[0];
+  while (environ[n]) n++;
+  char **env = calloc(n + set + 1, sizeof *env);
+  if (!env) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    bool replaced = false;
+    for (size_t j = 0; j < set; j++) {
+      size_t l = strlen(names[j]);
+      replaced |= strncmp(environ[i], names[j], l) == 0 && environ[i][l] == '=';
+    }
+    if (!replaced && !(env[k++] = strdup(environ[i]))) goto oom;
+  }
+  for (size_t j = 0; j < set; j++)
+    if (asprintf(&env[k++], "%s=%s", names[j], vals[j]) < 0) {
+      env[k - 1] = NULL;
+      goto oom;
+    }
+  return env;
+oom:
+  env_free(env);
+  return NULL;
+}
+
 static void spawn(struct jb_workers *w, struct slot *s) {
-  pid_t pid = fork();
+  char **env = worker_env(w, s);
+  pid_t pid = env ? fork() : -1;
   if (pid < 0) {
-    jb_log(JB_LOG_ERROR, "cannot start a worker", "worker", s->id, "error", strerror(errno), NULL);
+    jb_log(JB_LOG_ERROR, "cannot start a worker", "worker", s->id, "error",
+           strerror(env ? errno : ENOMEM), NULL);
+    env_free(env);
     return;
   }
   if (pid == 0) {
@@ -93,15 +134,11 @@ static void spawn(struct jb_workers *w, struct slot *s) {
     signal(SIGPIPE, SIG_DFL);
     setsid(); /* a terminal's Ctrl-C reaches jailboxd, which then stops the worker in order */
     syscall(SYS_close_range, 3U, ~0U, 0U);
-    setenv("JAILBOX_DATABASE_URL", w->conninfo, 1);
-    setenv("JAILBOX_WORKER_ID", s->id, 1);
-    setenv("JAILBOX_WORKER_PIDFILE", s->pidfile, 1);
-    setenv("JAILBOX_WORKER_OPS_SOCKET", s->ops_socket, 1);
-    setenv("JAILBOX_SIGNING_KEY_FILE", w->key_file, 1);
     char *const argv[] = {w->bin, NULL};
-    execv(w->bin, argv);
+    execve(w->bin, argv, env);
     _exit(127);
   }
+  env_free(env);
   s->pid = pid;
   s->adopted = false;
   s->started_ms = jb_now_ms();
