@@ -26,6 +26,21 @@ static void next_ms(struct timespec *t1) {
   } while (t1->tv_sec == t0.tv_sec && t1->tv_nsec / 1000000 == t0.tv_nsec / 1000000);
 }
 
+/* Publishes key `key_id` (`pk`) created at `created` (ISO 8601), or finds it published: ON
+ * CONFLICT DO UPDATE (a no-op) locks and returns an existing row. One row: whether its public
+ * key is `pk` ('t'/'f'), and its retirement time ("" when none). NULL with `err`. */
+static PGresult *insert_key(PGconn *c, const char *key_id, const unsigned char pk[JB_AUDIT_PK_LEN],
+                            const char *created, jb_error *err) {
+  const char *vals[3] = {key_id, (const char *)pk, created};
+  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
+  return jb_audit_sql(c,
+                      "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
+                      " VALUES ($1, $2, $3::timestamptz)"
+                      " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
+                      " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
+                      3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+}
+
 /* --- keys ------------------------------------------------------------------------------------ */
 
 int jb_audit_keys_load(PGconn *c, struct jb_audit_key_row **out, size_t *n, jb_error *err) {
@@ -92,15 +107,7 @@ int jb_audit_key_publish(PGconn *c, const char *key_id, const unsigned char pk[J
   } else {
     jb_iso8601_now(now, sizeof now);
   }
-  const char *vals[3] = {key_id, (const char *)pk, now};
-  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
-  /* ON CONFLICT DO UPDATE (a no-op) so that an existing row is locked and returned */
-  PGresult *r = jb_audit_sql(c,
-                             "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-                             " VALUES ($1, $2, $3::timestamptz)"
-                             " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-                             " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-                             3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+  PGresult *r = insert_key(c, key_id, pk, now, err);
   int rc = JB_ERR_FAIL;
   if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't' && PQgetvalue(r, 0, 1)[0]) {
     jb_fail(err, EKEYREVOKED,
@@ -227,14 +234,7 @@ int jb_audit_key_rotate(PGconn *c, const char *key_id, const unsigned char pk[JB
   struct timespec t2 = {t1.tv_sec + grace_ms / 1000, t1.tv_nsec + (grace_ms % 1000) * 1000000};
   if (t2.tv_nsec >= 1000000000) t2.tv_sec++, t2.tv_nsec -= 1000000000;
   jb_iso8601_at(&t2, at, sizeof at);
-  const char *vals[3] = {key_id, (const char *)pk, now};
-  const int lens[3] = {0, JB_AUDIT_PK_LEN, 0}, fmts[3] = {0, 1, 0};
-  r = jb_audit_sql(c,
-                   "INSERT INTO audit_signing_keys (key_id, public_key, created_at)"
-                   " VALUES ($1, $2, $3::timestamptz)"
-                   " ON CONFLICT (key_id) DO UPDATE SET key_id = excluded.key_id"
-                   " RETURNING public_key = $2, coalesce(jb_ts(retired_at), '')",
-                   3, vals, lens, fmts, PGRES_TUPLES_OK, err, "publish key");
+  r = insert_key(c, key_id, pk, now, err);
   int rc = JB_ERR_FAIL;
   if (r && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] != 't') {
     jb_fail(err, EEXIST, "key id %s is published with another public key", key_id);
