@@ -436,6 +436,15 @@ static void release(struct jb_http_server *srv, struct req_ctx *ctx) {
   ctx->held = 0;
 }
 
+/* Lets go of what a refused body held: its buffer and its share of the budget (the rest of it
+ * is dropped as it comes). */
+static void drop_body(struct jb_http_server *srv, struct req_ctx *ctx) {
+  free(ctx->body);
+  release(srv, ctx);
+  ctx->body = NULL;
+  ctx->len = ctx->cap = 0;
+}
+
 /* Whether `url` is the path of a route flagged JB_ROUTE_BODY. */
 static bool takes_body(const struct jb_http_server *srv, const char *url) {
   char buf[2048];
@@ -623,10 +632,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (ctx->len + n > (size_t)srv->opts.max_body) {
       ctx->too_large = true;
-      free(ctx->body);
-      release(srv, ctx);
-      ctx->body = NULL;
-      ctx->len = ctx->cap = 0;
+      drop_body(srv, ctx);
       return MHD_YES;
     }
     if (ctx->len + n + 1 > ctx->cap) {
@@ -645,10 +651,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         /* the rest is dropped and 503 answered at the end: MHD takes no response mid-body */
         ctx->busy = true;
-        free(ctx->body);
-        release(srv, ctx);
-        ctx->body = NULL;
-        ctx->len = ctx->cap = 0;
+        drop_body(srv, ctx);
         ctx->discarded = n;
         return MHD_YES;
       }
