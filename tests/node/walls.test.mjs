@@ -112,9 +112,11 @@ before(async () => {
 after(async () => {
   const jobs = [];
   const reports = [];
+  const logs = [];
   for (const s of servers) {
     const r = await s.db.query('SELECT job_id FROM sessions');
     jobs.push(...r.rows.map((x) => x.job_id));
+    logs.push(s.log);
     try {
       await stopWithin(s, 60000);
     } catch (e) {
@@ -140,7 +142,13 @@ after(async () => {
   // remove them anyway (a failed run must not leave them either), then report
   for (const c of left) await docker('DELETE', `/containers/${c.Id}?force=1`);
   assert.deepEqual(reports, [], 'servers that did not stop, or sanitizer reports in their logs');
-  assert.deepEqual(left.map((c) => c.Id), [], 'containers left behind');
+  // what the servers said of a left container's session, and of their stop
+  const said = left.map((c) => {
+    const j = c.Labels['jailbox.session'];
+    const ls = logs.flatMap((l) => l().split('\n')).filter((l) => l.includes(j) || /stop|drain|SIGINT/.test(l));
+    return `${c.Id.slice(0, 12)} (${j}):\n${ls.slice(-60).join('\n')}`;
+  });
+  assert.deepEqual(left.map((c) => c.Id), [], 'containers left behind:\n' + said.join('\n'));
 });
 
 // ---- the contract -----------------------------------------------------------------------
