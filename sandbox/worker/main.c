@@ -513,15 +513,22 @@ static void serve(struct jb_worker *w, int sfd) {
  * shim's stdin closes): it ends either way. Then the other threads; the heads the last direct
  * ops committed are announced before the pool closes. The ops socket's threads end after the
  * request each runs (an answer no peer takes ends its connection within 30 s). */
-static void stop(struct jb_worker *w, struct threads *t) {
-  jb_error err = {0};
-  pthread_mutex_lock(&w->lock);
-  size_t n = w->n_sessions;
-  struct jb_session *list[JB_WORKER_SESSIONS_MAX];
-  memcpy(list, w->sessions, n * sizeof list[0]);
-  pthread_mutex_unlock(&w->lock);
-  for (size_t i = 0; i < n; i++) {
-    struct jb_session *s = list[i];
+enum { STOP_THREADS = 8 };
+
+struct stop_work {
+  struct jb_worker *w;
+  struct jb_session **list;
+  size_t n;
+  atomic_size_t next; /* the index of the next session to end */
+};
+
+/* Ends sessions of `arg` (a struct stop_work) until none is left: each is failed with
+ * "worker stopped" and its container removed, except the ones a drain keeps. */
+static void *stop_main(void *arg) {
+  struct stop_work *sw = arg;
+  struct jb_worker *w = sw->w;
+  for (size_t i; (i = atomic_fetch_add(&sw->next, 1)) < sw->n;) {
+    struct jb_session *s = sw->list[i];
     if (atomic_load(&w->drain) && session_keepable(s)) continue;
     atomic_store(&s->teardown, true);
     pthread_mutex_lock(&s->lock);
@@ -529,8 +536,28 @@ static void stop(struct jb_worker *w, struct threads *t) {
     if (s->sb_ready) snprintf(cid, sizeof cid, "%s", s->sb.container_id);
     pthread_mutex_unlock(&s->lock);
     session_fail(w, s->job_id, "worker stopped");
+    jb_error err = {0};
     if (cid[0]) jb_container_remove(&w->walls, cid, &err);
   }
+  return NULL;
+}
+
+static void stop(struct jb_worker *w, struct threads *t) {
+  pthread_mutex_lock(&w->lock);
+  size_t n = w->n_sessions;
+  struct jb_session *list[JB_WORKER_SESSIONS_MAX];
+  memcpy(list, w->sessions, n * sizeof list[0]);
+  pthread_mutex_unlock(&w->lock);
+  /* the sessions end on up to STOP_THREADS threads: one after another, a container removal
+   * under runsc that takes seconds on a loaded host times 64 sessions would outlast the grace
+   * jailboxd gives a stopping worker, and its SIGKILL would leave the rest behind */
+  struct stop_work sw = {.w = w, .list = list, .n = n};
+  pthread_t th[STOP_THREADS];
+  size_t nth = 0;
+  while (nth < STOP_THREADS && nth < n && pthread_create(&th[nth], NULL, stop_main, &sw) == 0)
+    nth++;
+  stop_main(&sw); /* this thread takes its share too, and all of it if none could start */
+  for (size_t i = 0; i < nth; i++) pthread_join(th[i], NULL);
   for (size_t i = 0; i < n; i++) pthread_join(list[i]->thread, NULL);
   /* the threads that may still hold a session or a connection end first: an op they run
    * fails at once now that the containers are gone */
