@@ -166,7 +166,7 @@ test('an op in flight in one session holds up neither another session\'s read no
   const x = await sessionIn('active', { mode: 'supervised' });
   const y = await sessionIn('active', { mode: 'unsupervised' });
   assert.equal((await call(y.agent, 'read', { path: 'a.txt' })).result?.structuredContent?.content, 'hello\n');
-  writeFileSync(join(x.dir, 'big.bin'), Buffer.alloc(250 * 1024 * 1024, 7));
+  writeFileSync(join(x.dir, 'big.bin'), Buffer.alloc(500 * 1024 * 1024, 7));
   const seq0 = await opSeq();
   const slow = call(x.agent, 'write', { path: 'big.bin', content: 'small\n' }).catch((e) => ({ cut: e.message }));
   await waitFor(srv, 'stat in flight', async () => (await opSeq()) > seq0, 10000);
@@ -177,7 +177,7 @@ test('an op in flight in one session holds up neither another session\'s read no
   // a second op of the same session waits for the first (one at a time per session) …
   const second = call(x.agent, 'read', { path: 'a.txt' }).catch((e) => ({ cut: e.message }));
   await new Promise((r) => setTimeout(r, 150));
-  // … but the other session's read answers while the stat (about a second of hashing) runs
+  // … but the other session's read answers while the stat (a second or two of hashing 500 MiB) runs
   const r = await call(y.agent, 'read', { path: 'a.txt' }, 20000);
   assert.equal(r.result?.structuredContent?.content, 'hello\n', JSON.stringify(r));
   // (the stat is a queued row from its request on: still unfinished when the read answered)
