@@ -25,7 +25,6 @@
 
 /* threads that handle the listed containers at start, at most: each holds one pooled database
  * connection at a time (the pool has 8), and waits mostly on the shim, Docker and PostgreSQL */
-#define ADOPT_THREADS 8
 
 /* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
 
@@ -412,13 +411,7 @@ void adopt_at_start(struct jb_worker *w) {
   }
   pair_kept(w, list, kept, nkept, st.found, &st.n);
   atomic_init(&st.next, 0);
-  pthread_t th[ADOPT_THREADS];
-  size_t nth = 0;
-  while (nth + 1 < ADOPT_THREADS && nth + 1 < st.n &&
-         pthread_create(&th[nth], NULL, start_main, &st) == 0)
-    nth++;
-  start_main(&st); /* this thread is one of the pool */
-  for (size_t t = 0; t < nth; t++) pthread_join(th[t], NULL);
+  sessions_in_parallel(start_main, &st, st.n);
   /* what the keeper held for sessions not taken over: let go */
   for (size_t k = 0; k < nkept; k++)
     if (!st.taken[k] || !session_here(w, kept[k].job)) keeper_del(w, kept[k].job);

@@ -513,8 +513,6 @@ static void serve(struct jb_worker *w, int sfd) {
  * shim's stdin closes): it ends either way. Then the other threads; the heads the last direct
  * ops committed are announced before the pool closes. The ops socket's threads end after the
  * request each runs (an answer no peer takes ends its connection within 30 s). */
-enum { STOP_THREADS = 8 };
-
 struct stop_work {
   struct jb_worker *w;
   struct jb_session **list;
@@ -548,16 +546,12 @@ static void stop(struct jb_worker *w, struct threads *t) {
   struct jb_session *list[JB_WORKER_SESSIONS_MAX];
   memcpy(list, w->sessions, n * sizeof list[0]);
   pthread_mutex_unlock(&w->lock);
-  /* the sessions end on up to STOP_THREADS threads: one after another, a container removal
-   * under runsc that takes seconds on a loaded host times 64 sessions would outlast the grace
-   * jailboxd gives a stopping worker, and its SIGKILL would leave the rest behind */
+  /* the sessions end side by side: one after another, a container removal under runsc that
+   * takes seconds on a loaded host times 64 sessions would outlast the grace jailboxd gives a
+   * stopping worker, and its SIGKILL would leave the rest behind */
   struct stop_work sw = {.w = w, .list = list, .n = n};
-  pthread_t th[STOP_THREADS];
-  size_t nth = 0;
-  while (nth < STOP_THREADS && nth < n && pthread_create(&th[nth], NULL, stop_main, &sw) == 0)
-    nth++;
-  stop_main(&sw); /* this thread takes its share too, and all of it if none could start */
-  for (size_t i = 0; i < nth; i++) pthread_join(th[i], NULL);
+  atomic_init(&sw.next, 0);
+  sessions_in_parallel(stop_main, &sw, n);
   for (size_t i = 0; i < n; i++) pthread_join(list[i]->thread, NULL);
   /* the threads that may still hold a session or a connection end first: an op they run
    * fails at once now that the containers are gone */

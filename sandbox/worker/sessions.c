@@ -128,3 +128,13 @@ void sessions_reap(struct jb_worker *w) {
   }
   pthread_mutex_unlock(&w->lock);
 }
+
+void sessions_in_parallel(void *(*fn)(void *), void *arg, size_t jobs) {
+  pthread_t th[SESSIONS_POOL_THREADS];
+  size_t nth = 0;
+  while (nth + 1 < SESSIONS_POOL_THREADS && nth + 1 < jobs &&
+         pthread_create(&th[nth], NULL, fn, arg) == 0)
+    nth++;
+  fn(arg); /* this thread is one of the pool, and all of it if no other could start */
+  for (size_t t = 0; t < nth; t++) pthread_join(th[t], NULL);
+}

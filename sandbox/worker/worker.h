@@ -212,6 +212,14 @@ void session_free(struct jb_session *s);
  * the thread could not start). Any thread. */
 int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full);
 
+/* Runs `fn(arg)` on up to SESSIONS_POOL_THREADS threads at once, the calling thread one of
+ * them, for `jobs` items of work that `fn` takes one by one from a counter in `arg` until none
+ * is left (so fewer threads than asked, even none started, still do all of it). Returns when
+ * every thread has returned. Used where sessions are handled each on its own and one after
+ * another would be too slow: adoption at start, the end of every session at a stop. */
+enum { SESSIONS_POOL_THREADS = 8 };
+void sessions_in_parallel(void *(*fn)(void *), void *arg, size_t jobs);
+
 /* ---- launch and teardown (launch.c) ------------------------------------------------------ */
 
 /* Claims and starts every launch and teardown job available now (main thread). */
