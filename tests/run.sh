@@ -71,4 +71,9 @@ else
   wait $rel || status=1
   wait $san || status=1
 fi
+# The failing subtests and their messages, last, where a cut CI log still shows them.
+for b in release:build sanitizer:build-asan; do
+  echo "== failures (${b%%:*} build)"
+  ./tests/failures.sh "${b#*:}" | sed "s/^/[${b%%:*}] /" || true
+done
 exit $status
