@@ -126,10 +126,14 @@ give_back_slot:
 
 void jb_db_release(struct jb_db *db, PGconn *conn) {
   if (!conn) return;
-  if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
-    PQclear(PQexec(conn, "ROLLBACK"));
+  /* kept only when idle: a connection left in pipeline mode (a pipeline cut short by a
+   * server going away) or in a transaction that will not roll back would fail every later
+   * use while PQstatus still says CONNECTION_OK */
+  bool usable = PQstatus(conn) == CONNECTION_OK && PQpipelineStatus(conn) == PQ_PIPELINE_OFF;
+  if (usable && PQtransactionStatus(conn) != PQTRANS_IDLE) PQclear(PQexec(conn, "ROLLBACK"));
+  usable = usable && PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
   pthread_mutex_lock(&db->lock);
-  if (PQstatus(conn) == CONNECTION_OK) {
+  if (usable) {
     db->idle[db->n_idle++] = conn;
   } else {
     PQfinish(conn);
@@ -343,7 +347,15 @@ PGresult *jb_db_pipeline(PGconn *conn, const struct jb_db_step *steps, int n_ste
       PQclear(r);
     while ((r = PQgetResult(conn))) PQclear(r); /* the NULL that ends this step's results */
   }
-  for (PGresult *r; sent && (r = PQgetResult(conn));) { /* the Sync */
+  /* what is left up to the Sync's result: nothing after a good run; after a failure, the
+   * results of the steps not read, or a broken connection's errors. A connection still in
+   * pipeline mode when this returns is not given back to the pool (jb_db_release). */
+  for (int nulls = 0; sent && nulls < 2 * n_steps + 2 && PQstatus(conn) == CONNECTION_OK;) {
+    PGresult *r = PQgetResult(conn);
+    if (!r) {
+      nulls++;
+      continue;
+    }
     ExecStatusType got = PQresultStatus(r);
     PQclear(r);
     if (got == PGRES_PIPELINE_SYNC) break;

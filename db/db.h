@@ -20,7 +20,9 @@ int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_t
  * the database cannot be reached. */
 PGconn *jb_db_acquire(struct jb_db *db, jb_error *err);
 
-/* Gives `conn` back to the pool. A connection left inside a transaction is rolled back. */
+/* Gives `conn` back to the pool. A connection left inside a transaction is rolled back; one
+ * that is broken, still in pipeline mode, or not idle after the rollback is closed instead
+ * (the pool makes a new one when next asked). */
 void jb_db_release(struct jb_db *db, PGconn *conn);
 
 /* Closes every connection and frees the pool. NULL is allowed. */

@@ -714,6 +714,18 @@ static int cmd_pipeline(void) {
   bool after = pl_usable(c);
   printf("pool afterwards: %s\n", after ? "usable" : "NOT USABLE");
   bad += !after;
+  /* 5. a connection given back while still in pipeline mode with a result unread (a pipeline
+   *    cut short, its connection still CONNECTION_OK): the pool must not hand it out again */
+  bool entered = PQenterPipelineMode(c) == 1 && PQsendQueryParams(c, "SELECT 6", 0, NULL, NULL,
+                                                                    NULL, NULL, 0) == 1;
+  PQsendFlushRequest(c);
+  PQflush(c);
+  done_with(c);
+  c = connect_or_die();
+  bool clean = pl_usable(c);
+  printf("given back in pipeline mode (%s), next from the pool: %s\n",
+         entered ? "entered" : "NOT ENTERED", clean ? "usable" : "NOT USABLE");
+  bad += !entered || !clean;
   done_with(c);
   return bad ? 1 : 0;
 }

@@ -382,10 +382,20 @@ test('clients that hang up while their supervised calls wait: the REST API and /
   const ping = await post({ jsonrpc: '2.0', id: 99, method: 'ping' }, { token: S.agentToken });
   assert.equal(ping.status, 200, ping.text);
   assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
-  // the buyer answers the calls whose clients are gone: nothing to send them to
-  for (const op of ops) {
-    const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${op.opId}`, { token: S.buyerToken, body: { reason: 'gone' } });
-    assert.equal(r.status, 200, r.text);
+  // the buyer answers the calls whose clients are gone (nothing to send them to), each as it
+  // asks: a write still reading its target when its client hung up asks later, and until it
+  // is answered it holds one of the server's places for waiting calls
+  const open = async () => ((await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?limit=500`, { token: S.buyerToken })).json?.ops ?? [])
+    .filter((o) => ['pending', 'approved', 'running'].includes(o.state));
+  let asked = ops;
+  for (let quiet = 0, t = Date.now(); quiet < 3; asked = await pending()) {
+    assert.ok(Date.now() - t < 30000, 'calls whose clients hung up still unanswered: ' + JSON.stringify(await open()));
+    for (const op of asked) {
+      const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/reject/${op.opId}`, { token: S.buyerToken, body: { reason: 'gone' } });
+      assert.equal(r.status, 200, r.text);
+    }
+    quiet = asked.length === 0 && (await open()).length === 0 ? quiet + 1 : 0;
+    await new Promise((r) => setTimeout(r, 200));
   }
   // and a new call is served whole
   const w = modern(S.agentToken, 100, 'tools/call', { name: 'write', arguments: { path: 'src/after.c', content: 'int after;\n' } });

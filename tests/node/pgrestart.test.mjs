@@ -146,10 +146,16 @@ test('PostgreSQL restarted under load: requests complete or fail database_unavai
     `${outcomes.filter((o) => o.outcome === 'ok').length} ok, ${unavailable} unavailable, ${others.length} other; ` +
     `first success after each restart (ms) for ${whos.join(', ')}: ${JSON.stringify(recovered)}; ` +
     `writes the agents were told done: ${sessions.map((s) => s.told.length).join(', ')}`);
-  if (others.length) {
+  const slow = recovered.some((r) => r.some((x) => x === null || x >= 5000));
+  if (others.length || slow) {
+    for (const w of whos) console.log(`# ${w}'s last outcomes:`, JSON.stringify(outcomes.filter((o) => o.who === w).slice(-4).map((o) => [o.at - restartEnd, o.what, o.outcome.slice(0, 200)])));
     console.log('# other outcomes:', JSON.stringify(others.slice(0, 5)));
     console.log('# sockets:', JSON.stringify(sessions.map((s) => [s.agent.connected, s.agent.disconnectReason, s.buyer.connected, s.buyer.disconnectReason])),
       'approval requests seen:', JSON.stringify(sup.buyer.events.filter((e) => e.event === 'jailbox:approval_request').map((e) => e.payload.opId)));
+    const seenMsg = new Set();
+    const worse = srv.log().split('\n').filter((l) => /"level":"(warn|error)"/.test(l))
+      .filter((l) => { const m = (l.match(/"msg":"([^"]*)"/) || [])[1] + (l.match(/"detail":"([^"]{0,60})/) || [])[1]; return !seenMsg.has(m) && seenMsg.add(m); });
+    console.log('# server warnings and errors, the first of each kind (up to 40):\n' + worse.slice(0, 40).map((l) => '#   ' + l.slice(0, 500)).join('\n'));
   }
   const stuck = (await srv.db.query("SELECT job_id, op_id, tool, path, state FROM ops WHERE state NOT IN ('done', 'failed', 'rejected')")).rows;
   assert.deepEqual(others, [], 'every request either completes or fails database_unavailable; ops not ended: ' +
