@@ -716,8 +716,8 @@ static int cmd_pipeline(void) {
   bad += !after;
   /* 5. a connection given back while still in pipeline mode with a result unread (a pipeline
    *    cut short, its connection still CONNECTION_OK): the pool must not hand it out again */
-  bool entered = PQenterPipelineMode(c) == 1 && PQsendQueryParams(c, "SELECT 6", 0, NULL, NULL,
-                                                                    NULL, NULL, 0) == 1;
+  bool entered = PQenterPipelineMode(c) == 1 &&
+                 PQsendQueryParams(c, "SELECT 6", 0, NULL, NULL, NULL, NULL, 0) == 1;
   PQsendFlushRequest(c);
   PQflush(c);
   done_with(c);
