@@ -47,7 +47,9 @@ static void *run(void *arg) {
       PQclear(r);
       PQfinish(c);
       if (wait_or_stop(l, backoff)) return NULL;
-      backoff = backoff < 5000 ? backoff * 2 : 5000;
+      /* at most a second apart: a database back from a restart is heard within a second
+       * (calls waiting meanwhile read their ops every FALLBACK_MS) */
+      backoff = backoff < 1000 ? backoff * 2 : 1000;
       continue;
     }
     PQclear(r);
