@@ -23,9 +23,6 @@
 #include "lib/metrics.h"
 #include "sandbox/worker/worker.h"
 
-/* threads that handle the listed containers at start, at most: each holds one pooled database
- * connection at a time (the pool has 8), and waits mostly on the shim, Docker and PostgreSQL */
-
 /* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
 
 /* What a workspace grant holds besides its entries, at the start of its memfd. */

@@ -216,7 +216,9 @@ int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *f
  * them, for `jobs` items of work that `fn` takes one by one from a counter in `arg` until none
  * is left (so fewer threads than asked, even none started, still do all of it). Returns when
  * every thread has returned. Used where sessions are handled each on its own and one after
- * another would be too slow: adoption at start, the end of every session at a stop. */
+ * another would be too slow: adoption at start, the end of every session at a stop. Eight:
+ * each thread holds one pooled database connection at a time (the pool has 8), and waits
+ * mostly on the shim, Docker and PostgreSQL. */
 enum { SESSIONS_POOL_THREADS = 8 };
 void sessions_in_parallel(void *(*fn)(void *), void *arg, size_t jobs);
 
