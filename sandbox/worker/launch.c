@@ -34,6 +34,9 @@
 #define EXEC_STORE_WAIT_MS 5000
 /* one wait on a running sandbox, before the stop flag is looked at again */
 #define WATCH_MS 3000
+/* how long an ending sandbox may take to stop by itself once its channels are closed, before
+ * its removal kills it (sandbox_quit) */
+#define SANDBOX_QUIT_MS 3000
 
 /* ---- the workspace ---------------------------------------------------------------------- */
 
@@ -509,16 +512,42 @@ void *session_main(void *arg) {
       atomic_store(&s->finished, true);
       return NULL;
     }
+    char cid[80];
+    sandbox_quit(s, SANDBOX_QUIT_MS, cid);
     pthread_mutex_lock(&s->lock);
-    s->sb_ready = false;
     jb_sandbox_destroy(&w->walls, &s->sb);
     pthread_mutex_unlock(&s->lock);
-    keeper_del(w, s->job_id);
     slog(w, JB_LOG_INFO, s->job_id, "sandbox removed", NULL);
   }
   restore_workspace(s);
   atomic_store(&s->finished, true);
   return NULL;
+}
+
+void sandbox_quit(struct jb_session *s, long wait_ms, char *cid) {
+  struct jb_worker *w = s->w;
+  keeper_del(w, s->job_id);
+  cid[0] = '\0';
+  pthread_mutex_lock(&s->lock);
+  if (s->sb_ready && s->sb.container_id[0]) snprintf(cid, 80, "%s", s->sb.container_id);
+  s->sb_ready = false;
+  jb_spawner_close(&s->sb.spawner);
+  if (s->sb.conn_open) jb_shimconn_close(&s->sb.conn);
+  s->sb.conn_open = false;
+  pthread_mutex_unlock(&s->lock);
+  if (!cid[0] || wait_ms <= 0) return;
+  char path[160];
+  snprintf(path, sizeof path, "/containers/%s/wait?condition=not-running", cid);
+  long status = 0;
+  json_t *ans = NULL;
+  jb_error err = {0};
+  long long t0 = jb_now_ms();
+  int rc = jb_docker_call(&w->walls.docker, "POST", path, NULL, wait_ms, &status, &ans, &err);
+  json_decref(ans);
+  char ms[24];
+  snprintf(ms, sizeof ms, "%lld", jb_now_ms() - t0);
+  slog(w, JB_LOG_INFO, s->job_id, "sandbox quit", "container", cid, "stopped",
+       rc == 0 ? "yes" : "no (it is killed)", "waitedMs", ms, NULL);
 }
 
 /* ---- containers ------------------------------------------------------------------------------ */

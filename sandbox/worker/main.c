@@ -520,8 +520,12 @@ struct stop_work {
   atomic_size_t next; /* the index of the next session to end */
 };
 
+/* how long a stopping worker lets each sandbox end by itself before its removal kills it */
+#define STOP_QUIT_MS 3000
+
 /* Ends sessions of `arg` (a struct stop_work) until none is left: each is failed with
- * "worker stopped" and its container removed, except the ones a drain keeps. */
+ * "worker stopped", its sandbox let quit (sandbox_quit) and its container removed, except the
+ * ones a drain keeps. */
 static void *stop_main(void *arg) {
   struct stop_work *sw = arg;
   struct jb_worker *w = sw->w;
@@ -529,11 +533,9 @@ static void *stop_main(void *arg) {
     struct jb_session *s = sw->list[i];
     if (atomic_load(&w->drain) && session_keepable(s)) continue;
     atomic_store(&s->teardown, true);
-    pthread_mutex_lock(&s->lock);
-    char cid[80] = "";
-    if (s->sb_ready) snprintf(cid, sizeof cid, "%s", s->sb.container_id);
-    pthread_mutex_unlock(&s->lock);
     session_fail(w, s->job_id, "worker stopped");
+    char cid[80];
+    sandbox_quit(s, STOP_QUIT_MS, cid);
     jb_error err = {0};
     if (cid[0]) jb_container_remove(&w->walls, cid, &err);
   }

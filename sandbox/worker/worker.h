@@ -244,6 +244,16 @@ int session_lease(struct jb_worker *w, const char *job);
 /* Whether session `s` can outlive this worker (the keeper holds its shim channel). */
 bool session_keepable(struct jb_session *s);
 
+/* Lets the sandbox of session `s` end by itself before a removal kills it: drops the keeper's
+ * copies of its channels, closes the worker's (under s->lock; the sandbox is no longer ready
+ * for ops), so that the shim reads the end of its input and exits, and waits at most `wait_ms`
+ * for the container to stop. Its id goes to `cid` (80 bytes; "" when the sandbox was not up).
+ * Why: containerd's runc shim (1.6, Debian 12) holds the task's lock while it kills; when a
+ * gVisor sandbox with many stub processes (one per address space the jail made) dies under
+ * that kill, their exits queue behind the lock and the removal stalls for 20–40 s. A shim busy
+ * with an op reads the end only after it: then the removal's kill comes after `wait_ms`. */
+void sandbox_quit(struct jb_session *s, long wait_ms, char *cid);
+
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);
 

@@ -374,6 +374,39 @@ test('a killed worker: the restarted one adopts the live sandbox, and its end le
   assert.equal((await waitState(srv, j2, ['awaiting_agent', 'failed'])).state, 'awaiting_agent');
 });
 
+test('a stopping worker ends a re-adopted sandbox that ran a fork bomb within its grace: the sandbox quits before the removal kills it', { timeout: 180000 }, async () => {
+  // a gVisor sandbox keeps a stub process per address space its jail made; killed by Docker
+  // with dozens of them, containerd's runc shim (1.6) stalls the removal for 20-40 s (its
+  // kill holds the task's lock while the stubs' exits queue), past jailboxd's grace
+  const own = await start();
+  let cid = '';
+  let stopped = false;
+  try {
+    const j = (await own.open({ limits: { memoryMiB: 512, pids: 32 } })).jobId;
+    const s = await waitState(own, j, ['awaiting_agent', 'failed']);
+    assert.equal(s.state, 'awaiting_agent', s.stateReason);
+    cid = s.walls.walls.docker.containerId;
+    assert.equal((await shim(own, j, { op: 'test.forkbomb', max: 5000 }, 60000)).stopped, true);
+    const readyBefore = (own.log().match(/"msg":"worker ready"/g) || []).length;
+    process.kill(Number(readFileSync(join(own.state, 'worker-0.pid'), 'utf8')), 'SIGKILL');
+    await waitFor('worker restarted', () => (own.log().match(/"msg":"worker ready"/g) || []).length > readyBefore);
+    await waitFor('the session re-adopted', () => own.log().includes('"msg":"session re-adopted"'), 20000);
+    const t0 = Date.now();
+    stopped = true;
+    await stopWithin(own, 15000);
+    const took = Date.now() - t0;
+    const quit = own.log().split('\n').find((l) => l.includes('"msg":"sandbox quit"') && l.includes(j));
+    console.log(`# stop took ${took} ms; ${quit}`);
+    assert.ok(quit, 'no "sandbox quit" line for the session');
+    assert.equal(JSON.parse(quit).stopped, 'yes', quit);
+    assert.doesNotMatch(own.log(), /worker did not stop in time/);
+    assert.equal((await docker('GET', `/containers/${cid}/json`)).status, 404, 'the container outlived the stop');
+  } finally {
+    if (!stopped) await stopWithin(own, 60000).catch(() => {});
+    if (cid) await docker('DELETE', `/containers/${cid}?force=1`);
+  }
+});
+
 test('teardown: an aborted session loses its container', { timeout: 180000 }, async () => {
   const o = await srv.open({});
   const s = await waitState(srv, o.jobId, ['awaiting_agent', 'failed']);
