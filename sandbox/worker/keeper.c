@@ -14,7 +14,8 @@
  *   "DEL <job>"                   closes the job's descriptors
  *   "GET"                         answered by one "ENT <job> <cid> <c><s><g>" per entry with
  *                                 copies of its descriptors, then "END"
- * The keeper exits once it holds nothing and nobody has talked to it for 30 s. One keeper per
+ * An entry whose shim channel has hung up (its container gone) is let go within a second. The
+ * keeper exits once it holds nothing and nobody has talked to it for 30 s. One keeper per
  * path: it holds a lock on "<path>.lock" for its life. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -135,6 +136,23 @@ static int find(struct entry *v, size_t n, const char *job) {
   return -1;
 }
 
+/* Lets go of every entry whose shim channel has hung up (its sandbox is gone: the container
+ * was removed while no worker ran to say DEL): what it held can serve nobody, and a keeper
+ * holding only such entries would never reach its idle end. An entry without a channel, or
+ * with one still connected, stays. */
+static void drop_hung_up(struct entry *v, size_t *n) {
+  static struct pollfd pf[KEEPER_MAX];
+  size_t m = 0;
+  for (size_t i = 0; i < *n; i++)
+    pf[m++] = (struct pollfd){.fd = v[i].fd[0], .events = POLLRDHUP}; /* fd -1: ignored */
+  if (m == 0 || poll(pf, m, 0) <= 0) return;
+  for (size_t i = *n; i-- > 0;) {
+    if (!(pf[i].revents & (POLLHUP | POLLERR))) continue;
+    entry_close(&v[i]);
+    v[i] = v[--*n];
+  }
+}
+
 /* One request on `c`; false when the peer is gone. */
 static bool serve_one(int c, struct entry *v, size_t *n) {
   char text[KEEPER_MSG];
@@ -209,7 +227,7 @@ int keeper_main(const char *path) {
   size_t n = 0;
   int clients[KEEPER_CLIENTS];
   size_t nc = 0;
-  long long last = jb_now_ms();
+  long long last = jb_now_ms(), swept = last;
   uid_t me = geteuid();
   for (;;) {
     struct pollfd pf[KEEPER_CLIENTS + 1];
@@ -236,6 +254,10 @@ int keeper_main(const char *path) {
         clients[i] = clients[--nc];
       }
       last = jb_now_ms();
+    }
+    if (jb_now_ms() - swept >= 1000) {
+      drop_hung_up(v, &n);
+      swept = jb_now_ms();
     }
     if (n == 0 && nc == 0 && jb_now_ms() - last > KEEPER_IDLE_MS) break;
   }

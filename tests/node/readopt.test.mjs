@@ -291,7 +291,8 @@ test('worker SIGKILLed while an exec runs: the re-adopted session runs exec agai
 
 // One request to the descriptor keeper of `srv`'s worker (sandbox/worker/keeper.c: SOCK_SEQPACKET,
 // descriptors by SCM_RIGHTS, which node's net module cannot send): `text`, with /dev/null as its
-// one descriptor when `withFd`; the answer's packets up to "OK" or "END", one per line.
+// one descriptor when `withFd` (with 'hung-up': one end of a socket pair whose other end is
+// closed, a channel whose sandbox is gone); the answer's packets up to "OK" or "END", one per line.
 function askKeeper(srv, text, withFd) {
   const socks = readdirSync(srv.state).filter((f) => /^jbk-[0-9a-f]{16}\.s$/.test(f));
   assert.equal(socks.length, 1, 'the keeper socket in the state directory: ' + socks);
@@ -299,12 +300,16 @@ function askKeeper(srv, text, withFd) {
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(sys.argv[1])
 fds = [os.open('/dev/null', os.O_RDWR)] if sys.argv[3] == '1' else []
+if sys.argv[3] == 'hung-up':
+    a, b = socket.socketpair()
+    fds = [a.fileno()]
 socket.send_fds(s, [sys.argv[2].encode()], fds)
 while True:
     m = s.recv(600).decode()
     print(m)
     if m in ('OK', 'END', 'BAD', 'FULL', ''): break`;
-  return execFileSync('python3', ['-c', py, join(srv.state, socks[0]), text, withFd ? '1' : '0'], { encoding: 'utf8' })
+  const mode = withFd === 'hung-up' ? 'hung-up' : withFd ? '1' : '0';
+  return execFileSync('python3', ['-c', py, join(srv.state, socks[0]), text, mode], { encoding: 'utf8' })
     .trim().split('\n');
 }
 
@@ -336,4 +341,9 @@ test('a kept channel naming another container is not taken over: that session fa
   assert.ok(!after.some((l) => l.startsWith(`ENT ${a.jobId} `)), after.join('\n'));
   assert.ok(after.some((l) => l.startsWith(`ENT ${b.jobId} ${cidB[0]} `)), after.join('\n'));
   assert.match(srv.log(), new RegExp(`"msg":"kept channel of another container"[^\\n]*"jobId":"${a.jobId}"`));
+  // a kept channel whose sandbox is gone (its peer closed: the python process exits) is let go
+  // within a second or two, as no worker may be left to say DEL; a live one stays
+  assert.deepEqual(askKeeper(srv, 'PUT job-gone 0123456789ab 100', 'hung-up'), ['OK']);
+  await waitFor(srv, 'the hung-up channel let go', () => !askKeeper(srv, 'GET', false).some((l) => l.startsWith('ENT job-gone ')), 3000);
+  assert.ok(askKeeper(srv, 'GET', false).some((l) => l.startsWith(`ENT ${b.jobId} ${cidB[0]} `)));
 });
