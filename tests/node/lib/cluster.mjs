@@ -199,9 +199,11 @@ export async function startWorker(name, dir, { pg, secrets, wsroot, env = {} }) 
   ]);
   return {
     child, log: () => log,
-    async stop() {
+    // SIGINT (the default): every session of the worker ends with it and its container is
+    // removed, as a test's end wants; SIGTERM is the upgrade's drain, which leaves them running
+    async stop(sig = 'SIGINT') {
       if (child.exitCode !== null || child.signalCode !== null) return exited;
-      child.kill('SIGTERM');
+      child.kill(sig);
       return exited;
     },
   };
