@@ -76,7 +76,13 @@ static const struct jb_setting settings[] = {
      "4194304", 4096, 1L << 30,
      "outgoing bytes queued for one socket; a slower client is dropped (close 1008)"},
     {"ws-workers", "JAILBOX_WS_WORKERS", JB_SETTING_INT, S(ws_workers), "4", 1, 256,
-     "threads running Socket.IO handlers (authentication, session controls, MCP)"},
+     "threads kept free to run Socket.IO and MCP handlers (authentication, session controls, "
+     "tool calls); a call that waits (for the buyer, a command, a pause) gets a thread of its "
+     "own"},
+    {"max-waiting-calls", "JAILBOX_MAX_WAITING_CALLS", JB_SETTING_INT, S(max_waiting_calls), "256",
+     1, 4096,
+     "tool calls of this process waiting at once (for the buyer, a running command or write, a "
+     "paused session), each on a thread of its own; more: -32017 unavailable"},
     {"workers", "JAILBOX_WORKERS", JB_SETTING_INT, S(workers), "1", 0, 64,
      "jailbox-worker processes started and supervised by jailboxd (0: none; workers run "
      "elsewhere)"},

@@ -1,5 +1,6 @@
 /* opwait.c — wake-ups of calls waiting on an op (see opwait.h). A plain list under one mutex:
- * a process has at most JAILBOX_WS_WORKERS waiting calls, so a walk is a few dozen steps. */
+ * a process has at most JAILBOX_MAX_WAITING_CALLS waiting calls (256 by default) and a few
+ * more on the handler threads, so a walk is at most a few hundred steps. */
 #define _GNU_SOURCE
 #include "server/opwait.h"
 

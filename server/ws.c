@@ -22,6 +22,7 @@
 
 #include "lib/log.h"
 #include "server/config.h"
+#include "server/pool.h"
 #include "server/sio_packet.h"
 #include "server/ws_frame.h"
 
@@ -121,7 +122,7 @@ struct item {
 enum job_kind { J_CONNECT, J_EVENT, J_RESYNC, J_CALL };
 
 struct job {
-  struct job *next;
+  struct jb_ws *ws;
   enum job_kind kind;
   void (*fn)(void *arg, bool run); /* J_CALL (jb_ws_run) */
   void *arg;
@@ -215,14 +216,7 @@ struct jb_ws {
   struct item *qhead, *qtail;
   long qlen;
   long dropped;
-  /* workers */
-  pthread_mutex_t jlock;
-  pthread_cond_t jcond;
-  struct job *jhead, *jtail;
-  long jlen;
-  bool jstop;
-  pthread_t *workers;
-  long n_workers;
+  struct jb_pool *pool; /* the handler threads */
 };
 
 static uint32_t hash_str(const char *s) {
@@ -824,22 +818,12 @@ static void drain_items(struct jb_ws *ws) {
 
 /* ---------- workers ---------- */
 
+static void job_cb(void *arg, bool run);
+
+/* Queues `j` for the handler threads (j->ws set here). 0, or -1 (queue full, stopping). */
 static int submit(struct jb_ws *ws, struct job *j) {
-  pthread_mutex_lock(&ws->jlock);
-  if (ws->jlen >= MAX_JOBS || ws->jstop) {
-    pthread_mutex_unlock(&ws->jlock);
-    return -1;
-  }
-  j->next = NULL;
-  if (ws->jtail)
-    ws->jtail->next = j;
-  else
-    ws->jhead = j;
-  ws->jtail = j;
-  ws->jlen++;
-  pthread_cond_signal(&ws->jcond);
-  pthread_mutex_unlock(&ws->jlock);
-  return 0;
+  j->ws = ws;
+  return jb_pool_submit(ws->pool, job_cb, j);
 }
 
 static void run_job(struct jb_ws *ws, struct job *j) {
@@ -881,24 +865,14 @@ static void run_job(struct jb_ws *ws, struct job *j) {
   post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f, 0);
 }
 
-static void *worker_main(void *arg) {
-  struct jb_ws *ws = arg;
-  for (;;) {
-    pthread_mutex_lock(&ws->jlock);
-    while (!ws->jhead && !ws->jstop) pthread_cond_wait(&ws->jcond, &ws->jlock);
-    if (ws->jstop) {
-      pthread_mutex_unlock(&ws->jlock);
-      return NULL;
-    }
-    struct job *j = ws->jhead;
-    ws->jhead = j->next;
-    if (!ws->jhead) ws->jtail = NULL;
-    ws->jlen--;
-    pthread_mutex_unlock(&ws->jlock);
-    run_job(ws, j);
-    json_decref(j->data);
-    free(j);
-  }
+static void job_cb(void *arg, bool run) {
+  struct job *j = arg;
+  if (run)
+    run_job(j->ws, j);
+  else if (j->kind == J_CALL)
+    j->fn(j->arg, false); /* not run: only its memory let go */
+  json_decref(j->data);
+  free(j);
 }
 
 /* ---------- Socket.IO v5 packets (https://socket.io/docs/v4/socket-io-protocol/) ---------- */
@@ -1345,12 +1319,6 @@ static void free_all(struct jb_ws *ws) {
     frame_unref(it->f);
     free(it);
   }
-  for (struct job *j = ws->jhead, *n; j; j = n) {
-    n = j->next;
-    if (j->kind == J_CALL) j->fn(j->arg, false); /* not run: only its memory let go */
-    json_decref(j->data);
-    free(j);
-  }
   for (size_t b = 0; b < ROOM_BUCKETS; b++)
     for (struct room *r = ws->rooms[b], *n; r; r = n) {
       n = r->next;
@@ -1362,19 +1330,13 @@ static void free_all(struct jb_ws *ws) {
       free(p);
     }
   pthread_mutex_destroy(&ws->qlock);
-  pthread_mutex_destroy(&ws->jlock);
-  pthread_cond_destroy(&ws->jcond);
-  free(ws->workers);
   free(ws);
 }
 
+/* Ends the handler threads once their calls return; calls still queued are let go. */
 static void stop_workers(struct jb_ws *ws) {
-  pthread_mutex_lock(&ws->jlock);
-  ws->jstop = true;
-  pthread_cond_broadcast(&ws->jcond);
-  pthread_mutex_unlock(&ws->jlock);
-  for (long i = 0; i < ws->n_workers; i++) pthread_join(ws->workers[i], NULL);
-  ws->n_workers = 0;
+  jb_pool_stop(ws->pool);
+  ws->pool = NULL;
 }
 
 int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct jb_ws_handlers *h,
@@ -1394,8 +1356,6 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
   atomic_init(&ws->n_connected, 0);
   for (int b = 0; b < JB_WS_ROLE_BITS; b++) atomic_init(&ws->n_by_role[b], 0);
   pthread_mutex_init(&ws->qlock, NULL);
-  pthread_mutex_init(&ws->jlock, NULL);
-  pthread_cond_init(&ws->jcond, NULL);
 
   lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_emit);
   struct lws_context_creation_info info;
@@ -1445,21 +1405,10 @@ int jb_ws_start(struct jb_ws **out, const struct jb_ws_settings *s, const struct
     return jb_fail(err, EIO, "libwebsockets: cannot create the watch vhost");
   }
 
-  ws->workers = calloc((size_t)s->workers, sizeof *ws->workers);
-  if (!ws->workers) {
+  if (jb_pool_start(&ws->pool, s->workers, MAX_JOBS, err) < 0) {
     lws_context_destroy(ws->ctx);
     free_all(ws);
-    return jb_fail(err, ENOMEM, "out of memory");
-  }
-  for (long i = 0; i < s->workers; i++) {
-    int rc = pthread_create(&ws->workers[i], NULL, worker_main, ws);
-    if (rc) {
-      stop_workers(ws);
-      lws_context_destroy(ws->ctx);
-      free_all(ws);
-      return jb_fail_errno(err, rc, "start socket worker thread");
-    }
-    ws->n_workers = i + 1;
+    return jb_error_wrap(err, "socket handlers");
   }
   int rc = pthread_create(&ws->service, NULL, service_main, ws);
   if (rc) {

@@ -2,8 +2,9 @@
  * speaks the WebSocket handshake and framing (RFC 6455), Engine.IO v4 over the websocket
  * transport only, and Socket.IO v5 packets on the main namespace. It owns connections,
  * rooms (one per session), heartbeats, per-connection bounded send queues, the locked
- * queue other threads hand messages through, and the worker threads that run the
- * application's CONNECT and EVENT handlers (which may block on the database).
+ * queue other threads hand messages through, and the pool of threads (server/pool.h) that
+ * run the application's CONNECT and EVENT handlers (which may block on the database, and may
+ * wait long after jb_pool_block_begin: another thread then stands in).
  *
  * Threads: libwebsockets runs on one service thread that alone touches connections. Every
  * jb_ws_* function below except start/stop is thread-safe: it serialises on the caller's
@@ -36,7 +37,7 @@ struct jb_ws_settings {
   long handshake_timeout_ms; /* upgrade + Socket.IO CONNECT must finish within, ms */
   long max_per_ip; /* open connections from one address; more: HTTP 429 */
   size_t send_queue_bytes; /* queued outgoing bytes per connection; more: close 1008 */
-  long workers; /* threads running the CONNECT/EVENT handlers */
+  long workers; /* threads kept free to run the CONNECT/EVENT handlers (server/pool.h) */
 };
 
 /* Who is on the other end of a connection, as the handlers see it. */

@@ -316,10 +316,12 @@ char *op_diff_kept_text(const struct op_call *call); /* op_supervise.c */
  * The database connection is back in the pool while the reviewer is waited for. */
 enum op_step op_review(struct op_call *call); /* review.c */
 
-/* Takes a place among this process's calls that wait on the buyer or a pause (at most
- * JAILBOX_WS_WORKERS - 1, so that a handler thread stays free for the decision they wait
- * for): OP_NEXT (also when the call holds one already), or OP_END with *call->e
- * "unavailable" when they are all taken. */
+/* Takes a place among this process's calls that wait on the buyer, a command, a write or a
+ * pause (at most JAILBOX_MAX_WAITING_CALLS) and tells the handler pool that this thread waits
+ * (server/pool.h: another thread stands in, so JAILBOX_WS_WORKERS stay free for the decision
+ * the call waits for and for everything else): OP_NEXT (also when the call holds one
+ * already), or OP_END with *call->e "unavailable" when they are all taken or no thread can
+ * be started. */
 enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
 
 /* Gives back the place op_take_waiting_place took. */

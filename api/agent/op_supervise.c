@@ -26,24 +26,32 @@
 #include "lib/metrics.h"
 #include "server/app.h"
 #include "server/config.h"
+#include "server/pool.h"
 
 #define PREVIEW_MAX 2000 /* characters of a write shown in the approval request */
 #define EDIT_DIFF_MAX (256 * 1024) /* bytes of an edit's diff in its answer */
 
 static atomic_long waiting; /* calls of this process between storing their op and its outcome */
 
-/* Each call waits on one of the socket's handler threads (JAILBOX_WS_WORKERS): at least one
- * must stay free for everything else — the buyer's approve and resume among it — or the waits
- * would starve the very decision they wait for. */
+/* A call that waits holds the thread it runs on (JAILBOX_WS_WORKERS are kept free beside
+ * the waiting ones: server/pool.h), so the buyer's approve and the other sessions' calls are
+ * never queued behind it; JAILBOX_MAX_WAITING_CALLS bounds how many wait at once. */
 enum op_step op_take_waiting_place(struct op_call *call) {
   if (call->counted) return OP_NEXT;
-  long max_waiting = call->app->cfg ? call->app->cfg->ws_workers - 1 : 1;
+  long max_waiting = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
   if (max_waiting < 1) max_waiting = 1;
   if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
     atomic_fetch_sub(&waiting, 1);
     op_error(
         call->e, JB_MCP_UNAVAILABLE, "unavailable",
-        "too many calls are waiting (for approval or a paused session) on this server; try again");
+        "too many calls are waiting (for approval, a command or a paused session) on this server;"
+        " try again");
+    return OP_END;
+  }
+  if (!jb_pool_block_begin()) {
+    atomic_fetch_sub(&waiting, 1);
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "no thread can be started for a waiting call on this server; try again");
     return OP_END;
   }
   call->counted = true;
@@ -51,7 +59,10 @@ enum op_step op_take_waiting_place(struct op_call *call) {
 }
 
 void op_leave_waiting(struct op_call *call) {
-  if (call->counted) atomic_fetch_sub(&waiting, 1);
+  if (call->counted) {
+    jb_pool_block_end();
+    atomic_fetch_sub(&waiting, 1);
+  }
   call->counted = false;
 }
 
@@ -733,13 +744,13 @@ static bool proposed_content(json_t *args, const unsigned char **data, size_t *d
 
 static atomic_long diffs_reading; /* whole diffs of this process waiting for their stat */
 
-/* A place for a whole diff's stat: one of the places of the calls that wait on a handler thread
- * (op_take_waiting_place: one thread always stays free), and of those at most half (at least
- * one) for whole diffs, so that a buyer's requests on a sandbox that does not answer can take
- * neither every handler thread nor every place an agent's wait needs. True when taken (then
- * *counted is set and diffs_reading counts it; op_call_release gives the waiting place back). */
+/* A place for a whole diff's stat: one of the places of the calls that wait
+ * (op_take_waiting_place), and of those at most half (at least one) for whole diffs, so that a
+ * buyer's requests on a sandbox that does not answer cannot take every place an agent's wait
+ * needs. True when taken (then *counted is set and diffs_reading counts it; op_call_release
+ * gives the waiting place back). */
 static bool diff_take_place(struct op_call *call, bool *counted) {
-  long places = call->app->cfg ? call->app->cfg->ws_workers - 1 : 1;
+  long places = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
   long max = places / 2 < 1 ? 1 : places / 2;
   *counted = false;
   if (atomic_fetch_add(&diffs_reading, 1) >= max) {

@@ -1,18 +1,19 @@
 // diffbound.test.mjs — the whole diff of a pending write (GET …/ops/:opId/diff) reads the file
-// through the session's sandbox with a stat op, waited for on one of the socket's handler
-// threads (JAILBOX_WS_WORKERS), which every session's calls share. A buyer whose sandbox does
-// not run the stat (here: no worker at all, so it waits its whole OP_RUN_TIMEOUT_MS) must not
-// be able to hold every one of those threads with a handful of requests: past the bound the
-// diff is refused at once (503), and another session's requests keep being answered.
+// through the session's sandbox with a stat op, a call that waits (server/pool.h) and takes one
+// of the places of such calls (JAILBOX_MAX_WAITING_CALLS), which every session's calls share.
+// A buyer whose sandbox does not run the stat (here: no worker at all, so it waits its whole
+// OP_RUN_TIMEOUT_MS) must not be able to take every place with a handful of requests: past
+// the bound the diff is refused at once (503), and another session's requests keep being
+// answered.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer } from './lib/server.mjs';
 
 let srv;
-before(async () => { srv = await startServer({ JAILBOX_WS_WORKERS: '4' }); });
+before(async () => { srv = await startServer({ JAILBOX_WS_WORKERS: '4', JAILBOX_MAX_WAITING_CALLS: '3' }); });
 after(async () => { await srv.stop(); });
 
-test('diff calls in flight are bounded: they cannot take every handler thread from the other sessions', { timeout: 60000 }, async () => {
+test('diff calls in flight are bounded: they cannot take every waiting place from the other sessions', { timeout: 60000 }, async () => {
   const a = await srv.open(), b = await srv.open();
   for (const s of [a, b]) await srv.setState(s.jobId, 'active');
   const r = await srv.db.query(
@@ -44,7 +45,7 @@ test('diff calls in flight are bounded: they cannot take every handler thread fr
   assert.equal(answered.length, 8, `the waiting diff was answered once its session ended: ${answered}`);
   assert.equal(other.status, 404, other.text);
   assert.ok(ms < 3000, `another session's call waited ${ms} ms behind the flood`);
-  // past the bound (JAILBOX_WS_WORKERS 4: three waiting places, one of them for a whole diff)
+  // past the bound (three waiting places, one of them for a whole diff)
   // a diff call is refused at once; the one within it still waits for its stat
   assert.ok(early.length === 7 && early.every((x) => x === 503),
     `answered within 1.5 s: ${early}`);

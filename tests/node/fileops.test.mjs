@@ -658,8 +658,7 @@ test('many agents reading at once, straight to the worker: every answer its own 
   for (let k = 0; k < N; k++)
     for (const [i, s] of S.entries())
       for (const a of s.agents) todo.push({ i, k, a });
-  // three at a time: with 4 handler threads (JAILBOX_WS_WORKERS) one is kept free, and a
-  // fourth call at once is refused as "too many calls are waiting" (api/agent/ops.c)
+  // three callers, each sending its next call when the last is answered
   const done = [];
   await Promise.all([0, 1, 2].map(async () => {
     for (let t; (t = todo.shift());) {

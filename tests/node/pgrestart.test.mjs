@@ -50,7 +50,7 @@ function restOutcome(r) {
 }
 
 test('PostgreSQL restarted under load: requests complete or fail database_unavailable, nothing committed is lost, everything recovers, every chain verifies', { timeout: 600000 }, async () => {
-  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim', env: { JAILBOX_WS_WORKERS: '16' } });
+  const srv = await startJail({ image: IMAGE, shim: 'jailbox-shim' });
   servers.push(srv);
   const sessions = [];
   for (const mode of ['unsupervised', 'unsupervised', 'supervised']) {

@@ -359,7 +359,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Writers on `agents` (two a socket) writing src/P_<writer>_<n>.c until stop(); every write must
 // succeed unless `tolerant` (a session ending under them). A write refused because the server's
-// waiting places (JAILBOX_WS_WORKERS - 1) are taken is sent again.
+// waiting places (JAILBOX_MAX_WAITING_CALLS) are taken is sent again.
 function writers(agents, prefix, tolerant = false) {
   let stopped = false;
   let n = 0;
