@@ -83,6 +83,10 @@ static const struct jb_setting settings[] = {
      1, 4096,
      "tool calls of this process waiting at once (for the buyer, a running command or write, a "
      "paused session), each on a thread of its own; more: -32017 unavailable"},
+    {"max-waiting-per-session", "JAILBOX_MAX_WAITING_PER_SESSION", JB_SETTING_INT,
+     S(max_waiting_per_session), "32", 1, 4096,
+     "of the waiting tool calls, the ones one session's agents may hold at once; more: -32017 "
+     "unavailable"},
     {"workers", "JAILBOX_WORKERS", JB_SETTING_INT, S(workers), "1", 0, 64,
      "jailbox-worker processes started and supervised by jailboxd (0: none; workers run "
      "elsewhere)"},

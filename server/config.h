@@ -39,6 +39,7 @@ struct jb_config {
   long ws_send_queue_bytes; /* outgoing bytes queued per socket; more: the socket is dropped */
   long ws_workers; /* threads running socket handlers (database work) */
   long max_waiting_calls; /* tool calls of this process that may wait at once (each on a thread) */
+  long max_waiting_per_session; /* of them, calls of one session */
   long workers; /* jailbox-worker processes jailboxd starts and supervises; 0: none */
   long approval_timeout_s; /* a supervised write pending longer fails with `timeout`, s; 0: never */
   long exec_max_timeout_s; /* the longest timeoutSec an exec may ask for, s */

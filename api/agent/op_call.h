@@ -105,6 +105,7 @@ struct op_call {
   char sha_hex[65]; /* its SHA-256 in hex */
   /* supervise */
   bool counted; /* holds a place among this process's waiting calls */
+  struct op_waiting *waiting; /* and its session's count of them (op_supervise.c) */
   bool pending; /* a write of a supervised session: waits for the buyer */
   json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
   json_t *current2; /* owned: a supervised move's destination as it is now (its stat) */

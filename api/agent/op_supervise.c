@@ -12,6 +12,7 @@
 
 #include <sodium.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,39 +32,89 @@
 #define PREVIEW_MAX 2000 /* characters of a write shown in the approval request */
 #define EDIT_DIFF_MAX (256 * 1024) /* bytes of an edit's diff in its answer */
 
-static atomic_long waiting; /* calls of this process between storing their op and its outcome */
+/* The calls of one session that wait, among those of the process. */
+struct op_waiting {
+  struct op_waiting *next;
+  long n;
+  char job[]; /* the session's job id */
+};
+
+static struct {
+  pthread_mutex_t lock;
+  long total; /* calls of this process between taking a place and giving it back */
+  struct op_waiting *head; /* one entry per session with a call waiting */
+} waits = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* A call that waits holds the thread it runs on (JAILBOX_WS_WORKERS are kept free beside
  * the waiting ones: server/pool.h), so the buyer's approve and the other sessions' calls are
- * never queued behind it; JAILBOX_MAX_WAITING_CALLS bounds how many wait at once. */
+ * never queued behind it. JAILBOX_MAX_WAITING_CALLS bounds how many wait at once in the
+ * process, JAILBOX_MAX_WAITING_PER_SESSION how many of them one session's agent may hold, so
+ * that one agent cannot take every place from the other sessions. */
 enum op_step op_take_waiting_place(struct op_call *call) {
   if (call->counted) return OP_NEXT;
-  long max_waiting = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
-  if (max_waiting < 1) max_waiting = 1;
-  if (atomic_fetch_add(&waiting, 1) >= max_waiting) {
-    atomic_fetch_sub(&waiting, 1);
-    op_error(
-        call->e, JB_MCP_UNAVAILABLE, "unavailable",
-        "too many calls are waiting (for approval, a command or a paused session) on this server;"
-        " try again");
+  long max_total = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
+  long max_session = call->app->cfg ? call->app->cfg->max_waiting_per_session : 1;
+  const char *job = call->job ? call->job : "";
+  pthread_mutex_lock(&waits.lock);
+  struct op_waiting *w = waits.head;
+  while (w && strcmp(w->job, job)) w = w->next;
+  const char *full = NULL;
+  if (waits.total >= (max_total < 1 ? 1 : max_total))
+    full =
+        "too many calls are waiting (for approval, a command or a paused session) on this "
+        "server; try again";
+  else if (w && w->n >= (max_session < 1 ? 1 : max_session))
+    full =
+        "too many calls of this session are waiting (for approval, a command or a pause); "
+        "try again when one has its answer";
+  if (!full && !w) {
+    size_t n = strlen(job) + 1;
+    w = calloc(1, sizeof *w + n);
+    if (w) {
+      memcpy(w->job, job, n);
+      w->next = waits.head;
+      waits.head = w;
+    } else {
+      full = "out of memory";
+    }
+  }
+  if (!full) {
+    w->n++;
+    waits.total++;
+  }
+  pthread_mutex_unlock(&waits.lock);
+  if (full) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "%s", full);
     return OP_END;
   }
+  call->counted = true;
+  call->waiting = w;
   if (!jb_pool_block_begin()) {
-    atomic_fetch_sub(&waiting, 1);
+    op_leave_waiting(call);
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
              "no thread can be started for a waiting call on this server; try again");
     return OP_END;
   }
-  call->counted = true;
   return OP_NEXT;
 }
 
 void op_leave_waiting(struct op_call *call) {
-  if (call->counted) {
-    jb_pool_block_end();
-    atomic_fetch_sub(&waiting, 1);
+  if (!call->counted) return;
+  jb_pool_block_end();
+  pthread_mutex_lock(&waits.lock);
+  waits.total--;
+  struct op_waiting *w = call->waiting;
+  if (w && --w->n == 0) {
+    for (struct op_waiting **pp = &waits.head; *pp; pp = &(*pp)->next)
+      if (*pp == w) {
+        *pp = w->next;
+        break;
+      }
+    free(w);
   }
+  pthread_mutex_unlock(&waits.lock);
   call->counted = false;
+  call->waiting = NULL;
 }
 
 /* `path` as it is now (the shim's stat result, new, into *out): a stat op stored (queued) and

@@ -1,8 +1,9 @@
 // waiting.test.mjs — tool calls that wait (a write or a command waiting for its sandbox, an op
 // waiting for the buyer or for a paused session to resume) each wait on a thread of their
 // own (server/pool.h): the JAILBOX_WS_WORKERS handler threads stay free for buyers' controls
-// and other agents, JAILBOX_MAX_WAITING_CALLS bounds the waits (past it: -32017 unavailable at
-// once), and the extra threads end when the waits do. No worker runs here, so every queued
+// and other agents, JAILBOX_MAX_WAITING_CALLS bounds the waits and
+// JAILBOX_MAX_WAITING_PER_SESSION one session's share of them (past either: -32017
+// unavailable at once), and the extra threads end when the waits do. No worker runs here, so every queued
 // write waits until its session ends.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,10 +11,11 @@ import { readdirSync } from 'node:fs';
 import { startServer } from './lib/server.mjs';
 import { agentKit, toolFailure } from './lib/agent.mjs';
 
-const WAITING = 12;
+const WAITING = 12, PER_SESSION = 3;
 let srv, kit;
 before(async () => {
-  srv = await startServer({ JAILBOX_WS_WORKERS: '2', JAILBOX_MAX_WAITING_CALLS: String(WAITING) });
+  srv = await startServer({ JAILBOX_WS_WORKERS: '2', JAILBOX_MAX_WAITING_CALLS: String(WAITING),
+    JAILBOX_MAX_WAITING_PER_SESSION: String(PER_SESSION) });
   kit = agentKit(srv);
 });
 after(async () => { await srv.stop(); });
@@ -76,4 +78,48 @@ test(`${WAITING} calls wait at once beside two handler threads; buyers and other
   console.log(`# threads: ${idle} idle, ${during} with ${WAITING} calls waiting, ${threads()} after; refusal ${overMs} ms, free threads answered in ${freeMs} ms`);
   for (const s of S) s.agent.close();
   buyer.close();
+});
+
+test(`one session's agent holds at most ${PER_SESSION} waiting calls; another session's call still waits`, { timeout: 60000 }, async () => {
+  const [A, B] = [await srv.open({ mode: 'unsupervised' }), await srv.open({ mode: 'unsupervised' })];
+  for (const s of [A, B]) {
+    await srv.setState(s.jobId, 'active');
+    s.agent = await kit.connect(s.agentToken);
+  }
+  const settle = (p) => p.then((r) => r, (e) => ({ error: { message: String(e) } }));
+  const mine = Array.from({ length: PER_SESSION + 2 }, (_, i) =>
+    settle(kit.call(A.agent, 'write', { path: `a${i}.txt`, content: 'x\n' }, 30000)));
+  const stored = async (s) => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE tool = 'write' AND job_id = $1", [s.jobId])).rows[0].n;
+  await kit.waitFor(`${PER_SESSION} of A's writes stored`, async () => await stored(A) === PER_SESSION, 15000);
+  // the two past the session's share are refused at once, saying so
+  const refused = [];
+  for (const p of mine) {
+    const r = await Promise.race([p, new Promise((res) => setTimeout(() => res(null), 3000))]);
+    if (r) refused.push(r);
+    if (refused.length === 2) break;
+  }
+  assert.equal(refused.length, 2, 'the calls past the session\'s share were not refused at once');
+  for (const r of refused) {
+    assert.equal(r.error?.code, -32017, JSON.stringify(r));
+    assert.match(r.error.message, /too many calls of this session are waiting/);
+  }
+  // B's agent is not held to A's count
+  const theirs = settle(kit.call(B.agent, 'write', { path: 'b.txt', content: 'x\n' }, 30000));
+  await kit.waitFor('B\'s write stored', async () => await stored(B) === 1, 15000);
+  for (const s of [A, B]) {
+    const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken, body: { reason: 'test over' } });
+    assert.equal(r.status, 200, r.text);
+  }
+  for (const r of [...await Promise.all(mine), await theirs]) assert.ok(toolFailure(r), JSON.stringify(r));
+  // every place taken in this file was given back: a new session gets all of its share
+  const C = await srv.open({ mode: 'unsupervised' });
+  await srv.setState(C.jobId, 'active');
+  C.agent = await kit.connect(C.agentToken);
+  const again = Array.from({ length: PER_SESSION }, (_, i) =>
+    settle(kit.call(C.agent, 'write', { path: `c${i}.txt`, content: 'x\n' }, 30000)));
+  await kit.waitFor(`${PER_SESSION} of C's writes stored`, async () => await stored(C) === PER_SESSION, 15000);
+  const r = await srv.req('POST', `/v1/jailbox/${C.jobId}/abort`, { token: C.buyerToken, body: { reason: 'test over' } });
+  assert.equal(r.status, 200, r.text);
+  for (const x of await Promise.all(again)) assert.doesNotMatch(toolFailure(x)?.message ?? '', /too many calls/, JSON.stringify(x));
+  for (const s of [A, B, C]) s.agent.close();
 });

@@ -138,7 +138,8 @@ static void waits_get_stand_ins_and_spares_end(void **state) {
   assert_int_equal(jb_pool_start(&p, 2, 100, &err), 0);
   /* eight calls wait, two of them without saying when their wait ends */
   static int forget = 1;
-  for (int i = 0; i < 8; i++) assert_int_equal(jb_pool_submit(p, waiting_fn, i < 2 ? &forget : NULL), 0);
+  for (int i = 0; i < 8; i++)
+    assert_int_equal(jb_pool_submit(p, waiting_fn, i < 2 ? &forget : NULL), 0);
   int eight = 8;
   assert_true(within(5000, n_waiting, &eight)); /* all eight run at once: none was queued */
   assert_true(within(5000, threads_are, &(struct threads_is){p, 10, 8}));
