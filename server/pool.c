@@ -149,6 +149,11 @@ bool jb_pool_block_begin(void) {
   pthread_mutex_lock(&p->lock);
   p->blocked++;
   bool more = !p->stop && p->threads - p->blocked < p->base;
+  if (more && p->threads - p->base >= JB_POOL_MAX_SPARE) {
+    p->blocked--;
+    pthread_mutex_unlock(&p->lock);
+    return false;
+  }
   if (more) p->threads++;
   pthread_mutex_unlock(&p->lock);
   int rc = more ? start_thread(p) : 0;
@@ -162,6 +167,8 @@ bool jb_pool_block_begin(void) {
   tl_blocked = true;
   return true;
 }
+
+bool jb_pool_blocking(void) { return tl_blocked; }
 
 void jb_pool_block_end(void) {
   struct jb_pool *p = tl_pool;

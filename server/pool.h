@@ -17,6 +17,8 @@
 
 struct jb_pool;
 
+#define JB_POOL_MAX_SPARE 1024 /* stand-in threads a pool starts at most */
+
 /* A queued call: fn(arg, true) runs it on a pool thread; fn(arg, false) is called instead,
  * on the stopping thread, for a call still queued when the pool stops (free `arg` only). */
 typedef void jb_pool_fn(void *arg, bool run);
@@ -34,8 +36,12 @@ int jb_pool_submit(struct jb_pool *p, jb_pool_fn *fn, void *arg);
  * a thread is started for the pool if fewer than its `threads` would stay free. Pair with
  * jb_pool_block_end on the same thread; a second begin before that end counts nothing. On a
  * thread that is not a pool's it counts nothing. Returns false when a stand-in was needed and
- * could not start (no thread: the caller should refuse to wait), true otherwise. */
+ * could not start, or the pool has JB_POOL_MAX_SPARE stand-ins already (nothing counted: the
+ * caller should refuse to wait, or wait without a stand-in), true otherwise. */
 bool jb_pool_block_begin(void);
+
+/* Whether this thread is in a wait jb_pool_block_begin counted. */
+bool jb_pool_blocking(void);
 
 /* Ends the wait jb_pool_block_begin counted on this thread (none counted: nothing to do); a
  * spare thread ends when it finds no call queued. */

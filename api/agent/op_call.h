@@ -106,6 +106,7 @@ struct op_call {
   /* supervise */
   bool counted; /* holds a place among this process's waiting calls */
   struct op_waiting *waiting; /* and its session's count of them (op_supervise.c) */
+  bool buyer_wait; /* a buyer's whole diff: not in its session's share of the places */
   bool pending; /* a write of a supervised session: waits for the buyer */
   json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
   json_t *current2; /* owned: a supervised move's destination as it is now (its stat) */
@@ -324,6 +325,11 @@ enum op_step op_review(struct op_call *call); /* review.c */
  * already), or OP_END with *call->e "unavailable" when they are all taken or no thread can
  * be started. */
 enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
+
+/* As op_take_waiting_place, for an op stored already: false (and nothing set in *call->e) when
+ * no place is free — the call then waits all the same, since answering "try again" of an op
+ * that will still run would make the agent send it twice. */
+bool op_try_waiting_place(struct op_call *call); /* op_supervise.c */
 
 /* Gives back the place op_take_waiting_place took. */
 void op_leave_waiting(struct op_call *call); /* op_supervise.c */

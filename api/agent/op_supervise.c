@@ -48,16 +48,19 @@ static struct {
 /* A call that waits holds the thread it runs on (JAILBOX_WS_WORKERS are kept free beside
  * the waiting ones: server/pool.h), so the buyer's approve and the other sessions' calls are
  * never queued behind it. JAILBOX_MAX_WAITING_CALLS bounds how many wait at once in the
- * process, JAILBOX_MAX_WAITING_PER_SESSION how many of them one session's agent may hold, so
- * that one agent cannot take every place from the other sessions. */
-enum op_step op_take_waiting_place(struct op_call *call) {
-  if (call->counted) return OP_NEXT;
+ * process, JAILBOX_MAX_WAITING_PER_SESSION how many of them one session's agents may hold, so
+ * that one agent cannot take every place from the other sessions (a buyer's whole diff,
+ * call->buyer_wait, is not counted in its session's share: its agent cannot keep the buyer
+ * from reading). NULL when a place was taken, else why not. */
+static const char *take_place(struct op_call *call) {
+  if (call->counted) return NULL;
   long max_total = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
   long max_session = call->app->cfg ? call->app->cfg->max_waiting_per_session : 1;
   const char *job = call->job ? call->job : "";
   pthread_mutex_lock(&waits.lock);
-  struct op_waiting *w = waits.head;
-  while (w && strcmp(w->job, job)) w = w->next;
+  struct op_waiting *w = NULL;
+  if (!call->buyer_wait)
+    for (w = waits.head; w && strcmp(w->job, job);) w = w->next;
   const char *full = NULL;
   if (waits.total >= (max_total < 1 ? 1 : max_total))
     full =
@@ -67,7 +70,7 @@ enum op_step op_take_waiting_place(struct op_call *call) {
     full =
         "too many calls of this session are waiting (for approval, a command or a pause); "
         "try again when one has its answer";
-  if (!full && !w) {
+  if (!full && !w && !call->buyer_wait) {
     size_t n = strlen(job) + 1;
     w = calloc(1, sizeof *w + n);
     if (w) {
@@ -79,24 +82,28 @@ enum op_step op_take_waiting_place(struct op_call *call) {
     }
   }
   if (!full) {
-    w->n++;
+    if (w) w->n++;
     waits.total++;
   }
   pthread_mutex_unlock(&waits.lock);
-  if (full) {
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "%s", full);
-    return OP_END;
-  }
+  if (full) return full;
   call->counted = true;
   call->waiting = w;
   if (!jb_pool_block_begin()) {
     op_leave_waiting(call);
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-             "no thread can be started for a waiting call on this server; try again");
-    return OP_END;
+    return "no thread can be started for a waiting call on this server; try again";
   }
-  return OP_NEXT;
+  return NULL;
 }
+
+enum op_step op_take_waiting_place(struct op_call *call) {
+  const char *why = take_place(call);
+  if (!why) return OP_NEXT;
+  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "%s", why);
+  return OP_END;
+}
+
+bool op_try_waiting_place(struct op_call *call) { return take_place(call) == NULL; }
 
 void op_leave_waiting(struct op_call *call) {
   if (!call->counted) return;
@@ -820,7 +827,8 @@ json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, si
                         struct jb_op_diff_fail *fail) {
   *fail = (struct jb_op_diff_fail){0};
   struct jb_mcp_error e = {0};
-  struct op_call call = {.app = app, .job = job, .tool = JB_TOOL_STAT, .e = &e, .fresh = true};
+  struct op_call call = {
+      .app = app, .job = job, .tool = JB_TOOL_STAT, .e = &e, .fresh = true, .buyer_wait = true};
   struct jb_op_args_row row = {0};
   json_t *args = NULL, *out = NULL;
   unsigned char *owned = NULL;

@@ -24,12 +24,14 @@
 #include "lib/metrics.h"
 #include "server/app.h"
 #include "server/config.h"
+#include "server/pool.h"
 #include "server/workers.h"
 
 #define SAFETY_NET_MS 1000 /* a waiting call re-reads its op at least this often */
 #define DRAIN_ANSWER_MS \
   1000 /* draining: calls waiting on the buyer end this long before the grace */
 #define FALLBACK_MS 20 /* ... and this often while no notification can arrive */
+#define DB_DOWN_WAIT_MS 30000 /* a stored op's call waits this long for an unreachable database */
 /* a command still running when its session ended is waited for this long at most */
 #define RUNNING_AFTER_END_MS 15000
 
@@ -562,8 +564,9 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   bool pending = os == JB_OP_PENDING;
   if (pending && clk->approval_ms > 0 && approval_overdue(call, op_id, clk, nap)) return OP_END;
   /* held by a pause: from now on among the calls that wait (op_supervise let a read of an
-   * active session in without a place) */
-  if (ss == JB_SESSION_PAUSED && op_take_waiting_place(call) != OP_NEXT) return OP_END;
+   * active session in without a place); with none free it waits all the same, since the op
+   * is stored and will run at the resume */
+  if (ss == JB_SESSION_PAUSED) (void)op_try_waiting_place(call);
   if ((pending || ss == JB_SESSION_PAUSED) && drain_cut(call, op_id, pending, nap)) return OP_END;
   return OP_NEXT;
 }
@@ -580,24 +583,39 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
                            .approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0};
   long nap = SAFETY_NET_MS;
   json_t *out = NULL;
+  /* a wait of the handler pool, so that the threads kept free stay free (a call that took a
+   * waiting place began one already) */
+  bool began = !jb_pool_blocking() && jb_pool_block_begin() && jb_pool_blocking();
+  long long db_down = 0; /* since when the database could not be reached, ms */
   if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
   for (bool read_now = !app->opwait;; read_now = false) {
     if (!read_now) {
       jb_db_release(app->db, call->c);
       if (app->opwait)
-        jb_opwait_wait(app->opwait, t, nap, FALLBACK_MS);
+        jb_opwait_wait(app->opwait, t, db_down ? FALLBACK_MS * 25 : nap, FALLBACK_MS);
       else
         sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
       jb_error err = {0};
       call->c = jb_db_acquire(app->db, &err);
       if (!call->c) {
-        op_error_unavailable(call->e, &err);
+        /* the op is stored: "try again" now would have the agent send again an op that may
+         * still run; the call goes on waiting for the database, up to DB_DOWN_WAIT_MS */
+        long long at = jb_now_ms();
+        if (!db_down) db_down = at;
+        if (at - db_down < DB_DOWN_WAIT_MS) continue;
+        jb_log(JB_LOG_ERROR, "op wait: database unreachable", "detail", err.msg, NULL);
+        op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+                 "the database has been unreachable for %d s while op %lld waited; the op is "
+                 "stored and may still run: check the session's ops before sending it again",
+                 DB_DOWN_WAIT_MS / 1000, op_id);
         break;
       }
+      db_down = 0;
     }
     if (read_outcome(call, op_id, &clk, &out, &nap) != OP_NEXT) break;
   }
   op_wait_end(call, t);
+  if (began) jb_pool_block_end();
   return out;
 }
 

@@ -221,7 +221,9 @@ test('a pause stops a running command, a resume continues it', { timeout: 60000 
   if (!runs) return t.skip('no spawner on this worker');
   const before = buyerU.events.length;
   const seen = () => buyerU.events.slice(before).filter((e) => e.event === 'jailbox:exec_output').map((e) => e.payload.data).join('');
-  const call = K.call(agentU, 'exec', { command: 'i=0; while [ $i -lt 12 ]; do echo tick$i; sleep 0.2; i=$((i+1)); done' });
+  // a sleep cut by the pause is restarted by the kernel after the resume (restart_syscall,
+  // which Wall 2's profile must allow): one that fails instead ends the command with 7
+  const call = K.call(agentU, 'exec', { command: 'i=0; while [ $i -lt 12 ]; do echo tick$i; sleep 0.2 || exit 7; i=$((i+1)); done' });
   await K.waitFor('ticking', () => seen().includes('tick2'), 10000);
   const p = await srv.req('POST', `/v1/jailbox/${U.jobId}/pause`, { token: U.buyerToken });
   assert.equal(p.status, 200, p.text);
@@ -235,6 +237,7 @@ test('a pause stops a running command, a resume continues it', { timeout: 60000 
   const r = await call;
   assert.ok(!toolFailure(r), JSON.stringify(r).slice(0, 300));
   assert.equal(r.result.structuredContent.exitCode, 0, JSON.stringify(r.result.structuredContent));
+  assert.equal(r.result.structuredContent.stderr, '', 'a sleep failed across the pause');
   assert.match(r.result.structuredContent.stdout, /tick11\n$/);
 });
 

@@ -103,6 +103,22 @@ test(`one session's agent holds at most ${PER_SESSION} waiting calls; another se
     assert.equal(r.error?.code, -32017, JSON.stringify(r));
     assert.match(r.error.message, /too many calls of this session are waiting/);
   }
+  // the buyer's whole diff is not counted in the session's share its agent holds
+  const op = Number((await srv.db.query(
+    "INSERT INTO ops (job_id, tool, path, args, state) VALUES ($1, 'write', 'p.txt', $2, 'pending') RETURNING op_id",
+    [A.jobId, JSON.stringify({ content: 'new\n' })])).rows[0].op_id);
+  const diff = await fetch(`${srv.url}/v1/jailbox/${A.jobId}/ops/${op}/diff`,
+    { headers: { authorization: `Bearer ${A.buyerToken}` }, signal: AbortSignal.timeout(1500) })
+    .then(async (x) => `${x.status} ${await x.text()}`, (e) => e.name);
+  assert.equal(diff, 'TimeoutError', `the buyer's diff was answered at once, not read: ${diff}`);
+  // an op stored without a place (a delete of an active session waits for none) that meets a
+  // pause is not refused "try again" for want of one: it will still run at the resume
+  const del = settle(kit.call(A.agent, 'delete', { path: 'a0.txt' }, 30000));
+  await kit.waitFor('A\'s delete stored', async () => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE tool = 'delete' AND job_id = $1", [A.jobId])).rows[0].n === 1, 15000);
+  const pz = await srv.req('POST', `/v1/jailbox/${A.jobId}/pause`, { token: A.buyerToken });
+  assert.equal(pz.status, 200, pz.text);
+  const early = await Promise.race([del, new Promise((res) => setTimeout(() => res(null), 1500))]);
+  assert.equal(early, null, `the stored delete was answered during the pause: ${JSON.stringify(early)}`);
   // B's agent is not held to A's count
   const theirs = settle(kit.call(B.agent, 'write', { path: 'b.txt', content: 'x\n' }, 30000));
   await kit.waitFor('B\'s write stored', async () => await stored(B) === 1, 15000);
@@ -111,6 +127,9 @@ test(`one session's agent holds at most ${PER_SESSION} waiting calls; another se
     assert.equal(r.status, 200, r.text);
   }
   for (const r of [...await Promise.all(mine), await theirs]) assert.ok(toolFailure(r), JSON.stringify(r));
+  const d = await del;
+  assert.ok(toolFailure(d), JSON.stringify(d));
+  assert.doesNotMatch(toolFailure(d).message ?? '', /too many calls/, JSON.stringify(d));
   // every place taken in this file was given back: a new session gets all of its share
   const C = await srv.open({ mode: 'unsupervised' });
   await srv.setState(C.jobId, 'active');

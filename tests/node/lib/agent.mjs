@@ -97,6 +97,9 @@ export function agentKit(srv) {
       const dir = join(srv.wsroot, name);
       mkdirSync(dir, { recursive: true });
       build(dir);
+      // a connection left idle while build ran may have been closed by the server: a GET finds
+      // out (and is sent again), so that the open below is not the request that meets it
+      await srv.req('GET', '/healthz');
       const s = await srv.open({ workspace: name, ...extra });
       const st = await kit.waitFor('awaiting_agent', async () => {
         const x = await kit.sessionOf(s.jobId);

@@ -51,10 +51,16 @@ export async function startServer(env = {}, opts = {}) {
       if (raw !== undefined) payload = raw;
       else if (body !== undefined) { payload = JSON.stringify(body); h['content-type'] = 'application/json'; }
       let r;
-      try { r = await fetch(url + path, { method, headers: h, body: payload }); }
-      catch (e) { // undici says only 'fetch failed': name the cause (reset, refused, closed)
-        const c = e.cause || {};
-        throw new Error(`${method} ${path}: ${e.message}: ${c.code || ''} ${c.message || c}`, { cause: e });
+      for (let attempt = 0; ; attempt++) {
+        try { r = await fetch(url + path, { method, headers: h, body: payload }); break; }
+        catch (e) { // undici says only 'fetch failed': name the cause (reset, refused, closed)
+          const c = e.cause || {};
+          // a kept-alive connection the server closed while this process was busy (a test
+          // writing hundreds of MiB blocks the event loop past the server's idle timeout):
+          // a GET is sent again once, on a new connection
+          if (method === 'GET' && attempt === 0 && c.code === 'UND_ERR_SOCKET') continue;
+          throw new Error(`${method} ${path}: ${e.message}: ${c.code || ''} ${c.message || c}`, { cause: e });
+        }
       }
       const text = await r.text();
       let json;
