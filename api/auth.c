@@ -134,7 +134,7 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
                    : strcmp(role, "buyer") == 0 ? JB_ROLE_BUYER
                                                 : JB_ROLE_AGENT;
   if (!(roles & r)) {
-    jb_resp_error(resp, 403, "forbidden", "a %s token may not do this", role_name(r));
+    jb_resp_error(resp, 403, "forbidden", "the %s token may not do this", role_name(r));
     return -1;
   }
   if (job_id && r != JB_ROLE_SERVICE && strcmp(t.job_id, job_id) != 0) {

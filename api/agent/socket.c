@@ -168,7 +168,7 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   const char *role = t.role, *job = t.job_id;
   if (strcmp(role, "buyer") != 0 && strcmp(role, "agent") != 0) {
     snprintf(res->message, sizeof res->message,
-             "a %s token cannot open a socket: use the session's buyer or agent token", role);
+             "the %s token cannot open a socket: use the session's buyer or agent token", role);
     return;
   }
   res->ok = true;
