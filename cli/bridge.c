@@ -13,8 +13,9 @@
  * answers becomes an internal error for that request. The bridge reads no revision rules:
  * initialize, server/discover and the per-request _meta of 2026-07-28 pass through as they are
  * and jailboxd answers them (api/agent/mcp.h). When the session's socket ends, every
- * request still open gets an error and the bridge exits (status 1 when the server refused
- * the token, 3 otherwise); at the end of stdin it waits for the open requests, then exits 0. */
+ * request still open gets an error and the bridge exits: status 1 and error -32020 (reason
+ * "refused", not worth a retry) when the server refused the token or it is another session's,
+ * 3 and the retryable -32017 otherwise; at the end of stdin it waits for the open requests, then exits 0. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@
 #define RPC_INTERNAL (-32603)
 #define RPC_UNAVAILABLE (-32017) /* api/events.md: unavailable, try again */
 #define RPC_TOO_LARGE (-32016) /* api/events.md: too_large */
+#define RPC_REFUSED (-32020) /* api/events.md: refused, the token will not do (no retry) */
 
 struct open_req {
   uint64_t ack;
@@ -169,9 +171,18 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
     fprintf(stderr, "jailboxctl mcp-bridge: %s%s\n", refused ? "refused by the server: " : "",
             jb_ctl_text(why));
   char msg[600];
-  snprintf(msg, sizeof msg, "the jailbox session is not reachable: %s", why);
+  if (b->refused)
+    snprintf(msg, sizeof msg,
+             "jailbox refused this bridge's agent token (%s); a retry with it will not help: "
+             "the bridge is ending",
+             why);
+  else
+    snprintf(msg, sizeof msg, "the jailbox session is not reachable: %s", why);
   for (size_t i = 0; i < b->nopen; i++) {
-    write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
+    if (b->refused)
+      write_error(b->open[i].id, RPC_REFUSED, msg, "refused");
+    else
+      write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
     json_decref(b->open[i].id);
   }
   b->nopen = 0;
@@ -242,6 +253,15 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   }
   id = json_object_get(msg, "id");
   const char *bad = NULL;
+  if (b->gone && b->refused) {
+    if (id) /* a notification is dropped */
+      write_error(id, RPC_REFUSED,
+                  "jailbox refused this bridge's agent token; a retry with it will not help",
+                  "refused");
+    pthread_mutex_unlock(&b->lock);
+    json_decref(msg);
+    return;
+  }
   if (b->gone)
     bad = "the jailbox session is not reachable";
   else if (id && b->nopen == MAX_OPEN)

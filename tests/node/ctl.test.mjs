@@ -272,14 +272,26 @@ test('mcp-bridge refuses what its client must not send, and answers each with a 
 test('mcp-bridge with a wrong token or another session\'s token exits 1; unreachable: 3; no job: 2', async () => {
   const S = await openSession('unsupervised');
   const T = await openSession('unsupervised');
+  // a request sent before the refusal is answered with -32020 "refused", never the
+  // "unavailable, try again" of -32017: the same token will not do on a retry
+  const refusedError = (r) => {
+    assert.equal(r.error?.code, -32020, JSON.stringify(r));
+    assert.equal(r.error.data?.reason, 'refused', JSON.stringify(r));
+    assert.match(r.error.message, /will not help/);
+  };
   let b = rawBridge(S.jobId, 'jb_' + 'A'.repeat(43));
+  b.send('{"jsonrpc":"2.0","id":7,"method":"ping"}\n');
   assert.equal(await b.exited, 1);
   assert.match(b.stderr(), /refused by the server: (unknown or revoked token|malformed token)/);
+  const early = await b.next();
+  assert.equal(early.id, 7);
+  refusedError(early);
   b = rawBridge(S.jobId, T.agentToken); // the other session's agent token
   // sent at once: nothing may reach T before the bridge has checked whose session it is
   b.send('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write","arguments":{"path":"x.txt","content":"not for T"}}}\n');
   assert.equal(await b.exited, 1);
   assert.match(b.stderr(), /belongs to session/);
+  refusedError(await b.next());
   await new Promise((res) => setTimeout(res, 2000)); // an op relayed anyway would land by now
   assert.equal(existsSync(join(T.dir, 'x.txt')), false);
   const tops = JSON.parse((await ctl(['ops', T.jobId, '--json'], { token: T.buyerToken })).stdout).ops;
