@@ -3,6 +3,7 @@
 #include "lib/pathcheck.h"
 
 #include <fnmatch.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,4 +176,65 @@ size_t jb_glob_split(char *s, const char **v, bool lead, bool trail) {
 bool jb_glob_components_match(const char *const *g, size_t ng, const char *const *p, size_t np,
                               bool casefold) {
   return ng > 0 && components_match(g, ng, p, np, casefold ? FNM_CASEFOLD : 0);
+}
+
+/* The end of the bracket expression that opens at `s` ('['), as fnmatch(3) reads one: an
+ * optional '!' or '^', a ']' right after that is a member, "[:class:]" (and "[.x.]",
+ * "[=x=]") are members. NULL when the component ends first (fnmatch would then read the '['
+ * as itself). */
+static const char *bracket_end(const char *s) {
+  const char *c = s + 1;
+  if (*c == '!' || *c == '^') c++;
+  if (*c == ']') c++;
+  for (; *c && *c != '/'; c++) {
+    if (*c == ']') return c;
+    if (*c == '[' && (c[1] == ':' || c[1] == '.' || c[1] == '=')) {
+      char close[3] = {c[1], ']', '\0'};
+      const char *e = strstr(c + 2, close);
+      const char *slash = strchr(c + 2, '/');
+      if (!e || (slash && slash < e)) return NULL;
+      c = e + 1;
+    } else if (*c == '\\' && c[1] && c[1] != '/') {
+      c++;
+    }
+  }
+  return NULL;
+}
+
+int jb_glob_check(const char *glob, char *msg, size_t msize) {
+  for (const char *c = glob; *c;) {
+    size_t n = strcspn(c, "/");
+    if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.')) {
+      snprintf(msg, msize,
+               "the glob has a \"%.*s\" component, which no workspace path has (paths are "
+               "relative to the workspace, without . or ..)",
+               (int)n, c);
+      return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (c[i] == '\\') {
+        if (i + 1 == n) {
+          snprintf(msg, msize,
+                   "a backslash ends the component \"%.*s\" of the glob and makes nothing "
+                   "literal",
+                   (int)n, c);
+          return -1;
+        }
+        i++;
+      } else if (c[i] == '[') {
+        const char *e = bracket_end(c + i);
+        if (!e) {
+          snprintf(msg, msize,
+                   "the '[' in the component \"%.*s\" of the glob is not closed by ']' (write "
+                   "\\[ for a literal bracket)",
+                   (int)n, c);
+          return -1;
+        }
+        i = (size_t)(e - c);
+      }
+    }
+    c += n;
+    if (*c == '/') c++;
+  }
+  return 0;
 }

@@ -74,4 +74,12 @@ size_t jb_glob_split(char *s, const char **v, bool lead, bool trail);
 bool jb_glob_components_match(const char *const *g, size_t ng, const char *const *p, size_t np,
                               bool casefold);
 
+/* Checks that every component of the glob `glob` (NUL-terminated, '/' between components) can
+ * match a workspace path component as jb_path_glob_match reads it: no "." or ".." component
+ * (workspace paths have none, so such a glob could never match), no component ending in a
+ * backslash (it would make nothing literal), and every '[' that is not escaped closed by a ']'
+ * in its component (fnmatch(3), POSIX.1-2017 2.13.1: an unclosed '[' would silently stand for
+ * itself). Returns 0, or -1 with what is wrong in `msg` (`msize` bytes, always terminated). */
+int jb_glob_check(const char *glob, char *msg, size_t msize);
+
 #endif

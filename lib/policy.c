@@ -179,6 +179,9 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
     if (strlen(json_string_value(path)) != n) return fail(msg, msize, "path contains a NUL byte");
     if (strspn(json_string_value(path), "/") == n)
       return fail(msg, msize, "path \"/\" names nothing; leave it out to match any path");
+    char why[JB_RULE_GLOB_MAX + 160];
+    if (jb_glob_check(json_string_value(path), why, sizeof why) < 0)
+      return fail(msg, msize, "path: %s", why);
   }
   json_t *argv = json_object_get(in, "argvPrefix");
   if (argv) {

@@ -129,8 +129,41 @@ static void exclusions(void **state) {
   json_decref(g2);
 }
 
+/* jb_glob_check refuses a glob that could never match as written, with the reason; what
+ * fnmatch reads as a closed bracket expression or an escape passes, and matches */
+static void glob_checks(void **state) {
+  (void)state;
+  char msg[256];
+  static const char *const good[] = {"src/**",   "/etc/**",          "src/[abc]/*.c",
+                                     "src/\\[x", "[[:digit:]]*.log", "[]]x",
+                                     "[!a]b",    "[^a-z]",           "a\\\\"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    msg[0] = '\0';
+    if (jb_glob_check(good[i], msg, sizeof msg) != 0) fail_msg("refused %s: %s", good[i], msg);
+  }
+  static const struct {
+    const char *glob, *why;
+  } bad[] = {
+      {"src/[abc", "not closed"},     {"src/[abc/d]", "not closed"}, {"[]", "not closed"},
+      {"[[:digit:]", "not closed"},   {"../**", "\"..\" component"}, {"src/./a", "\".\" component"},
+      {"a/b/..", "\"..\" component"}, {"src\\", "backslash ends"},   {"src\\/x", "backslash ends"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    msg[0] = '\0';
+    if (jb_glob_check(bad[i].glob, msg, sizeof msg) != -1) fail_msg("accepted %s", bad[i].glob);
+    if (!strstr(msg, bad[i].why)) fail_msg("%s: \"%s\" lacks \"%s\"", bad[i].glob, msg, bad[i].why);
+  }
+  /* what passes means what fnmatch reads it as */
+  assert_int_equal(jb_path_glob_match("src/b/x.c", "src/[abc]/*.c", 0), 1);
+  assert_int_equal(jb_path_glob_match("src/d/x.c", "src/[abc]/*.c", 0), 0);
+  assert_int_equal(jb_path_glob_match("src/[x", "src/\\[x", 0), 1);
+  assert_int_equal(jb_path_glob_match("7.log", "[[:digit:]]*.log", 0), 1);
+  assert_int_equal(jb_path_glob_match("]x", "[]]x", 0), 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(glob_checks),
       cmocka_unit_test(path_ok),
       cmocka_unit_test(path_refused),
       cmocka_unit_test(exclusions),

@@ -47,6 +47,8 @@ static void validation(void **state) {
   json_decref(r);
 
   refused("{\"tool\":\"write\",\"path\":\"\",\"effect\":\"allow\"}", "must not be empty");
+  refused("{\"tool\":\"write\",\"path\":\"src/[abc\",\"effect\":\"deny\"}", "not closed");
+  refused("{\"tool\":\"delete\",\"path\":\"../**\",\"effect\":\"deny\"}", "\"..\" component");
   char big[1200 + 64];
   snprintf(big, sizeof big, "{\"tool\":\"write\",\"path\":\"%01100d\",\"effect\":\"allow\"}", 0);
   refused(big, "at most 1024");
