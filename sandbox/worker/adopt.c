@@ -25,60 +25,16 @@
 
 /* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
 
-/* What a workspace grant holds besides its entries, at the start of its memfd. */
-struct grant_head {
-  dev_t root_dev;
-  ino_t root_ino;
-  bool valid;
-  size_t n;
-};
-
-/* All `len` bytes at `off` written from (`out`) or read into `buf`. 0, or -1 (errno). */
-static int pio_full(int fd, void *buf, size_t len, off_t off, bool out) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t k = out ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    len -= (size_t)k;
-    off += k;
-  }
-  return 0;
-}
-
 /* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
  * that the workspace is given back at the session's end), or -1. */
 static int grant_memfd(const struct jb_workspace_grant *g) {
   int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
   if (fd < 0) return -1;
-  struct grant_head h = {
-      .root_dev = g->root_dev, .root_ino = g->root_ino, .valid = g->valid, .n = g->n};
-  if (pio_full(fd, &h, sizeof h, 0, true) < 0 ||
-      (g->n && pio_full(fd, g->v, g->n * sizeof *g->v, sizeof h, true) < 0)) {
+  if (jb_workspace_grant_save(fd, g) < 0) {
     close(fd);
     return -1;
   }
   return fd;
-}
-
-/* A grant from a memfd grant_memfd made, into *g (empty and invalid when it cannot be read). */
-static void grant_load(int fd, struct jb_workspace_grant *g) {
-  memset(g, 0, sizeof *g);
-  struct grant_head h;
-  if (fd < 0 || pio_full(fd, &h, sizeof h, 0, false) < 0 || h.n > (SIZE_MAX / sizeof *g->v) / 2)
-    return;
-  g->v = calloc(h.n ? h.n : 1, sizeof *g->v);
-  if (!g->v) return;
-  if (h.n && pio_full(fd, g->v, h.n * sizeof *g->v, sizeof h, false) < 0) {
-    free(g->v);
-    g->v = NULL;
-    return;
-  }
-  g->n = g->cap = h.n;
-  g->root_dev = h.root_dev;
-  g->root_ino = h.root_ino;
-  g->valid = h.valid;
 }
 
 void adopt_keep_channels(struct jb_session *s) {
@@ -212,7 +168,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     return false;
   }
   t[3] = jb_now_ms();
-  grant_load(k->fd[2], &s->grant);
+  jb_workspace_grant_load(k->fd[2], &s->grant);
   /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
    * and the contract says why */
   json_t *xc = json_object_get(contract, "exec");

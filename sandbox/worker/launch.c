@@ -465,7 +465,7 @@ static void watch_sandbox(struct jb_session *s) {
 static void restore_workspace(struct jb_session *s) {
   if (s->grant.valid) {
     jb_error err = {0};
-    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, &s->grant, &err);
+    long n = jb_workspace_restore(s->workspace, JB_JAIL_GID, JB_JAIL_UID, &s->grant, &err);
     char nb[24];
     snprintf(nb, sizeof nb, "%ld", n);
     if (n < 0)

@@ -905,6 +905,9 @@ test('the workspace group grant is undone when the session ends: original groups
     writeFileSync(join(d, 'private/notes.txt'), 'mine\n', { mode: 0o600 });
     writeFileSync(join(d, 'shared.txt'), 'shared\n', { mode: 0o640 });
     execFileSync('chown', ['0:4', join(d, 'shared.txt')]);
+    mkdirSync(join(d, 'tools'), { mode: 0o755 });
+    writeFileSync(join(d, 'tools/run.sh'), '#!/bin/sh\necho old\n', { mode: 0o755 });
+    execFileSync('chown', ['-R', '1000:1000', join(d, 'tools')]);
   }, { mode: 'unsupervised' });
   const mode = (p) => statSync(join(G.dir, p)).mode & 0o7777;
   const gid = (p) => statSync(join(G.dir, p)).gid;
@@ -914,6 +917,11 @@ test('the workspace group grant is undone when the session ends: original groups
   assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [65534, 0o660]);
   const agent = await connect(G.agentToken);
   await ok(agent, 'write', { path: 'private/new.txt', content: 'by the agent\n' });
+  // a file the agent rewrites is a new file owned by the jail while the session runs
+  await ok(agent, 'write', { path: 'tools/run.sh', content: '#!/bin/sh\necho new\n' });
+  await ok(agent, 'write', { path: 'tools/added.sh', content: '#!/bin/sh\n' });
+  const uid = (p) => statSync(join(G.dir, p)).uid;
+  assert.deepEqual([uid('tools/run.sh'), gid('tools/run.sh'), mode('tools/run.sh')], [65534, 65534, 0o775]);
   // the buyer changes a mode meanwhile: that change is kept
   chmodSync(join(G.dir, 'shared.txt'), 0o664);
   const buyer = await connect(G.buyerToken);
@@ -923,8 +931,14 @@ test('the workspace group grant is undone when the session ends: original groups
   assert.deepEqual([gid('.'), gid('private'), mode('private')], [0, 0, 0o700]);
   assert.deepEqual([gid('private/notes.txt'), mode('private/notes.txt')], [0, 0o600]);
   assert.deepEqual([gid('shared.txt'), mode('shared.txt')], [4, 0o644]);
-  // what the agent wrote stays, as it was written
+  // what the agent wrote stays, as it was written, owned by the buyer: a rewritten file by
+  // the owner, group and mode of the one it replaced, a created one by those of its directory
+  // (without the group write the grant had given)
   assert.equal(readFileSync(join(G.dir, 'private/new.txt'), 'utf8'), 'by the agent\n');
+  assert.deepEqual([uid('private/new.txt'), gid('private/new.txt'), mode('private/new.txt')], [0, 0, 0o644]);
+  assert.equal(readFileSync(join(G.dir, 'tools/run.sh'), 'utf8'), '#!/bin/sh\necho new\n');
+  assert.deepEqual([uid('tools/run.sh'), gid('tools/run.sh'), mode('tools/run.sh')], [1000, 1000, 0o755]);
+  assert.deepEqual([uid('tools/added.sh'), gid('tools/added.sh'), mode('tools/added.sh')], [1000, 1000, 0o644]);
 });
 
 test('review: a session decided on from this process\'s copy is checked at the insert — a mode changed meanwhile holds the write', { timeout: 120000 }, async () => {
