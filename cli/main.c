@@ -120,8 +120,14 @@ static int audit_verify(int argc, char **argv) {
       return 2;
     }
   }
-  if (!file || !keys_path) {
+  if (!file) {
     usage(stderr);
+    return 2;
+  }
+  if (!keys_path) {
+    fprintf(stderr,
+            "jailboxctl: audit verify needs --keys KEYS.json: the server's published "
+            "verification keys, saved with `jailboxctl keys > keys.json` (GET /v1/audit/keys)\n");
     return 2;
   }
   jb_error err = {0};

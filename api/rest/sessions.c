@@ -107,10 +107,16 @@ static int resolve_workspace(const char *root, const char *ws, char *out, jb_err
   else
     snprintf(joined, sizeof joined, "%s/%s", rroot, ws);
   if (strlen(joined) >= PATH_MAX) return jb_fail(err, ENAMETOOLONG, "workspace path too long");
-  if (!realpath(joined, out)) return jb_fail_errno(err, errno, "workspace '%s'", ws);
+  if (!realpath(joined, out))
+    return ws[0] == '/' ? jb_fail_errno(err, errno, "workspace '%s'", ws)
+                        : jb_fail_errno(err, errno,
+                                        "workspace '%s' (a relative path, taken under the "
+                                        "workspace root %s)",
+                                        ws, rroot);
   size_t rl = strlen(rroot);
   if (strncmp(out, rroot, rl) != 0 || out[rl] != '/' || out[rl + 1] == '\0')
-    return jb_fail(err, EPERM, "workspace '%s' does not resolve under the workspace root", ws);
+    return jb_fail(err, EPERM, "workspace '%s' does not resolve under the workspace root %s", ws,
+                   rroot);
   struct stat st;
   if (stat(out, &st) < 0 || !S_ISDIR(st.st_mode))
     return jb_fail(err, ENOTDIR, "workspace '%s' is not a directory", ws);

@@ -307,6 +307,10 @@ test('mcp-bridge with a wrong token or another session\'s token exits 1; unreach
   assert.equal(down.code, 3, down.stderr);
   const usage = await ctl(['mcp-bridge'], { env: { JAILBOX_AGENT_TOKEN: S.agentToken } });
   assert.equal(usage.code, 2);
+  // audit verify without --keys says what it needs and where to get it
+  const nokeys = await ctl(['audit', 'verify', 'chain.jsonl']);
+  assert.equal(nokeys.code, 2);
+  assert.match(nokeys.stderr, /needs --keys KEYS\.json.*jailboxctl keys > keys\.json/);
 });
 
 test('buyer verbs: status, pause, resume, ops, agents, explain, keys; exit codes 1 (refused), 2 (usage), 3 (unreachable)', async () => {

@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { symlinkSync, mkdirSync } from 'node:fs';
+import { symlinkSync, mkdirSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 
@@ -110,6 +110,8 @@ test('open: workspace must resolve under the root', async () => {
       body: { agentId: 'a', workspace: ws } });
     assert.equal(r.status, 400, `workspace ${ws}`);
     assert.equal(r.json.error.code, 'bad_workspace', `workspace ${ws}`);
+    // the message names the root a relative path was taken under
+    if (ws === 'does-not-exist') assert.ok(r.json.error.message.includes(realpathSync(srv.wsroot)), r.text);
   }
   // absolute path inside the root is fine
   mkdirSync(join(srv.wsroot, 'inside-abs'));
