@@ -171,7 +171,7 @@ void jb_api_console_signin(void *appv, const struct jb_http_req *req, struct jb_
     } else {
       set_cookie(req, resp, tok, JB_CONSOLE_COOKIE_TTL_S);
       jb_resp_json(resp, 200,
-                   json_pack("{s:s,s:s*,s:i}", "role", role, "jobId", job[0] ? job : NULL,
+                   json_pack("{s:s,s:s?,s:i}", "role", role, "jobId", job[0] ? job : NULL,
                              "expiresInS", JB_CONSOLE_COOKIE_TTL_S));
       jb_log(JB_LOG_INFO, "console sign-in", "role", role, "jobId", job, "via",
              code ? "code" : "token", NULL);
@@ -191,7 +191,7 @@ void jb_api_console_whoami(void *appv, const struct jb_http_req *req, struct jb_
   struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
   jb_resp_json(
       resp, 200,
-      json_pack("{s:s,s:s*,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
+      json_pack("{s:s,s:s?,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
                 "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
                 sock ? jb_socket_port(sock) : 0));
   jb_db_release(app->db, c);

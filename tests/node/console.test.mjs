@@ -414,6 +414,10 @@ test('5,000 ops: the feed keeps a window of rows, scrolls to both ends, and j/k 
 });
 
 test('a service sign-in sees the session list', async () => {
+  // a service sign-in has no session: jobId is there, null (api/openapi.yaml ConsoleSignIn)
+  const who = await srv.req('GET', '/v1/console/session', { token: srv.serviceToken });
+  assert.equal(who.status, 200, who.text);
+  assert.deepEqual([who.json.role, 'jobId' in who.json, who.json.jobId], ['service', true, null], who.text);
   const { ctx, page } = await newPage();
   await page.goto(srv.url + '/console/');
   await page.fill('#token', srv.serviceToken);
