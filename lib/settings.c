@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 /* Stores `val` (from `origin`: "default", "environment", "command line") into the field of
@@ -98,4 +99,63 @@ void jb_settings_free(void *dst, const struct jb_setting *table, size_t n) {
       free(*field);
       *field = NULL;
     }
+}
+
+#define NAME_CMP_MAX 128 /* bytes of a name the distance is computed for */
+
+/* The Levenshtein distance between a[0..na) and b[0..nb) (both at most NAME_CMP_MAX). */
+static size_t edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+  size_t row[NAME_CMP_MAX + 1];
+  for (size_t j = 0; j <= nb; j++) row[j] = j;
+  for (size_t i = 1; i <= na; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= nb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
+/* Keeps `cand` in *best when it is nearer to name[0..len) than *best_d (and at most 3 away). */
+static void nearer(const char *name, size_t len, const char *cand, const char **best,
+                   size_t *best_d) {
+  size_t cl = strlen(cand);
+  if (len > NAME_CMP_MAX || cl > NAME_CMP_MAX) return;
+  size_t d = edit_distance(name, len, cand, cl);
+  if (d <= 3 && d < *best_d) {
+    *best = cand;
+    *best_d = d;
+  }
+}
+
+size_t jb_settings_unknown_env(const struct jb_setting *table, size_t n, const char *const *also,
+                               char *const *envp, const char *prefix,
+                               void (*report)(const char *name, size_t name_len,
+                                              const char *nearest, void *ctx),
+                               void *ctx) {
+  size_t reported = 0, pl = strlen(prefix);
+  for (char *const *e = envp; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    if (len < pl || strncmp(*e, prefix, pl) != 0) continue;
+    bool known = false;
+    for (size_t i = 0; i < n && !known; i++)
+      known = strlen(table[i].env) == len && !strncmp(table[i].env, *e, len);
+    for (const char *const *a = also; a && *a && !known; a++)
+      known = strlen(*a) == len && !strncmp(*a, *e, len);
+    if (known) continue;
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) nearer(*e, len, table[i].env, &best, &best_d);
+    for (const char *const *a = also; a && *a; a++) nearer(*e, len, *a, &best, &best_d);
+    report(*e, len, best, ctx);
+    reported++;
+  }
+  return reported;
 }

@@ -53,4 +53,17 @@ void jb_settings_print_help(FILE *out, const struct jb_setting *table, size_t n)
 /* Frees the string fields of `dst` named by `table` and sets them to NULL (not `dst`). */
 void jb_settings_free(void *dst, const struct jb_setting *table, size_t n);
 
+/* Reports each variable of the environment `envp` (NULL-terminated "NAME=value" strings, as
+ * environ) whose name starts with `prefix` ("JAILBOX_") and is neither the `env` of an entry
+ * of `table` (`n` entries) nor one of `also` (NULL-terminated; names other programs of the
+ * same deployment read from the same environment; may be NULL): `report` gets the name (not
+ * NUL-terminated: `name_len` bytes), the known name nearest to it when one is at most 3 edits
+ * away (Levenshtein distance; a misspelling), else NULL, and `ctx`. Returns how many were
+ * reported. Names over 128 bytes are reported without a suggestion. */
+size_t jb_settings_unknown_env(const struct jb_setting *table, size_t n, const char *const *also,
+                               char *const *envp, const char *prefix,
+                               void (*report)(const char *name, size_t name_len,
+                                              const char *nearest, void *ctx),
+                               void *ctx);
+
 #endif

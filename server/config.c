@@ -4,6 +4,7 @@
 
 #include "lib/escape_policy.h"
 #include "lib/images.h"
+#include "lib/log.h"
 #include "lib/reviewer.h"
 #include "lib/settings.h"
 
@@ -211,6 +212,37 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
   return 0;
 }
 
+/* JAILBOX_* names that other programs of a deployment read from the environment jailboxd
+ * runs in (the workers it starts inherit it): jailbox-worker's settings, jailboxctl's and
+ * the deploy and test scripts'. They are not settings of jailboxd, and not misspellings.
+ * tests/integration/readme_config.sh checks this list against the programs' --help. */
+static const char *const other_programs_env[] = {
+    /* jailbox-worker (sandbox/worker/main.c) */
+    "JAILBOX_CALL_TIMEOUT_MS", "JAILBOX_CONTAINER_TMP_MIB", "JAILBOX_DOCKER_SOCKET",
+    "JAILBOX_JAIL_TMP_MIB", "JAILBOX_PRESCAN_HASH_MAX_MIB", "JAILBOX_PRESCAN_HOLD",
+    "JAILBOX_REQUIRE_WALLS", "JAILBOX_RUNTIME", "JAILBOX_SECCOMP_PROFILE",
+    "JAILBOX_SHIM_SOCKET_DIR", "JAILBOX_START_TIMEOUT_MS", "JAILBOX_WORKER_CONTROL",
+    "JAILBOX_WORKER_ID", "JAILBOX_WORKER_LEASE_S", "JAILBOX_WORKER_MAX_SESSIONS",
+    "JAILBOX_WORKER_OPS_SOCKET", "JAILBOX_WORKER_PIDFILE",
+    /* jailboxctl */
+    "JAILBOX_AGENT_TOKEN", "JAILBOX_TOKEN", "JAILBOX_URL", "JAILBOX_WS_URL",
+    /* deploy/ and tests/ scripts */
+    "JAILBOX_BUILD_IMAGE", "JAILBOX_DOCKERD_LOG", "JAILBOX_SERVICE_TOKEN", "JAILBOX_SHIM_TEST",
+    "JAILBOX_WORKER", NULL};
+
+static void log_unknown(const char *name, size_t len, const char *nearest, void *ctx) {
+  (void)ctx;
+  char nb[160];
+  snprintf(nb, sizeof nb, "%.*s", (int)(len < sizeof nb - 1 ? len : sizeof nb - 1), name);
+  jb_log(JB_LOG_WARN, "unknown setting ignored: no program of jailbox reads it", "name", nb,
+         "didYouMean", nearest, NULL);
+}
+
+size_t jb_config_warn_unknown_env(char *const *envp) {
+  return jb_settings_unknown_env(settings, N_SETTINGS, other_programs_env, envp, "JAILBOX_",
+                                 log_unknown, NULL);
+}
+
 void jb_config_print_help(FILE *out, const char *prog) {
   fprintf(out,
           "Usage: %s [--flag=value ...]\n\n"
@@ -221,6 +253,18 @@ void jb_config_print_help(FILE *out, const char *prog) {
   fprintf(out, "\n  --help                 show this text\n");
   fprintf(out,
           "  --routes               print the served routes, METHOD PATTERN per line, and exit\n");
+  fprintf(out,
+          "\nOther JAILBOX_* variables are logged as unknown at the start, except these, read by\n"
+          "jailbox-worker, jailboxctl and the scripts:\n ");
+  size_t col = 1;
+  for (const char *const *a = other_programs_env; *a; a++) {
+    if (col + strlen(*a) + 1 > 90) {
+      fprintf(out, "\n ");
+      col = 1;
+    }
+    col += (size_t)fprintf(out, " %s", *a);
+  }
+  fprintf(out, "\n");
 }
 
 void jb_config_free(struct jb_config *cfg) { jb_settings_free(cfg, settings, N_SETTINGS); }

@@ -72,6 +72,11 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
                    const char *(*get_env)(const char *name), jb_error *err);
 
 /* Writes every setting with its flag, environment variable, default and meaning. */
+/* Logs a warning for each JAILBOX_* variable of `envp` (as environ) that neither jailboxd nor
+ * another program of jailbox reads — a misspelled setting would otherwise be ignored without
+ * a word — with the nearest known name when it is close. Returns how many were logged. */
+size_t jb_config_warn_unknown_env(char *const *envp);
+
 void jb_config_print_help(FILE *out, const char *prog);
 
 /* Releases the strings held by `cfg` (not `cfg` itself). */

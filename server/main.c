@@ -143,6 +143,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   jb_log_set_level(cfg.log_level);
+  jb_config_warn_unknown_env(environ);
   /* the workers jailboxd starts inherit its environment: they get the image settings as
    * jailboxd took them (from a flag too), so both sides check one allowlist (no thread runs
    * yet, so setenv is safe here) */

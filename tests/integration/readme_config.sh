@@ -54,5 +54,19 @@ for var in $(grep -o 'JAILBOX_[A-Z0-9_]*' "$README" | sort -u); do
   if printf '%s\n' "$known" | grep -qx "$var"; then ok; else bad "README names $var, which no --help knows"; fi
 done
 
+# jailboxd warns about a JAILBOX_* variable no program reads: the names the other programs
+# read (worker and jailboxctl --help) are in the list its --help ends with, so never warned
+others=$("$JAILBOXD" --help | sed -n '/^Other JAILBOX_\* variables/,$p' | grep -o 'JAILBOX_[A-Z0-9_]*' | sort -u)
+own=$(server_rows | cut -f1 | sort -u)
+for var in $({ "$JAILBOX_WORKER" --help; "$JAILBOXCTL" --help; } | grep -o 'JAILBOX_[A-Z0-9_]*' | sort -u); do
+  if printf '%s\n' "$own" "$others" | grep -qx "$var"; then ok; else bad "jailboxd would warn about $var, which another program reads"; fi
+done
+# … and does, naming the setting meant, before anything else can stop the start (here: a
+# policy file that does not exist); a worker's setting and a jailboxctl one pass quietly
+out=$(env JAILBOX_MAX_WAITNG_CALLS=1 JAILBOX_REQUIRE_WALLS=1 JAILBOX_TOKEN=x JAILBOX_POLICY_FILE=/nonexistent/policy.jsonl \
+  JAILBOX_STATE_DIR="$(mktemp -d)" "$JAILBOXD" 2>&1)
+if printf '%s' "$out" | grep -q '"name":"JAILBOX_MAX_WAITNG_CALLS","didYouMean":"JAILBOX_MAX_WAITING_CALLS"'; then ok; else bad "no warning for a misspelled setting: $out"; fi
+if printf '%s' "$out" | grep -q 'unknown setting.*\(REQUIRE_WALLS\|JAILBOX_TOKEN\)'; then bad "a warning for a setting another program reads: $out"; else ok; fi
+
 echo "$PASSED passed, $FAILED failed ($N settings in the --help texts)"
 [ "$FAILED" = 0 ]

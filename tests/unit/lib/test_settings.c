@@ -160,6 +160,43 @@ static void listing(void **state) {
   free(buf);
 }
 
+struct seen {
+  char names[4][64], nearest[4][64];
+  size_t n;
+};
+
+static void note(const char *name, size_t len, const char *nearest, void *ctx) {
+  struct seen *s = ctx;
+  assert_true(s->n < 4);
+  snprintf(s->names[s->n], sizeof s->names[0], "%.*s", (int)len, name);
+  snprintf(s->nearest[s->n], sizeof s->nearest[0], "%s", nearest ? nearest : "-");
+  s->n++;
+}
+
+/* A variable with the prefix that no table entry nor `also` names is reported, with the
+ * nearest known name when it is a few edits away; known names, other prefixes and a name
+ * equal to a known one's start are told apart */
+static void unknown_env(void **state) {
+  (void)state;
+  static const char *const also[] = {"DEMO_URL", NULL};
+  char *envp[] = {"DEMO_NAME=x", "DEMO_CUONT=2", "DEMO_URL=http://a",
+                  "PATH=/bin",   "DEMO_NAMES=y", "DEMO_ZZZZZZZZZZZZ=1",
+                  "DEMO_UR=1",   "DEMONAME=1",   NULL};
+  struct seen s = {0};
+  assert_int_equal(jb_settings_unknown_env(table, N, also, envp, "DEMO_", note, &s), 4);
+  assert_string_equal(s.names[0], "DEMO_CUONT");
+  assert_string_equal(s.nearest[0], "DEMO_COUNT");
+  assert_string_equal(s.names[1], "DEMO_NAMES");
+  assert_string_equal(s.nearest[1], "DEMO_NAME");
+  assert_string_equal(s.names[2], "DEMO_ZZZZZZZZZZZZ");
+  assert_string_equal(s.nearest[2], "-");
+  assert_string_equal(s.names[3], "DEMO_UR");
+  assert_string_equal(s.nearest[3], "DEMO_URL");
+  s.n = 0;
+  char *none[] = {NULL};
+  assert_int_equal(jb_settings_unknown_env(table, N, NULL, none, "DEMO_", note, &s), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(defaults, reset),
@@ -167,6 +204,7 @@ int main(void) {
       cmocka_unit_test_setup(bad_values, reset),
       cmocka_unit_test_setup(help_wins, reset),
       cmocka_unit_test_setup(listing, reset),
+      cmocka_unit_test_setup(unknown_env, reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
