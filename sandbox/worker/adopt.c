@@ -169,6 +169,11 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
   }
   t[3] = jb_now_ms();
   jb_workspace_grant_load(k->fd[2], &s->grant);
+  if (!s->grant.valid)
+    slog(w, JB_LOG_WARN, k->job,
+         "the record of the workspace grant could not be read: the workspace's groups and "
+         "modes will not be given back at the session's end",
+         NULL);
   /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
    * and the contract says why */
   json_t *xc = json_object_get(contract, "exec");

@@ -7,53 +7,194 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define GRANT_DEPTH 256
+#define WALK_DEPTH_MAX 65536 /* directory levels below the root a walk goes down at most */
 
 /* Called on every directory and regular file of the walk, open (`fd`, not to be closed), with
  * the open directory holding it (`dir`) and its `name` there (-1 and NULL for the root). */
 typedef void (*visit_fn)(int fd, int dir, const char *name, void *ctx);
 
-/* Walks the open directory `dfd` (closed here; in `parent` as `name`) without following any
- * symlink: visits it, then its regular files and, recursively, its directories, up to *left
- * entries. Regular files are opened O_NONBLOCK|O_NOCTTY: a name swapped for a fifo or device
- * after the stat opens without side effects (the visitor checks the opened file). */
-static void walk(int dfd, int parent, const char *name, visit_fn fn, void *ctx, long *left,
-                 int depth) {
-  fn(dfd, parent, name, ctx);
-  if (depth >= GRANT_DEPTH) {
-    close(dfd);
-    return;
-  }
-  DIR *d = fdopendir(dfd);
+/* What a walk could not do: how many entries, and the first reason. */
+struct walk_faults {
+  long n;
+  char first[160];
+};
+
+static void fault(struct walk_faults *f, int e, const char *what, const char *name) {
+  if (f->n++ == 0)
+    snprintf(f->first, sizeof f->first, "%s %.64s: %s", what, name ? name : "(root)", strerror(e));
+}
+
+/* One directory of the walk's path: its names, read at once (so that the walk holds no
+ * descriptor of it while it is below), the next one to visit, and its inode (checked when
+ * the walk comes back up through ".."). */
+struct level {
+  char **names;
+  size_t n, next;
+  dev_t dev;
+  ino_t ino;
+};
+
+static void level_free(struct level *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->names[i]);
+  free(l->names);
+  memset(l, 0, sizeof *l);
+}
+
+/* Reads the names in the open directory `fd` (left open) into *l (without "." and ".."). 0,
+ * or -1 (errno). */
+static int level_read(int fd, struct level *l) {
+  memset(l, 0, sizeof *l);
+  struct stat st;
+  if (fstat(fd, &st) < 0) return -1;
+  l->dev = st.st_dev;
+  l->ino = st.st_ino;
+  int d2 = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d2 < 0) return -1;
+  DIR *d = fdopendir(d2);
   if (!d) {
-    close(dfd);
+    int e = errno;
+    close(d2);
+    errno = e;
+    return -1;
+  }
+  size_t cap = 0;
+  struct dirent *e;
+  errno = 0;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (l->n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **nv = realloc(l->names, cap * sizeof *nv);
+      if (!nv) goto oom;
+      l->names = nv;
+    }
+    if (!(l->names[l->n] = strdup(e->d_name))) goto oom;
+    l->n++;
+    errno = 0;
+  }
+  int rerr = errno;
+  closedir(d);
+  if (rerr) {
+    level_free(l);
+    errno = rerr;
+    return -1;
+  }
+  return 0;
+oom:
+  closedir(d);
+  level_free(l);
+  errno = ENOMEM;
+  return -1;
+}
+
+/* Walks the directory `root_fd` (closed here) without following any symlink and without
+ * leaving its file system: visits it, then each regular file and, going down, each directory
+ * below it, at any depth (up to WALK_DEPTH_MAX levels), up to *left entries. The walk holds
+ * the descriptors of at most three entries at a time: it reads a directory's names before
+ * going down, and comes back up through ".." after checking that it leads to the directory
+ * it came from (the tree was moved meanwhile: the walk stops, a fault). Regular files are
+ * opened O_NONBLOCK|O_NOCTTY: a name swapped for a fifo or device after the stat opens
+ * without side effects (the visitor checks the opened file). What could not be opened or
+ * read is counted in *faults. */
+static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_faults *faults) {
+  struct stat rst;
+  if (fstat(root_fd, &rst) < 0) {
+    fault(faults, errno, "stat", NULL);
+    close(root_fd);
     return;
   }
-  struct dirent *e;
-  while ((e = readdir(d)) && *left > 0) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+  fn(root_fd, -1, NULL, ctx);
+  int cur = root_fd;
+  size_t depth = 0, cap = 16;
+  struct level *stack = calloc(cap, sizeof *stack);
+  if (!stack) {
+    fault(faults, ENOMEM, "walk", NULL);
+    close(cur);
+    return;
+  }
+  if (level_read(cur, &stack[0]) < 0)
+    fault(faults, errno, "read directory", NULL);
+  else
+    depth = 1;
+  while (depth > 0) {
+    if (stack[depth - 1].next == stack[depth - 1].n) { /* this directory is done */
+      level_free(&stack[--depth]);
+      if (depth == 0) break;
+      /* back up to the directory it is in, as the walk found it */
+      int up = openat(cur, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      struct stat us;
+      if (up < 0 || fstat(up, &us) < 0 || us.st_dev != stack[depth - 1].dev ||
+          us.st_ino != stack[depth - 1].ino) {
+        fault(faults, up < 0 ? errno : ESTALE, "back up from", "a directory moved meanwhile");
+        if (up >= 0) close(up);
+        break;
+      }
+      close(cur);
+      cur = up;
+      continue;
+    }
+    struct level *l = &stack[depth - 1];
+    const char *name = l->names[l->next++];
+    if (*left <= 0) break;
     (*left)--;
     struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-    if (S_ISDIR(st.st_mode)) {
-      int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) walk(sub, dirfd(d), e->d_name, fn, ctx, left, depth + 1);
-    } else if (S_ISREG(st.st_mode)) {
-      int f =
-          openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-      if (f >= 0) {
-        fn(f, dirfd(d), e->d_name, ctx);
-        close(f);
-      }
+    if (fstatat(cur, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) fault(faults, errno, "stat", name);
+      continue;
     }
+    if (st.st_dev != rst.st_dev) continue; /* another file system mounted here: not entered */
+    if (S_ISREG(st.st_mode)) {
+      int f = openat(cur, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+      if (f < 0) {
+        if (errno != ENOENT) fault(faults, errno, "open", name);
+        continue;
+      }
+      fn(f, cur, name, ctx);
+      close(f);
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) continue;
+    int sub = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+      if (errno != ENOENT) fault(faults, errno, "open", name);
+      continue;
+    }
+    fn(sub, cur, name, ctx);
+    if (depth > WALK_DEPTH_MAX) {
+      fault(faults, ELOOP, "go below", name);
+      close(sub);
+      continue;
+    }
+    if (depth == cap) {
+      struct level *nv = realloc(stack, cap * 2 * sizeof *nv);
+      if (!nv) {
+        fault(faults, ENOMEM, "go below", name);
+        close(sub);
+        continue;
+      }
+      stack = nv;
+      cap *= 2;
+    }
+    if (level_read(sub, &stack[depth]) < 0) {
+      fault(faults, errno, "read directory", name);
+      close(sub);
+      continue;
+    }
+    depth++;
+    close(cur);
+    cur = sub;
   }
-  closedir(d);
+  while (depth > 0) level_free(&stack[--depth]);
+  free(stack);
+  close(cur);
 }
 
 struct grant_ctx {
@@ -119,6 +260,7 @@ static void record_place(struct grant_ctx *g, int dir, const char *name, const s
                                           .name = r->names_len,
                                           .uid = st->st_uid,
                                           .gid = st->st_gid,
+                                          .mode = st->st_mode & 07777,
                                           .added = added,
                                           .dir = S_ISDIR(st->st_mode)};
   r->names_len += nl;
@@ -165,7 +307,8 @@ long jb_workspace_grant(const char *root, unsigned gid, long max_entries,
   }
   long left = max_entries;
   struct grant_ctx g = {.gid = gid, .rec = rec};
-  walk(fd, -1, NULL, grant_fd, &g, &left, 0);
+  struct walk_faults faults = {0};
+  walk(fd, grant_fd, &g, &left, &faults); /* what it could not open stays closed to the jail */
   if (g.oom && rec) {
     rec->valid = false; /* an incomplete record could not be undone faithfully: say so */
     return jb_fail(err, ENOMEM, "out of memory recording the workspace grant");
@@ -211,56 +354,94 @@ struct restore_ctx {
   unsigned gid, jail_uid;
   struct jb_workspace_grant *rec;
   long restored;
+  struct walk_faults faults;
 };
+
+/* The group and other bits a file the agent put in a place may keep: those the place's file
+ * had, and execute where it had read (a script the agent made runnable stays runnable for
+ * whoever could read the one it replaced); never write or read the original did not give. */
+static mode_t place_bits(mode_t now, mode_t orig) {
+  mode_t may = (orig & 0077) | ((orig & 0044) >> 2);
+  return (now & 0700) | (now & may);
+}
 
 /* Gives an entry the jail made (`st`, open as `fd`, named `name` in `dir`) an owner outside
  * the jail: what its place held, or else what the directory holding it has (as given back:
  * the walk visits a directory before what it holds). */
-static bool restore_made(struct restore_ctx *r, int fd, const struct stat *st, int dir,
+static void restore_made(struct restore_ctx *r, int fd, const struct stat *st, int dir,
                          const char *name) {
   struct stat ds;
-  if (dir < 0 || fstat(dir, &ds) < 0) return false;
+  if (dir < 0 || fstat(dir, &ds) < 0) {
+    fault(&r->faults, errno, "stat the directory of", name);
+    return;
+  }
   bool is_dir = S_ISDIR(st->st_mode);
   const struct jb_grant_place *p = place_of(r->rec, &ds, name);
   if (p && p->dir != is_dir) p = NULL; /* a file where a directory was, or the reverse */
   uid_t uid = p ? p->uid : ds.st_uid;
   gid_t gid = p ? p->gid : ds.st_gid;
-  mode_t mode = st->st_mode & (is_dir ? 03777 : 0777); /* never set-user-ID; a file no set-ID */
+  mode_t now = st->st_mode & 07777, mode;
   if (p) {
-    mode &= ~p->added;
+    mode = place_bits(now & ~p->added, p->mode);
+    if (is_dir) mode |= now & p->mode & (S_ISGID | S_ISVTX);
   } else {
-    mode &= ~(mode_t)S_IWOTH;
+    mode = now & 0777 & ~(mode_t)S_IWOTH;
     if (!(ds.st_mode & S_IWGRP)) mode &= ~(mode_t)S_IWGRP;
-    if (is_dir && !(ds.st_mode & S_ISGID)) mode &= ~(mode_t)S_ISGID;
+    if (is_dir) mode |= now & ds.st_mode & (S_ISGID | S_ISVTX);
   }
   /* chown first: it may clear set-ID bits, and the mode set after it is the one wanted */
-  if (fchown(fd, uid, gid) < 0) return false;
-  (void)fchmod(fd, mode);
-  return true;
+  if (fchown(fd, uid, gid) < 0 || fchmod(fd, mode) < 0) {
+    fault(&r->faults, errno, "give an owner to", name);
+    return;
+  }
+  r->restored++;
 }
 
 /* Undoes on `fd` what the grant recorded for its inode: the group back when it is still the
- * jail's, and only the mode bits the grant added (the rest as it is now); an entry the jail
- * made gets an owner outside it (restore_made). */
+ * jail's, and only the mode bits the grant added (the rest as it is now, but no set-ID bit on
+ * a file the jail owns: it could have set them); an entry the jail made gets an owner outside
+ * it (restore_made); a file of the jail with several links keeps its owner, without set-ID
+ * bits or write for others. */
 static void restore_fd(int fd, int dir, const char *name, void *ctx) {
   struct restore_ctx *r = ctx;
   struct stat st;
-  if (fstat(fd, &st) < 0) return;
+  if (fstat(fd, &st) < 0) {
+    fault(&r->faults, errno, "stat", name);
+    return;
+  }
   struct jb_grant_entry key = {.dev = st.st_dev, .ino = st.st_ino};
   struct jb_grant_entry *e =
       r->rec->n ? bsearch(&key, r->rec->v, r->rec->n, sizeof key, by_inode) : NULL;
   /* an inode the jail owns that the grant met owned by another: the number was freed (the
    * agent replaced or deleted that file) and taken again by a file the jail made */
   if (e && st.st_uid == r->jail_uid && e->uid != r->jail_uid) e = NULL;
+  bool jails = st.st_uid == r->jail_uid && !S_ISDIR(st.st_mode);
   if (!e) {
-    if (st.st_uid == r->jail_uid && name && (S_ISDIR(st.st_mode) || st.st_nlink == 1))
-      r->restored += restore_made(r, fd, &st, dir, name);
+    if (st.st_uid != r->jail_uid || !name) return;
+    if (S_ISDIR(st.st_mode) || st.st_nlink == 1) {
+      restore_made(r, fd, &st, dir, name);
+    } else {
+      mode_t m = st.st_mode & 0777 & ~(mode_t)S_IWOTH;
+      if (m != (st.st_mode & 07777) && fchmod(fd, m) < 0) fault(&r->faults, errno, "chmod", name);
+    }
     return;
   }
+  mode_t now = st.st_mode & 07777, mode = now & ~e->added;
+  if (jails) mode &= ~(mode_t)(S_ISUID | S_ISGID);
   bool done = false;
-  mode_t mode = st.st_mode & 07777;
-  if (e->chowned && st.st_gid == r->gid && fchown(fd, (uid_t)-1, e->gid) == 0) done = true;
-  if (fchmod(fd, mode & ~e->added) == 0 && (mode & e->added)) done = true;
+  if (e->chowned && st.st_gid == r->gid) {
+    if (fchown(fd, (uid_t)-1, e->gid) < 0)
+      fault(&r->faults, errno, "give the group back to", name);
+    else
+      done = true;
+  }
+  /* after the chown, which may have cleared set-ID bits: the mode wanted, not the one read */
+  if (done || mode != now) {
+    if (fchmod(fd, mode) < 0)
+      fault(&r->faults, errno, "give the mode back to", name);
+    else
+      done = true;
+  }
   r->restored += done;
 }
 
@@ -282,11 +463,14 @@ long jb_workspace_restore(const char *root, unsigned gid, unsigned jail_uid,
    * or the files it made owned by it. */
   long left = LONG_MAX;
   struct restore_ctx r = {.gid = gid, .jail_uid = jail_uid, .rec = rec};
-  walk(fd, -1, NULL, restore_fd, &r, &left, 0);
+  walk(fd, restore_fd, &r, &left, &r.faults);
+  if (r.faults.n)
+    return jb_fail(err, EIO, "%ld entries given back, %ld could not be (the first: %s)", r.restored,
+                   r.faults.n, r.faults.first);
   return r.restored;
 }
 
-#define GRANT_MAGIC 0x6a626732u /* "jbg2" */
+#define GRANT_MAGIC 0x6a626733u /* "jbg3" */
 
 /* What a grant holds besides its tables, at the start of what jb_workspace_grant_save writes;
  * the entries, the places and the names follow. */
@@ -334,6 +518,13 @@ int jb_workspace_grant_save(int fd, const struct jb_workspace_grant *rec) {
   return 0;
 }
 
+/* Whether the byte at `off` in `obj` is 0 or 1. */
+static bool byte_is_flag(const void *obj, size_t off) {
+  unsigned char b;
+  memcpy(&b, (const char *)obj + off, 1);
+  return b <= 1;
+}
+
 void jb_workspace_grant_load(int fd, struct jb_workspace_grant *rec) {
   memset(rec, 0, sizeof *rec);
   struct grant_head h;
@@ -360,13 +551,18 @@ void jb_workspace_grant_load(int fd, struct jb_workspace_grant *rec) {
     jb_workspace_grant_free(&g);
     return;
   }
-  /* every place names a NUL-terminated name inside the names */
-  for (size_t i = 0; i < h.np; i++)
-    if (g.p[i].name >= h.names_len ||
-        !memchr(g.names + g.p[i].name, '\0', h.names_len - g.p[i].name)) {
-      jb_workspace_grant_free(&g);
-      return;
-    }
+  /* every flag is 0 or 1 (read as a byte: a bool holding another value is undefined), and
+   * every place names a NUL-terminated name inside the names */
+  bool ok = byte_is_flag(&h, offsetof(struct grant_head, valid));
+  for (size_t i = 0; ok && i < h.n; i++)
+    ok = byte_is_flag(&g.v[i], offsetof(struct jb_grant_entry, chowned));
+  for (size_t i = 0; ok && i < h.np; i++)
+    ok = byte_is_flag(&g.p[i], offsetof(struct jb_grant_place, dir)) && g.p[i].name < h.names_len &&
+         memchr(g.names + g.p[i].name, '\0', h.names_len - g.p[i].name);
+  if (!ok) {
+    jb_workspace_grant_free(&g);
+    return;
+  }
   g.cap = g.n;
   g.pcap = g.np;
   g.names_len = g.names_cap = h.names_len;

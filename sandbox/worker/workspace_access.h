@@ -22,7 +22,6 @@ struct jb_grant_entry {
   gid_t gid; /* the group before the grant */
   bool chowned; /* the grant set the group */
   mode_t added; /* mode bits (07777) the grant added */
-  bool seen; /* met by the restore's walk */
 };
 
 /* An entry the grant walked, by its place: the directory holding it and its name. A file the
@@ -32,8 +31,9 @@ struct jb_grant_place {
   dev_t dir_dev;
   ino_t dir_ino; /* the directory holding the entry */
   size_t name; /* offset of its NUL-terminated name in names */
-  uid_t uid; /* owner and group before the grant */
+  uid_t uid; /* owner, group and mode bits (07777) before the grant */
   gid_t gid;
+  mode_t mode;
   mode_t added; /* mode bits (07777) the grant added to it */
   bool dir; /* a directory, not a regular file */
 };
@@ -51,15 +51,15 @@ struct jb_workspace_grant {
   size_t names_len, names_cap;
 };
 
-/* Walks `root` without following any symlink (openat O_NOFOLLOW from the root's own fd, as the
- * pre-scan) and, for every directory and every regular file with a single link, sets the group
+/* Walks `root` without following any symlink or leaving its file system (openat O_NOFOLLOW
+ * from the root's own fd, as the pre-scan; a mount inside stays closed to the jail) and, for every directory and every regular file with a single link, sets the group
  * to `gid` and adds group read/write (and search, plus set-group-ID, on directories so that
  * new entries keep the group). The owner and the other bits are left alone; symlinks, special
  * files and files with several links (which the shim refuses anyway, and which may be shared
  * with a file outside the workspace) are not touched. At most `max_entries` entries.
  * With `rec` (may be NULL), each change is recorded (inode, original group, mode bits added),
  * and so is the place of every directory and regular file walked below the root (its
- * directory's inode, its name, owner, group and the bits added), for jb_workspace_restore;
+ * directory's inode, its name, owner, group, mode and the bits added), for jb_workspace_restore;
  * free it with jb_workspace_grant_free.
  * Returns the number changed, or -1 with `err` when the root cannot be opened (or, with `rec`,
  * the record could not be kept: out of memory; the grant itself is then made). */
@@ -69,20 +69,24 @@ long jb_workspace_grant(const char *root, unsigned gid, long max_entries,
 /* Undoes a grant recorded in `rec` on `root`, once the jail can no longer write it: walks it
  * the same way and, for each directory and regular file whose inode the grant changed, gives
  * back the original group when the group is still `gid`, and clears the mode bits the grant
- * added (other changes made during the session stay). A directory or single-link regular file
- * the jail made (owned by `jail_uid`, not in the record) is given an owner outside the jail:
+ * added (other changes made during the session stay, but a file the jail owns loses any
+ * set-ID bit: it could have set them). A directory or single-link regular file the jail made
+ * (owned by `jail_uid`, not in the record) is given an owner outside the jail:
  *  - in the place of one the grant walked (a file the agent rewrote, a directory it made
- *    again): that one's owner and group, and its mode bits as they are now without those the
- *    grant added;
+ *    again): that one's owner and group; the owner's mode bits as the agent left them, the
+ *    group's and others' no more than the original gave them (execute where it gave read),
+ *    never the bits the grant added, set-group-ID and sticky on a directory as the original;
  *  - elsewhere (one the agent created): the owner and group of the directory holding it (as
  *    given back), its mode bits as they are now, without write for others, with group write
- *    and a directory's set-group-ID only where that directory has them.
- * Set-user-ID and set-group-ID bits of a file the jail made are always cleared (chown first,
- * then chmod). Symlinks, special files and files with several links are left as they are. The
- * walk visits every entry, with no budget (an agent could make entries enough to use one up
- * before the buyer's files were met). Refuses (-1, ESTALE) when `root` is no longer the
- * directory the grant was made on. Returns the number of entries changed, or -1 with `err`.
- * Sorts `rec`'s tables. */
+ *    and a directory's set-group-ID and sticky bits only where that directory has them.
+ * No file the jail made keeps a set-ID bit (chown first, then chmod). A file of the jail with
+ * several links keeps its owner, without set-ID bits or write for others; symlinks and special
+ * files are left as they are. The walk visits every entry at any depth (up to 65,536 levels),
+ * with no budget of entries (an agent could make entries enough to use one up before the
+ * buyer's files were met), and does not leave the root's file system. Refuses (-1, ESTALE)
+ * when `root` is no longer the directory the grant was made on. Returns the number of entries
+ * changed; -1 with `err` naming how many and the first when some entry could not be reached
+ * or changed (what could be was given back). Sorts `rec`'s tables. */
 long jb_workspace_restore(const char *root, unsigned gid, unsigned jail_uid,
                           struct jb_workspace_grant *rec, jb_error *err);
 

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sandbox/worker/workspace_access.h"
@@ -27,7 +30,7 @@ static void make_file(const char *dir, const char *name, mode_t mode) {
 }
 
 static mode_t mode_of(const char *dir, const char *name) {
-  char p[512];
+  char p[2048];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   struct stat st;
   assert_int_equal(lstat(p, &st), 0);
@@ -84,7 +87,7 @@ static void make_jail_file(const char *dir, const char *name, mode_t mode) {
 }
 
 static void owner_of(const char *dir, const char *name, uid_t *uid, gid_t *gid) {
-  char p[512];
+  char p[2048];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   struct stat st;
   assert_int_equal(lstat(p, &st), 0);
@@ -148,13 +151,131 @@ static void jail_made_entries_get_owners(void **state) {
   assert_true(jb_workspace_restore(root, 65534, 65534, &rec, &err) >= 5);
   assert_entry(root, ".", 1000, 1000, 0755);
   assert_entry(root, "a.sh", 1000, 1000, 0755);
-  assert_entry(root, "b.txt", 1000, 1001, 0755); /* 06775, less set-ID and the grant's g+w */
+  /* 06775: no set-ID, not the grant's g+w, and for others nothing, as b.txt (0640) gave them */
+  assert_entry(root, "b.txt", 1000, 1001, 0750);
   assert_entry(root, "new.txt", 1000, 1000, 0644); /* no o+w; no g+w: the root has none */
   assert_entry(root, "made", 1000, 1000, 0755); /* nor set-group-ID: the root has none */
   assert_entry(root, "made/x", 1000, 1000, 0755);
-  assert_entry(root, "made/y", 65534, 65534, 0644); /* two links: left */
+  assert_entry(root, "made/y", 65534, 65534, 0644); /* two links: its owner left */
   jb_workspace_grant_free(&rec);
   char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Runs `script` with sh as the jail's uid and gid (65534, no other group). */
+static void as_jail(const char *script) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0) _exit(99);
+    execl("/bin/sh", "sh", "-ec", script, (char *)NULL);
+    _exit(98);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* What a break-it review found, each with what it must give instead:
+ *  - a tree moved below the walk's old depth limit (256) was never restored;
+ *  - a recorded file the jail owns (here: owned by 65534 before the session) given set-ID bits
+ *    kept them once its group was given back;
+ *  - a file the agent rewrote kept the write and read for others the agent gave it;
+ *  - a jail file with several links kept its set-ID bits and write for others. */
+static void review_faults(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  char root[] = "/tmp/jb-wsaccess-XXXXXX";
+  assert_non_null(mkdtemp(root));
+  char p[600], cmd[4096];
+  assert_int_equal(chmod(root, 0755), 0);
+  assert_int_equal(chown(root, 1000, 1000), 0);
+  snprintf(p, sizeof p, "%s/src", root);
+  assert_int_equal(mkdir(p, 0700), 0);
+  assert_int_equal(chown(p, 1000, 1000), 0);
+  make_file(p, "a.txt", 0600);
+  snprintf(p, sizeof p, "%s/src/a.txt", root);
+  assert_int_equal(chown(p, 1000, 1000), 0);
+  make_file(root, ".env", 0600);
+  snprintf(p, sizeof p, "%s/.env", root);
+  assert_int_equal(chown(p, 1000, 1000), 0);
+  make_file(root, "nobodys", 0644);
+  snprintf(p, sizeof p, "%s/nobodys", root);
+  assert_int_equal(chown(p, 65534, 0), 0);
+  struct jb_workspace_grant rec = {0};
+  jb_error err = {0};
+  assert_true(jb_workspace_grant(root, 65534, 1000, &rec, &err) >= 4);
+  snprintf(cmd, sizeof cmd,
+           "cd %s; d=.; i=0; while [ $i -lt 300 ]; do d=$d/x; i=$((i+1)); done; mkdir -p $d; "
+           "mv src $d/; chmod 2755 nobodys; printf 'x' > .t; chmod 0666 .t; mv .t .env; "
+           "printf 'y' > l1; ln l1 l2; chmod 4777 l1",
+           root);
+  as_jail(cmd);
+  long n = jb_workspace_restore(root, 65534, 65534, &rec, &err);
+  assert_true(n > 0);
+  char deep[1400] = "";
+  for (int i = 0; i < 300; i++) strcat(deep, "x/");
+  char rel[1500];
+  snprintf(rel, sizeof rel, "%ssrc", deep);
+  assert_entry(root, rel, 1000, 1000, 0700);
+  snprintf(rel, sizeof rel, "%ssrc/a.txt", deep);
+  assert_entry(root, rel, 1000, 1000, 0600);
+  assert_entry(root, "x", 1000, 1000, 0755); /* made by the jail: the root's owner */
+  assert_entry(root, "nobodys", 65534, 0, 0755); /* its group back, without set-group-ID */
+  assert_entry(root, ".env", 1000, 1000, 0600); /* nothing for others, as before */
+  assert_entry(root, "l1", 65534, 65534, 0775); /* several links: no set-ID, no o+w */
+  jb_workspace_grant_free(&rec);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A restore that could not reach everything says so (an error naming the first fault),
+ * after giving back what it could. */
+static void restore_reports_faults(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  char root[] = "/tmp/jb-wsaccess-XXXXXX";
+  assert_non_null(mkdtemp(root));
+  make_file(root, "f", 0600);
+  struct jb_workspace_grant rec = {0};
+  jb_error err = {0};
+  assert_true(jb_workspace_grant(root, 65534, 100, &rec, &err) >= 1);
+  /* the root is moved away and another put in its place between two levels: not reachable
+   * through "..": here, simply a record of a root that is gone */
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "mv '%s' '%s.old' && mkdir '%s'", root, root, root);
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(jb_workspace_restore(root, 65534, 65534, &rec, &err), -1);
+  assert_non_null(strstr(err.msg, "no longer the directory"));
+  jb_workspace_grant_free(&rec);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.old'", root, root);
+  assert_int_equal(system(cmd), 0);
+
+  /* a directory the walk cannot open (here: no descriptor left) is a fault, not a success */
+  assert_non_null(mkdtemp(strcpy(root, "/tmp/jb-wsaccess-XXXXXX")));
+  snprintf(cmd, sizeof cmd, "%s/sub", root);
+  assert_int_equal(mkdir(cmd, 0700), 0);
+  make_file(cmd, "g", 0600);
+  rec = (struct jb_workspace_grant){0};
+  assert_true(jb_workspace_grant(root, 65534, 100, &rec, &err) >= 3);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int lowest = dup(0);
+    close(lowest);
+    struct rlimit rl = {.rlim_cur = (rlim_t)lowest + 2, .rlim_max = (rlim_t)lowest + 2};
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0) _exit(97);
+    jb_error e2 = {0};
+    long r = jb_workspace_restore(root, 65534, 65534, &rec, &e2);
+    _exit(r == -1 && strstr(e2.msg, "could not be") ? 0 : 1);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  jb_workspace_grant_free(&rec);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   assert_int_equal(system(cmd), 0);
 }
@@ -181,6 +302,22 @@ static void grant_save_load(void **state) {
   assert_memory_equal(back.names, rec.names, rec.names_len);
   assert_int_equal(back.root_ino, rec.root_ino);
   jb_workspace_grant_free(&back);
+  /* any one byte set to 0xff (a flag byte among them) loads as a record or as nothing, and
+   * never reads a bool that is neither 0 nor 1 (the sanitizer build checks) */
+  long size = lseek(fileno(f), 0, SEEK_END);
+  assert_true(size > 0);
+  unsigned char *orig = malloc((size_t)size);
+  assert_non_null(orig);
+  assert_int_equal(pread(fileno(f), orig, (size_t)size, 0), size);
+  for (long i = 0; i < size; i++) {
+    unsigned char ff = 0xff;
+    assert_int_equal(pwrite(fileno(f), &ff, 1, i), 1);
+    jb_workspace_grant_load(fileno(f), &back);
+    if (back.valid) assert_true(back.n + back.np <= rec.n + rec.np + 4);
+    jb_workspace_grant_free(&back);
+    assert_int_equal(pwrite(fileno(f), orig + i, 1, i), 1);
+  }
+  free(orig);
   assert_int_equal(ftruncate(fileno(f), 40), 0); /* cut short */
   jb_workspace_grant_load(fileno(f), &back);
   assert_false(back.valid);
@@ -197,6 +334,8 @@ int main(void) {
       cmocka_unit_test(restore_not_starved_by_new_entries),
       cmocka_unit_test(jail_made_entries_get_owners),
       cmocka_unit_test(grant_save_load),
+      cmocka_unit_test(review_faults),
+      cmocka_unit_test(restore_reports_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
