@@ -2,8 +2,9 @@
  * libwebsockets raw-socket listener serviced by one thread feeds each connection's bytes to
  * the WebSocket codec (ws_frame.h: upgrade request, frames) and its text messages to the
  * Engine.IO/Socket.IO codec (sio_packet.h), and acts on what they decode. It owns the
- * connections and their states, rooms, heartbeats, bounded send queues, the cross-thread
- * queue, the handler worker threads, watched descriptors and the drain. */
+ * connections' states, heartbeats, the cross-thread queue, the handler worker threads, watched
+ * descriptors and the drain; the connections themselves — frames, table, rooms, per-address
+ * counts, send queues and closing — are in ws_conn.c (ws_private.h). */
 #define _GNU_SOURCE
 #include "server/ws.h"
 
@@ -22,434 +23,7 @@
 
 #include "lib/log.h"
 #include "server/config.h"
-#include "server/pool.h"
-#include "server/sio_packet.h"
-#include "server/ws_frame.h"
-
-/* ---------- limits that are not settings ---------- */
-
-#define MAX_INFLIGHT 64 /* handler calls outstanding per connection */
-#define MAX_JOBS 8192 /* handler calls queued in all */
-#define MAX_ITEMS 200000 /* cross-thread messages waiting for the service thread */
-#define LINGER_MS 2000 /* after our close frame: wait for the peer to close */
-
-#define SCRATCH 65536 /* queued frames gathered into one write, bytes */
-#define ID_BUCKETS 4096
-#define ROOM_BUCKETS 1024
-#define IP_BUCKETS 256
-
-/* ---------- outgoing frames: built once, shared by reference (service thread only) ---------- */
-
-struct frame {
-  int refs;
-  size_t len; /* bytes at data */
-  unsigned char *data; /* mem + LWS_PRE */
-  unsigned char mem[];
-};
-
-/* A frame of `opcode` whose payload is a ‖ b; opcode 0xff means raw bytes (HTTP). */
-static struct frame *frame_build(unsigned opcode, const void *a, size_t alen, const void *b,
-                                 size_t blen) {
-  size_t plen = alen + blen;
-  unsigned char head[JB_WS_HEAD_MAX];
-  size_t hl = opcode == 0xff ? 0 : jb_ws_frame_head(head, opcode, plen);
-  struct frame *f = malloc(sizeof *f + LWS_PRE + hl + plen);
-  if (!f) return NULL;
-  f->refs = 1;
-  f->data = f->mem + LWS_PRE;
-  f->len = hl + plen;
-  unsigned char *d = f->data;
-  if (hl) memcpy(d, head, hl);
-  if (alen) memcpy(d + hl, a, alen);
-  if (blen) memcpy(d + hl + alen, b, blen);
-  return f;
-}
-
-static struct frame *frame_text(const char *a, const char *b) {
-  return frame_build(0x1, a, strlen(a), b, b ? strlen(b) : 0);
-}
-
-static void frame_unref(struct frame *f) {
-  if (f && --f->refs == 0) free(f);
-}
-
-/* A Socket.IO packet on the main namespace as a text frame: its head (type, ack id unless
- * `ack` < 0) followed by `data` (stolen; NULL: out of memory, no frame). */
-static struct frame *frame_sio(enum jb_sio_type type, long long ack, char *data) {
-  if (!data) return NULL;
-  char head[JB_SIO_HEAD_MAX];
-  jb_sio_head(head, type, NULL, ack);
-  struct frame *f = frame_text(head, data);
-  free(data);
-  return f;
-}
-
-/* EVENT [event, payload] as a text frame; payload is stolen. */
-static struct frame *frame_event(const char *event, json_t *payload) {
-  return frame_sio(JB_SIO_EVENT, -1, jb_sio_event_data(event, payload));
-}
-
-/* The ACK `ack` with `reply` (borrowed; not an array: empty) as a text frame. */
-static struct frame *frame_ack(long long ack, const json_t *reply) {
-  return frame_sio(JB_SIO_ACK, ack, jb_sio_ack_data(reply));
-}
-
-/* ---------- cross-thread messages (any thread → service thread) ---------- */
-
-enum item_kind {
-  IT_SEND, /* frame to one connected socket */
-  IT_ROOM, /* frame to the room's sockets whose role matches */
-  IT_ACCEPT, /* CONNECT accepted: join room, answer 40{sid} */
-  IT_REFUSE, /* CONNECT refused: send the CONNECT_ERROR frame */
-  IT_DONE, /* a handler call finished; optional ACK frame */
-  IT_ROOM_END, /* the room's matching sockets: DISCONNECT, then close */
-  IT_RESYNC, /* run the resync handler for every connected socket */
-};
-
-struct item {
-  struct item *next;
-  enum item_kind kind;
-  uint64_t conn;
-  unsigned roles;
-  long long
-      seq; /* IT_SEND, IT_ROOM: the number of a numbered event (jb_ws_broadcast_seq); 0: none */
-  struct frame *f;
-  char room[129];
-};
-
-/* ---------- handler jobs (service thread → workers) ---------- */
-
-enum job_kind { J_CONNECT, J_EVENT, J_RESYNC, J_CALL };
-
-struct job {
-  struct jb_ws *ws;
-  enum job_kind kind;
-  void (*fn)(void *arg, bool run); /* J_CALL (jb_ws_run) */
-  void *arg;
-  struct jb_ws_peer peer;
-  json_t *data; /* auth object or NULL / event args array */
-  long long ack; /* -1: none */
-  char name[JB_SIO_MAX_EVENT_NAME + 1];
-};
-
-/* ---------- connections (service thread only) ---------- */
-
-enum cstate {
-  CS_HTTP, /* reading the upgrade request */
-  CS_EIO, /* Engine.IO open; waiting for Socket.IO CONNECT */
-  CS_SIO, /* Socket.IO connected */
-  CS_CLOSING, /* close frame / refusal queued; no more input is read */
-  CS_LINGER, /* our side shut down; discard input until the peer closes */
-};
-
-struct qnode {
-  struct qnode *next;
-  struct frame *f;
-};
-
-struct room;
-
-struct conn {
-  struct jb_ws *ws;
-  struct lws *wsi;
-  uint64_t id;
-  struct conn *id_next;
-  struct room *room;
-  struct conn *r_prev, *r_next;
-  struct ipcount *ip;
-  enum cstate st;
-  unsigned role;
-  bool connect_pending, awaiting_pong, counted_connected;
-  bool drain_close; /* draining: close once the handler calls in flight have answered */
-  int inflight;
-  bool end_pending; /* jb_ws_disconnect_room: DISCONNECT once no handler call is in flight */
-  long long seq; /* the highest number of the numbered events handed to it (jb_ws_broadcast_seq) */
-  char sid[24];
-  char addr[64];
-  char console[64]; /* the upgrade request's console sign-in cookie, "" when none */
-  char origin[256]; /* the upgrade request's Origin, "" when none */
-  struct jb_ws_handshake hs; /* CS_HTTP: the upgrade request read so far */
-  struct jb_ws_reader rd; /* CS_EIO, CS_SIO: the client's frames */
-  /* send queue */
-  struct qnode *qhead, *qtail;
-  size_t qbytes;
-  /* timers */
-  lws_sorted_usec_list_t sul_hs; /* handshake timeout, then linger/kill */
-  lws_sorted_usec_list_t sul_ping; /* ping interval / pong timeout */
-};
-
-struct room {
-  struct room *next;
-  struct conn *head;
-  char name[129];
-};
-
-struct ipcount {
-  struct ipcount *next;
-  long n;
-  char addr[64];
-};
-
-struct jb_ws {
-  struct jb_ws_settings s;
-  struct jb_ws_handlers h;
-  struct lws_context *ctx;
-  struct lws_vhost *vh;
-  struct lws_vhost *vh_watch; /* jb_ws_watch_fd's descriptors */
-  int port;
-  pthread_t service;
-  bool service_started;
-  bool drained, forced;
-  atomic_bool drain_force; /* the drain's grace is over: close every socket now */
-  unsigned char scratch[LWS_PRE + SCRATCH]; /* service thread: gathered frames, and the close
-                                              * frames sent to all on stop */
-  atomic_bool stop, draining;
-  atomic_long n_open, n_connected;
-  atomic_long n_by_role[JB_WS_ROLE_BITS]; /* connected sockets per role bit */
-  uint64_t next_id;
-  /* service-thread tables */
-  struct conn *ids[ID_BUCKETS];
-  struct room *rooms[ROOM_BUCKETS];
-  struct ipcount *ips[IP_BUCKETS];
-  /* cross-thread queue */
-  pthread_mutex_t qlock;
-  struct item *qhead, *qtail;
-  long qlen;
-  long dropped;
-  struct jb_pool *pool; /* the handler threads */
-};
-
-static uint32_t hash_str(const char *s) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
-
-/* ---------- connection table, rooms, address counts ---------- */
-
-static struct conn *conn_find(struct jb_ws *ws, uint64_t id) {
-  for (struct conn *c = ws->ids[id & (ID_BUCKETS - 1)]; c; c = c->id_next)
-    if (c->id == id) return c;
-  return NULL;
-}
-
-static void conn_unlink_id(struct conn *c) {
-  struct conn **pp = &c->ws->ids[c->id & (ID_BUCKETS - 1)];
-  for (; *pp; pp = &(*pp)->id_next)
-    if (*pp == c) {
-      *pp = c->id_next;
-      return;
-    }
-}
-
-static int room_join(struct conn *c, const char *name) {
-  struct jb_ws *ws = c->ws;
-  struct room **slot = &ws->rooms[hash_str(name) & (ROOM_BUCKETS - 1)], *r;
-  for (r = *slot; r; r = r->next)
-    if (strcmp(r->name, name) == 0) break;
-  if (!r) {
-    r = calloc(1, sizeof *r);
-    if (!r) return -1;
-    snprintf(r->name, sizeof r->name, "%s", name);
-    r->next = *slot;
-    *slot = r;
-  }
-  c->room = r;
-  c->r_prev = NULL;
-  c->r_next = r->head;
-  if (r->head) r->head->r_prev = c;
-  r->head = c;
-  return 0;
-}
-
-static void room_leave(struct conn *c) {
-  struct room *r = c->room;
-  if (!r) return;
-  if (c->r_prev)
-    c->r_prev->r_next = c->r_next;
-  else
-    r->head = c->r_next;
-  if (c->r_next) c->r_next->r_prev = c->r_prev;
-  c->room = NULL;
-  c->r_prev = c->r_next = NULL;
-  if (!r->head) {
-    struct room **pp = &c->ws->rooms[hash_str(r->name) & (ROOM_BUCKETS - 1)];
-    for (; *pp; pp = &(*pp)->next)
-      if (*pp == r) {
-        *pp = r->next;
-        break;
-      }
-    free(r);
-  }
-}
-
-static struct room *room_find(struct jb_ws *ws, const char *name) {
-  for (struct room *r = ws->rooms[hash_str(name) & (ROOM_BUCKETS - 1)]; r; r = r->next)
-    if (strcmp(r->name, name) == 0) return r;
-  return NULL;
-}
-
-/* Counts `c` against its address; returns the count including it, or -1 on OOM. */
-static long ip_add(struct conn *c) {
-  struct ipcount **slot = &c->ws->ips[hash_str(c->addr) & (IP_BUCKETS - 1)], *p;
-  for (p = *slot; p; p = p->next)
-    if (strcmp(p->addr, c->addr) == 0) break;
-  if (!p) {
-    p = calloc(1, sizeof *p);
-    if (!p) return -1;
-    snprintf(p->addr, sizeof p->addr, "%s", c->addr);
-    p->next = *slot;
-    *slot = p;
-  }
-  c->ip = p;
-  return ++p->n;
-}
-
-static void ip_remove(struct conn *c) {
-  struct ipcount *p = c->ip;
-  if (!p) return;
-  c->ip = NULL;
-  if (--p->n > 0) return;
-  struct ipcount **pp = &c->ws->ips[hash_str(p->addr) & (IP_BUCKETS - 1)];
-  for (; *pp; pp = &(*pp)->next)
-    if (*pp == p) {
-      *pp = p->next;
-      break;
-    }
-  free(p);
-}
-
-/* ---------- sending (service thread) ---------- */
-
-static void queue_clear(struct conn *c) {
-  while (c->qhead) {
-    struct qnode *n = c->qhead;
-    c->qhead = n->next;
-    frame_unref(n->f);
-    free(n);
-  }
-  c->qtail = NULL;
-  c->qbytes = 0;
-}
-
-static void conn_fail(struct conn *c, unsigned code, const char *reason);
-
-/* Appends a reference to `f` to the send queue (the caller keeps its own reference).
- * `force` skips the size cap (close frames). Over the cap the connection is closed 1008; a
- * frame larger than the cap still goes out when the queue is empty. */
-static void conn_send(struct conn *c, struct frame *f, bool force) {
-  if (!f || c->st >= CS_CLOSING) return;
-  if (!force && c->qhead && c->qbytes + f->len > c->ws->s.send_queue_bytes) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "send queue overflow");
-    return;
-  }
-  /* nothing waits before it (ours or lws's): out now, not one poll round later. This runs on
-   * the service thread; lws keeps what a partial write leaves and sends it before the
-   * writeable callback runs again (lws_send_pipe_choked stays true until then). */
-  if (!force && !c->qhead && (c->st == CS_EIO || c->st == CS_SIO) &&
-      !lws_send_pipe_choked(c->wsi)) {
-    if (lws_write(c->wsi, f->data, f->len, LWS_WRITE_RAW) < 0) { /* the peer is gone */
-      queue_clear(c);
-      c->st = CS_CLOSING;
-      lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-    }
-    return;
-  }
-  struct qnode *n = malloc(sizeof *n);
-  if (!n) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
-    return;
-  }
-  f->refs++;
-  n->f = f;
-  n->next = NULL;
-  if (c->qtail)
-    c->qtail->next = n;
-  else
-    c->qhead = n;
-  c->qtail = n;
-  c->qbytes += f->len;
-  lws_callback_on_writable(c->wsi);
-}
-
-static void conn_send_text(struct conn *c, const char *a, const char *b) {
-  struct frame *f = frame_text(a, b);
-  if (!f) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
-    return;
-  }
-  conn_send(c, f, false);
-  frame_unref(f);
-}
-
-static void kill_cb(lws_sorted_usec_list_t *sul) {
-  struct conn *c = lws_container_of(sul, struct conn, sul_hs);
-  lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-}
-
-/* Queues `f` (raw bytes or a close frame) as the last thing this connection sends. */
-static void conn_finish_after(struct conn *c, bool keep, struct frame *last, struct frame *f);
-static void conn_finish(struct conn *c, struct frame *f) { conn_finish_after(c, false, NULL, f); }
-
-/* As conn_finish, with the frame `last` (stolen, may be NULL) sent just before `f`; `keep`
- * lets the frames already queued (an ACK, events) go out first instead of dropping them. */
-static void conn_finish_after(struct conn *c, bool keep, struct frame *last, struct frame *f) {
-  if (c->st >= CS_CLOSING) {
-    frame_unref(last);
-    frame_unref(f);
-    return;
-  }
-  if (!keep) queue_clear(c);
-  room_leave(c);
-  lws_sul_cancel(&c->sul_ping);
-  if (last) conn_send(c, last, true);
-  frame_unref(last);
-  if (f) conn_send(c, f, true);
-  frame_unref(f);
-  c->st = CS_CLOSING;
-  lws_callback_on_writable(c->wsi);
-  lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, kill_cb, (lws_usec_t)LINGER_MS * 1000);
-}
-
-/* Closes the WebSocket with `code` and a short `reason` (RFC 6455 §5.5.1). */
-static void conn_fail(struct conn *c, unsigned code, const char *reason) {
-  unsigned char p[JB_WS_CONTROL_MAX];
-  size_t pl = jb_ws_close_payload(p, code, reason);
-  if (c->st == CS_HTTP) { /* no WebSocket yet: just drop */
-    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-    c->st = CS_CLOSING;
-    return;
-  }
-  if (c->st < CS_CLOSING && code != JB_WS_CLOSE_NORMAL && reason) {
-    char cs[8];
-    snprintf(cs, sizeof cs, "%u", code);
-    jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", cs, "reason",
-           reason ? reason : "", NULL);
-  }
-  conn_finish(c, frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
-}
-
-/* The HTTP error answer of `v` to the upgrade request, then close. */
-static void http_refuse_verdict(struct conn *c, const struct jb_ws_verdict *v) {
-  size_t len = 0;
-  char *text = jb_ws_http_error(v, &len);
-  struct frame *f = text ? frame_build(0xff, text, len, NULL, 0) : NULL;
-  free(text);
-  if (!f) {
-    lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
-    c->st = CS_CLOSING;
-    return;
-  }
-  conn_finish(c, f);
-}
-
-/* An HTTP error answer to the upgrade request (see struct jb_ws_verdict), then close. */
-static void http_refuse(struct conn *c, int status, const char *extra_headers, int eio_code,
-                        const char *message) {
-  struct jb_ws_verdict v = {
-      .status = status, .headers = extra_headers, .eio_code = eio_code, .message = message};
-  http_refuse_verdict(c, &v);
-}
+#include "server/ws_private.h"
 
 /* ---------- cross-thread queue ---------- */
 
@@ -459,7 +33,7 @@ static int post(struct jb_ws *ws, struct item *it, bool droppable) {
     long d = ++ws->dropped;
     pthread_mutex_unlock(&ws->qlock);
     if ((d & (d - 1)) == 0) jb_log(JB_LOG_WARN, "socket message queue full: message dropped", NULL);
-    frame_unref(it->f);
+    jb_wsc_frame_unref(it->f);
     free(it);
     return -1;
   }
@@ -479,7 +53,7 @@ static int post_frame(struct jb_ws *ws, enum item_kind kind, uint64_t conn, cons
                       unsigned roles, struct frame *f, long long seq) {
   struct item *it = calloc(1, sizeof *it);
   if (!it) {
-    frame_unref(f);
+    jb_wsc_frame_unref(f);
     return -1;
   }
   it->kind = kind;
@@ -497,7 +71,7 @@ int jb_ws_emit(struct jb_ws *ws, uint64_t conn, const char *event, json_t *paylo
 
 int jb_ws_emit_seq(struct jb_ws *ws, uint64_t conn, const char *event, json_t *payload,
                    long long seq) {
-  struct frame *f = frame_event(event, payload);
+  struct frame *f = jb_wsc_frame_event(event, payload);
   if (!f) return -1;
   return post_frame(ws, IT_SEND, conn, NULL, 0, f, seq);
 }
@@ -509,7 +83,7 @@ int jb_ws_broadcast(struct jb_ws *ws, const char *room, unsigned roles, const ch
 
 int jb_ws_broadcast_seq(struct jb_ws *ws, const char *room, unsigned roles, const char *event,
                         json_t *payload, long long seq) {
-  struct frame *f = frame_event(event, payload);
+  struct frame *f = jb_wsc_frame_event(event, payload);
   if (!f) return -1;
   return post_frame(ws, IT_ROOM, 0, room, roles, f, seq);
 }
@@ -538,12 +112,12 @@ int jb_ws_event_done(struct jb_ws *ws, uint64_t conn, long long ack, json_t *rep
     json_decref(reply);
     return -1;
   }
-  struct frame *f = ack >= 0 ? frame_ack(ack, reply) : NULL;
+  struct frame *f = ack >= 0 ? jb_wsc_frame_ack(ack, reply) : NULL;
   json_decref(reply);
   if (!on_service_thread(ws)) return post_frame(ws, IT_DONE, conn, NULL, 0, f, 0);
   struct item it = {.kind = IT_DONE, .conn = conn, .f = f};
   handle_item(ws, &it);
-  frame_unref(f);
+  jb_wsc_frame_unref(f);
   return 0;
 }
 
@@ -663,11 +237,11 @@ static void end_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_hs);
   if (c->end_pending) { /* a handler call did not finish in time: end anyway */
     c->end_pending = false;
-    conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
+    jb_wsc_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
     lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
     return;
   }
-  conn_fail(c, JB_WS_CLOSE_NORMAL, NULL);
+  jb_wsc_fail(c, JB_WS_CLOSE_NORMAL, NULL);
 }
 
 /* Sends the DISCONNECT and closes soon, or waits for the answers of calls in flight (an op that
@@ -675,7 +249,7 @@ static void end_cb(lws_sorted_usec_list_t *sul) {
 static void conn_end(struct conn *c) {
   c->role = 0; /* no more events of the room */
   c->end_pending = c->inflight > 0;
-  if (!c->end_pending) conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
+  if (!c->end_pending) jb_wsc_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
   lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb,
                    (lws_usec_t)(c->end_pending ? 5000 : 500) * 1000);
 }
@@ -729,7 +303,7 @@ static void resync_all(struct jb_ws *ws) {
 
 static void handle_item(struct jb_ws *ws, struct item *it) {
   if (it->kind == IT_ROOM_END) {
-    struct room *r = room_find(ws, it->room);
+    struct room *r = jb_wsc_room_find(ws, it->room);
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
       next = c->r_next;
       if (c->st != CS_SIO || !(c->role & it->roles)) continue;
@@ -742,31 +316,31 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
     return;
   }
   if (it->kind == IT_ROOM) {
-    struct room *r = room_find(ws, it->room);
+    struct room *r = jb_wsc_room_find(ws, it->room);
     for (struct conn *c = r ? r->head : NULL, *next; c; c = next) {
-      next = c->r_next; /* conn_send may close c and unlink it */
+      next = c->r_next; /* jb_wsc_send may close c and unlink it */
       if (c->st != CS_SIO || !(c->role & it->roles)) continue;
       if (it->seq) { /* numbered: none at or below what the socket has */
         if (it->seq <= c->seq) continue;
         c->seq = it->seq;
       }
-      conn_send(c, it->f, false);
+      jb_wsc_send(c, it->f, false);
     }
     return;
   }
-  struct conn *c = conn_find(ws, it->conn);
+  struct conn *c = jb_wsc_find(ws, it->conn);
   if (!c) return;
   switch (it->kind) {
     case IT_SEND:
       if (c->st != CS_SIO) break;
       if (it->seq - 1 > c->seq) c->seq = it->seq - 1; /* it tells seq: none below it after it */
-      conn_send(c, it->f, false);
+      jb_wsc_send(c, it->f, false);
       break;
     case IT_ACCEPT: {
       c->connect_pending = false;
       if (c->st != CS_EIO) break;
-      if (room_join(c, it->room) < 0) {
-        conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+      if (jb_wsc_room_join(c, it->room) < 0) {
+        jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
         break;
       }
       c->role = it->roles;
@@ -778,19 +352,19 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
       lws_sul_cancel(&c->sul_hs);
       char ans[48];
       jb_sio_connect_ok(ans, sizeof ans, c->sid);
-      conn_send_text(c, ans, NULL);
+      jb_wsc_send_text(c, ans, NULL);
       break;
     }
     case IT_REFUSE:
       c->connect_pending = false;
-      if (c->st == CS_EIO) conn_send(c, it->f, false);
+      if (c->st == CS_EIO) jb_wsc_send(c, it->f, false);
       break;
     case IT_DONE:
       if (c->inflight > 0) c->inflight--;
-      if (it->f && c->st == CS_SIO) conn_send(c, it->f, false);
+      if (it->f && c->st == CS_SIO) jb_wsc_send(c, it->f, false);
       if (c->end_pending && c->inflight == 0 && c->st == CS_SIO) {
         c->end_pending = false;
-        conn_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
+        jb_wsc_send_text(c, JB_SIO_TEXT_DISCONNECT, NULL);
         lws_sul_schedule(lws_get_context(c->wsi), 0, &c->sul_hs, end_cb, (lws_usec_t)500 * 1000);
       }
       if (c->drain_close && c->inflight == 0 && c->st < CS_CLOSING)
@@ -810,7 +384,7 @@ static void drain_items(struct jb_ws *ws) {
   while (it) {
     struct item *next = it->next;
     handle_item(ws, it);
-    frame_unref(it->f);
+    jb_wsc_frame_unref(it->f);
     free(it);
     it = next;
   }
@@ -854,13 +428,14 @@ static void run_job(struct jb_ws *ws, struct job *j) {
     } else {
       char *s = jb_sio_error_data(res.message[0] ? res.message : "refused");
       if (s)
-        post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0, frame_sio(JB_SIO_CONNECT_ERROR, -1, s), 0);
+        post_frame(ws, IT_REFUSE, j->peer.conn, NULL, 0,
+                   jb_wsc_frame_sio(JB_SIO_CONNECT_ERROR, -1, s), 0);
     }
     post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, NULL, 0);
     return;
   }
   json_t *reply = ws->h.event(ws->h.ctx, ws, &j->peer, j->name, j->data, j->ack >= 0);
-  struct frame *f = j->ack >= 0 ? frame_ack(j->ack, reply) : NULL;
+  struct frame *f = j->ack >= 0 ? jb_wsc_frame_ack(j->ack, reply) : NULL;
   json_decref(reply);
   post_frame(ws, IT_DONE, j->peer.conn, NULL, 0, f, 0);
 }
@@ -891,10 +466,10 @@ static void sio_connect_error(struct conn *c, const char *nsp, const char *messa
   jb_sio_head(head, JB_SIO_CONNECT_ERROR, nsp, -1);
   char *data = jb_sio_error_data(message);
   if (!data) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
-  conn_send_text(c, head, data);
+  jb_wsc_send_text(c, head, data);
   free(data);
 }
 
@@ -903,7 +478,7 @@ static void sio_ack_error(struct conn *c, long long ack, const char *body) {
   if (ack < 0) return;
   char head[JB_SIO_HEAD_MAX];
   jb_sio_head(head, JB_SIO_ACK, NULL, ack);
-  conn_send_text(c, head, body);
+  jb_wsc_send_text(c, head, body);
 }
 
 /* A decoded CONNECT on the main namespace: `auth` (stolen, NULL: none) goes to the connect
@@ -922,7 +497,7 @@ static void sio_connect(struct conn *c, json_t *auth) {
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(auth);
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   j->kind = J_CONNECT;
@@ -967,7 +542,7 @@ static void sio_event(struct conn *c, const char *ename, long long ack, json_t *
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
     json_decref(args);
-    conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+    jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
     return;
   }
   j->kind = J_EVENT;
@@ -995,11 +570,11 @@ static void ping_cb(lws_sorted_usec_list_t *sul) {
   struct conn *c = lws_container_of(sul, struct conn, sul_ping);
   if (c->st != CS_EIO && c->st != CS_SIO) return;
   if (c->awaiting_pong) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "ping timeout");
+    jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "ping timeout");
     return;
   }
   c->awaiting_pong = true;
-  conn_send_text(c, JB_EIO_TEXT_PING, NULL);
+  jb_wsc_send_text(c, JB_EIO_TEXT_PING, NULL);
   if (c->st == CS_EIO || c->st == CS_SIO) schedule_ping(c, c->ws->s.ping_timeout_ms);
 }
 
@@ -1014,7 +589,7 @@ static void message_rx(struct conn *c, const char *m, size_t n) {
   struct jb_sio_rx rx;
   switch (jb_sio_parse(m, n, phase_of(c), &rx)) {
     case JB_SIO_RX_CLOSE:
-      conn_fail(c, rx.close_code, rx.reason);
+      jb_wsc_fail(c, rx.close_code, rx.reason);
       return;
     case JB_SIO_RX_CONNECT_ERROR:
       sio_connect_error(c, rx.nsp, rx.reason);
@@ -1024,7 +599,7 @@ static void message_rx(struct conn *c, const char *m, size_t n) {
   }
   switch (rx.eio) {
     case JB_EIO_PING:
-      conn_send_text(c, rx.probe ? JB_EIO_TEXT_PROBE_PONG : JB_EIO_TEXT_PONG, NULL);
+      jb_wsc_send_text(c, rx.probe ? JB_EIO_TEXT_PROBE_PONG : JB_EIO_TEXT_PONG, NULL);
       return;
     case JB_EIO_PONG:
       if (!rx.pong_data && c->awaiting_pong) {
@@ -1065,21 +640,21 @@ static void frames_rx(struct conn *c, const unsigned char *p, size_t n) {
         free(rd.text);
         break;
       case JB_WS_READ_PING: { /* pong with the same payload */
-        struct frame *f = frame_build(JB_WS_OP_PONG, rd.payload, rd.payload_len, NULL, 0);
-        if (f) conn_send(c, f, false);
-        frame_unref(f);
+        struct frame *f = jb_wsc_frame_build(JB_WS_OP_PONG, rd.payload, rd.payload_len, NULL, 0);
+        if (f) jb_wsc_send(c, f, false);
+        jb_wsc_frame_unref(f);
         break;
       }
       case JB_WS_READ_PONG: /* Engine.IO has its own heartbeat */
         break;
       case JB_WS_READ_CLOSE:
         if (rd.code)
-          conn_fail(c, rd.code, NULL); /* echo the code (RFC 6455 §5.5.1) */
+          jb_wsc_fail(c, rd.code, NULL); /* echo the code (RFC 6455 §5.5.1) */
         else
-          conn_finish(c, frame_build(JB_WS_OP_CLOSE, NULL, 0, NULL, 0));
+          jb_wsc_finish(c, jb_wsc_frame_build(JB_WS_OP_CLOSE, NULL, 0, NULL, 0));
         break;
       case JB_WS_READ_ERROR:
-        conn_fail(c, rd.code, rd.reason);
+        jb_wsc_fail(c, rd.code, rd.reason);
         break;
     }
   }
@@ -1092,9 +667,9 @@ static void upgrade(struct conn *c, const char *accept) {
   char resp[256];
   size_t rl = jb_ws_handshake_response(resp, sizeof resp, accept);
   c->st = CS_EIO;
-  struct frame *f = frame_build(0xff, resp, rl, NULL, 0);
-  if (f) conn_send(c, f, true);
-  frame_unref(f);
+  struct frame *f = jb_wsc_frame_build(0xff, resp, rl, NULL, 0);
+  if (f) jb_wsc_send(c, f, true);
+  jb_wsc_frame_unref(f);
   unsigned char rnd[15];
   randombytes_buf(rnd, sizeof rnd);
   sodium_bin2base64(c->sid, sizeof c->sid, rnd, sizeof rnd,
@@ -1102,7 +677,7 @@ static void upgrade(struct conn *c, const char *accept) {
   char open[256];
   jb_eio_open(open, sizeof open, c->sid, c->ws->s.ping_interval_ms, c->ws->s.ping_timeout_ms,
               c->ws->s.max_payload);
-  conn_send_text(c, open, NULL);
+  jb_wsc_send_text(c, open, NULL);
   schedule_ping(c, c->ws->s.ping_interval_ms);
 }
 
@@ -1113,10 +688,10 @@ static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
     case JB_WS_HS_MORE:
       return;
     case JB_WS_HS_NOMEM:
-      conn_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
+      jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "out of memory");
       return;
     case JB_WS_HS_REFUSE:
-      http_refuse_verdict(c, &v);
+      jb_wsc_http_refuse_verdict(c, &v);
       return;
     case JB_WS_HS_UPGRADE:
       snprintf(c->console, sizeof c->console, "%s", v.console);
@@ -1136,7 +711,7 @@ static void hs_timeout_cb(lws_sorted_usec_list_t *sul) {
     lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
     c->st = CS_CLOSING;
   } else if (c->st == CS_EIO) {
-    conn_fail(c, JB_WS_CLOSE_POLICY, "no Socket.IO CONNECT in time");
+    jb_wsc_fail(c, JB_WS_CLOSE_POLICY, "no Socket.IO CONNECT in time");
   }
 }
 
@@ -1151,15 +726,15 @@ static void conn_adopt(struct jb_ws *ws, struct conn *c, struct lws *wsi) {
   ws->ids[c->id & (ID_BUCKETS - 1)] = c;
   atomic_fetch_add(&ws->n_open, 1);
   if (!lws_get_peer_simple(wsi, c->addr, sizeof c->addr)) snprintf(c->addr, sizeof c->addr, "?");
-  long n = ip_add(c);
+  long n = jb_wsc_ip_add(c);
   lws_sul_schedule(lws_get_context(wsi), 0, &c->sul_hs, hs_timeout_cb,
                    (lws_usec_t)ws->s.handshake_timeout_ms * 1000);
   if (atomic_load(&ws->draining))
-    http_refuse(c, 503, NULL, 3, "server shutting down");
+    jb_wsc_http_refuse(c, 503, NULL, 3, "server shutting down");
   else if (n < 0 || n > ws->s.max_per_ip) {
     jb_log(JB_LOG_WARN, "socket refused: too many connections from one address", "addr", c->addr,
            NULL);
-    http_refuse(c, 429, "Retry-After: 5\r\n", 3, "too many connections from this address");
+    jb_wsc_http_refuse(c, 429, "Retry-After: 5\r\n", 3, "too many connections from this address");
   }
 }
 
@@ -1167,10 +742,10 @@ static void conn_closed(struct conn *c) {
   if (!c->ws) return;
   lws_sul_cancel(&c->sul_hs);
   lws_sul_cancel(&c->sul_ping);
-  conn_unlink_id(c);
-  room_leave(c);
-  ip_remove(c);
-  queue_clear(c);
+  jb_wsc_unlink_id(c);
+  jb_wsc_room_leave(c);
+  jb_wsc_ip_remove(c);
+  jb_wsc_queue_clear(c);
   jb_ws_handshake_free(&c->hs);
   jb_ws_reader_free(&c->rd);
   atomic_fetch_sub(&c->ws->n_open, 1);
@@ -1191,8 +766,8 @@ static void close_draining(struct conn *c) {
   size_t pl = jb_ws_close_payload(p, JB_WS_CLOSE_GOING_AWAY, reason);
   jb_log(JB_LOG_INFO, "socket closed by server", "addr", c->addr, "code", "1001", "reason", reason,
          NULL);
-  conn_finish_after(c, true, frame_text(JB_EIO_TEXT_CLOSE, NULL),
-                    frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
+  jb_wsc_finish_after(c, true, jb_wsc_frame_text(JB_EIO_TEXT_CLOSE, NULL),
+                      jb_wsc_frame_build(JB_WS_OP_CLOSE, p, pl, NULL, 0));
 }
 
 /* The drain: an upgrade still in progress gets 503; an open socket is closed (close_draining)
@@ -1203,7 +778,7 @@ static void drain_all(struct jb_ws *ws, bool force) {
     for (struct conn *c = ws->ids[b], *next; c; c = next) {
       next = c->id_next;
       if (c->st == CS_HTTP) {
-        http_refuse(c, 503, NULL, 3, "server shutting down");
+        jb_wsc_http_refuse(c, 503, NULL, 3, "server shutting down");
       } else if (c->st == CS_EIO || c->st == CS_SIO) {
         if (force || c->inflight == 0)
           close_draining(c);
@@ -1241,7 +816,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
           c->qhead = q->next;
           c->qbytes -= q->f->len;
           w = lws_write(wsi, q->f->data, q->f->len, LWS_WRITE_RAW);
-          frame_unref(q->f);
+          jb_wsc_frame_unref(q->f);
           free(q);
         } else {
           size_t n = 0;
@@ -1250,7 +825,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             n += q->f->len;
             c->qhead = q->next;
             c->qbytes -= q->f->len;
-            frame_unref(q->f);
+            jb_wsc_frame_unref(q->f);
             free(q);
           }
           w = lws_write(wsi, ws->scratch + LWS_PRE, n, LWS_WRITE_RAW);
@@ -1316,7 +891,7 @@ static void *service_main(void *arg) {
 static void free_all(struct jb_ws *ws) {
   for (struct item *it = ws->qhead, *n; it; it = n) {
     n = it->next;
-    frame_unref(it->f);
+    jb_wsc_frame_unref(it->f);
     free(it);
   }
   for (size_t b = 0; b < ROOM_BUCKETS; b++)
