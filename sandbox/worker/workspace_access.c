@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
-
-#define WALK_DEPTH_MAX 65536 /* directory levels below the root a walk goes down at most */
 
 /* Called on every directory and regular file of the walk, open (`fd`, not to be closed), with
  * the open directory holding it (`dir`) and its `name` there (-1 and NULL for the root). */
@@ -32,9 +32,39 @@ static void fault(struct walk_faults *f, int e, const char *what, const char *na
     snprintf(f->first, sizeof f->first, "%s %.64s: %s", what, name ? name : "(root)", strerror(e));
 }
 
-/* One directory of the walk's path: its names, read at once (so that the walk holds no
- * descriptor of it while it is below), the next one to visit, and its inode (checked when
- * the walk comes back up through ".."). */
+/* Where an entry is: its mount (statx's mount id where the kernel gives one, else its device:
+ * a bind mount of the same file system has the device of what it is mounted on) and inode. */
+struct where {
+  uint64_t mnt;
+  bool has_mnt;
+  dev_t dev;
+  ino_t ino;
+  mode_t mode;
+};
+
+/* The `where` of `name` in `dir` (AT_EMPTY_PATH with name ""), not following a symlink. 0,
+ * or -1 (errno). */
+static int where_of(int dir, const char *name, struct where *w) {
+  struct statx sx;
+  int flags = AT_SYMLINK_NOFOLLOW | AT_STATX_SYNC_AS_STAT | (*name ? 0 : AT_EMPTY_PATH);
+  if (statx(dir, name, flags, STATX_TYPE | STATX_INO | STATX_MNT_ID, &sx) < 0) return -1;
+  w->has_mnt = (sx.stx_mask & STATX_MNT_ID) != 0;
+  w->mnt = sx.stx_mnt_id;
+  w->dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  w->ino = sx.stx_ino;
+  w->mode = sx.stx_mode;
+  return 0;
+}
+
+/* Whether `w` is on the mount of the walk's root `root`. */
+static bool same_mount(const struct where *w, const struct where *root) {
+  if (w->dev != root->dev) return false;
+  return !(w->has_mnt && root->has_mnt) || w->mnt == root->mnt;
+}
+
+/* One directory on the walk's path: the names of its subdirectories (what else it holds is
+ * visited while they are read), the next one to go down, and its inode (checked when the walk
+ * comes back up through ".."). */
 struct level {
   char **names;
   size_t n, next;
@@ -48,9 +78,22 @@ static void level_free(struct level *l) {
   memset(l, 0, sizeof *l);
 }
 
-/* Reads the names in the open directory `fd` (left open) into *l (without "." and ".."). 0,
- * or -1 (errno). */
-static int level_read(int fd, struct level *l) {
+struct walk {
+  visit_fn fn;
+  void *ctx;
+  long *left;
+  struct walk_faults *faults;
+  struct where root;
+};
+
+/* Reads the open directory `fd` (left open) into *l: visits each regular file on the root's
+ * mount at once (opened O_NONBLOCK|O_NOCTTY: a name swapped for a fifo or device after the
+ * stat opens without side effects; the visitor checks the opened file) and keeps the names of
+ * its subdirectories on that mount, within the walk's budget of entries. So what the walk
+ * keeps in memory grows with the directories on its path, never with the files in them. 0, or
+ * -1 (errno; the directory could not be read, or no memory for a name: what was read is
+ * kept). */
+static int level_read(struct walk *wk, int fd, struct level *l) {
   memset(l, 0, sizeof *l);
   struct stat st;
   if (fstat(fd, &st) < 0) return -1;
@@ -66,47 +109,61 @@ static int level_read(int fd, struct level *l) {
     return -1;
   }
   size_t cap = 0;
+  int rerr = 0;
   struct dirent *e;
-  errno = 0;
-  while ((e = readdir(d))) {
+  for (errno = 0; *wk->left > 0 && (e = readdir(d)); errno = 0) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (l->n == cap) {
-      cap = cap ? cap * 2 : 16;
-      char **nv = realloc(l->names, cap * sizeof *nv);
-      if (!nv) goto oom;
-      l->names = nv;
+    (*wk->left)--;
+    struct where w;
+    if (where_of(fd, e->d_name, &w) < 0) {
+      if (errno != ENOENT) fault(wk->faults, errno, "stat", e->d_name);
+      continue;
     }
-    if (!(l->names[l->n] = strdup(e->d_name))) goto oom;
+    if (!same_mount(&w, &wk->root)) continue; /* a mount here: not entered, not changed */
+    if (S_ISREG(w.mode)) {
+      int f = openat(fd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+      if (f < 0) {
+        if (errno != ENOENT) fault(wk->faults, errno, "open", e->d_name);
+        continue;
+      }
+      wk->fn(f, fd, e->d_name, wk->ctx);
+      close(f);
+      continue;
+    }
+    if (!S_ISDIR(w.mode)) continue;
+    if (l->n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      char **nv = realloc(l->names, nc * sizeof *nv);
+      if (!nv) {
+        rerr = ENOMEM;
+        break;
+      }
+      l->names = nv;
+      cap = nc;
+    }
+    if (!(l->names[l->n] = strdup(e->d_name))) {
+      rerr = ENOMEM;
+      break;
+    }
     l->n++;
-    errno = 0;
   }
-  int rerr = errno;
+  if (!rerr && errno) rerr = errno;
   closedir(d);
-  if (rerr) {
-    level_free(l);
-    errno = rerr;
-    return -1;
-  }
-  return 0;
-oom:
-  closedir(d);
-  level_free(l);
-  errno = ENOMEM;
-  return -1;
+  errno = rerr;
+  return rerr ? -1 : 0;
 }
 
 /* Walks the directory `root_fd` (closed here) without following any symlink and without
- * leaving its file system: visits it, then each regular file and, going down, each directory
- * below it, at any depth (up to WALK_DEPTH_MAX levels), up to *left entries. The walk holds
- * the descriptors of at most three entries at a time: it reads a directory's names before
- * going down, and comes back up through ".." after checking that it leads to the directory
- * it came from (the tree was moved meanwhile: the walk stops, a fault). Regular files are
- * opened O_NONBLOCK|O_NOCTTY: a name swapped for a fifo or device after the stat opens
- * without side effects (the visitor checks the opened file). What could not be opened or
- * read is counted in *faults. */
+ * leaving its mount: visits it, then each regular file and, going down, each directory below
+ * it, at any depth, up to *left entries. The walk holds the descriptors of at most three
+ * entries at a time: it reads a directory (visiting its files) before going down into its
+ * subdirectories, and comes back up through ".." after checking that it leads to the
+ * directory it came from (the tree was moved meanwhile: the walk stops, a fault). Memory grows
+ * with the depth and the subdirectories on the path. What could not be read or opened is
+ * counted in *faults. */
 static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_faults *faults) {
-  struct stat rst;
-  if (fstat(root_fd, &rst) < 0) {
+  struct walk wk = {.fn = fn, .ctx = ctx, .left = left, .faults = faults};
+  if (where_of(root_fd, "", &wk.root) < 0) {
     fault(faults, errno, "stat", NULL);
     close(root_fd);
     return;
@@ -120,10 +177,8 @@ static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_fa
     close(cur);
     return;
   }
-  if (level_read(cur, &stack[0]) < 0)
-    fault(faults, errno, "read directory", NULL);
-  else
-    depth = 1;
+  if (level_read(&wk, cur, &stack[0]) < 0) fault(faults, errno, "read directory", NULL);
+  depth = 1;
   while (depth > 0) {
     if (stack[depth - 1].next == stack[depth - 1].n) { /* this directory is done */
       level_free(&stack[--depth]);
@@ -143,36 +198,14 @@ static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_fa
     }
     struct level *l = &stack[depth - 1];
     const char *name = l->names[l->next++];
-    if (*left <= 0) break;
-    (*left)--;
-    struct stat st;
-    if (fstatat(cur, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-      if (errno != ENOENT) fault(faults, errno, "stat", name);
-      continue;
-    }
-    if (st.st_dev != rst.st_dev) continue; /* another file system mounted here: not entered */
-    if (S_ISREG(st.st_mode)) {
-      int f = openat(cur, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-      if (f < 0) {
-        if (errno != ENOENT) fault(faults, errno, "open", name);
-        continue;
-      }
-      fn(f, cur, name, ctx);
-      close(f);
-      continue;
-    }
-    if (!S_ISDIR(st.st_mode)) continue;
     int sub = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) {
-      if (errno != ENOENT) fault(faults, errno, "open", name);
+    struct where w;
+    if (sub < 0 || where_of(sub, "", &w) < 0 || !same_mount(&w, &wk.root)) {
+      if (sub < 0 && errno != ENOENT) fault(faults, errno, "open", name);
+      if (sub >= 0) close(sub); /* (swapped for a mount point since it was read: left) */
       continue;
     }
     fn(sub, cur, name, ctx);
-    if (depth > WALK_DEPTH_MAX) {
-      fault(faults, ELOOP, "go below", name);
-      close(sub);
-      continue;
-    }
     if (depth == cap) {
       struct level *nv = realloc(stack, cap * 2 * sizeof *nv);
       if (!nv) {
@@ -183,11 +216,8 @@ static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_fa
       stack = nv;
       cap *= 2;
     }
-    if (level_read(sub, &stack[depth]) < 0) {
-      fault(faults, errno, "read directory", name);
-      close(sub);
-      continue;
-    }
+    /* (a directory read in part still has what was read gone through) */
+    if (level_read(&wk, sub, &stack[depth]) < 0) fault(faults, errno, "read directory", name);
     depth++;
     close(cur);
     cur = sub;
@@ -266,6 +296,14 @@ static void record_place(struct grant_ctx *g, int dir, const char *name, const s
   r->names_len += nl;
 }
 
+/* Whether the open file `fd` carries file capabilities (capabilities(7): the
+ * security.capability attribute, which the kernel drops at any chown of the file). An error
+ * other than "no such attribute" counts as carrying them: the file is then left alone. */
+static bool has_capabilities(int fd) {
+  if (fgetxattr(fd, "security.capability", NULL, 0) >= 0) return true;
+  return errno != ENODATA && errno != ENOTSUP;
+}
+
 /* Grants access on `fd`: directories get group rwx + set-group-ID, single-link regular files
  * without set-ID bits group rw; anything else is left. */
 static void grant_fd(int fd, int dir, const char *name, void *ctx) {
@@ -275,10 +313,12 @@ static void grant_fd(int fd, int dir, const char *name, void *ctx) {
   mode_t want;
   if (S_ISDIR(st.st_mode))
     want = st.st_mode | S_IRGRP | S_IWGRP | S_IXGRP | S_ISGID;
-  else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && !(st.st_mode & (S_ISUID | S_ISGID)))
+  else if (S_ISREG(st.st_mode) && st.st_nlink == 1 && !(st.st_mode & (S_ISUID | S_ISGID)) &&
+           !has_capabilities(fd))
     want = st.st_mode | S_IRGRP | S_IWGRP;
   else
-    return; /* set-user/group-ID files are never opened up: they stay unwritable */
+    return; /* set-user/group-ID files are never opened up: they stay unwritable; nor files
+             * with capabilities, which a chown would take from them for good */
   bool chowned = st.st_gid != g->gid && fchown(fd, (uid_t)-1, g->gid) == 0;
   mode_t added = (want & 07777) & ~(st.st_mode & 07777);
   /* chown may have cleared set-ID bits: set the mode from what we read, plus our bits */
@@ -365,6 +405,18 @@ static mode_t place_bits(mode_t now, mode_t orig) {
   return (now & 0700) | (now & may);
 }
 
+/* Takes away the POSIX ACLs (acl(5): the system.posix_acl_access and, on a directory,
+ * system.posix_acl_default attributes) of an entry the jail made: an entry that now has an
+ * owner outside the jail is governed by its mode bits alone. (Wall 2's filter lets the jail
+ * set no attribute; this holds without it.) */
+static void drop_acls(struct restore_ctx *r, int fd, bool is_dir, const char *name) {
+  if (fremovexattr(fd, "system.posix_acl_access") < 0 && errno != ENODATA && errno != ENOTSUP)
+    fault(&r->faults, errno, "remove the ACL of", name);
+  if (is_dir && fremovexattr(fd, "system.posix_acl_default") < 0 && errno != ENODATA &&
+      errno != ENOTSUP)
+    fault(&r->faults, errno, "remove the default ACL of", name);
+}
+
 /* Gives an entry the jail made (`st`, open as `fd`, named `name` in `dir`) an owner outside
  * the jail: what its place held, or else what the directory holding it has (as given back:
  * the walk visits a directory before what it holds). */
@@ -394,6 +446,7 @@ static void restore_made(struct restore_ctx *r, int fd, const struct stat *st, i
     fault(&r->faults, errno, "give an owner to", name);
     return;
   }
+  drop_acls(r, fd, is_dir, name);
   r->restored++;
 }
 
@@ -401,7 +454,7 @@ static void restore_made(struct restore_ctx *r, int fd, const struct stat *st, i
  * jail's, and only the mode bits the grant added (the rest as it is now, but no set-ID bit on
  * a file the jail owns: it could have set them); an entry the jail made gets an owner outside
  * it (restore_made); a file of the jail with several links keeps its owner, without set-ID
- * bits or write for others. */
+ * bits or write for group and others. */
 static void restore_fd(int fd, int dir, const char *name, void *ctx) {
   struct restore_ctx *r = ctx;
   struct stat st;
@@ -421,7 +474,7 @@ static void restore_fd(int fd, int dir, const char *name, void *ctx) {
     if (S_ISDIR(st.st_mode) || st.st_nlink == 1) {
       restore_made(r, fd, &st, dir, name);
     } else {
-      mode_t m = st.st_mode & 0777 & ~(mode_t)S_IWOTH;
+      mode_t m = st.st_mode & 0755; /* no set-ID bits, no write but the owner's */
       if (m != (st.st_mode & 07777) && fchmod(fd, m) < 0) fault(&r->faults, errno, "chmod", name);
     }
     return;

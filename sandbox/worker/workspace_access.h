@@ -52,10 +52,12 @@ struct jb_workspace_grant {
 };
 
 /* Walks `root` without following any symlink or leaving its file system (openat O_NOFOLLOW
- * from the root's own fd, as the pre-scan; a mount inside stays closed to the jail) and, for every directory and every regular file with a single link, sets the group
+ * from the root's own fd, as the pre-scan; a mount inside, a bind mount of the same file
+ * system included, stays closed to the jail) and, for every directory and every regular file with a single link, sets the group
  * to `gid` and adds group read/write (and search, plus set-group-ID, on directories so that
  * new entries keep the group). The owner and the other bits are left alone; symlinks, special
- * files and files with several links (which the shim refuses anyway, and which may be shared
+ * files, set-ID files, files with capabilities (a chown would drop them) and files with
+ * several links (which the shim refuses anyway, and which may be shared
  * with a file outside the workspace) are not touched. At most `max_entries` entries.
  * With `rec` (may be NULL), each change is recorded (inode, original group, mode bits added),
  * and so is the place of every directory and regular file walked below the root (its
@@ -79,11 +81,12 @@ long jb_workspace_grant(const char *root, unsigned gid, long max_entries,
  *  - elsewhere (one the agent created): the owner and group of the directory holding it (as
  *    given back), its mode bits as they are now, without write for others, with group write
  *    and a directory's set-group-ID and sticky bits only where that directory has them.
- * No file the jail made keeps a set-ID bit (chown first, then chmod). A file of the jail with
- * several links keeps its owner, without set-ID bits or write for others; symlinks and special
- * files are left as they are. The walk visits every entry at any depth (up to 65,536 levels),
- * with no budget of entries (an agent could make entries enough to use one up before the
- * buyer's files were met), and does not leave the root's file system. Refuses (-1, ESTALE)
+ * No file the jail made keeps a set-ID bit (chown first, then chmod), nor a POSIX ACL. A file
+ * of the jail with several links keeps its owner, without set-ID bits or write for group and
+ * others; symlinks and special files are left as they are. The walk visits every entry at any
+ * depth, with no budget of entries (an agent could make entries enough to use one up before
+ * the buyer's files were met), keeps in memory only the subdirectory names of the directories
+ * on its path, and does not leave the root's mount. Refuses (-1, ESTALE)
  * when `root` is no longer the directory the grant was made on. Returns the number of entries
  * changed; -1 with `err` naming how many and the first when some entry could not be reached
  * or changed (what could be was given back). Sorts `rec`'s tables. */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <grp.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,7 +185,7 @@ static void as_jail(const char *script) {
  *  - a recorded file the jail owns (here: owned by 65534 before the session) given set-ID bits
  *    kept them once its group was given back;
  *  - a file the agent rewrote kept the write and read for others the agent gave it;
- *  - a jail file with several links kept its set-ID bits and write for others. */
+ *  - a jail file with several links kept its set-ID bits and write for group and others. */
 static void review_faults(void **state) {
   (void)state;
   if (geteuid() != 0) skip();
@@ -225,9 +227,118 @@ static void review_faults(void **state) {
   assert_entry(root, "x", 1000, 1000, 0755); /* made by the jail: the root's owner */
   assert_entry(root, "nobodys", 65534, 0, 0755); /* its group back, without set-group-ID */
   assert_entry(root, ".env", 1000, 1000, 0600); /* nothing for others, as before */
-  assert_entry(root, "l1", 65534, 65534, 0775); /* several links: no set-ID, no o+w */
+  assert_entry(root, "l1", 65534, 65534, 0755); /* several links: no set-ID, g+w or o+w */
   jb_workspace_grant_free(&rec);
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* What a second break-it review found:
+ *  - a tree moved 65,537 levels down (the walk's next limit) was still out of reach: the walk
+ *    now has no depth limit;
+ *  - a directory bind-mounted inside the workspace from the same file system was entered (the
+ *    device is the same; the mount id is not);
+ *  - a chown took file capabilities from a buyer's file for good;
+ *  - a POSIX ACL on a file the jail made survived its new owner. */
+static void second_review(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  char root[] = "/tmp/jb-wsaccess-XXXXXX";
+  assert_non_null(mkdtemp(root));
+  char p[600], cmd[1400];
+  assert_int_equal(chown(root, 1000, 1000), 0);
+  assert_int_equal(chmod(root, 0755), 0);
+  snprintf(p, sizeof p, "%s/src", root);
+  assert_int_equal(mkdir(p, 0700), 0);
+  make_file(p, "a.txt", 0600);
+  make_file(root, "tool", 0755);
+  snprintf(p, sizeof p, "%s/tool", root);
+  /* VFS_CAP_REVISION_2 with the effective flag, permitted CAP_NET_RAW (capabilities(7)) */
+  uint32_t cap[5] = {0x02000001u, 1u << 13, 0, 0, 0};
+  bool caps = setxattr(p, "security.capability", cap, sizeof cap, 0) == 0;
+  snprintf(p, sizeof p, "%s/outside", root);
+  char outside[700], mnt[700];
+  snprintf(outside, sizeof outside, "%s.outside", root);
+  assert_int_equal(mkdir(outside, 0700), 0);
+  make_file(outside, "o.txt", 0600);
+  snprintf(mnt, sizeof mnt, "%s/m", root);
+  assert_int_equal(mkdir(mnt, 0755), 0);
+  snprintf(cmd, sizeof cmd, "mount --bind '%s' '%s' 2>/dev/null", outside, mnt);
+  bool bound = system(cmd) == 0;
+  struct jb_workspace_grant rec = {0};
+  jb_error err = {0};
+  assert_true(jb_workspace_grant(root, 65534, 1000, &rec, &err) >= 3);
+  if (bound) { /* the bind mount was neither entered nor changed */
+    assert_int_equal(mode_of(outside, "."), 0700);
+    assert_int_equal(mode_of(outside, "o.txt"), 0600);
+  }
+  if (caps) { /* the file with capabilities keeps them, and is not opened to the jail */
+    snprintf(p, sizeof p, "%s/tool", root);
+    assert_true(getxattr(p, "security.capability", NULL, 0) > 0);
+    assert_int_equal(mode_of(root, "tool"), 0755);
+  }
+  /* the agent moves src 70,000 levels down, and leaves a file with an ACL for uid 1001 */
+  int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  int rootfd = dup(fd);
+  for (int i = 0; i < 70000; i++) {
+    assert_int_equal(mkdirat(fd, "d", 0755), 0);
+    int nfd = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(nfd >= 0);
+    close(fd);
+    fd = nfd;
+  }
+  assert_int_equal(renameat(rootfd, "src", fd, "src"), 0);
+  close(fd);
+  close(rootfd);
+  make_jail_file(root, "shared", 0644);
+  /* acl(5) xattr: version 2; USER_OBJ rw, USER 1001 rw, GROUP_OBJ r, MASK rw, OTHER r */
+  struct __attribute__((packed)) {
+    uint32_t version;
+    struct __attribute__((packed)) {
+      uint16_t tag, perm;
+      uint32_t id;
+    } e[5];
+  } acl = {2,
+           {{0x01, 6, UINT32_MAX},
+            {0x02, 6, 1001},
+            {0x04, 4, UINT32_MAX},
+            {0x10, 6, UINT32_MAX},
+            {0x20, 4, UINT32_MAX}}};
+  snprintf(p, sizeof p, "%s/shared", root);
+  bool acls = setxattr(p, "system.posix_acl_access", &acl, sizeof acl, 0) == 0;
+  long n = jb_workspace_restore(root, 65534, 65534, &rec, &err);
+  if (n < 0) fail_msg("restore: %s", err.msg);
+  /* the moved tree, found at the bottom, has its group and mode back */
+  fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int i = 0; i < 70000; i++) {
+    int nfd = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(nfd >= 0);
+    close(fd);
+    fd = nfd;
+  }
+  struct stat st;
+  assert_int_equal(fstatat(fd, "src", &st, AT_SYMLINK_NOFOLLOW), 0);
+  assert_int_equal(st.st_mode & 07777, 0700);
+  assert_int_not_equal(st.st_gid, 65534);
+  assert_int_equal(fstatat(fd, "src/a.txt", &st, AT_SYMLINK_NOFOLLOW), 0);
+  assert_int_equal(st.st_mode & 07777, 0600);
+  assert_int_not_equal(st.st_gid, 65534);
+  close(fd);
+  if (acls) {
+    assert_int_equal(getxattr(p, "system.posix_acl_access", NULL, 0), -1);
+    assert_int_equal(errno, ENODATA);
+  }
+  if (caps) {
+    snprintf(p, sizeof p, "%s/tool", root);
+    assert_true(getxattr(p, "security.capability", NULL, 0) > 0);
+  }
+  if (bound) {
+    snprintf(cmd, sizeof cmd, "umount '%s'", mnt);
+    assert_int_equal(system(cmd), 0);
+  }
+  jb_workspace_grant_free(&rec);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", root, outside);
   assert_int_equal(system(cmd), 0);
 }
 
@@ -335,6 +446,7 @@ int main(void) {
       cmocka_unit_test(jail_made_entries_get_owners),
       cmocka_unit_test(grant_save_load),
       cmocka_unit_test(review_faults),
+      cmocka_unit_test(second_review),
       cmocka_unit_test(restore_reports_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
