@@ -165,7 +165,6 @@ void jb_wsc_queue_clear(struct conn *c) {
   c->qbytes = 0;
 }
 
-
 void jb_wsc_send(struct conn *c, struct frame *f, bool force) {
   if (!f || c->st >= CS_CLOSING) return;
   if (!force && c->qhead && c->qbytes + f->len > c->ws->s.send_queue_bytes) {

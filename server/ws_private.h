@@ -39,7 +39,6 @@ struct frame {
   unsigned char mem[];
 };
 
-
 /* ---------- cross-thread messages (any thread → service thread) ---------- */
 
 enum item_kind {
