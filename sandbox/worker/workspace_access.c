@@ -196,6 +196,7 @@ static void walk(int root_fd, visit_fn fn, void *ctx, long *left, struct walk_fa
       cur = up;
       continue;
     }
+    if (*left <= 0) break; /* the budget is spent (the grant's) */
     struct level *l = &stack[depth - 1];
     const char *name = l->names[l->next++];
     int sub = openat(cur, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
