@@ -36,15 +36,19 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
                                  -1, NULL, NULL, op_id, state, err);
 }
 
-/* The op insert of jb_db_op_create_decided; LOCK is empty, or " FOR KEY SHARE" when the rules
- * version is compared (a rule change, which holds the row FOR UPDATE, and the insert then
- * happen one after the other, and the insert sees the version the change left). */
-#define OP_INSERT_SQL(LOCK)                                                                    \
+/* The op insert of jb_db_op_create_decided. It reads the session row FOR KEY SHARE: a state
+ * change (an abort, an accept, a rule change: all hold the row FOR UPDATE) and the insert then
+ * happen one after the other, and the insert sees the state and rules version the change
+ * left. Read without the lock, a snapshot taken before an abort commits would still say
+ * `active`, and the op would be stored after the abort failed the session's queued ops, to
+ * stay `approved` in an ended session. The lock adds no wait: the foreign key check of the
+ * insert takes the same one. */
+#define OP_INSERT_SQL                                                                          \
   "WITH cfg AS (SELECT CASE WHEN $5 = 'approved'"                                              \
   "   THEN set_config('synchronous_commit', 'off', true) END AS v),"                           \
   " s AS (SELECT state, rules_version, ($6::jsonb IS NULL OR jsonb_build_object('mode', mode," \
   "   'exclude', exclude, 'flagged', coalesce(walls->'prescan'->'flagged', '[]'::jsonb))"      \
-  "   = $6::jsonb) AS fresh FROM sessions WHERE job_id = $1" LOCK                              \
+  "   = $6::jsonb) AS fresh FROM sessions WHERE job_id = $1 FOR KEY SHARE"                     \
   "),"                                                                                         \
   " ins AS (INSERT INTO ops (job_id, tool, path, args, state, decision, decided_at,"           \
   "   decided_by, decision_reason, diff)"                                                      \
@@ -77,9 +81,7 @@ int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, con
    * the worker's commit of its outcome (synchronous, with the audit entry) flushes the WAL up
    * to and past this insert before anyone is told the op ran; a pending op is announced to
    * the buyer, so it is flushed first */
-  PGresult *r =
-      jb_db_exec(c, rules_version >= 0 ? OP_INSERT_SQL(" FOR KEY SHARE") : OP_INSERT_SQL(""), 10, p,
-                 PGRES_TUPLES_OK, NULL, err, "store op");
+  PGresult *r = jb_db_exec(c, OP_INSERT_SQL, 10, p, PGRES_TUPLES_OK, NULL, err, "store op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   if (PQgetisnull(r, 0, 0)) {

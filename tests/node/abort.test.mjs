@@ -208,14 +208,11 @@ test('an op in flight in one session holds up neither another session\'s read no
   const ab = await srv.req('POST', `/v1/jailbox/${x.jobId}/abort`, { token: x.buyerToken });
   assert.equal(ab.status, 200, ab.text);
   await waitFor(srv, 'container gone', async () => (await containersOf(x.jobId)).length === 0, 2000);
-  // (only the stats stored before the abort are judged: a stat whose row is stored while the
-  // abort commits can stay queued in the ended session — a race of the op insert with the
-  // session's end, reported, not this test's subject)
   const stats = await statOf();
   const cut = stats.filter((o) => o.state === 'failed');
   assert.ok(cut.some((o) => /while the op ran/.test(o.result?.error?.message)), 'no stat was cut short while it ran: ' + JSON.stringify(stats));
   for (const o of cut) assert.equal(o.result.error.code, 'aborted', JSON.stringify(o));
-  assert.ok(!stats.some((o) => ['running'].includes(o.state)), 'a stat still running: ' + JSON.stringify(stats));
+  assert.ok(!stats.some((o) => ['running', 'approved', 'pending'].includes(o.state)), 'a stat still queued or running: ' + JSON.stringify(stats));
   for (const h of await Promise.all(calls)) assert.ok(h.cut || toolFailure(h), 'a write answered in an aborted session: ' + JSON.stringify(h));
   const h2 = await second;
   assert.ok(h2.cut || toolFailure(h2), 'a read answered in an aborted session: ' + JSON.stringify(h2));
@@ -223,6 +220,40 @@ test('an op in flight in one session holds up neither another session\'s read no
   await assertEndedAndSealed(srv, x.jobId, 'aborted');
   const v = await srv.req('GET', `/v1/jailbox/${y.jobId}/audit/verify`, { token: srv.serviceToken });
   assert.equal(v.json.ok, true, JSON.stringify(v.json));
+});
+
+test('an op stored while the abort commits is not left queued in the ended session: the insert waits for the abort and sees it', { timeout: 180000 }, async () => {
+  // (supervised: the write first stores a stat of the file, an op queued for the worker)
+  const s = await sessionIn('active', { mode: 'supervised' });
+  const waiting = async () => Number((await srv.db.query(
+    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n);
+  // the test holds the session's row as a state change does; the abort queues behind it, then
+  // the agent's write: its insert's snapshot is taken while the abort has not committed yet
+  const hold = await srv.db.connect();
+  let held = false;
+  try {
+    await hold.query('BEGIN');
+    held = true;
+    await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [s.jobId]);
+    const abort = srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
+    await waitFor(srv, 'the abort waits for the row', async () => (await waiting()) >= 1, 10000);
+    const seq0 = await opSeq();
+    const write = call(s.agent, 'write', { path: 'late.txt', content: 'late\n' }, 30000).catch((e) => ({ cut: e.message }));
+    await waitFor(srv, 'the write\'s insert waits too', async () => (await waiting()) >= 2, 10000);
+    await hold.query('COMMIT');
+    held = false;
+    const ab = await abort;
+    assert.equal(ab.status, 200, ab.text);
+    const w = await write;
+    assert.ok(w.cut || toolFailure(w), 'a write answered ok in an aborted session: ' + JSON.stringify(w));
+    const rows = (await srv.db.query('SELECT op_id, tool, state, result FROM ops WHERE job_id = $1 AND op_id > $2', [s.jobId, seq0])).rows;
+    assert.ok(!rows.some((o) => ['approved', 'pending', 'running'].includes(o.state)), 'an op left queued in the ended session: ' + JSON.stringify(rows));
+    assert.ok(!existsSync(join(s.dir, 'late.txt')), 'the write ran after the abort');
+    await assertEndedAndSealed(srv, s.jobId, 'aborted');
+  } finally {
+    if (held) await hold.query('ROLLBACK').catch(() => {});
+    hold.release();
+  }
 });
 
 test('accept only from done (409 otherwise); sealed, container removed, change summary kept', { timeout: 180000 }, async () => {
