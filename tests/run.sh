@@ -76,6 +76,12 @@ else
   wait $rel || status=1
   wait $san || status=1
 fi
+# A sandbox that would not start or go is most often Docker's or containerd's doing: their
+# complaints, when a test failed or had to run again (before the failures, which stay last).
+if grep -q ' passed on run \| FAILED (' <(for b in build build-asan; do ./tests/failures.sh "$b"; done); then
+  echo "== dockerd and containerd: the last errors and warnings in ${JAILBOX_DOCKERD_LOG:-/var/log/jailbox-dockerd.log}"
+  grep -E 'level=(error|warning)' "${JAILBOX_DOCKERD_LOG:-/var/log/jailbox-dockerd.log}" 2>/dev/null | tail -40 || true
+fi
 # The failing subtests and their messages, last, where a cut CI log still shows them.
 for b in release:build sanitizer:build-asan; do
   echo "== failures and flakes (${b%%:*} build)"
