@@ -479,20 +479,28 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
   return false;
 }
 
-/* Draining (SIGTERM): a call still waiting on the buyer (`pending`) or on a pause ends a
- * second before the shutdown grace runs out, so that the instance can stop; the op stays in
- * the database and another instance (or this one restarted) carries its outcome. True when
- * the call ends so; otherwise *nap is cut to that moment. */
-static bool drain_cut(struct op_call *call, long long op_id, bool pending, long *nap) {
+/* Draining (SIGTERM): a call still waiting on its op ends a second before the shutdown grace
+ * runs out, so that the instance can stop within it. The op stays in the database as it is:
+ * waiting for the buyer or held by a pause, it waits on and another instance (or this one
+ * restarted) carries its outcome; queued for or running in the session's sandbox, it may
+ * still run, and the answer says so, since the agent must not send it again blindly. True
+ * when the call ends so; otherwise *nap is cut to that moment. */
+static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os,
+                      enum jb_session_state ss, long *nap) {
   struct jb_app *app = call->app;
   long long deadline = atomic_load(&app->drain_deadline_ms);
   if (!atomic_load(&app->draining) || deadline <= 0) return false;
   long long left = deadline - DRAIN_ANSWER_MS - jb_now_ms();
   if (left <= 0) {
+    const char *where = os == JB_OP_PENDING       ? "is still waiting for the buyer and stays so"
+                        : ss == JB_SESSION_PAUSED ? "is still held by the pause and stays so"
+                        : os == JB_OP_RUNNING
+                            ? "is running in the session's sandbox and may still complete"
+                            : "is queued for the session's sandbox and may still run";
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-             "jailboxd is shutting down: op %lld is still %s and stays so; its outcome is in the"
-             " session's ops list",
-             op_id, pending ? "waiting for the buyer" : "held by the pause");
+             "jailboxd is shutting down: op %lld %s; its outcome is in the session's ops list:"
+             " check it before sending the op again",
+             op_id, where);
     return true;
   }
   if (left < *nap) *nap = (long)left;
@@ -542,7 +550,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
       if (!clk->ended) clk->ended = now;
       if (now - clk->ended < RUNNING_AFTER_END_MS) {
         *nap = SAFETY_NET_MS;
-        return OP_NEXT;
+        return drain_cut(call, op_id, os, ss, nap) ? OP_END : OP_NEXT;
       }
       op_error(e, JB_MCP_DENIED, "aborted",
                "the session is %s: the command was running when it ended; how it ended is "
@@ -567,7 +575,7 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
    * active session in without a place); with none free it waits all the same, since the op
    * is stored and will run at the resume */
   if (ss == JB_SESSION_PAUSED) (void)op_try_waiting_place(call);
-  if ((pending || ss == JB_SESSION_PAUSED) && drain_cut(call, op_id, pending, nap)) return OP_END;
+  if (drain_cut(call, op_id, os, ss, nap)) return OP_END;
   return OP_NEXT;
 }
 
