@@ -321,7 +321,8 @@ test('only stdin, stdout and stderr are open in the jail (no leaked descriptors)
 // ---- limits -------------------------------------------------------------------------------
 
 test('a fork bomb stops at the pids limit and the jail survives', { timeout: 180000 }, async () => {
-  const j = (await srv.open({ limits: { memoryMiB: 512, pids: 32 } })).jobId;
+  const o = await srv.open({ limits: { memoryMiB: 512, pids: 32 } });
+  const j = o.jobId;
   const s = await waitState(srv, j, ['awaiting_agent', 'failed']);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
   const r = await shim(srv, j, { op: 'test.forkbomb', max: 5000 }, 60000);
@@ -330,6 +331,12 @@ test('a fork bomb stops at the pids limit and the jail survives', { timeout: 180
   assert.ok(r.forked <= 32, `forked ${r.forked}`);
   assert.equal((await shim(srv, j, { op: 'ping' })).pong, true);
   assert.equal((await session(srv, j)).state, 'awaiting_agent');
+  // ended here, not at the file's end: a sandbox that ran a fork bomb can take containerd
+  // 20-40 s to remove, and the worker killed below would re-adopt it and have to end it
+  // within the final stop's grace
+  const cid = s.walls.walls.docker.containerId;
+  assert.equal((await srv.req('POST', `/v1/jailbox/${j}/abort`, { token: o.buyerToken })).status, 200);
+  await waitFor('container removed', async () => (await docker('GET', `/containers/${cid}/json`)).status === 404, 90000);
 });
 
 test('a memory hog is OOM-killed and the session goes to failed', { timeout: 180000 }, async () => {
