@@ -362,26 +362,36 @@ test('alerts and changes: roles and bad input (no worker)', { timeout: 60000 }, 
   }
 });
 
-test('SIGTERM while a write waits for the buyer: the call ends with unavailable before the grace runs out, nothing is written, the instance exits', { timeout: 180000 }, async () => {
+// A SIGTERM (grace 3 s) while the agent's write waits: for the buyer (`stopWorker` false), or
+// on its stat queued for a worker stopped with SIGSTOP (supervised: the write first stores a
+// stat of the file). `waits`: SQL counting, for $1 the job, the op it waits on. The call is
+// answered `message` within the grace, nothing is written, and the instance exits 0.
+async function sigtermWhileWaiting({ stopWorker, waits, message }) {
   const grace = 3000;
   const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace) } });
   let stopped = false;
+  let wpid = 0;
   try {
-    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'));
+    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), { mode: 'supervised' });
     const agent = await connect(x, s.agentToken);
     await waitState(x, s.jobId, ['active']);
-    const pending = call(agent, 'write', { path: 'a.txt', content: 'held\n' }, 60000);
-    await waitFor(x, 'write pending', async () =>
-      (await x.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND state = 'pending'", [s.jobId])).rows[0].n === 1);
+    if (stopWorker) {
+      wpid = Number(readFileSync(join(x.state, 'worker-0.pid'), 'utf8'));
+      process.kill(wpid, 'SIGSTOP');
+    }
+    const waiting = call(agent, 'write', { path: 'a.txt', content: 'held\n' }, 60000);
+    await waitFor(x, 'the op stored', async () => (await x.db.query(waits, [s.jobId])).rows[0].n === 1);
     await x.db.end();
     const exited = new Promise((res) => x.child.on('exit', (code, sig) => res({ code, sig })));
     const t0 = Date.now();
     x.child.kill('SIGTERM');
-    const r = await pending;
+    const r = await waiting;
     const answeredMs = Date.now() - t0;
     assert.equal(toolFailure(r)?.data?.reason, 'unavailable', JSON.stringify(r));
-    assert.match(toolFailure(r).message, /shutting down/);
+    assert.match(toolFailure(r).message, message);
     assert.ok(answeredMs < grace, `answered after ${answeredMs} ms`);
+    if (wpid) process.kill(wpid, 'SIGCONT'); // the instance stops its worker on the way out
+    wpid = 0;
     const ex = await exited;
     stopped = true;
     assert.deepEqual(ex, { code: 0, sig: null }, x.log().slice(-3000));
@@ -390,47 +400,19 @@ test('SIGTERM while a write waits for the buyer: the call ends with unavailable 
     assert.deepEqual(await containersOf(s.jobId), [], 'container left behind');
     agent.close();
   } finally {
-    if (!stopped) x.child.kill('SIGKILL');
-    rmSync(x.dir, { recursive: true, force: true });
-  }
-});
-
-test('SIGTERM while a write waits on a sandbox that does not answer: the call ends with unavailable before the grace runs out, saying the op may still run', { timeout: 180000 }, async () => {
-  const grace = 3000;
-  const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace) } });
-  let stopped = false;
-  let wpid = 0;
-  try {
-    // supervised: the write first stores a stat of the file, queued for the worker, which is
-    // stopped (SIGSTOP) so the stat waits; before, the call waited out the op's 120 s
-    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), { mode: 'supervised' });
-    const agent = await connect(x, s.agentToken);
-    await waitState(x, s.jobId, ['active']);
-    wpid = Number(readFileSync(join(x.state, 'worker-0.pid'), 'utf8'));
-    process.kill(wpid, 'SIGSTOP');
-    const waiting = call(agent, 'write', { path: 'a.txt', content: 'held\n' }, 60000);
-    await waitFor(x, 'stat queued', async () =>
-      (await x.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat' AND state = 'approved'", [s.jobId])).rows[0].n === 1);
-    await x.db.end();
-    const exited = new Promise((res) => x.child.on('exit', (code, sig) => res({ code, sig })));
-    const t0 = Date.now();
-    x.child.kill('SIGTERM');
-    const r = await waiting;
-    const answeredMs = Date.now() - t0;
-    assert.equal(toolFailure(r)?.data?.reason, 'unavailable', JSON.stringify(r));
-    assert.match(toolFailure(r).message, /shutting down: op \d+ is queued for the session's sandbox and may still run/);
-    assert.ok(answeredMs < grace, `answered after ${answeredMs} ms`);
-    process.kill(wpid, 'SIGCONT'); // the instance stops its worker on the way out
-    wpid = 0;
-    const ex = await exited;
-    stopped = true;
-    assert.deepEqual(ex, { code: 0, sig: null }, x.log().slice(-3000));
-    assert.ok(Date.now() - t0 < grace + 25000, `exit after ${Date.now() - t0} ms`);
-    assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'hello\n', 'nothing written');
-    agent.close();
-  } finally {
     if (wpid) try { process.kill(wpid, 'SIGCONT'); } catch { /* gone */ }
     if (!stopped) x.child.kill('SIGKILL');
     rmSync(x.dir, { recursive: true, force: true });
   }
-});
+}
+
+test('SIGTERM while a write waits for the buyer: the call ends with unavailable before the grace runs out, nothing is written, the instance exits', { timeout: 180000 }, () =>
+  sigtermWhileWaiting({ stopWorker: false,
+    waits: "SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'pending'",
+    message: /shutting down: op \d+ is still waiting for the buyer and stays so/ }));
+
+// before, the call waited out the op's 120 s and the socket was closed without an answer
+test('SIGTERM while a write waits on a sandbox that does not answer: the call ends with unavailable before the grace runs out, saying the op may still run', { timeout: 180000 }, () =>
+  sigtermWhileWaiting({ stopWorker: true,
+    waits: "SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat' AND state = 'approved'",
+    message: /shutting down: op \d+ is queued for the session's sandbox and may still run/ }));
