@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,21 +205,30 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   return o;
 }
 
+/* How long a command whose spawner's channel ended waits for the OOM to be known: the
+ * memory cgroup's notification and counters can come a moment after the sandbox's end. */
+#define DIED_OOM_WAIT_MS 1000
+
 /* The sandbox of `s` died during a command: the result when it was killed for memory (Docker's
- * State.OOMKilled, or the OOM the session's memory cgroup watch saw), or NULL. */
-static json_t *died_result(struct jb_session *s, long long start) {
+ * State.OOMKilled, or the OOM the session's memory cgroup watch saw), or NULL with what was
+ * found instead in `why` (for the command's error). A container Docker no longer knows is
+ * judged as gone, by the memory cgroup alone. */
+static json_t *died_result(struct jb_session *s, long long start, char *why, size_t why_len) {
   char cid[80];
   pthread_mutex_lock(&s->w->lock);
   snprintf(cid, sizeof cid, "%s", s->cid);
   pthread_mutex_unlock(&s->w->lock);
+  snprintf(why, why_len, "the session has no sandbox");
   if (!cid[0]) return NULL;
   char path[160];
   snprintf(path, sizeof path, "/containers/%s/json", cid);
   json_t *in = NULL;
   jb_error err = {0};
+  bool read = false;
   /* the container's end is recorded a moment after the channel closes */
   for (int i = 0; i < 20; i++) {
-    if (jb_docker_expect(&s->w->walls.docker, "GET", path, NULL, 5000, &in, &err) < 0) return NULL;
+    read = jb_docker_expect(&s->w->walls.docker, "GET", path, NULL, 5000, &in, &err) == 0;
+    if (!read) break;
     json_t *st = json_object_get(in, "State");
     if (!json_is_true(json_object_get(st, "Running"))) break;
     json_decref(in);
@@ -226,19 +236,35 @@ static json_t *died_result(struct jb_session *s, long long start) {
     usleep(100 * 1000);
   }
   json_t *st = json_object_get(in, "State"), *ec = json_object_get(st, "ExitCode");
+  bool running = json_is_true(json_object_get(st, "Running"));
   bool docker_oom = json_is_true(json_object_get(st, "OOMKilled"));
   /* not read, or still running after the tries: judged as the container gone */
-  long long code = in && json_is_integer(ec) && !json_is_true(json_object_get(st, "Running"))
-                       ? (long long)json_integer_value(ec)
-                       : -1;
+  long long code = in && json_is_integer(ec) && !running ? (long long)json_integer_value(ec) : -1;
   json_decref(in);
   /* as the session's end is judged (launch.c watch_sandbox): any end but the filter's SIGSYS
    * with an OOM just before it; Docker's sticky flag only where the kernel's notification
    * could not be had */
   struct jb_oom_record rec;
-  bool seen = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
-  bool oom = jb_oom_ended_it(seen, &rec, jb_now_ms(), code, docker_oom);
-  if (!oom) return NULL;
+  bool seen = false, oom = false;
+  for (long long until = jb_now_ms() + DIED_OOM_WAIT_MS;;) {
+    seen = jb_oomwatch_seen(atomic_load(&s->oomwatch), &rec);
+    oom = jb_oom_ended_it(seen, &rec, jb_now_ms(), code, docker_oom);
+    if (oom || code == 128 + SIGSYS || jb_now_ms() >= until) break;
+    usleep(50 * 1000);
+  }
+  if (!oom) {
+    if (!read)
+      snprintf(why, why_len, "the sandbox's container cannot be read (%.160s); no OOM seen",
+               err.msg);
+    else if (running)
+      snprintf(why, why_len, "the sandbox still runs");
+    else
+      snprintf(why, why_len, "the sandbox ended with exit code %lld%s; no OOM seen", code,
+               docker_oom ? " (Docker's OOMKilled flag is set, but the memory cgroup saw no OOM "
+                            "just before the end)"
+                          : "");
+    return NULL;
+  }
   return json_pack("{s:n, s:s, s:b, s:I, s:i, s:i, s:b, s:b, s:b, s:n, s:n, s:s}", "exitCode",
                    "signal", "SIGKILL", "timedOut", 0, "durationMs",
                    (json_int_t)(jb_now_ms() - start), "stdoutBytes", 0, "stderrBytes", 0,
@@ -342,10 +368,15 @@ out:
   pthread_cond_broadcast(&sp->idle);
   pthread_mutex_unlock(&sp->lock);
   if (code == EPIPE) {
-    json_t *r = died_result(s, start);
+    char why[300];
+    json_t *r = died_result(s, start, why, sizeof why);
     if (r) {
       *result = r;
       ret = 0;
+    } else {
+      jb_fail(err, EPIPE, "the spawner's channel ended: %s", why);
+      jb_log(JB_LOG_WARN, "exec: the spawner's channel ended", "job", s->job_id, "reason", why,
+             NULL);
     }
   }
   if (code == EPROTO || code == EMSGSIZE)
