@@ -18,6 +18,7 @@
  * 3 and the retryable -32017 otherwise; at the end of stdin it waits for the open requests, then exits 0. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 
 #define JSON_DEPTH 32
 #define MAX_OPEN 256 /* requests awaiting their answer */
+#define DRAIN_MS 500 /* the socket ended: how long requests already sent may take to be answered */
 
 /* JSON-RPC 2.0 error codes (https://www.jsonrpc.org/specification §5.1) */
 #define RPC_PARSE (-32700)
@@ -54,6 +56,7 @@ struct bridge {
   struct open_req open[MAX_OPEN];
   size_t nopen;
   bool eof; /* stdin ended */
+  bool reading; /* the stdin thread waits for input, every line before it answered */
   bool gone; /* the socket ended */
   bool refused; /* … because the server refused the token */
   bool failed; /* … for any other reason than our stop */
@@ -306,6 +309,15 @@ static void *stdin_thread(void *arg) {
     int rc = jb_line_next(&r, &line, &n);
     if (rc == JB_LINE_AGAIN) {
       jb_error err;
+      /* `reading` while it waits for input, nothing taken yet: cleared before the read */
+      pthread_mutex_lock(&b->lock);
+      b->reading = true;
+      pthread_mutex_unlock(&b->lock);
+      struct pollfd in = {.fd = STDIN_FILENO, .events = POLLIN};
+      while (poll(&in, 1, -1) < 0 && errno == EINTR) {}
+      pthread_mutex_lock(&b->lock);
+      b->reading = false;
+      pthread_mutex_unlock(&b->lock);
       if (jb_line_read(&r, STDIN_FILENO, &err) < 0) jb_line_end(&r); /* read failed: as the end */
       continue;
     }
@@ -388,7 +400,19 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
   int rc = b.refused ? JB_CTL_REFUSED : b.failed ? JB_CTL_FAILED : JB_CTL_OK;
   pthread_mutex_unlock(&b.lock);
   if (!eof) {
-    /* the socket ended first: the stdin thread may sit in read(); answers were sent */
+    /* the socket ended first. Requests the client sent already are answered (refused, or
+     * unreachable) before the exit: up to DRAIN_MS, until the stdin thread waits for input
+     * with none there, or stdin ends */
+    for (int waited = 0; waited < DRAIN_MS; waited += 10) {
+      pthread_mutex_lock(&b.lock);
+      bool idle = b.eof || b.reading;
+      eof = b.eof;
+      pthread_mutex_unlock(&b.lock);
+      struct pollfd in = {.fd = STDIN_FILENO, .events = POLLIN};
+      if (eof || (idle && poll(&in, 1, 0) == 0)) break;
+      usleep(10 * 1000);
+    }
+    pthread_mutex_lock(&b.lock); /* no answer is written half when the process ends */
     fflush(stdout);
     _exit(rc == JB_CTL_OK ? JB_CTL_FAILED : rc);
   }
