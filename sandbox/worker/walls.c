@@ -386,7 +386,7 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
                           cfg->deployment);
   if (labels) json_object_update(lab, (json_t *)labels);
   json_t *secopt = json_array();
-  json_array_append_new(secopt, json_string("no-new-privileges:true"));
+  json_array_append_new(secopt, json_string("no-new-privileges=true"));
   char *seccomp = malloc(cfg->profile_len + 9);
   if (seccomp) {
     memcpy(seccomp, "seccomp=", 8);
@@ -566,13 +566,22 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
   bool nnp = false, sc = false;
   size_t i;
   json_t *s;
+  /* as create_body sets them (Docker keeps them as given): no-new-privileges on (also in
+   * the older `:` form), and the seccomp profile ours byte for byte, not some other or
+   * `unconfined` */
   json_array_foreach (json_object_get(hc, "SecurityOpt"), i, s) {
     const char *o = json_string_value(s);
-    if (o && strncmp(o, "no-new-privileges", 17) == 0) nnp = true;
-    if (o && strncmp(o, "seccomp=", 8) == 0) sc = true;
+    size_t n = json_string_length(s);
+    if (o && (!strcmp(o, "no-new-privileges") || !strcmp(o, "no-new-privileges=true") ||
+              !strcmp(o, "no-new-privileges:true")))
+      nnp = true;
+    if (o && n == 8 + cfg->profile_len &&
+        (!strncmp(o, "seccomp=", 8) || !strncmp(o, "seccomp:", 8)) &&
+        memcmp(o + 8, cfg->profile, cfg->profile_len) == 0)
+      sc = true;
   }
   if (!nnp) problem(c, JB_WALL_DOCKER, "no-new-privileges not set");
-  if (!sc) problem(c, JB_WALL_DOCKER, "seccomp profile not set");
+  if (!sc) problem(c, JB_WALL_DOCKER, "seccomp profile not set, or not jailbox's");
   json_t *out = json_pack(
       "{s:s, s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "runtime", rt ? rt : "?", "capDrop",
       json_object_get(hc, "CapDrop"), "capAdd", json_object_get(hc, "CapAdd"), "readOnlyRootfs",
