@@ -364,12 +364,19 @@ static int by_inode(const void *a, const void *b) {
   return 0;
 }
 
-/* Orders places by directory, then name (qsort_r: `names` is the record's names). */
+/* The order of places: by directory (device, inode), then name; <0, 0 or >0 as strcmp for
+ * the place (dev, ino, name) against `p`, whose name is in `names`. */
+static int place_cmp(dev_t dev, ino_t ino, const char *name, const struct jb_grant_place *p,
+                     const char *names) {
+  if (dev != p->dir_dev) return dev < p->dir_dev ? -1 : 1;
+  if (ino != p->dir_ino) return ino < p->dir_ino ? -1 : 1;
+  return strcmp(name, names + p->name);
+}
+
+/* qsort_r's comparison for places (`names` is the record's names). */
 static int by_place(const void *a, const void *b, void *names) {
   const struct jb_grant_place *x = a, *y = b;
-  if (x->dir_dev != y->dir_dev) return x->dir_dev < y->dir_dev ? -1 : 1;
-  if (x->dir_ino != y->dir_ino) return x->dir_ino < y->dir_ino ? -1 : 1;
-  return strcmp((const char *)names + x->name, (const char *)names + y->name);
+  return place_cmp(x->dir_dev, x->dir_ino, (const char *)names + x->name, y, names);
 }
 
 /* The recorded place named `name` in the directory `ds` (places sorted by by_place), or NULL. */
@@ -378,12 +385,9 @@ static const struct jb_grant_place *place_of(const struct jb_workspace_grant *re
   size_t lo = 0, hi = rec->np;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    const struct jb_grant_place *p = &rec->p[mid];
-    int c = p->dir_dev != ds->st_dev   ? (p->dir_dev < ds->st_dev ? -1 : 1)
-            : p->dir_ino != ds->st_ino ? (p->dir_ino < ds->st_ino ? -1 : 1)
-                                       : strcmp(rec->names + p->name, name);
-    if (c == 0) return p;
-    if (c < 0)
+    int c = place_cmp(ds->st_dev, ds->st_ino, name, &rec->p[mid], rec->names);
+    if (c == 0) return &rec->p[mid];
+    if (c > 0)
       lo = mid + 1;
     else
       hi = mid;
