@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "sandbox/worker/filter.h"
+#include "sandbox/worker/secopt.h"
 #include "sandbox/proto/shim.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
@@ -563,23 +564,8 @@ static json_t *inspect_settings(const struct jb_walls_config *cfg, const char *i
   const char *nm = json_string_value(json_object_get(hc, "NetworkMode"));
   if (!nm || strcmp(nm, "none") != 0)
     problem(c, JB_WALL_DOCKER, "network mode is %s", nm ? nm : "unknown");
-  bool nnp = false, sc = false;
-  size_t i;
-  json_t *s;
-  /* as create_body sets them (Docker keeps them as given): no-new-privileges on (also in
-   * the older `:` form), and the seccomp profile ours byte for byte, not some other or
-   * `unconfined` */
-  json_array_foreach (json_object_get(hc, "SecurityOpt"), i, s) {
-    const char *o = json_string_value(s);
-    size_t n = json_string_length(s);
-    if (o && (!strcmp(o, "no-new-privileges") || !strcmp(o, "no-new-privileges=true") ||
-              !strcmp(o, "no-new-privileges:true")))
-      nnp = true;
-    if (o && n == 8 + cfg->profile_len &&
-        (!strncmp(o, "seccomp=", 8) || !strncmp(o, "seccomp:", 8)) &&
-        memcmp(o + 8, cfg->profile, cfg->profile_len) == 0)
-      sc = true;
-  }
+  bool nnp, sc; /* as Docker applies the options: the last of each kind decides */
+  jb_secopt_judge(json_object_get(hc, "SecurityOpt"), cfg->profile, cfg->profile_len, &nnp, &sc);
   if (!nnp) problem(c, JB_WALL_DOCKER, "no-new-privileges not set");
   if (!sc) problem(c, JB_WALL_DOCKER, "seccomp profile not set, or not jailbox's");
   json_t *out = json_pack(
