@@ -163,7 +163,19 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
     op_error_unavailable(call->e, &err);
     return OP_END;
   }
-  if (!sa) return OP_END; /* op_await said why */
+  if (!sa) {
+    /* op_await said why, of the stat. The call's own op was never stored: an answer that
+     * leaves the stat "stored, check before sending it again" is restated for the call */
+    if (call->e->code == JB_MCP_UNAVAILABLE && atomic_load(&call->app->draining)) {
+      json_decref(call->e->data);
+      call->e->data = NULL;
+      op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+               "jailboxd is shutting down: the %s was not stored (it waited on a read of %.200s "
+               "before it), so nothing of it ran or will run",
+               jb_tool_name(call->tool), path);
+    }
+    return OP_END;
+  }
   if (!json_is_true(json_object_get(sa, "ok"))) {
     const char *code = json_string_value(json_object_get(json_object_get(sa, "error"), "code"));
     if (missing_ok && code && !strcmp(code, "not_found")) { /* a parent is missing too */

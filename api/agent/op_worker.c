@@ -448,6 +448,8 @@ struct wait_clock {
   long long started; /* since when an approved op of an active session waits to run */
   long long approval_ms; /* JAILBOX_APPROVAL_TIMEOUT; 0: none */
   long long ended; /* when a running op's session was first seen ended; 0: not seen */
+  bool db_failed; /* the last reading failed in the database (db_error says how) */
+  char db_error[256];
 };
 
 /* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
@@ -480,11 +482,13 @@ static bool approval_overdue(struct op_call *call, long long op_id, const struct
 }
 
 /* Draining (SIGTERM): a call still waiting on its op ends a second before the shutdown grace
- * runs out, so that the instance can stop within it. The op stays in the database as it is:
- * waiting for the buyer or held by a pause, it waits on and another instance (or this one
- * restarted) carries its outcome; queued for or running in the session's sandbox, it may
- * still run, and the answer says so, since the agent must not send it again blindly. True
- * when the call ends so; otherwise *nap is cut to that moment. */
+ * runs out, so that the instance can stop within it. The op stays in the database as it is,
+ * and the answer says no more than is known: where the op was, whether its session ends with
+ * this instance (its worker is one of this instance's, which end their sessions when they
+ * stop) or goes on elsewhere, and that its outcome is in the session's ops list — so that the
+ * agent does not send again an op that may still run, or may have run. `os`/`ss`: the op's and
+ * the session's state as last read (os JB_OP_UNKNOWN: not read, the database being
+ * unreachable). True when the call ends so; otherwise *nap is cut to that moment. */
 static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os,
                       enum jb_session_state ss, long *nap) {
   struct jb_app *app = call->app;
@@ -492,15 +496,18 @@ static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os
   if (!atomic_load(&app->draining) || deadline <= 0) return false;
   long long left = deadline - DRAIN_ANSWER_MS - jb_now_ms();
   if (left <= 0) {
-    const char *where = os == JB_OP_PENDING       ? "is still waiting for the buyer and stays so"
-                        : ss == JB_SESSION_PAUSED ? "is still held by the pause and stays so"
-                        : os == JB_OP_RUNNING
-                            ? "is running in the session's sandbox and may still complete"
-                            : "is queued for the session's sandbox and may still run";
+    const char *where = os == JB_OP_UNKNOWN       ? "is stored (the database cannot be read now)"
+                        : os == JB_OP_PENDING     ? "was waiting for the buyer"
+                        : ss == JB_SESSION_PAUSED ? "was held by the pause"
+                        : os == JB_OP_RUNNING     ? "was running in the session's sandbox"
+                                                  : "was queued for the session's sandbox";
+    bool ends = op_worker_socket(app, &call->sess) != NULL;
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-             "jailboxd is shutting down: op %lld %s; its outcome is in the session's ops list:"
-             " check it before sending the op again",
-             op_id, where);
+             "jailboxd is shutting down: op %lld %s; %s. Its outcome is in the session's ops "
+             "list: check it before sending the op again",
+             op_id, where,
+             ends ? "the session ends with this instance (its worker stops with it)"
+                  : "the session goes on, served by another instance or this one restarted");
     return true;
   }
   if (left < *nap) *nap = (long)left;
@@ -520,8 +527,10 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   jb_error err = {0};
   int rc = jb_db_op_poll(call->c, call->job, op_id, ost, sst, &res, &reason, &err);
   if (rc == JB_ERR_FAIL) {
-    op_error_unavailable(e, &err);
-    return OP_END;
+    /* the op is stored: waited on as when the database cannot be reached (op_await) */
+    clk->db_failed = true;
+    snprintf(clk->db_error, sizeof clk->db_error, "%s", err.msg);
+    return OP_NEXT;
   }
   if (rc != JB_OK) {
     op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
@@ -579,6 +588,25 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   return OP_NEXT;
 }
 
+/* The database could not be reached, or read, while op `op_id` waited (`why`: how). The op
+ * is stored: "try again" now would have the agent send again an op that may still run, so the
+ * call goes on waiting for the database, up to DB_DOWN_WAIT_MS from *db_down (set now when
+ * 0), or until a drain's answer is due. True when the call ends (its error set). */
+static bool db_unreachable(struct op_call *call, long long op_id, long long *db_down,
+                           const char *why) {
+  long long at = jb_now_ms();
+  if (!*db_down) *db_down = at;
+  long nap = SAFETY_NET_MS;
+  if (drain_cut(call, op_id, JB_OP_UNKNOWN, JB_SESSION_ACTIVE, &nap)) return true;
+  if (at - *db_down < DB_DOWN_WAIT_MS) return false;
+  jb_log(JB_LOG_ERROR, "op wait: database unreachable", "detail", why, NULL);
+  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+           "the database has been unreachable for %d s while op %lld waited; the op is "
+           "stored and may still run: check the session's ops before sending it again",
+           DB_DOWN_WAIT_MS / 1000, op_id);
+  return true;
+}
+
 /* Sleeps until a jb_op notification names the op or the session (server/opwait.h), or `nap`
  * ms have passed (FALLBACK_MS while the LISTEN connection is down), with the connection back
  * in the pool meanwhile. Before the first reading when notifications can come: the op has
@@ -602,25 +630,20 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
       if (app->opwait)
         jb_opwait_wait(app->opwait, t, db_down ? FALLBACK_MS * 25 : nap, FALLBACK_MS);
       else
-        sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
+        sleep_ms(db_down ? FALLBACK_MS * 25 : nap < FALLBACK_MS ? nap : FALLBACK_MS);
       jb_error err = {0};
       call->c = jb_db_acquire(app->db, &err);
       if (!call->c) {
-        /* the op is stored: "try again" now would have the agent send again an op that may
-         * still run; the call goes on waiting for the database, up to DB_DOWN_WAIT_MS */
-        long long at = jb_now_ms();
-        if (!db_down) db_down = at;
-        if (at - db_down < DB_DOWN_WAIT_MS) continue;
-        jb_log(JB_LOG_ERROR, "op wait: database unreachable", "detail", err.msg, NULL);
-        op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-                 "the database has been unreachable for %d s while op %lld waited; the op is "
-                 "stored and may still run: check the session's ops before sending it again",
-                 DB_DOWN_WAIT_MS / 1000, op_id);
-        break;
+        if (db_unreachable(call, op_id, &db_down, err.msg)) break;
+        continue;
       }
-      db_down = 0;
     }
+    clk.db_failed = false;
     if (read_outcome(call, op_id, &clk, &out, &nap) != OP_NEXT) break;
+    if (!clk.db_failed)
+      db_down = 0;
+    else if (db_unreachable(call, op_id, &db_down, clk.db_error))
+      break;
   }
   op_wait_end(call, t);
   if (began) jb_pool_block_end();

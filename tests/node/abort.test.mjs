@@ -409,10 +409,10 @@ async function sigtermWhileWaiting({ stopWorker, waits, message }) {
 test('SIGTERM while a write waits for the buyer: the call ends with unavailable before the grace runs out, nothing is written, the instance exits', { timeout: 180000 }, () =>
   sigtermWhileWaiting({ stopWorker: false,
     waits: "SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'pending'",
-    message: /shutting down: op \d+ is still waiting for the buyer and stays so/ }));
+    message: /shutting down: op \d+ was waiting for the buyer; the session ends with this instance \(its worker stops with it\)\. Its outcome is in the session's ops list/ }));
 
 // before, the call waited out the op's 120 s and the socket was closed without an answer
-test('SIGTERM while a write waits on a sandbox that does not answer: the call ends with unavailable before the grace runs out, saying the op may still run', { timeout: 180000 }, () =>
+test('SIGTERM while a write waits on a sandbox that does not answer: the call ends with unavailable before the grace runs out, saying the write was not stored', { timeout: 180000 }, () =>
   sigtermWhileWaiting({ stopWorker: true,
     waits: "SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat' AND state = 'approved'",
-    message: /shutting down: op \d+ is queued for the session's sandbox and may still run/ }));
+    message: /shutting down: the write was not stored \(it waited on a read of a\.txt before it\), so nothing of it ran or will run/ }));
