@@ -20,6 +20,11 @@ struct jb_db {
   int opened; /* connections that exist (idle + lent) */
   int n_idle;
   PGconn **idle; /* stack of idle connections, `size` slots */
+  /* the connections lent out, each with the cancel handle made by the thread it was lent
+   * to (libpq: PQgetCancel in the connection's thread, PQcancel from any): `size` slots,
+   * NULL where free */
+  PGconn **lent;
+  PGcancel **cancel;
 };
 
 /* First non-empty line of a libpq message, with "FATAL:  " style prefixes kept. */
@@ -75,7 +80,9 @@ int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_t
   if (!db) return jb_fail(err, ENOMEM, "out of memory");
   db->conninfo = strdup(conninfo);
   db->idle = calloc((size_t)size, sizeof *db->idle);
-  if (!db->conninfo || !db->idle) {
+  db->lent = calloc((size_t)size, sizeof *db->lent);
+  db->cancel = calloc((size_t)size, sizeof *db->cancel);
+  if (!db->conninfo || !db->idle || !db->lent || !db->cancel) {
     jb_db_close(db);
     return jb_fail(err, ENOMEM, "out of memory");
   }
@@ -94,6 +101,22 @@ int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_t
   return 0;
 }
 
+/* Records `c` as lent, with its cancel handle (made here, in the borrowing thread). */
+static PGconn *lend(struct jb_db *db, PGconn *c) {
+  PGcancel *k = PQgetCancel(c); /* NULL (out of memory): this one cannot be cancelled */
+  pthread_mutex_lock(&db->lock);
+  for (int i = 0; i < db->size; i++)
+    if (!db->lent[i]) {
+      db->lent[i] = c;
+      db->cancel[i] = k;
+      k = NULL;
+      break;
+    }
+  pthread_mutex_unlock(&db->lock);
+  if (k) PQfreeCancel(k); /* no free slot: cannot happen, `opened` <= size */
+  return c;
+}
+
 PGconn *jb_db_acquire(struct jb_db *db, jb_error *err) {
   pthread_mutex_lock(&db->lock);
   while (db->n_idle == 0 && db->opened >= db->size) pthread_cond_wait(&db->freed, &db->lock);
@@ -107,21 +130,32 @@ PGconn *jb_db_acquire(struct jb_db *db, jb_error *err) {
 
   if (c && PQstatus(c) != CONNECTION_OK) {
     PQreset(c);
-    if (PQstatus(c) == CONNECTION_OK) return c;
+    if (PQstatus(c) == CONNECTION_OK) return lend(db, c);
     jb_db_fail(err, c, "cannot connect to PostgreSQL");
     PQfinish(c);
     c = NULL;
     goto give_back_slot;
   }
-  if (c) return c;
+  if (c) return lend(db, c);
   c = connect_one(db, err);
-  if (c) return c;
+  if (c) return lend(db, c);
 give_back_slot:
   pthread_mutex_lock(&db->lock);
   db->opened--;
   pthread_cond_signal(&db->freed);
   pthread_mutex_unlock(&db->lock);
   return NULL;
+}
+
+int jb_db_cancel_lent(struct jb_db *db) {
+  if (!db) return 0;
+  int n = 0;
+  char why[256];
+  pthread_mutex_lock(&db->lock);
+  for (int i = 0; i < db->size; i++)
+    if (db->lent[i] && db->cancel[i] && PQcancel(db->cancel[i], why, sizeof why)) n++;
+  pthread_mutex_unlock(&db->lock);
+  return n;
 }
 
 void jb_db_release(struct jb_db *db, PGconn *conn) {
@@ -132,7 +166,15 @@ void jb_db_release(struct jb_db *db, PGconn *conn) {
   bool usable = PQstatus(conn) == CONNECTION_OK && PQpipelineStatus(conn) == PQ_PIPELINE_OFF;
   if (usable && PQtransactionStatus(conn) != PQTRANS_IDLE) PQclear(PQexec(conn, "ROLLBACK"));
   usable = usable && PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
+  PGcancel *k = NULL;
   pthread_mutex_lock(&db->lock);
+  for (int i = 0; i < db->size; i++)
+    if (db->lent[i] == conn) {
+      db->lent[i] = NULL;
+      k = db->cancel[i];
+      db->cancel[i] = NULL;
+      break;
+    }
   if (usable) {
     db->idle[db->n_idle++] = conn;
   } else {
@@ -141,12 +183,17 @@ void jb_db_release(struct jb_db *db, PGconn *conn) {
   }
   pthread_cond_signal(&db->freed);
   pthread_mutex_unlock(&db->lock);
+  if (k) PQfreeCancel(k);
 }
 
 void jb_db_close(struct jb_db *db) {
   if (!db) return;
   for (int i = 0; i < db->n_idle; i++) PQfinish(db->idle[i]);
+  for (int i = 0; db->cancel && i < db->size; i++)
+    if (db->cancel[i]) PQfreeCancel(db->cancel[i]);
   free(db->idle);
+  free(db->lent);
+  free(db->cancel);
   free(db->conninfo);
   if (db->size) {
     pthread_mutex_destroy(&db->lock);

@@ -20,6 +20,14 @@ int jb_db_open(struct jb_db **out, const char *conninfo, int size, int connect_t
  * the database cannot be reached. */
 PGconn *jb_db_acquire(struct jb_db *db, jb_error *err);
 
+/* Asks PostgreSQL to cancel the statement running on every connection lent out now (PQcancel,
+ * from any thread): each borrower's statement fails ("canceling statement due to user
+ * request") and its transaction rolls back, nothing of it committed. For the end of a
+ * shutdown's grace, so that no request still waiting in the database (on a lock, say) holds
+ * the stop or commits after its caller was told it failed. A connection running nothing is
+ * untouched. Returns how many cancel requests were sent. `db` may be NULL (0). */
+int jb_db_cancel_lent(struct jb_db *db);
+
 /* Gives `conn` back to the pool. A connection left inside a transaction is rolled back; one
  * that is broken, still in pipeline mode, or not idle after the rollback is closed instead
  * (the pool makes a new one when next asked). */

@@ -19,6 +19,11 @@ struct jb_sweeper; /* expiry of sessions (api/agent/escape.h) */
 struct jb_fanout; /* Redis fan-out of events (server/fanout.h) */
 struct jb_workers; /* this process's jailbox-workers (server/workers.h) */
 
+/* Draining: calls still waiting on their ops are answered, and statements still running in
+ * the database are cancelled, this long (ms) before the shutdown grace runs out, so that the
+ * answers reach the sockets before they close. */
+#define JB_DRAIN_ANSWER_MS 1000
+
 struct jb_app {
   const struct jb_config *cfg; /* borrowed, lives as long as the process */
   struct jb_db *db; /* connection pool */

@@ -2,6 +2,8 @@
  * applies migrations, serves HTTP, and shuts down cleanly on SIGTERM/SIGINT. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <signal.h>
 #include <sodium.h>
 #include <sys/stat.h>
@@ -29,6 +31,39 @@
 #include "lib/log.h"
 #include "server/opwait.h"
 #include "server/workers.h"
+
+/* The drain's last second: at `at` (CLOCK_MONOTONIC ms), a second before the shutdown grace
+ * runs out (when calls waiting on their ops are answered), every statement still running on a
+ * lent connection is cancelled (db.h jb_db_cancel_lent): a request waiting in the database,
+ * on a row lock say, then fails and is answered instead of outliving the grace and
+ * committing after its socket was closed. Ends early when `done` is set. */
+struct drain_cancel {
+  struct jb_db *db;
+  long long at;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+};
+
+static void *drain_cancel_main(void *arg) {
+  struct drain_cancel *d = arg;
+  struct timespec ts = {(time_t)(d->at / 1000), (long)(d->at % 1000) * 1000000L};
+  pthread_mutex_lock(&d->lock);
+  int rc = 0;
+  while (!d->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&d->cond, &d->lock, &ts);
+  bool fire = !d->done;
+  pthread_mutex_unlock(&d->lock);
+  if (fire) {
+    int n = jb_db_cancel_lent(d->db);
+    if (n > 0) {
+      char nb[16];
+      snprintf(nb, sizeof nb, "%d", n);
+      jb_log(JB_LOG_WARN, "shutdown grace ending: statements still running cancelled", "count", nb,
+             NULL);
+    }
+  }
+  return NULL;
+}
 
 static const char *env_lookup(const char *name) { return getenv(name); }
 
@@ -307,9 +342,28 @@ int main(int argc, char **argv) {
   }
   jb_api_drain(&app);
   long long drain_start = jb_metrics_now_ns();
+  struct drain_cancel dc = {.db = app.db,
+                            .at = atomic_load(&app.drain_deadline_ms) - JB_DRAIN_ANSWER_MS};
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&dc.cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&dc.lock, NULL);
+  pthread_t dct;
+  bool dc_started = pthread_create(&dct, NULL, drain_cancel_main, &dc) == 0;
   jb_http_drain(srv, cfg.shutdown_grace_ms);
   long left_ms = cfg.shutdown_grace_ms - (long)((jb_metrics_now_ns() - drain_start) / 1000000);
   jb_api_drain_wait(&app, left_ms > 0 ? left_ms : 0);
+  if (dc_started) {
+    pthread_mutex_lock(&dc.lock);
+    dc.done = true;
+    pthread_cond_signal(&dc.cond);
+    pthread_mutex_unlock(&dc.lock);
+    pthread_join(dct, NULL);
+  }
+  pthread_cond_destroy(&dc.cond);
+  pthread_mutex_destroy(&dc.lock);
 
 out:
   jb_api_stop(&app); /* its handlers use the database, and the workers (direct ops) */

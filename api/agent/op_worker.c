@@ -28,8 +28,6 @@
 #include "server/workers.h"
 
 #define SAFETY_NET_MS 1000 /* a waiting call re-reads its op at least this often */
-#define DRAIN_ANSWER_MS \
-  1000 /* draining: calls waiting on the buyer end this long before the grace */
 #define FALLBACK_MS 20 /* ... and this often while no notification can arrive */
 #define DB_DOWN_WAIT_MS 30000 /* a stored op's call waits this long for an unreachable database */
 /* a command still running when its session ended is waited for this long at most */
@@ -494,7 +492,7 @@ static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os
   struct jb_app *app = call->app;
   long long deadline = atomic_load(&app->drain_deadline_ms);
   if (!atomic_load(&app->draining) || deadline <= 0) return false;
-  long long left = deadline - DRAIN_ANSWER_MS - jb_now_ms();
+  long long left = deadline - JB_DRAIN_ANSWER_MS - jb_now_ms();
   if (left <= 0) {
     const char *where = os == JB_OP_UNKNOWN       ? "is stored (the database cannot be read now)"
                         : os == JB_OP_PENDING     ? "was waiting for the buyer"

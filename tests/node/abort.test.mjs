@@ -416,3 +416,45 @@ test('SIGTERM while a write waits on a sandbox that does not answer: the call en
   sigtermWhileWaiting({ stopWorker: true,
     waits: "SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'stat' AND state = 'approved'",
     message: /shutting down: the write was not stored \(it waited on a read of a\.txt before it\), so nothing of it ran or will run/ }));
+
+test('SIGTERM while a write waits in the database on a held session row: its statement is cancelled before the grace runs out, the call is answered, nothing is stored or written', { timeout: 180000 }, async () => {
+  const grace = 3000;
+  const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace) } });
+  let stopped = false;
+  let hold = null;
+  try {
+    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), { mode: 'unsupervised' });
+    const agent = await connect(x, s.agentToken);
+    await waitState(x, s.jobId, ['active']);
+    // the row held as a chain writer of another instance would: the write's insert waits on it
+    hold = await x.db.connect();
+    hold.on('error', () => {});
+    await hold.query('BEGIN');
+    await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [s.jobId]);
+    const waiting = call(agent, 'write', { path: 'b.txt', content: 'late\n' }, 30000).catch((e) => ({ cut: e.message }));
+    await waitFor(x, 'the insert waits', async () => Number((await x.db.query(
+      "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n) >= 1, 10000);
+    const exited = new Promise((res) => x.child.on('exit', (code, sig) => res({ code, sig })));
+    const t0 = Date.now();
+    x.child.kill('SIGTERM');
+    const r = await waiting;
+    const answeredMs = Date.now() - t0;
+    // before, the call had no answer (the socket closed at the grace's end) and the insert
+    // committed once the row was let go, so the write ran after all
+    assert.equal(toolFailure(r)?.data?.reason, 'unavailable', JSON.stringify(r));
+    assert.ok(answeredMs < grace, `answered after ${answeredMs} ms`);
+    await hold.query('ROLLBACK').catch(() => {});
+    hold.release();
+    hold = null;
+    const ex = await exited;
+    stopped = true;
+    assert.deepEqual(ex, { code: 0, sig: null }, x.log().slice(-3000));
+    assert.match(x.log(), /statements still running cancelled/);
+    assert.equal(existsSync(join(s.dir, 'b.txt')), false, 'the write ran after its call was answered');
+    agent.close();
+  } finally {
+    if (hold) { await hold.query('ROLLBACK').catch(() => {}); hold.release(); }
+    if (!stopped) x.child.kill('SIGKILL');
+    rmSync(x.dir, { recursive: true, force: true });
+  }
+});
