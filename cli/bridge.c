@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/json.h"
@@ -403,16 +404,34 @@ int jb_ctl_bridge(struct jb_ctl *o, int argc, char **argv) {
     /* the socket ended first. Requests the client sent already are answered (refused, or
      * unreachable) before the exit: up to DRAIN_MS, until the stdin thread waits for input
      * with none there, or stdin ends */
-    for (int waited = 0; waited < DRAIN_MS; waited += 10) {
-      pthread_mutex_lock(&b.lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DRAIN_MS / 1000;
+    until.tv_nsec += (DRAIN_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    /* (the lock is taken with the deadline too: a writer blocked on a stdout nobody reads
+     * holds it, and the exit must not wait for that reader) */
+    bool locked = false;
+    for (;;) {
+      locked = pthread_mutex_timedlock(&b.lock, &until) == 0;
+      if (!locked) break;
       bool idle = b.eof || b.reading;
       eof = b.eof;
-      pthread_mutex_unlock(&b.lock);
       struct pollfd in = {.fd = STDIN_FILENO, .events = POLLIN};
       if (eof || (idle && poll(&in, 1, 0) == 0)) break;
+      pthread_mutex_unlock(&b.lock);
+      locked = false;
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      if (now.tv_sec > until.tv_sec || (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec))
+        break;
       usleep(10 * 1000);
     }
-    pthread_mutex_lock(&b.lock); /* no answer is written half when the process ends */
+    /* holding the lock, no answer is written half when the process ends */
+    if (!locked) (void)pthread_mutex_timedlock(&b.lock, &until);
     fflush(stdout);
     _exit(rc == JB_CTL_OK ? JB_CTL_FAILED : rc);
   }
