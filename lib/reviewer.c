@@ -193,6 +193,28 @@ static size_t sink_write(char *p, size_t size, size_t n, void *ud) {
   return k;
 }
 
+static long long now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Whether `cut` (nullable) says to end the review now. */
+static bool cut_due(const struct jb_review_cut *cut) {
+  if (!cut || !cut->at_ms) return false;
+  long long at = atomic_load(cut->at_ms);
+  return at > 0 && now_ms() >= at - cut->before_ms;
+}
+
+static const char CUT_REASON[] = "the review was cut short: the server is shutting down";
+
+/* libcurl's progress callback: a non-zero return aborts the transfer (CURLOPT_XFERINFOFUNCTION). */
+static int cut_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                        curl_off_t ulnow) {
+  (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+  return cut_due(ud) ? 1 : 0;
+}
+
 /* libcurl's sockets, opened close-on-exec (a program started meanwhile must not hold them). */
 static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   (void)ud;
@@ -202,7 +224,7 @@ static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_soc
 }
 
 void jb_review_http(const char *url, const char *body, size_t len, long timeout_ms,
-                    struct jb_review *out) {
+                    const struct jb_review_cut *cut, struct jb_review *out) {
   memset(out, 0, sizeof *out);
   struct sink s = {.buf = malloc(JB_REVIEW_ANSWER_MAX + 1)};
   CURL *h = s.buf ? curl_easy_init() : NULL;
@@ -231,10 +253,18 @@ void jb_review_http(const char *url, const char *body, size_t len, long timeout_
   curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)JB_REVIEW_ANSWER_MAX);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink_write);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+  if (cut) { /* checked about once a second, and at every transfer step */
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, cut_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)cut);
+  }
   CURLcode rc = hdr ? curl_easy_perform(h) : CURLE_OUT_OF_MEMORY;
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  if (s.over || rc == CURLE_FILESIZE_EXCEEDED)
+  if (rc == CURLE_ABORTED_BY_CALLBACK) {
+    fail(out, "%s", CUT_REASON);
+    out->cut = true;
+  } else if (s.over || rc == CURLE_FILESIZE_EXCEEDED)
     fail(out, "the reviewer's answer is over %d bytes", JB_REVIEW_ANSWER_MAX);
   else if (rc == CURLE_OPERATION_TIMEDOUT)
     fail(out, "reviewer timed out after %ld ms", timeout_ms);
@@ -250,12 +280,6 @@ void jb_review_http(const char *url, const char *body, size_t len, long timeout_
 }
 
 /* ---- the program ---- */
-
-static long long now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 extern char **environ;
 
@@ -295,7 +319,7 @@ static pid_t spawn(const char *path, int in, int outfd) {
 }
 
 void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_ms,
-                   struct jb_review *out) {
+                   const struct jb_review_cut *cut, struct jb_review *out) {
   memset(out, 0, sizeof *out);
   long long deadline = now_ms() + timeout_ms;
   int pin[2], pout[2];
@@ -325,15 +349,16 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
   int win = len > 0 ? pin[1] : -1, rout = pout[0];
   if (win < 0) close(pin[1]);
   size_t sent = 0, got = 0;
-  bool over = false, timed_out = false;
+  bool over = false, timed_out = false, cut_short = false;
   while (rout >= 0) {
     long long left = deadline - now_ms();
-    if (left <= 0) {
+    if (left <= 0 || (cut_short = cut_due(cut))) {
       timed_out = true;
       break;
     }
     struct pollfd p[2] = {{.fd = rout, .events = POLLIN}, {.fd = win, .events = POLLOUT}};
-    int k = poll(p, win >= 0 ? 2 : 1, (int)(left > 1000 ? 1000 : left));
+    long slice = cut ? 100 : 1000; /* a cut is seen within a tenth of a second */
+    int k = poll(p, win >= 0 ? 2 : 1, (int)(left > slice ? slice : left));
     if (k < 0 && errno != EINTR) break;
     if (k <= 0) continue;
     if (win >= 0 && p[1].revents) {
@@ -370,7 +395,7 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
       exited = true;
       break;
     }
-    if (now_ms() >= deadline) {
+    if (now_ms() >= deadline || (cut_short = cut_due(cut))) {
       timed_out = true;
       break;
     }
@@ -382,7 +407,10 @@ void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_
   pid_t w;
   while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
   if (!timed_out && !over && !exited) w = -1;
-  if (timed_out)
+  if (cut_short) {
+    fail(out, "%s", CUT_REASON);
+    out->cut = true;
+  } else if (timed_out)
     fail(out, "reviewer timed out after %ld ms", timeout_ms);
   else if (over)
     fail(out, "the reviewer's answer is over %d bytes", JB_REVIEW_ANSWER_MAX);

@@ -6,6 +6,7 @@
 #ifndef JB_REVIEWER_H
 #define JB_REVIEWER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -23,6 +24,15 @@ struct jb_review {
   bool failed; /* the reviewer could not be asked or did not answer well: verdict ask, and
                 * `reason` says why (jailboxd's words, not the reviewer's) */
   char reason[JB_REVIEW_REASON_MAX + 1]; /* UTF-8 without control characters; may be "" */
+  bool cut; /* ended early by its jb_review_cut (failed too): the caller is shutting down */
+};
+
+/* When a review still running is cut short: once the time `*at_ms` (CLOCK_MONOTONIC ms; 0: not
+ * set — it may be set while the review runs, from another thread) less `before_ms` has come.
+ * For a server's shutdown grace. */
+struct jb_review_cut {
+  const _Atomic long long *at_ms;
+  long before_ms;
 };
 
 /* The verdict's name: "allow", "deny", "ask". Static. */
@@ -52,16 +62,18 @@ void jb_review_parse(const char *body, size_t len, struct jb_review *out);
  * Content-Type application/json, connecting and answering within `timeout_ms` in all,
  * without proxies or redirects, and reads a 2xx answer with jb_review_parse. Timeout,
  * connection or TLS error, another status, an answer over JB_REVIEW_ANSWER_MAX: ask, failed,
- * with the reason ("reviewer timed out after 5000 ms"). Blocks the calling thread only. */
+ * with the reason ("reviewer timed out after 5000 ms"). `cut` (NULL: none) may end it earlier:
+ * ask, failed and out->cut. Blocks the calling thread only. */
 void jb_review_http(const char *url, const char *body, size_t len, long timeout_ms,
-                    struct jb_review *out);
+                    const struct jb_review_cut *cut, struct jb_review *out);
 
 /* Runs program `path` (no shell, no arguments; a new session; stdin the `len` bytes of
  * `body`, stdout read, stderr /dev/null; environment PATH and LANG only; no fd of jailboxd
  * but 0-2) and reads its stdout with jb_review_parse once it exits 0. Not finished within
- * `timeout_ms`: its process group is killed (SIGKILL) and the verdict is ask; a non-zero exit,
- * a signal, an answer over JB_REVIEW_ANSWER_MAX: ask, failed. */
+ * `timeout_ms`, or cut short by `cut` (NULL: none; then out->cut too): its process group is
+ * killed (SIGKILL) and the verdict is ask; a non-zero exit, a signal, an answer over
+ * JB_REVIEW_ANSWER_MAX: ask, failed. */
 void jb_review_cmd(const char *path, const char *body, size_t len, long timeout_ms,
-                   struct jb_review *out);
+                   const struct jb_review_cut *cut, struct jb_review *out);
 
 #endif

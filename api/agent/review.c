@@ -50,6 +50,7 @@ static bool paused(const struct jb_config *cfg, struct jb_review *out) {
 
 /* Counts the outcome `r` of a review that was sent. */
 static void count(const struct jb_config *cfg, const struct jb_review *r) {
+  if (r->cut) return; /* ended by the shutdown: says nothing of the reviewer */
   pthread_mutex_lock(&pause_lock);
   if (!r->failed) {
     failures = 0;
@@ -105,10 +106,16 @@ static bool send_review(struct op_call *call, const char *rid) {
   jb_db_release(call->app->db, call->c);
   call->c = NULL;
   long long t0 = mono_ms();
+  /* a shutdown cuts the review short in time for the call's answer (server/app.h); a
+   * webhook's transfer sees the cut within about a second (libcurl's progress calls) */
+  const struct jb_review_cut cut = {.at_ms = &call->app->drain_deadline_ms,
+                                    .before_ms = JB_DRAIN_ANSWER_MS + 1500};
   if (cfg->reviewer_url[0])
-    jb_review_http(cfg->reviewer_url, body, strlen(body), cfg->reviewer_timeout_ms, &call->review);
+    jb_review_http(cfg->reviewer_url, body, strlen(body), cfg->reviewer_timeout_ms, &cut,
+                   &call->review);
   else
-    jb_review_cmd(cfg->reviewer_cmd, body, strlen(body), cfg->reviewer_timeout_ms, &call->review);
+    jb_review_cmd(cfg->reviewer_cmd, body, strlen(body), cfg->reviewer_timeout_ms, &cut,
+                  &call->review);
   long long took = mono_ms() - t0;
   free(body);
   count(cfg, &call->review);
@@ -146,6 +153,13 @@ enum op_step op_review(struct op_call *call) {
   if (!paused(cfg, &call->review) && !send_review(call, rid)) return OP_END;
   call->reviewed = true;
   struct jb_review *r = &call->review;
+  if (r->cut) { /* nothing stored yet: the call ends, and nothing of it will run */
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "jailboxd is shutting down: the %s was not stored (its review was cut short), so "
+             "nothing of it ran or will run",
+             jb_tool_name(call->tool));
+    return OP_END;
+  }
   if (r->verdict == JB_REVIEW_ALLOW) {
     call->pending = false;
     snprintf(call->decided_by, sizeof call->decided_by, "reviewer");

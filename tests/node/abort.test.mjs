@@ -5,7 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFileSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { writeFileSync, readFileSync, existsSync, rmSync, mkdtempSync, chmodSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { toolFailure } from './lib/agent.mjs';
@@ -365,12 +366,13 @@ test('alerts and changes: roles and bad input (no worker)', { timeout: 60000 }, 
 // A SIGTERM (grace 3 s) while the agent's write of a.txt waits: for the buyer; on its stat
 // queued for a worker stopped with SIGSTOP (`stopWorker`; supervised: the write first stores a
 // stat of the file); or in the database, on the session's row held by the test as a chain
-// writer of another instance would (`holdRow`). `waits`: SQL telling, for $1 the job, that the
-// write waits. The call is answered `message` within the grace, nothing is written, and the
-// instance exits 0 leaving no container.
-async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, holdRow = false, waits, message }) {
+// writer of another instance would (`holdRow`); or on its reviewer (`env` naming one).
+// `waits`: SQL telling, for $1 the job, that the write waits, or a function saying so. The
+// call is answered `message` within the grace, nothing is written, and the instance exits 0
+// within `exitMs` of the signal, leaving no container.
+async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, holdRow = false, env = {}, waits, message, exitMs = 28000 }) {
   const grace = 3000;
-  const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace) } });
+  const x = await startJail({ image: 'jailbox-sandbox:abort', shim: 'jailbox-shim', env: { JAILBOX_SHUTDOWN_GRACE_MS: String(grace), ...env } });
   let stopped = false;
   let wpid = 0;
   let hold = null;
@@ -389,7 +391,7 @@ async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, ho
       await hold.query('SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE', [s.jobId]);
     }
     const waiting = call(agent, 'write', { path: 'a.txt', content: 'held\n' }, 30000).catch((e) => ({ cut: e.message }));
-    await waitFor(x, 'the write waits', async () => (await x.db.query(waits, [s.jobId])).rows[0].n >= 1, 10000);
+    await waitFor(x, 'the write waits', async () => (typeof waits === 'function' ? waits() : (await x.db.query(waits, [s.jobId])).rows[0].n >= 1), 10000);
     if (!hold) await x.db.end();
     const exited = new Promise((res) => x.child.on('exit', (code, sig) => res({ code, sig })));
     const t0 = Date.now();
@@ -409,7 +411,7 @@ async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, ho
     const ex = await exited;
     stopped = true;
     assert.deepEqual(ex, { code: 0, sig: null }, x.log().slice(-3000));
-    assert.ok(Date.now() - t0 < grace + 25000, `exit after ${Date.now() - t0} ms`);
+    assert.ok(Date.now() - t0 < exitMs, `exit after ${Date.now() - t0} ms`);
     assert.equal(readFileSync(join(s.dir, 'a.txt'), 'utf8'), 'hello\n', 'nothing written');
     assert.deepEqual(await containersOf(s.jobId), [], 'container left behind');
     agent.close();
@@ -440,4 +442,21 @@ test('SIGTERM while a write waits in the database on a held session row: its sta
     waits: "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database() AND $1::text IS NOT NULL",
     message: /the service is unavailable; try again/ });
   assert.match(log, /statements still running cancelled/);
+});
+
+// before, the review ran on to its own timeout (30 s here): no answer, and the exit waited for it
+test('SIGTERM while a write waits on its reviewer: the review is cut short, the call is answered within the grace, nothing is stored, the instance exits without waiting for the reviewer', { timeout: 180000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'jb-slow-reviewer-'));
+  const mark = join(dir, 'asked');
+  const prog = join(dir, 'reviewer.sh');
+  writeFileSync(prog, `#!/bin/sh\ntouch ${mark}\nsleep 30\necho '{"verdict":"allow"}'\n`);
+  chmodSync(prog, 0o755);
+  try {
+    await sigtermWhileWaiting({ env: { JAILBOX_REVIEWER_CMD: prog, JAILBOX_REVIEWER_TIMEOUT_MS: '30000' },
+      waits: () => existsSync(mark),
+      message: /shutting down: the write was not stored \(its review was cut short\), so nothing of it ran or will run/,
+      exitMs: 15000 });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

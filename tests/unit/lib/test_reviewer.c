@@ -9,6 +9,10 @@
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -149,15 +153,15 @@ static void program(void **state) {
          "read line; case \"$line\" in *write*) printf '{\"verdict\":\"allow\",\"reason\":\"%s\"}' "
          "\"$PATH\";; *) echo '{\"verdict\":\"deny\"}';; esac");
   const char *req = "{\"op\":{\"tool\":\"write\"}}\n";
-  jb_review_cmd(p, req, strlen(req), 5000, &r);
+  jb_review_cmd(p, req, strlen(req), 5000, NULL, &r);
   assert_false(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_ALLOW);
   assert_string_equal(r.reason, "/usr/local/bin:/usr/bin:/bin");
-  jb_review_cmd(p, "{}\n", 3, 5000, &r);
+  jb_review_cmd(p, "{}\n", 3, 5000, NULL, &r);
   assert_int_equal(r.verdict, JB_REVIEW_DENY);
   /* a non-zero exit, even with an allow printed */
   script(p, "exit.sh", "echo '{\"verdict\":\"allow\"}'; exit 4");
-  jb_review_cmd(p, "{}", 2, 5000, &r);
+  jb_review_cmd(p, "{}", 2, 5000, NULL, &r);
   assert_true(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_ASK);
   assert_string_equal(r.reason, "reviewer program exited with status 4");
@@ -167,7 +171,7 @@ static void program(void **state) {
   snprintf(body, sizeof body, "(sleep 1; touch %s) & sleep 5; echo '{\"verdict\":\"allow\"}'", out);
   script(p, "slow.sh", body);
   long long t0 = ms_now();
-  jb_review_cmd(p, "{}", 2, 300, &r);
+  jb_review_cmd(p, "{}", 2, 300, NULL, &r);
   long long took = ms_now() - t0;
   assert_true(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_ASK);
@@ -177,7 +181,7 @@ static void program(void **state) {
   assert_int_equal(access(out, F_OK), -1); /* the background child was killed too */
   /* an answer over the cap */
   script(p, "big.sh", "head -c 100000 /dev/zero | tr '\\0' ' '");
-  jb_review_cmd(p, "{}", 2, 5000, &r);
+  jb_review_cmd(p, "{}", 2, 5000, NULL, &r);
   assert_true(r.failed);
   assert_non_null(strstr(r.reason, "over 65536 bytes"));
   /* a program that does not read its stdin: the request is dropped, the answer read */
@@ -185,12 +189,12 @@ static void program(void **state) {
   char *large = malloc(1 << 20);
   assert_non_null(large);
   memset(large, 'x', 1 << 20);
-  jb_review_cmd(p, large, 1 << 20, 5000, &r);
+  jb_review_cmd(p, large, 1 << 20, 5000, NULL, &r);
   free(large);
   assert_false(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_DENY);
   /* no such program */
-  jb_review_cmd("/nonexistent/reviewer", "{}", 2, 1000, &r);
+  jb_review_cmd("/nonexistent/reviewer", "{}", 2, 1000, NULL, &r);
   assert_true(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_ASK);
 }
@@ -201,10 +205,56 @@ static void webhook_down(void **state) {
   assert_int_equal(jb_review_global_init(&err), 0);
   struct jb_review r;
   /* nothing listens on port 1 of the loopback: refused at once */
-  jb_review_http("http://127.0.0.1:1/r", "{}", 2, 2000, &r);
+  jb_review_http("http://127.0.0.1:1/r", "{}", 2, 2000, NULL, &r);
   assert_true(r.failed);
   assert_int_equal(r.verdict, JB_REVIEW_ASK);
   assert_non_null(strstr(r.reason, "reviewer unreachable"));
+}
+
+/* A review still running when its cut comes (set while it runs, as a shutdown sets it) ends
+ * at once: ask, failed, cut — the program killed, the webhook's transfer aborted. */
+static void cut_short(void **state) {
+  (void)state;
+  jb_error err = {0};
+  assert_int_equal(jb_review_global_init(&err), 0);
+  char p[300];
+  script(p, "sleepy.sh", "sleep 5; echo '{\"verdict\":\"allow\"}'");
+  _Atomic long long at = 0;
+  const struct jb_review_cut cut = {.at_ms = &at, .before_ms = 100};
+  struct jb_review r;
+  /* not set: the timeout decides */
+  long long t0 = ms_now();
+  jb_review_cmd(p, "{}", 2, 300, &cut, &r);
+  assert_false(r.cut);
+  assert_string_equal(r.reason, "reviewer timed out after 300 ms");
+  /* set to come 400 ms from now, less 100: about 300 ms in, long before the 5 s timeout */
+  t0 = ms_now();
+  atomic_store(&at, t0 + 400);
+  jb_review_cmd(p, "{}", 2, 5000, &cut, &r);
+  long long took = ms_now() - t0;
+  assert_true(r.cut);
+  assert_true(r.failed);
+  assert_int_equal(r.verdict, JB_REVIEW_ASK);
+  assert_non_null(strstr(r.reason, "cut short"));
+  assert_true(took >= 250 && took < 1500);
+  /* a webhook that takes the request and never answers */
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(l, 4), 0);
+  assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/r", ntohs(a.sin_port));
+  t0 = ms_now();
+  atomic_store(&at, t0 + 400);
+  jb_review_http(url, "{}", 2, 10000, &cut, &r);
+  took = ms_now() - t0;
+  close(l);
+  assert_true(r.cut);
+  assert_int_equal(r.verdict, JB_REVIEW_ASK);
+  assert_non_null(strstr(r.reason, "cut short"));
+  assert_true(took >= 250 && took < 2500);
 }
 
 int main(void) {
@@ -212,7 +262,7 @@ int main(void) {
   if (!mkdtemp(dir)) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(answers), cmocka_unit_test(hostile_answers), cmocka_unit_test(url_rules),
-      cmocka_unit_test(program), cmocka_unit_test(webhook_down),
+      cmocka_unit_test(program), cmocka_unit_test(webhook_down),    cmocka_unit_test(cut_short),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[128];
