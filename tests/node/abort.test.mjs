@@ -5,13 +5,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFileSync, readFileSync, existsSync, rmSync, mkdtempSync, chmodSync } from 'node:fs';
+import { writeFileSync, readFileSync, existsSync, rmSync, mkdtempSync, chmodSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { toolFailure } from './lib/agent.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
-  containersOf, closeAll } from './lib/jail.mjs';
+  containersOf, closeAll, docker } from './lib/jail.mjs';
 
 let srv;   // worker-backed; sessions held in prescanning until the buyer's pre_scan_done
 let bare;  // no worker: sessions stay in created
@@ -376,8 +376,9 @@ async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, ho
   let stopped = false;
   let wpid = 0;
   let hold = null;
+  let s = null;
   try {
-    const s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), { mode });
+    s = await openSession(x, (d) => writeFileSync(join(d, 'a.txt'), 'hello\n'), { mode });
     const agent = await connect(x, s.agentToken);
     await waitState(x, s.jobId, ['active']);
     if (stopWorker) {
@@ -419,7 +420,21 @@ async function sigtermWhileWaiting({ mode = 'supervised', stopWorker = false, ho
   } finally {
     if (wpid) try { process.kill(wpid, 'SIGCONT'); } catch { /* gone */ }
     if (hold) { await hold.query('ROLLBACK').catch(() => {}); hold.release(); }
-    if (!stopped) x.child.kill('SIGKILL');
+    if (!stopped) {
+      // a failed run kills the instance: its worker and the session's container go too
+      let worker = 0;
+      try { worker = Number(readFileSync(join(x.state, 'worker-0.pid'), 'utf8')); } catch { /* none */ }
+      x.child.kill('SIGKILL');
+      if (worker) try { process.kill(worker, 'SIGKILL'); } catch { /* gone */ }
+      // and its embedded PostgreSQL and the worker's descriptor keeper, both named by the
+      // instance's state directory (a keeper outlives its worker by design, 30 s when idle)
+      for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+        try {
+          if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(x.state)) process.kill(Number(pid), 'SIGKILL');
+        } catch { /* gone */ }
+      }
+      if (s) for (const c of await containersOf(s.jobId).catch(() => [])) await docker('DELETE', `/containers/${c.Id}?force=1`).catch(() => {});
+    }
     rmSync(x.dir, { recursive: true, force: true });
   }
 }
