@@ -374,3 +374,43 @@ json_t *jb_scan_rule_ids(const json_t *findings) {
   }
   return ids;
 }
+
+/* One path rule against one spelling of the path: 1 matched (or failed: fail closed), 0 not. */
+static int landing_one(const struct jb_scan_rules *r, const struct rule *ru, const char *s,
+                       size_t len) {
+  char why[160] = "";
+  return match(r, ru->code, (const unsigned char *)s, len, why, sizeof why) != 0;
+}
+
+int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir, char *rule,
+                    size_t rsize) {
+  if (!r) {
+    snprintf(rule, rsize, "scanner_unavailable");
+    return 1;
+  }
+  size_t len = strlen(path);
+  char *slashed = NULL;
+  if (is_dir && (len == 0 || path[len - 1] != '/')) {
+    slashed = malloc(len + 2);
+    if (!slashed) {
+      snprintf(rule, rsize, "scanner_unavailable");
+      return 1;
+    }
+    memcpy(slashed, path, len);
+    slashed[len] = '/';
+    slashed[len + 1] = '\0';
+  }
+  int hit = 0;
+  for (size_t i = 0; i < r->n && !hit; i++) {
+    const struct rule *ru = &r->rules[i];
+    if (ru->check != JB_SCAN_PATH) continue;
+    hit = landing_one(r, ru, path, len) || (slashed && landing_one(r, ru, slashed, len + 1));
+    if (hit) snprintf(rule, rsize, "%s", ru->id);
+  }
+  free(slashed);
+  return hit;
+}
+
+int jb_scan_landing_in_use(const char *path, bool is_dir, char *rule, size_t rsize) {
+  return jb_scan_landing(jb_scan_rules_in_use(), path, is_dir, rule, rsize);
+}

@@ -76,6 +76,20 @@ const struct jb_scan_rules *jb_scan_rules_in_use(void);
  * If even the embedded rules cannot be had, every write is flagged by "scanner_unavailable". */
 json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len);
 
+/* The landing check: whether an entry that lands at the workspace-relative `path` (NUL-
+ * terminated; a write, an edit, either end of a move, a mkdir, a mode change, or an entry a
+ * writable command added, changed, renamed or re-moded) is one a tool on the buyer's host runs
+ * or reads for what to run — the rules of check `path` in `r`. A directory (`is_dir`) is also
+ * matched as "PATH/", so that `.git/hooks` itself counts as well as the entries under it.
+ * Returns 0 when no path rule matches; 1 when one does, with its id in `rule` (`rsize` bytes,
+ * cut to fit); 1 as well when a match fails or `r` is NULL (fail closed: rule
+ * "scanner_unavailable"). Thread-safe; allocates nothing that outlives the call. */
+int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir, char *rule,
+                    size_t rsize);
+
+/* jb_scan_landing with the rule set in use (jb_scan_rules_in_use). */
+int jb_scan_landing_in_use(const char *path, bool is_dir, char *rule, size_t rsize);
+
 /* The rule ids of a findings array (new array of strings), NULL on allocation failure. */
 json_t *jb_scan_rule_ids(const json_t *findings);
 

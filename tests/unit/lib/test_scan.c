@@ -542,12 +542,42 @@ static void diff_preview(void **state) {
   free(big);
 }
 
+/* The landing check: every path rule, a directory also as "PATH/", nothing else. */
+static void landing(void **state) {
+  (void)state;
+  struct jb_scan_rules *r = NULL;
+  jb_error err = {0};
+  assert_int_equal(jb_scan_rules_load(NULL, &r, &err), 0);
+  char rule[64];
+  assert_int_equal(jb_scan_landing(r, ".git/hooks/pre-commit", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "git_hooks");
+  assert_int_equal(jb_scan_landing(r, ".git/config", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "git_config");
+  assert_int_equal(jb_scan_landing(r, ".github/workflows/ci.yml", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "ci_definition");
+  /* the directory itself: only as a directory */
+  assert_int_equal(jb_scan_landing(r, ".git/hooks", false, rule, sizeof rule), 0);
+  assert_int_equal(jb_scan_landing(r, ".git/hooks", true, rule, sizeof rule), 1);
+  assert_int_equal(jb_scan_landing(r, "sub/.github/workflows", true, rule, sizeof rule), 1);
+  /* content rules decide nothing here */
+  assert_int_equal(jb_scan_landing(r, "src/main.c", false, rule, sizeof rule), 0);
+  assert_int_equal(jb_scan_landing(r, "src", true, rule, sizeof rule), 0);
+  /* no rules: fail closed */
+  assert_int_equal(jb_scan_landing(NULL, "src/main.c", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "scanner_unavailable");
+  /* a cut rule id still ends */
+  char small[4];
+  assert_int_equal(jb_scan_landing(r, ".git/config", false, small, sizeof small), 1);
+  assert_string_equal(small, "git");
+  jb_scan_rules_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(parser_good_file), cmocka_unit_test(parser_bad_lines),
       cmocka_unit_test(parser_files),     cmocka_unit_test(every_rule_has_samples),
       cmocka_unit_test(samples_match),    cmocka_unit_test(match_limit),
-      cmocka_unit_test(diff_preview),
+      cmocka_unit_test(diff_preview),     cmocka_unit_test(landing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
