@@ -96,6 +96,10 @@ static const struct jb_setting settings[] = {
      "(sandbox/WALLS.md)"},
     {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
      JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},
+    {NULL, "JAILBOX_WORKER_MAX_COMMANDS", JB_SETTING_INT, S(max_commands), "16", 1,
+     JB_WORKER_COMMANDS_MAX,
+     "agent commands (exec) this worker runs at once, one per session; each has a thread and a "
+     "database connection of its own, so that file ops never wait behind a command"},
     {NULL, "JAILBOX_WORKER_LEASE_S", JB_SETTING_INT, S(lease_s), "30", 3, 86400,
      "a session's lease: a session whose worker is gone this long (not restarted to re-adopt "
      "it) is failed with the reason worker_unavailable; renewed every third of it"},
@@ -370,6 +374,10 @@ static int start(struct jb_worker *w) {
     slog(w, JB_LOG_WARN, NULL, "development override: sessions may run with fewer walls", "require",
          w->walls.require_text, NULL);
   if (jb_db_open(&w->db, w->set.database_url, 8, 10, &err) < 0) {
+    slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
+    return 1;
+  }
+  if (commands_init(w, &err) < 0) {
     slog(w, JB_LOG_FATAL, NULL, err.msg, "phase", "database", NULL);
     return 1;
   }

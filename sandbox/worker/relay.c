@@ -436,15 +436,18 @@ static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_
 /* Claims the next queued op of `job` and runs it. JB_ERR_NOT_FOUND: none is waiting. */
 static int run_next_queued(struct jb_worker *w, const char *job, struct op_signal *sig,
                            jb_error *err) {
+  if (commands_session_busy(w, job)) return JB_ERR_NOT_FOUND; /* after its command */
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_op_claim op;
   int rc = jb_db_op_claim(conn.pg, job, &op, err);
   if (rc != JB_OK) return rc;
-  if (!strcmp(op.tool, "exec"))
-    rc = exec_op_run(w, conn.pg, job, &op, &sig->signal, sig->detail, sizeof sig->detail, err);
-  else
-    rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
+  if (!strcmp(op.tool, "exec")) { /* run apart: it holds no runner and no pooled connection */
+    jb_db_rollback(conn.pg);
+    jb_op_claim_free(&op);
+    return commands_start(w, job, err) == 0 ? JB_ERR_NOT_FOUND : JB_ERR_FAIL;
+  }
+  rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
   jb_op_claim_free(&op);
   return rc;
 }
@@ -491,6 +494,8 @@ static void due_add(struct jb_worker *w, const char *job, int max) {
   }
   pthread_mutex_unlock(&w->due.lock);
 }
+
+void run_queued_session(struct jb_worker *w, const char *job) { due_add(w, job, 1000); }
 
 /* Makes the queued ops of the sessions whose sandbox is up due (only of `only` when not
  * NULL), at most `max` per session. */
@@ -618,6 +623,7 @@ void *relay_queued_main(void *arg) {
   pthread_cond_broadcast(&w->due.cond);
   pthread_mutex_unlock(&w->due.lock);
   for (int i = 0; i < started; i++) pthread_join(runners[i], NULL);
+  commands_end(w);
   return NULL;
 }
 

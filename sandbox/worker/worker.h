@@ -16,8 +16,9 @@
  *   runners     (relay.c)         JB_QUEUED_RUNNERS threads: each runs the queued ops of one
  *                                 session at a time, in order; a session is on one runner
  *                                 at most, so that a slow op holds up only its own session.
- *                                 An exec (exec_op.c) holds its runner and one pooled
- *                                 connection (idle: no session row) while its command runs.
+ *   commands    (commands.c)      a thread per running exec (exec_op.c), with a connection of
+ *                                 the commands' own pool (idle: no session row) while its
+ *                                 command runs; the session's later ops wait for it.
  *   control     (control.c)       the operators' control socket, a thread per client.
  *   ops socket  (direct_server.c) accepts jailboxd's connections; a pool of its own runs
  *                                 their reads, lists and stats (relay.c).
@@ -60,6 +61,9 @@
  * worker's 8 pooled database connections while it runs: 4 leave the others to the ops
  * socket's requests and the launch jobs. */
 #define JB_QUEUED_RUNNERS 4
+/* Commands (execs) running at once on a worker at most, whatever JAILBOX_WORKER_MAX_COMMANDS
+ * says; each on a thread and a connection of its own (commands.c), never on a runner. */
+#define JB_WORKER_COMMANDS_MAX 64
 
 /* One session this worker runs. job_id, launch_job, workspace and limits do not change after
  * it is added to the table. */
@@ -98,6 +102,7 @@ struct jb_worker_settings {
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
   long prescan_hash_max_mib, max_sessions;
+  long max_commands; /* JAILBOX_WORKER_MAX_COMMANDS: commands running at once (commands.c) */
   long lease_s; /* JAILBOX_WORKER_LEASE_S: a session's lease, renewed every third of it */
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
@@ -141,6 +146,20 @@ struct jb_worker {
     size_t head, n; /* the ring's oldest entry and its length */
     int again[JB_QUEUED_RUNNERS]; /* claims asked for a session while its runner had it */
   } due;
+
+  /* the commands running and the sessions waiting for a place to run one (commands.c) */
+  struct {
+    pthread_mutex_t lock;
+    pthread_cond_t ended; /* a command's thread ended (live went down) */
+    struct jb_db *db; /* the commands' own pool: `max` connections */
+    int max, live; /* places; threads not yet returned */
+    struct {
+      bool used;
+      char job[129];
+    } slot[JB_WORKER_COMMANDS_MAX];
+    char waiting[JB_WORKER_SESSIONS_MAX][129]; /* first come, first served */
+    size_t n_waiting;
+  } cmds;
 
   struct {
     pthread_mutex_t lock;
@@ -312,6 +331,31 @@ int keeper_get(struct jb_worker *w, struct jb_kept **out, size_t *n, jb_error *e
 void kept_free(struct jb_kept *list, size_t n);
 
 /* ---- security signals (signals.c) -------------------------------------------------------- */
+
+/* ---- commands (commands.c) ------------------------------------------------------------------ */
+
+/* Opens the commands' database pool (JAILBOX_WORKER_MAX_COMMANDS connections) and readies
+ * w->cmds; main thread, before the op thread starts. 0, or -1 with `err`. */
+int commands_init(struct jb_worker *w, jb_error *err);
+
+/* Whether session `job` has a command running or waiting for a place: its queued ops then
+ * wait (runners skip it) so that they keep their order. Any thread. */
+bool commands_session_busy(struct jb_worker *w, const char *job);
+
+/* Hands session `job`, whose oldest queued op is an exec (claimed and rolled back by the
+ * caller), to a command thread: started now when a place is free and no session waits longer,
+ * else put in the waiting line (started when a place frees, first come first served). The
+ * thread claims the op again and runs it (exec_op_run) with a connection of the commands'
+ * pool, then makes the session due again. 0; -1 with `err` (the line is full, or no thread
+ * could be started: the op stays queued for the next sweep). A runner's thread. */
+int commands_start(struct jb_worker *w, const char *job, jb_error *err);
+
+/* At the worker's stop, after the runners ended: empties the waiting line, waits for every
+ * command thread to return, closes the commands' pool. */
+void commands_end(struct jb_worker *w);
+
+/* Makes the queued ops of session `job` due for the runners (relay.c). Any thread. */
+void run_queued_session(struct jb_worker *w, const char *job);
 
 /* Acts on signal `kind` of session `job` by the policy: aborts the session (kills and
  * removes its container, seals its chain) or counts the signal and alerts every N-th time.
