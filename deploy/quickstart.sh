@@ -83,9 +83,17 @@ echo "jailboxd is listening on $URL (pid $(cat "$PIDFILE"))"
 echo "  readiness: curl $URL/readyz  ->  $(curl -s "$URL/readyz")"
 echo "  log:       $LOG"
 echo "  socket:    $WS_URL/socket.io/"
-CONSOLE=$(JAILBOX_URL=$URL JAILBOX_TOKEN=$(cat "$STATE/service.token") "$ROOT/build/jailboxctl" console 2>/dev/null |
-  sed -n 's/^console (one-time link, [0-9]* s): //p')
-echo "  console:   ${CONSOLE:-$URL/console/ (paste a token)}   (one-time link, 5 min; service sign-in: the session list)"
+# the service sign-in link is the operator's: it goes to a file only root reads, never to the
+# terminal (a terminal's output is logged, shared and scrolled back by others)
+LINKFILE=$STATE/console-link
+(umask 077 && rm -f "$LINKFILE" &&
+  JAILBOX_URL=$URL JAILBOX_TOKEN=$(cat "$STATE/service.token") "$ROOT/build/jailboxctl" console 2>/dev/null |
+  sed -n 's/^console (one-time link, [0-9]* s): //p' > "$LINKFILE") || true
+if [ -s "$LINKFILE" ]; then
+  echo "  console:   one-time service sign-in link (5 min; the session list) in $LINKFILE (mode 0600)"
+else
+  echo "  console:   $URL/console/ (paste a token)"
+fi
 echo "  service token: $STATE/service.token   (export JAILBOX_URL=$URL JAILBOX_TOKEN=\$(cat $STATE/service.token); $ROOT/build/jailboxctl --help)"
 echo "  stop:      kill -TERM \$(cat $PIDFILE)   (stops its embedded PostgreSQL and workers too)"
 printf '  quickstart took %s s\n' "$(awk -v a="$T_START" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
