@@ -12,14 +12,14 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const JAILBOXD = process.env.JAILBOXD || join(here, '../../../build/jailboxd');
 
 // `opts.dir`: start again on the directory of an earlier server (its state and workspaces);
-// `opts.args`: command-line flags for jailboxd
+// `opts.args`: command-line flags for jailboxd; `opts.binary`: another jailboxd than JAILBOXD
 export async function startServer(env = {}, opts = {}) {
   const dir = opts.dir || mkdtempSync(join(tmpdir(), 'jbnode-'));
   chmodSync(dir, 0o711);
   const state = join(dir, 'state');
   const wsroot = join(dir, 'workspaces');
   if (!opts.dir) mkdirSync(wsroot);
-  const child = spawn(JAILBOXD, opts.args || [], {
+  const child = spawn(opts.binary || JAILBOXD, opts.args || [], {
     // no jailbox-worker unless a test passes JAILBOX_WORKERS
     env: { ...process.env, JAILBOX_LISTEN: '127.0.0.1:0', JAILBOX_WORKERS: '0', JAILBOX_STATE_DIR: state,
            JAILBOX_WORKSPACE_ROOT: wsroot, JAILBOX_LOG_LEVEL: 'info', ...env },
