@@ -414,3 +414,27 @@ int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir
 int jb_scan_landing_in_use(const char *path, bool is_dir, char *rule, size_t rsize) {
   return jb_scan_landing(jb_scan_rules_in_use(), path, is_dir, rule, rsize);
 }
+
+int jb_scan_secrets(const struct jb_scan_rules *r, const unsigned char *data, size_t len,
+                    const char **ids, int max) {
+  if (!r) return -1;
+  unsigned char *squeezed = NULL;
+  size_t slen = 0;
+  if (len > 0 && memchr(data, '\0', len)) {
+    if (!(squeezed = malloc(len))) return -1;
+    for (size_t i = 0; i < len; i++)
+      if (data[i]) squeezed[slen++] = data[i];
+  }
+  int n = 0, failed = 0;
+  for (size_t i = 0; i < r->n && n < max; i++) {
+    const struct rule *ru = &r->rules[i];
+    if (ru->check != JB_SCAN_SECRET) continue;
+    char why[160];
+    int m = match(r, ru->code, data, len, why, sizeof why);
+    if (m == 0 && squeezed) m = match(r, ru->code, squeezed, slen, why, sizeof why);
+    if (m < 0) failed = 1;
+    if (m != 0) ids[n++] = ru->id;
+  }
+  free(squeezed);
+  return failed ? -1 : n;
+}

@@ -90,6 +90,14 @@ int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir
 /* jb_scan_landing with the rule set in use (jb_scan_rules_in_use). */
 int jb_scan_landing_in_use(const char *path, bool is_dir, char *rule, size_t rsize);
 
+/* The ids of the `secret` rules of `r` that match `len` bytes at `data` (also with NUL bytes
+ * removed, as jb_scan_run): for the pre-scan's list of files that look like secrets. Returns
+ * the number of ids written to `ids` (at most `max`, in rule order; each borrowed from `r`),
+ * or -1 when a match failed (callers treat the file as a secret: fail closed). Allocates
+ * only for content holding NUL bytes. Thread-safe. */
+int jb_scan_secrets(const struct jb_scan_rules *r, const unsigned char *data, size_t len,
+                    const char **ids, int max);
+
 /* The rule ids of a findings array (new array of strings), NULL on allocation failure. */
 json_t *jb_scan_rule_ids(const json_t *findings);
 

