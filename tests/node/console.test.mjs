@@ -259,6 +259,11 @@ test('the console cookie opens a socket only from the console\'s own origin, and
   });
   assert.equal(await attempt(srv.url), 'connected');
   assert.match(await attempt('http://127.0.0.1:1'), /only from its own page's origin/);
+  // the exact origin: another host name (or scheme) on the console's own port is another page
+  const { hostname, port } = new URL(srv.url);
+  assert.match(await attempt(`http://localhost:${port}`), /only from its own page's origin/);
+  assert.match(await attempt(`http://evil.${hostname}.nip.io:${port}`), /only from its own page's origin/);
+  assert.match(await attempt(`https://${hostname}:${port}`), /only from its own page's origin/);
   // REST: reads with the cookie alone, changes only with X-Jailbox-Console: 1
   assert.equal((await fetch(`${srv.url}/v1/jailbox/${S.jobId}`, { headers: { cookie } })).status, 200);
   const noHdr = await fetch(`${srv.url}/v1/jailbox/${S.jobId}/abort`, { method: 'POST', headers: { cookie } });
