@@ -44,8 +44,6 @@ test('allow-similar "command" allows the approved argv exactly: an added option,
   const agent = await kit.connect(S.agentToken);
   await kit.call(agent, 'exec', { argv: ['echo', 'a'] });
   assert.equal(asked.length, 1);
-  assert.deepEqual({ argv: rule.argv, cwd: rule.cwd, argvPrefix: rule.argvPrefix, env: rule.env, writable: rule.writable },
-    { argv: ['echo', 'a'], cwd: '.', argvPrefix: undefined, env: undefined, writable: undefined }, JSON.stringify(rule));
   // the same argv: by the rule, unasked
   let r = await kit.call(agent, 'exec', { argv: ['echo', 'a'] });
   assert.equal(asked.length, 1, 'the exact command asked again');
@@ -64,6 +62,8 @@ test('allow-similar "command" allows the approved argv exactly: an added option,
     assert.equal(asked.length, 2 + i, `not asked: ${JSON.stringify(v)}`);
     assert.equal(toolFailure(r)?.data?.reason, 'rejected', JSON.stringify(r));
   }
+  assert.deepEqual({ argv: rule.argv, cwd: rule.cwd, argvPrefix: rule.argvPrefix, env: rule.env, writable: rule.writable },
+    { argv: ['echo', 'a'], cwd: '.', argvPrefix: undefined, env: undefined, writable: undefined }, JSON.stringify(rule));
   const ops = (await srv.db.query('SELECT args->\'argv\' AS argv, decided_by FROM ops WHERE job_id = $1 AND tool = \'exec\' ORDER BY op_id', [S.jobId])).rows;
   assert.deepEqual(ops.map((o) => o.decided_by), ['buyer', `rule:${rule.id}`, 'buyer', 'buyer', 'buyer', 'buyer', 'buyer']);
   agent.close();
