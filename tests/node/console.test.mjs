@@ -163,8 +163,10 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
 
   // 3. an exec approved with the `a` key, its live output, killed while it runs
-  const ex = kit.call(agent, 'exec', { argv: ['/bin/sh', '-c', 'echo started; sleep 120'] }, 180000);
+  const ex = kit.call(agent, 'exec', { argv: ['/bin/sh', '-c', 'echo started; sleep 120'], env: { LANG: 'C.UTF-8', TZ: 'ghp_' + 'x'.repeat(36) } }, 180000);
   await page.locator('.card:not(.running) .mono').filter({ hasText: '"/bin/sh"' }).waitFor();
+  // the variables with their values, a secret-looking one masked
+  assert.equal(await page.locator('.card:not(.running) .env').textContent(), 'env: LANG="C.UTF-8" TZ="[REDACTED:github_token]"');
   await page.locator('body').click({ position: { x: 5, y: 5 } });
   await page.keyboard.press('a');
   await page.locator('.card.running .out').filter({ hasText: 'started' }).waitFor({ timeout: 60000 });
