@@ -287,7 +287,7 @@ test('jailboxctl: watch shows an exec approval request and its output as safe te
     await K.waitFor('watch connected', () => out.includes('state active') || out.includes('state awaiting_agent'), 20000);
     const call = K.call(agentS, 'exec', { argv: ['echo', '\x1b[2Jx'], env: { SECRET_TOKEN: 'hunter3' }, cwd: '.', stdin: 'first line\n\x1b[31mred\n' });
     await K.waitFor('the request shown', () => out.includes('APPROVAL REQUESTED') && out.includes('workspace: read-only'), 20000);
-    assert.match(out, /APPROVAL REQUESTED op #\d+: exec\n {4}argv: \[echo\] \[\?\[2Jx\]\n {4}cwd: \.\n {4}env: SECRET_TOKEN\n {4}workspace: read-only, timeout 120 s/);
+    assert.match(out, /APPROVAL REQUESTED op #\d+: exec\n {4}argv: \[echo\] \[\?\[2Jx\]\n {4}cwd: \.\n {4}env: SECRET_TOKEN=\[\[REDACTED:name\]\]\n {4}workspace: read-only, timeout 120 s/);
     assert.ok(!out.includes('hunter3') && !out.includes('\x1b'), out);
     // what it is fed on stdin, as safe text
     assert.match(out, /    stdin: 20 bytes \(sha256 [0-9a-f]{16}…\):\n      \| first line\n      \| \?\[31mred\n/);
