@@ -83,10 +83,11 @@ test('env is an allow-list: GIT_DIR and CC refused unless the operator allows th
   let f = toolFailure(await kit.call(agent, 'exec', { argv: ['echo'], env: { LC_ALL: '/workspace/locale' } }));
   assert.equal(f?.data?.reason, 'denied', JSON.stringify(f));
   // allowed by the operator (GIT_DIR, MY_TOKEN): the buyer sees the values, secrets masked
-  const call = kit.call(agent, 'exec', { argv: ['git', 'status'], env: { GIT_DIR: '/workspace/.evil', MY_TOKEN: 'plain-text-1', LANG: GH } });
+  const call = kit.call(agent, 'exec', { argv: ['git', 'status'], env: { GIT_DIR: '/workspace/.evil', MY_TOKEN: 'plain-text-1', LANG: GH, LC_MESSAGES: 'x'.repeat(3000) } });
   const ev = await kit.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'exec');
-  assert.deepEqual(ev.envNames, ['GIT_DIR', 'LANG', 'MY_TOKEN']);
-  assert.deepEqual(ev.env, { GIT_DIR: '/workspace/.evil', MY_TOKEN: '[REDACTED:name]', LANG: '[REDACTED:github_token]' });
+  assert.deepEqual(ev.envNames, ['GIT_DIR', 'LANG', 'LC_MESSAGES', 'MY_TOKEN']);
+  assert.deepEqual(ev.env, { GIT_DIR: '/workspace/.evil', MY_TOKEN: '[REDACTED:name]', LANG: '[REDACTED:github_token]',
+    LC_MESSAGES: 'x'.repeat(1024) + '… (3000 bytes)' });
   assert.ok(!JSON.stringify(ev).includes('plain-text-1') && !JSON.stringify(ev).includes(GH), 'a secret value in the request');
   // the pending op says the same (REST)
   const page = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: S.buyerToken });
