@@ -1,6 +1,6 @@
 // exec.test.mjs — the agent's exec through the real stack (socket.io-client agent → jailboxd →
 // worker → the session's spawner inside gVisor + Docker): the tool's description and argument
-// checks (sizes, the env deny-list, the path rules on cwd), an unsupervised echo and a non-zero
+// checks (sizes, the env allow-list, the path rules on cwd), an unsupervised echo and a non-zero
 // exit as normal results, a supervised exec held for the buyer with argv, cwd, env names (never
 // values) and writable — approved, rejected, killed while pending —, the buyer's kill of a
 // running `sleep 60` over REST and over the socket (404, 409), jailbox:exec_output reaching the
