@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "server/api.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,6 +54,9 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
   const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer,
                                            jb_op_direct_free};
   if (app->cfg) jb_op_set_exec_max_timeout(app->cfg->exec_max_timeout_s);
+  char why[200];
+  if (app->cfg && jb_op_set_exec_env_allow(app->cfg->exec_env_allow, why, sizeof why) < 0)
+    return jb_fail(err, EINVAL, "%s", why);
   if (jb_socket_start(app, jb_op_tool, NULL, &direct, &sock, err) < 0) /* logs "ws listening" */
     return jb_error_wrap(err, "websocket");
   __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */

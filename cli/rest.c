@@ -534,6 +534,17 @@ static void show_rule(const json_t *r) {
     json_array_foreach (argv, i, a) printf(" %s", jb_ctl_text(json_string_value(a)));
     printf(" ...");
   }
+  json_t *exact = json_object_get(r, "argv"); /* an exact command: argv, cwd, env names */
+  if (json_is_array(exact)) {
+    printf(" exactly");
+    size_t i;
+    json_t *a;
+    json_array_foreach (exact, i, a) printf(" %s", jb_ctl_text(json_string_value(a)));
+    if (json_is_string(json_object_get(r, "cwd"))) printf(" in %s", str(r, "cwd"));
+    json_array_foreach (json_object_get(r, "env"), i, a)
+      printf("%s%s", i ? "," : " env ", jb_ctl_text(json_string_value(a)));
+  }
+  if (json_is_true(json_object_get(r, "writable"))) printf(" writable");
   if (json_is_string(json_object_get(r, "command"))) printf(" command %s", str(r, "command"));
   if (json_is_integer(json_object_get(r, "maxBytes")))
     printf(" max %lld bytes", (long long)json_integer_value(json_object_get(r, "maxBytes")));

@@ -229,9 +229,16 @@ static void print_event(const char *name, const json_t *d) {
     printf("\n    cwd: ");
     print_whole(json_string_value(json_object_get(d, "cwd")));
     printf("\n    env:");
-    json_array_foreach (json_object_get(d, "envNames"), i, x) {
+    json_array_foreach (json_object_get(d, "envNames"), i, x) { /* NAME=value, masked */
       putchar(' ');
       print_whole(json_string_value(x));
+      const char *val =
+          json_string_value(json_object_get(json_object_get(d, "env"), json_string_value(x) ?: ""));
+      if (val) {
+        printf("=[");
+        print_whole(val);
+        putchar(']');
+      }
     }
     if (json_array_size(json_object_get(d, "envNames")) == 0) printf(" (none added)");
     printf("\n    workspace: %s, timeout %lld s\n",

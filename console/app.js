@@ -473,6 +473,14 @@
         const p = T.el('p', 'argv: ', 'mono');
         argv.forEach((a, k) => { if (k) p.appendChild(document.createTextNode(' ')); T.put(p, JSON.stringify(a)); });
         card.appendChild(p);
+        // the variables with their values (secret-looking ones masked by the server)
+        const env = ev.env || (ev.args && ev.args.env) || null;
+        if (env && Object.keys(env).length) {
+          const e = T.el('p', 'env: ', 'mono env');
+          Object.keys(env).sort().forEach((k, i) => { if (i) e.appendChild(document.createTextNode(' ')); T.put(e, `${k}=${JSON.stringify(env[k])}`); });
+          if (ev.envTruncated) T.put(e, ' (cut: GET …/ops has the whole values)');
+          card.appendChild(e);
+        }
         card.appendChild(outputBox(id));
       }
       if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff, id);
@@ -482,7 +490,7 @@
       const sim = document.createElement('select');
       sim.className = 'similar';
       for (const [v, l] of [['', 'just this one'], ['directory', 'allow similar: same directory'], ['extension', 'allow similar: same extension'],
-        ['command', 'allow similar: same command'], ['session', 'allow similar: whole session']]) {
+        ['command', 'allow similar: this exact command (same argv, directory, variables and values)'], ['session', 'allow similar: whole session']]) {
         const o = document.createElement('option');
         o.value = v; o.textContent = l;
         sim.appendChild(o);

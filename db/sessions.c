@@ -492,7 +492,8 @@ fail:
   " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
   "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
   "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
-  "   o.args->'env', '{}'::jsonb)) k), 'writable', o.args->'writable', 'timeoutMs',"         \
+  "   o.args->'env', '{}'::jsonb)) k), 'env', CASE WHEN o.state = 'pending' THEN"            \
+  "   o.args->'envShown' END, 'writable', o.args->'writable', 'timeoutMs',"                  \
   "   o.args->'timeoutMs', 'stdinBytes', coalesce(octet_length(o.args->>'stdin'),"           \
   "   (o.args->>'stdinBytes')::bigint))"                                                     \
   "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \

@@ -16,8 +16,9 @@
 static const char *const effect_names[] = {"allow", "ask", "deny"};
 static const char *const rule_tools[] = {"write", "edit", "mkdir", "move", "delete", "exec", NULL};
 static const char *const rule_fields[] = {
-    "id",        "tool", "path",   "argvPrefix", "command",  "maxBytes", "effect",
-    "expiresAt", "uses", "locked", "broad",      "writable", NULL};
+    "id",   "tool",      "path",    "argvPrefix", "argv",   "cwd",
+    "env",  "envSha256", "command", "maxBytes",   "effect", "expiresAt",
+    "uses", "locked",    "broad",   "writable",   NULL};
 
 const char *jb_rule_effect_name(enum jb_rule_effect e) {
   return e >= JB_RULE_ALLOW && e <= JB_RULE_DENY ? effect_names[e] : "ask";
@@ -28,6 +29,10 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule) {
   for (int i = 0; e && i < 3; i++)
     if (!strcmp(e, effect_names[i])) return (enum jb_rule_effect)i;
   return JB_RULE_ASK;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 static bool in_list(const char *s, const char *const *list) {
@@ -147,6 +152,56 @@ static json_t *new_id(void) {
   return json_string(id);
 }
 
+/* Whether `name` is an environment variable name: [A-Za-z_][A-Za-z0-9_]*, 1..128 bytes. */
+static bool env_name_ok(const char *name) {
+  size_t n = strlen(name);
+  if (n == 0 || n > 128 || (name[0] >= '0' && name[0] <= '9')) return false;
+  return strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
+/* Checks the fields of an exact exec rule (argv, cwd, env, envSha256) of rule `in`: NULL when
+ * they are right (or absent), else the message written to `msg`. */
+static const char *check_exact(const json_t *in, bool is_exec, char *msg, size_t msize) {
+  json_t *argv = json_object_get(in, "argv"), *cwd = json_object_get(in, "cwd");
+  json_t *env = json_object_get(in, "env"), *sha = json_object_get(in, "envSha256");
+  if (!argv && !cwd && !env && !sha) return NULL;
+#define NO(...) return (fail(msg, msize, __VA_ARGS__), msg)
+  if (!is_exec) NO("argv, cwd, env and envSha256 are for exec rules only");
+  if (!argv) NO("cwd, env and envSha256 go with argv (an exact command)");
+  if (json_object_get(in, "argvPrefix") || json_object_get(in, "command"))
+    NO("give one of argv, argvPrefix or command");
+  size_t n = json_array_size(argv), total = 0;
+  if (!json_is_array(argv) || n == 0 || n > JB_RULE_EXACT_ARGV_MAX)
+    NO("argv must be 1..%d strings", JB_RULE_EXACT_ARGV_MAX);
+  for (size_t i = 0; i < n; i++) {
+    json_t *a = json_array_get(argv, i);
+    if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a))
+      NO("argv[%zu] must be a string without NUL", i);
+    total += json_string_length(a) + 1;
+  }
+  if (total > JB_RULE_EXACT_ARGV_BYTES)
+    NO("argv takes %zu bytes; at most %d", total, JB_RULE_EXACT_ARGV_BYTES);
+  if (cwd && (!json_is_string(cwd) || json_string_length(cwd) == 0 ||
+              json_string_length(cwd) > JB_PATH_MAX ||
+              strlen(json_string_value(cwd)) != json_string_length(cwd)))
+    NO("cwd must be the working directory, 1..%d bytes", JB_PATH_MAX);
+  size_t ne = json_array_size(env);
+  if (env && (!json_is_array(env) || ne > JB_RULE_ENV_MAX))
+    NO("env must be an array of at most %d variable names", JB_RULE_ENV_MAX);
+  for (size_t i = 0; i < ne; i++) {
+    const char *k = json_string_value(json_array_get(env, i));
+    if (!k || !env_name_ok(k)) NO("env[%zu] must be a variable name", i);
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(k, json_string_value(json_array_get(env, j)))) NO("env names \"%.64s\" twice", k);
+  }
+  const char *h = json_string_value(sha);
+  if (sha && (!h || strlen(h) != 64 || strspn(h, "0123456789abcdef") != 64))
+    NO("envSha256 must be 64 lowercase hex digits (jb_rule_env_sha256)");
+  if (sha && ne == 0) NO("envSha256 goes with env (the names it covers)");
+#undef NO
+  return NULL;
+}
+
 json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char *msg,
                       size_t msize) {
   if (!json_is_object(in)) return fail(msg, msize, "a rule is a JSON object");
@@ -155,8 +210,9 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
   json_object_foreach ((json_t *)in, k, v) {
     if (!in_list(k, rule_fields))
       return fail(msg, msize,
-                  "unknown field \"%.64s\" (a rule has id, tool, path, argvPrefix, command, "
-                  "maxBytes, effect, expiresAt, uses, locked, broad, writable)",
+                  "unknown field \"%.64s\" (a rule has id, tool, path, argvPrefix, argv, cwd, env, "
+                  "envSha256, command, maxBytes, effect, expiresAt, uses, locked, broad, "
+                  "writable)",
                   k);
   }
   json_t *id = json_object_get(in, "id");
@@ -204,6 +260,8 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
       return fail(msg, msize, "command must be the exact shell command text (1..131072 bytes)");
     if (argv) return fail(msg, msize, "give argvPrefix or command, not both");
   }
+  if (check_exact(in, is_exec, msg, msize)) return NULL;
+  json_t *exact = json_object_get(in, "argv");
   json_t *max = json_object_get(in, "maxBytes");
   if (max) {
     if (strcmp(tool, "write") && strcmp(tool, "edit"))
@@ -229,19 +287,24 @@ json_t *jb_rule_check(const json_t *in, bool operator_rule, long long now, char 
     return fail(msg, msize, "writable must be true or false");
   if (json_is_true(locked) && !operator_rule)
     return fail(msg, msize, "locked rules come from the operator's policy file only");
-  bool everything =
-      (!path || glob_is_everything(json_string_value(path))) && (!is_exec || (!argv && !command));
+  bool everything = (!path || glob_is_everything(json_string_value(path))) &&
+                    (!is_exec || (!argv && !command && !exact));
   if (!strcmp(effect, "allow") && everything && (is_exec || !strcmp(tool, "delete")) &&
       !json_is_true(broad))
     return fail(msg, msize,
                 "an allow rule for %s that matches every %s op needs \"broad\": true "
                 "(or narrow it with path%s)",
-                tool, tool, is_exec ? ", argvPrefix or command" : "");
+                tool, tool, is_exec ? ", argv, argvPrefix or command" : "");
   if (argv && !strcmp(effect, "allow") && jb_argv_prefix_is_interpreter(argv))
     return fail(msg, msize,
                 "argvPrefix [\"%.40s\"…] starts a shell, an interpreter or a launcher: it would "
                 "allow every command; name the script or program",
                 json_string_value(json_array_get(argv, 0)));
+  if (exact && !strcmp(effect, "allow") && jb_argv_prefix_is_interpreter(exact))
+    return fail(msg, msize,
+                "argv [\"%.40s\"…] starts a shell, an interpreter or a launcher with options "
+                "only: name the script or program",
+                json_string_value(json_array_get(exact, 0)));
   json_t *out = json_deep_copy(in);
   if (!out) return fail(msg, msize, "out of memory");
   if (!id) json_object_set_new(out, "id", new_id());
@@ -296,6 +359,12 @@ struct crule {
   bool casefold; /* a deny or an ask rule: case ignored */
   char **argv; /* argvPrefix, nargv items; NULL: none */
   size_t nargv;
+  char **exact; /* argv (the whole command), nexact items; NULL: none */
+  size_t nexact;
+  char *cwd; /* with exact: the working directory, NULL: any */
+  char **env; /* with exact: the variable names, nenv items */
+  size_t nenv;
+  char env_sha[65]; /* with exact: jb_rule_env_sha256 of the variables, "": not looked at */
   bool writable, has_uses;
 };
 
@@ -311,6 +380,39 @@ struct jb_rules {
  * "a/b.c" but not "x.c/evil.sh"; "src/" "*" the files and directories right in src); a deny
  * or an ask rule matches as an exclusion glob does (case ignored, everything below named): it
  * errs towards asking. */
+/* A new NULL-terminated copy of the strings of JSON array `a` (*n set to their number), or NULL
+ * out of memory (*n then counts what was copied, for strv_free). */
+static char **strv_copy(const json_t *a, size_t *n) {
+  size_t m = json_array_size(a);
+  char **v = calloc(m + 1, sizeof *v);
+  *n = 0;
+  if (!v) return NULL;
+  for (size_t i = 0; i < m; i++, (*n)++) {
+    const char *x = json_string_value(json_array_get(a, i));
+    if (!(v[i] = strdup(x ? x : ""))) return v; /* caller sees v[i] NULL below n+1 */
+  }
+  return v;
+}
+
+static void strv_free(char **v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* Fills the exact-command fields of `c` from `rule`: 0, or -1 out of memory. */
+static int crule_fill_exact(struct crule *c, const json_t *rule) {
+  json_t *exact = json_object_get(rule, "argv");
+  if (!exact) return 0;
+  if (!(c->exact = strv_copy(exact, &c->nexact)) || c->nexact != json_array_size(exact)) return -1;
+  json_t *env = json_object_get(rule, "env");
+  if (!(c->env = strv_copy(env, &c->nenv)) || c->nenv != json_array_size(env)) return -1;
+  const char *cwd = json_string_value(json_object_get(rule, "cwd"));
+  if (cwd && !(c->cwd = strdup(cwd))) return -1;
+  const char *sha = json_string_value(json_object_get(rule, "envSha256"));
+  snprintf(c->env_sha, sizeof c->env_sha, "%s", sha ? sha : "");
+  return 0;
+}
+
 static int crule_fill(struct crule *c, const json_t *rule) {
   memset(c, 0, sizeof *c);
   c->effect = jb_rule_effect_of(rule);
@@ -350,7 +452,7 @@ static int crule_fill(struct crule *c, const json_t *rule) {
       if (!(c->argv[i] = strdup(a ? a : ""))) return -1;
     }
   }
-  return 0;
+  return crule_fill_exact(c, rule);
 }
 
 static void crule_free(struct crule *c) {
@@ -361,6 +463,9 @@ static void crule_free(struct crule *c) {
   free(c->command);
   for (size_t i = 0; c->argv && i < c->nargv; i++) free(c->argv[i]);
   free(c->argv);
+  strv_free(c->exact, c->nexact);
+  strv_free(c->env, c->nenv);
+  free(c->cwd);
 }
 
 struct jb_rules *jb_rules_compile(const json_t *rules) {
@@ -424,6 +529,68 @@ static bool glob_names(const struct crule *c, const struct split_path *sp) {
   return jb_glob_components_match(c->glob, c->nglob, sp->v, sp->n, c->casefold);
 }
 
+int jb_rule_env_sha256(const json_t *env, char hex[65]) {
+  size_t n = json_object_size(env);
+  const char **keys = calloc(n + 1, sizeof *keys);
+  if (!keys) return -1;
+  size_t k = 0;
+  const char *name;
+  json_t *v;
+  json_object_foreach ((json_t *)env, name, v) keys[k++] = name;
+  qsort(keys, k, sizeof *keys, cmp_str);
+  crypto_hash_sha256_state st;
+  crypto_hash_sha256_init(&st);
+  for (size_t i = 0; i < k; i++) {
+    json_t *val = json_object_get(env, keys[i]);
+    crypto_hash_sha256_update(&st, (const unsigned char *)keys[i], strlen(keys[i]) + 1);
+    crypto_hash_sha256_update(&st, (const unsigned char *)(json_string_value(val) ?: ""),
+                              json_string_length(val) + 1);
+  }
+  free(keys);
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256_final(&st, h);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+  return 0;
+}
+
+/* Sorts JSON array `a` of strings in place (byte order). */
+static void qsort_json_strings(json_t *a) {
+  size_t n = json_array_size(a);
+  for (size_t i = 1; i < n; i++) /* insertion sort: at most JB_RULE_ENV_MAX names */
+    for (size_t j = i; j > 0 && strcmp(json_string_value(json_array_get(a, j - 1)),
+                                       json_string_value(json_array_get(a, j))) > 0;
+         j--) {
+      json_t *x = json_incref(json_array_get(a, j));
+      json_array_remove(a, j);
+      json_array_insert_new(a, j - 1, x);
+    }
+}
+
+/* Whether op `op` is the exact command of rule `c` (c->exact set): the same argv, item for
+ * item; for an allow rule also the same working directory (when the rule names one), the same
+ * variable names and, when the rule has envSha256, the same values. A deny or an ask rule
+ * looks at argv alone: it errs towards matching. */
+static bool exact_matches(const struct crule *c, const struct jb_rule_op *op) {
+  if (!op->argv || op->command || json_array_size(op->argv) != c->nexact) return false;
+  for (size_t i = 0; i < c->nexact; i++) {
+    json_t *a = json_array_get(op->argv, i);
+    if (!json_is_string(a) || json_string_length(a) != strlen(c->exact[i]) ||
+        strcmp(json_string_value(a), c->exact[i]))
+      return false;
+  }
+  if (c->effect != JB_RULE_ALLOW) return true;
+  if (op->stdin_data) return false;
+  if (c->cwd && strcmp(c->cwd, op->path ? op->path : ".")) return false;
+  if (json_object_size(op->env_vars) != c->nenv || (op->env && !op->env_vars)) return false;
+  for (size_t i = 0; i < c->nenv; i++)
+    if (!json_object_get(op->env_vars, c->env[i])) return false;
+  if (c->env_sha[0]) {
+    char hex[65];
+    if (jb_rule_env_sha256(op->env_vars, hex) < 0 || strcmp(hex, c->env_sha)) return false;
+  }
+  return true;
+}
+
 static bool crule_matches(const struct crule *c, const struct jb_rule_op *op,
                           const struct split_path *src, const struct split_path *dst,
                           long long now) {
@@ -441,6 +608,7 @@ static bool crule_matches(const struct crule *c, const struct jb_rule_op *op,
     /* PATH=./bin, LD_PRELOAD, MAKEFLAGS=--eval…: the variables choose what the named program
      * runs; allowing the program is not allowing that */
     if ((c->argv || c->command) && op->env) return false;
+    /* an exact rule: the variables it names, and only those (exact_matches) */
     /* allowing a command to read the workspace is not allowing it to change it */
     if (op->writable && !c->writable) return false;
   }
@@ -452,6 +620,7 @@ static bool crule_matches(const struct crule *c, const struct jb_rule_op *op,
     }
   }
   if (c->command && (!op->command || strcmp(c->command, op->command))) return false;
+  if (c->exact && !exact_matches(c, op)) return false;
   return true;
 }
 
@@ -502,6 +671,34 @@ static bool glob_literal(char *out, size_t cap, size_t *len, const char *s, size
   }
   out[*len] = '\0';
   return true;
+}
+
+/* Adds to exec rule `r` the exact command of `op`: argv whole, cwd, the names of its variables
+ * and their jb_rule_env_sha256. 0, or -1 out of memory. */
+static int similar_exact(json_t *r, const struct jb_rule_op *op) {
+  json_t *names = json_array();
+  if (!names || json_object_set_new(r, "argv", json_deep_copy(op->argv)) < 0 ||
+      json_object_set_new(r, "cwd", json_string(op->path ? op->path : ".")) < 0) {
+    json_decref(names);
+    return -1;
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach ((json_t *)op->env_vars, k, v) json_array_append_new(names, json_string(k));
+  if (json_array_size(names) == 0) {
+    json_decref(names);
+    return 0;
+  }
+  qsort_json_strings(names);
+  char hex[65];
+  if (jb_rule_env_sha256(op->env_vars, hex) < 0) {
+    json_decref(names);
+    return -1;
+  }
+  if (json_object_set_new(r, "env", names) < 0 ||
+      json_object_set_new(r, "envSha256", json_string(hex)) < 0)
+    return -1;
+  return 0;
 }
 
 json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg, size_t msize) {
@@ -561,22 +758,32 @@ json_t *jb_rule_similar(const struct jb_rule_op *op, const char *key, char *msg,
                   "allowSimilar \"command\" is for an exec with argv (a shell command runs a "
                   "shell, which would allow every command)");
     }
-    json_t *prefix = json_array();
-    for (size_t i = 0; i < 2 && i < json_array_size(op->argv); i++)
-      json_array_append(prefix, json_array_get(op->argv, i));
-    const char *a1 = json_string_value(json_array_get(op->argv, 1));
-    /* ["git","-c"] would allow every "git -c core.pager=…" (an interpreter's prefix is refused
-     * by the check below, with its own words) */
-    if (a1 && a1[0] == '-' && !jb_argv_prefix_is_interpreter(prefix)) {
-      json_decref(prefix);
+    if (op->stdin_data) {
       json_decref(r);
       return fail(msg, msize,
-                  "allowSimilar \"command\" keeps the program and its first argument, and "
-                  "\"%.100s\" is an option: the rule would allow any command it configures; "
-                  "add a rule with a longer argvPrefix",
-                  a1);
+                  "allowSimilar \"command\" is for an exec without stdin (its input can be a "
+                  "program, as in make -f /dev/stdin): approve it alone");
     }
-    json_object_set_new(r, "argvPrefix", prefix);
+    /* the refusals of the prefix form stand: a shell or an interpreter with an option first
+     * (bash -c, python3 -c) runs code from its arguments, a launcher another program */
+    json_t *head = json_array();
+    for (size_t i = 0; head && i < 2 && i < json_array_size(op->argv); i++)
+      json_array_append(head, json_array_get(op->argv, i));
+    bool interp = !head || jb_argv_prefix_is_interpreter(head);
+    json_decref(head);
+    if (interp) {
+      json_decref(r);
+      return fail(msg, msize,
+                  "allowSimilar \"command\": \"%.40s\" is a shell, an interpreter or a "
+                  "launcher given code or a program in its arguments; approve it alone",
+                  json_string_value(json_array_get(op->argv, 0)));
+    }
+    /* the command the buyer saw, whole: GNU tools read options anywhere on the line, so a
+     * prefix would allow "make check --eval=…" after an approved "make check" */
+    if (similar_exact(r, op) < 0) {
+      json_decref(r);
+      return fail(msg, msize, "out of memory");
+    }
   } else if (key && !strcmp(key, "session")) {
     json_object_set_new(r, "broad", json_true());
   } else {

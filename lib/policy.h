@@ -2,8 +2,8 @@
  * of an op against an ordered list of them. Pure (no database, no clock of its own): jailboxd
  * decides ops with it (api/agent/policy.c), jailboxctl can check a rule before sending it.
  *
- * A rule is a JSON object {id, tool, path?, argvPrefix?, command?, maxBytes?, effect,
- * expiresAt?, uses?, locked?, broad?, writable?}:
+ * A rule is a JSON object {id, tool, path?, argvPrefix?, argv?, cwd?, env?, envSha256?,
+ * command?, maxBytes?, effect, expiresAt?, uses?, locked?, broad?, writable?}:
  *   id          1..64 bytes of [A-Za-z0-9_.-] (made up when not given: "r-" and 12 hex digits)
  *   tool        the op's tool: write, edit, mkdir, move, delete or exec
  *   path        a glob with the exclusion matcher's .gitignore semantics (lib/pathcheck.h
@@ -15,7 +15,15 @@
  *               a move matches an allow rule when source and destination both do, a deny
  *               or an ask rule when either does;
  *               an exec's path is its working directory
- *   argvPrefix  exec only: 1..64 strings the op's argv must start with
+ *   argvPrefix  exec only: 1..64 strings the op's argv must start with (the operator's form:
+ *               GNU tools read options anywhere, so "make check" allows "make check --eval=…")
+ *   argv        exec only: the op's whole argv, item for item (1..256 strings, 128 KiB); an
+ *               allow rule with argv matches an exec with exactly the variables of `env`
+ *               and no stdin
+ *   cwd         with argv: the op's working directory as the op gave it ("." for none)
+ *   env         with argv: the names of the variables the op sets (none when absent)
+ *   envSha256   with env: jb_rule_env_sha256 of the op's variables (their values, without
+ *               keeping them); a deny or an ask rule with argv looks at argv alone
  *   command     exec only: the op's shell command text, exactly (an allow rule with
  *               argvPrefix or command matches no exec that sets environment variables)
  *   maxBytes    write and edit only: the content the op leaves is at most this many bytes
@@ -42,6 +50,9 @@
 #define JB_RULE_GLOB_MAX 1024 /* bytes of a rule's path glob */
 #define JB_RULE_ID_MAX 64 /* bytes of a rule's id */
 #define JB_RULE_ARGV_MAX 64 /* items of an argvPrefix */
+#define JB_RULE_EXACT_ARGV_MAX 256 /* items of an exact argv (an exec's own limit) */
+#define JB_RULE_EXACT_ARGV_BYTES (128 * 1024) /* bytes of an exact argv, a NUL each */
+#define JB_RULE_ENV_MAX 256 /* names of an exact rule's env (an exec's own limit) */
 
 /* A rule's effect; also the decision of an op. */
 enum jb_rule_effect { JB_RULE_ALLOW = 0, JB_RULE_ASK, JB_RULE_DENY };
@@ -60,7 +71,16 @@ struct jb_rule_op {
   bool env; /* exec: the op sets environment variables (PATH, LD_PRELOAD, MAKEFLAGS… choose
              * what a program runs, so an allow rule with argvPrefix or command does not match) */
   bool writable; /* exec: the workspace is writable for the command */
+  const json_t *env_vars; /* exec: its {NAME: value} object (NULL: none); an exact rule
+                           * (argv) matches the names and, with envSha256, the values */
+  bool stdin_data; /* exec: the op gives the command input on stdin (which can be a program:
+                    * `make -f /dev/stdin`), so no exact allow rule matches it */
 };
+
+/* The SHA-256 of an exec's variables `env` ({NAME: value} object, borrowed; NULL: none) as
+ * lowercase hex in `hex`: over each NAME, NUL, VALUE, NUL in byte order of the names. What an
+ * exact rule keeps of the values the buyer was shown (envSha256). 0, or -1 out of memory. */
+int jb_rule_env_sha256(const json_t *env, char hex[65]);
 
 /* Checks rule `in` (borrowed) against the grammar above and returns its normalized copy
  * (new; id made up when missing; expiresAt rewritten as "YYYY-MM-DDTHH:MM:SSZ"), or NULL with
@@ -125,9 +145,10 @@ enum jb_rule_effect jb_rule_effect_of(const json_t *rule);
  *              refused, use extension or session)
  *   extension  path "D/" "**" "/" "*.EXT" for its directory D and its extension (a file at
  *              the root: "/" "*.EXT", the root's files; no extension: refused)
- *   command    exec only: argvPrefix argv[0..1] (argv[0] alone for a one-item argv); refused
- *              for a shell command, for an interpreter prefix and when argv[1] is an option
- *              ("-c", "--exec": the prefix would allow whatever the option configures)
+ *   command    exec only: the exact command approved — argv whole, cwd, env names and
+ *              envSha256 of their values; refused for a shell command, for an exec with
+ *              stdin, and for a shell, interpreter or launcher whose other items are all
+ *              options
  * The op's directory and file name enter the glob as literal text (* ? [ ] \ escaped with a
  * backslash): a directory named "*" gives a rule for that directory, not for every one.
  *   session    every op of that tool in this session (broad)

@@ -97,6 +97,9 @@ static const struct jb_setting settings[] = {
      "without limit)"},
     {"exec-max-timeout", "JAILBOX_EXEC_MAX_TIMEOUT_S", JB_SETTING_INT, S(exec_max_timeout_s), "600",
      1, 86400, "the longest timeoutSec an agent's exec may ask for, s (the default is 120)"},
+    {"exec-env-allow", "JAILBOX_EXEC_ENV_ALLOW", JB_SETTING_STRING, S(exec_env_allow), "", 0, 0,
+     "environment variables an agent's exec may set besides the locale, colour, CI and debug "
+     "ones built in (comma-separated names; NAME* for a prefix; JAILBOX_* never)"},
     {"worker-bin", "JAILBOX_WORKER_BIN", JB_SETTING_STRING, S(worker_bin), "", 0, 0,
      "the jailbox-worker binary; empty: jailbox-worker next to jailboxd"},
     {"scan-rules", "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,

@@ -485,7 +485,8 @@ static void sio_ack_error(struct conn *c, long long ack, const char *body) {
  * handler on a worker thread. */
 static void sio_connect(struct conn *c, json_t *auth) {
   /* a browser signed in to the console connects with its cookie: it stands for auth {token},
-   * and the page's Origin goes with it as "consoleOrigin" for the connect handler to check */
+   * and the page's Origin goes with it as "consoleOrigin", the Host it connected to as
+   * "consoleHost", for the connect handler to check */
   if (c->console[0] && !json_object_get(auth, "token")) {
     if (!json_is_object(auth)) {
       json_decref(auth);
@@ -493,6 +494,7 @@ static void sio_connect(struct conn *c, json_t *auth) {
     }
     json_object_set_new(auth, "token", json_string(c->console));
     json_object_set_new(auth, "consoleOrigin", json_string(c->origin));
+    json_object_set_new(auth, "consoleHost", json_string(c->host));
   }
   struct job *j = calloc(1, sizeof *j);
   if (!j) {
@@ -696,6 +698,7 @@ static void http_rx(struct conn *c, const unsigned char *p, size_t n) {
     case JB_WS_HS_UPGRADE:
       snprintf(c->console, sizeof c->console, "%s", v.console);
       snprintf(c->origin, sizeof c->origin, "%s", v.origin);
+      snprintf(c->host, sizeof c->host, "%s", v.host);
       upgrade(c, v.accept);
       /* bytes after the head (frames sent without waiting for the 101) */
       if (c->st == CS_EIO && used < n) frames_rx(c, p + used, n - used);

@@ -117,7 +117,7 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
         (pl == 10 && strncmp(target, "/socket.io", 10) == 0)))
     return refuse(v, 404, NULL, 3, "not found: Socket.IO is served at /socket.io/");
   const char *upg = NULL, *connection = NULL, *version = NULL, *key = NULL;
-  int n_key = 0, n_upg = 0, n_ver = 0;
+  int n_key = 0, n_upg = 0, n_ver = 0, n_host = 0;
   for (char *l; (l = next_line(&save));) {
     if (l[0] == ' ' || l[0] == '\t')
       return refuse(v, 400, NULL, 3, "folded header lines are refused");
@@ -140,6 +140,9 @@ static enum jb_ws_handshake_result check_request(char *h, size_t hl, struct jb_w
       cookie_get(val, JB_WS_CONSOLE_COOKIE, v->console, sizeof v->console);
     else if (strcasecmp(l, "Origin") == 0 && strlen(val) < sizeof v->origin)
       snprintf(v->origin, sizeof v->origin, "%s", val);
+    else if (strcasecmp(l, "Host") == 0)
+      snprintf(v->host, sizeof v->host, "%s",
+               n_host++ == 0 && strlen(val) < sizeof v->host ? val : "");
   }
   char eio[8] = "", transport[16] = "", sid[8];
   const char *query = q ? q + 1 : "";

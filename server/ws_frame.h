@@ -71,6 +71,8 @@ struct jb_ws_verdict {
   char console[64]; /* UPGRADE: the value of the request's JB_WS_CONSOLE_COOKIE cookie (a
                      * browser's console sign-in, RFC 6265 §5.4), "" when none or too long */
   char origin[256]; /* UPGRADE: the Origin header (RFC 6454), "" when none or too long */
+  char host[256]; /* UPGRADE: the Host header (RFC 9110 §7.2), "" when none, repeated or too
+                   * long */
 };
 
 /* Feeds `n` bytes of a connection's first input. Once the head (up to and including the blank

@@ -113,6 +113,7 @@ struct conn {
   char addr[64];
   char console[64]; /* the upgrade request's console sign-in cookie, "" when none */
   char origin[256]; /* the upgrade request's Origin, "" when none */
+  char host[256]; /* the upgrade request's Host, "" when none (or repeated) */
   struct jb_ws_handshake hs; /* CS_HTTP: the upgrade request read so far */
   struct jb_ws_reader rd; /* CS_EIO, CS_SIO: the client's frames */
   /* send queue */

@@ -178,8 +178,8 @@ struct op_args_view {
  * most OP_PATTERN_MAX bytes, read_many 1..OP_READ_MANY_MAX paths, edit 1..OP_EDITS_MAX
  * {oldText (non-empty), newText, replaceAll?} with texts of at most OP_FILE_MAX bytes, done's
  * summary at most 4096 bytes; exec exactly one of argv (1..OP_EXEC_ARGV_MAX strings) or
- * command, each at most OP_EXEC_ARGS_BYTES without NUL, env of variable names none of which
- * op_exec_env_denied forbids (JB_MCP_DENIED), stdin at most OP_EXEC_STDIN_MAX bytes,
+ * command, each at most OP_EXEC_ARGS_BYTES without NUL, env of variable names each
+ * op_exec_env_allowed allows (else JB_MCP_DENIED), stdin at most OP_EXEC_STDIN_MAX bytes,
  * timeoutSec 1..JAILBOX_EXEC_MAX_TIMEOUT_S, maxOutputBytes 0..OP_EXEC_OUTPUT_MAX, its cwd the
  * path. (A path's own rules — 4096 bytes among them — are checked
  * after, with an audit entry: op_path_passes.) True with *out; false with *code
@@ -187,9 +187,10 @@ struct op_args_view {
 bool op_check_args(enum jb_tool tool, json_t *args, struct op_args_view *out, int *code, char *msg,
                    size_t msize);
 
-/* The deny-list entry (static; "LD_" for a prefix) that forbids an exec to set environment
- * variable `name`, or NULL when it may. */
-const char *op_exec_env_denied(const char *name);
+/* Whether an exec may set environment variable `name`: a locale, colour, CI or debug name of
+ * the built-in allow-list, or one of JAILBOX_EXEC_ENV_ALLOW (jb_op_set_exec_env_allow); never
+ * a JAILBOX_* name. */
+bool op_exec_env_allowed(const char *name);
 
 /* The worker's arguments of a decoded exec call (new; sandbox/worker/exec_op.c): {argv (a
  * command becomes ["/bin/sh","-c",text], kept as "command" too), cwd ("." when not given),

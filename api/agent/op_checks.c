@@ -33,7 +33,7 @@ enum arg_kind {
   ARG_SUMMARY, /* done: a string of at most 4096 bytes */
   ARG_ARGV, /* exec: 1..OP_EXEC_ARGV_MAX strings without NUL, OP_EXEC_ARGS_BYTES together */
   ARG_COMMAND, /* exec: shell text, non-empty, without NUL, at most OP_EXEC_ARGS_BYTES */
-  ARG_ENV, /* exec: {NAME: value}, names not in the deny-list (op_exec_env_denied) */
+  ARG_ENV, /* exec: {NAME: value}, names allowed (op_exec_env_allowed) */
   ARG_STDIN, /* exec: a string of at most OP_EXEC_STDIN_MAX bytes */
 };
 
@@ -114,96 +114,111 @@ void jb_op_set_exec_max_timeout(long seconds) {
   if (seconds >= 1 && seconds <= 86400) exec_max_timeout_s = seconds;
 }
 
-/* Environment names an exec may not set, whole or as a prefix ("LD_"), and why: the buyer who
- * approves a command sees the names of its variables, never their values, so a variable whose
- * value decides what runs besides the command shown — a library the loader injects, a file a
- * shell or an interpreter runs at start-up, a search path that picks another program, a
- * module or config file that adds code — must not be settable at all. The jail's base
- * environment (PATH, HOME, LANG, TERM) is fixed for the same reason. */
+/* The environment names an exec may set (whole names, or a prefix ending in '_'), and why
+ * each is safe: its value never chooses a program, a library, a module, a configuration file
+ * or a directory that code is loaded from. Every other name is refused unless the operator
+ * adds it (JAILBOX_EXEC_ENV_ALLOW): GIT_DIR picks the repository whose config runs hooks and
+ * pagers, CC, CXX, LD, CONFIG_SHELL, CONFIG_SITE, RUSTC_WRAPPER, GOFLAGS=-toolexec... pick what
+ * the build runs, and no deny-list keeps up with them. NODE_ENV is not here: frameworks and
+ * config loaders choose files to load by it (config/${NODE_ENV}.js, .env.${NODE_ENV}). The
+ * jail's base environment (PATH, HOME, TERM=dumb...) is fixed: LANG, LC_* and TERM here
+ * replace its values with the agent's. */
 static const struct {
   const char *name;
   bool prefix;
-} env_deny[] = {
-    {"LD_", true}, /* the dynamic loader: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT... */
-    {"GLIBC_TUNABLES", false}, /* read by the loader itself */
-    {"GCONV_PATH", false}, /* glibc loads iconv modules from it */
-    {"LOCPATH", false},
-    {"NLSPATH", false},
-    {"MALLOC_", true},
-    {"PATH", false}, /* which program a name runs */
-    {"HOME", false}, /* where tools read their start-up files (.gitconfig, .bashrc...) */
-    {"XDG_CONFIG_HOME", false},
-    {"BASH_ENV", false}, /* a file bash runs before the command */
-    {"ENV", false}, /* the same for sh */
-    {"BASH_FUNC_", true}, /* exported shell functions override commands */
-    {"SHELLOPTS", false},
-    {"BASHOPTS", false},
-    {"PS4", false}, /* expanded (running command substitutions) under xtrace */
-    {"PROMPT_COMMAND", false},
-    {"IFS", false},
-    {"CDPATH", false},
-    {"PYTHONPATH", false},
-    {"PYTHONHOME", false},
-    {"PYTHONSTARTUP", false},
-    {"PYTHONUSERBASE", false},
-    {"PERL5LIB", false},
-    {"PERL5OPT", false}, /* -M: a module loaded into every perl */
-    {"PERLLIB", false},
-    {"RUBYLIB", false},
-    {"RUBYOPT", false},
-    {"NODE_OPTIONS", false}, /* --require: code loaded into every node */
-    {"NODE_PATH", false},
-    {"MAKEFILES", false}, /* makefiles read before the named one */
-    {"MAKEFLAGS", false}, /* may carry --eval */
-    {"GNUMAKEFLAGS", false},
-    {"MFLAGS", false},
-    {"GIT_CONFIG", true}, /* GIT_CONFIG, GIT_CONFIG_COUNT/KEY_n/VALUE_n: hooks, fsmonitor */
-    {"GIT_EXEC_PATH", false},
-    {"GIT_SSH", true},
-    {"GIT_PAGER", false},
-    {"GIT_EDITOR", false},
-    {"GIT_ASKPASS", false},
-    {"GIT_EXTERNAL_DIFF", false},
-    {"GIT_TEMPLATE_DIR", false},
-    {"GIT_PROXY_COMMAND", false},
-    {"GIT_SEQUENCE_EDITOR", false},
-    {"EDITOR", false}, /* programs that tools start: git commit, crontab, less, man... */
-    {"VISUAL", false},
-    {"PAGER", false},
-    {"LESSOPEN", false}, /* an input preprocessor less runs on every file */
-    {"LESSCLOSE", false},
-    {"ZDOTDIR", false}, /* where zsh reads its start-up files */
-    {"JAVA_TOOL_OPTIONS", false}, /* -javaagent: code loaded into every JVM */
-    {"_JAVA_OPTIONS", false},
-    {"JDK_JAVA_OPTIONS", false},
-    {"CLASSPATH", false},
-    {"LUA_", true}, /* LUA_INIT runs code; LUA_PATH, LUA_CPATH pick modules */
-    {"PERL5DB", false}, /* code run under perl -d */
-    {"PYTHONWARNINGS", false}, /* a warning category is imported: a module of the workspace */
-    {"PHPRC", false}, /* php.ini: auto_prepend_file */
-    {"PHP_INI_SCAN_DIR", false},
-    {"GOFLAGS", false}, /* -toolexec: a program run around every tool of a go build */
-    {"RUSTC_WRAPPER", false},
-    {"RUSTC_WORKSPACE_WRAPPER", false},
-    {"GCC_EXEC_PREFIX", false}, /* where gcc finds cc1, as, collect2 */
-    {"COMPILER_PATH", false},
-    {"OPENSSL_CONF", false}, /* engines and providers: shared objects loaded */
-    {"OPENSSL_MODULES", false},
-    {"OPENSSL_ENGINES", false},
-    {"TAR_OPTIONS", false}, /* --to-command, --use-compress-program */
-    {"DOTNET_STARTUP_HOOKS", false},
-    {"npm_config_", true}, /* node_options, script_shell (npm reads either case) */
-    {"NPM_CONFIG_", true},
-    {"JAILBOX_", true}, /* ours */
+} env_allow[] = {
+    {"LANG", false}, /* locale names: data from the system's locale directory (LOCPATH, */
+    {"LANGUAGE", false}, /* which would move it, is not allowed); a name with '/' is */
+    {"LC_", true}, /* refused below, so no locale file is read from the workspace */
+    {"TZ", false}, /* a time zone: a tzfile is data */
+    {"TERM", false}, /* a terminfo entry from the system's database (TERMINFO is not allowed) */
+    {"COLORTERM", false}, /* colour flags */
+    {"NO_COLOR", false},
+    {"FORCE_COLOR", false},
+    {"CLICOLOR", false},
+    {"CLICOLOR_FORCE", false},
+    {"CARGO_TERM_COLOR", false},
+    {"CI", false}, /* "running under CI": non-interactive, no prompts */
+    {"PYTHONUNBUFFERED", false}, /* flags: unbuffered output, no .pyc written, tracebacks */
+    {"PYTHONDONTWRITEBYTECODE", false},
+    {"PYTHONFAULTHANDLER", false},
+    {"RUST_BACKTRACE", false}, /* backtraces on panic */
+    {"RUST_LOG", false}, /* a log filter (env_logger, tracing): which messages print */
+    {"CTEST_OUTPUT_ON_FAILURE", false}, /* verbosity flags */
+    {"VERBOSE", false},
 };
 
-const char *op_exec_env_denied(const char *name) {
-  for (size_t i = 0; i < sizeof env_deny / sizeof env_deny[0]; i++) {
-    size_t n = strlen(env_deny[i].name);
-    if (env_deny[i].prefix ? !strncmp(name, env_deny[i].name, n) : !strcmp(name, env_deny[i].name))
-      return env_deny[i].name;
+/* The names the operator adds (JAILBOX_EXEC_ENV_ALLOW): "NAME" whole, "NAME*" a prefix; set
+ * once at start, before any call is decoded; NULL: none. */
+static char **env_extra;
+static size_t env_extra_n;
+
+static bool env_name_ok(const char *k, size_t n) {
+  bool good = n > 0 && n <= 128 && !(k[0] >= '0' && k[0] <= '9');
+  for (size_t i = 0; good && i < n; i++)
+    good = (k[i] >= 'A' && k[i] <= 'Z') || (k[i] >= 'a' && k[i] <= 'z') ||
+           (k[i] >= '0' && k[i] <= '9') || k[i] == '_';
+  return good;
+}
+
+int jb_op_set_exec_env_allow(const char *list, char *msg, size_t msize) {
+  char **v = NULL;
+  size_t n = 0;
+  for (const char *p = list ? list : ""; *p;) {
+    p += strspn(p, " ,");
+    size_t l = strcspn(p, " ,");
+    if (l == 0) break;
+    bool star = p[l - 1] == '*';
+    if (!env_name_ok(p, l - star) || (l - star >= 8 && !strncmp(p, "JAILBOX_", 8))) {
+      snprintf(msg, msize,
+               "JAILBOX_EXEC_ENV_ALLOW: \"%.*s\" is not a variable name (NAME or NAME*; "
+               "JAILBOX_* are jailbox's own)",
+               (int)(l > 64 ? 64 : l), p);
+      goto fail;
+    }
+    char **w = realloc(v, (n + 1) * sizeof *v);
+    if (!w || !(w[n] = strndup(p, l))) {
+      if (w) v = w;
+      snprintf(msg, msize, "out of memory");
+      goto fail;
+    }
+    v = w;
+    n++;
+    p += l;
   }
-  return NULL;
+  for (size_t i = 0; i < env_extra_n; i++) free(env_extra[i]);
+  free(env_extra);
+  env_extra = v;
+  env_extra_n = n;
+  return 0;
+fail:
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+  return -1;
+}
+
+bool op_exec_env_allowed(const char *name) {
+  if (!strncmp(name, "JAILBOX_", 8)) return false; /* ours, whatever the operator says */
+  for (size_t i = 0; i < sizeof env_allow / sizeof env_allow[0]; i++) {
+    size_t n = strlen(env_allow[i].name);
+    if (env_allow[i].prefix ? !strncmp(name, env_allow[i].name, n)
+                            : !strcmp(name, env_allow[i].name))
+      return true;
+  }
+  for (size_t i = 0; i < env_extra_n; i++) {
+    size_t n = strlen(env_extra[i]);
+    if (env_extra[i][n - 1] == '*' ? !strncmp(name, env_extra[i], n - 1)
+                                   : !strcmp(name, env_extra[i]))
+      return true;
+  }
+  return false;
+}
+
+/* Whether `value` of variable `name` may be set: a locale name without '/' (glibc reads a
+ * locale named by a path from that path). */
+static bool env_value_ok(const char *name, const char *value) {
+  bool locale = !strcmp(name, "LANG") || !strcmp(name, "LANGUAGE") || !strncmp(name, "LC_", 3);
+  return !locale || !strchr(value, '/');
 }
 
 #define BAD(c, ...)                    \
@@ -271,8 +286,9 @@ static bool check_argv(json_t *v, int *code, char *msg, size_t msize) {
 }
 
 /* exec's env: at most OP_EXEC_ENV_MAX names of [A-Za-z_][A-Za-z0-9_]* (128 bytes at most),
- * not denied (op_exec_env_denied: JB_MCP_DENIED), values strings without NUL, names and
- * values together at most OP_EXEC_ARGS_BYTES. */
+ * each allowed (op_exec_env_allowed; else JB_MCP_DENIED), values strings without NUL (a
+ * locale's without '/': JB_MCP_DENIED), names and values together at most
+ * OP_EXEC_ARGS_BYTES. */
 static bool check_env(json_t *v, int *code, char *msg, size_t msize) {
   if (!json_is_object(v)) BAD(JB_MCP_INVALID, "'env' must be an object of NAME: value strings");
   if (json_object_size(v) > OP_EXEC_ENV_MAX)
@@ -283,21 +299,20 @@ static bool check_env(json_t *v, int *code, char *msg, size_t msize) {
   json_t *x;
   json_object_foreach (v, k, x) {
     size_t n = strlen(k);
-    bool good = n > 0 && n <= 128 && !(k[0] >= '0' && k[0] <= '9');
-    for (size_t i = 0; good && i < n; i++)
-      good = (k[i] >= 'A' && k[i] <= 'Z') || (k[i] >= 'a' && k[i] <= 'z') ||
-             (k[i] >= '0' && k[i] <= '9') || k[i] == '_';
-    if (!good)
+    if (!env_name_ok(k, n))
       BAD(JB_MCP_INVALID,
           "env name '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, 128 bytes at most)", k);
-    const char *rule = op_exec_env_denied(k);
-    if (rule)
+    if (!op_exec_env_allowed(k))
       BAD(JB_MCP_DENIED,
-          "env variable '%.128s' may not be set (%s%s: it would change what runs beyond the "
-          "command the buyer sees)",
-          k, rule, rule[strlen(rule) - 1] == '_' ? "*" : "");
+          "env variable '%.128s' is not allowed: an exec may set locale, colour, CI and "
+          "debug variables (LANG, LC_*, TZ, TERM, NO_COLOR, FORCE_COLOR, CI, "
+          "PYTHONUNBUFFERED, RUST_BACKTRACE, …) and the ones the operator allows "
+          "(JAILBOX_EXEC_ENV_ALLOW); others may choose what runs",
+          k);
     if (!json_is_string(x)) BAD(JB_MCP_INVALID, "env '%.128s' must be a string", k);
     if (!nul_free(x)) BAD(JB_MCP_INVALID, "env '%.128s' contains a NUL character", k);
+    if (!env_value_ok(k, json_string_value(x)))
+      BAD(JB_MCP_DENIED, "env '%.128s' must be a locale name, without '/'", k);
     total += n + json_string_length(x) + 2;
   }
   if (total > OP_EXEC_ARGS_BYTES)

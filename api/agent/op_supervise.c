@@ -23,8 +23,11 @@
 #include "api/agent/escape.h"
 #include "db/events.h"
 #include "db/ops.h"
+#include "lib/buf.h"
 #include "lib/log.h"
 #include "lib/metrics.h"
+#include "lib/redact.h"
+#include "lib/scan.h"
 #include "server/app.h"
 #include "server/config.h"
 #include "server/pool.h"
@@ -545,11 +548,96 @@ static enum op_step supervise_change(struct op_call *call) {
   return call->describe ? OP_NEXT : OP_END;
 }
 
+/* The length, at most `cut`, of a prefix of the `n` bytes of UTF-8 text at `p` that ends before
+ * a character's start (the prefix stays UTF-8). */
+static size_t char_prefix(const char *p, size_t n, size_t cut) {
+  if (cut >= n) return n;
+  while (cut > 0 && ((unsigned char)p[cut] & 0xC0) == 0x80) cut--;
+  return cut;
+}
+
+#define ENV_SHOWN_MAX 1024 /* bytes of a variable's value shown to the buyer; more: cut, noted */
+
+/* Whether variable name `name` says its value is a secret: it holds TOKEN, SECRET, PASSWORD,
+ * PASSWD, KEY, CREDENTIAL, AUTH, COOKIE or SESSION, case ignored. */
+static bool env_name_secret(const char *name) {
+  static const char *const words[] = {"TOKEN",      "SECRET", "PASSWORD", "PASSWD", "KEY",
+                                      "CREDENTIAL", "AUTH",   "COOKIE",   "SESSION"};
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (strcasestr(name, words[i])) return true;
+  return false;
+}
+
+/* How the buyer is shown the value `v` of variable `name` (new string): "[REDACTED:name]" for
+ * a secret-looking name, "[REDACTED:<rule>]" when a `secret` or `redact` rule of the scanner
+ * in use (lib/redact.h) matches it (or "[REDACTED:unavailable]" when it cannot be checked),
+ * else the value, cut at ENV_SHOWN_MAX bytes with "… (N bytes)" after it. NULL out of memory. */
+static json_t *env_value_shown(const char *name, json_t *v) {
+  if (env_name_secret(name)) return json_string("[REDACTED:name]");
+  const char *val = json_string_value(v);
+  size_t n = json_string_length(v);
+  struct jb_redactor *rd = NULL;
+  jb_error err = {0};
+  struct jb_buf out;
+  jb_buf_init(&out, n + 4096);
+  const struct jb_scan_rules *rules = jb_scan_rules_in_use();
+  int rc = rules ? jb_redactor_new(rules, &rd, &err) : -1;
+  if (rc == 0)
+    rc = jb_redactor_feed(rd, (const unsigned char *)(val ? val : ""), n, true, &out, &err);
+  const struct jb_redaction *rec = NULL;
+  size_t found = rc == 0 ? jb_redactor_records(rd, &rec) : 0;
+  char mark[160];
+  snprintf(mark, sizeof mark, "[REDACTED:%.128s]",
+           rc < 0                     ? "unavailable"
+           : found > 0 && rec[0].rule ? rec[0].rule
+                                      : "secret");
+  bool masked = rc < 0 || (rd && jb_redactor_count(rd) > 0);
+  jb_redactor_free(rd);
+  jb_buf_free(&out);
+  if (masked) return json_string(mark);
+  if (n <= ENV_SHOWN_MAX) return json_incref(v);
+  size_t cut = char_prefix(val, n, ENV_SHOWN_MAX);
+  char tail[48];
+  snprintf(tail, sizeof tail, "… (%zu bytes)", n);
+  json_t *s = json_stringn(val, cut);
+  char *joined = NULL;
+  if (s && asprintf(&joined, "%s%s", json_string_value(s), tail) < 0) joined = NULL;
+  json_decref(s);
+  json_t *out_s = joined ? json_string(joined) : NULL;
+  free(joined);
+  return out_s;
+}
+
+/* The exec's variables as the buyer is shown them ({NAME: shown value}, env_value_shown; new),
+ * or NULL when it sets none or out of memory. */
+static json_t *env_shown(const json_t *env) {
+  if (json_object_size(env) == 0) return NULL;
+  json_t *o = json_object();
+  const char *k;
+  json_t *v;
+  json_object_foreach ((json_t *)env, k, v) {
+    if (!o || json_object_set_new(o, k, env_value_shown(k, v)) < 0) {
+      json_decref(o);
+      return NULL;
+    }
+  }
+  return o;
+}
+
 /* A supervised exec: what the buyer is told it will run (call->describe) — the program and
- * its arguments, where, the names of the variables it adds (never their values), whether the
- * workspace is writable for it. */
+ * its arguments, where, the variables it adds (names in the description; their values, masked
+ * where they look secret, as "envShown" beside the op's arguments for the approval request and
+ * the pending op's view), whether the workspace is writable for it. */
 static enum op_step supervise_exec(struct op_call *call) {
   json_t *a = call->sargs;
+  json_t *env = json_object_get(a, "env");
+  if (json_object_size(env) > 0) {
+    json_t *shown = env_shown(env);
+    if (!shown || json_object_set_new(a, "envShown", shown) < 0) {
+      op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+      return OP_END;
+    }
+  }
   char buf[9000];
   size_t n = 0;
   /* appends to buf, never past its end */
@@ -637,13 +725,6 @@ enum op_step op_supervise(struct op_call *call) {
  * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
  * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
  * of control characters takes six bytes a byte escaped. */
-/* The length, at most `cut`, of a prefix of the `n` bytes of UTF-8 text at `p` that ends before
- * a character's start (the prefix stays UTF-8). */
-static size_t char_prefix(const char *p, size_t n, size_t cut) {
-  if (cut >= n) return n;
-  while (cut > 0 && ((unsigned char)p[cut] & 0xC0) == 0x80) cut--;
-  return cut;
-}
 
 /* Shortens text field `key` of `ev` by at least `over` bytes (at a character's start) and sets
  * `flag` true; false when the field holds no text. */
@@ -654,6 +735,28 @@ static bool shorten_field(json_t *ev, const char *key, const char *flag, size_t 
   const char *p = json_string_value(v);
   json_object_set_new(ev, key, json_stringn(p, char_prefix(p, n, n > over ? n - over : 0)));
   json_object_set_new(ev, flag, json_true());
+  return true;
+}
+
+/* Cuts the longest value of the approval request's "env" by at least `over` bytes (at a
+ * character's start, "…" after it) and sets envTruncated true; false when no value is longer
+ * than 16 bytes (the rest is the op's: GET …/ops). */
+static bool shorten_env(json_t *ev, size_t over) {
+  json_t *env = json_object_get(ev, "env");
+  const char *k, *longest = NULL;
+  json_t *v;
+  size_t most = 16;
+  json_object_foreach (env, k, v)
+    if (json_string_length(v) > most) most = json_string_length(v), longest = k;
+  if (!longest) return false;
+  v = json_object_get(env, longest);
+  const char *p = json_string_value(v);
+  size_t keep = char_prefix(p, most, most > over + 16 ? most - over - 4 : 12);
+  char *cut = NULL;
+  if (asprintf(&cut, "%.*s…", (int)keep, p) < 0) return false;
+  json_object_set_new(env, longest, json_string(cut));
+  free(cut);
+  json_object_set_new(ev, "envTruncated", json_true());
   return true;
 }
 
@@ -673,6 +776,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     json_object_set_new(ev, "diff", json_incref(d));
     /* then an exec's stdin preview, a write's preview, and last the path */
     if (shorten_field(ev, "stdinPreview", "stdinPreviewTruncated", over)) continue;
+    if (shorten_env(ev, over)) continue;
     if (shorten_field(ev, "preview", "previewTruncated", over)) continue;
     op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
     return;
@@ -705,14 +809,19 @@ json_t *op_approval_view(struct op_call *call) {
     json_t *a = call->sargs, *names = json_array();
     const char *k;
     json_t *v;
-    json_object_foreach (json_object_get(a, "env"), k, v)
-      json_array_append_new(names, json_string(k));
+    json_object_foreach (json_object_get(a, "env"), k, v) { /* sorted, as GET …/ops has them */
+      size_t at = json_array_size(names);
+      while (at > 0 && strcmp(json_string_value(json_array_get(names, at - 1)), k) > 0) at--;
+      json_array_insert_new(names, at, json_string(k));
+    }
     ev = json_pack("{s:s,s:s,s:s,s:s,s:O,s:O?,s:s,s:o,s:b,s:O}", "jobId", job, "tool", tool, "path",
                    call->path, "description", call->describe ? call->describe : tool, "argv",
                    json_object_get(a, "argv"), "command", json_object_get(a, "command"), "cwd",
                    call->path, "envNames", names, "writable",
                    json_is_true(json_object_get(a, "writable")), "timeoutMs",
                    json_object_get(a, "timeoutMs"));
+    json_t *shown = json_object_get(a, "envShown"); /* the values, masked (supervise_exec) */
+    if (ev) json_object_set_new(ev, "env", shown ? json_deep_copy(shown) : json_null());
     json_t *in = json_object_get(a, "stdin");
     if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
       const char *txt = json_string_value(in);

@@ -66,6 +66,12 @@ enum jb_tool jb_tool_from_name(const char *name);
  * 600 until set). Set once at start, before any call is decoded. */
 void jb_op_set_exec_max_timeout(long seconds);
 
+/* Adds the operator's environment names to those an exec may set (JAILBOX_EXEC_ENV_ALLOW):
+ * `list` comma- or space-separated, each a variable name, or a name followed by '*' for every
+ * name it starts; JAILBOX_* never. Set once at start, before any call is decoded (not
+ * thread-safe). 0, or -1 with a sentence in `msg` (nothing changed). */
+int jb_op_set_exec_env_allow(const char *list, char *msg, size_t msize);
+
 /* The tool handler given to jb_socket_start (see jb_mcp_tool_fn): every tool of enum jb_tool
  * for session `job_id`, each op stored as a row. Blocks its socket worker thread until the op
  * has run — for a mutating tool of a supervised session, until the buyer decides (or the

@@ -241,7 +241,9 @@ static void op_facts(json_t *facts, struct jb_rule_op *op) {
                                       ? (long long)json_integer_value(json_object_get(args, "size"))
                                       : -1,
                           .env = json_object_size(json_object_get(args, "env")) > 0,
-                          .writable = json_is_true(json_object_get(args, "writable"))};
+                          .writable = json_is_true(json_object_get(args, "writable")),
+                          .env_vars = json_object_get(args, "env"),
+                          .stdin_data = json_object_get(args, "stdin") != NULL};
   if (op->command) op->argv = NULL; /* a shell command's argv is the shell's */
 }
 
@@ -424,7 +426,9 @@ enum op_step op_apply_rules(struct op_call *call) {
                                       ? (long long)call->dlen
                                       : -1,
                           .env = json_object_size(json_object_get(sargs, "env")) > 0,
-                          .writable = json_is_true(json_object_get(sargs, "writable"))};
+                          .writable = json_is_true(json_object_get(sargs, "writable")),
+                          .env_vars = json_object_get(sargs, "env"),
+                          .stdin_data = json_object_get(sargs, "stdin") != NULL};
   long long now = (long long)time(NULL);
   jb_error err = {0};
   struct rules_copy *cp = call->fresh ? NULL : copy_get(call->job);

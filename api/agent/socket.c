@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -94,19 +95,30 @@ static json_t *db_failed(const jb_error *err) {
 /* ---------- CONNECT ---------- */
 
 /* Whether `origin` (RFC 6454 serialization, "scheme://host[:port]") may connect with the
- * console's cookie: a page of this jailboxd's HTTP listener (its port, on any host name), or
- * one of the configured browser origins (JAILBOX_MCP_ALLOWED_ORIGINS, exact). SameSite=Strict
- * keeps other sites' pages from sending the cookie; this keeps out the pages of other ports
- * of the same host, which count as the same site. */
-static bool console_origin_ok(const struct jb_app *app, const char *origin) {
-  const char *hostp = strstr(origin, "://");
-  if (!hostp || !origin[0]) return false;
-  hostp += 3;
-  const char *end = hostp[0] == '[' ? strchr(hostp, ']') : hostp;
-  const char *colon = end ? strrchr(end, ':') : NULL;
-  int port = colon ? atoi(colon + 1)
-                   : (strncmp(origin, "https://", 8) == 0 ? 443 : 80); /* RFC 6454 §4 defaults */
-  if (port > 0 && port == atomic_load(&((struct jb_app *)app)->http_port)) return true;
+ * console's cookie: exactly the origin of this jailboxd's console page for the host name the
+ * browser used — "http://" + the host of the upgrade's `host` header (the page connects to
+ * its own host name on the Socket.IO port) + ":" + the HTTP listener's port (none for 80) —
+ * or one of the configured browser origins (JAILBOX_MCP_ALLOWED_ORIGINS, exact; a console
+ * behind a TLS proxy is listed there). SameSite=Strict keeps other sites' pages from sending
+ * the cookie; this keeps out the pages of other ports and other host names of the same site. */
+static bool console_origin_ok(const struct jb_app *app, const char *origin, const char *host) {
+  if (!origin || !origin[0]) return false;
+  size_t hl = 0;
+  if (host && host[0] == '[') {
+    const char *close = strchr(host, ']');
+    hl = close ? (size_t)(close - host) + 1 : 0;
+  } else if (host) {
+    hl = strcspn(host, ":");
+  }
+  int port = atomic_load(&((struct jb_app *)app)->http_port);
+  if (hl > 0 && port > 0) {
+    char want[320];
+    if (port == 80)
+      snprintf(want, sizeof want, "http://%.*s", (int)hl, host);
+    else
+      snprintf(want, sizeof want, "http://%.*s:%d", (int)hl, host, port);
+    if (strcasecmp(want, origin) == 0) return true;
+  }
   const char *list = app->cfg ? app->cfg->mcp_allowed_origins : NULL;
   size_t n = strlen(origin);
   for (const char *p = list; p && *p;) {
@@ -125,7 +137,8 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   struct jb_socket *s = ctx;
   const char *tok = json_string_value(json_object_get(auth, "token"));
   const char *corigin = json_string_value(json_object_get(auth, "consoleOrigin"));
-  if (corigin && !console_origin_ok(s->app, corigin)) {
+  const char *chost = json_string_value(json_object_get(auth, "consoleHost"));
+  if (corigin && !console_origin_ok(s->app, corigin, chost)) {
     snprintf(res->message, sizeof res->message,
              "the console's sign-in is accepted only from its own page's origin");
     return;

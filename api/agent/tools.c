@@ -175,9 +175,11 @@ static const struct tool_text tools[] = {
      "writable command's effects on the workspace are listed (changes); symbolic links leading "
      "out, special files and new hard links it leaves are removed. The "
      "command is killed at "
-     "timeoutSec (timedOut). env may not set the loader's, the shell's or interpreters' start-up "
-     "variables (LD_*, PATH, HOME, BASH_ENV, PYTHONPATH, NODE_OPTIONS...). In a supervised session "
-     "the buyer approves the command first and may kill it while it runs.",
+     "timeoutSec (timedOut). env may set only locale, colour, CI and debug variables (LANG, "
+     "LC_*, TZ, TERM, NO_COLOR, FORCE_COLOR, CI, PYTHONUNBUFFERED, RUST_BACKTRACE, RUST_LOG...) "
+     "and the ones the operator allows; others are refused (denied). In a supervised session "
+     "the buyer approves the command first, seeing the variables' values, and may kill it while "
+     "it runs.",
      "{\"type\":\"object\",\"properties\":{\"argv\":{\"type\":\"array\",\"minItems\":1,"
      "\"maxItems\":256,\"items\":{\"type\":\"string\"},\"description\":\"the program and its "
      "arguments (not run through a shell)\"},\"command\":{\"type\":\"string\",\"minLength\":1,"

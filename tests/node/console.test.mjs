@@ -163,8 +163,10 @@ test('the buyer watches, approves, rejects, kills, pauses and verifies the chain
   assert.equal(await page.evaluate(() => window.__pwned), undefined);
 
   // 3. an exec approved with the `a` key, its live output, killed while it runs
-  const ex = kit.call(agent, 'exec', { argv: ['/bin/sh', '-c', 'echo started; sleep 120'] }, 180000);
+  const ex = kit.call(agent, 'exec', { argv: ['/bin/sh', '-c', 'echo started; sleep 120'], env: { LANG: 'C.UTF-8', TZ: 'ghp_' + 'x'.repeat(36) } }, 180000);
   await page.locator('.card:not(.running) .mono').filter({ hasText: '"/bin/sh"' }).waitFor();
+  // the variables with their values, a secret-looking one masked
+  assert.equal(await page.locator('.card:not(.running) .env').textContent(), 'env: LANG="C.UTF-8" TZ="[REDACTED:github_token]"');
   await page.locator('body').click({ position: { x: 5, y: 5 } });
   await page.keyboard.press('a');
   await page.locator('.card.running .out').filter({ hasText: 'started' }).waitFor({ timeout: 60000 });
@@ -259,6 +261,11 @@ test('the console cookie opens a socket only from the console\'s own origin, and
   });
   assert.equal(await attempt(srv.url), 'connected');
   assert.match(await attempt('http://127.0.0.1:1'), /only from its own page's origin/);
+  // the exact origin: another host name (or scheme) on the console's own port is another page
+  const { hostname, port } = new URL(srv.url);
+  assert.match(await attempt(`http://localhost:${port}`), /only from its own page's origin/);
+  assert.match(await attempt(`http://evil.${hostname}.nip.io:${port}`), /only from its own page's origin/);
+  assert.match(await attempt(`https://${hostname}:${port}`), /only from its own page's origin/);
   // REST: reads with the cookie alone, changes only with X-Jailbox-Console: 1
   assert.equal((await fetch(`${srv.url}/v1/jailbox/${S.jobId}`, { headers: { cookie } })).status, 200);
   const noHdr = await fetch(`${srv.url}/v1/jailbox/${S.jobId}/abort`, { method: 'POST', headers: { cookie } });

@@ -1,6 +1,6 @@
 // exec.test.mjs — the agent's exec through the real stack (socket.io-client agent → jailboxd →
 // worker → the session's spawner inside gVisor + Docker): the tool's description and argument
-// checks (sizes, the env deny-list, the path rules on cwd), an unsupervised echo and a non-zero
+// checks (sizes, the env allow-list, the path rules on cwd), an unsupervised echo and a non-zero
 // exit as normal results, a supervised exec held for the buyer with argv, cwd, env names (never
 // values) and writable — approved, rejected, killed while pending —, the buyer's kill of a
 // running `sleep 60` over REST and over the socket (404, 409), jailbox:exec_output reaching the
@@ -37,7 +37,7 @@ before(async () => {
     '\ntest_canary  low  redact  CANARY-[0-9]{6}\n');
   K = await startSandboxServer(IMAGE, {
     JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_EXEC_MAX_TIMEOUT_S: '900',
-    JAILBOX_SCAN_RULES: rules,
+    JAILBOX_SCAN_RULES: rules, JAILBOX_EXEC_ENV_ALLOW: 'TOKEN,SECRET_TOKEN',
   }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep', '/usr/bin/echo', '/usr/bin/cat', '/usr/bin/printf']);
   srv = K.srv;
   U = await K.openSession((d) => writeFileSync(join(d, 'hello.txt'), 'hello\n'), { mode: 'unsupervised' });
@@ -86,8 +86,8 @@ test('exec in tools/list, and its arguments checked before anything', async () =
   await invalid(agentU, { command: 'x'.repeat(128 * 1024 + 1) }, -32016);
   await invalid(agentU, { argv: ['ls'], timeoutSec: 901 }, -32602, /1 to 900/);
   await invalid(agentU, { argv: ['ls'], maxOutputBytes: 8 * 1024 * 1024 + 1 }, -32602);
-  for (const name of ['LD_PRELOAD', 'LD_LIBRARY_PATH', 'BASH_ENV', 'PATH', 'NODE_OPTIONS', 'GIT_CONFIG_COUNT']) {
-    const f = await invalid(agentU, { argv: ['ls'], env: { [name]: '/workspace/x' } }, -32010, /may not be set/);
+  for (const name of ['LD_PRELOAD', 'LD_LIBRARY_PATH', 'BASH_ENV', 'PATH', 'NODE_OPTIONS', 'GIT_CONFIG_COUNT', 'GIT_DIR', 'CC']) {
+    const f = await invalid(agentU, { argv: ['ls'], env: { [name]: '/workspace/x' } }, -32010, new RegExp(`'${name}' is not allowed`));
     assert.equal(f.data.reason, 'denied');
   }
   await invalid(agentU, { argv: ['ls'], env: { 'A=B': 'x' } }, -32602, /not a variable name/);
@@ -140,7 +140,7 @@ test('exec_output reaches the buyer in order, then the result', async (t) => {
   assert.ok(!JSON.stringify(end).includes('line1'), 'no output in the end event');
 });
 
-test('supervised: held with argv, cwd, env names and writable; approved, rejected, killed while pending', async () => {
+test('supervised: held with argv, cwd, env names, masked values and writable; approved, rejected, killed while pending', async () => {
   const call = K.call(agentS, 'exec', { argv: ['echo', 'approved'], env: { TOKEN: 'hunter2-secret' }, writable: true });
   const ev = await K.waitEvent(buyerS, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.argv?.[1] === 'approved');
   assert.deepEqual(ev.argv, ['echo', 'approved']);
@@ -148,10 +148,11 @@ test('supervised: held with argv, cwd, env names and writable; approved, rejecte
   assert.deepEqual(ev.envNames, ['TOKEN']);
   assert.equal(ev.writable, true);
   assert.match(ev.description, /run echo approved in \. with the workspace writable; env: TOKEN/);
-  assert.ok(!JSON.stringify(ev).includes('hunter2'), 'no env value in the request');
+  assert.deepEqual(ev.env, { TOKEN: '[REDACTED:name]' }); // a secret-looking name: masked
+  assert.ok(!JSON.stringify(ev).includes('hunter2'), 'no secret env value in the request');
   const ops = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops?state=pending`, { token: S.buyerToken });
   const row = ops.json.ops.find((o) => o.opId === ev.opId);
-  assert.deepEqual(row.args.envNames, ['TOKEN']);
+  assert.deepEqual([row.args.envNames, row.args.env], [['TOKEN'], { TOKEN: '[REDACTED:name]' }]);
   assert.ok(!JSON.stringify(ops.json).includes('hunter2'), 'no env value in GET ops');
   let a = await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${ev.opId}`, { token: S.buyerToken });
   assert.equal(a.status, 200, a.text);
@@ -286,7 +287,7 @@ test('jailboxctl: watch shows an exec approval request and its output as safe te
     await K.waitFor('watch connected', () => out.includes('state active') || out.includes('state awaiting_agent'), 20000);
     const call = K.call(agentS, 'exec', { argv: ['echo', '\x1b[2Jx'], env: { SECRET_TOKEN: 'hunter3' }, cwd: '.', stdin: 'first line\n\x1b[31mred\n' });
     await K.waitFor('the request shown', () => out.includes('APPROVAL REQUESTED') && out.includes('workspace: read-only'), 20000);
-    assert.match(out, /APPROVAL REQUESTED op #\d+: exec\n {4}argv: \[echo\] \[\?\[2Jx\]\n {4}cwd: \.\n {4}env: SECRET_TOKEN\n {4}workspace: read-only, timeout 120 s/);
+    assert.match(out, /APPROVAL REQUESTED op #\d+: exec\n {4}argv: \[echo\] \[\?\[2Jx\]\n {4}cwd: \.\n {4}env: SECRET_TOKEN=\[\[REDACTED:name\]\]\n {4}workspace: read-only, timeout 120 s/);
     assert.ok(!out.includes('hunter3') && !out.includes('\x1b'), out);
     // what it is fed on stdin, as safe text
     assert.match(out, /    stdin: 20 bytes \(sha256 [0-9a-f]{16}…\):\n      \| first line\n      \| \?\[31mred\n/);

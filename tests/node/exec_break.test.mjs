@@ -255,9 +255,9 @@ test('filling /tmp in a small sandbox ends in ENOSPC; the session goes on', asyn
   assert.equal(a.answer?.result?.pong, true, JSON.stringify(a));
 });
 
-// The buyer approves an exec seeing argv, cwd, env names and stdin's size: what a shell or an
-// interpreter reads from stdin runs unseen (api/events.md, approval_request of exec), although
-// env values are denied for that very reason (api/agent/op_checks.c env_deny).
+// The buyer approves an exec seeing argv, cwd, env values and stdin's size: what a shell or an
+// interpreter reads from stdin would run unseen (api/events.md, approval_request of exec), so
+// it is shown as a write's content is.
 test('a supervised exec shows the buyer the program it feeds on stdin', async () => {
   const S = await agentSession(() => {}, { mode: 'supervised' });
   const call = K.call(S.agent, 'exec', { argv: ['/bin/sh'], stdin: 'echo HIDDEN-SCRIPT\n' });

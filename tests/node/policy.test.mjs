@@ -482,10 +482,12 @@ test('an exec allow rule allows read-only commands; a writable one asks unless t
   assert.equal(asked.length, 0);
   await kit.call(agent, 'exec', { argv: ['true', 'y'], writable: true });
   assert.equal(asked.length, 1);
-  assert.deepEqual([similar.argvPrefix, similar.writable], [['true', 'y'], true], JSON.stringify(similar));
+  assert.deepEqual([similar.argv, similar.cwd, similar.writable], [['true', 'y'], '.', true], JSON.stringify(similar));
+  await kit.call(agent, 'exec', { argv: ['true', 'y'], writable: true });
+  assert.equal(asked.length, 1, 'the rule made from the writable exec allows the same one again');
   await kit.call(agent, 'exec', { argv: ['true', 'y', 'z'], writable: true });
-  assert.equal(asked.length, 1, 'the rule made from the writable exec allows the next one');
+  assert.equal(asked.length, 2, 'an argument more asks: the rule is the exact command');
   const ops = (await srv.db.query('SELECT args->\'argv\' AS argv, decided_by FROM ops WHERE job_id = $1 AND tool = \'exec\' ORDER BY op_id', [S.jobId])).rows;
-  assert.deepEqual(ops.map((o) => [o.argv.join(' '), o.decided_by]), [['true x', 'rule:ro'], ['true y', 'buyer'], ['true y z', `rule:${similar.id}`]]);
+  assert.deepEqual(ops.map((o) => [o.argv.join(' '), o.decided_by]), [['true x', 'rule:ro'], ['true y', 'buyer'], ['true y', `rule:${similar.id}`], ['true y z', 'buyer']]);
   agent.close();
 });

@@ -249,14 +249,14 @@ static void shim_names(void **state) {
   json_decref(ex);
 }
 
-/* exec: argv or command (exactly one), the limits, the env deny-list, the timeout within the
+/* exec: argv or command (exactly one), the limits, the env allow-list, the timeout within the
  * setting, cwd as the path, and the worker's arguments. */
 static void exec_args(void **state) {
   (void)state;
   accepts(JB_TOOL_EXEC, "{\"argv\":[\"echo\",\"hi\"]}");
   accepts(JB_TOOL_EXEC,
-          "{\"command\":\"make -j2 && make test\",\"cwd\":\"src\",\"env\":{\"CC\":\"gcc\","
-          "\"_X1\":\"\"},\"stdin\":\"abc\",\"timeoutSec\":600,\"maxOutputBytes\":0,"
+          "{\"command\":\"make -j2 && make test\",\"cwd\":\"src\",\"env\":{\"LC_ALL\":\"C\","
+          "\"CI\":\"\"},\"stdin\":\"abc\",\"timeoutSec\":600,\"maxOutputBytes\":0,"
           "\"writable\":true}");
   refuses(JB_TOOL_EXEC, "{}", JB_MCP_INVALID, "exactly one of 'argv'");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"a\"],\"command\":\"b\"}", JB_MCP_INVALID, "exactly one");
@@ -279,7 +279,7 @@ static void exec_args(void **state) {
           "to 8388608");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"writable\":1}", JB_MCP_INVALID, "boolean");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"cwd\":5}", JB_MCP_INVALID, "'cwd' must be");
-  /* env: names, the deny-list (a refusal by policy), values */
+  /* env: names, the allow-list (a refusal by policy), values */
   static const char *const denied[] = {
       "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "HOME", "BASH_ENV", "ENV", "PS4",
       "BASH_FUNC_ls%%", "GLIBC_TUNABLES", "PYTHONPATH", "NODE_OPTIONS", "PERL5OPT", "MAKEFLAGS",
@@ -291,24 +291,46 @@ static void exec_args(void **state) {
       "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "GCC_EXEC_PREFIX", "COMPILER_PATH",
       "OPENSSL_CONF", "OPENSSL_MODULES", "OPENSSL_ENGINES", "TAR_OPTIONS", "EDITOR", "VISUAL",
       "PAGER", "GIT_SEQUENCE_EDITOR", "LESSOPEN", "LESSCLOSE", "ZDOTDIR", "DOTNET_STARTUP_HOOKS",
-      "npm_config_node_options", "NPM_CONFIG_SCRIPT_SHELL"};
+      "npm_config_node_options", "NPM_CONFIG_SCRIPT_SHELL",
+      /* what a deny-list missed: the repository, the compilers, the configure scripts */
+      "GIT_DIR", "GIT_WORK_TREE", "CC", "CXX", "LD", "CONFIG_SITE", "CONFIG_SHELL", "CCACHE_PREFIX",
+      "CARGO_BUILD_RUSTC_WRAPPER", "GOTOOLCHAIN", "NODE_ENV", "_X1", "TERMINFO"};
   for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++) {
     char j[200];
     snprintf(j, sizeof j, "{\"argv\":[\"ls\"],\"env\":{\"%s\":\"x\"}}", denied[i]);
     bool name_ok = !strchr(denied[i], '%');
     refuses(JB_TOOL_EXEC, j, name_ok ? JB_MCP_DENIED : JB_MCP_INVALID,
-            name_ok ? "may not be set" : "not a variable name");
+            name_ok ? "is not allowed" : "not a variable name");
   }
-  assert_null(op_exec_env_denied("CC"));
-  assert_null(op_exec_env_denied("LANG"));
-  assert_null(op_exec_env_denied("PATHX")); /* whole names are whole */
-  assert_null(op_exec_env_denied("GIT_AUTHOR_NAME"));
-  assert_string_equal(op_exec_env_denied("LD_PRELOAD"), "LD_");
+  static const char *const allowed[] = {
+      "LANG",           "LC_ALL",   "LC_CTYPE",      "LANGUAGE", "TZ",
+      "TERM",           "NO_COLOR", "FORCE_COLOR",   "CI",       "PYTHONUNBUFFERED",
+      "RUST_BACKTRACE", "RUST_LOG", "CLICOLOR_FORCE"};
+  for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+    assert_true(op_exec_env_allowed(allowed[i]));
+  assert_false(op_exec_env_allowed("LANGX")); /* whole names are whole */
+  assert_false(op_exec_env_allowed("CC"));
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"LC_ALL\":\"/workspace/loc\"}}",
+          JB_MCP_DENIED, "locale name");
+  accepts(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"TZ\":\"Europe/Paris\"}}");
+  /* the operator's additions: whole names and prefixes; never JAILBOX_* */
+  char m[200];
+  assert_int_equal(jb_op_set_exec_env_allow("GIT_DIR, CC ,MY_*", m, sizeof m), 0);
+  assert_true(op_exec_env_allowed("GIT_DIR") && op_exec_env_allowed("CC"));
+  assert_true(op_exec_env_allowed("MY_FLAG"));
+  assert_false(op_exec_env_allowed("CXX"));
+  accepts(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"CC\":\"gcc\"}}");
+  assert_int_equal(jb_op_set_exec_env_allow("JAILBOX_X", m, sizeof m), -1);
+  assert_non_null(strstr(m, "JAILBOX_"));
+  assert_int_equal(jb_op_set_exec_env_allow("A-B", m, sizeof m), -1);
+  assert_true(op_exec_env_allowed("CC")); /* a refused list changes nothing */
+  assert_int_equal(jb_op_set_exec_env_allow("", m, sizeof m), 0);
+  assert_false(op_exec_env_allowed("CC"));
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"1A\":\"x\"}}", JB_MCP_INVALID,
           "not a variable name");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"A-B\":\"x\"}}", JB_MCP_INVALID,
           "not a variable name");
-  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"A\":1}}", JB_MCP_INVALID,
+  refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"CI\":1}}", JB_MCP_INVALID,
           "must be a string");
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":[\"A=1\"]}", JB_MCP_INVALID, "object");
   /* sizes: argv items and bytes, stdin, env bytes */
@@ -338,7 +360,7 @@ static void exec_args(void **state) {
   assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
   assert_int_equal(code, JB_MCP_TOO_LARGE);
   json_object_set_new(a, "argv", json_pack("[s]", "env"));
-  json_object_set_new(a, "env", json_pack("{s:s%}", "BIG", big, (size_t)OP_EXEC_ARGS_BYTES));
+  json_object_set_new(a, "env", json_pack("{s:s%}", "RUST_LOG", big, (size_t)OP_EXEC_ARGS_BYTES));
   assert_false(op_check_args(JB_TOOL_EXEC, a, &v, &code, msg, sizeof msg));
   assert_int_equal(code, JB_MCP_TOO_LARGE);
   json_decref(a);
@@ -353,7 +375,7 @@ static void exec_args(void **state) {
   assert_false(op_path_passes("../x", 4, JB_TOOL_EXEC, NULL, NULL, &pv));
   assert_int_equal(pv.syntax, JB_PATH_DOTDOT);
   /* the worker's arguments: command through /bin/sh -c, the defaults filled in */
-  a = json_pack("{s:s,s:{s:s}}", "command", "echo $X", "env", "X", "1");
+  a = json_pack("{s:s,s:{s:s}}", "command", "echo $X", "env", "X", "1"); /* not decoded here */
   json_t *w = op_shim_args(JB_TOOL_EXEC, a, NULL);
   json_t *want = json_pack("[s,s,s]", "/bin/sh", "-c", "echo $X");
   assert_true(json_equal(json_object_get(w, "argv"), want));

@@ -218,9 +218,9 @@ static void similar(void **state) {
   op = (struct jb_rule_op){.tool = "exec", .path = ".", .argv = argv, .size = -1};
   r = jb_rule_similar(&op, "command", msg, sizeof msg);
   assert_non_null(r);
-  json_t *want = json_pack("[s,s]", "npm", "test");
-  assert_true(json_equal(json_object_get(r, "argvPrefix"), want));
-  json_decref(want);
+  assert_null(json_object_get(r, "argvPrefix"));
+  assert_true(json_equal(json_object_get(r, "argv"), argv)); /* the command whole */
+  assert_string_equal(json_string_value(json_object_get(r, "cwd")), ".");
   json_decref(r);
   json_decref(argv);
   argv = json_pack("[s,s,s]", "bash", "-c", "make");
@@ -265,14 +265,25 @@ static void similar_literal(void **state) {
     assert_false(jb_rule_matches(r, &o, NOW));
     json_decref(r);
   }
-  json_t *argv = json_pack("[s,s,s,s]", "git", "-c", "core.pager=sh -c id", "log");
+  /* an option after the program is part of the exact command, and nothing else is */
+  json_t *argv = json_pack("[s,s,s,s]", "git", "-c", "core.pager=less", "log");
   struct jb_rule_op op = {.tool = "exec", .path = ".", .argv = argv, .size = -1};
-  assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
-  assert_non_null(strstr(msg, "option"));
+  json_t *r = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(r);
+  assert_true(jb_rule_matches(r, &op, NOW));
+  json_t *other = json_pack("[s,s,s,s]", "git", "-c", "core.pager=sh -c id", "log");
+  op.argv = other;
+  assert_false(jb_rule_matches(r, &op, NOW));
+  json_decref(other);
+  json_decref(r);
   json_decref(argv);
+  /* stdin can be the program: no rule from it */
   argv = json_pack("[s,s]", "make", "-f/dev/stdin");
   op.argv = argv;
+  op.stdin_data = true;
   assert_null(jb_rule_similar(&op, "command", msg, sizeof msg));
+  assert_non_null(strstr(msg, "stdin"));
+  op.stdin_data = false;
   json_decref(argv);
   /* programs that run what their arguments name: no prefix of theirs allows */
   static const char *const launch[][2] = {{"npx", "cowsay"}, {"/usr/bin/find", "."},
@@ -352,6 +363,120 @@ static void exec_env(void **state) {
   json_decref(allow);
   json_decref(deny);
   json_decref(cmd);
+}
+
+/* allow-similar "command" allows the approved command exactly: the same argv item for item
+ * (an appended option asks), the same cwd, the same variables with the same values, nothing
+ * on stdin, and writable only when the approved one was. */
+static void exact_command(void **state) {
+  (void)state;
+  json_t *argv = json_pack("[s,s]", "make", "check");
+  struct jb_rule_op op = {
+      .tool = "exec", .path = "src", .argv = argv, .size = -1, .writable = true};
+  json_t *r = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(r);
+  assert_true(json_is_true(json_object_get(r, "writable")));
+  assert_null(json_object_get(r, "env"));
+  assert_true(jb_rule_matches(r, &op, NOW));
+  struct jb_rule_op o = op;
+  json_t *more = json_pack("[s,s,s]", "make", "check", "--eval=x:;id");
+  o.argv = more;
+  assert_false(jb_rule_matches(r, &o, NOW)); /* GNU make reads options anywhere */
+  json_t *fewer = json_pack("[s]", "make");
+  o.argv = fewer;
+  assert_false(jb_rule_matches(r, &o, NOW));
+  json_t *changed = json_pack("[s,s]", "make", "checK");
+  o.argv = changed;
+  assert_false(jb_rule_matches(r, &o, NOW));
+  o = op;
+  o.path = "."; /* another directory, another Makefile */
+  assert_false(jb_rule_matches(r, &o, NOW));
+  o = op;
+  o.command = "make check"; /* a shell's argv is the shell's */
+  assert_false(jb_rule_matches(r, &o, NOW));
+  o = op;
+  o.stdin_data = true;
+  assert_false(jb_rule_matches(r, &o, NOW));
+  o = op;
+  json_t *env = json_pack("{s:s}", "LANG", "C");
+  o.env = true;
+  o.env_vars = env;
+  assert_false(jb_rule_matches(r, &o, NOW)); /* a variable the buyer did not see */
+  o.env_vars = NULL; /* a caller that says "some" without saying which: no */
+  assert_false(jb_rule_matches(r, &o, NOW));
+  json_decref(r);
+  /* from an approval with variables: the same names and values only */
+  op.env = true;
+  op.env_vars = env;
+  r = jb_rule_similar(&op, "command", msg, sizeof msg);
+  assert_non_null(r);
+  json_t *names = json_pack("[s]", "LANG");
+  assert_true(json_equal(json_object_get(r, "env"), names));
+  assert_int_equal(strlen(json_string_value(json_object_get(r, "envSha256"))), 64);
+  assert_true(jb_rule_matches(r, &op, NOW));
+  o = op;
+  json_t *env2 = json_pack("{s:s}", "LANG", "de_DE.UTF-8");
+  o.env_vars = env2;
+  assert_false(jb_rule_matches(r, &o, NOW)); /* another value */
+  json_t *env3 = json_pack("{s:s,s:s}", "LANG", "C", "TZ", "UTC");
+  o.env_vars = env3;
+  assert_false(jb_rule_matches(r, &o, NOW)); /* one more variable */
+  o.env_vars = NULL;
+  o.env = false;
+  assert_false(jb_rule_matches(r, &o, NOW)); /* one fewer */
+  /* the digest: order-free, value-bound */
+  char h1[65], h2[65];
+  json_t *ab = json_pack("{s:s,s:s}", "A", "1", "B", "2"),
+         *ba = json_pack("{s:s,s:s}", "B", "2", "A", "1");
+  json_t *a12 = json_pack("{s:s,s:s}", "A", "1B", "B", "");
+  assert_int_equal(jb_rule_env_sha256(ab, h1), 0);
+  assert_int_equal(jb_rule_env_sha256(ba, h2), 0);
+  assert_string_equal(h1, h2);
+  assert_int_equal(jb_rule_env_sha256(a12, h2), 0);
+  assert_string_not_equal(h1, h2);
+  /* a read-only approval does not allow a writable run */
+  json_decref(r);
+  op.writable = false;
+  r = jb_rule_similar(&op, "command", msg, sizeof msg);
+  o = op;
+  o.writable = true;
+  assert_false(jb_rule_matches(r, &o, NOW));
+  json_decref(r);
+  /* the grammar: argv whole, with cwd, env and envSha256; not with argvPrefix or command */
+  refused("{\"tool\":\"exec\",\"argv\":[\"make\"],\"argvPrefix\":[\"make\"],\"effect\":\"allow\"}",
+          "one of argv");
+  refused("{\"tool\":\"exec\",\"cwd\":\"src\",\"effect\":\"deny\"}", "go with argv");
+  refused("{\"tool\":\"write\",\"argv\":[\"make\"],\"effect\":\"allow\"}", "exec rules only");
+  refused("{\"tool\":\"exec\",\"argv\":[],\"effect\":\"allow\"}", "1..256");
+  refused("{\"tool\":\"exec\",\"argv\":[\"make\"],\"env\":[\"A-B\"],\"effect\":\"allow\"}",
+          "variable name");
+  refused("{\"tool\":\"exec\",\"argv\":[\"make\"],\"env\":[\"A\",\"A\"],\"effect\":\"allow\"}",
+          "twice");
+  refused(
+      "{\"tool\":\"exec\",\"argv\":[\"make\"],\"env\":[\"A\"],\"envSha256\":\"00\","
+      "\"effect\":\"allow\"}",
+      "64 lowercase hex");
+  refused("{\"tool\":\"exec\",\"argv\":[\"bash\",\"-x\"],\"effect\":\"allow\"}", "interpreter");
+  refused("{\"tool\":\"exec\",\"argv\":[\"env\",\"make\"],\"effect\":\"allow\"}", "launcher");
+  json_t *d = chk("{\"tool\":\"exec\",\"argv\":[\"rm\",\"-rf\",\"x\"],\"effect\":\"deny\"}");
+  assert_non_null(d);
+  json_t *rm = json_pack("[s,s,s]", "rm", "-rf", "x");
+  o = (struct jb_rule_op){
+      .tool = "exec", .path = "sub", .argv = rm, .size = -1, .env = true, .env_vars = env3};
+  assert_true(jb_rule_matches(d, &o, NOW)); /* a deny looks at argv alone */
+  json_decref(d);
+  json_decref(rm);
+  json_decref(ab);
+  json_decref(ba);
+  json_decref(a12);
+  json_decref(names);
+  json_decref(env);
+  json_decref(env2);
+  json_decref(env3);
+  json_decref(more);
+  json_decref(fewer);
+  json_decref(changed);
+  json_decref(argv);
 }
 
 /* An exec allow rule allows read-only commands unless it says writable: true; a deny or an ask
@@ -513,8 +638,8 @@ int main(void) {
       cmocka_unit_test(matching),        cmocka_unit_test(similar),
       cmocka_unit_test(similar_literal), cmocka_unit_test(allow_narrow_deny_wide),
       cmocka_unit_test(expiry_times),    cmocka_unit_test(exec_env),
-      cmocka_unit_test(policy_file),     cmocka_unit_test(exec_writable),
-      cmocka_unit_test(compiled),
+      cmocka_unit_test(exact_command),   cmocka_unit_test(policy_file),
+      cmocka_unit_test(exec_writable),   cmocka_unit_test(compiled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
