@@ -576,7 +576,8 @@ int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err
   snprintf(id, sizeof id, "%lld", op->op_id);
   const char *p[1] = {id};
   const struct jb_db_step steps[2] = {
-      JB_DB_STEP("UPDATE ops SET state = 'running' WHERE op_id = $1::bigint AND state = 'approved'",
+      JB_DB_STEP("UPDATE ops SET state = 'running', started_at = now()"
+                 " WHERE op_id = $1::bigint AND state = 'approved'",
                  1, p, PGRES_COMMAND_OK, "mark op running"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
@@ -590,10 +591,11 @@ int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err
 
 int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                               const struct jb_op_claim *op, bool ok, const char *result_json,
-                              json_t *details, struct jb_audit_head *head, jb_error *err) {
+                              const char *changes_json, json_t *details,
+                              struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[2] = {job_id, id};
+  const char *p[3] = {job_id, id, changes_json};
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   /* the lock order of every chain writer: the session row, then the op */
   PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
@@ -615,6 +617,15 @@ int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const ch
     jb_db_rollback(c);
     jb_fail(err, ESRCH, "the op is no longer running (its session ended)");
     return JB_ERR_CONFLICT;
+  }
+  if (changes_json) {
+    r = jb_db_exec(c, "UPDATE ops SET changes = $3::jsonb WHERE job_id = $1 AND op_id = $2::bigint",
+                   3, p, PGRES_COMMAND_OK, NULL, err, "store the op's changes");
+    if (!r) {
+      jb_db_rollback(c);
+      return JB_ERR_FAIL;
+    }
+    PQclear(r);
   }
   return jb_db_op_complete(c, keys, job_id, op, ok, result_json, details, head, err);
 }
@@ -740,6 +751,23 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
                            "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'running'"
                            " ORDER BY op_id",
                            1, p, PGRES_TUPLES_OK, NULL, err, "running ops");
+  if (!r) return JB_ERR_FAIL;
+  for (int i = 0; i < PQntuples(r) && *n < max; i++)
+    ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_ops_overdue(PGconn *c, const char *job_id, long grace_s, long long *ids, size_t max,
+                      size_t *n, jb_error *err) {
+  *n = 0;
+  char g[24];
+  snprintf(g, sizeof g, "%ld", grace_s);
+  const char *p[2] = {job_id, g};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'running'"
+                           " AND " JB_DB_OP_OVERDUE("ops", "$2::bigint") " ORDER BY op_id",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "overdue running ops");
   if (!r) return JB_ERR_FAIL;
   for (int i = 0; i < PQntuples(r) && *n < max; i++)
     ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);

@@ -203,12 +203,31 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
                       jb_error *err);
 
 /* Worker: completes running exec `op` as jb_db_op_complete does (outcome, audit entry,
- * commit) in a transaction of its own that takes the session row first. JB_ERR_CONFLICT (and
- * nothing stored) when the op is no longer running — its session ended meanwhile
- * (jb_db_session_end_ops failed it) — or the chain is sealed; JB_OK; JB_ERR_FAIL. */
+ * commit) in a transaction of its own that takes the session row first; `changes_json`
+ * (nullable: none) is stored in ops.changes (a writable command's change list, migration
+ * 042). JB_ERR_CONFLICT (and nothing stored) when the op is no longer running — its session
+ * ended meanwhile (jb_db_session_end_ops failed it) — or the chain is sealed; JB_OK;
+ * JB_ERR_FAIL (rolled back: the op is still running). */
 int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                               const struct jb_op_claim *op, bool ok, const char *result_json,
-                              json_t *details, struct jb_audit_head *head, jb_error *err);
+                              const char *changes_json, json_t *details,
+                              struct jb_audit_head *head, jb_error *err);
+
+/* Seconds a running op may outlive its command's timeout (args.timeoutMs after started_at)
+ * before it is overdue: the worker's commit of its outcome has failed or is stuck. */
+#define JB_OP_RUNNING_GRACE_S 30
+
+/* SQL condition: op row `o` (a table alias) is past started_at (else decided_at, created_at)
+ * + its args.timeoutMs (else 600 s) + `grace` seconds (an SQL bigint expression). */
+#define JB_DB_OP_OVERDUE(o, grace)                                                       \
+  "now() > coalesce(" o ".started_at, " o ".decided_at, " o ".created_at) + make_interval(" \
+  "secs => (coalesce((" o ".args->>'timeoutMs')::bigint, 600000) / 1000.0 + " grace ")::float8)"
+
+/* Worker: the ids of session `job_id`'s running ops that are overdue (JB_DB_OP_OVERDUE with
+ * `grace_s` seconds), oldest first, at most `max` into `ids`, *n of them. JB_OK or
+ * JB_ERR_FAIL. */
+int jb_db_ops_overdue(PGconn *c, const char *job_id, long grace_s, long long *ids, size_t max,
+                      size_t *n, jb_error *err);
 
 /* What jb_db_op_kill did. */
 enum jb_op_kill_outcome {

@@ -555,6 +555,7 @@ static void *queued_runner_main(void *arg) {
  * jb_exec (migration 020: the buyer's kill of a running exec), and a sweep of every session once a second for anything missed: the
  * sessions with ops to run are handed to JB_QUEUED_RUNNERS runners. Returns when the worker
  * stops, its runners ended. */
+#define REAP_INTERVAL_MS 5000 /* how often running exec ops are checked for being overdue */
 void *relay_queued_main(void *arg) {
   struct jb_worker *w = arg;
   pthread_mutex_init(&w->due.lock, NULL);
@@ -572,7 +573,7 @@ void *relay_queued_main(void *arg) {
   }
   if (started == 0) slog(w, JB_LOG_ERROR, NULL, "no thread to run queued ops", NULL);
   PGconn *listen = NULL;
-  long long last_sweep = 0;
+  long long last_sweep = 0, last_reap = 0;
   while (!atomic_load(&w->stopping)) {
     worker_listen(w, &listen, "LISTEN jb_op; LISTEN jb_exec");
     struct timespec ts;
@@ -581,6 +582,10 @@ void *relay_queued_main(void *arg) {
     if (now - last_sweep >= 1000) {
       run_queued_ops(w, NULL, 1000);
       last_sweep = now;
+    }
+    if (now - last_reap >= REAP_INTERVAL_MS) { /* running ops whose outcome was lost */
+      exec_op_reap(w);
+      last_reap = now;
     }
     struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
     if (poll(&pf, 1, 250) > 0 && listen) {

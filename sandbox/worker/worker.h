@@ -362,6 +362,14 @@ bool exec_op_wait_stored(const char *job, long max_ms);
  * "worker_restarted" and an audit entry. */
 void exec_op_fail_orphans(struct jb_worker *w, const char *job);
 
+/* The reaper of exec ops of this worker's sessions left running past their timeout plus
+ * JB_OP_RUNNING_GRACE_S (db/ops.h): one still running here is killed (its own thread stores
+ * how it ended); one no thread of this worker runs — its outcome's commit and the commit of
+ * that failure both failed — is failed with the code "overdue" and an audit entry. A dead
+ * worker's are failed by the lease's expiry (jailboxd) or the re-adoption
+ * (exec_op_fail_orphans). Blocks on the database; the relay's sweep calls it. */
+void exec_op_reap(struct jb_worker *w);
+
 /* Tells the spawner of session `job` (when it runs on this worker) to build the next command's
  * jail ahead (`ahead`: the session became active) or to kill the one built and build none
  * (the session was paused). Any thread. */
