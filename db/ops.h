@@ -215,7 +215,7 @@ int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const ch
 
 /* Seconds a running op may outlive its command's timeout (args.timeoutMs after started_at)
  * before it is overdue: the worker's commit of its outcome has failed or is stuck. */
-#define JB_OP_RUNNING_GRACE_S 30
+#define JB_OP_RUNNING_GRACE_S 15
 
 /* SQL condition: op row `o` (a table alias) is past started_at (else decided_at, created_at)
  * + its args.timeoutMs (else 600 s) + `grace` seconds (an SQL bigint expression). */
