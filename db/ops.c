@@ -589,23 +589,25 @@ int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err
   return JB_OK;
 }
 
-int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                              const struct jb_op_claim *op, bool ok, const char *result_json,
-                              const char *changes_json, json_t *details,
-                              struct jb_audit_head *head, jb_error *err) {
+/* jb_db_op_complete_running over an op in one of `states` (an SQL text[] literal). */
+static int complete_in_state(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             const struct jb_op_claim *op, const char *states, bool ok,
+                             const char *result_json, const char *changes_json, json_t *details,
+                             struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[3] = {job_id, id, changes_json};
+  const char *p[4] = {job_id, id, changes_json, states};
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   /* the lock order of every chain writer: the session row, then the op */
   PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
   if (r) {
     PQclear(r);
+    const char *q[3] = {job_id, id, states};
     r = jb_db_exec(c,
                    "SELECT 1 FROM ops WHERE job_id = $1 AND op_id = $2::bigint"
-                   " AND state = 'running' FOR UPDATE",
-                   2, p, PGRES_TUPLES_OK, NULL, err, "lock running op");
+                   " AND state = ANY($3::text[]) FOR UPDATE",
+                   3, q, PGRES_TUPLES_OK, NULL, err, "lock running op");
   }
   if (!r) {
     jb_db_rollback(c);
@@ -628,6 +630,21 @@ int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const ch
     PQclear(r);
   }
   return jb_db_op_complete(c, keys, job_id, op, ok, result_json, details, head, err);
+}
+
+int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                              const struct jb_op_claim *op, bool ok, const char *result_json,
+                              const char *changes_json, json_t *details, struct jb_audit_head *head,
+                              jb_error *err) {
+  return complete_in_state(c, keys, job_id, op, "{running}", ok, result_json, changes_json, details,
+                           head, err);
+}
+
+int jb_db_op_fail_unstored(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const struct jb_op_claim *op, const char *result_json, json_t *details,
+                           struct jb_audit_head *head, jb_error *err) {
+  return complete_in_state(c, keys, job_id, op, "{approved,running}", false, result_json, NULL,
+                           details, head, err);
 }
 
 int jb_db_exec_notice(PGconn *c, const char *job_id, long long op_id, const char *what,

@@ -210,8 +210,17 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
  * JB_ERR_FAIL (rolled back: the op is still running). */
 int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                               const struct jb_op_claim *op, bool ok, const char *result_json,
-                              const char *changes_json, json_t *details,
-                              struct jb_audit_head *head, jb_error *err);
+                              const char *changes_json, json_t *details, struct jb_audit_head *head,
+                              jb_error *err);
+
+/* Worker, after the commit of queued or running op `op`'s outcome failed (rolled back): fails
+ * it with `result_json` and the audit entry `details` (small: they must fit whatever made the
+ * first commit fail) as jb_db_op_complete_running does, whether it is back to approved (a
+ * queued op's claim rolled back) or running. JB_ERR_CONFLICT (nothing stored) when it is in
+ * neither state — it was stored after all, or its session ended —; JB_OK; JB_ERR_FAIL. */
+int jb_db_op_fail_unstored(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const struct jb_op_claim *op, const char *result_json, json_t *details,
+                           struct jb_audit_head *head, jb_error *err);
 
 /* Seconds a running op may outlive its command's timeout (args.timeoutMs after started_at)
  * before it is overdue: the worker's commit of its outcome has failed or is stuck. */
@@ -219,8 +228,9 @@ int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const ch
 
 /* SQL condition: op row `o` (a table alias) is past started_at (else decided_at, created_at)
  * + its args.timeoutMs (else 600 s) + `grace` seconds (an SQL bigint expression). */
-#define JB_DB_OP_OVERDUE(o, grace)                                                       \
-  "now() > coalesce(" o ".started_at, " o ".decided_at, " o ".created_at) + make_interval(" \
+#define JB_DB_OP_OVERDUE(o, grace)                          \
+  "now() > coalesce(" o ".started_at, " o ".decided_at, " o \
+  ".created_at) + make_interval("                           \
   "secs => (coalesce((" o ".args->>'timeoutMs')::bigint, 600000) / 1000.0 + " grace ")::float8)"
 
 /* Worker: the ids of session `job_id`'s running ops that are overdue (JB_DB_OP_OVERDUE with

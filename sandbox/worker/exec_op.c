@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "db/ops.h"
 #include "lib/audit.h"
@@ -51,6 +50,10 @@
          * counted */
 #define CHANGES_KEPT_BYTES (4 * 1024 * 1024) /* canonical bytes of the list kept, at most */
 #define CHANGES_RESULT_MAX 1000 /* changes listed in the agent's result */
+#define EXEC_DETAILS_BUDGET \
+  (32 * 1024) /* bytes of an exec's details in its entry, at most: the rest of the entry (a
+               * 4 KiB path and the 1,000-byte decision reason, escaped) stays within
+               * JB_AUDIT_MAX_CANONICAL */
 #define RULE_ID_MAX 64 /* bytes of a rule id in a redaction record */
 #define UNSTORED_WHY_MAX 300 /* bytes of the reason an outcome was not stored, in its entry */
 
@@ -357,6 +360,42 @@ static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
   sodium_bin2hex(hex, 65, h, sizeof h);
 }
 
+/* Replaces member `key` of `d` by `key`Sha256 — the hex SHA-256 of its JSON as the entry
+ * would hold it (JSON_COMPACT | JSON_SORT_KEYS) — and, for an array, `key`Items (its length). */
+static void member_to_hash(json_t *d, const char *key) {
+  json_t *v = json_object_get(d, key);
+  char *t = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+  if (!t) return;
+  unsigned char h[32];
+  char hx[65], name[64];
+  crypto_hash_sha256(h, (const unsigned char *)t, strlen(t));
+  sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+  free(t);
+  snprintf(name, sizeof name, "%sSha256", key);
+  json_object_set_new(d, name, json_string(hx));
+  if (json_is_array(v)) {
+    snprintf(name, sizeof name, "%sItems", key);
+    json_object_set_new(d, name, json_integer((json_int_t)json_array_size(v)));
+  }
+  json_object_del(d, key);
+}
+
+/* Holds exec details `d` to EXEC_DETAILS_BUDGET bytes as the entry writes them: its members
+ * that grow with what the agent sent or its command printed — the redaction records, cwd,
+ * argv — are replaced by their SHA-256 (member_to_hash), in that order, until it fits.
+ * Each is bounded already; together, escaped (a control character takes 6 bytes), they might
+ * not be. */
+static void details_fit(json_t *d) {
+  static const char *const grow[] = {"redacted", "cwd", "argv"};
+  for (size_t i = 0; i < sizeof grow / sizeof grow[0]; i++) {
+    char *t = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
+    size_t n = t ? strlen(t) : 0;
+    free(t);
+    if (n <= EXEC_DETAILS_BUDGET) return;
+    member_to_hash(d, grow[i]);
+  }
+}
+
 /* The audit details of an exec (api/audit.md): what ran and how it ended — hashes and byte
  * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
  * run); `image` is the session's sandbox image; `summary` (borrowed, NULL for a read-only
@@ -419,6 +458,7 @@ static json_t *exec_details(const char *image, const struct jb_op_claim *op, jso
     json_object_set_new(d, "changes", json_array());
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) json_object_set_new(d, "error", json_string(code ? code : "internal"));
+  details_fit(d);
   return d;
 }
 
@@ -455,8 +495,8 @@ static char *canonical_json(json_t *v, size_t *len) {
 static json_t *changes_kept(json_t *changes, size_t total) {
   size_t n = json_array_size(changes), listed = 0, bytes = 2; /* "[" and "]" */
   json_int_t counts[6] = {0};
-  static const char *const kinds[6] = {"added", "deleted", "modified", "mode", "flagged",
-                                       "removed"};
+  static const char *const kinds[6] = {"added", "deleted", "modified",
+                                       "mode",  "flagged", "removed"};
   for (; listed < n; listed++) {
     json_t *c = json_array_get(changes, listed);
     size_t cl = 0;
@@ -636,34 +676,15 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   return changes;
 }
 
-/* Fault injection for the tests of an exec's outcome (tests/node/audit_size.test.mjs): with
- * JB_TEST_FAULT=<file> in the worker's environment, whether <file> names `point`
- * (exec_entry_too_large: the entry is made larger than the chain's cap; exec_commit_lost:
- * neither the outcome nor its failure is stored) — once: <file> is removed first. Unset
- * (always, outside tests) it costs a getenv. */
-static bool exec_test_fault(struct jb_worker *w, const char *job, const char *point) {
-  const char *f = getenv("JB_TEST_FAULT");
-  if (!f || !f[0]) return false;
-  char want[40] = "";
-  FILE *in = fopen(f, "re");
-  if (!in) return false;
-  if (!fgets(want, sizeof want, in)) want[0] = '\0';
-  fclose(in);
-  want[strcspn(want, "\r\n")] = '\0';
-  if (strcmp(want, point) || unlink(f) < 0) return false;
-  slog(w, JB_LOG_WARN, job, "test fault", "point", point, NULL);
-  return true;
-}
-
 /* Stores exec `op`'s outcome (jb_db_op_complete_running with `kept_json`, the changes kept
  * beside it). Its result code. */
 static int outcome_store(struct jb_worker *w, PGconn *c, const char *job,
                          const struct jb_op_claim *op, bool ok, const char *text,
                          const char *kept_json, json_t *details, struct jb_audit_head *head,
                          jb_error *err) {
-  if (exec_test_fault(w, job, "exec_commit_lost"))
+  if (worker_test_fault(w, job, "exec_commit_lost"))
     return jb_fail(err, EIO, "test fault: the outcome is lost"), JB_ERR_CONFLICT;
-  if (exec_test_fault(w, job, "exec_entry_too_large")) { /* as an entry over the cap was */
+  if (worker_test_fault(w, job, "exec_entry_too_large")) { /* as an entry over the cap was */
     json_t *big = json_copy(details);
     char *fill = malloc(JB_AUDIT_MAX_CANONICAL + 1);
     if (fill) {
@@ -702,8 +723,7 @@ static json_t *outcome_unstored(struct jb_worker *w, PGconn *c, const char *job,
   else
     snprintf(exit_text, sizeof exit_text, "ended by a signal");
   if (!res)
-    snprintf(msg, sizeof msg, "the command did not run, and that could not be stored: %s",
-             reason);
+    snprintf(msg, sizeof msg, "the command did not run, and that could not be stored: %s", reason);
   else
     snprintf(msg, sizeof msg,
              "the command ran (%s; %zu changes in the workspace, which stay) but its "
@@ -711,13 +731,14 @@ static json_t *outcome_unstored(struct jb_worker *w, PGconn *c, const char *job,
              exit_text, changes_total, reason);
   slog(w, JB_LOG_ERROR, job, "exec: the outcome could not be stored", "error", reason, NULL);
   json_t *ans = failure("unstored", msg);
-  json_t *d = json_pack("{s:s,s:b,s:s,s:s,s:b,s:I}", "decision", op->decision, "ok", 0, "error",
-                        "unstored", "reason", reason, "ran", res != NULL, "changesTotal",
-                        (json_int_t)changes_total);
+  json_t *d =
+      json_pack("{s:s,s:b,s:s,s:s,s:b,s:I}", "decision", op->decision, "ok", 0, "error", "unstored",
+                "reason", reason, "ran", res != NULL, "changesTotal", (json_int_t)changes_total);
   if (d && res) {
-    json_object_set_new(d, "exitCode", json_is_integer(ec) ? json_integer(json_integer_value(ec))
-                                                           : json_null());
-    json_object_set_new(d, "timedOut", json_boolean(json_is_true(json_object_get(res, "timedOut"))));
+    json_object_set_new(d, "exitCode",
+                        json_is_integer(ec) ? json_integer(json_integer_value(ec)) : json_null());
+    json_object_set_new(d, "timedOut",
+                        json_boolean(json_is_true(json_object_get(res, "timedOut"))));
   }
   char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
   jb_error err = {0};
@@ -877,9 +898,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
   json_t *kept_summary = changes_summary(kept);
-  json_t *details =
-      exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
-                   (const char(*)[65])hex, redactions, records, kept_summary);
+  json_t *details = exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+                                 (const char(*)[65])hex, redactions, records, kept_summary);
   json_decref(kept_summary);
   if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
     *signal = planted_sig;
@@ -897,8 +917,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(kept);
   if (rc == JB_ERR_FAIL) { /* the outcome could not be stored: the op fails with the reason */
     json_decref(ans);
-    ans = outcome_unstored(w, c, job, op, xr == 0 ? res : NULL, changes_total, err->msg, &head,
-                           &rc);
+    ans =
+        outcome_unstored(w, c, job, op, xr == 0 ? res : NULL, changes_total, err->msg, &head, &rc);
     ok = false;
     code = "unstored";
   }
@@ -963,10 +983,10 @@ static void fail_running(struct jb_worker *w, PGconn *c, const char *job, const 
                              : JB_ERR_FAIL;
     if (rc == JB_OK) {
       worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-      worker_publish(w, c, job, JB_EVENT_OP,
-                     json_pack("{s:I,s:s,s:s,s:s,s:s,s:{s:s}}", "opId", (json_int_t)ids[i],
-                               "jobId", job, "tool", "exec", "path", "", "state", "failed",
-                               "result", "error", code));
+      worker_publish(
+          w, c, job, JB_EVENT_OP,
+          json_pack("{s:I,s:s,s:s,s:s,s:s,s:{s:s}}", "opId", (json_int_t)ids[i], "jobId", job,
+                    "tool", "exec", "path", "", "state", "failed", "result", "error", code));
     } else if (rc == JB_ERR_FAIL) {
       slog(w, JB_LOG_WARN, job, err.msg, "step", "fail running op", "code", code, NULL);
     }

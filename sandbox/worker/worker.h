@@ -337,6 +337,14 @@ json_t *relay_not_run(const char *state, const char *reason);
 
 /* ---- exec (exec_op.c) --------------------------------------------------------------------- */
 
+/* Fault injection for the tests of an op's commit (tests/node/audit_size.test.mjs): with
+ * JB_TEST_FAULT=<file> in the worker's environment, whether <file> names `point` — once: it
+ * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
+ * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
+ * (neither an exec's outcome nor its failure is stored). Unset (always, outside tests) it
+ * costs a getenv. (relay.c) */
+bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
+
 /* Runs claimed exec `op` of `job` (jb_db_op_claim's transaction open on `c`): marks it running
  * (committed), runs its command in the session's spawner with its output published live to
  * the buyer, and stores its outcome and audit entry. *signal (enum jb_signal, -1: none) and

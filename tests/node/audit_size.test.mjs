@@ -11,7 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, realpathSync, writeFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, realpathSync, writeFileSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
@@ -73,7 +73,9 @@ test('a writable command that adds 5,000 files: its entry (a summary), its chang
   const S = await session();
   const t0 = Date.now();
   const r = await K.call(S.agent, 'exec', { writable: true, timeoutSec: 240, command:
-    'i=0; while [ $i -lt 5000 ]; do : > dir_with_a_long_name_for_each_of_the_files_$i.txt; i=$((i+1)); done' }, 280000);
+    'i=0; while [ $i -lt 4997 ]; do : > dir_with_a_long_name_for_each_of_the_files_$i.txt; i=$((i+1)); done; ' +
+    // names the canonical bytes escape: a control character, a quote, a backslash
+    ': > "ctl_$(printf \'\\033\')_x"; : > \'q"uote\'; : > \'back\\slash\'' }, 280000);
   console.log('# 5,000-file command answered in ms:', Date.now() - t0);
   assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 2000));
   const res = r.result.structuredContent;
@@ -104,6 +106,8 @@ test('a writable command that adds 5,000 files: its entry (a summary), its chang
   assert.equal(ex[0].effects.length, 5000);
   assert.deepEqual(ex[0].effectsSummary, sum);
   assert.equal(sha(canonical(ex[0].effects)), e.details.changesSummary.sha256);
+  for (const name of ['ctl_\u001b_x', 'q"uote', 'back\\slash'])
+    assert.ok(ex[0].effects.some((c) => c.path === name), `${JSON.stringify(name)} is listed`);
   assert.deepEqual(ex[0].effects.slice(0, 1000), res.changes);
   const paths = ex[0].effects.map((c) => c.path);
   assert.deepEqual(paths, [...paths].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))), 'in path order');
@@ -128,6 +132,21 @@ test('an outcome whose commit fails (an entry over the cap): the op fails with t
   assert.deepEqual(ops.map((o) => o.state), ['failed']);
   // the session goes on: the next command runs
   assert.equal((await K.ok(S.agent, 'exec', { argv: ['sh', '-c', 'echo next'] })).stdout, 'next\n');
+
+  // a queued file op the same way: its write stays, the op fails with the reason and an
+  // entry, once (not claimed and run again without end)
+  writeFileSync(FAULT, 'op_entry_too_large\n');
+  const w = toolFailure(await K.call(S.agent, 'write', { path: 'w.txt', content: 'written\n' }, 30000));
+  assert.ok(w, 'the write is answered with its failure');
+  assert.match(w.message, /the write ran in the sandbox \(it succeeded there: its effect stays\) but its outcome could not be stored: .*more than 65536/, w.message);
+  assert.equal(readFileSync(join(S.dir, 'w.txt'), 'utf8'), 'written\n');
+  const after2 = await entriesOf(S.jobId);
+  const we = after2.rows.filter((x) => x.operation === 'write');
+  assert.equal(we.length, 1, JSON.stringify(we));
+  assert.deepEqual([we[0].details.ok, we[0].details.error, we[0].details.sandboxOk], [false, 'unstored', true]);
+  await verifyOffline(S.jobId, after2.text);
+  const wo = (await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'write'", [S.jobId])).rows;
+  assert.deepEqual(wo.map((o) => o.state), ['failed']);
 });
 
 test('an outcome that is lost: the worker reaps the running op past its timeout plus the grace, with an entry and an answer', { timeout: 120000 }, async () => {
