@@ -464,24 +464,12 @@ static json_t *exec_details(const char *image, const struct jb_op_claim *op, jso
 
 /* ---- a writable command's change list: kept beside the op, summarised in its entry ---- */
 
-/* The canonical bytes of JSON value `v` (api/audit.md "Canonical change list"; new, NUL-ended,
- * length in *len; NULL when out of memory): RFC 8785 (JCS) for the values a change list holds
- * (objects with ASCII keys, strings, integers, booleans, null) — no whitespace, keys sorted,
- * strings UTF-8 with only '"', '\\' and the control characters escaped (\b \t \n \f \r,
- * else \u00xx in lower-case hex). jansson writes that with JSON_COMPACT | JSON_SORT_KEYS but
- * \u00XX in upper case: the hex of those escapes is lowered here. */
+/* The canonical bytes of JSON value `v` (new, NUL-ended, length in *len; NULL when out of
+ * memory): by the rules of an entry's canonical bytes (api/audit.md "Canonical bytes":
+ * json_dumps with JSON_COMPACT | JSON_SORT_KEYS), so that a verifier of the chain has them. */
 static char *canonical_json(json_t *v, size_t *len) {
   char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-  if (!t) return NULL;
-  size_t n = strlen(t);
-  for (size_t i = 0; i < n; i++) {
-    if (t[i] != '\\') continue;
-    if (t[i + 1] == 'u')
-      for (size_t k = i + 2; k < i + 6 && k < n; k++)
-        if (t[k] >= 'A' && t[k] <= 'F') t[k] = (char)(t[k] - 'A' + 'a');
-    i++; /* the escaped character is never the start of an escape */
-  }
-  *len = n;
+  if (t) *len = strlen(t);
   return t;
 }
 
@@ -526,9 +514,9 @@ static json_t *changes_kept(json_t *changes, size_t total) {
   free(canon);
   json_t *cj = json_object();
   for (int k = 0; k < 6; k++) json_object_set_new(cj, kinds[k], json_integer(counts[k]));
-  return json_pack("{s:I,s:I,s:b,s:o,s:s,s:s,s:o}", "total", (json_int_t)total, "listed",
+  return json_pack("{s:I,s:I,s:b,s:o,s:s,s:o}", "total", (json_int_t)total, "listed",
                    (json_int_t)listed, "truncated", listed < total, "counts", cj, "sha256", hx,
-                   "canonical", "RFC 8785", "list", list);
+                   "list", list);
 }
 
 /* `kept` (changes_kept) without its list (new): what the audit entry holds. */

@@ -25,12 +25,14 @@ const FAULT = join(tmp, 'fault');
 
 let K, srv;
 
-// RFC 8785 (JCS) for the values a change list holds (api/audit.md "Canonical change list"):
-// keys sorted, no whitespace; JSON.stringify escapes strings as JCS does
+// The canonical bytes of a change list (api/audit.md "Canonical bytes", "Changes of a writable
+// command"): keys sorted, no whitespace, strings as JSON.stringify escapes them but with
+// upper-case hex in \u00XX
+const str = (x) => JSON.stringify(x).replace(/\\(u00[0-9a-f]{2}|.)/g, (m, g) => g.length > 1 ? '\\u' + g.slice(1).toUpperCase() : m);
 const canonical = (v) => Array.isArray(v) ? '[' + v.map(canonical).join(',') + ']'
   : v && typeof v === 'object'
-    ? '{' + Object.keys(v).sort().map((k) => JSON.stringify(k) + ':' + canonical(v[k])).join(',') + '}'
-    : JSON.stringify(v);
+    ? '{' + Object.keys(v).sort().map((k) => str(k) + ':' + canonical(v[k])).join(',') + '}'
+    : str(v);
 
 const entriesOf = async (jobId) => {
   const ex = await srv.req('GET', `/v1/jailbox/${jobId}/audit`, { token: srv.serviceToken });
