@@ -775,19 +775,24 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
   return JB_OK;
 }
 
-int jb_db_ops_overdue(PGconn *c, const char *job_id, long grace_s, long long *ids, size_t max,
-                      size_t *n, jb_error *err) {
+int jb_db_ops_overdue(PGconn *c, long grace_s, struct jb_op_ref *out, size_t max, size_t *n,
+                      jb_error *err) {
   *n = 0;
-  char g[24];
+  char g[24], m[24];
   snprintf(g, sizeof g, "%ld", grace_s);
-  const char *p[2] = {job_id, g};
+  snprintf(m, sizeof m, "%zu", max);
+  const char *p[2] = {g, m};
+  /* the running ops are few (partial index ops_running, migration 042): one look for all */
   PGresult *r = jb_db_exec(c,
-                           "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'running'"
-                           " AND " JB_DB_OP_OVERDUE("ops", "$2::bigint") " ORDER BY op_id",
+                           "SELECT job_id, op_id FROM ops WHERE state = 'running'"
+                           " AND " JB_DB_OP_OVERDUE("ops", "$1::bigint") " ORDER BY op_id"
+                           " LIMIT $2::bigint",
                            2, p, PGRES_TUPLES_OK, NULL, err, "overdue running ops");
   if (!r) return JB_ERR_FAIL;
-  for (int i = 0; i < PQntuples(r) && *n < max; i++)
-    ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+    snprintf(out[*n].job, sizeof out[*n].job, "%s", PQgetvalue(r, i, 0));
+    out[(*n)++].op_id = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+  }
   PQclear(r);
   return JB_OK;
 }

@@ -233,11 +233,17 @@ int jb_db_op_fail_unstored(PGconn *c, const struct jb_keyring *keys, const char 
   ".created_at) + make_interval("                           \
   "secs => (coalesce((" o ".args->>'timeoutMs')::bigint, 600000) / 1000.0 + " grace ")::float8)"
 
-/* Worker: the ids of session `job_id`'s running ops that are overdue (JB_DB_OP_OVERDUE with
- * `grace_s` seconds), oldest first, at most `max` into `ids`, *n of them. JB_OK or
- * JB_ERR_FAIL. */
-int jb_db_ops_overdue(PGconn *c, const char *job_id, long grace_s, long long *ids, size_t max,
-                      size_t *n, jb_error *err);
+/* A running op: its session and id. */
+struct jb_op_ref {
+  char job[129];
+  long long op_id;
+};
+
+/* Worker: the running ops of every session that are overdue (JB_DB_OP_OVERDUE with `grace_s`
+ * seconds), oldest first, at most `max` into `out`, *n of them (the caller keeps those of its
+ * own sessions). JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_overdue(PGconn *c, long grace_s, struct jb_op_ref *out, size_t max, size_t *n,
+                      jb_error *err);
 
 /* What jb_db_op_kill did. */
 enum jb_op_kill_outcome {

@@ -54,6 +54,7 @@
   (32 * 1024) /* bytes of an exec's details in its entry, at most: the rest of the entry (a
                * 4 KiB path and the 1,000-byte decision reason, escaped) stays within
                * JB_AUDIT_MAX_CANONICAL */
+#define REAP_MAX 64 /* overdue running ops looked at per sweep */
 #define RULE_ID_MAX 64 /* bytes of a rule id in a redaction record */
 #define UNSTORED_WHY_MAX 300 /* bytes of the reason an outcome was not stored, in its entry */
 
@@ -1008,32 +1009,27 @@ static bool running_here(const char *job, long long op_id) {
 }
 
 void exec_op_reap(struct jb_worker *w) {
-  char(*jobs)[129] = calloc(JB_WORKER_SESSIONS_MAX, sizeof *jobs);
-  if (!jobs) return;
-  size_t nj = 0;
-  pthread_mutex_lock(&w->lock);
-  for (size_t i = 0; i < w->n_sessions && nj < JB_WORKER_SESSIONS_MAX; i++)
-    snprintf(jobs[nj++], sizeof jobs[0], "%s", w->sessions[i]->job_id);
-  pthread_mutex_unlock(&w->lock);
   jb_error err = {0};
-  cleanup_conn struct worker_conn conn = nj ? worker_conn(w, &err) : (struct worker_conn){0};
-  for (size_t j = 0; conn.pg && j < nj; j++) {
-    long long ids[16], lost[16];
-    size_t n = 0, nl = 0;
-    if (jb_db_ops_overdue(conn.pg, jobs[j], JB_OP_RUNNING_GRACE_S, ids, 16, &n, &err) != JB_OK) {
-      slog(w, JB_LOG_WARN, jobs[j], err.msg, "step", "overdue running ops", NULL);
-      break;
-    }
-    for (size_t i = 0; i < n; i++) {
-      if (running_here(jobs[j], ids[i])) /* still running here past its time: killed, and its
-                                            thread stores how it ended */
-        exec_op_signal(w, jobs[j], ids[i], "kill");
-      else /* its outcome was lost: nothing of this worker will store it */
-        lost[nl++] = ids[i];
-    }
-    fail_running(w, conn.pg, jobs[j], lost, nl, "overdue",
-                 "no outcome of the command was stored by its worker within its timeout and a "
-                 "grace: the op is failed; whether the command finished is not known");
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  struct jb_op_ref due[REAP_MAX];
+  size_t n = 0;
+  if (!conn.pg ||
+      jb_db_ops_overdue(conn.pg, JB_OP_RUNNING_GRACE_S, due, REAP_MAX, &n, &err) != JB_OK) {
+    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "overdue running ops", NULL);
+    return;
   }
-  free(jobs);
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&w->lock);
+    bool mine = session_find(w, due[i].job) != NULL; /* else another worker's, or a dead one's:
+                                                         its lease's expiry ends it */
+    pthread_mutex_unlock(&w->lock);
+    if (!mine) continue;
+    if (running_here(due[i].job, due[i].op_id)) /* still running here past its time: killed, and
+                                                   its own thread stores how it ended */
+      exec_op_signal(w, due[i].job, due[i].op_id, "kill");
+    else /* its outcome was lost: nothing of this worker will store it */
+      fail_running(w, conn.pg, due[i].job, &due[i].op_id, 1, "overdue",
+                   "no outcome of the command was stored by its worker within its timeout and a "
+                   "grace: the op is failed; whether the command finished is not known");
+  }
 }
