@@ -58,7 +58,7 @@ const session = async () => {
 
 before(async () => {
   K = await startSandboxServer(IMAGE, { JAILBOX_EXEC_MAX_TIMEOUT_S: '600', JB_TEST_FAULT: FAULT },
-    [`${realpathSync('/bin/sh')}:/bin/sh`]);
+    [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/sleep']);
   srv = K.srv;
 });
 
@@ -169,6 +169,24 @@ test('an outcome that is lost: the worker reaps the running op past its timeout 
   await verifyOffline(S.jobId, text);
   const ops = (await srv.db.query("SELECT state FROM ops WHERE job_id = $1 AND tool = 'exec'", [S.jobId])).rows;
   assert.deepEqual(ops.map((o) => o.state), ['failed']);
+});
+
+test('an abort while a command runs: its entry and answer say no outcome was stored, not that it did not finish', { timeout: 120000 }, async () => {
+  const S = await session();
+  const x = K.call(S.agent, 'exec', { argv: ['sleep', '30'] }, 60000);
+  await K.waitFor('running', async () => (await srv.db.query(
+    "SELECT 1 FROM ops WHERE job_id = $1 AND tool = 'exec' AND state = 'running'", [S.jobId])).rowCount > 0, 30000);
+  const a = await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: S.buyerToken, body: { reason: 'enough' } });
+  assert.equal(a.status, 200, a.text);
+  const f = toolFailure(await x);
+  assert.ok(f);
+  assert.match(f.message, /no outcome of the command was stored/, f.message);
+  assert.doesNotMatch(f.message, /did not finish/);
+  const { text, rows } = await entriesOf(S.jobId);
+  const e = rows.find((r) => r.operation === 'exec');
+  assert.deepEqual([e.details.error, e.details.outcome], ['aborted', 'unknown'], JSON.stringify(e));
+  assert.doesNotMatch(text, /did not finish/);
+  await verifyOffline(S.jobId, text);
 });
 
 test('an exec\'s env values are gone from ops.args once it ends; names, sizes and hashes stay', { timeout: 120000 }, async () => {
