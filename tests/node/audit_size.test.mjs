@@ -189,6 +189,20 @@ test('an abort while a command runs: its entry and answer say no outcome was sto
   await verifyOffline(S.jobId, text);
 });
 
+test('a rule too large to record whole (an argvPrefix of 4 KiB strings) is added, its entry holding its hash', { timeout: 60000 }, async () => {
+  const S = await srv.open({ mode: 'supervised' });
+  const rule = { id: 'big', tool: 'exec', argvPrefix: ['make', ...Array.from({ length: 20 }, (_, i) => `${i}`.padEnd(4000, 'x'))], effect: 'ask' };
+  const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/rules`, { token: S.buyerToken, body: { rule } });
+  assert.equal(r.status, 201, r.text.slice(0, 300));
+  const { text, rows } = await entriesOf(S.jobId);
+  const e = rows.find((x) => x.operation === 'rule_add' && x.details.ruleId === 'big');
+  assert.ok(e, 'the rule has its entry');
+  assert.equal(e.details.rule, undefined);
+  assert.match(e.details.ruleSha256, /^[0-9a-f]{64}$/);
+  assert.ok(e.details.ruleBytes > 80000);
+  await verifyOffline(S.jobId, text);
+});
+
 test('an exec\'s env values are gone from ops.args once it ends; names, sizes and hashes stay', { timeout: 120000 }, async () => {
   const S = await session();
   const VALUE = 'value-' + Math.random().toString(36).slice(2);
