@@ -11,7 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, realpathSync, writeFileSync, readdirSync, readFileSync } from 'node:fs';
+import { linkSync, mkdirSync, mkdtempSync, realpathSync, writeFileSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
@@ -200,6 +200,27 @@ test('a rule too large to record whole (an argvPrefix of 4 KiB strings) is added
   assert.equal(e.details.rule, undefined);
   assert.match(e.details.ruleSha256, /^[0-9a-f]{64}$/);
   assert.ok(e.details.ruleBytes > 80000);
+  await verifyOffline(S.jobId, text);
+});
+
+test('a workspace whose pre-scan flags 400 long paths opens: its pre_scan entry lists what fits and hashes the whole list', { timeout: 120000 }, async () => {
+  const long = 'a_directory_name_long_enough_to_matter_'.repeat(4);
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, long));
+    writeFileSync(join(d, 'target.txt'), 't\n');
+    for (let i = 0; i < 400; i++) linkSync(join(d, 'target.txt'), join(d, long, `hard_link_with_a_long_name_${i}.txt`));
+  }, { mode: 'unsupervised' });
+  const st = await K.sessionOf(S.jobId);
+  const flagged = st.walls?.prescan?.flagged;
+  const { text, rows } = await entriesOf(S.jobId);
+  const e = rows.find((x) => x.operation === 'pre_scan');
+  assert.ok(e, 'the pre-scan has its entry');
+  assert.ok(e.details.flaggedCount >= 400, JSON.stringify(e.details).slice(0, 300));
+  assert.ok(e.details.flaggedListed < e.details.flaggedCount);
+  assert.equal(e.details.flagged.length, e.details.flaggedListed);
+  assert.match(e.details.flaggedSha256, /^[0-9a-f]{64}$/);
+  assert.equal(flagged?.length, e.details.flaggedCount, 'the contract lists them all');
+  assert.equal(sha(canonical(flagged)), e.details.flaggedSha256, 'the hash is of the list the contract shows');
   await verifyOffline(S.jobId, text);
 });
 
