@@ -11,6 +11,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/events.h"
+#include "db/ops.h"
 #include "db/sessions.h"
 
 /* Copies at most `max` bytes of `in` into `out` (max + 1 bytes), cut at a UTF-8 character
@@ -285,8 +286,12 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
   char l[24], i[24];
   snprintf(l, sizeof l, "%ld", lifetime_s);
   snprintf(i, sizeof i, "%ld", idle_s);
-  const char *p[2] = {l, i};
-  /* The last activity is the newest audit entry (two primary-key probes), not the newest op:
+  char g[24];
+  snprintf(g, sizeof g, "%d", 2 * JB_OP_RUNNING_GRACE_S);
+  const char *p[3] = {l, i, g};
+  /* A running op stops counting as activity once it is overdue by twice the grace its
+   * worker has to reap it (db/ops.h): a lost outcome does not keep the session forever.
+   * The last activity is the newest audit entry (two primary-key probes), not the newest op:
    * that was a max() over every op row of every live session, twice a second — 12 ms of
    * server time at 30,000 ops in one session, and growing with it. An op ends in an entry
    * (done, failed, rejected, expired; a refusal has an entry and no op row); until it ends it
@@ -301,8 +306,9 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
       "   'paused', 'done')),"
       " due AS (SELECT l.job_id, CASE WHEN now() >= l.created_at + l.life THEN 'lifetime_exceeded'"
       "   WHEN l.state IN ('awaiting_agent', 'active')"
-      "    AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.job_id = l.job_id AND o.state IN "
-      "('pending', 'approved', 'running'))"
+      "    AND NOT EXISTS (SELECT 1 FROM ops o WHERE o.job_id = l.job_id AND (o.state IN "
+      "('pending', 'approved') OR (o.state = 'running' AND NOT " JB_DB_OP_OVERDUE("o", "$3::bigint")
+      ")))"
       "    AND now() >= greatest(l.updated_at, (SELECT e.created_at FROM audit_heads h"
       "      JOIN audit_entries e ON e.job_id = h.job_id AND e.seq = h.seq WHERE h.job_id = "
       "l.job_id))"
@@ -312,7 +318,7 @@ int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_
       "   FROM live l)"
       " SELECT coalesce(json_agg(json_build_object('jobId', job_id, 'reason', reason)), '[]')::text"
       " FROM (SELECT * FROM due WHERE reason IS NOT NULL LIMIT 100) d",
-      2, p, PGRES_TUPLES_OK, NULL, err, "find expired sessions");
+      3, p, PGRES_TUPLES_OK, NULL, err, "find expired sessions");
   if (!r) return JB_ERR_FAIL;
   *json_out = first_text(r);
   PQclear(r);

@@ -576,7 +576,8 @@ int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err
   snprintf(id, sizeof id, "%lld", op->op_id);
   const char *p[1] = {id};
   const struct jb_db_step steps[2] = {
-      JB_DB_STEP("UPDATE ops SET state = 'running' WHERE op_id = $1::bigint AND state = 'approved'",
+      JB_DB_STEP("UPDATE ops SET state = 'running', started_at = now()"
+                 " WHERE op_id = $1::bigint AND state = 'approved'",
                  1, p, PGRES_COMMAND_OK, "mark op running"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
@@ -588,22 +589,25 @@ int jb_db_op_mark_running(PGconn *c, const struct jb_op_claim *op, jb_error *err
   return JB_OK;
 }
 
-int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                              const struct jb_op_claim *op, bool ok, const char *result_json,
-                              json_t *details, struct jb_audit_head *head, jb_error *err) {
+/* jb_db_op_complete_running over an op in one of `states` (an SQL text[] literal). */
+static int complete_in_state(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                             const struct jb_op_claim *op, const char *states, bool ok,
+                             const char *result_json, const char *changes_json, json_t *details,
+                             struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
-  const char *p[2] = {job_id, id};
+  const char *p[4] = {job_id, id, changes_json, states};
   if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
   /* the lock order of every chain writer: the session row, then the op */
   PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
   if (r) {
     PQclear(r);
+    const char *q[3] = {job_id, id, states};
     r = jb_db_exec(c,
                    "SELECT 1 FROM ops WHERE job_id = $1 AND op_id = $2::bigint"
-                   " AND state = 'running' FOR UPDATE",
-                   2, p, PGRES_TUPLES_OK, NULL, err, "lock running op");
+                   " AND state = ANY($3::text[]) FOR UPDATE",
+                   3, q, PGRES_TUPLES_OK, NULL, err, "lock running op");
   }
   if (!r) {
     jb_db_rollback(c);
@@ -616,7 +620,31 @@ int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const ch
     jb_fail(err, ESRCH, "the op is no longer running (its session ended)");
     return JB_ERR_CONFLICT;
   }
+  if (changes_json) {
+    r = jb_db_exec(c, "UPDATE ops SET changes = $3::jsonb WHERE job_id = $1 AND op_id = $2::bigint",
+                   3, p, PGRES_COMMAND_OK, NULL, err, "store the op's changes");
+    if (!r) {
+      jb_db_rollback(c);
+      return JB_ERR_FAIL;
+    }
+    PQclear(r);
+  }
   return jb_db_op_complete(c, keys, job_id, op, ok, result_json, details, head, err);
+}
+
+int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                              const struct jb_op_claim *op, bool ok, const char *result_json,
+                              const char *changes_json, json_t *details, struct jb_audit_head *head,
+                              jb_error *err) {
+  return complete_in_state(c, keys, job_id, op, "{running}", ok, result_json, changes_json, details,
+                           head, err);
+}
+
+int jb_db_op_fail_unstored(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const struct jb_op_claim *op, const char *result_json, json_t *details,
+                           struct jb_audit_head *head, jb_error *err) {
+  return complete_in_state(c, keys, job_id, op, "{approved,running}", false, result_json, NULL,
+                           details, head, err);
 }
 
 int jb_db_exec_notice(PGconn *c, const char *job_id, long long op_id, const char *what,
@@ -743,6 +771,28 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
   if (!r) return JB_ERR_FAIL;
   for (int i = 0; i < PQntuples(r) && *n < max; i++)
     ids[(*n)++] = strtoll(PQgetvalue(r, i, 0), NULL, 10);
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_ops_overdue(PGconn *c, long grace_s, struct jb_op_ref *out, size_t max, size_t *n,
+                      jb_error *err) {
+  *n = 0;
+  char g[24], m[24];
+  snprintf(g, sizeof g, "%ld", grace_s);
+  snprintf(m, sizeof m, "%zu", max);
+  const char *p[2] = {g, m};
+  /* the running ops are few (partial index ops_running, migration 042): one look for all */
+  PGresult *r = jb_db_exec(c,
+                           "SELECT job_id, op_id FROM ops WHERE state = 'running'"
+                           " AND " JB_DB_OP_OVERDUE("ops", "$1::bigint") " ORDER BY op_id"
+                           " LIMIT $2::bigint",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "overdue running ops");
+  if (!r) return JB_ERR_FAIL;
+  for (int i = 0; i < PQntuples(r) && *n < max; i++) {
+    snprintf(out[*n].job, sizeof out[*n].job, "%s", PQgetvalue(r, i, 0));
+    out[(*n)++].op_id = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+  }
   PQclear(r);
   return JB_OK;
 }

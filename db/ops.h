@@ -203,12 +203,47 @@ int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max,
                       jb_error *err);
 
 /* Worker: completes running exec `op` as jb_db_op_complete does (outcome, audit entry,
- * commit) in a transaction of its own that takes the session row first. JB_ERR_CONFLICT (and
- * nothing stored) when the op is no longer running — its session ended meanwhile
- * (jb_db_session_end_ops failed it) — or the chain is sealed; JB_OK; JB_ERR_FAIL. */
+ * commit) in a transaction of its own that takes the session row first; `changes_json`
+ * (nullable: none) is stored in ops.changes (a writable command's change list, migration
+ * 042). JB_ERR_CONFLICT (and nothing stored) when the op is no longer running — its session
+ * ended meanwhile (jb_db_session_end_ops failed it) — or the chain is sealed; JB_OK;
+ * JB_ERR_FAIL (rolled back: the op is still running). */
 int jb_db_op_complete_running(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                               const struct jb_op_claim *op, bool ok, const char *result_json,
-                              json_t *details, struct jb_audit_head *head, jb_error *err);
+                              const char *changes_json, json_t *details, struct jb_audit_head *head,
+                              jb_error *err);
+
+/* Worker, after the commit of queued or running op `op`'s outcome failed (rolled back): fails
+ * it with `result_json` and the audit entry `details` (small: they must fit whatever made the
+ * first commit fail) as jb_db_op_complete_running does, whether it is back to approved (a
+ * queued op's claim rolled back) or running. JB_ERR_CONFLICT (nothing stored) when it is in
+ * neither state — it was stored after all, or its session ended —; JB_OK; JB_ERR_FAIL. */
+int jb_db_op_fail_unstored(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                           const struct jb_op_claim *op, const char *result_json, json_t *details,
+                           struct jb_audit_head *head, jb_error *err);
+
+/* Seconds a running op may outlive its command's timeout (args.timeoutMs after started_at)
+ * before it is overdue: the worker's commit of its outcome has failed or is stuck. */
+#define JB_OP_RUNNING_GRACE_S 15
+
+/* SQL condition: op row `o` (a table alias) is past started_at (else decided_at, created_at)
+ * + its args.timeoutMs (else 600 s) + `grace` seconds (an SQL bigint expression). */
+#define JB_DB_OP_OVERDUE(o, grace)                          \
+  "now() > coalesce(" o ".started_at, " o ".decided_at, " o \
+  ".created_at) + make_interval("                           \
+  "secs => (coalesce((" o ".args->>'timeoutMs')::bigint, 600000) / 1000.0 + " grace ")::float8)"
+
+/* A running op: its session and id. */
+struct jb_op_ref {
+  char job[129];
+  long long op_id;
+};
+
+/* Worker: the running ops of every session that are overdue (JB_DB_OP_OVERDUE with `grace_s`
+ * seconds), oldest first, at most `max` into `out`, *n of them (the caller keeps those of its
+ * own sessions). JB_OK or JB_ERR_FAIL. */
+int jb_db_ops_overdue(PGconn *c, long grace_s, struct jb_op_ref *out, size_t max, size_t *n,
+                      jb_error *err);
 
 /* What jb_db_op_kill did. */
 enum jb_op_kill_outcome {

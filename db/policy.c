@@ -3,6 +3,7 @@
 #include "db/policy.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "db/ops.h"
 #include "db/sessions.h"
 #include "lib/policy.h"
+
+#define RULE_IN_ENTRY_MAX (16 * 1024) /* bytes of a rule's JSON recorded whole in its entry */
 
 /* One audit entry of rule change `operation` with `details` (stolen) in the open transaction. */
 static int audit_rule(PGconn *c, const struct jb_keyring *keys, const char *job_id,
@@ -61,6 +64,28 @@ static int begin_locked(PGconn *c, const char *job_id, char *msg, size_t msize, 
   return rc;
 }
 
+/* The details of a rule_add entry (new): {ruleId, rule, by}; a rule whose JSON is over
+ * RULE_IN_ENTRY_MAX bytes (an argvPrefix may hold 64 strings of 4 KiB) as ruleSha256 (of its
+ * JSON_COMPACT | JSON_SORT_KEYS text, as stored in policy_rules) and ruleBytes, so that the
+ * entry always fits the chain's size cap. */
+static json_t *rule_details(const char *id, json_t *rule, const char *by) {
+  char *text = json_dumps(rule, JSON_COMPACT | JSON_SORT_KEYS);
+  size_t n = text ? strlen(text) : 0;
+  json_t *d;
+  if (text && n > RULE_IN_ENTRY_MAX) {
+    unsigned char h[32];
+    char hx[65];
+    crypto_hash_sha256(h, (const unsigned char *)text, n);
+    sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+    d = json_pack("{s:s,s:s,s:I,s:s}", "ruleId", id, "ruleSha256", hx, "ruleBytes", (json_int_t)n,
+                  "by", by);
+  } else {
+    d = json_pack("{s:s,s:O,s:s}", "ruleId", id, "rule", rule, "by", by);
+  }
+  free(text);
+  return d;
+}
+
 int jb_db_rules_insert_tx(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                           const json_t *rules, const char *by, long long op_id,
                           struct jb_audit_head *head, char *msg, size_t msize, jb_error *err) {
@@ -104,7 +129,7 @@ int jb_db_rules_insert_tx(PGconn *c, const struct jb_keyring *keys, const char *
       return JB_ERR_FAIL;
     }
     PQclear(r);
-    json_t *d = json_pack("{s:s,s:O,s:s}", "ruleId", q[1], "rule", rule, "by", by);
+    json_t *d = rule_details(q[1], rule, by);
     if (d && op_id > 0) json_object_set_new(d, "opId", json_integer(op_id));
     int rc = audit_rule(c, keys, job_id, "rule_add", d, head, err);
     if (rc == JB_ERR_CONFLICT) snprintf(msg, msize, "the session's audit chain is sealed");

@@ -348,15 +348,17 @@ int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *
   if (!r) return JB_ERR_FAIL;
   long n = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
-  /* an exec still running: its command goes with the sandbox, its outcome unknown; the
-   * agent waiting on it is told why, and the chain records it */
+  /* an exec still running: its command goes with the sandbox; whether it had finished is
+   * not known here (its worker may have lost the outcome's commit), so only what is known is
+   * said: no outcome was stored; the agent waiting on it is told why, and the chain records it */
   r = jb_db_exec(
       c,
       "UPDATE ops SET state = 'failed', completed_at = now(),"
-      " reason = 'session ' || $2 || ' while the command ran: ' || $3,"
+      " reason = 'session ' || $2 || ' before the command''s outcome was stored: ' || $3,"
       " result = jsonb_build_object('ok', false, 'error', jsonb_build_object("
-      "   'code', 'aborted', 'message', 'the command did not finish: the session was ' || $2"
-      "   || ' while it ran (' || $3 || '); its outcome is unknown'))"
+      "   'code', 'aborted', 'message', 'no outcome of the command was stored: the session was '"
+      "   || $2 || ' while it ran or before its outcome was stored (' || $3 || ');"
+      " its outcome is unknown'))"
       " WHERE job_id = $1 AND state = 'running'"
       " RETURNING op_id, coalesce(path, ''), reason",
       3, p, PGRES_TUPLES_OK, NULL, err, "fail running ops");
@@ -371,6 +373,7 @@ int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *
     json_t *d = json_pack("{s:I,s:s,s:b,s:s,s:s}", "opId",
                           (json_int_t)strtoll(PQgetvalue(r, i, 0), NULL, 10), "decision",
                           "approved", "ok", 0, "error", "aborted", "reason", PQgetvalue(r, i, 2));
+    if (d) json_object_set_new(d, "outcome", json_string("unknown"));
     rc = d ? jb_audit_append(c, keys, job_id, "exec", path[0] ? path : NULL, d, NULL, err)
            : jb_fail(err, ENOMEM, "out of memory");
     json_decref(d);

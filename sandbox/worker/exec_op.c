@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "db/ops.h"
+#include "lib/audit.h"
 #include "lib/buf.h"
 #include "sandbox/worker/workspace_scan.h"
 #include "lib/redact.h"
@@ -44,7 +45,18 @@
 #define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
 #define SNAPSHOT_MAX \
   100000 /* entries walked before and after a writable command (as the pre-scan) */
-#define CHANGES_MAX 1000 /* changes listed in the result and the audit entry; all are counted */
+#define CHANGES_MAX \
+  10000 /* changes of a writable command listed (kept beside its op: ops.changes); all are
+         * counted */
+#define CHANGES_KEPT_BYTES (4 * 1024 * 1024) /* canonical bytes of the list kept, at most */
+#define CHANGES_RESULT_MAX 1000 /* changes listed in the agent's result */
+#define EXEC_DETAILS_BUDGET \
+  (32 * 1024) /* bytes of an exec's details in its entry, at most: the rest of the entry (a
+               * 4 KiB path and the 1,000-byte decision reason, escaped) stays within
+               * JB_AUDIT_MAX_CANONICAL */
+#define REAP_MAX 64 /* overdue running ops looked at per sweep */
+#define RULE_ID_MAX 64 /* bytes of a rule id in a redaction record */
+#define UNSTORED_WHY_MAX 300 /* bytes of the reason an outcome was not stored, in its entry */
 
 /* ---- the running execs: a kill, pause or resume finds its command here ---- */
 
@@ -313,8 +325,12 @@ static json_t *redaction_records(const struct exec_run *x, size_t *count) {
     size_t n = x->st[k].rd ? jb_redactor_records(x->st[k].rd, &v) : 0;
     *count += x->st[k].rd ? jb_redactor_count(x->st[k].rd) : 0;
     for (size_t i = 0; a && i < n; i++) {
-      json_t *r = json_pack("{s:s,s:s,s:I}", "rule", v[i].rule, "stream", x->st[k].name, "offset",
-                            (json_int_t)v[i].offset);
+      size_t rl = strlen(v[i].rule); /* an operator's rule id, clipped on a character */
+      if (rl > RULE_ID_MAX)
+        for (rl = RULE_ID_MAX; rl > 0 && ((unsigned char)v[i].rule[rl] & 0xC0) == 0x80; rl--)
+          ;
+      json_t *r = json_pack("{s:s%,s:s,s:I}", "rule", v[i].rule, rl, "stream", x->st[k].name,
+                            "offset", (json_int_t)v[i].offset);
       if (r && v[i].failed) json_object_set_new(r, "failed", json_true());
       if (!r || json_array_append_new(a, r) < 0) {
         json_decref(a);
@@ -345,13 +361,52 @@ static void sha_hex(crypto_hash_sha256_state *st, char hex[65]) {
   sodium_bin2hex(hex, 65, h, sizeof h);
 }
 
+/* Replaces member `key` of `d` by `key`Sha256 — the hex SHA-256 of its JSON as the entry
+ * would hold it (JSON_COMPACT | JSON_SORT_KEYS) — and, for an array, `key`Items (its length). */
+static void member_to_hash(json_t *d, const char *key) {
+  json_t *v = json_object_get(d, key);
+  char *t = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+  if (!t) return;
+  unsigned char h[32];
+  char hx[65], name[64];
+  crypto_hash_sha256(h, (const unsigned char *)t, strlen(t));
+  sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+  free(t);
+  snprintf(name, sizeof name, "%sSha256", key);
+  json_object_set_new(d, name, json_string(hx));
+  if (json_is_array(v)) {
+    snprintf(name, sizeof name, "%sItems", key);
+    json_object_set_new(d, name, json_integer((json_int_t)json_array_size(v)));
+  }
+  json_object_del(d, key);
+}
+
+/* Holds exec details `d` to EXEC_DETAILS_BUDGET bytes as the entry writes them: its members
+ * that grow with what the agent sent or its command printed — the redaction records, cwd,
+ * argv — are replaced by their SHA-256 (member_to_hash), in that order, until it fits.
+ * Each is bounded already; together, escaped (a control character takes 6 bytes), they might
+ * not be. */
+static void details_fit(json_t *d) {
+  static const char *const grow[] = {"redacted", "cwd", "argv"};
+  for (size_t i = 0; i < sizeof grow / sizeof grow[0]; i++) {
+    char *t = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
+    size_t n = t ? strlen(t) : 0;
+    free(t);
+    if (n <= EXEC_DETAILS_BUDGET) return;
+    member_to_hash(d, grow[i]);
+  }
+}
+
 /* The audit details of an exec (api/audit.md): what ran and how it ended — hashes and byte
  * counts of the output, never the output. `res` is the spawner's result (NULL when it did not
- * run); `image` is the session's sandbox image. */
+ * run); `image` is the session's sandbox image; `summary` (borrowed, NULL for a read-only
+ * command) the summary of its changes (changes_kept). Every field is bounded whatever the
+ * agent sent — argv by AUDIT_ARGV_MAX (else its hash), cwd by PATH_MAX, the redaction records
+ * by JB_REDACT_RECORDS_MAX a stream, the changes by their summary — so the entry always
+ * fits the chain's JB_AUDIT_MAX_CANONICAL. */
 static json_t *exec_details(const char *image, const struct jb_op_claim *op, json_t *args,
                             json_t *res, bool ok, const char *code, const char hex[2][65],
-                            size_t redactions, json_t *records, json_t *changes,
-                            size_t changes_total) {
+                            size_t redactions, json_t *records, json_t *summary) {
   json_t *d = json_object();
   json_t *argv = json_object_get(args, "argv");
   char *at = json_dumps(argv, JSON_COMPACT);
@@ -398,11 +453,86 @@ static json_t *exec_details(const char *image, const struct jb_op_claim *op, jso
   }
   json_object_set_new(d, "redactions", json_integer((json_int_t)redactions));
   json_object_set(d, "redacted", records);
-  json_object_set_new(d, "changes", changes ? json_incref(changes) : json_array());
-  if (changes) json_object_set_new(d, "changesTotal", json_integer((json_int_t)changes_total));
+  if (summary) /* a writable command: what it changed, summarised (any list fits) */
+    json_object_set(d, "changesSummary", summary);
+  else
+    json_object_set_new(d, "changes", json_array());
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) json_object_set_new(d, "error", json_string(code ? code : "internal"));
+  details_fit(d);
   return d;
+}
+
+/* ---- a writable command's change list: kept beside the op, summarised in its entry ---- */
+
+/* The canonical bytes of JSON value `v` (new, NUL-ended, length in *len; NULL when out of
+ * memory): by the rules of an entry's canonical bytes (api/audit.md "Canonical bytes":
+ * json_dumps with JSON_COMPACT | JSON_SORT_KEYS), so that a verifier of the chain has them. */
+static char *canonical_json(json_t *v, size_t *len) {
+  char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  if (t) *len = strlen(t);
+  return t;
+}
+
+/* What is kept of `changes` (borrowed: the list jb_scan_changes made, marked by the removal of
+ * what the file tools refuse; `total` all the changes counted) beside the op, ops.changes
+ * (new; NULL when out of memory): {total, listed, truncated, counts {added, deleted, modified,
+ * mode, flagged, removed} (of the listed ones), sha256, list} — `list` the first changes in
+ * path order, at most CHANGES_MAX of them and CHANGES_KEPT_BYTES of canonical bytes, `sha256`
+ * the hex SHA-256 of the canonical bytes of `list` (canonical_json), so that its audit entry,
+ * which holds all but `list`, certifies the list a reader gets. */
+static json_t *changes_kept(json_t *changes, size_t total) {
+  size_t n = json_array_size(changes), listed = 0, bytes = 2; /* "[" and "]" */
+  json_int_t counts[6] = {0};
+  static const char *const kinds[6] = {"added", "deleted", "modified",
+                                       "mode",  "flagged", "removed"};
+  for (; listed < n; listed++) {
+    json_t *c = json_array_get(changes, listed);
+    size_t cl = 0;
+    char *ct = canonical_json(c, &cl);
+    free(ct);
+    if (!ct || bytes + cl + (listed ? 1 : 0) > CHANGES_KEPT_BYTES) break;
+    bytes += cl + (listed ? 1 : 0);
+    const char *change = json_string_value(json_object_get(c, "change"));
+    for (int k = 0; k < 4; k++)
+      if (change && !strcmp(change, kinds[k])) counts[k]++;
+    if (json_object_get(c, "flagged")) counts[4]++;
+    if (json_is_true(json_object_get(c, "removed"))) counts[5]++;
+  }
+  json_t *list = json_array();
+  for (size_t i = 0; list && i < listed; i++)
+    if (json_array_append(list, json_array_get(changes, i)) < 0) json_array_clear(list);
+  size_t cl = 0;
+  char *canon = list ? canonical_json(list, &cl) : NULL;
+  if (!canon) {
+    json_decref(list);
+    return NULL;
+  }
+  unsigned char h[32];
+  char hx[65];
+  crypto_hash_sha256(h, (const unsigned char *)canon, cl);
+  sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+  free(canon);
+  json_t *cj = json_object();
+  for (int k = 0; k < 6; k++) json_object_set_new(cj, kinds[k], json_integer(counts[k]));
+  return json_pack("{s:I,s:I,s:b,s:o,s:s,s:o}", "total", (json_int_t)total, "listed",
+                   (json_int_t)listed, "truncated", listed < total, "counts", cj, "sha256", hx,
+                   "list", list);
+}
+
+/* `kept` (changes_kept) without its list (new): what the audit entry holds. */
+static json_t *changes_summary(json_t *kept) {
+  json_t *s = kept ? json_copy(kept) : NULL;
+  if (s) json_object_del(s, "list");
+  return s;
+}
+
+/* The first CHANGES_RESULT_MAX changes of `kept`'s list, for the agent's result (new). */
+static json_t *changes_for_result(json_t *kept) {
+  json_t *list = json_object_get(kept, "list"), *out = json_array();
+  for (size_t i = 0; out && i < json_array_size(list) && i < CHANGES_RESULT_MAX; i++)
+    json_array_append(out, json_array_get(list, i));
+  return out;
 }
 
 /* Frees the buffers of `x`. */
@@ -535,6 +665,84 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   return changes;
 }
 
+/* Stores exec `op`'s outcome (jb_db_op_complete_running with `kept_json`, the changes kept
+ * beside it). Its result code. */
+static int outcome_store(struct jb_worker *w, PGconn *c, const char *job,
+                         const struct jb_op_claim *op, bool ok, const char *text,
+                         const char *kept_json, json_t *details, struct jb_audit_head *head,
+                         jb_error *err) {
+  if (worker_test_fault(w, job, "exec_commit_lost"))
+    return jb_fail(err, EIO, "test fault: the outcome is lost"), JB_ERR_CONFLICT;
+  if (worker_test_fault(w, job, "exec_entry_too_large")) { /* as an entry over the cap was */
+    json_t *big = json_copy(details);
+    char *fill = malloc(JB_AUDIT_MAX_CANONICAL + 1);
+    if (fill) {
+      memset(fill, 'x', JB_AUDIT_MAX_CANONICAL);
+      fill[JB_AUDIT_MAX_CANONICAL] = '\0';
+      json_object_set_new(big, "testFill", json_string(fill));
+    }
+    free(fill);
+    int rc = jb_db_op_complete_running(c, jb_signer_key(w->signer), job, op, ok, text, kept_json,
+                                       big ? big : details, head, err);
+    json_decref(big);
+    return rc;
+  }
+  return jb_db_op_complete_running(c, jb_signer_key(w->signer), job, op, ok, text, kept_json,
+                                   details, head, err);
+}
+
+/* Fails running exec `op` of `job` whose outcome could not be stored (`why`: the error) with
+ * a small entry of what is known — whether the command ran, its exit, how many changes it
+ * made (`res`: the spawner's result, NULL when it did not run) — so that the op ends and the
+ * agent is answered. On `c` (reset when its connection broke). The answer stored (new),
+ * {ok:false, error:{code:"unstored", message}}; *rc JB_OK with *head, JB_ERR_CONFLICT (the op
+ * is no longer running) or JB_ERR_FAIL (then the op stays running until the reaper,
+ * exec_op_reap, fails it). */
+static json_t *outcome_unstored(struct jb_worker *w, PGconn *c, const char *job,
+                                const struct jb_op_claim *op, json_t *res, size_t changes_total,
+                                const char *why, struct jb_audit_head *head, int *rc) {
+  char reason[UNSTORED_WHY_MAX + 1], msg[UNSTORED_WHY_MAX + 200];
+  size_t wl = strlen(why) < UNSTORED_WHY_MAX ? strlen(why) : UNSTORED_WHY_MAX;
+  while (wl > 0 && ((unsigned char)why[wl] & 0xC0) == 0x80) wl--; /* clipped on a character */
+  snprintf(reason, sizeof reason, "%.*s", (int)wl, why);
+  json_t *ec = json_object_get(res, "exitCode");
+  char exit_text[40];
+  if (json_is_integer(ec))
+    snprintf(exit_text, sizeof exit_text, "exit code %lld", (long long)json_integer_value(ec));
+  else
+    snprintf(exit_text, sizeof exit_text, "ended by a signal");
+  if (!res)
+    snprintf(msg, sizeof msg, "the command did not run, and that could not be stored: %s", reason);
+  else
+    snprintf(msg, sizeof msg,
+             "the command ran (%s; %zu changes in the workspace, which stay) but its "
+             "outcome could not be stored: %s",
+             exit_text, changes_total, reason);
+  slog(w, JB_LOG_ERROR, job, "exec: the outcome could not be stored", "error", reason, NULL);
+  json_t *ans = failure("unstored", msg);
+  json_t *d =
+      json_pack("{s:s,s:b,s:s,s:s,s:b,s:I}", "decision", op->decision, "ok", 0, "error", "unstored",
+                "reason", reason, "ran", res != NULL, "changesTotal", (json_int_t)changes_total);
+  if (d && res) {
+    json_object_set_new(d, "exitCode",
+                        json_is_integer(ec) ? json_integer(json_integer_value(ec)) : json_null());
+    json_object_set_new(d, "timedOut",
+                        json_boolean(json_is_true(json_object_get(res, "timedOut"))));
+  }
+  char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
+  jb_error err = {0};
+  if (PQstatus(c) != CONNECTION_OK) PQreset(c);
+  *rc = text && d ? jb_db_op_complete_running(c, jb_signer_key(w->signer), job, op, false, text,
+                                              NULL, d, head, &err)
+                  : jb_fail(&err, ENOMEM, "out of memory");
+  if (*rc != JB_OK)
+    slog(w, JB_LOG_ERROR, job, "exec: its failure could not be stored either (the reaper will)",
+         "error", err.msg, NULL);
+  free(text);
+  json_decref(d);
+  return ans;
+}
+
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
@@ -609,6 +817,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   if (watched)
     changes = workspace_effects(w, s, &before, &changes_total, &incomplete, &planted_sig, planted,
                                 sizeof planted);
+  json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
   jb_scan_snapshot_free(&before);
   t_effects = mono_msf();
   bool aborted = s && atomic_load(&s->killing);
@@ -655,9 +864,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
         json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
     if (r) json_object_set(r, "redacted", records);
-    if (r && changes) {
-      json_object_set(r, "changes", changes);
+    if (r && kept) {
+      json_object_set_new(r, "changes", changes_for_result(kept));
       json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
+      json_object_set_new(r, "changesSummary", changes_summary(kept));
     }
     if (r && incomplete) json_object_set_new(r, "changesIncomplete", json_true());
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
@@ -676,9 +886,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
-  json_t *details =
-      exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
-                   (const char(*)[65])hex, redactions, records, changes, changes_total);
+  json_t *kept_summary = changes_summary(kept);
+  json_t *details = exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+                                 (const char(*)[65])hex, redactions, records, kept_summary);
+  json_decref(kept_summary);
   if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
     *signal = planted_sig;
     snprintf(detail, dsize, "exec: %s", planted);
@@ -686,10 +897,20 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(changes);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
+  char *kept_text = kept ? json_dumps(kept, JSON_COMPACT) : NULL;
   struct jb_audit_head head;
-  rc = text && details ? jb_db_op_complete_running(c, jb_signer_key(w->signer), job, op, ok, text,
-                                                   details, &head, err)
-                       : jb_fail(err, ENOMEM, "out of memory");
+  rc = text && details && (kept_text || !kept)
+           ? outcome_store(w, c, job, op, ok, text, kept_text, details, &head, err)
+           : jb_fail(err, ENOMEM, "out of memory");
+  free(kept_text);
+  json_decref(kept);
+  if (rc == JB_ERR_FAIL) { /* the outcome could not be stored: the op fails with the reason */
+    json_decref(ans);
+    ans =
+        outcome_unstored(w, c, job, op, xr == 0 ? res : NULL, changes_total, err->msg, &head, &rc);
+    ok = false;
+    code = "unstored";
+  }
   if (rc == JB_OK) {
     worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
     /* the end of the live view: how the command ended, without its output */
@@ -734,6 +955,36 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   return rc;
 }
 
+/* Fails running exec ops `ids` (n of them) of `job` — none of them runs on this worker — with
+ * {code, message} and an audit entry each. */
+static void fail_running(struct jb_worker *w, PGconn *c, const char *job, const long long *ids,
+                         size_t n, const char *code, const char *msg) {
+  for (size_t i = 0; i < n; i++) {
+    struct jb_op_claim op = {.op_id = ids[i], .tool = "exec", .path = (char *)""};
+    json_t *ans = json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", msg);
+    json_t *details = json_pack("{s:I,s:b,s:s,s:s}", "opId", (json_int_t)ids[i], "ok", 0, "error",
+                                code, "message", msg);
+    char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
+    struct jb_audit_head head;
+    jb_error err = {0};
+    int rc = text && details ? jb_db_op_complete_running(c, jb_signer_key(w->signer), job, &op,
+                                                         false, text, NULL, details, &head, &err)
+                             : JB_ERR_FAIL;
+    if (rc == JB_OK) {
+      worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+      worker_publish(
+          w, c, job, JB_EVENT_OP,
+          json_pack("{s:I,s:s,s:s,s:s,s:s,s:{s:s}}", "opId", (json_int_t)ids[i], "jobId", job,
+                    "tool", "exec", "path", "", "state", "failed", "result", "error", code));
+    } else if (rc == JB_ERR_FAIL) {
+      slog(w, JB_LOG_WARN, job, err.msg, "step", "fail running op", "code", code, NULL);
+    }
+    free(text);
+    json_decref(ans);
+    json_decref(details);
+  }
+}
+
 void exec_op_fail_orphans(struct jb_worker *w, const char *job) {
   jb_error err = {0};
   cleanup_conn struct worker_conn conn = worker_conn(w, &err);
@@ -743,24 +994,42 @@ void exec_op_fail_orphans(struct jb_worker *w, const char *job) {
     slog(w, JB_LOG_WARN, job, err.msg, "step", "running ops at re-adoption", NULL);
     return;
   }
+  fail_running(w, conn.pg, job, ids, n, "worker_restarted",
+               "the worker restarted while the command ran; the command was killed");
+}
+
+/* Whether exec op `op_id` of `job` runs on this worker (its outcome not stored yet). */
+static bool running_here(const char *job, long long op_id) {
+  bool here = false;
+  pthread_mutex_lock(&running.lock);
+  for (int i = 0; i < RUNNING_MAX && !here; i++)
+    here = running.r[i].used && running.r[i].op_id == op_id && !strcmp(running.r[i].job, job);
+  pthread_mutex_unlock(&running.lock);
+  return here;
+}
+
+void exec_op_reap(struct jb_worker *w) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  struct jb_op_ref due[REAP_MAX];
+  size_t n = 0;
+  if (!conn.pg ||
+      jb_db_ops_overdue(conn.pg, JB_OP_RUNNING_GRACE_S, due, REAP_MAX, &n, &err) != JB_OK) {
+    slog(w, JB_LOG_WARN, NULL, err.msg, "step", "overdue running ops", NULL);
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
-    struct jb_op_claim op = {.op_id = ids[i], .tool = "exec", .path = (char *)""};
-    static const char msg[] = "the worker restarted while the command ran; the command was killed";
-    json_t *ans = json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", "worker_restarted",
-                            "message", msg);
-    json_t *details = json_pack("{s:I,s:b,s:s,s:s}", "opId", (json_int_t)ids[i], "ok", 0, "error",
-                                "worker_restarted", "message", msg);
-    char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
-    struct jb_audit_head head;
-    int rc = text && details ? jb_db_op_complete_running(conn.pg, jb_signer_key(w->signer), job,
-                                                         &op, false, text, details, &head, &err)
-                             : JB_ERR_FAIL;
-    if (rc == JB_OK)
-      worker_publish(w, conn.pg, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    else if (rc == JB_ERR_FAIL)
-      slog(w, JB_LOG_WARN, job, err.msg, "step", "fail running op", NULL);
-    free(text);
-    json_decref(ans);
-    json_decref(details);
+    pthread_mutex_lock(&w->lock);
+    bool mine = session_find(w, due[i].job) != NULL; /* else another worker's, or a dead one's:
+                                                         its lease's expiry ends it */
+    pthread_mutex_unlock(&w->lock);
+    if (!mine) continue;
+    if (running_here(due[i].job, due[i].op_id)) /* still running here past its time: killed, and
+                                                   its own thread stores how it ended */
+      exec_op_signal(w, due[i].job, due[i].op_id, "kill");
+    else /* its outcome was lost: nothing of this worker will store it */
+      fail_running(w, conn.pg, due[i].job, &due[i].op_id, 1, "overdue",
+                   "no outcome of the command was stored by its worker within its timeout and a "
+                   "grace: the op is failed; whether the command finished is not known");
   }
 }

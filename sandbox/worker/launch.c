@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -27,6 +28,9 @@
 #include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/worker.h"
 #include "sandbox/worker/workspace_scan.h"
+
+#define PRESCAN_ENTRY_MAX (32 * 1024) /* bytes of a pre-scan recorded whole in its entry */
+#define PRESCAN_FLAGGED_BYTES (16 * 1024) /* bytes of flagged paths in an entry past that */
 
 /* how long a dead sandbox's running command may take to store its outcome before the
  * session ends (its spawner's channel is gone: it ends at once; the database write is what
@@ -140,6 +144,45 @@ static void finish_job(struct jb_worker *w, const char *job, long long id, bool 
     slog(w, JB_LOG_ERROR, job, err.msg, "step", "finish job", NULL);
 }
 
+/* The pre-scan's audit details (new): `scan` itself, or — when its JSON is over
+ * PRESCAN_ENTRY_MAX bytes (up to JB_SCAN_FLAGGED_MAX flagged paths of 4 KiB each) — a copy
+ * whose `flagged` holds the first entries that fit PRESCAN_FLAGGED_BYTES, with `flaggedListed`
+ * (how many) and `flaggedSha256` (of the whole list's JSON, JSON_COMPACT | JSON_SORT_KEYS, as
+ * the session's contract shows it), so that the entry fits the chain's size cap whatever the
+ * workspace holds. NULL when out of memory. */
+static json_t *prescan_details(json_t *scan) {
+  char *t = json_dumps(scan, JSON_COMPACT | JSON_SORT_KEYS);
+  size_t n = t ? strlen(t) : 0;
+  free(t);
+  if (!t || n <= PRESCAN_ENTRY_MAX) return t ? json_incref(scan) : NULL;
+  json_t *all = json_object_get(scan, "flagged"), *d = json_copy(scan), *kept = json_array();
+  char *at = json_dumps(all, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+  size_t used = 2, k = 0;
+  for (; d && kept && at && k < json_array_size(all); k++) {
+    char *e = json_dumps(json_array_get(all, k), JSON_COMPACT | JSON_SORT_KEYS);
+    size_t el = e ? strlen(e) : SIZE_MAX / 2;
+    free(e);
+    if (used + el + 1 > PRESCAN_FLAGGED_BYTES) break;
+    used += el + 1;
+    json_array_append(kept, json_array_get(all, k));
+  }
+  if (!d || !kept || !at) {
+    free(at);
+    json_decref(d);
+    json_decref(kept);
+    return NULL;
+  }
+  unsigned char h[32];
+  char hx[65];
+  crypto_hash_sha256(h, (const unsigned char *)at, strlen(at));
+  sodium_bin2hex(hx, sizeof hx, h, sizeof h);
+  free(at);
+  json_object_set_new(d, "flagged", kept);
+  json_object_set_new(d, "flaggedListed", json_integer((json_int_t)k));
+  json_object_set_new(d, "flaggedSha256", json_string(hx));
+  return d;
+}
+
 /* The pre-scan's audit entry and its jailbox:pre_scan event; the contract shows the pre-scan
  * at once (the walls join it once they are up), so that a buyer who connects later is sent
  * it too. */
@@ -147,7 +190,11 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
   cleanup_conn struct worker_conn conn = worker_conn(w, err);
   if (!conn.pg) return JB_ERR_FAIL;
   struct jb_audit_head h;
-  int rc = jb_audit_append(conn.pg, jb_signer_key(w->signer), job, "pre_scan", NULL, scan, &h, err);
+  json_t *details = prescan_details(scan);
+  int rc = details ? jb_audit_append(conn.pg, jb_signer_key(w->signer), job, "pre_scan", NULL,
+                                     details, &h, err)
+                   : jb_fail(err, ENOMEM, "out of memory");
+  json_decref(details);
   if (rc != JB_OK) return rc;
   json_t *pre = json_pack("{s:O}", "prescan", scan);
   char *text = pre ? json_dumps(pre, JSON_COMPACT) : NULL;

@@ -269,6 +269,20 @@ static void test_fault(struct jb_worker *w, const char *job, const struct jb_op_
   _exit(86);
 }
 
+bool worker_test_fault(struct jb_worker *w, const char *job, const char *point) {
+  const char *f = getenv("JB_TEST_FAULT");
+  if (!f || !f[0]) return false;
+  char want[40] = "";
+  FILE *in = fopen(f, "re");
+  if (!in) return false;
+  if (!fgets(want, sizeof want, in)) want[0] = '\0';
+  fclose(in);
+  want[strcspn(want, "\r\n")] = '\0';
+  if (strcmp(want, point) || unlink(f) < 0) return false;
+  slog(w, JB_LOG_WARN, job, "test fault", "point", point, NULL);
+  return true;
+}
+
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
@@ -387,6 +401,46 @@ static char *op_stored_text(json_t *ans, bool strip_content) {
   return text;
 }
 
+/* After the commit of claimed op `op`'s outcome failed (rolled back; `why` the error, `ans`
+ * the answer it had from the shim): fails the op with the reason and a small audit entry of
+ * what is known (that it ran, and how the shim answered), so that the agent is answered and
+ * the op is not claimed and retried without end. The failure answer (new) when it was stored
+ * (JB_OK in *rc, *head the new head); NULL with *rc JB_ERR_CONFLICT (it was not stored: a
+ * direct op, whose row went with the rollback, or one stored after all) or JB_ERR_FAIL (then
+ * it stays queued, and its claim is retried: the shim recalls its answer). */
+static json_t *settle_unstored(struct jb_worker *w, PGconn *c, const char *job,
+                               const struct jb_op_claim *op, json_t *ans, const char *why,
+                               struct jb_audit_head *head, int *rc) {
+  char reason[301], msg[500];
+  size_t wl = strlen(why) < 300 ? strlen(why) : 300;
+  while (wl > 0 && ((unsigned char)why[wl] & 0xC0) == 0x80) wl--; /* clipped on a character */
+  snprintf(reason, sizeof reason, "%.*s", (int)wl, why);
+  bool shim_ok = json_is_true(json_object_get(ans, "ok"));
+  snprintf(msg, sizeof msg,
+           "the %s ran in the sandbox (%s) but its outcome could not be stored: %s", op->tool,
+           shim_ok ? "it succeeded there: its effect stays" : "it failed there", reason);
+  json_t *out =
+      json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", "unstored", "message", msg);
+  json_t *d = json_pack("{s:s,s:b,s:s,s:s,s:b,s:b}", "decision", op->decision, "ok", 0, "error",
+                        "unstored", "reason", reason, "ran", 1, "sandboxOk", shim_ok);
+  char *text = out ? json_dumps(out, JSON_COMPACT) : NULL;
+  jb_error err = {0};
+  if (PQstatus(c) != CONNECTION_OK) PQreset(c);
+  *rc = text && d
+            ? jb_db_op_fail_unstored(c, jb_signer_key(w->signer), job, op, text, d, head, &err)
+            : JB_ERR_FAIL;
+  if (*rc == JB_OK)
+    slog(w, JB_LOG_ERROR, job, "op failed: its outcome could not be stored", "tool", op->tool,
+         "error", reason, NULL);
+  free(text);
+  json_decref(d);
+  if (*rc != JB_OK) {
+    json_decref(out);
+    out = NULL;
+  }
+  return out;
+}
+
 /* Completes claimed op `op` of `job` (its transaction open on `c`: jb_db_op_claim or
  * jb_db_op_direct_begin) with answer `ans` (taken) of its run in the shim: acts on what it
  * tells of the agent, stores its outcome and audit entry, commits. `args` is borrowed. With
@@ -404,11 +458,26 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
   bool ok = json_is_true(json_object_get(ans, "ok"));
   char *text = op_stored_text(ans, strip_content);
   struct jb_audit_head head;
+  if (text && details && worker_test_fault(w, job, "op_entry_too_large")) { /* over the cap */
+    char *fill = calloc(1, JB_AUDIT_MAX_CANONICAL + 1);
+    if (fill)
+      json_object_set_new(details, "testFill",
+                          json_string(memset(fill, 'x', JB_AUDIT_MAX_CANONICAL)));
+    free(fill);
+  }
   int rc =
       text ? jb_db_op_complete(c, jb_signer_key(w->signer), job, op, ok, text, details, &head, err)
            : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
   free(text);
   json_decref(details);
+  if (rc == JB_ERR_FAIL) { /* stored as failed, with the reason, when the database answers */
+    json_t *failed = settle_unstored(w, c, job, op, ans, err->msg, &head, &rc);
+    if (failed) {
+      json_decref(ans);
+      ans = failed;
+    }
+    if (rc == JB_ERR_CONFLICT) rc = JB_ERR_FAIL; /* as the first failure was */
+  }
   if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   if (rc == JB_OK && answer_out) *answer_out = json_incref(ans);
   json_decref(ans);
@@ -560,6 +629,7 @@ static void *queued_runner_main(void *arg) {
  * jb_exec (migration 020: the buyer's kill of a running exec), and a sweep of every session once a second for anything missed: the
  * sessions with ops to run are handed to JB_QUEUED_RUNNERS runners. Returns when the worker
  * stops, its runners ended. */
+#define REAP_INTERVAL_MS 5000 /* how often running exec ops are checked for being overdue */
 void *relay_queued_main(void *arg) {
   struct jb_worker *w = arg;
   pthread_mutex_init(&w->due.lock, NULL);
@@ -577,7 +647,7 @@ void *relay_queued_main(void *arg) {
   }
   if (started == 0) slog(w, JB_LOG_ERROR, NULL, "no thread to run queued ops", NULL);
   PGconn *listen = NULL;
-  long long last_sweep = 0;
+  long long last_sweep = 0, last_reap = 0;
   while (!atomic_load(&w->stopping)) {
     worker_listen(w, &listen, "LISTEN jb_op; LISTEN jb_exec");
     struct timespec ts;
@@ -586,6 +656,10 @@ void *relay_queued_main(void *arg) {
     if (now - last_sweep >= 1000) {
       run_queued_ops(w, NULL, 1000);
       last_sweep = now;
+    }
+    if (now - last_reap >= REAP_INTERVAL_MS) { /* running ops whose outcome was lost */
+      exec_op_reap(w);
+      last_reap = now;
     }
     struct pollfd pf = {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN};
     if (poll(&pf, 1, 250) > 0 && listen) {

@@ -381,6 +381,14 @@ json_t *relay_not_run(const char *state, const char *reason);
 
 /* ---- exec (exec_op.c) --------------------------------------------------------------------- */
 
+/* Fault injection for the tests of an op's commit (tests/node/audit_size.test.mjs): with
+ * JB_TEST_FAULT=<file> in the worker's environment, whether <file> names `point` — once: it
+ * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
+ * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
+ * (neither an exec's outcome nor its failure is stored). Unset (always, outside tests) it
+ * costs a getenv. (relay.c) */
+bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
+
 /* Runs claimed exec `op` of `job` (jb_db_op_claim's transaction open on `c`): marks it running
  * (committed), runs its command in the session's spawner with its output published live to
  * the buyer, and stores its outcome and audit entry. *signal (enum jb_signal, -1: none) and
@@ -405,6 +413,14 @@ bool exec_op_wait_stored(const char *job, long max_ms);
  * failed with the code
  * "worker_restarted" and an audit entry. */
 void exec_op_fail_orphans(struct jb_worker *w, const char *job);
+
+/* The reaper of exec ops of this worker's sessions left running past their timeout plus
+ * JB_OP_RUNNING_GRACE_S (db/ops.h): one still running here is killed (its own thread stores
+ * how it ended); one no thread of this worker runs — its outcome's commit and the commit of
+ * that failure both failed — is failed with the code "overdue" and an audit entry. A dead
+ * worker's are failed by the lease's expiry (jailboxd) or the re-adoption
+ * (exec_op_fail_orphans). Blocks on the database; the relay's sweep calls it. */
+void exec_op_reap(struct jb_worker *w);
 
 /* Tells the spawner of session `job` (when it runs on this worker) to build the next command's
  * jail ahead (`ahead`: the session became active) or to kill the one built and build none
