@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "lib/buf.h"
+#include "lib/scan.h"
 #include "lib/utf8.h"
 
 struct entry {
@@ -294,6 +295,56 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
   return ret;
 }
 
+/* The workspace-relative path symbolic link `path` with `target` (inside, judged lexically)
+ * names, into `out` (PATH_MAX bytes; "." for the root). -1 when it does not fit. */
+static int link_target_path(const char *path, const char *target, char *out) {
+  char buf[2 * PATH_MAX + 2];
+  const char *slash = strrchr(path, '/');
+  int n = snprintf(buf, sizeof buf, "%.*s%s%s", slash ? (int)(slash - path) : 0, path,
+                   slash ? "/" : "", target);
+  if (n < 0 || (size_t)n >= sizeof buf) return -1;
+  size_t o = 0;
+  for (char *c = buf; *c;) {
+    size_t len = strcspn(c, "/");
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      while (o > 0 && out[o - 1] != '/') o--; /* back over the last component */
+      if (o > 0) o--;
+    } else if (len > 0 && !(len == 1 && c[0] == '.')) {
+      if (o + (o > 0) + len >= PATH_MAX) return -1;
+      if (o > 0) out[o++] = '/';
+      memcpy(out + o, c, len);
+      o += len;
+    }
+    c += len;
+    while (*c == '/') c++;
+  }
+  if (o == 0) out[o++] = '.';
+  out[o] = '\0';
+  return 0;
+}
+
+/* The pre-scan's covered links: each symbolic link inside the workspace at a path the landing
+ * rules cover (jb_scan_landing, as a directory too: it may lead to one), flagged at the path
+ * its target names ("landing_link", with "link"): a write there writes what the covered
+ * place's tool runs. Judged lexically from the link's directory, as symlink_outside is. */
+static int flag_landing_links(struct walk *w) {
+  for (size_t i = 0; i < w->n; i++) {
+    const struct entry *e = &w->v[i];
+    char rule[JB_SCAN_ID_MAX + 1], to[PATH_MAX];
+    if (e->type != 'l' || e->kind || !e->detail ||
+        !jb_scan_landing_in_use(e->path, true, rule, sizeof rule) ||
+        link_target_path(e->path, e->detail, to) < 0)
+      continue;
+    w->out->n_flagged++;
+    if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) continue;
+    json_t *f = jb_scan_flag_json(to, "landing_link");
+    if (f) json_object_set_new(f, "link", jb_scan_path_json(e->path));
+    if (!f || json_array_append_new(w->out->flagged, f) < 0)
+      return jb_fail(w->err, ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
 static int by_path(const void *a, const void *b) {
   return strcmp(((const struct entry *)a)->path, ((const struct entry *)b)->path);
 }
@@ -324,6 +375,7 @@ static int scan(const char *root, long max_entries, long long hash_max, struct j
   }
   int ret = walk_dir(&w, fd, "");
   free(w.buf);
+  if (ret == 0 && !keep) ret = flag_landing_links(&w);
   if (ret == 0) {
     if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
     crypto_hash_sha256_state st;
