@@ -762,13 +762,13 @@ static enum op_step refuse_scanned(struct op_call *call, json_t *hits, json_t *f
 }
 
 enum op_step op_scan_content(struct op_call *call) {
-  /* where it lands first: the path rules, and a covered link that resolves to the path */
-  if (op_check_landing_path(call, call->path, false) != OP_NEXT) return OP_END;
   json_t *findings = jb_scan_content(call->path, call->data, call->dlen);
   json_t *hits = findings ? jb_scan_rule_ids(findings) : NULL;
   if (!hits || json_array_size(hits) > 0) return refuse_scanned(call, hits, findings);
   json_decref(hits);
   json_decref(findings);
+  /* the content and the path rules passed: where it lands, through a covered link too */
+  if (op_check_landing_path(call, call->path, false) != OP_NEXT) return OP_END;
   json_object_set_new(call->sargs, "size", json_integer((json_int_t)call->dlen));
   json_object_set_new(call->sargs, "sha256", json_string(call->sha_hex));
   return OP_NEXT;

@@ -14,7 +14,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startSandboxServer } from './lib/agent.mjs';
+import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 
 let K;
 const markers = mkdtempSync(join(tmpdir(), 'jb-landing-'));
@@ -86,13 +86,16 @@ const planted = [
   { tool: 'write', args: { path: 'scripts/hook.sh', content: '#!/bin/sh\ntouch MARKER\n' }, landing: 'scripts/hook.sh', rule: 'git_hooks' },
 ];
 
-async function refusedLandings(mode) {
+// one planting call of `mode`'s session: refused flagged, alerted, audited, never asked
+async function refusedLanding(mode, p) {
   const { S, agent, buyer, marker } = sessions[mode];
-  for (const p of planted) {
-    const args = { ...p.args };
-    if (p.tool === 'write') args.content = args.content.replace('MARKER', marker);
-    const what = `${mode} ${p.tool} ${JSON.stringify(p.args)}`;
-    const e = await K.refused(agent, p.tool, args, 'flagged');
+  const args = { ...p.args };
+  if (p.tool === 'write') args.content = args.content.replace('MARKER', marker);
+  const what = `${mode} ${p.tool} ${JSON.stringify(p.args)}`;
+  {
+    // a refusal is answered at once; a call that waits for the buyer is a failure too
+    const e = toolFailure(await K.call(agent, p.tool, args, 15000));
+    assert.equal(e?.data?.reason, 'flagged', `${what}: ${JSON.stringify(e)}`);
     assert.match(e.message, new RegExp(p.rule), what);
     const path = p.args.path ?? p.args.source;
     const alert = await K.waitEvent(buyer, 'jailbox:security_alert', (x) => x.kind === 'flagged_landing' && x.path === path);
@@ -107,6 +110,13 @@ async function refusedLandings(mode) {
     assert.deepEqual([rows[0].error, rows[0].ok, rows[0].decision], ['flagged', false, 'flagged'], what);
     assert.ok(rows[0].rules.includes(p.rule), what);
   }
+}
+
+async function refusedLandings(mode) {
+  const { S } = sessions[mode];
+  const failed = []; // every case is tried, so that each one is seen to hold (or not)
+  for (const p of planted) await refusedLanding(mode, p).catch((e) => failed.push(e.message.split('\n')[0]));
+  assert.deepEqual(failed, [], mode);
   const d = S.dir;
   // nothing moved or was made
   for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved`);
