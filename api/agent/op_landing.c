@@ -42,7 +42,8 @@ static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged
     const char *link = json_string_value(json_object_get(f, "link"));
     if (!t || !link) continue;
     size_t tn = strlen(t);
-    bool hit = !strcmp(t, ".") || (!strncmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
+    bool hit = !strcmp(t, ".") ||
+               (!strncmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
                (is_dir && tn > n && !strncmp(t, path, n) && t[n] == '/');
     if (hit) {
       snprintf(l->link, sizeof l->link, "%s", link);
@@ -78,8 +79,8 @@ static const char *rule_severity(const char *id) {
  * (flagged_landing), `flagged` for the agent. */
 static enum op_step refuse_landing(struct op_call *call, const struct landing *l) {
   const char *tool = jb_tool_name(call->tool);
-  json_t *finding = json_pack("{s:s,s:s,s:s}", "rule", l->rule, "severity",
-                              rule_severity(l->rule), "landing", l->path);
+  json_t *finding = json_pack("{s:s,s:s,s:s}", "rule", l->rule, "severity", rule_severity(l->rule),
+                              "landing", l->path);
   if (finding && l->link[0]) json_object_set_new(finding, "link", json_string(l->link));
   json_t *findings = json_pack("[o?]", finding);
   json_t *rules = json_pack("[s]", l->rule);

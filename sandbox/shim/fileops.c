@@ -931,7 +931,8 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   char canon[JB_PATH_MAX + 1];
   json_t *jw = json_object_get(req, "withContent"), *jh = json_object_get(req, "hash");
   json_t *jt = json_object_get(req, "tree");
-  if ((jw && !json_is_boolean(jw)) || (jh && !json_is_boolean(jh)) || (jt && !json_is_boolean(jt))) {
+  if ((jw && !json_is_boolean(jw)) || (jh && !json_is_boolean(jh)) ||
+      (jt && !json_is_boolean(jt))) {
     fo_fail(e, "bad_request", EINVAL, "'withContent', 'hash' and 'tree' must be booleans");
     return NULL;
   }
@@ -942,7 +943,8 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
     json_object_set_new(o, "leadsOut", json_boolean(fo_link_leads_out(&w, last)));
   /* a directory's names, for the landing check of its move */
-  if (o && json_is_true(jt) && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "dir")) {
+  if (o && json_is_true(jt) &&
+      !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "dir")) {
     json_t *tree = fo_tree_names(&w, last, canon, e);
     if (!tree) {
       json_decref(o);
