@@ -164,6 +164,8 @@ static enum op_step check_tree(struct op_call *call) {
   char hex[65];
   names_sha(entries, hex);
   json_object_set_new(call->sargs, "expectTree", json_string(hex));
+  /* the names stay out of what the buyer is shown of the source (the approval request) */
+  json_object_del(call->current, "tree");
   return OP_NEXT;
 }
 
