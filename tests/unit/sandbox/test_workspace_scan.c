@@ -188,6 +188,10 @@ static void covered_links(void **state) {
   assert_int_equal(symlink("../../scripts/./hook.sh", p), 0);
   snprintf(p, sizeof p, "%s/.husky", dir); /* a directory link: its target holds the hooks */
   assert_int_equal(symlink("scripts", p), 0);
+  snprintf(p, sizeof p, "%s/s", dir); /* a link on the way: resolved as the kernel does */
+  assert_int_equal(symlink("scripts", p), 0);
+  snprintf(p, sizeof p, "%s/.git/hooks/post-merge", dir); /* dangling, through s */
+  assert_int_equal(symlink("../../s/merge.sh", p), 0);
   snprintf(p, sizeof p, "%s/docs/readme", dir); /* not covered */
   assert_int_equal(symlink("../scripts/hook.sh", p), 0);
   struct jb_scan_result r;
@@ -203,11 +207,13 @@ static void covered_links(void **state) {
       assert_string_equal(path, "scripts/hook.sh");
     else if (!strcmp(link, ".husky"))
       assert_string_equal(path, "scripts");
+    else if (!strcmp(link, ".git/hooks/post-merge"))
+      assert_true(!strcmp(path, "s/merge.sh") || !strcmp(path, "scripts/merge.sh"));
     else
       fail_msg("unexpected landing_link %s -> %s", link, path);
     n++;
   }
-  assert_int_equal(n, 2);
+  assert_int_equal(n, 4); /* post-merge twice: by its text and as the kernel resolves it */
   jb_scan_result_free(&r);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   assert_int_equal(system(cmd), 0);
