@@ -50,6 +50,11 @@ function buildWorkspace(d, marker) {
   }
   mkdirSync(join(d, 'wf/workflows'), { recursive: true });
   writeFileSync(join(d, 'wf/workflows/x.yml'), 'on: push\njobs: {}\n');
+  // a hooks directory that is a link (husky's, for core.hooksPath=.husky), an editor's folder
+  mkdirSync(join(d, 'hooksdir'));
+  symlinkSync('hooksdir', join(d, '.husky'));
+  mkdirSync(join(d, '.vscode'));
+  writeFileSync(join(d, 'tasks.json'), '{"version":"2.0.0","tasks":[{"label":"x","command":"true","runOptions":{"runOn":"folderOpen"}}]}\n');
   mkdirSync(join(d, 'plain/deeper'), { recursive: true });
   writeFileSync(join(d, 'plain/deeper/c.txt'), 'c\n');
 }
@@ -84,6 +89,11 @@ const planted = [
   // the root repository's post-commit hook is a symlink to scripts/hook.sh (0755): a write
   // there would keep its execute bit and run at the buyer's next commit
   { tool: 'write', args: { path: 'scripts/hook.sh', content: '#!/bin/sh\ntouch MARKER\n' }, landing: 'scripts/hook.sh', rule: 'git_hooks' },
+  // .husky is a link to hooksdir: what lands in hooksdir lands in .husky
+  { tool: 'write', args: { path: 'hooksdir/pre-commit', content: '#!/bin/sh\ntouch MARKER\n' }, landing: 'hooksdir/pre-commit', rule: 'git_hooks' },
+  { tool: 'mkdir', args: { path: 'hooksdir/_' }, landing: 'hooksdir/_', rule: 'git_hooks' },
+  // a VS Code task that runs when the folder opens
+  { tool: 'move', args: { source: 'tasks.json', destination: '.vscode/tasks.json' }, landing: '.vscode/tasks.json', rule: 'editor_config' },
 ];
 
 // one planting call of `mode`'s session: refused flagged, alerted, audited, never asked
@@ -119,8 +129,8 @@ async function refusedLandings(mode) {
   assert.deepEqual(failed, [], mode);
   const d = S.dir;
   // nothing moved or was made
-  for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved`);
-  for (const f of ['.git/hooks/pre-commit', 'sub/.git/hooks', '.github', '.git/hooks/x', 'config.bak']) assert.ok(!existsSync(join(d, f)), `${mode}: ${f} made`);
+  for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config', 'tasks.json']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved`);
+  for (const f of ['.git/hooks/pre-commit', 'sub/.git/hooks', '.github', '.git/hooks/x', 'config.bak', 'hooksdir/pre-commit', 'hooksdir/_', '.vscode/tasks.json']) assert.ok(!existsSync(join(d, f)), `${mode}: ${f} made`);
   const ops = await K.srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool IN ('move', 'mkdir', 'write')", [S.jobId]);
   assert.equal(ops.rows[0].n, 0, mode + ': a refused landing was stored as an op');
 }
