@@ -5,7 +5,8 @@
 // moved so that a workflow lands in .github/workflows, a mkdir in .git/hooks, .git/config
 // moved away and a write to the target of a hook that is a symlink are refused `flagged` —
 // with a security alert and an audit entry decided by the scanner, before any approval is
-// asked — in an unsupervised and in a supervised session; clean moves and mkdirs still run.
+// asked — in an unsupervised and in a supervised session; clean moves and mkdirs still run, and
+// a directory over the check's bound (10,000 entries) is refused whole.
 // Afterwards the buyer's own `git status` and `git commit` on the host run nothing of the
 // agent's. Needs root, Docker with runsc (as fileops.test.mjs).
 import { test, before, after } from 'node:test';
@@ -24,7 +25,7 @@ const git = (dir, ...args) => spawnSync('git', ['-c', 'safe.directory=*', '-c', 
 
 // a workspace with a repository at the root (.git/hooks as git init makes it, a hook that is
 // a symlink to the buyer's own script) and one in sub/ without a hooks directory
-function buildWorkspace(d, marker) {
+function buildWorkspace(d, marker, mode) {
   const hook = `#!/bin/sh\ntouch ${marker}\n`;
   mkdirSync(join(d, 'scripts'));
   writeFileSync(join(d, 'scripts/hook.sh'), '#!/bin/sh\nexit 0\n');
@@ -55,6 +56,11 @@ function buildWorkspace(d, marker) {
   symlinkSync('hooksdir', join(d, '.husky'));
   mkdirSync(join(d, '.vscode'));
   writeFileSync(join(d, 'tasks.json'), '{"version":"2.0.0","tasks":[{"label":"x","command":"true","runOptions":{"runOn":"folderOpen"}}]}\n');
+  // one entry over what a move's landing check looks at (10,000)
+  if (mode === 'unsupervised') {
+    mkdirSync(join(d, 'big'));
+    for (let i = 0; i <= 10000; i++) writeFileSync(join(d, 'big', 'f' + i), '');
+  }
   mkdirSync(join(d, 'plain/deeper'), { recursive: true });
   writeFileSync(join(d, 'plain/deeper/c.txt'), 'c\n');
 }
@@ -63,7 +69,7 @@ before(async () => {
   K = await startSandboxServer('jailbox-sandbox:landing');
   for (const mode of ['unsupervised', 'supervised']) {
     const marker = join(markers, mode + '.ran');
-    const S = await K.openSession((d) => buildWorkspace(d, marker), { mode });
+    const S = await K.openSession((d) => buildWorkspace(d, marker, mode), { mode });
     const buyer = await K.connect(S.buyerToken);
     const agent = await K.connect(S.agentToken);
     sessions[mode] = { S, agent, buyer, marker };
@@ -163,6 +169,15 @@ test('unsupervised: clean moves and mkdirs still run (a directory with a deeper 
   assert.ok(existsSync(join(S.dir, 'src/new')));
   assert.ok(existsSync(join(S.dir, 'src/notes.txt')));
   assert.ok(existsSync(join(S.dir, 'src/plain/deeper/c.txt')));
+});
+
+test('a directory too large to check where it lands is refused, not moved', { timeout: 60000 }, async () => {
+  const { S, agent } = sessions.unsupervised;
+  const t0 = Date.now();
+  const e = await K.refused(agent, 'move', { source: 'big', destination: 'big2' }, 'too_large');
+  console.log(`# the refusal of a move of 10,001 entries took ${Date.now() - t0} ms`);
+  assert.match(e.message, /move it in parts/);
+  assert.ok(existsSync(join(S.dir, 'big/f0')) && !existsSync(join(S.dir, 'big2')));
 });
 
 test('supervised: a clean directory move becomes a pending approval and runs once approved', { timeout: 60000 }, async () => {
