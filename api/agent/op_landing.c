@@ -75,6 +75,30 @@ static const char *rule_severity(const char *id) {
   return "critical";
 }
 
+/* The text field `key` of `o` as "sha256:<hex of it>" (as op_fit_path does for "path"). */
+static void field_as_hash(json_t *o, const char *key) {
+  json_t *v = json_object_get(o, key);
+  if (!json_is_string(v) || json_string_length(v) < 80) return;
+  unsigned char h[32];
+  char note[80] = "sha256:";
+  crypto_hash_sha256(h, (const unsigned char *)json_string_value(v), json_string_length(v));
+  sodium_bin2hex(note + 7, sizeof note - 7, h, sizeof h);
+  json_object_set_new(o, key, json_string(note));
+}
+
+/* The alert `ev` made to fit one notification: the long paths it names (the landing, the
+ * destination, the link, then the path) stand as their hashes, the audit entry keeps them. */
+static void fit_alert(const char *job, json_t *ev) {
+  size_t size = jb_db_event_size(job, JB_EVENT_SECURITY_ALERT, ev);
+  if (!size || size <= JB_EVENT_MAX_BYTES) return;
+  json_t *f = json_array_get(json_object_get(ev, "findings"), 0);
+  field_as_hash(ev, "landing");
+  field_as_hash(ev, "destination");
+  field_as_hash(f, "landing");
+  field_as_hash(f, "link");
+  op_fit_path(job, JB_EVENT_SECURITY_ALERT, ev);
+}
+
 /* Refuses the call for landing `l`: audit entry (decidedBy scanner), security alert
  * (flagged_landing), `flagged` for the agent. */
 static enum op_step refuse_landing(struct op_call *call, const struct landing *l) {
@@ -95,7 +119,7 @@ static enum op_step refuse_landing(struct op_call *call, const struct landing *l
   json_decref(rules);
   json_decref(findings);
   if (ev) {
-    op_fit_path(call->job, JB_EVENT_SECURITY_ALERT, ev);
+    fit_alert(call->job, ev);
     jb_bus_publish(call->app->bus, call->job, JB_EVENT_SECURITY_ALERT, ev);
   }
   op_error(call->e, JB_MCP_FLAGGED, "flagged",

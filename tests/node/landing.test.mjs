@@ -171,6 +171,18 @@ test('unsupervised: clean moves and mkdirs still run (a directory with a deeper 
   assert.ok(existsSync(join(S.dir, 'src/plain/deeper/c.txt')));
 });
 
+test('a landing with a long path still alerts the buyer (its paths hashed in the event, whole in the audit entry)', { timeout: 60000 }, async () => {
+  const { S, agent, buyer } = sessions.unsupervised;
+  const path = '.git/hooks/' + Array.from({ length: 15 }, (_, i) => String(i).padEnd(250, 'x')).join('/');
+  await K.refused(agent, 'mkdir', { path }, 'flagged');
+  const alert = await K.waitEvent(buyer, 'jailbox:security_alert', (x) => x.kind === 'flagged_landing' && x.tool === 'mkdir' && x.path === path);
+  assert.match(alert.landing, /^sha256:[0-9a-f]{64}$/);
+  const rows = (await K.srv.db.query(
+    "SELECT jb_audit_details(canonical) AS d FROM audit_entries WHERE job_id = $1 AND operation = 'mkdir' AND path = $2",
+    [S.jobId, path])).rows;
+  assert.equal(rows[0]?.d?.landing, path);
+});
+
 test('a directory too large to check where it lands is refused, not moved', { timeout: 60000 }, async () => {
   const { S, agent } = sessions.unsupervised;
   const t0 = Date.now();
