@@ -332,6 +332,25 @@ enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
  * that will still run would make the agent send it twice. */
 bool op_try_waiting_place(struct op_call *call); /* op_supervise.c */
 
+/* `path` as it is now: a stat op (with the directory's names as they would land when `tree`:
+ * the shim's stat `tree`) stored and waited for as any op, its result into *out (new).
+ * `missing_ok`: a path whose parent is missing too is {exists: false}. OP_END with *call->e
+ * when the stat could not be had or the shim refused it. */
+enum op_step op_stat_path(struct op_call *call, const char *path, bool tree, json_t **out,
+                          bool missing_ok); /* op_supervise.c */
+
+/* The landing check (op_landing.c) of a write's or an edit's path, a mkdir's path and the
+ * directories it may make, a move's source, destination and (a directory's) tree as it would
+ * land — the last bound to the move as its `expectTree`: the path rules of the scanner
+ * (jb_scan_landing) and the covered links of the pre-scan ("landing_link"). A flagged
+ * landing: refused (audit entry decided by the scanner, security alert flagged_landing,
+ * `flagged`), OP_END. */
+enum op_step op_check_landing(struct op_call *call);
+
+/* The landing check of one `path` (a directory when `is_dir`) for `call`: OP_NEXT, or OP_END
+ * refused as op_check_landing refuses. */
+enum op_step op_check_landing_path(struct op_call *call, const char *path, bool is_dir);
+
 /* Gives back the place op_take_waiting_place took. */
 void op_leave_waiting(struct op_call *call); /* op_supervise.c */
 

@@ -472,7 +472,7 @@ const char *op_flagged_kind(const char *path, const json_t *flagged) {
   json_array_foreach (flagged, i, f) {
     const char *fp = json_string_value(json_object_get(f, "path"));
     const char *kind = json_string_value(json_object_get(f, "kind"));
-    if (!fp || !kind || !strcmp(kind, "too_large")) continue;
+    if (!fp || !kind || !strcmp(kind, "too_large") || !strcmp(kind, "landing_link")) continue;
     size_t n = strlen(fp);
     if (n && !strncmp(path, fp, n) && (path[n] == '\0' || path[n] == '/')) return kind;
   }
@@ -587,6 +587,16 @@ static enum op_step refuse_many(struct op_call *call) {
   return OP_NEXT;
 }
 
+/* Whether the pre-scan's flags hide an entry from the file tools (a covered link's target,
+ * "landing_link", hides nothing: it marks a landing). */
+static bool hides_entries(const json_t *flagged) {
+  size_t i;
+  json_t *f;
+  json_array_foreach (flagged, i, f)
+    if (strcmp(json_string_value(json_object_get(f, "kind")) ?: "", "landing_link")) return true;
+  return false;
+}
+
 enum op_step op_refuse_if(struct op_call *call) {
   if (call->sess.state != JB_SESSION_ACTIVE && call->sess.state != JB_SESSION_PAUSED) {
     op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
@@ -597,7 +607,7 @@ enum op_step op_refuse_if(struct op_call *call) {
   /* a command's jail binds the whole workspace: what the session hides from the file tools
    * (exclusions, entries the pre-scan flagged) it would see */
   if (call->tool == JB_TOOL_EXEC &&
-      (json_array_size(call->sess.exclude) > 0 || json_array_size(call->sess.flagged) > 0)) {
+      (json_array_size(call->sess.exclude) > 0 || hides_entries(call->sess.flagged))) {
     bool ex = json_array_size(call->sess.exclude) > 0;
     op_audit_refusal(
         call, call->path,
@@ -772,6 +782,8 @@ enum op_step op_scan_content(struct op_call *call) {
   if (!hits || json_array_size(hits) > 0) return refuse_scanned(call, hits, findings);
   json_decref(hits);
   json_decref(findings);
+  /* the content and the path rules passed: where it lands, through a covered link too */
+  if (op_check_landing_path(call, call->path, false) != OP_NEXT) return OP_END;
   json_object_set_new(call->sargs, "size", json_integer((json_int_t)call->dlen));
   json_object_set_new(call->sargs, "sha256", json_string(call->sha_hex));
   return OP_NEXT;

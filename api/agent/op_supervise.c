@@ -133,12 +133,13 @@ void op_leave_waiting(struct op_call *call) {
  * `content`: with the file's content when it is at most 1 MiB. `missing_ok`: a path whose
  * parent directory is missing too is {exists: false} (a mkdir with parents, a move's
  * destination), not an error. */
-static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out,
-                              bool missing_ok) {
+static enum op_step stat_of(struct op_call *call, const char *path, bool content, bool tree,
+                            json_t **out, bool missing_ok) {
   cleanup_json json_t *stargs = json_object();
   if (json_array_size(call->sess.exclude) > 0)
     json_object_set(stargs, "exclude", call->sess.exclude);
   if (content) json_object_set_new(stargs, "withContent", json_true());
+  if (tree) json_object_set_new(stargs, "tree", json_true());
   cleanup_json json_t *sa = NULL;
   int rc = JB_OK;
   jb_error err = {0};
@@ -190,6 +191,16 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
   }
   *out = json_incref(json_object_get(sa, "result"));
   return *out ? OP_NEXT : OP_END;
+}
+
+static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out,
+                              bool missing_ok) {
+  return stat_of(call, path, content, false, out, missing_ok);
+}
+
+enum op_step op_stat_path(struct op_call *call, const char *path, bool tree, json_t **out,
+                          bool missing_ok) {
+  return stat_of(call, path, false, tree, out, missing_ok);
 }
 
 /* The pending write's target as it is now into call->current (with its content for the diff
@@ -468,7 +479,10 @@ static json_t *expectation(const char *path, json_t *current) {
  * its arguments); refused at once what the shim would refuse anyway (no such source, a
  * destination in the way, a directory without recursive, a symlink leading out, a hard link). */
 static enum op_step supervise_change(struct op_call *call) {
-  enum op_step s = stat_path(call, call->path, false, &call->current, call->tool == JB_TOOL_MKDIR);
+  /* a move's source was had for its landing check (op_landing.c) */
+  enum op_step s = call->current ? OP_NEXT
+                                 : stat_path(call, call->path, false, &call->current,
+                                             call->tool == JB_TOOL_MKDIR);
   if (s == OP_NEXT && call->tool == JB_TOOL_MOVE)
     s = stat_path(call, call->dest, false, &call->current2, true);
   if (s != OP_NEXT) return s;
@@ -700,6 +714,10 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
     if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
     return s;
+  }
+  if (call->tool == JB_TOOL_MKDIR || call->tool == JB_TOOL_MOVE) {
+    s = op_check_landing(call); /* before any rule, reviewer or buyer */
+    if (s != OP_NEXT) return s;
   }
   if (jb_tool_mutates(call->tool)) {
     s = op_apply_rules(call);

@@ -930,8 +930,10 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
   json_t *jw = json_object_get(req, "withContent"), *jh = json_object_get(req, "hash");
-  if ((jw && !json_is_boolean(jw)) || (jh && !json_is_boolean(jh))) {
-    fo_fail(e, "bad_request", EINVAL, "'withContent' and 'hash' must be booleans");
+  json_t *jt = json_object_get(req, "tree");
+  if ((jw && !json_is_boolean(jw)) || (jh && !json_is_boolean(jh)) ||
+      (jt && !json_is_boolean(jt))) {
+    fo_fail(e, "bad_request", EINVAL, "'withContent', 'hash' and 'tree' must be booleans");
     return NULL;
   }
   if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
@@ -940,6 +942,17 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   /* a write onto a symlink is refused; onto one that leads out it is an escape signal */
   if (o && !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "symlink"))
     json_object_set_new(o, "leadsOut", json_boolean(fo_link_leads_out(&w, last)));
+  /* a directory's names, for the landing check of its move */
+  if (o && json_is_true(jt) &&
+      !strcmp(json_string_value(json_object_get(o, "type")) ?: "", "dir")) {
+    json_t *tree = fo_tree_names(&w, last, canon, e);
+    if (!tree) {
+      json_decref(o);
+      o = NULL;
+    } else {
+      json_object_set_new(o, "tree", tree);
+    }
+  }
   fo_walk_close(&w);
   return o;
 }

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,9 +161,21 @@ static bool lexically_out(const char *dir, const char *target) {
   return false;
 }
 
+/* The names of a tree as they would land (stat's `tree`, a bound move's `expectTree`): each
+ * entry's path below the tree's root, a directory's with "/" after it, in walk order, and
+ * the SHA-256 over them (each name followed by a NUL byte). */
+struct tree_names {
+  json_t *list; /* the names (owned), or NULL: the digest alone */
+  size_t n, bytes;
+  crypto_hash_sha256_state h;
+};
+
 /* What a walk over a tree checks, and whether it removes what it checked. */
 struct tree {
-  const char *op; /* "delete" or "move", for the messages */
+  const char *op; /* "delete", "move" or "stat", for the messages */
+  bool look_only; /* stat: hard-linked and special files are named, not refused */
+  size_t base_len; /* bytes of an entry's path before its name below the tree's root */
+  struct tree_names *names; /* collects the names, or NULL */
   const char *dst; /* move: the destination's symlink-free path; NULL for delete */
   size_t src_len; /* move: bytes of the source's path that `dst` replaces */
   bool remove; /* delete's second pass */
@@ -180,6 +193,38 @@ static int moved_path(const struct tree *t, const char *rel, char *out) {
 /* Walks the directory `fd` (owned, closed here) whose symlink-free path is `rel`, in name
  * order: every entry is checked, and with t->remove removed after its check (a directory
  * after its contents). 0, or -1 with *t->e at the first entry refused. */
+/* Adds entry `child` (a directory when `dir`) to t->names. 0, or -1 with *t->e (`too_large`)
+ * past JB_TREE_NAMES_MAX names or JB_TREE_NAMES_BYTES bytes of them. */
+static int name_collect(struct tree *t, const char *child, bool dir) {
+  struct tree_names *nm = t->names;
+  const char *rel = child + t->base_len;
+  size_t len = strlen(rel);
+  nm->n++;
+  nm->bytes += len + 1 + dir;
+  if (nm->n > JB_TREE_NAMES_MAX || nm->bytes > JB_TREE_NAMES_BYTES)
+    return fo_fail(t->e, "too_large", EFBIG,
+                   "the tree has over %d entries or %d bytes of names: too many to check "
+                   "where they land; move it in parts",
+                   JB_TREE_NAMES_MAX, JB_TREE_NAMES_BYTES);
+  crypto_hash_sha256_update(&nm->h, (const unsigned char *)rel, len);
+  crypto_hash_sha256_update(&nm->h, (const unsigned char *)"/", dir);
+  crypto_hash_sha256_update(&nm->h, (const unsigned char *)"", 1);
+  if (!nm->list) return 0;
+  char *s = malloc(len + 2);
+  if (!s) return fo_fail(t->e, "internal", ENOMEM, "out of memory");
+  memcpy(s, rel, len);
+  s[len] = '/';
+  s[len + dir] = '\0';
+  json_t *js = json_string(s);
+  free(s);
+  if (!js)
+    return fo_fail(t->e, "denied", EILSEQ,
+                   "%s: the name is not UTF-8, so where it lands cannot be checked", child);
+  return json_array_append_new(nm->list, js) < 0
+             ? fo_fail(t->e, "internal", ENOMEM, "out of memory")
+             : 0;
+}
+
 static int tree_walk(int fd, const char *rel, int depth, struct tree *t) {
   DIR *d = fdopendir(fd);
   if (!d) {
@@ -222,6 +267,10 @@ static int tree_walk(int fd, const char *rel, int depth, struct tree *t) {
       rc = fo_fail(t->e, "excluded", EPERM,
                    "%s would become %s, excluded from this session: the move is refused", child,
                    after);
+      break;
+    }
+    if (t->names && name_collect(t, child, S_ISDIR(st.st_mode)) < 0) {
+      rc = -1;
       break;
     }
     if (S_ISLNK(st.st_mode)) {
@@ -280,7 +329,7 @@ static int tree_walk(int fd, const char *rel, int depth, struct tree *t) {
         t->removed++;
       }
       continue;
-    } else if (!t->dst) { /* a move takes these along; a delete refuses to remove them */
+    } else if (!t->dst && !t->look_only) { /* a move takes these along; a delete refuses */
       if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
         fo_fail(t->e, "denied", EMLINK,
                 "%s has %lu hard links: the delete is refused (it may be a file outside)", child,
@@ -346,6 +395,47 @@ static int tree_of(const struct walk *w, const char *last, const char *canon, co
     return fo_fail_errno(t->e, en, canon);
   }
   return tree_walk(fd, canon, 0, t);
+}
+
+/* The hex SHA-256 of the names collected (65 bytes). */
+static void names_digest(struct tree_names *nm, char hex[65]) {
+  unsigned char h[32];
+  crypto_hash_sha256_final(&nm->h, h);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+json_t *fo_tree_names(const struct walk *w, const char *last, const char *canon,
+                      struct jb_fileop_error *e) {
+  struct stat st;
+  if (fstatat(fo_walk_dir(w), last, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    fo_fail_errno(e, errno, canon);
+    return NULL;
+  }
+  if (!S_ISDIR(st.st_mode)) return json_null();
+  if (st.st_dev != fo_root_dev) {
+    fo_fail(e, "denied", EXDEV, "%s is a mount point", canon);
+    return NULL;
+  }
+  struct tree_names nm = {.list = json_array()};
+  if (!nm.list) {
+    fo_fail(e, "internal", ENOMEM, "out of memory");
+    return NULL;
+  }
+  crypto_hash_sha256_init(&nm.h);
+  struct tree t = {.op = "stat",
+                   .look_only = true,
+                   .base_len = canon[0] ? strlen(canon) + 1 : 0,
+                   .names = &nm,
+                   .e = e};
+  if (tree_of(w, last, canon, &st, &t) < 0) {
+    json_decref(nm.list);
+    return NULL;
+  }
+  char hex[65];
+  names_digest(&nm, hex);
+  json_t *o = json_pack("{s:o, s:s}", "entries", nm.list, "sha256", hex);
+  if (!o) fo_fail(e, "internal", ENOMEM, "out of memory");
+  return o;
 }
 
 json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e) {
@@ -464,6 +554,11 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
     return NULL;
   }
   bool overwrite = json_is_true(jo);
+  json_t *jx = json_object_get(req, "expectTree");
+  if (jx && !json_is_string(jx)) {
+    fo_fail(e, "bad_request", EINVAL, "'expectTree' must be a string");
+    return NULL;
+  }
   struct walk ws, wd;
   char slast[JB_PATH_NAME_MAX + 1], dlast[JB_PATH_NAME_MAX + 1];
   char scanon[JB_PATH_MAX + 1], dcanon[JB_PATH_MAX + 1];
@@ -508,10 +603,29 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
     fo_fail_errno(e, errno, dst);
     goto out;
   }
+  if (jx && !is_dir && strcmp(json_string_value(jx), "file")) {
+    fo_fail(e, "changed", EAGAIN, "%s is a file now, not the directory it was: not moved", src);
+    goto out;
+  }
   if (is_dir) {
-    /* nothing excluded may move, nor become excluded, nor may a link come to lead out */
-    struct tree t = {.op = "move", .dst = dcanon, .src_len = sl, .e = e};
+    /* nothing excluded may move, nor become excluded, nor may a link come to lead out; with
+     * expectTree the names must be those whose landing was checked */
+    struct tree_names nm = {0};
+    crypto_hash_sha256_init(&nm.h);
+    struct tree t = {.op = "move",
+                     .dst = dcanon,
+                     .src_len = sl,
+                     .base_len = sl + 1,
+                     .names = jx ? &nm : NULL,
+                     .e = e};
     if (tree_of(&ws, slast, scanon, &st, &t) < 0) goto out;
+    char hex[65];
+    names_digest(&nm, hex);
+    if (jx && strcmp(json_string_value(jx), hex)) {
+      fo_fail(e, "changed", EAGAIN,
+              "%s holds other entries than when its move was checked: not moved", src);
+      goto out;
+    }
   }
   /* the hash of the file that moves, for the session's change summary (from the descriptor
    * of the very file checked above) */

@@ -118,6 +118,20 @@ void fo_names_free(struct fo_names *names);
  * with *e. Arguments and results: sandbox/proto/PROTOCOL.md. */
 json_t *fo_op_mkdir(json_t *req, struct jb_fileop_error *e);
 json_t *fo_op_move(json_t *req, struct jb_fileop_error *e);
+
+#define JB_TREE_NAMES_MAX 10000 /* entries of a tree whose landing is checked (stat's tree) */
+#define JB_TREE_NAMES_BYTES (256 * 1024) /* bytes of their names */
+
+/* The names of the directory `last` of `w` (whose symlink-free path is `canon`) as they would
+ * land elsewhere: {entries: [each path below it, a directory's with "/" after it, depth first
+ * in name order], sha256: hex SHA-256 over the entries each followed by a NUL byte} (new), or
+ * JSON null when `last` is no directory. Walked as a directory's move walks it (no symlink
+ * followed, nothing excluded, no link leading out, no mount point; hard-linked and special
+ * files named). NULL with *e: `too_large` past JB_TREE_NAMES_MAX entries or
+ * JB_TREE_NAMES_BYTES bytes of names, `denied` for a name that is not UTF-8, and the move's
+ * refusals. */
+json_t *fo_tree_names(const struct walk *w, const char *last, const char *canon,
+                      struct jb_fileop_error *e);
 json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e);
 json_t *fo_op_find(json_t *req, struct jb_fileop_error *e);
 json_t *fo_op_search(json_t *req, struct jb_fileop_error *e);

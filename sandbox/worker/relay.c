@@ -292,10 +292,10 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (strcmp(op->tool, "read_many"))
     json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
   static const char *const pass[] = {
-      "offset",       "length",      "lineOffset", "lineLimit", "head",     "tail",
-      "paths",        "recursive",   "depth",      "content",   "encoding", "exclude",
-      "expectSha256", "withContent", "hash",       "pattern",   "glob",     "maxMatches",
-      "destination",  "overwrite",   NULL};
+      "offset",       "length",      "lineOffset", "lineLimit",  "head",     "tail",
+      "paths",        "recursive",   "depth",      "content",    "encoding", "exclude",
+      "expectSha256", "withContent", "hash",       "pattern",    "glob",     "maxMatches",
+      "destination",  "overwrite",   "tree",       "expectTree", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i]))
       json_object_set(req, pass[i], json_object_get(args, pass[i]));

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "lib/buf.h"
+#include "lib/scan.h"
 #include "lib/utf8.h"
 
 struct entry {
@@ -294,6 +295,106 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
   return ret;
 }
 
+/* The workspace-relative path symbolic link `path` with `target` (inside, judged lexically)
+ * names, into `out` (PATH_MAX bytes; "." for the root). -1 when it does not fit. */
+static int link_target_path(const char *path, const char *target, char *out) {
+  char buf[2 * PATH_MAX + 2];
+  const char *slash = strrchr(path, '/');
+  int n = snprintf(buf, sizeof buf, "%.*s%s%s", slash ? (int)(slash - path) : 0, path,
+                   slash ? "/" : "", target);
+  if (n < 0 || (size_t)n >= sizeof buf) return -1;
+  size_t o = 0;
+  for (char *c = buf; *c;) {
+    size_t len = strcspn(c, "/");
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      while (o > 0 && out[o - 1] != '/') o--; /* back over the last component */
+      if (o > 0) o--;
+    } else if (len > 0 && !(len == 1 && c[0] == '.')) {
+      if (o + (o > 0) + len >= PATH_MAX) return -1;
+      if (o > 0) out[o++] = '/';
+      memcpy(out + o, c, len);
+      o += len;
+    }
+    c += len;
+    while (*c == '/') c++;
+  }
+  if (o == 0) out[o++] = '.';
+  out[o] = '\0';
+  return 0;
+}
+
+/* Where covered link `link` (under the root `rfd`, whose own path is `rootp`) leads as the
+ * kernel resolves it, links followed and never above the root (openat2 RESOLVE_BENEATH), into
+ * `out` (PATH_MAX bytes): the entry itself or, when it is missing, the resolved directory of
+ * its lexical target `to` and its last name. -1 when neither resolves inside. */
+static int resolved_path(int rfd, const char *rootp, const char *link, const char *to, char *out) {
+  struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+  char dirpart[PATH_MAX];
+  const char *last = "";
+  long fd = syscall(SYS_openat2, rfd, link, &how, sizeof how);
+  if (fd < 0 && errno == ENOENT) { /* missing: its directory */
+    const char *slash = strrchr(to, '/');
+    snprintf(dirpart, sizeof dirpart, "%.*s", slash ? (int)(slash - to) : 1, slash ? to : ".");
+    last = slash ? slash + 1 : to;
+    fd = syscall(SYS_openat2, rfd, dirpart, &how, sizeof how);
+  }
+  if (fd < 0) return -1;
+  char proc[64], abs[PATH_MAX];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%ld", fd);
+  ssize_t n = readlink(proc, abs, sizeof abs - 1);
+  close((int)fd);
+  size_t rl = strlen(rootp);
+  if (n < 0) return -1;
+  abs[n] = '\0';
+  if (strncmp(abs, rootp, rl) || (abs[rl] != '/' && abs[rl] != '\0')) return -1;
+  const char *r = abs[rl] ? abs + rl + 1 : "";
+  int k = snprintf(out, PATH_MAX, "%s%s%s", r[0] ? r : (last[0] ? "" : "."),
+                   r[0] && last[0] ? "/" : "", last);
+  return k < 0 || k >= PATH_MAX ? -1 : 0;
+}
+
+/* Flags `to` as the landing_link of covered link `link`. 0, or -1 with w->err. */
+static int flag_landing(struct walk *w, const char *to, const char *link) {
+  w->out->n_flagged++;
+  if (json_array_size(w->out->flagged) >= JB_SCAN_FLAGGED_MAX) return 0;
+  json_t *f = jb_scan_flag_json(to, "landing_link");
+  if (f) json_object_set_new(f, "link", jb_scan_path_json(link));
+  if (!f || json_array_append_new(w->out->flagged, f) < 0)
+    return jb_fail(w->err, ENOMEM, "out of memory");
+  return 0;
+}
+
+/* The pre-scan's covered links: each symbolic link inside the workspace `root` at a path the
+ * landing rules cover (jb_scan_landing, as a directory too: it may lead to one), flagged at
+ * the path its target names ("landing_link", with "link"): a write there writes what the
+ * covered place's tool runs. Judged lexically from the link's directory, as symlink_outside
+ * is, and as the kernel resolves it (through other links) when that is elsewhere. */
+static int flag_landing_links(struct walk *w, const char *root) {
+  int rfd = -1, rc = 0;
+  char rootp[PATH_MAX] = "";
+  for (size_t i = 0; i < w->n && rc == 0; i++) {
+    const struct entry *e = &w->v[i];
+    char rule[JB_SCAN_ID_MAX + 1], to[PATH_MAX], real[PATH_MAX];
+    if (e->type != 'l' || e->kind || !e->detail ||
+        !jb_scan_landing_in_use(e->path, true, rule, sizeof rule) ||
+        link_target_path(e->path, e->detail, to) < 0)
+      continue;
+    if ((rc = flag_landing(w, to, e->path)) < 0) break;
+    if (rfd < 0 && (rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+      char proc[64];
+      snprintf(proc, sizeof proc, "/proc/self/fd/%d", rfd);
+      ssize_t n = readlink(proc, rootp, sizeof rootp - 1);
+      rootp[n > 0 ? n : 0] = '\0';
+    }
+    if (rfd >= 0 && rootp[0] && resolved_path(rfd, rootp, e->path, to, real) == 0 &&
+        strcmp(real, to))
+      rc = flag_landing(w, real, e->path);
+  }
+  if (rfd >= 0) close(rfd);
+  return rc;
+}
+
 static int by_path(const void *a, const void *b) {
   return strcmp(((const struct entry *)a)->path, ((const struct entry *)b)->path);
 }
@@ -324,6 +425,7 @@ static int scan(const char *root, long max_entries, long long hash_max, struct j
   }
   int ret = walk_dir(&w, fd, "");
   free(w.buf);
+  if (ret == 0 && !keep) ret = flag_landing_links(&w, root);
   if (ret == 0) {
     if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
     crypto_hash_sha256_state st;

@@ -26,7 +26,11 @@ struct jb_scan_result {
 /* The kinds of flagged entries. symlink_outside: a symbolic link whose target, resolved
  * lexically from the link's directory, is absolute or climbs above the workspace root;
  * hardlink: a regular file with more than one link; fifo, socket, device: special files;
- * too_large: a regular file over `hash_max` bytes, not hashed (a notice: it stays usable).
+ * too_large: a regular file over `hash_max` bytes, not hashed (a notice: it stays usable);
+ * landing_link (jb_workspace_scan only): the path a symbolic link at a place the landing rules
+ * cover (lib/scan.h jb_scan_landing) names, judged lexically and, where that differs, as the
+ * kernel resolves it through other links, with the link as "link" — a
+ * notice too: writing, making or moving onto that path is a landing on the covered place.
  * Entries of the first five kinds are invisible to the agent and refused (api/agent/ops.c). */
 
 /* Walks `root` (never following symlinks; openat with O_NOFOLLOW from the root's own fd) up

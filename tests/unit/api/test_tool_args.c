@@ -195,6 +195,12 @@ static void paths(void **state) {
   assert_false(op_path_passes("/etc", 4, JB_TOOL_SEARCH, ex, fl, &v));
   assert_int_equal(v.syntax, JB_PATH_ABSOLUTE);
   assert_true(op_path_passes("src/a.c", 7, JB_TOOL_MOVE, ex, fl, &v));
+  /* a covered link's target is a notice (a landing), not hidden: read and list pass */
+  json_t *ll = json_pack("[{s:s,s:s,s:s}]", "path", "scripts/hook.sh", "kind", "landing_link",
+                         "link", ".git/hooks/pre-commit");
+  assert_true(op_path_passes("scripts/hook.sh", 15, JB_TOOL_READ, ex, ll, &v));
+  assert_null(op_flagged_kind("scripts/hook.sh", ll));
+  json_decref(ll);
   json_decref(ex);
   json_decref(fl);
   /* the views decode names the paths */

@@ -298,6 +298,39 @@ static const struct sample samples[] = {
     {"shell_startup", false, "docs/xsession.md", "x\n", NULL},
     {"shell_startup", true, ".config/fish/config.fish", "set x 1\n", NULL},
     {"shell_startup", true, ".config/fish/conf.d/z.fish", "set x 1\n", NULL},
+    {"git_attributes", true, ".gitattributes", "*.c filter=x\n", NULL},
+    {"git_attributes", true, "sub/.gitmodules", "[submodule \"m\"]\n", NULL},
+    {"git_attributes", true, ".git/info/attributes", "* diff=x\n", NULL},
+    {"git_attributes", false, ".gitignore", "*.o\n", NULL},
+    {"git_attributes", false, "docs/gitattributes.md", "x\n", NULL},
+    {"env_loader", true, ".envrc", "use nix\n", NULL},
+    {"env_loader", true, "sub/.mise.toml", "[hooks]\n", NULL},
+    {"env_loader", true, "mise.toml", "[env]\n", NULL},
+    {"env_loader", false, ".env.example", "A=1\n", NULL},
+    {"editor_config", true, ".vscode/tasks.json", "{}\n", NULL},
+    {"editor_config", true, ".vscode/settings.json", "{}\n", NULL},
+    {"editor_config", true, ".vscode/launch.json", "{}\n", NULL},
+    {"editor_config", true, "app.code-workspace", "{}\n", NULL},
+    {"editor_config", true, ".idea/workspace.xml", "<project/>\n", NULL},
+    {"editor_config", true, ".run/test.run.xml", "<component/>\n", NULL},
+    {"editor_config", true, ".devcontainer/devcontainer.json", "{}\n", NULL},
+    {"editor_config", true, ".devcontainer.json", "{}\n", NULL},
+    {"editor_config", false, ".vscode/extensions.json", "{}\n", NULL},
+    {"editor_config", false, "src/idea.c", "x\n", NULL},
+    {"package_manager_config", true, ".npmrc", "script-shell=/tmp/x\n", NULL},
+    {"package_manager_config", true, ".yarnrc.yml", "yarnPath: x.js\n", NULL},
+    {"package_manager_config", true, ".pnpmfile.cjs", "module.exports={}\n", NULL},
+    {"package_manager_config", true, "pip.conf", "[global]\n", NULL},
+    {"package_manager_config", true, ".cargo/config.toml", "[build]\n", NULL},
+    {"package_manager_config", true, ".cargo/config", "[build]\n", NULL},
+    {"package_manager_config", true, ".mvn/extensions.xml", "<extensions/>\n", NULL},
+    {"package_manager_config", false, "package.json", "{}\n", NULL},
+    {"package_manager_config", false, "Cargo.toml", "[package]\n", NULL},
+    {"package_manager_config", false, "Makefile", "all:\n", NULL},
+    {"hook_manager", true, ".pre-commit-config.yaml", "repos: []\n", NULL},
+    {"hook_manager", true, "lefthook.yml", "pre-commit: {}\n", NULL},
+    {"hook_manager", true, ".lefthook-local.yml", "pre-commit: {}\n", NULL},
+    {"hook_manager", false, "docs/pre-commit.md", "x\n", NULL},
     {"git_hooks", false, ".git/HEAD", "ref: refs/heads/main\n", NULL},
     {"git_config", true, ".git/config", "[core]\n\thooksPath = scripts\n", NULL},
     {"git_config", true, "sub/.git/config", "[core]\n\tfsmonitor = ./x\n", NULL},
@@ -562,6 +595,11 @@ static void landing(void **state) {
   /* content rules decide nothing here */
   assert_int_equal(jb_scan_landing(r, "src/main.c", false, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, "src", true, rule, sizeof rule), 0);
+  /* a directory that holds what tools run on their own */
+  assert_int_equal(jb_scan_landing(r, ".idea", true, rule, sizeof rule), 1);
+  assert_string_equal(rule, "editor_config");
+  assert_int_equal(jb_scan_landing(r, ".devcontainer", true, rule, sizeof rule), 1);
+  assert_int_equal(jb_scan_landing(r, "CMakeLists.txt", false, rule, sizeof rule), 0);
   /* no rules: fail closed */
   assert_int_equal(jb_scan_landing(NULL, "src/main.c", false, rule, sizeof rule), 1);
   assert_string_equal(rule, "scanner_unavailable");

@@ -1,6 +1,7 @@
 /* test_workspace_scan.c — the worker's walks of a workspace kept for comparison
  * (jb_workspace_snapshot), what changed between two of them (jb_scan_changes), and the removal
- * of an entry that never passes a symbolic link (jb_workspace_remove). */
+ * of an entry that never passes a symbolic link (jb_workspace_remove), and the pre-scan's
+ * covered links (landing_link). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -172,11 +173,58 @@ static void deep_trees(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The pre-scan's covered links: a link at a place the landing rules cover is flagged at the
+ * path its target names (landing_link, with the link), a link elsewhere is not. */
+static void covered_links(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX", p[600];
+  assert_non_null(mkdtemp(dir));
+  snprintf(p, sizeof p, "%s/.git/hooks", dir);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s %s/scripts %s/docs", p, dir, dir);
+  assert_int_equal(system(cmd), 0);
+  put(dir, "scripts/hook.sh", "exit 0\n");
+  snprintf(p, sizeof p, "%s/.git/hooks/pre-commit", dir);
+  assert_int_equal(symlink("../../scripts/./hook.sh", p), 0);
+  snprintf(p, sizeof p, "%s/.husky", dir); /* a directory link: its target holds the hooks */
+  assert_int_equal(symlink("scripts", p), 0);
+  snprintf(p, sizeof p, "%s/s", dir); /* a link on the way: resolved as the kernel does */
+  assert_int_equal(symlink("scripts", p), 0);
+  snprintf(p, sizeof p, "%s/.git/hooks/post-merge", dir); /* dangling, through s */
+  assert_int_equal(symlink("../../s/merge.sh", p), 0);
+  snprintf(p, sizeof p, "%s/docs/readme", dir); /* not covered */
+  assert_int_equal(symlink("../scripts/hook.sh", p), 0);
+  struct jb_scan_result r;
+  jb_error err = {0};
+  assert_int_equal(jb_workspace_scan(dir, 100000, 1 << 20, &r, &err), 0);
+  size_t i, n = 0;
+  json_t *f;
+  json_array_foreach (r.flagged, i, f) {
+    if (strcmp(json_string_value(json_object_get(f, "kind")), "landing_link")) continue;
+    const char *path = json_string_value(json_object_get(f, "path"));
+    const char *link = json_string_value(json_object_get(f, "link"));
+    if (!strcmp(link, ".git/hooks/pre-commit"))
+      assert_string_equal(path, "scripts/hook.sh");
+    else if (!strcmp(link, ".husky"))
+      assert_string_equal(path, "scripts");
+    else if (!strcmp(link, ".git/hooks/post-merge"))
+      assert_true(!strcmp(path, "s/merge.sh") || !strcmp(path, "scripts/merge.sh"));
+    else
+      fail_msg("unexpected landing_link %s -> %s", link, path);
+    n++;
+  }
+  assert_int_equal(n, 4); /* post-merge twice: by its text and as the kernel resolves it */
+  jb_scan_result_free(&r);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(changes_between_walks),
       cmocka_unit_test(remove_never_through_a_link),
       cmocka_unit_test(deep_trees),
+      cmocka_unit_test(covered_links),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

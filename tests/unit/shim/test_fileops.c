@@ -643,6 +643,54 @@ static void walk_depth_truncated(void **state) {
   json_decref(r);
 }
 
+/* stat's tree: a directory's names as they would land, and their SHA-256; a move with
+ * expectTree runs only on exactly those names (a file: "file"). */
+static void move_bound_to_tree(void **state) {
+  dir("t");
+  dir("t/workflows");
+  put("t/workflows/x.yml", "on: push\n");
+  put("t/a", "a\n");
+  json_t *r = run("{\"op\":\"stat\",\"path\":\"t\",\"tree\":true}");
+  json_t *tree = json_object_get(r, "tree");
+  json_t *entries = json_object_get(tree, "entries");
+  assert_int_equal(json_array_size(entries), 3);
+  assert_string_equal(json_string_value(json_array_get(entries, 0)), "a");
+  assert_string_equal(json_string_value(json_array_get(entries, 1)), "workflows/");
+  assert_string_equal(json_string_value(json_array_get(entries, 2)), "workflows/x.yml");
+  char sha[65];
+  snprintf(sha, sizeof sha, "%s", str_of(tree, "sha256"));
+  json_decref(r);
+  /* a file: no tree; tree must be a boolean */
+  r = run("{\"op\":\"stat\",\"path\":\"t/a\",\"tree\":true}");
+  assert_null(json_object_get(r, "tree"));
+  json_decref(r);
+  refused("{\"op\":\"stat\",\"path\":\"t\",\"tree\":1}", "bad_request", NULL);
+  /* the tree changed after it was checked: not moved */
+  put("t/workflows/y.yml", "on: push\n");
+  char line[300];
+  snprintf(line, sizeof line,
+           "{\"op\":\"move\",\"path\":\"t\",\"destination\":\"u\",\"expectTree\":\"%s\"}", sha);
+  refused(line, "changed", NULL);
+  refused("{\"op\":\"move\",\"path\":\"t\",\"destination\":\"u\",\"expectTree\":\"file\"}",
+          "changed", NULL);
+  assert_true(there("t/workflows/y.yml"));
+  /* as checked: moved */
+  r = run("{\"op\":\"stat\",\"path\":\"t\",\"tree\":true}");
+  snprintf(sha, sizeof sha, "%s", str_of(json_object_get(r, "tree"), "sha256"));
+  json_decref(r);
+  snprintf(line, sizeof line,
+           "{\"op\":\"move\",\"path\":\"t\",\"destination\":\"u\",\"expectTree\":\"%s\"}", sha);
+  r = run(line);
+  assert_true(json_is_true(json_object_get(r, "moved")));
+  json_decref(r);
+  /* a file moves with "file", not with a digest */
+  refused("{\"op\":\"move\",\"path\":\"u/a\",\"destination\":\"b\",\"expectTree\":\"00\"}",
+          "changed", NULL);
+  r = run("{\"op\":\"move\",\"path\":\"u/a\",\"destination\":\"b\",\"expectTree\":\"file\"}");
+  assert_true(json_is_true(json_object_get(r, "moved")));
+  json_decref(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(read_lines, setup, teardown),
@@ -657,6 +705,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(read_many_answer_fits_line, setup, teardown),
       cmocka_unit_test_setup_teardown(search_slow_lines_deadline, setup, teardown),
       cmocka_unit_test_setup_teardown(walk_depth_truncated, setup, teardown),
+      cmocka_unit_test_setup_teardown(move_bound_to_tree, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
