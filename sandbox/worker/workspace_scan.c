@@ -36,6 +36,7 @@ struct entry {
 #define WALK_DEPTH_MAX 256 /* directory levels walked; deeper ones make the walk truncated */
 #define WALK_BYTES_MAX (64LL << 20) /* bytes of paths and details kept; then truncated */
 #define SPARSE_MIN (1LL << 20) /* bytes: a smaller file is never judged sparse */
+#define RACY_NS 2000000000LL /* a file changed this close before a walk is read again */
 #define LINKS_MAX 40 /* links followed resolving one path (the kernel's MAXSYMLINKS) */
 
 struct walk {
@@ -80,7 +81,7 @@ static const char *reusable_hash(const struct walk *w, const char *path, const s
   long long ct = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
   if (!p || p->type != 'f' || p->dev != st->st_dev || p->ino != st->st_ino ||
       p->size != (long long)st->st_size || p->mtime_ns != mt || p->ctime_ns != ct || !p->detail ||
-      strlen(p->detail) != 64)
+      strlen(p->detail) != 64 || ct > w->prev->started_ns - RACY_NS)
     return NULL;
   return p->detail;
 }
@@ -463,6 +464,8 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
     jb_scan_result_free(out);
     return jb_fail(err, ENOMEM, "out of memory");
   }
+  struct timespec began;
+  clock_gettime(CLOCK_REALTIME, &began);
   int ret = walk_dir(&w, fd, "");
   free(w.buf);
   struct jb_scan_snapshot k = {0};
@@ -480,6 +483,7 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
   if (ret == 0 && keep) {
     *keep = k;
     keep->truncated = out->truncated;
+    keep->started_ns = (long long)began.tv_sec * 1000000000LL + began.tv_nsec;
     snprintf(keep->why, sizeof keep->why, "%s", w.why);
   } else {
     jb_scan_snapshot_free(&k);
@@ -511,7 +515,7 @@ int jb_workspace_snapshot_since(const char *root, const struct jb_walk_limits *l
 }
 
 int jb_scan_snapshot_copy(const struct jb_scan_snapshot *s, struct jb_scan_snapshot *out) {
-  *out = (struct jb_scan_snapshot){.truncated = s->truncated};
+  *out = (struct jb_scan_snapshot){.truncated = s->truncated, .started_ns = s->started_ns};
   memcpy(out->why, s->why, sizeof out->why);
   if (!(out->v = calloc(s->n ? s->n : 1, sizeof *out->v))) return -1;
   for (size_t i = 0; i < s->n; i++) {

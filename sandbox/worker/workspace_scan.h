@@ -67,6 +67,7 @@ struct jb_scan_snapshot {
                      skipped a path past PATH_MAX, a level past 256, an entry it could not
                      stat or open, or ran past its time or its bytes to hash (struct
                      jb_walk_limits): changes there are not seen */
+  long long started_ns; /* CLOCK_REALTIME when the walk began */
   char why[48]; /* when truncated: the first reason ("entries", "depth", "path length",
                    "unreadable entry", "time", "bytes to hash", "names") */
 };
@@ -92,7 +93,9 @@ int jb_workspace_snapshot(const char *root, long max_entries, long long hash_max
 
 /* jb_workspace_snapshot within `lim`; a regular file whose device, inode, size, mtime and
  * ctime are those of its entry in `prev` (an earlier snapshot of the same root; NULL: none)
- * keeps that entry's hash without being read. */
+ * keeps that entry's hash without being read — unless its ctime was less than 2 s before
+ * `prev` began (a change in the same clock tick as that read would not show: git's "racy
+ * git" rule, Documentation/technical/racy-git.txt). */
 int jb_workspace_snapshot_since(const char *root, const struct jb_walk_limits *lim,
                                 const struct jb_scan_snapshot *prev, struct jb_scan_snapshot *out,
                                 jb_error *err);
