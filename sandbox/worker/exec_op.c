@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "db/ops.h"
+#include "db/sessions.h"
 #include "lib/buf.h"
 #include "sandbox/worker/workspace_scan.h"
 #include "lib/redact.h"
@@ -491,6 +492,24 @@ static int effects_before(struct jb_worker *w, struct jb_session *s,
   return rc;
 }
 
+/* Holds the writable commands of session `job` until the buyer decides (migration 041): its
+ * effects were not checked whole, for `why`. */
+static void hold_writable(struct jb_worker *w, const char *job, const char *why) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_session_effects_incomplete(conn.pg, job, why, &err) != JB_OK)
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "hold writable commands", NULL);
+}
+
+/* Whether session `job`'s writable commands are held (incomplete effects the buyer has not
+ * cleared), read on `c`: 1 with the reason in `why`, 0, or -1 (then none runs either). */
+static int writable_held(PGconn *c, const char *job, char *why, size_t wsize) {
+  jb_error err = {0};
+  int rc = jb_db_session_effects_held(c, job, why, wsize, &err);
+  if (rc != JB_OK) snprintf(why, wsize, "%s", err.msg);
+  return rc != JB_OK ? -1 : why[0] ? 1 : 0;
+}
+
 /* Whether after-entry `e` is not as `b` was (NULL: it is new): type, mode, size, detail. */
 static bool entry_changed(const struct jb_scan_entry *b, const struct jb_scan_entry *e) {
   if (!b || b->type != e->type || b->mode != e->mode) return true;
@@ -609,6 +628,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
                "not cover whole; what it left past the walk was not checked",
                after.why[0] ? after.why : before->why[0] ? before->why : "pre-image over its bound");
   }
+  if (*incomplete) hold_writable(w, s->job_id, what);
   if (what[0]) {
     snprintf(alert, sizeof alert, "exec: %s", what);
     raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
@@ -679,7 +699,11 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
     };
     jb_error se = {0};
-    if (rq.writable && effects_before(w, s, &before, &pre, &se) < 0) {
+    char held[320] = "";
+    if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
+      jb_fail(&xe, EPERM, "writable commands are held until the buyer clears the incomplete "
+              "effects of an earlier one (%s)", held);
+    } else if (rq.writable && effects_before(w, s, &before, &pre, &se) < 0) {
       jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {
       watched = rq.writable;
@@ -759,6 +783,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     ans = failure(code = "busy", xe.msg[0] ? xe.msg : "another command of the session runs");
   } else if (xe.code == EINVAL) {
     ans = failure(code = "bad_request", xe.msg);
+  } else if (xe.code == EPERM) {
+    ans = failure(code = "effects_incomplete", xe.msg);
   } else {
     ans = failure(code = "internal", xe.msg[0] ? xe.msg : "the command could not be run");
   }

@@ -130,12 +130,30 @@ test('two commands assembling a link that leads out: the second one\'s link is r
   assert.match(alert.detail, /symlink_outside p\/q/);
 });
 
-test('a walk past its bound makes the effects incomplete: an alert at once', async () => {
+test('a walk past its bound makes the effects incomplete: an alert at once, and writable commands held until the buyer clears it', async () => {
   const S = await session(repo, 'unsupervised');
   const r = await writable(S, 'mkdir many; cd many; for i in $(seq 1 500); do echo > f$i; done');
   assert.equal(r.changesIncomplete, true, JSON.stringify(r).slice(0, 300));
   const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
   assert.match(alert.detail, /incomplete \(entries\)/);
+  // held: a writable command is refused (audited), a read-only one still runs
+  const f = await K.refused(S.agent, 'exec', { command: 'echo y > src/c.c', writable: true }, 'denied');
+  assert.match(f.message, /held/);
+  assert.ok(!existsSync(join(S.dir, 'src/c.c')));
+  assert.equal((await K.ok(S.agent, 'exec', { argv: ['cat', 'src/a.c'] })).stdout, 'int a;\n');
+  // only the buyer clears it; then writable commands run again
+  let c = await srv.req('POST', `/v1/jailbox/${S.jobId}/effects/clear`, { token: S.agentToken });
+  assert.ok([401, 403].includes(c.status), c.text);
+  c = await srv.req('POST', `/v1/jailbox/${S.jobId}/effects/clear`, { token: S.buyerToken, body: { reason: 'looked at many/' } });
+  assert.equal(c.status, 200, c.text);
+  assert.deepEqual(c.json, { jobId: S.jobId, cleared: true });
+  await writable(S, 'echo y > src/c.c');
+  assert.equal(readFileSync(join(S.dir, 'src/c.c'), 'utf8'), 'y\n');
+  // (still over the bound: held again) — the socket form clears it too
+  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:effects_clear', {});
+  assert.deepEqual(ack, { ok: true, jobId: S.jobId, cleared: true });
+  const audit = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: S.buyerToken });
+  assert.match(audit.text, /"operation":"effects_clear"/);
 });
 
 test('a hundred sparse 1 GiB files: each later writable command stays fast', async () => {
