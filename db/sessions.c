@@ -162,8 +162,7 @@ int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_
                           jb_error *err) {
   *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
-      (src->effects_incomplete &&
-       !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
+      (src->effects_incomplete && !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
       (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
     jb_session_facts_clear(dst);

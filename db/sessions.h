@@ -71,8 +71,7 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
 /* Records that a writable command of session `job_id` left effects that were not checked whole,
  * for `why` (at most 300 bytes kept; an earlier reason stays), and wakes the op path's copies
  * of the session (jb_op "0 effects JOB"). JB_OK, JB_ERR_FAIL with `err`. */
-int jb_db_session_effects_incomplete(PGconn *c, const char *job_id, const char *why,
-                                     jb_error *err);
+int jb_db_session_effects_incomplete(PGconn *c, const char *job_id, const char *why, jb_error *err);
 
 /* Why session `job_id`'s writable commands are held (migration 041) into `why` (`wsize`
  * bytes; "" when they are not). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */

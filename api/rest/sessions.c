@@ -684,8 +684,7 @@ void jb_api_session_effects_clear(void *appv, const struct jb_http_req *req,
                                        state, &head, &err);
   if (rc == JB_OK) {
     jb_op_session_changed(job);
-    if (head.seq > 0)
-      jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
     json_t *o = json_pack("{s:s,s:b}", "jobId", job, "cleared", cleared);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);

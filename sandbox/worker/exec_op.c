@@ -546,8 +546,10 @@ static void links_out(struct jb_worker *w, struct jb_session *s,
         any = true;
       }
     if (!any && !what[0])
-      snprintf(what, wsize, "symlink_outside %.200s now leads out through a directory the "
-               "command made", e->path);
+      snprintf(what, wsize,
+               "symlink_outside %.200s now leads out through a directory the "
+               "command made",
+               e->path);
   }
 }
 
@@ -604,8 +606,10 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
         strcmp(e->kind, "symlink_outside")) /* fifo, socket, device */
       remove_left(w, s, e, e->kind, changes, what, wsize);
   }
-  if (changed) links_out(w, s, &after, changed, changes, what, wsize);
-  else *incomplete = true; /* out of memory: the links were not judged */
+  if (changed)
+    links_out(w, s, &after, changed, changes, what, wsize);
+  else
+    *incomplete = true; /* out of memory: the links were not judged */
   free(changed);
   if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
   for (size_t i = 0; links && i < nlinks; i++) {
@@ -621,12 +625,17 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   if (lo.flagged && !what[0]) snprintf(what, wsize, "%s", lo.first);
   if (*incomplete) {
     slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why",
-         after.why[0] ? after.why : before->why[0] ? before->why : "pre-image", NULL);
+         after.why[0]     ? after.why
+         : before->why[0] ? before->why
+                          : "pre-image",
+         NULL);
     if (!what[0])
       snprintf(what, wsize,
                "effects incomplete (%s): a writable command left a workspace the walk could "
                "not cover whole; what it left past the walk was not checked",
-               after.why[0] ? after.why : before->why[0] ? before->why : "pre-image over its bound");
+               after.why[0]     ? after.why
+               : before->why[0] ? before->why
+                                : "pre-image over its bound");
   }
   if (*incomplete) hold_writable(w, s->job_id, what);
   if (what[0]) {
@@ -635,8 +644,10 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   }
   *sig = -1;
   struct jb_scan_snapshot *keep = malloc(sizeof *keep);
-  if (keep) *keep = after;
-  else jb_scan_snapshot_free(&after);
+  if (keep)
+    *keep = after;
+  else
+    jb_scan_snapshot_free(&after);
   struct jb_scan_snapshot *old = atomic_exchange(&s->effects_prev, keep);
   jb_scan_snapshot_free(old);
   free(old);
@@ -701,8 +712,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     jb_error se = {0};
     char held[320] = "";
     if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
-      jb_fail(&xe, EPERM, "writable commands are held until the buyer clears the incomplete "
-              "effects of an earlier one (%s)", held);
+      jb_fail(&xe, EPERM,
+              "writable commands are held until the buyer clears the incomplete "
+              "effects of an earlier one (%s)",
+              held);
     } else if (rq.writable && effects_before(w, s, &before, &pre, &se) < 0) {
       jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {

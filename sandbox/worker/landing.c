@@ -327,8 +327,8 @@ static int put_back(int pfd, const char *name, const struct kept *k) {
   char tmp[64];
   unsigned char rnd[8];
   randombytes_buf(rnd, sizeof rnd);
-  snprintf(tmp, sizeof tmp, ".jb-restore-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
-           rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+  snprintf(tmp, sizeof tmp, ".jb-restore-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+           rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
   int rc = 0;
   if (k->type == 'f') {
     int fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -336,8 +336,10 @@ static int put_back(int pfd, const char *name, const struct kept *k) {
     for (size_t off = 0; rc == 0 && off < k->len;) {
       ssize_t w = write(fd, k->data + off, k->len - off);
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) rc = -1;
-      else off += (size_t)w;
+      if (w <= 0)
+        rc = -1;
+      else
+        off += (size_t)w;
     }
     if (rc == 0 && (fchown(fd, k->uid, k->gid) < 0 || fchmod(fd, k->mode) < 0)) rc = -1;
     close(fd);

@@ -324,8 +324,7 @@ void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, con
 
 /* raise_signal, alerting at this occurrence whatever the policy's alert_after for `kind`
  * (unless the policy aborts for it: then as raise_signal). */
-void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind,
-                     const char *detail);
+void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
 
 /* jb_kill: the session is being aborted; kill its container now, so that an op running in
  * the shim (holding the session row the abort needs) fails with "aborted" at once. */

@@ -219,8 +219,7 @@ static int push(struct walk *w, char type, const char *path, long long size) {
  * a file unchanged since; "sparse:…" for a sparse file (judged by its metadata); "unhashed"
  * when reading it would take the walk past its bytes to hash (the walk is then not whole).
  * 1 with e->detail set (NULL: out of memory), or 0: the file is to be read. */
-static int file_detail(struct walk *w, const char *path, const struct stat *st,
-                       struct entry *e) {
+static int file_detail(struct walk *w, const char *path, const struct stat *st, struct entry *e) {
   const char *h = reusable_hash(w, path, st);
   if (h) {
     e->detail = strdup(h);
@@ -393,8 +392,7 @@ static void dir_hash(const struct walk *w, struct jb_scan_result *out) {
     crypto_hash_sha256_update(&st, (const unsigned char *)w->v[i].path, strlen(w->v[i].path) + 1);
     crypto_hash_sha256_update(&st, (const unsigned char *)size, (unsigned long long)sl + 1);
     if (w->v[i].detail)
-      crypto_hash_sha256_update(&st, (const unsigned char *)w->v[i].detail,
-                                strlen(w->v[i].detail));
+      crypto_hash_sha256_update(&st, (const unsigned char *)w->v[i].detail, strlen(w->v[i].detail));
     crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
   }
   unsigned char h[32];
@@ -552,8 +550,10 @@ int jb_scan_link_resolve(const struct jb_scan_snapshot *s, size_t i, const bool 
   struct jb_buf rest; /* what is left to resolve */
   jb_buf_init(&rest, 64 * 1024);
   int links = 1, res = 0;
-  if (target[0] == '/') res = 1;
-  else if (jb_buf_append(&rest, target, strlen(target) + 1) < 0) res = 1; /* fail closed */
+  if (target[0] == '/')
+    res = 1;
+  else if (jb_buf_append(&rest, target, strlen(target) + 1) < 0)
+    res = 1; /* fail closed */
   size_t at = 0;
   while (res == 0 && rest.data && at < rest.len && rest.data[at]) {
     const char *c = rest.data + at;

@@ -103,7 +103,8 @@ static void undone_or_kept(void **state) {
   c = change(changes, ".git/config");
   assert_string_equal(json_string_value(json_object_get(c, "flagged")), "git_config");
   assert_true(json_is_true(json_object_get(c, "restored")));
-  assert_true(json_is_true(json_object_get(change(changes, ".git/hooks/pre-push.sample"), "restored")));
+  assert_true(
+      json_is_true(json_object_get(change(changes, ".git/hooks/pre-push.sample"), "restored")));
   assert_int_equal(out.failed, 0);
   assert_true(out.flagged >= 4);
   assert_false(out.incomplete);

@@ -215,9 +215,12 @@ static void links_resolved_against_the_tree(void **state) {
   assert_int_equal(via[0], up);
   assert_int_equal(via[1], q);
   assert_int_equal(jb_scan_link_resolve(&a, (size_t)in, NULL, NULL, NULL, 0, NULL), 0);
-  assert_int_equal(jb_scan_link_resolve(&a, (size_t)index_of(&a, "loop"), NULL, NULL, NULL, 0, NULL), 1);
-  assert_int_equal(jb_scan_link_resolve(&a, (size_t)index_of(&a, "dangling"), NULL, NULL, NULL, 0, NULL), 0);
-  assert_int_equal(jb_scan_link_resolve(&a, (size_t)index_of(&a, "p/ok"), NULL, NULL, NULL, 0, NULL), 0);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "loop"), NULL, NULL, NULL, 0, NULL), 1);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "dangling"), NULL, NULL, NULL, 0, NULL), 0);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "p/ok"), NULL, NULL, NULL, 0, NULL), 0);
   /* the pre-scan: `up` is flagged though it is lexically inside */
   assert_string_equal(a.v[up].kind, "symlink_outside");
   assert_null(a.v[in].kind);
