@@ -485,10 +485,14 @@ static int effects_before(struct jb_worker *w, struct jb_session *s,
   int rc = jb_workspace_snapshot_since(s->workspace, &lim, prev, before, err);
   jb_scan_snapshot_free(prev);
   free(prev);
+  double t0 = mono_msf();
   if (rc == 0 && jb_preimage_take(s->workspace, before, pre, err) < 0) {
     jb_scan_snapshot_free(before);
     rc = -1;
   }
+  char ms[32]; /* what the landing check costs (bench/exec) */
+  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
+  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "preimageMs", ms, NULL);
   return rc;
 }
 
@@ -606,6 +610,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
         strcmp(e->kind, "symlink_outside")) /* fifo, socket, device */
       remove_left(w, s, e, e->kind, changes, what, wsize);
   }
+  double t0 = mono_msf();
   if (changed)
     links_out(w, s, &after, changed, changes, what, wsize);
   else
@@ -621,6 +626,9 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   free(links);
   struct jb_landing_outcome lo;
   jb_landing_undo(s->workspace, before, &after, pre, changes, &lo);
+  char ms[32]; /* what the landing check and the links cost (bench/exec) */
+  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
+  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
   if (lo.incomplete) *incomplete = true;
   if (lo.flagged && !what[0]) snprintf(what, wsize, "%s", lo.first);
   if (*incomplete) {
