@@ -587,6 +587,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
          "error", err.msg, NULL);
     *incomplete = true;
     snprintf(what, wsize, "the workspace could not be read after a writable command");
+    hold_writable(w, s->job_id, what);
     snprintf(alert, sizeof alert, "exec: %s", what);
     raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
     return NULL;
