@@ -5,13 +5,15 @@
 // each undone before its answer (the hook and the workflow removed, the config restored byte
 // for byte, the changes marked, a security alert), and the buyer's `git status` / `git commit`
 // on the host afterwards run nothing of the agent's. Also: two commands assembling a link
-// that leads out (the second one's link removed), a walk past its entry bound (incomplete: an
-// alert), a hundred sparse 1 GiB files (each later writable command stays fast), and a normal
-// writable command that keeps its effect. Needs root, Docker with runsc.
+// that leads out (the second one's link removed), the pre-scan flagging such a link, a walk
+// past its entry bound (incomplete: an alert, writable commands held until the buyer clears
+// them over REST or the socket), a hundred sparse 1 GiB files (each later writable command
+// stays fast), and a normal writable command that keeps its effect. Needs root, Docker with
+// runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, realpathSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -128,6 +130,17 @@ test('two commands assembling a link that leads out: the second one\'s link is r
   assert.equal(readlinkSync(join(S.dir, 'up')), 'p/q/../..', 'the earlier link stays (it dangles now)');
   const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
   assert.match(alert.detail, /symlink_outside p\/q/);
+});
+
+test('the pre-scan judges links as they resolve: a link assembled out is flagged in the next session', async () => {
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, 'p'));
+    symlinkSync('.', join(d, 'p/q'));
+    symlinkSync('p/q/../..', join(d, 'up')); // lexically the root itself; resolved, above it
+    symlinkSync('p/q/q', join(d, 'in'));
+  }, { mode: 'unsupervised' });
+  const flagged = (await K.sessionOf(S.jobId)).walls.prescan.flagged;
+  assert.deepEqual(flagged, [{ path: 'up', kind: 'symlink_outside' }], JSON.stringify(flagged));
 });
 
 test('a walk past its bound makes the effects incomplete: an alert at once, and writable commands held until the buyer clears it', async () => {
