@@ -535,7 +535,7 @@ static void links_out(struct jb_worker *w, struct jb_session *s,
     if (e->type != 'l') continue;
     bool touched = false;
     size_t via[64], nvia = 0;
-    bool out = jb_scan_link_resolve(after, i, changed, &touched, via, 64, &nvia) == 1 ||
+    bool out = jb_scan_link_resolve(after, i, changed, &touched, via, 64, &nvia) != 0 ||
                (e->kind && !strcmp(e->kind, "symlink_outside"));
     if (!out && changed[i]) out = jb_workspace_link_leaves(s->workspace, e->path) != 0;
     if (!out || !touched) continue;

@@ -583,7 +583,7 @@ int jb_scan_link_resolve(const struct jb_scan_snapshot *s, size_t i, const bool 
       memcpy(cur, cand, cl + 1);
     } else if (e->type == 'l') {
       if (++links > LINKS_MAX) {
-        res = 1; /* ELOOP: judged as leading out */
+        res = 2; /* ELOOP */
         break;
       }
       if (via && nv < via_max) via[nv++] = (size_t)k;

@@ -106,7 +106,9 @@ int jb_scan_snapshot_copy(const struct jb_scan_snapshot *s, struct jb_scan_snaps
 /* Where symbolic link v[i] of snapshot `s` leads, resolved against the snapshot as the kernel
  * resolves a path (each component looked up; a link's target followed from the link's
  * directory, at most 40 links; an absolute target, or ".." at the root, leaves): 1 it leads
- * out of the root (or loops), 0 it resolves inside or dangles. With `changed` (one flag per
+ * out of the root, 2 it loops (more than 40 links), 0 it resolves inside or dangles. The
+ * pre-scan flags 1 (a loop leads nowhere; the shim refuses it at open time); the effects of a
+ * writable command treat 2 as 1. With `changed` (one flag per
  * entry of `s`, may be NULL), *touched tells whether an entry it passed (the link itself, a
  * link or a directory on its way) is flagged, and the indexes of the links on its way (itself
  * first) go to via[] (at most `via_max`, their count in *nvia). */
