@@ -514,14 +514,6 @@ static int writable_held(PGconn *c, const char *job, char *why, size_t wsize) {
   return rc != JB_OK ? -1 : why[0] ? 1 : 0;
 }
 
-/* Whether after-entry `e` is not as `b` was (NULL: it is new): type, mode, size, detail. */
-static bool entry_changed(const struct jb_scan_entry *b, const struct jb_scan_entry *e) {
-  if (!b || b->type != e->type || b->mode != e->mode) return true;
-  if (e->type == 'd') return false;
-  return b->size != e->size ||
-         !((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)));
-}
-
 /* The symbolic links of `after` that lead out, each resolved against the tree as it now is
  * (jb_scan_link_resolve): one the command made or changed is removed; for one it did not,
  * the links it made or changed on its way are removed (what the buyer had stays; when only a
@@ -601,7 +593,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
     const struct jb_scan_entry *e = &after.v[i];
     const struct jb_scan_entry *b =
         before->n ? bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path) : NULL;
-    changed[i] = entry_changed(b, e);
+    changed[i] = jb_scan_entry_changed(before, &after, i);
     if (e->kind && !strcmp(e->kind, "hardlink")) {
       if (links) links[nlinks++] = (struct link_name){.e = e, .existed = b != NULL};
       continue;

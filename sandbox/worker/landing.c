@@ -276,14 +276,6 @@ static const struct kept *kept_find(const struct jb_preimage *p, const char *pat
   return NULL;
 }
 
-/* Whether after-entry `e` differs from what `b` was (NULL: it is new). */
-static bool differs(const struct jb_scan_entry *b, const struct jb_scan_entry *e) {
-  if (!b || b->type != e->type || b->mode != e->mode) return true;
-  if (e->type == 'd') return false;
-  if (b->size != e->size) return true;
-  return !((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)));
-}
-
 /* Whether the entry at `name` of `pfd` is as `k` keeps it. */
 static bool as_kept(int pfd, const char *name, const struct kept *k) {
   struct stat st;
@@ -362,9 +354,9 @@ static void remove_new(int rootfd, const struct jb_scan_snapshot *before,
                        json_t *changes, struct jb_landing_outcome *out) {
   for (size_t i = after->n; i-- > 0;) {
     const struct jb_scan_entry *e = &after->v[i];
-    const struct jb_scan_entry *b = find(before, e->path);
     char rule[64];
-    if (!differs(b, e) || !jb_scan_landing_in_use(e->path, e->type == 'd', rule, sizeof rule))
+    if (!jb_scan_entry_changed(before, after, i) ||
+        !jb_scan_landing_in_use(e->path, e->type == 'd', rule, sizeof rule))
       continue;
     const struct kept *k = kept_find(pre, e->path);
     if (k && k->has_data) continue; /* put back by restore_kept */
@@ -402,7 +394,7 @@ static void clear_setid(int rootfd, const struct jb_scan_snapshot *before,
                         const struct jb_scan_snapshot *after) {
   for (size_t i = 0; i < after->n; i++) {
     const struct jb_scan_entry *e = &after->v[i];
-    if (e->type != 'f' || !(e->mode & 06000) || !differs(find(before, e->path), e)) continue;
+    if (e->type != 'f' || !(e->mode & 06000) || !jb_scan_entry_changed(before, after, i)) continue;
     const char *name;
     int pfd = open_parent(rootfd, e->path, &name);
     if (pfd < 0) continue;

@@ -536,6 +536,38 @@ static long snap_find(const struct jb_scan_snapshot *s, const char *path) {
   return e ? (long)(e - s->v) : -1;
 }
 
+/* Whether after->v[i] and the directories above it in `after` were changed last more than
+ * RACY_NS before `before` began. */
+static bool untouched_since(const struct jb_scan_snapshot *before,
+                            const struct jb_scan_snapshot *after, size_t i) {
+  if (after->v[i].ctime_ns > before->started_ns - RACY_NS) return false;
+  char up[PATH_MAX];
+  snprintf(up, sizeof up, "%s", after->v[i].path);
+  for (char *sl = strrchr(up, '/'); sl; sl = strrchr(up, '/')) {
+    *sl = '\0';
+    long k = snap_find(after, up);
+    if (k < 0 || after->v[k].ctime_ns > before->started_ns - RACY_NS) return false;
+  }
+  return true;
+}
+
+bool jb_scan_entry_changed(const struct jb_scan_snapshot *before,
+                           const struct jb_scan_snapshot *after, size_t i) {
+  const struct jb_scan_entry *e = &after->v[i];
+  long bi = snap_find(before, e->path);
+  const struct jb_scan_entry *b = bi >= 0 ? &before->v[bi] : NULL;
+  if (!b) return !(before->truncated && untouched_since(before, after, i));
+  if (b->type != e->type || b->mode != e->mode) return true;
+  if (e->type == 'd') return false;
+  if (b->size != e->size) return true;
+  if ((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)))
+    return false;
+  bool unknown = (b->detail && !strcmp(b->detail, "unhashed")) ||
+                 (e->detail && !strcmp(e->detail, "unhashed"));
+  return !(unknown && b->dev == e->dev && b->ino == e->ino && b->ctime_ns == e->ctime_ns &&
+           untouched_since(before, after, i));
+}
+
 int jb_scan_link_resolve(const struct jb_scan_snapshot *s, size_t i, const bool *changed,
                          bool *touched, size_t *via, size_t via_max, size_t *nvia) {
   bool t = changed && changed[i];

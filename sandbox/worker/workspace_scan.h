@@ -103,6 +103,15 @@ int jb_workspace_snapshot_since(const char *root, const struct jb_walk_limits *l
 /* A copy of `s` (new: free with jb_scan_snapshot_free): 0, or -1 when out of memory. */
 int jb_scan_snapshot_copy(const struct jb_scan_snapshot *s, struct jb_scan_snapshot *out);
 
+/* Whether entry after->v[i] is not as it was in `before` (both of one root, `before` the
+ * earlier): of another type, mode, size (files) or content (the details), or not there. When
+ * `before` is not whole, an entry it did not see, or saw without its content hash, counts as
+ * unchanged only when its ctime and the ctime of every directory above it in `after` are more
+ * than 2 s before `before` began (nothing the later command did touched it, moved it or what
+ * holds it: a rename changes the ctime of what it moves). */
+bool jb_scan_entry_changed(const struct jb_scan_snapshot *before,
+                           const struct jb_scan_snapshot *after, size_t i);
+
 /* Where symbolic link v[i] of snapshot `s` leads, resolved against the snapshot as the kernel
  * resolves a path (each component looked up; a link's target followed from the link's
  * directory, at most 40 links; an absolute target, or ".." at the root, leaves): 1 it leads

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox/worker/workspace_scan.h"
@@ -283,8 +284,50 @@ static void walk_bounds(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* A walk before that was not whole: what it did not see counts as unchanged only when neither
+ * it nor a directory above it was touched since (a rename touches what it moves). */
+static void unseen_entries_judged_by_ctime(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX", p[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(p, sizeof p, "%s/d", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/t", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  put(dir, "d/one", "1\n");
+  put(dir, "d/two", "2\n");
+  put(dir, "t/hook", "h\n");
+  struct timespec ts = {2, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL); /* older than the 2 s a walk trusts */
+  jb_error err = {0};
+  struct jb_scan_snapshot before, after;
+  assert_int_equal(jb_workspace_snapshot(dir, 1, 1 << 20, &before, &err), 0);
+  assert_true(before.truncated);
+  char from[600], to[600];
+  snprintf(from, sizeof from, "%s/t", dir);
+  snprintf(to, sizeof to, "%s/d/moved", dir);
+  assert_int_equal(rename(from, to), 0);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  /* d itself gained an entry (its ctime is new): what is below it counts as changed */
+  assert_true(jb_scan_entry_changed(&before, &after, (size_t)index_of(&after, "d/moved/hook")));
+  assert_true(jb_scan_entry_changed(&before, &after, (size_t)index_of(&after, "d/moved")));
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  /* nothing touched: an entry the walk before did not see is as it was */
+  nanosleep(&ts, NULL);
+  assert_int_equal(jb_workspace_snapshot(dir, 1, 1 << 20, &before, &err), 0);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  for (size_t i = 0; i < after.n; i++) assert_false(jb_scan_entry_changed(&before, &after, i));
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(unseen_entries_judged_by_ctime),
       cmocka_unit_test(links_resolved_against_the_tree),
       cmocka_unit_test(walk_bounds),
       cmocka_unit_test(changes_between_walks),
