@@ -53,6 +53,7 @@ static const struct schema schemas[JB_CONTROL_COUNT] = {
                              {{"rules", F_RULES, false, false}, {"rule", F_RULE, false, false}}},
     [JB_CONTROL_RULE_REVOKE] = {"jailbox:rule_revoke", {{"ruleId", F_RULE_ID, true, true}}},
     [JB_CONTROL_PRE_SCAN_DONE] = {"jailbox:pre_scan_done", {{"exclude", F_EXCLUDE, false, false}}},
+    [JB_CONTROL_EFFECTS_CLEAR] = {"jailbox:effects_clear", {REASON}},
 };
 
 const char *jb_control_event(enum jb_control ctl) {

@@ -1,5 +1,5 @@
 /* controls.h — one schema per buyer control (pause, resume, abort, accept, approve, reject,
- * kill, mode, rule_add, rule_revoke, pre_scan_done), shared by the two fronts: the REST
+ * kill, mode, rule_add, rule_revoke, pre_scan_done, effects_clear), shared by the two fronts: the REST
  * handlers (api/rest/) and the Socket.IO events (api/agent/socket.c). A control's arguments
  * are one JSON object, the "socket form": the Socket.IO event's argument as it is, and for
  * REST the body with the path parameter (opId, ruleId) added under its field name. Both
@@ -24,6 +24,8 @@ enum jb_control {
   JB_CONTROL_RULE_ADD,
   JB_CONTROL_RULE_REVOKE,
   JB_CONTROL_PRE_SCAN_DONE,
+  JB_CONTROL_EFFECTS_CLEAR, /* the buyer lets writable commands run again after incomplete
+                               effects (migration 041) */
   JB_CONTROL_COUNT
 };
 

@@ -152,6 +152,7 @@ const char *jb_session_mode_name(enum jb_session_mode mode) {
 void jb_session_facts_clear(struct jb_session_facts *f) {
   if (!f) return;
   free(f->worker);
+  free(f->effects_incomplete);
   json_decref(f->exclude);
   json_decref(f->flagged);
   *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
@@ -161,6 +162,7 @@ int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_
                           jb_error *err) {
   *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
+      (src->effects_incomplete && !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
       (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
     jb_session_facts_clear(dst);
@@ -189,7 +191,7 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
       jb_db_exec(c,
                  "SELECT state, mode, exclude::text,"
                  " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
-                 " (walls->'prescan'->'flagged')::text"
+                 " (walls->'prescan'->'flagged')::text, effects_incomplete"
                  " FROM sessions WHERE job_id = $1",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
   if (!r) return JB_ERR_FAIL;
@@ -210,9 +212,82 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
     rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   if (rc == JB_OK) rc = facts_json(r, 2, "exclusions", &out->exclude, err);
   if (rc == JB_OK) rc = facts_json(r, 4, "pre-scan flags", &out->flagged, err);
+  if (rc == JB_OK && !PQgetisnull(r, 0, 5) &&
+      !(out->effects_incomplete = strdup(PQgetvalue(r, 0, 5))))
+    rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   PQclear(r);
   if (rc != JB_OK) jb_session_facts_clear(out);
   return rc;
+}
+
+static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err);
+
+int jb_db_session_effects_incomplete(PGconn *c, const char *job_id, const char *why,
+                                     jb_error *err) {
+  const char *p[2] = {job_id, why};
+  PGresult *r = jb_db_exec(c,
+                           "WITH u AS (UPDATE sessions SET effects_incomplete = left($2, 300)"
+                           " WHERE job_id = $1 AND effects_incomplete IS NULL RETURNING job_id)"
+                           " SELECT pg_notify('jb_op', '0 effects ' || job_id) FROM u",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "hold writable commands");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_session_effects_held(PGconn *c, const char *job_id, char *why, size_t wsize,
+                               jb_error *err) {
+  why[0] = '\0';
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c, "SELECT effects_incomplete FROM sessions WHERE job_id = $1", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "read the hold of writable commands");
+  if (!r) return JB_ERR_FAIL;
+  int rc = PQntuples(r) == 1 ? JB_OK : JB_ERR_NOT_FOUND;
+  if (rc == JB_OK && !PQgetisnull(r, 0, 0)) snprintf(why, wsize, "%s", PQgetvalue(r, 0, 0));
+  PQclear(r);
+  return rc;
+}
+
+int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                                const char *reason, bool *cleared, char state[20],
+                                struct jb_audit_head *head, jb_error *err) {
+  memset(head, 0, sizeof *head);
+  *cleared = false;
+  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH old AS (SELECT effects_incomplete FROM sessions WHERE job_id = $1 FOR UPDATE),"
+      " u AS (UPDATE sessions s SET effects_incomplete = NULL FROM old WHERE s.job_id = $1"
+      " AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
+      " RETURNING old.effects_incomplete, s.job_id)"
+      " SELECT effects_incomplete, pg_notify('jb_op', '0 effects ' || job_id) FROM u",
+      1, p, PGRES_TUPLES_OK, NULL, err, "clear the hold of writable commands");
+  if (!r) goto fail;
+  if (PQntuples(r) != 1) {
+    PQclear(r);
+    int rc = why_not(c, job_id, state, err);
+    jb_db_rollback(c);
+    return rc;
+  }
+  if (!PQgetisnull(r, 0, 0)) {
+    json_t *d = json_pack("{s:s,s:s}", "was", PQgetvalue(r, 0, 0), "actor", "buyer");
+    if (d && reason) json_object_set_new(d, "reason", json_string(reason));
+    int arc = d ? jb_audit_append(c, keys, job_id, "effects_clear", NULL, d, head, err)
+                : jb_fail(err, ENOMEM, "out of memory");
+    json_decref(d);
+    if (arc != JB_OK) {
+      PQclear(r);
+      goto fail;
+    }
+    *cleared = true;
+  }
+  PQclear(r);
+  if (jb_db_commit(c, err) < 0) goto fail;
+  return JB_OK;
+fail:
+  jb_db_rollback(c);
+  return JB_ERR_FAIL;
 }
 
 int jb_db_session_context(PGconn *c, const char *job_id, json_t **out, jb_error *err) {

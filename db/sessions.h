@@ -58,6 +58,8 @@ struct jb_session_facts {
   json_t *exclude; /* the exclusion globs as stored (a JSON array of strings) */
   json_t *flagged; /* the pre-scan's [{path, kind}] as stored (walls.prescan.flagged); NULL
                     * when the contract has none */
+  char *effects_incomplete; /* why a writable command's effects were not checked whole
+                               (migration 041); NULL: nothing for the buyer to decide */
 };
 
 /* Reads what the op path decides on of session `job_id` into *out (overwritten: it must own
@@ -65,6 +67,25 @@ struct jb_session_facts {
  * one query that selects only that.
  * JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
 int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *out, jb_error *err);
+
+/* Records that a writable command of session `job_id` left effects that were not checked whole,
+ * for `why` (at most 300 bytes kept; an earlier reason stays), and wakes the op path's copies
+ * of the session (jb_op "0 effects JOB"). JB_OK, JB_ERR_FAIL with `err`. */
+int jb_db_session_effects_incomplete(PGconn *c, const char *job_id, const char *why, jb_error *err);
+
+/* Why session `job_id`'s writable commands are held (migration 041) into `why` (`wsize`
+ * bytes; "" when they are not). JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */
+int jb_db_session_effects_held(PGconn *c, const char *job_id, char *why, size_t wsize,
+                               jb_error *err);
+
+/* The buyer's decision on incomplete effects: clears the hold of a live session and appends
+ * its audit entry (operation "effects_clear", details {was, actor: "buyer", reason?}) in one
+ * transaction. `reason` may be NULL. *cleared tells whether there was a hold (no entry when
+ * there was none). JB_OK (*head set when cleared), JB_ERR_NOT_FOUND, JB_ERR_CONFLICT (ended:
+ * `state` holds its state), JB_ERR_FAIL with `err`. */
+int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const char *job_id,
+                                const char *reason, bool *cleared, char state[20],
+                                struct jb_audit_head *head, jb_error *err);
 
 /* What an op reviewer is told of session `job_id` (new into *out): {jobId, mode, image,
  * agentId, state}. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL with `err`. */

@@ -619,6 +619,18 @@ enum op_step op_refuse_if(struct op_call *call) {
              ex ? "the excluded paths" : "the flagged entries");
     return OP_END;
   }
+  /* a writable command whose effects were not checked whole holds the next ones until the
+   * buyer clears it (effects/clear); the worker checks it again before one runs */
+  if (call->tool == JB_TOOL_EXEC && call->sess.effects_incomplete &&
+      json_is_true(json_object_get(call->args, "writable"))) {
+    op_audit_refusal(call, call->path,
+                     json_pack("{s:s,s:s}", "error", "denied", "why", "effects_incomplete"));
+    op_error(call->e, JB_MCP_DENIED, "denied",
+             "writable commands are held: an earlier one's effects could not be checked whole "
+             "(%.200s); the buyer must clear it first (effects/clear)",
+             call->sess.effects_incomplete);
+    return OP_END;
+  }
   struct op_path_verdict v;
   if (!op_path_passes(call->path, call->plen, call->tool, call->sess.exclude, call->sess.flagged,
                       &v)) {

@@ -427,6 +427,30 @@ static json_t *pre_scan_done(struct jb_socket *s, const char *job,
   return r;
 }
 
+/* jailbox:effects_clear {reason?}: as POST /v1/jailbox/:jobId/effects/clear; ack {ok, jobId,
+ * cleared}. */
+static json_t *effects_clear(struct jb_socket *s, const char *job,
+                             const struct jb_control_args *a) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) return db_failed(&err);
+  char state[20] = "";
+  bool cleared = false;
+  struct jb_audit_head head = {0};
+  int rc = jb_db_session_effects_clear(c, jb_signer_key(s->app->signer), job, a->reason, &cleared,
+                                       state, &head, &err);
+  jb_db_release(s->app->db, c);
+  if (rc == JB_OK) {
+    jb_op_session_changed(job);
+    if (head.seq > 0)
+      jb_bus_publish(s->app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    return json_pack("[{s:b,s:s,s:b}]", "ok", 1, "jobId", job, "cleared", cleared);
+  }
+  if (rc == JB_ERR_NOT_FOUND) return fail("not_found", "no session '%s'", job);
+  if (rc == JB_ERR_CONFLICT) return conflict("cannot clear incomplete effects", state);
+  return db_failed(&err);
+}
+
 /* The ack of a rule request: [body] or [{error: {code, message}}]. */
 static json_t *policy_ack(struct jb_policy_reply *r) {
   if (r->body) return json_pack("[{s:b,s:o}]", "ok", 1, "result", r->body);
@@ -499,6 +523,8 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
       return rules(s, job, ctl, &a);
     case JB_CONTROL_PRE_SCAN_DONE:
       return pre_scan_done(s, job, &a);
+    case JB_CONTROL_EFFECTS_CLEAR:
+      return effects_clear(s, job, &a);
     case JB_CONTROL_COUNT:
       break;
   }

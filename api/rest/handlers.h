@@ -43,6 +43,10 @@ void jb_api_op_diff(void *app, const struct jb_http_req *req, struct jb_http_res
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* POST /v1/jailbox/:jobId/effects/clear: the buyer lets writable commands run again after
+ * incomplete effects (db/sessions.h jb_db_session_effects_clear). */
+void jb_api_session_effects_clear(void *app, const struct jb_http_req *req,
+                                  struct jb_http_resp *resp);
 void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_agent_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 

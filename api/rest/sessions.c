@@ -662,6 +662,48 @@ void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_h
   transition(app, req, resp, JB_CONTROL_ACCEPT, from, "accepted");
 }
 
+/* ---------- POST /v1/jailbox/:jobId/effects/clear ---------- */
+
+void jb_api_session_effects_clear(void *appv, const struct jb_http_req *req,
+                                  struct jb_http_resp *resp) {
+  struct jb_app *app = appv;
+  const char *job = req->params[0];
+  jb_error err = {0};
+  struct jb_control_args a;
+  json_t *body = NULL;
+  PGconn *c = conn_or_503(app, resp);
+  if (!c) return;
+  struct jb_principal who;
+  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) < 0 ||
+      control_body(req, JB_CONTROL_EFFECTS_CLEAR, NULL, &body, &a, resp) < 0)
+    goto out;
+  char state[20] = "";
+  bool cleared = false;
+  struct jb_audit_head head = {0};
+  int rc = jb_db_session_effects_clear(c, jb_signer_key(app->signer), job, a.reason, &cleared,
+                                       state, &head, &err);
+  if (rc == JB_OK) {
+    jb_op_session_changed(job);
+    if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+    json_t *o = json_pack("{s:s,s:b}", "jobId", job, "cleared", cleared);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (text)
+      send_text(resp, 200, text);
+    else
+      jb_resp_error(resp, 500, "internal", "out of memory");
+  } else if (rc == JB_ERR_NOT_FOUND) {
+    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
+  } else if (rc == JB_ERR_CONFLICT) {
+    conflict(resp, "cannot clear incomplete effects", state);
+  } else {
+    db_failed(resp, &err);
+  }
+out:
+  jb_db_release(app->db, c);
+  json_decref(body);
+}
+
 /* ---------- PATCH /v1/jailbox/:jobId ---------- */
 
 void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {

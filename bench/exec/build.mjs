@@ -7,7 +7,10 @@
 // changes) against the same build in `docker run --rm --runtime=runsc` of the same image on a
 // fresh copy, alternating one of each per round. Both get 2 CPUs and 2 GiB; the docker run
 // has no seccomp profile (see below). Prints each
-// round, the medians and the ratio (the issue's target: ≤ 1.15×).
+// round, the medians and the ratio (the issue's target: ≤ 1.15×); and, from the same rounds,
+// what the landing checks cost the writable command (the worker's "exec landing timings": the
+// pre-image of the covered entries before it, the links resolved and the landing undo after
+// it), as the ratio of the exec with them to the exec without them (target: ≤ 1.1×).
 // Usage: node build.mjs [ROUNDS] (default 3; run.sh passes it). The image is
 // jailbox-sandbox-build:bench (+ JB_IMAGE_SUFFIX), built by build.sh --userland.
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -52,7 +55,10 @@ try {
       throw new Error('exec make: ' + JSON.stringify(r).slice(0, 2000));
     agent.close();
     await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken });
-    return { dt, inJail: res.durationMs, changes: res.changesTotal };
+    // the landing checks of this exec, from the worker's log lines for its session
+    const lines = srv.log().split('\n').filter((l) => l.includes('exec landing timings') && l.includes(S.jobId));
+    const landing = lines.reduce((sum, l) => sum + Number(l.match(/"(?:preimage|checks)Ms":"([\d.]+)"/)?.[1] ?? 0), 0);
+    return { dt, inJail: res.durationMs, changes: res.changesTotal, landing };
   };
   const docker = () => {
     const dir = mkdtempSync(join(tmpdir(), 'jb-bench-libyaml-'));
@@ -71,14 +77,15 @@ try {
     if (r.status !== 0 || !/0 fail\(s\)/.test(r.stdout)) throw new Error('docker run make: ' + r.stderr + r.stdout.toString().slice(-2000));
     return { dt };
   };
-  const tj = [], td = [];
+  const tj = [], td = [], tl = [];
   for (let i = 0; i < rounds; i++) {
     const order = i % 2 === 0 ? ['jailbox', 'docker'] : ['docker', 'jailbox'];
     for (const which of order) {
       if (which === 'jailbox') {
         const x = await jailbox();
         tj.push(x.dt);
-        console.log(`round ${i + 1}: jailbox exec ${(x.dt / 1000).toFixed(1)} s (the command ${(x.inJail / 1000).toFixed(1)} s, ${x.changes} changes found)`);
+        tl.push(x.dt - x.landing);
+        console.log(`round ${i + 1}: jailbox exec ${(x.dt / 1000).toFixed(1)} s (the command ${(x.inJail / 1000).toFixed(1)} s, ${x.changes} changes found, landing checks ${x.landing.toFixed(1)} ms)`);
       } else {
         const x = docker();
         td.push(x.dt);
@@ -90,6 +97,7 @@ try {
   console.log(`libyaml ${MAKE}, ${rounds} alternating rounds (${cpus().length} cores, load ${execFileSync('cat', ['/proc/loadavg']).toString().split(' ').slice(0, 3).join(' ')})`);
   console.log(`jailbox exec (writable, agent tools/call): median ${(med(tj) / 1000).toFixed(1)} s; docker run --rm --runtime=runsc: median ${(med(td) / 1000).toFixed(1)} s`);
   console.log(`ratio jailbox / docker run ${(med(tj) / med(td)).toFixed(2)}x (target <= 1.15x)`);
+  console.log(`landing checks: exec with them / without them ${(med(tj) / med(tl)).toFixed(4)}x (target <= 1.1x)`);
 } finally {
   K.closeSockets();
   await srv.stop();

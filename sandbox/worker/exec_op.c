@@ -27,11 +27,13 @@
 
 #include "db/ops.h"
 #include "lib/audit.h"
+#include "db/sessions.h"
 #include "lib/buf.h"
 #include "sandbox/worker/workspace_scan.h"
 #include "lib/redact.h"
 #include "lib/utf8.h"
 #include "sandbox/worker/exec.h"
+#include "sandbox/worker/landing.h"
 #include "sandbox/worker/worker.h"
 
 #define LIVE_RAW_MAX \
@@ -483,9 +485,9 @@ static char *canonical_json(json_t *v, size_t *len) {
  * which holds all but `list`, certifies the list a reader gets. */
 static json_t *changes_kept(json_t *changes, size_t total) {
   size_t n = json_array_size(changes), listed = 0, bytes = 2; /* "[" and "]" */
-  json_int_t counts[6] = {0};
-  static const char *const kinds[6] = {"added", "deleted", "modified",
-                                       "mode",  "flagged", "removed"};
+  json_int_t counts[7] = {0};
+  static const char *const kinds[7] = {"added",   "deleted", "modified", "mode",
+                                       "flagged", "removed", "restored"};
   for (; listed < n; listed++) {
     json_t *c = json_array_get(changes, listed);
     size_t cl = 0;
@@ -498,6 +500,7 @@ static json_t *changes_kept(json_t *changes, size_t total) {
       if (change && !strcmp(change, kinds[k])) counts[k]++;
     if (json_object_get(c, "flagged")) counts[4]++;
     if (json_is_true(json_object_get(c, "removed"))) counts[5]++;
+    if (json_is_true(json_object_get(c, "restored"))) counts[6]++;
   }
   json_t *list = json_array();
   for (size_t i = 0; list && i < listed; i++)
@@ -514,7 +517,7 @@ static json_t *changes_kept(json_t *changes, size_t total) {
   sodium_bin2hex(hx, sizeof hx, h, sizeof h);
   free(canon);
   json_t *cj = json_object();
-  for (int k = 0; k < 6; k++) json_object_set_new(cj, kinds[k], json_integer(counts[k]));
+  for (int k = 0; k < 7; k++) json_object_set_new(cj, kinds[k], json_integer(counts[k]));
   return json_pack("{s:I,s:I,s:b,s:o,s:s,s:o}", "total", (json_int_t)total, "listed",
                    (json_int_t)listed, "truncated", listed < total, "counts", cj, "sha256", hx,
                    "list", list);
@@ -573,7 +576,7 @@ static int by_file(const void *a, const void *b) {
 static void remove_left(struct jb_worker *w, struct jb_session *s, const struct jb_scan_entry *e,
                         const char *kind, json_t *changes, char *what, size_t wsize) {
   jb_error re = {0};
-  bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0;
+  bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0 || re.code == ENOENT;
   slog(w, JB_LOG_WARN, s->job_id, "exec left an entry the file tools refuse", "path", e->path,
        "kind", kind, "removed", removed ? "yes" : re.msg, NULL);
   size_t k;
@@ -593,56 +596,150 @@ static void remove_left(struct jb_worker *w, struct jb_session *s, const struct 
   json_decref(pj);
 }
 
+/* The bounds of the walks around a writable command (the worker's settings). */
+static struct jb_walk_limits effects_limits(const struct jb_worker *w) {
+  return (struct jb_walk_limits){
+      .max_entries = w->set.effects_max_entries ? w->set.effects_max_entries : SNAPSHOT_MAX,
+      .hash_max = w->prescan_hash_max,
+      .hash_budget = (long long)w->set.effects_hash_max_mib << 20,
+      .time_ms = w->set.effects_max_ms};
+}
+
+/* Before a writable command of session s: the walk of its workspace into *before (the hashes
+ * of the walk after its last writable command reused for files unchanged since) and the
+ * pre-image of the entries the landing check covers into *pre. 0, or -1 with `err`. */
+static int effects_before(struct jb_worker *w, struct jb_session *s,
+                          struct jb_scan_snapshot *before, struct jb_preimage **pre,
+                          jb_error *err) {
+  struct jb_walk_limits lim = effects_limits(w);
+  struct jb_scan_snapshot *prev = atomic_exchange(&s->effects_prev, NULL);
+  int rc = jb_workspace_snapshot_since(s->workspace, &lim, prev, before, err);
+  jb_scan_snapshot_free(prev);
+  free(prev);
+  double t0 = mono_msf();
+  if (rc == 0 && jb_preimage_take(s->workspace, before, pre, err) < 0) {
+    jb_scan_snapshot_free(before);
+    rc = -1;
+  }
+  char ms[32]; /* what the landing check costs (bench/exec) */
+  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
+  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "preimageMs", ms, NULL);
+  return rc;
+}
+
+/* Holds the writable commands of session `job` until the buyer decides (migration 041): its
+ * effects were not checked whole, for `why`. */
+static void hold_writable(struct jb_worker *w, const char *job, const char *why) {
+  jb_error err = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+  if (!conn.pg || jb_db_session_effects_incomplete(conn.pg, job, why, &err) != JB_OK)
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "hold writable commands", NULL);
+}
+
+/* Whether session `job`'s writable commands are held (incomplete effects the buyer has not
+ * cleared), read on `c`: 1 with the reason in `why`, 0, or -1 (then none runs either). */
+static int writable_held(PGconn *c, const char *job, char *why, size_t wsize) {
+  jb_error err = {0};
+  int rc = jb_db_session_effects_held(c, job, why, wsize, &err);
+  if (rc != JB_OK) snprintf(why, wsize, "%s", err.msg);
+  return rc != JB_OK ? -1 : why[0] ? 1 : 0;
+}
+
+/* The symbolic links of `after` that lead out, each resolved against the tree as it now is
+ * (jb_scan_link_resolve): one the command made or changed is removed; for one it did not,
+ * the links it made or changed on its way are removed (what the buyer had stays; when only a
+ * directory the command made takes it out, it is named in `what` and left). A link that led
+ * out as it was before the command (nothing on its way changed) was flagged before. */
+static void links_out(struct jb_worker *w, struct jb_session *s,
+                      const struct jb_scan_snapshot *after, const bool *changed, json_t *changes,
+                      char *what, size_t wsize) {
+  for (size_t i = 0; i < after->n; i++) {
+    const struct jb_scan_entry *e = &after->v[i];
+    if (e->type != 'l') continue;
+    bool touched = false;
+    size_t via[64], nvia = 0;
+    bool out = jb_scan_link_resolve(after, i, changed, &touched, via, 64, &nvia) != 0 ||
+               (e->kind && !strcmp(e->kind, "symlink_outside"));
+    if (!out && changed[i]) out = jb_workspace_link_leaves(s->workspace, e->path) != 0;
+    if (!out || !touched) continue;
+    if (changed[i]) {
+      remove_left(w, s, e, "symlink_outside", changes, what, wsize);
+      continue;
+    }
+    bool any = false;
+    for (size_t k = 1; k < nvia; k++)
+      if (changed[via[k]]) {
+        remove_left(w, s, &after->v[via[k]], "symlink_outside", changes, what, wsize);
+        any = true;
+      }
+    if (!any && !what[0])
+      snprintf(what, wsize,
+               "symlink_outside %.200s now leads out through a directory the "
+               "command made",
+               e->path);
+  }
+}
+
 /* What a writable command changed in session s's workspace against `before` (taken just before
- * it ran): the changes (new; NULL when the walk after failed), their count in *total, and in
- * *incomplete whether either walk was not whole (then what it did past the walk is not seen).
- * What it added or changed that the file tools refuse is removed (never through a link) and
- * marked `removed` in the changes: a symbolic link that leads out of the workspace (resolved as
- * the kernel does, through other links), a fifo, socket or device, and a second name for a
- * file — of the names of one file, one that was there before is kept, else the first new one
- * by path. The names that were there before are never touched. Then *sig is
- * JB_SIG_DENIED_PATH (an alert: the command ran inside the walls, so nothing escaped — what it
- * left would only mislead a tool on the host later) with the first one in `what`; an
- * incomplete walk is one too. */
+ * it ran, with the pre-image `pre`): the changes (new; NULL when the walk after failed), their
+ * count in *total, and in *incomplete whether the walks were not whole (entries, depth, time,
+ * bytes to hash) or the pre-image was not kept whole — then what it did past them is not
+ * seen. What it left that the file tools refuse is removed (never through a link) and marked
+ * `removed` in the changes: a symbolic link that leads out of the workspace, resolved against
+ * the tree as it now is (links_out), a fifo, socket or device, and a second name for a file —
+ * of the names of one file, one that was there before is kept, else the first new one by path.
+ * The names that were there before are never touched. Then the landing check
+ * (sandbox/worker/landing.h): what it left at a path the scanner's path rules cover is undone
+ * (removed, or restored from the pre-image). Any of these, or an incomplete walk, is
+ * JB_SIG_DENIED_PATH, raised here at once as a security alert with the first one in `what`
+ * (the command ran inside the walls, so nothing escaped — what it left would only mislead a
+ * tool on the host later); *sig stays -1 for the caller. The walk after is kept for the next
+ * command's hashes. */
 static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
-                                 const struct jb_scan_snapshot *before, size_t *total,
-                                 bool *incomplete, int *sig, char *what, size_t wsize) {
+                                 const struct jb_scan_snapshot *before,
+                                 const struct jb_preimage *pre, size_t *total, bool *incomplete,
+                                 int *sig, char *what, size_t wsize) {
   struct jb_scan_snapshot after;
   jb_error err = {0};
   *incomplete = before->truncated;
   what[0] = '\0';
-  if (jb_workspace_snapshot(s->workspace, SNAPSHOT_MAX, w->prescan_hash_max, &after, &err) < 0) {
+  struct jb_walk_limits lim = effects_limits(w);
+  char alert[400];
+  if (jb_workspace_snapshot_since(s->workspace, &lim, before, &after, &err) < 0) {
     slog(w, JB_LOG_WARN, s->job_id, "exec: the workspace could not be read after the command",
          "error", err.msg, NULL);
     *incomplete = true;
-    *sig = JB_SIG_DENIED_PATH;
     snprintf(what, wsize, "the workspace could not be read after a writable command");
+    hold_writable(w, s->job_id, what);
+    snprintf(alert, sizeof alert, "exec: %s", what);
+    raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
     return NULL;
   }
   if (after.truncated) *incomplete = true;
   json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
   struct link_name *links = calloc(after.n ? after.n : 1, sizeof *links);
+  bool *changed = calloc(after.n ? after.n : 1, sizeof *changed);
   size_t nlinks = 0;
-  for (size_t i = 0; i < after.n; i++) {
+  for (size_t i = 0; i < after.n && changed; i++) {
     const struct jb_scan_entry *e = &after.v[i];
     const struct jb_scan_entry *b =
         before->n ? bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path) : NULL;
-    bool same =
-        b && b->type == e->type &&
-        ((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)));
+    changed[i] = jb_scan_entry_changed(before, &after, i);
     if (e->kind && !strcmp(e->kind, "hardlink")) {
       if (links) links[nlinks++] = (struct link_name){.e = e, .existed = b != NULL};
       continue;
     }
-    if (same) continue; /* as it was: the buyer's, not the command's */
-    if (e->type == 'l') {
-      bool out = (e->kind && !strcmp(e->kind, "symlink_outside")) ||
-                 jb_workspace_link_leaves(s->workspace, e->path) != 0;
-      if (out) remove_left(w, s, e, "symlink_outside", changes, what, wsize);
-    } else if (e->kind && strcmp(e->kind, "too_large")) { /* fifo, socket, device */
+    if (!changed[i] && (!b || b->type == e->type)) continue; /* as it was: the buyer's */
+    if (e->type != 'l' && e->kind && strcmp(e->kind, "too_large") &&
+        strcmp(e->kind, "symlink_outside")) /* fifo, socket, device */
       remove_left(w, s, e, e->kind, changes, what, wsize);
-    }
   }
+  double t0 = mono_msf();
+  if (changed)
+    links_out(w, s, &after, changed, changes, what, wsize);
+  else
+    *incomplete = true; /* out of memory: the links were not judged */
+  free(changed);
   if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
   for (size_t i = 0; links && i < nlinks; i++) {
     bool keeper =
@@ -651,17 +748,41 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
       remove_left(w, s, links[i].e, "hardlink", changes, what, wsize);
   }
   free(links);
-  if (what[0]) *sig = JB_SIG_DENIED_PATH;
+  struct jb_landing_outcome lo;
+  jb_landing_undo(s->workspace, before, &after, pre, changes, &lo);
+  char ms[32]; /* what the landing check and the links cost (bench/exec) */
+  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
+  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
+  if (lo.incomplete) *incomplete = true;
+  if (lo.flagged && !what[0]) snprintf(what, wsize, "%s", lo.first);
   if (*incomplete) {
-    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", NULL);
-    if (!what[0]) {
-      *sig = JB_SIG_DENIED_PATH;
+    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why",
+         after.why[0]     ? after.why
+         : before->why[0] ? before->why
+                          : "pre-image",
+         NULL);
+    if (!what[0])
       snprintf(what, wsize,
-               "a writable command left a workspace too large or deep to walk whole: what it "
-               "left past the walk was not checked");
-    }
+               "effects incomplete (%s): a writable command left a workspace the walk could "
+               "not cover whole; what it left past the walk was not checked",
+               after.why[0]     ? after.why
+               : before->why[0] ? before->why
+                                : "pre-image over its bound");
   }
-  jb_scan_snapshot_free(&after);
+  if (*incomplete) hold_writable(w, s->job_id, what);
+  if (what[0]) {
+    snprintf(alert, sizeof alert, "exec: %s", what);
+    raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
+  }
+  *sig = -1;
+  struct jb_scan_snapshot *keep = malloc(sizeof *keep);
+  if (keep)
+    *keep = after;
+  else
+    jb_scan_snapshot_free(&after);
+  struct jb_scan_snapshot *old = atomic_exchange(&s->effects_prev, keep);
+  jb_scan_snapshot_free(old);
+  free(old);
   return changes;
 }
 
@@ -773,6 +894,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   jb_error xe = {0};
   int xr = -1;
   struct jb_scan_snapshot before = {0};
+  struct jb_preimage *pre = NULL;
   bool watched = false;
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
   if (!redactor) { /* no command runs whose output cannot be redacted */
@@ -798,8 +920,13 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
         .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
     };
     jb_error se = {0};
-    if (rq.writable &&
-        jb_workspace_snapshot(s->workspace, SNAPSHOT_MAX, w->prescan_hash_max, &before, &se) < 0) {
+    char held[320] = "";
+    if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
+      jb_fail(&xe, EPERM,
+              "writable commands are held until the buyer clears the incomplete "
+              "effects of an earlier one (%s)",
+              held);
+    } else if (rq.writable && effects_before(w, s, &before, &pre, &se) < 0) {
       jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {
       watched = rq.writable;
@@ -815,10 +942,11 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   char planted[300] = "";
   bool incomplete = false;
   if (watched)
-    changes = workspace_effects(w, s, &before, &changes_total, &incomplete, &planted_sig, planted,
-                                sizeof planted);
+    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &planted_sig,
+                                planted, sizeof planted);
   json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
   jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
   t_effects = mono_msf();
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
@@ -880,6 +1008,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     ans = failure(code = "busy", xe.msg[0] ? xe.msg : "another command of the session runs");
   } else if (xe.code == EINVAL) {
     ans = failure(code = "bad_request", xe.msg);
+  } else if (xe.code == EPERM) {
+    ans = failure(code = "effects_incomplete", xe.msg);
   } else {
     ans = failure(code = "internal", xe.msg[0] ? xe.msg : "the command could not be run");
   }

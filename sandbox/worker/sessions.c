@@ -89,6 +89,9 @@ void session_unlock(struct jb_session *s) {
 
 void session_free(struct jb_session *s) {
   jb_oomwatch_stop(atomic_load(&s->oomwatch));
+  struct jb_scan_snapshot *prev = atomic_exchange(&s->effects_prev, NULL);
+  jb_scan_snapshot_free(prev);
+  free(prev);
   free(s->workspace);
   json_decref(s->limits);
   pthread_mutex_destroy(&s->lock);

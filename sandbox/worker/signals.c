@@ -74,6 +74,22 @@ void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, con
     slog(w, JB_LOG_ERROR, job, err.msg, "step", "escape seal (jailboxd's sweeper retries)", NULL);
 }
 
+void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind,
+                     const char *detail) {
+  if (w->policy.abort[kind]) {
+    raise_signal(w, job, kind, detail);
+    return;
+  }
+  jb_error err = {0};
+  struct jb_count_out count = {0};
+  int rc = signal_count(w, job, jb_signal_name(kind), detail, 1, &count, &err);
+  if (rc == JB_OK && count.alerted)
+    slog(w, JB_LOG_WARN, job, "security alert", "kind", jb_signal_name(kind), "detail", detail,
+         NULL);
+  else if (rc == JB_ERR_FAIL)
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "count signal", "kind", jb_signal_name(kind), NULL);
+}
+
 void kill_for_abort(struct jb_worker *w, const char *job) {
   char cid[80];
   session_mark_ending(w, job, true, cid);

@@ -53,6 +53,7 @@
 #include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/walls.h"
 #include "sandbox/worker/workspace_access.h"
+#include "sandbox/worker/workspace_scan.h"
 
 #define JB_WORKER_SESSIONS_MAX \
   1024 /* sessions in the table at most (JAILBOX_WORKER_MAX_SESSIONS) */
@@ -90,6 +91,8 @@ struct jb_session {
   atomic_bool kept; /* the keeper holds its channel: it can outlive this worker */
   struct jb_oomwatch *_Atomic oomwatch; /* its sandbox's OOM watch, set by its thread when it
                                            starts watching; stopped and freed with it */
+  struct jb_scan_snapshot *_Atomic effects_prev; /* the walk after its last writable command
+                                                    (its hashes are reused); freed with it */
 };
 
 /* The settings as read (lib/settings.h; the table is in main.c), in the order --help lists
@@ -103,6 +106,7 @@ struct jb_worker_settings {
   bool prescan_hold;
   long prescan_hash_max_mib, max_sessions;
   long max_commands; /* JAILBOX_WORKER_MAX_COMMANDS: commands running at once (commands.c) */
+  long effects_max_entries, effects_hash_max_mib, effects_max_ms; /* the walk around an exec */
   long lease_s; /* JAILBOX_WORKER_LEASE_S: a session's lease, renewed every third of it */
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
@@ -361,6 +365,10 @@ void run_queued_session(struct jb_worker *w, const char *job);
  * removes its container, seals its chain) or counts the signal and alerts every N-th time.
  * Call without holding a connection or a session's lock. */
 void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
+
+/* raise_signal, alerting at this occurrence whatever the policy's alert_after for `kind`
+ * (unless the policy aborts for it: then as raise_signal). */
+void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
 
 /* jb_kill: the session is being aborted; kill its container now, so that an op running in
  * the shim (holding the session row the abort needs) fails with "aborted" at once. */

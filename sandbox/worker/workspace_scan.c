@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib/buf.h"
@@ -29,11 +30,15 @@ struct entry {
   char *detail; /* content hash (files) or link target (symlinks); NULL: empty */
   unsigned mode; /* st_mode & 07777 */
   const char *kind; /* its flag (a string literal), or NULL */
+  long long mtime_ns, ctime_ns;
 };
 
 #define WALK_BUF 65536 /* bytes read at a time when hashing */
 #define WALK_DEPTH_MAX 256 /* directory levels walked; deeper ones make the walk truncated */
 #define WALK_BYTES_MAX (64LL << 20) /* bytes of paths and details kept; then truncated */
+#define SPARSE_MIN (1LL << 20) /* bytes: a smaller file is never judged sparse */
+#define RACY_NS 2000000000LL /* a file changed this close before a walk is read again */
+#define LINKS_MAX 40 /* links followed resolving one path (the kernel's MAXSYMLINKS) */
 
 struct walk {
   struct entry *v;
@@ -45,7 +50,42 @@ struct walk {
   int depth; /* of the directory being read */
   long long kept; /* bytes of paths and details held */
   unsigned char *buf; /* hash_file's read buffer (heap: the walk recurses) */
+  const struct jb_scan_snapshot *prev; /* hashes to reuse, or NULL */
+  long long hash_left; /* bytes still to hash; -1: no bound */
+  long long deadline_ms; /* monotonic; 0: none */
+  char why[48]; /* the first reason the walk is not whole */
 };
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The walk is not whole, for `why` (the first reason is kept). */
+static void cut(struct walk *w, const char *why) {
+  w->out->truncated = true;
+  if (!w->why[0]) snprintf(w->why, sizeof w->why, "%s", why);
+}
+
+static int snap_by_path(const void *key, const void *e) {
+  return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
+}
+
+/* The hash of `path` kept in w->prev when the file is as it was then (device, inode, size,
+ * mtime, ctime): borrowed, or NULL. */
+static const char *reusable_hash(const struct walk *w, const char *path, const struct stat *st) {
+  if (!w->prev || !w->prev->n) return NULL;
+  const struct jb_scan_entry *p =
+      bsearch(path, w->prev->v, w->prev->n, sizeof *w->prev->v, snap_by_path);
+  long long mt = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+  long long ct = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec;
+  if (!p || p->type != 'f' || p->dev != st->st_dev || p->ino != st->st_ino ||
+      p->size != (long long)st->st_size || p->mtime_ns != mt || p->ctime_ns != ct || !p->detail ||
+      strlen(p->detail) != 64 || ct > w->prev->started_ns - RACY_NS)
+    return NULL;
+  return p->detail;
+}
 
 /* Hashes regular file `name` of `dirfd` into `out`, reading at most `max` bytes. Returns 1
  * when it is no longer a single-link regular file (swapped meanwhile: never block on a fifo
@@ -176,6 +216,31 @@ static int push(struct walk *w, char type, const char *path, long long size) {
   return 0;
 }
 
+/* A regular file's detail without reading it, when it has one: the hash kept in w->prev for
+ * a file unchanged since; "sparse:…" for a sparse file (judged by its metadata); "unhashed"
+ * when reading it would take the walk past its bytes to hash (the walk is then not whole).
+ * 1 with e->detail set (NULL: out of memory), or 0: the file is to be read. */
+static int file_detail(struct walk *w, const char *path, const struct stat *st, struct entry *e) {
+  const char *h = reusable_hash(w, path, st);
+  if (h) {
+    e->detail = strdup(h);
+    return 1;
+  }
+  if (st->st_size > SPARSE_MIN && (long long)st->st_blocks * 512 < st->st_size / 8) {
+    char d[80];
+    snprintf(d, sizeof d, "sparse:%lld:%lld:%lld", (long long)st->st_size, e->mtime_ns,
+             e->ctime_ns);
+    e->detail = strdup(d);
+    return 1;
+  }
+  if (w->hash_left >= 0 && st->st_size > w->hash_left) {
+    cut(w, "bytes to hash");
+    e->detail = strdup("unhashed");
+    return 1;
+  }
+  return 0;
+}
+
 static int walk_dir(struct walk *w, int dfd, const char *rel) {
   DIR *d = fdopendir(dfd);
   if (!d) {
@@ -187,19 +252,20 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
   struct dirent *de;
   while ((de = readdir(d))) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if ((long)w->n >= w->max || w->kept > WALK_BYTES_MAX) {
-      w->out->truncated = true;
+    if ((long)w->n >= w->max || w->kept > WALK_BYTES_MAX ||
+        (w->deadline_ms && now_ms() > w->deadline_ms)) {
+      cut(w, (long)w->n >= w->max ? "entries" : w->kept > WALK_BYTES_MAX ? "names" : "time");
       break;
     }
     char path[PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) >=
         sizeof path) {
-      w->out->truncated = true; /* a path past PATH_MAX: not seen, so the walk is not whole */
+      cut(w, "path length"); /* a path past PATH_MAX: not seen, so the walk is not whole */
       continue;
     }
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-      if (errno != ENOENT) w->out->truncated = true; /* unseen, not gone */
+      if (errno != ENOENT) cut(w, "unreadable entry"); /* unseen, not gone */
       continue;
     }
     char type = S_ISREG(st.st_mode)   ? 'f'
@@ -214,6 +280,8 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
     e->mode = (unsigned)(st.st_mode & 07777);
     e->dev = st.st_dev;
     e->ino = st.st_ino;
+    e->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    e->ctime_ns = (long long)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
     w->kept += (long long)strlen(path) + 80;
     if (type == 'f' && st.st_nlink > 1) {
       w->out->files++;
@@ -229,10 +297,18 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
         ret = -1;
         break;
       }
+    } else if (type == 'f' && file_detail(w, path, &st, e) != 0) {
+      w->out->files++;
+      w->out->bytes += st.st_size;
+      if (!e->detail) {
+        ret = jb_fail(w->err, ENOMEM, "out of memory");
+        break;
+      }
     } else if (type == 'f') {
       w->out->files++;
       w->out->bytes += st.st_size;
       char hex[65];
+      if (w->hash_left >= 0) w->hash_left -= st.st_size;
       int hr = hash_file(dirfd(d), de->d_name, w->hash_max, w->buf, WALK_BUF, hex, w->err);
       if (hr < 0) {
         ret = -1;
@@ -274,12 +350,12 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
     } else {
       w->out->dirs++;
       if (w->depth + 1 > WALK_DEPTH_MAX) { /* not entered: the walk is not whole */
-        w->out->truncated = true;
+        cut(w, "depth");
         continue;
       }
       int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) {
-        if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) w->out->truncated = true;
+        if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) cut(w, "unreadable entry");
         continue; /* else replaced by something else meanwhile */
       }
       w->depth++;
@@ -405,86 +481,271 @@ void jb_scan_result_free(struct jb_scan_result *r) {
   r->flagged = NULL;
 }
 
-/* The walk of jb_workspace_scan; with `keep` its entries, sorted, are handed to *keep (else
- * freed). */
-static int scan(const char *root, long max_entries, long long hash_max, struct jb_scan_result *out,
+/* The SHA-256 of the sorted entries of `w` (jb_workspace_scan) into out->dir_hash. */
+static void dir_hash(const struct walk *w, struct jb_scan_result *out) {
+  crypto_hash_sha256_state st;
+  crypto_hash_sha256_init(&st);
+  for (size_t i = 0; i < w->n; i++) {
+    char size[32];
+    int sl = snprintf(size, sizeof size, "%lld", w->v[i].size);
+    crypto_hash_sha256_update(&st, (const unsigned char *)&w->v[i].type, 1);
+    crypto_hash_sha256_update(&st, (const unsigned char *)"", 1);
+    crypto_hash_sha256_update(&st, (const unsigned char *)w->v[i].path, strlen(w->v[i].path) + 1);
+    crypto_hash_sha256_update(&st, (const unsigned char *)size, (unsigned long long)sl + 1);
+    if (w->v[i].detail)
+      crypto_hash_sha256_update(&st, (const unsigned char *)w->v[i].detail, strlen(w->v[i].detail));
+    crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
+  }
+  unsigned char h[32];
+  crypto_hash_sha256_final(&st, h);
+  sodium_bin2hex(out->dir_hash, sizeof out->dir_hash, h, sizeof h);
+}
+
+/* Moves the entries of `w` (sorted) into snapshot `k`. 0, or -1 when out of memory. */
+static int to_snapshot(struct walk *w, struct jb_scan_snapshot *k) {
+  k->v = calloc(w->n ? w->n : 1, sizeof *k->v);
+  if (!k->v) return -1;
+  for (size_t i = 0; i < w->n; i++) {
+    k->v[i] = (struct jb_scan_entry){.type = w->v[i].type,
+                                     .mode = w->v[i].mode,
+                                     .size = w->v[i].size,
+                                     .mtime_ns = w->v[i].mtime_ns,
+                                     .ctime_ns = w->v[i].ctime_ns,
+                                     .path = w->v[i].path,
+                                     .detail = w->v[i].detail,
+                                     .kind = w->v[i].kind,
+                                     .dev = w->v[i].dev,
+                                     .ino = w->v[i].ino};
+    w->v[i].path = w->v[i].detail = NULL; /* moved */
+  }
+  k->n = w->n;
+  return 0;
+}
+
+/* Flags each symbolic link of `k` that leads out resolved against the tree as walked (through
+ * the other links on its way), when the lexical judgement did not already. */
+static int flag_resolved_links(struct walk *w, struct jb_scan_snapshot *k) {
+  for (size_t i = 0; i < k->n; i++) {
+    if (k->v[i].type != 'l' || k->v[i].kind) continue;
+    if (jb_scan_link_resolve(k, i, NULL, NULL, NULL, 0, NULL) != 1) continue;
+    k->v[i].kind = "symlink_outside";
+    w->out->n_flagged++;
+    if (json_array_size(w->out->flagged) < JB_SCAN_FLAGGED_MAX &&
+        json_array_append_new(w->out->flagged, jb_scan_flag_json(k->v[i].path, "symlink_outside")) <
+            0)
+      return jb_fail(w->err, ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+/* The walk of jb_workspace_scan within `lim`, reusing the hashes of `prev` (may be NULL); with
+ * `keep` its entries, sorted, are handed to *keep (else freed). */
+static int scan(const char *root, const struct jb_walk_limits *lim,
+                const struct jb_scan_snapshot *prev, struct jb_scan_result *out,
                 struct jb_scan_snapshot *keep, jb_error *err) {
   memset(out, 0, sizeof *out);
-  out->hash_max = hash_max;
+  out->hash_max = lim->hash_max;
   if (!(out->flagged = json_array())) return jb_fail(err, ENOMEM, "out of memory");
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     jb_scan_result_free(out);
     return jb_fail_errno(err, errno, "pre-scan: open workspace %s", root);
   }
-  struct walk w = {.max = max_entries, .hash_max = hash_max, .out = out, .err = err};
+  struct walk w = {.max = lim->max_entries,
+                   .hash_max = lim->hash_max,
+                   .out = out,
+                   .err = err,
+                   .prev = prev,
+                   .hash_left = lim->hash_budget > 0 ? lim->hash_budget : -1,
+                   .deadline_ms = lim->time_ms > 0 ? now_ms() + lim->time_ms : 0};
   if (!(w.buf = malloc(WALK_BUF))) {
     close(fd);
     jb_scan_result_free(out);
     return jb_fail(err, ENOMEM, "out of memory");
   }
+  struct timespec began;
+  clock_gettime(CLOCK_REALTIME, &began);
   int ret = walk_dir(&w, fd, "");
   free(w.buf);
+  struct jb_scan_snapshot k = {0};
   if (ret == 0 && !keep) ret = flag_landing_links(&w, root);
   if (ret == 0) {
     if (w.n > 1) qsort(w.v, w.n, sizeof *w.v, by_path);
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
-    for (size_t i = 0; i < w.n; i++) {
-      char size[32];
-      int sl = snprintf(size, sizeof size, "%lld", w.v[i].size);
-      crypto_hash_sha256_update(&st, (const unsigned char *)&w.v[i].type, 1);
-      crypto_hash_sha256_update(&st, (const unsigned char *)"", 1);
-      crypto_hash_sha256_update(&st, (const unsigned char *)w.v[i].path, strlen(w.v[i].path) + 1);
-      crypto_hash_sha256_update(&st, (const unsigned char *)size, (unsigned long long)sl + 1);
-      if (w.v[i].detail)
-        crypto_hash_sha256_update(&st, (const unsigned char *)w.v[i].detail, strlen(w.v[i].detail));
-      crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
-    }
-    unsigned char h[32];
-    crypto_hash_sha256_final(&st, h);
-    sodium_bin2hex(out->dir_hash, sizeof out->dir_hash, h, sizeof h);
+    dir_hash(&w, out);
+    if (to_snapshot(&w, &k) < 0) ret = jb_fail(err, ENOMEM, "out of memory");
   }
-  if (ret == 0 && keep) {
-    keep->v = calloc(w.n ? w.n : 1, sizeof *keep->v);
-    if (!keep->v) ret = jb_fail(err, ENOMEM, "out of memory");
-    for (size_t i = 0; ret == 0 && i < w.n; i++) {
-      keep->v[i] = (struct jb_scan_entry){.type = w.v[i].type,
-                                          .mode = w.v[i].mode,
-                                          .size = w.v[i].size,
-                                          .path = w.v[i].path,
-                                          .detail = w.v[i].detail,
-                                          .kind = w.v[i].kind,
-                                          .dev = w.v[i].dev,
-                                          .ino = w.v[i].ino};
-      w.v[i].path = w.v[i].detail = NULL; /* moved */
-    }
-    if (ret == 0) {
-      keep->n = w.n;
-      keep->truncated = out->truncated;
-    }
-  }
+  if (ret == 0) ret = flag_resolved_links(&w, &k);
   for (size_t i = 0; i < w.n; i++) {
     free(w.v[i].path);
     free(w.v[i].detail);
   }
   free(w.v);
+  if (ret == 0 && keep) {
+    *keep = k;
+    keep->truncated = out->truncated;
+    keep->started_ns = (long long)began.tv_sec * 1000000000LL + began.tv_nsec;
+    snprintf(keep->why, sizeof keep->why, "%s", w.why);
+  } else {
+    jb_scan_snapshot_free(&k);
+  }
   if (ret < 0) jb_scan_result_free(out);
   return ret;
 }
 
 int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
                       struct jb_scan_result *out, jb_error *err) {
-  return scan(root, max_entries, hash_max, out, NULL, err);
+  struct jb_walk_limits lim = {.max_entries = max_entries, .hash_max = hash_max};
+  return scan(root, &lim, NULL, out, NULL, err);
 }
 
 int jb_workspace_snapshot(const char *root, long max_entries, long long hash_max,
                           struct jb_scan_snapshot *out, jb_error *err) {
+  struct jb_walk_limits lim = {.max_entries = max_entries, .hash_max = hash_max};
+  return jb_workspace_snapshot_since(root, &lim, NULL, out, err);
+}
+
+int jb_workspace_snapshot_since(const char *root, const struct jb_walk_limits *lim,
+                                const struct jb_scan_snapshot *prev, struct jb_scan_snapshot *out,
+                                jb_error *err) {
   *out = (struct jb_scan_snapshot){0};
   struct jb_scan_result r;
-  int rc = scan(root, max_entries, hash_max, &r, out, err);
+  int rc = scan(root, lim, prev, &r, out, err);
   if (rc == 0) jb_scan_result_free(&r);
   return rc;
+}
+
+int jb_scan_snapshot_copy(const struct jb_scan_snapshot *s, struct jb_scan_snapshot *out) {
+  *out = (struct jb_scan_snapshot){.truncated = s->truncated, .started_ns = s->started_ns};
+  memcpy(out->why, s->why, sizeof out->why);
+  if (!(out->v = calloc(s->n ? s->n : 1, sizeof *out->v))) return -1;
+  for (size_t i = 0; i < s->n; i++) {
+    out->v[i] = s->v[i];
+    out->v[i].path = strdup(s->v[i].path);
+    out->v[i].detail = s->v[i].detail ? strdup(s->v[i].detail) : NULL;
+    out->n = i + 1;
+    if (!out->v[i].path || (s->v[i].detail && !out->v[i].detail)) {
+      jb_scan_snapshot_free(out);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The index of `path` in `s`, or -1. */
+static long snap_find(const struct jb_scan_snapshot *s, const char *path) {
+  if (!s->n) return -1;
+  const struct jb_scan_entry *e = bsearch(path, s->v, s->n, sizeof *s->v, snap_by_path);
+  return e ? (long)(e - s->v) : -1;
+}
+
+/* Whether after->v[i] and the directories above it in `after` were changed last more than
+ * RACY_NS before `before` began. */
+static bool untouched_since(const struct jb_scan_snapshot *before,
+                            const struct jb_scan_snapshot *after, size_t i) {
+  if (after->v[i].ctime_ns > before->started_ns - RACY_NS) return false;
+  char up[PATH_MAX];
+  snprintf(up, sizeof up, "%s", after->v[i].path);
+  for (char *sl = strrchr(up, '/'); sl; sl = strrchr(up, '/')) {
+    *sl = '\0';
+    long k = snap_find(after, up);
+    if (k < 0 || after->v[k].ctime_ns > before->started_ns - RACY_NS) return false;
+  }
+  return true;
+}
+
+bool jb_scan_entry_changed(const struct jb_scan_snapshot *before,
+                           const struct jb_scan_snapshot *after, size_t i) {
+  const struct jb_scan_entry *e = &after->v[i];
+  long bi = snap_find(before, e->path);
+  const struct jb_scan_entry *b = bi >= 0 ? &before->v[bi] : NULL;
+  if (!b) return !(before->truncated && untouched_since(before, after, i));
+  if (b->type != e->type || b->mode != e->mode) return true;
+  if (e->type == 'd') return false;
+  if (b->size != e->size) return true;
+  if ((!b->detail && !e->detail) || (b->detail && e->detail && !strcmp(b->detail, e->detail)))
+    return false;
+  bool unknown = (b->detail && !strcmp(b->detail, "unhashed")) ||
+                 (e->detail && !strcmp(e->detail, "unhashed"));
+  return !(unknown && b->dev == e->dev && b->ino == e->ino && b->ctime_ns == e->ctime_ns &&
+           untouched_since(before, after, i));
+}
+
+int jb_scan_link_resolve(const struct jb_scan_snapshot *s, size_t i, const bool *changed,
+                         bool *touched, size_t *via, size_t via_max, size_t *nvia) {
+  bool t = changed && changed[i];
+  size_t nv = 0;
+  if (via && via_max) via[nv++] = i;
+  const char *target = s->v[i].detail ? s->v[i].detail : "";
+  char cur[PATH_MAX]; /* the directory reached, relative to the root ("" is the root) */
+  const char *slash = strrchr(s->v[i].path, '/');
+  size_t cl = slash ? (size_t)(slash - s->v[i].path) : 0;
+  memcpy(cur, s->v[i].path, cl);
+  cur[cl] = '\0';
+  struct jb_buf rest; /* what is left to resolve */
+  jb_buf_init(&rest, 64 * 1024);
+  int links = 1, res = 0;
+  if (target[0] == '/')
+    res = 1;
+  else if (jb_buf_append(&rest, target, strlen(target) + 1) < 0)
+    res = 1; /* fail closed */
+  size_t at = 0;
+  while (res == 0 && rest.data && at < rest.len && rest.data[at]) {
+    const char *c = rest.data + at;
+    size_t len = strcspn(c, "/");
+    at += len + (c[len] == '/');
+    if (len == 0 || (len == 1 && c[0] == '.')) continue;
+    if (len == 2 && c[0] == '.' && c[1] == '.') {
+      if (cl == 0) {
+        res = 1; /* above the root */
+        break;
+      }
+      char *up = strrchr(cur, '/');
+      cl = up ? (size_t)(up - cur) : 0;
+      cur[cl] = '\0';
+      continue;
+    }
+    char cand[PATH_MAX];
+    if ((size_t)snprintf(cand, sizeof cand, "%s%s%.*s", cur, cl ? "/" : "", (int)len, c) >=
+        sizeof cand)
+      break; /* ENAMETOOLONG: leads nowhere */
+    long k = snap_find(s, cand);
+    if (k < 0) break; /* dangling inside */
+    const struct jb_scan_entry *e = &s->v[k];
+    if (changed && changed[k]) t = true;
+    if (e->type == 'd') {
+      cl = strlen(cand);
+      memcpy(cur, cand, cl + 1);
+    } else if (e->type == 'l') {
+      if (++links > LINKS_MAX) {
+        res = 2; /* ELOOP */
+        break;
+      }
+      if (via && nv < via_max) via[nv++] = (size_t)k;
+      const char *tg = e->detail ? e->detail : "";
+      if (tg[0] == '/') {
+        res = 1;
+        break;
+      }
+      /* the target, then what was left */
+      struct jb_buf nr;
+      jb_buf_init(&nr, 64 * 1024);
+      if (jb_buf_append(&nr, tg, strlen(tg)) < 0 || jb_buf_append(&nr, "/", 1) < 0 ||
+          jb_buf_append(&nr, rest.data + at, rest.len - at) < 0) {
+        jb_buf_free(&nr);
+        res = 1;
+        break;
+      }
+      jb_buf_free(&rest);
+      rest = nr;
+      at = 0;
+    } else {
+      break; /* a file: the end, or ENOTDIR */
+    }
+  }
+  jb_buf_free(&rest);
+  if (touched) *touched = t;
+  if (nvia) *nvia = nv;
+  return res;
 }
 
 void jb_scan_snapshot_free(struct jb_scan_snapshot *s) {

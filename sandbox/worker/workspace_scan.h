@@ -24,7 +24,9 @@ struct jb_scan_result {
 #define JB_SCAN_FLAGGED_MAX 1000
 
 /* The kinds of flagged entries. symlink_outside: a symbolic link whose target, resolved
- * lexically from the link's directory, is absolute or climbs above the workspace root;
+ * lexically from the link's directory, is absolute or climbs above the workspace root, or
+ * that leads out when resolved against the tree as it is (jb_scan_link_resolve: through the
+ * other links on its way);
  * hardlink: a regular file with more than one link; fifo, socket, device: special files;
  * too_large: a regular file over `hash_max` bytes, not hashed (a notice: it stays usable);
  * landing_link (jb_workspace_scan only): the path a symbolic link at a place the landing rules
@@ -56,6 +58,7 @@ struct jb_scan_entry {
   ino_t ino;
   unsigned mode;
   long long size;
+  long long mtime_ns, ctime_ns; /* with dev, ino and size: an unchanged file's hash is reused */
   char *path, *detail;
   const char *kind;
 };
@@ -66,13 +69,64 @@ struct jb_scan_snapshot {
   size_t n;
   bool truncated; /* the walk is not whole: it stopped at max_entries or 64 MiB of names, or
                      skipped a path past PATH_MAX, a level past 256, an entry it could not
-                     stat or open: changes there are not seen */
+                     stat or open, or ran past its time or its bytes to hash (struct
+                     jb_walk_limits): changes there are not seen */
+  long long started_ns; /* CLOCK_REALTIME when the walk began */
+  char why[48]; /* when truncated: the first reason ("entries", "depth", "path length",
+                   "unreadable entry", "time", "bytes to hash", "names") */
 };
+
+/* The bounds of one walk of jb_workspace_snapshot_since. */
+struct jb_walk_limits {
+  long max_entries; /* entries walked at most */
+  long long hash_max; /* bytes: a larger regular file is not read (flagged too_large) */
+  long long hash_budget; /* bytes read for hashing in all, at most; 0: no bound. A file whose
+                            hash would take it past the bound is left unhashed ("unhashed"),
+                            and the walk is not whole */
+  long long time_ms; /* the walk stops after this long (monotonic); 0: no bound */
+};
+
+/* Sparse files: a regular file over 1 MiB whose allocated blocks are under an eighth of its
+ * size is never read; its detail is "sparse:SIZE:MTIME_NS:CTIME_NS" — it is judged by its
+ * metadata (so a hundred `truncate -s 1G` files cost no reading). */
 
 /* The walk of jb_workspace_scan (same bounds, same hashing, never following a link), with its
  * entries kept in *out. 0 (free with jb_scan_snapshot_free), or -1 with `err`. */
 int jb_workspace_snapshot(const char *root, long max_entries, long long hash_max,
                           struct jb_scan_snapshot *out, jb_error *err);
+
+/* jb_workspace_snapshot within `lim`; a regular file whose device, inode, size, mtime and
+ * ctime are those of its entry in `prev` (an earlier snapshot of the same root; NULL: none)
+ * keeps that entry's hash without being read — unless its ctime was less than 2 s before
+ * `prev` began (a change in the same clock tick as that read would not show: git's "racy
+ * git" rule, Documentation/technical/racy-git.txt). */
+int jb_workspace_snapshot_since(const char *root, const struct jb_walk_limits *lim,
+                                const struct jb_scan_snapshot *prev, struct jb_scan_snapshot *out,
+                                jb_error *err);
+
+/* A copy of `s` (new: free with jb_scan_snapshot_free): 0, or -1 when out of memory. */
+int jb_scan_snapshot_copy(const struct jb_scan_snapshot *s, struct jb_scan_snapshot *out);
+
+/* Whether entry after->v[i] is not as it was in `before` (both of one root, `before` the
+ * earlier): of another type, mode, size (files) or content (the details), or not there. When
+ * `before` is not whole, an entry it did not see, or saw without its content hash, counts as
+ * unchanged only when its ctime and the ctime of every directory above it in `after` are more
+ * than 2 s before `before` began (nothing the later command did touched it, moved it or what
+ * holds it: a rename changes the ctime of what it moves). */
+bool jb_scan_entry_changed(const struct jb_scan_snapshot *before,
+                           const struct jb_scan_snapshot *after, size_t i);
+
+/* Where symbolic link v[i] of snapshot `s` leads, resolved against the snapshot as the kernel
+ * resolves a path (each component looked up; a link's target followed from the link's
+ * directory, at most 40 links; an absolute target, or ".." at the root, leaves): 1 it leads
+ * out of the root, 2 it loops (more than 40 links), 0 it resolves inside or dangles. The
+ * pre-scan flags 1 (a loop leads nowhere; the shim refuses it at open time); the effects of a
+ * writable command treat 2 as 1. With `changed` (one flag per
+ * entry of `s`, may be NULL), *touched tells whether an entry it passed (the link itself, a
+ * link or a directory on its way) is flagged, and the indexes of the links on its way (itself
+ * first) go to via[] (at most `via_max`, their count in *nvia). */
+int jb_scan_link_resolve(const struct jb_scan_snapshot *s, size_t i, const bool *changed,
+                         bool *touched, size_t *via, size_t via_max, size_t *nvia);
 void jb_scan_snapshot_free(struct jb_scan_snapshot *s);
 
 /* What changed from `before` to `after` (both from jb_workspace_snapshot of one root), in path

@@ -49,6 +49,8 @@ const CASES = {
     { rule: { ...RULE, id: 'op-taken' } }, { rule: RULE, bogus: 1 }, { rules: [] }, []]],
   rule_revoke: ['active', 'DELETE', 'rules/:rule', 'jailbox:rule_revoke', 'ruleId', [{}, { reason: 'x' }, []]],
   rule_revoke_unknown: ['active', 'DELETE', 'rules/nope', 'jailbox:rule_revoke', 'ruleId', [{}]],
+  effects_clear: ['active', 'POST', 'effects/clear', 'jailbox:effects_clear', null, REASONS],
+  effects_clear_ended: ['accepted', 'POST', 'effects/clear', 'jailbox:effects_clear', null, [{}]],
 };
 
 // a session in `state`, with a pending write op and a buyer rule "mine"

@@ -1,7 +1,8 @@
 /* test_workspace_scan.c — the worker's walks of a workspace kept for comparison
- * (jb_workspace_snapshot), what changed between two of them (jb_scan_changes), and the removal
- * of an entry that never passes a symbolic link (jb_workspace_remove), and the pre-scan's
- * covered links (landing_link). */
+ * (jb_workspace_snapshot), what changed between two of them (jb_scan_changes), the removal
+ * of an entry that never passes a symbolic link (jb_workspace_remove), links resolved against
+ * a walk (jb_scan_link_resolve), and the bounds of a walk (hashes reused, sparse files, bytes
+ * to hash), and the pre-scan's covered links (landing_link). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sandbox/worker/workspace_scan.h"
@@ -219,8 +221,161 @@ static void covered_links(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+static void mklink(const char *dir, const char *target, const char *name) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  assert_int_equal(symlink(target, p), 0);
+}
+
+static long index_of(const struct jb_scan_snapshot *s, const char *path) {
+  for (size_t i = 0; i < s->n; i++)
+    if (!strcmp(s->v[i].path, path)) return (long)i;
+  return -1;
+}
+
+/* Two links that each stay inside assemble one that leads out; the pre-scan flags it too. */
+static void links_resolved_against_the_tree(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX", p[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(p, sizeof p, "%s/p", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  mklink(dir, ".", "p/q"); /* p/q is p */
+  mklink(dir, "p/q/../..", "up"); /* p/q/.. is the root, one more .. is above it */
+  mklink(dir, "p/q/q/q", "in"); /* p itself */
+  mklink(dir, "loop", "loop");
+  mklink(dir, "nowhere/../..", "dangling"); /* dangles: nowhere is missing */
+  put(dir, "p/f", "f\n");
+  mklink(dir, "../p/f", "p/ok"); /* lexically inside */
+  jb_error err = {0};
+  struct jb_scan_snapshot a;
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &a, &err), 0);
+  long up = index_of(&a, "up"), in = index_of(&a, "in"), q = index_of(&a, "p/q");
+  bool changed[16] = {0};
+  assert_true(a.n < 16);
+  changed[q] = true;
+  bool touched = false;
+  size_t via[8], nvia = 0;
+  assert_int_equal(jb_scan_link_resolve(&a, (size_t)up, changed, &touched, via, 8, &nvia), 1);
+  assert_true(touched);
+  assert_int_equal(nvia, 2);
+  assert_int_equal(via[0], up);
+  assert_int_equal(via[1], q);
+  assert_int_equal(jb_scan_link_resolve(&a, (size_t)in, NULL, NULL, NULL, 0, NULL), 0);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "loop"), NULL, NULL, NULL, 0, NULL), 2);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "dangling"), NULL, NULL, NULL, 0, NULL), 0);
+  assert_int_equal(
+      jb_scan_link_resolve(&a, (size_t)index_of(&a, "p/ok"), NULL, NULL, NULL, 0, NULL), 0);
+  /* the pre-scan: `up` is flagged though it is lexically inside */
+  assert_string_equal(a.v[up].kind, "symlink_outside");
+  assert_null(a.v[in].kind);
+  jb_scan_snapshot_free(&a);
+  struct jb_scan_result r;
+  assert_int_equal(jb_workspace_scan(dir, 1000, 1 << 20, &r, &err), 0);
+  char *flags = json_dumps(r.flagged, JSON_COMPACT);
+  assert_non_null(strstr(flags, "\"up\""));
+  assert_null(strstr(flags, "\"in\""));
+  free(flags);
+  jb_scan_result_free(&r);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* An unchanged file keeps the hash of the walk before (not read); a sparse file is judged by
+ * its metadata; past the bytes to hash a file is left unhashed and the walk is not whole. */
+static void walk_bounds(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX", p[512];
+  assert_non_null(mkdtemp(dir));
+  put(dir, "a.txt", "aaaa\n");
+  put(dir, "b.txt", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n");
+  snprintf(p, sizeof p, "%s/sparse", dir);
+  int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 1LL << 30), 0);
+  close(fd);
+  jb_error err = {0};
+  struct jb_walk_limits lim = {.max_entries = 1000, .hash_max = 2LL << 30};
+  struct jb_scan_snapshot a, b;
+  assert_int_equal(jb_workspace_snapshot_since(dir, &lim, NULL, &a, &err), 0);
+  assert_false(a.truncated);
+  long s = index_of(&a, "sparse"), x = index_of(&a, "a.txt");
+  assert_int_equal(strncmp(a.v[s].detail, "sparse:1073741824:", 18), 0);
+  assert_int_equal(strlen(a.v[x].detail), 64);
+  /* a hash kept from a walk long enough after the file's change is reused as it is */
+  a.started_ns += 10LL * 1000000000LL;
+  free(a.v[x].detail);
+  a.v[x].detail = strdup("0000000000000000000000000000000000000000000000000000000000000000");
+  assert_int_equal(jb_workspace_snapshot_since(dir, &lim, &a, &b, &err), 0);
+  assert_string_equal(b.v[index_of(&b, "a.txt")].detail, a.v[x].detail);
+  jb_scan_snapshot_free(&b);
+  /* not when the file changed in the walk's own clock tick (racy) */
+  a.started_ns -= 10LL * 1000000000LL;
+  assert_int_equal(jb_workspace_snapshot_since(dir, &lim, &a, &b, &err), 0);
+  assert_string_not_equal(b.v[index_of(&b, "a.txt")].detail, a.v[x].detail);
+  jb_scan_snapshot_free(&b);
+  /* 10 bytes to hash: a.txt (5) is read, b.txt (43) is not */
+  lim.hash_budget = 10;
+  assert_int_equal(jb_workspace_snapshot_since(dir, &lim, NULL, &b, &err), 0);
+  assert_true(b.truncated);
+  assert_string_equal(b.why, "bytes to hash");
+  assert_string_equal(b.v[index_of(&b, "b.txt")].detail, "unhashed");
+  jb_scan_snapshot_free(&b);
+  jb_scan_snapshot_free(&a);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* A walk before that was not whole: what it did not see counts as unchanged only when neither
+ * it nor a directory above it was touched since (a rename touches what it moves). */
+static void unseen_entries_judged_by_ctime(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jbwsXXXXXX", p[512];
+  assert_non_null(mkdtemp(dir));
+  snprintf(p, sizeof p, "%s/d", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/t", dir);
+  assert_int_equal(mkdir(p, 0755), 0);
+  put(dir, "d/one", "1\n");
+  put(dir, "d/two", "2\n");
+  put(dir, "t/hook", "h\n");
+  struct timespec ts = {2, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL); /* older than the 2 s a walk trusts */
+  jb_error err = {0};
+  struct jb_scan_snapshot before, after;
+  assert_int_equal(jb_workspace_snapshot(dir, 1, 1 << 20, &before, &err), 0);
+  assert_true(before.truncated);
+  char from[600], to[600];
+  snprintf(from, sizeof from, "%s/t", dir);
+  snprintf(to, sizeof to, "%s/d/moved", dir);
+  assert_int_equal(rename(from, to), 0);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  /* d itself gained an entry (its ctime is new): what is below it counts as changed */
+  assert_true(jb_scan_entry_changed(&before, &after, (size_t)index_of(&after, "d/moved/hook")));
+  assert_true(jb_scan_entry_changed(&before, &after, (size_t)index_of(&after, "d/moved")));
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  /* nothing touched: an entry the walk before did not see is as it was */
+  nanosleep(&ts, NULL);
+  assert_int_equal(jb_workspace_snapshot(dir, 1, 1 << 20, &before, &err), 0);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  for (size_t i = 0; i < after.n; i++) assert_false(jb_scan_entry_changed(&before, &after, i));
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(unseen_entries_judged_by_ctime),
+      cmocka_unit_test(links_resolved_against_the_tree),
+      cmocka_unit_test(walk_bounds),
       cmocka_unit_test(changes_between_walks),
       cmocka_unit_test(remove_never_through_a_link),
       cmocka_unit_test(deep_trees),

@@ -1,0 +1,58 @@
+/* landing.h — what a writable command leaves where the landing check (lib/scan.h,
+ * jb_scan_landing: the scanner's path rules) covers a path: before the command, a copy of every
+ * covered entry of the workspace (its pre-image: content, mode, owner, link target — bounded,
+ * kept in the worker's memory, never in the workspace); after it, each entry the command
+ * added, changed, renamed or re-moded at a covered path undone — a new one removed (with what
+ * is under it, never through a link), an existing one put back as it was — and every covered
+ * entry that changed or vanished restored, so that covered entries end as they were. Set-ID
+ * bits the command left on a file are cleared. */
+#ifndef JB_SANDBOX_LANDING_H
+#define JB_SANDBOX_LANDING_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/err.h"
+#include "sandbox/worker/workspace_scan.h"
+
+#define JB_PREIMAGE_ENTRIES_MAX 4096 /* covered entries (and their directories) kept at most */
+#define JB_PREIMAGE_BYTES_MAX (8 << 20) /* bytes of content kept at most */
+
+struct jb_preimage; /* opaque; owned by the caller of jb_preimage_take */
+
+/* Keeps the pre-image of the covered entries of `before` (a snapshot of the workspace at
+ * `root` taken just now) and of the directories above them: each read through its parent
+ * opened beneath the root without following any link (openat2 RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS), a file's content with O_NOFOLLOW. Past JB_PREIMAGE_ENTRIES_MAX entries or
+ * JB_PREIMAGE_BYTES_MAX bytes the rest is not kept and the pre-image is not whole
+ * (jb_preimage_whole). Returns 0 with *out (new; jb_preimage_free), or -1 with `err` when out
+ * of memory or the root cannot be opened. */
+int jb_preimage_take(const char *root, const struct jb_scan_snapshot *before,
+                     struct jb_preimage **out, jb_error *err);
+
+/* Whether every covered entry was kept. */
+bool jb_preimage_whole(const struct jb_preimage *p);
+
+void jb_preimage_free(struct jb_preimage *p);
+
+/* What jb_landing_undo did. */
+struct jb_landing_outcome {
+  size_t flagged; /* entries the command left at covered paths, and covered entries it changed */
+  size_t failed; /* of which could not be undone (they are named in the log) */
+  bool incomplete; /* the pre-image was not whole: a covered entry may not be restored */
+  char first[300]; /* "landing RULE PATH removed|restored" of the first one; "" when none */
+};
+
+/* Undoes what a writable command left at covered paths of the workspace at `root`, against
+ * `before` and `after` (snapshots just before and just after it) and the pre-image `pre`
+ * (taken with `before`; NULL: none kept, then every flagged entry is removed). Each entry
+ * undone is marked in `changes` (jb_scan_changes of before and after; may be NULL):
+ * `flagged` (the rule id) and `removed` or `restored` (true, or false when it failed).
+ * Regular files the command added or changed keep no set-ID bit. Never fails as a whole: what
+ * could not be done is counted in out->failed. */
+void jb_landing_undo(const char *root, const struct jb_scan_snapshot *before,
+                     const struct jb_scan_snapshot *after, const struct jb_preimage *pre,
+                     json_t *changes, struct jb_landing_outcome *out);
+
+#endif

@@ -1,0 +1,187 @@
+// landing_exec.test.mjs — the landing check over what a writable exec leaves (real stack:
+// socket.io agent → jailboxd → worker → the session's spawner in gVisor + Docker), on a
+// workspace holding a real git repository made on the host. In both modes a command that plants
+// a git hook (+x), adds core.fsmonitor/hooksPath to .git/config and writes a CI workflow has
+// each undone before its answer (the hook and the workflow removed, the config restored byte
+// for byte, the changes marked, a security alert), and the buyer's `git status` / `git commit`
+// on the host afterwards run nothing of the agent's. Also: two commands assembling a link
+// that leads out (the second one's link removed), the pre-scan flagging such a link, a walk
+// past its entry bound (incomplete: an alert, writable commands held until the buyer clears
+// them over REST or the socket), a hundred sparse 1 GiB files (each later writable command
+// stays fast), and a normal writable command that keeps its effect. Needs root, Docker with
+// runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startSandboxServer } from './lib/agent.mjs';
+
+const IMAGE = 'jailbox-sandbox:landing';
+const MARKS = mkdtempSync(join(tmpdir(), 'jb-landing-')); // what the agent's hook would touch
+let K, srv;
+
+const git = (dir, ...args) => execFileSync('git', ['-C', dir, ...args], {
+  env: { ...process.env, GIT_AUTHOR_NAME: 'b', GIT_AUTHOR_EMAIL: 'b@x', GIT_COMMITTER_NAME: 'b', GIT_COMMITTER_EMAIL: 'b@x', GIT_CONFIG_NOSYSTEM: '1', HOME: MARKS },
+  stdio: ['ignore', 'pipe', 'pipe'],
+}).toString();
+
+// a workspace with a git repository and one commit, made on the host
+const repo = (d) => {
+  mkdirSync(join(d, 'src'));
+  writeFileSync(join(d, 'src/a.c'), 'int a;\n');
+  git(d, 'init', '-q');
+  git(d, 'add', '.');
+  git(d, 'commit', '-qm', 'one');
+};
+
+before(async () => {
+  K = await startSandboxServer(IMAGE, {
+    JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none',
+    JAILBOX_EFFECTS_MAX_ENTRIES: '400', // the incomplete case stays small
+  }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/printf', '/usr/bin/chmod', '/usr/bin/mkdir',
+    '/usr/bin/cat', '/usr/bin/ln', '/usr/bin/rmdir', '/usr/bin/touch', '/usr/bin/echo', '/usr/bin/seq']);
+  srv = K.srv;
+});
+
+after(async () => {
+  K?.closeSockets();
+  if (srv) {
+    const log = srv.log();
+    await srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+// opens a session in `mode` on `build`, with its agent and buyer sockets
+async function session(build, mode) {
+  const S = await K.openSession(build, { mode });
+  S.agent = await K.connect(S.agentToken);
+  S.buyer = await K.connect(S.buyerToken);
+  return S;
+}
+
+// a writable exec of `command` in S, approved by the buyer when the session is supervised
+async function writable(S, command) {
+  const call = K.call(S.agent, 'exec', { command, writable: true });
+  if (S.mode === 'supervised') {
+    const ev = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.argv?.includes(command));
+    const a = await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${ev.opId}`, { token: S.buyerToken });
+    assert.equal(a.status, 200, a.text);
+  }
+  const r = await call;
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+  return r.result.structuredContent;
+}
+
+for (const mode of ['unsupervised', 'supervised']) {
+  test(`${mode}: a hook, a git config change and a CI workflow left by a command are undone; git on the host runs nothing of the agent's`, async () => {
+    const S = await session(repo, mode);
+    S.mode = mode;
+    const config = readFileSync(join(S.dir, '.git/config'));
+    const hookMark = join(MARKS, `hook-${mode}`), fsMark = join(MARKS, `fsmonitor-${mode}`);
+    const r = await writable(S,
+      `printf '#!/bin/sh\\ntouch ${hookMark}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; ` +
+      `printf '[core]\\n\\tfsmonitor = touch ${fsMark}; false\\n\\thooksPath = .git/hooks\\n' >> .git/config; ` +
+      `mkdir -p .github/workflows; echo 'on: push' > .github/workflows/x.yml; echo 'int b;' > src/a.c`);
+    const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+    // undone before the answer, and marked
+    assert.deepEqual([by['.git/hooks/pre-commit']?.flagged, by['.git/hooks/pre-commit']?.removed], ['git_hooks', true], JSON.stringify(r.changes));
+    assert.deepEqual([by['.git/config']?.flagged, by['.git/config']?.restored], ['git_config', true], JSON.stringify(by['.git/config']));
+    assert.deepEqual([by['.github/workflows/x.yml']?.flagged, by['.github/workflows/x.yml']?.removed], ['ci_definition', true]);
+    assert.equal(by['src/a.c']?.change, 'modified');
+    assert.equal(by['src/a.c'].removed, undefined);
+    assert.ok(!existsSync(join(S.dir, '.git/hooks/pre-commit')));
+    assert.ok(!existsSync(join(S.dir, '.github/workflows')));
+    assert.deepEqual(readFileSync(join(S.dir, '.git/config')), config, 'the config byte for byte');
+    // the normal effect stays
+    assert.equal(readFileSync(join(S.dir, 'src/a.c'), 'utf8'), 'int b;\n');
+    const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+    assert.match(alert.detail, /^exec: landing (git_hooks|git_config|ci_definition) /, JSON.stringify(alert));
+    // the buyer's git on the host
+    git(S.dir, 'status');
+    git(S.dir, 'commit', '-qam', 'two');
+    assert.ok(!existsSync(hookMark), 'the agent\'s hook ran on the host');
+    assert.ok(!existsSync(fsMark), 'the agent\'s fsmonitor ran on the host');
+  });
+}
+
+test('unsupervised: a normal writable command keeps its effect (no landing, no alert)', async () => {
+  const S = await session(repo, 'unsupervised');
+  const r = await writable(S, 'echo x > src/b.c; mkdir -p docs; echo d > docs/r.md; chmod +x src/b.c');
+  assert.deepEqual(r.changes.filter((c) => c.flagged), []);
+  assert.equal(readFileSync(join(S.dir, 'src/b.c'), 'utf8'), 'x\n');
+  assert.equal(readFileSync(join(S.dir, 'docs/r.md'), 'utf8'), 'd\n');
+  await new Promise((res) => setTimeout(res, 300));
+  assert.equal(S.buyer.events.filter((e) => e.event === 'jailbox:security_alert').length, 0);
+});
+
+test('two commands assembling a link that leads out: the second one\'s link is removed, with an alert', async () => {
+  const S = await session(repo, 'unsupervised');
+  // 1: p/q/../.. is the workspace itself, through a real directory
+  let r = await writable(S, 'mkdir -p p/q; ln -s p/q/../.. up');
+  assert.deepEqual(r.changes.filter((c) => c.removed), []);
+  // 2: p/q becomes a link to p itself (inside): `up` now climbs one level above the root
+  r = await writable(S, 'rmdir p/q; ln -s . p/q');
+  const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+  assert.deepEqual([by['p/q']?.flagged, by['p/q']?.removed], ['symlink_outside', true], JSON.stringify(r.changes));
+  assert.throws(() => lstatSync(join(S.dir, 'p/q')));
+  assert.equal(readlinkSync(join(S.dir, 'up')), 'p/q/../..', 'the earlier link stays (it dangles now)');
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+  assert.match(alert.detail, /symlink_outside p\/q/);
+});
+
+test('the pre-scan judges links as they resolve: a link assembled out is flagged in the next session', async () => {
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, 'p'));
+    symlinkSync('.', join(d, 'p/q'));
+    symlinkSync('p/q/../..', join(d, 'up')); // lexically the root itself; resolved, above it
+    symlinkSync('p/q/q', join(d, 'in'));
+  }, { mode: 'unsupervised' });
+  const flagged = (await K.sessionOf(S.jobId)).walls.prescan.flagged;
+  assert.deepEqual(flagged, [{ path: 'up', kind: 'symlink_outside' }], JSON.stringify(flagged));
+});
+
+test('a walk past its bound makes the effects incomplete: an alert at once, and writable commands held until the buyer clears it', async () => {
+  const S = await session(repo, 'unsupervised');
+  const r = await writable(S, 'mkdir many; cd many; for i in $(seq 1 500); do echo > f$i; done');
+  assert.equal(r.changesIncomplete, true, JSON.stringify(r).slice(0, 300));
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+  assert.match(alert.detail, /incomplete \(entries\)/);
+  // held: a writable command is refused (audited), a read-only one still runs
+  const f = await K.refused(S.agent, 'exec', { command: 'echo y > src/c.c', writable: true }, 'denied');
+  assert.match(f.message, /held/);
+  assert.ok(!existsSync(join(S.dir, 'src/c.c')));
+  assert.equal((await K.ok(S.agent, 'exec', { argv: ['cat', 'src/a.c'] })).stdout, 'int a;\n');
+  // only the buyer clears it; then writable commands run again
+  let c = await srv.req('POST', `/v1/jailbox/${S.jobId}/effects/clear`, { token: S.agentToken });
+  assert.ok([401, 403].includes(c.status), c.text);
+  c = await srv.req('POST', `/v1/jailbox/${S.jobId}/effects/clear`, { token: S.buyerToken, body: { reason: 'looked at many/' } });
+  assert.equal(c.status, 200, c.text);
+  assert.deepEqual(c.json, { jobId: S.jobId, cleared: true });
+  await writable(S, 'echo y > src/c.c');
+  assert.equal(readFileSync(join(S.dir, 'src/c.c'), 'utf8'), 'y\n');
+  // (still over the bound: held again) — the socket form clears it too
+  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:effects_clear', {});
+  assert.deepEqual(ack, { ok: true, jobId: S.jobId, cleared: true });
+  const audit = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: S.buyerToken });
+  assert.match(audit.text, /"operation":"effects_clear"/);
+});
+
+test('a hundred sparse 1 GiB files: each later writable command stays fast', async () => {
+  const S = await session((d) => {
+    repo(d);
+    for (let i = 0; i < 100; i++) execFileSync('truncate', ['-s', '1G', join(d, `sparse${i}`)]);
+  }, 'unsupervised');
+  const times = [];
+  for (let i = 0; i < 3; i++) {
+    const t0 = Date.now();
+    const r = await writable(S, `echo ${i} > n${i}`);
+    times.push(Date.now() - t0);
+    assert.equal(r.changesIncomplete, undefined);
+  }
+  const effects = [...srv.log().matchAll(/"msg":"exec timings".*?"effects":([\d.]+)/g)].map((m) => +m[1]);
+  console.log('# sparse: writable command wall ms', times, 'effects ms (last 3)', effects.slice(-3));
+  for (const t of times) assert.ok(t < 10000, `a writable command took ${t} ms`);
+});

@@ -1,0 +1,158 @@
+/* test_landing.c — the landing check over what a writable command leaves (sandbox/worker/
+ * landing.h) against a temporary directory as the workspace: the pre-image of the covered
+ * entries, then a new hook and workflow removed, a changed git config and a deleted hook put
+ * back byte for byte, an execute bit on a covered file undone, set-ID bits cleared, ordinary
+ * files left as the command left them, and a pre-image over its bound reported. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka after the headers it needs */
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sandbox/worker/landing.h"
+
+static void put(const char *dir, const char *name, const char *text, mode_t mode) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  assert_int_equal(chmod(p, mode), 0);
+}
+
+static char *slurp(const char *dir, const char *name) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "r");
+  if (!f) return NULL;
+  static char b[4096];
+  size_t n = fread(b, 1, sizeof b - 1, f);
+  fclose(f);
+  b[n] = '\0';
+  return b;
+}
+
+static mode_t mode_of(const char *dir, const char *name) {
+  char p[512];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return lstat(p, &st) == 0 ? st.st_mode & 07777 : (mode_t)-1;
+}
+
+static json_t *change(json_t *changes, const char *path) {
+  size_t i;
+  json_t *c;
+  json_array_foreach (changes, i, c)
+    if (!strcmp(json_string_value(json_object_get(c, "path")), path)) return c;
+  return NULL;
+}
+
+static void run(const char *dir, const char *cmd) {
+  char c[2048];
+  snprintf(c, sizeof c, "cd %s && %s", dir, cmd);
+  assert_int_equal(system(c), 0);
+}
+
+static void undone_or_kept(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jblandXXXXXX";
+  assert_non_null(mkdtemp(dir));
+  run(dir, "mkdir -p .git/hooks src");
+  put(dir, ".git/config", "[core]\n\tbare = false\n", 0644);
+  put(dir, ".git/hooks/pre-push.sample", "#!/bin/sh\n", 0755);
+  put(dir, ".git/HEAD", "ref: refs/heads/main\n", 0644);
+  put(dir, "src/a.c", "int a;\n", 0644);
+  put(dir, "Makefile", "all:\n", 0644);
+  jb_error err = {0};
+  struct jb_scan_snapshot before, after;
+  struct jb_preimage *pre = NULL;
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &before, &err), 0);
+  assert_int_equal(jb_preimage_take(dir, &before, &pre, &err), 0);
+  assert_true(jb_preimage_whole(pre));
+  /* what a command does */
+  run(dir, "printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' >> .git/config");
+  put(dir, ".git/hooks/pre-commit", "#!/bin/sh\ntouch /tmp/x\n", 0755);
+  run(dir, "rm .git/hooks/pre-push.sample; mkdir -p .github/workflows");
+  put(dir, ".github/workflows/x.yml", "on: push\n", 0644);
+  put(dir, "src/a.c", "int b;\n", 0644);
+  put(dir, ".git/HEAD", "ref: refs/heads/other\n", 0644); /* not covered */
+  put(dir, "tool", "#!/bin/sh\n", 04755);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  size_t total = 0;
+  json_t *changes = jb_scan_changes(&before, &after, 1000, &total);
+  struct jb_landing_outcome out;
+  jb_landing_undo(dir, &before, &after, pre, changes, &out);
+  /* undone */
+  assert_null(slurp(dir, ".git/hooks/pre-commit"));
+  assert_null(slurp(dir, ".github/workflows/x.yml"));
+  assert_int_equal(mode_of(dir, ".github/workflows"), (mode_t)-1);
+  assert_string_equal(slurp(dir, ".git/config"), "[core]\n\tbare = false\n");
+  assert_string_equal(slurp(dir, ".git/hooks/pre-push.sample"), "#!/bin/sh\n");
+  assert_int_equal(mode_of(dir, ".git/hooks/pre-push.sample"), 0755);
+  json_t *c = change(changes, ".git/hooks/pre-commit");
+  assert_string_equal(json_string_value(json_object_get(c, "flagged")), "git_hooks");
+  assert_true(json_is_true(json_object_get(c, "removed")));
+  c = change(changes, ".git/config");
+  assert_string_equal(json_string_value(json_object_get(c, "flagged")), "git_config");
+  assert_true(json_is_true(json_object_get(c, "restored")));
+  assert_true(
+      json_is_true(json_object_get(change(changes, ".git/hooks/pre-push.sample"), "restored")));
+  assert_int_equal(out.failed, 0);
+  assert_true(out.flagged >= 4);
+  assert_false(out.incomplete);
+  assert_non_null(strstr(out.first, "landing "));
+  /* kept as the command left them; set-ID bits cleared */
+  assert_string_equal(slurp(dir, "src/a.c"), "int b;\n");
+  assert_string_equal(slurp(dir, ".git/HEAD"), "ref: refs/heads/other\n");
+  assert_int_equal(mode_of(dir, "tool"), 0755);
+  assert_null(json_object_get(change(changes, "src/a.c"), "flagged"));
+  json_decref(changes);
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
+  /* an execute bit gained at a covered path is undone too */
+  put(dir, ".git/hooks/post-merge", "echo\n", 0644);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &before, &err), 0);
+  assert_int_equal(jb_preimage_take(dir, &before, &pre, &err), 0);
+  run(dir, "chmod +x .git/hooks/post-merge");
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 1 << 20, &after, &err), 0);
+  jb_landing_undo(dir, &before, &after, pre, NULL, &out);
+  assert_int_equal(mode_of(dir, ".git/hooks/post-merge"), 0644);
+  assert_int_equal(out.flagged, 1);
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
+  /* a covered file over the pre-image's bound: not whole; changed, it is removed */
+  char big[128];
+  snprintf(big, sizeof big, "head -c %d /dev/zero > .git/config", JB_PREIMAGE_BYTES_MAX + 1);
+  run(dir, big);
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 64 << 20, &before, &err), 0);
+  assert_int_equal(jb_preimage_take(dir, &before, &pre, &err), 0);
+  assert_false(jb_preimage_whole(pre));
+  run(dir, "echo x >> .git/config");
+  assert_int_equal(jb_workspace_snapshot(dir, 1000, 64 << 20, &after, &err), 0);
+  jb_landing_undo(dir, &before, &after, pre, NULL, &out);
+  assert_true(out.incomplete);
+  assert_int_equal(mode_of(dir, ".git/config"), (mode_t)-1);
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(undone_or_kept),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
