@@ -234,7 +234,8 @@ static int prescan(struct jb_session *s, json_t **scan_out) {
   struct jb_worker *w = s->w;
   jb_error err = {0};
   struct jb_scan_result scan;
-  if (jb_workspace_scan(s->workspace, 100000, w->prescan_hash_max, &scan, &err) < 0)
+  if (jb_workspace_prescan(s->workspace, 100000, w->prescan_hash_max,
+                           w->set.prescan_exclude_secrets, &scan, &err) < 0)
     return launch_failed(s, NULL, "pre-scan failed: %s", err.msg);
   json_t *scan_json = jb_scan_json(&scan);
   jb_scan_result_free(&scan);

@@ -90,6 +90,10 @@ static const struct jb_setting settings[] = {
      "pid file, locked while the worker runs; empty: none"},
     {NULL, "JAILBOX_PRESCAN_HOLD", JB_SETTING_BOOL, S(prescan_hold), "0", 0, 0,
      "1: leave sessions in prescanning for the buyer's pre_scan_done; 0: go on to awaiting_agent"},
+    {NULL, "JAILBOX_PRESCAN_EXCLUDE_SECRETS", JB_SETTING_BOOL, S(prescan_exclude_secrets), "0", 0,
+     0,
+     "1: files the scan rules' secret rules match are hidden from the agent and refused from "
+     "the start (flagged secret); 0: the pre-scan only lists them for the buyer"},
     {NULL, "JAILBOX_PRESCAN_HASH_MAX_MIB", JB_SETTING_INT, S(prescan_hash_max_mib), "1024", 0,
      1L << 30,
      "pre-scan: regular files over this many MiB are not read, only flagged too_large "

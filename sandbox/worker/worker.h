@@ -104,6 +104,7 @@ struct jb_worker_settings {
   long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
+  bool prescan_exclude_secrets; /* JAILBOX_PRESCAN_EXCLUDE_SECRETS */
   long prescan_hash_max_mib, max_sessions;
   long max_commands; /* JAILBOX_WORKER_MAX_COMMANDS: commands running at once (commands.c) */
   long effects_max_entries, effects_hash_max_mib, effects_max_ms; /* the walk around an exec */

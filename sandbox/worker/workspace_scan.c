@@ -54,7 +54,37 @@ struct walk {
   long long hash_left; /* bytes still to hash; -1: no bound */
   long long deadline_ms; /* monotonic; 0: none */
   char why[48]; /* the first reason the walk is not whole */
+  struct secret_look *sec; /* the pre-scan's look for secrets, or NULL */
 };
+
+#define SECRET_OVERLAP 4096 /* bytes of a window carried into the next one */
+
+/* The pre-scan's look for files that look like secrets (jb_workspace_prescan). */
+struct secret_look {
+  const struct jb_scan_rules *rules; /* borrowed; NULL: every file read counts (fail closed) */
+  bool exclude; /* flag them "secret" too */
+  unsigned char *win; /* WALK_BUF + SECRET_OVERLAP bytes */
+  size_t carry; /* bytes of the last window kept at win's start */
+  const char *ids[4]; /* the rules that matched the file being read */
+  int n;
+  long long kept; /* bytes of paths listed */
+};
+
+/* Feeds `len` bytes of the file being read to `sec` (its window: the last SECRET_OVERLAP bytes
+ * of the bytes before, then these). */
+static void secret_feed(struct secret_look *sec, const unsigned char *data, size_t len) {
+  if (sec->n > 0) return; /* one match is enough to list the file */
+  memcpy(sec->win + sec->carry, data, len);
+  size_t wl = sec->carry + len;
+  int n = sec->rules ? jb_scan_secrets(sec->rules, sec->win, wl, sec->ids, 4) : -1;
+  if (n < 0) {
+    sec->ids[0] = "scanner_error";
+    n = 1;
+  }
+  sec->n = n;
+  sec->carry = wl < SECRET_OVERLAP ? wl : SECRET_OVERLAP;
+  memmove(sec->win, sec->win + wl - sec->carry, sec->carry);
+}
 
 static long long now_ms(void) {
   struct timespec ts;
@@ -91,7 +121,7 @@ static const char *reusable_hash(const struct walk *w, const char *path, const s
  * when it is no longer a single-link regular file (swapped meanwhile: never block on a fifo
  * put in its place), 2 when it grew over `max` bytes meanwhile, 0, or -1 with `err`. */
 static int hash_file(int dirfd, const char *name, long long max, unsigned char *buf, size_t bufsize,
-                     char out[65], jb_error *err) {
+                     char out[65], struct secret_look *sec, jb_error *err) {
   int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)
     return errno == ELOOP || errno == ENXIO || errno == ENOENT
@@ -105,6 +135,11 @@ static int hash_file(int dirfd, const char *name, long long max, unsigned char *
   long long total = 0;
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
+  if (sec && sb.st_size > JB_SCAN_SECRET_FILE_MAX) sec = NULL; /* not looked into */
+  if (sec) {
+    sec->carry = 0;
+    sec->n = 0;
+  }
   for (;;) {
     ssize_t r = read(fd, buf, bufsize);
     if (r < 0 && errno == EINTR) continue;
@@ -119,6 +154,7 @@ static int hash_file(int dirfd, const char *name, long long max, unsigned char *
       return 2;
     }
     crypto_hash_sha256_update(&st, buf, (unsigned long long)r);
+    if (sec && (size_t)r <= bufsize) secret_feed(sec, buf, (size_t)r);
   }
   close(fd);
   unsigned char h[32];
@@ -241,6 +277,26 @@ static int file_detail(struct walk *w, const char *path, const struct stat *st, 
   return 0;
 }
 
+/* Lists file `path`, whose bytes the `secret` rules in w->sec->ids matched (and flags it
+ * "secret" when the pre-scan excludes such files). 0, or -1 with w->err. */
+static int secret_found(struct walk *w, const char *path) {
+  struct secret_look *sec = w->sec;
+  w->out->n_secrets++;
+  if (sec->exclude && flag(w, path, "secret") < 0) return -1;
+  size_t pl = strlen(path);
+  if (json_array_size(w->out->secrets) >= JB_SCAN_SECRETS_MAX ||
+      sec->kept + (long long)pl > JB_SCAN_SECRETS_BYTES)
+    return 0;
+  json_t *rules = json_array();
+  for (int i = 0; rules && i < sec->n; i++) json_array_append_new(rules, json_string(sec->ids[i]));
+  json_t *e =
+      rules ? json_pack("{s:o, s:o}", "path", jb_scan_path_json(path), "rules", rules) : NULL;
+  if (!e || json_array_append_new(w->out->secrets, e) < 0)
+    return jb_fail(w->err, ENOMEM, "out of memory");
+  sec->kept += (long long)pl;
+  return 0;
+}
+
 static int walk_dir(struct walk *w, int dfd, const char *rel) {
   DIR *d = fdopendir(dfd);
   if (!d) {
@@ -309,8 +365,8 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       w->out->bytes += st.st_size;
       char hex[65];
       if (w->hash_left >= 0) w->hash_left -= st.st_size;
-      int hr = hash_file(dirfd(d), de->d_name, w->hash_max, w->buf, WALK_BUF, hex, w->err);
-      if (hr < 0) {
+      int hr = hash_file(dirfd(d), de->d_name, w->hash_max, w->buf, WALK_BUF, hex, w->sec, w->err);
+      if (hr < 0 || (hr == 0 && w->sec && w->sec->n > 0 && secret_found(w, path) < 0)) {
         ret = -1;
         break;
       }
@@ -479,6 +535,8 @@ void jb_scan_result_free(struct jb_scan_result *r) {
   if (!r) return;
   json_decref(r->flagged);
   r->flagged = NULL;
+  json_decref(r->secrets);
+  r->secrets = NULL;
 }
 
 /* The SHA-256 of the sorted entries of `w` (jb_workspace_scan) into out->dir_hash. */
@@ -558,7 +616,15 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
                    .prev = prev,
                    .hash_left = lim->hash_budget > 0 ? lim->hash_budget : -1,
                    .deadline_ms = lim->time_ms > 0 ? now_ms() + lim->time_ms : 0};
-  if (!(w.buf = malloc(WALK_BUF))) {
+  struct secret_look sec = {.rules = jb_scan_rules_in_use(), .exclude = lim->exclude_secrets};
+  if (lim->secrets) {
+    w.sec = &sec;
+    out->secrets = json_array();
+    sec.win = malloc(WALK_BUF + SECRET_OVERLAP);
+  }
+  if (!(w.buf = malloc(WALK_BUF)) || (lim->secrets && (!sec.win || !out->secrets))) {
+    free(w.buf);
+    free(sec.win);
     close(fd);
     jb_scan_result_free(out);
     return jb_fail(err, ENOMEM, "out of memory");
@@ -567,6 +633,7 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
   clock_gettime(CLOCK_REALTIME, &began);
   int ret = walk_dir(&w, fd, "");
   free(w.buf);
+  free(sec.win);
   struct jb_scan_snapshot k = {0};
   if (ret == 0 && !keep) ret = flag_landing_links(&w, root);
   if (ret == 0) {
@@ -595,6 +662,15 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
 int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
                       struct jb_scan_result *out, jb_error *err) {
   struct jb_walk_limits lim = {.max_entries = max_entries, .hash_max = hash_max};
+  return scan(root, &lim, NULL, out, NULL, err);
+}
+
+int jb_workspace_prescan(const char *root, long max_entries, long long hash_max,
+                         bool exclude_secrets, struct jb_scan_result *out, jb_error *err) {
+  struct jb_walk_limits lim = {.max_entries = max_entries,
+                               .hash_max = hash_max,
+                               .secrets = true,
+                               .exclude_secrets = exclude_secrets};
   return scan(root, &lim, NULL, out, NULL, err);
 }
 
@@ -885,11 +961,16 @@ int jb_workspace_remove(const char *root, const char *path, jb_error *err) {
 }
 
 json_t *jb_scan_json(const struct jb_scan_result *r) {
-  return json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:o, s:I}", "files",
-                   (json_int_t)r->files, "dirs", (json_int_t)r->dirs, "symlinks",
-                   (json_int_t)r->symlinks, "other", (json_int_t)r->other, "bytes",
-                   (json_int_t)r->bytes, "truncated", r->truncated, "dirHash", r->dir_hash,
-                   "hashMaxBytes", (json_int_t)r->hash_max, "flagged",
-                   r->flagged ? json_incref(r->flagged) : json_array(), "flaggedCount",
-                   (json_int_t)r->n_flagged);
+  json_t *j =
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:b, s:s, s:I, s:o, s:I}", "files", (json_int_t)r->files,
+                "dirs", (json_int_t)r->dirs, "symlinks", (json_int_t)r->symlinks, "other",
+                (json_int_t)r->other, "bytes", (json_int_t)r->bytes, "truncated", r->truncated,
+                "dirHash", r->dir_hash, "hashMaxBytes", (json_int_t)r->hash_max, "flagged",
+                r->flagged ? json_incref(r->flagged) : json_array(), "flaggedCount",
+                (json_int_t)r->n_flagged);
+  if (j && r->secrets) {
+    json_object_set(j, "secrets", r->secrets);
+    json_object_set_new(j, "secretsCount", json_integer((json_int_t)r->n_secrets));
+  }
+  return j;
 }

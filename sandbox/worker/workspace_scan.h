@@ -19,7 +19,14 @@ struct jb_scan_result {
   long long hash_max; /* bytes: larger regular files are not hashed */
   long n_flagged; /* flagged entries, all of them */
   json_t *flagged; /* [{path, kind}], the first JB_SCAN_FLAGGED_MAX (owned) */
+  long n_secrets; /* files that look like secrets (jb_workspace_prescan), all of them */
+  json_t *secrets; /* [{path, rules}], the first that fit JB_SCAN_SECRETS_MAX entries and
+                      JB_SCAN_SECRETS_BYTES bytes of paths (owned); NULL: not looked for */
 };
+
+#define JB_SCAN_SECRETS_MAX 100
+#define JB_SCAN_SECRETS_BYTES (8 * 1024)
+#define JB_SCAN_SECRET_FILE_MAX (8LL * 1024 * 1024) /* larger files are not looked into */
 
 #define JB_SCAN_FLAGGED_MAX 1000
 
@@ -32,8 +39,10 @@ struct jb_scan_result {
  * landing_link (jb_workspace_scan only): the path a symbolic link at a place the landing rules
  * cover (lib/scan.h jb_scan_landing) names, judged lexically and, where that differs, as the
  * kernel resolves it through other links, with the link as "link" — a
- * notice too: writing, making or moving onto that path is a landing on the covered place.
- * Entries of the first five kinds are invisible to the agent and refused (api/agent/ops.c). */
+ * notice too: writing, making or moving onto that path is a landing on the covered place;
+ * secret (jb_workspace_prescan with exclude_secrets only): a file the `secret` rules match.
+ * Entries of the first five kinds and secret ones are invisible to the agent and refused
+ * (api/agent/ops.c). */
 
 /* Walks `root` (never following symlinks; openat with O_NOFOLLOW from the root's own fd) up
  * to `max_entries` entries. The directory hash is SHA-256 over the entries sorted by path
@@ -46,6 +55,17 @@ struct jb_scan_result {
  * or a read fails. */
 int jb_workspace_scan(const char *root, long max_entries, long long hash_max,
                       struct jb_scan_result *out, jb_error *err);
+
+/* The pre-scan: jb_workspace_scan, and each regular file of at most JB_SCAN_SECRET_FILE_MAX
+ * bytes it reads is also matched against the scan rules' `secret` rules (lib/scan.h
+ * jb_scan_secrets, in 64 KiB windows that overlap by 4 KiB, so that a secret on a window's
+ * edge is still seen): the files that look like secrets are listed in out->secrets with the
+ * ids of the rules that matched (a match that fails counts, rule "scanner_error"), so that
+ * the buyer can exclude them before the agent reads them. With `exclude_secrets` each of
+ * them is also a flagged entry of kind "secret": hidden from the agent and refused, as the
+ * other flagged kinds are. Returns as jb_workspace_scan. */
+int jb_workspace_prescan(const char *root, long max_entries, long long hash_max,
+                         bool exclude_secrets, struct jb_scan_result *out, jb_error *err);
 void jb_scan_result_free(struct jb_scan_result *r);
 
 /* One entry of a kept walk (jb_workspace_snapshot): its type (f d l o), permission bits
@@ -84,6 +104,8 @@ struct jb_walk_limits {
                             hash would take it past the bound is left unhashed ("unhashed"),
                             and the walk is not whole */
   long long time_ms; /* the walk stops after this long (monotonic); 0: no bound */
+  bool secrets; /* look for files that look like secrets (jb_workspace_prescan) */
+  bool exclude_secrets; /* and flag them "secret" */
 };
 
 /* Sparse files: a regular file over 1 MiB whose allocated blocks are under an eighth of its

@@ -1,0 +1,72 @@
+// prescan_secrets.test.mjs — the pre-scan lists the files that look like secrets (the scan
+// rules' `secret` rules over each file's bytes, also across the edge of a 64 KiB window and in
+// UTF-16), so that the buyer can exclude them before the agent reads them; with the operator's
+// JAILBOX_PRESCAN_EXCLUDE_SECRETS=1 they are flagged `secret` from the start: hidden from list,
+// refused to read, and exec (whose jail sees the whole workspace) is not offered. A file with no
+// secret is neither. Through the real stack (jailboxd, the worker's pre-scan, the shim in gVisor
+// + Docker); needs root, Docker with runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startSandboxServer, toolFailure } from './lib/agent.mjs';
+
+const IMAGE = 'jailbox-sandbox:prescan-secrets';
+let K, srv;
+
+before(async () => {
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PRESCAN_EXCLUDE_SECRETS: '1' });
+  srv = K.srv;
+});
+
+after(async () => {
+  if (K) K.closeSockets();
+  if (srv) {
+    const log = srv.log();
+    await srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+const AWS = 'AKIA' + 'IOSFODNN7EXAMPLE';
+
+test('files that look like secrets: listed by the pre-scan with their rules, hidden and refused when the operator excludes them', { timeout: 240000 }, async () => {
+  const S = await K.openSession((d) => {
+    writeFileSync(join(d, 'ok.txt'), 'nothing to see\n');
+    mkdirSync(join(d, 'conf'));
+    writeFileSync(join(d, 'conf', 'aws.env'), `AWS_ACCESS_KEY_ID=${AWS}\n`);
+    // a key whose bytes straddle the first 64 KiB window's edge
+    const pad = 'x'.repeat(65536 - 10);
+    writeFileSync(join(d, 'edge.log'), pad + `key ${AWS} end\n`);
+    // a PEM header in UTF-16LE
+    writeFileSync(join(d, 'wide.txt'), Buffer.from('-----BEGIN RSA PRIVATE KEY-----\n', 'utf16le'));
+  }, { mode: 'unsupervised' });
+  const sess = await K.sessionOf(S.jobId);
+  assert.equal(sess.state, 'awaiting_agent', sess.stateReason);
+  const pre = sess.walls.prescan;
+  const listed = Object.fromEntries(pre.secrets.map((x) => [x.path, x.rules]));
+  assert.deepEqual(Object.keys(listed).sort(), ['conf/aws.env', 'edge.log', 'wide.txt'], JSON.stringify(pre.secrets));
+  assert.deepEqual(listed['conf/aws.env'], ['aws_access_key_id']);
+  assert.deepEqual(listed['edge.log'], ['aws_access_key_id']);
+  assert.deepEqual(listed['wide.txt'], ['private_key']);
+  assert.equal(pre.secretsCount, 3);
+  const secretFlags = pre.flagged.filter((f) => f.kind === 'secret').map((f) => f.path).sort();
+  assert.deepEqual(secretFlags, ['conf/aws.env', 'edge.log', 'wide.txt']);
+  // hidden and refused; the clean file is served
+  const agent = await K.connect(S.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
+  const l = await K.ok(agent, 'list', { path: '.' });
+  assert.deepEqual(l.entries.map((e) => e.name).sort(), ['conf', 'ok.txt']);
+  assert.equal((await K.ok(agent, 'read', { path: 'ok.txt' })).content, 'nothing to see\n');
+  const f = toolFailure(await K.call(agent, 'read', { path: 'conf/aws.env' }));
+  assert.ok(f, 'a read of a secret file is refused');
+  assert.equal(f.data?.reason, 'flagged', JSON.stringify(f));
+  const x = toolFailure(await K.call(agent, 'exec', { argv: ['cat', 'conf/aws.env'] }));
+  assert.ok(x, 'exec is not offered while a secret file is flagged');
+  // the buyer saw the list in the pre-scan's audit entry too
+  const audit = (await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: S.buyerToken })).text
+    .trim().split('\n').map((e) => JSON.parse(e));
+  const ps = audit.find((e) => e.operation === 'pre_scan');
+  assert.equal(ps.details.secretsCount, 3, JSON.stringify(ps.details));
+  assert.ok(!JSON.stringify(audit).includes(AWS), 'the secret itself is nowhere in the chain');
+});
