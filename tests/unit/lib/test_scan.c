@@ -287,6 +287,25 @@ static const struct sample samples[] = {
     {"git_config", true, "sub/.git", "gitdir: ../not-a-repo\n", NULL}, /* a gitdir pointer file */
     {"git_config", true, ".Git/Config", "[core]\n", NULL},
     {"git_config", false, "sub/.gitignore", "*.o\n", NULL},
+    /* what else git takes its config and hooks from, or runs: flagged */
+    {"git_config", true, ".git/commondir", "../evil\n", NULL},
+    {"git_config", true, ".git/worktrees/w/commondir", "../..\n", NULL},
+    {"git_config", true, ".git/worktrees/w/gitdir", "/tmp/w/.git\n", NULL},
+    {"git_config", true, ".git/modules/m/config", "[core]\n", NULL},
+    {"git_config", true, ".git/objects/info/alternates", "/tmp/objects\n", NULL},
+    {"git_config", true, ".git/rebase-merge/git-rebase-todo", "exec touch x\n", NULL},
+    {"git_config", true, ".git/info/exclude", "x\n", NULL},
+    /* the data git writes on its own as it commits, fetches or gc's: not flagged */
+    {"git_config", false, ".git/objects/ab/cdef0123", "x\n", NULL},
+    {"git_config", false, ".git/objects/info/packs", "P pack-1.pack\n", NULL},
+    {"git_config", false, ".git/refs/heads/main", "0123\n", NULL},
+    {"git_config", false, ".git/logs/HEAD", "0123\n", NULL},
+    {"git_config", false, ".git/index", "DIRC\n", NULL},
+    {"git_config", false, ".git/HEAD", "ref: refs/heads/main\n", NULL},
+    {"git_config", false, ".git/packed-refs", "# pack-refs\n", NULL},
+    {"git_config", false, ".git/COMMIT_EDITMSG", "msg\n", NULL},
+    {"git_config", false, ".git/modules/m/refs/heads/x", "0123\n", NULL},
+    {"git_config", false, ".git/worktrees/w/index", "DIRC\n", NULL},
     {"ci_definition", true, ".github/actions/setup/action.yml", "runs: {}\n", NULL},
     {"ci_definition", true, ".GitHub/Workflows/ci.yml", "on: push\n", NULL},
     {"ci_definition", true, ".drone.yml", "kind: pipeline\n", NULL},
@@ -336,7 +355,7 @@ static const struct sample samples[] = {
     {"git_config", true, "sub/.git/config", "[core]\n\tfsmonitor = ./x\n", NULL},
     {"git_config", true, ".git/modules/m/config", "[core]\n", NULL},
     {"git_config", false, "config", "[core]\n", NULL},
-    {"git_config", false, ".git/config.d/notes", "x\n", NULL},
+    {"git_config", true, ".git/config.d/notes", "x\n", NULL},
     {"git_hooks", false, "hooks/pre-commit", "#!/bin/sh\n", NULL},
     {"ci_definition", true, ".github/workflows/ci.yml", "on: push\n", NULL},
     {"ci_definition", true, "sub/.github/workflows/x.yaml", "on: push\n", NULL},
@@ -589,8 +608,13 @@ static void landing(void **state) {
   assert_int_equal(jb_scan_landing(r, ".github/workflows/ci.yml", false, rule, sizeof rule), 1);
   assert_string_equal(rule, "ci_definition");
   /* the directory itself: only as a directory */
-  assert_int_equal(jb_scan_landing(r, ".git/hooks", false, rule, sizeof rule), 0);
-  assert_int_equal(jb_scan_landing(r, ".git/hooks", true, rule, sizeof rule), 1);
+  assert_int_equal(jb_scan_landing(r, ".github/workflows", false, rule, sizeof rule), 0);
+  assert_int_equal(jb_scan_landing(r, ".github/workflows", true, rule, sizeof rule), 1);
+  /* anything git reads under .git but the data it writes itself */
+  assert_int_equal(jb_scan_landing(r, ".git/commondir", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "git_config");
+  assert_int_equal(jb_scan_landing(r, ".git/refs/heads/x", true, rule, sizeof rule), 0);
+  assert_int_equal(jb_scan_landing(r, ".git/objects/ab", true, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, "sub/.github/workflows", true, rule, sizeof rule), 1);
   /* content rules decide nothing here */
   assert_int_equal(jb_scan_landing(r, "src/main.c", false, rule, sizeof rule), 0);
