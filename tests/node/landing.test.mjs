@@ -63,6 +63,11 @@ function buildWorkspace(d, marker, mode) {
   }
   mkdirSync(join(d, 'plain/deeper'), { recursive: true });
   writeFileSync(join(d, 'plain/deeper/c.txt'), 'c\n');
+  // a commondir pointing git at a directory whose config runs an fsmonitor
+  mkdirSync(join(d, 'evil/objects'), { recursive: true });
+  mkdirSync(join(d, 'evil/refs'));
+  writeFileSync(join(d, 'evil/config'), `[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch ${marker}; false"\n`);
+  writeFileSync(join(d, 'commondir.txt'), '../evil\n');
 }
 
 before(async () => {
@@ -100,6 +105,8 @@ const planted = [
   { tool: 'mkdir', args: { path: 'hooksdir/_' }, landing: 'hooksdir/_', rule: 'git_hooks' },
   // a VS Code task that runs when the folder opens
   { tool: 'move', args: { source: 'tasks.json', destination: '.vscode/tasks.json' }, landing: '.vscode/tasks.json', rule: 'editor_config' },
+  // git takes config and hooks from the directory .git/commondir names
+  { tool: 'move', args: { source: 'commondir.txt', destination: '.git/commondir' }, landing: '.git/commondir', rule: 'git_config' },
 ];
 
 // one planting call of `mode`'s session: refused flagged, alerted, audited, never asked
@@ -136,7 +143,7 @@ async function refusedLandings(mode) {
   const d = S.dir;
   // nothing moved or was made
   for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config', 'tasks.json']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved`);
-  for (const f of ['.git/hooks/pre-commit', 'sub/.git/hooks', '.github', '.git/hooks/x', 'config.bak', 'hooksdir/pre-commit', 'hooksdir/_', '.vscode/tasks.json']) assert.ok(!existsSync(join(d, f)), `${mode}: ${f} made`);
+  for (const f of ['.git/hooks/pre-commit', 'sub/.git/hooks', '.github', '.git/hooks/x', 'config.bak', 'hooksdir/pre-commit', 'hooksdir/_', '.vscode/tasks.json', '.git/commondir']) assert.ok(!existsSync(join(d, f)), `${mode}: ${f} made`);
   const ops = await K.srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool IN ('move', 'mkdir', 'write')", [S.jobId]);
   assert.equal(ops.rows[0].n, 0, mode + ': a refused landing was stored as an op');
 }
