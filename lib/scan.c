@@ -382,11 +382,48 @@ static int landing_one(const struct jb_scan_rules *r, const struct rule *ru, con
   return match(r, ru->code, (const unsigned char *)s, len, why, sizeof why) != 0;
 }
 
+/* `path` with the characters that a case-insensitive file system with Unicode case folding
+ * (APFS, ext4 casefold) takes for ASCII letters replaced by those letters: U+017F LONG S (C5 BF)
+ * folds to "s", U+212A KELVIN SIGN (E2 84 AA) to "k" — so that ".huſky/" is matched as
+ * ".husky/". New string, or NULL when there is none of them (or out of memory: *oom). */
+static char *unicode_folded(const char *path, bool *oom) {
+  if (!strstr(path, "\xc5\xbf") && !strstr(path, "\xe2\x84\xaa")) return NULL;
+  char *f = strdup(path), *o = f;
+  if (!f) {
+    *oom = true;
+    return NULL;
+  }
+  for (const char *p = path; *p;) {
+    if (!strncmp(p, "\xc5\xbf", 2)) {
+      *o++ = 's';
+      p += 2;
+    } else if (!strncmp(p, "\xe2\x84\xaa", 3)) {
+      *o++ = 'k';
+      p += 3;
+    } else {
+      *o++ = *p++;
+    }
+  }
+  *o = '\0';
+  return f;
+}
+
 int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir, char *rule,
                     size_t rsize) {
   if (!r) {
     snprintf(rule, rsize, "scanner_unavailable");
     return 1;
+  }
+  bool oom = false;
+  char *folded = unicode_folded(path, &oom);
+  if (oom) {
+    snprintf(rule, rsize, "scanner_unavailable");
+    return 1;
+  }
+  if (folded) { /* judged as the file system may take it, and as it is */
+    int hit = jb_scan_landing(r, folded, is_dir, rule, rsize);
+    free(folded);
+    if (hit) return hit;
   }
   size_t len = strlen(path);
   char *slashed = NULL;

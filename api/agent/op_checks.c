@@ -214,11 +214,27 @@ bool op_exec_env_allowed(const char *name) {
   return false;
 }
 
-/* Whether `value` of variable `name` may be set: a locale name without '/' (glibc reads a
- * locale named by a path from that path). */
+/* The bytes a variable's value may hold: letters, digits and . , : + = @ % / _ - and space.
+ * Nothing a shell, make or a config reader expands or splits on ($, `, (, ), ;, |, &, <, >,
+ * quotes, backslash, newline …): an allowed name is read by tools that expand what it holds —
+ * make turns every variable of the environment into a make variable, so VERBOSE='$(shell …)'
+ * runs wherever a Makefile says $(VERBOSE) — and the buyer must see in the value all that it
+ * does. */
+static bool env_value_chars_ok(const char *v) {
+  for (; *v; v++) {
+    unsigned char c = (unsigned char)*v;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          strchr(".,:+=@%/_- ", c)))
+      return false;
+  }
+  return true;
+}
+
+/* Whether `value` of variable `name` may be set: plain characters only (env_value_chars_ok),
+ * and a locale name without '/' (glibc reads a locale named by a path from that path). */
 static bool env_value_ok(const char *name, const char *value) {
   bool locale = !strcmp(name, "LANG") || !strcmp(name, "LANGUAGE") || !strncmp(name, "LC_", 3);
-  return !locale || !strchr(value, '/');
+  return env_value_chars_ok(value) && (!locale || !strchr(value, '/'));
 }
 
 #define BAD(c, ...)                    \
@@ -312,7 +328,9 @@ static bool check_env(json_t *v, int *code, char *msg, size_t msize) {
     if (!json_is_string(x)) BAD(JB_MCP_INVALID, "env '%.128s' must be a string", k);
     if (!nul_free(x)) BAD(JB_MCP_INVALID, "env '%.128s' contains a NUL character", k);
     if (!env_value_ok(k, json_string_value(x)))
-      BAD(JB_MCP_DENIED, "env '%.128s' must be a locale name, without '/'", k);
+      BAD(JB_MCP_DENIED,
+          "env '%.128s': a value holds letters, digits, space and . , : + = @ %% / _ - only%s", k,
+          env_value_chars_ok(json_string_value(x)) ? " (a locale name, without '/')" : "");
     total += n + json_string_length(x) + 2;
   }
   if (total > OP_EXEC_ARGS_BYTES)

@@ -82,6 +82,11 @@ test('env is an allow-list: GIT_DIR and CC refused unless the operator allows th
   // a locale names no file
   let f = toolFailure(await kit.call(agent, 'exec', { argv: ['echo'], env: { LC_ALL: '/workspace/locale' } }));
   assert.equal(f?.data?.reason, 'denied', JSON.stringify(f));
+  // an allowed name holds no code: make expands every variable of the environment, so
+  // VERBOSE='$(shell …)' would run where a Makefile says $(VERBOSE), behind a masked value
+  f = toolFailure(await kit.call(agent, 'exec', { argv: ['make'], env: { VERBOSE: '$(shell touch X) ' + GH } }));
+  assert.equal(f?.data?.reason, 'denied', JSON.stringify(f));
+  assert.match(f.message, /VERBOSE/);
   // allowed by the operator (GIT_DIR, MY_TOKEN): the buyer sees the values, secrets masked
   const call = kit.call(agent, 'exec', { argv: ['git', 'status'], env: { GIT_DIR: '/workspace/.evil', MY_TOKEN: 'plain-text-1', LANG: GH, LC_MESSAGES: 'x'.repeat(3000) } });
   const ev = await kit.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'exec');

@@ -77,6 +77,8 @@ const flagged = [
   { kind: 'path', rule: 'editor_config', path: '.vscode/tasks.json', content: '{}\n' },
   { kind: 'path', rule: 'package_manager_config', path: '.npmrc', content: 'script-shell=/tmp/x\n' },
   { kind: 'path', rule: 'hook_manager', path: '.pre-commit-config.yaml', content: 'repos: []\n' },
+  { kind: 'path', rule: 'git_bare_repository', path: 'docs/HEAD', content: 'ref: refs/heads/main\n' },
+  { kind: 'path', rule: 'python_startup', path: 'docs/site-packages/x.pth', content: 'import os\n' },
   { kind: 'binary', rule: 'binary_content', path: 'payload.bin', content: b64(Buffer.alloc(9000, 0)), encoding: 'base64' },
 ];
 // their clean neighbours, one per rule or more: each becomes a pending approval
@@ -97,6 +99,8 @@ const clean = [
   { kind: 'path', rule: 'editor_config', path: 'docs/tasks.json', content: '{}\n' },
   { kind: 'path', rule: 'package_manager_config', path: 'docs/npmrc.txt', content: 'x=1\n' },
   { kind: 'path', rule: 'hook_manager', path: 'docs/pre-commit.txt', content: 'repos: []\n' },
+  { kind: 'path', rule: 'git_bare_repository', path: 'docs/HEAD.md', content: 'ref: refs/heads/main\n' },
+  { kind: 'path', rule: 'python_startup', path: 'docs/x.pth', content: 'import os\n' },
   { kind: 'binary', rule: 'binary_content', path: 'small.bin', content: b64(Buffer.alloc(100, 0)), encoding: 'base64' },
   // output-only rules (check `redact`): a file that holds a match is written like any other
   { kind: 'content', rule: 'netrc_entry', path: 'netrc.txt', content: 'machine example.com login me password s3cr3t-pw\n' },

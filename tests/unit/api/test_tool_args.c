@@ -319,6 +319,16 @@ static void exec_args(void **state) {
   refuses(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"LC_ALL\":\"/workspace/loc\"}}",
           JB_MCP_DENIED, "locale name");
   accepts(JB_TOOL_EXEC, "{\"argv\":[\"ls\"],\"env\":{\"TZ\":\"Europe/Paris\"}}");
+  /* an allowed name's value holds nothing a shell or make expands: the buyer sees what runs */
+  static const char *const bad_values[] = {
+      "$(shell touch x)", "`id`", "a;b", "a\\nb", "${X}", "a'b", "a|b", "a>b", "a\\\\b"};
+  for (size_t i = 0; i < sizeof bad_values / sizeof bad_values[0]; i++) {
+    char j[200];
+    snprintf(j, sizeof j, "{\"argv\":[\"make\"],\"env\":{\"VERBOSE\":\"%s\"}}", bad_values[i]);
+    refuses(JB_TOOL_EXEC, j, JB_MCP_DENIED, "letters, digits");
+  }
+  accepts(JB_TOOL_EXEC,
+          "{\"argv\":[\"make\"],\"env\":{\"VERBOSE\":\"1\",\"RUST_LOG\":\"info,x=debug\"}}");
   /* the operator's additions: whole names and prefixes; never JAILBOX_* */
   char m[200];
   assert_int_equal(jb_op_set_exec_env_allow("GIT_DIR, CC ,MY_*", m, sizeof m), 0);

@@ -346,6 +346,14 @@ static const struct sample samples[] = {
     {"package_manager_config", false, "package.json", "{}\n", NULL},
     {"package_manager_config", false, "Cargo.toml", "[package]\n", NULL},
     {"package_manager_config", false, "Makefile", "all:\n", NULL},
+    {"git_bare_repository", true, "lib/HEAD", "ref: refs/heads/main\n", NULL},
+    {"git_bare_repository", true, "HEAD", "ref: refs/heads/main\n", NULL},
+    {"git_bare_repository", false, ".git/logs/HEAD", "0123\n", NULL},
+    {"git_bare_repository", false, "sub/.git/modules/m/HEAD", "ref: refs/heads/x\n", NULL},
+    {"git_bare_repository", false, "docs/HEADER.md", "x\n", NULL},
+    {"python_startup", true, ".venv/lib/python3.11/site-packages/x.pth", "import os\n", NULL},
+    {"python_startup", true, "env/lib/python3/dist-packages/sitecustomize.py", "x = 1\n", NULL},
+    {"python_startup", false, ".venv/lib/python3.11/site-packages/x/__init__.py", "x = 1\n", NULL},
     {"hook_manager", true, ".pre-commit-config.yaml", "repos: []\n", NULL},
     {"hook_manager", true, "lefthook.yml", "pre-commit: {}\n", NULL},
     {"hook_manager", true, ".lefthook-local.yml", "pre-commit: {}\n", NULL},
@@ -616,6 +624,14 @@ static void landing(void **state) {
   assert_int_equal(jb_scan_landing(r, ".git/refs/heads/x", true, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, ".git/objects/ab", true, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, "sub/.github/workflows", true, rule, sizeof rule), 1);
+  /* as a Unicode case-folding file system takes it: U+017F for s, U+212A for k */
+  assert_int_equal(jb_scan_landing(r, ".github/workflow\xc5\xbf/x.yml", false, rule, sizeof rule),
+                   1);
+  assert_string_equal(rule, "ci_definition");
+  assert_int_equal(
+      jb_scan_landing(r, ".hu\xc5\xbf\xe2\x84\xaay/pre-commit", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "git_hooks");
+  assert_int_equal(jb_scan_landing(r, "docs/\xc5\xbf.md", false, rule, sizeof rule), 0);
   /* content rules decide nothing here */
   assert_int_equal(jb_scan_landing(r, "src/main.c", false, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, "src", true, rule, sizeof rule), 0);
