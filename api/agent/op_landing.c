@@ -5,7 +5,8 @@
  * place lets another take its place, and moving `.git` away changes what git finds), its
  * destination and, for a directory, every entry of the tree as it would land under the
  * destination (the names come from the shim, bounded, and the move is bound to them:
- * `expectTree`). A path is also a landing on the covered place when the pre-scan found a
+ * `expectTree`), and a delete's path with, for a directory, every entry of its tree. A path is
+ * also a landing on the covered place when the pre-scan found a
  * symbolic link there that resolves to it ("landing_link" entries of the session's pre-scan
  * flags: writing `scripts/hook.sh` writes the hook `.git/hooks/pre-commit -> ../../scripts/
  * hook.sh`). A flagged landing is refused as a flagged write is: an audit entry decided by
@@ -163,9 +164,11 @@ static void names_sha(json_t *entries, char hex[65]) {
   sodium_bin2hex(hex, 65, h, sizeof h);
 }
 
-/* A directory's move: every entry of its tree (call->current's "tree") as it lands under the
- * destination; the move bound to those names. */
-static enum op_step check_tree(struct op_call *call) {
+/* Every entry of the tree of a directory (call->current's "tree": the names the shim listed)
+ * as it lands under `under` (a move's destination) or as it is (a delete: the path itself).
+ * OP_NEXT with `entries` set to them (borrowed), or a refusal. */
+static enum op_step check_tree_under(struct op_call *call, const char *under,
+                                     json_t **entries_out) {
   json_t *entries = json_object_get(json_object_get(call->current, "tree"), "entries");
   if (!json_is_array(entries)) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
@@ -180,11 +183,21 @@ static enum op_step check_tree(struct op_call *call) {
     size_t n = json_string_length(x);
     if (!name || n == 0 || strlen(name) != n) continue; /* hashed below all the same */
     bool dir = name[n - 1] == '/';
-    int k = snprintf(p, sizeof p, "%s/%.*s", call->dest, (int)(n - dir), name);
+    int k = snprintf(p, sizeof p, "%s/%.*s", under, (int)(n - dir), name);
     if (k < 0 || (size_t)k >= sizeof p) continue; /* the shim refuses the move: over PATH_MAX */
     enum op_step s = op_check_landing_path(call, p, dir);
     if (s != OP_NEXT) return s;
   }
+  *entries_out = entries;
+  return OP_NEXT;
+}
+
+/* A directory's move: every entry of its tree as it lands under the destination; the move
+ * bound to those names. */
+static enum op_step check_tree(struct op_call *call) {
+  json_t *entries = NULL;
+  enum op_step s = check_tree_under(call, call->dest, &entries);
+  if (s != OP_NEXT) return s;
   char hex[65];
   names_sha(entries, hex);
   json_object_set_new(call->sargs, "expectTree", json_string(hex));
@@ -206,6 +219,23 @@ static enum op_step check_move(struct op_call *call) {
   return s;
 }
 
+/* delete: an entry that leaves a covered place (a hook, git's config, a workflow) changes what
+ * the buyer's tools run as much as one that lands there — removing a hook that scans commits
+ * for secrets, or making room for a link in its place: the path and, for a directory, every
+ * entry of its tree as it is (a tree over the shim's bound is refused, as a move's is). */
+static enum op_step check_delete(struct op_call *call) {
+  enum op_step s = op_stat_path(call, call->path, true, &call->current, false);
+  if (s != OP_NEXT) return s;
+  const char *type = json_string_value(json_object_get(call->current, "type")) ?: "";
+  bool dir = !strcmp(type, "dir");
+  /* a link is judged as a directory too: it may stand for one (.husky -> hooks) */
+  s = op_check_landing_path(call, call->path, dir || !strcmp(type, "symlink"));
+  json_t *entries = NULL;
+  if (s == OP_NEXT && dir) s = check_tree_under(call, call->path, &entries);
+  json_object_del(call->current, "tree"); /* not shown in the approval request */
+  return s;
+}
+
 enum op_step op_check_landing(struct op_call *call) {
   switch (call->tool) {
     case JB_TOOL_WRITE:
@@ -215,6 +245,8 @@ enum op_step op_check_landing(struct op_call *call) {
       return check_mkdir(call);
     case JB_TOOL_MOVE:
       return check_move(call);
+    case JB_TOOL_DELETE:
+      return check_delete(call);
     default:
       return OP_NEXT;
   }

@@ -715,7 +715,7 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
     return s;
   }
-  if (call->tool == JB_TOOL_MKDIR || call->tool == JB_TOOL_MOVE) {
+  if (call->tool == JB_TOOL_MKDIR || call->tool == JB_TOOL_MOVE || call->tool == JB_TOOL_DELETE) {
     s = op_check_landing(call); /* before any rule, reviewer or buyer */
     if (s != OP_NEXT) return s;
   }

@@ -105,6 +105,10 @@ const planted = [
   { tool: 'mkdir', args: { path: 'hooksdir/_' }, landing: 'hooksdir/_', rule: 'git_hooks' },
   // a VS Code task that runs when the folder opens
   { tool: 'move', args: { source: 'tasks.json', destination: '.vscode/tasks.json' }, landing: '.vscode/tasks.json', rule: 'editor_config' },
+  // an entry that leaves a covered place: a hooks directory's link, git's whole directory
+  { tool: 'delete', args: { path: '.husky' }, landing: '.husky', rule: 'git_hooks' },
+  { tool: 'delete', args: { path: '.git', recursive: true }, landing: '.git', rule: 'git_config' },
+  { tool: 'delete', args: { path: 'sub/.git/config' }, landing: 'sub/.git/config', rule: 'git_config' },
   // git takes config and hooks from the directory .git/commondir names
   { tool: 'move', args: { source: 'commondir.txt', destination: '.git/commondir' }, landing: '.git/commondir', rule: 'git_config' },
 ];
@@ -142,9 +146,9 @@ async function refusedLandings(mode) {
   assert.deepEqual(failed, [], mode);
   const d = S.dir;
   // nothing moved or was made
-  for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config', 'tasks.json']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved`);
+  for (const f of ['payload.sh', 'hk/pre-commit', 'wf/workflows/x.yml', '.git/config', 'tasks.json', '.husky', '.git/HEAD', 'sub/.git/config']) assert.ok(existsSync(join(d, f)), `${mode}: ${f} moved or deleted`);
   for (const f of ['.git/hooks/pre-commit', 'sub/.git/hooks', '.github', '.git/hooks/x', 'config.bak', 'hooksdir/pre-commit', 'hooksdir/_', '.vscode/tasks.json', '.git/commondir']) assert.ok(!existsSync(join(d, f)), `${mode}: ${f} made`);
-  const ops = await K.srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool IN ('move', 'mkdir', 'write')", [S.jobId]);
+  const ops = await K.srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool IN ('move', 'mkdir', 'write', 'delete')", [S.jobId]);
   assert.equal(ops.rows[0].n, 0, mode + ': a refused landing was stored as an op');
 }
 
