@@ -56,7 +56,8 @@ int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out);
 json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
 
 /* `s` made safe for a terminal: C0 and C1 control characters and DEL (which could move the
- * cursor, retitle the window or hide text: strings from the server may come from the agent)
+ * cursor, retitle the window or hide text: strings from the server may come from the agent),
+ * and bidi controls, zero-width marks and the byte order mark (which reorder or hide text)
  * become '?', and more than 512 bytes are cut with "…". A string of a rotating pool of 16
  * (borrowed; valid until 16 more calls; not thread-safe). NULL gives "-". */
 const char *jb_ctl_text(const char *s);

@@ -145,6 +145,10 @@ static void test_text_and_escape(void **state) {
                                   "d\tе"),
                       "a?]0;x?b?c?d?е");
   assert_string_equal(jb_ctl_text(NULL), "-");
+  /* bidi override, isolate, zero-width space, BOM: each one '?'; other text kept */
+  assert_string_equal(
+      jb_ctl_text("rm \xe2\x80\xaegpj.exe\xe2\x81\xa6x\xe2\x80\x8by\xef\xbb\xbfz \xc3\xa9"),
+      "rm ?gpj.exe?x?y?z \xc3\xa9");
   char big[2000];
   memset(big, 'x', sizeof big - 1);
   big[sizeof big - 1] = '\0';
