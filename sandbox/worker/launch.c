@@ -27,6 +27,7 @@
 #include "sandbox/worker/memcg.h"
 #include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/worker.h"
+#include "sandbox/worker/hooks_path.h"
 #include "sandbox/worker/workspace_scan.h"
 
 #define PRESCAN_ENTRY_MAX (32 * 1024) /* bytes of a pre-scan recorded whole in its entry */
@@ -239,6 +240,7 @@ static int prescan(struct jb_session *s, json_t **scan_out) {
     return launch_failed(s, NULL, "pre-scan failed: %s", err.msg);
   json_t *scan_json = jb_scan_json(&scan);
   jb_scan_result_free(&scan);
+  if (scan_json) jb_prescan_hooks_path(s->workspace, scan_json); /* git's hooks elsewhere */
   slog_json(w, JB_LOG_INFO, s->job_id, "pre-scan", "prescan", json_incref(scan_json));
   if (prescan_stored(w, s->job_id, scan_json, &err) != JB_OK) {
     json_decref(scan_json);

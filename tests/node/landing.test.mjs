@@ -221,3 +221,30 @@ test('afterwards the buyer\'s git status and git commit on the host run nothing 
   buyerGit('unsupervised');
   buyerGit('supervised');
 });
+
+test('a hooks directory the buyer\'s git config names (core.hooksPath) is covered as .git/hooks: a write, a mkdir and a move there are refused; the buyer\'s commit runs nothing', { timeout: 120000 }, async () => {
+  const marker = join(markers, 'hookspath.ran');
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, 'tools/hooks'), { recursive: true });
+    writeFileSync(join(d, 'tools/hooks/README'), 'hooks\n');
+    writeFileSync(join(d, 'payload.sh'), `#!/bin/sh\ntouch ${marker}\n`);
+    chmodSync(join(d, 'payload.sh'), 0o755);
+    assert.equal(git(d, 'init', '-q').status, 0);
+    assert.equal(git(d, 'config', 'core.hooksPath', 'tools/hooks').status, 0);
+    assert.equal(git(d, 'add', '.').status, 0);
+    assert.equal(git(d, 'commit', '-q', '-m', 'first').status, 0);
+  }, { mode: 'unsupervised' });
+  const flags = (await K.sessionOf(S.jobId)).walls.prescan.flagged;
+  assert.ok(flags.some((f) => f.kind === 'landing_link' && f.path === 'tools/hooks' && f.link === '.git/config'), JSON.stringify(flags));
+  const agent = await K.connect(S.agentToken);
+  for (const [tool, args] of [['write', { path: 'tools/hooks/pre-commit', content: `#!/bin/sh\ntouch ${marker}\n` }],
+    ['mkdir', { path: 'tools/hooks/x' }], ['move', { source: 'payload.sh', destination: 'tools/hooks/pre-commit' }]]) {
+    const e = toolFailure(await K.call(agent, tool, args, 15000));
+    assert.equal(e?.data?.reason, 'flagged', `${tool}: ${JSON.stringify(e)}`);
+  }
+  // the rest of the workspace is the agent's as before
+  await K.ok(agent, 'write', { path: 'tools/notes.txt', content: 'x\n' });
+  const c = git(S.dir, 'commit', '-q', '--allow-empty', '-m', 'buyer');
+  assert.equal(c.status, 0, c.stderr);
+  assert.ok(!existsSync(marker), 'the buyer\'s commit ran the agent\'s hook');
+});

@@ -1,0 +1,24 @@
+/* hooks_path.h — where the buyer's git looks for hooks when its configuration says so: the
+ * repository's core.hooksPath (git-config(1)), read from the workspace's .git/config by the
+ * pre-scan, so that a directory it names inside the workspace is covered as .git/hooks is. */
+#ifndef JB_SANDBOX_WORKER_HOOKS_PATH_H
+#define JB_SANDBOX_WORKER_HOOKS_PATH_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* The value of core.hooksPath in the git configuration `text` (`len` bytes; the last one set
+ * wins, as git reads it; sections [core] and keys are case-insensitive, a value may be quoted
+ * with \" \\ \n \t escapes, `#` and `;` start comments; include directives are not followed)
+ * into `out` (`size` bytes). 1 when set, 0 when not, -1 when the value does not fit. */
+int jb_git_hooks_path(const char *text, size_t len, char *out, size_t size);
+
+/* Adds to pre-scan `scan` (jb_scan_json's object) a `landing_link` flag for the directory the
+ * workspace `root`'s .git/config names as core.hooksPath, when that lies inside the workspace
+ * (relative to the work tree's root, or absolute under `root`; no ".." component): {path,
+ * kind: "landing_link", link: ".git/config"} — so that a write, mkdir or move there is a
+ * landing on git's hooks. The file is opened beneath `root` without following a link (at most
+ * 1 MiB); nothing is added when it is missing or unreadable. */
+void jb_prescan_hooks_path(const char *root, json_t *scan);
+
+#endif
