@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "db/events.h"
 #include "lib/scan.h"
@@ -54,13 +55,28 @@ static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged
   return false;
 }
 
+/* Whether `path` lies in a directory named .git (any case). The file tools never put an entry
+ * there, not even git's own data that the path rules leave open for a writable command's git
+ * commit: bytes written there by hand (a packed object and a replacement ref, an index entry,
+ * HEAD naming another ref) make the buyer's git show or check out what the buyer never saw. */
+static bool in_git_dir(const char *path) {
+  for (const char *c = path; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+    if (!strncasecmp(c, ".git/", 5)) return true;
+  return false;
+}
+
 /* Whether an entry landing at `path` (a directory when `is_dir`) is flagged: by the path
- * rules, or through a covered link that resolves there. True with *l filled. */
+ * rules, in a .git directory, or through a covered link that resolves there. True with *l
+ * filled. */
 static bool landing_flagged(const struct op_call *call, const char *path, bool is_dir,
                             struct landing *l) {
   snprintf(l->path, sizeof l->path, "%s", path);
   l->link[0] = '\0';
   if (jb_scan_landing_in_use(path, is_dir, l->rule, sizeof l->rule)) return true;
+  if (in_git_dir(path)) {
+    snprintf(l->rule, sizeof l->rule, "git_config");
+    return true;
+  }
   if (!link_target_hit(path, is_dir, call->sess.flagged, l)) return false;
   /* the rule that covers the link (a directory link's target is a directory) */
   if (!jb_scan_landing_in_use(l->link, true, l->rule, sizeof l->rule))

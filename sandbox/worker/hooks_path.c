@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "sandbox/worker/hooks_path.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
@@ -16,91 +17,163 @@
 
 #define CONFIG_MAX (1024 * 1024) /* bytes of .git/config read at most */
 
-/* One value (after '=') from `p` to the line's end into `out`: quotes, escapes, comments. */
-static int value_of(const char *p, const char *end, char *out, size_t size) {
-  size_t n = 0, trail = 0; /* trail: the length before unquoted blanks at the end */
-  bool quoted = false;
-  for (; p < end && *p != '\n'; p++) {
-    char c = *p;
-    if (!quoted && (c == '#' || c == ';')) break;
-    if (c == '"') {
-      quoted = !quoted;
-      trail = n;
+/* Calls fn(section, key, value, ctx) for each variable of git configuration `text` (`len`
+ * bytes), in order: section and key lower-cased (the section with "." after it when its
+ * header names a subsection: "includeif." for [includeIf "…"]), the value with quotes and
+ * escapes undone, a backslash before a newline joining the next line, a CR
+ * before a newline dropped, `#`/`;` starting a comment outside quotes (git-config(1) "Syntax").
+ * Values over 4095 bytes are passed cut to NULL (the caller treats that as unreadable). */
+typedef void (*config_fn)(const char *section, const char *key, const char *value, void *ctx);
+
+static void config_each(const char *text, size_t len, config_fn fn, void *ctx) {
+  const char *p = text, *end = text + len;
+  char section[64] = "", key[64], value[4096];
+  while (p < end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    if (p >= end) break;
+    if (*p == '#' || *p == ';') { /* a comment line */
+      while (p < end && *p != '\n') p++;
       continue;
     }
-    if (c == '\\' && p + 1 < end) {
-      c = *++p;
-      c = c == 'n' ? '\n' : c == 't' ? '\t' : c;
-    } else if (!quoted && (c == ' ' || c == '\t')) {
-      if (n == 0) continue; /* leading blanks */
-      if (n + 1 >= size) return -1;
-      out[n++] = c;
+    if (*p == '[') { /* [section] or [section "sub"] */
+      size_t n = 0;
+      for (p++; p < end && *p != ']' && *p != '\n' && *p != ' ' && *p != '\t'; p++)
+        if (n + 1 < sizeof section) section[n++] = (char)tolower((unsigned char)*p);
+      if (p < end && (*p == ' ' || *p == '\t') && n + 1 < sizeof section)
+        section[n++] = '.'; /* a subsection: "core." is not "core" */
+      section[n] = '\0';
+      while (p < end && *p != ']' && *p != '\n') p++;
+      if (p < end && *p == ']') p++;
       continue;
     }
-    if (n + 1 >= size) return -1;
-    out[n++] = c;
-    trail = n;
+    size_t kn = 0; /* a key: letters, digits, '-' */
+    for (; p < end && (isalnum((unsigned char)*p) || *p == '-'); p++)
+      if (kn + 1 < sizeof key) key[kn++] = (char)tolower((unsigned char)*p);
+    key[kn] = '\0';
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    size_t vn = 0, trail = 0;
+    bool quoted = false, fits = true;
+    if (p < end && *p == '=') {
+      for (p++; p < end && *p != '\n'; p++) {
+        char c = *p;
+        if (c == '\r' && (p + 1 == end || p[1] == '\n')) continue;
+        if (!quoted && (c == '#' || c == ';')) {
+          while (p < end && *p != '\n') p++;
+          break;
+        }
+        if (c == '"') {
+          quoted = !quoted;
+          trail = vn;
+          continue;
+        }
+        if (c == '\\' && p + 1 < end) {
+          c = *++p;
+          if (c == '\r' && p + 1 < end && p[1] == '\n') c = *++p;
+          if (c == '\n') continue; /* a continued line */
+          c = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'b' ? '\b' : c;
+        } else if (!quoted && (c == ' ' || c == '\t')) {
+          if (vn == 0) continue; /* leading blanks */
+          c = ' '; /* git keeps a blank inside a value as a space */
+        }
+        if (vn + 1 >= sizeof value) {
+          fits = false;
+          continue;
+        }
+        value[vn++] = c;
+        if (quoted || !(c == ' ' || c == '\t')) trail = vn;
+      }
+    } else { /* a key alone (a boolean) or nothing we read: to the line's end */
+      while (p < end && *p != '\n') p++;
+    }
+    value[trail] = '\0';
+    if (kn > 0) fn(section, key, fits ? value : NULL, ctx);
   }
-  out[trail] = '\0';
-  return 0;
+}
+
+struct hooks_path_ctx {
+  char *out;
+  size_t size;
+  int found;
+};
+
+static void hooks_path_of(const char *section, const char *key, const char *value, void *ctx) {
+  struct hooks_path_ctx *h = ctx;
+  if (strcmp(section, "core") || strcmp(key, "hookspath")) return;
+  if (!value || strlen(value) >= h->size) {
+    h->found = -1;
+    return;
+  }
+  snprintf(h->out, h->size, "%s", value);
+  h->found = 1;
 }
 
 int jb_git_hooks_path(const char *text, size_t len, char *out, size_t size) {
-  const char *p = text, *end = text + len;
-  bool core = false;
-  int found = 0;
-  while (p < end) {
-    const char *eol = memchr(p, '\n', (size_t)(end - p));
-    if (!eol) eol = end;
-    while (p < eol && (*p == ' ' || *p == '\t')) p++;
-    if (p < eol && *p == '[') { /* [section] or [section "sub"], maybe a key after it */
-      const char *close = memchr(p, ']', (size_t)(eol - p));
-      if (!close) {
-        p = eol + 1;
-        continue;
-      }
-      core = close - p - 1 == 4 && !strncasecmp(p + 1, "core", 4);
-      p = close + 1;
-      while (p < eol && (*p == ' ' || *p == '\t')) p++;
-    }
-    if (core && (size_t)(eol - p) >= 9 && !strncasecmp(p, "hookspath", 9)) {
-      const char *q = p + 9;
-      while (q < eol && (*q == ' ' || *q == '\t')) q++;
-      if (q < eol && *q == '=') {
-        if (value_of(q + 1, eol, out, size) < 0) return -1;
-        found = 1;
-      }
-    }
-    p = eol + 1;
-  }
-  return found;
+  struct hooks_path_ctx h = {.out = out, .size = size, .found = 0};
+  config_each(text, len, hooks_path_of, &h);
+  return h.found;
 }
 
-/* `v` as a workspace-relative path (into `rel`, PATH_MAX bytes) when it names a place inside
- * workspace `root`: true; else false. */
-static bool inside(const char *root, const char *v, char *rel, size_t size) {
-  size_t rl = strlen(root);
+/* `v` (relative to the workspace directory `base`, "" for the root, or absolute) as a
+ * workspace-relative path into `rel` (`size` bytes) when it names a place inside workspace
+ * `root`: true; else false ("~", a ".." above the root, another absolute path). */
+static bool inside(const char *root, const char *base, const char *v, char *rel, size_t size) {
+  size_t rl = strlen(root), n = 0;
   if (v[0] == '/') {
     if (strncmp(v, root, rl) || v[rl] != '/') return false;
     v += rl + 1;
+    base = "";
   } else if (v[0] == '~') {
     return false;
   }
-  size_t n = 0;
-  for (const char *c = v; *c;) { /* components: "." dropped, ".." refused, "//" folded */
+  if (strlen(base) + 1 > size) return false;
+  n = (size_t)snprintf(rel, size, "%s", base);
+  for (const char *c = v; *c;) { /* components: "." dropped, ".." up (never above), "//" one */
     const char *s = strchr(c, '/');
     size_t cl = s ? (size_t)(s - c) : strlen(c);
-    if (cl == 2 && !strncmp(c, "..", 2)) return false;
-    if (cl > 0 && !(cl == 1 && c[0] == '.')) {
+    if (cl == 2 && !strncmp(c, "..", 2)) {
+      if (n == 0) return false;
+      char *up = memrchr(rel, '/', n);
+      n = up ? (size_t)(up - rel) : 0;
+    } else if (cl > 0 && !(cl == 1 && c[0] == '.')) {
       if (n + cl + 2 > size) return false;
       if (n) rel[n++] = '/';
       memcpy(rel + n, c, cl);
       n += cl;
     }
+    rel[n] = '\0';
     c += cl + (s ? 1 : 0);
   }
-  rel[n] = '\0';
   return n > 0;
+}
+
+struct flag_ctx {
+  const char *root;
+  json_t *scan;
+};
+
+/* Adds a landing_link flag {path, kind, link: ".git/config"} for workspace path `rel`. */
+static void add_flag(json_t *scan, const char *rel) {
+  json_t *f = jb_scan_flag_json(rel, "landing_link");
+  json_t *flagged = json_object_get(scan, "flagged");
+  if (f && json_is_array(flagged)) {
+    json_object_set_new(f, "link", json_string(".git/config"));
+    json_array_append(flagged, f);
+    json_t *count = json_object_get(scan, "flaggedCount");
+    json_object_set_new(scan, "flaggedCount", json_integer(json_integer_value(count) + 1));
+  }
+  json_decref(f);
+}
+
+/* The files a configuration includes (include.path, includeIf.*.path; relative to the
+ * configuration's directory, .git/) that lie inside the workspace: what git reads as its
+ * config, so a landing there is one on .git/config. */
+static void include_of(const char *section, const char *key, const char *value, void *ctx) {
+  struct flag_ctx *f = ctx;
+  if (!value || strcmp(key, "path") ||
+      (strcmp(section, "include") && strcmp(section, "includeif.")))
+    return;
+  char rel[4096];
+  if (inside(f->root, ".git", value, rel, sizeof rel)) add_flag(f->scan, rel);
 }
 
 void jb_prescan_hooks_path(const char *root, json_t *scan) {
@@ -116,16 +189,9 @@ void jb_prescan_hooks_path(const char *root, json_t *scan) {
   close(fd);
   char v[4096], rel[4096];
   if (got > 0 && jb_git_hooks_path(buf, (size_t)got, v, sizeof v) == 1 &&
-      inside(root, v, rel, sizeof rel)) {
-    json_t *f = jb_scan_flag_json(rel, "landing_link");
-    json_t *flagged = json_object_get(scan, "flagged");
-    if (f && json_is_array(flagged)) {
-      json_object_set_new(f, "link", json_string(".git/config"));
-      json_array_append(flagged, f);
-      json_t *count = json_object_get(scan, "flaggedCount");
-      json_object_set_new(scan, "flaggedCount", json_integer(json_integer_value(count) + 1));
-    }
-    json_decref(f);
-  }
+      inside(root, "", v, rel, sizeof rel))
+    add_flag(scan, rel);
+  struct flag_ctx f = {.root = root, .scan = scan};
+  if (got > 0) config_each(buf, (size_t)got, include_of, &f);
   free(buf);
 }

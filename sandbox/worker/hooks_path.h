@@ -9,15 +9,17 @@
 
 /* The value of core.hooksPath in the git configuration `text` (`len` bytes; the last one set
  * wins, as git reads it; sections [core] and keys are case-insensitive, a value may be quoted
- * with \" \\ \n \t escapes, `#` and `;` start comments; include directives are not followed)
+ * with \" \\ \n \t escapes, a backslash before a newline continues it on the next line, CR LF
+ * ends a line as LF does, `#` and `;` start comments; include directives are not followed)
  * into `out` (`size` bytes). 1 when set, 0 when not, -1 when the value does not fit. */
 int jb_git_hooks_path(const char *text, size_t len, char *out, size_t size);
 
 /* Adds to pre-scan `scan` (jb_scan_json's object) a `landing_link` flag for the directory the
- * workspace `root`'s .git/config names as core.hooksPath, when that lies inside the workspace
- * (relative to the work tree's root, or absolute under `root`; no ".." component): {path,
- * kind: "landing_link", link: ".git/config"} — so that a write, mkdir or move there is a
- * landing on git's hooks. The file is opened beneath `root` without following a link (at most
+ * workspace `root`'s .git/config names as core.hooksPath, and for each file it includes
+ * (include.path, includeIf.*.path), when that lies inside the workspace (a hooks path relative
+ * to the work tree's root, an include relative to .git/, or absolute under `root`; never above
+ * the root): {path, kind: "landing_link", link: ".git/config"} — so that a write, mkdir or
+ * move there is a landing on git's hooks or config. The file is opened beneath `root` without following a link (at most
  * 1 MiB); nothing is added when it is missing or unreadable. */
 void jb_prescan_hooks_path(const char *root, json_t *scan);
 

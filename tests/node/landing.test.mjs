@@ -109,6 +109,10 @@ const planted = [
   { tool: 'delete', args: { path: '.husky' }, landing: '.husky', rule: 'git_hooks' },
   { tool: 'delete', args: { path: '.git', recursive: true }, landing: '.git', rule: 'git_config' },
   { tool: 'delete', args: { path: 'sub/.git/config' }, landing: 'sub/.git/config', rule: 'git_config' },
+  // git's own data by hand: a replacement ref (git shows and checks out another commit), a
+  // packed-refs line, HEAD naming another ref — the file tools never write under .git
+  { tool: 'write', args: { path: '.git/packed-refs', content: '0000000000000000000000000000000000000000 refs/replace/1111111111111111111111111111111111111111\n' }, landing: '.git/packed-refs', rule: 'git_config' },
+  { tool: 'mkdir', args: { path: '.git/refs/replace' }, landing: '.git/refs/replace', rule: 'git_config' },
   // git takes config and hooks from the directory .git/commondir names
   { tool: 'move', args: { source: 'commondir.txt', destination: '.git/commondir' }, landing: '.git/commondir', rule: 'git_config' },
 ];

@@ -32,6 +32,15 @@ static void parse(void **state) {
   assert_int_equal(hp("[core]\nhooksPathX = no\nbare = false\n", v), 0);
   assert_int_equal(hp("[core]\nhooksPath = \"q\\\"uote\"\n", v), 1);
   assert_string_equal(v, "q\"uote");
+  /* as git reads them: a continued line, CR LF */
+  assert_int_equal(hp("[core]\n\thooksPath = hoo\\\nks\n", v), 1);
+  assert_string_equal(v, "hooks");
+  assert_int_equal(hp("[core]\n\thooksPath = a\t\\\n b\n", v), 1);
+  assert_string_equal(v, "a  b"); /* blanks inside a value are spaces, as git keeps them */
+  assert_int_equal(hp("[core]\r\n\thooksPath = hooks\r\n[user]\r\n", v), 1);
+  assert_string_equal(v, "hooks");
+  assert_int_equal(hp("; comment\n# another\n[core]\n\tbare\n\thooksPath = h \n", v), 1);
+  assert_string_equal(v, "h");
   char small[4];
   assert_int_equal(jb_git_hooks_path("[core]\nhooksPath = longer\n", 25, small, sizeof small), -1);
 }
@@ -56,6 +65,22 @@ static void prescan_flag(void **state) {
   assert_string_equal(json_string_value(json_object_get(e, "kind")), "landing_link");
   assert_string_equal(json_string_value(json_object_get(e, "link")), ".git/config");
   assert_int_equal(json_integer_value(json_object_get(scan, "flaggedCount")), 1);
+  json_decref(scan);
+  /* the files it includes, relative to .git/: flagged too */
+  f = fopen(p, "w");
+  fprintf(f,
+          "[include]\n\tpath = ../.shared/gitconfig\n[includeIf \"gitdir:~/x/\"]\n\tpath = "
+          "local.cfg\n[include]\n\tpath = ../../outside\n");
+  fclose(f);
+  scan = json_pack("{s:[],s:i}", "flagged", "flaggedCount", 0);
+  jb_prescan_hooks_path(dir, scan);
+  assert_int_equal(json_array_size(json_object_get(scan, "flagged")), 2);
+  assert_string_equal(json_string_value(json_object_get(
+                          json_array_get(json_object_get(scan, "flagged"), 0), "path")),
+                      ".shared/gitconfig");
+  assert_string_equal(json_string_value(json_object_get(
+                          json_array_get(json_object_get(scan, "flagged"), 1), "path")),
+                      ".git/local.cfg");
   json_decref(scan);
   /* outside the workspace (.., another absolute path, ~): nothing */
   const char *const outside[] = {"../hooks", "/etc/hooks", "~/hooks", "a/../../b"};
