@@ -698,10 +698,11 @@ static void links_out(struct jb_worker *w, struct jb_session *s,
 static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
                                  const struct jb_scan_snapshot *before,
                                  const struct jb_preimage *pre, size_t *total, bool *incomplete,
-                                 int *sig, char *what, size_t wsize) {
+                                 bool *swept_out, int *sig, char *what, size_t wsize) {
   struct jb_scan_snapshot after;
   jb_error err = {0};
   *incomplete = before->truncated;
+  *swept_out = false;
   what[0] = '\0';
   struct jb_walk_limits lim = effects_limits(w);
   char alert[400];
@@ -715,7 +716,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
     raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
     return NULL;
   }
-  if (after.truncated) *incomplete = true;
+  bool cut = after.truncated;
   json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
   struct link_name *links = calloc(after.n ? after.n : 1, sizeof *links);
   bool *changed = calloc(after.n ? after.n : 1, sizeof *changed);
@@ -750,24 +751,47 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   free(links);
   struct jb_landing_outcome lo;
   jb_landing_undo(s->workspace, before, &after, pre, changes, &lo);
+  /* a walk cut after the command: what lies past the cut is swept for landings (stat only) */
+  char sweep_why[48] = "";
+  bool swept = false;
+  if (cut && !before->truncated && !lo.incomplete) {
+    struct jb_sweep_limits sl = {
+        .max_entries =
+            w->set.effects_sweep_max_entries ? w->set.effects_sweep_max_entries : 2000000,
+        .time_ms = w->set.effects_sweep_max_ms,
+        .since_ns = before->started_ns - 2000000000LL}; /* a ctime tick late, as racy git */
+    double ts = mono_msf();
+    swept = jb_landing_sweep(s->workspace, before, &after, pre, &sl, changes, &lo, sweep_why,
+                             sizeof sweep_why);
+    char sms[32];
+    snprintf(sms, sizeof sms, "%.1f", mono_msf() - ts);
+    slog(w, JB_LOG_INFO, s->job_id, "exec landing sweep", "sweepMs", sms, "whole",
+         swept ? "yes" : sweep_why, NULL);
+  }
   char ms[32]; /* what the landing check and the links cost (bench/exec) */
   snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
   slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
   if (lo.incomplete) *incomplete = true;
-  if (lo.flagged && !what[0]) snprintf(what, wsize, "%s", lo.first);
-  if (*incomplete) {
-    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why",
-         after.why[0]     ? after.why
-         : before->why[0] ? before->why
-                          : "pre-image",
-         NULL);
-    if (!what[0])
-      snprintf(what, wsize,
-               "effects incomplete (%s): a writable command left a workspace the walk could "
-               "not cover whole; what it left past the walk was not checked",
-               after.why[0]     ? after.why
-               : before->why[0] ? before->why
-                                : "pre-image over its bound");
+  if (cut && !swept) *incomplete = true;
+  *swept_out = swept;
+  const char *why = after.why[0]     ? after.why
+                    : before->why[0] ? before->why
+                    : lo.incomplete  ? "pre-image over its bound"
+                                     : "";
+  char first[300];
+  snprintf(first, sizeof first, "%s", what[0] ? what : lo.first);
+  if (*incomplete) { /* said first, whatever else was found */
+    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why", why,
+         "sweep", sweep_why, NULL);
+    snprintf(what, wsize,
+             "effects incomplete (%s)%s%s%s: what the command left past the walk was not "
+             "checked%s%.200s",
+             why, sweep_why[0] ? ", sweep cut (" : "", sweep_why, sweep_why[0] ? ")" : "",
+             first[0] ? "; " : "", first);
+  } else if (cut && first[0]) {
+    snprintf(what, wsize, "walk cut (%s), the rest swept for landings: %.200s", why, first);
+  } else {
+    snprintf(what, wsize, "%s", first);
   }
   if (*incomplete) hold_writable(w, s->job_id, what);
   if (what[0]) {
@@ -940,10 +964,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   size_t changes_total = 0;
   int planted_sig = -1;
   char planted[300] = "";
-  bool incomplete = false;
+  bool incomplete = false, swept = false;
   if (watched)
-    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &planted_sig,
-                                planted, sizeof planted);
+    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &swept,
+                                &planted_sig, planted, sizeof planted);
   json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
   jb_scan_snapshot_free(&before);
   jb_preimage_free(pre);
@@ -997,7 +1021,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
       json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
       json_object_set_new(r, "changesSummary", changes_summary(kept));
     }
-    if (r && incomplete) json_object_set_new(r, "changesIncomplete", json_true());
+    if (r && (incomplete || swept)) json_object_set_new(r, "changesIncomplete", json_true());
+    if (r && swept) json_object_set_new(r, "landingSwept", json_true());
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
   } else if (aborted) {
     ans = failure(code = "aborted", "the session was aborted while the command ran");

@@ -109,6 +109,14 @@ static const struct jb_setting settings[] = {
     {NULL, "JAILBOX_EFFECTS_MAX_MS", JB_SETTING_INT, S(effects_max_ms), "30000", 100, 3600000,
      "milliseconds one walk around a writable command may take; past it the effects are "
      "incomplete"},
+    {NULL, "JAILBOX_EFFECTS_SWEEP_MAX_ENTRIES", JB_SETTING_INT, S(effects_sweep_max_entries),
+     "2000000", 1, 100000000,
+     "entries the landing sweep reads at most when the walk after a writable command was cut "
+     "(stat only, no hashing); past it the effects stay incomplete"},
+    {NULL, "JAILBOX_EFFECTS_SWEEP_MAX_MS", JB_SETTING_INT, S(effects_sweep_max_ms), "60000", 100,
+     3600000,
+     "milliseconds the landing sweep past a cut walk may take; past it the effects stay "
+     "incomplete"},
     {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
      JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},
     {NULL, "JAILBOX_WORKER_MAX_COMMANDS", JB_SETTING_INT, S(max_commands), "16", 1,
