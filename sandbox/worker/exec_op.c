@@ -45,8 +45,7 @@
 #define LIVE_FINAL_EVENTS 8 /* events sent at once when the command has ended */
 #define AUDIT_ARGV_MAX 8192 /* bytes of argv (as JSON) recorded as it is; longer: its hash */
 #define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
-#define SNAPSHOT_MAX \
-  100000 /* entries walked before and after a writable command (as the pre-scan) */
+#define SNAPSHOT_MAX 250000 /* entries walked before and after a writable command */
 #define CHANGES_MAX \
   10000 /* changes of a writable command listed (kept beside its op: ops.changes); all are
          * counted */
