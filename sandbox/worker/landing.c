@@ -247,9 +247,6 @@ static struct alias *aliases_of(const struct jb_scan_snapshot *s, const bool *on
     if (s->v[i].type != 'l' || (only && !only[i])) continue;
     char t[PATH_MAX];
     if (resolve_in(s, i, t, sizeof t) < 0) continue; /* leads out: judged as such elsewhere */
-    size_t tl = strlen(t);
-    if (!strncmp(s->v[i].path, t, tl) && (tl == 0 || s->v[i].path[tl] == '/'))
-      continue; /* to a directory above itself: what it reaches is judged where it is */
     if (*n == cap) {
       struct alias *nv = realloc(v, (cap ? 2 * cap : 16) * sizeof *v);
       if (!nv) {
@@ -530,7 +527,11 @@ static char **landings(const struct jb_scan_snapshot *before,
     if (changed[i] && !rules[i] && landing_rule(after, i, ab, nb, rule, sizeof rule) &&
         !(rules[i] = strdup(rule)))
       oom = true;
-    long k = oom ? -1 : alias_rule(aa, na, e->path, as_dir(e), rule, sizeof rule);
+    /* (an entry covered where it is is judged there: a link to a directory above it, such as
+     * the root, reaches it again at a deeper path but puts nothing new at a covered one) */
+    long k = oom || !na || jb_scan_landing_in_use(e->path, as_dir(e), rule, sizeof rule)
+                 ? -1
+                 : alias_rule(aa, na, e->path, as_dir(e), rule, sizeof rule);
     if (k >= 0 && !rules[aa[k].link] && !(rules[aa[k].link] = strdup(rule))) oom = true;
   }
   aliases_free(ab, nb);

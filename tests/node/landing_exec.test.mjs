@@ -231,7 +231,7 @@ test('writing to the target of a covered link lands: the buyer\'s hook targets a
   for (const k of [1, 2, 3]) assert.ok(!existsSync(m(k)), `the agent's hook ${k} ran on the host`);
 });
 
-test('a new link at a covered directory name lands (it is removed); the buyer\'s untouched links and an ordinary new link stay', async () => {
+test('a new link at a covered directory name, or one through which an entry lies at a covered path (.config -> . with mise/config.toml), lands (it is removed); the buyer\'s untouched links and an ordinary new link stay', async () => {
   const S = await session((d) => {
     repo(d);
     mkdirSync(join(d, 'circle'));
@@ -242,9 +242,9 @@ test('a new link at a covered directory name lands (it is removed); the buyer\'s
   const r = await writable(S,
     `mkdir vs wf wf/workflows dc hk; echo '{"tasks":[{"runOptions":{"runOn":"folderOpen"}}]}' > vs/tasks.json; ln -s vs .vscode; ` +
     `echo 'on: push' > wf/workflows/x.yml; ln -s wf .github; echo '{}' > dc/devcontainer.json; ln -s dc .devcontainer; ` +
-    `printf '#!/bin/sh\\n' > hk/pre-commit; ln -s hk .husky; ln -s src inc`);
+    `printf '#!/bin/sh\\n' > hk/pre-commit; ln -s hk .husky; mkdir mise; echo '[tasks]' > mise/config.toml; ln -s . .config; ln -s src inc`);
   const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
-  for (const [p, rule] of [['.vscode', 'editor_config'], ['.github', 'ci_definition'], ['.devcontainer', 'editor_config'], ['.husky', 'git_hooks']]) {
+  for (const [p, rule] of [['.vscode', 'editor_config'], ['.github', 'ci_definition'], ['.devcontainer', 'editor_config'], ['.husky', 'git_hooks'], ['.config', 'env_loader']]) {
     assert.deepEqual([by[p]?.flagged, by[p]?.removed], [rule, true], `${p}: ${JSON.stringify(r.changes)}`);
     assert.throws(() => lstatSync(join(S.dir, p)), `${p} stays`);
   }
