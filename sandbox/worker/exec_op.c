@@ -604,6 +604,15 @@ static struct jb_walk_limits effects_limits(const struct jb_worker *w) {
       .time_ms = w->set.effects_max_ms};
 }
 
+/* The bounds of the stat-only sweeps around a writable command (the worker's settings);
+ * `since_ns` as jb_sweep_limits. */
+static struct jb_sweep_limits sweep_limits(const struct jb_worker *w, long long since_ns) {
+  return (struct jb_sweep_limits){
+      .max_entries = w->set.effects_sweep_max_entries ? w->set.effects_sweep_max_entries : 2000000,
+      .time_ms = w->set.effects_sweep_max_ms,
+      .since_ns = since_ns};
+}
+
 /* Before a writable command of session s: the walk of its workspace into *before (the hashes
  * of the walk after its last writable command reused for files unchanged since) and the
  * pre-image of the entries the landing check covers into *pre. 0, or -1 with `err`. */
@@ -616,7 +625,8 @@ static int effects_before(struct jb_worker *w, struct jb_session *s,
   jb_scan_snapshot_free(prev);
   free(prev);
   double t0 = mono_msf();
-  if (rc == 0 && jb_preimage_take(s->workspace, before, pre, err) < 0) {
+  struct jb_sweep_limits sl = sweep_limits(w, 0);
+  if (rc == 0 && jb_preimage_take_swept(s->workspace, before, &sl, pre, err) < 0) {
     jb_scan_snapshot_free(before);
     rc = -1;
   }
@@ -702,6 +712,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   jb_error err = {0};
   *incomplete = before->truncated;
   *swept_out = false;
+  bool changed_ok = true; /* the links were judged */
   what[0] = '\0';
   struct jb_walk_limits lim = effects_limits(w);
   char alert[400];
@@ -738,7 +749,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   if (changed)
     links_out(w, s, &after, changed, changes, what, wsize);
   else
-    *incomplete = true; /* out of memory: the links were not judged */
+    changed_ok = false; /* out of memory: the links were not judged */
   free(changed);
   if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
   for (size_t i = 0; links && i < nlinks; i++) {
@@ -753,12 +764,9 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   /* a walk cut after the command: what lies past the cut is swept for landings (stat only) */
   char sweep_why[48] = "";
   bool swept = false;
-  if (cut && !before->truncated && !lo.incomplete) {
-    struct jb_sweep_limits sl = {
-        .max_entries =
-            w->set.effects_sweep_max_entries ? w->set.effects_sweep_max_entries : 2000000,
-        .time_ms = w->set.effects_sweep_max_ms,
-        .since_ns = before->started_ns - 2000000000LL}; /* a ctime tick late, as racy git */
+  if ((cut || before->truncated) && !lo.incomplete) {
+    /* (a ctime a tick late, as git's racy-git rule) */
+    struct jb_sweep_limits sl = sweep_limits(w, before->started_ns - 2000000000LL);
     double ts = mono_msf();
     swept = jb_landing_sweep(s->workspace, before, &after, pre, &sl, changes, &lo, sweep_why,
                              sizeof sweep_why);
@@ -770,8 +778,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   char ms[32]; /* what the landing check and the links cost (bench/exec) */
   snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
   slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
-  if (lo.incomplete) *incomplete = true;
-  if (cut && !swept) *incomplete = true;
+  *incomplete = lo.incomplete || ((cut || before->truncated) && !swept) || !changed_ok;
   *swept_out = swept;
   const char *why = after.why[0]     ? after.why
                     : before->why[0] ? before->why
@@ -787,7 +794,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
              "checked%s%.200s",
              why, sweep_why[0] ? ", sweep cut (" : "", sweep_why, sweep_why[0] ? ")" : "",
              first[0] ? "; " : "", first);
-  } else if (cut && first[0]) {
+  } else if ((cut || before->truncated) && first[0]) {
     snprintf(what, wsize, "walk cut (%s), the rest swept for landings: %.200s", why, first);
   } else {
     snprintf(what, wsize, "%s", first);

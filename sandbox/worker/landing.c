@@ -35,11 +35,17 @@ struct kept {
   char rule[64];
 };
 
+struct alias;
+
 struct jb_preimage {
   struct kept *v; /* in path order (a directory before what it holds) */
   size_t n;
   bool whole;
+  struct alias *links; /* the links of the walk it was taken from, by where they resolve */
+  size_t nlinks;
 };
+
+static void aliases_free(struct alias *v, size_t n);
 
 bool jb_preimage_whole(const struct jb_preimage *p) { return p && p->whole; }
 
@@ -50,6 +56,7 @@ void jb_preimage_free(struct jb_preimage *p) {
     free(p->v[i].data);
   }
   free(p->v);
+  aliases_free(p->links, p->nlinks);
   free(p);
 }
 
@@ -231,7 +238,10 @@ static int alias_cmp(const void *a, const void *b) {
 }
 
 static void aliases_free(struct alias *v, size_t n) {
-  for (size_t i = 0; v && i < n; i++) free(v[i].t);
+  for (size_t i = 0; v && i < n; i++) {
+    free(v[i].t);
+    free(v[i].p);
+  }
   free(v);
 }
 
@@ -256,12 +266,16 @@ static struct alias *aliases_of(const struct jb_scan_snapshot *s, const bool *on
       v = nv;
       cap = cap ? 2 * cap : 16;
     }
-    if (!(v[*n].t = strdup(t))) {
+    v[*n].t = strdup(t);
+    v[*n].p = strdup(s->v[i].path);
+    v[*n].link = i;
+    if (!v[*n].t || !v[*n].p) {
+      free(v[*n].t);
+      free(v[*n].p);
       *oom = true;
       break;
     }
-    v[*n].p = s->v[i].path;
-    v[(*n)++].link = i;
+    (*n)++;
   }
   if (*n > 1) qsort(v, *n, sizeof *v, alias_cmp);
   return v;
@@ -360,7 +374,8 @@ int jb_preimage_take(const char *root, const struct jb_scan_snapshot *before,
   for (size_t i = 0; i < before->n; i++) free(rules[i]);
   free(rules);
   free(need);
-  aliases_free(al, na);
+  p->links = al; /* for the sweep after the command */
+  p->nlinks = na;
   if (rc < 0) {
     jb_preimage_free(p);
     return jb_fail(err, ENOMEM, "out of memory");
@@ -781,9 +796,14 @@ bool jb_landing_sweep(const char *root, const struct jb_scan_snapshot *before,
   bool oom = !changed;
   for (size_t i = 0; changed && i < after->n; i++)
     changed[i] = jb_scan_entry_changed(before, after, i);
-  struct alias *ab = !oom ? aliases_of(before, NULL, &sw.nb, &oom) : NULL;
+  struct alias *ab = NULL; /* the links before: those the pre-image was taken with */
+  if (pre && pre->links) {
+    sw.nb = pre->nlinks;
+  } else if (!oom) {
+    ab = aliases_of(before, NULL, &sw.nb, &oom);
+  }
   struct alias *aa = !oom ? aliases_of(after, changed, &sw.na, &oom) : NULL;
-  sw.ab = ab;
+  sw.ab = pre && pre->links ? pre->links : ab;
   sw.aa = aa;
   free(changed);
   sw.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -804,4 +824,163 @@ bool jb_landing_sweep(const char *root, const struct jb_scan_snapshot *before,
   aliases_free(aa, sw.na);
   snprintf(why, wsize, "%s", sw.why ? sw.why : "");
   return !sw.why;
+}
+
+/* ---- the pre-image past a cut walk ---- */
+
+struct gather {
+  struct jb_scan_snapshot g; /* what was found, in walk order */
+  size_t cap;
+  const struct jb_sweep_limits *lim;
+  struct timespec t0;
+  long seen;
+  const char *why;
+};
+
+/* Adds entry `name` of `dfd` at `path` (`st` its lstat) to g->g. */
+static void gather_add(struct gather *g, int dfd, const char *name, const char *path,
+                       const struct stat *st) {
+  if (g->g.n == g->cap) {
+    size_t nc = g->cap ? 2 * g->cap : 256;
+    struct jb_scan_entry *nv = realloc(g->g.v, nc * sizeof *nv);
+    if (!nv) {
+      g->why = "out of memory";
+      return;
+    }
+    g->g.v = nv;
+    g->cap = nc;
+  }
+  struct jb_scan_entry *e = &g->g.v[g->g.n];
+  *e = (struct jb_scan_entry){.mode = st->st_mode & 07777, .path = strdup(path)};
+  e->type = S_ISREG(st->st_mode)   ? 'f'
+            : S_ISDIR(st->st_mode) ? 'd'
+            : S_ISLNK(st->st_mode) ? 'l'
+                                   : 'o';
+  if (e->type == 'l') {
+    char t[PATH_MAX];
+    ssize_t n = readlinkat(dfd, name, t, sizeof t - 1);
+    e->detail = n >= 0 ? strndup(t, (size_t)n) : NULL;
+    if (!e->detail) g->why = n < 0 ? "unreadable entry" : "out of memory";
+  }
+  if (!e->path) {
+    free(e->detail);
+    g->why = "out of memory";
+    return;
+  }
+  g->g.n++;
+}
+
+/* Gathers under directory `dfd` (taken over; at `path`, `plen` bytes): every directory, link
+ * and entry at a covered path — or, with `all`, every entry. */
+static void gather_dir(struct gather *g, int dfd, char *path, size_t plen, int depth, bool all) {
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    g->why = g->why ? g->why : "unreadable entry";
+    return;
+  }
+  struct dirent *de;
+  while (!g->why && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (++g->seen > g->lim->max_entries) {
+      g->why = "entries";
+      break;
+    }
+    if (g->lim->time_ms > 0 && (g->seen & 1023) == 0 && since_ms(&g->t0) > g->lim->time_ms) {
+      g->why = "time";
+      break;
+    }
+    size_t nl = strlen(de->d_name), l2 = plen;
+    if (plen + 1 + nl >= PATH_MAX) {
+      g->why = "path length";
+      break;
+    }
+    if (plen) path[l2++] = '/';
+    memcpy(path + l2, de->d_name, nl + 1);
+    l2 += nl;
+    struct stat st;
+    char rule[64];
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) g->why = "unreadable entry";
+    } else {
+      bool dir = S_ISDIR(st.st_mode), lnk = S_ISLNK(st.st_mode);
+      if (all || dir || lnk || jb_scan_landing_in_use(path, false, rule, sizeof rule))
+        gather_add(g, dirfd(d), de->d_name, path, &st);
+      if (dir && !g->why) {
+        int sub = depth < TREE_DEPTH_MAX ? openat(dirfd(d), de->d_name,
+                                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                                         : -1;
+        if (sub < 0)
+          g->why = depth < TREE_DEPTH_MAX ? "unreadable entry" : "depth";
+        else
+          gather_dir(g, sub, path, l2, depth + 1, all);
+      }
+    }
+    path[plen] = '\0';
+  }
+  closedir(d);
+}
+
+static int entry_cmp(const void *a, const void *b) {
+  return strcmp(((const struct jb_scan_entry *)a)->path, ((const struct jb_scan_entry *)b)->path);
+}
+
+/* Sorts g->g by path and drops repeated paths. */
+static void gather_sort(struct gather *g) {
+  if (g->g.n > 1) qsort(g->g.v, g->g.n, sizeof *g->g.v, entry_cmp);
+  size_t k = 0;
+  for (size_t i = 0; i < g->g.n; i++) {
+    if (k && !strcmp(g->g.v[k - 1].path, g->g.v[i].path)) {
+      free(g->g.v[i].path);
+      free(g->g.v[i].detail);
+      continue;
+    }
+    g->g.v[k++] = g->g.v[i];
+  }
+  g->g.n = k;
+}
+
+int jb_preimage_take_swept(const char *root, const struct jb_scan_snapshot *before,
+                           const struct jb_sweep_limits *lim, struct jb_preimage **out,
+                           jb_error *err) {
+  if (!before->truncated) return jb_preimage_take(root, before, out, err);
+  struct gather g = {.lim = lim};
+  clock_gettime(CLOCK_MONOTONIC, &g.t0);
+  int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (rootfd < 0) return jb_fail_errno(err, errno, "open workspace %s", root);
+  char path[PATH_MAX] = "";
+  int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0)
+    g.why = "unreadable entry";
+  else
+    gather_dir(&g, fd, path, 0, 0, false);
+  /* what the links lead to: every entry under their targets */
+  gather_sort(&g);
+  size_t na = 0;
+  bool oom = false;
+  struct alias *al = g.why ? NULL : aliases_of(&g.g, NULL, &na, &oom);
+  if (oom) g.why = "out of memory";
+  for (size_t i = 0; !g.why && i < na; i++) {
+    const struct jb_scan_entry *t = find(&g.g, al[i].t);
+    if (!t || t->type != 'd') continue; /* a file target: gathered when covered, else below */
+    snprintf(path, sizeof path, "%s", al[i].t);
+    int tfd = open_dir(rootfd, path);
+    if (tfd >= 0) gather_dir(&g, tfd, path, strlen(path), 0, true);
+  }
+  for (size_t i = 0; !g.why && i < na; i++) { /* file targets */
+    const char *name;
+    int pfd = open_parent(rootfd, al[i].t, &name);
+    struct stat st;
+    if (pfd >= 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+      gather_add(&g, pfd, name, al[i].t, &st);
+    if (pfd >= 0) close(pfd);
+  }
+  aliases_free(al, na);
+  close(rootfd);
+  gather_sort(&g);
+  g.g.truncated = g.why != NULL;
+  snprintf(g.g.why, sizeof g.g.why, "%s", g.why ? g.why : "");
+  int rc = jb_preimage_take(root, &g.g, out, err);
+  jb_scan_snapshot_free(&g.g);
+  return rc;
 }

@@ -70,6 +70,16 @@ struct jb_sweep_limits {
   long long since_ns; /* CLOCK_REALTIME: an entry whose ctime is older is not the command's */
 };
 
+/* jb_preimage_take when `before` is whole; when it was cut, the pre-image is taken from a
+ * stat-only walk of the whole workspace within `lim` (lim->since_ns unused) instead, which
+ * keeps every directory, every symbolic link (with its target) and every entry at a covered
+ * path, then every entry under where those links resolve — so that the pre-image (and the
+ * links the sweep after the command judges by) is whole past the cut. Not whole when that walk
+ * is cut too. 0, or -1 with `err` as jb_preimage_take. */
+int jb_preimage_take_swept(const char *root, const struct jb_scan_snapshot *before,
+                           const struct jb_sweep_limits *lim, struct jb_preimage **out,
+                           jb_error *err);
+
 /* When the walk after a writable command was cut (after->truncated), a cheap sweep of the
  * whole workspace at `root` for what lies past the cut: each entry is lstat'ed only (nothing
  * read or hashed, no link followed, nothing kept), and each whose ctime is at or after

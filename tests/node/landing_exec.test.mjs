@@ -268,7 +268,12 @@ test('what lies past a cut walk is swept: every landing removed, the alert says 
     assert.ok(!existsSync(join(S.dir, p)), `${p} stays`);
   const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
   assert.match(alert.detail, /^exec: walk cut \(entries\), the rest swept for landings: landing /, alert.detail);
-  // not held: the next writable command runs
-  await writable(S, 'echo y > src/c.c');
+  // not held: the next writable command runs; its walk before is cut too, so its pre-image is
+  // taken by a sweep and the rest swept after it: a landing is undone, and still nothing held
+  const r2 = await writable(S, "echo y > src/c.c; echo 'touch x' > .envrc");
+  assert.equal(r2.landingSwept, true, JSON.stringify(r2).slice(0, 300));
+  assert.ok(!existsSync(join(S.dir, '.envrc')));
   assert.equal(readFileSync(join(S.dir, 'src/c.c'), 'utf8'), 'y\n');
+  await writable(S, 'echo z > src/d.c');
+  assert.equal(readFileSync(join(S.dir, 'src/d.c'), 'utf8'), 'z\n');
 });

@@ -253,11 +253,55 @@ static void swept(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* A walk before the command that was cut: the pre-image is taken by a stat-only sweep (whole,
+ * the buyer's links past the cut included), and the sweep after restores a hook link's target. */
+static void preimage_past_cut(void **state) {
+  (void)state;
+  char dir[] = "/tmp/jblandXXXXXX";
+  assert_non_null(mkdtemp(dir));
+  run(dir,
+      "mkdir -p a b c .git/hooks scripts && for i in 1 2 3 4 5 6; do echo > a/f$i; done && "
+      "ln -s ../../scripts/hook.sh .git/hooks/post-commit");
+  put(dir, "scripts/hook.sh", "#!/bin/sh\nexit 0\n", 0755);
+  put(dir, ".git/config", "[core]\n", 0644);
+  jb_error err = {0};
+  struct jb_scan_snapshot before, after;
+  struct jb_preimage *pre = NULL;
+  assert_int_equal(jb_workspace_snapshot(dir, 3, 1 << 20, &before, &err), 0);
+  assert_true(before.truncated);
+  struct jb_sweep_limits lim = {.max_entries = 1000};
+  assert_int_equal(jb_preimage_take_swept(dir, &before, &lim, &pre, &err), 0);
+  assert_true(jb_preimage_whole(pre));
+  put(dir, "scripts/hook.sh", "#!/bin/sh\ntouch /tmp/x\n", 0755);
+  run(dir, "echo '[x]' >> .git/config");
+  assert_int_equal(jb_workspace_snapshot(dir, 3, 1 << 20, &after, &err), 0);
+  struct jb_landing_outcome out;
+  jb_landing_undo(dir, &before, &after, pre, NULL, &out);
+  assert_false(out.incomplete);
+  char why[48];
+  lim.since_ns = before.started_ns - 2000000000LL;
+  assert_true(jb_landing_sweep(dir, &before, &after, pre, &lim, NULL, &out, why, sizeof why));
+  assert_string_equal(slurp(dir, "scripts/hook.sh"), "#!/bin/sh\nexit 0\n");
+  assert_string_equal(slurp(dir, ".git/config"), "[core]\n");
+  jb_preimage_free(pre);
+  /* the sweep before cut by its own bound: not whole */
+  lim.max_entries = 4;
+  assert_int_equal(jb_preimage_take_swept(dir, &before, &lim, &pre, &err), 0);
+  assert_false(jb_preimage_whole(pre));
+  jb_preimage_free(pre);
+  jb_scan_snapshot_free(&after);
+  jb_scan_snapshot_free(&before);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(undone_or_kept),
       cmocka_unit_test(links_judged),
       cmocka_unit_test(swept),
+      cmocka_unit_test(preimage_past_cut),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
