@@ -647,6 +647,7 @@ void jb_landing_undo(const char *root, const struct jb_scan_snapshot *before,
 
 struct sweep {
   const char *root;
+  char real_root[PATH_MAX]; /* the root's path as /proc/self/fd shows it */
   int rootfd;
   const struct jb_preimage *pre;
   const struct alias *ab, *aa; /* the links of before; those the command made or changed */
@@ -677,15 +678,72 @@ static void sweep_change(json_t *changes, const char *path, bool existed, const 
     json_decref(pj);
 }
 
-/* Whether symbolic link `path` resolves to a directory inside the root. */
-static bool link_to_dir(int rootfd, const char *path) {
-  struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+/* Whether an entry under directory `dfd` (taken over), reached at `at` (`alen` bytes; the
+ * link's path and what follows) and lying in truth at `real` (`rlen` bytes, relative to the
+ * root), is at a covered path through the link and not where it is: 1 with the rule in
+ * `rule`, 0, or -1 when the walk was cut (sw->why). Links under it are not followed. */
+static int reach_dir(struct sweep *sw, int dfd, char *at, size_t alen, char *real, size_t rlen,
+                     int depth, char *rule, size_t rsize) {
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    sw->why = sw->why ? sw->why : "unreadable entry";
+    return -1;
+  }
+  int res = 0;
+  struct dirent *de;
+  while (res == 0 && !sw->why && (de = readdir(d))) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (++sw->seen > sw->lim->max_entries) sw->why = "entries";
+    size_t nl = strlen(de->d_name);
+    if (alen + 1 + nl >= PATH_MAX || rlen + 1 + nl >= PATH_MAX) sw->why = "path length";
+    struct stat st;
+    if (sw->why) break;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+    at[alen] = '/';
+    memcpy(at + alen + 1, de->d_name, nl + 1);
+    size_t r2 = rlen;
+    if (rlen) real[r2++] = '/';
+    memcpy(real + r2, de->d_name, nl + 1);
+    bool dir = S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode);
+    char own[64];
+    if (jb_scan_landing_in_use(at, dir, rule, rsize) &&
+        !jb_scan_landing_in_use(real, dir, own, sizeof own))
+      res = 1;
+    else if (S_ISDIR(st.st_mode) && depth < TREE_DEPTH_MAX) {
+      int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      res = sub < 0 ? 0
+                    : reach_dir(sw, sub, at, alen + 1 + nl, real, r2 + nl, depth + 1, rule, rsize);
+    }
+    at[alen] = '\0';
+    real[rlen] = '\0';
+  }
+  closedir(d);
+  return sw->why ? -1 : res;
+}
+
+/* Whether symbolic link `path` (new; not at a covered path itself) resolves to a directory
+ * inside the root through which an entry lies at a covered path (reach_dir): 1 with the rule
+ * in `rule`, 0, or -1 when that cannot be told (sw->why). */
+static int link_reach(struct sweep *sw, const char *path, char *rule, size_t rsize) {
+  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
-  int fd = (int)syscall(SYS_openat2, rootfd, path, &how, sizeof how);
-  struct stat st;
-  bool dir = fd >= 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
-  if (fd >= 0) close(fd);
-  return dir;
+  int fd = (int)syscall(SYS_openat2, sw->rootfd, path, &how, sizeof how);
+  if (fd < 0) return 0; /* a file, or nothing: judged as the link itself */
+  char proc[64], real[PATH_MAX], at[PATH_MAX];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(proc, real, sizeof real - 1);
+  size_t rl = strlen(sw->real_root);
+  if (n < 0 || (size_t)n < rl || memcmp(real, sw->real_root, rl) ||
+      (n > (ssize_t)rl && real[rl] != '/')) {
+    close(fd);
+    sw->why = sw->why ? sw->why : "unreadable entry";
+    return -1;
+  }
+  real[n] = '\0';
+  memmove(real, real + rl + (n > (ssize_t)rl), strlen(real + rl + (n > (ssize_t)rl)) + 1);
+  snprintf(at, sizeof at, "%s", path);
+  return reach_dir(sw, fd, at, strlen(at), real, strlen(real), 0, rule, rsize);
 }
 
 /* Judges entry `name` of `dfd` (at `path`, `st` its lstat), changed since the command began:
@@ -712,9 +770,7 @@ static bool sweep_entry(struct sweep *sw, int dfd, const char *name, const char 
   if (!hit && S_ISLNK(st->st_mode)) {
     if (jb_workspace_link_leaves(sw->root, path) != 0)
       snprintf(rule, sizeof rule, "symlink_outside");
-    else if (link_to_dir(sw->rootfd, path) && !sw->why)
-      sw->why = "a new link to a directory";
-    else
+    else if (link_reach(sw, path, rule, sizeof rule) != 1)
       return false;
   } else if (!hit && !S_ISDIR(st->st_mode) && !S_ISREG(st->st_mode)) {
     snprintf(rule, sizeof rule, "%s",
@@ -807,6 +863,11 @@ bool jb_landing_sweep(const char *root, const struct jb_scan_snapshot *before,
   sw.aa = aa;
   free(changed);
   sw.rootfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", sw.rootfd);
+  ssize_t rn = sw.rootfd >= 0 ? readlink(proc, sw.real_root, sizeof sw.real_root - 1) : -1;
+  sw.real_root[rn > 0 ? rn : 0] = '\0';
+  if (rn <= 0) sw.why = "unreadable entry";
   if (oom)
     sw.why = "out of memory";
   else if (sw.rootfd < 0)

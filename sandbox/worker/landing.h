@@ -80,17 +80,19 @@ int jb_preimage_take_swept(const char *root, const struct jb_scan_snapshot *befo
                            const struct jb_sweep_limits *lim, struct jb_preimage **out,
                            jb_error *err);
 
-/* When the walk after a writable command was cut (after->truncated), a cheap sweep of the
- * whole workspace at `root` for what lies past the cut: each entry is lstat'ed only (nothing
+/* When the walk before or after a writable command was cut, a cheap sweep of the whole
+ * workspace at `root` for what lies past the cut: each entry is lstat'ed only (nothing
  * read or hashed, no link followed, nothing kept), and each whose ctime is at or after
  * lim->since_ns is judged — one at a covered path (a link or a directory judged as a
  * directory), as it is or through a link of `before`, is undone (restored from `pre` when it
  * keeps it, else removed with what is under it); a link of `after` the command made or changed
  * through which one lies at a covered path is removed; a link leading out, a fifo, socket or
- * device is removed. Each is counted in `out` (as jb_landing_undo) and appended to `changes`
+ * device is removed; a new link to a directory is judged by what it reaches (each entry under
+ * it, links there not followed: one at a covered path through it and not where it is makes the
+ * link a landing, removed). Each is counted in `out` (as jb_landing_undo) and appended to `changes`
  * (may be NULL) as {path, change, flagged, removed|restored, pastWalk: true}. Returns whether
  * the sweep was whole; when not, the first reason in `why` ("entries", "time", "depth",
- * "path length", "unreadable entry", "a new link to a directory", "out of memory"). */
+ * "path length", "unreadable entry", "out of memory"). */
 bool jb_landing_sweep(const char *root, const struct jb_scan_snapshot *before,
                       const struct jb_scan_snapshot *after, const struct jb_preimage *pre,
                       const struct jb_sweep_limits *lim, json_t *changes,

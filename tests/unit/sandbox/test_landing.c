@@ -208,9 +208,10 @@ static void swept(void **state) {
   (void)state;
   char dir[] = "/tmp/jblandXXXXXX";
   assert_non_null(mkdtemp(dir));
-  run(dir, "mkdir -p .git/hooks src");
+  run(dir, "mkdir -p .git/hooks src wf/workflows");
   put(dir, ".git/config", "[core]\n", 0644);
   put(dir, "src/a.c", "int a;\n", 0644);
+  put(dir, "wf/workflows/y.yml", "on: push\n", 0644); /* the buyer's */
   jb_error err = {0};
   struct jb_scan_snapshot before, after;
   struct jb_preimage *pre = NULL;
@@ -219,7 +220,7 @@ static void swept(void **state) {
   run(dir,
       "mkdir -p many .vscode && for i in $(seq 1 50); do echo > many/f$i; done && "
       "echo '{}' > .vscode/tasks.json && echo x > .envrc && echo '[x]' >> .git/config && "
-      "mkfifo src/p && ln -s ../.. src/out");
+      "mkfifo src/p && ln -s ../.. src/out && ln -s wf .github && ln -s . up");
   put(dir, ".git/hooks/pre-commit", "#!/bin/sh\n", 0755);
   assert_int_equal(jb_workspace_snapshot(dir, 5, 1 << 20, &after, &err), 0); /* cut */
   assert_true(after.truncated);
@@ -240,6 +241,9 @@ static void swept(void **state) {
   assert_int_equal(mode_of(dir, "src/out"), (mode_t)-1);
   assert_string_equal(slurp(dir, "src/a.c"), "int a;\n");
   assert_non_null(slurp(dir, "many/f50"));
+  assert_int_equal(mode_of(dir, ".github"), (mode_t)-1); /* it put y.yml at a covered path */
+  assert_non_null(slurp(dir, "wf/workflows/y.yml"));
+  assert_int_not_equal(mode_of(dir, "up"), (mode_t)-1); /* it reaches nothing new */
   assert_true(json_array_size(changes) > 0); /* what lay past the walk, listed */
   json_t *c = json_array_get(changes, 0);
   assert_true(json_is_true(json_object_get(c, "pastWalk")));
