@@ -45,8 +45,7 @@
 #define LIVE_FINAL_EVENTS 8 /* events sent at once when the command has ended */
 #define AUDIT_ARGV_MAX 8192 /* bytes of argv (as JSON) recorded as it is; longer: its hash */
 #define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
-#define SNAPSHOT_MAX \
-  100000 /* entries walked before and after a writable command (as the pre-scan) */
+#define SNAPSHOT_MAX 250000 /* entries walked before and after a writable command */
 #define CHANGES_MAX \
   10000 /* changes of a writable command listed (kept beside its op: ops.changes); all are
          * counted */
@@ -605,6 +604,15 @@ static struct jb_walk_limits effects_limits(const struct jb_worker *w) {
       .time_ms = w->set.effects_max_ms};
 }
 
+/* The bounds of the stat-only sweeps around a writable command (the worker's settings);
+ * `since_ns` as jb_sweep_limits. */
+static struct jb_sweep_limits sweep_limits(const struct jb_worker *w, long long since_ns) {
+  return (struct jb_sweep_limits){
+      .max_entries = w->set.effects_sweep_max_entries ? w->set.effects_sweep_max_entries : 2000000,
+      .time_ms = w->set.effects_sweep_max_ms,
+      .since_ns = since_ns};
+}
+
 /* Before a writable command of session s: the walk of its workspace into *before (the hashes
  * of the walk after its last writable command reused for files unchanged since) and the
  * pre-image of the entries the landing check covers into *pre. 0, or -1 with `err`. */
@@ -617,7 +625,8 @@ static int effects_before(struct jb_worker *w, struct jb_session *s,
   jb_scan_snapshot_free(prev);
   free(prev);
   double t0 = mono_msf();
-  if (rc == 0 && jb_preimage_take(s->workspace, before, pre, err) < 0) {
+  struct jb_sweep_limits sl = sweep_limits(w, 0);
+  if (rc == 0 && jb_preimage_take_swept(s->workspace, before, &sl, pre, err) < 0) {
     jb_scan_snapshot_free(before);
     rc = -1;
   }
@@ -698,10 +707,12 @@ static void links_out(struct jb_worker *w, struct jb_session *s,
 static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
                                  const struct jb_scan_snapshot *before,
                                  const struct jb_preimage *pre, size_t *total, bool *incomplete,
-                                 int *sig, char *what, size_t wsize) {
+                                 bool *swept_out, int *sig, char *what, size_t wsize) {
   struct jb_scan_snapshot after;
   jb_error err = {0};
   *incomplete = before->truncated;
+  *swept_out = false;
+  bool changed_ok = true; /* the links were judged */
   what[0] = '\0';
   struct jb_walk_limits lim = effects_limits(w);
   char alert[400];
@@ -715,7 +726,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
     raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
     return NULL;
   }
-  if (after.truncated) *incomplete = true;
+  bool cut = after.truncated;
   json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
   struct link_name *links = calloc(after.n ? after.n : 1, sizeof *links);
   bool *changed = calloc(after.n ? after.n : 1, sizeof *changed);
@@ -738,7 +749,7 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   if (changed)
     links_out(w, s, &after, changed, changes, what, wsize);
   else
-    *incomplete = true; /* out of memory: the links were not judged */
+    changed_ok = false; /* out of memory: the links were not judged */
   free(changed);
   if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
   for (size_t i = 0; links && i < nlinks; i++) {
@@ -750,24 +761,43 @@ static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
   free(links);
   struct jb_landing_outcome lo;
   jb_landing_undo(s->workspace, before, &after, pre, changes, &lo);
+  /* a walk cut after the command: what lies past the cut is swept for landings (stat only) */
+  char sweep_why[48] = "";
+  bool swept = false;
+  if ((cut || before->truncated) && !lo.incomplete) {
+    /* (a ctime a tick late, as git's racy-git rule) */
+    struct jb_sweep_limits sl = sweep_limits(w, before->started_ns - 2000000000LL);
+    double ts = mono_msf();
+    swept = jb_landing_sweep(s->workspace, before, &after, pre, &sl, changes, &lo, sweep_why,
+                             sizeof sweep_why);
+    char sms[32];
+    snprintf(sms, sizeof sms, "%.1f", mono_msf() - ts);
+    slog(w, JB_LOG_INFO, s->job_id, "exec landing sweep", "sweepMs", sms, "whole",
+         swept ? "yes" : sweep_why, NULL);
+  }
   char ms[32]; /* what the landing check and the links cost (bench/exec) */
   snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
   slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
-  if (lo.incomplete) *incomplete = true;
-  if (lo.flagged && !what[0]) snprintf(what, wsize, "%s", lo.first);
-  if (*incomplete) {
-    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why",
-         after.why[0]     ? after.why
-         : before->why[0] ? before->why
-                          : "pre-image",
-         NULL);
-    if (!what[0])
-      snprintf(what, wsize,
-               "effects incomplete (%s): a writable command left a workspace the walk could "
-               "not cover whole; what it left past the walk was not checked",
-               after.why[0]     ? after.why
-               : before->why[0] ? before->why
-                                : "pre-image over its bound");
+  *incomplete = lo.incomplete || ((cut || before->truncated) && !swept) || !changed_ok;
+  *swept_out = swept;
+  const char *why = after.why[0]     ? after.why
+                    : before->why[0] ? before->why
+                    : lo.incomplete  ? "pre-image over its bound"
+                                     : "";
+  char first[300];
+  snprintf(first, sizeof first, "%s", what[0] ? what : lo.first);
+  if (*incomplete) { /* said first, whatever else was found */
+    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why", why,
+         "sweep", sweep_why, NULL);
+    snprintf(what, wsize,
+             "effects incomplete (%s)%s%s%s: what the command left past the walk was not "
+             "checked%s%.200s",
+             why, sweep_why[0] ? ", sweep cut (" : "", sweep_why, sweep_why[0] ? ")" : "",
+             first[0] ? "; " : "", first);
+  } else if ((cut || before->truncated) && first[0]) {
+    snprintf(what, wsize, "walk cut (%s), the rest swept for landings: %.200s", why, first);
+  } else {
+    snprintf(what, wsize, "%s", first);
   }
   if (*incomplete) hold_writable(w, s->job_id, what);
   if (what[0]) {
@@ -940,10 +970,10 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   size_t changes_total = 0;
   int planted_sig = -1;
   char planted[300] = "";
-  bool incomplete = false;
+  bool incomplete = false, swept = false;
   if (watched)
-    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &planted_sig,
-                                planted, sizeof planted);
+    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &swept,
+                                &planted_sig, planted, sizeof planted);
   json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
   jb_scan_snapshot_free(&before);
   jb_preimage_free(pre);
@@ -997,7 +1027,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
       json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
       json_object_set_new(r, "changesSummary", changes_summary(kept));
     }
-    if (r && incomplete) json_object_set_new(r, "changesIncomplete", json_true());
+    if (r && (incomplete || swept)) json_object_set_new(r, "changesIncomplete", json_true());
+    if (r && swept) json_object_set_new(r, "landingSwept", json_true());
     ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
   } else if (aborted) {
     ans = failure(code = "aborted", "the session was aborted while the command ran");

@@ -98,16 +98,25 @@ static const struct jb_setting settings[] = {
      1L << 30,
      "pre-scan: regular files over this many MiB are not read, only flagged too_large "
      "(sandbox/WALLS.md)"},
-    {NULL, "JAILBOX_EFFECTS_MAX_ENTRIES", JB_SETTING_INT, S(effects_max_entries), "100000", 1,
+    {NULL, "JAILBOX_EFFECTS_MAX_ENTRIES", JB_SETTING_INT, S(effects_max_entries), "250000", 1,
      10000000,
-     "entries the walk around a writable command reads at most; past it the command's effects "
-     "are incomplete (an alert; later writable commands refused until the buyer clears it)"},
+     "entries the walk around a writable command reads at most; past it the rest is swept for "
+     "landings, and when that is cut too the command's effects are incomplete (an alert; later "
+     "writable commands refused until the buyer clears it)"},
     {NULL, "JAILBOX_EFFECTS_HASH_MAX_MIB", JB_SETTING_INT, S(effects_hash_max_mib), "4096", 1,
      1L << 30,
      "MiB of changed files the walk around a writable command reads to hash, at most (unchanged "
      "and sparse files are not read); past it the effects are incomplete"},
     {NULL, "JAILBOX_EFFECTS_MAX_MS", JB_SETTING_INT, S(effects_max_ms), "30000", 100, 3600000,
      "milliseconds one walk around a writable command may take; past it the effects are "
+     "incomplete"},
+    {NULL, "JAILBOX_EFFECTS_SWEEP_MAX_ENTRIES", JB_SETTING_INT, S(effects_sweep_max_entries),
+     "2000000", 1, 100000000,
+     "entries the landing sweep reads at most when the walk after a writable command was cut "
+     "(stat only, no hashing); past it the effects stay incomplete"},
+    {NULL, "JAILBOX_EFFECTS_SWEEP_MAX_MS", JB_SETTING_INT, S(effects_sweep_max_ms), "60000", 100,
+     3600000,
+     "milliseconds the landing sweep past a cut walk may take; past it the effects stay "
      "incomplete"},
     {NULL, "JAILBOX_WORKER_MAX_SESSIONS", JB_SETTING_INT, S(max_sessions), "64", 1,
      JB_WORKER_SESSIONS_MAX, "sessions this worker runs at once"},

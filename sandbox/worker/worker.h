@@ -108,6 +108,7 @@ struct jb_worker_settings {
   long prescan_hash_max_mib, max_sessions;
   long max_commands; /* JAILBOX_WORKER_MAX_COMMANDS: commands running at once (commands.c) */
   long effects_max_entries, effects_hash_max_mib, effects_max_ms; /* the walk around an exec */
+  long effects_sweep_max_entries, effects_sweep_max_ms; /* the landing sweep past a cut walk */
   long lease_s; /* JAILBOX_WORKER_LEASE_S: a session's lease, renewed every third of it */
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;

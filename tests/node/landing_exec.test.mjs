@@ -13,7 +13,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -40,6 +40,7 @@ before(async () => {
   K = await startSandboxServer(IMAGE, {
     JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none',
     JAILBOX_EFFECTS_MAX_ENTRIES: '400', // the incomplete case stays small
+    JAILBOX_EFFECTS_SWEEP_MAX_ENTRIES: '1500', // a sweep past 900 entries is whole, past 1,600 cut
   }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/printf', '/usr/bin/chmod', '/usr/bin/mkdir',
     '/usr/bin/cat', '/usr/bin/ln', '/usr/bin/rmdir', '/usr/bin/touch', '/usr/bin/echo', '/usr/bin/seq']);
   srv = K.srv;
@@ -60,6 +61,14 @@ async function session(build, mode) {
   S.agent = await K.connect(S.agentToken);
   S.buyer = await K.connect(S.buyerToken);
   return S;
+}
+
+// ends S (its sandbox gone, so that host git runs the hooks as they are: while it is up a
+// hook may fail "Text file busy" and a check would pass for nothing)
+async function end(S) {
+  const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: S.buyerToken });
+  assert.equal(r.status, 200, r.text);
+  await new Promise((res) => setTimeout(res, 500));
 }
 
 // a writable exec of `command` in S, approved by the buyer when the session is supervised
@@ -99,7 +108,8 @@ for (const mode of ['unsupervised', 'supervised']) {
     assert.equal(readFileSync(join(S.dir, 'src/a.c'), 'utf8'), 'int b;\n');
     const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
     assert.match(alert.detail, /^exec: landing (git_hooks|git_config|ci_definition) /, JSON.stringify(alert));
-    // the buyer's git on the host
+    // the buyer's git on the host, the session ended (git() throws unless git exits 0)
+    await end(S);
     git(S.dir, 'status');
     git(S.dir, 'commit', '-qam', 'two');
     assert.ok(!existsSync(hookMark), 'the agent\'s hook ran on the host');
@@ -145,10 +155,11 @@ test('the pre-scan judges links as they resolve: a link assembled out is flagged
 
 test('a walk past its bound makes the effects incomplete: an alert at once, and writable commands held until the buyer clears it', async () => {
   const S = await session(repo, 'unsupervised');
-  const r = await writable(S, 'mkdir many; cd many; for i in $(seq 1 500); do echo > f$i; done');
+  const r = await writable(S, 'echo x > .envrc; mkdir many; cd many; for i in $(seq 1 1600); do echo > f$i; done');
   assert.equal(r.changesIncomplete, true, JSON.stringify(r).slice(0, 300));
   const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
-  assert.match(alert.detail, /incomplete \(entries\)/);
+  // incomplete is said first, whatever else was found (a landing seen before the cut)
+  assert.match(alert.detail, /^exec: effects incomplete \(entries\), sweep cut \(entries\)/, alert.detail);
   // held: a writable command is refused (audited), a read-only one still runs
   const f = await K.refused(S.agent, 'exec', { command: 'echo y > src/c.c', writable: true }, 'denied');
   assert.match(f.message, /held/);
@@ -184,4 +195,85 @@ test('a hundred sparse 1 GiB files: each later writable command stays fast', asy
   const effects = [...srv.log().matchAll(/"msg":"exec timings".*?"effects":([\d.]+)/g)].map((m) => +m[1]);
   console.log('# sparse: writable command wall ms', times, 'effects ms (last 3)', effects.slice(-3));
   for (const t of times) assert.ok(t < 10000, `a writable command took ${t} ms`);
+});
+
+test('writing to the target of a covered link lands: the buyer\'s hook targets are restored, a dangling one made is removed; git on the host runs nothing', async () => {
+  const S = await session((d) => {
+    repo(d);
+    mkdirSync(join(d, 'scripts'));
+    writeFileSync(join(d, 'scripts/hook.sh'), '#!/bin/sh\nexit 0\n');
+    chmodSync(join(d, 'scripts/hook.sh'), 0o755);
+    writeFileSync(join(d, 'scripts/tool.sh'), '#!/bin/sh\nexit 0\n');
+    chmodSync(join(d, 'scripts/tool.sh'), 0o644);
+    symlinkSync('../../scripts/hook.sh', join(d, '.git/hooks/post-commit'));
+    symlinkSync('../../scripts/tool.sh', join(d, '.git/hooks/pre-commit'));
+    symlinkSync('../../gen/hook.sh', join(d, '.git/hooks/commit-msg')); // dangling
+  }, 'unsupervised');
+  const m = (k) => join(MARKS, `target-${k}`);
+  const r = await writable(S,
+    `printf '#!/bin/sh\\ntouch ${m(1)}\\n' > scripts/hook.sh; ` +
+    `printf '#!/bin/sh\\ntouch ${m(2)}\\n' > scripts/tool.sh; chmod +x scripts/tool.sh; ` +
+    `mkdir -p gen; printf '#!/bin/sh\\ntouch ${m(3)}\\n' > gen/hook.sh; chmod +x gen/hook.sh; echo ok > scripts/other.sh`);
+  const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+  assert.deepEqual([by['scripts/hook.sh']?.flagged, by['scripts/hook.sh']?.restored], ['git_hooks', true], JSON.stringify(r.changes));
+  assert.deepEqual([by['scripts/tool.sh']?.flagged, by['scripts/tool.sh']?.restored], ['git_hooks', true]);
+  assert.deepEqual([by['gen/hook.sh']?.flagged, by['gen/hook.sh']?.removed], ['git_hooks', true]);
+  assert.equal(by['scripts/other.sh']?.flagged, undefined, 'an entry no covered link reaches stays');
+  assert.equal(readFileSync(join(S.dir, 'scripts/hook.sh'), 'utf8'), '#!/bin/sh\nexit 0\n');
+  assert.equal(statSync(join(S.dir, 'scripts/tool.sh')).mode & 0o111, 0, 'the execute bit stays off');
+  assert.ok(!existsSync(join(S.dir, 'gen/hook.sh')));
+  assert.equal(readFileSync(join(S.dir, 'scripts/other.sh'), 'utf8'), 'ok\n');
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+  assert.match(alert.detail, /^exec: landing git_hooks /, alert.detail);
+  await end(S);
+  git(S.dir, 'add', '-A');
+  git(S.dir, 'commit', '-qm', 'two');
+  for (const k of [1, 2, 3]) assert.ok(!existsSync(m(k)), `the agent's hook ${k} ran on the host`);
+});
+
+test('a new link at a covered directory name, or one through which an entry lies at a covered path (.config -> . with mise/config.toml), lands (it is removed); the buyer\'s untouched links and an ordinary new link stay', async () => {
+  const S = await session((d) => {
+    repo(d);
+    mkdirSync(join(d, 'circle'));
+    writeFileSync(join(d, 'circle/config.yml'), 'version: 2\n');
+    symlinkSync('circle', join(d, '.circleci')); // the buyer's, at a covered name
+    symlinkSync('src', join(d, 'lib'));
+  }, 'unsupervised');
+  const r = await writable(S,
+    `mkdir vs wf wf/workflows dc hk; echo '{"tasks":[{"runOptions":{"runOn":"folderOpen"}}]}' > vs/tasks.json; ln -s vs .vscode; ` +
+    `echo 'on: push' > wf/workflows/x.yml; ln -s wf .github; echo '{}' > dc/devcontainer.json; ln -s dc .devcontainer; ` +
+    `printf '#!/bin/sh\\n' > hk/pre-commit; ln -s hk .husky; mkdir mise; echo '[tasks]' > mise/config.toml; ln -s . .config; ln -s src inc`);
+  const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+  for (const [p, rule] of [['.vscode', 'editor_config'], ['.github', 'ci_definition'], ['.devcontainer', 'editor_config'], ['.husky', 'git_hooks'], ['.config', 'env_loader']]) {
+    assert.deepEqual([by[p]?.flagged, by[p]?.removed], [rule, true], `${p}: ${JSON.stringify(r.changes)}`);
+    assert.throws(() => lstatSync(join(S.dir, p)), `${p} stays`);
+  }
+  assert.equal(readlinkSync(join(S.dir, '.circleci')), 'circle');
+  assert.equal(readFileSync(join(S.dir, 'circle/config.yml'), 'utf8'), 'version: 2\n');
+  assert.equal(readlinkSync(join(S.dir, 'lib')), 'src');
+  assert.equal(readlinkSync(join(S.dir, 'inc')), 'src');
+  assert.equal(by.inc?.flagged, undefined);
+});
+
+test('what lies past a cut walk is swept: every landing removed, the alert says the walk was cut, no hold when the sweep is whole', async () => {
+  const S = await session(repo, 'unsupervised');
+  const mark = join(MARKS, 'swept');
+  const r = await writable(S,
+    'for d in $(seq 1 150); do mkdir d$d; for i in 1 2 3 4 5; do echo > d$d/f$i; done; done; ' +
+    `printf '#!/bin/sh\\ntouch ${mark}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; echo 'touch ${mark}' > .envrc; ` +
+    "mkdir -p .github/workflows .vscode; echo 'on: push' > .github/workflows/x.yml; echo '{}' > .vscode/tasks.json");
+  assert.equal(r.changesIncomplete, true);
+  assert.equal(r.landingSwept, true, JSON.stringify(r).slice(0, 300));
+  for (const p of ['.git/hooks/pre-commit', '.envrc', '.github/workflows/x.yml', '.vscode/tasks.json'])
+    assert.ok(!existsSync(join(S.dir, p)), `${p} stays`);
+  const alert = await K.waitEvent(S.buyer, 'jailbox:security_alert', (p) => p.kind === 'denied_path');
+  assert.match(alert.detail, /^exec: walk cut \(entries\), the rest swept for landings: landing /, alert.detail);
+  // not held: the next writable command runs; its walk before is cut too, so its pre-image is
+  // taken by a sweep and the rest swept after it: a landing is undone, and still nothing held
+  const r2 = await writable(S, "echo y > src/c.c; echo 'touch x' > .envrc");
+  assert.equal(r2.landingSwept, true, JSON.stringify(r2).slice(0, 300));
+  assert.ok(!existsSync(join(S.dir, '.envrc')));
+  assert.equal(readFileSync(join(S.dir, 'src/c.c'), 'utf8'), 'y\n');
+  await writable(S, 'echo z > src/d.c');
+  assert.equal(readFileSync(join(S.dir, 'src/d.c'), 'utf8'), 'z\n');
 });
