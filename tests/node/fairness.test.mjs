@@ -1,8 +1,8 @@
 // fairness.test.mjs — one session's commands do not slow another session's file ops: with four
 // long commands (`sleep 120`) running in four sessions, a fifth session's writes keep the
-// latency they have on an idle worker (p99 within 2× of the idle p99, measured in the same
-// run; a floor of 50 ms over it absorbs this host's scheduling noise, while a write that waited
-// behind the commands would take minutes); the worker's place for commands is bounded
+// latency they have on an idle worker (p99 within 2× of the idle p99 — the larger of the
+// rounds before and after, in the same run —; a floor of 50 ms over it absorbs this host's
+// scheduling noise, while a write that waited behind the commands would take minutes); the worker's place for commands is bounded
 // (JAILBOX_WORKER_MAX_COMMANDS) and a session that finds every place taken waits its turn; a
 // session's own ops keep their order behind its running command. Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
@@ -69,9 +69,6 @@ test('four long commands in four sessions; a fifth session writes as on an idle 
   let ownDone = false;
   const own = K.call(S[0].agent, 'write', { path: 'after-sleep.txt', content: 'x\n' }, 200000).then((r) => { ownDone = true; return r; });
   const busy = await writes(S[4].agent, 40, 'busy');
-  const [pi, pb] = [p99(idle), p99(busy)];
-  console.log(`# writes of a fifth session: idle p99 ${pi.toFixed(1)} ms, with four commands running p99 ${pb.toFixed(1)} ms (${(pb / pi).toFixed(2)}×)`);
-  assert.ok(pb <= Math.max(2 * pi, pi + 50), `p99 ${pb.toFixed(1)} ms against ${pi.toFixed(1)} ms idle`);
   assert.equal(ownDone, false, 'a write of a session overtook its running command');
   // every place taken (JAILBOX_WORKER_MAX_COMMANDS=4): the fifth session's command waits
   const fifth = K.call(S[4].agent, 'exec', { argv: ['echo', 'fifth'] }, 120000);
@@ -92,4 +89,9 @@ test('four long commands in four sessions; a fifth session writes as on an idle 
     assert.equal(x.status, 200, x.text);
   }
   for (const i of [1, 2, 3]) assert.equal(toolFailure(await calls[i]).data.reason, 'killed');
+  // the idle worker again, so that a slow moment of the host counts on both sides
+  const idle2 = await writes(S[4].agent, 40, 'idle2');
+  const [pi, pb] = [Math.max(p99(idle), p99(idle2)), p99(busy)];
+  console.log(`# writes of a fifth session: idle p99 ${p99(idle).toFixed(1)} / ${p99(idle2).toFixed(1)} ms (before / after), with four commands running p99 ${pb.toFixed(1)} ms (${(pb / pi).toFixed(2)}×)`);
+  assert.ok(pb <= Math.max(2 * pi, pi + 50), `p99 ${pb.toFixed(1)} ms against ${pi.toFixed(1)} ms idle`);
 });
