@@ -2,8 +2,8 @@
 // long commands (`sleep 120`) running in four sessions, a fifth session's writes keep the
 // latency they have on an idle worker (p99 within 2× of the idle p99 — the larger of the
 // rounds before and after, in the same run —; a floor of 50 ms over it absorbs this host's
-// scheduling noise, while a write that waited behind the commands would take minutes); the worker's place for commands is bounded
-// (JAILBOX_WORKER_MAX_COMMANDS) and a session that finds every place taken waits its turn; a
+// scheduling noise, while a write that waited behind the commands would take minutes); the
+// worker's place for commands is bounded (JAILBOX_WORKER_MAX_COMMANDS) and a session that finds every place taken waits its turn; a
 // session's own ops keep their order behind its running command. Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
