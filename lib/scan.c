@@ -382,27 +382,48 @@ static int landing_one(const struct jb_scan_rules *r, const struct rule *ru, con
   return match(r, ru->code, (const unsigned char *)s, len, why, sizeof why) != 0;
 }
 
-/* `path` with the characters that a case-insensitive file system with Unicode case folding
- * (APFS, ext4 casefold) takes for ASCII letters replaced by those letters: U+017F LONG S (C5 BF)
- * folds to "s", U+212A KELVIN SIGN (E2 84 AA) to "k" — so that ".huſky/" is matched as
- * ".husky/". New string, or NULL when there is none of them (or out of memory: *oom). */
+/* Characters a case-insensitive file system with Unicode case folding (APFS, ext4 casefold:
+ * full case folding, Unicode CaseFolding.txt "F" and "C") takes for ASCII letters, and the
+ * code points HFS+ ignores in names (Apple TN1150): each UTF-8 sequence and what it stands
+ * for ("" dropped). */
+static const struct {
+  const char *utf8, *ascii;
+} unicode_folds[] = {
+    {"\xc5\xbf", "s"},       {"\xe2\x84\xaa", "k"},  {"\xef\xac\x80", "ff"}, /* ſ K ﬀ */
+    {"\xef\xac\x81", "fi"},  {"\xef\xac\x82", "fl"}, {"\xef\xac\x83", "ffi"}, /* ﬁ ﬂ ﬃ */
+    {"\xef\xac\x84", "ffl"}, {"\xef\xac\x85", "st"}, {"\xef\xac\x86", "st"}, /* ﬄ ﬅ ﬆ */
+    {"\xe2\x80\x8b", ""},    {"\xe2\x80\x8c", ""},   {"\xe2\x80\x8d", ""}, /* ZWSP ZWNJ ZWJ */
+    {"\xe2\x80\x8e", ""},    {"\xe2\x80\x8f", ""},   {"\xe2\x80\xaa", ""}, /* LRM RLM LRE */
+    {"\xe2\x80\xab", ""},    {"\xe2\x80\xac", ""},   {"\xe2\x80\xad", ""}, /* RLE PDF LRO */
+    {"\xe2\x80\xae", ""},    {"\xe2\x81\xaa", ""},   {"\xe2\x81\xab", ""}, /* RLO ISS ASS */
+    {"\xe2\x81\xac", ""},    {"\xe2\x81\xad", ""},   {"\xe2\x81\xae", ""}, /* IAFS AAFS NADS */
+    {"\xe2\x81\xaf", ""},    {"\xef\xbb\xbf", ""}, /* NODS BOM */
+};
+
+/* `path` with unicode_folds applied, as such a file system may take it. New string, or NULL
+ * when none of them is in it (or out of memory: *oom). */
 static char *unicode_folded(const char *path, bool *oom) {
-  if (!strstr(path, "\xc5\xbf") && !strstr(path, "\xe2\x84\xaa")) return NULL;
-  char *f = strdup(path), *o = f;
+  bool any = false;
+  for (size_t i = 0; i < sizeof unicode_folds / sizeof unicode_folds[0] && !any; i++)
+    any = strstr(path, unicode_folds[i].utf8) != NULL;
+  if (!any) return NULL;
+  char *f = malloc(strlen(path) + 1), *o = f; /* no fold makes a name longer */
   if (!f) {
     *oom = true;
     return NULL;
   }
   for (const char *p = path; *p;) {
-    if (!strncmp(p, "\xc5\xbf", 2)) {
-      *o++ = 's';
-      p += 2;
-    } else if (!strncmp(p, "\xe2\x84\xaa", 3)) {
-      *o++ = 'k';
-      p += 3;
-    } else {
+    size_t k = 0;
+    for (; k < sizeof unicode_folds / sizeof unicode_folds[0]; k++)
+      if (!strncmp(p, unicode_folds[k].utf8, strlen(unicode_folds[k].utf8))) break;
+    if (k == sizeof unicode_folds / sizeof unicode_folds[0]) {
       *o++ = *p++;
+      continue;
     }
+    size_t al = strlen(unicode_folds[k].ascii);
+    memcpy(o, unicode_folds[k].ascii, al);
+    o += al;
+    p += strlen(unicode_folds[k].utf8);
   }
   *o = '\0';
   return f;

@@ -81,8 +81,9 @@ json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len)
  * writable command added, changed, renamed or re-moded) is one a tool on the buyer's host runs
  * or reads for what to run — the rules of check `path` in `r`. A directory (`is_dir`) is also
  * matched as "PATH/", so that `.git/hooks` itself counts as well as the entries under it.
- * A path holding a character a Unicode case-folding file system takes for an ASCII letter
- * (U+017F, U+212A) is also matched with that letter in its place.
+ * A path holding a character a Unicode case-folding file system takes for ASCII letters
+ * (U+017F, U+212A, the Latin ligatures U+FB00..U+FB06) or one HFS+ ignores in names (zero-width
+ * and direction marks, U+FEFF) is also matched with those letters in its place (or without it).
  * Returns 0 when no path rule matches; 1 when one does, with its id in `rule` (`rsize` bytes,
  * cut to fit); 1 as well when a match fails or `r` is NULL (fail closed: rule
  * "scanner_unavailable"). Thread-safe; allocates nothing that outlives the call. */

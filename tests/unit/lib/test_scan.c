@@ -637,6 +637,12 @@ static void landing(void **state) {
       jb_scan_landing(r, ".hu\xc5\xbf\xe2\x84\xaay/pre-commit", false, rule, sizeof rule), 1);
   assert_string_equal(rule, "git_hooks");
   assert_int_equal(jb_scan_landing(r, "docs/\xc5\xbf.md", false, rule, sizeof rule), 0);
+  /* ligatures, and what HFS+ ignores: ".pre-commit-conﬁg.yaml", ".g<ZWNJ>it/hooks/x" */
+  assert_int_equal(
+      jb_scan_landing(r, ".pre-commit-con\xef\xac\x81g.yaml", false, rule, sizeof rule), 1);
+  assert_string_equal(rule, "hook_manager");
+  assert_int_equal(jb_scan_landing(r, ".g\xe2\x80\x8cit/hooks/x", false, rule, sizeof rule), 1);
+  assert_int_equal(jb_scan_landing(r, ".git\xef\xbb\xbf/config", false, rule, sizeof rule), 1);
   /* content rules decide nothing here */
   assert_int_equal(jb_scan_landing(r, "src/main.c", false, rule, sizeof rule), 0);
   assert_int_equal(jb_scan_landing(r, "src", true, rule, sizeof rule), 0);
