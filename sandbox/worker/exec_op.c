@@ -926,6 +926,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   struct jb_scan_snapshot before = {0};
   struct jb_preimage *pre = NULL;
   bool watched = false;
+  struct jb_git_place *places = NULL; /* what the buyer's git config makes git's own */
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
   if (!redactor) { /* no command runs whose output cannot be redacted */
     jb_fail(&xe, ENOMEM, "the output redactor could not be made");
@@ -951,7 +952,11 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     };
     jb_error se = {0};
     char held[320] = "";
-    if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
+    if (rq.writable && (places = calloc(JB_GIT_PLACES_MAX, sizeof *places)))
+      jb_landing_places(places, jb_git_config_places(s->workspace, places, JB_GIT_PLACES_MAX));
+    if (rq.writable && !places) {
+      jb_fail(&xe, ENOMEM, "out of memory");
+    } else if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
       jb_fail(&xe, EPERM,
               "writable commands are held until the buyer clears the incomplete "
               "effects of an earlier one (%s)",
@@ -975,6 +980,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &swept,
                                 &planted_sig, planted, sizeof planted);
   json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
+  jb_landing_places(NULL, 0);
+  free(places);
   jb_scan_snapshot_free(&before);
   jb_preimage_free(pre);
   t_effects = mono_msf();

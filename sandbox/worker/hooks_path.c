@@ -146,52 +146,55 @@ static bool inside(const char *root, const char *base, const char *v, char *rel,
   return n > 0;
 }
 
-struct flag_ctx {
+struct places_ctx {
   const char *root;
-  json_t *scan;
+  struct jb_git_place *out;
+  size_t max, n;
 };
-
-/* Adds a landing_link flag {path, kind, link: ".git/config"} for workspace path `rel`. */
-static void add_flag(json_t *scan, const char *rel) {
-  json_t *f = jb_scan_flag_json(rel, "landing_link");
-  json_t *flagged = json_object_get(scan, "flagged");
-  if (f && json_is_array(flagged)) {
-    json_object_set_new(f, "link", json_string(".git/config"));
-    json_array_append(flagged, f);
-    json_t *count = json_object_get(scan, "flaggedCount");
-    json_object_set_new(scan, "flaggedCount", json_integer(json_integer_value(count) + 1));
-  }
-  json_decref(f);
-}
 
 /* The files a configuration includes (include.path, includeIf.*.path; relative to the
  * configuration's directory, .git/) that lie inside the workspace: what git reads as its
- * config, so a landing there is one on .git/config. */
+ * config. */
 static void include_of(const char *section, const char *key, const char *value, void *ctx) {
-  struct flag_ctx *f = ctx;
+  struct places_ctx *c = ctx;
   if (!value || strcmp(key, "path") ||
       (strcmp(section, "include") && strcmp(section, "includeif.")))
     return;
-  char rel[4096];
-  if (inside(f->root, ".git", value, rel, sizeof rel)) add_flag(f->scan, rel);
+  if (c->n < c->max && inside(c->root, ".git", value, c->out[c->n].t, sizeof c->out[c->n].t))
+    c->out[c->n++].as = ".git/config";
 }
 
-void jb_prescan_hooks_path(const char *root, json_t *scan) {
+size_t jb_git_config_places(const char *root, struct jb_git_place *out, size_t max) {
   int rfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (rfd < 0) return;
+  if (rfd < 0) return 0;
   struct open_how how = {.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
   int fd = (int)syscall(SYS_openat2, rfd, ".git/config", &how, sizeof how);
   close(rfd);
-  if (fd < 0) return;
+  if (fd < 0) return 0;
   char *buf = malloc(CONFIG_MAX);
   ssize_t got = buf ? read(fd, buf, CONFIG_MAX) : -1;
   close(fd);
-  char v[4096], rel[4096];
-  if (got > 0 && jb_git_hooks_path(buf, (size_t)got, v, sizeof v) == 1 &&
-      inside(root, "", v, rel, sizeof rel))
-    add_flag(scan, rel);
-  struct flag_ctx f = {.root = root, .scan = scan};
-  if (got > 0) config_each(buf, (size_t)got, include_of, &f);
+  struct places_ctx c = {.root = root, .out = out, .max = max};
+  char v[4096];
+  if (got > 0 && c.n < max && jb_git_hooks_path(buf, (size_t)got, v, sizeof v) == 1 &&
+      inside(root, "", v, out[c.n].t, sizeof out[c.n].t))
+    out[c.n++].as = ".git/hooks";
+  if (got > 0) config_each(buf, (size_t)got, include_of, &c);
   free(buf);
+  return c.n;
+}
+
+void jb_prescan_hooks_path(const char *root, json_t *scan) {
+  struct jb_git_place places[JB_GIT_PLACES_MAX];
+  size_t n = jb_git_config_places(root, places, JB_GIT_PLACES_MAX);
+  json_t *flagged = json_object_get(scan, "flagged");
+  for (size_t i = 0; i < n && json_is_array(flagged); i++) {
+    json_t *f = jb_scan_flag_json(places[i].t, "landing_link");
+    if (!f) continue;
+    json_object_set_new(f, "link", json_string(".git/config"));
+    json_array_append_new(flagged, f);
+    json_t *count = json_object_get(scan, "flaggedCount");
+    json_object_set_new(scan, "flaggedCount", json_integer(json_integer_value(count) + 1));
+  }
 }

@@ -14,6 +14,23 @@
  * into `out` (`size` bytes). 1 when set, 0 when not, -1 when the value does not fit. */
 int jb_git_hooks_path(const char *text, size_t len, char *out, size_t size);
 
+/* A place inside the workspace that the repository's configuration makes git's own: the
+ * directory core.hooksPath names (`as` ".git/hooks") or a file it includes (`as`
+ * ".git/config"), workspace-relative in `t`. */
+#define JB_GIT_PLACES_MAX 16 /* places read from one configuration at most */
+
+struct jb_git_place {
+  char t[4096];
+  const char *as; /* static */
+};
+
+/* The places the workspace `root`'s .git/config (opened beneath `root` without following a
+ * link, at most 1 MiB) makes git's own — core.hooksPath, include.path, includeIf.*.path — when
+ * they lie inside the workspace (a hooks path relative to the work tree's root, an include
+ * relative to .git/, or absolute under `root`; never above the root), into `out` (at most
+ * `max`). Returns how many; 0 when the file is missing or unreadable. */
+size_t jb_git_config_places(const char *root, struct jb_git_place *out, size_t max);
+
 /* Adds to pre-scan `scan` (jb_scan_json's object) a `landing_link` flag for the directory the
  * workspace `root`'s .git/config names as core.hooksPath, and for each file it includes
  * (include.path, includeIf.*.path), when that lies inside the workspace (a hooks path relative

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <sodium.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,14 +246,44 @@ static void aliases_free(struct alias *v, size_t n) {
   free(v);
 }
 
+/* The calling thread's places of the buyer's git configuration (jb_landing_places). */
+static _Thread_local const struct jb_git_place *places;
+static _Thread_local size_t nplaces;
+
+void jb_landing_places(const struct jb_git_place *v, size_t n) {
+  places = v;
+  nplaces = v ? n : 0;
+}
+
 /* The symbolic links of `s` that resolve inside it (only those flagged in `only`, when not
- * NULL), sorted by where they resolve: a new array (aliases_free) with its length in *n, or
- * NULL with *n 0 when there are none; *oom when memory ran out (then the links are missing). */
+ * NULL), sorted by where they resolve — and, for all of the buyer's (`only` NULL), the places
+ * of jb_landing_places as links from their `as` — : a new array (aliases_free) with its length
+ * in *n, or NULL with *n 0 when there are none; *oom when memory ran out (then the links are
+ * missing). */
 static struct alias *aliases_of(const struct jb_scan_snapshot *s, const bool *only, size_t *n,
                                 bool *oom) {
   *n = 0;
   struct alias *v = NULL;
   size_t cap = 0;
+  for (size_t k = 0; !only && k < nplaces; k++) {
+    if (*n == cap) {
+      struct alias *nv = realloc(v, (cap ? 2 * cap : 16) * sizeof *v);
+      if (!nv) {
+        *oom = true;
+        return v;
+      }
+      v = nv;
+      cap = cap ? 2 * cap : 16;
+    }
+    v[*n] = (struct alias){.t = strdup(places[k].t), .p = strdup(places[k].as), .link = SIZE_MAX};
+    if (!v[*n].t || !v[*n].p) {
+      free(v[*n].t);
+      free(v[*n].p);
+      *oom = true;
+      return v;
+    }
+    (*n)++;
+  }
   for (size_t i = 0; i < s->n; i++) {
     if (s->v[i].type != 'l' || (only && !only[i])) continue;
     char t[PATH_MAX];

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "lib/err.h"
+#include "sandbox/worker/hooks_path.h"
 #include "sandbox/worker/workspace_scan.h"
 
 #define JB_PREIMAGE_ENTRIES_MAX 4096 /* covered entries (and their directories) kept at most */
@@ -51,6 +52,12 @@ struct jb_landing_outcome {
  * an entry the command added or changed that is reached so (links as they were before the
  * command) is undone; and a link the command made or changed that puts any entry at a covered
  * path is removed (what it leads to stays: it may be the buyer's). */
+
+/* The places the buyer's git configuration makes its hooks or its config (hooks_path.h
+ * jb_git_config_places): for the calling thread, until it calls again (NULL, 0 to clear),
+ * each is judged as a link from its `as` (.git/hooks, .git/config) to it would be — what lies
+ * there is covered as what lies at .git/hooks/… or .git/config. `v` is borrowed meanwhile. */
+void jb_landing_places(const struct jb_git_place *v, size_t n);
 
 /* Undoes what a writable command left at covered paths of the workspace at `root`, against
  * `before` and `after` (snapshots just before and just after it) and the pre-image `pre`

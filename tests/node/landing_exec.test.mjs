@@ -231,6 +231,33 @@ test('writing to the target of a covered link lands: the buyer\'s hook targets a
   for (const k of [1, 2, 3]) assert.ok(!existsSync(m(k)), `the agent's hook ${k} ran on the host`);
 });
 
+test('the places the buyer\'s git config names (core.hooksPath, an included config file) are covered as .git/hooks and .git/config: a command\'s hook and fsmonitor there are undone; git on the host runs nothing', async () => {
+  const S = await session((d) => {
+    repo(d);
+    mkdirSync(join(d, 'tools/hooks'), { recursive: true });
+    writeFileSync(join(d, 'tools/hooks/README'), 'hooks\n');
+    mkdirSync(join(d, '.shared'));
+    writeFileSync(join(d, '.shared/gitconfig'), '[diff]\n\trenames = true\n');
+    git(d, 'config', 'core.hooksPath', 'tools/hooks');
+    git(d, 'config', 'include.path', '../.shared/gitconfig');
+  }, 'unsupervised');
+  const shared = readFileSync(join(S.dir, '.shared/gitconfig'));
+  const m = (k) => join(MARKS, `places-${k}`);
+  const r = await writable(S,
+    `printf '#!/bin/sh\\ntouch ${m(1)}\\n' > tools/hooks/pre-commit; chmod +x tools/hooks/pre-commit; ` +
+    `printf '[core]\\n\\tfsmonitor = touch ${m(2)}; false\\n' >> .shared/gitconfig; echo 'int c;' > src/a.c`);
+  const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
+  assert.deepEqual([by['tools/hooks/pre-commit']?.flagged, by['tools/hooks/pre-commit']?.removed], ['git_hooks', true], JSON.stringify(r.changes));
+  assert.deepEqual([by['.shared/gitconfig']?.flagged, by['.shared/gitconfig']?.restored], ['git_config', true], JSON.stringify(by['.shared/gitconfig']));
+  assert.equal(by['src/a.c']?.flagged, undefined);
+  assert.ok(!existsSync(join(S.dir, 'tools/hooks/pre-commit')));
+  assert.deepEqual(readFileSync(join(S.dir, '.shared/gitconfig')), shared, 'the included config byte for byte');
+  await end(S);
+  git(S.dir, 'status');
+  git(S.dir, 'commit', '-qam', 'two');
+  for (const k of [1, 2]) assert.ok(!existsSync(m(k)), `the agent's ${k === 1 ? 'hook' : 'fsmonitor'} ran on the host`);
+});
+
 test('a new link at a covered directory name, or one through which an entry lies at a covered path (.config -> . with mise/config.toml), lands (it is removed); the buyer\'s untouched links and an ordinary new link stay', async () => {
   const S = await session((d) => {
     repo(d);
