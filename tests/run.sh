@@ -30,11 +30,11 @@ export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
 
 echo "== build (clang, libFuzzer harnesses)"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DJB_SANITIZE=ON -DJB_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j "$JOBS" --target fuzz_json fuzz_http fuzz_audit fuzz_scan fuzz_redis fuzz_sio fuzz_shim_line fuzz_ws_frame fuzz_sio_packet
+cmake --build build-fuzz -j "$JOBS" --target fuzz_json fuzz_http fuzz_audit fuzz_scan fuzz_redis fuzz_sio fuzz_shim_line fuzz_ws_frame fuzz_sio_packet fuzz_gitconfig
 
 status=0
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
-for f in json http audit scan redis sio shim_line ws_frame sio_packet; do
+for f in json http audit scan redis sio shim_line ws_frame sio_packet gitconfig; do
   echo "== fuzz $f (${FUZZ_SECONDS}s from tests/fuzz/corpus/$f)"
   corpus=$(mktemp -d /tmp/jbfuzz.XXXXXX)
   cp tests/fuzz/corpus/$f/* "$corpus/"

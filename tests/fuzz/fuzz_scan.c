@@ -1,5 +1,6 @@
 /* fuzz_scan.c — libFuzzer harness for what a write's untrusted bytes go through in jailboxd:
- * the content scanner with the default rules (api/agent/scan.c, deploy/scan-rules) and the diff
+ * the content scanner with the default rules (api/agent/scan.c, deploy/scan-rules), the landing
+ * check of the path (lib/scan.h jb_scan_landing, Unicode folds included) and the diff
  * preview (api/agent/diff.c). The input's first line is the path, the rest the content; the content
  * is also split in two halves, diffed against each other. Any crash, leak, sanitizer report,
  * a finding that names no rule, a verdict that changes between two runs or a preview longer
@@ -42,6 +43,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   json_decref(a);
   json_decref(b);
+
+  /* the landing check of the same path, as a file and as a directory: the same answer twice,
+   * a known rule id, never an unterminated one */
+  for (int dir = 0; dir < 2; dir++) {
+    char r1[JB_SCAN_ID_MAX + 1], r2[JB_SCAN_ID_MAX + 1];
+    int h1 = jb_scan_landing(rules, path, dir, r1, sizeof r1);
+    int h2 = jb_scan_landing(rules, path, dir, r2, sizeof r2);
+    if (h1 != h2 || (h1 && strcmp(r1, r2))) abort();
+    bool known = !h1 || !strcmp(r1, "scanner_unavailable");
+    for (size_t k = 0; h1 && k < jb_scan_rules_count(rules); k++)
+      known |= !strcmp(r1, jb_scan_rule_id(rules, k));
+    if (!known) abort();
+  }
 
   json_t *d = NULL;
   jb_error err = {0};
