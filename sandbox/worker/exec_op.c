@@ -616,14 +616,32 @@ static struct jb_sweep_limits sweep_limits(const struct jb_worker *w, long long 
 /* Before a writable command of session s: the walk of its workspace into *before (the hashes
  * of the walk after its last writable command reused for files unchanged since) and the
  * pre-image of the entries the landing check covers into *pre. 0, or -1 with `err`. */
+/* The places the git configurations of the work trees in `before` (the root's and each one
+ * whose .git/config the walk saw) make git's own, into `places` (JB_GIT_PLACES_MAX), made the
+ * calling thread's for the landing check (jb_landing_places) until the effects are judged. */
+static void git_places(const char *root, const struct jb_scan_snapshot *before,
+                       struct jb_git_place *places) {
+  size_t n = jb_git_config_places(root, "", places, JB_GIT_PLACES_MAX);
+  for (size_t i = 0; i < before->n && n < JB_GIT_PLACES_MAX; i++) {
+    const char *p = before->v[i].path;
+    size_t l = strlen(p);
+    if (before->v[i].type != 'f' || l <= 12 || strcmp(p + l - 12, "/.git/config")) continue;
+    char repo[PATH_MAX];
+    snprintf(repo, sizeof repo, "%.*s", (int)(l - 12), p);
+    n += jb_git_config_places(root, repo, places + n, JB_GIT_PLACES_MAX - n);
+  }
+  jb_landing_places(places, n);
+}
+
 static int effects_before(struct jb_worker *w, struct jb_session *s,
-                          struct jb_scan_snapshot *before, struct jb_preimage **pre,
-                          jb_error *err) {
+                          struct jb_scan_snapshot *before, struct jb_git_place *places,
+                          struct jb_preimage **pre, jb_error *err) {
   struct jb_walk_limits lim = effects_limits(w);
   struct jb_scan_snapshot *prev = atomic_exchange(&s->effects_prev, NULL);
   int rc = jb_workspace_snapshot_since(s->workspace, &lim, prev, before, err);
   jb_scan_snapshot_free(prev);
   free(prev);
+  if (rc == 0) git_places(s->workspace, before, places);
   double t0 = mono_msf();
   struct jb_sweep_limits sl = sweep_limits(w, 0);
   if (rc == 0 && jb_preimage_take_swept(s->workspace, before, &sl, pre, err) < 0) {
@@ -952,8 +970,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     };
     jb_error se = {0};
     char held[320] = "";
-    if (rq.writable && (places = calloc(JB_GIT_PLACES_MAX, sizeof *places)))
-      jb_landing_places(places, jb_git_config_places(s->workspace, places, JB_GIT_PLACES_MAX));
+    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
     if (rq.writable && !places) {
       jb_fail(&xe, ENOMEM, "out of memory");
     } else if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
@@ -961,7 +978,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
               "writable commands are held until the buyer clears the incomplete "
               "effects of an earlier one (%s)",
               held);
-    } else if (rq.writable && effects_before(w, s, &before, &pre, &se) < 0) {
+    } else if (rq.writable && effects_before(w, s, &before, places, &pre, &se) < 0) {
       jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {
       watched = rq.writable;

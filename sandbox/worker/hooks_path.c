@@ -148,6 +148,7 @@ static bool inside(const char *root, const char *base, const char *v, char *rel,
 
 struct places_ctx {
   const char *root;
+  const char *gitdir; /* REPO/.git */
   struct jb_git_place *out;
   size_t max, n;
 };
@@ -160,41 +161,54 @@ static void include_of(const char *section, const char *key, const char *value, 
   if (!value || strcmp(key, "path") ||
       (strcmp(section, "include") && strcmp(section, "includeif.")))
     return;
-  if (c->n < c->max && inside(c->root, ".git", value, c->out[c->n].t, sizeof c->out[c->n].t))
-    c->out[c->n++].as = ".git/config";
+  if (c->n < c->max && inside(c->root, c->gitdir, value, c->out[c->n].t, sizeof c->out[c->n].t)) {
+    snprintf(c->out[c->n].as, sizeof c->out[c->n].as, "%s/config", c->gitdir);
+    c->n++;
+  }
 }
 
-size_t jb_git_config_places(const char *root, struct jb_git_place *out, size_t max) {
+size_t jb_git_config_places(const char *root, const char *repo, struct jb_git_place *out,
+                            size_t max) {
+  char gitdir[4096], cfg[4200];
+  snprintf(gitdir, sizeof gitdir, "%s%s.git", repo, repo[0] ? "/" : "");
+  snprintf(cfg, sizeof cfg, "%s/config", gitdir);
   int rfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (rfd < 0) return 0;
   struct open_how how = {.flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
                          .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-  int fd = (int)syscall(SYS_openat2, rfd, ".git/config", &how, sizeof how);
+  int fd = (int)syscall(SYS_openat2, rfd, cfg, &how, sizeof how);
   close(rfd);
   if (fd < 0) return 0;
   char *buf = malloc(CONFIG_MAX);
   ssize_t got = buf ? read(fd, buf, CONFIG_MAX) : -1;
   close(fd);
-  struct places_ctx c = {.root = root, .out = out, .max = max};
+  struct places_ctx c = {.root = root, .gitdir = gitdir, .out = out, .max = max};
   char v[4096];
   if (got > 0 && c.n < max && jb_git_hooks_path(buf, (size_t)got, v, sizeof v) == 1 &&
-      inside(root, "", v, out[c.n].t, sizeof out[c.n].t))
-    out[c.n++].as = ".git/hooks";
+      inside(root, repo, v, out[c.n].t, sizeof out[c.n].t)) {
+    snprintf(out[c.n].as, sizeof out[c.n].as, "%s/hooks", gitdir);
+    c.n++;
+  }
   if (got > 0) config_each(buf, (size_t)got, include_of, &c);
   free(buf);
   return c.n;
 }
 
-void jb_prescan_hooks_path(const char *root, json_t *scan) {
-  struct jb_git_place places[JB_GIT_PLACES_MAX];
-  size_t n = jb_git_config_places(root, places, JB_GIT_PLACES_MAX);
+void jb_prescan_hooks_path(const char *root, const json_t *repos, json_t *scan) {
+  struct jb_git_place *places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
   json_t *flagged = json_object_get(scan, "flagged");
+  size_t n = 0, nr = repos ? json_array_size(repos) : 1;
+  for (size_t r = 0; places && r < nr && n < JB_GIT_PLACES_MAX; r++) {
+    const char *repo = repos ? json_string_value(json_array_get(repos, r)) : "";
+    if (repo) n += jb_git_config_places(root, repo, places + n, JB_GIT_PLACES_MAX - n);
+  }
   for (size_t i = 0; i < n && json_is_array(flagged); i++) {
     json_t *f = jb_scan_flag_json(places[i].t, "landing_link");
     if (!f) continue;
-    json_object_set_new(f, "link", json_string(".git/config"));
+    json_object_set_new(f, "link", json_string(places[i].as));
     json_array_append_new(flagged, f);
     json_t *count = json_object_get(scan, "flaggedCount");
     json_object_set_new(scan, "flaggedCount", json_integer(json_integer_value(count) + 1));
   }
+  free(places);
 }

@@ -21,23 +21,24 @@ int jb_git_hooks_path(const char *text, size_t len, char *out, size_t size);
 
 struct jb_git_place {
   char t[4096];
-  const char *as; /* static */
+  char as[4096]; /* REPO/.git/hooks or REPO/.git/config */
 };
 
-/* The places the workspace `root`'s .git/config (opened beneath `root` without following a
- * link, at most 1 MiB) makes git's own — core.hooksPath, include.path, includeIf.*.path — when
- * they lie inside the workspace (a hooks path relative to the work tree's root, an include
- * relative to .git/, or absolute under `root`; never above the root), into `out` (at most
- * `max`). Returns how many; 0 when the file is missing or unreadable. */
-size_t jb_git_config_places(const char *root, struct jb_git_place *out, size_t max);
+/* The places the .git/config of the work tree `repo` (workspace-relative, "" for the root)
+ * of the workspace `root` (opened beneath `root` without following a link, at most 1 MiB)
+ * makes git's own — core.hooksPath, include.path, includeIf.*.path — when they lie inside the
+ * workspace (a hooks path relative to the work tree, an include relative to its .git/, or
+ * absolute under `root`; never above the root), into `out` (at most `max`). Returns how many;
+ * 0 when the file is missing or unreadable. */
+size_t jb_git_config_places(const char *root, const char *repo, struct jb_git_place *out,
+                            size_t max);
 
-/* Adds to pre-scan `scan` (jb_scan_json's object) a `landing_link` flag for the directory the
- * workspace `root`'s .git/config names as core.hooksPath, and for each file it includes
- * (include.path, includeIf.*.path), when that lies inside the workspace (a hooks path relative
- * to the work tree's root, an include relative to .git/, or absolute under `root`; never above
- * the root): {path, kind: "landing_link", link: ".git/config"} — so that a write, mkdir or
- * move there is a landing on git's hooks or config. The file is opened beneath `root` without following a link (at most
+/* Adds to pre-scan `scan` (jb_scan_json's object) a `landing_link` flag for each place (as
+ * jb_git_config_places finds them) of the work trees `repos` (a JSON array of workspace-relative
+ * paths, "" the root; NULL: the root alone): {path, kind: "landing_link", link:
+ * "REPO/.git/hooks" or "REPO/.git/config"} — so that a write, mkdir or move there is a landing on git's hooks or
+ * config. The file is opened beneath `root` without following a link (at most
  * 1 MiB); nothing is added when it is missing or unreadable. */
-void jb_prescan_hooks_path(const char *root, json_t *scan);
+void jb_prescan_hooks_path(const char *root, const json_t *repos, json_t *scan);
 
 #endif

@@ -239,8 +239,8 @@ static int prescan(struct jb_session *s, json_t **scan_out) {
                            w->set.prescan_exclude_secrets, &scan, &err) < 0)
     return launch_failed(s, NULL, "pre-scan failed: %s", err.msg);
   json_t *scan_json = jb_scan_json(&scan);
+  if (scan_json) jb_prescan_hooks_path(s->workspace, scan.repos, scan_json); /* git's own */
   jb_scan_result_free(&scan);
-  if (scan_json) jb_prescan_hooks_path(s->workspace, scan_json); /* git's hooks elsewhere */
   slog_json(w, JB_LOG_INFO, s->job_id, "pre-scan", "prescan", json_incref(scan_json));
   if (prescan_stored(w, s->job_id, scan_json, &err) != JB_OK) {
     json_decref(scan_json);

@@ -405,6 +405,8 @@ static int walk_dir(struct walk *w, int dfd, const char *rel) {
       }
     } else {
       w->out->dirs++;
+      if (w->sec && !strcmp(de->d_name, ".git") && json_array_size(w->out->repos) < 16)
+        json_array_append_new(w->out->repos, json_string(rel)); /* a work tree (pre-scan) */
       if (w->depth + 1 > WALK_DEPTH_MAX) { /* not entered: the walk is not whole */
         cut(w, "depth");
         continue;
@@ -537,6 +539,8 @@ void jb_scan_result_free(struct jb_scan_result *r) {
   r->flagged = NULL;
   json_decref(r->secrets);
   r->secrets = NULL;
+  json_decref(r->repos);
+  r->repos = NULL;
 }
 
 /* The SHA-256 of the sorted entries of `w` (jb_workspace_scan) into out->dir_hash. */
@@ -620,6 +624,7 @@ static int scan(const char *root, const struct jb_walk_limits *lim,
   if (lim->secrets) {
     w.sec = &sec;
     out->secrets = json_array();
+    out->repos = json_array();
     sec.win = malloc(WALK_BUF + SECRET_OVERLAP);
   }
   if (!(w.buf = malloc(WALK_BUF)) || (lim->secrets && (!sec.win || !out->secrets))) {

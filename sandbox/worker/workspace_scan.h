@@ -20,6 +20,8 @@ struct jb_scan_result {
   long n_flagged; /* flagged entries, all of them */
   json_t *flagged; /* [{path, kind}], the first JB_SCAN_FLAGGED_MAX (owned) */
   long n_secrets; /* files that look like secrets (jb_workspace_prescan), all of them */
+  json_t *repos; /* the work trees of the git repositories found: ["" (the root), "sub" …],
+                    the first JB_GIT_PLACES_MAX (jb_workspace_prescan; owned; else NULL) */
   json_t *secrets; /* [{path, rules}], the first that fit JB_SCAN_SECRETS_MAX entries and
                       JB_SCAN_SECRETS_BYTES bytes of paths (owned); NULL: not looked for */
 };

@@ -237,12 +237,17 @@ test('a hooks directory the buyer\'s git config names (core.hooksPath) is covere
     assert.equal(git(d, 'config', 'core.hooksPath', 'tools/hooks').status, 0);
     assert.equal(git(d, 'add', '.').status, 0);
     assert.equal(git(d, 'commit', '-q', '-m', 'first').status, 0);
+    // a nested repository whose hooks are elsewhere too
+    mkdirSync(join(d, 'lib/inner/hk'), { recursive: true });
+    assert.equal(git(join(d, 'lib/inner'), 'init', '-q').status, 0);
+    assert.equal(git(join(d, 'lib/inner'), 'config', 'core.hooksPath', 'hk').status, 0);
   }, { mode: 'unsupervised' });
   const flags = (await K.sessionOf(S.jobId)).walls.prescan.flagged;
-  assert.ok(flags.some((f) => f.kind === 'landing_link' && f.path === 'tools/hooks' && f.link === '.git/config'), JSON.stringify(flags));
+  assert.ok(flags.some((f) => f.kind === 'landing_link' && f.path === 'tools/hooks' && f.link === '.git/hooks'), JSON.stringify(flags));
   const agent = await K.connect(S.agentToken);
   for (const [tool, args] of [['write', { path: 'tools/hooks/pre-commit', content: `#!/bin/sh\ntouch ${marker}\n` }],
-    ['mkdir', { path: 'tools/hooks/x' }], ['move', { source: 'payload.sh', destination: 'tools/hooks/pre-commit' }]]) {
+    ['mkdir', { path: 'tools/hooks/x' }], ['move', { source: 'payload.sh', destination: 'tools/hooks/pre-commit' }],
+    ['write', { path: 'lib/inner/hk/pre-commit', content: `#!/bin/sh\ntouch ${marker}\n` }]]) {
     const e = toolFailure(await K.call(agent, tool, args, 15000));
     assert.equal(e?.data?.reason, 'flagged', `${tool}: ${JSON.stringify(e)}`);
   }

@@ -240,22 +240,32 @@ test('the places the buyer\'s git config names (core.hooksPath, an included conf
     writeFileSync(join(d, '.shared/gitconfig'), '[diff]\n\trenames = true\n');
     git(d, 'config', 'core.hooksPath', 'tools/hooks');
     git(d, 'config', 'include.path', '../.shared/gitconfig');
+    // a nested repository with hooks of its own elsewhere
+    mkdirSync(join(d, 'vendor/lib/h'), { recursive: true });
+    writeFileSync(join(d, 'vendor/lib/x.c'), 'int x;\n');
+    git(join(d, 'vendor/lib'), 'init', '-q');
+    git(join(d, 'vendor/lib'), 'config', 'core.hooksPath', 'h');
+    git(join(d, 'vendor/lib'), 'add', '.');
+    git(join(d, 'vendor/lib'), 'commit', '-qm', 'one');
   }, 'unsupervised');
   const shared = readFileSync(join(S.dir, '.shared/gitconfig'));
   const m = (k) => join(MARKS, `places-${k}`);
   const r = await writable(S,
     `printf '#!/bin/sh\\ntouch ${m(1)}\\n' > tools/hooks/pre-commit; chmod +x tools/hooks/pre-commit; ` +
-    `printf '[core]\\n\\tfsmonitor = touch ${m(2)}; false\\n' >> .shared/gitconfig; echo 'int c;' > src/a.c`);
+    `printf '[core]\\n\\tfsmonitor = touch ${m(2)}; false\\n' >> .shared/gitconfig; echo 'int c;' > src/a.c; ` +
+    `printf '#!/bin/sh\\ntouch ${m(3)}\\n' > vendor/lib/h/pre-commit; chmod +x vendor/lib/h/pre-commit`);
   const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
   assert.deepEqual([by['tools/hooks/pre-commit']?.flagged, by['tools/hooks/pre-commit']?.removed], ['git_hooks', true], JSON.stringify(r.changes));
   assert.deepEqual([by['.shared/gitconfig']?.flagged, by['.shared/gitconfig']?.restored], ['git_config', true], JSON.stringify(by['.shared/gitconfig']));
   assert.equal(by['src/a.c']?.flagged, undefined);
+  assert.deepEqual([by['vendor/lib/h/pre-commit']?.flagged, by['vendor/lib/h/pre-commit']?.removed], ['git_hooks', true], JSON.stringify(by['vendor/lib/h/pre-commit']));
   assert.ok(!existsSync(join(S.dir, 'tools/hooks/pre-commit')));
   assert.deepEqual(readFileSync(join(S.dir, '.shared/gitconfig')), shared, 'the included config byte for byte');
   await end(S);
   git(S.dir, 'status');
   git(S.dir, 'commit', '-qam', 'two');
-  for (const k of [1, 2]) assert.ok(!existsSync(m(k)), `the agent's ${k === 1 ? 'hook' : 'fsmonitor'} ran on the host`);
+  git(join(S.dir, 'vendor/lib'), 'commit', '-q', '--allow-empty', '-m', 'two');
+  for (const k of [1, 2, 3]) assert.ok(!existsSync(m(k)), `the agent's ${k === 2 ? 'fsmonitor' : 'hook'} ${k} ran on the host`);
 });
 
 test('a new link at a covered directory name, or one through which an entry lies at a covered path (.config -> . with mise/config.toml), lands (it is removed); the buyer\'s untouched links and an ordinary new link stay', async () => {

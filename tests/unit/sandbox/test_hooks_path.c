@@ -58,12 +58,12 @@ static void prescan_flag(void **state) {
   fprintf(f, "[core]\n\thooksPath = ./tools//hooks\n");
   fclose(f);
   json_t *scan = json_pack("{s:[],s:i}", "flagged", "flaggedCount", 0);
-  jb_prescan_hooks_path(dir, scan);
+  jb_prescan_hooks_path(dir, NULL, scan);
   json_t *e = json_array_get(json_object_get(scan, "flagged"), 0);
   assert_non_null(e);
   assert_string_equal(json_string_value(json_object_get(e, "path")), "tools/hooks");
   assert_string_equal(json_string_value(json_object_get(e, "kind")), "landing_link");
-  assert_string_equal(json_string_value(json_object_get(e, "link")), ".git/config");
+  assert_string_equal(json_string_value(json_object_get(e, "link")), ".git/hooks");
   assert_int_equal(json_integer_value(json_object_get(scan, "flaggedCount")), 1);
   json_decref(scan);
   /* the files it includes, relative to .git/: flagged too */
@@ -73,7 +73,7 @@ static void prescan_flag(void **state) {
           "local.cfg\n[include]\n\tpath = ../../outside\n");
   fclose(f);
   scan = json_pack("{s:[],s:i}", "flagged", "flaggedCount", 0);
-  jb_prescan_hooks_path(dir, scan);
+  jb_prescan_hooks_path(dir, NULL, scan);
   assert_int_equal(json_array_size(json_object_get(scan, "flagged")), 2);
   assert_string_equal(json_string_value(json_object_get(
                           json_array_get(json_object_get(scan, "flagged"), 0), "path")),
@@ -89,7 +89,7 @@ static void prescan_flag(void **state) {
     fprintf(f, "[core]\nhooksPath = %s\n", outside[i]);
     fclose(f);
     scan = json_pack("{s:[],s:i}", "flagged", "flaggedCount", 0);
-    jb_prescan_hooks_path(dir, scan);
+    jb_prescan_hooks_path(dir, NULL, scan);
     assert_int_equal(json_array_size(json_object_get(scan, "flagged")), 0);
     json_decref(scan);
   }
@@ -98,7 +98,7 @@ static void prescan_flag(void **state) {
   fprintf(f, "[core]\nhooksPath = %s/h\n", dir);
   fclose(f);
   scan = json_pack("{s:[],s:i}", "flagged", "flaggedCount", 0);
-  jb_prescan_hooks_path(dir, scan);
+  jb_prescan_hooks_path(dir, NULL, scan);
   e = json_array_get(json_object_get(scan, "flagged"), 0);
   assert_string_equal(json_string_value(json_object_get(e, "path")), "h");
   json_decref(scan);
