@@ -111,14 +111,15 @@ test(`one session's agent holds at most ${PER_SESSION} waiting calls; another se
     { headers: { authorization: `Bearer ${A.buyerToken}` }, signal: AbortSignal.timeout(1500) })
     .then(async (x) => `${x.status} ${await x.text()}`, (e) => e.name);
   assert.equal(diff, 'TimeoutError', `the buyer's diff was answered at once, not read: ${diff}`);
-  // an op stored without a place (a delete of an active session waits for none) that meets a
-  // pause is not refused "try again" for want of one: it will still run at the resume
-  const del = settle(kit.call(A.agent, 'delete', { path: 'a0.txt' }, 30000));
-  await kit.waitFor('A\'s delete stored', async () => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE tool = 'delete' AND job_id = $1", [A.jobId])).rows[0].n === 1, 15000);
+  // an op stored without a place (a mkdir of an active session waits for none; a delete or a
+  // move first has the shim list what it takes, for the landing check) that meets a pause is
+  // not refused "try again" for want of one: it will still run at the resume
+  const del = settle(kit.call(A.agent, 'mkdir', { path: 'd0' }, 30000));
+  await kit.waitFor('A\'s mkdir stored', async () => (await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE tool = 'mkdir' AND job_id = $1", [A.jobId])).rows[0].n === 1, 15000);
   const pz = await srv.req('POST', `/v1/jailbox/${A.jobId}/pause`, { token: A.buyerToken });
   assert.equal(pz.status, 200, pz.text);
   const early = await Promise.race([del, new Promise((res) => setTimeout(() => res(null), 1500))]);
-  assert.equal(early, null, `the stored delete was answered during the pause: ${JSON.stringify(early)}`);
+  assert.equal(early, null, `the stored mkdir was answered during the pause: ${JSON.stringify(early)}`);
   // B's agent is not held to A's count
   const theirs = settle(kit.call(B.agent, 'write', { path: 'b.txt', content: 'x\n' }, 30000));
   await kit.waitFor('B\'s write stored', async () => await stored(B) === 1, 15000);
