@@ -1,23 +1,30 @@
-/* start.c — the calls jailboxd's process makes into api/ (declared in server/api.h): loading
- * the scan rules, the bootstrap token, starting and stopping the Socket.IO endpoint with its
- * op handlers, the escape policy and the sweeper. */
+/* start.c — the parts of jailboxd that main (api/main.c, the composition root) puts together
+ * (declared in api/start.h): the scan rules, the bootstrap token, the Socket.IO door with the
+ * core's op handlers, the escape policy and the sweeper. */
 #define _GNU_SOURCE
-#include "server/api.h"
+#include "api/start.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "api/agent/escape.h"
-#include "api/agent/ops.h"
-#include "api/agent/policy.h"
+#include "api/core/escape.h"
+#include "api/core/ops.h"
+#include "api/core/policy.h"
 #include "lib/log.h"
 #include "lib/reviewer.h"
 #include "lib/scan.h"
-#include "api/agent/socket.h"
-#include "api/auth.h"
+#include "api/core/auth.h"
+#include "api/http/door.h"
+#include "api/socket/socket.h"
 #include "server/app.h"
 #include "server/config.h"
+
+/* The Socket.IO door and the sweeper of this process (one each; set by jb_api_start on the
+ * main thread, read by the Redis thread for a resync). */
+static struct jb_socket *_Atomic the_socket;
+static struct jb_sweeper *the_sweeper;
 
 int jb_api_load_rules(const struct jb_config *cfg, jb_error *err) {
   struct jb_scan_rules *rules = NULL;
@@ -49,7 +56,7 @@ bool jb_api_token_known(void *app, const char *authorization) {
 
 int jb_api_start(struct jb_app *app, jb_error *err) {
   struct jb_socket *sock = NULL;
-  /* the file operations (api/agent/ops.c); reads and lists the socket's service thread may
+  /* the file operations (api/core/ops.c); reads and lists the socket's service thread may
    * hand straight to a local worker */
   const struct jb_mcp_direct_fns direct = {jb_op_direct_plan, jb_op_direct_answer,
                                            jb_op_direct_free};
@@ -59,7 +66,7 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
     return jb_fail(err, EINVAL, "%s", why);
   if (jb_socket_start(app, jb_op_tool, NULL, &direct, &sock, err) < 0) /* logs "ws listening" */
     return jb_error_wrap(err, "websocket");
-  __atomic_store_n(&app->sock, sock, __ATOMIC_RELEASE); /* read by the Redis and HTTP threads */
+  atomic_store(&the_socket, sock); /* read by the Redis thread */
   if (jb_escape_init(app, err) < 0) return jb_error_wrap(err, "escape policy");
   /* the workers inherit the escape policy through the environment */
   char pen[24];
@@ -68,23 +75,25 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
   setenv("JAILBOX_ALERT_AFTER", app->cfg->alert_after, 1);
   setenv("JAILBOX_TRUST_PENALTY", pen, 1);
   /* lifetime and idle expiry, chains a crash left unsealed */
-  if (jb_sweeper_start(app, &app->sweeper, err) < 0) return jb_error_wrap(err, "sweeper");
+  if (jb_sweeper_start(app, &the_sweeper, err) < 0) return jb_error_wrap(err, "sweeper");
   return 0;
 }
 
-void jb_api_drain(struct jb_app *app) { jb_socket_drain(app->sock); }
+void jb_api_drain(struct jb_app *app) { jb_socket_drain(atomic_load(&the_socket)); }
 
-void jb_api_drain_wait(struct jb_app *app, long ms) { jb_socket_drain_wait(app->sock, ms); }
+void jb_api_drain_wait(struct jb_app *app, long ms) {
+  jb_socket_drain_wait(atomic_load(&the_socket), ms);
+}
 
 void jb_api_stop(struct jb_app *app) {
-  jb_sweeper_stop(app->sweeper);
-  app->sweeper = NULL;
-  struct jb_socket *sock = __atomic_exchange_n(&app->sock, NULL, __ATOMIC_ACQ_REL);
+  jb_sweeper_stop(the_sweeper);
+  the_sweeper = NULL;
+  struct jb_socket *sock = atomic_exchange(&the_socket, NULL);
   jb_socket_stop(sock); /* its handlers use the database, and the workers (direct ops) */
 }
 
 void jb_api_resync(struct jb_app *app) {
-  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
+  struct jb_socket *sock = atomic_load(&the_socket);
   if (sock) jb_socket_resync(sock);
 }
 

@@ -4,18 +4,17 @@
 #define JB_APP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "db/db.h"
 #include "db/signer.h"
 #include "server/bus.h"
 #include "server/config.h"
-#include "server/http.h"
 
 struct jb_cache; /* session read cache (server/cache.h) */
 struct jb_opwait; /* waiting op calls (server/opwait.h) */
-struct jb_socket; /* the Socket.IO endpoint (api/agent/socket.h) */
-struct jb_sweeper; /* expiry of sessions (api/agent/escape.h) */
+struct jb_ws; /* the WebSocket endpoint (server/ws.h) */
 struct jb_fanout; /* Redis fan-out of events (server/fanout.h) */
 struct jb_workers; /* this process's jailbox-workers (server/workers.h) */
 
@@ -34,12 +33,29 @@ struct jb_app {
   atomic_bool draining; /* set on SIGTERM: /readyz answers 503 */
   _Atomic long long
       drain_deadline_ms; /* CLOCK_MONOTONIC ms by which calls in flight must end; 0: none */
-  struct jb_socket *sock; /* for /metrics; NULL until started */
   _Atomic int http_port; /* the bound HTTP port (the console's origin); 0 until bound */
-  struct jb_sweeper *sweeper; /* NULL until started */
   struct jb_fanout *fanout; /* for /metrics; NULL without JAILBOX_REDIS_URL */
+  struct jb_ws *ws; /* the WebSocket endpoint; NULL until started (read it through the
+                       functions below) */
   struct jb_workers *workers; /* for direct op hand-over (sandbox/proto/direct.h); NULL until
                                    started, or with JAILBOX_WORKERS=0; read with __atomic_load_n */
 };
+
+/* The WebSocket endpoint of this process (server/ws.h) as every door sees it: set by whoever
+ * starts it (`ws`), and NULL again before it stops (then waits for the calls below that are
+ * using it). Any thread. */
+void jb_app_set_ws(struct jb_app *app, struct jb_ws *ws);
+
+/* Runs fn(arg, true) once on one of the endpoint's handler threads (server/ws.h jb_ws_run),
+ * for a door's work that may block for long. Returns 0, or -1 when it cannot be queued (no
+ * endpoint, full, stopping): fn is not called. A call still queued when the endpoint stops
+ * gets fn(arg, false): free `arg`, do nothing else. */
+int jb_app_run(struct jb_app *app, void (*fn)(void *arg, bool run), void *arg);
+
+/* The endpoint's bound port, or 0 when it is not running. */
+int jb_app_ws_port(struct jb_app *app);
+
+/* The endpoint's connected sockets whose role has bit `role_bit` (0 when not running). */
+long jb_app_ws_count_role(struct jb_app *app, unsigned role_bit);
 
 #endif

@@ -12,7 +12,7 @@
  * sockets it holds and no socket gets it twice. Without one (no Redis: one instance) it is
  * delivered in this process. Events that arrive over NOTIFY jb_event (the worker's, and
  * jailboxd's own while Redis is down) are delivered by every instance to its own sockets and
- * never republished (server/main.c). */
+ * never republished (api/main.c). */
 #ifndef JB_BUS_H
 #define JB_BUS_H
 

@@ -18,7 +18,7 @@
  * resends every socket of the instance its state and pending approvals, which covers what
  * other instances published on Redis before this one was subscribed again). Nothing here is
  * a source of truth: sessions, ops and decisions are in PostgreSQL, and a (re)connecting
- * socket is sent the current state and pending approvals from there (api/agent/socket.c).
+ * socket is sent the current state and pending approvals from there (api/socket/socket.c).
  * Delivery is at most once per socket except in one case: a PUBLISH whose reply is lost
  * after Redis took it is carried again by the fallback (at least once, then).
  *

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/auth.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
 #include "db/audit_store.h"
 #include "lib/log.h"

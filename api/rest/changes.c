@@ -4,7 +4,7 @@
  * passed through unchanged. */
 #include <stdlib.h>
 
-#include "api/auth.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
 #include "db/changes.h"
 #include "db/escape.h"

@@ -2,7 +2,7 @@
  * files under a strict Content-Security-Policy; /v1/console/… mints one-time codes, exchanges
  * a code or a pasted token for the sign-in cookie, tells the page who it is signed in as,
  * signs out, and lists sessions for a service sign-in. The cookie is a token of its own
- * (tokens.expires_at), checked by api/auth.c like a bearer token. */
+ * (tokens.expires_at), checked by api/core/auth.c like a bearer token. */
 #include "api/rest/console.h"
 
 #include <jansson.h>
@@ -11,8 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "api/agent/socket.h"
-#include "api/auth.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
 #include "db/sessions.h"
 #include "db/tokens.h"
@@ -188,12 +187,10 @@ void jb_api_console_whoami(void *appv, const struct jb_http_req *req, struct jb_
   struct jb_principal who;
   PGconn *c = jb_rest_authed_conn(app, req, NULL, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp);
   if (!c) return;
-  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
   jb_resp_json(
       resp, 200,
       json_pack("{s:s,s:s?,s:i}", "role", who.role == JB_ROLE_SERVICE ? "service" : "buyer",
-                "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort",
-                sock ? jb_socket_port(sock) : 0));
+                "jobId", who.job_id[0] ? who.job_id : NULL, "socketPort", jb_app_ws_port(app)));
   jb_db_release(app->db, c);
 }
 

@@ -3,26 +3,21 @@
 #ifndef JB_HANDLERS_H
 #define JB_HANDLERS_H
 
-#include "api/auth.h"
+#include "api/core/auth.h"
+#include "api/http/door.h"
 #include "server/app.h"
 #include "server/http.h"
 
-/* Answers 503 database_unavailable with a fixed message; the detail (`err`, which may name
- * sockets, hosts or SQL) goes to the log only. */
-void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err);
-
 /* Borrows a database connection and checks that the caller is the buyer of the session named
- * by req->params[0] or holds a service token (api/auth.h jb_auth_require). Returns the
+ * by req->params[0] or holds a service token (api/core/auth.h jb_auth_require). Returns the
  * connection, which the caller releases with jb_db_release; or NULL with `resp` answered
  * (503 when no connection, else jb_auth_require's 401/403/404). */
 PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
                              struct jb_http_resp *resp);
 
-/* The same for any route: a pooled connection and a caller of one of `roles` (enum jb_role
- * bits, JB_AUTH_CONTROL allowed) for session `job` (NULL: any), whom `*who` then names.
- * Returns the connection (release it with jb_db_release) or NULL with `resp` answered. */
-PGconn *jb_rest_authed_conn(struct jb_app *app, const struct jb_http_req *req, const char *job,
-                            unsigned roles, struct jb_principal *who, struct jb_http_resp *resp);
+/* An op id of the URL (`ops`, of session `job`): a positive integer, else -1 with 404 answered
+ * (the URL names no op). */
+long long jb_rest_path_op(const char *job, const char *ops, struct jb_http_resp *resp);
 
 void jb_api_healthz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_readyz(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
@@ -38,7 +33,7 @@ void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_r
 /* POST /v1/jailbox/:jobId/ops/:opId/kill: the buyer's (or the service's) kill of an exec. */
 void jb_api_op_kill(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 /* GET /v1/jailbox/:jobId/ops/:opId/diff: the whole diff of a pending write or edit (buyer or
- * service; api/agent/ops.h jb_op_full_diff). */
+ * service; api/core/ops.h jb_op_full_diff). */
 void jb_api_op_diff(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

@@ -4,36 +4,10 @@
  * other REST handlers share (unavailable; a connection for a session's buyer or service). */
 #include <jansson.h>
 
-#include "api/auth.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
 #include "lib/log.h"
 #include "db/migrate.h"
-
-void jb_db_unavailable(struct jb_http_resp *resp, const jb_error *err) {
-  char why[640];
-  if (jb_signer_retired(why, sizeof why)) { /* every append is refused: say so, not "database" */
-    jb_log(JB_LOG_ERROR, "signing key retired", "detail", err ? err->msg : "", NULL);
-    jb_resp_error(resp, 503, "key_retired", "%s", why);
-    return;
-  }
-  jb_log(JB_LOG_ERROR, "database error", "detail", err ? err->msg : "", NULL);
-  jb_resp_error(resp, 503, "database_unavailable", "the database is unavailable; try again");
-}
-
-PGconn *jb_rest_authed_conn(struct jb_app *app, const struct jb_http_req *req, const char *job,
-                            unsigned roles, struct jb_principal *who, struct jb_http_resp *resp) {
-  jb_error err = {0};
-  PGconn *c = jb_db_acquire(app->db, &err);
-  if (!c) {
-    jb_db_unavailable(resp, &err);
-    return NULL;
-  }
-  if (jb_auth_require(app, c, req, job, roles, who, resp) < 0) {
-    jb_db_release(app->db, c);
-    return NULL;
-  }
-  return c;
-}
 
 PGconn *jb_rest_session_conn(struct jb_app *app, const struct jb_http_req *req,
                              struct jb_http_resp *resp) {

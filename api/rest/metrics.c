@@ -16,9 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/auth.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
-#include "api/agent/socket.h"
 #include "db/metrics.h"
 #include "server/fanout.h"
 #include "lib/log.h"
@@ -90,8 +89,8 @@ static void cluster(FILE *out, json_t *m) {
 }
 
 static void instance(FILE *out, struct jb_app *app) {
-  long buyers, agents;
-  jb_socket_counts(__atomic_load_n(&app->sock, __ATOMIC_ACQUIRE), &buyers, &agents);
+  long buyers = jb_app_ws_count_role(app, JB_ROLE_BUYER);
+  long agents = jb_app_ws_count_role(app, JB_ROLE_AGENT);
   jb_prom_header(out, "jailbox_sockets", "gauge",
                  "Connected Socket.IO clients of this instance by role.");
   jb_prom_sample(out, "jailbox_sockets", (double)buyers, "role", "buyer", NULL);

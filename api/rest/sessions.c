@@ -1,5 +1,5 @@
-/* sessions.c — the REST half of the session contract: open, inspect, list ops, approve and
- * reject ops, abort / pause / resume / accept, change mode, and read an agent's trust score. */
+/* sessions.c — the REST reads of the session contract and its opening: open, inspect, list
+ * ops, an op's whole diff, and an agent's trust score (the controls are api/rest/controls.c). */
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
@@ -9,18 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
-#include "api/auth.h"
-#include "api/controls.h"
-#include "api/agent/escape.h"
+#include "api/core/auth.h"
 #include "api/rest/handlers.h"
 #include "lib/images.h"
 #include "lib/json.h"
-#include "api/agent/ops.h"
-#include "api/agent/policy.h"
+#include "api/core/ops.h"
+#include "api/core/policy.h"
 #include "lib/policy.h"
-#include "db/audit_store.h"
 #include "db/ops.h"
 #include "db/sessions.h"
 #include "server/cache.h"
@@ -48,51 +44,6 @@ static void send_text(struct jb_http_resp *resp, int status, char *json) {
 
 static void db_failed(struct jb_http_resp *resp, const jb_error *err) {
   jb_db_unavailable(resp, err);
-}
-
-/* 409 with the current state inside the error object. */
-static void conflict(struct jb_http_resp *resp, const char *what, const char *state) {
-  jb_resp_invalid_state(resp, what, state);
-}
-
-#define SIMILAR_REFUSED 1 /* an approve whose allowSimilar does not fit the op: nothing done */
-
-/* The request's control arguments (api/controls.h): the body with the path parameter
- * `path_value` (nullable) as the socket form, checked against the schema of `ctl`. Returns 0
- * with `args` borrowing from *doc (the caller releases it), or -1 with a 400 answered. */
-static int control_body(const struct jb_http_req *req, enum jb_control ctl, const char *path_value,
-                        json_t **doc, struct jb_control_args *args, struct jb_http_resp *resp) {
-  char msg[512];
-  *doc = jb_control_rest_form(ctl, req->body, req->body_len, path_value, msg, sizeof msg);
-  if (!*doc || jb_control_check(ctl, *doc, args, msg, sizeof msg) < 0) {
-    jb_resp_error(resp, 400, "bad_request", "%s", msg);
-    return -1;
-  }
-  return 0;
-}
-
-/* The 409 of a decision that lost: how the op was decided (another buyer, a rule, the
- * timeout were first), or that its session ended. */
-static void decided_already(PGconn *c, const char *job, long long op, const char *state,
-                            struct jb_http_resp *resp) {
-  char how[512], st[20];
-  jb_error err = {0};
-  if (jb_db_op_decided_how(c, job, op, how, sizeof how, st, &err) == JB_OK)
-    conflict(resp, how, st);
-  else
-    conflict(resp, "op is not pending, or its session ended:", state);
-}
-
-/* An op id of the path: a positive integer, else -1 with 404 answered (the URL names no op). */
-static long long path_op(const char *job, const char *ops, struct jb_http_resp *resp) {
-  char *end;
-  errno = 0;
-  long long op = strtoll(ops, &end, 10);
-  if (*end || errno || op <= 0 || !isdigit((unsigned char)ops[0])) {
-    jb_resp_error(resp, 404, "not_found", "no op '%s' in session '%s'", ops, job);
-    return -1;
-  }
-  return op;
 }
 
 /* ---------- POST /v1/jailbox ---------- */
@@ -433,109 +384,6 @@ out:
   jb_db_release(app->db, c);
 }
 
-/* ---------- POST /v1/jailbox/:jobId/{approve,reject}/:opId ---------- */
-
-static void decide(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
-                   bool approve) {
-  const char *job = req->params[0], *ops = req->params[1];
-  enum jb_control ctl = approve ? JB_CONTROL_APPROVE : JB_CONTROL_REJECT;
-  json_t *doc = NULL;
-  struct jb_control_args a;
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) return;
-  struct jb_principal who;
-  long long op;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) == 0 &&
-      (op = path_op(job, ops, resp)) > 0 && control_body(req, ctl, ops, &doc, &a, resp) == 0) {
-    jb_error err = {0};
-    char *json = NULL, state[20] = "";
-    struct jb_audit_head head;
-    const char *key = a.allow_similar, *reason = a.reason;
-    json_t *similar = NULL;
-    struct jb_policy_reply pr = {0};
-    if (key) jb_policy_similar(c, job, op, key, &similar, &pr);
-    memset(&head, 0, sizeof head);
-    int rc = key && !similar ? SIMILAR_REFUSED
-             : similar
-                 ? jb_policy_approve_similar(app, c, job, op, reason, similar, &json, state, &pr)
-                 : jb_db_op_decide(c, jb_signer_key(app->signer), job, op, approve, reason, &json,
-                                   state, &head, &err);
-    if (rc == SIMILAR_REFUSED && pr.status == 409) {
-      decided_already(c, job, op, "pending", resp); /* decided meanwhile */
-    } else if (rc == SIMILAR_REFUSED || (rc == JB_ERR_CONFLICT && pr.status == 409)) {
-      jb_resp_error(resp, pr.status, pr.code, "%s", pr.msg);
-    } else if (rc == JB_OK) {
-      if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
-      json_t *ev = json_loads(json, 0, NULL);
-      if (pr.body) { /* the op approved with the rule made of it */
-        json_t *o = json_loads(json, 0, NULL);
-        if (o) json_object_set(o, "rule", pr.body);
-        free(json);
-        json = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        json_decref(o);
-      }
-      json_decref(pr.body);
-      if (json)
-        send_text(resp, 200, json);
-      else
-        jb_resp_error(resp, 500, "internal", "out of memory");
-      jb_bus_publish(app->bus, job, JB_EVENT_OP, ev);
-      if (head.seq > 0)
-        jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    } else if (rc == JB_ERR_NOT_FOUND) {
-      jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
-    } else if (rc == JB_ERR_CONFLICT) {
-      decided_already(c, job, op, state, resp);
-    } else {
-      db_failed(resp, &err);
-    }
-    json_decref(similar);
-  }
-  jb_db_release(app->db, c);
-  json_decref(doc);
-}
-
-void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  decide(app, req, resp, true);
-}
-void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  decide(app, req, resp, false);
-}
-
-/* ---------- POST /v1/jailbox/:jobId/ops/:opId/kill ---------- */
-
-void jb_api_op_kill(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  struct jb_app *app = appv;
-  const char *job = req->params[0], *ops = req->params[1];
-  json_t *doc = NULL;
-  struct jb_control_args a;
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) return;
-  struct jb_principal who;
-  long long op;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER | JB_AUTH_CONTROL, &who,
-                      resp) == 0 &&
-      (op = path_op(job, ops, resp)) > 0 &&
-      control_body(req, JB_CONTROL_KILL, ops, &doc, &a, resp) == 0) {
-    jb_error err = {0};
-    char state[20] = "";
-    json_t *out = NULL;
-    int rc = jb_op_kill(app, c, job, op, a.reason, &out, state, &err);
-    if (rc == JB_OK) {
-      if (app->cache) jb_cache_invalidate(app->cache, job);
-      jb_resp_json(resp, 200, out);
-    } else if (rc == JB_ERR_NOT_FOUND) {
-      jb_resp_error(resp, 404, "not_found", "no op %lld in session '%s'", op, job);
-    } else if (rc == JB_ERR_CONFLICT) {
-      conflict(resp, "only an exec that is pending, queued or running can be killed; it is", state);
-    } else {
-      db_failed(resp, &err);
-    }
-  }
-  jb_db_release(app->db, c);
-  json_decref(doc);
-}
-
 /* ---------- GET /v1/jailbox/:jobId/ops/:opId/diff ---------- */
 
 /* A whole-diff request, answered from a socket handler thread (the stat it waits for may take
@@ -547,7 +395,7 @@ struct diff_call {
   char job[129];
 };
 
-/* The answer of a whole diff (api/agent/ops.h jb_op_full_diff) into `resp`. */
+/* The answer of a whole diff (api/core/ops.h jb_op_full_diff) into `resp`. */
 static void diff_answer(struct jb_app *app, const char *job, long long op,
                         struct jb_http_resp *resp) {
   struct jb_op_diff_fail f;
@@ -581,11 +429,10 @@ void jb_api_op_diff(void *appv, const struct jb_http_req *req, struct jb_http_re
   struct jb_principal who;
   long long op = -1;
   bool ok = jb_auth_require(app, c, req, job, JB_ROLE_SERVICE | JB_ROLE_BUYER, &who, resp) == 0 &&
-            (op = path_op(job, ops, resp)) > 0;
+            (op = jb_rest_path_op(job, ops, resp)) > 0;
   jb_db_release(app->db, c); /* not held while the sandbox reads the file */
   if (!ok) return;
-  struct jb_socket *sock = __atomic_load_n(&app->sock, __ATOMIC_ACQUIRE);
-  struct diff_call *dc = sock ? calloc(1, sizeof *dc) : NULL;
+  struct diff_call *dc = calloc(1, sizeof *dc);
   struct jb_http_later *l = dc ? jb_http_defer(req, resp) : NULL;
   if (!l) {
     free(dc);
@@ -594,151 +441,11 @@ void jb_api_op_diff(void *appv, const struct jb_http_req *req, struct jb_http_re
   }
   *dc = (struct diff_call){.app = app, .later = l, .op = op};
   snprintf(dc->job, sizeof dc->job, "%s", job);
-  if (jb_socket_run(sock, diff_run, dc) == 0) return;
+  if (jb_app_run(app, diff_run, dc) == 0) return;
   struct jb_http_resp busy = {0};
   jb_resp_error(&busy, 503, "unavailable", "server busy; try again");
   jb_http_later_answer(l, &busy);
   free(dc);
-}
-
-/* ---------- state changes ---------- */
-
-static void transition(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
-                       enum jb_control ctl, const char *const from[], const char *to) {
-  const char *job = req->params[0];
-  json_t *doc = NULL;
-  struct jb_control_args a;
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) return;
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) == 0 &&
-      control_body(req, ctl, NULL, &doc, &a, resp) == 0) {
-    const char *reason = a.reason;
-    struct jb_transition t;
-    jb_error err = {0};
-    if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
-      jb_escape_release_session(app, c, job); /* an op in flight */
-    int rc = jb_db_session_transition(c, jb_signer_key(app->signer), job, from, to, reason, "buyer",
-                                      &t, &err);
-    if (rc == JB_OK) {
-      if (app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
-      jb_op_session_changed(job); /* before the buyer hears of it: no read runs after a pause */
-      jb_resp_json(resp, 200,
-                   json_pack("{s:s,s:s,s:s,s:I}", "jobId", job, "state", t.state, "previous",
-                             t.previous, "rejectedOps", (json_int_t)t.rejected_ops));
-      jb_bus_publish(app->bus, job, JB_EVENT_STATE,
-                     json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", job, "state", t.state, "previous",
-                               t.previous, "reason", reason, "actor", "buyer"));
-      jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&t.head));
-      jb_log(JB_LOG_INFO, "session state", "jobId", job, "from", t.previous, "to", t.state, NULL);
-    } else if (rc == JB_ERR_NOT_FOUND) {
-      jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-    } else if (rc == JB_ERR_CONFLICT) {
-      char what[64];
-      snprintf(what, sizeof what, "cannot go to %s", to);
-      conflict(resp, what, t.state);
-    } else {
-      db_failed(resp, &err);
-    }
-  }
-  jb_db_release(app->db, c);
-  json_decref(doc);
-}
-
-void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  static const char *const from[] = {JB_LIVE_STATES, NULL};
-  transition(app, req, resp, JB_CONTROL_ABORT, from, "aborted");
-}
-void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  static const char *const from[] = {"active", NULL};
-  transition(app, req, resp, JB_CONTROL_PAUSE, from, "paused");
-}
-void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  static const char *const from[] = {"paused", NULL};
-  transition(app, req, resp, JB_CONTROL_RESUME, from, "active");
-}
-void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  static const char *const from[] = {"done", NULL};
-  transition(app, req, resp, JB_CONTROL_ACCEPT, from, "accepted");
-}
-
-/* ---------- POST /v1/jailbox/:jobId/effects/clear ---------- */
-
-void jb_api_session_effects_clear(void *appv, const struct jb_http_req *req,
-                                  struct jb_http_resp *resp) {
-  struct jb_app *app = appv;
-  const char *job = req->params[0];
-  jb_error err = {0};
-  struct jb_control_args a;
-  json_t *body = NULL;
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) return;
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) < 0 ||
-      control_body(req, JB_CONTROL_EFFECTS_CLEAR, NULL, &body, &a, resp) < 0)
-    goto out;
-  char state[20] = "";
-  bool cleared = false;
-  struct jb_audit_head head = {0};
-  int rc = jb_db_session_effects_clear(c, jb_signer_key(app->signer), job, a.reason, &cleared,
-                                       state, &head, &err);
-  if (rc == JB_OK) {
-    jb_op_session_changed(job);
-    if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    json_t *o = json_pack("{s:s,s:b}", "jobId", job, "cleared", cleared);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (text)
-      send_text(resp, 200, text);
-    else
-      jb_resp_error(resp, 500, "internal", "out of memory");
-  } else if (rc == JB_ERR_NOT_FOUND) {
-    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-  } else if (rc == JB_ERR_CONFLICT) {
-    conflict(resp, "cannot clear incomplete effects", state);
-  } else {
-    db_failed(resp, &err);
-  }
-out:
-  jb_db_release(app->db, c);
-  json_decref(body);
-}
-
-/* ---------- PATCH /v1/jailbox/:jobId ---------- */
-
-void jb_api_session_patch(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  struct jb_app *app = appv;
-  const char *job = req->params[0];
-  jb_error err = {0};
-  struct jb_control_args a;
-  json_t *body = NULL;
-  PGconn *c = conn_or_503(app, resp);
-  if (!c) return;
-  struct jb_principal who;
-  if (jb_auth_require(app, c, req, job, JB_ROLE_BUYER | JB_AUTH_CONTROL, &who, resp) < 0 ||
-      control_body(req, JB_CONTROL_MODE, NULL, &body, &a, resp) < 0)
-    goto out;
-  const char *mode = a.mode;
-  char state[20] = "", *json = NULL;
-  struct jb_audit_head head = {0};
-  int rc = jb_db_session_set_mode(c, jb_signer_key(app->signer), job, mode, state, &head, &err);
-  if (rc == JB_OK && head.seq > 0)
-    jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-  if (rc == JB_OK && app->cache) jb_cache_invalidate(app->cache, job); /* read-your-writes here */
-  if (rc == JB_OK && jb_db_session_get(c, job, &json, &err) == JB_OK) {
-    send_text(resp, 200, json);
-    jb_bus_publish(app->bus, job, JB_EVENT_MODE,
-                   json_pack("{s:s,s:s}", "jobId", job, "mode", mode));
-  } else if (rc == JB_ERR_NOT_FOUND) {
-    jb_resp_error(resp, 404, "not_found", "no session '%s'", job);
-  } else if (rc == JB_ERR_CONFLICT) {
-    conflict(resp, "cannot change mode", state);
-  } else {
-    db_failed(resp, &err);
-  }
-out:
-  jb_db_release(app->db, c);
-  json_decref(body);
 }
 
 /* ---------- GET /v1/agents/:agentId ---------- */

@@ -1,7 +1,7 @@
 /* direct.h — the hand-over of a read, list or stat from jailboxd straight to the
  * jailbox-worker that holds its session, on the same host, without the queued ops row and its
  * two wake-ups (db/ops.h): the wire contract both ends compile. jailboxd's end is the Socket.IO
- * service thread's relay (api/agent/socket.c), the worker's is
+ * service thread's relay (api/socket/socket.c), the worker's is
  * sandbox/worker/direct_server.c; nothing else speaks it.
  *
  * The worker listens on a Unix stream socket (JAILBOX_WORKER_OPS_SOCKET, mode 0600; jailboxd

@@ -30,7 +30,7 @@
  * Twice keeps a request read and parsed for each connection that comes free. */
 #define DIRECT_THREADS 16
 /* Connections held at once (jailboxd's relay keeps at most 64 per instance,
- * api/agent/socket.c); more wait in the listen backlog until one ends. */
+ * api/socket/socket.c); more wait in the listen backlog until one ends. */
 #define DIRECT_CONNS_MAX 1024
 #define DIRECT_STACK (1024 * 1024) /* bytes of stack of a pool thread */
 #define DIRECT_WRITE_MS 30000 /* an answer must be taken within this, or the connection ends */

@@ -505,7 +505,7 @@ static void serve(struct jb_worker *w, int sfd) {
   long long last_probe = w->probe.at_ms, last_lease = 0;
   while (!atomic_load(&w->stopping)) {
     renew_leases(w, &last_lease);
-    /* jb_kill: an abort waits for an op this worker runs (api/agent/escape.h) */
+    /* jb_kill: an abort waits for an op this worker runs (api/core/escape.h) */
     worker_listen(w, &listen, "LISTEN jb_change; LISTEN jb_kill");
     launch_drain_queue(w);
     sessions_reap(w);

@@ -44,7 +44,7 @@ struct jb_scan_result {
  * notice too: writing, making or moving onto that path is a landing on the covered place;
  * secret (jb_workspace_prescan with exclude_secrets only): a file the `secret` rules match.
  * Entries of the first five kinds and secret ones are invisible to the agent and refused
- * (api/agent/ops.c). */
+ * (api/core/ops.c). */
 
 /* Walks `root` (never following symlinks; openat with O_NOFOLLOW from the root's own fd) up
  * to `max_entries` entries. The directory hash is SHA-256 over the entries sorted by path

@@ -1,13 +1,13 @@
 /* fuzz_http.c — libFuzzer harness for what the HTTP front reads from a request line and
  * headers before the database is asked: route matching (server/http.c) and bearer token
- * parsing (api/auth.c). Input: path, NUL, token. */
+ * parsing (api/core/auth.c). Input: path, NUL, token. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/auth.h"
-#include "server/api.h"
+#include "api/core/auth.h"
+#include "api/start.h"
 #include "server/app.h"
 #include "server/http.h"
 

@@ -466,9 +466,9 @@ async function handled(path) {
 }
 
 // The first calls of a session take the ops row — the one that moves it to active, and any
-// before this instance holds its copy of the active session (api/agent/op_session.c) —;
+// before this instance holds its copy of the active session (api/core/op_session.c) —;
 // reads until one is relayed to the worker, after which every read and list of the active
-// session is, whatever the load (api/agent/socket.c).
+// session is, whatever the load (api/socket/socket.c).
 async function relayed(agent, path) {
   for (let i = 0; i < 50; i++) {
     const d = await handled('direct');

@@ -1,4 +1,4 @@
-// landing.test.mjs — the landing check of the file tools (api/agent/op_landing.c) through the
+// landing.test.mjs — the landing check of the file tools (api/core/op_landing.c) through the
 // whole real stack: socket.io-client agent → jailboxd → ops row → jailbox-worker →
 // jailbox-shim in gVisor + Docker + bwrap, on a workspace that holds real git repositories
 // made on the host. A move into a hook, a directory of hooks moved to .git/hooks, a directory

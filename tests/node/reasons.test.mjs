@@ -1,6 +1,6 @@
 // reasons.test.mjs — every reason an agent can receive for a failed tool call (data.reason,
 // or structuredContent.error.reason) is documented in api/events.md: the reasons are
-// enumerated from the op path's source (api/agent/*.c: each op_error call with a literal
+// enumerated from the op path's source (api/core/*.c: each op_error call with a literal
 // reason, the shim-error map of op_worker.c, and session_<state> for an op its session's end
 // rejected), so that a reason added without its documentation fails here. No server needed.
 import { test } from 'node:test';
@@ -9,7 +9,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from './lib/jail.mjs';
 
-const agentDir = join(ROOT, 'api/agent');
+const agentDir = join(ROOT, 'api/core');
 const sources = readdirSync(agentDir).filter((f) => f.endsWith('.c')).map((f) => readFileSync(join(agentDir, f), 'utf8'));
 const doc = readFileSync(join(ROOT, 'api/events.md'), 'utf8');
 

@@ -547,7 +547,7 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   assert.deepEqual(tools.move.inputSchema.required, ['source', 'destination']);
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
-  // the op handler (api/agent/ops.c): no sandbox here, the session is still 'created'
+  // the op handler (api/core/ops.c): no sandbox here, the session is still 'created'
   // a tool-execution failure: a result the model reads (isError), not a JSON-RPC error
   assert.equal(r.result.isError, true, JSON.stringify(r));
   assert.match(r.result.content[0].text, /the session is created/);

@@ -1,4 +1,4 @@
-/* test_edit.c — the edit tool's replacements (api/agent/edit.c): exactly-once matching,
+/* test_edit.c — the edit tool's replacements (api/core/edit.c): exactly-once matching,
  * replaceAll, edits applied in order on what the ones before left, all or nothing, the
  * failing edit named with its reason, the size limit checked before anything is allocated. */
 #include <setjmp.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/agent/edit.h"
+#include "api/core/edit.h"
 
 #define E(o, n) \
   { (o), sizeof(o) - 1, (n), sizeof(n) - 1, false }

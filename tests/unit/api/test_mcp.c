@@ -1,4 +1,4 @@
-/* test_mcp.c — the MCP protocol layer (api/agent/mcp.h) without a transport: JSON-RPC checks,
+/* test_mcp.c — the MCP protocol layer (api/core/mcp.h) without a transport: JSON-RPC checks,
  * the revision rules of 2026-07-28 and the legacy revisions, the HTTP header rules, and the
  * framing of tool results and failures (isError against JSON-RPC errors). */
 #include <setjmp.h>
@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/agent/mcp.h"
-#include "api/agent/ops.h"
+#include "api/core/mcp.h"
+#include "api/core/ops.h"
 
 static const struct jb_mcp_transport none = {0};
 

@@ -1,4 +1,4 @@
-/* test_op_names.c — the names of the agent's tools (api/agent/ops.c jb_tool_name,
+/* test_op_names.c — the names of the agent's tools (api/core/ops.c jb_tool_name,
  * jb_tool_from_name, jb_tool_mutates) and of the session states (db/sessions.c
  * jb_session_state_name, jb_session_state_from_name): every value round-trips through its wire name, the names are
  * the ones stored and sent, and anything else is unknown. */
@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "api/agent/ops.h"
+#include "api/core/ops.h"
 #include "db/sessions.h"
 
 static void tool_names(void **state) {

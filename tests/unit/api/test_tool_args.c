@@ -1,8 +1,8 @@
 /* test_tool_args.c — the decoding of every tool's arguments before anything else runs
- * (api/agent/op_checks.c op_check_args): unknown arguments, types, required ones, integer
+ * (api/core/op_checks.c op_check_args): unknown arguments, types, required ones, integer
  * ranges, pattern/glob, read_many and edit list limits, read's one-mode rule; the paths each
  * tool names (op_path_passes: the root only for directory tools, never for delete); the
- * shim's argument names (op_shim_args); and the tools/list description (api/agent/tools.c)
+ * shim's argument names (op_shim_args); and the tools/list description (api/core/tools.c)
  * agreeing with the decoder. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/agent/op_call.h"
-#include "api/agent/tools.h"
+#include "api/core/op_call.h"
+#include "api/core/tools.h"
 
 /* Decodes `json` for `tool`: true when accepted; *code and msg otherwise. */
 static bool decode(enum jb_tool tool, const char *json, int *code, char *msg) {

@@ -1,7 +1,7 @@
 /* test_session_facts.c — what the op path decides on of a session (db/sessions.h
  * jb_session_facts): the mode names, a copy that shares nothing with its source, a clear that
  * leaves the struct empty; and the expectation the op path builds from it
- * (api/agent/op_call.h op_direct_expect), checked by the insert against the session's row. */
+ * (api/core/op_call.h op_direct_expect), checked by the insert against the session's row. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/agent/op_call.h"
+#include "api/core/op_call.h"
 #include "db/sessions.h"
 
 static void mode_names(void **state) {

@@ -1,0 +1,387 @@
+/* main.c — jailboxd: reads its settings, brings up the database (embedded or given),
+ * applies migrations, serves HTTP, and shuts down cleanly on SIGTERM/SIGINT. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <signal.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/audit_store.h"
+#include "db/db.h"
+#include "db/events.h"
+#include "db/listen.h"
+#include "db/migrate.h"
+#include "db/ops.h"
+#include "db/pgembed.h"
+#include "api/start.h"
+#include "server/app.h"
+#include "server/cache.h"
+#include "server/config.h"
+#include "server/fanout.h"
+#include "server/http.h"
+#include "lib/keyring.h"
+#include "lib/metrics.h"
+#include "lib/log.h"
+#include "server/opwait.h"
+#include "server/workers.h"
+
+/* The drain's last second: at `at` (CLOCK_MONOTONIC ms), a second before the shutdown grace
+ * runs out (when calls waiting on their ops are answered), every statement still running on a
+ * lent connection is cancelled (db.h jb_db_cancel_lent): a request waiting in the database,
+ * on a row lock say, then fails and is answered instead of outliving the grace and
+ * committing after its socket was closed. Ends early when `done` is set. */
+struct drain_cancel {
+  struct jb_db *db;
+  long long at;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+};
+
+static void *drain_cancel_main(void *arg) {
+  struct drain_cancel *d = arg;
+  struct timespec ts = {(time_t)(d->at / 1000), (long)(d->at % 1000) * 1000000L};
+  pthread_mutex_lock(&d->lock);
+  int rc = 0;
+  while (!d->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&d->cond, &d->lock, &ts);
+  bool fire = !d->done;
+  pthread_mutex_unlock(&d->lock);
+  if (fire) {
+    int n = jb_db_cancel_lent(d->db);
+    if (n > 0) {
+      char nb[16];
+      snprintf(nb, sizeof nb, "%d", n);
+      jb_log(JB_LOG_WARN, "shutdown grace ending: statements still running cancelled", "count", nb,
+             NULL);
+    }
+  }
+  return NULL;
+}
+
+static const char *env_lookup(const char *name) { return getenv(name); }
+
+/* LISTEN callbacks. jb_key: a rotation published a key (db/signer.h); jb_change: drop what
+ * changed from the cache; jb_op: wake the calls
+ * waiting on an op; jb_event: a session event published after its commit by the worker, or by
+ * an instance while Redis was down (server/bus.h), delivered on this process's bus. The
+ * cache is trusted only while listening. */
+static void on_change(void *appv, const char *channel, const char *payload) {
+  struct jb_app *app = appv;
+  if (strcmp(channel, "jb_change") == 0) {
+    jb_cache_invalidate(app->cache, payload);
+    return;
+  }
+  if (strcmp(channel, "jb_key") == 0) { /* a rotation published a key: look at the key file */
+    jb_signer_poke(app->signer);
+    return;
+  }
+  if (strcmp(channel, "jb_op") ==
+      0) { /* wakes the agent call waiting on that op (api/core/ops.c) */
+    long long op_id;
+    char state[20];
+    const char *job;
+    /* a session's state changed (in any process): the op path's copy of it is old */
+    if (jb_op_notice_parse(payload, &op_id, state, &job) == 0 && op_id == 0)
+      jb_api_session_changed(job);
+    jb_opwait_notify_payload(app->opwait, payload);
+    return;
+  }
+  json_t *doc, *ev;
+  const char *job;
+  enum jb_event_kind kind;
+  /* delivered here only, never republished: every instance LISTENs, so each hands the
+   * event to its own sockets and no socket gets it twice */
+  if (jb_event_parse(payload, &doc, &job, &kind, &ev) == 0) {
+    jb_bus_deliver(app->bus, job, kind, json_incref(ev));
+    json_decref(doc);
+  }
+}
+/* The LISTEN connection is up again after it was lost (a database restart, a network cut):
+ * the events NOTIFY carried meanwhile (the fan-out's fallback, and every event without Redis)
+ * are lost, so every socket is sent its session's state and pending approvals again. */
+static atomic_bool listen_was_up;
+static void on_listen_up(void *appv, bool up) {
+  jb_cache_set_enabled(((struct jb_app *)appv)->cache, up);
+  jb_opwait_set_up(((struct jb_app *)appv)->opwait, up);
+  if (up && atomic_exchange(&listen_was_up, true)) jb_api_resync(appv);
+}
+/* Any event of a session published in this process means its cached view may be old. */
+static void on_bus_event(void *cache, const char *job_id, enum jb_event_kind kind,
+                         json_t *payload) {
+  (void)kind, (void)payload;
+  if (job_id && job_id[0]) jb_cache_invalidate(cache, job_id);
+}
+
+/* The fan-out's fallback while Redis is down: NOTIFY jb_event, outside any transaction (the
+ * event's own commit is done), on a connection of its own (a publisher may hold a pool
+ * connection, so borrowing another from the same pool could wait forever). Every instance
+ * delivers what arrives there once (on_change). */
+static struct jb_db *notify_db;
+static int notify_fallback(void *ctx, const char *job_id, enum jb_event_kind kind,
+                           json_t *payload) {
+  (void)ctx;
+  jb_error err = {0};
+  PGconn *c = notify_db ? jb_db_acquire(notify_db, &err) : NULL;
+  if (!c) return -1;
+  int rc = jb_db_notify_event(c, job_id, kind, payload, &err);
+  jb_db_release(notify_db, c);
+  return rc == JB_OK ? 0 : -1;
+}
+
+/* The Redis subscription is (re)made: this instance's sockets may have missed events
+ * published meanwhile, so each is sent the state and pending approvals again. */
+static void on_subscribed(void *appv) { jb_api_resync(appv); }
+
+static int fatal(const char *what, const jb_error *err) {
+  jb_log(JB_LOG_FATAL, err->msg, "phase", what, NULL);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  /* --routes: print the route table ("METHOD PATTERN" per line) and exit, before any
+   * setting is read (tests/node/openapi.test.mjs compares it with api/openapi.yaml) */
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--routes") == 0) {
+      size_t n;
+      const struct jb_route *r = jb_api_routes(&n);
+      for (size_t k = 0; k < n; k++) printf("%s %s\n", r[k].method, r[k].pattern);
+      return fflush(stdout) == 0 ? 0 : 1;
+    }
+
+  /* signals are taken synchronously by this thread; every thread started later inherits
+   * the mask, so SIGTERM never interrupts a worker */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGHUP); /* reads the signing key file again (db/signer.h) */
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  struct jb_config cfg;
+  jb_error err = {0};
+  int rc = jb_config_load(&cfg, argc, argv, env_lookup, &err);
+  if (rc == 1) {
+    jb_config_print_help(stdout, argv[0]);
+    return 0;
+  }
+  if (rc < 0) {
+    fprintf(stderr, "jailboxd: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
+  jb_log_set_level(cfg.log_level);
+  jb_config_warn_unknown_env(environ);
+  /* the workers jailboxd starts inherit its environment: they get the image settings as
+   * jailboxd took them (from a flag too), so both sides check one allowlist (no thread runs
+   * yet, so setenv is safe here) */
+  setenv("JAILBOX_SANDBOX_IMAGE", cfg.sandbox_image, 1);
+  setenv("JAILBOX_SANDBOX_IMAGES", cfg.sandbox_images, 1);
+  setenv("JAILBOX_SCAN_RULES", cfg.scan_rules, 1); /* the worker redacts exec output with them */
+  /* a bad rules file stops the start, naming file:line */
+  if (jb_api_load_rules(&cfg, &err) < 0) {
+    fprintf(stderr, "jailboxd: scan rules: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
+  if (jb_api_load_policy(&cfg, &err) < 0) {
+    fprintf(stderr, "jailboxd: policy: %s\n", err.msg);
+    jb_config_free(&cfg);
+    return 2;
+  }
+  if (sodium_init() < 0) {
+    jb_fail(&err, EIO, "libsodium failed to initialise");
+    jb_config_free(&cfg);
+    return fatal("start", &err);
+  }
+  if (mkdir(cfg.state_dir, 0711) < 0 && errno != EEXIST) {
+    jb_fail_errno(&err, errno, "create state directory %s", cfg.state_dir);
+    jb_config_free(&cfg);
+    return fatal("start", &err);
+  }
+
+  struct jb_pgembed pg = {0};
+  const char *conninfo = cfg.database_url;
+  if (!conninfo || !conninfo[0]) {
+    if (jb_pgembed_start(&pg, cfg.state_dir, cfg.pg_bindir, cfg.db_user, &err) < 0) {
+      jb_config_free(&cfg);
+      return fatal("embedded database", &err);
+    }
+    conninfo = pg.conninfo;
+  }
+
+  struct jb_app app = {.cfg = &cfg, .bus = jb_bus_new()};
+  atomic_init(&app.draining, false);
+  int exit_code = 0;
+  struct jb_http_server *srv = NULL;
+  struct jb_listener *listener = NULL;
+  struct jb_workers *workers = NULL;
+  struct jb_fanout *fanout = NULL;
+  if (jb_db_open(&app.db, conninfo, (int)cfg.db_pool_size, (int)cfg.db_connect_timeout_s, &err) <
+      0) {
+    exit_code = fatal("database", &err);
+    goto out;
+  }
+  PGconn *c = jb_db_acquire(app.db, &err);
+  int applied = 0;
+  if (!c || jb_migrate(c, jb_migrations, jb_migrations_count, &applied, &err) < 0) {
+    jb_db_release(app.db, c);
+    exit_code = fatal("migrations", &err);
+    goto out;
+  }
+  char tokpath[1200];
+  if (cfg.service_token_file[0])
+    snprintf(tokpath, sizeof tokpath, "%s", cfg.service_token_file);
+  else
+    snprintf(tokpath, sizeof tokpath, "%s/service.token", cfg.state_dir);
+  if (jb_api_bootstrap_token(c, tokpath, cfg.service_token_file[0] == '\0', &err) < 0) {
+    jb_db_release(app.db, c);
+    exit_code = fatal("service token", &err);
+    goto out;
+  }
+  /* the audit signing key: loaded (or generated on first start), checked against the published
+   * keys — a key that is not the active one stops the start, naming both — and watched */
+  jb_db_release(app.db, c);
+  c = NULL;
+  if (jb_signer_open(&app.signer, app.db, cfg.state_dir, cfg.signing_key_file, "jailboxd", &err) <
+      0) {
+    exit_code = fatal("audit signing key", &err);
+    goto out;
+  }
+  jb_log(JB_LOG_INFO, "audit signing key", "key_id", jb_signer_key(app.signer)->key_id, "file",
+         jb_signer_key(app.signer)->path, NULL);
+  jb_log(JB_LOG_INFO, "scan rules", "file",
+         cfg.scan_rules[0] ? cfg.scan_rules : "embedded deploy/scan-rules", NULL);
+  if (mkdir(cfg.workspace_root, 0755) < 0 && errno != EEXIST) {
+    jb_fail_errno(&err, errno, "create workspace root %s", cfg.workspace_root);
+    exit_code = fatal("workspace root", &err);
+    goto out;
+  }
+  char na[16], nt[16];
+  snprintf(na, sizeof na, "%d", applied);
+  snprintf(nt, sizeof nt, "%zu", jb_migrations_count);
+  jb_log(JB_LOG_INFO, "migrations up to date", "applied_now", na, "known", nt, NULL);
+
+  /* the read cache trusts only what a live LISTEN connection keeps fresh */
+  app.cache = jb_cache_new(10000);
+  app.opwait = jb_opwait_new();
+  if ((app.cache || app.opwait) &&
+      jb_listener_start(&listener, conninfo, on_change, on_listen_up, &app, &err) < 0) {
+    exit_code = fatal("change listener", &err);
+    goto out;
+  }
+  if (app.cache && app.bus) jb_bus_subscribe(app.bus, on_bus_event, app.cache);
+  /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
+  if (cfg.redis_url && cfg.redis_url[0]) {
+    if (jb_db_open(&notify_db, conninfo, 1, (int)cfg.db_connect_timeout_s, &err) < 0 ||
+        jb_fanout_start(&fanout, cfg.redis_url, app.bus, notify_fallback, on_subscribed, &app,
+                        &err) < 0) {
+      exit_code = fatal("redis fan-out", &err);
+      goto out;
+    }
+    app.fanout = fanout;
+  }
+
+  size_t n_routes;
+  const struct jb_route *routes = jb_api_routes(&n_routes);
+  const struct jb_http_opts hopts = {.max_body = cfg.max_body_bytes,
+                                     .threads = (int)cfg.http_threads,
+                                     .max_conns_per_ip = cfg.http_conns_per_ip,
+                                     .body_budget = cfg.http_body_budget,
+                                     .timeout_s = cfg.http_timeout_s,
+                                     .authorize_body = jb_api_token_known};
+  if (jb_http_start(&srv, cfg.listen, routes, n_routes, &app, &hopts, &err) < 0) {
+    exit_code = fatal("http", &err);
+    goto out;
+  }
+  if (jb_api_start(&app, &err) < 0) {
+    exit_code = fatal("api", &err);
+    jb_http_drain(srv, 0);
+    goto out;
+  }
+  /* the walls: jailbox-worker processes, unless they run elsewhere (JAILBOX_WORKERS=0) */
+  if (cfg.workers > 0 && jb_workers_start(&workers, cfg.workers, cfg.worker_bin, cfg.state_dir,
+                                          conninfo, jb_signer_key(app.signer)->path, &err) < 0)
+    jb_log(JB_LOG_ERROR, err.msg, "phase", "workers", NULL);
+  __atomic_store_n(&app.workers, workers, __ATOMIC_RELEASE); /* read by the op handlers */
+  char host[256], addr[300], url[320];
+  int port;
+  jb_parse_listen(cfg.listen, host, sizeof host, &port, NULL);
+  port = jb_http_port(srv);
+  atomic_store(&app.http_port, port);
+  snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+  snprintf(url, sizeof url, "http://%s", addr);
+  jb_log(JB_LOG_INFO, "listening", "addr", addr, "url", url, "database",
+         pg.running ? "embedded" : "external", NULL);
+
+  int sig = 0;
+  while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) jb_signer_poke(app.signer);
+  jb_log(JB_LOG_INFO, "shutting down", "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+  /* the drain: /readyz answers 503 at once; everything is still served for drain-delay-ms
+   * (a load balancer's health check notices; a second signal cuts it short); then no new
+   * connections or socket events, and requests and socket calls in flight finish within the
+   * grace; each socket is closed (Engine.IO close, WebSocket 1001) once its calls have
+   * answered, so that socket.io-client reconnects through the load balancer elsewhere */
+  {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    atomic_store(&app.drain_deadline_ms, (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000 +
+                                             cfg.drain_delay_ms + cfg.shutdown_grace_ms);
+  }
+  atomic_store(&app.draining, true);
+  if (cfg.drain_delay_ms > 0) {
+    struct timespec d = {cfg.drain_delay_ms / 1000, (cfg.drain_delay_ms % 1000) * 1000000L};
+    sigtimedwait(&sigs, NULL, &d);
+  }
+  jb_api_drain(&app);
+  long long drain_start = jb_metrics_now_ns();
+  struct drain_cancel dc = {.db = app.db,
+                            .at = atomic_load(&app.drain_deadline_ms) - JB_DRAIN_ANSWER_MS};
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&dc.cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&dc.lock, NULL);
+  pthread_t dct;
+  bool dc_started = pthread_create(&dct, NULL, drain_cancel_main, &dc) == 0;
+  jb_http_drain(srv, cfg.shutdown_grace_ms);
+  long left_ms = cfg.shutdown_grace_ms - (long)((jb_metrics_now_ns() - drain_start) / 1000000);
+  jb_api_drain_wait(&app, left_ms > 0 ? left_ms : 0);
+  if (dc_started) {
+    pthread_mutex_lock(&dc.lock);
+    dc.done = true;
+    pthread_cond_signal(&dc.cond);
+    pthread_mutex_unlock(&dc.lock);
+    pthread_join(dct, NULL);
+  }
+  pthread_cond_destroy(&dc.cond);
+  pthread_mutex_destroy(&dc.lock);
+
+out:
+  jb_api_stop(&app); /* its handlers use the database, and the workers (direct ops) */
+  __atomic_store_n(&app.workers, NULL, __ATOMIC_RELEASE);
+  jb_workers_stop(workers, 20000); /* they fail their sessions in the database on the way out */
+  jb_fanout_stop(fanout);
+  jb_db_close(notify_db);
+  jb_listener_stop(listener);
+  jb_cache_free(app.cache);
+  jb_opwait_free(app.opwait);
+  jb_signer_close(app.signer); /* after the handlers and workers that sign with it */
+  jb_db_close(app.db);
+  jb_bus_free(app.bus);
+  if (jb_pgembed_stop(&pg, &err) < 0) {
+    jb_log(JB_LOG_ERROR, err.msg, "phase", "shutdown", NULL);
+    if (!exit_code) exit_code = 1;
+  }
+  jb_config_free(&cfg);
+  if (!exit_code) jb_log(JB_LOG_INFO, "stopped", NULL);
+  return exit_code;
+}
