@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# readme_config.sh — keeps the README's configuration reference true: every setting that
-# `jailboxd --help`, `jailbox-worker --help` and `jailboxctl --help` name must have a row in
-# README.md with its default, and every JAILBOX_* name in the README must be a real setting.
+# readme_config.sh — keeps the configuration reference (docs/configuration.md) true: every
+# setting that `jailboxd --help`, `jailbox-worker --help` and `jailboxctl --help` name must have
+# a row there with its default, and every JAILBOX_* name in README.md and docs/*.md must be a
+# real setting.
 #   readme_config.sh            check (the test; JAILBOXD, JAILBOX_WORKER, JAILBOXCTL from CTest)
 #   readme_config.sh --print    print the rows for jailboxd and the worker, to paste
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-README=$HERE/../../README.md
+ROOT=$HERE/../..
+CONFIG=$ROOT/docs/configuration.md
 : "${JAILBOXD:?}" "${JAILBOX_WORKER:?}" "${JAILBOXCTL:?}"
 
 # VAR<TAB>default<TAB>meaning, from jailboxd's help ("  --flag  VAR  default: X" + a line)
@@ -37,22 +39,25 @@ bad() { FAILED=$((FAILED + 1)); echo "not ok - $*"; }
 N=0
 while IFS=$'\t' read -r var def _; do
   N=$((N + 1))
-  row=$(grep -F "| \`$var\` |" "$README" | head -1)
-  if [ -z "$row" ]; then bad "README has no row for $var"; continue; fi
-  if printf '%s' "$row" | grep -qF "\`$def\`"; then ok; else bad "README row of $var does not give its default \`$def\`: $row"; fi
+  row=$(grep -F "| \`$var\` |" "$CONFIG" | head -1)
+  if [ -z "$row" ]; then bad "docs/configuration.md has no row for $var"; continue; fi
+  if printf '%s' "$row" | grep -qF "\`$def\`"; then ok; else bad "docs/configuration.md row of $var does not give its default \`$def\`: $row"; fi
 done < <({ server_rows; worker_rows; })
 [ "$N" -ge 30 ] && ok || bad "only $N settings parsed from the --help texts (the parser is out of step)"
 
 # jailboxctl's own environment
 for var in $("$JAILBOXCTL" --help | grep -o 'JAILBOX_[A-Z_]*' | sort -u); do
-  if grep -qF "| \`$var\` |" "$README"; then ok; else bad "README has no row for jailboxctl's $var"; fi
+  if grep -qF "| \`$var\` |" "$CONFIG"; then ok; else bad "docs/configuration.md has no row for jailboxctl's $var"; fi
 done
 
-# nothing stale: every JAILBOX_* the README names is a setting of one of the three programs
+# nothing stale: every JAILBOX_* the README or docs/ name is a setting of one of the three programs
 known=$({ "$JAILBOXD" --help; "$JAILBOX_WORKER" --help; "$JAILBOXCTL" --help; } | grep -o 'JAILBOX_[A-Z0-9_]*' | sort -u)
-for var in $(grep -o 'JAILBOX_[A-Z0-9_]*' "$README" | sort -u); do
-  if printf '%s\n' "$known" | grep -qx "$var"; then ok; else bad "README names $var, which no --help knows"; fi
+for f in "$ROOT/README.md" "$ROOT"/docs/*.md; do
+  for var in $(grep -o 'JAILBOX_[A-Z0-9_]*' "$f" | sort -u); do
+    if printf '%s\n' "$known" | grep -qx "$var"; then ok; else bad "${f#"$ROOT"/} names $var, which no --help knows"; fi
+  done
 done
+[ -s "$CONFIG" ] && ok || bad "no configuration reference at $CONFIG"
 
 # jailboxd warns about a JAILBOX_* variable no program reads: the names the other programs
 # read (worker and jailboxctl --help) are in the list its --help ends with, so never warned
