@@ -15,7 +15,8 @@ CONNS=32
 
 command -v wrk >/dev/null && command -v nginx >/dev/null || \
   { apt-get update -qq && apt-get install -y -qq wrk nginx-light >/dev/null; }
-[ -x build/jailboxd ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build build -j >/dev/null; }
+BUILD=${BUILD:-$ROOT/build} # the build whose jailboxd is measured (bench/ab.sh sets it)
+[ -x "$BUILD/jailboxd" ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build build -j >/dev/null; }
 
 T=$(mktemp -d /tmp/jbbench.XXXXXX); chmod 0711 "$T"
 JB_PID=""; NGX_PID=""
@@ -31,7 +32,7 @@ trap cleanup EXIT
 mkdir -p "$T/ws/bench"
 JAILBOX_WORKERS=0 JAILBOX_LISTEN=127.0.0.1:0 JAILBOX_STATE_DIR="$T/state" JAILBOX_WORKSPACE_ROOT="$T/ws" \
   JAILBOX_LOG_LEVEL=info JAILBOX_WS_LISTEN=127.0.0.1:0 JAILBOX_HTTP_THREADS=${JB_HTTP_THREADS:-8} JAILBOX_DB_POOL_SIZE=${JB_DB_POOL:-16} \
-  "$ROOT/build/jailboxd" 2>"$T/jb.log" &
+  "$BUILD/jailboxd" 2>"$T/jb.log" &
 JB_PID=$!
 PORT=""
 for _ in $(seq 1 300); do
