@@ -16,6 +16,7 @@ top-level declaration in a .h that holds a `(`, is no typedef, and is neither st
 
 import argparse
 import os
+import pickle
 import re
 import sys
 
@@ -129,31 +130,28 @@ class Source:
         self.path = path
         self.folder = os.path.dirname(path)
         with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
-            self.raw = f.read()
-        self.lines = self.raw.count("\n") + (0 if self.raw.endswith("\n") or not self.raw else 1)
-        self.includes = [(self.raw.count("\n", 0, m.start()) + 1, m.group(1))
-                         for m in INCLUDE_RE.finditer(self.raw)]
-        self.macros = set(MACRO_RE.findall(self.raw))
-        nocomment = STRIP_RE.sub(blank, self.raw)
+            raw = f.read()
+        self.lines = raw.count("\n") + (0 if raw.endswith("\n") or not raw else 1)
+        self.includes = [(n, m.group(1)) for n, text in enumerate(raw.split("\n"), 1)
+                         for m in [INCLUDE_RE.match(text)] if m]
+        self.macros = set(MACRO_RE.findall(raw))
+        nocomment = STRIP_RE.sub(blank, raw)
         self.idents = set(IDENT_RE.findall(nocomment))  # macros' bodies count as uses
-        self.code = PREPROC_RE.sub(blank, nocomment)
         self.functions = []  # (name, static, first line of `{`, line of `}`)
         self.prototypes = []  # (name, line)
         self.problem = None
-        self._scan()
+        self._scan(PREPROC_RE.sub(blank, nocomment))
 
-    def _scan(self):
-        code = self.code
-        depth, start, line, after_body = 0, 0, 1, False
+    def _scan(self, code):
+        depth, start, line, after_body, last = 0, 0, 1, False, 0
         open_line = header = None
-        for m in re.finditer(r"[{};\n]", code):
-            ch = m.group(0)
-            if ch == "\n":
-                line += 1
-                continue
+        for m in re.finditer(r"[{};]", code):
+            ch, at = m.group(0), m.start()
+            line += code.count("\n", last, at)
+            last = at
             if ch == "{":
                 if depth == 0:
-                    header, open_line = code[start:m.start()], line
+                    header, open_line = code[start:at], line
                 depth += 1
             elif ch == "}":
                 depth -= 1
@@ -162,11 +160,11 @@ class Source:
                     return
                 if depth == 0:
                     self._body(header, open_line, line)
-                    start, after_body = m.end(), True
+                    start, after_body = at + 1, True
             elif depth == 0:  # ';'
                 if not after_body:
-                    self._declaration(code[start:m.start()], line)
-                start, after_body = m.end(), False
+                    self._declaration(code[start:at], line)
+                start, after_body = at + 1, False
         if depth != 0:
             self.problem = "the braces do not balance (%d left open)" % depth
 
@@ -187,19 +185,37 @@ class Source:
             return
         name = first_name(h)
         if name:
-            m = re.search(r"\b%s\s*\(" % name, text)
-            self.prototypes.append((name, line - text[m.start():].count("\n") if m else line))
+            at = text.find(name)  # the line the name is on, for the message
+            self.prototypes.append((name, line - text.count("\n", max(at, 0))))
 
 
-def read_tree(root):
-    """Every .c and .h under the checked folders (dot-files skipped), as Sources."""
-    out = []
+def read_tree(root, cache=None):
+    """Every .c and .h under the checked folders (dot-files skipped), as Sources. With `cache`
+    (a file name; tests/layout_selftest.sh sets LAYOUT_CACHE), a file whose size and mtime
+    have not changed since the last run is not read again."""
+    old, out = {}, []
+    if cache:
+        try:
+            with open(cache, "rb") as f:
+                old = pickle.load(f)
+        except Exception:  # no cache yet, or one this version cannot read
+            old = {}
+    new = {}
     for top in FOLDERS:
         for dirpath, dirnames, files in os.walk(os.path.join(root, top)):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for fn in sorted(files):
                 if fn.endswith((".c", ".h")) and not fn.startswith((".", "#")):
-                    out.append(Source(root, os.path.relpath(os.path.join(dirpath, fn), root)))
+                    path = os.path.relpath(os.path.join(dirpath, fn), root)
+                    st = os.stat(os.path.join(dirpath, fn))
+                    key = (path, st.st_size, st.st_mtime_ns)
+                    src = old.get(key) or Source(root, path)
+                    new[key] = src
+                    out.append(src)
+    if cache:
+        with open(cache + ".tmp", "wb") as f:
+            pickle.dump(new, f)
+        os.replace(cache + ".tmp", cache)
     return out
 
 
@@ -485,7 +501,7 @@ def main(argv):
                     help="print the circles and the offenders, with the calls inside circles")
     args = ap.parse_args(argv)
     root = os.path.normpath(args.root)
-    sources = read_tree(root)
+    sources = read_tree(root, os.environ.get("LAYOUT_CACHE"))
     exc_path = os.path.join(root, EXCEPTIONS)
 
     errors = ["%s: cannot read it: %s" % (s.path, s.problem) for s in sources if s.problem]
