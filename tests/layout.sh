@@ -5,9 +5,10 @@
 #
 #   1. Includes follow the folder table in tests/layout.py (ALLOWED, DENIED): server/ includes
 #      nothing of api/; api/core/ includes no door and no HTTP or WebSocket header; a door
-#      (api/rest/, api/socket/, api/mcp/) includes api/core/ and itself, never another door;
-#      the top of api/ (api/main.c, the composition root) may include all of api/. The jailed
-#      shim compiles nothing but sandbox/shim/ and lib/.
+#      (api/rest/, api/socket/, api/mcp/) includes api/core/ and itself, never another door
+#      (the HTTP doors also api/http/, what they share); the top of api/ (api/main.c, the
+#      composition root) may include all of api/. The jailed shim compiles nothing but
+#      sandbox/shim/ and lib/.
 #   2. A prototype declared in a folder's header is defined in a .c of that folder; one
 #      defined in another folder, or nowhere (a dead declaration), fails.
 #   3. No circle between the .c files of one folder: A -> B when A names a non-static function
