@@ -147,7 +147,7 @@ class Source:
         self._scan(PREPROC_RE.sub(blank, nocomment))
 
     def _scan(self, code):
-        depth, start, line, after_body, last = 0, 0, 1, False, 0
+        depth, start, line, last = 0, 0, 1, 0
         open_line = header = None
         for m in re.finditer(r"[{};]", code):
             ch, at = m.group(0), m.start()
@@ -164,11 +164,10 @@ class Source:
                     return
                 if depth == 0:
                     self._body(header, open_line, line)
-                    start, after_body = at + 1, True
+                    start = at + 1  # what follows up to a `;` (`} name;`) is read as text
             elif depth == 0:  # ';'
-                if not after_body:
-                    self._declaration(code[start:at], line)
-                start, after_body = at + 1, False
+                self._declaration(code[start:at], line)
+                start = at + 1
         if depth != 0:
             self.problem = "the braces do not balance (%d left open)" % depth
 

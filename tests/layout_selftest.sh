@@ -80,9 +80,9 @@ printf 'int jb_zz_selftest_decl(void) { return 0; }\n' > "$W/db/zz_selftest.c"
 expect_fail "prototype defined elsewhere" \
   "lib/zz_selftest.h:1 declares jb_zz_selftest_decl(), defined in db/zz_selftest.c"
 
-fresh # a header's prototype defined nowhere
-printf '#include <stddef.h>\n\nsize_t jb_zz_selftest_dead(const char *s,\n                          size_t n);\n' > "$W/lib/zz_selftest.h"
-expect_fail "prototype defined nowhere" "lib/zz_selftest.h:3 declares jb_zz_selftest_dead(), defined nowhere"
+fresh # a header's prototype defined nowhere (after an inline function, over two lines)
+printf '#include <stddef.h>\n\nstatic inline int jb_zz_inline(void) { return 0; }\nsize_t jb_zz_selftest_dead(const char *s,\n                          size_t n);\n' > "$W/lib/zz_selftest.h"
+expect_fail "prototype defined nowhere" "lib/zz_selftest.h:4 declares jb_zz_selftest_dead(), defined nowhere"
 
 fresh # a new circle between two .c files of one folder
 printf 'int jb_zz_b(int);\nint jb_zz_a(int n) { return n ? jb_zz_b(n - 1) : 0; }\n' > "$W/lib/zz_a.c"
