@@ -62,6 +62,7 @@ struct bridge {
   bool refused; /* … because the server refused the token */
   bool failed; /* … for any other reason than our stop */
   bool stop_requested;
+  bool out_failed; /* stdout took no more lines: nothing more is written there */
 };
 
 /* Ends the connection once nothing is left to relay; caller holds b->lock. */
@@ -70,18 +71,25 @@ static void stop_locked(struct bridge *b) {
   jb_sio_stop(b->sio);
 }
 
-/* Writes one message line to stdout; caller holds b->lock. `msg` borrowed. */
-static void write_line(const json_t *msg) {
+/* Writes one message line to stdout; caller holds b->lock. `msg` borrowed. When stdout takes
+ * no more (the client is gone), no answer can reach the client: the bridge ends, as failed. */
+static void write_line(struct bridge *b, const json_t *msg) {
+  if (b->out_failed) return;
+  jb_error err = {0};
   /* JSON_COMPACT escapes control characters: the line holds no raw newline */
-  (void)jb_line_write_json(STDOUT_FILENO, msg, 0, -1, NULL);
+  if (jb_line_write_json(STDOUT_FILENO, msg, 0, -1, &err) == 0) return;
+  fprintf(stderr, "jailboxctl mcp-bridge: cannot write to stdout: %s; ending\n", err.msg);
+  b->out_failed = b->failed = true;
+  stop_locked(b);
 }
 
-static void write_error(json_t *id, int code, const char *msg, const char *reason) {
+static void write_error(struct bridge *b, json_t *id, int code, const char *msg,
+                        const char *reason) {
   json_t *e = json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                         "error", "code", code, "message", msg);
   if (e && reason)
     json_object_set_new(json_object_get(e, "error"), "data", json_pack("{s:s}", "reason", reason));
-  if (e) write_line(e);
+  if (e) write_line(b, e);
   json_decref(e);
 }
 
@@ -102,10 +110,10 @@ static void on_ack(void *ctx, struct jb_sio *s, uint64_t ack, json_t *args) {
   json_t *rid = json_object_get(resp, "id");
   if (json_array_size(args) == 1 && json_is_object(resp) && rid && json_equal(rid, id) &&
       (json_object_get(resp, "result") != NULL) != (json_object_get(resp, "error") != NULL))
-    write_line(resp);
+    write_line(b, resp);
   else
-    write_error(id, RPC_INTERNAL, "jailbox answered with something that is not a JSON-RPC response",
-                NULL);
+    write_error(b, id, RPC_INTERNAL,
+                "jailbox answered with something that is not a JSON-RPC response", NULL);
   json_decref(id);
   if (b->eof && b->nopen == 0) stop_locked(b);
   pthread_mutex_unlock(&b->lock);
@@ -157,7 +165,7 @@ static void on_lost(void *ctx, struct jb_sio *s, const char *why) {
            "have been carried out",
            why);
   for (size_t i = 0; i < b->nopen; i++) {
-    write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
+    write_error(b, b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
     json_decref(b->open[i].id);
   }
   b->nopen = 0;
@@ -184,9 +192,9 @@ static void on_closed(void *ctx, struct jb_sio *s, bool refused, const char *why
     snprintf(msg, sizeof msg, "the jailbox session is not reachable: %s", why);
   for (size_t i = 0; i < b->nopen; i++) {
     if (b->refused)
-      write_error(b->open[i].id, RPC_REFUSED, msg, "refused");
+      write_error(b, b->open[i].id, RPC_REFUSED, msg, "refused");
     else
-      write_error(b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
+      write_error(b, b->open[i].id, RPC_UNAVAILABLE, msg, "unavailable");
     json_decref(b->open[i].id);
   }
   b->nopen = 0;
@@ -250,7 +258,7 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   if (r == 0) return;
   pthread_mutex_lock(&b->lock);
   if (r < 0) {
-    write_error(id, code, why, NULL);
+    write_error(b, id, code, why, NULL);
     pthread_mutex_unlock(&b->lock);
     json_decref(id);
     return;
@@ -259,7 +267,7 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   const char *bad = NULL;
   if (b->gone && b->refused) {
     if (id) /* a notification is dropped */
-      write_error(id, RPC_REFUSED,
+      write_error(b, id, RPC_REFUSED,
                   "jailbox refused this bridge's agent token; a retry with it will not help",
                   "refused");
     pthread_mutex_unlock(&b->lock);
@@ -271,7 +279,7 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   else if (id && b->nopen == MAX_OPEN)
     bad = "too many requests awaiting an answer";
   if (bad) {
-    if (id) write_error(id, RPC_UNAVAILABLE, bad, "unavailable"); /* a notification is dropped */
+    if (id) write_error(b, id, RPC_UNAVAILABLE, bad, "unavailable"); /* a notification is dropped */
     pthread_mutex_unlock(&b->lock);
     json_decref(msg);
     return;
@@ -281,14 +289,14 @@ static void client_line(struct bridge *b, const char *line, size_t n) {
   int er = jb_sio_emit(b->sio, "mcp", msg, id != NULL, &ack);
   if (er == -2) {
     if (keep)
-      write_error(keep, RPC_TOO_LARGE,
+      write_error(b, keep, RPC_TOO_LARGE,
                   "Invalid Request: the message is larger than the "
                   "server accepts (Engine.IO maxPayload)",
                   "too_large");
     json_decref(keep);
   } else if (er < 0) {
     if (keep)
-      write_error(keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
+      write_error(b, keep, RPC_UNAVAILABLE, "the jailbox session is not reachable", "unavailable");
     json_decref(keep);
   } else if (keep) {
     b->open[b->nopen++] = (struct open_req){.ack = ack, .id = keep};
@@ -328,7 +336,7 @@ static void *stdin_thread(void *arg) {
       pthread_mutex_lock(&b->lock);
       char m[128];
       snprintf(m, sizeof m, "Invalid Request: message over %zu bytes", b->max_message);
-      write_error(NULL, RPC_INVALID, m, "too_large");
+      write_error(b, NULL, RPC_INVALID, m, "too_large");
       pthread_mutex_unlock(&b->lock);
     } else {
       break; /* the end, or out of memory */

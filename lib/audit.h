@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "lib/compiler.h"
 #include "lib/err.h"
 
 #define JB_AUDIT_HASH_LEN 32 /* bytes, SHA-256 */
@@ -208,7 +209,7 @@ void jb_audit_entries_free(struct jb_audit_entry *v, size_t n);
  * RFC 4648 §4, padded), keyId, canonical (base64 of the verbatim canonical bytes), in this
  * order, followed by "\n".
  * New string (free it), NULL on OOM. */
-char *jb_audit_entry_line(const struct jb_audit_entry *e);
+JB_MUST_USE char *jb_audit_entry_line(const struct jb_audit_entry *e);
 
 /* Reads one export line (`len` bytes, no newline needed) into `e` (zeroed first), parsed by
  * jansson. Parsing is strict: at most JB_AUDIT_MAX_LINE bytes and no deeper nesting than
@@ -298,11 +299,11 @@ int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nk
 
 /* The verification result as {ok, entries, head:{seq,hash}|null, firstBadSeq|null,
  * reason|null, detail|null, sealed, session}. New reference, NULL on OOM. */
-json_t *jb_audit_result_json(const struct jb_audit_result *res);
+JB_MUST_USE json_t *jb_audit_result_json(const struct jb_audit_result *res);
 
 /* A chain head as the jailbox:audit_head payload {seq, hash, signature, keyId}; signature and
  * keyId are left out when key_id is "". New reference, NULL on OOM. */
-json_t *jb_audit_head_json(const struct jb_audit_head *h);
+JB_MUST_USE json_t *jb_audit_head_json(const struct jb_audit_head *h);
 
 /* Parses "SEQ:HASH" (decimal seq ≥ 1, 64 hex characters) into `h`. 0 or -1 with `err`. */
 int jb_audit_head_parse(const char *s, struct jb_audit_head *h, jb_error *err);

@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "lib/buf.h"
+#include "lib/compiler.h"
 #include "lib/err.h"
 
 /* What a line longer than max_line does. */
@@ -121,21 +122,22 @@ size_t jb_line_held(const struct jb_line_reader *r);
  * bytes, NUL-terminated, to be released with free(). When the reader holds nothing else, its
  * storage is handed over without a copy. Call it right after jb_line_next returned
  * JB_LINE_OK; NULL when out of memory. */
-char *jb_line_take(struct jb_line_reader *r, size_t *len);
+JB_MUST_USE char *jb_line_take(struct jb_line_reader *r, size_t *len);
 
 /* The writer. `obj` encoded compactly (JSON_COMPACT: control characters are escaped, so the
  * text holds no newline) with a '\n' after it: a new string of *len bytes (newline included)
  * plus a NUL, to be released with free(). NULL with `err`: EMSGSIZE when the text is over
  * `max_line` bytes (0: no limit), ENOMEM. */
-char *jb_line_encode(const json_t *obj, size_t max_line, size_t *len, jb_error *err);
+JB_MUST_USE char *jb_line_encode(const json_t *obj, size_t max_line, size_t *len, jb_error *err);
 
 /* Writes all `n` bytes with write(2), going on after short writes and EINTR; on EAGAIN it
  * waits with poll(2) until `fd` takes more, at most `timeout_ms` in all (-1: no limit). 0, or
  * -1 with `err` (ETIMEDOUT, or the errno of write: EPIPE when the reader is gone — the
  * program ignores SIGPIPE). */
-int jb_line_write_all(int fd, const void *p, size_t n, long timeout_ms, jb_error *err);
+JB_MUST_USE int jb_line_write_all(int fd, const void *p, size_t n, long timeout_ms, jb_error *err);
 
 /* jb_line_encode then jb_line_write_all: one write(2) where the descriptor takes it all. */
-int jb_line_write_json(int fd, const json_t *obj, size_t max_line, long timeout_ms, jb_error *err);
+JB_MUST_USE int jb_line_write_json(int fd, const json_t *obj, size_t max_line, long timeout_ms,
+                                   jb_error *err);
 
 #endif

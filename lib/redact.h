@@ -27,6 +27,7 @@
 #include <stddef.h>
 
 #include "lib/buf.h"
+#include "lib/compiler.h"
 #include "lib/err.h"
 #include "lib/scan.h"
 
@@ -57,8 +58,8 @@ void jb_redactor_free(struct jb_redactor *rd);
  * Returns 0, or -1 with err: ENOMEM (what was held stays held; feed again or free), or
  * EMSGSIZE when `out` reached its cap (the part that fit is in `out`; the rest is dropped
  * — the caller's output is full). */
-int jb_redactor_feed(struct jb_redactor *rd, const unsigned char *data, size_t len, bool final,
-                     struct jb_buf *out, jb_error *err);
+JB_MUST_USE int jb_redactor_feed(struct jb_redactor *rd, const unsigned char *data, size_t len,
+                                 bool final, struct jb_buf *out, jb_error *err);
 
 /* Redactions made so far: their number (all of them), and the first JB_REDACT_RECORDS_MAX
  * of them in stream order in *records (borrowed, valid until the next feed or the free);

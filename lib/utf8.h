@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "lib/buf.h"
+#include "lib/compiler.h"
 
 /* Length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when none starts there; -1 when
  * s[0..n) is the valid beginning of a sequence that n cuts short. */
@@ -18,7 +19,7 @@ int jb_utf8_seq(const unsigned char *s, size_t n);
  * replacements to *replaced. Unless `final`, a sequence cut short at the end is not consumed
  * (the caller gives it again with the bytes that follow). Returns the bytes of `in` consumed,
  * or (size_t)-1 when `out` is full or out of memory (what was appended stays). */
-size_t jb_utf8_sanitize(const unsigned char *in, size_t n, bool final, struct jb_buf *out,
-                        size_t *replaced);
+JB_MUST_USE size_t jb_utf8_sanitize(const unsigned char *in, size_t n, bool final,
+                                    struct jb_buf *out, size_t *replaced);
 
 #endif

@@ -8,8 +8,9 @@ ROOT=$(pwd)
 
 ./deploy/install-deps.sh
 
-echo "== layout (folder include rules)"
+echo "== layout (includes, declarations, circles, sizes)"
 ./tests/layout.sh
+./tests/layout_selftest.sh
 echo "== C style (.clang-format)"
 ./tests/format.sh
 

@@ -41,7 +41,8 @@ int worker_unix_listen(const char *path, const char *what, jb_error *err) {
 
 void worker_send_line(int fd, json_t *ans) {
   if (!ans) return;
-  jb_line_write_json(fd, ans, 0, -1, NULL); /* a client that went away is seen on its next read */
+  /* a failed write needs nothing here: a client that went away is seen on its next read */
+  if (jb_line_write_json(fd, ans, 0, -1, NULL) < 0) {}
   json_decref(ans);
 }
 
@@ -58,6 +59,7 @@ static struct jb_session *session_pin(struct jb_worker *w, const char *job) {
 struct exec_out {
   struct jb_buf b[2];
   long long chunks;
+  bool truncated; /* a chunk did not fit (64 MiB a stream, or out of memory) */
 };
 
 static void collect(void *ctx, const char *stream, long long seq, const unsigned char *data,
@@ -65,7 +67,7 @@ static void collect(void *ctx, const char *stream, long long seq, const unsigned
   (void)seq;
   struct exec_out *o = ctx;
   o->chunks++;
-  (void)jb_buf_append(&o->b[strcmp(stream, "stderr") == 0], data, len);
+  if (jb_buf_append(&o->b[strcmp(stream, "stderr") == 0], data, len) < 0) o->truncated = true;
 }
 
 static json_t *base64_of(const struct jb_buf *b) {
@@ -80,7 +82,8 @@ static json_t *base64_of(const struct jb_buf *b) {
 }
 
 /* {op:"exec", jobId, argv, cwd?, env?, stdin? (base64), timeoutMs?, maxOutputBytes?, writable?,
- * limits?: {fsizeBytes, nproc, tmpBytes}} → {ok, result, stdout, stderr (base64), chunks};
+ * limits?: {fsizeBytes, nproc, tmpBytes}} → {ok, result, stdout, stderr (base64), chunks,
+ * truncated: true when a chunk did not fit in memory};
  * {op:"exec_signal", jobId, what} → {ok}. For tests and operators (exec.h). */
 static json_t *control_exec(struct jb_worker *w, const char *op, const json_t *req) {
   const char *job = json_string_value(json_object_get(req, "jobId"));
@@ -128,12 +131,14 @@ static json_t *control_exec(struct jb_worker *w, const char *op, const json_t *r
   jb_buf_init(&o.b[0], 64 * 1024 * 1024);
   jb_buf_init(&o.b[1], 64 * 1024 * 1024);
   json_t *result = NULL;
-  if (jb_exec_run(s, &rq, collect, &o, &result, &err) == 0)
+  if (jb_exec_run(s, &rq, collect, &o, &result, &err) == 0) {
     ans =
         json_pack("{s:b, s:o, s:o, s:o, s:I}", "ok", 1, "result", result, "stdout",
                   base64_of(&o.b[0]), "stderr", base64_of(&o.b[1]), "chunks", (json_int_t)o.chunks);
-  else
+    if (ans && o.truncated) json_object_set_new(ans, "truncated", json_true());
+  } else {
     ans = json_pack("{s:b, s:s, s:i}", "ok", 0, "error", err.msg, "errno", err.code);
+  }
   jb_buf_free(&o.b[0]);
   jb_buf_free(&o.b[1]);
   free(in);

@@ -209,7 +209,7 @@ struct exec_run {
   long long last_ms; /* when the last one was published */
   size_t live_total; /* bytes published so far */
   bool capped; /* LIVE_TOTAL_MAX reached: the capped event was sent */
-  bool unredacted; /* the redactor failed (out of memory): the output was dropped from then on */
+  bool lost; /* out of memory in the redactor or the agent's copy: the op fails, the rest dropped */
 };
 
 /* Publishes one exec_output event of stream `sm` from its pending bytes: as many as fit (a
@@ -281,7 +281,7 @@ static void deliver(struct exec_run *x, struct stream *sm, const unsigned char *
   crypto_hash_sha256_update(&sm->sha, data, len);
   if (jb_buf_append(&sm->all, data, len) < 0) { /* past maxOutputBytes: the spawner counts it */
     size_t room = sm->all.cap - sm->all.len;
-    jb_buf_append(&sm->all, data, room < len ? room : len);
+    if (jb_buf_append(&sm->all, data, room < len ? room : len) < 0) x->lost = true; /* ENOMEM */
   }
   if (x->capped) return;
   size_t room = LIVE_PENDING_MAX - sm->live.len, keep = len < room ? len : room;
@@ -294,12 +294,12 @@ static void deliver(struct exec_run *x, struct stream *sm, const unsigned char *
  * delivered, and the op fails. */
 static void redact_deliver(struct exec_run *x, struct stream *sm, const unsigned char *data,
                            size_t len, bool final) {
-  if (x->unredacted) return;
+  if (x->lost) return;
   struct jb_buf clean;
   jb_buf_init(&clean, SIZE_MAX - 1);
   jb_error e = {0};
   if (jb_redactor_feed(sm->rd, data, len, final, &clean, &e) < 0) {
-    x->unredacted = true;
+    x->lost = true;
     slog(x->w, JB_LOG_ERROR, x->job, "exec output not redacted: dropped", "error", e.msg, NULL);
   } else {
     deliver(x, sm, (const unsigned char *)clean.data, clean.len);
@@ -1026,8 +1026,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     ans = failure(code = "seccomp", msg);
     *signal = JB_SIG_SECCOMP_KILL;
     snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
-  } else if (x.unredacted) {
-    ans = failure(code = "internal", "the command's output could not be redacted");
+  } else if (x.lost) {
+    ans = failure(code = "internal", "the command's output was lost (out of memory)");
   } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
     ans = failure(code = "killed", "the buyer killed the command");
   } else if (xr == 0) {

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync, existsSync, openSync, closeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -311,6 +311,25 @@ test('mcp-bridge with a wrong token or another session\'s token exits 1; unreach
   const nokeys = await ctl(['audit', 'verify', 'chain.jsonl']);
   assert.equal(nokeys.code, 2);
   assert.match(nokeys.stderr, /needs --keys KEYS\.json.*jailboxctl keys > keys\.json/);
+});
+
+test('mcp-bridge whose stdout takes no more (/dev/full) ends as failed (3), saying so, with its stdin still open', async () => {
+  const S = await openSession('unsupervised');
+  const full = openSync('/dev/full', 'w');
+  const c = spawn(CTL, ['mcp-bridge', '--job', S.jobId], {
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_WS_URL: wsUrl, JAILBOX_AGENT_TOKEN: S.agentToken },
+    stdio: ['pipe', full, 'pipe'],
+  });
+  closeSync(full);
+  children.push(c);
+  let stderr = '';
+  c.stderr.on('data', (d) => { stderr += d; });
+  const exited = new Promise((res) => c.on('close', (code) => res(code)));
+  c.stdin.write('{"jsonrpc":"2.0","id":1,"method":"ping"}\n'); // its answer cannot be written
+  const code = await Promise.race([exited, new Promise((res) => setTimeout(() => res('still running'), 30000))]);
+  if (SANITIZER.test(stderr)) sanitizerReports.push('mcp-bridge:\n' + stderr);
+  assert.equal(code, 3, stderr);
+  assert.match(stderr, /cannot write to stdout: .*No space left on device; ending/);
 });
 
 test('buyer verbs: status, pause, resume, ops, agents, explain, keys; exit codes 1 (refused), 2 (usage), 3 (unreachable)', async () => {
