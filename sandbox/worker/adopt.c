@@ -5,8 +5,8 @@
  * table with its shim channel re-opened, its walls checked again and its spawner's channel
  * taken over, and its thread (launch.c session_main) watches it as after a launch. The
  * containers are handled on a small pool of threads, so that a restart with many live
- * sessions serves them all again in about the time of one. Also what a launch hands the
- * keeper (adopt_keep_channels). */
+ * sessions serves them all again in about the time of one. What a launch hands the keeper
+ * is in launch.c (keep_channels). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "db/launch_jobs.h"
@@ -24,31 +23,6 @@
 #include "sandbox/worker/worker.h"
 
 /* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
-
-/* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
- * that the workspace is given back at the session's end), or -1. */
-static int grant_memfd(const struct jb_workspace_grant *g) {
-  int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  if (jb_workspace_grant_save(fd, g) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void adopt_keep_channels(struct jb_session *s) {
-  if (s->sb.conn.sock < 0) return;
-  int gfd = grant_memfd(&s->grant);
-  jb_error err = {0};
-  if (keeper_put(s->w, s->job_id, s->sb.container_id, s->sb.conn.sock, s->sb.spawner.fd, gfd,
-                 &err) < 0)
-    slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
-         NULL);
-  else
-    atomic_store(&s->kept, true);
-  if (gfd >= 0) close(gfd);
-}
 
 /* ---- start-up ------------------------------------------------------------------------------- */
 

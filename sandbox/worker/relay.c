@@ -269,20 +269,6 @@ static void test_fault(struct jb_worker *w, const char *job, const struct jb_op_
   _exit(86);
 }
 
-bool worker_test_fault(struct jb_worker *w, const char *job, const char *point) {
-  const char *f = getenv("JB_TEST_FAULT");
-  if (!f || !f[0]) return false;
-  char want[40] = "";
-  FILE *in = fopen(f, "re");
-  if (!in) return false;
-  if (!fgets(want, sizeof want, in)) want[0] = '\0';
-  fclose(in);
-  want[strcspn(want, "\r\n")] = '\0';
-  if (strcmp(want, point) || unlink(f) < 0) return false;
-  slog(w, JB_LOG_WARN, job, "test fault", "point", point, NULL);
-  return true;
-}
-
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
@@ -536,35 +522,6 @@ static void run_session_queued(struct jb_worker *w, const char *job, int max) {
     }
   }
 }
-
-/* Makes `max` claims of session `job` due: added to what its entry asks already when it is
- * due or on a runner, else a new entry at the end (dropped when the ring is full: the sweep
- * comes back to it). */
-static void due_add(struct jb_worker *w, const char *job, int max) {
-  pthread_mutex_lock(&w->due.lock);
-  bool found = false;
-  for (int r = 0; r < JB_QUEUED_RUNNERS && !found; r++)
-    if (!strcmp(w->due.running[r].job, job)) {
-      w->due.again[r] = w->due.again[r] + max > 1000 ? 1000 : w->due.again[r] + max;
-      found = true;
-    }
-  for (size_t i = 0; i < w->due.n && !found; i++) {
-    struct jb_due *d = &w->due.ring[(w->due.head + i) % JB_WORKER_SESSIONS_MAX];
-    if (!strcmp(d->job, job)) {
-      d->budget = d->budget + max > 1000 ? 1000 : d->budget + max;
-      found = true;
-    }
-  }
-  if (!found && w->due.n < JB_WORKER_SESSIONS_MAX) {
-    struct jb_due *d = &w->due.ring[(w->due.head + w->due.n++) % JB_WORKER_SESSIONS_MAX];
-    snprintf(d->job, sizeof d->job, "%s", job);
-    d->budget = max;
-    pthread_cond_signal(&w->due.cond);
-  }
-  pthread_mutex_unlock(&w->due.lock);
-}
-
-void run_queued_session(struct jb_worker *w, const char *job) { due_add(w, job, 1000); }
 
 /* Makes the queued ops of the sessions whose sandbox is up due (only of `only` when not
  * NULL), at most `max` per session. */
