@@ -20,20 +20,8 @@
 
 /* ---- one op ------------------------------------------------------------------------------- */
 
-/* The audit details of an executed op — hashes and counts, never contents: read {size,
- * fileSize, offset, lines?}, read_many {files, failed, size}, write {size, sha256, decision},
- * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
- * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
- * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
- * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
- * {error: code}. api/audit.md is the contract. */
-static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool, json_t *args,
-                                json_t *answer) {
-  bool ok = json_is_true(json_object_get(answer, "ok"));
-  json_t *res = json_object_get(answer, "result");
-  json_t *d = json_object();
-  /* only values of the expected type go into an entry: anything else would make the entry
-   * unrecordable and the op stuck (an agent controls the arguments) */
+/* Only values of the expected type go into an entry: anything else would make the entry
+ * unrecordable and the op stuck (an agent controls the arguments). `d` is the details. */
 #define SET_INT(key, v)                                   \
   do {                                                    \
     json_t *v_ = (v);                                     \
@@ -51,6 +39,10 @@ static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool,
     const char *p_ = json_string_value(v);                                      \
     if (p_ && strlen(p_) <= 4096) json_object_set_new(d, key, json_string(p_)); \
   } while (0)
+
+/* The details of an op of a tool that changes nothing (read, read_many, stat, list, find,
+ * search) into `d`; `ok`: it succeeded, `res` its result, `args` its arguments (borrowed). */
+static void details_of_read(enum jb_tool tool, json_t *d, json_t *args, json_t *res, bool ok) {
   switch (tool) {
     case JB_TOOL_READ: {
       json_t *len = json_object_get(res, "length");
@@ -80,16 +72,6 @@ static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool,
       json_object_set_new(d, "size", json_integer(size));
       break;
     }
-    case JB_TOOL_WRITE:
-    case JB_TOOL_EDIT:
-      SET_INT("size", json_object_get(args, "size"));
-      SET_HEX64("sha256", json_object_get(args, "sha256"));
-      if (tool == JB_TOOL_EDIT) {
-        SET_HEX64("sha256Before", json_object_get(args, "expectSha256"));
-        SET_INT("edits", json_object_get(args, "edits"));
-        SET_INT("replaced", json_object_get(args, "replaced"));
-      }
-      break;
     case JB_TOOL_STAT:
       json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
       SET_HEX64("sha256", json_object_get(res, "sha256"));
@@ -109,6 +91,25 @@ static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool,
       if (ok && tool == JB_TOOL_SEARCH)
         SET_INT("filesScanned", json_object_get(res, "filesScanned"));
       break;
+    default: /* the other side's tools, exec (exec_op.c's entry), unknown names */
+      break;
+  }
+}
+
+/* The details of an op of a tool that changes files (write, edit, mkdir, move, delete) into
+ * `d`, as details_of_read. */
+static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t *res, bool ok) {
+  switch (tool) {
+    case JB_TOOL_WRITE:
+    case JB_TOOL_EDIT:
+      SET_INT("size", json_object_get(args, "size"));
+      SET_HEX64("sha256", json_object_get(args, "sha256"));
+      if (tool == JB_TOOL_EDIT) {
+        SET_HEX64("sha256Before", json_object_get(args, "expectSha256"));
+        SET_INT("edits", json_object_get(args, "edits"));
+        SET_INT("replaced", json_object_get(args, "replaced"));
+      }
+      break;
     case JB_TOOL_MKDIR:
       SET_BOOL("created", json_object_get(res, "created"));
       break;
@@ -127,12 +128,30 @@ static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool,
         SET_PATH("type", json_object_get(res, "type"));
       }
       break;
-    case JB_TOOL_UNKNOWN:
-    case JB_TOOL_DONE:
-    case JB_TOOL_EXEC: /* exec's entry is exec_op.c's */
-    case JB_TOOL_COUNT:
+    default: /* the other side's tools, exec (exec_op.c's entry), unknown names */
       break;
   }
+}
+
+#undef SET_INT
+#undef SET_HEX64
+#undef SET_BOOL
+#undef SET_PATH
+
+/* The audit details of an executed op — hashes and counts, never contents: read {size,
+ * fileSize, offset, lines?}, read_many {files, failed, size}, write {size, sha256, decision},
+ * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
+ * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
+ * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
+ * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
+ * {error: code}. api/audit.md is the contract. */
+static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool, json_t *args,
+                                json_t *answer) {
+  bool ok = json_is_true(json_object_get(answer, "ok"));
+  json_t *res = json_object_get(answer, "result");
+  json_t *d = json_object();
+  details_of_read(tool, d, args, res, ok);
+  details_of_change(tool, d, args, res, ok);
   if (jb_tool_changes_files(tool)) json_object_set_new(d, "decision", json_string(op->decision));
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) {
@@ -141,10 +160,6 @@ static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool,
         code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
     json_object_set_new(d, "error", json_string(plain ? code : "internal"));
   }
-#undef SET_INT
-#undef SET_HEX64
-#undef SET_BOOL
-#undef SET_PATH
   return d;
 }
 
