@@ -551,10 +551,196 @@ static json_t *outcome_unstored(struct jb_worker *w, PGconn *c, const char *job,
   return ans;
 }
 
+/* What running an exec op's command gave: the spawner's answer, and a writable command's
+ * effects on the workspace. */
+struct exec_ran {
+  int xr; /* jb_exec_run's: 0 it ran (res), -1 it did not (xe) */
+  json_t *res; /* new, or NULL */
+  jb_error xe;
+  json_t *changes, *kept; /* new (exec_workspace_effects, exec_changes_kept), or NULL */
+  size_t changes_total;
+  int planted_sig; /* what it left that it must not: enum jb_signal, -1 none */
+  char planted[300];
+  bool incomplete, swept;
+  double t_before, t_ran, t_effects; /* mono_msf */
+};
+
+/* Runs the command of exec op `args` (x collecting its output) in pinned session `s` (NULL:
+ * not here) as running slot `slot`, into *r: refused before it runs when the output cannot be
+ * redacted, the worker runs too many, the session is not up or the op was killed already, or
+ * a writable one while the session's writable commands are held or its workspace cannot be
+ * walked first; a writable command's effects after it. */
+static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct jb_session *s,
+                         int slot, json_t *args, size_t max_out, bool redactor, struct exec_run *x,
+                         struct exec_ran *r) {
+  struct jb_scan_snapshot before = {0};
+  struct jb_preimage *pre = NULL;
+  bool watched = false;
+  struct jb_git_place *places = NULL; /* what the buyer's git config makes git's own */
+  r->xr = -1;
+  r->planted_sig = -1;
+  if (!redactor) { /* no command runs whose output cannot be redacted */
+    jb_fail(&r->xe, ENOMEM, "the output redactor could not be made");
+  } else if (slot < 0) {
+    jb_fail(&r->xe, EBUSY, "too many commands run on this worker");
+  } else if (!args || !s || atomic_load(&s->teardown)) {
+    jb_fail(&r->xe, ESRCH, "the session's sandbox is not up");
+  } else if (!running_killed(slot, false)) {
+    json_t *in = json_object_get(args, "stdin");
+    const char *cwd = json_string_value(json_object_get(args, "cwd"));
+    struct jb_exec_request rq = {
+        .argv = json_object_get(args, "argv"),
+        .cwd = cwd ? cwd : ".",
+        .env = json_object_get(args, "env"),
+        .stdin_data = (const unsigned char *)json_string_value(in),
+        .stdin_len = json_string_length(in),
+        .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
+        .max_output = max_out,
+        .writable = json_is_true(json_object_get(args, "writable")),
+        .on_started = running_started,
+        .started_ctx = (void *)(intptr_t)slot,
+        .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
+    };
+    jb_error se = {0};
+    char held[320] = "";
+    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
+    if (rq.writable && !places) {
+      jb_fail(&r->xe, ENOMEM, "out of memory");
+    } else if (rq.writable && exec_writable_held(c, job, held, sizeof held) != 0) {
+      jb_fail(&r->xe, EPERM,
+              "writable commands are held until the buyer clears the incomplete "
+              "effects of an earlier one (%s)",
+              held);
+    } else if (rq.writable && exec_effects_before(w, s, &before, places, &pre, &se) < 0) {
+      jb_fail(&r->xe, EIO, "the workspace could not be read before the command: %s", se.msg);
+    } else {
+      watched = rq.writable;
+      r->t_before = mono_msf();
+      r->xr = jb_exec_run(s, &rq, on_output, x, &r->res, &r->xe);
+      r->t_ran = mono_msf();
+    }
+  }
+  /* a writable command's effects: what it changed, and what it must not leave behind */
+  if (watched)
+    r->changes = exec_workspace_effects(w, s, &before, pre, &r->changes_total, &r->incomplete,
+                                        &r->swept, &r->planted_sig, r->planted, sizeof r->planted);
+  r->kept = r->changes ? exec_changes_kept(r->changes, r->changes_total) : NULL;
+  jb_landing_places(NULL, 0);
+  free(places);
+  jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
+  r->t_effects = mono_msf();
+}
+
+/* The answer of exec op `r` ({ok, result} or {ok:false, error}; new): its failure `code` in
+ * *code (NULL when it succeeded or the failure is internal), and a seccomp kill in *signal and
+ * `detail`. `killed`: the buyer killed it; `aborted`: its session was aborted; `hex` the
+ * SHA-256 of each stream; `records` (borrowed) its `redactions` redactions. */
+static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, bool killed, bool aborted,
+                           char hex[2][65], size_t redactions, json_t *records, const char **code,
+                           int *signal, char *detail, size_t dsize) {
+  json_t *ans;
+  json_t *res = r->res;
+  int xr = r->xr;
+  const jb_error *xe = &r->xe;
+  json_t *kept = r->kept;
+  const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
+  if (xr == 0 && killed_by && !strcmp(killed_by, "seccomp")) {
+    const char *sc = json_string_value(json_object_get(res, "seccompSyscall"));
+    char msg[200];
+    snprintf(msg, sizeof msg, "the command was killed by the sandbox's syscall filter (%.40s)",
+             sc ? sc : "a forbidden system call");
+    ans = failure(*code = "seccomp", msg);
+    *signal = JB_SIG_SECCOMP_KILL;
+    snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
+  } else if (x->unredacted) {
+    ans = failure(*code = "internal", "the command's output could not be redacted");
+  } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
+    ans = failure(*code = "killed", "the buyer killed the command");
+  } else if (xr == 0) {
+    size_t replaced = 0;
+    json_t *out = stream_text(&x->st[0], &replaced), *errt = stream_text(&x->st[1], &replaced);
+    json_t *ec = json_object_get(res, "exitCode"), *sg = json_object_get(res, "signal");
+    json_t *rr = json_pack(
+        "{s:O,s:O,s:b,s:I,s:o,s:o,s:b,s:b,s:I,s:I,s:I,s:i,s:b,s:s,s:s}", "exitCode",
+        json_is_integer(ec) ? ec : json_null(), "signal", json_is_string(sg) ? sg : json_null(),
+        "timedOut", json_is_true(json_object_get(res, "timedOut")), "durationMs",
+        (json_int_t)json_integer_value(json_object_get(res, "durationMs")), "stdout", out, "stderr",
+        errt, "stdoutTruncated", json_is_true(json_object_get(res, "stdoutTruncated")),
+        "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
+        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
+        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
+    if (rr) json_object_set(rr, "redacted", records);
+    if (rr && kept) {
+      json_object_set_new(rr, "changes", exec_changes_for_result(kept));
+      json_object_set_new(rr, "changesTotal", json_integer((json_int_t)r->changes_total));
+      json_object_set_new(rr, "changesSummary", exec_changes_summary(kept));
+    }
+    if (rr && (r->incomplete || r->swept))
+      json_object_set_new(rr, "changesIncomplete", json_true());
+    if (rr && r->swept) json_object_set_new(rr, "landingSwept", json_true());
+    ans = rr ? json_pack("{s:b,s:o}", "ok", 1, "result", rr) : failure("internal", "out of memory");
+  } else if (aborted) {
+    ans = failure(*code = "aborted", "the session was aborted while the command ran");
+  } else if (xe->code == ENOTSUP) {
+    ans = failure(*code = "unavailable",
+                  "this session's sandbox cannot run commands (its image has no spawner)");
+  } else if (xe->code == EBUSY) {
+    ans = failure(*code = "busy", xe->msg[0] ? xe->msg : "another command of the session runs");
+  } else if (xe->code == EINVAL) {
+    ans = failure(*code = "bad_request", xe->msg);
+  } else if (xe->code == EPERM) {
+    ans = failure(*code = "effects_incomplete", xe->msg);
+  } else {
+    ans = failure(*code = "internal", xe->msg[0] ? xe->msg : "the command could not be run");
+  }
+  return ans;
+}
+
+/* The audit head `head` exec op `op` committed, and the end of its live view: how the command
+ * ended (answer `ans`, `ok`, failure `code`), without its output; `seq` output events were
+ * sent. */
+static void publish_end(struct jb_worker *w, PGconn *c, const char *job,
+                        const struct jb_op_claim *op, const struct jb_audit_head *head, json_t *ans,
+                        bool ok, const char *code, long long seq) {
+  worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(head));
+  /* the end of the live view: how the command ended, without its output */
+  json_t *r = json_object_get(ans, "result");
+  json_t *summary =
+      ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
+                     "signal", json_object_get(r, "signal"), "timedOut",
+                     json_object_get(r, "timedOut"), "durationMs", json_object_get(r, "durationMs"),
+                     "stdoutBytes", json_object_get(r, "stdoutBytes"), "stderrBytes",
+                     json_object_get(r, "stderrBytes"), "redactions",
+                     json_object_get(r, "redactions"))
+         : json_pack("{s:s}", "error", code);
+  worker_publish(w, c, job, JB_EVENT_OP,
+                 json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId",
+                           job, "tool", "exec", "path", op->path, "state", ok ? "done" : "failed",
+                           "result", summary, "outputEvents", (json_int_t)seq));
+}
+
+/* Where the time of an exec op went (bench/exec): claimed at `wall`, marked running at
+ * `t_marked` (mono_msf, as t_claimed), then r's stages and the spawner's own timings. */
+static void log_timings(struct jb_worker *w, const char *job, const struct timespec *wall,
+                        double t_claimed, double t_marked, const struct exec_ran *r) {
+  double t_done = mono_msf();
+  json_t *tm =
+      json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
+                json_real((double)wall->tv_sec * 1000.0 + (double)(wall->tv_nsec / 1000) / 1000.0),
+                "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
+                ms_json(r->t_before - t_marked), "spawner", ms_json(r->t_ran - r->t_before),
+                "effects", ms_json(r->t_effects - r->t_ran), "complete",
+                ms_json(t_done - r->t_effects), "inSpawner", json_object_get(r->res, "timingsMs"));
+  slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
+}
+
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
-  double t_claimed = mono_msf(), t_marked = 0, t_before = 0, t_ran = 0, t_effects = 0;
+  double t_claimed = mono_msf(), t_marked = 0;
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   json_t *args = json_loads(op->args_json, 0, NULL);
@@ -577,70 +763,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     jb_buf_init(&x.st[k].live, LIVE_PENDING_MAX);
     crypto_hash_sha256_init(&x.st[k].sha);
   }
-  json_t *res = NULL;
-  jb_error xe = {0};
-  int xr = -1;
-  struct jb_scan_snapshot before = {0};
-  struct jb_preimage *pre = NULL;
-  bool watched = false;
-  struct jb_git_place *places = NULL; /* what the buyer's git config makes git's own */
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
-  if (!redactor) { /* no command runs whose output cannot be redacted */
-    jb_fail(&xe, ENOMEM, "the output redactor could not be made");
-  } else if (slot < 0) {
-    jb_fail(&xe, EBUSY, "too many commands run on this worker");
-  } else if (!args || !s || atomic_load(&s->teardown)) {
-    jb_fail(&xe, ESRCH, "the session's sandbox is not up");
-  } else if (!running_killed(slot, false)) {
-    json_t *in = json_object_get(args, "stdin");
-    const char *cwd = json_string_value(json_object_get(args, "cwd"));
-    struct jb_exec_request rq = {
-        .argv = json_object_get(args, "argv"),
-        .cwd = cwd ? cwd : ".",
-        .env = json_object_get(args, "env"),
-        .stdin_data = (const unsigned char *)json_string_value(in),
-        .stdin_len = json_string_length(in),
-        .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
-        .max_output = max_out,
-        .writable = json_is_true(json_object_get(args, "writable")),
-        .on_started = running_started,
-        .started_ctx = (void *)(intptr_t)slot,
-        .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
-    };
-    jb_error se = {0};
-    char held[320] = "";
-    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
-    if (rq.writable && !places) {
-      jb_fail(&xe, ENOMEM, "out of memory");
-    } else if (rq.writable && exec_writable_held(c, job, held, sizeof held) != 0) {
-      jb_fail(&xe, EPERM,
-              "writable commands are held until the buyer clears the incomplete "
-              "effects of an earlier one (%s)",
-              held);
-    } else if (rq.writable && exec_effects_before(w, s, &before, places, &pre, &se) < 0) {
-      jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
-    } else {
-      watched = rq.writable;
-      t_before = mono_msf();
-      xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
-      t_ran = mono_msf();
-    }
-  }
-  /* a writable command's effects: what it changed, and what it must not leave behind */
-  json_t *changes = NULL;
-  size_t changes_total = 0;
-  int planted_sig = -1;
-  char planted[300] = "";
-  bool incomplete = false, swept = false;
-  if (watched)
-    changes = exec_workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &swept,
-                                     &planted_sig, planted, sizeof planted);
-  json_t *kept = changes ? exec_changes_kept(changes, changes_total) : NULL;
-  jb_landing_places(NULL, 0);
-  free(places);
-  jb_scan_snapshot_free(&before);
-  jb_preimage_free(pre);
-  t_effects = mono_msf();
+  struct exec_ran r = {0};
+  exec_command(w, c, job, s, slot, args, max_out, redactor, &x, &r);
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
   snprintf(image, sizeof image, "%s",
@@ -654,116 +779,39 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
   size_t redactions = 0;
   json_t *records = redaction_records(&x, &redactions);
-  json_t *ans;
   const char *code = NULL;
-  const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
-  if (xr == 0 && killed_by && !strcmp(killed_by, "seccomp")) {
-    const char *sc = json_string_value(json_object_get(res, "seccompSyscall"));
-    char msg[200];
-    snprintf(msg, sizeof msg, "the command was killed by the sandbox's syscall filter (%.40s)",
-             sc ? sc : "a forbidden system call");
-    ans = failure(code = "seccomp", msg);
-    *signal = JB_SIG_SECCOMP_KILL;
-    snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
-  } else if (x.unredacted) {
-    ans = failure(code = "internal", "the command's output could not be redacted");
-  } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
-    ans = failure(code = "killed", "the buyer killed the command");
-  } else if (xr == 0) {
-    size_t replaced = 0;
-    json_t *out = stream_text(&x.st[0], &replaced), *errt = stream_text(&x.st[1], &replaced);
-    json_t *ec = json_object_get(res, "exitCode"), *sg = json_object_get(res, "signal");
-    json_t *r = json_pack(
-        "{s:O,s:O,s:b,s:I,s:o,s:o,s:b,s:b,s:I,s:I,s:I,s:i,s:b,s:s,s:s}", "exitCode",
-        json_is_integer(ec) ? ec : json_null(), "signal", json_is_string(sg) ? sg : json_null(),
-        "timedOut", json_is_true(json_object_get(res, "timedOut")), "durationMs",
-        (json_int_t)json_integer_value(json_object_get(res, "durationMs")), "stdout", out, "stderr",
-        errt, "stdoutTruncated", json_is_true(json_object_get(res, "stdoutTruncated")),
-        "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
-        (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
-        (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
-        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
-        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
-    if (r) json_object_set(r, "redacted", records);
-    if (r && kept) {
-      json_object_set_new(r, "changes", exec_changes_for_result(kept));
-      json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
-      json_object_set_new(r, "changesSummary", exec_changes_summary(kept));
-    }
-    if (r && (incomplete || swept)) json_object_set_new(r, "changesIncomplete", json_true());
-    if (r && swept) json_object_set_new(r, "landingSwept", json_true());
-    ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
-  } else if (aborted) {
-    ans = failure(code = "aborted", "the session was aborted while the command ran");
-  } else if (xe.code == ENOTSUP) {
-    ans = failure(code = "unavailable",
-                  "this session's sandbox cannot run commands (its image has no spawner)");
-  } else if (xe.code == EBUSY) {
-    ans = failure(code = "busy", xe.msg[0] ? xe.msg : "another command of the session runs");
-  } else if (xe.code == EINVAL) {
-    ans = failure(code = "bad_request", xe.msg);
-  } else if (xe.code == EPERM) {
-    ans = failure(code = "effects_incomplete", xe.msg);
-  } else {
-    ans = failure(code = "internal", xe.msg[0] ? xe.msg : "the command could not be run");
-  }
+  json_t *ans =
+      exec_answer(&r, &x, killed, aborted, hex, redactions, records, &code, signal, detail, dsize);
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
-  json_t *kept_summary = exec_changes_summary(kept);
-  json_t *details = exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+  json_t *kept_summary = exec_changes_summary(r.kept);
+  json_t *details = exec_details(image, op, args ? args : none, r.xr == 0 ? r.res : NULL, ok, code,
                                  (const char(*)[65])hex, redactions, records, kept_summary);
   json_decref(kept_summary);
-  if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
-    *signal = planted_sig;
-    snprintf(detail, dsize, "exec: %s", planted);
+  if (r.planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
+    *signal = r.planted_sig;
+    snprintf(detail, dsize, "exec: %s", r.planted);
   }
-  json_decref(changes);
+  json_decref(r.changes);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
-  char *kept_text = kept ? json_dumps(kept, JSON_COMPACT) : NULL;
+  char *kept_text = r.kept ? json_dumps(r.kept, JSON_COMPACT) : NULL;
   struct jb_audit_head head;
-  rc = text && details && (kept_text || !kept)
+  rc = text && details && (kept_text || !r.kept)
            ? outcome_store(w, c, job, op, ok, text, kept_text, details, &head, err)
            : jb_fail(err, ENOMEM, "out of memory");
   free(kept_text);
-  json_decref(kept);
+  json_decref(r.kept);
   if (rc == JB_ERR_FAIL) { /* the outcome could not be stored: the op fails with the reason */
     json_decref(ans);
-    ans =
-        outcome_unstored(w, c, job, op, xr == 0 ? res : NULL, changes_total, err->msg, &head, &rc);
+    ans = outcome_unstored(w, c, job, op, r.xr == 0 ? r.res : NULL, r.changes_total, err->msg,
+                           &head, &rc);
     ok = false;
     code = "unstored";
   }
-  if (rc == JB_OK) {
-    worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    /* the end of the live view: how the command ended, without its output */
-    json_t *r = json_object_get(ans, "result");
-    json_t *summary =
-        ok ? json_pack(
-                 "{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
-                 "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
-                 "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
-                 json_object_get(r, "stdoutBytes"), "stderrBytes",
-                 json_object_get(r, "stderrBytes"), "redactions", json_object_get(r, "redactions"))
-           : json_pack("{s:s}", "error", code);
-    worker_publish(
-        w, c, job, JB_EVENT_OP,
-        json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId", job,
-                  "tool", "exec", "path", op->path, "state", ok ? "done" : "failed", "result",
-                  summary, "outputEvents", (json_int_t)x.seq));
-  }
-  if (t_ran > 0) { /* where the time of the op went (bench/exec) */
-    double t_done = mono_msf();
-    json_t *tm =
-        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
-                  json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
-                  "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
-                  ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before), "effects",
-                  ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects), "inSpawner",
-                  json_object_get(res, "timingsMs"));
-    slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
-  }
+  if (rc == JB_OK) publish_end(w, c, job, op, &head, ans, ok, code, x.seq);
+  if (r.t_ran > 0) log_timings(w, job, &wall, t_claimed, t_marked, &r);
   if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
     slog(w, JB_LOG_INFO, job, "exec ended after its session", "detail", err->msg, NULL);
     rc = JB_OK;
@@ -772,7 +820,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(details);
   json_decref(records);
   json_decref(ans);
-  json_decref(res);
+  json_decref(r.res);
   json_decref(args);
   run_free(&x);
   running_killed(slot, true);
