@@ -23,26 +23,9 @@
 
 /* ---- names ---- */
 
-/* Indexed by enum jb_tool. */
-static const char *const tool_names[] = {"read", "write",  "list",   "done", "read_many",
-                                         "edit", "find",   "search", "stat", "mkdir",
-                                         "move", "delete", "exec"};
-_Static_assert(sizeof tool_names / sizeof tool_names[0] == JB_TOOL_COUNT, "one name per tool");
-
 bool jb_tool_mutates(enum jb_tool tool) {
   return tool == JB_TOOL_WRITE || tool == JB_TOOL_EDIT || tool == JB_TOOL_MKDIR ||
          tool == JB_TOOL_MOVE || tool == JB_TOOL_DELETE || tool == JB_TOOL_EXEC;
-}
-
-const char *jb_tool_name(enum jb_tool tool) {
-  if (tool < 0 || (size_t)tool >= sizeof tool_names / sizeof tool_names[0]) return NULL;
-  return tool_names[tool];
-}
-
-enum jb_tool jb_tool_from_name(const char *name) {
-  for (size_t i = 0; name && i < sizeof tool_names / sizeof tool_names[0]; i++)
-    if (!strcmp(tool_names[i], name)) return (enum jb_tool)i;
-  return JB_TOOL_UNKNOWN;
 }
 
 /* ---- errors ---- */

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "api/core/mcp.h"
+#include "sandbox/proto/tool.h"
 
 /* Stable codes of the file tools' failures (-32007..-32019; MCP 2026-07-28 reserves -32020 and
  * up for its own protocol errors); each error's data carries {reason} with the
@@ -32,35 +33,9 @@ enum {
   JB_MCP_NO_MATCH = -32009, /* an edit's oldText is not found, or found more than once */
 };
 
-/* The agent's tools (MCP tools/list), named on the wire by their lower-case names. */
-enum jb_tool {
-  JB_TOOL_UNKNOWN = -1, /* no name, or a name that is none of these */
-  JB_TOOL_READ,
-  JB_TOOL_WRITE,
-  JB_TOOL_LIST,
-  JB_TOOL_DONE,
-  JB_TOOL_READ_MANY,
-  JB_TOOL_EDIT,
-  JB_TOOL_FIND,
-  JB_TOOL_SEARCH,
-  JB_TOOL_STAT,
-  JB_TOOL_MKDIR,
-  JB_TOOL_MOVE,
-  JB_TOOL_DELETE,
-  JB_TOOL_EXEC, /* a command run in its own jail in the sandbox (sandbox/worker/exec_op.c) */
-  JB_TOOL_COUNT, /* not a tool: the number of them */
-};
-
 /* Whether `tool` may change the workspace or run code (write, edit, mkdir, move, delete,
  * exec): such a call is held for the buyer in a supervised session. */
 bool jb_tool_mutates(enum jb_tool tool);
-
-/* The wire name of `tool` ("read"; static), or NULL for JB_TOOL_UNKNOWN and any value outside
- * the enum. */
-const char *jb_tool_name(enum jb_tool tool);
-
-/* The tool named `name` (nullable; compared exactly), or JB_TOOL_UNKNOWN. */
-enum jb_tool jb_tool_from_name(const char *name);
 
 /* The longest timeoutSec an exec may ask for (JAILBOX_EXEC_MAX_TIMEOUT_S, seconds, 1..86400;
  * 600 until set). Set once at start, before any call is decoded. */

@@ -1,5 +1,5 @@
 /* treeops.c — the shim's ops that change the tree rather than a file's bytes: mkdir, move,
- * delete (sandbox/proto/PROTOCOL.md). They resolve paths as write does (walk.h, fileops.c:
+ * delete (sandbox/proto/PROTOCOL.md). They resolve paths as write does (walk.h, walk.c:
  * from the root's descriptor, one component at a time, no symlink passed), and change names
  * only relative to the descriptors of the directories reached (mkdirat, renameat2, unlinkat
  * with a single name), so a path string is never resolved twice and a directory swapped for a

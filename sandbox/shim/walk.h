@@ -1,5 +1,5 @@
-/* walk.h — the resolver and helpers that the shim's op files share (fileops.c owns them;
- * treeops.c and searchops.c use them): a path walked from the workspace root's descriptor one
+/* walk.h — the resolver and helpers that the shim's op files share (walk.c owns them;
+ * fileops.c, treeops.c and searchops.c use them): a path walked from the workspace root's descriptor one
  * component at a time, never handing a symlink to the kernel to follow, the exclusion check on
  * the symlink-free path reached, and the error constructors. Internal to jailbox-shim. */
 #ifndef JB_SANDBOX_SHIM_WALK_H
@@ -36,7 +36,7 @@ int fo_fail(struct jb_fileop_error *e, const char *code, int errnum, const char 
 /* An errno from an open, stat or change as a protocol error about `what`. Returns -1. */
 int fo_fail_errno(struct jb_fileop_error *e, int errnum, const char *what);
 
-/* Resolves `path` (syntactically checked) to its directory and last component: see fileops.c.
+/* Resolves `path` (syntactically checked) to its directory and last component: see walk.c.
  * With `follow`, symlinks that stay inside are followed; without, any symlink before the last
  * component is refused. 0 with `w` open, or -1 with *e and nothing open. */
 int fo_resolve(const char *path, bool follow, bool probe_last, struct walk *w,
@@ -85,7 +85,7 @@ const char *fo_arg_path(json_t *req, const char *def, struct jb_fileop_error *e)
 const char *fo_type_name(mode_t m);
 
 /* SHA-256 (hex) of the open regular file `fd`, optionally keeping its bytes (≤ JB_FILE_MAX):
- * see fileops.c. 0 or -1 (errno; EFBIG over HASH_MAX). */
+ * see walk.c. 0 or -1 (errno; EFBIG over HASH_MAX). */
 int fo_hash_fd(int fd, char hex[65], unsigned char **keep, size_t *keep_len);
 
 #define FO_ANSWER_MAX (1024 * 1024) /* bytes of the names or lines of one list, find, search */

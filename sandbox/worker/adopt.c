@@ -5,8 +5,8 @@
  * table with its shim channel re-opened, its walls checked again and its spawner's channel
  * taken over, and its thread (launch.c session_main) watches it as after a launch. The
  * containers are handled on a small pool of threads, so that a restart with many live
- * sessions serves them all again in about the time of one. Also what a launch hands the
- * keeper (adopt_keep_channels). */
+ * sessions serves them all again in about the time of one. What a launch hands the keeper
+ * is in launch.c (keep_channels). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "db/launch_jobs.h"
@@ -24,31 +23,6 @@
 #include "sandbox/worker/worker.h"
 
 /* ---- the channels kept across a restart (keeper.c) ----------------------------------------- */
-
-/* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
- * that the workspace is given back at the session's end), or -1. */
-static int grant_memfd(const struct jb_workspace_grant *g) {
-  int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  if (jb_workspace_grant_save(fd, g) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void adopt_keep_channels(struct jb_session *s) {
-  if (s->sb.conn.sock < 0) return;
-  int gfd = grant_memfd(&s->grant);
-  jb_error err = {0};
-  if (keeper_put(s->w, s->job_id, s->sb.container_id, s->sb.conn.sock, s->sb.spawner.fd, gfd,
-                 &err) < 0)
-    slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
-         NULL);
-  else
-    atomic_store(&s->kept, true);
-  if (gfd >= 0) close(gfd);
-}
 
 /* ---- start-up ------------------------------------------------------------------------------- */
 
@@ -80,6 +54,49 @@ static bool session_here(struct jb_worker *w, const char *job) {
 static bool contract_wall_up(json_t *contract, const char *name) {
   return json_is_true(
       json_object_get(json_object_get(json_object_get(contract, "walls"), name), "up"));
+}
+
+/* Session `s` (new, zeroed) as adopted from kept channel `k` of container `cid`: launch job
+ * `jp` (its workspace taken, then freed), `limits` and `contract` (both taken). */
+static void fill_session(struct jb_worker *w, const struct jb_kept *k, const char *cid,
+                         struct jb_launch_job *jp, json_t *limits, json_t *contract,
+                         struct jb_session *s) {
+  s->w = w;
+  s->adopted = true;
+  snprintf(s->job_id, sizeof s->job_id, "%s", k->job);
+  s->launch_job = jp->id;
+  s->workspace = jp->workspace;
+  jp->workspace = NULL;
+  s->limits = limits;
+  snprintf(s->image, sizeof s->image, "%s", jp->image[0] ? jp->image : w->walls.image);
+  jb_launch_job_free(jp);
+  pthread_mutex_init(&s->lock, NULL);
+  struct jb_sandbox *sb = &s->sb;
+  snprintf(sb->job_id, sizeof sb->job_id, "%s", k->job);
+  snprintf(sb->container_id, sizeof sb->container_id, "%s", cid);
+  sb->contract = contract;
+  jb_spawner_init(&sb->spawner);
+  for (int wall = 0; wall < JB_WALL_COUNT; wall++)
+    sb->walls_up[wall] = contract_wall_up(contract, jb_wall_names[wall]);
+}
+
+/* The spawner's channel of sandbox `sb`, taken over from `k` when the launch had one; without
+ * it exec is unavailable and the contract (borrowed) says why, and `err` why not. */
+static void take_spawner(struct jb_worker *w, const struct jb_kept *k, struct jb_sandbox *sb,
+                         json_t *contract, jb_error *err) {
+  json_t *xc = json_object_get(contract, "exec");
+  bool had_spawner = k->fd[1] >= 0 && json_is_true(json_object_get(xc, "available"));
+  int sfd = had_spawner ? dup(k->fd[1]) : -1;
+  if (had_spawner && (sfd < 0 || jb_spawner_adopt(&sb->spawner, sfd, xc, 3000, err) < 0)) {
+    if (sfd < 0) jb_fail_errno(err, errno, "dup");
+    slog(w, JB_LOG_WARN, k->job, err->msg, "step", "take over the spawner's channel", NULL);
+    json_t *why_x = json_sprintf(
+        "worker restarted; the spawner's channel could not be taken "
+        "over: %s",
+        err->msg);
+    json_object_set_new(xc, "available", json_false());
+    json_object_set_new(xc, "reason", why_x);
+  }
 }
 
 /* Takes over session `k->job` whose container `cid` runs and whose shim channel the keeper
@@ -129,23 +146,8 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
     snprintf(why, wlen, "worker restarted; the session's contract could not be read");
     return false;
   }
-  s->w = w;
-  s->adopted = true;
-  snprintf(s->job_id, sizeof s->job_id, "%s", k->job);
-  s->launch_job = j.id;
-  s->workspace = j.workspace;
-  j.workspace = NULL;
-  s->limits = limits;
-  snprintf(s->image, sizeof s->image, "%s", j.image[0] ? j.image : w->walls.image);
-  jb_launch_job_free(&j);
-  pthread_mutex_init(&s->lock, NULL);
+  fill_session(w, k, cid, &j, limits, contract, s);
   struct jb_sandbox *sb = &s->sb;
-  snprintf(sb->job_id, sizeof sb->job_id, "%s", k->job);
-  snprintf(sb->container_id, sizeof sb->container_id, "%s", cid);
-  sb->contract = contract;
-  jb_spawner_init(&sb->spawner);
-  for (int wall = 0; wall < JB_WALL_COUNT; wall++)
-    sb->walls_up[wall] = contract_wall_up(contract, jb_wall_names[wall]);
   t[1] = jb_now_ms();
   int fd = dup(k->fd[0]);
   int rc = fd < 0 ? jb_fail_errno(&err, errno, "dup")
@@ -174,21 +176,7 @@ static bool adopt(struct jb_worker *w, const struct jb_kept *k, const char *cid,
          "the record of the workspace grant could not be read: the workspace's groups and "
          "modes will not be given back at the session's end",
          NULL);
-  /* the spawner's channel, taken over when the launch had one; without it exec is unavailable
-   * and the contract says why */
-  json_t *xc = json_object_get(contract, "exec");
-  bool had_spawner = k->fd[1] >= 0 && json_is_true(json_object_get(xc, "available"));
-  int sfd = had_spawner ? dup(k->fd[1]) : -1;
-  if (had_spawner && (sfd < 0 || jb_spawner_adopt(&sb->spawner, sfd, xc, 3000, &err) < 0)) {
-    if (sfd < 0) jb_fail_errno(&err, errno, "dup");
-    slog(w, JB_LOG_WARN, k->job, err.msg, "step", "take over the spawner's channel", NULL);
-    json_t *why_x = json_sprintf(
-        "worker restarted; the spawner's channel could not be taken "
-        "over: %s",
-        err.msg);
-    json_object_set_new(xc, "available", json_false());
-    json_object_set_new(xc, "reason", why_x);
-  }
+  take_spawner(w, k, sb, contract, &err);
   t[4] = jb_now_ms();
   if (keeper_put(w, k->job, cid, k->fd[0], sb->spawner.fd >= 0 ? k->fd[1] : -1, k->fd[2], &err) < 0)
     slog(w, JB_LOG_WARN, k->job, err.msg, "step", "keep channel", NULL);

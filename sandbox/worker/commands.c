@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "db/ops.h"
+#include "sandbox/proto/tool.h"
 #include "sandbox/worker/worker.h"
 
 struct command_arg {
@@ -62,7 +63,7 @@ static void command_run(struct jb_worker *w, const char *job) {
     struct jb_op_claim op;
     rc = jb_db_op_claim(conn.pg, job, &op, &err);
     if (rc == JB_OK) {
-      if (!strcmp(op.tool, "exec"))
+      if (jb_tool_from_name(op.tool) == JB_TOOL_EXEC)
         rc = exec_op_run(w, conn.pg, job, &op, &signal, detail, sizeof detail, &err);
       else
         jb_db_rollback(conn.pg); /* no exec first in line any more (killed, say): the runners' */

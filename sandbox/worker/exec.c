@@ -1,6 +1,6 @@
-/* exec.c — the worker's end of the spawner's channel (see exec.h): the hello at launch, one
- * command at a time with its output chunks decoded for the caller, signals to the running
- * command, and the security signal of a command the exec filter killed. */
+/* exec.c — commands in a session's spawner (see exec.h): one command at a time over the
+ * channel (exec_channel.c) with its output chunks decoded for the caller, signals to the
+ * running command, and the security signal of a command the exec filter killed. */
 #define _GNU_SOURCE
 #include "sandbox/worker/exec.h"
 
@@ -19,160 +19,6 @@
 #include "lib/metrics.h"
 #include "sandbox/proto/shim.h"
 #include "sandbox/worker/worker.h"
-
-static const struct jb_line_opts spawner_lines = {
-    .max_line = JB_SPAWNER_MAX_LINE, .over = JB_LINE_FAIL, .skip_empty = true};
-
-void jb_spawner_init(struct jb_spawner *sp) {
-  memset(sp, 0, sizeof *sp);
-  sp->fd = -1;
-  sp->next_id = 1;
-  pthread_mutex_init(&sp->lock, NULL);
-  pthread_cond_init(&sp->idle, NULL);
-  jb_line_init(&sp->lines, &spawner_lines);
-}
-
-/* The next line from the spawner within `deadline` (jb_now_ms), parsed: a new object, or NULL
- * with `err` (ETIMEDOUT, EPIPE at the end of the channel, EPROTO/EMSGSIZE for a bad line). */
-static json_t *read_line(struct jb_spawner *sp, long long deadline, jb_error *err) {
-  for (;;) {
-    json_t *o = NULL;
-    jb_error perr = {0};
-    int rc = jb_line_next_object(&sp->lines, JB_SHIM_MAX_DEPTH, &o, &perr);
-    if (rc == JB_LINE_OK) return o;
-    if (rc == JB_LINE_BAD_JSON)
-      return jb_fail(err, EPROTO, "malformed line from the spawner: %s", perr.msg), NULL;
-    if (rc == JB_LINE_TOO_LONG)
-      return jb_fail(err, EMSGSIZE, "the spawner sent a line over %d bytes", JB_SPAWNER_MAX_LINE),
-             NULL;
-    if (rc == JB_LINE_END || rc == JB_LINE_NOMEM)
-      return jb_fail(err, EPIPE, "the spawner's channel ended"), NULL;
-    long long left = deadline - jb_now_ms();
-    if (left <= 0) return jb_fail(err, ETIMEDOUT, "no word from the spawner in time"), NULL;
-    struct pollfd pf = {.fd = sp->fd, .events = POLLIN};
-    int pr = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
-    if (pr < 0 && errno != EINTR) return jb_fail_errno(err, errno, "poll"), NULL;
-    if (pr <= 0) continue;
-    jb_error rerr = {0};
-    ssize_t n = jb_line_read(&sp->lines, sp->fd, &rerr);
-    if (n < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK || rerr.code == EINTR)) continue;
-    if (n < 0 && rerr.code != ENOMEM) jb_line_end(&sp->lines);
-  }
-}
-
-int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *err) {
-  sp->fd = fd;
-  json_t *h = read_line(sp, jb_now_ms() + timeout_ms, err);
-  const char *hello = json_string_value(json_object_get(h, "hello"));
-  if (!h || !hello || strcmp(hello, "spawner") != 0 ||
-      json_integer_value(json_object_get(h, "protocol")) != JB_SPAWNER_PROTOCOL) {
-    if (h)
-      jb_fail(err, EPROTO, "the spawner's first line is not its hello (protocol %d)",
-              JB_SPAWNER_PROTOCOL);
-    json_decref(h);
-    close(fd);
-    sp->fd = -1;
-    return -1;
-  }
-  sp->hello = h;
-  return 0;
-}
-
-static int send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err);
-
-int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
-                     jb_error *err) {
-  sp->fd = fd;
-  /* ids the earlier worker used may still come (a command's late output): start far past them */
-  long long id = jb_now_ms() * 1000;
-  sp->next_id = id + 1;
-  json_t *o = json_pack("{s:I, s:s, s:s}", "id", (json_int_t)id, "op", "signal", "what", "kill");
-  int rc = o ? send_locked(sp, o, err) : jb_fail(err, ENOMEM, "out of memory");
-  json_decref(o);
-  long long deadline = jb_now_ms() + timeout_ms;
-  bool killed = false;
-  while (rc == 0) {
-    json_t *line = NULL;
-    jb_error perr = {0};
-    int lrc = jb_line_next_object(&sp->lines, JB_SHIM_MAX_DEPTH, &line, &perr);
-    if (lrc == JB_LINE_BAD_JSON) continue; /* the rest of a line the earlier worker began reading */
-    if (lrc == JB_LINE_OK) {
-      json_t *rid = json_object_get(line, "id");
-      bool ours = json_is_integer(rid) && json_integer_value(rid) == id;
-      bool done = json_is_integer(rid) && json_object_get(line, "ok") != NULL;
-      /* the command signalled: its result follows, then the spawner takes the next one */
-      if (ours && json_is_true(json_object_get(line, "ok")))
-        killed = true;
-      else if (ours || (killed && done && !ours)) {
-        json_decref(line);
-        break;
-      }
-      json_decref(line);
-      continue;
-    }
-    if (lrc != JB_LINE_AGAIN) {
-      rc = jb_fail(err, EPIPE, "the spawner's channel ended");
-      break;
-    }
-    long long left = deadline - jb_now_ms();
-    if (left <= 0) {
-      if (!killed)
-        rc = jb_fail(err, ETIMEDOUT, "the spawner did not answer within %ld ms", timeout_ms);
-      break; /* a killed command's result still to come is skipped by its id */
-    }
-    struct pollfd pf = {.fd = sp->fd, .events = POLLIN};
-    int pr = poll(&pf, 1, (int)(left > 1000 ? 1000 : left));
-    if (pr < 0 && errno != EINTR) {
-      rc = jb_fail_errno(err, errno, "poll");
-      break;
-    }
-    if (pr <= 0) continue;
-    jb_error rerr = {0};
-    ssize_t n = jb_line_read(&sp->lines, sp->fd, &rerr);
-    if (n < 0 && (rerr.code == EAGAIN || rerr.code == EWOULDBLOCK || rerr.code == EINTR)) continue;
-    if (n < 0 && rerr.code != ENOMEM) jb_line_end(&sp->lines);
-  }
-  if (rc < 0) {
-    close(fd);
-    sp->fd = -1;
-    jb_line_free(&sp->lines);
-    jb_line_init(&sp->lines, &spawner_lines);
-    return -1;
-  }
-  /* the hello the contract recorded at launch (its pid and binds; the protocol was checked
-   * equal to ours then) */
-  json_t *sh = json_object_get(exec_contract, "spawner");
-  json_t *binds = json_object_get(json_object_get(exec_contract, "jail"), "imageBinds");
-  sp->hello = json_pack("{s:s, s:i, s:O}", "hello", "spawner", "protocol", JB_SPAWNER_PROTOCOL,
-                        "pid", json_object_get(sh, "pid") ?: json_null());
-  if (sp->hello && binds) json_object_set(sp->hello, "binds", binds);
-  return 0;
-}
-
-void jb_spawner_close(struct jb_spawner *sp) {
-  pthread_mutex_lock(&sp->lock);
-  sp->closing = true;
-  if (sp->fd >= 0) shutdown(sp->fd, SHUT_RDWR); /* wakes a running command's reader */
-  while (sp->busy) pthread_cond_wait(&sp->idle, &sp->lock);
-  if (sp->fd >= 0) close(sp->fd);
-  sp->fd = -1;
-  json_decref(sp->hello);
-  sp->hello = NULL;
-  jb_line_free(&sp->lines);
-  pthread_mutex_unlock(&sp->lock);
-}
-
-bool jb_spawner_available(struct jb_spawner *sp) {
-  pthread_mutex_lock(&sp->lock);
-  bool up = sp->fd >= 0 && !sp->closing;
-  pthread_mutex_unlock(&sp->lock);
-  return up;
-}
-
-/* Writes `o` (borrowed) as one line, with sp->lock held. */
-static int send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err) {
-  return jb_line_write_json(sp->fd, o, JB_SPAWNER_MAX_LINE, 10000, err);
-}
 
 /* The request line of `rq` with id `id` (new), or NULL with `err`. */
 static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_error *err) {
@@ -289,7 +135,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
   }
   long long id = sp->next_id++;
   json_t *req = request_json(id, rq, err);
-  if (!req || send_locked(sp, req, err) < 0) {
+  if (!req || jb_spawner_send_locked(sp, req, err) < 0) {
     json_decref(req);
     pthread_mutex_unlock(&sp->lock);
     return -1;
@@ -302,7 +148,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
     jb_error se = {0};
     json_t *o =
         json_pack("{s:I, s:s, s:s}", "id", (json_int_t)sp->next_id++, "op", "signal", "what", what);
-    if (!o || send_locked(sp, o, &se) < 0)
+    if (!o || jb_spawner_send_locked(sp, o, &se) < 0)
       jb_log(JB_LOG_WARN, "exec: a signal asked for before the start was not sent", "signal", what,
              "error", se.msg, NULL);
     json_decref(o);
@@ -318,7 +164,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
     goto out;
   }
   for (;;) {
-    json_t *o = read_line(sp, deadline, err);
+    json_t *o = jb_spawner_read_line(sp, deadline, err);
     if (!o) break;
     json_t *eid = json_object_get(o, "exec");
     if (json_is_integer(eid)) {
@@ -406,7 +252,7 @@ int jb_exec_signal(struct jb_session *s, const char *what, jb_error *err) {
   } else {
     json_t *o =
         json_pack("{s:I, s:s, s:s}", "id", (json_int_t)sp->next_id++, "op", "signal", "what", what);
-    rc = send_locked(sp, o, err);
+    rc = jb_spawner_send_locked(sp, o, err);
     json_decref(o);
   }
   pthread_mutex_unlock(&sp->lock);
@@ -422,7 +268,7 @@ int jb_exec_ahead(struct jb_session *s, bool ahead, jb_error *err) {
   } else {
     json_t *o =
         json_pack("{s:I, s:s}", "id", (json_int_t)sp->next_id++, "op", ahead ? "warm" : "discard");
-    rc = send_locked(sp, o, err);
+    rc = jb_spawner_send_locked(sp, o, err);
     json_decref(o);
   }
   pthread_mutex_unlock(&sp->lock);

@@ -52,6 +52,15 @@ void jb_spawner_close(struct jb_spawner *sp);
 /* Whether the spawner's channel is up. */
 bool jb_spawner_available(struct jb_spawner *sp);
 
+/* The next line from the spawner within `deadline` (jb_now_ms), parsed: a new object, or NULL
+ * with `err` (ETIMEDOUT, EPIPE at the end of the channel, EPROTO/EMSGSIZE for a bad line).
+ * Called by the one thread that owns the channel at the time (its command's, or launch). */
+json_t *jb_spawner_read_line(struct jb_spawner *sp, long long deadline, jb_error *err);
+
+/* Writes `o` (borrowed) as one line (at most JB_SPAWNER_MAX_LINE bytes, 10 s), with sp->lock
+ * held. 0, or -1 with `err`. */
+int jb_spawner_send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err);
+
 struct jb_exec_request {
   const json_t *argv; /* array of strings, 1..256 items */
   const char *cwd; /* workspace-relative directory, NULL or "" or ".": the root */

@@ -33,6 +33,7 @@
 #include "lib/redact.h"
 #include "lib/utf8.h"
 #include "sandbox/worker/exec.h"
+#include "sandbox/worker/exec_effects.h"
 #include "sandbox/worker/landing.h"
 #include "sandbox/worker/worker.h"
 
@@ -45,12 +46,6 @@
 #define LIVE_FINAL_EVENTS 8 /* events sent at once when the command has ended */
 #define AUDIT_ARGV_MAX 8192 /* bytes of argv (as JSON) recorded as it is; longer: its hash */
 #define RUNNING_MAX 64 /* execs running at once on this worker (one per runner at most) */
-#define SNAPSHOT_MAX 250000 /* entries walked before and after a writable command */
-#define CHANGES_MAX \
-  10000 /* changes of a writable command listed (kept beside its op: ops.changes); all are
-         * counted */
-#define CHANGES_KEPT_BYTES (4 * 1024 * 1024) /* canonical bytes of the list kept, at most */
-#define CHANGES_RESULT_MAX 1000 /* changes listed in the agent's result */
 #define EXEC_DETAILS_BUDGET \
   (32 * 1024) /* bytes of an exec's details in its entry, at most: the rest of the entry (a
                * 4 KiB path and the 1,000-byte decision reason, escaped) stays within
@@ -464,79 +459,6 @@ static json_t *exec_details(const char *image, const struct jb_op_claim *op, jso
   return d;
 }
 
-/* ---- a writable command's change list: kept beside the op, summarised in its entry ---- */
-
-/* The canonical bytes of JSON value `v` (new, NUL-ended, length in *len; NULL when out of
- * memory): by the rules of an entry's canonical bytes (api/audit.md "Canonical bytes":
- * json_dumps with JSON_COMPACT | JSON_SORT_KEYS), so that a verifier of the chain has them. */
-static char *canonical_json(json_t *v, size_t *len) {
-  char *t = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-  if (t) *len = strlen(t);
-  return t;
-}
-
-/* What is kept of `changes` (borrowed: the list jb_scan_changes made, marked by the removal of
- * what the file tools refuse; `total` all the changes counted) beside the op, ops.changes
- * (new; NULL when out of memory): {total, listed, truncated, counts {added, deleted, modified,
- * mode, flagged, removed} (of the listed ones), sha256, list} — `list` the first changes in
- * path order, at most CHANGES_MAX of them and CHANGES_KEPT_BYTES of canonical bytes, `sha256`
- * the hex SHA-256 of the canonical bytes of `list` (canonical_json), so that its audit entry,
- * which holds all but `list`, certifies the list a reader gets. */
-static json_t *changes_kept(json_t *changes, size_t total) {
-  size_t n = json_array_size(changes), listed = 0, bytes = 2; /* "[" and "]" */
-  json_int_t counts[7] = {0};
-  static const char *const kinds[7] = {"added",   "deleted", "modified", "mode",
-                                       "flagged", "removed", "restored"};
-  for (; listed < n; listed++) {
-    json_t *c = json_array_get(changes, listed);
-    size_t cl = 0;
-    char *ct = canonical_json(c, &cl);
-    free(ct);
-    if (!ct || bytes + cl + (listed ? 1 : 0) > CHANGES_KEPT_BYTES) break;
-    bytes += cl + (listed ? 1 : 0);
-    const char *change = json_string_value(json_object_get(c, "change"));
-    for (int k = 0; k < 4; k++)
-      if (change && !strcmp(change, kinds[k])) counts[k]++;
-    if (json_object_get(c, "flagged")) counts[4]++;
-    if (json_is_true(json_object_get(c, "removed"))) counts[5]++;
-    if (json_is_true(json_object_get(c, "restored"))) counts[6]++;
-  }
-  json_t *list = json_array();
-  for (size_t i = 0; list && i < listed; i++)
-    if (json_array_append(list, json_array_get(changes, i)) < 0) json_array_clear(list);
-  size_t cl = 0;
-  char *canon = list ? canonical_json(list, &cl) : NULL;
-  if (!canon) {
-    json_decref(list);
-    return NULL;
-  }
-  unsigned char h[32];
-  char hx[65];
-  crypto_hash_sha256(h, (const unsigned char *)canon, cl);
-  sodium_bin2hex(hx, sizeof hx, h, sizeof h);
-  free(canon);
-  json_t *cj = json_object();
-  for (int k = 0; k < 7; k++) json_object_set_new(cj, kinds[k], json_integer(counts[k]));
-  return json_pack("{s:I,s:I,s:b,s:o,s:s,s:o}", "total", (json_int_t)total, "listed",
-                   (json_int_t)listed, "truncated", listed < total, "counts", cj, "sha256", hx,
-                   "list", list);
-}
-
-/* `kept` (changes_kept) without its list (new): what the audit entry holds. */
-static json_t *changes_summary(json_t *kept) {
-  json_t *s = kept ? json_copy(kept) : NULL;
-  if (s) json_object_del(s, "list");
-  return s;
-}
-
-/* The first CHANGES_RESULT_MAX changes of `kept`'s list, for the agent's result (new). */
-static json_t *changes_for_result(json_t *kept) {
-  json_t *list = json_object_get(kept, "list"), *out = json_array();
-  for (size_t i = 0; out && i < json_array_size(list) && i < CHANGES_RESULT_MAX; i++)
-    json_array_append(out, json_array_get(list, i));
-  return out;
-}
-
 /* Frees the buffers of `x`. */
 static void run_free(struct exec_run *x) {
   for (int k = 0; k < 2; k++) {
@@ -549,289 +471,6 @@ static void run_free(struct exec_run *x) {
 /* {ok:false, error:{code, message}} (new). */
 static json_t *failure(const char *code, const char *message) {
   return json_pack("{s:b,s:{s:s,s:s}}", "ok", 0, "error", "code", code, "message", message);
-}
-
-static int entry_by_path(const void *key, const void *e) {
-  return strcmp((const char *)key, ((const struct jb_scan_entry *)e)->path);
-}
-
-/* The hard-linked names of a walk in one order: by file (device, inode), then the names that
- * were there before the command first, then by path. */
-struct link_name {
-  const struct jb_scan_entry *e;
-  bool existed;
-};
-
-static int by_file(const void *a, const void *b) {
-  const struct link_name *x = a, *y = b;
-  if (x->e->dev != y->e->dev) return x->e->dev < y->e->dev ? -1 : 1;
-  if (x->e->ino != y->e->ino) return x->e->ino < y->e->ino ? -1 : 1;
-  if (x->existed != y->existed) return x->existed ? -1 : 1;
-  return strcmp(x->e->path, y->e->path);
-}
-
-/* Removes entry `e` the command left (`kind`: what it is), marks it in `changes` (flagged,
- * removed) and keeps the first one's description in `what`. */
-static void remove_left(struct jb_worker *w, struct jb_session *s, const struct jb_scan_entry *e,
-                        const char *kind, json_t *changes, char *what, size_t wsize) {
-  jb_error re = {0};
-  bool removed = jb_workspace_remove(s->workspace, e->path, &re) == 0 || re.code == ENOENT;
-  slog(w, JB_LOG_WARN, s->job_id, "exec left an entry the file tools refuse", "path", e->path,
-       "kind", kind, "removed", removed ? "yes" : re.msg, NULL);
-  size_t k;
-  json_t *c, *pj = jb_scan_path_json(e->path); /* as the changes name it */
-  json_array_foreach (changes, k, c)
-    if (pj && json_equal(json_object_get(c, "path"), pj)) {
-      json_object_set_new(c, "flagged", json_string(kind));
-      json_object_set_new(c, "removed", json_boolean(removed));
-    }
-  if (!what[0]) {
-    json_t *tj = e->type == 'l' && e->detail ? jb_scan_path_json(e->detail) : NULL;
-    snprintf(what, wsize, "%s %.200s%s%.60s", kind, pj ? json_string_value(pj) : "?",
-             tj ? " -> " : "", tj ? json_string_value(tj) : "");
-    json_decref(tj);
-    /* (a character split by the cuts above is clipped with the detail: db/escape.c) */
-  }
-  json_decref(pj);
-}
-
-/* The bounds of the walks around a writable command (the worker's settings). */
-static struct jb_walk_limits effects_limits(const struct jb_worker *w) {
-  return (struct jb_walk_limits){
-      .max_entries = w->set.effects_max_entries ? w->set.effects_max_entries : SNAPSHOT_MAX,
-      .hash_max = w->prescan_hash_max,
-      .hash_budget = (long long)w->set.effects_hash_max_mib << 20,
-      .time_ms = w->set.effects_max_ms};
-}
-
-/* The bounds of the stat-only sweeps around a writable command (the worker's settings);
- * `since_ns` as jb_sweep_limits. */
-static struct jb_sweep_limits sweep_limits(const struct jb_worker *w, long long since_ns) {
-  return (struct jb_sweep_limits){
-      .max_entries = w->set.effects_sweep_max_entries ? w->set.effects_sweep_max_entries : 2000000,
-      .time_ms = w->set.effects_sweep_max_ms,
-      .since_ns = since_ns};
-}
-
-/* Before a writable command of session s: the walk of its workspace into *before (the hashes
- * of the walk after its last writable command reused for files unchanged since) and the
- * pre-image of the entries the landing check covers into *pre. 0, or -1 with `err`. */
-/* The places the git configurations of the work trees in `before` (the root's and each one
- * whose .git/config the walk saw) make git's own, into `places` (JB_GIT_PLACES_MAX), made the
- * calling thread's for the landing check (jb_landing_places) until the effects are judged. */
-static void git_places(const char *root, const struct jb_scan_snapshot *before,
-                       struct jb_git_place *places) {
-  size_t n = jb_git_config_places(root, "", places, JB_GIT_PLACES_MAX);
-  for (size_t i = 0; i < before->n && n < JB_GIT_PLACES_MAX; i++) {
-    const char *p = before->v[i].path;
-    size_t l = strlen(p);
-    if (before->v[i].type != 'f' || l <= 12 || strcmp(p + l - 12, "/.git/config")) continue;
-    char repo[PATH_MAX];
-    snprintf(repo, sizeof repo, "%.*s", (int)(l - 12), p);
-    n += jb_git_config_places(root, repo, places + n, JB_GIT_PLACES_MAX - n);
-  }
-  jb_landing_places(places, n);
-}
-
-static int effects_before(struct jb_worker *w, struct jb_session *s,
-                          struct jb_scan_snapshot *before, struct jb_git_place *places,
-                          struct jb_preimage **pre, jb_error *err) {
-  struct jb_walk_limits lim = effects_limits(w);
-  struct jb_scan_snapshot *prev = atomic_exchange(&s->effects_prev, NULL);
-  int rc = jb_workspace_snapshot_since(s->workspace, &lim, prev, before, err);
-  jb_scan_snapshot_free(prev);
-  free(prev);
-  if (rc == 0) git_places(s->workspace, before, places);
-  double t0 = mono_msf();
-  struct jb_sweep_limits sl = sweep_limits(w, 0);
-  if (rc == 0 && jb_preimage_take_swept(s->workspace, before, &sl, pre, err) < 0) {
-    jb_scan_snapshot_free(before);
-    rc = -1;
-  }
-  char ms[32]; /* what the landing check costs (bench/exec) */
-  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
-  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "preimageMs", ms, NULL);
-  return rc;
-}
-
-/* Holds the writable commands of session `job` until the buyer decides (migration 041): its
- * effects were not checked whole, for `why`. */
-static void hold_writable(struct jb_worker *w, const char *job, const char *why) {
-  jb_error err = {0};
-  cleanup_conn struct worker_conn conn = worker_conn(w, &err);
-  if (!conn.pg || jb_db_session_effects_incomplete(conn.pg, job, why, &err) != JB_OK)
-    slog(w, JB_LOG_ERROR, job, err.msg, "step", "hold writable commands", NULL);
-}
-
-/* Whether session `job`'s writable commands are held (incomplete effects the buyer has not
- * cleared), read on `c`: 1 with the reason in `why`, 0, or -1 (then none runs either). */
-static int writable_held(PGconn *c, const char *job, char *why, size_t wsize) {
-  jb_error err = {0};
-  int rc = jb_db_session_effects_held(c, job, why, wsize, &err);
-  if (rc != JB_OK) snprintf(why, wsize, "%s", err.msg);
-  return rc != JB_OK ? -1 : why[0] ? 1 : 0;
-}
-
-/* The symbolic links of `after` that lead out, each resolved against the tree as it now is
- * (jb_scan_link_resolve): one the command made or changed is removed; for one it did not,
- * the links it made or changed on its way are removed (what the buyer had stays; when only a
- * directory the command made takes it out, it is named in `what` and left). A link that led
- * out as it was before the command (nothing on its way changed) was flagged before. */
-static void links_out(struct jb_worker *w, struct jb_session *s,
-                      const struct jb_scan_snapshot *after, const bool *changed, json_t *changes,
-                      char *what, size_t wsize) {
-  for (size_t i = 0; i < after->n; i++) {
-    const struct jb_scan_entry *e = &after->v[i];
-    if (e->type != 'l') continue;
-    bool touched = false;
-    size_t via[64], nvia = 0;
-    bool out = jb_scan_link_resolve(after, i, changed, &touched, via, 64, &nvia) != 0 ||
-               (e->kind && !strcmp(e->kind, "symlink_outside"));
-    if (!out && changed[i]) out = jb_workspace_link_leaves(s->workspace, e->path) != 0;
-    if (!out || !touched) continue;
-    if (changed[i]) {
-      remove_left(w, s, e, "symlink_outside", changes, what, wsize);
-      continue;
-    }
-    bool any = false;
-    for (size_t k = 1; k < nvia; k++)
-      if (changed[via[k]]) {
-        remove_left(w, s, &after->v[via[k]], "symlink_outside", changes, what, wsize);
-        any = true;
-      }
-    if (!any && !what[0])
-      snprintf(what, wsize,
-               "symlink_outside %.200s now leads out through a directory the "
-               "command made",
-               e->path);
-  }
-}
-
-/* What a writable command changed in session s's workspace against `before` (taken just before
- * it ran, with the pre-image `pre`): the changes (new; NULL when the walk after failed), their
- * count in *total, and in *incomplete whether the walks were not whole (entries, depth, time,
- * bytes to hash) or the pre-image was not kept whole — then what it did past them is not
- * seen. What it left that the file tools refuse is removed (never through a link) and marked
- * `removed` in the changes: a symbolic link that leads out of the workspace, resolved against
- * the tree as it now is (links_out), a fifo, socket or device, and a second name for a file —
- * of the names of one file, one that was there before is kept, else the first new one by path.
- * The names that were there before are never touched. Then the landing check
- * (sandbox/worker/landing.h): what it left at a path the scanner's path rules cover is undone
- * (removed, or restored from the pre-image). Any of these, or an incomplete walk, is
- * JB_SIG_DENIED_PATH, raised here at once as a security alert with the first one in `what`
- * (the command ran inside the walls, so nothing escaped — what it left would only mislead a
- * tool on the host later); *sig stays -1 for the caller. The walk after is kept for the next
- * command's hashes. */
-static json_t *workspace_effects(struct jb_worker *w, struct jb_session *s,
-                                 const struct jb_scan_snapshot *before,
-                                 const struct jb_preimage *pre, size_t *total, bool *incomplete,
-                                 bool *swept_out, int *sig, char *what, size_t wsize) {
-  struct jb_scan_snapshot after;
-  jb_error err = {0};
-  *incomplete = before->truncated;
-  *swept_out = false;
-  bool changed_ok = true; /* the links were judged */
-  what[0] = '\0';
-  struct jb_walk_limits lim = effects_limits(w);
-  char alert[400];
-  if (jb_workspace_snapshot_since(s->workspace, &lim, before, &after, &err) < 0) {
-    slog(w, JB_LOG_WARN, s->job_id, "exec: the workspace could not be read after the command",
-         "error", err.msg, NULL);
-    *incomplete = true;
-    snprintf(what, wsize, "the workspace could not be read after a writable command");
-    hold_writable(w, s->job_id, what);
-    snprintf(alert, sizeof alert, "exec: %s", what);
-    raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
-    return NULL;
-  }
-  bool cut = after.truncated;
-  json_t *changes = jb_scan_changes(before, &after, CHANGES_MAX, total);
-  struct link_name *links = calloc(after.n ? after.n : 1, sizeof *links);
-  bool *changed = calloc(after.n ? after.n : 1, sizeof *changed);
-  size_t nlinks = 0;
-  for (size_t i = 0; i < after.n && changed; i++) {
-    const struct jb_scan_entry *e = &after.v[i];
-    const struct jb_scan_entry *b =
-        before->n ? bsearch(e->path, before->v, before->n, sizeof *before->v, entry_by_path) : NULL;
-    changed[i] = jb_scan_entry_changed(before, &after, i);
-    if (e->kind && !strcmp(e->kind, "hardlink")) {
-      if (links) links[nlinks++] = (struct link_name){.e = e, .existed = b != NULL};
-      continue;
-    }
-    if (!changed[i] && (!b || b->type == e->type)) continue; /* as it was: the buyer's */
-    if (e->type != 'l' && e->kind && strcmp(e->kind, "too_large") &&
-        strcmp(e->kind, "symlink_outside")) /* fifo, socket, device */
-      remove_left(w, s, e, e->kind, changes, what, wsize);
-  }
-  double t0 = mono_msf();
-  if (changed)
-    links_out(w, s, &after, changed, changes, what, wsize);
-  else
-    changed_ok = false; /* out of memory: the links were not judged */
-  free(changed);
-  if (links && nlinks > 1) qsort(links, nlinks, sizeof *links, by_file);
-  for (size_t i = 0; links && i < nlinks; i++) {
-    bool keeper =
-        i == 0 || links[i - 1].e->dev != links[i].e->dev || links[i - 1].e->ino != links[i].e->ino;
-    if (!keeper && !links[i].existed)
-      remove_left(w, s, links[i].e, "hardlink", changes, what, wsize);
-  }
-  free(links);
-  struct jb_landing_outcome lo;
-  jb_landing_undo(s->workspace, before, &after, pre, changes, &lo);
-  /* a walk cut after the command: what lies past the cut is swept for landings (stat only) */
-  char sweep_why[48] = "";
-  bool swept = false;
-  if ((cut || before->truncated) && !lo.incomplete) {
-    /* (a ctime a tick late, as git's racy-git rule) */
-    struct jb_sweep_limits sl = sweep_limits(w, before->started_ns - 2000000000LL);
-    double ts = mono_msf();
-    swept = jb_landing_sweep(s->workspace, before, &after, pre, &sl, changes, &lo, sweep_why,
-                             sizeof sweep_why);
-    char sms[32];
-    snprintf(sms, sizeof sms, "%.1f", mono_msf() - ts);
-    slog(w, JB_LOG_INFO, s->job_id, "exec landing sweep", "sweepMs", sms, "whole",
-         swept ? "yes" : sweep_why, NULL);
-  }
-  char ms[32]; /* what the landing check and the links cost (bench/exec) */
-  snprintf(ms, sizeof ms, "%.1f", mono_msf() - t0);
-  slog(w, JB_LOG_INFO, s->job_id, "exec landing timings", "checksMs", ms, NULL);
-  *incomplete = lo.incomplete || ((cut || before->truncated) && !swept) || !changed_ok;
-  *swept_out = swept;
-  const char *why = after.why[0]     ? after.why
-                    : before->why[0] ? before->why
-                    : lo.incomplete  ? "pre-image over its bound"
-                                     : "";
-  char first[300];
-  snprintf(first, sizeof first, "%s", what[0] ? what : lo.first);
-  if (*incomplete) { /* said first, whatever else was found */
-    slog(w, JB_LOG_WARN, s->job_id, "exec: the walk of the workspace was not whole", "why", why,
-         "sweep", sweep_why, NULL);
-    snprintf(what, wsize,
-             "effects incomplete (%s)%s%s%s: what the command left past the walk was not "
-             "checked%s%.200s",
-             why, sweep_why[0] ? ", sweep cut (" : "", sweep_why, sweep_why[0] ? ")" : "",
-             first[0] ? "; " : "", first);
-  } else if ((cut || before->truncated) && first[0]) {
-    snprintf(what, wsize, "walk cut (%s), the rest swept for landings: %.200s", why, first);
-  } else {
-    snprintf(what, wsize, "%s", first);
-  }
-  if (*incomplete) hold_writable(w, s->job_id, what);
-  if (what[0]) {
-    snprintf(alert, sizeof alert, "exec: %s", what);
-    raise_alert_now(w, s->job_id, JB_SIG_DENIED_PATH, alert);
-  }
-  *sig = -1;
-  struct jb_scan_snapshot *keep = malloc(sizeof *keep);
-  if (keep)
-    *keep = after;
-  else
-    jb_scan_snapshot_free(&after);
-  struct jb_scan_snapshot *old = atomic_exchange(&s->effects_prev, keep);
-  jb_scan_snapshot_free(old);
-  free(old);
-  return changes;
 }
 
 /* Stores exec `op`'s outcome (jb_db_op_complete_running with `kept_json`, the changes kept
@@ -912,10 +551,196 @@ static json_t *outcome_unstored(struct jb_worker *w, PGconn *c, const char *job,
   return ans;
 }
 
+/* What running an exec op's command gave: the spawner's answer, and a writable command's
+ * effects on the workspace. */
+struct exec_ran {
+  int xr; /* jb_exec_run's: 0 it ran (res), -1 it did not (xe) */
+  json_t *res; /* new, or NULL */
+  jb_error xe;
+  json_t *changes, *kept; /* new (exec_workspace_effects, exec_changes_kept), or NULL */
+  size_t changes_total;
+  int planted_sig; /* what it left that it must not: enum jb_signal, -1 none */
+  char planted[300];
+  bool incomplete, swept;
+  double t_before, t_ran, t_effects; /* mono_msf */
+};
+
+/* Runs the command of exec op `args` (x collecting its output) in pinned session `s` (NULL:
+ * not here) as running slot `slot`, into *r: refused before it runs when the output cannot be
+ * redacted, the worker runs too many, the session is not up or the op was killed already, or
+ * a writable one while the session's writable commands are held or its workspace cannot be
+ * walked first; a writable command's effects after it. */
+static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct jb_session *s,
+                         int slot, json_t *args, size_t max_out, bool redactor, struct exec_run *x,
+                         struct exec_ran *r) {
+  struct jb_scan_snapshot before = {0};
+  struct jb_preimage *pre = NULL;
+  bool watched = false;
+  struct jb_git_place *places = NULL; /* what the buyer's git config makes git's own */
+  r->xr = -1;
+  r->planted_sig = -1;
+  if (!redactor) { /* no command runs whose output cannot be redacted */
+    jb_fail(&r->xe, ENOMEM, "the output redactor could not be made");
+  } else if (slot < 0) {
+    jb_fail(&r->xe, EBUSY, "too many commands run on this worker");
+  } else if (!args || !s || atomic_load(&s->teardown)) {
+    jb_fail(&r->xe, ESRCH, "the session's sandbox is not up");
+  } else if (!running_killed(slot, false)) {
+    json_t *in = json_object_get(args, "stdin");
+    const char *cwd = json_string_value(json_object_get(args, "cwd"));
+    struct jb_exec_request rq = {
+        .argv = json_object_get(args, "argv"),
+        .cwd = cwd ? cwd : ".",
+        .env = json_object_get(args, "env"),
+        .stdin_data = (const unsigned char *)json_string_value(in),
+        .stdin_len = json_string_length(in),
+        .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
+        .max_output = max_out,
+        .writable = json_is_true(json_object_get(args, "writable")),
+        .on_started = running_started,
+        .started_ctx = (void *)(intptr_t)slot,
+        .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
+    };
+    jb_error se = {0};
+    char held[320] = "";
+    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
+    if (rq.writable && !places) {
+      jb_fail(&r->xe, ENOMEM, "out of memory");
+    } else if (rq.writable && exec_writable_held(c, job, held, sizeof held) != 0) {
+      jb_fail(&r->xe, EPERM,
+              "writable commands are held until the buyer clears the incomplete "
+              "effects of an earlier one (%s)",
+              held);
+    } else if (rq.writable && exec_effects_before(w, s, &before, places, &pre, &se) < 0) {
+      jb_fail(&r->xe, EIO, "the workspace could not be read before the command: %s", se.msg);
+    } else {
+      watched = rq.writable;
+      r->t_before = mono_msf();
+      r->xr = jb_exec_run(s, &rq, on_output, x, &r->res, &r->xe);
+      r->t_ran = mono_msf();
+    }
+  }
+  /* a writable command's effects: what it changed, and what it must not leave behind */
+  if (watched)
+    r->changes = exec_workspace_effects(w, s, &before, pre, &r->changes_total, &r->incomplete,
+                                        &r->swept, &r->planted_sig, r->planted, sizeof r->planted);
+  r->kept = r->changes ? exec_changes_kept(r->changes, r->changes_total) : NULL;
+  jb_landing_places(NULL, 0);
+  free(places);
+  jb_scan_snapshot_free(&before);
+  jb_preimage_free(pre);
+  r->t_effects = mono_msf();
+}
+
+/* The answer of exec op `r` ({ok, result} or {ok:false, error}; new): its failure `code` in
+ * *code (NULL when it succeeded or the failure is internal), and a seccomp kill in *signal and
+ * `detail`. `killed`: the buyer killed it; `aborted`: its session was aborted; `hex` the
+ * SHA-256 of each stream; `records` (borrowed) its `redactions` redactions. */
+static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, bool killed, bool aborted,
+                           char hex[2][65], size_t redactions, json_t *records, const char **code,
+                           int *signal, char *detail, size_t dsize) {
+  json_t *ans;
+  json_t *res = r->res;
+  int xr = r->xr;
+  const jb_error *xe = &r->xe;
+  json_t *kept = r->kept;
+  const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
+  if (xr == 0 && killed_by && !strcmp(killed_by, "seccomp")) {
+    const char *sc = json_string_value(json_object_get(res, "seccompSyscall"));
+    char msg[200];
+    snprintf(msg, sizeof msg, "the command was killed by the sandbox's syscall filter (%.40s)",
+             sc ? sc : "a forbidden system call");
+    ans = failure(*code = "seccomp", msg);
+    *signal = JB_SIG_SECCOMP_KILL;
+    snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
+  } else if (x->lost) {
+    ans = failure(*code = "internal", "the command's output was lost (out of memory)");
+  } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
+    ans = failure(*code = "killed", "the buyer killed the command");
+  } else if (xr == 0) {
+    size_t replaced = 0;
+    json_t *out = stream_text(&x->st[0], &replaced), *errt = stream_text(&x->st[1], &replaced);
+    json_t *ec = json_object_get(res, "exitCode"), *sg = json_object_get(res, "signal");
+    json_t *rr = json_pack(
+        "{s:O,s:O,s:b,s:I,s:o,s:o,s:b,s:b,s:I,s:I,s:I,s:i,s:b,s:s,s:s}", "exitCode",
+        json_is_integer(ec) ? ec : json_null(), "signal", json_is_string(sg) ? sg : json_null(),
+        "timedOut", json_is_true(json_object_get(res, "timedOut")), "durationMs",
+        (json_int_t)json_integer_value(json_object_get(res, "durationMs")), "stdout", out, "stderr",
+        errt, "stdoutTruncated", json_is_true(json_object_get(res, "stdoutTruncated")),
+        "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
+        (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
+        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
+        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
+    if (rr) json_object_set(rr, "redacted", records);
+    if (rr && kept) {
+      json_object_set_new(rr, "changes", exec_changes_for_result(kept));
+      json_object_set_new(rr, "changesTotal", json_integer((json_int_t)r->changes_total));
+      json_object_set_new(rr, "changesSummary", exec_changes_summary(kept));
+    }
+    if (rr && (r->incomplete || r->swept))
+      json_object_set_new(rr, "changesIncomplete", json_true());
+    if (rr && r->swept) json_object_set_new(rr, "landingSwept", json_true());
+    ans = rr ? json_pack("{s:b,s:o}", "ok", 1, "result", rr) : failure("internal", "out of memory");
+  } else if (aborted) {
+    ans = failure(*code = "aborted", "the session was aborted while the command ran");
+  } else if (xe->code == ENOTSUP) {
+    ans = failure(*code = "unavailable",
+                  "this session's sandbox cannot run commands (its image has no spawner)");
+  } else if (xe->code == EBUSY) {
+    ans = failure(*code = "busy", xe->msg[0] ? xe->msg : "another command of the session runs");
+  } else if (xe->code == EINVAL) {
+    ans = failure(*code = "bad_request", xe->msg);
+  } else if (xe->code == EPERM) {
+    ans = failure(*code = "effects_incomplete", xe->msg);
+  } else {
+    ans = failure(*code = "internal", xe->msg[0] ? xe->msg : "the command could not be run");
+  }
+  return ans;
+}
+
+/* The audit head `head` exec op `op` committed, and the end of its live view: how the command
+ * ended (answer `ans`, `ok`, failure `code`), without its output; `seq` output events were
+ * sent. */
+static void publish_end(struct jb_worker *w, PGconn *c, const char *job,
+                        const struct jb_op_claim *op, const struct jb_audit_head *head, json_t *ans,
+                        bool ok, const char *code, long long seq) {
+  worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(head));
+  /* the end of the live view: how the command ended, without its output */
+  json_t *r = json_object_get(ans, "result");
+  json_t *summary =
+      ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
+                     "signal", json_object_get(r, "signal"), "timedOut",
+                     json_object_get(r, "timedOut"), "durationMs", json_object_get(r, "durationMs"),
+                     "stdoutBytes", json_object_get(r, "stdoutBytes"), "stderrBytes",
+                     json_object_get(r, "stderrBytes"), "redactions",
+                     json_object_get(r, "redactions"))
+         : json_pack("{s:s}", "error", code);
+  worker_publish(w, c, job, JB_EVENT_OP,
+                 json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId",
+                           job, "tool", "exec", "path", op->path, "state", ok ? "done" : "failed",
+                           "result", summary, "outputEvents", (json_int_t)seq));
+}
+
+/* Where the time of an exec op went (bench/exec): claimed at `wall`, marked running at
+ * `t_marked` (mono_msf, as t_claimed), then r's stages and the spawner's own timings. */
+static void log_timings(struct jb_worker *w, const char *job, const struct timespec *wall,
+                        double t_claimed, double t_marked, const struct exec_ran *r) {
+  double t_done = mono_msf();
+  json_t *tm =
+      json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
+                json_real((double)wall->tv_sec * 1000.0 + (double)(wall->tv_nsec / 1000) / 1000.0),
+                "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
+                ms_json(r->t_before - t_marked), "spawner", ms_json(r->t_ran - r->t_before),
+                "effects", ms_json(r->t_effects - r->t_ran), "complete",
+                ms_json(t_done - r->t_effects), "inSpawner", json_object_get(r->res, "timingsMs"));
+  slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
+}
+
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
-  double t_claimed = mono_msf(), t_marked = 0, t_before = 0, t_ran = 0, t_effects = 0;
+  double t_claimed = mono_msf(), t_marked = 0;
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   json_t *args = json_loads(op->args_json, 0, NULL);
@@ -938,70 +763,9 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     jb_buf_init(&x.st[k].live, LIVE_PENDING_MAX);
     crypto_hash_sha256_init(&x.st[k].sha);
   }
-  json_t *res = NULL;
-  jb_error xe = {0};
-  int xr = -1;
-  struct jb_scan_snapshot before = {0};
-  struct jb_preimage *pre = NULL;
-  bool watched = false;
-  struct jb_git_place *places = NULL; /* what the buyer's git config makes git's own */
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
-  if (!redactor) { /* no command runs whose output cannot be redacted */
-    jb_fail(&xe, ENOMEM, "the output redactor could not be made");
-  } else if (slot < 0) {
-    jb_fail(&xe, EBUSY, "too many commands run on this worker");
-  } else if (!args || !s || atomic_load(&s->teardown)) {
-    jb_fail(&xe, ESRCH, "the session's sandbox is not up");
-  } else if (!running_killed(slot, false)) {
-    json_t *in = json_object_get(args, "stdin");
-    const char *cwd = json_string_value(json_object_get(args, "cwd"));
-    struct jb_exec_request rq = {
-        .argv = json_object_get(args, "argv"),
-        .cwd = cwd ? cwd : ".",
-        .env = json_object_get(args, "env"),
-        .stdin_data = (const unsigned char *)json_string_value(in),
-        .stdin_len = json_string_length(in),
-        .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
-        .max_output = max_out,
-        .writable = json_is_true(json_object_get(args, "writable")),
-        .on_started = running_started,
-        .started_ctx = (void *)(intptr_t)slot,
-        .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
-    };
-    jb_error se = {0};
-    char held[320] = "";
-    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
-    if (rq.writable && !places) {
-      jb_fail(&xe, ENOMEM, "out of memory");
-    } else if (rq.writable && writable_held(c, job, held, sizeof held) != 0) {
-      jb_fail(&xe, EPERM,
-              "writable commands are held until the buyer clears the incomplete "
-              "effects of an earlier one (%s)",
-              held);
-    } else if (rq.writable && effects_before(w, s, &before, places, &pre, &se) < 0) {
-      jb_fail(&xe, EIO, "the workspace could not be read before the command: %s", se.msg);
-    } else {
-      watched = rq.writable;
-      t_before = mono_msf();
-      xr = jb_exec_run(s, &rq, on_output, &x, &res, &xe);
-      t_ran = mono_msf();
-    }
-  }
-  /* a writable command's effects: what it changed, and what it must not leave behind */
-  json_t *changes = NULL;
-  size_t changes_total = 0;
-  int planted_sig = -1;
-  char planted[300] = "";
-  bool incomplete = false, swept = false;
-  if (watched)
-    changes = workspace_effects(w, s, &before, pre, &changes_total, &incomplete, &swept,
-                                &planted_sig, planted, sizeof planted);
-  json_t *kept = changes ? changes_kept(changes, changes_total) : NULL;
-  jb_landing_places(NULL, 0);
-  free(places);
-  jb_scan_snapshot_free(&before);
-  jb_preimage_free(pre);
-  t_effects = mono_msf();
+  struct exec_ran r = {0};
+  exec_command(w, c, job, s, slot, args, max_out, redactor, &x, &r);
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
   snprintf(image, sizeof image, "%s",
@@ -1015,116 +779,39 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
   size_t redactions = 0;
   json_t *records = redaction_records(&x, &redactions);
-  json_t *ans;
   const char *code = NULL;
-  const char *killed_by = json_string_value(json_object_get(res, "killedBy"));
-  if (xr == 0 && killed_by && !strcmp(killed_by, "seccomp")) {
-    const char *sc = json_string_value(json_object_get(res, "seccompSyscall"));
-    char msg[200];
-    snprintf(msg, sizeof msg, "the command was killed by the sandbox's syscall filter (%.40s)",
-             sc ? sc : "a forbidden system call");
-    ans = failure(code = "seccomp", msg);
-    *signal = JB_SIG_SECCOMP_KILL;
-    snprintf(detail, dsize, "exec killed by the syscall filter: %.40s", sc ? sc : "?");
-  } else if (x.lost) {
-    ans = failure(code = "internal", "the command's output was lost (out of memory)");
-  } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
-    ans = failure(code = "killed", "the buyer killed the command");
-  } else if (xr == 0) {
-    size_t replaced = 0;
-    json_t *out = stream_text(&x.st[0], &replaced), *errt = stream_text(&x.st[1], &replaced);
-    json_t *ec = json_object_get(res, "exitCode"), *sg = json_object_get(res, "signal");
-    json_t *r = json_pack(
-        "{s:O,s:O,s:b,s:I,s:o,s:o,s:b,s:b,s:I,s:I,s:I,s:i,s:b,s:s,s:s}", "exitCode",
-        json_is_integer(ec) ? ec : json_null(), "signal", json_is_string(sg) ? sg : json_null(),
-        "timedOut", json_is_true(json_object_get(res, "timedOut")), "durationMs",
-        (json_int_t)json_integer_value(json_object_get(res, "durationMs")), "stdout", out, "stderr",
-        errt, "stdoutTruncated", json_is_true(json_object_get(res, "stdoutTruncated")),
-        "stderrTruncated", json_is_true(json_object_get(res, "stderrTruncated")), "stdoutBytes",
-        (json_int_t)json_integer_value(json_object_get(res, "stdoutBytes")), "stderrBytes",
-        (json_int_t)json_integer_value(json_object_get(res, "stderrBytes")), "invalidUtf8",
-        (json_int_t)replaced, "redactions", (json_int_t)redactions, "oom",
-        json_is_true(json_object_get(res, "oom")), "stdoutSha256", hex[0], "stderrSha256", hex[1]);
-    if (r) json_object_set(r, "redacted", records);
-    if (r && kept) {
-      json_object_set_new(r, "changes", changes_for_result(kept));
-      json_object_set_new(r, "changesTotal", json_integer((json_int_t)changes_total));
-      json_object_set_new(r, "changesSummary", changes_summary(kept));
-    }
-    if (r && (incomplete || swept)) json_object_set_new(r, "changesIncomplete", json_true());
-    if (r && swept) json_object_set_new(r, "landingSwept", json_true());
-    ans = r ? json_pack("{s:b,s:o}", "ok", 1, "result", r) : failure("internal", "out of memory");
-  } else if (aborted) {
-    ans = failure(code = "aborted", "the session was aborted while the command ran");
-  } else if (xe.code == ENOTSUP) {
-    ans = failure(code = "unavailable",
-                  "this session's sandbox cannot run commands (its image has no spawner)");
-  } else if (xe.code == EBUSY) {
-    ans = failure(code = "busy", xe.msg[0] ? xe.msg : "another command of the session runs");
-  } else if (xe.code == EINVAL) {
-    ans = failure(code = "bad_request", xe.msg);
-  } else if (xe.code == EPERM) {
-    ans = failure(code = "effects_incomplete", xe.msg);
-  } else {
-    ans = failure(code = "internal", xe.msg[0] ? xe.msg : "the command could not be run");
-  }
+  json_t *ans =
+      exec_answer(&r, &x, killed, aborted, hex, redactions, records, &code, signal, detail, dsize);
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
-  json_t *kept_summary = changes_summary(kept);
-  json_t *details = exec_details(image, op, args ? args : none, xr == 0 ? res : NULL, ok, code,
+  json_t *kept_summary = exec_changes_summary(r.kept);
+  json_t *details = exec_details(image, op, args ? args : none, r.xr == 0 ? r.res : NULL, ok, code,
                                  (const char(*)[65])hex, redactions, records, kept_summary);
   json_decref(kept_summary);
-  if (planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
-    *signal = planted_sig;
-    snprintf(detail, dsize, "exec: %s", planted);
+  if (r.planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
+    *signal = r.planted_sig;
+    snprintf(detail, dsize, "exec: %s", r.planted);
   }
-  json_decref(changes);
+  json_decref(r.changes);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
-  char *kept_text = kept ? json_dumps(kept, JSON_COMPACT) : NULL;
+  char *kept_text = r.kept ? json_dumps(r.kept, JSON_COMPACT) : NULL;
   struct jb_audit_head head;
-  rc = text && details && (kept_text || !kept)
+  rc = text && details && (kept_text || !r.kept)
            ? outcome_store(w, c, job, op, ok, text, kept_text, details, &head, err)
            : jb_fail(err, ENOMEM, "out of memory");
   free(kept_text);
-  json_decref(kept);
+  json_decref(r.kept);
   if (rc == JB_ERR_FAIL) { /* the outcome could not be stored: the op fails with the reason */
     json_decref(ans);
-    ans =
-        outcome_unstored(w, c, job, op, xr == 0 ? res : NULL, changes_total, err->msg, &head, &rc);
+    ans = outcome_unstored(w, c, job, op, r.xr == 0 ? r.res : NULL, r.changes_total, err->msg,
+                           &head, &rc);
     ok = false;
     code = "unstored";
   }
-  if (rc == JB_OK) {
-    worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
-    /* the end of the live view: how the command ended, without its output */
-    json_t *r = json_object_get(ans, "result");
-    json_t *summary =
-        ok ? json_pack(
-                 "{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
-                 "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
-                 "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
-                 json_object_get(r, "stdoutBytes"), "stderrBytes",
-                 json_object_get(r, "stderrBytes"), "redactions", json_object_get(r, "redactions"))
-           : json_pack("{s:s}", "error", code);
-    worker_publish(
-        w, c, job, JB_EVENT_OP,
-        json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId", job,
-                  "tool", "exec", "path", op->path, "state", ok ? "done" : "failed", "result",
-                  summary, "outputEvents", (json_int_t)x.seq));
-  }
-  if (t_ran > 0) { /* where the time of the op went (bench/exec) */
-    double t_done = mono_msf();
-    json_t *tm =
-        json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:O*}", "claimedAtEpoch",
-                  json_real((double)wall.tv_sec * 1000.0 + (double)(wall.tv_nsec / 1000) / 1000.0),
-                  "markRunning", ms_json(t_marked - t_claimed), "snapshotBefore",
-                  ms_json(t_before - t_marked), "spawner", ms_json(t_ran - t_before), "effects",
-                  ms_json(t_effects - t_ran), "complete", ms_json(t_done - t_effects), "inSpawner",
-                  json_object_get(res, "timingsMs"));
-    slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
-  }
+  if (rc == JB_OK) publish_end(w, c, job, op, &head, ans, ok, code, x.seq);
+  if (r.t_ran > 0) log_timings(w, job, &wall, t_claimed, t_marked, &r);
   if (rc == JB_ERR_CONFLICT) { /* the session ended meanwhile: its end failed the op */
     slog(w, JB_LOG_INFO, job, "exec ended after its session", "detail", err->msg, NULL);
     rc = JB_OK;
@@ -1133,7 +820,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(details);
   json_decref(records);
   json_decref(ans);
-  json_decref(res);
+  json_decref(r.res);
   json_decref(args);
   run_free(&x);
   running_killed(slot, true);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,6 +213,37 @@ static int prescan_stored(struct jb_worker *w, const char *job, json_t *scan, jb
   return JB_OK;
 }
 
+/* ---- the keeper ------------------------------------------------------------------------------ */
+
+/* The grant `g` as a memfd (the keeper holds it for the worker that re-adopts the session, so
+ * that the workspace is given back at the session's end), or -1. */
+static int grant_memfd(const struct jb_workspace_grant *g) {
+  int fd = memfd_create("jailbox-grant", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (jb_workspace_grant_save(fd, g) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Hands the keeper copies of running session `s`'s channels and workspace grant, so that a
+ * worker that starts under this id after this one died or was upgraded can take the session
+ * over (adopt.c; only with the socket channel: the attach stream ends with the worker); sets
+ * s->kept. A failure is logged: the session then ends with this worker. */
+static void keep_channels(struct jb_session *s) {
+  if (s->sb.conn.sock < 0) return;
+  int gfd = grant_memfd(&s->grant);
+  jb_error err = {0};
+  if (keeper_put(s->w, s->job_id, s->sb.container_id, s->sb.conn.sock, s->sb.spawner.fd, gfd,
+                 &err) < 0)
+    slog(s->w, JB_LOG_WARN, s->job_id, "the session will not outlive this worker", "error", err.msg,
+         NULL);
+  else
+    atomic_store(&s->kept, true);
+  if (gfd >= 0) close(gfd);
+}
+
 /* ---- the launch --------------------------------------------------------------------------- */
 
 /* The launch of `s` failed with the reason `fmt`…: the session fails, and its launch job
@@ -339,7 +371,7 @@ static int launch(struct jb_session *s) {
   pthread_mutex_lock(&w->lock);
   snprintf(s->cid, sizeof s->cid, "%s", sb.container_id);
   pthread_mutex_unlock(&w->lock);
-  adopt_keep_channels(s);
+  keep_channels(s);
   (void)session_lease(w, job);
   char ready[32];
   snprintf(ready, sizeof ready, "%ld", sb.ready_ms);
@@ -600,57 +632,23 @@ void sandbox_quit(struct jb_session *s, long wait_ms, char *cid) {
        rc == 0 ? "yes" : "no (it is killed)", "waitedMs", ms, NULL);
 }
 
-/* ---- containers ------------------------------------------------------------------------------ */
-
-bool container_gone(struct jb_worker *w, const char *cid, long ms) {
-  char path[160];
-  snprintf(path, sizeof path, "/containers/%s/json", cid);
-  for (long waited = 0;; waited += 20) {
-    long status = 0;
-    json_t *in = NULL;
-    jb_error err = {0};
-    int rc = jb_docker_call(&w->walls.docker, "GET", path, NULL, 5000, &status, &in, &err);
-    json_decref(in);
-    if (rc == 0 && status == 404) return true;
-    if (waited >= ms) return false;
-    struct timespec ts = {0, 20 * 1000000L};
-    nanosleep(&ts, NULL);
+int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full) {
+  pthread_mutex_lock(&w->lock);
+  bool room = w->n_sessions < max && w->n_sessions < JB_WORKER_SESSIONS_MAX;
+  if (room) w->sessions[w->n_sessions++] = s;
+  pthread_mutex_unlock(&w->lock);
+  *full = !room;
+  if (room && pthread_create(&s->thread, NULL, session_main, s) == 0) return 0;
+  if (room) { /* out again, by identity: another thread may have entered one since */
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->n_sessions; i++)
+      if (w->sessions[i] == s) {
+        w->sessions[i] = w->sessions[--w->n_sessions];
+        break;
+      }
+    pthread_mutex_unlock(&w->lock);
   }
-}
-
-/* The containers of this deployment on this Docker daemon, running or not, and with `job`
- * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
- * (new), or NULL with `err`. */
-json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err) {
-  char l1[200], l2[64], enc[800], path[900];
-  snprintf(l1, sizeof l1, "jailbox.session=%s", job ? job : "");
-  snprintf(l2, sizeof l2, "jailbox.deployment=%s", w->walls.deployment);
-  json_t *f = job ? json_pack("{s:[s,s]}", "label", l2, l1) : json_pack("{s:[s]}", "label", l2);
-  cleanup_free char *filt = f ? json_dumps(f, JSON_COMPACT) : NULL;
-  json_decref(f);
-  if (!filt) return jb_fail(err, ENOMEM, "out of memory"), NULL;
-  if (jb_docker_urlencode(filt, enc, sizeof enc) < 0)
-    return jb_fail(err, ENAMETOOLONG, "label filter too long"), NULL;
-  snprintf(path, sizeof path, "/containers/json?all=1&filters=%s", enc);
-  json_t *list = NULL;
-  if (jb_docker_expect(&w->walls.docker, "GET", path, NULL, 10000, &list, err) < 0) return NULL;
-  return list;
-}
-
-void session_remove_containers(struct jb_worker *w, const char *job) {
-  jb_error err = {0};
-  json_auto_t *list = list_containers(w, job, &err);
-  if (!list) {
-    slog(w, JB_LOG_WARN, job, "listing containers failed", "error", err.msg, NULL);
-    return;
-  }
-  size_t i;
-  json_t *c;
-  json_array_foreach (list, i, c) {
-    const char *id = json_string_value(json_object_get(c, "Id"));
-    if (id && jb_container_remove(&w->walls, id, &err) == 0)
-      slog(w, JB_LOG_INFO, job, "container removed", "container", id, NULL);
-  }
+  return -1;
 }
 
 /* ---- the queue ------------------------------------------------------------------------------- */

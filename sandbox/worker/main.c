@@ -457,18 +457,6 @@ static void start_threads(struct jb_worker *w, struct threads *t) {
 
 /* ---- the main thread's loop ----------------------------------------------------------------- */
 
-void worker_listen(struct jb_worker *w, PGconn **listen, const char *listen_sql) {
-  if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
-  if (*listen) PQfinish(*listen);
-  *listen = PQconnectdb(w->set.database_url);
-  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, listen_sql) : NULL;
-  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
-    PQfinish(*listen);
-    *listen = NULL;
-  }
-  PQclear(r);
-}
-
 /* A wall that was down may have been fixed: probes again every 30 s while one is down.
  * *last_probe: when it last ran, ms since the epoch. */
 static void probe_again(struct jb_worker *w, long long *last_probe) {

@@ -15,24 +15,13 @@
 
 #include "db/audit_store.h"
 #include "db/ops.h"
+#include "sandbox/proto/tool.h"
 #include "sandbox/worker/worker.h"
 
 /* ---- one op ------------------------------------------------------------------------------- */
 
-/* The audit details of an executed op — hashes and counts, never contents: read {size,
- * fileSize, offset, lines?}, read_many {files, failed, size}, write {size, sha256, decision},
- * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
- * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
- * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
- * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
- * {error: code}. api/audit.md is the contract. */
-static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json_t *answer) {
-  bool ok = json_is_true(json_object_get(answer, "ok"));
-  json_t *res = json_object_get(answer, "result");
-  json_t *d = json_object();
-  const char *tool = op->tool;
-  /* only values of the expected type go into an entry: anything else would make the entry
-   * unrecordable and the op stuck (an agent controls the arguments) */
+/* Only values of the expected type go into an entry: anything else would make the entry
+ * unrecordable and the op stuck (an agent controls the arguments). `d` is the details. */
 #define SET_INT(key, v)                                   \
   do {                                                    \
     json_t *v_ = (v);                                     \
@@ -50,72 +39,120 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
     const char *p_ = json_string_value(v);                                      \
     if (p_ && strlen(p_) <= 4096) json_object_set_new(d, key, json_string(p_)); \
   } while (0)
-  bool mutating = !strcmp(tool, "write") || !strcmp(tool, "edit") || !strcmp(tool, "mkdir") ||
-                  !strcmp(tool, "move") || !strcmp(tool, "delete");
-  if (strcmp(tool, "read") == 0) {
-    json_t *len = json_object_get(res, "length");
-    json_object_set_new(d, "size",
-                        json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
-    if (ok) SET_INT("fileSize", json_object_get(res, "size"));
-    SET_INT("offset", json_object_get(args, "offset"));
-    json_t *lines = json_object_get(res, "lines");
-    if (ok && json_is_object(lines)) {
-      SET_INT("firstLine", json_object_get(lines, "first"));
-      SET_INT("lines", json_object_get(lines, "count"));
+
+/* The details of an op of a tool that changes nothing (read, read_many, stat, list, find,
+ * search) into `d`; `ok`: it succeeded, `res` its result, `args` its arguments (borrowed). */
+static void details_of_read(enum jb_tool tool, json_t *d, json_t *args, json_t *res, bool ok) {
+  switch (tool) {
+    case JB_TOOL_READ: {
+      json_t *len = json_object_get(res, "length");
+      json_object_set_new(d, "size",
+                          json_integer(ok && json_is_integer(len) ? json_integer_value(len) : 0));
+      if (ok) SET_INT("fileSize", json_object_get(res, "size"));
+      SET_INT("offset", json_object_get(args, "offset"));
+      json_t *lines = json_object_get(res, "lines");
+      if (ok && json_is_object(lines)) {
+        SET_INT("firstLine", json_object_get(lines, "first"));
+        SET_INT("lines", json_object_get(lines, "count"));
+      }
+      break;
     }
-  } else if (strcmp(tool, "read_many") == 0) {
-    json_t *files = json_object_get(res, "files"), *f;
-    size_t i;
-    long long failed = 0, size = 0;
-    json_array_foreach (files, i, f) {
-      if (!json_is_true(json_object_get(f, "ok")))
-        failed++;
-      else
-        size += json_integer_value(json_object_get(json_object_get(f, "result"), "length"));
+    case JB_TOOL_READ_MANY: {
+      json_t *files = json_object_get(res, "files"), *f;
+      size_t i;
+      long long failed = 0, size = 0;
+      json_array_foreach (files, i, f) {
+        if (!json_is_true(json_object_get(f, "ok")))
+          failed++;
+        else
+          size += json_integer_value(json_object_get(json_object_get(f, "result"), "length"));
+      }
+      json_object_set_new(d, "files", json_integer((json_int_t)json_array_size(files)));
+      json_object_set_new(d, "failed", json_integer(failed));
+      json_object_set_new(d, "size", json_integer(size));
+      break;
     }
-    json_object_set_new(d, "files", json_integer((json_int_t)json_array_size(files)));
-    json_object_set_new(d, "failed", json_integer(failed));
-    json_object_set_new(d, "size", json_integer(size));
-  } else if (strcmp(tool, "write") == 0 || strcmp(tool, "edit") == 0) {
-    SET_INT("size", json_object_get(args, "size"));
-    SET_HEX64("sha256", json_object_get(args, "sha256"));
-    if (strcmp(tool, "edit") == 0) {
-      SET_HEX64("sha256Before", json_object_get(args, "expectSha256"));
-      SET_INT("edits", json_object_get(args, "edits"));
-      SET_INT("replaced", json_object_get(args, "replaced"));
-    }
-  } else if (strcmp(tool, "stat") == 0) {
-    json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
-    SET_HEX64("sha256", json_object_get(res, "sha256"));
-  } else if (strcmp(tool, "list") == 0) {
-    json_object_set_new(d, "entries",
-                        json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
-    SET_BOOL("recursive", json_object_get(args, "recursive"));
-    SET_INT("depth", json_object_get(args, "depth"));
-  } else if (strcmp(tool, "find") == 0 || strcmp(tool, "search") == 0) {
-    json_object_set_new(
-        d, "matches",
-        json_integer(ok ? (json_int_t)json_array_size(json_object_get(res, "matches")) : 0));
-    SET_BOOL("truncated", json_object_get(res, "truncated"));
-    if (ok && strcmp(tool, "search") == 0)
-      SET_INT("filesScanned", json_object_get(res, "filesScanned"));
-  } else if (strcmp(tool, "mkdir") == 0) {
-    SET_BOOL("created", json_object_get(res, "created"));
-  } else if (strcmp(tool, "move") == 0) {
-    SET_PATH("destination", json_object_get(args, "destination"));
-    SET_BOOL("overwrite", json_object_get(args, "overwrite"));
-    if (ok) {
-      SET_PATH("type", json_object_get(res, "type"));
+    case JB_TOOL_STAT:
+      json_object_set_new(d, "exists", json_boolean(json_is_true(json_object_get(res, "exists"))));
       SET_HEX64("sha256", json_object_get(res, "sha256"));
-    }
-  } else if (strcmp(tool, "delete") == 0) {
-    SET_BOOL("recursive", json_object_get(args, "recursive"));
-    if (ok) {
-      SET_INT("deleted", json_object_get(res, "deleted"));
-      SET_PATH("type", json_object_get(res, "type"));
-    }
+      break;
+    case JB_TOOL_LIST:
+      json_object_set_new(d, "entries",
+                          json_integer(ok ? json_integer_value(json_object_get(res, "count")) : 0));
+      SET_BOOL("recursive", json_object_get(args, "recursive"));
+      SET_INT("depth", json_object_get(args, "depth"));
+      break;
+    case JB_TOOL_FIND:
+    case JB_TOOL_SEARCH:
+      json_object_set_new(
+          d, "matches",
+          json_integer(ok ? (json_int_t)json_array_size(json_object_get(res, "matches")) : 0));
+      SET_BOOL("truncated", json_object_get(res, "truncated"));
+      if (ok && tool == JB_TOOL_SEARCH)
+        SET_INT("filesScanned", json_object_get(res, "filesScanned"));
+      break;
+    default: /* the other side's tools, exec (exec_op.c's entry), unknown names */
+      break;
   }
-  if (mutating) json_object_set_new(d, "decision", json_string(op->decision));
+}
+
+/* The details of an op of a tool that changes files (write, edit, mkdir, move, delete) into
+ * `d`, as details_of_read. */
+static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t *res, bool ok) {
+  switch (tool) {
+    case JB_TOOL_WRITE:
+    case JB_TOOL_EDIT:
+      SET_INT("size", json_object_get(args, "size"));
+      SET_HEX64("sha256", json_object_get(args, "sha256"));
+      if (tool == JB_TOOL_EDIT) {
+        SET_HEX64("sha256Before", json_object_get(args, "expectSha256"));
+        SET_INT("edits", json_object_get(args, "edits"));
+        SET_INT("replaced", json_object_get(args, "replaced"));
+      }
+      break;
+    case JB_TOOL_MKDIR:
+      SET_BOOL("created", json_object_get(res, "created"));
+      break;
+    case JB_TOOL_MOVE:
+      SET_PATH("destination", json_object_get(args, "destination"));
+      SET_BOOL("overwrite", json_object_get(args, "overwrite"));
+      if (ok) {
+        SET_PATH("type", json_object_get(res, "type"));
+        SET_HEX64("sha256", json_object_get(res, "sha256"));
+      }
+      break;
+    case JB_TOOL_DELETE:
+      SET_BOOL("recursive", json_object_get(args, "recursive"));
+      if (ok) {
+        SET_INT("deleted", json_object_get(res, "deleted"));
+        SET_PATH("type", json_object_get(res, "type"));
+      }
+      break;
+    default: /* the other side's tools, exec (exec_op.c's entry), unknown names */
+      break;
+  }
+}
+
+#undef SET_INT
+#undef SET_HEX64
+#undef SET_BOOL
+#undef SET_PATH
+
+/* The audit details of an executed op — hashes and counts, never contents: read {size,
+ * fileSize, offset, lines?}, read_many {files, failed, size}, write {size, sha256, decision},
+ * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
+ * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
+ * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
+ * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
+ * {error: code}. api/audit.md is the contract. */
+static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool, json_t *args,
+                                json_t *answer) {
+  bool ok = json_is_true(json_object_get(answer, "ok"));
+  json_t *res = json_object_get(answer, "result");
+  json_t *d = json_object();
+  details_of_read(tool, d, args, res, ok);
+  details_of_change(tool, d, args, res, ok);
+  if (jb_tool_changes_files(tool)) json_object_set_new(d, "decision", json_string(op->decision));
   json_object_set_new(d, "ok", json_boolean(ok));
   if (!ok) {
     const char *code = json_string_value(json_object_get(json_object_get(answer, "error"), "code"));
@@ -123,10 +160,6 @@ static json_t *op_audit_details(const struct jb_op_claim *op, json_t *args, json
         code && strlen(code) < 32 && strspn(code, "abcdefghijklmnopqrstuvwxyz_") == strlen(code);
     json_object_set_new(d, "error", json_string(plain ? code : "internal"));
   }
-#undef SET_INT
-#undef SET_HEX64
-#undef SET_BOOL
-#undef SET_PATH
   return d;
 }
 
@@ -139,10 +172,10 @@ struct op_signal {
 
 /* The signal op `op`'s answer `ans` tells of the agent (enum jb_signal; -1: none), with its
  * detail in *sigout when there is one. `violation`: the shim's line was malformed or oversized. */
-static int op_signal_of(const struct jb_op_claim *op, json_t *ans, bool violation,
-                        struct op_signal *sigout) {
+static int op_signal_of(const struct jb_op_claim *op, enum jb_tool tool, json_t *ans,
+                        bool violation, struct op_signal *sigout) {
   json_t *ej = json_object_get(ans, "error");
-  if (!ej && !strcmp(op->tool, "read_many")) { /* the first file refused for an escape */
+  if (!ej && tool == JB_TOOL_READ_MANY) { /* the first file refused for an escape */
     size_t i;
     json_t *f;
     json_array_foreach (json_object_get(json_object_get(ans, "result"), "files"), i, f) {
@@ -217,14 +250,6 @@ static json_t *check_current(struct jb_worker *w, struct jb_session *s, json_t *
   return NULL;
 }
 
-/* Whether ops of `tool` change the workspace (an edit runs as a write). */
-static bool op_changes_files(const char *tool) {
-  static const char *const changing[] = {"write", "edit", "mkdir", "move", "delete", NULL};
-  for (size_t i = 0; changing[i]; i++)
-    if (!strcmp(tool, changing[i])) return true;
-  return false;
-}
-
 /* The answer the shim of `s` (its lock held) recorded for op `op_id` ({ok, result | error},
  * new), or NULL when it ran no such op (or cannot say: an older shim, a failed call — the op
  * then runs, and its own opId stops a second change). A failed call's error goes to `err`:
@@ -254,10 +279,9 @@ static bool answer_well_formed(json_t *a) {
  * that changes files whose name <file> holds (before_shim_write, after_shim_write,
  * after_commit) — once: it removes <file> first. Unset (always, outside tests) it costs a
  * getenv. */
-static void test_fault(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
-                       const char *point) {
+static void test_fault(struct jb_worker *w, const char *job, enum jb_tool tool, const char *point) {
   const char *f = getenv("JB_TEST_FAULT");
-  if (!f || !f[0] || !op_changes_files(op->tool)) return;
+  if (!f || !f[0] || !jb_tool_changes_files(tool)) return;
   char want[40] = "";
   FILE *in = fopen(f, "re");
   if (!in) return;
@@ -269,27 +293,13 @@ static void test_fault(struct jb_worker *w, const char *job, const struct jb_op_
   _exit(86);
 }
 
-bool worker_test_fault(struct jb_worker *w, const char *job, const char *point) {
-  const char *f = getenv("JB_TEST_FAULT");
-  if (!f || !f[0]) return false;
-  char want[40] = "";
-  FILE *in = fopen(f, "re");
-  if (!in) return false;
-  if (!fgets(want, sizeof want, in)) want[0] = '\0';
-  fclose(in);
-  want[strcspn(want, "\r\n")] = '\0';
-  if (strcmp(want, point) || unlink(f) < 0) return false;
-  slog(w, JB_LOG_WARN, job, "test fault", "point", point, NULL);
-  return true;
-}
-
 /* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
  * error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
-                      json_t *args, bool *violation) {
+                      enum jb_tool tool, json_t *args, bool *violation) {
   /* an edit runs as the write jailboxd made of it; read_many names its paths itself */
-  json_t *req = json_pack("{s:s}", "op", strcmp(op->tool, "edit") ? op->tool : "write");
-  if (strcmp(op->tool, "read_many"))
+  json_t *req = json_pack("{s:s}", "op", tool == JB_TOOL_EDIT ? "write" : op->tool);
+  if (tool != JB_TOOL_READ_MANY)
     json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
   static const char *const pass[] = {
       "offset",       "length",      "lineOffset", "lineLimit",  "head",     "tail",
@@ -309,7 +319,7 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   json_t *ans = NULL;
   jb_error err = {0};
   char changed[600] = "";
-  bool changes = op_changes_files(op->tool);
+  bool changes = jb_tool_changes_files(tool);
   if (changes) json_object_set_new(req, "opId", json_integer(op->op_id));
   /* an op the shim ran already — the worker that ran it died before its commit — is
    * committed with the answer it had: not checked or run again */
@@ -366,7 +376,7 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
    * database (direct_run), so the mark made when this op commits (op_settle) would come after
    * the ops queued behind this one on the lock had run */
   struct op_signal probe = {-1, ""};
-  int sig = op_signal_of(op, out, *violation, &probe);
+  int sig = op_signal_of(op, tool, out, *violation, &probe);
   if (s && sig >= 0 && w->policy.abort[sig]) atomic_store(&s->teardown, true);
   session_unlock(s);
   json_decref(req);
@@ -447,14 +457,15 @@ static json_t *settle_unstored(struct jb_worker *w, PGconn *c, const char *job,
  * `strip_content` see op_stored_text. *answer_out (when not NULL) receives the op's answer
  * {ok, result | error} (new) when it was committed. */
 static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
-                     json_t *args, json_t *ans, bool violation, bool strip_content,
-                     struct op_signal *sigout, json_t **answer_out, jb_error *err) {
-  int sig = op_signal_of(op, ans, violation, sigout);
+                     enum jb_tool tool, json_t *args, json_t *ans, bool violation,
+                     bool strip_content, struct op_signal *sigout, json_t **answer_out,
+                     jb_error *err) {
+  int sig = op_signal_of(op, tool, ans, violation, sigout);
   /* a signal the policy aborts on ends the session: marked before this op commits, so that an
    * op of the session waiting for its row (ops handed straight to the worker run in many
    * threads) finds it ending and runs nothing, as on the one op thread */
   if (sig >= 0 && w->policy.abort[sig]) session_mark_ending(w, job, false, NULL);
-  json_t *details = op_audit_details(op, args, ans);
+  json_t *details = op_audit_details(op, tool, args, ans);
   bool ok = json_is_true(json_object_get(ans, "ok"));
   char *text = op_stored_text(ans, strip_content);
   struct jb_audit_head head;
@@ -487,16 +498,17 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
 /* Runs claimed op `op` of `job` (its transaction open on `c`) in the shim and completes it
  * (op_settle). */
 static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
-                     bool strip_content, struct op_signal *sigout, json_t **answer_out,
-                     jb_error *err) {
+                     enum jb_tool tool, bool strip_content, struct op_signal *sigout,
+                     json_t **answer_out, jb_error *err) {
   json_t *args = json_loads(op->args_json, 0, NULL);
   bool violation = false;
-  test_fault(w, job, op, "before_shim_write");
-  json_t *ans = op_run(w, job, op, args, &violation);
-  test_fault(w, job, op, "after_shim_write");
-  int rc = op_settle(w, c, job, op, args, ans, violation, strip_content, sigout, answer_out, err);
+  test_fault(w, job, tool, "before_shim_write");
+  json_t *ans = op_run(w, job, op, tool, args, &violation);
+  test_fault(w, job, tool, "after_shim_write");
+  int rc =
+      op_settle(w, c, job, op, tool, args, ans, violation, strip_content, sigout, answer_out, err);
   json_decref(args);
-  if (rc == JB_OK) test_fault(w, job, op, "after_commit");
+  if (rc == JB_OK) test_fault(w, job, tool, "after_commit");
   return rc;
 }
 
@@ -511,12 +523,13 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
   struct jb_op_claim op;
   int rc = jb_db_op_claim(conn.pg, job, &op, err);
   if (rc != JB_OK) return rc;
-  if (!strcmp(op.tool, "exec")) { /* run apart: it holds no runner and no pooled connection */
+  enum jb_tool tool = jb_tool_from_name(op.tool); /* parsed once: the ops' names end here */
+  if (tool == JB_TOOL_EXEC) { /* run apart: it holds no runner and no pooled connection */
     jb_db_rollback(conn.pg);
     jb_op_claim_free(&op);
     return commands_start(w, job, err) == 0 ? JB_ERR_NOT_FOUND : JB_ERR_FAIL;
   }
-  rc = op_finish(w, conn.pg, job, &op, false, sig, NULL, err);
+  rc = op_finish(w, conn.pg, job, &op, tool, false, sig, NULL, err);
   jb_op_claim_free(&op);
   return rc;
 }
@@ -536,35 +549,6 @@ static void run_session_queued(struct jb_worker *w, const char *job, int max) {
     }
   }
 }
-
-/* Makes `max` claims of session `job` due: added to what its entry asks already when it is
- * due or on a runner, else a new entry at the end (dropped when the ring is full: the sweep
- * comes back to it). */
-static void due_add(struct jb_worker *w, const char *job, int max) {
-  pthread_mutex_lock(&w->due.lock);
-  bool found = false;
-  for (int r = 0; r < JB_QUEUED_RUNNERS && !found; r++)
-    if (!strcmp(w->due.running[r].job, job)) {
-      w->due.again[r] = w->due.again[r] + max > 1000 ? 1000 : w->due.again[r] + max;
-      found = true;
-    }
-  for (size_t i = 0; i < w->due.n && !found; i++) {
-    struct jb_due *d = &w->due.ring[(w->due.head + i) % JB_WORKER_SESSIONS_MAX];
-    if (!strcmp(d->job, job)) {
-      d->budget = d->budget + max > 1000 ? 1000 : d->budget + max;
-      found = true;
-    }
-  }
-  if (!found && w->due.n < JB_WORKER_SESSIONS_MAX) {
-    struct jb_due *d = &w->due.ring[(w->due.head + w->due.n++) % JB_WORKER_SESSIONS_MAX];
-    snprintf(d->job, sizeof d->job, "%s", job);
-    d->budget = max;
-    pthread_cond_signal(&w->due.cond);
-  }
-  pthread_mutex_unlock(&w->due.lock);
-}
-
-void run_queued_session(struct jb_worker *w, const char *job) { due_add(w, job, 1000); }
 
 /* Makes the queued ops of the sessions whose sandbox is up due (only of `only` when not
  * NULL), at most `max` per session. */
@@ -707,6 +691,7 @@ void *relay_queued_main(void *arg) {
  * over: its request, and what running it gave. */
 struct direct_op {
   const char *job, *tool, *path, *args_json, *expect_json;
+  enum jb_tool kind; /* `tool`, parsed */
   json_t *args;
   long long op_id;
   char state[20]; /* the session's state when the locked way refused the op */
@@ -737,9 +722,10 @@ static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, js
     return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
   }
   if (ran)
-    rc = op_settle(w, c, d->job, &op, d->args, ran, violation, true, &d->sig, &d->answer, err);
+    rc = op_settle(w, c, d->job, &op, d->kind, d->args, ran, violation, true, &d->sig, &d->answer,
+                   err);
   else
-    rc = op_finish(w, c, d->job, &op, true, &d->sig, &d->answer, err);
+    rc = op_finish(w, c, d->job, &op, d->kind, true, &d->sig, &d->answer, err);
   jb_op_claim_free(&op);
   return rc;
 }
@@ -761,9 +747,9 @@ static int direct_run(struct jb_worker *w, struct direct_op *d, jb_error *err) {
   struct jb_op_claim op = {.decision = "auto", .path = (char *)d->path};
   snprintf(op.tool, sizeof op.tool, "%s", d->tool);
   bool violation = false;
-  json_t *ans = op_run(w, d->job, &op, d->args, &violation);
+  json_t *ans = op_run(w, d->job, &op, d->kind, d->args, &violation);
   struct op_signal probe = {-1, ""};
-  int sig = op_signal_of(&op, ans, violation, &probe);
+  int sig = op_signal_of(&op, d->kind, ans, violation, &probe);
   if (sig >= 0) {
     /* Raised even when the locked way then refuses the op (the session paused or changed, an
      * op queued ahead: op_settle, which would raise it, is not reached) when running it again
@@ -773,7 +759,7 @@ static int direct_run(struct jb_worker *w, struct direct_op *d, jb_error *err) {
     if (violation || w->policy.abort[sig]) d->sig = probe;
     return direct_locked(w, c, d, ans, violation, err);
   }
-  json_t *details = op_audit_details(&op, d->args, ans);
+  json_t *details = op_audit_details(&op, d->kind, d->args, ans);
   char *text = op_stored_text(ans, true);
   int rc = JB_ERR_FAIL;
   if (details && text) {
@@ -809,10 +795,9 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
   if (!job || !tool || !path || !json_is_object(args) ||
       (expect && !json_is_object(expect) && !json_is_null(expect)))
     return relay_not_run("", "want {jobId, tool, path, args, expect}");
-  static const char *const direct_tools[] = {"read",   "read_many", "list", "find",
-                                             "search", "stat",      NULL};
-  bool direct = false;
-  for (size_t i = 0; direct_tools[i]; i++) direct = direct || !strcmp(tool, direct_tools[i]);
+  enum jb_tool kind = jb_tool_from_name(tool); /* parsed once: the protocol's names end here */
+  bool direct = kind == JB_TOOL_READ || kind == JB_TOOL_READ_MANY || kind == JB_TOOL_LIST ||
+                kind == JB_TOOL_FIND || kind == JB_TOOL_SEARCH || kind == JB_TOOL_STAT;
   if (!direct) return relay_not_run("", "only tools that change nothing are handed over directly");
   /* not s->lock: another op of the session may hold it for its whole call (op_run checks
    * again under it) */
@@ -827,6 +812,7 @@ json_t *relay_direct(struct jb_worker *w, const json_t *req, long long *head) {
     return relay_not_run("", "out of memory");
   struct direct_op d = {.job = job,
                         .tool = tool,
+                        .kind = kind,
                         .path = path,
                         .args_json = args_json,
                         .expect_json = expect_json,

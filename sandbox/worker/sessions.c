@@ -1,10 +1,13 @@
 /* sessions.c — the table of sessions this worker runs (finding, pinning and locking one,
- * reaping the finished), the log lines that name a session, and the pooled connection every
- * database step borrows (see worker.h for the locks and who owns what). */
+ * reaping the finished), the log lines that name a session, the pooled connection every
+ * database step borrows and the LISTEN connection of a loop, and the tests' fault points (see
+ * worker.h for the locks and who owns what). The bottom of the worker: it calls no other file
+ * of this folder but the memory watch's. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sandbox/worker/worker.h"
 
@@ -15,6 +18,18 @@ struct worker_conn worker_conn(struct jb_worker *w, jb_error *err) {
 void worker_conn_release(struct worker_conn *c) {
   jb_db_release(c->db, c->pg);
   c->pg = NULL;
+}
+
+void worker_listen(struct jb_worker *w, PGconn **listen, const char *listen_sql) {
+  if (*listen && PQstatus(*listen) == CONNECTION_OK) return;
+  if (*listen) PQfinish(*listen);
+  *listen = PQconnectdb(w->set.database_url);
+  PGresult *r = PQstatus(*listen) == CONNECTION_OK ? PQexec(*listen, listen_sql) : NULL;
+  if (!r || PQresultStatus(r) != PGRES_COMMAND_OK) {
+    PQfinish(*listen);
+    *listen = NULL;
+  }
+  PQclear(r);
 }
 
 /* The fields every line about `job` carries (new). */
@@ -98,25 +113,6 @@ void session_free(struct jb_session *s) {
   free(s);
 }
 
-int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full) {
-  pthread_mutex_lock(&w->lock);
-  bool room = w->n_sessions < max && w->n_sessions < JB_WORKER_SESSIONS_MAX;
-  if (room) w->sessions[w->n_sessions++] = s;
-  pthread_mutex_unlock(&w->lock);
-  *full = !room;
-  if (room && pthread_create(&s->thread, NULL, session_main, s) == 0) return 0;
-  if (room) { /* out again, by identity: another thread may have entered one since */
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < w->n_sessions; i++)
-      if (w->sessions[i] == s) {
-        w->sessions[i] = w->sessions[--w->n_sessions];
-        break;
-      }
-    pthread_mutex_unlock(&w->lock);
-  }
-  return -1;
-}
-
 void sessions_reap(struct jb_worker *w) {
   pthread_mutex_lock(&w->lock);
   for (size_t i = 0; i < w->n_sessions;) {
@@ -140,4 +136,18 @@ void sessions_in_parallel(void *(*fn)(void *), void *arg, size_t jobs) {
     nth++;
   fn(arg); /* this thread is one of the pool, and all of it if no other could start */
   for (size_t t = 0; t < nth; t++) pthread_join(th[t], NULL);
+}
+
+bool worker_test_fault(struct jb_worker *w, const char *job, const char *point) {
+  const char *f = getenv("JB_TEST_FAULT");
+  if (!f || !f[0]) return false;
+  char want[40] = "";
+  FILE *in = fopen(f, "re");
+  if (!in) return false;
+  if (!fgets(want, sizeof want, in)) want[0] = '\0';
+  fclose(in);
+  want[strcspn(want, "\r\n")] = '\0';
+  if (strcmp(want, point) || unlink(f) < 0) return false;
+  slog(w, JB_LOG_WARN, job, "test fault", "point", point, NULL);
+  return true;
 }

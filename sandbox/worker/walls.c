@@ -761,307 +761,381 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
   return o;
 }
 
-int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *probe,
-                      const char *job_id, const char *workspace, const json_t *limits,
-                      const json_t *labels, struct jb_sandbox *sb, enum jb_wall *failed,
-                      jb_error *err) {
-  memset(sb, 0, sizeof *sb);
-  jb_spawner_init(&sb->spawner);
-  snprintf(sb->job_id, sizeof sb->job_id, "%s", job_id);
-  *failed = JB_WALL_COUNT;
-  enum { T_START, T_CREATE, T_ATTACH, T_RUN, T_READY, T_STATUS, T_PING, T_N };
-  static const char *const tnames[] = {"",        "createMs", "attachMs", "startMs",
-                                       "readyMs", "statusMs", "pingMs"};
-  long t[T_N] = {0};
-  t[T_START] = jb_now_ms();
+/* ---- the launch, stage by stage ----------------------------------------------------------- */
 
-  json_t *body = NULL, *created = NULL, *status = NULL, *settings = NULL;
-  struct check chk;
-  for (int w = 0; w < JB_WALL_COUNT; w++) chk.problems[w] = json_array();
-  int ret = -1;
-  unsigned char *bpf = NULL;
-  size_t bpf_len = 0;
-  struct jb_filter_info fi = {0};
-  char bpf_sha[65] = "";
-  /* exec's filter, handed to the spawner (only with the socket channel: its own connection) */
-  unsigned char *xbpf = NULL;
-  size_t xbpf_len = 0;
-  struct jb_filter_info xfi = {0};
-  char xbpf_sha[65] = "";
-  json_t *exec_reason = NULL; /* why exec is unavailable (a string), NULL: it is */
+/* The timings a launch records (ms since the epoch; the contract's timingsMs). */
+enum { T_START, T_CREATE, T_ATTACH, T_RUN, T_READY, T_STATUS, T_PING, T_N };
+static const char *const tnames[] = {"",        "createMs", "attachMs", "startMs",
+                                     "readyMs", "statusMs", "pingMs"};
+
+/* One launch in progress (jb_sandbox_launch): its arguments, what each stage found or built
+ * (owned here until launch_end, but sb's), and what the contract is written from. */
+struct launch {
+  const struct jb_walls_config *cfg;
+  const struct jb_probe *probe;
+  const char *job_id, *workspace;
+  const json_t *limits, *labels;
+  struct jb_sandbox *sb;
+  enum jb_wall *failed;
+  jb_error *err;
+  long t[T_N];
+  bool use[JB_WALL_COUNT]; /* which walls can be built here */
+  bool gvisor, bwrap, apparmor;
   struct limits lim;
+  json_t *body, *created, *status, *settings; /* new */
+  struct check chk;
+  unsigned char *bpf; /* Wall 3's filter */
+  size_t bpf_len;
+  struct jb_filter_info fi;
+  char bpf_sha[65];
+  /* exec's filter, handed to the spawner (only with the socket channel: its own connection) */
+  unsigned char *xbpf;
+  size_t xbpf_len;
+  struct jb_filter_info xfi;
+  char xbpf_sha[65];
+  json_t *exec_reason; /* why exec is unavailable (a string), NULL: it is */
   /* the shim's channel: a per-session socket when the launcher runs (Wall 3) and it is on */
-  struct jb_shim_listener lsn = JB_SHIM_LISTENER_INIT;
-  json_t *channel = NULL;
+  struct jb_shim_listener lsn;
+  json_t *channel;
+  long ready_deadline; /* jb_now_ms by which the shim must be ready */
+};
 
-  /* which walls can be built here, and whether that is allowed */
-  bool use[JB_WALL_COUNT];
-  for (int w = 0; w < JB_WALL_COUNT; w++) use[w] = probe ? probe->up[w] : true;
-  /* Wall 3 is built with gVisor's capabilities; without gVisor it is not offered here (bwrap
-   * under runc would need unprivileged user namespaces and an unmasked /proc). */
-  if (!use[JB_WALL_GVISOR]) use[JB_WALL_BWRAP] = false;
-  bool gvisor = use[JB_WALL_GVISOR], bwrap = use[JB_WALL_BWRAP];
-  bool apparmor = probe && probe->apparmor_host;
-  read_limits(limits, gvisor, &lim);
-  if (!use[JB_WALL_DOCKER]) {
-    fail_wall(failed, JB_WALL_DOCKER, err, "unavailable: %s",
-              probe ? probe->reason[JB_WALL_DOCKER] : "?");
-    goto out;
+/* The launch's start: `sb` empty, the walls this host can build (the probe; Wall 3 is built
+ * with gVisor's capabilities: without gVisor it is not offered here, as bwrap under runc would
+ * need unprivileged user namespaces and an unmasked /proc) and the session's limits. */
+static void launch_init(struct launch *L) {
+  memset(L->sb, 0, sizeof *L->sb);
+  jb_spawner_init(&L->sb->spawner);
+  snprintf(L->sb->job_id, sizeof L->sb->job_id, "%s", L->job_id);
+  *L->failed = JB_WALL_COUNT;
+  L->t[T_START] = jb_now_ms();
+  for (int w = 0; w < JB_WALL_COUNT; w++) L->chk.problems[w] = json_array();
+  for (int w = 0; w < JB_WALL_COUNT; w++) L->use[w] = L->probe ? L->probe->up[w] : true;
+  if (!L->use[JB_WALL_GVISOR]) L->use[JB_WALL_BWRAP] = false;
+  L->gvisor = L->use[JB_WALL_GVISOR];
+  L->bwrap = L->use[JB_WALL_BWRAP];
+  L->apparmor = L->probe && L->probe->apparmor_host;
+  read_limits(L->limits, L->gvisor, &L->lim);
+}
+
+/* Whether the walls this host can build are enough: -1 with Docker down or a required
+ * wall missing. */
+static int launch_walls_allowed(struct launch *L) {
+  if (!L->use[JB_WALL_DOCKER]) {
+    fail_wall(L->failed, JB_WALL_DOCKER, L->err, "unavailable: %s",
+              L->probe ? L->probe->reason[JB_WALL_DOCKER] : "?");
+    return -1;
   }
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    if (cfg->require[w] && !use[w]) {
-      const char *why = probe && !probe->up[w] ? probe->reason[w]
+    if (L->cfg->require[w] && !L->use[w]) {
+      const char *why = L->probe && !L->probe->up[w] ? L->probe->reason[w]
                         : w == JB_WALL_BWRAP
                             ? "Wall 3 is built only under gVisor, which is unavailable"
                             : "unavailable";
-      fail_wall(failed, (enum jb_wall)w, err, "required but unavailable: %s", why);
-      goto out;
+      fail_wall(L->failed, (enum jb_wall)w, L->err, "required but unavailable: %s", why);
+      return -1;
     }
-  if (bwrap) {
-    if (jb_filter_compile(&bpf, &bpf_len, &fi, err) < 0) {
-      fail_wall(failed, JB_WALL_BWRAP, err, "syscall filter: %s", err->msg);
-      goto out;
+  return 0;
+}
+
+/* Wall 3's filter compiled, the shim's channel chosen (a per-session socket when the
+ * launcher runs and it is on; its listener opened) and exec's filter compiled when the spawner
+ * can have its own connection (else why exec is unavailable). -1 when Wall 3's filter does not
+ * compile. */
+static int launch_filters(struct launch *L) {
+  if (L->bwrap) {
+    if (jb_filter_compile(&L->bpf, &L->bpf_len, &L->fi, L->err) < 0) {
+      fail_wall(L->failed, JB_WALL_BWRAP, L->err, "syscall filter: %s", L->err->msg);
+      return -1;
     }
-    sha256_hex(bpf, bpf_len, bpf_sha);
+    sha256_hex(L->bpf, L->bpf_len, L->bpf_sha);
   }
-  if (!bwrap) {
-    channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
-                        "no launcher without Wall 3: setpriv starts the shim directly");
-  } else if (cfg->shim_socket_off) {
-    channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
-                        "socket channel turned off (JAILBOX_SHIM_SOCKET_DIR=none)");
+  if (!L->bwrap) {
+    L->channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                           "no launcher without Wall 3: setpriv starts the shim directly");
+  } else if (L->cfg->shim_socket_off) {
+    L->channel = json_pack("{s:s, s:s}", "kind", "attach", "reason",
+                           "socket channel turned off (JAILBOX_SHIM_SOCKET_DIR=none)");
   } else {
     jb_error lerr = {0};
-    if (jb_shim_listener_open(&lsn, cfg->shim_socket_dir, JB_SHIM_SOCKET_NAME, &lerr) < 0)
-      channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
-                          "cannot make the session's shim socket: ", lerr.msg);
+    if (jb_shim_listener_open(&L->lsn, L->cfg->shim_socket_dir, JB_SHIM_SOCKET_NAME, &lerr) < 0)
+      L->channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
+                             "cannot make the session's shim socket: ", lerr.msg);
   }
-  if (lsn.fd >= 0) {
+  if (L->lsn.fd >= 0) {
     jb_error xerr = {0};
-    if (jb_exec_filter_compile(&xbpf, &xbpf_len, &xfi, &xerr) < 0)
-      exec_reason = json_sprintf("exec's syscall filter does not compile: %s", xerr.msg);
+    if (jb_exec_filter_compile(&L->xbpf, &L->xbpf_len, &L->xfi, &xerr) < 0)
+      L->exec_reason = json_sprintf("exec's syscall filter does not compile: %s", xerr.msg);
     else
-      sha256_hex(xbpf, xbpf_len, xbpf_sha);
+      sha256_hex(L->xbpf, L->xbpf_len, L->xbpf_sha);
   } else {
-    exec_reason =
-        json_string(bwrap ? "the spawner needs the socket channel, which this session does not have"
-                          : "exec runs only inside Wall 3 (bwrap under gVisor), which this session "
-                            "does not have");
+    L->exec_reason = json_string(
+        L->bwrap ? "the spawner needs the socket channel, which this session does not have"
+                 : "exec runs only inside Wall 3 (bwrap under gVisor), which this session "
+                   "does not have");
   }
-  body = create_body(cfg, workspace, labels, gvisor, bwrap, apparmor, &lim,
-                     lsn.fd >= 0 ? lsn.dir : NULL, xbpf != NULL);
-  if (!body) {
-    fail_wall(failed, JB_WALL_DOCKER, err, "cannot build the container request");
-    goto out;
+  return 0;
+}
+
+/* The container created (Wall 2's settings, Wall 1's runtime). */
+static int launch_create(struct launch *L) {
+  L->body = create_body(L->cfg, L->workspace, L->labels, L->gvisor, L->bwrap, L->apparmor, &L->lim,
+                        L->lsn.fd >= 0 ? L->lsn.dir : NULL, L->xbpf != NULL);
+  if (!L->body) {
+    fail_wall(L->failed, JB_WALL_DOCKER, L->err, "cannot build the container request");
+    return -1;
   }
-  if (jb_docker_expect(&cfg->docker, "POST", "/containers/create", body, 30000, &created, err) <
-      0) {
-    fail_wall(failed, blame_start(err->msg, gvisor), err, "create: %s", err->msg);
-    goto out;
+  if (jb_docker_expect(&L->cfg->docker, "POST", "/containers/create", L->body, 30000, &L->created,
+                       L->err) < 0) {
+    fail_wall(L->failed, blame_start(L->err->msg, L->gvisor), L->err, "create: %s", L->err->msg);
+    return -1;
   }
-  snprintf(sb->container_id, sizeof sb->container_id, "%s",
-           json_string_value(json_object_get(created, "Id")) ?: "");
-  t[T_CREATE] = jb_now_ms();
+  snprintf(L->sb->container_id, sizeof L->sb->container_id, "%s",
+           json_string_value(json_object_get(L->created, "Id")) ?: "");
+  L->t[T_CREATE] = jb_now_ms();
+  return 0;
+}
+
+/* Its attach stream taken: the shim's stdin and stdout until a socket replaces them. */
+static int launch_attach(struct launch *L) {
   struct jb_docker_stream st;
-  if (jb_docker_attach(&cfg->docker, sb->container_id, &st, 10000, err) < 0) {
-    fail_wall(failed, JB_WALL_DOCKER, err, "attach: %s", err->msg);
-    goto out;
+  if (jb_docker_attach(&L->cfg->docker, L->sb->container_id, &st, 10000, L->err) < 0) {
+    fail_wall(L->failed, JB_WALL_DOCKER, L->err, "attach: %s", L->err->msg);
+    return -1;
   }
-  if (jb_shimconn_init(&sb->conn, &st, err) < 0) {
+  if (jb_shimconn_init(&L->sb->conn, &st, L->err) < 0) {
     jb_docker_stream_close(&st);
-    fail_wall(failed, JB_WALL_DOCKER, err, "%s", err->msg);
-    goto out;
+    fail_wall(L->failed, JB_WALL_DOCKER, L->err, "%s", L->err->msg);
+    return -1;
   }
-  sb->conn_open = true;
-  t[T_ATTACH] = jb_now_ms();
+  L->sb->conn_open = true;
+  L->t[T_ATTACH] = jb_now_ms();
+  return 0;
+}
+
+/* The container started. */
+static int launch_start(struct launch *L) {
   char path[160];
-  snprintf(path, sizeof path, "/containers/%s/start", sb->container_id);
-  if (jb_docker_expect(&cfg->docker, "POST", path, NULL, 60000, NULL, err) < 0) {
-    fail_wall(failed, blame_start(err->msg, gvisor), err, "start: %s", err->msg);
-    goto out;
+  snprintf(path, sizeof path, "/containers/%s/start", L->sb->container_id);
+  if (jb_docker_expect(&L->cfg->docker, "POST", path, NULL, 60000, NULL, L->err) < 0) {
+    fail_wall(L->failed, blame_start(L->err->msg, L->gvisor), L->err, "start: %s", L->err->msg);
+    return -1;
   }
-  t[T_RUN] = jb_now_ms();
-  if (bwrap) {
+  L->t[T_RUN] = jb_now_ms();
+  return 0;
+}
+
+/* Wall 3's filter, then exec's, handed to the launcher on the attach stream (bwrap
+ * --seccomp reads them from there). */
+static int launch_hand_filters(struct launch *L) {
+  if (L->bwrap) {
     char head[64];
-    int hn = snprintf(head, sizeof head, JB_SHIM_FILTER_MAGIC " %zu\n", bpf_len);
-    if (jb_shimconn_send_raw(&sb->conn, head, (size_t)hn, 5000, err) < 0 ||
-        jb_shimconn_send_raw(&sb->conn, bpf, bpf_len, 5000, err) < 0) {
-      fail_wall(failed, JB_WALL_BWRAP, err, "handing over the filter: %s", err->msg);
-      goto out;
+    int hn = snprintf(head, sizeof head, JB_SHIM_FILTER_MAGIC " %zu\n", L->bpf_len);
+    if (jb_shimconn_send_raw(&L->sb->conn, head, (size_t)hn, 5000, L->err) < 0 ||
+        jb_shimconn_send_raw(&L->sb->conn, L->bpf, L->bpf_len, 5000, L->err) < 0) {
+      fail_wall(L->failed, JB_WALL_BWRAP, L->err, "handing over the filter: %s", L->err->msg);
+      return -1;
     }
-    if (xbpf) {
-      hn = snprintf(head, sizeof head, JB_SHIM_EXEC_FILTER_MAGIC " %zu\n", xbpf_len);
-      if (jb_shimconn_send_raw(&sb->conn, head, (size_t)hn, 5000, err) < 0 ||
-          jb_shimconn_send_raw(&sb->conn, xbpf, xbpf_len, 5000, err) < 0) {
-        fail_wall(failed, JB_WALL_BWRAP, err, "handing over exec's filter: %s", err->msg);
-        goto out;
+    if (L->xbpf) {
+      hn = snprintf(head, sizeof head, JB_SHIM_EXEC_FILTER_MAGIC " %zu\n", L->xbpf_len);
+      if (jb_shimconn_send_raw(&L->sb->conn, head, (size_t)hn, 5000, L->err) < 0 ||
+          jb_shimconn_send_raw(&L->sb->conn, L->xbpf, L->xbpf_len, 5000, L->err) < 0) {
+        fail_wall(L->failed, JB_WALL_BWRAP, L->err, "handing over exec's filter: %s", L->err->msg);
+        return -1;
       }
     }
   }
-  long ready_deadline = jb_now_ms() + cfg->start_timeout_ms;
+  return 0;
+}
+
+/* With the socket channel on, the launcher's first line: where the shim will speak (the
+ * socket accepted, then the spawner's connection), or that it cannot (the attach stream then).
+ * *ready_out (new) receives a first line that was no channel announcement (an older shim's
+ * ready line), else NULL. -1 when the announced socket cannot be taken. */
+static int launch_channel(struct launch *L, json_t **ready_out) {
+  L->ready_deadline = jb_now_ms() + L->cfg->start_timeout_ms;
   json_t *ready = NULL;
-  if (lsn.fd >= 0) {
+  *ready_out = NULL;
+  if (L->lsn.fd >= 0) {
     /* the launcher says on the attach stream where the shim will speak */
-    ready = jb_shimconn_read(&sb->conn, cfg->start_timeout_ms, err);
+    ready = jb_shimconn_read(&L->sb->conn, L->cfg->start_timeout_ms, L->err);
     const char *ev = json_string_value(json_object_get(ready, "event")) ?: "";
     if (ready && strcmp(ev, "channel") == 0) {
       const char *kind = json_string_value(json_object_get(ready, "channel")) ?: "";
       if (strcmp(kind, "socket") == 0) {
-        long left = ready_deadline - jb_now_ms();
-        int fd = jb_shim_listener_accept(&lsn, left > 0 ? left : 0, err);
-        if (fd < 0 || jb_shimconn_use_socket(&sb->conn, fd, err) < 0) {
-          jb_shim_listener_close(&lsn);
+        long left = L->ready_deadline - jb_now_ms();
+        int fd = jb_shim_listener_accept(&L->lsn, left > 0 ? left : 0, L->err);
+        if (fd < 0 || jb_shimconn_use_socket(&L->sb->conn, fd, L->err) < 0) {
+          jb_shim_listener_close(&L->lsn);
           json_decref(ready);
-          fail_wall(failed, JB_WALL_COUNT, err, "shim socket: %s", err->msg);
-          goto out;
+          fail_wall(L->failed, JB_WALL_COUNT, L->err, "shim socket: %s", L->err->msg);
+          return -1;
         }
         /* the spawner's connection comes second, right after the shim's */
         if (json_is_true(json_object_get(ready, "spawner"))) {
           jb_error serr = {0};
-          int sfd = jb_shim_listener_accept(&lsn, 2000, &serr);
-          if (sfd < 0 || jb_spawner_attach(&sb->spawner, sfd, 3000, &serr) < 0) {
-            exec_reason = json_sprintf("the spawner did not come up: %s", serr.msg);
-            jb_log(JB_LOG_WARN, "exec unavailable", "job", job_id, "reason", serr.msg, NULL);
+          int sfd = jb_shim_listener_accept(&L->lsn, 2000, &serr);
+          if (sfd < 0 || jb_spawner_attach(&L->sb->spawner, sfd, 3000, &serr) < 0) {
+            L->exec_reason = json_sprintf("the spawner did not come up: %s", serr.msg);
+            jb_log(JB_LOG_WARN, "exec unavailable", "job", L->job_id, "reason", serr.msg, NULL);
           } else {
-            json_decref(exec_reason);
-            exec_reason = NULL;
+            json_decref(L->exec_reason);
+            L->exec_reason = NULL;
           }
-        } else if (xbpf && !exec_reason) {
+        } else if (L->xbpf && !L->exec_reason) {
           const char *why = json_string_value(json_object_get(ready, "spawnerError"));
-          exec_reason = why ? json_sprintf("the launcher could not connect the spawner: %s", why)
-                            : json_string(
-                                  "the image's launcher has no spawner (rebuild it: "
-                                  "deploy/sandbox-image/build.sh)");
+          L->exec_reason = why ? json_sprintf("the launcher could not connect the spawner: %s", why)
+                               : json_string(
+                                     "the image's launcher has no spawner (rebuild it: "
+                                     "deploy/sandbox-image/build.sh)");
         }
-        jb_shim_listener_close(&lsn); /* nothing else may connect */
-        channel = json_pack("{s:s, s:s, s:s}", "kind", "socket", "socket",
-                            JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, "note",
-                            "per-session Unix socket of the worker, bind-mounted read-only into "
-                            "the container and connected by the launcher before the jail; the "
-                            "jail's filter refuses socket, socketpair and connect");
+        jb_shim_listener_close(&L->lsn); /* nothing else may connect */
+        L->channel = json_pack("{s:s, s:s, s:s}", "kind", "socket", "socket",
+                               JB_IMAGE_SHIM_SOCKET_DIR "/" JB_SHIM_SOCKET_NAME, "note",
+                               "per-session Unix socket of the worker, bind-mounted read-only into "
+                               "the container and connected by the launcher before the jail; the "
+                               "jail's filter refuses socket, socketpair and connect");
       } else {
         const char *why = json_string_value(json_object_get(ready, "error")) ?: "no reason given";
-        if (!exec_reason)
-          exec_reason = json_string("the launcher could not connect to the session's socket");
-        channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
-                            "the launcher could not connect to the session's socket (does the "
-                            "runtime have --host-uds=open?): ",
-                            why);
+        if (!L->exec_reason)
+          L->exec_reason = json_string("the launcher could not connect to the session's socket");
+        L->channel = json_pack("{s:s, s:s+}", "kind", "attach", "reason",
+                               "the launcher could not connect to the session's socket (does the "
+                               "runtime have --host-uds=open?): ",
+                               why);
         jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
-               job_id, "reason", why, NULL);
+               L->job_id, "reason", why, NULL);
       }
       json_decref(ready);
       ready = NULL;
     } else if (ready) {
-      channel =
+      L->channel =
           json_pack("{s:s, s:s}", "kind", "attach", "reason",
                     "the launcher did not announce a channel: the image's jailbox-shim "
                     "predates the socket channel (rebuild it: deploy/sandbox-image/build.sh)");
-      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job", job_id,
-             "reason", "the image's jailbox-shim predates the socket channel", NULL);
-      if (!exec_reason)
-        exec_reason =
+      jb_log(JB_LOG_WARN, "shim socket channel unavailable; using the attach stream", "job",
+             L->job_id, "reason", "the image's jailbox-shim predates the socket channel", NULL);
+      if (!L->exec_reason)
+        L->exec_reason =
             json_string("the image's launcher predates the socket channel and the spawner");
     }
-    jb_shim_listener_close(&lsn);
+    jb_shim_listener_close(&L->lsn);
   }
+  *ready_out = ready;
+  return 0;
+}
+
+/* The shim's ready line (`ready`, taken; NULL: read it now) in the protocol this worker
+ * speaks. */
+static int launch_ready(struct launch *L, json_t *ready) {
   if (!ready) {
-    long left = ready_deadline - jb_now_ms();
-    ready = jb_shimconn_read(&sb->conn, left > 0 ? left : 0, err);
+    long left = L->ready_deadline - jb_now_ms();
+    ready = jb_shimconn_read(&L->sb->conn, left > 0 ? left : 0, L->err);
   }
   if (!ready || strcmp(json_string_value(json_object_get(ready, "event")) ?: "", "ready") != 0) {
     char tail[600];
-    jb_shimconn_stderr(&sb->conn, tail, sizeof tail);
-    enum jb_wall w = blame_output(tail, bwrap);
-    if (w == JB_WALL_COUNT) w = gvisor ? JB_WALL_GVISOR : JB_WALL_DOCKER;
-    fail_wall(failed, w, err, "the jail did not come up: %s",
-              ready ? "unexpected first line" : err->msg);
+    jb_shimconn_stderr(&L->sb->conn, tail, sizeof tail);
+    enum jb_wall w = blame_output(tail, L->bwrap);
+    if (w == JB_WALL_COUNT) w = L->gvisor ? JB_WALL_GVISOR : JB_WALL_DOCKER;
+    fail_wall(L->failed, w, L->err, "the jail did not come up: %s",
+              ready ? "unexpected first line" : L->err->msg);
     json_decref(ready);
-    goto out;
+    return -1;
   }
   if (json_integer_value(json_object_get(ready, "protocol")) != JB_SHIM_PROTOCOL) {
     json_decref(ready);
-    fail_wall(failed, JB_WALL_COUNT, err, "shim speaks another protocol version");
-    goto out;
+    fail_wall(L->failed, JB_WALL_COUNT, L->err, "shim speaks another protocol version");
+    return -1;
   }
   json_decref(ready);
-  t[T_READY] = jb_now_ms();
-  sb->ready_ms = t[T_READY] - t[T_START];
+  L->t[T_READY] = jb_now_ms();
+  L->sb->ready_ms = L->t[T_READY] - L->t[T_START];
+  return 0;
+}
 
+/* What the jailed shim sees (status) and that it answers (ping). */
+static int launch_inside(struct launch *L) {
   json_t *req = json_pack("{s:s}", "op", "status");
-  json_t *ans = jb_shimconn_call(&sb->conn, req, cfg->call_timeout_ms, err);
+  json_t *ans = jb_shimconn_call(&L->sb->conn, req, L->cfg->call_timeout_ms, L->err);
   json_decref(req);
   if (!ans || !json_is_true(json_object_get(ans, "ok"))) {
     json_decref(ans);
-    fail_wall(failed, JB_WALL_COUNT, err, "shim status: %s", ans ? "refused" : err->msg);
-    goto out;
+    fail_wall(L->failed, JB_WALL_COUNT, L->err, "shim status: %s", ans ? "refused" : L->err->msg);
+    return -1;
   }
-  status = json_incref(json_object_get(ans, "result"));
+  L->status = json_incref(json_object_get(ans, "result"));
   json_decref(ans);
-  t[T_STATUS] = jb_now_ms();
+  L->t[T_STATUS] = jb_now_ms();
   req = json_pack("{s:s}", "op", "ping");
-  ans = jb_shimconn_call(&sb->conn, req, cfg->call_timeout_ms, err);
+  ans = jb_shimconn_call(&L->sb->conn, req, L->cfg->call_timeout_ms, L->err);
   json_decref(req);
   bool pong = ans && json_is_true(json_object_get(json_object_get(ans, "result"), "pong"));
   json_decref(ans);
   if (!pong) {
-    fail_wall(failed, JB_WALL_COUNT, err, "shim ping: %s", err->msg);
-    goto out;
+    fail_wall(L->failed, JB_WALL_COUNT, L->err, "shim ping: %s", L->err->msg);
+    return -1;
   }
-  t[T_PING] = jb_now_ms();
+  L->t[T_PING] = jb_now_ms();
+  return 0;
+}
 
-  check_status(status, gvisor, bwrap, false, &chk);
-  settings = inspect_settings(cfg, sb->container_id, gvisor, &chk, err);
-  if (!settings) {
-    fail_wall(failed, JB_WALL_DOCKER, err, "inspect: %s", err->msg);
-    goto out;
+/* The walls as they stand (the shim's status, Docker's inspect) against what was asked: a
+ * wall that stands but not as specified is a failed wall, required or not — the contract never
+ * claims what is not true, and a half-built wall is not offered. */
+static int launch_check(struct launch *L) {
+  check_status(L->status, L->gvisor, L->bwrap, false, &L->chk);
+  L->settings = inspect_settings(L->cfg, L->sb->container_id, L->gvisor, &L->chk, L->err);
+  if (!L->settings) {
+    fail_wall(L->failed, JB_WALL_DOCKER, L->err, "inspect: %s", L->err->msg);
+    return -1;
   }
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    sb->walls_up[w] = use[w] && json_array_size(chk.problems[w]) == 0;
-  ret = 0;
-  /* a wall that stands but not as specified is a failed wall, required or not: the contract
-   * never claims what is not true, and a half-built wall is not offered */
+    L->sb->walls_up[w] = L->use[w] && json_array_size(L->chk.problems[w]) == 0;
+  int ret = 0;
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    if (use[w] && json_array_size(chk.problems[w]) > 0) {
+    if (L->use[w] && json_array_size(L->chk.problems[w]) > 0) {
       if (ret == 0)
-        fail_wall(failed, (enum jb_wall)w, err, "not as specified: %s",
-                  json_string_value(json_array_get(chk.problems[w], 0)));
+        fail_wall(L->failed, (enum jb_wall)w, L->err, "not as specified: %s",
+                  json_string_value(json_array_get(L->chk.problems[w], 0)));
       ret = -1;
     }
+  return ret;
+}
 
-out:;
-  jb_shim_listener_close(&lsn);
-  if (!channel)
-    channel = json_pack("{s:s, s:s}", "kind", "none", "reason", "the shim did not come up");
-  /* the session contract: what stands, with its settings, and what remains */
-  char at[40];
-  iso8601(epoch_ms(), at, sizeof at);
-  json_t *w1 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_GVISOR], "required",
-                         cfg->require[JB_WALL_GVISOR]);
-  if (gvisor) {
-    json_object_set_new(w1, "runtime", json_string(cfg->runtime));
-    if (probe) {
-      json_object_set_new(w1, "runtimePath", json_string(probe->runsc_path));
-      json_object_set_new(w1, "version", json_string(probe->runsc_version));
-      json_t *ra = json_loads(probe->runsc_args, 0, NULL);
+/* Wall 1 in the contract (new). */
+static json_t *contract_gvisor(const struct launch *L) {
+  json_t *w1 = json_pack("{s:b, s:b}", "up", L->sb->walls_up[JB_WALL_GVISOR], "required",
+                         L->cfg->require[JB_WALL_GVISOR]);
+  if (L->gvisor) {
+    json_object_set_new(w1, "runtime", json_string(L->cfg->runtime));
+    if (L->probe) {
+      json_object_set_new(w1, "runtimePath", json_string(L->probe->runsc_path));
+      json_object_set_new(w1, "version", json_string(L->probe->runsc_version));
+      json_t *ra = json_loads(L->probe->runsc_args, 0, NULL);
       json_object_set_new(w1, "runtimeArgs", ra ? ra : json_null());
     }
     json_object_set_new(w1, "network",
                         json_string("none (runsc --network=none: no network stack but loopback)"));
     json_object_set_new(w1, "seccompEnforcedBy", json_string("gVisor (runsc --oci-seccomp)"));
-    if (status)
-      json_object_set_new(w1, "kernelSeenInside", json_incref(json_object_get(status, "kernel")));
+    if (L->status)
+      json_object_set_new(w1, "kernelSeenInside",
+                          json_incref(json_object_get(L->status, "kernel")));
   } else {
     json_object_set_new(w1, "runtime", json_string("runc"));
     json_object_set_new(
         w1, "reason",
-        json_string(probe && !probe->up[JB_WALL_GVISOR] ? probe->reason[JB_WALL_GVISOR]
-                                                        : "not used"));
+        json_string(L->probe && !L->probe->up[JB_WALL_GVISOR] ? L->probe->reason[JB_WALL_GVISOR]
+                                                              : "not used"));
   }
+  return w1;
+}
+
+/* Wall 2 in the contract (new), with its seccomp profile counted. */
+static json_t *contract_docker(const struct launch *L) {
   json_t *sc = json_pack("{s:s, s:s, s:s, s:s}", "profile", "deploy/seccomp/jailbox.json", "source",
-                         cfg->profile_source, "sha256", cfg->profile_sha256, "defaultAction",
+                         L->cfg->profile_source, "sha256", L->cfg->profile_sha256, "defaultAction",
                          "SCMP_ACT_ERRNO (EPERM)");
-  json_t *prof = json_loadb(cfg->profile, cfg->profile_len, 0, NULL);
+  json_t *prof = json_loadb(L->cfg->profile, L->cfg->profile_len, 0, NULL);
   if (prof) {
     size_t allowed = 0, i;
     json_t *e;
@@ -1074,47 +1148,55 @@ out:;
     json_decref(prof);
   }
   char tmpsz[32];
-  snprintf(tmpsz, sizeof tmpsz, "%ldMiB", cfg->container_tmp_mib);
+  snprintf(tmpsz, sizeof tmpsz, "%ldMiB", L->cfg->container_tmp_mib);
   json_t *w2 = json_pack(
       "{s:b, s:b, s:s, s:s, s:{s:[s], s:o}, s:b, s:o, s:s, s:s, s:b, s:{s:s, s:s, s:s},"
       " s:{s:I, s:I, s:f, s:I, s:I}, s:s, s:s, s:s}",
-      "up", sb->walls_up[JB_WALL_DOCKER], "required", cfg->require[JB_WALL_DOCKER], "engine",
-      probe ? probe->engine : "?", "image", cfg->image, "capabilities", "drop", "ALL", "add",
-      str_array(gvisor && bwrap ? gvisor_caps : setpriv_caps), "noNewPrivileges", 1, "seccomp", sc,
-      "apparmor", apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)",
-      "network", "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
-      bwrap ? "bwrap builds the jail's new root there" : "scratch space", "limits", "memoryBytes",
-      (json_int_t)lim.memory_bytes, "memorySwapBytes", (json_int_t)lim.memory_bytes, "cpus",
-      (double)lim.nano_cpus / 1e9, "pids", (json_int_t)lim.pids, "hostPids",
-      (json_int_t)lim.host_pids, "workspace", "bind mount at /workspace (rw, rprivate)",
-      "containerUser", "0:0 (root of gVisor's kernel; the jail drops it)", "logDriver",
+      "up", L->sb->walls_up[JB_WALL_DOCKER], "required", L->cfg->require[JB_WALL_DOCKER], "engine",
+      L->probe ? L->probe->engine : "?", "image", L->cfg->image, "capabilities", "drop", "ALL",
+      "add", str_array(L->gvisor && L->bwrap ? gvisor_caps : setpriv_caps), "noNewPrivileges", 1,
+      "seccomp", sc, "apparmor",
+      L->apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)", "network",
+      "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
+      L->bwrap ? "bwrap builds the jail's new root there" : "scratch space", "limits",
+      "memoryBytes", (json_int_t)L->lim.memory_bytes, "memorySwapBytes",
+      (json_int_t)L->lim.memory_bytes, "cpus", (double)L->lim.nano_cpus / 1e9, "pids",
+      (json_int_t)L->lim.pids, "hostPids", (json_int_t)L->lim.host_pids, "workspace",
+      "bind mount at /workspace (rw, rprivate)", "containerUser",
+      "0:0 (root of gVisor's kernel; the jail drops it)", "logDriver",
       "none (nothing the shim prints is kept on disk)");
-  if (gvisor)
+  if (L->gvisor)
     json_object_set_new(json_object_get(w2, "limits"), "pidsEnforcedAs",
                         json_string("RLIMIT_NPROC of the jail's uid inside gVisor; the host pids "
                                     "cgroup (hostPids) leaves room for the Sentry's threads"));
-  if (probe && probe->image_id[0]) {
-    json_object_set_new(w2, "imageId", json_string(probe->image_id));
-    json_object_set_new(w2, "imageDigest", json_string(probe->image_digest));
+  if (L->probe && L->probe->image_id[0]) {
+    json_object_set_new(w2, "imageId", json_string(L->probe->image_id));
+    json_object_set_new(w2, "imageDigest", json_string(L->probe->image_digest));
   }
-  if (sb->container_id[0]) json_object_set_new(w2, "containerId", json_string(sb->container_id));
-  if (settings) json_object_set_new(w2, "inspected", json_incref(settings));
-  json_t *w3 = json_pack("{s:b, s:b}", "up", sb->walls_up[JB_WALL_BWRAP], "required",
-                         cfg->require[JB_WALL_BWRAP]);
-  if (bwrap) {
+  if (L->sb->container_id[0])
+    json_object_set_new(w2, "containerId", json_string(L->sb->container_id));
+  if (L->settings) json_object_set_new(w2, "inspected", json_incref(L->settings));
+  return w2;
+}
+
+/* Wall 3 in the contract (new). */
+static json_t *contract_bwrap(const struct launch *L) {
+  json_t *w3 = json_pack("{s:b, s:b}", "up", L->sb->walls_up[JB_WALL_BWRAP], "required",
+                         L->cfg->require[JB_WALL_BWRAP]);
+  if (L->bwrap) {
     json_t *desc = jb_filter_describe();
     json_t *w3s = json_pack(
         "{s:s, s:[s,s,s,s,s], s:[s,s], s:b, s:b, s:s, s:s, s:s, s:s,"
         " s:{s:I, s:I, s:I, s:s, s:s, s:o}}",
-        "bwrap", probe && probe->bwrap_version[0] ? probe->bwrap_version : "bubblewrap",
+        "bwrap", L->probe && L->probe->bwrap_version[0] ? L->probe->bwrap_version : "bubblewrap",
         "namespacesNew", "mount", "pid", "ipc", "uts", "cgroup (where the runtime allows)",
         "namespacesShared", "net (gVisor's, loopback only)",
         "user (bwrap runs as root of gVisor's kernel)", "dieWithParent", 1, "newSession", 1, "proc",
         "private (new procfs for the jail's pid namespace)", "sys", "absent", "root",
         "tmpfs, remounted read-only", "binds",
         "/lib, /lib64, setpriv, jailbox-shim (read-only); /workspace (read-write); /tmp (tmpfs)",
-        "seccomp", "syscalls", (json_int_t)fi.syscalls, "rules", (json_int_t)fi.rules, "killRules",
-        (json_int_t)fi.kill_rules, "bpfSha256", bpf_sha, "compiledWith",
+        "seccomp", "syscalls", (json_int_t)L->fi.syscalls, "rules", (json_int_t)L->fi.rules,
+        "killRules", (json_int_t)L->fi.kill_rules, "bpfSha256", L->bpf_sha, "compiledWith",
         "libseccomp (seccomp_export_bpf), handed to bwrap --seccomp", "filter",
         desc ? desc : json_null());
     json_object_update(w3, w3s);
@@ -1123,11 +1205,16 @@ out:;
                         json_string("setpriv --reuid 65534 --regid 65534 --clear-groups "
                                     "--inh-caps=-all --bounding-set=-all --no-new-privs"));
   } else {
-    json_object_set_new(
-        w3, "reason",
-        json_string(probe && !probe->up[JB_WALL_BWRAP] ? probe->reason[JB_WALL_BWRAP]
-                                                       : "not built (needs gVisor on this host)"));
+    json_object_set_new(w3, "reason",
+                        json_string(L->probe && !L->probe->up[JB_WALL_BWRAP]
+                                        ? L->probe->reason[JB_WALL_BWRAP]
+                                        : "not built (needs gVisor on this host)"));
   }
+  return w3;
+}
+
+/* The jail as the shim saw it from inside (new; JSON null without its status). */
+static json_t *contract_jail(const json_t *status) {
   json_t *jail = json_null();
   if (status) {
     json_t *caps = json_object_get(status, "capabilities");
@@ -1141,80 +1228,140 @@ out:;
                      json_object_get(status, "namespaces"), "netdevs",
                      json_object_get(status, "netdevs"), "fds", json_object_get(status, "fds"));
   }
+  return jail;
+}
+
+/* The session contract (sb->contract): what stands, with its settings, and what remains; on
+ * failure too, saying what was found. */
+static void contract_build(struct launch *L, int ret) {
+  if (!L->channel)
+    L->channel = json_pack("{s:s, s:s}", "kind", "none", "reason", "the shim did not come up");
+  /* the session contract: what stands, with its settings, and what remains */
+  char at[40];
+  iso8601(epoch_ms(), at, sizeof at);
+  json_t *w1 = contract_gvisor(L), *w2 = contract_docker(L), *w3 = contract_bwrap(L);
+  json_t *jail = contract_jail(L->status);
   json_t *problems = json_object();
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    if (json_array_size(chk.problems[w]))
-      json_object_set(problems, jb_wall_names[w], chk.problems[w]);
+    if (json_array_size(L->chk.problems[w]))
+      json_object_set(problems, jb_wall_names[w], L->chk.problems[w]);
   json_t *req_list = json_array();
   for (int w = 0; w < JB_WALL_COUNT; w++)
-    if (cfg->require[w]) json_array_append_new(req_list, json_string(jb_wall_names[w]));
-  sb->contract = json_pack(
+    if (L->cfg->require[w]) json_array_append_new(req_list, json_string(jb_wall_names[w]));
+  L->sb->contract = json_pack(
       "{s:i, s:s, s:s, s:s, s:o, s:o, s:{s:o, s:o, s:o}, s:o, s:o, s:o, s:o}", "contractVersion", 1,
-      "at", at, "worker", cfg->worker_id, "status", ret == 0 ? "up" : "failed", "required",
+      "at", at, "worker", L->cfg->worker_id, "status", ret == 0 ? "up" : "failed", "required",
       req_list, "override",
-      cfg->override
-          ? json_pack("{s:s, s:s}", "requireWalls", cfg->require_text, "note",
+      L->cfg->override
+          ? json_pack("{s:s, s:s}", "requireWalls", L->cfg->require_text, "note",
                       "development override: fewer walls required than gvisor,docker,bwrap")
           : json_null(),
       "walls", "gvisor", w1, "docker", w2, "bwrap", w3, "jailSeenFromInside", jail, "problems",
-      problems, "timingsMs", timings_json(t, tnames, T_N), "residualRisks",
-      jb_walls_residual_risks(cfg, sb->walls_up, apparmor));
-  if (sb->contract) json_object_set(sb->contract, "shimChannel", channel);
-  if (sb->contract) {
-    if (!exec_reason && sb->spawner.fd < 0)
-      exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
-    json_object_set_new(sb->contract, "exec",
-                        exec_contract(&sb->spawner, exec_reason, xbpf ? &xfi : NULL, xbpf_sha));
-    if (sb->spawner.fd >= 0 && !exec_reason)
+      problems, "timingsMs", timings_json(L->t, tnames, T_N), "residualRisks",
+      jb_walls_residual_risks(L->cfg, L->sb->walls_up, L->apparmor));
+  if (L->sb->contract) json_object_set(L->sb->contract, "shimChannel", L->channel);
+}
+
+/* The contract's exec, image and probe, and the residual risks they bring. */
+static void contract_exec_image(struct launch *L, int ret) {
+  if (L->sb->contract) {
+    if (!L->exec_reason && L->sb->spawner.fd < 0)
+      L->exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
+    json_object_set_new(
+        L->sb->contract, "exec",
+        exec_contract(&L->sb->spawner, L->exec_reason, L->xbpf ? &L->xfi : NULL, L->xbpf_sha));
+    if (L->sb->spawner.fd >= 0 && !L->exec_reason)
       json_array_append_new(
-          json_object_get(sb->contract, "residualRisks"),
+          json_object_get(L->sb->contract, "residualRisks"),
           json_string(
               "exec: a command may connect() to a host Unix socket file in the workspace "
               "(runsc --host-uds=open; the pre-scan flags such files) — exec's filter "
               "allows local sockets, which build and test tools need. Its memory is the "
               "container's: over the limit the whole sandbox is killed (reported as oom)."));
   }
-  if (sb->contract)
+  if (L->sb->contract)
     json_object_set_new(
-        sb->contract, "image",
-        probe && probe->image_id[0]
-            ? json_pack("{s:s, s:s, s:s?}", "name", cfg->image, "id", probe->image_id,
-                        "contentDigest", probe->image_digest[0] ? probe->image_digest : NULL)
-            : json_pack("{s:s, s:n, s:n}", "name", cfg->image, "id", "contentDigest"));
-  if (sb->contract && gvisor && probe && strstr(probe->runsc_args, "--host-uds=open"))
+        L->sb->contract, "image",
+        L->probe && L->probe->image_id[0]
+            ? json_pack("{s:s, s:s, s:s?}", "name", L->cfg->image, "id", L->probe->image_id,
+                        "contentDigest", L->probe->image_digest[0] ? L->probe->image_digest : NULL)
+            : json_pack("{s:s, s:n, s:n}", "name", L->cfg->image, "id", "contentDigest"));
+  if (L->sb->contract && L->gvisor && L->probe && strstr(L->probe->runsc_args, "--host-uds=open"))
     json_array_append_new(
-        json_object_get(sb->contract, "residualRisks"),
-        json_string(bwrap ? "runsc runs with --host-uds=open, so a process in the sandbox may "
-                            "connect to a host Unix socket visible in its mounts: the workspace "
-                            "(a socket file the buyer left there) and the session's shim socket "
-                            "directory. Only the launcher connects, as the container's root before "
-                            "the jail, once (the worker then removes the socket); the jailed shim "
-                            "sees no socket directory and Wall 3's filter refuses socket, "
-                            "socketpair and connect (EPERM)."
-                          : "runsc runs with --host-uds=open and Wall 3 is missing: the shim may "
-                            "connect to a host Unix socket left in the workspace; only Wall 2's "
-                            "profile and gVisor stand in the way."));
-  if (sb->contract && probe && probe->done)
-    json_object_set_new(sb->contract, "probe", jb_probe_json(probe));
+        json_object_get(L->sb->contract, "residualRisks"),
+        json_string(L->bwrap
+                        ? "runsc runs with --host-uds=open, so a process in the sandbox may "
+                          "connect to a host Unix socket visible in its mounts: the workspace "
+                          "(a socket file the buyer left there) and the session's shim socket "
+                          "directory. Only the launcher connects, as the container's root before "
+                          "the jail, once (the worker then removes the socket); the jailed shim "
+                          "sees no socket directory and Wall 3's filter refuses socket, "
+                          "socketpair and connect (EPERM)."
+                        : "runsc runs with --host-uds=open and Wall 3 is missing: the shim may "
+                          "connect to a host Unix socket left in the workspace; only Wall 2's "
+                          "profile and gVisor stand in the way."));
+  if (L->sb->contract && L->probe && L->probe->done)
+    json_object_set_new(L->sb->contract, "probe", jb_probe_json(L->probe));
+}
+
+/* The launch's end: a failed launch's connection closed, its container removed and its
+ * spawner's channel closed; what the stages held freed. */
+static void launch_end(struct launch *L, int ret) {
   if (ret < 0) {
-    json_object_set_new(sb->contract, "failure", json_string(err ? err->msg : "?"));
-    if (sb->conn_open) jb_shimconn_close(&sb->conn);
-    sb->conn_open = false;
-    if (sb->container_id[0]) {
+    json_object_set_new(L->sb->contract, "failure", json_string(L->err ? L->err->msg : "?"));
+    if (L->sb->conn_open) jb_shimconn_close(&L->sb->conn);
+    L->sb->conn_open = false;
+    if (L->sb->container_id[0]) {
       jb_error rerr = {0};
-      (void)jb_container_remove(cfg, sb->container_id, &rerr);
-      sb->container_id[0] = '\0';
+      (void)jb_container_remove(L->cfg, L->sb->container_id, &rerr);
+      L->sb->container_id[0] = '\0';
     }
   }
-  for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(chk.problems[w]);
-  if (ret < 0) jb_spawner_close(&sb->spawner);
-  json_decref(exec_reason);
-  free(xbpf);
-  json_decref(channel);
-  json_decref(status);
-  json_decref(settings);
-  json_decref(created);
-  json_decref(body);
-  free(bpf);
+  for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(L->chk.problems[w]);
+  if (ret < 0) jb_spawner_close(&L->sb->spawner);
+  json_decref(L->exec_reason);
+  free(L->xbpf);
+  json_decref(L->channel);
+  json_decref(L->status);
+  json_decref(L->settings);
+  json_decref(L->created);
+  json_decref(L->body);
+  free(L->bpf);
+}
+
+/* The stages in the order the walls need them: which walls, the filters and the channel, the
+ * container created, attached and started, the filters handed over, the channel taken, the
+ * shim ready, checked from inside, the walls checked as they stand; then the contract (also of
+ * a failed launch) and the end. */
+int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *probe,
+                      const char *job_id, const char *workspace, const json_t *limits,
+                      const json_t *labels, struct jb_sandbox *sb, enum jb_wall *failed,
+                      jb_error *err) {
+  struct launch L = {.cfg = cfg,
+                     .probe = probe,
+                     .job_id = job_id,
+                     .workspace = workspace,
+                     .limits = limits,
+                     .labels = labels,
+                     .sb = sb,
+                     .failed = failed,
+                     .err = err,
+                     .lsn = JB_SHIM_LISTENER_INIT};
+  launch_init(&L);
+  json_t *ready = NULL;
+  int ret = launch_walls_allowed(&L);
+  if (ret == 0) ret = launch_filters(&L);
+  if (ret == 0) ret = launch_create(&L);
+  if (ret == 0) ret = launch_attach(&L);
+  if (ret == 0) ret = launch_start(&L);
+  if (ret == 0) ret = launch_hand_filters(&L);
+  if (ret == 0) ret = launch_channel(&L, &ready);
+  if (ret == 0) ret = launch_ready(&L, ready); /* takes ready */
+  if (ret == 0) ret = launch_inside(&L);
+  if (ret == 0) ret = launch_check(&L);
+  jb_shim_listener_close(&L.lsn);
+  contract_build(&L, ret);
+  contract_exec_image(&L, ret);
+  launch_end(&L, ret);
   return ret;
 }

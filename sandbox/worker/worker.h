@@ -231,12 +231,6 @@ void sessions_reap(struct jb_worker *w);
 /* Frees a session whose thread is joined (or never started). */
 void session_free(struct jb_session *s);
 
-/* Enters `s` in the worker's table, which then holds at most `max` sessions (and never more
- * than JB_WORKER_SESSIONS_MAX), and starts its thread (session_main). 0; or -1 with `s` out of
- * the table again, for the caller to free, and *full telling whether the table was full (else
- * the thread could not start). Any thread. */
-int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full);
-
 /* Runs `fn(arg)` on up to SESSIONS_POOL_THREADS threads at once, the calling thread one of
  * them, for `jobs` items of work that `fn` takes one by one from a counter in `arg` until none
  * is left (so fewer threads than asked, even none started, still do all of it). Returns when
@@ -246,6 +240,21 @@ int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *f
  * mostly on the shim, Docker and PostgreSQL. */
 enum { SESSIONS_POOL_THREADS = 8 };
 void sessions_in_parallel(void *(*fn)(void *), void *arg, size_t jobs);
+
+/* ---- a session's containers (containers.c) ------------------------------------------------ */
+
+/* The containers of this deployment on this Docker daemon, running or not, and with `job`
+ * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
+ * (new), or NULL with `err`. */
+json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err);
+
+/* Removes every container of this Docker daemon labelled with session `job`. */
+void session_remove_containers(struct jb_worker *w, const char *job);
+
+/* Waits at most `ms` for container `cid` to be gone (a removal by the teardown job may be
+ * running at the same time: the second DELETE answers 409 before the first is done).
+ * Returns whether it is gone. */
+bool container_gone(struct jb_worker *w, const char *cid, long ms);
 
 /* ---- launch and teardown (launch.c) ------------------------------------------------------ */
 
@@ -257,10 +266,11 @@ void launch_drain_queue(struct jb_worker *w);
  * gives the workspace back. Sets s->finished at its end. */
 void *session_main(void *arg);
 
-/* The containers of this deployment on this Docker daemon, running or not, and with `job`
- * (NULL: any) only those of that session (GET /containers/json, filtered by label): the array
- * (new), or NULL with `err`. */
-json_t *list_containers(struct jb_worker *w, const char *job, jb_error *err);
+/* Enters `s` in the worker's table, which then holds at most `max` sessions (and never more
+ * than JB_WORKER_SESSIONS_MAX), and starts its thread (session_main). 0; or -1 with `s` out of
+ * the table again, for the caller to free, and *full telling whether the table was full (else
+ * the thread could not start). Any thread. */
+int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *full);
 
 /* Takes this worker's lease on session `job` (db/launch_jobs.h). JB_OK, JB_ERR_CONFLICT
  * (another worker drives it), JB_ERR_FAIL; logged. */
@@ -282,14 +292,6 @@ void sandbox_quit(struct jb_session *s, long wait_ms, char *cid);
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);
 
-/* Removes every container of this Docker daemon labelled with session `job`. */
-void session_remove_containers(struct jb_worker *w, const char *job);
-
-/* Waits at most `ms` for container `cid` to be gone (a removal by the teardown job may be
- * running at the same time: the second DELETE answers 409 before the first is done).
- * Returns whether it is gone. */
-bool container_gone(struct jb_worker *w, const char *cid, long ms);
-
 /* ---- start-up and re-adoption (adopt.c) --------------------------------------------------- */
 
 /* At start (main thread, before the other threads): fails the launch jobs a previous run of
@@ -298,12 +300,6 @@ bool container_gone(struct jb_worker *w, const char *cid, long ms);
  * listed, removes what no live session of ours owns and lets the keeper drop what was not taken
  * over. The containers are handled by up to 8 threads; returns once all are done. */
 void adopt_at_start(struct jb_worker *w);
-
-/* Hands the keeper copies of running session `s`'s channels and workspace grant, so that a
- * worker that starts under this id after this one died or was upgraded can take the session
- * over (only with the socket channel: the attach stream ends with the worker); sets s->kept.
- * A failure is logged: the session then ends with this worker. */
-void adopt_keep_channels(struct jb_session *s);
 
 /* ---- the descriptor keeper (keeper.c) ------------------------------------------------------ */
 
@@ -360,8 +356,13 @@ int commands_start(struct jb_worker *w, const char *job, jb_error *err);
  * command thread to return, closes the commands' pool. */
 void commands_end(struct jb_worker *w);
 
-/* Makes the queued ops of session `job` due for the runners (relay.c). Any thread. */
+/* Makes the queued ops of session `job` due for the runners (relay.c). Any thread. (due.c) */
 void run_queued_session(struct jb_worker *w, const char *job);
+
+/* Makes `max` claims of session `job` due: added to what its entry asks already when it is
+ * due or on a runner, else a new entry at the end (dropped when the ring is full: the sweep
+ * comes back to it). Any thread; takes w->due.lock. (due.c) */
+void due_add(struct jb_worker *w, const char *job, int max);
 
 /* Acts on signal `kind` of session `job` by the policy: aborts the session (kills and
  * removes its container, seals its chain) or counts the signal and alerts every N-th time.
@@ -396,7 +397,7 @@ json_t *relay_not_run(const char *state, const char *reason);
  * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
  * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
  * (neither an exec's outcome nor its failure is stored). Unset (always, outside tests) it
- * costs a getenv. (relay.c) */
+ * costs a getenv. (sessions.c) */
 bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
 
 /* Runs claimed exec `op` of `job` (jb_db_op_claim's transaction open on `c`): marks it running
@@ -476,7 +477,7 @@ void *heads_main(void *arg);
 /* Tells the heads thread to announce what waits and end. */
 void heads_stop(struct jb_worker *w);
 
-/* ---- the database listener (main.c) ------------------------------------------------------ */
+/* ---- the database listener (sessions.c) ------------------------------------------------------ */
 
 /* (Re)connects *listen and runs `listen_sql` ("LISTEN channel") when it is not connected;
  * leaves it NULL when the database cannot be reached (the caller's loop tries again). */
