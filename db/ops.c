@@ -10,24 +10,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/events.h"
-#include "db/sessions.h"
-
-/* Indexed by enum jb_op_state. */
-static const char *const op_state_names[] = {"pending", "approved", "rejected",
-                                             "done",    "failed",   "running"};
-_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_RUNNING + 1,
-               "one name per op state");
-
-const char *jb_op_state_name(enum jb_op_state st) {
-  if (st < 0 || (size_t)st >= sizeof op_state_names / sizeof op_state_names[0]) return NULL;
-  return op_state_names[st];
-}
-
-enum jb_op_state jb_op_state_from_name(const char *name) {
-  for (size_t i = 0; name && i < sizeof op_state_names / sizeof op_state_names[0]; i++)
-    if (!strcmp(op_state_names[i], name)) return (enum jb_op_state)i;
-  return JB_OP_UNKNOWN;
-}
+#include "db/op_decide.h"
 
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,

@@ -11,7 +11,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/ops.h"
-#include "db/sessions.h"
+#include "db/op_decide.h"
 #include "lib/policy.h"
 
 #define RULE_IN_ENTRY_MAX (16 * 1024) /* bytes of a rule's JSON recorded whole in its entry */
