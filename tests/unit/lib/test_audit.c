@@ -1389,8 +1389,8 @@ static void line_read_kinds(void **state) {
                    JB_AUDIT_LINE_MALFORMED);
   assert_true(e.malformed);
   assert_non_null(strstr(e.error, "longer than the limit"));
-  /* at the limit with its "\n": blank */
   /* JB_AUDIT_MAX_LINE spaces alone: blank */
+  assert_int_equal(jb_audit_line_read(&e, big, JB_AUDIT_MAX_LINE, &err), JB_AUDIT_LINE_BLANK);
   free(big);
   chain_free(&c);
 }
