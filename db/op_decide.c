@@ -115,12 +115,14 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
                       reason};
   if (head) memset(head, 0, sizeof *head);
   /* a rejection writes to the chain: take the session row first (the lock order of every
-   * chain writer), then the op */
+   * chain writer), then the op; an approval is one statement, in the caller's transaction
+   * if there is one (left to the caller) */
+  cleanup_tx struct jb_tx tx = {0};
   if (!approve) {
-    if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+    if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
     PGresult *lk = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
                               PGRES_TUPLES_OK, NULL, err, "lock session");
-    if (!lk) goto fail;
+    if (!lk) return JB_ERR_FAIL;
     PQclear(lk);
   }
   PGresult *r = jb_db_exec(
@@ -131,28 +133,25 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
       "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
       " RETURNING " OP_JSON "::text",
       4, p, PGRES_TUPLES_OK, NULL, err, "decide op");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1) {
     *json_out = dup_value(r);
     PQclear(r);
-    if (!*json_out) {
-      jb_fail(err, ENOMEM, "out of memory");
-      goto fail;
-    }
+    if (!*json_out) return jb_fail(err, ENOMEM, "out of memory");
     if (!approve) {
       struct jb_audit_head h;
       if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK ||
-          jb_db_commit(c, err) < 0) {
+          jb_tx_commit(&tx, err) < 0) {
         free(*json_out);
         *json_out = NULL;
-        goto fail;
+        return JB_ERR_FAIL;
       }
       if (head) *head = h;
     }
     return JB_OK;
   }
   PQclear(r);
-  if (!approve) jb_db_rollback(c);
+  jb_tx_rollback(&tx); /* a rejection's: nothing was decided */
   r = jb_db_exec(c,
                  "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
                  " WHERE o.op_id = $1::bigint AND o.job_id = $2",
@@ -168,9 +167,6 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   PQclear(r);
   return rc;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_op_decided_how(PGconn *c, const char *job_id, long long op_id, char *how, size_t len,

@@ -50,12 +50,13 @@ static char *dup_value(PGresult *r) {
 
 int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct jb_session_new *s,
                          struct jb_audit_head *head, jb_error *err) {
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   char st[6] = "";
   const char *p1[1] = {s->agent_id};
   PGresult *r = jb_db_exec(c, "INSERT INTO agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING", 1,
                            p1, PGRES_COMMAND_OK, st, err, "create agent");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
                        s->exclude_json, s->limits_json, s->image};
@@ -63,15 +64,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
                  " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
                  7, p2, PGRES_COMMAND_OK, st, err, "create session");
-  if (!r) {
-    jb_db_rollback(c);
-    return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
-  }
+  if (!r) return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
   PQclear(r);
   /* opens are serialized here so that two of them cannot both find a workspace free */
   r = jb_db_exec(c, "SELECT pg_advisory_xact_lock(7665523954990151714)", 0, NULL, PGRES_TUPLES_OK,
                  NULL, err, "lock workspaces");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   const char *pw[2] = {s->workspace, s->job_id};
   r = jb_db_exec(c,
@@ -80,38 +78,34 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  " OR starts_with($1, workspace || '/') OR starts_with(workspace, $1 || '/'))"
                  " AND job_id <> $2 LIMIT 1",
                  2, pw, PGRES_TUPLES_OK, NULL, err, "check workspace");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) > 0) {
     jb_fail(err, EBUSY, "workspace overlaps the one of live session '%s'", PQgetvalue(r, 0, 0));
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
   PQclear(r);
   if (jb_db_token_insert(c, s->buyer_hash, "buyer", s->job_id, NULL, err) != JB_OK ||
       jb_db_token_insert(c, s->agent_hash, "agent", s->job_id, NULL, err) != JB_OK)
-    goto fail;
+    return JB_ERR_FAIL;
   const char *p3[1] = {s->job_id};
   r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'launch')", 1, p3,
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   json_t *d = json_pack("{s:n,s:s,s:s,s:s,s:s?}", "from", "to", "created", "actor", "service",
                         "mode", s->mode, "image", s->image);
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
-  if (arc != JB_OK) goto fail;
+  if (arc != JB_OK) return JB_ERR_FAIL;
   char msg[300];
   if (s->rules && jb_db_rules_insert_tx(c, keys, s->job_id, s->rules, "open", 0, head, msg,
                                         sizeof msg, err) != JB_OK) {
     if (!err->msg[0]) jb_fail(err, EINVAL, "%s", msg);
-    goto fail;
+    return JB_ERR_FAIL;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 #define SESSION_JSON                                                                               \
@@ -253,7 +247,8 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
                                 struct jb_audit_head *head, jb_error *err) {
   memset(head, 0, sizeof *head);
   *cleared = false;
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(
       c,
@@ -263,11 +258,10 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
       " RETURNING old.effects_incomplete, s.job_id)"
       " SELECT effects_incomplete, pg_notify('jb_op', '0 effects ' || job_id) FROM u",
       1, p, PGRES_TUPLES_OK, NULL, err, "clear the hold of writable commands");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, state, err);
-    jb_db_rollback(c);
     return rc;
   }
   if (!PQgetisnull(r, 0, 0)) {
@@ -278,16 +272,13 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
     json_decref(d);
     if (arc != JB_OK) {
       PQclear(r);
-      goto fail;
+      return JB_ERR_FAIL;
     }
     *cleared = true;
   }
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_session_context(PGconn *c, const char *job_id, json_t **out, jb_error *err) {
@@ -467,7 +458,8 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   char from_lit[256];
   array_literal(from, from_lit, sizeof from_lit);
   bool ending = in_list(end_states, to);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[4] = {job_id, to, reason, from_lit};
   PGresult *r =
       jb_db_exec(c,
@@ -477,11 +469,10 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
                  " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
                  " RETURNING old.state",
                  4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, out->state, err);
-    jb_db_rollback(c);
     return rc;
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
@@ -491,16 +482,16 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (ending) {
     const char *pe[2] = {job_id, to};
     if (jb_db_session_end_ops(c, keys, job_id, to, reason, &out->rejected_ops, NULL, err) != JB_OK)
-      goto fail;
+      return JB_ERR_FAIL;
     r = jb_db_exec(c,
                    "UPDATE tokens SET revoked_at = now()"
                    " WHERE job_id = $1 AND role <> 'buyer' AND revoked_at IS NULL",
                    1, pe, PGRES_COMMAND_OK, NULL, err, "revoke agent tokens");
-    if (!r) goto fail;
+    if (!r) return JB_ERR_FAIL;
     PQclear(r);
     r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown')", 1, pe,
                    PGRES_COMMAND_OK, NULL, err, "queue teardown");
-    if (!r) goto fail;
+    if (!r) return JB_ERR_FAIL;
     PQclear(r);
   }
   const char *op = strcmp(to, "paused") == 0                                             ? "pause"
@@ -515,25 +506,23 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (!keys) { /* every state change is an audit entry: a caller without keys is a bug */
     json_decref(d);
     jb_fail(err, EINVAL, "session transition without audit signing keys");
-    goto fail;
+    return JB_ERR_FAIL;
   }
   int arc = d ? jb_audit_append(c, keys, job_id, op, NULL, d, &out->head, err)
               : jb_fail(err, ENOMEM, "out of memory");
   json_decref(d);
-  if (arc != JB_OK) goto fail;
-  if (ending && jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (arc != JB_OK) return JB_ERR_FAIL;
+  if (ending && jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) return JB_ERR_FAIL;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                            const char *mode, char state[20], struct jb_audit_head *head,
                            jb_error *err) {
   memset(head, 0, sizeof *head);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[2] = {job_id, mode};
   PGresult *r = jb_db_exec(c,
                            "WITH old AS (SELECT mode FROM sessions WHERE job_id = $1 FOR UPDATE)"
@@ -541,11 +530,10 @@ int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char 
                            " WHERE s.job_id = $1 AND s.state IN ('created', 'prescanning',"
                            " 'awaiting_agent', 'active', 'paused', 'done') RETURNING old.mode",
                            2, p, PGRES_TUPLES_OK, NULL, err, "set mode");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, state, err);
-    jb_db_rollback(c);
     return rc;
   }
   char from[16];
@@ -556,13 +544,10 @@ int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char 
     int arc = d ? jb_audit_append(c, keys, job_id, "mode", NULL, d, head, err)
                 : jb_fail(err, ENOMEM, "out of memory");
     json_decref(d);
-    if (arc != JB_OK) goto fail;
+    if (arc != JB_OK) return JB_ERR_FAIL;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err) {
