@@ -436,3 +436,37 @@ int jb_db_commit(PGconn *conn, jb_error *err) {
 void jb_db_rollback(PGconn *conn) {
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) PQclear(PQexec(conn, "ROLLBACK"));
 }
+
+int jb_tx_begin(struct jb_tx *tx, PGconn *conn, jb_error *err) {
+  tx->conn = NULL;
+  if (jb_db_begin(conn, err) < 0) return -1;
+  tx->conn = conn;
+  return 0;
+}
+
+int jb_tx_begin_as(struct jb_tx *tx, PGconn *conn, const char *begin_sql, const char *what,
+                   jb_error *err) {
+  tx->conn = NULL;
+  PGresult *r = jb_db_exec(conn, begin_sql, 0, NULL, PGRES_COMMAND_OK, NULL, err, what);
+  if (!r) return -1;
+  PQclear(r);
+  tx->conn = conn;
+  return 0;
+}
+
+void jb_tx_hold(struct jb_tx *tx, PGconn *conn) { tx->conn = conn; }
+
+int jb_tx_commit(struct jb_tx *tx, jb_error *err) {
+  if (!tx->conn) return 0;
+  if (jb_db_commit(tx->conn, err) < 0) return -1;
+  tx->conn = NULL;
+  return 0;
+}
+
+void jb_tx_hand_over(struct jb_tx *tx) { tx->conn = NULL; }
+
+void jb_tx_rollback(struct jb_tx *tx) {
+  if (!tx->conn) return;
+  jb_db_rollback(tx->conn);
+  tx->conn = NULL;
+}

@@ -95,4 +95,43 @@ int jb_db_begin(PGconn *conn, jb_error *err);
 int jb_db_commit(PGconn *conn, jb_error *err);
 void jb_db_rollback(PGconn *conn);
 
+/* A transaction that rolls back when its variable leaves scope, unless committed (a cleanup
+ * attribute, as cleanup_free; crun/bubblewrap style) — instead of a `goto fail` ladder:
+ *
+ *   cleanup_tx struct jb_tx tx = {0};
+ *   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
+ *   … every early return rolls back …
+ *   return jb_tx_commit(&tx, err) < 0 ? JB_ERR_FAIL : JB_OK;
+ *
+ * The rollback (jb_db_rollback) runs after the return value is computed, and only when the
+ * connection is still inside a transaction. {0} holds nothing: leaving scope does nothing. */
+struct jb_tx {
+  PGconn *conn; /* borrowed; NULL once committed or rolled back */
+};
+
+/* BEGIN on `conn`, held by `tx`. 0, or -1 with `err` set (`tx` then holds nothing). */
+int jb_tx_begin(struct jb_tx *tx, PGconn *conn, jb_error *err);
+
+/* As jb_tx_begin with the static statement `begin_sql` (a literal, e.g. "BEGIN ISOLATION
+ * LEVEL REPEATABLE READ READ ONLY"); `what` names it in `err`. */
+int jb_tx_begin_as(struct jb_tx *tx, PGconn *conn, const char *begin_sql, const char *what,
+                   jb_error *err);
+
+/* Makes `tx` hold a transaction opened on `conn` by other means (a BEGIN step of
+ * jb_db_pipeline), or one that is about to be: from here on leaving scope rolls it back. */
+void jb_tx_hold(struct jb_tx *tx, PGconn *conn);
+
+/* COMMIT. 0 (`tx` then holds nothing), or -1 with `err` set (still held: leaving scope rolls
+ * back whatever is left). A `tx` that holds nothing: 0, nothing sent. */
+int jb_tx_commit(struct jb_tx *tx, jb_error *err);
+
+/* Lets go without ending the transaction: it stays open on the connection for the caller
+ * (a claim that holds its op until jb_db_op_complete commits). */
+void jb_tx_hand_over(struct jb_tx *tx);
+
+/* Rolls back now (when the connection is inside a transaction) and lets go. */
+void jb_tx_rollback(struct jb_tx *tx);
+
+#define cleanup_tx __attribute__((cleanup(jb_tx_rollback)))
+
 #endif

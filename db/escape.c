@@ -74,7 +74,8 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
   memset(out, 0, sizeof *out);
   char d[JB_ALERT_DETAIL_MAX + 1];
   clip_utf8(detail, d, JB_ALERT_DETAIL_MAX);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(
       c,
@@ -84,11 +85,10 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
       " FROM old WHERE s.job_id = $1 AND old.state IN ('created', 'prescanning', 'awaiting_agent',"
       "   'active', 'paused', 'done') RETURNING old.state",
       1, p, PGRES_TUPLES_OK, NULL, err, "escape abort");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = jb_db_session_state(c, job_id, out->previous, err);
-    jb_db_rollback(c);
     return rc == JB_OK ? JB_ERR_CONFLICT : rc;
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
@@ -97,13 +97,13 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
                  "UPDATE tokens SET revoked_at = now()"
                  " WHERE job_id = $1 AND role <> 'buyer' AND revoked_at IS NULL",
                  1, p, PGRES_COMMAND_OK, NULL, err, "revoke agent tokens");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   r = jb_db_exec(c,
                  "WITH t AS (INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown'))"
                  " INSERT INTO seals_pending (job_id) VALUES ($1) ON CONFLICT DO NOTHING",
                  1, p, PGRES_COMMAND_OK, NULL, err, "queue teardown");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   json_t *det =
       json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "from", out->previous, "to", "aborted", "actor",
@@ -112,27 +112,25 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
   int arc = det ? jb_audit_append(c, keys, job_id, "abort", NULL, det, &h, err)
                 : jb_fail(err, ENOMEM, "out of memory");
   json_decref(det);
-  if (arc != JB_OK) goto fail;
+  if (arc != JB_OK) return JB_ERR_FAIL;
   out->seq = (long long)h.seq;
   out->alert_id = record_alert(c, job_id, kind, true, d, out->seq, penalty, err);
-  if (out->alert_id < 0) goto fail;
+  if (out->alert_id < 0) return JB_ERR_FAIL;
   r = jb_db_exec(
       c, "SELECT a.trust_score FROM agents a JOIN sessions s USING (agent_id) WHERE s.job_id = $1",
       1, p, PGRES_TUPLES_OK, NULL, err, "read trust score");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   out->trust_score = PQntuples(r) == 1 ? (long)col_ll(r, 0, 0) : 0;
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *previous, struct jb_finish_out *out, jb_error *err) {
   memset(out, 0, sizeof *out);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c,
                            "SELECT s.state, s.state_reason, EXISTS (SELECT 1 FROM audit_heads h"
@@ -140,10 +138,9 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
                            "  WHERE h.job_id = s.job_id AND a.operation = 'seal')"
                            " FROM sessions s WHERE s.job_id = $1 FOR UPDATE",
                            1, p, PGRES_TUPLES_OK, NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) goto clear_events;
   if (PQntuples(r) != 1) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   char state[20], reason[200];
@@ -152,24 +149,21 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   bool has_reason = !PQgetisnull(r, 0, 1);
   bool sealed = strcmp(PQgetvalue(r, 0, 2), "t") == 0;
   PQclear(r);
-  if (jb_state_is_live(state)) {
-    jb_db_rollback(c);
-    return JB_ERR_CONFLICT;
-  }
+  if (jb_state_is_live(state)) return JB_ERR_CONFLICT;
   /* only a chain an escape left to be sealed is ever sealed here */
   r = jb_db_exec(c, "DELETE FROM seals_pending WHERE job_id = $1", 1, p, PGRES_COMMAND_OK, NULL,
                  err, "take pending seal");
-  if (!r) goto fail;
+  if (!r) goto clear_events;
   bool pending = strcmp(PQcmdTuples(r), "1") == 0;
   PQclear(r);
   if (sealed || !pending) {
-    if (jb_db_commit(c, err) < 0) goto fail;
+    if (jb_tx_commit(&tx, err) < 0) goto clear_events;
     return JB_OK;
   }
   if (jb_db_session_end_ops(c, keys, job_id, state, has_reason ? reason : NULL, &out->rejected_ops,
                             &out->failed_ops, err) != JB_OK)
-    goto fail;
-  if (jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
+    goto clear_events;
+  if (jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto clear_events;
   out->sealed_now = true;
   /* handed back in this order, for the caller to publish once this has committed */
   struct jb_event_list *evs = &out->events;
@@ -182,7 +176,7 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
                  "SELECT kind, detail, seq FROM security_alerts WHERE job_id = $1 AND escape"
                  " ORDER BY id LIMIT 20",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read escape alerts");
-  if (!r) goto fail;
+  if (!r) goto clear_events;
   for (int i = 0; erc == 0 && i < PQntuples(r); i++)
     erc = jb_event_list_add(
         evs, JB_EVENT_SECURITY_ALERT,
@@ -192,12 +186,11 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   if (erc == 0) erc = jb_event_list_add(evs, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&out->head));
   if (erc != 0) {
     jb_fail(err, ENOMEM, "out of memory");
-    goto fail;
+    goto clear_events;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) goto clear_events;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
+clear_events: /* none is published: nothing was committed (rolled back by tx) */
   jb_event_list_clear(&out->events);
   return JB_ERR_FAIL;
 }
@@ -208,24 +201,22 @@ int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job
   memset(out, 0, sizeof *out);
   char d[JB_ALERT_DETAIL_MAX + 1];
   clip_utf8(detail, d, JB_ALERT_DETAIL_MAX);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[2] = {job_id, kind};
   PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) goto clear_events;
   int rows = PQntuples(r);
   bool live = rows == 1 && jb_state_is_live(PQgetvalue(r, 0, 0));
   PQclear(r);
-  if (!live) {
-    jb_db_rollback(c);
-    return rows == 1 ? JB_ERR_CONFLICT : JB_ERR_NOT_FOUND;
-  }
+  if (!live) return rows == 1 ? JB_ERR_CONFLICT : JB_ERR_NOT_FOUND;
   r = jb_db_exec(c,
                  "INSERT INTO signal_counts (job_id, kind, count) VALUES ($1, $2, 1)"
                  " ON CONFLICT (job_id, kind) DO UPDATE SET count = signal_counts.count + 1"
                  " RETURNING count",
                  2, p, PGRES_TUPLES_OK, NULL, err, "count signal");
-  if (!r) goto fail;
+  if (!r) goto clear_events;
   out->count = col_ll(r, 0, 0);
   PQclear(r);
   if (every > 0 && out->count % every == 0) {
@@ -235,23 +226,22 @@ int jb_db_signal_count(PGconn *c, const struct jb_keyring *keys, const char *job
     int arc = det ? jb_audit_append(c, keys, job_id, "security_alert", NULL, det, &h, err)
                   : jb_fail(err, ENOMEM, "out of memory");
     json_decref(det);
-    if (arc != JB_OK) goto fail;
+    if (arc != JB_OK) goto clear_events;
     out->seq = (long long)h.seq;
     out->alerted = true;
-    if (record_alert(c, job_id, kind, false, d, out->seq, 0, err) < 0) goto fail;
+    if (record_alert(c, job_id, kind, false, d, out->seq, 0, err) < 0) goto clear_events;
     if (jb_event_list_add(&out->events, JB_EVENT_SECURITY_ALERT,
                           json_pack("{s:s,s:s,s:s,s:I,s:b,s:I}", "jobId", job_id, "kind", kind,
                                     "detail", d, "seq", (json_int_t)out->seq, "escape", 0, "count",
                                     (json_int_t)out->count)) != 0 ||
         jb_event_list_add(&out->events, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h)) != 0) {
       jb_fail(err, ENOMEM, "out of memory");
-      goto fail;
+      goto clear_events;
     }
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) goto clear_events;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
+clear_events: /* none is published: nothing was committed (rolled back by tx) */
   jb_event_list_clear(&out->events);
   return JB_ERR_FAIL;
 }

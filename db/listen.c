@@ -125,7 +125,7 @@ int jb_listener_start(struct jb_listener **out, const char *conninfo, jb_listen_
     free(l->conninfo);
     close(l->stop_fd);
     free(l);
-    return jb_fail_errno(err, rc, "listener thread");
+    return jb_fail_errno(err, rc, "start the change listener thread");
   }
   *out = l;
   return 0;

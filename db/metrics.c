@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "db/db.h"
+#include "lib/json.h"
 
 const double jb_db_approval_wait_bounds[] = {0.1, 0.5, 1, 2.5, 5, 15, 30, 60, 300, 900, 3600};
 const int jb_db_approval_wait_n = sizeof jb_db_approval_wait_bounds / sizeof(double);
@@ -109,16 +110,16 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
   /* folding is an optimisation of the next read: a failure here still lets the read go on */
   jb_error ferr = {0};
   (void)jb_db_op_counts_fold(c, NULL, &ferr);
-  PGresult *r = jb_db_exec(c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL,
-                           PGRES_COMMAND_OK, NULL, err, "metrics");
-  if (!r) return JB_ERR_FAIL;
-  PQclear(r);
-  json_t *o = json_object(), *sessions = json_object(), *ops = json_array();
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin_as(&tx, c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "metrics", err) < 0)
+    return JB_ERR_FAIL;
+  cleanup_json json_t *o = json_object();
+  json_t *sessions = json_object(), *ops = json_array();
   json_object_set_new(o, "sessions", sessions);
   json_object_set_new(o, "ops", ops);
-  r = jb_db_exec(c, "SELECT state, count(*) FROM sessions GROUP BY state", 0, NULL, PGRES_TUPLES_OK,
-                 NULL, err, "metrics: sessions");
-  if (!r) goto fail;
+  PGresult *r = jb_db_exec(c, "SELECT state, count(*) FROM sessions GROUP BY state", 0, NULL,
+                           PGRES_TUPLES_OK, NULL, err, "metrics: sessions");
+  if (!r) return JB_ERR_FAIL;
   for (int i = 0; i < PQntuples(r); i++)
     json_object_set_new(sessions, PQgetvalue(r, i, 0),
                         json_integer(strtoll(PQgetvalue(r, i, 1), NULL, 10)));
@@ -132,20 +133,20 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
                  "   WHERE from_state IS NOT NULL) x"
                  " GROUP BY tool, state HAVING sum(n) <> 0 ORDER BY 1, 2",
                  0, NULL, PGRES_TUPLES_OK, NULL, err, "metrics: ops");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   for (int i = 0; i < PQntuples(r); i++)
     json_array_append_new(ops, json_pack("[s,s,I]", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
                                          (json_int_t)strtoll(PQgetvalue(r, i, 2), NULL, 10)));
   PQclear(r);
   json_t *h = approval_wait(c, err);
-  if (!h) goto fail;
+  if (!h) return JB_ERR_FAIL;
   json_object_set_new(o, "approvalWait", h);
   h = histogram(c, SQL_LAUNCH, jb_db_launch_bounds, jb_db_launch_n, err);
-  if (!h) goto fail;
+  if (!h) return JB_ERR_FAIL;
   json_object_set_new(o, "launch", h);
   r = jb_db_exec(c, "SELECT count(*) FROM launch_jobs WHERE kind = 'launch' AND state = 'failed'",
                  0, NULL, PGRES_TUPLES_OK, NULL, err, "metrics: launch failures");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   json_object_set_new(o, "launchFailed", json_integer(strtoll(PQgetvalue(r, 0, 0), NULL, 10)));
   PQclear(r);
   r = jb_db_exec(c,
@@ -153,7 +154,7 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
                  " FROM sessions WHERE jsonb_typeof(walls->'probe'->'walls') = 'object'"
                  " ORDER BY updated_at DESC LIMIT 1",
                  0, NULL, PGRES_TUPLES_OK, NULL, err, "metrics: wall probe");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   json_t *probe = json_null();
   if (PQntuples(r) == 1) {
     json_t *walls = json_loads(PQgetvalue(r, 0, 0), 0, NULL), *up = json_object();
@@ -167,13 +168,7 @@ int jb_db_metrics(PGconn *c, json_t **out, jb_error *err) {
   }
   PQclear(r);
   json_object_set_new(o, "probe", probe ? probe : json_null());
-  r = jb_db_exec(c, "COMMIT", 0, NULL, PGRES_COMMAND_OK, NULL, err, "metrics");
-  if (!r) goto fail;
-  PQclear(r);
-  *out = o;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
+  *out = jb_steal_pointer(&o);
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  json_decref(o);
-  return JB_ERR_FAIL;
 }

@@ -92,7 +92,9 @@ int jb_migrate(PGconn *c, const struct jb_migration *m, size_t n, int *applied, 
   if (applied) *applied = 0;
   if (jb_migrations_check(m, n, err) < 0) return -1;
   if (exec_ok(c, "BEGIN", err, "begin migrations") < 0) return -1;
-  long *have = NULL;
+  cleanup_tx struct jb_tx tx = {0};
+  jb_tx_hold(&tx, c);
+  cleanup_free long *have = NULL;
   int nhave = 0, count = 0;
   if (exec_ok(c, "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK_KEY ")", err,
               "take migration lock") < 0 ||
@@ -102,7 +104,7 @@ int jb_migrate(PGconn *c, const struct jb_migration *m, size_t n, int *applied, 
               " applied_at timestamptz NOT NULL DEFAULT now())",
               err, "create schema_migrations") < 0 ||
       read_versions(c, &have, &nhave, err) < 0)
-    goto fail;
+    return -1;
 
   for (size_t i = 0; i < n; i++) {
     long v;
@@ -110,7 +112,7 @@ int jb_migrate(PGconn *c, const struct jb_migration *m, size_t n, int *applied, 
     if (has_version(have, nhave, v)) continue;
     if (exec_ok(c, m[i].sql, err, m[i].name) < 0) {
       jb_error_wrap(err, "migration failed");
-      goto fail;
+      return -1;
     }
     char ver[24];
     snprintf(ver, sizeof ver, "%ld", v);
@@ -120,19 +122,15 @@ int jb_migrate(PGconn *c, const struct jb_migration *m, size_t n, int *applied, 
     if (PQresultStatus(ins) != PGRES_COMMAND_OK) {
       jb_db_fail_res(err, ins, "record migration");
       PQclear(ins);
-      goto fail;
+      return -1;
     }
     PQclear(ins);
     count++;
   }
-  if (exec_ok(c, "COMMIT", err, "commit migrations") < 0) goto fail;
-  free(have);
+  if (exec_ok(c, "COMMIT", err, "commit migrations") < 0) return -1;
+  jb_tx_hand_over(&tx); /* committed */
   if (applied) *applied = count;
   return 0;
-fail:
-  free(have);
-  PQclear(PQexec(c, "ROLLBACK"));
-  return -1;
 }
 
 int jb_migrations_pending(PGconn *c, const struct jb_migration *m, size_t n, long *pending,

@@ -10,24 +10,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/events.h"
-#include "db/sessions.h"
-
-/* Indexed by enum jb_op_state. */
-static const char *const op_state_names[] = {"pending", "approved", "rejected",
-                                             "done",    "failed",   "running"};
-_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_RUNNING + 1,
-               "one name per op state");
-
-const char *jb_op_state_name(enum jb_op_state st) {
-  if (st < 0 || (size_t)st >= sizeof op_state_names / sizeof op_state_names[0]) return NULL;
-  return op_state_names[st];
-}
-
-enum jb_op_state jb_op_state_from_name(const char *name) {
-  for (size_t i = 0; name && i < sizeof op_state_names / sizeof op_state_names[0]; i++)
-    if (!strcmp(op_state_names[i], name)) return (enum jb_op_state)i;
-  return JB_OP_UNKNOWN;
-}
+#include "db/op_decide.h"
 
 int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char *path,
                     const char *args_json, bool pending, const char *expect_json, long long *op_id,
@@ -163,7 +146,8 @@ void jb_op_claim_free(struct jb_op_claim *o) {
 
 int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_error *err) {
   memset(out, 0, sizeof *out);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   /* the lock order of every chain writer: the session row, then the op. Locking both in one
    * statement took the op's row first, and a buyer's abort — holding the session row, then
@@ -181,16 +165,10 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
                  " AND EXISTS (SELECT 1 FROM ops o WHERE o.job_id = $1 AND o.state = 'approved')"
                  " FOR UPDATE OF s",
                  1, p, PGRES_TUPLES_OK, NULL, err, "claim op: lock session");
-  if (!r) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
+  if (!r) return JB_ERR_FAIL;
   int live = PQntuples(r);
   PQclear(r);
-  if (live == 0) {
-    jb_db_rollback(c);
-    return JB_ERR_NOT_FOUND;
-  }
+  if (live == 0) return JB_ERR_NOT_FOUND;
   r = jb_db_exec(
       c,
       "SELECT o.op_id, o.tool, coalesce(o.path, ''), o.args::text, coalesce(o.decision, 'auto'),"
@@ -198,13 +176,9 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
       " FROM ops o WHERE o.job_id = $1 AND o.state = 'approved'"
       " ORDER BY o.op_id LIMIT 1 FOR UPDATE SKIP LOCKED", /* held by another claim: skipped */
       1, p, PGRES_TUPLES_OK, NULL, err, "claim op");
-  if (!r) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   out->op_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -217,15 +191,17 @@ int jb_db_op_claim(PGconn *c, const char *job_id, struct jb_op_claim *out, jb_er
   PQclear(r);
   if (!out->path || !out->args_json) {
     jb_op_claim_free(out);
-    jb_db_rollback(c);
     return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
   }
+  jb_tx_hand_over(&tx); /* held until jb_db_op_complete */
   return JB_OK;
 }
 
 int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const struct jb_op_claim *op, bool ok, const char *result_json,
                       json_t *details, struct jb_audit_head *head, jb_error *err) {
+  cleanup_tx struct jb_tx tx = {0};
+  jb_tx_hold(&tx, c); /* jb_db_op_claim's, or complete_in_state's: rolled back on failure */
   /* who decided the op, beside what it did: a copy, the caller's details stay as they are */
   json_t *d = json_is_object(details) && op->decided_by[0] ? json_copy(details) : NULL;
   if (d) {
@@ -235,10 +211,7 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
   int rc = jb_audit_append(c, keys, job_id, op->tool, op->path[0] ? op->path : NULL,
                            d ? d : details, head, err);
   json_decref(d);
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
-  }
+  if (rc != JB_OK) return rc;
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
   const char *p[3] = {id, jb_op_state_name(ok ? JB_OP_DONE : JB_OP_FAILED), result_json};
@@ -249,11 +222,9 @@ int jb_db_op_complete(PGconn *c, const struct jb_keyring *keys, const char *job_
                  3, p, PGRES_COMMAND_OK, "complete op"),
       JB_DB_STEP("COMMIT", 0, NULL, PGRES_COMMAND_OK, "commit")};
   PGresult *r = jb_db_pipeline(c, steps, 2, err);
-  if (!r) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
+  jb_tx_hand_over(&tx); /* committed by the pipeline's last step */
   return JB_OK;
 }
 
@@ -292,11 +263,10 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
       JB_DB_STEP("SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
                  "lock session"),
       JB_DB_STEP(sql, 5, p, PGRES_TUPLES_OK, "store direct op")};
+  cleanup_tx struct jb_tx tx = {0};
+  jb_tx_hold(&tx, c); /* the pipeline's BEGIN */
   PGresult *r = jb_db_pipeline(c, steps, 3, err);
-  if (!r) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
+  if (!r) return JB_ERR_FAIL;
   int rc = JB_OK;
   state[0] = '\0';
   if (PQgetisnull(r, 0, 0)) {
@@ -313,7 +283,7 @@ int jb_db_op_direct_begin(PGconn *c, const char *job_id, const char *tool, const
     *op_id = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
   }
   PQclear(r);
-  if (rc != JB_OK) jb_db_rollback(c);
+  if (rc == JB_OK) jb_tx_hand_over(&tx); /* open for the op's outcome */
   return rc;
 }
 
@@ -393,10 +363,11 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   snprintf(secs, sizeof secs, "%ld", timeout_s);
   const char *p[3] = {id, job_id, secs};
   /* the lock order of every chain writer: the session row, then the op */
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   r = jb_db_exec(
       c,
@@ -411,10 +382,9 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
       "  json_build_object('opId', op_id, 'jobId', job_id, 'tool', tool, 'path', path,"
       "   'state', state, 'reason', reason, 'result', result)::text",
       3, p, PGRES_TUPLES_OK, NULL, err, "expire op");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
   char *path = strdup(PQgetvalue(r, 0, 0));
@@ -437,18 +407,14 @@ int jb_db_op_expire(PGconn *c, const struct jb_keyring *keys, const char *job_id
   json_decref(details);
   if (rc != JB_OK) { /* JB_ERR_CONFLICT: the chain is sealed, the session has ended */
     json_decref(op_json);
-    jb_db_rollback(c);
     return rc;
   }
-  if (jb_db_commit(c, err) < 0) {
+  if (jb_tx_commit(&tx, err) < 0) {
     json_decref(op_json);
-    goto fail;
+    return JB_ERR_FAIL;
   }
   *op_out = op_json;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_ops_forget_previews(PGconn *c, long retention_s, int max_ops, long long *cleared,
@@ -597,7 +563,8 @@ static int complete_in_state(PGconn *c, const struct jb_keyring *keys, const cha
   char id[24];
   snprintf(id, sizeof id, "%lld", op->op_id);
   const char *p[4] = {job_id, id, changes_json, states};
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   /* the lock order of every chain writer: the session row, then the op */
   PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
@@ -609,26 +576,20 @@ static int complete_in_state(PGconn *c, const struct jb_keyring *keys, const cha
                    " AND state = ANY($3::text[]) FOR UPDATE",
                    3, q, PGRES_TUPLES_OK, NULL, err, "lock running op");
   }
-  if (!r) {
-    jb_db_rollback(c);
-    return JB_ERR_FAIL;
-  }
+  if (!r) return JB_ERR_FAIL;
   int running = PQntuples(r);
   PQclear(r);
   if (!running) {
-    jb_db_rollback(c);
     jb_fail(err, ESRCH, "the op is no longer running (its session ended)");
     return JB_ERR_CONFLICT;
   }
   if (changes_json) {
     r = jb_db_exec(c, "UPDATE ops SET changes = $3::jsonb WHERE job_id = $1 AND op_id = $2::bigint",
                    3, p, PGRES_COMMAND_OK, NULL, err, "store the op's changes");
-    if (!r) {
-      jb_db_rollback(c);
-      return JB_ERR_FAIL;
-    }
+    if (!r) return JB_ERR_FAIL;
     PQclear(r);
   }
+  jb_tx_hand_over(&tx); /* jb_db_op_complete ends it */
   return jb_db_op_complete(c, keys, job_id, op, ok, result_json, details, head, err);
 }
 
@@ -668,13 +629,13 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   *op_json = NULL;
   memset(head, 0, sizeof *head);
   state[0] = '\0';
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   char sstate[20];
@@ -684,10 +645,9 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
                  "SELECT tool, state, coalesce(path, '') FROM ops"
                  " WHERE job_id = $1 AND op_id = $2::bigint FOR UPDATE",
                  2, p, PGRES_TUPLES_OK, NULL, err, "lock op");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   bool exec = !strcmp(PQgetvalue(r, 0, 0), "exec");
@@ -696,11 +656,9 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   snprintf(path, sizeof path, "%s", PQgetvalue(r, 0, 2));
   snprintf(state, 20, "%s", PQgetvalue(r, 0, 1));
   PQclear(r);
-  if (!exec || (st != JB_OP_PENDING && st != JB_OP_APPROVED && st != JB_OP_RUNNING)) {
-    jb_db_rollback(c);
+  if (!exec || (st != JB_OP_PENDING && st != JB_OP_APPROVED && st != JB_OP_RUNNING))
     return JB_ERR_CONFLICT;
-  }
-  jb_db_rollback(c);
+  jb_tx_rollback(&tx);
   if (st == JB_OP_PENDING) { /* not started: the buyer's kill is a rejection */
     *outcome = JB_KILL_REJECTED;
     return jb_db_op_decide(c, keys, job_id, op_id, false, p[2], op_json, state, head, err);
@@ -712,10 +670,10 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   /* queued, not started: failed here, with its audit entry (the worker's claim skips a row
    * this transaction holds, and finds it failed after) */
   *outcome = JB_KILL_FAILED;
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
                  NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   r = jb_db_exec(
       c,
@@ -726,10 +684,10 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
       " RETURNING json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool,"
       "  'path', o.path, 'state', o.state, 'reason', o.reason, 'result', o.result)::text",
       3, p, PGRES_TUPLES_OK, NULL, err, "kill queued op");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) { /* started meanwhile: now running, or over */
     PQclear(r);
-    jb_db_rollback(c);
+    jb_tx_rollback(&tx);
     r = jb_db_exec(c, "SELECT state FROM ops WHERE job_id = $1 AND op_id = $2::bigint", 2, p,
                    PGRES_TUPLES_OK, NULL, err, "read op");
     if (!r) return JB_ERR_FAIL;
@@ -747,17 +705,13 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
                ? jb_audit_append(c, keys, job_id, "exec", path[0] ? path : NULL, d, head, err)
                : jb_fail(err, ENOMEM, "out of memory");
   json_decref(d);
-  if (rc == JB_OK && jb_db_commit(c, err) < 0) rc = JB_ERR_FAIL;
+  if (rc == JB_OK && jb_tx_commit(&tx, err) < 0) rc = JB_ERR_FAIL;
   if (rc != JB_OK) {
-    jb_db_rollback(c);
     free(*op_json);
     *op_json = NULL;
     if (rc == JB_ERR_CONFLICT) snprintf(state, 20, "%s", sstate);
   }
   return rc;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_ops_running(PGconn *c, const char *job_id, long long *ids, size_t max, size_t *n,

@@ -16,28 +16,11 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db/op_state.h"
 #include "lib/audit.h"
 #include "lib/err.h"
 
 struct jb_keyring;
-
-/* An op's state: the ops.state column (migration 001 CHECK), named by the lower-case names. */
-enum jb_op_state {
-  JB_OP_UNKNOWN = -1, /* no name, or a name that is none of these */
-  JB_OP_PENDING, /* a write of a supervised session, waiting for the buyer */
-  JB_OP_APPROVED, /* queued for the worker that holds the session (decision approved or auto) */
-  JB_OP_REJECTED, /* the buyer said no */
-  JB_OP_DONE, /* ran: its result and audit entry are stored */
-  JB_OP_FAILED, /* ran and failed, or ended unrun (session ended, approval timeout) */
-  JB_OP_RUNNING, /* an exec whose command runs now (claimed, and marked so in its own commit) */
-};
-
-/* The column's text of `st` ("pending"; static), or NULL for JB_OP_UNKNOWN and any value
- * outside the enum. */
-const char *jb_op_state_name(enum jb_op_state st);
-
-/* The state named `name` (nullable; compared exactly), or JB_OP_UNKNOWN. */
-enum jb_op_state jb_op_state_from_name(const char *name);
 
 /* Stores an op of session `job_id`: `tool` (read, write, list), `path`, `args_json` (JSON
  * object text: the shim's arguments plus, for writes, "size" and "sha256"). With `pending`

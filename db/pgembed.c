@@ -231,7 +231,8 @@ int jb_pgembed_start(struct jb_pgembed *pg, const char *state_dir, const char *b
   if (write_settings(pg, err) < 0) return -1;
 
   const char *const status_argv[] = {pgctl, "-D", pg->datadir, "status", NULL};
-  int st = jb_proc_run(status_argv, &pg->who, NULL, err);
+  jb_error serr = {0}; /* a failed status is answered by a start */
+  int st = jb_proc_run(status_argv, &pg->who, NULL, &serr);
   if (st == 0) {
     jb_log(JB_LOG_WARN, "adopting embedded PostgreSQL left running", "datadir", pg->datadir, NULL);
   } else {

@@ -11,7 +11,7 @@
 #include "db/audit_store.h"
 #include "db/db.h"
 #include "db/ops.h"
-#include "db/sessions.h"
+#include "db/op_decide.h"
 #include "lib/policy.h"
 
 #define RULE_IN_ENTRY_MAX (16 * 1024) /* bytes of a rule's JSON recorded whole in its entry */
@@ -38,15 +38,16 @@ static int bump_version(PGconn *c, const char *job_id, jb_error *err) {
   return JB_OK;
 }
 
-/* Locks session `job_id`'s row in a new transaction: JB_OK (transaction open), or rolled back
- * with JB_ERR_NOT_FOUND / JB_ERR_CONFLICT (ended; `msg`) / JB_ERR_FAIL. */
-static int begin_locked(PGconn *c, const char *job_id, char *msg, size_t msize, jb_error *err) {
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+/* Locks session `job_id`'s row in a new transaction, held by `tx`: JB_OK (transaction open),
+ * or rolled back with JB_ERR_NOT_FOUND / JB_ERR_CONFLICT (ended; `msg`) / JB_ERR_FAIL. */
+static int begin_locked(struct jb_tx *tx, PGconn *c, const char *job_id, char *msg, size_t msize,
+                        jb_error *err) {
+  if (jb_tx_begin(tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c, "SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
                            PGRES_TUPLES_OK, NULL, err, "lock session");
   if (!r) {
-    jb_db_rollback(c);
+    jb_tx_rollback(tx);
     return JB_ERR_FAIL;
   }
   int rc = JB_OK;
@@ -60,7 +61,7 @@ static int begin_locked(PGconn *c, const char *job_id, char *msg, size_t msize, 
     }
   }
   PQclear(r);
-  if (rc != JB_OK) jb_db_rollback(c);
+  if (rc != JB_OK) jb_tx_rollback(tx);
   return rc;
 }
 
@@ -141,11 +142,11 @@ int jb_db_rules_insert_tx(PGconn *c, const struct jb_keyring *keys, const char *
 int jb_db_rules_add(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                     const json_t *rules, const char *by, long long op_id,
                     struct jb_audit_head *head, char *msg, size_t msize, jb_error *err) {
-  int rc = begin_locked(c, job_id, msg, msize, err);
+  cleanup_tx struct jb_tx tx = {0};
+  int rc = begin_locked(&tx, c, job_id, msg, msize, err);
   if (rc != JB_OK) return rc;
   rc = jb_db_rules_insert_tx(c, keys, job_id, rules, by, op_id, head, msg, msize, err);
-  if (rc == JB_OK && jb_db_commit(c, err) < 0) rc = JB_ERR_FAIL;
-  if (rc != JB_OK) jb_db_rollback(c);
+  if (rc == JB_OK && jb_tx_commit(&tx, err) < 0) rc = JB_ERR_FAIL;
   return rc;
 }
 
@@ -162,7 +163,8 @@ int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char 
   int due = PQntuples(r);
   PQclear(r);
   if (!due) return JB_OK;
-  int rc = begin_locked(c, job_id, NULL, 0, err);
+  cleanup_tx struct jb_tx tx = {0};
+  int rc = begin_locked(&tx, c, job_id, NULL, 0, err);
   if (rc == JB_ERR_NOT_FOUND || rc == JB_ERR_CONFLICT) return JB_OK; /* nothing to decide */
   if (rc != JB_OK) return rc;
   r = jb_db_exec(c,
@@ -170,28 +172,26 @@ int jb_db_rules_expire_due(PGconn *c, const struct jb_keyring *keys, const char 
                  " AND revoked_at IS NULL AND expired_at IS NULL AND expires_at <= now()"
                  " RETURNING rule_id",
                  1, p, PGRES_TUPLES_OK, NULL, err, "expire rules");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) > 0 && bump_version(c, job_id, err) != JB_OK) {
     PQclear(r);
-    goto fail;
+    return JB_ERR_FAIL;
   }
+  int expired = 0; /* *n only once committed */
   for (int i = 0; i < PQntuples(r); i++) {
     rc = audit_rule(c, keys, job_id, "rule_expire",
                     json_pack("{s:s,s:s}", "ruleId", PQgetvalue(r, i, 0), "why", "expiresAt"), head,
                     err);
     if (rc != JB_OK) {
       PQclear(r);
-      goto fail;
+      return JB_ERR_FAIL;
     }
-    (*n)++;
+    expired++;
   }
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
+  *n = expired;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  *n = 0;
-  return JB_ERR_FAIL;
 }
 
 int jb_db_rules_list(PGconn *c, const struct jb_keyring *keys, const char *job_id, bool all,
@@ -230,7 +230,8 @@ int jb_db_rules_list(PGconn *c, const struct jb_keyring *keys, const char *job_i
 int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                       const char *rule_id, const char *by, struct jb_audit_head *head, char *msg,
                       size_t msize, jb_error *err) {
-  int rc = begin_locked(c, job_id, msg, msize, err);
+  cleanup_tx struct jb_tx tx = {0};
+  int rc = begin_locked(&tx, c, job_id, msg, msize, err);
   if (rc != JB_OK) return rc;
   const char *p[2] = {job_id, rule_id};
   PGresult *r = jb_db_exec(c,
@@ -238,10 +239,9 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
                            " coalesce((rule->>'locked')::bool, false)"
                            " FROM policy_rules WHERE job_id = $1 AND rule_id = $2 FOR UPDATE",
                            2, p, PGRES_TUPLES_OK, NULL, err, "read rule");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   bool revoked = !strcmp(PQgetvalue(r, 0, 0), "t"), expired = !strcmp(PQgetvalue(r, 0, 1), "t"),
@@ -252,26 +252,21 @@ int jb_db_rule_revoke(PGconn *c, const struct jb_keyring *keys, const char *job_
              revoked   ? "revoked already"
              : expired ? "expired"
                        : "locked by the operator");
-    jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
   r = jb_db_exec(c, "UPDATE policy_rules SET revoked_at = now() WHERE job_id = $1 AND rule_id = $2",
                  2, p, PGRES_COMMAND_OK, NULL, err, "revoke rule");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
-  if (bump_version(c, job_id, err) != JB_OK) goto fail;
+  if (bump_version(c, job_id, err) != JB_OK) return JB_ERR_FAIL;
   rc = audit_rule(c, keys, job_id, "rule_revoke",
                   json_pack("{s:s,s:s}", "ruleId", rule_id, "by", by), head, err);
   if (rc == JB_ERR_CONFLICT) {
     snprintf(msg, msize, "the session's audit chain is sealed");
-    jb_db_rollback(c);
     return rc;
   }
-  if (rc != JB_OK || jb_db_commit(c, err) < 0) goto fail;
+  if (rc != JB_OK || jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_op_facts(PGconn *c, const char *job_id, long long op_id, json_t **out, jb_error *err) {
@@ -301,23 +296,20 @@ int jb_db_op_approve_similar(PGconn *c, const struct jb_keyring *keys, const cha
                              struct jb_audit_head *head, char *msg, size_t msize, jb_error *err) {
   *rule_failed = false;
   *json_out = NULL;
-  int rc = begin_locked(c, job_id, msg, msize, err);
+  cleanup_tx struct jb_tx tx = {0};
+  int rc = begin_locked(&tx, c, job_id, msg, msize, err);
   if (rc == JB_ERR_CONFLICT) snprintf(state, 20, "ended");
   if (rc != JB_OK) return rc;
   /* an approval is one statement on the op row, made here inside this transaction */
   rc = jb_db_op_decide(c, keys, job_id, op_id, true, reason, json_out, state, NULL, err);
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
-  }
+  if (rc != JB_OK) return rc;
   json_t *one = json_pack("[O]", (json_t *)rule);
   rc = one ? jb_db_rules_insert_tx(c, keys, job_id, one, "allowSimilar", op_id, head, msg, msize,
                                    err)
            : JB_ERR_FAIL;
   json_decref(one);
-  if (rc == JB_OK && jb_db_commit(c, err) < 0) rc = JB_ERR_FAIL;
+  if (rc == JB_OK && jb_tx_commit(&tx, err) < 0) rc = JB_ERR_FAIL;
   if (rc != JB_OK) {
-    jb_db_rollback(c);
     free(*json_out);
     *json_out = NULL;
     *rule_failed = rc == JB_ERR_CONFLICT;
@@ -331,7 +323,8 @@ int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *j
                          long long *op_id, char state[20], jb_error *err) {
   *rules_stale = *expired = false;
   state[0] = '\0';
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   char ver[24];
   snprintf(ver, sizeof ver, "%lld", rules_version);
   const char *p[3] = {job_id, rule_id, ver};
@@ -341,21 +334,16 @@ int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *j
                  "SELECT state, rules_version = $2::bigint FROM sessions"
                  " WHERE job_id = $1 FOR UPDATE",
                  2, (const char *[]){job_id, ver}, PGRES_TUPLES_OK, NULL, err, "lock session");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) {
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_NOT_FOUND;
   }
   bool same = !strcmp(PQgetvalue(r, 0, 1), "t");
   snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
   PQclear(r);
-  if (strcmp(state, "active") && strcmp(state, "paused")) {
-    jb_db_rollback(c);
-    return JB_ERR_CONFLICT;
-  }
+  if (strcmp(state, "active") && strcmp(state, "paused")) return JB_ERR_CONFLICT;
   if (!same) {
-    jb_db_rollback(c);
     state[0] = '\0';
     *rules_stale = true;
     return JB_ERR_CONFLICT;
@@ -367,10 +355,9 @@ int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *j
                  "  AND (expires_at IS NULL OR expires_at > now()) AND uses_left > 0"
                  " RETURNING uses_left",
                  2, p, PGRES_TUPLES_OK, NULL, err, "use rule");
-  if (!r) goto fail;
+  if (!r) goto clear_state;
   if (PQntuples(r) == 0) { /* past its expiresAt, not yet marked: decide again */
     PQclear(r);
-    jb_db_rollback(c);
     state[0] = '\0';
     *rules_stale = true;
     return JB_ERR_CONFLICT;
@@ -382,25 +369,21 @@ int jb_db_op_create_used(PGconn *c, const struct jb_keyring *keys, const char *j
     if (rc == JB_OK)
       rc = audit_rule(c, keys, job_id, "rule_expire",
                       json_pack("{s:s,s:s}", "ruleId", rule_id, "why", "uses"), head, err);
-    if (rc != JB_OK) goto fail;
+    if (rc != JB_OK) goto clear_state;
   }
   int rc = jb_db_op_create_decided(c, job_id, op->tool, op->path, op->args_json, op->pending,
                                    op->expect_json, op->decided_by, op->reason, -1, op->diff_json,
                                    NULL, op_id, state, err);
-  if (rc != JB_OK) {
-    jb_db_rollback(c);
-    return rc;
-  }
+  if (rc != JB_OK) return rc;
   /* the insert asks a queued op not to wait for the WAL flush; the use and its audit entry do */
   r = jb_db_exec(c, "SELECT set_config('synchronous_commit', 'on', true)", 0, NULL, PGRES_TUPLES_OK,
                  NULL, err, "synchronous commit");
-  if (!r) goto fail;
+  if (!r) goto clear_state;
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) goto clear_state;
   *expired = last;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
+clear_state: /* a failure says nothing of the session's state (rolled back by tx) */
   state[0] = '\0';
   return JB_ERR_FAIL;
 }

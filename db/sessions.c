@@ -9,7 +9,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
-#include "db/ops.h"
+#include "db/op_state.h"
 #include "db/policy.h"
 #include "db/tokens.h"
 
@@ -50,12 +50,13 @@ static char *dup_value(PGresult *r) {
 
 int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct jb_session_new *s,
                          struct jb_audit_head *head, jb_error *err) {
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   char st[6] = "";
   const char *p1[1] = {s->agent_id};
   PGresult *r = jb_db_exec(c, "INSERT INTO agents (agent_id) VALUES ($1) ON CONFLICT DO NOTHING", 1,
                            p1, PGRES_COMMAND_OK, st, err, "create agent");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
                        s->exclude_json, s->limits_json, s->image};
@@ -63,15 +64,12 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
                  " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
                  7, p2, PGRES_COMMAND_OK, st, err, "create session");
-  if (!r) {
-    jb_db_rollback(c);
-    return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
-  }
+  if (!r) return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
   PQclear(r);
   /* opens are serialized here so that two of them cannot both find a workspace free */
   r = jb_db_exec(c, "SELECT pg_advisory_xact_lock(7665523954990151714)", 0, NULL, PGRES_TUPLES_OK,
                  NULL, err, "lock workspaces");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   const char *pw[2] = {s->workspace, s->job_id};
   r = jb_db_exec(c,
@@ -80,38 +78,34 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
                  " OR starts_with($1, workspace || '/') OR starts_with(workspace, $1 || '/'))"
                  " AND job_id <> $2 LIMIT 1",
                  2, pw, PGRES_TUPLES_OK, NULL, err, "check workspace");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) > 0) {
     jb_fail(err, EBUSY, "workspace overlaps the one of live session '%s'", PQgetvalue(r, 0, 0));
     PQclear(r);
-    jb_db_rollback(c);
     return JB_ERR_CONFLICT;
   }
   PQclear(r);
   if (jb_db_token_insert(c, s->buyer_hash, "buyer", s->job_id, NULL, err) != JB_OK ||
       jb_db_token_insert(c, s->agent_hash, "agent", s->job_id, NULL, err) != JB_OK)
-    goto fail;
+    return JB_ERR_FAIL;
   const char *p3[1] = {s->job_id};
   r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'launch')", 1, p3,
                  PGRES_COMMAND_OK, NULL, err, "queue launch");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   PQclear(r);
   json_t *d = json_pack("{s:n,s:s,s:s,s:s,s:s?}", "from", "to", "created", "actor", "service",
                         "mode", s->mode, "image", s->image);
   int arc = jb_audit_append(c, keys, s->job_id, "state", NULL, d, head, err);
   json_decref(d);
-  if (arc != JB_OK) goto fail;
+  if (arc != JB_OK) return JB_ERR_FAIL;
   char msg[300];
   if (s->rules && jb_db_rules_insert_tx(c, keys, s->job_id, s->rules, "open", 0, head, msg,
                                         sizeof msg, err) != JB_OK) {
     if (!err->msg[0]) jb_fail(err, EINVAL, "%s", msg);
-    goto fail;
+    return JB_ERR_FAIL;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 #define SESSION_JSON                                                                               \
@@ -253,7 +247,8 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
                                 struct jb_audit_head *head, jb_error *err) {
   memset(head, 0, sizeof *head);
   *cleared = false;
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(
       c,
@@ -263,11 +258,10 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
       " RETURNING old.effects_incomplete, s.job_id)"
       " SELECT effects_incomplete, pg_notify('jb_op', '0 effects ' || job_id) FROM u",
       1, p, PGRES_TUPLES_OK, NULL, err, "clear the hold of writable commands");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, state, err);
-    jb_db_rollback(c);
     return rc;
   }
   if (!PQgetisnull(r, 0, 0)) {
@@ -278,16 +272,13 @@ int jb_db_session_effects_clear(PGconn *c, const struct jb_keyring *keys, const 
     json_decref(d);
     if (arc != JB_OK) {
       PQclear(r);
-      goto fail;
+      return JB_ERR_FAIL;
     }
     *cleared = true;
   }
   PQclear(r);
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_session_context(PGconn *c, const char *job_id, json_t **out, jb_error *err) {
@@ -467,7 +458,8 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   char from_lit[256];
   array_literal(from, from_lit, sizeof from_lit);
   bool ending = in_list(end_states, to);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[4] = {job_id, to, reason, from_lit};
   PGresult *r =
       jb_db_exec(c,
@@ -477,11 +469,10 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
                  " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
                  " RETURNING old.state",
                  4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, out->state, err);
-    jb_db_rollback(c);
     return rc;
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
@@ -491,16 +482,16 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (ending) {
     const char *pe[2] = {job_id, to};
     if (jb_db_session_end_ops(c, keys, job_id, to, reason, &out->rejected_ops, NULL, err) != JB_OK)
-      goto fail;
+      return JB_ERR_FAIL;
     r = jb_db_exec(c,
                    "UPDATE tokens SET revoked_at = now()"
                    " WHERE job_id = $1 AND role <> 'buyer' AND revoked_at IS NULL",
                    1, pe, PGRES_COMMAND_OK, NULL, err, "revoke agent tokens");
-    if (!r) goto fail;
+    if (!r) return JB_ERR_FAIL;
     PQclear(r);
     r = jb_db_exec(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'teardown')", 1, pe,
                    PGRES_COMMAND_OK, NULL, err, "queue teardown");
-    if (!r) goto fail;
+    if (!r) return JB_ERR_FAIL;
     PQclear(r);
   }
   const char *op = strcmp(to, "paused") == 0                                             ? "pause"
@@ -515,25 +506,23 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (!keys) { /* every state change is an audit entry: a caller without keys is a bug */
     json_decref(d);
     jb_fail(err, EINVAL, "session transition without audit signing keys");
-    goto fail;
+    return JB_ERR_FAIL;
   }
   int arc = d ? jb_audit_append(c, keys, job_id, op, NULL, d, &out->head, err)
               : jb_fail(err, ENOMEM, "out of memory");
   json_decref(d);
-  if (arc != JB_OK) goto fail;
-  if (ending && jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) goto fail;
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (arc != JB_OK) return JB_ERR_FAIL;
+  if (ending && jb_audit_seal(c, keys, job_id, &out->head, err) != JB_OK) return JB_ERR_FAIL;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
 }
 
 int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                            const char *mode, char state[20], struct jb_audit_head *head,
                            jb_error *err) {
   memset(head, 0, sizeof *head);
-  if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
+  cleanup_tx struct jb_tx tx = {0};
+  if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[2] = {job_id, mode};
   PGresult *r = jb_db_exec(c,
                            "WITH old AS (SELECT mode FROM sessions WHERE job_id = $1 FOR UPDATE)"
@@ -541,11 +530,10 @@ int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char 
                            " WHERE s.job_id = $1 AND s.state IN ('created', 'prescanning',"
                            " 'awaiting_agent', 'active', 'paused', 'done') RETURNING old.mode",
                            2, p, PGRES_TUPLES_OK, NULL, err, "set mode");
-  if (!r) goto fail;
+  if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
     int rc = why_not(c, job_id, state, err);
-    jb_db_rollback(c);
     return rc;
   }
   char from[16];
@@ -556,193 +544,10 @@ int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char 
     int arc = d ? jb_audit_append(c, keys, job_id, "mode", NULL, d, head, err)
                 : jb_fail(err, ENOMEM, "out of memory");
     json_decref(d);
-    if (arc != JB_OK) goto fail;
+    if (arc != JB_OK) return JB_ERR_FAIL;
   }
-  if (jb_db_commit(c, err) < 0) goto fail;
+  if (jb_tx_commit(&tx, err) < 0) return JB_ERR_FAIL;
   return JB_OK;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
-}
-
-#define OP_JSON                                                                              \
-  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
-  " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
-  "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
-  "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
-  "   o.args->'env', '{}'::jsonb)) k), 'env', CASE WHEN o.state = 'pending' THEN"            \
-  "   o.args->'envShown' END, 'writable', o.args->'writable', 'timeoutMs',"                  \
-  "   o.args->'timeoutMs', 'stdinBytes', coalesce(octet_length(o.args->>'stdin'),"           \
-  "   (o.args->>'stdinBytes')::bigint))"                                                     \
-  "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
-  " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
-  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff, 'decidedBy', o.decided_by,"        \
-  " 'decisionReason', o.decision_reason)"
-
-int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
-                   char **json_out, jb_error *err) {
-  return jb_db_ops_list_by(c, job_id, state, NULL, after, limit, json_out, err);
-}
-
-int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const char *decided_by,
-                      long long after, int limit, char **json_out, jb_error *err) {
-  char a[24], l[16];
-  snprintf(a, sizeof a, "%lld", after);
-  snprintf(l, sizeof l, "%d", limit);
-  const char *p[5] = {job_id, state, a, l, decided_by};
-  /* one more row than asked tells whether a next page exists */
-  PGresult *r = jb_db_exec(c,
-                           "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text "
-                           "IS NULL OR o.state = $2)"
-                           "   AND ($5::text IS NULL OR o.decided_by = $5 OR ($5 = 'rule'"
-                           "     AND starts_with(o.decided_by, 'rule:')))"
-                           "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
-                           " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
-                           " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON
-                           " ORDER BY o.op_id)"
-                           "   FROM shown o), '[]'::json),"
-                           "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
-                           "   THEN (SELECT max(op_id) FROM shown) END)::text",
-                           5, p, PGRES_TUPLES_OK, NULL, err, "list ops");
-  if (!r) return JB_ERR_FAIL;
-  *json_out = dup_value(r);
-  PQclear(r);
-  return *json_out ? JB_OK : jb_fail(err, 12, "out of memory");
-}
-
-/* The audit entry of a rejected op, inside the open transaction; fills *head. */
-static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                           const char *op_json, struct jb_audit_head *head, jb_error *err) {
-  json_t *op = json_loads(op_json, 0, NULL);
-  if (!op) return jb_fail(err, ENOMEM, "out of memory");
-  json_t *d =
-      json_pack("{s:I,s:s,s:s,s:b}", "opId", json_integer_value(json_object_get(op, "opId")),
-                "decision", "rejected", "decidedBy", "buyer", "ok", 0);
-  const char *why = json_string_value(json_object_get(op, "decisionReason"));
-  if (d && why) json_object_set_new(d, "reason", json_string(why));
-  const char *tool = json_string_value(json_object_get(op, "tool"));
-  const char *path = json_string_value(json_object_get(op, "path"));
-  /* a rejection must always be recordable: fields that could not be are left out, a path
-   * that is too long is recorded by its SHA-256 */
-  char path_note[80];
-  if (path && strlen(path) > 4096) {
-    unsigned char h[32];
-    char hex[65];
-    crypto_hash_sha256(h, (const unsigned char *)path, strlen(path));
-    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
-    snprintf(path_note, sizeof path_note, "sha256:%s", hex);
-    path = path_note;
-  }
-  /* what the agent said of its content (size, SHA-256), never the content */
-  json_t *args = json_object_get(op, "args");
-  json_t *size = json_object_get(args, "size"), *sha = json_object_get(args, "sha256");
-  if (json_is_integer(size) && json_integer_value(size) >= 0) json_object_set(d, "size", size);
-  const char *shs = json_string_value(sha);
-  if (shs && strlen(shs) == 64 && strspn(shs, "0123456789abcdef") == 64)
-    json_object_set(d, "sha256", sha);
-  static const char *const tools[] = {"read", "write",  "list",   "done", "read_many",
-                                      "edit", "find",   "search", "stat", "mkdir",
-                                      "move", "delete", NULL};
-  bool known = false;
-  for (size_t i = 0; tool && tools[i]; i++) known = known || !strcmp(tool, tools[i]);
-  if (tool && !known) tool = "op";
-  int rc = d ? jb_audit_append(c, keys, job_id, tool ? tool : "op", path, d, head, err)
-             : jb_fail(err, ENOMEM, "out of memory");
-  json_decref(d);
-  json_decref(op);
-  return rc;
-}
-
-int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    bool approve, const char *reason, char **json_out, char state[20],
-                    struct jb_audit_head *head, jb_error *err) {
-  char id[24];
-  snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[4] = {id, job_id, jb_op_state_name(approve ? JB_OP_APPROVED : JB_OP_REJECTED),
-                      reason};
-  if (head) memset(head, 0, sizeof *head);
-  /* a rejection writes to the chain: take the session row first (the lock order of every
-   * chain writer), then the op */
-  if (!approve) {
-    if (jb_db_begin(c, err) < 0) return JB_ERR_FAIL;
-    PGresult *lk = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p + 1,
-                              PGRES_TUPLES_OK, NULL, err, "lock session");
-    if (!lk) goto fail;
-    PQclear(lk);
-  }
-  PGresult *r = jb_db_exec(
-      c,
-      "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now()"
-      " FROM sessions s WHERE o.op_id = $1::bigint AND o.job_id = $2 AND o.state = 'pending'"
-      "   AND s.job_id = o.job_id"
-      "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
-      " RETURNING " OP_JSON "::text",
-      4, p, PGRES_TUPLES_OK, NULL, err, "decide op");
-  if (!r) goto fail;
-  if (PQntuples(r) == 1) {
-    *json_out = dup_value(r);
-    PQclear(r);
-    if (!*json_out) {
-      jb_fail(err, ENOMEM, "out of memory");
-      goto fail;
-    }
-    if (!approve) {
-      struct jb_audit_head h;
-      if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK ||
-          jb_db_commit(c, err) < 0) {
-        free(*json_out);
-        *json_out = NULL;
-        goto fail;
-      }
-      if (head) *head = h;
-    }
-    return JB_OK;
-  }
-  PQclear(r);
-  if (!approve) jb_db_rollback(c);
-  r = jb_db_exec(c,
-                 "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
-                 " WHERE o.op_id = $1::bigint AND o.job_id = $2",
-                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
-  if (!r) return JB_ERR_FAIL;
-  int rc = JB_ERR_NOT_FOUND;
-  if (PQntuples(r) == 1) {
-    /* pending but not decidable: the session ended */
-    const char *ops = PQgetvalue(r, 0, 0);
-    snprintf(state, 20, "%s",
-             jb_op_state_from_name(ops) == JB_OP_PENDING ? PQgetvalue(r, 0, 1) : ops);
-    rc = JB_ERR_CONFLICT;
-  }
-  PQclear(r);
-  return rc;
-fail:
-  jb_db_rollback(c);
-  return JB_ERR_FAIL;
-}
-
-int jb_db_op_decided_how(PGconn *c, const char *job_id, long long op_id, char *how, size_t len,
-                         char state[20], jb_error *err) {
-  char id[24];
-  snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[2] = {id, job_id};
-  PGresult *r = jb_db_exec(c,
-                           "SELECT o.state, coalesce(o.decision, o.state),"
-                           " coalesce(o.decided_by, 'buyer'), coalesce(o.decided_at::text, ''),"
-                           " coalesce(o.reason, o.decision_reason, '')"
-                           " FROM ops o WHERE o.op_id = $1::bigint AND o.job_id = $2",
-                           2, p, PGRES_TUPLES_OK, NULL, err, "read op decision");
-  if (!r) return JB_ERR_FAIL;
-  int rc = JB_ERR_NOT_FOUND;
-  if (PQntuples(r) == 1 && jb_op_state_from_name(PQgetvalue(r, 0, 0)) != JB_OP_PENDING) {
-    const char *at = PQgetvalue(r, 0, 3), *why = PQgetvalue(r, 0, 4);
-    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
-    snprintf(how, len, "op %lld was decided already: %s by %s%s%s%s%.200s%s", op_id,
-             PQgetvalue(r, 0, 1), PQgetvalue(r, 0, 2), at[0] ? " at " : "", at,
-             why[0] ? " (reason \"" : "", why, why[0] ? "\")" : "");
-    rc = JB_OK;
-  }
-  PQclear(r);
-  return rc;
 }
 
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err) {

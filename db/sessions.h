@@ -7,6 +7,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "db/op_decide.h" /* the ops of a session: listed and decided */
 #include "lib/audit.h"
 #include "lib/err.h"
 
@@ -187,35 +188,6 @@ int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *
 int jb_db_session_set_mode(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                            const char *mode, char state[20], struct jb_audit_head *head,
                            jb_error *err);
-
-/* A page of ops as JSON text {"ops":[…],"next":opId|null} (new allocation): ops of `job_id`
- * with op_id > `after`, in op_id order, at most `limit`, only `state` when non-NULL. Each op
- * carries decidedBy ("rule:<id>", "buyer", "timeout", "mode"; null while undecided) and
- * decisionReason. JB_OK or JB_ERR_FAIL. */
-/* jb_db_ops_list, only the ops decided by `decided_by` when non-NULL ("rule": by any rule). */
-int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const char *decided_by,
-                      long long after, int limit, char **json_out, jb_error *err);
-int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
-                   char **json_out, jb_error *err);
-
-/* Decides a pending op: approve (true) or reject, with `reason` (nullable). Exactly one of
- * two concurrent decisions succeeds. An approval is one committed UPDATE (the op's audit
- * entry is written when it executes); a rejection also appends its audit entry (the op's
- * tool, path and {decision: "rejected", ok: false}) in the same transaction, with the session
- * row locked first; *head (may be NULL) receives the new head, seq 0 when none was written. On JB_OK *json_out is the op as JSON text (new).
- * JB_ERR_NOT_FOUND (no such op in that session); JB_ERR_CONFLICT (op not pending, or the
- * session ended; `state` of 20 bytes receives the op's state); JB_ERR_FAIL. */
-int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    bool approve, const char *reason, char **json_out, char state[20],
-                    struct jb_audit_head *head, jb_error *err);
-
-/* For a decision that lost (jb_db_op_decide's JB_ERR_CONFLICT): when op `op_id` of `job_id`
- * is no longer pending, says how it was decided into `how` (`len` bytes), e.g. "op 7 was
- * decided already: approved by buyer at 2026-12-03 12:00:00.123+00 (reason \"ok\")", and its
- * state into `state` (20 bytes). JB_OK; JB_ERR_NOT_FOUND when there is no such op or it is
- * still pending (its session ended); JB_ERR_FAIL. */
-int jb_db_op_decided_how(PGconn *c, const char *job_id, long long op_id, char *how, size_t len,
-                         char state[20], jb_error *err);
 
 /* The agent's trust score and history as JSON text (new). JB_OK, JB_ERR_NOT_FOUND, FAIL. */
 int jb_db_agent_get(PGconn *c, const char *agent_id, char **json_out, jb_error *err);

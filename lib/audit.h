@@ -221,6 +221,28 @@ JB_MUST_USE char *jb_audit_entry_line(const struct jb_audit_entry *e);
 int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t len,
                               jb_error *err);
 
+/* What one line of an export holds (jb_audit_line_read). */
+enum jb_audit_line {
+  JB_AUDIT_LINE_MALFORMED = -1, /* an entry that cannot be read: `e` is a malformed entry */
+  JB_AUDIT_LINE_ENTRY = 0, /* an entry, read into `e` */
+  JB_AUDIT_LINE_BLANK = 1, /* only spaces and tabs (or nothing): no entry; skip it */
+};
+
+/* The one reader of the export format (api/audit.md "Export line"): every program that reads
+ * an exported chain reads each line with this. `line` is `len` bytes with or without its
+ * "\n". A line of more than JB_AUDIT_MAX_LINE bytes before its "\n" (a "\r" counted) is
+ * malformed, unread ("line longer than the limit"); a "\r" before the end is then dropped; a
+ * line of only spaces and tabs is blank (`e` zeroed, nothing to release); any other is read
+ * by jb_audit_entry_parse_line. Returns JB_AUDIT_LINE_ENTRY (release `e` with
+ * jb_audit_entry_clear), JB_AUDIT_LINE_BLANK, or JB_AUDIT_LINE_MALFORMED with `err` set and
+ * `e` a malformed entry (seq when readable; release it as well). */
+enum jb_audit_line jb_audit_line_read(struct jb_audit_entry *e, const char *line, size_t len,
+                                      jb_error *err);
+
+/* Whether jb_audit_line_read would call `line` (`len` bytes) blank, without reading it: for
+ * a reader that only counts the lines after a verdict. */
+bool jb_audit_line_blank(const char *line, size_t len);
+
 /* Splits `len` bytes of JSON Lines into entries (blank lines skipped; a line that cannot be
  * read becomes a malformed entry, so the verifier reports its position). On success *out is
  * a new array of *n entries (jb_audit_entries_free). Returns 0, or -1 with `err` on OOM or

@@ -1,5 +1,6 @@
 /* audit_export.c — the export line of an audit entry (JSON Lines, api/audit.md "Export
- * line"): writing it, reading it with jansson, splitting a text into lines, and recognising
+ * line"): writing it, reading it (jb_audit_line_read, the one reader of the format, with
+ * jansson), splitting a text into lines, and recognising
  * a line in the exporter's own form without parsing all of it (why: below, "the exporter's
  * own form"). Pure: no database, no files. */
 #include "lib/audit.h"
@@ -208,6 +209,42 @@ int jb_audit_entry_parse_line(struct jb_audit_entry *e, const char *line, size_t
   return jb_fail(err, EINVAL, "%s", why);
 }
 
+/* The length of `line` without its "\n", if it ends with one. */
+static size_t without_newline(const char *line, size_t len) {
+  return len > 0 && line[len - 1] == '\n' ? len - 1 : len;
+}
+
+/* Whether the `len` bytes at `p` are only spaces and tabs. */
+static bool only_blanks(const char *p, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (p[i] != ' ' && p[i] != '\t') return false;
+  return true;
+}
+
+bool jb_audit_line_blank(const char *line, size_t len) {
+  len = without_newline(line, len);
+  if (len > JB_AUDIT_MAX_LINE) return false;
+  if (len > 0 && line[len - 1] == '\r') len--;
+  return only_blanks(line, len);
+}
+
+enum jb_audit_line jb_audit_line_read(struct jb_audit_entry *e, const char *line, size_t len,
+                                      jb_error *err) {
+  len = without_newline(line, len);
+  if (len > JB_AUDIT_MAX_LINE) {
+    jb_audit_entry_malformed(e, "line longer than the limit");
+    jb_fail(err, EINVAL, "line longer than the limit");
+    return JB_AUDIT_LINE_MALFORMED;
+  }
+  if (len > 0 && line[len - 1] == '\r') len--;
+  if (only_blanks(line, len)) {
+    memset(e, 0, sizeof *e);
+    return JB_AUDIT_LINE_BLANK;
+  }
+  return jb_audit_entry_parse_line(e, line, len, err) < 0 ? JB_AUDIT_LINE_MALFORMED
+                                                          : JB_AUDIT_LINE_ENTRY;
+}
+
 int jb_audit_parse_lines(const char *buf, size_t len, size_t max_entries,
                          struct jb_audit_entry **out, size_t *n, jb_error *err) {
   size_t cap = 0, cnt = 0;
@@ -218,11 +255,7 @@ int jb_audit_parse_lines(const char *buf, size_t len, size_t max_entries,
     const char *nl = memchr(start, '\n', len - pos);
     size_t l = nl ? (size_t)(nl - start) : len - pos;
     pos += l + (nl ? 1 : 0);
-    if (l > 0 && start[l - 1] == '\r') l--;
-    bool blank = true;
-    for (size_t i = 0; i < l; i++)
-      if (start[i] != ' ' && start[i] != '\t') blank = false;
-    if (blank) continue;
+    if (jb_audit_line_blank(start, l)) continue;
     if (cnt == max_entries) {
       jb_audit_entries_free(v, cnt);
       return jb_fail(err, E2BIG, "more than %zu entries", max_entries);
@@ -237,7 +270,7 @@ int jb_audit_parse_lines(const char *buf, size_t len, size_t max_entries,
       v = nv;
       cap = nc;
     }
-    jb_audit_entry_parse_line(&v[cnt], start, l, NULL);
+    jb_audit_line_read(&v[cnt], start, l, NULL);
     cnt++;
   }
   *out = v;

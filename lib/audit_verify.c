@@ -1,7 +1,7 @@
 /* audit_verify.c — verification of an audit chain (api/audit.md "Verification"): the keys
  * document, the verifier fed one entry at a time, jb_audit_verify over entries in memory,
  * jb_audit_verify_file over an export read line by line, and the result as JSON. Lines are
- * read by lib/audit_export.c; the canonical bytes, hash and signature are lib/audit.c's.
+ * read by lib/audit_export.c (jb_audit_line_read); the canonical bytes, hash and signature are lib/audit.c's.
  * Pure: no database; files only as a FILE the caller opened. */
 #include "lib/audit.h"
 
@@ -424,12 +424,11 @@ struct line_reader {
 };
 
 /* Reads the next line (without its "\n") into buf, keeping at most `cap` bytes: *len is what
- * was kept, *too_long says bytes were dropped. 0 on a line, -1 at the end, -2 on a read
+ * was kept (`cap` when the line was longer). 0 on a line, -1 at the end, -2 on a read
  * error. */
-static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len, bool *too_long) {
+static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len) {
   size_t n = 0;
   bool any = false;
-  *too_long = false;
   for (;;) {
     if (lr->off == lr->len) {
       if (lr->eof) break;
@@ -448,7 +447,6 @@ static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len,
     size_t keep = take < cap - n ? take : cap - n;
     memcpy(buf + n, start, keep);
     n += keep;
-    if (keep < take) *too_long = true;
     lr->off += take + (nl ? 1 : 0);
     any = true;
     if (nl) break;
@@ -458,10 +456,36 @@ static int read_line(struct line_reader *lr, char *buf, size_t cap, size_t *len,
   return 0;
 }
 
+/* Adds the line `buf` (`len` bytes, writable, no "\n"; not blank) to `v`: in the exporter's
+ * exact form read in place (jb_audit_line_read_exact) when `exact`, else by the one reader
+ * (jb_audit_line_read), which reaches the same verdict. Returns as jb_audit_verifier_add. */
+static int add_line(struct jb_audit_verifier *v, char *buf, size_t len, bool exact,
+                    unsigned char *canon) {
+  struct jb_audit_entry e;
+  size_t body = len > 0 && buf[len - 1] == '\r' ? len - 1 : len; /* the "\r" is not read */
+  if (exact && len <= JB_AUDIT_MAX_LINE && jb_audit_line_read_exact(buf, body, canon, &e)) {
+    /* the stated fields are the canonical ones (jb_audit_line_read_exact) */
+    struct canon c = {.seq = e.seq,
+                      .session = e.session,
+                      .operation = e.operation,
+                      .path = e.path,
+                      .timestamp = e.timestamp,
+                      .details = e.details};
+    int rc = verifier_add(v, &e, &c);
+    json_decref(e.details);
+    return rc;
+  }
+  jb_audit_line_read(&e, buf, len, NULL);
+  int rc = jb_audit_verifier_add(v, &e);
+  jb_audit_entry_clear(&e);
+  return rc;
+}
+
 int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nkeys,
                          const struct jb_audit_verify_opts *opts, struct jb_audit_result *res,
                          jb_error *err) {
-  cleanup_free char *buf = malloc(JB_AUDIT_MAX_LINE);
+  /* one byte more than a line may have, so that jb_audit_line_read tells a longer one */
+  cleanup_free char *buf = malloc(JB_AUDIT_MAX_LINE + 1);
   cleanup_free char *chunk = malloc(READ_CHUNK);
   cleanup_free unsigned char *canon = malloc(JB_AUDIT_MAX_CANONICAL + 1);
   if (!buf || !chunk || !canon) return jb_fail(err, ENOMEM, "out of memory");
@@ -469,38 +493,15 @@ int jb_audit_verify_file(FILE *in, const struct jb_audit_pubkey *keys, size_t nk
   bool exact = !(opts && opts->full_parse);
   struct jb_audit_verifier v;
   jb_audit_verifier_init(&v, keys, nkeys, opts);
-  bool settled = false, too_long = false;
+  bool settled = false;
   size_t len = 0;
   int rc;
-  while ((rc = read_line(&lr, buf, JB_AUDIT_MAX_LINE, &len, &too_long)) == 0) {
-    if (len > 0 && buf[len - 1] == '\r') len--;
-    bool blank = !too_long;
-    for (size_t i = 0; i < len && blank; i++)
-      if (buf[i] != ' ' && buf[i] != '\t') blank = false;
-    if (blank) continue;
-    if (settled) {
+  while ((rc = read_line(&lr, buf, JB_AUDIT_MAX_LINE + 1, &len)) == 0) {
+    if (jb_audit_line_blank(buf, len)) continue;
+    if (settled)
       jb_audit_verifier_add(&v, NULL); /* counted, not read */
-      continue;
-    }
-    struct jb_audit_entry e;
-    if (exact && !too_long && jb_audit_line_read_exact(buf, len, canon, &e)) {
-      /* the stated fields are the canonical ones (jb_audit_line_read_exact) */
-      struct canon c = {.seq = e.seq,
-                        .session = e.session,
-                        .operation = e.operation,
-                        .path = e.path,
-                        .timestamp = e.timestamp,
-                        .details = e.details};
-      settled = verifier_add(&v, &e, &c) != 0;
-      json_decref(e.details);
-      continue;
-    }
-    if (too_long)
-      jb_audit_entry_malformed(&e, "line longer than the limit");
     else
-      jb_audit_entry_parse_line(&e, buf, len, NULL);
-    settled = jb_audit_verifier_add(&v, &e) != 0;
-    jb_audit_entry_clear(&e);
+      settled = add_line(&v, buf, len, exact, canon) != 0;
   }
   if (rc == -2) return jb_fail(err, EIO, "read error: %s", strerror(errno));
   return jb_audit_verifier_finish(&v, res);

@@ -1,8 +1,23 @@
 /* err.h — the project's error value: an errno-style code plus a message a person reads.
  *
- * Pattern (after crun's libcrun_error_t): every fallible function takes a `jb_error *err`,
- * returns a negative value on failure and fills `err`; callers add context with
- * jb_error_wrap() instead of printing. A NULL `err` is allowed and discards the message. */
+ * The rule the code follows (crun's libcrun_error_t, with curl's "pass the result straight
+ * up" for the hops that add nothing):
+ * - A fallible function takes a `jb_error *err` (last), returns a negative value on failure
+ *   (-1, or a negative enum jb_err when callers must tell outcomes apart) and fills `err`
+ *   once, where the failure is found, naming what was being done and to what:
+ *   `return jb_fail_errno(err, errno, "open workspace %s", path);`. A database statement is
+ *   named by the `what` its caller passes to db/db.h ("lock session: <server message>").
+ * - A caller passes the error up unchanged when the message already says what a person needs
+ *   (`if (f(…, err) < 0) return -1;`), and wraps it with jb_error_wrap() when it knows what
+ *   the callee could not: which file, key, program, migration or peer
+ *   (`return jb_error_wrap(err, "signing key %s", path);`). A helper that works on a bare fd
+ *   or runs any program (lib/line.c, lib/proc.c) names only the system call: its caller
+ *   wraps.
+ * - Nobody prints an error and returns it too: it is shown once, by the code that turns it
+ *   into an answer, a log line or a line on stderr (the top of a request, a thread's loop,
+ *   main).
+ * - A failure the caller goes on after (a fallback, a best-effort step) goes into a local
+ *   jb_error or NULL, which discards the message. Out of memory is just "out of memory". */
 #ifndef JB_ERR_H
 #define JB_ERR_H
 

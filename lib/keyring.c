@@ -232,7 +232,7 @@ int jb_keyring_watch(const char *path, jb_error *err) {
   if ((size_t)snprintf(copy, sizeof copy, "%s", path) >= sizeof copy)
     return jb_fail(err, ENAMETOOLONG, "key file path too long");
   int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) return jb_fail_errno(err, errno, "inotify");
+  if (fd < 0) return jb_fail_errno(err, errno, "cannot watch %s: inotify", path);
   if (inotify_add_watch(fd, dirname(copy),
                         IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_ATTRIB |
                             IN_MOVE_SELF | IN_DELETE_SELF) < 0) {

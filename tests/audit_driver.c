@@ -496,8 +496,9 @@ static int cmd_forge_line(const char *file, long long seq) {
     }
     struct jb_audit_entry e, f;
     struct jb_keyring *fresh = NULL;
-    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0 ||
+    if (jb_audit_line_read(&e, line, (size_t)len, NULL) != JB_AUDIT_LINE_ENTRY ||
         forge_entry(&e, &fresh, &f) < 0) {
+      jb_audit_entry_clear(&e);
       rc = 2;
       break;
     }
@@ -561,7 +562,8 @@ static int cmd_resign_line(const char *file, long long seq) {
       continue;
     }
     struct jb_audit_entry e;
-    if (jb_audit_entry_parse_line(&e, line, (size_t)len, NULL) < 0) {
+    if (jb_audit_line_read(&e, line, (size_t)len, NULL) != JB_AUDIT_LINE_ENTRY) {
+      jb_audit_entry_clear(&e);
       rc = 2;
       break;
     }

@@ -1347,6 +1347,54 @@ static int parse_with(struct chain *c, size_t i, const char *k, json_t *v,
     if (!strstr((e)->error, (why))) fail_msg("refused as '%s', wanted '%s'", (e)->error, (why)); \
   } while (0)
 
+/* The one reader of a line (jb_audit_line_read): its "\n" and "\r" are not read, a line of
+ * spaces and tabs is blank, the limit counts a "\r" and refuses unread, and an entry is read
+ * as the full parse reads it. */
+static void line_read_kinds(void **state) {
+  (void)state;
+  struct chain c;
+  chain_build(&c, true);
+  struct jb_audit_entry e;
+  jb_error err = {0};
+  const char *blanks[] = {"", "\n", "\r\n", " \t \n", "\t"};
+  for (size_t i = 0; i < sizeof blanks / sizeof blanks[0]; i++) {
+    assert_true(jb_audit_line_blank(blanks[i], strlen(blanks[i])));
+    assert_int_equal(jb_audit_line_read(&e, blanks[i], strlen(blanks[i]), &err),
+                     JB_AUDIT_LINE_BLANK);
+    assert_false(e.malformed);
+  }
+  char *crlf;
+  size_t n0 = strlen(c.lines[0]); /* c.lines[0] ends with "\n" */
+  assert_true(asprintf(&crlf, "%.*s\r\n", (int)(n0 - 1), c.lines[0]) > 0);
+  const char *forms[] = {c.lines[0], crlf};
+  for (size_t i = 0; i < 2; i++) {
+    assert_false(jb_audit_line_blank(forms[i], strlen(forms[i])));
+    assert_int_equal(jb_audit_line_read(&e, forms[i], strlen(forms[i]), &err), JB_AUDIT_LINE_ENTRY);
+    assert_int_equal(e.seq, 1);
+    char *again = jb_audit_entry_line(&e);
+    assert_string_equal(again, c.lines[0]);
+    free(again);
+    jb_audit_entry_clear(&e);
+  }
+  free(crlf);
+  assert_int_equal(jb_audit_line_read(&e, "{\"seq\":3}", 9, &err), JB_AUDIT_LINE_MALFORMED);
+  assert_true(e.malformed);
+  jb_audit_entry_clear(&e);
+  /* JB_AUDIT_MAX_LINE spaces and a "\r": over the limit, malformed, not blank */
+  char *big = malloc(JB_AUDIT_MAX_LINE + 2);
+  memset(big, ' ', JB_AUDIT_MAX_LINE);
+  memcpy(big + JB_AUDIT_MAX_LINE, "\r\n", 2);
+  assert_false(jb_audit_line_blank(big, JB_AUDIT_MAX_LINE + 2));
+  assert_int_equal(jb_audit_line_read(&e, big, JB_AUDIT_MAX_LINE + 2, &err),
+                   JB_AUDIT_LINE_MALFORMED);
+  assert_true(e.malformed);
+  assert_non_null(strstr(e.error, "longer than the limit"));
+  /* JB_AUDIT_MAX_LINE spaces alone: blank */
+  assert_int_equal(jb_audit_line_read(&e, big, JB_AUDIT_MAX_LINE, &err), JB_AUDIT_LINE_BLANK);
+  free(big);
+  chain_free(&c);
+}
+
 /* Every refusal of the full parse, with its message; the seq stays readable where the line
  * states one, so that the verifier reports the line at its place. */
 static void line_parse_refusals(void **state) {
@@ -1671,6 +1719,7 @@ static void key_file_generate_and_watch(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(canonical_golden),
+      cmocka_unit_test(line_read_kinds),
       cmocka_unit_test(key_file_generate_and_watch),
       cmocka_unit_test(canonical_refuses),
       cmocka_unit_test(hash_sign_golden),
