@@ -12,7 +12,7 @@
  * the Socket.IO client, and an ack that is not one JSON-RPC response to the request it
  * answers becomes an internal error for that request. The bridge reads no revision rules:
  * initialize, server/discover and the per-request _meta of 2026-07-28 pass through as they are
- * and jailboxd answers them (api/agent/mcp.h). When the session's socket ends, every
+ * and jailboxd answers them (api/core/mcp.h). When the session's socket ends, every
  * request still open gets an error and the bridge exits: status 1 and error -32020 (reason
  * "refused", not worth a retry) when the server refused the token or it is another session's,
  * 3 and the retryable -32017 otherwise; at the end of stdin it waits for the open requests, then exits 0. */

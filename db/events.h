@@ -12,7 +12,7 @@
  * the cluster go one at a time, migration 006). jb_db_notify_event refuses to run inside an
  * open transaction. A process that dies between its commit and its publication loses that
  * event; every (re)connecting socket is sent the session's state, pending approvals and
- * audit head from the database (api/agent/socket.c), and audit heads carry a seq a buyer can
+ * audit head from the database (api/socket/socket.c), and audit heads carry a seq a buyer can
  * read the chain up to. NOTIFY jb_op and jb_change (migrations 004, 009) are not session
  * events: they wake waiting calls and workers and drop cached rows, and stay in the
  * transactions whose commits they announce.

@@ -43,7 +43,7 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
  * for the change and reads what the change left) and stores nothing when the version is
  * another: JB_ERR_CONFLICT with `state` "" and *rules_stale (nullable) true — decide again on
  * the rules as they are. -1: no check, no lock. `diff_json` (nullable): a pending op's diff
- * preview (JSON text, api/agent/diff.h; `diff` in GET …/ops, migration 010), stored by the
+ * preview (JSON text, api/core/diff.h; `diff` in GET …/ops, migration 010), stored by the
  * same insert so that the op is never seen pending without it. */
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,
@@ -87,7 +87,7 @@ int jb_db_op_task(PGconn *c, const char *job_id, const char *task_id, struct jb_
                   jb_error *err);
 void jb_op_task_row_clear(struct jb_op_task_row *row);
 
-/* Op `op_id` of `job_id` as the whole-diff route reads it (api/agent/ops.h jb_op_full_diff):
+/* Op `op_id` of `job_id` as the whole-diff route reads it (api/core/ops.h jb_op_full_diff):
  * its tool (24 bytes), its state and its session's (20 bytes each), its path (new; "" when
  * none) and, only while it is pending, its arguments as JSON text (new; NULL otherwise: the
  * content of an op with an outcome is dropped, migration 030). JB_OK; JB_ERR_NOT_FOUND (no

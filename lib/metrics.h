@@ -32,8 +32,8 @@ extern struct jb_histogram jb_metric_audit_append;
 extern atomic_ulong jb_metric_audit_batches, jb_metric_audit_batched;
 
 /* Agent tool calls that reached a worker, by the way they went: relayed to a worker of this
- * process by the socket's service thread (api/agent/socket.c, sandbox/proto/direct.h), or
- * stored as a queued/pending op row (api/agent/op_worker.c, op_supervise.c). */
+ * process by the socket's service thread (api/socket/socket.c, sandbox/proto/direct.h), or
+ * stored as a queued/pending op row (api/core/op_worker.c, op_supervise.c). */
 extern atomic_ulong jb_metric_ops_direct, jb_metric_ops_queued;
 
 /* CLOCK_MONOTONIC now, ns. */

@@ -1,6 +1,6 @@
 /* policy.h — approval rules: their grammar, their validation and the first-match decision
  * of an op against an ordered list of them. Pure (no database, no clock of its own): jailboxd
- * decides ops with it (api/agent/policy.c), jailboxctl can check a rule before sending it.
+ * decides ops with it (api/core/policy.c), jailboxctl can check a rule before sending it.
  *
  * A rule is a JSON object {id, tool, path?, argvPrefix?, argv?, cwd?, env?, envSha256?,
  * command?, maxBytes?, effect, expiresAt?, uses?, locked?, broad?, writable?}:

@@ -2,7 +2,7 @@
  * one review request sent (an HTTPS webhook through libcurl, or a program given the request on
  * stdin) within a deadline, and its answer read as untrusted input. Every failure is the
  * verdict "ask" with a sentence saying what went wrong: a reviewer never allows by failing.
- * What the request holds and when it is sent is api/agent/review.c's. */
+ * What the request holds and when it is sent is api/core/review.c's. */
 #ifndef JB_REVIEWER_H
 #define JB_REVIEWER_H
 

@@ -62,21 +62,6 @@ DENIED = {
 # Folders where no circle may be listed in the exceptions file: api/ has none.
 NO_CIRCLE = ["api", "api/core", "api/http"] + DOORS
 
-# ---------------------------------------------------------------------------------------------
-# TRANSITIONAL — what today's tree still does while it moves to the layout above. Delete this
-# block (and fix what then fails) when the move is done; nothing may be added to it.
-TRANSITIONAL_INCLUDES = {
-    # api/agent/ becomes api/core/ + api/socket/ + api/mcp/.
-    "api/agent": BELOW_API + ["api", "api/core", "api/agent", "api/rest"],
-    "api/rest": ["api", "api/agent"],
-    "api": ["api/agent"],
-}
-# header -> the folders its prototypes are defined in, where that is not the header's own
-# (server/api.h: server/main.c calls into api/ through it).
-TRANSITIONAL_DECLARED_ELSEWHERE = {
-    "server/api.h": ["api", "api/rest"],
-}
-# ---------------------------------------------------------------------------------------------
 
 C_KEYWORDS = set("""
 auto break case char const continue default do double else enum extern float for goto if
@@ -230,11 +215,9 @@ def check_includes(sources):
     errors = []
     for s in sources:
         allowed = ALLOWED.get(s.folder)
-        extra = TRANSITIONAL_INCLUDES.get(s.folder, [])
-        if allowed is None and not extra:
+        if allowed is None:
             errors.append("%s is in no known folder (tests/layout.py ALLOWED)" % s.path)
             continue
-        allowed = (allowed or []) + extra
         for line, inc in s.includes:
             idir = os.path.dirname(inc)
             if idir not in allowed:
@@ -268,8 +251,7 @@ def check_declarations(sources):
             if name in macros:
                 continue
             where = defined.get(name, [])
-            homes = [s.folder] + TRANSITIONAL_DECLARED_ELSEWHERE.get(s.path, [])
-            if any(os.path.dirname(w) in homes for w in where):
+            if any(os.path.dirname(w) == s.folder for w in where):
                 continue
             if where:
                 errors.append("%s:%d declares %s(), defined in %s: a header's prototypes are "

@@ -1,5 +1,5 @@
-/* scan_bench.c — what a write costs in jailboxd's content scanner (api/agent/scan.c, the rules of
- * deploy/scan-rules as built in) and diff preview (api/agent/diff.c), run on demand (not by CTest):
+/* scan_bench.c — what a write costs in jailboxd's content scanner (lib/scan.c, the rules of
+ * deploy/scan-rules as built in) and diff preview (api/core/diff.c), run on demand (not by CTest):
  *
  *   build/scan_bench [REPS]
  *
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/agent/diff.h"
+#include "api/core/diff.h"
 #include "lib/scan.h"
 
 #define SIZE (1024 * 1024)
