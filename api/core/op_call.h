@@ -22,7 +22,7 @@
  *                 written its audit entry (db/ops.h), or the buyer rejected it
  *   answer        (op_worker.c) the MCP result of the op's answer
  *
- * Each stage returns an enum op_step; op_call_release (ops.c) frees what the stages took, on
+ * Each stage returns an enum op_step; op_call_release (op_wait.c) frees what the stages took, on
  * every path. Every op that comes here is stored as a row. The one other way an op reaches a
  * worker is the socket's service thread (api/socket/socket.c): a read or list of an active
  * session that one of this process's workers holds, planned with the same helpers
@@ -105,7 +105,7 @@ struct op_call {
   char sha_hex[65]; /* its SHA-256 in hex */
   /* supervise */
   bool counted; /* holds a place among this process's waiting calls */
-  struct op_waiting *waiting; /* and its session's count of them (op_supervise.c) */
+  struct op_waiting *waiting; /* and its session's count of them (op_wait.c) */
   bool buyer_wait; /* a buyer's whole diff: not in its session's share of the places */
   bool pending; /* a write of a supervised session: waits for the buyer */
   json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
@@ -147,7 +147,7 @@ json_t *op_answer(struct op_call *call); /* op_worker.c */
 
 /* Frees what the stages took (the connection back to the pool, the place among the waiting
  * calls given back) and leaves `call` empty but for its borrowed fields. */
-void op_call_release(struct op_call *call); /* ops.c */
+void op_call_release(struct op_call *call); /* op_wait.c */
 
 /* ---- shared by the stages and the direct planner ---- */
 
@@ -275,7 +275,7 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
 
 /* An audit entry (operation: the call's tool; `path` borrowed, NULL: none) for an op refused
  * in jailboxd, with `details` (stolen; "ok": false is added), and its audit_head event. */
-void op_audit_refusal(struct op_call *call, const char *path, json_t *details); /* op_checks.c */
+void op_audit_refusal(struct op_call *call, const char *path, json_t *details); /* op_common.c */
 
 /* The content scanner (api/core/scan.h) on call->data, the content a write or an edit would
  * leave: flagged, the op is refused (audited, a security alert); clean, call->sargs get its
@@ -299,17 +299,17 @@ int op_insert_ruled(struct op_call *call, const char *args_text, const char *exp
 /* What the buyer is shown of a pending op (new; NULL on OOM), before it is stored: {jobId,
  * tool, path, …} as the approval request carries it (api/events.md), without opId, diff and
  * the decision's fields. The reviewer is sent the same view. */
-json_t *op_approval_view(struct op_call *call); /* op_supervise.c */
+json_t *op_approval_view(struct op_call *call); /* op_view.c */
 
 /* Puts call->diff into the approval request of the pending op call->op_id and announces it,
  * with askedBy ("rule:<id>" or "mode") and the reviewer's {verdict, reason, failed} when it
  * was asked. */
-void op_announce_approval(struct op_call *call); /* op_supervise.c */
+void op_announce_approval(struct op_call *call); /* op_view.c */
 
 /* The diff preview kept with a pending op (call->diff cut to JAILBOX_DIFF_PREVIEW_MAX bytes of
  * text) as JSON text, new (free it); NULL when there is none. The op insert stores it, so the
  * op is never seen pending without it. */
-char *op_diff_kept_text(const struct op_call *call); /* op_supervise.c */
+char *op_diff_kept_text(const struct op_call *call); /* op_view.c */
 
 /* The operator's reviewer (lib/reviewer.h) on an op that would wait for the buyer
  * (call->pending after the rules, its diff or description made): allow — call->pending false,
@@ -325,19 +325,19 @@ enum op_step op_review(struct op_call *call); /* review.c */
  * the call waits for and for everything else): OP_NEXT (also when the call holds one
  * already), or OP_END with *call->e "unavailable" when they are all taken or no thread can
  * be started. */
-enum op_step op_take_waiting_place(struct op_call *call); /* op_supervise.c */
+enum op_step op_take_waiting_place(struct op_call *call); /* op_wait.c */
 
 /* As op_take_waiting_place, for an op stored already: false (and nothing set in *call->e) when
  * no place is free — the call then waits all the same, since answering "try again" of an op
  * that will still run would make the agent send it twice. */
-bool op_try_waiting_place(struct op_call *call); /* op_supervise.c */
+bool op_try_waiting_place(struct op_call *call); /* op_wait.c */
 
 /* `path` as it is now: a stat op (with the directory's names as they would land when `tree`:
  * the shim's stat `tree`) stored and waited for as any op, its result into *out (new).
  * `missing_ok`: a path whose parent is missing too is {exists: false}. OP_END with *call->e
  * when the stat could not be had or the shim refused it. */
 enum op_step op_stat_path(struct op_call *call, const char *path, bool tree, json_t **out,
-                          bool missing_ok); /* op_supervise.c */
+                          bool missing_ok); /* op_wait.c */
 
 /* The landing check (op_landing.c) of a write's or an edit's path, a mkdir's path and the
  * directories it may make, a move's source, destination and (a directory's) tree as it would
@@ -351,7 +351,19 @@ enum op_step op_check_landing(struct op_call *call);
  * refused as op_check_landing refuses. */
 enum op_step op_check_landing_path(struct op_call *call, const char *path, bool is_dir);
 
+/* The SHA-256 of `len` bytes at `p` as 64 lowercase hex digits and a NUL into `hex`. */
+void op_sha256_hex(const void *p, size_t len, char hex[65]); /* op_common.c */
+
+/* The length, at most `cut`, of a prefix of the `n` bytes of UTF-8 text at `p` that ends at a
+ * character's start (the prefix stays UTF-8). */
+size_t op_utf8_prefix(const char *p, size_t n, size_t cut); /* op_common.c */
+
+/* `path` as it is now, as op_stat_path, and with the file's content when `content` and the
+ * file is at most 1 MiB (a pending write's or an edit's target, for the diff). */
+enum op_step op_stat_of(struct op_call *call, const char *path, bool content, bool tree,
+                        json_t **out, bool missing_ok); /* op_wait.c */
+
 /* Gives back the place op_take_waiting_place took. */
-void op_leave_waiting(struct op_call *call); /* op_supervise.c */
+void op_leave_waiting(struct op_call *call); /* op_wait.c */
 
 #endif

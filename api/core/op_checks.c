@@ -510,20 +510,6 @@ bool op_path_passes(const char *path, size_t plen, enum jb_tool tool, const json
   return v->flagged_kind == NULL;
 }
 
-void op_audit_refusal(struct op_call *call, const char *path, json_t *details /* stolen */) {
-  struct jb_audit_head h;
-  jb_error err = {0};
-  json_object_set_new(details, "ok", json_false());
-  if (jb_audit_append(call->c, jb_signer_key(call->app->signer), call->job,
-                      jb_tool_name(call->tool), path, details, &h, &err) == JB_OK) {
-    jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
-  } else {
-    jb_log(JB_LOG_ERROR, "op path: audit append failed", "jobId", call->job, "detail", err.msg,
-           NULL);
-  }
-  json_decref(details);
-}
-
 /* What refusing `path` for reason `v` tells the agent: code, reason and message into *e. */
 static void refusal_error(struct op_call *call, const char *path, const struct op_path_verdict *v,
                           struct jb_mcp_error *e) {
@@ -715,17 +701,6 @@ json_t *op_shim_args(enum jb_tool tool, json_t *args, json_t *exclude) {
     json_object_set_new(sargs, "hash", json_false()); /* sha256 only on request */
   if (json_array_size(exclude) > 0) json_object_set(sargs, "exclude", exclude);
   return sargs;
-}
-
-void op_fit_path(const char *job, enum jb_event_kind kind, json_t *ev) {
-  const char *path = json_string_value(json_object_get(ev, "path"));
-  size_t size = jb_db_event_size(job, kind, ev);
-  if (!path || !size || size <= JB_EVENT_MAX_BYTES) return;
-  unsigned char h[32];
-  char note[80] = "sha256:";
-  crypto_hash_sha256(h, (const unsigned char *)path, strlen(path));
-  sodium_bin2hex(note + 7, sizeof note - 7, h, sizeof h);
-  json_object_set_new(ev, "path", json_string(note));
 }
 
 /* A write's content into call->data (utf-8 text or base64, at most OP_FILE_MAX bytes once

@@ -119,3 +119,14 @@ enum op_step op_load_session(struct op_call *call) {
   call->recheck = call->cached || call->arrived;
   return OP_NEXT;
 }
+
+void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
+  static const char *const from[] = {"awaiting_agent", NULL};
+  struct jb_transition t;
+  jb_error err = {0};
+  if (jb_db_session_transition(c, jb_signer_key(app->signer), job, from, "active",
+                               "the agent connected", "agent", &t, &err) == JB_OK)
+    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
+                   json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
+                             t.previous, "reason", "the agent connected", "actor", "agent"));
+}

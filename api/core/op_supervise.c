@@ -1,12 +1,12 @@
-/* op_supervise.c — a tool call that may wait (the supervise stage, api/core/op_call.h): its
- * place among this process's calls that wait on the buyer or a pause; an edit made into the
+/* op_supervise.c — a tool call that may wait (the supervise stage, api/core/op_call.h): it
+ * takes its place among this process's calls that wait (op_wait.c); an edit is made into the
  * write it amounts to (the file read through the shim, the edits applied, the result scanned,
  * the write bound to the hash of what was read); and for a mutating tool of a supervised
- * session what the buyer is shown — the target as it is now (a stat through the shim: the
- * same rules; the op is refused if it changes meanwhile), the diff preview of a write or an
- * edit, a description of a mkdir, move or delete — and the approval request. The session's
- * approval rules (api/core/policy.c), then the operator's reviewer (api/core/review.c),
- * decide before the buyer is asked. */
+ * session what the buyer is shown is made — the target as it is now (a stat through the shim:
+ * the same rules; the op is refused if it changes meanwhile), the diff preview of a write or
+ * an edit, a description of a mkdir, move or delete; the approval request is op_view.c's. The
+ * session's approval rules (api/core/policy.c), then the operator's reviewer
+ * (api/core/review.c), decide before the buyer is asked. */
 #define _GNU_SOURCE
 #include "api/core/op_call.h"
 
@@ -32,175 +32,11 @@
 #include "server/config.h"
 #include "server/pool.h"
 
-#define PREVIEW_MAX 2000 /* characters of a write shown in the approval request */
 #define EDIT_DIFF_MAX (256 * 1024) /* bytes of an edit's diff in its answer */
-
-/* The calls of one session that wait, among those of the process. */
-struct op_waiting {
-  struct op_waiting *next;
-  long n;
-  char job[]; /* the session's job id */
-};
-
-static struct {
-  pthread_mutex_t lock;
-  long total; /* calls of this process between taking a place and giving it back */
-  struct op_waiting *head; /* one entry per session with a call waiting */
-} waits = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* A call that waits holds the thread it runs on (JAILBOX_WS_WORKERS are kept free beside
- * the waiting ones: server/pool.h), so the buyer's approve and the other sessions' calls are
- * never queued behind it. JAILBOX_MAX_WAITING_CALLS bounds how many wait at once in the
- * process, JAILBOX_MAX_WAITING_PER_SESSION how many of them one session's agents may hold, so
- * that one agent cannot take every place from the other sessions (a buyer's whole diff,
- * call->buyer_wait, is not counted in its session's share: its agent cannot keep the buyer
- * from reading). NULL when a place was taken, else why not. */
-static const char *take_place(struct op_call *call) {
-  if (call->counted) return NULL;
-  long max_total = call->app->cfg ? call->app->cfg->max_waiting_calls : 1;
-  long max_session = call->app->cfg ? call->app->cfg->max_waiting_per_session : 1;
-  const char *job = call->job ? call->job : "";
-  pthread_mutex_lock(&waits.lock);
-  struct op_waiting *w = NULL;
-  if (!call->buyer_wait)
-    for (w = waits.head; w && strcmp(w->job, job);) w = w->next;
-  const char *full = NULL;
-  if (waits.total >= (max_total < 1 ? 1 : max_total))
-    full =
-        "too many calls are waiting (for approval, a command or a paused session) on this "
-        "server; try again";
-  else if (w && w->n >= (max_session < 1 ? 1 : max_session))
-    full =
-        "too many calls of this session are waiting (for approval, a command or a pause); "
-        "try again when one has its answer";
-  if (!full && !w && !call->buyer_wait) {
-    size_t n = strlen(job) + 1;
-    w = calloc(1, sizeof *w + n);
-    if (w) {
-      memcpy(w->job, job, n);
-      w->next = waits.head;
-      waits.head = w;
-    } else {
-      full = "out of memory";
-    }
-  }
-  if (!full) {
-    if (w) w->n++;
-    waits.total++;
-  }
-  pthread_mutex_unlock(&waits.lock);
-  if (full) return full;
-  call->counted = true;
-  call->waiting = w;
-  if (!jb_pool_block_begin()) {
-    op_leave_waiting(call);
-    return "no thread can be started for a waiting call on this server; try again";
-  }
-  return NULL;
-}
-
-enum op_step op_take_waiting_place(struct op_call *call) {
-  const char *why = take_place(call);
-  if (!why) return OP_NEXT;
-  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "%s", why);
-  return OP_END;
-}
-
-bool op_try_waiting_place(struct op_call *call) { return take_place(call) == NULL; }
-
-void op_leave_waiting(struct op_call *call) {
-  if (!call->counted) return;
-  jb_pool_block_end();
-  pthread_mutex_lock(&waits.lock);
-  waits.total--;
-  struct op_waiting *w = call->waiting;
-  if (w && --w->n == 0) {
-    for (struct op_waiting **pp = &waits.head; *pp; pp = &(*pp)->next)
-      if (*pp == w) {
-        *pp = w->next;
-        break;
-      }
-    free(w);
-  }
-  pthread_mutex_unlock(&waits.lock);
-  call->counted = false;
-  call->waiting = NULL;
-}
-
-/* `path` as it is now (the shim's stat result, new, into *out): a stat op stored (queued) and
- * waited for as any op, run by the worker that holds the session — held while the session is
- * paused, as the op it prepares would be.
- * `content`: with the file's content when it is at most 1 MiB. `missing_ok`: a path whose
- * parent directory is missing too is {exists: false} (a mkdir with parents, a move's
- * destination), not an error. */
-static enum op_step stat_of(struct op_call *call, const char *path, bool content, bool tree,
-                            json_t **out, bool missing_ok) {
-  cleanup_json json_t *stargs = json_object();
-  if (json_array_size(call->sess.exclude) > 0)
-    json_object_set(stargs, "exclude", call->sess.exclude);
-  if (content) json_object_set_new(stargs, "withContent", json_true());
-  if (tree) json_object_set_new(stargs, "tree", json_true());
-  cleanup_json json_t *sa = NULL;
-  int rc = JB_OK;
-  jb_error err = {0};
-  {
-    cleanup_free char *stext = json_dumps(stargs, JSON_COMPACT);
-    struct jb_opwait_ticket ticket;
-    long long op_id = 0;
-    op_wait_begin(call, &ticket);
-    rc = stext ? jb_db_op_create(call->c, call->job, "stat", path, stext, false, NULL, &op_id,
-                                 call->st, &err)
-               : JB_ERR_FAIL;
-    if (rc == JB_OK) {
-      atomic_fetch_add(&jb_metric_ops_queued, 1);
-      sa = op_await(call, op_id, &ticket);
-    } else {
-      op_wait_end(call, &ticket);
-    }
-  }
-  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
-    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
-             call->st[0] ? call->st : "gone");
-    return OP_END;
-  }
-  if (rc != JB_OK) {
-    op_error_unavailable(call->e, &err);
-    return OP_END;
-  }
-  if (!sa) {
-    /* op_await said why, of the stat. The call's own op was never stored: an answer that
-     * leaves the stat "stored, check before sending it again" is restated for the call */
-    if (call->e->code == JB_MCP_UNAVAILABLE && atomic_load(&call->app->draining)) {
-      json_decref(call->e->data);
-      call->e->data = NULL;
-      op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-               "jailboxd is shutting down: the %s was not stored (it waited on a read of %.200s "
-               "before it), so nothing of it ran or will run",
-               jb_tool_name(call->tool), path);
-    }
-    return OP_END;
-  }
-  if (!json_is_true(json_object_get(sa, "ok"))) {
-    const char *code = json_string_value(json_object_get(json_object_get(sa, "error"), "code"));
-    if (missing_ok && code && !strcmp(code, "not_found")) { /* a parent is missing too */
-      *out = json_pack("{s:b}", "exists", 0);
-      return *out ? OP_NEXT : OP_END;
-    }
-    op_shim_error(call->e, json_object_get(sa, "error"));
-    return OP_END;
-  }
-  *out = json_incref(json_object_get(sa, "result"));
-  return *out ? OP_NEXT : OP_END;
-}
 
 static enum op_step stat_path(struct op_call *call, const char *path, bool content, json_t **out,
                               bool missing_ok) {
-  return stat_of(call, path, content, false, out, missing_ok);
-}
-
-enum op_step op_stat_path(struct op_call *call, const char *path, bool tree, json_t **out,
-                          bool missing_ok) {
-  return stat_of(call, path, false, tree, out, missing_ok);
+  return op_stat_of(call, path, content, false, out, missing_ok);
 }
 
 /* The pending write's target as it is now into call->current (with its content for the diff
@@ -307,13 +143,6 @@ static json_t *write_diff(struct jb_app *app, const char *path, json_t *current,
   return current_diff(path, current, data, dlen, (size_t)app->cfg->diff_preview_max, &why);
 }
 
-/* The SHA-256 of `len` bytes at `p` in hex into `hex` (65 bytes). */
-static void sha_hex(const void *p, size_t len, char hex[65]) {
-  unsigned char h[32];
-  crypto_hash_sha256(h, p, len);
-  sodium_bin2hex(hex, 65, h, sizeof h);
-}
-
 /* An edit of the file as call->current read it (its content, borrowed): applied (call->data,
  * call->replaced), or OP_END with the failing edit named in *call->e. */
 static enum op_step apply_edits(struct op_call *call, const char *old, size_t olen) {
@@ -394,7 +223,7 @@ static enum op_step supervise_edit(struct op_call *call, bool dry) {
   }
   const char *old = json_string_value(jc);
   size_t olen = json_string_length(jc);
-  sha_hex(old, olen, call->before_hex);
+  op_sha256_hex(old, olen, call->before_hex);
   if (strcmp(call->before_hex,
              sha)) { /* the shim is not trusted: what is edited is what is bound */
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
@@ -403,7 +232,7 @@ static enum op_step supervise_edit(struct op_call *call, bool dry) {
   }
   s = apply_edits(call, old, olen);
   if (s != OP_NEXT) return s;
-  sha_hex(call->data, call->dlen, call->sha_hex);
+  op_sha256_hex(call->data, call->dlen, call->sha_hex);
   json_t *diff = NULL;
   jb_error err = {0};
   if (jb_diff_preview(call->path, (const unsigned char *)old, olen, true, call->data, call->dlen,
@@ -562,14 +391,6 @@ static enum op_step supervise_change(struct op_call *call) {
   return call->describe ? OP_NEXT : OP_END;
 }
 
-/* The length, at most `cut`, of a prefix of the `n` bytes of UTF-8 text at `p` that ends before
- * a character's start (the prefix stays UTF-8). */
-static size_t char_prefix(const char *p, size_t n, size_t cut) {
-  if (cut >= n) return n;
-  while (cut > 0 && ((unsigned char)p[cut] & 0xC0) == 0x80) cut--;
-  return cut;
-}
-
 #define ENV_SHOWN_MAX 1024 /* bytes of a variable's value shown to the buyer; more: cut, noted */
 
 /* Whether variable name `name` says its value is a secret: it holds TOKEN, SECRET, PASSWORD,
@@ -610,7 +431,7 @@ static json_t *env_value_shown(const char *name, json_t *v) {
   jb_buf_free(&out);
   if (masked) return json_string(mark);
   if (n <= ENV_SHOWN_MAX) return json_incref(v);
-  size_t cut = char_prefix(val, n, ENV_SHOWN_MAX);
+  size_t cut = op_utf8_prefix(val, n, ENV_SHOWN_MAX);
   char tail[48];
   snprintf(tail, sizeof tail, "… (%zu bytes)", n);
   json_t *s = json_stringn(val, cut);
@@ -743,164 +564,6 @@ enum op_step op_supervise(struct op_call *call) {
  * one notification (JB_EVENT_MAX_BYTES): the diff is cut shorter first (truncated; the op row
  * keeps it whole), then left out, then the content preview is cut (previewTruncated) — text
  * of control characters takes six bytes a byte escaped. */
-
-/* Shortens text field `key` of `ev` by at least `over` bytes (at a character's start) and sets
- * `flag` true; false when the field holds no text. */
-static bool shorten_field(json_t *ev, const char *key, const char *flag, size_t over) {
-  json_t *v = json_object_get(ev, key);
-  size_t n = json_string_length(v);
-  if (!json_is_string(v) || n == 0) return false;
-  const char *p = json_string_value(v);
-  json_object_set_new(ev, key, json_stringn(p, char_prefix(p, n, n > over ? n - over : 0)));
-  json_object_set_new(ev, flag, json_true());
-  return true;
-}
-
-/* Cuts the longest value of the approval request's "env" by at least `over` bytes (at a
- * character's start, "…" after it) and sets envTruncated true; false when no value is longer
- * than 16 bytes (the rest is the op's: GET …/ops). */
-static bool shorten_env(json_t *ev, size_t over) {
-  json_t *env = json_object_get(ev, "env");
-  const char *k, *longest = NULL;
-  json_t *v;
-  size_t most = 16;
-  json_object_foreach (env, k, v)
-    if (json_string_length(v) > most) most = json_string_length(v), longest = k;
-  if (!longest) return false;
-  v = json_object_get(env, longest);
-  const char *p = json_string_value(v);
-  size_t keep = char_prefix(p, most, most > over + 16 ? most - over - 4 : 12);
-  char *cut = NULL;
-  if (asprintf(&cut, "%.*s…", (int)keep, p) < 0) return false;
-  json_object_set_new(env, longest, json_string(cut));
-  free(cut);
-  json_object_set_new(ev, "envTruncated", json_true());
-  return true;
-}
-
-static void fit_event(const char *job, json_t *ev, json_t *diff) {
-  json_t *d = json_incref(diff ? diff : json_null());
-  for (;;) {
-    json_object_set_new(ev, "diff", d);
-    size_t size = jb_db_event_size(job, JB_EVENT_APPROVAL_REQUEST, ev);
-    if (!size || size <= JB_EVENT_MAX_BYTES) return;
-    size_t over = size - JB_EVENT_MAX_BYTES; /* a byte less of text is at least a byte less */
-    size_t tl = json_string_length(json_object_get(d, "text"));
-    if (json_is_object(d) && tl > 0) {
-      d = jb_diff_shorten(d, tl > over ? tl - over : 0);
-      if (d) continue;
-    }
-    d = json_null();
-    json_object_set_new(ev, "diff", json_incref(d));
-    /* then an exec's stdin preview, a write's preview, and last the path */
-    if (shorten_field(ev, "stdinPreview", "stdinPreviewTruncated", over)) continue;
-    if (shorten_env(ev, over)) continue;
-    if (shorten_field(ev, "preview", "previewTruncated", over)) continue;
-    op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
-    return;
-  }
-}
-
-json_t *op_approval_view(struct op_call *call) {
-  const char *job = call->job;
-  const char *tool = jb_tool_name(call->tool);
-  json_t *ev;
-  if (call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_EDIT) {
-    size_t dlen = call->dlen;
-    bool text_ok = !memchr(call->data, '\0', dlen);
-    json_t *preview =
-        text_ok ? json_stringn((const char *)call->data, dlen < PREVIEW_MAX ? dlen : PREVIEW_MAX)
-                : NULL;
-    const char *cur = json_string_value(json_object_get(call->current, "sha256"));
-    ev = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:o,s:b,s:s?,s:b}", "jobId", job, "tool", tool, "path",
-                   call->path, "size", (json_int_t)dlen, "sha256", call->sha_hex, "verdict",
-                   "clean", "preview", preview ? preview : json_null(), "previewTruncated",
-                   dlen > PREVIEW_MAX, "currentSha256", cur, "exists",
-                   json_is_true(json_object_get(call->current, "exists")));
-    if (ev && call->tool == JB_TOOL_EDIT) {
-      json_object_set_new(
-          ev, "edits",
-          json_integer((json_int_t)json_array_size(json_object_get(call->args, "edits"))));
-      json_object_set_new(ev, "replaced", json_integer((json_int_t)call->replaced));
-    }
-  } else if (call->tool == JB_TOOL_EXEC) {
-    json_t *a = call->sargs, *names = json_array();
-    const char *k;
-    json_t *v;
-    json_object_foreach (json_object_get(a, "env"), k, v) { /* sorted, as GET …/ops has them */
-      size_t at = json_array_size(names);
-      while (at > 0 && strcmp(json_string_value(json_array_get(names, at - 1)), k) > 0) at--;
-      json_array_insert_new(names, at, json_string(k));
-    }
-    ev = json_pack("{s:s,s:s,s:s,s:s,s:O,s:O?,s:s,s:o,s:b,s:O}", "jobId", job, "tool", tool, "path",
-                   call->path, "description", call->describe ? call->describe : tool, "argv",
-                   json_object_get(a, "argv"), "command", json_object_get(a, "command"), "cwd",
-                   call->path, "envNames", names, "writable",
-                   json_is_true(json_object_get(a, "writable")), "timeoutMs",
-                   json_object_get(a, "timeoutMs"));
-    json_t *shown = json_object_get(a, "envShown"); /* the values, masked (supervise_exec) */
-    if (ev) json_object_set_new(ev, "env", shown ? json_deep_copy(shown) : json_null());
-    json_t *in = json_object_get(a, "stdin");
-    if (ev && json_is_string(in)) { /* what a shell on stdin would run: shown, as a write is */
-      const char *txt = json_string_value(in);
-      size_t n = json_string_length(in), cut = char_prefix(txt, n, PREVIEW_MAX);
-      unsigned char h[crypto_hash_sha256_BYTES];
-      char hex[2 * sizeof h + 1];
-      crypto_hash_sha256(h, (const unsigned char *)txt, n);
-      sodium_bin2hex(hex, sizeof hex, h, sizeof h);
-      json_object_set_new(ev, "stdinBytes", json_integer((json_int_t)n));
-      json_object_set_new(ev, "stdinSha256", json_string(hex));
-      json_object_set_new(ev, "stdinPreview", json_stringn(txt, cut));
-      json_object_set_new(ev, "stdinPreviewTruncated", json_boolean(cut < n));
-    } else if (ev) {
-      json_object_set_new(ev, "stdinBytes", json_integer(0));
-    }
-  } else {
-    ev = json_pack("{s:s,s:s,s:s,s:s,s:O}", "jobId", job, "tool", tool, "path", call->path,
-                   "description", call->describe ? call->describe : tool, "current", call->current);
-    if (ev && call->dest) {
-      json_object_set_new(ev, "destination", json_string(call->dest));
-      json_object_set_new(ev, "overwrite",
-                          json_boolean(json_is_true(json_object_get(call->args, "overwrite"))));
-      if (call->current2) json_object_set(ev, "destinationCurrent", call->current2);
-    }
-    if (ev && call->tool == JB_TOOL_DELETE)
-      json_object_set_new(ev, "recursive",
-                          json_boolean(json_is_true(json_object_get(call->args, "recursive"))));
-  }
-  return ev;
-}
-
-char *op_diff_kept_text(const struct op_call *call) {
-  /* at most JAILBOX_DIFF_PREVIEW_MAX bytes of diff text (an edit's own diff, in its answer, may
-   * be longer: EDIT_DIFF_MAX) */
-  json_t *kept = json_is_object(call->diff) && call->app->cfg->diff_preview_max > 0
-                     ? jb_diff_shorten(call->diff, (size_t)call->app->cfg->diff_preview_max)
-                     : NULL;
-  char *text = json_is_object(kept) ? json_dumps(kept, JSON_COMPACT) : NULL;
-  json_decref(kept);
-  return text;
-}
-
-void op_announce_approval(struct op_call *call) {
-  const char *job = call->job;
-  json_t *ev = op_approval_view(call);
-  if (ev) {
-    json_object_set_new(ev, "opId", json_integer((json_int_t)call->op_id));
-    json_object_set_new(ev, "askedBy", json_string(call->asked_by[0] ? call->asked_by : "mode"));
-    if (call->reviewed)
-      json_object_set_new(
-          ev, "reviewer",
-          json_pack("{s:s,s:s,s:b}", "verdict", jb_review_verdict_name(call->review.verdict),
-                    "reason", call->review.reason, "failed", call->review.failed));
-  }
-  if (!ev) {
-    jb_log(JB_LOG_WARN, "approval request not announced: out of memory", "jobId", job, NULL);
-    return;
-  }
-  fit_event(job, ev, call->diff);
-  jb_bus_publish(call->app->bus, job, JB_EVENT_APPROVAL_REQUEST, ev);
-}
 
 /* ---- the whole diff of a pending write or edit (GET /v1/jailbox/:jobId/ops/:opId/diff) ---- */
 

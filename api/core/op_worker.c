@@ -2,10 +2,8 @@
  * (stages in api/core/op_call.h): stored — pending for the buyer or queued — for the worker
  * to run in the shim with its audit entry (store, db/ops.h); then waited for (wait) and made
  * an MCP result (answer). The request of a read the socket's service thread relays to a
- * worker of this process (api/socket/socket.c) is made here too, and its answer read here. The waiting thread sleeps until the
- * jb_op notification of the op's commit wakes it (server/opwait.h), and reads the op row
- * again then (and once a second regardless); without limit while the op waits for the buyer
- * or a paused session. */
+ * worker of this process (api/socket/socket.c) is made here too, and its answer read here.
+ * How a call waits for its op is op_wait.c's. */
 #define _GNU_SOURCE
 #include "api/core/op_call.h"
 
@@ -27,47 +25,7 @@
 #include "server/pool.h"
 #include "server/workers.h"
 
-#define SAFETY_NET_MS 1000 /* a waiting call re-reads its op at least this often */
-#define FALLBACK_MS 20 /* ... and this often while no notification can arrive */
-#define DB_DOWN_WAIT_MS 30000 /* a stored op's call waits this long for an unreachable database */
-/* a command still running when its session ended is waited for this long at most */
-#define RUNNING_AFTER_END_MS 15000
-
 /* ---- answer ---- */
-
-void op_shim_error(struct jb_mcp_error *e, json_t *error) {
-  const char *code = json_string_value(json_object_get(error, "code"));
-  const char *msg = json_string_value(json_object_get(error, "message"));
-  if (!code) code = "internal";
-  if (!msg) msg = code;
-  static const struct {
-    const char *code;
-    int rpc;
-    const char *reason;
-  } map[] = {
-      {"denied", JB_MCP_DENIED, "denied"},
-      {"not_found", JB_MCP_NOT_FOUND, "not_found"},
-      {"excluded", JB_MCP_EXCLUDED, "excluded"},
-      {"changed", JB_MCP_CHANGED, "changed"},
-      {"too_large", JB_MCP_TOO_LARGE, "too_large"},
-      {"bad_request", JB_MCP_INVALID, "invalid"},
-      {"aborted", JB_MCP_DENIED, "aborted"},
-      {"timeout", JB_MCP_TIMEOUT, "timeout"}, /* jb_db_op_expire */
-      {"exists", JB_MCP_EXISTS, "exists"},
-      {"regex_limit", JB_MCP_REGEX_LIMIT, "regex_limit"},
-      {"killed", JB_MCP_DENIED, "killed"}, /* an exec killed by the buyer */
-      {"seccomp", JB_MCP_DENIED, "denied"}, /* an exec killed by its seccomp filter */
-      {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
-      /* an exec whose worker died while it ran (killed; the session re-adopted) */
-      {"worker_restarted", JB_MCP_DENIED, "worker_restarted"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(code, map[i].code)) {
-      op_error(e, map[i].rpc, map[i].reason, "%s", msg);
-      return;
-    }
-  op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "%s", msg);
-}
 
 /* Appends printf-style text to the growing buffer *b (*len used, *cap allocated); quietly
  * stops growing past TEXT_MAX (the text is a reading aid; structuredContent has it all). */
@@ -360,10 +318,6 @@ json_t *op_answer(struct op_call *call) {
 
 /* ---- the request the socket's service thread relays (api/socket/socket.c) ---- */
 
-const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess) {
-  return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), sess->worker);
-}
-
 json_t *op_direct_request(const char *job, const char *tool, const char *path, json_t *sargs,
                           json_t *expect) {
   return json_pack("{s:s,s:s,s:s,s:O,s:O?}", "jobId", job, "tool", tool, "path", path, "args",
@@ -378,14 +332,6 @@ json_t *op_direct_expect(const struct jb_session_facts *sess) {
 }
 
 /* ---- store ---- */
-
-void op_wait_begin(struct op_call *call, struct jb_opwait_ticket *t) {
-  if (call->app->opwait) jb_opwait_register(call->app->opwait, t, call->job, -1);
-}
-
-void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t) {
-  if (call->app->opwait) jb_opwait_unregister(call->app->opwait, t);
-}
 
 /* The {mode, exclude, flagged} the call decided on as JSON text (new), or NULL. */
 static char *expect_text(struct op_call *call) {
@@ -434,219 +380,6 @@ enum op_step op_store(struct op_call *call) {
 }
 
 /* ---- wait ---- */
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* The clocks of one wait, in ms of jb_now_ms. */
-struct wait_clock {
-  long long stored; /* when the op was stored */
-  long long started; /* since when an approved op of an active session waits to run */
-  long long approval_ms; /* JAILBOX_APPROVAL_TIMEOUT; 0: none */
-  long long ended; /* when a running op's session was first seen ended; 0: not seen */
-  bool db_failed; /* the last reading failed in the database (db_error says how) */
-  char db_error[256];
-};
-
-/* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
- * said on every instance) and the call ends with timeout: true. Otherwise *nap is cut to when
- * it will be due. */
-static bool approval_overdue(struct op_call *call, long long op_id, const struct wait_clock *clk,
-                             long *nap) {
-  long long left = clk->stored + clk->approval_ms - jb_now_ms();
-  if (left <= 0) {
-    struct jb_audit_head h;
-    json_t *opj = NULL;
-    jb_error err = {0};
-    int xr = jb_db_op_expire(call->c, jb_signer_key(call->app->signer), call->job, op_id,
-                             (long)(clk->approval_ms / 1000), &h, &opj, &err);
-    if (xr == JB_OK) {
-      jb_bus_publish(call->app->bus, call->job, JB_EVENT_OP, opj);
-      jb_bus_publish(call->app->bus, call->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&h));
-      op_error(call->e, JB_MCP_TIMEOUT, "timeout",
-               "the buyer did not decide on the %s within %lld s", jb_tool_name(call->tool),
-               clk->approval_ms / 1000);
-      return true;
-    }
-    if (xr == JB_ERR_FAIL)
-      jb_log(JB_LOG_WARN, "approval timeout not recorded", "jobId", call->job, "detail", err.msg,
-             NULL);
-    left = 10; /* decided meanwhile, or not yet that old by the database's clock: read again */
-  }
-  if (left < *nap) *nap = (long)left;
-  return false;
-}
-
-/* Draining (SIGTERM): a call still waiting on its op ends a second before the shutdown grace
- * runs out, so that the instance can stop within it. The op stays in the database as it is,
- * and the answer says no more than is known: where the op was, whether its session ends with
- * this instance (its worker is one of this instance's, which end their sessions when they
- * stop) or goes on elsewhere, and that its outcome is in the session's ops list — so that the
- * agent does not send again an op that may still run, or may have run. `os`/`ss`: the op's and
- * the session's state as last read (os JB_OP_UNKNOWN: not read, the database being
- * unreachable). True when the call ends so; otherwise *nap is cut to that moment. */
-static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os,
-                      enum jb_session_state ss, long *nap) {
-  struct jb_app *app = call->app;
-  long long deadline = atomic_load(&app->drain_deadline_ms);
-  if (!atomic_load(&app->draining) || deadline <= 0) return false;
-  long long left = deadline - JB_DRAIN_ANSWER_MS - jb_now_ms();
-  if (left <= 0) {
-    const char *where = os == JB_OP_UNKNOWN       ? "is stored (the database cannot be read now)"
-                        : os == JB_OP_PENDING     ? "was waiting for the buyer"
-                        : ss == JB_SESSION_PAUSED ? "was held by the pause"
-                        : os == JB_OP_RUNNING     ? "was running in the session's sandbox"
-                                                  : "was queued for the session's sandbox";
-    bool ends = op_worker_socket(app, &call->sess) != NULL;
-    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-             "jailboxd is shutting down: op %lld %s; %s. Its outcome is in the session's ops "
-             "list: check it before sending the op again",
-             op_id, where,
-             ends ? "the session ends with this instance (its worker stops with it)"
-                  : "the session goes on, served by another instance or this one restarted");
-    return true;
-  }
-  if (left < *nap) *nap = (long)left;
-  return false;
-}
-
-/* One reading of op `op_id`'s row: OP_ANSWERED with its answer in *out (new), OP_END with
- * *call->e, or OP_NEXT with *nap the ms to sleep before the next reading. Pending ops and the
- * ops of a paused session wait without limit; a queued op of an active session must run
- * within OP_RUN_TIMEOUT_MS. */
-static enum op_step read_outcome(struct op_call *call, long long op_id, struct wait_clock *clk,
-                                 json_t **out, long *nap) {
-  struct jb_mcp_error *e = call->e;
-  char ost[20], sst[20];
-  cleanup_free char *res = NULL;
-  cleanup_free char *reason = NULL;
-  jb_error err = {0};
-  int rc = jb_db_op_poll(call->c, call->job, op_id, ost, sst, &res, &reason, &err);
-  if (rc == JB_ERR_FAIL) {
-    /* the op is stored: waited on as when the database cannot be reached (op_await) */
-    clk->db_failed = true;
-    snprintf(clk->db_error, sizeof clk->db_error, "%s", err.msg);
-    return OP_NEXT;
-  }
-  if (rc != JB_OK) {
-    op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op disappeared");
-    return OP_END;
-  }
-  enum jb_op_state os = jb_op_state_from_name(ost);
-  if (os == JB_OP_REJECTED) {
-    op_error_rejected(e, reason, sst);
-    return OP_END;
-  }
-  if (os == JB_OP_DONE || os == JB_OP_FAILED) {
-    *out = res ? json_loads(res, 0, NULL) : NULL;
-    if (!*out) {
-      op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the op's result cannot be read");
-      return OP_END;
-    }
-    return OP_ANSWERED;
-  }
-  enum jb_session_state ss = jb_session_state_from_name(sst);
-  if (!jb_state_is_live(sst) || ss == JB_SESSION_DONE) {
-    /* a command that ran while its session ended (an escape it made, an abort): its worker
-     * stores how it ended, or the session's end fails it with the reason; either is the
-     * answer. Bounded, for a worker that can do neither. */
-    if (os == JB_OP_RUNNING) {
-      long long now = jb_now_ms();
-      if (!clk->ended) clk->ended = now;
-      if (now - clk->ended < RUNNING_AFTER_END_MS) {
-        *nap = SAFETY_NET_MS;
-        return drain_cut(call, op_id, os, ss, nap) ? OP_END : OP_NEXT;
-      }
-      op_error(e, JB_MCP_DENIED, "aborted",
-               "the session is %s: the command was running when it ended; how it ended is "
-               "recorded in the session's ops list once its worker reports it",
-               sst);
-      return OP_END;
-    }
-    op_error(e, JB_MCP_DENIED, "denied", "the session is %s: the op was not run", sst);
-    return OP_END;
-  }
-  bool queued = os == JB_OP_APPROVED && ss == JB_SESSION_ACTIVE; /* for the worker to run */
-  if (queued && jb_now_ms() - clk->started > OP_RUN_TIMEOUT_MS) {
-    op_error(e, JB_MCP_UNAVAILABLE, "unavailable",
-             "the session's sandbox did not run the op in time");
-    return OP_END;
-  }
-  if (!queued) clk->started = jb_now_ms();
-  *nap = SAFETY_NET_MS;
-  bool pending = os == JB_OP_PENDING;
-  if (pending && clk->approval_ms > 0 && approval_overdue(call, op_id, clk, nap)) return OP_END;
-  /* held by a pause: from now on among the calls that wait (op_supervise let a read of an
-   * active session in without a place); with none free it waits all the same, since the op
-   * is stored and will run at the resume */
-  if (ss == JB_SESSION_PAUSED) (void)op_try_waiting_place(call);
-  if (drain_cut(call, op_id, os, ss, nap)) return OP_END;
-  return OP_NEXT;
-}
-
-/* The database could not be reached, or read, while op `op_id` waited (`why`: how). The op
- * is stored: "try again" now would have the agent send again an op that may still run, so the
- * call goes on waiting for the database, up to DB_DOWN_WAIT_MS from *db_down (set now when
- * 0), or until a drain's answer is due. True when the call ends (its error set). */
-static bool db_unreachable(struct op_call *call, long long op_id, long long *db_down,
-                           const char *why) {
-  long long at = jb_now_ms();
-  if (!*db_down) *db_down = at;
-  long nap = SAFETY_NET_MS;
-  if (drain_cut(call, op_id, JB_OP_UNKNOWN, JB_SESSION_ACTIVE, &nap)) return true;
-  if (at - *db_down < DB_DOWN_WAIT_MS) return false;
-  jb_log(JB_LOG_ERROR, "op wait: database unreachable", "detail", why, NULL);
-  op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
-           "the database has been unreachable for %d s while op %lld waited; the op is "
-           "stored and may still run: check the session's ops before sending it again",
-           DB_DOWN_WAIT_MS / 1000, op_id);
-  return true;
-}
-
-/* Sleeps until a jb_op notification names the op or the session (server/opwait.h), or `nap`
- * ms have passed (FALLBACK_MS while the LISTEN connection is down), with the connection back
- * in the pool meanwhile. Before the first reading when notifications can come: the op has
- * not run yet. */
-json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket *t) {
-  struct jb_app *app = call->app;
-  long long now = jb_now_ms();
-  struct wait_clock clk = {.stored = now,
-                           .started = now,
-                           .approval_ms = app->cfg ? app->cfg->approval_timeout_s * 1000LL : 0};
-  long nap = SAFETY_NET_MS;
-  json_t *out = NULL;
-  /* a wait of the handler pool, so that the threads kept free stay free (a call that took a
-   * waiting place began one already) */
-  bool began = !jb_pool_blocking() && jb_pool_block_begin() && jb_pool_blocking();
-  long long db_down = 0; /* since when the database could not be reached, ms */
-  if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
-  for (bool read_now = !app->opwait;; read_now = false) {
-    if (!read_now) {
-      jb_db_release(app->db, call->c);
-      if (app->opwait)
-        jb_opwait_wait(app->opwait, t, db_down ? FALLBACK_MS * 25 : nap, FALLBACK_MS);
-      else
-        sleep_ms(db_down ? FALLBACK_MS * 25 : nap < FALLBACK_MS ? nap : FALLBACK_MS);
-      jb_error err = {0};
-      call->c = jb_db_acquire(app->db, &err);
-      if (!call->c) {
-        if (db_unreachable(call, op_id, &db_down, err.msg)) break;
-        continue;
-      }
-    }
-    clk.db_failed = false;
-    if (read_outcome(call, op_id, &clk, &out, &nap) != OP_NEXT) break;
-    if (!clk.db_failed)
-      db_down = 0;
-    else if (db_unreachable(call, op_id, &db_down, clk.db_error))
-      break;
-  }
-  op_wait_end(call, t);
-  if (began) jb_pool_block_end();
-  return out;
-}
 
 enum op_step op_wait(struct op_call *call) {
   call->ans = op_await(call, call->op_id, &call->ticket);

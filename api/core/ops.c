@@ -1,6 +1,6 @@
-/* ops.c — an agent's tools/call on its way through jailboxd (see ops.h): the tool names, the
- * op path's stages run in order on one call (api/core/op_call.h, op_*.c), the done tool and
- * the agent's arrival, and the planner of the direct path for the socket's service thread. */
+/* ops.c — an agent's tools/call on its way through jailboxd (see ops.h): the op path's
+ * stages run in order on one call (api/core/op_call.h, op_*.c, each calling only down), the
+ * done tool, and the planner of the direct path for the socket's service thread. */
 #define _GNU_SOURCE
 #include "api/core/ops.h"
 
@@ -23,71 +23,10 @@
 
 /* ---- names ---- */
 
-bool jb_tool_mutates(enum jb_tool tool) {
-  return tool == JB_TOOL_WRITE || tool == JB_TOOL_EDIT || tool == JB_TOOL_MKDIR ||
-         tool == JB_TOOL_MOVE || tool == JB_TOOL_DELETE || tool == JB_TOOL_EXEC;
-}
-
 /* ---- errors ---- */
-
-void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-  va_end(ap);
-  e->code = code;
-  e->data = json_pack("{s:s}", "reason", reason);
-}
-
-void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *sess_state) {
-  /* the end of a session rejects its pending ops with the reason "session <state>"
-   * (db/sessions.c, jb_db_session_end_ops): no buyer decided anything */
-  if (reason && sess_state && !jb_state_is_live(sess_state) && !strncmp(reason, "session ", 8) &&
-      !strcmp(reason + 8, sess_state)) {
-    char why[40];
-    snprintf(why, sizeof why, "session_%s", sess_state);
-    op_error(e, JB_MCP_DENIED, why,
-             "the session %s before the op was decided (not a decision of the buyer): nothing "
-             "was run",
-             sess_state);
-    return;
-  }
-  op_error(e, JB_MCP_REJECTED, "rejected", "rejected by the buyer%s%s", reason ? ": " : "",
-           reason ? reason : "");
-}
-
-void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err) {
-  char why[640];
-  if (jb_signer_retired(why, sizeof why)) { /* every append is refused: say so, not "database" */
-    jb_log(JB_LOG_ERROR, "op path: signing key retired", "detail", err->msg, NULL);
-    op_error(e, JB_MCP_UNAVAILABLE, "key_retired", "%s", why);
-    return;
-  }
-  jb_log(JB_LOG_ERROR, "op path: database error", "detail", err->msg, NULL);
-  op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the service is unavailable; try again");
-}
 
 /* ---- the op path ---- */
 
-void op_call_release(struct op_call *call) {
-  op_leave_waiting(call);
-  json_decref(call->current);
-  json_decref(call->current2);
-  json_decref(call->diff);
-  free(call->describe);
-  json_decref(call->many);
-  jb_db_release(call->app->db, call->c);
-  jb_session_facts_clear(&call->sess);
-  free(call->data);
-  json_decref(call->sargs);
-  json_decref(call->ans);
-  *call = (struct op_call){.app = call->app,
-                           .job = call->job,
-                           .tool = call->tool,
-                           .args = call->args,
-                           .e = call->e,
-                           .fresh = call->fresh};
-}
 #define cleanup_op_call __attribute__((cleanup(op_call_release)))
 
 /* One run of the stages on a call of any tool but done; `fresh`: read the session from the
@@ -273,7 +212,7 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, str
   return 0;
 }
 
-/* ---- done, and the agent's arrival ---- */
+/* ---- done ---- */
 
 static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
                          struct jb_mcp_error *e) {
@@ -306,17 +245,6 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
   return json_pack("{s:[{s:s,s:s}],s:{s:s},s:b}", "content", "type", "text", "text",
                    "The session is done; the buyer will review it.", "structuredContent", "state",
                    "done", "isError", 0);
-}
-
-void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job) {
-  static const char *const from[] = {"awaiting_agent", NULL};
-  struct jb_transition t;
-  jb_error err = {0};
-  if (jb_db_session_transition(c, jb_signer_key(app->signer), job, from, "active",
-                               "the agent connected", "agent", &t, &err) == JB_OK)
-    jb_bus_publish(app->bus, job, JB_EVENT_STATE,
-                   json_pack("{s:s,s:s,s:s,s:s,s:s}", "jobId", job, "state", "active", "previous",
-                             t.previous, "reason", "the agent connected", "actor", "agent"));
 }
 
 /* ---- the buyer's kill of an exec ---- */

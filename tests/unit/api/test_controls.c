@@ -92,8 +92,8 @@ static void session(const char *job, const char *state) {
   if (strcmp(state, "created") != 0) {
     static const char *const from[] = {"created", NULL};
     struct jb_transition t;
-    assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), job, from, state,
-                                              NULL, "system", &t, &err),
+    assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), job, from, state, NULL,
+                                              "system", &t, &err),
                      JB_OK);
   }
   jb_db_release(app.db, c);
@@ -106,9 +106,9 @@ static long long pending_op(const char *job, const char *tool, const char *path)
   assert_non_null(c);
   long long id = 0;
   char st[20];
-  assert_int_equal(jb_db_op_create(c, job, tool, path, "{\"path\":\"a.txt\"}", true, NULL, &id,
-                                   st, &err),
-                   JB_OK);
+  assert_int_equal(
+      jb_db_op_create(c, job, tool, path, "{\"path\":\"a.txt\"}", true, NULL, &id, st, &err),
+      JB_OK);
   jb_db_release(app.db, c);
   return id;
 }
