@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The layout's rules, checked on the C sources of lib/ db/ server/ api/ sandbox/ cli/ (README
-# "Layout"; the model is Tor's scripts/maint/practracker/). Exit 1 naming every break, each
-# on a line of its own starting "layout: ". Under a second; python3 of the standard library.
+# The layout's rules, checked on the C sources of lib/ db/ server/ api/ sandbox/ cli/
+# (docs/design.md "Layout rules"; the model is Tor's scripts/maint/practracker/). Exit 1
+# naming every break, each on a line of its own starting "layout: ". Under a second; python3
+# of the standard library.
 #
 #   1. Includes follow the folder table in tests/layout.py (ALLOWED, DENIED): server/ includes
 #      nothing of api/; api/core/ includes no door and no HTTP or WebSocket header; a door
@@ -17,9 +18,7 @@
 #   4. Sizes: a file (.c or .h) of at most 1,000 lines, a function of at most 100 (from the
 #      line of its opening `{` to its closing column-0 `}`, both counted).
 #
-# Rules 1 and 2 have no exceptions: what today's tree still does while it moves to the
-# core/doors layout is in the TRANSITIONAL block of tests/layout.py, to be deleted when the
-# move is done. Rules 3 and 4 keep today's debt in tests/layout-exceptions.txt, which may only
+# Rules 1 and 2 have no exceptions. Rules 3 and 4 keep today's debt in tests/layout-exceptions.txt, which may only
 # shrink: a circle or an offender not listed fails; a listed offender that grew fails; a listed
 # circle that is gone or changed, or a listed offender now within its limit or gone, fails
 # with a message saying which line to remove or rewrite (so that the debt cannot come back
