@@ -1,6 +1,6 @@
 /* exec_channel.c — the worker's end of the spawner's channel (see exec.h): the hello at
  * launch, the take-over of an earlier worker's channel, its lines in and out, and its end.
- * Below walls.c and adopt.c, which open it, and exec.c, which runs commands over it. */
+ * Below walls_launch.c and adopt.c, which open it, and exec.c, which runs commands over it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>

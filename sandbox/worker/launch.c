@@ -1,10 +1,10 @@
 /* launch.c — a session's sandbox from its launch job to its removal. The main thread claims
  * launch and teardown jobs from PostgreSQL (FOR UPDATE SKIP LOCKED, so workers on many hosts
  * share one queue); each launch gets a session thread that pins and pre-scans the workspace,
- * gives the jail access to it, builds the three walls (walls.c), writes the session contract,
- * moves the session on, watches the sandbox until the session ends, removes it and gives the
- * workspace back. A teardown job removes the session's containers. What a previous run of the
- * same worker id left behind is taken over or cleared in adopt.c. */
+ * gives the jail access to it, builds the three walls (walls_launch.c), writes the session
+ * contract, moves the session on, watches the sandbox until the session ends, removes it and
+ * gives the workspace back. A teardown job removes the session's containers. What a previous
+ * run of the same worker id left behind is taken over or cleared in adopt.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
