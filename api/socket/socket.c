@@ -231,21 +231,6 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
   return ack_reply(&r);
 }
 
-/* ---------- the agent's MCP channel (api/core/mcp.h) ---------- */
-
-json_t *jb_socket_mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
-  static const struct jb_mcp_transport t = {0}; /* no headers: the message alone decides */
-  json_t *msg = json_array_get(args, 0);
-  if (json_array_size(args) != 1)
-    return jb_socket_ack_of(
-        jb_mcp_error_reply(NULL, -32600, "Invalid Request: send one JSON-RPC 2.0 object", NULL));
-  struct jb_mcp_req r;
-  json_t *reply;
-  int status;
-  if (!jb_mcp_check(msg, &t, &r, &reply, &status)) return jb_socket_ack_of(reply);
-  return jb_socket_ack_of(jb_mcp_answer(&r, s->app, peer->room, s->tool, s->tool_ctx, &status));
-}
-
 /* ---------- events ---------- */
 
 static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,

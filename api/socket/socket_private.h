@@ -1,5 +1,6 @@
-/* socket_private.h — what the Socket.IO door's two files share: the endpoint's state
- * (socket.c owns it) and the relay of direct reads (relay.c). */
+/* socket_private.h — what the Socket.IO door's files share: the endpoint's state (socket.c
+ * owns it), the answer of an agent's `mcp` event (mcp_event.c) and the relay of direct reads
+ * (relay.c). */
 #ifndef JB_API_SOCKET_PRIVATE_H
 #define JB_API_SOCKET_PRIVATE_H
 
@@ -35,7 +36,8 @@ static inline json_t *jb_socket_ack_of(json_t *reply) {
   return reply ? json_pack("[o]", reply) : NULL;
 }
 
-/* The answer of an agent's `mcp` event `args` on a handler thread (socket.c): the ack. */
+/* The answer of an agent's `mcp` event `args` on a handler thread (mcp_event.c): the ack, a
+ * new reference ([response]; NULL, an empty ack, for a notification). */
 json_t *jb_socket_mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args);
 
 /* ws event_direct handler (relay.c): an agent's tools/call of a tool that changes nothing,
