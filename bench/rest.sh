@@ -53,7 +53,9 @@ curl -s "$URL/v1/jailbox/bench-1" -H "Authorization: Bearer $BUYER" > "$T/sessio
 SIZE=$(stat -c %s "$T/session.json")
 mkdir -p "$T/ngx/html" "$T/ngx/tmp"
 cp "$T/session.json" "$T/ngx/html/session.json"
-NPORT=$((PORT + 1)); while ss -ltnH | grep -q ":$NPORT "; do NPORT=$((NPORT + 1)); done
+# a port no socket uses in any state: a client's connection bound to it (the ephemeral range
+# holds jailboxd's own port) makes nginx's bind fail too
+NPORT=$((PORT + 1)); while ss -tanH | awk '{print $4}' | grep -q ":$NPORT$"; do NPORT=$((NPORT + 1)); done
 cat > "$T/ngx/nginx.conf" <<NGX
 worker_processes 2;
 pid $T/ngx/nginx.pid;
