@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "api/core/reply.h"
+#include "lib/compiler.h"
 #include "lib/token.h"
 #include "server/app.h"
 
@@ -42,9 +43,9 @@ const char *jb_role_name(enum jb_role r);
  * With JB_AUTH_CONTROL in `roles`, the session must be live: a valid token (buyer or service)
  * on an ended session gets 409 invalid_state with the session's state (never 401 while the
  * buyer's read access lasts). */
-int jb_auth_check(struct jb_app *app, PGconn *conn, const char *token, bool cookie,
-                  const char *job_id, unsigned roles, struct jb_principal *who,
-                  struct jb_reply *out);
+JB_MUST_USE int jb_auth_check(struct jb_app *app, PGconn *conn, const char *token, bool cookie,
+                              const char *job_id, unsigned roles, struct jb_principal *who,
+                              struct jb_reply *out);
 
 /* Job ids: 1-128 bytes of [A-Za-z0-9._-], not starting with '.'. */
 bool jb_valid_job_id(const char *s);

@@ -15,6 +15,7 @@
 
 #include "api/core/auth.h"
 #include "api/core/reply.h"
+#include "lib/compiler.h"
 
 enum jb_control {
   JB_CONTROL_PAUSE,
@@ -56,8 +57,8 @@ const char *jb_control_path_field(enum jb_control ctl);
 /* Checks `obj` (the socket form; NULL: no argument, as {}) against the schema of `ctl`: only
  * its fields, each of its type and size, the required ones present. Returns 0 with `out`
  * filled, or -1 with a message for a 400 bad_request in `msg` (`len` bytes). */
-int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_args *out, char *msg,
-                     size_t len);
+JB_MUST_USE int jb_control_check(enum jb_control ctl, const json_t *obj,
+                                 struct jb_control_args *out, char *msg, size_t len);
 
 /* The socket form of a REST request: `body` (`body_len` bytes; empty: {}) must be a JSON
  * object without the path field, which is then added with `path_value` (NULL: none; an op

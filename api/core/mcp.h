@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "lib/compiler.h"
 #include "server/app.h"
 
 /* A JSON-RPC error produced by a tool handler. `data` is stolen (may be NULL). */
@@ -109,8 +110,8 @@ struct jb_mcp_req {
  * Returns true with *r filled; or false with *reply the error response to send (new; NULL when
  * `msg` is a notification that gets none) and *status the HTTP status for it (400, 404, or
  * 202 for a notification). */
-bool jb_mcp_check(json_t *msg, const struct jb_mcp_transport *t, struct jb_mcp_req *r,
-                  json_t **reply, int *status);
+JB_MUST_USE bool jb_mcp_check(json_t *msg, const struct jb_mcp_transport *t, struct jb_mcp_req *r,
+                              json_t **reply, int *status);
 
 /* Whether request `r` may block for long (a tools/call: a supervised write waits for the
  * buyer): such a request is run on a worker thread, never on an event thread. */
@@ -121,16 +122,17 @@ bool jb_mcp_may_block(const struct jb_mcp_req *r);
  * response (new), or NULL for a notification; *status is the HTTP status (200; 202 for a
  * notification; 404 for an unknown method of a modern request; 400 for a modern request whose
  * required client capability is missing). */
-json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
-                      jb_mcp_tool_fn tool, void *tool_ctx, int *status);
+JB_MUST_USE json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
+                                  jb_mcp_tool_fn tool, void *tool_ctx, int *status);
 
 /* The response to tools/call request `id` (borrowed) of a modern (`modern`) or legacy
  * request, from the tool handler's `result` (stolen; NULL: it failed with *e, whose data is
  * taken): see the top of this file for the framing. New reference. */
-json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result, struct jb_mcp_error *e);
+JB_MUST_USE json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result,
+                                      struct jb_mcp_error *e);
 
 /* A JSON-RPC error response (new) for request `id` (borrowed; NULL: null), with `data`
  * (stolen; may be NULL). */
-json_t *jb_mcp_error_reply(json_t *id, int code, const char *message, json_t *data);
+JB_MUST_USE json_t *jb_mcp_error_reply(json_t *id, int code, const char *message, json_t *data);
 
 #endif

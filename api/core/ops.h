@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "api/core/mcp.h"
+#include "lib/compiler.h"
 #include "sandbox/proto/tool.h"
 
 /* Stable codes of the file tools' failures (-32007..-32019; MCP 2026-07-28 reserves -32020 and
@@ -51,8 +52,8 @@ int jb_op_set_exec_env_allow(const char *list, char *msg, size_t msize);
  * for session `job_id`, each op stored as a row. Blocks its socket worker thread until the op
  * has run — for a mutating tool of a supervised session, until the buyer decides (or the
  * session ends). */
-json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
-                   json_t *arguments, unsigned flags, struct jb_mcp_error *e);
+JB_MUST_USE json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
+                               json_t *arguments, unsigned flags, struct jb_mcp_error *e);
 
 /* A tools/call of a 2026-07-28 client that declared the Tasks extension
  * (https://modelcontextprotocol.io/extensions/tasks, io.modelcontextprotocol/tasks) is not kept
@@ -88,7 +89,8 @@ int jb_op_task_get(struct jb_app *app, const char *job_id, const char *task_id,
  * path and exclusions again at open time. */
 bool jb_op_direct_plan(struct jb_app *app, const char *job_id, const char *tool, json_t *arguments,
                        struct jb_mcp_direct *out);
-json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e, bool *ran);
+JB_MUST_USE json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp_error *e,
+                                        bool *ran);
 void jb_op_direct_free(void *ctx);
 
 /* The buyer's kill of exec op `op_id` of session `job_id` (db/ops.h jb_db_op_kill) on
@@ -129,8 +131,8 @@ struct jb_op_diff_fail {
  * no_diff (not a write or an edit), 409 invalid_state (the op is not pending: its content is
  * dropped at its outcome, migration 030; or the session is not active), 409 unreadable (the
  * shim refused the stat), 503 when the database or the sandbox is unavailable. */
-json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id, size_t max,
-                        struct jb_op_diff_fail *fail);
+JB_MUST_USE json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id,
+                                    size_t max, struct jb_op_diff_fail *fail);
 
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */

@@ -9,6 +9,7 @@
 
 #include "api/core/auth.h"
 #include "api/core/reply.h"
+#include "lib/compiler.h"
 #include "server/app.h"
 #include "server/http.h"
 
@@ -17,9 +18,9 @@
  * methods, else 403) — through jb_auth_check with `job_id`, `roles` and `who` as there.
  * Returns 0, or -1 with `resp` answered: 401 for a missing credential or a scheme other than
  * Bearer, else jb_auth_check's answer. */
-int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
-                    const char *job_id, unsigned roles, struct jb_principal *who,
-                    struct jb_http_resp *resp);
+JB_MUST_USE int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *req,
+                                const char *job_id, unsigned roles, struct jb_principal *who,
+                                struct jb_http_resp *resp);
 
 /* The SHA-256 of the request's well-formed bearer token into `hash`. Returns 0, or -1 when
  * there is none or it is malformed (no database access). */
