@@ -29,8 +29,8 @@ struct jb_reply {
 int jb_reply_ok(struct jb_reply *r, int status, json_t *body);
 
 /* Failure `status` with error `code` (static) and a printf message. Returns -1. */
-int jb_reply_fail(struct jb_reply *r, int status, const char *code, const char *fmt,
-                              ...) __attribute__((format(printf, 4, 5)));
+int jb_reply_fail(struct jb_reply *r, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* 409 invalid_state: "<what> in state <state>", with `state` given back. Returns -1. */
 int jb_reply_invalid_state(struct jb_reply *r, const char *what, const char *state);
@@ -43,7 +43,7 @@ int jb_reply_invalid_state(struct jb_reply *r, const char *what, const char *sta
  * append is refused), else database_unavailable; the detail in `err` (which may name hosts
  * or SQL) goes to the log only. Returns -1 for every failure. */
 int jb_reply_db(struct jb_reply *r, int rc, const jb_error *err, const char *not_found,
-                            const char *conflict, const char *state);
+                const char *conflict, const char *state);
 
 /* Releases the body and extra fields (the struct itself is the caller's). */
 void jb_reply_release(struct jb_reply *r);
