@@ -270,7 +270,6 @@ static void ping_cb(lws_sorted_usec_list_t *sul);
 
 static int submit(struct jb_ws *ws, struct job *j);
 static void close_draining(struct conn *c);
-static void peer_of(const struct conn *c, struct jb_ws_peer *p);
 
 /* Service thread: one J_RESYNC job per Socket.IO-connected socket (as many as the job queue
  * takes; the rest are counted and logged). */
@@ -283,7 +282,7 @@ static void resync_all(struct jb_ws *ws) {
       if (j) {
         j->kind = J_RESYNC;
         j->ack = -1;
-        peer_of(c, &j->peer);
+        jb_wsc_peer_of(c, &j->peer);
       }
       if (!j || submit(ws, j) < 0) {
         free(j);
@@ -344,6 +343,7 @@ static void handle_item(struct jb_ws *ws, struct item *it) {
         break;
       }
       c->role = it->roles;
+      memcpy(c->cred, it->cred, sizeof c->cred);
       c->st = CS_SIO;
       c->counted_connected = true;
       atomic_fetch_add(&ws->n_connected, 1);
@@ -420,8 +420,10 @@ static void run_job(struct jb_ws *ws, struct job *j) {
         it->conn = j->peer.conn;
         it->roles = res.role;
         snprintf(it->room, sizeof it->room, "%s", res.room);
+        memcpy(it->cred, res.cred, sizeof it->cred);
         post(ws, it, false);
         j->peer.role = res.role;
+        memcpy(j->peer.cred, res.cred, sizeof j->peer.cred);
         snprintf(j->peer.room, sizeof j->peer.room, "%s", res.room);
         if (ws->h.connected) ws->h.connected(ws->h.ctx, ws, &j->peer);
       }
@@ -451,14 +453,6 @@ static void job_cb(void *arg, bool run) {
 }
 
 /* ---------- Socket.IO v5 packets (https://socket.io/docs/v4/socket-io-protocol/) ---------- */
-
-static void peer_of(const struct conn *c, struct jb_ws_peer *p) {
-  memset(p, 0, sizeof *p);
-  p->conn = c->id;
-  p->role = c->role;
-  snprintf(p->room, sizeof p->room, "%s", c->room ? c->room->name : "");
-  snprintf(p->addr, sizeof p->addr, "%s", c->addr);
-}
 
 /* Sends CONNECT_ERROR {message} on `nsp` ("/": the main namespace). */
 static void sio_connect_error(struct conn *c, const char *nsp, const char *message) {
@@ -505,7 +499,7 @@ static void sio_connect(struct conn *c, json_t *auth) {
   j->kind = J_CONNECT;
   j->data = auth;
   j->ack = -1;
-  peer_of(c, &j->peer);
+  jb_wsc_peer_of(c, &j->peer);
   if (submit(c->ws, j) < 0) {
     json_decref(auth);
     free(j);
@@ -534,7 +528,7 @@ static void sio_event(struct conn *c, const char *ename, long long ack, json_t *
   }
   if (c->ws->h.event_direct) {
     struct jb_ws_peer peer;
-    peer_of(c, &peer);
+    jb_wsc_peer_of(c, &peer);
     if (c->ws->h.event_direct(c->ws->h.ctx, c->ws, &peer, ename, args, ack)) {
       json_decref(args);
       c->inflight++;
@@ -551,7 +545,7 @@ static void sio_event(struct conn *c, const char *ename, long long ack, json_t *
   j->ack = ack;
   snprintf(j->name, sizeof j->name, "%s", ename);
   j->data = args;
-  peer_of(c, &j->peer);
+  jb_wsc_peer_of(c, &j->peer);
   if (submit(c->ws, j) < 0) {
     json_decref(args);
     free(j);

@@ -45,6 +45,8 @@ struct jb_ws_peer {
   uint64_t conn; /* connection id, unique for the process lifetime */
   unsigned role; /* set by the connect handler (0 before) */
   char room[129]; /* session the connection belongs to ("" before) */
+  unsigned char cred[32]; /* set by the connect handler: what the socket authenticated with
+                             (opaque; zeros before) */
   char addr[64]; /* peer IP address */
 };
 
@@ -53,6 +55,7 @@ struct jb_ws_connect_result {
   bool ok;
   unsigned role; /* ok: a bit mask the application chooses */
   char room[129]; /* ok: the room (session) to join */
+  unsigned char cred[32]; /* ok: kept with the connection, given back in every jb_ws_peer */
   char message[256]; /* !ok: CONNECT_ERROR {message} shown to the client */
 };
 

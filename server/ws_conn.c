@@ -76,6 +76,15 @@ void jb_wsc_unlink_id(struct conn *c) {
     }
 }
 
+void jb_wsc_peer_of(const struct conn *c, struct jb_ws_peer *p) {
+  memset(p, 0, sizeof *p);
+  p->conn = c->id;
+  p->role = c->role;
+  memcpy(p->cred, c->cred, sizeof p->cred);
+  snprintf(p->room, sizeof p->room, "%s", c->room ? c->room->name : "");
+  snprintf(p->addr, sizeof p->addr, "%s", c->addr);
+}
+
 int jb_wsc_room_join(struct conn *c, const char *name) {
   struct jb_ws *ws = c->ws;
   struct room **slot = &ws->rooms[hash_str(name) & (ROOM_BUCKETS - 1)], *r;

@@ -60,6 +60,7 @@ struct item {
       seq; /* IT_SEND, IT_ROOM: the number of a numbered event (jb_ws_broadcast_seq); 0: none */
   struct frame *f;
   char room[129];
+  unsigned char cred[32]; /* IT_ACCEPT: jb_ws_connect_result.cred */
 };
 
 /* ---------- handler jobs (service thread → workers) ---------- */
@@ -104,6 +105,7 @@ struct conn {
   struct ipcount *ip;
   enum cstate st;
   unsigned role;
+  unsigned char cred[32]; /* the connect handler's jb_ws_connect_result.cred */
   bool connect_pending, awaiting_pong, counted_connected;
   bool drain_close; /* draining: close once the handler calls in flight have answered */
   int inflight;
@@ -192,6 +194,8 @@ struct conn *jb_wsc_find(struct jb_ws *ws, uint64_t id);
 void jb_wsc_unlink_id(struct conn *c);
 /* Puts `c` in the room `name` (made when it has no member yet). 0, or -1 out of memory. */
 int jb_wsc_room_join(struct conn *c, const char *name);
+/* What the handlers are told of `c` (its id, role, credential, room and address) into `p`. */
+void jb_wsc_peer_of(const struct conn *c, struct jb_ws_peer *p);
 /* Takes `c` out of its room (none: nothing); a room left empty is freed. */
 void jb_wsc_room_leave(struct conn *c);
 /* The room `name`, or NULL when it has no member. */

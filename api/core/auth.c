@@ -42,6 +42,12 @@ int jb_auth_check(struct jb_app *app, PGconn *conn, const char *token, bool cook
   if (jb_token_hash(token, hash) < 0)
     return jb_reply_fail(out, 401, "unauthorized",
                          cookie ? "malformed console cookie: sign in again" : "malformed token");
+  return jb_auth_check_hash(app, conn, hash, cookie, job_id, roles, who, out);
+}
+
+int jb_auth_check_hash(struct jb_app *app, PGconn *conn, const unsigned char hash[32], bool cookie,
+                       const char *job_id, unsigned roles, struct jb_principal *who,
+                       struct jb_reply *out) {
   if (job_id && !jb_valid_job_id(job_id)) /* never reaches SQL: 404 like any unknown id */
     return jb_reply_fail(out, 404, "not_found", "no such session");
   struct jb_token_info t;

@@ -47,6 +47,13 @@ JB_MUST_USE int jb_auth_check(struct jb_app *app, PGconn *conn, const char *toke
                               const char *job_id, unsigned roles, struct jb_principal *who,
                               struct jb_reply *out);
 
+/* As jb_auth_check, for the token whose SHA-256 (lib/token.h jb_token_hash) is `hash`: a
+ * Socket.IO connection keeps it from its CONNECT and checks it again on every control, so
+ * that a token revoked or expired since (a console sign-out) controls nothing. */
+int jb_auth_check_hash(struct jb_app *app, PGconn *conn, const unsigned char hash[32], bool cookie,
+                       const char *job_id, unsigned roles, struct jb_principal *who,
+                       struct jb_reply *out);
+
 /* Job ids: 1-128 bytes of [A-Za-z0-9._-], not starting with '.'. */
 bool jb_valid_job_id(const char *s);
 

@@ -20,8 +20,11 @@
 #include "api/core/controls.h"
 #include "api/core/mcp.h"
 #include "api/core/ops.h"
+#include "api/core/reply.h"
+#include "db/db.h"
 #include "db/sessions.h"
 #include "lib/log.h"
+#include "lib/token.h"
 #include "server/ws.h"
 
 #define PENDING_ON_CONNECT 500 /* pending approvals sent to a buyer that (re)connects */
@@ -121,6 +124,7 @@ static void on_connect(void *ctx, const struct jb_ws_peer *peer, json_t *auth,
   res->ok = true;
   res->role = who.role;
   snprintf(res->room, sizeof res->room, "%s", job);
+  jb_token_hash(tok, res->cred); /* checked again on every control (buyer_event) */
   jb_log(JB_LOG_INFO, "socket connected", "jobId", job, "role", role, "addr", peer->addr, NULL);
 }
 
@@ -212,8 +216,12 @@ static json_t *ack_reply(struct jb_reply *r) {
   return o ? json_pack("[o]", o) : fail("internal", "out of memory");
 }
 
-/* A buyer's event: a control (api/core/controls.h) run by the core as every door runs it. */
-static json_t *buyer_event(struct jb_socket *s, const char *job, const char *name, json_t *args) {
+/* A buyer's event: a control (api/core/controls.h) run by the core as every door runs it. The
+ * token the socket connected with is checked again first, as REST checks a request's: one
+ * revoked or expired since CONNECT (a console sign-out, the cookie's end) controls nothing. */
+static json_t *buyer_event(struct jb_socket *s, const struct jb_ws_peer *peer, const char *name,
+                           json_t *args) {
+  const char *job = peer->room;
   enum jb_control ctl = jb_control_from_event(name);
   if (ctl == JB_CONTROL_COUNT) {
     if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
@@ -223,11 +231,18 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
     return fail("bad_request", "send at most one argument (an object) before the ack");
   json_t *arg = json_array_get(args, 0);
   if (json_is_null(arg)) arg = NULL;
-  /* the socket was authorised at CONNECT: the session may have ended since */
-  struct jb_principal who = {.role = JB_ROLE_BUYER, .live_checked = false};
-  snprintf(who.job_id, sizeof who.job_id, "%s", job);
-  struct jb_reply r;
-  jb_control_run(s->app, NULL, &who, job, ctl, arg, &r);
+  struct jb_reply r = {0};
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(s->app->db, &err);
+  if (!c) {
+    jb_reply_db(&r, JB_ERR_FAIL, &err, "", "", NULL);
+    return ack_reply(&r);
+  }
+  /* the token alone: whether the session ended since CONNECT is jb_control_run's (its state) */
+  struct jb_principal who;
+  if (jb_auth_check_hash(s->app, c, peer->cred, false, job, JB_ROLE_BUYER, &who, &r) == 0)
+    jb_control_run(s->app, c, &who, job, ctl, arg, &r);
+  jb_db_release(s->app->db, c);
   return ack_reply(&r);
 }
 
@@ -236,7 +251,7 @@ static json_t *buyer_event(struct jb_socket *s, const char *job, const char *nam
 static json_t *on_event(void *ctx, struct jb_ws *ws, const struct jb_ws_peer *peer,
                         const char *name, json_t *args, bool wants_ack) {
   struct jb_socket *s = ctx;
-  if (peer->role == JB_ROLE_BUYER) return buyer_event(s, peer->room, name, args);
+  if (peer->role == JB_ROLE_BUYER) return buyer_event(s, peer, name, args);
   if (strcmp(name, "mcp") == 0) return jb_socket_mcp(s, peer, args);
   if (strncmp(name, "jailbox:", 8) == 0) return fail("forbidden", "an agent token may not do this");
   return fail("unknown_event", "unknown event '%s'", name);

@@ -6,6 +6,7 @@
 // A real jailboxd and PostgreSQL, the stock socket.io-client and fetch.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { io } from 'socket.io-client';
 import { startServer } from './lib/server.mjs';
 
@@ -16,8 +17,9 @@ before(async () => {
 });
 after(async () => { assert.equal((await srv.stop()).code, 0); });
 
-function sock(token) {
-  const c = io('http://' + wsAddr, { transports: ['websocket'], auth: { token }, reconnection: false, forceNew: true });
+function sock(token) { return sockWith({ token }); }
+function sockWith(auth, extra = {}) {
+  const c = io('http://' + wsAddr, { transports: ['websocket'], auth, reconnection: false, forceNew: true, ...extra });
   return new Promise((res, rej) => {
     c.once('connect', () => res(c));
     c.once('connect_error', (e) => { c.close(); rej(e); });
@@ -147,5 +149,46 @@ test('a decision that lost to allowSimilar is told so too', async () => {
     assert.equal(e.code, 'invalid_state', JSON.stringify(e));
     assert.equal(e.state, 'rejected');
     assert.match(e.message, /was decided already: rejected by buyer/);
+  }
+});
+
+// A socket is authorised at CONNECT; its token is checked again on every control, as REST
+// checks each request's: a console sign-in signed out (its token revoked) or past its end
+// controls nothing through a socket it opened before.
+test('a console socket whose sign-in was signed out or expired since CONNECT controls nothing', async () => {
+  const origin = 'http://127.0.0.1:' + new URL(srv.url).port;
+  const signIn = async (o) => {
+    const r = await srv.req('POST', '/v1/console/session', { token: o.buyerToken, headers: { 'x-jailbox-console': '1' } });
+    assert.equal(r.status, 200, r.text);
+    return r.headers.get('set-cookie').split(';')[0];
+  };
+  const cookieSock = (cookie) => sockWith({}, { extraHeaders: { cookie, origin } });
+  const mode = async (o) => (await srv.req('GET', `/v1/jailbox/${o.jobId}`, { token: o.buyerToken })).json.mode;
+  for (const end of ['signout', 'expiry']) {
+    const o = await twin('active');
+    const cookie = await signIn(o);
+    const s = await cookieSock(cookie);
+    try {
+      let ack = await s.timeout(5000).emitWithAck('jailbox:mode', { mode: 'unsupervised' });
+      assert.equal(ack.ok, true, JSON.stringify(ack));
+      if (end === 'signout') {
+        const r = await srv.req('DELETE', '/v1/console/session', { headers: { cookie, 'x-jailbox-console': '1' } });
+        assert.equal(r.status, 204, r.text);
+      } else {
+        const raw = Buffer.from(cookie.slice(cookie.indexOf('=') + 1 + 'jbt_'.length), 'base64url');
+        const hash = createHash('sha256').update(raw).digest();
+        const u = await srv.db.query("UPDATE tokens SET expires_at = now() - interval '1 s' WHERE token_hash = $1", [hash]);
+        assert.equal(u.rowCount, 1);
+      }
+      assert.equal((await srv.req('GET', `/v1/jailbox/${o.jobId}`, { headers: { cookie } })).status, 401);
+      for (const [ev, arg] of [['jailbox:mode', { mode: 'supervised' }], ['jailbox:approve', { opId: o.op }], ['jailbox:abort', {}]]) {
+        ack = await s.timeout(5000).emitWithAck(ev, arg);
+        assert.equal(ack.error?.code, 'unauthorized', `${end} ${ev}: ${JSON.stringify(ack)}`);
+      }
+    } finally { s.close(); }
+    assert.equal(await mode(o), 'unsupervised', end);
+    const ops = await srv.req('GET', `/v1/jailbox/${o.jobId}/ops?state=pending`, { token: o.buyerToken });
+    assert.equal(ops.json.ops.length, 1, `${end}: the op is still pending`);
+    assert.equal((await srv.req('GET', `/v1/jailbox/${o.jobId}`, { token: o.buyerToken })).json.state, 'active', end);
   }
 });
