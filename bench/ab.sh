@@ -23,7 +23,7 @@ for r in $(seq 1 "$ROUNDS"); do
     [ $side = B ] && dir=$B
     echo "== round $r, build $side ($dir)"
     BUILD=$dir "$@" > "$OUT/$side.$r" 2>&1 || { tail -20 "$OUT/$side.$r"; exit 1; }
-    grep -E '^ *[A-Za-z].*[0-9]' "$OUT/$side.$r" | head -30
+    grep -E '^ *[A-Za-z0-9].*[0-9]' "$OUT/$side.$r" | head -60
   done
 done
 python3 - "$OUT" "$ROUNDS" <<'PY'
@@ -32,7 +32,7 @@ out, rounds = sys.argv[1], int(sys.argv[2])
 def figures(path):
     f = {}
     for line in open(path, errors='replace'):
-        m = re.match(r'^\s*([A-Za-z][^\n]*?)\s+([0-9]+(?:\.[0-9]+)?)(\s|$)', line)
+        m = re.match(r'^\s*([A-Za-z0-9][^\n]*?)\s+([0-9]+(?:\.[0-9]+)?)(\s|$)', line)
         if m and 'ratio' not in m.group(1):
             f.setdefault(m.group(1).strip(), float(m.group(2)))
     return f

@@ -39,7 +39,12 @@ function stop() {
 process.on('exit', () => {
   stop();
   if (env.BENCH_LOG) writeFileSync(env.BENCH_LOG, log); // the server's log, for profiling
-  rmSync(dir, { recursive: true, force: true });
+  // the server may still be writing its state as it stops: retry, and never fail the run on it
+  try {
+    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+  } catch (e) {
+    console.error(`bench: ${dir} left behind (${e.code})`);
+  }
 });
 
 async function waitFor(what, fn, ms = 120000) {
