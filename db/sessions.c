@@ -61,8 +61,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
   const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
                        s->exclude_json, s->limits_json, s->image};
   r = jb_db_exec(c,
-                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
-                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
+                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image,"
+                 " state_actor) VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, 'service')",
                  7, p2, PGRES_COMMAND_OK, st, err, "create session");
   if (!r) return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
   PQclear(r);
@@ -110,7 +110,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
 
 #define SESSION_JSON                                                                               \
   "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"          \
-  " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason, 'exclude', s.exclude,"        \
+  " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason,"                              \
+  " 'stateActor', s.state_actor, 'exclude', s.exclude,"                                            \
   " 'limits', s.limits, 'image', s.image, 'createdAt', jb_ts(s.created_at), 'updatedAt', "         \
   "jb_ts(s.updated_at),"                                                                           \
   " 'endedAt', jb_ts(s.ended_at),"                                                                 \
@@ -391,6 +392,25 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
+/* JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the session's state and who made it (`actor`, 16
+ * bytes; "" when not recorded), for a transition that matched nothing. */
+static int state_actor(PGconn *c, const char *job_id, char state[20], char actor[16],
+                       jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT state, coalesce(state_actor, '') FROM sessions"
+                           " WHERE job_id = $1",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "read state");
+  if (!r) return JB_ERR_FAIL;
+  int rc = PQntuples(r) == 1 ? JB_ERR_CONFLICT : JB_ERR_NOT_FOUND;
+  if (rc == JB_ERR_CONFLICT) {
+    snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
+    snprintf(actor, 16, "%s", PQgetvalue(r, 0, 1));
+  }
+  PQclear(r);
+  return rc;
+}
+
 int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                           const char *to, const char *reason, long *rejected, long *failed,
                           jb_error *err) {
@@ -460,20 +480,20 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   bool ending = in_list(end_states, to);
   cleanup_tx struct jb_tx tx = {0};
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
-  const char *p[4] = {job_id, to, reason, from_lit};
-  PGresult *r =
-      jb_db_exec(c,
-                 "WITH old AS (SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE)"
-                 " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
-                 "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
-                 " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
-                 " RETURNING old.state",
-                 4, p, PGRES_TUPLES_OK, NULL, err, "session transition");
+  const char *p[5] = {job_id, to, reason, from_lit, actor ? actor : "system"};
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH old AS (SELECT state, state_actor FROM sessions WHERE job_id = $1 FOR UPDATE)"
+      " UPDATE sessions s SET state = $2, state_reason = $3, state_actor = $5, updated_at = now(),"
+      "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
+      " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
+      "   AND NOT (old.state = 'paused' AND $2 = 'active' AND old.state_actor <> $5)"
+      " RETURNING old.state",
+      5, p, PGRES_TUPLES_OK, NULL, err, "session transition");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
-    int rc = why_not(c, job_id, out->state, err);
-    return rc;
+    return state_actor(c, job_id, out->state, out->actor, err);
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
   snprintf(out->state, sizeof out->state, "%s", to);

@@ -31,6 +31,7 @@ struct field {
 
 struct schema {
   const char *event;
+  unsigned roles; /* the jb_role values that may send it */
   struct field fields[4]; /* ended by a NULL name */
 };
 
@@ -38,22 +39,28 @@ struct schema {
   { "reason", F_REASON, false, false }
 #define OPID \
   { "opId", F_OPID, true, true }
+#define B JB_ROLE_BUYER
+#define SB (JB_ROLE_SERVICE | JB_ROLE_BUYER) /* the operator too (the service token) */
 
 static const struct schema schemas[JB_CONTROL_COUNT] = {
-    [JB_CONTROL_PAUSE] = {"jailbox:pause", {REASON}},
-    [JB_CONTROL_RESUME] = {"jailbox:resume", {REASON}},
-    [JB_CONTROL_ABORT] = {"jailbox:abort", {REASON}},
-    [JB_CONTROL_ACCEPT] = {"jailbox:accept", {REASON}},
+    [JB_CONTROL_PAUSE] = {"jailbox:pause", SB, {REASON}},
+    [JB_CONTROL_RESUME] = {"jailbox:resume", SB, {REASON}},
+    [JB_CONTROL_ABORT] = {"jailbox:abort", SB, {REASON}},
+    [JB_CONTROL_ACCEPT] = {"jailbox:accept", B, {REASON}},
     [JB_CONTROL_APPROVE] = {"jailbox:approve",
+                            B,
                             {OPID, REASON, {"allowSimilar", F_SIMILAR, false, false}}},
-    [JB_CONTROL_REJECT] = {"jailbox:reject", {OPID, REASON}},
-    [JB_CONTROL_KILL] = {"jailbox:kill", {OPID, REASON}},
-    [JB_CONTROL_MODE] = {"jailbox:mode", {{"mode", F_MODE, true, false}}},
+    [JB_CONTROL_REJECT] = {"jailbox:reject", B, {OPID, REASON}},
+    [JB_CONTROL_KILL] = {"jailbox:kill", SB, {OPID, REASON}},
+    [JB_CONTROL_MODE] = {"jailbox:mode", B, {{"mode", F_MODE, true, false}}},
     [JB_CONTROL_RULE_ADD] = {"jailbox:rule_add",
+                             SB,
                              {{"rules", F_RULES, false, false}, {"rule", F_RULE, false, false}}},
-    [JB_CONTROL_RULE_REVOKE] = {"jailbox:rule_revoke", {{"ruleId", F_RULE_ID, true, true}}},
-    [JB_CONTROL_PRE_SCAN_DONE] = {"jailbox:pre_scan_done", {{"exclude", F_EXCLUDE, false, false}}},
-    [JB_CONTROL_EFFECTS_CLEAR] = {"jailbox:effects_clear", {REASON}},
+    [JB_CONTROL_RULE_REVOKE] = {"jailbox:rule_revoke", SB, {{"ruleId", F_RULE_ID, true, true}}},
+    [JB_CONTROL_PRE_SCAN_DONE] = {"jailbox:pre_scan_done",
+                                  B,
+                                  {{"exclude", F_EXCLUDE, false, false}}},
+    [JB_CONTROL_EFFECTS_CLEAR] = {"jailbox:effects_clear", B, {REASON}},
 };
 
 const char *jb_control_event(enum jb_control ctl) {
@@ -64,6 +71,14 @@ enum jb_control jb_control_from_event(const char *event) {
   for (int i = 0; event && i < JB_CONTROL_COUNT; i++)
     if (strcmp(schemas[i].event, event) == 0) return (enum jb_control)i;
   return JB_CONTROL_COUNT;
+}
+
+unsigned jb_control_roles(enum jb_control ctl) {
+  return ctl >= 0 && ctl < JB_CONTROL_COUNT ? schemas[ctl].roles : 0;
+}
+
+bool jb_control_operator_needs_reason(enum jb_control ctl) {
+  return ctl == JB_CONTROL_PAUSE || ctl == JB_CONTROL_RESUME || ctl == JB_CONTROL_ABORT;
 }
 
 const char *jb_control_path_field(enum jb_control ctl) {

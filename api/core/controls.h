@@ -51,6 +51,14 @@ const char *jb_control_event(enum jb_control ctl);
 /* The control a Socket.IO event names, or JB_CONTROL_COUNT. */
 enum jb_control jb_control_from_event(const char *event);
 
+/* The roles (a mask of jb_role) that may send `ctl`: the buyer every control; the operator
+ * (the service token) pause, resume, abort, kill and the rules. 0 for JB_CONTROL_COUNT. */
+unsigned jb_control_roles(enum jb_control ctl);
+
+/* Whether the operator (the service token) must give a reason for `ctl` (1..1024 bytes, no
+ * control characters): pause, resume and abort. A buyer need not. */
+bool jb_control_operator_needs_reason(enum jb_control ctl);
+
 /* The field `ctl` takes from the REST path ("opId", "ruleId"), or NULL when none. */
 const char *jb_control_path_field(enum jb_control ctl);
 
@@ -67,12 +75,16 @@ JB_MUST_USE int jb_control_check(enum jb_control ctl, const json_t *obj,
 json_t *jb_control_rest_form(enum jb_control ctl, const char *body, size_t body_len,
                              const char *path_value, char *msg, size_t len);
 
-/* Runs buyer control `ctl` on session `job` for `who`, with `args` (its socket form: a JSON
- * object, borrowed; NULL: none): the session must be live (unless who->live_checked; an ended
+/* Runs control `ctl` on session `job` for `who`, with `args` (its socket form: a JSON
+ * object, borrowed; NULL: none): `who` must have a role of jb_control_roles (403 forbidden),
+ * the session must be live (unless who->live_checked; an ended
  * one is read-only: 409 invalid_state), the arguments fit the control's schema (400
- * bad_request), then the control is carried out, its events published on app->bus and the
+ * bad_request; for the operator, a non-empty `reason` where
+ * jb_control_operator_needs_reason), then the control is carried out, its events published on app->bus and the
  * session's read cache dropped. `c` is a connection the caller holds, or NULL: one is
- * borrowed from app->db for the call. Fills `out` (zeroed first; release it with
+ * borrowed from app->db for the call. A state change records its actor ("buyer", or
+ * "service" for the operator) in the audit entry and the events; a pause is lifted only by
+ * the actor who made it (409 invalid_state "paused by …" otherwise). Fills `out` (zeroed first; release it with
  * jb_reply_release): per control, on success —
  *   pause, resume, abort, accept, pre_scan_done: 200 {jobId, state, previous, rejectedOps}
  *     (pre_scan_done on a session the worker already moved on: 200 {jobId, state});

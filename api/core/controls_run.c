@@ -19,11 +19,13 @@
 #include "server/bus.h"
 #include "server/cache.h"
 
-/* The context of one control: the app, the connection it runs on and the session. */
+/* The context of one control: the app, the connection it runs on, the session and who acts
+ * ("buyer", or "service": the operator, through the platform's service token). */
 struct control {
   struct jb_app *app;
   PGconn *c;
   const char *job;
+  const char *actor;
   struct jb_reply *out;
 };
 
@@ -61,7 +63,18 @@ static void transition(struct control *k, const char *reason, const char *const 
   if (jb_session_state_from_name(to) == JB_SESSION_ABORTED)
     jb_escape_release_session(k->app, k->c, k->job); /* an op in flight */
   int rc = jb_db_session_transition(k->c, jb_signer_key(k->app->signer), k->job, from, to, reason,
-                                    "buyer", &t, &err);
+                                    k->actor, &t, &err);
+  if (rc == JB_ERR_CONFLICT && jb_session_state_from_name(t.state) == JB_SESSION_PAUSED &&
+      jb_session_state_from_name(to) == JB_SESSION_ACTIVE && t.actor[0] &&
+      strcmp(t.actor, k->actor) != 0) { /* a pause is lifted by whoever made it */
+    jb_reply_invalid_state(k->out,
+                           strcmp(t.actor, "service") == 0
+                               ? "paused by the operator, who alone can resume it (the buyer may "
+                                 "abort): the session is"
+                               : "paused by the buyer, who alone can resume it: the session is",
+                           t.state);
+    return;
+  }
   if (rc != JB_OK) {
     char what[64];
     snprintf(what, sizeof what, "cannot go to %s", to);
@@ -75,7 +88,7 @@ static void transition(struct control *k, const char *reason, const char *const 
                         t.previous, "rejectedOps", (json_int_t)t.rejected_ops));
   jb_bus_publish(k->app->bus, k->job, JB_EVENT_STATE,
                  json_pack("{s:s,s:s,s:s,s:s?,s:s}", "jobId", k->job, "state", t.state, "previous",
-                           t.previous, "reason", reason, "actor", "buyer"));
+                           t.previous, "reason", reason, "actor", k->actor));
   jb_bus_publish(k->app->bus, k->job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&t.head));
   jb_log(JB_LOG_INFO, "session state", "jobId", k->job, "from", t.previous, "to", t.state, NULL);
 }
@@ -295,22 +308,41 @@ static void dispatch(struct control *k, enum jb_control ctl, const struct jb_con
   jb_reply_fail(k->out, 400, "bad_request", "no such control");
 }
 
+/* The arguments of `ctl` checked into `a` for `who`: 0, or -1 with a 400 in k->out. The
+ * operator's pause, resume and abort carry their reason (the buyer's need not). */
+static int arguments(struct control *k, const struct jb_principal *who, enum jb_control ctl,
+                     const json_t *args, struct jb_control_args *a) {
+  char msg[sizeof k->out->msg];
+  if (jb_control_check(ctl, args, a, msg, sizeof msg) < 0)
+    return jb_reply_fail(k->out, 400, "bad_request", "%s", msg);
+  if (who->role == JB_ROLE_SERVICE && jb_control_operator_needs_reason(ctl) &&
+      (!a->reason || !a->reason[0]))
+    return jb_reply_fail(k->out, 400, "bad_request",
+                         "field 'reason' is required: the operator (the service token) says why "
+                         "it pauses, resumes or aborts a session (1 to 1024 bytes, no control "
+                         "characters)");
+  return 0;
+}
+
 void jb_control_run(struct jb_app *app, PGconn *c, const struct jb_principal *who, const char *job,
                     enum jb_control ctl, const json_t *args, struct jb_reply *out) {
   *out = (struct jb_reply){0};
+  if (!(jb_control_roles(ctl) & who->role)) { /* the doors check it too: here it holds for all */
+    jb_reply_fail(out, 403, "forbidden", "the %s token may not do this", jb_role_name(who->role));
+    return;
+  }
   jb_error err = {0};
-  struct control k = {.app = app, .c = c, .job = job, .out = out};
+  struct control k = {.app = app,
+                      .c = c,
+                      .job = job,
+                      .actor = who->role == JB_ROLE_SERVICE ? "service" : "buyer",
+                      .out = out};
   if (!c && !(k.c = jb_db_acquire(app->db, &err))) {
     jb_reply_db(out, JB_ERR_FAIL, &err, "", "", NULL);
     return;
   }
   struct jb_control_args a;
-  char msg[sizeof out->msg];
-  if (who->live_checked || live(&k) == 0) {
-    if (jb_control_check(ctl, args, &a, msg, sizeof msg) < 0)
-      jb_reply_fail(out, 400, "bad_request", "%s", msg);
-    else
-      dispatch(&k, ctl, &a);
-  }
+  if ((who->live_checked || live(&k) == 0) && arguments(&k, who, ctl, args, &a) == 0)
+    dispatch(&k, ctl, &a);
   if (!c) jb_db_release(app->db, k.c);
 }

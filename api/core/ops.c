@@ -205,7 +205,7 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, str
   } else {
     snprintf(t->status_message, sizeof t->status_message, "op %lld %s", row.op_id,
              os == JB_OP_PENDING       ? "waits for the buyer's approval"
-             : ss == JB_SESSION_PAUSED ? "is held: the buyer paused the session"
+             : ss == JB_SESSION_PAUSED ? "is held: the session is paused"
                                        : "is approved and runs in the sandbox");
   }
   jb_op_task_row_clear(&row);

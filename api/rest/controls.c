@@ -1,6 +1,7 @@
-/* controls.c — the REST door of the buyer's controls (api/core/controls.h): each route parses
- * its request into the control's socket form, jb_control_run decides, and the reply is
- * rendered (api/http/door.h). Routes: POST …/pause, …/resume, …/abort, …/accept,
+/* controls.c — the REST door of the controls (api/core/controls.h; the buyer's, and the
+ * operator's with the service token where jb_control_roles allows): each route parses its
+ * request into the control's socket form, jb_control_run decides, and the reply is rendered
+ * (api/http/door.h). Routes: POST …/pause, …/resume, …/abort, …/accept,
  * …/effects/clear, PATCH /v1/jailbox/:jobId {mode}, POST …/approve/:opId, …/reject/:opId,
  * …/ops/:opId/kill, POST …/rules and DELETE …/rules/:ruleId. */
 #include <ctype.h>
@@ -23,10 +24,11 @@ long long jb_rest_path_op(const char *job, const char *ops, struct jb_http_resp 
   return op;
 }
 
-/* Control `ctl` of session req->params[0] for a caller of `roles` (the session live:
- * JB_AUTH_CONTROL); `path_field` (the op's or rule's id) is req->params[1] when set. */
+/* Control `ctl` of session req->params[0] for a caller of the control's roles
+ * (jb_control_roles; the session live: JB_AUTH_CONTROL); `path_field` (the op's or rule's id)
+ * is req->params[1] when set. */
 static void control(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp,
-                    enum jb_control ctl, unsigned roles) {
+                    enum jb_control ctl) {
   struct jb_app *app = appv;
   const char *job = req->params[0];
   const char *path_value = jb_control_path_field(ctl) ? req->params[1] : NULL;
@@ -39,7 +41,7 @@ static void control(void *appv, const struct jb_http_req *req, struct jb_http_re
   struct jb_principal who;
   json_t *doc = NULL;
   char msg[512];
-  if (jb_auth_require(app, c, req, job, roles | JB_AUTH_CONTROL, &who, resp) == 0 &&
+  if (jb_auth_require(app, c, req, job, jb_control_roles(ctl) | JB_AUTH_CONTROL, &who, resp) == 0 &&
       (ctl == JB_CONTROL_RULE_REVOKE || !path_value ||
        jb_rest_path_op(job, path_value, resp) > 0)) {
     doc = jb_control_rest_form(ctl, req->body, req->body_len, path_value, msg, sizeof msg);
@@ -56,40 +58,40 @@ static void control(void *appv, const struct jb_http_req *req, struct jb_http_re
 }
 
 void jb_api_session_pause(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_PAUSE, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_PAUSE);
 }
 void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_RESUME, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_RESUME);
 }
 void jb_api_session_abort(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_ABORT, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_ABORT);
 }
 void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_ACCEPT, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_ACCEPT);
 }
 void jb_api_session_effects_clear(void *app, const struct jb_http_req *req,
                                   struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_EFFECTS_CLEAR, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_EFFECTS_CLEAR);
 }
 void jb_api_session_patch(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_MODE, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_MODE);
 }
 void jb_api_op_approve(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_APPROVE, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_APPROVE);
 }
 void jb_api_op_reject(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_REJECT, JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_REJECT);
 }
 void jb_api_op_kill(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_KILL, JB_ROLE_SERVICE | JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_KILL);
 }
 void jb_api_rules_add(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   if (req->body_len > RULES_BODY_MAX) {
     jb_resp_error(resp, 413, "too_large", "a rules body is at most %d bytes", RULES_BODY_MAX);
     return;
   }
-  control(app, req, resp, JB_CONTROL_RULE_ADD, JB_ROLE_SERVICE | JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_RULE_ADD);
 }
 void jb_api_rule_revoke(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  control(app, req, resp, JB_CONTROL_RULE_REVOKE, JB_ROLE_SERVICE | JB_ROLE_BUYER);
+  control(app, req, resp, JB_CONTROL_RULE_REVOKE);
 }

@@ -26,10 +26,17 @@ static struct jb_pgembed pg;
 static struct jb_app app;
 static char state_dir[] = "/tmp/jbctl.XXXXXX";
 static int events[JB_EVENT_KINDS]; /* published per kind since the last reset */
+static char state_actor[16], state_reason[64]; /* of the last jailbox:state published */
 
 static void on_bus(void *ctx, const char *job, enum jb_event_kind kind, json_t *payload) {
-  (void)ctx, (void)job, (void)payload;
+  (void)ctx, (void)job;
   if ((int)kind >= 0 && kind < JB_EVENT_KINDS) events[kind]++;
+  if (kind == JB_EVENT_STATE) {
+    const char *a = json_string_value(json_object_get(payload, "actor"));
+    const char *r = json_string_value(json_object_get(payload, "reason"));
+    snprintf(state_actor, sizeof state_actor, "%s", a ? a : "");
+    snprintf(state_reason, sizeof state_reason, "%s", r ? r : "");
+  }
 }
 
 static int setup(void **state) {
@@ -113,15 +120,42 @@ static long long pending_op(const char *job, const char *tool, const char *path)
   return id;
 }
 
-/* Runs `ctl` on `job` with the JSON argument `args` ("" none) for the session's buyer. */
-static void run(const char *job, enum jb_control ctl, const char *args, struct jb_reply *r) {
+/* Runs `ctl` on `job` with the JSON argument `args` ("" none) for `role` (a buyer: of the
+ * session; the service token: of none). */
+static void run_as(enum jb_role role, const char *job, enum jb_control ctl, const char *args,
+                   struct jb_reply *r) {
   memset(events, 0, sizeof events);
+  state_actor[0] = state_reason[0] = '\0';
   json_t *a = args[0] ? json_loads(args, 0, NULL) : NULL;
   if (args[0]) assert_non_null(a);
-  struct jb_principal who = {.role = JB_ROLE_BUYER};
-  snprintf(who.job_id, sizeof who.job_id, "%s", job);
+  struct jb_principal who = {.role = role};
+  if (role == JB_ROLE_BUYER) snprintf(who.job_id, sizeof who.job_id, "%s", job);
   jb_control_run(&app, NULL, &who, job, ctl, a, r);
   json_decref(a);
+}
+
+/* Runs `ctl` on `job` with the JSON argument `args` ("" none) for the session's buyer. */
+static void run(const char *job, enum jb_control ctl, const char *args, struct jb_reply *r) {
+  run_as(JB_ROLE_BUYER, job, ctl, args, r);
+}
+
+/* The details of the last audit entry of `operation` in session `job`: a new object. */
+static json_t *last_entry(const char *job, const char *operation) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_non_null(c);
+  const char *p[2] = {job, operation};
+  PGresult *res = PQexecParams(c,
+                               "SELECT jb_audit_details(canonical)::text FROM audit_entries"
+                               " WHERE job_id = $1 AND operation = $2 ORDER BY seq DESC LIMIT 1",
+                               2, NULL, p, NULL, NULL, 0);
+  assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+  assert_int_equal(PQntuples(res), 1);
+  json_t *d = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
+  PQclear(res);
+  jb_db_release(app.db, c);
+  assert_non_null(d);
+  return d;
 }
 
 static const char *str(const json_t *o, const char *k) {
@@ -270,6 +304,83 @@ static void the_others(void **state) {
   jb_reply_release(&r);
 }
 
+/* The operator (the service token): pause, resume and abort any session with a reason, which
+ * the audit chain and the events record as the operator's ("service"); no reason is a 400;
+ * the buyer's decisions stay the buyer's; a pause is lifted by whoever made it. */
+static void operator_controls(void **state) {
+  (void)state;
+  struct jb_reply r;
+  session("ctl-s", "active");
+  static const char *const no_reason[] = {"", "{}", "{\"reason\":\"\"}", "{\"reason\":null}",
+                                          "{\"reason\":\"a\\u0001b\"}"};
+  for (size_t i = 0; i < sizeof no_reason / sizeof *no_reason; i++) {
+    run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_ABORT, no_reason[i], &r);
+    assert_int_equal(r.status, 400);
+    assert_string_equal(r.code, "bad_request");
+    assert_non_null(strstr(r.msg, "'reason'"));
+    assert_int_equal(events[JB_EVENT_STATE], 0);
+    jb_reply_release(&r);
+  }
+  run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_PAUSE, "", &r);
+  assert_int_equal(r.status, 400);
+  jb_reply_release(&r);
+  /* the buyer's decisions, mode and acceptance are not the operator's */
+  long long op = pending_op("ctl-s", "write", "s.txt");
+  char args[96];
+  snprintf(args, sizeof args, "{\"opId\":%lld,\"reason\":\"ops\"}", op);
+  static const enum jb_control buyers[] = {JB_CONTROL_APPROVE,       JB_CONTROL_REJECT,
+                                           JB_CONTROL_MODE,          JB_CONTROL_ACCEPT,
+                                           JB_CONTROL_EFFECTS_CLEAR, JB_CONTROL_PRE_SCAN_DONE};
+  for (size_t i = 0; i < sizeof buyers / sizeof *buyers; i++) {
+    run_as(JB_ROLE_SERVICE, "ctl-s", buyers[i],
+           buyers[i] == JB_CONTROL_MODE ? "{\"mode\":\"unsupervised\"}" : args, &r);
+    assert_int_equal(r.status, 403);
+    assert_string_equal(r.code, "forbidden");
+    assert_string_equal(r.msg, "the service token may not do this");
+    jb_reply_release(&r);
+  }
+  /* the operator's pause: only the operator lifts it; the buyer's likewise */
+  run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_PAUSE, "{\"reason\":\"incident 42\"}", &r);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(str(r.body, "state"), "paused");
+  assert_string_equal(state_actor, "service");
+  assert_string_equal(state_reason, "incident 42");
+  jb_reply_release(&r);
+  run("ctl-s", JB_CONTROL_RESUME, "", &r);
+  assert_int_equal(r.status, 409);
+  assert_string_equal(r.state, "paused");
+  assert_non_null(strstr(r.msg, "paused by the operator"));
+  jb_reply_release(&r);
+  run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_RESUME, "{\"reason\":\"resolved\"}", &r);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(str(r.body, "state"), "active");
+  jb_reply_release(&r);
+  run("ctl-s", JB_CONTROL_PAUSE, "", &r);
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+  run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_RESUME, "{\"reason\":\"go on\"}", &r);
+  assert_int_equal(r.status, 409);
+  assert_non_null(strstr(r.msg, "paused by the buyer"));
+  jb_reply_release(&r);
+  /* the operator's abort, in the chain as the operator's with its reason */
+  run_as(JB_ROLE_SERVICE, "ctl-s", JB_CONTROL_ABORT, "{\"reason\":\"runaway session\"}", &r);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(str(r.body, "state"), "aborted");
+  assert_int_equal(json_integer_value(json_object_get(r.body, "rejectedOps")), 1);
+  assert_int_equal(events[JB_EVENT_STATE], 1);
+  assert_string_equal(state_actor, "service");
+  assert_string_equal(state_reason, "runaway session");
+  jb_reply_release(&r);
+  json_t *d = last_entry("ctl-s", "abort");
+  assert_string_equal(str(d, "actor"), "service");
+  assert_string_equal(str(d, "reason"), "runaway session");
+  assert_string_equal(str(d, "from"), "paused");
+  json_decref(d);
+  d = last_entry("ctl-s", "pause");
+  assert_string_equal(str(d, "actor"), "buyer");
+  json_decref(d);
+}
+
 /* The one mapping of a database result, every result. */
 static void db_result_mapping(void **state) {
   (void)state;
@@ -299,10 +410,9 @@ static void db_result_mapping(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(db_result_mapping),
-      cmocka_unit_test(state_changes),
-      cmocka_unit_test(decisions),
-      cmocka_unit_test(the_others),
+      cmocka_unit_test(db_result_mapping), cmocka_unit_test(state_changes),
+      cmocka_unit_test(decisions),         cmocka_unit_test(the_others),
+      cmocka_unit_test(operator_controls),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
