@@ -81,7 +81,6 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
       c,
       "WITH old AS (SELECT state FROM sessions WHERE job_id = $1 FOR UPDATE)"
       " UPDATE sessions s SET state = 'aborted', state_reason = 'escape_detected',"
-      "   state_actor = 'system',"
       "   updated_at = now(), ended_at = now()"
       " FROM old WHERE s.job_id = $1 AND old.state IN ('created', 'prescanning', 'awaiting_agent',"
       "   'active', 'paused', 'done') RETURNING old.state",

@@ -61,8 +61,8 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
   const char *p2[7] = {s->job_id,       s->agent_id,    s->workspace, s->mode,
                        s->exclude_json, s->limits_json, s->image};
   r = jb_db_exec(c,
-                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image,"
-                 " state_actor) VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, 'service')",
+                 "INSERT INTO sessions (job_id, agent_id, workspace, mode, exclude, limits, image)"
+                 " VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7)",
                  7, p2, PGRES_COMMAND_OK, st, err, "create session");
   if (!r) return strcmp(st, "23505") == 0 ? JB_ERR_EXISTS : JB_ERR_FAIL;
   PQclear(r);
@@ -111,7 +111,7 @@ int jb_db_session_create(PGconn *c, const struct jb_keyring *keys, const struct 
 #define SESSION_JSON                                                                               \
   "json_build_object('jobId', s.job_id, 'agentId', s.agent_id, 'workspace', s.workspace,"          \
   " 'mode', s.mode, 'state', s.state, 'stateReason', s.state_reason,"                              \
-  " 'stateActor', s.state_actor, 'exclude', s.exclude,"                                            \
+  " 'pausedBy', s.paused_by, 'exclude', s.exclude,"                                                \
   " 'limits', s.limits, 'image', s.image, 'createdAt', jb_ts(s.created_at), 'updatedAt', "         \
   "jb_ts(s.updated_at),"                                                                           \
   " 'endedAt', jb_ts(s.ended_at),"                                                                 \
@@ -392,13 +392,12 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
-/* JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the session's state and who made it (`actor`, 16
- * bytes; "" when not recorded), for a transition that matched nothing. */
-static int state_actor(PGconn *c, const char *job_id, char state[20], char actor[16],
-                       jb_error *err) {
+/* JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the session's state and who paused it (`actor`, 16
+ * bytes; "" when not paused by anyone recorded), for a transition that matched nothing. */
+static int paused_by(PGconn *c, const char *job_id, char state[20], char actor[16], jb_error *err) {
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c,
-                           "SELECT state, coalesce(state_actor, '') FROM sessions"
+                           "SELECT state, coalesce(paused_by, '') FROM sessions"
                            " WHERE job_id = $1",
                            1, p, PGRES_TUPLES_OK, NULL, err, "read state");
   if (!r) return JB_ERR_FAIL;
@@ -483,17 +482,18 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   const char *p[5] = {job_id, to, reason, from_lit, actor ? actor : "system"};
   PGresult *r = jb_db_exec(
       c,
-      "WITH old AS (SELECT state, state_actor FROM sessions WHERE job_id = $1 FOR UPDATE)"
-      " UPDATE sessions s SET state = $2, state_reason = $3, state_actor = $5, updated_at = now(),"
+      "WITH old AS (SELECT state, paused_by FROM sessions WHERE job_id = $1 FOR UPDATE)"
+      " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
+      "   paused_by = CASE WHEN $2 = 'paused' THEN $5 END,"
       "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
       " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
-      "   AND NOT (old.state = 'paused' AND $2 = 'active' AND old.state_actor <> $5)"
+      "   AND NOT (old.state = 'paused' AND $2 = 'active' AND coalesce(old.paused_by, $5) <> $5)"
       " RETURNING old.state",
       5, p, PGRES_TUPLES_OK, NULL, err, "session transition");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
-    return state_actor(c, job_id, out->state, out->actor, err);
+    return paused_by(c, job_id, out->state, out->actor, err);
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
   snprintf(out->state, sizeof out->state, "%s", to);

@@ -150,15 +150,15 @@ int jb_db_session_state(PGconn *c, const char *job_id, char state[20], jb_error 
 struct jb_transition {
   char previous[20]; /* the state before */
   char state[20]; /* the state after; on JB_ERR_CONFLICT the current state */
-  char actor[16]; /* on JB_ERR_CONFLICT: who made the current state ("" unknown) */
+  char actor[16]; /* on JB_ERR_CONFLICT: who paused the session ("" none recorded) */
   long rejected_ops; /* pending ops rejected because the session ended */
   struct jb_audit_head head; /* the audit chain head after it (the seal when it ended) */
 };
 
 /* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
- * (nullable) and `actor` ("buyer", "service" — the operator —, "agent", "system") recorded,
- * also as the session's state_actor. A pause ("paused" → "active") is lifted only by the actor
- * who made it (JB_ERR_CONFLICT, out->actor saying who did). Entering an end
+ * (nullable) and `actor` ("buyer", "service" — the operator —, "agent", "system") recorded;
+ * a pause keeps its actor (sessions.paused_by) and is lifted ("paused" → "active") only by
+ * that actor (JB_ERR_CONFLICT, out->actor saying who paused). Entering an end
  * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
  * session's agent tokens (its buyer tokens stay, for reading: db/tokens.h), queues a teardown
  * job and seals the audit chain. The change itself is an audit entry — operation "pause",

@@ -7,6 +7,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
 import { io } from 'socket.io-client';
 import { startServer } from './lib/server.mjs';
 
@@ -191,4 +193,82 @@ test('a console socket whose sign-in was signed out or expired since CONNECT con
     assert.equal(ops.json.ops.length, 1, `${end}: the op is still pending`);
     assert.equal((await srv.req('GET', `/v1/jailbox/${o.jobId}`, { token: o.buyerToken })).json.state, 'active', end);
   }
+});
+
+// The operator (the service token) stops a session: pause, resume and abort over REST and
+// `jailboxctl abort --reason`, always with a reason, recorded in the chain and told to the
+// buyer as the operator's ("service"); without a reason it is 400 and nothing changes.
+const CTL = process.env.JAILBOXCTL || join(dirname(process.env.JAILBOXD), 'jailboxctl');
+function ctl(args, token) {
+  return new Promise((resolve) => {
+    const c = spawn(CTL, args, { env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: token } });
+    let out = '';
+    c.stdout.on('data', (d) => { out += d; });
+    c.stderr.on('data', (d) => { out += d; });
+    c.on('close', (code) => resolve({ code, out }));
+    c.stdin.end();
+  });
+}
+const entries = async (job, op) => (await srv.db.query(
+  'SELECT jb_audit_details(canonical) AS d FROM audit_entries WHERE job_id = $1 AND operation = $2 ORDER BY seq',
+  [job, op])).rows.map((r) => r.d);
+const stateOf = async (o) => (await srv.req('GET', `/v1/jailbox/${o.jobId}`, { token: srv.serviceToken })).json;
+
+test('the operator pauses and aborts a live session with a reason, over REST and jailboxctl; the chain and the buyer see it as the operator\'s', async () => {
+  const o = await twin('active');
+  const svc = (verb, body) => srv.req('POST', `/v1/jailbox/${o.jobId}/${verb}`, { token: srv.serviceToken, body });
+  for (const body of [undefined, {}, { reason: '' }, { reason: null }, { reason: 'a\u0001b' }, { reason: 'x'.repeat(1025) }]) {
+    const r = await svc('abort', body);
+    assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+    assert.equal(r.json.error.code, 'bad_request');
+    assert.match(r.json.error.message, /'reason'/);
+  }
+  assert.equal((await svc('pause')).status, 400);
+  assert.equal((await stateOf(o)).state, 'active', 'a refused control changes nothing');
+  // the buyer's decisions stay the buyer's
+  assert.equal((await svc(`approve/${o.op}`, { reason: 'x' })).status, 403);
+  assert.equal((await svc('accept', { reason: 'x' })).status, 403);
+  const buyer = await sock(o.buyerToken);
+  try {
+    const seen = [];
+    buyer.on('jailbox:state', (p) => { if (!p.snapshot) seen.push(['state', p]); });
+    buyer.on('jailbox:abort', (p) => seen.push(['abort', p]));
+    let r = await svc('pause', { reason: 'incident 42: looking' });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.state, 'paused');
+    const st = await stateOf(o);
+    assert.deepEqual([st.pausedBy, st.stateReason], ['service', 'incident 42: looking']);
+    r = await srv.req('POST', `/v1/jailbox/${o.jobId}/resume`, { token: o.buyerToken });
+    assert.equal(r.status, 409, 'the operator\'s pause is lifted by the operator');
+    assert.match(r.json.error.message, /paused by the operator/);
+    r = await svc('resume', { reason: 'incident 42: fine' });
+    assert.equal(r.status, 200, r.text);
+    r = await svc('abort', { reason: 'runaway: incident 43' });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual([r.json.state, r.json.previous, r.json.rejectedOps], ['aborted', 'active', 1]);
+    const end = Date.now() + 5000;
+    while (seen.filter(([k]) => k === 'abort').length === 0 && Date.now() < end) await new Promise((res) => setTimeout(res, 20));
+    const states = seen.filter(([k]) => k === 'state').map(([, p]) => [p.state, p.actor, p.reason]);
+    assert.deepEqual(states, [['paused', 'service', 'incident 42: looking'], ['active', 'service', 'incident 42: fine'],
+      ['aborted', 'service', 'runaway: incident 43']]);
+    const ab = seen.find(([k]) => k === 'abort')[1];
+    assert.deepEqual([ab.jobId, ab.actor, ab.reason], [o.jobId, 'service', 'runaway: incident 43']);
+  } finally { buyer.close(); }
+  const [abort] = await entries(o.jobId, 'abort');
+  assert.deepEqual([abort.actor, abort.reason, abort.from, abort.to], ['service', 'runaway: incident 43', 'active', 'aborted']);
+  assert.deepEqual((await entries(o.jobId, 'pause')).map((d) => [d.actor, d.reason]), [['service', 'incident 42: looking']]);
+  const v = await srv.req('GET', `/v1/jailbox/${o.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, v.text);
+
+  // jailboxctl with the service token: no reason is refused, --reason ends the session
+  const p = await twin('active');
+  let c = await ctl(['abort', p.jobId], srv.serviceToken);
+  assert.notEqual(c.code, 0, c.out);
+  assert.match(c.out, /bad_request|reason/);
+  assert.equal((await stateOf(p)).state, 'active');
+  c = await ctl(['abort', p.jobId, '--reason', 'buyer unreachable, lifetime too long'], srv.serviceToken);
+  assert.equal(c.code, 0, c.out);
+  assert.deepEqual([(await stateOf(p)).state, (await stateOf(p)).pausedBy], ['aborted', null]);
+  const [e] = await entries(p.jobId, 'abort');
+  assert.deepEqual([e.actor, e.reason], ['service', 'buyer unreachable, lifetime too long']);
 });

@@ -206,7 +206,7 @@ test('auth: role and session boundaries are 403', async () => {
     ['POST', '/v1/jailbox', b.buyerToken],                // only the service opens sessions
     ['GET', '/v1/agents/agent-1', b.buyerToken],
     ['POST', `/v1/jailbox/role-b/approve/${opB}`, srv.serviceToken], // approvals are the buyer's
-    ['POST', '/v1/jailbox/role-b/abort', srv.serviceToken],
+    ['POST', '/v1/jailbox/role-b/accept', srv.serviceToken], // and acceptance
     ['GET', '/v1/jailbox/no-such-session', a.buyerToken], // another (unknown) session
   ];
   for (const [m, p, tok] of cases) {
