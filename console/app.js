@@ -117,6 +117,7 @@
     if (r.status !== 200) { $('control-error').textContent = errText(r); return; }
     st.session = r.json;
     setState(r.json.state, r.json.mode);
+    operatorNote(r.json.pausedBy === 'service' ? { state: 'paused', actor: 'service', reason: r.json.stateReason } : null);
     renderContract(r.json);
   }
 
@@ -151,11 +152,29 @@
     return what + ': ' + errText(r);
   }
 
+  // what the operator (the service token) did to the session, and why: shown until the next
+  // state change by someone else
+  function operatorNote(ev) {
+    const p = $('operator');
+    p.hidden = !(ev && ev.actor === 'service');
+    if (p.hidden) return;
+    const did = { paused: 'paused', active: 'resumed', aborted: 'aborted' }[ev.state] || 'changed';
+    p.textContent = `The operator ${did} this session: ${ev.reason || '(no reason given)'}`;
+  }
+
   function setConn(text, on) { const c = $('conn'); c.textContent = text; c.className = 'pill ' + (on ? 'on' : 'off'); }
 
+  // the operator's pause, resume and abort (a service sign-in) give their reason, which the
+  // buyer sees and the audit chain keeps; the server refuses them without one (400)
   async function control(what) {
     $('control-error').textContent = '';
-    const r = await api('POST', jobPath('/' + what), {});
+    let body = {};
+    if (st.role === 'service' && ['pause', 'resume', 'abort'].includes(what)) {
+      const reason = window.prompt(`Why ${what} this session? (the buyer sees it; it goes in the audit chain)`);
+      if (!reason) { $('control-error').textContent = `${what}: the operator gives a reason`; return; }
+      body = { reason };
+    }
+    const r = await api('POST', jobPath('/' + what), body);
     if (r.status >= 300) $('control-error').textContent = refusal(what, r);
     else if (r.json && r.json.state) setState(r.json.state);
   }
@@ -182,6 +201,7 @@
     });
     s.on('jailbox:state', (ev) => {
       setState(ev.state, ev.mode);
+      if (!ev.snapshot) operatorNote(ev);
       if (ev.auditHead) noteHead(ev.auditHead);
       if (ev.snapshot) { st.pending.clear(); renderApprovals(); scheduleSync(); } // resync from the oldest op not ended
     });
