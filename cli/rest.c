@@ -1043,14 +1043,9 @@ static const struct verb verbs[] = {
      "the whole unified diff of a pending write or edit, the file as it is now against the "
      "proposed content (buyer or service; made again by the server: for a preview that was cut)",
      verb_diff},
-    {"pause", "JOB [--reason TEXT]",
-     "active -> paused: the agent's ops are held (buyer; or the operator's service token, "
-     "which must give --reason and alone resumes its pause)",
-     run_pause},
-    {"resume", "JOB [--reason TEXT]", "paused -> active (by whoever paused)", run_resume},
-    {"abort", "JOB [--reason TEXT]",
-     "end the session now (buyer; or the operator's service token, which must give --reason); "
-     "pending ops are rejected",
+    {"pause", "JOB [--reason TEXT]", "active -> paused (service: with --reason)", run_pause},
+    {"resume", "JOB [--reason TEXT]", "paused -> active, by whoever paused", run_resume},
+    {"abort", "JOB [--reason TEXT]", "end the session now (buyer; service: with --reason)",
      run_abort},
     {"accept", "JOB [--reason TEXT]",
      "done -> accepted (buyer), then print the change summary (GET …/changes)", run_accept},
