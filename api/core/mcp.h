@@ -128,7 +128,9 @@ JB_MUST_USE json_t *jb_mcp_tools_list(const struct jb_mcp_req *r, enum jb_exec_o
 bool jb_mcp_may_block(const struct jb_mcp_req *r);
 
 /* Answers request `r` (checked by jb_mcp_check) of the agent of session `job`: `tool` runs a
- * tools/call with `tool_ctx` on the calling thread, which it may block for minutes. Returns the
+ * tools/call with `tool_ctx` on the calling thread, which it may block for minutes; tools/list
+ * reads the session's exec offer (api/core/ops.h jb_op_exec_offer: this process's copy of the
+ * session, or one database query) and answers jb_mcp_tools_list. Returns the
  * response (new), or NULL for a notification; *status is the HTTP status (200; 202 for a
  * notification; 404 for an unknown method of a modern request; 400 for a modern request whose
  * required client capability is missing). */

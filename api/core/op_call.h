@@ -256,7 +256,7 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error);
  * stage's refusal of an exec call. Only a contract that says false takes exec away; while
  * there is none (a session being launched) exec is offered and the worker decides when a
  * command runs. */
-enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess); /* op_checks.c */
+enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess); /* op_session.c */
 
 /* This process's copy of session `job` copied into *out (overwritten: it must own nothing;
  * clear it with jb_session_facts_clear): true, or false with *out empty when there is none

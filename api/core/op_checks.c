@@ -601,12 +601,6 @@ static bool hides_entries(const json_t *flagged) {
   return false;
 }
 
-enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess) {
-  return sess->exec == JB_EXEC_AVAILABLE     ? JB_EXEC_OFFERED
-         : sess->exec == JB_EXEC_UNAVAILABLE ? JB_EXEC_NOT_OFFERED
-                                             : JB_EXEC_OFFER_UNKNOWN;
-}
-
 enum op_step op_refuse_if(struct op_call *call) {
   if (call->sess.state != JB_SESSION_ACTIVE && call->sess.state != JB_SESSION_PAUSED) {
     op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
@@ -617,8 +611,7 @@ enum op_step op_refuse_if(struct op_call *call) {
    * server/tools "Error Handling"), before anyone is asked or anything launched */
   if (call->tool == JB_TOOL_EXEC && op_exec_offer_of(&call->sess) == JB_EXEC_NOT_OFFERED) {
     const char *why = call->sess.exec_reason ? call->sess.exec_reason : "no spawner";
-    op_audit_refusal(call, call->path,
-                     json_pack("{s:s,s:s}", "error", "unavailable", "why", why));
+    op_audit_refusal(call, call->path, json_pack("{s:s,s:s}", "error", "unavailable", "why", why));
     op_error(call->e, JB_MCP_INVALID, "exec_unavailable",
              "Invalid params: this session offers no tool 'exec': its sandbox cannot run "
              "commands (%.300s); tools/list names the tools it offers",

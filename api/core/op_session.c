@@ -96,6 +96,12 @@ bool op_session_copy(const char *job, struct jb_session_facts *out) {
   return sess_cache_get(job, out);
 }
 
+enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess) {
+  return sess->exec == JB_EXEC_AVAILABLE     ? JB_EXEC_OFFERED
+         : sess->exec == JB_EXEC_UNAVAILABLE ? JB_EXEC_NOT_OFFERED
+                                             : JB_EXEC_OFFER_UNKNOWN;
+}
+
 enum jb_exec_offer jb_op_exec_offer(struct jb_app *app, const char *job) {
   cleanup_session_facts struct jb_session_facts f = {.state = JB_SESSION_UNKNOWN};
   if (!sess_cache_get(job, &f)) {
