@@ -148,6 +148,7 @@ void jb_session_facts_clear(struct jb_session_facts *f) {
   if (!f) return;
   free(f->worker);
   free(f->effects_incomplete);
+  free(f->exec_reason);
   json_decref(f->exclude);
   json_decref(f->flagged);
   *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
@@ -155,8 +156,9 @@ void jb_session_facts_clear(struct jb_session_facts *f) {
 
 int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_facts *src,
                           jb_error *err) {
-  *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
+  *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode, .exec = src->exec};
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
+      (src->exec_reason && !(dst->exec_reason = strdup(src->exec_reason))) ||
       (src->effects_incomplete && !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
       (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
@@ -186,7 +188,11 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
       jb_db_exec(c,
                  "SELECT state, mode, exclude::text,"
                  " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
-                 " (walls->'prescan'->'flagged')::text, effects_incomplete"
+                 " (walls->'prescan'->'flagged')::text, effects_incomplete,"
+                 " CASE WHEN jsonb_typeof(walls->'exec'->'available') = 'boolean'"
+                 " THEN walls->'exec'->>'available' END,"
+                 " CASE WHEN jsonb_typeof(walls->'exec'->'reason') = 'string'"
+                 " THEN left(walls->'exec'->>'reason', 300) END"
                  " FROM sessions WHERE job_id = $1",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
   if (!r) return JB_ERR_FAIL;
@@ -209,6 +215,10 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
   if (rc == JB_OK) rc = facts_json(r, 4, "pre-scan flags", &out->flagged, err);
   if (rc == JB_OK && !PQgetisnull(r, 0, 5) &&
       !(out->effects_incomplete = strdup(PQgetvalue(r, 0, 5))))
+    rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
+  if (!PQgetisnull(r, 0, 6))
+    out->exec = !strcmp(PQgetvalue(r, 0, 6), "true") ? JB_EXEC_AVAILABLE : JB_EXEC_UNAVAILABLE;
+  if (rc == JB_OK && !PQgetisnull(r, 0, 7) && !(out->exec_reason = strdup(PQgetvalue(r, 0, 7))))
     rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   PQclear(r);
   if (rc != JB_OK) jb_session_facts_clear(out);

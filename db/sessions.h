@@ -50,6 +50,14 @@ enum jb_session_mode {
 /* The stored name of `mode` ("supervised"; static), or NULL for a value outside the enum. */
 const char *jb_session_mode_name(enum jb_session_mode mode);
 
+/* Whether a session's sandbox can run commands, as its contract (walls.exec.available, written
+ * by the worker at launch: sandbox/proto/PROTOCOL.md) says. */
+enum jb_session_exec {
+  JB_EXEC_UNKNOWN = 0, /* no contract yet (the session is being launched), or one without it */
+  JB_EXEC_AVAILABLE,
+  JB_EXEC_UNAVAILABLE, /* the image has no spawner, or it did not come up: exec_reason says */
+};
+
 /* What the op path decides an agent's tool call on, from the session's row. The struct owns
  * every pointer in it: jb_session_facts_clear frees them. */
 struct jb_session_facts {
@@ -61,6 +69,9 @@ struct jb_session_facts {
                     * when the contract has none */
   char *effects_incomplete; /* why a writable command's effects were not checked whole
                                (migration 041); NULL: nothing for the buyer to decide */
+  enum jb_session_exec exec; /* the contract's exec.available */
+  char *exec_reason; /* why exec is unavailable (walls.exec.reason, at most 300 bytes); NULL
+                      * when the contract gives none */
 };
 
 /* Reads what the op path decides on of session `job_id` into *out (overwritten: it must own

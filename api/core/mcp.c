@@ -15,8 +15,8 @@
 #define SERVER_VERSION "0.1.0"
 #define LEGACY_LATEST "2025-11-25"
 #define LIST_TTL_MS \
-  300000 /* tools/list and server/discover: fresh for 5 min (they change only
-                            * with the server's version) */
+  300000 /* tools/list and server/discover: fresh for 5 min (server/discover changes only with
+          * the server's version, a session's tools/list only with its contract) */
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
 #define META_SERVER "io.modelcontextprotocol/serverInfo"
@@ -228,8 +228,8 @@ static bool declares_tasks(const struct jb_mcp_req *r) {
  * shape {error:{reason, code}} of an isError result (the SDK clients validate
  * structuredContent against outputSchema whatever isError says). New; NULL when out of
  * memory. */
-static json_t *tools_array(void) {
-  json_t *described = jb_tools_describe();
+static json_t *tools_array(bool exec) {
+  json_t *described = jb_tools_describe(exec);
   json_t *tools = json_array();
   size_t i;
   json_t *t;
@@ -273,11 +273,12 @@ static json_t *discover(const struct jb_mcp_req *r) {
                                 "ttlMs", LIST_TTL_MS, "cacheScope", "public"));
 }
 
-static json_t *tools_list(const struct jb_mcp_req *r) {
-  json_t *res = json_pack("{s:o}", "tools", tools_array());
+json_t *jb_mcp_tools_list(const struct jb_mcp_req *r, enum jb_exec_offer exec) {
+  json_t *res = json_pack("{s:o}", "tools", tools_array(exec != JB_EXEC_NOT_OFFERED));
   if (res && r->modern) {
-    json_object_set_new(res, "ttlMs", json_integer(LIST_TTL_MS));
-    json_object_set_new(res, "cacheScope", json_string("public"));
+    json_object_set_new(res, "ttlMs",
+                        json_integer(exec == JB_EXEC_OFFER_UNKNOWN ? 0 : LIST_TTL_MS));
+    json_object_set_new(res, "cacheScope", json_string("private"));
   }
   return result_reply(r->id, r->modern, res);
 }
@@ -398,7 +399,7 @@ json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char
     return NULL;
   }
   const char *m = r->method;
-  if (!strcmp(m, "tools/list")) return tools_list(r);
+  if (!strcmp(m, "tools/list")) return jb_mcp_tools_list(r, jb_op_exec_offer(app, job));
   if (!strcmp(m, "tools/call")) return tools_call(r, app, job, tool, tool_ctx);
   if (r->modern && !strcmp(m, "server/discover")) return discover(r);
   if (r->modern && is_task_method(m)) return task_method(r, app, job, status);

@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "api/core/tools.h"
 #include "lib/compiler.h"
 #include "server/app.h"
 
@@ -113,12 +114,23 @@ struct jb_mcp_req {
 JB_MUST_USE bool jb_mcp_check(json_t *msg, const struct jb_mcp_transport *t, struct jb_mcp_req *r,
                               json_t **reply, int *status);
 
+/* The tools/list response (new) to request `r` of a session whose exec offer is `exec`
+ * (api/core/tools.h): exec listed unless JB_EXEC_NOT_OFFERED. The list depends on the session,
+ * so a modern response's cache hint is `cacheScope: "private"` — reused only within the same
+ * authorization context, here the session's agent token — with `ttlMs` 300000, or 0 (stale at
+ * once: ask again) while the offer is not known yet (MCP 2026-07-28 server/utilities/caching,
+ * "Cacheable Model": https://modelcontextprotocol.io/specification/2026-07-28/server/utilities/caching).
+ * A legacy response (2025-11-25 and older) carries neither field. */
+JB_MUST_USE json_t *jb_mcp_tools_list(const struct jb_mcp_req *r, enum jb_exec_offer exec);
+
 /* Whether request `r` may block for long (a tools/call: a supervised write waits for the
  * buyer): such a request is run on a worker thread, never on an event thread. */
 bool jb_mcp_may_block(const struct jb_mcp_req *r);
 
 /* Answers request `r` (checked by jb_mcp_check) of the agent of session `job`: `tool` runs a
- * tools/call with `tool_ctx` on the calling thread, which it may block for minutes. Returns the
+ * tools/call with `tool_ctx` on the calling thread, which it may block for minutes; tools/list
+ * reads the session's exec offer (api/core/ops.h jb_op_exec_offer: this process's copy of the
+ * session, or one database query) and answers jb_mcp_tools_list. Returns the
  * response (new), or NULL for a notification; *status is the HTTP status (200; 202 for a
  * notification; 404 for an unknown method of a modern request; 400 for a modern request whose
  * required client capability is missing). */

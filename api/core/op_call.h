@@ -251,6 +251,13 @@ json_t *op_answer_result(enum jb_tool tool, const char *path, json_t *ans, json_
 /* Fills *e with the JSON-RPC error of the shim's `error` {code, message} (borrowed). */
 void op_shim_error(struct jb_mcp_error *e, json_t *error);
 
+/* Whether session `sess` offers exec, from its contract's exec.available (db/sessions.h
+ * jb_session_exec): the one decision behind tools/list (jb_op_exec_offer) and the refuse-if
+ * stage's refusal of an exec call. Only a contract that says false takes exec away; while
+ * there is none (a session being launched) exec is offered and the worker decides when a
+ * command runs. */
+enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess); /* op_session.c */
+
 /* This process's copy of session `job` copied into *out (overwritten: it must own nothing;
  * clear it with jb_session_facts_clear): true, or false with *out empty when there is none
  * (or no memory for the copy). */

@@ -607,6 +607,17 @@ enum op_step op_refuse_if(struct op_call *call) {
              jb_session_state_name(call->sess.state) ?: "unknown");
     return OP_END;
   }
+  /* a tool its tools/list does not name: a protocol error, as an unknown tool is (MCP
+   * server/tools "Error Handling"), before anyone is asked or anything launched */
+  if (call->tool == JB_TOOL_EXEC && op_exec_offer_of(&call->sess) == JB_EXEC_NOT_OFFERED) {
+    const char *why = call->sess.exec_reason ? call->sess.exec_reason : "no spawner";
+    op_audit_refusal(call, call->path, json_pack("{s:s,s:s}", "error", "unavailable", "why", why));
+    op_error(call->e, JB_MCP_INVALID, "exec_unavailable",
+             "Invalid params: this session offers no tool 'exec': its sandbox cannot run "
+             "commands (%.300s); tools/list names the tools it offers",
+             why);
+    return OP_END;
+  }
   if (call->tool == JB_TOOL_READ_MANY) return refuse_many(call);
   /* a command's jail binds the whole workspace: what the session hides from the file tools
    * (exclusions, entries the pre-scan flagged) it would see */

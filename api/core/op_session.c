@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "db/db.h"
+#include "lib/log.h"
 #include "server/app.h"
 
 #define SESS_SLOTS 64
@@ -93,6 +94,29 @@ void jb_op_session_changed(const char *job_id) {
 
 bool op_session_copy(const char *job, struct jb_session_facts *out) {
   return sess_cache_get(job, out);
+}
+
+enum jb_exec_offer op_exec_offer_of(const struct jb_session_facts *sess) {
+  return sess->exec == JB_EXEC_AVAILABLE     ? JB_EXEC_OFFERED
+         : sess->exec == JB_EXEC_UNAVAILABLE ? JB_EXEC_NOT_OFFERED
+                                             : JB_EXEC_OFFER_UNKNOWN;
+}
+
+enum jb_exec_offer jb_op_exec_offer(struct jb_app *app, const char *job) {
+  cleanup_session_facts struct jb_session_facts f = {.state = JB_SESSION_UNKNOWN};
+  if (!sess_cache_get(job, &f)) {
+    jb_error err = {0};
+    PGconn *c = jb_db_acquire(app->db, &err);
+    int rc = c ? jb_db_session_facts(c, job, &f, &err) : JB_ERR_FAIL;
+    if (c) jb_db_release(app->db, c);
+    if (rc != JB_OK) {
+      if (rc != JB_ERR_NOT_FOUND)
+        jb_log(JB_LOG_WARN, "tools/list: the session could not be read", "jobId", job, "detail",
+               err.msg, NULL);
+      return JB_EXEC_OFFER_UNKNOWN;
+    }
+  }
+  return op_exec_offer_of(&f);
 }
 
 enum op_step op_load_session(struct op_call *call) {

@@ -134,6 +134,14 @@ struct jb_op_diff_fail {
 JB_MUST_USE json_t *jb_op_full_diff(struct jb_app *app, const char *job, long long op_id,
                                     size_t max, struct jb_op_diff_fail *fail);
 
+/* Whether session `job_id`'s agent is offered exec (tools/list; api/core/mcp.h
+ * jb_mcp_tools_list), from this process's copy of the session or, without one, one read of it
+ * from the database — decided as the refuse-if stage decides an exec call (op_exec_offer_of,
+ * api/core/op_call.h): one place says whether a session can run commands. A session that
+ * cannot be read (unknown, database down) is JB_EXEC_OFFER_UNKNOWN. Blocks for one query at
+ * most. */
+enum jb_exec_offer jb_op_exec_offer(struct jb_app *app, const char *job_id);
+
 /* Moves session `job_id` awaiting_agent → active (its agent has arrived), with its audit entry
  * and jailbox:state event; quiet when the session is in another state. */
 void jb_op_agent_arrived(PGconn *c, struct jb_app *app, const char *job_id);

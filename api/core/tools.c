@@ -222,10 +222,11 @@ static const struct tool_text tools[] = {
      false, false, true},
 };
 
-json_t *jb_tools_describe(void) {
+json_t *jb_tools_describe(bool exec) {
   json_t *out = json_array();
   for (size_t i = 0; out && i < sizeof tools / sizeof tools[0]; i++) {
     const struct tool_text *t = &tools[i];
+    if (!exec && !strcmp(t->name, "exec")) continue;
     json_t *in = json_loads(t->input, 0, NULL), *os = json_loads(t->output, 0, NULL);
     if (!in || !os) { /* a schema above that does not parse is a bug (tests/unit/api) */
       json_decref(in);

@@ -297,11 +297,74 @@ static void methods(void **state) {
   assert_int_equal(st, 202);
 }
 
+/* The names jb_mcp_tools_list answers `text` with for `exec`, comma-joined into `names`; its
+ * result's ttlMs (-1: absent) and cacheScope (NULL: absent) into *ttl and *scope. */
+static void listed(const char *text, enum jb_exec_offer exec, char *names, size_t n,
+                   json_int_t *ttl, char scope[16]) {
+  json_t *m = msg(text);
+  struct jb_mcp_req r;
+  json_t *reply = NULL;
+  int st;
+  assert_true(jb_mcp_check(m, &none, &r, &reply, &st));
+  json_t *a = jb_mcp_tools_list(&r, exec);
+  json_t *res = json_object_get(a, "result");
+  names[0] = '\0';
+  size_t i;
+  json_t *t;
+  json_array_foreach (json_object_get(res, "tools"), i, t) {
+    if (i) strncat(names, ",", n - strlen(names) - 1);
+    strncat(names, json_string_value(json_object_get(t, "name")), n - strlen(names) - 1);
+  }
+  json_t *jt = json_object_get(res, "ttlMs");
+  *ttl = jt ? json_integer_value(jt) : -1;
+  const char *sc = json_string_value(json_object_get(res, "cacheScope"));
+  snprintf(scope, 16, "%s", sc ? sc : "");
+  json_decref(a);
+  json_decref(m);
+}
+
+/* tools/list depends on the session: exec only where its contract says commands can run (and
+ * while that is not known yet); the cache hint private, stale at once while not known; a
+ * legacy response without the 2026-07-28 fields. */
+static void tools_list_per_session(void **state) {
+  (void)state;
+  const char *modern =
+      "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\",\"params\":{" MODERN_META "}}";
+  const char *legacy = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/list\"}";
+  char names[400], scope[16];
+  json_int_t ttl;
+  listed(modern, JB_EXEC_NOT_OFFERED, names, sizeof names, &ttl, scope);
+  assert_null(strstr(names, "exec"));
+  assert_non_null(strstr(names, "read,read_many,write"));
+  assert_non_null(strstr(names, ",done"));
+  assert_int_equal(ttl, 300000);
+  assert_string_equal(scope, "private");
+  listed(modern, JB_EXEC_OFFERED, names, sizeof names, &ttl, scope);
+  assert_non_null(strstr(names, ",exec,done"));
+  assert_int_equal(ttl, 300000);
+  assert_string_equal(scope, "private");
+  listed(modern, JB_EXEC_OFFER_UNKNOWN, names, sizeof names, &ttl, scope);
+  assert_non_null(strstr(names, ",exec,done"));
+  assert_int_equal(ttl, 0);
+  assert_string_equal(scope, "private");
+  listed(legacy, JB_EXEC_NOT_OFFERED, names, sizeof names, &ttl, scope);
+  assert_null(strstr(names, "exec"));
+  assert_int_equal(ttl, -1);
+  assert_string_equal(scope, "");
+  /* the builder itself: 13 tools, 12 without exec */
+  json_t *all = jb_tools_describe(true), *some = jb_tools_describe(false);
+  assert_int_equal(json_array_size(all), JB_TOOL_COUNT);
+  assert_int_equal(json_array_size(some), JB_TOOL_COUNT - 1);
+  json_decref(all);
+  json_decref(some);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(checks),
       cmocka_unit_test(tool_answers),
       cmocka_unit_test(methods),
+      cmocka_unit_test(tools_list_per_session),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

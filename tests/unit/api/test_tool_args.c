@@ -419,7 +419,7 @@ static void exec_args(void **state) {
 
 static void described(void **state) {
   (void)state;
-  json_t *tools = jb_tools_describe();
+  json_t *tools = jb_tools_describe(true);
   assert_non_null(tools);
   assert_int_equal(json_array_size(tools), JB_TOOL_COUNT);
   size_t i;

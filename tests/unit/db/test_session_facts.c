@@ -28,6 +28,8 @@ static struct jb_session_facts sample(void) {
       .worker = strdup("w-1"),
       .exclude = json_pack("[s,s]", "*.env", "secrets/**"),
       .flagged = json_pack("[{s:s,s:s}]", "path", "link", "kind", "symlink_outside"),
+      .exec = JB_EXEC_UNAVAILABLE,
+      .exec_reason = strdup("no spawner answered"),
   };
 }
 
@@ -41,6 +43,9 @@ static void copy_shares_nothing(void **state) {
   assert_int_equal(dst.mode, JB_MODE_UNSUPERVISED);
   assert_string_equal(dst.worker, "w-1");
   assert_ptr_not_equal(dst.worker, src.worker);
+  assert_int_equal(dst.exec, JB_EXEC_UNAVAILABLE);
+  assert_string_equal(dst.exec_reason, "no spawner answered");
+  assert_ptr_not_equal(dst.exec_reason, src.exec_reason);
   assert_true(json_equal(dst.exclude, src.exclude));
   assert_true(json_equal(dst.flagged, src.flagged));
   assert_ptr_not_equal(dst.exclude, src.exclude);
