@@ -147,6 +147,7 @@ void jb_session_facts_clear(struct jb_session_facts *f) {
   if (!f) return;
   free(f->worker);
   free(f->effects_incomplete);
+  free(f->state_reason);
   json_decref(f->exclude);
   json_decref(f->flagged);
   *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
@@ -157,6 +158,7 @@ int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_
   *dst = (struct jb_session_facts){.state = src->state, .mode = src->mode};
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
       (src->effects_incomplete && !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
+      (src->state_reason && !(dst->state_reason = strdup(src->state_reason))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
       (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
     jb_session_facts_clear(dst);
@@ -185,7 +187,7 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
       jb_db_exec(c,
                  "SELECT state, mode, exclude::text,"
                  " CASE WHEN jsonb_typeof(walls->'worker') = 'string' THEN walls->>'worker' END,"
-                 " (walls->'prescan'->'flagged')::text, effects_incomplete"
+                 " (walls->'prescan'->'flagged')::text, effects_incomplete, left(state_reason, 300)"
                  " FROM sessions WHERE job_id = $1",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
   if (!r) return JB_ERR_FAIL;
@@ -208,6 +210,8 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
   if (rc == JB_OK) rc = facts_json(r, 4, "pre-scan flags", &out->flagged, err);
   if (rc == JB_OK && !PQgetisnull(r, 0, 5) &&
       !(out->effects_incomplete = strdup(PQgetvalue(r, 0, 5))))
+    rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
+  if (rc == JB_OK && !PQgetisnull(r, 0, 6) && !(out->state_reason = strdup(PQgetvalue(r, 0, 6))))
     rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   PQclear(r);
   if (rc != JB_OK) jb_session_facts_clear(out);

@@ -61,6 +61,7 @@ struct jb_session_facts {
                     * when the contract has none */
   char *effects_incomplete; /* why a writable command's effects were not checked whole
                                (migration 041); NULL: nothing for the buyer to decide */
+  char *state_reason; /* why the session is in its state (at most 300 bytes); NULL: none */
 };
 
 /* Reads what the op path decides on of session `job_id` into *out (overwritten: it must own
