@@ -149,6 +149,7 @@ void jb_session_facts_clear(struct jb_session_facts *f) {
   free(f->worker);
   free(f->effects_incomplete);
   free(f->exec_reason);
+  free(f->state_reason);
   json_decref(f->exclude);
   json_decref(f->flagged);
   *f = (struct jb_session_facts){.state = JB_SESSION_UNKNOWN};
@@ -160,6 +161,7 @@ int jb_session_facts_copy(struct jb_session_facts *dst, const struct jb_session_
   if ((src->worker && !(dst->worker = strdup(src->worker))) ||
       (src->exec_reason && !(dst->exec_reason = strdup(src->exec_reason))) ||
       (src->effects_incomplete && !(dst->effects_incomplete = strdup(src->effects_incomplete))) ||
+      (src->state_reason && !(dst->state_reason = strdup(src->state_reason))) ||
       (src->exclude && !(dst->exclude = json_deep_copy(src->exclude))) ||
       (src->flagged && !(dst->flagged = json_deep_copy(src->flagged)))) {
     jb_session_facts_clear(dst);
@@ -192,7 +194,7 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
                  " CASE WHEN jsonb_typeof(walls->'exec'->'available') = 'boolean'"
                  " THEN walls->'exec'->>'available' END,"
                  " CASE WHEN jsonb_typeof(walls->'exec'->'reason') = 'string'"
-                 " THEN left(walls->'exec'->>'reason', 300) END"
+                 " THEN left(walls->'exec'->>'reason', 300) END, left(state_reason, 300)"
                  " FROM sessions WHERE job_id = $1",
                  1, p, PGRES_TUPLES_OK, NULL, err, "read session facts");
   if (!r) return JB_ERR_FAIL;
@@ -219,6 +221,8 @@ int jb_db_session_facts(PGconn *c, const char *job_id, struct jb_session_facts *
   if (!PQgetisnull(r, 0, 6))
     out->exec = !strcmp(PQgetvalue(r, 0, 6), "true") ? JB_EXEC_AVAILABLE : JB_EXEC_UNAVAILABLE;
   if (rc == JB_OK && !PQgetisnull(r, 0, 7) && !(out->exec_reason = strdup(PQgetvalue(r, 0, 7))))
+    rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
+  if (rc == JB_OK && !PQgetisnull(r, 0, 8) && !(out->state_reason = strdup(PQgetvalue(r, 0, 8))))
     rc = jb_fail(err, ENOMEM, "read session facts: out of memory");
   PQclear(r);
   if (rc != JB_OK) jb_session_facts_clear(out);

@@ -72,6 +72,7 @@ struct jb_session_facts {
   enum jb_session_exec exec; /* the contract's exec.available */
   char *exec_reason; /* why exec is unavailable (walls.exec.reason, at most 300 bytes); NULL
                       * when the contract gives none */
+  char *state_reason; /* why the session is in its state (at most 300 bytes); NULL: none */
 };
 
 /* Reads what the op path decides on of session `job_id` into *out (overwritten: it must own

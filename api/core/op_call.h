@@ -4,8 +4,11 @@
  *
  *   decode        (op_checks.c) the tool's arguments and its path
  *   load session  (op_session.c) this process's copy of the session, or the database's row;
- *                 the agent's first call moves awaiting_agent to active
- *   refuse if     (op_checks.c) the session is not active or paused (a paused session takes
+ *                 a session still starting (created, prescanning) is waited for
+ *                 (op_await_start) and read again; the agent's first call moves
+ *                 awaiting_agent to active
+ *   refuse if     (op_checks.c) the session is not active or paused, naming its state and
+ *                 why it is in it (a paused session takes
  *                 the op and holds it); the path breaks the syntax rules (lib/pathcheck.h —
  *                 the shim checks it again at open time), is excluded, or was flagged by the
  *                 pre-scan: an audit entry each, and an escape signal where the path tries to
@@ -369,6 +372,19 @@ size_t op_utf8_prefix(const char *p, size_t n, size_t cut); /* op_common.c */
  * file is at most 1 MiB (a pending write's or an edit's target, for the diff). */
 enum op_step op_stat_of(struct op_call *call, const char *path, bool content, bool tree,
                         json_t **out, bool missing_ok); /* op_wait.c */
+
+/* Whether a session in `state` is still being prepared (created, prescanning): a call waits
+ * for it (op_await_start). */
+bool op_session_starting(enum jb_session_state state); /* op_wait.c */
+
+/* The wait of a call whose session (call->sess, read from the database) is still starting:
+ * with a place among the waiting calls (given back after), woken by the session's changes of
+ * state (jb_op "0 <state> <job>", server/opwait.h; re-read at least every second), until a
+ * fresh read of the session (into call->sess) finds it past starting — active, paused,
+ * awaiting_agent, ended or gone: the stages after decide on it — OP_NEXT; or OP_END with
+ * *call->e "unavailable" after JAILBOX_START_WAIT_S, in a drain, or when the database cannot
+ * be read. Not starting: OP_NEXT at once. Nothing is stored. */
+enum op_step op_await_start(struct op_call *call); /* op_wait.c */
 
 /* Gives back the place op_take_waiting_place took. */
 void op_leave_waiting(struct op_call *call); /* op_wait.c */

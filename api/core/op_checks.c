@@ -603,8 +603,15 @@ static bool hides_entries(const json_t *flagged) {
 
 enum op_step op_refuse_if(struct op_call *call) {
   if (call->sess.state != JB_SESSION_ACTIVE && call->sess.state != JB_SESSION_PAUSED) {
-    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
-             jb_session_state_name(call->sess.state) ?: "unknown");
+    const char *st = jb_session_state_name(call->sess.state) ?: "unknown";
+    const char *why = call->sess.state_reason;
+    op_error(call->e, JB_MCP_DENIED, "denied",
+             "the session is %s%s%.300s%s: no file operations now", st, why ? " (" : "",
+             why ? why : "", why ? ")" : "");
+    if (call->e->data) {
+      json_object_set_new(call->e->data, "state", json_string(st));
+      if (why) json_object_set_new(call->e->data, "stateReason", json_string(why));
+    }
     return OP_END;
   }
   /* a tool its tools/list does not name: a protocol error, as an unknown tool is (MCP

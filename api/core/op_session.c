@@ -132,7 +132,11 @@ enum op_step op_load_session(struct op_call *call) {
     op_error_unavailable(call->e, &err);
     return OP_END;
   }
-  if (!call->cached &&
+  /* a call made while the session is being prepared waits for it (read again after; the
+   * copy is kept by the next call, whose read follows the change) */
+  bool waited = !call->cached && op_session_starting(call->sess.state);
+  if (waited && op_await_start(call) != OP_NEXT) return OP_END;
+  if (!call->cached && !waited &&
       (call->sess.state == JB_SESSION_ACTIVE || call->sess.state == JB_SESSION_PAUSED))
     sess_cache_put(call->job, &call->sess, gen);
   call->arrived = call->sess.state == JB_SESSION_AWAITING_AGENT;

@@ -32,6 +32,11 @@
 /* a command still running when its session ended is waited for this long at most */
 #define RUNNING_AFTER_END_MS 15000
 
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
 /* The clocks of one wait, in ms of jb_now_ms. */
 struct wait_clock {
   long long stored; /* when the op was stored */
@@ -134,6 +139,74 @@ void op_leave_waiting(struct op_call *call) {
   call->waiting = NULL;
 }
 
+bool op_session_starting(enum jb_session_state state) {
+  return state == JB_SESSION_CREATED || state == JB_SESSION_PRESCANNING;
+}
+
+/* Whether a wait for a starting session ends before the session is ready, *call->e saying
+ * why: the database could not be read (`dberr`, else NULL), the drain, or the limit `until`
+ * (ms of jb_now_ms). */
+static bool start_wait_over(struct op_call *call, long long until, const jb_error *dberr) {
+  if (dberr) {
+    op_error_unavailable(call->e, dberr);
+    return true;
+  }
+  if (atomic_load(&call->app->draining)) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "jailboxd is shutting down while the session was starting: nothing of the %s was "
+             "stored; send it again",
+             jb_tool_name(call->tool));
+    return true;
+  }
+  if (jb_now_ms() >= until) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+             "the session is still %s after %ld s: nothing of the %s was stored; try again",
+             jb_session_state_name(call->sess.state) ?: "starting",
+             call->app->cfg ? call->app->cfg->start_wait_s : 0L, jb_tool_name(call->tool));
+    return true;
+  }
+  return false;
+}
+
+enum op_step op_await_start(struct op_call *call) {
+  if (!op_session_starting(call->sess.state)) return OP_NEXT;
+  if (op_take_waiting_place(call) != OP_NEXT) return OP_END;
+  struct jb_app *app = call->app;
+  long long until = jb_now_ms() + (app->cfg ? app->cfg->start_wait_s : 300) * 1000LL;
+  struct jb_opwait_ticket t;
+  op_wait_begin(call, &t); /* fired by every change of the session's state (jb_op "0 …") */
+  enum op_step s = OP_NEXT;
+  for (bool first = true;; first = false) {
+    jb_error err = {0};
+    if (!first) {
+      jb_db_release(app->db, call->c);
+      call->c = NULL;
+      long nap = SAFETY_NET_MS;
+      if (until - jb_now_ms() < nap) nap = (long)(until - jb_now_ms());
+      if (nap < 1) nap = 1;
+      if (app->opwait)
+        jb_opwait_wait(app->opwait, &t, nap, FALLBACK_MS);
+      else
+        sleep_ms(nap < FALLBACK_MS ? nap : FALLBACK_MS);
+      call->c = jb_db_acquire(app->db, &err);
+    }
+    /* read again after the ticket is registered: a change just before it is not missed */
+    if (call->c) {
+      jb_session_facts_clear(&call->sess);
+      int rc = jb_db_session_facts(call->c, call->job, &call->sess, &err);
+      if (rc == JB_ERR_NOT_FOUND || (rc == JB_OK && !op_session_starting(call->sess.state)))
+        break; /* ready, ended, or gone: the stages after decide on it */
+    }
+    if (start_wait_over(call, until, err.msg[0] ? &err : NULL)) {
+      s = OP_END;
+      break;
+    }
+  }
+  op_wait_end(call, &t);
+  op_leave_waiting(call); /* the stages after take their own place where they wait */
+  return s;
+}
+
 /* `path` as it is now (the shim's stat result, new, into *out): a stat op stored (queued) and
  * waited for as any op, run by the worker that holds the session — held while the session is
  * paused, as the op it prepares would be.
@@ -231,11 +304,6 @@ void op_wait_begin(struct op_call *call, struct jb_opwait_ticket *t) {
 
 void op_wait_end(struct op_call *call, struct jb_opwait_ticket *t) {
   if (call->app->opwait) jb_opwait_unregister(call->app->opwait, t);
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
 }
 
 /* A pending op past JAILBOX_APPROVAL_TIMEOUT is expired (the buyer's pending request is over:
