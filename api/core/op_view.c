@@ -143,6 +143,11 @@ json_t *op_approval_view(struct op_call *call) {
       json_object_set_new(ev, "recursive",
                           json_boolean(json_is_true(json_object_get(call->args, "recursive"))));
   }
+  /* a write's or a move's missing folders that it makes (op_parents_exact): as many as shown */
+  json_t *folders = json_object_get(call->sargs, "createParents");
+  if (ev && json_array_size(folders) > 0 &&
+      (call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_MOVE))
+    json_object_set(ev, "createsFolders", folders);
   return ev;
 }
 

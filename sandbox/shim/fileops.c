@@ -527,7 +527,9 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
+  struct fo_made made;
+  if (fo_resolve_create(path, json_object_get(req, "createParents"), &w, last, canon, &made, e) <
+      0) {
     free(data);
     return NULL;
   }
@@ -543,6 +545,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
                 path);
         e->escape = "symlink_escape";
       }
+      fo_unmake(&w, &made);
       fo_walk_close(&w);
       free(data);
       return NULL;
@@ -550,6 +553,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
     mode = st.st_mode & 0777;
   } else if (errno != ENOENT) {
     int en = errno;
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail_errno(e, en, path);
@@ -567,12 +571,14 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   snprintf(previous, sizeof previous, "%s", have);
   json_decref(now); /* `have` is not used past here */
   if (!now || (expect && strcmp(previous, expect) != 0)) {
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     if (now) fo_fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
     return NULL;
   }
   if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail(e, "too_large", EFBIG,
@@ -595,6 +601,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int en = errno;
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail_errno(e, en, path);
@@ -618,6 +625,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   if (!en && renameat(dir, tmp, dir, last) < 0) en = errno;
   if (en) {
     unlinkat(dir, tmp, 0);
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     fo_fail_errno(e, en, path);
     return NULL;
@@ -626,6 +634,8 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   json_t *prev = previous[0] == '\0' ? json_null() : json_string(previous);
   json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
   if (o && prev) json_object_set_new(o, "previousSha256", prev);
+  if (o && made.names) json_object_set(o, "createdFolders", made.names);
+  fo_made_clear(&made);
   return o;
 }
 

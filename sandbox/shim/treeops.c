@@ -563,7 +563,9 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   char slast[JB_PATH_NAME_MAX + 1], dlast[JB_PATH_NAME_MAX + 1];
   char scanon[JB_PATH_MAX + 1], dcanon[JB_PATH_MAX + 1];
   if (fo_resolve_allowed(src, false, false, &ws, slast, scanon, e) < 0) return NULL;
-  if (fo_resolve_allowed(dst, false, false, &wd, dlast, dcanon, e) < 0) {
+  struct fo_made made;
+  if (fo_resolve_create(dst, json_object_get(req, "createParents"), &wd, dlast, dcanon, &made, e) <
+      0) {
     fo_walk_close(&ws);
     return NULL;
   }
@@ -655,8 +657,11 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   o = json_pack("{s:b, s:s, s:b}", "moved", 1, "type", is_dir ? "dir" : "file", "replaced",
                 replaces);
   if (o && hex[0]) json_object_set_new(o, "sha256", json_string(hex));
+  if (o && made.names) json_object_set(o, "createdFolders", made.names);
   if (!o) fo_fail(e, "internal", ENOMEM, "out of memory");
 out:
+  if (!o) fo_unmake(&wd, &made); /* a refusal leaves no folder it made */
+  fo_made_clear(&made);
   fo_walk_close(&ws);
   fo_walk_close(&wd);
   return o;
