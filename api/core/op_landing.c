@@ -223,8 +223,8 @@ enum op_step op_parents_exact(struct op_call *call, json_t *target) {
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     json_t *cur = NULL;
-    enum op_step s = op_stat_path(call, json_string_value(json_array_get(allowed, mid)), false,
-                                  &cur, true);
+    enum op_step s =
+        op_stat_path(call, json_string_value(json_array_get(allowed, mid)), false, &cur, true);
     bool exists = json_is_true(json_object_get(cur, "exists"));
     json_decref(cur);
     if (s != OP_NEXT) return s;

@@ -491,39 +491,48 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   return o;
 }
 
+/* The bytes a write request `req` carries ("content" in "encoding"): *bytes borrowed from it
+ * (utf-8) or decoded into *owned (base64, the caller frees), *dlen of them, at most
+ * JB_FILE_MAX. 0 or -1 with *e. */
+static int write_content(json_t *req, const unsigned char **bytes, unsigned char **owned,
+                         size_t *dlen, struct jb_fileop_error *e) {
+  json_t *jc = json_object_get(req, "content");
+  const char *enc = json_string_value(json_object_get(req, "encoding"));
+  *owned = NULL;
+  if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
+      (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64")))
+    return fo_fail(e, "bad_request", EINVAL,
+                   "'content' must be a string and 'encoding' utf-8 or base64");
+  const char *text = json_string_value(jc);
+  size_t tlen = json_string_length(jc);
+  *dlen = tlen;
+  *bytes = (const unsigned char *)text;
+  if (enc && strcmp(enc, "base64") == 0) {
+    if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8)
+      return fo_fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
+    unsigned char *data = malloc(tlen / 4 * 3 + 4);
+    if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, dlen, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
+      free(data);
+      return fo_fail(e, "bad_request", EINVAL, "'content' is not valid base64");
+    }
+    *bytes = *owned = data;
+  }
+  if (*dlen > JB_FILE_MAX) {
+    free(*owned);
+    *owned = NULL;
+    return fo_fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", *dlen, JB_FILE_MAX);
+  }
+  return 0;
+}
+
 static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   const char *path = fo_arg_path(req, NULL, e);
   if (!path) return NULL;
-  json_t *jc = json_object_get(req, "content");
-  const char *enc = json_string_value(json_object_get(req, "encoding"));
-  if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
-      (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
-    fo_fail(e, "bad_request", EINVAL, "'content' must be a string and 'encoding' utf-8 or base64");
-    return NULL;
-  }
-  const char *text = json_string_value(jc);
-  size_t tlen = json_string_length(jc);
+  const unsigned char *bytes = NULL;
   unsigned char *data = NULL;
-  size_t dlen = tlen;
-  if (enc && strcmp(enc, "base64") == 0) {
-    if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8) {
-      fo_fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
-      return NULL;
-    }
-    data = malloc(tlen / 4 * 3 + 4);
-    if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, &dlen, NULL,
-                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
-      free(data);
-      fo_fail(e, "bad_request", EINVAL, "'content' is not valid base64");
-      return NULL;
-    }
-  }
-  const unsigned char *bytes = data ? data : (const unsigned char *)text;
-  if (dlen > JB_FILE_MAX) {
-    free(data);
-    fo_fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", dlen, JB_FILE_MAX);
-    return NULL;
-  }
+  size_t dlen = 0;
+  if (write_content(req, &bytes, &data, &dlen, e) < 0) return NULL;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
