@@ -94,6 +94,14 @@ static long long iv(json_t *o, const char *key) {
   return (long long)json_integer_value(json_object_get(o, key));
 }
 
+/* "; created the folders a, a/b" of a write's or a move's createdFolders (nothing without). */
+static void folders_text(json_t *r, struct text *t) {
+  size_t i;
+  json_t *x;
+  json_array_foreach (json_object_get(r, "createdFolders"), i, x)
+    tprintf(t, "%s%.4100s", i ? ", " : "; created the folders ", json_string_value(x) ?: "?");
+}
+
 /* The text a model reads of a `tool`'s `result` on `path` (into *t). */
 static void result_text(enum jb_tool tool, const char *path, json_t *r, struct text *t) {
   size_t i;
@@ -127,6 +135,7 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
       return;
     case JB_TOOL_WRITE:
       tprintf(t, "wrote %lld bytes to %.4100s", iv(r, "written"), path);
+      folders_text(r, t);
       return;
     case JB_TOOL_LIST:
       json_array_foreach (json_object_get(r, "entries"), i, x) {
@@ -159,6 +168,7 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
       return;
     case JB_TOOL_MOVE:
       tprintf(t, "moved %.4100s to %.4100s", path, sv(r, "destination"));
+      folders_text(r, t);
       return;
     case JB_TOOL_DELETE:
       tprintf(t, "deleted %.4100s (%lld entries)", path, iv(r, "deleted"));

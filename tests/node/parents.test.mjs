@@ -82,6 +82,21 @@ test('unsupervised: a folder the landing check covers is refused as a mkdir of i
   assert.ok(!existsSync(join(U.dir, '.husky')));
 });
 
+test('a folder that would hold the target of a hook that is a symlink is not made by a write below it', { timeout: 60000 }, async () => {
+  // .git/hooks/pre-commit -> ../../tools/hooks/pre-commit, tools/ not there yet: a mkdir of
+  // tools is refused, and so is a write of tools/readme.txt, which would make it
+  const L = await K.openSession((d) => {
+    mkdirSync(join(d, '.git/hooks'), { recursive: true });
+    writeFileSync(join(d, '.git/HEAD'), 'ref: refs/heads/main\n');
+    symlinkSync('../../tools/hooks/pre-commit', join(d, '.git/hooks/pre-commit'));
+  }, { mode: 'unsupervised' });
+  const agent = await K.connect(L.agentToken);
+  await K.refused(agent, 'mkdir', { path: 'tools' }, 'flagged');
+  const e = await K.refused(agent, 'write', { path: 'tools/readme.txt', content: 'r\n' }, 'flagged');
+  assert.match(e.message, /tools/);
+  assert.ok(!existsSync(join(L.dir, 'tools')));
+});
+
 test('unsupervised: a symlink inside on the way, an excluded folder or a file where a folder is expected makes nothing', { timeout: 60000 }, async () => {
   await K.refused(U.agent, 'write', { path: 'lnk/new/x.txt', content: 'x\n' }, 'denied');
   assert.ok(!existsSync(join(U.dir, 'sub/new')));
