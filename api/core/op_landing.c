@@ -164,6 +164,8 @@ static enum op_step check_mkdir(struct op_call *call) {
   }
 }
 
+#define PARENTS_BYTES_MAX 65536 /* bytes of the paths of the folders a write may make */
+
 /* The folders above `path` by their paths ("a/b/c.txt": ["a", "a/b"]), new. */
 static json_t *parents_of(const char *path) {
   json_t *all = json_array();
@@ -189,11 +191,22 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
     return OP_END;
   }
+  size_t bytes = 0, i;
+  json_t *x;
+  json_array_foreach (all, i, x) bytes += json_string_length(x);
+  if (bytes > PARENTS_BYTES_MAX) { /* the list goes into the op's row and its approval */
+    json_decref(all);
+    op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
+             "the folders above %.300s are too many or too long to make with it (%zu bytes of "
+             "their paths, at most %d): make them with mkdir first",
+             path, bytes, PARENTS_BYTES_MAX);
+    return OP_END;
+  }
   /* a folder the landing check flags is made by no write or move: the deepest such one
    * decides (those above it exist when it does) */
   struct landing l, flagged;
   long deepest = -1;
-  for (size_t i = 0; i < json_array_size(all); i++)
+  for (i = 0; i < json_array_size(all); i++)
     if (landing_flagged(call, json_string_value(json_array_get(all, i)), true, &l)) {
       deepest = (long)i;
       flagged = l;

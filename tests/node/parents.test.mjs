@@ -70,6 +70,9 @@ test('unsupervised: createParents false keeps not_found, for a write and a move'
   assert.ok(!existsSync(join(U.dir, 'x')));
   const f = toolFailure(await K.call(U.agent, 'write', { path: 'x/n.txt', content: 'n\n', createParents: 'yes' }));
   assert.ok(f, 'a createParents that is no boolean is refused');
+  // folders whose paths come to over 64 KiB: made with mkdir, not by a write
+  await K.refused(U.agent, 'write', { path: 'x/'.repeat(300) + 'n.txt', content: 'n\n' }, 'too_large');
+  assert.ok(!existsSync(join(U.dir, 'x')));
 });
 
 test('unsupervised: a folder the landing check covers is refused as a mkdir of it is (.git/hooks without .git)', { timeout: 60000 }, async () => {
@@ -150,6 +153,15 @@ test('supervised: the approval request lists the folders the write makes; approv
   await approve(h2.req);
   assert.equal((await h2.pending).result?.isError, false);
   assert.ok(existsSync(join(S.dir, 'u/v/w.txt')));
+  // a list that would not fit one notification: its first folder and how many
+  const deep = Array.from({ length: 12 }, (_, i) => String(i).padEnd(200, 'd')).join('/') + '/f.txt';
+  const h3 = await held(deep);
+  assert.equal(h3.req.createsFolders, undefined);
+  assert.equal(h3.req.createsFoldersFrom, '0'.padEnd(200, 'd'));
+  assert.equal(h3.req.createsFoldersCount, 12);
+  await approve(h3.req);
+  assert.equal((await h3.pending).result?.isError, false);
+  assert.ok(existsSync(join(S.dir, deep)));
 });
 
 test('supervised: the approved write makes what was shown — a parent that appeared meanwhile is fine, one that vanished is not made', { timeout: 120000 }, async () => {
