@@ -135,7 +135,6 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
       return;
     case JB_TOOL_WRITE:
       tprintf(t, "wrote %lld bytes to %.4100s", iv(r, "written"), path);
-      folders_text(r, t);
       return;
     case JB_TOOL_LIST:
       json_array_foreach (json_object_get(r, "entries"), i, x) {
@@ -168,7 +167,6 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
       return;
     case JB_TOOL_MOVE:
       tprintf(t, "moved %.4100s to %.4100s", path, sv(r, "destination"));
-      folders_text(r, t);
       return;
     case JB_TOOL_DELETE:
       tprintf(t, "deleted %.4100s (%lld entries)", path, iv(r, "deleted"));
@@ -210,6 +208,7 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
 static json_t *tool_result(enum jb_tool tool, const char *path, json_t *result) {
   struct text t = {0};
   result_text(tool, path, result, &t);
+  if (tool == JB_TOOL_WRITE || tool == JB_TOOL_MOVE) folders_text(result, &t);
   json_t *text = json_stringn(t.p ? t.p : "", t.len);
   if (!text) text = json_string("(the answer is in structuredContent)");
   free(t.p);

@@ -57,8 +57,10 @@ test('unsupervised: write of a/b/c/new.txt makes a, a/b and a/b/c (0755), named 
   const r2 = await K.ok(U.agent, 'write', { path: 'a/b/second.txt', content: '2\n' });
   assert.equal(r2.createdFolders, undefined);
   // a move's destination too
-  const m = await K.ok(U.agent, 'move', { source: 'm.txt', destination: 'd1/d2/m.txt' });
-  assert.deepEqual(m.createdFolders, ['d1', 'd1/d2']);
+  const mr = await K.call(U.agent, 'move', { source: 'm.txt', destination: 'd1/d2/m.txt' });
+  const m = mr.result?.structuredContent;
+  assert.deepEqual(m?.createdFolders, ['d1', 'd1/d2'], JSON.stringify(mr));
+  assert.match(mr.result.content[0].text, /created the folders d1, d1\/d2/);
   assert.equal(readFileSync(join(U.dir, 'd1/d2/m.txt'), 'utf8'), 'moved\n');
   const [md] = await auditOf(U, 'move', 'm.txt');
   assert.deepEqual(md?.createdFolders, ['d1', 'd1/d2'], JSON.stringify(md));
