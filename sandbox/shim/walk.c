@@ -413,6 +413,11 @@ static int make_folder(struct walk *w, const char *name, const char *child, cons
   if (!mine && errno != EEXIST) return fo_fail_errno(e, errno, path);
   /* O_NOFOLLOW: a symlink put in its place after the mkdirat is not opened */
   int fd = open_dir_component(dir, name);
+  if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != fo_root_dev)) { /* one that appeared */
+    close(fd);
+    return fo_fail(e, "denied", EXDEV, "%s: '%s' is a mount point: nothing is made below it", path,
+                   child);
+  }
   if (fd < 0) {
     int en = errno;
     if (mine) unlinkat(dir, name, AT_REMOVEDIR);
