@@ -164,6 +164,92 @@ static enum op_step check_mkdir(struct op_call *call) {
   }
 }
 
+#define PARENTS_BYTES_MAX 65536 /* bytes of the paths of the folders a write may make */
+
+/* The folders above `path` by their paths ("a/b/c.txt": ["a", "a/b"]), new. */
+static json_t *parents_of(const char *path) {
+  json_t *all = json_array();
+  for (const char *c = strchr(path, '/'); all && c; c = strchr(c + 1, '/'))
+    if (json_array_append_new(all, json_stringn(path, (size_t)(c - path))) < 0) {
+      json_decref(all);
+      all = NULL;
+    }
+  return all;
+}
+
+/* Removes the first `n` items of array `a`. */
+static void drop_first(json_t *a, size_t n) {
+  while (n-- > 0 && json_array_size(a) > 0) json_array_remove(a, 0);
+}
+
+enum op_step op_check_parents(struct op_call *call, const char *path) {
+  json_t *flag = json_object_get(call->args, "createParents");
+  json_object_del(call->sargs, "createParents"); /* the agent's boolean, copied */
+  if (json_is_false(flag)) return OP_NEXT;
+  json_t *all = parents_of(path);
+  if (!all) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  size_t bytes = 0, i;
+  json_t *x;
+  json_array_foreach (all, i, x) bytes += json_string_length(x);
+  if (bytes > PARENTS_BYTES_MAX) { /* the list goes into the op's row and its approval */
+    json_decref(all);
+    op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
+             "the folders above %.300s are too many or too long to make with it (%zu bytes of "
+             "their paths, at most %d): make them with mkdir first",
+             path, bytes, PARENTS_BYTES_MAX);
+    return OP_END;
+  }
+  /* a folder the landing check flags is made by no write or move: the deepest such one
+   * decides (those above it exist when it does) */
+  struct landing l, flagged;
+  long deepest = -1;
+  for (i = 0; i < json_array_size(all); i++)
+    if (landing_flagged(call, json_string_value(json_array_get(all, i)), true, &l)) {
+      deepest = (long)i;
+      flagged = l;
+    }
+  if (deepest >= 0) {
+    json_t *cur = NULL;
+    enum op_step s = op_stat_path(call, flagged.path, false, &cur, true);
+    bool exists = json_is_true(json_object_get(cur, "exists"));
+    json_decref(cur);
+    if (s == OP_NEXT && !exists) s = refuse_landing(call, &flagged);
+    if (s != OP_NEXT) {
+      json_decref(all);
+      return s;
+    }
+    drop_first(all, (size_t)deepest + 1); /* they exist: none is made */
+  }
+  json_object_set_new(call->sargs, "createParents", all);
+  return OP_NEXT;
+}
+
+enum op_step op_parents_exact(struct op_call *call, json_t *target) {
+  json_t *allowed = json_object_get(call->sargs, "createParents");
+  size_t lo = 0, hi = json_array_size(allowed);
+  if (json_is_true(json_object_get(target, "exists"))) lo = hi; /* its folders exist */
+  /* the folders before lo exist, from hi on they are missing (a folder exists only in one
+   * that exists): a binary search, a stat a step */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    json_t *cur = NULL;
+    enum op_step s =
+        op_stat_path(call, json_string_value(json_array_get(allowed, mid)), false, &cur, true);
+    bool exists = json_is_true(json_object_get(cur, "exists"));
+    json_decref(cur);
+    if (s != OP_NEXT) return s;
+    if (exists)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  drop_first(allowed, lo);
+  return OP_NEXT;
+}
+
 /* The SHA-256 (hex) of tree names `entries` as the shim hashes them: each followed by NUL. */
 static void names_sha(json_t *entries, char hex[65]) {
   crypto_hash_sha256_state st;
@@ -229,6 +315,7 @@ static enum op_step check_move(struct op_call *call) {
   bool dir = !strcmp(json_string_value(json_object_get(call->current, "type")) ?: "", "dir");
   s = op_check_landing_path(call, call->path, dir);
   if (s == OP_NEXT) s = op_check_landing_path(call, call->dest, dir);
+  if (s == OP_NEXT) s = op_check_parents(call, call->dest);
   if (s == OP_NEXT && dir) return check_tree(call);
   /* a file (or nothing: the move fails not_found): bound to moving no directory */
   if (s == OP_NEXT) json_object_set_new(call->sargs, "expectTree", json_string("file"));
@@ -254,7 +341,8 @@ static enum op_step check_delete(struct op_call *call) {
 
 enum op_step op_check_landing(struct op_call *call) {
   switch (call->tool) {
-    case JB_TOOL_WRITE:
+    case JB_TOOL_WRITE: /* its path was checked with its content (op_scan_content) */
+      return op_check_parents(call, call->path);
     case JB_TOOL_EDIT:
       return op_check_landing_path(call, call->path, false);
     case JB_TOOL_MKDIR:

@@ -42,8 +42,13 @@ static enum op_step stat_path(struct op_call *call, const char *path, bool conte
 /* The pending write's target as it is now into call->current (with its content for the diff
  * preview unless previews are off). */
 static enum op_step stat_target(struct op_call *call) {
-  return stat_path(call, call->path, call->app->cfg && call->app->cfg->diff_preview_max > 0,
-                   &call->current, false);
+  bool parents = json_array_size(json_object_get(call->sargs, "createParents")) > 0;
+  enum op_step s =
+      stat_path(call, call->path, call->app->cfg && call->app->cfg->diff_preview_max > 0,
+                &call->current, parents);
+  /* the folders its write makes, shown to the buyer */
+  if (s == OP_NEXT && parents) s = op_parents_exact(call, call->current);
+  return s;
 }
 
 /* `path` as the stat `current` found it is a file with several hard links, or a symlink that
@@ -314,6 +319,8 @@ static enum op_step supervise_change(struct op_call *call) {
                                              call->tool == JB_TOOL_MKDIR);
   if (s == OP_NEXT && call->tool == JB_TOOL_MOVE)
     s = stat_path(call, call->dest, false, &call->current2, true);
+  if (s == OP_NEXT && call->tool == JB_TOOL_MOVE) /* the folders it makes, shown to the buyer */
+    s = op_parents_exact(call, call->current2);
   if (s != OP_NEXT) return s;
   const char *path = call->path;
   json_t *cur = call->current;
@@ -359,8 +366,10 @@ static enum op_step supervise_change(struct op_call *call) {
       char dwhat[80];
       what_is(call->current2, dwhat, sizeof dwhat);
       json_array_append_new(expect, expectation(call->dest, call->current2));
-      snprintf(buf, sizeof buf, "move %s %.4000s to %.4000s%s%s%s", what, path, call->dest,
-               dexists ? " (replacing the " : "", dexists ? dwhat : "", dexists ? " there)" : "");
+      size_t nf = json_array_size(json_object_get(call->sargs, "createParents"));
+      snprintf(buf, sizeof buf, "move %s %.4000s to %.4000s%s%s%s%s", what, path, call->dest,
+               dexists ? " (replacing the " : "", dexists ? dwhat : "", dexists ? " there)" : "",
+               nf ? " (creating the missing folders above it)" : "");
       break;
     }
     default: { /* delete */
@@ -536,7 +545,8 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
     return s;
   }
-  if (call->tool == JB_TOOL_MKDIR || call->tool == JB_TOOL_MOVE || call->tool == JB_TOOL_DELETE) {
+  if (call->tool == JB_TOOL_MKDIR || call->tool == JB_TOOL_MOVE || call->tool == JB_TOOL_DELETE ||
+      call->tool == JB_TOOL_WRITE) {
     s = op_check_landing(call); /* before any rule, reviewer or buyer */
     if (s != OP_NEXT) return s;
   }

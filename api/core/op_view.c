@@ -53,6 +53,18 @@ static bool shorten_env(json_t *ev, size_t over) {
   return true;
 }
 
+/* Replaces the approval request's createsFolders (every folder from the first down to the
+ * path's own: prefixes of the path) by the first one and their number (createsFoldersFrom,
+ * createsFoldersCount); false when there is no list of two or more. */
+static bool shorten_folders(json_t *ev) {
+  json_t *f = json_object_get(ev, "createsFolders");
+  if (json_array_size(f) < 2) return false;
+  json_object_set(ev, "createsFoldersFrom", json_array_get(f, 0));
+  json_object_set_new(ev, "createsFoldersCount", json_integer((json_int_t)json_array_size(f)));
+  json_object_del(ev, "createsFolders");
+  return true;
+}
+
 static void fit_event(const char *job, json_t *ev, json_t *diff) {
   json_t *d = json_incref(diff ? diff : json_null());
   for (;;) {
@@ -71,6 +83,7 @@ static void fit_event(const char *job, json_t *ev, json_t *diff) {
     if (shorten_field(ev, "stdinPreview", "stdinPreviewTruncated", over)) continue;
     if (shorten_env(ev, over)) continue;
     if (shorten_field(ev, "preview", "previewTruncated", over)) continue;
+    if (shorten_folders(ev)) continue;
     op_fit_path(job, JB_EVENT_APPROVAL_REQUEST, ev);
     return;
   }
@@ -143,6 +156,11 @@ json_t *op_approval_view(struct op_call *call) {
       json_object_set_new(ev, "recursive",
                           json_boolean(json_is_true(json_object_get(call->args, "recursive"))));
   }
+  /* a write's or a move's missing folders that it makes (op_parents_exact): as many as shown */
+  json_t *folders = json_object_get(call->sargs, "createParents");
+  if (ev && json_array_size(folders) > 0 &&
+      (call->tool == JB_TOOL_WRITE || call->tool == JB_TOOL_MOVE))
+    json_object_set(ev, "createsFolders", folders);
   return ev;
 }
 

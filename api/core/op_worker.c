@@ -94,6 +94,14 @@ static long long iv(json_t *o, const char *key) {
   return (long long)json_integer_value(json_object_get(o, key));
 }
 
+/* "; created the folders a, a/b" of a write's or a move's createdFolders (nothing without). */
+static void folders_text(json_t *r, struct text *t) {
+  size_t i;
+  json_t *x;
+  json_array_foreach (json_object_get(r, "createdFolders"), i, x)
+    tprintf(t, "%s%.4100s", i ? ", " : "; created the folders ", json_string_value(x) ?: "?");
+}
+
 /* The text a model reads of a `tool`'s `result` on `path` (into *t). */
 static void result_text(enum jb_tool tool, const char *path, json_t *r, struct text *t) {
   size_t i;
@@ -200,6 +208,7 @@ static void result_text(enum jb_tool tool, const char *path, json_t *r, struct t
 static json_t *tool_result(enum jb_tool tool, const char *path, json_t *result) {
   struct text t = {0};
   result_text(tool, path, result, &t);
+  if (tool == JB_TOOL_WRITE || tool == JB_TOOL_MOVE) folders_text(result, &t);
   json_t *text = json_stringn(t.p ? t.p : "", t.len);
   if (!text) text = json_string("(the answer is in structuredContent)");
   free(t.p);

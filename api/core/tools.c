@@ -19,6 +19,7 @@
 #define POS "{\"type\":\"integer\",\"minimum\":1}"
 #define HEX "{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\"}"
 #define HEX_OR_NULL "{\"type\":[\"string\",\"null\"]}"
+#define FOLDERS_S "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}"
 #define READ_RESULT_S                                                                        \
   "{\"type\":\"object\",\"properties\":{\"size\":" NAT ",\"offset\":" NAT ",\"length\":" NAT \
   ",\"eof\":{\"type\":\"boolean\"},\"content\":{\"type\":\"string\"},"                       \
@@ -60,13 +61,16 @@ static const struct tool_text tools[] = {
      true, false, true},
     {"write", "Write a file",
      "Create or replace a whole file (up to 1 MiB; encoding 'base64' for binary content). To "
-     "change part of an existing text file prefer edit. In a supervised session the buyer "
-     "approves the write first.",
+     "change part of an existing text file prefer edit. Missing parent folders are created "
+     "(createdFolders names them) unless createParents is false. In a supervised session the "
+     "buyer approves the write, and the folders it creates, first.",
      "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"content\":{\"type\":"
-     "\"string\"},\"encoding\":{\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"}},"
+     "\"string\"},\"encoding\":{\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"},"
+     "\"createParents\":{\"type\":\"boolean\",\"default\":true}},"
      "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"written\":" NAT ",\"sha256\":" HEX
-     ",\"previousSha256\":" HEX_OR_NULL "},\"required\":[\"written\"]}",
+     ",\"previousSha256\":" HEX_OR_NULL ",\"createdFolders\":" FOLDERS_S
+     "},\"required\":[\"written\"]}",
      false, true, true},
     {"edit", "Edit a text file",
      "Replace exact text in a UTF-8 file (up to 1 MiB): each edit's oldText must occur exactly "
@@ -146,14 +150,17 @@ static const struct tool_text tools[] = {
      "\"const\":\"dir\"}},\"required\":[\"created\"]}",
      false, false, true},
     {"move", "Move or rename",
-     "Move or rename a file or directory. The destination's parent directory must exist; an "
-     "existing destination is refused (exists) unless overwrite, which replaces only a regular "
-     "file. Supervised sessions ask the buyer first.",
+     "Move or rename a file or directory. The destination's missing parent folders are created "
+     "(createdFolders) unless createParents is false; an existing destination is refused "
+     "(exists) unless overwrite, which replaces only a regular file. Supervised sessions ask "
+     "the buyer first.",
      "{\"type\":\"object\",\"properties\":{\"source\":" PATH_S ",\"destination\":" PATH_S
-     ",\"overwrite\":{\"type\":\"boolean\",\"default\":false}},\"required\":[\"source\","
+     ",\"overwrite\":{\"type\":\"boolean\",\"default\":false},\"createParents\":{\"type\":"
+     "\"boolean\",\"default\":true}},\"required\":[\"source\","
      "\"destination\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"moved\":{\"type\":\"boolean\"},\"type\":{\"enum\":["
-     "\"file\",\"dir\"]},\"sha256\":" HEX ",\"destination\":{\"type\":\"string\"}},"
+     "\"file\",\"dir\"]},\"sha256\":" HEX ",\"destination\":{\"type\":\"string\"},"
+     "\"createdFolders\":" FOLDERS_S "},"
      "\"required\":[\"moved\"]}",
      false, true, false},
     {"delete", "Delete a file or directory",

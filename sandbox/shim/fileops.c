@@ -491,43 +491,54 @@ static json_t *op_stat(json_t *req, struct jb_fileop_error *e) {
   return o;
 }
 
+/* The bytes a write request `req` carries ("content" in "encoding"): *bytes borrowed from it
+ * (utf-8) or decoded into *owned (base64, the caller frees), *dlen of them, at most
+ * JB_FILE_MAX. 0 or -1 with *e. */
+static int write_content(json_t *req, const unsigned char **bytes, unsigned char **owned,
+                         size_t *dlen, struct jb_fileop_error *e) {
+  json_t *jc = json_object_get(req, "content");
+  const char *enc = json_string_value(json_object_get(req, "encoding"));
+  *owned = NULL;
+  if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
+      (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64")))
+    return fo_fail(e, "bad_request", EINVAL,
+                   "'content' must be a string and 'encoding' utf-8 or base64");
+  const char *text = json_string_value(jc);
+  size_t tlen = json_string_length(jc);
+  *dlen = tlen;
+  *bytes = (const unsigned char *)text;
+  if (enc && strcmp(enc, "base64") == 0) {
+    if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8)
+      return fo_fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
+    unsigned char *data = malloc(tlen / 4 * 3 + 4);
+    if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, dlen, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
+      free(data);
+      return fo_fail(e, "bad_request", EINVAL, "'content' is not valid base64");
+    }
+    *bytes = *owned = data;
+  }
+  if (*dlen > JB_FILE_MAX) {
+    free(*owned);
+    *owned = NULL;
+    return fo_fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", *dlen, JB_FILE_MAX);
+  }
+  return 0;
+}
+
 static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   const char *path = fo_arg_path(req, NULL, e);
   if (!path) return NULL;
-  json_t *jc = json_object_get(req, "content");
-  const char *enc = json_string_value(json_object_get(req, "encoding"));
-  if (!json_is_string(jc) || (json_object_get(req, "encoding") && !enc) ||
-      (enc && strcmp(enc, "utf-8") && strcmp(enc, "base64"))) {
-    fo_fail(e, "bad_request", EINVAL, "'content' must be a string and 'encoding' utf-8 or base64");
-    return NULL;
-  }
-  const char *text = json_string_value(jc);
-  size_t tlen = json_string_length(jc);
+  const unsigned char *bytes = NULL;
   unsigned char *data = NULL;
-  size_t dlen = tlen;
-  if (enc && strcmp(enc, "base64") == 0) {
-    if (tlen > (size_t)JB_FILE_MAX / 3 * 4 + 8) {
-      fo_fail(e, "too_large", EFBIG, "content over %d bytes", JB_FILE_MAX);
-      return NULL;
-    }
-    data = malloc(tlen / 4 * 3 + 4);
-    if (!data || sodium_base642bin(data, tlen / 4 * 3 + 4, text, tlen, NULL, &dlen, NULL,
-                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
-      free(data);
-      fo_fail(e, "bad_request", EINVAL, "'content' is not valid base64");
-      return NULL;
-    }
-  }
-  const unsigned char *bytes = data ? data : (const unsigned char *)text;
-  if (dlen > JB_FILE_MAX) {
-    free(data);
-    fo_fail(e, "too_large", EFBIG, "content of %zu bytes is over %d", dlen, JB_FILE_MAX);
-    return NULL;
-  }
+  size_t dlen = 0;
+  if (write_content(req, &bytes, &data, &dlen, e) < 0) return NULL;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
-  if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) {
+  struct fo_made made;
+  if (fo_resolve_create(path, json_object_get(req, "createParents"), &w, last, canon, &made, e) <
+      0) {
     free(data);
     return NULL;
   }
@@ -543,6 +554,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
                 path);
         e->escape = "symlink_escape";
       }
+      fo_unmake(&w, &made);
       fo_walk_close(&w);
       free(data);
       return NULL;
@@ -550,6 +562,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
     mode = st.st_mode & 0777;
   } else if (errno != ENOENT) {
     int en = errno;
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail_errno(e, en, path);
@@ -567,12 +580,14 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   snprintf(previous, sizeof previous, "%s", have);
   json_decref(now); /* `have` is not used past here */
   if (!now || (expect && strcmp(previous, expect) != 0)) {
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     if (now) fo_fail(e, "changed", EAGAIN, "%s changed since the write was requested", path);
     return NULL;
   }
   if (!strcmp(previous, "?")) { /* over HASH_MAX: what it replaced could not be recorded */
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail(e, "too_large", EFBIG,
@@ -595,6 +610,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     int en = errno;
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     free(data);
     fo_fail_errno(e, en, path);
@@ -618,6 +634,7 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   if (!en && renameat(dir, tmp, dir, last) < 0) en = errno;
   if (en) {
     unlinkat(dir, tmp, 0);
+    fo_unmake(&w, &made);
     fo_walk_close(&w);
     fo_fail_errno(e, en, path);
     return NULL;
@@ -626,6 +643,8 @@ static json_t *op_write(json_t *req, struct jb_fileop_error *e) {
   json_t *prev = previous[0] == '\0' ? json_null() : json_string(previous);
   json_t *o = json_pack("{s:I, s:s}", "written", (json_int_t)dlen, "sha256", after_hex);
   if (o && prev) json_object_set_new(o, "previousSha256", prev);
+  if (o && made.names) json_object_set(o, "createdFolders", made.names);
+  fo_made_clear(&made);
   return o;
 }
 

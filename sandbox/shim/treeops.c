@@ -543,27 +543,34 @@ static int rename_noreplace(int sdir, const char *sname, int ddir, const char *d
   return renameat(sdir, sname, ddir, dname);
 }
 
+/* A move's "overwrite" (boolean) and "expectTree" (string) of `req`, when given: 0, or -1
+ * with *e for one of another type. */
+static int move_options(json_t *req, bool *overwrite, json_t **jx, struct jb_fileop_error *e) {
+  json_t *jo = json_object_get(req, "overwrite");
+  if (jo && !json_is_boolean(jo))
+    return fo_fail(e, "bad_request", EINVAL, "'overwrite' must be a boolean");
+  *overwrite = json_is_true(jo);
+  *jx = json_object_get(req, "expectTree");
+  if (*jx && !json_is_string(*jx))
+    return fo_fail(e, "bad_request", EINVAL, "'expectTree' must be a string");
+  return 0;
+}
+
 json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   const char *src = fo_arg_path(req, NULL, e);
   if (!src) return NULL;
   const char *dst = fo_arg_path_key(req, "destination", NULL, e);
   if (!dst) return NULL;
-  json_t *jo = json_object_get(req, "overwrite");
-  if (jo && !json_is_boolean(jo)) {
-    fo_fail(e, "bad_request", EINVAL, "'overwrite' must be a boolean");
-    return NULL;
-  }
-  bool overwrite = json_is_true(jo);
-  json_t *jx = json_object_get(req, "expectTree");
-  if (jx && !json_is_string(jx)) {
-    fo_fail(e, "bad_request", EINVAL, "'expectTree' must be a string");
-    return NULL;
-  }
+  bool overwrite = false;
+  json_t *jx = NULL;
+  if (move_options(req, &overwrite, &jx, e) < 0) return NULL;
   struct walk ws, wd;
   char slast[JB_PATH_NAME_MAX + 1], dlast[JB_PATH_NAME_MAX + 1];
   char scanon[JB_PATH_MAX + 1], dcanon[JB_PATH_MAX + 1];
   if (fo_resolve_allowed(src, false, false, &ws, slast, scanon, e) < 0) return NULL;
-  if (fo_resolve_allowed(dst, false, false, &wd, dlast, dcanon, e) < 0) {
+  struct fo_made made;
+  if (fo_resolve_create(dst, json_object_get(req, "createParents"), &wd, dlast, dcanon, &made, e) <
+      0) {
     fo_walk_close(&ws);
     return NULL;
   }
@@ -655,8 +662,11 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   o = json_pack("{s:b, s:s, s:b}", "moved", 1, "type", is_dir ? "dir" : "file", "replaced",
                 replaces);
   if (o && hex[0]) json_object_set_new(o, "sha256", json_string(hex));
+  if (o && made.names) json_object_set(o, "createdFolders", made.names);
   if (!o) fo_fail(e, "internal", ENOMEM, "out of memory");
 out:
+  if (!o) fo_unmake(&wd, &made); /* a refusal leaves no folder it made */
+  fo_made_clear(&made);
   fo_walk_close(&ws);
   fo_walk_close(&wd);
   return o;

@@ -370,6 +370,145 @@ int fo_resolve_allowed(const char *path, bool follow, bool probe_last, struct wa
   return 0;
 }
 
+void fo_made_clear(struct fo_made *made) {
+  json_decref(made->names);
+  made->names = NULL;
+}
+
+void fo_unmake(const struct walk *w, struct fo_made *made) {
+  for (size_t k = json_array_size(made->names); k-- > 0;) {
+    const char *c = json_string_value(json_array_get(made->names, k));
+    const char *slash = strrchr(c, '/');
+    if (made->at[k] <= w->depth) unlinkat(w->fds[made->at[k]], slash ? slash + 1 : c, AT_REMOVEDIR);
+  }
+  fo_made_clear(made);
+}
+
+/* Whether `canon` is one of the strings of `allowed`. */
+static bool in_allowed(const json_t *allowed, const char *canon) {
+  size_t i;
+  json_t *x;
+  json_array_foreach (allowed, i, x)
+    if (json_is_string(x) && !strcmp(json_string_value(x), canon)) return true;
+  return false;
+}
+
+/* Makes the missing folder `name` in the walk's current directory (its symlink-free path
+ * `child`) and opens it, as fo_resolve_create says. The descriptor, or -1 with *e. */
+static int make_folder(struct walk *w, const char *name, const char *child, const json_t *allowed,
+                       struct fo_made *made, const char *path, struct jb_fileop_error *e) {
+  int dir = fo_walk_dir(w);
+  struct stat st;
+  if (!in_allowed(allowed, child))
+    return fo_fail(e, "not_found", ENOENT,
+                   "%s: folder '%s' does not exist and is not one this call may create", path,
+                   child);
+  if (fo_canon_excluded(child))
+    return fo_fail(e, "excluded", EPERM, "%s: folder '%s' is excluded from this session", path,
+                   child);
+  if (fstat(dir, &st) < 0) return fo_fail_errno(e, errno, path);
+  if (st.st_dev != fo_root_dev)
+    return fo_fail(e, "denied", EXDEV, "%s is below a mount point: nothing is made there", path);
+  bool mine = mkdirat(dir, name, 0755) == 0;
+  if (!mine && errno != EEXIST) return fo_fail_errno(e, errno, path);
+  /* O_NOFOLLOW: a symlink put in its place after the mkdirat is not opened */
+  int fd = open_dir_component(dir, name);
+  if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_dev != fo_root_dev)) { /* one that appeared */
+    close(fd);
+    return fo_fail(e, "denied", EXDEV, "%s: '%s' is a mount point: nothing is made below it", path,
+                   child);
+  }
+  if (fd < 0) {
+    int en = errno;
+    if (mine) unlinkat(dir, name, AT_REMOVEDIR);
+    if (en == ENOTDIR || en == ELOOP)
+      return fo_fail(e, "changed", EAGAIN, "%s: '%s' changed while it was made", path, child);
+    return fo_fail_errno(e, en, path);
+  }
+  if (mine) {
+    if (!made->names) made->names = json_array();
+    if (!made->names || json_array_append_new(made->names, json_string(child)) < 0) {
+      close(fd);
+      unlinkat(dir, name, AT_REMOVEDIR);
+      return fo_fail(e, "internal", ENOMEM, "out of memory");
+    }
+    made->at[json_array_size(made->names) - 1] = w->depth;
+  }
+  return fd;
+}
+
+/* The second walk of fo_resolve_create: `path` (checked: no empty, "." or ".." component)
+ * component by component from the root, making the missing folders. 0 or -1 as it says. */
+static int walk_making(const char *path, const json_t *allowed, struct walk *w,
+                       char last[JB_PATH_NAME_MAX + 1], struct fo_made *made,
+                       struct jb_fileop_error *e) {
+  w->fds[0] = fo_root_fd;
+  w->depth = 0;
+  w->canon[0] = '\0';
+  for (const char *p = path;;) {
+    size_t n = strcspn(p, "/");
+    if (n > JB_PATH_NAME_MAX || n == 0) {
+      fo_unmake(w, made);
+      fo_walk_close(w);
+      return fo_fail(e, "bad_request", EINVAL, "%s: a component is empty or too long", path);
+    }
+    char name[JB_PATH_NAME_MAX + 1];
+    memcpy(name, p, n);
+    name[n] = '\0';
+    p += n;
+    if (!*p) {
+      memcpy(last, name, n + 1);
+      return 0;
+    }
+    p++;
+    char child[JB_PATH_MAX + 1];
+    int k = snprintf(child, sizeof child, "%s%s%s", w->canon, w->canon[0] ? "/" : "", name);
+    if (k < 0 || k > JB_PATH_MAX || w->depth == MAX_DEPTH) {
+      fo_unmake(w, made);
+      fo_walk_close(w);
+      return fo_fail(e, "denied", ENAMETOOLONG, "%s is too long or too deep", path);
+    }
+    int fd = open_dir_component(fo_walk_dir(w), name);
+    int en = errno;
+    struct stat st;
+    if (fd < 0 && en == ENOENT) {
+      fd = make_folder(w, name, child, allowed, made, path, e);
+    } else if (fd < 0 && (en == ENOTDIR || en == ELOOP) &&
+               fstatat(fo_walk_dir(w), name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISLNK(st.st_mode)) {
+      bool out = fo_link_leads_out(w, name);
+      fo_fail(e, "denied", ELOOP, "'%s' is a symlink%s: writes never pass a symlink", name,
+              out ? " that leads out of the workspace" : "");
+      if (out) e->escape = "symlink_escape";
+    } else if (fd < 0) {
+      fo_fail_errno(e, en, path);
+    }
+    if (fd < 0) {
+      fo_unmake(w, made);
+      fo_walk_close(w);
+      return -1;
+    }
+    snprintf(w->canon, sizeof w->canon, "%s", child);
+    w->fds[++w->depth] = fd;
+  }
+}
+
+int fo_resolve_create(const char *path, const json_t *allowed, struct walk *w,
+                      char last[JB_PATH_NAME_MAX + 1], char *canon, struct fo_made *made,
+                      struct jb_fileop_error *e) {
+  made->names = NULL;
+  if (fo_resolve_allowed(path, false, false, w, last, canon, e) == 0) return 0;
+  /* ENOENT: a folder on the way is missing (a file there is ENOTDIR: not made) */
+  if (!json_is_array(allowed) || e->errnum != ENOENT || strcmp(e->code, "not_found")) return -1;
+  if (walk_making(path, allowed, w, last, made, e) < 0) return -1;
+  if (fo_final_canon(w, last, canon) < 0 || fo_canon_excluded(canon)) {
+    fo_unmake(w, made);
+    fo_walk_close(w);
+    return fo_fail(e, "excluded", EPERM, "%s is excluded from this session", path);
+  }
+  return 0;
+}
+
 const char *fo_type_name(mode_t m) {
   if (S_ISREG(m)) return "file";
   if (S_ISDIR(m)) return "dir";

@@ -47,6 +47,32 @@ int fo_resolve(const char *path, bool follow, bool probe_last, struct walk *w,
 int fo_resolve_allowed(const char *path, bool follow, bool probe_last, struct walk *w,
                        char last[JB_PATH_NAME_MAX + 1], char *canon, struct jb_fileop_error *e);
 
+/* The folders fo_resolve_create made: their symlink-free paths (new array, or NULL when none)
+ * and, for each, the walk depth of the directory it was made in. */
+struct fo_made {
+  json_t *names;
+  int at[MAX_DEPTH];
+};
+
+/* fo_resolve_allowed for a write or a move's destination that may make its missing parent
+ * folders. When the path's resolution fails only because a folder on it does not exist and
+ * `allowed` is an array (the symlink-free paths of the folders the request may make, as
+ * jailboxd checked and showed them), the path is walked again and each missing folder is made
+ * with mkdirat(0755) in its parent's descriptor, then opened O_NOFOLLOW — only when it is in
+ * `allowed`, not excluded, and its parent is on the workspace's file system; a folder that
+ * appears meanwhile is used as it is. A symlink on the way is refused (never followed), a file
+ * where a folder is expected is not_found. 0 with `w` open and *made filled (fo_unmake undoes
+ * it; fo_made_clear frees it), or -1 with *e, nothing open and nothing made. */
+int fo_resolve_create(const char *path, const json_t *allowed, struct walk *w,
+                      char last[JB_PATH_NAME_MAX + 1], char *canon, struct fo_made *made,
+                      struct jb_fileop_error *e);
+
+/* Removes the folders of `made` (deepest first) while `w` is still open, and clears it. */
+void fo_unmake(const struct walk *w, struct fo_made *made);
+
+/* Frees made->names. */
+void fo_made_clear(struct fo_made *made);
+
 /* Closes (or defers the close of) the walk's directories. */
 void fo_walk_close(struct walk *w);
 

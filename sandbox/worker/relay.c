@@ -96,6 +96,17 @@ static void details_of_read(enum jb_tool tool, json_t *d, json_t *args, json_t *
   }
 }
 
+/* The folders a write or a move made (the shim's "createdFolders": at most 256 paths of at
+ * most 4,096 bytes) as `createdFolders` of `d`; nothing when it made none. */
+static void set_created_folders(json_t *d, json_t *res) {
+  json_t *v = json_object_get(res, "createdFolders"), *x;
+  size_t i, n = json_array_size(v);
+  if (n == 0 || n > 256) return;
+  json_array_foreach (v, i, x)
+    if (!json_is_string(x) || json_string_length(x) > 4096) return;
+  json_object_set(d, "createdFolders", v);
+}
+
 /* The details of an op of a tool that changes files (write, edit, mkdir, move, delete) into
  * `d`, as details_of_read. */
 static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t *res, bool ok) {
@@ -109,6 +120,7 @@ static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t
         SET_INT("edits", json_object_get(args, "edits"));
         SET_INT("replaced", json_object_get(args, "replaced"));
       }
+      if (ok) set_created_folders(d, res);
       break;
     case JB_TOOL_MKDIR:
       SET_BOOL("created", json_object_get(res, "created"));
@@ -119,6 +131,7 @@ static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t
       if (ok) {
         SET_PATH("type", json_object_get(res, "type"));
         SET_HEX64("sha256", json_object_get(res, "sha256"));
+        set_created_folders(d, res);
       }
       break;
     case JB_TOOL_DELETE:
@@ -143,7 +156,7 @@ static void details_of_change(enum jb_tool tool, json_t *d, json_t *args, json_t
  * edit {size, sha256, sha256Before, edits, replaced, decision}, stat {exists, sha256?}, list
  * {entries, recursive, depth?}, find {matches, truncated}, search {matches, truncated,
  * filesScanned}, mkdir {created, decision}, move {destination, overwrite, type, sha256?,
- * decision}, delete {deleted, recursive, type, decision}; always ok, and a failure adds
+ * decision}, write and move also createdFolders when they made folders, delete {deleted, recursive, type, decision}; always ok, and a failure adds
  * {error: code}. api/audit.md is the contract. */
 static json_t *op_audit_details(const struct jb_op_claim *op, enum jb_tool tool, json_t *args,
                                 json_t *answer) {
@@ -302,10 +315,10 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (tool != JB_TOOL_READ_MANY)
     json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
   static const char *const pass[] = {
-      "offset",       "length",      "lineOffset", "lineLimit",  "head",     "tail",
-      "paths",        "recursive",   "depth",      "content",    "encoding", "exclude",
-      "expectSha256", "withContent", "hash",       "pattern",    "glob",     "maxMatches",
-      "destination",  "overwrite",   "tree",       "expectTree", NULL};
+      "offset",       "length",      "lineOffset", "lineLimit",  "head",          "tail",
+      "paths",        "recursive",   "depth",      "content",    "encoding",      "exclude",
+      "expectSha256", "withContent", "hash",       "pattern",    "glob",          "maxMatches",
+      "destination",  "overwrite",   "tree",       "expectTree", "createParents", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i]))
       json_object_set(req, pass[i], json_object_get(args, pass[i]));

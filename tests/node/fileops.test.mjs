@@ -167,7 +167,7 @@ test('symlinks that leave, dangling links, loops, hard links, fifos, exclusions 
   await refused(agentA, 'write', { path: 'dangling', content: 'pwned' }, 'denied');
   await refused(agentA, 'write', { path: 'hardlink', content: 'pwned' }, 'flagged');
   await refused(agentA, 'write', { path: 'fifo', content: 'pwned' }, 'flagged');
-  await refused(agentA, 'write', { path: 'nodir/x.txt', content: 'x' }, 'not_found');
+  await refused(agentA, 'write', { path: 'nodir/x.txt', content: 'x', createParents: false }, 'not_found');
   assert.equal(readFileSync(join(outside, 'secret.txt'), 'utf8'), 'outside secret\n');
   // the worker's group grant (workspace_access.c) left the hard-linked outside file alone
   assert.deepEqual([statSync(join(outside, 'secret.txt')).gid, statSync(join(outside, 'secret.txt')).mode & 0o777], [0, 0o644]);
