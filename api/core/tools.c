@@ -174,7 +174,8 @@ static const struct tool_text tools[] = {
      false, true, false},
     {"exec", "Run a command",
      "Run a command in the workspace, inside the sandbox: each command gets a fresh jail of its "
-     "own (no network, its own /tmp, the workspace read-only unless writable). Give argv (the "
+     "own (no network but a loopback of its own, 127.0.0.1 and ::1, TCP and UDP; its own /tmp; "
+     "the workspace read-only unless writable). Give argv (the "
      "program and its arguments) or command (shell text, run by /bin/sh -c). A non-zero exit is "
      "a normal result (exitCode); output beyond maxOutputBytes per stream is cut (stdoutTruncated "
      "/ stderrTruncated), bytes that are not UTF-8 are replaced, and secrets (private keys, cloud "

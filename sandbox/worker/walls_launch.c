@@ -249,9 +249,11 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "--bounding-set=-all --no-new-privs",
                 "uid", JB_JAIL_UID, "gid", JB_JAIL_UID, "capabilities", "none", "noNewPrivs", 1,
                 "network",
-                "none: AF_UNIX sockets only (Wall 2's profile refuses every other family with "
-                "EPERM, under exec's filter that would let AF_INET and AF_INET6 through to "
-                "gVisor's loopback-only stack, runsc --network=none)",
+                "loopback only: a network namespace of the command's own (made by the "
+                "spawner for each jail) with lo up, 127.0.0.1 and ::1; TCP and UDP sockets "
+                "(AF_INET, AF_INET6) and AF_UNIX; no other interface, nothing routed out "
+                "(runsc --network=none); another command's ports and the container's loopback "
+                "are not reachable",
                 "workspace", "/workspace read-only, read-write when the request says writable",
                 "tmp", "its own tmpfs at /tmp (limits.tmpBytes, default 128 MiB)", "imageBinds",
                 image_binds, "proc", "its own (the command's pid namespace)", "dev",
@@ -267,15 +269,16 @@ static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct
                 "the container's limit (over it the sandbox is killed: the result says oom)"));
   json_object_set_new(
       o, "checksFromInside",
-      json_string("not probed at launch (jailSeenFromInside is the shim's jail); a program run as "
-                  "a command checks each wall with its expected failure: no network (AF_UNIX "
-                  "sockets only, lo the only interface), no capability (CapEff, CapPrm, CapBnd), "
-                  "no_new_privs, read-only "
-                  "root, /usr and workspace (EROFS; read-write only when writable), the "
-                  "escape-shaped syscalls killed (SIGSYS, seccomp_kill), the uncommon ones "
-                  "failing (EPERM, ENOSYS), its own /proc, no /sys, no descriptor above 2, "
-                  "TIOCSTI killed, the process limit (EAGAIN), oom, gVisor's kernel "
-                  "(tests/node/exec_checks.test.mjs)"));
+      json_string(
+          "not probed at launch (jailSeenFromInside is the shim's jail); a program run as "
+          "a command checks each wall with its expected failure: loopback only (TCP "
+          "and UDP on its own lo, lo the only interface), no capability (CapEff, CapPrm, CapBnd), "
+          "no_new_privs, read-only "
+          "root, /usr and workspace (EROFS; read-write only when writable), the "
+          "escape-shaped syscalls killed (SIGSYS, seccomp_kill), the uncommon ones "
+          "failing (EPERM, ENOSYS), its own /proc, no /sys, no descriptor above 2, "
+          "TIOCSTI killed, the process limit (EAGAIN), oom, gVisor's kernel "
+          "(tests/node/exec_checks.test.mjs)"));
   if (fi) {
     json_t *desc = jb_exec_filter_describe();
     json_object_set_new(
