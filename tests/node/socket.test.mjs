@@ -28,6 +28,7 @@ before(async () => {
     JAILBOX_WS_HANDSHAKE_TIMEOUT_MS: String(HANDSHAKE_TIMEOUT),
     JAILBOX_WS_MAX_PER_IP: String(MAX_PER_IP),
     JAILBOX_WS_SEND_QUEUE_BYTES: String(SEND_QUEUE),
+    JAILBOX_START_WAIT_S: '1', // the sessions here never start: a tool call waits 1 s for it
   });
   const m = srv.log().match(/"msg":"ws listening","addr":"([^"]+)"/);
   assert.ok(m, 'a "ws listening" line with the address');
@@ -547,11 +548,12 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   assert.deepEqual(tools.move.inputSchema.required, ['source', 'destination']);
   r = await call({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'read', arguments: { path: 'a.txt' } } });
   assert.equal(r.id, 3);
-  // the op handler (api/core/ops.c): no sandbox here, the session is still 'created'
-  // a tool-execution failure: a result the model reads (isError), not a JSON-RPC error
-  assert.equal(r.result.isError, true, JSON.stringify(r));
-  assert.match(r.result.content[0].text, /the session is created/);
-  assert.deepEqual(r.result.structuredContent.error, { reason: 'denied', code: -32010 });
+  // the op handler (api/core/ops.c): no sandbox here, the session stays 'created'; the call
+  // waits JAILBOX_START_WAIT_S for it to start, then answers 'unavailable' (a JSON-RPC error:
+  // nothing was stored, the client may send it again)
+  assert.equal(r.error?.code, -32017, JSON.stringify(r));
+  assert.match(r.error.message, /the session is still created after 1 s: nothing of the read was stored/);
+  assert.deepEqual(r.error.data, { reason: 'unavailable' });
   r = await call({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'rm', arguments: {} } });
   assert.equal(r.error.code, -32602);
   r = await call({ jsonrpc: '2.0', id: 5, method: 'resources/list' });
