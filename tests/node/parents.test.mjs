@@ -87,6 +87,22 @@ test('unsupervised: a folder the landing check covers is refused as a mkdir of i
   assert.ok(!existsSync(join(U.dir, '.husky')));
 });
 
+test('a buyer\'s mkdir rule decides the folders a write or a move would make, as it decides a mkdir of them', { timeout: 60000 }, async () => {
+  const R = await K.openSession((d) => {
+    mkdirSync(join(d, 'vendor/lib'), { recursive: true });
+    writeFileSync(join(d, 'f.txt'), 'f\n');
+  }, { mode: 'unsupervised', policy: { rules: [{ id: 'no-vendor-dirs', tool: 'mkdir', path: 'vendor/**', effect: 'deny' }] } });
+  const agent = await K.connect(R.agentToken);
+  await K.refused(agent, 'mkdir', { path: 'vendor/new' }, 'denied');
+  const e = await K.refused(agent, 'write', { path: 'vendor/new/x.c', content: 'x\n' }, 'denied');
+  assert.match(e.message, /no-vendor-dirs/);
+  await K.refused(agent, 'move', { source: 'f.txt', destination: 'vendor/new2/f.txt' }, 'denied');
+  assert.deepEqual(readdirSync(join(R.dir, 'vendor')).sort(), ['lib']);
+  // into folders that exist nothing is made: the rule has no say
+  await K.ok(agent, 'write', { path: 'vendor/lib/x.c', content: 'x\n' });
+  assert.equal(readFileSync(join(R.dir, 'vendor/lib/x.c'), 'utf8'), 'x\n');
+});
+
 test('a folder that would hold the target of a hook that is a symlink is not made by a write below it', { timeout: 60000 }, async () => {
   // .git/hooks/pre-commit -> ../../tools/hooks/pre-commit, tools/ not there yet: a mkdir of
   // tools is refused, and so is a write of tools/readme.txt, which would make it
