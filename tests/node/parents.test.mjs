@@ -91,8 +91,12 @@ test('a buyer\'s mkdir rule decides the folders a write or a move would make, as
   const R = await K.openSession((d) => {
     mkdirSync(join(d, 'vendor/lib'), { recursive: true });
     writeFileSync(join(d, 'f.txt'), 'f\n');
-  }, { mode: 'unsupervised', policy: { rules: [{ id: 'no-vendor-dirs', tool: 'mkdir', path: 'vendor/**', effect: 'deny' }] } });
+  }, { mode: 'unsupervised', policy: { rules: [
+    { id: 'no-vendor-dirs', tool: 'mkdir', path: 'vendor/**', effect: 'deny' },
+    { id: 'ask-docs-dirs', tool: 'mkdir', path: 'docs/**', effect: 'ask' },
+  ] } });
   const agent = await K.connect(R.agentToken);
+  const buyer = await K.connect(R.buyerToken);
   await K.refused(agent, 'mkdir', { path: 'vendor/new' }, 'denied');
   const e = await K.refused(agent, 'write', { path: 'vendor/new/x.c', content: 'x\n' }, 'denied');
   assert.match(e.message, /no-vendor-dirs/);
@@ -101,6 +105,14 @@ test('a buyer\'s mkdir rule decides the folders a write or a move would make, as
   // into folders that exist nothing is made: the rule has no say
   await K.ok(agent, 'write', { path: 'vendor/lib/x.c', content: 'x\n' });
   assert.equal(readFileSync(join(R.dir, 'vendor/lib/x.c'), 'utf8'), 'x\n');
+  // an ask rule of a folder makes the write ask the buyer, who sees the folders
+  const pending = K.call(agent, 'write', { path: 'docs/api/a.md', content: 'a\n' }, 60000);
+  const req = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'docs/api/a.md');
+  assert.deepEqual(req.createsFolders, ['docs', 'docs/api'], JSON.stringify(req));
+  assert.ok(!existsSync(join(R.dir, 'docs')));
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  assert.deepEqual((await pending).result?.structuredContent?.createdFolders, ['docs', 'docs/api']);
 });
 
 test('a folder that would hold the target of a hook that is a symlink is not made by a write below it', { timeout: 60000 }, async () => {
