@@ -164,7 +164,10 @@ static enum op_step check_mkdir(struct op_call *call) {
   }
 }
 
-#define PARENTS_BYTES_MAX 65536 /* bytes of the paths of the folders a write may make */
+/* bytes of the list of the folders a write or a move may make, as JSON: it goes into the op's
+ * row, its approval and the audit entry of the op, whose canonical form holds 64 KiB at most
+ * with the path (up to 4096 bytes, six a byte escaped) and the other details */
+#define PARENTS_BYTES_MAX 16384
 
 /* The folders above `path` by their paths ("a/b/c.txt": ["a", "a/b"]), new. */
 static json_t *parents_of(const char *path) {
@@ -191,14 +194,12 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
     return OP_END;
   }
-  size_t bytes = 0, i;
-  json_t *x;
-  json_array_foreach (all, i, x) bytes += json_string_length(x);
-  if (bytes > PARENTS_BYTES_MAX) { /* the list goes into the op's row and its approval */
+  size_t bytes = json_dumpb(all, NULL, 0, JSON_COMPACT), i;
+  if (bytes > PARENTS_BYTES_MAX) {
     json_decref(all);
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
              "the folders above %.300s are too many or too long to make with it (%zu bytes of "
-             "their paths, at most %d): make them with mkdir first",
+             "their paths as JSON, at most %d): make them with mkdir first",
              path, bytes, PARENTS_BYTES_MAX);
     return OP_END;
   }

@@ -75,6 +75,15 @@ test('unsupervised: createParents false keeps not_found, for a write and a move'
   // folders whose paths come to over 64 KiB: made with mkdir, not by a write
   await K.refused(U.agent, 'write', { path: 'x/'.repeat(300) + 'n.txt', content: 'n\n' }, 'too_large');
   assert.ok(!existsSync(join(U.dir, 'x')));
+  // 255 folders (64 KiB of paths) would make an audit entry over its 64 KiB: refused before
+  // anything is made, not made and then left unaudited
+  await K.refused(U.agent, 'write', { path: 'y/'.repeat(255) + 'n.txt', content: 'n\n' }, 'too_large');
+  assert.ok(!existsSync(join(U.dir, 'y')));
+  // 100 of them: made, and named in the audit entry
+  const deep = 'w/'.repeat(100) + 'n.txt';
+  assert.equal((await K.ok(U.agent, 'write', { path: deep, content: 'n\n' })).createdFolders.length, 100);
+  const [d] = await auditOf(U, 'write', deep);
+  assert.equal(d?.createdFolders?.length, 100, JSON.stringify(d).slice(0, 300));
 });
 
 test('unsupervised: a folder the landing check covers is refused as a mkdir of it is (.git/hooks without .git)', { timeout: 60000 }, async () => {
