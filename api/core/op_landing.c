@@ -33,7 +33,9 @@ struct landing {
 };
 
 /* Whether `path` (a directory when `is_dir`) is a covered link's target, below a target, or
- * (a directory) holds a target: the link's path into l->link. */
+ * (a directory) holds a target: the link's path into l->link. Case is ignored, as the path
+ * rules ignore it: on a case-insensitive file system (the buyer's copy of the workspace on
+ * one) "TOOLS/hooks/x" is "tools/hooks/x". */
 static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged,
                             struct landing *l) {
   size_t i, n = strlen(path);
@@ -45,8 +47,8 @@ static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged
     if (!t || !link) continue;
     size_t tn = strlen(t);
     bool hit = !strcmp(t, ".") ||
-               (!strncmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
-               (is_dir && tn > n && !strncmp(t, path, n) && t[n] == '/');
+               (!strncasecmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
+               (is_dir && tn > n && !strncasecmp(t, path, n) && t[n] == '/');
     if (hit) {
       snprintf(l->link, sizeof l->link, "%s", link);
       return true;

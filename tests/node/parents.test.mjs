@@ -137,6 +137,10 @@ test('a folder that would hold the target of a hook that is a symlink is not mad
   const e = await K.refused(agent, 'write', { path: 'tools/readme.txt', content: 'r\n' }, 'flagged');
   assert.match(e.message, /tools/);
   assert.ok(!existsSync(join(L.dir, 'tools')));
+  // in another case: one folder with it where the buyer's copy is on a case-insensitive disk
+  await K.refused(agent, 'write', { path: 'TOOLS/readme.txt', content: 'r\n' }, 'flagged');
+  await K.refused(agent, 'write', { path: 'Tools/Hooks/pre-commit', content: '#!/bin/sh\n' }, 'flagged');
+  assert.deepEqual(readdirSync(L.dir).sort(), ['.git']);
 });
 
 test('unsupervised: a symlink inside on the way, an excluded folder or a file where a folder is expected makes nothing', { timeout: 60000 }, async () => {
