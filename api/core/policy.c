@@ -463,6 +463,11 @@ enum op_step op_apply_rules(struct op_call *call) {
       narrowed = true;
       enum op_step s = op_parents_exact(call, NULL);
       if (s != OP_NEXT) return s;
+      if (!call->c) { /* its stats waited without it and could not have it again */
+        op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+                 "the service is unavailable; try again");
+        return OP_END;
+      }
       continue;
     }
     /* a deny stores no op whose insert would check the version: said on rules read now */
