@@ -196,9 +196,18 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
     return OP_END;
   }
+  if (json_object_set_new(call->sargs, "createParents", all) < 0) { /* then `all` is held */
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  /* a long list (a deep path) is narrowed to the folders missing now, which must fit */
   size_t bytes = json_dumpb(all, NULL, 0, JSON_COMPACT), i;
   if (bytes > PARENTS_BYTES_MAX) {
-    json_decref(all);
+    enum op_step s = op_parents_exact(call, NULL);
+    if (s != OP_NEXT) return s;
+    bytes = json_dumpb(all, NULL, 0, JSON_COMPACT);
+  }
+  if (bytes > PARENTS_BYTES_MAX) {
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
              "the folders above %.300s are too many or too long to make with it (%zu bytes of "
              "their paths as JSON, at most %d): make them with mkdir first",
@@ -220,13 +229,9 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     bool exists = json_is_true(json_object_get(cur, "exists"));
     json_decref(cur);
     if (s == OP_NEXT && !exists) s = refuse_landing(call, &flagged);
-    if (s != OP_NEXT) {
-      json_decref(all);
-      return s;
-    }
+    if (s != OP_NEXT) return s;
     drop_first(all, (size_t)deepest + 1); /* they exist: none is made */
   }
-  json_object_set_new(call->sargs, "createParents", all);
   return OP_NEXT;
 }
 

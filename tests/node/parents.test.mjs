@@ -24,6 +24,7 @@ before(async () => {
     writeFileSync(join(d, 'm.txt'), 'moved\n');
     mkdirSync(join(d, 'sub'));
     mkdirSync(join(d, 'secrets'));
+    mkdirSync(join(d, 'zzzzzzzzz/'.repeat(120)), { recursive: true }); // 72 KB of folders' paths
     symlinkSync('sub', join(d, 'lnk')); // stays inside
   }, { mode: 'unsupervised', exclude: ['secrets'] });
   S = await K.openSession((d) => mkdirSync(join(d, 'u')), { mode: 'supervised' });
@@ -84,6 +85,10 @@ test('unsupervised: createParents false keeps not_found, for a write and a move'
   assert.equal((await K.ok(U.agent, 'write', { path: deep, content: 'n\n' })).createdFolders.length, 100);
   const [d] = await auditOf(U, 'write', deep);
   assert.equal(d?.createdFolders?.length, 100, JSON.stringify(d).slice(0, 300));
+  // into a tree that deep that exists (made before the session): nothing to make, nothing
+  // too large
+  const w = await K.ok(U.agent, 'write', { path: 'zzzzzzzzz/'.repeat(120) + 'n.txt', content: 'n\n' });
+  assert.equal(w.createdFolders, undefined);
 });
 
 test('unsupervised: a folder the landing check covers is refused as a mkdir of it is (.git/hooks without .git)', { timeout: 60000 }, async () => {
