@@ -79,7 +79,17 @@ static bool landing_flagged(const struct op_call *call, const char *path, bool i
     snprintf(l->rule, sizeof l->rule, "git_config");
     return true;
   }
-  if (!link_target_hit(path, is_dir, call->sess.flagged, l)) return false;
+  /* as the buyer's file system may take it too (a fold of a letter, an ignored code point) */
+  bool oom = false;
+  char *folded = jb_scan_path_folded(path, &oom);
+  bool hit = oom || link_target_hit(path, is_dir, call->sess.flagged, l) ||
+             (folded && link_target_hit(folded, is_dir, call->sess.flagged, l));
+  free(folded);
+  if (oom) {
+    snprintf(l->rule, sizeof l->rule, "scanner_unavailable");
+    return true;
+  }
+  if (!hit) return false;
   /* the rule that covers the link (a directory link's target is a directory) */
   if (!jb_scan_landing_in_use(l->link, true, l->rule, sizeof l->rule))
     snprintf(l->rule, sizeof l->rule, "landing_link");

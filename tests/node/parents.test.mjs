@@ -145,6 +145,9 @@ test('a folder that would hold the target of a hook that is a symlink is not mad
   // in another case: one folder with it where the buyer's copy is on a case-insensitive disk
   await K.refused(agent, 'write', { path: 'TOOLS/readme.txt', content: 'r\n' }, 'flagged');
   await K.refused(agent, 'write', { path: 'Tools/Hooks/pre-commit', content: '#!/bin/sh\n' }, 'flagged');
+  // with a code point HFS+ ignores in names (ZWNJ), or a letter APFS folds to ASCII (U+212A)
+  await K.refused(agent, 'write', { path: 'tools\u200c/readme.txt', content: 'r\n' }, 'flagged');
+  await K.refused(agent, 'write', { path: 'tools/hoo\u212As/pre-commit', content: '#!/bin/sh\n' }, 'flagged');
   assert.deepEqual(readdirSync(L.dir).sort(), ['.git']);
 });
 
