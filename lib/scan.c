@@ -429,6 +429,11 @@ static char *unicode_folded(const char *path, bool *oom) {
   return f;
 }
 
+char *jb_scan_path_folded(const char *path, bool *oom) {
+  *oom = false;
+  return unicode_folded(path, oom);
+}
+
 int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir, char *rule,
                     size_t rsize) {
   if (!r) {

@@ -90,6 +90,11 @@ json_t *jb_scan_content(const char *path, const unsigned char *data, size_t len)
 int jb_scan_landing(const struct jb_scan_rules *r, const char *path, bool is_dir, char *rule,
                     size_t rsize);
 
+/* `path` as a Unicode case-folding or HFS+ file system may take it (the letters and dropped
+ * code points jb_scan_landing names): a new string (free it), or NULL when nothing in it
+ * folds — or out of memory, then *oom is set. */
+char *jb_scan_path_folded(const char *path, bool *oom);
+
 /* jb_scan_landing with the rule set in use (jb_scan_rules_in_use). */
 int jb_scan_landing_in_use(const char *path, bool is_dir, char *rule, size_t rsize);
 

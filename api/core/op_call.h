@@ -360,12 +360,15 @@ enum op_step op_check_landing(struct op_call *call);
 /* The folders above `path` (a write's path, a move's destination) that the op may make:
  * none when the agent's createParents is false; else each folder above it, less those the
  * landing check flags when they exist now (a stat of the deepest flagged one) — one that does
- * not exist is refused as a mkdir of it is. Sets the shim's argument "createParents" (the
- * paths, shallowest first; the shim makes only those). OP_NEXT or OP_END. */
+ * not exist is refused as a mkdir of it is. A list over 16 KiB as JSON is narrowed to the
+ * folders missing now (op_parents_exact), and is too_large when they still are. Sets the
+ * shim's argument "createParents" (the paths, shallowest first; the shim makes only those).
+ * OP_NEXT or OP_END. */
 enum op_step op_check_parents(struct op_call *call, const char *path);
 
 /* Narrows the shim's "createParents" to the folders missing now (none when `target`, the
- * stat of the write's path or the move's destination, exists; else a binary search of stats):
+ * stat of the write's path or the move's destination, exists; else, `target` NULL too, a
+ * binary search of stats):
  * what a supervised op shows the buyer and may make. OP_NEXT or OP_END. */
 enum op_step op_parents_exact(struct op_call *call, json_t *target);
 

@@ -33,7 +33,9 @@ struct landing {
 };
 
 /* Whether `path` (a directory when `is_dir`) is a covered link's target, below a target, or
- * (a directory) holds a target: the link's path into l->link. */
+ * (a directory) holds a target: the link's path into l->link. Case is ignored, as the path
+ * rules ignore it: on a case-insensitive file system (the buyer's copy of the workspace on
+ * one) "TOOLS/hooks/x" is "tools/hooks/x". */
 static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged,
                             struct landing *l) {
   size_t i, n = strlen(path);
@@ -45,8 +47,8 @@ static bool link_target_hit(const char *path, bool is_dir, const json_t *flagged
     if (!t || !link) continue;
     size_t tn = strlen(t);
     bool hit = !strcmp(t, ".") ||
-               (!strncmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
-               (is_dir && tn > n && !strncmp(t, path, n) && t[n] == '/');
+               (!strncasecmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
+               (is_dir && tn > n && !strncasecmp(t, path, n) && t[n] == '/');
     if (hit) {
       snprintf(l->link, sizeof l->link, "%s", link);
       return true;
@@ -77,7 +79,17 @@ static bool landing_flagged(const struct op_call *call, const char *path, bool i
     snprintf(l->rule, sizeof l->rule, "git_config");
     return true;
   }
-  if (!link_target_hit(path, is_dir, call->sess.flagged, l)) return false;
+  /* as the buyer's file system may take it too (a fold of a letter, an ignored code point) */
+  bool oom = false;
+  char *folded = jb_scan_path_folded(path, &oom);
+  bool hit = oom || link_target_hit(path, is_dir, call->sess.flagged, l) ||
+             (folded && link_target_hit(folded, is_dir, call->sess.flagged, l));
+  free(folded);
+  if (oom) {
+    snprintf(l->rule, sizeof l->rule, "scanner_unavailable");
+    return true;
+  }
+  if (!hit) return false;
   /* the rule that covers the link (a directory link's target is a directory) */
   if (!jb_scan_landing_in_use(l->link, true, l->rule, sizeof l->rule))
     snprintf(l->rule, sizeof l->rule, "landing_link");
@@ -164,7 +176,10 @@ static enum op_step check_mkdir(struct op_call *call) {
   }
 }
 
-#define PARENTS_BYTES_MAX 65536 /* bytes of the paths of the folders a write may make */
+/* bytes of the list of the folders a write or a move may make, as JSON: it goes into the op's
+ * row, its approval and the audit entry of the op, whose canonical form holds 64 KiB at most
+ * with the path (up to 4096 bytes, six a byte escaped) and the other details */
+#define PARENTS_BYTES_MAX 16384
 
 /* The folders above `path` by their paths ("a/b/c.txt": ["a", "a/b"]), new. */
 static json_t *parents_of(const char *path) {
@@ -191,14 +206,21 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
     return OP_END;
   }
-  size_t bytes = 0, i;
-  json_t *x;
-  json_array_foreach (all, i, x) bytes += json_string_length(x);
-  if (bytes > PARENTS_BYTES_MAX) { /* the list goes into the op's row and its approval */
-    json_decref(all);
+  if (json_object_set_new(call->sargs, "createParents", all) < 0) { /* then `all` is held */
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  /* a long list (a deep path) is narrowed to the folders missing now, which must fit */
+  size_t bytes = json_dumpb(all, NULL, 0, JSON_COMPACT), i;
+  if (bytes > PARENTS_BYTES_MAX) {
+    enum op_step s = op_parents_exact(call, NULL);
+    if (s != OP_NEXT) return s;
+    bytes = json_dumpb(all, NULL, 0, JSON_COMPACT);
+  }
+  if (bytes > PARENTS_BYTES_MAX) {
     op_error(call->e, JB_MCP_TOO_LARGE, "too_large",
              "the folders above %.300s are too many or too long to make with it (%zu bytes of "
-             "their paths, at most %d): make them with mkdir first",
+             "their paths as JSON, at most %d): make them with mkdir first",
              path, bytes, PARENTS_BYTES_MAX);
     return OP_END;
   }
@@ -217,13 +239,9 @@ enum op_step op_check_parents(struct op_call *call, const char *path) {
     bool exists = json_is_true(json_object_get(cur, "exists"));
     json_decref(cur);
     if (s == OP_NEXT && !exists) s = refuse_landing(call, &flagged);
-    if (s != OP_NEXT) {
-      json_decref(all);
-      return s;
-    }
+    if (s != OP_NEXT) return s;
     drop_first(all, (size_t)deepest + 1); /* they exist: none is made */
   }
-  json_object_set_new(call->sargs, "createParents", all);
   return OP_NEXT;
 }
 

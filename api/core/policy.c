@@ -388,6 +388,30 @@ static struct rules_copy *copy_read(struct op_call *call, jb_error *err) {
 
 /* ---- the rules stage of a tool call ---- */
 
+/* The rule of `rs` that decides `call` at `now` given `i`, the one its own op matched (-1:
+ * none): a write's or a move's folders (createParents) are each checked as a mkdir of it,
+ * and the strictest decides — a deny of one refuses the call, an ask makes an allowed or
+ * undecided call ask. *folder_hit: a folder met a deny or ask rule. */
+static long strictest_with_folders(const struct jb_rules *rs, const struct op_call *call, long i,
+                                   long long now, bool *folder_hit) {
+  *folder_hit = false;
+  if (call->tool != JB_TOOL_WRITE && call->tool != JB_TOOL_MOVE) return i;
+  if (i >= 0 && jb_rules_effect(rs, (size_t)i) == JB_RULE_DENY) return i;
+  size_t k;
+  json_t *f;
+  json_array_foreach (json_object_get(call->sargs, "createParents"), k, f) {
+    struct jb_rule_op mk = {.tool = "mkdir", .path = json_string_value(f), .size = -1};
+    long j = mk.path ? jb_rules_match(rs, &mk, now) : -1;
+    if (j < 0) continue;
+    enum jb_rule_effect ej = jb_rules_effect(rs, (size_t)j);
+    if (ej == JB_RULE_ALLOW) continue;
+    *folder_hit = true;
+    if (ej == JB_RULE_DENY) return j;
+    if (i < 0 || jb_rules_effect(rs, (size_t)i) == JB_RULE_ALLOW) i = j;
+  }
+  return i;
+}
+
 enum op_step op_apply_rules(struct op_call *call) {
   /* a call started over decides anew */
   call->decided_by[0] = call->decision_reason[0] = call->asked_by[0] = '\0';
@@ -416,7 +440,7 @@ enum op_step op_apply_rules(struct op_call *call) {
   long long now = (long long)time(NULL);
   jb_error err = {0};
   struct rules_copy *cp = call->fresh ? NULL : copy_get(call->job);
-  bool from_db = false;
+  bool from_db = false, narrowed = false;
   for (;;) {
     /* a rule's time came: read them again, which marks it expired (its audit entry) */
     if (cp && !from_db && now >= jb_rules_next_expiry(cp->rs)) {
@@ -430,7 +454,22 @@ enum op_step op_apply_rules(struct op_call *call) {
       }
       from_db = true;
     }
-    long i = jb_rules_match(cp->rs, &op, now);
+    bool folder_hit;
+    long i =
+        strictest_with_folders(cp->rs, call, jb_rules_match(cp->rs, &op, now), now, &folder_hit);
+    if (folder_hit && !narrowed) { /* only the folders missing now are made: those decide */
+      copy_release(cp);
+      cp = NULL;
+      narrowed = true;
+      enum op_step s = op_parents_exact(call, NULL);
+      if (s != OP_NEXT) return s;
+      if (!call->c) { /* its stats waited without it and could not have it again */
+        op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable",
+                 "the service is unavailable; try again");
+        return OP_END;
+      }
+      continue;
+    }
     /* a deny stores no op whose insert would check the version: said on rules read now */
     if (i >= 0 && jb_rules_effect(cp->rs, (size_t)i) == JB_RULE_DENY && !from_db) {
       copy_release(cp);

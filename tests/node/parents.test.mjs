@@ -24,6 +24,7 @@ before(async () => {
     writeFileSync(join(d, 'm.txt'), 'moved\n');
     mkdirSync(join(d, 'sub'));
     mkdirSync(join(d, 'secrets'));
+    mkdirSync(join(d, 'zzzzzzzzz/'.repeat(120)), { recursive: true }); // 72 KB of folders' paths
     symlinkSync('sub', join(d, 'lnk')); // stays inside
   }, { mode: 'unsupervised', exclude: ['secrets'] });
   S = await K.openSession((d) => mkdirSync(join(d, 'u')), { mode: 'supervised' });
@@ -75,6 +76,19 @@ test('unsupervised: createParents false keeps not_found, for a write and a move'
   // folders whose paths come to over 64 KiB: made with mkdir, not by a write
   await K.refused(U.agent, 'write', { path: 'x/'.repeat(300) + 'n.txt', content: 'n\n' }, 'too_large');
   assert.ok(!existsSync(join(U.dir, 'x')));
+  // 255 folders (64 KiB of paths) would make an audit entry over its 64 KiB: refused before
+  // anything is made, not made and then left unaudited
+  await K.refused(U.agent, 'write', { path: 'y/'.repeat(255) + 'n.txt', content: 'n\n' }, 'too_large');
+  assert.ok(!existsSync(join(U.dir, 'y')));
+  // 100 of them: made, and named in the audit entry
+  const deep = 'w/'.repeat(100) + 'n.txt';
+  assert.equal((await K.ok(U.agent, 'write', { path: deep, content: 'n\n' })).createdFolders.length, 100);
+  const [d] = await auditOf(U, 'write', deep);
+  assert.equal(d?.createdFolders?.length, 100, JSON.stringify(d).slice(0, 300));
+  // into a tree that deep that exists (made before the session): nothing to make, nothing
+  // too large
+  const w = await K.ok(U.agent, 'write', { path: 'zzzzzzzzz/'.repeat(120) + 'n.txt', content: 'n\n' });
+  assert.equal(w.createdFolders, undefined);
 });
 
 test('unsupervised: a folder the landing check covers is refused as a mkdir of it is (.git/hooks without .git)', { timeout: 60000 }, async () => {
@@ -85,6 +99,34 @@ test('unsupervised: a folder the landing check covers is refused as a mkdir of i
   // a folder whose own name is covered, with a file below it the path rules leave alone
   await K.refused(U.agent, 'write', { path: '.husky/_/notes.txt', content: 'n\n' }, 'flagged');
   assert.ok(!existsSync(join(U.dir, '.husky')));
+});
+
+test('a buyer\'s mkdir rule decides the folders a write or a move would make, as it decides a mkdir of them', { timeout: 60000 }, async () => {
+  const R = await K.openSession((d) => {
+    mkdirSync(join(d, 'vendor/lib'), { recursive: true });
+    writeFileSync(join(d, 'f.txt'), 'f\n');
+  }, { mode: 'unsupervised', policy: { rules: [
+    { id: 'no-vendor-dirs', tool: 'mkdir', path: 'vendor/**', effect: 'deny' },
+    { id: 'ask-docs-dirs', tool: 'mkdir', path: 'docs/**', effect: 'ask' },
+  ] } });
+  const agent = await K.connect(R.agentToken);
+  const buyer = await K.connect(R.buyerToken);
+  await K.refused(agent, 'mkdir', { path: 'vendor/new' }, 'denied');
+  const e = await K.refused(agent, 'write', { path: 'vendor/new/x.c', content: 'x\n' }, 'denied');
+  assert.match(e.message, /no-vendor-dirs/);
+  await K.refused(agent, 'move', { source: 'f.txt', destination: 'vendor/new2/f.txt' }, 'denied');
+  assert.deepEqual(readdirSync(join(R.dir, 'vendor')).sort(), ['lib']);
+  // into folders that exist nothing is made: the rule has no say
+  await K.ok(agent, 'write', { path: 'vendor/lib/x.c', content: 'x\n' });
+  assert.equal(readFileSync(join(R.dir, 'vendor/lib/x.c'), 'utf8'), 'x\n');
+  // an ask rule of a folder makes the write ask the buyer, who sees the folders
+  const pending = K.call(agent, 'write', { path: 'docs/api/a.md', content: 'a\n' }, 60000);
+  const req = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.path === 'docs/api/a.md');
+  assert.deepEqual(req.createsFolders, ['docs', 'docs/api'], JSON.stringify(req));
+  assert.ok(!existsSync(join(R.dir, 'docs')));
+  const ack = await buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: req.opId });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  assert.deepEqual((await pending).result?.structuredContent?.createdFolders, ['docs', 'docs/api']);
 });
 
 test('a folder that would hold the target of a hook that is a symlink is not made by a write below it', { timeout: 60000 }, async () => {
@@ -100,6 +142,13 @@ test('a folder that would hold the target of a hook that is a symlink is not mad
   const e = await K.refused(agent, 'write', { path: 'tools/readme.txt', content: 'r\n' }, 'flagged');
   assert.match(e.message, /tools/);
   assert.ok(!existsSync(join(L.dir, 'tools')));
+  // in another case: one folder with it where the buyer's copy is on a case-insensitive disk
+  await K.refused(agent, 'write', { path: 'TOOLS/readme.txt', content: 'r\n' }, 'flagged');
+  await K.refused(agent, 'write', { path: 'Tools/Hooks/pre-commit', content: '#!/bin/sh\n' }, 'flagged');
+  // with a code point HFS+ ignores in names (ZWNJ), or a letter APFS folds to ASCII (U+212A)
+  await K.refused(agent, 'write', { path: 'tools\u200c/readme.txt', content: 'r\n' }, 'flagged');
+  await K.refused(agent, 'write', { path: 'tools/hoo\u212As/pre-commit', content: '#!/bin/sh\n' }, 'flagged');
+  assert.deepEqual(readdirSync(L.dir).sort(), ['.git']);
 });
 
 test('unsupervised: a symlink inside on the way, an excluded folder or a file where a folder is expected makes nothing', { timeout: 60000 }, async () => {
