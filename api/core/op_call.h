@@ -164,6 +164,11 @@ void op_error(struct jb_mcp_error *e, int code, const char *reason, const char *
 void op_error_rejected(struct jb_mcp_error *e, const char *reason, const char *sess_state);
 /* Logs the database error `err` and fills *e with "unavailable". */
 void op_error_unavailable(struct jb_mcp_error *e, const jb_error *err);
+/* The answer to an op insert (db/ops.h jb_db_op_create_decided) that returned `rc`: false for
+ * JB_OK; else true with *call->e filled — "denied" naming the session's state (call->st, as
+ * the insert saw it; "gone" when empty) for JB_ERR_CONFLICT and JB_ERR_NOT_FOUND,
+ * "unavailable" (logged) for a database failure `err`. */
+bool op_insert_refused(struct op_call *call, int rc, const jb_error *err); /* op_common.c */
 
 /* The paths a call names, borrowed from its arguments. */
 struct op_args_view {

@@ -137,3 +137,16 @@ size_t op_utf8_prefix(const char *p, size_t n, size_t cut) {
 const char *op_worker_socket(struct jb_app *app, const struct jb_session_facts *sess) {
   return jb_workers_ops_socket(__atomic_load_n(&app->workers, __ATOMIC_ACQUIRE), sess->worker);
 }
+
+bool op_insert_refused(struct op_call *call, int rc, const jb_error *err) {
+  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
+    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
+             call->st[0] ? call->st : "gone");
+    return true;
+  }
+  if (rc != JB_OK) {
+    op_error_unavailable(call->e, err);
+    return true;
+  }
+  return false;
+}

@@ -238,15 +238,7 @@ enum op_step op_stat_of(struct op_call *call, const char *path, bool content, bo
       op_wait_end(call, &ticket);
     }
   }
-  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
-    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
-             call->st[0] ? call->st : "gone");
-    return OP_END;
-  }
-  if (rc != JB_OK) {
-    op_error_unavailable(call->e, &err);
-    return OP_END;
-  }
+  if (op_insert_refused(call, rc, &err)) return OP_END;
   if (!sa) {
     /* op_await said why, of the stat. The call's own op was never stored: an answer that
      * leaves the stat "stored, check before sending it again" is restated for the call */

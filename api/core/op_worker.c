@@ -27,44 +27,15 @@
 
 /* ---- answer ---- */
 
-/* Appends printf-style text to the growing buffer *b (*len used, *cap allocated); quietly
- * stops growing past TEXT_MAX (the text is a reading aid; structuredContent has it all). */
+/* The text of an answer, growing as it is appended to (tappend, tprintf); it quietly stops
+ * growing past TEXT_MAX (the text is a reading aid; structuredContent has it all). */
 #define TEXT_MAX (1024 * 1024)
 struct text {
   char *p;
   size_t len, cap;
   bool cut;
 };
-__attribute__((format(printf, 2, 3))) static void tprintf(struct text *t, const char *fmt, ...) {
-  if (t->cut) return;
-  va_list ap;
-  va_start(ap, fmt);
-  char tmp[1200];
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  size_t add = (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1;
-  if (t->len + add > TEXT_MAX) {
-    t->cut = true;
-    return;
-  }
-  if (t->len + add + 1 > t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 1024;
-    while (cap < t->len + add + 1) cap *= 2;
-    char *p = realloc(t->p, cap);
-    if (!p) {
-      t->cut = true;
-      return;
-    }
-    t->p = p;
-    t->cap = cap;
-  }
-  memcpy(t->p + t->len, tmp, add);
-  t->len += add;
-  t->p[t->len] = '\0';
-}
-
-/* Appends `len` bytes of `s` as they are (content of a file). */
+/* Appends `len` bytes of `s` as they are (content of a file, a formatted line). */
 static void tappend(struct text *t, const char *s, size_t len) {
   if (t->cut || !s) return;
   if (t->len + len > TEXT_MAX) {
@@ -85,6 +56,17 @@ static void tappend(struct text *t, const char *s, size_t len) {
   memcpy(t->p + t->len, s, len);
   t->len += len;
   t->p[t->len] = '\0';
+}
+
+__attribute__((format(printf, 2, 3))) static void tprintf(struct text *t, const char *fmt, ...) {
+  if (t->cut) return;
+  va_list ap;
+  va_start(ap, fmt);
+  char tmp[1200];
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  tappend(t, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 static const char *sv(json_t *o, const char *key) {
@@ -375,15 +357,7 @@ enum op_step op_store(struct op_call *call) {
              "the session's settings changed meanwhile; try again");
     return OP_END;
   }
-  if (rc == JB_ERR_CONFLICT || rc == JB_ERR_NOT_FOUND) {
-    op_error(call->e, JB_MCP_DENIED, "denied", "the session is %s: no file operations now",
-             call->st[0] ? call->st : "gone");
-    return OP_END;
-  }
-  if (rc != JB_OK) {
-    op_error_unavailable(call->e, &err);
-    return OP_END;
-  }
+  if (op_insert_refused(call, rc, &err)) return OP_END;
   if (call->pending) op_announce_approval(call);
   return OP_NEXT;
 }
