@@ -54,7 +54,7 @@ try {
     if (!res || r.result.isError || res.exitCode !== 0 || !/0 fail\(s\)/.test(res.stdout))
       throw new Error('exec make: ' + JSON.stringify(r).slice(0, 2000));
     agent.close();
-    await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken });
+    await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken, body: { reason: 'bench cleanup' } });
     // the landing checks of this exec, from the worker's log lines for its session
     const lines = srv.log().split('\n').filter((l) => l.includes('exec landing timings') && l.includes(S.jobId));
     const landing = lines.reduce((sum, l) => sum + Number(l.match(/"(?:preimage|checks)Ms":"([\d.]+)"/)?.[1] ?? 0), 0);

@@ -49,7 +49,7 @@ async function side(name, binary) {
     if (!res || r.result.isError || res.exitCode !== 0 || !/0 fail\(s\)/.test(res.stdout))
       throw new Error(`${name}: exec make: ` + JSON.stringify(r).slice(0, 2000));
     agent.close();
-    await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken });
+    await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken, body: { reason: 'bench cleanup' } });
     return { dt, inJail: res.durationMs, changes: res.changesTotal };
   };
   return { name, srv, K, run, times: [] };

@@ -129,7 +129,7 @@ test('buyer abort from created (no worker has it yet)', { timeout: 60000 }, asyn
   assert.equal(r.json.previous, 'created');
   await assertEndedAndSealed(bare, s.jobId, 'aborted');
   // ended: a second abort and an accept are refused
-  const again = await bare.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: bare.serviceToken });
+  const again = await bare.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: bare.serviceToken, body: { reason: 'test: a second stop' } });
   assert.ok([401, 403, 409].includes(again.status), again.text);
 });
 

@@ -642,7 +642,7 @@ test('open --image: the session\'s sandbox image, a name outside the allowlist r
   r = await ctl(['status', job], { token: srv.serviceToken });
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`\\n  image +${IMAGE}\\n`));
-  await srv.req('POST', `/v1/jailbox/${job}/abort`, { token: srv.serviceToken });
+  await srv.req('POST', `/v1/jailbox/${job}/abort`, { token: srv.serviceToken, body: { reason: 'test cleanup' } });
 });
 
 test('--help for every verb, exit 0; the overview lists them all', async () => {

@@ -79,7 +79,7 @@ after(async () => {
   for (const j of jobs) {
     const s = await session(j);
     if (!['failed', 'aborted', 'accepted'].includes(s.state))
-      await srv.req('POST', `/v1/jailbox/${j}/abort`, { token: srv.serviceToken });
+      await srv.req('POST', `/v1/jailbox/${j}/abort`, { token: srv.serviceToken, body: { reason: 'test cleanup' } });
   }
   const r = await srv.stop();
   assert.equal(r.code, 0, 'jailboxd exits 0 on SIGTERM');
