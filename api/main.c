@@ -20,6 +20,7 @@
 #include "db/migrate.h"
 #include "db/ops.h"
 #include "db/pgembed.h"
+#include "api/core/progress.h"
 #include "api/start.h"
 #include "server/app.h"
 #include "server/cache.h"
@@ -309,6 +310,8 @@ static int runtime_up(struct jailboxd *d) {
       jb_listener_start(&d->listener, d->conninfo, on_change, on_listen_up, app, &d->err) < 0)
     return fatal("change listener", &d->err);
   if (app->cache && app->bus) jb_bus_subscribe(app->bus, on_bus_event, app->cache);
+  /* a waiting command's progress names its last output line (api/core/progress.h) */
+  if (app->bus) jb_bus_subscribe(app->bus, jb_exec_line_on_bus, NULL);
   /* cross-instance events over Redis (server/fanout.h), PostgreSQL NOTIFY while it is down */
   if (cfg->redis_url && cfg->redis_url[0]) {
     if (jb_db_open(&notify_db, d->conninfo, 1, (int)cfg->db_connect_timeout_s, &d->err) < 0 ||

@@ -2,7 +2,9 @@
  * stdio transport, the same in every revision jailboxd speaks — 2025-03-26 to 2026-07-28,
  * https://modelcontextprotocol.io/specification/2026-07-28/basic/transports/stdio: JSON-RPC 2.0
  * messages, one per line, UTF-8, on stdin/stdout; logs on stderr) that relays every message to the session's agent Socket.IO channel (the
- * `mcp` event, answered through the ack; api/events.md) and writes the answers back. Any
+ * `mcp` event, answered through the ack; api/events.md) and writes the answers back, and
+ * the server's notifications (`mcp` events it sends: the progress of a call that waits)
+ * as they come. Any
  * MCP client that can spawn a stdio server can so work inside a jailbox.
  *
  * Checks on the client's side of the bridge: a line over --max-message bytes is answered
@@ -139,6 +141,16 @@ static void on_event(void *ctx, struct jb_sio *s, const char *name, json_t *args
   /* the state snapshot right after CONNECT (or any later event) names the token's session:
    * relaying starts once it is the one asked for (--job) */
   if (job) jb_sio_hold(s, false);
+  /* a notification of the server for the client (the progress of a call that waits, MCP
+   * basic/utilities/progress): relayed as it is, one line */
+  const char *method = json_string_value(json_object_get(d, "method"));
+  if (strcmp(name, "mcp") == 0 && json_array_size(args) == 1 && method &&
+      !json_object_get(d, "id") && strncmp(method, "notifications/", 14) == 0) {
+    pthread_mutex_lock(&b->lock);
+    write_line(b, d);
+    pthread_mutex_unlock(&b->lock);
+    return;
+  }
   /* the session's state for the log; MCP has no standard notification for it */
   if (strcmp(name, "jailbox:state") == 0)
     fprintf(stderr, "jailboxctl mcp-bridge: session %s is %s\n", jb_ctl_text(b->job),

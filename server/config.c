@@ -98,6 +98,10 @@ static const struct jb_setting settings[] = {
     {"start-wait", "JAILBOX_START_WAIT_S", JB_SETTING_INT, S(start_wait_s), "300", 1, 3600,
      "a tool call made while its session is still starting (created, prescanning) waits this "
      "long for it to become active, s; then it answers -32017 unavailable"},
+    {"progress-interval", "JAILBOX_PROGRESS_INTERVAL_S", JB_SETTING_INT, S(progress_interval_s),
+     "10", 1, 3600,
+     "a tool call that waits (a running command, the buyer, a pause, a session starting) and "
+     "carries a progress token gets notifications/progress at least this often, s"},
     {"exec-max-timeout", "JAILBOX_EXEC_MAX_TIMEOUT_S", JB_SETTING_INT, S(exec_max_timeout_s), "600",
      1, 86400, "the longest timeoutSec an agent's exec may ask for, s (the default is 120)"},
     {"exec-env-allow", "JAILBOX_EXEC_ENV_ALLOW", JB_SETTING_STRING, S(exec_env_allow), "", 0, 0,

@@ -44,6 +44,7 @@ struct jb_config {
   long approval_timeout_s; /* a supervised write pending longer fails with `timeout`, s; 0: never */
   long exec_max_timeout_s; /* the longest timeoutSec an exec may ask for, s */
   long start_wait_s; /* a tool call of a session still starting waits this long for it, s */
+  long progress_interval_s; /* a waiting call that asked for progress hears of it this often, s */
   char *exec_env_allow; /* names an exec may set besides the built-in ones (comma-separated) */
   char *worker_bin; /* the jailbox-worker binary; "" = next to jailboxd */
   char *scan_rules; /* the content scanner's rules file; "" = the embedded deploy/scan-rules */

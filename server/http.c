@@ -51,8 +51,15 @@ struct jb_http_later {
   bool abandoned; /* the server drained or the request ended: answers are dropped */
   struct jb_http_resp resp;
   struct MHD_Connection *conn;
+  struct jb_http_server *srv;
   struct jb_http_later *next, **prev; /* in srv->laters (under srv->later_lock) */
+  /* a streamed answer (jb_http_later_stream): bytes queued and not yet read by the server */
+  char *sbuf;
+  size_t slen, soff;
+  bool stream_end; /* jb_http_later_end: nothing comes after the queued bytes */
 };
+
+#define STREAM_PENDING_MAX (1024 * 1024) /* bytes of a stream that may wait unsent */
 
 /* A body over the limit is read and dropped up to this many times the limit before the
  * answer (so that clients still sending see the 413); past it the connection is closed. */
@@ -163,7 +170,9 @@ static void later_unref(struct jb_http_later *l) {
   bool last = --l->refs == 0;
   pthread_mutex_unlock(&l->lock);
   if (!last) return;
+  if (l->resp.stream.ctx == l) memset(&l->resp.stream, 0, sizeof l->resp.stream);
   resp_free(&l->resp);
+  free(l->sbuf);
   pthread_mutex_destroy(&l->lock);
   free(l);
 }
@@ -177,6 +186,7 @@ struct jb_http_later *jb_http_defer(const struct jb_http_req *req, struct jb_htt
   pthread_mutex_init(&l->lock, NULL);
   l->refs = 2; /* the server's side and the answering side */
   l->conn = req->conn;
+  l->srv = srv;
   pthread_mutex_lock(&srv->later_lock);
   l->next = srv->laters;
   if (l->next) l->next->prev = &l->next;
@@ -218,6 +228,101 @@ static void later_release(struct jb_http_server *srv, struct jb_http_later *l) {
   pthread_mutex_unlock(&srv->later_lock);
   pthread_mutex_lock(&l->lock);
   l->abandoned = true;
+  if (l->suspended) { /* a stream waiting for its next bytes: it ends */
+    l->suspended = false;
+    MHD_resume_connection(l->conn);
+  }
+  pthread_mutex_unlock(&l->lock);
+  later_unref(l);
+}
+
+/* ---------- streamed answers ---------- */
+
+/* The reader of a streamed answer (jb_http_stream.read; HTTP thread): the queued bytes, the
+ * end, or JB_HTTP_STREAM_WAIT with the connection suspended until more come. */
+static long later_stream_read(void *ctx, char *buf, size_t max) {
+  struct jb_http_later *l = ctx;
+  pthread_mutex_lock(&l->lock);
+  long n = 0;
+  if (l->slen > l->soff) {
+    size_t k = l->slen - l->soff < max ? l->slen - l->soff : max;
+    memcpy(buf, l->sbuf + l->soff, k);
+    l->soff += k;
+    if (l->soff == l->slen) l->soff = l->slen = 0;
+    n = (long)k;
+  } else if (!l->stream_end && !l->abandoned) {
+    l->suspended = true;
+    MHD_suspend_connection(l->conn); /* allowed from a content reader (libmicrohttpd) */
+    n = JB_HTTP_STREAM_WAIT;
+  }
+  pthread_mutex_unlock(&l->lock);
+  return n;
+}
+
+/* The server is done with a streamed answer (sent, or the client went away): its side of
+ * `l` is let go. */
+static void later_stream_done(void *ctx) {
+  struct jb_http_later *l = ctx;
+  later_release(l->srv, l);
+}
+
+int jb_http_later_stream(struct jb_http_later *l, int status, const char *content_type) {
+  pthread_mutex_lock(&l->lock);
+  if (l->answered || l->abandoned) {
+    pthread_mutex_unlock(&l->lock);
+    return -1;
+  }
+  l->resp = (struct jb_http_resp){
+      .status = status,
+      .content_type = content_type,
+      .stream = {.read = later_stream_read, .free = later_stream_done, .ctx = l}};
+  l->answered = true;
+  if (l->suspended) {
+    l->suspended = false;
+    MHD_resume_connection(l->conn);
+  }
+  pthread_mutex_unlock(&l->lock);
+  return 0;
+}
+
+/* Queues `len` bytes for the reader; `cap`: refuse past STREAM_PENDING_MAX. Caller holds the
+ * lock. 0 or -1. */
+static int stream_queue(struct jb_http_later *l, const char *data, size_t len, bool cap) {
+  if (l->abandoned) return -1;
+  if (!len) return 0;
+  if (cap && l->slen - l->soff + len > STREAM_PENDING_MAX) return -1;
+  if (l->soff) { /* keep what waits at the front */
+    memmove(l->sbuf, l->sbuf + l->soff, l->slen - l->soff);
+    l->slen -= l->soff;
+    l->soff = 0;
+  }
+  char *nb = realloc(l->sbuf, l->slen + len);
+  if (!nb) return -1;
+  memcpy(nb + l->slen, data, len);
+  l->sbuf = nb;
+  l->slen += len;
+  if (l->suspended) {
+    l->suspended = false;
+    MHD_resume_connection(l->conn);
+  }
+  return 0;
+}
+
+int jb_http_later_push(struct jb_http_later *l, const char *data, size_t len) {
+  pthread_mutex_lock(&l->lock);
+  int rc = stream_queue(l, data, len, true);
+  pthread_mutex_unlock(&l->lock);
+  return rc;
+}
+
+void jb_http_later_end(struct jb_http_later *l, const char *data, size_t len) {
+  pthread_mutex_lock(&l->lock);
+  (void)stream_queue(l, data, len, false);
+  l->stream_end = true;
+  if (l->suspended) { /* the reader waits: for the end, now */
+    l->suspended = false;
+    MHD_resume_connection(l->conn);
+  }
   pthread_mutex_unlock(&l->lock);
   later_unref(l);
 }
@@ -230,6 +335,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   struct jb_http_stream *st = cls;
   long n = st->read(st->ctx, buf, max);
   if (n > 0) return (ssize_t)n;
+  if (n == JB_HTTP_STREAM_WAIT) return 0; /* nothing now: the connection is suspended */
   return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
@@ -576,7 +682,8 @@ static enum MHD_Result later_send(struct jb_http_server *srv, struct MHD_Connect
   memset(&l->resp, 0, sizeof l->resp);
   pthread_mutex_unlock(&l->lock);
   ctx->later = NULL;
-  later_release(srv, l);
+  /* a streamed answer keeps the server's side of `l` until it is done (later_stream_done) */
+  if (resp.stream.ctx != l) later_release(srv, l);
   if (resp.status == 0) resp.status = 500;
   if (resp.status == 500 && !resp.body && !resp.stream.read)
     jb_resp_error(&resp, 500, "internal", "internal error");

@@ -34,8 +34,12 @@ struct jb_http_req {
  * that a large body never sits in memory whole. `read` runs on an HTTP worker thread (it may
  * block, e.g. on the database) and fills at most `max` bytes of `buf`: it returns how many
  * (> 0), 0 at the end of the body, or -1 on an error — the connection is then closed
- * without the last chunk, so the client sees a cut-off transfer rather than a short body.
+ * without the last chunk, so the client sees a cut-off transfer rather than a short body
+ * (JB_HTTP_STREAM_WAIT, the server's own streams only: nothing now, the connection is
+ * suspended until more comes).
  * `free` releases `ctx` once the response is done or abandoned (always called once). */
+#define JB_HTTP_STREAM_WAIT (-2)
+
 struct jb_http_stream {
   long (*read)(void *ctx, char *buf, size_t max);
   void (*free)(void *ctx);
@@ -113,6 +117,25 @@ struct jb_http_later *jb_http_defer(const struct jb_http_req *req, struct jb_htt
 /* Gives the response of a deferred request: `resp`'s fields are taken (its body and stream
  * belong to the server afterwards, and `later` must not be used again). Any thread. */
 void jb_http_later_answer(struct jb_http_later *later, struct jb_http_resp *resp);
+
+/* Answers a deferred request with a body given piece by piece as it comes (e.g. server-sent
+ * events, text/event-stream of the HTML Living Standard §9.2), sent with chunked transfer
+ * coding: status `status` and `content_type` (a static string) go out now; the body is
+ * given with jb_http_later_push and ends with jb_http_later_end (which takes the place of
+ * jb_http_later_answer: exactly one of the two is called). While no bytes wait, the
+ * connection is suspended: no HTTP thread waits for the next ones. Returns 0, or -1 when the
+ * request was answered or abandoned already (a drain, or the client went away); the caller
+ * then still ends it. Any thread. */
+int jb_http_later_stream(struct jb_http_later *later, int status, const char *content_type);
+
+/* Queues `len` bytes of `data` (copied) for a stream begun with jb_http_later_stream. Returns
+ * 0, or -1 when the client is gone, the server drains, or more than 1 MiB waits unsent (a
+ * client that does not read): nothing more needs to be pushed then. Any thread. */
+int jb_http_later_push(struct jb_http_later *later, const char *data, size_t len);
+
+/* Queues the last `len` bytes of `data` (copied; none when 0) and ends the stream begun with
+ * jb_http_later_stream; `later` must not be used again. Any thread. */
+void jb_http_later_end(struct jb_http_later *later, const char *data, size_t len);
 
 /* The TCP port actually bound (useful with port 0). */
 int jb_http_port(const struct jb_http_server *srv);

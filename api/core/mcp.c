@@ -316,7 +316,8 @@ json_t *jb_mcp_tool_reply(json_t *id, bool modern, json_t *result, struct jb_mcp
 }
 
 static json_t *tools_call(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
-                          jb_mcp_tool_fn tool, void *tool_ctx) {
+                          jb_mcp_tool_fn tool, void *tool_ctx,
+                          const struct jb_progress_sink *sink) {
   const char *name = json_string_value(json_object_get(r->params, "name"));
   json_t *arguments = json_object_get(r->params, "arguments");
   if (!name || jb_tool_from_name(name) == JB_TOOL_UNKNOWN) {
@@ -330,8 +331,12 @@ static json_t *tools_call(const struct jb_mcp_req *r, struct jb_app *app, const 
                               json_pack("{s:s}", "reason", "invalid"));
   json_t *empty = arguments ? NULL : json_object();
   struct jb_mcp_error e = {0};
+  struct jb_progress progress;
+  jb_progress_init(&progress, r->params, sink,
+                   app && app->cfg ? app->cfg->progress_interval_s : 10);
   json_t *result = tool(tool_ctx, app, job, name, arguments ? arguments : empty,
-                        declares_tasks(r) ? JB_MCP_CALL_TASK : 0, &e);
+                        declares_tasks(r) ? JB_MCP_CALL_TASK : 0, &progress, &e);
+  jb_progress_clear(&progress);
   json_decref(empty);
   return jb_mcp_tool_reply(r->id, r->modern, result, &e);
 }
@@ -392,7 +397,8 @@ static json_t *task_method(const struct jb_mcp_req *r, struct jb_app *app, const
 }
 
 json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
-                      jb_mcp_tool_fn tool, void *tool_ctx, int *status) {
+                      jb_mcp_tool_fn tool, void *tool_ctx, const struct jb_progress_sink *sink,
+                      int *status) {
   *status = 200;
   if (!r->id) { /* a notification (notifications/initialized, notifications/cancelled, …) */
     *status = 202;
@@ -400,7 +406,7 @@ json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char
   }
   const char *m = r->method;
   if (!strcmp(m, "tools/list")) return jb_mcp_tools_list(r, jb_op_exec_offer(app, job));
-  if (!strcmp(m, "tools/call")) return tools_call(r, app, job, tool, tool_ctx);
+  if (!strcmp(m, "tools/call")) return tools_call(r, app, job, tool, tool_ctx, sink);
   if (r->modern && !strcmp(m, "server/discover")) return discover(r);
   if (r->modern && is_task_method(m)) return task_method(r, app, job, status);
   if (!r->modern && !strcmp(m, "initialize")) return initialize(r);

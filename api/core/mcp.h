@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "api/core/progress.h"
 #include "api/core/tools.h"
 #include "lib/compiler.h"
 #include "server/app.h"
@@ -43,11 +44,12 @@ struct jb_mcp_error {
 
 /* The op handler seam: runs an MCP tools/call for session `job_id` on a socket worker
  * thread. `tool` is one of the toolset's names; `arguments` is the borrowed arguments
- * object. Returns the MCP CallToolResult object (new reference), or NULL with *e filled
- * (api/core/ops.h jb_op_tool). */
+ * object; `progress` (borrowed, never NULL; off when the request asked for none) takes the
+ * call's progress notifications while it waits. Returns the MCP CallToolResult object (new
+ * reference), or NULL with *e filled (api/core/ops.h jb_op_tool). */
 typedef json_t *(*jb_mcp_tool_fn)(void *ctx, struct jb_app *app, const char *job_id,
                                   const char *tool, json_t *arguments, unsigned flags,
-                                  struct jb_mcp_error *e);
+                                  struct jb_progress *progress, struct jb_mcp_error *e);
 
 /* jb_mcp_tool_fn flags. JB_MCP_CALL_TASK: the client takes a task handle in lieu of the result
  * (it declared the Tasks extension, io.modelcontextprotocol/tasks, on this 2026-07-28 request):
@@ -128,14 +130,17 @@ JB_MUST_USE json_t *jb_mcp_tools_list(const struct jb_mcp_req *r, enum jb_exec_o
 bool jb_mcp_may_block(const struct jb_mcp_req *r);
 
 /* Answers request `r` (checked by jb_mcp_check) of the agent of session `job`: `tool` runs a
- * tools/call with `tool_ctx` on the calling thread, which it may block for minutes; tools/list
+ * tools/call with `tool_ctx` on the calling thread, which it may block for minutes; a
+ * tools/call whose `_meta.progressToken` is set gets its progress notifications through
+ * `sink` (NULL: the transport carries none) while it waits (api/core/progress.h); tools/list
  * reads the session's exec offer (api/core/ops.h jb_op_exec_offer: this process's copy of the
  * session, or one database query) and answers jb_mcp_tools_list. Returns the
  * response (new), or NULL for a notification; *status is the HTTP status (200; 202 for a
  * notification; 404 for an unknown method of a modern request; 400 for a modern request whose
  * required client capability is missing). */
 JB_MUST_USE json_t *jb_mcp_answer(const struct jb_mcp_req *r, struct jb_app *app, const char *job,
-                                  jb_mcp_tool_fn tool, void *tool_ctx, int *status);
+                                  jb_mcp_tool_fn tool, void *tool_ctx,
+                                  const struct jb_progress_sink *sink, int *status);
 
 /* The response to tools/call request `id` (borrowed) of a modern (`modern`) or legacy
  * request, from the tool handler's `result` (stolen; NULL: it failed with *e, whose data is

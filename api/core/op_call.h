@@ -82,6 +82,8 @@ struct op_call {
   json_t *args;
   struct jb_mcp_error *e;
   bool fresh; /* read the session from the database, not from the copy */
+  struct jb_progress *progress; /* the client's progress notifications while the call waits
+                                 * (borrowed; NULL or off: none asked for) */
   /* decode */
   const char *path; /* borrowed from args: the path the op runs on (move: the source); "."
                      * for list, find and search without one; "" for read_many */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/core/progress.h"
 #include "db/db.h"
 #include "db/events.h"
 #include "db/ops.h"
@@ -45,6 +46,9 @@ struct wait_clock {
   long long ended; /* when a running op's session was first seen ended; 0: not seen */
   bool db_failed; /* the last reading failed in the database (db_error says how) */
   char db_error[256];
+  long long running; /* when the op was first seen running; 0: not yet */
+  enum jb_op_state os; /* the op's state at the last reading that found it waiting */
+  enum jb_session_state ss; /* the session's */
 };
 
 /* The calls of one session that wait, among those of the process. */
@@ -183,6 +187,7 @@ enum op_step op_await_start(struct op_call *call) {
       call->c = NULL;
       long nap = SAFETY_NET_MS;
       if (until - jb_now_ms() < nap) nap = (long)(until - jb_now_ms());
+      if (jb_progress_due_in(call->progress) < nap) nap = jb_progress_due_in(call->progress);
       if (nap < 1) nap = 1;
       if (app->opwait)
         jb_opwait_wait(app->opwait, &t, nap, FALLBACK_MS);
@@ -200,6 +205,12 @@ enum op_step op_await_start(struct op_call *call) {
     if (start_wait_over(call, until, err.msg[0] ? &err : NULL)) {
       s = OP_END;
       break;
+    }
+    if (jb_progress_on(call->progress)) {
+      char m[120];
+      snprintf(m, sizeof m, "the session is %s: waiting for it to become active",
+               jb_session_state_name(call->sess.state) ?: "starting");
+      jb_progress_tick(call->progress, m, false);
     }
   }
   op_wait_end(call, &t);
@@ -431,6 +442,9 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
    * is stored and will run at the resume */
   if (ss == JB_SESSION_PAUSED) (void)op_try_waiting_place(call);
   if (drain_cut(call, op_id, os, ss, nap)) return OP_END;
+  clk->os = os;
+  clk->ss = ss;
+  if (os == JB_OP_RUNNING && !clk->running) clk->running = jb_now_ms();
   return OP_NEXT;
 }
 
@@ -453,6 +467,32 @@ static bool db_unreachable(struct op_call *call, long long op_id, long long *db_
   return true;
 }
 
+/* What op `call` waits for, as its progress notification says it (into `m`, `n` bytes):
+ * the buyer, a pause, the queue, or the command running (with its last output line, `line`
+ * NULL when not watched). Its kind (into *kind) changes with the op's state. */
+static void wait_message(const struct op_call *call, const struct wait_clock *clk,
+                         struct jb_exec_line *line, char *m, size_t n, int *kind) {
+  char last[sizeof line->line];
+  if (clk->ss == JB_SESSION_PAUSED) {
+    *kind = 1;
+    snprintf(m, n, "the session is paused: the %s is held until the buyer resumes it",
+             jb_tool_name(call->tool));
+  } else if (clk->os == JB_OP_PENDING) {
+    *kind = 2;
+    snprintf(m, n, "waiting for the buyer to approve or reject the %s", jb_tool_name(call->tool));
+  } else if (clk->os != JB_OP_RUNNING) {
+    *kind = 3;
+    snprintf(m, n, "queued for the session's sandbox");
+  } else {
+    *kind = 4;
+    long long s = (jb_now_ms() - (clk->running ? clk->running : clk->stored)) / 1000;
+    if (line && jb_exec_line_last(line, last, sizeof last))
+      snprintf(m, n, "running, %lld s: %s", s, last);
+    else
+      snprintf(m, n, "running, %lld s", s);
+  }
+}
+
 /* Sleeps until a jb_op notification names the op or the session (server/opwait.h), or `nap`
  * ms have passed (FALLBACK_MS while the LISTEN connection is down), with the connection back
  * in the pool meanwhile. Before the first reading when notifications can come: the op has
@@ -470,6 +510,10 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
   bool began = !jb_pool_blocking() && jb_pool_block_begin() && jb_pool_blocking();
   long long db_down = 0; /* since when the database could not be reached, ms */
   if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
+  bool told = jb_progress_on(call->progress);
+  struct jb_exec_line line;
+  if (told && call->tool == JB_TOOL_EXEC) jb_exec_line_watch(&line, call->job, op_id);
+  int kind = 0; /* of the last message (wait_message) */
   for (bool read_now = !app->opwait;; read_now = false) {
     if (!read_now) {
       jb_db_release(app->db, call->c);
@@ -490,7 +534,16 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
       db_down = 0;
     else if (db_unreachable(call, op_id, &db_down, clk.db_error))
       break;
+    if (told && !clk.db_failed) {
+      char m[300];
+      int was = kind;
+      wait_message(call, &clk, call->tool == JB_TOOL_EXEC ? &line : NULL, m, sizeof m, &kind);
+      /* a new state is told at once (not at the first reading: the call just began) */
+      jb_progress_tick(call->progress, m, was && was != kind);
+      if (jb_progress_due_in(call->progress) < nap) nap = jb_progress_due_in(call->progress);
+    }
   }
+  if (told && call->tool == JB_TOOL_EXEC) jb_exec_line_unwatch(&line);
   op_wait_end(call, t);
   if (began) jb_pool_block_end();
   return out;

@@ -35,16 +35,24 @@
 static json_t *task_created(struct op_call *call);
 
 static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, json_t *args,
-                      unsigned flags, struct jb_mcp_error *e, bool fresh, bool *stale) {
-  cleanup_op_call struct op_call call = {
-      .app = app, .job = job, .tool = tool, .args = args, .e = e, .fresh = fresh};
+                      unsigned flags, struct jb_progress *progress, struct jb_mcp_error *e,
+                      bool fresh, bool *stale) {
+  cleanup_op_call struct op_call call = {.app = app,
+                                         .job = job,
+                                         .tool = tool,
+                                         .args = args,
+                                         .e = e,
+                                         .fresh = fresh,
+                                         .progress = progress};
   enum op_step s = op_decode(&call);
   if (s == OP_NEXT) s = op_load_session(&call);
   if (s == OP_NEXT) s = op_refuse_if(&call);
   if (s == OP_NEXT) s = op_prepare(&call);
   if (s == OP_NEXT) s = op_supervise(&call);
   if (s == OP_NEXT) s = op_store(&call);
-  if (s == OP_NEXT && call.pending && (flags & JB_MCP_CALL_TASK)) {
+  /* a task for an op that waits on the buyer, and for a command (which may run for minutes) */
+  bool task = call.pending || call.tool == JB_TOOL_EXEC;
+  if (s == OP_NEXT && task && (flags & JB_MCP_CALL_TASK)) {
     op_wait_end(&call, &call.ticket); /* nobody waits in this call: the task is polled */
     return task_created(&call);
   }
@@ -56,7 +64,7 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
 static json_t *tool_done(struct jb_app *app, const char *job, json_t *args, struct jb_mcp_error *e);
 
 json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *tool, json_t *args,
-                   unsigned flags, struct jb_mcp_error *e) {
+                   unsigned flags, struct jb_progress *progress, struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
   if (t == JB_TOOL_UNKNOWN) {
@@ -74,9 +82,10 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
     return tool_done(app, job, args, e);
   }
   bool stale = false;
-  json_t *r = op_run(app, job, t, args, flags, e, false, &stale);
+  json_t *r = op_run(app, job, t, args, flags, progress, e, false, &stale);
   /* again on the database's rows; a rule change at each attempt ends it after four */
-  for (int i = 0; stale && i < 4; i++) r = op_run(app, job, t, args, flags, e, true, &stale);
+  for (int i = 0; stale && i < 4; i++)
+    r = op_run(app, job, t, args, flags, progress, e, true, &stale);
   if (stale && !r && e->code == 0)
     op_error(e, JB_MCP_UNAVAILABLE, "unavailable", "the session's rules kept changing; try again");
   return r;
@@ -95,7 +104,7 @@ static json_t *task_json(const char *task_id, const char *status, const char *me
                    "ttlMs", "pollIntervalMs", TASK_POLL_MS);
 }
 
-/* The op just stored pending by `call` named as a task: its CreateTaskResult (new), or NULL
+/* The op just stored by `call` (pending, or a command queued) named as a task: its CreateTaskResult (new), or NULL
  * with *call->e. The task exists before the answer leaves (2026-07-28 Tasks extension, "Task
  * Creation": durably created first). */
 static json_t *task_created(struct op_call *call) {
@@ -112,7 +121,8 @@ static json_t *task_created(struct op_call *call) {
     return NULL;
   }
   char msg[160];
-  snprintf(msg, sizeof msg, "op %lld waits for the buyer's approval", call->op_id);
+  snprintf(msg, sizeof msg, "op %lld %s", call->op_id,
+           call->pending ? "waits for the buyer's approval" : "is queued for the sandbox");
   json_t *t = task_json(id, "working", msg, row.created, row.updated);
   jb_op_task_row_clear(&row);
   if (t) json_object_set_new(t, "resultType", json_string("task"));
@@ -206,7 +216,8 @@ int jb_op_task_get(struct jb_app *app, const char *job, const char *task_id, str
     snprintf(t->status_message, sizeof t->status_message, "op %lld %s", row.op_id,
              os == JB_OP_PENDING       ? "waits for the buyer's approval"
              : ss == JB_SESSION_PAUSED ? "is held: the session is paused"
-                                       : "is approved and runs in the sandbox");
+             : os == JB_OP_RUNNING     ? "runs in the sandbox"
+                                       : "is queued for the sandbox");
   }
   jb_op_task_row_clear(&row);
   return 0;

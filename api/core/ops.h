@@ -53,7 +53,8 @@ int jb_op_set_exec_env_allow(const char *list, char *msg, size_t msize);
  * has run — for a mutating tool of a supervised session, until the buyer decides (or the
  * session ends). */
 JB_MUST_USE json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job_id, const char *tool,
-                               json_t *arguments, unsigned flags, struct jb_mcp_error *e);
+                               json_t *arguments, unsigned flags, struct jb_progress *progress,
+                               struct jb_mcp_error *e);
 
 /* A tools/call of a 2026-07-28 client that declared the Tasks extension
  * (https://modelcontextprotocol.io/extensions/tasks, io.modelcontextprotocol/tasks) is not kept

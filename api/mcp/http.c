@@ -82,16 +82,19 @@ static bool origin_ok(const char *origin, const char *allowed) {
   return false;
 }
 
-/* Whether media range list `accept` (RFC 9110 §12.5.1) admits application/json. */
-static bool accepts_json(const char *accept) {
-  if (!accept) return true;
+/* Whether media range list `accept` (RFC 9110 §12.5.1) names `type` ("application/json"), its
+ * family `family` ("application/" and a star) or, when `any`, every type (star/star) — with
+ * a q-value above 0. No header admits anything when `any`. */
+static bool accepts(const char *accept, const char *type, const char *family, bool any) {
+  if (!accept) return any;
+  size_t tl = strlen(type), fl = strlen(family);
   for (const char *p = accept; *p;) {
     while (*p == ' ' || *p == ',') p++;
     size_t n = strcspn(p, ",;");
     size_t m = n;
     while (m && (p[m - 1] == ' ' || p[m - 1] == '\t')) m--;
-    if ((m == 16 && !strncasecmp(p, "application/json", 16)) ||
-        (m == 13 && !strncasecmp(p, "application/*", 13)) || (m == 3 && !strncmp(p, "*/*", 3))) {
+    if ((m == tl && !strncasecmp(p, type, tl)) || (m == fl && !strncasecmp(p, family, fl)) ||
+        (any && m == 3 && !strncmp(p, "*/*", 3))) {
       /* q=0 means "not acceptable" */
       const char *q = p + n;
       if (*q == ';') {
@@ -105,6 +108,16 @@ static bool accepts_json(const char *accept) {
     p += strcspn(p, ",");
   }
   return false;
+}
+
+static bool accepts_json(const char *accept) {
+  return accepts(accept, "application/json", "application/*", true);
+}
+
+/* Whether the client takes a text/event-stream answer (named, not by star/star: Streamable
+ * HTTP clients list it beside application/json). */
+static bool accepts_sse(const char *accept) {
+  return accepts(accept, "text/event-stream", "text/*", false);
 }
 
 static bool content_type_json(const char *ct) {
@@ -134,14 +147,59 @@ struct http_call {
   struct jb_mcp_req r;
   char job[129];
   struct jb_http_later *later;
+  bool sse; /* the client takes text/event-stream: progress goes out as SSE events */
+  bool streaming; /* the answer became an event stream (at the first notification) */
 };
+
+/* `msg` (stolen) as one server-sent event "message" (HTML Living Standard §9.2.6; MCP
+ * Streamable HTTP, "Sending Messages to the Server": the answer to a POST may be an SSE
+ * stream of the request's notifications and then its response). Compact JSON has no line
+ * breaks, so one data line carries it. NULL on OOM. */
+static char *sse_event(json_t *msg, size_t *len) {
+  char *line = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+  json_decref(msg);
+  if (!line) return NULL;
+  char *ev = NULL;
+  int n = asprintf(&ev, "event: message\ndata: %s\n\n", line);
+  free(line);
+  if (n < 0) return NULL;
+  *len = (size_t)n;
+  return ev;
+}
+
+/* jb_progress_sink: the first notification turns the answer into an event stream. */
+static int sse_send(void *ctx, json_t *msg) {
+  struct http_call *hc = ctx;
+  size_t len = 0;
+  char *ev = sse_event(msg, &len);
+  if (!ev) return -1;
+  int rc = 0;
+  if (!hc->streaming) {
+    rc = jb_http_later_stream(hc->later, 200, "text/event-stream");
+    hc->streaming = rc == 0;
+  }
+  if (rc == 0) rc = jb_http_later_push(hc->later, ev, len);
+  free(ev);
+  return rc;
+}
 
 static void http_call_run(void *arg, bool run) {
   struct http_call *hc = arg;
   struct jb_http_resp resp = {0};
   if (run) {
     int status = 200;
-    json_t *reply = jb_mcp_answer(&hc->r, hc->app, hc->job, jb_op_tool, NULL, &status);
+    const struct jb_progress_sink sink = {.send = sse_send, .ctx = hc};
+    json_t *reply =
+        jb_mcp_answer(&hc->r, hc->app, hc->job, jb_op_tool, NULL, hc->sse ? &sink : NULL, &status);
+    if (hc->streaming) { /* the response is the stream's last event */
+      size_t len = 0;
+      char *ev = sse_event(reply, &len);
+      jb_http_later_end(hc->later, ev, ev ? len : 0);
+      free(ev);
+      json_decref(hc->msg);
+      free(hc);
+      return;
+    }
     reply_json(&resp, status, reply);
   } else {
     reply_json(
@@ -171,6 +229,7 @@ static void run_later(struct jb_app *app, const struct jb_http_req *req, struct 
   hc->r = *r;
   hc->r.version = NULL; /* may point into the request's headers */
   hc->later = l;
+  hc->sse = accepts_sse(jb_http_header(req, "Accept"));
   snprintf(hc->job, sizeof hc->job, "%s", job);
   if (jb_app_run(app, http_call_run, hc) == 0) return;
   struct jb_http_resp busy = {0};
@@ -248,7 +307,7 @@ void jb_api_mcp_post(void *appv, const struct jb_http_req *req, struct jb_http_r
   if (jb_mcp_may_block(&r)) {
     run_later(app, req, resp, msg, &r, who.job_id);
   } else {
-    reply = jb_mcp_answer(&r, app, who.job_id, NULL, NULL, &status);
+    reply = jb_mcp_answer(&r, app, who.job_id, NULL, NULL, NULL, &status);
     reply_json(resp, status, reply);
   }
   json_decref(msg);

@@ -7,6 +7,18 @@
 
 #include "api/core/mcp.h"
 
+/* Where a waiting call's progress goes: an `mcp` event to the agent's socket, ahead of the
+ * ack that answers the call (one queue keeps them in order). */
+struct progress_to {
+  struct jb_ws *ws;
+  uint64_t conn;
+};
+
+static int progress_send(void *ctx, json_t *msg) {
+  struct progress_to *to = ctx;
+  return jb_ws_emit(to->ws, to->conn, "mcp", msg);
+}
+
 json_t *jb_socket_mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t *args) {
   static const struct jb_mcp_transport t = {0}; /* no headers: the message alone decides */
   json_t *msg = json_array_get(args, 0);
@@ -17,5 +29,8 @@ json_t *jb_socket_mcp(struct jb_socket *s, const struct jb_ws_peer *peer, json_t
   json_t *reply;
   int status;
   if (!jb_mcp_check(msg, &t, &r, &reply, &status)) return jb_socket_ack_of(reply);
-  return jb_socket_ack_of(jb_mcp_answer(&r, s->app, peer->room, s->tool, s->tool_ctx, &status));
+  struct progress_to to = {.ws = s->ws, .conn = peer->conn};
+  const struct jb_progress_sink sink = {.send = progress_send, .ctx = &to};
+  return jb_socket_ack_of(
+      jb_mcp_answer(&r, s->app, peer->room, s->tool, s->tool_ctx, &sink, &status));
 }

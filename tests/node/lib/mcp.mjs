@@ -34,7 +34,8 @@ export function verifiedChain(srv, jobId) {
 export const TRANSPORTS = ['http', 'stdio', 'socket'];
 
 // An SDK Transport over the agent's Socket.IO `mcp` event: a request is emitted with an ack,
-// whose argument is the response; a notification is emitted without one. A request waits for
+// whose argument is the response; a notification is emitted without one; the server's
+// notifications (a waiting call's progress) come as `mcp` events. A request waits for
 // its ack at most `ackMs` (a supervised call waits for the buyer inside it).
 export class SocketIoTransport {
   constructor(url, token, ackMs = 120000) { this.url = url; this.token = token; this.ackMs = ackMs; }
@@ -42,6 +43,7 @@ export class SocketIoTransport {
     this.s = io(this.url, { transports: ['websocket'], auth: { token: this.token }, reconnection: false, forceNew: true });
     await new Promise((res, rej) => { this.s.once('connect', res); this.s.once('connect_error', rej); });
     this.s.on('disconnect', () => this.onclose?.());
+    this.s.on('mcp', (m) => this.onmessage?.(m)); // the server's notifications (progress)
   }
   async send(msg) {
     if (msg.id === undefined || msg.method === undefined) { this.s.emit('mcp', msg); return; }

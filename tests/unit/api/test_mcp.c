@@ -114,8 +114,9 @@ static unsigned tool_flags; /* the flags of the stub tool's last call */
 static bool tool_task; /* the stub tool answers with a task handle when it may */
 
 static json_t *stub_tool(void *ctx, struct jb_app *app, const char *job, const char *tool,
-                         json_t *arguments, unsigned flags, struct jb_mcp_error *e) {
-  (void)ctx, (void)app, (void)job, (void)tool, (void)arguments;
+                         json_t *arguments, unsigned flags, struct jb_progress *progress,
+                         struct jb_mcp_error *e) {
+  (void)ctx, (void)app, (void)job, (void)tool, (void)arguments, (void)progress;
   tool_flags = flags;
   if (tool_task && (flags & JB_MCP_CALL_TASK))
     return json_pack("{s:s,s:s,s:s}", "resultType", "task", "taskId", "jbt-1", "status", "working");
@@ -133,7 +134,7 @@ static json_t *answer(const char *text, int *status) {
   struct jb_mcp_req r;
   json_t *reply = NULL;
   assert_true(jb_mcp_check(m, &none, &r, &reply, status));
-  json_t *out = jb_mcp_answer(&r, NULL, "job-1", stub_tool, NULL, status);
+  json_t *out = jb_mcp_answer(&r, NULL, "job-1", stub_tool, NULL, NULL, status);
   json_decref(m);
   return out;
 }
