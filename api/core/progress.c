@@ -64,8 +64,10 @@ void jb_progress_tick(struct jb_progress *p, const char *message, bool force) {
   if (progress <= p->last) progress = p->last + 0.001; /* grows with every notification */
   json_t *params = json_pack("{s:O,s:f}", "progressToken", p->token, "progress", progress);
   json_t *m = message ? message_json(message) : NULL;
-  if (params && m) json_object_set_new(params, "message", m);
-  else json_decref(m);
+  if (params && m)
+    json_object_set_new(params, "message", m);
+  else
+    json_decref(m);
   json_t *msg = params ? json_pack("{s:s,s:s,s:o}", "jsonrpc", "2.0", "method",
                                    "notifications/progress", "params", params)
                        : NULL;
