@@ -4,11 +4,13 @@
 // client in the same command (TCP over 127.0.0.1 and ::1, UDP); each command is in a network
 // namespace of its own (the spawner's clone(CLONE_NEWNET)), which is neither the shim's nor the
 // previous command's, so a second command finds nothing at the first's port; no address outside
-// answers (runsc --network=none routes nothing out); raw and netlink sockets stay refused.
+// answers (runsc --network=none routes nothing out); raw and netlink sockets stay refused; a
+// unittest suite that binds 127.0.0.1:0 passes; calls sent 0 ms after the open are answered.
 // Needs root, Docker with runsc, debootstrap and deb.debian.org for the first --userland build.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { startServer, JAILBOXD } from './lib/server.mjs';
 import { ROOT } from './lib/jail.mjs';
@@ -106,3 +108,66 @@ test('the next command has a namespace of its own: the first\'s port and nothing
   assert.equal(second.netlink, 1, 'netlink sockets: EPERM');
   assert.match((await K.sessionOf(A.jobId)).walls.exec.jail.network, /^loopback only/);
 });
+
+// A test suite of the image's language as projects write them: unittest cases that start an
+// HTTP server on 127.0.0.1:0 (a port the kernel picks) and a client against it.
+const SUITE = `
+import http.server, threading, unittest, urllib.request
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'pong'
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class ServerTest(unittest.TestCase):
+    def setUp(self):
+        self.srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Hello)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+    def tearDown(self):
+        self.srv.shutdown(); self.srv.server_close()
+    def test_get(self):
+        port = self.srv.server_address[1]
+        self.assertEqual(urllib.request.urlopen(f'http://127.0.0.1:{port}/ping', timeout=5).read(), b'pong')
+    def test_two_servers(self):
+        other = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Hello)
+        self.assertNotEqual(other.server_address[1], self.srv.server_address[1])
+        other.server_close()
+`;
+
+test('a unittest suite that binds 127.0.0.1:0 passes', async () => {
+  const w = await client.callTool({ name: 'write', arguments: { path: 'test_srv.py', content: SUITE } });
+  assert.ok(!w.isError, JSON.stringify(w));
+  const s = await run(['python3', '-m', 'unittest', '-v', 'test_srv']);
+  assert.match(s.stderr, /Ran 2 tests/);
+  assert.match(s.stderr, /\nOK\n/);
+});
+
+// The toolchain image as a new agent meets it: calls sent right after POST /v1/jailbox answers
+// (the session still created or prescanning) wait for it and are answered once it is active,
+// in both modes; an exec among them runs (python3 is there).
+for (const mode of ['unsupervised', 'supervised']) {
+  test(`${mode}: calls sent 0 ms after the open are answered on the toolchain image`, { timeout: 180000 }, async () => {
+    const name = 'ws-' + Math.random().toString(36).slice(2);
+    mkdirSync(join(srv.wsroot, name), { recursive: true });
+    writeFileSync(join(srv.wsroot, name, 'a.txt'), 'hello\n');
+    await srv.req('GET', '/healthz');
+    const S = await srv.open({ workspace: name, mode, image: BUILD });
+    const c = await connectClient('http', K, S, 'early-' + mode);
+    try {
+      const calls = [c.callTool({ name: 'read', arguments: { path: 'a.txt' } }, undefined, { timeout: 150000 }),
+        c.callTool({ name: 'list', arguments: {} }, undefined, { timeout: 150000 })];
+      if (mode === 'unsupervised')
+        calls.push(c.callTool({ name: 'exec', arguments: { argv: ['python3', '-c', 'print(6*7)'] } }, undefined, { timeout: 150000 }));
+      const st = (await K.sessionOf(S.jobId)).state;
+      assert.ok(['created', 'prescanning', 'awaiting_agent'].includes(st), st);
+      const [r, l, x] = await Promise.all(calls);
+      assert.ok(!r.isError && !l.isError, JSON.stringify([r, l]).slice(0, 1500));
+      assert.equal(r.structuredContent.content, 'hello\n');
+      assert.ok(l.structuredContent.entries.some((e) => e.name === 'a.txt'));
+      if (x) assert.equal(x.structuredContent?.stdout, '42\n', JSON.stringify(x).slice(0, 1500));
+      assert.equal((await K.sessionOf(S.jobId)).state, 'active');
+    } finally {
+      await c.close().catch(() => {});
+    }
+  });
+}
