@@ -436,6 +436,17 @@ int jb_db_ops_forget_previews(PGconn *c, long retention_s, int max_ops, long lon
   return JB_OK;
 }
 
+int jb_db_session_busy(PGconn *c, const char *job_id, bool *busy, jb_error *err) {
+  const char *p[1] = {job_id};
+  PGresult *r =
+      jb_db_exec(c, "SELECT EXISTS (SELECT 1 FROM ops WHERE job_id = $1 AND state = 'running')", 1,
+                 p, PGRES_TUPLES_OK, NULL, err, "is an op of the session running");
+  if (!r) return JB_ERR_FAIL;
+  *busy = PQntuples(r) == 1 && !strcmp(PQgetvalue(r, 0, 0), "t");
+  PQclear(r);
+  return JB_OK;
+}
+
 int jb_db_op_set_task(PGconn *c, const char *job_id, long long op_id, const char *task_id,
                       jb_error *err) {
   char id[24];

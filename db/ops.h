@@ -61,6 +61,10 @@ int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, con
 int jb_db_op_poll(PGconn *c, const char *job_id, long long op_id, char op_state[20],
                   char sess_state[20], char **result_json, char **reason, jb_error *err);
 
+/* Whether session `job_id` has an op running now (*busy): its sandbox runs one command at a
+ * time, so an op queued behind it is not late. JB_OK or JB_ERR_FAIL. */
+int jb_db_session_busy(PGconn *c, const char *job_id, bool *busy, jb_error *err);
+
 /* Clears the diff previews (ops.diff) of at most `max_ops` ops of sessions that ended more
  * than `retention_s` seconds ago (sessions.ended_at), in one statement; *cleared (may be
  * NULL) receives how many. The op rows and their audit entries stay. JB_OK or JB_ERR_FAIL. */

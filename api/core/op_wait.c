@@ -374,7 +374,7 @@ static bool drain_cut(struct op_call *call, long long op_id, enum jb_op_state os
 /* One reading of op `op_id`'s row: OP_ANSWERED with its answer in *out (new), OP_END with
  * *call->e, or OP_NEXT with *nap the ms to sleep before the next reading. Pending ops and the
  * ops of a paused session wait without limit; a queued op of an active session must run
- * within OP_RUN_TIMEOUT_MS. */
+ * within OP_RUN_TIMEOUT_MS, counted again while another op of the session runs. */
 static enum op_step read_outcome(struct op_call *call, long long op_id, struct wait_clock *clk,
                                  json_t **out, long *nap) {
   struct jb_mcp_error *e = call->e;
@@ -429,9 +429,15 @@ static enum op_step read_outcome(struct op_call *call, long long op_id, struct w
   }
   bool queued = os == JB_OP_APPROVED && ss == JB_SESSION_ACTIVE; /* for the worker to run */
   if (queued && jb_now_ms() - clk->started > OP_RUN_TIMEOUT_MS) {
-    op_error(e, JB_MCP_UNAVAILABLE, "unavailable",
-             "the session's sandbox did not run the op in time");
-    return OP_END;
+    /* behind a command of the session that still runs (one at a time): not late, waiting */
+    bool busy = false;
+    if (jb_db_session_busy(call->c, call->job, &busy, &err) == JB_OK && busy) {
+      clk->started = jb_now_ms();
+    } else {
+      op_error(e, JB_MCP_UNAVAILABLE, "unavailable",
+               "the session's sandbox did not run the op in time");
+      return OP_END;
+    }
   }
   if (!queued) clk->started = jb_now_ms();
   *nap = SAFETY_NET_MS;
@@ -482,7 +488,7 @@ static void wait_message(const struct op_call *call, const struct wait_clock *cl
     snprintf(m, n, "waiting for the buyer to approve or reject the %s", jb_tool_name(call->tool));
   } else if (clk->os != JB_OP_RUNNING) {
     *kind = 3;
-    snprintf(m, n, "queued for the session's sandbox");
+    snprintf(m, n, "queued for the session's sandbox (it runs one command at a time)");
   } else {
     *kind = 4;
     long long s = (jb_now_ms() - (clk->running ? clk->running : clk->stored)) / 1000;

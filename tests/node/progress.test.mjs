@@ -71,7 +71,7 @@ function checkProgress(seen, r, n) {
 }
 
 if (LONG) {
-  test('a 150 s command over the bridge and POST /mcp, the SDK\'s default 60 s timeout, progress every 10 s', { timeout: 400000 }, async () => {
+  test('a 150 s command over the bridge and POST /mcp, the SDK\'s default 60 s timeout, progress every 10 s', { timeout: 600000 }, async () => {
     const [h, b] = [await client('http', U, 'long-http'), await client('stdio', U, 'long-stdio')];
     const t0 = Date.now();
     const [rh, rb] = await Promise.all([withProgress(h, steps(150)), withProgress(b, steps(150))]);
