@@ -12,14 +12,17 @@
 // timings` log lines (sandbox/worker/exec_op.c) with the spawner's timingsMs.
 // Usage: node bench.mjs [ROUNDS] (run.sh passes it); GAP_MS (default 1000).
 import { execFileSync, spawnSync } from 'node:child_process';
+import { realpathSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { startSandboxServer } from '../../tests/node/lib/agent.mjs';
 
 const rounds = Number(process.argv[2] ?? 30);
 const GAP_MS = Number(process.env.GAP_MS ?? 1000);
 const E2B_MS = 200, DAYTONA_MS = 111; // published first-exec figures
-// the minimal image plus the host's true (build.sh --extra)
-const K = await startSandboxServer('jailbox-sandbox:bench-exec', { JAILBOX_ESCAPE_ABORT: 'none' }, ['/usr/bin/true']);
+// the minimal image plus the host's /bin/sh (exec is offered only with a shell) and true
+// (build.sh --extra)
+const K = await startSandboxServer('jailbox-sandbox:bench-exec', { JAILBOX_ESCAPE_ABORT: 'none' },
+  [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/true']);
 try {
   const S = await K.openSession(() => {}, { mode: 'unsupervised' });
   const container = execFileSync('docker', ['ps', '-q', '--no-trunc', '--filter', 'label=jailbox.session=' + S.jobId]).toString().trim();

@@ -1026,9 +1026,9 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
   struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
   sigaction(SIGCHLD, &sa, NULL);
   fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK);
-  send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o}", "hello", "spawner", "protocol",
+  send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o, s:o*}", "hello", "spawner", "protocol",
                      JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0, "binds",
-                     describe_binds()));
+                     describe_binds(), "image", jb_image_facts()));
   /* the first command's jail, built ahead (read-only workspace, the default /tmp) */
   warm_up(false, JB_SPAWNER_DEFAULT_TMP, bpf, bpf_len, self);
   struct jb_line_reader r;

@@ -7,6 +7,7 @@
 #ifndef JB_SANDBOX_SHIM_SPAWNER_H
 #define JB_SANDBOX_SHIM_SPAWNER_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -34,6 +35,14 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
  * found), 126 (not executable) or 125 (usage, a bad request, the socket ended before a
  * command came, fork). */
 int jb_exec_helper(int argc, char **argv);
+
+/* The image as a command's jail will see it, looked at in the caller's root (the container's,
+ * whose /usr, /bin and /lib* each jail binds), for the spawner's hello: {"shell": true when
+ * /bin/sh, links followed, is a regular file others (the jail's uid 65534) may execute,
+ * "programs": the names of a short list of common ones (image_facts.c) found so in
+ * /usr/local/bin, /usr/bin or /bin, in the list's order}. New reference; NULL when out of
+ * memory. */
+json_t *jb_image_facts(void);
 
 /* The most bytes of a command handed to the helper (argv and env, the cwd, the numbers): the
  * spawner refuses to send more and the helper to read more. */

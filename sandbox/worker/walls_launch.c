@@ -214,23 +214,34 @@ static json_t *timings_json(const long t[], const char *const names[], size_t n)
   return o;
 }
 
-/* The contract's "exec": whether commands can run, and the jail and filter they run under
- * (`reason`: borrowed string, NULL when available; `fi`: exec's filter, NULL when none). */
-static json_t *exec_contract(struct jb_spawner *sp, json_t *reason, const struct jb_filter_info *fi,
-                             const char *sha) {
+/* The contract's "exec": whether commands can run, what the image gives them, and the jail and
+ * filter they run under (`hello`: the spawner's hello, borrowed, NULL when none came;
+ * `reason`: borrowed string, NULL when available; `fi`: exec's filter, NULL when none). */
+static json_t *exec_contract(struct jb_spawner *sp, const json_t *hello, json_t *reason,
+                             const struct jb_filter_info *fi, const char *sha) {
   bool up = !reason && sp->fd >= 0;
   json_t *o = json_pack("{s:b}", "available", up);
   if (!up)
     json_object_set_new(o, "reason", reason ? json_incref(reason) : json_string("unavailable"));
-  if (sp->hello)
+  if (up && hello)
     json_object_set_new(
         o, "spawner",
-        json_pack("{s:O, s:O, s:s}", "protocol", json_object_get(sp->hello, "protocol"), "pid",
-                  json_object_get(sp->hello, "pid") ?: json_null(), "what",
+        json_pack("{s:O, s:O, s:s}", "protocol", json_object_get(hello, "protocol"), "pid",
+                  json_object_get(hello, "pid") ?: json_null(), "what",
                   "the launcher kept alive (root of gVisor's kernel, in no jail): "
                   "takes requests only from the worker's second connection and "
                   "builds one bwrap jail per command, the next one ahead of its request"));
-  json_t *binds = sp->hello ? json_object_get(sp->hello, "binds") : NULL;
+  json_t *image = hello ? json_object_get(hello, "image") : NULL;
+  if (json_is_object(image))
+    json_object_set_new(
+        o, "image",
+        json_pack("{s:O*, s:O*, s:s}", "shell", json_object_get(image, "shell"), "programs",
+                  json_object_get(image, "programs"), "what",
+                  "the image as the spawner found it at the start in the paths each jail binds: "
+                  "shell, whether /bin/sh runs for the jail's user (exec is offered only then); "
+                  "programs, which of a short list of common ones the jail's PATH finds (any "
+                  "program of the image may be run)"));
+  json_t *binds = hello ? json_object_get(hello, "binds") : NULL;
   json_t *image_binds = binds ? json_incref(binds) : json_array(); /* taken by the pack */
   json_object_set_new(
       o, "jail",
@@ -326,6 +337,7 @@ struct launch {
   struct jb_filter_info xfi;
   char xbpf_sha[65];
   json_t *exec_reason; /* why exec is unavailable (a string), NULL: it is */
+  json_t *hello; /* the spawner's hello, kept when its channel was closed (new) */
   /* the shim's channel: a per-session socket when the launcher runs (Wall 3) and it is on */
   struct jb_shim_listener lsn;
   json_t *channel;
@@ -555,6 +567,24 @@ static int launch_channel(struct launch *L, json_t **ready_out) {
   }
   *ready_out = ready;
   return 0;
+}
+
+/* What the image gives a command, as the spawner's hello says. exec is offered only where
+ * /bin/sh runs for the jail's user: its `command` form runs through it, and an image without a
+ * shell is one made for the file tools (the minimal one holds only the walls' bwrap and
+ * setpriv; sandbox/WALLS.md, "What a command can run"). Elsewhere exec is unavailable and the
+ * spawner's channel is closed (no jail is built ahead; the spawner stays the container's
+ * init), so that a worker taking the session over finds no spawner to take. A hello without
+ * "image" (a launcher that predates it) leaves exec as it is. */
+static void launch_image_facts(struct launch *L) {
+  json_t *image = json_object_get(L->sb->spawner.hello, "image");
+  if (L->sb->spawner.fd < 0 || !json_is_false(json_object_get(image, "shell"))) return;
+  json_decref(L->exec_reason);
+  L->exec_reason = json_string("the image has no /bin/sh: no command can run");
+  L->hello = json_incref(L->sb->spawner.hello);
+  jb_spawner_close(&L->sb->spawner);
+  jb_log(JB_LOG_INFO, "exec unavailable", "job", L->job_id, "reason",
+         json_string_value(L->exec_reason), NULL);
 }
 
 /* The shim's ready line (`ready`, taken; NULL: read it now) in the protocol this worker
@@ -799,9 +829,9 @@ static void contract_exec_image(struct launch *L, int ret) {
   if (L->sb->contract) {
     if (!L->exec_reason && L->sb->spawner.fd < 0)
       L->exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
-    json_object_set_new(
-        L->sb->contract, "exec",
-        exec_contract(&L->sb->spawner, L->exec_reason, L->xbpf ? &L->xfi : NULL, L->xbpf_sha));
+    json_object_set_new(L->sb->contract, "exec",
+                        exec_contract(&L->sb->spawner, L->hello ? L->hello : L->sb->spawner.hello,
+                                      L->exec_reason, L->xbpf ? &L->xfi : NULL, L->xbpf_sha));
     if (L->sb->spawner.fd >= 0 && !L->exec_reason)
       json_array_append_new(
           json_object_get(L->sb->contract, "residualRisks"),
@@ -852,6 +882,7 @@ static void launch_end(struct launch *L, int ret) {
   for (int w = 0; w < JB_WALL_COUNT; w++) json_decref(L->chk.problems[w]);
   if (ret < 0) jb_spawner_close(&L->sb->spawner);
   json_decref(L->exec_reason);
+  json_decref(L->hello);
   free(L->xbpf);
   json_decref(L->channel);
   json_decref(L->status);
@@ -888,6 +919,7 @@ int jb_sandbox_launch(const struct jb_walls_config *cfg, const struct jb_probe *
   if (ret == 0) ret = launch_start(&L);
   if (ret == 0) ret = launch_hand_filters(&L);
   if (ret == 0) ret = launch_channel(&L, &ready);
+  if (ret == 0) launch_image_facts(&L);
   if (ret == 0) ret = launch_ready(&L, ready); /* takes ready */
   if (ret == 0) ret = launch_inside(&L);
   if (ret == 0) ret = launch_check(&L);

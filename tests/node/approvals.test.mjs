@@ -6,7 +6,7 @@
 // origin. Needs root and Docker with runsc (as exec.test.mjs).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 
@@ -16,7 +16,7 @@ const GH = 'ghp_' + 'Q7'.repeat(18); // the shape of a GitHub token (the scanner
 before(async () => {
   kit = await startSandboxServer('jailbox-sandbox:approvals', {
     JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_EXEC_ENV_ALLOW: 'GIT_DIR,MY_TOKEN',
-  }, ['/usr/bin/echo']);
+  }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/echo']);
   srv = kit.srv;
 });
 

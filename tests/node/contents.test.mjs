@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 
@@ -19,7 +19,7 @@ const sha = (b) => createHash('sha256').update(b).digest('hex');
 let K, srv;
 
 before(async () => {
-  K = await startSandboxServer(IMAGE, { JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none' }, ['/usr/bin/cat']);
+  K = await startSandboxServer(IMAGE, { JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none' }, [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/cat']);
   srv = K.srv;
 });
 

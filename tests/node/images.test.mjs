@@ -116,6 +116,10 @@ test('a session opened with the build image runs in it; the contract names it wi
   assert.equal(s.walls.walls.docker.image, BUILD);
   assert.equal(s.walls.walls.docker.imageId, build.Id);
   assert.equal(s.walls.walls.bwrap.bwrap, build.Config.Labels['jailbox.bwrap.version']);
+  // its shell and toolchain, as the spawner found them: exec is offered
+  assert.equal(s.walls.exec.available, true, JSON.stringify(s.walls.exec).slice(0, 400));
+  assert.equal(s.walls.exec.image.shell, true);
+  for (const p of ['sh', 'bash', 'make', 'cc', 'gcc', 'git', 'python3']) assert.ok(s.walls.exec.image.programs.includes(p), p);
   // the container Docker runs is made from that image
   const c = await docker('GET', `/containers/${s.walls.walls.docker.containerId}/json`);
   assert.equal(c.json.Image, build.Id);
@@ -133,6 +137,9 @@ test('a session that names no image gets JAILBOX_SANDBOX_IMAGE', async () => {
   const s = await settled(o.jobId);
   assert.equal(s.state, 'awaiting_agent', s.stateReason);
   assert.deepEqual(s.walls.image, { name: MINIMAL, id: minimal.Id, contentDigest: minimal.Config.Labels['jailbox.image.digest'] });
+  // no shell in the minimal image: no exec (tools/list leaves it out, tools_offer.test.mjs)
+  assert.deepEqual([s.walls.exec.available, s.walls.exec.reason, s.walls.exec.image.shell, s.walls.exec.image.programs],
+    [false, 'the image has no /bin/sh: no command can run', false, []]);
   const c = await docker('GET', `/containers/${s.walls.walls.docker.containerId}/json`);
   assert.equal(c.json.Image, minimal.Id);
 });

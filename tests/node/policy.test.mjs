@@ -9,7 +9,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync, realpathSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -31,7 +31,7 @@ before(async () => {
   const dir = mkdtempSync(join(tmpdir(), 'jb-policy-file-'));
   writeFileSync(join(dir, 'policy.jsonl'), OPERATOR);
   kit = await startSandboxServer('jailbox-sandbox:policy', { JAILBOX_APPROVAL_TIMEOUT: '60',
-    JAILBOX_POLICY_FILE: join(dir, 'policy.jsonl') });
+    JAILBOX_POLICY_FILE: join(dir, 'policy.jsonl') }, [`${realpathSync('/bin/sh')}:/bin/sh`]); // exec is offered with a shell
   srv = kit.srv;
 });
 

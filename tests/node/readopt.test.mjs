@@ -92,6 +92,8 @@ test(`worker SIGKILLed with ${N} live sessions (writes pending, reads in flight)
     const st = await waitState(srv, s.jobId, ['active'], 1000);
     assert.equal(st.pendingOps, 1);
     assert.deepEqual((await containersOf(s.jobId)).map((c) => c.Id), cids[s.jobId], 'the same container');
+    // the image has no /bin/sh: exec stays unavailable, as the launch found it
+    assert.deepEqual([st.walls.exec.available, st.walls.exec.reason], [false, 'the image has no /bin/sh: no command can run']);
   }
   // the pending writes are approved after the restart and land, once
   for (const s of sessions) {

@@ -11,7 +11,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync, realpathSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,7 @@ import { CTL, connectClient, verifiedChain } from './lib/mcp.mjs';
 import { JAILBOXD } from './lib/server.mjs';
 
 const TIMEOUT_MS = 2000;
+const EXTRA = [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/echo']; // exec is offered only with a shell
 let kit, srv, hook, hookUrl;
 const reviews = []; // the requests the webhook received, parsed
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -59,7 +60,7 @@ before(async () => {
   hookUrl = `http://rev:hook-secret@127.0.0.1:${hook.address().port}/review?k=1`;
   kit = await startSandboxServer('jailbox-sandbox:reviewer', { JAILBOX_APPROVAL_TIMEOUT: '60',
     JAILBOX_REVIEWER_URL: hookUrl, JAILBOX_REVIEWER_TIMEOUT_MS: String(TIMEOUT_MS),
-    JAILBOX_REVIEWER_FAILURES: '0' });
+    JAILBOX_REVIEWER_FAILURES: '0' }, EXTRA);
   srv = kit.srv;
 });
 
@@ -266,7 +267,7 @@ esac
 `);
   chmodSync(prog, 0o755);
   const k2 = await startSandboxServer('jailbox-sandbox:reviewer', { JAILBOX_REVIEWER_CMD: prog,
-    JAILBOX_REVIEWER_TIMEOUT_MS: '3000', JAILBOX_REVIEWER_FAILURES: '2', JAILBOX_REVIEWER_PAUSE_MS: '600000' });
+    JAILBOX_REVIEWER_TIMEOUT_MS: '3000', JAILBOX_REVIEWER_FAILURES: '2', JAILBOX_REVIEWER_PAUSE_MS: '600000' }, EXTRA);
   const s2 = k2.srv;
   try {
     assert.match(s2.log(), /"msg":"op reviewer configured","timeoutMs":"3000","kind":"program"/);

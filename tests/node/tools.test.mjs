@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync, linkSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, symlinkSync, writeFileSync, linkSync, mkdtempSync, realpathSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -25,7 +25,8 @@ let U, agentU; // unsupervised
 let S, agentS, buyerS; // supervised
 
 before(async () => {
-  K = await startSandboxServer(IMAGE, { JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none' });
+  // /bin/sh: exec is offered (and listed) only on an image with a shell
+  K = await startSandboxServer(IMAGE, { JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_ESCAPE_ABORT: 'none' }, [`${realpathSync('/bin/sh')}:/bin/sh`]);
   srv = K.srv;
   outside = join(srv.dir, 'outside-tools');
   mkdirSync(outside);

@@ -7,26 +7,38 @@
 // stdio through `jailboxctl mcp-bridge`, the Socket.IO `mcp` event). Every image this host
 // builds has a spawner, so the session without one has its contract say so in its row (as a
 // worker writes it when the image's launcher has no spawner) before its agent connects; the
-// other session's contract is the worker's own. Needs root, dockerd + runsc.
+// other session's contract is the worker's own. A session on the minimal image (no /bin/sh)
+// has its worker write exec unavailable itself, from what the spawner found in the image.
+// Needs root, dockerd + runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { realpathSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 import { TRANSPORTS, connectClient } from './lib/mcp.mjs';
+import { ROOT } from './lib/jail.mjs';
+import { JAILBOXD } from './lib/server.mjs';
 
 const MODERN = '2026-07-28';
 const META = { 'io.modelcontextprotocol/protocolVersion': MODERN, 'io.modelcontextprotocol/clientCapabilities': {} };
 const NO_SPAWNER = "the image's launcher has no spawner (rebuild it: deploy/sandbox-image/build.sh)";
+const NO_SHELL = 'the image has no /bin/sh: no command can run';
+const MINIMAL = 'jailbox-sandbox:tools-offer-minimal' + (process.env.JB_IMAGE_SUFFIX ?? ''); // no extras: no /bin/sh
 let K, srv;
 let X, N; // a session whose sandbox runs commands; one whose contract says it cannot (supervised)
+let M; // a session on the minimal image (unsupervised)
 
 before(async () => {
-  K = await startSandboxServer('jailbox-sandbox:tools-offer', { JAILBOX_APPROVAL_TIMEOUT: '60' },
+  execFileSync(join(ROOT, 'deploy/start-dockerd.sh'), { stdio: 'inherit' });
+  execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
+    ['--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', MINIMAL], { stdio: 'inherit' });
+  K = await startSandboxServer('jailbox-sandbox:tools-offer', { JAILBOX_APPROVAL_TIMEOUT: '60', JAILBOX_SANDBOX_IMAGES: MINIMAL },
     [`${realpathSync('/bin/sh')}:/bin/sh`, '/usr/bin/echo']);
   srv = K.srv;
   const build = (d) => writeFileSync(join(d, 'a.txt'), 'a\n');
-  [X, N] = await Promise.all([K.openSession(build, { mode: 'unsupervised' }), K.openSession(build, { mode: 'supervised' })]);
+  [X, N, M] = await Promise.all([K.openSession(build, { mode: 'unsupervised' }), K.openSession(build, { mode: 'supervised' }),
+    K.openSession(build, { mode: 'unsupervised', image: MINIMAL })]);
   await srv.db.query(`UPDATE sessions SET walls = jsonb_set(walls, '{exec}', jsonb_build_object('available', false, 'reason', $2::text))
     WHERE job_id = $1`, [N.jobId, NO_SPAWNER]);
 });
@@ -61,6 +73,35 @@ test('the contract decides: the worker wrote exec available for one session, the
   assert.equal((await K.sessionOf(X.jobId)).walls.exec.available, true);
   const n = (await K.sessionOf(N.jobId)).walls.exec;
   assert.deepEqual([n.available, n.reason], [false, NO_SPAWNER]);
+});
+
+test('the image decides too: with /bin/sh exec is available, on the minimal image (no shell) the worker writes it unavailable', async () => {
+  const x = (await K.sessionOf(X.jobId)).walls.exec;
+  assert.deepEqual([x.image?.shell, x.image?.programs], [true, ['sh']], JSON.stringify(x.image));
+  const m = (await K.sessionOf(M.jobId)).walls.exec;
+  assert.deepEqual([m.available, m.reason, m.image?.shell, m.image?.programs], [false, NO_SHELL, false, []], JSON.stringify(m).slice(0, 600));
+  assert.equal(m.spawner, undefined, 'a spawner named where its channel was closed');
+  assert.ok(m.jail.imageBinds.includes('/usr'), 'the binds the spawner reported');
+  // tools/list: no exec for the minimal-image session, over the SDK client (bridge) and POST /mcp
+  const client = await connectClient('stdio', K, M, 'jailbox-tools-offer');
+  try {
+    const listed = names((await client.listTools()).tools);
+    assert.ok(!listed.includes('exec') && listed.includes('read'), String(listed));
+    await assert.rejects(client.callTool({ name: 'exec', arguments: { command: 'echo hi' } }),
+      (e) => e.code === -32602 && e.message.includes(NO_SHELL), 'exec on the minimal image');
+  } finally {
+    await client.close();
+  }
+  const r = (await post(M.agentToken, 1, 'tools/list')).result;
+  assert.deepEqual([r.cacheScope, names(r.tools).includes('exec')], ['private', false]);
+  const e = await post(M.agentToken, 2, 'tools/call', { name: 'exec', arguments: { argv: ['/usr/bin/setpriv', '--help'] } });
+  assert.deepEqual([e.error?.code, e.error?.data?.reason], [-32602, 'exec_unavailable'], JSON.stringify(e));
+  assert.match(e.error.message, /cannot run commands \(the image has no \/bin\/sh: no command can run\)/);
+  const ops = await srv.db.query("SELECT count(*)::int AS n FROM ops WHERE job_id = $1 AND tool = 'exec'", [M.jobId]);
+  assert.equal(ops.rows[0].n, 0, 'an exec op was stored');
+  // the file tools of that session work
+  const agent = await K.connect(M.agentToken);
+  assert.ok(!toolFailure(await K.call(agent, 'read', { path: 'a.txt' })));
 });
 
 for (const kind of TRANSPORTS) {
