@@ -183,7 +183,9 @@ static const struct tool_text tools[] = {
      "writable command's effects on the workspace are listed (changes); symbolic links leading "
      "out, special files and new hard links it leaves are removed. The "
      "command is killed at "
-     "timeoutSec (timedOut). env may set only locale, colour, CI and debug variables (LANG, "
+     "timeoutSec (timedOut), and when it holds more memory than its limit (the session "
+     "contract's exec.memory.perCommandMiB, or a lower memoryMiB): it then ends with oom true "
+     "and the session goes on. env may set only locale, colour, CI and debug variables (LANG, "
      "LC_*, TZ, TERM, NO_COLOR, FORCE_COLOR, CI, PYTHONUNBUFFERED, RUST_BACKTRACE, RUST_LOG...) "
      "and the ones the operator allows; others are refused (denied). In a supervised session "
      "the buyer approves the command first, seeing the variables' values, and may kill it while "
@@ -200,14 +202,18 @@ static const struct tool_text tools[] = {
      "\"timeoutSec\":{\"type\":\"integer\",\"minimum\":1,\"default\":120},\"maxOutputBytes\":{"
      "\"type\":\"integer\",\"minimum\":0,\"maximum\":8388608,\"default\":1048576,"
      "\"description\":\"bytes kept of each stream\"},\"writable\":{\"type\":\"boolean\","
-     "\"default\":false,\"description\":\"mount the workspace writable for this command\"}},"
+     "\"default\":false,\"description\":\"mount the workspace writable for this command\"},"
+     "\"memoryMiB\":{\"type\":\"integer\",\"minimum\":16,\"maximum\":65536,\"description\":"
+     "\"a lower memory limit for this command (the session's per-command limit otherwise)\"}},"
      "\"oneOf\":[{\"required\":[\"argv\"]},{\"required\":[\"command\"]}],"
      "\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"exitCode\":{\"type\":[\"integer\",\"null\"]},"
      "\"signal\":{\"type\":[\"string\",\"null\"]},\"timedOut\":{\"type\":\"boolean\"},"
      "\"durationMs\":" NAT ",\"stdout\":{\"type\":\"string\"},\"stderr\":{\"type\":\"string\"},"
      "\"stdoutTruncated\":{\"type\":\"boolean\"},\"stderrTruncated\":{\"type\":\"boolean\"},"
-     "\"stdoutBytes\":" NAT ",\"stderrBytes\":" NAT ",\"invalidUtf8\":" NAT ",\"redactions\":" NAT
+     "\"oom\":{\"type\":\"boolean\",\"description\":\"killed for going over its memory "
+     "limit\"},\"stdoutBytes\":" NAT ",\"stderrBytes\":" NAT ",\"invalidUtf8\":" NAT
+     ",\"redactions\":" NAT
      ",\"redacted\":{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{"
      "\"rule\":{\"type\":\"string\"},\"stream\":{\"enum\":[\"stdout\",\"stderr\"]},\"offset\":" NAT
      ",\"failed\":{\"type\":\"boolean\"}}}},\"changes\":{\"type\":\"array\",\"description\":"
