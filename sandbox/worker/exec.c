@@ -47,7 +47,10 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   if (rq->fsize_bytes > 0) json_object_set_new(lim, "fsizeBytes", json_integer(rq->fsize_bytes));
   if (rq->nproc > 0) json_object_set_new(lim, "nproc", json_integer(rq->nproc));
   if (rq->tmp_bytes > 0) json_object_set_new(lim, "tmpBytes", json_integer(rq->tmp_bytes));
-  if (rq->memory_bytes > 0) json_object_set_new(lim, "memoryBytes", json_integer(rq->memory_bytes));
+  /* tests only: with JB_TEST_EXEC_MEMORY_UNWATCHED set no limit is sent, so that a command can
+   * take the sandbox over the container's limit (its OOM end, tests/node/exec_checks.test.mjs) */
+  if (rq->memory_bytes > 0 && !getenv("JB_TEST_EXEC_MEMORY_UNWATCHED"))
+    json_object_set_new(lim, "memoryBytes", json_integer(rq->memory_bytes));
   json_object_set_new(o, "limits", lim);
   return o;
 }

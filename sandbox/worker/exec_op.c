@@ -718,12 +718,13 @@ static void publish_end(struct jb_worker *w, PGconn *c, const char *job,
   /* the end of the live view: how the command ended, without its output */
   json_t *r = json_object_get(ans, "result");
   json_t *summary =
-      ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
-                     "signal", json_object_get(r, "signal"), "timedOut",
-                     json_object_get(r, "timedOut"), "durationMs", json_object_get(r, "durationMs"),
-                     "stdoutBytes", json_object_get(r, "stdoutBytes"), "stderrBytes",
-                     json_object_get(r, "stderrBytes"), "redactions",
-                     json_object_get(r, "redactions"))
+      ok ? json_pack(
+               "{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:b}", "exitCode", json_object_get(r, "exitCode"),
+               "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
+               "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
+               json_object_get(r, "stdoutBytes"), "stderrBytes", json_object_get(r, "stderrBytes"),
+               "redactions", json_object_get(r, "redactions"), "oom",
+               json_is_true(json_object_get(r, "oom")))
          : json_pack("{s:s}", "error", code);
   worker_publish(w, c, job, JB_EVENT_OP,
                  json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId",
