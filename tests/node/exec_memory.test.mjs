@@ -23,7 +23,7 @@ let K, srv, U, agent;
 before(async () => {
   const hog = join(mkdtempSync(join(tmpdir(), 'jb-memhog-')), 'memhog');
   execFileSync('gcc', ['-O2', '-static', '-o', hog, fileURLToPath(new URL('./fixtures/memhog.c', import.meta.url))]);
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' }, [`${hog}:/usr/bin/memhog`]);
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' }, [`${hog}:/usr/bin/memhog`, '/usr/bin/ls']);
   srv = K.srv;
   U = await K.openSession((d) => writeFileSync(join(d, 'hello.txt'), 'hello\n'),
     { mode: 'unsupervised', limits: { memoryMiB: SESSION_MIB } });
@@ -119,4 +119,15 @@ test('an exec\'s memoryMiB lowers the limit and never raises it', async () => {
   await stillActive();
   // the sandbox was never killed: one container all along, no OOM end
   assert.doesNotMatch(srv.log(), new RegExp(`"msg":"sandbox ended"[^\\n]*${U.jobId}|${U.jobId}[^\\n]*"msg":"sandbox ended"`));
+});
+
+test('the jails\' memory cgroups go with their jails', async () => {
+  // seen from the container (gVisor's cgroupfs, as the spawner sees it): after the commands
+  // above, the jail built ahead's cgroup and at most one of a jail still ending
+  const cid = (await K.sessionOf(U.jobId)).walls.walls.docker.containerId;
+  await new Promise((r) => setTimeout(r, 500));
+  const left = execFileSync('docker', ['exec', cid, '/usr/bin/ls', '/sys/fs/cgroup/memory']).toString()
+    .split('\n').filter((n) => n.startsWith('jailbox-jail-'));
+  console.log(`# memory cgroups of jails in the container: ${left.join(' ')}`);
+  assert.ok(left.length >= 1 && left.length <= 2, left.join(' '));
 });
