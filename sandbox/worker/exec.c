@@ -61,7 +61,7 @@ long long jb_exec_memory_limit(const json_t *limits, long long asked_mib) {
   long long reserve = all / 8 > (JB_EXEC_MEMORY_RESERVE_MIN_MIB << 20)
                           ? all / 8
                           : (long long)JB_EXEC_MEMORY_RESERVE_MIN_MIB << 20;
-  if (reserve > all / 2) reserve = all / 2;
+  if (reserve > all - (16LL << 20)) reserve = all - (16LL << 20); /* 16 MiB a command at least */
   long long lim = all - reserve;
   return asked_mib > 0 && (asked_mib << 20) < lim ? asked_mib << 20 : lim;
 }

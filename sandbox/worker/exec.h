@@ -96,7 +96,7 @@ struct jb_exec_request {
 
 /* A command's memory limit in bytes in a session whose limits (borrowed; {"memoryMiB"}, 1024
  * when absent) give the container's: that limit less max(JB_EXEC_MEMORY_RESERVE_MIN_MIB, an
- * eighth of it), the reserve at most half of it; `asked_mib` > 0 (the exec's memoryMiB)
+ * eighth of it), 16 MiB at least (64 MiB → 16, 128 → 64, 256 → 192); `asked_mib` > 0 (the exec's memoryMiB)
  * lowers it, never raises it. */
 long long jb_exec_memory_limit(const json_t *limits, long long asked_mib);
 

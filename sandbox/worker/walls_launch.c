@@ -231,7 +231,7 @@ static json_t *exec_memory_contract(const struct jb_spawner *sp, const json_t *l
               "every intervalMs and kills the jail (its pid 1, so every process) once it holds "
               "more than the command's limit: that command ends with oom true and the session "
               "goes on. The limit is the container's less max(64 MiB, an eighth of it) kept for "
-              "the sandbox itself; an exec's memoryMiB may lower it"
+              "the sandbox itself, 16 MiB at least; an exec's memoryMiB may lower it"
             : "not enforced per command: a command over the container's limit ends the whole "
               "sandbox (the session fails; the command's result says oom)");
   if (o && !watch)

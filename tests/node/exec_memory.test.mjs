@@ -4,7 +4,8 @@
 // whole sandbox — and the session goes on: the next command and the file tools work. The
 // contract says the limit (exec.memory); a command under it is not killed; several processes
 // of one command are counted together; an exec's memoryMiB lowers the limit and never raises
-// it; the audit entry says oom with the limit and the peak seen. Needs root, Docker with runsc;
+// it; the audit entry says oom with the limit and the peak seen; in the smallest session
+// (64 MiB) four processes racing past a 16 MiB limit end oom and the sandbox lives. Needs root, Docker with runsc;
 // the image gets a static allocator (fixtures/memhog.c, compiled here with gcc -static).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -119,6 +120,18 @@ test('an exec\'s memoryMiB lowers the limit and never raises it', async () => {
   await stillActive();
   // the sandbox was never killed: one container all along, no OOM end
   assert.doesNotMatch(srv.log(), new RegExp(`"msg":"sandbox ended"[^\\n]*${U.jobId}|${U.jobId}[^\\n]*"msg":"sandbox ended"`));
+});
+
+test('the smallest session (64 MiB): 16 MiB a command, and four processes racing past it end oom', async () => {
+  const S = await K.openSession(() => {}, { mode: 'unsupervised', limits: { memoryMiB: 64 } });
+  assert.equal((await K.sessionOf(S.jobId)).walls.exec.memory.perCommandMiB, 16);
+  const a = await K.connect(S.agentToken);
+  const r = (await K.call(a, 'exec', { argv: ['memhog', '400', '4'], timeoutSec: 60 }, 120000)).result?.structuredContent;
+  assert.equal(r?.oom, true, JSON.stringify(r));
+  const n = await K.ok(a, 'exec', { argv: ['memhog', '8'] });
+  assert.equal(n.exitCode, 0, JSON.stringify(n));
+  const st = await K.sessionOf(S.jobId);
+  assert.equal(st.state, 'active', st.stateReason);
 });
 
 test('the jails\' memory cgroups go with their jails', async () => {
