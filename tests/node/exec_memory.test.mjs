@@ -4,7 +4,7 @@
 // whole sandbox — and the session goes on: the next command and the file tools work. The
 // contract says the limit (exec.memory); a command under it is not killed; several processes
 // of one command are counted together; an exec's memoryMiB lowers the limit and never raises
-// it; the audit entry says oom with the limit and the peak seen; in the smallest session
+// it; the audit entry and the buyer's jailbox:op say oom with the limit and the peak seen; in the smallest session
 // (64 MiB) four processes racing past a 16 MiB limit end oom and the sandbox lives. Needs root, Docker with runsc;
 // the image gets a static allocator (fixtures/memhog.c, compiled here with gcc -static).
 import { test, before, after } from 'node:test';
@@ -19,7 +19,7 @@ import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 const IMAGE = 'jailbox-sandbox:execmem';
 const SESSION_MIB = 256;
 
-let K, srv, U, agent;
+let K, srv, U, agent, buyer;
 
 before(async () => {
   const hog = join(mkdtempSync(join(tmpdir(), 'jb-memhog-')), 'memhog');
@@ -29,6 +29,7 @@ before(async () => {
   U = await K.openSession((d) => writeFileSync(join(d, 'hello.txt'), 'hello\n'),
     { mode: 'unsupervised', limits: { memoryMiB: SESSION_MIB } });
   agent = await K.connect(U.agentToken);
+  buyer = await K.connect(U.buyerToken);
 });
 
 after(async () => {
@@ -74,6 +75,9 @@ test('a command that allocates twice the session\'s memory ends with oom; the se
   assert.equal(r.exitCode, null);
   assert.equal(r.timedOut, false);
   assert.doesNotMatch(r.stdout, /held/);
+  // the buyer's live view ends with the same word
+  const end = await K.waitEvent(buyer, 'jailbox:op', (p) => p.tool === 'exec' && p.state === 'done', 5000);
+  assert.equal(end.result.oom, true, JSON.stringify(end));
   await stillActive();
   // the next command runs, and the file tools work
   const n = await exec({ argv: ['memhog', '16'] });
