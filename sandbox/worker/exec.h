@@ -39,7 +39,7 @@ int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *
  * worker is killed (its op was failed at re-adoption), the line boundary is found again by a
  * request whose answer ends what the earlier worker left unread, and ids start far past the
  * ones it used. `exec_contract` (borrowed): the contract's "exec" written at launch, whose
- * spawner protocol, pid and image binds stand for the hello. 0, or -1 with `err` (ETIMEDOUT,
+ * spawner protocol, pid, image binds and memory watch stand for the hello. 0, or -1 with `err` (ETIMEDOUT,
  * EPIPE; `fd` is then closed and the spawner stays without a connection). */
 int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
                      jb_error *err);
