@@ -39,8 +39,8 @@ int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *
  * worker is killed (its op was failed at re-adoption), the line boundary is found again by a
  * request whose answer ends what the earlier worker left unread, and ids start far past the
  * ones it used. `exec_contract` (borrowed): the contract's "exec" written at launch, whose
- * spawner protocol, pid, image binds and memory watch stand for the hello. 0, or -1 with `err` (ETIMEDOUT,
- * EPIPE; `fd` is then closed and the spawner stays without a connection). */
+ * spawner protocol, pid, image binds and memory watch stand for the hello. 0, or -1 with `err`
+ * (ETIMEDOUT, EPIPE; `fd` is then closed and the spawner stays without a connection). */
 int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
                      jb_error *err);
 
@@ -96,8 +96,8 @@ struct jb_exec_request {
 
 /* A command's memory limit in bytes in a session whose limits (borrowed; {"memoryMiB"}, 1024
  * when absent) give the container's: that limit less max(JB_EXEC_MEMORY_RESERVE_MIN_MIB, an
- * eighth of it), 16 MiB at least (64 MiB → 16, 128 → 64, 256 → 192); `asked_mib` > 0 (the exec's memoryMiB)
- * lowers it, never raises it. */
+ * eighth of it), 16 MiB at least (64 MiB → 16, 128 → 64, 256 → 192); `asked_mib` > 0 (the
+ * exec's memoryMiB) lowers it, never raises it. */
 long long jb_exec_memory_limit(const json_t *limits, long long asked_mib);
 
 /* Called on the calling thread for each chunk, in order; seq counts per command from 0. */
