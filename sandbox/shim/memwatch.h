@@ -1,9 +1,9 @@
-/* memwatch.h — a command's memory, counted and held to its limit by the spawner (sandbox/WALLS.md,
- * "Memory per command"): each jail gets a memory cgroup of its own in gVisor's cgroupfs, which
- * counts every page the jail's processes and its /tmp hold (gVisor does not enforce the
- * cgroup's limit, but it accounts per cgroup); the spawner reads that count every
- * JB_MEMWATCH_INTERVAL_MS and kills the jail when it passes the command's limit, before the
- * container's limit is reached and the host's OOM killer ends the whole sandbox. */
+/* memwatch.h — a command's memory, counted and held to its limit by the spawner
+ * (sandbox/WALLS.md, "Memory per command"): each jail gets a memory cgroup of its own in
+ * gVisor's cgroupfs, which counts every page the jail's processes and its /tmp hold (gVisor
+ * does not enforce the cgroup's limit, but it accounts per cgroup); the spawner reads that
+ * count every JB_MEMWATCH_INTERVAL_MS and kills the jail when it passes the command's limit,
+ * before the container's limit is reached and the host's OOM killer ends the whole sandbox. */
 #ifndef JB_SANDBOX_SHIM_MEMWATCH_H
 #define JB_SANDBOX_SHIM_MEMWATCH_H
 
