@@ -98,6 +98,7 @@ static const struct arg_spec spec_exec[] = {
     {"timeoutSec", ARG_INT, false, 1, 86400},
     {"maxOutputBytes", ARG_INT, false, 0, OP_EXEC_OUTPUT_MAX},
     {"writable", ARG_BOOL, false, 0, 0},
+    {"memoryMiB", ARG_INT, false, 16, 65536},
     END};
 
 static const struct arg_spec *const specs[JB_TOOL_COUNT] = {
@@ -692,6 +693,8 @@ json_t *op_exec_args(json_t *args) {
                 "writable", json_is_true(json_object_get(args, "writable")));
   if (out && json_is_string(in)) json_object_set(out, "stdin", in);
   if (out && cmd) json_object_set_new(out, "command", json_string(cmd));
+  json_t *mem = json_object_get(args, "memoryMiB"); /* lowers the session's per-command limit */
+  if (out && json_is_integer(mem)) json_object_set(out, "memoryMiB", mem);
   return out;
 }
 

@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include "sandbox/shim/spawner.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -34,6 +33,8 @@
 #include "lib/line.h"
 #include "lib/pathcheck.h"
 #include "sandbox/proto/shim.h"
+#include "sandbox/shim/memwatch.h"
+#include "sandbox/shim/proctree.h"
 
 #define BWRAP "/usr/bin/bwrap"
 #define SETPRIV "/usr/bin/setpriv"
@@ -107,7 +108,9 @@ struct cmd {
   long long bytes[2];
   bool trunc[2];
   long long start, deadline;
-  const char *killed_by; /* NULL, "timeout", "signal" */
+  const char *killed_by; /* NULL, "timeout", "signal", "memory" */
+  struct jb_memcg mem; /* the jail's memory cgroup (usage_fd -1: not watched) */
+  long long mem_limit, mem_peak, mem_next; /* bytes (0: none), bytes seen at most, next read */
   bool exited;
   long long exited_at;
   int wstatus;
@@ -115,8 +118,12 @@ struct cmd {
 };
 
 /* cur: the jail whose command runs; warm: the next jail, built ahead, its helper waiting. */
-static struct cmd cur = {.fd = {-1, -1}, .status_fd = -1, .ctl = -1};
-static struct cmd warm = {.fd = {-1, -1}, .status_fd = -1, .ctl = -1};
+#define JAIL_NONE                                                                        \
+  {                                                                                      \
+    .fd = {-1, -1}, .status_fd = -1, .ctl = -1, .mem = {.usage_fd = -1, .procs_fd = -1 } \
+  }
+static struct cmd cur = JAIL_NONE;
+static struct cmd warm = JAIL_NONE;
 /* no jail is built ahead (the worker asked: its session is paused) until a `warm` op */
 static bool cool;
 /* what jails are built from, and the kind of the last command's (the next is built alike) */
@@ -153,23 +160,6 @@ static void await_init(struct cmd *c) {
     if (poll(&pf, 1, 20) > 0) read_status(c);
 }
 
-/* The parent of process `pid` from /proc/PID/stat, or -1. */
-static pid_t parent_of(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return -1;
-  buf[n] = '\0';
-  char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
-  if (!p) return -1;
-  char state;
-  int ppid;
-  return sscanf(p + 1, " %c %d", &state, &ppid) == 2 ? (pid_t)ppid : -1;
-}
-
 /* Sends `sig` to the running command's whole tree. SIGKILL goes to the jail's pid 1 (whose end
  * ends the pid namespace and every process in it) and to bwrap (--die-with-parent takes the
  * pid 1 along): both run as root, which this process is. Stop and continue go to every
@@ -188,44 +178,7 @@ static int signal_tree(int sig) {
     return 0;
   }
   if (cur.init <= 0) return -1;
-  pid_t child = fork();
-  if (child < 0) return -1;
-  if (child == 0) {
-    if (setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0) _exit(1);
-    enum { MAXP = 4096 };
-    static pid_t tree[MAXP];
-    size_t n = 0;
-    tree[n++] = cur.init;
-    for (int pass = 0; pass < 8; pass++) {
-      size_t before = n;
-      DIR *d = opendir("/proc");
-      if (!d) _exit(1);
-      struct dirent *e;
-      while ((e = readdir(d)) && n < MAXP) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        pid_t p = (pid_t)atoi(e->d_name);
-        bool known = false;
-        for (size_t i = 0; i < n && !known; i++) known = tree[i] == p;
-        if (known) continue;
-        pid_t pp = parent_of(p);
-        for (size_t i = 0; i < n; i++)
-          if (tree[i] == pp) {
-            tree[n++] = p;
-            kill(p, sig);
-            break;
-          }
-      }
-      closedir(d);
-      if (n == before) break;
-      /* a continue must not miss one stopped between passes */
-      if (sig == SIGCONT)
-        for (size_t i = 1; i < before; i++) kill(tree[i], sig);
-    }
-    _exit(n > 1 ? 0 : 2);
-  }
-  int st = 0;
-  while (waitpid(child, &st, 0) < 0 && errno == EINTR) {}
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+  return jb_proctree_signal(cur.init, sig);
 }
 
 /* ---- the jail's arguments ------------------------------------------------------------------ */
@@ -312,7 +265,7 @@ struct request {
   char cwd[JB_PATH_MAX + sizeof WORKSPACE + 2];
   unsigned char *stdin_data;
   size_t stdin_len;
-  long long timeout_ms, max_out, fsize, nproc, tmp;
+  long long timeout_ms, max_out, fsize, nproc, tmp, memory; /* memory: bytes, 0 none */
   bool writable;
 };
 
@@ -565,12 +518,13 @@ static int parse_exec(const json_t *req, struct request *rq) {
   rq->fsize = int_field(lim, "fsizeBytes", JB_SPAWNER_DEFAULT_FSIZE, 0, 1LL << 50);
   rq->nproc = int_field(lim, "nproc", nproc_max, 1, nproc_max);
   rq->tmp = int_field(lim, "tmpBytes", JB_SPAWNER_DEFAULT_TMP, 1024 * 1024, 1LL << 34);
+  rq->memory = int_field(lim, "memoryBytes", 0, 0, 1LL << 50);
   if (rq->timeout_ms < 0 || rq->max_out < 0 || (wr && !json_is_boolean(wr)) ||
       (lim && !json_is_null(lim) && !json_is_object(lim)) || rq->fsize < 0 || rq->nproc < 0 ||
-      rq->tmp < 0) {
+      rq->tmp < 0 || rq->memory < 0) {
     send_error(id, "bad_request",
                "timeoutMs (1..%ld), maxOutputBytes (0..%ld), writable (boolean) or limits "
-               "{fsizeBytes, nproc (1..%lld), tmpBytes} out of range",
+               "{fsizeBytes, nproc (1..%lld), tmpBytes, memoryBytes} out of range",
                JB_SPAWNER_MAX_TIMEOUT_MS, JB_SPAWNER_MAX_OUTPUT, nproc_max);
     return -1;
   }
@@ -600,7 +554,9 @@ static int memfd_with(const char *name, const void *p, size_t len) {
   return fd;
 }
 
+/* Closes jail `j`'s descriptors and lets go of its memory cgroup (removed once it is empty). */
 static void jail_close_fds(struct cmd *j) {
+  jb_memwatch_release(&j->mem);
   int *fds[] = {&j->fd[0], &j->fd[1], &j->status_fd, &j->ctl};
   for (size_t k = 0; k < sizeof fds / sizeof fds[0]; k++)
     if (*fds[k] >= 0) {
@@ -609,15 +565,13 @@ static void jail_close_fds(struct cmd *j) {
     }
 }
 
-static void jail_reset(struct cmd *j) {
-  memset(j, 0, sizeof *j);
-  j->fd[0] = j->fd[1] = j->status_fd = j->ctl = -1;
-}
+static void jail_reset(struct cmd *j) { *j = (struct cmd)JAIL_NONE; }
 
 /* Starts building a jail into `j` (bwrap → filter → setpriv → the helper, ready on its socket
  * for its command) in a network namespace of its own made by clone (lo only; bwrap's
  * --unshare-net fails in gVisor): fds 0 /dev/null, 1-2 output, 3 the filter, 4 bwrap's status,
- * HELPER_FD the helper's; RLIMIT_NPROC at a command's most. 0, or -1 with errno (no fallback). */
+ * HELPER_FD the helper's; RLIMIT_NPROC at a command's most; in a memory cgroup of its own where
+ * jb_memwatch_available (a jail that cannot join it fails). 0, or -1 with errno (no fallback). */
 static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigned char *bpf,
                       size_t bpf_len, const char *self) {
   jail_reset(j);
@@ -626,7 +580,8 @@ static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigne
   struct args a = {0};
   int e = 0;
   if (filt < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-      pipe2(st, O_CLOEXEC) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
+      pipe2(st, O_CLOEXEC) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
+      (jb_memwatch_available(NULL, 0) && jb_memwatch_create(&j->mem) < 0)) {
     e = errno;
     goto fail;
   }
@@ -638,7 +593,8 @@ static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigne
   long long t0 = now_ms();
   pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWNET | SIGCHLD, 0, 0, 0, 0);
   if (pid == 0) {
-    /* the child: descriptors 0-5, the limit, default signals, then bwrap */
+    /* the child: its memory cgroup, descriptors 0-5, the limit, default signals, then bwrap */
+    if (j->mem.procs_fd >= 0 && jb_memwatch_join(&j->mem) < 0) _exit(125);
     for (int s = 1; s < NSIG; s++)
       if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
     sigset_t none;
@@ -665,6 +621,8 @@ static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigne
   sigprocmask(SIG_SETMASK, &old, NULL);
   if (pid < 0) goto fail;
   args_free(&a);
+  if (j->mem.procs_fd >= 0) close(j->mem.procs_fd);
+  j->mem.procs_fd = -1;
   close(filt);
   close(out[1]);
   close(errp[1]);
@@ -685,6 +643,7 @@ static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigne
   return 0;
 fail:
   args_free(&a);
+  jb_memwatch_release(&j->mem);
   int fds[] = {filt, out[0], out[1], errp[0], errp[1], st[0], st[1], sp[0], sp[1]};
   for (size_t k = 0; k < sizeof fds / sizeof fds[0]; k++)
     if (fds[k] >= 0) close(fds[k]);
@@ -864,6 +823,7 @@ static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, c
   cur.handed = now_ms();
   cur.start = t_req;
   cur.deadline = cur.handed + rq->timeout_ms;
+  cur.mem_limit = rq->memory;
   return 0;
 }
 
@@ -915,6 +875,7 @@ static void finish(void) {
   int code = WIFEXITED(cur.wstatus) ? WEXITSTATUS(cur.wstatus) : 128 + WTERMSIG(cur.wstatus);
   json_t *exit_code = json_null(), *sig = json_null();
   const char *by = cur.killed_by;
+  bool oom = by && strcmp(by, "memory") == 0;
   if (by) {
     sig = json_string("SIGKILL");
   } else if (code > 128 && code < 128 + 32) {
@@ -928,8 +889,13 @@ static void finish(void) {
                 "signal", sig, "timedOut", by && strcmp(by, "timeout") == 0, "durationMs",
                 (json_int_t)(now_ms() - cur.start), "stdoutBytes", (json_int_t)cur.bytes[0],
                 "stderrBytes", (json_int_t)cur.bytes[1], "stdoutTruncated", cur.trunc[0],
-                "stderrTruncated", cur.trunc[1], "oom", 0, "killedBy", by, "seccompSyscall");
+                "stderrTruncated", cur.trunc[1], "oom", oom, "killedBy", by, "seccompSyscall");
   if (r && !by) json_object_set_new(r, "killedBy", json_null());
+  /* the memory the jail held at most when read (every JB_MEMWATCH_INTERVAL_MS), and its limit */
+  if (r && cur.mem.usage_fd >= 0)
+    json_object_set_new(r, "memory",
+                        json_pack("{s:I, s:I}", "peakBytes", (json_int_t)cur.mem_peak, "limitBytes",
+                                  (json_int_t)cur.mem_limit));
   /* where the time went: waiting for the jail (0 when it was built ahead and ready), building
    * it (bwrap to the helper's ready), the command (hand-over to the helper's word that it
    * ended: fork, exec, the run), the jail's end (to bwrap's end: the helper's, the pid
@@ -948,6 +914,7 @@ static void finish(void) {
   jail_close_fds(&cur);
   json_decref(cur.id);
   jail_reset(&cur);
+  jb_memwatch_sweep();
   /* the next command's jail, built now so that its request only hands the command over */
   warm_up(last_writable, last_tmp, jail_bpf, jail_bpf_len, jail_self);
 }
@@ -1015,6 +982,42 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
   send_error(id, "unknown_op", "unknown op '%.64s'", op ? op : "");
 }
 
+/* Reads the running command's memory when it is due and kills its jail (killedBy "memory", the
+ * result's oom) once the jail holds more than the command's limit. */
+static void watch_memory(void) {
+  if (!cur.running || cur.exited || cur.killed_by || cur.mem_limit <= 0 || cur.mem.usage_fd < 0 ||
+      now_ms() < cur.mem_next)
+    return;
+  cur.mem_next = now_ms() + JB_MEMWATCH_INTERVAL_MS;
+  long long used = jb_memwatch_usage(&cur.mem);
+  if (used > cur.mem_peak) cur.mem_peak = used;
+  if (used <= cur.mem_limit) return;
+  cur.killed_by = "memory";
+  signal_tree(SIGKILL);
+}
+
+/* How long the loop may wait for an event, ms (-1: no limit): until the running command's
+ * deadline or its memory's next read, or (once it ended) its output's drain; 1 s at most. */
+static int loop_wait(void) {
+  if (!cur.running) return -1;
+  long long until = cur.exited ? cur.drain_until : cur.deadline;
+  if (!cur.exited && cur.mem_limit > 0 && cur.mem.usage_fd >= 0 && cur.mem_next < until)
+    until = cur.mem_next;
+  long long wait = until - now_ms();
+  return wait < 0 ? 0 : wait > 1000 ? 1000 : (int)wait;
+}
+
+/* The spawner's hello: protocol, pid, filter, binds, image facts, the memory watch (or why not). */
+static void send_hello(size_t bpf_len) {
+  char why[200];
+  bool mem = jb_memwatch_available(why, sizeof why);
+  send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o, s:o*, s:{s:s?, s:i, s:s?}}", "hello", "spawner",
+                     "protocol", JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0,
+                     "binds", describe_binds(), "image", jb_image_facts(), "memory", "watch",
+                     mem ? "cgroup" : NULL, "intervalMs", JB_MEMWATCH_INTERVAL_MS, "reason",
+                     mem ? NULL : why));
+}
+
 int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shim_pid,
                    const char *self) {
   chan_fd = chan;
@@ -1026,9 +1029,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
   struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
   sigaction(SIGCHLD, &sa, NULL);
   fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK);
-  send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o, s:o*}", "hello", "spawner", "protocol",
-                     JB_SPAWNER_PROTOCOL, "pid", (int)getpid(), "filter", bpf_len > 0, "binds",
-                     describe_binds(), "image", jb_image_facts()));
+  send_hello(bpf_len);
   /* the first command's jail, built ahead (read-only workspace, the default /tmp) */
   warm_up(false, JB_SPAWNER_DEFAULT_TMP, bpf, bpf_len, self);
   struct jb_line_reader r;
@@ -1063,6 +1064,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
       warm_discard();
       break;
     }
+    watch_memory();
     if (cur.running && !cur.exited && now_ms() >= cur.deadline && !cur.killed_by) {
       cur.killed_by = "timeout";
       signal_tree(SIGKILL);
@@ -1115,14 +1117,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
                            {.fd = warm.running ? warm.status_fd : -1, .events = POLLIN},
                            {.fd = warm.running && !warm.ready ? warm.ctl : -1, .events = POLLIN},
                            {.fd = cur.running ? cur.ctl : -1, .events = POLLIN}};
-    long long wait = -1;
-    if (cur.running) {
-      long long until = cur.exited ? cur.drain_until : cur.deadline;
-      wait = until - now_ms();
-      if (wait < 0) wait = 0;
-      if (wait > 1000) wait = 1000;
-    }
-    int pr = poll(pf, 8, (int)wait);
+    int pr = poll(pf, 8, loop_wait());
     if (pr < 0 && errno != EINTR) break;
     if (pr <= 0) continue;
     if (pf[2].revents) pump_output(0);

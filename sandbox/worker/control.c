@@ -125,6 +125,8 @@ static json_t *control_exec(struct jb_worker *w, const char *op, const json_t *r
       .fsize_bytes = json_integer_value(json_object_get(lim, "fsizeBytes")),
       .nproc = (long)json_integer_value(json_object_get(lim, "nproc")),
       .tmp_bytes = json_integer_value(json_object_get(lim, "tmpBytes")),
+      .memory_bytes = jb_exec_memory_limit(
+          s->limits, json_integer_value(json_object_get(lim, "memoryBytes")) >> 20),
   };
   if (!json_is_object(rq.env)) rq.env = NULL;
   struct exec_out o = {0};

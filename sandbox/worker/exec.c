@@ -47,8 +47,23 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   if (rq->fsize_bytes > 0) json_object_set_new(lim, "fsizeBytes", json_integer(rq->fsize_bytes));
   if (rq->nproc > 0) json_object_set_new(lim, "nproc", json_integer(rq->nproc));
   if (rq->tmp_bytes > 0) json_object_set_new(lim, "tmpBytes", json_integer(rq->tmp_bytes));
+  /* tests only: with JB_TEST_EXEC_MEMORY_UNWATCHED set no limit is sent, so that a command can
+   * take the sandbox over the container's limit (its OOM end, tests/node/exec_checks.test.mjs) */
+  if (rq->memory_bytes > 0 && !getenv("JB_TEST_EXEC_MEMORY_UNWATCHED"))
+    json_object_set_new(lim, "memoryBytes", json_integer(rq->memory_bytes));
   json_object_set_new(o, "limits", lim);
   return o;
+}
+
+long long jb_exec_memory_limit(const json_t *limits, long long asked_mib) {
+  json_int_t mib = json_integer_value(json_object_get(limits, "memoryMiB"));
+  long long all = (mib > 0 ? (long long)mib : 1024) << 20;
+  long long reserve = all / 8 > (JB_EXEC_MEMORY_RESERVE_MIN_MIB << 20)
+                          ? all / 8
+                          : (long long)JB_EXEC_MEMORY_RESERVE_MIN_MIB << 20;
+  if (reserve > all - (16LL << 20)) reserve = all - (16LL << 20); /* 16 MiB a command at least */
+  long long lim = all - reserve;
+  return asked_mib > 0 && (asked_mib << 20) < lim ? asked_mib << 20 : lim;
 }
 
 /* How long a command whose spawner's channel ended waits for the OOM to be known: the

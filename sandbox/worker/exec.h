@@ -39,8 +39,8 @@ int jb_spawner_attach(struct jb_spawner *sp, int fd, long timeout_ms, jb_error *
  * worker is killed (its op was failed at re-adoption), the line boundary is found again by a
  * request whose answer ends what the earlier worker left unread, and ids start far past the
  * ones it used. `exec_contract` (borrowed): the contract's "exec" written at launch, whose
- * spawner protocol, pid and image binds stand for the hello. 0, or -1 with `err` (ETIMEDOUT,
- * EPIPE; `fd` is then closed and the spawner stays without a connection). */
+ * spawner protocol, pid, image binds and memory watch stand for the hello. 0, or -1 with `err`
+ * (ETIMEDOUT, EPIPE; `fd` is then closed and the spawner stays without a connection). */
 int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract, long timeout_ms,
                      jb_error *err);
 
@@ -75,6 +75,9 @@ struct jb_exec_request {
   long long fsize_bytes;
   long nproc;
   long long tmp_bytes;
+  /* the most memory the command's jail may hold, bytes (jb_exec_memory_limit; 0: no watch) —
+   * over it the spawner kills the jail and the result says oom */
+  long long memory_bytes;
   /* Called once, with the spawner's lock held, right after the command was sent (from then on
    * jb_exec_signal reaches it): returns a signal asked for before that moment ("kill", "stop")
    * to send at once, or NULL. May be NULL. Must not call into this module. */
@@ -85,6 +88,17 @@ struct jb_exec_request {
    * finds the op ended with its true result (false: raised before jb_exec_run returns) */
   bool caller_raises_seccomp;
 };
+
+/* The reserve kept out of a command's memory limit: what the container holds besides the
+ * command (the Sentry's own memory outside gVisor's count, the shim, the spawner, the shim's
+ * /tmp) and what a command can allocate between two reads of the spawner's watch. */
+#define JB_EXEC_MEMORY_RESERVE_MIN_MIB 64
+
+/* A command's memory limit in bytes in a session whose limits (borrowed; {"memoryMiB"}, 1024
+ * when absent) give the container's: that limit less max(JB_EXEC_MEMORY_RESERVE_MIN_MIB, an
+ * eighth of it), 16 MiB at least (64 MiB → 16, 128 → 64, 256 → 192); `asked_mib` > 0 (the
+ * exec's memoryMiB) lowers it, never raises it. */
+long long jb_exec_memory_limit(const json_t *limits, long long asked_mib);
 
 /* Called on the calling thread for each chunk, in order; seq counts per command from 0. */
 typedef void (*jb_exec_output_fn)(void *ctx, const char *stream, long long seq,

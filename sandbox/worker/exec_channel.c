@@ -132,13 +132,18 @@ int jb_spawner_adopt(struct jb_spawner *sp, int fd, const json_t *exec_contract,
     jb_line_init(&sp->lines, &spawner_lines);
     return -1;
   }
-  /* the hello the contract recorded at launch (its pid and binds; the protocol was checked
-   * equal to ours then) */
+  /* the hello the contract recorded at launch (its pid, binds and memory watch; the protocol
+   * was checked equal to ours then) */
   json_t *sh = json_object_get(exec_contract, "spawner");
   json_t *binds = json_object_get(json_object_get(exec_contract, "jail"), "imageBinds");
   sp->hello = json_pack("{s:s, s:i, s:O}", "hello", "spawner", "protocol", JB_SPAWNER_PROTOCOL,
                         "pid", json_object_get(sh, "pid") ?: json_null());
   if (sp->hello && binds) json_object_set(sp->hello, "binds", binds);
+  json_t *mem = json_object_get(exec_contract, "memory"); /* how it watched memory */
+  if (sp->hello && json_is_string(json_object_get(mem, "watch")))
+    json_object_set_new(sp->hello, "memory",
+                        json_pack("{s:O, s:O?}", "watch", json_object_get(mem, "watch"),
+                                  "intervalMs", json_object_get(mem, "intervalMs")));
   return 0;
 }
 

@@ -446,6 +446,13 @@ static json_t *exec_details(const char *image, const struct jb_op_claim *op, jso
         json_pack("{s:b,s:b}", "stdout", json_is_true(json_object_get(res, "stdoutTruncated")),
                   "stderr", json_is_true(json_object_get(res, "stderrTruncated"))));
     if (json_is_true(json_object_get(res, "oom"))) json_object_set_new(d, "oom", json_true());
+    json_t *mem = json_object_get(res, "memory"); /* the spawner's watch: its limit, the peak */
+    if (json_is_object(mem))
+      json_object_set_new(
+          d, "memory",
+          json_pack("{s:I,s:I}", "limitBytes",
+                    (json_int_t)json_integer_value(json_object_get(mem, "limitBytes")), "peakBytes",
+                    (json_int_t)json_integer_value(json_object_get(mem, "peakBytes"))));
   }
   json_object_set_new(d, "redactions", json_integer((json_int_t)redactions));
   json_object_set(d, "redacted", records);
@@ -597,6 +604,8 @@ static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct
         .timeout_ms = (long)json_integer_value(json_object_get(args, "timeoutMs")),
         .max_output = max_out,
         .writable = json_is_true(json_object_get(args, "writable")),
+        .memory_bytes =
+            jb_exec_memory_limit(s->limits, json_integer_value(json_object_get(args, "memoryMiB"))),
         .on_started = running_started,
         .started_ctx = (void *)(intptr_t)slot,
         .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
@@ -709,12 +718,13 @@ static void publish_end(struct jb_worker *w, PGconn *c, const char *job,
   /* the end of the live view: how the command ended, without its output */
   json_t *r = json_object_get(ans, "result");
   json_t *summary =
-      ok ? json_pack("{s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "exitCode", json_object_get(r, "exitCode"),
-                     "signal", json_object_get(r, "signal"), "timedOut",
-                     json_object_get(r, "timedOut"), "durationMs", json_object_get(r, "durationMs"),
-                     "stdoutBytes", json_object_get(r, "stdoutBytes"), "stderrBytes",
-                     json_object_get(r, "stderrBytes"), "redactions",
-                     json_object_get(r, "redactions"))
+      ok ? json_pack(
+               "{s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:b}", "exitCode", json_object_get(r, "exitCode"),
+               "signal", json_object_get(r, "signal"), "timedOut", json_object_get(r, "timedOut"),
+               "durationMs", json_object_get(r, "durationMs"), "stdoutBytes",
+               json_object_get(r, "stdoutBytes"), "stderrBytes", json_object_get(r, "stderrBytes"),
+               "redactions", json_object_get(r, "redactions"), "oom",
+               json_is_true(json_object_get(r, "oom")))
          : json_pack("{s:s}", "error", code);
   worker_publish(w, c, job, JB_EVENT_OP,
                  json_pack("{s:I,s:s,s:s,s:s,s:s,s:o*,s:I}", "opId", (json_int_t)op->op_id, "jobId",

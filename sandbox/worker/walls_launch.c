@@ -214,11 +214,39 @@ static json_t *timings_json(const long t[], const char *const names[], size_t n)
   return o;
 }
 
+/* The contract's exec.memory: each command's memory limit from the session's `limits`
+ * (borrowed) and how the spawner holds it (`hello`'s "memory", borrowed; absent: an older
+ * spawner, or none came). */
+static json_t *exec_memory_contract(const json_t *hello, const json_t *limits) {
+  json_t *m = hello ? json_object_get(hello, "memory") : NULL;
+  const char *watch = json_string_value(json_object_get(m, "watch"));
+  const char *why = json_string_value(json_object_get(m, "reason"));
+  json_int_t mib = json_integer_value(json_object_get(limits, "memoryMiB"));
+  json_t *o = json_pack(
+      "{s:I, s:I, s:b, s:s?, s:O?, s:s}", "perCommandMiB",
+      (json_int_t)(jb_exec_memory_limit(limits, 0) >> 20), "containerMiB",
+      (json_int_t)(mib > 0 ? mib : 1024), "enforced", watch != NULL, "watch", watch, "intervalMs",
+      json_object_get(m, "intervalMs"), "how",
+      watch ? "each jail has a memory cgroup of its own in gVisor's kernel, which counts the "
+              "memory of every process of the command and of its /tmp; the spawner reads it "
+              "every intervalMs and kills the jail (its pid 1, so every process) once it holds "
+              "more than the command's limit: that command ends with oom true and the session "
+              "goes on. The limit is the container's less max(64 MiB, an eighth of it) kept for "
+              "the sandbox itself, 16 MiB at least; an exec's memoryMiB may lower it"
+            : "not enforced per command: a command over the container's limit ends the whole "
+              "sandbox (the session fails; the command's result says oom)");
+  if (o && !watch)
+    json_object_set_new(o, "reason", json_string(why ? why : "the spawner does not watch memory"));
+  return o;
+}
+
 /* The contract's "exec": whether commands can run, what the image gives them, and the jail and
  * filter they run under (`hello`: the spawner's hello, borrowed, NULL when none came;
- * `reason`: borrowed string, NULL when available; `fi`: exec's filter, NULL when none). */
+ * `reason`: borrowed string, NULL when available; `fi`: exec's filter, NULL when none;
+ * `limits`: the session's, borrowed). */
 static json_t *exec_contract(struct jb_spawner *sp, const json_t *hello, json_t *reason,
-                             const struct jb_filter_info *fi, const char *sha) {
+                             const struct jb_filter_info *fi, const char *sha,
+                             const json_t *limits) {
   bool up = !reason && sp->fd >= 0;
   json_t *o = json_pack("{s:b}", "available", up);
   if (!up)
@@ -277,7 +305,9 @@ static json_t *exec_contract(struct jb_spawner *sp, const json_t *hello, json_t 
                 "maxOutputBytes per stream sent; the rest counted, not sent", "fsize",
                 "RLIMIT_FSIZE (default 1 GiB)", "nproc",
                 "RLIMIT_NPROC of uid 65534 (default: the container's limit less 4)", "memory",
-                "the container's limit (over it the sandbox is killed: the result says oom)"));
+                "exec.memory: the command's own limit (over it the command is killed, oom), "
+                "below the container's"));
+  json_object_set_new(o, "memory", exec_memory_contract(hello, limits));
   json_object_set_new(
       o, "checksFromInside",
       json_string(
@@ -829,17 +859,21 @@ static void contract_exec_image(struct launch *L, int ret) {
   if (L->sb->contract) {
     if (!L->exec_reason && L->sb->spawner.fd < 0)
       L->exec_reason = json_string(ret == 0 ? "no spawner answered" : "the shim did not come up");
-    json_object_set_new(L->sb->contract, "exec",
-                        exec_contract(&L->sb->spawner, L->hello ? L->hello : L->sb->spawner.hello,
-                                      L->exec_reason, L->xbpf ? &L->xfi : NULL, L->xbpf_sha));
+    json_object_set_new(
+        L->sb->contract, "exec",
+        exec_contract(&L->sb->spawner, L->hello ? L->hello : L->sb->spawner.hello, L->exec_reason,
+                      L->xbpf ? &L->xfi : NULL, L->xbpf_sha, L->limits));
     if (L->sb->spawner.fd >= 0 && !L->exec_reason)
       json_array_append_new(
           json_object_get(L->sb->contract, "residualRisks"),
           json_string(
               "exec: a command may connect() to a host Unix socket file in the workspace "
               "(runsc --host-uds=open; the pre-scan flags such files) — exec's filter "
-              "allows local sockets, which build and test tools need. Its memory is the "
-              "container's: over the limit the whole sandbox is killed (reported as oom)."));
+              "allows local sockets, which build and test tools need. A command's memory is "
+              "read every few tens of ms (exec.memory): one that allocates faster than the "
+              "reserve between two reads, or memory the shim holds beyond it, can still take "
+              "the container over its limit, and then the whole sandbox is killed (reported "
+              "as oom)."));
   }
   if (L->sb->contract)
     json_object_set_new(

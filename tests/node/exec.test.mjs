@@ -77,7 +77,7 @@ test('exec in tools/list, and its arguments checked before anything', async () =
   assert.equal(t.annotations.destructiveHint, true);
   assert.equal(t.annotations.readOnlyHint, false);
   assert.equal(t.annotations.openWorldHint, false);
-  assert.deepEqual(Object.keys(t.inputSchema.properties).sort(), ['argv', 'command', 'cwd', 'env', 'maxOutputBytes', 'stdin', 'timeoutSec', 'writable']);
+  assert.deepEqual(Object.keys(t.inputSchema.properties).sort(), ['argv', 'command', 'cwd', 'env', 'maxOutputBytes', 'memoryMiB', 'stdin', 'timeoutSec', 'writable']);
   for (const k of ['exitCode', 'signal', 'timedOut', 'durationMs', 'stdout', 'stderr', 'stdoutTruncated', 'stderrTruncated', 'redactions'])
     assert.ok(t.outputSchema.anyOf[0].required.includes(k), k);
   await invalid(agentU, {}, -32602, /exactly one/);

@@ -9,7 +9,9 @@
 // uncommon syscalls failing with an errno, its own /proc, no /sys to write, no inherited
 // descriptor, the process limit, gVisor as the kernel; the escape-shaped calls (mount, ptrace, unshare, bpf, keyctl, TIOCSTI) each
 // in a fresh session with the probe, killed with SIGSYS, a seccomp_kill signal that aborts
-// the session (the default JAILBOX_ESCAPE_ABORT); a memory hog reported as oom.
+// the session (the default JAILBOX_ESCAPE_ABORT); a memory hog that takes the whole sandbox over
+// its limit reported as oom, not as an escape (the worker sends commands no memory limit here,
+// JB_TEST_EXEC_MEMORY_UNWATCHED: the spawner's per-command watch is exec_memory.test.mjs's).
 // Needs root, Docker with runsc, debootstrap and deb.debian.org for the first --userland build.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -35,7 +37,8 @@ before(async () => {
   execFileSync(join(ROOT, 'deploy/sandbox-image/build.sh'),
     ['--userland', '--shim', join(dirname(JAILBOXD), 'jailbox-shim'), '--tag', BUILD], { stdio: 'inherit' });
   console.log(`# build.sh --userland took ${Date.now() - t0} ms`);
-  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: BUILD, JAILBOX_SANDBOX_IMAGES: BUILD });
+  srv = await startServer({ JAILBOX_WORKERS: '1', JAILBOX_SANDBOX_IMAGE: BUILD, JAILBOX_SANDBOX_IMAGES: BUILD,
+    JB_TEST_EXEC_MEMORY_UNWATCHED: '1' });
   K = agentKit(srv);
   await K.waitFor('worker ready', () => /"msg":"worker ready"/.test(srv.log()));
   A = await K.openSession(() => {}, { mode: 'unsupervised', image: BUILD, limits: { pids: 64 } });

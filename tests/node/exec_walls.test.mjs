@@ -346,8 +346,8 @@ test('without the socket channel there is no spawner: the contract says why, exe
   }
 });
 
-// last: over the memory limit the sandbox itself is killed (sandbox/WALLS.md); the command's
-// result says oom, and it is not a seccomp kill
+// over its memory limit (the session's less the reserve, sandbox/WALLS.md "Memory per command")
+// the command is killed by the spawner's watch; the result says oom, and it is not a seccomp kill
 test('a memory hog over the limit is reported as oom', async () => {
   const small = await openSession(srv, () => {}, { limits: { memoryMiB: 256, pids: 64 } });
   const t = Date.now();
@@ -355,7 +355,7 @@ test('a memory hog over the limit is reported as oom', async () => {
   console.log('memhog:', JSON.stringify(r), Date.now() - t, 'ms');
   assert.ok(r.ok, JSON.stringify(r));
   assert.equal(r.result.oom, true);
-  assert.notEqual(r.result.killedBy, 'seccomp');
+  assert.equal(r.result.killedBy, 'memory', JSON.stringify(r.result));
 });
 
 test('a jail ahead whose helper is gone is not used: the command gets a jail built for it', async () => {
