@@ -266,8 +266,8 @@ int jb_op_kill(struct jb_app *app, PGconn *c, const char *job, long long op_id, 
   char *text = NULL;
   struct jb_audit_head head;
   *out = NULL;
-  int rc = jb_db_op_kill(c, jb_signer_key(app->signer), job, op_id, reason, by, &how, &text,
-                         state, &head, err);
+  int rc = jb_db_op_kill(c, jb_signer_key(app->signer), job, op_id, reason, by, &how, &text, state,
+                         &head, err);
   if (rc != JB_OK) return rc;
   if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
   json_t *op = text ? json_loads(text, 0, NULL) : NULL;
