@@ -65,12 +65,13 @@ int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const ch
 
 /* The audit entry of a rejected op, inside the open transaction; fills *head. */
 static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                           const char *op_json, struct jb_audit_head *head, jb_error *err) {
+                           const char *op_json, const char *by, struct jb_audit_head *head,
+                           jb_error *err) {
   json_t *op = json_loads(op_json, 0, NULL);
   if (!op) return jb_fail(err, ENOMEM, "out of memory");
   json_t *d =
       json_pack("{s:I,s:s,s:s,s:b}", "opId", json_integer_value(json_object_get(op, "opId")),
-                "decision", "rejected", "decidedBy", "buyer", "ok", 0);
+                "decision", "rejected", "decidedBy", by, "ok", 0);
   const char *why = json_string_value(json_object_get(op, "decisionReason"));
   if (d && why) json_object_set_new(d, "reason", json_string(why));
   const char *tool = json_string_value(json_object_get(op, "tool"));
@@ -107,12 +108,13 @@ static int audit_rejection(PGconn *c, const struct jb_keyring *keys, const char 
 }
 
 int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    bool approve, const char *reason, char **json_out, char state[20],
-                    struct jb_audit_head *head, jb_error *err) {
+                    bool approve, const char *reason, const char *by, char **json_out,
+                    char state[20], struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[4] = {id, job_id, jb_op_state_name(approve ? JB_OP_APPROVED : JB_OP_REJECTED),
-                      reason};
+  by = by && !strcmp(by, "service") ? "service" : "buyer";
+  const char *p[5] = {id, job_id, jb_op_state_name(approve ? JB_OP_APPROVED : JB_OP_REJECTED),
+                      reason, by};
   if (head) memset(head, 0, sizeof *head);
   /* a rejection writes to the chain: take the session row first (the lock order of every
    * chain writer), then the op; an approval is one statement, in the caller's transaction
@@ -127,12 +129,13 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   PGresult *r = jb_db_exec(
       c,
-      "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now()"
+      "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now(),"
+      "   decided_by = CASE WHEN $5 = 'service' THEN 'service' ELSE o.decided_by END"
       " FROM sessions s WHERE o.op_id = $1::bigint AND o.job_id = $2 AND o.state = 'pending'"
       "   AND s.job_id = o.job_id"
       "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
       " RETURNING " OP_JSON "::text",
-      4, p, PGRES_TUPLES_OK, NULL, err, "decide op");
+      5, p, PGRES_TUPLES_OK, NULL, err, "decide op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1) {
     *json_out = dup_value(r);
@@ -140,7 +143,7 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
     if (!*json_out) return jb_fail(err, ENOMEM, "out of memory");
     if (!approve) {
       struct jb_audit_head h;
-      if (audit_rejection(c, keys, job_id, *json_out, &h, err) != JB_OK ||
+      if (audit_rejection(c, keys, job_id, *json_out, by, &h, err) != JB_OK ||
           jb_tx_commit(&tx, err) < 0) {
         free(*json_out);
         *json_out = NULL;

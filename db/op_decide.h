@@ -22,7 +22,8 @@ int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const ch
 int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
                    char **json_out, jb_error *err);
 
-/* Decides a pending op: approve (true) or reject, with `reason` (nullable). Exactly one of
+/* Decides a pending op: approve (true) or reject, with `reason` (nullable), by `by` ("buyer",
+ * or "service": the operator's kill; a rejection's entry has decidedBy `by`). Exactly one of
  * two concurrent decisions succeeds. An approval is one committed UPDATE (the op's audit
  * entry is written when it executes); a rejection also appends its audit entry (the op's
  * tool, path and {decision: "rejected", ok: false}) in the same transaction, with the session
@@ -30,8 +31,8 @@ int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long a
  * JB_ERR_NOT_FOUND (no such op in that session); JB_ERR_CONFLICT (op not pending, or the
  * session ended; `state` of 20 bytes receives the op's state); JB_ERR_FAIL. */
 int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                    bool approve, const char *reason, char **json_out, char state[20],
-                    struct jb_audit_head *head, jb_error *err);
+                    bool approve, const char *reason, const char *by, char **json_out,
+                    char state[20], struct jb_audit_head *head, jb_error *err);
 
 /* For a decision that lost (jb_db_op_decide's JB_ERR_CONFLICT): when op `op_id` of `job_id`
  * is no longer pending, says how it was decided into `how` (`len` bytes), e.g. "op 7 was

@@ -632,11 +632,16 @@ int jb_db_exec_notice(PGconn *c, const char *job_id, long long op_id, const char
 }
 
 int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                  const char *reason, enum jb_op_kill_outcome *outcome, char **op_json,
-                  char state[20], struct jb_audit_head *head, jb_error *err) {
+                  const char *reason, const char *by, enum jb_op_kill_outcome *outcome,
+                  char **op_json, char state[20], struct jb_audit_head *head, jb_error *err) {
   char id[24];
   snprintf(id, sizeof id, "%lld", op_id);
-  const char *p[3] = {job_id, id, reason ? reason : "killed by the buyer"};
+  bool svc = by && strcmp(by, "service") == 0;
+  by = svc ? "service" : "buyer";
+  const char *who = svc ? "the operator" : "the buyer";
+  char why[64];
+  snprintf(why, sizeof why, "killed by %s", who);
+  const char *p[4] = {job_id, id, reason ? reason : why, who};
   *op_json = NULL;
   memset(head, 0, sizeof *head);
   state[0] = '\0';
@@ -672,7 +677,7 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   jb_tx_rollback(&tx);
   if (st == JB_OP_PENDING) { /* not started: the buyer's kill is a rejection */
     *outcome = JB_KILL_REJECTED;
-    return jb_db_op_decide(c, keys, job_id, op_id, false, p[2], op_json, state, head, err);
+    return jb_db_op_decide(c, keys, job_id, op_id, false, p[2], by, op_json, state, head, err);
   }
   if (st == JB_OP_RUNNING) {
     *outcome = JB_KILL_SIGNALLED;
@@ -690,11 +695,11 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
       c,
       "UPDATE ops o SET state = 'failed', reason = $3, completed_at = now(),"
       "  result = jsonb_build_object('ok', false, 'error', jsonb_build_object('code', 'killed',"
-      "    'message', 'killed by the buyer before it started'))"
+      "    'message', 'killed by ' || $4 || ' before it started'))"
       " WHERE o.job_id = $1 AND o.op_id = $2::bigint AND o.state = 'approved'"
       " RETURNING json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool,"
       "  'path', o.path, 'state', o.state, 'reason', o.reason, 'result', o.result)::text",
-      3, p, PGRES_TUPLES_OK, NULL, err, "kill queued op");
+      4, p, PGRES_TUPLES_OK, NULL, err, "kill queued op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 0) { /* started meanwhile: now running, or over */
     PQclear(r);
@@ -710,8 +715,8 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   }
   *op_json = strdup(PQgetvalue(r, 0, 0));
   PQclear(r);
-  json_t *d = json_pack("{s:I,s:s,s:b,s:s}", "opId", (json_int_t)op_id, "decision", "killed", "ok",
-                        0, "error", "killed");
+  json_t *d = json_pack("{s:I,s:s,s:b,s:s,s:s}", "opId", (json_int_t)op_id, "decision", "killed",
+                        "ok", 0, "error", "killed", "killedBy", by);
   int rc = *op_json && d
                ? jb_audit_append(c, keys, job_id, "exec", path[0] ? path : NULL, d, head, err)
                : jb_fail(err, ENOMEM, "out of memory");

@@ -239,14 +239,16 @@ enum jb_op_kill_outcome {
   JB_KILL_SIGNALLED, /* it is running: the worker running it was told (NOTIFY jb_exec) */
 };
 
-/* The buyer's kill of exec op `op_id` of `job_id` (`reason` nullable). JB_OK with *outcome,
+/* The kill of exec op `op_id` of `job_id` by `by` ("buyer", or "service": the operator;
+ * `reason` nullable, else "killed by the buyer" / "… the operator"), recorded as theirs: a
+ * pending op's rejection has decidedBy `by`, a queued one's entry killedBy. JB_OK with *outcome,
  * *op_json (new JSON text of the op as OP_JSON shows it; NULL for JB_KILL_SIGNALLED) and
  * *head (the new audit head; seq 0 when none was written); JB_ERR_NOT_FOUND (no such op);
  * JB_ERR_CONFLICT with `state` (20 bytes) the op's state (it is not an exec, or it ended) or
  * the session's (it ended); JB_ERR_FAIL. */
 int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, long long op_id,
-                  const char *reason, enum jb_op_kill_outcome *outcome, char **op_json,
-                  char state[20], struct jb_audit_head *head, jb_error *err);
+                  const char *reason, const char *by, enum jb_op_kill_outcome *outcome,
+                  char **op_json, char state[20], struct jb_audit_head *head, jb_error *err);
 
 /* NOTIFY jb_exec "<op id> <what> <job id>" (`what`: kill, stop, cont) for the worker that runs
  * exec op `op_id` (0: whatever exec of the session runs). JB_OK or JB_ERR_FAIL. */

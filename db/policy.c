@@ -301,7 +301,7 @@ int jb_db_op_approve_similar(PGconn *c, const struct jb_keyring *keys, const cha
   if (rc == JB_ERR_CONFLICT) snprintf(state, 20, "ended");
   if (rc != JB_OK) return rc;
   /* an approval is one statement on the op row, made here inside this transaction */
-  rc = jb_db_op_decide(c, keys, job_id, op_id, true, reason, json_out, state, NULL, err);
+  rc = jb_db_op_decide(c, keys, job_id, op_id, true, reason, "buyer", json_out, state, NULL, err);
   if (rc != JB_OK) return rc;
   json_t *one = json_pack("[O]", (json_t *)rule);
   rc = one ? jb_db_rules_insert_tx(c, keys, job_id, one, "allowSimilar", op_id, head, msg, msize,

@@ -82,8 +82,8 @@ json_t *jb_control_rest_form(enum jb_control ctl, const char *body, size_t body_
  * bad_request; for the operator, a non-empty `reason` where
  * jb_control_operator_needs_reason), then the control is carried out, its events published on app->bus and the
  * session's read cache dropped. `c` is a connection the caller holds, or NULL: one is
- * borrowed from app->db for the call. A state change records its actor ("buyer", or
- * "service" for the operator) in the audit entry and the events; a pause is lifted only by
+ * borrowed from app->db for the call. A state change, a kill and a rule change record their
+ * actor ("buyer", or "service" for the operator) in the audit entry and the events; a pause is lifted only by
  * the actor who made it (409 invalid_state "paused by …" otherwise). Fills `out` (zeroed first; release it with
  * jb_reply_release): per control, on success —
  *   pause, resume, abort, accept, pre_scan_done: 200 {jobId, state, previous, rejectedOps}

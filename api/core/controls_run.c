@@ -155,7 +155,7 @@ static void decide(struct control *k, const struct jb_control_args *a, bool appr
     return;
   }
   int rc = jb_db_op_decide(k->c, jb_signer_key(k->app->signer), k->job, op, approve, a->reason,
-                           &json, state, &head, &err);
+                           k->actor, &json, state, &head, &err);
   if (rc == JB_OK) {
     decided(k, json, NULL, &head);
   } else if (rc == JB_ERR_CONFLICT) {
@@ -171,7 +171,7 @@ static void kill_op(struct control *k, const struct jb_control_args *a) {
   jb_error err = {0};
   char state[20] = "";
   json_t *out = NULL;
-  int rc = jb_op_kill(k->app, k->c, k->job, a->op_id, a->reason, &out, state, &err);
+  int rc = jb_op_kill(k->app, k->c, k->job, a->op_id, a->reason, k->actor, &out, state, &err);
   if (rc == JB_OK) {
     changed(k);
     jb_reply_ok(k->out, 200, out);
@@ -252,9 +252,9 @@ static void pre_scan_done(struct control *k, const struct jb_control_args *a) {
 
 static void rules(struct control *k, enum jb_control ctl, const struct jb_control_args *a) {
   if (ctl == JB_CONTROL_RULE_ADD)
-    jb_policy_add(k->app, k->c, k->job, a->rules, k->out);
+    jb_policy_add(k->app, k->c, k->job, a->rules, k->actor, k->out);
   else
-    jb_policy_revoke(k->app, k->c, k->job, a->rule_id, k->out);
+    jb_policy_revoke(k->app, k->c, k->job, a->rule_id, k->actor, k->out);
   if (k->out->status < 400) k->out->wrap = "result";
 }
 

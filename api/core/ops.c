@@ -261,12 +261,12 @@ static json_t *tool_done(struct jb_app *app, const char *job, json_t *args,
 /* ---- the buyer's kill of an exec ---- */
 
 int jb_op_kill(struct jb_app *app, PGconn *c, const char *job, long long op_id, const char *reason,
-               json_t **out, char state[20], jb_error *err) {
+               const char *by, json_t **out, char state[20], jb_error *err) {
   enum jb_op_kill_outcome how;
   char *text = NULL;
   struct jb_audit_head head;
   *out = NULL;
-  int rc = jb_db_op_kill(c, jb_signer_key(app->signer), job, op_id, reason, &how, &text, state,
+  int rc = jb_db_op_kill(c, jb_signer_key(app->signer), job, op_id, reason, by, &how, &text, state,
                          &head, err);
   if (rc != JB_OK) return rc;
   if (head.seq > 0) jb_bus_publish(app->bus, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
@@ -282,7 +282,7 @@ int jb_op_kill(struct jb_app *app, PGconn *c, const char *job, long long op_id, 
                        : json_string_value(json_object_get(op, "state")) ?: outcome,
                    "outcome", outcome);
   json_decref(op);
-  jb_log(JB_LOG_INFO, "exec killed by the buyer", "jobId", job, "outcome", outcome, NULL);
+  jb_log(JB_LOG_INFO, "exec killed", "jobId", job, "outcome", outcome, "by", by, NULL);
   return *out ? JB_OK : jb_fail(err, ENOMEM, "out of memory");
 }
 

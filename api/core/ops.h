@@ -94,7 +94,8 @@ JB_MUST_USE json_t *jb_op_direct_answer(void *ctx, json_t *answer, struct jb_mcp
                                         bool *ran);
 void jb_op_direct_free(void *ctx);
 
-/* The buyer's kill of exec op `op_id` of session `job_id` (db/ops.h jb_db_op_kill) on
+/* The kill of exec op `op_id` of session `job_id` by `by` ("buyer", or "service": the
+ * operator; recorded as theirs) (db/ops.h jb_db_op_kill) on
  * connection `c`, with what follows it published: a pending exec is rejected (jailbox:op), a
  * queued one failed `killed` (jailbox:op, its audit head), a running one's worker is told to
  * kill its command (NOTIFY jb_exec; the op ends when the command does). JB_OK with *out
@@ -102,7 +103,7 @@ void jb_op_direct_free(void *ctx);
  * JB_ERR_CONFLICT with `state` (20 bytes): not an exec, or no longer pending, queued or
  * running; JB_ERR_FAIL. */
 int jb_op_kill(struct jb_app *app, PGconn *c, const char *job_id, long long op_id,
-               const char *reason, json_t **out, char state[20], jb_error *err);
+               const char *reason, const char *by, json_t **out, char state[20], jb_error *err);
 
 /* The cap on the text of a whole diff (GET /v1/jailbox/:jobId/ops/:opId/diff): bytes. Both
  * sides are at most 1 MiB (the stat's content, a write's size), so a diff reaches it only

@@ -140,7 +140,7 @@ static void store(struct jb_app *app, PGconn *c, const char *job, const json_t *
   out->body = json_pack("{s:O}", "rules", (json_t *)rules);
 }
 
-void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t *in,
+void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t *in, const char *by,
                    struct jb_reply *out) {
   memset(out, 0, sizeof *out);
   json_t *list = json_is_array(in) ? json_incref((json_t *)in) : json_pack("[O]", (json_t *)in);
@@ -158,7 +158,7 @@ void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t 
     json_decref(rules);
     return;
   }
-  store(app, c, job, rules, "buyer", 0, out);
+  store(app, c, job, rules, by, 0, out);
   json_decref(rules);
 }
 
@@ -179,7 +179,7 @@ void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all,
 }
 
 void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char *rule_id,
-                      struct jb_reply *out) {
+                      const char *by, struct jb_reply *out) {
   memset(out, 0, sizeof *out);
   char msg[400] = "";
   jb_error err = {0};
@@ -193,7 +193,7 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
     jb_reply_fail(out, 409, "conflict", "%s", msg);
     return;
   }
-  int rc = jb_db_rule_revoke(c, jb_signer_key(app->signer), job, rule_id, "buyer", &head, msg,
+  int rc = jb_db_rule_revoke(c, jb_signer_key(app->signer), job, rule_id, by, &head, msg,
                              sizeof msg, &err);
   jb_policy_rules_changed(job);
   if (rc == JB_ERR_NOT_FOUND) {
@@ -207,7 +207,7 @@ void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char
     return;
   }
   publish_head(app, job, &head);
-  announce(app, job, "revoked", rule_id, NULL, "buyer", 0);
+  announce(app, job, "revoked", rule_id, NULL, by, 0);
   out->status = 200;
   out->body = json_pack("{s:s,s:s}", "ruleId", rule_id, "state", "revoked");
 }

@@ -15,18 +15,20 @@
 
 struct jb_app;
 
-/* Adds the buyer's rules `in` (one rule object, or an array of them; borrowed) to the end of
- * session `job`'s list: checked (lib/policy.h; a locked rule is refused), stored with their
- * audit entries, announced. 201 with body {rules: [the rules as stored]}. */
-void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t *in,
+/* Adds the rules `in` (one rule object, or an array of them; borrowed) of `by` ("buyer", or
+ * "service": the operator through the service token) to the end of session `job`'s list:
+ * checked (lib/policy.h; a locked rule is refused), stored with their audit entries (`by`
+ * recorded), announced. 201 with body {rules: [the rules as stored]}. */
+void jb_policy_add(struct jb_app *app, PGconn *c, const char *job, const json_t *in, const char *by,
                    struct jb_reply *out);
 
 /* The session's rules: live ones, or with `all` the revoked and expired too. 200 {rules}. */
 void jb_policy_list(struct jb_app *app, PGconn *c, const char *job, bool all, struct jb_reply *out);
 
-/* Revokes rule `rule_id` of `job` (the buyer's), announced. 200 {ruleId, state: "revoked"}. */
+/* Revokes rule `rule_id` of `job` (a rule of the session's) for `by` ("buyer" or "service",
+ * recorded and announced). 200 {ruleId, state: "revoked"}. */
 void jb_policy_revoke(struct jb_app *app, PGconn *c, const char *job, const char *rule_id,
-                      struct jb_reply *out);
+                      const char *by, struct jb_reply *out);
 
 /* The rule "approve and allow similar" `key` makes of pending op `op_id` of `job` (new into
  * *rule), before the op is approved: 200; 404 no such op; 400 the key does not fit the op

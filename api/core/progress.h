@@ -57,7 +57,8 @@ bool jb_progress_on(const struct jb_progress *p);
  * waiting loop sleeps no longer than this. */
 long jb_progress_due_in(const struct jb_progress *p);
 
-/* Sends `message` (UTF-8, cut to 200 bytes on a character boundary; NULL: none) as the next
+/* Sends `message` (UTF-8, cut to 200 bytes on a character boundary, its control characters,
+ * bidi controls and zero-width marks sent as '?': one line of plain text; NULL: none) as the next
  * notification when one is due; `force`: now, due or not (a new state worth telling). */
 void jb_progress_tick(struct jb_progress *p, const char *message, bool force);
 

@@ -272,3 +272,44 @@ test('the operator pauses and aborts a live session with a reason, over REST and
   const [e] = await entries(p.jobId, 'abort');
   assert.deepEqual([e.actor, e.reason], ['service', 'buyer unreachable, lifetime too long']);
 });
+
+test('the operator\'s kill and rule changes are the operator\'s in the chain and the events, not the buyer\'s', async () => {
+  const o = await twin('active', 'exec');
+  let q;
+  const svc = (method, path, body) => srv.req(method, `/v1/jailbox/${o.jobId}/${path}`, { token: srv.serviceToken, body });
+  const buyer = await sock(o.buyerToken);
+  try {
+    const rules = [];
+    buyer.on('jailbox:rule', (p) => rules.push([p.action, p.ruleId, p.by]));
+    let r = await svc('POST', 'rules', { rule: { ...RULE, id: 'svc-1' } });
+    assert.equal(r.status, 201, r.text);
+    r = await svc('DELETE', 'rules/mine');
+    assert.equal(r.status, 200, r.text);
+    r = await svc('POST', `ops/${o.op}/kill`, { reason: 'incident 44' });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.outcome, 'rejected');
+    // a queued exec killed by the operator before it started
+    q = Number((await srv.db.query(
+      "INSERT INTO ops (job_id, tool, path, args, state, decision) VALUES ($1, 'exec', NULL, '{\"argv\":[\"true\"]}', 'approved', 'auto') RETURNING op_id",
+      [o.jobId])).rows[0].op_id);
+    r = await svc('POST', `ops/${q}/kill`);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.outcome, 'failed');
+    const end = Date.now() + 5000;
+    while (rules.length < 2 && Date.now() < end) await new Promise((res) => setTimeout(res, 20));
+    assert.deepEqual(rules, [['added', 'svc-1', 'service'], ['revoked', 'mine', 'service']]);
+    const q2 = (await srv.db.query('SELECT reason, result FROM ops WHERE op_id = $1', [q])).rows[0];
+    assert.equal(q2.reason, 'killed by the operator');
+    assert.equal(q2.result.error.message, 'killed by the operator before it started');
+  } finally { buyer.close(); }
+  assert.deepEqual((await entries(o.jobId, 'rule_add')).map((d) => [d.ruleId, d.by]), [['mine', 'buyer'], ['svc-1', 'service']]);
+  assert.deepEqual((await entries(o.jobId, 'rule_revoke')).map((d) => [d.ruleId, d.by]), [['mine', 'service']]);
+  const [rej] = await entries(o.jobId, 'op'); // a pending exec's rejection
+  assert.deepEqual([rej.opId, rej.decision, rej.decidedBy], [o.op, 'rejected', 'service']);
+  const [ex] = await entries(o.jobId, 'exec');
+  assert.deepEqual([ex.opId, ex.decision, ex.killedBy], [q, 'killed', 'service']);
+  const ops = (await srv.req('GET', `/v1/jailbox/${o.jobId}/ops?state=rejected`, { token: o.buyerToken })).json;
+  assert.deepEqual(ops.ops.map((x) => [x.opId, x.decidedBy]), [[o.op, 'service']], JSON.stringify(ops));
+  const v = await srv.req('GET', `/v1/jailbox/${o.jobId}/audit/verify`, { token: srv.serviceToken });
+  assert.equal(v.json.ok, true, v.text);
+});

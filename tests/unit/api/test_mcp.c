@@ -10,6 +10,7 @@
 
 #include "api/core/mcp.h"
 #include "api/core/ops.h"
+#include "api/core/progress.h"
 
 static const struct jb_mcp_transport none = {0};
 
@@ -360,12 +361,48 @@ static void tools_list_per_session(void **state) {
   json_decref(some);
 }
 
+/* jb_progress_sink that keeps the last notification */
+static int keep_last(void *ctx, json_t *m) {
+  json_t **last = ctx;
+  json_decref(*last);
+  *last = m;
+  return 0;
+}
+
+/* A progress message is one line of plain text: a command's output line that carries terminal
+ * escapes (OSC 52 writes the clipboard, CSI moves the cursor, C1 CSI), CR, bidi overrides or
+ * zero-width marks reaches the client's screen with each of them as '?'. */
+static void progress_message_plain(void **state) {
+  (void)state;
+  json_t *last = NULL;
+  const struct jb_progress_sink sink = {.send = keep_last, .ctx = &last};
+  json_t *params = msg("{\"_meta\":{\"progressToken\":\"t1\"}}");
+  struct jb_progress p;
+  jb_progress_init(&p, params, &sink, 1);
+  assert_true(jb_progress_on(&p));
+  jb_progress_tick(&p,
+                   "running, 3 s: \x1b]52;c;ZXZpbA==\x07ok\x1b[2J\r\tx\x7f"
+                   "\xc2\x9b"
+                   "1A \xe2\x80\xae"
+                   "txt.exe\xe2\x80\x8b|\xe2\x81\xa6|\xef\xbb\xbf|caf\xc3\xa9",
+                   true);
+  assert_non_null(last);
+  json_t *pp = json_object_get(last, "params");
+  assert_string_equal(json_string_value(json_object_get(pp, "progressToken")), "t1");
+  assert_string_equal(json_string_value(json_object_get(pp, "message")),
+                      "running, 3 s: ?]52;c;ZXZpbA==?ok?[2J??x??1A ?txt.exe?|?|?|caf\xc3\xa9");
+  jb_progress_clear(&p);
+  json_decref(last);
+  json_decref(params);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(checks),
       cmocka_unit_test(tool_answers),
       cmocka_unit_test(methods),
       cmocka_unit_test(tools_list_per_session),
+      cmocka_unit_test(progress_message_plain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
