@@ -681,7 +681,7 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
   }
   if (st == JB_OP_RUNNING) {
     *outcome = JB_KILL_SIGNALLED;
-    return jb_db_exec_notice(c, job_id, op_id, "kill", err);
+    return jb_db_exec_notice(c, job_id, op_id, svc ? "kill-service" : "kill", err);
   }
   /* queued, not started: failed here, with its audit entry (the worker's claim skips a row
    * this transaction holds, and finds it failed after) */
@@ -711,7 +711,7 @@ int jb_db_op_kill(PGconn *c, const struct jb_keyring *keys, const char *job_id, 
     PQclear(r);
     if (jb_op_state_from_name(state) != JB_OP_RUNNING) return JB_ERR_CONFLICT;
     *outcome = JB_KILL_SIGNALLED;
-    return jb_db_exec_notice(c, job_id, op_id, "kill", err);
+    return jb_db_exec_notice(c, job_id, op_id, svc ? "kill-service" : "kill", err);
   }
   *op_json = strdup(PQgetvalue(r, 0, 0));
   PQclear(r);

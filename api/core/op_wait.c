@@ -481,7 +481,7 @@ static void wait_message(const struct op_call *call, const struct wait_clock *cl
   char last[sizeof line->line];
   if (clk->ss == JB_SESSION_PAUSED) {
     *kind = 1;
-    snprintf(m, n, "the session is paused: the %s is held until the buyer resumes it",
+    snprintf(m, n, "the session is paused: the %s is held until it is resumed",
              jb_tool_name(call->tool));
   } else if (clk->os == JB_OP_PENDING) {
     *kind = 2;

@@ -60,7 +60,8 @@ static struct {
   pthread_mutex_t lock;
   struct running {
     bool used;
-    bool killed; /* the buyer killed it */
+    bool killed; /* the buyer or the operator killed it */
+    bool by_service; /* ... the operator (the service token) */
     bool stopped; /* its session is paused (stop asked, no cont since) */
     bool started; /* its command was sent to the spawner: a signal reaches it now */
     long long op_id;
@@ -81,11 +82,13 @@ static int running_add(const char *job, long long op_id) {
   return slot;
 }
 
-/* Whether the exec of `slot` was killed; with `remove` the slot is freed. */
-static bool running_killed(int slot, bool remove) {
+/* Whether the exec of `slot` was killed (*by_service: by the operator, may be NULL); with
+ * `remove` the slot is freed. */
+static bool running_killed(int slot, bool remove, bool *by_service) {
   if (slot < 0) return false;
   pthread_mutex_lock(&running.lock);
   bool k = running.r[slot].killed;
+  if (by_service) *by_service = running.r[slot].by_service;
   if (remove) running.r[slot].used = false;
   pthread_mutex_unlock(&running.lock);
   return k;
@@ -135,11 +138,16 @@ void exec_op_signal(struct jb_worker *w, const char *job, long long op_id, const
    * they ask for); the spawner is signalled only for the one whose command it runs — another
    * exec of the session waiting or failing `busy` must not signal that command. */
   bool found = false;
+  bool svc = !strcmp(what, "kill-service");
+  if (svc) what = "kill"; /* to the spawner, a kill is a kill */
   pthread_mutex_lock(&running.lock);
   for (int i = 0; i < RUNNING_MAX; i++) {
     struct running *r = &running.r[i];
     if (!r->used || strcmp(r->job, job) || (op_id && r->op_id != op_id)) continue;
-    if (!strcmp(what, "kill")) r->killed = true;
+    if (!strcmp(what, "kill")) {
+      r->killed = true;
+      r->by_service = svc;
+    }
     if (!strcmp(what, "stop")) r->stopped = true;
     if (!strcmp(what, "cont")) r->stopped = false;
     if (r->started) found = true;
@@ -592,7 +600,7 @@ static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct
     jb_fail(&r->xe, EBUSY, "too many commands run on this worker");
   } else if (!args || !s || atomic_load(&s->teardown)) {
     jb_fail(&r->xe, ESRCH, "the session's sandbox is not up");
-  } else if (!running_killed(slot, false)) {
+  } else if (!running_killed(slot, false, NULL)) {
     json_t *in = json_object_get(args, "stdin");
     const char *cwd = json_string_value(json_object_get(args, "cwd"));
     struct jb_exec_request rq = {
@@ -643,9 +651,9 @@ static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct
 
 /* The answer of exec op `r` ({ok, result} or {ok:false, error}; new): its failure `code` in
  * *code (NULL when it succeeded or the failure is internal), and a seccomp kill in *signal and
- * `detail`. `killed`: the buyer killed it; `aborted`: its session was aborted; `hex` the
+ * `detail`. `killed`: 1 the buyer killed it, 2 the operator; `aborted`: its session was aborted; `hex` the
  * SHA-256 of each stream; `records` (borrowed) its `redactions` redactions. */
-static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, bool killed, bool aborted,
+static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, int killed, bool aborted,
                            char hex[2][65], size_t redactions, json_t *records, const char **code,
                            int *signal, char *detail, size_t dsize) {
   json_t *ans;
@@ -665,7 +673,8 @@ static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, bool ki
   } else if (x->lost) {
     ans = failure(*code = "internal", "the command's output was lost (out of memory)");
   } else if (killed && (xr != 0 || !json_is_integer(json_object_get(res, "exitCode")))) {
-    ans = failure(*code = "killed", "the buyer killed the command");
+    ans = failure(*code = "killed",
+                  killed == 2 ? "the operator killed the command" : "the buyer killed the command");
   } else if (xr == 0) {
     size_t replaced = 0;
     json_t *out = stream_text(&x->st[0], &replaced), *errt = stream_text(&x->st[1], &replaced);
@@ -758,7 +767,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   int rc = jb_db_op_mark_running(c, op, err); /* commits the claim: nothing held from here */
   t_marked = mono_msf();
   if (rc != JB_OK) {
-    running_killed(slot, true);
+    running_killed(slot, true, NULL);
     json_decref(args);
     return rc;
   }
@@ -783,15 +792,16 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   session_unpin(s);
   for (int k = 0; k < 2 && redactor; k++) redact_deliver(&x, &x.st[k], NULL, 0, true);
   live_flush(&x, true);
-  bool killed = running_killed(slot, false); /* freed once the outcome is stored */
+  bool by_service = false;
+  bool killed = running_killed(slot, false, &by_service); /* freed once the outcome is stored */
   /* the outcome */
   char hex[2][65];
   for (int k = 0; k < 2; k++) sha_hex(&x.st[k].sha, hex[k]);
   size_t redactions = 0;
   json_t *records = redaction_records(&x, &redactions);
   const char *code = NULL;
-  json_t *ans =
-      exec_answer(&r, &x, killed, aborted, hex, redactions, records, &code, signal, detail, dsize);
+  json_t *ans = exec_answer(&r, &x, killed ? (by_service ? 2 : 1) : 0, aborted, hex, redactions,
+                            records, &code, signal, detail, dsize);
   bool ok = json_is_true(json_object_get(ans, "ok"));
   if (!ok && !code) code = "internal";
   json_t *none = args ? NULL : json_object();
@@ -799,6 +809,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_t *details = exec_details(image, op, args ? args : none, r.xr == 0 ? r.res : NULL, ok, code,
                                  (const char(*)[65])hex, redactions, records, kept_summary);
   json_decref(kept_summary);
+  if (details && killed && code && !strcmp(code, "killed")) /* who decided it, in the chain */
+    json_object_set_new(details, "killedBy", json_string(by_service ? "service" : "buyer"));
   if (r.planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
     *signal = r.planted_sig;
     snprintf(detail, dsize, "exec: %s", r.planted);
@@ -833,7 +845,7 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_decref(r.res);
   json_decref(args);
   run_free(&x);
-  running_killed(slot, true);
+  running_killed(slot, true, NULL);
   return rc;
 }
 

@@ -670,8 +670,8 @@ void *relay_queued_main(void *arg) {
          * session back to active may have many waiting */
         bool exec = !strcmp(nt->relname, "jb_exec");
         if (nt->extra && jb_op_notice_parse(nt->extra, &op_id, st, &job) == 0) {
-          if (exec && op_id > 0 && !strcmp(st, "kill")) /* the buyer's kill (db/ops.h) */
-            exec_op_signal(w, job, op_id, "kill");
+          if (exec && op_id > 0 && (!strcmp(st, "kill") || !strcmp(st, "kill-service")))
+            exec_op_signal(w, job, op_id, st); /* the buyer's or the operator's (db/ops.h) */
           else if (exec)
             ;
           else if (op_id != 0 && jb_op_state_from_name(st) == JB_OP_APPROVED)

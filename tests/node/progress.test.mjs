@@ -144,3 +144,21 @@ test('Tasks extension: a command becomes a task, working while it runs, then com
   assert.equal(last.result.structuredContent.exitCode, 0, JSON.stringify(last));
   assert.match(last.result.structuredContent.stdout, /step 3\n$/);
 });
+
+test('the operator kills a running command: the agent is told so, the chain names the operator', { timeout: 120000 }, async () => {
+  const V = await K.openSession(() => {}, { mode: 'unsupervised' });
+  const agent = await K.connect(V.agentToken);
+  const call = K.call(agent, 'exec', { command: 'echo started; sleep 60', timeoutSec: 90 }, 90000);
+  const op = await K.waitFor('the command running', async () => (await srv.db.query(
+    "SELECT op_id FROM ops WHERE job_id = $1 AND tool = 'exec' AND state = 'running'", [V.jobId])).rows[0]?.op_id);
+  const r = await srv.req('POST', `/v1/jailbox/${V.jobId}/ops/${op}/kill`, { token: srv.serviceToken, body: { reason: 'runaway' } });
+  assert.equal(r.status, 200, r.text);
+  const a = await call;
+  const text = a.result?.content?.[0]?.text ?? JSON.stringify(a);
+  assert.match(text, /the operator killed the command/);
+  const rows = (await srv.db.query(
+    "SELECT jb_audit_details(canonical) AS d FROM audit_entries WHERE job_id = $1 AND operation = 'exec' ORDER BY seq", [V.jobId])).rows;
+  const e = rows.map((x) => x.d).find((d) => d.argv?.includes('echo started; sleep 60'));
+  assert.ok(e, JSON.stringify(rows));
+  assert.equal(e.killedBy, 'service', JSON.stringify(e));
+});
