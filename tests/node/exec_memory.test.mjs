@@ -10,7 +10,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, realpathSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,7 +24,7 @@ let K, srv, U, agent, buyer;
 before(async () => {
   const hog = join(mkdtempSync(join(tmpdir(), 'jb-memhog-')), 'memhog');
   execFileSync('gcc', ['-O2', '-static', '-o', hog, fileURLToPath(new URL('./fixtures/memhog.c', import.meta.url))]);
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' }, [`${hog}:/usr/bin/memhog`, '/usr/bin/ls']);
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' }, [`${hog}:/usr/bin/memhog`, '/usr/bin/ls', `${realpathSync('/bin/sh')}:/bin/sh`]);
   srv = K.srv;
   U = await K.openSession((d) => writeFileSync(join(d, 'hello.txt'), 'hello\n'),
     { mode: 'unsupervised', limits: { memoryMiB: SESSION_MIB } });
