@@ -153,7 +153,7 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
     const r = await srv.req('POST', `/v1/jailbox/${s.jobId}/abort`, { token: s.buyerToken });
     took = Date.now() - t0;
     assert.equal(r.status, 200, r.text);
-    await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 2000);
+    await waitFor(srv, 'container gone', async () => (await containersOf(s.jobId)).length === 0, 15000);
     gone.inflight = Date.now() - t0;
     op = (await srv.db.query("SELECT state, result FROM ops WHERE job_id = $1 AND tool = 'stat'", [s.jobId])).rows[0];
     h = await pending;
@@ -166,7 +166,10 @@ test('abort while an op runs in the shim: the op fails with "aborted", the conta
   assert.equal(op.result.error.code, 'aborted', JSON.stringify(op));
   assert.ok(h.cut || toolFailure(h)?.data?.reason === 'aborted', JSON.stringify(h));
   console.log('# the op:', op.result.error.message, '; abort answered in', took, 'ms');
-  assert.ok(took < 2000, `abort took ${took} ms`);
+  // (an abort that waited for the op would have found it done, not cut short: the op's state
+  // above is the proof; the bound is only against an abort held for long — 2 s failed a
+  // sanitizer run on a loaded host at 2.6 s)
+  assert.ok(took < 10000, `abort took ${took} ms`);
   assert.equal(readFileSync(big).length, 250 * 1024 * 1024, 'the big file was not replaced');
   await assertEndedAndSealed(srv, s.jobId, 'aborted');
 });
