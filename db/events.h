@@ -39,11 +39,13 @@ enum jb_event_kind {
   JB_EVENT_AUDIT_HEAD, /* the chain's new head {seq, hash, signature, keyId} */
   JB_EVENT_EXEC_OUTPUT, /* output of a running exec {opId, stream, data, seq} (buyers only) */
   JB_EVENT_RULE, /* an approval rule was added, revoked or expired */
+  JB_EVENT_ROLLBACK, /* a rollback ended {rollbackId, state, restored, conflicts} (the worker) */
   JB_EVENT_KINDS /* how many kinds there are */
 };
 
 /* The envelope's key of `kind` ("state", "mode", "op", "approval_request",
- * "security_alert", "pre_scan", "audit_head", "exec_output", "rule"); NULL when out of range. */
+ * "security_alert", "pre_scan", "audit_head", "exec_output", "rule",
+ * "rollback"); NULL when out of range. */
 const char *jb_event_kind_key(enum jb_event_kind kind);
 
 /* The kind whose key is `key`: 0 with *out, or -1 when `key` (may be NULL) is none. */
