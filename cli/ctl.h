@@ -51,6 +51,10 @@ void jb_ctl_reply_free(struct jb_ctl_reply *r);
  * exit code (JB_CTL_FAILED also when `out` cannot be written). */
 int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out);
 
+/* Prints `v` (borrowed) as one line of compact JSON. JB_CTL_OK, or JB_CTL_FAILED (out of
+ * memory, stdout failed). */
+int jb_ctl_print_json(const json_t *v);
+
 /* Parses the body of `r` as a JSON object (duplicate keys and nesting deeper than 64 refused).
  * New reference, or NULL with a message printed. */
 json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
@@ -72,6 +76,9 @@ char *jb_ctl_escape(const char *s);
 /* The Socket.IO base URL ("ws://host:port") of `o`, in `buf`. Returns 0, -1 when it cannot be
  * derived (message printed). */
 int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
+
+/* rollback JOB [--to OP] [--force] [--dry-run] [--reason R] (cli/rollback.c). */
+int jb_ctl_rollback(struct jb_ctl *o, int argc, char **argv);
 
 /* Runs the verb of argv[1...] (or its --help) unless cli/main.c handles it (the offline
  * verbs: audit verify, keys rotate, token create), setting *rc; returns true then. */

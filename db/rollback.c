@@ -17,21 +17,21 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
 /* The facts of $1 back to op $2 (text of a bigint >= 0); the same select with and without the
  * session row lock. A writable command's changes are its ops.changes total (migration 042),
  * else the length of its result's change list (before 042). */
-#define FACTS_SQL(lock)                                                                          \
-  "SELECT s.state, s.preimages_gone_at IS NOT NULL,"                                             \
-  " (SELECT count(*) FROM ops WHERE job_id = s.job_id AND state IN ('approved', 'running')),"    \
-  " coalesce((SELECT min(id) FROM launch_jobs WHERE job_id = s.job_id AND kind = 'rollback'"     \
-  "   AND state IN ('queued', 'claimed')), 0),"                                                  \
+#define FACTS_SQL(lock)                                                                           \
+  "SELECT s.state, s.preimages_gone_at IS NOT NULL,"                                              \
+  " (SELECT count(*) FROM ops WHERE job_id = s.job_id AND state IN ('approved', 'running')),"     \
+  " coalesce((SELECT min(id) FROM launch_jobs WHERE job_id = s.job_id AND kind = 'rollback'"      \
+  "   AND state IN ('queued', 'claimed')), 0),"                                                   \
   " $2::bigint = 0 OR EXISTS (SELECT 1 FROM ops WHERE job_id = s.job_id AND op_id = $2::bigint)," \
-  " coalesce((SELECT json_agg(o.op_id ORDER BY o.op_id) FROM ops o WHERE o.job_id = s.job_id"    \
-  "   AND o.op_id > $2::bigint AND o.tool = 'exec' AND o.args->'writable' = 'true'::jsonb"       \
-  "   AND coalesce((o.changes->>'total')::bigint, jsonb_array_length(CASE WHEN"                  \
-  "     jsonb_typeof(o.result->'result'->'changes') = 'array'"                                   \
-  "     THEN o.result->'result'->'changes' END), 0) > 0"                                         \
-  "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                       \
-  "     AND p.op_id = o.op_id)), '[]')::text,"                                                   \
-  " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                        \
-  "   AND rolled_back_by IS NULL AND op_id > $2::bigint)"                                        \
+  " coalesce((SELECT json_agg(o.op_id ORDER BY o.op_id) FROM ops o WHERE o.job_id = s.job_id"     \
+  "   AND o.op_id > $2::bigint AND o.tool = 'exec' AND o.args->'writable' = 'true'::jsonb"        \
+  "   AND coalesce((o.changes->>'total')::bigint, jsonb_array_length(CASE WHEN"                   \
+  "     jsonb_typeof(o.result->'result'->'changes') = 'array'"                                    \
+  "     THEN o.result->'result'->'changes' END), 0) > 0"                                          \
+  "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                        \
+  "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
+  " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \
+  "   AND rolled_back_by IS NULL AND op_id > $2::bigint)"                                         \
   " FROM sessions s WHERE s.job_id = $1" lock
 
 static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err) {

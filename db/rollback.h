@@ -57,7 +57,6 @@ int jb_db_rollback_plan(PGconn *c, const char *job_id, long long to, char **json
  * claimed, done, failed), "to" (op id or null), "force", "by", "reason"?, "createdAt",
  * "finishedAt"?, "result"?, "error"?}. JB_OK, JB_ERR_NOT_FOUND (no rollback `id` of that
  * session), JB_ERR_FAIL. */
-int jb_db_rollback_get(PGconn *c, const char *job_id, long long id, char **json_out,
-                       jb_error *err);
+int jb_db_rollback_get(PGconn *c, const char *job_id, long long id, char **json_out, jb_error *err);
 
 #endif

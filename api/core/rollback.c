@@ -132,13 +132,13 @@ void jb_rollback_request(struct jb_app *app, PGconn *c, const char *job, const c
     no_session(out, rc, &err, job);
     return;
   }
-  if (jb_reply_ok(out, 202, json_pack("{s:I,s:s}", "rollbackId", (json_int_t)id, "state",
-                                      "queued")) == 0)
-    jb_bus_publish(app->bus, job, JB_EVENT_ROLLBACK,
-                   json_pack("{s:s,s:I,s:s,s:o,s:b,s:s}", "jobId", job, "rollbackId",
-                             (json_int_t)id, "state", "queued", "to",
-                             a->to ? json_integer(a->to) : json_null(), "force", a->force,
-                             "actor", actor));
+  if (jb_reply_ok(out, 202,
+                  json_pack("{s:I,s:s}", "rollbackId", (json_int_t)id, "state", "queued")) == 0)
+    jb_bus_publish(
+        app->bus, job, JB_EVENT_ROLLBACK,
+        json_pack("{s:s,s:I,s:s,s:o,s:b,s:s}", "jobId", job, "rollbackId", (json_int_t)id, "state",
+                  "queued", "to", a->to ? json_integer(a->to) : json_null(), "force", a->force,
+                  "actor", actor));
 }
 
 void jb_rollback_get(PGconn *c, const char *job, const char *id_text, struct jb_reply *out) {
@@ -171,8 +171,8 @@ void jb_rollback_changes(PGconn *c, const char *job, struct jb_reply *out) {
   }
   struct jb_reply why = {0};
   bool available = jb_rollback_decide(&f, 0, &why) == 0;
-  json_t *rb = json_pack("{s:b,s:I}", "available", available, "wouldUndo",
-                         (json_int_t)f.would_undo);
+  json_t *rb =
+      json_pack("{s:b,s:I}", "available", available, "wouldUndo", (json_int_t)f.would_undo);
   if (rb && !available) json_object_set_new(rb, "why", json_string(why.code));
   jb_reply_release(&why);
   jb_rollback_facts_free(&f);

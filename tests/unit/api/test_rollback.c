@@ -335,8 +335,8 @@ static void queued(void **state) {
   assert_int_equal(rollback_events, 1);
   jb_reply_release(&r);
   char payload[256];
-  sql("SELECT payload::text FROM launch_jobs WHERE job_id = $1 AND kind = 'rollback'", "rb-q",
-      NULL, NULL, payload, sizeof payload);
+  sql("SELECT payload::text FROM launch_jobs WHERE job_id = $1 AND kind = 'rollback'", "rb-q", NULL,
+      NULL, payload, sizeof payload);
   json_t *p = json_loads(payload, 0, NULL);
   assert_true(json_is_null(json_object_get(p, "to")));
   assert_true(json_is_true(json_object_get(p, "force")));
@@ -379,9 +379,8 @@ static void queued(void **state) {
   c = jb_db_acquire(app.db, &err);
   jb_rollback_get(c, "rb-q", ids, &r);
   assert_string_equal(json_string_value(json_object_get(r.body, "state")), "done");
-  assert_int_equal(json_integer_value(json_object_get(json_object_get(r.body, "result"),
-                                                      "conflicts")),
-                   0);
+  assert_int_equal(
+      json_integer_value(json_object_get(json_object_get(r.body, "result"), "conflicts")), 0);
   jb_reply_release(&r);
   jb_db_release(app.db, c);
   run_as(JB_ROLE_SERVICE, "rb-q", "{\"reason\":\"incident 12\"}", &r);
@@ -407,8 +406,8 @@ static void decision_order(void **state) {
                                 .rollback_running = 7,
                                 .to_found = false,
                                 .not_restorable = "[4]"};
-  const char *order[] = {"no_such_op", "preimages_gone", "not_paused", "rollback_running",
-                         "ops_running", "not_restorable"};
+  const char *order[] = {"no_such_op",       "preimages_gone", "not_paused",
+                         "rollback_running", "ops_running",    "not_restorable"};
   for (int i = 0; i < 6; i++) {
     memset(&r, 0, sizeof r);
     assert_int_equal(jb_rollback_decide(&f, 3, &r), -1);
@@ -428,9 +427,8 @@ static void decision_order(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(decision_order), cmocka_unit_test(arguments),
-      cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
-      cmocka_unit_test(queued),
+      cmocka_unit_test(decision_order),    cmocka_unit_test(arguments), cmocka_unit_test(states),
+      cmocka_unit_test(plan_and_refusals), cmocka_unit_test(queued),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
