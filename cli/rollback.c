@@ -26,8 +26,8 @@ static void show_plan(const json_t *p) {
     printf("  op %-6lld %-6s %s\n", num(x, "opId"), str(x, "tool"), str(x, "path"));
   json_array_foreach (json_object_get(p, "files"), i, x) {
     const char *sha = json_string_value(json_object_get(x, "sha256"));
-    printf("  %-40s back to %s%s%.12s  (op %lld)\n", str(x, "path"), str(x, "kind"),
-           sha ? " " : "", sha ? sha : "", num(x, "opId"));
+    printf("  %-40s back to %s%s%.12s  (op %lld)\n", str(x, "path"), str(x, "kind"), sha ? " " : "",
+           sha ? sha : "", num(x, "opId"));
   }
   if (json_is_true(json_object_get(p, "truncated"))) printf("  … (the list is cut)\n");
 }
@@ -87,9 +87,8 @@ int jb_ctl_rollback(struct jb_ctl *o, int argc, char **argv) {
   else if (dry)
     show_plan(doc);
   else
-    printf("rollback %lld of %s: %s (GET /v1/jailbox/%s/rollbacks/%lld)\n",
-           num(doc, "rollbackId"), jb_ctl_text(job), str(doc, "state"), jb_ctl_text(job),
-           num(doc, "rollbackId"));
+    printf("rollback %lld of %s: %s (GET /v1/jailbox/%s/rollbacks/%lld)\n", num(doc, "rollbackId"),
+           jb_ctl_text(job), str(doc, "state"), jb_ctl_text(job), num(doc, "rollbackId"));
   json_decref(doc);
   return rc == JB_CTL_OK && fflush(stdout) == 0 ? JB_CTL_OK : JB_CTL_FAILED;
 }

@@ -14,10 +14,10 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   f->not_restorable = NULL;
 }
 
-/* The facts of $1 back to op $2 (text of a bigint >= 0); the same select with and without the
- * session row lock. A writable command's changes are its ops.changes total (migration 042),
- * else the length of its result's change list (before 042). */
-#define FACTS_SQL(lock)                                                                           \
+/* The facts of $1 back to op $2 (text of a bigint >= 0). A writable command's changes are its
+ * ops.changes total (migration 042), else the length of its result's change list (before
+ * 042). */
+#define FACTS_SQL                                                                                 \
   "SELECT s.state, s.preimages_gone_at IS NOT NULL,"                                              \
   " (SELECT count(*) FROM ops WHERE job_id = s.job_id AND state IN ('approved', 'running')),"     \
   " coalesce((SELECT min(id) FROM launch_jobs WHERE job_id = s.job_id AND kind = 'rollback'"      \
@@ -32,7 +32,7 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
   " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \
   "   AND rolled_back_by IS NULL AND op_id > $2::bigint)"                                         \
-  " FROM sessions s WHERE s.job_id = $1" lock
+  " FROM sessions s WHERE s.job_id = $1"
 
 static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err) {
   if (PQntuples(r) != 1) {
@@ -56,8 +56,7 @@ int jb_db_rollback_facts(PGconn *c, const char *job_id, long long to, struct jb_
   char ts[24];
   snprintf(ts, sizeof ts, "%lld", to);
   const char *p[2] = {job_id, ts};
-  PGresult *r =
-      jb_db_exec(c, FACTS_SQL(""), 2, p, PGRES_TUPLES_OK, NULL, err, "read rollback facts");
+  PGresult *r = jb_db_exec(c, FACTS_SQL, 2, p, PGRES_TUPLES_OK, NULL, err, "read rollback facts");
   return r ? read_facts(r, out, err) : JB_ERR_FAIL;
 }
 
@@ -69,8 +68,16 @@ int jb_db_rollback_queue(PGconn *c, const char *job_id, long long to, const char
   const char *p[2] = {job_id, ts};
   cleanup_tx struct jb_tx tx = {0};
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
-  PGresult *r = jb_db_exec(c, FACTS_SQL(" FOR UPDATE OF s"), 2, p, PGRES_TUPLES_OK, NULL, err,
-                           "lock the session for a rollback");
+  /* the lock first, the facts in a statement of their own: under READ COMMITTED a statement
+   * that waited for the lock still reads with the snapshot it began with, and would miss the
+   * rollback the holder of the lock just queued */
+  PGresult *r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p,
+                           PGRES_TUPLES_OK, NULL, err, "lock the session for a rollback");
+  if (!r) return JB_ERR_FAIL;
+  bool found = PQntuples(r) == 1;
+  PQclear(r);
+  if (!found) return JB_ERR_NOT_FOUND;
+  r = jb_db_exec(c, FACTS_SQL, 2, p, PGRES_TUPLES_OK, NULL, err, "read rollback facts");
   if (!r) return JB_ERR_FAIL;
   struct jb_rollback_facts f = {0};
   int rc = read_facts(r, &f, err);

@@ -498,7 +498,15 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   cleanup_tx struct jb_tx tx = {0};
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[5] = {job_id, to, reason, from_lit, actor ? actor : "system"};
-  PGresult *r = jb_db_exec(
+  PGresult *r;
+  if (strcmp(to, "active") == 0) { /* a resume must see a rollback queued while it waited for
+                                    * the row: the lock first, the update in a new snapshot */
+    r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
+                   NULL, err, "lock the session");
+    if (!r) return JB_ERR_FAIL;
+    PQclear(r);
+  }
+  r = jb_db_exec(
       c,
       "WITH old AS (SELECT state, paused_by FROM sessions WHERE job_id = $1 FOR UPDATE)"
       " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"

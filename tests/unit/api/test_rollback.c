@@ -4,6 +4,7 @@
  * them; the checks are the arguments (parsed once, for both doors), who may ask, each refusal
  * (with its code and in its order), the dry run's plan, the queued launch job and its payload,
  * resume refused while it waits, a rollback's state, and the summary of GET …/changes. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -396,6 +397,68 @@ static void queued(void **state) {
   jb_reply_release(&r);
 }
 
+/* A control run on its own thread (its own connection), to wait for a lock the test holds. */
+struct bg {
+  const char *job;
+  enum jb_control ctl;
+  struct jb_reply r;
+};
+
+static void *bg_run(void *arg) {
+  struct bg *b = arg;
+  struct jb_principal who = {.role = JB_ROLE_BUYER};
+  snprintf(who.job_id, sizeof who.job_id, "%s", b->job);
+  json_t *a = json_object();
+  jb_control_run(&app, NULL, &who, b->job, b->ctl, a, &b->r);
+  json_decref(a);
+  return NULL;
+}
+
+/* `ctl` waits for the session row the test holds while the test queues a rollback: once the
+ * lock is let go, it must see that rollback (a statement that waited for the lock reads with
+ * the snapshot it began with, under READ COMMITTED: the facts are read after the lock). */
+static void races_with_queue(const char *job, enum jb_control ctl) {
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_non_null(c);
+  const char *p[1] = {job};
+  PGresult *r = PQexec(c, "BEGIN");
+  PQclear(r);
+  r = PQexecParams(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, NULL, p, NULL, NULL,
+                   0);
+  assert_int_equal(PQntuples(r), 1);
+  PQclear(r);
+  struct bg b = {.job = job, .ctl = ctl};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, bg_run, &b), 0);
+  usleep(400 * 1000); /* it reaches the lock and waits */
+  r = PQexecParams(c, "INSERT INTO launch_jobs (job_id, kind) VALUES ($1, 'rollback')", 1, NULL, p,
+                   NULL, NULL, 0);
+  assert_int_equal(PQresultStatus(r), PGRES_COMMAND_OK);
+  PQclear(r);
+  r = PQexec(c, "COMMIT");
+  PQclear(r);
+  jb_db_release(app.db, c);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  if (b.r.status != 409 || !b.r.code || strcmp(b.r.code, "rollback_running") != 0)
+    fail_msg("%s raced a queued rollback: %d %s", job, b.r.status, b.r.msg);
+  jb_reply_release(&b.r);
+  sql("UPDATE launch_jobs SET state = 'done' WHERE job_id = $1", job, NULL, NULL, NULL, 0);
+}
+
+static void lock_races(void **state) {
+  (void)state;
+  session("rb-race", "active");
+  struct jb_reply r;
+  struct jb_principal buyer = {.role = JB_ROLE_BUYER};
+  snprintf(buyer.job_id, sizeof buyer.job_id, "rb-race");
+  jb_control_run(&app, NULL, &buyer, "rb-race", JB_CONTROL_PAUSE, NULL, &r);
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+  races_with_queue("rb-race", JB_CONTROL_ROLLBACK);
+  races_with_queue("rb-race", JB_CONTROL_RESUME);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -427,8 +490,9 @@ static void decision_order(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(decision_order),    cmocka_unit_test(arguments), cmocka_unit_test(states),
-      cmocka_unit_test(plan_and_refusals), cmocka_unit_test(queued),
+      cmocka_unit_test(decision_order), cmocka_unit_test(arguments),
+      cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
+      cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
