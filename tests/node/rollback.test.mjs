@@ -187,6 +187,7 @@ test('the rollback: one of two at once, resume waits, the workspace back to its 
   // resume while it waits or runs: refused (unless it ended already, before the resume)
   const asked = Date.now();
   const res = await post(A, '/resume', {});
+  console.log(`# resume while rollback ${id} was queued or running: ${res.status} ${res.json?.error?.code ?? ''}`);
   if (res.status !== 409) {
     const g = await get(A, `/rollbacks/${id}`);
     assert.ok(['done', 'failed'].includes(g.json.state) && Date.parse(g.json.finishedAt) <= asked + 5,
