@@ -11,11 +11,12 @@
 // codes as REST for the same bad input. Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync, lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
-import { connectClient } from './lib/mcp.mjs';
+import { connectClient, CTL } from './lib/mcp.mjs';
 
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 
@@ -171,6 +172,19 @@ test('the dry run: the agent\'s ops newest first, every path, nothing queued', a
   assert.deepEqual(ack.wouldUndo, r.json.wouldUndo);
   const ch = await get(A, '/changes');
   assert.deepEqual(ch.json.rollback, { available: true, wouldUndo: ops.length });
+  // jailboxctl: the same plan (--json), in words, and its usage errors
+  const ctl = (...args) => spawnSync(CTL, ['rollback', ...args], { encoding: 'utf8', timeout: 30000,
+    env: { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: A.buyerToken } });
+  const cj = ctl(A.jobId, '--dry-run', '--json');
+  assert.equal(cj.status, 0, cj.stderr);
+  assert.deepEqual(JSON.parse(cj.stdout).wouldUndo, r.json.wouldUndo);
+  const ch2 = ctl(A.jobId, '--dry-run', '--to', String(ops[0].opId));
+  assert.equal(ch2.status, 0, ch2.stderr);
+  assert.match(ch2.stdout, new RegExp(`^would undo ${ops.length - 1} ops`));
+  assert.equal(ctl(A.jobId, '--to', 'x').status, 2);
+  const far = ctl(A.jobId, '--to', '99999999');
+  assert.equal(far.status, 1);
+  assert.match(far.stderr, /no_such_op/);
   const n = await srv.db.query("SELECT count(*)::int AS n FROM launch_jobs WHERE job_id = $1 AND kind = 'rollback'", [A.jobId]);
   assert.equal(n.rows[0].n, 0, 'a dry run queued a rollback');
 });
