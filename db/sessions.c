@@ -499,8 +499,9 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[5] = {job_id, to, reason, from_lit, actor ? actor : "system"};
   PGresult *r;
-  if (strcmp(to, "active") == 0) { /* a resume must see a rollback queued while it waited for
-                                    * the row: the lock first, the update in a new snapshot */
+  /* a resume or an accept must see a rollback queued while it waited for the row: the lock
+   * first, the update in a new snapshot */
+  if (strcmp(to, "active") == 0 || strcmp(to, "accepted") == 0) {
     r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
                    NULL, err, "lock the session");
     if (!r) return JB_ERR_FAIL;
@@ -514,7 +515,7 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
       "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
       " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
       "   AND NOT (old.state = 'paused' AND $2 = 'active' AND coalesce(old.paused_by, $5) <> $5)"
-      "   AND NOT (old.state = 'paused' AND $2 = 'active' AND EXISTS (SELECT 1 FROM launch_jobs"
+      "   AND NOT ($2 IN ('active', 'accepted') AND EXISTS (SELECT 1 FROM launch_jobs"
       "     WHERE job_id = $1 AND kind = 'rollback' AND state IN ('queued', 'claimed')))"
       " RETURNING old.state",
       5, p, PGRES_TUPLES_OK, NULL, err, "session transition");

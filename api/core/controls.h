@@ -96,7 +96,7 @@ json_t *jb_control_rest_form(enum jb_control ctl, const char *body, size_t body_
  * the actor who made it (409 invalid_state "paused by …" otherwise). Fills `out` (zeroed first; release it with
  * jb_reply_release): per control, on success —
  *   pause, resume, abort, accept, pre_scan_done: 200 {jobId, state, previous, rejectedOps}
- *     (resume while a rollback is queued or claimed: 409 rollback_running);
+ *     (resume or accept while a rollback is queued or claimed: 409 rollback_running);
  *     (pre_scan_done on a session the worker already moved on: 200 {jobId, state});
  *   approve, reject: 200 the op, wrap "op", and with allowSimilar extra {rule};
  *   kill: 200 {opId, …} (api/core/ops.h jb_op_kill); mode: 200 the session, wrap "session";

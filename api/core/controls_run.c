@@ -77,11 +77,15 @@ static void transition(struct control *k, const char *reason, const char *const 
                            t.state);
     return;
   }
+  enum jb_session_state now = jb_session_state_from_name(t.state),
+                        want = jb_session_state_from_name(to);
   if (rc == JB_ERR_CONFLICT && t.rollback_running &&
-      jb_session_state_from_name(to) == JB_SESSION_ACTIVE) {
+      ((now == JB_SESSION_PAUSED && want == JB_SESSION_ACTIVE) ||
+       (now == JB_SESSION_DONE && want == JB_SESSION_ACCEPTED))) {
     jb_reply_fail(k->out, 409, "rollback_running",
-                  "a rollback of this session is queued or running: resume once it has ended "
-                  "(GET …/rollbacks/:rollbackId)");
+                  "a rollback of this session is queued or running: %s once it has ended (GET "
+                  "…/rollbacks/:rollbackId)",
+                  want == JB_SESSION_ACTIVE ? "resume" : "accept");
     snprintf(k->out->state, sizeof k->out->state, "%s", t.state);
     return;
   }

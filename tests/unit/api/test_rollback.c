@@ -459,6 +459,32 @@ static void lock_races(void **state) {
   races_with_queue("rb-race", JB_CONTROL_RESUME);
 }
 
+/* An accept waits for the rollback too: it would drop the pre-images the rollback reads. */
+static void accept_waits(void **state) {
+  (void)state;
+  session("rb-acc", "done");
+  struct jb_reply r;
+  run("rb-acc", "{}", &r); /* an ended (done) session is taken */
+  assert_int_equal(r.status, 202);
+  jb_reply_release(&r);
+  struct jb_principal buyer = {.role = JB_ROLE_BUYER};
+  snprintf(buyer.job_id, sizeof buyer.job_id, "rb-acc");
+  jb_control_run(&app, NULL, &buyer, "rb-acc", JB_CONTROL_ACCEPT, NULL, &r);
+  assert_int_equal(r.status, 409);
+  assert_string_equal(r.code, "rollback_running");
+  assert_string_equal(r.state, "done");
+  jb_reply_release(&r);
+  jb_control_run(&app, NULL, &buyer, "rb-acc", JB_CONTROL_RESUME, NULL, &r); /* not paused */
+  assert_int_equal(r.status, 409);
+  assert_string_equal(r.code, "invalid_state");
+  jb_reply_release(&r);
+  sql("UPDATE launch_jobs SET state = 'done' WHERE job_id = $1 AND kind = 'rollback'", "rb-acc",
+      NULL, NULL, NULL, 0);
+  jb_control_run(&app, NULL, &buyer, "rb-acc", JB_CONTROL_ACCEPT, NULL, &r);
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -493,6 +519,7 @@ int main(void) {
       cmocka_unit_test(decision_order), cmocka_unit_test(arguments),
       cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
       cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
+      cmocka_unit_test(accept_waits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
