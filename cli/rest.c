@@ -592,15 +592,6 @@ static void show_changes(const json_t *c) {
   printf("changes of %s: %zu file%s", str(c, "jobId"), n - cmds, n - cmds == 1 ? "" : "s");
   if (cmds) printf(", %zu command%s", cmds, cmds == 1 ? "" : "s");
   putchar('\n');
-  json_t *rb = json_object_get(c, "rollback");
-  if (json_is_object(rb)) { /* which of them a rollback to the state at open would undo */
-    long long n_ops = (long long)json_integer_value(json_object_get(rb, "wouldUndo"));
-    printf("  a rollback would undo %lld op%s", n_ops, n_ops == 1 ? "" : "s");
-    if (json_is_true(json_object_get(rb, "available")))
-      printf(" (jailboxctl rollback %s)\n", str(c, "jobId"));
-    else
-      printf(" (not now: %s)\n", str(rb, "why"));
-  }
   json_array_foreach (list, i, ch) {
     const char *tool = json_string_value(json_object_get(ch, "tool"));
     long long op = (long long)json_integer_value(json_object_get(ch, "opId"));
@@ -623,6 +614,15 @@ static void show_changes(const json_t *c) {
              str(ch, "path"), (long long)json_integer_value(json_object_get(ch, "size")), op,
              before ? before : "(new)", after, str(ch, "at"));
     }
+  }
+  json_t *rb = json_object_get(c, "rollback"); /* what a rollback to the state at open undoes */
+  long long n_ops = (long long)json_integer_value(json_object_get(rb, "wouldUndo"));
+  if (n_ops > 0) {
+    printf("a rollback would undo %lld op%s", n_ops, n_ops == 1 ? "" : "s");
+    if (json_is_true(json_object_get(rb, "available")))
+      printf(" (jailboxctl rollback %s [--dry-run])\n", str(c, "jobId"));
+    else
+      printf(" (not now: %s)\n", str(rb, "why"));
   }
 }
 
