@@ -141,3 +141,27 @@ export function call(agent, name, args, ms = 60000) {
 export async function closeAll(srv) {
   for (const s of srv.sockets || []) s.close();
 }
+
+// After a file's tests: every server in `servers` is stopped even when an earlier one's
+// check fails (a server left running keeps node's event loop, and the file, alive until
+// ctest's timeout); then the sanitizer reports in each log and the containers each left
+// behind are asserted, all of them named in one failure.
+export async function stopServers(servers, { sanitizer = true } = {}) {
+  const problems = [];
+  for (const s of servers) {
+    try {
+      await closeAll(s);
+      const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
+      await s.stop();
+      const log = s.log();
+      if (sanitizer && /ERROR: (Address|Leak)Sanitizer|runtime error:/.test(log)) problems.push('sanitizer report:\n' + log);
+      for (const j of jobs) {
+        const left = await containersOf(j);
+        if (left.length) problems.push(`container left behind for ${j}: ${JSON.stringify(left)}`);
+      }
+    } catch (e) {
+      problems.push(`stopping a server: ${e.stack || e.message}`);
+    }
+  }
+  if (problems.length) throw new Error(problems.join('\n'));
+}
