@@ -22,12 +22,18 @@ const IMAGE = 'jailbox-sandbox:readopt'; // startJail adds JB_IMAGE_SUFFIX
 const N = Number(process.env.JB_READOPT_SESSIONS || 3);
 
 const servers = [];
+// every server is stopped before anything is asserted: a failed check must not leave the
+// later servers running (they would hold this process until ctest's timeout)
 after(async () => {
+  const checks = [];
   for (const s of servers) {
     await closeAll(s);
     const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
     const log = s.log();
     await s.stop();
+    checks.push({ log, jobs });
+  }
+  for (const { log, jobs } of checks) {
     assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
     for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
   }

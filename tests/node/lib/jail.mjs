@@ -76,9 +76,13 @@ export async function startJail({ image, shim = 'jailbox-shim-test', env = {}, e
   return srv;
 }
 
+// `fn()`'s first truthy value, tried every 50 ms for up to `timeoutMs`; fails at once, naming
+// the crash and the end of the log, when `srv`'s jailboxd died (srv.crashed)
 export async function waitFor(srv, what, fn, timeoutMs = 60000) {
   const end = Date.now() + timeoutMs;
   for (;;) {
+    const crash = srv?.crashed?.();
+    if (crash) throw new Error(`${crash} while waiting for ${what}:\n${srv.log().slice(-6000)}`);
     const v = await fn();
     if (v) return v;
     if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + (srv ? srv.log().slice(-6000) : ''));
