@@ -145,3 +145,22 @@ export function call(agent, name, args, ms = 60000) {
 export async function closeAll(srv) {
   for (const s of srv.sockets || []) s.close();
 }
+
+// The end of a file that started several servers (an `after` hook): each one's sockets closed
+// and the server stopped, all of them before anything is asserted (a failed check must not
+// leave the later servers running: they would keep this process alive until ctest's timeout);
+// then no sanitizer report in any log, and no container left behind for any session.
+export async function stopServers(servers) {
+  const ends = [];
+  for (const s of servers) {
+    await closeAll(s);
+    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
+    const log = s.log();
+    await s.stop();
+    ends.push({ log, jobs });
+  }
+  for (const { log, jobs } of ends) {
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+  }
+}
