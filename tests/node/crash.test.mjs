@@ -11,7 +11,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
-  containersOf, closeAll, stopServers } from './lib/jail.mjs';
+  containersOf, stopServers } from './lib/jail.mjs';
 import { toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:crash'; // startJail adds JB_IMAGE_SUFFIX

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { JAILBOXD } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
-  closeAll, stopServers } from './lib/jail.mjs';
+  stopServers } from './lib/jail.mjs';
 import { verifiedChain } from './lib/mcp.mjs';
 import { toolFailure } from './lib/agent.mjs';
 
