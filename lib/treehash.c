@@ -219,7 +219,7 @@ int jb_tree_hash_at(int rootfd, const struct jb_tree_hash_limits *lim, char out_
   *why = NULL;
   int rc = walk_dir(w, rootfd, "", 0, 0);
   if (rc == 0) {
-    qsort(w->v, w->n, sizeof *w->v, by_path);
+    if (w->n) qsort(w->v, w->n, sizeof *w->v, by_path); /* w->v is NULL for no entry */
     crypto_hash_sha256_state hs;
     crypto_hash_sha256_init(&hs);
     for (size_t i = 0; i < w->n; i++)
