@@ -22,7 +22,8 @@ let K, srv;
 
 before(async () => {
   // /bin/sh: exec is offered on the image, so that its refusal below is the flagged files'
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PRESCAN_EXCLUDE_SECRETS: '1' }, [`${realpathSync('/bin/sh')}:/bin/sh`]);
+  // 64 KiB of content at most for a tree hash: the first test's workspace is over it
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PRESCAN_EXCLUDE_SECRETS: '1', JAILBOX_TREE_HASH_MAX_BYTES: '65536' }, [`${realpathSync('/bin/sh')}:/bin/sh`]);
   srv = K.srv;
 });
 
@@ -75,6 +76,9 @@ test('files that look like secrets: listed by the pre-scan with their rules, hid
     .trim().split('\n').map((e) => JSON.parse(e));
   const ps = audit.find((e) => e.operation === 'pre_scan');
   assert.equal(ps.details.secretsCount, 3, JSON.stringify(ps.details));
+  // the tree is over the worker's JAILBOX_TREE_HASH_MAX_BYTES: no tree hash, and why
+  assert.equal(ps.details.treeSha256, null, JSON.stringify(ps.details));
+  assert.equal(ps.details.treeSha256Why, 'too_large');
   assert.ok(!JSON.stringify(audit).includes(AWS), 'the secret itself is nowhere in the chain');
 });
 
