@@ -14,6 +14,7 @@
 
 #include "lib/json.h"
 #include "lib/policy.h"
+#include "lib/utf8.h"
 #include "sandbox/proto/explain.h"
 #include "cli/ctl.h"
 
@@ -238,21 +239,6 @@ static int print_json(const json_t *v) {
   return ok ? JB_CTL_OK : JB_CTL_FAILED;
 }
 
-/* The length in bytes of the character at `p` when it is one a terminal shows wrongly or not
- * at all — C1 (U+0080..U+009F), zero-width and direction marks (U+200B..U+200F), line and
- * paragraph separators and bidi embeddings and overrides (U+2028..U+202E), bidi isolates
- * (U+2066..U+2069), the byte order mark (U+FEFF) — else 0. (Unicode TR9 for the bidi
- * controls: an agent's text could reorder what the buyer reads.) */
-static size_t hidden_mark(const unsigned char *p) {
-  if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2;
-  if (p[0] == 0xe2 && p[1] == 0x80 &&
-      ((p[2] >= 0x8b && p[2] <= 0x8f) || (p[2] >= 0xa8 && p[2] <= 0xae)))
-    return 3;
-  if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return 3;
-  if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) return 3;
-  return 0;
-}
-
 const char *jb_ctl_text(const char *s) {
   static char pool[16][520];
   static unsigned next;
@@ -265,7 +251,7 @@ const char *jb_ctl_text(const char *s) {
       w += 3;
       break;
     }
-    size_t hidden = hidden_mark(p);
+    size_t hidden = jb_utf8_hidden_mark(p, strnlen((const char *)p, 3));
     if (hidden) { /* C1, bidi controls, zero-width and separator characters */
       out[w++] = '?';
       p += hidden - 1;
@@ -1074,6 +1060,10 @@ static const struct verb verbs[] = {
     {"keys rotate", "--key FILE [--grace S] [--database-url URL | --state-dir DIR]",
      "make FILE's key (generated when FILE does not exist) the active audit signing key and "
      "retire the others S seconds later (default 60); instances take it up from their key files",
+     NULL},
+    {"tree-hash", "DIR [--json]",
+     "print the tree hash v1 of DIR (api/audit.md; offline), to compare with an audit entry's "
+     "treeSha256; 'null WHY' and exit 1 past JAILBOX_TREE_HASH_MAX_BYTES or 1,000,000 entries",
      NULL},
     {"token create", "--role service [--label L] [--database-url URL | --state-dir DIR]",
      "mint a service token straight into the database (printed once)", NULL},

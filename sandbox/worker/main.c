@@ -98,6 +98,10 @@ static const struct jb_setting settings[] = {
      1L << 30,
      "pre-scan: regular files over this many MiB are not read, only flagged too_large "
      "(sandbox/WALLS.md)"},
+    {NULL, "JAILBOX_TREE_HASH_MAX_BYTES", JB_SETTING_INT, S(tree_hash_max_bytes), "4294967296", 1,
+     1L << 50,
+     "bytes of file content one tree hash (the pre-scan's treeSha256) reads at most; past it the "
+     "hash is null (api/audit.md)"},
     {NULL, "JAILBOX_EFFECTS_MAX_ENTRIES", JB_SETTING_INT, S(effects_max_entries), "250000", 1,
      10000000,
      "entries the walk around a writable command reads at most; past it the rest is swept for "
@@ -272,6 +276,8 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   c->call_timeout_ms = set->call_timeout_ms;
   if (shim_socket_dir(set, c, err) < 0) return -1;
   w->prescan_hash_max = (long long)set->prescan_hash_max_mib << 20;
+  w->tree_hash = (struct jb_tree_hash_limits){.max_entries = JB_TREE_HASH_MAX_ENTRIES_DEFAULT,
+                                              .max_bytes = set->tree_hash_max_bytes};
   if (jb_escape_policy_parse(&w->policy, set->escape_abort, set->alert_after, set->trust_penalty,
                              err) < 0)
     return -1;
