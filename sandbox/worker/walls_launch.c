@@ -30,6 +30,12 @@ static const char *const gvisor_overlay_caps[] = {"SYS_ADMIN", "SETPCAP",      "
 /* Without bwrap only setpriv's three are needed. */
 static const char *const setpriv_caps[] = {"SETPCAP", "SETUID", "SETGID", NULL};
 
+/* The capabilities the container is given (and its contract names). */
+static const char *const *container_caps(bool gvisor, bool bwrap) {
+  if (!gvisor || !bwrap) return setpriv_caps;
+  return getenv("JB_TEST_EXEC_OVERLAY") ? gvisor_overlay_caps : gvisor_caps;
+}
+
 static json_t *str_array(const char *const list[]) {
   json_t *a = json_array();
   for (size_t i = 0; list[i]; i++) json_array_append_new(a, json_string(list[i]));
@@ -162,15 +168,12 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
       "{s:s, s:s, s:[s], s:o, s:o, s:b, s:{s:s, s:s}, s:I, s:I, s:I, s:I, s:o,"
       " s:[{s:s, s:s, s:s, s:b, s:{s:s}}], s:s, s:{s:s}, s:i, s:b, s:b}",
       "Runtime", gvisor ? cfg->runtime : "runc", "NetworkMode", "none", "CapDrop", "ALL", "CapAdd",
-      str_array(!gvisor || !bwrap                ? setpriv_caps
-                : getenv("JB_TEST_EXEC_OVERLAY") ? gvisor_overlay_caps
-                                                 : gvisor_caps),
-      "SecurityOpt", secopt, "ReadonlyRootfs", 1, "Tmpfs", "/tmp", tmpfs, "/jailbox-cs", cs,
-      "Memory", (json_int_t)lim->memory_bytes, "MemorySwap", (json_int_t)lim->memory_bytes,
-      "NanoCpus", (json_int_t)lim->nano_cpus, "PidsLimit", (json_int_t)lim->host_pids, "Ulimits",
-      ulimits, "Mounts", "Type", "bind", "Source", workspace, "Target", "/workspace", "ReadOnly", 0,
-      "BindOptions", "Propagation", "rprivate", "IpcMode", "private", "LogConfig", "Type", "none",
-      "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
+      str_array(container_caps(gvisor, bwrap)), "SecurityOpt", secopt, "ReadonlyRootfs", 1, "Tmpfs",
+      "/tmp", tmpfs, "/jailbox-cs", cs, "Memory", (json_int_t)lim->memory_bytes, "MemorySwap",
+      (json_int_t)lim->memory_bytes, "NanoCpus", (json_int_t)lim->nano_cpus, "PidsLimit",
+      (json_int_t)lim->host_pids, "Ulimits", ulimits, "Mounts", "Type", "bind", "Source", workspace,
+      "Target", "/workspace", "ReadOnly", 0, "BindOptions", "Propagation", "rprivate", "IpcMode",
+      "private", "LogConfig", "Type", "none", "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
   json_t *env = json_array();
   if (socket_dir)
     json_array_append_new(
@@ -757,10 +760,9 @@ static json_t *contract_docker(const struct launch *L) {
       " s:{s:I, s:I, s:f, s:I, s:I}, s:s, s:s, s:s}",
       "up", L->sb->walls_up[JB_WALL_DOCKER], "required", L->cfg->require[JB_WALL_DOCKER], "engine",
       L->probe ? L->probe->engine : "?", "image", L->cfg->image, "capabilities", "drop", "ALL",
-      "add", str_array(L->gvisor && L->bwrap ? gvisor_caps : setpriv_caps), "noNewPrivileges", 1,
-      "seccomp", sc, "apparmor",
-      L->apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)", "network",
-      "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
+      "add", str_array(container_caps(L->gvisor, L->bwrap)), "noNewPrivileges", 1, "seccomp", sc,
+      "apparmor", L->apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)",
+      "network", "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
       L->bwrap ? "bwrap builds the jail's new root there" : "scratch space", "limits",
       "memoryBytes", (json_int_t)L->lim.memory_bytes, "memorySwapBytes",
       (json_int_t)L->lim.memory_bytes, "cpus", (double)L->lim.nano_cpus / 1e9, "pids",
