@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "lib/pathcheck.h"
+#include "sandbox/proto/shim.h"
+
+_Static_assert(2 * JB_CS_MAX_BYTES <= JB_SPAWNER_MAX_LINE, "a manifest fits a spawner line");
 
 #define OPAQUE_XATTR "trusted.overlay.opaque"
 
@@ -156,7 +159,7 @@ static int walk_entry(struct walk *w, int dfd, size_t plen, const char *name, in
                 "mode", (int)(st.st_mode & 07777), "size", (json_int_t)(sized ? st.st_size : 0),
                 "whiteout", whiteout, "opaque", opaque);
   if (e && tlen >= 0) json_object_set_new(e, "target", json_stringn(target, (size_t)tlen));
-  w->bytes += len + (tlen > 0 ? (size_t)tlen : 0) + 96;
+  w->bytes += 6 * (len + (tlen > 0 ? (size_t)tlen : 0)) + 128;
   if (!e || json_array_append_new(w->entries, e) < 0) {
     close_keep_errno(sub);
     errno = ENOMEM;
@@ -164,7 +167,7 @@ static int walk_entry(struct walk *w, int dfd, size_t plen, const char *name, in
   }
   if (w->bytes > JB_CS_MAX_BYTES) {
     close_keep_errno(sub);
-    return too_large(w, "the manifest is over 3 MiB");
+    return too_large(w, "the manifest is over 1 MiB");
   }
   int rc = sub >= 0 ? walk_dir(w, sub, len, depth + 1) : 0; /* takes sub */
   w->path[plen] = '\0';

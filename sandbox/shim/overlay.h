@@ -20,8 +20,10 @@
 /* Entries a manifest lists by default and at most (a request's maxEntries). */
 #define JB_CS_DEFAULT_ENTRIES 10000
 #define JB_CS_MAX_ENTRIES 100000
-/* The most bytes a manifest's entries may take as JSON (it rides on one spawner line). */
-#define JB_CS_MAX_BYTES (3 * 1024 * 1024)
+/* The most bytes a manifest's entries may take as JSON, counting each byte of a path or link
+ * text as 6 (jansson's \u00XX for a control character) and 128 for the rest of an entry: the
+ * answer rides on one spawner line (JB_SPAWNER_MAX_LINE, 2 MiB), which it must never pass. */
+#define JB_CS_MAX_BYTES (1024 * 1024)
 /* The deepest directory a discard removes; a deeper tree is left to the tmpfs's end. */
 #define JB_CS_RM_DEPTH 256
 

@@ -138,6 +138,16 @@ static void test_manifest_bounds(void **state) {
   json_t *m = manifest("u", 5, &code, why);
   assert_int_equal(json_array_size(m), 5);
   json_decref(m);
+  /* long names: the JSON bound (each byte counted as escaped) comes before any line limit */
+  dir("w");
+  for (int i = 0; i < 700; i++) {
+    char rel[300];
+    snprintf(rel, sizeof rel, "w/%03d%0240d", i, 0);
+    put(rel, "", 0644);
+  }
+  assert_null(manifest("w", 100000, &code, why));
+  assert_string_equal(code, "too_large");
+  assert_non_null(strstr(why, "1 MiB"));
   /* 65 directories deep: over JB_CS_MAX_DEPTH */
   char rel[512] = "u";
   for (int i = 0; i <= JB_CS_MAX_DEPTH; i++) {
