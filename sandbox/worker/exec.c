@@ -192,13 +192,24 @@ static json_t *died_result(struct jb_session *s, long long start, char *why, siz
                    "the sandbox went over its memory limit and was killed with the command");
 }
 
-/* The command's result `res` (borrowed) into *result (new reference), with its overlay's
- * manifest when it ran on one (tests only). 0. */
+/* The spawner's answer `o` (borrowed) to command `id`: its result into *result (new
+ * reference) and 0, or -1 with `err` (EBUSY, EINVAL). Tests only: when the command asked for
+ * an overlay, its manifest joins the result and the overlay is discarded, whatever the answer. */
 static int take_result(struct jb_spawner *sp, long long id, const struct jb_exec_request *rq,
-                       json_t *res, json_t **result) {
-  *result = json_incref(res);
-  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) overlay_after(sp, id, *result);
-  return 0;
+                       const json_t *o, json_t **result, jb_error *err) {
+  json_t *res = json_object_get(o, "result");
+  bool ok = json_is_true(json_object_get(o, "ok")) && json_is_object(res);
+  json_t *sink = ok ? NULL : json_object();
+  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) overlay_after(sp, id, ok ? res : sink);
+  json_decref(sink);
+  if (ok) {
+    *result = json_incref(res);
+    return 0;
+  }
+  json_t *e = json_object_get(o, "error");
+  const char *code = json_string_value(json_object_get(e, "code")) ?: "error";
+  return jb_fail(err, strcmp(code, "busy") == 0 ? EBUSY : EINVAL, "spawner: %s: %s", code,
+                 json_string_value(json_object_get(e, "message")) ?: "");
 }
 
 int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_output_fn out,
@@ -271,14 +282,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
       json_decref(o); /* a signal's answer, or an error about a line of ours */
       continue;
     }
-    if (json_is_true(json_object_get(o, "ok")) && json_is_object(json_object_get(o, "result"))) {
-      ret = take_result(sp, id, rq, json_object_get(o, "result"), result);
-    } else {
-      json_t *e = json_object_get(o, "error");
-      const char *code = json_string_value(json_object_get(e, "code")) ?: "error";
-      jb_fail(err, strcmp(code, "busy") == 0 ? EBUSY : EINVAL, "spawner: %s: %s", code,
-              json_string_value(json_object_get(e, "message")) ?: "");
-    }
+    ret = take_result(sp, id, rq, o, result, err);
     json_decref(o);
     break;
   }
