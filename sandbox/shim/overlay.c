@@ -154,11 +154,22 @@ static int walk_entry(struct walk *w, int dfd, size_t plen, const char *name, in
     opaque = n == 1 && v[0] == 'y';
   }
   bool sized = S_ISREG(st.st_mode) || S_ISLNK(st.st_mode);
+  json_t *pj = json_string(w->path), *tj = tlen >= 0 ? json_stringn(target, (size_t)tlen) : NULL;
+  if (!pj || (tlen >= 0 && !tj)) { /* jansson takes UTF-8 only */
+    json_decref(pj);
+    json_decref(tj);
+    close_keep_errno(sub);
+    w->path[plen] = '\0';
+    w->code = "bad_name";
+    snprintf(w->why, w->wlen, "a name or link text in the upper is not UTF-8 (in '%.200s')",
+             plen ? w->path : ".");
+    return -1;
+  }
   json_t *e =
-      json_pack("{s:s, s:s, s:i, s:I, s:b, s:b}", "path", w->path, "type", type_of(st.st_mode),
-                "mode", (int)(st.st_mode & 07777), "size", (json_int_t)(sized ? st.st_size : 0),
-                "whiteout", whiteout, "opaque", opaque);
-  if (e && tlen >= 0) json_object_set_new(e, "target", json_stringn(target, (size_t)tlen));
+      json_pack("{s:o, s:s, s:i, s:I, s:b, s:b}", "path", pj, "type", type_of(st.st_mode), "mode",
+                (int)(st.st_mode & 07777), "size", (json_int_t)(sized ? st.st_size : 0), "whiteout",
+                whiteout, "opaque", opaque);
+  if (e && tj) json_object_set_new(e, "target", tj);
   w->bytes += 6 * (len + (tlen > 0 ? (size_t)tlen : 0)) + 128;
   if (!e || json_array_append_new(w->entries, e) < 0) {
     close_keep_errno(sub);
@@ -290,6 +301,13 @@ int jb_cs_exec_field(const json_t *req, bool writable, char *out, char *why, siz
   return 0;
 }
 
+/* `s` with every byte outside printable ASCII made '?' (a message may quote a name of the
+ * upper, cut anywhere, and must stay valid UTF-8 for the answer's JSON). */
+static void printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e) *s = '?';
+}
+
 json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const char **code,
                       char *why, size_t wlen) {
   const char *id = json_string_value(json_object_get(req, "overlay"));
@@ -320,6 +338,9 @@ json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const
   }
   json_t *entries = jb_cs_manifest_at(fd, (size_t)n, code, why, wlen);
   close(fd);
-  if (!entries) return NULL;
+  if (!entries) {
+    printable(why);
+    return NULL;
+  }
   return json_pack("{s:o, s:I}", "entries", entries, "count", (json_int_t)json_array_size(entries));
 }

@@ -44,7 +44,8 @@ int jb_cs_mount(const char *root, const char *id, const char *lower, char *merge
  * device 0:0: the lower's entry is deleted), opaque (a dir whose trusted.overlay.opaque is
  * "y": nothing of the lower under it shows)}. At most `max_entries` entries and
  * JB_CS_MAX_BYTES of JSON, JB_CS_MAX_DEPTH deep and JB_PATH_MAX bytes a path. NULL on failure
- * with `*code` ("too_large" over a bound, "internal" otherwise) and a message in `why`. */
+ * with `*code` ("too_large" over a bound, "bad_name" for a name or link text that is not
+ * UTF-8, "internal" otherwise) and a message in `why` (which may quote a name as it is). */
 json_t *jb_cs_manifest_at(int upper_fd, size_t max_entries, const char **code, char *why,
                           size_t wlen);
 
@@ -61,7 +62,8 @@ int jb_cs_exec_field(const json_t *req, bool writable, char *out, char *why, siz
 
 /* Serves spawner request `req` of op `op` ("cs_manifest" {overlay, maxEntries?} → {entries,
  * count}; "cs_discard" {overlay} → {discarded: true}) on overlays under `root`. The result
- * (new), or NULL with `*code` (bad_request, not_found, too_large, internal) and `why`. */
+ * (new), or NULL with `*code` (bad_request, not_found, too_large, bad_name, internal) and
+ * `why` (printable ASCII). */
 json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const char **code,
                       char *why, size_t wlen);
 

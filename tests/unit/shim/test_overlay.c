@@ -132,6 +132,7 @@ static void test_manifest_bounds(void **state) {
   }
   const char *code = NULL;
   char why[300];
+  json_t *rq;
   assert_null(manifest("u", 4, &code, why));
   assert_string_equal(code, "too_large");
   assert_non_null(strstr(why, "entries"));
@@ -148,6 +149,20 @@ static void test_manifest_bounds(void **state) {
   assert_null(manifest("w", 100000, &code, why));
   assert_string_equal(code, "too_large");
   assert_non_null(strstr(why, "1 MiB"));
+  /* a name that is not UTF-8: bad_name, and a message the answer's JSON can carry */
+  dir("n");
+  dir("n/sub\xc3");
+  put("n/sub\xc3/\xff", "", 0644);
+  rq = json_pack("{s:s}", "overlay", "n2");
+  dir("n2");
+  char from[512], to[512];
+  pathof(from, sizeof from, "n");
+  pathof(to, sizeof to, "n2/upper");
+  assert_int_equal(rename(from, to), 0);
+  assert_null(jb_cs_request(root, "cs_manifest", rq, &code, why, sizeof why));
+  assert_string_equal(code, "bad_name");
+  for (const char *c = why; *c; c++) assert_true(*c >= 0x20 && *c <= 0x7e);
+  json_decref(rq);
   /* 65 directories deep: over JB_CS_MAX_DEPTH */
   char rel[512] = "u";
   for (int i = 0; i <= JB_CS_MAX_DEPTH; i++) {
