@@ -71,6 +71,8 @@ static const struct jb_setting settings[] = {
      "Wall 2 seccomp profile file; empty: the copy of deploy/seccomp/jailbox.json built in"},
     {NULL, "JAILBOX_CONTAINER_TMP_MIB", JB_SETTING_INT, S(container_tmp_mib), "16", 1, 4096,
      "size of the container's /tmp tmpfs, MiB"},
+    {NULL, "JAILBOX_CHANGESET_UPPER_MIB", JB_SETTING_INT, S(changeset_upper_mib), "1024", 1, 65536,
+     "size of the container's /jailbox-cs tmpfs (a writable command's overlay upper), MiB"},
     {NULL, "JAILBOX_JAIL_TMP_MIB", JB_SETTING_INT, S(jail_tmp_mib), "16", 1, 4096,
      "size of the jail's own /tmp tmpfs, MiB"},
     {NULL, "JAILBOX_START_TIMEOUT_MS", JB_SETTING_INT, S(start_timeout_ms), "30000", 1000, 600000,
@@ -271,6 +273,7 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   c->override =
       !(c->require[JB_WALL_GVISOR] && c->require[JB_WALL_DOCKER] && c->require[JB_WALL_BWRAP]);
   c->container_tmp_mib = set->container_tmp_mib;
+  c->changeset_upper_mib = set->changeset_upper_mib;
   c->jail_tmp_mib = set->jail_tmp_mib;
   c->start_timeout_ms = set->start_timeout_ms;
   c->call_timeout_ms = set->call_timeout_ms;

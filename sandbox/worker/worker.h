@@ -103,6 +103,7 @@ struct jb_worker_settings {
   char *sandbox_images, *runtime;
   char *require_walls, *seccomp_profile;
   long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
+  long changeset_upper_mib; /* JAILBOX_CHANGESET_UPPER_MIB */
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
   bool prescan_exclude_secrets; /* JAILBOX_PRESCAN_EXCLUDE_SECRETS */
