@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "lib/json.h"
+#include "lib/utf8.h"
 #include "cli/ctl.h"
 
 #define MAX_REPLY_BYTES (64L << 20)
@@ -232,21 +233,6 @@ int jb_ctl_print_json(const json_t *v) {
   return ok ? JB_CTL_OK : JB_CTL_FAILED;
 }
 
-/* The length in bytes of the character at `p` when it is one a terminal shows wrongly or not
- * at all — C1 (U+0080..U+009F), zero-width and direction marks (U+200B..U+200F), line and
- * paragraph separators and bidi embeddings and overrides (U+2028..U+202E), bidi isolates
- * (U+2066..U+2069), the byte order mark (U+FEFF) — else 0. (Unicode TR9 for the bidi
- * controls: an agent's text could reorder what the buyer reads.) */
-static size_t hidden_mark(const unsigned char *p) {
-  if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2;
-  if (p[0] == 0xe2 && p[1] == 0x80 &&
-      ((p[2] >= 0x8b && p[2] <= 0x8f) || (p[2] >= 0xa8 && p[2] <= 0xae)))
-    return 3;
-  if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return 3;
-  if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) return 3;
-  return 0;
-}
-
 const char *jb_ctl_text(const char *s) {
   static char pool[16][520];
   static unsigned next;
@@ -259,7 +245,7 @@ const char *jb_ctl_text(const char *s) {
       w += 3;
       break;
     }
-    size_t hidden = hidden_mark(p);
+    size_t hidden = jb_utf8_hidden_mark(p, strnlen((const char *)p, 3));
     if (hidden) { /* C1, bidi controls, zero-width and separator characters */
       out[w++] = '?';
       p += hidden - 1;

@@ -823,6 +823,10 @@ static const struct verb verbs[] = {
      "make FILE's key (generated when FILE does not exist) the active audit signing key and "
      "retire the others S seconds later (default 60); instances take it up from their key files",
      NULL},
+    {"tree-hash", "DIR [--json]",
+     "print the tree hash v1 of DIR (api/audit.md; offline), to compare with an audit entry's "
+     "treeSha256; 'null WHY' and exit 1 past JAILBOX_TREE_HASH_MAX_BYTES or 1,000,000 entries",
+     NULL},
     {"token create", "--role service [--label L] [--database-url URL | --state-dir DIR]",
      "mint a service token straight into the database (printed once)", NULL},
     {"mcp-bridge", "--job JOB",
