@@ -272,9 +272,10 @@ static int rm_tree(struct rm *r, int dfd, const char *name, int depth) {
       return renameat(dfd, name, r->top, to);
     }
     fd = open_dir_at(dfd, name);
+    if (fd < 0 && errno == ENOENT) return 0; /* moved away since: its new name is found later */
     if (fd < 0 && ((errno != ENOTDIR && errno != ELOOP) || tries >= 3)) return -1;
   }
-  struct stat st;
+  struct stat st = {.st_dev = r->dev};
   if (fstat(fd, &st) < 0 || st.st_dev != r->dev) {
     if (st.st_dev != r->dev) errno = EXDEV; /* a mount point: never entered */
     close_keep_errno(fd);
