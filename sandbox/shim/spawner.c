@@ -958,13 +958,13 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
     return;
   }
   if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest or discard */
-    char why[400];
+    char why[400] = "a command is running";
     const char *code = "busy";
-    json_t *res = cur.running ? NULL : jb_cs_request(JB_CS_ROOT, op, req, &code, why, sizeof why);
-    if (res)
-      send_obj(json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", res));
-    else
-      send_error(id, code, "%s", cur.running ? "a command is running" : why);
+    json_t *res = NULL;
+    if (!cur.running && jb_memwatch_settle(2000, why, sizeof why)) /* no jail's process left */
+      res = jb_cs_request(JB_CS_ROOT, op, req, &code, why, sizeof why);
+    if (!res) send_error(id, code, "%s", why);
+    if (res) send_obj(json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", res));
     return;
   }
   send_error(id, "unknown_op", "unknown op '%.64s'", op ? op : "");
