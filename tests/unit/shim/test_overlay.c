@@ -294,6 +294,29 @@ static void test_discard_and_sweep(void **state) {
   assert_int_equal(lstat(p, &st), 0);
 }
 
+/* A FIFO, a socket and a device in the upper are listed from lstat alone: the walk opens no
+ * entry but a directory, so a FIFO with no writer does not block it. */
+static void test_manifest_special_files(void **state) {
+  (void)state;
+  dir("u");
+  char p[512];
+  pathof(p, sizeof p, "u/fifo");
+  assert_int_equal(mkfifo(p, 0600), 0);
+  pathof(p, sizeof p, "u/null");
+  assert_int_equal(mknod(p, S_IFCHR | 0666, makedev(1, 3)), 0);
+  pathof(p, sizeof p, "u/blk");
+  assert_int_equal(mknod(p, S_IFBLK | 0600, makedev(7, 0)), 0);
+  const char *code = NULL;
+  char why[300];
+  json_t *m = manifest("u", 100, &code, why);
+  assert_non_null(m);
+  assert_string_equal(json_string_value(json_object_get(entry(m, "fifo"), "type")), "fifo");
+  assert_string_equal(json_string_value(json_object_get(entry(m, "null"), "type")), "char");
+  assert_false(json_is_true(json_object_get(entry(m, "null"), "whiteout")));
+  assert_string_equal(json_string_value(json_object_get(entry(m, "blk"), "type")), "block");
+  json_decref(m);
+}
+
 /* keep/precious, outside every overlay, and `swap_target` naming keep. */
 static void keep(void) {
   dir("keep");
@@ -411,6 +434,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_manifest_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ids_and_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_discard_and_sweep, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_special_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_manifest_swap_race, setup, teardown),
       cmocka_unit_test_setup_teardown(test_discard_swap_race, setup, teardown),
       cmocka_unit_test_setup_teardown(test_discard_deep, setup, teardown),
