@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MEMCG_ROOT "/sys/fs/cgroup/memory"
@@ -79,6 +80,21 @@ static void sweep_one(int i) {
 
 void jb_memwatch_sweep(void) {
   for (int i = 0; i < LEFT_MAX; i++) sweep_one(i);
+}
+
+bool jb_memwatch_settle(int wait_ms, char *why, size_t len) {
+  for (int waited = 0;; waited += 10) {
+    jb_memwatch_sweep();
+    int i = 0;
+    while (i < LEFT_MAX && !left[i][0]) i++;
+    if (i == LEFT_MAX) return true;
+    if (waited >= wait_ms) {
+      snprintf(why, len, "an ended jail's processes are still ending (%s not empty)", left[i]);
+      return false;
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 void jb_memwatch_release(struct jb_memcg *m) {

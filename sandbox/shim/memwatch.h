@@ -43,4 +43,11 @@ void jb_memwatch_release(struct jb_memcg *m);
 /* Removes the cgroups left by jb_memwatch_release whose processes have ended since. */
 void jb_memwatch_sweep(void);
 
+/* Waits up to `wait_ms` (polling every 10 ms) until no cgroup left by jb_memwatch_release
+ * holds a process: a jail's processes are sent SIGKILL when its pid 1 ends, but gVisor does not
+ * wait for them to end (Linux's zap_pid_ns_processes does), so one of them may still run a
+ * moment after its bwrap was reaped. true when none is left (at once without memory cgroups),
+ * false with a message in `why` (`len` bytes). */
+bool jb_memwatch_settle(int wait_ms, char *why, size_t len);
+
 #endif

@@ -47,6 +47,21 @@ static void close_keep_errno(int fd) {
   errno = e;
 }
 
+/* Directory `name` under `dfd` opened for reading without following a symlink: pinned with
+ * O_PATH|O_DIRECTORY|O_NOFOLLOW (ENOTDIR for a symlink), then "." of the pin. Never
+ * openat(O_RDONLY|O_DIRECTORY|O_NOFOLLOW): gVisor follows a final symlink there (sandbox/WALLS.md),
+ * so a directory of the upper that a command's process swapped for a link to "/" between an
+ * lstat and the open would be entered as root. -1 with errno. */
+static int open_dir_at(int dfd, const char *name) {
+  int p = openat(dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (p < 0) return -1;
+  int fd = openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  close_keep_errno(p);
+  return fd;
+}
+
+static int rm_top(int rfd, const char *id);
+
 int jb_cs_mount(const char *root, const char *id, const char *lower, char *merged, size_t mlen,
                 char *why, size_t wlen) {
   if (!jb_cs_id_valid(id)) {
@@ -84,6 +99,7 @@ int jb_cs_mount(const char *root, const char *id, const char *lower, char *merge
   else if (mount("overlay", merged, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
     rc = fail(why, wlen, "mount overlay");
   close_keep_errno(ifd);
+  if (rc < 0) (void)rm_top(rfd, id); /* nothing is mounted: the id is free again */
   close_keep_errno(rfd);
   return rc;
 }
@@ -147,8 +163,8 @@ static int walk_entry(struct walk *w, int dfd, size_t plen, const char *name, in
     target[tlen] = '\0';
   } else if (S_ISDIR(st.st_mode)) {
     if (depth + 1 > JB_CS_MAX_DEPTH) return too_large(w, "the upper is deeper than 64 directories");
-    sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) return internal(w, "open");
+    sub = open_dir_at(dfd, name);
+    if (sub < 0) return internal(w, "open (changed during the walk?)");
     char v[2];
     ssize_t n = fgetxattr(sub, OPAQUE_XATTR, v, sizeof v);
     opaque = n == 1 && v[0] == 'y';
@@ -233,16 +249,38 @@ json_t *jb_cs_manifest_at(int upper_fd, size_t max_entries, const char **code, c
 
 /* ---- removal --------------------------------------------------------------------------- */
 
-/* Removes `name` under the directory `dfd`, a directory's content first; `depth` levels in. */
-static int rm_tree(int dfd, const char *name, int depth) {
-  if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return 0;
-  if (errno != EISDIR && errno != EPERM) return -1;
-  if (depth >= JB_CS_RM_DEPTH) {
-    errno = ELOOP;
+/* A removal under one overlay's directory: `top` (its fd), `dev` (its device: no mount below
+ * is entered), `moved` (subtrees moved up to `top` from JB_CS_RM_DEPTH down). */
+struct rm {
+  int top;
+  dev_t dev;
+  unsigned long moved;
+};
+
+/* Removes `name` under the directory `dfd`, a directory's content first; `depth` levels in. A
+ * directory JB_CS_RM_DEPTH deep is moved up to r->top whole (removed by the next pass), so
+ * that no tree a command made, however deep, outlives its discard. No link is followed (a
+ * name that stops being a directory is unlinked), no mount entered (EXDEV). */
+static int rm_tree(struct rm *r, int dfd, const char *name, int depth) {
+  int fd = -1;
+  for (int tries = 0; fd < 0; tries++) {
+    if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return 0;
+    if (errno != EISDIR && errno != EPERM) return -1;
+    if (depth >= JB_CS_RM_DEPTH) {
+      char to[32];
+      snprintf(to, sizeof to, "deep.%lu", r->moved++);
+      return renameat(dfd, name, r->top, to);
+    }
+    fd = open_dir_at(dfd, name);
+    if (fd < 0 && errno == ENOENT) return 0; /* moved away since: its new name is found later */
+    if (fd < 0 && ((errno != ENOTDIR && errno != ELOOP) || tries >= 3)) return -1;
+  }
+  struct stat st = {.st_dev = r->dev};
+  if (fstat(fd, &st) < 0 || st.st_dev != r->dev) {
+    if (st.st_dev != r->dev) errno = EXDEV; /* a mount point: never entered */
+    close_keep_errno(fd);
     return -1;
   }
-  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
   DIR *d = fdopendir(fd);
   if (!d) {
     close_keep_errno(fd);
@@ -252,12 +290,30 @@ static int rm_tree(int dfd, const char *name, int depth) {
   struct dirent *de;
   while (rc == 0 && (de = readdir(d)))
     if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-      rc = rm_tree(dirfd(d), de->d_name, depth + 1);
+      rc = rm_tree(r, dirfd(d), de->d_name, depth + 1);
   int e = errno;
   closedir(d);
   errno = e;
   if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT) rc = -1;
   return rc;
+}
+
+/* Removes `id` under the root directory `rfd` in passes, while a pass moved a deep subtree
+ * up (each pass removes JB_CS_RM_DEPTH levels at least), and up to 3 more that found it not
+ * empty for another reason. 0, or -1 with errno. */
+static int rm_top(int rfd, const char *id) {
+  struct stat st;
+  if (fstat(rfd, &st) < 0) return -1;
+  struct rm r = {.dev = st.st_dev};
+  for (int stuck = 0;;) {
+    unsigned long before = r.moved;
+    r.top = open_dir_at(rfd, id);
+    if (r.top < 0) return errno == ENOENT ? 0 : -1;
+    int rc = rm_tree(&r, rfd, id, 0);
+    close_keep_errno(r.top);
+    /* not empty: a deep subtree was moved up, or (a few times) a racing writer added a name */
+    if (rc == 0 || errno != ENOTEMPTY || (r.moved == before && ++stuck > 3)) return rc;
+  }
 }
 
 int jb_cs_discard(const char *root, const char *id, char *why, size_t wlen) {
@@ -271,7 +327,7 @@ int jb_cs_discard(const char *root, const char *id, char *why, size_t wlen) {
     return fail(why, wlen, "unmount the overlay");
   int rfd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (rfd < 0) return fail(why, wlen, "the changeset tmpfs");
-  int rc = rm_tree(rfd, id, 0);
+  int rc = rm_top(rfd, id);
   close_keep_errno(rfd);
   return rc < 0 ? fail(why, wlen, "remove the overlay's upper") : 0;
 }

@@ -24,7 +24,8 @@
  * text as 6 (jansson's \u00XX for a control character) and 128 for the rest of an entry: the
  * answer rides on one spawner line (JB_SPAWNER_MAX_LINE, 2 MiB), which it must never pass. */
 #define JB_CS_MAX_BYTES (1024 * 1024)
-/* The deepest directory a discard removes; a deeper tree is left to the tmpfs's end. */
+/* The deepest directory a discard enters; a deeper one is moved up whole and removed by the
+ * discard's next pass (so any depth is removed, with at most this many open directories). */
 #define JB_CS_RM_DEPTH 256
 
 /* Whether `id` is a valid overlay id. */
@@ -33,7 +34,8 @@ bool jb_cs_id_valid(const char *id);
 /* Makes `root`/ID/{upper,work,merged} (ID must not exist: EEXIST) — upper with the owner and
  * mode of `lower`, so that the merged root is the workspace's — and mounts the overlay
  * lowerdir=`lower`,upperdir=…/upper,workdir=…/work on …/merged (nosuid, nodev). Writes the
- * merged path into `merged` (`mlen` bytes). 0, or -1 with errno and a message in `why`. */
+ * merged path into `merged` (`mlen` bytes). 0, or -1 with errno and a message in `why` (what
+ * it made is removed again, so the id is free). */
 int jb_cs_mount(const char *root, const char *id, const char *lower, char *merged, size_t mlen,
                 char *why, size_t wlen);
 
@@ -49,8 +51,9 @@ int jb_cs_mount(const char *root, const char *id, const char *lower, char *merge
 json_t *jb_cs_manifest_at(int upper_fd, size_t max_entries, const char **code, char *why,
                           size_t wlen);
 
-/* Unmounts `root`/ID/merged (detached; not mounted is fine) and removes `root`/ID (no link
- * followed, JB_CS_RM_DEPTH deep at most). 0 (ID absent too), or -1 with a message in `why`. */
+/* Unmounts `root`/ID/merged (detached; not mounted is fine) and removes `root`/ID however
+ * deep (no link followed, even one a running process swaps in; no other filesystem below entered, as the
+ * overlay's own were its detach to fail: EXDEV). 0 (ID absent too), or -1 with a message in `why`. */
 int jb_cs_discard(const char *root, const char *id, char *why, size_t wlen);
 
 /* Discards every overlay left under `root` (a spawner that starts finds none of its own). */

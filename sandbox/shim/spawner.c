@@ -759,10 +759,9 @@ static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
 }
 
 /* Starts the command of `rq` in the jail built ahead when it is of the request's kind (the
- * workspace's mode and /tmp's size), else in one built now (the one ahead is discarded). 0,
- * or -1 after answering the request with an error. A jail whose helper never says ready (bwrap
- * or setpriv failed) becomes the running command all the same: its end and stderr are the
- * result. */
+ * workspace's mode and /tmp's size), else in one built now (the one ahead is discarded). 0, or
+ * -1 after answering with an error (its overlay discarded). A jail whose helper never says ready
+ * (bwrap or setpriv failed) runs as the command all the same: its end and stderr the result. */
 static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, const char *self) {
   long long t_req = now_ms();
   int in = jb_memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "",
@@ -789,6 +788,7 @@ static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, c
       if (jail_build(&cur, rq->writable, rq->tmp, bpf, bpf_len, self, ws) < 0) {
         send_error(rq->id, "internal", "cannot start the command's jail: %s", strerror(errno));
         jail_reset(&cur);
+        if (rq->overlay[0]) (void)jb_cs_discard(JB_CS_ROOT, rq->overlay, why, sizeof why);
         close(in);
         return -1;
       }
@@ -958,13 +958,13 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
     return;
   }
   if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest or discard */
-    char why[400];
+    char why[400] = "a command is running";
     const char *code = "busy";
-    json_t *res = cur.running ? NULL : jb_cs_request(JB_CS_ROOT, op, req, &code, why, sizeof why);
-    if (res)
-      send_obj(json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", res));
-    else
-      send_error(id, code, "%s", cur.running ? "a command is running" : why);
+    json_t *res = NULL;
+    if (!cur.running && jb_memwatch_settle(2000, why, sizeof why)) /* no jail's process left */
+      res = jb_cs_request(JB_CS_ROOT, op, req, &code, why, sizeof why);
+    if (!res) send_error(id, code, "%s", why);
+    if (res) send_obj(json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", res));
     return;
   }
   send_error(id, "unknown_op", "unknown op '%.64s'", op ? op : "");

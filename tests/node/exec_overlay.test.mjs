@@ -7,6 +7,10 @@
 // host workspace stays byte for byte as it was, the manifest lists each change with its type,
 // whiteout, opaque flag and mode, and the command cannot see /jailbox-cs. A write past the
 // upper's size (JAILBOX_CHANGESET_UPPER_MIB=8) fails with ENOSPC and the session goes on.
+// A hostile command: a tree 300 directories deep (the manifest refuses it, the discard still
+// removes it), names with a newline and not UTF-8 (listed, or answered bad_name), a process
+// left behind swapping a directory for a link to / while the spawner walks and removes the
+// upper (nothing outside the upper is listed or removed).
 // Needs root, Docker with runsc; the image gets /bin/sh and the coreutils the commands use.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -112,4 +116,33 @@ test('a write past the upper\'s size fails with ENOSPC; the session goes on and 
   const r2 = await writable('ls; dd if=/dev/zero of=small bs=1M count=4 2>/dev/null; echo "dd=$?"');
   assert.equal(r2.stdout, 'd\ngone\nkeep\nlowerdir\nmodme\ndd=0\n');
   assert.deepEqual(r2.overlayManifest.map((e) => [e.path, e.size]), [['small', 4 << 20]]);
+});
+
+test('a hostile upper: a tree 300 deep is refused by the manifest and removed by the discard', async () => {
+  const before = snapshot(S.dir);
+  const r = await writable('p=a; i=0; while [ $i -lt 299 ]; do p=$p/a; i=$((i+1)); done; mkdir -p $p && echo ok');
+  assert.equal(r.stdout, 'ok\n', r.stderr);
+  assert.match(r.overlayError ?? '', /too_large.*deeper/, JSON.stringify(r).slice(0, 500));
+  assert.equal(r.overlayDiscardError, undefined, r.overlayDiscardError);
+  assert.deepEqual(snapshot(S.dir), before);
+});
+
+test('a hostile upper: odd names are listed or refused as bad_name; a process left behind swapping a directory for a link to / reaches nothing', async () => {
+  const before = snapshot(S.dir);
+  const r = await writable("mkdir -p '..a/..b' && echo x > \"$(printf 'new\\nline')\" && echo ok");
+  assert.equal(r.stdout, 'ok\n', r.stderr);
+  const paths = r.overlayManifest?.map((e) => e.path).sort();
+  assert.deepEqual(paths, ['..a', '..a/..b', 'new\nline'], JSON.stringify(r).slice(0, 500));
+  const r2 = await writable("echo x > \"$(printf 'bad\\377')\" && echo ok");
+  assert.match(r2.overlayError ?? '', /bad_name/, JSON.stringify(r2).slice(0, 500));
+  assert.equal(r2.overlayDiscardError, undefined);
+  // the racer outlives the command's end for as long as gVisor takes to kill it
+  const r3 = await writable('mkdir -p v/w/x && (while :; do mv v v2; ln -s / v; rm v; mv v2 v; done) ' +
+    '</dev/null >/dev/null 2>&1 & echo ok');
+  assert.equal(r3.stdout, 'ok\n', r3.stderr);
+  for (const e of r3.overlayManifest ?? []) assert.match(e.path, /^v2?(\/w(\/x)?)?$/, JSON.stringify(r3.overlayManifest));
+  assert.equal(r3.overlayDiscardError, undefined, r3.overlayDiscardError);
+  assert.deepEqual(snapshot(S.dir), before);
+  const r4 = await writable('ls');
+  assert.equal(r4.stdout, 'd\ngone\nkeep\nlowerdir\nmodme\n');
 });

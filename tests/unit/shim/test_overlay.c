@@ -2,7 +2,10 @@
  * in a temporary directory, without Docker (run as root: mknod of a whiteout, trusted.*
  * xattrs): the manifest's entries (whiteout, opaque directory, mode, symlink target read and
  * not followed, nested paths), its bounds (entries, depth) answered too_large, the id's rules,
- * the request's checks, and discard removing a tree without following a link out of it. */
+ * the request's checks, and discard removing a tree without following a link out of it; a
+ * command's process racing the walk or the discard (a directory swapped for a link, under
+ * gVisor's O_DIRECTORY semantics), a tree deeper than the discard's depth, a filesystem mounted
+ * below, and a failed mount leaving its id free. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -23,6 +27,32 @@
 #include "sandbox/shim/overlay.h"
 
 static char root[64];
+
+/* openat as gVisor (2024-07) answers it, and a command's process racing the spawner: the test
+ * links with --wrap=openat64 (the build asks for 64-bit offsets). An open with O_DIRECTORY but not O_PATH follows a final symlink
+ * whatever O_NOFOLLOW says (sandbox/WALLS.md); an open of `swap_name` first moves that
+ * directory aside and puts a symlink to `swap_target` in its place (once). */
+int __real_openat64(int dfd, const char *name, int flags, ...);
+static const char *swap_name;
+static char swap_target[512];
+int __wrap_openat64(int dfd, const char *name, int flags, ...) {
+  int mode = 0;
+  if (flags & (O_CREAT | O_TMPFILE)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = va_arg(ap, int);
+    va_end(ap);
+  }
+  if (swap_name && strcmp(name, swap_name) == 0) {
+    char moved[300];
+    snprintf(moved, sizeof moved, "%s.moved", name);
+    swap_name = NULL;
+    assert_int_equal(renameat(dfd, name, dfd, moved), 0);
+    assert_int_equal(symlinkat(swap_target, dfd, name), 0);
+  }
+  if ((flags & O_DIRECTORY) && !(flags & O_PATH)) flags &= ~O_NOFOLLOW;
+  return __real_openat64(dfd, name, flags, mode);
+}
 
 static void pathof(char *p, size_t n, const char *rel) { snprintf(p, n, "%s/%s", root, rel); }
 
@@ -264,6 +294,136 @@ static void test_discard_and_sweep(void **state) {
   assert_int_equal(lstat(p, &st), 0);
 }
 
+/* A FIFO, a socket and a device in the upper are listed from lstat alone: the walk opens no
+ * entry but a directory, so a FIFO with no writer does not block it. */
+static void test_manifest_special_files(void **state) {
+  (void)state;
+  dir("u");
+  char p[512];
+  pathof(p, sizeof p, "u/fifo");
+  assert_int_equal(mkfifo(p, 0600), 0);
+  pathof(p, sizeof p, "u/null");
+  assert_int_equal(mknod(p, S_IFCHR | 0666, makedev(1, 3)), 0);
+  pathof(p, sizeof p, "u/blk");
+  assert_int_equal(mknod(p, S_IFBLK | 0600, makedev(7, 0)), 0);
+  const char *code = NULL;
+  char why[300];
+  json_t *m = manifest("u", 100, &code, why);
+  assert_non_null(m);
+  assert_string_equal(json_string_value(json_object_get(entry(m, "fifo"), "type")), "fifo");
+  assert_string_equal(json_string_value(json_object_get(entry(m, "null"), "type")), "char");
+  assert_false(json_is_true(json_object_get(entry(m, "null"), "whiteout")));
+  assert_string_equal(json_string_value(json_object_get(entry(m, "blk"), "type")), "block");
+  json_decref(m);
+}
+
+/* keep/precious, outside every overlay, and `swap_target` naming keep. */
+static void keep(void) {
+  dir("keep");
+  put("keep/precious", "p", 0644);
+  pathof(swap_target, sizeof swap_target, "keep");
+}
+
+static bool kept(void) {
+  char p[512];
+  struct stat st;
+  pathof(p, sizeof p, "keep/precious");
+  return lstat(p, &st) == 0;
+}
+
+/* A directory of the upper swapped for a link out between the walk's lstat and its open (a
+ * process of the command still running) is not entered: its target's names are not listed. */
+static void test_manifest_swap_race(void **state) {
+  (void)state;
+  keep();
+  dir("s");
+  dir("s/victim");
+  put("s/victim/inner", "i", 0644);
+  swap_name = "victim";
+  const char *code = NULL;
+  char why[300];
+  json_t *m = manifest("s", 100, &code, why);
+  swap_name = NULL;
+  assert_null(entry(m, "victim/precious"));
+  json_decref(m);
+}
+
+/* The same swap during a discard: nothing outside the overlay is removed, and the overlay goes
+ * (in a second discard at most). */
+static void test_discard_swap_race(void **state) {
+  (void)state;
+  keep();
+  dir("a");
+  dir("a/upper");
+  dir("a/upper/victim");
+  put("a/upper/victim/inner", "i", 0644);
+  swap_name = "victim";
+  char why[300];
+  (void)jb_cs_discard(root, "a", why, sizeof why);
+  swap_name = NULL;
+  assert_true(kept());
+  assert_int_equal(jb_cs_discard(root, "a", why, sizeof why), 0);
+  char p[512];
+  struct stat st;
+  pathof(p, sizeof p, "a");
+  assert_int_equal(lstat(p, &st), -1);
+}
+
+/* A tree deeper than JB_CS_RM_DEPTH (a command can make one through the merged view) is
+ * removed whole: none of it outlives the discard in the tmpfs. */
+static void test_discard_deep(void **state) {
+  (void)state;
+  dir("d");
+  char p[512];
+  pathof(p, sizeof p, "d");
+  int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (int i = 0; i < JB_CS_RM_DEPTH + 300; i++) {
+    assert_int_equal(mkdirat(fd, "x", 0755), 0);
+    int sub = openat(fd, "x", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    assert_true(sub >= 0);
+    close(fd);
+    fd = sub;
+  }
+  close(fd);
+  char why[300];
+  assert_int_equal(jb_cs_discard(root, "d", why, sizeof why), 0);
+  struct stat st;
+  assert_int_equal(lstat(p, &st), -1);
+}
+
+/* Another filesystem mounted below an overlay's directory (the overlay itself, were its
+ * detach to fail) is never entered by a discard (EXDEV): nothing is removed through it. */
+static void test_discard_no_mount_crossing(void **state) {
+  (void)state;
+  dir("b");
+  dir("b/upper");
+  dir("b/upper/m");
+  char p[512], f[512], why[300];
+  pathof(p, sizeof p, "b/upper/m");
+  assert_int_equal(mount("tmpfs", p, "tmpfs", 0, "size=64k"), 0);
+  pathof(f, sizeof f, "b/upper/m/precious");
+  put("b/upper/m/precious", "p", 0644);
+  int rc = jb_cs_discard(root, "b", why, sizeof why);
+  struct stat st;
+  bool still = lstat(f, &st) == 0;
+  assert_int_equal(umount2(p, MNT_DETACH), 0);
+  assert_int_equal(rc, -1);
+  assert_true(still);
+  assert_int_equal(jb_cs_discard(root, "b", why, sizeof why), 0);
+}
+
+/* A mount that fails leaves nothing: the id can be used again. */
+static void test_mount_failure_frees_id(void **state) {
+  (void)state;
+  put("lowerfile", "", 0644);
+  char lower[512], merged[512], why[300], p[512];
+  pathof(lower, sizeof lower, "lowerfile");
+  assert_int_equal(jb_cs_mount(root, "m1", lower, merged, sizeof merged, why, sizeof why), -1);
+  struct stat st;
+  pathof(p, sizeof p, "m1");
+  assert_int_equal(lstat(p, &st), -1);
+}
+
 int main(void) {
   if (geteuid() != 0) {
     printf("# skipped: needs root (mknod of a whiteout, trusted.* xattrs)\n");
@@ -274,6 +434,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_manifest_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ids_and_requests, setup, teardown),
       cmocka_unit_test_setup_teardown(test_discard_and_sweep, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_special_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_manifest_swap_race, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_discard_swap_race, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_discard_deep, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_discard_no_mount_crossing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mount_failure_frees_id, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
