@@ -138,6 +138,18 @@ static const struct jb_setting settings[] = {
     {NULL, "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
      "the scan rules file whose secret and redact rules redact exec output (grammar in "
      "deploy/scan-rules); empty: the rules built in (jailboxd passes its own)"},
+    {NULL, "JAILBOX_PREIMAGE_DIR", JB_SETTING_STRING, S(preimage_dir), "", 0, 0,
+     "where the pre-images of the files ops change are kept (<dir>/<jobId>/objects, mode 0700); "
+     "empty: preimages/ beside JAILBOX_WORKER_PIDFILE (jailboxd's state dir), else "
+     "$TMPDIR/jailbox-preimages"},
+    {NULL, "JAILBOX_PREIMAGE_MAX_BYTES", JB_SETTING_INT, S(preimage_max_bytes), "268435456", 0,
+     1L << 50,
+     "bytes of pre-images a session keeps at most; an op that would pass it fails with "
+     "preimage_budget (it is not run unprotected)"},
+    {NULL, "JAILBOX_PREIMAGE_RETENTION_S", JB_SETTING_INT, S(preimage_retention_s), "604800", 0,
+     1L << 40,
+     "seconds a session's pre-images are kept after it ended (done, aborted, failed); an "
+     "accepted session's go at once"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -234,6 +246,25 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
   return 0;
 }
 
+/* JAILBOX_PREIMAGE_DIR into `out` (`size` bytes): absolute, made if missing (0700). The
+ * default sits beside the pid file (jailboxd's state dir). 0 or -1 with `err`. */
+static int preimage_dir(const struct jb_worker_settings *set, char *out, size_t size,
+                        jb_error *err) {
+  char pid[PATH_MAX], abs[PATH_MAX];
+  snprintf(pid, sizeof pid, "%s", set->pidfile);
+  char *slash = strrchr(pid, '/');
+  const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
+  const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
+  int n = set->preimage_dir[0]            ? snprintf(out, size, "%s", set->preimage_dir)
+          : pid[0] && realpath(pdir, abs) ? snprintf(out, size, "%s/preimages", abs)
+                                          : snprintf(out, size, "%s/jailbox-preimages", tmp);
+  if (n < 0 || (size_t)n >= size || out[0] != '/')
+    return jb_fail(err, EINVAL, "JAILBOX_PREIMAGE_DIR must be an absolute path");
+  if (mkdir(out, 0700) < 0 && errno != EEXIST)
+    return jb_fail_errno(err, errno, "JAILBOX_PREIMAGE_DIR %s", out);
+  return 0;
+}
+
 /* The settings into w->set, and what follows from them into the walls' configuration, the
  * escape policy and the seccomp profile. 0, or -1 with `err`. */
 static int load_config(struct jb_worker *w, jb_error *err) {
@@ -271,6 +302,7 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   c->start_timeout_ms = set->start_timeout_ms;
   c->call_timeout_ms = set->call_timeout_ms;
   if (shim_socket_dir(set, c, err) < 0) return -1;
+  if (preimage_dir(set, w->preimage_dir, sizeof w->preimage_dir, err) < 0) return -1;
   w->prescan_hash_max = (long long)set->prescan_hash_max_mib << 20;
   if (jb_escape_policy_parse(&w->policy, set->escape_abort, set->alert_after, set->trust_penalty,
                              err) < 0)

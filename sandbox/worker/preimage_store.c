@@ -168,7 +168,7 @@ int jb_pstore_drop(const char *dir, const char *job, jb_error *err) {
 }
 
 int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const char *path,
-                   struct jb_pstore_item *out, jb_error *err) {
+                   long long max_size, struct jb_pstore_item *out, jb_error *err) {
   memset(out, 0, sizeof *out);
   const char *name;
   cleanup_close int pfd = jb_hostfs_open_parent(rootfd, path, &name);
@@ -196,6 +196,10 @@ int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const cha
   cleanup_close int fd = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return jb_fail_errno(err, errno, "pre-image of %.300s", path);
   out->kind = JB_PSTORE_FILE;
+  out->size = st.st_size;
+  if (store_dir && max_size >= 0 && st.st_size > max_size)
+    return jb_fail(err, EFBIG, "pre-image of %.300s: %lld bytes, over the room left", path,
+                   (long long)st.st_size);
   if (store_dir)
     return jb_pstore_put_fd(store_dir, job, fd, out->sha256, &out->bytes, &out->size, err) < 0
                ? jb_error_wrap(err, "pre-image of %.300s", path)

@@ -62,9 +62,10 @@ int jb_pstore_drop(const char *dir, const char *job, jb_error *err);
  * directory's mode, a link's target, or absent (ENOENT on the last name; a missing directory
  * on the way is absent too). The path is reached beneath the root with no link on the way
  * (hostfs.h) and the last name is never followed. With `store_dir` NULL a file is hashed, not
- * kept (what an op left). 0; -1 with `err`: a link or a way out on the way (ELOOP, EXDEV),
- * a special file (EINVAL), or a failure to read or store it. */
+ * kept (what an op left). A file over `max_size` bytes (< 0: no bound) is not copied: EFBIG.
+ * 0; -1 with `err`: a link or a way out on the way (ELOOP, EXDEV), a special file (EINVAL),
+ * EFBIG, or a failure to read or store it. */
 int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const char *path,
-                   struct jb_pstore_item *out, jb_error *err);
+                   long long max_size, struct jb_pstore_item *out, jb_error *err);
 
 #endif

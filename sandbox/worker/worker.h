@@ -113,6 +113,9 @@ struct jb_worker_settings {
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
   char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
+  char *preimage_dir; /* JAILBOX_PREIMAGE_DIR as given ("": beside the pid file) */
+  long preimage_max_bytes; /* JAILBOX_PREIMAGE_MAX_BYTES: a session's pre-image blobs, bytes */
+  long preimage_retention_s; /* JAILBOX_PREIMAGE_RETENTION_S: kept after a session ended, s */
 };
 
 struct jb_worker {
@@ -126,6 +129,7 @@ struct jb_worker {
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */
   char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */
+  char preimage_dir[4096]; /* the pre-image store (preimage_store.h), absolute */
 
   atomic_bool stopping;
   /* SIGTERM: stopping leaves the sessions running for the next worker under this id (the

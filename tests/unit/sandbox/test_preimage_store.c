@@ -69,7 +69,7 @@ static void test_round_trip_and_dedup(void **state) {
   int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct jb_pstore_item it, again;
   jb_error err = {0};
-  assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_FILE);
   assert_int_equal(it.bytes, 16);
   assert_int_equal(it.size, 16);
@@ -83,10 +83,10 @@ static void test_round_trip_and_dedup(void **state) {
   assert_string_equal(copy_out(it.sha256, &rc, &code), "hello pre-image\n");
   assert_int_equal(rc, 0);
   /* the same content again (another path, and the same path): 0 bytes added */
-  assert_int_equal(jb_pstore_take(store, "j1", root, "b.txt", &again, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "b.txt", -1, &again, &err), 0);
   assert_string_equal(again.sha256, it.sha256);
   assert_int_equal(again.bytes, 0);
-  assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", &again, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", -1, &again, &err), 0);
   assert_int_equal(again.bytes, 0);
   /* no temporary file left behind */
   char cmd[300];
@@ -101,7 +101,7 @@ static void test_changed_blob_refused(void **state) {
   int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct jb_pstore_item it;
   jb_error err = {0};
-  assert_int_equal(jb_pstore_take(store, "j1", root, "c.txt", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "c.txt", -1, &it, &err), 0);
   char p[512];
   snprintf(p, sizeof p, "%s/j1/objects/%.2s/%s", store, it.sha256, it.sha256);
   assert_int_equal(chmod(p, 0600), 0);
@@ -125,22 +125,22 @@ static void test_kinds_and_links(void **state) {
   int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct jb_pstore_item it;
   jb_error err = {0};
-  assert_int_equal(jb_pstore_take(store, "j1", root, "missing", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "missing", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_ABSENT);
-  assert_int_equal(jb_pstore_take(store, "j1", root, "no/such/dir/f", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "no/such/dir/f", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_ABSENT);
-  assert_int_equal(jb_pstore_take(store, "j1", root, "d", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "d", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_DIR);
   assert_int_equal(it.mode, 0751);
-  assert_int_equal(jb_pstore_take(store, "j1", root, "ln", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "ln", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_LINK);
   assert_string_equal(it.target, "/etc");
   /* a link on the way is never followed: refused, nothing read outside */
-  assert_int_equal(jb_pstore_take(store, "j1", root, "ln/passwd", &it, &err), -1);
+  assert_int_equal(jb_pstore_take(store, "j1", root, "ln/passwd", -1, &it, &err), -1);
   assert_true(err.code == ELOOP || err.code == EXDEV);
   /* hashed only, not kept, without a store */
   put(ws, "d/x", "x");
-  assert_int_equal(jb_pstore_take(NULL, "j1", root, "d/x", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(NULL, "j1", root, "d/x", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_FILE);
   assert_int_equal(it.bytes, 0);
   assert_string_equal(it.sha256,
@@ -154,7 +154,7 @@ static void test_drop(void **state) {
   int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   struct jb_pstore_item it;
   jb_error err = {0};
-  assert_int_equal(jb_pstore_take(store, "j2", root, "e.txt", &it, &err), 0);
+  assert_int_equal(jb_pstore_take(store, "j2", root, "e.txt", -1, &it, &err), 0);
   assert_int_equal(jb_pstore_drop(store, "j2", &err), 0);
   char p[512];
   snprintf(p, sizeof p, "%s/j2", store);
