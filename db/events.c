@@ -22,6 +22,7 @@ static const char *const kind_keys[JB_EVENT_KINDS] = {
     [JB_EVENT_AUDIT_HEAD] = "audit_head",
     [JB_EVENT_EXEC_OUTPUT] = "exec_output",
     [JB_EVENT_RULE] = "rule",
+    [JB_EVENT_ROLLBACK] = "rollback",
 };
 
 const char *jb_event_kind_key(enum jb_event_kind kind) {

@@ -39,6 +39,7 @@ enum jb_event_kind {
   JB_EVENT_AUDIT_HEAD, /* the chain's new head {seq, hash, signature, keyId} */
   JB_EVENT_EXEC_OUTPUT, /* output of a running exec {opId, stream, data, seq} (buyers only) */
   JB_EVENT_RULE, /* an approval rule was added, revoked or expired */
+  JB_EVENT_ROLLBACK, /* a rollback ran {rollbackId, state, restored, conflicts} */
   JB_EVENT_KINDS /* how many kinds there are */
 };
 

@@ -50,21 +50,24 @@ int jb_db_preimages_insert(PGconn *c, const char *job_id, long long op_id, long 
   return JB_OK;
 }
 
-json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, bool *gone,
-                            jb_error *err) {
-  char tos[24];
+json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long long rollback_id,
+                            bool *gone, jb_error *err) {
+  char tos[24], rbs[24];
   snprintf(tos, sizeof tos, "%lld", to);
-  const char *p[2] = {job_id, to >= 0 ? tos : NULL};
+  snprintf(rbs, sizeof rbs, "%lld", rollback_id);
+  const char *p[3] = {job_id, to >= 0 ? tos : NULL, rbs};
   PGresult *r = jb_db_exec(
       c,
       "SELECT s.preimages_gone_at IS NOT NULL, coalesce((SELECT json_agg(json_build_object("
       "   'seq', seq, 'opId', op_id, 'path', path, 'kind', kind, 'sha256', sha256, 'mode', mode,"
       "   'target', target, 'fromPath', from_path, 'afterKind', after_kind, 'afterSha256',"
-      "   after_sha256, 'afterMode', after_mode) ORDER BY seq DESC)"
-      "  FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL AND rolled_back_by IS NULL"
+      "   after_sha256, 'afterMode', after_mode, 'done', rolled_back_by IS NOT NULL)"
+      "   ORDER BY seq DESC)"
+      "  FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
+      "   AND (rolled_back_by IS NULL OR rolled_back_by = $3::bigint)"
       "   AND ($2::bigint IS NULL OR op_id > $2::bigint)), '[]')::text"
       " FROM sessions s WHERE s.job_id = $1",
-      2, p, PGRES_TUPLES_OK, NULL, err, "rollback rows");
+      3, p, PGRES_TUPLES_OK, NULL, err, "rollback rows");
   if (!r) return NULL;
   if (PQntuples(r) != 1) {
     PQclear(r);

@@ -27,12 +27,14 @@ int jb_db_preimage_bytes(PGconn *c, const char *job_id, long long *bytes, jb_err
 int jb_db_preimages_insert(PGconn *c, const char *job_id, long long op_id, long long rollback_id,
                            json_t *rows, jb_error *err);
 
-/* The rows a rollback of `job_id` to op `to` (< 0: everything) restores: those of ops (not of
- * a rollback), with rolled_back_by NULL and op_id > to, newest first (seq descending), as a
- * JSON array (new) of {seq, opId, path, kind, sha256, mode, target, fromPath, afterKind,
- * afterSha256, afterMode} (absent fields null). Also whether the session's pre-images are gone
- * (*gone; then no row). NULL with `err` on failure. */
-json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, bool *gone, jb_error *err);
+/* The rows rollback job `rollback_id` of `job_id` to op `to` (< 0: everything) restores:
+ * those of ops (not of a rollback) with op_id > to and rolled_back_by NULL — or that job
+ * itself (restored by an earlier run of it, killed half-way: `done` true) —, newest first (seq
+ * descending), as a JSON array (new) of {seq, opId, path, kind, sha256, mode, target,
+ * fromPath, afterKind, afterSha256, afterMode, done} (absent fields null). Also whether the
+ * session's pre-images are gone (*gone; then no row). NULL with `err` on failure. */
+json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long long rollback_id,
+                            bool *gone, jb_error *err);
 
 /* Marks row `seq` of `job_id` restored by rollback job `rollback_id` (committed at once: a
  * rollback killed after it does not restore the row again). JB_OK or JB_ERR_FAIL. */

@@ -17,6 +17,7 @@ static const char *const wire_names[JB_EVENT_KINDS] = {
     [JB_EVENT_AUDIT_HEAD] = "jailbox:audit_head",
     [JB_EVENT_EXEC_OUTPUT] = "jailbox:exec_output",
     [JB_EVENT_RULE] = "jailbox:rule",
+    [JB_EVENT_ROLLBACK] = "jailbox:rollback",
 };
 
 const char *jb_event_wire_name(enum jb_event_kind kind) {

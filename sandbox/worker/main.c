@@ -522,7 +522,7 @@ static void renew_leases(struct jb_worker *w, long long *last) {
 
 static void serve(struct jb_worker *w, int sfd) {
   PGconn *listen = NULL;
-  long long last_probe = w->probe.at_ms, last_lease = 0;
+  long long last_probe = w->probe.at_ms, last_lease = 0, last_preimages = 0;
   while (!atomic_load(&w->stopping)) {
     renew_leases(w, &last_lease);
     /* jb_kill: an abort waits for an op this worker runs (api/core/escape.h) */
@@ -530,6 +530,7 @@ static void serve(struct jb_worker *w, int sfd) {
     launch_drain_queue(w);
     sessions_reap(w);
     probe_again(w, &last_probe);
+    preimages_sweep(w, &last_preimages);
     struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN},
                            {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
     int pr = poll(pf, 2, 1000);

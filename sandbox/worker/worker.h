@@ -296,6 +296,25 @@ void sandbox_quit(struct jb_session *s, long wait_ms, char *cid);
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);
 
+/* ---- rollback and the pre-images' end (rollback.c) ---------------------------------------- */
+
+struct jb_launch_job;
+
+/* Runs claimed rollback job `j` (ROLLBACK.md "Running it"): restores the session's pre-image
+ * rows newer than its `to`, newest first, in j->workspace; stores its audit entry and result
+ * and publishes jailbox:rollback. A job whose database connection cannot be had stays claimed
+ * (queued again when this worker restarts). Main thread. */
+void rollback_run(struct jb_worker *w, const struct jb_launch_job *j);
+
+/* Drops the pre-image blobs of session `job` and sets its preimages_gone_at (logged when it
+ * cannot). */
+void preimages_drop(struct jb_worker *w, const char *job);
+
+/* Once a minute (*last: the time of the last sweep, ms): drops the pre-images of the sessions
+ * accepted, or ended more than JAILBOX_PREIMAGE_RETENTION_S ago (at most 100 a sweep). Main
+ * thread. */
+void preimages_sweep(struct jb_worker *w, long long *last);
+
 /* ---- start-up and re-adoption (adopt.c) --------------------------------------------------- */
 
 /* At start (main thread, before the other threads): fails the launch jobs a previous run of
