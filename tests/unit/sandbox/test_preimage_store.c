@@ -88,6 +88,10 @@ static void test_round_trip_and_dedup(void **state) {
   assert_int_equal(again.bytes, 0);
   assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", -1, &again, &err), 0);
   assert_int_equal(again.bytes, 0);
+  /* over the room left: not copied (EFBIG) */
+  jb_error big = {0};
+  assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", 15, &again, &big), -1);
+  assert_int_equal(big.code, EFBIG);
   /* no temporary file left behind */
   char cmd[300];
   snprintf(cmd, sizeof cmd, "test -z \"$(find %s -name '.tmp-*')\"", store);
