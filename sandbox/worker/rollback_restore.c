@@ -46,6 +46,20 @@ static void tmp_name(char *out, size_t size) {
            r[5], r[6], r[7]);
 }
 
+/* The owner a restored entry `name` of `pfd` gets: that of what is there now, else that of its
+ * folder (the table keeps no owner; a worker running as root would leave root's otherwise).
+ * Best effort: a worker without CAP_CHOWN keeps its own. */
+static void owner_of(int pfd, const char *name, uid_t *uid, gid_t *gid) {
+  struct stat st;
+  if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || fstat(pfd, &st) == 0) {
+    *uid = st.st_uid;
+    *gid = st.st_gid;
+  } else {
+    *uid = (uid_t)-1;
+    *gid = (gid_t)-1;
+  }
+}
+
 /* Writes blob `sha` as a file of mode `mode` under a temporary name in `pfd`, fsynced, and
  * renames it over `name`. 0, or -1 with `detail`. */
 static int put_file(const char *store, const char *job, int pfd, const char *name, const char *sha,
@@ -54,6 +68,10 @@ static int put_file(const char *store, const char *job, int pfd, const char *nam
   tmp_name(tmp, sizeof tmp);
   int fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return snprintf(detail, dsize, "temporary file: %s", strerror(errno)), -1;
+  uid_t uid;
+  gid_t gid;
+  owner_of(pfd, name, &uid, &gid);
+  (void)!fchown(fd, uid, gid); /* best effort (see owner_of) */
   jb_error e = {0};
   int rc = jb_pstore_copy_out(store, job, sha, fd, &e);
   if (rc < 0) snprintf(detail, dsize, "%s", e.msg);
@@ -83,8 +101,12 @@ static int put_back(const char *store, const char *job, int rootfd, int pfd, con
     if (r < 0) snprintf(detail, dsize, "remove: %s", strerror(errno));
     return r < 0 ? -1 : (fsync(pfd), 0);
   }
+  uid_t uid;
+  gid_t gid;
+  owner_of(pfd, name, &uid, &gid);
   if (!strcmp(kind, "dir")) {
     int r = now->kind == JB_PSTORE_DIR ? 0 : mkdirat(pfd, name, 0700);
+    if (r == 0) (void)!fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW); /* best effort */
     if (r == 0) r = fchmodat(pfd, name, mode < 0 ? 0755 : (mode_t)mode, 0);
     if (r < 0) snprintf(detail, dsize, "folder: %s", strerror(errno));
     return r < 0 ? -1 : (fsync(pfd), 0);
@@ -93,6 +115,7 @@ static int put_back(const char *store, const char *job, int rootfd, int pfd, con
     char tmp[64];
     tmp_name(tmp, sizeof tmp);
     int r = symlinkat(str(row, "target") ?: "", pfd, tmp);
+    if (r == 0) (void)!fchownat(pfd, tmp, uid, gid, AT_SYMLINK_NOFOLLOW); /* best effort */
     if (r == 0 && renameat(pfd, tmp, pfd, name) < 0) r = -1, unlinkat(pfd, tmp, 0);
     if (r < 0) snprintf(detail, dsize, "link: %s", strerror(errno));
     return r < 0 ? -1 : (fsync(pfd), 0);
