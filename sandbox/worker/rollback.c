@@ -78,6 +78,8 @@ static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
         jb_db_preimage_mark(c, r->j->job_id, json_integer_value(json_object_get(row, "seq")),
                             r->j->id, &err) != JB_OK)
       slog(r->w, JB_LOG_WARN, r->j->job_id, err.msg, "step", "mark restored", NULL);
+    if (o == JB_RESTORED && worker_test_fault(r->w, r->j->job_id, "rollback_midway"))
+      _exit(86); /* tests/node/rollback_worker.test.mjs: the job is claimed again and finishes */
     r->restored += o == JB_RESTORED;
     r->conflicts += o == JB_CONFLICT;
     r->failed += o == JB_RESTORE_FAILED;

@@ -419,7 +419,8 @@ json_t *relay_not_run(const char *state, const char *reason);
  * JB_TEST_FAULT=<file> in the worker's environment, whether <file> names `point` — once: it
  * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
  * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
- * (neither an exec's outcome nor its failure is stored). Unset (always, outside tests) it
+ * (neither an exec's outcome nor its failure is stored), rollback_midway (the worker _exits(86)
+ * right after a rollback's first restored row is marked). Unset (always, outside tests) it
  * costs a getenv. (sessions.c) */
 bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
 

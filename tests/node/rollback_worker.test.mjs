@@ -11,17 +11,21 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
 import { connectClient, verifiedChain } from './lib/mcp.mjs';
 
 const IMAGE = 'jailbox-sandbox:rollback';
 let kit;
+let fault; // JB_TEST_FAULT's file: the worker exits at the point it names (sandbox/worker/worker.h)
 
 before(async () => {
   // 64 KiB of pre-images per session: the 80 KiB file below cannot be deleted
-  kit = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '65536' });
+  fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  kit = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '65536',
+    JB_TEST_FAULT: fault });
 });
 
 after(async () => {
@@ -120,8 +124,14 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
     assert.equal(p.status, 200, p.text);
     writeFileSync(join(S.dir, 'a.txt'), 'the buyer meanwhile\n');
+    // the worker is killed right after the first file is restored: restarted, it claims the
+    // job again and finishes it
+    writeFileSync(fault, 'rollback_midway\n');
     const r1 = await rollbackJob(S, { by: 'buyer' });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.match(kit.srv.log(), /"test fault".*"point":"rollback_midway"/);
     assert.equal(r1.state, 'done', JSON.stringify(r1));
+    assert.equal(r1.attempts, 2, JSON.stringify(r1));
     assert.equal(r1.result.conflicts, 1, JSON.stringify(r1.result));
     assert.equal(r1.result.failed, 0, JSON.stringify(r1.result));
     const conflict = r1.result.files.find((f) => f.outcome === 'conflict');
