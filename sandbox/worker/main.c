@@ -211,6 +211,21 @@ static int load_profile(struct jb_worker *w, jb_error *err) {
   return 0;
 }
 
+/* The directory of the pid file (jailboxd's state dir), resolved, into `abs` (PATH_MAX
+ * bytes); false when there is no pid file or it cannot be resolved. */
+static bool pidfile_dir(const struct jb_worker_settings *set, char *abs) {
+  char pid[PATH_MAX];
+  snprintf(pid, sizeof pid, "%s", set->pidfile);
+  char *slash = strrchr(pid, '/');
+  const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
+  return pid[0] && realpath(pdir, abs);
+}
+
+/* $TMPDIR when absolute, else /tmp. */
+static const char *tmp_dir(void) {
+  return getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
+}
+
 /* JAILBOX_SHIM_SOCKET_DIR into c->shim_socket_dir (absolute, made if missing) or
  * c->shim_socket_off. The default sits where a socket path fits (sockaddr_un: 108 bytes,
  * of which "/jbshim-XXXXXX/shim.sock" takes 24). 0 or -1 with `err`. */
@@ -224,14 +239,9 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
   if (v[0]) {
     snprintf(dir, sizeof dir, "%s", v);
   } else {
-    char pid[PATH_MAX], abs[PATH_MAX];
-    snprintf(pid, sizeof pid, "%s", set->pidfile);
-    char *slash = strrchr(pid, '/');
-    const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
-    if (pid[0] && realpath(pdir, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
-    if (!dir[0])
-      snprintf(dir, sizeof dir, "%s",
-               getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
+    char abs[PATH_MAX];
+    if (pidfile_dir(set, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
+    if (!dir[0]) snprintf(dir, sizeof dir, "%s", tmp_dir());
   }
   if (dir[0] != '/')
     return jb_fail(err, EINVAL, "JAILBOX_SHIM_SOCKET_DIR must be an absolute path or none");
@@ -250,14 +260,10 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
  * default sits beside the pid file (jailboxd's state dir). 0 or -1 with `err`. */
 static int preimage_dir(const struct jb_worker_settings *set, char *out, size_t size,
                         jb_error *err) {
-  char pid[PATH_MAX], abs[PATH_MAX];
-  snprintf(pid, sizeof pid, "%s", set->pidfile);
-  char *slash = strrchr(pid, '/');
-  const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
-  const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
-  int n = set->preimage_dir[0]            ? snprintf(out, size, "%s", set->preimage_dir)
-          : pid[0] && realpath(pdir, abs) ? snprintf(out, size, "%s/preimages", abs)
-                                          : snprintf(out, size, "%s/jailbox-preimages", tmp);
+  char abs[PATH_MAX];
+  int n = set->preimage_dir[0]    ? snprintf(out, size, "%s", set->preimage_dir)
+          : pidfile_dir(set, abs) ? snprintf(out, size, "%s/preimages", abs)
+                                  : snprintf(out, size, "%s/jailbox-preimages", tmp_dir());
   if (n < 0 || (size_t)n >= size || out[0] != '/')
     return jb_fail(err, EINVAL, "JAILBOX_PREIMAGE_DIR must be an absolute path");
   if (mkdir(out, 0700) < 0 && errno != EEXIST)

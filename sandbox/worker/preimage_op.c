@@ -288,39 +288,50 @@ static json_t *rows_after(struct jb_worker *w, struct jb_op_preimages *pre, int 
   return kept;
 }
 
-/* The `preimages` field of the op's audit entry: the first JB_PREIMAGE_AUDIT_LISTED rows as
- * {path, kind, sha256?, mode?, target?, fromPath?}, and past them preimagesCount and
- * preimagesSha256 (SHA-256 of the JSON lines of all of them, JSON_COMPACT | JSON_SORT_KEYS,
- * each ended by "\n"). */
-static void audit_list(json_t *details, json_t *rows) {
-  json_t *list = json_array(), *r;
-  size_t i, n = json_array_size(rows);
+void preimage_lines_sha256(json_t *list, char hex[65]) {
   crypto_hash_sha256_state st;
   crypto_hash_sha256_init(&st);
+  size_t i;
+  json_t *e;
+  json_array_foreach (list, i, e) {
+    char *line = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
+    if (line) {
+      crypto_hash_sha256_update(&st, (const unsigned char *)line, strlen(line));
+      crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
+    }
+    free(line);
+  }
+  unsigned char h[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256_final(&st, h);
+  sodium_bin2hex(hex, 65, h, sizeof h);
+}
+
+/* The `preimages` field of the op's audit entry: the first JB_PREIMAGE_AUDIT_LISTED rows as
+ * {path, kind, sha256?, mode?, target?, fromPath?}, and past them preimagesCount and
+ * preimagesSha256 (preimage_lines_sha256 of all of them). */
+static void audit_list(json_t *details, json_t *rows) {
+  json_t *all = json_array(), *r;
+  size_t i, n = json_array_size(rows);
   json_array_foreach (rows, i, r) {
     json_t *e = json_pack("{s:O, s:O}", "path", json_object_get(r, "path"), "kind",
                           json_object_get(r, "kind"));
     static const char *const opt[] = {"sha256", "mode", "target", "fromPath", NULL};
     for (size_t k = 0; e && opt[k]; k++)
       if (json_object_get(r, opt[k])) json_object_set(e, opt[k], json_object_get(r, opt[k]));
-    char *line = e ? json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    if (line) {
-      crypto_hash_sha256_update(&st, (const unsigned char *)line, strlen(line));
-      crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
-    }
-    free(line);
-    if (i < JB_PREIMAGE_AUDIT_LISTED) json_array_append(list, e);
-    json_decref(e);
+    json_array_append_new(all, e);
   }
-  json_object_set_new(details, "preimages", list);
-  if (n > JB_PREIMAGE_AUDIT_LISTED) {
-    unsigned char h[crypto_hash_sha256_BYTES];
-    char hex[65];
-    crypto_hash_sha256_final(&st, h);
-    sodium_bin2hex(hex, sizeof hex, h, sizeof h);
-    json_object_set_new(details, "preimagesCount", json_integer((json_int_t)n));
-    json_object_set_new(details, "preimagesSha256", json_string(hex));
+  if (n <= JB_PREIMAGE_AUDIT_LISTED) {
+    json_object_set_new(details, "preimages", all);
+    return;
   }
+  char hex[65];
+  preimage_lines_sha256(all, hex);
+  json_t *listed = json_array();
+  for (i = 0; i < JB_PREIMAGE_AUDIT_LISTED; i++) json_array_append(listed, json_array_get(all, i));
+  json_decref(all);
+  json_object_set_new(details, "preimages", listed);
+  json_object_set_new(details, "preimagesCount", json_integer((json_int_t)n));
+  json_object_set_new(details, "preimagesSha256", json_string(hex));
 }
 
 int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim *op, json_t *ans,

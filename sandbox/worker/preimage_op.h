@@ -55,6 +55,11 @@ void preimage_op_bind(const struct jb_op_preimages *pre, json_t *req);
 int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim *op, json_t *ans,
                        struct jb_op_preimages *pre, json_t *details, jb_error *err);
 
+/* The SHA-256 (lowercase hex, 65 bytes with its NUL) of the JSON lines of `list`'s members:
+ * each serialized JSON_COMPACT | JSON_SORT_KEYS and followed by "\n" — preimagesSha256 of an
+ * op's entry and filesSha256 of a rollback's (api/audit.md). */
+void preimage_lines_sha256(json_t *list, char hex[65]);
+
 /* Frees what `pre` holds (not the blobs its rows name). */
 void preimage_op_free(struct jb_op_preimages *pre);
 

@@ -7,7 +7,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "db/launch_jobs.h"
 #include "db/preimages.h"
 #include "lib/metrics.h"
+#include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/rollback_restore.h"
 #include "sandbox/worker/worker.h"
 
@@ -92,23 +92,12 @@ static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
  * (new). filesSha256: SHA-256 of the JSON lines (JSON_COMPACT | JSON_SORT_KEYS, each ended by
  * "\n") of every file. */
 static json_t *details_of(struct run *r, json_t *payload, json_t *before, json_t *after) {
-  crypto_hash_sha256_state st;
-  crypto_hash_sha256_init(&st);
   json_t *listed = json_array(), *f;
   size_t i;
-  json_array_foreach (r->files, i, f) {
-    char *line = json_dumps(f, JSON_COMPACT | JSON_SORT_KEYS);
-    if (line) {
-      crypto_hash_sha256_update(&st, (const unsigned char *)line, strlen(line));
-      crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
-    }
-    free(line);
+  json_array_foreach (r->files, i, f)
     if (i < FILES_LISTED) json_array_append(listed, f);
-  }
-  unsigned char h[crypto_hash_sha256_BYTES];
   char hex[65];
-  crypto_hash_sha256_final(&st, h);
-  sodium_bin2hex(hex, sizeof hex, h, sizeof h);
+  preimage_lines_sha256(r->files, hex);
   json_t *to = json_object_get(payload, "to");
   json_t *d =
       json_pack("{s:I, s:O, s:b, s:s, s:o, s:I, s:s, s:I, s:I, s:I, s:O, s:O}", "rollbackId",
