@@ -727,7 +727,7 @@ void launch_drain_queue(struct jb_worker *w) {
     if (strcmp(j.kind, "teardown") == 0)
       teardown(w, &j);
     else if (strcmp(j.kind, "rollback") == 0)
-      rollback_run(w, &j);
+      rollback_start(w, &j);
     else
       start_session(w, &j);
     jb_launch_job_free(&j);

@@ -620,6 +620,7 @@ static void stop(struct jb_worker *w, struct threads *t) {
   if (t->has_ops) pthread_join(t->ops, NULL);
   if (t->has_direct)
     pthread_join(t->direct, NULL); /* its pool's requests ended, connections closed */
+  rollbacks_wait(w, 10000); /* each stops between two rows; what is left is re-run later */
   heads_stop(w);
   if (t->has_heads) pthread_join(t->heads, NULL);
   for (size_t i = 0; i < n; i++) session_free(list[i]);

@@ -37,6 +37,7 @@ struct run {
   json_t *files; /* [{path, restored:{kind, sha256?}, outcome, detail?}] */
   json_t *forced; /* rows of what forced restores overwrote (stored with rollback_id) */
   long long restored, conflicts, failed;
+  bool cut; /* the worker stops: the job is left claimed, to be run again */
 };
 
 /* The entry of row `row`'s file in the entry's list (new). */
@@ -56,6 +57,10 @@ static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
   size_t i;
   json_t *row;
   json_array_foreach (rows, i, row) {
+    if (atomic_load(&r->w->stopping)) {
+      r->cut = true;
+      return;
+    }
     char detail[400] = "";
     enum jb_restore_outcome o = JB_RESTORED;
     struct jb_pstore_item kept = {.kind = JB_PSTORE_ABSENT};
@@ -132,7 +137,7 @@ static void finish(struct run *r, PGconn *c, json_t *details, bool ok, const cha
   json_decref(result);
 }
 
-void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
+static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   jb_error err = {0};
   cleanup_conn struct worker_conn conn = worker_conn(w, &err);
   if (!conn.pg) {
@@ -163,13 +168,14 @@ void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   } else {
     json_t *before = tree_hash(rootfd);
     restore_all(&r, conn.pg, rootfd, rows);
-    json_t *after = tree_hash(rootfd);
-    if (json_array_size(r.forced) > 0 &&
+    json_t *after = r.cut ? NULL : tree_hash(rootfd);
+    if (!r.cut && json_array_size(r.forced) > 0 &&
         jb_db_preimages_insert(conn.pg, j->job_id, 0, j->id, r.forced, &err) != JB_OK)
       slog(w, JB_LOG_WARN, j->job_id, err.msg, "step", "store forced pre-images", NULL);
-    json_t *details = details_of(&r, payload, before, after);
-    finish(&r, conn.pg, details, true, NULL);
-    slog(w, JB_LOG_INFO, j->job_id, "rollback done", NULL);
+    json_t *details = r.cut ? NULL : details_of(&r, payload, before, after);
+    if (details) finish(&r, conn.pg, details, true, NULL);
+    slog(w, JB_LOG_INFO, j->job_id, r.cut ? "rollback cut short by the stop" : "rollback done",
+         NULL);
     json_decref(details);
     json_decref(before);
     json_decref(after);
@@ -179,6 +185,46 @@ void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   json_decref(r.files);
   json_decref(r.forced);
   json_decref(payload);
+}
+
+struct rollback_thread {
+  struct jb_worker *w;
+  struct jb_launch_job j;
+};
+
+static void *rollback_main(void *arg) {
+  struct rollback_thread *t = arg;
+  rollback_run(t->w, &t->j);
+  atomic_fetch_sub(&t->w->rollbacks, 1);
+  jb_launch_job_free(&t->j);
+  free(t);
+  return NULL;
+}
+
+void rollback_start(struct jb_worker *w, struct jb_launch_job *j) {
+  struct rollback_thread *t = malloc(sizeof *t);
+  pthread_attr_t attr;
+  bool started = false;
+  if (t && pthread_attr_init(&attr) == 0) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    *t = (struct rollback_thread){.w = w, .j = *j};
+    atomic_fetch_add(&w->rollbacks, 1);
+    pthread_t th;
+    started = pthread_create(&th, &attr, rollback_main, t) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started) atomic_fetch_sub(&w->rollbacks, 1);
+  }
+  if (!started) { /* no thread: run here */
+    free(t);
+    rollback_run(w, j);
+    return;
+  }
+  memset(j, 0, sizeof *j); /* its allocations are the thread's now */
+}
+
+void rollbacks_wait(struct jb_worker *w, long ms) {
+  for (long waited = 0; atomic_load(&w->rollbacks) > 0 && waited < ms; waited += 10)
+    usleep(10 * 1000);
 }
 
 void preimages_drop(struct jb_worker *w, const char *job) {

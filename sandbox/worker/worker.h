@@ -136,6 +136,7 @@ struct jb_worker {
    * keeper holds their channels); SIGINT: stopping ends them */
   atomic_bool drain;
   atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
+  atomic_int rollbacks; /* rollback threads running (rollback.c) */
 
   pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
   struct jb_session *sessions[JB_WORKER_SESSIONS_MAX];
@@ -300,11 +301,17 @@ void session_fail(struct jb_worker *w, const char *job, const char *reason);
 
 struct jb_launch_job;
 
-/* Runs claimed rollback job `j` (ROLLBACK.md "Running it"): restores the session's pre-image
- * rows newer than its `to`, newest first, in j->workspace; stores its audit entry and result
- * and publishes jailbox:rollback. A job whose database connection cannot be had stays claimed
- * (queued again when this worker restarts). Main thread. */
-void rollback_run(struct jb_worker *w, const struct jb_launch_job *j);
+/* Runs claimed rollback job `j` (ROLLBACK.md "Running it") on a thread of its own (taking
+ * j's allocations: j is left empty), so that the main thread goes on renewing leases and
+ * claiming jobs: the session's pre-image rows newer than its `to` are restored newest first in
+ * j->workspace, its audit entry and result stored, jailbox:rollback published. A job whose
+ * database connection cannot be had, or cut short by the worker's stop, stays claimed (queued
+ * again when this worker id starts). When no thread can start it is run here. Main thread. */
+void rollback_start(struct jb_worker *w, struct jb_launch_job *j);
+
+/* Waits at most `ms` for the rollback threads to end (they stop between two rows once
+ * w->stopping is set). Main thread, at the stop, before the pool closes. */
+void rollbacks_wait(struct jb_worker *w, long ms);
 
 /* Drops the pre-image blobs of session `job` and sets its preimages_gone_at (logged when it
  * cannot). */
