@@ -528,7 +528,7 @@ static void renew_leases(struct jb_worker *w, long long *last) {
 
 static void serve(struct jb_worker *w, int sfd) {
   PGconn *listen = NULL;
-  long long last_probe = w->probe.at_ms, last_lease = 0, last_preimages = 0;
+  long long last_probe = w->probe.at_ms, last_lease = 0, last_preimages = jb_now_ms();
   while (!atomic_load(&w->stopping)) {
     renew_leases(w, &last_lease);
     /* jb_kill: an abort waits for an op this worker runs (api/core/escape.h) */

@@ -236,6 +236,8 @@ void preimages_drop(struct jb_worker *w, const char *job) {
   cleanup_conn struct worker_conn conn = worker_conn(w, &err);
   if (!conn.pg || jb_db_preimages_gone(conn.pg, job, &err) != JB_OK)
     slog(w, JB_LOG_WARN, job, err.msg, "step", "pre-images gone", NULL);
+  else
+    slog(w, JB_LOG_INFO, job, "pre-images dropped", NULL);
 }
 
 void preimages_sweep(struct jb_worker *w, long long *last) {

@@ -317,7 +317,7 @@ void rollbacks_wait(struct jb_worker *w, long ms);
  * cannot). */
 void preimages_drop(struct jb_worker *w, const char *job);
 
-/* Once a minute (*last: the time of the last sweep, ms): drops the pre-images of the sessions
+/* Once a minute (*last: the time of the last sweep, ms; the first a minute after the start): drops the pre-images of the sessions
  * accepted, or ended more than JAILBOX_PREIMAGE_RETENTION_S ago (at most 100 a sweep). Main
  * thread. */
 void preimages_sweep(struct jb_worker *w, long long *last);

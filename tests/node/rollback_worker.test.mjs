@@ -19,13 +19,15 @@ import { connectClient, verifiedChain } from './lib/mcp.mjs';
 
 const IMAGE = 'jailbox-sandbox:rollback';
 let kit;
+let store; // JAILBOX_PREIMAGE_DIR
 let fault; // JB_TEST_FAULT's file: the worker exits at the point it names (sandbox/worker/worker.h)
 
 before(async () => {
   // 64 KiB of pre-images per session: the 80 KiB file below cannot be deleted
   fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  store = mkdtempSync(join(tmpdir(), 'jb-preimages-'));
   kit = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '65536',
-    JB_TEST_FAULT: fault });
+    JAILBOX_PREIMAGE_DIR: store, JB_TEST_FAULT: fault });
 });
 
 after(async () => {
@@ -119,6 +121,9 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     const used = Number((await kit.srv.db.query('SELECT preimage_bytes FROM sessions WHERE job_id = $1', [S.jobId])).rows[0].preimage_bytes);
     assert.equal(used, rows.reduce((n, r) => n + Number(r.bytes), 0));
     assert.ok(used > 0 && used < 100, String(used)); // small files, each blob once
+    const blob = join(store, S.jobId, 'objects', sha('hello\n').slice(0, 2), sha('hello\n'));
+    assert.equal(readFileSync(blob, 'utf8'), 'hello\n');
+    assert.equal(lstatSync(blob).mode & 0o7777, 0o400);
 
     // pause, then the buyer changes a file the agent wrote: a conflict, left alone
     const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
@@ -169,6 +174,17 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     assert.ok(rb[0].details.files.some((f) => f.path === 'moved.txt' && f.outcome === 'restored' && f.restored.kind === 'absent'));
     assert.deepEqual(rb[1].details.files.map((f) => [f.path, f.outcome]), [['a.txt', 'restored']]);
     assert.equal(rb[1].details.force, true);
+
+    // accepted: nothing can be undone any more, the blobs go
+    assert.equal((await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/resume`, { token: S.buyerToken })).status, 200);
+    await ok('done', { summary: 'rolled back' });
+    await kit.waitFor('done', async () => (await kit.sessionOf(S.jobId)).state === 'done');
+    const acc = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/accept`, { token: S.buyerToken });
+    assert.equal(acc.status, 200, acc.text);
+    await kit.waitFor('pre-images gone', async () => (await kit.srv.db.query(
+      'SELECT preimages_gone_at IS NOT NULL AS gone FROM sessions WHERE job_id = $1', [S.jobId])).rows[0].gone,
+    10000); // by the accept's teardown (the retention sweep comes a minute after the start)
+    assert.equal(existsSync(join(store, S.jobId)), false);
   } finally {
     await client.close();
   }
