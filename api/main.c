@@ -213,6 +213,13 @@ static int settings(struct jailboxd *d, int argc, char **argv) {
   setenv("JAILBOX_SANDBOX_IMAGE", cfg->sandbox_image, 1);
   setenv("JAILBOX_SANDBOX_IMAGES", cfg->sandbox_images, 1);
   setenv("JAILBOX_SCAN_RULES", cfg->scan_rules, 1); /* the worker redacts exec output with them */
+  /* and the escape policy as jailboxd took it; getenv in other threads (libpq's connect reads
+   * PG* variables) races with any later setenv, which may move `environ` under it */
+  char pen[24];
+  snprintf(pen, sizeof pen, "%ld", cfg->trust_penalty);
+  setenv("JAILBOX_ESCAPE_ABORT", cfg->escape_abort, 1);
+  setenv("JAILBOX_ALERT_AFTER", cfg->alert_after, 1);
+  setenv("JAILBOX_TRUST_PENALTY", pen, 1);
   /* a bad rules file stops the start, naming file:line */
   if (jb_api_load_rules(cfg, &d->err) < 0) {
     fprintf(stderr, "jailboxd: scan rules: %s\n", d->err.msg);

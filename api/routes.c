@@ -24,6 +24,8 @@ static const struct jb_route routes[] = {
     {"POST", "/v1/jailbox/:jobId/resume", jb_api_session_resume, 0},
     {"POST", "/v1/jailbox/:jobId/accept", jb_api_session_accept, 0},
     {"POST", "/v1/jailbox/:jobId/effects/clear", jb_api_session_effects_clear, 0},
+    {"POST", "/v1/jailbox/:jobId/rollback", jb_api_session_rollback, 0},
+    {"GET", "/v1/jailbox/:jobId/rollbacks/:rollbackId", jb_api_rollback_get, 0},
     {"GET", "/v1/agents/:agentId", jb_api_agent_get, 0},
     {"GET", "/v1/jailbox/:jobId/audit", jb_api_audit_export, 0},
     {"GET", "/v1/jailbox/:jobId/audit/verify", jb_api_audit_verify, 0},

@@ -68,12 +68,8 @@ int jb_api_start(struct jb_app *app, jb_error *err) {
     return jb_error_wrap(err, "websocket");
   atomic_store(&the_socket, sock); /* read by the Redis thread */
   if (jb_escape_init(app, err) < 0) return jb_error_wrap(err, "escape policy");
-  /* the workers inherit the escape policy through the environment */
-  char pen[24];
-  snprintf(pen, sizeof pen, "%ld", app->cfg->trust_penalty);
-  setenv("JAILBOX_ESCAPE_ABORT", app->cfg->escape_abort, 1);
-  setenv("JAILBOX_ALERT_AFTER", app->cfg->alert_after, 1);
-  setenv("JAILBOX_TRUST_PENALTY", pen, 1);
+  /* the workers inherit the escape policy through the environment (set in main, before any
+   * thread starts) */
   /* lifetime and idle expiry, chains a crash left unsealed */
   if (jb_sweeper_start(app, &the_sweeper, err) < 0) return jb_error_wrap(err, "sweeper");
   return 0;

@@ -51,6 +51,10 @@ void jb_ctl_reply_free(struct jb_ctl_reply *r);
  * exit code (JB_CTL_FAILED also when `out` cannot be written). */
 int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out);
 
+/* Prints `v` (borrowed) as one line of compact JSON. JB_CTL_OK, or JB_CTL_FAILED (out of
+ * memory, stdout failed). */
+int jb_ctl_print_json(const json_t *v);
+
 /* Parses the body of `r` as a JSON object (duplicate keys and nesting deeper than 64 refused).
  * New reference, or NULL with a message printed. */
 json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r);
@@ -73,8 +77,11 @@ char *jb_ctl_escape(const char *s);
  * derived (message printed). */
 int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
 
+/* rollback JOB [--to OP] [--force] [--dry-run] [--reason R] (cli/rollback.c). */
+int jb_ctl_rollback(struct jb_ctl *o, int argc, char **argv);
+
 /* Runs the verb of argv[1...] (or its --help) unless cli/main.c handles it (the offline
- * verbs: audit verify, keys rotate, token create), setting *rc; returns true then. */
+ * verbs: audit verify, keys rotate, token create, tree-hash), setting *rc; returns true then. */
 bool jb_ctl_dispatch(int *argc, char **argv, int *rc);
 
 /* token create --role service [--label L] [--database-url URL | --state-dir DIR] */
@@ -84,6 +91,12 @@ int jb_ctl_token_create(int argc, char **argv);
  * (cli/keys.c): generates FILE when it does not exist, then makes its key the active audit
  * signing key and retires the others S seconds later (default 60), in one transaction. */
 int jb_ctl_keys_rotate(int argc, char **argv);
+
+/* `jailboxctl tree-hash DIR [--json]` (cli/treehash.c): prints the tree hash v1 of DIR
+ * (lib/treehash.h; JAILBOX_TREE_HASH_MAX_BYTES bounds the content read), or "null WHY" when
+ * it is not computed. Returns JB_CTL_OK with a digest, JB_CTL_REFUSED without one,
+ * JB_CTL_USAGE, or JB_CTL_FAILED when DIR cannot be opened or walked. */
+int jb_ctl_tree_hash(int argc, char **argv);
 
 /* watch JOB [--poll] [--interval MS] [--until-end] [--decide]: live events, and with --decide
  * the buyer's decisions read from stdin (cli/watch.c) */

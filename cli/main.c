@@ -198,6 +198,7 @@ int main(int argc, char **argv) {
     return jb_ctl_token_create(argc - 3, argv + 3);
   if (argc >= 3 && strcmp(argv[1], "keys") == 0 && strcmp(argv[2], "rotate") == 0)
     return jb_ctl_keys_rotate(argc - 3, argv + 3);
+  if (argc >= 2 && strcmp(argv[1], "tree-hash") == 0) return jb_ctl_tree_hash(argc - 2, argv + 2);
   if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
     usage(stdout);
     return 0;

@@ -1,9 +1,9 @@
-/* rest.c — jailboxctl's REST client (libcurl) and the verbs that are one or two REST calls:
- * open, status, ops, approve, reject, pause, resume, abort, accept, changes, agents, explain,
- * keys; the per-verb help; and the dispatch of every verb that does not live in cli/main.c
- * (watch: cli/watch.c, mcp-bridge: cli/bridge.c). The contract is api/openapi.yaml. */
+/* rest.c — jailboxctl's verbs that are one or two REST calls (over cli/http.c): open,
+ * status, ops, approve, reject, pause, resume, abort, accept, changes, agents, explain, keys;
+ * the per-verb help; and the dispatch of every verb that does not live in cli/main.c (watch:
+ * cli/watch.c, mcp-bridge: cli/bridge.c, rollback: cli/rollback.c). The contract is
+ * api/openapi.yaml. */
 #define _GNU_SOURCE
-#include <curl/curl.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,265 +17,7 @@
 #include "sandbox/proto/explain.h"
 #include "cli/ctl.h"
 
-#define MAX_REPLY_BYTES (64L << 20)
-
-/* ---------- REST ---------- */
-
-struct sink {
-  char *buf;
-  size_t len, cap;
-  bool over;
-  CURL *h;
-  FILE *out; /* a 2xx body goes here as it arrives (NULL: into buf) */
-  bool write_failed;
-};
-
-static size_t to_sink(char *p, size_t size, size_t n, void *ctx) {
-  struct sink *s = ctx;
-  size_t add = size * n;
-  if (s->out) {
-    long status = 0;
-    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &status);
-    if (status >= 200 && status < 300) {
-      if (fwrite(p, 1, add, s->out) != add) {
-        s->write_failed = true;
-        return 0;
-      }
-      return add;
-    }
-  }
-  if (s->len + add + 1 > (size_t)MAX_REPLY_BYTES) {
-    s->over = true;
-    return 0; /* curl aborts the transfer */
-  }
-  if (s->len + add + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 4096;
-    while (cap < s->len + add + 1) cap *= 2;
-    char *nb = realloc(s->buf, cap);
-    if (!nb) return 0;
-    s->buf = nb;
-    s->cap = cap;
-  }
-  memcpy(s->buf + s->len, p, add);
-  s->len += add;
-  s->buf[s->len] = '\0';
-  return add;
-}
-
-void jb_ctl_reply_free(struct jb_ctl_reply *r) {
-  free(r->body);
-  r->body = NULL;
-  r->len = 0;
-}
-
-char *jb_ctl_escape(const char *s) {
-  size_t n = strlen(s);
-  char *out = malloc(3 * n + 1), *w = out;
-  if (!out) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~')
-      *w++ = (char)c;
-    else {
-      static const char hex[] = "0123456789ABCDEF";
-      *w++ = '%';
-      *w++ = hex[c >> 4];
-      *w++ = hex[c & 15];
-    }
-  }
-  *w = '\0';
-  return out;
-}
-
-/* Prints the server's {error:{code,message}} (or the raw status) for a refused request. */
-static void print_refusal(const struct jb_ctl *o, const struct jb_ctl_reply *r) {
-  json_t *doc = r->body ? json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
-  json_t *e = json_object_get(doc, "error");
-  const char *code = json_string_value(json_object_get(e, "code"));
-  const char *msg = json_string_value(json_object_get(e, "message"));
-  if (code)
-    fprintf(stderr, "%s: %s by the server (HTTP %ld %s): %s\n", o->verb,
-            r->status >= 500 ? "failed" : "refused", r->status, jb_ctl_text(code),
-            jb_ctl_text(msg ? msg : ""));
-  else
-    fprintf(stderr, "%s: the server answered HTTP %ld\n", o->verb, r->status);
-  json_decref(doc);
-}
-
-/* jb_ctl_http, a 2xx body written to `out` as it arrives when `out` is not NULL. */
-static int http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
-                FILE *out, struct jb_ctl_reply *r) {
-  memset(r, 0, sizeof *r);
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return JB_CTL_FAILED;
-  CURL *h = curl_easy_init();
-  char *url = NULL, *auth = NULL, *payload = NULL;
-  struct curl_slist *hdrs = NULL;
-  struct sink sink = {.h = h, .out = out};
-  int rc = JB_CTL_FAILED;
-  char errbuf[CURL_ERROR_SIZE] = "";
-  if (!h || asprintf(&url, "%s%s", o->url, path) < 0) goto out;
-  if (o->token && o->token[0]) {
-    if (asprintf(&auth, "Authorization: Bearer %s", o->token) < 0) goto out;
-    if (!(hdrs = curl_slist_append(hdrs, auth))) goto out;
-  }
-  if (body) {
-    payload = json_dumps(body, JSON_COMPACT);
-    struct curl_slist *t =
-        payload ? curl_slist_append(hdrs, "Content-Type: application/json") : NULL;
-    if (!t) goto out;
-    hdrs = t;
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
-  } else if (strcmp(method, "POST") == 0) {
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-  }
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_sink);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  CURLcode cc = curl_easy_perform(h);
-  if (cc != CURLE_OK) {
-    fprintf(stderr, "%s: %s: %s\n", o->verb, url,
-            sink.over           ? "answer larger than 64 MiB"
-            : sink.write_failed ? strerror(errno)
-            : errbuf[0]         ? errbuf
-                                : curl_easy_strerror(cc));
-    goto out;
-  }
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-  r->body = sink.buf ? sink.buf : strdup("");
-  r->len = sink.len;
-  sink.buf = NULL;
-  if (!r->body) goto out;
-  if (r->status >= 200 && r->status < 300) {
-    rc = JB_CTL_OK;
-  } else {
-    if (r->status != o->quiet_status) print_refusal(o, r);
-    rc = r->status >= 400 && r->status < 500 ? JB_CTL_REFUSED : JB_CTL_FAILED;
-  }
-out:
-  free(sink.buf);
-  curl_slist_free_all(hdrs);
-  if (h) curl_easy_cleanup(h);
-  free(url);
-  if (auth) explicit_bzero(auth, strlen(auth));
-  free(auth);
-  free(payload);
-  curl_global_cleanup();
-  return rc;
-}
-
-int jb_ctl_http(const struct jb_ctl *o, const char *method, const char *path, const json_t *body,
-                struct jb_ctl_reply *r) {
-  return http(o, method, path, body, NULL, r);
-}
-
-int jb_ctl_http_stream(const struct jb_ctl *o, const char *path, FILE *out) {
-  struct jb_ctl_reply r;
-  int rc = http(o, "GET", path, NULL, out, &r);
-  jb_ctl_reply_free(&r);
-  if (rc == JB_CTL_OK && fflush(out) != 0) {
-    fprintf(stderr, "%s: %s\n", o->verb, strerror(errno));
-    rc = JB_CTL_FAILED;
-  }
-  return rc;
-}
-
-json_t *jb_ctl_reply_json(const struct jb_ctl *o, const struct jb_ctl_reply *r) {
-  jb_error err = {0};
-  json_t *doc = jb_json_parse_object(r->body, r->len, JB_JSON_MAX_DEPTH, &err);
-  if (!doc) fprintf(stderr, "%s: malformed answer from the server: %s\n", o->verb, err.msg);
-  return doc;
-}
-
-int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size) {
-  if (o->ws_url && o->ws_url[0]) {
-    snprintf(buf, size, "%s", o->ws_url);
-    size_t n = strlen(buf);
-    while (n > 0 && buf[n - 1] == '/') buf[--n] = '\0';
-    return 0;
-  }
-  /* http://host:port → ws://host:(port+1): JAILBOX_LISTEN and JAILBOX_WS_LISTEN default pair */
-  CURLU *u = curl_url();
-  char *host = NULL, *port = NULL, *scheme = NULL;
-  int rc = -1;
-  if (u && curl_url_set(u, CURLUPART_URL, o->url, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
-    long p = strtol(port, NULL, 10);
-    if (p > 0 && p < 65535) {
-      snprintf(buf, size, "%s://%s:%ld", strcmp(scheme, "https") == 0 ? "wss" : "ws", host, p + 1);
-      rc = 0;
-    }
-  }
-  if (rc < 0)
-    fprintf(stderr,
-            "%s: cannot derive the Socket.IO address from '%s'; set JAILBOX_WS_URL or "
-            "--ws-url\n",
-            o->verb, o->url);
-  curl_free(host);
-  curl_free(port);
-  curl_free(scheme);
-  curl_url_cleanup(u);
-  return rc;
-}
-
 /* ---------- output ---------- */
-
-/* Prints `v` (borrowed) as one line of compact JSON. */
-static int print_json(const json_t *v) {
-  char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-  if (!s) return JB_CTL_FAILED;
-  int ok = puts(s) >= 0 && fflush(stdout) == 0;
-  free(s);
-  return ok ? JB_CTL_OK : JB_CTL_FAILED;
-}
-
-/* The length in bytes of the character at `p` when it is one a terminal shows wrongly or not
- * at all — C1 (U+0080..U+009F), zero-width and direction marks (U+200B..U+200F), line and
- * paragraph separators and bidi embeddings and overrides (U+2028..U+202E), bidi isolates
- * (U+2066..U+2069), the byte order mark (U+FEFF) — else 0. (Unicode TR9 for the bidi
- * controls: an agent's text could reorder what the buyer reads.) */
-static size_t hidden_mark(const unsigned char *p) {
-  if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2;
-  if (p[0] == 0xe2 && p[1] == 0x80 &&
-      ((p[2] >= 0x8b && p[2] <= 0x8f) || (p[2] >= 0xa8 && p[2] <= 0xae)))
-    return 3;
-  if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return 3;
-  if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) return 3;
-  return 0;
-}
-
-const char *jb_ctl_text(const char *s) {
-  static char pool[16][520];
-  static unsigned next;
-  if (!s) return "-";
-  char *out = pool[next++ % 16];
-  size_t w = 0;
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (w >= 512) {
-      memcpy(out + w, "\xe2\x80\xa6", 3); /* … */
-      w += 3;
-      break;
-    }
-    size_t hidden = hidden_mark(p);
-    if (hidden) { /* C1, bidi controls, zero-width and separator characters */
-      out[w++] = '?';
-      p += hidden - 1;
-    } else {
-      out[w++] = (*p < 0x20 || *p == 0x7f) ? '?' : (char)*p;
-    }
-  }
-  out[w] = '\0';
-  return out;
-}
 
 static const char *str(const json_t *o, const char *k) {
   return jb_ctl_text(json_string_value(json_object_get(o, k)));
@@ -307,13 +49,6 @@ static void print_op(const json_t *op) {
 
 /* ---------- verbs ---------- */
 
-char *jb_ctl_job_path(const char *job, const char *suffix) {
-  char *e = jb_ctl_escape(job), *p = NULL;
-  if (e && asprintf(&p, "/v1/jailbox/%s%s", e, suffix) < 0) p = NULL;
-  free(e);
-  return p;
-}
-
 /* GET/POST `path` and hand the parsed object to `show` (human) or print it (--json). */
 static int call(struct jb_ctl *o, const char *method, char *path, json_t *body,
                 void (*show)(const json_t *)) {
@@ -329,7 +64,7 @@ static int call(struct jb_ctl *o, const char *method, char *path, json_t *body,
   jb_ctl_reply_free(&r);
   if (!doc) return JB_CTL_FAILED;
   if (o->json || !show)
-    rc = print_json(doc);
+    rc = jb_ctl_print_json(doc);
   else
     show(doc);
   json_decref(doc);
@@ -379,7 +114,7 @@ static int print_console_link(struct jb_ctl *o, const char *token) {
   size_t bl = strlen(base);
   while (bl && base[bl - 1] == '/') bl--;
   if (o->json)
-    rc = print_json(doc);
+    rc = jb_ctl_print_json(doc);
   else
     printf("console (one-time link, %lld s): %.*s%s\n",
            (long long)json_integer_value(json_object_get(doc, "expiresInS")), (int)bl, base,
@@ -463,7 +198,7 @@ static int verb_open(struct jb_ctl *o, int argc, char **argv) {
     jb_ctl_reply_free(&r);
     if (!doc) return rc == JB_CTL_OK ? JB_CTL_FAILED : rc;
     if (o->json)
-      print_json(doc);
+      jb_ctl_print_json(doc);
     else
       show_opened(doc);
     rc = print_console_link(o, str(doc, "buyerToken"));
@@ -721,7 +456,7 @@ static int verb_diff(struct jb_ctl *o, int argc, char **argv) {
   if (!doc) return rc == JB_CTL_OK ? JB_CTL_FAILED : rc;
   json_t *diff = json_object_get(doc, "diff"), *text = json_object_get(diff, "text");
   if (o->json) {
-    rc = print_json(doc);
+    rc = jb_ctl_print_json(doc);
   } else if (!json_is_string(text)) {
     fprintf(stderr, "%s: op %lld has no diff: %s\n", o->verb, op, str(doc, "reason"));
     rc = JB_CTL_REFUSED;
@@ -775,7 +510,7 @@ static int changes(struct jb_ctl *o, const char *job, bool quiet_404) {
   int rc = fetch_changes(o, job, quiet_404, &doc);
   if (rc == JB_CTL_OK) {
     if (o->json)
-      rc = print_json(doc);
+      rc = jb_ctl_print_json(doc);
     else
       show_changes(doc);
   }
@@ -879,6 +614,15 @@ static void show_changes(const json_t *c) {
              str(ch, "path"), (long long)json_integer_value(json_object_get(ch, "size")), op,
              before ? before : "(new)", after, str(ch, "at"));
     }
+  }
+  json_t *rb = json_object_get(c, "rollback"); /* what a rollback to the state at open undoes */
+  long long n_ops = (long long)json_integer_value(json_object_get(rb, "wouldUndo"));
+  if (n_ops > 0) {
+    printf("a rollback would undo %lld op%s", n_ops, n_ops == 1 ? "" : "s");
+    if (json_is_true(json_object_get(rb, "available")))
+      printf(" (jailboxctl rollback %s [--dry-run])\n", str(c, "jobId"));
+    else
+      printf(" (not now: %s)\n", str(rb, "why"));
   }
 }
 
@@ -1053,6 +797,10 @@ static const struct verb verbs[] = {
      "the files the session changed (path, op, SHA-256 before and after, size) and the "
      "commands that changed the workspace (argv, counts of added, modified and deleted entries)",
      verb_changes},
+    {"rollback", "JOB [--to OP] [--force] [--dry-run] [--reason TEXT]",
+     "undo the ops after OP (default: all, the state at open) of a paused or ended session; "
+     "--dry-run lists what would be undone (service: with --reason)",
+     jb_ctl_rollback},
     {"agents", "AGENT", "an agent's trust score and session count", verb_agents},
     {"explain", "JOB [--json]",
      "the session contract: which walls stand with their settings, what was checked from "
@@ -1074,6 +822,10 @@ static const struct verb verbs[] = {
     {"keys rotate", "--key FILE [--grace S] [--database-url URL | --state-dir DIR]",
      "make FILE's key (generated when FILE does not exist) the active audit signing key and "
      "retire the others S seconds later (default 60); instances take it up from their key files",
+     NULL},
+    {"tree-hash", "DIR [--json]",
+     "print the tree hash v1 of DIR (api/audit.md; offline), to compare with an audit entry's "
+     "treeSha256; 'null WHY' and exit 1 past JAILBOX_TREE_HASH_MAX_BYTES or 1,000,000 entries",
      NULL},
     {"token create", "--role service [--label L] [--database-url URL | --state-dir DIR]",
      "mint a service token straight into the database (printed once)", NULL},

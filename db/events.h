@@ -44,7 +44,8 @@ enum jb_event_kind {
 };
 
 /* The envelope's key of `kind` ("state", "mode", "op", "approval_request",
- * "security_alert", "pre_scan", "audit_head", "exec_output", "rule"); NULL when out of range. */
+ * "security_alert", "pre_scan", "audit_head", "exec_output", "rule",
+ * "rollback"); NULL when out of range. */
 const char *jb_event_kind_key(enum jb_event_kind kind);
 
 /* The kind whose key is `key`: 0 with *out, or -1 when `key` (may be NULL) is none. */

@@ -406,19 +406,23 @@ static int why_not(PGconn *c, const char *job_id, char state[20], jb_error *err)
   return rc == JB_OK ? JB_ERR_CONFLICT : rc;
 }
 
-/* JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the session's state and who paused it (`actor`, 16
- * bytes; "" when not paused by anyone recorded), for a transition that matched nothing. */
-static int paused_by(PGconn *c, const char *job_id, char state[20], char actor[16], jb_error *err) {
+/* JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the session's state, who paused it (`actor`, 16
+ * bytes; "" when not paused by anyone recorded) and whether a rollback of it is queued or
+ * claimed (`rollback`), for a transition that matched nothing. */
+static int paused_by(PGconn *c, const char *job_id, char state[20], char actor[16], bool *rollback,
+                     jb_error *err) {
   const char *p[1] = {job_id};
   PGresult *r = jb_db_exec(c,
-                           "SELECT state, coalesce(paused_by, '') FROM sessions"
-                           " WHERE job_id = $1",
+                           "SELECT state, coalesce(paused_by, ''), EXISTS (SELECT 1 FROM"
+                           " launch_jobs WHERE job_id = $1 AND kind = 'rollback'"
+                           " AND state IN ('queued', 'claimed')) FROM sessions WHERE job_id = $1",
                            1, p, PGRES_TUPLES_OK, NULL, err, "read state");
   if (!r) return JB_ERR_FAIL;
   int rc = PQntuples(r) == 1 ? JB_ERR_CONFLICT : JB_ERR_NOT_FOUND;
   if (rc == JB_ERR_CONFLICT) {
     snprintf(state, 20, "%s", PQgetvalue(r, 0, 0));
     snprintf(actor, 16, "%s", PQgetvalue(r, 0, 1));
+    *rollback = PQgetvalue(r, 0, 2)[0] == 't';
   }
   PQclear(r);
   return rc;
@@ -494,7 +498,16 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   cleanup_tx struct jb_tx tx = {0};
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   const char *p[5] = {job_id, to, reason, from_lit, actor ? actor : "system"};
-  PGresult *r = jb_db_exec(
+  PGresult *r;
+  /* a resume or an accept must see a rollback queued while it waited for the row: the lock
+   * first, the update in a new snapshot */
+  if (strcmp(to, "active") == 0 || strcmp(to, "accepted") == 0) {
+    r = jb_db_exec(c, "SELECT 1 FROM sessions WHERE job_id = $1 FOR UPDATE", 1, p, PGRES_TUPLES_OK,
+                   NULL, err, "lock the session");
+    if (!r) return JB_ERR_FAIL;
+    PQclear(r);
+  }
+  r = jb_db_exec(
       c,
       "WITH old AS (SELECT state, paused_by FROM sessions WHERE job_id = $1 FOR UPDATE)"
       " UPDATE sessions s SET state = $2, state_reason = $3, updated_at = now(),"
@@ -502,12 +515,14 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
       "   ended_at = CASE WHEN $2 IN ('accepted', 'aborted', 'failed') THEN now() END"
       " FROM old WHERE s.job_id = $1 AND old.state = ANY($4::text[])"
       "   AND NOT (old.state = 'paused' AND $2 = 'active' AND coalesce(old.paused_by, $5) <> $5)"
+      "   AND NOT ($2 IN ('active', 'accepted') AND EXISTS (SELECT 1 FROM launch_jobs"
+      "     WHERE job_id = $1 AND kind = 'rollback' AND state IN ('queued', 'claimed')))"
       " RETURNING old.state",
       5, p, PGRES_TUPLES_OK, NULL, err, "session transition");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
     PQclear(r);
-    return paused_by(c, job_id, out->state, out->actor, err);
+    return paused_by(c, job_id, out->state, out->actor, &out->rollback_running, err);
   }
   snprintf(out->previous, sizeof out->previous, "%s", PQgetvalue(r, 0, 0));
   snprintf(out->state, sizeof out->state, "%s", to);

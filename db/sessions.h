@@ -163,6 +163,7 @@ struct jb_transition {
   char previous[20]; /* the state before */
   char state[20]; /* the state after; on JB_ERR_CONFLICT the current state */
   char actor[16]; /* on JB_ERR_CONFLICT: who paused the session ("" none recorded) */
+  bool rollback_running; /* on JB_ERR_CONFLICT: a rollback of it is queued or claimed */
   long rejected_ops; /* pending ops rejected because the session ended */
   struct jb_audit_head head; /* the audit chain head after it (the seal when it ended) */
 };
@@ -170,7 +171,10 @@ struct jb_transition {
 /* Moves `job_id` from one of the NULL-terminated `from` states to `to`, with `reason`
  * (nullable) and `actor` ("buyer", "service" — the operator —, "agent", "system") recorded;
  * a pause keeps its actor (sessions.paused_by) and is lifted ("paused" → "active") only by
- * that actor (JB_ERR_CONFLICT, out->actor saying who paused). Entering an end
+ * that actor (JB_ERR_CONFLICT, out->actor saying who paused); nor to "active" or "accepted"
+ * while a rollback of the session is queued or claimed (JB_ERR_CONFLICT,
+ * out->rollback_running: a resume would let the agent write under it, an accept drop the
+ * pre-images it reads). Entering an end
  * state (accepted, aborted, failed) also sets ended_at, rejects pending ops, revokes the
  * session's agent tokens (its buyer tokens stay, for reading: db/tokens.h), queues a teardown
  * job and seals the audit chain. The change itself is an audit entry — operation "pause",

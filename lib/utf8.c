@@ -50,3 +50,14 @@ size_t jb_utf8_sanitize(const unsigned char *in, size_t n, bool final, struct jb
   if (jb_buf_append(out, in + i - run, run) < 0) return (size_t)-1;
   return i;
 }
+
+size_t jb_utf8_hidden_mark(const unsigned char *p, size_t n) {
+  if (n >= 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2; /* C1 */
+  if (n < 3) return 0;
+  if (p[0] == 0xe2 && p[1] == 0x80 &&
+      ((p[2] >= 0x8b && p[2] <= 0x8f) || (p[2] >= 0xa8 && p[2] <= 0xae)))
+    return 3; /* U+200B..U+200F, U+2028..U+202E */
+  if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return 3; /* U+2066.. */
+  if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) return 3; /* U+FEFF */
+  return 0;
+}

@@ -22,4 +22,19 @@ int jb_utf8_seq(const unsigned char *s, size_t n);
 JB_MUST_USE size_t jb_utf8_sanitize(const unsigned char *in, size_t n, bool final,
                                     struct jb_buf *out, size_t *replaced);
 
+/* The length in bytes (2 or 3) of the character at `p` (`n` bytes readable) when it is one
+ * that plain text shown on a terminal or a status line must not carry as it is, else 0:
+ * - U+0080..U+009F, the C1 controls (U+009B is CSI, a terminal's control sequence);
+ * - U+200B..U+200F: zero width space, zero width non-joiner and joiner, left-to-right and
+ *   right-to-left marks;
+ * - U+2028..U+202E: line and paragraph separators, the bidi embeddings (LRE, RLE), pop
+ *   (PDF) and overrides (LRO, RLO);
+ * - U+2066..U+2069: the bidi isolates (LRI, RLI, FSI, PDI);
+ * - U+FEFF, the byte order mark (zero width no-break space).
+ * They hide or reorder what a reader sees (sources: Unicode UAX #9, the bidirectional
+ * algorithm, §2 "Explicit directional formatting characters"; the format characters, general
+ * category Cf, of the Unicode Character Database). `p` is expected to be valid UTF-8; fewer
+ * than the character's bytes in `n` answer 0. The caller replaces the character. */
+size_t jb_utf8_hidden_mark(const unsigned char *p, size_t n);
+
 #endif

@@ -24,7 +24,7 @@ struct jb_bus;
 
 /* The Socket.IO event name clients get for `kind` ("jailbox:state", "jailbox:mode",
  * "jailbox:op", "jailbox:approval_request", "jailbox:security_alert", "jailbox:pre_scan",
- * "jailbox:audit_head", "jailbox:exec_output"); NULL when out of range. */
+ * "jailbox:audit_head", "jailbox:exec_output", "jailbox:rule", "jailbox:rollback"); NULL when out of range. */
 const char *jb_event_wire_name(enum jb_event_kind kind);
 
 /* The event sent besides jailbox:state when a session is aborted, {jobId, reason, actor}. */

@@ -372,6 +372,33 @@ def check_circles(found, listed):
 # Rule 4: sizes
 
 
+# Where the process environment may be written: in these functions only, which run before
+# any thread starts (or in a process that runs no other thread). getenv elsewhere -- libpq's
+# connect reads PG* variables -- races with setenv, which may move `environ` under it.
+ENV_WRITERS = {("api/main.c", "settings"), ("sandbox/shim/exec_helper.c", "jb_exec_helper")}
+ENV_WRITE_RE = re.compile(r"\b(setenv|putenv|unsetenv|clearenv)\s*\(")
+
+
+def check_env_writes(sources, root):
+    """A call that writes the environment outside ENV_WRITERS, as error lines."""
+    out = []
+    for s in sources:
+        if not s.path.endswith(".c"):
+            continue
+        with open(os.path.join(root, s.path), encoding="utf-8", errors="replace") as f:
+            code = PREPROC_RE.sub(blank, STRIP_RE.sub(blank, f.read()))
+        for m in ENV_WRITE_RE.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            inside = [n for n, _, a, b in s.functions if a <= line <= b]
+            if inside and (s.path, inside[0]) in ENV_WRITERS:
+                continue
+            out.append("%s:%d calls %s outside main's start (%s): threads may be running, and "
+                       "getenv in them races with it; set the environment before any thread "
+                       "starts (tests/layout.py ENV_WRITERS)"
+                       % (s.path, line, m.group(1), inside[0] if inside else "no function"))
+    return out
+
+
 def sizes(sources):
     """{("file-size", path) | ("function-size", "path:name"): lines} over the limits."""
     out = {}
@@ -503,6 +530,7 @@ def main(argv):
     errors += bad
     errors += check_includes(sources)
     errors += check_declarations(sources)
+    errors += check_env_writes(sources, root)
     e, notes = check_circles(found, listed_circles)
     errors += e
     e, n = check_sizes(sources, listed_sizes)

@@ -89,6 +89,10 @@ printf 'int jb_zz_b(int);\nint jb_zz_a(int n) { return n ? jb_zz_b(n - 1) : 0; }
 printf 'int jb_zz_a(int);\nint jb_zz_b(int n) { return n ? jb_zz_a(n - 1) : 1; }\n' > "$W/lib/zz_b.c"
 expect_fail "new circle" "new circle in lib/: zz_a.c zz_b.c — the calls: zz_a.c -> zz_b.c (jb_zz_b); zz_b.c -> zz_a.c (jb_zz_a)"
 
+fresh # the environment written once threads may run
+printf '#include <stdlib.h>\nvoid jb_zz_env(void) { setenv("X", "1", 1); }\n' > "$W/server/zz_env.c"
+expect_fail "setenv after start" "server/zz_env.c:2 calls setenv outside main's start (jb_zz_env)"
+
 fresh # a function at the limit, then one over it
 function_of jb_zz_long 100 > "$W/lib/zz_long.c"
 expect_pass "a 100-line function"

@@ -20,6 +20,9 @@ enum field_kind {
   F_RULE, /* "rule": an object (checked by lib/policy.h later) */
   F_RULE_ID, /* string 1..64, printable */
   F_EXCLUDE, /* array of at most 256 globs of 1..1024 bytes, no control characters */
+  F_TO, /* rollback's "to": an op id (as F_OPID) */
+  F_FORCE, /* rollback's "force": a boolean */
+  F_DRY_RUN, /* rollback's "dryRun": a boolean */
 };
 
 struct field {
@@ -32,7 +35,7 @@ struct field {
 struct schema {
   const char *event;
   unsigned roles; /* the jb_role values that may send it */
-  struct field fields[4]; /* ended by a NULL name */
+  struct field fields[5]; /* ended by a NULL name */
 };
 
 #define REASON \
@@ -61,6 +64,12 @@ static const struct schema schemas[JB_CONTROL_COUNT] = {
                                   B,
                                   {{"exclude", F_EXCLUDE, false, false}}},
     [JB_CONTROL_EFFECTS_CLEAR] = {"jailbox:effects_clear", B, {REASON}},
+    [JB_CONTROL_ROLLBACK] = {"jailbox:rollback",
+                             SB,
+                             {{"to", F_TO, false, false},
+                              {"force", F_FORCE, false, false},
+                              {"dryRun", F_DRY_RUN, false, false},
+                              REASON}},
 };
 
 const char *jb_control_event(enum jb_control ctl) {
@@ -78,8 +87,11 @@ unsigned jb_control_roles(enum jb_control ctl) {
 }
 
 bool jb_control_operator_needs_reason(enum jb_control ctl) {
-  return ctl == JB_CONTROL_PAUSE || ctl == JB_CONTROL_RESUME || ctl == JB_CONTROL_ABORT;
+  return ctl == JB_CONTROL_PAUSE || ctl == JB_CONTROL_RESUME || ctl == JB_CONTROL_ABORT ||
+         ctl == JB_CONTROL_ROLLBACK;
 }
+
+bool jb_control_on_ended(enum jb_control ctl) { return ctl == JB_CONTROL_ROLLBACK; }
 
 const char *jb_control_path_field(enum jb_control ctl) {
   if (ctl < 0 || ctl >= JB_CONTROL_COUNT) return NULL;
@@ -107,6 +119,12 @@ static int check_field(const struct field *f, const json_t *obj, const json_t *v
         return jb_fail(err, EINVAL, "field 'mode' must be 'supervised' or 'unsupervised'");
       out->mode = str;
       return 0;
+    case F_FORCE:
+    case F_DRY_RUN:
+      if (!json_is_boolean(v)) return jb_fail(err, EINVAL, "field '%s' must be a boolean", f->name);
+      *(f->kind == F_FORCE ? &out->force : &out->dry_run) = json_is_true(v);
+      return 0;
+    case F_TO:
     case F_OPID: {
       long long op = 0;
       if (json_is_integer(v)) {
@@ -118,10 +136,10 @@ static int check_field(const struct field *f, const json_t *obj, const json_t *v
         op = isdigit((unsigned char)t[0]) ? strtoll(t, &end, 10) : 0;
         if (errno || !isdigit((unsigned char)t[0]) || *end) op = 0;
       } else {
-        return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
+        return jb_fail(err, EINVAL, "field '%s' must be a positive integer", f->name);
       }
-      if (op <= 0) return jb_fail(err, EINVAL, "field 'opId' must be a positive integer");
-      out->op_id = op;
+      if (op <= 0) return jb_fail(err, EINVAL, "field '%s' must be a positive integer", f->name);
+      *(f->kind == F_TO ? &out->to : &out->op_id) = op;
       return 0;
     }
     case F_RULES:
@@ -170,7 +188,7 @@ int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_a
     snprintf(msg, len, "the argument must be an object");
     return -1;
   }
-  const char *allowed[5] = {NULL};
+  const char *allowed[6] = {NULL};
   size_t n = 0;
   for (const struct field *f = sc->fields; f->name; f++) allowed[n++] = f->name;
   if (obj && jb_json_only_keys(obj, allowed, &err) < 0) {

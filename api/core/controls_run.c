@@ -1,6 +1,7 @@
 /* controls_run.c — each buyer control once (see controls.h jb_control_run): the state changes
  * (pause, resume, abort, accept), approve and reject (with allow-similar), kill, the mode, the
- * rules, the end of the pre-scan and the clearing of incomplete effects. Every door (REST,
+ * rules, the end of the pre-scan, the clearing of incomplete effects and rollback
+ * (api/core/rollback.h). Every door (REST,
  * Socket.IO) parses its request into the control's arguments, calls jb_control_run and renders
  * the struct jb_reply; the events a control causes are published here, and the session's read
  * cache dropped here, so that every door behaves the same. */
@@ -12,6 +13,7 @@
 #include "api/core/escape.h"
 #include "api/core/ops.h"
 #include "api/core/policy.h"
+#include "api/core/rollback.h"
 #include "db/audit_store.h"
 #include "db/prescan.h"
 #include "db/sessions.h"
@@ -73,6 +75,18 @@ static void transition(struct control *k, const char *reason, const char *const 
                                  "abort): the session is"
                                : "paused by the buyer, who alone can resume it: the session is",
                            t.state);
+    return;
+  }
+  enum jb_session_state now = jb_session_state_from_name(t.state),
+                        want = jb_session_state_from_name(to);
+  if (rc == JB_ERR_CONFLICT && t.rollback_running &&
+      ((now == JB_SESSION_PAUSED && want == JB_SESSION_ACTIVE) ||
+       (now == JB_SESSION_DONE && want == JB_SESSION_ACCEPTED))) {
+    jb_reply_fail(k->out, 409, "rollback_running",
+                  "a rollback of this session is queued or running: %s once it has ended (GET "
+                  "…/rollbacks/:rollbackId)",
+                  want == JB_SESSION_ACTIVE ? "resume" : "accept");
+    snprintf(k->out->state, sizeof k->out->state, "%s", t.state);
     return;
   }
   if (rc != JB_OK) {
@@ -302,6 +316,8 @@ static void dispatch(struct control *k, enum jb_control ctl, const struct jb_con
       return pre_scan_done(k, a);
     case JB_CONTROL_EFFECTS_CLEAR:
       return effects_clear(k, a);
+    case JB_CONTROL_ROLLBACK:
+      return jb_rollback_request(k->app, k->c, k->job, k->actor, a, k->out);
     case JB_CONTROL_COUNT:
       break;
   }
@@ -319,8 +335,8 @@ static int arguments(struct control *k, const struct jb_principal *who, enum jb_
       (!a->reason || !a->reason[0]))
     return jb_reply_fail(k->out, 400, "bad_request",
                          "field 'reason' is required: the operator (the service token) says why "
-                         "it pauses, resumes or aborts a session (1 to 1024 bytes, no control "
-                         "characters)");
+                         "it pauses, resumes, aborts or rolls back a session (1 to 1024 bytes, "
+                         "no control characters)");
   return 0;
 }
 
@@ -342,7 +358,8 @@ void jb_control_run(struct jb_app *app, PGconn *c, const struct jb_principal *wh
     return;
   }
   struct jb_control_args a;
-  if ((who->live_checked || live(&k) == 0) && arguments(&k, who, ctl, args, &a) == 0)
+  if ((who->live_checked || jb_control_on_ended(ctl) || live(&k) == 0) &&
+      arguments(&k, who, ctl, args, &a) == 0)
     dispatch(&k, ctl, &a);
   if (!c) jb_db_release(app->db, k.c);
 }

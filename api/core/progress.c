@@ -39,30 +39,15 @@ long jb_progress_due_in(const struct jb_progress *p) {
   return left < 0 ? 0 : (long)left;
 }
 
-/* The bytes of a character at `p` (`n` bytes left, valid UTF-8) that a client showing the
- * message on a terminal or a status line must not get as it is: C1 controls (U+0080..U+009F:
- * U+009B is CSI), zero-width marks and bidi controls (U+200B..U+200F, U+2028..U+202E,
- * U+2066..U+2069: they hide or reorder text), the byte order mark; else 0. */
-static size_t hidden_mark(const unsigned char *p, size_t n) {
-  if (n >= 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return 2;
-  if (n < 3) return 0;
-  if (p[0] == 0xe2 && p[1] == 0x80 &&
-      ((p[2] >= 0x8b && p[2] <= 0x8f) || (p[2] >= 0xa8 && p[2] <= 0xae)))
-    return 3;
-  if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9) return 3;
-  if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) return 3;
-  return 0;
-}
-
 /* Valid UTF-8 `b` made one line of plain text in place: every control character (C0 — the
  * escape that starts a terminal's control sequence, CR, tab —, DEL, C1) and every mark of
- * hidden_mark becomes '?'. A command's output line reaches the client's screen as it is:
+ * jb_utf8_hidden_mark becomes '?'. A command's output line reaches the client's screen as it is:
  * its escapes could move the cursor, retitle the window or write the clipboard there. */
 static void plain_line(struct jb_buf *b) {
   size_t w = 0;
   for (size_t i = 0; i < b->len;) {
     const unsigned char *p = (const unsigned char *)b->data + i;
-    size_t h = hidden_mark(p, b->len - i);
+    size_t h = jb_utf8_hidden_mark(p, b->len - i);
     if (h || *p < 0x20 || *p == 0x7f) {
       b->data[w++] = '?';
       i += h ? h : 1;

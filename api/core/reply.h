@@ -11,17 +11,20 @@
 #include "lib/err.h"
 
 struct jb_reply {
-  int status; /* 200, 201 on success; 400, 401, 403, 404, 409, 500, 503 on failure; 0: unset */
+  int status; /* 200, 201, 202 on success; 400, 401, 403, 404, 409, 410, 500, 503 on failure;
+                 0: unset */
   const char *code; /* failure: the error code (static): bad_request, unauthorized, forbidden,
                        not_found, invalid_state, conflict, exists, internal, key_retired,
-                       database_unavailable */
+                       database_unavailable; a rollback's no_such_op, not_paused, ops_running,
+                       rollback_running, not_restorable, preimages_gone */
   char msg[512]; /* failure: for a person */
   char state[20]; /* invalid_state: the state that refused the request; else "" */
   json_t *body; /* success: the answer (owned by the reply; NULL: none) */
   const char *wrap; /* in a Socket.IO ack the body goes under this field ({ok, wrap: body});
                        NULL: its fields go beside `ok` (static) */
   json_t *extra; /* fields that go with the body (owned; NULL: none): REST adds them to the
-                    body, Socket.IO to the ack beside the body */
+                    body, Socket.IO to the ack beside the body; on failure both add them to
+                    the error object beside code and message */
 };
 
 /* Success: `status` with `body` (stolen; NULL is taken as out of memory: 500 internal).

@@ -76,6 +76,14 @@ int jb_auth_require(struct jb_app *app, PGconn *conn, const struct jb_http_req *
 }
 
 void jb_resp_reply(struct jb_http_resp *resp, struct jb_reply *r) {
+  if ((r->status >= 400 || r->status == 0) && r->extra) { /* details beside code and message */
+    json_t *e = json_pack("{s:s,s:s}", "code", r->code ? r->code : "internal", "message", r->msg);
+    if (e && r->state[0]) json_object_set_new(e, "state", json_string(r->state));
+    if (e) json_object_update(e, r->extra);
+    jb_resp_json(resp, r->status ? r->status : 500, e ? json_pack("{s:o}", "error", e) : NULL);
+    jb_reply_release(r);
+    return;
+  }
   if (r->status >= 400 || r->status == 0) {
     if (r->state[0]) {
       jb_resp_json(resp, r->status,

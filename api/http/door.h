@@ -33,7 +33,7 @@ bool jb_auth_token_known(void *app, const char *authorization);
 
 /* Renders `r` into `resp`: on success its status and body, with r->extra's fields added to the
  * body; on failure {error: {code, message}} with its status, and "state" inside the error
- * when r->state is set. Takes over r->body and r->extra (the reply is left released). */
+ * when r->state is set (r->extra's fields too, when set). Takes over r->body and r->extra (the reply is left released). */
 void jb_resp_reply(struct jb_http_resp *resp, struct jb_reply *r);
 
 /* 409 {error: {code: "invalid_state", message: "<what> in state <state>", state}}. */

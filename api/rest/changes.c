@@ -1,12 +1,12 @@
-/* changes.c — GET /v1/jailbox/:jobId/changes (what the session changed in the workspace)
- * and GET /v1/jailbox/:jobId/alerts (its security alerts): two read-only views of a session
- * for its service or buyer token, rendered by PostgreSQL (db/changes.h, db/escape.h) and
- * passed through unchanged. */
+/* changes.c — GET /v1/jailbox/:jobId/changes (what the session changed in the workspace, and
+ * whether a rollback would be taken: api/core/rollback.h), GET …/rollbacks/:rollbackId (a
+ * rollback's state) and GET /v1/jailbox/:jobId/alerts (its security alerts): read-only views
+ * of a session for its service or buyer token. */
 #include <stdlib.h>
 
 #include "api/core/auth.h"
+#include "api/core/rollback.h"
 #include "api/rest/handlers.h"
-#include "db/changes.h"
 #include "db/escape.h"
 
 static void read_route(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
@@ -34,6 +34,25 @@ void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http
   read_route(app, req, resp, jb_db_alerts_list);
 }
 
+/* A read of the core (api/core/rollback.h) for the session's buyer or the service: `id` is
+ * req->params[1] (NULL: none). */
+static void core_read(struct jb_app *app, const struct jb_http_req *req, struct jb_http_resp *resp,
+                      bool rollback) {
+  PGconn *c = jb_rest_session_conn(app, req, resp);
+  if (!c) return;
+  struct jb_reply r;
+  if (rollback)
+    jb_rollback_get(c, req->params[0], req->params[1], &r);
+  else
+    jb_rollback_changes(c, req->params[0], &r);
+  jb_resp_reply(resp, &r);
+  jb_db_release(app->db, c);
+}
+
 void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
-  read_route(app, req, resp, jb_db_changes_list);
+  core_read(app, req, resp, false);
+}
+
+void jb_api_rollback_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  core_read(app, req, resp, true);
 }

@@ -2,8 +2,8 @@
  * operator's with the service token where jb_control_roles allows): each route parses its
  * request into the control's socket form, jb_control_run decides, and the reply is rendered
  * (api/http/door.h). Routes: POST …/pause, …/resume, …/abort, …/accept,
- * …/effects/clear, PATCH /v1/jailbox/:jobId {mode}, POST …/approve/:opId, …/reject/:opId,
- * …/ops/:opId/kill, POST …/rules and DELETE …/rules/:ruleId. */
+ * …/effects/clear, …/rollback, PATCH /v1/jailbox/:jobId {mode}, POST …/approve/:opId,
+ * …/reject/:opId, …/ops/:opId/kill, POST …/rules and DELETE …/rules/:ruleId. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@ long long jb_rest_path_op(const char *job, const char *ops, struct jb_http_resp 
 }
 
 /* Control `ctl` of session req->params[0] for a caller of the control's roles
- * (jb_control_roles; the session live: JB_AUTH_CONTROL); `path_field` (the op's or rule's id)
+ * (jb_control_roles; the session live: JB_AUTH_CONTROL, unless jb_control_on_ended); `path_field` (the op's or rule's id)
  * is req->params[1] when set. */
 static void control(void *appv, const struct jb_http_req *req, struct jb_http_resp *resp,
                     enum jb_control ctl) {
@@ -41,7 +41,8 @@ static void control(void *appv, const struct jb_http_req *req, struct jb_http_re
   struct jb_principal who;
   json_t *doc = NULL;
   char msg[512];
-  if (jb_auth_require(app, c, req, job, jb_control_roles(ctl) | JB_AUTH_CONTROL, &who, resp) == 0 &&
+  unsigned roles = jb_control_roles(ctl) | (jb_control_on_ended(ctl) ? 0 : JB_AUTH_CONTROL);
+  if (jb_auth_require(app, c, req, job, roles, &who, resp) == 0 &&
       (ctl == JB_CONTROL_RULE_REVOKE || !path_value ||
        jb_rest_path_op(job, path_value, resp) > 0)) {
     doc = jb_control_rest_form(ctl, req->body, req->body_len, path_value, msg, sizeof msg);
@@ -72,6 +73,9 @@ void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_h
 void jb_api_session_effects_clear(void *app, const struct jb_http_req *req,
                                   struct jb_http_resp *resp) {
   control(app, req, resp, JB_CONTROL_EFFECTS_CLEAR);
+}
+void jb_api_session_rollback(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
+  control(app, req, resp, JB_CONTROL_ROLLBACK);
 }
 void jb_api_session_patch(void *app, const struct jb_http_req *req, struct jb_http_resp *resp) {
   control(app, req, resp, JB_CONTROL_MODE);

@@ -43,6 +43,12 @@ void jb_api_session_resume(void *app, const struct jb_http_req *req, struct jb_h
 void jb_api_session_effects_clear(void *app, const struct jb_http_req *req,
                                   struct jb_http_resp *resp);
 void jb_api_session_accept(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* POST /v1/jailbox/:jobId/rollback: the buyer's (or the service's, with a reason) rollback, on a
+ * paused or ended session (api/core/rollback.h). */
+void jb_api_session_rollback(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* GET /v1/jailbox/:jobId/rollbacks/:rollbackId: a rollback's state (service or buyer;
+ * api/rest/changes.c). */
+void jb_api_rollback_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_agent_get(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
 /* api/rest/audit.c */

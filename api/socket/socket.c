@@ -1,7 +1,7 @@
 /* socket.c — Socket.IO roles and event handlers (see socket.h): CONNECT with auth {token};
  * buyers join their session's room and send the controls of api/core/controls.h
  * (jailbox:pause/resume/abort/accept/mode/pre_scan_done/approve/reject/kill/rule_add/
- * rule_revoke), checked against the same schemas as the REST forms and answered through the
+ * rule_revoke/effects_clear/rollback), checked against the same schemas as the REST forms and answered through the
  * ack with {ok:true,…} or {error:{code,message}} — the same rules, codes and state machine
  * (db/sessions.h) as api/rest/; an ended session's buyer is read-only (the snapshot; controls
  * answer invalid_state); agents are bound to their session and speak MCP (JSON-RPC 2.0) on the
@@ -203,6 +203,8 @@ static json_t *ack_reply(struct jb_reply *r) {
                           "state", r->state)
               : json_pack("[{s:{s:s,s:s}}]", "error", "code", r->code ? r->code : "internal",
                           "message", r->status ? r->msg : "no answer");
+    json_t *e = json_object_get(json_array_get(ack, 0), "error");
+    if (e && r->extra) json_object_update(e, r->extra); /* details beside code and message */
     jb_reply_release(r);
     return ack;
   }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -140,4 +141,25 @@ int jb_exec_helper(int argc, char **argv) {
   if (w != pid) return 125;
   /* as bwrap reports it: the exit code, or 128 + the signal */
   return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+int jb_memfd_with(const char *name, const void *p, size_t len) {
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  const char *q = p;
+  while (len > 0) {
+    ssize_t w = write(fd, q, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      close(fd);
+      return -1;
+    }
+    q += w;
+    len -= (size_t)w;
+  }
+  if (lseek(fd, 0, SEEK_SET) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }

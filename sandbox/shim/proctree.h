@@ -15,4 +15,7 @@
  * one process was signalled, else -1. */
 int jb_proctree_signal(pid_t root, int sig);
 
+/* The name of signal `s` ("SIGKILL"; "SIG?" for one not listed); a static string. */
+const char *jb_signame(int s);
+
 #endif

@@ -34,6 +34,7 @@
 #include "lib/pathcheck.h"
 #include "sandbox/proto/shim.h"
 #include "sandbox/shim/memwatch.h"
+#include "sandbox/shim/overlay.h"
 #include "sandbox/shim/proctree.h"
 
 #define BWRAP "/usr/bin/bwrap"
@@ -267,14 +268,16 @@ struct request {
   size_t stdin_len;
   long long timeout_ms, max_out, fsize, nproc, tmp, memory; /* memory: bytes, 0 none */
   bool writable;
+  char overlay[JB_CS_ID_MAX + 1]; /* "": the workspace itself */
 };
 
 /* A command's jail: bwrap, setpriv, then the helper, which waits on descriptor HELPER_FD for
  * its command (jb_exec_helper). The same for every command; what differs per request — argv,
  * environment, cwd, stdin, the rlimits — is handed to the helper. `writable`: the workspace
- * read-write; `tmp`: the size of /tmp in bytes. */
+ * read-write; `tmp`: the size of /tmp in bytes; `ws`: what is bound as /workspace. */
 #define HELPER_FD 5
-static void jail_args(struct args *a, bool writable, long long tmp, const char *self) {
+static void jail_args(struct args *a, bool writable, long long tmp, const char *self,
+                      const char *ws) {
   add(a, BWRAP);
   static const char *const ns[] = {"--unshare-pid",
                                    "--unshare-ipc",
@@ -317,7 +320,7 @@ static void jail_args(struct args *a, bool writable, long long tmp, const char *
     }
   }
   addv(a, (const char *const[]){"--ro-bind", self, self, NULL});
-  addv(a, (const char *const[]){writable ? "--bind" : "--ro-bind", WORKSPACE, WORKSPACE, NULL});
+  addv(a, (const char *const[]){writable ? "--bind" : "--ro-bind", ws, WORKSPACE, NULL});
   char size[32];
   snprintf(size, sizeof size, "%lld", tmp);
   addv(a, (const char *const[]){"--perms",
@@ -529,29 +532,11 @@ static int parse_exec(const json_t *req, struct request *rq) {
     return -1;
   }
   rq->writable = json_is_true(wr);
-  return 0;
-}
-
-/* A memfd holding `len` bytes at `p`, read from its start; -1 on failure. */
-static int memfd_with(const char *name, const void *p, size_t len) {
-  int fd = memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0) return -1;
-  const char *q = p;
-  while (len > 0) {
-    ssize_t w = write(fd, q, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      close(fd);
-      return -1;
-    }
-    q += w;
-    len -= (size_t)w;
-  }
-  if (lseek(fd, 0, SEEK_SET) < 0) {
-    close(fd);
+  if (jb_cs_exec_field(req, rq->writable, rq->overlay, why, sizeof why) < 0) {
+    send_error(id, "bad_request", "%s", why);
     return -1;
   }
-  return fd;
+  return 0;
 }
 
 /* Closes jail `j`'s descriptors and lets go of its memory cgroup (removed once it is empty). */
@@ -573,10 +558,10 @@ static void jail_reset(struct cmd *j) { *j = (struct cmd)JAIL_NONE; }
  * HELPER_FD the helper's; RLIMIT_NPROC at a command's most; in a memory cgroup of its own where
  * jb_memwatch_available (a jail that cannot join it fails). 0, or -1 with errno (no fallback). */
 static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigned char *bpf,
-                      size_t bpf_len, const char *self) {
+                      size_t bpf_len, const char *self, const char *ws) {
   jail_reset(j);
   int out[2] = {-1, -1}, errp[2] = {-1, -1}, st[2] = {-1, -1}, sp[2] = {-1, -1};
-  int filt = memfd_with("jailbox-exec-filter", bpf, bpf_len);
+  int filt = jb_memfd_with("jailbox-exec-filter", bpf, bpf_len);
   struct args a = {0};
   int e = 0;
   if (filt < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
@@ -585,7 +570,7 @@ static int jail_build(struct cmd *j, bool writable, long long tmp, const unsigne
     e = errno;
     goto fail;
   }
-  jail_args(&a, writable, tmp, self);
+  jail_args(&a, writable, tmp, self, ws);
   long long nproc = nproc_limit();
   sigset_t all, old;
   sigfillset(&all);
@@ -710,7 +695,7 @@ static bool warm_alive(void) {
 static void warm_up(bool writable, long long tmp, const unsigned char *bpf, size_t bpf_len,
                     const char *self) {
   if (cool || warm.running || cur.running || !bpf_len) return;
-  if (jail_build(&warm, writable, tmp, bpf, bpf_len, self) < 0) jail_reset(&warm);
+  if (jail_build(&warm, writable, tmp, bpf, bpf_len, self, WORKSPACE) < 0) jail_reset(&warm);
 }
 
 /* The request for the helper (jb_exec_helper): NUL-terminated strings — cwd, RLIMIT_FSIZE,
@@ -780,21 +765,28 @@ static int hand_over(int ctl, const struct request *rq, int stdin_fd) {
  * result. */
 static int start(struct request *rq, const unsigned char *bpf, size_t bpf_len, const char *self) {
   long long t_req = now_ms();
-  int in =
-      memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "", rq->stdin_len);
+  int in = jb_memfd_with("jailbox-exec-stdin", rq->stdin_data ? (void *)rq->stdin_data : "",
+                         rq->stdin_len);
   if (in < 0) {
     send_error(rq->id, "internal", "cannot set up the command's stdin: %s", strerror(errno));
     return -1;
   }
-  bool was_warm =
-      warm.running && warm.writable == rq->writable && warm.tmp == rq->tmp && warm_alive();
+  char ws[PATH_MAX] = WORKSPACE, why[400];
+  if (rq->overlay[0] &&
+      jb_cs_mount(JB_CS_ROOT, rq->overlay, WORKSPACE, ws, sizeof ws, why, sizeof why) < 0) {
+    send_error(rq->id, "overlay", "the command's overlay: %s", why);
+    close(in);
+    return -1;
+  }
+  bool was_warm = warm.running && warm.writable == rq->writable && warm.tmp == rq->tmp &&
+                  !rq->overlay[0] && warm_alive();
   for (int attempt = 0;; attempt++) {
     if (was_warm) {
       cur = warm;
       jail_reset(&warm);
     } else {
       warm_discard();
-      if (jail_build(&cur, rq->writable, rq->tmp, bpf, bpf_len, self) < 0) {
+      if (jail_build(&cur, rq->writable, rq->tmp, bpf, bpf_len, self, ws) < 0) {
         send_error(rq->id, "internal", "cannot start the command's jail: %s", strerror(errno));
         jail_reset(&cur);
         close(in);
@@ -855,20 +847,6 @@ static void pump_output(int k) {
                      "seq", (json_int_t)cur.seq++, "data", b64));
 }
 
-static const char *signame(int s) {
-  static const struct {
-    int n;
-    const char *name;
-  } t[] = {{SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-           {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-           {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-           {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-           {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"}};
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (t[i].n == s) return t[i].name;
-  return "SIG?";
-}
-
 /* The command ended and its output is read: the result line. bwrap reports the command's
  * end as an exit code: its own, or 128 + the signal that killed it. */
 static void finish(void) {
@@ -879,7 +857,7 @@ static void finish(void) {
   if (by) {
     sig = json_string("SIGKILL");
   } else if (code > 128 && code < 128 + 32) {
-    sig = json_string(signame(code - 128));
+    sig = json_string(jb_signame(code - 128));
     if (code - 128 == SIGSYS) by = "seccomp";
   } else {
     exit_code = json_integer(code);
@@ -979,6 +957,16 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
     send_obj(json_pack("{s:O, s:b, s:{s:s}}", "id", id, "ok", 1, "result", "signalled", what));
     return;
   }
+  if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest or discard */
+    char why[400];
+    const char *code = "busy";
+    json_t *res = cur.running ? NULL : jb_cs_request(JB_CS_ROOT, op, req, &code, why, sizeof why);
+    if (res)
+      send_obj(json_pack("{s:O, s:b, s:o}", "id", id, "ok", 1, "result", res));
+    else
+      send_error(id, code, "%s", cur.running ? "a command is running" : why);
+    return;
+  }
   send_error(id, "unknown_op", "unknown op '%.64s'", op ? op : "");
 }
 
@@ -1007,8 +995,12 @@ static int loop_wait(void) {
   return wait < 0 ? 0 : wait > 1000 ? 1000 : (int)wait;
 }
 
-/* The spawner's hello: protocol, pid, filter, binds, image facts, the memory watch (or why not). */
-static void send_hello(size_t bpf_len) {
+/* The channel `chan` made non-blocking, the overlays an earlier spawner of this container left
+ * discarded, and the spawner's hello: protocol, pid, filter, binds, image facts, the memory
+ * watch (or why not). */
+static void greet(int chan, size_t bpf_len) {
+  fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK);
+  jb_cs_sweep(JB_CS_ROOT);
   char why[200];
   bool mem = jb_memwatch_available(why, sizeof why);
   send_obj(json_pack("{s:s, s:i, s:i, s:b, s:o, s:o*, s:{s:s?, s:i, s:s?}}", "hello", "spawner",
@@ -1028,8 +1020,7 @@ int jb_spawner_run(int chan, const unsigned char *bpf, size_t bpf_len, pid_t shi
   if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 125;
   struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
   sigaction(SIGCHLD, &sa, NULL);
-  fcntl(chan, F_SETFL, fcntl(chan, F_GETFL) | O_NONBLOCK);
-  send_hello(bpf_len);
+  greet(chan, bpf_len);
   /* the first command's jail, built ahead (read-only workspace, the default /tmp) */
   warm_up(false, JB_SPAWNER_DEFAULT_TMP, bpf, bpf_len, self);
   struct jb_line_reader r;

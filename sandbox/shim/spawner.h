@@ -44,6 +44,10 @@ int jb_exec_helper(int argc, char **argv);
  * memory. */
 json_t *jb_image_facts(void);
 
+/* A memfd (close-on-exec) holding the `len` bytes at `p`, its offset at the start (the
+ * command's stdin, the exec filter handed to bwrap); -1 with errno on failure. */
+int jb_memfd_with(const char *name, const void *p, size_t len);
+
 /* The most bytes of a command handed to the helper (argv and env, the cwd, the numbers): the
  * spawner refuses to send more and the helper to read more. */
 #define JB_HELPER_REQUEST_MAX (JB_SPAWNER_MAX_ARGV_BYTES + JB_PATH_MAX + sizeof "/workspace" + 4096)

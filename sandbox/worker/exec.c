@@ -52,7 +52,65 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   if (rq->memory_bytes > 0 && !getenv("JB_TEST_EXEC_MEMORY_UNWATCHED"))
     json_object_set_new(lim, "memoryBytes", json_integer(rq->memory_bytes));
   json_object_set_new(o, "limits", lim);
+  /* tests only: with JB_TEST_EXEC_OVERLAY set a writable command runs on an overlay of the
+   * workspace (its writes stay in the overlay's upper; tests/node/exec_overlay.test.mjs) */
+  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) {
+    char ov[32];
+    snprintf(ov, sizeof ov, "x%lld", id);
+    json_object_set_new(o, "overlay", json_string(ov));
+  }
   return o;
+}
+
+/* One request `o` (stolen; its id `id`) on the spawner's channel and its answer's result
+ * (new), skipping other lines, within 30 s; with sp->busy set by the caller. NULL with `err`. */
+static json_t *spawner_call(struct jb_spawner *sp, long long id, json_t *o, jb_error *err) {
+  pthread_mutex_lock(&sp->lock);
+  int rc = o ? jb_spawner_send_locked(sp, o, err) : jb_fail(err, ENOMEM, "out of memory");
+  pthread_mutex_unlock(&sp->lock);
+  json_decref(o);
+  for (long long until = jb_now_ms() + 30000; rc == 0;) {
+    json_t *a = jb_spawner_read_line(sp, until, err);
+    if (!a) return NULL;
+    json_t *rid = json_object_get(a, "id");
+    if (!json_is_integer(rid) || json_integer_value(rid) != id) {
+      json_decref(a);
+      continue;
+    }
+    json_t *res = json_incref(json_object_get(a, "result"));
+    json_t *e = json_object_get(a, "error");
+    if (!json_is_true(json_object_get(a, "ok")) || !res)
+      jb_fail(err, EINVAL, "spawner: %s: %s",
+              json_string_value(json_object_get(e, "code")) ?: "error",
+              json_string_value(json_object_get(e, "message")) ?: "");
+    json_decref(a);
+    return res;
+  }
+  return NULL;
+}
+
+/* Tests only (JB_TEST_EXEC_OVERLAY): the manifest of the overlay of command `id` into its
+ * result `res` as overlayManifest (or overlayError), then the overlay discarded. */
+static void overlay_after(struct jb_spawner *sp, long long id, json_t *res) {
+  char ov[32];
+  snprintf(ov, sizeof ov, "x%lld", id);
+  jb_error e = {0};
+  pthread_mutex_lock(&sp->lock);
+  long long mid = sp->next_id++, did = sp->next_id++;
+  pthread_mutex_unlock(&sp->lock);
+  json_t *m = spawner_call(
+      sp, mid,
+      json_pack("{s:I, s:s, s:s}", "id", (json_int_t)mid, "op", "cs_manifest", "overlay", ov), &e);
+  if (m)
+    json_object_set(res, "overlayManifest", json_object_get(m, "entries"));
+  else
+    json_object_set_new(res, "overlayError", json_string(e.msg));
+  json_decref(m);
+  json_t *d = spawner_call(
+      sp, did,
+      json_pack("{s:I, s:s, s:s}", "id", (json_int_t)did, "op", "cs_discard", "overlay", ov), &e);
+  if (!d) json_object_set_new(res, "overlayDiscardError", json_string(e.msg));
+  json_decref(d);
 }
 
 long long jb_exec_memory_limit(const json_t *limits, long long asked_mib) {
@@ -134,6 +192,26 @@ static json_t *died_result(struct jb_session *s, long long start, char *why, siz
                    "the sandbox went over its memory limit and was killed with the command");
 }
 
+/* The spawner's answer `o` (borrowed) to command `id`: its result into *result (new
+ * reference) and 0, or -1 with `err` (EBUSY, EINVAL). Tests only: when the command asked for
+ * an overlay, its manifest joins the result and the overlay is discarded, whatever the answer. */
+static int take_result(struct jb_spawner *sp, long long id, const struct jb_exec_request *rq,
+                       const json_t *o, json_t **result, jb_error *err) {
+  json_t *res = json_object_get(o, "result");
+  bool ok = json_is_true(json_object_get(o, "ok")) && json_is_object(res);
+  json_t *sink = ok ? NULL : json_object();
+  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) overlay_after(sp, id, ok ? res : sink);
+  json_decref(sink);
+  if (ok) {
+    *result = json_incref(res);
+    return 0;
+  }
+  json_t *e = json_object_get(o, "error");
+  const char *code = json_string_value(json_object_get(e, "code")) ?: "error";
+  return jb_fail(err, strcmp(code, "busy") == 0 ? EBUSY : EINVAL, "spawner: %s: %s", code,
+                 json_string_value(json_object_get(e, "message")) ?: "");
+}
+
 int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_output_fn out,
                 void *ctx, json_t **result, jb_error *err) {
   *result = NULL;
@@ -204,15 +282,7 @@ int jb_exec_run(struct jb_session *s, const struct jb_exec_request *rq, jb_exec_
       json_decref(o); /* a signal's answer, or an error about a line of ours */
       continue;
     }
-    if (json_is_true(json_object_get(o, "ok")) && json_is_object(json_object_get(o, "result"))) {
-      *result = json_incref(json_object_get(o, "result"));
-      ret = 0;
-    } else {
-      json_t *e = json_object_get(o, "error");
-      const char *code = json_string_value(json_object_get(e, "code")) ?: "error";
-      jb_fail(err, strcmp(code, "busy") == 0 ? EBUSY : EINVAL, "spawner: %s: %s", code,
-              json_string_value(json_object_get(e, "message")) ?: "");
-    }
+    ret = take_result(sp, id, rq, o, result, err);
     json_decref(o);
     break;
   }

@@ -696,6 +696,10 @@ static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, int kil
       json_object_set_new(rr, "changesTotal", json_integer((json_int_t)r->changes_total));
       json_object_set_new(rr, "changesSummary", exec_changes_summary(kept));
     }
+    if (rr && json_object_get(res, "overlayManifest")) /* tests only: JB_TEST_EXEC_OVERLAY */
+      json_object_set(rr, "overlayManifest", json_object_get(res, "overlayManifest"));
+    if (rr && json_object_get(res, "overlayError"))
+      json_object_set(rr, "overlayError", json_object_get(res, "overlayError"));
     if (rr && (r->incomplete || r->swept))
       json_object_set_new(rr, "changesIncomplete", json_true());
     if (rr && r->swept) json_object_set_new(rr, "landingSwept", json_true());

@@ -261,9 +261,31 @@ static int launch_failed(struct jb_session *s, json_t *result, const char *fmt, 
   return -1;
 }
 
-/* The pre-scan of the pinned workspace (counts, flagged entries, a directory hash), logged
- * and recorded: 0 with *scan_out (new), or -1 with the launch failed. */
-static int prescan(struct jb_session *s, json_t **scan_out) {
+/* Adds the tree hash v1 of the workspace at `path` (lib/treehash.h) to the pre-scan `scan`:
+ * treeSha256, or treeSha256 null and treeSha256Why — the hash's reason, "replaced" when `path`
+ * is no longer the directory pinned as `pinned`, "error" on a failure (logged). */
+static void prescan_tree_hash(struct jb_session *s, const struct stat *pinned, json_t *scan) {
+  char hex[65] = "";
+  const char *why = "replaced";
+  jb_error err = {0};
+  int fd = open(s->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == pinned->st_dev &&
+      st.st_ino == pinned->st_ino && jb_tree_hash_at(fd, &s->w->tree_hash, hex, &why, &err) < 0) {
+    slog(s->w, JB_LOG_WARN, s->job_id, "tree hash failed", "error", err.msg, NULL);
+    why = "error";
+  }
+  if (fd >= 0) close(fd);
+  if (hex[0])
+    json_object_set_new(scan, "treeSha256", json_string(hex));
+  else
+    json_object_update_new(scan, json_pack("{s:n,s:s}", "treeSha256", "treeSha256Why", why));
+}
+
+/* The pre-scan of the workspace pinned as `pinned` (counts, flagged entries, a directory
+ * hash, the tree hash), logged and recorded: 0 with *scan_out (new), or -1 with the launch
+ * failed. */
+static int prescan(struct jb_session *s, const struct stat *pinned, json_t **scan_out) {
   struct jb_worker *w = s->w;
   jb_error err = {0};
   struct jb_scan_result scan;
@@ -272,6 +294,7 @@ static int prescan(struct jb_session *s, json_t **scan_out) {
     return launch_failed(s, NULL, "pre-scan failed: %s", err.msg);
   json_t *scan_json = jb_scan_json(&scan);
   if (scan_json) jb_prescan_hooks_path(s->workspace, scan.repos, scan_json); /* git's own */
+  if (scan_json) prescan_tree_hash(s, pinned, scan_json); /* before the grant adds its bits */
   jb_scan_result_free(&scan);
   slog_json(w, JB_LOG_INFO, s->job_id, "pre-scan", "prescan", json_incref(scan_json));
   if (prescan_stored(w, s->job_id, scan_json, &err) != JB_OK) {
@@ -353,7 +376,7 @@ static int launch(struct jb_session *s) {
   if (pin_workspace(s->workspace, &pinned, &err) < 0)
     return launch_failed(s, NULL, "workspace: %s", err.msg);
   json_auto_t *scan = NULL;
-  if (prescan(s, &scan) < 0) return -1;
+  if (prescan(s, &pinned, &scan) < 0) return -1;
   /* the jailed shim runs as 65534:65534: give that group access to the workspace — only
    * to the directory pinned above, and a launch without it does not go ahead */
   if (same_workspace(s->workspace, &pinned, &err) < 0 ||

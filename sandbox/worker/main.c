@@ -71,6 +71,8 @@ static const struct jb_setting settings[] = {
      "Wall 2 seccomp profile file; empty: the copy of deploy/seccomp/jailbox.json built in"},
     {NULL, "JAILBOX_CONTAINER_TMP_MIB", JB_SETTING_INT, S(container_tmp_mib), "16", 1, 4096,
      "size of the container's /tmp tmpfs, MiB"},
+    {NULL, "JAILBOX_CHANGESET_UPPER_MIB", JB_SETTING_INT, S(changeset_upper_mib), "1024", 1, 65536,
+     "size of the container's /jailbox-cs tmpfs (a writable command's overlay upper), MiB"},
     {NULL, "JAILBOX_JAIL_TMP_MIB", JB_SETTING_INT, S(jail_tmp_mib), "16", 1, 4096,
      "size of the jail's own /tmp tmpfs, MiB"},
     {NULL, "JAILBOX_START_TIMEOUT_MS", JB_SETTING_INT, S(start_timeout_ms), "30000", 1000, 600000,
@@ -98,6 +100,10 @@ static const struct jb_setting settings[] = {
      1L << 30,
      "pre-scan: regular files over this many MiB are not read, only flagged too_large "
      "(sandbox/WALLS.md)"},
+    {NULL, "JAILBOX_TREE_HASH_MAX_BYTES", JB_SETTING_INT, S(tree_hash_max_bytes), "4294967296", 1,
+     1L << 50,
+     "bytes of file content one tree hash (the pre-scan's treeSha256) reads at most; past it the "
+     "hash is null (api/audit.md)"},
     {NULL, "JAILBOX_EFFECTS_MAX_ENTRIES", JB_SETTING_INT, S(effects_max_entries), "250000", 1,
      10000000,
      "entries the walk around a writable command reads at most; past it the rest is swept for "
@@ -304,12 +310,15 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   c->override =
       !(c->require[JB_WALL_GVISOR] && c->require[JB_WALL_DOCKER] && c->require[JB_WALL_BWRAP]);
   c->container_tmp_mib = set->container_tmp_mib;
+  c->changeset_upper_mib = set->changeset_upper_mib;
   c->jail_tmp_mib = set->jail_tmp_mib;
   c->start_timeout_ms = set->start_timeout_ms;
   c->call_timeout_ms = set->call_timeout_ms;
   if (shim_socket_dir(set, c, err) < 0) return -1;
   if (preimage_dir(set, w->preimage_dir, sizeof w->preimage_dir, err) < 0) return -1;
   w->prescan_hash_max = (long long)set->prescan_hash_max_mib << 20;
+  w->tree_hash = (struct jb_tree_hash_limits){.max_entries = JB_TREE_HASH_MAX_ENTRIES_DEFAULT,
+                                              .max_bytes = set->tree_hash_max_bytes};
   if (jb_escape_policy_parse(&w->policy, set->escape_abort, set->alert_after, set->trust_penalty,
                              err) < 0)
     return -1;

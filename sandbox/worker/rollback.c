@@ -15,16 +15,23 @@
 #include "db/launch_jobs.h"
 #include "db/preimages.h"
 #include "lib/metrics.h"
+#include "lib/treehash.h"
 #include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/rollback_restore.h"
 #include "sandbox/worker/worker.h"
 
 #define FILES_LISTED 1000 /* files listed in the audit entry at most */
 
-/* The tree hash (v1) of the workspace open on `rootfd`, as a new JSON string, or JSON null
- * while this build has no tree hash (lib/treehash.h). */
-static json_t *tree_hash(int rootfd) {
-  (void)rootfd;
+/* The tree hash v1 (lib/treehash.h, api/audit.md) of the workspace open on `rootfd`, as a new
+ * JSON string; JSON null when it is not computed (over JAILBOX_TREE_HASH_MAX_BYTES, too many
+ * entries, unreadable: the reason is logged). */
+static json_t *tree_hash(struct jb_worker *w, const char *job, int rootfd) {
+  char hex[65] = "";
+  const char *why = NULL;
+  jb_error err = {0};
+  int rc = jb_tree_hash_at(rootfd, &w->tree_hash, hex, &why, &err);
+  if (rc == 0) return json_string(hex);
+  slog(w, JB_LOG_WARN, job, "rollback: no tree hash", "why", rc < 0 ? err.msg : why, NULL);
   return json_null();
 }
 
@@ -166,9 +173,9 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
     finish(&r, conn.pg, d, false, why);
     json_decref(d);
   } else {
-    json_t *before = tree_hash(rootfd);
+    json_t *before = tree_hash(w, j->job_id, rootfd);
     restore_all(&r, conn.pg, rootfd, rows);
-    json_t *after = r.cut ? NULL : tree_hash(rootfd);
+    json_t *after = r.cut ? NULL : tree_hash(w, j->job_id, rootfd);
     if (!r.cut && json_array_size(r.forced) > 0 &&
         jb_db_preimages_insert(conn.pg, j->job_id, 0, j->id, r.forced, &err) != JB_OK)
       slog(w, JB_LOG_WARN, j->job_id, err.msg, "step", "store forced pre-images", NULL);

@@ -56,6 +56,7 @@ struct jb_walls_config {
   char profile_source[512]; /* where it came from (embedded copy of deploy/seccomp/…, or a file) */
   char profile_sha256[65];
   long container_tmp_mib; /* container /tmp tmpfs size (bwrap builds its root there) */
+  long changeset_upper_mib; /* the /jailbox-cs tmpfs (overlay uppers, root only), MiB */
   long jail_tmp_mib; /* the jail's own /tmp */
   long start_timeout_ms; /* container start → shim ready */
   long call_timeout_ms; /* one shim call */

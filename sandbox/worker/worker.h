@@ -49,6 +49,7 @@
 #include "db/signer.h"
 #include "lib/keyring.h"
 #include "lib/log.h"
+#include "lib/treehash.h"
 #include "sandbox/worker/head_announce.h"
 #include "sandbox/worker/oomwatch.h"
 #include "sandbox/worker/walls.h"
@@ -102,10 +103,12 @@ struct jb_worker_settings {
   char *sandbox_images, *runtime;
   char *require_walls, *seccomp_profile;
   long container_tmp_mib, jail_tmp_mib, start_timeout_ms, call_timeout_ms;
+  long changeset_upper_mib; /* JAILBOX_CHANGESET_UPPER_MIB */
   char *shim_socket_dir, *control_socket, *ops_socket, *pidfile;
   bool prescan_hold;
   bool prescan_exclude_secrets; /* JAILBOX_PRESCAN_EXCLUDE_SECRETS */
   long prescan_hash_max_mib, max_sessions;
+  long tree_hash_max_bytes; /* JAILBOX_TREE_HASH_MAX_BYTES */
   long max_commands; /* JAILBOX_WORKER_MAX_COMMANDS: commands running at once (commands.c) */
   long effects_max_entries, effects_hash_max_mib, effects_max_ms; /* the walk around an exec */
   long effects_sweep_max_entries, effects_sweep_max_ms; /* the landing sweep past a cut walk */
@@ -126,6 +129,7 @@ struct jb_worker {
   struct jb_db *db;
   struct jb_signer *signer; /* its key (jb_signer_key) signs the audit entries the worker makes */
   long long prescan_hash_max; /* bytes */
+  struct jb_tree_hash_limits tree_hash; /* of every tree hash the worker makes */
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */
   char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */

@@ -48,7 +48,8 @@ start_jb() {
   JB_PID=$!
   JB_PORT=""
   for _ in $(seq 1 300); do
-    JB_PORT=$(grep -o '"msg":"listening","addr":"127.0.0.1:[0-9]*' "$log" | tail -1 | sed 's/.*://')
+    # the closing quote too: a line read while it is being written gives no cut-off port
+    JB_PORT=$(grep -o '"msg":"listening","addr":"127.0.0.1:[0-9]*"' "$log" | tail -1 | sed 's/.*:\([0-9]*\)"$/\1/')
     [ -n "$JB_PORT" ] && return 0
     kill -0 "$JB_PID" 2>/dev/null || { echo "jailboxd exited early:"; cat "$log"; return 1; }
     sleep 0.1

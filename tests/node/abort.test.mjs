@@ -298,7 +298,8 @@ test('accept only from done (409 otherwise); sealed, container removed, change s
   // the change summary outlives the session (the buyer's token is revoked: the service reads it)
   const c = await srv.req('GET', `/v1/jailbox/${s.jobId}/changes`, { token: srv.serviceToken });
   assert.equal(c.status, 200, c.text);
-  assert.deepEqual(Object.keys(c.json).sort(), ['changes', 'jobId']);
+  assert.deepEqual(Object.keys(c.json).sort(), ['changes', 'jobId', 'rollback']);
+  assert.deepEqual([c.json.rollback.available, c.json.rollback.why], [false, 'preimages_gone']); // accepted
   assert.equal(c.json.jobId, s.jobId);
   assert.equal(c.json.changes.length, 2);
   const [a, b] = c.json.changes;

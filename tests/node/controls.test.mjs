@@ -55,6 +55,10 @@ const CASES = {
   rule_revoke_unknown: ['active', 'DELETE', 'rules/nope', 'jailbox:rule_revoke', 'ruleId', [{}]],
   effects_clear: ['active', 'POST', 'effects/clear', 'jailbox:effects_clear', null, REASONS],
   effects_clear_ended: ['accepted', 'POST', 'effects/clear', 'jailbox:effects_clear', null, [{}]],
+  rollback: ['paused', 'POST', 'rollback', 'jailbox:rollback', null, [{}, { dryRun: true }, { force: true, reason: 'r' },
+    { to: 99999999 }, { to: 'x' }, { to: 0 }, { dryRun: 1 }, { force: null }, { bogus: true }, [], 'text', 7]],
+  rollback_active: ['active', 'POST', 'rollback', 'jailbox:rollback', null, [{ dryRun: true }]],
+  rollback_ended: ['accepted', 'POST', 'rollback', 'jailbox:rollback', null, [{}, { dryRun: true }]],
 };
 
 // a session in `state`, with a pending write op and a buyer rule "mine"

@@ -11,22 +11,13 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { startServer } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, sessionOf, call,
-  containersOf, closeAll } from './lib/jail.mjs';
+  containersOf, stopServers } from './lib/jail.mjs';
 import { toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:crash'; // startJail adds JB_IMAGE_SUFFIX
 
 const servers = [];
-after(async () => {
-  for (const s of servers) {
-    await closeAll(s);
-    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
-    const log = s.log();
-    await s.stop();
-    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
-    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
-  }
-});
+after(() => stopServers(servers));
 
 async function verify(srv, jobId) {
   const v = await srv.req('GET', `/v1/jailbox/${jobId}/audit/verify`, { token: srv.serviceToken });

@@ -650,7 +650,7 @@ test('--help for every verb, exit 0; the overview lists them all', async () => {
   const all = await ctl(['--help']);
   assert.equal(all.code, 0);
   const verbs = ['open', 'status', 'watch', 'ops', 'approve', 'reject', 'kill', 'diff', 'pause', 'resume', 'abort', 'accept',
-    'changes', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
+    'changes', 'rollback', 'agents', 'explain', 'keys', 'audit keys', 'audit export', 'audit verify', 'keys rotate',
     'token create', 'mcp-bridge'];
   for (const v of verbs) {
     assert.match(all.stdout, new RegExp('jailboxctl ' + v + '\\b'), v);

@@ -11,21 +11,14 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startJail, openSession, connect, waitState, call, containersOf, closeAll } from './lib/jail.mjs';
+import { startJail, openSession, connect, waitState, call, containersOf, closeAll, stopServers } from './lib/jail.mjs';
 import { verifiedChain } from './lib/mcp.mjs';
 import { toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:pgrestart'; // startJail adds JB_IMAGE_SUFFIX
 const ROUNDS = Number(process.env.JB_PGRESTART_ROUNDS || 2);
 const servers = [];
-after(async () => {
-  for (const s of servers) {
-    await closeAll(s);
-    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
-    await s.stop();
-    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
-  }
-});
+after(() => stopServers(servers, { sanitizer: false }));
 
 // pg_ctl of the embedded cluster, run as the cluster's owner, without blocking the load (the
 // requests go on while it runs)

@@ -3,20 +3,27 @@
 // UTF-16), so that the buyer can exclude them before the agent reads them; with the operator's
 // JAILBOX_PRESCAN_EXCLUDE_SECRETS=1 they are flagged `secret` from the start: hidden from list,
 // refused to read, and exec (whose jail sees the whole workspace) is not offered. A file with no
-// secret is neither. Through the real stack (jailboxd, the worker's pre-scan, the shim in gVisor
+// secret is neither. The pre-scan's treeSha256 is the tree hash v1 of the workspace at open:
+// the same digest as `jailboxctl tree-hash` and the Python reference (lib/treehash.py) give, on
+// a tree with every kind of entry. Through the real stack (jailboxd, the worker's pre-scan, the shim in gVisor
 // + Docker); needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync, realpathSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, mkdirSync, symlinkSync, writeFileSync, realpathSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 
 const IMAGE = 'jailbox-sandbox:prescan-secrets';
+const CTL = process.env.JAILBOXCTL || join(dirname(process.env.JAILBOXD), 'jailboxctl');
+const treeHashPy = (d) => execFileSync('python3', ['lib/treehash.py', d], { encoding: 'utf8' }).trim();
+const treeHashCtl = (d) => execFileSync(CTL, ['tree-hash', d], { encoding: 'utf8' }).trim();
 let K, srv;
 
 before(async () => {
   // /bin/sh: exec is offered on the image, so that its refusal below is the flagged files'
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PRESCAN_EXCLUDE_SECRETS: '1' }, [`${realpathSync('/bin/sh')}:/bin/sh`]);
+  // 64 KiB of content at most for a tree hash: the first test's workspace is over it
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PRESCAN_EXCLUDE_SECRETS: '1', JAILBOX_TREE_HASH_MAX_BYTES: '65536' }, [`${realpathSync('/bin/sh')}:/bin/sh`]);
   srv = K.srv;
 });
 
@@ -69,5 +76,52 @@ test('files that look like secrets: listed by the pre-scan with their rules, hid
     .trim().split('\n').map((e) => JSON.parse(e));
   const ps = audit.find((e) => e.operation === 'pre_scan');
   assert.equal(ps.details.secretsCount, 3, JSON.stringify(ps.details));
+  // the tree is over the worker's JAILBOX_TREE_HASH_MAX_BYTES: no tree hash, and why
+  assert.equal(ps.details.treeSha256, null, JSON.stringify(ps.details));
+  assert.equal(ps.details.treeSha256Why, 'too_large');
   assert.ok(!JSON.stringify(audit).includes(AWS), 'the secret itself is nowhere in the chain');
+});
+
+test('tree hash v1: the pre-scan\'s treeSha256 is the workspace at open, as jailboxctl tree-hash and the Python reference compute it', { timeout: 240000 }, async () => {
+  let atOpen;
+  const S = await K.openSession((d) => {
+    writeFileSync(join(d, 'a.txt'), 'one\n'); // "a.txt" sorts before "a/…" ('.' < '/')
+    mkdirSync(join(d, 'a', 'b'), { recursive: true });
+    writeFileSync(join(d, 'a', 'b', 'run.sh'), '#!/bin/sh\n');
+    chmodSync(join(d, 'a', 'b', 'run.sh'), 0o4755);
+    chmodSync(join(d, 'a'), 0o700);
+    writeFileSync(join(d, 'empty'), '');
+    symlinkSync('/', join(d, 'root-link')); // never followed
+    symlinkSync('a/b/run.sh', join(d, 'inside-link'));
+    // a fifo and a name that is not UTF-8 (node passes string names as UTF-8: made in Python)
+    execFileSync('python3', ['-c', 'import os, sys; os.mkfifo(sys.argv[1] + "/fifo"); open(os.fsencode(sys.argv[1]) + b"/n\\xff\\xfe", "wb").write(b"x")', d]);
+    atOpen = treeHashPy(d);
+    assert.equal(treeHashCtl(d), atOpen, 'jailboxctl tree-hash and the reference agree');
+  }, { mode: 'unsupervised' });
+  assert.match(atOpen, /^[0-9a-f]{64}$/);
+  const sess = await K.sessionOf(S.jobId);
+  assert.equal(sess.walls.prescan.treeSha256, atOpen, JSON.stringify(sess.walls.prescan));
+  const audit = (await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: S.buyerToken })).text
+    .trim().split('\n').map((e) => JSON.parse(e));
+  const ps = audit.find((e) => e.operation === 'pre_scan');
+  assert.equal(ps.details.treeSha256, atOpen, JSON.stringify(ps.details));
+  assert.equal(ps.details.treeSha256Why, undefined);
+  // while the session runs the tree carries the jail's group bits (on a/, 0700 at open): both
+  // still agree on it, and it is not the tree at open — the pre-scan hashed before the grant
+  const during = treeHashCtl(S.dir);
+  assert.equal(during, treeHashPy(S.dir));
+  assert.notEqual(during, atOpen);
+  // once the session is over and its grant undone, the untouched tree hashes as at open
+  const r = await srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: srv.serviceToken, body: { reason: 'test over' } });
+  assert.equal(r.status, 200, r.text);
+  await K.waitFor('the tree as at open', () => treeHashCtl(S.dir) === atOpen, 30000);
+  assert.equal(treeHashPy(S.dir), atOpen);
+  // past its bound, no digest: null and the reason, exit 1
+  const past = (() => {
+    try {
+      return execFileSync(CTL, ['tree-hash', S.dir, '--json'], { encoding: 'utf8', env: { ...process.env, JAILBOX_TREE_HASH_MAX_BYTES: '5' } });
+    } catch (e) { return { status: e.status, stdout: e.stdout }; }
+  })();
+  assert.equal(past.status, 1, JSON.stringify(past));
+  assert.deepEqual(JSON.parse(past.stdout), { treeSha256: null, treeSha256Why: 'too_large' });
 });

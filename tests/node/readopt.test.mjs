@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { JAILBOXD } from './lib/server.mjs';
 import { startJail, openSession, connect, waitEvent, waitFor, waitState, call, containersOf,
-  closeAll } from './lib/jail.mjs';
+  stopServers } from './lib/jail.mjs';
 import { verifiedChain } from './lib/mcp.mjs';
 import { toolFailure } from './lib/agent.mjs';
 
@@ -22,16 +22,7 @@ const IMAGE = 'jailbox-sandbox:readopt'; // startJail adds JB_IMAGE_SUFFIX
 const N = Number(process.env.JB_READOPT_SESSIONS || 3);
 
 const servers = [];
-after(async () => {
-  for (const s of servers) {
-    await closeAll(s);
-    const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
-    const log = s.log();
-    await s.stop();
-    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
-    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
-  }
-});
+after(() => stopServers(servers));
 
 const workerPid = (srv) => Number(readFileSync(join(srv.state, 'worker-0.pid'), 'utf8'));
 const readyCount = (srv) => (srv.log().match(/"msg":"worker ready"/g) || []).length;

@@ -10,6 +10,7 @@
 // jailbox:rollback, and the verified chain holds it all. Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -156,6 +157,12 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     assert.equal(r2.state, 'done', JSON.stringify(r2));
     assert.deepEqual([r2.result.restored, r2.result.conflicts], [1, 0], JSON.stringify(r2.result));
     assert.deepEqual(tree(S.dir), atOpen);
+    // the tree hash v1 of the workspace before and after each rollback (tests/node/lib/treehash.py)
+    const treeNow = execFileSync('python3', [join(import.meta.dirname, 'lib/treehash.py'), S.dir], { encoding: 'utf8' }).trim();
+    assert.match(treeNow, /^[0-9a-f]{64}$/);
+    assert.equal(r2.result.treeAfter, treeNow);
+    assert.equal(r2.result.treeBefore, r1.result.treeAfter);
+    assert.notEqual(r1.result.treeBefore, r1.result.treeAfter);
     const kept = (await kit.srv.db.query('SELECT path, sha256, rollback_id FROM preimages WHERE job_id = $1 AND rollback_id IS NOT NULL', [S.jobId])).rows;
     assert.deepEqual(kept, [{ path: 'a.txt', sha256: sha('the buyer meanwhile\n'), rollback_id: String(r2.id) }]);
     const left = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL AND rolled_back_by IS NULL', [S.jobId])).rows[0].n;

@@ -48,9 +48,12 @@ export function agentKit(srv) {
   let rpcId = 0;
   const kit = {
     srv, wsAddr,
+    // `fn()`'s first truthy value within `timeoutMs`; fails at once when jailboxd crashed
     async waitFor(what, fn, timeoutMs = 60000) {
       const end = Date.now() + timeoutMs;
       for (;;) {
+        const crash = srv.crashed();
+        if (crash) throw new Error(`${crash} while waiting for ${what}:\n${srv.log().slice(-6000)}`);
         const v = await fn();
         if (v) return v;
         if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + srv.log().slice(-6000));

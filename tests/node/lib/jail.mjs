@@ -76,9 +76,13 @@ export async function startJail({ image, shim = 'jailbox-shim-test', env = {}, e
   return srv;
 }
 
+// `fn()`'s first truthy value, tried every 50 ms for up to `timeoutMs`; fails at once, naming
+// the crash and the end of the log, when `srv`'s jailboxd died (srv.crashed)
 export async function waitFor(srv, what, fn, timeoutMs = 60000) {
   const end = Date.now() + timeoutMs;
   for (;;) {
+    const crash = srv?.crashed?.();
+    if (crash) throw new Error(`${crash} while waiting for ${what}:\n${srv.log().slice(-6000)}`);
     const v = await fn();
     if (v) return v;
     if (Date.now() > end) throw new Error('timed out waiting for ' + what + '\n' + (srv ? srv.log().slice(-6000) : ''));
@@ -140,4 +144,29 @@ export function call(agent, name, args, ms = 60000) {
 
 export async function closeAll(srv) {
   for (const s of srv.sockets || []) s.close();
+}
+
+// The end of a file that started several servers (an `after` hook): each one's sockets closed
+// and the server stopped, all of them before anything is asserted (a failed check must not
+// leave the later servers running: they would keep this process alive until ctest's timeout);
+// then no sanitizer report in any log, and no container left behind for any session.
+export async function stopServers(servers, { sanitizer = true } = {}) {
+  const ends = [];
+  const stopErrors = [];
+  for (const s of servers) {
+    try {
+      await closeAll(s);
+      const jobs = (await s.db.query('SELECT job_id FROM sessions').catch(() => ({ rows: [] }))).rows.map((r) => r.job_id);
+      const log = s.log();
+      await s.stop();
+      ends.push({ log, jobs });
+    } catch (e) { // the next server is stopped all the same
+      stopErrors.push(e);
+    }
+  }
+  for (const { log, jobs } of ends) {
+    if (sanitizer) assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+    for (const j of jobs) assert.deepEqual(await containersOf(j), [], 'container left behind for ' + j);
+  }
+  if (stopErrors.length) throw stopErrors[0];
 }

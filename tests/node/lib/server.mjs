@@ -2,7 +2,7 @@
 // test file, and gives the test a service token, a pg client on the same database, and small
 // HTTP helpers. Needs JAILBOXD (path of the binary) or the default build.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readFileSync, rmSync, chmodSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readdirSync, readFileSync, rmSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,24 +26,34 @@ export async function startServer(env = {}, opts = {}) {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let log = '';
+  child.stderr.on('data', (d) => { log += d; });
+  // the exit, whenever it comes: a server that dies after its start (a crash) is named by the
+  // request that meets its closed port and by every wait on it (srv.crashed)
+  let exit = null;
+  const exited = new Promise((res) => child.once('exit', (code, sig) => res(exit = { code, sig })));
+  // ready when it logs "listening": jailboxd logs it once its HTTP port listens (bound and
+  // listen(2) done), the Socket.IO one too ("ws listening", before) and its workers started
   const url = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error('jailboxd did not start:\n' + log)), 60000);
-    child.stderr.on('data', (d) => {
-      log += d;
+    const t = setTimeout(() => reject(new Error('jailboxd did not log "listening" within 60 s:\n' + log)), 60000);
+    const onData = () => {
       const m = log.match(/"msg":"listening","addr":"([^"]+)"/);
-      if (m) { clearTimeout(t); resolve('http://' + m[1]); }
-    });
-    child.on('exit', (code) => { clearTimeout(t); reject(new Error(`jailboxd exited ${code}:\n${log}`)); });
+      if (m) { clearTimeout(t); child.stderr.off('data', onData); resolve('http://' + m[1]); }
+    };
+    child.stderr.on('data', onData);
+    child.once('error', (e) => { clearTimeout(t); reject(new Error(`jailboxd did not start: ${e.message}`)); });
+    exited.then((r) => { clearTimeout(t); reject(new Error(`${exitText(r)} before listening:\n${log}`)); });
   });
-  child.removeAllListeners('exit');
   const serviceToken = readFileSync(join(state, 'service.token'), 'utf8').trim();
   const db = new pg.Pool({ host: join(state, 'pg/run'), user: 'jailbox', database: 'jailbox', max: 4 });
   // an idle connection of the test's own pool cut by a PostgreSQL stop (the server's, or a
   // restart a test makes) is only logged: a query on it fails where the test makes it
   db.on('error', (e) => console.log(`# the test's database pool: an idle connection ended: ${e.message}`));
   const srv = {
-    url, state, wsroot, dir, serviceToken, db, child,
+    url, state, wsroot, dir, serviceToken, db, child, exited,
     log: () => log,
+    // null while jailboxd runs or when it stopped as told (exit 0, SIGTERM, SIGINT, SIGKILL);
+    // otherwise what ended it ("jailboxd exited with code 1"): a crash, a sanitizer's report
+    crashed: () => (exit && !(exit.code === 0 || ['SIGTERM', 'SIGINT', 'SIGKILL'].includes(exit.sig)) ? exitText(exit) : null),
     async req(method, path, { token, body, raw, headers = {} } = {}) {
       const h = { ...headers };
       if (token) h.authorization = 'Bearer ' + token;
@@ -59,7 +69,7 @@ export async function startServer(env = {}, opts = {}) {
           // writing hundreds of MiB blocks the event loop past the server's idle timeout):
           // a GET is sent again once, on a new connection
           if (method === 'GET' && attempt === 0 && c.code === 'UND_ERR_SOCKET') continue;
-          throw new Error(`${method} ${path}: ${e.message}: ${c.code || ''} ${c.message || c}`, { cause: e });
+          throw new Error(`${method} ${path}: ${e.message}: ${c.code || ''} ${c.message || c}` + await whyDown(c.code), { cause: e });
         }
       }
       const text = await r.text();
@@ -89,15 +99,41 @@ export async function startServer(env = {}, opts = {}) {
     },
     async stop() {
       await db.end();
-      // a server that died already (a crash the test reports) has no exit event left to wait for
-      const done = child.exitCode !== null || child.signalCode !== null
-        ? Promise.resolve({ code: child.exitCode, sig: child.signalCode })
-        : new Promise((res) => child.on('exit', (code, sig) => res({ code, sig })));
-      child.kill('SIGTERM');
-      const r = await done;
+      child.kill('SIGTERM'); // nothing when it died already: `exited` holds how
+      const r = await exited;
+      // a jailboxd that crashed did not stop what it started: its worker (which writes to the
+      // stderr pipe read here, so that this process would never end), the worker's keeper
+      // and the embedded PostgreSQL are ended, found by the state directory they name
+      if (srv.crashed()) endLeftovers(state);
       rmSync(dir, { recursive: true, force: true });
       return r;
     },
   };
+  // a connection refused or cut may be jailboxd's death: its exit is awaited (bounded: the
+  // port closes as the process ends, its exit is reported a moment later) and named, with
+  // the end of its log (a sanitizer's report)
+  async function whyDown(code) {
+    if (!['ECONNREFUSED', 'ECONNRESET', 'UND_ERR_SOCKET'].includes(code)) return '';
+    let timer;
+    await Promise.race([exited, new Promise((r) => { timer = setTimeout(r, 2000); })]);
+    clearTimeout(timer);
+    return exit ? `\n${exitText(exit)}; its log ends:\n${log.slice(-6000)}` : '';
+  }
   return srv;
+}
+
+// SIGKILL to every process whose command line or environment names `state` (a jailboxd's
+// state directory: its workers have JAILBOX_STATE_DIR, its PostgreSQL and keeper a path in it)
+function endLeftovers(state) {
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d) && Number(d) !== process.pid)) {
+    try {
+      const names = readFileSync(`/proc/${pid}/cmdline`, 'utf8') + readFileSync(`/proc/${pid}/environ`, 'utf8');
+      if (names.includes(state + '/') || names.includes(state + '\0')) process.kill(Number(pid), 'SIGKILL');
+    } catch { /* gone, or not ours to read */ }
+  }
+}
+
+// "jailboxd exited with code N" or "jailboxd was killed by SIGNAL"
+function exitText({ code, sig }) {
+  return sig ? `jailboxd was killed by ${sig}` : `jailboxd exited with code ${code}`;
 }

@@ -193,8 +193,10 @@ static void state_changes(void **state) {
   assert_int_equal(r.status, 200);
   assert_string_equal(str(r.body, "state"), "aborted");
   jb_reply_release(&r);
-  /* an ended session is read-only for every control, before its arguments are looked at */
+  /* an ended session is read-only for every control, before its arguments are looked at —
+   * but rollback, which takes ended sessions (test_rollback.c) */
   for (int ctl = 0; ctl < JB_CONTROL_COUNT; ctl++) {
+    if (jb_control_on_ended((enum jb_control)ctl)) continue;
     run("ctl-a", (enum jb_control)ctl, "{\"bogus\":1}", &r);
     assert_int_equal(r.status, 409);
     assert_string_equal(r.code, "invalid_state");

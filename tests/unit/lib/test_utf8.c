@@ -1,6 +1,7 @@
 /* test_utf8.c — bytes made into valid UTF-8 (lib/utf8.h): valid text kept as it is, each bad
  * byte and NUL one U+FFFD and counted, sequences cut short kept for the next call unless it is
- * the last, and the buffer's cap honoured. */
+ * the last, and the buffer's cap honoured; the characters plain text must not carry as they
+ * are (jb_utf8_hidden_mark) found at their edges and nowhere else. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,10 +73,45 @@ static void cut_sequences_wait(void **state) {
   jb_buf_free(&b);
 }
 
+/* The code point `cp` (U+0080..U+FFFF) as UTF-8 into `out`; its length. */
+static size_t encode(unsigned cp, unsigned char out[3]) {
+  if (cp < 0x800) {
+    out[0] = (unsigned char)(0xc0 | cp >> 6);
+    out[1] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 2;
+  }
+  out[0] = (unsigned char)(0xe0 | cp >> 12);
+  out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
+  out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+  return 3;
+}
+
+static void hidden_marks(void **state) {
+  (void)state;
+  /* every code point U+0080..U+FFFF outside the surrogates, against the list written out */
+  for (unsigned cp = 0x80; cp <= 0xffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;
+    unsigned char u[3];
+    size_t len = encode(cp, u);
+    bool want = (cp <= 0x9f) || (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+                (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+    assert_int_equal(jb_utf8_hidden_mark(u, len), want ? len : 0);
+    if (want) assert_int_equal(jb_utf8_hidden_mark(u, len - 1), 0); /* cut short */
+  }
+  for (unsigned c = 0; c < 0x80; c++) { /* ASCII, C0 included, is the caller's */
+    unsigned char a[3] = {(unsigned char)c, 0x80, 0x80};
+    assert_int_equal(jb_utf8_hidden_mark(a, 3), 0);
+  }
+  const unsigned char emoji[] = {0xf0, 0x9f, 0x98, 0x80};
+  assert_int_equal(jb_utf8_hidden_mark(emoji, 4), 0);
+  assert_int_equal(jb_utf8_hidden_mark(emoji, 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(valid_and_invalid),
       cmocka_unit_test(cut_sequences_wait),
+      cmocka_unit_test(hidden_marks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

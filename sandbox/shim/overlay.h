@@ -1,0 +1,70 @@
+/* overlay.h — the spawner's copy-on-write view of the workspace for one writable command
+ * (sandbox/WALLS.md, "Changesets"; sandbox/proto/PROTOCOL.md, "The spawner"): an overlay whose
+ * lower is /workspace and whose upper and work directories live on the container's tmpfs
+ * JB_CS_ROOT (root only, never bound into a jail), the list of what the upper holds (metadata
+ * only: lstat, one getxattr per directory, no content read, no link followed, every step
+ * openat-relative and bounded), and its removal. */
+#ifndef JB_SANDBOX_SHIM_OVERLAY_H
+#define JB_SANDBOX_SHIM_OVERLAY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The tmpfs the worker gives the container (walls_launch.c), mode 0700. */
+#define JB_CS_ROOT "/jailbox-cs"
+/* An overlay's id: [A-Za-z0-9_-]{1,64}. */
+#define JB_CS_ID_MAX 64
+/* The deepest directory a manifest walks (the upper's root is depth 0); deeper: too_large. */
+#define JB_CS_MAX_DEPTH 64
+/* Entries a manifest lists by default and at most (a request's maxEntries). */
+#define JB_CS_DEFAULT_ENTRIES 10000
+#define JB_CS_MAX_ENTRIES 100000
+/* The most bytes a manifest's entries may take as JSON, counting each byte of a path or link
+ * text as 6 (jansson's \u00XX for a control character) and 128 for the rest of an entry: the
+ * answer rides on one spawner line (JB_SPAWNER_MAX_LINE, 2 MiB), which it must never pass. */
+#define JB_CS_MAX_BYTES (1024 * 1024)
+/* The deepest directory a discard removes; a deeper tree is left to the tmpfs's end. */
+#define JB_CS_RM_DEPTH 256
+
+/* Whether `id` is a valid overlay id. */
+bool jb_cs_id_valid(const char *id);
+
+/* Makes `root`/ID/{upper,work,merged} (ID must not exist: EEXIST) — upper with the owner and
+ * mode of `lower`, so that the merged root is the workspace's — and mounts the overlay
+ * lowerdir=`lower`,upperdir=…/upper,workdir=…/work on …/merged (nosuid, nodev). Writes the
+ * merged path into `merged` (`mlen` bytes). 0, or -1 with errno and a message in `why`. */
+int jb_cs_mount(const char *root, const char *id, const char *lower, char *merged, size_t mlen,
+                char *why, size_t wlen);
+
+/* The entries of the upper directory open at `upper_fd` (borrowed; a directory fd), depth
+ * first, as a new JSON array of {path (relative, "/"-separated), type ("file", "dir",
+ * "symlink", "char", "block", "fifo", "socket"), mode (st_mode & 07777), size (bytes; 0 for
+ * a dir or device), target (symlinks: the link's text, read, not followed), whiteout (a char
+ * device 0:0: the lower's entry is deleted), opaque (a dir whose trusted.overlay.opaque is
+ * "y": nothing of the lower under it shows)}. At most `max_entries` entries and
+ * JB_CS_MAX_BYTES of JSON, JB_CS_MAX_DEPTH deep and JB_PATH_MAX bytes a path. NULL on failure
+ * with `*code` ("too_large" over a bound, "bad_name" for a name or link text that is not
+ * UTF-8, "internal" otherwise) and a message in `why` (which may quote a name as it is). */
+json_t *jb_cs_manifest_at(int upper_fd, size_t max_entries, const char **code, char *why,
+                          size_t wlen);
+
+/* Unmounts `root`/ID/merged (detached; not mounted is fine) and removes `root`/ID (no link
+ * followed, JB_CS_RM_DEPTH deep at most). 0 (ID absent too), or -1 with a message in `why`. */
+int jb_cs_discard(const char *root, const char *id, char *why, size_t wlen);
+
+/* Discards every overlay left under `root` (a spawner that starts finds none of its own). */
+void jb_cs_sweep(const char *root);
+
+/* The `overlay` field of an exec request `req` into `out` (JB_CS_ID_MAX + 1 bytes; "" when
+ * absent). It needs `writable`. 0, or -1 with a message in `why`. */
+int jb_cs_exec_field(const json_t *req, bool writable, char *out, char *why, size_t wlen);
+
+/* Serves spawner request `req` of op `op` ("cs_manifest" {overlay, maxEntries?} → {entries,
+ * count}; "cs_discard" {overlay} → {discarded: true}) on overlays under `root`. The result
+ * (new), or NULL with `*code` (bad_request, not_found, too_large, bad_name, internal) and
+ * `why` (printable ASCII). */
+json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const char **code,
+                      char *why, size_t wlen);
+
+#endif
