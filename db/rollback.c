@@ -31,7 +31,9 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                        \
   "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
   " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \
-  "   AND rolled_back_by IS NULL AND op_id > $2::bigint)"                                         \
+  "   AND rolled_back_by IS NULL AND op_id > $2::bigint),"                                        \
+  " coalesce((SELECT sealed FROM audit_heads WHERE job_id = s.job_id), false)"                    \
+  "   OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = s.job_id)"                            \
   " FROM sessions s WHERE s.job_id = $1"
 
 static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err) {
@@ -46,6 +48,7 @@ static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err)
   out->to_found = PQgetvalue(r, 0, 4)[0] == 't';
   out->not_restorable = strdup(PQgetvalue(r, 0, 5));
   out->would_undo = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+  out->sealed = PQgetvalue(r, 0, 7)[0] == 't';
   PQclear(r);
   return out->not_restorable ? JB_OK : jb_fail(err, ENOMEM, "out of memory");
 }

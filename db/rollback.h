@@ -21,6 +21,7 @@ struct jb_rollback_facts {
                            of writable commands whose result lists changes and that have no
                            pre-images, oldest first */
   long long would_undo; /* ops over `to` with a pre-image not yet rolled back */
+  bool sealed; /* its audit chain is sealed, or its seal is pending (an escape's abort) */
 };
 
 void jb_rollback_facts_free(struct jb_rollback_facts *f);

@@ -22,6 +22,10 @@ int jb_rollback_decide(const struct jb_rollback_facts *f, long long to, struct j
     return jb_reply_fail(out, 410, "preimages_gone",
                          "the session's pre-images are gone (it was accepted, or ended longer "
                          "ago than JAILBOX_PREIMAGE_RETENTION_S): nothing can be rolled back");
+  if (f->sealed)
+    return jb_reply_fail(out, 409, "chain_sealed",
+                         "the session's audit chain is sealed (or its seal is pending): a "
+                         "rollback now would restore files that no entry of the chain records");
   if (st != JB_SESSION_PAUSED && st != JB_SESSION_DONE && st != JB_SESSION_ABORTED &&
       st != JB_SESSION_FAILED) {
     jb_reply_fail(out, 409, "not_paused",

@@ -220,10 +220,12 @@ static void states(void **state) {
   jb_reply_release(&r);
   session("rb-waiting", "awaiting_agent");
   refused("rb-waiting", "{\"dryRun\":true}", 409, "not_paused");
-  session("rb-aborted", "aborted"); /* ended: taken */
-  run("rb-aborted", "{}", &r);
+  session("rb-ended", "done"); /* ended, its chain open: taken */
+  run("rb-ended", "{}", &r);
   assert_int_equal(r.status, 202);
   jb_reply_release(&r);
+  session("rb-aborted", "aborted"); /* an abort seals the chain: nothing could record it */
+  refused("rb-aborted", "{}", 409, "chain_sealed");
   session("rb-accepted", "done");
   sql("UPDATE sessions SET state = 'accepted' WHERE job_id = $1", "rb-accepted", NULL, NULL, NULL,
       0);
@@ -232,7 +234,16 @@ static void states(void **state) {
   sql("UPDATE sessions SET preimages_gone_at = now() WHERE job_id = $1", "rb-gone", NULL, NULL,
       NULL, 0);
   refused("rb-gone", "{\"dryRun\":true}", 410, "preimages_gone");
-  assert_int_equal(count_jobs("rb-accepted") + count_jobs("rb-gone") + count_jobs("rb-active"), 0);
+  /* a sealed chain, or a seal pending (an escape's abort), could not record the rollback */
+  session("rb-sealed", "aborted");
+  sql("UPDATE audit_heads SET sealed = true WHERE job_id = $1", "rb-sealed", NULL, NULL, NULL, 0);
+  refused("rb-sealed", "{}", 409, "chain_sealed");
+  session("rb-sealing", "aborted");
+  sql("INSERT INTO seals_pending (job_id) VALUES ($1)", "rb-sealing", NULL, NULL, NULL, 0);
+  refused("rb-sealing", "{}", 409, "chain_sealed");
+  assert_int_equal(count_jobs("rb-accepted") + count_jobs("rb-gone") + count_jobs("rb-active") +
+                       count_jobs("rb-sealed") + count_jobs("rb-sealing"),
+                   0);
 }
 
 /* ops running, writable commands without pre-images, the dry run's plan newest first. */
