@@ -186,7 +186,8 @@ static int walk_entry(struct walk *w, int dfd, size_t plen, const char *name, in
                 (int)(st.st_mode & 07777), "size", (json_int_t)(sized ? st.st_size : 0), "whiteout",
                 whiteout, "opaque", opaque);
   if (e && tj) json_object_set_new(e, "target", tj);
-  w->bytes += 6 * (len + (tlen > 0 ? (size_t)tlen : 0)) + 128;
+  /* the entry's exact share of the answer: compact JSON, as the answer is sent, plus a comma */
+  if (e) w->bytes += json_dumpb(e, NULL, 0, JSON_COMPACT) + 1;
   if (!e || json_array_append_new(w->entries, e) < 0) {
     close_keep_errno(sub);
     errno = ENOMEM;

@@ -20,9 +20,9 @@
 /* Entries a manifest lists by default and at most (a request's maxEntries). */
 #define JB_CS_DEFAULT_ENTRIES 10000
 #define JB_CS_MAX_ENTRIES 100000
-/* The most bytes a manifest's entries may take as JSON, counting each byte of a path or link
- * text as 6 (jansson's \u00XX for a control character) and 128 for the rest of an entry: the
- * answer rides on one spawner line (JB_SPAWNER_MAX_LINE, 2 MiB), which it must never pass. */
+/* The most bytes a manifest's entries may take as compact JSON (each entry measured as it is
+ * sent, with its comma): the answer rides on one spawner line (JB_SPAWNER_MAX_LINE, 2 MiB),
+ * which it must never pass. 10,000 entries of short names fit. */
 #define JB_CS_MAX_BYTES (1024 * 1024)
 /* The deepest directory a discard enters; a deeper one is moved up whole and removed by the
  * discard's next pass (so any depth is removed, with at most this many open directories). */

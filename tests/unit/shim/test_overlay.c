@@ -169,9 +169,23 @@ static void test_manifest_bounds(void **state) {
   json_t *m = manifest("u", 5, &code, why);
   assert_int_equal(json_array_size(m), 5);
   json_decref(m);
-  /* long names: the JSON bound (each byte counted as escaped) comes before any line limit */
+  /* 10,000 short names fit: the bound counts each entry's compact JSON, not a guess */
+  dir("s");
+  for (int i = 0; i < 10000; i++) {
+    char rel[32];
+    snprintf(rel, sizeof rel, "s/f%05d", i);
+    put(rel, "", 0644);
+  }
+  m = manifest("s", 100000, &code, why);
+  assert_non_null(m);
+  assert_int_equal(json_array_size(m), 10000);
+  char *text = json_dumps(m, JSON_COMPACT);
+  assert_true(strlen(text) <= JB_CS_MAX_BYTES);
+  free(text);
+  json_decref(m);
+  /* long names: the JSON bound comes before any line limit */
   dir("w");
-  for (int i = 0; i < 700; i++) {
+  for (int i = 0; i < 4500; i++) {
     char rel[300];
     snprintf(rel, sizeof rel, "w/%03d%0240d", i, 0);
     put(rel, "", 0644);
