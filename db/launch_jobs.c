@@ -12,7 +12,8 @@ void jb_launch_job_free(struct jb_launch_job *j) {
   free(j->workspace);
   free(j->limits_json);
   free(j->image);
-  j->workspace = j->limits_json = j->image = NULL;
+  free(j->payload_json);
+  j->workspace = j->limits_json = j->image = j->payload_json = NULL;
 }
 
 int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out, jb_error *err) {
@@ -22,7 +23,7 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
       c,
       "WITH next AS ("
       "  SELECT q.id FROM launch_jobs q"
-      "  WHERE q.state = 'queued' AND (q.kind = 'launch' OR NOT EXISTS ("
+      "  WHERE q.state = 'queued' AND (q.kind IN ('launch', 'rollback') OR NOT EXISTS ("
       "    SELECT 1 FROM launch_jobs l WHERE l.job_id = q.job_id AND l.kind = 'launch'"
       "      AND l.worker_id IS NOT NULL AND l.worker_id <> $1))"
       "  ORDER BY q.id FOR UPDATE SKIP LOCKED LIMIT 1)"
@@ -30,7 +31,7 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
       "   claimed_at = now()"
       " FROM next, sessions s WHERE j.id = next.id AND s.job_id = j.job_id"
       " RETURNING j.id, j.job_id, j.kind, j.attempts, s.state, s.workspace, s.limits::text,"
-      "   coalesce(s.image, '')",
+      "   coalesce(s.image, ''), j.payload::text",
       1, p, PGRES_TUPLES_OK, NULL, err, "claim job");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) != 1) {
@@ -45,8 +46,9 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
   out->workspace = strdup(PQgetvalue(r, 0, 5));
   out->limits_json = strdup(PQgetvalue(r, 0, 6));
   out->image = strdup(PQgetvalue(r, 0, 7));
+  out->payload_json = strdup(PQgetisnull(r, 0, 8) ? "{}" : PQgetvalue(r, 0, 8));
   PQclear(r);
-  if (!out->workspace || !out->limits_json || !out->image) {
+  if (!out->workspace || !out->limits_json || !out->image || !out->payload_json) {
     jb_launch_job_free(out);
     return jb_fail(err, 12, "out of memory");
   }
@@ -86,8 +88,11 @@ int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason, cha
   const char *p[2] = {worker_id, reason};
   PGresult *r = jb_db_exec(
       c,
-      "WITH gone AS (UPDATE launch_jobs SET state = 'failed', error = $2, finished_at = now()"
-      "  WHERE worker_id = $1 AND state = 'claimed' RETURNING job_id, kind)"
+      "WITH again AS (UPDATE launch_jobs SET state = 'queued', worker_id = NULL"
+      "  WHERE worker_id = $1 AND state = 'claimed' AND kind = 'rollback' RETURNING id),"
+      " gone AS (UPDATE launch_jobs SET state = 'failed', error = $2, finished_at = now()"
+      "  WHERE worker_id = $1 AND state = 'claimed' AND kind <> 'rollback'"
+      "  RETURNING job_id, kind)"
       " SELECT coalesce(json_agg(DISTINCT job_id) FILTER (WHERE kind = 'launch'), '[]')::text"
       " FROM gone",
       2, p, PGRES_TUPLES_OK, NULL, err, "abandon jobs");

@@ -14,19 +14,20 @@
 struct jb_launch_job {
   long long id;
   char job_id[129]; /* the session */
-  char kind[16]; /* "launch" or "teardown" */
+  char kind[16]; /* "launch", "teardown" or "rollback" */
   int attempts; /* including this claim */
   /* the session, read in the same transaction */
   char state[20];
   char *workspace; /* new allocation (jb_launch_job_free) */
   char *limits_json; /* new allocation: {"memoryMiB":…,"cpus":…,"pids":…,"timeoutSec":…} */
   char *image; /* new allocation: the session's sandbox image; "" when it names none */
+  char *payload_json; /* new allocation: the job's payload (a rollback's {to, force, by, …}) */
 };
 
 void jb_launch_job_free(struct jb_launch_job *j);
 
-/* Claims the oldest queued job this worker may take: any launch job, and a teardown job
- * unless another worker holds that session's launch. Marks it claimed by `worker_id`.
+/* Claims the oldest queued job this worker may take: any launch or rollback job, and a
+ * teardown job unless another worker holds that session's launch. Marks it claimed by `worker_id`.
  * JB_OK with `out` filled; JB_ERR_NOT_FOUND when the queue has nothing for us; JB_ERR_FAIL. */
 int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out, jb_error *err);
 
@@ -40,7 +41,8 @@ int jb_db_job_finish(PGconn *c, long long id, bool ok, const char *error, const 
 int jb_db_session_set_walls(PGconn *c, const char *job_id, const char *walls_json, jb_error *err);
 
 /* At worker start: fails the jobs `worker_id` had claimed but not finished (it died in the
- * middle), with `reason`. The job ids of those that were launches are returned as a new
+ * middle), with `reason` — except rollback jobs, queued again (each restore is atomic and
+ * restored rows are marked: the next claim finishes it). The job ids of those that were launches are returned as a new
  * JSON array text in *launch_sessions (free it). JB_OK or JB_ERR_FAIL. */
 int jb_db_jobs_abandon(PGconn *c, const char *worker_id, const char *reason, char **launch_sessions,
                        jb_error *err);

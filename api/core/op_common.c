@@ -85,6 +85,8 @@ void op_shim_error(struct jb_mcp_error *e, json_t *error) {
       {"busy", JB_MCP_UNAVAILABLE, "busy"}, /* another command of the session runs */
       /* an exec whose worker died while it ran (killed; the session re-adopted) */
       {"worker_restarted", JB_MCP_DENIED, "worker_restarted"},
+      /* the op's pre-images would pass the session's budget (JAILBOX_PREIMAGE_MAX_BYTES) */
+      {"preimage_budget", JB_MCP_TOO_LARGE, "preimage_budget"},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (!strcmp(code, map[i].code)) {

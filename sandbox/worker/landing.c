@@ -19,8 +19,7 @@
 #include <unistd.h>
 
 #include "lib/scan.h"
-
-#define TREE_DEPTH_MAX 256 /* directory levels removed below a flagged directory */
+#include "sandbox/worker/hostfs.h"
 
 /* One kept entry. */
 struct kept {
@@ -61,69 +60,6 @@ void jb_preimage_free(struct jb_preimage *p) {
   free(p);
 }
 
-/* The directory `dir` (relative; "" the root) opened beneath `rootfd` with no symbolic link
- * anywhere on the way: a new fd, or -1 (errno). */
-static int open_dir(int rootfd, const char *dir) {
-  if (!dir[0]) return fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
-  struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-                         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-  return (int)syscall(SYS_openat2, rootfd, dir, &how, sizeof how);
-}
-
-/* Splits `path` into its directory (into `dir`, `dsize` bytes) and its name (returned,
- * within `path`). NULL when the path is too long. */
-static const char *split(const char *path, char *dir, size_t dsize) {
-  const char *slash = strrchr(path, '/');
-  size_t dl = slash ? (size_t)(slash - path) : 0;
-  if (dl >= dsize) return NULL;
-  memcpy(dir, path, dl);
-  dir[dl] = '\0';
-  return slash ? slash + 1 : path;
-}
-
-/* The parent directory of `path` opened as open_dir does, its name in *name: a new fd or -1. */
-static int open_parent(int rootfd, const char *path, const char **name) {
-  char dir[PATH_MAX];
-  *name = split(path, dir, sizeof dir);
-  if (!*name) return -1;
-  return open_dir(rootfd, dir);
-}
-
-/* Reads at most `max` bytes of regular file `name` of `dfd` (never through a link) into
- * *data (new). 0; 1 when it has more than `max` bytes; -1 when it cannot be read. */
-static int read_file(int dfd, const char *name, size_t max, char **data, size_t *len) {
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return -1;
-  }
-  if ((unsigned long long)st.st_size > max) {
-    close(fd);
-    return 1;
-  }
-  char *b = malloc((size_t)st.st_size + 1);
-  size_t got = 0;
-  int rc = b ? 0 : -1;
-  while (rc == 0) {
-    ssize_t r = read(fd, b + got, (size_t)st.st_size + 1 - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) rc = -1;
-    if (r <= 0) break;
-    got += (size_t)r;
-    if (got > (size_t)st.st_size) rc = 1; /* grew meanwhile */
-  }
-  close(fd);
-  if (rc != 0) {
-    free(b);
-    return rc;
-  }
-  *data = b;
-  *len = got;
-  return 0;
-}
-
 /* Keeps entry `e` (covered or a directory above one) in `p`, reading it through `rootfd`;
  * `*bytes` counts the content kept. 0, or -1 when out of memory. */
 static int keep_entry(struct jb_preimage *p, int rootfd, const struct jb_scan_entry *e,
@@ -134,7 +70,7 @@ static int keep_entry(struct jb_preimage *p, int rootfd, const struct jb_scan_en
   if (!(k->path = strdup(e->path))) return -1;
   p->n++;
   const char *name;
-  int pfd = open_parent(rootfd, e->path, &name);
+  int pfd = jb_hostfs_open_parent(rootfd, e->path, &name);
   struct stat st;
   if (pfd < 0 || fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
     if (pfd >= 0) close(pfd);
@@ -145,7 +81,7 @@ static int keep_entry(struct jb_preimage *p, int rootfd, const struct jb_scan_en
   k->gid = st.st_gid;
   k->mode = st.st_mode & 07777;
   if (covered && e->type == 'f') {
-    int r = read_file(pfd, name, JB_PREIMAGE_BYTES_MAX - *bytes, &k->data, &k->len);
+    int r = jb_hostfs_read_file(pfd, name, JB_PREIMAGE_BYTES_MAX - *bytes, &k->data, &k->len);
     if (r == 0) *bytes += k->len;
     k->has_data = r == 0;
   } else if (covered && e->type == 'l') {
@@ -424,31 +360,6 @@ oom:
 
 /* ---- the undo ---- */
 
-/* Removes entry `name` of `dfd` and, when it is a directory, everything under it — never
- * following a link (each directory opened O_NOFOLLOW from its parent's fd). 0, or -1. */
-static int remove_tree(int dfd, const char *name, int depth) {
-  struct stat st;
-  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return errno == ENOENT ? 0 : -1;
-  if (!S_ISDIR(st.st_mode)) return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -1 : 0;
-  if (depth > TREE_DEPTH_MAX) return -1;
-  int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (sub < 0) return -1;
-  DIR *d = fdopendir(sub);
-  if (!d) {
-    close(sub);
-    return -1;
-  }
-  int rc = 0;
-  struct dirent *de;
-  while ((de = readdir(d)))
-    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-        remove_tree(dirfd(d), de->d_name, depth + 1) < 0)
-      rc = -1;
-  closedir(d);
-  if (rc == 0 && unlinkat(dfd, name, AT_REMOVEDIR) < 0) rc = -1;
-  return rc;
-}
-
 /* Marks the change of `path` in `changes`: flagged `rule`, and `key` (removed, restored)
  * `ok`. */
 static void mark(json_t *changes, const char *path, const char *rule, const char *key, bool ok) {
@@ -492,7 +403,7 @@ static bool as_kept(int pfd, const char *name, const struct kept *k) {
   if (t == 'f') {
     char *data = NULL;
     size_t len = 0;
-    bool same = read_file(pfd, name, k->len, &data, &len) == 0 && len == k->len &&
+    bool same = jb_hostfs_read_file(pfd, name, k->len, &data, &len) == 0 && len == k->len &&
                 (!len || !memcmp(data, k->data, len));
     free(data);
     return same;
@@ -512,7 +423,7 @@ static int put_back(int pfd, const char *name, const struct kept *k) {
   struct stat st;
   bool exists = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
   if (k->type == 'd') {
-    if (exists && !S_ISDIR(st.st_mode) && remove_tree(pfd, name, 0) < 0) return -1;
+    if (exists && !S_ISDIR(st.st_mode) && jb_hostfs_remove_tree(pfd, name, 0) < 0) return -1;
     if ((!exists || !S_ISDIR(st.st_mode)) && mkdirat(pfd, name, 0700) < 0) return -1;
     int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -545,7 +456,7 @@ static int put_back(int pfd, const char *name, const struct kept *k) {
     free(t);
     if (rc == 0 && fchownat(pfd, tmp, k->uid, k->gid, AT_SYMLINK_NOFOLLOW) < 0) rc = -1;
   }
-  if (rc == 0 && exists && S_ISDIR(st.st_mode) && remove_tree(pfd, name, 0) < 0) rc = -1;
+  if (rc == 0 && exists && S_ISDIR(st.st_mode) && jb_hostfs_remove_tree(pfd, name, 0) < 0) rc = -1;
   if (rc == 0 && renameat(pfd, tmp, pfd, name) < 0) rc = -1;
   if (rc < 0) unlinkat(pfd, tmp, 0);
   return rc;
@@ -607,8 +518,8 @@ static void remove_new(int rootfd, const struct jb_scan_snapshot *after, char **
     const struct kept *k = kept_find(pre, e->path);
     if (k && k->has_data) continue; /* put back by restore_kept */
     const char *name;
-    int pfd = open_parent(rootfd, e->path, &name);
-    bool ok = pfd >= 0 && remove_tree(pfd, name, 0) == 0;
+    int pfd = jb_hostfs_open_parent(rootfd, e->path, &name);
+    bool ok = pfd >= 0 && jb_hostfs_remove_tree(pfd, name, 0) == 0;
     if (pfd >= 0) close(pfd);
     mark(changes, e->path, rules[i], "removed", ok);
     note(out, rules[i], e->path, "removed", ok);
@@ -622,7 +533,7 @@ static void restore_kept(int rootfd, const struct jb_preimage *pre, json_t *chan
     const struct kept *k = &pre->v[i];
     if (!k->has_data) continue;
     const char *name;
-    int pfd = open_parent(rootfd, k->path, &name);
+    int pfd = jb_hostfs_open_parent(rootfd, k->path, &name);
     if (pfd >= 0 && as_kept(pfd, name, k)) {
       close(pfd);
       continue;
@@ -642,7 +553,7 @@ static void clear_setid(int rootfd, const struct jb_scan_snapshot *before,
     const struct jb_scan_entry *e = &after->v[i];
     if (e->type != 'f' || !(e->mode & 06000) || !jb_scan_entry_changed(before, after, i)) continue;
     const char *name;
-    int pfd = open_parent(rootfd, e->path, &name);
+    int pfd = jb_hostfs_open_parent(rootfd, e->path, &name);
     if (pfd < 0) continue;
     int fd = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     struct stat st;
@@ -741,7 +652,7 @@ static int reach_dir(struct sweep *sw, int dfd, char *at, size_t alen, char *rea
     if (jb_scan_landing_in_use(at, dir, rule, rsize) &&
         !jb_scan_landing_in_use(real, dir, own, sizeof own))
       res = 1;
-    else if (S_ISDIR(st.st_mode) && depth < TREE_DEPTH_MAX) {
+    else if (S_ISDIR(st.st_mode) && depth < JB_HOSTFS_TREE_DEPTH_MAX) {
       int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       res = sub < 0 ? 0
                     : reach_dir(sw, sub, at, alen + 1 + nl, real, r2 + nl, depth + 1, rule, rsize);
@@ -791,8 +702,8 @@ static bool sweep_entry(struct sweep *sw, int dfd, const char *name, const char 
              alias_rule(sw->ab, sw->nb, path, dir, rule, sizeof rule) >= 0;
   if (!hit && (k = alias_rule(sw->aa, sw->na, path, dir, rule, sizeof rule)) >= 0) {
     const char *lname; /* the link that puts it there goes */
-    int pfd = open_parent(sw->rootfd, sw->aa[k].p, &lname);
-    bool ok = pfd >= 0 && remove_tree(pfd, lname, 0) == 0;
+    int pfd = jb_hostfs_open_parent(sw->rootfd, sw->aa[k].p, &lname);
+    bool ok = pfd >= 0 && jb_hostfs_remove_tree(pfd, lname, 0) == 0;
     if (pfd >= 0) close(pfd);
     mark(sw->changes, sw->aa[k].p, rule, "removed", ok);
     note(sw->out, rule, sw->aa[k].p, "removed", ok);
@@ -817,7 +728,7 @@ static bool sweep_entry(struct sweep *sw, int dfd, const char *name, const char 
     if (as_kept(dfd, name, kp)) return false;
     ok = put_back(dfd, name, kp) == 0;
   } else {
-    ok = remove_tree(dfd, name, 0) == 0;
+    ok = jb_hostfs_remove_tree(dfd, name, 0) == 0;
     gone = true;
   }
   sweep_change(sw->changes, path, kp != NULL, rule, gone ? "removed" : "restored", ok);
@@ -859,11 +770,12 @@ static void sweep_dir(struct sweep *sw, int dfd, char *path, size_t plen, int de
       long long ct = st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
       bool gone = ct >= sw->lim->since_ns && sweep_entry(sw, dirfd(d), de->d_name, path, &st);
       if (!gone && S_ISDIR(st.st_mode)) {
-        int sub = depth < TREE_DEPTH_MAX ? openat(dirfd(d), de->d_name,
-                                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                                         : -1;
+        int sub =
+            depth < JB_HOSTFS_TREE_DEPTH_MAX
+                ? openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                : -1;
         if (sub < 0)
-          sw->why = depth < TREE_DEPTH_MAX ? "unreadable entry" : "depth";
+          sw->why = depth < JB_HOSTFS_TREE_DEPTH_MAX ? "unreadable entry" : "depth";
         else
           sweep_dir(sw, sub, path, l2, depth + 1);
       }
@@ -999,11 +911,12 @@ static void gather_dir(struct gather *g, int dfd, char *path, size_t plen, int d
       if (all || dir || lnk || jb_scan_landing_in_use(path, false, rule, sizeof rule))
         gather_add(g, dirfd(d), de->d_name, path, &st);
       if (dir && !g->why) {
-        int sub = depth < TREE_DEPTH_MAX ? openat(dirfd(d), de->d_name,
-                                                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                                         : -1;
+        int sub =
+            depth < JB_HOSTFS_TREE_DEPTH_MAX
+                ? openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                : -1;
         if (sub < 0)
-          g->why = depth < TREE_DEPTH_MAX ? "unreadable entry" : "depth";
+          g->why = depth < JB_HOSTFS_TREE_DEPTH_MAX ? "unreadable entry" : "depth";
         else
           gather_dir(g, sub, path, l2, depth + 1, all);
       }
@@ -1056,12 +969,12 @@ int jb_preimage_take_swept(const char *root, const struct jb_scan_snapshot *befo
     const struct jb_scan_entry *t = find(&g.g, al[i].t);
     if (!t || t->type != 'd') continue; /* a file target: gathered when covered, else below */
     snprintf(path, sizeof path, "%s", al[i].t);
-    int tfd = open_dir(rootfd, path);
+    int tfd = jb_hostfs_open_dir(rootfd, path);
     if (tfd >= 0) gather_dir(&g, tfd, path, strlen(path), 0, true);
   }
   for (size_t i = 0; !g.why && i < na; i++) { /* file targets */
     const char *name;
-    int pfd = open_parent(rootfd, al[i].t, &name);
+    int pfd = jb_hostfs_open_parent(rootfd, al[i].t, &name);
     struct stat st;
     if (pfd >= 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
       gather_add(&g, pfd, name, al[i].t, &st);

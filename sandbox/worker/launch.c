@@ -689,6 +689,7 @@ static void teardown(struct jb_worker *w, const struct jb_launch_job *j) {
     slog(w, JB_LOG_WARN, j->job_id, "teardown: the container is still there", "container", cid,
          NULL);
   slog(w, JB_LOG_INFO, j->job_id, "teardown", "state", j->state, NULL);
+  if (strcmp(j->state, "accepted") == 0) preimages_drop(w, j->job_id); /* nothing to undo now */
   finish_job(w, j->job_id, j->id, true, NULL, NULL);
 }
 
@@ -748,6 +749,8 @@ void launch_drain_queue(struct jb_worker *w) {
     }
     if (strcmp(j.kind, "teardown") == 0)
       teardown(w, &j);
+    else if (strcmp(j.kind, "rollback") == 0)
+      rollback_start(w, &j);
     else
       start_session(w, &j);
     jb_launch_job_free(&j);

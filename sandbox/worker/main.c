@@ -144,6 +144,18 @@ static const struct jb_setting settings[] = {
     {NULL, "JAILBOX_SCAN_RULES", JB_SETTING_STRING, S(scan_rules), "", 0, 0,
      "the scan rules file whose secret and redact rules redact exec output (grammar in "
      "deploy/scan-rules); empty: the rules built in (jailboxd passes its own)"},
+    {NULL, "JAILBOX_PREIMAGE_DIR", JB_SETTING_STRING, S(preimage_dir), "", 0, 0,
+     "where the pre-images of the files ops change are kept (<dir>/<jobId>/objects, mode 0700); "
+     "empty: preimages/ beside JAILBOX_WORKER_PIDFILE (jailboxd's state dir), else "
+     "$TMPDIR/jailbox-preimages"},
+    {NULL, "JAILBOX_PREIMAGE_MAX_BYTES", JB_SETTING_INT, S(preimage_max_bytes), "268435456", 0,
+     1L << 50,
+     "bytes of pre-images a session keeps at most; an op that would pass it fails with "
+     "preimage_budget (it is not run unprotected)"},
+    {NULL, "JAILBOX_PREIMAGE_RETENTION_S", JB_SETTING_INT, S(preimage_retention_s), "604800", 0,
+     1L << 40,
+     "seconds a session's pre-images are kept after it ended (done, aborted, failed); an "
+     "accepted session's go at once"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -205,6 +217,21 @@ static int load_profile(struct jb_worker *w, jb_error *err) {
   return 0;
 }
 
+/* The directory of the pid file (jailboxd's state dir), resolved, into `abs` (PATH_MAX
+ * bytes); false when there is no pid file or it cannot be resolved. */
+static bool pidfile_dir(const struct jb_worker_settings *set, char *abs) {
+  char pid[PATH_MAX];
+  snprintf(pid, sizeof pid, "%s", set->pidfile);
+  char *slash = strrchr(pid, '/');
+  const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
+  return pid[0] && realpath(pdir, abs);
+}
+
+/* $TMPDIR when absolute, else /tmp. */
+static const char *tmp_dir(void) {
+  return getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp";
+}
+
 /* JAILBOX_SHIM_SOCKET_DIR into c->shim_socket_dir (absolute, made if missing) or
  * c->shim_socket_off. The default sits where a socket path fits (sockaddr_un: 108 bytes,
  * of which "/jbshim-XXXXXX/shim.sock" takes 24). 0 or -1 with `err`. */
@@ -218,14 +245,9 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
   if (v[0]) {
     snprintf(dir, sizeof dir, "%s", v);
   } else {
-    char pid[PATH_MAX], abs[PATH_MAX];
-    snprintf(pid, sizeof pid, "%s", set->pidfile);
-    char *slash = strrchr(pid, '/');
-    const char *pdir = !slash ? "." : slash == pid ? "/" : (*slash = '\0', pid);
-    if (pid[0] && realpath(pdir, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
-    if (!dir[0])
-      snprintf(dir, sizeof dir, "%s",
-               getenv("TMPDIR") && getenv("TMPDIR")[0] == '/' ? getenv("TMPDIR") : "/tmp");
+    char abs[PATH_MAX];
+    if (pidfile_dir(set, abs) && strlen(abs) <= fits) snprintf(dir, sizeof dir, "%s", abs);
+    if (!dir[0]) snprintf(dir, sizeof dir, "%s", tmp_dir());
   }
   if (dir[0] != '/')
     return jb_fail(err, EINVAL, "JAILBOX_SHIM_SOCKET_DIR must be an absolute path or none");
@@ -237,6 +259,21 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
   if (mkdir(dir, 0700) < 0 && errno != EEXIST)
     return jb_fail_errno(err, errno, "JAILBOX_SHIM_SOCKET_DIR %s", dir);
   snprintf(c->shim_socket_dir, sizeof c->shim_socket_dir, "%s", dir);
+  return 0;
+}
+
+/* JAILBOX_PREIMAGE_DIR into `out` (`size` bytes): absolute, made if missing (0700). The
+ * default sits beside the pid file (jailboxd's state dir). 0 or -1 with `err`. */
+static int preimage_dir(const struct jb_worker_settings *set, char *out, size_t size,
+                        jb_error *err) {
+  char abs[PATH_MAX];
+  int n = set->preimage_dir[0]    ? snprintf(out, size, "%s", set->preimage_dir)
+          : pidfile_dir(set, abs) ? snprintf(out, size, "%s/preimages", abs)
+                                  : snprintf(out, size, "%s/jailbox-preimages", tmp_dir());
+  if (n < 0 || (size_t)n >= size || out[0] != '/')
+    return jb_fail(err, EINVAL, "JAILBOX_PREIMAGE_DIR must be an absolute path");
+  if (mkdir(out, 0700) < 0 && errno != EEXIST)
+    return jb_fail_errno(err, errno, "JAILBOX_PREIMAGE_DIR %s", out);
   return 0;
 }
 
@@ -278,6 +315,7 @@ static int load_config(struct jb_worker *w, jb_error *err) {
   c->start_timeout_ms = set->start_timeout_ms;
   c->call_timeout_ms = set->call_timeout_ms;
   if (shim_socket_dir(set, c, err) < 0) return -1;
+  if (preimage_dir(set, w->preimage_dir, sizeof w->preimage_dir, err) < 0) return -1;
   w->prescan_hash_max = (long long)set->prescan_hash_max_mib << 20;
   w->tree_hash = (struct jb_tree_hash_limits){.max_entries = JB_TREE_HASH_MAX_ENTRIES_DEFAULT,
                                               .max_bytes = set->tree_hash_max_bytes};
@@ -499,7 +537,7 @@ static void renew_leases(struct jb_worker *w, long long *last) {
 
 static void serve(struct jb_worker *w, int sfd) {
   PGconn *listen = NULL;
-  long long last_probe = w->probe.at_ms, last_lease = 0;
+  long long last_probe = w->probe.at_ms, last_lease = 0, last_preimages = 0;
   while (!atomic_load(&w->stopping)) {
     renew_leases(w, &last_lease);
     /* jb_kill: an abort waits for an op this worker runs (api/core/escape.h) */
@@ -507,6 +545,7 @@ static void serve(struct jb_worker *w, int sfd) {
     launch_drain_queue(w);
     sessions_reap(w);
     probe_again(w, &last_probe);
+    preimages_sweep(w, &last_preimages);
     struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN},
                            {.fd = listen ? PQsocket(listen) : -1, .events = POLLIN}};
     int pr = poll(pf, 2, 1000);
@@ -590,6 +629,7 @@ static void stop(struct jb_worker *w, struct threads *t) {
   if (t->has_ops) pthread_join(t->ops, NULL);
   if (t->has_direct)
     pthread_join(t->direct, NULL); /* its pool's requests ended, connections closed */
+  rollbacks_wait(w, 10000); /* each stops between two rows; what is left is re-run later */
   heads_stop(w);
   if (t->has_heads) pthread_join(t->heads, NULL);
   for (size_t i = 0; i < n; i++) session_free(list[i]);

@@ -16,6 +16,7 @@
 #include "db/audit_store.h"
 #include "db/ops.h"
 #include "sandbox/proto/tool.h"
+#include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/worker.h"
 
 /* ---- one op ------------------------------------------------------------------------------- */
@@ -306,10 +307,12 @@ static void test_fault(struct jb_worker *w, const char *job, enum jb_tool tool, 
   _exit(86);
 }
 
-/* Runs one claimed op in the session's shim. The answer (new): {ok, result} or {ok:false,
- * error:{code, message}}. */
+/* Runs one claimed op in the session's shim, bound to its pre-images `pre` (NULL: none; its
+ * `recalled` is set when the shim's recorded answer is used). The answer (new): {ok, result}
+ * or {ok:false, error:{code, message}}. */
 static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_claim *op,
-                      enum jb_tool tool, json_t *args, bool *violation) {
+                      enum jb_tool tool, json_t *args, bool *violation,
+                      struct jb_op_preimages *pre) {
   /* an edit runs as the write jailboxd made of it; read_many names its paths itself */
   json_t *req = json_pack("{s:s}", "op", tool == JB_TOOL_EDIT ? "write" : op->tool);
   if (tool != JB_TOOL_READ_MANY)
@@ -334,6 +337,7 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   char changed[600] = "";
   bool changes = jb_tool_changes_files(tool);
   if (changes) json_object_set_new(req, "opId", json_integer(op->op_id));
+  preimage_op_bind(pre, req);
   /* an op the shim ran already — the worker that ran it died before its commit — is
    * committed with the answer it had: not checked or run again */
   jb_error rerr = {0};
@@ -342,6 +346,7 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
     err = rerr; /* the shim broke the protocol: nothing more runs on its channel */
   } else if (recalled) {
     ans = recalled;
+    if (pre) pre->recalled = true;
     slog(w, JB_LOG_INFO, job, "op ran before the worker restarted: its recorded answer is kept",
          "tool", op->tool, NULL);
   } else if (s && s->sb_ready && json_is_array(json_object_get(args, "expectCurrent")))
@@ -471,8 +476,8 @@ static json_t *settle_unstored(struct jb_worker *w, PGconn *c, const char *job,
  * {ok, result | error} (new) when it was committed. */
 static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                      enum jb_tool tool, json_t *args, json_t *ans, bool violation,
-                     bool strip_content, struct op_signal *sigout, json_t **answer_out,
-                     jb_error *err) {
+                     bool strip_content, struct jb_op_preimages *pre, struct op_signal *sigout,
+                     json_t **answer_out, jb_error *err) {
   int sig = op_signal_of(op, tool, ans, violation, sigout);
   /* a signal the policy aborts on ends the session: marked before this op commits, so that an
    * op of the session waiting for its row (ops handed straight to the worker run in many
@@ -489,9 +494,13 @@ static int op_settle(struct jb_worker *w, PGconn *c, const char *job, struct jb_
                           json_string(memset(fill, 'x', JB_AUDIT_MAX_CANONICAL)));
     free(fill);
   }
-  int rc =
-      text ? jb_db_op_complete(c, jb_signer_key(w->signer), job, op, ok, text, details, &head, err)
-           : (jb_db_rollback(c), jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  /* the pre-image rows go in the op's own transaction, before its entry (which lists them) */
+  int rc = text ? preimage_op_settle(w, c, op, ans, pre, details, err)
+                : (jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  if (rc == JB_OK)
+    rc = jb_db_op_complete(c, jb_signer_key(w->signer), job, op, ok, text, details, &head, err);
+  else
+    jb_db_rollback(c);
   free(text);
   json_decref(details);
   if (rc == JB_ERR_FAIL) { /* stored as failed, with the reason, when the database answers */
@@ -515,11 +524,15 @@ static int op_finish(struct jb_worker *w, PGconn *c, const char *job, struct jb_
                      json_t **answer_out, jb_error *err) {
   json_t *args = json_loads(op->args_json, 0, NULL);
   bool violation = false;
+  struct jb_op_preimages pre;
+  preimage_op_take(w, c, job, op, tool, args, &pre); /* before the shim changes anything */
   test_fault(w, job, tool, "before_shim_write");
-  json_t *ans = op_run(w, job, op, tool, args, &violation);
+  json_t *ans =
+      pre.refusal ? json_incref(pre.refusal) : op_run(w, job, op, tool, args, &violation, &pre);
   test_fault(w, job, tool, "after_shim_write");
-  int rc =
-      op_settle(w, c, job, op, tool, args, ans, violation, strip_content, sigout, answer_out, err);
+  int rc = op_settle(w, c, job, op, tool, args, ans, violation, strip_content, &pre, sigout,
+                     answer_out, err);
+  preimage_op_free(&pre);
   json_decref(args);
   if (rc == JB_OK) test_fault(w, job, tool, "after_commit");
   return rc;
@@ -735,8 +748,8 @@ static int direct_locked(struct jb_worker *w, PGconn *c, struct direct_op *d, js
     return jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL;
   }
   if (ran)
-    rc = op_settle(w, c, d->job, &op, d->kind, d->args, ran, violation, true, &d->sig, &d->answer,
-                   err);
+    rc = op_settle(w, c, d->job, &op, d->kind, d->args, ran, violation, true, NULL, &d->sig,
+                   &d->answer, err);
   else
     rc = op_finish(w, c, d->job, &op, d->kind, true, &d->sig, &d->answer, err);
   jb_op_claim_free(&op);
@@ -760,7 +773,7 @@ static int direct_run(struct jb_worker *w, struct direct_op *d, jb_error *err) {
   struct jb_op_claim op = {.decision = "auto", .path = (char *)d->path};
   snprintf(op.tool, sizeof op.tool, "%s", d->tool);
   bool violation = false;
-  json_t *ans = op_run(w, d->job, &op, d->kind, d->args, &violation);
+  json_t *ans = op_run(w, d->job, &op, d->kind, d->args, &violation, NULL);
   struct op_signal probe = {-1, ""};
   int sig = op_signal_of(&op, d->kind, ans, violation, &probe);
   if (sig >= 0) {

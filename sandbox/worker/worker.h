@@ -116,6 +116,9 @@ struct jb_worker_settings {
   char *log_level, *escape_abort, *alert_after;
   long trust_penalty;
   char *scan_rules; /* the scan rules file; "" = the embedded deploy/scan-rules */
+  char *preimage_dir; /* JAILBOX_PREIMAGE_DIR as given ("": beside the pid file) */
+  long preimage_max_bytes; /* JAILBOX_PREIMAGE_MAX_BYTES: a session's pre-image blobs, bytes */
+  long preimage_retention_s; /* JAILBOX_PREIMAGE_RETENTION_S: kept after a session ended, s */
 };
 
 struct jb_worker {
@@ -130,12 +133,14 @@ struct jb_worker {
   struct jb_escape_policy policy;
   int control_fd, ops_fd; /* the listening sockets; -1: none */
   char keeper_path[108]; /* the descriptor keeper's socket (keeper.c); "": none */
+  char preimage_dir[4096]; /* the pre-image store (preimage_store.h), absolute */
 
   atomic_bool stopping;
   /* SIGTERM: stopping leaves the sessions running for the next worker under this id (the
    * keeper holds their channels); SIGINT: stopping ends them */
   atomic_bool drain;
   atomic_int direct_conns; /* ops-socket connections held (direct_server.c) */
+  atomic_int rollbacks; /* rollback threads running (rollback.c) */
 
   pthread_mutex_t lock; /* sessions, n_sessions, probe, each session's cid */
   struct jb_session *sessions[JB_WORKER_SESSIONS_MAX];
@@ -296,6 +301,31 @@ void sandbox_quit(struct jb_session *s, long wait_ms, char *cid);
 /* Fails live session `job` with `reason`; quiet when it has ended already. */
 void session_fail(struct jb_worker *w, const char *job, const char *reason);
 
+/* ---- rollback and the pre-images' end (rollback.c) ---------------------------------------- */
+
+struct jb_launch_job;
+
+/* Runs claimed rollback job `j` (ROLLBACK.md "Running it") on a thread of its own (taking
+ * j's allocations: j is left empty), so that the main thread goes on renewing leases and
+ * claiming jobs: the session's pre-image rows newer than its `to` are restored newest first in
+ * j->workspace, its audit entry and result stored, jailbox:rollback published. A job whose
+ * database connection cannot be had, or cut short by the worker's stop, stays claimed (queued
+ * again when this worker id starts). When no thread can start it is run here. Main thread. */
+void rollback_start(struct jb_worker *w, struct jb_launch_job *j);
+
+/* Waits at most `ms` for the rollback threads to end (they stop between two rows once
+ * w->stopping is set). Main thread, at the stop, before the pool closes. */
+void rollbacks_wait(struct jb_worker *w, long ms);
+
+/* Drops the pre-image blobs of session `job` and sets its preimages_gone_at (logged when it
+ * cannot). */
+void preimages_drop(struct jb_worker *w, const char *job);
+
+/* Once a minute (*last: the time of the last sweep, ms): drops the pre-images of the sessions
+ * accepted, or ended more than JAILBOX_PREIMAGE_RETENTION_S ago (at most 100 a sweep). Main
+ * thread. */
+void preimages_sweep(struct jb_worker *w, long long *last);
+
 /* ---- start-up and re-adoption (adopt.c) --------------------------------------------------- */
 
 /* At start (main thread, before the other threads): fails the launch jobs a previous run of
@@ -400,7 +430,8 @@ json_t *relay_not_run(const char *state, const char *reason);
  * JB_TEST_FAULT=<file> in the worker's environment, whether <file> names `point` — once: it
  * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
  * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
- * (neither an exec's outcome nor its failure is stored). Unset (always, outside tests) it
+ * (neither an exec's outcome nor its failure is stored), rollback_midway (the worker _exits(86)
+ * right after a rollback's first restored row is marked). Unset (always, outside tests) it
  * costs a getenv. (sessions.c) */
 bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
 

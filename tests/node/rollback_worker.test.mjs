@@ -1,0 +1,175 @@
+// rollback_worker.test.mjs — the worker's side of pre-images and rollback through the real
+// stack: an agent (the official MCP SDK client) writes, edits, makes folders, moves a file and
+// a folder and deletes a tree in an unsupervised session; each op's audit entry lists its
+// pre-images and the preimages table holds a row per path; a delete whose pre-images would
+// pass JAILBOX_PREIMAGE_MAX_BYTES fails with preimage_budget and removes nothing. The session
+// paused, a rollback job is queued straight in launch_jobs (jailboxd's POST …/rollback is
+// another change): a file the buyer changed meanwhile is a conflict left alone, the rest is
+// restored; a forced rollback then restores that file too — the workspace is back to its
+// bytes at open, the audit entries `rollback` list the files, the buyer gets
+// jailbox:rollback, and the verified chain holds it all. Needs root, Docker with runsc.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startSandboxServer } from './lib/agent.mjs';
+import { connectClient, verifiedChain } from './lib/mcp.mjs';
+
+const IMAGE = 'jailbox-sandbox:rollback';
+let kit;
+let fault; // JB_TEST_FAULT's file: the worker exits at the point it names (sandbox/worker/worker.h)
+
+before(async () => {
+  // 64 KiB of pre-images per session: the 80 KiB file below cannot be deleted
+  fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  kit = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '65536',
+    JB_TEST_FAULT: fault });
+});
+
+after(async () => {
+  if (kit) kit.closeSockets();
+  if (kit?.srv) {
+    const log = kit.srv.log();
+    await kit.srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+// every entry under `dir`: path → 'f <sha256> <mode>' | 'd <mode>' | 'l <target>'
+function tree(dir, rel = '', out = {}) {
+  for (const name of readdirSync(join(dir, rel)).sort()) {
+    const p = rel ? rel + '/' + name : name;
+    const st = lstatSync(join(dir, p));
+    const mode = (st.mode & 0o7777).toString(8);
+    if (st.isDirectory()) { out[p] = 'd ' + mode; tree(dir, p, out); }
+    else if (st.isSymbolicLink()) out[p] = 'l ' + readlinkSync(join(dir, p));
+    else out[p] = 'f ' + createHash('sha256').update(readFileSync(join(dir, p))).digest('hex') + ' ' + mode;
+  }
+  return out;
+}
+
+async function rollbackJob(S, payload) {
+  const { db } = kit.srv;
+  const q = await db.query("INSERT INTO launch_jobs (job_id, kind, payload) VALUES ($1, 'rollback', $2) RETURNING id",
+    [S.jobId, payload]);
+  const id = q.rows[0].id;
+  return kit.waitFor('rollback ' + id, async () => {
+    const r = await db.query('SELECT state, error, result, attempts FROM launch_jobs WHERE id = $1', [id]);
+    return ['done', 'failed'].includes(r.rows[0].state) ? { id: Number(id), ...r.rows[0] } : null;
+  }, 60000);
+}
+
+test('pre-images of every op, the budget, and a rollback (conflict, then forced) back to the bytes at open', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => {
+    writeFileSync(join(d, 'a.txt'), 'hello\n');
+    mkdirSync(join(d, 'sub'));
+    writeFileSync(join(d, 'sub/b.txt'), 'bee\n');
+    writeFileSync(join(d, 'sub/c.txt'), 'sea\n');
+    writeFileSync(join(d, 'gone.txt'), 'bye\n');
+    mkdirSync(join(d, 'olddir'));
+    writeFileSync(join(d, 'olddir/x.txt'), 'x\n');
+    writeFileSync(join(d, 'big.dat'), Buffer.alloc(80 * 1024, 'b'));
+  }, { mode: 'unsupervised' });
+  const atOpen = tree(S.dir);
+  const buyer = await kit.connect(S.buyerToken);
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test');
+  const call = (name, args) => client.callTool({ name, arguments: args });
+  const ok = async (name, args) => {
+    const r = await call(name, args);
+    assert.equal(r.isError, false, `${name} ${JSON.stringify(args)}: ${JSON.stringify(r).slice(0, 600)}`);
+    return r.structuredContent;
+  };
+  try {
+    await ok('write', { path: 'a.txt', content: 'changed by the agent\n' });
+    await ok('edit', { path: 'sub/b.txt', edits: [{ oldText: 'bee', newText: 'BEE' }] });
+    await ok('write', { path: 'new/deep/n.txt', content: 'new\n' });
+    await ok('mkdir', { path: 'made/dir' });
+    await ok('move', { source: 'gone.txt', destination: 'moved.txt' });
+    await ok('move', { source: 'olddir', destination: 'newdir' });
+    await ok('delete', { path: 'sub', recursive: true });
+    // over the budget: refused with its reason, nothing removed
+    const big = await call('delete', { path: 'big.dat' });
+    assert.equal(big.isError, true, JSON.stringify(big));
+    assert.equal(big.structuredContent.error.reason, 'preimage_budget');
+    assert.match(big.content[0].text, /JAILBOX_PREIMAGE_MAX_BYTES/);
+    assert.equal(lstatSync(join(S.dir, 'big.dat')).size, 80 * 1024);
+    assert.notDeepEqual(tree(S.dir), atOpen);
+
+    // the rows: one per path changed, the blobs of what was replaced on the worker's host
+    const rows = (await kit.srv.db.query(
+      'SELECT path, kind, sha256, from_path, after_kind, bytes FROM preimages WHERE job_id = $1 ORDER BY seq', [S.jobId])).rows;
+    const sha = (t) => createHash('sha256').update(t).digest('hex');
+    const kinds = rows.map((r) => `${r.path}:${r.kind}:${r.after_kind}`);
+    // a delete keeps a tree in its folders' order: the two files in either order
+    const sorted = [...kinds.slice(0, 10), ...kinds.slice(10, 12).sort(), ...kinds.slice(12)];
+    assert.deepEqual(sorted, [
+      'a.txt:file:file', 'sub/b.txt:file:file',
+      'new:absent:dir', 'new/deep:absent:dir', 'new/deep/n.txt:absent:file',
+      'made:absent:dir', 'made/dir:absent:dir',
+      'gone.txt:file:absent', 'moved.txt:absent:file',
+      'newdir:rename:dir',
+      'sub/b.txt:file:absent', 'sub/c.txt:file:absent', 'sub:dir:absent']);
+    assert.equal(rows.find((r) => r.path === 'a.txt').sha256, sha('hello\n'));
+    assert.equal(rows.filter((r) => r.path === 'sub/b.txt')[0].sha256, sha('bee\n'));
+    assert.equal(rows.filter((r) => r.path === 'sub/b.txt')[1].sha256, sha('BEE\n'));
+    assert.deepEqual(rows.find((r) => r.kind === 'rename'), { path: 'newdir', kind: 'rename', sha256: null, from_path: 'olddir', after_kind: 'dir', bytes: '0' });
+    assert.equal(rows.find((r) => r.path === 'sub').after_kind, 'absent');
+    const used = Number((await kit.srv.db.query('SELECT preimage_bytes FROM sessions WHERE job_id = $1', [S.jobId])).rows[0].preimage_bytes);
+    assert.equal(used, rows.reduce((n, r) => n + Number(r.bytes), 0));
+    assert.ok(used > 0 && used < 100, String(used)); // small files, each blob once
+
+    // pause, then the buyer changes a file the agent wrote: a conflict, left alone
+    const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(p.status, 200, p.text);
+    writeFileSync(join(S.dir, 'a.txt'), 'the buyer meanwhile\n');
+    // the worker is killed right after the first file is restored: restarted, it claims the
+    // job again and finishes it
+    writeFileSync(fault, 'rollback_midway\n');
+    const r1 = await rollbackJob(S, { by: 'buyer' });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.match(kit.srv.log(), /"test fault".*"point":"rollback_midway"/);
+    assert.equal(r1.state, 'done', JSON.stringify(r1));
+    assert.equal(r1.attempts, 2, JSON.stringify(r1));
+    assert.equal(r1.result.conflicts, 1, JSON.stringify(r1.result));
+    assert.equal(r1.result.failed, 0, JSON.stringify(r1.result));
+    const conflict = r1.result.files.find((f) => f.outcome === 'conflict');
+    assert.equal(conflict.path, 'a.txt');
+    assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'the buyer meanwhile\n');
+    const expect = { ...atOpen };
+    delete expect['a.txt'];
+    const now = tree(S.dir);
+    delete now['a.txt'];
+    assert.deepEqual(now, expect);
+    assert.ok(r1.result.auditSeq > 0);
+    const ev = await kit.waitEvent(buyer, 'jailbox:rollback', (e) => e.rollbackId === r1.id);
+    assert.deepEqual([ev.state, ev.conflicts], ['done', 1]);
+
+    // forced: a.txt back too, what it overwrote kept as a row of the rollback
+    const r2 = await rollbackJob(S, { by: 'buyer', force: true });
+    assert.equal(r2.state, 'done', JSON.stringify(r2));
+    assert.deepEqual([r2.result.restored, r2.result.conflicts], [1, 0], JSON.stringify(r2.result));
+    assert.deepEqual(tree(S.dir), atOpen);
+    const kept = (await kit.srv.db.query('SELECT path, sha256, rollback_id FROM preimages WHERE job_id = $1 AND rollback_id IS NOT NULL', [S.jobId])).rows;
+    assert.deepEqual(kept, [{ path: 'a.txt', sha256: sha('the buyer meanwhile\n'), rollback_id: String(r2.id) }]);
+    const left = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL AND rolled_back_by IS NULL', [S.jobId])).rows[0].n;
+    assert.equal(left, 0);
+
+    // the chain: each op's entry lists its pre-images, the rollbacks their files
+    const chain = verifiedChain(kit.srv, S.jobId);
+    const wr = chain.find((e) => e.operation === 'write' && e.path === 'a.txt');
+    assert.deepEqual(wr.details.preimages, [{ path: 'a.txt', kind: 'file', sha256: sha('hello\n'), mode: parseInt(atOpen['a.txt'].split(' ')[2], 8) }]);
+    const del = chain.find((e) => e.operation === 'delete' && e.details.ok);
+    assert.deepEqual(del.details.preimages.map((x) => x.path).sort(), ['sub', 'sub/b.txt', 'sub/c.txt']);
+    const rb = chain.filter((e) => e.operation === 'rollback');
+    assert.equal(rb.length, 2);
+    assert.equal(rb[0].details.rollbackId, r1.id);
+    assert.equal(rb[0].details.filesCount, rows.length);
+    assert.ok(rb[0].details.files.some((f) => f.path === 'moved.txt' && f.outcome === 'restored' && f.restored.kind === 'absent'));
+    assert.deepEqual(rb[1].details.files.map((f) => [f.path, f.outcome]), [['a.txt', 'restored']]);
+    assert.equal(rb[1].details.force, true);
+  } finally {
+    await client.close();
+  }
+});
