@@ -485,6 +485,50 @@ static void accept_waits(void **state) {
   jb_reply_release(&r);
 }
 
+/* A writable command whose outcome is unknown — its session ended while it ran (the end fails
+ * it with no change list) — may have changed anything: a rollback past it is not_restorable,
+ * on the ended session too; one that never started (failed at the end before it ran, or refused
+ * before its command ran) is not counted. */
+static void unknown_outcome(void **state) {
+  (void)state;
+  session("rb-unk", "active");
+  long long w = op("rb-unk", "write", "a.txt", "done", "{}");
+  preimage("rb-unk", w, "a.txt", 'a');
+  long long x = op("rb-unk", "exec", "", "running", "{\"writable\":true}");
+  char ids[24];
+  snprintf(ids, sizeof ids, "%lld", x);
+  sql("UPDATE ops SET started_at = now() WHERE op_id = $1::bigint", ids, NULL, NULL, NULL, 0);
+  long long q = op("rb-unk", "exec", "", "approved", "{\"writable\":true}"); /* never ran */
+  long long b = op("rb-unk", "exec", "", "failed", "{\"writable\":true}"); /* refused: busy */
+  char bs[24];
+  snprintf(bs, sizeof bs, "%lld", b);
+  sql("UPDATE ops SET started_at = now(), result = '{\"ok\": false, \"error\": {\"code\":"
+      " \"busy\"}}' WHERE op_id = $1::bigint",
+      bs, NULL, NULL, NULL, 0);
+  static const char *const from[] = {"active", NULL};
+  jb_error err = {0};
+  struct jb_transition t;
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from,
+                                            "aborted", NULL, "buyer", &t, &err),
+                   JB_OK);
+  jb_db_release(app.db, c);
+  struct jb_reply r;
+  run("rb-unk", "{}", &r);
+  if (r.status != 409 || !r.code || strcmp(r.code, "not_restorable") != 0)
+    fail_msg("a command of unknown outcome: %d %s (%s)", r.status, r.code ? r.code : "-", r.msg);
+  json_t *list = json_object_get(r.extra, "opIds");
+  assert_int_equal(json_array_size(list), 1); /* not the queued one, not the refused one */
+  assert_int_equal(json_integer_value(json_array_get(list, 0)), x);
+  jb_reply_release(&r);
+  char args[64];
+  snprintf(args, sizeof args, "{\"to\":%lld,\"dryRun\":true}", q > b ? q : b);
+  run("rb-unk", args, &r); /* past the refused and the unrun ones only: taken */
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+  assert_int_equal(count_jobs("rb-unk"), 0);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -519,7 +563,7 @@ int main(void) {
       cmocka_unit_test(decision_order), cmocka_unit_test(arguments),
       cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
       cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
-      cmocka_unit_test(accept_waits),
+      cmocka_unit_test(accept_waits),   cmocka_unit_test(unknown_outcome),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
