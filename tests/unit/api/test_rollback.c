@@ -509,8 +509,8 @@ static void unknown_outcome(void **state) {
   jb_error err = {0};
   struct jb_transition t;
   PGconn *c = jb_db_acquire(app.db, &err);
-  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from,
-                                            "aborted", NULL, "buyer", &t, &err),
+  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from, "aborted",
+                                            NULL, "buyer", &t, &err),
                    JB_OK);
   jb_db_release(app.db, c);
   struct jb_reply r;
