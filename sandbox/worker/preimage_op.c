@@ -35,12 +35,15 @@ static json_t *row_add(struct taking *t, const char *path, const struct jb_pstor
                        const char *kind) {
   json_t *r =
       json_pack("{s:s, s:s, s:I}", "path", path, "kind", kind, "bytes", (json_int_t)it->bytes);
-  if (!r) return NULL;
+  if (!r || json_array_append_new(t->pre->rows, r) < 0) { /* never a row silently left out */
+    jb_fail(&t->err, ENOMEM, "pre-image of %.300s: its row", path);
+    return NULL;
+  }
   if (it->kind == JB_PSTORE_FILE) json_object_set_new(r, "sha256", json_string(it->sha256));
   if (it->kind == JB_PSTORE_FILE || it->kind == JB_PSTORE_DIR)
     json_object_set_new(r, "mode", json_integer(it->mode));
-  if (it->kind == JB_PSTORE_LINK) json_object_set_new(r, "target", json_string(it->target));
-  json_array_append_new(t->pre->rows, r);
+  if (it->kind == JB_PSTORE_LINK && json_object_set_new(r, "target", json_string(it->target)) < 0)
+    jb_fail(&t->err, EILSEQ, "pre-image of %.300s: its link's target", path);
   t->pre->bytes += it->bytes;
   t->room -= it->bytes;
   return r;
