@@ -1,7 +1,8 @@
 /* rollback_restore.h — one pre-image row put back into the workspace on the host: the path
  * checked to hold still what the op left (else a conflict, left alone unless forced), then
  * restored atomically beneath the workspace root — a file's blob (hashed again) written to a
- * temporary name in its folder, fsynced and renamed over the path; a link made the same way;
+ * temporary name in its folder, fsynced and renamed over the path, with the mode it had less
+ * its set-ID bits (the owner it had is not known); a link made the same way;
  * a folder made; a path the op made removed (a folder only when empty); a folder the op moved
  * renamed back. The folder of the path is opened with openat2 RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS (hostfs.h): a folder on the way replaced by a link — to outside or not —
