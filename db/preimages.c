@@ -159,3 +159,16 @@ int jb_db_preimages_gone(PGconn *c, const char *job_id, jb_error *err) {
   PQclear(r);
   return JB_OK;
 }
+
+int jb_db_preimages_lost(PGconn *c, const char *job_id, long long op_id, jb_error *err) {
+  char ids[24];
+  snprintf(ids, sizeof ids, "%lld", op_id);
+  const char *p[2] = {job_id, ids};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE ops SET changes = jsonb_build_object('preimagesLost', true)"
+                           " WHERE job_id = $1 AND op_id = $2::bigint",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "pre-images lost");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
+}

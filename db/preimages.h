@@ -59,4 +59,10 @@ json_t *jb_db_preimages_due(PGconn *c, long retention_s, int max, jb_error *err)
  * JB_ERR_FAIL. */
 int jb_db_preimages_gone(PGconn *c, const char *job_id, jb_error *err);
 
+/* Marks op `op_id` of `job_id` as having changed files with no pre-image kept (ops.changes
+ * {"preimagesLost": true}: the shim had run it before a restarted worker could take them), in
+ * the caller's open transaction: a rollback past it is refused not_restorable (db/rollback.h).
+ * JB_OK or JB_ERR_FAIL. */
+int jb_db_preimages_lost(PGconn *c, const char *job_id, long long op_id, jb_error *err);
+
 #endif

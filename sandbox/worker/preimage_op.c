@@ -345,6 +345,9 @@ int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim 
      * its pre-images (recalled after a restart) has none: what was taken is what it left */
     if (pre->recalled && details) json_object_set_new(details, "preimagesLost", json_true());
     drop_added(w, pre);
+    /* it changed files and nothing of what it replaced is kept: never a silent partial undo */
+    if (pre->recalled && json_is_true(json_object_get(ans, "ok")))
+      return jb_db_preimages_lost(c, pre->job, op->op_id, err);
     return JB_OK;
   }
   char ws[4096] = "";

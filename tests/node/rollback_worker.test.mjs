@@ -173,3 +173,41 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     await client.close();
   }
 });
+
+// What the pre-images cannot hold is refused, never left out: a recursive delete of a folder
+// holding a name that is not UTF-8 (a row holds text) fails and removes nothing. An op the shim
+// ran before a restarted worker could keep its pre-images (the worker killed after the shim's
+// write: the new one recalls the answer) is marked, and a rollback past it is refused
+// not_restorable — it would leave the op's change while saying the workspace is back.
+test('a name that is not UTF-8 refuses the delete; an op whose pre-images a worker restart lost refuses the rollback past it', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'k.txt'), 'kept\n'), { mode: 'unsupervised' });
+  mkdirSync(join(S.dir, 'odd')); // after the open: left there by a command, say
+  writeFileSync(Buffer.concat([Buffer.from(join(S.dir, 'odd') + '/'), Buffer.from([0xff, 0xfe])]), 'odd\n');
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-2');
+  const call = (name, args) => client.callTool({ name, arguments: args });
+  try {
+    const del = await call('delete', { path: 'odd', recursive: true });
+    assert.equal(del.isError, true, JSON.stringify(del));
+    assert.match(JSON.stringify(del), /not UTF-8/);
+    assert.equal(readdirSync(join(S.dir, 'odd'), { encoding: 'buffer' }).length, 1);
+    const none = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1', [S.jobId])).rows[0].n;
+    assert.equal(none, 0);
+
+    writeFileSync(fault, 'after_shim_write\n');
+    const w = await call('write', { path: 'k.txt', content: 'written once\n' });
+    assert.equal(w.isError, false, JSON.stringify(w));
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(readFileSync(join(S.dir, 'k.txt'), 'utf8'), 'written once\n');
+    const row = (await kit.srv.db.query("SELECT op_id, changes FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'done'", [S.jobId])).rows;
+    assert.equal(row.length, 1, JSON.stringify(row));
+    assert.deepEqual(row[0].changes, { preimagesLost: true });
+    const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(p.status, 200, p.text);
+    const rb = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/rollback`, { token: S.buyerToken, body: {} });
+    assert.equal(rb.status, 409, rb.text);
+    assert.equal(rb.json.error?.code ?? rb.json.code, 'not_restorable', rb.text);
+    assert.deepEqual(rb.json.opIds ?? rb.json.error?.opIds, [Number(row[0].op_id)], rb.text);
+  } finally {
+    await client.close();
+  }
+});

@@ -19,6 +19,7 @@
 #include "db/db.h"
 #include "db/migrate.h"
 #include "db/pgembed.h"
+#include "db/preimages.h"
 #include "db/sessions.h"
 #include "db/signer.h"
 #include "server/app.h"
@@ -529,6 +530,35 @@ static void unknown_outcome(void **state) {
   assert_int_equal(count_jobs("rb-unk"), 0);
 }
 
+/* An op the shim ran before a restarted worker could keep its pre-images (ops.changes
+ * {"preimagesLost": true}, jb_db_preimages_lost) has no rows: a rollback past it would leave
+ * its change in place while saying the workspace is back — not_restorable instead. */
+static void preimages_lost(void **state) {
+  (void)state;
+  session("rb-lost", "paused");
+  long long w1 = op("rb-lost", "write", "a.txt", "done", "{}");
+  preimage("rb-lost", w1, "a.txt", 'a');
+  long long w2 = op("rb-lost", "write", "b.txt", "done", "{}");
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_int_equal(jb_db_preimages_lost(c, "rb-lost", w2, &err), JB_OK);
+  jb_db_release(app.db, c);
+  struct jb_reply r;
+  run("rb-lost", "{}", &r);
+  if (r.status != 409 || !r.code || strcmp(r.code, "not_restorable") != 0)
+    fail_msg("an op whose pre-images were lost: %d %s (%s)", r.status, r.code ? r.code : "-",
+             r.msg);
+  json_t *list = json_object_get(r.extra, "opIds");
+  assert_int_equal(json_array_size(list), 1);
+  assert_int_equal(json_integer_value(json_array_get(list, 0)), w2);
+  jb_reply_release(&r);
+  char args[64];
+  snprintf(args, sizeof args, "{\"to\":%lld}", w2); /* its effect stays: taken */
+  run("rb-lost", args, &r);
+  assert_int_equal(r.status, 202);
+  jb_reply_release(&r);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -564,6 +594,7 @@ int main(void) {
       cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
       cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
       cmocka_unit_test(accept_waits),   cmocka_unit_test(unknown_outcome),
+      cmocka_unit_test(preimages_lost),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
