@@ -221,7 +221,8 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
     drop_added(w, pre);
     json_decref(pre->bind);
     pre->bind = NULL;
-    refuse(pre, budget ? "preimage_budget" : "internal", msg);
+    /* a name the agent left that a row cannot hold: refused as the shim refuses paths */
+    refuse(pre, budget ? "preimage_budget" : t.err.code == EILSEQ ? "denied" : "internal", msg);
     return;
   }
   if (t.pass) { /* the shim refuses it by the same rules: nothing kept */
