@@ -151,6 +151,7 @@ static bool from_free(int rootfd, json_t *row) {
 
 enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *job, int rootfd,
                                             json_t *row, bool force, long long room,
+                                            jb_restore_keep_fn keep, void *keep_ctx,
                                             struct jb_pstore_item *kept, char *detail,
                                             size_t dsize) {
   memset(kept, 0, sizeof *kept);
@@ -185,6 +186,12 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
     if (jb_pstore_take(store_dir, job, rootfd, path, room < 0 ? 0 : room, kept, &e) < 0) {
       close(pfd);
       snprintf(detail, dsize, "forced, but what is there cannot be kept: %s", e.msg);
+      return JB_RESTORE_FAILED;
+    }
+    if (keep && keep(keep_ctx, row, kept) < 0) { /* recorded before it is overwritten */
+      close(pfd);
+      memset(kept, 0, sizeof *kept); /* not the caller's to record again */
+      snprintf(detail, dsize, "forced, but what is there could not be recorded");
       return JB_RESTORE_FAILED;
     }
   }

@@ -224,3 +224,33 @@ test('names and link targets that are not UTF-8 refuse the delete; an op whose p
     await client.close();
   }
 });
+
+// A forced rollback killed right after it overwrote a file the buyer had changed: what it
+// overwrote was recorded before the overwrite (a row of the rollback, its blob counted), not
+// only at the end of the run — the restarted run finds the file restored and the buyer's bytes
+// kept.
+test('a forced rollback killed right after an overwrite has kept what it overwrote', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'f.txt'), 'at open\n'), { mode: 'unsupervised' });
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-3');
+  try {
+    for (const [path, content] of [['g.txt', 'g\n'], ['f.txt', 'by the agent\n']]) {
+      const r = await client.callTool({ name: 'write', arguments: { path, content } });
+      assert.equal(r.isError, false, JSON.stringify(r));
+    }
+    const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(p.status, 200, p.text);
+    writeFileSync(join(S.dir, 'f.txt'), 'the buyer meanwhile\n');
+    writeFileSync(fault, 'rollback_midway\n'); // after the first row restored: f.txt, forced
+    const r = await rollbackJob(S, { by: 'buyer', force: true });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(r.state, 'done', JSON.stringify(r));
+    assert.equal(r.attempts, 2, JSON.stringify(r));
+    assert.equal(readFileSync(join(S.dir, 'f.txt'), 'utf8'), 'at open\n');
+    assert.equal(existsSync(join(S.dir, 'g.txt')), false);
+    const kept = (await kit.srv.db.query('SELECT path, sha256, bytes FROM preimages WHERE job_id = $1 AND rollback_id = $2', [S.jobId, r.id])).rows;
+    const sha = createHash('sha256').update('the buyer meanwhile\n').digest('hex');
+    assert.deepEqual(kept, [{ path: 'f.txt', sha256: sha, bytes: '20' }]);
+  } finally {
+    await client.close();
+  }
+});

@@ -92,8 +92,8 @@ static void after(json_t *r) {
 static enum jb_restore_outcome restore(json_t *row, bool force, struct jb_pstore_item *kept) {
   char detail[400];
   struct jb_pstore_item k;
-  return jb_rollback_restore(store, "job", root, row, force, 1 << 20, kept ? kept : &k, detail,
-                             sizeof detail);
+  return jb_rollback_restore(store, "job", root, row, force, 1 << 20, NULL, NULL, kept ? kept : &k,
+                             detail, sizeof detail);
 }
 
 static void test_newest_first(void **state) {
