@@ -140,6 +140,9 @@ json_t *jb_db_preimages_due(PGconn *c, long retention_s, int max, jb_error *err)
                  "  WHERE preimages_gone_at IS NULL AND (state = 'accepted' OR (state IN ('done',"
                  "   'aborted', 'failed') AND coalesce(ended_at, updated_at) <"
                  "   now() - make_interval(secs => $1::bigint)))"
+                 /* never under a rollback that reads them */
+                 "   AND NOT EXISTS (SELECT 1 FROM launch_jobs l WHERE l.job_id = sessions.job_id"
+                 "    AND l.kind = 'rollback' AND l.state IN ('queued', 'claimed'))"
                  "  ORDER BY job_id LIMIT $2::int) d",
                  2, p, PGRES_TUPLES_OK, NULL, err, "pre-images due");
   if (!r) return NULL;

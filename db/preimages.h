@@ -52,7 +52,8 @@ int jb_db_rollback_finish(PGconn *c, const struct jb_keyring *keys, const char *
 
 /* The sessions whose pre-images are due to go, as a JSON array of job ids (new): accepted, or
  * ended (done, aborted, failed) more than `retention_s` seconds ago, with preimages_gone_at
- * NULL; at most `max`. NULL with `err`. */
+ * NULL and no rollback queued or claimed (it reads them; due again once it ended); at most
+ * `max`. NULL with `err`. */
 json_t *jb_db_preimages_due(PGconn *c, long retention_s, int max, jb_error *err);
 
 /* Sets sessions.preimages_gone_at = now() for `job_id` (the blobs were dropped). JB_OK or

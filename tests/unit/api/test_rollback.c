@@ -559,6 +559,33 @@ static void preimages_lost(void **state) {
   jb_reply_release(&r);
 }
 
+/* The retention sweep never drops the blobs of a session whose rollback is queued or running
+ * (it would fail every file it has not restored yet); once the rollback ended they are due. */
+static void sweep_waits(void **state) {
+  (void)state;
+  session("rb-sweep", "done");
+  sql("UPDATE sessions SET ended_at = now() - interval '1 hour' WHERE job_id = $1", "rb-sweep",
+      NULL, NULL, NULL, 0);
+  sql("INSERT INTO launch_jobs (job_id, kind, state) VALUES ($1, 'rollback', 'claimed')",
+      "rb-sweep", NULL, NULL, NULL, 0);
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  json_t *due = jb_db_preimages_due(c, 60, 1000, &err);
+  assert_non_null(due);
+  size_t i;
+  json_t *j;
+  json_array_foreach (due, i, j)
+    if (!strcmp(json_string_value(j), "rb-sweep")) fail_msg("dropped under its rollback");
+  json_decref(due);
+  sql("UPDATE launch_jobs SET state = 'done' WHERE job_id = $1", "rb-sweep", NULL, NULL, NULL, 0);
+  due = jb_db_preimages_due(c, 60, 1000, &err);
+  bool found = false;
+  json_array_foreach (due, i, j) found = found || !strcmp(json_string_value(j), "rb-sweep");
+  assert_true(found);
+  json_decref(due);
+  jb_db_release(app.db, c);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -594,7 +621,7 @@ int main(void) {
       cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
       cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
       cmocka_unit_test(accept_waits),   cmocka_unit_test(unknown_outcome),
-      cmocka_unit_test(preimages_lost),
+      cmocka_unit_test(preimages_lost), cmocka_unit_test(sweep_waits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
