@@ -105,6 +105,11 @@ static void hex_of(crypto_hash_sha256_state *st, char out[65]) {
   sodium_bin2hex(out, 65, h, sizeof h);
 }
 
+long long jb_pstore_cost(long long size) {
+  return size <= JB_PSTORE_BLOCK ? JB_PSTORE_BLOCK
+                                 : (size + JB_PSTORE_BLOCK - 1) / JB_PSTORE_BLOCK * JB_PSTORE_BLOCK;
+}
+
 int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], long long *added,
                      long long *size, jb_error *err) {
   *added = 0;
@@ -139,7 +144,7 @@ int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], 
   }
   if (fsync(fdir) < 0 || fsync(objs) < 0)
     return jb_fail_errno(err, errno, "pre-image store: fsync dir");
-  *added = *size;
+  *added = jb_pstore_cost(*size);
   return 0;
 }
 

@@ -17,6 +17,14 @@
 
 #define JB_PSTORE_TARGET_MAX 4096 /* bytes of a link's target kept at most */
 
+#define JB_PSTORE_BLOCK 4096 /* bytes a new blob counts at least, and its unit */
+
+/* What a new blob of `size` bytes counts against a session's budget: its size rounded up to
+ * JB_PSTORE_BLOCK, at least one block — what it takes on disk (a block, an inode), so that many
+ * small distinct files (each a blob of a few bytes) cannot fill the disk while the budget counts
+ * a few bytes each. */
+long long jb_pstore_cost(long long size);
+
 /* What a path held. */
 enum jb_pstore_kind { JB_PSTORE_ABSENT, JB_PSTORE_FILE, JB_PSTORE_DIR, JB_PSTORE_LINK };
 
@@ -47,8 +55,8 @@ int jb_pstore_open_base(const char *dir, bool make, jb_error *err);
 
 /* Copies the regular file open on `fd` (read from its current offset to its end) into the
  * store of `job` under `dir` (made when missing, 0700), hashing it on the way (SHA-256, FIPS
- * 180-4). The blob's name goes to `sha256` (65 bytes), the bytes it added to *added (0 when
- * the blob was there already), its size to *size. 0, or -1 with `err`. */
+ * 180-4). The blob's name goes to `sha256` (65 bytes), the bytes it added to *added
+ * (jb_pstore_cost of its size; 0 when the blob was there already), its size to *size. 0, or -1 with `err`. */
 int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], long long *added,
                      long long *size, jb_error *err);
 
