@@ -341,16 +341,18 @@ static void audit_list(json_t *details, json_t *rows) {
 int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim *op, json_t *ans,
                        struct jb_op_preimages *pre, json_t *details, jb_error *err) {
   if (!pre || !pre->taken) return JB_OK;
-  if (pre->recalled || !json_is_true(json_object_get(ans, "ok"))) {
-    /* a refused op left the tree as it was; an op the shim had run before this worker took
-     * its pre-images (recalled after a restart) has none: what was taken is what it left */
-    if (pre->recalled && details) json_object_set_new(details, "preimagesLost", json_true());
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  if (pre->recalled) {
+    /* an op the shim had run before this worker took its pre-images (recalled after a
+     * restart) has none: what was taken is what it left */
+    if (details) json_object_set_new(details, "preimagesLost", json_true());
     drop_added(w, pre);
     /* it changed files and nothing of what it replaced is kept: never a silent partial undo */
-    if (pre->recalled && json_is_true(json_object_get(ans, "ok")))
-      return jb_db_preimages_lost(c, pre->job, op->op_id, err);
-    return JB_OK;
+    return ok ? jb_db_preimages_lost(c, pre->job, op->op_id, err) : JB_OK;
   }
+  /* a failed op is read again too: a refusal left every path as it was (no row is kept), but
+   * one that failed half-way (a recursive delete stopped by an entry it could not remove)
+   * changed some, and their rows are kept */
   char ws[4096] = "";
   pthread_mutex_lock(&w->lock);
   struct jb_session *s = session_find(w, pre->job);
@@ -361,7 +363,7 @@ int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim 
   if (rootfd >= 0) close(rootfd);
   if (!rows) return jb_fail(err, ENOMEM, "pre-images: the workspace after the op"), JB_ERR_FAIL;
   int rc = jb_db_preimages_insert(c, pre->job, op->op_id, 0, rows, err);
-  if (rc == JB_OK && details) audit_list(details, rows);
+  if (rc == JB_OK && details && (ok || json_array_size(rows) > 0)) audit_list(details, rows);
   json_decref(rows);
   return rc;
 }

@@ -11,7 +11,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -252,6 +252,38 @@ test('a forced rollback killed right after an overwrite has kept what it overwro
     const sha = createHash('sha256').update('the buyer meanwhile\n').digest('hex');
     assert.deepEqual(kept, [{ path: 'f.txt', sha256: sha, bytes: '4096' }]);
   } finally {
+    await client.close();
+  }
+});
+
+// A recursive delete that fails half-way (an entry it cannot remove: a folder the jail may not
+// write) has removed what came before it: those rows are kept with the failed op (the op's
+// entry lists them), and a rollback puts them back — they were dropped with the failure, and
+// the files were lost to rollback.
+test('a delete that fails half-way keeps the pre-images of what it removed', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'k.txt'), 'k\n'), { mode: 'unsupervised' });
+  const p = join(S.dir, 'p');
+  mkdirSync(p, { mode: 0o777 });
+  chmodSync(p, 0o777);
+  writeFileSync(join(p, 'a.txt'), 'first\n');
+  mkdirSync(join(p, 'z'));
+  writeFileSync(join(p, 'z/b.txt'), 'stuck\n');
+  chmodSync(join(p, 'z'), 0o555);
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-4');
+  try {
+    const d = await client.callTool({ name: 'delete', arguments: { path: 'p', recursive: true } });
+    assert.equal(d.isError, true, JSON.stringify(d));
+    assert.match(JSON.stringify(d), /removed already/);
+    assert.equal(existsSync(join(p, 'a.txt')), false);
+    const rows = (await kit.srv.db.query('SELECT path, kind, after_kind FROM preimages WHERE job_id = $1 ORDER BY seq', [S.jobId])).rows;
+    assert.deepEqual(rows, [{ path: 'p/a.txt', kind: 'file', after_kind: 'absent' }]);
+    const ps = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(ps.status, 200, ps.text);
+    const r = await rollbackJob(S, { by: 'buyer' });
+    assert.equal(r.state, 'done', JSON.stringify(r));
+    assert.equal(readFileSync(join(p, 'a.txt'), 'utf8'), 'first\n');
+  } finally {
+    chmodSync(join(p, 'z'), 0o755);
     await client.close();
   }
 });
