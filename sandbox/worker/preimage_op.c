@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "db/preimages.h"
+#include "lib/metrics.h"
 #include "lib/pathcheck.h"
 #include "sandbox/worker/hostfs.h"
 #include "sandbox/worker/preimage_store.h"
@@ -24,6 +25,7 @@ struct taking {
   struct jb_op_preimages *pre;
   int rootfd;
   long long room; /* bytes the session may still add */
+  long long deadline; /* jb_now_ms past which no more is kept: the op is refused */
   bool pass; /* a path the shim refuses by the same rules: nothing kept, left to the shim */
   jb_error err; /* a failure to keep a pre-image: the op is refused */
 };
@@ -55,6 +57,14 @@ static int take(struct taking *t, const char *path, struct jb_pstore_item *it) {
   if (t->pass || t->err.msg[0]) return -1;
   if (json_array_size(t->pre->rows) >= JB_PREIMAGE_ROWS_MAX) {
     jb_fail(&t->err, E2BIG, "more than %d paths to keep", JB_PREIMAGE_ROWS_MAX);
+    return -1;
+  }
+  /* the session's row is locked meanwhile (its buyer's pause or abort waits): as long as the
+   * shim gets to run the op, no more — each new blob is fsynced, a few ms on a disk */
+  if (jb_now_ms() > t->deadline) {
+    jb_fail(&t->err, ETIMEDOUT,
+            "keeping them took over %ld ms (%zu paths kept): change the tree in parts",
+            t->w->walls.call_timeout_ms, json_array_size(t->pre->rows));
     return -1;
   }
   if (!path_ok(path)) {
@@ -195,7 +205,11 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
     refuse(pre, "internal", "the op's pre-images cannot be kept: not run");
     return;
   }
-  struct taking t = {.w = w, .pre = pre, .room = w->set.preimage_max_bytes - used};
+  struct taking t = {.w = w,
+                     .pre = pre,
+                     .room = w->set.preimage_max_bytes - used,
+                     .deadline = jb_now_ms() + w->walls.call_timeout_ms};
+  if (worker_test_fault(w, job, "preimage_deadline")) t.deadline = 0; /* rollback_worker test */
   t.rootfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (t.rootfd < 0) {
     refuse(pre, "internal", "the op's pre-images cannot be kept (workspace): not run");
@@ -222,7 +236,12 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
     json_decref(pre->bind);
     pre->bind = NULL;
     /* a name the agent left that a row cannot hold: refused as the shim refuses paths */
-    refuse(pre, budget ? "preimage_budget" : t.err.code == EILSEQ ? "denied" : "internal", msg);
+    refuse(pre,
+           budget                    ? "preimage_budget"
+           : t.err.code == EILSEQ    ? "denied"
+           : t.err.code == ETIMEDOUT ? "too_large"
+                                     : "internal",
+           msg);
     return;
   }
   if (t.pass) { /* the shim refuses it by the same rules: nothing kept */

@@ -287,3 +287,30 @@ test('a delete that fails half-way keeps the pre-images of what it removed', { t
     await client.close();
   }
 });
+
+// Keeping an op's pre-images holds the session's row (the buyer's pause and abort wait): a
+// delete of 100,000 small files fsyncs 100,000 blobs, minutes on a disk. Past the time one
+// call to the shim may take, the op is refused too_large, nothing kept and nothing removed
+// (the deadline is made to pass at once here, by the test fault preimage_deadline).
+test('keeping pre-images is bounded in time: past it the op is refused, nothing removed', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => {
+    mkdirSync(join(d, 't'));
+    for (const n of ['a', 'b', 'c']) writeFileSync(join(d, 't', n), n + '\n');
+  }, { mode: 'unsupervised' });
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-5');
+  try {
+    writeFileSync(fault, 'preimage_deadline\n');
+    const d = await client.callTool({ name: 'delete', arguments: { path: 't', recursive: true } });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(d.isError, true, JSON.stringify(d));
+    assert.equal(d.structuredContent.error.reason, 'too_large', JSON.stringify(d));
+    assert.match(d.content[0].text, /took over \d+ ms/);
+    assert.deepEqual(readdirSync(join(S.dir, 't')).sort(), ['a', 'b', 'c']);
+    const n = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1', [S.jobId])).rows[0].n;
+    assert.equal(n, 0);
+    const again = await client.callTool({ name: 'delete', arguments: { path: 't', recursive: true } });
+    assert.equal(again.isError, false, JSON.stringify(again));
+  } finally {
+    await client.close();
+  }
+});
