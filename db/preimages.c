@@ -140,6 +140,9 @@ json_t *jb_db_preimages_due(PGconn *c, long retention_s, int max, jb_error *err)
                  "  WHERE preimages_gone_at IS NULL AND (state = 'accepted' OR (state IN ('done',"
                  "   'aborted', 'failed') AND coalesce(ended_at, updated_at) <"
                  "   now() - make_interval(secs => $1::bigint)))"
+                 /* never under a rollback that reads them */
+                 "   AND NOT EXISTS (SELECT 1 FROM launch_jobs l WHERE l.job_id = sessions.job_id"
+                 "    AND l.kind = 'rollback' AND l.state IN ('queued', 'claimed'))"
                  "  ORDER BY job_id LIMIT $2::int) d",
                  2, p, PGRES_TUPLES_OK, NULL, err, "pre-images due");
   if (!r) return NULL;
@@ -155,6 +158,19 @@ int jb_db_preimages_gone(PGconn *c, const char *job_id, jb_error *err) {
                            "UPDATE sessions SET preimages_gone_at = now()"
                            " WHERE job_id = $1 AND preimages_gone_at IS NULL",
                            1, p, PGRES_COMMAND_OK, NULL, err, "pre-images gone");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
+}
+
+int jb_db_preimages_lost(PGconn *c, const char *job_id, long long op_id, jb_error *err) {
+  char ids[24];
+  snprintf(ids, sizeof ids, "%lld", op_id);
+  const char *p[2] = {job_id, ids};
+  PGresult *r = jb_db_exec(c,
+                           "UPDATE ops SET changes = jsonb_build_object('preimagesLost', true)"
+                           " WHERE job_id = $1 AND op_id = $2::bigint",
+                           2, p, PGRES_COMMAND_OK, NULL, err, "pre-images lost");
   if (!r) return JB_ERR_FAIL;
   PQclear(r);
   return JB_OK;

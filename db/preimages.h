@@ -52,11 +52,18 @@ int jb_db_rollback_finish(PGconn *c, const struct jb_keyring *keys, const char *
 
 /* The sessions whose pre-images are due to go, as a JSON array of job ids (new): accepted, or
  * ended (done, aborted, failed) more than `retention_s` seconds ago, with preimages_gone_at
- * NULL; at most `max`. NULL with `err`. */
+ * NULL and no rollback queued or claimed (it reads them; due again once it ended); at most
+ * `max`. NULL with `err`. */
 json_t *jb_db_preimages_due(PGconn *c, long retention_s, int max, jb_error *err);
 
 /* Sets sessions.preimages_gone_at = now() for `job_id` (the blobs were dropped). JB_OK or
  * JB_ERR_FAIL. */
 int jb_db_preimages_gone(PGconn *c, const char *job_id, jb_error *err);
+
+/* Marks op `op_id` of `job_id` as having changed files with no pre-image kept (ops.changes
+ * {"preimagesLost": true}: the shim had run it before a restarted worker could take them), in
+ * the caller's open transaction: a rollback past it is refused not_restorable (db/rollback.h).
+ * JB_OK or JB_ERR_FAIL. */
+int jb_db_preimages_lost(PGconn *c, const char *job_id, long long op_id, jb_error *err);
 
 #endif

@@ -16,7 +16,11 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
 
 /* The facts of $1 back to op $2 (text of a bigint >= 0). A writable command's changes are its
  * ops.changes total (migration 042), else the length of its result's change list (before
- * 042). */
+ * 042). A writable command that was started (started_at) and has neither — its outcome is
+ * unknown: its session ended while it ran, its worker died and the reaper failed it, its
+ * outcome could not be stored — may have changed anything: it counts as having changed files,
+ * unless it failed with a code that means its command never ran. So does an op of any tool
+ * marked {"preimagesLost": true} (the shim had run it before a restarted worker took them). */
 #define FACTS_SQL                                                                                 \
   "SELECT s.state, s.preimages_gone_at IS NOT NULL,"                                              \
   " (SELECT count(*) FROM ops WHERE job_id = s.job_id AND state IN ('approved', 'running')),"     \
@@ -24,10 +28,15 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   "   AND state IN ('queued', 'claimed')), 0),"                                                   \
   " $2::bigint = 0 OR EXISTS (SELECT 1 FROM ops WHERE job_id = s.job_id AND op_id = $2::bigint)," \
   " coalesce((SELECT json_agg(o.op_id ORDER BY o.op_id) FROM ops o WHERE o.job_id = s.job_id"     \
-  "   AND o.op_id > $2::bigint AND o.tool = 'exec' AND o.args->'writable' = 'true'::jsonb"        \
-  "   AND coalesce((o.changes->>'total')::bigint, jsonb_array_length(CASE WHEN"                   \
+  "   AND o.op_id > $2::bigint AND (o.changes @> '{\"preimagesLost\": true}'::jsonb"              \
+  "   OR o.tool = 'exec' AND o.args->'writable' = 'true'::jsonb"                                  \
+  "   AND (coalesce((o.changes->>'total')::bigint, jsonb_array_length(CASE WHEN"                  \
   "     jsonb_typeof(o.result->'result'->'changes') = 'array'"                                    \
   "     THEN o.result->'result'->'changes' END), 0) > 0"                                          \
+  "    OR (o.changes IS NULL AND o.started_at IS NOT NULL"                                        \
+  "     AND jsonb_typeof(o.result->'result'->'changes') IS DISTINCT FROM 'array'"                 \
+  "     AND coalesce(o.result->'error'->>'code', '') NOT IN ('busy', 'effects_incomplete',"       \
+  "       'unavailable'))))"                                                                      \
   "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                        \
   "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
   " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \

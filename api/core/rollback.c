@@ -56,11 +56,11 @@ int jb_rollback_decide(const struct jb_rollback_facts *f, long long to, struct j
   }
   long long newest = (long long)json_integer_value(json_array_get(ids, n - 1));
   jb_reply_fail(out, 409, "not_restorable",
-                "%zu writable command%s over op %lld changed files without pre-images (op%s "
-                "listed in opIds; the newest is %lld): a rollback past %s cannot restore the "
-                "workspace; roll back to op %lld or later",
-                n, n == 1 ? "" : "s", to, n == 1 ? "" : "s", newest, n == 1 ? "it" : "them",
-                newest);
+                "%zu op%s over op %lld changed files without pre-images (writable commands, or "
+                "ops run before a worker restart could keep them; listed in opIds, the newest "
+                "is %lld): a rollback past %s cannot restore the workspace; roll back to op "
+                "%lld or later",
+                n, n == 1 ? "" : "s", to, newest, n == 1 ? "it" : "them", newest);
   json_decref(out->extra);
   out->extra = json_pack("{s:o}", "opIds", ids);
   return -1;

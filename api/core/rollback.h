@@ -18,7 +18,8 @@
  * not_paused with the state (a session neither paused nor ended: pause first); 409
  * rollback_running (another rollback queued or claimed); 409 ops_running (an op approved or
  * running); 409 not_restorable with extra {opIds} (writable commands over `to` that changed
- * files without pre-images: never a partial, silent undo). No database access. */
+ * files, or may have, and ops whose pre-images were lost to a worker restart: never a partial,
+ * silent undo). No database access. */
 int jb_rollback_decide(const struct jb_rollback_facts *f, long long to, struct jb_reply *out);
 
 /* The rollback control of session `job` (its arguments checked: controls.h) by `actor`

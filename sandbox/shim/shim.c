@@ -528,7 +528,14 @@ static json_t *error_reply(json_t *id, const char *code, int errnum, const char 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  json_t *e = json_pack("{s:s, s:s}", "code", code, "message", msg);
+  json_t *m = json_string(msg);
+  if (!m) { /* it quotes a name that is not UTF-8 (or cut one): JSON takes UTF-8 only, and
+             * without it the answer would go with no id, the worker waiting for it in vain */
+    for (char *c = msg; *c; c++)
+      if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) *c = '?';
+    m = json_string(msg);
+  }
+  json_t *e = json_pack("{s:s, s:o}", "code", code, "message", m);
   if (errnum) json_object_set_new(e, "errno", json_integer(errnum));
   return json_pack("{s:O, s:b, s:o}", "id", id ? id : json_null(), "ok", 0, "error", e);
 }

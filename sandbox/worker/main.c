@@ -35,6 +35,7 @@
 #include "lib/settings.h"
 #include "sandbox/proto/explain.h"
 #include "sandbox/proto/shim.h"
+#include "sandbox/worker/preimage_store.h"
 #include "sandbox/worker/worker.h"
 
 /* deploy/seccomp/jailbox.json, embedded at build time (cmake/embed_file.cmake) */
@@ -262,7 +263,8 @@ static int shim_socket_dir(const struct jb_worker_settings *set, struct jb_walls
   return 0;
 }
 
-/* JAILBOX_PREIMAGE_DIR into `out` (`size` bytes): absolute, made if missing (0700). The
+/* JAILBOX_PREIMAGE_DIR into `out` (`size` bytes): absolute, made if missing (0700), this
+ * user's own and writable by no one else (jb_pstore_open_base). The
  * default sits beside the pid file (jailboxd's state dir). 0 or -1 with `err`. */
 static int preimage_dir(const struct jb_worker_settings *set, char *out, size_t size,
                         jb_error *err) {
@@ -272,8 +274,9 @@ static int preimage_dir(const struct jb_worker_settings *set, char *out, size_t 
                                   : snprintf(out, size, "%s/jailbox-preimages", tmp_dir());
   if (n < 0 || (size_t)n >= size || out[0] != '/')
     return jb_fail(err, EINVAL, "JAILBOX_PREIMAGE_DIR must be an absolute path");
-  if (mkdir(out, 0700) < 0 && errno != EEXIST)
-    return jb_fail_errno(err, errno, "JAILBOX_PREIMAGE_DIR %s", out);
+  int fd = jb_pstore_open_base(out, true, err); /* this user's own, writable by no one else */
+  if (fd < 0) return jb_error_wrap(err, "JAILBOX_PREIMAGE_DIR");
+  close(fd);
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "db/preimages.h"
+#include "lib/metrics.h"
 #include "lib/pathcheck.h"
 #include "sandbox/worker/hostfs.h"
 #include "sandbox/worker/preimage_store.h"
@@ -24,6 +25,7 @@ struct taking {
   struct jb_op_preimages *pre;
   int rootfd;
   long long room; /* bytes the session may still add */
+  long long deadline; /* jb_now_ms past which no more is kept: the op is refused */
   bool pass; /* a path the shim refuses by the same rules: nothing kept, left to the shim */
   jb_error err; /* a failure to keep a pre-image: the op is refused */
 };
@@ -35,12 +37,15 @@ static json_t *row_add(struct taking *t, const char *path, const struct jb_pstor
                        const char *kind) {
   json_t *r =
       json_pack("{s:s, s:s, s:I}", "path", path, "kind", kind, "bytes", (json_int_t)it->bytes);
-  if (!r) return NULL;
+  if (!r || json_array_append_new(t->pre->rows, r) < 0) { /* never a row silently left out */
+    jb_fail(&t->err, ENOMEM, "pre-image of %.300s: its row", path);
+    return NULL;
+  }
   if (it->kind == JB_PSTORE_FILE) json_object_set_new(r, "sha256", json_string(it->sha256));
   if (it->kind == JB_PSTORE_FILE || it->kind == JB_PSTORE_DIR)
     json_object_set_new(r, "mode", json_integer(it->mode));
-  if (it->kind == JB_PSTORE_LINK) json_object_set_new(r, "target", json_string(it->target));
-  json_array_append_new(t->pre->rows, r);
+  if (it->kind == JB_PSTORE_LINK && json_object_set_new(r, "target", json_string(it->target)) < 0)
+    jb_fail(&t->err, EILSEQ, "pre-image of %.300s: its link's target", path);
   t->pre->bytes += it->bytes;
   t->room -= it->bytes;
   return r;
@@ -52,6 +57,14 @@ static int take(struct taking *t, const char *path, struct jb_pstore_item *it) {
   if (t->pass || t->err.msg[0]) return -1;
   if (json_array_size(t->pre->rows) >= JB_PREIMAGE_ROWS_MAX) {
     jb_fail(&t->err, E2BIG, "more than %d paths to keep", JB_PREIMAGE_ROWS_MAX);
+    return -1;
+  }
+  /* the session's row is locked meanwhile (its buyer's pause or abort waits): as long as the
+   * shim gets to run the op, no more — each new blob is fsynced, a few ms on a disk */
+  if (jb_now_ms() > t->deadline) {
+    jb_fail(&t->err, ETIMEDOUT,
+            "keeping them took over %ld ms (%zu paths kept): change the tree in parts",
+            t->w->walls.call_timeout_ms, json_array_size(t->pre->rows));
     return -1;
   }
   if (!path_ok(path)) {
@@ -192,7 +205,11 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
     refuse(pre, "internal", "the op's pre-images cannot be kept: not run");
     return;
   }
-  struct taking t = {.w = w, .pre = pre, .room = w->set.preimage_max_bytes - used};
+  struct taking t = {.w = w,
+                     .pre = pre,
+                     .room = w->set.preimage_max_bytes - used,
+                     .deadline = jb_now_ms() + w->walls.call_timeout_ms};
+  if (worker_test_fault(w, job, "preimage_deadline")) t.deadline = 0; /* rollback_worker test */
   t.rootfd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (t.rootfd < 0) {
     refuse(pre, "internal", "the op's pre-images cannot be kept (workspace): not run");
@@ -218,7 +235,13 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
     drop_added(w, pre);
     json_decref(pre->bind);
     pre->bind = NULL;
-    refuse(pre, budget ? "preimage_budget" : "internal", msg);
+    /* a name the agent left that a row cannot hold: refused as the shim refuses paths */
+    refuse(pre,
+           budget                    ? "preimage_budget"
+           : t.err.code == EILSEQ    ? "denied"
+           : t.err.code == ETIMEDOUT ? "too_large"
+                                     : "internal",
+           msg);
     return;
   }
   if (t.pass) { /* the shim refuses it by the same rules: nothing kept */
@@ -337,13 +360,18 @@ static void audit_list(json_t *details, json_t *rows) {
 int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim *op, json_t *ans,
                        struct jb_op_preimages *pre, json_t *details, jb_error *err) {
   if (!pre || !pre->taken) return JB_OK;
-  if (pre->recalled || !json_is_true(json_object_get(ans, "ok"))) {
-    /* a refused op left the tree as it was; an op the shim had run before this worker took
-     * its pre-images (recalled after a restart) has none: what was taken is what it left */
-    if (pre->recalled && details) json_object_set_new(details, "preimagesLost", json_true());
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  if (pre->recalled) {
+    /* an op the shim had run before this worker took its pre-images (recalled after a
+     * restart) has none: what was taken is what it left */
+    if (details) json_object_set_new(details, "preimagesLost", json_true());
     drop_added(w, pre);
-    return JB_OK;
+    /* it changed files and nothing of what it replaced is kept: never a silent partial undo */
+    return ok ? jb_db_preimages_lost(c, pre->job, op->op_id, err) : JB_OK;
   }
+  /* a failed op is read again too: a refusal left every path as it was (no row is kept), but
+   * one that failed half-way (a recursive delete stopped by an entry it could not remove)
+   * changed some, and their rows are kept */
   char ws[4096] = "";
   pthread_mutex_lock(&w->lock);
   struct jb_session *s = session_find(w, pre->job);
@@ -354,7 +382,7 @@ int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim 
   if (rootfd >= 0) close(rootfd);
   if (!rows) return jb_fail(err, ENOMEM, "pre-images: the workspace after the op"), JB_ERR_FAIL;
   int rc = jb_db_preimages_insert(c, pre->job, op->op_id, 0, rows, err);
-  if (rc == JB_OK && details) audit_list(details, rows);
+  if (rc == JB_OK && details && (ok || json_array_size(rows) > 0)) audit_list(details, rows);
   json_decref(rows);
   return rc;
 }

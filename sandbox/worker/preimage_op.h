@@ -46,11 +46,11 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
  * op named one, expectTree "file" for a file's move. */
 void preimage_op_bind(const struct jb_op_preimages *pre, json_t *req);
 
-/* At the op's settle, in its transaction on `c`: when the op succeeded, what it left at each
- * path is read again (after_*), the rows whose path it did not change are dropped, the others
- * inserted (db/preimages.h) and listed in `details` (its audit entry: preimages, and
- * preimagesCount + preimagesSha256 past JB_PREIMAGE_AUDIT_LISTED); when it failed, nothing is
- * kept (the blobs it added are removed). JB_OK or JB_ERR_FAIL with `err` (the transaction is
+/* At the op's settle, in its transaction on `c`: what the op left at each path is read again
+ * (after_*), the rows whose path it did not change are dropped (their blobs removed), the
+ * others inserted (db/preimages.h) and listed in `details` (its audit entry: preimages, and
+ * preimagesCount + preimagesSha256 past JB_PREIMAGE_AUDIT_LISTED) — a failed op's too, when it
+ * changed a path before it failed (a refusal keeps none, and lists none). JB_OK or JB_ERR_FAIL with `err` (the transaction is
  * then aborted). */
 int preimage_op_settle(struct jb_worker *w, PGconn *c, const struct jb_op_claim *op, json_t *ans,
                        struct jb_op_preimages *pre, json_t *details, jb_error *err);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/utf8.h"
 #include "sandbox/worker/hostfs.h"
 
 const char *jb_pstore_kind_name(enum jb_pstore_kind k) {
@@ -37,30 +38,43 @@ static bool sha_ok(const char *sha) {
   return sha && strlen(sha) == 64 && strspn(sha, "0123456789abcdef") == 64;
 }
 
-/* `sub` ("" or a relative path of plain names) under the store of `job`, made when missing
- * (0700, each level), opened O_DIRECTORY | O_NOFOLLOW: a new fd, or -1 with `err`. */
+int jb_pstore_open_base(const char *dir, bool make, jb_error *err) {
+  if (make && mkdir(dir, 0700) < 0 && errno != EEXIST)
+    return jb_fail_errno(err, errno, "pre-image store %s", dir);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return jb_fail_errno(err, errno, "pre-image store %s", dir);
+  struct stat st;
+  if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+    close(fd);
+    return jb_fail(err, EPERM,
+                   "pre-image store %s: not owned by this user (uid %u), or writable by others",
+                   dir, (unsigned)geteuid());
+  }
+  return fd;
+}
+
+/* `sub` ("" or a relative path of plain names) under the store of `job`, each level made when
+ * missing (0700) and opened O_DIRECTORY | O_NOFOLLOW from the one above it, from the checked
+ * base (jb_pstore_open_base): a new fd, or -1 with `err`. */
 static int open_store_dir(const char *dir, const char *job, const char *sub, bool make,
                           jb_error *err) {
   if (!jb_pstore_job_ok(job)) return jb_fail(err, EINVAL, "pre-image store: bad job id");
   char p[PATH_MAX];
-  int n = snprintf(p, sizeof p, "%s/%s%s%s", dir, job, sub[0] ? "/" : "", sub);
+  int n = snprintf(p, sizeof p, "%s%s%s", job, sub[0] ? "/" : "", sub);
   if (n < 0 || (size_t)n >= sizeof p) return jb_fail(err, ENAMETOOLONG, "pre-image store path");
-  if (make) /* each level: the base, the job, objects, the fan-out */
-    for (char *s = p + 1; s; s = strchr(s + 1, '/')) {
-      char c = *s;
-      *s = '\0';
-      if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-        int e = errno;
-        *s = c;
-        return jb_fail_errno(err, e, "pre-image store %s", p);
-      }
-      *s = c;
-      if (!c) break;
+  int fd = jb_pstore_open_base(dir, make, err);
+  char *save = NULL;
+  for (char *c = strtok_r(p, "/", &save); fd >= 0 && c; c = strtok_r(NULL, "/", &save)) {
+    if (make && mkdirat(fd, c, 0700) < 0 && errno != EEXIST) {
+      jb_fail_errno(err, errno, "pre-image store %s: %s", dir, c);
+      close(fd);
+      return -1;
     }
-  if (make && mkdir(p, 0700) < 0 && errno != EEXIST)
-    return jb_fail_errno(err, errno, "pre-image store %s", p);
-  int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return jb_fail_errno(err, errno, "pre-image store %s", p);
+    int next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) jb_fail_errno(err, errno, "pre-image store %s: %s", dir, c);
+    close(fd);
+    fd = next;
+  }
   return fd;
 }
 
@@ -89,6 +103,11 @@ static void hex_of(crypto_hash_sha256_state *st, char out[65]) {
   unsigned char h[crypto_hash_sha256_BYTES];
   crypto_hash_sha256_final(st, h);
   sodium_bin2hex(out, 65, h, sizeof h);
+}
+
+long long jb_pstore_cost(long long size) {
+  return size <= JB_PSTORE_BLOCK ? JB_PSTORE_BLOCK
+                                 : (size + JB_PSTORE_BLOCK - 1) / JB_PSTORE_BLOCK * JB_PSTORE_BLOCK;
 }
 
 int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], long long *added,
@@ -125,7 +144,7 @@ int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], 
   }
   if (fsync(fdir) < 0 || fsync(objs) < 0)
     return jb_fail_errno(err, errno, "pre-image store: fsync dir");
-  *added = *size;
+  *added = jb_pstore_cost(*size);
   return 0;
 }
 
@@ -160,16 +179,31 @@ int jb_pstore_remove(const char *dir, const char *job, const char *sha256) {
 
 int jb_pstore_drop(const char *dir, const char *job, jb_error *err) {
   if (!jb_pstore_job_ok(job)) return jb_fail(err, EINVAL, "pre-image store: bad job id");
-  cleanup_close int base = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (base < 0) return errno == ENOENT ? 0 : jb_fail_errno(err, errno, "pre-image store %s", dir);
+  jb_error e = {0};
+  cleanup_close int base = jb_pstore_open_base(dir, false, &e);
+  if (base < 0 && e.code == ENOENT) return 0;
+  if (base < 0) return *err = e, -1;
   if (jb_hostfs_remove_tree(base, job, 0) < 0)
     return jb_fail_errno(err, errno, "pre-image store: remove %s", job);
   return 0;
 }
 
+/* Whether `s` is valid UTF-8 (what a text column and a JSON string can hold). */
+static bool utf8_ok(const char *s) {
+  size_t n = strlen(s);
+  for (size_t i = 0; i < n;) {
+    int k = jb_utf8_seq((const unsigned char *)s + i, n - i);
+    if (k <= 0) return false;
+    i += (size_t)k;
+  }
+  return true;
+}
+
 int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const char *path,
                    long long max_size, struct jb_pstore_item *out, jb_error *err) {
   memset(out, 0, sizeof *out);
+  if (!utf8_ok(path)) /* a name a row cannot hold: nothing kept of it would be found again */
+    return jb_fail(err, EILSEQ, "pre-image of %.300s: the path is not UTF-8", path);
   const char *name;
   cleanup_close int pfd = jb_hostfs_open_parent(rootfd, path, &name);
   if (pfd < 0 && errno == ENOENT) return 0; /* a folder on the way missing: absent */
@@ -189,6 +223,8 @@ int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const cha
       return jb_fail(err, ENAMETOOLONG, "pre-image of %.300s: link target", path);
     out->target[n] = '\0';
     out->kind = JB_PSTORE_LINK;
+    if (store_dir && !utf8_ok(out->target))
+      return jb_fail(err, EILSEQ, "pre-image of %.300s: the link's target is not UTF-8", path);
     return 0;
   }
   if (!S_ISREG(st.st_mode))

@@ -17,6 +17,14 @@
 
 #define JB_PSTORE_TARGET_MAX 4096 /* bytes of a link's target kept at most */
 
+#define JB_PSTORE_BLOCK 4096 /* bytes a new blob counts at least, and its unit */
+
+/* What a new blob of `size` bytes counts against a session's budget: its size rounded up to
+ * JB_PSTORE_BLOCK, at least one block — what it takes on disk (a block, an inode), so that many
+ * small distinct files (each a blob of a few bytes) cannot fill the disk while the budget counts
+ * a few bytes each. */
+long long jb_pstore_cost(long long size);
+
 /* What a path held. */
 enum jb_pstore_kind { JB_PSTORE_ABSENT, JB_PSTORE_FILE, JB_PSTORE_DIR, JB_PSTORE_LINK };
 
@@ -37,10 +45,18 @@ const char *jb_pstore_kind_name(enum jb_pstore_kind k);
  * or "..". */
 bool jb_pstore_job_ok(const char *job);
 
+/* The store's base directory `dir` (made when missing and `make`, 0700) opened O_DIRECTORY |
+ * O_NOFOLLOW, once checked to belong to this process's effective user and to be writable by no
+ * one else — another user who could rename its entries could swap a job's folder for a link
+ * and have blobs written where it chose. Every blob is reached from it, level by level, never
+ * through a link. A new fd, or -1 with `err` (EPERM: not this user's own, or writable by
+ * others). */
+int jb_pstore_open_base(const char *dir, bool make, jb_error *err);
+
 /* Copies the regular file open on `fd` (read from its current offset to its end) into the
  * store of `job` under `dir` (made when missing, 0700), hashing it on the way (SHA-256, FIPS
- * 180-4). The blob's name goes to `sha256` (65 bytes), the bytes it added to *added (0 when
- * the blob was there already), its size to *size. 0, or -1 with `err`. */
+ * 180-4). The blob's name goes to `sha256` (65 bytes), the bytes it added to *added
+ * (jb_pstore_cost of its size; 0 when the blob was there already), its size to *size. 0, or -1 with `err`. */
 int jb_pstore_put_fd(const char *dir, const char *job, int fd, char sha256[65], long long *added,
                      long long *size, jb_error *err);
 
@@ -64,7 +80,8 @@ int jb_pstore_drop(const char *dir, const char *job, jb_error *err);
  * (hostfs.h) and the last name is never followed. With `store_dir` NULL a file is hashed, not
  * kept (what an op left). A file over `max_size` bytes (< 0: no bound) is not copied: EFBIG.
  * 0; -1 with `err`: a link or a way out on the way (ELOOP, EXDEV), a special file (EINVAL),
- * EFBIG, or a failure to read or store it. */
+ * EFBIG, a path — or, with `store_dir`, a link's target — that is not UTF-8 (EILSEQ: a row
+ * cannot hold it), or a failure to read or store it. */
 int jb_pstore_take(const char *store_dir, const char *job, int rootfd, const char *path,
                    long long max_size, struct jb_pstore_item *out, jb_error *err);
 

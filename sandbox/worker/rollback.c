@@ -42,7 +42,6 @@ struct run {
   bool force;
   long long room; /* bytes a forced restore may still keep */
   json_t *files; /* [{path, restored:{kind, sha256?}, outcome, detail?}] */
-  json_t *forced; /* rows of what forced restores overwrote (stored with rollback_id) */
   long long restored, conflicts, failed;
   bool cut; /* the worker stops: the job is left claimed, to be run again */
 };
@@ -58,11 +57,41 @@ static json_t *file_entry(json_t *row, enum jb_restore_outcome o, const char *de
   return f;
 }
 
+/* What a run's forced restore passes to keep_row. */
+struct keep_ctx {
+  struct run *r;
+  PGconn *c;
+};
+
+/* A forced restore's keep (rollback_restore.h): what it is about to overwrite at row `row`'s
+ * path, stored at once as a row of this rollback (rollback_id; committed before the path is
+ * overwritten: a rollback killed right after has it recorded, and its blob's bytes counted). */
+static int keep_row(void *ctx, json_t *row, const struct jb_pstore_item *kept) {
+  struct keep_ctx *k = ctx;
+  json_t *x = json_pack("{s:O, s:s, s:I}", "path", json_object_get(row, "path"), "kind",
+                        jb_pstore_kind_name(kept->kind), "bytes", (json_int_t)kept->bytes);
+  if (x && kept->kind == JB_PSTORE_FILE)
+    json_object_set_new(x, "sha256", json_string(kept->sha256));
+  if (x && kept->kind != JB_PSTORE_LINK) json_object_set_new(x, "mode", json_integer(kept->mode));
+  if (x && kept->kind == JB_PSTORE_LINK)
+    json_object_set_new(x, "target", json_string(kept->target));
+  json_t *one = x ? json_pack("[o]", x) : NULL;
+  jb_error err = {0};
+  int rc = one && jb_db_preimages_insert(k->c, k->r->j->job_id, 0, k->r->j->id, one, &err) == JB_OK
+               ? 0
+               : -1;
+  if (rc < 0) slog(k->r->w, JB_LOG_WARN, k->r->j->job_id, err.msg, "step", "keep forced", NULL);
+  json_decref(one);
+  if (rc == 0) k->r->room -= kept->bytes;
+  return rc;
+}
+
 /* Restores every row of `rows` (newest first) in the workspace open on `rootfd`, marking each
  * restored one on `c`. */
 static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
   size_t i;
   json_t *row;
+  struct keep_ctx kc = {.r = r, .c = c};
   json_array_foreach (rows, i, row) {
     if (atomic_load(&r->w->stopping)) {
       r->cut = true;
@@ -73,18 +102,7 @@ static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
     struct jb_pstore_item kept = {.kind = JB_PSTORE_ABSENT};
     if (!json_is_true(json_object_get(row, "done")))
       o = jb_rollback_restore(r->w->preimage_dir, r->j->job_id, rootfd, row, r->force, r->room,
-                              &kept, detail, sizeof detail);
-    if (kept.kind != JB_PSTORE_ABSENT) {
-      json_t *k = json_pack("{s:O, s:s, s:I}", "path", json_object_get(row, "path"), "kind",
-                            jb_pstore_kind_name(kept.kind), "bytes", (json_int_t)kept.bytes);
-      if (k && kept.kind == JB_PSTORE_FILE)
-        json_object_set_new(k, "sha256", json_string(kept.sha256));
-      if (k && kept.kind != JB_PSTORE_LINK) json_object_set_new(k, "mode", json_integer(kept.mode));
-      if (k && kept.kind == JB_PSTORE_LINK)
-        json_object_set_new(k, "target", json_string(kept.target));
-      json_array_append_new(r->forced, k);
-      r->room -= kept.bytes;
-    }
+                              keep_row, &kc, &kept, detail, sizeof detail);
     jb_error err = {0};
     if (o == JB_RESTORED && !json_is_true(json_object_get(row, "done")) &&
         jb_db_preimage_mark(c, r->j->job_id, json_integer_value(json_object_get(row, "seq")),
@@ -155,7 +173,6 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   json_t *to = json_object_get(payload, "to");
   struct run r = {.w = w, .j = j, .force = json_is_true(json_object_get(payload, "force"))};
   r.files = json_array();
-  r.forced = json_array();
   long long used = 0;
   bool gone = false;
   json_t *rows = jb_db_rollback_rows(
@@ -176,9 +193,6 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
     json_t *before = tree_hash(w, j->job_id, rootfd);
     restore_all(&r, conn.pg, rootfd, rows);
     json_t *after = r.cut ? NULL : tree_hash(w, j->job_id, rootfd);
-    if (!r.cut && json_array_size(r.forced) > 0 &&
-        jb_db_preimages_insert(conn.pg, j->job_id, 0, j->id, r.forced, &err) != JB_OK)
-      slog(w, JB_LOG_WARN, j->job_id, err.msg, "step", "store forced pre-images", NULL);
     json_t *details = r.cut ? NULL : details_of(&r, payload, before, after);
     if (details) finish(&r, conn.pg, details, true, NULL);
     slog(w, JB_LOG_INFO, j->job_id, r.cut ? "rollback cut short by the stop" : "rollback done",
@@ -190,7 +204,6 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   if (rootfd >= 0) close(rootfd);
   json_decref(rows);
   json_decref(r.files);
-  json_decref(r.forced);
   json_decref(payload);
 }
 

@@ -60,6 +60,13 @@ static void owner_of(int pfd, const char *name, uid_t *uid, gid_t *gid) {
   }
 }
 
+/* The mode a restored file gets: the one it had, without its set-ID bits. The table keeps no
+ * owner, and a restored file takes the owner of what is there now or of its folder (owner_of):
+ * a set-ID bit kept with another owner than the file had would make a set-ID program of that
+ * owner (a buyer's set-user-ID file deleted by the agent in a folder of root's came back
+ * set-user-ID root). */
+static mode_t restore_mode(mode_t mode) { return mode & 01777; }
+
 /* Writes blob `sha` as a file of mode `mode` under a temporary name in `pfd`, fsynced, and
  * renames it over `name`. 0, or -1 with `detail`. */
 static int put_file(const char *store, const char *job, int pfd, const char *name, const char *sha,
@@ -75,8 +82,8 @@ static int put_file(const char *store, const char *job, int pfd, const char *nam
   jb_error e = {0};
   int rc = jb_pstore_copy_out(store, job, sha, fd, &e);
   if (rc < 0) snprintf(detail, dsize, "%s", e.msg);
-  /* the mode it had, set-ID bits only when it had them */
-  if (rc == 0 && (fchmod(fd, mode & 07777) < 0 || fsync(fd) < 0))
+  /* the mode it had, never a set-ID bit (restore_mode) */
+  if (rc == 0 && (fchmod(fd, restore_mode(mode)) < 0 || fsync(fd) < 0))
     rc = -1, snprintf(detail, dsize, "mode: %s", strerror(errno));
   close(fd);
   if (rc == 0 && renameat(pfd, tmp, pfd, name) < 0)
@@ -144,6 +151,7 @@ static bool from_free(int rootfd, json_t *row) {
 
 enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *job, int rootfd,
                                             json_t *row, bool force, long long room,
+                                            jb_restore_keep_fn keep, void *keep_ctx,
                                             struct jb_pstore_item *kept, char *detail,
                                             size_t dsize) {
   memset(kept, 0, sizeof *kept);
@@ -155,8 +163,10 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
   if (jb_pstore_take(NULL, job, rootfd, path, -1, &now, &e) < 0) /* a link on the way … */
     return snprintf(detail, dsize, "%s", e.msg), JB_RESTORE_FAILED;
   bool rename = !strcmp(kind, "rename");
+  long long mode = mode_of(row, "mode");
+  if (!strcmp(kind, "file") && mode >= 0) mode = restore_mode((mode_t)mode);
   /* what the row restores is there already (a rollback killed after its rename) */
-  if (!rename && holds(&now, kind, str(row, "sha256"), mode_of(row, "mode"), str(row, "target")))
+  if (!rename && holds(&now, kind, str(row, "sha256"), mode, str(row, "target")))
     return JB_RESTORED;
   if (rename && now.kind == JB_PSTORE_ABSENT && !from_free(rootfd, row)) return JB_RESTORED;
   bool as_left =
@@ -176,6 +186,12 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
     if (jb_pstore_take(store_dir, job, rootfd, path, room < 0 ? 0 : room, kept, &e) < 0) {
       close(pfd);
       snprintf(detail, dsize, "forced, but what is there cannot be kept: %s", e.msg);
+      return JB_RESTORE_FAILED;
+    }
+    if (keep && keep(keep_ctx, row, kept) < 0) { /* recorded before it is overwritten */
+      close(pfd);
+      memset(kept, 0, sizeof *kept); /* not the caller's to record again */
+      snprintf(detail, dsize, "forced, but what is there could not be recorded");
       return JB_RESTORE_FAILED;
     }
   }

@@ -12,7 +12,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -24,7 +24,8 @@ let store; // JAILBOX_PREIMAGE_DIR
 let fault; // JB_TEST_FAULT's file: the worker exits at the point it names (sandbox/worker/worker.h)
 
 before(async () => {
-  // 64 KiB of pre-images per session: the 80 KiB file below cannot be deleted
+  // 64 KiB of pre-images per session (a small blob counts a 4 KiB block): the 80 KiB file
+  // below cannot be deleted
   fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
   store = mkdtempSync(join(tmpdir(), 'jb-preimages-'));
   kit = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '65536',
@@ -121,7 +122,7 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
     assert.equal(rows.find((r) => r.path === 'sub').after_kind, 'absent');
     const used = Number((await kit.srv.db.query('SELECT preimage_bytes FROM sessions WHERE job_id = $1', [S.jobId])).rows[0].preimage_bytes);
     assert.equal(used, rows.reduce((n, r) => n + Number(r.bytes), 0));
-    assert.ok(used > 0 && used < 100, String(used)); // small files, each blob once
+    assert.equal(used, 5 * 4096); // five small blobs, each once, each a block on disk
     const blob = join(store, S.jobId, 'objects', sha('hello\n').slice(0, 2), sha('hello\n'));
     assert.equal(readFileSync(blob, 'utf8'), 'hello\n');
     assert.equal(lstatSync(blob).mode & 0o7777, 0o400);
@@ -192,6 +193,146 @@ test('pre-images of every op, the budget, and a rollback (conflict, then forced)
       'SELECT preimages_gone_at IS NOT NULL AS gone FROM sessions WHERE job_id = $1', [S.jobId])).rows[0].gone,
     10000); // by the accept's teardown (the retention sweep comes a minute after the start)
     assert.equal(existsSync(join(store, S.jobId)), false);
+  } finally {
+    await client.close();
+  }
+});
+
+// What the pre-images cannot hold is refused, never left out. A folder holding a name that is
+// not UTF-8: the shim's refusal quotes the name and is still answered (it went with no id, the
+// op waiting 30 s for it). A folder holding a link whose target is not UTF-8 (a row holds text):
+// the worker refuses the recursive delete, nothing removed (the link's row was left out, its
+// rollback failed). An op the shim ran before a restarted worker could keep its pre-images (the
+// worker killed after the shim's write: the new one recalls the answer) is marked, and a
+// rollback past it is refused not_restorable — it would leave the op's change while saying the
+// workspace is back.
+test('names and link targets that are not UTF-8 refuse the delete; an op whose pre-images a worker restart lost refuses the rollback past it', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'k.txt'), 'kept\n'), { mode: 'unsupervised' });
+  const odd = join(S.dir, 'odd'); // made after the open: left there by a command, say
+  mkdirSync(odd);
+  const badName = Buffer.concat([Buffer.from(odd + '/'), Buffer.from([0xff, 0xfe])]);
+  writeFileSync(badName, 'odd\n');
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-2');
+  const call = (name, args) => client.callTool({ name, arguments: args });
+  const rows = async () => (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1', [S.jobId])).rows[0].n;
+  try {
+    const t0 = Date.now();
+    const d1 = await call('delete', { path: 'odd', recursive: true });
+    assert.equal(d1.isError, true, JSON.stringify(d1));
+    assert.ok(Date.now() - t0 < 10000, `answered in ${Date.now() - t0} ms`);
+    assert.equal(readdirSync(odd, { encoding: 'buffer' }).length, 1);
+    unlinkSync(badName);
+    writeFileSync(join(odd, 'f.txt'), 'f\n');
+    symlinkSync(Buffer.from([0x78, 0xff]), join(odd, 'l'));
+    const d2 = await call('delete', { path: 'odd', recursive: true });
+    assert.equal(d2.isError, true, JSON.stringify(d2));
+    assert.match(JSON.stringify(d2), /not UTF-8/);
+    assert.deepEqual(readdirSync(odd).sort(), ['f.txt', 'l']);
+    assert.equal(await rows(), 0);
+
+    writeFileSync(fault, 'after_shim_write\n');
+    const w = await call('write', { path: 'k.txt', content: 'written once\n' });
+    assert.equal(w.isError, false, JSON.stringify(w));
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(readFileSync(join(S.dir, 'k.txt'), 'utf8'), 'written once\n');
+    const row = (await kit.srv.db.query("SELECT op_id, changes FROM ops WHERE job_id = $1 AND tool = 'write' AND state = 'done'", [S.jobId])).rows;
+    assert.equal(row.length, 1, JSON.stringify(row));
+    assert.deepEqual(row[0].changes, { preimagesLost: true });
+    const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(p.status, 200, p.text);
+    const rb = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/rollback`, { token: S.buyerToken, body: {} });
+    assert.equal(rb.status, 409, rb.text);
+    assert.equal(rb.json.error.code, 'not_restorable', rb.text);
+    assert.deepEqual(rb.json.error.opIds, [Number(row[0].op_id)], rb.text);
+  } finally {
+    await client.close();
+  }
+});
+
+// A forced rollback killed right after it overwrote a file the buyer had changed: what it
+// overwrote was recorded before the overwrite (a row of the rollback, its blob counted), not
+// only at the end of the run — the restarted run finds the file restored and the buyer's bytes
+// kept.
+test('a forced rollback killed right after an overwrite has kept what it overwrote', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'f.txt'), 'at open\n'), { mode: 'unsupervised' });
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-3');
+  try {
+    for (const [path, content] of [['g.txt', 'g\n'], ['f.txt', 'by the agent\n']]) {
+      const r = await client.callTool({ name: 'write', arguments: { path, content } });
+      assert.equal(r.isError, false, JSON.stringify(r));
+    }
+    const p = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(p.status, 200, p.text);
+    writeFileSync(join(S.dir, 'f.txt'), 'the buyer meanwhile\n');
+    writeFileSync(fault, 'rollback_midway\n'); // after the first row restored: f.txt, forced
+    const r = await rollbackJob(S, { by: 'buyer', force: true });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(r.state, 'done', JSON.stringify(r));
+    assert.equal(r.attempts, 2, JSON.stringify(r));
+    assert.equal(readFileSync(join(S.dir, 'f.txt'), 'utf8'), 'at open\n');
+    assert.equal(existsSync(join(S.dir, 'g.txt')), false);
+    const kept = (await kit.srv.db.query('SELECT path, sha256, bytes FROM preimages WHERE job_id = $1 AND rollback_id = $2', [S.jobId, r.id])).rows;
+    const sha = createHash('sha256').update('the buyer meanwhile\n').digest('hex');
+    assert.deepEqual(kept, [{ path: 'f.txt', sha256: sha, bytes: '4096' }]);
+  } finally {
+    await client.close();
+  }
+});
+
+// A recursive delete that fails half-way (an entry it cannot remove: a folder the jail may not
+// write) has removed what came before it: those rows are kept with the failed op (the op's
+// entry lists them), and a rollback puts them back — they were dropped with the failure, and
+// the files were lost to rollback.
+test('a delete that fails half-way keeps the pre-images of what it removed', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 'k.txt'), 'k\n'), { mode: 'unsupervised' });
+  const p = join(S.dir, 'p');
+  mkdirSync(p, { mode: 0o777 });
+  chmodSync(p, 0o777);
+  writeFileSync(join(p, 'a.txt'), 'first\n');
+  mkdirSync(join(p, 'z'));
+  writeFileSync(join(p, 'z/b.txt'), 'stuck\n');
+  chmodSync(join(p, 'z'), 0o555);
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-4');
+  try {
+    const d = await client.callTool({ name: 'delete', arguments: { path: 'p', recursive: true } });
+    assert.equal(d.isError, true, JSON.stringify(d));
+    assert.match(JSON.stringify(d), /removed already/);
+    assert.equal(existsSync(join(p, 'a.txt')), false);
+    const rows = (await kit.srv.db.query('SELECT path, kind, after_kind FROM preimages WHERE job_id = $1 ORDER BY seq', [S.jobId])).rows;
+    assert.deepEqual(rows, [{ path: 'p/a.txt', kind: 'file', after_kind: 'absent' }]);
+    const ps = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/pause`, { token: S.buyerToken });
+    assert.equal(ps.status, 200, ps.text);
+    const r = await rollbackJob(S, { by: 'buyer' });
+    assert.equal(r.state, 'done', JSON.stringify(r));
+    assert.equal(readFileSync(join(p, 'a.txt'), 'utf8'), 'first\n');
+  } finally {
+    chmodSync(join(p, 'z'), 0o755);
+    await client.close();
+  }
+});
+
+// Keeping an op's pre-images holds the session's row (the buyer's pause and abort wait): a
+// delete of 100,000 small files fsyncs 100,000 blobs, minutes on a disk. Past the time one
+// call to the shim may take, the op is refused too_large, nothing kept and nothing removed
+// (the deadline is made to pass at once here, by the test fault preimage_deadline).
+test('keeping pre-images is bounded in time: past it the op is refused, nothing removed', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => {
+    mkdirSync(join(d, 't'));
+    for (const n of ['a', 'b', 'c']) writeFileSync(join(d, 't', n), n + '\n');
+  }, { mode: 'unsupervised' });
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-5');
+  try {
+    writeFileSync(fault, 'preimage_deadline\n');
+    const d = await client.callTool({ name: 'delete', arguments: { path: 't', recursive: true } });
+    assert.equal(existsSync(fault), false, 'the fault fired');
+    assert.equal(d.isError, true, JSON.stringify(d));
+    assert.equal(d.structuredContent.error.reason, 'too_large', JSON.stringify(d));
+    assert.match(d.content[0].text, /took over \d+ ms/);
+    assert.deepEqual(readdirSync(join(S.dir, 't')).sort(), ['a', 'b', 'c']);
+    const n = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1', [S.jobId])).rows[0].n;
+    assert.equal(n, 0);
+    const again = await client.callTool({ name: 'delete', arguments: { path: 't', recursive: true } });
+    assert.equal(again.isError, false, JSON.stringify(again));
   } finally {
     await client.close();
   }

@@ -19,6 +19,7 @@
 #include "db/db.h"
 #include "db/migrate.h"
 #include "db/pgembed.h"
+#include "db/preimages.h"
 #include "db/sessions.h"
 #include "db/signer.h"
 #include "server/app.h"
@@ -496,6 +497,106 @@ static void accept_waits(void **state) {
   jb_reply_release(&r);
 }
 
+/* A writable command whose outcome is unknown — its session ended while it ran (the end fails
+ * it with no change list) — may have changed anything: a rollback past it is not_restorable,
+ * on the ended session too; one that never started (failed at the end before it ran, or refused
+ * before its command ran) is not counted. */
+static void unknown_outcome(void **state) {
+  (void)state;
+  session("rb-unk", "active");
+  long long w = op("rb-unk", "write", "a.txt", "done", "{}");
+  preimage("rb-unk", w, "a.txt", 'a');
+  long long x = op("rb-unk", "exec", "", "running", "{\"writable\":true}");
+  char ids[24];
+  snprintf(ids, sizeof ids, "%lld", x);
+  sql("UPDATE ops SET started_at = now() WHERE op_id = $1::bigint", ids, NULL, NULL, NULL, 0);
+  long long q = op("rb-unk", "exec", "", "approved", "{\"writable\":true}"); /* never ran */
+  long long b = op("rb-unk", "exec", "", "failed", "{\"writable\":true}"); /* refused: busy */
+  char bs[24];
+  snprintf(bs, sizeof bs, "%lld", b);
+  sql("UPDATE ops SET started_at = now(), result = '{\"ok\": false, \"error\": {\"code\":"
+      " \"busy\"}}' WHERE op_id = $1::bigint",
+      bs, NULL, NULL, NULL, 0);
+  static const char *const from[] = {"active", NULL};
+  jb_error err = {0};
+  struct jb_transition t;
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from, "aborted",
+                                            NULL, "buyer", &t, &err),
+                   JB_OK);
+  jb_db_release(app.db, c);
+  struct jb_reply r;
+  run("rb-unk", "{}", &r);
+  if (r.status != 409 || !r.code || strcmp(r.code, "not_restorable") != 0)
+    fail_msg("a command of unknown outcome: %d %s (%s)", r.status, r.code ? r.code : "-", r.msg);
+  json_t *list = json_object_get(r.extra, "opIds");
+  assert_int_equal(json_array_size(list), 1); /* not the queued one, not the refused one */
+  assert_int_equal(json_integer_value(json_array_get(list, 0)), x);
+  jb_reply_release(&r);
+  char args[64];
+  snprintf(args, sizeof args, "{\"to\":%lld,\"dryRun\":true}", q > b ? q : b);
+  run("rb-unk", args, &r); /* past the refused and the unrun ones only: taken */
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+  assert_int_equal(count_jobs("rb-unk"), 0);
+}
+
+/* An op the shim ran before a restarted worker could keep its pre-images (ops.changes
+ * {"preimagesLost": true}, jb_db_preimages_lost) has no rows: a rollback past it would leave
+ * its change in place while saying the workspace is back — not_restorable instead. */
+static void preimages_lost(void **state) {
+  (void)state;
+  session("rb-lost", "paused");
+  long long w1 = op("rb-lost", "write", "a.txt", "done", "{}");
+  preimage("rb-lost", w1, "a.txt", 'a');
+  long long w2 = op("rb-lost", "write", "b.txt", "done", "{}");
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  assert_int_equal(jb_db_preimages_lost(c, "rb-lost", w2, &err), JB_OK);
+  jb_db_release(app.db, c);
+  struct jb_reply r;
+  run("rb-lost", "{}", &r);
+  if (r.status != 409 || !r.code || strcmp(r.code, "not_restorable") != 0)
+    fail_msg("an op whose pre-images were lost: %d %s (%s)", r.status, r.code ? r.code : "-",
+             r.msg);
+  json_t *list = json_object_get(r.extra, "opIds");
+  assert_int_equal(json_array_size(list), 1);
+  assert_int_equal(json_integer_value(json_array_get(list, 0)), w2);
+  jb_reply_release(&r);
+  char args[64];
+  snprintf(args, sizeof args, "{\"to\":%lld}", w2); /* its effect stays: taken */
+  run("rb-lost", args, &r);
+  assert_int_equal(r.status, 202);
+  jb_reply_release(&r);
+}
+
+/* The retention sweep never drops the blobs of a session whose rollback is queued or running
+ * (it would fail every file it has not restored yet); once the rollback ended they are due. */
+static void sweep_waits(void **state) {
+  (void)state;
+  session("rb-sweep", "done");
+  sql("UPDATE sessions SET ended_at = now() - interval '1 hour' WHERE job_id = $1", "rb-sweep",
+      NULL, NULL, NULL, 0);
+  sql("INSERT INTO launch_jobs (job_id, kind, state) VALUES ($1, 'rollback', 'claimed')",
+      "rb-sweep", NULL, NULL, NULL, 0);
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  json_t *due = jb_db_preimages_due(c, 60, 1000, &err);
+  assert_non_null(due);
+  size_t i;
+  json_t *j;
+  json_array_foreach (due, i, j)
+    if (!strcmp(json_string_value(j), "rb-sweep")) fail_msg("dropped under its rollback");
+  json_decref(due);
+  sql("UPDATE launch_jobs SET state = 'done' WHERE job_id = $1", "rb-sweep", NULL, NULL, NULL, 0);
+  due = jb_db_preimages_due(c, 60, 1000, &err);
+  bool found = false;
+  json_array_foreach (due, i, j) found = found || !strcmp(json_string_value(j), "rb-sweep");
+  assert_true(found);
+  json_decref(due);
+  jb_db_release(app.db, c);
+}
+
 /* The decision alone: its order when several refusals hold. */
 static void decision_order(void **state) {
   (void)state;
@@ -530,7 +631,8 @@ int main(void) {
       cmocka_unit_test(decision_order), cmocka_unit_test(arguments),
       cmocka_unit_test(states),         cmocka_unit_test(plan_and_refusals),
       cmocka_unit_test(queued),         cmocka_unit_test(lock_races),
-      cmocka_unit_test(accept_waits),
+      cmocka_unit_test(accept_waits),   cmocka_unit_test(unknown_outcome),
+      cmocka_unit_test(preimages_lost), cmocka_unit_test(sweep_waits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -71,7 +71,7 @@ static void test_round_trip_and_dedup(void **state) {
   jb_error err = {0};
   assert_int_equal(jb_pstore_take(store, "j1", root, "a.txt", -1, &it, &err), 0);
   assert_int_equal(it.kind, JB_PSTORE_FILE);
-  assert_int_equal(it.bytes, 16);
+  assert_int_equal(it.bytes, 4096); /* a block on disk: what it counts against the budget */
   assert_int_equal(it.size, 16);
   assert_int_equal(strlen(it.sha256), 64);
   char p[512];
@@ -168,12 +168,66 @@ static void test_drop(void **state) {
   close(root);
 }
 
+/* A name or a link's target that is not UTF-8 cannot be held by a row (a text column, a JSON
+ * string): taking it keeps nothing and says so (EILSEQ), so that the op that would change it
+ * is refused — never run with the row silently left out. Looked at only (no store): taken. */
+static void test_not_utf8(void **state) {
+  (void)state;
+  char p[512];
+  snprintf(p, sizeof p, "%s/u", ws);
+  assert_int_equal(mkdir(p, 0755), 0);
+  put(ws, "u/\xff\xfe", "bytes");
+  snprintf(p, sizeof p, "%s/u/l", ws);
+  assert_int_equal(symlink("t\xc3", p), 0);
+  int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct jb_pstore_item it;
+  jb_error err = {0};
+  assert_int_equal(jb_pstore_take(store, "j3", root, "u/\xff\xfe", -1, &it, &err), -1);
+  assert_int_equal(err.code, EILSEQ);
+  jb_error e2 = {0};
+  assert_int_equal(jb_pstore_take(store, "j3", root, "u/l", -1, &it, &e2), -1);
+  assert_int_equal(e2.code, EILSEQ);
+  jb_error e3 = {0};
+  assert_int_equal(jb_pstore_take(NULL, "j3", root, "u/l", -1, &it, &e3), 0);
+  assert_int_equal(it.kind, JB_PSTORE_LINK);
+  close(root);
+}
+
+/* The store's base must be this user's own and writable by no one else: one that another user
+ * could rename entries of (a squatted $TMPDIR/jailbox-preimages) is refused, and a job's folder
+ * swapped for a link is never followed. */
+static void test_base_checked(void **state) {
+  (void)state;
+  put(ws, "s.txt", "s");
+  int root = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct jb_pstore_item it;
+  jb_error err = {0};
+  assert_int_equal(chmod(store, 0777), 0);
+  assert_int_equal(jb_pstore_take(store, "j4", root, "s.txt", -1, &it, &err), -1);
+  assert_int_equal(err.code, EPERM);
+  char p[512];
+  snprintf(p, sizeof p, "%s/j4", store);
+  assert_int_equal(access(p, F_OK), -1); /* nothing made in it */
+  assert_int_equal(chmod(store, 0700), 0);
+  char elsewhere[] = "/tmp/jb-pstore-else-XXXXXX";
+  assert_non_null(mkdtemp(elsewhere));
+  assert_int_equal(symlink(elsewhere, p), 0); /* j4 -> a folder outside the store */
+  jb_error e2 = {0};
+  assert_int_equal(jb_pstore_take(store, "j4", root, "s.txt", -1, &it, &e2), -1);
+  snprintf(p, sizeof p, "%s/objects", elsewhere);
+  assert_int_equal(access(p, F_OK), -1); /* nothing written through the link */
+  rmdir(elsewhere);
+  close(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_and_dedup),
       cmocka_unit_test(test_changed_blob_refused),
       cmocka_unit_test(test_kinds_and_links),
       cmocka_unit_test(test_drop),
+      cmocka_unit_test(test_not_utf8),
+      cmocka_unit_test(test_base_checked),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
