@@ -497,20 +497,23 @@ static void accept_waits(void **state) {
   jb_reply_release(&r);
 }
 
-/* A writable command whose outcome is unknown — its session ended while it ran (the end fails
- * it with no change list) — may have changed anything: a rollback past it is not_restorable,
- * on the ended session too; one that never started (failed at the end before it ran, or refused
- * before its command ran) is not counted. */
+/* A writable command whose outcome is unknown (started, then failed with no change list: the
+ * reaper's overdue, an abort while it ran) may have changed anything: a rollback past it is
+ * not_restorable (after an abort the sealed chain refuses it first: chain_sealed); one that
+ * never started, or was refused before its command ran, is not counted. */
 static void unknown_outcome(void **state) {
   (void)state;
   session("rb-unk", "active");
   long long w = op("rb-unk", "write", "a.txt", "done", "{}");
   preimage("rb-unk", w, "a.txt", 'a');
-  long long x = op("rb-unk", "exec", "", "running", "{\"writable\":true}");
+  /* started, then failed by the worker's reaper with no change list: its outcome is unknown */
+  long long x = op("rb-unk", "exec", "", "failed", "{\"writable\":true}");
   char ids[24];
   snprintf(ids, sizeof ids, "%lld", x);
-  sql("UPDATE ops SET started_at = now() WHERE op_id = $1::bigint", ids, NULL, NULL, NULL, 0);
-  long long q = op("rb-unk", "exec", "", "approved", "{\"writable\":true}"); /* never ran */
+  sql("UPDATE ops SET started_at = now(), result = '{\"ok\": false, \"error\": {\"code\":"
+      " \"overdue\"}}' WHERE op_id = $1::bigint",
+      ids, NULL, NULL, NULL, 0);
+  long long q = op("rb-unk", "exec", "", "failed", "{\"writable\":true}"); /* never ran */
   long long b = op("rb-unk", "exec", "", "failed", "{\"writable\":true}"); /* refused: busy */
   char bs[24];
   snprintf(bs, sizeof bs, "%lld", b);
@@ -521,7 +524,7 @@ static void unknown_outcome(void **state) {
   jb_error err = {0};
   struct jb_transition t;
   PGconn *c = jb_db_acquire(app.db, &err);
-  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from, "aborted",
+  assert_int_equal(jb_db_session_transition(c, jb_signer_key(app.signer), "rb-unk", from, "paused",
                                             NULL, "buyer", &t, &err),
                    JB_OK);
   jb_db_release(app.db, c);
