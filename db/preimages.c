@@ -51,7 +51,7 @@ int jb_db_preimages_insert(PGconn *c, const char *job_id, long long op_id, long 
 }
 
 json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long long rollback_id,
-                            bool *gone, jb_error *err) {
+                            bool *gone, bool *sealed, jb_error *err) {
   char tos[24], rbs[24];
   snprintf(tos, sizeof tos, "%lld", to);
   snprintf(rbs, sizeof rbs, "%lld", rollback_id);
@@ -66,6 +66,8 @@ json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long lo
       "  FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
       "   AND (rolled_back_by IS NULL OR rolled_back_by = $3::bigint)"
       "   AND ($2::bigint IS NULL OR op_id > $2::bigint)), '[]')::text"
+      " , coalesce((SELECT sealed FROM audit_heads WHERE job_id = $1), false)"
+      "   OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = $1)"
       " FROM sessions s WHERE s.job_id = $1",
       3, p, PGRES_TUPLES_OK, NULL, err, "rollback rows");
   if (!r) return NULL;
@@ -75,7 +77,8 @@ json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long lo
     return NULL;
   }
   *gone = PQgetvalue(r, 0, 0)[0] == 't';
-  json_t *rows = *gone ? json_array() : json_loads(PQgetvalue(r, 0, 1), 0, NULL);
+  *sealed = PQgetvalue(r, 0, 2)[0] == 't';
+  json_t *rows = *gone || *sealed ? json_array() : json_loads(PQgetvalue(r, 0, 1), 0, NULL);
   PQclear(r);
   if (!rows) jb_fail(err, ENOMEM, "out of memory");
   return rows;

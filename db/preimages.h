@@ -32,9 +32,11 @@ int jb_db_preimages_insert(PGconn *c, const char *job_id, long long op_id, long 
  * itself (restored by an earlier run of it, killed half-way: `done` true) —, newest first (seq
  * descending), as a JSON array (new) of {seq, opId, path, kind, sha256, mode, target,
  * fromPath, afterKind, afterSha256, afterMode, done} (absent fields null). Also whether the
- * session's pre-images are gone (*gone; then no row). NULL with `err` on failure. */
+ * session's pre-images are gone (*gone) and whether its audit chain is sealed or its seal
+ * pending (*sealed: an abort after the rollback was queued; nothing could record a restore);
+ * either way no row. NULL with `err` on failure. */
 json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long long rollback_id,
-                            bool *gone, jb_error *err);
+                            bool *gone, bool *sealed, jb_error *err);
 
 /* Marks row `seq` of `job_id` restored by rollback job `rollback_id` (committed at once: a
  * rollback killed after it does not restore the row again). JB_OK or JB_ERR_FAIL. */

@@ -174,14 +174,18 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   struct run r = {.w = w, .j = j, .force = json_is_true(json_object_get(payload, "force"))};
   r.files = json_array();
   long long used = 0;
-  bool gone = false;
-  json_t *rows = jb_db_rollback_rows(
-      conn.pg, j->job_id, json_is_integer(to) ? json_integer_value(to) : -1, j->id, &gone, &err);
+  bool gone = false, sealed = false;
+  json_t *rows =
+      jb_db_rollback_rows(conn.pg, j->job_id, json_is_integer(to) ? json_integer_value(to) : -1,
+                          j->id, &gone, &sealed, &err);
   jb_db_preimage_bytes(conn.pg, j->job_id, &used, NULL);
   r.room = w->set.preimage_max_bytes - used;
   int rootfd = open(j->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (!rows || gone || rootfd < 0 || !jb_pstore_job_ok(j->job_id)) {
-    const char *why = !rows ? err.msg : gone ? "preimages_gone" : "the workspace cannot be opened";
+  if (!rows || gone || sealed || rootfd < 0 || !jb_pstore_job_ok(j->job_id)) {
+    const char *why = !rows    ? err.msg
+                      : gone   ? "preimages_gone"
+                      : sealed ? "chain_sealed"
+                               : "the workspace cannot be opened";
     slog(w, JB_LOG_WARN, j->job_id, "rollback failed", "error", why, NULL);
     json_t *d =
         json_pack("{s:I, s:O, s:b, s:s, s:s}", "rollbackId", (json_int_t)j->id, "to",

@@ -337,3 +337,26 @@ test('keeping pre-images is bounded in time: past it the op is refused, nothing 
     await client.close();
   }
 });
+
+// An abort after a rollback was queued seals the chain: the worker then restores nothing (no
+// entry could record it) and fails the job chain_sealed.
+test('a rollback that reaches a sealed chain restores nothing', { timeout: 240000 }, async () => {
+  const S = await kit.openSession((d) => writeFileSync(join(d, 's.txt'), 'at open\n'), { mode: 'unsupervised' });
+  const client = await connectClient('socket', kit, S, 'jailbox-rollback-test-sealed');
+  try {
+    const w = await client.callTool({ name: 'write', arguments: { path: 's.txt', content: 'agent\n' } });
+    assert.notEqual(w.isError, true, JSON.stringify(w));
+  } finally {
+    await client.close();
+  }
+  const a = await kit.srv.req('POST', `/v1/jailbox/${S.jobId}/abort`, { token: S.buyerToken });
+  assert.equal(a.status, 200, a.text);
+  await kit.waitFor('sealed', async () => (await kit.srv.db.query(
+    'SELECT sealed FROM audit_heads WHERE job_id = $1', [S.jobId])).rows[0]?.sealed === true, 60000);
+  const r = await rollbackJob(S, { by: 'buyer' }); // as if queued just before the abort
+  assert.equal(r.state, 'failed', JSON.stringify(r));
+  assert.equal(r.error, 'chain_sealed');
+  assert.equal(readFileSync(join(S.dir, 's.txt'), 'utf8'), 'agent\n');
+  const rows = (await kit.srv.db.query('SELECT count(*)::int AS n FROM preimages WHERE job_id = $1 AND rolled_back_by IS NOT NULL', [S.jobId])).rows;
+  assert.equal(rows[0].n, 0);
+});
