@@ -613,6 +613,39 @@ static int move_options(json_t *req, bool *overwrite, json_t **jx, const char **
   return expect_arg(req, "expectDestSha256", xd, e);
 }
 
+/* A move's destination, the name `dlast` of `wd` (`dst` in messages): absent, or — with
+ * `overwrite` and a file moving — a regular file with one link that may be replaced (*replaces
+ * set), bound by `xd` (the content expected there, "" = absent) when given. 0, or -1 with *e
+ * (exists, denied, changed). */
+static int move_dest(const struct walk *wd, const char *dlast, const char *dst, bool overwrite,
+                     bool is_dir, const char *xd, bool *replaces, struct jb_fileop_error *e) {
+  int ddir = fo_walk_dir(wd);
+  struct stat dt;
+  char dhex[65];
+  if (fstatat(ddir, dlast, &dt, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno != ENOENT) return fo_fail_errno(e, errno, dst);
+    if (xd && xd[0])
+      return fo_fail(e, "changed", EAGAIN, "%s is gone since the move was requested: not moved",
+                     dst);
+    return 0;
+  }
+  if (!overwrite)
+    return fo_fail(e, "exists", EEXIST, "%s exists: give overwrite to replace a file", dst);
+  if (S_ISLNK(dt.st_mode) && fo_link_leads_out(wd, dlast)) {
+    fo_fail(e, "denied", ELOOP,
+            "%s is a symlink that leads out of the workspace: a move never replaces a symlink",
+            dst);
+    e->escape = "symlink_escape";
+    return -1;
+  }
+  if (fo_check_regular(&dt, dst, e) < 0) return -1;
+  if (is_dir)
+    return fo_fail(e, "denied", EISDIR, "%s is a file: a directory never replaces it", dst);
+  if (xd && file_bound(ddir, dlast, &dt, xd, dst, "move", dhex, e) < 0) return -1;
+  *replaces = true;
+  return 0;
+}
+
 json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   const char *src = fo_arg_path(req, NULL, e);
   if (!src) return NULL;
@@ -634,8 +667,8 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   }
   json_t *o = NULL;
   int sdir = fo_walk_dir(&ws), ddir = fo_walk_dir(&wd);
-  struct stat st, dt;
-  char hex[65] = "", dhex[65];
+  struct stat st;
+  char hex[65] = "";
   if (check_same_fs(sdir, src, e) < 0 || check_same_fs(ddir, dst, e) < 0 ||
       check_subject(&ws, slast, src, true, &st, e) < 0)
     goto out;
@@ -647,32 +680,7 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
     goto out;
   }
   bool replaces = false;
-  if (fstatat(ddir, dlast, &dt, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (!overwrite) {
-      fo_fail(e, "exists", EEXIST, "%s exists: give overwrite to replace a file", dst);
-      goto out;
-    }
-    if (S_ISLNK(dt.st_mode) && fo_link_leads_out(&wd, dlast)) {
-      fo_fail(e, "denied", ELOOP,
-              "%s is a symlink that leads out of the workspace: a move never replaces a symlink",
-              dst);
-      e->escape = "symlink_escape";
-      goto out;
-    }
-    if (fo_check_regular(&dt, dst, e) < 0) goto out;
-    if (is_dir) {
-      fo_fail(e, "denied", EISDIR, "%s is a file: a directory never replaces it", dst);
-      goto out;
-    }
-    if (xd && file_bound(ddir, dlast, &dt, xd, dst, "move", dhex, e) < 0) goto out;
-    replaces = true;
-  } else if (errno != ENOENT) {
-    fo_fail_errno(e, errno, dst);
-    goto out;
-  } else if (xd && xd[0]) {
-    fo_fail(e, "changed", EAGAIN, "%s is gone since the move was requested: not moved", dst);
-    goto out;
-  }
+  if (move_dest(&wd, dlast, dst, overwrite, is_dir, xd, &replaces, e) < 0) goto out;
   if (jx && !is_dir && strcmp(json_string_value(jx), "file")) {
     fo_fail(e, "changed", EAGAIN, "%s is a file now, not the directory it was: not moved", src);
     goto out;
