@@ -438,6 +438,56 @@ json_t *fo_tree_names(const struct walk *w, const char *last, const char *canon,
   return o;
 }
 
+/* A bound op's `key` of `req` (a hex SHA-256, "" for nothing there) into *out (NULL when
+ * absent): 0, or -1 with *e for one that is not a string. */
+static int expect_arg(json_t *req, const char *key, const char **out, struct jb_fileop_error *e) {
+  json_t *j = json_object_get(req, key);
+  if (j && !json_is_string(j))
+    return fo_fail(e, "bad_request", EINVAL, "'%s' must be a string", key);
+  *out = json_string_value(j);
+  return 0;
+}
+
+/* The hex SHA-256 (into hex; "" when not known) of the regular file `name` of `dir`, the one
+ * *st describes, read from a descriptor of that very file. Without `expect` best effort: 0.
+ * With `expect` (a hex SHA-256; "" = nothing there) the file must hold that: its type, link
+ * count and identity checked again on the descriptor and, after the read, the name still
+ * leading to it; 0, or -1 with *e (`changed` when it is not so: nothing is done). */
+static int file_bound(int dir, const char *name, const struct stat *st, const char *expect,
+                      const char *path, const char *op, char hex[65], struct jb_fileop_error *e) {
+  hex[0] = '\0';
+  if (!S_ISREG(st->st_mode))
+    return expect ? fo_fail(e, "changed", EAGAIN,
+                            "%s is not the file it was when the %s was"
+                            " requested: nothing was done",
+                            path, op)
+                  : 0;
+  int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return expect ? fo_fail_errno(e, errno, path) : 0;
+  struct stat ft, nt;
+  bool same = fstat(fd, &ft) == 0 && ft.st_ino == st->st_ino && ft.st_dev == st->st_dev;
+  int rc = 0;
+  if (expect && same && fo_check_regular(&ft, path, e) < 0) {
+    rc = -1;
+  } else if (!same || fo_hash_fd(fd, hex, NULL, NULL) < 0) {
+    int en = same ? errno : EAGAIN;
+    hex[0] = '\0';
+    if (expect && en == EFBIG)
+      rc = fo_fail(e, "too_large", EFBIG, "%s is over %lld bytes: its content cannot be checked",
+                   path, HASH_MAX);
+    else if (expect && en != EAGAIN)
+      rc = fo_fail_errno(e, en, path);
+  }
+  /* the content expected, and the name still leading to the file read */
+  if (expect && rc == 0 &&
+      (!hex[0] || strcmp(hex, expect) || fstatat(dir, name, &nt, AT_SYMLINK_NOFOLLOW) < 0 ||
+       nt.st_ino != st->st_ino || nt.st_dev != st->st_dev))
+    rc = fo_fail(e, "changed", EAGAIN, "%s changed since the %s was requested: nothing was done",
+                 path, op);
+  close(fd);
+  return rc;
+}
+
 json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e) {
   json_t *jp = json_object_get(req, "path");
   if (json_is_string(jp) && strcmp(json_string_value(jp), ".") == 0) {
@@ -451,13 +501,17 @@ json_t *fo_op_delete(json_t *req, struct jb_fileop_error *e) {
     fo_fail(e, "bad_request", EINVAL, "'recursive' must be a boolean");
     return NULL;
   }
+  const char *expect = NULL; /* the file's content as the delete was requested */
+  if (expect_arg(req, "expectSha256", &expect, e) < 0) return NULL;
   struct walk w;
   char last[JB_PATH_NAME_MAX + 1];
   char canon[JB_PATH_MAX + 1];
   if (fo_resolve_allowed(path, false, false, &w, last, canon, e) < 0) return NULL;
   struct stat st;
+  char hex[65];
   if (check_same_fs(fo_walk_dir(&w), path, e) < 0 ||
-      check_subject(&w, last, path, false, &st, e) < 0) {
+      check_subject(&w, last, path, false, &st, e) < 0 ||
+      (expect && file_bound(fo_walk_dir(&w), last, &st, expect, path, "delete", hex, e) < 0)) {
     fo_walk_close(&w);
     return NULL;
   }
@@ -543,9 +597,11 @@ static int rename_noreplace(int sdir, const char *sname, int ddir, const char *d
   return renameat(sdir, sname, ddir, dname);
 }
 
-/* A move's "overwrite" (boolean) and "expectTree" (string) of `req`, when given: 0, or -1
- * with *e for one of another type. */
-static int move_options(json_t *req, bool *overwrite, json_t **jx, struct jb_fileop_error *e) {
+/* A move's "overwrite" (boolean), "expectTree", "expectSha256" (the source's) and
+ * "expectDestSha256" (strings) of `req`, when given: 0, or -1 with *e for one of another
+ * type. */
+static int move_options(json_t *req, bool *overwrite, json_t **jx, const char **xs, const char **xd,
+                        struct jb_fileop_error *e) {
   json_t *jo = json_object_get(req, "overwrite");
   if (jo && !json_is_boolean(jo))
     return fo_fail(e, "bad_request", EINVAL, "'overwrite' must be a boolean");
@@ -553,6 +609,40 @@ static int move_options(json_t *req, bool *overwrite, json_t **jx, struct jb_fil
   *jx = json_object_get(req, "expectTree");
   if (*jx && !json_is_string(*jx))
     return fo_fail(e, "bad_request", EINVAL, "'expectTree' must be a string");
+  if (expect_arg(req, "expectSha256", xs, e) < 0) return -1;
+  return expect_arg(req, "expectDestSha256", xd, e);
+}
+
+/* A move's destination, the name `dlast` of `wd` (`dst` in messages): absent, or — with
+ * `overwrite` and a file moving — a regular file with one link that may be replaced (*replaces
+ * set), bound by `xd` (the content expected there, "" = absent) when given. 0, or -1 with *e
+ * (exists, denied, changed). */
+static int move_dest(const struct walk *wd, const char *dlast, const char *dst, bool overwrite,
+                     bool is_dir, const char *xd, bool *replaces, struct jb_fileop_error *e) {
+  int ddir = fo_walk_dir(wd);
+  struct stat dt;
+  char dhex[65];
+  if (fstatat(ddir, dlast, &dt, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno != ENOENT) return fo_fail_errno(e, errno, dst);
+    if (xd && xd[0])
+      return fo_fail(e, "changed", EAGAIN, "%s is gone since the move was requested: not moved",
+                     dst);
+    return 0;
+  }
+  if (!overwrite)
+    return fo_fail(e, "exists", EEXIST, "%s exists: give overwrite to replace a file", dst);
+  if (S_ISLNK(dt.st_mode) && fo_link_leads_out(wd, dlast)) {
+    fo_fail(e, "denied", ELOOP,
+            "%s is a symlink that leads out of the workspace: a move never replaces a symlink",
+            dst);
+    e->escape = "symlink_escape";
+    return -1;
+  }
+  if (fo_check_regular(&dt, dst, e) < 0) return -1;
+  if (is_dir)
+    return fo_fail(e, "denied", EISDIR, "%s is a file: a directory never replaces it", dst);
+  if (xd && file_bound(ddir, dlast, &dt, xd, dst, "move", dhex, e) < 0) return -1;
+  *replaces = true;
   return 0;
 }
 
@@ -563,7 +653,8 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   if (!dst) return NULL;
   bool overwrite = false;
   json_t *jx = NULL;
-  if (move_options(req, &overwrite, &jx, e) < 0) return NULL;
+  const char *xs = NULL, *xd = NULL; /* the source's and the destination's content expected */
+  if (move_options(req, &overwrite, &jx, &xs, &xd, e) < 0) return NULL;
   struct walk ws, wd;
   char slast[JB_PATH_NAME_MAX + 1], dlast[JB_PATH_NAME_MAX + 1];
   char scanon[JB_PATH_MAX + 1], dcanon[JB_PATH_MAX + 1];
@@ -576,7 +667,8 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
   }
   json_t *o = NULL;
   int sdir = fo_walk_dir(&ws), ddir = fo_walk_dir(&wd);
-  struct stat st, dt;
+  struct stat st;
+  char hex[65] = "";
   if (check_same_fs(sdir, src, e) < 0 || check_same_fs(ddir, dst, e) < 0 ||
       check_subject(&ws, slast, src, true, &st, e) < 0)
     goto out;
@@ -588,28 +680,7 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
     goto out;
   }
   bool replaces = false;
-  if (fstatat(ddir, dlast, &dt, AT_SYMLINK_NOFOLLOW) == 0) {
-    if (!overwrite) {
-      fo_fail(e, "exists", EEXIST, "%s exists: give overwrite to replace a file", dst);
-      goto out;
-    }
-    if (S_ISLNK(dt.st_mode) && fo_link_leads_out(&wd, dlast)) {
-      fo_fail(e, "denied", ELOOP,
-              "%s is a symlink that leads out of the workspace: a move never replaces a symlink",
-              dst);
-      e->escape = "symlink_escape";
-      goto out;
-    }
-    if (fo_check_regular(&dt, dst, e) < 0) goto out;
-    if (is_dir) {
-      fo_fail(e, "denied", EISDIR, "%s is a file: a directory never replaces it", dst);
-      goto out;
-    }
-    replaces = true;
-  } else if (errno != ENOENT) {
-    fo_fail_errno(e, errno, dst);
-    goto out;
-  }
+  if (move_dest(&wd, dlast, dst, overwrite, is_dir, xd, &replaces, e) < 0) goto out;
   if (jx && !is_dir && strcmp(json_string_value(jx), "file")) {
     fo_fail(e, "changed", EAGAIN, "%s is a file now, not the directory it was: not moved", src);
     goto out;
@@ -626,30 +697,25 @@ json_t *fo_op_move(json_t *req, struct jb_fileop_error *e) {
                      .names = jx ? &nm : NULL,
                      .e = e};
     if (tree_of(&ws, slast, scanon, &st, &t) < 0) goto out;
-    char hex[65];
-    names_digest(&nm, hex);
-    if (jx && strcmp(json_string_value(jx), hex)) {
+    char nhex[65];
+    names_digest(&nm, nhex);
+    if (jx && strcmp(json_string_value(jx), nhex)) {
       fo_fail(e, "changed", EAGAIN,
               "%s holds other entries than when its move was checked: not moved", src);
       goto out;
     }
   }
-  /* the hash of the file that moves, for the session's change summary (from the descriptor
-   * of the very file checked above) */
-  char hex[65] = "";
-  if (!is_dir) {
-    int fd = openat(sdir, slast, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    struct stat ft;
-    if (fd >= 0 && (fstat(fd, &ft) < 0 || ft.st_ino != st.st_ino || ft.st_dev != st.st_dev ||
-                    fo_hash_fd(fd, hex, NULL, NULL) < 0))
-      hex[0] = '\0';
-    if (fd >= 0) close(fd);
-  }
-  int rc = overwrite ? renameat(sdir, slast, ddir, dlast)
-                     : rename_noreplace(sdir, slast, ddir, dlast, is_dir);
+  /* the hash of the file that moves, for the session's change summary, and with expectSha256
+   * its check (from the descriptor of the very file checked above) */
+  if (file_bound(sdir, slast, &st, xs, src, "move", hex, e) < 0) goto out;
+  /* a destination bound to be absent is never replaced, overwrite or not */
+  int rc = overwrite && !(xd && !xd[0]) ? renameat(sdir, slast, ddir, dlast)
+                                        : rename_noreplace(sdir, slast, ddir, dlast, is_dir);
   if (rc < 0) {
     int en = errno;
-    if (en == EEXIST || en == ENOTEMPTY)
+    if ((en == EEXIST || en == ENOTEMPTY) && overwrite)
+      fo_fail(e, "changed", en, "%s was made since the move was requested: not moved", dst);
+    else if (en == EEXIST || en == ENOTEMPTY)
       fo_fail(e, "exists", en, "%s exists: give overwrite to replace a file", dst);
     else if (en == EXDEV)
       fo_fail(e, "denied", en, "%s and %s are on different file systems", src, dst);

@@ -139,8 +139,17 @@ static void take_tree(struct taking *t, const char *path, int depth) {
     row_add(t, path, &it, jb_pstore_kind_name(it.kind));
 }
 
+/* Sets `key` to `v` among the members bound on the shim's request, unless the op's `args`
+ * name it (the agent's is checked then). */
+static void bind_set(struct taking *t, json_t *args, const char *key, const char *v) {
+  if (json_object_get(args, key)) return;
+  if (!t->pre->bind) t->pre->bind = json_object();
+  if (t->pre->bind) json_object_set_new(t->pre->bind, key, json_string(v));
+}
+
 /* move: the source (a file's content, or a directory's rename row at the destination) and
- * the destination (absent, or the file it replaces). */
+ * the destination (absent, or the file it replaces); a file's move bound by its kind and
+ * hash, and the destination's (the hash kept, "" when absent). */
 static void take_move(struct taking *t, const char *src, json_t *args) {
   const char *dst = json_string_value(json_object_get(args, "destination"));
   take_folders(t, json_object_get(args, "createParents"));
@@ -153,12 +162,22 @@ static void take_move(struct taking *t, const char *src, json_t *args) {
   }
   if (s.kind != JB_PSTORE_FILE) return; /* the shim moves files and folders only */
   row_add(t, src, &s, "file");
-  json_t *bind = json_pack("{s:s}", "expectTree", "file");
-  if (bind && !json_object_get(args, "expectTree"))
-    t->pre->bind = bind;
-  else
-    json_decref(bind);
-  if (take(t, dst, &d) == 0) row_add(t, dst, &d, jb_pstore_kind_name(d.kind));
+  bind_set(t, args, "expectTree", "file");
+  bind_set(t, args, "expectSha256", s.sha256);
+  if (take(t, dst, &d) < 0) return;
+  row_add(t, dst, &d, jb_pstore_kind_name(d.kind));
+  if (d.kind == JB_PSTORE_FILE || d.kind == JB_PSTORE_ABSENT)
+    bind_set(t, args, "expectDestSha256", d.kind == JB_PSTORE_FILE ? d.sha256 : "");
+}
+
+/* delete: the tree at `path` (take_tree); a regular file's delete bound by the hash kept. */
+static void take_delete(struct taking *t, const char *path, json_t *args) {
+  size_t n = json_array_size(t->pre->rows);
+  take_tree(t, path, 0);
+  json_t *r = json_array_get(t->pre->rows, n); /* a file's one row */
+  if (json_array_size(t->pre->rows) == n + 1 &&
+      !strcmp(json_string_value(json_object_get(r, "kind")) ?: "", "file"))
+    bind_set(t, args, "expectSha256", json_string_value(json_object_get(r, "sha256")) ?: "");
 }
 
 /* write, edit: the folders createParents makes, then the target, bound by its hash. */
@@ -219,7 +238,7 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
   if (tool == JB_TOOL_WRITE || tool == JB_TOOL_EDIT) take_write(&t, path, args);
   if (tool == JB_TOOL_MKDIR) take_mkdir(&t, path);
   if (tool == JB_TOOL_MOVE) take_move(&t, path, args);
-  if (tool == JB_TOOL_DELETE) take_tree(&t, path, 0);
+  if (tool == JB_TOOL_DELETE) take_delete(&t, path, args);
   close(t.rootfd);
   char msg[700];
   if (t.err.msg[0] || t.room < 0) {

@@ -25,7 +25,8 @@ struct jb_op_preimages {
   json_t *rows; /* new: [{path, kind, sha256?, mode?, target?, fromPath?, bytes}] in the order
                    they are inserted (a rollback restores them newest first) */
   long long bytes; /* bytes their blobs added to the store */
-  json_t *bind; /* new or NULL: members set on the shim's request (expectSha256, expectTree) */
+  json_t *bind; /* new or NULL: members set on the shim's request (expectSha256, expectTree,
+                   expectDestSha256) */
   json_t *refusal; /* new or NULL: {ok:false, error:{code, message}} — the op is not run */
   char job[129];
 };
@@ -42,8 +43,9 @@ void preimage_op_take(struct jb_worker *w, PGconn *c, const char *job, const str
                       enum jb_tool tool, json_t *args, struct jb_op_preimages *pre);
 
 /* Sets on the shim's request `req` the checks that bind the pre-image to what the shim
- * replaces: expectSha256 (write, edit: the hash kept, "" when the path was absent) unless the
- * op named one, expectTree "file" for a file's move. */
+ * replaces, each unless the op named it: expectSha256 (write, edit: the hash kept, "" when the
+ * path was absent; a file's delete and a file's move: its hash), expectTree "file" and
+ * expectDestSha256 (the hash kept of the file it replaces, "" when absent) for a file's move. */
 void preimage_op_bind(const struct jb_op_preimages *pre, json_t *req);
 
 /* At the op's settle, in its transaction on `c`: what the op left at each path is read again

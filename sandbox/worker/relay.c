@@ -318,10 +318,11 @@ static json_t *op_run(struct jb_worker *w, const char *job, const struct jb_op_c
   if (tool != JB_TOOL_READ_MANY)
     json_object_set_new(req, "path", json_string(op->path[0] ? op->path : "."));
   static const char *const pass[] = {
-      "offset",       "length",      "lineOffset", "lineLimit",  "head",          "tail",
-      "paths",        "recursive",   "depth",      "content",    "encoding",      "exclude",
-      "expectSha256", "withContent", "hash",       "pattern",    "glob",          "maxMatches",
-      "destination",  "overwrite",   "tree",       "expectTree", "createParents", NULL};
+      "offset",   "length",     "lineOffset",       "lineLimit",     "head",
+      "tail",     "paths",      "recursive",        "depth",         "content",
+      "encoding", "exclude",    "expectSha256",     "withContent",   "hash",
+      "pattern",  "glob",       "maxMatches",       "destination",   "overwrite",
+      "tree",     "expectTree", "expectDestSha256", "createParents", NULL};
   for (size_t i = 0; pass[i]; i++)
     if (json_object_get(args, pass[i]))
       json_object_set(req, pass[i], json_object_get(args, pass[i]));

@@ -691,6 +691,68 @@ static void move_bound_to_tree(void **state) {
   json_decref(r);
 }
 
+#define SHA_A "559aead08264d5795d3909718cdd05abd49572e84fe55590eef31a88a08fdffd"
+#define SHA_B "df7e70e5021544f4834bbee64a9e3789febc4be81470df629cad6ddb03320a5c"
+
+/* delete and move bound to the content the worker kept: expectSha256 (the file deleted, the
+ * source moved) and expectDestSha256 (the file a move replaces; "" = none there). Not that
+ * content: `changed`, nothing removed or moved. */
+static void delete_move_bound_to_content(void **state) {
+  put("f", "A");
+  refused("{\"op\":\"delete\",\"path\":\"f\",\"expectSha256\":\"" SHA_B "\"}", "changed", NULL);
+  refused("{\"op\":\"delete\",\"path\":\"f\",\"expectSha256\":\"\"}", "changed", NULL);
+  refused("{\"op\":\"delete\",\"path\":\"f\",\"expectSha256\":1}", "bad_request", NULL);
+  assert_string_equal(slurp("f"), "A");
+  json_t *r = run("{\"op\":\"delete\",\"path\":\"f\",\"expectSha256\":\"" SHA_A "\"}");
+  assert_int_equal(int_of(r, "deleted", NULL), 1);
+  json_decref(r);
+  assert_false(there("f"));
+  /* a directory or a symlink is not the file a hash names */
+  dir("d");
+  refused("{\"op\":\"delete\",\"path\":\"d\",\"expectSha256\":\"" SHA_A "\"}", "changed", NULL);
+  assert_true(there("d"));
+  /* move: the source */
+  put("a", "A");
+  put("b", "B");
+  refused("{\"op\":\"move\",\"path\":\"a\",\"destination\":\"c\",\"expectSha256\":\"" SHA_B "\"}",
+          "changed", NULL);
+  assert_string_equal(slurp("a"), "A");
+  assert_false(there("c"));
+  /* the destination overwrite replaces: another file, or one where none was expected */
+  refused(
+      "{\"op\":\"move\",\"path\":\"a\",\"destination\":\"b\",\"overwrite\":true,"
+      "\"expectSha256\":\"" SHA_A "\",\"expectDestSha256\":\"" SHA_A "\"}",
+      "changed", NULL);
+  refused(
+      "{\"op\":\"move\",\"path\":\"a\",\"destination\":\"b\",\"overwrite\":true,"
+      "\"expectDestSha256\":\"\"}",
+      "changed", NULL);
+  assert_string_equal(slurp("a"), "A");
+  assert_string_equal(slurp("b"), "B");
+  /* a destination expected but gone */
+  refused(
+      "{\"op\":\"move\",\"path\":\"a\",\"destination\":\"c\",\"overwrite\":true,"
+      "\"expectDestSha256\":\"" SHA_B "\"}",
+      "changed", NULL);
+  assert_true(there("a") && !there("c"));
+  /* as expected: moved, the destination replaced */
+  r =
+      run("{\"op\":\"move\",\"path\":\"a\",\"destination\":\"b\",\"overwrite\":true,"
+          "\"expectSha256\":\"" SHA_A "\",\"expectDestSha256\":\"" SHA_B "\"}");
+  assert_true(json_is_true(json_object_get(r, "replaced")));
+  assert_string_equal(str_of(r, "sha256"), SHA_A);
+  json_decref(r);
+  assert_false(there("a"));
+  assert_string_equal(slurp("b"), "A");
+  /* a destination bound absent: moved where none is */
+  r =
+      run("{\"op\":\"move\",\"path\":\"b\",\"destination\":\"c\",\"overwrite\":true,"
+          "\"expectDestSha256\":\"\"}");
+  assert_false(json_is_true(json_object_get(r, "replaced")));
+  json_decref(r);
+  assert_string_equal(slurp("c"), "A");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(read_lines, setup, teardown),
@@ -706,6 +768,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(search_slow_lines_deadline, setup, teardown),
       cmocka_unit_test_setup_teardown(walk_depth_truncated, setup, teardown),
       cmocka_unit_test_setup_teardown(move_bound_to_tree, setup, teardown),
+      cmocka_unit_test_setup_teardown(delete_move_bound_to_content, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
