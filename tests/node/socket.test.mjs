@@ -737,7 +737,7 @@ test('slow consumer: a socket that does not read is dropped when its send queue 
 
 test('a WebSocket port in use stops jailboxd at start with a clear error', async () => {
   await assert.rejects(startServer({ JAILBOX_WS_LISTEN: wsAddr }), (e) => {
-    assert.match(e.message, /exited 1/);
+    assert.match(e.message, /exited with code 1 before listening/);
     assert.match(e.message, /cannot listen on 127\.0\.0\.1:\d+/);
     return true;
   });
