@@ -96,14 +96,16 @@ test('"**" in an exclusion stands for any number of directories, none included',
 });
 
 // Fault: an unsupervised write over a file too large for the shim to hash (256 MiB) went
-// ahead and was kept in the change summary with sha256Before null — "a new file".
+// ahead and was kept in the change summary with sha256Before null — "a new file". Its
+// pre-image (300 MiB, over the session's JAILBOX_PREIMAGE_MAX_BYTES) is now refused first:
+// preimage_budget, before the shim is asked; either way nothing is replaced.
 test('a write never replaces a file whose SHA-256 the change summary cannot record', { timeout: 240000 }, async () => {
   const S = await K.openSession((d) => {
     execFileSync('truncate', ['-s', String(300 * 1024 * 1024), join(d, 'huge.bin')]);
     writeFileSync(join(d, 'small.txt'), 'before\n');
   }, { mode: 'unsupervised' });
   const agent = await K.connect(S.agentToken);
-  await K.refused(agent, 'write', { path: 'huge.bin', content: 'tiny\n' }, 'too_large');
+  await K.refused(agent, 'write', { path: 'huge.bin', content: 'tiny\n' }, 'preimage_budget');
   assert.equal(statSync(join(S.dir, 'huge.bin')).size, 300 * 1024 * 1024);
   await K.ok(agent, 'write', { path: 'small.txt', content: 'after\n' });
   await K.ok(agent, 'write', { path: 'new.txt', content: 'new\n' });
