@@ -1,6 +1,6 @@
 // fairness.test.mjs — one session's commands do not slow another session's file ops: with four
 // long commands (`sleep 120`) running in four sessions, a fifth session's writes keep the
-// latency they have on an idle worker (p99 within 2× of the idle p99 — the larger of the
+// latency they have on an idle worker (p95 within 2× of the idle p95 — the larger of the
 // rounds before and after, in the same run —; a floor of 50 ms over it absorbs this host's
 // scheduling noise, while a write that waited behind the commands would take minutes); the
 // worker's place for commands is bounded (JAILBOX_WORKER_MAX_COMMANDS) and a session that finds every place taken waits its turn; a
@@ -37,7 +37,12 @@ after(async () => {
 
 function join2(d, f) { return d + '/' + f; }
 
-const p99 = (v) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(s.length * 0.99) - 1)]; };
+// the q-quantile of `v` (nearest rank). Of 40 writes a "p99" is the slowest one, which a single
+// stall of a loaded 2-core host decides; the comparison uses p95 (the third slowest), and the
+// slowest is printed beside it.
+const quantile = (v, q) => { const s = [...v].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.ceil(s.length * q) - 1)]; };
+const p95 = (v) => quantile(v, 0.95);
+const slowest = (v) => Math.max(...v);
 
 async function writes(agent, n, tag) {
   const t = [];
@@ -91,7 +96,7 @@ test('four long commands in four sessions; a fifth session writes as on an idle 
   for (const i of [1, 2, 3]) assert.equal(toolFailure(await calls[i]).data.reason, 'killed');
   // the idle worker again, so that a slow moment of the host counts on both sides
   const idle2 = await writes(S[4].agent, 40, 'idle2');
-  const [pi, pb] = [Math.max(p99(idle), p99(idle2)), p99(busy)];
-  console.log(`# writes of a fifth session: idle p99 ${p99(idle).toFixed(1)} / ${p99(idle2).toFixed(1)} ms (before / after), with four commands running p99 ${pb.toFixed(1)} ms (${(pb / pi).toFixed(2)}×)`);
-  assert.ok(pb <= Math.max(2 * pi, pi + 50), `p99 ${pb.toFixed(1)} ms against ${pi.toFixed(1)} ms idle`);
+  const [pi, pb] = [Math.max(p95(idle), p95(idle2)), p95(busy)];
+  console.log(`# writes of a fifth session: idle p95 ${p95(idle).toFixed(1)} / ${p95(idle2).toFixed(1)} ms (before / after), with four commands running p95 ${pb.toFixed(1)} ms (${(pb / pi).toFixed(2)}×); slowest idle ${slowest(idle).toFixed(1)} / ${slowest(idle2).toFixed(1)}, busy ${slowest(busy).toFixed(1)} ms`);
+  assert.ok(pb <= Math.max(2 * pi, pi + 50), `p95 ${pb.toFixed(1)} ms against ${pi.toFixed(1)} ms idle`);
 });
