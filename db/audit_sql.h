@@ -10,6 +10,14 @@
 
 #include "lib/err.h"
 
+/* SQL (a boolean expression) of whether the audit chain of the session whose job id is the
+ * SQL expression `J` takes no more entries: sealed (audit_heads.sealed), or its seal pending
+ * (seals_pending: an escape's abort, sealed once its container is gone). */
+#define JB_SQL_CHAIN_CLOSED(J)                                   \
+  " (coalesce((SELECT sealed FROM audit_heads WHERE job_id = " J \
+  "), false)"                                                    \
+  "  OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = " J "))"
+
 /* Runs the static SQL `sql` as a prepared statement of the connection (db.h jb_db_prepared)
  * with `n` parameters `vals`; `fmts` marks binary ones (bytea, 1) with their byte lengths in
  * `lens` (both may be NULL when all are text). Returns the result (the caller PQclears it)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/audit_sql.h"
 #include "db/audit_store.h"
 #include "db/db.h"
 
@@ -66,9 +67,7 @@ json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long lo
       "  FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
       "   AND (rolled_back_by IS NULL OR rolled_back_by = $3::bigint)"
       "   AND ($2::bigint IS NULL OR op_id > $2::bigint)), '[]')::text"
-      " , coalesce((SELECT sealed FROM audit_heads WHERE job_id = $1), false)"
-      "   OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = $1)"
-      " FROM sessions s WHERE s.job_id = $1",
+      " ," JB_SQL_CHAIN_CLOSED("$1") " FROM sessions s WHERE s.job_id = $1",
       3, p, PGRES_TUPLES_OK, NULL, err, "rollback rows");
   if (!r) return NULL;
   if (PQntuples(r) != 1) {

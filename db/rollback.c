@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/audit_sql.h"
 #include "db/db.h"
 
 void jb_rollback_facts_free(struct jb_rollback_facts *f) {
@@ -40,10 +41,8 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                        \
   "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
   " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \
-  "   AND rolled_back_by IS NULL AND op_id > $2::bigint),"                                        \
-  " coalesce((SELECT sealed FROM audit_heads WHERE job_id = s.job_id), false)"                    \
-  "   OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = s.job_id)"                            \
-  " FROM sessions s WHERE s.job_id = $1"
+  "   AND rolled_back_by IS NULL AND op_id > $2::bigint)," JB_SQL_CHAIN_CLOSED(                   \
+      "s.job_id") " FROM sessions s WHERE s.job_id = $1"
 
 static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err) {
   if (PQntuples(r) != 1) {
