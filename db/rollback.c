@@ -40,8 +40,9 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   "       'unavailable'))))"                                                                      \
   "   AND NOT EXISTS (SELECT 1 FROM preimages p WHERE p.job_id = o.job_id"                        \
   "     AND p.op_id = o.op_id)), '[]')::text,"                                                    \
+  " CASE WHEN s.preimages_gone_at IS NOT NULL OR s.state = 'accepted' THEN 0 ELSE"                \
   " (SELECT count(DISTINCT op_id) FROM preimages WHERE job_id = s.job_id"                         \
-  "   AND rolled_back_by IS NULL AND op_id > $2::bigint)," JB_SQL_CHAIN_CLOSED(                   \
+  "   AND rolled_back_by IS NULL AND op_id > $2::bigint) END," JB_SQL_CHAIN_CLOSED(               \
       "s.job_id") " FROM sessions s WHERE s.job_id = $1"
 
 static int read_facts(PGresult *r, struct jb_rollback_facts *out, jb_error *err) {

@@ -235,6 +235,16 @@ static void states(void **state) {
   sql("UPDATE sessions SET preimages_gone_at = now() WHERE job_id = $1", "rb-gone", NULL, NULL,
       NULL, 0);
   refused("rb-gone", "{\"dryRun\":true}", 410, "preimages_gone");
+  /* its rows stay, but with the blobs gone a rollback would undo nothing */
+  preimage("rb-gone", op("rb-gone", "write", "g.txt", "done", "{}"), "g.txt", 'c');
+  jb_error err = {0};
+  PGconn *c = jb_db_acquire(app.db, &err);
+  jb_rollback_changes(c, "rb-gone", &r);
+  jb_db_release(app.db, c);
+  json_t *rb = json_object_get(r.body, "rollback");
+  assert_string_equal(json_string_value(json_object_get(rb, "why")), "preimages_gone");
+  assert_int_equal(json_integer_value(json_object_get(rb, "wouldUndo")), 0);
+  jb_reply_release(&r);
   /* a sealed chain, or a seal pending (an escape's abort), could not record the rollback */
   session("rb-sealed", "aborted");
   sql("UPDATE audit_heads SET sealed = true WHERE job_id = $1", "rb-sealed", NULL, NULL, NULL, 0);
