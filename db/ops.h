@@ -43,7 +43,7 @@ int jb_db_op_create(PGconn *c, const char *job_id, const char *tool, const char 
  * for the change and reads what the change left) and stores nothing when the version is
  * another: JB_ERR_CONFLICT with `state` "" and *rules_stale (nullable) true — decide again on
  * the rules as they are. -1: no check, no lock. `diff_json` (nullable): a pending op's diff
- * preview (JSON text, api/core/diff.h; `diff` in GET …/ops, migration 010), stored by the
+ * preview (JSON text, lib/diff.h; `diff` in GET …/ops, migration 010), stored by the
  * same insert so that the op is never seen pending without it. */
 int jb_db_op_create_decided(PGconn *c, const char *job_id, const char *tool, const char *path,
                             const char *args_json, bool pending, const char *expect_json,

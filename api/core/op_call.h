@@ -115,7 +115,7 @@ struct op_call {
   bool pending; /* a write of a supervised session: waits for the buyer */
   json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
   json_t *current2; /* owned: a supervised move's destination as it is now (its stat) */
-  json_t *diff; /* owned: its diff preview (api/core/diff.h) */
+  json_t *diff; /* owned: its diff preview (lib/diff.h) */
   char *describe; /* owned: what a supervised mkdir, move or delete will do, for the buyer */
   size_t replaced; /* an edit's replacements */
   char before_hex[65]; /* an edit's file as read: its SHA-256 */

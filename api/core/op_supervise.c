@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/core/diff.h"
+#include "lib/diff.h"
 #include "api/core/edit.h"
 #include "api/core/escape.h"
 #include "db/events.h"
@@ -92,7 +92,7 @@ static enum op_step check_target(struct op_call *call) {
 }
 
 /* The diff (new) of replacing `current` (a stat op's result with the file's content) by
- * `data`, at most `max` bytes of diff text (api/core/diff.h); JSON null with *why (static)
+ * `data`, at most `max` bytes of diff text (lib/diff.h); JSON null with *why (static)
  * when there is none: the content did not come with the stat (over 1 MiB, or not a regular
  * file), either side is not UTF-8 text, the content read disagrees with its hash, or libgit2
  * failed. */

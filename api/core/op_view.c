@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/core/diff.h"
+#include "lib/diff.h"
 #include "db/events.h"
 #include "db/ops.h"
 #include "lib/log.h"

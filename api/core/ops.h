@@ -124,7 +124,7 @@ struct jb_op_diff_fail {
  * is now — read through the worker that holds the session as the diff preview reads it (a
  * stat op with content, stored and run as any op: it is in the ops list and the audit chain)
  * — against the proposed content kept in the op's arguments, at most `max` bytes of diff
- * text (api/core/diff.h jb_diff_preview; truncated when cut). Blocks until the stat has run
+ * text (lib/diff.h jb_diff_preview; truncated when cut). Blocks until the stat has run
  * (OP_RUN_TIMEOUT_MS at most while the session stays active).
  * Returns new {opId, tool, path, diff, exists, currentSha256 (absent for no file),
  * changed (the file is no longer the one the op is bound to: it would be refused if

@@ -1,5 +1,5 @@
 /* scan_bench.c — what a write costs in jailboxd's content scanner (lib/scan.c, the rules of
- * deploy/scan-rules as built in) and diff preview (api/core/diff.c), run on demand (not by CTest):
+ * deploy/scan-rules as built in) and diff preview (lib/diff.c), run on demand (not by CTest):
  *
  *   build/scan_bench [REPS]
  *
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/core/diff.h"
+#include "lib/diff.h"
 #include "lib/scan.h"
 
 #define SIZE (1024 * 1024)

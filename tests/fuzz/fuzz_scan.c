@@ -1,7 +1,7 @@
 /* fuzz_scan.c — libFuzzer harness for what a write's untrusted bytes go through in jailboxd:
  * the content scanner with the default rules (api/core/scan.c, deploy/scan-rules), the landing
  * check of the path (lib/scan.h jb_scan_landing, Unicode folds included) and the diff
- * preview (api/core/diff.c). The input's first line is the path, the rest the content; the content
+ * preview (lib/diff.c). The input's first line is the path, the rest the content; the content
  * is also split in two halves, diffed against each other. Any crash, leak, sanitizer report,
  * a finding that names no rule, a verdict that changes between two runs or a preview longer
  * than its limit is a bug. */
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/core/diff.h"
+#include "lib/diff.h"
 #include "lib/scan.h"
 
 static struct jb_scan_rules *rules;

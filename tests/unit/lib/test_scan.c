@@ -1,6 +1,6 @@
 /* test_scan.c — the content scanner (api/core/scan.c): the rules-file parser (a good file, each
  * kind of bad line) and, for every rule of deploy/scan-rules, flagged and clean samples; a
- * rule without both fails the test. Also the match limit and the diff preview (api/core/diff.c). */
+ * rule without both fails the test. Also the match limit and the diff preview (lib/diff.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api/core/diff.h"
+#include "lib/diff.h"
 #include "lib/scan.h"
 
 /* ---------- the parser ---------- */

@@ -1,6 +1,6 @@
 /* diff.c — unified diff previews of supervised writes with libgit2 (see diff.h). */
 #define _GNU_SOURCE
-#include "api/core/diff.h"
+#include "lib/diff.h"
 
 #include <errno.h>
 #include <git2.h>

@@ -2,8 +2,8 @@
  * is now against the proposed content, made by libgit2 (git_patch_from_buffers, then
  * git_patch_to_buf; https://libgit2.org/libgit2/#HEAD/group/patch), shown to the buyer in
  * jailbox:approval_request and stored with the op. */
-#ifndef JB_API_DIFF_H
-#define JB_API_DIFF_H
+#ifndef JB_LIB_DIFF_H
+#define JB_LIB_DIFF_H
 
 #include <jansson.h>
 #include <stdbool.h>
