@@ -21,7 +21,8 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
  * unknown: its session ended while it ran, its worker died and the reaper failed it, its
  * outcome could not be stored — may have changed anything: it counts as having changed files,
  * unless it failed with a code that means its command never ran. So does an op of any tool
- * marked {"preimagesLost": true} (the shim had run it before a restarted worker took them). */
+ * marked {"preimagesLost": true} (the shim had run it before a restarted worker took them).
+ * A command run on an overlay (args.changeset) changed nothing: its changeset op did. */
 #define FACTS_SQL                                                                                 \
   "SELECT s.state, s.preimages_gone_at IS NOT NULL,"                                              \
   " (SELECT count(*) FROM ops WHERE job_id = s.job_id AND state IN ('approved', 'running')),"     \
@@ -31,6 +32,7 @@ void jb_rollback_facts_free(struct jb_rollback_facts *f) {
   " coalesce((SELECT json_agg(o.op_id ORDER BY o.op_id) FROM ops o WHERE o.job_id = s.job_id"     \
   "   AND o.op_id > $2::bigint AND (o.changes @> '{\"preimagesLost\": true}'::jsonb"              \
   "   OR o.tool = 'exec' AND o.args->'writable' = 'true'::jsonb"                                  \
+  "   AND o.args->'changeset' IS DISTINCT FROM 'true'::jsonb"                                     \
   "   AND (coalesce((o.changes->>'total')::bigint, jsonb_array_length(CASE WHEN"                  \
   "     jsonb_typeof(o.result->'result'->'changes') = 'array'"                                    \
   "     THEN o.result->'result'->'changes' END), 0) > 0"                                          \

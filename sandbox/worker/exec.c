@@ -20,6 +20,22 @@
 #include "sandbox/proto/shim.h"
 #include "sandbox/worker/worker.h"
 
+#define JB_CS_OVERLAY_ID_MAX 64
+#define JB_CS_DEFAULT_MANIFEST 10000 /* entries the test switch's manifest lists */
+
+/* The overlay command `id` of `rq` runs on into `ov` (JB_CS_OVERLAY_ID_MAX + 1 bytes): the
+ * request's, or under the test switch JB_TEST_EXEC_OVERLAY "x<id>" for any writable command
+ * (tests/node/exec_overlay.test.mjs). false: none. */
+static bool overlay_id(const struct jb_exec_request *rq, long long id, char *ov) {
+  if (rq->writable && rq->overlay && rq->overlay[0])
+    snprintf(ov, JB_CS_OVERLAY_ID_MAX + 1, "%s", rq->overlay);
+  else if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY"))
+    snprintf(ov, JB_CS_OVERLAY_ID_MAX + 1, "x%lld", id);
+  else
+    return false;
+  return true;
+}
+
 /* The request line of `rq` with id `id` (new), or NULL with `err`. */
 static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_error *err) {
   json_t *o =
@@ -54,11 +70,8 @@ static json_t *request_json(long long id, const struct jb_exec_request *rq, jb_e
   json_object_set_new(o, "limits", lim);
   /* tests only: with JB_TEST_EXEC_OVERLAY set a writable command runs on an overlay of the
    * workspace (its writes stay in the overlay's upper; tests/node/exec_overlay.test.mjs) */
-  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) {
-    char ov[32];
-    snprintf(ov, sizeof ov, "x%lld", id);
-    json_object_set_new(o, "overlay", json_string(ov));
-  }
+  char ov[JB_CS_OVERLAY_ID_MAX + 1];
+  if (overlay_id(rq, id, ov)) json_object_set_new(o, "overlay", json_string(ov));
   return o;
 }
 
@@ -89,27 +102,80 @@ static json_t *spawner_call(struct jb_spawner *sp, long long id, json_t *o, jb_e
   return NULL;
 }
 
-/* Tests only (JB_TEST_EXEC_OVERLAY): the manifest of the overlay of command `id` into its
- * result `res` as overlayManifest (or overlayError), then the overlay discarded. */
-static void overlay_after(struct jb_spawner *sp, long long id, json_t *res) {
-  char ov[32];
-  snprintf(ov, sizeof ov, "x%lld", id);
-  jb_error e = {0};
-  pthread_mutex_lock(&sp->lock);
-  long long mid = sp->next_id++, did = sp->next_id++;
-  pthread_mutex_unlock(&sp->lock);
-  json_t *m = spawner_call(
-      sp, mid,
-      json_pack("{s:I, s:s, s:s}", "id", (json_int_t)mid, "op", "cs_manifest", "overlay", ov), &e);
-  if (m)
-    json_object_set(res, "overlayManifest", json_object_get(m, "entries"));
-  else
-    json_object_set_new(res, "overlayError", json_string(e.msg));
+struct jb_exec_overlay {
+  struct jb_spawner *sp;
+  const char *id;
+};
+
+/* One spawner request {op, overlay: ov->id, ...`more` (stolen)} and its result (new), or NULL
+ * with `err`. */
+static json_t *overlay_call(struct jb_exec_overlay *ov, const char *op, json_t *more,
+                            jb_error *err) {
+  pthread_mutex_lock(&ov->sp->lock);
+  long long rid = ov->sp->next_id++;
+  pthread_mutex_unlock(&ov->sp->lock);
+  json_t *o = json_pack("{s:I, s:s, s:s}", "id", (json_int_t)rid, "op", op, "overlay", ov->id);
+  if (o && more) json_object_update(o, more);
+  json_decref(more);
+  return spawner_call(ov->sp, rid, o, err);
+}
+
+json_t *jb_exec_overlay_manifest(struct jb_exec_overlay *ov, size_t max_entries, jb_error *err) {
+  json_t *m = overlay_call(ov, "cs_manifest",
+                           json_pack("{s:I}", "maxEntries", (json_int_t)max_entries), err);
+  json_t *e = json_incref(json_object_get(m, "entries"));
   json_decref(m);
-  json_t *d = spawner_call(
-      sp, did,
-      json_pack("{s:I, s:s, s:s}", "id", (json_int_t)did, "op", "cs_discard", "overlay", ov), &e);
-  if (!d) json_object_set_new(res, "overlayDiscardError", json_string(e.msg));
+  if (m && !json_is_array(e)) {
+    json_decref(e);
+    return jb_fail(err, EPROTO, "spawner: the manifest has no entries"), NULL;
+  }
+  return e;
+}
+
+int jb_exec_overlay_read(struct jb_exec_overlay *ov, const char *path, long long offset, size_t len,
+                         unsigned char *buf, size_t *n, long long *size, bool *eof, jb_error *err) {
+  *n = 0;
+  if (len == 0 || len > JB_EXEC_OVERLAY_READ_MAX) return jb_fail(err, EINVAL, "bad read length");
+  json_t *r = overlay_call(ov, "cs_read",
+                           json_pack("{s:s, s:I, s:I}", "path", path, "offset", (json_int_t)offset,
+                                     "length", (json_int_t)len),
+                           err);
+  if (!r) return -1;
+  const char *data = json_string_value(json_object_get(r, "data"));
+  json_t *sz = json_object_get(r, "size");
+  int rc = 0;
+  if (!data || !json_is_integer(sz) ||
+      sodium_base642bin(buf, len, data, strlen(data), NULL, n, NULL,
+                        sodium_base64_VARIANT_ORIGINAL) != 0)
+    rc = jb_fail(err, EPROTO, "spawner: a bad cs_read answer");
+  *size = json_integer_value(sz);
+  *eof = json_is_true(json_object_get(r, "eof"));
+  json_decref(r);
+  return rc;
+}
+
+/* After command `id` of `rq` ended on an overlay: its on_overlay with the spawner's result
+ * `res` (NULL: none) — under the test switch the manifest into `res` as overlayManifest (or
+ * overlayError) instead — and then the overlay discarded. */
+static void overlay_after(struct jb_spawner *sp, long long id, const struct jb_exec_request *rq,
+                          json_t *res) {
+  char oid[JB_CS_OVERLAY_ID_MAX + 1];
+  if (!overlay_id(rq, id, oid)) return;
+  struct jb_exec_overlay ov = {.sp = sp, .id = oid};
+  jb_error e = {0};
+  if (rq->overlay && rq->overlay[0]) {
+    if (rq->on_overlay) rq->on_overlay(rq->overlay_ctx, &ov, res);
+  } else if (res) { /* tests only: JB_TEST_EXEC_OVERLAY */
+    json_t *m = jb_exec_overlay_manifest(&ov, JB_CS_DEFAULT_MANIFEST, &e);
+    if (m)
+      json_object_set_new(res, "overlayManifest", m);
+    else
+      json_object_set_new(res, "overlayError", json_string(e.msg));
+  }
+  json_t *d = overlay_call(&ov, "cs_discard", NULL, &e);
+  if (!d && res) json_object_set_new(res, "overlayDiscardError", json_string(e.msg));
+  if (!d)
+    jb_log(JB_LOG_WARN, "exec: an overlay was not discarded", "overlay", oid, "error", e.msg, NULL);
   json_decref(d);
 }
 
@@ -199,9 +265,7 @@ static int take_result(struct jb_spawner *sp, long long id, const struct jb_exec
                        const json_t *o, json_t **result, jb_error *err) {
   json_t *res = json_object_get(o, "result");
   bool ok = json_is_true(json_object_get(o, "ok")) && json_is_object(res);
-  json_t *sink = ok ? NULL : json_object();
-  if (rq->writable && getenv("JB_TEST_EXEC_OVERLAY")) overlay_after(sp, id, ok ? res : sink);
-  json_decref(sink);
+  overlay_after(sp, id, rq, ok ? res : NULL);
   if (ok) {
     *result = json_incref(res);
     return 0;

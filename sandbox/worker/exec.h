@@ -61,6 +61,9 @@ json_t *jb_spawner_read_line(struct jb_spawner *sp, long long deadline, jb_error
  * held. 0, or -1 with `err`. */
 int jb_spawner_send_locked(struct jb_spawner *sp, const json_t *o, jb_error *err);
 
+/* The spawner of a command that ran on an overlay, during its on_overlay call. */
+struct jb_exec_overlay;
+
 struct jb_exec_request {
   const json_t *argv; /* array of strings, 1..256 items */
   const char *cwd; /* workspace-relative directory, NULL or "" or ".": the root */
@@ -87,7 +90,29 @@ struct jb_exec_request {
    * caller raises it once it has stored the command's outcome, so that the escape's abort
    * finds the op ended with its true result (false: raised before jb_exec_run returns) */
   bool caller_raises_seccomp;
+  /* A writable command run on a copy-on-write view of the workspace (sandbox/WALLS.md,
+   * "Changesets"): the overlay's id ([A-Za-z0-9_-]{1,64}), or NULL to bind the workspace
+   * itself. Its writes stay in the overlay's upper; `on_overlay` (may be NULL) is called once
+   * the command has ended, whatever its end, with the spawner still held for this command, to
+   * read what the upper holds (jb_exec_overlay_manifest, jb_exec_overlay_read); the overlay is
+   * discarded after it returns. `result` is the spawner's result (NULL when it gave none). */
+  const char *overlay;
+  void (*on_overlay)(void *overlay_ctx, struct jb_exec_overlay *ov, const json_t *result);
+  void *overlay_ctx;
 };
+
+/* The entries of the overlay's upper (the spawner's cs_manifest, PROTOCOL.md: [{path, type,
+ * mode, size, target?, whiteout, opaque}], new), at most `max_entries`. NULL with `err`, whose
+ * message begins with the spawner's code ("spawner: too_large: …", "spawner: bad_name: …"). */
+json_t *jb_exec_overlay_manifest(struct jb_exec_overlay *ov, size_t max_entries, jb_error *err);
+
+/* Up to `len` bytes (1..JB_EXEC_OVERLAY_READ_MAX) of regular file `path` of the overlay's
+ * upper from byte `offset` into `buf` (`len` bytes), their number into *n, the file's size into
+ * *size and whether the end was reached into *eof (the spawner's cs_read). 0, or -1 with `err`
+ * ("spawner: not_file: …" for anything but a regular file, reached with no link followed). */
+int jb_exec_overlay_read(struct jb_exec_overlay *ov, const char *path, long long offset, size_t len,
+                         unsigned char *buf, size_t *n, long long *size, bool *eof, jb_error *err);
+#define JB_EXEC_OVERLAY_READ_MAX (768 * 1024)
 
 /* The reserve kept out of a command's memory limit: what the container holds besides the
  * command (the Sentry's own memory outside gVisor's count, the shim, the spawner, the shim's

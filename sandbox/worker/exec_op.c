@@ -32,6 +32,7 @@
 #include "sandbox/worker/workspace_scan.h"
 #include "lib/redact.h"
 #include "lib/utf8.h"
+#include "sandbox/worker/changeset.h"
 #include "sandbox/worker/exec.h"
 #include "sandbox/worker/exec_effects.h"
 #include "sandbox/worker/landing.h"
@@ -578,6 +579,11 @@ struct exec_ran {
   char planted[300];
   bool incomplete, swept;
   double t_before, t_ran, t_effects; /* mono_msf */
+  /* a supervised writable command run on an overlay (args.changeset): its effects read from
+   * the overlay (cs.built) and held as a changeset op (`changeset`: the result's member, new) */
+  bool on_overlay;
+  struct jb_cs_build cs;
+  json_t *changeset;
 };
 
 /* Runs the command of exec op `args` (x collecting its output) in pinned session `s` (NULL:
@@ -619,19 +625,29 @@ static void exec_command(struct jb_worker *w, PGconn *c, const char *job, struct
         .caller_raises_seccomp = true, /* by the op runner, after the outcome is stored */
     };
     jb_error se = {0};
-    char held[320] = "";
-    if (rq.writable) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
-    if (rq.writable && !places) {
+    char held[320] = "", ov[32];
+    /* held for the buyer: the command runs on an overlay, nothing lands until approved */
+    r->on_overlay = rq.writable && json_is_true(json_object_get(args, "changeset"));
+    if (r->on_overlay) {
+      snprintf(ov, sizeof ov, "c%lld", x->op_id);
+      r->cs = (struct jb_cs_build){.w = w, .s = s, .job = job, .exec_op_id = x->op_id};
+      rq.overlay = ov;
+      rq.on_overlay = changeset_on_overlay;
+      rq.overlay_ctx = &r->cs;
+    }
+    if (rq.writable && !r->on_overlay) places = calloc(JB_GIT_PLACES_MAX, sizeof *places);
+    if (rq.writable && !r->on_overlay && !places) {
       jb_fail(&r->xe, ENOMEM, "out of memory");
     } else if (rq.writable && exec_writable_held(c, job, held, sizeof held) != 0) {
       jb_fail(&r->xe, EPERM,
               "writable commands are held until the buyer clears the incomplete "
               "effects of an earlier one (%s)",
               held);
-    } else if (rq.writable && exec_effects_before(w, s, &before, places, &pre, &se) < 0) {
+    } else if (rq.writable && !r->on_overlay &&
+               exec_effects_before(w, s, &before, places, &pre, &se) < 0) {
       jb_fail(&r->xe, EIO, "the workspace could not be read before the command: %s", se.msg);
     } else {
-      watched = rq.writable;
+      watched = rq.writable && !r->on_overlay;
       r->t_before = mono_msf();
       r->xr = jb_exec_run(s, &rq, on_output, x, &r->res, &r->xe);
       r->t_ran = mono_msf();
@@ -696,6 +712,7 @@ static json_t *exec_answer(const struct exec_ran *r, struct exec_run *x, int kil
       json_object_set_new(rr, "changesTotal", json_integer((json_int_t)r->changes_total));
       json_object_set_new(rr, "changesSummary", exec_changes_summary(kept));
     }
+    if (rr && r->changeset) json_object_set(rr, "changeset", r->changeset);
     if (rr && json_object_get(res, "overlayManifest")) /* tests only: JB_TEST_EXEC_OVERLAY */
       json_object_set(rr, "overlayManifest", json_object_get(res, "overlayManifest"));
     if (rr && json_object_get(res, "overlayError"))
@@ -760,6 +777,15 @@ static void log_timings(struct jb_worker *w, const char *job, const struct times
   slog_json(w, JB_LOG_INFO, job, "exec timings", "timingsMs", tm);
 }
 
+/* The audit entry's `changeset` of a command whose effects are held as changeset `cs` (the
+ * result's member): {opId, state, files, changesetSha256, code} (absent ones null). */
+static json_t *changeset_entry(json_t *cs) {
+  return json_pack("{s:O*, s:O*, s:O*, s:O*, s:O*}", "opId", json_object_get(cs, "opId"), "state",
+                   json_object_get(cs, "state"), "files", json_object_get(cs, "files"),
+                   "changesetSha256", json_object_get(cs, "changesetSha256"), "code",
+                   json_object_get(cs, "code"));
+}
+
 int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
                 int *signal, char *detail, size_t dsize, jb_error *err) {
   *signal = -1;
@@ -789,6 +815,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   struct jb_session *s = slot >= 0 ? session_pin(w, job) : NULL;
   struct exec_ran r = {0};
   exec_command(w, c, job, s, slot, args, max_out, redactor, &x, &r);
+  if (r.on_overlay && r.xr == 0) /* held for the buyer as a pending changeset op */
+    r.changeset = changeset_store(&r.cs, op->path, json_object_get(args, "argv"));
   bool aborted = s && atomic_load(&s->killing);
   char image[sizeof s->image] = "";
   snprintf(image, sizeof image, "%s",
@@ -813,6 +841,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
   json_t *details = exec_details(image, op, args ? args : none, r.xr == 0 ? r.res : NULL, ok, code,
                                  (const char(*)[65])hex, redactions, records, kept_summary);
   json_decref(kept_summary);
+  if (details && r.changeset)
+    json_object_set_new(details, "changeset", changeset_entry(r.changeset));
   if (details && killed && code && !strcmp(code, "killed")) /* who decided it, in the chain */
     json_object_set_new(details, "killedBy", json_string(by_service ? "service" : "buyer"));
   if (r.planted_sig >= 0 && *signal < 0) { /* the seccomp kill, when both, is the one raised */
@@ -820,6 +850,8 @@ int exec_op_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_cl
     snprintf(detail, dsize, "exec: %s", r.planted);
   }
   json_decref(r.changes);
+  json_decref(r.changeset);
+  changeset_build_free(&r.cs);
   json_decref(none);
   char *text = json_dumps(ans, JSON_COMPACT);
   char *kept_text = r.kept ? json_dumps(r.kept, JSON_COMPACT) : NULL;

@@ -16,6 +16,7 @@
 #include "db/audit_store.h"
 #include "db/ops.h"
 #include "sandbox/proto/tool.h"
+#include "sandbox/worker/changeset.h"
 #include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/worker.h"
 
@@ -550,6 +551,11 @@ static int run_next_queued(struct jb_worker *w, const char *job, struct op_signa
   struct jb_op_claim op;
   int rc = jb_db_op_claim(conn.pg, job, &op, err);
   if (rc != JB_OK) return rc;
+  if (!strcmp(op.tool, "changeset")) { /* a command's effects the buyer approved */
+    rc = changeset_apply_run(w, conn.pg, job, &op, err);
+    jb_op_claim_free(&op);
+    return rc;
+  }
   enum jb_tool tool = jb_tool_from_name(op.tool); /* parsed once: the ops' names end here */
   if (tool == JB_TOOL_EXEC) { /* run apart: it holds no runner and no pooled connection */
     jb_db_rollback(conn.pg);

@@ -22,16 +22,13 @@
 
 #define FILES_LISTED 1000 /* files listed in the audit entry at most */
 
-/* The tree hash v1 (lib/treehash.h, api/audit.md) of the workspace open on `rootfd`, as a new
- * JSON string; JSON null when it is not computed (over JAILBOX_TREE_HASH_MAX_BYTES, too many
- * entries, unreadable: the reason is logged). */
-static json_t *tree_hash(struct jb_worker *w, const char *job, int rootfd) {
+json_t *worker_tree_hash(struct jb_worker *w, const char *job, int rootfd) {
   char hex[65] = "";
   const char *why = NULL;
   jb_error err = {0};
   int rc = jb_tree_hash_at(rootfd, &w->tree_hash, hex, &why, &err);
   if (rc == 0) return json_string(hex);
-  slog(w, JB_LOG_WARN, job, "rollback: no tree hash", "why", rc < 0 ? err.msg : why, NULL);
+  slog(w, JB_LOG_WARN, job, "no tree hash", "why", rc < 0 ? err.msg : why, NULL);
   return json_null();
 }
 
@@ -194,9 +191,9 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
     finish(&r, conn.pg, d, false, why);
     json_decref(d);
   } else {
-    json_t *before = tree_hash(w, j->job_id, rootfd);
+    json_t *before = worker_tree_hash(w, j->job_id, rootfd);
     restore_all(&r, conn.pg, rootfd, rows);
-    json_t *after = r.cut ? NULL : tree_hash(w, j->job_id, rootfd);
+    json_t *after = r.cut ? NULL : worker_tree_hash(w, j->job_id, rootfd);
     json_t *details = r.cut ? NULL : details_of(&r, payload, before, after);
     if (details) finish(&r, conn.pg, details, true, NULL);
     slog(w, JB_LOG_INFO, j->job_id, r.cut ? "rollback cut short by the stop" : "rollback done",

@@ -313,6 +313,11 @@ struct jb_launch_job;
  * again when this worker id starts). When no thread can start it is run here. Main thread. */
 void rollback_start(struct jb_worker *w, struct jb_launch_job *j);
 
+/* The tree hash v1 (lib/treehash.h, api/audit.md) of the workspace open on `rootfd`, as a new
+ * JSON string; JSON null when it is not computed (over JAILBOX_TREE_HASH_MAX_BYTES, too many
+ * entries, unreadable: the reason is logged). */
+json_t *worker_tree_hash(struct jb_worker *w, const char *job, int rootfd);
+
 /* Waits at most `ms` for the rollback threads to end (they stop between two rows once
  * w->stopping is set). Main thread, at the stop, before the pool closes. */
 void rollbacks_wait(struct jb_worker *w, long ms);

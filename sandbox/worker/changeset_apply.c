@@ -1,0 +1,228 @@
+/* changeset_apply.c — the approved rows of a changeset applied on the host (see changeset.h).
+ * Each row is one path made what the command left there, with the primitive a rollback puts a
+ * pre-image back with (rollback_restore.h): the path must hold still what it held when the
+ * command ran (old_*; else a conflict, left alone), and is written atomically beneath the
+ * workspace root, never through a link. An apply killed half-way leaves the op approved; the
+ * next claim applies every row again, and a row already applied is found so and counted applied
+ * (its pre-image is the row's old state, known from the changeset, not read again). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/changesets.h"
+#include "db/preimages.h"
+#include "sandbox/worker/changeset.h"
+#include "sandbox/worker/preimage_op.h"
+#include "sandbox/worker/rollback_restore.h"
+#include "sandbox/worker/worker.h"
+
+#define FILES_LISTED 1000 /* files named in the audit entry at most */
+
+static const char *str(json_t *r, const char *k) {
+  return json_string_value(json_object_get(r, k));
+}
+
+/* The mode an applied row leaves: a file's without its set-ID bits (rollback_restore.c). */
+static json_t *applied_mode(json_t *r) {
+  json_t *m = json_object_get(r, "newMode");
+  if (!json_is_integer(m)) return json_null();
+  long long v = json_integer_value(m);
+  return json_integer(!strcmp(str(r, "newType") ?: "", "file") ? (v & 01777) : v);
+}
+
+/* Changeset row `r` as the restore row that makes its path what the command left. */
+static json_t *restore_row(json_t *r) {
+  json_t *x = json_pack(
+      "{s:O, s:O, s:O*, s:O*, s:O*, s:O*, s:O*, s:O*}", "path", json_object_get(r, "path"), "kind",
+      json_object_get(r, "newType"), "sha256", json_object_get(r, "newSha256"), "mode",
+      json_object_get(r, "newMode"), "target", json_object_get(r, "newTarget"), "afterKind",
+      json_object_get(r, "oldType"), "afterSha256", json_object_get(r, "oldSha256"), "afterMode",
+      json_object_get(r, "oldMode"));
+  return x;
+}
+
+/* Changeset row `r` as the pre-image row a rollback puts back (its old state). */
+static json_t *preimage_row(json_t *r) {
+  json_t *x = json_pack(
+      "{s:O, s:O, s:O*, s:O*, s:O*, s:O, s:O*, s:O*, s:o}", "path", json_object_get(r, "path"),
+      "kind", json_object_get(r, "oldType"), "sha256", json_object_get(r, "oldSha256"), "mode",
+      json_object_get(r, "oldMode"), "target", json_object_get(r, "oldTarget"), "bytes",
+      json_object_get(r, "oldBytes") ?: json_integer(0), "afterKind", json_object_get(r, "newType"),
+      "afterSha256", json_object_get(r, "newSha256"), "afterMode", applied_mode(r));
+  return x;
+}
+
+static bool deletion(json_t *r) { return !strcmp(str(r, "newType") ?: "", "absent"); }
+
+/* The order rows are applied in: deletions deepest first, then the rest parents first (rows
+ * come in path order, and a folder's path sorts before its entries'). A new array (borrowed
+ * members). */
+static json_t *apply_order(json_t *rows) {
+  json_t *o = json_array();
+  for (size_t i = json_array_size(rows); i-- > 0;)
+    if (deletion(json_array_get(rows, i))) json_array_append(o, json_array_get(rows, i));
+  for (size_t i = 0; i < json_array_size(rows); i++)
+    if (!deletion(json_array_get(rows, i))) json_array_append(o, json_array_get(rows, i));
+  return o;
+}
+
+/* What one apply keeps. */
+struct apply {
+  json_t *outcomes; /* [{idx, outcome, detail?}] */
+  json_t *files; /* the audit entry's list */
+  json_t *pre; /* pre-image rows of the applied rows */
+  json_t *conflicts, *failed; /* [{path, detail}] */
+  long long applied;
+};
+
+/* Applies each row of `order` in the workspace open on `rootfd`. */
+static void apply_rows(struct jb_worker *w, const char *job, int rootfd, json_t *order,
+                       struct apply *a) {
+  size_t i;
+  json_t *r;
+  json_array_foreach (order, i, r) {
+    json_t *x = restore_row(r);
+    struct jb_pstore_item kept;
+    char detail[400] = "";
+    enum jb_restore_outcome o = x ? jb_rollback_restore(w->preimage_dir, job, rootfd, x, false, 0,
+                                                        NULL, NULL, &kept, detail, sizeof detail)
+                                  : JB_RESTORE_FAILED;
+    json_decref(x);
+    const char *name = o == JB_RESTORED ? "applied" : o == JB_CONFLICT ? "conflict" : "failed";
+    json_t *oc = json_pack("{s:O, s:s}", "idx", json_object_get(r, "idx"), "outcome", name);
+    if (oc && detail[0]) json_object_set_new(oc, "detail", json_string(detail));
+    json_array_append_new(a->outcomes, oc);
+    json_t *f =
+        json_pack("{s:O, s:O, s:O*, s:O*, s:s}", "path", json_object_get(r, "path"), "change",
+                  json_object_get(r, "change"), "oldSha256", json_object_get(r, "oldSha256"),
+                  "newSha256", json_object_get(r, "newSha256"), "outcome", name);
+    json_array_append_new(a->files, f);
+    if (o == JB_RESTORED) {
+      a->applied++;
+      json_array_append_new(a->pre, preimage_row(r));
+    } else {
+      json_array_append_new(o == JB_CONFLICT ? a->conflicts : a->failed,
+                            json_pack("{s:O, s:s}", "path", json_object_get(r, "path"), "detail",
+                                      detail[0] ? detail : "not applied"));
+    }
+    if (i == 0) worker_test_fault(w, job, "cs_after_first_file");
+  }
+}
+
+/* The audit entry's list of files: the first FILES_LISTED, and past them filesCount and
+ * filesSha256 (preimage_lines_sha256 of all of them). */
+static void list_files(json_t *details, json_t *files) {
+  size_t n = json_array_size(files);
+  if (n <= FILES_LISTED) {
+    json_object_set(details, "files", files);
+    return;
+  }
+  char hex[65];
+  preimage_lines_sha256(files, hex);
+  json_t *first = json_array();
+  for (size_t i = 0; i < FILES_LISTED; i++) json_array_append(first, json_array_get(files, i));
+  json_object_set_new(details, "files", first);
+  json_object_set_new(details, "filesCount", json_integer((json_int_t)n));
+  json_object_set_new(details, "filesSha256", json_string(hex));
+}
+
+/* Whether the pre-images of `rows` fit in what is left of the session's budget; *need their
+ * bytes. */
+static bool within_budget(struct jb_worker *w, PGconn *c, const char *job, json_t *rows,
+                          long long *need, jb_error *err) {
+  long long used = 0;
+  *need = 0;
+  size_t i;
+  json_t *r;
+  json_array_foreach (rows, i, r) *need += json_integer_value(json_object_get(r, "oldBytes"));
+  if (jb_db_preimage_bytes(c, job, &used, err) != JB_OK) return false;
+  return used + *need <= w->set.preimage_max_bytes;
+}
+
+int changeset_apply_run(struct jb_worker *w, PGconn *c, const char *job, struct jb_op_claim *op,
+                        jb_error *err) {
+  json_t *args = json_loads(op->args_json, 0, NULL);
+  long long rejected = 0, need = 0;
+  json_t *rows = jb_db_changeset_approved(c, job, op->op_id, &rejected, err);
+  if (!rows) {
+    json_decref(args);
+    jb_db_rollback(c);
+    return JB_ERR_FAIL;
+  }
+  struct apply a = {.outcomes = json_array(),
+                    .files = json_array(),
+                    .pre = json_array(),
+                    .conflicts = json_array(),
+                    .failed = json_array()};
+  char ws[4096] = "";
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  if (s) snprintf(ws, sizeof ws, "%s", s->workspace);
+  pthread_mutex_unlock(&w->lock);
+  int rootfd = ws[0] && jb_pstore_job_ok(job) ? open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+  json_t *ans = NULL, *before = json_null(), *after = json_null();
+  jb_error be = {0};
+  if (rootfd < 0) {
+    ans = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "internal", "message",
+                    "the workspace cannot be opened");
+  } else if (!within_budget(w, c, job, rows, &need, &be)) {
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "keeping what the changeset replaces (%lld bytes) would pass the session's "
+             "pre-image budget (JAILBOX_PREIMAGE_MAX_BYTES %ld)%s%s: nothing was applied",
+             need, w->set.preimage_max_bytes, be.msg[0] ? ": " : "", be.msg);
+    ans = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "preimage_budget", "message",
+                    msg);
+  } else {
+    json_decref(before);
+    before = worker_tree_hash(w, job, rootfd);
+    json_t *order = apply_order(rows);
+    apply_rows(w, job, rootfd, order, &a);
+    json_decref(order);
+    json_decref(after);
+    after = worker_tree_hash(w, job, rootfd);
+    ans = json_pack("{s:b, s:{s:I, s:O, s:O, s:I, s:O, s:O}}", "ok", 1, "result", "applied",
+                    (json_int_t)a.applied, "conflicts", a.conflicts, "failed", a.failed, "rejected",
+                    (json_int_t)rejected, "treeBefore", before, "treeAfter", after);
+  }
+  if (rootfd >= 0) close(rootfd);
+  json_t *details = json_pack("{s:O*, s:O*, s:I, s:I, s:I, s:I, s:O, s:O}", "changesetSha256",
+                              json_object_get(args, "changesetSha256"), "execOpId",
+                              json_object_get(args, "execOpId"), "applied", (json_int_t)a.applied,
+                              "conflicts", (json_int_t)json_array_size(a.conflicts), "failed",
+                              (json_int_t)json_array_size(a.failed), "rejected",
+                              (json_int_t)rejected, "treeBefore", before, "treeAfter", after);
+  bool ok = json_is_true(json_object_get(ans, "ok"));
+  if (details && !ok)
+    json_object_set(details, "error", json_object_get(json_object_get(ans, "error"), "code"));
+  if (details) list_files(details, a.files);
+  char *text = ans ? json_dumps(ans, JSON_COMPACT) : NULL;
+  struct jb_audit_head head;
+  int rc = text && details ? JB_OK : (jb_fail(err, ENOMEM, "out of memory"), JB_ERR_FAIL);
+  /* the outcomes and the pre-images in the op's own transaction, before its entry */
+  if (rc == JB_OK) rc = jb_db_changeset_outcomes(c, op->op_id, a.outcomes, err);
+  if (rc == JB_OK) rc = jb_db_preimages_insert(c, job, op->op_id, 0, a.pre, err);
+  if (rc == JB_OK)
+    rc = jb_db_op_complete(c, jb_signer_key(w->signer), job, op, ok, text, details, &head, err);
+  else
+    jb_db_rollback(c);
+  if (rc == JB_OK) worker_publish(w, c, job, JB_EVENT_AUDIT_HEAD, jb_audit_head_json(&head));
+  free(text);
+  json_decref(details);
+  json_decref(ans);
+  json_decref(before);
+  json_decref(after);
+  json_decref(rows);
+  json_decref(args);
+  json_decref(a.outcomes);
+  json_decref(a.files);
+  json_decref(a.pre);
+  json_decref(a.conflicts);
+  json_decref(a.failed);
+  return rc;
+}
