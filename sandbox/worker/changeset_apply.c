@@ -17,6 +17,7 @@
 #include "db/changesets.h"
 #include "db/preimages.h"
 #include "sandbox/worker/changeset.h"
+#include "sandbox/worker/hostfs.h"
 #include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/rollback_restore.h"
 #include "sandbox/worker/worker.h"
@@ -71,6 +72,42 @@ static json_t *apply_order(json_t *rows) {
   return o;
 }
 
+/* A row that changes what a path is (a folder into a file, a file into a link…): the path
+ * is first checked to hold still what it held when the command ran (its kind, content and
+ * mode; a folder must be empty by now, its entries' deletions applied before) and removed, so
+ * that restore row `x` then makes the new entry where nothing is (its afterKind made absent).
+ * A path already cleared (an apply killed after the removal) is found absent and goes on. */
+static enum jb_restore_outcome clear_for_type(const char *job, int rootfd, json_t *r, json_t *x,
+                                              char *detail, size_t dsize) {
+  struct jb_pstore_item now;
+  jb_error e = {0};
+  const char *path = str(r, "path"), *otype = str(r, "oldType") ?: "";
+  if (jb_pstore_take(NULL, job, rootfd, path, -1, &now, &e) < 0)
+    return snprintf(detail, dsize, "%s", e.msg), JB_RESTORE_FAILED;
+  json_t *om = json_object_get(r, "oldMode");
+  bool same = !strcmp(jb_pstore_kind_name(now.kind), otype) &&
+              (now.kind != JB_PSTORE_FILE || !strcmp(now.sha256, str(r, "oldSha256") ?: "")) &&
+              (!json_is_integer(om) || now.kind == JB_PSTORE_LINK ||
+               (long long)now.mode == json_integer_value(om)) &&
+              (now.kind != JB_PSTORE_LINK || !strcmp(now.target, str(r, "oldTarget") ?: ""));
+  if (!same && now.kind != JB_PSTORE_ABSENT) {
+    snprintf(detail, dsize, "changed since the command (now %s)", jb_pstore_kind_name(now.kind));
+    return JB_CONFLICT;
+  }
+  if (same) {
+    const char *name;
+    int pfd = jb_hostfs_open_parent(rootfd, path, &name);
+    int rc = pfd < 0 ? -1 : unlinkat(pfd, name, now.kind == JB_PSTORE_DIR ? AT_REMOVEDIR : 0);
+    if (rc < 0) snprintf(detail, dsize, "removing what was there: %s", strerror(errno));
+    if (pfd >= 0) close(pfd);
+    if (rc < 0) return JB_RESTORE_FAILED;
+  }
+  json_object_set_new(x, "afterKind", json_string("absent"));
+  json_object_del(x, "afterSha256");
+  json_object_del(x, "afterMode");
+  return JB_RESTORED;
+}
+
 /* What one apply keeps. */
 struct apply {
   json_t *outcomes; /* [{idx, outcome, detail?}] */
@@ -89,9 +126,13 @@ static void apply_rows(struct jb_worker *w, const char *job, int rootfd, json_t 
     json_t *x = restore_row(r);
     struct jb_pstore_item kept;
     char detail[400] = "";
-    enum jb_restore_outcome o = x ? jb_rollback_restore(w->preimage_dir, job, rootfd, x, false, 0,
-                                                        NULL, NULL, &kept, detail, sizeof detail)
-                                  : JB_RESTORE_FAILED;
+    enum jb_restore_outcome o = x && !strcmp(str(r, "change"), "type")
+                                    ? clear_for_type(job, rootfd, r, x, detail, sizeof detail)
+                                    : JB_RESTORED;
+    if (o == JB_RESTORED)
+      o = x ? jb_rollback_restore(w->preimage_dir, job, rootfd, x, false, 0, NULL, NULL, &kept,
+                                  detail, sizeof detail)
+            : JB_RESTORE_FAILED;
     json_decref(x);
     const char *name = o == JB_RESTORED ? "applied" : o == JB_CONFLICT ? "conflict" : "failed";
     json_t *oc = json_pack("{s:O, s:s}", "idx", json_object_get(r, "idx"), "outcome", name);
@@ -104,7 +145,20 @@ static void apply_rows(struct jb_worker *w, const char *job, int rootfd, json_t 
     json_array_append_new(a->files, f);
     if (o == JB_RESTORED) {
       a->applied++;
-      json_array_append_new(a->pre, preimage_row(r));
+      json_t *pr = preimage_row(r);
+      if (pr && !strcmp(str(r, "change"), "type")) { /* two steps back: the new entry removed,
+                                                       then the old one made where nothing is */
+        json_t *second = json_pack(
+            "{s:O, s:s, s:i, s:O, s:O*, s:O*}", "path", json_object_get(r, "path"), "kind",
+            "absent", "bytes", 0, "afterKind", json_object_get(pr, "afterKind"), "afterSha256",
+            json_object_get(pr, "afterSha256"), "afterMode", json_object_get(pr, "afterMode"));
+        json_object_set_new(pr, "afterKind", json_string("absent"));
+        json_object_del(pr, "afterSha256");
+        json_object_del(pr, "afterMode");
+        json_array_append_new(a->pre, pr);
+        pr = second;
+      }
+      json_array_append_new(a->pre, pr);
     } else {
       json_array_append_new(o == JB_CONFLICT ? a->conflicts : a->failed,
                             json_pack("{s:O, s:s}", "path", json_object_get(r, "path"), "detail",

@@ -1,0 +1,236 @@
+// changeset.test.mjs — a supervised writable command's effects held for the buyer, through the
+// real stack (socket.io-client agent → jailboxd → worker → the session's spawner inside gVisor
+// + Docker, on an overlay of the workspace). On a real source tree (this repository's lib/*.c
+// and *.h) the agent runs `sed -i` over every C file: nothing lands while the command runs;
+// the buyer is asked once, for one changeset listing every changed file with its diff; the
+// buyer approves some files and the rest are rejected; the disk then holds exactly the
+// approved files (the others byte for byte as at open); a rollback returns the whole tree to
+// its tree hash at open (jailboxctl tree-hash against the pre-scan's treeSha256 in the chain).
+// A hostile command's changeset: a FIFO, a link to /, a set-user-ID file, a folder replaced by
+// a file, a git hook and a planted secret are listed but not approvable (or applied without
+// their set-ID bits); approving a path that is not approvable is refused. Needs root, Docker
+// with runsc; the image gets /bin/sh, sed and the coreutils the commands use.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startSandboxServer } from './lib/agent.mjs';
+import { CTL, verifiedChain } from './lib/mcp.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
+const IMAGE = 'jailbox-sandbox:changeset';
+const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'mkfifo', 'printf', 'cat'];
+const sha = (b) => createHash('sha256').update(b).digest('hex');
+
+let K, srv;
+const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
+const post = (S, suffix, body) => srv.req('POST', api(S, suffix), { token: S.buyerToken, body });
+const get = (S, suffix) => srv.req('GET', api(S, suffix), { token: S.buyerToken });
+
+// {path: sha256 | 'dir' | 'link:<target>'} of every entry under `root`
+function tree(root, rel = '', out = {}) {
+  for (const e of readdirSync(join(root, rel)).sort()) {
+    const p = rel ? `${rel}/${e}` : e;
+    const st = lstatSync(join(root, p));
+    if (st.isDirectory()) {
+      out[p] = 'dir';
+      tree(root, p, out);
+    } else {
+      out[p] = sha(readFileSync(join(root, p)));
+    }
+  }
+  return out;
+}
+
+const treeHash = (dir) => execFileSync(CTL, ['tree-hash', dir], { encoding: 'utf8' }).trim();
+
+before(async () => {
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' },
+    [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
+  srv = K.srv;
+});
+
+after(async () => {
+  if (K) K.closeSockets();
+  if (srv) {
+    const log = srv.log();
+    await srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+// A supervised session on `build`'s workspace with its buyer and agent sockets, active.
+async function session(build) {
+  const S = await K.openSession(build, { mode: 'supervised' });
+  S.buyer = await K.connect(S.buyerToken);
+  S.agent = await K.connect(S.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
+  return S;
+}
+
+// Runs `command` writable as the agent; the buyer approves the command line; the exec's result.
+async function runWritable(S, command) {
+  const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
+  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
+  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  const r = await call;
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
+  return r.result.structuredContent;
+}
+
+// Every file row of changeset `opId`, paged.
+async function changeset(S, opId) {
+  const files = [];
+  let after = null, head;
+  do {
+    const r = await get(S, `/ops/${opId}/changeset?limit=50${after === null ? '' : `&after=${after}`}`);
+    assert.equal(r.status, 200, r.text);
+    head = r.json;
+    files.push(...r.json.files);
+    after = r.json.next;
+  } while (after !== null && after !== undefined);
+  return { ...head, files };
+}
+
+async function opDone(S, opId) {
+  return K.waitFor(`op ${opId} done`, async () => {
+    const r = await srv.req('GET', api(S, '/ops?limit=200'), { token: srv.serviceToken });
+    const o = r.json.ops.find((x) => x.opId === opId);
+    return o && ['done', 'failed'].includes(o.state) ? o : null;
+  }, 60000);
+}
+
+test('sed -i over a real source tree: one changeset, every diff, a subset approved, the rest untouched, rollback to the tree hash at open', { timeout: 300000 }, async () => {
+  const src = join(ROOT, 'lib');
+  const names = readdirSync(src).filter((n) => /\.[ch]$/.test(n)).sort();
+  const S = await session((d) => {
+    mkdirSync(join(d, 'lib'));
+    for (const n of names) copyFileSync(join(src, n), join(d, 'lib', n));
+    writeFileSync(join(d, 'README'), 'a real tree\n');
+  });
+  const atOpen = tree(S.dir);
+  const hashAtOpen = treeHash(S.dir);
+  const cFiles = names.filter((n) => n.endsWith('.c') && readFileSync(join(src, n), 'utf8').includes('jb_'));
+  assert.ok(cFiles.length >= 10, `only ${cFiles.length} C files`);
+  const res = await runWritable(S, "sed -i 's/jb_/JB_/g' lib/*.c");
+  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace before any approval');
+  const cs = res.changeset;
+  assert.equal(cs?.state, 'pending', JSON.stringify(res.changeset));
+  assert.equal(cs.files, cFiles.length);
+  // the buyer is asked once, for the changeset
+  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.opId === cs.opId);
+  assert.equal(ask.total, cFiles.length);
+  assert.equal(ask.changesetSha256, cs.changesetSha256);
+  const view = await changeset(S, cs.opId);
+  assert.equal(view.total, cFiles.length);
+  assert.equal(view.changesetSha256, cs.changesetSha256);
+  assert.deepEqual(view.files.map((f) => f.path), cFiles.map((n) => `lib/${n}`));
+  for (const f of view.files) {
+    const before = readFileSync(join(S.dir, f.path));
+    assert.equal(f.change, 'modified');
+    assert.equal(f.oldSha256, sha(before));
+    assert.equal(f.newSha256, sha(before.toString('utf8').replaceAll('jb_', 'JB_')), f.path);
+    assert.equal(f.approvable, true, `${f.path}: ${f.why}`);
+    assert.equal(f.diff?.format, 'unified', f.path);
+    assert.match(f.diff.text, /^-.*jb_/m);
+    assert.match(f.diff.text, /^\+.*JB_/m);
+  }
+  // a subset: every other file
+  const chosen = view.files.filter((_, i) => i % 2 === 0).map((f) => f.path);
+  const ok = await post(S, `/approve/${cs.opId}`, { changesetSha256: cs.changesetSha256, files: chosen });
+  assert.equal(ok.status, 200, ok.text);
+  const op = await opDone(S, cs.opId);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  const now = tree(S.dir);
+  for (const f of view.files) {
+    const want = chosen.includes(f.path) ? f.newSha256 : f.oldSha256;
+    assert.equal(now[f.path], want, `${f.path}: ${chosen.includes(f.path) ? 'approved' : 'rejected'}`);
+  }
+  for (const p of Object.keys(atOpen)) if (!p.endsWith('.c')) assert.equal(now[p], atOpen[p], p);
+  const after = await changeset(S, cs.opId);
+  for (const f of after.files) {
+    assert.equal(f.decision, chosen.includes(f.path) ? 'approved' : 'rejected', f.path);
+    assert.equal(f.outcome ?? null, chosen.includes(f.path) ? 'applied' : null, f.path);
+  }
+  // the chain: the exec names its changeset; the apply lists each file with tree hashes
+  const rows = verifiedChain(srv, S.jobId);
+  const entries = rows.map((r) => JSON.parse(Buffer.from(r.canonical, 'base64').toString('utf8')));
+  const pre = entries.find((e) => e.operation === 'pre_scan');
+  assert.equal(pre.details.treeSha256, hashAtOpen, 'the pre-scan\'s tree hash is not jailboxctl\'s');
+  const ex = entries.find((e) => e.operation === 'exec');
+  assert.equal(ex.details.changeset.opId, cs.opId);
+  assert.equal(ex.details.changeset.changesetSha256, cs.changesetSha256);
+  const ap = entries.find((e) => e.operation === 'changeset');
+  assert.equal(ap.details.applied, chosen.length);
+  assert.equal(ap.details.treeBefore, hashAtOpen);
+  assert.equal(ap.details.treeAfter, treeHash(S.dir));
+  // rollback: the tree back to its hash at open
+  assert.equal((await post(S, '/pause', { reason: 'undo' })).status, 200);
+  const rb = await post(S, '/rollback', {});
+  assert.equal(rb.status, 202, rb.text);
+  let g;
+  await K.waitFor('the rollback', async () => {
+    g = await get(S, `/rollbacks/${rb.json.rollbackId}`);
+    return ['done', 'failed'].includes(g.json.state);
+  }, 90000);
+  assert.equal(g.json.state, 'done', JSON.stringify(g.json));
+  assert.equal(g.json.result.conflicts, 0, JSON.stringify(g.json.result));
+  assert.deepEqual(tree(S.dir), atOpen);
+  assert.equal(treeHash(S.dir), hashAtOpen);
+  const last = verifiedChain(srv, S.jobId).map((r) => JSON.parse(Buffer.from(r.canonical, 'base64').toString('utf8')))
+    .find((e) => e.operation === 'rollback');
+  assert.equal(last.details.treeAfter, hashAtOpen);
+  S.agent.close();
+  S.buyer.close();
+});
+
+test('a hostile command: specials, a link out, set-ID, a folder replaced, a git hook and a secret are held back', { timeout: 300000 }, async () => {
+  const S = await session((d) => {
+    mkdirSync(join(d, 'dir'));
+    writeFileSync(join(d, 'dir/inner'), 'inner\n');
+    mkdirSync(join(d, '.git/hooks'), { recursive: true });
+    writeFileSync(join(d, 'keep'), 'keep\n');
+  });
+  const atOpen = tree(S.dir);
+  const cmd = 'mkfifo fifo && ln -s / root && printf "#!/bin/sh\\n" > suid && chmod 4755 suid && ' +
+    'rm -r dir && printf "now a file\\n" > dir && printf "#!/bin/sh\\nid\\n" > .git/hooks/pre-commit && ' +
+    'printf "AKIA%s\\n" ABCDEFGHIJKLMNOP > creds && printf "fine\\n" > ok.txt';
+  const res = await runWritable(S, cmd);
+  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace');
+  const view = await changeset(S, res.changeset.opId);
+  const by = Object.fromEntries(view.files.map((f) => [f.path, f]));
+  assert.equal(by.fifo?.approvable, false, JSON.stringify(by.fifo));
+  assert.equal(by.root?.approvable, false, JSON.stringify(by.root));
+  assert.equal(by['.git/hooks/pre-commit']?.approvable, false, JSON.stringify(by['.git/hooks/pre-commit']));
+  assert.equal(by.creds?.approvable, false, JSON.stringify(by.creds));
+  assert.equal(by.suid?.approvable, true, JSON.stringify(by.suid));
+  assert.equal(by.suid.newMode & 0o4000, 0o4000);
+  assert.equal(by['dir/inner']?.change, 'deleted', JSON.stringify(view.files.map((f) => [f.path, f.change])));
+  assert.equal(by.dir?.change, 'type');
+  assert.equal(by['ok.txt']?.approvable, true);
+  // a path that cannot be approved is refused by name, and nothing is decided
+  const bad = await post(S, `/approve/${res.changeset.opId}`, { files: ['ok.txt', 'creds'] });
+  assert.equal(bad.status, 409, bad.text);
+  assert.equal(bad.json.error.code, 'not_approvable');
+  const missing = await post(S, `/approve/${res.changeset.opId}`, { files: ['ok.txt', 'nope'] });
+  assert.equal(missing.status, 422, missing.text);
+  assert.equal(missing.json.error.code, 'not_in_changeset');
+  // approve all: only what can be approved lands; set-ID bits are never applied
+  const ok = await post(S, `/approve/${res.changeset.opId}`, {});
+  assert.equal(ok.status, 200, ok.text);
+  const op = await opDone(S, res.changeset.opId);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
+  assert.equal(statSync(join(S.dir, 'suid')).mode & 0o7777, 0o755);
+  for (const p of ['fifo', 'root', '.git/hooks/pre-commit', 'creds'])
+    assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
+  assert.equal(readFileSync(join(S.dir, 'dir'), 'utf8'), 'now a file\n');
+  S.agent.close();
+  S.buyer.close();
+});
