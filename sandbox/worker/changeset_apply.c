@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "db/changesets.h"
@@ -106,6 +107,10 @@ static enum jb_restore_outcome clear_for_type(const char *job, int rootfd, json_
   json_object_del(x, "afterSha256");
   json_object_del(x, "afterMode");
   return JB_RESTORED;
+}
+
+static double ms_between(const struct timespec *a, const struct timespec *b) {
+  return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
 }
 
 /* What one apply keeps. */
@@ -233,13 +238,23 @@ int changeset_apply_run(struct jb_worker *w, PGconn *c, const char *job, struct 
     ans = json_pack("{s:b, s:{s:s, s:s}}", "ok", 0, "error", "code", "preimage_budget", "message",
                     msg);
   } else {
+    struct timespec t0, t1, t2, t3;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     json_decref(before);
     before = worker_tree_hash(w, job, rootfd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     json_t *order = apply_order(rows);
     apply_rows(w, job, rootfd, order, &a);
     json_decref(order);
+    clock_gettime(CLOCK_MONOTONIC, &t2);
     json_decref(after);
     after = worker_tree_hash(w, job, rootfd);
+    clock_gettime(CLOCK_MONOTONIC, &t3);
+    /* where the time went (bench/changeset) */
+    slog_json(w, JB_LOG_INFO, job, "changeset apply timings", "timingsMs",
+              json_pack("{s:I, s:f, s:f, s:f}", "files", (json_int_t)json_array_size(rows),
+                        "treeBefore", ms_between(&t0, &t1), "apply", ms_between(&t1, &t2),
+                        "treeAfter", ms_between(&t2, &t3)));
     ans = json_pack("{s:b, s:{s:I, s:O, s:O, s:I, s:O, s:O}}", "ok", 1, "result", "applied",
                     (json_int_t)a.applied, "conflicts", a.conflicts, "failed", a.failed, "rejected",
                     (json_int_t)rejected, "treeBefore", before, "treeAfter", after);
