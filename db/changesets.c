@@ -23,7 +23,7 @@ int jb_db_changeset_insert(PGconn *c, const char *job_id, long long exec_op_id, 
                    "  WHERE job_id = $1 AND state IN ('active', 'paused') RETURNING op_id),"
                    " rows AS (INSERT INTO changeset_files (job_id, op_id, idx, path, change,"
                    "   old_type, new_type, old_sha256, new_sha256, old_mode, new_mode, old_target,"
-                   "   new_target, size, old_size, binary, diff, approvable, why, flags)"
+                   "   new_target, size, old_size, \"binary\", diff, approvable, why, flags)"
                    "  SELECT $1, op.op_id, (x.i - 1)::int, r->>'path', r->>'change',"
                    "   r->>'oldType', r->>'newType', r->>'oldSha256', r->>'newSha256',"
                    "   (r->>'oldMode')::int, (r->>'newMode')::int, r->>'oldTarget',"
