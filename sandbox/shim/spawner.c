@@ -957,7 +957,7 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
     send_obj(json_pack("{s:O, s:b, s:{s:s}}", "id", id, "ok", 1, "result", "signalled", what));
     return;
   }
-  if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest or discard */
+  if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest, a file of it, its discard */
     char why[400] = "a command is running";
     const char *code = "busy";
     json_t *res = NULL;
