@@ -167,7 +167,7 @@ static void await_init(struct cmd *c) {
  * descendant of the jail's pid 1 — inside the jail's pid namespace an orphan is adopted by its
  * pid 1, so they are every process of the command — found from /proc's parent links in passes
  * until a pass finds no new one. They run as uid 65534 and this process holds no CAP_KILL (the
- * container has SYS_ADMIN, SETPCAP, SETUID, SETGID only), so the signals are sent by a child
+ * container's set has none: sandbox/WALLS.md, "One launch"), so the signals are sent by a child
  * that first becomes uid 65534 (an unprivileged sender may signal its own uid's processes).
  * The jail's pid 1 (bwrap's reaper, root) is not stopped: bwrap ends when it is. 0, or -1. */
 static int signal_tree(int sig) {
