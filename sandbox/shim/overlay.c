@@ -1,6 +1,7 @@
-/* overlay.c — a writable command's copy-on-write view of the workspace, its manifest and its
- * removal (see overlay.h). Runs as root in the container: it reads no file's content, follows
- * no link (every open is openat-relative with O_NOFOLLOW) and stops at its bounds. */
+/* overlay.c — a writable command's copy-on-write view of the workspace, its manifest, the
+ * content of its regular files and its removal (see overlay.h). Runs as root in the container:
+ * it follows no link (every open is openat-relative with O_NOFOLLOW), opens no file but a
+ * regular one to read it, and stops at its bounds. */
 #define _GNU_SOURCE
 #include "sandbox/shim/overlay.h"
 
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +19,16 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "lib/pathcheck.h"
 #include "sandbox/proto/shim.h"
 
 _Static_assert(2 * JB_CS_MAX_BYTES <= JB_SPAWNER_MAX_LINE, "a manifest fits a spawner line");
+_Static_assert(sodium_base64_ENCODED_LEN(JB_CS_READ_MAX, sodium_base64_VARIANT_ORIGINAL) +
+                       JB_PATH_MAX * 6 + 4096 <=
+                   JB_SPAWNER_MAX_LINE,
+               "a chunk's base64 fits a spawner line");
 
 #define OPAQUE_XATTR "trusted.overlay.opaque"
 
@@ -248,6 +256,126 @@ json_t *jb_cs_manifest_at(int upper_fd, size_t max_entries, const char **code, c
   return w.entries;
 }
 
+/* ---- a file's content ------------------------------------------------------------------ */
+
+/* Sets `*code` and a message in `why`; NULL (for a return). */
+static json_t *refuse(const char **code, const char *c, char *why, size_t wlen, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
+static json_t *refuse(const char **code, const char *c, char *why, size_t wlen, const char *fmt,
+                      ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, wlen, fmt, ap);
+  va_end(ap);
+  *code = c;
+  return NULL;
+}
+
+/* The code for an open of `what` in the upper that failed with errno: not_found (ENOENT),
+ * not_file (a link, or something on the way that is not a directory), internal. */
+static const char *open_code(void) {
+  return errno == ENOENT                      ? "not_found"
+         : errno == ENOTDIR || errno == ELOOP ? "not_file"
+                                              : "internal";
+}
+
+/* The regular file `rel` (checked; cut in place) under the upper `upper_fd`, opened for
+ * reading: every directory on the way pinned (open_dir_at), the last name lstat'ed — nothing
+ * but a regular file is opened, so a FIFO or a device is never touched — then opened
+ * O_NOFOLLOW|O_NONBLOCK and fstat'ed again into `st`. The fd, or -1 with *code and `why`. */
+static int open_upper_file(int upper_fd, char *rel, struct stat *st, const char **code, char *why,
+                           size_t wlen) {
+  int dfd = fcntl(upper_fd, F_DUPFD_CLOEXEC, 3);
+  char *name = rel, *slash;
+  while (dfd >= 0 && (slash = strchr(name, '/'))) {
+    *slash = '\0';
+    int sub = open_dir_at(dfd, name);
+    close_keep_errno(dfd);
+    dfd = sub;
+    if (sub < 0) *slash = '/';
+    if (sub >= 0) name = slash + 1;
+  }
+  int fd = -1;
+  if (dfd >= 0 && fstatat(dfd, name, st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISREG(st->st_mode)) {
+      close(dfd);
+      (void)refuse(code, "not_file", why, wlen, "'%.200s' is a %s, not a regular file", rel,
+                   type_of(st->st_mode));
+      return -1;
+    }
+    fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    (void)refuse(code, open_code(), why, wlen, "'%.200s' in the upper: %s", rel, strerror(errno));
+    close_keep_errno(dfd);
+    return -1;
+  }
+  close(dfd);
+  if (fstat(fd, st) < 0) {
+    (void)refuse(code, "internal", why, wlen, "fstat '%.200s': %s", rel, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) { /* swapped since the lstat */
+    close(fd);
+    (void)refuse(code, "not_file", why, wlen, "'%.200s' stopped being a regular file", rel);
+    return -1;
+  }
+  return fd;
+}
+
+/* Up to `want` bytes at `offset` of `fd` into `buf` with pread (EINTR retried); how many (fewer
+ * at the file's end), or -1 with errno. */
+static ssize_t read_at(int fd, unsigned char *buf, size_t want, long long offset) {
+  size_t got = 0;
+  while (got < want) {
+    ssize_t n = pread(fd, buf + got, want - got, (off_t)(offset + (long long)got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  return (ssize_t)got;
+}
+
+json_t *jb_cs_read_at(int upper_fd, const char *path, long long offset, size_t length,
+                      const char **code, char *why, size_t wlen) {
+  size_t plen = path ? strnlen(path, JB_PATH_MAX + 1) : 0;
+  enum jb_path_verdict v = path ? jb_path_check(path, plen, 0) : JB_PATH_EMPTY;
+  if (v != JB_PATH_OK)
+    return refuse(code, "bad_request", why, wlen, "path: %s", jb_path_verdict_text(v));
+  if (offset < 0 || length < 1 || length > JB_CS_READ_MAX)
+    return refuse(code, "bad_request", why, wlen, "offset must be 0 or more, length 1..%d",
+                  JB_CS_READ_MAX);
+  char rel[JB_PATH_MAX + 1];
+  memcpy(rel, path, plen + 1);
+  struct stat st;
+  int fd = open_upper_file(upper_fd, rel, &st, code, why, wlen);
+  if (fd < 0) return NULL;
+  long long size = (long long)st.st_size;
+  size_t want = offset >= size ? 0
+                               : (size_t)(size - offset < (long long)length ? size - offset
+                                                                            : (long long)length);
+  unsigned char *buf = malloc(want ? want : 1);
+  ssize_t got = buf ? read_at(fd, buf, want, offset) : -1;
+  close_keep_errno(fd);
+  size_t blen =
+      got >= 0 ? sodium_base64_ENCODED_LEN((size_t)got, sodium_base64_VARIANT_ORIGINAL) : 0;
+  char *b64 = got >= 0 ? malloc(blen) : NULL;
+  json_t *res = NULL;
+  if (b64) {
+    sodium_bin2base64(b64, blen, buf, (size_t)got, sodium_base64_VARIANT_ORIGINAL);
+    bool eof = (size_t)got < want || offset + got >= size; /* fewer: it shrank since the fstat */
+    res = json_pack("{s:s, s:I, s:b}", "data", b64, "size", (json_int_t)size, "eof", eof);
+  }
+  if (!res)
+    (void)refuse(code, "internal", why, wlen, "read '%.200s': %s", rel,
+                 got < 0 ? strerror(errno) : "out of memory");
+  free(buf);
+  free(b64);
+  return res;
+}
+
 /* ---- removal --------------------------------------------------------------------------- */
 
 /* A removal under one overlay's directory: `top` (its fd), `dev` (its device: no mount below
@@ -365,39 +493,69 @@ static void printable(char *s) {
     if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e) *s = '?';
 }
 
-json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const char **code,
-                      char *why, size_t wlen) {
-  const char *id = json_string_value(json_object_get(req, "overlay"));
-  json_t *max = json_object_get(req, "maxEntries");
-  json_int_t n = max ? json_integer_value(max) : JB_CS_DEFAULT_ENTRIES;
-  *code = "bad_request";
-  if (!jb_cs_id_valid(id) || (max && (!json_is_integer(max) || n < 1 || n > JB_CS_MAX_ENTRIES))) {
-    snprintf(why, wlen, "overlay must be an id of 1 to 64 of [A-Za-z0-9_-]; maxEntries 1..%d",
-             JB_CS_MAX_ENTRIES);
-    return NULL;
-  }
-  if (strcmp(op, "cs_discard") == 0) {
-    *code = "internal";
-    return jb_cs_discard(root, id, why, wlen) < 0 ? NULL : json_pack("{s:b}", "discarded", 1);
-  }
-  if (strcmp(op, "cs_manifest") != 0) {
-    *code = "unknown_op";
-    snprintf(why, wlen, "unknown op '%.64s'", op);
-    return NULL;
-  }
+/* The upper of overlay `id` under `root`, opened as a directory (its final name pinned first,
+ * as every directory of an upper is); -1 with *code and `why`. */
+static int open_upper(const char *root, const char *id, const char **code, char *why, size_t wlen) {
   char upper[PATH_MAX];
   snprintf(upper, sizeof upper, "%s/%s/upper", root, id);
-  int fd = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = open_dir_at(AT_FDCWD, upper);
   if (fd < 0) {
     *code = errno == ENOENT ? "not_found" : "internal";
     snprintf(why, wlen, "the overlay '%s': %s", id, strerror(errno));
-    return NULL;
   }
-  json_t *entries = jb_cs_manifest_at(fd, (size_t)n, code, why, wlen);
-  close(fd);
-  if (!entries) {
-    printable(why);
-    return NULL;
-  }
+  return fd;
+}
+
+/* cs_manifest {maxEntries?} on overlay `id` under `root`. */
+static json_t *manifest_request(const char *root, const char *id, const json_t *req,
+                                const char **code, char *why, size_t wlen) {
+  json_t *max = json_object_get(req, "maxEntries");
+  json_int_t n = max ? json_integer_value(max) : JB_CS_DEFAULT_ENTRIES;
+  if (max && (!json_is_integer(max) || n < 1 || n > JB_CS_MAX_ENTRIES))
+    return refuse(code, "bad_request", why, wlen, "maxEntries must be 1..%d", JB_CS_MAX_ENTRIES);
+  int fd = open_upper(root, id, code, why, wlen);
+  json_t *entries = fd >= 0 ? jb_cs_manifest_at(fd, (size_t)n, code, why, wlen) : NULL;
+  if (fd >= 0) close(fd);
+  if (!entries) return NULL;
   return json_pack("{s:o, s:I}", "entries", entries, "count", (json_int_t)json_array_size(entries));
+}
+
+/* cs_read {path, offset, length} on overlay `id` under `root`. */
+static json_t *read_request(const char *root, const char *id, const json_t *req, const char **code,
+                            char *why, size_t wlen) {
+  json_t *off = json_object_get(req, "offset"), *len = json_object_get(req, "length");
+  const char *path = json_string_value(json_object_get(req, "path"));
+  if (!path || !json_is_integer(off) || !json_is_integer(len) || json_integer_value(off) < 0 ||
+      json_integer_value(len) < 1 || json_integer_value(len) > JB_CS_READ_MAX)
+    return refuse(code, "bad_request", why, wlen,
+                  "path must be a string, offset an integer of 0 or more, length 1..%d",
+                  JB_CS_READ_MAX);
+  int fd = open_upper(root, id, code, why, wlen);
+  if (fd < 0) return NULL;
+  json_t *res = jb_cs_read_at(fd, path, json_integer_value(off), (size_t)json_integer_value(len),
+                              code, why, wlen);
+  close(fd);
+  return res;
+}
+
+json_t *jb_cs_request(const char *root, const char *op, const json_t *req, const char **code,
+                      char *why, size_t wlen) {
+  const char *id = json_string_value(json_object_get(req, "overlay"));
+  json_t *res = NULL;
+  *code = "internal"; /* what is left: json_pack out of memory */
+  snprintf(why, wlen, "out of memory");
+  if (!jb_cs_id_valid(id))
+    (void)refuse(code, "bad_request", why, wlen,
+                 "overlay must be an id of 1 to 64 of [A-Za-z0-9_-]");
+  else if (strcmp(op, "cs_discard") == 0) {
+    *code = "internal";
+    if (jb_cs_discard(root, id, why, wlen) == 0) res = json_pack("{s:b}", "discarded", 1);
+  } else if (strcmp(op, "cs_manifest") == 0)
+    res = manifest_request(root, id, req, code, why, wlen);
+  else if (strcmp(op, "cs_read") == 0)
+    res = read_request(root, id, req, code, why, wlen);
+  else
+    (void)refuse(code, "unknown_op", why, wlen, "unknown op '%.64s'", op);
+  if (!res) printable(why);
+  return res;
 }

@@ -167,7 +167,7 @@ static void await_init(struct cmd *c) {
  * descendant of the jail's pid 1 — inside the jail's pid namespace an orphan is adopted by its
  * pid 1, so they are every process of the command — found from /proc's parent links in passes
  * until a pass finds no new one. They run as uid 65534 and this process holds no CAP_KILL (the
- * container has SYS_ADMIN, SETPCAP, SETUID, SETGID only), so the signals are sent by a child
+ * container's set has none: sandbox/WALLS.md, "One launch"), so the signals are sent by a child
  * that first becomes uid 65534 (an unprivileged sender may signal its own uid's processes).
  * The jail's pid 1 (bwrap's reaper, root) is not stopped: bwrap ends when it is. 0, or -1. */
 static int signal_tree(int sig) {
@@ -957,7 +957,7 @@ static void handle(json_t *req, const unsigned char *bpf, size_t bpf_len, const 
     send_obj(json_pack("{s:O, s:b, s:{s:s}}", "id", id, "ok", 1, "result", "signalled", what));
     return;
   }
-  if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest or discard */
+  if (op && strncmp(op, "cs_", 3) == 0) { /* an overlay's manifest, a file of it, its discard */
     char why[400] = "a command is running";
     const char *code = "busy";
     json_t *res = NULL;

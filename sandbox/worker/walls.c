@@ -272,8 +272,10 @@ json_t *jb_walls_residual_risks(const struct jb_walls_config *cfg, const bool up
         "filter; the shim runs in the container's own view.");
   RISK(
       "The container starts as root inside gVisor with SYS_ADMIN, SETPCAP, SETUID and SETGID so "
-      "that bwrap can build Wall 3; they exist only in gVisor's kernel and are gone from the "
-      "jailed process (checked from inside at every launch).");
+      "that bwrap can build Wall 3 (and, with changesets, CHOWN, DAC_OVERRIDE and FOWNER, with "
+      "which gVisor's overlay writes a command's upper: walls.docker.capabilities.add); they "
+      "exist only in gVisor's kernel and are gone from the jailed process (checked from inside "
+      "at every launch).");
   RISK(
       "Wall 2's profile allows mount, umount2, pivot_root and clone with namespace flags because "
       "bwrap needs them; only Wall 3's filter takes them from the jailed process.");

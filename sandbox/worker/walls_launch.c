@@ -22,18 +22,26 @@
  * setpriv SETUID/SETGID to leave uid 0. Each was removed in turn on this host and the jail
  * then failed to build (or kept a non-empty bounding set, without SETPCAP). */
 static const char *const gvisor_caps[] = {"SYS_ADMIN", "SETPCAP", "SETUID", "SETGID", NULL};
-/* Tests only (JB_TEST_EXEC_OVERLAY): gVisor's overlay works in its upper with the mounter's
- * credentials, and chowns each file a command makes to it, so a writable command on an overlay
- * needs these in the container's set too (sandbox/WALLS.md, "Changesets"). */
+/* With changesets (the /jailbox-cs tmpfs sized by JAILBOX_CHANGESET_UPPER_MIB) a supervised
+ * writable command runs on an overlay the spawner mounts as root. gVisor's overlay does every
+ * write in its upper with the credentials of whoever mounted it, and chowns each file a command
+ * makes to its creator: without CHOWN, DAC_OVERRIDE and FOWNER a command of uid 65534 gets
+ * EPERM or EACCES (sandbox/WALLS.md, "Changesets", measured). Like the four above they exist
+ * only in gVisor's kernel, for root in the container (the launcher and the spawner); the shim
+ * and every command still run with an empty bounding set (checked from inside at launch). */
 static const char *const gvisor_overlay_caps[] = {"SYS_ADMIN", "SETPCAP",      "SETUID", "SETGID",
                                                   "CHOWN",     "DAC_OVERRIDE", "FOWNER", NULL};
 /* Without bwrap only setpriv's three are needed. */
 static const char *const setpriv_caps[] = {"SETPCAP", "SETUID", "SETGID", NULL};
 
-/* The capabilities the container is given (and its contract names). */
-static const char *const *container_caps(bool gvisor, bool bwrap) {
+/* The capabilities the container is given (and its contract names): the overlay's three on top
+ * when uppers are sized (or under the test switch JB_TEST_EXEC_OVERLAY), and only under
+ * gVisor — on runc they would be the host kernel's. */
+static const char *const *container_caps(const struct jb_walls_config *cfg, bool gvisor,
+                                         bool bwrap) {
   if (!gvisor || !bwrap) return setpriv_caps;
-  return getenv("JB_TEST_EXEC_OVERLAY") ? gvisor_overlay_caps : gvisor_caps;
+  return cfg->changeset_upper_mib > 0 || getenv("JB_TEST_EXEC_OVERLAY") ? gvisor_overlay_caps
+                                                                        : gvisor_caps;
 }
 
 static json_t *str_array(const char *const list[]) {
@@ -153,7 +161,10 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
   char tmpfs[64], cs[80];
   snprintf(tmpfs, sizeof tmpfs, "rw,nosuid,nodev,size=%ldm", cfg->container_tmp_mib);
   /* overlay uppers (sandbox/shim/overlay.c): root only, sized, exec (Docker's default noexec
-   * would stop a command running what it built); its bytes are the container's memory */
+   * would stop a command running what it built). Its bytes are the container's memory, and
+   * counted in the writing jail's memory cgroup: they come out of the command's own limit, so
+   * Memory is not raised by the upper's size (raised, a command the watch does not hold could
+   * take that share as memory) — sandbox/WALLS.md, "Changesets" */
   snprintf(cs, sizeof cs, "rw,nosuid,nodev,exec,size=%ldm,mode=0700",
            cfg->changeset_upper_mib > 0 ? cfg->changeset_upper_mib : 1024);
   json_t *ulimits = json_array();
@@ -168,12 +179,13 @@ static json_t *create_body(const struct jb_walls_config *cfg, const char *worksp
       "{s:s, s:s, s:[s], s:o, s:o, s:b, s:{s:s, s:s}, s:I, s:I, s:I, s:I, s:o,"
       " s:[{s:s, s:s, s:s, s:b, s:{s:s}}], s:s, s:{s:s}, s:i, s:b, s:b}",
       "Runtime", gvisor ? cfg->runtime : "runc", "NetworkMode", "none", "CapDrop", "ALL", "CapAdd",
-      str_array(container_caps(gvisor, bwrap)), "SecurityOpt", secopt, "ReadonlyRootfs", 1, "Tmpfs",
-      "/tmp", tmpfs, "/jailbox-cs", cs, "Memory", (json_int_t)lim->memory_bytes, "MemorySwap",
-      (json_int_t)lim->memory_bytes, "NanoCpus", (json_int_t)lim->nano_cpus, "PidsLimit",
-      (json_int_t)lim->host_pids, "Ulimits", ulimits, "Mounts", "Type", "bind", "Source", workspace,
-      "Target", "/workspace", "ReadOnly", 0, "BindOptions", "Propagation", "rprivate", "IpcMode",
-      "private", "LogConfig", "Type", "none", "OomScoreAdj", 500, "Privileged", 0, "AutoRemove", 0);
+      str_array(container_caps(cfg, gvisor, bwrap)), "SecurityOpt", secopt, "ReadonlyRootfs", 1,
+      "Tmpfs", "/tmp", tmpfs, "/jailbox-cs", cs, "Memory", (json_int_t)lim->memory_bytes,
+      "MemorySwap", (json_int_t)lim->memory_bytes, "NanoCpus", (json_int_t)lim->nano_cpus,
+      "PidsLimit", (json_int_t)lim->host_pids, "Ulimits", ulimits, "Mounts", "Type", "bind",
+      "Source", workspace, "Target", "/workspace", "ReadOnly", 0, "BindOptions", "Propagation",
+      "rprivate", "IpcMode", "private", "LogConfig", "Type", "none", "OomScoreAdj", 500,
+      "Privileged", 0, "AutoRemove", 0);
   json_t *env = json_array();
   if (socket_dir)
     json_array_append_new(
@@ -760,9 +772,10 @@ static json_t *contract_docker(const struct launch *L) {
       " s:{s:I, s:I, s:f, s:I, s:I}, s:s, s:s, s:s}",
       "up", L->sb->walls_up[JB_WALL_DOCKER], "required", L->cfg->require[JB_WALL_DOCKER], "engine",
       L->probe ? L->probe->engine : "?", "image", L->cfg->image, "capabilities", "drop", "ALL",
-      "add", str_array(container_caps(L->gvisor, L->bwrap)), "noNewPrivileges", 1, "seccomp", sc,
-      "apparmor", L->apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)",
-      "network", "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
+      "add", str_array(container_caps(L->cfg, L->gvisor, L->bwrap)), "noNewPrivileges", 1,
+      "seccomp", sc, "apparmor",
+      L->apparmor ? "docker-default" : "unavailable (the host kernel has no AppArmor)", "network",
+      "none", "readOnlyRootfs", 1, "tmpfs", "path", "/tmp", "size", tmpsz, "purpose",
       L->bwrap ? "bwrap builds the jail's new root there" : "scratch space", "limits",
       "memoryBytes", (json_int_t)L->lim.memory_bytes, "memorySwapBytes",
       (json_int_t)L->lim.memory_bytes, "cpus", (double)L->lim.nano_cpus / 1e9, "pids",

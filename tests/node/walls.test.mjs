@@ -171,7 +171,9 @@ test('session contract: every wall up, with its settings and residual risks', { 
   const profile = readFileSync(join(ROOT, 'deploy/seccomp/jailbox.json'));
   assert.equal(contract.walls.docker.seccomp.sha256, createHash('sha256').update(profile).digest('hex'));
   assert.deepEqual(contract.walls.docker.capabilities.drop, ['ALL']);
-  assert.deepEqual(contract.walls.docker.capabilities.add, ['SYS_ADMIN', 'SETPCAP', 'SETUID', 'SETGID']);
+  // CHOWN, DAC_OVERRIDE, FOWNER: gVisor's overlay writes a command's upper with the mounter's (changesets)
+  assert.deepEqual(contract.walls.docker.capabilities.add,
+    ['SYS_ADMIN', 'SETPCAP', 'SETUID', 'SETGID', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER']);
   assert.equal(contract.walls.docker.network, 'none');
   assert.equal(contract.walls.docker.readOnlyRootfs, true);
   assert.equal(contract.walls.docker.limits.memoryBytes, 256 * 1024 * 1024);

@@ -5,7 +5,9 @@
  * the request's checks, and discard removing a tree without following a link out of it; a
  * command's process racing the walk or the discard (a directory swapped for a link, under
  * gVisor's O_DIRECTORY semantics), a tree deeper than the discard's depth, a filesystem mounted
- * below, and a failed mount leaving its id free. */
+ * below, and a failed mount leaving its id free; cs_read: a file read back in chunks, and
+ * what it refuses (a link at the end or on the way, a FIFO without blocking, a directory, a
+ * device, bad paths and lengths). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,7 +15,9 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "lib/pathcheck.h"
 #include "sandbox/shim/overlay.h"
 
 static char root[64];
@@ -438,6 +443,200 @@ static void test_mount_failure_frees_id(void **state) {
   assert_int_equal(lstat(p, &st), -1);
 }
 
+/* The upper u with `big` (200,001 bytes of a pattern) in u/d/, read back through a request. */
+static json_t *read_req(const char *path, json_int_t offset, json_int_t length, const char **code,
+                        char *why) {
+  json_t *rq = json_pack("{s:s, s:s, s:I, s:I}", "overlay", "o1", "path", path, "offset", offset,
+                         "length", length);
+  json_t *r = jb_cs_request(root, "cs_read", rq, code, why, 300);
+  json_decref(rq);
+  return r;
+}
+
+static int upper_fd(void) {
+  char p[512];
+  pathof(p, sizeof p, "o1/upper");
+  int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  return fd;
+}
+
+/* A file read in chunks of every size class (one byte, odd, the most) equals its content;
+ * size and eof say where the chunks are; an offset at or past the end gives "" and eof. */
+static void test_read_chunks(void **state) {
+  (void)state;
+  dir("o1");
+  dir("o1/upper");
+  dir("o1/upper/d");
+  size_t n = 2 * JB_CS_READ_MAX + 12345;
+  unsigned char *content = malloc(n), *back = malloc(n);
+  for (size_t i = 0; i < n; i++) content[i] = (unsigned char)(i * 7 + i / 251);
+  char p[512];
+  pathof(p, sizeof p, "o1/upper/d/big");
+  FILE *f = fopen(p, "w");
+  assert_int_equal(fwrite(content, 1, n, f), n);
+  fclose(f);
+  const size_t sizes[] = {JB_CS_READ_MAX, 99991, 1};
+  for (size_t k = 0; k < 3; k++) {
+    size_t off = 0;
+    bool eof = false;
+    int calls = 0;
+    while (!eof && calls++ < 1000) {
+      const char *code = NULL;
+      char why[300];
+      size_t len = k == 2 && off > 10 ? JB_CS_READ_MAX : sizes[k]; /* a few 1-byte reads */
+      json_t *r = read_req("d/big", (json_int_t)off, (json_int_t)len, &code, why);
+      assert_non_null(r);
+      assert_int_equal(json_integer_value(json_object_get(r, "size")), n);
+      const char *b64 = json_string_value(json_object_get(r, "data"));
+      size_t got = 0;
+      assert_int_equal(sodium_base642bin(back + off, n - off, b64, strlen(b64), NULL, &got, NULL,
+                                         sodium_base64_VARIANT_ORIGINAL),
+                       0);
+      assert_true(got <= len);
+      off += got;
+      eof = json_is_true(json_object_get(r, "eof"));
+      assert_int_equal(eof, off == n);
+      json_decref(r);
+    }
+    assert_int_equal(off, n);
+    assert_memory_equal(back, content, n);
+  }
+  const char *code = NULL;
+  char why[300];
+  for (json_int_t at = (json_int_t)n; at <= (json_int_t)n + 5; at += 5) {
+    json_t *r = read_req("d/big", at, 10, &code, why);
+    assert_string_equal(json_string_value(json_object_get(r, "data")), "");
+    assert_true(json_is_true(json_object_get(r, "eof")));
+    json_decref(r);
+  }
+  put("o1/upper/empty", "", 0644);
+  json_t *r = read_req("empty", 0, 1, &code, why);
+  assert_string_equal(json_string_value(json_object_get(r, "data")), "");
+  assert_true(json_is_true(json_object_get(r, "eof")));
+  assert_int_equal(json_integer_value(json_object_get(r, "size")), 0);
+  json_decref(r);
+  /* mode 0000 (a command's chmod): root reads it all the same */
+  put("o1/upper/locked", "abc", 0000);
+  r = read_req("locked", 1, 100, &code, why);
+  assert_string_equal(json_string_value(json_object_get(r, "data")), "YmM="); /* "bc" */
+  assert_true(json_is_true(json_object_get(r, "eof")));
+  json_decref(r);
+  free(content);
+  free(back);
+}
+
+/* `path` read from the upper o1 is refused with `code` (request and direct call agree). */
+static void refused(const char *path, json_int_t offset, json_int_t length, const char *want) {
+  const char *code = NULL;
+  char why[300] = "";
+  json_t *r = read_req(path, offset, length, &code, why);
+  if (r) fail_msg("'%s' read: %s", path, json_dumps(r, 0));
+  assert_string_equal(code, want);
+  for (const char *c = why; *c; c++) assert_true(*c >= 0x20 && *c <= 0x7e);
+  if (offset < 0 || length < 1 || length > JB_CS_READ_MAX) return;
+  int fd = upper_fd();
+  code = NULL;
+  assert_null(jb_cs_read_at(fd, path, offset, (size_t)length, &code, why, sizeof why));
+  close(fd);
+  assert_string_equal(code, want);
+}
+
+/* Nothing but a regular file reached through directories is read: a symlink at the end or on
+ * the way (to a file of `keep`, outside the upper) is not followed, a FIFO with no writer
+ * answers at once, a directory, a device or a whiteout is not a file. */
+static void test_read_refusals(void **state) {
+  (void)state;
+  keep();
+  dir("o1");
+  dir("o1/upper");
+  dir("o1/upper/d");
+  put("o1/upper/d/f", "f", 0644);
+  char p[512], t[512];
+  pathof(t, sizeof t, "keep/precious");
+  pathof(p, sizeof p, "o1/upper/lnk");
+  assert_int_equal(symlink(t, p), 0);
+  pathof(t, sizeof t, "keep");
+  pathof(p, sizeof p, "o1/upper/dlnk");
+  assert_int_equal(symlink(t, p), 0);
+  pathof(p, sizeof p, "o1/upper/rel");
+  assert_int_equal(symlink("d", p), 0); /* a link inside the upper is not followed either */
+  pathof(p, sizeof p, "o1/upper/fifo");
+  assert_int_equal(mkfifo(p, 0666), 0);
+  pathof(p, sizeof p, "o1/upper/gone");
+  assert_int_equal(mknod(p, S_IFCHR, makedev(0, 0)), 0);
+  pathof(p, sizeof p, "o1/upper/null");
+  assert_int_equal(mknod(p, S_IFCHR | 0666, makedev(1, 3)), 0);
+  refused("lnk", 0, 10, "not_file");
+  refused("dlnk/precious", 0, 10, "not_file");
+  refused("rel/f", 0, 10, "not_file");
+  refused("d/f/x", 0, 10, "not_file"); /* a file on the way */
+  refused("fifo", 0, 10, "not_file");
+  refused("d", 0, 10, "not_file");
+  refused("gone", 0, 10, "not_file");
+  refused("null", 0, 10, "not_file");
+  refused("missing", 0, 10, "not_found");
+  refused("nodir/f", 0, 10, "not_found");
+  const char *bad[] = {"..", "../o1/upper/d/f", "d/../d/f", "/abs", "a//b", "d/",
+                       ".",  "./d/f",           "",         NULL};
+  for (const char **b = bad; *b; b++) refused(*b, 0, 10, "bad_request");
+  char long_path[JB_PATH_MAX + 10];
+  memset(long_path, 'a', sizeof long_path - 1);
+  long_path[sizeof long_path - 1] = '\0';
+  for (size_t i = 100; i < sizeof long_path - 1; i += 100) long_path[i] = '/';
+  refused(long_path, 0, 10, "bad_request");
+  refused("d/f", 0, 0, "bad_request");
+  refused("d/f", 0, JB_CS_READ_MAX + 1, "bad_request");
+  refused("d/f", -1, 10, "bad_request");
+  /* the direct call checks its bounds too */
+  const char *code = NULL;
+  char why[300];
+  int fd = upper_fd();
+  assert_null(jb_cs_read_at(fd, "d/f", 0, 0, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  assert_null(jb_cs_read_at(fd, "d/f", 0, JB_CS_READ_MAX + 1, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  assert_null(jb_cs_read_at(fd, "d/f", -5, 1, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  assert_null(jb_cs_read_at(fd, NULL, 0, 1, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  json_t *r = jb_cs_read_at(fd, "d/f", 0, JB_CS_READ_MAX, &code, why, sizeof why);
+  assert_string_equal(json_string_value(json_object_get(r, "data")), "Zg=="); /* "f" */
+  json_decref(r);
+  close(fd);
+  /* a request's fields: a string path, integer offset and length */
+  json_t *rq = json_pack("{s:s, s:i, s:i}", "overlay", "o1", "offset", 0, "length", 1);
+  assert_null(jb_cs_request(root, "cs_read", rq, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  json_object_set_new(rq, "path", json_string("d/f"));
+  json_object_set_new(rq, "length", json_string("1"));
+  assert_null(jb_cs_request(root, "cs_read", rq, &code, why, sizeof why));
+  assert_string_equal(code, "bad_request");
+  json_object_set_new(rq, "length", json_integer(1));
+  json_object_set_new(rq, "overlay", json_string("o2"));
+  assert_null(jb_cs_request(root, "cs_read", rq, &code, why, sizeof why));
+  assert_string_equal(code, "not_found");
+  json_decref(rq);
+}
+
+/* A directory on the way swapped for a link out between the checks and its open (gVisor's
+ * O_DIRECTORY semantics, as the other swap tests) is not entered: keep's file is not read. */
+static void test_read_swap_race(void **state) {
+  (void)state;
+  keep();
+  dir("o1");
+  dir("o1/upper");
+  dir("o1/upper/victim");
+  put("o1/upper/victim/precious", "i", 0644);
+  swap_name = "victim";
+  const char *code = NULL;
+  char why[300];
+  json_t *r = read_req("victim/precious", 0, 10, &code, why);
+  swap_name = NULL;
+  assert_null(r);
+  assert_string_equal(code, "not_file");
+}
+
 int main(void) {
   if (geteuid() != 0) {
     printf("# skipped: needs root (mknod of a whiteout, trusted.* xattrs)\n");
@@ -454,6 +653,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_discard_deep, setup, teardown),
       cmocka_unit_test_setup_teardown(test_discard_no_mount_crossing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mount_failure_frees_id, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_chunks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_refusals, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_swap_race, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
