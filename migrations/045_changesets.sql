@@ -26,7 +26,7 @@ CREATE TABLE changeset_files (
   new_target  text,             -- links: the link's text
   size        bigint NOT NULL DEFAULT 0,  -- bytes of the new content
   old_size    bigint NOT NULL DEFAULT 0,
-  binary      boolean NOT NULL DEFAULT false,
+  "binary"    boolean NOT NULL DEFAULT false,
   diff        jsonb,            -- lib/diff.h preview {format, text, truncated, bytes} or null
   approvable  boolean NOT NULL,
   why         text,             -- why not approvable
