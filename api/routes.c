@@ -16,6 +16,7 @@ static const struct jb_route routes[] = {
     {"POST", "/v1/jailbox/:jobId/reject/:opId", jb_api_op_reject, 0},
     {"POST", "/v1/jailbox/:jobId/ops/:opId/kill", jb_api_op_kill, 0},
     {"GET", "/v1/jailbox/:jobId/ops/:opId/diff", jb_api_op_diff, 0},
+    {"GET", "/v1/jailbox/:jobId/ops/:opId/changeset", jb_api_op_changeset, 0},
     {"GET", "/v1/jailbox/:jobId/rules", jb_api_rules_list, 0},
     {"POST", "/v1/jailbox/:jobId/rules", jb_api_rules_add, 0},
     {"DELETE", "/v1/jailbox/:jobId/rules/:ruleId", jb_api_rule_revoke, 0},

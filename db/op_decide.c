@@ -18,20 +18,6 @@ static char *dup_value(PGresult *r) {
   return strndup(PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
 }
 
-#define OP_JSON                                                                              \
-  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
-  " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
-  "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
-  "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
-  "   o.args->'env', '{}'::jsonb)) k), 'env', CASE WHEN o.state = 'pending' THEN"            \
-  "   o.args->'envShown' END, 'writable', o.args->'writable', 'timeoutMs',"                  \
-  "   o.args->'timeoutMs', 'stdinBytes', coalesce(octet_length(o.args->>'stdin'),"           \
-  "   (o.args->>'stdinBytes')::bigint))"                                                     \
-  "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
-  " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
-  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff, 'decidedBy', o.decided_by,"        \
-  " 'decisionReason', o.decision_reason)"
-
 int jb_db_ops_list(PGconn *c, const char *job_id, const char *state, long long after, int limit,
                    char **json_out, jb_error *err) {
   return jb_db_ops_list_by(c, job_id, state, NULL, after, limit, json_out, err);
@@ -44,19 +30,20 @@ int jb_db_ops_list_by(PGconn *c, const char *job_id, const char *state, const ch
   snprintf(l, sizeof l, "%d", limit);
   const char *p[5] = {job_id, state, a, l, decided_by};
   /* one more row than asked tells whether a next page exists */
-  PGresult *r = jb_db_exec(c,
-                           "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text "
-                           "IS NULL OR o.state = $2)"
-                           "   AND ($5::text IS NULL OR o.decided_by = $5 OR ($5 = 'rule'"
-                           "     AND starts_with(o.decided_by, 'rule:')))"
-                           "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
-                           " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
-                           " SELECT json_build_object('ops', coalesce((SELECT json_agg(" OP_JSON
-                           " ORDER BY o.op_id)"
-                           "   FROM shown o), '[]'::json),"
-                           "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
-                           "   THEN (SELECT max(op_id) FROM shown) END)::text",
-                           5, p, PGRES_TUPLES_OK, NULL, err, "list ops");
+  PGresult *r =
+      jb_db_exec(c,
+                 "WITH page AS (SELECT o.* FROM ops o WHERE o.job_id = $1 AND ($2::text "
+                 "IS NULL OR o.state = $2)"
+                 "   AND ($5::text IS NULL OR o.decided_by = $5 OR ($5 = 'rule'"
+                 "     AND starts_with(o.decided_by, 'rule:')))"
+                 "   AND o.op_id > $3::bigint ORDER BY o.op_id LIMIT $4::int + 1),"
+                 " shown AS (SELECT * FROM page ORDER BY op_id LIMIT $4::int)"
+                 " SELECT json_build_object('ops', coalesce((SELECT json_agg(" JB_DB_OP_JSON
+                 " ORDER BY o.op_id)"
+                 "   FROM shown o), '[]'::json),"
+                 "  'next', CASE WHEN (SELECT count(*) FROM page) > $4::int"
+                 "   THEN (SELECT max(op_id) FROM shown) END)::text",
+                 5, p, PGRES_TUPLES_OK, NULL, err, "list ops");
   if (!r) return JB_ERR_FAIL;
   *json_out = dup_value(r);
   PQclear(r);
@@ -134,7 +121,7 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
       " FROM sessions s WHERE o.op_id = $1::bigint AND o.job_id = $2 AND o.state = 'pending'"
       "   AND s.job_id = o.job_id"
       "   AND s.state IN ('created', 'prescanning', 'awaiting_agent', 'active', 'paused', 'done')"
-      " RETURNING " OP_JSON "::text",
+      " RETURNING " JB_DB_OP_JSON "::text",
       5, p, PGRES_TUPLES_OK, NULL, err, "decide op");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1) {

@@ -12,6 +12,25 @@
 
 struct jb_keyring;
 
+/* The SQL expression of op row `o` (ops o) as the buyer sees it (GET …/ops, the decided op):
+ * {opId, jobId, tool, path, args (an exec's shown fields; other tools' as stored), state,
+ * decision, reason, result, createdAt, decidedAt, completedAt, diff, decidedBy,
+ * decisionReason}. */
+#define JB_DB_OP_JSON                                                                        \
+  "json_build_object('opId', o.op_id, 'jobId', o.job_id, 'tool', o.tool, 'path', o.path,"    \
+  " 'args', CASE WHEN o.tool = 'exec' THEN jsonb_build_object('argv', o.args->'argv',"       \
+  "   'command', o.args->'command', 'cwd', o.args->'cwd', 'envNames', (SELECT"               \
+  "   coalesce(jsonb_agg(k ORDER BY k), '[]'::jsonb) FROM jsonb_object_keys(coalesce("       \
+  "   o.args->'env', '{}'::jsonb)) k), 'env', CASE WHEN o.state = 'pending' THEN"            \
+  "   o.args->'envShown' END, 'writable', o.args->'writable', 'timeoutMs',"                  \
+  "   o.args->'timeoutMs', 'stdinBytes', coalesce(octet_length(o.args->>'stdin'),"           \
+  "   (o.args->>'stdinBytes')::bigint)) || CASE WHEN o.args ? 'changeset' THEN"              \
+  "   jsonb_build_object('changeset', o.args->'changeset') ELSE '{}'::jsonb END"             \
+  "   ELSE o.args END, 'state', o.state, 'decision', o.decision, 'reason', o.reason,"        \
+  " 'result', o.result, 'createdAt', jb_ts(o.created_at), 'decidedAt', jb_ts(o.decided_at)," \
+  " 'completedAt', jb_ts(o.completed_at), 'diff', o.diff, 'decidedBy', o.decided_by,"        \
+  " 'decisionReason', o.decision_reason)"
+
 /* A page of ops as JSON text {"ops":[…],"next":opId|null} (new allocation): ops of `job_id`
  * with op_id > `after`, in op_id order, at most `limit`, only `state` when non-NULL. Each op
  * carries decidedBy ("rule:<id>", "buyer", "timeout", "mode"; null while undecided) and

@@ -168,6 +168,10 @@ static const struct jb_setting settings[] = {
      " JAILBOX_REVIEWER_PAUSE_MS (ops go to the buyer); 0: always call it"},
     {"reviewer-pause-ms", "JAILBOX_REVIEWER_PAUSE_MS", JB_SETTING_INT, S(reviewer_pause_ms),
      "30000", 0, 3600000, "how long a failing reviewer is left alone, ms"},
+    {"changesets", "JAILBOX_CHANGESETS", JB_SETTING_STRING, S(changesets), "supervised", 0, 0,
+     "supervised: a writable exec of a supervised session runs on an overlay and its effects"
+     " wait for the buyer as one changeset op (api/events.md \"Changesets\"); off: it writes"
+     " directly"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)
@@ -190,6 +194,9 @@ int jb_config_load(struct jb_config *cfg, int argc, char **argv,
     return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGE");
   if (jb_image_list_check(cfg->sandbox_images, err) < 0)
     return jb_error_wrap(err, "JAILBOX_SANDBOX_IMAGES");
+  if (strcmp(cfg->changesets, "supervised") && strcmp(cfg->changesets, "off"))
+    return jb_fail(err, EINVAL, "JAILBOX_CHANGESETS: '%s' is not one of supervised, off",
+                   cfg->changesets);
   if (cfg->reviewer_url[0] && cfg->reviewer_cmd[0])
     return jb_fail(
         err, EINVAL,

@@ -65,6 +65,8 @@ struct jb_config {
   long reviewer_timeout_ms; /* a review's deadline, ms */
   long reviewer_failures; /* failed reviews in a row that pause the reviewer; 0: never */
   long reviewer_pause_ms; /* how long a paused reviewer is not called, ms */
+  char *changesets; /* "supervised": a supervised writable exec's effects become a changeset
+                     * op for the buyer; "off": it writes directly */
 };
 
 /* Fills `cfg` with the defaults, then the environment (looked up with `get_env`, normally

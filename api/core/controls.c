@@ -23,6 +23,8 @@ enum field_kind {
   F_TO, /* rollback's "to": an op id (as F_OPID) */
   F_FORCE, /* rollback's "force": a boolean */
   F_DRY_RUN, /* rollback's "dryRun": a boolean */
+  F_FILES, /* approve's "files": the paths of a changeset approved */
+  F_CS_SHA, /* approve's "changesetSha256": 64 lowercase hex */
 };
 
 struct field {
@@ -35,7 +37,7 @@ struct field {
 struct schema {
   const char *event;
   unsigned roles; /* the jb_role values that may send it */
-  struct field fields[5]; /* ended by a NULL name */
+  struct field fields[6]; /* ended by a NULL name */
 };
 
 #define REASON \
@@ -52,7 +54,11 @@ static const struct schema schemas[JB_CONTROL_COUNT] = {
     [JB_CONTROL_ACCEPT] = {"jailbox:accept", B, {REASON}},
     [JB_CONTROL_APPROVE] = {"jailbox:approve",
                             B,
-                            {OPID, REASON, {"allowSimilar", F_SIMILAR, false, false}}},
+                            {OPID,
+                             REASON,
+                             {"allowSimilar", F_SIMILAR, false, false},
+                             {"changesetSha256", F_CS_SHA, false, false},
+                             {"files", F_FILES, false, false}}},
     [JB_CONTROL_REJECT] = {"jailbox:reject", B, {OPID, REASON}},
     [JB_CONTROL_KILL] = {"jailbox:kill", SB, {OPID, REASON}},
     [JB_CONTROL_MODE] = {"jailbox:mode", B, {{"mode", F_MODE, true, false}}},
@@ -151,6 +157,27 @@ static int check_field(const struct field *f, const json_t *obj, const json_t *v
         return jb_fail(err, EINVAL, "field 'rule' must be a rule (an object)");
       if (!out->rules) out->rules = (json_t *)v;
       return 0;
+    case F_CS_SHA:
+      if (!json_is_string(v) || json_string_length(v) != 64 ||
+          strspn(json_string_value(v), "0123456789abcdef") != 64)
+        return jb_fail(err, EINVAL, "field 'changesetSha256' must be 64 lowercase hex digits");
+      out->changeset_sha256 = json_string_value(v);
+      return 0;
+    case F_FILES: {
+      if (!json_is_array(v) || json_array_size(v) > JB_CONTROL_FILES_MAX)
+        return jb_fail(err, EINVAL, "field 'files' must be an array of at most %d paths",
+                       JB_CONTROL_FILES_MAX);
+      size_t i;
+      json_t *g;
+      json_array_foreach (v, i, g) {
+        size_t n = json_string_length(g);
+        if (!json_is_string(g) || n == 0 || n > 4096 || strlen(json_string_value(g)) != n)
+          return jb_fail(err, EINVAL, "files[%zu] must be a path of 1 to 4096 bytes without NUL",
+                         i);
+      }
+      out->files = (json_t *)v;
+      return 0;
+    }
     case F_EXCLUDE: {
       if (!json_is_array(v))
         return jb_fail(err, EINVAL, "field 'exclude' must be an array of globs");
@@ -188,7 +215,7 @@ int jb_control_check(enum jb_control ctl, const json_t *obj, struct jb_control_a
     snprintf(msg, len, "the argument must be an object");
     return -1;
   }
-  const char *allowed[6] = {NULL};
+  const char *allowed[7] = {NULL};
   size_t n = 0;
   for (const struct field *f = sc->fields; f->name; f++) allowed[n++] = f->name;
   if (obj && jb_json_only_keys(obj, allowed, &err) < 0) {

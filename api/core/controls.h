@@ -48,7 +48,13 @@ struct jb_control_args {
   long long to; /* rollback: the last op kept (> 0); 0 when absent (the state at open) */
   bool force; /* rollback: overwrite paths changed since their op */
   bool dry_run; /* rollback: the plan only, nothing queued */
+  json_t *files; /* approve, a changeset: the paths approved (an array of 1..4096-byte
+                    strings, at most JB_CONTROL_FILES_MAX); NULL when absent */
+  const char *changeset_sha256; /* approve, a changeset: the digest the buyer saw (64 hex);
+                                   NULL when absent */
 };
+
+#define JB_CONTROL_FILES_MAX 100000 /* paths an approval of a changeset may name */
 
 /* The Socket.IO event of `ctl` ("jailbox:approve" …), or NULL for JB_CONTROL_COUNT. */
 const char *jb_control_event(enum jb_control ctl);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/core/changeset.h"
 #include "api/core/controls.h"
 #include "api/core/escape.h"
 #include "api/core/ops.h"
@@ -142,6 +143,21 @@ static void decide(struct control *k, const struct jb_control_args *a, bool appr
   char *json = NULL, state[20] = "";
   struct jb_audit_head head = {0};
   json_t *similar = NULL;
+  /* a changeset is decided file by file (api/core/changeset.h); any other op as below */
+  switch (jb_changeset_decide(k->app, k->c, k->job, op, approve, a->reason, a->files,
+                              a->changeset_sha256, a->allow_similar, k->actor, &json, state, &head,
+                              k->out)) {
+    case JB_CHANGESET_NOT_ONE:
+      break;
+    case JB_CHANGESET_DONE:
+      decided(k, json, NULL, &head);
+      return;
+    case JB_CHANGESET_LOST:
+      decided_already(k, op, state);
+      return;
+    case JB_CHANGESET_REFUSED:
+      return;
+  }
   if (a->allow_similar) { /* the rule is made before the op is approved: a key that does not
                            * fit does nothing; then the op approved and the rule added in one
                            * transaction */

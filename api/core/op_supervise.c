@@ -526,6 +526,22 @@ static enum op_step supervise_exec(struct op_call *call) {
   return OP_NEXT;
 }
 
+/* A writable exec of a supervised session, with changesets on (JAILBOX_CHANGESETS
+ * "supervised"): "changeset": true in its stored arguments, so that its worker runs it on an
+ * overlay and holds what it changed for the buyer as one op of tool "changeset" — whether the
+ * command itself was approved by the buyer, a rule or the reviewer. */
+static enum op_step mark_changeset(struct op_call *call) {
+  const char *setting = call->app->cfg ? call->app->cfg->changesets : "supervised";
+  if (call->sess.mode != JB_MODE_SUPERVISED || !setting || strcmp(setting, "supervised") ||
+      !json_is_true(json_object_get(call->sargs, "writable")))
+    return OP_NEXT;
+  if (json_object_set_new(call->sargs, "changeset", json_true()) < 0) {
+    op_error(call->e, JB_MCP_UNAVAILABLE, "unavailable", "out of memory");
+    return OP_END;
+  }
+  return OP_NEXT;
+}
+
 enum op_step op_supervise(struct op_call *call) {
   /* a read or list of an active session waits for nobody: the worker runs it within
    * OP_RUN_TIMEOUT_MS, so it takes a place only if it meets a pause (op_await); an exec runs
@@ -553,6 +569,10 @@ enum op_step op_supervise(struct op_call *call) {
   if (jb_tool_mutates(call->tool)) {
     s = op_apply_rules(call);
     if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
+    if (s != OP_NEXT) return s;
+  }
+  if (call->tool == JB_TOOL_EXEC) {
+    s = mark_changeset(call);
     if (s != OP_NEXT) return s;
   }
   if (!call->pending) return OP_NEXT;

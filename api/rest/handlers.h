@@ -64,6 +64,8 @@ void jb_api_rule_revoke(void *app, const struct jb_http_req *req, struct jb_http
 
 void jb_api_alerts_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 void jb_api_changes_list(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
+/* GET /v1/jailbox/:jobId/ops/:opId/changeset?after&limit (api/core/changeset.h). */
+void jb_api_op_changeset(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);
 
 /* api/rest/console.c: the web console's files and sign-in */
 void jb_api_console_index(void *app, const struct jb_http_req *req, struct jb_http_resp *resp);

@@ -1,7 +1,7 @@
 /* socket.c — Socket.IO roles and event handlers (see socket.h): CONNECT with auth {token};
  * buyers join their session's room and send the controls of api/core/controls.h
  * (jailbox:pause/resume/abort/accept/mode/pre_scan_done/approve/reject/kill/rule_add/
- * rule_revoke/effects_clear/rollback), checked against the same schemas as the REST forms and answered through the
+ * rule_revoke/effects_clear/rollback; and jailbox:changeset, a changeset's files), checked against the same schemas as the REST forms and answered through the
  * ack with {ok:true,…} or {error:{code,message}} — the same rules, codes and state machine
  * (db/sessions.h) as api/rest/; an ended session's buyer is read-only (the snapshot; controls
  * answer invalid_state); agents are bound to their session and speak MCP (JSON-RPC 2.0) on the
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api/core/auth.h"
+#include "api/core/changeset.h"
 #include "api/core/controls.h"
 #include "api/core/mcp.h"
 #include "api/core/ops.h"
@@ -225,7 +226,8 @@ static json_t *buyer_event(struct jb_socket *s, const struct jb_ws_peer *peer, c
                            json_t *args) {
   const char *job = peer->room;
   enum jb_control ctl = jb_control_from_event(name);
-  if (ctl == JB_CONTROL_COUNT) {
+  bool changeset = strcmp(name, "jailbox:changeset") == 0; /* a read: {opId, after?, limit?} */
+  if (ctl == JB_CONTROL_COUNT && !changeset) {
     if (strcmp(name, "mcp") == 0) return fail("forbidden", "a buyer token may not do this");
     return fail("unknown_event", "unknown event '%s'", name);
   }
@@ -242,8 +244,12 @@ static json_t *buyer_event(struct jb_socket *s, const struct jb_ws_peer *peer, c
   }
   /* the token alone: whether the session ended since CONNECT is jb_control_run's (its state) */
   struct jb_principal who;
-  if (jb_auth_check_hash(s->app, c, peer->cred, false, job, JB_ROLE_BUYER, &who, &r) == 0)
-    jb_control_run(s->app, c, &who, job, ctl, arg, &r);
+  if (jb_auth_check_hash(s->app, c, peer->cred, false, job, JB_ROLE_BUYER, &who, &r) == 0) {
+    if (changeset)
+      jb_changeset_view(c, job, arg, &r);
+    else
+      jb_control_run(s->app, c, &who, job, ctl, arg, &r);
+  }
   jb_db_release(s->app->db, c);
   return ack_reply(&r);
 }
