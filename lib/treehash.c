@@ -24,6 +24,7 @@ struct record {
 };
 
 struct walk {
+  const struct jb_tree_hash_limits *lim; /* NULL: the defaults */
   long max_entries;
   long long max_bytes, bytes; /* content read so far */
   struct record *v;
@@ -125,8 +126,8 @@ static int hash_file(struct walk *w, int dfd, const char *name, const char *path
 static int walk_dir(struct walk *w, int dfd, const char *prefix, size_t plen, int depth);
 
 /* The record of entry `name` of `dfd` (at `path`, `len` bytes), and below it for a directory. */
-static int entry(struct walk *w, int dfd, const char *name, const char *path, size_t len,
-                 int depth) {
+static int entry(struct walk *w, int dfd, const struct stat *dir, const char *name,
+                 const char *path, size_t len, int depth) {
   struct stat st;
   if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return failed(w, errno, "stat", path);
   if ((long)w->n >= w->max_entries) return stop(w, "too_many_entries");
@@ -147,7 +148,9 @@ static int entry(struct walk *w, int dfd, const char *name, const char *path, si
     vlen = (size_t)n;
   }
   if (rc) return rc;
-  if ((rc = add(w, t, path, len, st.st_mode, val, vlen))) return rc;
+  unsigned mode = w->lim && w->lim->mode_of ? w->lim->mode_of(w->lim->mode_ctx, dir, name, &st)
+                                            : (unsigned)st.st_mode;
+  if ((rc = add(w, t, path, len, mode, val, vlen))) return rc;
   if (t != 'd') return 0;
   if (depth >= DEPTH_MAX) return stop(w, "too_deep");
   cleanup_close int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -166,6 +169,12 @@ static void closedirp(DIR **d) {
 static int walk_dir(struct walk *w, int dfd, const char *prefix, size_t plen, int depth) {
   int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
   if (fd < 0) return failed(w, errno, "open", plen ? prefix : ".");
+  struct stat dir;
+  if (fstat(fd, &dir) < 0) {
+    int e = errno;
+    close(fd);
+    return jb_fail_errno(w->err, e, "tree hash: fstat %s", plen ? prefix : ".");
+  }
   __attribute__((cleanup(closedirp))) DIR *d = fdopendir(fd);
   if (!d) {
     int e = errno;
@@ -189,7 +198,7 @@ static int walk_dir(struct walk *w, int dfd, const char *prefix, size_t plen, in
       path[plen] = '/';
     }
     memcpy(path + len - nl, name, nl + 1);
-    int rc = entry(w, dirfd(d), name, path, len, depth);
+    int rc = entry(w, dirfd(d), &dir, name, path, len, depth);
     if (rc) return rc;
   }
 }
@@ -209,6 +218,7 @@ int jb_tree_hash_at(int rootfd, const struct jb_tree_hash_limits *lim, char out_
     return jb_fail(err, ENOMEM, "out of memory");
   }
   *w = (struct walk){
+      .lim = lim,
       .max_entries =
           lim && lim->max_entries > 0 ? lim->max_entries : JB_TREE_HASH_MAX_ENTRIES_DEFAULT,
       .max_bytes = lim && lim->max_bytes > 0 ? lim->max_bytes : JB_TREE_HASH_MAX_BYTES_DEFAULT,

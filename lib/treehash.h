@@ -5,6 +5,8 @@
 #ifndef JB_TREEHASH_H
 #define JB_TREEHASH_H
 
+#include <sys/stat.h>
+
 #include "lib/err.h"
 
 #define JB_TREE_HASH_MAX_ENTRIES_DEFAULT 1000000L
@@ -15,6 +17,11 @@ struct jb_tree_hash_limits {
   long max_entries; /* entries beneath the root, at most; <= 0: the default */
   long long max_bytes; /* bytes of regular-file content read and hashed in all, at most
                           (JAILBOX_TREE_HASH_MAX_BYTES); <= 0: the default */
+  /* The permission bits an entry is hashed with (NULL: st->st_mode & 07777), given the stat of
+   * the directory holding it, its name and its own stat — a caller that changed bits of the
+   * tree for its own use takes them off here, so that the digest is the tree's own. */
+  unsigned (*mode_of)(void *ctx, const struct stat *dir, const char *name, const struct stat *st);
+  void *mode_ctx;
 };
 
 /* Tree hash v1 (api/audit.md) of the directory open as `rootfd` (borrowed; O_RDONLY or O_PATH,

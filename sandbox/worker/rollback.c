@@ -16,6 +16,7 @@
 #include "db/preimages.h"
 #include "lib/metrics.h"
 #include "lib/treehash.h"
+#include "sandbox/worker/grant_mask.h"
 #include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/rollback_restore.h"
 #include "sandbox/worker/worker.h"
@@ -26,7 +27,21 @@ json_t *worker_tree_hash(struct jb_worker *w, const char *job, int rootfd) {
   char hex[65] = "";
   const char *why = NULL;
   jb_error err = {0};
-  int rc = jb_tree_hash_at(rootfd, &w->tree_hash, hex, &why, &err);
+  /* a live session's workspace holds its grant's bits: hashed without them (grant_mask.h) */
+  struct jb_grant_mask m;
+  pthread_mutex_lock(&w->lock);
+  struct jb_session *s = session_find(w, job);
+  int mrc = jb_grant_mask_init(&m, s ? &s->grant : NULL);
+  pthread_mutex_unlock(&w->lock);
+  if (mrc < 0) {
+    slog(w, JB_LOG_WARN, job, "no tree hash", "why", "out of memory", NULL);
+    return json_null();
+  }
+  struct jb_tree_hash_limits lim = w->tree_hash;
+  lim.mode_of = jb_grant_mask_mode;
+  lim.mode_ctx = &m;
+  int rc = jb_tree_hash_at(rootfd, &lim, hex, &why, &err);
+  jb_grant_mask_free(&m);
   if (rc == 0) return json_string(hex);
   slog(w, JB_LOG_WARN, job, "no tree hash", "why", rc < 0 ? err.msg : why, NULL);
   return json_null();

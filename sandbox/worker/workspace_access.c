@@ -455,6 +455,27 @@ static void restore_made(struct restore_ctx *r, int fd, const struct stat *st, i
   r->restored++;
 }
 
+/* An entry not the jail's whose inode the grant did not meet, in the jail's group (`st`, open
+ * as `fd`, named `name` in `dir`): one written in a recorded place during the session by the
+ * worker (a changeset applied, a rollback: it keeps the owner of what it replaces, and the
+ * group and mode bits it had then, the grant's included) or by anyone in a folder whose
+ * set-group-ID bit the grant set. It gets the place's group back and loses the bits the grant
+ * added to that place; one in no recorded place, or of another owner than the place's, is
+ * left alone. */
+static void restore_rewritten(struct restore_ctx *r, int fd, const struct stat *st, int dir,
+                              const char *name) {
+  struct stat ds;
+  if (st->st_gid != r->gid || dir < 0 || fstat(dir, &ds) < 0) return;
+  const struct jb_grant_place *p = place_of(r->rec, &ds, name);
+  if (!p || p->dir != S_ISDIR(st->st_mode) || p->uid != st->st_uid) return;
+  mode_t now = st->st_mode & 07777, mode = now & ~p->added;
+  if (fchown(fd, (uid_t)-1, p->gid) < 0 || (mode != now && fchmod(fd, mode) < 0)) {
+    fault(&r->faults, errno, "give the group and mode back to", name);
+    return;
+  }
+  r->restored++;
+}
+
 /* Undoes on `fd` what the grant recorded for its inode: the group back when it is still the
  * jail's, and only the mode bits the grant added (the rest as it is now, but no set-ID bit on
  * a file the jail owns: it could have set them); an entry the jail made gets an owner outside
@@ -475,6 +496,7 @@ static void restore_fd(int fd, int dir, const char *name, void *ctx) {
   if (e && st.st_uid == r->jail_uid && e->uid != r->jail_uid) e = NULL;
   bool jails = st.st_uid == r->jail_uid && !S_ISDIR(st.st_mode);
   if (!e) {
+    if (st.st_uid != r->jail_uid && name) restore_rewritten(r, fd, &st, dir, name);
     if (st.st_uid != r->jail_uid || !name) return;
     if (S_ISDIR(st.st_mode) || st.st_nlink == 1) {
       restore_made(r, fd, &st, dir, name);
