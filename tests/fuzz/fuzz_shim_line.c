@@ -15,7 +15,11 @@
  * against a small workspace under /tmp: a tree with symlinks inside and out, a hard link and a
  * fifo, beside a sibling directory "outside" that its links point at. After every input the
  * outside directory must be exactly as made (an op that reached it aborts the run), and the
- * workspace is made again when an op changed it. */
+ * workspace is made again when an op changed it. A line naming "cs_read" is run by the
+ * spawner's read of an overlay's upper (sandbox/shim/overlay.h jb_cs_read_at: path syntax,
+ * offset and length bounds, the walk) with the workspace standing for the upper: a read that
+ * succeeds must have reached a regular file through real directories only (no symlink, no
+ * FIFO), else the run aborts. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -32,7 +36,9 @@
 #include "lib/json.h"
 #include "lib/line.h"
 #include "sandbox/proto/shim.h"
+#include "lib/pathcheck.h"
 #include "sandbox/shim/fileops.h"
+#include "sandbox/shim/overlay.h"
 #include "sandbox/worker/attach.h"
 
 #define OUT_CAP (1u << 20)
@@ -173,9 +179,44 @@ static void check_outside(void) {
   if (count != 1) abort();
 }
 
-/* Runs the parsed line `o` as a file op when it names one. */
+/* Runs cs_read {path, offset, length} on the workspace as an upper; a success must name a
+ * regular file reached through directories (each step lstat'ed again here). */
+static void run_cs_read(json_t *o) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/ws", base);
+  int ws = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (ws < 0) abort();
+  const char *path = json_string_value(json_object_get(o, "path")), *code = NULL;
+  json_int_t len = json_integer_value(json_object_get(o, "length"));
+  char why[300] = "";
+  json_t *r = jb_cs_read_at(ws, path, json_integer_value(json_object_get(o, "offset")),
+                            len < 0 ? 0 : (size_t)len, &code, why, sizeof why);
+  if (!r && (!code || !why[0])) abort(); /* a refusal always says what and why */
+  if (r) {
+    char rel[JB_PATH_MAX + 1];
+    snprintf(rel, sizeof rel, "%s", path);
+    struct stat st;
+    for (char *c = rel;; c++) {
+      bool last = *c == '\0';
+      if (*c != '/' && !last) continue;
+      *c = '\0';
+      if (fstatat(ws, rel, &st, AT_SYMLINK_NOFOLLOW) < 0) abort();
+      if (last ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)) abort();
+      if (last) break;
+      *c = '/';
+    }
+  }
+  json_decref(r);
+  close(ws);
+}
+
+/* Runs the parsed line `o` as a file op (or cs_read) when it names one. */
 static void run_op(json_t *o) {
   const char *op = json_string_value(json_object_get(o, "op"));
+  if (op && !strcmp(op, "cs_read")) {
+    run_cs_read(o);
+    return;
+  }
   if (!op || !jb_fileop_known(op)) return;
   struct jb_fileop_error e = {0};
   json_t *r = jb_fileop(op, o, &e);
