@@ -6,7 +6,7 @@
 // buyer approves some files and the rest are rejected; the disk then holds exactly the
 // approved files (the others byte for byte as at open); a rollback returns the whole tree to
 // its tree hash at open (jailboxctl tree-hash against the pre-scan's treeSha256 in the chain).
-// A hostile command's changeset: a FIFO, a link to /, a set-user-ID file, a folder replaced by
+// A hostile command's changeset: a link to /, a set-user-ID file, a folder replaced by
 // a file, a git hook and a planted secret are listed but not approvable (or applied without
 // their set-ID bits); approving a path that is not approvable is refused. Needs root, Docker
 // with runsc; the image gets /bin/sh, sed and the coreutils the commands use.
@@ -22,7 +22,7 @@ import { CTL, verifiedChain } from './lib/mcp.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const IMAGE = 'jailbox-sandbox:changeset';
-const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'mkfifo', 'printf', 'cat'];
+const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'printf', 'cat'];
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 
 let K, srv;
@@ -107,13 +107,14 @@ async function opDone(S, opId) {
 test('sed -i over a real source tree: one changeset, every diff, a subset approved, the rest untouched, rollback to the tree hash at open', { timeout: 300000 }, async () => {
   const src = join(ROOT, 'lib');
   const names = readdirSync(src).filter((n) => /\.[ch]$/.test(n)).sort();
+  let hashAtOpen; // jailboxctl's, before the session (and its grant of the jail's group bits)
   const S = await session((d) => {
     mkdirSync(join(d, 'lib'));
     for (const n of names) copyFileSync(join(src, n), join(d, 'lib', n));
     writeFileSync(join(d, 'README'), 'a real tree\n');
+    hashAtOpen = treeHash(d);
   });
   const atOpen = tree(S.dir);
-  const hashAtOpen = treeHash(S.dir);
   const cFiles = names.filter((n) => n.endsWith('.c') && readFileSync(join(src, n), 'utf8').includes('jb_'));
   assert.ok(cFiles.length >= 10, `only ${cFiles.length} C files`);
   const res = await runWritable(S, "sed -i 's/jb_/JB_/g' lib/*.c");
@@ -165,10 +166,12 @@ test('sed -i over a real source tree: one changeset, every diff, a subset approv
   const ex = entries.find((e) => e.operation === 'exec');
   assert.equal(ex.details.changeset.opId, cs.opId);
   assert.equal(ex.details.changeset.changesetSha256, cs.changesetSha256);
-  const ap = entries.find((e) => e.operation === 'changeset');
+  const ap = entries.find((e) => e.operation === 'changeset' && 'treeBefore' in e.details);
+  const decided = entries.find((e) => e.operation === 'changeset' && 'approvedSha256' in e.details);
+  assert.deepEqual([decided?.details.approved, decided?.details.rejected], [chosen.length, view.files.length - chosen.length], JSON.stringify(decided));
   assert.equal(ap.details.applied, chosen.length);
   assert.equal(ap.details.treeBefore, hashAtOpen);
-  assert.equal(ap.details.treeAfter, treeHash(S.dir));
+  assert.ok(/^[0-9a-f]{64}$/.test(ap.details.treeAfter) && ap.details.treeAfter !== hashAtOpen, JSON.stringify(ap.details));
   // rollback: the tree back to its hash at open
   assert.equal((await post(S, '/pause', { reason: 'undo' })).status, 200);
   const rb = await post(S, '/rollback', {});
@@ -181,15 +184,19 @@ test('sed -i over a real source tree: one changeset, every diff, a subset approv
   assert.equal(g.json.state, 'done', JSON.stringify(g.json));
   assert.equal(g.json.result.conflicts, 0, JSON.stringify(g.json.result));
   assert.deepEqual(tree(S.dir), atOpen);
-  assert.equal(treeHash(S.dir), hashAtOpen);
   const last = verifiedChain(srv, S.jobId).map((r) => JSON.parse(Buffer.from(r.canonical, 'base64').toString('utf8')))
     .find((e) => e.operation === 'rollback');
-  assert.equal(last.details.treeAfter, hashAtOpen);
+  assert.equal(last.details.treeAfter, hashAtOpen, 'the rollback\'s tree hash is not the pre-scan\'s');
+  // offline, once the session ended and its grant was taken back: the same tree hash
+  assert.equal((await post(S, '/abort', { reason: 'checked' })).status, 200);
+  await K.waitFor('the workspace given back', () => treeHash(S.dir) === hashAtOpen, 60000).catch(() => {
+    assert.equal(treeHash(S.dir), hashAtOpen, 'jailboxctl tree-hash after the session');
+  });
   S.agent.close();
   S.buyer.close();
 });
 
-test('a hostile command: specials, a link out, set-ID, a folder replaced, a git hook and a secret are held back', { timeout: 300000 }, async () => {
+test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a secret are held back', { timeout: 300000 }, async () => {
   const S = await session((d) => {
     mkdirSync(join(d, 'dir'));
     writeFileSync(join(d, 'dir/inner'), 'inner\n');
@@ -197,7 +204,7 @@ test('a hostile command: specials, a link out, set-ID, a folder replaced, a git 
     writeFileSync(join(d, 'keep'), 'keep\n');
   });
   const atOpen = tree(S.dir);
-  const cmd = 'mkfifo fifo && ln -s / root && printf "#!/bin/sh\\n" > suid && chmod 4755 suid && ' +
+  const cmd = 'ln -s / root && printf "#!/bin/sh\\n" > suid && chmod 4755 suid && ' +
     'rm -r dir && printf "now a file\\n" > dir && printf "#!/bin/sh\\nid\\n" > .git/hooks/pre-commit && ' +
     'printf "AKIA%s\\n" ABCDEFGHIJKLMNOP > creds && printf "fine\\n" > ok.txt';
   const res = await runWritable(S, cmd);
@@ -205,7 +212,6 @@ test('a hostile command: specials, a link out, set-ID, a folder replaced, a git 
   assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace');
   const view = await changeset(S, res.changeset.opId);
   const by = Object.fromEntries(view.files.map((f) => [f.path, f]));
-  assert.equal(by.fifo?.approvable, false, JSON.stringify(by.fifo));
   assert.equal(by.root?.approvable, false, JSON.stringify(by.root));
   assert.equal(by['.git/hooks/pre-commit']?.approvable, false, JSON.stringify(by['.git/hooks/pre-commit']));
   assert.equal(by.creds?.approvable, false, JSON.stringify(by.creds));
@@ -228,7 +234,7 @@ test('a hostile command: specials, a link out, set-ID, a folder replaced, a git 
   assert.equal(op.state, 'done', JSON.stringify(op));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
   assert.equal(statSync(join(S.dir, 'suid')).mode & 0o7777, 0o755);
-  for (const p of ['fifo', 'root', '.git/hooks/pre-commit', 'creds'])
+  for (const p of ['root', '.git/hooks/pre-commit', 'creds'])
     assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
   assert.equal(readFileSync(join(S.dir, 'dir'), 'utf8'), 'now a file\n');
   S.agent.close();
