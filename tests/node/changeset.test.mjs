@@ -14,7 +14,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, lstatSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startSandboxServer } from './lib/agent.mjs';
@@ -26,6 +27,7 @@ const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'printf', 'cat'];
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 
 let K, srv;
+let fault; // JB_TEST_FAULT's file: the worker exits at the point it names (sandbox/worker/worker.h)
 const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
 const post = (S, suffix, body) => srv.req('POST', api(S, suffix), { token: S.buyerToken, body });
 const get = (S, suffix) => srv.req('GET', api(S, suffix), { token: S.buyerToken });
@@ -48,7 +50,8 @@ function tree(root, rel = '', out = {}) {
 const treeHash = (dir) => execFileSync(CTL, ['tree-hash', dir], { encoding: 'utf8' }).trim();
 
 before(async () => {
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' },
+  fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JB_TEST_FAULT: fault },
     [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
   srv = K.srv;
 });
@@ -237,6 +240,34 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   for (const p of ['root', '.git/hooks/pre-commit', 'creds'])
     assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
   assert.equal(readFileSync(join(S.dir, 'dir'), 'utf8'), 'now a file\n');
+  S.agent.close();
+  S.buyer.close();
+});
+
+test('a file the buyer changed meanwhile is a conflict, left alone; the worker killed half-way through the apply finishes it once', { timeout: 300000 }, async () => {
+  const S = await session((d) => {
+    for (let i = 0; i < 5; i++) writeFileSync(join(d, `f${i}.txt`), `line ${i}\n`);
+  });
+  const res = await runWritable(S, "sed -i 's/line/LINE/' f0.txt f1.txt f2.txt f3.txt f4.txt");
+  const cs = res.changeset;
+  assert.equal(cs?.files, 5, JSON.stringify(cs));
+  writeFileSync(join(S.dir, 'f3.txt'), 'the buyer meanwhile\n'); // after the command, before the apply
+  writeFileSync(fault, 'cs_after_first_file\n');
+  const ok = await post(S, `/approve/${cs.opId}`, {});
+  assert.equal(ok.status, 200, ok.text);
+  const op = await opDone(S, cs.opId);
+  assert.equal(existsSync(fault), false, 'the fault did not fire');
+  assert.match(srv.log(), /"test fault".*"point":"cs_after_first_file"/);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  for (let i = 0; i < 5; i++)
+    assert.equal(readFileSync(join(S.dir, `f${i}.txt`), 'utf8'), i === 3 ? 'the buyer meanwhile\n' : `LINE ${i}\n`);
+  const view = await changeset(S, cs.opId);
+  assert.deepEqual(view.files.map((f) => f.outcome), ['applied', 'applied', 'applied', 'conflict', 'applied']);
+  const applies = verifiedChain(srv, S.jobId).map((r) => JSON.parse(Buffer.from(r.canonical, 'base64').toString('utf8')))
+    .filter((e) => e.operation === 'changeset' && 'treeBefore' in e.details);
+  assert.equal(applies.length, 1, 'the chain holds one apply');
+  assert.deepEqual([applies[0].details.applied, applies[0].details.conflicts], [4, 1]);
+  assert.deepEqual(applies[0].details.files.map((f) => f.outcome), ['applied', 'applied', 'applied', 'conflict', 'applied']);
   S.agent.close();
   S.buyer.close();
 });
