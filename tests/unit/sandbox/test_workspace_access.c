@@ -165,6 +165,54 @@ static void jail_made_entries_get_owners(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* A file the worker rewrote in a recorded place during the session (a changeset applied, a
+ * rollback: the owner of what it replaced, the jail's group and the grant's bits it had then)
+ * gets the place's group back and loses the grant's bits; one of another owner, or outside
+ * the jail's group, is left alone. */
+static void rewritten_entries_given_back(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  char root[] = "/tmp/jb-wsaccess-XXXXXX";
+  assert_non_null(mkdtemp(root));
+  char p[600], q[600];
+  assert_int_equal(chmod(root, 0755), 0);
+  assert_int_equal(chown(root, 1000, 1000), 0);
+  const char *names[] = {"w.txt", "other.txt", "kept.txt"};
+  for (int i = 0; i < 3; i++) {
+    make_file(root, names[i], 0644);
+    snprintf(p, sizeof p, "%s/%s", root, names[i]);
+    assert_int_equal(chown(p, 1000, 1001), 0);
+    assert_int_equal(chmod(p, 0644), 0);
+  }
+  struct jb_workspace_grant rec = {0};
+  jb_error err = {0};
+  assert_true(jb_workspace_grant(root, 65534, 100, &rec, &err) >= 4);
+  assert_int_equal(mode_of(root, "w.txt"), 0664);
+  /* the worker writes each anew (temporary file, rename): owner 1000, the jail's group, 0664;
+   * all made before any is renamed, so that none takes an inode number a rename freed */
+  for (int i = 0; i < 3; i++) {
+    char t[16];
+    snprintf(t, sizeof t, ".tmp%d", i);
+    make_file(root, t, 0664);
+    snprintf(p, sizeof p, "%s/%s", root, t);
+    assert_int_equal(chown(p, i == 1 ? 1002 : 1000, i == 2 ? 1001 : 65534), 0);
+    assert_int_equal(chmod(p, 0664), 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/.tmp%d", root, i);
+    snprintf(q, sizeof q, "%s/%s", root, names[i]);
+    assert_int_equal(rename(p, q), 0);
+  }
+  assert_true(jb_workspace_restore(root, 65534, 65534, &rec, &err) >= 2);
+  assert_entry(root, "w.txt", 1000, 1001, 0644); /* the place's group, not the grant's g+w */
+  assert_entry(root, "other.txt", 1002, 65534, 0664); /* another owner than the place's: left */
+  assert_entry(root, "kept.txt", 1000, 1001, 0664); /* not in the jail's group: left */
+  jb_workspace_grant_free(&rec);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Runs `script` with sh as the jail's uid and gid (65534, no other group). */
 static void as_jail(const char *script) {
   pid_t pid = fork();
@@ -444,6 +492,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(restore_not_starved_by_new_entries),
       cmocka_unit_test(jail_made_entries_get_owners),
+      cmocka_unit_test(rewritten_entries_given_back),
       cmocka_unit_test(grant_save_load),
       cmocka_unit_test(review_faults),
       cmocka_unit_test(second_review),
