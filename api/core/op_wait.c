@@ -49,6 +49,7 @@ struct wait_clock {
   long long running; /* when the op was first seen running; 0: not yet */
   enum jb_op_state os; /* the op's state at the last reading that found it waiting */
   enum jb_session_state ss; /* the session's */
+  long long changeset; /* the op waited for is this command's changeset (op id); 0: no */
 };
 
 /* The calls of one session that wait, among those of the process. */
@@ -483,6 +484,12 @@ static void wait_message(const struct op_call *call, const struct wait_clock *cl
     *kind = 1;
     snprintf(m, n, "the session is paused: the %s is held until it is resumed",
              jb_tool_name(call->tool));
+  } else if (clk->os == JB_OP_PENDING && clk->changeset) {
+    *kind = 5;
+    snprintf(m, n,
+             "the command ended; its changes wait for the buyer to approve them in whole or in "
+             "part (changeset op %lld)",
+             clk->changeset);
   } else if (clk->os == JB_OP_PENDING) {
     *kind = 2;
     snprintf(m, n, "waiting for the buyer to approve or reject the %s", jb_tool_name(call->tool));
@@ -497,6 +504,51 @@ static void wait_message(const struct op_call *call, const struct wait_clock *cl
     else
       snprintf(m, n, "running, %lld s", s);
   }
+}
+
+/* The changeset op a command's answer `ans` (borrowed) says its changes wait in (its
+ * result's changeset {opId, state: "pending"}), or 0. */
+static long long pending_changeset(const json_t *ans) {
+  json_t *cs = json_object_get(json_object_get(ans, "result"), "changeset");
+  const char *st = json_string_value(json_object_get(cs, "state"));
+  json_t *id = json_object_get(cs, "opId");
+  return st && !strcmp(st, "pending") && json_is_integer(id) ? (long long)json_integer_value(id)
+                                                             : 0;
+}
+
+/* The command's answer `exec_ans` (stolen) with its changeset's outcome: the changeset op's
+ * answer `cs_ans` (stolen; NULL when it was not read), how its wait ended (`st`: OP_ANSWERED
+ * done or failed; OP_END rejected, expired, the session ended, the instance draining — the
+ * reason, in *call->e, becomes the changeset's `note` and the call answers with the command's
+ * result). The changeset member becomes {opId, files, approvable, changesetSha256, state:
+ * applied|failed|rejected|undecided, and the apply's applied, conflicts, failed, rejected}. */
+static json_t *changeset_outcome(struct op_call *call, json_t *exec_ans, json_t *cs_ans,
+                                 enum op_step st) {
+  json_t *cs = json_object_get(json_object_get(exec_ans, "result"), "changeset");
+  if (!json_is_object(cs)) {
+    json_decref(cs_ans);
+    return exec_ans;
+  }
+  if (st == OP_ANSWERED && json_is_true(json_object_get(cs_ans, "ok"))) {
+    json_object_set_new(cs, "state", json_string("applied"));
+    json_object_update(cs, json_object_get(cs_ans, "result"));
+  } else if (st == OP_ANSWERED) {
+    json_object_set_new(cs, "state", json_string("failed"));
+    json_object_set(cs, "error", json_object_get(cs_ans, "error"));
+  } else {
+    bool rejected =
+        json_is_string(json_object_get(call->e->data, "reason")) &&
+        !strcmp(json_string_value(json_object_get(call->e->data, "reason")), "rejected");
+    json_object_set_new(cs, "state", json_string(rejected ? "rejected" : "undecided"));
+    if (call->e->message[0]) json_object_set_new(cs, "note", json_string(call->e->message));
+    /* the command ran: its answer stands, with what became of its changes */
+    call->e->code = 0;
+    call->e->message[0] = '\0';
+    json_decref(call->e->data);
+    call->e->data = NULL;
+  }
+  json_decref(cs_ans);
+  return exec_ans;
 }
 
 /* Sleeps until a jb_op notification names the op or the session (server/opwait.h), or `nap`
@@ -520,6 +572,7 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
   struct jb_exec_line line;
   if (told && call->tool == JB_TOOL_EXEC) jb_exec_line_watch(&line, call->job, op_id);
   int kind = 0; /* of the last message (wait_message) */
+  json_t *exec_ans = NULL; /* a command's answer while its changeset is waited for */
   for (bool read_now = !app->opwait;; read_now = false) {
     if (!read_now) {
       jb_db_release(app->db, call->c);
@@ -535,7 +588,25 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
       }
     }
     clk.db_failed = false;
-    if (read_outcome(call, op_id, &clk, &out, &nap) != OP_NEXT) break;
+    enum op_step st = read_outcome(call, op_id, &clk, &out, &nap);
+    if (st != OP_NEXT && clk.changeset) { /* the changeset decided (or the wait for it over) */
+      out = changeset_outcome(call, exec_ans, out, st);
+      exec_ans = NULL;
+      break;
+    }
+    if (st != OP_NEXT) {
+      long long cs = st == OP_ANSWERED ? pending_changeset(out) : 0;
+      if (!cs) break;
+      /* a command whose changes are held for the buyer: the call waits for that decision, so
+       * that the agent's next command sees what was applied */
+      exec_ans = out;
+      out = NULL;
+      op_id = clk.changeset = cs;
+      clk.stored = clk.started = jb_now_ms();
+      clk.running = 0;
+      if (app->opwait) jb_opwait_set_op(app->opwait, t, op_id);
+      continue;
+    }
     if (!clk.db_failed)
       db_down = 0;
     else if (db_unreachable(call, op_id, &db_down, clk.db_error))
@@ -549,6 +620,7 @@ json_t *op_await(struct op_call *call, long long op_id, struct jb_opwait_ticket 
       if (jb_progress_due_in(call->progress) < nap) nap = jb_progress_due_in(call->progress);
     }
   }
+  if (exec_ans) out = changeset_outcome(call, exec_ans, out, OP_END); /* the wait cut short */
   if (told && call->tool == JB_TOOL_EXEC) jb_exec_line_unwatch(&line);
   op_wait_end(call, t);
   if (began) jb_pool_block_end();

@@ -74,12 +74,20 @@ async function session(build) {
   return S;
 }
 
-// Runs `command` writable as the agent; the buyer approves the command line; the exec's result.
+// Runs `command` writable as the agent; the buyer approves the command line. Once the command
+// ended its changes wait for the buyer: the changeset's approval request, and the call, which
+// answers once the buyer decided the changeset ({ask, call}).
 async function runWritable(S, command) {
   const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
   assert.equal(ack.ok, true, JSON.stringify(ack));
+  const cs = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.execOpId === ask.opId, 120000);
+  return { ask: cs, call };
+}
+
+// The exec's result once the call answered.
+async function result(call) {
   const r = await call;
   assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
   return r.result.structuredContent;
@@ -120,16 +128,12 @@ test('sed -i over a real source tree: one changeset, every diff, a subset approv
   const atOpen = tree(S.dir);
   const cFiles = names.filter((n) => n.endsWith('.c') && readFileSync(join(src, n), 'utf8').includes('jb_'));
   assert.ok(cFiles.length >= 10, `only ${cFiles.length} C files`);
-  const res = await runWritable(S, "sed -i 's/jb_/JB_/g' lib/*.c");
-  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  const { ask, call } = await runWritable(S, "sed -i 's/jb_/JB_/g' lib/*.c");
   assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace before any approval');
-  const cs = res.changeset;
-  assert.equal(cs?.state, 'pending', JSON.stringify(res.changeset));
-  assert.equal(cs.files, cFiles.length);
   // the buyer is asked once, for the changeset
-  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.opId === cs.opId);
+  const cs = { opId: ask.opId, changesetSha256: ask.changesetSha256 };
   assert.equal(ask.total, cFiles.length);
-  assert.equal(ask.changesetSha256, cs.changesetSha256);
+  assert.match(ask.changesetSha256, /^[0-9a-f]{64}$/);
   const view = await changeset(S, cs.opId);
   assert.equal(view.total, cFiles.length);
   assert.equal(view.changesetSha256, cs.changesetSha256);
@@ -150,6 +154,13 @@ test('sed -i over a real source tree: one changeset, every diff, a subset approv
   assert.equal(ok.status, 200, ok.text);
   const op = await opDone(S, cs.opId);
   assert.equal(op.state, 'done', JSON.stringify(op));
+  // the agent's call answers now, with what was applied
+  const res = await result(call);
+  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  assert.equal(res.changeset.state, 'applied', JSON.stringify(res.changeset));
+  assert.equal(res.changeset.opId, cs.opId);
+  assert.equal(res.changeset.applied, chosen.length);
+  assert.equal(res.changeset.changesetSha256, cs.changesetSha256);
   const now = tree(S.dir);
   for (const f of view.files) {
     const want = chosen.includes(f.path) ? f.newSha256 : f.oldSha256;
@@ -210,8 +221,8 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   const cmd = 'ln -s / root && printf "#!/bin/sh\\n" > suid && chmod 4755 suid && ' +
     'rm -r dir && printf "now a file\\n" > dir && printf "#!/bin/sh\\nid\\n" > .git/hooks/pre-commit && ' +
     'printf "AKIA%s\\n" ABCDEFGHIJKLMNOP > creds && printf "fine\\n" > ok.txt';
-  const res = await runWritable(S, cmd);
-  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  const { ask, call } = await runWritable(S, cmd);
+  const res = { changeset: { opId: ask.opId } };
   assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace');
   const view = await changeset(S, res.changeset.opId);
   const by = Object.fromEntries(view.files.map((f) => [f.path, f]));
@@ -235,6 +246,9 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   assert.equal(ok.status, 200, ok.text);
   const op = await opDone(S, res.changeset.opId);
   assert.equal(op.state, 'done', JSON.stringify(op));
+  const done = await result(call);
+  assert.equal(done.exitCode, 0, JSON.stringify(done).slice(0, 400));
+  assert.equal(done.changeset.state, 'applied', JSON.stringify(done.changeset));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
   assert.equal(statSync(join(S.dir, 'suid')).mode & 0o7777, 0o755);
   for (const p of ['root', '.git/hooks/pre-commit', 'creds'])
@@ -248,9 +262,9 @@ test('a file the buyer changed meanwhile is a conflict, left alone; the worker k
   const S = await session((d) => {
     for (let i = 0; i < 5; i++) writeFileSync(join(d, `f${i}.txt`), `line ${i}\n`);
   });
-  const res = await runWritable(S, "sed -i 's/line/LINE/' f0.txt f1.txt f2.txt f3.txt f4.txt");
-  const cs = res.changeset;
-  assert.equal(cs?.files, 5, JSON.stringify(cs));
+  const { ask, call } = await runWritable(S, "sed -i 's/line/LINE/' f0.txt f1.txt f2.txt f3.txt f4.txt");
+  const cs = { opId: ask.opId };
+  assert.equal(ask.total, 5, JSON.stringify(ask));
   writeFileSync(join(S.dir, 'f3.txt'), 'the buyer meanwhile\n'); // after the command, before the apply
   writeFileSync(fault, 'cs_after_first_file\n');
   const ok = await post(S, `/approve/${cs.opId}`, {});
@@ -259,6 +273,9 @@ test('a file the buyer changed meanwhile is a conflict, left alone; the worker k
   assert.equal(existsSync(fault), false, 'the fault did not fire');
   assert.match(srv.log(), /"test fault".*"point":"cs_after_first_file"/);
   assert.equal(op.state, 'done', JSON.stringify(op));
+  const res = await result(call);
+  assert.deepEqual([res.changeset.state, res.changeset.applied, res.changeset.conflicts.map((c) => c.path)],
+    ['applied', 4, ['f3.txt']], JSON.stringify(res.changeset));
   for (let i = 0; i < 5; i++)
     assert.equal(readFileSync(join(S.dir, `f${i}.txt`), 'utf8'), i === 3 ? 'the buyer meanwhile\n' : `LINE ${i}\n`);
   const view = await changeset(S, cs.opId);
@@ -268,6 +285,21 @@ test('a file the buyer changed meanwhile is a conflict, left alone; the worker k
   assert.equal(applies.length, 1, 'the chain holds one apply');
   assert.deepEqual([applies[0].details.applied, applies[0].details.conflicts], [4, 1]);
   assert.deepEqual(applies[0].details.files.map((f) => f.outcome), ['applied', 'applied', 'applied', 'conflict', 'applied']);
+  S.agent.close();
+  S.buyer.close();
+});
+
+test('a rejected changeset: nothing lands, and the agent is told', { timeout: 300000 }, async () => {
+  const S = await session((d) => writeFileSync(join(d, 'a.txt'), 'a\n'));
+  const atOpen = tree(S.dir);
+  const { ask, call } = await runWritable(S, 'printf b > a.txt && printf new > new.txt');
+  const no = await post(S, `/reject/${ask.opId}`, { reason: 'not now' });
+  assert.equal(no.status, 200, no.text);
+  const res = await result(call);
+  assert.equal(res.changeset.state, 'rejected', JSON.stringify(res.changeset));
+  assert.deepEqual(tree(S.dir), atOpen);
+  const view = await changeset(S, ask.opId);
+  assert.deepEqual(view.files.map((f) => [f.path, f.decision]), [['a.txt', 'rejected'], ['new.txt', 'rejected']]);
   S.agent.close();
   S.buyer.close();
 });
