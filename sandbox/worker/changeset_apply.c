@@ -122,56 +122,120 @@ struct apply {
   long long applied;
 };
 
-/* Applies each row of `order` in the workspace open on `rootfd`. */
+/* Records row `r`'s outcome `o` (with `detail`) in `a`: its outcome row, its line in the
+ * audit entry, its pre-image rows when applied, or its conflict or failure. */
+static void record(struct apply *a, json_t *r, enum jb_restore_outcome o, const char *detail) {
+  const char *name = o == JB_RESTORED ? "applied" : o == JB_CONFLICT ? "conflict" : "failed";
+  json_t *oc = json_pack("{s:O, s:s}", "idx", json_object_get(r, "idx"), "outcome", name);
+  if (oc && detail[0]) json_object_set_new(oc, "detail", json_string(detail));
+  json_array_append_new(a->outcomes, oc);
+  json_array_append_new(
+      a->files,
+      json_pack("{s:O, s:O, s:O*, s:O*, s:s}", "path", json_object_get(r, "path"), "change",
+                json_object_get(r, "change"), "oldSha256", json_object_get(r, "oldSha256"),
+                "newSha256", json_object_get(r, "newSha256"), "outcome", name));
+  if (o != JB_RESTORED) {
+    json_array_append_new(o == JB_CONFLICT ? a->conflicts : a->failed,
+                          json_pack("{s:O, s:s}", "path", json_object_get(r, "path"), "detail",
+                                    detail[0] ? detail : "not applied"));
+    return;
+  }
+  a->applied++;
+  json_t *pr = preimage_row(r);
+  if (pr && !strcmp(str(r, "change"), "type")) { /* two steps back: the new entry removed, then
+                                                    the old one made where nothing is */
+    json_t *second = json_pack(
+        "{s:O, s:s, s:i, s:O, s:O*, s:O*}", "path", json_object_get(r, "path"), "kind", "absent",
+        "bytes", 0, "afterKind", json_object_get(pr, "afterKind"), "afterSha256",
+        json_object_get(pr, "afterSha256"), "afterMode", json_object_get(pr, "afterMode"));
+    json_object_set_new(pr, "afterKind", json_string("absent"));
+    json_object_del(pr, "afterSha256");
+    json_object_del(pr, "afterMode");
+    json_array_append_new(a->pre, pr);
+    pr = second;
+  }
+  json_array_append_new(a->pre, pr);
+}
+
+#define STAGED_MAX 256 /* files written beside their paths before one sync, at most */
+
+/* One row's place in an apply: its restore row, what was staged for it, its outcome. */
+struct slot {
+  json_t *x; /* restore_row */
+  struct jb_restore_staged st;
+  enum jb_restore_outcome o;
+  char detail[400];
+  bool staged;
+};
+
+/* The staged files of slots [from, to) made durable together and put in place, then synced
+ * again. */
+static void flush(struct jb_worker *w, const char *job, int rootfd, struct slot *sl, size_t from,
+                  size_t to, bool *fired) {
+  if (syncfs(rootfd) < 0)
+    for (size_t k = from; k < to; k++)
+      if (sl[k].staged) jb_restore_staged_drop(&sl[k].st);
+  for (size_t k = from; k < to; k++) {
+    if (!sl[k].staged) continue;
+    sl[k].staged = false;
+    if (sl[k].st.pfd < 0 && sl[k].o == JB_RESTORED) { /* dropped: the sync failed */
+      sl[k].o = JB_RESTORE_FAILED;
+      snprintf(sl[k].detail, sizeof sl[k].detail, "syncfs: %s", strerror(EIO));
+      continue;
+    }
+    sl[k].o = jb_restore_finish(job, rootfd, sl[k].x, &sl[k].st, sl[k].detail, sizeof sl[k].detail);
+    if (!*fired && sl[k].o == JB_RESTORED) {
+      *fired = true;
+      if (worker_test_fault(w, job, "cs_after_first_file"))
+        _exit(86); /* tests/node/changeset.test.mjs: the op is claimed again and finishes */
+    }
+  }
+  (void)syncfs(rootfd);
+}
+
+/* Applies each row of `order` in the workspace open on `rootfd`: a file's new content staged
+ * beside its path and put in place in groups of STAGED_MAX with a sync before and after each
+ * group (rollback_restore.h), any other row at once, in order (a folder before what goes in
+ * it, deletions first). The outcomes are recorded in `order`'s order. */
 static void apply_rows(struct jb_worker *w, const char *job, int rootfd, json_t *order,
                        struct apply *a) {
-  size_t i;
-  json_t *r;
-  json_array_foreach (order, i, r) {
-    json_t *x = restore_row(r);
-    struct jb_pstore_item kept;
-    char detail[400] = "";
-    enum jb_restore_outcome o = x && !strcmp(str(r, "change"), "type")
-                                    ? clear_for_type(job, rootfd, r, x, detail, sizeof detail)
-                                    : JB_RESTORED;
-    if (o == JB_RESTORED)
-      o = x ? jb_rollback_restore(w->preimage_dir, job, rootfd, x, false, 0, NULL, NULL, &kept,
-                                  detail, sizeof detail)
-            : JB_RESTORE_FAILED;
-    json_decref(x);
-    const char *name = o == JB_RESTORED ? "applied" : o == JB_CONFLICT ? "conflict" : "failed";
-    json_t *oc = json_pack("{s:O, s:s}", "idx", json_object_get(r, "idx"), "outcome", name);
-    if (oc && detail[0]) json_object_set_new(oc, "detail", json_string(detail));
-    json_array_append_new(a->outcomes, oc);
-    json_t *f =
-        json_pack("{s:O, s:O, s:O*, s:O*, s:s}", "path", json_object_get(r, "path"), "change",
-                  json_object_get(r, "change"), "oldSha256", json_object_get(r, "oldSha256"),
-                  "newSha256", json_object_get(r, "newSha256"), "outcome", name);
-    json_array_append_new(a->files, f);
-    if (o == JB_RESTORED) {
-      a->applied++;
-      json_t *pr = preimage_row(r);
-      if (pr && !strcmp(str(r, "change"), "type")) { /* two steps back: the new entry removed,
-                                                       then the old one made where nothing is */
-        json_t *second = json_pack(
-            "{s:O, s:s, s:i, s:O, s:O*, s:O*}", "path", json_object_get(r, "path"), "kind",
-            "absent", "bytes", 0, "afterKind", json_object_get(pr, "afterKind"), "afterSha256",
-            json_object_get(pr, "afterSha256"), "afterMode", json_object_get(pr, "afterMode"));
-        json_object_set_new(pr, "afterKind", json_string("absent"));
-        json_object_del(pr, "afterSha256");
-        json_object_del(pr, "afterMode");
-        json_array_append_new(a->pre, pr);
-        pr = second;
-      }
-      json_array_append_new(a->pre, pr);
+  size_t n = json_array_size(order), pending_from = 0, held = 0;
+  struct slot *sl = calloc(n ? n : 1, sizeof *sl);
+  if (!sl) return;
+  bool fired = false;
+  for (size_t i = 0; i < n; i++) {
+    json_t *r = json_array_get(order, i);
+    sl[i].x = restore_row(r);
+    sl[i].st.pfd = -1;
+    bool file = !strcmp(str(r, "newType") ?: "", "file") && strcmp(str(r, "change"), "type");
+    if (!sl[i].x) {
+      sl[i].o = JB_RESTORE_FAILED;
+    } else if (file) {
+      sl[i].o = jb_restore_stage(w->preimage_dir, job, rootfd, sl[i].x, &sl[i].st, sl[i].detail,
+                                 sizeof sl[i].detail);
+      sl[i].staged = sl[i].o == JB_RESTORED && sl[i].st.pfd >= 0;
     } else {
-      json_array_append_new(o == JB_CONFLICT ? a->conflicts : a->failed,
-                            json_pack("{s:O, s:s}", "path", json_object_get(r, "path"), "detail",
-                                      detail[0] ? detail : "not applied"));
+      sl[i].o = !strcmp(str(r, "change"), "type")
+                    ? clear_for_type(job, rootfd, r, sl[i].x, sl[i].detail, sizeof sl[i].detail)
+                    : JB_RESTORED;
+      struct jb_pstore_item kept;
+      if (sl[i].o == JB_RESTORED)
+        sl[i].o = jb_rollback_restore(w->preimage_dir, job, rootfd, sl[i].x, false, 0, NULL, NULL,
+                                      &kept, sl[i].detail, sizeof sl[i].detail);
     }
-    if (i == 0 && worker_test_fault(w, job, "cs_after_first_file"))
-      _exit(86); /* tests/node/changeset.test.mjs: the op is claimed again and finishes */
+    held += sl[i].staged;
+    if (held >= STAGED_MAX) {
+      flush(w, job, rootfd, sl, pending_from, i + 1, &fired);
+      pending_from = i + 1;
+      held = 0;
+    }
   }
+  flush(w, job, rootfd, sl, pending_from, n, &fired);
+  for (size_t i = 0; i < n; i++) {
+    record(a, json_array_get(order, i), sl[i].o, sl[i].detail);
+    json_decref(sl[i].x);
+  }
+  free(sl);
 }
 
 /* The audit entry's list of files: the first FILES_LISTED, and past them filesCount and

@@ -67,12 +67,12 @@ static void owner_of(int pfd, const char *name, uid_t *uid, gid_t *gid) {
  * set-user-ID root). */
 static mode_t restore_mode(mode_t mode) { return mode & 01777; }
 
-/* Writes blob `sha` as a file of mode `mode` under a temporary name in `pfd`, fsynced, and
- * renames it over `name`. 0, or -1 with `detail`. */
-static int put_file(const char *store, const char *job, int pfd, const char *name, const char *sha,
-                    mode_t mode, char *detail, size_t dsize) {
-  char tmp[64];
-  tmp_name(tmp, sizeof tmp);
+/* Writes blob `sha` as a file of mode `mode` under a temporary name (into `tmp`, 64 bytes) in
+ * `pfd`, fsynced when `sync`. 0, or -1 with `detail` (nothing left behind). */
+static int write_temp(const char *store, const char *job, int pfd, const char *name,
+                      const char *sha, mode_t mode, bool sync, char tmp[64], char *detail,
+                      size_t dsize) {
+  tmp_name(tmp, 64);
   int fd = openat(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return snprintf(detail, dsize, "temporary file: %s", strerror(errno)), -1;
   uid_t uid;
@@ -83,12 +83,23 @@ static int put_file(const char *store, const char *job, int pfd, const char *nam
   int rc = jb_pstore_copy_out(store, job, sha, fd, &e);
   if (rc < 0) snprintf(detail, dsize, "%s", e.msg);
   /* the mode it had, never a set-ID bit (restore_mode) */
-  if (rc == 0 && (fchmod(fd, restore_mode(mode)) < 0 || fsync(fd) < 0))
+  if (rc == 0 && (fchmod(fd, restore_mode(mode)) < 0 || (sync && fsync(fd) < 0)))
     rc = -1, snprintf(detail, dsize, "mode: %s", strerror(errno));
   close(fd);
-  if (rc == 0 && renameat(pfd, tmp, pfd, name) < 0)
-    rc = -1, snprintf(detail, dsize, "rename: %s", strerror(errno));
   if (rc < 0) unlinkat(pfd, tmp, 0);
+  return rc;
+}
+
+/* Writes blob `sha` as a file of mode `mode` under a temporary name in `pfd`, fsynced, and
+ * renames it over `name`. 0, or -1 with `detail`. */
+static int put_file(const char *store, const char *job, int pfd, const char *name, const char *sha,
+                    mode_t mode, char *detail, size_t dsize) {
+  char tmp[64];
+  int rc = write_temp(store, job, pfd, name, sha, mode, true, tmp, detail, dsize);
+  if (rc == 0 && renameat(pfd, tmp, pfd, name) < 0) {
+    rc = -1, snprintf(detail, dsize, "rename: %s", strerror(errno));
+    unlinkat(pfd, tmp, 0);
+  }
   if (rc == 0) fsync(pfd);
   return rc;
 }
@@ -198,4 +209,79 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
   int rc = put_back(store_dir, job, rootfd, pfd, name, row, &now, detail, dsize);
   close(pfd);
   return rc == 0 ? JB_RESTORED : JB_RESTORE_FAILED;
+}
+
+/* What the path of file row `row` holds now (into `now`) and whether that is what the row
+ * restores (*done) or what the op left (*as_left). -1 with `detail` when it cannot be read. */
+static int file_state(const char *job, int rootfd, json_t *row, struct jb_pstore_item *now,
+                      bool *done, bool *as_left, char *detail, size_t dsize) {
+  jb_error e = {0};
+  if (jb_pstore_take(NULL, job, rootfd, str(row, "path"), -1, now, &e) < 0)
+    return snprintf(detail, dsize, "%s", e.msg), -1;
+  long long mode = mode_of(row, "mode");
+  if (mode >= 0) mode = restore_mode((mode_t)mode);
+  *done = holds(now, "file", str(row, "sha256"), mode, NULL);
+  *as_left =
+      holds(now, str(row, "afterKind"), str(row, "afterSha256"), mode_of(row, "afterMode"), NULL);
+  return 0;
+}
+
+enum jb_restore_outcome jb_restore_stage(const char *store_dir, const char *job, int rootfd,
+                                         json_t *row, struct jb_restore_staged *st, char *detail,
+                                         size_t dsize) {
+  st->pfd = -1;
+  st->tmp[0] = '\0';
+  detail[0] = '\0';
+  const char *kind = str(row, "kind"), *path = str(row, "path");
+  if (!path || !kind || strcmp(kind, "file") || !str(row, "sha256"))
+    return snprintf(detail, dsize, "not a file's row"), JB_RESTORE_FAILED;
+  struct jb_pstore_item now;
+  bool done, as_left;
+  if (file_state(job, rootfd, row, &now, &done, &as_left, detail, dsize) < 0)
+    return JB_RESTORE_FAILED;
+  if (done) return JB_RESTORED; /* there already (a run killed after its rename) */
+  if (!as_left) {
+    snprintf(detail, dsize, "changed since the op (now %s)", jb_pstore_kind_name(now.kind));
+    return JB_CONFLICT;
+  }
+  int pfd = jb_hostfs_open_parent(rootfd, path, &st->name);
+  if (pfd < 0) return snprintf(detail, dsize, "its folder: %s", strerror(errno)), JB_RESTORE_FAILED;
+  long long mode = mode_of(row, "mode");
+  if (write_temp(store_dir, job, pfd, st->name, str(row, "sha256"), mode < 0 ? 0644 : (mode_t)mode,
+                 false, st->tmp, detail, dsize) < 0) {
+    close(pfd);
+    return JB_RESTORE_FAILED;
+  }
+  st->pfd = pfd;
+  return JB_RESTORED;
+}
+
+enum jb_restore_outcome jb_restore_finish(const char *job, int rootfd, json_t *row,
+                                          struct jb_restore_staged *st, char *detail,
+                                          size_t dsize) {
+  detail[0] = '\0';
+  if (st->pfd < 0) return JB_RESTORED;
+  struct jb_pstore_item now;
+  bool done, as_left;
+  enum jb_restore_outcome o = JB_RESTORED;
+  if (file_state(job, rootfd, row, &now, &done, &as_left, detail, dsize) < 0) {
+    o = JB_RESTORE_FAILED;
+  } else if (!as_left && !done) { /* changed while it was staged: left alone */
+    snprintf(detail, dsize, "changed since the op (now %s)", jb_pstore_kind_name(now.kind));
+    o = JB_CONFLICT;
+  } else if (renameat(st->pfd, st->tmp, st->pfd, st->name) < 0) {
+    snprintf(detail, dsize, "rename: %s", strerror(errno));
+    o = JB_RESTORE_FAILED;
+  }
+  if (o != JB_RESTORED) unlinkat(st->pfd, st->tmp, 0);
+  jb_restore_staged_drop(st);
+  return o;
+}
+
+void jb_restore_staged_drop(struct jb_restore_staged *st) {
+  if (st->pfd < 0) return;
+  if (st->tmp[0]) unlinkat(st->pfd, st->tmp, 0); /* not renamed: gone (ENOENT after a rename) */
+  close(st->pfd);
+  st->pfd = -1;
+  st->tmp[0] = '\0';
 }

@@ -41,4 +41,27 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
                                             struct jb_pstore_item *kept, char *detail,
                                             size_t dsize);
 
+/* A file row's new content written beside its path, not yet in place (jb_restore_stage). */
+struct jb_restore_staged {
+  int pfd; /* the path's folder; -1: nothing staged */
+  char tmp[64]; /* the temporary file's name in it */
+  const char *name; /* the path's last name (borrowed from the row) */
+};
+
+/* Many file rows restored with two syncs in all instead of two each (a changeset's apply):
+ * jb_restore_stage checks row `row` (kind file) as jb_rollback_restore does — done already
+ * (JB_RESTORED, nothing staged), a conflict, a failure — and writes its blob to a temporary
+ * file beside the path, not synced (JB_RESTORED, `st` filled: its folder's fd is held). The
+ * caller then makes the staged files durable (syncfs(2) of the workspace's file system),
+ * and jb_restore_finish checks each path again (a conflict now: the temporary file is removed)
+ * and renames the file into place, then the caller syncs again. Never forced. */
+enum jb_restore_outcome jb_restore_stage(const char *store_dir, const char *job, int rootfd,
+                                         json_t *row, struct jb_restore_staged *st, char *detail,
+                                         size_t dsize);
+enum jb_restore_outcome jb_restore_finish(const char *job, int rootfd, json_t *row,
+                                          struct jb_restore_staged *st, char *detail, size_t dsize);
+
+/* Removes a staged file not put in place and lets its folder go (nothing staged: nothing). */
+void jb_restore_staged_drop(struct jb_restore_staged *st);
+
 #endif
