@@ -218,11 +218,52 @@ static void test_setid_not_restored(void **state) {
   json_decref(r);
 }
 
+/* Staged restores (a changeset's apply): the content written beside the path and renamed
+ * only at the finish; a path changed between the two is a conflict and its staged file is
+ * removed; a path already holding the content stages nothing. */
+static void test_staged(void **state) {
+  (void)state;
+  put(ws, "s1.txt", "one\n");
+  put(ws, "s2.txt", "two\n");
+  json_t *r1 = before("s1.txt"), *r2 = before("s2.txt");
+  put(ws, "s1.txt", "one, changed\n");
+  put(ws, "s2.txt", "two, changed\n");
+  after(r1);
+  after(r2);
+  char d1[400], d2[400];
+  struct jb_restore_staged st1, st2;
+  assert_int_equal(jb_restore_stage(store, "job", root, r1, &st1, d1, sizeof d1), JB_RESTORED);
+  assert_int_equal(jb_restore_stage(store, "job", root, r2, &st2, d2, sizeof d2), JB_RESTORED);
+  assert_true(st1.pfd >= 0 && st2.pfd >= 0);
+  /* nothing in place yet */
+  assert_string_equal(slurp(ws, "s1.txt"), "one, changed\n");
+  put(ws, "s2.txt", "the buyer meanwhile\n");
+  assert_int_equal(jb_restore_finish("job", root, r1, &st1, d1, sizeof d1), JB_RESTORED);
+  assert_int_equal(jb_restore_finish("job", root, r2, &st2, d2, sizeof d2), JB_CONFLICT);
+  assert_string_equal(slurp(ws, "s1.txt"), "one\n");
+  assert_string_equal(slurp(ws, "s2.txt"), "the buyer meanwhile\n");
+  assert_true(st1.pfd < 0 && st2.pfd < 0);
+  /* no temporary file left beside them */
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s | grep jb-rollback)\"", ws);
+  assert_int_equal(system(cmd), 0);
+  /* s1 again: it holds the content already, nothing staged */
+  assert_int_equal(jb_restore_stage(store, "job", root, r1, &st1, d1, sizeof d1), JB_RESTORED);
+  assert_true(st1.pfd < 0);
+  /* not a file's row */
+  json_t *dir = json_pack("{s:s, s:s}", "path", "x", "kind", "dir");
+  assert_int_equal(jb_restore_stage(store, "job", root, dir, &st1, d1, sizeof d1),
+                   JB_RESTORE_FAILED);
+  json_decref(dir);
+  json_decref(r1);
+  json_decref(r2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_newest_first),       cmocka_unit_test(test_conflict_and_force),
       cmocka_unit_test(test_link_on_the_way),    cmocka_unit_test(test_made_and_moved),
-      cmocka_unit_test(test_setid_not_restored),
+      cmocka_unit_test(test_setid_not_restored), cmocka_unit_test(test_staged),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
