@@ -679,6 +679,8 @@ int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *f
 /* A teardown job: the session ended elsewhere; its containers are removed (which ends the
  * session thread's wait), and the job is done when they are gone (an escape seals after it). */
 static void teardown(struct jb_worker *w, const struct jb_launch_job *j) {
+  /* an escape jailboxd caught: its seal waits for the teardown, so queued before it is done */
+  if (strcmp(j->state, "aborted") == 0) escape_rollback_queue(w, j->job_id);
   char cid[80];
   session_mark_ending(w, j->job_id, false, cid);
   jb_error err = {0};

@@ -119,6 +119,8 @@ struct jb_worker_settings {
   char *preimage_dir; /* JAILBOX_PREIMAGE_DIR as given ("": beside the pid file) */
   long preimage_max_bytes; /* JAILBOX_PREIMAGE_MAX_BYTES: a session's pre-image blobs, bytes */
   long preimage_retention_s; /* JAILBOX_PREIMAGE_RETENTION_S: kept after a session ended, s */
+  bool rollback_on_escape; /* JAILBOX_ROLLBACK_ON_ESCAPE */
+  long rollback_on_escape_timeout_s; /* JAILBOX_ROLLBACK_ON_ESCAPE_TIMEOUT_S: the seal waits, s */
 };
 
 struct jb_worker {
@@ -406,6 +408,12 @@ void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, con
 /* raise_signal, alerting at this occurrence whatever the policy's alert_after for `kind`
  * (unless the policy aborts for it: then as raise_signal). */
 void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
+
+/* With JAILBOX_ROLLBACK_ON_ESCAPE: when session `job` waits for its escape seal and has
+ * changes to undo, queues the rollback the seal then waits for (db/escape_rollback.h; claimed
+ * once its teardown is done, sealed by rollback.c after it). Nothing otherwise; logged. Call
+ * without holding a connection. */
+void escape_rollback_queue(struct jb_worker *w, const char *job);
 
 /* jb_kill: the session is being aborted; kill its container now, so that an op running in
  * the shim (holding the session row the abort needs) fails with "aborted" at once. */
