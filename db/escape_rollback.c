@@ -25,20 +25,19 @@ int jb_db_escape_rollback_queue(PGconn *c, const char *job_id, long wait_s, long
   bool found = PQntuples(r) == 1;
   PQclear(r);
   if (!found) return JB_OK;
-  r = jb_db_exec(
-      c,
-      "WITH sp AS (SELECT p.job_id FROM seals_pending p JOIN sessions s USING (job_id)"
-      "   WHERE p.job_id = $1 AND p.rollback_id IS NULL AND s.preimages_gone_at IS NULL"
-      "    AND NOT coalesce((SELECT sealed FROM audit_heads WHERE job_id = $1), false)"
-      "    AND EXISTS (SELECT 1 FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
-      "     AND rolled_back_by IS NULL)),"
-      " j AS (INSERT INTO launch_jobs (job_id, kind, payload)"
-      "   SELECT job_id, 'rollback', $2::jsonb FROM sp RETURNING id),"
-      " u AS (UPDATE seals_pending p SET rollback_id = j.id,"
-      "   rollback_until = now() + make_interval(secs => $3::bigint)"
-      "   FROM j WHERE p.job_id = $1 RETURNING j.id)"
-      " SELECT id, pg_notify('jb_change', $1) FROM u",
-      3, p, PGRES_TUPLES_OK, NULL, err, "queue escape rollback");
+  r = jb_db_exec(c,
+                 "WITH sp AS (SELECT p.job_id FROM seals_pending p JOIN sessions s USING (job_id)"
+                 "   WHERE p.job_id = $1 AND p.rollback_id IS NULL AND s.preimages_gone_at IS NULL"
+                 "    AND NOT coalesce((SELECT sealed FROM audit_heads WHERE job_id = $1), false)"
+                 "    AND EXISTS (SELECT 1 FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
+                 "     AND rolled_back_by IS NULL)),"
+                 " j AS (INSERT INTO launch_jobs (job_id, kind, payload)"
+                 "   SELECT job_id, 'rollback', $2::jsonb FROM sp RETURNING id),"
+                 " u AS (UPDATE seals_pending p SET rollback_id = j.id,"
+                 "   rollback_until = now() + make_interval(secs => $3::bigint)"
+                 "   FROM j WHERE p.job_id = $1 RETURNING j.id)"
+                 " SELECT id, pg_notify('jb_change', $1) FROM u",
+                 3, p, PGRES_TUPLES_OK, NULL, err, "queue escape rollback");
   if (!r) return JB_ERR_FAIL;
   long long queued = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
   PQclear(r);
@@ -65,6 +64,23 @@ int jb_db_escape_rollback_of(PGconn *c, const char *job_id, long long rollback_i
   return n == 1;
 }
 
+int jb_db_escape_rollback_waiting(PGconn *c, const char *job_id, long long *ms_left,
+                                  jb_error *err) {
+  *ms_left = 0;
+  const char *p[1] = {job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT greatest(0, (extract(epoch FROM p.rollback_until - now())"
+                           "   * 1000)::bigint)"
+                           " FROM seals_pending p JOIN launch_jobs l ON l.id = p.rollback_id"
+                           " WHERE p.job_id = $1 AND l.state IN ('queued', 'claimed')",
+                           1, p, PGRES_TUPLES_OK, NULL, err, "escape rollback waiting");
+  if (!r) return -1;
+  int n = PQntuples(r);
+  if (n == 1) *ms_left = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+  PQclear(r);
+  return n == 1;
+}
+
 /* Ends rollback job `id` of `job_id` as failed for its time being up, with its audit entry. */
 static int time_up(PGconn *c, const struct jb_keyring *keys, const char *job_id, const char *id,
                    jb_error *err) {
@@ -80,10 +96,10 @@ static int time_up(PGconn *c, const struct jb_keyring *keys, const char *job_id,
   if (!r) return -1;
   long long restored = PQntuples(r) == 1 ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
   PQclear(r);
-  json_t *d = json_pack("{s:I, s:n, s:b, s:s, s:s, s:s, s:I}", "rollbackId",
-                        (json_int_t)strtoll(id, NULL, 10), "to", "force", 0, "actor", "system",
-                        "reason", "escape_detected", "error", "timeout", "restored",
-                        (json_int_t)restored);
+  json_t *d =
+      json_pack("{s:I, s:n, s:b, s:s, s:s, s:s, s:I}", "rollbackId",
+                (json_int_t)strtoll(id, NULL, 10), "to", "force", 0, "actor", "system", "reason",
+                "escape_detected", "error", "timeout", "restored", (json_int_t)restored);
   if (!d) return jb_fail(err, ENOMEM, "out of memory"), -1;
   struct jb_audit_head h;
   int rc = jb_audit_append(c, keys, job_id, "rollback", NULL, d, &h, err);

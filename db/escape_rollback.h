@@ -32,6 +32,11 @@ int jb_db_escape_rollback_queue(PGconn *c, const char *job_id, long wait_s, long
 int jb_db_escape_rollback_of(PGconn *c, const char *job_id, long long rollback_id,
                              long long *ms_left, jb_error *err);
 
+/* Whether session `job_id`'s escape seal waits for a rollback now (named, queued or claimed):
+ * 1 with *ms_left the milliseconds until it stops waiting (0 when past), 0 when not, -1 with
+ * `err`. */
+int jb_db_escape_rollback_waiting(PGconn *c, const char *job_id, long long *ms_left, jb_error *err);
+
 /* For jb_db_session_finish (db/escape.h), in its transaction, with the session row locked and
  * its seals_pending row present: 1 when the seal waits for the rollback named there (queued or
  * claimed, before rollback_until); 0 to seal now — when that rollback's time is up and it has

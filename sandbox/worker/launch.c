@@ -624,6 +624,7 @@ void *session_main(void *arg) {
     pthread_mutex_unlock(&s->lock);
     slog(w, JB_LOG_INFO, s->job_id, "sandbox removed", NULL);
   }
+  escape_rollback_wait(w, s->job_id); /* it restores before the workspace is given back */
   restore_workspace(s);
   atomic_store(&s->finished, true);
   return NULL;

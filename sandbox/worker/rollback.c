@@ -188,21 +188,6 @@ static void escape_seal_after(struct jb_worker *w, PGconn *c, const char *job) {
        fin.sealed_now ? "escape: sealed after the rollback" : "seal: nothing to do", NULL);
 }
 
-/* Waits at most `ms` for the thread of session `job` on this worker (when it runs here) to end:
- * it gives the workspace back (workspace_access.h) once its sandbox is gone, and a rollback
- * on escape restores after that, not beside it. */
-static void session_thread_wait(struct jb_worker *w, const char *job, long ms) {
-  for (long waited = 0; waited < ms; waited += 20) {
-    pthread_mutex_lock(&w->lock);
-    struct jb_session *s = session_find(w, job);
-    bool running = s && !atomic_load(&s->finished);
-    pthread_mutex_unlock(&w->lock);
-    if (!running) return;
-    usleep(20 * 1000);
-  }
-  slog(w, JB_LOG_WARN, job, "rollback on escape: the session's thread has not ended", NULL);
-}
-
 /* Whether job `j` is a rollback on escape; then r->deadline is set (a fifth of its time left
  * in hand, so that the restore in progress ends before jailboxd's sweeper seals). */
 static bool escape_deadline(struct run *r, PGconn *c) {
@@ -214,6 +199,25 @@ static bool escape_deadline(struct run *r, PGconn *c) {
   r->deadline = jb_now_ms() + left - left / 5;
   if (r->deadline <= jb_now_ms()) r->deadline = 1; /* no time left: restore nothing */
   return true;
+}
+
+void escape_rollback_wait(struct jb_worker *w, const char *job) {
+  if (!w->set.rollback_on_escape) return;
+  bool waited = false;
+  for (;;) {
+    long long left = 0;
+    jb_error err = {0};
+    int rc;
+    {
+      cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+      rc = conn.pg ? jb_db_escape_rollback_waiting(conn.pg, job, &left, &err) : -1;
+    }
+    if (rc < 0) slog(w, JB_LOG_WARN, job, err.msg, "step", "wait for the rollback on escape", NULL);
+    if (rc != 1 || left <= 0 || atomic_load(&w->stopping)) break;
+    waited = true;
+    usleep(50 * 1000);
+  }
+  if (waited) slog(w, JB_LOG_INFO, job, "the rollback on escape has ended", NULL);
 }
 
 static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
@@ -228,7 +232,6 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   struct run r = {.w = w, .j = j, .force = json_is_true(json_object_get(payload, "force"))};
   r.files = json_array();
   bool escape = escape_deadline(&r, conn.pg);
-  if (escape) session_thread_wait(w, j->job_id, (r.deadline - jb_now_ms()) / 2);
   long long used = 0;
   bool gone = false, sealed = false;
   json_t *rows =

@@ -120,6 +120,9 @@ void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind,
 }
 
 void kill_for_abort(struct jb_worker *w, const char *job) {
+  /* an escape jailboxd caught sends this after its abort: the rollback is queued before the
+   * kill, so that the session's thread waits for it before it gives the workspace back */
+  escape_rollback_queue(w, job);
   char cid[80];
   session_mark_ending(w, job, true, cid);
   if (!cid[0]) return;

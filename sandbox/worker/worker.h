@@ -315,6 +315,13 @@ struct jb_launch_job;
  * again when this worker id starts). When no thread can start it is run here. Main thread. */
 void rollback_start(struct jb_worker *w, struct jb_launch_job *j);
 
+/* With JAILBOX_ROLLBACK_ON_ESCAPE: waits while the rollback on escape of session `job` is
+ * queued or claimed, within its time (db/escape_rollback.h), polling every 50 ms. The
+ * session's thread calls it once its sandbox is gone and before it gives the workspace back
+ * (workspace_access.h): the rollback restores what the session saw, and the give-back then
+ * returns the modes and groups of the state at open. Holds no connection while it waits. */
+void escape_rollback_wait(struct jb_worker *w, const char *job);
+
 /* Waits at most `ms` for the rollback threads to end (they stop between two rows once
  * w->stopping is set). Main thread, at the stop, before the pool closes. */
 void rollbacks_wait(struct jb_worker *w, long ms);
