@@ -446,7 +446,8 @@ json_t *relay_not_run(const char *state, const char *reason);
  * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
  * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
  * (neither an exec's outcome nor its failure is stored), rollback_midway (the worker _exits(86)
- * right after a rollback's first restored row is marked). Unset (always, outside tests) it
+ * right after a rollback's first restored row is marked), escape_rollback_stall (a rollback on
+ * escape sleeps until 3 s past the time it has, before it restores anything). Unset (always, outside tests) it
  * costs a getenv. (sessions.c) */
 bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
 

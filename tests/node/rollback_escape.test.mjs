@@ -6,7 +6,8 @@
 // bytes at open: the entry `rollback` (actor system, reason escape_detected, the three files,
 // treeBefore/treeAfter) is the last before the seal, the chain verifies offline, the session is
 // aborted and sealed. With the setting off the same escape leaves the writes on disk and the
-// chain holds no rollback. Needs root, Docker with runsc.
+// chain holds no rollback. A rollback that overruns its time does not hold the seal back.
+// Needs root, Docker with runsc.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -20,6 +21,8 @@ import { containersOf, docker } from './lib/jail.mjs';
 
 const IMAGE = 'jailbox-sandbox:rollback-escape';
 const kits = [];
+// JB_TEST_FAULT's file: the worker acts on the point it names (sandbox/worker/worker.h)
+const fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
 
 after(async () => {
   for (const kit of kits) {
@@ -104,7 +107,7 @@ const timings = {};
 after(() => console.log('# escape → seal with the rollback between, ms:', JSON.stringify(timings)));
 
 test('rollback on escape: the three writes undone after the sandbox is gone, the entry before the seal (worker and jailboxd escapes)', { timeout: 300000 }, async () => {
-  const kit = await server({ JAILBOX_ROLLBACK_ON_ESCAPE: '1' });
+  const kit = await server({ JAILBOX_ROLLBACK_ON_ESCAPE: '1', JAILBOX_ROLLBACK_ON_ESCAPE_TIMEOUT_S: '5', JB_TEST_FAULT: fault });
   for (const by of ['worker', 'jailboxd']) {
     const S = await sessionWithWrites(kit);
     const t0 = Date.now();
@@ -142,6 +145,34 @@ test('rollback on escape: the three writes undone after the sandbox is gone, the
     const ev = await kit.waitEvent(S.buyer, 'jailbox:rollback', (e) => e.state === 'done');
     assert.equal(ev.restored, 3);
   }
+});
+
+// A rollback that does not end in its time (the worker's thread stalls past it: a test fault)
+// does not hold the seal back: jailboxd's sweeper seals once the time is up, the rollback
+// recorded in the chain as failed (timeout) before the seal; nothing was restored.
+test('a rollback on escape that overruns its time: sealed anyway, the rollback recorded as failed', { timeout: 300000 }, async () => {
+  const kit = kits[0];
+  const S = await sessionWithWrites(kit);
+  writeFileSync(fault, 'escape_rollback_stall\n');
+  const t0 = Date.now();
+  await escape(kit, S, 'worker');
+  const chain = await sealed(kit, S);
+  const ms = Date.now() - t0;
+  timings.overrun = ms;
+  assert.ok(ms >= 4000 && ms < 15000, `sealed after ${ms} ms (the time is 5 s)`);
+  assert.match(kit.srv.log(), /"test fault".*"point":"escape_rollback_stall"/);
+  const ops = chain.map((e) => e.operation);
+  assert.deepEqual(ops.slice(-2), ['rollback', 'seal'], ops.join(' '));
+  const d = chain.at(-2).details;
+  assert.deepEqual([d.actor, d.reason, d.error, d.restored], ['system', 'escape_detected', 'timeout', 0], JSON.stringify(d));
+  const job = (await kit.srv.db.query("SELECT state, error FROM launch_jobs WHERE job_id = $1 AND kind = 'rollback'", [S.jobId])).rows;
+  assert.deepEqual(job, [{ state: 'failed', error: 'timeout' }]);
+  // the stalled run wakes past its time: it finds the chain sealed, restores nothing, and the
+  // chain takes no more
+  await kit.waitFor('the stalled rollback ends', () => kit.srv.log().split('\n').some((l) =>
+    l.includes(S.jobId) && /"msg":"rollback failed".*"error":"chain_sealed"/.test(l)), 15000);
+  assert.deepEqual(tree(S.dir), S.written);
+  assert.equal(verifiedChain(kit.srv, S.jobId).length, chain.length);
 });
 
 test('without JAILBOX_ROLLBACK_ON_ESCAPE the escape leaves the writes on disk', { timeout: 300000 }, async () => {
