@@ -233,7 +233,7 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   r.files = json_array();
   bool escape = escape_deadline(&r, conn.pg);
   if (escape && worker_test_fault(w, j->job_id, "escape_rollback_stall")) /* past its time */
-    usleep((useconds_t)(r.deadline - jb_now_ms()) * 1000 + 3000 * 1000);
+    usleep((useconds_t)(r.deadline > jb_now_ms() ? r.deadline - jb_now_ms() + 3000 : 3000) * 1000);
   long long used = 0;
   bool gone = false, sealed = false;
   json_t *rows =
