@@ -18,6 +18,15 @@
   "), false)"                                                    \
   "  OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = " J "))"
 
+/* As JB_SQL_CHAIN_CLOSED, for rollback job `R` (an SQL bigint expression): a seal pending that
+ * waits for that very rollback (seals_pending.rollback_id, migration 046: a rollback on
+ * escape) does not close the chain to it. */
+#define JB_SQL_CHAIN_CLOSED_BUT(J, R)                            \
+  " (coalesce((SELECT sealed FROM audit_heads WHERE job_id = " J \
+  "), false)"                                                    \
+  "  OR EXISTS (SELECT 1 FROM seals_pending WHERE job_id = " J   \
+  "   AND rollback_id IS DISTINCT FROM " R "))"
+
 /* Runs the static SQL `sql` as a prepared statement of the connection (db.h jb_db_prepared)
  * with `n` parameters `vals`; `fmts` marks binary ones (bytea, 1) with their byte lengths in
  * `lens` (both may be NULL when all are text). Returns the result (the caller PQclears it)

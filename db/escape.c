@@ -10,6 +10,7 @@
 
 #include "db/audit_store.h"
 #include "db/db.h"
+#include "db/escape_rollback.h"
 #include "db/events.h"
 #include "db/ops.h"
 #include "db/sessions.h"
@@ -150,6 +151,13 @@ int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *j
   bool sealed = strcmp(PQgetvalue(r, 0, 2), "t") == 0;
   PQclear(r);
   if (jb_state_is_live(state)) return JB_ERR_CONFLICT;
+  /* a rollback on escape goes first: its entry belongs in the chain the seal closes */
+  int gate = sealed ? 0 : jb_db_escape_rollback_gate(c, keys, job_id, err);
+  if (gate < 0) goto clear_events;
+  if (gate == 1) {
+    out->rollback_pending = true;
+    return jb_tx_commit(&tx, err) < 0 ? JB_ERR_FAIL : JB_OK;
+  }
   /* only a chain an escape left to be sealed is ever sealed here */
   r = jb_db_exec(c, "DELETE FROM seals_pending WHERE job_id = $1", 1, p, PGRES_COMMAND_OK, NULL,
                  err, "take pending seal");
@@ -323,9 +331,12 @@ int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_
   const char *p[2] = {g, w};
   PGresult *r = jb_db_exec(
       c,
-      "SELECT coalesce(json_agg(job_id), '[]')::text FROM (SELECT job_id FROM seals_pending"
+      "SELECT coalesce(json_agg(job_id), '[]')::text FROM (SELECT job_id FROM seals_pending p"
       " WHERE since <= now() - make_interval(secs => $1::bigint)"
       "   AND ($2::bigint = 0 OR since > now() - make_interval(secs => $2::bigint))"
+      /* not while the rollback on escape it waits for runs, within its time */
+      "   AND NOT (p.rollback_until > now() AND EXISTS (SELECT 1 FROM launch_jobs l"
+      "    WHERE l.id = p.rollback_id AND l.state IN ('queued', 'claimed')))"
       " ORDER BY since LIMIT 100) u",
       2, p, PGRES_TUPLES_OK, NULL, err, "find unsealed sessions");
   if (!r) return JB_ERR_FAIL;

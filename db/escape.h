@@ -41,7 +41,8 @@ int jb_db_escape_abort(PGconn *c, const struct jb_keyring *keys, const char *job
 
 struct jb_finish_out {
   long rejected_ops, failed_ops;
-  bool sealed_now; /* false when the chain was sealed already */
+  bool sealed_now; /* false when the chain was sealed already, or its seal waits */
+  bool rollback_pending; /* the seal waits for a rollback on escape (db/escape_rollback.h) */
   struct jb_audit_head head; /* the seal */
   struct jb_event_list events; /* to publish once committed (jb_event_list_clear after) */
 };
@@ -52,8 +53,11 @@ struct jb_finish_out {
  * ones ("aborted"), seals the chain when it is not sealed, and hands back in out->events the
  * session events it made, in this order: JB_EVENT_STATE (the end state and reason;
  * `previous` may be NULL), JB_EVENT_SECURITY_ALERT {jobId, kind, detail, seq, escape} for each
- * escape alert of the session (at most 20), and JB_EVENT_AUDIT_HEAD (the seal). JB_OK (also
- * when already sealed: then out->events is empty); JB_ERR_CONFLICT (still live);
+ * escape alert of the session (at most 20), and JB_EVENT_AUDIT_HEAD (the seal). While the
+ * rollback on escape named by its seals_pending row runs, within its time, nothing is done
+ * (out->rollback_pending: its worker seals after it); past its time it is recorded as failed
+ * and the chain sealed (jb_db_escape_rollback_gate). JB_OK (also when already sealed or
+ * waiting: then out->events is empty); JB_ERR_CONFLICT (still live);
  * JB_ERR_NOT_FOUND; JB_ERR_FAIL (out->events empty). */
 int jb_db_session_finish(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                          const char *previous, struct jb_finish_out *out, jb_error *err);
@@ -90,8 +94,9 @@ int jb_db_alerts_list(PGconn *c, const char *job_id, char **json_out, jb_error *
 int jb_db_sessions_expired(PGconn *c, long lifetime_s, long idle_s, char **json_out, jb_error *err);
 
 /* Sessions an escape ended at least `grace_s` seconds ago (and within `window_s`; 0: any
- * time) still waiting for step 2 (a crash came between): a new JSON text array of job ids,
- * at most 100. JB_OK or FAIL. */
+ * time) still waiting for step 2 (a crash came between) — not those whose seal waits for a
+ * rollback on escape still within its time —: a new JSON text array of job ids, at most 100.
+ * JB_OK or FAIL. */
 int jb_db_sessions_unsealed(PGconn *c, long grace_s, long window_s, char **json_out, jb_error *err);
 
 /* NOTIFY jb_kill with `job_id`: the worker holding the session kills its container now.

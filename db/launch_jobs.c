@@ -26,6 +26,11 @@ int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out,
       "  WHERE q.state = 'queued' AND (q.kind IN ('launch', 'rollback') OR NOT EXISTS ("
       "    SELECT 1 FROM launch_jobs l WHERE l.job_id = q.job_id AND l.kind = 'launch'"
       "      AND l.worker_id IS NOT NULL AND l.worker_id <> $1))"
+      /* a rollback once the session's teardown is done (nothing in its sandbox writes) and no
+       * other rollback of it runs (an escape's may come while the buyer's runs) */
+      "   AND (q.kind <> 'rollback' OR NOT EXISTS (SELECT 1 FROM launch_jobs t"
+      "    WHERE t.job_id = q.job_id AND (t.kind = 'teardown' AND t.state IN ('queued', 'claimed')"
+      "     OR t.kind = 'rollback' AND t.state = 'claimed')))"
       "  ORDER BY q.id FOR UPDATE SKIP LOCKED LIMIT 1)"
       " UPDATE launch_jobs j SET state = 'claimed', worker_id = $1, attempts = j.attempts + 1,"
       "   claimed_at = now()"

@@ -26,8 +26,10 @@ struct jb_launch_job {
 
 void jb_launch_job_free(struct jb_launch_job *j);
 
-/* Claims the oldest queued job this worker may take: any launch or rollback job, and a
- * teardown job unless another worker holds that session's launch. Marks it claimed by `worker_id`.
+/* Claims the oldest queued job this worker may take: any launch job, a rollback job once its
+ * session has no teardown job queued or claimed (its sandbox is gone first) and no other
+ * rollback job claimed (one at a time), and a teardown
+ * job unless another worker holds that session's launch. Marks it claimed by `worker_id`.
  * JB_OK with `out` filled; JB_ERR_NOT_FOUND when the queue has nothing for us; JB_ERR_FAIL. */
 int jb_db_job_claim(PGconn *c, const char *worker_id, struct jb_launch_job *out, jb_error *err);
 

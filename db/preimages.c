@@ -67,7 +67,7 @@ json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long lo
       "  FROM preimages WHERE job_id = $1 AND op_id IS NOT NULL"
       "   AND (rolled_back_by IS NULL OR rolled_back_by = $3::bigint)"
       "   AND ($2::bigint IS NULL OR op_id > $2::bigint)), '[]')::text"
-      " ," JB_SQL_CHAIN_CLOSED("$1") " FROM sessions s WHERE s.job_id = $1",
+      " ," JB_SQL_CHAIN_CLOSED_BUT("$1", "$3::bigint") " FROM sessions s WHERE s.job_id = $1",
       3, p, PGRES_TUPLES_OK, NULL, err, "rollback rows");
   if (!r) return NULL;
   if (PQntuples(r) != 1) {
@@ -123,7 +123,7 @@ int jb_db_rollback_finish(PGconn *c, const struct jb_keyring *keys, const char *
   const char *p[4] = {ids, ok ? "done" : "failed", error, text};
   r = jb_db_exec(c,
                  "UPDATE launch_jobs SET state = $2, error = $3, finished_at = now(),"
-                 " result = $4::jsonb WHERE id = $1::bigint",
+                 " result = $4::jsonb WHERE id = $1::bigint AND state = 'claimed'",
                  4, p, PGRES_COMMAND_OK, NULL, err, "finish rollback");
   free(text);
   if (!r) return JB_ERR_FAIL;

@@ -33,7 +33,8 @@ int jb_db_preimages_insert(PGconn *c, const char *job_id, long long op_id, long 
  * descending), as a JSON array (new) of {seq, opId, path, kind, sha256, mode, target,
  * fromPath, afterKind, afterSha256, afterMode, done} (absent fields null). Also whether the
  * session's pre-images are gone (*gone) and whether its audit chain is sealed or its seal
- * pending (*sealed: an abort after the rollback was queued; nothing could record a restore);
+ * pending (*sealed: an abort after the rollback was queued; nothing could record a restore) —
+ * unless that seal waits for this very rollback (a rollback on escape: db/escape_rollback.h);
  * either way no row. NULL with `err` on failure. */
 json_t *jb_db_rollback_rows(PGconn *c, const char *job_id, long long to, long long rollback_id,
                             bool *gone, bool *sealed, jb_error *err);
@@ -46,8 +47,9 @@ int jb_db_preimage_mark(PGconn *c, const char *job_id, long long seq, long long 
 /* Ends rollback job `rollback_id` of `job_id`: appends the audit entry `rollback` with
  * `details` (borrowed; *head the new head, seq 0 when the chain is sealed: an ended session's
  * chain takes no entry — the result then says auditSeq null), stores `result` (borrowed; its
- * auditSeq set here) as the job's result, state done (`ok`) or failed with `error`, all in one
- * transaction. JB_OK or JB_ERR_FAIL. */
+ * auditSeq set here) as the job's result, state done (`ok`) or failed with `error` (unless it
+ * is no longer claimed: a rollback on escape whose time ran out was failed by the seal), all
+ * in one transaction. JB_OK or JB_ERR_FAIL. */
 int jb_db_rollback_finish(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                           long long rollback_id, json_t *details, json_t *result, bool ok,
                           const char *error, struct jb_audit_head *head, jb_error *err);

@@ -624,6 +624,7 @@ void *session_main(void *arg) {
     pthread_mutex_unlock(&s->lock);
     slog(w, JB_LOG_INFO, s->job_id, "sandbox removed", NULL);
   }
+  escape_rollback_wait(w, s->job_id); /* it restores before the workspace is given back */
   restore_workspace(s);
   atomic_store(&s->finished, true);
   return NULL;
@@ -679,6 +680,8 @@ int session_start(struct jb_worker *w, struct jb_session *s, size_t max, bool *f
 /* A teardown job: the session ended elsewhere; its containers are removed (which ends the
  * session thread's wait), and the job is done when they are gone (an escape seals after it). */
 static void teardown(struct jb_worker *w, const struct jb_launch_job *j) {
+  /* an escape jailboxd caught: its seal waits for the teardown, so queued before it is done */
+  if (strcmp(j->state, "aborted") == 0) escape_rollback_queue(w, j->job_id);
   char cid[80];
   session_mark_ending(w, j->job_id, false, cid);
   jb_error err = {0};

@@ -157,6 +157,13 @@ static const struct jb_setting settings[] = {
      1L << 40,
      "seconds a session's pre-images are kept after it ended (done, aborted, failed); an "
      "accepted session's go at once"},
+    {NULL, "JAILBOX_ROLLBACK_ON_ESCAPE", JB_SETTING_BOOL, S(rollback_on_escape), "0", 0, 0,
+     "1: a session an escape ends is rolled back to its state at open (not forced: conflicts are "
+     "listed, left alone) once its sandbox is gone and before its chain is sealed"},
+    {NULL, "JAILBOX_ROLLBACK_ON_ESCAPE_TIMEOUT_S", JB_SETTING_INT, S(rollback_on_escape_timeout_s),
+     "120", 5, 3600,
+     "seconds an escape's seal waits at most for that rollback; then the chain is sealed anyway, "
+     "the rollback recorded as failed (timeout)"},
 };
 #undef S
 #define N_SETTINGS JB_SETTINGS_COUNT(settings)

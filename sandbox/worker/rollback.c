@@ -3,7 +3,9 @@
  * restored newest first (rollback_restore.h), each marked rolled_back_by as soon as it is
  * restored, so that a rollback killed half-way and claimed again finishes the rest; then one
  * audit entry `rollback`, the job's result and the event jailbox:rollback. Also the end of a
- * session's blobs: when it is accepted, and JAILBOX_PREIMAGE_RETENTION_S after it ended. */
+ * session's blobs: when it is accepted, and JAILBOX_PREIMAGE_RETENTION_S after it ended. A
+ * rollback on escape (JAILBOX_ROLLBACK_ON_ESCAPE, db/escape_rollback.h) restores no row past
+ * its time and seals the chain once its entry is in it, whether it restored or failed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/escape.h"
+#include "db/escape_rollback.h"
 #include "db/launch_jobs.h"
 #include "db/preimages.h"
 #include "lib/metrics.h"
@@ -56,6 +60,8 @@ struct run {
   json_t *files; /* [{path, restored:{kind, sha256?}, outcome, detail?}] */
   long long restored, conflicts, failed;
   bool cut; /* the worker stops: the job is left claimed, to be run again */
+  long long deadline; /* jb_now_ms() past which no row is restored; 0: none */
+  bool timed_out; /* stopped at the deadline: the job fails "timeout" */
 };
 
 /* The entry of row `row`'s file in the entry's list (new). */
@@ -109,6 +115,10 @@ static void restore_all(struct run *r, PGconn *c, int rootfd, json_t *rows) {
       r->cut = true;
       return;
     }
+    if (r->deadline > 0 && jb_now_ms() >= r->deadline) {
+      r->timed_out = true; /* the rows left are not listed: the entry says how many were */
+      return;
+    }
     char detail[400] = "";
     enum jb_restore_outcome o = JB_RESTORED;
     struct jb_pstore_item kept = {.kind = JB_PSTORE_ABSENT};
@@ -150,6 +160,7 @@ static json_t *details_of(struct run *r, json_t *payload, json_t *before, json_t
                 "failed", (json_int_t)r->failed, "treeBefore", before, "treeAfter", after);
   const char *reason = json_string_value(json_object_get(payload, "reason"));
   if (d && reason) json_object_set_new(d, "reason", json_string(reason));
+  if (d && r->timed_out) json_object_set_new(d, "error", json_string("timeout"));
   return d;
 }
 
@@ -174,6 +185,53 @@ static void finish(struct run *r, PGconn *c, json_t *details, bool ok, const cha
   json_decref(result);
 }
 
+/* A rollback on escape (db/escape_rollback.h) has ended: seals the chain its entry went into
+ * and publishes what the seal made. When it cannot, jailboxd's sweeper seals it. */
+static void escape_seal_after(struct jb_worker *w, PGconn *c, const char *job) {
+  jb_error err = {0};
+  struct jb_finish_out fin = {0};
+  if (jb_db_session_finish(c, jb_signer_key(w->signer), job, NULL, &fin, &err) != JB_OK) {
+    slog(w, JB_LOG_ERROR, job, err.msg, "step", "seal after the rollback (the sweeper retries)",
+         NULL);
+    return;
+  }
+  worker_publish_list(w, c, job, &fin.events);
+  slog(w, JB_LOG_INFO, job,
+       fin.sealed_now ? "escape: sealed after the rollback" : "seal: nothing to do", NULL);
+}
+
+/* Whether job `j` is a rollback on escape; then r->deadline is set (a fifth of its time left
+ * in hand, so that the restore in progress ends before jailboxd's sweeper seals). */
+static bool escape_deadline(struct run *r, PGconn *c) {
+  long long left = 0;
+  jb_error err = {0};
+  int rc = jb_db_escape_rollback_of(c, r->j->job_id, r->j->id, &left, &err);
+  if (rc < 0) slog(r->w, JB_LOG_WARN, r->j->job_id, err.msg, "step", "escape rollback", NULL);
+  if (rc != 1) return false;
+  r->deadline = jb_now_ms() + left - left / 5;
+  if (r->deadline <= jb_now_ms()) r->deadline = 1; /* no time left: restore nothing */
+  return true;
+}
+
+void escape_rollback_wait(struct jb_worker *w, const char *job) {
+  if (!w->set.rollback_on_escape) return;
+  bool waited = false;
+  for (;;) {
+    long long left = 0;
+    jb_error err = {0};
+    int rc;
+    {
+      cleanup_conn struct worker_conn conn = worker_conn(w, &err);
+      rc = conn.pg ? jb_db_escape_rollback_waiting(conn.pg, job, &left, &err) : -1;
+    }
+    if (rc < 0) slog(w, JB_LOG_WARN, job, err.msg, "step", "wait for the rollback on escape", NULL);
+    if (rc != 1 || left <= 0 || atomic_load(&w->stopping)) break;
+    waited = true;
+    usleep(50 * 1000);
+  }
+  if (waited) slog(w, JB_LOG_INFO, job, "the rollback on escape has ended", NULL);
+}
+
 static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   jb_error err = {0};
   cleanup_conn struct worker_conn conn = worker_conn(w, &err);
@@ -185,6 +243,9 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
   json_t *to = json_object_get(payload, "to");
   struct run r = {.w = w, .j = j, .force = json_is_true(json_object_get(payload, "force"))};
   r.files = json_array();
+  bool escape = escape_deadline(&r, conn.pg);
+  if (escape && worker_test_fault(w, j->job_id, "escape_rollback_stall")) /* past its time */
+    usleep((useconds_t)(r.deadline > jb_now_ms() ? r.deadline - jb_now_ms() + 3000 : 3000) * 1000);
   long long used = 0;
   bool gone = false, sealed = false;
   json_t *rows =
@@ -210,14 +271,18 @@ static void rollback_run(struct jb_worker *w, const struct jb_launch_job *j) {
     restore_all(&r, conn.pg, rootfd, rows);
     json_t *after = r.cut ? NULL : worker_tree_hash(w, j->job_id, rootfd);
     json_t *details = r.cut ? NULL : details_of(&r, payload, before, after);
-    if (details) finish(&r, conn.pg, details, true, NULL);
-    slog(w, JB_LOG_INFO, j->job_id, r.cut ? "rollback cut short by the stop" : "rollback done",
+    if (details) finish(&r, conn.pg, details, !r.timed_out, r.timed_out ? "timeout" : NULL);
+    slog(w, JB_LOG_INFO, j->job_id,
+         r.cut         ? "rollback cut short by the stop"
+         : r.timed_out ? "rollback stopped: its time before the escape seal is up"
+                       : "rollback done",
          NULL);
     json_decref(details);
     json_decref(before);
     json_decref(after);
   }
   if (rootfd >= 0) close(rootfd);
+  if (escape && !r.cut) escape_seal_after(w, conn.pg, j->job_id); /* done or failed: sealed */
   json_decref(rows);
   json_decref(r.files);
   json_decref(payload);

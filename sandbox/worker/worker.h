@@ -119,6 +119,8 @@ struct jb_worker_settings {
   char *preimage_dir; /* JAILBOX_PREIMAGE_DIR as given ("": beside the pid file) */
   long preimage_max_bytes; /* JAILBOX_PREIMAGE_MAX_BYTES: a session's pre-image blobs, bytes */
   long preimage_retention_s; /* JAILBOX_PREIMAGE_RETENTION_S: kept after a session ended, s */
+  bool rollback_on_escape; /* JAILBOX_ROLLBACK_ON_ESCAPE */
+  long rollback_on_escape_timeout_s; /* JAILBOX_ROLLBACK_ON_ESCAPE_TIMEOUT_S: the seal waits, s */
 };
 
 struct jb_worker {
@@ -318,6 +320,13 @@ void rollback_start(struct jb_worker *w, struct jb_launch_job *j);
  * entries, unreadable: the reason is logged). */
 json_t *worker_tree_hash(struct jb_worker *w, const char *job, int rootfd);
 
+/* With JAILBOX_ROLLBACK_ON_ESCAPE: waits while the rollback on escape of session `job` is
+ * queued or claimed, within its time (db/escape_rollback.h), polling every 50 ms. The
+ * session's thread calls it once its sandbox is gone and before it gives the workspace back
+ * (workspace_access.h): the rollback restores what the session saw, and the give-back then
+ * returns the modes and groups of the state at open. Holds no connection while it waits. */
+void escape_rollback_wait(struct jb_worker *w, const char *job);
+
 /* Waits at most `ms` for the rollback threads to end (they stop between two rows once
  * w->stopping is set). Main thread, at the stop, before the pool closes. */
 void rollbacks_wait(struct jb_worker *w, long ms);
@@ -412,6 +421,12 @@ void raise_signal(struct jb_worker *w, const char *job, enum jb_signal kind, con
  * (unless the policy aborts for it: then as raise_signal). */
 void raise_alert_now(struct jb_worker *w, const char *job, enum jb_signal kind, const char *detail);
 
+/* With JAILBOX_ROLLBACK_ON_ESCAPE: when session `job` waits for its escape seal and has
+ * changes to undo, queues the rollback the seal then waits for (db/escape_rollback.h; claimed
+ * once its teardown is done, sealed by rollback.c after it). Nothing otherwise; logged. Call
+ * without holding a connection. */
+void escape_rollback_queue(struct jb_worker *w, const char *job);
+
 /* jb_kill: the session is being aborted; kill its container now, so that an op running in
  * the shim (holding the session row the abort needs) fails with "aborted" at once. */
 void kill_for_abort(struct jb_worker *w, const char *job);
@@ -436,7 +451,8 @@ json_t *relay_not_run(const char *state, const char *reason);
  * removes <file> first. The points: op_entry_too_large (a queued op's audit entry is made
  * larger than the chain's cap), exec_entry_too_large (the same for an exec), exec_commit_lost
  * (neither an exec's outcome nor its failure is stored), rollback_midway (the worker _exits(86)
- * right after a rollback's first restored row is marked). Unset (always, outside tests) it
+ * right after a rollback's first restored row is marked), escape_rollback_stall (a rollback on
+ * escape sleeps until 3 s past the time it has, before it restores anything). Unset (always, outside tests) it
  * costs a getenv. (sessions.c) */
 bool worker_test_fault(struct jb_worker *w, const char *job, const char *point);
 
