@@ -421,22 +421,6 @@ static int verb_kill(struct jb_ctl *o, int argc, char **argv) {
   return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_killed);
 }
 
-bool jb_ctl_write_diff_text(const char *s, size_t n) {
-  if (!isatty(STDOUT_FILENO)) return fwrite(s, 1, n, stdout) == n;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
-        (unsigned char)s[i + 1] <= 0x9f) { /* U+0080..U+009F (C1) */
-      i++;
-      c = '?';
-    } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-      c = '?';
-    }
-    if (putchar(c) == EOF) return false;
-  }
-  return true;
-}
-
 /* GET …/ops/OP/diff: the whole unified diff of a pending write or edit on stdout (--json: the
  * answer); what is not a diff (binary content, a file changed since the request, a diff cut at
  * the server's cap) is said on stderr. */
