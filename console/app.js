@@ -561,13 +561,15 @@
   function changesetBox(card, id, ev) {
     let cs = st.changesets.get(id);
     if (!cs) {
-      cs = { files: null, checked: new Map(), open: new Set(), sha: ev.changesetSha256, error: '' };
+      cs = { files: null, checked: new Map(), open: new Set(), sha: ev.changesetSha256 ?? (ev.args || {}).changesetSha256, error: '' };
       st.changesets.set(id, cs);
       loadChangeset(id, cs);
     }
-    const listed = Array.isArray(ev.files) ? ev.files : []; // an op row's args count them instead
-    const total = ev.total ?? ev.files, approvable = ev.approvableCount ?? ev.approvable;
-    const head = T.el('p', `${total} file(s), ${approvable} approvable, from command #${ev.execOpId}: `, 'muted');
+    const a = ev.args || {}; // a request made of an op row (a reconnect's snapshot): its args count the files
+    const listed = Array.isArray(ev.files) ? ev.files : [];
+    const total = cs.files ? cs.files.length : ev.total ?? a.files;
+    const approvable = cs.files ? cs.files.filter((f) => f.approvable).length : ev.approvableCount ?? a.approvable;
+    const head = T.el('p', `${total} file(s), ${approvable} approvable, from command #${ev.execOpId ?? a.execOpId}: `, 'muted');
     T.put(head, (ev.argv || []).join(' '));
     card.appendChild(head);
     const list = T.el('div', '', 'changeset');
