@@ -5,14 +5,17 @@
 // the socket, jailboxctl changes --op), is refused for a path not in it, a stale digest, an
 // empty subset and a duplicate — nothing stored —, approves two of the three files over REST
 // with `files`, and the disk then holds exactly those two; every row has its decision and
-// outcome, and the decision's audit entry its counts and approvedSha256. Needs root, Docker
-// with runsc; the image gets /bin/sh, sed and cat.
+// outcome, and the decision's audit entry its counts and approvedSha256. Then the console
+// (headless Chromium): a second changeset's card, one checkbox unticked, a diff opened,
+// "Approve selected" — only the ticked file lands. Needs root, Docker with runsc, and
+// /usr/bin/chromium; the image gets /bin/sh, sed and cat.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { chromium } from 'playwright-core';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
 import { JAILBOXD } from './lib/server.mjs';
 
@@ -134,4 +137,41 @@ test('a writable sed -i is held as a changeset; the buyer approves two of its th
     [req.opId, 2, 1, sha('a.txt\nc.txt\n')]);
   const again = await approve(req.opId);
   assert.equal(again.status, 409, again.text); // decided already
+});
+
+test('the console: a changeset card, one file unticked, "Approve selected" lands the other', { timeout: 240000 }, async () => {
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+  try {
+    const ctlEnv = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: S.buyerToken };
+    const link = execFileSync(CTL, ['console'], { env: ctlEnv, encoding: 'utf8' }).match(/: (\S+)\n/)[1];
+    const page = await (await browser.newContext({ viewport: { width: 1400, height: 1000 } })).newPage();
+    const problems = [];
+    page.on('pageerror', (e) => problems.push('pageerror: ' + e.message));
+    await page.goto(link);
+    await page.locator('#conn').filter({ hasText: 'live' }).waitFor();
+
+    const call = K.call(agent, 'exec', { command: 'echo x > d1.txt; echo y > d2.txt', writable: true }, 180000);
+    const ex = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command?.includes('d1.txt'), 30000);
+    assert.equal((await approve(ex.opId)).status, 200);
+    const req = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.execOpId === ex.opId, 120000);
+    assert.ok(!toolFailure(await call));
+    const card = page.locator(`.card[data-op="${req.opId}"]`);
+    await card.locator('input[type=checkbox][data-path="d2.txt"]').waitFor();
+    assert.equal(await card.locator('input[type=checkbox]:checked').count(), 2);
+    await card.locator('.cs-file').filter({ hasText: 'd1.txt' }).locator('button').click();
+    await card.locator('.diff .add').filter({ hasText: '+x' }).waitFor(); // drawn when opened
+    await card.locator('input[type=checkbox][data-path="d2.txt"]').uncheck();
+    await card.locator('button.approve').click();
+    const done = await K.waitFor('the changeset applied', async () => {
+      const x = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops/${req.opId}/changeset`, { token: S.buyerToken });
+      return ['done', 'failed'].includes(x.json.state) ? x.json : null;
+    }, 120000);
+    assert.deepEqual(done.files.map((f) => [f.path, f.decision]), [['d1.txt', 'approved'], ['d2.txt', 'rejected']]);
+    assert.equal(readFileSync(join(S.dir, 'd1.txt'), 'utf8'), 'x\n');
+    assert.equal(existsSync(join(S.dir, 'd2.txt')), false);
+    await card.waitFor({ state: 'detached' });
+    assert.deepEqual(problems, []);
+  } finally {
+    await browser.close();
+  }
 });
