@@ -80,6 +80,21 @@ int jb_ctl_ws_base(const struct jb_ctl *o, char *buf, size_t size);
 /* rollback JOB [--to OP] [--force] [--dry-run] [--reason R] (cli/rollback.c). */
 int jb_ctl_rollback(struct jb_ctl *o, int argc, char **argv);
 
+/* changes JOB --op OP [--diff] (cli/changeset.c): a changeset's files, every page, and with
+ * --diff each file's diff text. */
+int jb_ctl_changeset_show(struct jb_ctl *o, int argc, char **argv);
+
+/* approve JOB OP --files a,b | --file PATH ... | --except c [--reason R] (cli/changeset.c):
+ * fetches the changeset, then approves those files (or every approvable one but those) with
+ * its changesetSha256. */
+int jb_ctl_changeset_approve(struct jb_ctl *o, int argc, char **argv);
+
+/* Writes the `n` bytes of diff text at `s` to stdout: as they are when stdout is not a
+ * terminal (for patch or git apply), else with C0 and C1 control characters and DEL but
+ * newline and tab shown as '?' (agent text must not drive the terminal). False when stdout
+ * failed. */
+bool jb_ctl_write_diff_text(const char *s, size_t n);
+
 /* Runs the verb of argv[1...] (or its --help) unless cli/main.c handles it (the offline
  * verbs: audit verify, keys rotate, token create, tree-hash), setting *rc; returns true then. */
 bool jb_ctl_dispatch(int *argc, char **argv, int *rc);

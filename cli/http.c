@@ -1,13 +1,14 @@
 /* http.c — jailboxd's REST client of jailboxctl (libcurl): requests with the bearer token,
  * answers up to 64 MiB (or streamed to a file), the server's refusals printed, the Socket.IO
  * address, the paths of a session's resources, and text from the server made safe for a
- * terminal (see ctl.h). Every verb's file calls into this one; it calls none of them. */
+ * terminal, diff text too (see ctl.h). Every verb's file calls into this one; it calls none of them. */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/json.h"
 #include "lib/utf8.h"
@@ -231,6 +232,22 @@ int jb_ctl_print_json(const json_t *v) {
   int ok = puts(s) >= 0 && fflush(stdout) == 0;
   free(s);
   return ok ? JB_CTL_OK : JB_CTL_FAILED;
+}
+
+bool jb_ctl_write_diff_text(const char *s, size_t n) {
+  if (!isatty(STDOUT_FILENO)) return fwrite(s, 1, n, stdout) == n;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+        (unsigned char)s[i + 1] <= 0x9f) { /* U+0080..U+009F (C1) */
+      i++;
+      c = '?';
+    } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      c = '?';
+    }
+    if (putchar(c) == EOF) return false;
+  }
+  return true;
 }
 
 const char *jb_ctl_text(const char *s) {

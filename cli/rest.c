@@ -369,6 +369,9 @@ static void show_decided(const json_t *op) {
 static int verb_decide(struct jb_ctl *o, int argc, char **argv, const char *what) {
   json_t *body;
   const char *similar = NULL;
+  for (int i = 0; !strcmp(what, "approve") && i < argc; i++) /* a changeset's files */
+    if (!strcmp(argv[i], "--files") || !strcmp(argv[i], "--file") || !strcmp(argv[i], "--except"))
+      return jb_ctl_changeset_approve(o, argc, argv);
   if (!strcmp(what, "approve")) { /* --allow-similar KEY: taken out before the common args */
     int k = 0;
     for (int i = 0; i < argc; i++) {
@@ -418,25 +421,6 @@ static int verb_kill(struct jb_ctl *o, int argc, char **argv) {
   return call(o, "POST", jb_ctl_job_path(argv[0], suffix), body, show_killed);
 }
 
-/* Writes the `n` bytes of diff text at `s` to stdout: as they are when stdout is not a
- * terminal (for patch or git apply), else with C0 and C1 control characters and DEL but
- * newline and tab shown as '?' (agent text must not drive the terminal). */
-static bool write_diff_text(const char *s, size_t n) {
-  if (!isatty(STDOUT_FILENO)) return fwrite(s, 1, n, stdout) == n;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
-        (unsigned char)s[i + 1] <= 0x9f) { /* U+0080..U+009F (C1) */
-      i++;
-      c = '?';
-    } else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-      c = '?';
-    }
-    if (putchar(c) == EOF) return false;
-  }
-  return true;
-}
-
 /* GET …/ops/OP/diff: the whole unified diff of a pending write or edit on stdout (--json: the
  * answer); what is not a diff (binary content, a file changed since the request, a diff cut at
  * the server's cap) is said on stderr. */
@@ -461,8 +445,8 @@ static int verb_diff(struct jb_ctl *o, int argc, char **argv) {
     fprintf(stderr, "%s: op %lld has no diff: %s\n", o->verb, op, str(doc, "reason"));
     rc = JB_CTL_REFUSED;
   } else {
-    rc = write_diff_text(json_string_value(text), json_string_length(text)) ? JB_CTL_OK
-                                                                            : JB_CTL_FAILED;
+    rc = jb_ctl_write_diff_text(json_string_value(text), json_string_length(text)) ? JB_CTL_OK
+                                                                                   : JB_CTL_FAILED;
     if (json_is_true(json_object_get(diff, "truncated")))
       fprintf(stderr, "%s: the diff is cut at %zu of its %lld bytes\n", o->verb,
               json_string_length(text),
@@ -627,6 +611,8 @@ static void show_changes(const json_t *c) {
 }
 
 static int verb_changes(struct jb_ctl *o, int argc, char **argv) {
+  for (int i = 0; i < argc; i++) /* a changeset's files */
+    if (!strcmp(argv[i], "--op")) return jb_ctl_changeset_show(o, argc, argv);
   if (argc != 1) return usage_error(o, "%s", "takes exactly one JOB");
   return changes(o, argv[0], false);
 }
@@ -769,9 +755,14 @@ static const struct verb verbs[] = {
      jb_ctl_watch},
     {"ops", "JOB [--state pending|approved|running|done|failed|rejected] [--limit N] [--after OP]",
      "the session's ops, oldest first, one page", verb_ops},
-    {"approve", "JOB OP [--reason TEXT] [--allow-similar directory|extension|command|session]",
-     "approve a pending write (buyer or service); --allow-similar also adds the narrowest rule "
-     "that lets ops like it run from now on",
+    {"approve",
+     "JOB OP [--reason TEXT] [--allow-similar directory|extension|command|session] "
+     "[--files A,B | --file PATH... | --except A,B]",
+     "approve a pending op (buyer or service); --allow-similar also adds the narrowest rule "
+     "that lets ops like it run from now on; for a changeset, --files (or --file, one path "
+     "each) approves only those files and --except every approvable one but those, the rest "
+     "rejected (the changeset is read first and its changesetSha256 sent: a changed one is "
+     "refused); without either every approvable file",
      run_approve},
     {"rules", "JOB [--all] | JOB add RULE_JSON... | JOB rm RULE_ID",
      "the session's approval rules, in the order they decide (--all: revoked and expired too); "
@@ -793,9 +784,11 @@ static const struct verb verbs[] = {
      run_abort},
     {"accept", "JOB [--reason TEXT]",
      "done -> accepted (buyer), then print the change summary (GET …/changes)", run_accept},
-    {"changes", "JOB",
+    {"changes", "JOB [--op OP [--diff]]",
      "the files the session changed (path, op, SHA-256 before and after, size) and the "
-     "commands that changed the workspace (argv, counts of added, modified and deleted entries)",
+     "commands that changed the workspace (argv, counts of added, modified and deleted entries);"
+     " with --op, the files of changeset OP (change, path, approvable or why not, sizes,"
+     " decision and outcome), and with --diff each file's diff",
      verb_changes},
     {"rollback", "JOB [--to OP] [--force] [--dry-run] [--reason TEXT]",
      "undo the ops after OP (default: all, the state at open) of a paused or ended session; "

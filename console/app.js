@@ -12,7 +12,7 @@
   const HDR = { 'X-Jailbox-Console': '1' };
   const st = { job: null, role: null, socket: null, ops: new Map(), order: [], pending: new Map(),
     sel: 0, heads: [], session: null, out: new Map(), running: new Map(),
-    drafts: new Map(), painted: new Map(), lost: new Map(), diffs: new Map(), feedSel: -1 }; // opId → {reason, similar} typed into a card, kept across re-renders
+    drafts: new Map(), painted: new Map(), lost: new Map(), diffs: new Map(), feedSel: -1, changesets: new Map() }; // opId → {reason, similar} typed into a card, kept across re-renders
   window.__jb = st; // for tests and benchmarks: read-only use
 
   // ---------- REST ----------
@@ -503,7 +503,8 @@
         }
         card.appendChild(outputBox(id));
       }
-      if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff, id);
+      if (ev.tool === 'changeset') changesetBox(card, id, ev);
+      else if (ev.diff && ev.diff.text !== undefined) renderDiff(card, ev.diff, id);
       else if (ev.preview) renderDiff(card, { text: ev.preview.split('\n').map((l) => '+' + l).join('\n') });
       if (ev.size !== undefined) card.appendChild(T.el('p', `${ev.size} bytes, sha256 ${ev.sha256 || ''}`, 'muted'));
       const row = document.createElement('p');
@@ -519,16 +520,18 @@
       st.drafts.set(id, draft);
       sim.value = draft.similar;
       sim.addEventListener('change', () => { draft.similar = sim.value; });
-      const ok = T.el('button', 'Approve (a)');
+      const cset = ev.tool === 'changeset';
+      const ok = T.el('button', cset ? 'Approve selected (a)' : 'Approve (a)');
       ok.className = 'approve';
       ok.addEventListener('click', () => decide(id, true, sim.value, ''));
+      if (cset) sim.hidden = true; // a changeset is decided file by file, never by a rule
       const reason = document.createElement('input');
       reason.className = 'reason';
       reason.placeholder = 'reason for rejecting';
       reason.maxLength = 1000;
       reason.value = draft.reason;
       reason.addEventListener('input', () => { draft.reason = reason.value; });
-      const no = T.el('button', 'Reject (r)');
+      const no = T.el('button', cset ? 'Reject all (r)' : 'Reject (r)');
       no.className = 'reject danger';
       no.addEventListener('click', () => decide(id, false, '', reason.value));
       row.append(sim, ' ', ok, ' ', reason, ' ', no);
@@ -547,7 +550,71 @@
     });
     for (const k of st.drafts.keys()) if (!st.pending.has(k)) st.drafts.delete(k);
     for (const k of st.diffs.keys()) if (!st.pending.has(k)) st.diffs.delete(k);
+    for (const k of st.changesets.keys()) if (!st.pending.has(k)) st.changesets.delete(k);
     performance.mark('jb-approvals-painted');
+  }
+
+  // A changeset (what a supervised writable command changed, held for the buyer): one checkbox
+  // per file — the approvable ones checked —, each file's diff drawn only when opened. The
+  // files are read in pages (GET …/ops/:opId/changeset) once; until then the request's first
+  // 100 stand. "Approve selected" sends the checked paths with the changeset's digest.
+  function changesetBox(card, id, ev) {
+    let cs = st.changesets.get(id);
+    if (!cs) {
+      cs = { files: null, checked: new Map(), open: new Set(), sha: ev.changesetSha256 ?? (ev.args || {}).changesetSha256, error: '' };
+      st.changesets.set(id, cs);
+      loadChangeset(id, cs);
+    }
+    const a = ev.args || {}; // a request made of an op row (a reconnect's snapshot): its args count the files
+    const listed = Array.isArray(ev.files) ? ev.files : [];
+    const total = cs.files ? cs.files.length : ev.total ?? a.files;
+    const approvable = cs.files ? cs.files.filter((f) => f.approvable).length : ev.approvableCount ?? a.approvable;
+    const head = T.el('p', `${total} file(s), ${approvable} approvable, from command #${ev.execOpId ?? a.execOpId}: `, 'muted');
+    T.put(head, (ev.argv || []).join(' '));
+    card.appendChild(head);
+    const list = T.el('div', '', 'changeset');
+    for (const f of cs.files || listed) {
+      const row = T.el('div', '', 'cs-file');
+      const cb = document.createElement('input');
+      cb.type = 'checkbox';
+      cb.disabled = !f.approvable;
+      cb.checked = f.approvable && cs.checked.get(f.path) !== false;
+      cb.dataset.path = f.path;
+      cb.addEventListener('change', () => cs.checked.set(f.path, cb.checked));
+      const name = T.el('span', ` ${f.change} `, 'mono');
+      T.put(name, f.path);
+      const open = T.el('button', cs.open.has(f.path) ? 'hide diff' : 'diff');
+      open.addEventListener('click', () => { if (!cs.open.delete(f.path)) cs.open.add(f.path); renderApprovals(); });
+      row.append(cb, name, ' ', open);
+      if (!f.approvable) T.put(row, ` — not approvable: ${f.why || ''}`);
+      list.appendChild(row);
+      if (!cs.open.has(f.path)) continue;
+      if (f.diff && f.diff.text !== undefined) renderDiff(list, f.diff);
+      else list.appendChild(T.el('p', !cs.files ? 'loading…' : f.binary ? `binary, ${f.size} bytes` : 'no diff', 'muted'));
+    }
+    card.appendChild(list);
+    if (cs.error) card.appendChild(T.el('p', cs.error, 'error'));
+  }
+
+  async function loadChangeset(id, cs) {
+    const files = [];
+    for (let after = -1; ;) {
+      const r = await api('GET', jobPath(`/ops/${id}/changeset?after=${after}&limit=1000`));
+      if (r.status !== 200) { cs.error = errText(r); break; }
+      files.push(...r.json.files);
+      cs.sha = r.json.changesetSha256;
+      if (r.json.next === null) { cs.files = files; break; }
+      after = r.json.next;
+    }
+    if (st.pending.has(id)) renderApprovals();
+  }
+
+  // The body of an approval of changeset `id`: its digest and the checked approvable paths.
+  function changesetChoice(id) {
+    const cs = st.changesets.get(id);
+    const ev = st.pending.get(id) || {};
+    const files = (cs.files || (Array.isArray(ev.files) ? ev.files : [])).filter((f) => f.approvable && cs.checked.get(f.path) !== false);
+    return { changesetSha256: cs.sha, files: files.map((f) => f.path) };
   }
 
   function outputBox(id) {
@@ -592,7 +659,8 @@
   }
 
   async function decide(id, approve, similar, reason) {
-    const body = approve ? (similar ? { allowSimilar: similar } : {}) : (reason ? { reason } : {});
+    const cset = approve && (st.pending.get(id) || {}).tool === 'changeset' && st.changesets.has(id);
+    const body = cset ? changesetChoice(id) : approve ? (similar ? { allowSimilar: similar } : {}) : (reason ? { reason } : {});
     const r = await api('POST', jobPath(`/${approve ? 'approve' : 'reject'}/${id}`), body);
     if (r.status >= 300) {
       if (r.status === 409) { // decided first elsewhere (another browser, a rule, the timeout), or the session ended

@@ -78,12 +78,12 @@ int jb_db_changeset_facts(PGconn *c, const char *job_id, long long op_id, struct
 }
 
 /* The idx of every approved row as a PostgreSQL int[] literal ("{0,3}"; new), or NULL. */
-static char *approved_array(const bool *approved, size_t n) {
+static char *approved_array(const struct jb_cs_row *rows, const bool *approved, size_t n) {
   char *s = malloc(n * 12 + 3), *w = s;
   if (!s) return NULL;
   *w++ = '{';
   for (size_t i = 0; approved && i < n; i++)
-    if (approved[i]) w += sprintf(w, "%s%zu", w[-1] == '{' ? "" : ",", i);
+    if (approved[i]) w += sprintf(w, "%s%d", w[-1] == '{' ? "" : ",", rows[i].idx);
   *w++ = '}';
   *w = '\0';
   return s;
@@ -131,10 +131,11 @@ static int not_decided(PGconn *c, const char *const p[2], char state[20], jb_err
 }
 
 int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                           long long op_id, bool approve, const bool *approved, size_t n,
-                           const char *sha256, const char *approved_sha, const char *reason,
-                           const char *by, char **json_out, char state[20],
-                           struct jb_audit_head *head, jb_error *err) {
+                           long long op_id, bool approve, const struct jb_cs_row *rows,
+                           const bool *approved, size_t n, const char *sha256,
+                           const char *approved_sha, const char *reason, const char *by,
+                           char **json_out, char state[20], struct jb_audit_head *head,
+                           jb_error *err) {
   *json_out = NULL;
   memset(head, 0, sizeof *head);
   char id[24];
@@ -142,7 +143,7 @@ int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char 
   by = by && !strcmp(by, "service") ? "service" : "buyer";
   size_t n_approved = 0;
   for (size_t i = 0; approve && i < n; i++) n_approved += approved[i];
-  char *arr = approved_array(approve ? approved : NULL, n);
+  char *arr = approved_array(rows, approve ? approved : NULL, n);
   if (!arr) return jb_fail(err, ENOMEM, "out of memory");
   const char *p[7] = {job_id, id, jb_op_state_name(approve ? JB_OP_APPROVED : JB_OP_REJECTED),
                       reason, by, sha256,

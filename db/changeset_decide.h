@@ -43,9 +43,9 @@ int jb_db_changeset_facts(PGconn *c, const char *job_id, long long op_id, struct
 void jb_cs_facts_clear(struct jb_cs_facts *f);
 
 /* The decision on changeset `op_id` (pending, of a live session), in one transaction with
- * the session row locked first: the op approved (when `approve`) or rejected, each row's
- * decision 'approved' where approved[idx] (n = the number of rows, as read by
- * jb_db_changeset_facts) and 'rejected' elsewhere (a rejection: every row), and the
+ * the session row locked first: the op approved (when `approve`) or rejected, the decision
+ * 'approved' for rows[i] where approved[i] (`rows`, n of them, as jb_db_changeset_facts read
+ * them) and 'rejected' for every other row (a rejection: every row), and the
  * decision's audit entry, operation "changeset", path the op's, details {opId, decision,
  * decidedBy (`by`: "buyer" or "service"), ok (approve), reason?, changesetSha256, approved,
  * rejected, approvedSha256 (`approved_sha`, 64 hex)}. The op must still hold `sha256` as its
@@ -54,10 +54,11 @@ void jb_cs_facts_clear(struct jb_cs_facts *f);
  * `state`, 20 bytes, gets the op's state, or the session's for a pending op; the chain
  * sealed); JB_ERR_FAIL. */
 int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
-                           long long op_id, bool approve, const bool *approved, size_t n,
-                           const char *sha256, const char *approved_sha, const char *reason,
-                           const char *by, char **json_out, char state[20],
-                           struct jb_audit_head *head, jb_error *err);
+                           long long op_id, bool approve, const struct jb_cs_row *rows,
+                           const bool *approved, size_t n, const char *sha256,
+                           const char *approved_sha, const char *reason, const char *by,
+                           char **json_out, char state[20], struct jb_audit_head *head,
+                           jb_error *err);
 
 /* A page of changeset `op_id` of `job_id` as JSON text (new): {opId, execOpId, state,
  * changesetSha256, total, approvable, files: [{idx, path, change, oldType, newType, oldSha256,

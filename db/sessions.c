@@ -440,6 +440,14 @@ int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *
   if (!r) return JB_ERR_FAIL;
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
+  /* a changeset rejected so has each of its rows rejected, as the buyer's reject leaves it */
+  r = jb_db_exec(c,
+                 "UPDATE changeset_files f SET decision = 'rejected' FROM ops o"
+                 " WHERE f.job_id = $1 AND f.decision IS NULL AND o.job_id = f.job_id"
+                 "   AND o.op_id = f.op_id AND o.tool = 'changeset' AND o.state = 'rejected'",
+                 1, p, PGRES_COMMAND_OK, NULL, err, "reject pending changesets' files");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
   /* approved but not run: the agent waiting on one is told the session ended */
   r = jb_db_exec(
       c,

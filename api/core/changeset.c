@@ -272,8 +272,9 @@ enum jb_changeset_decided jb_changeset_decide(struct jb_app *app, PGconn *c, con
   } else if (!approve ||
              jb_changeset_check_subset(f.rows, f.n, files, digest, f.sha256, approved, out) == 0) {
     jb_changeset_approved_sha(f.rows, f.n, approved, sha);
-    int rc = jb_db_changeset_decide(c, jb_signer_key(app->signer), job, op_id, approve, approved,
-                                    f.n, f.sha256, sha, reason, by, json_out, state, head, &err);
+    int rc =
+        jb_db_changeset_decide(c, jb_signer_key(app->signer), job, op_id, approve, f.rows, approved,
+                               f.n, f.sha256, sha, reason, by, json_out, state, head, &err);
     if (rc == JB_OK)
       res = JB_CHANGESET_DONE;
     else if (rc == JB_ERR_CONFLICT)

@@ -3,7 +3,7 @@
  * then the decision through the core as every door runs it (jb_control_run) on a real
  * PostgreSQL (the embedded cluster of db/pgembed.h, the migrations, a signing key): the rows'
  * decisions, the op's, its audit entry, the refusals over a stored changeset, a rejection,
- * another op left as it was, and the page of files. */
+ * another op left as it was, the page of files, and a session that ends with one pending. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -399,6 +399,20 @@ static void decide_default_and_reject(void **state) {
   jb_reply_release(&r);
 }
 
+/* A session that ends with a changeset pending: the op and every row rejected. */
+static void session_end(void **state) {
+  (void)state;
+  session("cs-d");
+  long long op = changeset_op("cs-d");
+  char got[N + 1];
+  struct jb_reply r;
+  run("cs-d", JB_CONTROL_ABORT, "{\"reason\":\"enough\"}", &r);
+  assert_int_equal(r.status, 200);
+  jb_reply_release(&r);
+  decisions_of(op, got);
+  assert_string_equal(got, "rrrrrrr");
+}
+
 static void view_page(void **state) {
   (void)state;
   session("cs-c");
@@ -450,6 +464,7 @@ int main(void) {
       cmocka_unit_test(decide_subset),
       cmocka_unit_test(decide_default_and_reject),
       cmocka_unit_test(view_page),
+      cmocka_unit_test(session_end),
   };
   int failed = cmocka_run_group_tests(pure, NULL, NULL);
   return failed + cmocka_run_group_tests(db, setup, teardown);
