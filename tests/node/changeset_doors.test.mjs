@@ -63,11 +63,6 @@ test('a writable sed -i is held as a changeset; the buyer approves two of its th
   // its effects: one changeset op, pending; nothing on disk yet
   const req = await K.waitEvent(buyer, 'jailbox:approval_request',
     (p) => p.tool === 'changeset' && p.execOpId === ex.opId, 120000);
-  const r = await call;
-  assert.ok(!toolFailure(r), JSON.stringify(r));
-  const cs = r.result.structuredContent.changeset;
-  assert.equal(cs.opId, req.opId, JSON.stringify(cs));
-  assert.equal(cs.state, 'pending');
   assert.equal(req.total, 3);
   assert.deepEqual(req.files.map((f) => f.path), ['a.txt', 'b.txt', 'c.txt']);
   for (const f of ['a.txt', 'b.txt', 'c.txt']) assert.equal(disk(f), `old ${f}\n`, f);
@@ -127,6 +122,12 @@ test('a writable sed -i is held as a changeset; the buyer approves two of its th
   assert.equal(disk('b.txt'), 'old b.txt\n');
   assert.equal(disk('c.txt'), 'new c.txt\n');
   assert.equal(disk('keep.txt'), 'untouched\n');
+  // the agent's call, which waited for the decision, answers with what was applied
+  const r = await call;
+  assert.ok(!toolFailure(r), JSON.stringify(r));
+  const cs = r.result.structuredContent.changeset;
+  assert.equal(cs.opId, req.opId, JSON.stringify(cs));
+  assert.deepEqual([cs.state, cs.applied, cs.rejected], ['applied', 2, 1], JSON.stringify(cs));
 
   // the decision's audit entry
   const audit = await srv.req('GET', `/v1/jailbox/${S.jobId}/audit`, { token: srv.serviceToken });
@@ -154,7 +155,6 @@ test('the console: a changeset card, one file unticked, "Approve selected" lands
     const ex = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command?.includes('d1.txt'), 30000);
     assert.equal((await approve(ex.opId)).status, 200);
     const req = await K.waitEvent(buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.execOpId === ex.opId, 120000);
-    assert.ok(!toolFailure(await call));
     const card = page.locator(`.card[data-op="${req.opId}"]`);
     await card.locator('input[type=checkbox][data-path="d2.txt"]').waitFor();
     assert.equal(await card.locator('input[type=checkbox]:checked').count(), 2);
@@ -169,6 +169,7 @@ test('the console: a changeset card, one file unticked, "Approve selected" lands
     assert.deepEqual(done.files.map((f) => [f.path, f.decision]), [['d1.txt', 'approved'], ['d2.txt', 'rejected']]);
     assert.equal(readFileSync(join(S.dir, 'd1.txt'), 'utf8'), 'x\n');
     assert.equal(existsSync(join(S.dir, 'd2.txt')), false);
+    assert.ok(!toolFailure(await call));
     await card.waitFor({ state: 'detached' });
     assert.deepEqual(problems, []);
   } finally {
