@@ -23,7 +23,7 @@ import { CTL, verifiedChain } from './lib/mcp.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const IMAGE = 'jailbox-sandbox:changeset';
-const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'printf', 'cat'];
+const TOOLS = ['sed', 'rm', 'mkdir', 'chmod', 'ln', 'printf', 'cat', 'seq', 'xargs', 'touch'];
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 
 let K, srv;
@@ -300,6 +300,26 @@ test('a rejected changeset: nothing lands, and the agent is told', { timeout: 30
   assert.deepEqual(tree(S.dir), atOpen);
   const view = await changeset(S, ask.opId);
   assert.deepEqual(view.files.map((f) => [f.path, f.decision]), [['a.txt', 'rejected'], ['new.txt', 'rejected']]);
+  S.agent.close();
+  S.buyer.close();
+});
+
+test('more paths than a changeset holds, or a name that is not UTF-8: refused whole, nothing lands, the agent is told', { timeout: 300000 }, async () => {
+  const S = await session((d) => writeFileSync(join(d, 'a.txt'), 'a\n'));
+  const atOpen = tree(S.dir);
+  for (const [command, code] of [
+    ['mkdir many && cd many && seq 1 10001 | xargs touch', 'too_large'],
+    ["printf x > a.txt && touch \"$(printf 'bad\\377name')\"", 'bad_name'],
+  ]) {
+    const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
+    const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
+    assert.equal((await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId })).ok, true);
+    const res = await result(call);
+    assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+    assert.deepEqual([res.changeset?.state, res.changeset?.code], ['refused', code], JSON.stringify(res.changeset));
+    assert.deepEqual(tree(S.dir), atOpen, command);
+    assert.ok(!S.buyer.events.some((e) => e.event === 'jailbox:approval_request' && e.payload.tool === 'changeset' && e.payload.execOpId === ask.opId));
+  }
   S.agent.close();
   S.buyer.close();
 });
