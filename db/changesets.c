@@ -32,7 +32,10 @@ int jb_db_changeset_insert(PGconn *c, const char *job_id, long long exec_op_id, 
                    "   CASE WHEN jsonb_typeof(r->'diff') = 'object' THEN r->'diff' END,"
                    "   (r->>'approvable')::bool, r->>'why',"
                    "   CASE WHEN jsonb_typeof(r->'flags') = 'array' THEN r->'flags' END"
-                   "  FROM op, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS x(r, i))"
+                   "  FROM op, jsonb_array_elements($5::jsonb) WITH ORDINALITY AS x(r, i)),"
+                   " kept AS (UPDATE sessions SET preimage_bytes = preimage_bytes +"
+                   "   coalesce(($4::jsonb->>'bytes')::bigint, 0)"
+                   "  WHERE job_id = $1 AND EXISTS (SELECT 1 FROM op))"
                    " SELECT op_id FROM op",
                    5, p, PGRES_TUPLES_OK, NULL, err, "insert changeset")
              : (jb_fail(err, ENOMEM, "out of memory"), NULL);

@@ -14,7 +14,8 @@
  * changesetSha256, files, approvable, bytes}) and its rows `rows` (borrowed; a JSON array in
  * idx order of {path, change, oldType, newType, oldSha256, newSha256, oldMode, newMode,
  * oldTarget, newTarget, size, oldSize, binary, diff, approvable, why, flags}) — only while the
- * session is active or paused. JB_OK with *op_id; JB_ERR_CONFLICT (the session ended);
+ * session is active or paused; args.bytes (the new contents' blobs) is added to the session's
+ * pre-image bytes (sessions.preimage_bytes: JAILBOX_PREIMAGE_MAX_BYTES bounds both). JB_OK with *op_id; JB_ERR_CONFLICT (the session ended);
  * JB_ERR_FAIL. */
 int jb_db_changeset_insert(PGconn *c, const char *job_id, long long exec_op_id, const char *path,
                            json_t *args, json_t *rows, long long *op_id, jb_error *err);

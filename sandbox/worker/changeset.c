@@ -15,6 +15,7 @@
 
 #include "db/changesets.h"
 #include "db/events.h"
+#include "db/preimages.h"
 #include "lib/diff.h"
 #include "lib/scan.h"
 #include "sandbox/worker/hostfs.h"
@@ -144,10 +145,17 @@ static void subtree_deletes(struct cs_walk *x, const char *dir, bool keep_upper,
 /* Reads upper file `path` (`size` bytes) into the store as a new blob: its name into `sha`,
  * its content mapped into *map (*maplen bytes; NULL when over JB_CS_SCAN_MAX) for the scan and
  * the diff. 0, or -1 (b failed). */
-static int new_content(struct cs_walk *x, const char *path, char sha[65], unsigned char **map,
-                       size_t *maplen, long long *size) {
+static int new_content(struct cs_walk *x, const char *path, long long listed, char sha[65],
+                       unsigned char **map, size_t *maplen, long long *size) {
   *map = NULL;
   *maplen = 0;
+  /* the contents count against the session's pre-image budget: a command cannot fill the
+   * worker's disk with changesets it keeps making */
+  if (x->b->bytes + jb_pstore_cost(listed) > x->b->room)
+    return fail(x->b, "too_large",
+                "the command's changes are larger than what the session may still keep "
+                "(JAILBOX_PREIMAGE_MAX_BYTES)"),
+           -1;
   int fd = memfd_create("jailbox-cs", MFD_CLOEXEC);
   if (fd < 0) return fail(x->b, "internal", "memfd_create failed"), -1;
   jb_error e = {0};
@@ -164,6 +172,10 @@ static int new_content(struct cs_walk *x, const char *path, char sha[65], unsign
       return fail(x->b, "internal", "the content could not be held"), -1;
     }
     off += (long long)n;
+    if (x->b->bytes + jb_pstore_cost(off) > x->b->room) { /* grew past what was listed */
+      close(fd);
+      return fail(x->b, "too_large", "the command's changes grew while they were read"), -1;
+    }
     if (n == 0) break;
   }
   long long added = 0;
@@ -226,7 +238,9 @@ static json_t *file_row(struct cs_walk *x, const char *path, json_t *m) {
   unsigned char *map;
   size_t maplen;
   long long size = 0;
-  if (new_content(x, path, sha, &map, &maplen, &size) < 0) return NULL;
+  if (new_content(x, path, json_integer_value(json_object_get(m, "size")), sha, &map, &maplen,
+                  &size) < 0)
+    return NULL;
   mode_t mode = (mode_t)json_integer_value(json_object_get(m, "mode"));
   json_t *r = NULL;
   if (have_old && old.kind == JB_PSTORE_FILE && !strcmp(old.sha256, sha) && old.mode == mode) {
@@ -340,10 +354,24 @@ static void rows_finish(struct jb_cs_build *b) {
   free(v);
 }
 
+/* What the session's pre-image budget has left, into b->room; -1 (b failed) when it cannot
+ * be read. */
+static int budget_room(struct jb_cs_build *b) {
+  jb_error e = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(b->w, &e);
+  long long used = 0;
+  if (!conn.pg || jb_db_preimage_bytes(conn.pg, b->job, &used, &e) != JB_OK)
+    return fail(b, "internal", e.msg[0] ? e.msg : "the session's pre-image bytes cannot be read"),
+           -1;
+  b->room = b->w->set.preimage_max_bytes - used;
+  return 0;
+}
+
 void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *result) {
   (void)result;
   struct jb_cs_build *b = ctx;
   jb_error e = {0};
+  if (budget_room(b) < 0) return;
   json_t *m = jb_exec_overlay_manifest(ov, JB_CS_FILES_MAX, &e);
   if (!m) {
     const char *code = strstr(e.msg, "too_large")  ? "too_large"

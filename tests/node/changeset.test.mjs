@@ -51,7 +51,8 @@ const treeHash = (dir) => execFileSync(CTL, ['tree-hash', dir], { encoding: 'utf
 
 before(async () => {
   fault = join(mkdtempSync(join(tmpdir(), 'jb-fault-')), 'point');
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JB_TEST_FAULT: fault },
+  // 16 MiB of pre-images and changeset contents a session (the budget's refusal below)
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JB_TEST_FAULT: fault, JAILBOX_PREIMAGE_MAX_BYTES: String(16 << 20) },
     [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
   srv = K.srv;
 });
@@ -304,12 +305,13 @@ test('a rejected changeset: nothing lands, and the agent is told', { timeout: 30
   S.buyer.close();
 });
 
-test('more paths than a changeset holds, or a name that is not UTF-8: refused whole, nothing lands, the agent is told', { timeout: 300000 }, async () => {
+test('more paths than a changeset holds, a name that is not UTF-8, or more bytes than the session may keep: refused whole, nothing lands, the agent is told', { timeout: 300000 }, async () => {
   const S = await session((d) => writeFileSync(join(d, 'a.txt'), 'a\n'));
   const atOpen = tree(S.dir);
   for (const [command, code] of [
     ['mkdir many && cd many && seq 1 10001 | xargs touch', 'too_large'],
     ["printf x > a.txt && touch \"$(printf 'bad\\377name')\"", 'bad_name'],
+    ['seq 1 2500000 > big.txt', 'too_large'], // 18 MB: past the session's budget
   ]) {
     const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
     const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
