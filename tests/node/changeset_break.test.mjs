@@ -1,0 +1,113 @@
+// changeset_break.test.mjs — attacks on a supervised writable command's changeset, through the
+// real stack (socket.io-client agent → jailboxd → worker → the session's spawner inside gVisor
+// + Docker, on an overlay of the workspace). The agent's command leaves, in one changeset:
+// - a link whose text stays inside the workspace when read lexically but leads out once the
+//   kernel resolves it ("y" -> ".", "x" -> "y/y/y/../../../outside": every "y" is the root, so
+//   the three ".." climb above it);
+// - a link at a folder the path rules cover (".husky" -> "evil", whose "_/pre-commit" git then
+//   runs as a hook): a link is judged as a directory, as the command rules judge it;
+// - the deletion of a git hook (".githooks/pre-push"), which the file tools' delete refuses;
+// - a new content for the target of a covered link the pre-scan found
+//   (".git/hooks/pre-commit -> ../../scripts/hook.sh": writing scripts/hook.sh writes the hook).
+// Each must be listed but not approvable, and approving everything must land none of them.
+// The buyer's changeset view and decision are refused to the agent's token and to no token.
+// Needs root, Docker with runsc; the image gets /bin/sh and the coreutils the command uses.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { lstatSync, mkdirSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startSandboxServer } from './lib/agent.mjs';
+
+const IMAGE = 'jailbox-sandbox:changeset-break';
+const TOOLS = ['rm', 'mkdir', 'ln', 'printf'];
+
+let K, srv;
+const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
+
+before(async () => {
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' },
+    [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
+  srv = K.srv;
+});
+
+after(async () => {
+  if (K) K.closeSockets();
+  if (srv) {
+    const log = srv.log();
+    await srv.stop();
+    assert.doesNotMatch(log, /ERROR: (Address|Leak)Sanitizer|runtime error:/, log);
+  }
+});
+
+async function opDone(S, opId) {
+  return K.waitFor(`op ${opId} done`, async () => {
+    const r = await srv.req('GET', api(S, '/ops?limit=200'), { token: srv.serviceToken });
+    const o = r.json.ops.find((x) => x.opId === opId);
+    return o && ['done', 'failed'].includes(o.state) ? o : null;
+  }, 60000);
+}
+
+test('a changeset\'s links out, covered links, covered deletions and covered-link targets are held back', { timeout: 300000 }, async () => {
+  const S = await K.openSession((d) => {
+    mkdirSync(join(d, 'scripts'));
+    writeFileSync(join(d, 'scripts/hook.sh'), '#!/bin/sh\necho checked\n');
+    mkdirSync(join(d, '.git/hooks'), { recursive: true });
+    symlinkSync('../../scripts/hook.sh', join(d, '.git/hooks/pre-commit'));
+    mkdirSync(join(d, '.githooks'));
+    writeFileSync(join(d, '.githooks/pre-push'), '#!/bin/sh\necho guard\n');
+  }, { mode: 'supervised' });
+  S.buyer = await K.connect(S.buyerToken);
+  S.agent = await K.connect(S.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
+  const command = 'ln -s . y && ln -s y/y/y/../../../outside x && mkdir -p evil/_ && ' +
+    'printf "#!/bin/sh\\necho hacked\\n" > evil/_/pre-commit && ln -s evil .husky && ' +
+    'rm .githooks/pre-push && printf "#!/bin/sh\\necho hacked\\n" > scripts/hook.sh && ' +
+    'printf "fine\\n" > ok.txt';
+  const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
+  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
+  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  const r = await call;
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
+  const res = r.result.structuredContent;
+  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
+  const cs = res.changeset;
+  assert.equal(cs?.state, 'pending', JSON.stringify(cs));
+
+  // the agent's token and no token read and decide nothing
+  const view = `/ops/${cs.opId}/changeset`;
+  for (const token of [S.agentToken, undefined]) {
+    const g = await srv.req('GET', api(S, view), { token });
+    assert.ok([401, 403].includes(g.status), `GET changeset with ${token ? 'the agent\'s' : 'no'} token: ${g.status} ${g.text}`);
+    const a = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token, body: { files: ['ok.txt'] } });
+    assert.ok([401, 403].includes(a.status), `approve with ${token ? 'the agent\'s' : 'no'} token: ${a.status} ${a.text}`);
+  }
+
+  const page = await srv.req('GET', api(S, `${view}?limit=1000`), { token: S.buyerToken });
+  assert.equal(page.status, 200, page.text);
+  const by = Object.fromEntries(page.json.files.map((f) => [f.path, f]));
+  const rows = JSON.stringify(page.json.files.map((f) => [f.path, f.change, f.approvable, f.why]));
+  assert.equal(by.x?.newTarget, 'y/y/y/../../../outside', rows);
+  assert.equal(by.x.approvable, false, `a link that resolves out is approvable: ${rows}`);
+  assert.equal(by['.husky']?.approvable, false, `a link at a covered folder is approvable: ${rows}`);
+  assert.equal(by['.githooks/pre-push']?.change, 'deleted', rows);
+  assert.equal(by['.githooks/pre-push'].approvable, false, `a git hook's deletion is approvable: ${rows}`);
+  assert.equal(by['scripts/hook.sh']?.change, 'modified', rows);
+  assert.equal(by['scripts/hook.sh'].approvable, false, `a covered link's target is approvable: ${rows}`);
+  assert.equal(by['ok.txt']?.approvable, true, rows);
+  assert.equal(by.y?.approvable, true, rows);
+
+  // approving everything lands only what could be approved
+  const ok = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} });
+  assert.equal(ok.status, 200, ok.text);
+  const op = await opDone(S, cs.opId);
+  assert.equal(op.state, 'done', JSON.stringify(op));
+  assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
+  assert.equal(readlinkSync(join(S.dir, 'y')), '.');
+  for (const p of ['x', '.husky'])
+    assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
+  assert.equal(readFileSync(join(S.dir, '.githooks/pre-push'), 'utf8'), '#!/bin/sh\necho guard\n');
+  assert.equal(readFileSync(join(S.dir, 'scripts/hook.sh'), 'utf8'), '#!/bin/sh\necho checked\n');
+  S.agent.close();
+  S.buyer.close();
+});
