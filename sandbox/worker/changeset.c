@@ -9,13 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "db/changesets.h"
 #include "db/events.h"
+#include "db/sessions.h"
 #include "lib/diff.h"
+#include "lib/pathcheck.h"
 #include "lib/scan.h"
 #include "sandbox/worker/hostfs.h"
 #include "sandbox/worker/preimage_op.h"
@@ -87,18 +90,21 @@ static int old_state(struct cs_walk *x, const char *path, struct jb_pstore_item 
 }
 
 /* Whether link text `target` of a link at `path` stays inside the workspace when resolved
- * from the link's folder (relative, never above the root). */
+ * from the link's folder: relative, its ".." all first and never above the root. A ".." after
+ * a name is refused: the kernel climbs from where that name leads, not from its folder, and a
+ * name may be a link ("y" -> "." makes "y/y/../.." climb two levels above "y"'s folder). */
 static bool link_inside(const char *path, const char *target) {
   if (!target[0] || target[0] == '/') return false;
   int depth = 0;
+  bool named = false; /* a name came before */
   for (const char *p = path; *p; p++) depth += *p == '/';
   for (const char *p = target; *p;) {
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t)(e - p) : strlen(p);
     if (n == 2 && !strncmp(p, "..", 2)) {
-      if (--depth < 0) return false;
+      if (named || --depth < 0) return false;
     } else if (n > 0 && !(n == 1 && *p == '.')) {
-      depth++;
+      named = true;
     }
     p += n + (e != NULL);
   }
@@ -316,8 +322,57 @@ static int by_path(const void *a, const void *b) {
   return strcmp(x, y);
 }
 
-/* Sorts b->rows by path and applies the landing rules to each. */
-static void rows_finish(struct jb_cs_build *b) {
+/* Whether `path` (a directory when `is_dir`) is the target of a covered link the pre-scan
+ * found, lies below one or (a directory) holds one — the "landing_link" entries of `flagged`
+ * (the session's pre-scan flags: ".git/hooks/pre-commit -> ../../scripts/hook.sh" makes
+ * scripts/hook.sh the hook, and core.hooksPath's folder git's hooks). Case is ignored, as the
+ * file tools' landing check ignores it. The covered link's path into `link`. */
+static bool covered_target(const char *path, bool is_dir, const json_t *flagged, char *link,
+                           size_t lsize) {
+  size_t i, n = strlen(path);
+  json_t *f;
+  json_array_foreach (flagged, i, f) {
+    if (strcmp(json_string_value(json_object_get(f, "kind")) ?: "", "landing_link")) continue;
+    const char *t = json_string_value(json_object_get(f, "path"));
+    if (!t) continue;
+    size_t tn = strlen(t);
+    if (!strcmp(t, ".") || (!strncasecmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
+        (is_dir && tn > n && !strncasecmp(t, path, n) && t[n] == '/')) {
+      snprintf(link, lsize, "%s", json_string_value(json_object_get(f, "link")) ?: t);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Why row `r` lands where a tool on the host runs or reads what to run (into `why`, `wsize`
+ * bytes), or false: its path by the landing rules — whatever it adds, changes or deletes, a
+ * link judged as a directory (what it leads to may be one), as the command rules judge it —
+ * or a covered link's target (covered_target, the name folded too). */
+static bool landing_why(json_t *r, const json_t *flagged, char *why, size_t wsize) {
+  const char *path = json_string_value(json_object_get(r, "path"));
+  const char *nt = json_string_value(json_object_get(r, "newType")) ?: "";
+  const char *ot = json_string_value(json_object_get(r, "oldType")) ?: "";
+  bool is_dir = !strcmp(nt, "dir") || !strcmp(nt, "link") || !strcmp(ot, "dir") ||
+                !strcmp(ot, "link");
+  char rule[96], link[256];
+  if (jb_scan_landing_in_use(path, is_dir, rule, sizeof rule) != 0) {
+    snprintf(why, wsize, "it lands where a tool on the host runs it (rule %s)", rule);
+    return true;
+  }
+  bool oom = false;
+  char *folded = jb_scan_path_folded(path, &oom);
+  bool hit = covered_target(path, is_dir, flagged, link, sizeof link) ||
+             (folded && covered_target(folded, is_dir, flagged, link, sizeof link));
+  free(folded);
+  if (oom) snprintf(why, wsize, "out of memory checking where it lands");
+  if (hit) snprintf(why, wsize, "it is what the covered link %.120s leads to", link);
+  return oom || hit;
+}
+
+/* Sorts b->rows by path and applies the landing rules to each (`flagged`: the session's
+ * pre-scan flags). */
+static void rows_finish(struct jb_cs_build *b, const json_t *flagged) {
   size_t n = json_array_size(b->rows);
   json_t **v = calloc(n ? n : 1, sizeof *v);
   if (!v) return fail(b, "internal", "out of memory");
@@ -325,19 +380,29 @@ static void rows_finish(struct jb_cs_build *b) {
   qsort(v, n, sizeof *v, by_path);
   json_array_clear(b->rows);
   for (size_t i = 0; i < n; i++) {
-    const char *path = json_string_value(json_object_get(v[i], "path"));
-    const char *nt = json_string_value(json_object_get(v[i], "newType"));
-    char rule[96];
-    if (json_is_true(json_object_get(v[i], "approvable")) && nt && strcmp(nt, "absent") &&
-        jb_scan_landing_in_use(path, !strcmp(nt, "dir"), rule, sizeof rule) != 0) {
-      char why[160];
-      snprintf(why, sizeof why, "it lands where a tool on the host runs it (rule %s)", rule);
+    char why[200];
+    if (json_is_true(json_object_get(v[i], "approvable")) &&
+        landing_why(v[i], flagged, why, sizeof why)) {
       json_object_set_new(v[i], "approvable", json_false());
       json_object_set_new(v[i], "why", json_string(why));
     }
     json_array_append_new(b->rows, v[i]);
   }
   free(v);
+}
+
+/* The session's pre-scan flags (new; an empty array when it has none), or NULL (b failed). */
+static json_t *session_flags(struct jb_cs_build *b) {
+  jb_error e = {0};
+  cleanup_conn struct worker_conn conn = worker_conn(b->w, &e);
+  struct jb_session_facts facts;
+  if (!conn.pg || jb_db_session_facts(conn.pg, b->job, &facts, &e) != JB_OK) {
+    fail(b, "internal", e.msg[0] ? e.msg : "the session's pre-scan flags cannot be read");
+    return NULL;
+  }
+  json_t *f = facts.flagged ? json_incref(facts.flagged) : json_array();
+  jb_session_facts_clear(&facts);
+  return f;
 }
 
 void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *result) {
@@ -369,6 +434,12 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
       fail(b, "internal", "the manifest has an entry with no path or type");
       break;
     }
+    /* the path goes into the host's paths: relative, no "..", "." or empty name (the spawner
+     * lists names it read, but it runs beside the command, inside the walls) */
+    if (jb_path_check(path, strlen(path), 0) != JB_PATH_OK) {
+      fail(b, "bad_name", "the manifest names a path that is not a workspace path");
+      break;
+    }
     json_t *r = json_is_true(json_object_get(en, "whiteout")) ? whiteout_row(&x, path)
                 : !strcmp(type, "file")                       ? file_row(&x, path, en)
                                                               : other_row(&x, path, type, en);
@@ -377,7 +448,9 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
     if (json_array_size(b->rows) > JB_CS_FILES_MAX)
       fail(b, "too_large", "the command changed more paths than a changeset holds");
   }
-  if (!b->code[0]) rows_finish(b);
+  json_t *flagged = b->code[0] ? NULL : session_flags(b);
+  if (!b->code[0]) rows_finish(b, flagged);
+  json_decref(flagged);
   b->built = !b->code[0];
   if (x.rootfd >= 0) close(x.rootfd);
   free(x.buf);
