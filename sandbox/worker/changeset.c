@@ -32,7 +32,7 @@ struct cs_walk {
   struct jb_cs_build *b;
   struct jb_exec_overlay *ov;
   int rootfd;
-  json_t *upper; /* the manifest's paths (object used as a set) */
+  json_t *upper; /* the manifest's entries by path */
   unsigned char *buf; /* JB_EXEC_OVERLAY_READ_MAX bytes */
 };
 
@@ -112,7 +112,8 @@ static bool link_inside(const char *path, const char *target) {
 }
 
 /* Appends the deletion of everything under folder `dir` of the workspace that the upper does
- * not hold (`keep_upper`: an opaque folder keeps what the upper holds), deepest first. */
+ * not hold (`keep_upper`: an opaque folder keeps what the upper holds, and looks below a
+ * folder of the upper that is not opaque itself), deepest first. */
 static void subtree_deletes(struct cs_walk *x, const char *dir, bool keep_upper, int depth) {
   if (x->b->code[0]) return;
   if (depth > SUBTREE_DEPTH_MAX) return fail(x->b, "too_large", "a deleted folder nests too deep");
@@ -131,7 +132,15 @@ static void subtree_deletes(struct cs_walk *x, const char *dir, bool keep_upper,
       fail(x->b, "too_large", "a path under a deleted folder is too long");
       break;
     }
-    if (keep_upper && json_object_get(x->upper, path)) continue;
+    json_t *up = keep_upper ? json_object_get(x->upper, path) : NULL;
+    if (up) { /* below an opaque folder nothing of the workspace shows, nor below a folder of
+                 the upper inside it (one made there is not opaque itself: it lists none) */
+      if (!strcmp(json_string_value(json_object_get(up, "type")) ?: "", "dir") &&
+          !json_is_true(json_object_get(up, "whiteout")) &&
+          !json_is_true(json_object_get(up, "opaque")))
+        subtree_deletes(x, path, true, depth + 1);
+      continue;
+    }
     if (json_array_size(x->b->rows) >= JB_CS_FILES_MAX) {
       fail(x->b, "too_large", "the command changed more paths than a changeset holds");
       break;
@@ -353,8 +362,8 @@ static bool landing_why(json_t *r, const json_t *flagged, char *why, size_t wsiz
   const char *path = json_string_value(json_object_get(r, "path"));
   const char *nt = json_string_value(json_object_get(r, "newType")) ?: "";
   const char *ot = json_string_value(json_object_get(r, "oldType")) ?: "";
-  bool is_dir = !strcmp(nt, "dir") || !strcmp(nt, "link") || !strcmp(ot, "dir") ||
-                !strcmp(ot, "link");
+  bool is_dir =
+      !strcmp(nt, "dir") || !strcmp(nt, "link") || !strcmp(ot, "dir") || !strcmp(ot, "link");
   char rule[96], link[256];
   if (jb_scan_landing_in_use(path, is_dir, rule, sizeof rule) != 0) {
     snprintf(why, wsize, "it lands where a tool on the host runs it (rule %s)", rule);
@@ -381,6 +390,13 @@ static void rows_finish(struct jb_cs_build *b, const json_t *flagged) {
   json_array_clear(b->rows);
   for (size_t i = 0; i < n; i++) {
     char why[200];
+    /* the decision's approvedSha256 takes the approved paths one a line: with a line break in
+     * a name, approving "a\nb" and "c" would read as approving "a" and "b\nc" */
+    if (json_is_true(json_object_get(v[i], "approvable")) &&
+        strchr(json_string_value(json_object_get(v[i], "path")), '\n')) {
+      json_object_set_new(v[i], "approvable", json_false());
+      json_object_set_new(v[i], "why", json_string("a name with a line break"));
+    }
     if (json_is_true(json_object_get(v[i], "approvable")) &&
         landing_why(v[i], flagged, why, sizeof why)) {
       json_object_set_new(v[i], "approvable", json_false());
@@ -423,7 +439,7 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
   size_t i;
   json_t *en;
   json_array_foreach (m, i, en)
-    json_object_set(x.upper, json_string_value(json_object_get(en, "path")) ?: "", json_true());
+    json_object_set(x.upper, json_string_value(json_object_get(en, "path")) ?: "", en);
   if (x.rootfd < 0 || !x.buf || !x.upper || !b->rows)
     fail(b, "internal", "the workspace cannot be read");
   json_array_foreach (m, i, en) {
