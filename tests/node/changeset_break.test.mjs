@@ -9,12 +9,16 @@
 // - the deletion of a git hook (".githooks/pre-push"), which the file tools' delete refuses;
 // - a new content for the target of a covered link the pre-scan found
 //   (".git/hooks/pre-commit -> ../../scripts/hook.sh": writing scripts/hook.sh writes the hook).
+// - a name with a line break (the decision's approvedSha256 takes the approved paths one a
+//   line, so approving "a\nb" and "c" would read as approving "a" and "b\nc").
 // Each must be listed but not approvable, and approving everything must land none of them.
 // The buyer's changeset view and decision are refused to the agent's token and to no token.
+// An apply whose pre-images would pass the session's budget (JAILBOX_PREIMAGE_MAX_BYTES)
+// applies nothing (the rows read back for the apply kept no size: every apply counted 0).
 // Needs root, Docker with runsc; the image gets /bin/sh and the coreutils the command uses.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { lstatSync, mkdirSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startSandboxServer } from './lib/agent.mjs';
 
@@ -25,7 +29,7 @@ let K, srv;
 const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
 
 before(async () => {
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none' },
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '32768' },
     [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
   srv = K.srv;
 });
@@ -55,6 +59,8 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
     symlinkSync('../../scripts/hook.sh', join(d, '.git/hooks/pre-commit'));
     mkdirSync(join(d, '.githooks'));
     writeFileSync(join(d, '.githooks/pre-push'), '#!/bin/sh\necho guard\n');
+    mkdirSync(join(d, 'd/sub'), { recursive: true });
+    writeFileSync(join(d, 'd/sub/f'), 'old\n');
   }, { mode: 'supervised' });
   S.buyer = await K.connect(S.buyerToken);
   S.agent = await K.connect(S.agentToken);
@@ -62,7 +68,8 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   const command = 'ln -s . y && ln -s y/y/y/../../../outside x && mkdir -p evil/_ && ' +
     'printf "#!/bin/sh\\necho hacked\\n" > evil/_/pre-commit && ln -s evil .husky && ' +
     'rm .githooks/pre-push && printf "#!/bin/sh\\necho hacked\\n" > scripts/hook.sh && ' +
-    'printf "fine\\n" > ok.txt';
+    'printf "fine\\n" > ok.txt && printf "n\\n" > "$(printf "a\\nb")" && printf "n\\n" > c && ' +
+    'rm -r d && mkdir -p d/sub && printf "g\\n" > d/sub/g';
   const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
@@ -96,6 +103,12 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   assert.equal(by['scripts/hook.sh'].approvable, false, `a covered link's target is approvable: ${rows}`);
   assert.equal(by['ok.txt']?.approvable, true, rows);
   assert.equal(by.y?.approvable, true, rows);
+  // a name with a line break: approving "a\nb" and "c" would hash as approving "a" and "b\nc"
+  assert.equal(by['a\nb']?.approvable, false, `a name with a line break is approvable: ${rows}`);
+  assert.equal(by.c?.approvable, true, rows);
+  // a folder made again where one was removed is opaque: nothing of the old one shows below it,
+  // not even under a folder made again inside it (d/sub/f is gone in the command's view)
+  assert.equal(by['d/sub/f']?.change, 'deleted', `d/sub/f's deletion is missing: ${rows}`);
 
   // approving everything lands only what could be approved
   const ok = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} });
@@ -104,10 +117,34 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   assert.equal(op.state, 'done', JSON.stringify(op));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
   assert.equal(readlinkSync(join(S.dir, 'y')), '.');
-  for (const p of ['x', '.husky'])
+  for (const p of ['x', '.husky', 'a\nb'])
     assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
   assert.equal(readFileSync(join(S.dir, '.githooks/pre-push'), 'utf8'), '#!/bin/sh\necho guard\n');
   assert.equal(readFileSync(join(S.dir, 'scripts/hook.sh'), 'utf8'), '#!/bin/sh\necho checked\n');
+  assert.deepEqual(readdirSync(join(S.dir, 'd/sub')), ['g'], 'd/sub is not what the command left');
+  S.agent.close();
+  S.buyer.close();
+});
+
+test('an apply whose pre-images pass the session\'s budget applies nothing', { timeout: 300000 }, async () => {
+  const big = 'x'.repeat(65536) + '\n';
+  const S = await K.openSession((d) => writeFileSync(join(d, 'big.txt'), big), { mode: 'supervised' });
+  S.buyer = await K.connect(S.buyerToken);
+  S.agent = await K.connect(S.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
+  const command = 'printf "more\\n" >> big.txt';
+  const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
+  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
+  assert.equal((await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId })).ok, true);
+  const r = await call;
+  const cs = r.result?.structuredContent?.changeset;
+  assert.equal(cs?.state, 'pending', JSON.stringify(r).slice(0, 600));
+  const ok = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} });
+  assert.equal(ok.status, 200, ok.text);
+  const op = await opDone(S, cs.opId);
+  // 64 KiB kept for rollback would pass JAILBOX_PREIMAGE_MAX_BYTES (32 KiB): nothing lands
+  assert.equal(op.state, 'failed', `applied past the pre-image budget: ${JSON.stringify(op)}`);
+  assert.equal(readFileSync(join(S.dir, 'big.txt'), 'utf8'), big);
   S.agent.close();
   S.buyer.close();
 });
