@@ -354,10 +354,19 @@ static bool covered_target(const char *path, bool is_dir, const json_t *flagged,
   return false;
 }
 
+/* Whether `path` lies in a folder named .git (any case): git's own data, which the file tools
+ * never write either — an object and a ref made by hand are shown as a binary row and a hash,
+ * and make the buyer's git check out or push what the buyer never saw. */
+static bool in_git_dir(const char *path) {
+  for (const char *c = path; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+    if (!strncasecmp(c, ".git/", 5)) return true;
+  return false;
+}
+
 /* Why row `r` lands where a tool on the host runs or reads what to run (into `why`, `wsize`
  * bytes), or false: its path by the landing rules — whatever it adds, changes or deletes, a
  * link judged as a directory (what it leads to may be one), as the command rules judge it —
- * or a covered link's target (covered_target, the name folded too). */
+ * in a .git folder, or a covered link's target (covered_target, the name folded too). */
 static bool landing_why(json_t *r, const json_t *flagged, char *why, size_t wsize) {
   const char *path = json_string_value(json_object_get(r, "path"));
   const char *nt = json_string_value(json_object_get(r, "newType")) ?: "";
@@ -367,6 +376,10 @@ static bool landing_why(json_t *r, const json_t *flagged, char *why, size_t wsiz
   char rule[96], link[256];
   if (jb_scan_landing_in_use(path, is_dir, rule, sizeof rule) != 0) {
     snprintf(why, wsize, "it lands where a tool on the host runs it (rule %s)", rule);
+    return true;
+  }
+  if (in_git_dir(path)) {
+    snprintf(why, wsize, "it lies in a .git folder (git's data, as the file tools never write)");
     return true;
   }
   bool oom = false;

@@ -9,6 +9,7 @@
 // - the deletion of a git hook (".githooks/pre-push"), which the file tools' delete refuses;
 // - a new content for the target of a covered link the pre-scan found
 //   (".git/hooks/pre-commit -> ../../scripts/hook.sh": writing scripts/hook.sh writes the hook).
+// - git's data written by hand (.git/HEAD, a ref): the file tools never write in a .git folder;
 // - a name with a line break (the decision's approvedSha256 takes the approved paths one a
 //   line, so approving "a\nb" and "c" would read as approving "a" and "b\nc").
 // Each must be listed but not approvable, and approving everything must land none of them.
@@ -57,6 +58,7 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
     writeFileSync(join(d, 'scripts/hook.sh'), '#!/bin/sh\necho checked\n');
     mkdirSync(join(d, '.git/hooks'), { recursive: true });
     symlinkSync('../../scripts/hook.sh', join(d, '.git/hooks/pre-commit'));
+    writeFileSync(join(d, '.git/HEAD'), 'ref: refs/heads/main\n');
     mkdirSync(join(d, '.githooks'));
     writeFileSync(join(d, '.githooks/pre-push'), '#!/bin/sh\necho guard\n');
     mkdirSync(join(d, 'd/sub'), { recursive: true });
@@ -69,7 +71,8 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
     'printf "#!/bin/sh\\necho hacked\\n" > evil/_/pre-commit && ln -s evil .husky && ' +
     'rm .githooks/pre-push && printf "#!/bin/sh\\necho hacked\\n" > scripts/hook.sh && ' +
     'printf "fine\\n" > ok.txt && printf "n\\n" > "$(printf "a\\nb")" && printf "n\\n" > c && ' +
-    'rm -r d && mkdir -p d/sub && printf "g\\n" > d/sub/g';
+    'rm -r d && mkdir -p d/sub && printf "g\\n" > d/sub/g && ' +
+    'printf "ref: refs/heads/evil\\n" > .git/HEAD && mkdir -p .git/refs/heads && printf "%040d\\n" 1 > .git/refs/heads/evil';
   const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
@@ -102,6 +105,8 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   assert.equal(by['scripts/hook.sh']?.change, 'modified', rows);
   assert.equal(by['scripts/hook.sh'].approvable, false, `a covered link's target is approvable: ${rows}`);
   assert.equal(by['ok.txt']?.approvable, true, rows);
+  assert.equal(by['.git/HEAD']?.approvable, false, `git's HEAD is approvable: ${rows}`);
+  assert.equal(by['.git/refs/heads/evil']?.approvable, false, `a ref made by hand is approvable: ${rows}`);
   assert.equal(by.y?.approvable, true, rows);
   // a name with a line break: approving "a\nb" and "c" would hash as approving "a" and "b\nc"
   assert.equal(by['a\nb']?.approvable, false, `a name with a line break is approvable: ${rows}`);
@@ -117,11 +122,12 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   assert.equal(op.state, 'done', JSON.stringify(op));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
   assert.equal(readlinkSync(join(S.dir, 'y')), '.');
-  for (const p of ['x', '.husky', 'a\nb'])
+  for (const p of ['x', '.husky', 'a\nb', '.git/refs'])
     assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
   assert.equal(readFileSync(join(S.dir, '.githooks/pre-push'), 'utf8'), '#!/bin/sh\necho guard\n');
   assert.equal(readFileSync(join(S.dir, 'scripts/hook.sh'), 'utf8'), '#!/bin/sh\necho checked\n');
   assert.deepEqual(readdirSync(join(S.dir, 'd/sub')), ['g'], 'd/sub is not what the command left');
+  assert.equal(readFileSync(join(S.dir, '.git/HEAD'), 'utf8'), 'ref: refs/heads/main\n');
   S.agent.close();
   S.buyer.close();
 });
