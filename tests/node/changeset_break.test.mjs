@@ -13,7 +13,8 @@
 // - a name with a line break (the decision's approvedSha256 takes the approved paths one a
 //   line, so approving "a\nb" and "c" would read as approving "a" and "b\nc").
 // Each must be listed but not approvable, and approving everything must land none of them.
-// The buyer's changeset view and decision are refused to the agent's token and to no token.
+// The buyer's changeset view and decision are refused to the agent's token and socket, to no
+// token, and to another session's buyer.
 // An apply whose pre-images would pass the session's budget (JAILBOX_PREIMAGE_MAX_BYTES)
 // applies nothing (the rows read back for the apply kept no size: every apply counted 0).
 // Needs root, Docker with runsc; the image gets /bin/sh and the coreutils the command uses.
@@ -26,7 +27,7 @@ import { startSandboxServer } from './lib/agent.mjs';
 const IMAGE = 'jailbox-sandbox:changeset-break';
 const TOOLS = ['rm', 'mkdir', 'ln', 'printf'];
 
-let K, srv;
+let K, srv, first;
 const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
 
 before(async () => {
@@ -93,6 +94,11 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
     assert.ok([401, 403].includes(a.status), `approve with ${token ? 'the agent\'s' : 'no'} token: ${a.status} ${a.text}`);
   }
 
+  for (const ev of ['jailbox:changeset', 'jailbox:approve']) {
+    const a = await S.agent.timeout(10000).emitWithAck(ev, { opId: cs.opId });
+    assert.equal(a?.error?.code, 'forbidden', `${ev} with the agent's socket: ${JSON.stringify(a)}`);
+  }
+  first = { S, opId: cs.opId };
   const page = await srv.req('GET', api(S, `${view}?limit=1000`), { token: S.buyerToken });
   assert.equal(page.status, 200, page.text);
   const by = Object.fromEntries(page.json.files.map((f) => [f.path, f]));
@@ -145,6 +151,15 @@ test('an apply whose pre-images pass the session\'s budget applies nothing', { t
   const r = await call;
   const cs = r.result?.structuredContent?.changeset;
   assert.equal(cs?.state, 'pending', JSON.stringify(r).slice(0, 600));
+  // another session's buyer reads and decides nothing of the first session's changeset
+  if (first) {
+    const g = await srv.req('GET', api(first.S, `/ops/${first.opId}/changeset`), { token: S.buyerToken });
+    assert.ok([401, 403].includes(g.status), `another session's buyer: ${g.status} ${g.text}`);
+    const o = await srv.req('GET', api(S, `/ops/${first.opId}/changeset`), { token: S.buyerToken });
+    assert.ok(o.status === 404 || (o.status === 200 && o.json.opId !== first.opId), `another session's op: ${o.status} ${o.text}`);
+    const a = await srv.req('POST', api(S, `/approve/${first.opId}`), { token: S.buyerToken, body: {} });
+    assert.ok([404, 409].includes(a.status), `another session's op approved: ${a.status} ${a.text}`);
+  }
   const ok = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} });
   assert.equal(ok.status, 200, ok.text);
   const op = await opDone(S, cs.opId);
