@@ -16,6 +16,7 @@
 
 #include "db/changesets.h"
 #include "db/events.h"
+#include "db/preimages.h"
 #include "db/sessions.h"
 #include "lib/diff.h"
 #include "lib/pathcheck.h"
@@ -33,6 +34,7 @@ struct cs_walk {
   struct jb_exec_overlay *ov;
   int rootfd;
   json_t *upper; /* the manifest's entries by path */
+  long long room; /* bytes the old contents kept may still add (the pre-image budget's rest) */
   unsigned char *buf; /* JB_EXEC_OVERLAY_READ_MAX bytes */
 };
 
@@ -70,15 +72,24 @@ static json_t *row_new(const char *path, const char *change, const struct jb_pst
   return r;
 }
 
-/* What `path` holds on the host now into *old (its content kept in the store); 0, or -1 with
- * the reason a row gives it in *why (a link on the way, a special file) — or b failed. */
+/* What `path` holds on the host now into *old (its content kept in the store, within x->room:
+ * past it b fails, preimage_budget); 0, or -1 with the reason a row gives it in *why (a link
+ * on the way, a special file) — or b failed. */
 static int old_state(struct cs_walk *x, const char *path, struct jb_pstore_item *old,
                      const char **type, const char **why) {
   jb_error e = {0};
   *why = NULL;
   *type = NULL;
-  if (jb_pstore_take(x->b->w->preimage_dir, x->b->job, x->rootfd, path, -1, old, &e) == 0) return 0;
-  if (e.code == EINVAL)
+  if (jb_pstore_take(x->b->w->preimage_dir, x->b->job, x->rootfd, path, x->room < 0 ? 0 : x->room,
+                     old, &e) == 0) {
+    x->room -= old->bytes;
+    return 0;
+  }
+  if (e.code == EFBIG)
+    fail(x->b, "preimage_budget",
+         "keeping what the command changed would pass the session's pre-image budget "
+         "(JAILBOX_PREIMAGE_MAX_BYTES)");
+  else if (e.code == EINVAL)
     *type = "special", *why = "the workspace holds a special file there";
   else if (e.code == ELOOP || e.code == EXDEV)
     *type = "special", *why = "a link lies on the way";
@@ -420,15 +431,19 @@ static void rows_finish(struct jb_cs_build *b, const json_t *flagged) {
   free(v);
 }
 
-/* The session's pre-scan flags (new; an empty array when it has none), or NULL (b failed). */
-static json_t *session_flags(struct jb_cs_build *b) {
+/* The session's pre-scan flags (new; an empty array when it has none) and what is left of
+ * its pre-image budget into *room, or NULL (b failed). */
+static json_t *session_flags(struct jb_cs_build *b, long long *room) {
   jb_error e = {0};
   cleanup_conn struct worker_conn conn = worker_conn(b->w, &e);
   struct jb_session_facts facts;
-  if (!conn.pg || jb_db_session_facts(conn.pg, b->job, &facts, &e) != JB_OK) {
+  long long used = 0;
+  if (!conn.pg || jb_db_preimage_bytes(conn.pg, b->job, &used, &e) != JB_OK ||
+      jb_db_session_facts(conn.pg, b->job, &facts, &e) != JB_OK) {
     fail(b, "internal", e.msg[0] ? e.msg : "the session's pre-scan flags cannot be read");
     return NULL;
   }
+  *room = b->w->set.preimage_max_bytes - used;
   json_t *f = facts.flagged ? json_incref(facts.flagged) : json_array();
   jb_session_facts_clear(&facts);
   return f;
@@ -449,6 +464,7 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
       .b = b, .ov = ov, .upper = json_object(), .buf = malloc(JB_EXEC_OVERLAY_READ_MAX)};
   x.rootfd = open(b->s->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   b->rows = json_array();
+  json_t *flagged = session_flags(b, &x.room);
   size_t i;
   json_t *en;
   json_array_foreach (m, i, en)
@@ -477,7 +493,6 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
     if (json_array_size(b->rows) > JB_CS_FILES_MAX)
       fail(b, "too_large", "the command changed more paths than a changeset holds");
   }
-  json_t *flagged = b->code[0] ? NULL : session_flags(b);
   if (!b->code[0]) rows_finish(b, flagged);
   json_decref(flagged);
   b->built = !b->code[0];

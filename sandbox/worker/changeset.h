@@ -35,7 +35,7 @@ struct jb_cs_build {
   bool built; /* the upper was read */
   json_t *rows; /* new: the rows in path order (db/changesets.h's shape) */
   long long bytes; /* bytes of new blobs the contents added to the store */
-  char code[24]; /* when not built: too_large, bad_name, internal */
+  char code[24]; /* when not built: too_large, bad_name, preimage_budget, internal */
   char why[300];
 };
 

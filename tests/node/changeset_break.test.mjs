@@ -15,8 +15,10 @@
 // Each must be listed but not approvable, and approving everything must land none of them.
 // The buyer's changeset view and decision are refused to the agent's token and socket, to no
 // token, and to another session's buyer.
-// An apply whose pre-images would pass the session's budget (JAILBOX_PREIMAGE_MAX_BYTES)
-// applies nothing (the rows read back for the apply kept no size: every apply counted 0).
+// The session's pre-image budget (JAILBOX_PREIMAGE_MAX_BYTES) bounds what a changeset keeps:
+// one whose old contents pass it is refused when it is built (every deleted file was stored,
+// unbounded), and an apply that would pass it applies nothing (the rows read back for the
+// apply kept no size: every apply counted 0).
 // Needs root, Docker with runsc; the image gets /bin/sh and the coreutils the command uses.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -138,19 +140,32 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   S.buyer.close();
 });
 
-test('an apply whose pre-images pass the session\'s budget applies nothing', { timeout: 300000 }, async () => {
-  const big = 'x'.repeat(65536) + '\n';
-  const S = await K.openSession((d) => writeFileSync(join(d, 'big.txt'), big), { mode: 'supervised' });
-  S.buyer = await K.connect(S.buyerToken);
-  S.agent = await K.connect(S.agentToken);
-  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
-  const command = 'printf "more\\n" >> big.txt';
+// Runs `command` writable as S's agent, the command line approved by S's buyer: its result.
+async function runWritable(S, command) {
   const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   assert.equal((await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId })).ok, true);
   const r = await call;
-  const cs = r.result?.structuredContent?.changeset;
-  assert.equal(cs?.state, 'pending', JSON.stringify(r).slice(0, 600));
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
+  return r.result.structuredContent;
+}
+
+test('the pre-image budget: a changeset whose old contents pass it is refused; two that fit only apart, the second applies nothing', { timeout: 300000 }, async () => {
+  const big = 'x'.repeat(65536) + '\n', mid = 'm'.repeat(20000) + '\n';
+  const S = await K.openSession((d) => {
+    writeFileSync(join(d, 'big.txt'), big);
+    writeFileSync(join(d, 'a.txt'), mid);
+    writeFileSync(join(d, 'b.txt'), mid);
+  }, { mode: 'supervised' });
+  S.buyer = await K.connect(S.buyerToken);
+  S.agent = await K.connect(S.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
+  // 64 KiB kept for rollback would pass JAILBOX_PREIMAGE_MAX_BYTES (32 KiB): refused at once,
+  // nothing stored (a command deleting a whole tree stored every file of it, unbounded)
+  const res = await runWritable(S, 'rm big.txt');
+  assert.equal(res.changeset?.state, 'refused', `a changeset past the budget: ${JSON.stringify(res.changeset)}`);
+  assert.equal(res.changeset.code, 'preimage_budget', JSON.stringify(res.changeset));
+  assert.equal(readFileSync(join(S.dir, 'big.txt'), 'utf8'), big);
   // another session's buyer reads and decides nothing of the first session's changeset
   if (first) {
     const g = await srv.req('GET', api(first.S, `/ops/${first.opId}/changeset`), { token: S.buyerToken });
@@ -160,12 +175,18 @@ test('an apply whose pre-images pass the session\'s budget applies nothing', { t
     const a = await srv.req('POST', api(S, `/approve/${first.opId}`), { token: S.buyerToken, body: {} });
     assert.ok([404, 409].includes(a.status), `another session's op approved: ${a.status} ${a.text}`);
   }
-  const ok = await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} });
-  assert.equal(ok.status, 200, ok.text);
-  const op = await opDone(S, cs.opId);
-  // 64 KiB kept for rollback would pass JAILBOX_PREIMAGE_MAX_BYTES (32 KiB): nothing lands
+  // 20 KiB each: both fit while neither is applied; applying both would keep 40 KiB
+  const one = (await runWritable(S, 'printf "more\\n" >> a.txt')).changeset;
+  const two = (await runWritable(S, 'printf "more\\n" >> b.txt')).changeset;
+  assert.equal(one?.state, 'pending', JSON.stringify(one));
+  assert.equal(two?.state, 'pending', JSON.stringify(two));
+  for (const cs of [one, two])
+    assert.equal((await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} })).status, 200);
+  assert.equal((await opDone(S, one.opId)).state, 'done');
+  const op = await opDone(S, two.opId);
   assert.equal(op.state, 'failed', `applied past the pre-image budget: ${JSON.stringify(op)}`);
-  assert.equal(readFileSync(join(S.dir, 'big.txt'), 'utf8'), big);
+  assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), mid + 'more\n');
+  assert.equal(readFileSync(join(S.dir, 'b.txt'), 'utf8'), mid);
   S.agent.close();
   S.buyer.close();
 });
