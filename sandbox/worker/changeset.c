@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,7 +17,9 @@
 #include "db/changesets.h"
 #include "db/events.h"
 #include "db/preimages.h"
+#include "db/sessions.h"
 #include "lib/diff.h"
+#include "lib/pathcheck.h"
 #include "lib/scan.h"
 #include "sandbox/worker/hostfs.h"
 #include "sandbox/worker/preimage_op.h"
@@ -30,7 +33,9 @@ struct cs_walk {
   struct jb_cs_build *b;
   struct jb_exec_overlay *ov;
   int rootfd;
-  json_t *upper; /* the manifest's paths (object used as a set) */
+  json_t *upper; /* the manifest's entries by path */
+  long long room; /* bytes the old and new contents kept may still add (the pre-image budget's
+                     rest) */
   unsigned char *buf; /* JB_EXEC_OVERLAY_READ_MAX bytes */
 };
 
@@ -68,15 +73,24 @@ static json_t *row_new(const char *path, const char *change, const struct jb_pst
   return r;
 }
 
-/* What `path` holds on the host now into *old (its content kept in the store); 0, or -1 with
- * the reason a row gives it in *why (a link on the way, a special file) — or b failed. */
+/* What `path` holds on the host now into *old (its content kept in the store, within x->room:
+ * past it b fails, preimage_budget); 0, or -1 with the reason a row gives it in *why (a link
+ * on the way, a special file) — or b failed. */
 static int old_state(struct cs_walk *x, const char *path, struct jb_pstore_item *old,
                      const char **type, const char **why) {
   jb_error e = {0};
   *why = NULL;
   *type = NULL;
-  if (jb_pstore_take(x->b->w->preimage_dir, x->b->job, x->rootfd, path, -1, old, &e) == 0) return 0;
-  if (e.code == EINVAL)
+  if (jb_pstore_take(x->b->w->preimage_dir, x->b->job, x->rootfd, path, x->room < 0 ? 0 : x->room,
+                     old, &e) == 0) {
+    x->room -= old->bytes;
+    return 0;
+  }
+  if (e.code == EFBIG)
+    fail(x->b, "preimage_budget",
+         "keeping what the command changed would pass the session's pre-image budget "
+         "(JAILBOX_PREIMAGE_MAX_BYTES)");
+  else if (e.code == EINVAL)
     *type = "special", *why = "the workspace holds a special file there";
   else if (e.code == ELOOP || e.code == EXDEV)
     *type = "special", *why = "a link lies on the way";
@@ -88,18 +102,21 @@ static int old_state(struct cs_walk *x, const char *path, struct jb_pstore_item 
 }
 
 /* Whether link text `target` of a link at `path` stays inside the workspace when resolved
- * from the link's folder (relative, never above the root). */
+ * from the link's folder: relative, its ".." all first and never above the root. A ".." after
+ * a name is refused: the kernel climbs from where that name leads, not from its folder, and a
+ * name may be a link ("y" -> "." makes "y/y/../.." climb two levels above "y"'s folder). */
 static bool link_inside(const char *path, const char *target) {
   if (!target[0] || target[0] == '/') return false;
   int depth = 0;
+  bool named = false; /* a name came before */
   for (const char *p = path; *p; p++) depth += *p == '/';
   for (const char *p = target; *p;) {
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t)(e - p) : strlen(p);
     if (n == 2 && !strncmp(p, "..", 2)) {
-      if (--depth < 0) return false;
+      if (named || --depth < 0) return false;
     } else if (n > 0 && !(n == 1 && *p == '.')) {
-      depth++;
+      named = true;
     }
     p += n + (e != NULL);
   }
@@ -107,7 +124,8 @@ static bool link_inside(const char *path, const char *target) {
 }
 
 /* Appends the deletion of everything under folder `dir` of the workspace that the upper does
- * not hold (`keep_upper`: an opaque folder keeps what the upper holds), deepest first. */
+ * not hold (`keep_upper`: an opaque folder keeps what the upper holds, and looks below a
+ * folder of the upper that is not opaque itself), deepest first. */
 static void subtree_deletes(struct cs_walk *x, const char *dir, bool keep_upper, int depth) {
   if (x->b->code[0]) return;
   if (depth > SUBTREE_DEPTH_MAX) return fail(x->b, "too_large", "a deleted folder nests too deep");
@@ -126,7 +144,15 @@ static void subtree_deletes(struct cs_walk *x, const char *dir, bool keep_upper,
       fail(x->b, "too_large", "a path under a deleted folder is too long");
       break;
     }
-    if (keep_upper && json_object_get(x->upper, path)) continue;
+    json_t *up = keep_upper ? json_object_get(x->upper, path) : NULL;
+    if (up) { /* below an opaque folder nothing of the workspace shows, nor below a folder of
+                 the upper inside it (one made there is not opaque itself: it lists none) */
+      if (!strcmp(json_string_value(json_object_get(up, "type")) ?: "", "dir") &&
+          !json_is_true(json_object_get(up, "whiteout")) &&
+          !json_is_true(json_object_get(up, "opaque")))
+        subtree_deletes(x, path, true, depth + 1);
+      continue;
+    }
     if (json_array_size(x->b->rows) >= JB_CS_FILES_MAX) {
       fail(x->b, "too_large", "the command changed more paths than a changeset holds");
       break;
@@ -151,8 +177,8 @@ static int new_content(struct cs_walk *x, const char *path, long long listed, ch
   *maplen = 0;
   /* the contents count against the session's pre-image budget: a command cannot fill the
    * worker's disk with changesets it keeps making */
-  if (x->b->bytes + jb_pstore_cost(listed) > x->b->room)
-    return fail(x->b, "too_large",
+  if (jb_pstore_cost(listed) > x->room)
+    return fail(x->b, "preimage_budget",
                 "the command's changes are larger than what the session may still keep "
                 "(JAILBOX_PREIMAGE_MAX_BYTES)"),
            -1;
@@ -172,9 +198,10 @@ static int new_content(struct cs_walk *x, const char *path, long long listed, ch
       return fail(x->b, "internal", "the content could not be held"), -1;
     }
     off += (long long)n;
-    if (x->b->bytes + jb_pstore_cost(off) > x->b->room) { /* grew past what was listed */
+    if (jb_pstore_cost(off) > x->room) { /* grew past what was listed */
       close(fd);
-      return fail(x->b, "too_large", "the command's changes grew while they were read"), -1;
+      return fail(x->b, "preimage_budget", "the command's changes grew past the session's budget"),
+             -1;
     }
     if (n == 0) break;
   }
@@ -185,6 +212,7 @@ static int new_content(struct cs_walk *x, const char *path, long long listed, ch
     return fail(x->b, "internal", e.msg[0] ? e.msg : "the content could not be stored"), -1;
   }
   x->b->bytes += added;
+  x->room -= added;
   if (*size > 0 && *size <= JB_CS_SCAN_MAX) {
     void *m = mmap(NULL, (size_t)*size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m != MAP_FAILED) *map = m, *maplen = (size_t)*size;
@@ -330,8 +358,70 @@ static int by_path(const void *a, const void *b) {
   return strcmp(x, y);
 }
 
-/* Sorts b->rows by path and applies the landing rules to each. */
-static void rows_finish(struct jb_cs_build *b) {
+/* Whether `path` (a directory when `is_dir`) is the target of a covered link the pre-scan
+ * found, lies below one or (a directory) holds one — the "landing_link" entries of `flagged`
+ * (the session's pre-scan flags: ".git/hooks/pre-commit -> ../../scripts/hook.sh" makes
+ * scripts/hook.sh the hook, and core.hooksPath's folder git's hooks). Case is ignored, as the
+ * file tools' landing check ignores it. The covered link's path into `link`. */
+static bool covered_target(const char *path, bool is_dir, const json_t *flagged, char *link,
+                           size_t lsize) {
+  size_t i, n = strlen(path);
+  json_t *f;
+  json_array_foreach (flagged, i, f) {
+    if (strcmp(json_string_value(json_object_get(f, "kind")) ?: "", "landing_link")) continue;
+    const char *t = json_string_value(json_object_get(f, "path"));
+    if (!t) continue;
+    size_t tn = strlen(t);
+    if (!strcmp(t, ".") || (!strncasecmp(path, t, tn) && (path[tn] == '\0' || path[tn] == '/')) ||
+        (is_dir && tn > n && !strncasecmp(t, path, n) && t[n] == '/')) {
+      snprintf(link, lsize, "%s", json_string_value(json_object_get(f, "link")) ?: t);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Whether `path` lies in a folder named .git (any case): git's own data, which the file tools
+ * never write either — an object and a ref made by hand are shown as a binary row and a hash,
+ * and make the buyer's git check out or push what the buyer never saw. */
+static bool in_git_dir(const char *path) {
+  for (const char *c = path; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
+    if (!strncasecmp(c, ".git/", 5)) return true;
+  return false;
+}
+
+/* Why row `r` lands where a tool on the host runs or reads what to run (into `why`, `wsize`
+ * bytes), or false: its path by the landing rules — whatever it adds, changes or deletes, a
+ * link judged as a directory (what it leads to may be one), as the command rules judge it —
+ * in a .git folder, or a covered link's target (covered_target, the name folded too). */
+static bool landing_why(json_t *r, const json_t *flagged, char *why, size_t wsize) {
+  const char *path = json_string_value(json_object_get(r, "path"));
+  const char *nt = json_string_value(json_object_get(r, "newType")) ?: "";
+  const char *ot = json_string_value(json_object_get(r, "oldType")) ?: "";
+  bool is_dir =
+      !strcmp(nt, "dir") || !strcmp(nt, "link") || !strcmp(ot, "dir") || !strcmp(ot, "link");
+  char rule[96], link[256];
+  if (jb_scan_landing_in_use(path, is_dir, rule, sizeof rule) != 0) {
+    snprintf(why, wsize, "it lands where a tool on the host runs it (rule %s)", rule);
+    return true;
+  }
+  if (in_git_dir(path)) {
+    snprintf(why, wsize, "it lies in a .git folder (git's data, as the file tools never write)");
+    return true;
+  }
+  bool oom = false;
+  char *folded = jb_scan_path_folded(path, &oom);
+  bool hit = covered_target(path, is_dir, flagged, link, sizeof link) ||
+             (folded && covered_target(folded, is_dir, flagged, link, sizeof link));
+  free(folded);
+  if (oom) snprintf(why, wsize, "out of memory checking where it lands");
+  if (hit) snprintf(why, wsize, "it is what the covered link %.120s leads to", link);
+  return oom || hit;
+}
+
+/* Sorts b->rows by path and applies the landing rules to each (`flagged`: the session's
+ * pre-scan flags). */
+static void rows_finish(struct jb_cs_build *b, const json_t *flagged) {
   size_t n = json_array_size(b->rows);
   json_t **v = calloc(n ? n : 1, sizeof *v);
   if (!v) return fail(b, "internal", "out of memory");
@@ -339,13 +429,16 @@ static void rows_finish(struct jb_cs_build *b) {
   qsort(v, n, sizeof *v, by_path);
   json_array_clear(b->rows);
   for (size_t i = 0; i < n; i++) {
-    const char *path = json_string_value(json_object_get(v[i], "path"));
-    const char *nt = json_string_value(json_object_get(v[i], "newType"));
-    char rule[96];
-    if (json_is_true(json_object_get(v[i], "approvable")) && nt && strcmp(nt, "absent") &&
-        jb_scan_landing_in_use(path, !strcmp(nt, "dir"), rule, sizeof rule) != 0) {
-      char why[160];
-      snprintf(why, sizeof why, "it lands where a tool on the host runs it (rule %s)", rule);
+    char why[200];
+    /* the decision's approvedSha256 takes the approved paths one a line: with a line break in
+     * a name, approving "a\nb" and "c" would read as approving "a" and "b\nc" */
+    if (json_is_true(json_object_get(v[i], "approvable")) &&
+        strchr(json_string_value(json_object_get(v[i], "path")), '\n')) {
+      json_object_set_new(v[i], "approvable", json_false());
+      json_object_set_new(v[i], "why", json_string("a name with a line break"));
+    }
+    if (json_is_true(json_object_get(v[i], "approvable")) &&
+        landing_why(v[i], flagged, why, sizeof why)) {
       json_object_set_new(v[i], "approvable", json_false());
       json_object_set_new(v[i], "why", json_string(why));
     }
@@ -354,24 +447,28 @@ static void rows_finish(struct jb_cs_build *b) {
   free(v);
 }
 
-/* What the session's pre-image budget has left, into b->room; -1 (b failed) when it cannot
- * be read. */
-static int budget_room(struct jb_cs_build *b) {
+/* The session's pre-scan flags (new; an empty array when it has none) and what is left of
+ * its pre-image budget into *room, or NULL (b failed). */
+static json_t *session_flags(struct jb_cs_build *b, long long *room) {
   jb_error e = {0};
   cleanup_conn struct worker_conn conn = worker_conn(b->w, &e);
+  struct jb_session_facts facts;
   long long used = 0;
-  if (!conn.pg || jb_db_preimage_bytes(conn.pg, b->job, &used, &e) != JB_OK)
-    return fail(b, "internal", e.msg[0] ? e.msg : "the session's pre-image bytes cannot be read"),
-           -1;
-  b->room = b->w->set.preimage_max_bytes - used;
-  return 0;
+  if (!conn.pg || jb_db_preimage_bytes(conn.pg, b->job, &used, &e) != JB_OK ||
+      jb_db_session_facts(conn.pg, b->job, &facts, &e) != JB_OK) {
+    fail(b, "internal", e.msg[0] ? e.msg : "the session's pre-scan flags cannot be read");
+    return NULL;
+  }
+  *room = b->w->set.preimage_max_bytes - used;
+  json_t *f = facts.flagged ? json_incref(facts.flagged) : json_array();
+  jb_session_facts_clear(&facts);
+  return f;
 }
 
 void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *result) {
   (void)result;
   struct jb_cs_build *b = ctx;
   jb_error e = {0};
-  if (budget_room(b) < 0) return;
   json_t *m = jb_exec_overlay_manifest(ov, JB_CS_FILES_MAX, &e);
   if (!m) {
     const char *code = strstr(e.msg, "too_large")  ? "too_large"
@@ -383,10 +480,11 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
       .b = b, .ov = ov, .upper = json_object(), .buf = malloc(JB_EXEC_OVERLAY_READ_MAX)};
   x.rootfd = open(b->s->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   b->rows = json_array();
+  json_t *flagged = session_flags(b, &x.room);
   size_t i;
   json_t *en;
   json_array_foreach (m, i, en)
-    json_object_set(x.upper, json_string_value(json_object_get(en, "path")) ?: "", json_true());
+    json_object_set(x.upper, json_string_value(json_object_get(en, "path")) ?: "", en);
   if (x.rootfd < 0 || !x.buf || !x.upper || !b->rows)
     fail(b, "internal", "the workspace cannot be read");
   json_array_foreach (m, i, en) {
@@ -397,6 +495,12 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
       fail(b, "internal", "the manifest has an entry with no path or type");
       break;
     }
+    /* the path goes into the host's paths: relative, no "..", "." or empty name (the spawner
+     * lists names it read, but it runs beside the command, inside the walls) */
+    if (jb_path_check(path, strlen(path), 0) != JB_PATH_OK) {
+      fail(b, "bad_name", "the manifest names a path that is not a workspace path");
+      break;
+    }
     json_t *r = json_is_true(json_object_get(en, "whiteout")) ? whiteout_row(&x, path)
                 : !strcmp(type, "file")                       ? file_row(&x, path, en)
                                                               : other_row(&x, path, type, en);
@@ -405,7 +509,8 @@ void changeset_on_overlay(void *ctx, struct jb_exec_overlay *ov, const json_t *r
     if (json_array_size(b->rows) > JB_CS_FILES_MAX)
       fail(b, "too_large", "the command changed more paths than a changeset holds");
   }
-  if (!b->code[0]) rows_finish(b);
+  if (!b->code[0]) rows_finish(b, flagged);
+  json_decref(flagged);
   b->built = !b->code[0];
   if (x.rootfd >= 0) close(x.rootfd);
   free(x.buf);

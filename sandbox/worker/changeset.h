@@ -35,9 +35,7 @@ struct jb_cs_build {
   bool built; /* the upper was read */
   json_t *rows; /* new: the rows in path order (db/changesets.h's shape) */
   long long bytes; /* bytes of new blobs the contents added to the store */
-  long long room; /* bytes of new content it may keep: what the session's pre-image budget
-                     (JAILBOX_PREIMAGE_MAX_BYTES) has left when the build starts */
-  char code[24]; /* when not built: too_large, bad_name, internal */
+  char code[24]; /* when not built: too_large, bad_name, preimage_budget, internal */
   char why[300];
 };
 

@@ -48,14 +48,22 @@ static json_t *restore_row(json_t *r) {
   return x;
 }
 
+/* The bytes the pre-image of row `r` counts in the session's budget: its old file's blob as
+ * the store counts a new one (jb_pstore_cost of its size; the rows keep no more). */
+static long long old_bytes(json_t *r) {
+  return !strcmp(str(r, "oldType") ?: "", "file")
+             ? jb_pstore_cost(json_integer_value(json_object_get(r, "oldSize")))
+             : 0;
+}
+
 /* Changeset row `r` as the pre-image row a rollback puts back (its old state). */
 static json_t *preimage_row(json_t *r) {
   json_t *x = json_pack(
-      "{s:O, s:O, s:O*, s:O*, s:O*, s:O, s:O*, s:O*, s:o}", "path", json_object_get(r, "path"),
+      "{s:O, s:O, s:O*, s:O*, s:O*, s:o, s:O*, s:O*, s:o}", "path", json_object_get(r, "path"),
       "kind", json_object_get(r, "oldType"), "sha256", json_object_get(r, "oldSha256"), "mode",
       json_object_get(r, "oldMode"), "target", json_object_get(r, "oldTarget"), "bytes",
-      json_object_get(r, "oldBytes") ?: json_integer(0), "afterKind", json_object_get(r, "newType"),
-      "afterSha256", json_object_get(r, "newSha256"), "afterMode", applied_mode(r));
+      json_integer(old_bytes(r)), "afterKind", json_object_get(r, "newType"), "afterSha256",
+      json_object_get(r, "newSha256"), "afterMode", applied_mode(r));
   return x;
 }
 
@@ -263,7 +271,7 @@ static bool within_budget(struct jb_worker *w, PGconn *c, const char *job, json_
   *need = 0;
   size_t i;
   json_t *r;
-  json_array_foreach (rows, i, r) *need += json_integer_value(json_object_get(r, "oldBytes"));
+  json_array_foreach (rows, i, r) *need += old_bytes(r);
   if (jb_db_preimage_bytes(c, job, &used, err) != JB_OK) return false;
   return used + *need <= w->set.preimage_max_bytes;
 }

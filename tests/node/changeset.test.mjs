@@ -311,7 +311,7 @@ test('more paths than a changeset holds, a name that is not UTF-8, or more bytes
   for (const [command, code] of [
     ['mkdir many && cd many && seq 1 10001 | xargs touch', 'too_large'],
     ["printf x > a.txt && touch \"$(printf 'bad\\377name')\"", 'bad_name'],
-    ['seq 1 2500000 > big.txt', 'too_large'], // 18 MB: past the session's budget
+    ['seq 1 2500000 > big.txt', 'preimage_budget'], // 18 MB: past the session's budget
   ]) {
     const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
     const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
