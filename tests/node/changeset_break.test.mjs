@@ -33,7 +33,7 @@ let K, srv, first;
 const api = (S, suffix) => `/v1/jailbox/${S.jobId}${suffix}`;
 
 before(async () => {
-  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '32768' },
+  K = await startSandboxServer(IMAGE, { JAILBOX_ESCAPE_ABORT: 'none', JAILBOX_PREIMAGE_MAX_BYTES: '40960' },
     [`${realpathSync('/bin/sh')}:/bin/sh`, ...TOOLS.map((t) => `/usr/bin/${t}`)]);
   srv = K.srv;
 });
@@ -80,12 +80,9 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId });
   assert.equal(ack.ok, true, JSON.stringify(ack));
-  const r = await call;
-  assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
-  const res = r.result.structuredContent;
-  assert.equal(res.exitCode, 0, JSON.stringify(res).slice(0, 400));
-  const cs = res.changeset;
-  assert.equal(cs?.state, 'pending', JSON.stringify(cs));
+  // the command's changes wait for the buyer (the agent's call answers once they are decided)
+  const req = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.execOpId === ask.opId, 120000);
+  const cs = { opId: req.opId };
 
   // the agent's token and no token read and decide nothing
   const view = `/ops/${cs.opId}/changeset`;
@@ -128,6 +125,10 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   assert.equal(ok.status, 200, ok.text);
   const op = await opDone(S, cs.opId);
   assert.equal(op.state, 'done', JSON.stringify(op));
+  const r = await call;
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
+  assert.equal(r.result.structuredContent.exitCode, 0, JSON.stringify(r.result.structuredContent).slice(0, 400));
+  assert.equal(r.result.structuredContent.changeset.state, 'applied');
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
   assert.equal(readlinkSync(join(S.dir, 'y')), '.');
   for (const p of ['x', '.husky', 'a\nb', '.git/refs'])
@@ -140,29 +141,42 @@ test('a changeset\'s links out, covered links, covered deletions and covered-lin
   S.buyer.close();
 });
 
-// Runs `command` writable as S's agent, the command line approved by S's buyer: its result.
+// Runs `command` writable as S's agent, the command line approved by S's buyer: the call
+// (which answers once its changes are decided, or at once when they were refused) and the
+// changeset's approval request, or null when none came before the call answered.
 async function runWritable(S, command) {
   const call = K.call(S.agent, 'exec', { command, writable: true, timeoutSec: 120 }, 180000);
   const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.command === command, 60000);
   assert.equal((await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId })).ok, true);
+  let answered = false;
+  call.then(() => { answered = true; }, () => { answered = true; });
+  const req = await K.waitFor('the changeset or the answer', () =>
+    S.buyer.events.find((e) => e.event === 'jailbox:approval_request' && e.payload.tool === 'changeset' && e.payload.execOpId === ask.opId)?.payload ??
+    (answered ? 'answered' : null), 120000);
+  return { call, req: req === 'answered' ? null : req };
+}
+
+async function answer(call) {
   const r = await call;
   assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
   return r.result.structuredContent;
 }
 
 test('the pre-image budget: a changeset whose old contents pass it is refused; two that fit only apart, the second applies nothing', { timeout: 300000 }, async () => {
-  const big = 'x'.repeat(65536) + '\n', mid = 'm'.repeat(20000) + '\n';
+  // (two contents apart: the store keeps one blob of equal contents)
+  const big = 'x'.repeat(65536) + '\n', mid = 'm'.repeat(10000) + '\n', mid2 = 'n'.repeat(10000) + '\n';
   const S = await K.openSession((d) => {
     writeFileSync(join(d, 'big.txt'), big);
     writeFileSync(join(d, 'a.txt'), mid);
-    writeFileSync(join(d, 'b.txt'), mid);
+    writeFileSync(join(d, 'b.txt'), mid2);
   }, { mode: 'supervised' });
   S.buyer = await K.connect(S.buyerToken);
   S.agent = await K.connect(S.agentToken);
   await K.waitFor('active', async () => (await K.sessionOf(S.jobId)).state === 'active');
   // 64 KiB kept for rollback would pass JAILBOX_PREIMAGE_MAX_BYTES (32 KiB): refused at once,
   // nothing stored (a command deleting a whole tree stored every file of it, unbounded)
-  const res = await runWritable(S, 'rm big.txt');
+  const { call } = await runWritable(S, 'rm big.txt');
+  const res = await answer(call);
   assert.equal(res.changeset?.state, 'refused', `a changeset past the budget: ${JSON.stringify(res.changeset)}`);
   assert.equal(res.changeset.code, 'preimage_budget', JSON.stringify(res.changeset));
   assert.equal(readFileSync(join(S.dir, 'big.txt'), 'utf8'), big);
@@ -175,18 +189,20 @@ test('the pre-image budget: a changeset whose old contents pass it is refused; t
     const a = await srv.req('POST', api(S, `/approve/${first.opId}`), { token: S.buyerToken, body: {} });
     assert.ok([404, 409].includes(a.status), `another session's op approved: ${a.status} ${a.text}`);
   }
-  // 20 KiB each: both fit while neither is applied; applying both would keep 40 KiB
-  const one = (await runWritable(S, 'printf "more\\n" >> a.txt')).changeset;
-  const two = (await runWritable(S, 'printf "more\\n" >> b.txt')).changeset;
-  assert.equal(one?.state, 'pending', JSON.stringify(one));
-  assert.equal(two?.state, 'pending', JSON.stringify(two));
-  for (const cs of [one, two])
-    assert.equal((await srv.req('POST', api(S, `/approve/${cs.opId}`), { token: S.buyerToken, body: {} })).status, 200);
-  assert.equal((await opDone(S, one.opId)).state, 'done');
-  const op = await opDone(S, two.opId);
-  assert.equal(op.state, 'failed', `applied past the pre-image budget: ${JSON.stringify(op)}`);
+  // 12 KiB blocks each side (the budget counts what the store keeps: the new contents from the
+  // build, the old ones at the apply): both changesets fit while neither is applied (3 × 12
+  // KiB of 40), applying both would keep 48 KiB
+  const c1 = await runWritable(S, 'printf "more\\n" >> a.txt');
+  const c2 = await runWritable(S, 'printf "more\\n" >> b.txt');
+  assert.ok(c1.req && c2.req, 'both changesets pending');
+  for (const c of [c1, c2])
+    assert.equal((await srv.req('POST', api(S, `/approve/${c.req.opId}`), { token: S.buyerToken, body: {} })).status, 200);
+  const one = await answer(c1.call), two = await answer(c2.call);
+  assert.equal(one.changeset.state, 'applied', JSON.stringify(one.changeset));
+  assert.equal(two.changeset.state, 'failed', `applied past the pre-image budget: ${JSON.stringify(two.changeset)}`);
+  assert.equal(two.changeset.error?.code, 'preimage_budget', JSON.stringify(two.changeset));
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), mid + 'more\n');
-  assert.equal(readFileSync(join(S.dir, 'b.txt'), 'utf8'), mid);
+  assert.equal(readFileSync(join(S.dir, 'b.txt'), 'utf8'), mid2);
   S.agent.close();
   S.buyer.close();
 });
