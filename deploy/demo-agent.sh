@@ -97,8 +97,11 @@ run() {
     | "exit \(.exitCode // "none")\(if .signal then " (" + .signal + ")" else "" end)" +
       "\(if .timedOut then ", TIMED OUT" else "" end) in \(.durationMs / 100 | round / 10) s, " +
       "stdout \(.stdoutBytes // (.stdout | length)) bytes, stderr \(.stderrBytes // (.stderr | length)) bytes; " +
-      "the workspace: \(.changesTotal // ($c | length)) changes (\([$c[] | select(.change == "added")] | length) added, " +
-      "\([$c[] | select(.change == "modified")] | length) modified, \([$c[] | select(.change == "deleted")] | length) deleted)"' <<<"$RES")"
+      (if .changeset then "its changes held for the buyer as changeset op \(.changeset.opId) " +
+        "(\(.changeset.files // 0) files): \(.changeset.state), \(.changeset.applied // 0) applied, " +
+        "\(.changeset.conflicts // [] | length) in conflict, \(.changeset.rejected // 0) not approved"
+      else "the workspace: \(.changesTotal // ($c | length)) changes (\([$c[] | select(.change == "added")] | length) added, " +
+        "\([$c[] | select(.change == "modified")] | length) modified, \([$c[] | select(.change == "deleted")] | length) deleted)" end)' <<<"$RES")"
   RAN_OK=$(jq -r '.exitCode == 0 and (.timedOut | not)' <<<"$RES")
   if [ "$RAN_OK" != true ]; then
     echo "demo-agent: $1 FAILED inside the walls: $(jq -c '{exitCode, signal, timedOut, durationMs}' <<<"$RES")" >&2
@@ -118,7 +121,12 @@ else
   say "stat configure -> $(jq -r '.result.structuredContent.size' <<<"$REPLY_JSON") bytes"
 fi
 run build 600 "$BUILD"
-say "build: the library -> $(jq -r '[.changes[] | select(.change == "added") | .path | select(test("(^|/)[^/]*\\.(la|so[.0-9]*|a)$"))] | join(" ")' <<<"$RES" | cut -c1-160)"
+if [ "$(jq -r '.changeset.state // empty' <<<"$RES")" != "" ]; then
+  [ "$(jq -r '.changeset.state' <<<"$RES")" = applied ] || { echo "demo-agent: the build's changes were not applied" >&2; exit 1; }
+  say "build: the library -> applied by the buyer's approval of changeset op $(jq -r '.changeset.opId' <<<"$RES")"
+else
+  say "build: the library -> $(jq -r '[(.changes // [])[] | select(.change == "added") | .path | select(test("(^|/)[^/]*\\.(la|so[.0-9]*|a)$"))] | join(" ")' <<<"$RES" | cut -c1-160)"
+fi
 run tests 600 'make check' keep
 # automake's test driver ends with its summary: "# TOTAL: N", "# PASS: N", ... "# ERROR: N"
 SUMMARY=$(jq -r '.stdout' <<<"$RES" | sed -n 's/^# \(TOTAL\|PASS\|SKIP\|XFAIL\|FAIL\|XPASS\|ERROR\): *\([0-9][0-9]*\)$/\1 \2/p' | tr '\n' ' ')

@@ -19,6 +19,8 @@
 #include "db/preimages.h"
 #include "sandbox/worker/changeset.h"
 #include "sandbox/worker/hostfs.h"
+#include "sandbox/worker/walls.h"
+#include "sandbox/worker/workspace_access.h"
 #include "sandbox/worker/preimage_op.h"
 #include "sandbox/worker/rollback_restore.h"
 #include "sandbox/worker/worker.h"
@@ -45,6 +47,14 @@ static json_t *restore_row(json_t *r) {
       json_object_get(r, "newMode"), "target", json_object_get(r, "newTarget"), "afterKind",
       json_object_get(r, "oldType"), "afterSha256", json_object_get(r, "oldSha256"), "afterMode",
       json_object_get(r, "oldMode"));
+  /* an entry the command made (none was there, or one of another kind): the jail's own, as it
+   * would be had the command written the workspace itself — so that the session's next
+   * commands may change it, and the grant's undo gives it an owner at the session's end */
+  const char *otype = str(r, "oldType") ?: "";
+  if (x && (!strcmp(otype, "absent") || !strcmp(str(r, "change") ?: "", "type"))) {
+    json_object_set_new(x, "uid", json_integer(JB_JAIL_UID));
+    json_object_set_new(x, "gid", json_integer(JB_JAIL_GID));
+  }
   return x;
 }
 

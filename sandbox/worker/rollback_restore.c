@@ -46,10 +46,16 @@ static void tmp_name(char *out, size_t size) {
            r[5], r[6], r[7]);
 }
 
-/* The owner a restored entry `name` of `pfd` gets: that of what is there now, else that of its
- * folder (the table keeps no owner; a worker running as root would leave root's otherwise).
+/* The owner a restored entry `name` of `pfd` gets: the row's `uid` and `gid` when it has both,
+ * else that of what is there now, else that of its folder (the table keeps no owner; a worker running as root would leave root's otherwise).
  * Best effort: a worker without CAP_CHOWN keeps its own. */
-static void owner_of(int pfd, const char *name, uid_t *uid, gid_t *gid) {
+static void owner_of(int pfd, const char *name, json_t *row, uid_t *uid, gid_t *gid) {
+  json_t *u = json_object_get(row, "uid"), *g = json_object_get(row, "gid");
+  if (json_is_integer(u) && json_is_integer(g)) { /* the row says (a changeset's new entry) */
+    *uid = (uid_t)json_integer_value(u);
+    *gid = (gid_t)json_integer_value(g);
+    return;
+  }
   struct stat st;
   if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || fstat(pfd, &st) == 0) {
     *uid = st.st_uid;
@@ -69,7 +75,7 @@ static mode_t restore_mode(mode_t mode) { return mode & 01777; }
 
 /* Writes blob `sha` as a file of mode `mode` under a temporary name (into `tmp`, 64 bytes) in
  * `pfd`, fsynced when `sync`. 0, or -1 with `detail` (nothing left behind). */
-static int write_temp(const char *store, const char *job, int pfd, const char *name,
+static int write_temp(const char *store, const char *job, int pfd, const char *name, json_t *row,
                       const char *sha, mode_t mode, bool sync, char tmp[64], char *detail,
                       size_t dsize) {
   tmp_name(tmp, 64);
@@ -77,7 +83,7 @@ static int write_temp(const char *store, const char *job, int pfd, const char *n
   if (fd < 0) return snprintf(detail, dsize, "temporary file: %s", strerror(errno)), -1;
   uid_t uid;
   gid_t gid;
-  owner_of(pfd, name, &uid, &gid);
+  owner_of(pfd, name, row, &uid, &gid);
   (void)!fchown(fd, uid, gid); /* best effort (see owner_of) */
   jb_error e = {0};
   int rc = jb_pstore_copy_out(store, job, sha, fd, &e);
@@ -92,10 +98,10 @@ static int write_temp(const char *store, const char *job, int pfd, const char *n
 
 /* Writes blob `sha` as a file of mode `mode` under a temporary name in `pfd`, fsynced, and
  * renames it over `name`. 0, or -1 with `detail`. */
-static int put_file(const char *store, const char *job, int pfd, const char *name, const char *sha,
-                    mode_t mode, char *detail, size_t dsize) {
+static int put_file(const char *store, const char *job, int pfd, const char *name, json_t *row,
+                    const char *sha, mode_t mode, char *detail, size_t dsize) {
   char tmp[64];
-  int rc = write_temp(store, job, pfd, name, sha, mode, true, tmp, detail, dsize);
+  int rc = write_temp(store, job, pfd, name, row, sha, mode, true, tmp, detail, dsize);
   if (rc == 0 && renameat(pfd, tmp, pfd, name) < 0) {
     rc = -1, snprintf(detail, dsize, "rename: %s", strerror(errno));
     unlinkat(pfd, tmp, 0);
@@ -110,7 +116,7 @@ static int put_back(const char *store, const char *job, int rootfd, int pfd, con
   const char *kind = str(row, "kind");
   long long mode = mode_of(row, "mode");
   if (!strcmp(kind, "file"))
-    return put_file(store, job, pfd, name, str(row, "sha256"), mode < 0 ? 0644 : (mode_t)mode,
+    return put_file(store, job, pfd, name, row, str(row, "sha256"), mode < 0 ? 0644 : (mode_t)mode,
                     detail, dsize);
   if (!strcmp(kind, "absent")) {
     int r = now->kind == JB_PSTORE_ABSENT ? 0
@@ -121,7 +127,7 @@ static int put_back(const char *store, const char *job, int rootfd, int pfd, con
   }
   uid_t uid;
   gid_t gid;
-  owner_of(pfd, name, &uid, &gid);
+  owner_of(pfd, name, row, &uid, &gid);
   if (!strcmp(kind, "dir")) {
     int r = now->kind == JB_PSTORE_DIR ? 0 : mkdirat(pfd, name, 0700);
     if (r == 0) (void)!fchownat(pfd, name, uid, gid, AT_SYMLINK_NOFOLLOW); /* best effort */
@@ -247,8 +253,8 @@ enum jb_restore_outcome jb_restore_stage(const char *store_dir, const char *job,
   int pfd = jb_hostfs_open_parent(rootfd, path, &st->name);
   if (pfd < 0) return snprintf(detail, dsize, "its folder: %s", strerror(errno)), JB_RESTORE_FAILED;
   long long mode = mode_of(row, "mode");
-  if (write_temp(store_dir, job, pfd, st->name, str(row, "sha256"), mode < 0 ? 0644 : (mode_t)mode,
-                 false, st->tmp, detail, dsize) < 0) {
+  if (write_temp(store_dir, job, pfd, st->name, row, str(row, "sha256"),
+                 mode < 0 ? 0644 : (mode_t)mode, false, st->tmp, detail, dsize) < 0) {
     close(pfd);
     return JB_RESTORE_FAILED;
   }

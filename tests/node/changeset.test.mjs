@@ -251,6 +251,9 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   assert.equal(done.exitCode, 0, JSON.stringify(done).slice(0, 400));
   assert.equal(done.changeset.state, 'applied', JSON.stringify(done.changeset));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
+  // a file the command made is the jail's, as if it had written the workspace: the session's
+  // next command may change it
+  assert.equal(statSync(join(S.dir, 'ok.txt')).uid, 65534);
   assert.equal(statSync(join(S.dir, 'suid')).mode & 0o7777, 0o755);
   for (const p of ['root', '.git/hooks/pre-commit', 'creds'])
     assert.throws(() => lstatSync(join(S.dir, p)), /ENOENT/, `${p} landed`);
