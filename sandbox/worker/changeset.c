@@ -256,6 +256,21 @@ static json_t *file_diff(struct cs_walk *x, const char *path, const struct jb_ps
   return d;
 }
 
+/* Whether scanner `findings` (jb_scan_content's) refuse a command's file: any finding of
+ * severity high or critical, or one that failed (a pattern past its limits: fail closed). A
+ * medium or low one (binary content: a compiler's objects are binary by nature, unlike what
+ * an agent writes with `write`) is shown to the buyer in `flags` and left to the buyer. */
+static bool refusing(json_t *findings) {
+  size_t i;
+  json_t *f;
+  json_array_foreach (findings, i, f) {
+    const char *sev = json_string_value(json_object_get(f, "severity"));
+    if (!sev || json_object_get(f, "error") || !strcmp(sev, "high") || !strcmp(sev, "critical"))
+      return true;
+  }
+  return false;
+}
+
 /* The row of a regular file of the upper (manifest entry `m`). */
 static json_t *file_row(struct cs_walk *x, const char *path, json_t *m) {
   struct jb_pstore_item old;
@@ -285,9 +300,7 @@ static json_t *file_row(struct cs_walk *x, const char *path, json_t *m) {
   if (!why && size > JB_CS_SCAN_MAX) why = "too large for the content scanner";
   if (!why) {
     findings = jb_scan_content(path, map ? map : (const unsigned char *)"", maplen);
-    json_t *hits = findings ? jb_scan_rule_ids(findings) : NULL;
-    if (!hits || json_array_size(hits) > 0) why = "the content scanner refuses it";
-    json_decref(hits);
+    if (!findings || refusing(findings)) why = "the content scanner refuses it";
   }
   r = row_new(path, change, have_old ? &old : NULL, otype, why);
   bool binary = false;

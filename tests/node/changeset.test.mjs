@@ -221,7 +221,8 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   const atOpen = tree(S.dir);
   const cmd = 'ln -s / root && printf "#!/bin/sh\\n" > suid && chmod 4755 suid && ' +
     'rm -r dir && printf "now a file\\n" > dir && printf "#!/bin/sh\\nid\\n" > .git/hooks/pre-commit && ' +
-    'printf "AKIA%s\\n" ABCDEFGHIJKLMNOP > creds && printf "fine\\n" > ok.txt';
+    'printf "AKIA%s\\n" ABCDEFGHIJKLMNOP > creds && printf "fine\\n" > ok.txt && ' +
+    '{ printf "\\000"; seq 1 3000; } > obj.bin';
   const { ask, call } = await runWritable(S, cmd);
   const res = { changeset: { opId: ask.opId } };
   assert.deepEqual(tree(S.dir), atOpen, 'the command changed the workspace');
@@ -235,6 +236,9 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   assert.equal(by['dir/inner']?.change, 'deleted', JSON.stringify(view.files.map((f) => [f.path, f.change])));
   assert.equal(by.dir?.change, 'type');
   assert.equal(by['ok.txt']?.approvable, true);
+  // binary content (a compiler's objects): flagged for the buyer, not refused
+  assert.equal(by['obj.bin']?.approvable, true, JSON.stringify(by['obj.bin']));
+  assert.deepEqual(by['obj.bin'].flags?.map((f) => f.rule), ['binary_content']);
   // a path that cannot be approved is refused by name, and nothing is decided
   const bad = await post(S, `/approve/${res.changeset.opId}`, { files: ['ok.txt', 'creds'] });
   assert.equal(bad.status, 409, bad.text);
@@ -251,6 +255,7 @@ test('a hostile command: a link out, set-ID, a folder replaced, a git hook and a
   assert.equal(done.exitCode, 0, JSON.stringify(done).slice(0, 400));
   assert.equal(done.changeset.state, 'applied', JSON.stringify(done.changeset));
   assert.equal(readFileSync(join(S.dir, 'ok.txt'), 'utf8'), 'fine\n');
+  assert.equal(readFileSync(join(S.dir, 'obj.bin'))[0], 0);
   // a file the command made is the jail's, as if it had written the workspace: the session's
   // next command may change it
   assert.equal(statSync(join(S.dir, 'ok.txt')).uid, 65534);
