@@ -66,7 +66,6 @@ async function sessionWithWrites(kit) {
     writeFileSync(join(d, 'keep.txt'), 'untouched\n');
   }, { mode: 'unsupervised' });
   const atOpen = tree(S.dir);
-  const hashAtOpen = treeHash(S.dir); // as the session sees it: with the jail's group access
   const buyer = await kit.connect(S.buyerToken);
   const agent = await kit.connect(S.agentToken);
   await kit.ok(agent, 'write', { path: 'a.txt', content: 'changed by the agent\n' });
@@ -76,7 +75,7 @@ async function sessionWithWrites(kit) {
   assert.equal(written['new.txt'], 'f ' + createHash('sha256').update('made by the agent\n').digest('hex'));
   assert.notEqual(written['a.txt'], atOpen['a.txt']);
   assert.notEqual(written['sub/b.txt'], atOpen['sub/b.txt']);
-  return { ...S, buyer, agent, atOpen, hashAtOpen, written };
+  return { ...S, buyer, agent, atOpen, written };
 }
 
 // the escape, caught by the worker (`by` 'worker') or by jailboxd; the kind it raises
@@ -135,10 +134,12 @@ test('rollback on escape: the three writes undone after the sandbox is gone, the
     assert.match(d.treeBefore, /^[0-9a-f]{64}$/);
     assert.notEqual(d.treeBefore, d.treeAfter);
     assert.equal(d.error, undefined);
-    // the state the rollback says it returned to is the one at open as the session saw it
-    // (with the jail's group access); given back, the workspace is the pre-scan's tree again
-    assert.equal(d.treeAfter, S.hashAtOpen);
-    assert.equal(treeHash(S.dir), chain.find((e) => e.operation === 'pre_scan').details.treeSha256);
+    // the state the rollback says it returned to is the one at open (its hash leaves out the
+    // jail's group access the session's grant added): the pre-scan's; given back, the
+    // workspace is that tree again
+    const atOpen = chain.find((e) => e.operation === 'pre_scan').details.treeSha256;
+    assert.equal(d.treeAfter, atOpen);
+    assert.equal(treeHash(S.dir), atOpen);
     // the job, and the buyer heard of it
     const job = (await kit.srv.db.query("SELECT state FROM launch_jobs WHERE job_id = $1 AND kind = 'rollback'", [S.jobId])).rows;
     assert.deepEqual(job, [{ state: 'done' }]);
