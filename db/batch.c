@@ -106,7 +106,7 @@ int jb_db_batch_commit(PGconn *c, const char *job_id, const char *name, const ch
   if (jb_tx_begin(&tx, c, err) < 0) return JB_ERR_FAIL;
   int rc = lock_live(c, job_id, NULL, state, err);
   if (rc != JB_OK) return rc;
-  const char *p[5] = {job_id, name, members, args_json, approve ? "t" : "f"};
+  const char *p[3] = {job_id, name, members};
   PGresult *r = jb_db_exec(c,
                            "SELECT coalesce(array_agg(op_id ORDER BY op_id), '{}')::text = $3"
                            " FROM ops WHERE job_id = $1 AND state = 'staged'"
@@ -119,16 +119,17 @@ int jb_db_batch_commit(PGconn *c, const char *job_id, const char *name, const ch
     state[0] = '\0';
     return JB_ERR_CONFLICT;
   }
+  const char *pi[4] = {job_id, members, args_json, approve ? "t" : "f"};
   r = jb_db_exec(c,
                  "INSERT INTO ops AS o (job_id, tool, path, args, state, decision, decided_at,"
                  "  completed_at, result)"
-                 " SELECT $1, 'changeset', '.', $4::jsonb, CASE WHEN $5 = 't' THEN 'done'"
-                 "  ELSE 'pending' END, CASE WHEN $5 = 't' THEN 'auto' END,"
-                 "  CASE WHEN $5 = 't' THEN now() END, CASE WHEN $5 = 't' THEN now() END,"
-                 "  CASE WHEN $5 = 't' THEN jsonb_build_object('ok', true, 'result',"
-                 "  jsonb_build_object('approved', cardinality($3::bigint[]), 'rejected', 0)) END"
+                 " SELECT $1, 'changeset', '.', $3::jsonb, CASE WHEN $4 = 't' THEN 'done'"
+                 "  ELSE 'pending' END, CASE WHEN $4 = 't' THEN 'auto' END,"
+                 "  CASE WHEN $4 = 't' THEN now() END, CASE WHEN $4 = 't' THEN now() END,"
+                 "  CASE WHEN $4 = 't' THEN jsonb_build_object('ok', true, 'result',"
+                 "  jsonb_build_object('approved', cardinality($2::bigint[]), 'rejected', 0)) END"
                  " RETURNING op_id, " JB_DB_OP_JSON "::text",
-                 5, p, PGRES_TUPLES_OK, NULL, err, "store a batch's changeset");
+                 4, pi, PGRES_TUPLES_OK, NULL, err, "store a batch's changeset");
   if (!r) return JB_ERR_FAIL;
   *op_id = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
   char *json = strdup(PQgetvalue(r, 0, 1));

@@ -13,6 +13,7 @@
 struct jb_app;
 struct jb_progress;
 
+#define JB_BATCH_TOOL "commit_changeset" /* the MCP tool that commits a batch */
 #define JB_BATCH_LISTED_MAX 100 /* files an approval request names (then filesTruncated) */
 
 /* Whether `v` is a batch's name: a string of 1 to 64 ASCII letters, digits, '.', '_', '-'. */

@@ -69,7 +69,7 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                    unsigned flags, struct jb_progress *progress, struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
-  if (t == JB_TOOL_UNKNOWN && tool && !strcmp(tool, "commit_changeset"))
+  if (t == JB_TOOL_UNKNOWN && tool && !strcmp(tool, JB_BATCH_TOOL))
     return jb_batch_commit(app, job, args, progress, e);
   if (t == JB_TOOL_UNKNOWN) {
     op_error(e, JB_MCP_INVALID, "invalid", "unknown tool '%.64s'", tool ? tool : "");
