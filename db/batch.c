@@ -16,11 +16,12 @@
 static int lock_live(PGconn *c, const char *job_id, const char *expect_json, char state[20],
                      jb_error *err) {
   const char *p[2] = {job_id, expect_json};
-  PGresult *r = jb_db_exec(c,
-                           "SELECT state, ($2::jsonb IS NULL OR jsonb_build_object('mode', mode,"
-                           "  'exclude', exclude, 'flagged', coalesce(walls->'prescan'->'flagged',"
-                           "  '[]'::jsonb)) = $2::jsonb) FROM sessions WHERE job_id = $1 FOR UPDATE",
-                           2, p, PGRES_TUPLES_OK, NULL, err, "lock session");
+  PGresult *r =
+      jb_db_exec(c,
+                 "SELECT state, ($2::jsonb IS NULL OR jsonb_build_object('mode', mode,"
+                 "  'exclude', exclude, 'flagged', coalesce(walls->'prescan'->'flagged',"
+                 "  '[]'::jsonb)) = $2::jsonb) FROM sessions WHERE job_id = $1 FOR UPDATE",
+                 2, p, PGRES_TUPLES_OK, NULL, err, "lock session");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_ERR_NOT_FOUND;
   if (PQntuples(r) == 1) {
@@ -44,11 +45,11 @@ int jb_db_op_stage(PGconn *c, const char *job_id, const struct jb_db_stage *s, l
   const char *p[5] = {job_id, s->tool, s->path, s->args_json, s->diff_json};
   const char *q[4] = {job_id, s->name, s->path, s->dest ? s->dest : s->path};
   PGresult *r = jb_db_exec(c,
-                 "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'staged'"
-                 " AND parent_op_id IS NULL AND args->>'changeset' = $2"
-                 " AND (path IN ($3, $4) OR args->>'destination' IN ($3, $4))"
-                 " ORDER BY op_id LIMIT 1",
-                 4, q, PGRES_TUPLES_OK, NULL, err, "find a staged op on the path");
+                           "SELECT op_id FROM ops WHERE job_id = $1 AND state = 'staged'"
+                           " AND parent_op_id IS NULL AND args->>'changeset' = $2"
+                           " AND (path IN ($3, $4) OR args->>'destination' IN ($3, $4))"
+                           " ORDER BY op_id LIMIT 1",
+                           4, q, PGRES_TUPLES_OK, NULL, err, "find a staged op on the path");
   if (!r) return JB_ERR_FAIL;
   if (PQntuples(r) == 1) {
     *first = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
@@ -84,22 +85,22 @@ int jb_db_batch_members(PGconn *c, const char *job_id, const char *name, char **
 }
 
 /* The rows of committed batch op `id` (`p` = {job, id, rows_json, approve}). */
-#define ROWS_SQL                                                                             \
-  "INSERT INTO changeset_files (job_id, op_id, idx, path, change, old_type, new_type,"      \
-  "  old_sha256, new_sha256, old_mode, new_mode, size, old_size, \"binary\", diff,"         \
-  "  approvable, why, member_op_id, decision)"                                              \
-  " SELECT $1, $2::bigint, (x.i - 1)::int, r->>'path', r->>'change', r->>'oldType',"        \
-  "  r->>'newType', r->>'oldSha256', r->>'newSha256', (r->>'oldMode')::int,"                \
-  "  (r->>'newMode')::int, coalesce((r->>'size')::bigint, 0),"                              \
-  "  coalesce((r->>'oldSize')::bigint, 0), coalesce((r->>'binary')::bool, false),"          \
-  "  CASE WHEN jsonb_typeof(r->'diff') = 'object' THEN r->'diff' END,"                      \
-  "  (r->>'approvable')::bool, r->>'why', (r->>'memberOpId')::bigint,"                      \
-  "  CASE WHEN $4 = 't' THEN 'approved' END"                                                \
+#define ROWS_SQL                                                                       \
+  "INSERT INTO changeset_files (job_id, op_id, idx, path, change, old_type, new_type," \
+  "  old_sha256, new_sha256, old_mode, new_mode, size, old_size, \"binary\", diff,"    \
+  "  approvable, why, member_op_id, decision)"                                         \
+  " SELECT $1, $2::bigint, (x.i - 1)::int, r->>'path', r->>'change', r->>'oldType',"   \
+  "  r->>'newType', r->>'oldSha256', r->>'newSha256', (r->>'oldMode')::int,"           \
+  "  (r->>'newMode')::int, coalesce((r->>'size')::bigint, 0),"                         \
+  "  coalesce((r->>'oldSize')::bigint, 0), coalesce((r->>'binary')::bool, false),"     \
+  "  CASE WHEN jsonb_typeof(r->'diff') = 'object' THEN r->'diff' END,"                 \
+  "  (r->>'approvable')::bool, r->>'why', (r->>'memberOpId')::bigint,"                 \
+  "  CASE WHEN $4 = 't' THEN 'approved' END"                                           \
   " FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS x(r, i)"
 
 int jb_db_batch_commit(PGconn *c, const char *job_id, const char *name, const char *members,
-                       const char *args_json, const char *rows_json, bool approve,
-                       long long *op_id, char **op_json, char state[20], jb_error *err) {
+                       const char *args_json, const char *rows_json, bool approve, long long *op_id,
+                       char **op_json, char state[20], jb_error *err) {
   *op_id = 0;
   *op_json = NULL;
   cleanup_tx struct jb_tx tx = {0};

@@ -46,8 +46,8 @@ int jb_db_batch_members(PGconn *c, const char *job_id, const char *name, char **
  * JB_ERR_CONFLICT with `state` the session's state when it is not active or paused, or empty
  * when the batch's members changed meanwhile (read them again); JB_ERR_FAIL. */
 int jb_db_batch_commit(PGconn *c, const char *job_id, const char *name, const char *members,
-                       const char *args_json, const char *rows_json, bool approve,
-                       long long *op_id, char **op_json, char state[20], jb_error *err);
+                       const char *args_json, const char *rows_json, bool approve, long long *op_id,
+                       char **op_json, char state[20], jb_error *err);
 
 /* The outcome of committed batch `op_id`: a JSON text (new) {state (the changeset op's),
  * members: [{opId, path, tool, state, error?}] in op_id order}, and *finished whether every

@@ -5,8 +5,8 @@
 #include <string.h>
 
 /* Indexed by enum jb_op_state. */
-static const char *const op_state_names[] = {"pending", "approved", "rejected",
-                                             "done",    "failed",   "running", "staged"};
+static const char *const op_state_names[] = {"pending", "approved", "rejected", "done",
+                                             "failed",  "running",  "staged"};
 _Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_STAGED + 1,
                "one name per op state");
 

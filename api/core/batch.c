@@ -74,12 +74,11 @@ static bool content_sha(const json_t *args, char hex[65], long long *size) {
 }
 
 /* One row (new) of member `id` at `path`. */
-static json_t *row(const char *path, const char *change, const char *old_type,
-                   const char *new_type, const char *old_sha, const char *new_sha,
-                   const json_t *diff, json_int_t id) {
-  json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:O,s:b,s:I}", "path", path, "change", change,
-                        "oldType", old_type, "newType", new_type, "diff",
-                        diff ? diff : json_null(), "approvable", 1, "memberOpId", id);
+static json_t *row(const char *path, const char *change, const char *old_type, const char *new_type,
+                   const char *old_sha, const char *new_sha, const json_t *diff, json_int_t id) {
+  json_t *r = json_pack("{s:s,s:s,s:s,s:s,s:O,s:b,s:I}", "path", path, "change", change, "oldType",
+                        old_type, "newType", new_type, "diff", diff ? diff : json_null(),
+                        "approvable", 1, "memberOpId", id);
   if (r && old_sha && old_sha[0]) json_object_set_new(r, "oldSha256", json_string(old_sha));
   if (r && new_sha && new_sha[0]) json_object_set_new(r, "newSha256", json_string(new_sha));
   return r;
@@ -150,8 +149,7 @@ void jb_batch_digest(const json_t *rows, char hex[65]) {
   json_array_foreach (rows, i, r) {
     json_t *l = json_pack("{s:O,s:O}", "path", json_object_get(r, "path"), "change",
                           json_object_get(r, "change"));
-    static const char *const keys[] = {"oldSha256", "newSha256", "oldMode", "newMode",
-                                       "newTarget"};
+    static const char *const keys[] = {"oldSha256", "newSha256", "oldMode", "newMode", "newTarget"};
     for (size_t k = 0; l && k < sizeof keys / sizeof *keys; k++)
       json_object_set(l, keys[k], json_object_get(r, keys[k]) ?: json_null());
     char *line = l ? json_dumps(l, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -197,11 +195,11 @@ static void announce(struct jb_app *app, const char *job, long long op_id, const
                                            "change", json_object_get(r, "change"), "approvable",
                                            json_object_get(r, "approvable")));
   }
-  json_t *ev = json_pack("{s:s,s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:b,s:s}", "jobId", job, "opId",
-                         (json_int_t)op_id, "tool", "changeset", "path", ".", "batch", name,
-                         "changesetSha256", sha, "total", (json_int_t)n, "approvableCount",
-                         (json_int_t)n, "files", files, "filesTruncated", n > JB_BATCH_LISTED_MAX,
-                         "askedBy", "mode");
+  json_t *ev =
+      json_pack("{s:s,s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:b,s:s}", "jobId", job, "opId",
+                (json_int_t)op_id, "tool", "changeset", "path", ".", "batch", name,
+                "changesetSha256", sha, "total", (json_int_t)n, "approvableCount", (json_int_t)n,
+                "files", files, "filesTruncated", n > JB_BATCH_LISTED_MAX, "askedBy", "mode");
   /* the event's bound: fewer files named until it fits */
   while (ev && jb_db_event_size(job, JB_EVENT_APPROVAL_REQUEST, ev) > JB_EVENT_MAX_BYTES &&
          json_array_size(json_object_get(ev, "files")) > 0) {
@@ -219,9 +217,9 @@ static char *ids_literal(const json_t *members) {
   if (!s) return NULL;
   s[0] = '{';
   for (size_t i = 0; i < n; i++)
-    used += (size_t)sprintf(s + used, "%s%lld", i ? "," : "",
-                            (long long)json_integer_value(
-                                json_object_get(json_array_get(members, i), "opId")));
+    used += (size_t)sprintf(
+        s + used, "%s%lld", i ? "," : "",
+        (long long)json_integer_value(json_object_get(json_array_get(members, i), "opId")));
   s[used++] = '}';
   s[used] = '\0';
   return s;
@@ -237,8 +235,10 @@ static int commit_once(struct jb_app *app, PGconn *c, const char *job, const cha
   if (rc == JB_OK) {
     members = json_loads(text, 0, NULL);
     rows = members ? jb_batch_rows(members) : NULL;
-    if (json_array_size(members) == 0) rc = JB_ERR_NOT_FOUND;
-    else if (!rows) rc = jb_fail(err, EPROTO, "a staged op of the batch cannot be shown");
+    if (json_array_size(members) == 0)
+      rc = JB_ERR_NOT_FOUND;
+    else if (!rows)
+      rc = jb_fail(err, EPROTO, "a staged op of the batch cannot be shown");
   }
   if (rc == JB_OK) {
     char sha[65];
@@ -317,15 +317,15 @@ static json_t *answer(const char *name, long long op_id, json_t *o) {
   }
   const char *op_state = str(o, "state") ?: "";
   size_t n = json_array_size(json_object_get(o, "members"));
-  const char *state = !strcmp(op_state, "rejected")                   ? "rejected"
+  const char *state = !strcmp(op_state, "rejected")                  ? "rejected"
                       : failed > 0                                   ? "failed"
                       : (size_t)(applied + rejected) == n && applied ? "applied"
                       : (size_t)rejected == n                        ? "rejected"
                                                                      : "undecided";
-  json_t *cs = json_pack("{s:I,s:s,s:s,s:I,s:I,s:I,s:O}", "opId", (json_int_t)op_id, "batch", name,
-                         "state", state, "applied", (json_int_t)applied, "rejected",
-                         (json_int_t)rejected, "failed", (json_int_t)failed, "members",
-                         json_object_get(o, "members"));
+  json_t *cs =
+      json_pack("{s:I,s:s,s:s,s:I,s:I,s:I,s:O}", "opId", (json_int_t)op_id, "batch", name, "state",
+                state, "applied", (json_int_t)applied, "rejected", (json_int_t)rejected, "failed",
+                (json_int_t)failed, "members", json_object_get(o, "members"));
   char text[400];
   snprintf(text, sizeof text,
            "changeset %s (op %lld): %s — %lld applied, %lld rejected, %lld failed (see "
@@ -377,8 +377,7 @@ json_t *jb_batch_commit(struct jb_app *app, const char *job, json_t *args,
     return NULL;
   }
   if (rc == JB_ERR_CONFLICT) {
-    fail(e, JB_MCP_DENIED, "denied", "the session is %s: the changeset cannot be committed",
-         state);
+    fail(e, JB_MCP_DENIED, "denied", "the session is %s: the changeset cannot be committed", state);
     return NULL;
   }
   if (rc != JB_OK) {

@@ -59,12 +59,10 @@ static const struct arg_spec spec_read[] = {{"path", ARG_PATH, true, 0, 0},
                                             {"byteLength", ARG_INT, false, 0, INT_ANY},
                                             END};
 static const struct arg_spec spec_read_many[] = {{"paths", ARG_PATHS, true, 0, 0}, END};
-static const struct arg_spec spec_write[] = {{"path", ARG_PATH, true, 0, 0},
-                                             {"content", ARG_STRING, true, 0, 0},
-                                             {"encoding", ARG_ENCODING, false, 0, 0},
-                                             {"createParents", ARG_BOOL, false, 0, 0},
-                                             {"changeset", ARG_BATCH, false, 0, 0},
-                                             END};
+static const struct arg_spec spec_write[] = {
+    {"path", ARG_PATH, true, 0, 0},          {"content", ARG_STRING, true, 0, 0},
+    {"encoding", ARG_ENCODING, false, 0, 0}, {"createParents", ARG_BOOL, false, 0, 0},
+    {"changeset", ARG_BATCH, false, 0, 0},   END};
 static const struct arg_spec spec_edit[] = {{"path", ARG_PATH, true, 0, 0},
                                             {"edits", ARG_EDITS, true, 0, 0},
                                             {"dryRun", ARG_BOOL, false, 0, 0},
@@ -85,12 +83,10 @@ static const struct arg_spec spec_stat[] = {
     {"path", ARG_PATH, true, 0, 0}, {"sha256", ARG_BOOL, false, 0, 0}, END};
 static const struct arg_spec spec_mkdir[] = {
     {"path", ARG_PATH, true, 0, 0}, {"changeset", ARG_BATCH, false, 0, 0}, END};
-static const struct arg_spec spec_move[] = {{"source", ARG_PATH, true, 0, 0},
-                                            {"destination", ARG_PATH, true, 0, 0},
-                                            {"overwrite", ARG_BOOL, false, 0, 0},
-                                            {"createParents", ARG_BOOL, false, 0, 0},
-                                            {"changeset", ARG_BATCH, false, 0, 0},
-                                            END};
+static const struct arg_spec spec_move[] = {
+    {"source", ARG_PATH, true, 0, 0},      {"destination", ARG_PATH, true, 0, 0},
+    {"overwrite", ARG_BOOL, false, 0, 0},  {"createParents", ARG_BOOL, false, 0, 0},
+    {"changeset", ARG_BATCH, false, 0, 0}, END};
 static const struct arg_spec spec_delete[] = {{"path", ARG_PATH, true, 0, 0},
                                               {"recursive", ARG_BOOL, false, 0, 0},
                                               {"changeset", ARG_BATCH, false, 0, 0},

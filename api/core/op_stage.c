@@ -59,9 +59,9 @@ json_t *op_stage(struct op_call *call) {
     return NULL;
   }
   if (rc != JB_OK && op_insert_refused(call, rc, &err)) return NULL;
-  json_t *sc = json_pack("{s:b,s:s,s:I,s:s,s:s}", "staged", 1, "changeset", name, "opId",
-                         (json_int_t)call->op_id, "tool", jb_tool_name(call->tool), "path",
-                         call->path);
+  json_t *sc =
+      json_pack("{s:b,s:s,s:I,s:s,s:s}", "staged", 1, "changeset", name, "opId",
+                (json_int_t)call->op_id, "tool", jb_tool_name(call->tool), "path", call->path);
   if (sc && call->dest) json_object_set_new(sc, "destination", json_string(call->dest));
   if (sc && json_is_object(call->diff)) json_object_set(sc, "diff", call->diff);
   char text[600];

@@ -17,9 +17,9 @@
   "the root\"}"
 #define NAT "{\"type\":\"integer\",\"minimum\":0}"
 #define POS "{\"type\":\"integer\",\"minimum\":1}"
-#define BATCH_S                                                                             \
-  "{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]{1,64}$\",\"description\":\"stage " \
-  "the op in the batch of this name instead of running it (or asking the buyer): it is "  \
+#define BATCH_S                                                                            \
+  "{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]{1,64}$\",\"description\":\"stage "   \
+  "the op in the batch of this name instead of running it (or asking the buyer): it is "   \
   "checked now and answered {staged: true, opId}; commit_changeset then offers the whole " \
   "batch for one review\"}"
 #define STAGED_OR(req) "\"anyOf\":[{\"required\":[\"" req "\"]},{\"required\":[\"staged\"]}]"
@@ -175,8 +175,8 @@ static const struct tool_text tools[] = {
      "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"recursive\":{\"type\":"
      "\"boolean\",\"default\":false},\"changeset\":" BATCH_S "},\"required\":[\"path\"],"
      "\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT ",\"type\":{\"type\":\"string\"}},"
-     STAGED_OR("deleted") "}",
+     "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT
+     ",\"type\":{\"type\":\"string\"}}," STAGED_OR("deleted") "}",
      false, true, false},
     {"exec", "Run a command",
      "Run a command in the workspace, inside the sandbox: each command gets a fresh jail of its "

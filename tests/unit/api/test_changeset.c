@@ -494,11 +494,13 @@ static void batch_rows(void **state) {
       "[{\"opId\":5,\"tool\":\"write\",\"path\":\"n.txt\",\"args\":{\"content\":\"hi\","
       "\"expectSha256\":\"\"},\"diff\":{\"format\":\"unified\",\"text\":\"+hi\"}},"
       "{\"opId\":6,\"tool\":\"edit\",\"path\":\"e.txt\",\"args\":{\"content\":\"aGk=\","
-      "\"encoding\":\"base64\",\"expectSha256\":\"" H1 "\"},\"diff\":null},"
+      "\"encoding\":\"base64\",\"expectSha256\":\"" H1
+      "\"},\"diff\":null},"
       "{\"opId\":7,\"tool\":\"mkdir\",\"path\":\"d\",\"args\":{\"expectCurrent\":[{\"path\":"
       "\"d\",\"exists\":false}]}},"
       "{\"opId\":8,\"tool\":\"delete\",\"path\":\"x\",\"args\":{\"expectCurrent\":[{\"path\":"
-      "\"x\",\"exists\":true,\"type\":\"file\",\"sha256\":\"" H1 "\"}]}},"
+      "\"x\",\"exists\":true,\"type\":\"file\",\"sha256\":\"" H1
+      "\"}]}},"
       "{\"opId\":9,\"tool\":\"move\",\"path\":\"s\",\"args\":{\"destination\":\"t\","
       "\"expectCurrent\":[{\"path\":\"s\",\"exists\":true,\"type\":\"file\",\"sha256\":"
       "\"" H2 "\"},{\"path\":\"t\",\"exists\":false}]}}]",
@@ -508,9 +510,9 @@ static void batch_rows(void **state) {
   assert_non_null(br);
   assert_int_equal(json_array_size(br), 6);
   static const char *const want[][4] = {
-      {"n.txt", "added", "absent", "file"},   {"e.txt", "modified", "file", "file"},
-      {"d", "added", "absent", "dir"},        {"x", "deleted", "file", "absent"},
-      {"s", "deleted", "file", "absent"},     {"t", "added", "absent", "file"},
+      {"n.txt", "added", "absent", "file"}, {"e.txt", "modified", "file", "file"},
+      {"d", "added", "absent", "dir"},      {"x", "deleted", "file", "absent"},
+      {"s", "deleted", "file", "absent"},   {"t", "added", "absent", "file"},
   };
   for (size_t i = 0; i < 6; i++) {
     json_t *r = json_array_get(br, i);
@@ -521,13 +523,10 @@ static void batch_rows(void **state) {
   }
   /* sha256("hi"), the write's content and the edit's decoded base64 alike */
   const char *hi = "8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4";
-  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 0), "newSha256")),
-                      hi);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 0), "newSha256")), hi);
   assert_null(json_object_get(json_array_get(br, 0), "oldSha256"));
-  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "newSha256")),
-                      hi);
-  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "oldSha256")),
-                      H1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "newSha256")), hi);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "oldSha256")), H1);
   assert_string_equal(
       json_string_value(json_object_get(json_object_get(json_array_get(br, 0), "diff"), "text")),
       "+hi");
@@ -544,8 +543,8 @@ static void batch_rows(void **state) {
   assert_string_not_equal(a, b);
   json_decref(br);
   /* a member of another tool cannot be shown */
-  json_array_append_new(m, json_pack("{s:i,s:s,s:s,s:{}}", "opId", 10, "tool", "exec", "path",
-                                     ".", "args"));
+  json_array_append_new(
+      m, json_pack("{s:i,s:s,s:s,s:{}}", "opId", 10, "tool", "exec", "path", ".", "args"));
   assert_null(jb_batch_rows(m));
   json_decref(m);
   /* names */
