@@ -176,7 +176,7 @@ int jb_db_batch_outcome(PGconn *c, const char *job_id, long long op_id, char **j
       "   m.result->'error' WHEN m.state = 'rejected' THEN to_jsonb(m.reason) END))"
       "   ORDER BY m.op_id) FROM ops m WHERE m.job_id = $1 AND m.parent_op_id = o.op_id"
       "   AND m.tool <> 'changeset'), '[]'))::text,"
-      " o.state = 'rejected' OR NOT EXISTS (SELECT 1 FROM ops m WHERE m.job_id = $1"
+      " o.state IN ('rejected', 'failed') OR NOT EXISTS (SELECT 1 FROM ops m WHERE m.job_id = $1"
       "   AND m.parent_op_id = o.op_id AND m.tool <> 'changeset'"
       "   AND m.state NOT IN ('done', 'failed', 'rejected'))"
       " FROM ops o WHERE o.job_id = $1 AND o.op_id = $2::bigint AND o.tool = 'changeset'",

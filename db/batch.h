@@ -50,9 +50,9 @@ int jb_db_batch_commit(PGconn *c, const char *job_id, const char *name, const ch
                        char **op_json, char state[20], jb_error *err);
 
 /* The outcome of committed batch `op_id`: a JSON text (new) {state (the changeset op's),
- * members: [{opId, path, tool, state, error?}] in op_id order}, and *finished whether every
- * member has ended (done, failed, rejected) or the changeset op is rejected. JB_OK,
- * JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
+ * session (the session's state), members: [{opId, path, tool, state, error?}] in op_id
+ * order}, and *finished whether every member has ended (done, failed, rejected) or the
+ * changeset op is rejected or failed. JB_OK, JB_ERR_NOT_FOUND, JB_ERR_FAIL. */
 int jb_db_batch_outcome(PGconn *c, const char *job_id, long long op_id, char **json_out,
                         bool *finished, jb_error *err);
 

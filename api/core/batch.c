@@ -318,7 +318,7 @@ static json_t *answer(const char *name, long long op_id, json_t *o) {
   const char *op_state = str(o, "state") ?: "";
   size_t n = json_array_size(json_object_get(o, "members"));
   const char *state = !strcmp(op_state, "rejected")                  ? "rejected"
-                      : failed > 0                                   ? "failed"
+                      : failed > 0 || !strcmp(op_state, "failed")    ? "failed"
                       : (size_t)(applied + rejected) == n && applied ? "applied"
                       : (size_t)rejected == n                        ? "rejected"
                                                                      : "undecided";
