@@ -10,10 +10,14 @@
 // with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync, lstatSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { startSandboxServer, toolFailure } from './lib/agent.mjs';
+import { JAILBOXD } from './lib/server.mjs';
+
+const CTL = process.env.JAILBOXCTL || join(dirname(JAILBOXD), 'jailboxctl');
 
 const sha = (b) => createHash('sha256').update(b).digest('hex');
 let K, srv, S;
@@ -132,9 +136,12 @@ test('commit: one approval request with 5 files and their diffs; 3 approved by p
   // a subset naming one end of nothing / a path not in it is refused as for a command's
   const nope = await S.buyer.timeout(10000).emitWithAck('jailbox:approve', { opId: ask.opId, files: ['zz.txt'] });
   assert.equal(nope.error?.code, 'not_in_changeset', JSON.stringify(nope));
-  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:approve',
-    { opId: ask.opId, files: ['a.txt', 'x.txt', 'e.txt'], changesetSha256: ask.changesetSha256 });
-  assert.equal(ack.ok, true, JSON.stringify(ack));
+  // jailboxctl lists it and approves the subset as for a command's changeset
+  const ctlEnv = { ...process.env, JAILBOX_URL: srv.url, JAILBOX_TOKEN: S.buyerToken };
+  const listed = execFileSync(CTL, ['changes', S.jobId, '--op', String(ask.opId), '--diff'], { env: ctlEnv, encoding: 'utf8' });
+  for (const p of ['a.txt', 'n.txt', 'x.txt', 'e.txt', 'd.txt']) assert.match(listed, new RegExp(p.replace('.', '\\.')), listed);
+  assert.match(listed, /\+alpha, rewritten/, listed);
+  execFileSync(CTL, ['approve', S.jobId, String(ask.opId), '--files', 'a.txt,x.txt,e.txt'], { env: ctlEnv, encoding: 'utf8' });
   const r = await call;
   assert.ok(r.result && !r.result.isError, JSON.stringify(r).slice(0, 600));
   const cs = r.result.structuredContent.changeset;
