@@ -197,3 +197,33 @@ test('a batch never committed is rejected at done', { timeout: 60000 }, async ()
   assert.match(o.rows[0].reason, /changeset refactor was not committed/);
   assert.equal(readFileSync(join(S.dir, 'a.txt'), 'utf8'), 'alpha\n');
 });
+
+test('unsupervised: the batch runs at once when committed (mkdir, write under it, move); a move\'s rows go together', { timeout: 120000 }, async () => {
+  const U = await K.openSession((d) => {
+    writeFileSync(join(d, 'm.txt'), 'to be moved\n');
+  }, { mode: 'unsupervised' });
+  U.buyer = await K.connect(U.buyerToken);
+  U.agent = await K.connect(U.agentToken);
+  await K.waitFor('active', async () => (await K.sessionOf(U.jobId)).state === 'active');
+  for (const [tool, args] of [['mkdir', { path: 'lib' }], ['write', { path: 'lib/w.txt', content: 'w\n' }],
+    ['move', { source: 'm.txt', destination: 'moved.txt' }]]) {
+    const r = await K.call(U.agent, tool, { ...args, changeset: 'u1' });
+    assert.equal(r.result?.structuredContent?.staged, true, `${tool}: ${JSON.stringify(r)}`);
+  }
+  assert.ok(!existsSync(join(U.dir, 'lib')) && existsSync(join(U.dir, 'm.txt')), 'staged ops ran before the commit');
+  // the move's destination is staged: another op on it is refused
+  const f = toolFailure(await K.call(U.agent, 'write', { path: 'moved.txt', content: 'x', changeset: 'u1' }));
+  assert.equal(f?.data?.reason, 'bad_request', JSON.stringify(f));
+  const r = await K.call(U.agent, 'commit_changeset', { changeset: 'u1' }, 60000);
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+  const cs = r.result.structuredContent.changeset;
+  assert.deepEqual([cs.state, cs.applied, cs.rejected, cs.failed], ['applied', 3, 0, 0], JSON.stringify(cs));
+  assert.equal(readFileSync(join(U.dir, 'lib/w.txt'), 'utf8'), 'w\n');
+  assert.equal(readFileSync(join(U.dir, 'moved.txt'), 'utf8'), 'to be moved\n');
+  assert.ok(!existsSync(join(U.dir, 'm.txt')));
+  assert.equal(U.buyer.events.filter((e) => e.event === 'jailbox:approval_request').length, 0);
+  const page = await srv.req('GET', `/v1/jailbox/${U.jobId}/ops/${cs.opId}/changeset`, { token: U.buyerToken });
+  assert.deepEqual(page.json.files.map((x) => [x.path, x.change, x.decision]),
+    [['lib', 'added', 'approved'], ['lib/w.txt', 'added', 'approved'], ['m.txt', 'deleted', 'approved'], ['moved.txt', 'added', 'approved']]);
+  assert.equal(page.json.state, 'done');
+});
