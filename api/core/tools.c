@@ -237,6 +237,14 @@ static const struct tool_text tools[] = {
      "\"durationMs\",\"stdout\",\"stderr\",\"stdoutTruncated\",\"stderrTruncated\","
      "\"redactions\"]}",
      false, true, false},
+    {"done", "Finish the session",
+     "Declare the work finished; the session goes to 'done' for the buyer to review. No file "
+     "operation is possible after it.",
+     "{\"type\":\"object\",\"properties\":{\"summary\":{\"type\":\"string\",\"maxLength\":4096,"
+     "\"description\":\"what was done, for the buyer\"}},\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"state\":{\"const\":\"done\"}},\"required\":["
+     "\"state\"]}",
+     false, false, true},
     {"commit_changeset", "Commit a batch of changes",
      "Offer the ops staged with changeset NAME (write, edit, mkdir, move, delete called with "
      "that changeset argument) as one changeset: in a supervised session the buyer reviews "
@@ -251,14 +259,6 @@ static const struct tool_text tools[] = {
      ",\"failed\":" NAT ",\"members\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}},"
      "\"required\":[\"opId\",\"state\",\"members\"]}},\"required\":[\"changeset\"]}",
      false, true, false},
-    {"done", "Finish the session",
-     "Declare the work finished; the session goes to 'done' for the buyer to review. No file "
-     "operation is possible after it.",
-     "{\"type\":\"object\",\"properties\":{\"summary\":{\"type\":\"string\",\"maxLength\":4096,"
-     "\"description\":\"what was done, for the buyer\"}},\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"state\":{\"const\":\"done\"}},\"required\":["
-     "\"state\"]}",
-     false, false, true},
 };
 
 json_t *jb_tools_describe(bool exec) {
