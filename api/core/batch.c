@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/core/progress.h"
 #include "db/batch.h"
 #include "db/db.h"
 #include "db/events.h"
@@ -278,7 +279,7 @@ static int commit_once(struct jb_app *app, PGconn *c, const char *job, const cha
  * (new: {state, session, members}), or NULL with *e. The handler thread's wait is counted
  * (server/pool.h) and the connection is back in the pool between looks. */
 static json_t *await_outcome(struct jb_app *app, const char *job, long long op_id,
-                             struct jb_mcp_error *e) {
+                             struct jb_progress *progress, struct jb_mcp_error *e) {
   bool began = !jb_pool_blocking() && jb_pool_block_begin() && jb_pool_blocking();
   json_t *out = NULL;
   for (;;) {
@@ -297,6 +298,13 @@ static json_t *await_outcome(struct jb_app *app, const char *job, long long op_i
     }
     const char *sess = str(out, "session");
     if (finished || !sess || !jb_state_is_live(sess)) break;
+    bool asked = !strcmp(str(out, "state") ?: "", "pending");
+    char msg[120];
+    snprintf(msg, sizeof msg, "changeset %lld: %s", op_id,
+             asked                     ? "waiting for the buyer's decision"
+             : !strcmp(sess, "paused") ? "approved; held: the session is paused"
+                                       : "approved; its ops run in the sandbox");
+    jb_progress_tick(progress, msg, false);
     struct timespec ts = {0, POLL_MS * 1000000L};
     nanosleep(&ts, NULL);
   }
@@ -338,7 +346,6 @@ static json_t *answer(const char *name, long long op_id, json_t *o) {
 
 json_t *jb_batch_commit(struct jb_app *app, const char *job, json_t *args,
                         struct jb_progress *progress, struct jb_mcp_error *e) {
-  (void)progress;
   static const char *const allowed[] = {"changeset", NULL};
   jb_error err = {0};
   const json_t *nm = json_object_get(args, "changeset");
@@ -385,7 +392,7 @@ json_t *jb_batch_commit(struct jb_app *app, const char *job, json_t *args,
     return NULL;
   }
   jb_log(JB_LOG_INFO, "batch committed", "jobId", job, "changeset", name, NULL);
-  json_t *o = await_outcome(app, job, op_id, e);
+  json_t *o = await_outcome(app, job, op_id, progress, e);
   json_t *out = o ? answer(name, op_id, o) : NULL;
   json_decref(o);
   return out;

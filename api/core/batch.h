@@ -48,7 +48,8 @@ void jb_batch_digest(const json_t *rows, char hex[65]);
  * batch, changesetSha256, total, approvableCount, files: [{path, change, approvable}] (the
  * first JB_BATCH_LISTED_MAX), filesTruncated, askedBy: "mode"}) in a supervised session,
  * approved at once (decision auto) otherwise. The call then waits until every member has
- * ended (run, failed, rejected) or the session ended, and answers the CallToolResult with
+ * ended (run, failed, rejected) or the session ended — with `progress` (borrowed; may be off)
+ * told what it waits for every interval —, and answers the CallToolResult with
  * structuredContent {changeset: {opId, batch, state: applied|rejected|failed|undecided,
  * applied, rejected, failed, members: [{opId, path, tool, state, error?}]}} (isError false):
  * `failed` when a member failed (a target changed since it was staged fails `changed`),
