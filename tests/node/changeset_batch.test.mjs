@@ -4,10 +4,11 @@
 // commit_changeset offers them as one changeset (one approval request, a row and a diff per
 // file); the buyer approves three paths — those land but the one whose file the buyer changed
 // after it was staged, which fails `changed` — and the rest are rejected; the commit call
-// answers every member's outcome. A second op on a staged path is refused; an empty or
-// unknown batch is refused; a rollback afterwards returns the tree to its bytes at open (but
-// the buyer's own change); a batch never committed is rejected at `done`. Needs root, Docker
-// with runsc.
+// answers every member's outcome; jailboxctl lists and approves it as a command's. A second op
+// on a staged path is refused; an empty or unknown batch is refused; a batch rejected whole
+// lands nothing; a rollback afterwards returns the tree to its bytes at open (but the buyer's
+// own change); a batch never committed is rejected at `done`. Unsupervised, a committed batch
+// runs at once (a move's two rows). Needs root, Docker with runsc.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -172,6 +173,19 @@ test('commit: one approval request with 5 files and their diffs; 3 approved by p
   const again = await K.call(S.agent, 'write', { path: 'a.txt', content: 'later', changeset: 'refactor' });
   assert.equal(again.result?.structuredContent?.staged, true, JSON.stringify(again));
   staged.later = again.result.structuredContent.opId;
+});
+
+test('a batch rejected whole: every member rejected, nothing lands, the call says so', { timeout: 60000 }, async () => {
+  const w = await K.call(S.agent, 'write', { path: 'r.txt', content: 'never\n', changeset: 'r2' });
+  assert.equal(w.result?.structuredContent?.staged, true, JSON.stringify(w));
+  const call = K.call(S.agent, 'commit_changeset', { changeset: 'r2' }, 50000);
+  const ask = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.batch === 'r2', 20000);
+  const ack = await S.buyer.timeout(10000).emitWithAck('jailbox:reject', { opId: ask.opId, reason: 'no' });
+  assert.equal(ack.ok, true, JSON.stringify(ack));
+  const r = await call;
+  const cs = r.result?.structuredContent?.changeset;
+  assert.deepEqual([cs?.state, cs?.applied, cs?.rejected], ['rejected', 0, 1], JSON.stringify(r));
+  assert.ok(!existsSync(join(S.dir, 'r.txt')));
 });
 
 test('rollback after pause: the tree back to its bytes at open (the buyer\'s own change stays)', { timeout: 120000 }, async () => {
