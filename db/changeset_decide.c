@@ -24,7 +24,8 @@ void jb_cs_facts_clear(struct jb_cs_facts *f) {
 static int read_rows(PGconn *c, const char *const p[2], struct jb_cs_facts *out, jb_error *err) {
   PGresult *r = jb_db_exec(c,
                            "SELECT idx, path, change, coalesce(old_type, ''),"
-                           " coalesce(new_type, ''), approvable FROM changeset_files"
+                           " coalesce(new_type, ''), approvable, coalesce(member_op_id, 0)"
+                           " FROM changeset_files"
                            " WHERE job_id = $1 AND op_id = $2::bigint ORDER BY idx",
                            2, p, PGRES_TUPLES_OK, NULL, err, "read a changeset's files");
   if (!r) return JB_ERR_FAIL;
@@ -42,6 +43,7 @@ static int read_rows(PGconn *c, const char *const p[2], struct jb_cs_facts *out,
     snprintf(w->old_type, sizeof w->old_type, "%s", PQgetvalue(r, (int)i, 3));
     snprintf(w->new_type, sizeof w->new_type, "%s", PQgetvalue(r, (int)i, 4));
     w->approvable = PQgetvalue(r, (int)i, 5)[0] == 't';
+    w->member = strtoll(PQgetvalue(r, (int)i, 6), NULL, 10);
     out->n = i + 1;
     if (!w->path) {
       PQclear(r);
@@ -111,6 +113,32 @@ static int audit_decision(PGconn *c, const struct jb_keyring *keys, const char *
   return rc;
 }
 
+/* A batch's members (`q` = {job, the changeset op}; none for a command's changeset), once
+ * its rows are decided: a member whose rows are all approved becomes 'approved' (the worker
+ * runs it), the others 'rejected' ("not approved in changeset NAME"); the changeset op, which
+ * the worker has nothing to apply for, holds {ok, result: {approved, rejected}} (members). */
+static int decide_members(PGconn *c, const char *const q[3], jb_error *err) {
+  PGresult *r = jb_db_exec(
+      c,
+      "WITH d AS (UPDATE ops m SET state = x.st, decision = x.st, decided_at = now(),"
+      "   reason = CASE WHEN x.st = 'rejected' THEN 'not approved in changeset '"
+      "   || (m.args->>'changeset') END"
+      "  FROM (SELECT m2.op_id, CASE WHEN bool_and(f.decision = 'approved')"
+      "   THEN 'approved' ELSE 'rejected' END AS st FROM ops m2 JOIN changeset_files f"
+      "   ON f.job_id = m2.job_id AND f.op_id = $2::bigint AND f.member_op_id = m2.op_id"
+      "   WHERE m2.job_id = $1 AND m2.parent_op_id = $2::bigint AND m2.state = 'staged'"
+      "   GROUP BY m2.op_id) x"
+      "  WHERE m.job_id = $1 AND m.op_id = x.op_id RETURNING m.state)"
+      " UPDATE ops SET result = jsonb_build_object('ok', true, 'result', jsonb_build_object("
+      "   'approved', (SELECT count(*) FROM d WHERE state = 'approved'),"
+      "   'rejected', (SELECT count(*) FROM d WHERE state = 'rejected')))"
+      " WHERE job_id = $1 AND op_id = $2::bigint AND args ? 'batch'",
+      2, q, PGRES_COMMAND_OK, NULL, err, "decide a batch's members");
+  if (!r) return JB_ERR_FAIL;
+  PQclear(r);
+  return JB_OK;
+}
+
 /* Why a decision found nothing to update: JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the op's
  * state (the session's for a pending op) in `state`. */
 static int not_decided(PGconn *c, const char *const p[2], char state[20], jb_error *err) {
@@ -158,7 +186,9 @@ int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char 
   if (!r) goto out;
   PQclear(r);
   r = jb_db_exec(c,
-                 "UPDATE ops o SET state = $3, decision = $3, reason = $4, decided_at = now(),"
+                 "UPDATE ops o SET state = CASE WHEN o.args ? 'batch' AND $3 = 'approved'"
+                 "   THEN 'done' ELSE $3 END, decision = $3, reason = $4, decided_at = now(),"
+                 "   completed_at = CASE WHEN o.args ? 'batch' THEN now() END,"
                  "   decided_by = CASE WHEN $5 = 'service' THEN 'service' ELSE o.decided_by END"
                  " FROM sessions s WHERE o.op_id = $2::bigint AND o.job_id = $1"
                  "   AND o.state = 'pending' AND o.tool = 'changeset'"
@@ -188,6 +218,7 @@ int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char 
                  3, q, PGRES_COMMAND_OK, NULL, err, "decide changeset files");
   if (!r) goto out;
   PQclear(r);
+  if (decide_members(c, q, err) != JB_OK) goto out;
   rc = audit_decision(c, keys, job_id, *json_out, approve, n_approved, n, sha256, approved_sha, by,
                       head, err);
   if (rc == JB_OK && jb_tx_commit(&tx, err) < 0) rc = JB_ERR_FAIL;

@@ -23,6 +23,8 @@ struct jb_cs_row {
   char old_type[10]; /* file, dir, link, absent, special; "" when null */
   char new_type[10];
   bool approvable;
+  long long member; /* a batch's row: the member op that makes it (a move's two rows share
+                     * it, and are approved together); 0 for a command's changeset */
 };
 
 /* An op and, when it is a changeset, its rows (every one, in idx order). */

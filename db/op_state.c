@@ -5,9 +5,9 @@
 #include <string.h>
 
 /* Indexed by enum jb_op_state. */
-static const char *const op_state_names[] = {"pending", "approved", "rejected",
-                                             "done",    "failed",   "running"};
-_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_RUNNING + 1,
+static const char *const op_state_names[] = {"pending", "approved", "rejected", "done",
+                                             "failed",  "running",  "staged"};
+_Static_assert(sizeof op_state_names / sizeof op_state_names[0] == JB_OP_STAGED + 1,
                "one name per op state");
 
 const char *jb_op_state_name(enum jb_op_state st) {

@@ -12,6 +12,8 @@ enum jb_op_state {
   JB_OP_DONE, /* ran: its result and audit entry are stored */
   JB_OP_FAILED, /* ran and failed, or ended unrun (session ended, approval timeout) */
   JB_OP_RUNNING, /* an exec whose command runs now (claimed, and marked so in its own commit) */
+  JB_OP_STAGED, /* a member of an agent's batch (args.changeset): held until commit_changeset
+                 * and the buyer's decision on it; never claimed (migration 047) */
 };
 
 /* The column's text of `st` ("pending"; static), or NULL for JB_OP_UNKNOWN and any value

@@ -440,6 +440,16 @@ int jb_db_session_end_ops(PGconn *c, const struct jb_keyring *keys, const char *
   if (!r) return JB_ERR_FAIL;
   if (rejected) *rejected = strtol(PQcmdTuples(r), NULL, 10);
   PQclear(r);
+  /* a batch's staged ops (committed or not) are rejected with it */
+  r = jb_db_exec(c,
+                 "UPDATE ops SET state = 'rejected', decision = 'rejected',"
+                 " reason = 'session ' || $2 || ' before changeset ' || (args->>'changeset')"
+                 "   || ' was decided', decided_at = now()"
+                 " WHERE job_id = $1 AND state = 'staged'",
+                 2, p, PGRES_COMMAND_OK, NULL, err, "reject staged ops");
+  if (!r) return JB_ERR_FAIL;
+  if (rejected) *rejected += strtol(PQcmdTuples(r), NULL, 10);
+  PQclear(r);
   /* a changeset rejected so has each of its rows rejected, as the buyer's reject leaves it */
   r = jb_db_exec(c,
                  "UPDATE changeset_files f SET decision = 'rejected' FROM ops o"
@@ -536,6 +546,15 @@ int jb_db_session_transition(PGconn *c, const struct jb_keyring *keys, const cha
   snprintf(out->state, sizeof out->state, "%s", to);
   PQclear(r);
 
+  if (strcmp(to, "done") == 0) { /* a batch never committed is not offered to the buyer */
+    r = jb_db_exec(c,
+                   "UPDATE ops SET state = 'rejected', decision = 'rejected', decided_at = now(),"
+                   " reason = 'changeset ' || (args->>'changeset') || ' was not committed'"
+                   " WHERE job_id = $1 AND state = 'staged' AND parent_op_id IS NULL",
+                   1, p, PGRES_COMMAND_OK, NULL, err, "reject uncommitted staged ops");
+    if (!r) return JB_ERR_FAIL;
+    PQclear(r);
+  }
   if (ending) {
     const char *pe[2] = {job_id, to};
     if (jb_db_session_end_ops(c, keys, job_id, to, reason, &out->rejected_ops, NULL, err) != JB_OK)

@@ -110,11 +110,15 @@ static int check_closure(const struct jb_cs_row *rows, size_t n, const struct by
         incomplete = !approved[s[k].i];
       free(prefix);
     }
+    /* a batch's member lands whole or not at all (a move's source and destination) */
+    for (size_t k = 0; r->member && !incomplete && k < n; k++)
+      incomplete = rows[k].member == r->member && !approved[k];
     if (incomplete) list_add(&bad, r->path);
   }
   int rc = bad.count ? refuse(out, 422, "incomplete_subset",
                               "approved paths that cannot land without rows left out (a folder "
-                              "they are made in, or a path under a folder they remove)",
+                              "they are made in, a path under a folder they remove, or the other "
+                              "end of a move)",
                               &bad)
                      : 0;
   json_decref(bad.paths);

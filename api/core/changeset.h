@@ -33,8 +33,10 @@ struct jb_app;
  *   422 incomplete_subset  an approved row whose parent folder the changeset makes (a row
  *                          whose new type is dir and old type is not) is not approved, or an
  *                          approved row that removes a folder (old type dir, new type not)
- *                          while a row under it is not approved (extra {paths}: the
- *                          approved rows that cannot land alone).
+ *                          while a row under it is not approved, or (a batch) a row
+ *                          approved while another row of the same member op is not — a
+ *                          move's two ends go together (extra {paths}: the approved rows
+ *                          that cannot land alone).
  * `files` must be an array of strings (jb_control_check saw to it). extra {paths} lists at
  * most JB_CHANGESET_LISTED_MAX, with pathsTruncated when there were more. */
 int jb_changeset_check_subset(const struct jb_cs_row *rows, size_t n, const json_t *files,

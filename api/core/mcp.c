@@ -2,6 +2,7 @@
  * rules (legacy handshake and the stateless 2026-07-28 core), the methods jailbox serves and
  * the framing of tool results and tool-execution failures. */
 #define _GNU_SOURCE
+#include "api/core/batch.h"
 #include "api/core/mcp.h"
 
 #include <sodium.h>
@@ -320,7 +321,7 @@ static json_t *tools_call(const struct jb_mcp_req *r, struct jb_app *app, const 
                           const struct jb_progress_sink *sink) {
   const char *name = json_string_value(json_object_get(r->params, "name"));
   json_t *arguments = json_object_get(r->params, "arguments");
-  if (!name || jb_tool_from_name(name) == JB_TOOL_UNKNOWN) {
+  if (!name || (jb_tool_from_name(name) == JB_TOOL_UNKNOWN && strcmp(name, JB_BATCH_TOOL))) {
     char msg[200];
     snprintf(msg, sizeof msg, "Invalid params: unknown tool '%.64s'; tools/list names them",
              name ? name : "");

@@ -113,6 +113,8 @@ struct op_call {
   struct op_waiting *waiting; /* and its session's count of them (op_wait.c) */
   bool buyer_wait; /* a buyer's whole diff: not in its session's share of the places */
   bool pending; /* a write of a supervised session: waits for the buyer */
+  bool staged; /* a mutating op with a `changeset` name: checked and shown as a pending one,
+                * then held 'staged' for its batch (op_stage) instead of run or asked */
   json_t *current; /* owned: a pending op's target (an edit's file) as it is now (its stat) */
   json_t *current2; /* owned: a supervised move's destination as it is now (its stat) */
   json_t *diff; /* owned: its diff preview (lib/diff.h) */
@@ -146,6 +148,10 @@ enum op_step op_refuse_if(struct op_call *call); /* op_checks.c */
 enum op_step op_prepare(struct op_call *call); /* op_checks.c */
 enum op_step op_supervise(struct op_call *call); /* op_supervise.c */
 enum op_step op_store(struct op_call *call); /* op_worker.c */
+/* A staged call's store and answer (op_stage.c): the op held 'staged' in its batch and the
+ * CallToolResult {staged: true, changeset, opId, tool, path, …} (new), or NULL with *call->e
+ * (bad_request naming the batch's op on the same path, the session's state). */
+json_t *op_stage(struct op_call *call);
 enum op_step op_wait(struct op_call *call); /* op_worker.c */
 /* The MCP result of call->ans (new), or NULL with *call->e when the shim refused the op. */
 json_t *op_answer(struct op_call *call); /* op_worker.c */

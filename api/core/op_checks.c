@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/core/batch.h"
 #include "api/core/escape.h"
 #include "lib/scan.h"
 #include "db/audit_store.h"
@@ -35,6 +36,7 @@ enum arg_kind {
   ARG_COMMAND, /* exec: shell text, non-empty, without NUL, at most OP_EXEC_ARGS_BYTES */
   ARG_ENV, /* exec: {NAME: value}, names allowed (op_exec_env_allowed) */
   ARG_STDIN, /* exec: a string of at most OP_EXEC_STDIN_MAX bytes */
+  ARG_BATCH, /* a batch's name (op_batch_name_ok) */
 };
 
 struct arg_spec {
@@ -57,14 +59,14 @@ static const struct arg_spec spec_read[] = {{"path", ARG_PATH, true, 0, 0},
                                             {"byteLength", ARG_INT, false, 0, INT_ANY},
                                             END};
 static const struct arg_spec spec_read_many[] = {{"paths", ARG_PATHS, true, 0, 0}, END};
-static const struct arg_spec spec_write[] = {{"path", ARG_PATH, true, 0, 0},
-                                             {"content", ARG_STRING, true, 0, 0},
-                                             {"encoding", ARG_ENCODING, false, 0, 0},
-                                             {"createParents", ARG_BOOL, false, 0, 0},
-                                             END};
+static const struct arg_spec spec_write[] = {
+    {"path", ARG_PATH, true, 0, 0},          {"content", ARG_STRING, true, 0, 0},
+    {"encoding", ARG_ENCODING, false, 0, 0}, {"createParents", ARG_BOOL, false, 0, 0},
+    {"changeset", ARG_BATCH, false, 0, 0},   END};
 static const struct arg_spec spec_edit[] = {{"path", ARG_PATH, true, 0, 0},
                                             {"edits", ARG_EDITS, true, 0, 0},
                                             {"dryRun", ARG_BOOL, false, 0, 0},
+                                            {"changeset", ARG_BATCH, false, 0, 0},
                                             END};
 static const struct arg_spec spec_list[] = {{"path", ARG_PATH, false, 0, 0},
                                             {"recursive", ARG_BOOL, false, 0, 0},
@@ -79,14 +81,16 @@ static const struct arg_spec spec_search[] = {{"pattern", ARG_PATTERN, true, 0, 
                                               END};
 static const struct arg_spec spec_stat[] = {
     {"path", ARG_PATH, true, 0, 0}, {"sha256", ARG_BOOL, false, 0, 0}, END};
-static const struct arg_spec spec_mkdir[] = {{"path", ARG_PATH, true, 0, 0}, END};
-static const struct arg_spec spec_move[] = {{"source", ARG_PATH, true, 0, 0},
-                                            {"destination", ARG_PATH, true, 0, 0},
-                                            {"overwrite", ARG_BOOL, false, 0, 0},
-                                            {"createParents", ARG_BOOL, false, 0, 0},
-                                            END};
-static const struct arg_spec spec_delete[] = {
-    {"path", ARG_PATH, true, 0, 0}, {"recursive", ARG_BOOL, false, 0, 0}, END};
+static const struct arg_spec spec_mkdir[] = {
+    {"path", ARG_PATH, true, 0, 0}, {"changeset", ARG_BATCH, false, 0, 0}, END};
+static const struct arg_spec spec_move[] = {
+    {"source", ARG_PATH, true, 0, 0},      {"destination", ARG_PATH, true, 0, 0},
+    {"overwrite", ARG_BOOL, false, 0, 0},  {"createParents", ARG_BOOL, false, 0, 0},
+    {"changeset", ARG_BATCH, false, 0, 0}, END};
+static const struct arg_spec spec_delete[] = {{"path", ARG_PATH, true, 0, 0},
+                                              {"recursive", ARG_BOOL, false, 0, 0},
+                                              {"changeset", ARG_BATCH, false, 0, 0},
+                                              END};
 static const struct arg_spec spec_done[] = {{"summary", ARG_SUMMARY, false, 0, 0}, END};
 /* timeoutSec's ceiling here is the setting's; op_check_args holds it to the setting */
 static const struct arg_spec spec_exec[] = {
@@ -386,6 +390,10 @@ static bool check_arg(const struct arg_spec *sp, json_t *v, int *code, char *msg
     }
     case ARG_EDITS:
       return check_edits(v, code, msg, msize);
+    case ARG_BATCH:
+      if (!jb_batch_name_ok(v))
+        BAD(JB_MCP_INVALID, "'changeset' must be a name of 1 to 64 letters, digits, '.', '_', '-'");
+      return true;
     case ARG_SUMMARY:
       if (!json_is_string(v)) BAD(JB_MCP_INVALID, "'summary' must be a string");
       if (json_string_length(v) > 4096) BAD(JB_MCP_TOO_LARGE, "the summary is over 4096 bytes");

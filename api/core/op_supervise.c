@@ -551,11 +551,17 @@ enum op_step op_supervise(struct op_call *call) {
   enum op_step s = bounded ? OP_NEXT : op_take_waiting_place(call);
   if (s != OP_NEXT) return s;
   bool dry = call->tool == JB_TOOL_EDIT && json_is_true(json_object_get(call->args, "dryRun"));
+  /* a batch's member: every check of a supervised op, then held for the batch's one review */
+  call->staged = !dry && jb_tool_mutates(call->tool) && call->tool != JB_TOOL_EXEC &&
+                 json_is_string(json_object_get(call->args, "changeset"));
   call->pending = jb_tool_mutates(call->tool) && call->sess.mode == JB_MODE_SUPERVISED && !dry;
   bool by_mode = call->pending;
   if (call->tool == JB_TOOL_EDIT) {
     s = supervise_edit(call, dry); /* scanned there: the rules see what the edit leaves */
-    if (s == OP_NEXT) s = op_apply_rules(call);
+    if (s == OP_NEXT && call->staged)
+      json_object_set(call->sargs, "changeset", json_object_get(call->args, "changeset"));
+    if (s == OP_NEXT) s = op_apply_rules(call); /* a deny rule refuses a member too */
+    if (call->staged) return s; /* the batch is reviewed as one, when it is committed */
     /* an ask rule in an unsupervised session: a wait for the buyer the mode did not make */
     if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
     if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
@@ -571,6 +577,7 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT && call->pending && !by_mode) s = op_take_waiting_place(call);
     if (s != OP_NEXT) return s;
   }
+  if (call->staged) call->pending = true; /* shown as a pending op is: its target, its diff */
   if (call->tool == JB_TOOL_EXEC) {
     s = mark_changeset(call);
     if (s != OP_NEXT) return s;
@@ -586,7 +593,7 @@ enum op_step op_supervise(struct op_call *call) {
     if (s == OP_NEXT)
       call->diff = write_diff(call->app, call->path, call->current, call->data, call->dlen);
   }
-  if (s == OP_NEXT) s = op_review(call); /* on what the buyer would be shown */
+  if (s == OP_NEXT && !call->staged) s = op_review(call); /* on what the buyer would be shown */
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/core/batch.h"
 #include "api/core/op_call.h"
 #include "db/db.h"
 #include "db/events.h"
@@ -49,6 +50,7 @@ static json_t *op_run(struct jb_app *app, const char *job, enum jb_tool tool, js
   if (s == OP_NEXT) s = op_refuse_if(&call);
   if (s == OP_NEXT) s = op_prepare(&call);
   if (s == OP_NEXT) s = op_supervise(&call);
+  if (s == OP_NEXT && call.staged) return op_stage(&call); /* held for its batch: answered */
   if (s == OP_NEXT) s = op_store(&call);
   /* a task for an op that waits on the buyer, and for a command (which may run for minutes) */
   bool task = call.pending || call.tool == JB_TOOL_EXEC;
@@ -67,6 +69,8 @@ json_t *jb_op_tool(void *ctx, struct jb_app *app, const char *job, const char *t
                    unsigned flags, struct jb_progress *progress, struct jb_mcp_error *e) {
   (void)ctx;
   enum jb_tool t = jb_tool_from_name(tool);
+  if (t == JB_TOOL_UNKNOWN && tool && !strcmp(tool, JB_BATCH_TOOL))
+    return jb_batch_commit(app, job, args, progress, e);
   if (t == JB_TOOL_UNKNOWN) {
     op_error(e, JB_MCP_INVALID, "invalid", "unknown tool '%.64s'", tool ? tool : "");
     return NULL;

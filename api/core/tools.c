@@ -17,6 +17,12 @@
   "the root\"}"
 #define NAT "{\"type\":\"integer\",\"minimum\":0}"
 #define POS "{\"type\":\"integer\",\"minimum\":1}"
+#define BATCH_S                                                                            \
+  "{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9._-]{1,64}$\",\"description\":\"stage "   \
+  "the op in the batch of this name instead of running it (or asking the buyer): it is "   \
+  "checked now and answered {staged: true, opId}; commit_changeset then offers the whole " \
+  "batch for one review\"}"
+#define STAGED_OR(req) "\"anyOf\":[{\"required\":[\"" req "\"]},{\"required\":[\"staged\"]}]"
 #define HEX "{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{64}$\"}"
 #define HEX_OR_NULL "{\"type\":[\"string\",\"null\"]}"
 #define FOLDERS_S "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}"
@@ -66,11 +72,11 @@ static const struct tool_text tools[] = {
      "buyer approves the write, and the folders it creates, first.",
      "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"content\":{\"type\":"
      "\"string\"},\"encoding\":{\"enum\":[\"utf-8\",\"base64\"],\"default\":\"utf-8\"},"
-     "\"createParents\":{\"type\":\"boolean\",\"default\":true}},"
+     "\"createParents\":{\"type\":\"boolean\",\"default\":true},\"changeset\":" BATCH_S "},"
      "\"required\":[\"path\",\"content\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"written\":" NAT ",\"sha256\":" HEX
      ",\"previousSha256\":" HEX_OR_NULL ",\"createdFolders\":" FOLDERS_S
-     "},\"required\":[\"written\"]}",
+     "}," STAGED_OR("written") "}",
      false, true, true},
     {"edit", "Edit a text file",
      "Replace exact text in a UTF-8 file (up to 1 MiB): each edit's oldText must occur exactly "
@@ -84,8 +90,8 @@ static const struct tool_text tools[] = {
      "\"oldText\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":1048576},\"newText\":{"
      "\"type\":\"string\",\"maxLength\":1048576},\"replaceAll\":{\"type\":\"boolean\","
      "\"default\":false}},\"required\":[\"oldText\",\"newText\"],\"additionalProperties\":"
-     "false}},\"dryRun\":{\"type\":\"boolean\",\"default\":false}},\"required\":[\"path\","
-     "\"edits\"],\"additionalProperties\":false}",
+     "false}},\"dryRun\":{\"type\":\"boolean\",\"default\":false},\"changeset\":" BATCH_S
+     "},\"required\":[\"path\",\"edits\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"},\"dryRun\":{\"type\":"
      "\"boolean\"},\"edits\":" NAT ",\"replaced\":" NAT ",\"diff\":" DIFF_S ",\"written\":" NAT
      ",\"sha256\":" HEX ",\"previousSha256\":" HEX_OR_NULL ",\"sha256Before\":" HEX
@@ -144,10 +150,10 @@ static const struct tool_text tools[] = {
      "Create a directory and any missing parents. An existing directory is not an error "
      "(created is false); an existing file there is (exists). Supervised sessions ask the buyer "
      "first.",
-     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S "},\"required\":[\"path\"],"
-     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"changeset\":" BATCH_S
+     "},\"required\":[\"path\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"created\":{\"type\":\"boolean\"},\"type\":{"
-     "\"const\":\"dir\"}},\"required\":[\"created\"]}",
+     "\"const\":\"dir\"}}," STAGED_OR("created") "}",
      false, false, true},
     {"move", "Move or rename",
      "Move or rename a file or directory. The destination's missing parent folders are created "
@@ -156,21 +162,21 @@ static const struct tool_text tools[] = {
      "the buyer first.",
      "{\"type\":\"object\",\"properties\":{\"source\":" PATH_S ",\"destination\":" PATH_S
      ",\"overwrite\":{\"type\":\"boolean\",\"default\":false},\"createParents\":{\"type\":"
-     "\"boolean\",\"default\":true}},\"required\":[\"source\","
+     "\"boolean\",\"default\":true},\"changeset\":" BATCH_S "},\"required\":[\"source\","
      "\"destination\"],\"additionalProperties\":false}",
      "{\"type\":\"object\",\"properties\":{\"moved\":{\"type\":\"boolean\"},\"type\":{\"enum\":["
      "\"file\",\"dir\"]},\"sha256\":" HEX ",\"destination\":{\"type\":\"string\"},"
-     "\"createdFolders\":" FOLDERS_S "},"
-     "\"required\":[\"moved\"]}",
+     "\"createdFolders\":" FOLDERS_S "}," STAGED_OR("moved") "}",
      false, true, false},
     {"delete", "Delete a file or directory",
      "Delete a file or symlink (a symlink itself, never what it points to); a directory only "
      "with recursive, which deletes everything in it — or nothing, if anything in it may not be "
      "deleted. The workspace root cannot be deleted. Supervised sessions ask the buyer first.",
      "{\"type\":\"object\",\"properties\":{\"path\":" PATH_S ",\"recursive\":{\"type\":"
-     "\"boolean\",\"default\":false}},\"required\":[\"path\"],\"additionalProperties\":false}",
-     "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT ",\"type\":{\"type\":\"string\"}},"
-     "\"required\":[\"deleted\"]}",
+     "\"boolean\",\"default\":false},\"changeset\":" BATCH_S "},\"required\":[\"path\"],"
+     "\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"deleted\":" NAT
+     ",\"type\":{\"type\":\"string\"}}," STAGED_OR("deleted") "}",
      false, true, false},
     {"exec", "Run a command",
      "Run a command in the workspace, inside the sandbox: each command gets a fresh jail of its "
@@ -239,6 +245,20 @@ static const struct tool_text tools[] = {
      "{\"type\":\"object\",\"properties\":{\"state\":{\"const\":\"done\"}},\"required\":["
      "\"state\"]}",
      false, false, true},
+    {"commit_changeset", "Commit a batch of changes",
+     "Offer the ops staged with changeset NAME (write, edit, mkdir, move, delete called with "
+     "that changeset argument) as one changeset: in a supervised session the buyer reviews "
+     "every file's diff at once and approves all, some or none; unsupervised, they run at "
+     "once. The call waits until the approved ops have run and answers each op's state "
+     "(done, failed — e.g. changed: the file changed after it was staged —, rejected).",
+     "{\"type\":\"object\",\"properties\":{\"changeset\":{\"type\":\"string\",\"pattern\":"
+     "\"^[A-Za-z0-9._-]{1,64}$\"}},\"required\":[\"changeset\"],\"additionalProperties\":false}",
+     "{\"type\":\"object\",\"properties\":{\"changeset\":{\"type\":\"object\",\"properties\":"
+     "{\"opId\":" POS ",\"batch\":{\"type\":\"string\"},\"state\":{\"enum\":[\"applied\","
+     "\"rejected\",\"failed\",\"undecided\"]},\"applied\":" NAT ",\"rejected\":" NAT
+     ",\"failed\":" NAT ",\"members\":{\"type\":\"array\",\"items\":{\"type\":\"object\"}}},"
+     "\"required\":[\"opId\",\"state\",\"members\"]}},\"required\":[\"changeset\"]}",
+     false, true, false},
 };
 
 json_t *jb_tools_describe(bool exec) {

@@ -96,7 +96,7 @@ test('tools/list: every tool with input and output schemas and annotations', asy
   await K.waitFor('active', async () => (await K.sessionOf(U.jobId)).state === 'active');
   const r = await agentU.timeout(10000).emitWithAck('mcp', { jsonrpc: '2.0', id: 1, method: 'tools/list' });
   const tools = Object.fromEntries(r.result.tools.map((t) => [t.name, t]));
-  assert.deepEqual(Object.keys(tools).sort(), ['delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+  assert.deepEqual(Object.keys(tools).sort(), ['commit_changeset', 'delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
   for (const t of Object.values(tools)) {
     assert.equal(t.inputSchema.type, 'object');
     assert.equal(t.outputSchema.type, 'object');

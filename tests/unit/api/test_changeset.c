@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/core/batch.h"
 #include "api/core/changeset.h"
 #include "api/core/controls.h"
 #include "db/db.h"
@@ -26,7 +27,7 @@
 /* ---- the subset check alone ---- */
 
 #define ROW(i, p, ch, ot, nt, ok) \
-  { i, (char *)(p), ch, ot, nt, ok }
+  { i, (char *)(p), ch, ot, nt, ok, 0 }
 
 /* d/ is a folder the command made (with d/x in it); gone/ one it removed (with gone/y); the
  * rest plain files, one of them not approvable. Sorted by path, as the worker stores them. */
@@ -454,11 +455,114 @@ static void view_page(void **state) {
   jb_db_release(app.db, c);
 }
 
+/* ---- a batch's rows ---- */
+
+/* A move's two rows (one member) are approved together: one end alone is incomplete_subset. */
+static void subset_batch_move(void **state) {
+  (void)state;
+  const struct jb_cs_row b[] = {
+      {0, (char *)"a.txt", "modified", "file", "file", true, 11},
+      {1, (char *)"old.c", "deleted", "file", "absent", true, 12},
+      {2, (char *)"new.c", "added", "absent", "file", true, 12},
+  };
+  bool ap[3];
+  struct jb_reply r;
+  json_t *f = json_loads("[\"a.txt\",\"new.c\"]", 0, NULL);
+  assert_int_equal(jb_changeset_check_subset(b, 3, f, NULL, SHA, ap, &r), -1);
+  assert_string_equal(r.code, "incomplete_subset");
+  assert_string_equal(json_string_value(json_array_get(json_object_get(r.extra, "paths"), 0)),
+                      "new.c");
+  jb_reply_release(&r);
+  json_decref(f);
+  f = json_loads("[\"a.txt\"]", 0, NULL);
+  assert_int_equal(jb_changeset_check_subset(b, 3, f, NULL, SHA, ap, &r), 0);
+  assert_true(ap[0] && !ap[1] && !ap[2]);
+  json_decref(f);
+  f = json_loads("[\"old.c\",\"new.c\"]", 0, NULL);
+  assert_int_equal(jb_changeset_check_subset(b, 3, f, NULL, SHA, ap, &r), 0);
+  assert_true(!ap[0] && ap[1] && ap[2]);
+  json_decref(f);
+}
+
+#define H1 "1111111111111111111111111111111111111111111111111111111111111111"
+#define H2 "2222222222222222222222222222222222222222222222222222222222222222"
+
+/* The rows of each member tool: change, types, hashes, the move's pair, the diff kept. */
+static void batch_rows(void **state) {
+  (void)state;
+  json_t *m = json_loads(
+      "[{\"opId\":5,\"tool\":\"write\",\"path\":\"n.txt\",\"args\":{\"content\":\"hi\","
+      "\"expectSha256\":\"\"},\"diff\":{\"format\":\"unified\",\"text\":\"+hi\"}},"
+      "{\"opId\":6,\"tool\":\"edit\",\"path\":\"e.txt\",\"args\":{\"content\":\"aGk=\","
+      "\"encoding\":\"base64\",\"expectSha256\":\"" H1
+      "\"},\"diff\":null},"
+      "{\"opId\":7,\"tool\":\"mkdir\",\"path\":\"d\",\"args\":{\"expectCurrent\":[{\"path\":"
+      "\"d\",\"exists\":false}]}},"
+      "{\"opId\":8,\"tool\":\"delete\",\"path\":\"x\",\"args\":{\"expectCurrent\":[{\"path\":"
+      "\"x\",\"exists\":true,\"type\":\"file\",\"sha256\":\"" H1
+      "\"}]}},"
+      "{\"opId\":9,\"tool\":\"move\",\"path\":\"s\",\"args\":{\"destination\":\"t\","
+      "\"expectCurrent\":[{\"path\":\"s\",\"exists\":true,\"type\":\"file\",\"sha256\":"
+      "\"" H2 "\"},{\"path\":\"t\",\"exists\":false}]}}]",
+      0, NULL);
+  assert_non_null(m);
+  json_t *br = jb_batch_rows(m);
+  assert_non_null(br);
+  assert_int_equal(json_array_size(br), 6);
+  static const char *const want[][4] = {
+      {"n.txt", "added", "absent", "file"}, {"e.txt", "modified", "file", "file"},
+      {"d", "added", "absent", "dir"},      {"x", "deleted", "file", "absent"},
+      {"s", "deleted", "file", "absent"},   {"t", "added", "absent", "file"},
+  };
+  for (size_t i = 0; i < 6; i++) {
+    json_t *r = json_array_get(br, i);
+    assert_string_equal(json_string_value(json_object_get(r, "path")), want[i][0]);
+    assert_string_equal(json_string_value(json_object_get(r, "change")), want[i][1]);
+    assert_string_equal(json_string_value(json_object_get(r, "oldType")), want[i][2]);
+    assert_string_equal(json_string_value(json_object_get(r, "newType")), want[i][3]);
+  }
+  /* sha256("hi"), the write's content and the edit's decoded base64 alike */
+  const char *hi = "8f434346648f6b96df89dda901c5176b10a6d83961dd3c1ac88b59b2dc327aa4";
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 0), "newSha256")), hi);
+  assert_null(json_object_get(json_array_get(br, 0), "oldSha256"));
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "newSha256")), hi);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 1), "oldSha256")), H1);
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(json_array_get(br, 0), "diff"), "text")),
+      "+hi");
+  assert_true(json_is_null(json_object_get(json_array_get(br, 2), "diff")));
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(br, 4), "memberOpId")), 9);
+  assert_int_equal(json_integer_value(json_object_get(json_array_get(br, 5), "memberOpId")), 9);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(br, 5), "newSha256")), H2);
+  /* the digest: one line per row, as a command's changeset's */
+  char a[65], b[65];
+  jb_batch_digest(br, a);
+  json_array_remove(br, 5);
+  jb_batch_digest(br, b);
+  assert_int_equal(strlen(a), 64);
+  assert_string_not_equal(a, b);
+  json_decref(br);
+  /* a member of another tool cannot be shown */
+  json_array_append_new(
+      m, json_pack("{s:i,s:s,s:s,s:{}}", "opId", 10, "tool", "exec", "path", ".", "args"));
+  assert_null(jb_batch_rows(m));
+  json_decref(m);
+  /* names */
+  json_t *ok = json_string("refactor-1.v2_x"), *bad = json_string("a/b"), *empty = json_string("");
+  assert_true(jb_batch_name_ok(ok));
+  assert_false(jb_batch_name_ok(bad));
+  assert_false(jb_batch_name_ok(empty));
+  json_decref(ok);
+  json_decref(bad);
+  json_decref(empty);
+}
+
 int main(void) {
   const struct CMUnitTest pure[] = {
       cmocka_unit_test(subset_default),    cmocka_unit_test(subset_named),
       cmocka_unit_test(subset_refusals),   cmocka_unit_test(subset_none_approvable),
-      cmocka_unit_test(subset_listed_max),
+      cmocka_unit_test(subset_listed_max), cmocka_unit_test(subset_batch_move),
+      cmocka_unit_test(batch_rows),
   };
   const struct CMUnitTest db[] = {
       cmocka_unit_test(decide_subset),

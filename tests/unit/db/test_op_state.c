@@ -14,9 +14,9 @@
 
 static void names_round_trip(void **state) {
   (void)state;
-  static const char *const want[] = {"pending", "approved", "rejected",
-                                     "done",    "failed",   "running"};
-  for (int st = JB_OP_PENDING; st <= JB_OP_RUNNING; st++) {
+  static const char *const want[] = {"pending", "approved", "rejected", "done",
+                                     "failed",  "running",  "staged"};
+  for (int st = JB_OP_PENDING; st <= JB_OP_STAGED; st++) {
     assert_string_equal(jb_op_state_name((enum jb_op_state)st), want[st]);
     assert_int_equal(jb_op_state_from_name(want[st]), st);
   }
@@ -32,7 +32,7 @@ static void anything_else_is_unknown(void **state) {
   assert_int_equal(jb_op_state_from_name("Done"), JB_OP_UNKNOWN);
   assert_int_equal(jb_op_state_from_name("done "), JB_OP_UNKNOWN);
   assert_null(jb_op_state_name(JB_OP_UNKNOWN));
-  assert_null(jb_op_state_name((enum jb_op_state)(JB_OP_RUNNING + 1)));
+  assert_null(jb_op_state_name((enum jb_op_state)(JB_OP_STAGED + 1)));
 }
 
 /* The CHECK of ops.state in migrations/001_initial_schema.sql lists exactly the enum's names,
@@ -68,6 +68,17 @@ static void the_column_holds_these(void **state) {
     snprintf(want + strlen(want), sizeof want - strlen(want), "%s'%s'", i ? ", " : "",
              jb_op_state_name(order[i]));
   strcat(want, "))");
+  assert_memory_equal(check, want, strlen(want));
+  /* migration 047: staged after them */
+  f = fopen(JB_SOURCE_DIR "/migrations/047_batch.sql", "r");
+  assert_non_null(f);
+  check = NULL;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, "CHECK (state IN ('pending'") && (check = strstr(line, "IN ("))) break;
+  fclose(f);
+  assert_non_null(check);
+  want[strlen(want) - 2] = '\0';
+  strcat(want, ", 'staged'))");
   assert_memory_equal(check, want, strlen(want));
 }
 
