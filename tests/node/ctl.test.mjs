@@ -159,7 +159,7 @@ test('the official MCP SDK client works through jailboxctl mcp-bridge: initializ
     assert.equal(client.getServerVersion().name, 'jailbox');
     const { tools } = await client.listTools();
     // the minimal image has no /bin/sh: its sessions are not offered exec
-    assert.deepEqual(tools.map((t) => t.name).sort(), ['delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['commit_changeset', 'delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
     for (const t of tools) assert.equal(t.inputSchema.type, 'object', t.name);
 
     const listed = await client.callTool({ name: 'list', arguments: { path: '.', recursive: true } });

@@ -531,7 +531,7 @@ test('agent MCP: initialize, tools/list with schemas, tools/call routed to the o
   r = await call({ jsonrpc: '2.0', id: 'two', method: 'tools/list' });
   assert.equal(r.id, 'two');
   const tools = Object.fromEntries(r.result.tools.map((t) => [t.name, t]));
-  assert.deepEqual(Object.keys(tools).sort(), ['delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+  assert.deepEqual(Object.keys(tools).sort(), ['commit_changeset', 'delete', 'done', 'edit', 'exec', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
   for (const t of Object.values(tools)) {
     assert.equal(t.inputSchema.type, 'object');
     assert.equal(t.inputSchema.additionalProperties, false);

@@ -112,7 +112,7 @@ for (const kind of TRANSPORTS) {
         const listed = names((await client.listTools()).tools);
         assert.equal(listed.includes('exec'), hasExec, `${S === N ? 'no-exec' : 'exec'} session: ${listed}`);
         assert.deepEqual(listed.filter((t) => t !== 'exec'),
-          ['delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
+          ['commit_changeset', 'delete', 'done', 'edit', 'find', 'list', 'mkdir', 'move', 'read', 'read_many', 'search', 'stat', 'write']);
       } finally {
         await client.close();
       }
