@@ -84,16 +84,48 @@ async function writable(S, command) {
   return r.result.structuredContent;
 }
 
-for (const mode of ['unsupervised', 'supervised']) {
+// the command that leaves a hook, a git config change and a CI workflow (marks under `mode`)
+const landing = (mode) =>
+  `printf '#!/bin/sh\\ntouch ${join(MARKS, `hook-${mode}`)}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; ` +
+  `printf '[core]\\n\\tfsmonitor = touch ${join(MARKS, `fsmonitor-${mode}`)}; false\\n\\thooksPath = .git/hooks\\n' >> .git/config; ` +
+  `mkdir -p .github/workflows; echo 'on: push' > .github/workflows/x.yml; echo 'int b;' > src/a.c`;
+
+test('supervised: the same command\'s hook, git config change and CI workflow are held back in its changeset; approving all lands only the source file; git on the host runs nothing of the agent\'s', async () => {
+  const S = await session(repo, 'supervised');
+  const config = readFileSync(join(S.dir, '.git/config'));
+  const command = landing('supervised');
+  const call = K.call(S.agent, 'exec', { command, writable: true });
+  const ev = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'exec' && p.argv?.includes(command));
+  assert.equal((await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${ev.opId}`, { token: S.buyerToken })).status, 200);
+  const cs = await K.waitEvent(S.buyer, 'jailbox:approval_request', (p) => p.tool === 'changeset' && p.execOpId === ev.opId, 60000);
+  const page = await srv.req('GET', `/v1/jailbox/${S.jobId}/ops/${cs.opId}/changeset?limit=100`, { token: S.buyerToken });
+  assert.equal(page.status, 200, page.text);
+  const by = Object.fromEntries(page.json.files.map((f) => [f.path, f]));
+  for (const p of ['.git/hooks/pre-commit', '.git/config', '.github/workflows/x.yml'])
+    assert.equal(by[p]?.approvable, false, `${p}: ${JSON.stringify(by[p])}`);
+  assert.equal(by['src/a.c']?.approvable, true, JSON.stringify(by['src/a.c']));
+  assert.equal((await srv.req('POST', `/v1/jailbox/${S.jobId}/approve/${cs.opId}`, { token: S.buyerToken, body: {} })).status, 200);
+  const r = await call;
+  assert.ok(r.result && !r.result.isError, JSON.stringify(r));
+  assert.equal(r.result.structuredContent.changeset.state, 'applied', JSON.stringify(r.result.structuredContent.changeset));
+  assert.ok(!existsSync(join(S.dir, '.git/hooks/pre-commit')));
+  assert.ok(!existsSync(join(S.dir, '.github/workflows')));
+  assert.deepEqual(readFileSync(join(S.dir, '.git/config')), config, 'the config byte for byte');
+  assert.equal(readFileSync(join(S.dir, 'src/a.c'), 'utf8'), 'int b;\n');
+  await end(S);
+  git(S.dir, 'status');
+  git(S.dir, 'commit', '-qam', 'two');
+  assert.ok(!existsSync(join(MARKS, 'hook-supervised')), 'the agent\'s hook ran on the host');
+  assert.ok(!existsSync(join(MARKS, 'fsmonitor-supervised')), 'the agent\'s fsmonitor ran on the host');
+});
+
+for (const mode of ['unsupervised']) {
   test(`${mode}: a hook, a git config change and a CI workflow left by a command are undone; git on the host runs nothing of the agent's`, async () => {
     const S = await session(repo, mode);
     S.mode = mode;
     const config = readFileSync(join(S.dir, '.git/config'));
     const hookMark = join(MARKS, `hook-${mode}`), fsMark = join(MARKS, `fsmonitor-${mode}`);
-    const r = await writable(S,
-      `printf '#!/bin/sh\\ntouch ${hookMark}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; ` +
-      `printf '[core]\\n\\tfsmonitor = touch ${fsMark}; false\\n\\thooksPath = .git/hooks\\n' >> .git/config; ` +
-      `mkdir -p .github/workflows; echo 'on: push' > .github/workflows/x.yml; echo 'int b;' > src/a.c`);
+    const r = await writable(S, landing(mode));
     const by = Object.fromEntries(r.changes.map((c) => [c.path, c]));
     // undone before the answer, and marked
     assert.deepEqual([by['.git/hooks/pre-commit']?.flagged, by['.git/hooks/pre-commit']?.removed], ['git_hooks', true], JSON.stringify(r.changes));
