@@ -128,8 +128,11 @@ jq -r '.[] | (.result.result // .result // {}) as $r | ($r.changes // []) as $c 
   "  op #\(.opId) exec `\(.args.command // (.args.argv | join(" ")))`: \(.state), " +
   "exit \($r.exitCode // "none")\(if $r.timedOut then " (TIMED OUT)" else "" end) " +
   "in \(($r.durationMs // 0) / 100 | round / 10) s, stdout \($r.stdoutBytes // 0) bytes, " +
-  "stderr \($r.stderrBytes // 0) bytes, \($r.changesTotal // ($c | length)) workspace changes " +
-  "(\([$c[] | select(.change == "added")] | length) added)"' <<<"$EXECS"
+  "stderr \($r.stderrBytes // 0) bytes, " +
+  (if $r.changeset then "changeset op \($r.changeset.opId): \($r.changeset.applied // 0) of " +
+     "\($r.changeset.files // 0) files applied (\($r.changeset.state))"
+   else "\($r.changesTotal // ($c | length)) workspace changes " +
+     "(\([$c[] | select(.change == "added")] | length) added)" end)' <<<"$EXECS"
 OK=$(jq '[.[] | (.result.result // .result // {}) as $r |
   select(.state == "done" and $r.exitCode == 0 and ($r.timedOut | not))] | length' <<<"$EXECS")
 [ "$OK" = 2 ] ||

@@ -168,6 +168,12 @@ test('sed -i over a real source tree: one changeset, every diff, a subset approv
     assert.equal(now[f.path], want, `${f.path}: ${chosen.includes(f.path) ? 'approved' : 'rejected'}`);
   }
   for (const p of Object.keys(atOpen)) if (!p.endsWith('.c')) assert.equal(now[p], atOpen[p], p);
+  // the change summary names the command with what of it was applied
+  const summary = await get(S, '/changes');
+  assert.equal(summary.status, 200, summary.text);
+  const exLine = summary.json.changes.find((c) => c.tool === 'exec');
+  assert.deepEqual([exLine?.changesetOpId, exLine?.effectsTotal], [cs.opId, chosen.length], JSON.stringify(exLine));
+  assert.deepEqual(exLine.effects.map((e) => e.path), chosen);
   const after = await changeset(S, cs.opId);
   for (const f of after.files) {
     assert.equal(f.decision, chosen.includes(f.path) ? 'approved' : 'rejected', f.path);
