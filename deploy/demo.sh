@@ -124,13 +124,14 @@ OPS=$("$CTL" ops "$JOB" --json)
 EXECS=$(jq -c '[.ops[] | select(.tool == "exec")]' <<<"$OPS")
 [ "$(jq length <<<"$EXECS")" = 2 ] || fail "the agent ran $(jq length <<<"$EXECS") commands, not the build and the tests"
 # (an op's result: {ok, result: the command's} once it ran, as GET …/ops stores it)
-jq -r '.[] | (.result.result // .result // {}) as $r | ($r.changes // []) as $c |
+jq -r --argjson all "$OPS" '.[] | (.result.result // .result // {}) as $r | ($r.changes // []) as $c |
   "  op #\(.opId) exec `\(.args.command // (.args.argv | join(" ")))`: \(.state), " +
   "exit \($r.exitCode // "none")\(if $r.timedOut then " (TIMED OUT)" else "" end) " +
   "in \(($r.durationMs // 0) / 100 | round / 10) s, stdout \($r.stdoutBytes // 0) bytes, " +
   "stderr \($r.stderrBytes // 0) bytes, " +
-  (if $r.changeset then "changeset op \($r.changeset.opId): \($r.changeset.applied // 0) of " +
-     "\($r.changeset.files // 0) files applied (\($r.changeset.state))"
+  (if $r.changeset then ([$all.ops[] | select(.opId == $r.changeset.opId)][0] // {}) as $cs |
+     "changeset op \($r.changeset.opId): \($cs.result.result.applied // 0) of " +
+     "\($r.changeset.files // 0) files applied (\($cs.state // $r.changeset.state))"
    else "\($r.changesTotal // ($c | length)) workspace changes " +
      "(\([$c[] | select(.change == "added")] | length) added)" end)' <<<"$EXECS"
 OK=$(jq '[.[] | (.result.result // .result // {}) as $r |

@@ -86,7 +86,7 @@ check_match "the agent read the test summary" 'agent tests -> summary: TOTAL [1-
 check_match "the buyer saw the test summary live" 'buyer sees: .*stdout\| # TOTAL: +[1-9]' "$OUT"
 check_match "the buyer saw the tests pass live" 'buyer sees: .*stdout\| # PASS: +[1-9]' "$OUT"
 check_match "the buyer saw the build end with exit 0" 'buyer sees: .*op #[0-9]+ exec .*: done — exit 0' "$OUT"
-check_match "the buyer's summary of the build: exit 0, time, files applied" 'op #[0-9]+ exec `[^`]*\./configure && make`: done, exit 0 in [0-9.]+ s, .*changeset op [0-9]+: [1-9][0-9]* of [1-9][0-9]* files applied \(applied\)' "$OUT"
+check_match "the buyer's summary of the build: exit 0, time, files applied" 'op #[0-9]+ exec `[^`]*\./configure && make`: done, exit 0 in [0-9.]+ s, .*changeset op [0-9]+: [1-9][0-9]* of [1-9][0-9]* files applied \(done\)' "$OUT"
 check_match "the buyer's summary of the tests: exit 0" 'op #[0-9]+ exec `make check`: done, exit 0 in [0-9.]+ s' "$OUT"
 check_match "the buyer accepted" 'done -> accepted' "$OUT"
 check_match "the change summary is printed (the write and the two commands)" 'changes of job-[0-9a-f]+: 1 file, 2 commands' "$OUT"
