@@ -139,25 +139,6 @@ static int decide_members(PGconn *c, const char *const q[3], jb_error *err) {
   return JB_OK;
 }
 
-/* Why a decision found nothing to update: JB_ERR_NOT_FOUND, or JB_ERR_CONFLICT with the op's
- * state (the session's for a pending op) in `state`. */
-static int not_decided(PGconn *c, const char *const p[2], char state[20], jb_error *err) {
-  PGresult *r = jb_db_exec(c,
-                           "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
-                           " WHERE o.job_id = $1 AND o.op_id = $2::bigint",
-                           2, p, PGRES_TUPLES_OK, NULL, err, "read op");
-  if (!r) return JB_ERR_FAIL;
-  int rc = JB_ERR_NOT_FOUND;
-  if (PQntuples(r) == 1) {
-    const char *ops = PQgetvalue(r, 0, 0);
-    snprintf(state, 20, "%s",
-             jb_op_state_from_name(ops) == JB_OP_PENDING ? PQgetvalue(r, 0, 1) : ops);
-    rc = JB_ERR_CONFLICT;
-  }
-  PQclear(r);
-  return rc;
-}
-
 int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id,
                            long long op_id, bool approve, const struct jb_cs_row *rows,
                            const bool *approved, size_t n, const char *sha256,
@@ -201,7 +182,7 @@ int jb_db_changeset_decide(PGconn *c, const struct jb_keyring *keys, const char 
   if (PQntuples(r) != 1) {
     PQclear(r);
     jb_tx_rollback(&tx);
-    rc = not_decided(c, p, state, err);
+    rc = jb_db_op_undecided(c, job_id, op_id, state, err);
     goto out;
   }
   *json_out = strdup(PQgetvalue(r, 0, 0));

@@ -142,10 +142,18 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
   }
   PQclear(r);
   jb_tx_rollback(&tx); /* a rejection's: nothing was decided */
-  r = jb_db_exec(c,
-                 "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
-                 " WHERE o.op_id = $1::bigint AND o.job_id = $2",
-                 2, p, PGRES_TUPLES_OK, NULL, err, "read op");
+  return jb_db_op_undecided(c, job_id, op_id, state, err);
+}
+
+int jb_db_op_undecided(PGconn *c, const char *job_id, long long op_id, char state[20],
+                       jb_error *err) {
+  char id[24];
+  snprintf(id, sizeof id, "%lld", op_id);
+  const char *p[2] = {id, job_id};
+  PGresult *r = jb_db_exec(c,
+                           "SELECT o.state, s.state FROM ops o JOIN sessions s USING (job_id)"
+                           " WHERE o.op_id = $1::bigint AND o.job_id = $2",
+                           2, p, PGRES_TUPLES_OK, NULL, err, "read op");
   if (!r) return JB_ERR_FAIL;
   int rc = JB_ERR_NOT_FOUND;
   if (PQntuples(r) == 1) {

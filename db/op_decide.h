@@ -53,6 +53,12 @@ int jb_db_op_decide(PGconn *c, const struct jb_keyring *keys, const char *job_id
                     bool approve, const char *reason, const char *by, char **json_out,
                     char state[20], struct jb_audit_head *head, jb_error *err);
 
+/* Why a decision of op `op_id` of `job_id` found nothing to update: JB_ERR_CONFLICT with the
+ * op's state in `state` (20 bytes; the session's state when the op is still pending: its
+ * session ended), JB_ERR_NOT_FOUND when there is no such op, or JB_ERR_FAIL. */
+int jb_db_op_undecided(PGconn *c, const char *job_id, long long op_id, char state[20],
+                       jb_error *err);
+
 /* For a decision that lost (jb_db_op_decide's JB_ERR_CONFLICT): when op `op_id` of `job_id`
  * is no longer pending, says how it was decided into `how` (`len` bytes), e.g. "op 7 was
  * decided already: approved by buyer at 2026-12-03 12:00:00.123+00 (reason \"ok\")", and its
