@@ -104,11 +104,9 @@ static enum jb_restore_outcome clear_for_type(const char *job, int rootfd, json_
   if (jb_pstore_take(NULL, job, rootfd, path, -1, &now, &e) < 0)
     return snprintf(detail, dsize, "%s", e.msg), JB_RESTORE_FAILED;
   json_t *om = json_object_get(r, "oldMode");
-  bool same = !strcmp(jb_pstore_kind_name(now.kind), otype) &&
-              (now.kind != JB_PSTORE_FILE || !strcmp(now.sha256, str(r, "oldSha256") ?: "")) &&
-              (!json_is_integer(om) || now.kind == JB_PSTORE_LINK ||
-               (long long)now.mode == json_integer_value(om)) &&
-              (now.kind != JB_PSTORE_LINK || !strcmp(now.target, str(r, "oldTarget") ?: ""));
+  bool same = jb_restore_holds(&now, otype, str(r, "oldSha256") ?: "",
+                               json_is_integer(om) ? (long long)json_integer_value(om) : -1,
+                               str(r, "oldTarget") ?: "");
   if (!same && now.kind != JB_PSTORE_ABSENT) {
     snprintf(detail, dsize, "changed since the command (now %s)", jb_pstore_kind_name(now.kind));
     return JB_CONFLICT;

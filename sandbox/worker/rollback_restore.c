@@ -21,9 +21,8 @@ static const char *str(json_t *row, const char *key) {
   return json_string_value(json_object_get(row, key));
 }
 
-/* Whether `now` is what `kind` / `sha` / `mode` (NULL, < 0: not compared) describe. */
-static bool holds(const struct jb_pstore_item *now, const char *kind, const char *sha,
-                  long long mode, const char *target) {
+bool jb_restore_holds(const struct jb_pstore_item *now, const char *kind, const char *sha,
+                      long long mode, const char *target) {
   if (!kind || strcmp(kind, jb_pstore_kind_name(now->kind))) return false;
   if (now->kind == JB_PSTORE_FILE && sha && strcmp(sha, now->sha256)) return false;
   if ((now->kind == JB_PSTORE_FILE || now->kind == JB_PSTORE_DIR) && mode >= 0 &&
@@ -183,11 +182,11 @@ enum jb_restore_outcome jb_rollback_restore(const char *store_dir, const char *j
   long long mode = mode_of(row, "mode");
   if (!strcmp(kind, "file") && mode >= 0) mode = restore_mode((mode_t)mode);
   /* what the row restores is there already (a rollback killed after its rename) */
-  if (!rename && holds(&now, kind, str(row, "sha256"), mode, str(row, "target")))
+  if (!rename && jb_restore_holds(&now, kind, str(row, "sha256"), mode, str(row, "target")))
     return JB_RESTORED;
   if (rename && now.kind == JB_PSTORE_ABSENT && !from_free(rootfd, row)) return JB_RESTORED;
-  bool as_left =
-      holds(&now, str(row, "afterKind"), str(row, "afterSha256"), mode_of(row, "afterMode"), NULL);
+  bool as_left = jb_restore_holds(&now, str(row, "afterKind"), str(row, "afterSha256"),
+                                  mode_of(row, "afterMode"), NULL);
   if (rename && as_left && !from_free(rootfd, row)) {
     snprintf(detail, dsize, "%.300s is taken again", str(row, "fromPath"));
     return JB_CONFLICT; /* a rename never replaces what is at its source, even forced */
@@ -226,9 +225,9 @@ static int file_state(const char *job, int rootfd, json_t *row, struct jb_pstore
     return snprintf(detail, dsize, "%s", e.msg), -1;
   long long mode = mode_of(row, "mode");
   if (mode >= 0) mode = restore_mode((mode_t)mode);
-  *done = holds(now, "file", str(row, "sha256"), mode, NULL);
-  *as_left =
-      holds(now, str(row, "afterKind"), str(row, "afterSha256"), mode_of(row, "afterMode"), NULL);
+  *done = jb_restore_holds(now, "file", str(row, "sha256"), mode, NULL);
+  *as_left = jb_restore_holds(now, str(row, "afterKind"), str(row, "afterSha256"),
+                              mode_of(row, "afterMode"), NULL);
   return 0;
 }
 

@@ -18,6 +18,12 @@
 
 enum jb_restore_outcome { JB_RESTORED, JB_CONFLICT, JB_RESTORE_FAILED };
 
+/* Whether `now` (what a path holds) is what `kind` ("file", "dir", "link", "absent") with
+ * `sha` (a file's content), `mode` (st_mode & 07777 of a file or folder) and `target` (a
+ * link's text) describe; `sha`, `target` NULL and `mode` < 0 are not compared. */
+bool jb_restore_holds(const struct jb_pstore_item *now, const char *kind, const char *sha,
+                      long long mode, const char *target);
+
 /* "restored", "conflict", "failed". */
 const char *jb_restore_outcome_name(enum jb_restore_outcome o);
 
